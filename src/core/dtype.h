@@ -1,0 +1,78 @@
+/* core/dtype.h — element types of tensors in files and on devices, and conversions.  Internal. */
+#ifndef ATLAS_CORE_DTYPE_H
+#define ATLAS_CORE_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum atlas_dtype {
+    ATLAS_DTYPE_F32 = 0,
+    ATLAS_DTYPE_F16,
+    ATLAS_DTYPE_BF16,
+    ATLAS_DTYPE_I32,
+    ATLAS_DTYPE_I64,
+    ATLAS_DTYPE_U8,
+    ATLAS_DTYPE_COUNT
+} atlas_dtype;
+
+static inline size_t atlas_dtype_size(atlas_dtype t) {
+    switch (t) {
+    case ATLAS_DTYPE_F32: case ATLAS_DTYPE_I32: return 4;
+    case ATLAS_DTYPE_F16: case ATLAS_DTYPE_BF16: return 2;
+    case ATLAS_DTYPE_I64: return 8;
+    case ATLAS_DTYPE_U8: return 1;
+    default: return 0;
+    }
+}
+
+/* "F32", "BF16", ... (the safetensors spelling). */
+static inline const char *atlas_dtype_name(atlas_dtype t) {
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I64", "U8"};
+    return (unsigned)t < ATLAS_DTYPE_COUNT ? names[t] : "?";
+}
+
+static inline float atlas_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest even; NaN stays NaN. */
+static inline uint16_t atlas_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float atlas_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400u)) {
+                man <<= 1;
+                exp--;
+            }
+            man &= 0x3ffu;
+            u = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#endif

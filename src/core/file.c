@@ -1,0 +1,86 @@
+/* core/file.c — see file.h. */
+#include "core/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
+    *out = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        fclose(f);
+        return atlas_fail(ATLAS_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size + 1);
+    }
+    size_t got = fread(buf, 1, size, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err || got != size) {
+        free(buf);
+        return atlas_fail(ATLAS_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, size);
+    }
+    buf[size] = '\0';
+    *out = buf;
+    if (len) *len = size;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
+    out->data = NULL;
+    out->size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return atlas_fail(ATLAS_ERR_IO, "%s: mmap: %s", path, strerror(e));
+        }
+        out->data = p;
+        out->size = (size_t)st.st_size;
+    }
+    close(fd);
+    return ATLAS_OK;
+}
+
+void atlas_file_map_close(atlas_file_map *map) {
+    if (map && map->data) munmap((void *)map->data, map->size);
+    if (map) {
+        map->data = NULL;
+        map->size = 0;
+    }
+}
+
+bool atlas_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return atlas_fail(ATLAS_ERR_RANGE, "path too long: %s/%s", dir, name);
+    return ATLAS_OK;
+}

@@ -1,0 +1,28 @@
+/* core/file.h — reading and mapping files, with errors that name the path.  Internal. */
+#ifndef ATLAS_CORE_FILE_H
+#define ATLAS_CORE_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "atlas/status.h"
+
+/* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL).
+ * The caller frees *out with free(). Fails with ATLAS_ERR_IO naming the path. */
+atlas_status atlas_file_read(const char *path, char **out, size_t *len);
+
+/* A read-only memory map of a whole file. */
+typedef struct atlas_file_map {
+    const unsigned char *data; /* NULL for an empty file */
+    size_t size;
+} atlas_file_map;
+
+atlas_status atlas_file_map_open(const char *path, atlas_file_map *out);
+void atlas_file_map_close(atlas_file_map *map); /* safe on a zeroed map */
+
+bool atlas_file_exists(const char *path);
+
+/* Joins dir and name into buf ("dir/name"); fails with ATLAS_ERR_RANGE if it does not fit. */
+atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char *name);
+
+#endif

@@ -1,0 +1,89 @@
+/* model/config.h — a model's config.json and generation_config.json.  Internal.
+ *
+ * Both config styles are read: the classic keys (rope_theta, rope_scaling, torch_dtype) and
+ * transformers 5's (rope_parameters, dtype). head_dim is explicit or hidden / n_heads. */
+#ifndef ATLAS_MODEL_CONFIG_H
+#define ATLAS_MODEL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "atlas/status.h"
+#include "core/dtype.h"
+
+typedef enum atlas_arch {
+    ATLAS_ARCH_LLAMA = 0, /* LlamaForCausalLM */
+    ATLAS_ARCH_MISTRAL,   /* MistralForCausalLM */
+    ATLAS_ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v biases */
+    ATLAS_ARCH_QWEN3,     /* Qwen3ForCausalLM: q/k RMSNorm, no biases */
+} atlas_arch;
+
+typedef enum atlas_rope_type {
+    ATLAS_ROPE_DEFAULT = 0,
+    ATLAS_ROPE_LINEAR,
+    ATLAS_ROPE_LLAMA3,
+    ATLAS_ROPE_YARN,
+} atlas_rope_type;
+
+typedef struct atlas_rope {
+    atlas_rope_type type;
+    double theta;                /* rope_theta (base) */
+    double factor;               /* linear, llama3, yarn */
+    double low_freq_factor;      /* llama3 */
+    double high_freq_factor;     /* llama3 */
+    int original_max_position;   /* llama3, yarn */
+    double beta_fast, beta_slow; /* yarn (defaults 32, 1) */
+    double mscale, mscale_all_dim; /* yarn (0 when absent) */
+    double attention_factor;     /* yarn; 0 when absent (then derived from factor) */
+    bool truncate;               /* yarn: transformers' "truncate" (default true) */
+} atlas_rope;
+
+enum { ATLAS_MAX_EOS = 16 };
+
+typedef struct atlas_config {
+    atlas_arch arch;
+    char architecture[64];     /* as written in config.json */
+    int vocab_size;            /* rows of the embedding (may exceed the tokenizer's strings) */
+    int hidden;                /* hidden_size */
+    int n_layers;              /* num_hidden_layers */
+    int n_heads;               /* num_attention_heads */
+    int n_kv_heads;            /* num_key_value_heads (defaults to n_heads) */
+    int head_dim;              /* explicit or hidden / n_heads */
+    int intermediate;          /* intermediate_size */
+    int max_position;          /* max_position_embeddings */
+    double rms_eps;            /* rms_norm_eps */
+    bool tie_embeddings;       /* tie_word_embeddings */
+    bool qkv_bias;             /* attention_bias (Qwen2: always true) */
+    bool qk_norm;              /* Qwen3 */
+    int sliding_window;        /* 0 when none */
+    atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
+    atlas_rope rope;
+    int bos_id;                /* -1 when absent */
+    int eos_ids[ATLAS_MAX_EOS];/* union of config.json and generation_config.json */
+    int n_eos;
+    /* generation_config.json defaults (0 / -1 when absent) */
+    double gen_temperature;
+    double gen_top_p;
+    int gen_top_k;
+    double gen_repetition_penalty;
+} atlas_config;
+
+/* Reads DIR/config.json and, when present, DIR/generation_config.json. Errors name the file
+ * and the field. */
+atlas_status atlas_config_load(const char *dir, atlas_config *out);
+
+/* Parses config.json text (name is used in messages). Used by the loader and the fuzzer. */
+atlas_status atlas_config_parse(const char *json, size_t len, const char *name, atlas_config *out);
+/* Merges generation_config.json text into cfg (eos ids union, sampling defaults). */
+atlas_status atlas_config_parse_generation(const char *json, size_t len, const char *name,
+                                           atlas_config *cfg);
+
+/* Adds an eos id if not already present (used for the tokenizer's eos token). */
+void atlas_config_add_eos(atlas_config *cfg, int id);
+
+/* RoPE inverse frequencies for the config's rope type: inv_freq[head_dim/2], and the factor
+ * by which cos/sin are scaled (yarn's attention factor; 1 otherwise). Matches transformers'
+ * ROPE_INIT_FUNCTIONS. */
+void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor);
+
+#endif

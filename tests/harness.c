@@ -1,0 +1,36 @@
+/* tests/harness.c — see harness.h. */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+
+int harness_failures = 0;
+int harness_checks = 0;
+
+const char *harness_data_dir(void) {
+    const char *d = getenv("ATLAS_TEST_DATA");
+    return d && *d ? d : "tests/data";
+}
+
+const char *harness_data_path(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", harness_data_dir(), rel);
+    return buf;
+}
+
+int harness_require_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0) return 1;
+    fprintf(stderr, "missing %s: run scripts/setup.sh first\n", path);
+    harness_failures++; /* a missing fixture is a failure, not a skip: CI must have it */
+    return 0;
+}
+
+int harness_finish(void) {
+    if (harness_failures) {
+        fprintf(stderr, "FAILED: %d of %d checks\n", harness_failures, harness_checks);
+        return 1;
+    }
+    printf("ok: %d checks\n", harness_checks);
+    return 0;
+}

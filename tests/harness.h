@@ -1,0 +1,52 @@
+/* tests/harness.h — a minimal test harness: CHECK records a failure and goes on; a test
+ * program returns harness_finish(), non-zero when anything failed. */
+#ifndef ATLAS_TEST_HARNESS_H
+#define ATLAS_TEST_HARNESS_H
+
+#include <stdio.h>
+
+extern int harness_failures;
+extern int harness_checks;
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        harness_checks++;                                                                  \
+        if (!(cond)) {                                                                     \
+            harness_failures++;                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);       \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                               \
+    do {                                                                                   \
+        harness_checks++;                                                                  \
+        if (!(cond)) {                                                                     \
+            harness_failures++;                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);       \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fputc('\n', stderr);                                                           \
+        }                                                                                  \
+    } while (0)
+
+/* CHECK that an atlas call succeeded, printing atlas_last_error() if not. */
+#define CHECK_OK(expr)                                                                     \
+    do {                                                                                   \
+        harness_checks++;                                                                  \
+        atlas_status harness_st_ = (expr);                                                 \
+        if (harness_st_ != ATLAS_OK) {                                                     \
+            harness_failures++;                                                            \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,            \
+                    atlas_status_str(harness_st_), atlas_last_error());                    \
+        }                                                                                  \
+    } while (0)
+
+/* Directory of the test data (tests/data), from ATLAS_TEST_DATA. */
+const char *harness_data_dir(void);
+/* harness_data_dir()/rel into a static buffer (one at a time). */
+const char *harness_data_path(const char *rel);
+/* 1 when the file exists; otherwise prints "SKIP: why" and returns 0. Use for the fetched
+ * tokenizer.json files, which scripts/setup.sh provides. */
+int harness_require_file(const char *path);
+int harness_finish(void);
+
+#endif
