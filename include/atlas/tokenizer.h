@@ -1,0 +1,95 @@
+/* atlas/tokenizer.h — Hugging Face tokenizer.json (byte-level BPE) and incremental decoding.
+ *
+ * Supported: BPE models with byte-level pre-tokenization (Llama 3, Qwen2/3, Mistral-Nemo,
+ * DeepSeek, GPT-2 style): normalizers NFC/NFD/NFKC/NFKD/Lowercase/Sequence, pre-tokenizers
+ * Split (regex or string) / ByteLevel / Sequence, added tokens (special or not, with their
+ * lstrip/rstrip/single_word/normalized flags), post-processors ByteLevel /
+ * TemplateProcessing / Sequence, decoder ByteLevel.  Anything else fails to load with
+ * ATLAS_ERR_UNSUPPORTED naming the JSON path.
+ *
+ * A loaded tokenizer is immutable and thread-safe: any number of threads may encode and
+ * decode with it at once (the per-word cache is internally locked). */
+#ifndef ATLAS_TOKENIZER_H
+#define ATLAS_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_tokenizer atlas_tokenizer;
+
+/* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (bos_token,
+ * eos_token, added-token flags).  *out is owned by the caller: atlas_tokenizer_free(). */
+atlas_status atlas_tokenizer_load(const char *dir, atlas_tokenizer **out);
+
+/* The same from explicit paths; config_json may be NULL. */
+atlas_status atlas_tokenizer_load_files(const char *tokenizer_json, const char *config_json,
+                                        atlas_tokenizer **out);
+
+/* Tells the tokenizer the model's vocab_size (config.json): ids in [n_tokens, vocab_size)
+ * are valid and decode to "" (padded embedding rows).  Call before sharing the tokenizer
+ * between threads.  Fails with ATLAS_ERR_RANGE if vocab_size < 1. */
+atlas_status atlas_tokenizer_set_vocab_size(atlas_tokenizer *tok, size_t vocab_size);
+
+void atlas_tokenizer_free(atlas_tokenizer *tok); /* NULL is a no-op */
+
+/* Encodes len bytes of UTF-8 text (need not be NUL-terminated).  add_special applies the
+ * post-processor's special tokens (TemplateProcessing BOS/EOS); special added tokens in the
+ * text ("<|eot_id|>") are always matched as such, as HF tokenizers does.  *ids is malloc'd,
+ * the caller free()s it (it may be NULL when *n_ids is 0).  Invalid UTF-8 fails with
+ * ATLAS_ERR_INVALID naming the byte offset. */
+atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text, size_t len,
+                                    bool add_special, int32_t **ids, size_t *n_ids);
+
+/* Decodes ids to text (NUL-terminated; *len excludes the NUL; the caller free()s *text).
+ * skip_special drops special tokens.  Byte sequences that are not valid UTF-8 become
+ * U+FFFD, like HF's decode.  Ids out of range fail with ATLAS_ERR_RANGE. */
+atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *ids, size_t n,
+                                    bool skip_special, char **text, size_t *len);
+
+/* The token's own bytes (after the byte-level decoder; not necessarily valid UTF-8); ""
+ * for padded ids without a string.  ATLAS_ERR_RANGE for id < 0 or id >= the vocab size
+ * (set_vocab_size, else n_tokens).  *bytes lives as long as the tokenizer. */
+atlas_status atlas_tokenizer_token_bytes(const atlas_tokenizer *tok, int32_t id,
+                                         const char **bytes, size_t *len);
+
+/* The id of a token by its vocabulary string (byte-level form, e.g. "Ġhello", or an added
+ * token's content, e.g. "<|eot_id|>"); -1 when absent. */
+int32_t atlas_tokenizer_token_id(const atlas_tokenizer *tok, const char *token);
+
+size_t atlas_tokenizer_n_tokens(const atlas_tokenizer *tok);   /* max id with a string + 1 */
+size_t atlas_tokenizer_vocab_size(const atlas_tokenizer *tok); /* set_vocab_size or n_tokens */
+
+int32_t atlas_tokenizer_bos_id(const atlas_tokenizer *tok);        /* -1 when none */
+int32_t atlas_tokenizer_eos_id(const atlas_tokenizer *tok);        /* -1 when none */
+const char *atlas_tokenizer_bos_token(const atlas_tokenizer *tok); /* NULL when none */
+const char *atlas_tokenizer_eos_token(const atlas_tokenizer *tok); /* NULL when none */
+
+/* True for added tokens marked "special" (false for out-of-range ids). */
+bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id);
+
+/* Incremental decoding, for streaming: each pushed token yields the text it completes,
+ * never a broken UTF-8 sequence (bytes of an incomplete character wait for the next
+ * token).  Invalid sequences become U+FFFD as soon as they are known to be invalid.
+ * The concatenation of all pieces plus flush equals atlas_tokenizer_decode of all ids. */
+typedef struct atlas_detok atlas_detok;
+
+/* The tokenizer must outlive the detokenizer. */
+atlas_status atlas_detok_create(const atlas_tokenizer *tok, bool skip_special,
+                                atlas_detok **out);
+/* *text (maybe "" with *len 0) is valid until the next call on d. */
+atlas_status atlas_detok_push(atlas_detok *d, int32_t id, const char **text, size_t *len);
+/* Leftover bytes of an incomplete character, as U+FFFD; then d starts afresh. */
+atlas_status atlas_detok_flush(atlas_detok *d, const char **text, size_t *len);
+void atlas_detok_free(atlas_detok *d); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
