@@ -1,0 +1,109 @@
+/* atlas/model.h — loading a Hugging Face model directory and reaching it through counted
+ * handles.
+ *
+ * Lifetime: atlas_model_load returns the owner's handle (count 1). Anyone else who keeps the
+ * model takes another handle with atlas_model_ref and drops it with atlas_model_unref. The
+ * owner ends the model with atlas_model_release, which refuses (ATLAS_ERR_BUSY, nothing
+ * unloaded) while other handles are live, so a forgotten reference is a named error instead
+ * of a use-after-free after the next model loads.
+ *
+ * The forward pass is internal (src/model/forward.h): the engine drives it. */
+#ifndef ATLAS_MODEL_H
+#define ATLAS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_model atlas_model;
+typedef struct atlas_tokenizer atlas_tokenizer; /* include/atlas/tokenizer.h */
+
+typedef enum atlas_device {
+    ATLAS_DEVICE_AUTO = 0, /* CUDA when it can be used, else the CPU (the reason is kept) */
+    ATLAS_DEVICE_CPU,
+    ATLAS_DEVICE_CUDA,     /* fails when CUDA cannot be used */
+} atlas_device;
+
+typedef struct atlas_model_params {
+    atlas_device device;
+    int n_threads;        /* CPU worker threads; 0: one per core */
+    int kv_blocks;        /* blocks of the paged KV cache; 0: enough for kv_tokens */
+    int kv_block_size;    /* tokens per block (default 16) */
+    int kv_tokens;        /* when kv_blocks is 0: cache this many tokens (default: min(max
+                             position, 4096)) */
+    int max_batch_tokens; /* most tokens one forward may carry (default 512) */
+    int load_tokenizer;   /* 1 (default): load DIR/tokenizer.json; 0: skip it */
+} atlas_model_params;
+
+atlas_model_params atlas_model_default_params(void);
+
+/* Loads DIR (config.json, safetensors, tokenizer.json, generation_config.json) onto the
+ * backend p asks for (NULL: defaults). On success *out is the owner's handle (count 1). */
+atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atlas_model **out);
+
+/* Another handle on m (returns m). */
+atlas_model *atlas_model_ref(atlas_model *m);
+/* Drops a handle taken with atlas_model_ref. NULL does nothing. */
+void atlas_model_unref(atlas_model *m);
+/* Live handles, the owner's included. */
+int atlas_model_handles(const atlas_model *m);
+
+/* The owner's end of the model. With other handles live: ATLAS_ERR_BUSY, the message gives
+ * their number, and nothing is unloaded (the owner's handle stays valid). Otherwise frees
+ * everything; a failure to free anything is reported, every one of them in the message, but
+ * m is gone either way. NULL returns ATLAS_OK. */
+atlas_status atlas_model_release(atlas_model *m);
+
+/* What `atlas info` prints. Strings are owned by the model. */
+typedef struct atlas_model_info {
+    const char *dir;
+    const char *architecture;  /* config.json's "architectures"[0], e.g. "LlamaForCausalLM" */
+    int vocab_size;
+    int hidden;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int intermediate;
+    int max_position;
+    int tied_embeddings;
+    int64_t n_params;          /* elements of every tensor used (tied: counted once) */
+    const char *dtype;         /* of the weights in the files: "BF16", "F16", "F32", "mixed" */
+    const char *backend;       /* "cpu", "cuda" */
+    const char *backend_why;   /* why this backend, e.g. the reason CUDA could not be used */
+    size_t weight_bytes;       /* tensor bytes in the files */
+    size_t kv_bytes;           /* the KV cache as allocated */
+    int kv_blocks;
+    int kv_block_size;
+    int max_batch_tokens;
+    int n_threads;             /* CPU backend workers (0 on other backends) */
+} atlas_model_info;
+
+/* Fills *info; valid while m is. */
+void atlas_model_get_info(const atlas_model *m, atlas_model_info *info);
+
+/* The model's tokenizer, NULL when loaded with load_tokenizer = 0. Valid while m is. */
+const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m);
+
+/* End-of-sequence ids: the union of config.json, generation_config.json and the tokenizer's
+ * eos token. Returns their count; *ids stays valid while m is. */
+int atlas_model_eos(const atlas_model *m, const int32_t **ids);
+/* 1 when id is one of them. */
+int atlas_model_is_eos(const atlas_model *m, int32_t id);
+
+int atlas_model_vocab_size(const atlas_model *m);
+
+/* Geometry of the paged KV cache, for whoever hands out its blocks. */
+int atlas_model_kv_blocks(const atlas_model *m);
+int atlas_model_kv_block_size(const atlas_model *m);
+int atlas_model_max_batch_tokens(const atlas_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
