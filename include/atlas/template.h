@@ -1,0 +1,73 @@
+/* atlas/template.h — a model's chat template (Jinja), rendered as transformers renders it.
+ *
+ * A template comes from a Hugging Face model directory: tokenizer_config.json's
+ * "chat_template" (a string, or a list of {"name", "template"}), or chat_template.jinja,
+ * plus "bos_token" / "eos_token" (a string or {"content": ...}). Rendering follows
+ * transformers' apply_chat_template(tokenize=False): jinja2 with trim_blocks and
+ * lstrip_blocks, its tojson (json.dumps with ", " / ": " separators, no ASCII escaping),
+ * raise_exception() and strftime_now().
+ *
+ * A parsed template is immutable: render it from many threads at once. Errors (syntax,
+ * unsupported construct, raise_exception, type errors while rendering) name the template
+ * and the line:column, e.g. "chat_template:3:14: unknown filter 'foo'". */
+#ifndef ATLAS_TEMPLATE_H
+#define ATLAS_TEMPLATE_H
+
+#include <stdbool.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_template atlas_template;
+struct json_t; /* jansson's */
+
+/* Loads DIR/tokenizer_config.json (chat_template, bos_token, eos_token) or, when it has no
+ * chat_template, DIR/chat_template.jinja. Named templates are all kept; render picks
+ * "tool_use" when tools are given and it exists, else "default" (as transformers does).
+ * ATLAS_ERR_NOT_FOUND when the directory has no template. Free with atlas_template_free. */
+atlas_status atlas_template_load(const char *dir, atlas_template **out);
+
+/* Parses one template from source. name is used in error messages (NULL: "template");
+ * bos/eos may be NULL (then they render as ""). The strings are copied. */
+atlas_status atlas_template_parse(const char *source, const char *name, const char *bos_token,
+                                  const char *eos_token, atlas_template **out);
+
+void atlas_template_free(atlas_template *tmpl); /* NULL is a no-op */
+
+/* What to render. messages is the OpenAI "messages" array; tools the "tools" array or NULL;
+ * kwargs an object of extra template variables (e.g. {"enable_thinking": false}) or NULL.
+ * Assistant tool_calls whose function.arguments is a JSON string holding an object are
+ * rendered as that object (vLLM does this; templates such as Llama 3.1's call tojson on it).
+ * The caller keeps ownership of the json_t values; they are not modified. */
+typedef struct atlas_template_input {
+    const struct json_t *messages;
+    const struct json_t *tools;
+    const struct json_t *kwargs;
+    bool add_generation_prompt;
+} atlas_template_input;
+
+/* Renders into *out (malloc'd, NUL-terminated; the caller frees it with free()).
+ * ATLAS_ERR_INVALID for bad input (messages not an array), ATLAS_ERR_FORMAT for errors
+ * while rendering (raise_exception, type errors), with line:column. */
+atlas_status atlas_template_render(const atlas_template *tmpl, const atlas_template_input *in,
+                                   char **out);
+
+/* The same, from JSON text: messages_json is required, tools_json / kwargs_json may be NULL.
+ * JSON syntax errors name the argument and line:column. */
+atlas_status atlas_template_render_str(const atlas_template *tmpl, const char *messages_json,
+                                       const char *tools_json, bool add_generation_prompt,
+                                       const char *kwargs_json, char **out);
+
+/* The source text of the default template (for choosing a tool-call format), and the
+ * special tokens; valid while tmpl lives. Tokens are "" when absent. */
+const char *atlas_template_source(const atlas_template *tmpl);
+const char *atlas_template_bos(const atlas_template *tmpl);
+const char *atlas_template_eos(const atlas_template *tmpl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
