@@ -1,0 +1,56 @@
+/* atlas/host.h — the process's GPU: the one documented global.
+ *
+ * There is one host per process (a process serves one GPU).  The first atlas_host_get binds
+ * the GPU ordinal: it loads the driver (libcuda.so.1, at run time), retains the device's
+ * primary context once and creates the streams.  The host is never destroyed while the
+ * process runs: models come and go (each with its own kernel registry and memory), the
+ * context stays, so that swapping models costs a weight upload, not a context.
+ * Where there is no driver or no GPU, atlas_host_get fails with ATLAS_ERR_NO_DEVICE and the
+ * reason, kept for `atlas info`; the engine then uses the CPU backend. */
+#ifndef ATLAS_HOST_H
+#define ATLAS_HOST_H
+
+#include <stddef.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_host atlas_host;
+
+typedef struct atlas_host_props {
+    int ordinal;              /* GPU ordinal the host is bound to */
+    char name[256];           /* "NVIDIA H200" */
+    int cc_major, cc_minor;   /* compute capability, 9.0 for Hopper */
+    int sm_count;             /* streaming multiprocessors */
+    size_t total_mem;         /* bytes of device memory */
+    int l2_bytes;             /* L2 cache */
+    int smem_per_block_optin; /* shared memory a block may opt in to (cuFuncSetAttribute) */
+    int smem_per_sm;          /* shared memory per multiprocessor */
+    int integrated;           /* 1 when the GPU shares the host's memory (GB10) */
+    int driver_version;       /* 13000 = CUDA 13.0 */
+    double init_ms;           /* time to load the driver and create the context (first use) */
+} atlas_host_props;
+
+/* The process host on GPU `ordinal`.  The first successful call binds it; the same ordinal
+ * again returns the same host; another ordinal fails with ATLAS_ERR_INVALID naming both.
+ * ATLAS_ERR_NO_DEVICE when there is no driver or no such GPU (the message says why, and so
+ * does atlas_host_unavailable_reason()).  Thread-safe.  The host is never freed. */
+atlas_status atlas_host_get(int ordinal, atlas_host **out);
+
+/* Why the last atlas_host_get failed with ATLAS_ERR_NO_DEVICE ("" if it has not), e.g.
+ * "libcuda.so.1: cannot open shared object file: No such file or directory".  Static. */
+const char *atlas_host_unavailable_reason(void);
+
+/* The device's properties, valid for the life of the process. */
+const atlas_host_props *atlas_host_properties(const atlas_host *host);
+
+/* Free and total device memory now (cuMemGetInfo). */
+atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,53 @@
+/* backend/cuda/host.h — the process host, internal side: the context, the streams and the
+ * pinned staging pool that outlive every model.  Public side: include/atlas/host.h.
+ *
+ * Threads: the primary context must be current on a thread before it calls the driver;
+ * atlas_host_get makes it current on the calling thread, atlas_host_make_current on others
+ * (cheap: call it at the start of any entry point that may run on a new thread). */
+#ifndef ATLAS_CUDA_HOST_H
+#define ATLAS_CUDA_HOST_H
+
+#include "atlas/host.h"
+#include "backend/cuda/driver.h"
+
+/* Makes the host's primary context current on the calling thread. */
+atlas_status atlas_host_make_current(atlas_host *host);
+
+CUcontext atlas_host_context(const atlas_host *host);
+CUdevice atlas_host_device(const atlas_host *host);
+/* The stream the model's kernels run on (non-blocking: it does not sync with stream 0). */
+CUstream atlas_host_stream(const atlas_host *host);
+/* The stream weight uploads run on, so that they overlap host-side copies. */
+CUstream atlas_host_copy_stream(const atlas_host *host);
+
+/* How many times the host retained the primary context: 1 for the life of the process
+ * (tests check that model swaps never create a context). */
+int atlas_host_context_retains(const atlas_host *host);
+
+/* --- weight uploads through the pinned staging pool ---------------------------------------
+ * The pool (ATLAS_HOST_STAGING_COUNT buffers of ATLAS_HOST_STAGING_BYTES, pinned, allocated on
+ * the first upload and kept for the process) lets the CPU fill one buffer while the copy
+ * engine drains others.  Uploads are serialised by a lock (one loader at a time). */
+#define ATLAS_HOST_STAGING_COUNT 8
+#define ATLAS_HOST_STAGING_BYTES ((size_t)64 << 20)
+
+/* Fills dst[0, bytes) of a staging buffer: called with consecutive chunks of the upload,
+ * `offset` bytes into it.  Lets the caller convert (e.g. fp32 -> bf16) while copying. */
+typedef void (*atlas_host_fill_fn)(void *dst, size_t offset, size_t bytes, void *user);
+
+/* Uploads `bytes` to device address dst, produced chunk by chunk by fill (on this thread).
+ * Asynchronous: returns when the last chunk is queued on the copy stream; call
+ * atlas_host_upload_wait before the data is used or the source changes. */
+atlas_status atlas_host_upload(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                               atlas_host_fill_fn fill, void *user);
+/* atlas_host_upload with memcpy from src; src may be freed or changed once it returns
+ * (it is copied into staging memory before the call returns). */
+atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const void *src,
+                                    size_t bytes);
+/* Waits until every queued upload has reached the device. */
+atlas_status atlas_host_upload_wait(atlas_host *host);
+
+/* Tests only: the pinned bytes the staging pool holds (0 until the first upload). */
+size_t atlas_host_staging_bytes(const atlas_host *host);
+
+#endif
