@@ -54,8 +54,11 @@ typedef struct atlas_config {
     double rms_eps;            /* rms_norm_eps */
     bool tie_embeddings;       /* tie_word_embeddings */
     bool qkv_bias;             /* attention_bias (Qwen2: always true) */
+    bool o_bias;               /* o_proj bias: attention_bias for Llama and Qwen3 */
+    bool mlp_bias;             /* gate/up/down biases: Llama's mlp_bias */
     bool qk_norm;              /* Qwen3 */
     int sliding_window;        /* 0 when none */
+    int sliding_from_layer;    /* layers >= this use sliding_window (when it is not 0) */
     atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
     atlas_rope rope;
     int bos_id;                /* -1 when absent */
@@ -66,6 +69,7 @@ typedef struct atlas_config {
     double gen_top_p;
     int gen_top_k;
     double gen_repetition_penalty;
+    int gen_do_sample;         /* -1 when absent, else 0 / 1 */
 } atlas_config;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. Errors name the file
@@ -80,6 +84,9 @@ atlas_status atlas_config_parse_generation(const char *json, size_t len, const c
 
 /* Adds an eos id if not already present (used for the tokenizer's eos token). */
 void atlas_config_add_eos(atlas_config *cfg, int id);
+
+/* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
+bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);
 
 /* RoPE inverse frequencies for the config's rope type: inv_freq[head_dim/2], and the factor
  * by which cos/sin are scaled (yarn's attention factor; 1 otherwise). Matches transformers'

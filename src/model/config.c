@@ -1,0 +1,567 @@
+/* model/config.c — see config.h.
+ *
+ * Defaults follow transformers' config classes (LlamaConfig, MistralConfig, Qwen2Config,
+ * Qwen3Config) so that a config.json that omits a field means what it means there. Fields
+ * that no real checkpoint omits (sizes, layer and head counts) are required. */
+#include "model/config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/error.h"
+#include "core/file.h"
+
+/* Sizes are bounded so that products of two of them fit comfortably in 64 bits. */
+#define CFG_MAX_DIM (1 << 24)
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static atlas_status wrong_type(const char *file, const char *field, const char *want,
+                               const json_t *v) {
+    return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s\": expected %s, got %s", file, field,
+                      want, json_type_name(v));
+}
+
+/* Absent and null both mean "not given". */
+static json_t *field(json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* An integer in [lo, hi]; *out is left alone when the field is absent and !required. */
+static atlas_status get_int(const char *file, json_t *obj, const char *key, bool required,
+                            long long lo, long long hi, int *out) {
+    json_t *v = field(obj, key);
+    if (!v) {
+        if (required) return atlas_fail(ATLAS_ERR_FORMAT, "%s: missing field \"%s\"", file, key);
+        return ATLAS_OK;
+    }
+    if (!json_is_integer(v)) return wrong_type(file, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\": %lld is out of range [%lld, %lld]",
+                          file, key, (long long)x, lo, hi);
+    *out = (int)x;
+    return ATLAS_OK;
+}
+
+/* A finite number (integer or real); *out is left alone when absent. */
+static atlas_status get_num(const char *file, json_t *obj, const char *key, double *out) {
+    json_t *v = field(obj, key);
+    if (!v) return ATLAS_OK;
+    if (!json_is_number(v)) return wrong_type(file, key, "a number", v);
+    double x = json_number_value(v);
+    if (!isfinite(x))
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\" is not finite", file, key);
+    *out = x;
+    return ATLAS_OK;
+}
+
+static atlas_status get_bool(const char *file, json_t *obj, const char *key, bool *out) {
+    json_t *v = field(obj, key);
+    if (!v) return ATLAS_OK;
+    if (!json_is_boolean(v)) return wrong_type(file, key, "a boolean", v);
+    *out = json_is_true(v);
+    return ATLAS_OK;
+}
+
+static atlas_status load_json(const char *json, size_t len, const char *file, json_t **out) {
+    json_error_t err;
+    *out = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
+    if (!*out)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: JSON: %s at byte %d (line %d, column %d)", file,
+                          err.text, err.position, err.line, err.column);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: not a JSON object", file);
+    }
+    return ATLAS_OK;
+}
+
+void atlas_config_add_eos(atlas_config *cfg, int id) {
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_ids[i] == id) return;
+    if (cfg->n_eos < ATLAS_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = id;
+}
+
+/* eos_token_id: an integer, a list of integers, or null. */
+static atlas_status read_eos(const char *file, json_t *obj, atlas_config *cfg) {
+    json_t *v = field(obj, "eos_token_id");
+    if (!v) return ATLAS_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) > INT32_MAX) {
+            if (json_is_array(v))
+                return atlas_fail(ATLAS_ERR_FORMAT,
+                                  "%s: field \"eos_token_id[%zu]\": expected a token id, got %s",
+                                  file, i, json_type_name(e));
+            return wrong_type(file, "eos_token_id", "a token id or a list of them", v);
+        }
+        int id = (int)json_integer_value(e);
+        bool seen = false;
+        for (int k = 0; k < cfg->n_eos; k++) seen |= cfg->eos_ids[k] == id;
+        if (!seen && cfg->n_eos == ATLAS_MAX_EOS)
+            return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"eos_token_id\": more than %d ids",
+                              file, ATLAS_MAX_EOS);
+        atlas_config_add_eos(cfg, id);
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg) {
+    static const struct {
+        const char *cls, *model_type;
+        atlas_arch arch;
+    } archs[] = {
+        {"LlamaForCausalLM", "llama", ATLAS_ARCH_LLAMA},
+        {"MistralForCausalLM", "mistral", ATLAS_ARCH_MISTRAL},
+        {"Qwen2ForCausalLM", "qwen2", ATLAS_ARCH_QWEN2},
+        {"Qwen3ForCausalLM", "qwen3", ATLAS_ARCH_QWEN3},
+    };
+    json_t *list = field(root, "architectures");
+    const char *name = NULL, *what = "architectures[0]";
+    if (list) {
+        if (!json_is_array(list) || json_array_size(list) == 0 ||
+            !json_is_string(json_array_get(list, 0)))
+            return wrong_type(file, "architectures", "a non-empty list of strings", list);
+        name = json_string_value(json_array_get(list, 0));
+    } else {
+        json_t *mt = field(root, "model_type");
+        if (!mt) return atlas_fail(ATLAS_ERR_FORMAT, "%s: missing field \"architectures\"", file);
+        if (!json_is_string(mt)) return wrong_type(file, "model_type", "a string", mt);
+        name = json_string_value(mt);
+        what = "model_type";
+    }
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        if (strcmp(name, list ? archs[i].cls : archs[i].model_type) != 0) continue;
+        cfg->arch = archs[i].arch;
+        snprintf(cfg->architecture, sizeof cfg->architecture, "%s", archs[i].cls);
+        return ATLAS_OK;
+    }
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                      "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
+                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                      file, what, name);
+}
+
+static atlas_status read_dtype(const char *file, json_t *root, atlas_config *cfg) {
+    const char *key = field(root, "dtype") ? "dtype" : "torch_dtype";
+    json_t *v = field(root, key);
+    cfg->dtype = ATLAS_DTYPE_BF16;
+    if (!v) return ATLAS_OK;
+    if (!json_is_string(v)) return wrong_type(file, key, "a string", v);
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "bfloat16"))
+        cfg->dtype = ATLAS_DTYPE_BF16;
+    else if (!strcmp(s, "float16") || !strcmp(s, "half"))
+        cfg->dtype = ATLAS_DTYPE_F16;
+    else if (!strcmp(s, "float32") || !strcmp(s, "float"))
+        cfg->dtype = ATLAS_DTYPE_F32;
+    else
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                          "%s: field \"%s\": unsupported dtype \"%.32s\" (bfloat16, float16, "
+                          "float32 are)", file, key, s);
+    return ATLAS_OK;
+}
+
+/* ---- RoPE parameters ------------------------------------------------------------------ */
+
+/* A rope parameter, named in messages with the object that holds it. */
+static atlas_status rope_num(const char *file, const char *obj_name, json_t *p, const char *key,
+                             bool required, double *out) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", obj_name, key);
+    json_t *v = field(p, key);
+    if (!v) {
+        if (required)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: missing field \"%s\"", file, name);
+        return ATLAS_OK;
+    }
+    if (!json_is_number(v)) return wrong_type(file, name, "a number", v);
+    double x = json_number_value(v);
+    if (!isfinite(x)) return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\" is not finite", file,
+                                        name);
+    *out = x;
+    return ATLAS_OK;
+}
+
+static atlas_status rope_type_of(const char *file, const char *pname, json_t *p,
+                                 atlas_rope_type *out) {
+    const char *key = field(p, "rope_type") ? "rope_type" : "type";
+    json_t *v = field(p, key);
+    *out = ATLAS_ROPE_DEFAULT;
+    if (!v) return ATLAS_OK;
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", pname, key);
+    if (!json_is_string(v)) return wrong_type(file, name, "a string", v);
+    static const char *const names[] = {"default", "linear", "llama3", "yarn"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(json_string_value(v), names[i])) {
+            *out = (atlas_rope_type)i;
+            return ATLAS_OK;
+        }
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                      "%s: field \"%s\": unsupported RoPE type \"%.32s\" (default, linear, "
+                      "llama3, yarn are)", file, name, json_string_value(v));
+}
+
+/* The type-specific parameters, as transformers' validation requires them. */
+static atlas_status rope_scaling_params(const char *file, const char *pname, json_t *p,
+                                        atlas_config *cfg) {
+    atlas_rope *r = &cfg->rope;
+    double omax = cfg->max_position;
+    switch (r->type) {
+    case ATLAS_ROPE_DEFAULT: return ATLAS_OK;
+    case ATLAS_ROPE_LINEAR: ATLAS_TRY(rope_num(file, pname, p, "factor", true, &r->factor)); break;
+    case ATLAS_ROPE_LLAMA3:
+        ATLAS_TRY(rope_num(file, pname, p, "factor", true, &r->factor));
+        ATLAS_TRY(rope_num(file, pname, p, "low_freq_factor", true, &r->low_freq_factor));
+        ATLAS_TRY(rope_num(file, pname, p, "high_freq_factor", true, &r->high_freq_factor));
+        ATLAS_TRY(rope_num(file, pname, p, "original_max_position_embeddings", false, &omax));
+        if (!(r->high_freq_factor > r->low_freq_factor) || !(r->low_freq_factor > 0))
+            return atlas_fail(ATLAS_ERR_RANGE,
+                              "%s: field \"%s\": need 0 < low_freq_factor < high_freq_factor",
+                              file, pname);
+        break;
+    case ATLAS_ROPE_YARN:
+        r->factor = 0;
+        ATLAS_TRY(rope_num(file, pname, p, "factor", false, &r->factor));
+        ATLAS_TRY(rope_num(file, pname, p, "original_max_position_embeddings", false, &omax));
+        ATLAS_TRY(rope_num(file, pname, p, "attention_factor", false, &r->attention_factor));
+        ATLAS_TRY(rope_num(file, pname, p, "mscale", false, &r->mscale));
+        ATLAS_TRY(rope_num(file, pname, p, "mscale_all_dim", false, &r->mscale_all_dim));
+        ATLAS_TRY(rope_num(file, pname, p, "beta_fast", false, &r->beta_fast));
+        ATLAS_TRY(rope_num(file, pname, p, "beta_slow", false, &r->beta_slow));
+        /* transformers: `get("beta_fast") or 32` — a zero means the default too. */
+        if (r->beta_fast == 0) r->beta_fast = 32;
+        if (r->beta_slow == 0) r->beta_slow = 1;
+        json_t *t = field(p, "truncate");
+        if (t && !json_is_boolean(t)) {
+            char name[96];
+            snprintf(name, sizeof name, "%s.truncate", pname);
+            return wrong_type(file, name, "a boolean", t);
+        }
+        r->truncate = t ? json_is_true(t) : true;
+        break;
+    }
+    if (omax < 1 || omax > INT32_MAX || omax != floor(omax))
+        return atlas_fail(ATLAS_ERR_RANGE,
+                          "%s: field \"%s.original_max_position_embeddings\": %g is not a "
+                          "positive integer", file, pname, omax);
+    r->original_max_position = (int)omax;
+    if (r->type == ATLAS_ROPE_YARN && r->factor == 0)
+        r->factor = (double)cfg->max_position / r->original_max_position;
+    if (r->factor <= 0)
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s.factor\": %g is not positive", file,
+                          pname, r->factor);
+    return ATLAS_OK;
+}
+
+/* rope_scaling (classic) wins over rope_parameters (transformers 5), as in transformers'
+ * convert_rope_params_to_dict; rope_theta inside the dict wins over the top-level one. */
+static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg) {
+    atlas_rope *r = &cfg->rope;
+    memset(r, 0, sizeof *r);
+    r->theta = 10000.0;
+    r->factor = 1.0;
+    r->beta_fast = 32;
+    r->beta_slow = 1;
+    r->truncate = true;
+    r->original_max_position = cfg->max_position;
+    ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
+    const char *pname = "rope_scaling";
+    json_t *p = field(root, pname);
+    if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
+    if (!p || json_object_size(p) == 0) {
+        pname = "rope_parameters";
+        p = field(root, pname);
+        if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
+    }
+    if (p) {
+        json_t *inner = json_object_get(p, "full_attention");
+        if (json_is_object(inner))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                              "%s: field \"%s\": per-layer-type RoPE parameters are not "
+                              "supported", file, pname);
+        ATLAS_TRY(rope_num(file, pname, p, "rope_theta", false, &r->theta));
+        double partial = 1.0;
+        ATLAS_TRY(rope_num(file, pname, p, "partial_rotary_factor", false, &partial));
+        if (partial != 1.0)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                              "%s: field \"%s.partial_rotary_factor\": %g (only 1 is supported)",
+                              file, pname, partial);
+        ATLAS_TRY(rope_type_of(file, pname, p, &r->type));
+        ATLAS_TRY(rope_scaling_params(file, pname, p, cfg));
+    }
+    if (!(r->theta > 1.0))
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rope_theta\": %g must be above 1", file,
+                          r->theta);
+    return ATLAS_OK;
+}
+
+/* ---- the whole config ------------------------------------------------------------------ */
+
+static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg) {
+    ATLAS_TRY(get_int(file, root, "vocab_size", true, 1, INT32_MAX, &cfg->vocab_size));
+    ATLAS_TRY(get_int(file, root, "hidden_size", true, 1, CFG_MAX_DIM, &cfg->hidden));
+    ATLAS_TRY(get_int(file, root, "intermediate_size", true, 1, CFG_MAX_DIM, &cfg->intermediate));
+    ATLAS_TRY(get_int(file, root, "num_hidden_layers", true, 1, 4096, &cfg->n_layers));
+    ATLAS_TRY(get_int(file, root, "num_attention_heads", true, 1, 4096, &cfg->n_heads));
+    cfg->n_kv_heads = cfg->n_heads;
+    ATLAS_TRY(get_int(file, root, "num_key_value_heads", false, 1, 4096, &cfg->n_kv_heads));
+    if (cfg->n_heads % cfg->n_kv_heads != 0)
+        return atlas_fail(ATLAS_ERR_RANGE,
+                          "%s: field \"num_key_value_heads\": %d does not divide "
+                          "num_attention_heads %d", file, cfg->n_kv_heads, cfg->n_heads);
+    /* Qwen3Config defaults head_dim to 128; the others derive it. */
+    bool derived = !field(root, "head_dim") && cfg->arch != ATLAS_ARCH_QWEN3;
+    cfg->head_dim = cfg->arch == ATLAS_ARCH_QWEN3 ? 128 : cfg->hidden / cfg->n_heads;
+    ATLAS_TRY(get_int(file, root, "head_dim", false, 2, 65536, &cfg->head_dim));
+    if (derived && cfg->hidden % cfg->n_heads != 0)
+        return atlas_fail(ATLAS_ERR_RANGE,
+                          "%s: field \"hidden_size\": %d is not a multiple of num_attention_heads "
+                          "%d (and there is no head_dim)", file, cfg->hidden, cfg->n_heads);
+    if (cfg->head_dim % 2 != 0 || cfg->head_dim == 0)
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"head_dim\": %d is not a positive even "
+                          "number", file, cfg->head_dim);
+    return ATLAS_OK;
+}
+
+/* Per-class defaults from transformers (values absent from config.json). */
+static void class_defaults(atlas_config *cfg) {
+    cfg->max_position = 2048;
+    cfg->rms_eps = 1e-6;
+    switch (cfg->arch) {
+    case ATLAS_ARCH_LLAMA: break;
+    case ATLAS_ARCH_MISTRAL:
+        cfg->max_position = 4096 * 32;
+        cfg->sliding_window = 4096;
+        break;
+    case ATLAS_ARCH_QWEN2:
+    case ATLAS_ARCH_QWEN3:
+        cfg->max_position = 32768;
+        cfg->sliding_window = 4096; /* used only with use_sliding_window */
+        break;
+    }
+}
+
+/* Mistral slides on every layer; Qwen2/3 only with use_sliding_window, from
+ * max_window_layers on; an explicit layer_types list says it layer by layer. */
+static atlas_status read_sliding(const char *file, json_t *root, atlas_config *cfg) {
+    if (cfg->arch == ATLAS_ARCH_LLAMA) return ATLAS_OK;
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (json_is_null(sw)) cfg->sliding_window = 0;
+    ATLAS_TRY(get_int(file, root, "sliding_window", false, 0, INT32_MAX, &cfg->sliding_window));
+    if (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3) {
+        bool use = false;
+        int from = 28;
+        ATLAS_TRY(get_bool(file, root, "use_sliding_window", &use));
+        ATLAS_TRY(get_int(file, root, "max_window_layers", false, 0, INT32_MAX, &from));
+        if (!use) cfg->sliding_window = 0;
+        cfg->sliding_from_layer = from;
+    }
+    json_t *lt = field(root, "layer_types");
+    if (!lt) return ATLAS_OK;
+    if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
+        return atlas_fail(ATLAS_ERR_FORMAT,
+                          "%s: field \"layer_types\": expected a list of %d strings", file,
+                          cfg->n_layers);
+    int first = cfg->n_layers;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        const char *s = json_string_value(json_array_get(lt, (size_t)i));
+        bool sliding = s && !strcmp(s, "sliding_attention");
+        if (!s || (!sliding && strcmp(s, "full_attention") != 0))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                              "%s: field \"layer_types[%d]\": expected \"full_attention\" or "
+                              "\"sliding_attention\"", file, i);
+        if (sliding && first == cfg->n_layers) first = i;
+        if (!sliding && first < i)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                              "%s: field \"layer_types[%d]\": full attention after sliding layers "
+                              "is not supported", file, i);
+    }
+    cfg->sliding_from_layer = first;
+    return ATLAS_OK;
+}
+
+static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg) {
+    bool attn_bias = false;
+    cfg->tie_embeddings = false; /* the default of all four config classes */
+    ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
+    if (cfg->arch != ATLAS_ARCH_MISTRAL && cfg->arch != ATLAS_ARCH_QWEN2)
+        ATLAS_TRY(get_bool(file, root, "attention_bias", &attn_bias));
+    if (cfg->arch == ATLAS_ARCH_LLAMA)
+        ATLAS_TRY(get_bool(file, root, "mlp_bias", &cfg->mlp_bias));
+    cfg->qkv_bias = cfg->arch == ATLAS_ARCH_QWEN2 || attn_bias;
+    cfg->o_bias = attn_bias;
+    cfg->qk_norm = cfg->arch == ATLAS_ARCH_QWEN3;
+    return ATLAS_OK;
+}
+
+static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg) {
+    ATLAS_TRY(read_arch(file, root, cfg));
+    class_defaults(cfg);
+    ATLAS_TRY(read_sizes(file, root, cfg));
+    ATLAS_TRY(get_int(file, root, "max_position_embeddings", false, 1, INT32_MAX,
+                      &cfg->max_position));
+    ATLAS_TRY(get_num(file, root, "rms_norm_eps", &cfg->rms_eps));
+    if (!(cfg->rms_eps > 0 && cfg->rms_eps < 1))
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rms_norm_eps\": %g is not in (0, 1)",
+                          file, cfg->rms_eps);
+    ATLAS_TRY(read_flags(file, root, cfg));
+    ATLAS_TRY(read_sliding(file, root, cfg));
+    ATLAS_TRY(read_dtype(file, root, cfg));
+    ATLAS_TRY(read_rope(file, root, cfg));
+    ATLAS_TRY(get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
+    return read_eos(file, root, cfg);
+}
+
+static void config_init(atlas_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->bos_id = -1;
+    cfg->gen_top_k = -1;
+    cfg->gen_do_sample = -1;
+}
+
+atlas_status atlas_config_parse(const char *json, size_t len, const char *name,
+                                atlas_config *out) {
+    const char *file = name ? name : "config.json";
+    config_init(out);
+    json_t *root;
+    ATLAS_TRY(load_json(json, len, file, &root));
+    atlas_status s = parse_root(file, root, out);
+    json_decref(root);
+    return s;
+}
+
+atlas_status atlas_config_parse_generation(const char *json, size_t len, const char *name,
+                                           atlas_config *cfg) {
+    const char *file = name ? name : "generation_config.json";
+    json_t *root;
+    ATLAS_TRY(load_json(json, len, file, &root));
+    atlas_config c = *cfg; /* cfg is only changed when the whole file is good */
+    atlas_status s = read_eos(file, root, &c);
+    if (s == ATLAS_OK) s = get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &c.bos_id);
+    if (s == ATLAS_OK) s = get_num(file, root, "temperature", &c.gen_temperature);
+    if (s == ATLAS_OK) s = get_num(file, root, "top_p", &c.gen_top_p);
+    if (s == ATLAS_OK) s = get_int(file, root, "top_k", false, 0, INT32_MAX, &c.gen_top_k);
+    if (s == ATLAS_OK) s = get_num(file, root, "repetition_penalty", &c.gen_repetition_penalty);
+    bool sample = false;
+    if (s == ATLAS_OK && field(root, "do_sample")) {
+        s = get_bool(file, root, "do_sample", &sample);
+        c.gen_do_sample = sample;
+    }
+    json_decref(root);
+    if (s == ATLAS_OK) *cfg = c;
+    return s;
+}
+
+atlas_status atlas_config_load(const char *dir, atlas_config *out) {
+    char path[4096];
+    char *text;
+    size_t len;
+    ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "config.json"));
+    ATLAS_TRY(atlas_file_read(path, &text, &len));
+    atlas_status s = atlas_config_parse(text, len, path, out);
+    free(text);
+    if (s != ATLAS_OK) return s;
+    ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "generation_config.json"));
+    if (!atlas_file_exists(path)) return ATLAS_OK;
+    ATLAS_TRY(atlas_file_read(path, &text, &len));
+    s = atlas_config_parse_generation(text, len, path, out);
+    free(text);
+    return s;
+}
+
+bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {
+    return cfg->sliding_window > 0 && layer >= cfg->sliding_from_layer;
+}
+
+/* ---- RoPE inverse frequencies (transformers' modeling_rope_utils.py) --------------------
+ * transformers computes these in float32; we compute in double (differences ~1e-7). */
+
+static double yarn_get_mscale(double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+static double yarn_correction_dim(double rotations, int dim, double base, double max_pos) {
+    return (dim * log(max_pos / (rotations * 2 * M_PI))) / (2 * log(base));
+}
+
+static void rope_yarn(const atlas_rope *r, int dim, double *inv, double *attn) {
+    double factor = r->factor;
+    if (r->attention_factor != 0)
+        *attn = r->attention_factor;
+    else if (r->mscale != 0 && r->mscale_all_dim != 0)
+        *attn = yarn_get_mscale(factor, r->mscale) / yarn_get_mscale(factor, r->mscale_all_dim);
+    else
+        *attn = yarn_get_mscale(factor, 1.0);
+    double low = yarn_correction_dim(r->beta_fast, dim, r->theta, r->original_max_position);
+    double high = yarn_correction_dim(r->beta_slow, dim, r->theta, r->original_max_position);
+    if (r->truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    if (low < 0) low = 0;
+    if (high > dim - 1) high = dim - 1;
+    if (low == high) high += 0.001; /* as transformers: avoid dividing by zero */
+    for (int i = 0; i < dim / 2; i++) {
+        double pos_freq = pow(r->theta, (double)(2 * i) / dim);
+        double ramp = ((double)i - low) / (high - low);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        double extrap = 1.0 - ramp; /* weight of the unscaled frequency */
+        inv[i] = (1.0 / (factor * pos_freq)) * (1 - extrap) + (1.0 / pos_freq) * extrap;
+    }
+}
+
+static void rope_llama3(const atlas_rope *r, int dim, double *inv) {
+    double old_ctx = r->original_max_position;
+    double low_wavelen = old_ctx / r->low_freq_factor;
+    double high_wavelen = old_ctx / r->high_freq_factor;
+    for (int i = 0; i < dim / 2; i++) {
+        double f = inv[i];
+        double wavelen = 2 * M_PI / f;
+        if (wavelen > low_wavelen) {
+            inv[i] = f / r->factor;
+        } else if (wavelen >= high_wavelen) {
+            double smooth = (old_ctx / wavelen - r->low_freq_factor) /
+                            (r->high_freq_factor - r->low_freq_factor);
+            inv[i] = (1 - smooth) * f / r->factor + smooth * f;
+        }
+    }
+}
+
+void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor) {
+    const atlas_rope *r = &cfg->rope;
+    int dim = cfg->head_dim;
+    double attn = 1.0;
+    if (r->type == ATLAS_ROPE_YARN) {
+        rope_yarn(r, dim, inv_freq, &attn);
+    } else {
+        for (int i = 0; i < dim / 2; i++)
+            inv_freq[i] = 1.0 / pow(r->theta, (double)(2 * i) / dim);
+        if (r->type == ATLAS_ROPE_LINEAR)
+            for (int i = 0; i < dim / 2; i++) inv_freq[i] /= r->factor;
+        else if (r->type == ATLAS_ROPE_LLAMA3)
+            rope_llama3(r, dim, inv_freq);
+    }
+    if (attn_factor) *attn_factor = attn;
+}
