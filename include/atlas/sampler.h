@@ -1,0 +1,75 @@
+/* atlas/sampler.h — turning one row of logits into a token id.
+ *
+ * A sampler belongs to one sequence: it owns that sequence's random-number generator
+ * (seeded from the params, no global state), so the same seed and the same logits give
+ * the same tokens on any thread.
+ *
+ * Order of the transforms (that of Hugging Face transformers' generate):
+ *   logit_bias (added, as OpenAI) -> repetition penalty (HF: divide a positive logit,
+ *   multiply a negative one, once per distinct token) -> presence and frequency penalties
+ *   (OpenAI: logit -= presence * [count > 0] + frequency * count) -> temperature 0: argmax
+ *   (lowest id on ties), else logit / temperature -> top-k -> top-p -> min-p -> draw. */
+#ifndef ATLAS_SAMPLER_H
+#define ATLAS_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_sampler atlas_sampler;
+
+typedef struct atlas_logit_bias {
+    int32_t id;
+    float bias; /* added to the token's logit; OpenAI allows -100 .. 100 */
+} atlas_logit_bias;
+
+typedef struct atlas_sampler_params {
+    float temperature;        /* 0: greedy (argmax); default 1 */
+    int top_k;                /* keep the k most likely; 0: off */
+    float top_p;              /* keep the smallest set with mass >= top_p; 1: off */
+    float min_p;              /* keep p >= min_p * p_max; 0: off */
+    float repetition_penalty; /* HF; 1: off; must be > 0 */
+    float presence_penalty;   /* OpenAI; 0: off; -2 .. 2 */
+    float frequency_penalty;  /* OpenAI; 0: off; -2 .. 2 */
+    uint64_t seed;            /* the RNG's seed; callers wanting variety pass their own */
+    const atlas_logit_bias *logit_bias; /* [n_logit_bias]; copied by atlas_sampler_create */
+    int n_logit_bias;
+} atlas_sampler_params;
+
+/* temperature 1, top_k 0, top_p 1, min_p 0, penalties neutral, seed 0, no bias. */
+atlas_sampler_params atlas_sampler_default_params(void);
+
+/* Validates params (ATLAS_ERR_INVALID naming the field) and creates a sampler. */
+atlas_status atlas_sampler_create(const atlas_sampler_params *params, atlas_sampler **out);
+void atlas_sampler_free(atlas_sampler *s); /* NULL: no-op */
+
+/* Tells the sampler that the first n tokens of every history passed to sample are the
+ * prompt: they count for the repetition penalty (as HF and vLLM do) but not for presence
+ * and frequency (OpenAI counts generated tokens only). Default 0. */
+void atlas_sampler_set_prompt_len(atlas_sampler *s, size_t n);
+
+/* Picks the next token from logits[vocab], which it overwrites (the transforms are applied
+ * in place: compute logprobs first if you want them of the raw logits). history[n_history]
+ * is the sequence so far (prompt first, see set_prompt_len); may be NULL when n_history is
+ * 0. ATLAS_ERR_RANGE when a history or logit_bias id is outside [0, vocab). */
+atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
+                                  const int32_t *history, size_t n_history, int32_t *out_id);
+
+/* Log-softmax of the raw logits[vocab]: *logprob of id (pass NULL to skip), and the n_top
+ * most likely ids with their logprobs, most likely first (ties: lower id first), into
+ * top_ids[n_top] / top_logprobs[n_top] (may be NULL when n_top is 0). Returns the number
+ * written (min(n_top, vocab)); ATLAS_ERR_RANGE if id is outside [0, vocab) and logprob is
+ * wanted. Does not modify logits. */
+atlas_status atlas_sampler_logprobs(const float *logits, int vocab, int32_t id, float *logprob,
+                                    int n_top, int32_t *top_ids, float *top_logprobs,
+                                    int *n_written);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

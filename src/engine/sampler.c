@@ -1,0 +1,368 @@
+/* engine/sampler.c — logit transforms, seeded draws and logprobs (see atlas/sampler.h).
+ *
+ * Sorting the whole vocabulary (128k-152k ids) for every token would cost more than a
+ * small model's forward, so nothing here sorts more than it must: top-k is a quickselect,
+ * top-p sorts only the leading probability buckets that hold the nucleus,
+ * min-p and plain temperature sampling are linear scans. */
+#include "atlas/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+typedef struct cand {
+    float v; /* logit, then probability */
+    int32_t id;
+} cand;
+
+struct atlas_sampler {
+    atlas_sampler_params p;
+    atlas_logit_bias *bias; /* [p.n_logit_bias], owned */
+    uint64_t rng[4];        /* xoshiro256** state */
+    size_t prompt_len;
+    int32_t *hist; /* scratch copy of the history, sorted to count repeats */
+    size_t hist_cap;
+    cand *c; /* scratch candidates [c_cap] */
+    int c_cap;
+};
+
+/* ---- random numbers: splitmix64 seeds xoshiro256** (Blackman and Vigna) ---------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+/* ---- create / free ---------------------------------------------------------------------- */
+
+atlas_sampler_params atlas_sampler_default_params(void) {
+    atlas_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    return p;
+}
+
+static atlas_status params_check(const atlas_sampler_params *p) {
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: temperature %g: must be >= 0",
+                          (double)p->temperature);
+    if (p->top_k < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: top_k %d: must be >= 0", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: top_p %g: must be in (0, 1]",
+                          (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: min_p %g: must be in [0, 1]",
+                          (double)p->min_p);
+    if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: repetition_penalty %g: must be > 0",
+                          (double)p->repetition_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: presence/frequency penalty not finite");
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return atlas_fail(ATLAS_ERR_INVALID, "sampler: logit_bias: %d entries, array %p",
+                          p->n_logit_bias, (const void *)p->logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias[i].id < 0)
+            return atlas_fail(ATLAS_ERR_RANGE, "sampler: logit_bias[%d]: id %d is negative", i,
+                              (int)p->logit_bias[i].id);
+        if (!isfinite(p->logit_bias[i].bias))
+            return atlas_fail(ATLAS_ERR_INVALID, "sampler: logit_bias[%d]: bias not finite", i);
+    }
+    return ATLAS_OK;
+}
+
+atlas_status atlas_sampler_create(const atlas_sampler_params *params, atlas_sampler **out) {
+    *out = NULL;
+    ATLAS_TRY(params_check(params));
+    atlas_sampler *s = calloc(1, sizeof *s);
+    if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "sampler: out of memory");
+    s->p = *params;
+    if (params->n_logit_bias > 0) {
+        s->bias = malloc((size_t)params->n_logit_bias * sizeof *s->bias);
+        if (!s->bias) {
+            free(s);
+            return atlas_fail(ATLAS_ERR_NOMEM, "sampler: out of memory");
+        }
+        memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
+    uint64_t x = params->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return ATLAS_OK;
+}
+
+void atlas_sampler_free(atlas_sampler *s) {
+    if (!s) return;
+    free(s->bias);
+    free(s->hist);
+    free(s->c);
+    free(s);
+}
+
+void atlas_sampler_set_prompt_len(atlas_sampler *s, size_t n) { s->prompt_len = n; }
+
+/* ---- penalties -------------------------------------------------------------------------- */
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Copies ids[n] into the scratch buffer and sorts it, so that repeats are runs. */
+static atlas_status hist_sorted(atlas_sampler *s, const int32_t *ids, size_t n, int vocab) {
+    if (n > s->hist_cap) {
+        int32_t *h = realloc(s->hist, n * sizeof *h);
+        if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "sampler: history of %zu tokens", n);
+        s->hist = h;
+        s->hist_cap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return atlas_fail(ATLAS_ERR_RANGE, "sampler: history[%zu]: id %d outside [0, %d)",
+                              i, (int)ids[i], vocab);
+        s->hist[i] = ids[i];
+    }
+    qsort(s->hist, n, sizeof *s->hist, cmp_i32);
+    return ATLAS_OK;
+}
+
+static atlas_status apply_penalties(atlas_sampler *s, float *logits, int vocab,
+                                    const int32_t *history, size_t n_history) {
+    float rep = s->p.repetition_penalty;
+    if (rep != 1.0f && n_history > 0) {
+        ATLAS_TRY(hist_sorted(s, history, n_history, vocab));
+        for (size_t i = 0; i < n_history; i++) {
+            if (i > 0 && s->hist[i] == s->hist[i - 1]) continue;
+            float *l = &logits[s->hist[i]];
+            *l = *l > 0 ? *l / rep : *l * rep;
+        }
+    }
+    float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+    size_t start = s->prompt_len < n_history ? s->prompt_len : n_history;
+    size_t n = n_history - start;
+    if ((pres != 0.0f || freq != 0.0f) && n > 0) {
+        ATLAS_TRY(hist_sorted(s, history + start, n, vocab));
+        for (size_t i = 0; i < n;) {
+            size_t j = i;
+            while (j < n && s->hist[j] == s->hist[i]) j++;
+            logits[s->hist[i]] -= pres + freq * (float)(j - i);
+            i = j;
+        }
+    }
+    return ATLAS_OK;
+}
+
+/* ---- candidate selection ---------------------------------------------------------------- */
+
+/* a ranks before b: larger value, then lower id (deterministic ties). */
+static int cand_before(const cand *a, const cand *b) {
+    return a->v > b->v || (a->v == b->v && a->id < b->id);
+}
+
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    return cand_before(x, y) ? -1 : cand_before(y, x) ? 1 : 0;
+}
+
+static void cand_swap(cand *a, cand *b) {
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorders c[n] so that its k best come first (in no particular order). */
+static void select_top_k(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        cand_swap(&c[(lo + hi) / 2], &c[hi]);
+        cand pivot = c[hi];
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (cand_before(&c[i], &pivot)) cand_swap(&c[i], &c[store++]);
+        cand_swap(&c[store], &c[hi]);
+        if (store == k - 1 || store == k) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+/* Logits to probabilities in place; returns the largest probability. */
+static float softmax(cand *c, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = c[i].v > mx ? c[i].v : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].v = expf(c[i].v - mx);
+        sum += c[i].v;
+    }
+    float pmax = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].v = (float)(c[i].v / sum);
+        pmax = c[i].v > pmax ? c[i].v : pmax;
+    }
+    return pmax;
+}
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* For 0 <= p <= pmax: about 16 * log2(pmax / p), from the float bits (exponent and the top
+ * 4 mantissa bits), which order like the values do for non-negative floats. */
+static int prob_bucket(float p, uint32_t top_bits, int n_buckets) {
+    uint32_t d = (top_bits - float_bits(p)) >> 19;
+    return d < (uint32_t)n_buckets ? (int)d : n_buckets - 1;
+}
+
+/* Keeps the smallest most-likely set with mass >= top_p; returns its size. */
+static int apply_top_p(cand *c, int n, float top_p, float pmax) {
+    int m = n;
+    if (n > 1024) {
+        /* One pass buckets the candidates by log2(p_max / p) in steps of 1/16 and sums
+         * each bucket's mass; the nucleus is a prefix of the sorted order, so it lies in
+         * the fewest leading buckets whose mass reaches top_p, and only those are sorted. */
+        enum { N_BUCKETS = 1024 };
+        double mass[N_BUCKETS] = {0};
+        uint32_t top_bits = float_bits(pmax);
+        for (int i = 0; i < n; i++) {
+            int b = prob_bucket(c[i].v, top_bits, N_BUCKETS);
+            mass[b] += c[i].v;
+        }
+        int last = 0;
+        double cum = 0;
+        for (; last < N_BUCKETS - 1; last++)
+            if ((cum += mass[last]) >= top_p) break;
+        m = 0;
+        for (int i = 0; i < n; i++) {
+            int b = prob_bucket(c[i].v, top_bits, N_BUCKETS);
+            if (b <= last) cand_swap(&c[i], &c[m++]);
+        }
+    }
+    qsort(c, (size_t)m, sizeof *c, cmp_cand);
+    double cum = 0;
+    for (int i = 0; i < m; i++) {
+        cum += c[i].v;
+        if (cum >= top_p) return i + 1;
+    }
+    return m;
+}
+
+static int apply_min_p(cand *c, int n, float min_p, float pmax) {
+    float thr = min_p * pmax;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (c[i].v >= thr) c[m++] = c[i];
+    return m; /* >= 1: the most likely candidate always passes */
+}
+
+static int32_t argmax(const float *logits, int vocab) {
+    int32_t best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* ---- sample ----------------------------------------------------------------------------- */
+
+atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
+                                  const int32_t *history, size_t n_history, int32_t *out_id) {
+    if (vocab <= 0) return atlas_fail(ATLAS_ERR_INVALID, "sampler: vocab %d", vocab);
+    for (int i = 0; i < s->p.n_logit_bias; i++) {
+        if (s->bias[i].id >= vocab)
+            return atlas_fail(ATLAS_ERR_RANGE, "sampler: logit_bias[%d]: id %d outside [0, %d)",
+                              i, (int)s->bias[i].id, vocab);
+        logits[s->bias[i].id] += s->bias[i].bias;
+    }
+    ATLAS_TRY(apply_penalties(s, logits, vocab, history, n_history));
+    if (s->p.temperature == 0.0f) {
+        *out_id = argmax(logits, vocab);
+        return ATLAS_OK;
+    }
+    if (vocab > s->c_cap) {
+        cand *c = realloc(s->c, (size_t)vocab * sizeof *c);
+        if (!c) return atlas_fail(ATLAS_ERR_NOMEM, "sampler: %d candidates", vocab);
+        s->c = c;
+        s->c_cap = vocab;
+    }
+    cand *c = s->c;
+    int n = vocab;
+    float inv_t = 1.0f / s->p.temperature;
+    for (int i = 0; i < n; i++) c[i] = (cand){logits[i] * inv_t, i};
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        select_top_k(c, n, s->p.top_k);
+        n = s->p.top_k;
+    }
+    float pmax = softmax(c, n);
+    if (s->p.top_p < 1.0f) n = apply_top_p(c, n, s->p.top_p, pmax);
+    if (s->p.min_p > 0.0f) n = apply_min_p(c, n, s->p.min_p, pmax);
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += c[i].v;
+    double u = rng_uniform(s->rng) * sum, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += c[i].v;
+        if (u < acc) {
+            *out_id = c[i].id;
+            return ATLAS_OK;
+        }
+    }
+    *out_id = c[n - 1].id; /* rounding left u at the very top */
+    return ATLAS_OK;
+}
+
+/* ---- logprobs --------------------------------------------------------------------------- */
+
+atlas_status atlas_sampler_logprobs(const float *logits, int vocab, int32_t id, float *logprob,
+                                    int n_top, int32_t *top_ids, float *top_logprobs,
+                                    int *n_written) {
+    if (vocab <= 0) return atlas_fail(ATLAS_ERR_INVALID, "logprobs: vocab %d", vocab);
+    if (logprob && (id < 0 || id >= vocab))
+        return atlas_fail(ATLAS_ERR_RANGE, "logprobs: id %d outside [0, %d)", (int)id, vocab);
+    float mx = logits[argmax(logits, vocab)];
+    double sum = 0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    if (logprob) *logprob = (float)(logits[id] - lse);
+    int k = n_top < vocab ? n_top : vocab, have = 0;
+    if (k < 0) k = 0;
+    /* Insertion into a small sorted list: k is at most a few dozen. */
+    for (int i = 0; i < vocab && k > 0; i++) {
+        float v = logits[i];
+        if (have == k && !(v > logits[top_ids[k - 1]])) continue;
+        int j = have < k ? have++ : k - 1;
+        while (j > 0 && v > logits[top_ids[j - 1]]) {
+            top_ids[j] = top_ids[j - 1];
+            j--;
+        }
+        top_ids[j] = i;
+    }
+    for (int i = 0; i < have; i++) top_logprobs[i] = (float)(logits[top_ids[i]] - lse);
+    if (n_written) *n_written = have;
+    return ATLAS_OK;
+}
