@@ -47,6 +47,10 @@ atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const voi
 /* Waits until every queued upload has reached the device. */
 atlas_status atlas_host_upload_wait(atlas_host *host);
 
+/* Sets the pool's shape (count <= ATLAS_HOST_STAGING_COUNT) before the first upload
+ * (ATLAS_ERR_BUSY after): for tests and for hosts short of pinned memory. */
+atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes);
+
 /* Tests only: the pinned bytes the staging pool holds (0 until the first upload). */
 size_t atlas_host_staging_bytes(const atlas_host *host);
 
