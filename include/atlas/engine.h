@@ -1,0 +1,241 @@
+/* atlas/engine.h — the engine: requests in, tokens out, over several models that it loads,
+ * keeps resident and swaps in process.  The server and the CLI are its clients.
+ *
+ * One scheduler thread owns the models.  Each step it builds one batch per resident model
+ * that has work: a decode token for every running sequence plus a chunk of the prompts
+ * being prefilled, up to the token budget (continuous batching: requests join and leave at
+ * step boundaries).  The KV cache is paged (fixed-size blocks, a block table per sequence);
+ * when blocks run out the newest sequence is preempted (its blocks freed, its tokens kept)
+ * and recomputed later, never failed.
+ *
+ * Model residency: up to max_resident models (and, when gpu_memory is set, as many as fit)
+ * stay loaded; a request for a model that is not resident waits in the queue while the
+ * scheduler lets the least recently used model's running sequences finish, releases it
+ * (atlas_model_release: a BUSY there is a bug and is reported as an error, not hidden),
+ * loads the requested one and goes on.  A failed load ends the requests that wanted that
+ * model with an error and leaves the others served.
+ *
+ * Threads: every call here is thread-safe.  Callbacks run on the scheduler thread: they
+ * must be quick and must not block on the engine (atlas_engine_cancel and
+ * atlas_engine_handle_free are allowed in them). */
+#ifndef ATLAS_ENGINE_H
+#define ATLAS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/model.h"
+#include "atlas/sampler.h"
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_engine atlas_engine;
+typedef struct atlas_request_handle atlas_request_handle;
+typedef struct atlas_tokenizer atlas_tokenizer; /* atlas/tokenizer.h */
+typedef struct atlas_template atlas_template;   /* atlas/template.h */
+
+/* ---- creating an engine ----------------------------------------------------------------- */
+
+typedef struct atlas_engine_model {
+    const char *name; /* the id requests use, e.g. "qwen3-8b" */
+    const char *dir;  /* Hugging Face model directory */
+} atlas_engine_model;
+
+typedef struct atlas_engine_params {
+    const atlas_engine_model *models; /* [n_models]; copied by create */
+    int n_models;
+    int max_resident;     /* models loaded at once (default 1) */
+    size_t gpu_memory;    /* 0: no byte limit; else weights + KV cache of the resident models
+                             must fit (estimated from the files before loading) */
+    int ctx_size;         /* tokens per sequence, prompt + generated; 0 (default): the model's
+                             max_position_embeddings, at most 4096 */
+    int parallel;         /* most running sequences per model (default 32) */
+    int queue_limit;      /* most requests waiting to start; beyond: ATLAS_ERR_BUSY
+                             (default 256) */
+    int kv_block_size;    /* tokens per KV block (default 16) */
+    int kv_blocks;        /* blocks per model; 0 (default): parallel * ctx_size worth */
+    int batch_tokens;     /* token budget of one step: decode tokens + prefill chunk
+                             (default 512) */
+    atlas_device device;  /* default ATLAS_DEVICE_AUTO */
+    int n_threads;        /* CPU backend workers; 0: one per core */
+} atlas_engine_params;
+
+atlas_engine_params atlas_engine_default_params(void);
+
+/* Checks the params (ATLAS_ERR_INVALID naming the field; a model directory without
+ * config.json is ATLAS_ERR_IO naming it) and starts the scheduler thread.  Loads no
+ * model: the first request (or atlas_engine_load) does. */
+atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **out);
+
+/* Ends every request (finish CANCELLED), joins the thread, releases the models and frees
+ * the engine.  Handles not yet freed stay valid until atlas_engine_handle_free.  NULL:
+ * no-op. */
+void atlas_engine_free(atlas_engine *e);
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+typedef struct atlas_request {
+    const char *model;            /* a configured name */
+    const int32_t *prompt;        /* [n_prompt] token ids, >= 1 of them */
+    size_t n_prompt;
+    atlas_sampler_params sampling;
+    int max_tokens;               /* <= 0: until the context is full */
+    const int32_t *stop_ids;      /* [n_stop_ids]: end the generation (like eos) */
+    int n_stop_ids;
+    const char *const *stop;      /* [n_stop] stop strings: the text ends before them */
+    int n_stop;
+    int logprobs;                 /* 1: token events carry the token's logprob */
+    int top_logprobs;             /* 0 .. ATLAS_ENGINE_MAX_TOP_LOGPROBS */
+    int ignore_eos;               /* 1: the model's eos ids do not end the generation */
+} atlas_request;
+
+enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20 };
+
+typedef enum atlas_event_type {
+    ATLAS_EVENT_TOKEN = 0, /* one generated token */
+    ATLAS_EVENT_END,       /* the last event of every request, exactly once */
+} atlas_event_type;
+
+typedef enum atlas_finish {
+    ATLAS_FINISH_STOP = 0,   /* an eos id, a stop id or a stop string */
+    ATLAS_FINISH_LENGTH,     /* max_tokens or the context size */
+    ATLAS_FINISH_CANCELLED,  /* atlas_engine_cancel or atlas_engine_free */
+    ATLAS_FINISH_ERROR,      /* status and message say why (e.g. the model failed to load) */
+} atlas_finish;
+
+typedef struct atlas_usage {
+    int prompt_tokens;
+    int completion_tokens; /* generated tokens, the stopping eos/stop id included */
+    int cached_tokens;     /* prompt tokens whose KV was reused instead of computed */
+} atlas_usage;
+
+typedef struct atlas_top_logprob {
+    int32_t id;
+    float logprob;
+} atlas_top_logprob;
+
+/* Logprobs are the log-softmax of the model's raw logits, before any sampling transform. */
+typedef struct atlas_event {
+    atlas_event_type type;
+    /* TOKEN and END: text released now, UTF-8 (never a broken character), not
+     * NUL-terminated; may be empty.  Text that could be the start of a stop string is held
+     * back until it is known not to be; END releases what is left.  The stop string and
+     * tokens that end the generation (eos, stop ids) are not part of the text. */
+    const char *text;
+    size_t text_len;
+    /* TOKEN */
+    int32_t id;
+    float logprob;                  /* when the request asked for logprobs */
+    const atlas_top_logprob *top;   /* [n_top], most likely first */
+    int n_top;
+    /* END */
+    atlas_finish finish;
+    atlas_status status;            /* ERROR: why; ATLAS_OK otherwise */
+    const char *message;            /* ERROR: what failed and where; "" otherwise */
+    const char *stop_string;        /* STOP by a stop string: which one; else NULL */
+    int32_t stop_id;                /* STOP by an eos or stop id: which; else -1 */
+    atlas_usage usage;
+    double ttft_s;                  /* submit to first token; 0 when there was none */
+    double queue_s;                 /* submit to the first step that computed it */
+} atlas_event;
+
+/* Called on the scheduler thread; everything *ev points to is valid during the call only. */
+typedef void (*atlas_event_cb)(const atlas_event *ev, void *user);
+
+/* Copies *req and queues it.  Errors (nothing is called back then):
+ *   ATLAS_ERR_NOT_FOUND  unknown model name;
+ *   ATLAS_ERR_RANGE      prompt longer than the context ("prompt has N tokens, the context
+ *                        holds C"; it must leave room for one generated token), a prompt,
+ *                        stop or logit_bias id outside the vocabulary;
+ *   ATLAS_ERR_INVALID    empty prompt, bad sampler params, top_logprobs out of range;
+ *   ATLAS_ERR_BUSY       the queue is full (the server answers 429).
+ * On success cb then receives TOKEN events and one END, possibly before submit returns.
+ * With out non-NULL, *out is a handle for atlas_engine_cancel, which the caller frees
+ * with atlas_engine_handle_free (any time, before or after the END). */
+atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atlas_event_cb cb,
+                                 void *user, atlas_request_handle **out);
+
+/* Ends the request soon (END with CANCELLED, unless it already ended) and frees its KV
+ * blocks at the next step boundary.  Safe from any thread, callbacks included. */
+void atlas_engine_cancel(atlas_request_handle *h);
+
+/* Drops the caller's handle (does not cancel).  NULL: no-op. */
+void atlas_engine_handle_free(atlas_request_handle *h);
+
+/* ---- models --------------------------------------------------------------------------- */
+
+/* Loads the model now (evicting others as residency requires) and waits.  Errors are the
+ * load's own (ATLAS_ERR_IO, ATLAS_ERR_FORMAT, ATLAS_ERR_DEVICE_NOMEM, ...), or
+ * ATLAS_ERR_NOT_FOUND for an unknown name. */
+atlas_status atlas_engine_load(atlas_engine *e, const char *name);
+
+/* Lets the model's running sequences finish, then releases it, and waits.  Not resident:
+ * ATLAS_OK.  Requests that arrive for it later load it again. */
+atlas_status atlas_engine_unload(atlas_engine *e, const char *name);
+
+typedef struct atlas_engine_model_status {
+    const char *name;       /* valid while the engine lives */
+    const char *dir;
+    int resident;
+    int running;            /* sequences running on it */
+    int waiting;            /* requests queued for it */
+    char last_error[256];   /* of its last failed load, "" if none */
+} atlas_engine_model_status;
+
+/* Fills out[0 .. min(cap, n)) and returns n, the number of configured models. */
+int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap);
+
+/* The model's tokenizer, loaded on first use (with the vocab_size of its config.json) and
+ * kept, resident or not, until atlas_engine_free. */
+atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
+                                    const atlas_tokenizer **out);
+
+/* The model's chat template, loaded on first use and kept likewise (ATLAS_ERR_NOT_FOUND
+ * when the directory has none). */
+atlas_status atlas_engine_template(atlas_engine *e, const char *name,
+                                   const atlas_template **out);
+
+/* The context size of a sequence of that model (ctx_size or the model's own limit). */
+atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out);
+
+/* ---- metrics -------------------------------------------------------------------------- */
+
+enum { ATLAS_ENGINE_HIST_BUCKETS = 16 };
+
+/* Latency histogram: counts[i] holds observations <= bounds[i] (and above bounds[i-1]);
+ * counts[ATLAS_ENGINE_HIST_BUCKETS] those above the last bound. */
+typedef struct atlas_engine_hist {
+    double bounds[ATLAS_ENGINE_HIST_BUCKETS]; /* seconds, increasing */
+    uint64_t counts[ATLAS_ENGINE_HIST_BUCKETS + 1];
+    uint64_t n;
+    double sum;
+} atlas_engine_hist;
+
+typedef struct atlas_engine_metrics {
+    uint64_t requests_submitted, requests_rejected; /* rejected: BUSY at submit */
+    uint64_t finished_stop, finished_length, finished_cancelled, finished_error;
+    uint64_t prompt_tokens;     /* prefilled (recomputed ones after preemption included) */
+    uint64_t generated_tokens;
+    uint64_t steps;             /* forward passes */
+    uint64_t preemptions;
+    int queue_len;              /* requests waiting to start */
+    int running;                /* sequences in the running batches */
+    int last_batch_tokens;      /* tokens in the last forward */
+    int kv_blocks_used, kv_blocks_total; /* over the resident models */
+    int resident_models;
+    uint64_t loads, load_failures, unloads, release_busy;
+    double last_swap_s;         /* release of the old model + load of the new one */
+    atlas_engine_hist ttft;     /* submit to first token */
+    atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
+    atlas_engine_hist swap;     /* each swap (or load) */
+} atlas_engine_metrics;
+
+void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
