@@ -70,6 +70,7 @@ static void expect_fail_file(const char *path, atlas_status want, const char *n1
     atlas_st *st = (atlas_st *)1;
     atlas_status s = atlas_st_open_file(path, &st);
     const char *msg = atlas_last_error();
+    if (getenv("ATLAS_TEST_VERBOSE")) printf("  %s\n", msg);
     CHECK_MSG(s == want, "%s: got %s (%s), want %s", path, atlas_status_str(s), msg,
               atlas_status_str(want));
     CHECK_MSG(st == NULL, "%s: out not cleared on failure", path);
@@ -231,6 +232,7 @@ static void expect_dir_fail(const char *dir, atlas_status want, const char *n1, 
     atlas_st *st = NULL;
     atlas_status s = atlas_st_open_dir(dir, &st);
     const char *msg = atlas_last_error();
+    if (getenv("ATLAS_TEST_VERBOSE")) printf("  %s\n", msg);
     CHECK_MSG(s == want, "%s: got %s (%s)", dir, atlas_status_str(s), msg);
     CHECK(st == NULL);
     const char *ns[3] = {n1, n2, n3};
@@ -355,9 +357,10 @@ static void test_fixture_damage(void) {
 }
 
 static void test_bad_headers(void) {
-    /* Bad JSON: the message gives the byte position in the file (8 + offset in the header). */
+    /* Bad JSON: the message gives the position in the file: the stray ',' is header byte 23
+     * (1-based), file byte 8 + 23. */
     expect_fail("badjson.st", "{\"a\": {\"dtype\": \"F32\",, }}", 0, ATLAS_ERR_FORMAT,
-                "header JSON", "byte 3");
+                "header JSON", "byte 31 ");
     expect_fail("notobj.st", "[1, 2]", 0, ATLAS_ERR_FORMAT, "not an object", NULL);
     expect_fail("dupname.st",
                 "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
