@@ -34,6 +34,8 @@ typedef struct atlas_kernel_image {
 
 /* The embedded images (count 0 in a CPU-only build).  Static. */
 const atlas_kernel_image *atlas_kernel_images(int *count);
+/* The same, defined by the file that cmake/kernels.cmake generates (ATLAS_HAVE_KERNELS). */
+const atlas_kernel_image *atlas_kernel_image_table(int *count);
 
 atlas_status atlas_registry_create(atlas_host *host, atlas_registry **out);
 
