@@ -1,0 +1,513 @@
+/* tests/test-config.c — config.json / generation_config.json on the fixtures and on variants
+ * written at run time into a mkdtemp directory (both config styles, the four architectures,
+ * sliding windows, eos unions, wrong types), and RoPE inverse frequencies for every type.
+ *
+ * Expected RoPE values were computed with a separate Python transcription of transformers'
+ * modeling_rope_utils.py (_compute_default/linear/llama3/yarn_parameters, in float64); the
+ * default and linear cases are also checkable by hand (10000^(-2i/8)). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "atlas/status.h"
+#include "harness.h"
+#include "model/config.h"
+
+static char tmpdir[256];
+static int variant_no;
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+    fclose(f);
+}
+
+/* A fresh directory holding config.json = cfg (and generation_config.json = gen if given).
+ * Takes ownership of cfg and gen. Returns the directory (static, one at a time). */
+static const char *variant_dir(json_t *cfg, json_t *gen) {
+    static char dir[512];
+    char path[600];
+    snprintf(dir, sizeof dir, "%s/v%03d", tmpdir, ++variant_no);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_dump_file(cfg, path, JSON_INDENT(2));
+    if (gen) {
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        json_dump_file(gen, path, JSON_INDENT(2));
+    }
+    json_decref(cfg);
+    json_decref(gen);
+    return dir;
+}
+
+static json_t *fixture_json(const char *rel) {
+    json_error_t err;
+    json_t *j = json_load_file(harness_data_path(rel), 0, &err);
+    if (!j) {
+        fprintf(stderr, "%s: %s\n", rel, err.text);
+        exit(2);
+    }
+    return j;
+}
+
+static json_t *llama(void) { return fixture_json("tiny-llama3/config.json"); }
+static json_t *qwen3(void) { return fixture_json("tiny-qwen3/config.json"); }
+
+/* Loads the variant; must succeed. */
+static atlas_config load_ok(json_t *cfg, json_t *gen) {
+    atlas_config c;
+    const char *dir = variant_dir(cfg, gen);
+    atlas_status s = atlas_config_load(dir, &c);
+    CHECK_MSG(s == ATLAS_OK, "%s: %s", dir, atlas_last_error());
+    return c;
+}
+
+/* Loads the variant; must fail with `want`, naming file (config.json or
+ * generation_config.json, with its directory) and the field. */
+static void load_fail(json_t *cfg, json_t *gen, atlas_status want, const char *file,
+                      const char *fld) {
+    atlas_config c;
+    const char *dir = variant_dir(cfg, gen);
+    atlas_status s = atlas_config_load(dir, &c);
+    const char *msg = atlas_last_error();
+    if (getenv("ATLAS_TEST_VERBOSE")) printf("  %s\n", msg);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    CHECK_MSG(s == want, "%s: got %s (%s), want %s", dir, atlas_status_str(s), msg,
+              atlas_status_str(want));
+    CHECK_MSG(strstr(msg, path) != NULL, "message does not name %s: %s", path, msg);
+    CHECK_MSG(strstr(msg, fld) != NULL, "message does not name '%s': %s", fld, msg);
+}
+
+static void set(json_t *o, const char *key, json_t *v) { json_object_set_new(o, key, v); }
+
+static int has_eos(const atlas_config *c, int id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+static void check_close(const double *got, const double *want, const int *idx, int n,
+                        const char *what) {
+    for (int k = 0; k < n; k++) {
+        double g = got[idx[k]], w = want[k];
+        CHECK_MSG(fabs(g - w) <= 1e-12 * fabs(w), "%s: inv_freq[%d] = %.17g, want %.17g", what,
+                  idx[k], g, w);
+    }
+}
+
+/* ---- the fixtures ------------------------------------------------------------------------ */
+
+static void test_fixtures(void) {
+    atlas_config c;
+    CHECK_OK(atlas_config_load(harness_data_path("tiny-llama3"), &c));
+    CHECK(c.arch == ATLAS_ARCH_LLAMA && !strcmp(c.architecture, "LlamaForCausalLM"));
+    CHECK(c.vocab_size == 128256 && c.hidden == 16 && c.n_layers == 2 && c.n_heads == 2);
+    CHECK(c.n_kv_heads == 1 && c.head_dim == 8 && c.intermediate == 64);
+    CHECK(c.max_position == 131072 && c.rms_eps == 1e-5);
+    CHECK(c.tie_embeddings && !c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.qk_norm);
+    CHECK(c.sliding_window == 0 && !atlas_config_layer_sliding(&c, 1));
+    CHECK(c.dtype == ATLAS_DTYPE_BF16);
+    CHECK(c.rope.type == ATLAS_ROPE_LLAMA3 && c.rope.theta == 500000.0 && c.rope.factor == 8.0);
+    CHECK(c.rope.low_freq_factor == 1.0 && c.rope.high_freq_factor == 4.0);
+    CHECK(c.rope.original_max_position == 8192);
+    CHECK(c.bos_id == 128000 && c.n_eos == 1 && c.eos_ids[0] == 128001);
+    CHECK(c.gen_temperature == 0 && c.gen_top_k == -1 && c.gen_do_sample == -1);
+    /* wavelengths 2pi, 167, 4443 (between 2048 and 8192: smoothed), 118140 (> 8192: /8) */
+    double inv[4], attn = 0;
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double want[4] = {1, 0.037606030930863933, 0.00052484616099295468,
+                            6.6478698711812362e-06};
+    const int idx[4] = {0, 1, 2, 3};
+    check_close(inv, want, idx, 4, "tiny-llama3");
+    CHECK(attn == 1.0);
+
+    CHECK_OK(atlas_config_load(harness_data_path("tiny-qwen3"), &c));
+    CHECK(c.arch == ATLAS_ARCH_QWEN3 && !strcmp(c.architecture, "Qwen3ForCausalLM"));
+    CHECK(c.vocab_size == 151936 && c.hidden == 16 && c.n_heads == 4 && c.n_kv_heads == 2);
+    CHECK(c.head_dim == 16 && c.n_heads * c.head_dim == 64); /* explicit, != hidden / heads */
+    CHECK(c.max_position == 4096 && c.rms_eps == 1e-6);
+    CHECK(c.tie_embeddings && c.qk_norm && !c.qkv_bias && !c.o_bias);
+    CHECK(c.sliding_window == 0 && !atlas_config_layer_sliding(&c, 1));
+    CHECK(c.dtype == ATLAS_DTYPE_BF16);
+    CHECK(c.rope.type == ATLAS_ROPE_DEFAULT && c.rope.theta == 1e6);
+    CHECK(c.bos_id == -1 && c.n_eos == 0); /* eos null in both files */
+    atlas_config_add_eos(&c, 151645);      /* the tokenizer's eos joins */
+    atlas_config_add_eos(&c, 151645);
+    CHECK(c.n_eos == 1 && c.eos_ids[0] == 151645);
+    double inv16[8];
+    atlas_rope_inv_freq(&c, inv16, &attn);
+    for (int i = 0; i < 8; i++)
+        CHECK(fabs(inv16[i] - pow(1e6, -i / 8.0)) <= 1e-15 * pow(1e6, -i / 8.0));
+}
+
+/* ---- config styles and architectures -------------------------------------------------------- */
+
+/* tiny-llama3 rewritten in transformers-5 style must mean the same thing. */
+static void test_styles(void) {
+    json_t *j = llama();
+    json_t *rp = json_deep_copy(json_object_get(j, "rope_scaling"));
+    set(rp, "rope_theta", json_real(500000.0));
+    json_object_del(j, "rope_scaling");
+    json_object_del(j, "rope_theta");
+    json_object_del(j, "torch_dtype");
+    set(j, "rope_parameters", rp);
+    set(j, "dtype", json_string("float16"));
+    atlas_config a = load_ok(j, NULL);
+    atlas_config b;
+    CHECK_OK(atlas_config_load(harness_data_path("tiny-llama3"), &b));
+    CHECK(a.rope.type == ATLAS_ROPE_LLAMA3 && a.rope.theta == 500000.0 && a.rope.factor == 8);
+    CHECK(a.rope.original_max_position == 8192 && a.dtype == ATLAS_DTYPE_F16);
+    double ia[4], ib[4];
+    atlas_rope_inv_freq(&a, ia, NULL);
+    atlas_rope_inv_freq(&b, ib, NULL);
+    CHECK(!memcmp(ia, ib, sizeof ia));
+
+    /* Qwen3 rewritten in the classic style; legacy "type" key instead of "rope_type". */
+    j = qwen3();
+    json_object_del(j, "rope_parameters");
+    json_object_del(j, "dtype");
+    set(j, "rope_theta", json_integer(1000000));
+    set(j, "rope_scaling", json_pack("{s:s,s:f}", "type", "linear", "factor", 2.0));
+    set(j, "torch_dtype", json_string("float32"));
+    atlas_config q = load_ok(j, NULL);
+    CHECK(q.rope.type == ATLAS_ROPE_LINEAR && q.rope.theta == 1e6 && q.rope.factor == 2.0);
+    CHECK(q.dtype == ATLAS_DTYPE_F32);
+
+    /* rope_theta inside the dict wins over the top-level one; no dtype means bf16. */
+    j = qwen3();
+    set(j, "rope_theta", json_real(5.0));
+    json_object_del(j, "dtype");
+    q = load_ok(j, NULL);
+    CHECK(q.rope.theta == 1e6 && q.dtype == ATLAS_DTYPE_BF16);
+    /* No rope fields at all: theta 10000, default type. */
+    j = qwen3();
+    json_object_del(j, "rope_parameters");
+    q = load_ok(j, NULL);
+    CHECK(q.rope.type == ATLAS_ROPE_DEFAULT && q.rope.theta == 10000.0);
+}
+
+static void test_architectures(void) {
+    /* Mistral: no head_dim (derived), sliding_window defaults to 4096 on every layer. */
+    json_t *j = llama();
+    set(j, "architectures", json_pack("[s]", "MistralForCausalLM"));
+    json_object_del(j, "rope_scaling");
+    json_object_del(j, "tie_word_embeddings");
+    set(j, "attention_bias", json_true()); /* MistralAttention has no biases whatever it says */
+    atlas_config c = load_ok(j, NULL);
+    CHECK(c.arch == ATLAS_ARCH_MISTRAL && c.head_dim == 8 && !c.tie_embeddings);
+    CHECK(!c.qkv_bias && !c.o_bias && c.sliding_window == 4096);
+    CHECK(atlas_config_layer_sliding(&c, 0) && atlas_config_layer_sliding(&c, 1));
+    j = llama();
+    set(j, "architectures", json_pack("[s]", "MistralForCausalLM"));
+    set(j, "sliding_window", json_null());
+    c = load_ok(j, NULL);
+    CHECK(c.sliding_window == 0 && !atlas_config_layer_sliding(&c, 0));
+
+    /* Llama: attention_bias gives q/k/v/o biases, mlp_bias the MLP's; tie defaults to false. */
+    j = llama();
+    set(j, "attention_bias", json_true());
+    set(j, "mlp_bias", json_true());
+    json_object_del(j, "tie_word_embeddings");
+    set(j, "head_dim", json_integer(12));
+    c = load_ok(j, NULL);
+    CHECK(c.qkv_bias && c.o_bias && c.mlp_bias && !c.tie_embeddings && c.head_dim == 12);
+
+    /* Qwen2: q/k/v biases always, never o; sliding only with use_sliding_window, from
+     * max_window_layers on. */
+    j = qwen3();
+    set(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM"));
+    json_object_del(j, "head_dim");
+    set(j, "sliding_window", json_integer(1024));
+    c = load_ok(j, NULL);
+    CHECK(c.arch == ATLAS_ARCH_QWEN2 && c.qkv_bias && !c.o_bias && !c.qk_norm);
+    CHECK(c.head_dim == 4 && c.sliding_window == 0); /* use_sliding_window false */
+    j = qwen3();
+    set(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM"));
+    set(j, "use_sliding_window", json_true());
+    set(j, "sliding_window", json_integer(1024));
+    set(j, "max_window_layers", json_integer(1));
+    json_object_del(j, "layer_types");
+    c = load_ok(j, NULL);
+    CHECK(c.sliding_window == 1024 && !atlas_config_layer_sliding(&c, 0) &&
+          atlas_config_layer_sliding(&c, 1));
+    /* An explicit layer_types list decides per layer. */
+    j = qwen3();
+    set(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM"));
+    set(j, "use_sliding_window", json_true());
+    set(j, "sliding_window", json_integer(512));
+    set(j, "layer_types", json_pack("[s,s]", "sliding_attention", "sliding_attention"));
+    c = load_ok(j, NULL);
+    CHECK(atlas_config_layer_sliding(&c, 0) && c.sliding_window == 512);
+
+    /* Qwen3 without head_dim: transformers' Qwen3Config default is 128. attention_bias gives
+     * q/k/v and o biases. */
+    j = qwen3();
+    json_object_del(j, "head_dim");
+    set(j, "attention_bias", json_true());
+    c = load_ok(j, NULL);
+    CHECK(c.head_dim == 128 && c.qkv_bias && c.o_bias && c.qk_norm);
+
+    /* model_type when architectures is absent; num_key_value_heads defaults to the heads. */
+    j = llama();
+    json_object_del(j, "architectures");
+    json_object_del(j, "num_key_value_heads");
+    c = load_ok(j, NULL);
+    CHECK(c.arch == ATLAS_ARCH_LLAMA && c.n_kv_heads == 2);
+}
+
+/* ---- generation_config.json and eos ids ----------------------------------------------------- */
+
+static void test_generation(void) {
+    json_t *gen = json_pack("{s:[i,i,i],s:i,s:f,s:f,s:i,s:f,s:b}", "eos_token_id", 128001,
+                            128008, 128009, "bos_token_id", 128000, "temperature", 0.6, "top_p",
+                            0.9, "top_k", 50, "repetition_penalty", 1.1, "do_sample", 1);
+    atlas_config c = load_ok(llama(), gen);
+    CHECK(c.n_eos == 3 && has_eos(&c, 128001) && has_eos(&c, 128008) && has_eos(&c, 128009));
+    CHECK(c.bos_id == 128000 && c.gen_temperature == 0.6 && c.gen_top_p == 0.9);
+    CHECK(c.gen_top_k == 50 && c.gen_repetition_penalty == 1.1 && c.gen_do_sample == 1);
+
+    /* config.json's list and generation_config.json's int: the union. */
+    json_t *j = llama();
+    set(j, "eos_token_id", json_pack("[i,i]", 7, 8));
+    c = load_ok(j, json_pack("{s:i}", "eos_token_id", 9));
+    CHECK(c.n_eos == 3 && has_eos(&c, 7) && has_eos(&c, 8) && has_eos(&c, 9));
+
+    /* Qwen3: null in config.json, a list in generation_config.json. */
+    c = load_ok(qwen3(), json_pack("{s:[i,i],s:n}", "eos_token_id", 151645, 151643,
+                                   "bos_token_id"));
+    CHECK(c.n_eos == 2 && has_eos(&c, 151645) && has_eos(&c, 151643) && c.bos_id == -1);
+    /* Both null. */
+    c = load_ok(qwen3(), json_pack("{s:n}", "eos_token_id"));
+    CHECK(c.n_eos == 0);
+
+    /* Errors in generation_config.json name it and the field. */
+    load_fail(llama(), json_pack("{s:f}", "top_k", 1.5), ATLAS_ERR_FORMAT,
+              "generation_config.json", "top_k");
+    load_fail(llama(), json_pack("{s:s}", "temperature", "hot"), ATLAS_ERR_FORMAT,
+              "generation_config.json", "temperature");
+    load_fail(llama(), json_pack("{s:[i,s]}", "eos_token_id", 1, "x"), ATLAS_ERR_FORMAT,
+              "generation_config.json", "eos_token_id[1]");
+    load_fail(llama(), json_pack("{s:i}", "do_sample", 1), ATLAS_ERR_FORMAT,
+              "generation_config.json", "do_sample");
+    atlas_config before = c;
+    const char *bad = "{\"top_k\": 3, \"top_p\": \"x\"}";
+    CHECK(atlas_config_parse_generation(bad, strlen(bad), "g.json", &c) == ATLAS_ERR_FORMAT);
+    CHECK(!memcmp(&before, &c, sizeof c)); /* nothing merged from a bad file */
+    CHECK(atlas_config_parse_generation("[", 1, "g.json", &c) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "g.json") && strstr(atlas_last_error(), "byte"));
+}
+
+/* ---- malformed config.json -------------------------------------------------------------- */
+
+static void test_errors(void) {
+    const atlas_status F = ATLAS_ERR_FORMAT;
+    json_t *j = llama();
+    set(j, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "architectures");
+    j = llama();
+    json_object_del(j, "architectures");
+    set(j, "model_type", json_string("gemma"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "model_type");
+    j = llama();
+    set(j, "architectures", json_string("LlamaForCausalLM"));
+    load_fail(j, NULL, F, "config.json", "architectures");
+    j = llama();
+    set(j, "hidden_size", json_string("16"));
+    load_fail(j, NULL, F, "config.json", "hidden_size");
+    j = llama();
+    set(j, "num_attention_heads", json_real(2.0));
+    load_fail(j, NULL, F, "config.json", "num_attention_heads");
+    j = llama();
+    json_object_del(j, "num_hidden_layers");
+    load_fail(j, NULL, F, "config.json", "num_hidden_layers");
+    j = llama();
+    set(j, "vocab_size", json_integer(-5));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "vocab_size");
+    j = llama();
+    set(j, "tie_word_embeddings", json_integer(1));
+    load_fail(j, NULL, F, "config.json", "tie_word_embeddings");
+    j = llama();
+    set(j, "rms_norm_eps", json_string("1e-5"));
+    load_fail(j, NULL, F, "config.json", "rms_norm_eps");
+    j = llama();
+    set(j, "eos_token_id", json_string("</s>"));
+    load_fail(j, NULL, F, "config.json", "eos_token_id");
+    j = llama();
+    set(j, "torch_dtype", json_string("float8_e4m3fn"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "torch_dtype");
+    j = qwen3();
+    set(j, "dtype", json_integer(3));
+    load_fail(j, NULL, F, "config.json", "dtype");
+    j = llama();
+    set(j, "hidden_size", json_integer(15));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "hidden_size");
+    j = llama();
+    set(j, "num_key_value_heads", json_integer(3));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "num_key_value_heads");
+    j = llama();
+    set(j, "head_dim", json_integer(7));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "head_dim");
+    /* RoPE fields. */
+    j = llama();
+    set(json_object_get(j, "rope_scaling"), "factor", json_string("8"));
+    load_fail(j, NULL, F, "config.json", "rope_scaling.factor");
+    j = llama();
+    json_object_del(json_object_get(j, "rope_scaling"), "low_freq_factor");
+    load_fail(j, NULL, F, "config.json", "rope_scaling.low_freq_factor");
+    j = llama();
+    set(json_object_get(j, "rope_scaling"), "rope_type", json_string("dynamic"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "rope_scaling.rope_type");
+    j = qwen3();
+    set(json_object_get(j, "rope_parameters"), "rope_type", json_integer(1));
+    load_fail(j, NULL, F, "config.json", "rope_parameters.rope_type");
+    j = qwen3();
+    set(j, "rope_parameters", json_string("default"));
+    load_fail(j, NULL, F, "config.json", "rope_parameters");
+    j = qwen3();
+    set(json_object_get(j, "rope_parameters"), "partial_rotary_factor", json_real(0.5));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
+    j = qwen3();
+    set(j, "rope_parameters", json_pack("{s:{s:s}}", "full_attention", "rope_type", "default"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "rope_parameters");
+    j = qwen3();
+    set(j, "rope_parameters", json_pack("{s:s,s:f,s:s}", "rope_type", "yarn", "factor", 4.0,
+                                        "truncate", "yes"));
+    load_fail(j, NULL, F, "config.json", "rope_parameters.truncate");
+    j = qwen3();
+    set(j, "layer_types", json_pack("[s,s]", "full_attention", "chunked_attention"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "layer_types[1]");
+    j = qwen3();
+    set(j, "layer_types", json_pack("[s]", "full_attention"));
+    load_fail(j, NULL, F, "config.json", "layer_types");
+
+    /* Not JSON, not an object, and no file at all. */
+    atlas_config c;
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/badjson", tmpdir);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, "{\"hidden_size\": 16,\n \"vocab_size\": }");
+    CHECK(atlas_config_load(dir, &c) == F);
+    CHECK(strstr(atlas_last_error(), path) && strstr(atlas_last_error(), "line 2"));
+    write_text(path, "[1]");
+    CHECK(atlas_config_load(dir, &c) == F && strstr(atlas_last_error(), path));
+    snprintf(dir, sizeof dir, "%s/nothing", tmpdir);
+    mkdir(dir, 0700);
+    CHECK(atlas_config_load(dir, &c) == ATLAS_ERR_IO && strstr(atlas_last_error(), dir));
+}
+
+/* ---- RoPE inverse frequencies ---------------------------------------------------------------- */
+
+/* A Qwen3-shaped config (head_dim 128 unless changed) with the given rope_parameters. */
+static atlas_config rope_cfg(json_t *params, int max_pos, int head_dim) {
+    json_t *j = qwen3();
+    set(j, "rope_parameters", params);
+    set(j, "max_position_embeddings", json_integer(max_pos));
+    set(j, "head_dim", json_integer(head_dim));
+    return load_ok(j, NULL);
+}
+
+static void test_rope(void) {
+    double inv[64], attn;
+    const int idx6[6] = {0, 5, 17, 31, 40, 63};
+
+    /* default and linear, by hand: 10000^(-2i/8) = 1, 0.1, 0.01, 0.001 */
+    atlas_config c = rope_cfg(json_pack("{s:s,s:f}", "rope_type", "default", "rope_theta",
+                                        10000.0), 4096, 8);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double d8[4] = {1, 0.1, 0.01, 0.001};
+    const int idx4[4] = {0, 1, 2, 3};
+    check_close(inv, d8, idx4, 4, "default");
+    CHECK(attn == 1.0);
+    c = rope_cfg(json_pack("{s:s,s:f,s:f}", "rope_type", "linear", "rope_theta", 10000.0,
+                           "factor", 4.0), 4096, 8);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double l8[4] = {0.25, 0.025, 0.0025, 0.00025};
+    check_close(inv, l8, idx4, 4, "linear");
+    CHECK(attn == 1.0);
+
+    /* llama3 as in Llama 3.1 8B (head_dim 128). */
+    c = rope_cfg(json_pack("{s:s,s:f,s:f,s:f,s:f,s:i}", "rope_type", "llama3", "rope_theta",
+                           500000.0, "factor", 8.0, "low_freq_factor", 1.0, "high_freq_factor",
+                           4.0, "original_max_position_embeddings", 8192), 131072, 128);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double l3[6] = {1, 0.35873022375128993, 0.030634520893224042, 0.00085675141291963208,
+                          3.4281021959525912e-05, 3.0689259889145111e-07};
+    check_close(inv, l3, idx6, 6, "llama3");
+    CHECK(attn == 1.0);
+
+    /* yarn as Qwen3 recommends (factor 4 over 32768): attention factor 0.1 ln 4 + 1. */
+    c = rope_cfg(json_pack("{s:s,s:f,s:f,s:i}", "rope_type", "yarn", "rope_theta", 1e6, "factor",
+                           4.0, "original_max_position_embeddings", 32768), 131072, 128);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double yq[6] = {1, 0.33982083289425591, 0.025482967479793464, 0.00080295972754523023,
+                          4.4456985250973067e-05, 3.1023444018792988e-07};
+    check_close(inv, yq, idx6, 6, "yarn");
+    CHECK(fabs(attn - 1.1386294361119891) < 1e-15);
+
+    /* yarn with mscale / mscale_all_dim (DeepSeek style): get_mscale ratio. */
+    c = rope_cfg(json_pack("{s:s,s:f,s:f,s:i,s:f,s:f,s:i,s:i}", "rope_type", "yarn",
+                           "rope_theta", 10000.0, "factor", 40.0,
+                           "original_max_position_embeddings", 4096, "mscale", 1.0,
+                           "mscale_all_dim", 0.5, "beta_fast", 32, "beta_slow", 1),
+                 163840, 128);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double ym[6] = {1, 0.48696752516586306, 0.086596432336006543, 0.0067843441600505669,
+                          0.00079056941504209452, 2.8869549617236457e-06};
+    check_close(inv, ym, idx6, 6, "yarn mscale");
+    CHECK(fabs(attn - 1.1557219901962608) < 1e-15);
+
+    /* yarn, truncate false, explicit attention_factor and betas; the original length defaults
+     * to max_position_embeddings. */
+    c = rope_cfg(json_pack("{s:s,s:f,s:f,s:f,s:i,s:i,s:b}", "rope_type", "yarn", "rope_theta",
+                           10000.0, "factor", 8.0, "attention_factor", 0.9, "beta_fast", 16,
+                           "beta_slow", 2, "truncate", 0), 4096, 128);
+    CHECK(c.rope.original_max_position == 4096 && !c.rope.truncate);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double yt[6] = {1, 0.48696752516586306, 0.086596432336006543, 0.0078842149655024511,
+                          0.00043557547602531194, 1.4434774808618228e-05};
+    check_close(inv, yt, idx6, 6, "yarn truncate false");
+    CHECK(attn == 0.9);
+
+    /* yarn with factor null: max_position / original (65536 / 8192 = 8). */
+    c = rope_cfg(json_pack("{s:s,s:f,s:n,s:i}", "rope_type", "yarn", "rope_theta", 10000.0,
+                           "factor", "original_max_position_embeddings", 8192), 65536, 64);
+    CHECK(c.rope.factor == 8.0);
+    atlas_rope_inv_freq(&c, inv, &attn);
+    const double yn[4] = {1, 0.23713737056616555, 0.0049752596580711021,
+                          1.6669017902041549e-05};
+    const int idx4b[4] = {0, 5, 17, 31};
+    check_close(inv, yn, idx4b, 4, "yarn factor null");
+    CHECK(fabs(attn - 1.2079441541679836) < 1e-15);
+}
+
+static void rm_rf(const char *path) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
+}
+
+int main(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/atlas-cfg-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_fixtures();
+    test_styles();
+    test_architectures();
+    test_generation();
+    test_errors();
+    test_rope();
+    rm_rf(tmpdir);
+    return harness_finish();
+}
