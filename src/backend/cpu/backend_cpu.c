@@ -1,0 +1,409 @@
+/* backend/cpu/backend_cpu.c — the CPU implementation of the op table (backend/backend.h):
+ * memory, weights, the paged KV cache, batch staging and the element-wise ops. Matmul and
+ * attention live in cpu_matmul.c and cpu_attention.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/error.h"
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+static atlas_status cpu_alloc(atlas_backend *be, size_t bytes, void **out) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    *out = aligned_alloc(64, rounded ? rounded : 64);
+    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: allocating %zu bytes", bytes);
+    return ATLAS_OK;
+}
+
+static void cpu_free(atlas_backend *be, void *p) { free(p); }
+
+/* ---- weights ----------------------------------------------------------------------------- */
+
+static atlas_status check_view(const atlas_tensor_view *v, const atlas_tensor_view *first) {
+    if (v->dtype != ATLAS_DTYPE_F32 && v->dtype != ATLAS_DTYPE_F16 && v->dtype != ATLAS_DTYPE_BF16)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: dtype %s (want BF16, F16 or F32)", v->name,
+                          atlas_dtype_name(v->dtype));
+    if (v->n_dims != 1 && v->n_dims != 2)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %d dimensions (want 1 or 2)", v->name,
+                          v->n_dims);
+    if (v->n_dims != first->n_dims || (v->n_dims == 2 && v->shape[1] != first->shape[1]))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: shape does not concatenate with %s", v->name,
+                          first->name);
+    return ATLAS_OK;
+}
+
+static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
+    if (!w) return;
+    free(w->vec);
+    free(w);
+}
+
+static atlas_status cpu_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,
+                                    int n, atlas_weight **out) {
+    *out = NULL;
+    if (n < 1 || n > CPU_MAX_PARTS)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu weight_load: %d views (1..%d)", n,
+                          CPU_MAX_PARTS);
+    for (int i = 0; i < n; i++) ATLAS_TRY(check_view(views[i], views[0]));
+    atlas_weight *w = calloc(1, sizeof *w);
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[0]->name);
+    w->n_dims = views[0]->n_dims;
+    w->n_parts = n;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t r = w->n_dims == 2 ? views[i]->shape[0] : views[i]->shape[0];
+        w->parts[i] = (cpu_part){views[i]->data, views[i]->dtype, rows, r};
+        rows += r;
+    }
+    if (w->n_dims == 2) {
+        w->rows = rows;
+        w->cols = views[0]->shape[1];
+        *out = w;
+        return ATLAS_OK;
+    }
+    /* 1-D: concatenated into one fp32 vector, read as a single row of `rows` columns. */
+    w->rows = 1;
+    w->cols = rows;
+    w->vec = malloc((size_t)(rows ? rows : 1) * sizeof(float));
+    if (!w->vec) {
+        cpu_weight_free(be, w);
+        return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[0]->name);
+    }
+    atlas_weight tmp = *w;
+    for (int i = 0; i < n; i++) {
+        tmp.cols = views[i]->shape[0];
+        tmp.n_parts = 1;
+        tmp.parts[0] = (cpu_part){views[i]->data, views[i]->dtype, 0, 1};
+        cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
+    }
+    *out = w;
+    return ATLAS_OK;
+}
+
+/* ---- KV cache ---------------------------------------------------------------------------- */
+
+static void cpu_kv_free(atlas_backend *be, atlas_kv *kv) {
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_size,
+                                  atlas_kv **out) {
+    const atlas_backend_geom *g = &be->geom;
+    *out = NULL;
+    if (n_blocks < 1 || block_size < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "kv cache: %d blocks of %d tokens", n_blocks,
+                          block_size);
+    atlas_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return atlas_fail(ATLAS_ERR_NOMEM, "kv cache: out of memory");
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->n_layers = g->n_layers;
+    kv->layer_floats = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
+    size_t bytes = kv->layer_floats * g->n_layers * sizeof(float);
+    kv->k = calloc(1, bytes);
+    kv->v = calloc(1, bytes);
+    if (!kv->k || !kv->v) {
+        cpu_kv_free(be, kv);
+        return atlas_fail(ATLAS_ERR_NOMEM, "kv cache: allocating 2 x %zu bytes", bytes);
+    }
+    *out = kv;
+    return ATLAS_OK;
+}
+
+/* ---- batch staging ----------------------------------------------------------------------- */
+
+static atlas_status grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return ATLAS_OK;
+    void *q = realloc(*p, (size_t)need * elem);
+    if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging a batch of %d", need);
+    *p = q;
+    *cap = need;
+    return ATLAS_OK;
+}
+
+static atlas_status grow_tokens(cpu_backend *cb, int n) {
+    if (n <= cb->cap_tokens) return ATLAS_OK;
+    int half = cb->base.geom.head_dim / 2;
+    void **arrays[] = {(void **)&cb->tokens, (void **)&cb->positions, (void **)&cb->slots,
+                       (void **)&cb->tok_seq};
+    for (size_t i = 0; i < 4; i++) {
+        void *q = realloc(*arrays[i], (size_t)n * sizeof(int32_t));
+        if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging %d tokens", n);
+        *arrays[i] = q;
+    }
+    float *c = realloc(cb->rope_cos, (size_t)n * half * sizeof(float));
+    if (c) cb->rope_cos = c;
+    float *s = realloc(cb->rope_sin, (size_t)n * half * sizeof(float));
+    if (s) cb->rope_sin = s;
+    if (!c || !s) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging %d tokens", n);
+    cb->cap_tokens = n;
+    return ATLAS_OK;
+}
+
+/* cos/sin of every token's position; the angle in fp32 as transformers computes it. */
+static void stage_rope(cpu_backend *cb) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    int half = g->head_dim / 2;
+    float f = (float)g->rope_attn_factor;
+    for (int t = 0; t < cb->n_tokens; t++)
+        for (int i = 0; i < half; i++) {
+            float angle = (float)cb->inv_freq[i] * (float)cb->positions[t];
+            cb->rope_cos[t * half + i] = (float)cos((double)angle) * f;
+            cb->rope_sin[t * half + i] = (float)sin((double)angle) * f;
+        }
+}
+
+static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
+    cpu_backend *cb = (cpu_backend *)be;
+    ATLAS_TRY(grow_tokens(cb, b->n_tokens));
+    ATLAS_TRY(grow((void **)&cb->seq_ctx, &cb->cap_seqs, b->n_seqs, sizeof(int32_t)));
+    ATLAS_TRY(grow((void **)&cb->logit_rows, &cb->cap_logits, b->n_logits, sizeof(int32_t)));
+    size_t table = (size_t)b->n_seqs * b->max_blocks;
+    if (table > cb->cap_table) {
+        int32_t *q = realloc(cb->block_table, table * sizeof(int32_t));
+        if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging a block table");
+        cb->block_table = q;
+        cb->cap_table = table;
+    }
+    cb->n_tokens = b->n_tokens;
+    cb->n_seqs = b->n_seqs;
+    cb->n_logits = b->n_logits;
+    cb->block_size = block_size;
+    cb->max_blocks = b->max_blocks;
+    memcpy(cb->tokens, b->tokens, (size_t)b->n_tokens * sizeof(int32_t));
+    memcpy(cb->positions, b->positions, (size_t)b->n_tokens * sizeof(int32_t));
+    memcpy(cb->seq_ctx, b->seq_ctx, (size_t)b->n_seqs * sizeof(int32_t));
+    memcpy(cb->logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof(int32_t));
+    memcpy(cb->block_table, b->block_table, table * sizeof(int32_t));
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
+            int p = b->positions[t];
+            cb->tok_seq[t] = s;
+            cb->slots[t] = cb->block_table[(size_t)s * b->max_blocks + p / block_size] *
+                               block_size + p % block_size;
+        }
+    stage_rope(cb);
+    return ATLAS_OK;
+}
+
+/* ---- element-wise ops -------------------------------------------------------------------- */
+
+static atlas_status cpu_embed(atlas_backend *be, void *x, const atlas_weight *table) {
+    cpu_backend *cb = (cpu_backend *)be;
+    for (int t = 0; t < cb->n_tokens; t++)
+        cpu_weight_row(table, cb->tokens[t], (float *)x + (size_t)t * table->cols);
+    return ATLAS_OK;
+}
+
+static void rmsnorm_row(float *out, const float *x, const float *w, int d, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / d) + eps);
+    for (int i = 0; i < d; i++) out[i] = w[i] * (x[i] * r);
+}
+
+typedef struct norm_job {
+    float *out, *resid;
+    const float *x, *delta, *w;
+    int d;
+    float eps;
+} norm_job;
+
+static void norm_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    norm_job *j = ctx;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = j->x + r * j->d;
+        if (j->resid) {
+            float *res = j->resid + r * j->d;
+            const float *dl = j->delta + r * j->d;
+            for (int i = 0; i < j->d; i++) res[i] += dl[i];
+            x = res;
+        }
+        rmsnorm_row(j->out + r * j->d, x, j->w, j->d, j->eps);
+    }
+}
+
+static atlas_status cpu_rmsnorm(atlas_backend *be, void *out, const void *x,
+                                const atlas_weight *w, int rows, int d) {
+    cpu_backend *cb = (cpu_backend *)be;
+    norm_job j = {out, NULL, x, NULL, w->vec, d, be->geom.rms_eps};
+    atlas_threadpool_for(cb->pool, rows, 8, norm_range, &j);
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_add_rmsnorm(atlas_backend *be, void *resid, const void *delta,
+                                    void *out, const atlas_weight *w, int n, int d) {
+    cpu_backend *cb = (cpu_backend *)be;
+    norm_job j = {out, resid, resid, delta, w->vec, d, be->geom.rms_eps};
+    atlas_threadpool_for(cb->pool, n, 8, norm_range, &j);
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_qk_norm(atlas_backend *be, void *qkv, const atlas_weight *q_norm,
+                                const atlas_weight *k_norm, int n) {
+    const atlas_backend_geom *g = &be->geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    for (int t = 0; t < n; t++) {
+        float *row = (float *)qkv + (size_t)t * (H + 2 * K) * hd;
+        for (int h = 0; h < H + K; h++)
+            rmsnorm_row(row + h * hd, row + h * hd, h < H ? q_norm->vec : k_norm->vec, hd,
+                        g->rms_eps);
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_rope(atlas_backend *be, void *qkv, int n) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const atlas_backend_geom *g = &be->geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, half = hd / 2;
+    for (int t = 0; t < n; t++) {
+        float *row = (float *)qkv + (size_t)t * (H + 2 * K) * hd;
+        const float *c = cb->rope_cos + (size_t)t * half, *s = cb->rope_sin + (size_t)t * half;
+        for (int h = 0; h < H + K; h++) {
+            float *x = row + h * hd;
+            for (int i = 0; i < half; i++) {
+                float x1 = x[i], x2 = x[i + half];
+                x[i] = x1 * c[i] - x2 * s[i];
+                x[i + half] = x2 * c[i] + x1 * s[i];
+            }
+        }
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *kv, int layer) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const atlas_backend_geom *g = &be->geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    size_t width = (size_t)K * hd;
+    float *kl = kv->k + layer * kv->layer_floats, *vl = kv->v + layer * kv->layer_floats;
+    for (int t = 0; t < cb->n_tokens; t++) {
+        const float *row = (const float *)qkv + (size_t)t * (H + 2 * K) * hd;
+        memcpy(kl + (size_t)cb->slots[t] * width, row + (size_t)H * hd, width * sizeof(float));
+        memcpy(vl + (size_t)cb->slots[t] * width, row + (size_t)(H + K) * hd,
+               width * sizeof(float));
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
+    for (int t = 0; t < n; t++) {
+        const float *gt = (const float *)gate_up + (size_t)t * 2 * f, *up = gt + f;
+        float *o = (float *)out + (size_t)t * f;
+        for (int i = 0; i < f; i++) o[i] = gt[i] / (1.0f + expf(-gt[i])) * up[i];
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_gather_rows(atlas_backend *be, void *out, const void *x, int d) {
+    cpu_backend *cb = (cpu_backend *)be;
+    for (int i = 0; i < cb->n_logits; i++)
+        memcpy((float *)out + (size_t)i * d, (const float *)x + (size_t)cb->logit_rows[i] * d,
+               (size_t)d * sizeof(float));
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_download(atlas_backend *be, float *host, const void *x, size_t count) {
+    memcpy(host, x, count * sizeof(float));
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
+                               int vocab) {
+    for (int r = 0; r < rows; r++) {
+        const float *l = (const float *)logits + (size_t)r * vocab;
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (l[i] > l[best]) best = i;
+        ids[r] = best;
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_sync(atlas_backend *be) { return ATLAS_OK; }
+
+static void cpu_destroy(atlas_backend *be) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (!cb) return;
+    atlas_threadpool_free(cb->pool);
+    free(cb->scratch);
+    free(cb->inv_freq);
+    free(cb->tokens);
+    free(cb->positions);
+    free(cb->slots);
+    free(cb->tok_seq);
+    free(cb->seq_ctx);
+    free(cb->logit_rows);
+    free(cb->rope_cos);
+    free(cb->rope_sin);
+    free(cb->block_table);
+    free(cb);
+}
+
+static const atlas_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .weight_load = cpu_weight_load,
+    .weight_free = cpu_weight_free,
+    .kv_create = cpu_kv_create,
+    .kv_free = cpu_kv_free,
+    .begin_batch = cpu_begin_batch,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul = cpu_matmul,
+    .qk_norm = cpu_qk_norm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .gather_rows = cpu_gather_rows,
+    .download = cpu_download,
+    .argmax = cpu_argmax,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_threads,
+                                      atlas_backend **out) {
+    *out = NULL;
+    const atlas_backend_geom *g = geom;
+    if (g->hidden < 1 || g->n_heads < 1 || g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads ||
+        g->head_dim < 2 || g->head_dim % 2 || g->intermediate < 1 || g->vocab_size < 1 ||
+        g->n_layers < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: bad geometry (hidden %d, heads %d/%d, "
+                          "head_dim %d, intermediate %d, vocab %d, layers %d)", g->hidden,
+                          g->n_heads, g->n_kv_heads, g->head_dim, g->intermediate,
+                          g->vocab_size, g->n_layers);
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
+    cb->base.ops = &cpu_ops;
+    cb->base.geom = *g;
+    cb->base.act_size = sizeof(float);
+    atlas_status st = atlas_threadpool_create(n_threads, &cb->pool);
+    if (st != ATLAS_OK) {
+        cpu_destroy(&cb->base);
+        return st;
+    }
+    cb->n_threads = atlas_threadpool_size(cb->pool);
+    size_t k = (size_t)g->hidden;
+    if ((size_t)g->n_heads * g->head_dim > k) k = (size_t)g->n_heads * g->head_dim;
+    if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;
+    cb->scratch_floats = (CPU_ROWS * k + 15) / 16 * 16;
+    cb->scratch = malloc(cb->scratch_floats * cb->n_threads * sizeof(float));
+    cb->inv_freq = malloc((size_t)(g->head_dim / 2) * sizeof(double));
+    if (!cb->scratch || !cb->inv_freq) {
+        cpu_destroy(&cb->base);
+        return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    for (int i = 0; i < g->head_dim / 2; i++) cb->inv_freq[i] = g->rope_inv_freq[i];
+    cb->base.geom.rope_inv_freq = cb->inv_freq;
+    *out = &cb->base;
+    return ATLAS_OK;
+}

@@ -1,0 +1,66 @@
+/* backend/cpu/cpu.h — the CPU backend's shared state and kernels.  Internal to backend/cpu.
+ *
+ * Weights stay where the safetensors mapping put them (bf16/f16/f32) and are converted to
+ * fp32 while multiplying; activations and the paged KV cache are fp32. */
+#ifndef ATLAS_BACKEND_CPU_H
+#define ATLAS_BACKEND_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/threadpool.h"
+
+enum { CPU_MAX_PARTS = 4, CPU_ROWS = 4 }; /* CPU_ROWS: weight rows per matmul tile */
+
+/* One view of a (fused) weight: rows [row0, row0 + rows) of the fused matrix. */
+typedef struct cpu_part {
+    const void *data; /* [rows, cols] in dtype, in the mapping */
+    atlas_dtype dtype;
+    int64_t row0, rows;
+} cpu_part;
+
+struct atlas_weight {
+    int n_dims;      /* 1 or 2 */
+    int64_t rows;    /* 2-D: fused rows (out); 1-D: 1 */
+    int64_t cols;    /* 2-D: in; 1-D: the length */
+    int n_parts;
+    cpu_part parts[CPU_MAX_PARTS];
+    float *vec;      /* 1-D weights: fp32 copy [cols] (small: norms, biases) */
+};
+
+struct atlas_kv {
+    int n_blocks, block_size, n_layers;
+    size_t layer_floats; /* n_blocks * block_size * K * hd */
+    float *k, *v;        /* [n_layers, n_blocks * block_size, K, hd] */
+};
+
+typedef struct cpu_backend {
+    atlas_backend base; /* first: the op table sees this */
+    atlas_threadpool *pool;
+    int n_threads;
+    float *scratch;      /* [n_threads, scratch_floats]: per-thread row buffers */
+    size_t scratch_floats;
+    double *inv_freq;    /* [hd/2] */
+    /* the staged batch (begin_batch) */
+    int n_tokens, n_seqs, n_logits, block_size, cap_tokens, cap_seqs, cap_logits;
+    int32_t *tokens, *positions, *slots, *tok_seq, *seq_ctx, *logit_rows; /* owned copies */
+    float *rope_cos, *rope_sin; /* [n_tokens, hd/2] */
+    int32_t *block_table;       /* [n_seqs * max_blocks] */
+    int max_blocks;
+    size_t cap_table;
+} cpu_backend;
+
+/* Row r of w converted to fp32 into dst[w->cols]. */
+void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst);
+
+/* Dot product of a[n] and b[n] in fp32 with 8 partial sums. */
+float cpu_dot(const float *a, const float *b, int64_t n);
+
+atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                        const atlas_weight *bias, int n);
+atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
+                           int layer);
+
+#endif

@@ -1,0 +1,68 @@
+/* backend/cpu/cpu_attention.c — causal attention of the batch's q heads over the paged KV
+ * cache (GQA, optional sliding window), fp32.
+ *
+ * One work item is one (token, q head). Softmax is computed online (running maximum and
+ * rescaled sum), so no score buffer of context length is needed. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/error.h"
+
+typedef struct attn_job {
+    cpu_backend *cb;
+    float *out;          /* [n, H*hd] */
+    const float *qkv;    /* [n, (H+2K)*hd] */
+    const float *k, *v;  /* this layer's pools [slots, K, hd] */
+} attn_job;
+
+static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    attn_job *j = ctx;
+    cpu_backend *cb = j->cb;
+    const atlas_backend_geom *g = &cb->base.geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    int group = H / K, bs = cb->block_size;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *acc = cb->scratch + (size_t)thread * cb->scratch_floats; /* [hd] */
+    for (int64_t item = begin; item < end; item++) {
+        int t = (int)(item / H), h = (int)(item % H), kvh = h / group;
+        int s = cb->tok_seq[t], pos = cb->positions[t];
+        const float *q = j->qkv + (size_t)t * (H + 2 * K) * hd + (size_t)h * hd;
+        const int32_t *table = cb->block_table + (size_t)s * cb->max_blocks;
+        int start = 0;
+        if (g->sliding_window > 0 && pos - g->sliding_window + 1 > 0)
+            start = pos - g->sliding_window + 1;
+        float mx = -INFINITY, sum = 0.0f;
+        memset(acc, 0, (size_t)hd * sizeof *acc);
+        for (int p = start; p <= pos; p++) {
+            size_t slot = (size_t)table[p / bs] * bs + p % bs;
+            size_t off = (slot * K + kvh) * hd;
+            float score = cpu_dot(q, j->k + off, hd) * scale;
+            const float *vv = j->v + off;
+            if (score > mx) {
+                float c = expf(mx - score); /* rescale what was summed so far */
+                sum *= c;
+                for (int i = 0; i < hd; i++) acc[i] *= c;
+                mx = score;
+            }
+            float e = expf(score - mx);
+            sum += e;
+            for (int i = 0; i < hd; i++) acc[i] += e * vv[i];
+        }
+        float *o = j->out + (size_t)t * H * hd + (size_t)h * hd;
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++) o[i] = acc[i] * inv;
+    }
+}
+
+atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
+                           int layer) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (layer < 0 || layer >= kv->n_layers)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: layer %d of %d", layer,
+                          kv->n_layers);
+    attn_job j = {cb, out, qkv, kv->k + layer * kv->layer_floats,
+                  kv->v + layer * kv->layer_floats};
+    atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, 4, attn_range, &j);
+    return ATLAS_OK;
+}

@@ -1,0 +1,173 @@
+/* backend/cpu/cpu_matmul.c — out[n, m] = x[n, k] @ w[m, k]^T (+ bias[m]) over bf16/f16/f32
+ * weights, fp32 arithmetic.
+ *
+ * Parallel over output rows (each thread owns a contiguous range of weight rows, so every
+ * weight byte is read once per call). A tile of CPU_ROWS weight rows is converted to fp32
+ * into the thread's scratch, then multiplied with the tokens CPU_TOKS at a time: in prefill
+ * each weight row is read once for all tokens. With AVX2+FMA the inner loops use intrinsics;
+ * elsewhere plain C that any compiler handles. */
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "core/error.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CPU_SIMD 1
+#endif
+
+enum { CPU_TOKS = 2 }; /* tokens per matmul tile */
+
+#ifdef CPU_SIMD
+static inline float hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
+float cpu_dot(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    float sum = 0.0f;
+#ifdef CPU_SIMD
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    sum = hsum256(_mm256_add_ps(acc0, acc1));
+#else
+    float part[8] = {0};
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) part[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 8; j++) sum += part[j];
+#endif
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+static void convert_row(const void *src, atlas_dtype dt, int64_t k, float *dst) {
+    int64_t i = 0;
+    if (dt == ATLAS_DTYPE_F32) {
+        memcpy(dst, src, (size_t)k * sizeof(float));
+        return;
+    }
+    const uint16_t *h = src;
+    if (dt == ATLAS_DTYPE_BF16) {
+#ifdef CPU_SIMD
+        for (; i + 8 <= k; i += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+#endif
+        for (; i < k; i++) dst[i] = atlas_bf16_to_f32(h[i]);
+        return;
+    }
+#if defined(CPU_SIMD) && defined(__F16C__)
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < k; i++) dst[i] = atlas_f16_to_f32(h[i]);
+}
+
+void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst) {
+    for (int p = 0; p < w->n_parts; p++) {
+        const cpu_part *part = &w->parts[p];
+        if (r < part->row0 + part->rows) {
+            size_t esz = atlas_dtype_size(part->dtype);
+            const char *row = (const char *)part->data + (size_t)(r - part->row0) * w->cols * esz;
+            convert_row(row, part->dtype, w->cols, dst);
+            return;
+        }
+    }
+}
+
+/* out[t, r0 + i] = dot(wrow[i], x[t]) for CPU_ROWS rows i (nr of them valid) and one
+ * tile of tokens (nt <= CPU_TOKS). */
+static void tile(float *out, int64_t m, const float *x, int64_t k, const float *wrow, int nr,
+                 int64_t r0, int64_t t0, int nt) {
+#ifdef CPU_SIMD
+    if (nr == CPU_ROWS && nt == CPU_TOKS) {
+        const float *x0 = x + t0 * k, *x1 = x0 + k;
+        const float *w0 = wrow, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) {
+            __m256 v0 = _mm256_loadu_ps(x0 + i), v1 = _mm256_loadu_ps(x1 + i);
+            __m256 w = _mm256_loadu_ps(w0 + i);
+            a00 = _mm256_fmadd_ps(w, v0, a00);
+            a01 = _mm256_fmadd_ps(w, v1, a01);
+            w = _mm256_loadu_ps(w1 + i);
+            a10 = _mm256_fmadd_ps(w, v0, a10);
+            a11 = _mm256_fmadd_ps(w, v1, a11);
+            w = _mm256_loadu_ps(w2 + i);
+            a20 = _mm256_fmadd_ps(w, v0, a20);
+            a21 = _mm256_fmadd_ps(w, v1, a21);
+            w = _mm256_loadu_ps(w3 + i);
+            a30 = _mm256_fmadd_ps(w, v0, a30);
+            a31 = _mm256_fmadd_ps(w, v1, a31);
+        }
+        float s[CPU_ROWS][CPU_TOKS] = {{hsum256(a00), hsum256(a01)}, {hsum256(a10), hsum256(a11)},
+                                       {hsum256(a20), hsum256(a21)}, {hsum256(a30), hsum256(a31)}};
+        for (; i < k; i++)
+            for (int r = 0; r < CPU_ROWS; r++) {
+                s[r][0] += wrow[r * k + i] * x0[i];
+                s[r][1] += wrow[r * k + i] * x1[i];
+            }
+        for (int r = 0; r < CPU_ROWS; r++)
+            for (int t = 0; t < CPU_TOKS; t++) out[(t0 + t) * m + r0 + r] = s[r][t];
+        return;
+    }
+#endif
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            out[(t0 + t) * m + r0 + r] = cpu_dot(wrow + r * k, x + (t0 + t) * k, k);
+}
+
+typedef struct matmul_job {
+    cpu_backend *cb;
+    float *out;
+    const float *x;
+    const atlas_weight *w, *bias;
+    int n;
+} matmul_job;
+
+static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    matmul_job *j = ctx;
+    const atlas_weight *w = j->w;
+    int64_t k = w->cols, m = w->rows;
+    float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
+    for (int64_t r0 = begin; r0 < end; r0 += CPU_ROWS) {
+        int nr = end - r0 < CPU_ROWS ? (int)(end - r0) : CPU_ROWS;
+        for (int r = 0; r < nr; r++) cpu_weight_row(w, r0 + r, buf + r * k);
+        for (int64_t t0 = 0; t0 < j->n; t0 += CPU_TOKS) {
+            int nt = j->n - t0 < CPU_TOKS ? (int)(j->n - t0) : CPU_TOKS;
+            tile(j->out, m, j->x, k, buf, nr, r0, t0, nt);
+        }
+        if (j->bias)
+            for (int64_t t = 0; t < j->n; t++)
+                for (int r = 0; r < nr; r++) j->out[t * m + r0 + r] += j->bias->vec[r0 + r];
+    }
+}
+
+atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                        const atlas_weight *bias, int n) {
+    cpu_backend *cb = (cpu_backend *)be;
+    if (w->n_dims != 2)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: weight is not a matrix");
+    if ((size_t)w->cols * CPU_ROWS > cb->scratch_floats)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: in-dimension %lld exceeds the scratch",
+                          (long long)w->cols);
+    if (bias && (bias->n_dims != 1 || bias->cols != w->rows))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
+                          (long long)bias->cols, (long long)w->rows);
+    matmul_job j = {cb, out, x, w, bias, n};
+    /* Chunks of whole tiles; at least 16 rows a thread so that small matrices stay serial. */
+    atlas_threadpool_for(cb->pool, w->rows, 16, matmul_range, &j);
+    return ATLAS_OK;
+}

@@ -1,0 +1,139 @@
+/* core/threadpool.c — see threadpool.h.
+ *
+ * One mutex and two condition variables: `wake` starts a job (the generation counter tells
+ * a worker that a new one is posted), `done` tells the caller that the last range finished.
+ * Ranges are fixed per thread (static split): the ops are uniform, and a fixed split keeps
+ * results reproducible run to run. */
+#include "core/threadpool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+typedef struct worker {
+    atlas_threadpool *pool;
+    pthread_t thread;
+    int index;
+} worker;
+
+struct atlas_threadpool {
+    int n_threads;
+    int n_started;
+    worker *workers; /* [n_threads - 1]: index 1.. */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    int pending; /* workers still running the current job */
+    bool stop;
+    /* the current job */
+    atlas_parallel_fn fn;
+    void *ctx;
+    int64_t n;
+    int parts;
+};
+
+static void run_part(atlas_threadpool *p, int part) {
+    if (part >= p->parts) return;
+    int64_t begin = p->n * part / p->parts;
+    int64_t end = p->n * (part + 1) / p->parts;
+    if (begin < end) p->fn(p->ctx, begin, end, part);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    atlas_threadpool *p = w->pool;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        run_part(p, w->index);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out) {
+    *out = NULL;
+    if (n_threads < 0) return atlas_fail(ATLAS_ERR_INVALID, "thread pool: %d threads", n_threads);
+    if (n_threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = cores > 0 ? (int)(cores < 256 ? cores : 256) : 1;
+    }
+    atlas_threadpool *p = calloc(1, sizeof *p);
+    if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "thread pool: out of memory");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) {
+            atlas_threadpool_free(p);
+            return atlas_fail(ATLAS_ERR_NOMEM, "thread pool: out of memory");
+        }
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker *w = &p->workers[i - 1];
+        w->pool = p;
+        w->index = i;
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc != 0) {
+            atlas_threadpool_free(p);
+            return atlas_fail(ATLAS_ERR_NOMEM, "thread pool: starting thread %d of %d: %s", i,
+                              n_threads, strerror(rc));
+        }
+        p->n_started = i;
+    }
+    *out = p;
+    return ATLAS_OK;
+}
+
+void atlas_threadpool_free(atlas_threadpool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i <= p->n_started; i++) pthread_join(p->workers[i - 1].thread, NULL);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    free(p->workers);
+    free(p);
+}
+
+int atlas_threadpool_size(const atlas_threadpool *p) { return p ? p->n_threads : 1; }
+
+void atlas_threadpool_for(atlas_threadpool *p, int64_t n, int64_t min_chunk,
+                          atlas_parallel_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (min_chunk < 1) min_chunk = 1;
+    int64_t parts = n / min_chunk;
+    if (!p || parts > p->n_threads) parts = p ? p->n_threads : 1;
+    if (parts <= 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->parts = (int)parts;
+    p->pending = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    run_part(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

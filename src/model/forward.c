@@ -1,0 +1,130 @@
+/* model/forward.c — the Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3), written
+ * once against the op table; the CPU and CUDA backends both run it.
+ *
+ *   x = embed(tokens)                                   x[n, d]: the residual stream
+ *   h = rmsnorm(x) * attn_norm[0]
+ *   per layer l:
+ *     qkv = h @ Wqkv^T (+ bias)                         [n, (H + 2K) * hd]
+ *     qkv = q/k rmsnorm (Qwen3); rope(q, k); cache <- k, v
+ *     att = attention(q, cache)                         [n, H * hd]
+ *     x += att @ Wo^T;            h = rmsnorm(x) * mlp_norm[l]
+ *     x += swiglu(h @ Wgate_up^T) @ Wdown^T;  h = rmsnorm(x) * (attn_norm[l+1] or norm)
+ *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
+ */
+#include "model/forward.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "model/model_internal.h"
+
+/* Bad batches come from the engine (or a client's token ids): errors, not assertions. */
+static atlas_status check_batch(const atlas_model *m, const atlas_batch *b) {
+    if (b->n_tokens < 1 || b->n_tokens > m->max_batch_tokens)
+        return atlas_fail(ATLAS_ERR_RANGE, "batch: n_tokens %d outside 1..%d", b->n_tokens,
+                          m->max_batch_tokens);
+    if (b->n_seqs < 1 || b->n_seqs > b->n_tokens)
+        return atlas_fail(ATLAS_ERR_INVALID, "batch: n_seqs %d for %d tokens", b->n_seqs,
+                          b->n_tokens);
+    if (b->n_logits < 0 || b->n_logits > b->n_tokens)
+        return atlas_fail(ATLAS_ERR_RANGE, "batch: n_logits %d for %d tokens", b->n_logits,
+                          b->n_tokens);
+    if (b->max_blocks < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "batch: max_blocks %d", b->max_blocks);
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+            return atlas_fail(ATLAS_ERR_RANGE, "batch: tokens[%d] = %d outside the vocabulary "
+                              "(0..%d)", t, b->tokens[t], m->cfg.vocab_size - 1);
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return atlas_fail(ATLAS_ERR_RANGE, "batch: logit_rows[%d] = %d outside 0..%d", i,
+                              b->logit_rows[i], b->n_tokens - 1);
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return atlas_fail(ATLAS_ERR_INVALID, "batch: seq_start must run from 0 to n_tokens %d",
+                          b->n_tokens);
+    int bs = m->kv_block_size;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int first = b->seq_start[s], end = b->seq_start[s + 1], ctx = b->seq_ctx[s];
+        if (end <= first)
+            return atlas_fail(ATLAS_ERR_INVALID, "batch: sequence %d has no tokens", s);
+        if (ctx < end - first || ctx > b->max_blocks * bs)
+            return atlas_fail(ATLAS_ERR_RANGE, "batch: seq_ctx[%d] = %d (its %d tokens, %d "
+                              "blocks of %d)", s, ctx, end - first, b->max_blocks, bs);
+        for (int t = first; t < end; t++)
+            if (b->positions[t] != ctx - (end - t))
+                return atlas_fail(ATLAS_ERR_INVALID, "batch: positions[%d] = %d, want %d "
+                                  "(consecutive, ending at seq_ctx[%d] - 1)", t, b->positions[t],
+                                  ctx - (end - t), s);
+        const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
+        for (int i = 0; i < (ctx + bs - 1) / bs; i++)
+            if (table[i] < 0 || table[i] >= m->kv_blocks)
+                return atlas_fail(ATLAS_ERR_RANGE, "batch: block_table[%d][%d] = %d outside "
+                                  "0..%d", s, i, table[i], m->kv_blocks - 1);
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status run_layers(atlas_model *m, int n) {
+    atlas_backend *be = m->be;
+    const atlas_backend_ops *op = be->ops;
+    const atlas_config *c = &m->cfg;
+    atlas_acts *a = &m->acts;
+    int d = c->hidden, f = c->intermediate;
+    ATLAS_TRY(op->embed(be, a->x, m->w.embed));
+    ATLAS_TRY(op->rmsnorm(be, a->h, a->x, m->w.layers[0].attn_norm, n, d));
+    for (int l = 0; l < c->n_layers; l++) {
+        const atlas_layer_weights *lw = &m->w.layers[l];
+        ATLAS_TRY(op->matmul(be, a->qkv, a->h, lw->qkv, lw->qkv_bias, n));
+        if (lw->q_norm) ATLAS_TRY(op->qk_norm(be, a->qkv, lw->q_norm, lw->k_norm, n));
+        ATLAS_TRY(op->rope(be, a->qkv, n));
+        ATLAS_TRY(op->kv_store(be, a->qkv, m->kv, l));
+        ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
+        ATLAS_TRY(op->matmul(be, a->o, a->att, lw->o, NULL, n));
+        ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, lw->mlp_norm, n, d));
+        ATLAS_TRY(op->matmul(be, a->gate_up, a->h, lw->gate_up, NULL, n));
+        ATLAS_TRY(op->swiglu(be, a->act, a->gate_up, n, f));
+        ATLAS_TRY(op->matmul(be, a->o, a->act, lw->down, NULL, n));
+        const atlas_weight *next = l + 1 < c->n_layers ? m->w.layers[l + 1].attn_norm : m->w.norm;
+        ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, next, n, d));
+    }
+    return ATLAS_OK;
+}
+
+/* Logits of the batch's logit rows, ATLAS_LOGIT_CHUNK rows at a time (a [T, vocab] buffer
+ * would be hundreds of MB for a 150k vocabulary); either downloaded or reduced to argmax. */
+static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logits,
+                               int32_t *ids) {
+    atlas_backend *be = m->be;
+    const atlas_backend_ops *op = be->ops;
+    int d = m->cfg.hidden, V = m->cfg.vocab_size;
+    ATLAS_TRY(op->gather_rows(be, m->acts.rows, m->acts.h, d));
+    for (int r0 = 0; r0 < b->n_logits; r0 += ATLAS_LOGIT_CHUNK) {
+        int nr = b->n_logits - r0 < ATLAS_LOGIT_CHUNK ? b->n_logits - r0 : ATLAS_LOGIT_CHUNK;
+        const char *rows = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
+        ATLAS_TRY(op->matmul(be, m->acts.logits, rows, m->w.lm_head, NULL, nr));
+        if (logits)
+            ATLAS_TRY(op->download(be, logits + (size_t)r0 * V, m->acts.logits, (size_t)nr * V));
+        else
+            ATLAS_TRY(op->argmax(be, ids + r0, m->acts.logits, nr, V));
+    }
+    return op->sync(be);
+}
+
+static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits, int32_t *ids) {
+    ATLAS_TRY(check_batch(m, b));
+    pthread_mutex_lock(&m->forward_mu);
+    atlas_status st = m->be->ops->begin_batch(m->be, b, m->kv_block_size);
+    if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
+    if (st == ATLAS_OK) st = run_logits(m, b, logits, ids);
+    pthread_mutex_unlock(&m->forward_mu);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s)", m->dir);
+    return ATLAS_OK;
+}
+
+atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *logits) {
+    return forward(m, b, logits, NULL);
+}
+
+atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids) {
+    return forward(m, b, NULL, ids);
+}

@@ -1,0 +1,254 @@
+/* model/model.c — loading a model directory onto a backend, counted handles, release, and
+ * the accessors of include/atlas/model.h. */
+#include "atlas/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+#include "model/forward.h"
+#include "model/model_internal.h"
+
+atlas_model_params atlas_model_default_params(void) {
+    return (atlas_model_params){.device = ATLAS_DEVICE_AUTO,
+                                .n_threads = 0,
+                                .kv_blocks = 0,
+                                .kv_block_size = 16,
+                                .kv_tokens = 0,
+                                .max_batch_tokens = 512,
+                                .load_tokenizer = 1};
+}
+
+static atlas_status check_params(const atlas_model_params *p) {
+    if (p->device < ATLAS_DEVICE_AUTO || p->device > ATLAS_DEVICE_CUDA)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: device %d", (int)p->device);
+    if (p->n_threads < 0 || p->n_threads > 1024)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: n_threads %d", p->n_threads);
+    if (p->kv_blocks < 0 || p->kv_tokens < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: kv_blocks %d, kv_tokens %d",
+                          p->kv_blocks, p->kv_tokens);
+    if (p->kv_block_size < 1 || p->kv_block_size > 4096)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: kv_block_size %d (1..4096)",
+                          p->kv_block_size);
+    if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: max_batch_tokens %d (1..65536)",
+                          p->max_batch_tokens);
+    return ATLAS_OK;
+}
+
+/* device AUTO: CUDA when it can be created, else the CPU with the reason kept for info. */
+static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
+                                 const atlas_backend_geom *g) {
+    if (p->device != ATLAS_DEVICE_CPU) {
+        atlas_status st = atlas_backend_cuda_create(g, &m->be);
+        if (st == ATLAS_OK) {
+            snprintf(m->backend_why, sizeof m->backend_why, "%s",
+                     p->device == ATLAS_DEVICE_CUDA ? "requested" : "a CUDA device is usable");
+            return ATLAS_OK;
+        }
+        if (p->device == ATLAS_DEVICE_CUDA) return st;
+        snprintf(m->backend_why, sizeof m->backend_why, "CUDA not usable (%s: %s)",
+                 atlas_status_str(st), atlas_last_error());
+    } else {
+        snprintf(m->backend_why, sizeof m->backend_why, "requested");
+    }
+    ATLAS_TRY(atlas_backend_cpu_create(g, p->n_threads, &m->be));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    m->n_threads = p->n_threads ? p->n_threads : (cores > 0 ? (int)(cores < 256 ? cores : 256) : 1);
+    return ATLAS_OK;
+}
+
+static atlas_status alloc_acts(atlas_model *m) {
+    const atlas_config *c = &m->cfg;
+    size_t T = (size_t)m->max_batch_tokens, e = m->be->act_size;
+    size_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads,
+           f = c->intermediate;
+    struct { void **p; size_t n; } bufs[] = {
+        {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
+        {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, T * 2 * f},
+        {&m->acts.act, T * f}, {&m->acts.rows, T * d},
+        {&m->acts.logits, (size_t)ATLAS_LOGIT_CHUNK * c->vocab_size},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        ATLAS_TRY(m->be->ops->alloc(m->be, bufs[i].n * e, bufs[i].p));
+    return ATLAS_OK;
+}
+
+static atlas_status load_tokenizer(atlas_model *m) {
+    ATLAS_TRY(atlas_tokenizer_load(m->dir, &m->tok));
+    ATLAS_TRY(atlas_tokenizer_set_vocab_size(m->tok, (size_t)m->cfg.vocab_size));
+    int32_t eos = atlas_tokenizer_eos_id(m->tok);
+    if (eos >= 0) atlas_config_add_eos(&m->cfg, eos);
+    return ATLAS_OK;
+}
+
+static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
+    m->kv_block_size = p->kv_block_size;
+    int tokens = p->kv_tokens;
+    if (!tokens) tokens = m->cfg.max_position > 0 && m->cfg.max_position < 4096
+                              ? m->cfg.max_position : 4096;
+    m->kv_blocks = p->kv_blocks ? p->kv_blocks : (tokens + m->kv_block_size - 1) / m->kv_block_size;
+    m->kv_bytes = (size_t)2 * m->cfg.n_layers * m->kv_blocks * m->kv_block_size *
+                  m->cfg.n_kv_heads * m->cfg.head_dim * m->be->act_size;
+    return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
+}
+
+/* transformers keeps inv_freq as a buffer of the module, so loading a BF16/F16 checkpoint
+ * in its dtype rounds inv_freq to that dtype, and the angles are computed from the rounded
+ * values even when activations are fp32 (the reference logits show it: 5e-4 error without
+ * this rounding, 3e-7 with it). Do the same so that we agree with it. */
+static double round_to_dtype(double x, atlas_dtype t) {
+    if (t == ATLAS_DTYPE_BF16) return atlas_bf16_to_f32(atlas_f32_to_bf16((float)x));
+    if (t != ATLAS_DTYPE_F16 || x == 0.0) return x;
+    int e;
+    frexp(x, &e); /* x = m * 2^e, 0.5 <= |m| < 1: 11 significant bits, or the subnormal step */
+    int shift = e - 11 < -24 ? -24 : e - 11;
+    return ldexp(nearbyint(ldexp(x, -shift)), shift);
+}
+
+static atlas_status load_all(atlas_model *m, const atlas_model_params *p) {
+    ATLAS_TRY(atlas_config_load(m->dir, &m->cfg));
+    if (p->load_tokenizer) ATLAS_TRY(load_tokenizer(m));
+    m->n_eos = m->cfg.n_eos;
+    for (int i = 0; i < m->n_eos; i++) m->eos[i] = m->cfg.eos_ids[i];
+    ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
+    const atlas_config *c = &m->cfg;
+    double inv_freq[1024], attn_factor = 1.0;
+    if (c->head_dim < 2 || c->head_dim / 2 > 1024)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "config.json: head_dim %d", c->head_dim);
+    atlas_rope_inv_freq(c, inv_freq, &attn_factor);
+    for (int i = 0; i < c->head_dim / 2; i++) inv_freq[i] = round_to_dtype(inv_freq[i], c->dtype);
+    atlas_backend_geom g = {
+        .hidden = c->hidden, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim, .intermediate = c->intermediate, .vocab_size = c->vocab_size,
+        .n_layers = c->n_layers, .rms_eps = (float)c->rms_eps, .rope_inv_freq = inv_freq,
+        .rope_attn_factor = attn_factor, .max_position = c->max_position,
+        .sliding_window = c->sliding_window,
+    };
+    ATLAS_TRY(pick_backend(m, p, &g));
+    ATLAS_TRY(atlas_weights_load(m->be, m->st, c, &m->w));
+    m->max_batch_tokens = p->max_batch_tokens;
+    ATLAS_TRY(load_kv(m, p));
+    return alloc_acts(m);
+}
+
+/* Frees everything; returns the first failure with all of them in the message. */
+static atlas_status unload(atlas_model *m) {
+    char errs[1024] = "";
+    int n_err = 0;
+    atlas_status first = ATLAS_OK;
+    if (m->be) {
+        atlas_status st = m->be->ops->sync(m->be);
+        if (st != ATLAS_OK) {
+            first = st;
+            n_err++;
+            snprintf(errs, sizeof errs, "sync: %s", atlas_last_error());
+        }
+        atlas_acts *a = &m->acts;
+        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act, a->rows, a->logits};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
+        m->be->ops->kv_free(m->be, m->kv);
+        atlas_weights_free(m->be, &m->w);
+        m->be->ops->destroy(m->be);
+    }
+    atlas_st_free(m->st);
+    atlas_tokenizer_free(m->tok);
+    pthread_mutex_destroy(&m->forward_mu);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", m->dir ? m->dir : "?");
+    free(m->dir);
+    free(m);
+    if (n_err) return atlas_fail(first, "releasing model %s: %d failure(s): %s", dir, n_err, errs);
+    return ATLAS_OK;
+}
+
+atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atlas_model **out) {
+    *out = NULL;
+    atlas_model_params defaults = atlas_model_default_params();
+    if (!p) p = &defaults;
+    if (!dir || !*dir) return atlas_fail(ATLAS_ERR_INVALID, "model load: no directory given");
+    ATLAS_TRY(check_params(p));
+    atlas_model *m = calloc(1, sizeof *m);
+    if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "model %s: out of memory", dir);
+    atomic_init(&m->handles, 1);
+    pthread_mutex_init(&m->forward_mu, NULL);
+    m->dir = strdup(dir);
+    atlas_status st = m->dir ? load_all(m, p) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    if (st != ATLAS_OK) {
+        /* keep the load error, not whatever unloading says */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        unload(m);
+        return atlas_fail(st, "loading model %s: %s", dir, msg);
+    }
+    *out = m;
+    return ATLAS_OK;
+}
+
+atlas_model *atlas_model_ref(atlas_model *m) {
+    if (m) atomic_fetch_add(&m->handles, 1);
+    return m;
+}
+
+void atlas_model_unref(atlas_model *m) {
+    if (!m) return;
+    int before = atomic_fetch_sub(&m->handles, 1);
+    /* The owner's handle keeps the count >= 1; dropping it is release's job. */
+    if (before <= 1) atomic_fetch_add(&m->handles, 1);
+}
+
+int atlas_model_handles(const atlas_model *m) {
+    return m ? atomic_load(&((atlas_model *)m)->handles) : 0;
+}
+
+atlas_status atlas_model_release(atlas_model *m) {
+    if (!m) return ATLAS_OK;
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&m->handles, &expect, 0))
+        return atlas_fail(ATLAS_ERR_BUSY, "releasing model %s: %d other handle(s) still live; "
+                          "nothing unloaded", m->dir, expect - 1);
+    return unload(m);
+}
+
+static const char *dtype_str(atlas_dtype t) {
+    return t == ATLAS_DTYPE_COUNT ? "mixed" : atlas_dtype_name(t);
+}
+
+void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
+    const atlas_config *c = &m->cfg;
+    *info = (atlas_model_info){
+        .dir = m->dir, .architecture = c->architecture, .vocab_size = c->vocab_size,
+        .hidden = c->hidden, .n_layers = c->n_layers, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .intermediate = c->intermediate,
+        .max_position = c->max_position, .tied_embeddings = c->tie_embeddings,
+        .n_params = m->w.n_params, .dtype = dtype_str(m->w.dtype), .backend = m->be->ops->name,
+        .backend_why = m->backend_why, .weight_bytes = m->w.n_bytes, .kv_bytes = m->kv_bytes,
+        .kv_blocks = m->kv_blocks, .kv_block_size = m->kv_block_size,
+        .max_batch_tokens = m->max_batch_tokens,
+    };
+    if (!strcmp(m->be->ops->name, "cpu")) info->n_threads = m->n_threads;
+}
+
+const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m) { return m->tok; }
+
+int atlas_model_eos(const atlas_model *m, const int32_t **ids) {
+    *ids = m->eos;
+    return m->n_eos;
+}
+
+int atlas_model_is_eos(const atlas_model *m, int32_t id) {
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id) return 1;
+    return 0;
+}
+
+int atlas_model_vocab_size(const atlas_model *m) { return m->cfg.vocab_size; }
+int atlas_model_kv_blocks(const atlas_model *m) { return m->kv_blocks; }
+int atlas_model_kv_block_size(const atlas_model *m) { return m->kv_block_size; }
+int atlas_model_max_batch_tokens(const atlas_model *m) { return m->max_batch_tokens; }
+const atlas_config *atlas_model_config(const atlas_model *m) { return &m->cfg; }
+atlas_backend *atlas_model_backend(atlas_model *m) { return m->be; }

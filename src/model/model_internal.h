@@ -1,0 +1,48 @@
+/* model/model_internal.h — the atlas_model struct, shared by model.c (load, handles, info)
+ * and forward.c (the forward pass).  Internal to src/model. */
+#ifndef ATLAS_MODEL_INTERNAL_H
+#define ATLAS_MODEL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "atlas/model.h"
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+/* Activation buffers of one forward, in backend memory, for up to T = max_batch_tokens. */
+typedef struct atlas_acts {
+    void *x;       /* [T, d] the residual stream */
+    void *h;       /* [T, d] normed */
+    void *qkv;     /* [T, (H + 2K) * hd] */
+    void *att;     /* [T, H * hd] */
+    void *o;       /* [T, d] projections back to d */
+    void *gate_up; /* [T, 2f] */
+    void *act;     /* [T, f] */
+    void *rows;    /* [T, d] the rows whose logits are wanted */
+    void *logits;  /* [ATLAS_LOGIT_CHUNK, vocab] */
+} atlas_acts;
+
+enum { ATLAS_LOGIT_CHUNK = 16 };
+
+struct atlas_model {
+    atomic_int handles;
+    pthread_mutex_t forward_mu; /* one forward at a time */
+    char *dir;
+    atlas_config cfg;
+    atlas_st *st;
+    atlas_tokenizer *tok;
+    atlas_backend *be;
+    char backend_why[512];
+    atlas_model_weights w;
+    atlas_kv *kv;
+    int kv_blocks, kv_block_size, max_batch_tokens, n_threads;
+    size_t kv_bytes;
+    atlas_acts acts;
+    int32_t eos[ATLAS_MAX_EOS];
+    int n_eos;
+};
+
+#endif

@@ -1,0 +1,151 @@
+/* model/weights.c — see weights.h. */
+#include "model/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+typedef struct binder {
+    atlas_backend *be;
+    const atlas_st *st;
+    atlas_model_weights *w;
+} binder;
+
+/* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
+static atlas_status find(binder *b, const char *name, int64_t rows, int64_t cols,
+                         const atlas_tensor_view **out) {
+    const atlas_tensor_view *v = atlas_st_find(b->st, name);
+    *out = NULL;
+    if (!v) return atlas_fail(ATLAS_ERR_NOT_FOUND, "tensor %s: missing from the checkpoint", name);
+    const char *file = v->file ? v->file : "?";
+    if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 && v->dtype != ATLAS_DTYPE_F32)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s (want BF16, F16 or F32)",
+                          file, name, atlas_dtype_name(v->dtype));
+    int want_dims = cols ? 2 : 1;
+    if (v->n_dims != want_dims || v->shape[0] != rows || (cols && v->shape[1] != cols)) {
+        char got[96] = "[";
+        for (int i = 0; i < v->n_dims && i < 4; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)v->shape[i]);
+        strncat(got, "]", sizeof got - strlen(got) - 1);
+        if (cols)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: tensor %s: shape %s, want [%lld, %lld]",
+                              file, name, got, (long long)rows, (long long)cols);
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: tensor %s: shape %s, want [%lld]", file, name,
+                          got, (long long)rows);
+    }
+    *out = v;
+    return ATLAS_OK;
+}
+
+static void account(binder *b, const atlas_tensor_view *v, int is_matrix) {
+    int64_t n = 1;
+    for (int i = 0; i < v->n_dims; i++) n *= v->shape[i];
+    b->w->n_params += n;
+    b->w->n_bytes += v->nbytes;
+    if (!is_matrix) return;
+    if (b->w->dtype == ATLAS_DTYPE_I32) b->w->dtype = v->dtype; /* I32: none seen yet */
+    else if (b->w->dtype != v->dtype) b->w->dtype = ATLAS_DTYPE_COUNT;
+}
+
+/* Loads the n named tensors fused along dim 0; each has rows[i] rows (and cols columns). */
+static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
+                         int64_t cols, atlas_weight **out) {
+    const atlas_tensor_view *views[4];
+    for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
+    atlas_status st = b->be->ops->weight_load(b->be, views, n, out);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);
+    for (int i = 0; i < n; i++) account(b, views[i], cols != 0);
+    return ATLAS_OK;
+}
+
+static atlas_status bind1(binder *b, const char *name, int64_t rows, int64_t cols,
+                          atlas_weight **out) {
+    return bind(b, &name, &rows, 1, cols, out);
+}
+
+static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
+    char n[6][128];
+    int64_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads;
+    const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
+    int64_t qkv_rows[3] = {H * hd, K * hd, K * hd};
+    const char *names[3];
+#define NAME(i, ...) (snprintf(n[i], sizeof n[i], __VA_ARGS__), n[i])
+    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.input_layernorm.weight", l), d, 0,
+                    &lw->attn_norm));
+    for (int i = 0; i < 3; i++)
+        names[i] = NAME(i, "model.layers.%d.self_attn.%s.weight", l, proj[i]);
+    ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
+    if (c->qkv_bias) {
+        for (int i = 0; i < 3; i++)
+            names[i] = NAME(i, "model.layers.%d.self_attn.%s.bias", l, proj[i]);
+        ATLAS_TRY(bind(b, names, qkv_rows, 3, 0, &lw->qkv_bias));
+    }
+    if (c->qk_norm) {
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.q_norm.weight", l), hd, 0,
+                        &lw->q_norm));
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.k_norm.weight", l), hd, 0,
+                        &lw->k_norm));
+    }
+    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.o_proj.weight", l), d, H * hd, &lw->o));
+    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.post_attention_layernorm.weight", l), d, 0,
+                    &lw->mlp_norm));
+    int64_t gu_rows[2] = {c->intermediate, c->intermediate};
+    names[0] = NAME(0, "model.layers.%d.mlp.gate_proj.weight", l);
+    names[1] = NAME(1, "model.layers.%d.mlp.up_proj.weight", l);
+    ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
+    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.down_proj.weight", l), d, c->intermediate,
+                    &lw->down));
+#undef NAME
+    return ATLAS_OK;
+}
+
+static atlas_status bind_all(binder *b, const atlas_config *c) {
+    atlas_model_weights *w = b->w;
+    ATLAS_TRY(bind1(b, "model.embed_tokens.weight", c->vocab_size, c->hidden, &w->embed));
+    ATLAS_TRY(bind1(b, "model.norm.weight", c->hidden, 0, &w->norm));
+    /* A checkpoint that says tied may still carry lm_head.weight (some exports do): the
+     * config decides, as in transformers. */
+    if (c->tie_embeddings)
+        w->lm_head = w->embed;
+    else
+        ATLAS_TRY(bind1(b, "lm_head.weight", c->vocab_size, c->hidden, &w->lm_head));
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    if (!w->layers) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
+    w->n_layers = c->n_layers;
+    for (int l = 0; l < c->n_layers; l++) ATLAS_TRY(bind_layer(b, c, l, &w->layers[l]));
+    return ATLAS_OK;
+}
+
+atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
+                                atlas_model_weights *out) {
+    memset(out, 0, sizeof *out);
+    out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
+    binder b = {be, st, out};
+    atlas_status s = bind_all(&b, cfg);
+    if (s != ATLAS_OK) {
+        atlas_weights_free(be, out);
+        return s;
+    }
+    return ATLAS_OK;
+}
+
+void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
+    if (!w) return;
+    void (*wf)(atlas_backend *, atlas_weight *) = be ? be->ops->weight_free : NULL;
+    if (wf) {
+        for (int l = 0; l < w->n_layers; l++) {
+            atlas_layer_weights *lw = &w->layers[l];
+            atlas_weight *all[] = {lw->attn_norm, lw->qkv, lw->qkv_bias, lw->q_norm, lw->k_norm,
+                                   lw->o, lw->mlp_norm, lw->gate_up, lw->down};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wf(be, all[i]);
+        }
+        if (w->lm_head != w->embed) wf(be, w->lm_head);
+        wf(be, w->embed);
+        wf(be, w->norm);
+    }
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,45 @@
+/* model/weights.h — binding a checkpoint's tensors to the forward pass's weights.  Internal.
+ *
+ * Names are those of Hugging Face's Llama/Mistral/Qwen2/Qwen3 (model.layers.N.self_attn.
+ * q_proj.weight, ...). q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up
+ * into one gate_up weight [2f, d] through the backend's weight_load. Every tensor's shape
+ * and dtype is checked, and an error names the tensor. */
+#ifndef ATLAS_MODEL_WEIGHTS_H
+#define ATLAS_MODEL_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+typedef struct atlas_layer_weights {
+    atlas_weight *attn_norm; /* [d] input_layernorm */
+    atlas_weight *qkv;       /* [(H + 2K) * hd, d] */
+    atlas_weight *qkv_bias;  /* [(H + 2K) * hd] or NULL */
+    atlas_weight *q_norm;    /* [hd] or NULL (Qwen3) */
+    atlas_weight *k_norm;    /* [hd] or NULL (Qwen3) */
+    atlas_weight *o;         /* [d, H * hd] */
+    atlas_weight *mlp_norm;  /* [d] post_attention_layernorm */
+    atlas_weight *gate_up;   /* [2f, d] */
+    atlas_weight *down;      /* [d, f] */
+} atlas_layer_weights;
+
+typedef struct atlas_model_weights {
+    atlas_weight *embed;         /* [vocab, d] */
+    atlas_weight *norm;          /* [d] */
+    atlas_weight *lm_head;       /* [vocab, d]; == embed when tied */
+    int n_layers;
+    atlas_layer_weights *layers; /* [n_layers] */
+    int64_t n_params;            /* elements of the tensors bound (tied counted once) */
+    size_t n_bytes;              /* their bytes in the files */
+    atlas_dtype dtype;           /* of the big matrices; ATLAS_DTYPE_COUNT when mixed */
+} atlas_model_weights;
+
+/* Binds every weight the config calls for. On failure nothing stays loaded. */
+atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
+                                atlas_model_weights *out);
+/* Frees what atlas_weights_load bound; a zeroed struct is fine. */
+void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
+
+#endif

@@ -1,0 +1,253 @@
+/* test-forward.c — the CPU forward against transformers' reference outputs
+ * (reference.safetensors of each tests/data/tiny-* dir, see tests/data/README.md):
+ * - last-position logits of every prompt within 1e-4 (max abs diff / max abs);
+ * - the greedy continuation, up to the first step whose reference margin is < 1e-3;
+ * - the top-1 id at every position of the short prompts, where the reference is decisive;
+ * - the same prompt fed in chunks (prefill, then token by token) gives the same logits;
+ * - all prompts in one batch, and their greedy continuations decoded together as one batch
+ *   per step, give each sequence's own results.
+ * Block tables hand out blocks in a scrambled order, so paging is exercised. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/model.h"
+#include "harness.h"
+#include "model/forward.h"
+#include "model/safetensors.h"
+
+enum { MAX_SEQS = 8, MAX_BLOCKS = 40, BLOCK = 16, N_GREEDY = 24 }; /* 40 * 16 > 543 + 24 */
+
+typedef struct prompt {
+    const int32_t *ids;
+    int n;
+    const float *last_logits;   /* [vocab] */
+    const int32_t *topk_ids;    /* [n, 8] */
+    const float *topk_values;   /* [n, 8] */
+    const int32_t *greedy_ids;  /* [24] */
+    const float *greedy_margins;
+} prompt;
+
+/* One sequence of the test's own little engine: its blocks and how much is cached. */
+typedef struct seq {
+    int32_t table[MAX_BLOCKS];
+    int ctx;
+} seq;
+
+static int next_block;
+static int n_kv_blocks;
+
+/* Blocks are given out as (i * 37) mod n (n = MAX_SEQS * MAX_BLOCKS = 320, coprime to 37,
+ * so all distinct): neighbours in a sequence are far apart. */
+static void seq_init(seq *s) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < MAX_BLOCKS; i++) s->table[i] = (int32_t)((next_block++ * 37) % n_kv_blocks);
+}
+
+static const void *tensor(const atlas_st *st, const char *name) {
+    const atlas_tensor_view *v = atlas_st_find(st, name);
+    CHECK_MSG(v != NULL, "reference tensor %s missing", name);
+    return v ? v->data : NULL;
+}
+
+static double rel_err(const float *a, const float *ref, int n) {
+    double maxdiff = 0, maxabs = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > maxdiff || isnan(d)) maxdiff = isnan(d) ? INFINITY : d;
+        if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
+    }
+    return maxabs > 0 ? maxdiff / maxabs : maxdiff;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Feeds chunk[s] = ids of seqs[s] (count[s] tokens, following what is cached) as one batch.
+ * want_all: logits of every token (into logits, token-major), else of each seq's last. */
+static atlas_status feed(atlas_model *m, seq **seqs, int n_seqs, const int32_t *const *chunk,
+                         const int *count, int want_all, float *logits) {
+    int total = 0;
+    for (int s = 0; s < n_seqs; s++) total += count[s];
+    int32_t *tokens = malloc(sizeof(int32_t) * total), *pos = malloc(sizeof(int32_t) * total);
+    int32_t *rows = malloc(sizeof(int32_t) * total);
+    int32_t start[MAX_SEQS + 1], ctx[MAX_SEQS], table[MAX_SEQS * MAX_BLOCKS];
+    int t = 0, n_logits = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        start[s] = t;
+        for (int i = 0; i < count[s]; i++, t++) {
+            tokens[t] = chunk[s][i];
+            pos[t] = seqs[s]->ctx + i;
+            if (want_all || i == count[s] - 1) rows[n_logits++] = t;
+        }
+        ctx[s] = seqs[s]->ctx + count[s];
+        memcpy(table + s * MAX_BLOCKS, seqs[s]->table, sizeof seqs[s]->table);
+    }
+    start[n_seqs] = t;
+    atlas_batch b = {.n_tokens = total, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                     .max_blocks = MAX_BLOCKS, .n_logits = n_logits, .logit_rows = rows};
+    atlas_status st = atlas_model_forward(m, &b, logits);
+    if (st == ATLAS_OK)
+        for (int s = 0; s < n_seqs; s++) seqs[s]->ctx = ctx[s];
+    free(tokens);
+    free(pos);
+    free(rows);
+    return st;
+}
+
+/* Greedy ids match the reference up to the first step with margin < 1e-3. */
+static void check_greedy(const char *model, int p, const prompt *pr, const int32_t *got) {
+    for (int i = 0; i < N_GREEDY; i++) {
+        if (pr->greedy_margins[i] < 1e-3f) break;
+        CHECK_MSG(got[i] == pr->greedy_ids[i], "%s p%d greedy step %d: got %d, want %d", model,
+                  p, i, got[i], pr->greedy_ids[i]);
+        if (got[i] != pr->greedy_ids[i]) break;
+    }
+}
+
+/* One prompt alone: full prefill with every position's logits (short prompts) or only the
+ * last, then greedy decoding token by token. */
+static void test_single(atlas_model *m, const char *model, int p, const prompt *pr, int V) {
+    seq s;
+    seq_init(&s);
+    seq *sp = &s;
+    int all = pr->n <= 64;
+    float *logits = malloc(sizeof(float) * V * (all ? pr->n : 1));
+    CHECK_OK(feed(m, &sp, 1, &pr->ids, &pr->n, all, logits));
+    const float *last = logits + (size_t)(all ? pr->n - 1 : 0) * V;
+    double err = rel_err(last, pr->last_logits, V);
+    CHECK_MSG(err <= 1e-4, "%s p%d: last logits error %.3g > 1e-4", model, p, err);
+    printf("%s p%d (%d tokens): last-logits error %.2e\n", model, p, pr->n, err);
+    for (int i = 0; all && i < pr->n; i++) {
+        const float *tv = pr->topk_values + i * 8;
+        if (tv[0] - tv[1] < 1e-3f) continue;
+        int got = argmax(logits + (size_t)i * V, V);
+        CHECK_MSG(got == pr->topk_ids[i * 8], "%s p%d position %d: top-1 %d, want %d", model, p,
+                  i, got, pr->topk_ids[i * 8]);
+    }
+    int32_t gen[N_GREEDY], next = argmax(last, V);
+    for (int i = 0; i < N_GREEDY; i++) {
+        gen[i] = next;
+        int one = 1;
+        const int32_t *tok = &gen[i];
+        CHECK_OK(feed(m, &sp, 1, &tok, &one, 0, logits));
+        next = argmax(logits, V);
+    }
+    check_greedy(model, p, pr, gen);
+    free(logits);
+}
+
+/* The prompt in chunks: half, then the rest one token at a time; the last logits must
+ * match the reference as the one-shot prefill does. */
+static void test_chunked(atlas_model *m, const char *model, int p, const prompt *pr, int V) {
+    seq s;
+    seq_init(&s);
+    seq *sp = &s;
+    float *logits = malloc(sizeof(float) * V);
+    int first = pr->n / 2 > 0 ? pr->n / 2 : 1;
+    CHECK_OK(feed(m, &sp, 1, &pr->ids, &first, 0, logits));
+    for (int i = first; i < pr->n; i++) {
+        int one = 1;
+        const int32_t *tok = pr->ids + i;
+        CHECK_OK(feed(m, &sp, 1, &tok, &one, 0, logits));
+    }
+    double err = rel_err(logits, pr->last_logits, V);
+    CHECK_MSG(err <= 1e-4, "%s p%d chunked: last logits error %.3g > 1e-4", model, p, err);
+    free(logits);
+}
+
+/* All prompts as one batch, then their greedy continuations as one batch per step. */
+static void test_batch(atlas_model *m, const char *model, const prompt *pr, int n, int V) {
+    seq s[MAX_SEQS], *sp[MAX_SEQS];
+    const int32_t *chunk[MAX_SEQS] = {0};
+    int count[MAX_SEQS] = {0};
+    int32_t gen[MAX_SEQS][N_GREEDY];
+    float *logits = malloc(sizeof(float) * V * n);
+    for (int i = 0; i < n; i++) {
+        seq_init(&s[i]);
+        sp[i] = &s[i];
+        chunk[i] = pr[i].ids;
+        count[i] = pr[i].n;
+    }
+    CHECK_OK(feed(m, sp, n, chunk, count, 0, logits));
+    for (int i = 0; i < n; i++) {
+        double err = rel_err(logits + (size_t)i * V, pr[i].last_logits, V);
+        CHECK_MSG(err <= 1e-4, "%s batch seq %d: last logits error %.3g > 1e-4", model, i, err);
+    }
+    for (int step = 0; step < N_GREEDY; step++) {
+        for (int i = 0; i < n; i++) {
+            gen[i][step] = argmax(logits + (size_t)i * V, V);
+            chunk[i] = &gen[i][step];
+            count[i] = 1;
+        }
+        CHECK_OK(feed(m, sp, n, chunk, count, 0, logits));
+    }
+    for (int i = 0; i < n; i++) check_greedy(model, i, &pr[i], gen[i]);
+    free(logits);
+}
+
+static void test_model(const char *name) {
+    char dir[512], ref[600];
+    snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
+    snprintf(ref, sizeof ref, "%s/reference.safetensors", dir);
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_file(ref, &st));
+    if (!st) return;
+    atlas_model_params params = atlas_model_default_params();
+    params.device = ATLAS_DEVICE_CPU;
+    params.n_threads = 2;
+    params.max_batch_tokens = 1024;
+    params.load_tokenizer = 0;
+    params.kv_block_size = BLOCK;
+    params.kv_tokens = MAX_SEQS * MAX_BLOCKS * BLOCK;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &params, &m));
+    if (!m) {
+        atlas_st_free(st);
+        return;
+    }
+    n_kv_blocks = atlas_model_kv_blocks(m);
+    CHECK(n_kv_blocks == MAX_SEQS * MAX_BLOCKS);
+    int V = atlas_model_vocab_size(m);
+    prompt pr[MAX_SEQS];
+    int n = 0;
+    for (; n < MAX_SEQS; n++) {
+        char key[64];
+        snprintf(key, sizeof key, "p%d.ids", n);
+        const atlas_tensor_view *ids = atlas_st_find(st, key);
+        if (!ids) break;
+        prompt *q = &pr[n];
+        q->ids = ids->data;
+        q->n = (int)ids->shape[0];
+#define T(field, suffix) (snprintf(key, sizeof key, "p%d." suffix, n), q->field = tensor(st, key))
+        T(last_logits, "last_logits");
+        T(topk_ids, "topk_ids");
+        T(topk_values, "topk_values");
+        T(greedy_ids, "greedy_ids");
+        T(greedy_margins, "greedy_margins");
+#undef T
+    }
+    CHECK_MSG(n >= 7, "%s: %d prompts in the reference", name, n);
+    for (int p = 0; p < n; p++) {
+        next_block = 0;
+        test_single(m, name, p, &pr[p], V);
+        next_block = 0;
+        test_chunked(m, name, p, &pr[p], V);
+    }
+    next_block = 0;
+    test_batch(m, name, pr, n, V);
+    CHECK_OK(atlas_model_release(m));
+    atlas_st_free(st);
+}
+
+int main(void) {
+    test_model("tiny-llama3");
+    test_model("tiny-qwen3");
+    return harness_finish();
+}
