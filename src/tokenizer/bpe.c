@@ -1,0 +1,373 @@
+/* tokenizer/bpe.c — hash maps for the vocabulary and merge ranks, and the BPE merge of
+ * one word, with the per-call word cache.
+ *
+ * The merge loop is Hugging Face's Word::merge_all: a min-heap of candidate pairs ordered
+ * by (rank, position), entries checked for staleness when popped, symbols in a linked list.
+ * Matching its tie-breaking (lowest rank, then leftmost) is what makes the ids identical. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer_internal.h"
+
+/* ---- hashing ----------------------------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ULL;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ULL;
+    x ^= x >> 32;
+    return x;
+}
+
+uint64_t tok_hash_bytes(const void *p, size_t len) {
+    const unsigned char *s = p;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (len * 0xff51afd7ed558ccdULL);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x9fb21c651e98df25ULL;
+        h ^= h >> 29;
+        s += 8;
+        len -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, len);
+    return mix64(h ^ w);
+}
+
+static size_t pow2_at_least(size_t n) {
+    size_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+/* ---- bytes -> id -------------------------------------------------------------------------- */
+
+atlas_status tok_strmap_init(tok_strmap *m, size_t expected) {
+    memset(m, 0, sizeof *m);
+    m->cap = pow2_at_least(expected * 2 + 1);
+    m->n_alloc = expected > 0 ? expected : 16;
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    m->keys = malloc(m->n_alloc * sizeof *m->keys);
+    m->key_lens = malloc(m->n_alloc * sizeof *m->key_lens);
+    m->vals = malloc(m->n_alloc * sizeof *m->vals);
+    if (!m->slots || !m->keys || !m->key_lens || !m->vals) {
+        tok_strmap_free(m);
+        return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: hash map of %zu entries", expected);
+    }
+    return ATLAS_OK;
+}
+
+void tok_strmap_free(tok_strmap *m) {
+    free(m->slots);
+    free(m->keys);
+    free(m->key_lens);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static size_t strmap_find(const tok_strmap *m, const char *key, size_t len, uint64_t h) {
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        uint32_t e = m->slots[i];
+        if (e == 0) return i;
+        e--;
+        if (m->key_lens[e] == len && memcmp(m->keys[e], key, len) == 0) return i;
+    }
+}
+
+static atlas_status strmap_grow(tok_strmap *m) {
+    size_t cap = m->cap * 2;
+    uint32_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: growing a hash map");
+    for (size_t e = 0; e < m->n; e++) {
+        size_t i = tok_hash_bytes(m->keys[e], m->key_lens[e]) & (cap - 1);
+        while (slots[i]) i = (i + 1) & (cap - 1);
+        slots[i] = (uint32_t)e + 1;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return ATLAS_OK;
+}
+
+atlas_status tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
+    if ((m->n + 1) * 2 > m->cap) ATLAS_TRY(strmap_grow(m));
+    size_t i = strmap_find(m, key, len, tok_hash_bytes(key, len));
+    if (m->slots[i]) {
+        m->vals[m->slots[i] - 1] = val;
+        return ATLAS_OK;
+    }
+    if (m->n == m->n_alloc) {
+        size_t n = m->n_alloc * 2;
+        const char **k = realloc(m->keys, n * sizeof *k);
+        if (k) m->keys = k;
+        uint32_t *l = realloc(m->key_lens, n * sizeof *l);
+        if (l) m->key_lens = l;
+        int32_t *v = realloc(m->vals, n * sizeof *v);
+        if (v) m->vals = v;
+        if (!k || !l || !v) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: growing a hash map");
+        m->n_alloc = n;
+    }
+    m->keys[m->n] = key;
+    m->key_lens[m->n] = (uint32_t)len;
+    m->vals[m->n] = val;
+    m->slots[i] = (uint32_t)++m->n;
+    return ATLAS_OK;
+}
+
+int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len) {
+    if (!m->cap) return -1;
+    uint32_t e = m->slots[strmap_find(m, key, len, tok_hash_bytes(key, len))];
+    return e ? m->vals[e - 1] : -1;
+}
+
+/* ---- (left, right) -> (rank, id) ---------------------------------------------------------- */
+
+atlas_status tok_mergemap_init(tok_mergemap *m, size_t expected) {
+    m->cap = pow2_at_least(expected * 2 + 1);
+    m->n = 0;
+    m->slots = malloc(m->cap * sizeof *m->slots);
+    if (!m->slots) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: merge map of %zu", expected);
+    for (size_t i = 0; i < m->cap; i++) m->slots[i].key = UINT64_MAX;
+    return ATLAS_OK;
+}
+
+void tok_mergemap_free(tok_mergemap *m) {
+    free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+static inline uint64_t merge_key(int32_t l, int32_t r) {
+    return (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+}
+
+/* The map is sized for all merges up front (init), so it never grows. */
+void tok_mergemap_put(tok_mergemap *m, int32_t left, int32_t right, uint32_t rank, int32_t id) {
+    uint64_t k = merge_key(left, right);
+    size_t mask = m->cap - 1;
+    size_t i = mix64(k) & mask;
+    while (m->slots[i].key != UINT64_MAX && m->slots[i].key != k) i = (i + 1) & mask;
+    if (m->slots[i].key == UINT64_MAX) m->n++;
+    /* a repeated pair keeps the later rank, as HF's HashMap collect does */
+    m->slots[i] = (tok_merge){k, rank, id};
+}
+
+const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t left, int32_t right) {
+    uint64_t k = merge_key(left, right);
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
+        if (m->slots[i].key == k) return &m->slots[i];
+        if (m->slots[i].key == UINT64_MAX) return NULL;
+    }
+}
+
+/* ---- the merge loop ------------------------------------------------------------------------ */
+
+struct tok_sym {
+    int32_t id;
+    int32_t prev, next; /* -1 at the ends */
+    uint32_t len;       /* bytes covered; 0 once merged into its left neighbour */
+};
+
+struct tok_heap_item {
+    uint32_t rank;
+    uint32_t pos;
+    int32_t id;
+};
+
+static inline bool heap_less(const struct tok_heap_item *a, const struct tok_heap_item *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void heap_push(struct tok_heap_item *h, size_t *n, struct tok_heap_item it) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!heap_less(&it, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = it;
+}
+
+static struct tok_heap_item heap_pop(struct tok_heap_item *h, size_t *n) {
+    struct tok_heap_item top = h[0], last = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && heap_less(&h[c + 1], &h[c])) c++;
+        if (!heap_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m) h[i] = last;
+    return top;
+}
+
+static atlas_status ensure_scratch(tok_ctx *c, size_t n) {
+    if (n <= c->cap_syms) return ATLAS_OK;
+    size_t cap = n < 64 ? 64 : n * 2;
+    struct tok_sym *s = realloc(c->syms, cap * sizeof *s);
+    if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: BPE scratch for a %zu-byte word", n);
+    c->syms = s;
+    /* each merge pushes at most 2 entries: n - 1 initial + 2 (n - 1) */
+    struct tok_heap_item *h = realloc(c->heap, 3 * cap * sizeof *h);
+    if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: BPE scratch for a %zu-byte word", n);
+    c->heap = h;
+    c->cap_syms = cap;
+    c->cap_heap = 3 * cap;
+    return ATLAS_OK;
+}
+
+static void try_pair(const tok_mergemap *mm, struct tok_heap_item *h, size_t *nh,
+                     const struct tok_sym *s, int32_t pos) {
+    const tok_merge *m = tok_mergemap_get(mm, s[pos].id, s[s[pos].next].id);
+    if (m) heap_push(h, nh, (struct tok_heap_item){m->rank, (uint32_t)pos, m->id});
+}
+
+/* Merges the symbols of word and appends the resulting ids (c->ids). */
+static atlas_status bpe_merge(tok_ctx *c, const unsigned char *word, size_t len) {
+    const atlas_tokenizer *tok = c->tok;
+    ATLAS_TRY(ensure_scratch(c, len));
+    struct tok_sym *s = c->syms;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int32_t id = tok->byte_id[word[i]];
+        if (id < 0) continue; /* no token for this byte and no unk: HF drops it */
+        s[n] = (struct tok_sym){id, (int32_t)n - 1, (int32_t)n + 1, 1};
+        n++;
+    }
+    if (n == 0) return ATLAS_OK;
+    s[n - 1].next = -1;
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < n; i++) try_pair(&tok->merges, c->heap, &nh, s, (int32_t)i);
+    while (nh) {
+        struct tok_heap_item top = heap_pop(c->heap, &nh);
+        struct tok_sym *cur = &s[top.pos];
+        if (cur->len == 0 || cur->next < 0) continue;
+        int32_t right = cur->next;
+        const tok_merge *m = tok_mergemap_get(&tok->merges, cur->id, s[right].id);
+        if (!m || m->id != top.id) continue; /* stale entry */
+        cur->id = top.id;
+        cur->len += s[right].len;
+        cur->next = s[right].next;
+        s[right].len = 0;
+        if (cur->next >= 0) s[cur->next].prev = (int32_t)top.pos;
+        if (cur->prev >= 0) try_pair(&tok->merges, c->heap, &nh, s, cur->prev);
+        if (cur->next >= 0) try_pair(&tok->merges, c->heap, &nh, s, (int32_t)top.pos);
+    }
+    for (int32_t i = 0; i >= 0; i = s[i].next) ATLAS_TRY(tok_ctx_push_id(c, s[i].id));
+    return ATLAS_OK;
+}
+
+/* ---- the word cache ------------------------------------------------------------------------ */
+
+enum { CACHE_MAX_WORD = 64, CACHE_MAX_ENTRIES = 1 << 16 };
+
+static tok_cache_slot *cache_find(tok_ctx *c, const char *w, size_t len, uint64_t h) {
+    size_t mask = c->cache_cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        tok_cache_slot *sl = &c->cache[i];
+        if (sl->key_len == 0) return sl;
+        if (sl->key_len == len && memcmp(c->cache_bytes + sl->key_off, w, len) == 0) return sl;
+    }
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 1024;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* Remembers that word produced ids[first..c->n_ids).  Failing to cache is not an error. */
+static void cache_put(tok_ctx *c, tok_cache_slot *sl, const char *w, size_t len, size_t first) {
+    size_t n = c->n_ids - first;
+    if (!grow((void **)&c->cache_bytes, &c->cache_bytes_cap, c->cache_bytes_len + len, 1) ||
+        !grow((void **)&c->cache_ids, &c->cache_ids_cap, c->cache_ids_len + n, sizeof(int32_t)))
+        return;
+    memcpy(c->cache_bytes + c->cache_bytes_len, w, len);
+    memcpy(c->cache_ids + c->cache_ids_len, c->ids + first, n * sizeof(int32_t));
+    *sl = (tok_cache_slot){(uint32_t)c->cache_bytes_len, (uint32_t)len,
+                           (uint32_t)c->cache_ids_len, (uint32_t)n};
+    c->cache_bytes_len += len;
+    c->cache_ids_len += n;
+    c->cache_n++;
+}
+
+atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
+    const atlas_tokenizer *tok = c->tok;
+    if (len == 0) return ATLAS_OK;
+    if (len == 1 && tok->byte_id[(unsigned char)word[0]] >= 0)
+        return tok_ctx_push_id(c, tok->byte_id[(unsigned char)word[0]]);
+    if (tok->ignore_merges) {
+        int32_t id = tok_strmap_get(&tok->by_bytes, word, len);
+        if (id >= 0) return tok_ctx_push_id(c, id);
+    }
+    tok_cache_slot *sl = NULL;
+    if (len <= CACHE_MAX_WORD && c->cache_n < CACHE_MAX_ENTRIES) {
+        if (!c->cache) {
+            c->cache_cap = 2 * CACHE_MAX_ENTRIES;
+            c->cache = calloc(c->cache_cap, sizeof *c->cache);
+        }
+        if (c->cache) {
+            sl = cache_find(c, word, len, tok_hash_bytes(word, len));
+            if (sl->key_len) {
+                for (uint32_t i = 0; i < sl->ids_len; i++)
+                    ATLAS_TRY(tok_ctx_push_id(c, c->cache_ids[sl->ids_off + i]));
+                return ATLAS_OK;
+            }
+        }
+    }
+    size_t first = c->n_ids;
+    ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
+    if (sl) cache_put(c, sl, word, len, first);
+    return ATLAS_OK;
+}
+
+/* ---- the added-token trie ----------------------------------------------------------------- */
+
+atlas_status tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t added_index) {
+    if (len == 0) return ATLAS_OK; /* an empty token never matches */
+    if (!t->nodes) {
+        t->cap = 64;
+        t->nodes = malloc(t->cap * sizeof *t->nodes);
+        if (!t->nodes) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: added-token trie");
+        t->nodes[0] = (tok_trie_node){-1, -1, -1, 0};
+        t->n = 1;
+    }
+    int32_t node = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)s[i];
+        int32_t ch = t->nodes[node].first_child;
+        while (ch >= 0 && t->nodes[ch].byte != b) ch = t->nodes[ch].next_sibling;
+        if (ch < 0) {
+            if (t->n == t->cap) {
+                tok_trie_node *nn = realloc(t->nodes, 2 * t->cap * sizeof *nn);
+                if (!nn) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: added-token trie");
+                t->nodes = nn;
+                t->cap *= 2;
+            }
+            ch = (int32_t)t->n++;
+            t->nodes[ch] = (tok_trie_node){-1, t->nodes[node].first_child, -1, b};
+            t->nodes[node].first_child = ch;
+        }
+        node = ch;
+    }
+    if (t->nodes[node].added < 0) t->nodes[node].added = added_index; /* first one wins */
+    t->first[(unsigned char)s[0] >> 3] |= (uint8_t)(1u << ((unsigned char)s[0] & 7));
+    return ATLAS_OK;
+}
+
+void tok_trie_free(tok_trie *t) {
+    free(t->nodes);
+    memset(t, 0, sizeof *t);
+}

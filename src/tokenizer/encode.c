@@ -1,0 +1,123 @@
+/* tokenizer/encode.c — the encoding pipeline (see tokenizer_internal.h) and the per-call
+ * state it runs in.  Each call owns its tok_ctx, so encoding takes no locks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer_internal.h"
+
+void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok) {
+    memset(c, 0, sizeof *c);
+    c->tok = tok;
+}
+
+void tok_ctx_free(tok_ctx *c) {
+    free(c->work);
+    free(c->pieces);
+    free(c->pieces2);
+    free(c->segs);
+    pcre2_match_data_free(c->md);
+    pcre2_match_context_free(c->mctx);
+    pcre2_jit_stack_free(c->jit_stack);
+    free(c->syms);
+    free(c->heap);
+    free(c->cache);
+    free(c->cache_bytes);
+    free(c->cache_ids);
+}
+
+atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id) {
+    if (c->n_ids == c->cap_ids) {
+        size_t cap = c->cap_ids ? c->cap_ids * 2 : 64;
+        int32_t *p = realloc(c->ids, cap * sizeof *p);
+        if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu ids", cap);
+        c->ids = p;
+        c->cap_ids = cap;
+    }
+    c->ids[c->n_ids++] = id;
+    return ATLAS_OK;
+}
+
+/* s may point into c->work itself. */
+atlas_status tok_ctx_work_append(tok_ctx *c, const char *s, size_t len, uint32_t *off) {
+    if (c->work_len + len > UINT32_MAX)
+        return atlas_fail(ATLAS_ERR_RANGE, "tokenizer: text segment over 4 GiB");
+    if (c->work_len + len > c->work_cap) {
+        bool inside = c->work && s >= c->work && s < c->work + c->work_cap;
+        size_t s_off = inside ? (size_t)(s - c->work) : 0;
+        size_t cap = c->work_cap ? c->work_cap : 256;
+        while (cap < c->work_len + len) cap *= 2;
+        char *w = realloc(c->work, cap);
+        if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu bytes of text", cap);
+        c->work = w;
+        c->work_cap = cap;
+        if (inside) s = w + s_off;
+    }
+    if (len) memcpy(c->work + c->work_len, s, len);
+    *off = (uint32_t)c->work_len;
+    c->work_len += len;
+    return ATLAS_OK;
+}
+
+/* A segment of normalized text with no added token in it: pre-tokenize, then BPE. */
+static atlas_status encode_plain(tok_ctx *c, const char *s, size_t len) {
+    c->work_len = 0;
+    uint32_t off;
+    ATLAS_TRY(tok_ctx_work_append(c, s, len, &off));
+    ATLAS_TRY(tok_pretokenize(c, off, (uint32_t)len));
+    for (size_t i = 0; i < c->n_pieces; i++)
+        ATLAS_TRY(tok_bpe_word(c, c->work + c->pieces[i].off, c->pieces[i].len));
+    return ATLAS_OK;
+}
+
+static atlas_status on_normalized_segment(tok_ctx *c, const char *s, size_t len, int32_t added,
+                                          void *user) {
+    (void)user;
+    if (added >= 0) return tok_ctx_push_id(c, c->tok->added[added].id);
+    return encode_plain(c, s, len);
+}
+
+static atlas_status on_raw_segment(tok_ctx *c, const char *s, size_t len, int32_t added,
+                                   void *user) {
+    const atlas_tokenizer *tok = c->tok;
+    if (added >= 0) return tok_ctx_push_id(c, tok->added[added].id);
+    if (len == 0) return ATLAS_OK;
+    char *norm = NULL;
+    size_t norm_len = len;
+    ATLAS_TRY(tok_normalize(tok, s, len, &norm, &norm_len));
+    const char *t = norm ? norm : s;
+    atlas_status st;
+    if (tok->trie_norm.nodes)
+        st = tok_split_added(c, &tok->trie_norm, t, norm_len, on_normalized_segment, user);
+    else
+        st = encode_plain(c, t, norm_len);
+    free(norm);
+    return st;
+}
+
+atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text, size_t len,
+                                    bool add_special, int32_t **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!text && len) return atlas_fail(ATLAS_ERR_INVALID, "encode: text is NULL");
+    if (len > UINT32_MAX / 2) return atlas_fail(ATLAS_ERR_RANGE, "encode: %zu bytes of text", len);
+    size_t bad = tok_utf8_validate(text, len);
+    if (bad != len) return atlas_fail(ATLAS_ERR_INVALID, "encode: invalid UTF-8 at byte %zu", bad);
+    tok_ctx c;
+    tok_ctx_init(&c, tok);
+    atlas_status st = ATLAS_OK;
+    for (size_t i = 0; add_special && st == ATLAS_OK && i < tok->n_prefix; i++)
+        st = tok_ctx_push_id(&c, tok->prefix[i]);
+    if (st == ATLAS_OK && len)
+        st = tok_split_added(&c, &tok->trie_raw, text, len, on_raw_segment, NULL);
+    for (size_t i = 0; add_special && st == ATLAS_OK && i < tok->n_suffix; i++)
+        st = tok_ctx_push_id(&c, tok->suffix[i]);
+    tok_ctx_free(&c);
+    if (st != ATLAS_OK) {
+        free(c.ids);
+        return atlas_fail_wrap(st, "encode");
+    }
+    *ids = c.ids;
+    *n_ids = c.n_ids;
+    return ATLAS_OK;
+}

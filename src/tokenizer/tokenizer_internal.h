@@ -1,0 +1,242 @@
+/* tokenizer/tokenizer_internal.h — the loaded tokenizer and the pieces of its pipeline.
+ * Internal to src/tokenizer/ (load.c, bpe.c, pretok.c, encode.c, decode.c).
+ *
+ * Encoding, as Hugging Face tokenizers does it:
+ *   text -> split on added tokens matched on the raw text (normalized: false)
+ *        -> normalize each remaining segment -> split on added tokens matched on the
+ *           normalized text (normalized: true)
+ *        -> pre-tokenize each segment into words (Split regex, ByteLevel)
+ *        -> BPE each word -> post-process (TemplateProcessing adds BOS/EOS).
+ * Words stay raw bytes throughout: the vocabulary's byte-level strings ("Ġhello") are
+ * mapped back to bytes (" hello") at load, so the byte-level step costs nothing. */
+#ifndef ATLAS_TOKENIZER_INTERNAL_H
+#define ATLAS_TOKENIZER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "atlas/tokenizer.h"
+
+/* ---- hash maps --------------------------------------------------------------------------- */
+
+/* Bytes -> int32 id, open addressing; keys point into memory owned by someone else. */
+typedef struct tok_strmap {
+    uint32_t *slots; /* entry index + 1, 0 = empty; capacity is a power of two */
+    size_t cap;
+    const char **keys;
+    uint32_t *key_lens;
+    int32_t *vals;
+    size_t n, n_alloc;
+} tok_strmap;
+
+atlas_status tok_strmap_init(tok_strmap *m, size_t expected);
+void tok_strmap_free(tok_strmap *m);
+/* Inserts or overwrites (the key's memory must outlive the map). */
+atlas_status tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val);
+int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len); /* -1 absent */
+
+/* (left id, right id) -> (rank, merged id). */
+typedef struct tok_merge {
+    uint64_t key; /* left << 32 | right; UINT64_MAX = empty */
+    uint32_t rank;
+    int32_t id;
+} tok_merge;
+
+typedef struct tok_mergemap {
+    tok_merge *slots;
+    size_t cap, n;
+} tok_mergemap;
+
+uint64_t tok_hash_bytes(const void *p, size_t len);
+
+/* ---- pipeline components ----------------------------------------------------------------- */
+
+typedef enum tok_norm_kind {
+    TOK_NORM_NFC,
+    TOK_NORM_NFD,
+    TOK_NORM_NFKC,
+    TOK_NORM_NFKD,
+    TOK_NORM_LOWERCASE,
+    TOK_NORM_PREPEND,
+    TOK_NORM_REPLACE, /* literal string pattern */
+} tok_norm_kind;
+
+typedef struct tok_norm {
+    tok_norm_kind kind;
+    char *a, *b; /* PREPEND: a = prefix; REPLACE: a = pattern, b = content */
+    size_t a_len, b_len;
+} tok_norm;
+
+typedef enum tok_split_behavior {
+    TOK_SPLIT_REMOVED,
+    TOK_SPLIT_ISOLATED,
+    TOK_SPLIT_MERGED_WITH_PREVIOUS,
+    TOK_SPLIT_MERGED_WITH_NEXT,
+    TOK_SPLIT_CONTIGUOUS,
+} tok_split_behavior;
+
+typedef enum tok_pretok_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL } tok_pretok_kind;
+
+typedef struct tok_pretok {
+    tok_pretok_kind kind;
+    pcre2_code *re; /* SPLIT, or BYTELEVEL with use_regex (the GPT-2 pattern) */
+    tok_split_behavior behavior;
+    bool invert;
+    bool add_prefix_space; /* BYTELEVEL */
+} tok_pretok;
+
+typedef struct tok_added {
+    char *content; /* as written in tokenizer.json */
+    size_t len;
+    char *match;   /* what is searched for: content, normalized when `normalized` */
+    size_t match_len;
+    int32_t id;
+    bool special, lstrip, rstrip, single_word, normalized;
+} tok_added;
+
+/* A byte trie over added tokens' match strings, for leftmost-longest matching. */
+typedef struct tok_trie_node {
+    int32_t first_child, next_sibling;
+    int32_t added; /* index into tok->added, -1 if no token ends here */
+    unsigned char byte;
+} tok_trie_node;
+
+typedef struct tok_trie {
+    tok_trie_node *nodes; /* node 0 is the root */
+    size_t n, cap;
+    uint8_t first[32]; /* bitmap of the bytes that start some token */
+} tok_trie;
+
+/* ---- the tokenizer ----------------------------------------------------------------------- */
+
+enum { TOK_HAS_STRING = 1, TOK_SPECIAL = 2, TOK_ADDED = 4 };
+
+struct atlas_tokenizer {
+    size_t n_tokens;   /* max id with a string + 1 */
+    size_t vocab_size; /* >= n_tokens: padded ids decode to "" */
+    /* per id, [n_tokens]: the token's bytes after the byte-level decoder */
+    uint32_t *tok_off, *tok_len;
+    uint8_t *tok_flags;
+    char *arena; /* all token bytes and strings */
+    size_t arena_len, arena_cap;
+
+    tok_strmap by_bytes; /* model vocab, raw bytes -> id (entries that are byte-level) */
+    tok_strmap by_str;   /* vocab strings and added tokens' contents -> id */
+    tok_mergemap merges;
+    int32_t byte_id[256]; /* the id of each single byte, -1 if none */
+    bool ignore_merges;
+
+    tok_norm *norms;
+    size_t n_norms;
+    tok_pretok *pretoks;
+    size_t n_pretoks;
+
+    tok_added *added;
+    size_t n_added;
+    tok_trie trie_raw;  /* added tokens with normalized: false, matched on the raw text */
+    tok_trie trie_norm; /* normalized: true, matched on the normalized text */
+
+    int32_t *prefix, *suffix; /* TemplateProcessing "single" around $A, when add_special */
+    size_t n_prefix, n_suffix;
+
+    int32_t bos_id, eos_id;
+    char *bos_token, *eos_token;
+};
+
+/* load.c parses JSON into the fields above; these build the lookup structures. */
+atlas_status tok_mergemap_init(tok_mergemap *m, size_t expected);
+void tok_mergemap_free(tok_mergemap *m);
+void tok_mergemap_put(tok_mergemap *m, int32_t left, int32_t right, uint32_t rank, int32_t id);
+const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t left, int32_t right);
+
+atlas_status tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t added_index);
+void tok_trie_free(tok_trie *t);
+
+/* The GPT-2 byte <-> char mapping used by ByteLevel. */
+uint32_t tok_byte_to_cp(unsigned char b);
+int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not one of the 256 chars */
+
+/* UTF-8.  Decodes one character at s[0..n): returns its length (1..4) and sets *cp, or 0
+ * when s starts with an incomplete but so far valid sequence, or -k when the first k bytes
+ * are a maximal invalid subpart (to replace with one U+FFFD, as Rust's from_utf8_lossy). */
+int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
+size_t tok_utf8_put(char *dst, uint32_t cp); /* writes 1..4 bytes */
+/* Offset of the first invalid byte, or len when text is valid UTF-8. */
+size_t tok_utf8_validate(const char *s, size_t len);
+
+/* ---- per-call encoding state (no locks: each encode call owns one) -------------------------- */
+
+typedef struct tok_span {
+    uint32_t off, len;
+} tok_span;
+
+typedef struct tok_seg {
+    uint32_t a, b; /* [a, b) in the piece being split */
+    bool match;
+} tok_seg;
+
+typedef struct tok_cache_slot {
+    uint32_t key_off, key_len; /* into ctx->cache_bytes */
+    uint32_t ids_off, ids_len; /* into ctx->cache_ids */
+} tok_cache_slot;
+
+typedef struct tok_ctx {
+    const atlas_tokenizer *tok;
+    /* output */
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    /* working text: segments and pre-tokenizer output point into it by offset */
+    char *work;
+    size_t work_len, work_cap;
+    tok_span *pieces, *pieces2;
+    size_t n_pieces, n_pieces2, cap_pieces, cap_pieces2;
+    tok_seg *segs;
+    size_t n_segs, cap_segs;
+    /* regex */
+    pcre2_match_data *md;
+    pcre2_match_context *mctx; /* only once a match needed a bigger JIT stack */
+    pcre2_jit_stack *jit_stack;
+    /* BPE scratch, per word */
+    struct tok_sym *syms;
+    size_t cap_syms;
+    struct tok_heap_item *heap;
+    size_t cap_heap;
+    /* the word cache: raw bytes of a word -> its ids, for the duration of one call */
+    tok_cache_slot *cache;
+    size_t cache_cap, cache_n;
+    char *cache_bytes;
+    size_t cache_bytes_len, cache_bytes_cap;
+    int32_t *cache_ids;
+    size_t cache_ids_len, cache_ids_cap;
+} tok_ctx;
+
+void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok);
+void tok_ctx_free(tok_ctx *c); /* frees everything except c->ids */
+
+atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id);
+atlas_status tok_ctx_work_append(tok_ctx *c, const char *s, size_t len, uint32_t *off);
+
+/* bpe.c: appends the ids of one word (raw bytes) to c->ids. */
+atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len);
+
+/* pretok.c */
+/* Normalizes s[0..len) through the normalizer chain into a malloc'd buffer (NULL with
+ * *out_len = len when nothing changes). */
+atlas_status tok_normalize(const atlas_tokenizer *tok, const char *s, size_t len, char **out,
+                           size_t *out_len);
+/* Splits work[off..off+len) into words in c->pieces. */
+atlas_status tok_pretokenize(tok_ctx *c, uint32_t off, uint32_t len);
+/* Finds added tokens in s[0..len) with trie t: calls fn for each plain segment and each
+ * token (added index >= 0), in order. */
+typedef atlas_status (*tok_segment_fn)(tok_ctx *c, const char *s, size_t len, int32_t added,
+                                       void *user);
+atlas_status tok_split_added(tok_ctx *c, const tok_trie *t, const char *s, size_t len,
+                             tok_segment_fn fn, void *user);
+pcre2_code *tok_regex_compile(const char *pattern, size_t len, bool literal, char *err,
+                              size_t err_cap);
+
+#endif
