@@ -1,0 +1,563 @@
+/* tests/test-registry.c — the host and the per-model registry through a fake driver: CI has
+ * no GPU, so the test fills the driver table itself (the one place a fake is acceptable).
+ * The fake counts contexts, modules and allocations (backed by malloc, so that copies are
+ * real) and injects failures; tests/test-gpu-host.c runs the same paths on a real GPU. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/cuda/registry.h"
+#include "harness.h"
+
+/* --- the fake driver ---------------------------------------------------------------------- */
+
+#define FAKE_MAX 256
+#define FAKE_TOTAL ((size_t)80 << 30)
+#define FAKE_ILLEGAL_ADDRESS 700
+
+static struct {
+    int device_count;
+    int retains, releases;
+    int modules_loaded, modules_unloaded, get_function_calls;
+    void *allocs[FAKE_MAX];
+    size_t alloc_size[FAKE_MAX];
+    size_t live_bytes;
+    int fail_alloc_oom;            /* next cuMemAlloc fails with OUT_OF_MEMORY */
+    int fail_retain;               /* next cuDevicePrimaryCtxRetain fails */
+    int fail_sync;                 /* next cuCtxSynchronize fails */
+    CUdeviceptr fail_free[4];      /* cuMemFree of these fails (ILLEGAL_ADDRESS) */
+    CUmodule fail_unload;          /* cuModuleUnload of this fails */
+    CUmodule last_module;          /* the last one loaded */
+} fake;
+
+static _Thread_local CUcontext fake_current;
+static char fake_ctx_obj, fake_stream_obj[2], fake_event_obj;
+static int fake_streams;
+
+/* A fake module image: "FAKEMOD:name1,name2" lists its kernels. */
+typedef struct fake_module {
+    char names[256];
+    char fn_tags[8]; /* CUfunction handles point into this */
+} fake_module;
+
+static CUresult f_init(unsigned int flags) { return 0; }
+static CUresult f_version(int *v) { *v = 13000; return 0; }
+static CUresult f_err_name(CUresult e, const char **name) {
+    switch (e) {
+    case 0: *name = "CUDA_SUCCESS"; return 0;
+    case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
+    case 2: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+    case 200: *name = "CUDA_ERROR_INVALID_IMAGE"; return 0;
+    case 500: *name = "CUDA_ERROR_NOT_FOUND"; return 0;
+    case 700: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; return 0;
+    }
+    *name = NULL;
+    return 1;
+}
+static CUresult f_err_string(CUresult e, const char **text) {
+    *text = e == 2 ? "out of memory" : "fake error";
+    return 0;
+}
+static CUresult f_dev_get(CUdevice *d, int ordinal) { *d = ordinal; return 0; }
+static CUresult f_dev_count(int *n) { *n = fake.device_count; return 0; }
+static CUresult f_dev_name(char *name, int len, CUdevice d) {
+    snprintf(name, (size_t)len, "Fake GPU %d", d);
+    return 0;
+}
+static CUresult f_dev_attr(int *v, CUdevice_attribute a, CUdevice d) {
+    switch (a) {
+    case ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case ATLAS_CU_ATTR_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case ATLAS_CU_ATTR_L2_CACHE_SIZE: *v = 50 << 20; break;
+    case ATLAS_CU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+    default: *v = 0;
+    }
+    return 0;
+}
+static CUresult f_total_mem(size_t *b, CUdevice d) { *b = FAKE_TOTAL; return 0; }
+static CUresult f_retain(CUcontext *c, CUdevice d) {
+    if (fake.fail_retain) { fake.fail_retain = 0; return 2; }
+    fake.retains++;
+    *c = (CUcontext)&fake_ctx_obj;
+    return 0;
+}
+static CUresult f_release(CUdevice d) { fake.releases++; return 0; }
+static CUresult f_set_current(CUcontext c) { fake_current = c; return 0; }
+static CUresult f_get_current(CUcontext *c) { *c = fake_current; return 0; }
+static CUresult f_sync(void) {
+    if (fake.fail_sync) { fake.fail_sync = 0; return FAKE_ILLEGAL_ADDRESS; }
+    return 0;
+}
+static CUresult f_stream_create(CUstream *s, unsigned int flags) {
+    *s = (CUstream)&fake_stream_obj[fake_streams++ % 2];
+    return 0;
+}
+static CUresult f_stream_ok(CUstream s) { return 0; }
+static CUresult f_event_create(CUevent *e, unsigned int flags) {
+    *e = (CUevent)&fake_event_obj;
+    return 0;
+}
+static CUresult f_event_record(CUevent e, CUstream s) { return 0; }
+static CUresult f_event_ok(CUevent e) { return 0; }
+
+static CUresult f_alloc(CUdeviceptr *p, size_t bytes) {
+    if (fake.fail_alloc_oom) { fake.fail_alloc_oom = 0; return 2; }
+    for (int i = 0; i < FAKE_MAX; i++) {
+        if (!fake.allocs[i]) {
+            fake.allocs[i] = malloc(bytes);
+            fake.alloc_size[i] = bytes;
+            fake.live_bytes += bytes;
+            *p = (CUdeviceptr)(uintptr_t)fake.allocs[i];
+            return 0;
+        }
+    }
+    return 2;
+}
+static CUresult f_free(CUdeviceptr p) {
+    for (int k = 0; k < 4; k++)
+        if (p && fake.fail_free[k] == p) return FAKE_ILLEGAL_ADDRESS;
+    for (int i = 0; i < FAKE_MAX; i++) {
+        if (fake.allocs[i] && (CUdeviceptr)(uintptr_t)fake.allocs[i] == p) {
+            free(fake.allocs[i]);
+            fake.allocs[i] = NULL;
+            fake.live_bytes -= fake.alloc_size[i];
+            return 0;
+        }
+    }
+    return 1;
+}
+static CUresult f_mem_info(size_t *free_b, size_t *total) {
+    *free_b = FAKE_TOTAL - fake.live_bytes;
+    *total = FAKE_TOTAL;
+    return 0;
+}
+static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return 0;
+}
+static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t n) {
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+static CUresult f_host_alloc(void **p, size_t bytes, unsigned int flags) {
+    *p = malloc(bytes);
+    return *p ? 0 : 2;
+}
+static CUresult f_free_host(void *p) { free(p); return 0; }
+
+static CUresult f_module_load(CUmodule *m, const void *image) {
+    const char *s = image;
+#ifdef ATLAS_HAVE_KERNELS
+    static const unsigned char fatbin_magic[4] = {0x50, 0xed, 0x55, 0xba};
+    if (memcmp(image, fatbin_magic, 4) == 0) s = "FAKEMOD:";
+#endif
+    if (strncmp(s, "FAKEMOD:", 8) != 0) return 200;
+    fake_module *fm = calloc(1, sizeof *fm);
+    snprintf(fm->names, sizeof fm->names, ",%s,", s + 8);
+    fake.modules_loaded++;
+    *m = (CUmodule)fm;
+    fake.last_module = *m;
+    return 0;
+}
+static CUresult f_module_unload(CUmodule m) {
+    if (m == fake.fail_unload) return FAKE_ILLEGAL_ADDRESS;
+    free(m);
+    fake.modules_unloaded++;
+    return 0;
+}
+static CUresult f_get_function(CUfunction *fn, CUmodule m, const char *name) {
+    fake_module *fm = (fake_module *)m;
+    char key[128];
+    snprintf(key, sizeof key, ",%s,", name);
+    fake.get_function_calls++;
+    const char *at = strstr(fm->names, key);
+    if (!at) return 500;
+    *fn = (CUfunction)&fm->fn_tags[(at - fm->names) % 8];
+    return 0;
+}
+
+static atlas_driver fake_table(void) {
+    atlas_driver d;
+    memset(&d, 0, sizeof d);
+    d.cuInit = f_init;
+    d.cuDriverGetVersion = f_version;
+    d.cuGetErrorName = f_err_name;
+    d.cuGetErrorString = f_err_string;
+    d.cuDeviceGet = f_dev_get;
+    d.cuDeviceGetCount = f_dev_count;
+    d.cuDeviceGetName = f_dev_name;
+    d.cuDeviceGetAttribute = f_dev_attr;
+    d.cuDeviceTotalMem = f_total_mem;
+    d.cuDevicePrimaryCtxRetain = f_retain;
+    d.cuDevicePrimaryCtxRelease = f_release;
+    d.cuCtxSetCurrent = f_set_current;
+    d.cuCtxGetCurrent = f_get_current;
+    d.cuCtxSynchronize = f_sync;
+    d.cuStreamCreate = f_stream_create;
+    d.cuStreamDestroy = f_stream_ok;
+    d.cuStreamSynchronize = f_stream_ok;
+    d.cuEventCreate = f_event_create;
+    d.cuEventRecord = f_event_record;
+    d.cuEventSynchronize = f_event_ok;
+    d.cuMemAlloc = f_alloc;
+    d.cuMemFree = f_free;
+    d.cuMemGetInfo = f_mem_info;
+    d.cuMemcpyHtoDAsync = f_htod_async;
+    d.cuMemcpyDtoH = f_dtoh;
+    d.cuMemHostAlloc = f_host_alloc;
+    d.cuMemFreeHost = f_free_host;
+    d.cuModuleLoadData = f_module_load;
+    d.cuModuleUnload = f_module_unload;
+    d.cuModuleGetFunction = f_get_function;
+    return d;
+}
+
+/* --- helpers ------------------------------------------------------------------------------ */
+
+#define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
+                         atlas_last_error())
+
+static void run_child(const char *what, void (*fn)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(harness_failures ? 1 : 0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "scenario '%s' failed", what);
+}
+
+static void install_fake(int device_count) {
+    fake.device_count = device_count;
+    atlas_driver d = fake_table();
+    CHECK_OK(atlas_driver_install_for_test(&d, 13000));
+}
+
+/* --- host binding ------------------------------------------------------------------------- */
+
+static void scenario_no_device(void) {
+    install_fake(0);
+    atlas_host *h = NULL;
+    CHECK(atlas_host_get(0, &h) == ATLAS_ERR_NO_DEVICE && h == NULL);
+    HAS("no CUDA device");
+    CHECK(strcmp(atlas_host_unavailable_reason(), "no CUDA device") == 0);
+}
+
+static void scenario_bad_ordinal_then_retain_failure(void) {
+    install_fake(2);
+    atlas_host *h = NULL;
+    CHECK(atlas_host_get(2, &h) == ATLAS_ERR_NO_DEVICE);
+    HAS("GPU 2 requested, but the driver sees 2 device(s)");
+    /* a failed context retain leaves nothing bound and nothing retained; a retry works */
+    fake.fail_retain = 1;
+    CHECK(atlas_host_get(1, &h) == ATLAS_ERR_DEVICE_NOMEM);
+    HAS("cuDevicePrimaryCtxRetain failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+    HAS("src/backend/cuda/host.c:");
+    CHECK(fake.retains == 0);
+    CHECK_OK(atlas_host_get(1, &h));
+    CHECK(h && atlas_host_properties(h)->ordinal == 1);
+    CHECK(strcmp(atlas_host_properties(h)->name, "Fake GPU 1") == 0);
+    CHECK(atlas_host_get(0, &h) == ATLAS_ERR_INVALID);
+    HAS("GPU 0 requested, but this process is bound to GPU 1");
+}
+
+static void *thread_get_host(void *arg) {
+    atlas_host *h = NULL;
+    fake_current = NULL;
+    atlas_status st = atlas_host_get(0, &h);
+    int ok = st == ATLAS_OK && h == arg && fake_current == atlas_host_context(h);
+    return ok ? arg : NULL;
+}
+
+static void test_host(atlas_host **out) {
+    atlas_host *h = NULL, *h2 = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    CHECK(h != NULL);
+    if (!h) exit(harness_finish());
+    const atlas_host_props *p = atlas_host_properties(h);
+    CHECK(strcmp(p->name, "Fake GPU 0") == 0);
+    CHECK(p->cc_major == 9 && p->cc_minor == 0 && p->sm_count == 132);
+    CHECK(p->total_mem == FAKE_TOTAL && p->driver_version == 13000);
+    CHECK(fake.retains == 1);
+    CHECK(fake_current == atlas_host_context(h));
+
+    /* same ordinal: the same host, no second context */
+    CHECK_OK(atlas_host_get(0, &h2));
+    CHECK(h2 == h);
+    CHECK(fake.retains == 1 && atlas_host_context_retains(h) == 1);
+
+    /* another ordinal: refused, naming both, and nothing changes */
+    h2 = (atlas_host *)&h2;
+    CHECK(atlas_host_get(1, &h2) == ATLAS_ERR_INVALID && h2 == NULL);
+    HAS("GPU 1 requested, but this process is bound to GPU 0");
+    CHECK(fake.retains == 1);
+
+    /* another thread gets the same host, with the context made current there */
+    pthread_t t;
+    void *ret = NULL;
+    CHECK(pthread_create(&t, NULL, thread_get_host, h) == 0);
+    CHECK(pthread_join(t, &ret) == 0);
+    CHECK(ret == h);
+    CHECK(fake.retains == 1);
+
+    atlas_driver d = fake_table();
+    CHECK(atlas_driver_install_for_test(&d, 13000) == ATLAS_ERR_INVALID);
+    *out = h;
+}
+
+/* --- registry ----------------------------------------------------------------------------- */
+
+static void test_modules(atlas_host *h) {
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    CHECK_OK(atlas_registry_load_image(r, "norm", "FAKEMOD:rmsnorm_bf16,add_rmsnorm_bf16"));
+    CHECK_OK(atlas_registry_load_image(r, "rope", "FAKEMOD:rope_bf16"));
+    CHECK(atlas_registry_module_count(r) == 2 && fake.modules_loaded == 2);
+
+    CUfunction a = NULL, b = NULL, c = NULL;
+    CHECK_OK(atlas_registry_function(r, "rope_bf16", &a));
+    CHECK_OK(atlas_registry_function(r, "add_rmsnorm_bf16", &b));
+    CHECK(a && b && a != b);
+    int calls = fake.get_function_calls;
+    CHECK_OK(atlas_registry_function(r, "rope_bf16", &c)); /* cached: no driver call */
+    CHECK(c == a && fake.get_function_calls == calls);
+    CHECK(atlas_registry_function_count(r) == 2);
+
+    CHECK(atlas_registry_function(r, "gemm_bf16", &c) == ATLAS_ERR_NOT_FOUND && c == NULL);
+    HAS("no kernel 'gemm_bf16' in the loaded modules (norm, rope)");
+
+    CHECK(atlas_registry_load_image(r, "junk", "\x7f" "ELF garbage") == ATLAS_ERR_DEVICE);
+    HAS("registry: loading kernel module 'junk': cuModuleLoadData failed: "
+        "CUDA_ERROR_INVALID_IMAGE");
+    HAS("(src/backend/cuda/registry.c:");
+    CHECK(atlas_registry_load_image(r, "rope", "FAKEMOD:x") == ATLAS_ERR_INVALID);
+    HAS("module 'rope' is already loaded");
+    CHECK(atlas_registry_module_count(r) == 2);
+
+#ifdef ATLAS_HAVE_KERNELS
+    int n = 0;
+    const atlas_kernel_image *img = atlas_kernel_images(&n);
+    CHECK(n >= 1);
+    int probe = 0;
+    for (int i = 0; i < n; i++) probe |= strcmp(img[i].name, "probe") == 0 && img[i].size > 0;
+    CHECK(probe);
+    CHECK_OK(atlas_registry_load_module(r, "probe"));
+    CHECK_OK(atlas_registry_load_module(r, "probe")); /* twice: loaded once */
+    CHECK(atlas_registry_module_count(r) == 3 && fake.modules_loaded == 3);
+    CHECK(atlas_registry_load_module(r, "no_such") == ATLAS_ERR_NOT_FOUND);
+    HAS("no kernel module 'no_such' in this binary");
+#else
+    CHECK(atlas_registry_load_module(r, "probe") == ATLAS_ERR_NOT_FOUND);
+    HAS("built without CUDA kernels");
+#endif
+
+    int loaded = fake.modules_loaded;
+    CHECK_OK(atlas_registry_release(r));
+    CHECK(fake.modules_unloaded == loaded);
+    CHECK_OK(atlas_registry_release(NULL));
+}
+
+static void test_allocations(atlas_host *h) {
+    size_t free0 = 0, total = 0;
+    CHECK_OK(atlas_host_mem_info(h, &free0, &total));
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    CUdeviceptr w = 0, kv = 0, ws = 0, x = 0;
+    CHECK_OK(atlas_registry_alloc(r, 1000, "layers.0.qkv", &w));
+    CHECK_OK(atlas_registry_alloc(r, 4096, "kv cache", &kv));
+    CHECK_OK(atlas_registry_alloc(r, 512, "workspace", &ws));
+    CHECK(w && kv && ws);
+    CHECK(atlas_registry_alloc_count(r) == 3 && atlas_registry_alloc_bytes(r) == 5608);
+
+    size_t free1 = 0;
+    CHECK_OK(atlas_host_mem_info(h, &free1, &total));
+    CHECK(free0 - free1 == 5608);
+
+    CHECK_OK(atlas_registry_free(r, kv));
+    CHECK(atlas_registry_alloc_count(r) == 2 && atlas_registry_alloc_bytes(r) == 1512);
+    CHECK(atlas_registry_free(r, kv) == ATLAS_ERR_INVALID); /* not twice */
+    HAS("was not allocated by this registry");
+    CHECK_OK(atlas_registry_free(r, 0));
+    CHECK(atlas_registry_alloc(r, 0, "empty", &x) == ATLAS_ERR_INVALID);
+
+    /* out of memory: a recoverable error naming the buffer; nothing else changes */
+    fake.fail_alloc_oom = 1;
+    x = 1;
+    CHECK(atlas_registry_alloc(r, (size_t)200 << 30, "layers.7.gate_up", &x) ==
+          ATLAS_ERR_DEVICE_NOMEM);
+    CHECK(x == 0);
+    HAS("for layers.7.gate_up: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+    CHECK(atlas_registry_alloc_count(r) == 2);
+
+    /* handles: release refused while another is live, and nothing is unloaded */
+    CHECK_OK(atlas_registry_load_image(r, "probe", "FAKEMOD:fill"));
+    int unloaded = fake.modules_unloaded;
+    CHECK(atlas_registry_ref(r) == r);
+    atlas_registry_ref(r);
+    CHECK(atlas_registry_handles(r) == 3);
+    CHECK(atlas_registry_release(r) == ATLAS_ERR_BUSY);
+    HAS("release refused: 2 other handle(s) live");
+    atlas_registry_unref(r);
+    CHECK(atlas_registry_release(r) == ATLAS_ERR_BUSY);
+    HAS("1 other handle(s)");
+    CHECK(fake.modules_unloaded == unloaded && atlas_registry_alloc_count(r) == 2);
+    CUfunction fn = NULL;
+    CHECK_OK(atlas_registry_function(r, "fill", &fn)); /* still usable */
+    atlas_registry_unref(r);
+    atlas_registry_unref(NULL);
+    CHECK(atlas_registry_handles(r) == 1);
+    CHECK_OK(atlas_registry_release(r));
+    CHECK(fake.modules_unloaded == unloaded + 1);
+
+    /* device memory back to where it was */
+    size_t free2 = 0;
+    CHECK_OK(atlas_host_mem_info(h, &free2, &total));
+    CHECK(free2 == free0);
+}
+
+/* Every failure of a release is reported, all of them, and the registry is still freed. */
+static void test_release_failures(atlas_host *h) {
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    CHECK_OK(atlas_registry_load_image(r, "norm", "FAKEMOD:rmsnorm"));
+    CHECK_OK(atlas_registry_load_image(r, "attention", "FAKEMOD:attn"));
+    CUmodule attention = fake.last_module;
+    CUdeviceptr a = 0, b = 0, c = 0;
+    CHECK_OK(atlas_registry_alloc(r, 64, "embed_tokens", &a));
+    CHECK_OK(atlas_registry_alloc(r, 128, "lm_head", &b));
+    CHECK_OK(atlas_registry_alloc(r, 256, "kv cache", &c));
+    fake.fail_free[0] = a;
+    fake.fail_free[1] = c;
+    fake.fail_unload = attention;
+    fake.fail_sync = 1;
+    atlas_status st = atlas_registry_release(r);
+    CHECK(st == ATLAS_ERR_DEVICE);
+    HAS("registry release (3 allocation(s), 2 module(s)): 4 failure(s)");
+    HAS("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS("cuMemFree 'embed_tokens' (64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS("cuMemFree 'kv cache' (256 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS("cuModuleUnload 'attention': CUDA_ERROR_ILLEGAL_ADDRESS");
+    CHECK(strstr(atlas_last_error(), "lm_head") == NULL); /* it was freed */
+    CHECK(strstr(atlas_last_error(), "'norm'") == NULL);
+    printf("release failures: %s\n", atlas_last_error());
+
+    /* the fake keeps what it refused to free: clean it up so the sanitizers see no leak */
+    fake.fail_free[0] = fake.fail_free[1] = 0;
+    CHECK(f_free(a) == 0 && f_free(c) == 0);
+    void *m = fake.fail_unload;
+    fake.fail_unload = NULL;
+    CHECK(f_module_unload(m) == 0);
+}
+
+/* Many failures: the message stays bounded and counts what it could not list. */
+static void test_release_many_failures(atlas_host *h) {
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    CUdeviceptr p[40];
+    char name[64];
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
+        CHECK_OK(atlas_registry_alloc(r, 16, name, &p[i]));
+    }
+    fake.fail_sync = 1; /* sync fails; frees of everything else work */
+    CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
+    HAS("1 failure(s)");
+    CHECK_OK(atlas_registry_create(h, &r));
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
+        CHECK_OK(atlas_registry_alloc(r, 16, name, &p[i]));
+        fake.fail_free[i] = p[i];
+    }
+    for (int i = 4; i < 40; i++) CHECK_OK(atlas_registry_alloc(r, 16, "x", &p[i]));
+    CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
+    HAS("4 failure(s)");
+    HAS("model.layers.0.self_attn");
+    HAS("model.layers.3.self_attn");
+    for (int i = 0; i < 4; i++) {
+        fake.fail_free[i] = 0;
+        CHECK(f_free(p[i]) == 0);
+    }
+}
+
+/* Weight uploads through the pinned staging pool, packed and chunked. */
+typedef struct f32_to_u16 {
+    const float *src;
+} f32_to_u16;
+
+static void fill_u16(void *dst, size_t offset, size_t bytes, void *user) {
+    const f32_to_u16 *c = user;
+    uint16_t *o = dst;
+    for (size_t i = 0; i < bytes / 2; i++) o[i] = (uint16_t)c->src[offset / 2 + i];
+}
+
+static void test_upload(atlas_host *h) {
+    CHECK(atlas_host_staging_bytes(h) == 0); /* lazily allocated */
+    CHECK(atlas_host_set_staging(h, 0, 4096) == ATLAS_ERR_INVALID);
+    CHECK_OK(atlas_host_set_staging(h, 3, 4096));
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+
+    enum { N = 20000 };
+    unsigned char *src = malloc(N), *back = malloc(N);
+    for (int i = 0; i < N; i++) src[i] = (unsigned char)(i * 7 + 3);
+    CUdeviceptr big = 0, small[5];
+    CHECK_OK(atlas_registry_alloc(r, N, "big", &big));
+    CHECK_OK(atlas_host_upload_copy(h, big, src, N));
+    for (int k = 0; k < 5; k++) {
+        CHECK_OK(atlas_registry_alloc(r, 100 + k, "small", &small[k]));
+        CHECK_OK(atlas_host_upload_copy(h, small[k], src + k, 100 + (size_t)k));
+    }
+    float conv_src[3000];
+    for (int i = 0; i < 3000; i++) conv_src[i] = (float)(i % 1000);
+    CUdeviceptr conv = 0;
+    CHECK_OK(atlas_registry_alloc(r, 6000, "converted", &conv));
+    f32_to_u16 ctx = {conv_src};
+    CHECK_OK(atlas_host_upload(h, conv, 6000, fill_u16, &ctx));
+    CHECK_OK(atlas_host_upload_wait(h));
+    CHECK(atlas_host_staging_bytes(h) == 3 * 4096);
+    CHECK(atlas_host_set_staging(h, 2, 8192) == ATLAS_ERR_BUSY);
+
+    const atlas_driver *d = atlas_driver_get();
+    CHECK(d->cuMemcpyDtoH(back, big, N) == 0 && memcmp(back, src, N) == 0);
+    for (int k = 0; k < 5; k++)
+        CHECK(d->cuMemcpyDtoH(back, small[k], 100 + (size_t)k) == 0 &&
+              memcmp(back, src + k, 100 + (size_t)k) == 0);
+    uint16_t u[3000];
+    CHECK(d->cuMemcpyDtoH(u, conv, sizeof u) == 0);
+    int same = 1;
+    for (int i = 0; i < 3000; i++) same &= u[i] == (uint16_t)(i % 1000);
+    CHECK(same);
+    free(src);
+    free(back);
+    CHECK_OK(atlas_registry_release(r));
+}
+
+int main(void) {
+    run_child("no device", scenario_no_device);
+    run_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
+
+    install_fake(2);
+    atlas_host *h = NULL;
+    test_host(&h);
+    test_modules(h);
+    test_allocations(h);
+    test_release_failures(h);
+    test_release_many_failures(h);
+    test_upload(h);
+
+    /* the end: every module unloaded, every device allocation freed, one context */
+    CHECK(fake.modules_loaded == fake.modules_unloaded);
+    CHECK(fake.live_bytes == 0);
+    CHECK(fake.retains == 1 && fake.releases == 0);
+    CHECK(atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__) == ATLAS_ERR_DEVICE_NOMEM);
+    CHECK(atlas_cu_check(12345, "cuLaunchKernel", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    HAS("cuLaunchKernel failed: CUDA_ERROR_12345 (fake error) (tests/test-registry.c:");
+    return harness_finish();
+}
