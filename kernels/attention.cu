@@ -14,85 +14,89 @@
 
 enum { ATTN_THREADS = 128 };
 
-/* smem: q[G * hd] f32, scores[G * chunk] f32, slots[chunk] i32, ml[2 * G] f32. */
+/* One block: token t, kv head g, split s covering context positions [start + s*chunk, ..),
+ * walked in tiles of `tile` keys with an online softmax.
+ * smem: q[G*hd], o[G*hd], scores[G*tile], slots[tile] (int), m[G], l[G], alpha[G]. */
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
 atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
                  const bf16_t *vc, const int *tok_seq, const int *positions,
                  const int *block_table, int max_blocks, int bs, int H, int K, int hd,
-                 int window, int chunk, float scale) {
+                 int window, int chunk, int tile, float scale) {
     extern __shared__ __align__(16) float smem[];
     int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
-    int G = H / K, tid = threadIdx.x;
-    float *q = smem, *sc = q + G * hd, *ml = sc + G * chunk;
-    int *slots = (int *)(ml + 2 * G);
+    int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float *q = smem, *o = q + G * hd, *sc = o + G * hd;
+    int *slots = (int *)(sc + G * tile);
+    float *mrun = (float *)(slots + tile), *lrun = mrun + G, *alpha = lrun + G;
 
     int pos = positions[t];
     int start = window > 0 ? max(0, pos - window + 1) : 0;
-    int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1), len = j1 - j0;
+    int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1);
     size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
-    if (len <= 0) {
-        for (int i = tid; i < G * hd; i += ATTN_THREADS)
-            part_o[(po + (size_t)(i / hd) * n_split) * hd + i % hd] = 0.0f;
-        for (int h = tid; h < G; h += ATTN_THREADS) {
-            part_ml[(po + (size_t)h * n_split) * 2] = -INFINITY;
-            part_ml[(po + (size_t)h * n_split) * 2 + 1] = 0.0f;
-        }
-        return;
-    }
     const float *qrow = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)g * G * hd;
-    for (int i = tid; i < G * hd; i += ATTN_THREADS) q[i] = qrow[i] * scale;
+    for (int i = tid; i < G * hd; i += ATTN_THREADS) {
+        q[i] = qrow[i] * scale;
+        o[i] = 0.0f;
+    }
+    for (int h = tid; h < G; h += ATTN_THREADS) { mrun[h] = -INFINITY; lrun[h] = 0.0f; }
     const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
-    for (int j = tid; j < len; j += ATTN_THREADS) {
-        int p = j0 + j;
-        slots[j] = bt[p / bs] * bs + p % bs;
-    }
-    __syncthreads();
 
-    /* scores[h][j] = q_h . k_j */
-    for (int idx = tid; idx < G * len; idx += ATTN_THREADS) {
-        int h = idx / len, j = idx - h * len;
-        const bf16_t *kr = kc + ((size_t)slots[j] * K + g) * hd;
-        const float *qh = q + h * hd;
-        float d = 0.0f;
-        for (int i = 0; i < hd; i += 8) {
-            float f[8];
-            unpack8(*(const uint4 *)(kr + i), f);
+    for (int a0 = j0; a0 < j1; a0 += tile) {
+        int len = min(tile, j1 - a0);
+        __syncthreads(); /* the previous tile's readers are done */
+        for (int j = tid; j < len; j += ATTN_THREADS) {
+            int p = a0 + j;
+            slots[j] = bt[p / bs] * bs + p % bs;
+        }
+        __syncthreads();
+        for (int idx = tid; idx < G * len; idx += ATTN_THREADS) { /* scores[h][j] = q_h . k_j */
+            int h = idx / len, j = idx - h * len;
+            const bf16_t *kr = kc + ((size_t)slots[j] * K + g) * hd;
+            const float *qh = q + h * hd;
+            float d = 0.0f;
+            for (int i = 0; i < hd; i += 8) {
+                float f[8];
+                unpack8(*(const uint4 *)(kr + i), f);
 #pragma unroll
-            for (int e = 0; e < 8; e++) d += f[e] * qh[i + e];
+                for (int e = 0; e < 8; e++) d += f[e] * qh[i + e];
+            }
+            sc[h * tile + j] = d;
         }
-        sc[h * chunk + j] = d;
+        __syncthreads();
+        for (int h = warp; h < G; h += ATTN_THREADS / 32) { /* online softmax, a warp a head */
+            float mx = mrun[h];
+            for (int j = lane; j < len; j += 32) mx = fmaxf(mx, sc[h * tile + j]);
+            mx = warp_max(mx);
+            float sum = 0.0f;
+            for (int j = lane; j < len; j += 32) {
+                float e = __expf(sc[h * tile + j] - mx);
+                sc[h * tile + j] = e;
+                sum += e;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                float al = __expf(mrun[h] - mx); /* 0 on the first tile (-inf) */
+                alpha[h] = al;
+                lrun[h] = lrun[h] * al + sum;
+                mrun[h] = mx;
+            }
+        }
+        __syncthreads();
+        for (int idx = tid; idx < G * hd; idx += ATTN_THREADS) { /* o = o*alpha + p v */
+            int h = idx / hd, i = idx - h * hd;
+            const float *p = sc + h * tile;
+            const bf16_t *vb = vc + (size_t)g * hd + i;
+            float acc = 0.0f;
+            for (int j = 0; j < len; j++) acc += p[j] * bf2f(vb[(size_t)slots[j] * K * hd]);
+            o[idx] = o[idx] * alpha[h] + acc;
+        }
     }
     __syncthreads();
-
-    /* softmax pieces per head: one warp a head */
-    int lane = tid & 31, warp = tid >> 5;
-    for (int h = warp; h < G; h += ATTN_THREADS / 32) {
-        float mx = -INFINITY;
-        for (int j = lane; j < len; j += 32) mx = fmaxf(mx, sc[h * chunk + j]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int j = lane; j < len; j += 32) {
-            float e = __expf(sc[h * chunk + j] - mx);
-            sc[h * chunk + j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) { ml[2 * h] = mx; ml[2 * h + 1] = sum; }
-    }
-    __syncthreads();
-
-    /* o[h][i] = sum_j p[h][j] v_j[i] */
-    for (int idx = tid; idx < G * hd; idx += ATTN_THREADS) {
-        int h = idx / hd, i = idx - h * hd;
-        const float *p = sc + h * chunk;
-        const bf16_t *vb = vc + (size_t)g * hd + i;
-        float o = 0.0f;
-        for (int j = 0; j < len; j++) o += p[j] * bf2f(vb[(size_t)slots[j] * K * hd]);
-        part_o[(po + (size_t)h * n_split) * hd + i] = o;
-    }
+    for (int idx = tid; idx < G * hd; idx += ATTN_THREADS)
+        part_o[(po + (size_t)(idx / hd) * n_split) * hd + idx % hd] = o[idx];
     for (int h = tid; h < G; h += ATTN_THREADS) {
-        part_ml[(po + (size_t)h * n_split) * 2] = ml[2 * h];
-        part_ml[(po + (size_t)h * n_split) * 2 + 1] = ml[2 * h + 1];
+        part_ml[(po + (size_t)h * n_split) * 2] = mrun[h];
+        part_ml[(po + (size_t)h * n_split) * 2 + 1] = lrun[h];
     }
 }
 

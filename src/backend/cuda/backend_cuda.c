@@ -1,10 +1,500 @@
-/* backend/cuda/backend_cuda.c — placeholder until the CUDA op table lands: reports that
- * the CUDA backend is not built, so that the engine falls back to the CPU. */
-#include "backend/backend.h"
+/* backend/cuda/backend_cuda.c — the op table on the GPU: memory, weight upload, the paged
+ * KV cache, batch staging, the command queue with CUDA-graph replay of decode steps.
+ * See cuda_backend.h for the layout of the state and the command scheme. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
-atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_backend **out) {
-    (void)geom;
+static cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
+
+/* --- memory --------------------------------------------------------------------------------- */
+
+static atlas_status cuda_alloc(atlas_backend *be, size_t bytes, void **out) {
+    CUdeviceptr p = 0;
     *out = NULL;
-    return atlas_fail(ATLAS_ERR_NO_DEVICE, "CUDA backend: not built into this binary");
+    ATLAS_TRY(atlas_registry_alloc(cuda_of(be)->reg, bytes, "activations", &p));
+    *out = (void *)(uintptr_t)p;
+    return ATLAS_OK;
+}
+
+static void cuda_free(atlas_backend *be, void *p) {
+    if (p) (void)atlas_registry_free(cuda_of(be)->reg, CUDA_PTR(p));
+}
+
+/* Frees *p (if set) and allocates `bytes` there. */
+static atlas_status cuda_realloc(cuda_backend *cb, CUdeviceptr *p, size_t bytes, const char *what) {
+    if (*p) ATLAS_TRY(atlas_registry_free(cb->reg, *p));
+    *p = 0;
+    return atlas_registry_alloc(cb->reg, bytes, what, p);
+}
+
+/* --- weights: converted to bf16 while copied into the pinned staging buffers ---------------- */
+
+typedef struct fill_ctx {
+    cuda_backend *cb;
+    const atlas_tensor_view *const *views;
+    int n;
+    char *dst;     /* the staging chunk being filled */
+    size_t offset; /* its byte offset in the fused weight */
+} fill_ctx;
+
+/* Output bytes [a, b) of the fused weight (even offsets; 2 bytes an element). */
+static void fill_range(const fill_ctx *f, size_t a, size_t b) {
+    size_t e0 = 0; /* first element of view i in the fused weight */
+    for (int i = 0; i < f->n && a < b; i++) {
+        const atlas_tensor_view *v = f->views[i];
+        size_t ne = v->nbytes / atlas_dtype_size(v->dtype);
+        size_t lo = a / 2, hi = b / 2;
+        if (lo < e0 + ne && hi > e0) {
+            size_t s = lo > e0 ? lo : e0, e = hi < e0 + ne ? hi : e0 + ne;
+            uint16_t *out = (uint16_t *)(f->dst + (s * 2 - f->offset));
+            size_t k = s - e0, cnt = e - s;
+            if (v->dtype == ATLAS_DTYPE_BF16) {
+                memcpy(out, (const uint16_t *)v->data + k, cnt * 2);
+            } else if (v->dtype == ATLAS_DTYPE_F16) {
+                const uint16_t *in = (const uint16_t *)v->data + k;
+                for (size_t j = 0; j < cnt; j++) out[j] = atlas_f32_to_bf16(atlas_f16_to_f32(in[j]));
+            } else {
+                const float *in = (const float *)v->data + k;
+                for (size_t j = 0; j < cnt; j++) out[j] = atlas_f32_to_bf16(in[j]);
+            }
+        }
+        e0 += ne;
+    }
+}
+
+enum { FILL_PIECE = 1 << 20 };
+
+static void fill_job(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const fill_ctx *f = ctx;
+    fill_range(f, f->offset + (size_t)begin * FILL_PIECE, f->offset + (size_t)end * FILL_PIECE);
+}
+
+static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
+    fill_ctx *f = user;
+    f->dst = dst;
+    f->offset = offset;
+    size_t pieces = bytes / FILL_PIECE;
+    if (pieces) atlas_threadpool_for(f->cb->pool, (int64_t)pieces, 1, fill_job, f);
+    fill_range(f, offset + pieces * FILL_PIECE, offset + bytes);
+}
+
+static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,
+                                     int n, atlas_weight **out) {
+    cuda_backend *cb = cuda_of(be);
+    *out = NULL;
+    if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d views", n);
+    int dims = views[0]->n_dims;
+    int64_t rows = 0, cols = dims == 2 ? views[0]->shape[1] : views[0]->shape[0];
+    for (int i = 0; i < n; i++) {
+        const atlas_tensor_view *v = views[i];
+        if (v->n_dims != dims || (dims != 1 && dims != 2) ||
+            (dims == 2 ? v->shape[1] : v->shape[0]) != cols)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: shape does not fuse with %s",
+                              v->name, views[0]->name);
+        if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 &&
+            v->dtype != ATLAS_DTYPE_F32)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: dtype %s", v->name,
+                              atlas_dtype_name(v->dtype));
+        rows += dims == 2 ? v->shape[0] : 1;
+    }
+    if (dims == 1) cols *= rows, rows = 1; /* 1-D views concatenate */
+    if (dims == 2 && cols % 8)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %lld columns, want a multiple "
+                          "of 8", views[0]->name, (long long)cols);
+    atlas_weight *w = calloc(1, sizeof *w);
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    w->rows = rows;
+    w->cols = cols;
+    size_t bytes = (size_t)rows * cols * 2;
+    atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
+    fill_ctx f = {cb, views, n, NULL, 0};
+    if (st == ATLAS_OK) st = atlas_host_upload(cb->host, w->ptr, bytes, fill_chunk, &f);
+    if (st != ATLAS_OK) {
+        (void)atlas_registry_free(cb->reg, w->ptr);
+        free(w);
+        return atlas_fail_wrap(st, "cuda: loading weight %s", views[0]->name);
+    }
+    *out = w;
+    return ATLAS_OK;
+}
+
+static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
+    if (!w) return;
+    (void)atlas_registry_free(cuda_of(be)->reg, w->ptr);
+    free(w);
+}
+
+/* --- KV cache --------------------------------------------------------------------------------- */
+
+static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out) {
+    cuda_backend *cb = cuda_of(be);
+    const atlas_backend_geom *g = &be->geom;
+    *out = NULL;
+    if (n_blocks < 1 || block_size < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: kv cache of %d blocks of %d", n_blocks,
+                          block_size);
+    atlas_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->layer_elems = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
+    size_t bytes = kv->layer_elems * 2 * 2 * (size_t)g->n_layers;
+    atlas_status st = atlas_registry_alloc(cb->reg, bytes, "kv cache", &kv->base);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuMemsetD8, kv->base, 0, bytes);
+    if (st != ATLAS_OK) {
+        (void)atlas_registry_free(cb->reg, kv->base);
+        free(kv);
+        return st;
+    }
+    *out = kv;
+    return ATLAS_OK;
+}
+
+static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
+    if (!kv) return;
+    (void)atlas_registry_free(cuda_of(be)->reg, kv->base);
+    free(kv);
+}
+
+/* --- graphs ----------------------------------------------------------------------------------- */
+
+static void drop_graphs(cuda_backend *cb) {
+    const atlas_driver *d = atlas_driver_get();
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
+        if (cb->graphs[i].exec) d->cuGraphExecDestroy(cb->graphs[i].exec);
+        free(cb->graphs[i].cmds);
+        memset(&cb->graphs[i], 0, sizeof cb->graphs[i]);
+    }
+}
+
+static atlas_status capture(cuda_backend *cb, cuda_graph *slot) {
+    const atlas_driver *d = atlas_driver_get();
+    ATLAS_CU_TRY(cuStreamBeginCapture, cb->stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < cb->n_queue && st == ATLAS_OK; i++) st = cuda_exec(cb, &cb->queue[i]);
+    CUgraph graph = NULL;
+    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->stream, &graph);
+    if (st == ATLAS_OK) st = end;
+    if (st == ATLAS_OK) st = ATLAS_CU(cuGraphInstantiateWithFlags, &slot->exec, graph, 0);
+    if (graph) d->cuGraphDestroy(graph);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "cuda: capturing a decode step");
+    slot->cmds = malloc((size_t)cb->n_queue * sizeof *slot->cmds);
+    if (!slot->cmds) {
+        d->cuGraphExecDestroy(slot->exec);
+        slot->exec = NULL;
+        return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    }
+    memcpy(slot->cmds, cb->queue, (size_t)cb->n_queue * sizeof *slot->cmds);
+    slot->n_cmds = cb->n_queue;
+    cb->graph_captures++;
+    return ATLAS_OK;
+}
+
+/* Runs the queued commands: the graph recorded for the same list, or a new one. */
+static atlas_status flush(cuda_backend *cb) {
+    if (cb->n_queue == 0) return ATLAS_OK;
+    cuda_graph *hit = NULL, *lru = &cb->graphs[0];
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
+        cuda_graph *g = &cb->graphs[i];
+        if (g->exec && g->n_cmds == cb->n_queue &&
+            !memcmp(g->cmds, cb->queue, (size_t)cb->n_queue * sizeof *cb->queue)) {
+            hit = g;
+            break;
+        }
+        if (!g->exec || (lru->exec && g->last_use < lru->last_use)) lru = g;
+    }
+    if (!hit) {
+        if (lru->exec) atlas_driver_get()->cuGraphExecDestroy(lru->exec);
+        free(lru->cmds);
+        memset(lru, 0, sizeof *lru);
+        atlas_status st = capture(cb, lru);
+        if (st != ATLAS_OK) {
+            cb->n_queue = 0;
+            return st;
+        }
+        hit = lru;
+    } else {
+        cb->graph_replays++;
+    }
+    hit->last_use = ++cb->clock;
+    cb->n_queue = 0;
+    return ATLAS_CU(cuGraphLaunch, hit->exec, cb->stream);
+}
+
+static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
+    if (!cb->deferring) return cuda_exec(cb, c);
+    if (cb->n_queue == cb->cap_queue) {
+        int cap = cb->cap_queue ? cb->cap_queue * 2 : 256;
+        cuda_cmd *q = realloc(cb->queue, (size_t)cap * sizeof *q);
+        if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+        cb->queue = q;
+        cb->cap_queue = cap;
+    }
+    cb->queue[cb->n_queue++] = *c;
+    return ATLAS_OK;
+}
+
+/* --- the batch -------------------------------------------------------------------------------- */
+
+static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
+    if (n_tokens <= cb->cap_tok && table <= cb->cap_table) return ATLAS_OK;
+    drop_graphs(cb); /* they hold the old addresses */
+    int ct = n_tokens > cb->cap_tok ? n_tokens : cb->cap_tok;
+    if (ct < 64) ct = 64;
+    int cbt = table > cb->cap_table ? table : cb->cap_table;
+    int32_t *h = realloc(cb->h_stage, (size_t)(5 * ct + cbt) * sizeof *h);
+    if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    cb->h_stage = h;
+    ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(5 * ct + cbt) * 4, "batch"));
+    ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, (size_t)ct * 4, "argmax ids"));
+    cb->cap_tok = ct;
+    cb->cap_table = cbt;
+    return ATLAS_OK;
+}
+
+static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
+    cuda_backend *cb = cuda_of(be);
+    const atlas_backend_geom *g = &be->geom;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(atlas_host_upload_wait(cb->host)); /* weights are on the device before use */
+    cb->n_queue = 0; /* commands of an abandoned batch never ran */
+    int n = b->n_tokens, table = b->n_seqs * b->max_blocks;
+    ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
+    int32_t *h = cb->h_stage, cap = cb->cap_tok;
+    memcpy(h, b->tokens, (size_t)n * 4);
+    memcpy(h + cap, b->positions, (size_t)n * 4);
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int32_t *bt = b->block_table + (size_t)s * b->max_blocks;
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
+            int p = b->positions[t];
+            h[2 * cap + t] = bt[p / block_size] * block_size + p % block_size;
+            h[3 * cap + t] = s;
+        }
+    }
+    memcpy(h + 4 * cap, b->logit_rows, (size_t)b->n_logits * 4);
+    memcpy(h + 5 * cap, b->block_table, (size_t)table * 4);
+    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(5 * cap + table) * 4, cb->stream);
+    cb->n_tokens = n;
+    cb->n_seqs = b->n_seqs;
+    cb->n_logits = b->n_logits;
+    cb->max_blocks = b->max_blocks;
+    cb->block_size = block_size;
+
+    int n_split, chunk;
+    cuda_attn_split_plan(cb, n, b->max_blocks * block_size, &n_split, &chunk);
+    size_t need = (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4;
+    if (need > cb->part_bytes) {
+        drop_graphs(cb);
+        ATLAS_TRY(cuda_realloc(cb, &cb->part_o, (size_t)n * g->n_heads * n_split * g->head_dim * 4,
+                               "attention partials"));
+        ATLAS_TRY(cuda_realloc(cb, &cb->part_ml, (size_t)n * g->n_heads * n_split * 2 * 4,
+                               "attention partials"));
+        cb->part_bytes = need;
+    }
+    cb->n_split = n_split;
+    cb->chunk = chunk;
+    cb->deferring = cb->use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
+    if (cb->deferring) { /* the launch shapes that are not in the commands */
+        cuda_cmd key;
+        memset(&key, 0, sizeof key);
+        key.n = b->max_blocks;
+        key.d = n_split;
+        key.layer = chunk;
+        ATLAS_TRY(submit(cb, &key));
+    }
+    return ATLAS_OK;
+}
+
+/* --- ops: recorded as commands ---------------------------------------------------------------- */
+
+static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, const void *p0,
+                         const void *p1, const void *p2, const void *p3) {
+    cuda_cmd c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.n = n;
+    c.d = d;
+    c.layer = layer;
+    c.p[0] = p0; c.p[1] = p1; c.p[2] = p2; c.p[3] = p3;
+    return submit(cuda_of(be), &c);
+}
+
+static atlas_status cuda_embed(atlas_backend *be, void *x, const atlas_weight *table) {
+    return cmd4(be, CUDA_OP_EMBED, cuda_of(be)->n_tokens, 0, 0, x, table, NULL, NULL);
+}
+
+static atlas_status cuda_rmsnorm(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                                 int rows, int d) {
+    return cmd4(be, CUDA_OP_ADD_RMSNORM, rows, d, 0, x, NULL, out, w);
+}
+
+static atlas_status cuda_add_rmsnorm(atlas_backend *be, void *resid, const void *delta, void *out,
+                                     const atlas_weight *w, int n, int d) {
+    return cmd4(be, CUDA_OP_ADD_RMSNORM, n, d, 0, resid, delta, out, w);
+}
+
+static atlas_status cuda_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                                const atlas_weight *bias, int n) {
+    return cmd4(be, CUDA_OP_MATMUL, n, 0, 0, out, x, w, bias);
+}
+
+static atlas_status cuda_qk_norm(atlas_backend *be, void *qkv, const atlas_weight *q_norm,
+                                 const atlas_weight *k_norm, int n) {
+    return cmd4(be, CUDA_OP_QK_NORM, n, 0, 0, qkv, q_norm, k_norm, NULL);
+}
+
+static atlas_status cuda_rope(atlas_backend *be, void *qkv, int n) {
+    return cmd4(be, CUDA_OP_ROPE, n, 0, 0, qkv, NULL, NULL, NULL);
+}
+
+static atlas_status cuda_kv_store(atlas_backend *be, const void *qkv, atlas_kv *kv, int layer) {
+    return cmd4(be, CUDA_OP_KV_STORE, cuda_of(be)->n_tokens, 0, layer, qkv, kv, NULL, NULL);
+}
+
+static atlas_status cuda_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
+                                   int layer) {
+    return cmd4(be, CUDA_OP_ATTENTION, cuda_of(be)->n_tokens, 0, layer, out, qkv, kv, NULL);
+}
+
+static atlas_status cuda_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
+    return cmd4(be, CUDA_OP_SWIGLU, n, f, 0, out, gate_up, NULL, NULL);
+}
+
+static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x, int d) {
+    return cmd4(be, CUDA_OP_GATHER, cuda_of(be)->n_logits, d, 0, out, x, NULL, NULL);
+}
+
+static atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(flush(cb));
+    ATLAS_CU_TRY(cuMemcpyDtoHAsync, host, CUDA_PTR(x), count * 4, cb->stream);
+    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+}
+
+static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
+                                int vocab) {
+    cuda_backend *cb = cuda_of(be);
+    if (rows > cb->cap_tok)
+        ATLAS_TRY(stage_grow(cb, rows, cb->cap_table));
+    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
+                   NULL));
+    ATLAS_TRY(flush(cb));
+    ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
+    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+}
+
+static atlas_status cuda_sync(atlas_backend *be) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(flush(cb));
+    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+}
+
+/* --- create / destroy ------------------------------------------------------------------------- */
+
+static void cuda_destroy(atlas_backend *be) {
+    cuda_backend *cb = cuda_of(be);
+    if (!cb) return;
+    if (cb->host) (void)atlas_host_make_current(cb->host);
+    if (cb->reg) drop_graphs(cb);
+    free(cb->queue);
+    cuda_lt_free(cb->lt);
+    atlas_threadpool_free(cb->pool);
+    free(cb->h_stage);
+    (void)atlas_registry_release(cb->reg); /* frees every allocation left */
+    free(cb);
+}
+
+static const atlas_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .weight_load = cuda_weight_load,
+    .weight_free = cuda_weight_free,
+    .kv_create = cuda_kv_create,
+    .kv_free = cuda_kv_free,
+    .begin_batch = cuda_begin_batch,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .matmul = cuda_matmul,
+    .qk_norm = cuda_qk_norm,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .gather_rows = cuda_gather_rows,
+    .download = cuda_download,
+    .argmax = cuda_argmax,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+static atlas_status check_geom(const atlas_backend_geom *g) {
+    int G = g->n_kv_heads > 0 ? g->n_heads / g->n_kv_heads : 0;
+    if (g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads || g->head_dim % 8 || g->hidden % 8 ||
+        g->intermediate % 8 || g->head_dim < 8)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: geometry (hidden %d, heads %d/%d, "
+                          "head_dim %d, intermediate %d) needs multiples of 8 and whole groups",
+                          g->hidden, g->n_heads, g->n_kv_heads, g->head_dim, g->intermediate);
+    if ((size_t)2 * G * g->head_dim * 4 > 32 * 1024)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %d query heads per kv head of %d: the "
+                          "attention kernel's shared memory is too small", G, g->head_dim);
+    return ATLAS_OK;
+}
+
+static atlas_status cuda_setup(cuda_backend *cb) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    ATLAS_TRY(atlas_registry_create(cb->host, &cb->reg));
+    ATLAS_TRY(cuda_load_kernels(cb));
+    cb->stream = atlas_host_stream(cb->host);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ATLAS_TRY(atlas_threadpool_create(cores > 16 ? 16 : cores < 1 ? 1 : (int)cores, &cb->pool));
+    int half = g->head_dim / 2;
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)half * sizeof(double), "rope", &cb->inv_freq));
+    ATLAS_CU_TRY(cuMemcpyHtoD, cb->inv_freq, g->rope_inv_freq, (size_t)half * sizeof(double));
+    cb->base.geom.rope_inv_freq = NULL; /* the caller's array is not kept */
+    const char *e = getenv("ATLAS_CUDA_GRAPHS");
+    cb->use_graphs = !(e && e[0] == '0');
+    e = getenv("ATLAS_CUBLASLT");
+    if (!(e && e[0] == '0') && cuda_lt_create(&cb->lt) == ATLAS_OK) {
+        cb->lt_a_bytes = (size_t)64 << 20;
+        cb->lt_ws_bytes = (size_t)32 << 20;
+        if (atlas_registry_alloc(cb->reg, cb->lt_a_bytes, "cublaslt input", &cb->lt_a) != ATLAS_OK ||
+            atlas_registry_alloc(cb->reg, cb->lt_ws_bytes, "cublaslt workspace", &cb->lt_ws) !=
+                ATLAS_OK) {
+            cuda_lt_free(cb->lt);
+            cb->lt = NULL;
+            cb->lt_a_bytes = cb->lt_ws_bytes = 0;
+        }
+    }
+    atlas_error_clear();
+    return ATLAS_OK;
+}
+
+atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_backend **out) {
+    *out = NULL;
+    ATLAS_TRY(check_geom(geom));
+    atlas_host *host = NULL;
+    const char *ord = getenv("ATLAS_CUDA_DEVICE");
+    ATLAS_TRY(atlas_host_get(ord ? atoi(ord) : 0, &host));
+    ATLAS_TRY(atlas_host_make_current(host));
+    cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    cb->base.ops = &cuda_ops;
+    cb->base.geom = *geom;
+    cb->base.act_size = sizeof(float);
+    cb->host = host;
+    atlas_status st = cuda_setup(cb);
+    if (st != ATLAS_OK) {
+        cuda_destroy(&cb->base);
+        return atlas_fail_wrap(st, "cuda backend");
+    }
+    *out = &cb->base;
+    return ATLAS_OK;
 }

@@ -1,0 +1,161 @@
+/* backend/cuda/cublaslt.c — cuBLASLt, loaded at run time when present (libcublasLt.so.13 or
+ * .12), for the large matmuls of prefill. Optional: without it the engine uses its own mma
+ * kernel (kernels/gemm.cu). The types and enum values below mirror cublasLt.h (CUDA 12/13)
+ * so that no CUDA header is needed to build.
+ *
+ * out[n, m] = x[n, k] @ w[m, k]^T is, in cuBLAS's column-major terms,
+ * D (m x n, ld m) = op(A = w as k x m, ld k)^T * (B = x as k x n, ld k): the "TN" case. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+typedef int lt_status;
+typedef struct lt_opaque *lt_handle, *lt_desc, *lt_layout, *lt_pref;
+typedef struct { uint64_t data[8]; } lt_algo;
+typedef struct {
+    lt_algo algo;
+    size_t workspace;
+    lt_status state;
+    float waves;
+    int reserved[4];
+} lt_heuristic;
+
+enum { LT_R_32F = 0, LT_R_16BF = 14, LT_COMPUTE_32F = 68, LT_OP_N = 0, LT_OP_T = 1,
+       LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32 };
+
+typedef struct lt_entry {
+    int n, m, k, ok;
+    lt_algo algo;
+    size_t workspace;
+} lt_entry;
+
+struct cuda_lt {
+    void *dl;
+    lt_handle h;
+    char version[32];
+    lt_entry cache[LT_CACHE];
+    int next;
+    lt_status (*create)(lt_handle *);
+    lt_status (*destroy)(lt_handle);
+    size_t (*get_version)(void);
+    lt_status (*desc_create)(lt_desc *, int, int);
+    lt_status (*desc_destroy)(lt_desc);
+    lt_status (*desc_set)(lt_desc, int, const void *, size_t);
+    lt_status (*layout_create)(lt_layout *, int, uint64_t, uint64_t, int64_t);
+    lt_status (*layout_destroy)(lt_layout);
+    lt_status (*pref_create)(lt_pref *);
+    lt_status (*pref_destroy)(lt_pref);
+    lt_status (*pref_set)(lt_pref, int, const void *, size_t);
+    lt_status (*heuristic)(lt_handle, lt_desc, lt_layout, lt_layout, lt_layout, lt_layout,
+                           lt_pref, int, lt_heuristic *, int *);
+    lt_status (*matmul)(lt_handle, lt_desc, const void *, const void *, lt_layout, const void *,
+                        lt_layout, const void *, const void *, lt_layout, void *, lt_layout,
+                        const lt_algo *, void *, size_t, CUstream);
+};
+
+atlas_status cuda_lt_create(cuda_lt **out) {
+    *out = NULL;
+    const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+    void *dl = NULL;
+    for (size_t i = 0; i < 3 && !dl; i++) dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!dl) return atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: %s", dlerror());
+    cuda_lt *lt = calloc(1, sizeof *lt);
+    if (!lt) {
+        dlclose(dl);
+        return atlas_fail(ATLAS_ERR_NOMEM, "cuBLASLt: out of memory");
+    }
+    lt->dl = dl;
+    struct { void **fp; const char *name; } syms[] = {
+        {(void **)&lt->create, "cublasLtCreate"}, {(void **)&lt->destroy, "cublasLtDestroy"},
+        {(void **)&lt->get_version, "cublasLtGetVersion"},
+        {(void **)&lt->desc_create, "cublasLtMatmulDescCreate"},
+        {(void **)&lt->desc_destroy, "cublasLtMatmulDescDestroy"},
+        {(void **)&lt->desc_set, "cublasLtMatmulDescSetAttribute"},
+        {(void **)&lt->layout_create, "cublasLtMatrixLayoutCreate"},
+        {(void **)&lt->layout_destroy, "cublasLtMatrixLayoutDestroy"},
+        {(void **)&lt->pref_create, "cublasLtMatmulPreferenceCreate"},
+        {(void **)&lt->pref_destroy, "cublasLtMatmulPreferenceDestroy"},
+        {(void **)&lt->pref_set, "cublasLtMatmulPreferenceSetAttribute"},
+        {(void **)&lt->heuristic, "cublasLtMatmulAlgoGetHeuristic"},
+        {(void **)&lt->matmul, "cublasLtMatmul"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+        *syms[i].fp = dlsym(dl, syms[i].name);
+        if (!*syms[i].fp) {
+            atlas_status st = atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: no symbol %s",
+                                         syms[i].name);
+            dlclose(dl);
+            free(lt);
+            return st;
+        }
+    }
+    lt_status s = lt->create(&lt->h);
+    if (s != 0) {
+        dlclose(dl);
+        free(lt);
+        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: cublasLtCreate failed (status %d)", s);
+    }
+    size_t v = lt->get_version();
+    snprintf(lt->version, sizeof lt->version, "%zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+    *out = lt;
+    return ATLAS_OK;
+}
+
+void cuda_lt_free(cuda_lt *lt) {
+    if (!lt) return;
+    lt->destroy(lt->h);
+    dlclose(lt->dl);
+    free(lt);
+}
+
+const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "absent"; }
+
+atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
+                            CUdeviceptr w, int n, int m, int k, CUdeviceptr ws, size_t ws_bytes) {
+    lt_desc desc = NULL;
+    lt_layout la = NULL, lb = NULL, lc = NULL;
+    lt_pref pref = NULL;
+    int ta = LT_OP_T, tb = LT_OP_N;
+    lt_status s = lt->desc_create(&desc, LT_COMPUTE_32F, LT_R_32F);
+    if (!s) s = lt->desc_set(desc, LT_DESC_TRANSA, &ta, sizeof ta);
+    if (!s) s = lt->desc_set(desc, LT_DESC_TRANSB, &tb, sizeof tb);
+    if (!s) s = lt->layout_create(&la, LT_R_16BF, (uint64_t)k, (uint64_t)m, k);
+    if (!s) s = lt->layout_create(&lb, LT_R_16BF, (uint64_t)k, (uint64_t)n, k);
+    if (!s) s = lt->layout_create(&lc, LT_R_32F, (uint64_t)m, (uint64_t)n, m);
+    lt_entry *e = NULL;
+    for (int i = 0; i < LT_CACHE && !s; i++)
+        if (lt->cache[i].ok && lt->cache[i].n == n && lt->cache[i].m == m && lt->cache[i].k == k)
+            e = &lt->cache[i];
+    if (!s && !e) {
+        lt_heuristic res;
+        int found = 0;
+        s = lt->pref_create(&pref);
+        if (!s) s = lt->pref_set(pref, LT_PREF_MAX_WORKSPACE, &ws_bytes, sizeof ws_bytes);
+        if (!s) s = lt->heuristic(lt->h, desc, la, lb, lc, lc, pref, 1, &res, &found);
+        if (!s && found < 1) s = -1;
+        if (!s) {
+            e = &lt->cache[lt->next];
+            lt->next = (lt->next + 1) % LT_CACHE;
+            *e = (lt_entry){n, m, k, 1, res.algo, res.workspace};
+        }
+    }
+    float one = 1.0f, zero = 0.0f;
+    if (!s)
+        s = lt->matmul(lt->h, desc, &one, (const void *)(uintptr_t)w, la,
+                       (const void *)(uintptr_t)a, lb, &zero, (void *)(uintptr_t)out, lc,
+                       (void *)(uintptr_t)out, lc, &e->algo, (void *)(uintptr_t)ws,
+                       e->workspace, stream);
+    if (pref) lt->pref_destroy(pref);
+    if (lc) lt->layout_destroy(lc);
+    if (lb) lt->layout_destroy(lb);
+    if (la) lt->layout_destroy(la);
+    if (desc) lt->desc_destroy(desc);
+    if (s)
+        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: matmul %d x %d x %d failed (status %d)",
+                          n, m, k, s);
+    return ATLAS_OK;
+}

@@ -1,0 +1,129 @@
+/* backend/cuda/cuda_backend.h — the CUDA backend's state, shared by its files.  Internal to
+ * backend/cuda.
+ *
+ *   backend_cuda.c  create/destroy, memory, weights (upload), KV cache, batch staging, the
+ *                   command queue and CUDA-graph replay, download/argmax/sync
+ *   ops_cuda.c      one launch function per op (grid shapes, kernel choice)
+ *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
+ *
+ * Memory: weights bf16 [rows, cols]; KV cache bf16, per layer K and V pools of
+ * [n_blocks * block_size, K, hd]; activations fp32 (act_size 4).
+ *
+ * Ops are recorded as commands (cuda_cmd). Outside decode they run at once. In a decode
+ * batch (one token a sequence) they are queued; the first op that must wait (download,
+ * argmax, sync) replays the CUDA graph captured for the same command list, or captures one.
+ * Every kernel argument that changes from step to step (tokens, positions, slots, context
+ * lengths) is read from the fixed device buffers that begin_batch fills, so a command list
+ * that compares equal is the same work. */
+#ifndef ATLAS_CUDA_BACKEND_H
+#define ATLAS_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/registry.h"
+#include "core/threadpool.h"
+
+struct atlas_weight {
+    CUdeviceptr ptr; /* bf16 [rows, cols] (1-D: rows 1) */
+    int64_t rows, cols;
+};
+
+struct atlas_kv {
+    CUdeviceptr base;  /* [n_layers][2][n_blocks * block_size, K, hd] bf16 */
+    int n_blocks, block_size;
+    size_t layer_elems; /* n_blocks * block_size * K * hd */
+};
+
+typedef enum cuda_op {
+    CUDA_OP_EMBED = 1, CUDA_OP_ADD_RMSNORM, CUDA_OP_MATMUL, CUDA_OP_QK_NORM, CUDA_OP_ROPE,
+    CUDA_OP_KV_STORE, CUDA_OP_ATTENTION, CUDA_OP_SWIGLU, CUDA_OP_GATHER, CUDA_OP_ARGMAX,
+} cuda_op;
+
+/* One recorded op. Zero-filled before use so that lists compare with memcmp. */
+typedef struct cuda_cmd {
+    int op;
+    int n, d, layer;
+    const void *p[4]; /* device pointers (activations) and weights/kv handles */
+} cuda_cmd;
+
+typedef struct cuda_graph {
+    cuda_cmd *cmds;
+    int n_cmds;
+    CUgraphExec exec;
+    uint64_t last_use;
+} cuda_graph;
+
+enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
+
+/* Kernels looked up once at create. */
+typedef struct cuda_fns {
+    CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
+    CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
+    CUfunction attn_split, attn_combine;
+} cuda_fns;
+
+typedef struct cuda_lt cuda_lt; /* cublaslt.c */
+
+typedef struct cuda_backend {
+    atlas_backend base; /* first: the op table sees this */
+    atlas_host *host;
+    atlas_registry *reg;
+    CUstream stream;
+    cuda_fns fn;
+    atlas_threadpool *pool; /* converts and copies weights into the staging buffers */
+    CUdeviceptr inv_freq;   /* [hd/2] double */
+
+    /* the staged batch: host mirror and fixed device buffers of cap_tok / cap_table ints */
+    int n_tokens, n_seqs, n_logits, max_blocks, block_size;
+    int cap_tok, cap_table;
+    int32_t *h_stage;       /* [5 * cap_tok + cap_table] */
+    CUdeviceptr d_stage;    /* same layout: tokens, positions, slots, tok_seq, logit_rows,
+                               block_table */
+    CUdeviceptr d_ids;      /* [cap_tok] argmax results */
+    /* attention split-K workspace */
+    int n_split, chunk;
+    CUdeviceptr part_o, part_ml;
+    size_t part_bytes;
+
+    /* commands and graphs */
+    int deferring;          /* 1 inside a decode batch */
+    cuda_cmd *queue;
+    int n_queue, cap_queue;
+    cuda_graph graphs[CUDA_MAX_GRAPHS];
+    uint64_t clock;
+    int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    uint64_t graph_captures, graph_replays;
+
+    cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
+    CUdeviceptr lt_a;       /* bf16 copy of x for cuBLASLt */
+    size_t lt_a_bytes;
+    CUdeviceptr lt_ws;      /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+} cuda_backend;
+
+/* device pointers held in void* */
+#define CUDA_PTR(p) ((CUdeviceptr)(uintptr_t)(p))
+
+static inline CUdeviceptr cuda_stage_ptr(const cuda_backend *cb, int which) {
+    return cb->d_stage + (size_t)which * cb->cap_tok * sizeof(int32_t);
+}
+enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA_STAGE_ROWS,
+       CUDA_STAGE_TABLE };
+
+/* ops_cuda.c: runs one command now (on the stream; captured when capturing). */
+atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
+/* ops_cuda.c: looks up every kernel; loads the modules. */
+atlas_status cuda_load_kernels(cuda_backend *cb);
+/* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens. */
+void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
+
+/* cublaslt.c (optional; every function is safe with lt NULL). */
+atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */
+void cuda_lt_free(cuda_lt *lt);
+/* out[n, m] (fp32) = a[n, k] (bf16) @ w[m, k]^T (bf16) on stream. */
+atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
+                            CUdeviceptr w, int n, int m, int k, CUdeviceptr ws, size_t ws_bytes);
+const char *cuda_lt_version(const cuda_lt *lt);
+
+#endif

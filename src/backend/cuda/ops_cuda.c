@@ -1,0 +1,162 @@
+/* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice.
+ * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
+                           unsigned gz, unsigned block, unsigned smem, void **args) {
+    return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
+}
+
+atlas_status cuda_load_kernels(cuda_backend *cb) {
+    static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
+                                          "gemv", "gemm", "attention"};
+    for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
+        ATLAS_TRY(atlas_registry_load_module(cb->reg, modules[i]));
+    struct { CUfunction *f; const char *name; } fns[] = {
+        {&cb->fn.embed, "atlas_embed"}, {&cb->fn.gather_rows, "atlas_gather_rows"},
+        {&cb->fn.add_rmsnorm, "atlas_add_rmsnorm"}, {&cb->fn.qk_norm, "atlas_qk_norm"},
+        {&cb->fn.rope, "atlas_rope"}, {&cb->fn.kv_store, "atlas_kv_store"},
+        {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.argmax, "atlas_argmax"},
+        {&cb->fn.gemv1, "atlas_gemv1"}, {&cb->fn.gemv4, "atlas_gemv4"},
+        {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
+        {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
+        {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
+        ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
+    return ATLAS_OK;
+}
+
+enum { ATTN_TARGET_BLOCKS = 528, ATTN_MIN_CHUNK = 64 }; /* 4 blocks per SM on an H200 */
+
+void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk) {
+    int K = cb->base.geom.n_kv_heads;
+    int want = (ATTN_TARGET_BLOCKS + n * K - 1) / (n * K);
+    int most = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    int s = want < 1 ? 1 : want > most ? most : want;
+    int c = (cap + s - 1) / s;
+    c = (c + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK * ATTN_MIN_CHUNK;
+    *chunk = c;
+    *n_split = (cap + c - 1) / c;
+}
+
+/* Keys handled per pass inside a block: bounded by shared memory (48 KiB without opt-in). */
+static int attn_tile(int G, int hd) {
+    int t = 256;
+    while (t > 32 && (size_t)(2 * G * hd + G * t + t + 3 * G) * 4 > 48 * 1024) t /= 2;
+    return t;
+}
+
+static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    const atlas_kv *kv = c->p[2];
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
+    int n = c->n, bs = kv->block_size, window = g->sliding_window, max_blocks = cb->max_blocks;
+    int chunk = cb->chunk, tile = attn_tile(G, hd);
+    float scale = 1.0f / __builtin_sqrtf((float)hd);
+    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
+    CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
+    CUdeviceptr vc = kc + kv->layer_elems * 2;
+    CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
+    CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
+    void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+                 &bs, &H, &K, &hd, &window, &chunk, &tile, &scale};
+    unsigned smem = (unsigned)((2 * G * hd + G * tile + tile + 3 * G) * 4);
+    ATLAS_TRY(launch(cb, cb->fn.attn_split, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128,
+                     smem, a));
+    void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
+    return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128, 0, b);
+}
+
+static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_weight *w = c->p[2], *bias = c->p[3];
+    int n = c->n, m = (int)w->rows, k = (int)w->cols;
+    CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
+    CUdeviceptr bp = bias ? bias->ptr : 0;
+    if (n <= 8) {
+        CUfunction f = n == 1 ? cb->fn.gemv1 : n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
+        return launch(cb, f, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
+    }
+    if (cb->lt && n >= 64 && (size_t)n * k * 2 <= cb->lt_a_bytes) {
+        long long count = (long long)n * k;
+        void *a[] = {&cb->lt_a, &x, &count};
+        ATLAS_TRY(launch(cb, cb->fn.f32_to_bf16, 1024, 1, 1, 256, 0, a));
+        ATLAS_TRY(cuda_lt_matmul(cb->lt, cb->stream, out, cb->lt_a, wp, n, m, k, cb->lt_ws,
+                                 cb->lt_ws_bytes));
+        if (!bias) return ATLAS_OK;
+        long long total = (long long)n * m;
+        void *b[] = {&out, &bp, &m, &total};
+        return launch(cb, cb->fn.add_bias, 1024, 1, 1, 256, 0, b);
+    }
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
+    return launch(cb, cb->fn.gemm, (unsigned)((m + 127) / 128), (unsigned)((n + 127) / 128), 1,
+                  256, 0, a);
+}
+
+atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, d = c->d;
+    float eps = g->rms_eps;
+    CUdeviceptr p0 = CUDA_PTR(c->p[0]), p1 = CUDA_PTR(c->p[1]), p2 = CUDA_PTR(c->p[2]);
+    switch (c->op) {
+    case CUDA_OP_EMBED: {
+        const atlas_weight *t = c->p[1];
+        CUdeviceptr tok = cuda_stage_ptr(cb, CUDA_STAGE_TOKENS), tp = t->ptr;
+        d = (int)t->cols;
+        void *a[] = {&p0, &tp, &tok, &d};
+        return launch(cb, cb->fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
+    }
+    case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
+        const atlas_weight *w = c->p[3];
+        CUdeviceptr wp = w->ptr;
+        void *a[] = {&p0, &p1, &p2, &wp, &d, &eps};
+        return launch(cb, cb->fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 512 : 256, 0, a);
+    }
+    case CUDA_OP_MATMUL:
+        return op_matmul(cb, c);
+    case CUDA_OP_QK_NORM: {
+        const atlas_weight *qn = c->p[1], *kn = c->p[2];
+        CUdeviceptr qp = qn->ptr, kp = kn->ptr;
+        void *a[] = {&p0, &qp, &kp, &H, &K, &hd, &eps};
+        return launch(cb, cb->fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
+    }
+    case CUDA_OP_ROPE: {
+        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
+        float f = (float)g->rope_attn_factor;
+        void *a[] = {&p0, &pos, &cb->inv_freq, &H, &K, &hd, &f};
+        return launch(cb, cb->fn.rope, (unsigned)c->n, 1, 1, hd / 2 < 32 ? 32 : hd / 2, 0, a);
+    }
+    case CUDA_OP_KV_STORE: {
+        const atlas_kv *kv = c->p[1];
+        CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
+        CUdeviceptr vc = kc + kv->layer_elems * 2;
+        CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd};
+        return launch(cb, cb->fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
+    }
+    case CUDA_OP_ATTENTION:
+        return op_attention(cb, c);
+    case CUDA_OP_SWIGLU: {
+        long long total = (long long)c->n * d;
+        unsigned blocks = (unsigned)((total + 255) / 256);
+        void *a[] = {&p0, &p1, &d, &total};
+        return launch(cb, cb->fn.swiglu, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
+    }
+    case CUDA_OP_GATHER: {
+        CUdeviceptr rows = cuda_stage_ptr(cb, CUDA_STAGE_ROWS);
+        void *a[] = {&p0, &p1, &rows, &d};
+        return launch(cb, cb->fn.gather_rows, (unsigned)c->n, 1, 1, 256, 0, a);
+    }
+    case CUDA_OP_ARGMAX: { /* p0 ids (device), p1 logits */
+        void *a[] = {&p0, &p1, &d};
+        return launch(cb, cb->fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
+    }
+    default:
+        (void)p2;
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: unknown command %d", c->op);
+    }
+}
