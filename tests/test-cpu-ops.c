@@ -1,0 +1,415 @@
+/* test-cpu-ops.c — every op of the CPU backend against a naive double-precision reference on
+ * random inputs (normalised error: max |got - want| / max |want|), with shapes that are not
+ * multiples of the SIMD width, fused weights of mixed dtypes, several threads, a paged KV
+ * cache with scrambled block tables, GQA and a sliding window; and the thread pool itself. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/threadpool.h"
+#include "harness.h"
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) { /* xorshift64: uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static void fill(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)urand();
+}
+
+static double norm_err(const float *got, const double *want, size_t n) {
+    double md = 0, ma = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - want[i]);
+        if (!(d <= md)) md = d; /* NaN wins */
+        if (fabs(want[i]) > ma) ma = fabs(want[i]);
+    }
+    return ma > 0 ? md / ma : md;
+}
+
+#define CHECK_ERR(what, got, want, n)                                                        \
+    do {                                                                                     \
+        double e_ = norm_err(got, want, n);                                                  \
+        CHECK_MSG(e_ <= 2e-6, "%s: normalised error %.3g", what, e_);                        \
+    } while (0)
+
+/* A tensor of random values stored as dtype; *vals receives the exact values it holds. */
+typedef struct tensor {
+    atlas_tensor_view view;
+    void *data;
+    double *vals;
+} tensor;
+
+static void tensor_make(tensor *t, const char *name, atlas_dtype dt, int64_t rows, int64_t cols) {
+    size_t n = (size_t)rows * (cols ? cols : 1);
+    t->data = malloc(n * atlas_dtype_size(dt));
+    t->vals = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)urand();
+        if (dt == ATLAS_DTYPE_F32) {
+            ((float *)t->data)[i] = f;
+            t->vals[i] = f;
+        } else if (dt == ATLAS_DTYPE_BF16) {
+            uint16_t h = atlas_f32_to_bf16(f);
+            ((uint16_t *)t->data)[i] = h;
+            t->vals[i] = atlas_bf16_to_f32(h);
+        } else { /* F16: multiples of 1/1024 in [-1, 1) are exact (and normal) in half */
+            float v = floorf(f * 1024.0f) / 1024.0f;
+            uint16_t h = 0;
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            if (v != 0.0f) { /* rebias the exponent, keep the top 10 mantissa bits */
+                int e = (int)((u >> 23) & 0xff) - 127 + 15;
+                h = (uint16_t)(((u >> 16) & 0x8000u) | ((uint32_t)e << 10) | ((u >> 13) & 0x3ffu));
+            }
+            ((uint16_t *)t->data)[i] = h;
+            t->vals[i] = v;
+        }
+    }
+    t->view = (atlas_tensor_view){.name = name, .file = "test", .dtype = dt,
+                                  .n_dims = cols ? 2 : 1, .shape = {rows, cols},
+                                  .data = t->data, .nbytes = n * atlas_dtype_size(dt)};
+}
+
+static void tensor_free(tensor *t) {
+    free(t->data);
+    free(t->vals);
+}
+
+static const double inv_freq[5] = {1.0, 0.25, 0.0625, 0.015625, 0.00390625};
+
+static atlas_backend_geom geom(int window) {
+    return (atlas_backend_geom){.hidden = 20, .n_heads = 4, .n_kv_heads = 2, .head_dim = 10,
+                                .intermediate = 36, .vocab_size = 50, .n_layers = 2,
+                                .rms_eps = 1e-5f, .rope_inv_freq = inv_freq,
+                                .rope_attn_factor = 1.0, .max_position = 64,
+                                .sliding_window = window};
+}
+
+/* Fused weight of three dtypes, with a fused bias, times n tokens. */
+static void test_matmul(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t r1, int64_t r2) {
+    tensor p[3], b[3];
+    atlas_dtype dts[3] = {ATLAS_DTYPE_BF16, ATLAS_DTYPE_F16, ATLAS_DTYPE_F32};
+    int64_t rows[3] = {r0, r1, r2}, m = r0 + r1 + r2;
+    const atlas_tensor_view *pv[3], *bv[3];
+    for (int i = 0; i < 3; i++) {
+        tensor_make(&p[i], "w", dts[i], rows[i], k);
+        tensor_make(&b[i], "b", dts[2 - i], rows[i], 0);
+        pv[i] = &p[i].view;
+        bv[i] = &b[i].view;
+    }
+    atlas_weight *w = NULL, *bias = NULL;
+    CHECK_OK(be->ops->weight_load(be, pv, 3, &w));
+    CHECK_OK(be->ops->weight_load(be, bv, 3, &bias));
+    float *x = malloc(sizeof(float) * n * k), *out = malloc(sizeof(float) * n * m);
+    double *want = malloc(sizeof(double) * n * m);
+    fill(x, (size_t)n * k);
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0, part = 0, base = 0; r < m; r++) {
+            while (r - base >= rows[part]) base += rows[part++];
+            double s = b[part].vals[r - base];
+            for (int64_t i = 0; i < k; i++) s += p[part].vals[(r - base) * k + i] * x[t * k + i];
+            want[t * m + r] = s;
+        }
+    if (w && bias) {
+        CHECK_OK(be->ops->matmul(be, out, x, w, bias, n));
+        char what[64];
+        snprintf(what, sizeof what, "matmul n=%d k=%lld m=%lld", n, (long long)k, (long long)m);
+        CHECK_ERR(what, out, want, (size_t)n * m);
+    }
+    be->ops->weight_free(be, w);
+    be->ops->weight_free(be, bias);
+    for (int i = 0; i < 3; i++) {
+        tensor_free(&p[i]);
+        tensor_free(&b[i]);
+    }
+    free(x);
+    free(out);
+    free(want);
+}
+
+static void ref_rmsnorm(double *out, const double *x, const double *w, int d, double eps) {
+    double ss = 0;
+    for (int i = 0; i < d; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / d + eps);
+    for (int i = 0; i < d; i++) out[i] = w[i] * x[i] * r;
+}
+
+static void test_norms(atlas_backend *be) {
+    enum { R = 5, D = 20 };
+    tensor wt;
+    tensor_make(&wt, "norm", ATLAS_DTYPE_BF16, D, 0);
+    const atlas_tensor_view *v = &wt.view;
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, &v, 1, &w));
+    float x[R * D], delta[R * D], out[R * D];
+    double want[R * D], xd[R * D], res[R * D];
+    fill(x, R * D);
+    fill(delta, R * D);
+    for (int i = 0; i < R * D; i++) xd[i] = x[i];
+    for (int r = 0; r < R; r++) ref_rmsnorm(want + r * D, xd + r * D, wt.vals, D, 1e-5);
+    CHECK_OK(be->ops->rmsnorm(be, out, x, w, R, D));
+    CHECK_ERR("rmsnorm", out, want, R * D);
+    for (int i = 0; i < R * D; i++) res[i] = (double)x[i] + delta[i];
+    for (int r = 0; r < R; r++) ref_rmsnorm(want + r * D, res + r * D, wt.vals, D, 1e-5);
+    CHECK_OK(be->ops->add_rmsnorm(be, x, delta, out, w, R, D));
+    CHECK_ERR("add_rmsnorm: out", out, want, R * D);
+    CHECK_ERR("add_rmsnorm: residual", x, res, R * D);
+    be->ops->weight_free(be, w);
+    tensor_free(&wt);
+}
+
+static void test_elementwise(atlas_backend *be) {
+    enum { N = 3, F = 36, D = 20, V = 50 };
+    float gu[N * 2 * F], out[N * F];
+    double want[N * F];
+    fill(gu, N * 2 * F);
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < F; i++) {
+            double g = gu[t * 2 * F + i];
+            want[t * F + i] = g / (1 + exp(-g)) * gu[t * 2 * F + F + i];
+        }
+    CHECK_OK(be->ops->swiglu(be, out, gu, N, F));
+    CHECK_ERR("swiglu", out, want, N * F);
+
+    /* embed, gather_rows, download and argmax read the staged batch */
+    tensor table;
+    tensor_make(&table, "model.embed_tokens.weight", ATLAS_DTYPE_BF16, V, D);
+    const atlas_tensor_view *tv = &table.view;
+    atlas_weight *tw = NULL;
+    CHECK_OK(be->ops->weight_load(be, &tv, 1, &tw));
+    int32_t tokens[N] = {7, 0, 49}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N},
+            table_ids[1] = {0}, rows[2] = {2, 0};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table_ids, 1, 2, rows};
+    CHECK_OK(be->ops->begin_batch(be, &b, 16));
+    float x[N * D], g[2 * D], host[2 * D];
+    double wx[N * D], wg[2 * D];
+    CHECK_OK(be->ops->embed(be, x, tw));
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < D; i++) wx[t * D + i] = table.vals[tokens[t] * D + i];
+    CHECK_ERR("embed", x, wx, N * D);
+    CHECK_OK(be->ops->gather_rows(be, g, x, D));
+    for (int i = 0; i < D; i++) {
+        wg[i] = wx[2 * D + i];
+        wg[D + i] = wx[i];
+    }
+    CHECK_ERR("gather_rows", g, wg, 2 * D);
+    CHECK_OK(be->ops->download(be, host, g, 2 * D));
+    CHECK_ERR("download", host, wg, 2 * D);
+    int32_t ids[N];
+    float logits[N * V];
+    fill(logits, N * V);
+    logits[0 * V + 17] = 5.0f;
+    logits[1 * V + 0] = 5.0f;
+    logits[2 * V + 49] = 5.0f;
+    CHECK_OK(be->ops->argmax(be, ids, logits, N, V));
+    CHECK(ids[0] == 17 && ids[1] == 0 && ids[2] == 49);
+    CHECK_OK(be->ops->sync(be));
+    be->ops->weight_free(be, tw);
+    tensor_free(&table);
+}
+
+/* Paged attention: the test keeps every sequence's K/V history itself and compares. */
+enum { H = 4, K = 2, HD = 10, QKV = (H + 2 * K) * HD, BS = 4, MAXB = 6, NSEQ = 3, NBLK = 24,
+       MAXCTX = MAXB * BS };
+
+typedef struct hist {
+    double k[MAXCTX][K * HD], v[MAXCTX][K * HD];
+    int32_t table[MAXB];
+    int ctx;
+} hist;
+
+static void ref_rope(double *x, int pos) {
+    for (int i = 0; i < HD / 2; i++) {
+        float angle = (float)inv_freq[i] * (float)pos;
+        double c = cos(angle), s = sin(angle), x1 = x[i], x2 = x[i + HD / 2];
+        x[i] = x1 * c - x2 * s;
+        x[i + HD / 2] = x2 * c + x1 * s;
+    }
+}
+
+static void ref_attention(double *out, const double *q, const hist *h, int pos, int window) {
+    for (int hh = 0; hh < H; hh++) {
+        int kv = hh / (H / K), start = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        double sc[MAXCTX], mx = -INFINITY, sum = 0;
+        for (int p = start; p <= pos; p++) {
+            double s = 0;
+            for (int i = 0; i < HD; i++) s += q[hh * HD + i] * h->k[p][kv * HD + i];
+            sc[p] = s / sqrt(HD);
+            if (sc[p] > mx) mx = sc[p];
+        }
+        for (int p = start; p <= pos; p++) sum += (sc[p] = exp(sc[p] - mx));
+        for (int i = 0; i < HD; i++) {
+            double a = 0;
+            for (int p = start; p <= pos; p++) a += sc[p] * h->v[p][kv * HD + i];
+            out[hh * HD + i] = a / sum;
+        }
+    }
+}
+
+/* One batch: count[s] new tokens of each sequence after what it has cached. */
+static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int *count,
+                           int window, int with_qk_norm, atlas_weight *qn, atlas_weight *kn,
+                           const double *qn_vals, const double *kn_vals) {
+    int n = 0;
+    for (int s = 0; s < NSEQ; s++) n += count[s];
+    int32_t tokens[64] = {0}, pos[64], start[NSEQ + 1], ctx[NSEQ], table[NSEQ * MAXB];
+    float *qkv = malloc(sizeof(float) * n * QKV), *out = malloc(sizeof(float) * n * H * HD);
+    double *want = malloc(sizeof(double) * n * H * HD);
+    fill(qkv, (size_t)n * QKV);
+    int t = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        start[s] = t;
+        for (int i = 0; i < count[s]; i++, t++) pos[t] = hs[s].ctx + i;
+        ctx[s] = hs[s].ctx + count[s];
+        memcpy(table + s * MAXB, hs[s].table, sizeof hs[s].table);
+    }
+    start[NSEQ] = n;
+    atlas_batch b = {n, tokens, pos, NSEQ, start, ctx, table, MAXB, 0, NULL};
+    CHECK_OK(be->ops->begin_batch(be, &b, BS));
+    /* the reference: q/k norm and rope of every row, the history, then attention */
+    double *roped = malloc(sizeof(double) * n * QKV);
+    for (int s = 0, t2 = 0; s < NSEQ; s++)
+        for (int i = 0; i < count[s]; i++, t2++) {
+            double *r = roped + t2 * QKV;
+            for (int j = 0; j < QKV; j++) r[j] = qkv[t2 * QKV + j];
+            for (int hh = 0; with_qk_norm && hh < H + K; hh++)
+                ref_rmsnorm(r + hh * HD, r + hh * HD, hh < H ? qn_vals : kn_vals, HD, 1e-5);
+            for (int hh = 0; hh < H + K; hh++) ref_rope(r + hh * HD, pos[t2]);
+            memcpy(hs[s].k[pos[t2]], r + H * HD, sizeof hs[s].k[0]);
+            memcpy(hs[s].v[pos[t2]], r + (H + K) * HD, sizeof hs[s].v[0]);
+        }
+    for (int s = 0, t2 = 0; s < NSEQ; s++)
+        for (int i = 0; i < count[s]; i++, t2++)
+            ref_attention(want + t2 * H * HD, roped + t2 * QKV, &hs[s], pos[t2], window);
+    if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, qn, kn, n));
+    CHECK_OK(be->ops->rope(be, qkv, n));
+    CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
+    CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
+    CHECK_OK(be->ops->attention(be, out, qkv, kv, 1));
+    free(roped);
+    char what[64];
+    snprintf(what, sizeof what, "attention (window %d, qk_norm %d, %d tokens)", window,
+             with_qk_norm, n);
+    CHECK_ERR(what, out, want, (size_t)n * H * HD);
+    for (int s = 0; s < NSEQ; s++) hs[s].ctx = ctx[s];
+    free(qkv);
+    free(out);
+    free(want);
+}
+
+static void test_attention(int window, int with_qk_norm, int threads) {
+    atlas_backend_geom g = geom(window);
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
+    if (!be) return;
+    atlas_kv *kv = NULL;
+    CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
+    tensor qn, kn;
+    tensor_make(&qn, "q_norm", ATLAS_DTYPE_BF16, HD, 0);
+    tensor_make(&kn, "k_norm", ATLAS_DTYPE_F32, HD, 0);
+    const atlas_tensor_view *qv = &qn.view, *kvv = &kn.view;
+    atlas_weight *qw = NULL, *kw = NULL;
+    CHECK_OK(be->ops->weight_load(be, &qv, 1, &qw));
+    CHECK_OK(be->ops->weight_load(be, &kvv, 1, &kw));
+    static hist hs[NSEQ];
+    memset(hs, 0, sizeof hs);
+    for (int s = 0; s < NSEQ; s++) /* blocks 23, 16, 9, 2, 19, ...: scattered, all distinct */
+        for (int i = 0; i < MAXB; i++) hs[s].table[i] = (int32_t)((NBLK - 1 + (s * MAXB + i) * 17) % NBLK);
+    int steps[4][NSEQ] = {{5, 3, 1}, {1, 4, 2}, {9, 1, 1}, {1, 1, 7}};
+    for (int i = 0; i < 4 && kv && qw && kw; i++)
+        attention_step(be, kv, hs, steps[i], window, with_qk_norm, qw, kw, qn.vals, kn.vals);
+    be->ops->weight_free(be, qw);
+    be->ops->weight_free(be, kw);
+    tensor_free(&qn);
+    tensor_free(&kn);
+    be->ops->kv_free(be, kv);
+    be->ops->destroy(be);
+}
+
+static void test_weight_errors(atlas_backend *be) {
+    tensor a, b;
+    tensor_make(&a, "model.layers.0.self_attn.q_proj.weight", ATLAS_DTYPE_BF16, 4, 8);
+    tensor_make(&b, "model.layers.0.self_attn.k_proj.weight", ATLAS_DTYPE_BF16, 4, 6);
+    const atlas_tensor_view *v[2] = {&a.view, &b.view};
+    atlas_weight *w = NULL;
+    CHECK(be->ops->weight_load(be, v, 2, &w) == ATLAS_ERR_FORMAT && !w);
+    CHECK(strstr(atlas_last_error(), "k_proj") != NULL);
+    b.view.dtype = ATLAS_DTYPE_I32;
+    b.view.shape[1] = 8;
+    CHECK(be->ops->weight_load(be, v, 2, &w) == ATLAS_ERR_UNSUPPORTED && !w);
+    CHECK(strstr(atlas_last_error(), "k_proj.weight: dtype I32") != NULL);
+    tensor_free(&a);
+    tensor_free(&b);
+}
+
+/* ---- the thread pool --------------------------------------------------------------------- */
+
+typedef struct pool_job {
+    atomic_int *hits;
+    atomic_int calls;
+    int max_thread;
+} pool_job;
+
+static void pool_fn(void *ctx, int64_t begin, int64_t end, int thread) {
+    pool_job *j = ctx;
+    atomic_fetch_add(&j->calls, 1);
+    if (thread > j->max_thread) j->max_thread = thread; /* racy max is fine: checked < size */
+    for (int64_t i = begin; i < end; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void test_threadpool(void) {
+    for (int threads = 1; threads <= 4; threads++) {
+        atlas_threadpool *p = NULL;
+        CHECK_OK(atlas_threadpool_create(threads, &p));
+        if (!p) continue;
+        CHECK(atlas_threadpool_size(p) == threads);
+        static atomic_int hits[1000];
+        for (int round = 0; round < 50; round++) {
+            int n = (round * 37) % 1000, chunk = round % 7;
+            for (int i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            pool_job j = {hits, 0, 0};
+            atlas_threadpool_for(p, n, chunk, pool_fn, &j);
+            int bad = 0;
+            for (int i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+            CHECK_MSG(bad == 0, "threads %d n %d: %d items not run exactly once", threads, n, bad);
+            CHECK(j.max_thread < threads && atomic_load(&j.calls) <= threads);
+        }
+        atlas_threadpool_free(p);
+    }
+    atlas_threadpool_free(NULL);
+}
+
+int main(void) {
+    test_threadpool();
+    for (int threads = 1; threads <= 3; threads += 2) {
+        atlas_backend_geom g = geom(0);
+        atlas_backend *be = NULL;
+        CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
+        if (!be) continue;
+        CHECK(be->act_size == 4 && !strcmp(be->ops->name, "cpu"));
+        test_matmul(be, 1, 20, 7, 5, 6);
+        test_matmul(be, 2, 37, 3, 1, 2);
+        test_matmul(be, 5, 36, 40, 17, 9);
+        test_matmul(be, 9, 40, 130, 64, 106); /* 40: the widest input of this geometry */
+        test_norms(be);
+        test_elementwise(be);
+        test_weight_errors(be);
+        be->ops->destroy(be);
+        test_attention(0, 0, threads);
+        test_attention(0, 1, threads);
+        test_attention(3, 0, threads);
+        test_attention(5, 1, threads);
+    }
+    atlas_backend_geom bad = geom(0);
+    bad.n_kv_heads = 3;
+    atlas_backend *be = NULL;
+    CHECK(atlas_backend_cpu_create(&bad, 1, &be) == ATLAS_ERR_INVALID && !be);
+    return harness_finish();
+}
