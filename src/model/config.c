@@ -253,6 +253,11 @@ static atlas_status rope_scaling_params(const char *file, const char *pname, jso
         /* transformers: `get("beta_fast") or 32` — a zero means the default too. */
         if (r->beta_fast == 0) r->beta_fast = 32;
         if (r->beta_slow == 0) r->beta_slow = 1;
+        if (r->beta_fast < 0 || r->beta_slow < 0 || r->attention_factor < 0 || r->mscale < 0 ||
+            r->mscale_all_dim < 0)
+            return atlas_fail(ATLAS_ERR_RANGE,
+                              "%s: field \"%s\": beta_fast, beta_slow, attention_factor, mscale "
+                              "and mscale_all_dim must not be negative", file, pname);
         json_t *t = field(p, "truncate");
         if (t && !json_is_boolean(t)) {
             char name[96];
