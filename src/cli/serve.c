@@ -1,11 +1,242 @@
-/* cli/serve.c — `atlas serve` (placeholder until its module lands). */
+/* cli/serve.c — `atlas serve`: the OpenAI-compatible HTTP server (src/server) over an engine
+ * holding one or more models.  Runs until SIGINT or SIGTERM (the handler only sets a flag),
+ * then stops accepting, ends the open requests and frees everything. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "atlas/engine.h"
 #include "cli/cli.h"
+#include "server/server.h"
+
+enum { MAX_MODELS = 64 };
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: atlas serve [--model [NAME=]DIR ...] [--models-dir ROOT] [options]\n"
+            "  --model [NAME=]DIR   serve the Hugging Face model in DIR as NAME (default: DIR's\n"
+            "                       last component); repeat for several; none: the default model\n"
+            "  --models-dir ROOT    serve every subdirectory of ROOT that has a config.json\n"
+            "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
+            "  --port N             TCP port (default 8080; 0: any free port)\n"
+            "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
+            "  --max-resident N     models loaded at once (default 1)\n"
+            "  --gpu-memory BYTES   or: as many models as fit in BYTES (suffix K, M, G)\n"
+            "  --ctx-size N         tokens per sequence (default: the model's, at most 4096)\n"
+            "  --parallel N         sequences running at once per model (default 32)\n"
+            "  --queue-limit N      requests waiting to start; beyond: 429 (default 256)\n"
+            "  --batch-tokens N     token budget of one engine step (default 512)\n"
+            "  --device auto|cpu|cuda   backend (default auto)\n"
+            "  --threads N          CPU backend threads (default: one per core)\n"
+            "  --timeout S          seconds before an idle or unfinished request is dropped (30)\n"
+            "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
+            "  --max-connections N  open connections at once (default 512)\n");
+}
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -1;
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || v * mul > 1e18) return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "atlas serve: %s: '%s' is not an integer in %d..%d\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+typedef struct serve_args {
+    atlas_engine_model models[MAX_MODELS];
+    char *owned[MAX_MODELS * 2]; /* strings made here */
+    int n_models, n_owned;
+    atlas_engine_params ep;
+    atlas_server_params sp;
+} serve_args;
+
+static char *keep(serve_args *a, char *s) {
+    if (s && a->n_owned < MAX_MODELS * 2) a->owned[a->n_owned++] = s;
+    return s;
+}
+
+static int add_model(serve_args *a, const char *spec) {
+    if (a->n_models == MAX_MODELS) {
+        fprintf(stderr, "atlas serve: more than %d models\n", MAX_MODELS);
+        return -1;
+    }
+    const char *eq = strchr(spec, '=');
+    const char *dir = eq ? eq + 1 : spec;
+    char *name;
+    if (eq) {
+        name = keep(a, strndup(spec, (size_t)(eq - spec)));
+    } else { /* the directory's last component */
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && dir[b - 1] != '/') b--;
+        name = keep(a, strndup(dir + b, n - b));
+    }
+    if (!name || !*name || !*dir) {
+        fprintf(stderr, "atlas serve: --model '%s': expected [NAME=]DIR\n", spec);
+        return -1;
+    }
+    for (int i = 0; i < a->n_models; i++)
+        if (!strcmp(a->models[i].name, name)) {
+            fprintf(stderr, "atlas serve: two models are named '%s'\n", name);
+            return -1;
+        }
+    a->models[a->n_models].name = name;
+    a->models[a->n_models].dir = dir;
+    a->n_models++;
+    return 0;
+}
+
+static int add_models_dir(serve_args *a, const char *root) {
+    DIR *d = opendir(root);
+    if (!d) {
+        fprintf(stderr, "atlas serve: --models-dir %s: %s\n", root, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char cfg[4096], spec[4096];
+        struct stat st;
+        snprintf(cfg, sizeof cfg, "%s/%s/config.json", root, de->d_name);
+        if (stat(cfg, &st) != 0) continue;
+        snprintf(spec, sizeof spec, "%s=%s/%s", de->d_name, root, de->d_name);
+        char *s = keep(a, strdup(spec));
+        rc = s ? add_model(a, s) : -1;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Returns 0 to go on, 1 after --help, 2 on a usage error. */
+static int parse_args(int argc, char **argv, serve_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "atlas serve: unknown option or missing value: %s\n", o);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(o, "--model") || !strcmp(o, "-m")) bad = add_model(a, v);
+        else if (!strcmp(o, "--models-dir")) bad = add_models_dir(a, v);
+        else if (!strcmp(o, "--host")) a->sp.host = v;
+        else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
+        else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
+        else if (!strcmp(o, "--max-resident")) bad = parse_int(o, v, 1, 1024, &a->ep.max_resident);
+        else if (!strcmp(o, "--gpu-memory")) bad = parse_size(v, &a->ep.gpu_memory);
+        else if (!strcmp(o, "--ctx-size")) bad = parse_int(o, v, 1, 1 << 24, &a->ep.ctx_size);
+        else if (!strcmp(o, "--parallel")) bad = parse_int(o, v, 1, 4096, &a->ep.parallel);
+        else if (!strcmp(o, "--queue-limit")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.queue_limit);
+        else if (!strcmp(o, "--batch-tokens")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.batch_tokens);
+        else if (!strcmp(o, "--threads")) bad = parse_int(o, v, 0, 1024, &a->ep.n_threads);
+        else if (!strcmp(o, "--timeout")) bad = parse_int(o, v, 1, 86400, &a->sp.timeout_s);
+        else if (!strcmp(o, "--max-body")) bad = parse_size(v, &a->sp.max_body);
+        else if (!strcmp(o, "--max-connections"))
+            bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
+        else if (!strcmp(o, "--device")) {
+            if (!strcmp(v, "auto")) a->ep.device = ATLAS_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) a->ep.device = ATLAS_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) a->ep.device = ATLAS_DEVICE_CUDA;
+            else bad = -1;
+        } else {
+            fprintf(stderr, "atlas serve: unknown option: %s\n", o);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "atlas serve: bad value for %s: '%s'\n", o, v);
+            return 2;
+        }
+    }
+    return 0;
+}
 
 int atlas_cli_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "atlas serve: not implemented yet\n");
-    return 1;
+    static serve_args a; /* large; one per process */
+    memset(&a, 0, sizeof a);
+    a.ep = atlas_engine_default_params();
+    a.sp = atlas_server_default_params();
+    const char *env_key = getenv("ATLAS_API_KEY");
+    if (env_key && *env_key) a.sp.api_key = env_key;
+    int rc = parse_args(argc, argv, &a);
+    if (rc == 0 && a.n_models == 0) rc = add_model(&a, atlas_cli_default_model()) ? 2 : 0;
+    if (rc) {
+        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        return rc == 1 ? 0 : 2;
+    }
+    a.ep.models = a.models;
+    a.ep.n_models = a.n_models;
+
+    atlas_engine *engine = NULL;
+    atlas_server *server = NULL;
+    atlas_status st = atlas_engine_create(&a.ep, &engine);
+    if (st == ATLAS_OK) st = atlas_server_start(engine, &a.sp, &server);
+    if (st != ATLAS_OK) {
+        fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
+        atlas_engine_free(engine);
+        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        return 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    bool v6 = strchr(a.sp.host, ':') != NULL;
+    fprintf(stderr, "atlas serve: listening on http://%s%s%s:%d (", v6 ? "[" : "", a.sp.host,
+            v6 ? "]" : "", atlas_server_port(server));
+    for (int i = 0; i < a.n_models; i++)
+        fprintf(stderr, "%s%s=%s", i ? ", " : "", a.models[i].name, a.models[i].dir);
+    fprintf(stderr, ")%s\n", a.sp.api_key ? ", API key required" : "");
+
+    while (!stop_requested) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "atlas serve: stopping\n");
+    atlas_server_stop(server);
+    atlas_engine_free(engine);
+    for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+    fprintf(stderr, "atlas serve: stopped\n");
+    return 0;
 }

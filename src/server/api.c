@@ -1,0 +1,295 @@
+/* server/api.c — POST /v1/chat/completions and POST /v1/completions: request JSON -> chat
+ * template -> token ids -> engine, answered whole or streamed (gen.c, format.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/engine.h"
+#include "atlas/template.h"
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "server/api_common.h"
+#include "server/gen.h"
+
+/* --- model lookup, shared with api_misc.c --------------------------------------------- */
+
+atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *name_or_null,
+                             const char **name, const char **param) {
+    const char *want = name_or_null;
+    if (!want && body) ATLAS_TRY(atlas_param_string(body, "model", &want, param));
+    atlas_engine_model_status ms[64];
+    int n = atlas_engine_models(s->engine, ms, 64);
+    if (n > 64) n = 64;
+    if (n == 0) return atlas_fail(ATLAS_ERR_NOT_FOUND, "the server has no model");
+    if (!want) { /* OpenAI requires "model"; with one obvious default, take it */
+        *name = ms[0].name;
+        return ATLAS_OK;
+    }
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ms[i].name, want)) {
+            *name = ms[i].name; /* valid while the engine lives */
+            return ATLAS_OK;
+        }
+    *param = "model";
+    return atlas_fail(ATLAS_ERR_NOT_FOUND, "the model '%.200s' does not exist", want);
+}
+
+/* The tool-call format of a model: from its template, else its architecture. */
+static atlas_toolcall_format tool_format(atlas_server *s, const char *model,
+                                         const atlas_template *tmpl) {
+    atlas_engine_model_status ms[64];
+    int n = atlas_engine_models(s->engine, ms, 64);
+    const char *arch = NULL;
+    json_t *cfg = NULL;
+    for (int i = 0; i < n && i < 64; i++) {
+        if (strcmp(ms[i].name, model) != 0) continue;
+        char path[4096];
+        if (atlas_path_join(path, sizeof path, ms[i].dir, "config.json") == ATLAS_OK)
+            cfg = json_load_file(path, 0, NULL);
+        arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+    }
+    atlas_toolcall_format f = atlas_toolcall_format_detect(tmpl ? atlas_template_source(tmpl)
+                                                                : NULL,
+                                                           arch);
+    json_decref(cfg);
+    return f;
+}
+
+/* --- messages ----------------------------------------------------------------------------- */
+
+/* A copy of the messages with what templates cannot read made plain: content given as an
+ * array of text parts is joined into one string, and "developer" becomes "system". */
+static atlas_status normalize_messages(const json_t *in, json_t **out, const char **param) {
+    *param = "messages";
+    if (!json_is_array(in) || json_array_size(in) == 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "'messages' must be a non-empty array");
+    json_t *msgs = json_deep_copy(in);
+    if (!msgs) return atlas_fail(ATLAS_ERR_NOMEM, "messages: out of memory");
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(m) || !role) {
+            json_decref(msgs);
+            return atlas_fail(ATLAS_ERR_INVALID, "'messages[%zu]' must be an object with a "
+                                                 "string 'role'",
+                              i);
+        }
+        if (!strcmp(role, "developer")) json_object_set_new(m, "role", json_string("system"));
+        json_t *c = json_object_get(m, "content");
+        if (json_is_array(c)) {
+            char *joined = NULL;
+            size_t len = 0, cap = 0;
+            size_t k;
+            json_t *part;
+            json_array_foreach(c, k, part) {
+                const char *type = json_string_value(json_object_get(part, "type"));
+                const char *text = json_string_value(json_object_get(part, "text"));
+                if (!type || strcmp(type, "text") != 0 || !text) {
+                    free(joined);
+                    json_decref(msgs);
+                    return atlas_fail(ATLAS_ERR_INVALID,
+                                      "'messages[%zu].content[%zu]': only {\"type\": \"text\", "
+                                      "\"text\": ...} parts are supported",
+                                      i, k);
+                }
+                if (atlas_buf_printf(&joined, &len, &cap, "%s%s", k ? "\n" : "", text)) {
+                    free(joined);
+                    json_decref(msgs);
+                    return atlas_fail(ATLAS_ERR_NOMEM, "messages: out of memory");
+                }
+            }
+            json_object_set_new(m, "content", json_string(joined ? joined : ""));
+            free(joined);
+        } else if (c && !json_is_string(c) && !json_is_null(c)) {
+            json_decref(msgs);
+            return atlas_fail(ATLAS_ERR_INVALID, "'messages[%zu].content' must be a string, an "
+                                                 "array of text parts or null",
+                              i);
+        }
+    }
+    *out = msgs;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+static atlas_status check_tools(const json_t *body, const json_t **tools, bool *parse,
+                                const char **param) {
+    *tools = json_object_get(body, "tools");
+    if (json_is_null(*tools)) *tools = NULL;
+    *parse = false;
+    if (*tools) {
+        *param = "tools";
+        if (!json_is_array(*tools))
+            return atlas_fail(ATLAS_ERR_INVALID, "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(*tools, i, t) {
+            if (!json_is_string(json_object_get(json_object_get(t, "function"), "name")))
+                return atlas_fail(ATLAS_ERR_INVALID, "'tools[%zu].function.name' must be a "
+                                                     "string",
+                                  i);
+        }
+        if (json_array_size(*tools) == 0) *tools = NULL;
+    }
+    const json_t *choice = json_object_get(body, "tool_choice");
+    *param = "tool_choice";
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (strcmp(c, "none") && strcmp(c, "auto") && strcmp(c, "required"))
+            return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be \"none\", \"auto\", "
+                                                 "\"required\" or a function");
+        *parse = *tools && strcmp(c, "none") != 0;
+    } else if (json_is_object(choice) || !choice || json_is_null(choice)) {
+        *parse = *tools != NULL;
+    } else {
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be a string or an object");
+    }
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const json_t *body,
+                                   bool tools_ok, char **prompt, const atlas_template **tmpl_out,
+                                   bool *parse_tools, const char **param) {
+    const atlas_template *tmpl;
+    ATLAS_TRY(atlas_engine_template(s->engine, model, &tmpl));
+    if (tmpl_out) *tmpl_out = tmpl;
+    const json_t *tools = NULL;
+    bool parse = false;
+    if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
+    if (parse_tools) *parse_tools = parse;
+    json_t *msgs;
+    ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
+    bool gen_prompt = true;
+    atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
+    const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
+    if (st == ATLAS_OK && kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
+        *param = "chat_template_kwargs";
+        st = atlas_fail(ATLAS_ERR_INVALID, "'chat_template_kwargs' must be an object");
+    }
+    if (st == ATLAS_OK) {
+        atlas_template_input in = {msgs, tools, json_is_object(kwargs) ? kwargs : NULL,
+                                   gen_prompt};
+        st = atlas_template_render(tmpl, &in, prompt);
+        if (st != ATLAS_OK) {
+            *param = "messages";
+            st = atlas_fail_wrap(ATLAS_ERR_INVALID, "rendering the chat template of '%s'", model);
+        }
+    }
+    json_decref(msgs);
+    return st;
+}
+
+/* --- the two generation endpoints ---------------------------------------------------------- */
+
+static void start_and_reply(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
+                            const atlas_tokenizer *tok, const int32_t *ids, size_t n,
+                            atlas_http_reply *r) {
+    atlas_gen *g;
+    atlas_status st = atlas_gen_start(call, o, gp, tok, ids, n, &g);
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
+        return;
+    }
+    atlas_gen_reply(g, r);
+}
+
+void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
+    (void)arg;
+    atlas_server *s = call->srv;
+    const char *param = NULL, *model;
+    const atlas_tokenizer *tok;
+    const atlas_template *tmpl;
+    atlas_gen_params gp = {0};
+    char *prompt = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool parse_tools = false;
+    atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
+    if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_CHAT, tok, &gp, &param);
+    if (st == ATLAS_OK)
+        st = atlas_api_render_chat(s, model, body, true, &prompt, &tmpl, &parse_tools, &param);
+    if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, prompt, strlen(prompt), false, &ids, &n);
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, param);
+    } else {
+        atlas_gen_opts o = {ATLAS_API_CHAT, model, gp.stream, gp.include_usage, gp.logprobs,
+                            gp.top_logprobs, ATLAS_TOOLCALL_NONE, NULL};
+        if (parse_tools) o.tools = tool_format(s, model, tmpl);
+        start_and_reply(call, &o, &gp, tok, ids, n, r);
+    }
+    free(ids);
+    free(prompt);
+    atlas_gen_params_free(&gp);
+}
+
+/* "prompt": a string, token ids, or a one-element array of either. */
+static atlas_status completion_prompt(const json_t *body, const atlas_tokenizer *tok,
+                                      int32_t **ids, size_t *n, const char **param) {
+    const json_t *p = json_object_get(body, "prompt");
+    *param = "prompt";
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        ATLAS_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
+                                         ids, n));
+    } else if (json_is_array(p) && json_array_size(p) > 0 &&
+               json_is_integer(json_array_get(p, 0))) {
+        size_t count = json_array_size(p);
+        size_t vocab = atlas_tokenizer_vocab_size(tok);
+        *ids = malloc(count * sizeof **ids);
+        if (!*ids) return atlas_fail(ATLAS_ERR_NOMEM, "prompt: out of memory");
+        for (size_t i = 0; i < count; i++) {
+            const json_t *v = json_array_get(p, i);
+            json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (id < 0 || (size_t)id >= vocab)
+                return atlas_fail(ATLAS_ERR_INVALID, "'prompt[%zu]' must be a token id in 0..%zu",
+                                  i, vocab - 1);
+            (*ids)[i] = (int32_t)id;
+        }
+        *n = count;
+    } else if (json_is_array(p) && json_array_size(p) > 1) {
+        return atlas_fail(ATLAS_ERR_INVALID, "'prompt' holds %zu prompts: send one per request",
+                          json_array_size(p));
+    } else {
+        return atlas_fail(ATLAS_ERR_INVALID, "'prompt' must be a string, an array of token ids, "
+                                             "or an array holding one of those");
+    }
+    if (*n == 0) return atlas_fail(ATLAS_ERR_INVALID, "'prompt' is empty");
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
+                           atlas_http_reply *r) {
+    (void)arg;
+    atlas_server *s = call->srv;
+    const char *param = NULL, *model;
+    const atlas_tokenizer *tok;
+    atlas_gen_params gp = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *echo = NULL;
+    atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
+    if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gp, &param);
+    if (st == ATLAS_OK) st = completion_prompt(body, tok, &ids, &n, &param);
+    if (st == ATLAS_OK && gp.echo) {
+        size_t len;
+        st = atlas_tokenizer_decode(tok, ids, n, false, &echo, &len);
+    }
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, param);
+    } else {
+        atlas_gen_opts o = {ATLAS_API_COMPLETION, model, gp.stream, gp.include_usage,
+                            gp.logprobs, gp.top_logprobs, ATLAS_TOOLCALL_NONE, echo};
+        start_and_reply(call, &o, &gp, tok, ids, n, r);
+    }
+    free(echo);
+    free(ids);
+    atlas_gen_params_free(&gp);
+}

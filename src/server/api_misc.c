@@ -1,0 +1,286 @@
+/* server/api_misc.c — the endpoints around generation: models (list, retrieve, load,
+ * unload), health, Prometheus metrics, and tokenize / detokenize / apply-template shaped as
+ * vLLM's (/tokenize: {"count", "max_model_len", "tokens"}) and llama.cpp's
+ * (/apply-template: {"prompt"}) servers shape them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/engine.h"
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+#include "server/api_common.h"
+
+enum { MAX_MODELS = 64 };
+
+static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
+    int ctx = 0;
+    if (atlas_engine_ctx_size(s->engine, m->name, &ctx) != ATLAS_OK) ctx = 0;
+    json_t *v = json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i}", "id", m->name, "object",
+                          "model", "created", (json_int_t)s->created, "owned_by", "atlas", "root",
+                          m->dir, "resident", m->resident, "running", m->running, "waiting",
+                          m->waiting);
+    if (v && ctx > 0) json_object_set_new(v, "max_model_len", json_integer(ctx));
+    if (v && m->last_error[0])
+        json_object_set_new(v, "last_error", atlas_json_text(m->last_error, strlen(m->last_error)));
+    return v;
+}
+
+void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
+    (void)body, (void)arg;
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    json_t *data = json_array();
+    for (int i = 0; i < n && i < MAX_MODELS; i++)
+        json_array_append_new(data, model_json(call->srv, &ms[i]));
+    atlas_http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static bool find_model(atlas_http_call *call, const char *name, atlas_engine_model_status *out,
+                       atlas_http_reply *r) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    for (int i = 0; i < n && i < MAX_MODELS; i++)
+        if (!strcmp(ms[i].name, name)) {
+            *out = ms[i];
+            return true;
+        }
+    char msg[300];
+    snprintf(msg, sizeof msg, "the model '%.200s' does not exist", name);
+    atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOT_FOUND, "model", msg);
+    return false;
+}
+
+void atlas_api_model_get(atlas_http_call *call, json_t *body, const char *arg,
+                         atlas_http_reply *r) {
+    (void)body;
+    atlas_engine_model_status m;
+    if (find_model(call, arg, &m, r)) atlas_http_reply_json(r, 200, model_json(call->srv, &m));
+}
+
+static void load_or_unload(atlas_http_call *call, const char *name, bool load,
+                           atlas_http_reply *r) {
+    atlas_engine_model_status m;
+    if (!find_model(call, name, &m, r)) return;
+    double t0 = atlas_now();
+    atlas_status st = load ? atlas_engine_load(call->srv->engine, m.name)
+                           : atlas_engine_unload(call->srv->engine, m.name);
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, NULL);
+        return;
+    }
+    double dt = atlas_now() - t0;
+    if (!find_model(call, name, &m, r)) return;
+    json_t *v = model_json(call->srv, &m);
+    json_object_set_new(v, load ? "load_s" : "unload_s", json_real(dt));
+    atlas_http_reply_json(r, 200, v);
+}
+
+void atlas_api_model_load(atlas_http_call *call, json_t *body, const char *arg,
+                          atlas_http_reply *r) {
+    (void)body;
+    load_or_unload(call, arg, true, r);
+}
+
+void atlas_api_model_unload(atlas_http_call *call, json_t *body, const char *arg,
+                            atlas_http_reply *r) {
+    (void)body;
+    load_or_unload(call, arg, false, r);
+}
+
+void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
+    (void)body, (void)arg;
+    atlas_engine_metrics em;
+    atlas_engine_get_metrics(call->srv->engine, &em);
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    atlas_http_reply_json(r, 200,
+                          json_pack("{s:s, s:i, s:i, s:i, s:i}", "status", "ok", "models", n,
+                                    "resident", em.resident_models, "running", em.running,
+                                    "queued", em.queue_len));
+}
+
+/* --- /metrics ----------------------------------------------------------------------------- */
+
+static int print_ehist(char **b, size_t *l, size_t *c, const char *name, const char *help,
+                       const atlas_engine_hist *h) {
+    int rc = atlas_buf_printf(b, l, c, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < ATLAS_ENGINE_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
+                               (unsigned long long)cum);
+    }
+    cum += h->counts[ATLAS_ENGINE_HIST_BUCKETS];
+    rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
+                           name, (unsigned long long)cum, name, h->sum, name,
+                           (unsigned long long)h->n);
+    return rc;
+}
+
+#define COUNTER(name, help, v)                                                                 \
+    atlas_buf_printf(&b, &l, &c, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %llu\n", \
+                     (unsigned long long)(v))
+#define GAUGE(name, help, fmt, v)                                                              \
+    atlas_buf_printf(&b, &l, &c, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", v)
+
+static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, size_t *cp) {
+    char *b = *bp;
+    size_t l = *lp, c = *cp;
+    int rc = 0;
+    rc |= COUNTER("atlas_requests_submitted_total", "Requests the engine accepted.", m->requests_submitted);
+    rc |= COUNTER("atlas_requests_rejected_total", "Requests refused because the queue was full.", m->requests_rejected);
+    rc |= atlas_buf_printf(&b, &l, &c,
+                           "# HELP atlas_requests_finished_total Finished requests by reason.\n"
+                           "# TYPE atlas_requests_finished_total counter\n"
+                           "atlas_requests_finished_total{reason=\"stop\"} %llu\n"
+                           "atlas_requests_finished_total{reason=\"length\"} %llu\n"
+                           "atlas_requests_finished_total{reason=\"cancelled\"} %llu\n"
+                           "atlas_requests_finished_total{reason=\"error\"} %llu\n",
+                           (unsigned long long)m->finished_stop, (unsigned long long)m->finished_length,
+                           (unsigned long long)m->finished_cancelled, (unsigned long long)m->finished_error);
+    rc |= COUNTER("atlas_prompt_tokens_total", "Prompt tokens prefilled.", m->prompt_tokens);
+    rc |= COUNTER("atlas_generation_tokens_total", "Tokens generated.", m->generated_tokens);
+    rc |= COUNTER("atlas_steps_total", "Forward passes.", m->steps);
+    rc |= COUNTER("atlas_preemptions_total", "Sequences preempted for KV blocks.", m->preemptions);
+    rc |= GAUGE("atlas_queue_length", "Requests waiting to start.", "%d", m->queue_len);
+    rc |= GAUGE("atlas_running_sequences", "Sequences in the running batches.", "%d", m->running);
+    rc |= GAUGE("atlas_batch_tokens", "Tokens in the last forward pass.", "%d", m->last_batch_tokens);
+    rc |= GAUGE("atlas_kv_blocks_used", "KV cache blocks in use.", "%d", m->kv_blocks_used);
+    rc |= GAUGE("atlas_kv_blocks_total", "KV cache blocks of the resident models.", "%d", m->kv_blocks_total);
+    rc |= GAUGE("atlas_kv_usage_ratio", "Share of the KV cache in use.", "%.6f",
+                m->kv_blocks_total ? (double)m->kv_blocks_used / m->kv_blocks_total : 0.0);
+    rc |= GAUGE("atlas_resident_models", "Models loaded now.", "%d", m->resident_models);
+    rc |= COUNTER("atlas_model_loads_total", "Model loads (swaps included).", m->loads);
+    rc |= COUNTER("atlas_model_load_failures_total", "Model loads that failed.", m->load_failures);
+    rc |= COUNTER("atlas_model_unloads_total", "Model releases.", m->unloads);
+    rc |= COUNTER("atlas_model_release_busy_total", "Releases refused for live handles (a bug).", m->release_busy);
+    rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
+    rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
+                      "From submit to the first generated token.", &m->ttft);
+    rc |= print_ehist(&b, &l, &c, "atlas_inter_token_latency_seconds",
+                      "Between consecutive tokens of a sequence.", &m->itl);
+    rc |= print_ehist(&b, &l, &c, "atlas_swap_duration_seconds", "Each model swap or load.",
+                      &m->swap);
+    *bp = b, *lp = l, *cp = c;
+    return rc;
+}
+
+void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
+    (void)body, (void)arg;
+    atlas_engine_metrics em;
+    atlas_engine_get_metrics(call->srv->engine, &em);
+    char *b = NULL;
+    size_t l = 0, c = 0;
+    int rc = print_engine(&em, &b, &l, &c);
+    rc |= atlas_server_metrics_print(&call->srv->metrics, &b, &l, &c);
+    if (rc) {
+        free(b);
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOMEM, NULL, "out of memory");
+        return;
+    }
+    atlas_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b, l);
+}
+
+/* --- tokenize, detokenize, apply-template -------------------------------------------------- */
+
+void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
+                        atlas_http_reply *r) {
+    (void)arg;
+    atlas_server *s = call->srv;
+    const char *param = NULL, *model, *text = NULL;
+    const atlas_tokenizer *tok;
+    char *rendered = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool chat = json_object_get(body, "messages") != NULL, strs = false;
+    bool add_special = !chat; /* vLLM's defaults: on for text, off for rendered chats */
+    atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
+    if (st == ATLAS_OK) st = atlas_param_bool(body, "add_special_tokens", &add_special, &param);
+    if (st == ATLAS_OK) st = atlas_param_bool(body, "return_token_strs", &strs, &param);
+    if (st == ATLAS_OK && chat) {
+        st = atlas_api_render_chat(s, model, body, true, &rendered, NULL, NULL, &param);
+        text = rendered;
+    } else if (st == ATLAS_OK) {
+        st = atlas_param_string(body, "prompt", &text, &param);
+        if (st == ATLAS_OK && !text) {
+            param = "prompt";
+            st = atlas_fail(ATLAS_ERR_INVALID, "'prompt' (a string) or 'messages' is required");
+        }
+    }
+    if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n);
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, param);
+    } else {
+        int ctx = 0;
+        atlas_engine_ctx_size(s->engine, model, &ctx);
+        json_t *arr = json_array(), *sa = strs ? json_array() : NULL;
+        for (size_t i = 0; i < n; i++) {
+            json_array_append_new(arr, json_integer(ids[i]));
+            if (sa) {
+                const char *b;
+                size_t len;
+                if (atlas_tokenizer_token_bytes(tok, ids[i], &b, &len) != ATLAS_OK) b = "", len = 0;
+                json_array_append_new(sa, atlas_json_text(b, len));
+            }
+        }
+        json_t *v = json_pack("{s:i, s:i, s:o}", "count", (int)n, "max_model_len", ctx, "tokens",
+                              arr);
+        if (v && sa) json_object_set_new(v, "token_strs", sa);
+        atlas_http_reply_json(r, 200, v);
+    }
+    free(ids);
+    free(rendered);
+}
+
+void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
+                          atlas_http_reply *r) {
+    (void)arg;
+    atlas_server *s = call->srv;
+    const char *param = NULL, *model;
+    const atlas_tokenizer *tok;
+    int32_t *ids = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    const json_t *arr = json_object_get(body, "tokens");
+    atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
+    if (st == ATLAS_OK && !json_is_array(arr)) {
+        param = "tokens";
+        st = atlas_fail(ATLAS_ERR_INVALID, "'tokens' must be an array of token ids");
+    }
+    size_t n = json_array_size(arr);
+    if (st == ATLAS_OK && !(ids = malloc((n ? n : 1) * sizeof *ids)))
+        st = atlas_fail(ATLAS_ERR_NOMEM, "detokenize: out of memory");
+    size_t vocab = st == ATLAS_OK ? atlas_tokenizer_vocab_size(tok) : 0;
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
+        const json_t *v = json_array_get(arr, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || (size_t)id >= vocab) {
+            param = "tokens";
+            st = atlas_fail(ATLAS_ERR_INVALID, "'tokens[%zu]' must be a token id in 0..%zu", i,
+                            vocab - 1);
+        } else {
+            ids[i] = (int32_t)id;
+        }
+    }
+    if (st == ATLAS_OK) st = atlas_tokenizer_decode(tok, ids, n, false, &text, &len);
+    if (st != ATLAS_OK) atlas_api_fail_reply(r, st, param);
+    else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(text, len)));
+    free(text);
+    free(ids);
+}
+
+void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *arg,
+                              atlas_http_reply *r) {
+    (void)arg;
+    const char *param = NULL, *model;
+    char *prompt = NULL;
+    atlas_status st = atlas_api_model(call->srv, body, NULL, &model, &param);
+    if (st == ATLAS_OK)
+        st = atlas_api_render_chat(call->srv, model, body, true, &prompt, NULL, NULL, &param);
+    if (st != ATLAS_OK) atlas_api_fail_reply(r, st, param);
+    else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(prompt, strlen(prompt))));
+    free(prompt);
+}

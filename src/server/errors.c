@@ -1,0 +1,101 @@
+/* server/errors.c — the one place where failures become HTTP statuses and OpenAI's error
+ * JSON {"error": {"message", "type", "param", "code"}} (the types OpenAI's API returns:
+ * invalid_request_error, authentication_error, not_found_error, rate_limit_error,
+ * server_error). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/http.h"
+
+int atlas_api_status_http(atlas_status st, const char **type) {
+    switch (st) {
+    case ATLAS_ERR_INVALID:
+    case ATLAS_ERR_FORMAT:
+    case ATLAS_ERR_RANGE:
+    case ATLAS_ERR_UNSUPPORTED:
+        *type = "invalid_request_error";
+        return 400;
+    case ATLAS_ERR_NOT_FOUND:
+        *type = "not_found_error";
+        return 404;
+    case ATLAS_ERR_BUSY: /* the engine's queue is full: come back later */
+        *type = "rate_limit_error";
+        return 429;
+    case ATLAS_ERR_NOMEM:
+    case ATLAS_ERR_DEVICE_NOMEM: /* no room for the model or the request now */
+        *type = "server_error";
+        return 503;
+    case ATLAS_OK:
+    case ATLAS_ERR_IO:
+    case ATLAS_ERR_NO_DEVICE:
+    case ATLAS_ERR_DEVICE:
+    case ATLAS_ERR_INTERNAL:
+        break;
+    }
+    *type = "server_error";
+    return 500;
+}
+
+static const char *status_code(atlas_status st) {
+    switch (st) {
+    case ATLAS_ERR_NOT_FOUND: return "model_not_found";
+    case ATLAS_ERR_RANGE: return "context_length_exceeded";
+    case ATLAS_ERR_BUSY: return "queue_full";
+    default: return NULL;
+    }
+}
+
+/* Messages quote client input (a model name, a URL): bytes that are not UTF-8 become '?'
+ * so that the error itself is valid JSON. */
+static json_t *utf8_string(const char *s) {
+    json_t *v = json_string(s);
+    if (v) return v;
+    size_t n = strlen(s);
+    char *copy = malloc(n + 1);
+    if (!copy) return json_string("(out of memory)");
+    for (size_t i = 0; i < n; i++) copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+    copy[n] = '\0';
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_status st,
+                           const char *param, const char *message) {
+    const char *type = "invalid_request_error", *code = NULL;
+    int http = 400;
+    switch (kind) {
+    case ATLAS_API_ERR_STATUS:
+        http = atlas_api_status_http(st, &type);
+        code = status_code(st);
+        /* a range error that is not about the context is a plain bad value */
+        if (st == ATLAS_ERR_RANGE && param) code = "invalid_value";
+        break;
+    case ATLAS_API_ERR_AUTH:
+        http = 401, type = "authentication_error", code = "invalid_api_key";
+        break;
+    case ATLAS_API_ERR_TOO_LARGE:
+        http = 413, code = "request_too_large";
+        break;
+    case ATLAS_API_ERR_NO_ROUTE:
+        http = 404, type = "not_found_error", code = "unknown_url";
+        break;
+    case ATLAS_API_ERR_METHOD:
+        http = 405, code = "method_not_allowed";
+        break;
+    case ATLAS_API_ERR_SHUTDOWN:
+        http = 503, type = "server_error", code = "shutting_down";
+        break;
+    }
+    if (!message || !*message) message = "request failed";
+    json_t *err = json_pack("{s:o, s:s, s:o, s:o}", "message", utf8_string(message), "type",
+                            type, "param", param ? utf8_string(param) : json_null(), "code",
+                            code ? json_string(code) : json_null());
+    atlas_http_reply_json(r, http, json_pack("{s:o}", "error", err));
+    if (http == 429) r->retry_after = 1;
+    if (http == 503) r->retry_after = 5;
+}
+
+void atlas_api_fail_reply(atlas_http_reply *r, atlas_status st, const char *param) {
+    atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, st, param, atlas_last_error());
+}

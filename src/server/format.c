@@ -1,0 +1,356 @@
+/* server/format.c — engine events as OpenAI JSON: chat.completion / text_completion
+ * objects, their streaming chunks (SSE "data: {...}\n\n" ... "data: [DONE]\n\n"), logprobs
+ * in both APIs' shapes, and tool calls parsed out of the generated text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+#include "server/gen_internal.h"
+
+atlas_status atlas_gen_format_init(atlas_gen *g) {
+    if (g->o.tools != ATLAS_TOOLCALL_NONE) {
+        ATLAS_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
+        g->calls = json_array();
+    }
+    if (g->o.logprobs)
+        g->lp = g->o.kind == ATLAS_API_CHAT
+                    ? json_array()
+                    : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
+                                "top_logprobs", "text_offset");
+    if ((g->o.tools && !g->calls) || (g->o.logprobs && !g->lp))
+        return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    return ATLAS_OK;
+}
+
+void atlas_gen_format_free(atlas_gen *g) {
+    atlas_toolcall_parser_free(g->tp);
+    json_decref(g->calls);
+    json_decref(g->lp);
+    free(g->text);
+    free(g->out);
+}
+
+/* --- pieces ------------------------------------------------------------------------------ */
+
+static const char *finish_name(const atlas_gen *g) {
+    switch (g->finish) {
+    case ATLAS_FINISH_STOP: return g->n_calls > 0 ? "tool_calls" : "stop";
+    case ATLAS_FINISH_LENGTH: return "length";
+    default: return "stop";
+    }
+}
+
+/* The token's own text and bytes (OpenAI's "token" and "bytes"). */
+static json_t *token_json(const atlas_gen *g, int32_t id, json_t **bytes) {
+    const char *b = "";
+    size_t n = 0;
+    if (atlas_tokenizer_token_bytes(g->tok, id, &b, &n) != ATLAS_OK) b = "", n = 0;
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
+    }
+    return atlas_json_text(b, n);
+}
+
+/* Chat: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}. */
+static json_t *chat_logprob(const atlas_gen *g, const atlas_gen_event *e) {
+    json_t *bytes, *top = json_array();
+    json_t *tok = token_json(g, e->id, &bytes);
+    for (int i = 0; i < e->n_top && i < g->o.top_logprobs; i++) {
+        json_t *tb, *tt = token_json(g, e->top[i].id, &tb);
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob",
+                                             (double)e->top[i].logprob, "bytes", tb));
+    }
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)e->logprob,
+                     "bytes", bytes, "top_logprobs", top);
+}
+
+/* Completions: appends to {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+static void completion_logprob(const atlas_gen *g, json_t *lp, const atlas_gen_event *e,
+                               size_t offset) {
+    json_array_append_new(json_object_get(lp, "tokens"), token_json(g, e->id, NULL));
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(e->logprob));
+    json_t *top = json_object();
+    for (int i = 0; i < e->n_top && i < g->o.top_logprobs; i++) {
+        json_t *t = token_json(g, e->top[i].id, NULL);
+        if (t && json_string_length(t) > 0 && !json_object_get(top, json_string_value(t)))
+            json_object_set_new(top, json_string_value(t), json_real(e->top[i].logprob));
+        json_decref(t);
+    }
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *usage_json(const atlas_gen *g) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->usage.prompt_tokens,
+                     "completion_tokens", g->usage.completion_tokens, "total_tokens",
+                     g->usage.prompt_tokens + g->usage.completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", g->usage.cached_tokens);
+}
+
+/* Runs text through the tool-call parser when there is one: *out is the plain text to
+ * release (malloc'd), new calls are appended to calls. */
+static atlas_status release_text(atlas_gen *g, const char *text, size_t len, bool end,
+                                 char **out, json_t *calls) {
+    if (g->tp) {
+        if (len) ATLAS_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
+        if (!end) return ATLAS_OK;
+        char *rest = NULL;
+        ATLAS_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
+        if (!*out) {
+            *out = rest;
+            return ATLAS_OK;
+        }
+        size_t a = strlen(*out), b = strlen(rest);
+        char *both = realloc(*out, a + b + 1);
+        if (!both) {
+            free(rest);
+            return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(both + a, rest, b + 1);
+        free(rest);
+        *out = both;
+        return ATLAS_OK;
+    }
+    *out = malloc(len + 1);
+    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    memcpy(*out, text, len);
+    (*out)[len] = '\0';
+    return ATLAS_OK;
+}
+
+/* Gives each new call its index (the streaming delta needs it). */
+static void number_calls(atlas_gen *g, json_t *calls) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) json_object_set_new(c, "index", json_integer(g->n_calls++));
+}
+
+static void observe_end(atlas_gen *g) {
+    atlas_server_metrics_observe(&g->srv->metrics, &g->srv->metrics.e2e,
+                                 atlas_now() - g->t_start);
+}
+
+/* --- streaming ---------------------------------------------------------------------------- */
+
+static atlas_status emit(atlas_gen *g, json_t *v) {
+    if (!v) return atlas_fail(ATLAS_ERR_NOMEM, "SSE chunk: out of memory");
+    char *s = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "SSE chunk: out of memory");
+    int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: %s\n\n", s);
+    free(s);
+    return rc ? atlas_fail(ATLAS_ERR_NOMEM, "SSE chunk: out of memory") : ATLAS_OK;
+}
+
+/* A chunk with one choice (choice may be NULL: the usage chunk has none). */
+static json_t *chunk(const atlas_gen *g, json_t *choice) {
+    bool chat = g->o.kind == ATLAS_API_CHAT;
+    json_t *c = json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", g->id, "object",
+                          chat ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)g->created, "model", g->model, "choices");
+    if (!c) {
+        json_decref(choice);
+        return NULL;
+    }
+    if (choice) json_array_append_new(json_object_get(c, "choices"), choice);
+    if (g->o.include_usage) json_object_set_new(c, "usage", json_null());
+    return c;
+}
+
+static json_t *choice(const atlas_gen *g, json_t *delta_or_text, json_t *logprobs,
+                      const char *finish) {
+    bool chat = g->o.kind == ATLAS_API_CHAT;
+    return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, chat ? "delta" : "text", delta_or_text,
+                     "logprobs", logprobs ? logprobs : json_null(), "finish_reason",
+                     finish ? json_string(finish) : json_null());
+}
+
+static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool end) {
+    bool chat = g->o.kind == ATLAS_API_CHAT;
+    json_t *calls = json_array();
+    char *text = NULL;
+    atlas_status st = release_text(g, e->text, e->text_len, end, &text, calls);
+    if (st != ATLAS_OK) {
+        json_decref(calls);
+        return st;
+    }
+    json_t *lp = NULL;
+    if (e->type == ATLAS_EVENT_TOKEN && g->o.logprobs) {
+        if (chat) {
+            lp = json_pack("{s:[o]}", "content", chat_logprob(g, e));
+        } else {
+            lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
+                           "top_logprobs", "text_offset");
+            completion_logprob(g, lp, e, g->text_offset);
+        }
+    }
+    size_t n = strlen(text);
+    if (n || lp) {
+        json_t *body = chat ? json_pack("{s:o}", "content", atlas_json_text(text, n))
+                            : atlas_json_text(text, n);
+        st = emit(g, chunk(g, choice(g, body, lp, NULL)));
+    }
+    g->text_offset += n;
+    free(text);
+    if (st == ATLAS_OK && json_array_size(calls)) {
+        number_calls(g, calls);
+        st = emit(g, chunk(g, choice(g, json_pack("{s:O}", "tool_calls", calls), NULL, NULL)));
+    }
+    json_decref(calls);
+    return st;
+}
+
+static atlas_status stream_error(atlas_gen *g, atlas_status status, const char *msg) {
+    atlas_http_reply r = {0};
+    atlas_api_error_reply(&r, ATLAS_API_ERR_STATUS, status, NULL, msg);
+    int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: %s\n\ndata: [DONE]\n\n",
+                              r.body ? r.body : "{}");
+    free(r.body);
+    g->done_sent = true;
+    return rc ? atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory") : ATLAS_OK;
+}
+
+static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
+    g->usage = e->usage;
+    g->finish = e->finish;
+    observe_end(g);
+    ATLAS_TRY(stream_token(g, e, true));
+    if (e->finish == ATLAS_FINISH_ERROR)
+        return stream_error(g, e->status ? e->status : ATLAS_ERR_INTERNAL, e->message);
+    if (e->finish == ATLAS_FINISH_CANCELLED)
+        return stream_error(g, ATLAS_ERR_INTERNAL, "the request was cancelled (the server is "
+                                                   "shutting down)");
+    bool chat = g->o.kind == ATLAS_API_CHAT;
+    ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
+                                      finish_name(g)))));
+    if (g->o.include_usage) {
+        json_t *c = chunk(g, NULL);
+        if (c) json_object_set_new(c, "usage", usage_json(g));
+        ATLAS_TRY(emit(g, c));
+    }
+    g->done_sent = true;
+    return atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: [DONE]\n\n")
+               ? atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory")
+               : ATLAS_OK;
+}
+
+atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
+    if (!g->began) {
+        g->began = true;
+        if (g->o.kind == ATLAS_API_CHAT)
+            ATLAS_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
+                                                           "content", ""),
+                                              NULL, NULL))));
+        else if (g->echo && *g->echo)
+            ATLAS_TRY(emit(g, chunk(g, choice(g, atlas_json_text(g->echo, strlen(g->echo)),
+                                              NULL, NULL))));
+        if (g->echo) g->text_offset = strlen(g->echo);
+    }
+    if (e->type == ATLAS_EVENT_END) return stream_end(g, e);
+    return stream_token(g, e, false);
+}
+
+void atlas_gen_format_abort(atlas_gen *g, const char *why) {
+    g->out_off = g->out_len = 0;
+    stream_error(g, ATLAS_ERR_INTERNAL, why);
+}
+
+/* --- the whole response ------------------------------------------------------------------- */
+
+static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
+    if (g->text_len + n + 1 > g->text_cap) {
+        size_t want = g->text_cap ? g->text_cap * 2 : 256;
+        while (want < g->text_len + n + 1) want *= 2;
+        char *grown = realloc(g->text, want);
+        if (!grown) return atlas_fail(ATLAS_ERR_NOMEM, "response: out of memory");
+        g->text = grown;
+        g->text_cap = want;
+    }
+    memcpy(g->text + g->text_len, s, n);
+    g->text_len += n;
+    g->text[g->text_len] = '\0';
+    return ATLAS_OK;
+}
+
+static atlas_status collect(atlas_gen *g, const atlas_gen_event *e) {
+    if (g->o.logprobs && e->type == ATLAS_EVENT_TOKEN) {
+        if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
+        else completion_logprob(g, g->lp, e, g->text_len);
+    }
+    char *text = NULL;
+    ATLAS_TRY(release_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &text,
+                           g->calls));
+    atlas_status st = append_text(g, text, strlen(text));
+    free(text);
+    return st;
+}
+
+static json_t *whole_response(atlas_gen *g) {
+    bool chat = g->o.kind == ATLAS_API_CHAT;
+    number_calls(g, g->calls);
+    json_t *ch;
+    if (chat) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                g->n_calls && g->text_len == 0
+                                    ? json_null()
+                                    : atlas_json_text(g->text ? g->text : "", g->text_len));
+        if (g->n_calls) {
+            size_t i;
+            json_t *c;
+            json_array_foreach(g->calls, i, c) json_object_del(c, "index");
+            json_object_set(msg, "tool_calls", g->calls);
+        }
+        ch = json_pack("{s:i, s:o, s:o?, s:s}", "index", 0, "message", msg, "logprobs",
+                       g->lp ? json_pack("{s:O}", "content", g->lp) : NULL, "finish_reason",
+                       finish_name(g));
+    } else {
+        ch = json_pack("{s:i, s:o, s:O?, s:s}", "index", 0, "text",
+                       atlas_json_text(g->text ? g->text : "", g->text_len), "logprobs", g->lp,
+                       "finish_reason", finish_name(g));
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->id, "object",
+                     chat ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)g->created, "model", g->model, "choices", ch, "usage",
+                     usage_json(g));
+}
+
+void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
+    atlas_status st = ATLAS_OK;
+    if (g->echo) st = append_text(g, g->echo, strlen(g->echo));
+    for (;;) {
+        bool gone;
+        atlas_gen_event *e = atlas_gen_next(g, true, &gone);
+        if (!e) {
+            if (gone) atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INTERNAL, NULL,
+                                            "the client closed the connection");
+            else atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                                       g->lost ? "the server ran out of memory"
+                                               : "the server is shutting down");
+            break;
+        }
+        if (st == ATLAS_OK) st = collect(g, e);
+        if (e->type == ATLAS_EVENT_END) {
+            g->usage = e->usage;
+            g->finish = e->finish;
+            observe_end(g);
+            if (e->finish == ATLAS_FINISH_ERROR)
+                atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
+                                      e->status ? e->status : ATLAS_ERR_INTERNAL, NULL,
+                                      e->message);
+            else if (e->finish == ATLAS_FINISH_CANCELLED)
+                atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                                      "the request was cancelled: the server is shutting down");
+            else if (st != ATLAS_OK)
+                atlas_api_fail_reply(r, st, NULL);
+            else
+                atlas_http_reply_json(r, 200, whole_response(g));
+            free(e);
+            break;
+        }
+        free(e);
+    }
+    atlas_gen_release(g);
+}

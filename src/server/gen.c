@@ -1,0 +1,267 @@
+/* server/gen.c — one generation: the engine request, its event queue, and the waiting.
+ * Formatting the events as OpenAI JSON lives in format.c. */
+#include "server/gen.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "atlas/engine.h"
+#include "core/error.h"
+#include "server/gen_internal.h"
+
+enum { POLL_MS = 50 }; /* how often a waiting thread looks at its client and the server */
+
+/* --- the engine side: copy each event into the queue --------------------------------- */
+
+static void gen_unref(atlas_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left > 0) return;
+    atlas_gen_event *e = g->head;
+    while (e) {
+        atlas_gen_event *next = e->next;
+        free(e);
+        e = next;
+    }
+    atlas_gen_format_free(g);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g->model);
+    free(g->echo);
+    free(g);
+}
+
+static void on_event(const atlas_event *ev, void *user) {
+    atlas_gen *g = user;
+    size_t msg_len = ev->type == ATLAS_EVENT_END && ev->message ? strlen(ev->message) : 0;
+    int n_top = ev->type == ATLAS_EVENT_TOKEN && ev->n_top > 0 ? ev->n_top : 0;
+    atlas_gen_event *e = calloc(1, sizeof *e + (size_t)n_top * sizeof(atlas_top_logprob) +
+                                       ev->text_len + msg_len + 2);
+    if (e) {
+        e->type = ev->type;
+        e->id = ev->id;
+        e->logprob = ev->logprob;
+        e->n_top = n_top;
+        if (n_top) memcpy(e->top, ev->top, (size_t)n_top * sizeof(atlas_top_logprob));
+        e->text = (char *)(e->top + n_top);
+        e->text_len = ev->text_len;
+        if (ev->text_len) memcpy(e->text, ev->text, ev->text_len);
+        e->message = e->text + ev->text_len + 1;
+        if (msg_len) memcpy(e->message, ev->message, msg_len);
+        e->finish = ev->finish;
+        e->status = ev->status;
+        e->usage = ev->usage;
+        e->ttft_s = ev->ttft_s;
+    }
+    pthread_mutex_lock(&g->mu);
+    if (!e) { /* out of memory: the request cannot go on */
+        g->lost = true;
+        if (ev->type != ATLAS_EVENT_END) g->cancel_asked = true;
+    } else {
+        e->t = atlas_now();
+        if (g->tail) g->tail->next = e;
+        else g->head = e;
+        g->tail = e;
+    }
+    if (ev->type == ATLAS_EVENT_END) g->ended = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (ev->type == ATLAS_EVENT_END) gen_unref(g); /* the engine's reference */
+}
+
+/* --- starting ---------------------------------------------------------------------------- */
+
+atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
+                             const atlas_gen_params *gp, const atlas_tokenizer *tok,
+                             const int32_t *ids, size_t n_ids, atlas_gen **out) {
+    *out = NULL;
+    atlas_gen *g = calloc(1, sizeof *g);
+    if (!g) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    g->refs = 2;
+    g->srv = call->srv;
+    g->fd = call->fd;
+    g->o = *o;
+    g->model = strdup(o->model);
+    g->echo = o->echo ? strdup(o->echo) : NULL;
+    g->o.model = g->model;
+    g->o.echo = g->echo;
+    g->tok = tok;
+    g->t_start = call->t_start;
+    g->created = (int64_t)time(NULL);
+    uint64_t n = atomic_fetch_add(&call->srv->next_id, 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(g->id, sizeof g->id, "%s%08llx%016llx", o->kind == ATLAS_API_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)(n & 0xffffffffu),
+             (unsigned long long)((uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec));
+    atlas_status st = !g->model || (o->echo && !g->echo)
+                          ? atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory")
+                          : atlas_gen_format_init(g);
+    if (st != ATLAS_OK) {
+        g->refs = 1;
+        gen_unref(g);
+        return st;
+    }
+    atlas_request req = {0};
+    req.model = o->model;
+    req.prompt = ids;
+    req.n_prompt = n_ids;
+    req.sampling = gp->sp;
+    req.max_tokens = (int)gp->max_tokens;
+    req.stop = gp->stop;
+    req.n_stop = gp->n_stop;
+    req.logprobs = gp->logprobs;
+    req.top_logprobs = gp->top_logprobs;
+    req.ignore_eos = gp->ignore_eos;
+    g->prompt_tokens = (int)n_ids;
+    pthread_mutex_lock(&call->srv->metrics.mu);
+    call->srv->metrics.active_requests++;
+    pthread_mutex_unlock(&call->srv->metrics.mu);
+    g->counted = true;
+    st = atlas_engine_submit(call->srv->engine, &req, on_event, g, &g->h);
+    if (st != ATLAS_OK) {
+        g->refs = 1; /* no callback will come */
+        atlas_gen_release(g);
+        return st;
+    }
+    *out = g;
+    return ATLAS_OK;
+}
+
+/* --- the HTTP side ---------------------------------------------------------------------- */
+
+atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone) {
+    *gone = false;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        atlas_gen_event *e = g->head;
+        if (e) {
+            g->head = e->next;
+            if (!g->head) g->tail = NULL;
+            pthread_mutex_unlock(&g->mu);
+            return e;
+        }
+        if (g->ended && !g->head) break; /* only after the END was popped */
+        bool cancel = g->cancel_asked;
+        if (!wait) break;
+        if (cancel || atomic_load(&g->srv->stopping) ||
+            atlas_http_client_gone(&(atlas_http_call){.fd = g->fd})) {
+            *gone = !cancel && !atomic_load(&g->srv->stopping);
+            if (!g->cancel_sent) {
+                g->cancel_sent = true;
+                pthread_mutex_unlock(&g->mu);
+                atlas_engine_cancel(g->h);
+                pthread_mutex_lock(&g->mu);
+            }
+            if (*gone) break; /* nobody to write to: stop waiting */
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+bool atlas_gen_has_event(atlas_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    bool any = g->head != NULL;
+    pthread_mutex_unlock(&g->mu);
+    return any;
+}
+
+void atlas_gen_release(atlas_gen *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    bool running = !g->ended && !g->cancel_sent;
+    g->cancel_sent = true;
+    pthread_mutex_unlock(&g->mu);
+    if (running && g->h) atlas_engine_cancel(g->h);
+    atlas_engine_handle_free(g->h);
+    g->h = NULL;
+    if (g->counted) {
+        atlas_server_metrics *m = &g->srv->metrics;
+        pthread_mutex_lock(&m->mu);
+        m->active_requests--;
+        pthread_mutex_unlock(&m->mu);
+        g->counted = false;
+    }
+    gen_unref(g);
+}
+
+/* Waits until the first event is there (a token, or the end), so that a request that fails
+ * before its first token (a model that cannot load) still gets a proper HTTP error. */
+bool atlas_gen_wait_first(atlas_gen *g) {
+    bool gone;
+    pthread_mutex_lock(&g->mu);
+    bool any = g->head != NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (any) return true;
+    atlas_gen_event *e = atlas_gen_next(g, true, &gone);
+    if (!e) return false;
+    pthread_mutex_lock(&g->mu); /* put it back at the front */
+    e->next = g->head;
+    g->head = e;
+    if (!g->tail) g->tail = e;
+    pthread_mutex_unlock(&g->mu);
+    return true;
+}
+
+ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
+    while (g->out_off == g->out_len) {
+        g->out_off = g->out_len = 0;
+        if (g->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        bool gone;
+        atlas_gen_event *e = atlas_gen_next(g, true, &gone);
+        if (!e) {
+            if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+            /* stopping, or the engine could not queue an event: end the stream properly */
+            atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
+                                          ? "the server is shutting down"
+                                          : "the server ran out of memory");
+            continue;
+        }
+        atlas_status st = atlas_gen_format_event(g, e);
+        free(e);
+        if (st != ATLAS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = g->out_len - g->out_off;
+    if (n > max) n = max;
+    memcpy(buf, g->out + g->out_off, n);
+    g->out_off += n;
+    return (ssize_t)n;
+}
+
+void atlas_gen_sse_close(atlas_gen *g) { atlas_gen_release(g); }
+
+void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
+    if (!g->o.stream) {
+        atlas_gen_finish_json(g, r);
+        return;
+    }
+    bool failed = true;
+    if (atlas_gen_wait_first(g)) {
+        pthread_mutex_lock(&g->mu);
+        failed = g->head && g->head->type == ATLAS_EVENT_END &&
+                 g->head->finish != ATLAS_FINISH_STOP && g->head->finish != ATLAS_FINISH_LENGTH;
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (failed) { /* nothing was generated: answer with the error's own HTTP status */
+        atlas_gen_finish_json(g, r);
+        return;
+    }
+    r->status = 200;
+    r->stream = g;
+}

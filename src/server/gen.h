@@ -1,0 +1,61 @@
+/* server/gen.h — one generation as the server sees it: the engine request, the queue that
+ * carries its token events from the engine thread to the HTTP thread, and the formatting
+ * of those events as OpenAI JSON (whole response) or SSE chunks.  Internal to src/server.
+ *
+ * Threads: the engine thread only appends events to the queue (copying them, O(1), never
+ * waiting on a client); the connection's thread pops them, formats and writes.  A gen is
+ * counted: one reference for the engine (dropped at its end event), one for the HTTP side
+ * (dropped by atlas_gen_sse_close or atlas_gen_release).  A client that goes away cancels
+ * the engine request at once. */
+#ifndef ATLAS_SERVER_GEN_H
+#define ATLAS_SERVER_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "atlas/toolcall.h"
+#include "server/http.h"
+#include "server/params.h"
+
+typedef struct atlas_tokenizer atlas_tokenizer;
+
+/* What the formatting needs to know about the request. */
+typedef struct atlas_gen_opts {
+    atlas_api_kind kind;
+    const char *model;            /* the id answered in "model" (copied) */
+    bool stream, include_usage;
+    bool logprobs;
+    int top_logprobs;
+    atlas_toolcall_format tools;  /* NONE: no tool parsing */
+    const char *echo;             /* /v1/completions echo: the prompt text (copied) or NULL */
+} atlas_gen_opts;
+
+/* Submits the request to the engine and returns the gen (both references held: the engine's
+ * and the caller's).  ids[n_ids] is the prompt; tok decodes token bytes for logprobs. */
+atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
+                             const atlas_gen_params *gp, const atlas_tokenizer *tok,
+                             const int32_t *ids, size_t n_ids, atlas_gen **out);
+
+/* Answers with g: a whole JSON response (atlas_gen_finish_json), or, for a stream, the SSE
+ * body once the first event is there (a request that fails before its first token gets
+ * its error status instead).  Takes over the caller's reference. */
+void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r);
+
+/* Non-streaming: waits for the end (cancelling if the client leaves or the server stops)
+ * and builds the whole response into r (a 200 JSON body or an error).  Releases the
+ * caller's reference. */
+void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r);
+
+/* Streaming: the MHD content reader.  Blocks (in the connection's own thread) until bytes
+ * are ready; returns their count, MHD_CONTENT_READER_END_OF_STREAM after "data: [DONE]",
+ * or END_WITH_ERROR when the client went away. */
+ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max);
+/* The response is done with g (finished, failed or the client left): cancels the engine
+ * request if it still runs and releases the caller's reference. */
+void atlas_gen_sse_close(atlas_gen *g);
+
+#endif

@@ -1,0 +1,84 @@
+/* server/gen_internal.h — the insides of atlas_gen, shared by gen.c (queue, waiting) and
+ * format.c (OpenAI JSON).  Internal to src/server. */
+#ifndef ATLAS_SERVER_GEN_INTERNAL_H
+#define ATLAS_SERVER_GEN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "atlas/engine.h"
+#include "server/gen.h"
+
+/* One engine event, copied: the text and the message live after the struct. */
+typedef struct atlas_gen_event {
+    struct atlas_gen_event *next;
+    atlas_event_type type;
+    int32_t id;
+    float logprob;
+    atlas_finish finish;
+    atlas_status status;
+    atlas_usage usage;
+    double ttft_s;
+    double t;                 /* when it was queued (monotonic seconds) */
+    char *text;
+    size_t text_len;
+    char *message;            /* NUL-terminated */
+    int n_top;
+    atlas_top_logprob top[];  /* [n_top] */
+} atlas_gen_event;
+
+struct atlas_gen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* signalled when an event arrives */
+    int refs;                 /* engine + HTTP side */
+    atlas_gen_event *head, *tail;
+    bool ended;               /* the END event was queued */
+    bool cancel_asked;        /* an event was lost: cancel */
+    bool cancel_sent;
+    bool lost;
+    bool counted;             /* in metrics.active_requests */
+
+    atlas_request_handle *h;  /* used by the HTTP thread only */
+    atlas_server *srv;
+    int fd;
+    atlas_gen_opts o;
+    char *model, *echo;
+    const atlas_tokenizer *tok;
+    char id[48];
+    int64_t created;
+    int prompt_tokens;
+    double t_start;           /* the HTTP request's arrival */
+
+    /* formatting state: the HTTP thread only (format.c) */
+    atlas_toolcall_parser *tp;
+    json_t *calls;            /* completed tool calls, for the whole response */
+    int n_calls;
+    bool began, done_sent;
+    char *text;               /* the whole text so far (non-streaming) */
+    size_t text_len, text_cap;
+    json_t *lp;               /* logprobs collected (non-streaming) */
+    size_t text_offset;       /* /v1/completions logprobs text_offset */
+    atlas_usage usage;
+    atlas_finish finish;
+    char *out;                /* SSE bytes ready to send */
+    size_t out_len, out_off, out_cap;
+};
+
+/* gen.c */
+/* The next event (NULL: the END was already taken, the client left (*gone), or the server
+ * stops and the request was cancelled).  The caller frees it. */
+atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone);
+bool atlas_gen_has_event(atlas_gen *g);
+bool atlas_gen_wait_first(atlas_gen *g);
+/* Drops the HTTP side's reference (cancelling the engine request if it still runs). */
+void atlas_gen_release(atlas_gen *g);
+
+/* format.c */
+atlas_status atlas_gen_format_init(atlas_gen *g);
+void atlas_gen_format_free(atlas_gen *g);
+/* Streaming: appends the SSE bytes for e to g->out. */
+atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e);
+/* Streaming: ends the stream with an error event and [DONE]. */
+void atlas_gen_format_abort(atlas_gen *g, const char *why);
+
+#endif

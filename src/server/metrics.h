@@ -1,0 +1,47 @@
+/* server/metrics.h — what the server counts itself (HTTP requests, request latency);
+ * /metrics prints these beside the engine's own snapshot, in Prometheus text format.
+ * Internal to src/server.  All calls are thread-safe. */
+#ifndef ATLAS_SERVER_METRICS_H
+#define ATLAS_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { ATLAS_HIST_BUCKETS = 14 };
+
+/* A latency histogram with fixed bucket bounds (seconds). */
+typedef struct atlas_histogram {
+    const double *bounds;              /* [ATLAS_HIST_BUCKETS], increasing */
+    uint64_t counts[ATLAS_HIST_BUCKETS + 1]; /* the last one is +Inf */
+    uint64_t n;
+    double sum;
+} atlas_histogram;
+
+typedef enum atlas_route_id {
+    ATLAS_ROUTE_CHAT, ATLAS_ROUTE_COMPLETIONS, ATLAS_ROUTE_MODELS, ATLAS_ROUTE_MODEL_LOAD,
+    ATLAS_ROUTE_MODEL_UNLOAD, ATLAS_ROUTE_HEALTH, ATLAS_ROUTE_METRICS, ATLAS_ROUTE_TOKENIZE,
+    ATLAS_ROUTE_DETOKENIZE, ATLAS_ROUTE_TEMPLATE, ATLAS_ROUTE_OTHER, ATLAS_ROUTE_COUNT
+} atlas_route_id;
+
+typedef struct atlas_server_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[ATLAS_ROUTE_COUNT][5]; /* by route and status class 1xx..5xx */
+    int64_t active_requests;                 /* generations in flight */
+    atlas_histogram e2e;                     /* request arrival to its last token */
+} atlas_server_metrics;
+
+void atlas_server_metrics_init(atlas_server_metrics *m);
+void atlas_server_metrics_destroy(atlas_server_metrics *m);
+void atlas_server_metrics_request(atlas_server_metrics *m, atlas_route_id route, int http);
+void atlas_server_metrics_observe(atlas_server_metrics *m, atlas_histogram *h, double seconds);
+const char *atlas_route_name(atlas_route_id route);
+
+/* Appends the server's metrics in Prometheus text format to *buf (malloc'd, grown). */
+int atlas_server_metrics_print(atlas_server_metrics *m, char **buf, size_t *len, size_t *cap);
+
+/* printf-append to a growing buffer; returns 0, or -1 when out of memory. */
+int atlas_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,309 @@
+/* server/params.c — the fields of OpenAI request bodies, checked one by one.  Ranges are
+ * OpenAI's where it documents them (temperature 0..2, penalties -2..2, logit_bias
+ * -100..100, top_logprobs 0..20); top_k, min_p and repetition_penalty as vLLM takes them. */
+#include "server/params.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+
+static const json_t *field(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+atlas_status atlas_param_number(const json_t *o, const char *key, double lo, double hi,
+                                double *out, bool *present, const char **param) {
+    const json_t *v = field(o, key);
+    if (present) *present = v != NULL;
+    if (!v) return ATLAS_OK;
+    *param = key;
+    if (!json_is_number(v))
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be between %g and %g, got %g", key, lo,
+                          hi, x);
+    *out = x;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_param_int(const json_t *o, const char *key, int64_t lo, int64_t hi,
+                             int64_t *out, bool *present, const char **param) {
+    const json_t *v = field(o, key);
+    if (present) *present = v != NULL;
+    if (!v) return ATLAS_OK;
+    *param = key;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d >= -9.0e18 && d <= 9.0e18) || d != floor(d))
+            return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be an integer, got %g", key, d);
+        x = (int64_t)d;
+    } else {
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be an integer", key);
+    }
+    if (x < lo || x > hi)
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be between %lld and %lld, got %lld", key,
+                          (long long)lo, (long long)hi, (long long)x);
+    *out = x;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_param_bool(const json_t *o, const char *key, bool *out, const char **param) {
+    const json_t *v = field(o, key);
+    if (!v) return ATLAS_OK;
+    if (!json_is_boolean(v)) {
+        *param = key;
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a boolean", key);
+    }
+    *out = json_is_true(v);
+    return ATLAS_OK;
+}
+
+atlas_status atlas_param_string(const json_t *o, const char *key, const char **out,
+                                const char **param) {
+    const json_t *v = field(o, key);
+    if (!v) return ATLAS_OK;
+    if (!json_is_string(v)) {
+        *param = key;
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a string", key);
+    }
+    *out = json_string_value(v);
+    return ATLAS_OK;
+}
+
+/* OpenAI's {"token id as a string": bias} object. */
+static atlas_status parse_logit_bias(const json_t *body, const atlas_tokenizer *tok,
+                                     atlas_gen_params *p, const char **param) {
+    const json_t *lb = field(body, "logit_bias");
+    if (!lb) return ATLAS_OK;
+    *param = "logit_bias";
+    if (!json_is_object(lb))
+        return atlas_fail(ATLAS_ERR_INVALID, "'logit_bias' must be an object of token id -> "
+                                             "bias");
+    size_t n = json_object_size(lb);
+    if (n > 4096)
+        return atlas_fail(ATLAS_ERR_INVALID, "'logit_bias' has %zu entries: at most 4096", n);
+    p->bias = calloc(n ? n : 1, sizeof *p->bias);
+    if (!p->bias) return atlas_fail(ATLAS_ERR_NOMEM, "logit_bias: out of memory");
+    size_t vocab = tok ? atlas_tokenizer_vocab_size(tok) : (size_t)INT32_MAX;
+    const char *key;
+    json_t *v;
+    int i = 0;
+    json_object_foreach((json_t *)lb, key, v) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || id < 0 || (unsigned long long)id >= vocab)
+            return atlas_fail(ATLAS_ERR_INVALID,
+                              "'logit_bias' key '%.40s' is not a token id in 0..%zu", key,
+                              vocab - 1);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return atlas_fail(ATLAS_ERR_INVALID,
+                              "'logit_bias' value of token %lld must be a number in -100..100",
+                              id);
+        p->bias[i].id = (int32_t)id;
+        p->bias[i].bias = (float)json_number_value(v);
+        i++;
+    }
+    p->sp.logit_bias = p->bias;
+    p->sp.n_logit_bias = i;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+static atlas_status parse_stop(const json_t *body, atlas_gen_params *p, const char **param) {
+    const json_t *st = field(body, "stop");
+    if (!st) return ATLAS_OK;
+    *param = "stop";
+    if (json_is_string(st)) {
+        p->stop = malloc(sizeof *p->stop);
+        if (!p->stop) return atlas_fail(ATLAS_ERR_NOMEM, "stop: out of memory");
+        p->stop[0] = json_string_value(st);
+        p->n_stop = 1;
+    } else if (json_is_array(st)) {
+        size_t n = json_array_size(st);
+        if (n > 16) return atlas_fail(ATLAS_ERR_INVALID, "'stop' has %zu strings: at most 16", n);
+        p->stop = calloc(n ? n : 1, sizeof *p->stop);
+        if (!p->stop) return atlas_fail(ATLAS_ERR_NOMEM, "stop: out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *s = json_array_get(st, i);
+            if (!json_is_string(s))
+                return atlas_fail(ATLAS_ERR_INVALID, "'stop[%zu]' must be a string", i);
+            p->stop[p->n_stop++] = json_string_value(s);
+        }
+    } else {
+        return atlas_fail(ATLAS_ERR_INVALID, "'stop' must be a string or an array of strings");
+    }
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i][0])
+            return atlas_fail(ATLAS_ERR_INVALID, "'stop' strings must not be empty");
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, const char **param) {
+    double x;
+    int64_t i;
+    bool has;
+    x = p->sp.temperature;
+    ATLAS_TRY(atlas_param_number(body, "temperature", 0, 2, &x, NULL, param));
+    p->sp.temperature = (float)x;
+    x = p->sp.top_p;
+    ATLAS_TRY(atlas_param_number(body, "top_p", 0, 1, &x, NULL, param));
+    if (x <= 0) {
+        *param = "top_p";
+        return atlas_fail(ATLAS_ERR_INVALID, "'top_p' must be in (0, 1], got 0");
+    }
+    p->sp.top_p = (float)x;
+    i = 0;
+    ATLAS_TRY(atlas_param_int(body, "top_k", -1, INT32_MAX, &i, NULL, param));
+    p->sp.top_k = i < 0 ? 0 : (int)i; /* vLLM: -1 means off */
+    x = p->sp.min_p;
+    ATLAS_TRY(atlas_param_number(body, "min_p", 0, 1, &x, NULL, param));
+    p->sp.min_p = (float)x;
+    x = p->sp.presence_penalty;
+    ATLAS_TRY(atlas_param_number(body, "presence_penalty", -2, 2, &x, NULL, param));
+    p->sp.presence_penalty = (float)x;
+    x = p->sp.frequency_penalty;
+    ATLAS_TRY(atlas_param_number(body, "frequency_penalty", -2, 2, &x, NULL, param));
+    p->sp.frequency_penalty = (float)x;
+    x = p->sp.repetition_penalty;
+    ATLAS_TRY(atlas_param_number(body, "repetition_penalty", 0.01, 10, &x, NULL, param));
+    p->sp.repetition_penalty = (float)x;
+    i = 0;
+    ATLAS_TRY(atlas_param_int(body, "seed", INT64_MIN, INT64_MAX, &i, &has, param));
+    if (has) {
+        p->sp.seed = (uint64_t)i;
+    } else { /* no seed asked: a different draw each request, as OpenAI */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p->sp.seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind, atlas_gen_params *p,
+                                  const char **param) {
+    int64_t n = 1;
+    ATLAS_TRY(atlas_param_int(body, "n", INT64_MIN, INT64_MAX, &n, NULL, param));
+    if (n != 1) {
+        *param = "n";
+        return atlas_fail(ATLAS_ERR_INVALID, "'n' must be 1: atlas returns one choice per "
+                                             "request (send several requests instead)");
+    }
+    int64_t best_of = 1;
+    ATLAS_TRY(atlas_param_int(body, "best_of", 1, 1, &best_of, NULL, param));
+    /* max_completion_tokens is the newer name (chat); max_tokens the older one */
+    bool has = false;
+    ATLAS_TRY(atlas_param_int(body, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, &has,
+                              param));
+    if (!has)
+        ATLAS_TRY(atlas_param_int(body, "max_tokens", 1, INT32_MAX, &p->max_tokens, &has, param));
+    if (!has && kind == ATLAS_API_COMPLETION) p->max_tokens = 16; /* OpenAI's default there */
+    return ATLAS_OK;
+}
+
+static atlas_status parse_logprobs(const json_t *body, atlas_api_kind kind, atlas_gen_params *p,
+                                   const char **param) {
+    int64_t top = 0;
+    bool has = false;
+    if (kind == ATLAS_API_CHAT) {
+        ATLAS_TRY(atlas_param_bool(body, "logprobs", &p->logprobs, param));
+        ATLAS_TRY(atlas_param_int(body, "top_logprobs", 0, 20, &top, &has, param));
+        if (has && !p->logprobs) {
+            *param = "top_logprobs";
+            return atlas_fail(ATLAS_ERR_INVALID, "'top_logprobs' needs 'logprobs': true");
+        }
+    } else { /* the legacy API: logprobs is the number of alternatives */
+        ATLAS_TRY(atlas_param_int(body, "logprobs", 0, 20, &top, &has, param));
+        p->logprobs = has;
+    }
+    p->top_logprobs = (int)top;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
+                                    const atlas_tokenizer *tok, atlas_gen_params *p,
+                                    const char **param) {
+    memset(p, 0, sizeof *p);
+    p->sp = atlas_sampler_default_params();
+    *param = NULL;
+    ATLAS_TRY(atlas_param_string(body, "model", &p->model, param));
+    ATLAS_TRY(parse_sampling(body, p, param));
+    ATLAS_TRY(parse_lengths(body, kind, p, param));
+    ATLAS_TRY(parse_logprobs(body, kind, p, param));
+    ATLAS_TRY(parse_stop(body, p, param));
+    ATLAS_TRY(parse_logit_bias(body, tok, p, param));
+    ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
+    ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
+    if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
+    const json_t *so = field(body, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) {
+            *param = "stream_options";
+            return atlas_fail(ATLAS_ERR_INVALID, "'stream_options' must be an object");
+        }
+        ATLAS_TRY(atlas_param_bool(so, "include_usage", &p->include_usage, param));
+        if (*param) *param = "stream_options.include_usage";
+    }
+    return ATLAS_OK;
+}
+
+void atlas_gen_params_free(atlas_gen_params *p) {
+    free(p->bias);
+    free(p->stop);
+    p->bias = NULL;
+    p->stop = NULL;
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), 0 when invalid (RFC 3629). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
+    else return 0;
+    if (n < len) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+json_t *atlas_json_text(const char *s, size_t len) {
+    json_t *v = json_stringn(s, len);
+    if (v || !s) return v ? v : json_string("");
+    char *out = malloc(len * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        if (k == 0 || (k == 1 && s[i] == '\0')) { /* invalid byte or NUL: U+FFFD */
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    v = json_stringn(out, o);
+    free(out);
+    return v;
+}

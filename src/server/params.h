@@ -1,0 +1,56 @@
+/* server/params.h — reading and checking the fields of an OpenAI request body.  Internal to
+ * src/server.  Every failure is ATLAS_ERR_INVALID (or RANGE) with a message naming the field,
+ * and *param set to the field's name for the error JSON's "param". */
+#ifndef ATLAS_SERVER_PARAMS_H
+#define ATLAS_SERVER_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "atlas/sampler.h"
+#include "atlas/status.h"
+
+typedef struct atlas_tokenizer atlas_tokenizer;
+
+/* Optional fields: absent or null leaves *out unchanged and *present false (present may be
+ * NULL).  Numbers given as JSON reals must be integral for the integer getters. */
+atlas_status atlas_param_number(const json_t *o, const char *key, double lo, double hi,
+                                double *out, bool *present, const char **param);
+atlas_status atlas_param_int(const json_t *o, const char *key, int64_t lo, int64_t hi,
+                             int64_t *out, bool *present, const char **param);
+atlas_status atlas_param_bool(const json_t *o, const char *key, bool *out, const char **param);
+/* *out points into o (valid while o lives). */
+atlas_status atlas_param_string(const json_t *o, const char *key, const char **out,
+                                const char **param);
+
+/* The generation settings shared by /v1/chat/completions and /v1/completions. */
+typedef struct atlas_gen_params {
+    const char *model;          /* NULL: the server's first model; points into the body */
+    atlas_sampler_params sp;    /* sp.logit_bias points to bias below */
+    atlas_logit_bias *bias;     /* [sp.n_logit_bias], malloc'd */
+    int64_t max_tokens;         /* 0: until the context is full */
+    const char **stop;          /* [n_stop], strings point into the body */
+    int n_stop;
+    bool stream;
+    bool include_usage;         /* stream_options.include_usage */
+    bool logprobs;
+    int top_logprobs;           /* 0..20 */
+    bool ignore_eos;            /* vLLM's extension */
+    bool echo;                  /* /v1/completions: prepend the prompt */
+} atlas_gen_params;
+
+typedef enum atlas_api_kind { ATLAS_API_CHAT, ATLAS_API_COMPLETION } atlas_api_kind;
+
+/* Reads the common fields of body.  tok (may be NULL) checks logit_bias ids against the
+ * vocabulary.  Free with atlas_gen_params_free even after a failure. */
+atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
+                                    const atlas_tokenizer *tok, atlas_gen_params *out,
+                                    const char **param);
+void atlas_gen_params_free(atlas_gen_params *p);
+
+/* A JSON string from len bytes that may not be valid UTF-8 (invalid bytes become U+FFFD). */
+json_t *atlas_json_text(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,276 @@
+// The OpenAI API as the official Node SDK (v6) uses it, against `atlas serve` with the two
+// fixture models: chat with and without streaming, completions, models, logprobs, tool
+// calls forced with logit_bias, the helper endpoints and the error shapes.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, postJSON, getJSON, greedy, LLAMA, QWEN } from './lib.mjs';
+
+let srv, client;
+before(async () => {
+  srv = await startServer(['--model', LLAMA, '--model', QWEN, '--parallel', '8']);
+  client = srv.client();
+});
+after(async () => {
+  const r = await srv.stop();
+  assert.equal(r.code, 0, `server exit ${JSON.stringify(r)}\n${srv.log()}`);
+});
+
+test('models list names both models', async () => {
+  const list = await client.models.list();
+  const ids = list.data.map((m) => m.id).sort();
+  assert.deepEqual(ids, ['llama', 'qwen']);
+  for (const m of list.data) {
+    assert.equal(m.object, 'model');
+    assert.equal(typeof m.created, 'number');
+    assert.equal(m.owned_by, 'atlas');
+  }
+  const one = await client.models.retrieve('qwen');
+  assert.equal(one.id, 'qwen');
+});
+
+test('chat completion, not streamed', async () => {
+  const r = await client.chat.completions.create(greedy('llama', 'Hello there'));
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.model, 'llama');
+  assert.equal(r.choices.length, 1);
+  const c = r.choices[0];
+  assert.equal(c.index, 0);
+  assert.equal(c.message.role, 'assistant');
+  assert.equal(typeof c.message.content, 'string');
+  assert.ok(['stop', 'length'].includes(c.finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 12);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  // greedy is deterministic
+  const again = await client.chat.completions.create(greedy('llama', 'Hello there'));
+  assert.equal(again.choices[0].message.content, c.message.content);
+});
+
+test('chat completion streamed equals the same request not streamed, usage last', async () => {
+  const body = greedy('qwen', 'Tell me a story', { max_tokens: 10 });
+  const whole = await client.chat.completions.create(body);
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  let text = '', role = null, finish = null, usage = null, chunks = 0, afterUsage = 0;
+  for await (const ch of stream) {
+    chunks++;
+    assert.equal(ch.object, 'chat.completion.chunk');
+    assert.match(ch.id, /^chatcmpl-/);
+    assert.equal(ch.model, 'qwen');
+    if (usage) afterUsage++;
+    if (ch.usage) usage = ch.usage;
+    if (ch.choices.length === 0) continue;
+    const d = ch.choices[0].delta;
+    if (d.role) role = d.role;
+    if (d.content) text += d.content;
+    if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(role, 'assistant');
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.deepEqual(usage, whole.usage);
+  assert.equal(afterUsage, 0, 'the usage chunk is the last one');
+});
+
+test('raw SSE framing: data lines, final usage chunk, [DONE]', async () => {
+  const res = await fetch(`${srv.base}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(greedy('llama', 'hi', { max_tokens: 4, stream: true, stream_options: { include_usage: true } })),
+  });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /^text\/event-stream/);
+  const raw = await res.text();
+  const events = raw.split('\n\n').filter((e) => e.length);
+  assert.equal(events.at(-1), 'data: [DONE]');
+  for (const e of events) assert.match(e, /^data: /);
+  const last = JSON.parse(events.at(-2).slice(6));
+  assert.deepEqual(last.choices, []);
+  assert.equal(last.usage.completion_tokens, 4);
+  const first = JSON.parse(events[0].slice(6));
+  assert.equal(first.choices[0].delta.role, 'assistant');
+  assert.equal(first.usage, null);
+});
+
+test('completions: text prompt, token-id prompt, max_tokens and finish_reason length', async () => {
+  const tok = await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: 'The quick brown fox' });
+  assert.equal(tok.status, 200);
+  assert.ok(tok.json.tokens.length >= 4);
+  assert.equal(tok.json.count, tok.json.tokens.length);
+  const a = await client.completions.create({ model: 'llama', prompt: 'The quick brown fox', max_tokens: 6, temperature: 0 });
+  assert.equal(a.object, 'text_completion');
+  assert.match(a.id, /^cmpl-/);
+  assert.equal(a.choices[0].finish_reason, 'length');
+  assert.equal(a.usage.completion_tokens, 6);
+  assert.equal(a.usage.prompt_tokens, tok.json.tokens.length);
+  const b = await client.completions.create({ model: 'llama', prompt: tok.json.tokens, max_tokens: 6, temperature: 0 });
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  // detokenize gives the prompt back
+  const de = await postJSON(srv.base, '/detokenize', { model: 'llama', tokens: tok.json.tokens });
+  assert.equal(de.status, 200);
+  assert.equal(de.json.prompt, 'The quick brown fox');
+  // a streamed completion carries the same text
+  const s = await client.completions.create({ model: 'llama', prompt: 'The quick brown fox', max_tokens: 6, temperature: 0, stream: true });
+  let text = '';
+  for await (const ch of s) text += ch.choices[0]?.text ?? '';
+  assert.equal(text, a.choices[0].text);
+  // echo puts the prompt first
+  const e = await client.completions.create({ model: 'llama', prompt: 'The quick brown fox', max_tokens: 6, temperature: 0, echo: true });
+  assert.equal(e.choices[0].text, 'The quick brown fox' + a.choices[0].text);
+});
+
+test('stop strings end the text before the stop and say "stop"', async () => {
+  const a = await client.completions.create({ model: 'qwen', prompt: 'Once upon a time', max_tokens: 12, temperature: 0 });
+  const text = a.choices[0].text;
+  assert.ok(text.length >= 4, `need some text to cut: ${JSON.stringify(text)}`);
+  const stop = text.slice(2, 4);
+  const b = await client.completions.create({ model: 'qwen', prompt: 'Once upon a time', max_tokens: 12, temperature: 0, stop: [stop] });
+  assert.equal(b.choices[0].finish_reason, 'stop');
+  assert.equal(b.choices[0].text, text.slice(0, text.indexOf(stop)));
+});
+
+test('seeded sampling is reproducible; penalties and sampling knobs are accepted', async () => {
+  const body = { model: 'qwen', messages: [{ role: 'user', content: 'Write' }], max_tokens: 8, temperature: 1.0, top_p: 0.9, top_k: 50, min_p: 0.01, seed: 1234,
+    presence_penalty: 0.5, frequency_penalty: 0.5, repetition_penalty: 1.1 };
+  const a = await client.chat.completions.create(body);
+  const b = await client.chat.completions.create(body);
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+});
+
+test('logprobs and top_logprobs in OpenAI shape', async () => {
+  const r = await client.chat.completions.create(greedy('llama', 'Hello', { max_tokens: 3, logprobs: true, top_logprobs: 3 }));
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  for (const t of lp) {
+    assert.equal(typeof t.token, 'string');
+    assert.ok(t.logprob <= 0);
+    assert.ok(Array.isArray(t.bytes));
+    assert.equal(t.top_logprobs.length, 3);
+    // greedy: the chosen token is the most likely one
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-5);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+  }
+  const c = await client.completions.create({ model: 'llama', prompt: 'Hello', max_tokens: 3, temperature: 0, logprobs: 2 });
+  const l = c.choices[0].logprobs;
+  assert.equal(l.tokens.length, 3);
+  assert.equal(l.token_logprobs.length, 3);
+  assert.equal(l.top_logprobs.length, 3);
+  assert.equal(Object.keys(l.top_logprobs[0]).length, 2);
+  assert.equal(l.text_offset[0], 0);
+});
+
+// The fixture models have random weights: they never write a tool call by themselves.
+// Force one with logit_bias: decreasing biases over the call's (distinct) tokens and a
+// strong repetition penalty make greedy decoding spell them in order, then the eos.
+async function forcedToolCallBody(stream) {
+  const call = '{"name":"get_weather","parameters":{"days":3}}';
+  const ids = (await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: call })).json.tokens;
+  const eot = (await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: '<|eot_id|>' })).json.tokens;
+  const seq = [...ids, ...eot];
+  assert.equal(new Set(seq).size, seq.length, `the call's tokens must be distinct: ${seq}`);
+  const logit_bias = {};
+  seq.forEach((id, i) => { logit_bias[id] = 100 - 7 * i; });
+  return {
+    model: 'llama', temperature: 0, max_tokens: seq.length + 4, repetition_penalty: 10, logit_bias, stream,
+    messages: [{ role: 'user', content: 'Hi' }],
+    tools: [{ type: 'function', function: { name: 'get_weather', description: 'Weather forecast', parameters: { type: 'object', properties: { days: { type: 'integer' } } } } }],
+  };
+}
+
+test('tool calls: forced output parsed into tool_calls, finish_reason tool_calls', async () => {
+  const r = await client.chat.completions.create(await forcedToolCallBody(false));
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(r));
+  assert.equal(c.message.tool_calls.length, 1);
+  const tc = c.message.tool_calls[0];
+  assert.equal(tc.type, 'function');
+  assert.match(tc.id, /^call_/);
+  assert.equal(tc.function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(tc.function.arguments), { days: 3 });
+  assert.ok(!c.message.content, `no text beside the call: ${JSON.stringify(c.message.content)}`);
+
+  // streamed: the SDK's accumulator sees the same call
+  const stream = client.chat.completions.stream(await forcedToolCallBody(true));
+  const final = await stream.finalChatCompletion();
+  const fc = final.choices[0];
+  assert.equal(fc.finish_reason, 'tool_calls');
+  assert.equal(fc.message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(fc.message.tool_calls[0].function.arguments), { days: 3 });
+
+  // and the call goes back in: an assistant tool_calls message plus the tool result render
+  const follow = await client.chat.completions.create({
+    model: 'llama', temperature: 0, max_tokens: 3,
+    messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: null, tool_calls: [tc] },
+      { role: 'tool', tool_call_id: tc.id, content: '{"forecast":"sunny"}' }],
+  });
+  assert.equal(follow.choices[0].message.role, 'assistant');
+});
+
+test('apply-template, tokenize with a chat, health and metrics', async () => {
+  const messages = [{ role: 'user', content: 'Hello' }];
+  const t = await postJSON(srv.base, '/apply-template', { model: 'qwen', messages });
+  assert.equal(t.status, 200);
+  assert.equal(t.json.prompt, '<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n');
+  const tk = await postJSON(srv.base, '/tokenize', { model: 'qwen', messages });
+  const tp = await postJSON(srv.base, '/tokenize', { model: 'qwen', prompt: t.json.prompt });
+  assert.deepEqual(tk.json.tokens, tp.json.tokens);
+  const h = await getJSON(srv.base, '/health');
+  assert.equal(h.status, 200);
+  assert.equal(h.json.status, 'ok');
+  const m = await fetch(`${srv.base}/metrics`);
+  assert.match(m.headers.get('content-type'), /^text\/plain/);
+  const text = await m.text();
+  for (const name of ['atlas_http_requests_total', 'atlas_time_to_first_token_seconds_bucket',
+    'atlas_inter_token_latency_seconds_count', 'atlas_generation_tokens_total'])
+    assert.ok(text.includes(name), `metrics lack ${name}`);
+});
+
+test('errors: OpenAI shape, right status, the field named', async () => {
+  const cases = [
+    [{ model: 'llama', messages: 'hi' }, 400, 'messages'],
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], temperature: 'hot' }, 400, 'temperature'],
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], max_tokens: -5 }, 400, 'max_tokens'],
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], n: 2 }, 400, 'n'],
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], logit_bias: { abc: 1 } }, 400, 'logit_bias'],
+    [{ model: 'nope', messages: [{ role: 'user', content: 'x' }] }, 404, 'model'],
+  ];
+  for (const [body, status, param] of cases) {
+    const r = await postJSON(srv.base, '/v1/chat/completions', body);
+    assert.equal(r.status, status, `${JSON.stringify(body)} -> ${r.text}`);
+    assert.equal(typeof r.json.error.message, 'string');
+    assert.equal(typeof r.json.error.type, 'string');
+    assert.equal(r.json.error.param, param, r.text);
+    assert.ok('code' in r.json.error);
+  }
+  // the SDK raises its typed errors
+  await assert.rejects(client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e.status === 404 && /nope/.test(e.message));
+  // a prompt longer than the context: 400 with both numbers
+  const long = 'word '.repeat(5000);
+  const r = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: long, max_tokens: 1 });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.json.error.message, /\d+.*\d+/);
+  // unknown route, wrong method
+  assert.equal((await getJSON(srv.base, '/v1/nothing')).status, 404);
+  assert.equal((await getJSON(srv.base, '/v1/chat/completions')).status, 405);
+});
+
+test('API key: 401 without or with a wrong key, 200 with it; /health stays open', async () => {
+  const s = await startServer(['--model', LLAMA, '--api-key', 'sekret-123']);
+  try {
+    const body = greedy('llama', 'hi', { max_tokens: 2 });
+    const none = await postJSON(s.base, '/v1/chat/completions', body);
+    assert.equal(none.status, 401);
+    assert.equal(none.json.error.type, 'authentication_error');
+    const wrong = await postJSON(s.base, '/v1/chat/completions', body, { authorization: 'Bearer sekret-124' });
+    assert.equal(wrong.status, 401);
+    const ok = await s.client({ apiKey: 'sekret-123' }).chat.completions.create(body);
+    assert.equal(ok.choices.length, 1);
+    assert.equal((await getJSON(s.base, '/health')).status, 200);
+    await assert.rejects(s.client({ apiKey: 'bad' }).models.list(), (e) => e.status === 401);
+  } finally {
+    const r = await s.stop();
+    assert.equal(r.code, 0, s.log());
+  }
+});
