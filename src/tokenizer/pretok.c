@@ -226,7 +226,7 @@ pcre2_code *tok_regex_compile(const char *pattern, size_t len, bool literal, cha
                               size_t err_cap) {
     int code;
     PCRE2_SIZE off;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opt, &code, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
