@@ -1,0 +1,204 @@
+/* test-model.c — loading the fixture models, what atlas_model_get_info reports, the eos
+ * set, counted handles (release refused with ATLAS_ERR_BUSY and the count while another
+ * handle is live, nothing unloaded, then released), and errors that name what is wrong:
+ * a missing directory, a tensor of the wrong shape, a missing tensor, bad batches. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atlas/model.h"
+#include "atlas/tokenizer.h"
+#include "harness.h"
+#include "model/forward.h"
+#include "model/safetensors.h"
+
+static int has_eos(const atlas_model *m, int32_t id) {
+    const int32_t *ids;
+    int n = atlas_model_eos(m, &ids);
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id) return 1;
+    return 0;
+}
+
+/* One token at position 0 of a one-block sequence; returns the forward's status. */
+static atlas_status forward_one(atlas_model *m, int32_t token, int32_t block, float *logits) {
+    int32_t pos = 0, start[2] = {0, 1}, ctx = 1, row = 0;
+    atlas_batch b = {.n_tokens = 1, .tokens = &token, .positions = &pos, .n_seqs = 1,
+                     .seq_start = start, .seq_ctx = &ctx, .block_table = &block,
+                     .max_blocks = 1, .n_logits = 1, .logit_rows = &row};
+    return atlas_model_forward(m, &b, logits);
+}
+
+static void test_info(const char *name, const char *arch, int32_t eos) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
+    if (!harness_require_file(harness_data_path(strcat(strcpy((char[64]){0}, name), "/tokenizer.json"))))
+        return;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, NULL, &m)); /* defaults: AUTO device, tokenizer */
+    if (!m) return;
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    CHECK(!strcmp(info.architecture, arch));
+    CHECK(!strcmp(info.backend, "cpu")); /* no GPU here: AUTO falls back */
+    CHECK_MSG(strstr(info.backend_why, "CUDA") != NULL, "why: %s", info.backend_why);
+    CHECK(!strcmp(info.dtype, "BF16") && info.tied_embeddings == 1);
+    CHECK(info.kv_block_size == 16 && info.kv_blocks > 0 && info.n_threads >= 1);
+    CHECK(info.kv_bytes == (size_t)2 * info.n_layers * info.kv_blocks * 16 * info.n_kv_heads *
+                               info.head_dim * sizeof(float));
+    /* every tensor of the (tied) checkpoint is used once */
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_dir(dir, &st));
+    int64_t elems = 0;
+    for (size_t i = 0; st && i < atlas_st_count(st); i++) {
+        const atlas_tensor_view *v = atlas_st_at(st, i);
+        int64_t n = 1;
+        for (int d = 0; d < v->n_dims; d++) n *= v->shape[d];
+        elems += n;
+    }
+    CHECK_MSG(info.n_params == elems, "%s: n_params %lld, tensors hold %lld", name,
+              (long long)info.n_params, (long long)elems);
+    CHECK(info.weight_bytes == atlas_st_total_bytes(st));
+    atlas_st_free(st);
+    CHECK(atlas_model_tokenizer(m) != NULL);
+    CHECK_MSG(has_eos(m, eos), "%s: eos %d missing", name, eos);
+    CHECK(atlas_model_is_eos(m, eos) && !atlas_model_is_eos(m, 5));
+    CHECK(atlas_model_vocab_size(m) == info.vocab_size);
+    CHECK_OK(atlas_model_release(m));
+}
+
+static void test_handles(void) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 2;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(harness_data_path("tiny-qwen3"), &p, &m));
+    if (!m) return;
+    CHECK(atlas_model_tokenizer(m) == NULL);
+    CHECK(atlas_model_handles(m) == 1);
+    atlas_model *a = atlas_model_ref(m), *b = atlas_model_ref(m);
+    CHECK(a == m && b == m && atlas_model_handles(m) == 3);
+    CHECK(atlas_model_release(m) == ATLAS_ERR_BUSY);
+    CHECK_MSG(strstr(atlas_last_error(), "2 other handle") != NULL, "%s", atlas_last_error());
+    atlas_model_unref(b);
+    CHECK(atlas_model_release(m) == ATLAS_ERR_BUSY);
+    CHECK_MSG(strstr(atlas_last_error(), "1 other handle") != NULL, "%s", atlas_last_error());
+    /* nothing was unloaded: the model still runs, and gives the same logits as before */
+    int V = atlas_model_vocab_size(m);
+    float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V);
+    CHECK_OK(forward_one(m, 9707, 0, l1));
+    CHECK_OK(forward_one(m, 9707, 1, l2));
+    CHECK(memcmp(l1, l2, sizeof(float) * V) == 0);
+    free(l1);
+    free(l2);
+    CHECK(atlas_model_handles(a) == 2);
+    atlas_model_unref(a);
+    CHECK(atlas_model_handles(m) == 1);
+    CHECK_OK(atlas_model_release(m));
+    CHECK_OK(atlas_model_release(NULL));
+    atlas_model_unref(NULL);
+}
+
+static void test_bad_batches(void) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.kv_blocks = 4;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(harness_data_path("tiny-llama3"), &p, &m));
+    if (!m) return;
+    CHECK(atlas_model_kv_blocks(m) == 4 && atlas_model_kv_block_size(m) == 16);
+    float *logits = malloc(sizeof(float) * atlas_model_vocab_size(m));
+    CHECK(forward_one(m, 128256, 0, logits) == ATLAS_ERR_RANGE);
+    CHECK_MSG(strstr(atlas_last_error(), "tokens[0] = 128256") != NULL, "%s", atlas_last_error());
+    CHECK(forward_one(m, -1, 0, logits) == ATLAS_ERR_RANGE);
+    CHECK(forward_one(m, 1, 4, logits) == ATLAS_ERR_RANGE);
+    CHECK_MSG(strstr(atlas_last_error(), "block_table[0][0] = 4") != NULL, "%s",
+              atlas_last_error());
+    CHECK_OK(forward_one(m, 1, 3, logits));
+    free(logits);
+    CHECK_OK(atlas_model_release(m));
+}
+
+/* Writes DIR/model.safetensors holding the given tensors (bf16 zeros). */
+static void write_st(const char *dir, int n, const char *const *names, const int64_t (*shapes)[2]) {
+    char header[4096] = "{", path[600];
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)shapes[i][0] * shapes[i][1] * 2;
+        snprintf(header + strlen(header), sizeof header - strlen(header),
+                 "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                 i ? "," : "", names[i], (long long)shapes[i][0], (long long)shapes[i][1], off,
+                 off + bytes);
+        off += bytes;
+    }
+    strcat(header, "}");
+    while (strlen(header) % 8) strcat(header, " ");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    uint64_t len = strlen(header);
+    fwrite(&len, 8, 1, f);
+    fwrite(header, 1, len, f);
+    char *zeros = calloc(1, off ? off : 1);
+    fwrite(zeros, 1, off, f);
+    free(zeros);
+    fclose(f);
+}
+
+static void test_bad_checkpoints(void) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    atlas_model *m = NULL;
+    CHECK(atlas_model_load("/nonexistent/model", &p, &m) == ATLAS_ERR_IO && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "/nonexistent/model") != NULL, "%s", atlas_last_error());
+
+    char dir[] = "/tmp/atlas-test-model-XXXXXX", cfg[600], src[600];
+    if (!mkdtemp(dir)) return;
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(src, sizeof src, "%s", harness_data_path("tiny-llama3/config.json"));
+    FILE *in = fopen(src, "rb"), *out = fopen(cfg, "wb");
+    char buf[4096];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+
+    const char *names[2] = {"model.embed_tokens.weight", "model.norm.weight"};
+    const int64_t bad_shape[1][2] = {{10, 16}};
+    write_st(dir, 1, names, bad_shape);
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_FORMAT && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "model.embed_tokens.weight: shape [10, 16], want "
+                                         "[128256, 16]") != NULL, "%s", atlas_last_error());
+    const int64_t good_embed[1][2] = {{128256, 16}};
+    write_st(dir, 1, names, good_embed);
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_NOT_FOUND && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "model.norm.weight: missing") != NULL, "%s",
+              atlas_last_error());
+
+    atlas_model_params bad = p;
+    bad.kv_block_size = 0;
+    CHECK(atlas_model_load(harness_data_path("tiny-llama3"), &bad, &m) == ATLAS_ERR_INVALID);
+    CHECK(strstr(atlas_last_error(), "kv_block_size") != NULL);
+    bad = p;
+    bad.device = ATLAS_DEVICE_CUDA; /* asked for explicitly: no fallback */
+    CHECK(atlas_model_load(harness_data_path("tiny-llama3"), &bad, &m) != ATLAS_OK && !m);
+
+    snprintf(src, sizeof src, "%s/model.safetensors", dir);
+    unlink(src);
+    unlink(cfg);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_info("tiny-llama3", "LlamaForCausalLM", 128001);
+    test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
+    test_handles();
+    test_bad_batches();
+    test_bad_checkpoints();
+    return harness_finish();
+}
