@@ -355,8 +355,11 @@ static void test_errors(void) {
     j = llama();
     set(j, "head_dim", json_integer(7));
     load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "head_dim");
-    /* RoPE fields. */
-    j = llama();
+}
+
+static void test_errors_rope(void) {
+    const atlas_status F = ATLAS_ERR_FORMAT;
+    json_t *j = llama();
     set(json_object_get(j, "rope_scaling"), "factor", json_string("8"));
     load_fail(j, NULL, F, "config.json", "rope_scaling.factor");
     j = llama();
@@ -387,8 +390,15 @@ static void test_errors(void) {
     j = qwen3();
     set(j, "layer_types", json_pack("[s]", "full_attention"));
     load_fail(j, NULL, F, "config.json", "layer_types");
+    j = qwen3();
+    set(j, "rope_parameters", json_pack("{s:s,s:f,s:i}", "rope_type", "yarn", "factor", 4.0,
+                                        "beta_fast", -1));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "rope_parameters");
+}
 
-    /* Not JSON, not an object, and no file at all. */
+/* Not JSON, not an object, and no file at all. */
+static void test_errors_files(void) {
+    const atlas_status F = ATLAS_ERR_FORMAT;
     atlas_config c;
     char dir[512], path[600];
     snprintf(dir, sizeof dir, "%s/badjson", tmpdir);
@@ -507,6 +517,8 @@ int main(void) {
     test_architectures();
     test_generation();
     test_errors();
+    test_errors_rope();
+    test_errors_files();
     test_rope();
     rm_rf(tmpdir);
     return harness_finish();

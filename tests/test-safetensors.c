@@ -282,6 +282,24 @@ static void test_sharded(void) {
     write_index(src, dir3, cut, 3, "extra.weight", "model-00009-of-00009.safetensors");
     expect_dir_fail(dir3, ATLAS_ERR_IO, "model-00009-of-00009.safetensors", NULL, NULL);
 
+    /* No weights at all. */
+    const char *empty = tmp_path("empty-dir");
+    mkdir(empty, 0700);
+    expect_dir_fail(empty, ATLAS_ERR_NOT_FOUND, empty, "model.safetensors", NULL);
+
+    atlas_st_free(src);
+}
+
+/* Index files that disagree with their shards or are malformed. */
+static void test_sharded_errors(void) {
+    atlas_st *src = NULL;
+    CHECK_OK(atlas_st_open_dir(harness_data_path("tiny-llama3"), &src));
+    if (!src) return;
+    size_t n = atlas_st_count(src);
+    const char *dir3 = tmp_path("sharded-badindex");
+    make_sharded(src, dir3, NULL);
+    size_t cut[4] = {0, n / 3, 2 * n / 3, n};
+
     /* A tensor indexed in the wrong (existing) shard. */
     write_index(src, dir3, cut, 3, NULL, NULL);
     char ipath[512];
@@ -316,11 +334,6 @@ static void test_sharded(void) {
     write_shard(src, 2 * n / 3 - 1, n, p1, NULL); /* shard 3 also holds shard 2's last tensor */
     expect_dir_fail(dir4, ATLAS_ERR_FORMAT, atlas_st_at(src, 2 * n / 3 - 1)->name,
                     "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors");
-
-    /* No weights at all. */
-    const char *empty = tmp_path("empty-dir");
-    mkdir(empty, 0700);
-    expect_dir_fail(empty, ATLAS_ERR_NOT_FOUND, empty, "model.safetensors", NULL);
     atlas_st_free(src);
 }
 
@@ -466,7 +479,9 @@ static void test_good_small(void) {
 
 /* ---- open must not read tensor data: an 8B-shaped checkpoint, sparse, 4 shards ---------- */
 
-static void test_open_speed(void) {
+/* Writes Llama-3-8B-shaped shards (sparse: headers only, the data is a hole) and their index
+ * into dir. Returns 0 when the file system cannot make sparse files. */
+static int write_8b_checkpoint(const char *dir, uint64_t *total, int *n_tensors) {
     static const struct {
         const char *name;
         int64_t rows, cols;
@@ -477,11 +492,10 @@ static void test_open_speed(void) {
         {"mlp.gate_proj.weight", 14336, 4096},        {"mlp.up_proj.weight", 14336, 4096},
         {"mlp.down_proj.weight", 4096, 14336},
     };
-    const char *dir = tmp_path("llama8b");
     mkdir(dir, 0700);
     json_t *wm = json_object();
-    uint64_t total = 0;
-    int n_tensors = 0;
+    *total = 0;
+    *n_tensors = 0;
     for (int s = 0; s < 4; s++) {
         json_t *h = json_object();
         uint64_t off = 0;
@@ -498,7 +512,7 @@ static void test_open_speed(void) {
                                                        (json_int_t)off, (json_int_t)(off + nb)));
                 json_object_set_new(wm, name, json_string(shard));
                 off += nb;
-                n_tensors++;
+                (*n_tensors)++;
             }
         const char *extra[2] = {s == 0 ? "model.embed_tokens.weight" : NULL,
                                 s == 3 ? "lm_head.weight" : NULL};
@@ -511,7 +525,7 @@ static void test_open_speed(void) {
                                                        (json_int_t)off, (json_int_t)(off + nb)));
             json_object_set_new(wm, extra[x], json_string(shard));
             off += nb;
-            n_tensors++;
+            (*n_tensors)++;
         }
         char *hs = json_dumps(h, JSON_COMPACT);
         size_t hl = strlen(hs);
@@ -525,11 +539,10 @@ static void test_open_speed(void) {
         if (fd >= 0) close(fd);
         free(hs);
         json_decref(h);
-        total += off;
+        *total += off;
         if (!ok) {
-            printf("SKIP open speed: cannot create a sparse file in %s\n", dir);
             json_decref(wm);
-            return;
+            return 0;
         }
     }
     json_t *root = json_pack("{s:o}", "weight_map", wm);
@@ -537,7 +550,17 @@ static void test_open_speed(void) {
     snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", dir);
     json_dump_file(root, ipath, 0);
     json_decref(root);
+    return 1;
+}
 
+static void test_open_speed(void) {
+    const char *dir = tmp_path("llama8b");
+    uint64_t total;
+    int n_tensors;
+    if (!write_8b_checkpoint(dir, &total, &n_tensors)) {
+        printf("SKIP open speed: cannot create sparse files in %s\n", dir);
+        return;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     atlas_st *st = NULL;
@@ -568,6 +591,7 @@ int main(void) {
     }
     test_fixtures();
     test_sharded();
+    test_sharded_errors();
     test_fixture_damage();
     test_bad_headers();
     test_good_small();
