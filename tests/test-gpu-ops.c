@@ -1,0 +1,363 @@
+/* test-gpu-ops.c — every op of the CUDA backend against the CPU backend (the reference) on
+ * random inputs, by normalised error (max |gpu - cpu| / max |cpu|): shapes that are not
+ * multiples of the tiles, fused weights of mixed dtypes, GEMV (n <= 8) and tensor-core GEMM
+ * paths (own kernel and cuBLASLt when present), a paged KV cache with scrambled block tables,
+ * GQA, prefill and decode batches, and decode replayed through a CUDA graph. GPU outputs are
+ * poisoned with NaN first, so an element left unwritten fails. Skips without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/driver.h"
+#include "harness.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+enum { D = 320, H = 8, KH = 2, HD = 64, F = 200, V = 1000, LAYERS = 2, BS = 16, NBLK = 32,
+       MAXB = 10, QKV = (H + 2 * KH) * HD };
+
+static double norm_err(const float *got, const float *want, size_t n) {
+    double md = 0, ma = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= md)) md = d; /* NaN wins */
+        if (fabs(want[i]) > ma) ma = fabs(want[i]);
+    }
+    return ma > 0 ? md / ma : md;
+}
+
+/* One activation buffer on both backends. */
+typedef struct buf {
+    float *cpu;
+    void *gpu;
+    size_t n;
+} buf;
+
+static atlas_backend *cpu, *gpu;
+
+static buf buf_make(size_t n) {
+    buf b = {NULL, NULL, n};
+    CHECK_OK(cpu->ops->alloc(cpu, n * 4, (void **)&b.cpu));
+    CHECK_OK(gpu->ops->alloc(gpu, n * 4, &b.gpu));
+    return b;
+}
+
+static void buf_free(buf *b) {
+    cpu->ops->free(cpu, b->cpu);
+    gpu->ops->free(gpu, b->gpu);
+}
+
+/* Same random contents on both sides. */
+static void buf_random(buf *b, float scale) {
+    float *h = malloc(b->n * 4);
+    for (size_t i = 0; i < b->n; i++) h[i] = urand() * scale;
+    memcpy(b->cpu, h, b->n * 4);
+    CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(b->gpu), h, b->n * 4));
+    CHECK_OK(ATLAS_CU(cuCtxSynchronize)); /* the backend's stream does not wait for stream 0 */
+    free(h);
+}
+
+static void buf_poison(buf *b) {
+    CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(b->gpu), 0x7fc00000u, b->n));
+    CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+}
+
+/* Compares the first n elements; returns the error. */
+static double buf_check(const char *what, buf *b, size_t n, double tol, atlas_backend *g) {
+    float *h = malloc(n * 4);
+    CHECK_OK(g->ops->download(g, h, b->gpu, n));
+    double e = norm_err(h, b->cpu, n);
+    CHECK_MSG(e <= tol, "%s: normalised error %.3g > %.1g", what, e, tol);
+    printf("  %-40s %.2e\n", what, e);
+    free(h);
+    return e;
+}
+
+typedef struct tensor {
+    atlas_tensor_view view;
+    void *data;
+} tensor;
+
+static void tensor_make(tensor *t, const char *name, atlas_dtype dt, int64_t rows, int64_t cols,
+                        float offset) {
+    size_t n = (size_t)rows * (cols ? cols : 1);
+    t->data = malloc(n * atlas_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        float f = urand() * 0.5f + offset;
+        if (dt == ATLAS_DTYPE_F32) ((float *)t->data)[i] = f;
+        else if (dt == ATLAS_DTYPE_BF16) ((uint16_t *)t->data)[i] = atlas_f32_to_bf16(f);
+        else ((uint16_t *)t->data)[i] = (uint16_t)(0x3800u | (rng & 0x3ffu)); /* f16 in [0.5, 1) */
+    }
+    t->view = (atlas_tensor_view){.name = name, .file = "test", .dtype = dt,
+                                  .n_dims = cols ? 2 : 1, .shape = {rows, cols},
+                                  .data = t->data, .nbytes = n * atlas_dtype_size(dt)};
+}
+
+/* A weight loaded on both backends from the same views. */
+typedef struct weight {
+    atlas_weight *cpu, *gpu;
+} weight;
+
+static weight weight_load(tensor *const *t, int n) {
+    const atlas_tensor_view *v[4];
+    for (int i = 0; i < n; i++) v[i] = &t[i]->view;
+    weight w = {NULL, NULL};
+    CHECK_OK(cpu->ops->weight_load(cpu, v, n, &w.cpu));
+    CHECK_OK(gpu->ops->weight_load(gpu, v, n, &w.gpu));
+    return w;
+}
+
+/* --- a batch: seq 0 continues at pos0[0], seq 1 at pos0[1] -------------------------------- */
+static int32_t tables[2][MAXB];
+
+static void begin(int n0, int n1, int start0, int start1, int n_logits) {
+    static int32_t tokens[512], pos[512], rows[512], start[3], ctx[2];
+    int n = n0 + n1;
+    for (int t = 0; t < n; t++) {
+        tokens[t] = (int32_t)((t * 7919u + 13u) % V);
+        pos[t] = t < n0 ? start0 + t : start1 + t - n0;
+    }
+    for (int i = 0; i < n_logits; i++) rows[i] = (int32_t)((i * 5) % n);
+    start[0] = 0;
+    start[1] = n0;
+    start[2] = n;
+    ctx[0] = start0 + n0;
+    ctx[1] = start1 + n1;
+    int n_seqs = n1 ? 2 : 1;
+    atlas_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = &tables[0][0],
+                     .max_blocks = MAXB, .n_logits = n_logits, .logit_rows = rows};
+    CHECK_OK(cpu->ops->begin_batch(cpu, &b, BS));
+    CHECK_OK(gpu->ops->begin_batch(gpu, &b, BS));
+}
+
+static void test_matmul(atlas_backend *g, const char *tag) {
+    atlas_backend *keep = gpu;
+    gpu = g;
+    tensor a, b, c, bias, mixed[3];
+    tensor_make(&a, "a", ATLAS_DTYPE_BF16, 120, D, 0);
+    tensor_make(&b, "b", ATLAS_DTYPE_BF16, 100, D, 0);
+    tensor_make(&c, "c", ATLAS_DTYPE_BF16, 77, D, 0);
+    tensor_make(&bias, "bias", ATLAS_DTYPE_BF16, 297, 0, 0);
+    tensor_make(&mixed[0], "m0", ATLAS_DTYPE_F32, 64, D, 0);
+    tensor_make(&mixed[1], "m1", ATLAS_DTYPE_F16, 40, D, 0);
+    tensor_make(&mixed[2], "m2", ATLAS_DTYPE_BF16, 9, D, 0);
+    tensor *fused[] = {&a, &b, &c}, *pb[] = {&bias}, *pm[] = {&mixed[0], &mixed[1], &mixed[2]};
+    weight w = weight_load(fused, 3), wb = weight_load(pb, 1), wm = weight_load(pm, 3);
+    int ns[] = {1, 2, 5, 8, 20, 150, 300};
+    buf x = buf_make(300 * D), out = buf_make(300 * 297);
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        int n = ns[i];
+        char what[96];
+        begin(n, 0, 0, 0, 0);
+        buf_random(&x, 1.0f);
+        buf_poison(&out);
+        CHECK_OK(cpu->ops->matmul(cpu, out.cpu, x.cpu, w.cpu, wb.cpu, n));
+        CHECK_OK(gpu->ops->matmul(gpu, out.gpu, x.gpu, w.gpu, wb.gpu, n));
+        snprintf(what, sizeof what, "%s matmul+bias n=%d 297x%d", tag, n, D);
+        buf_check(what, &out, (size_t)n * 297, n <= 8 ? 1e-5 : 1e-2, gpu);
+        buf_poison(&out);
+        CHECK_OK(cpu->ops->matmul(cpu, out.cpu, x.cpu, wm.cpu, NULL, n));
+        CHECK_OK(gpu->ops->matmul(gpu, out.gpu, x.gpu, wm.gpu, NULL, n));
+        snprintf(what, sizeof what, "%s matmul f32|f16|bf16 n=%d 113x%d", tag, n, D);
+        buf_check(what, &out, (size_t)n * 113, 1e-2, gpu);
+    }
+    buf_free(&x);
+    buf_free(&out);
+    weight *ws[] = {&w, &wb, &wm};
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+    }
+    tensor *all[] = {&a, &b, &c, &bias, &mixed[0], &mixed[1], &mixed[2]};
+    for (int i = 0; i < 7; i++) free(all[i]->data);
+    gpu = keep;
+}
+
+/* Norms, rope, the cache and attention, swiglu, gather, argmax on one batch shape. */
+static void test_layer_ops(atlas_kv *kc, atlas_kv *kg, int n0, int n1, int start0, int start1,
+                           const char *tag, weight *norm, weight *qn, weight *kn) {
+    int n = n0 + n1, n_logits = n < 3 ? n : 3;
+    char what[96];
+    buf x = buf_make((size_t)n * D), dl = buf_make((size_t)n * D), h = buf_make((size_t)n * D);
+    buf qkv = buf_make((size_t)n * QKV), att = buf_make((size_t)n * H * HD);
+    buf gu = buf_make((size_t)n * 2 * F), act = buf_make((size_t)n * F);
+    buf rows = buf_make((size_t)n_logits * D), logits = buf_make((size_t)n_logits * V);
+    begin(n0, n1, start0, start1, n_logits);
+    buf_random(&x, 2.0f);
+    buf_random(&dl, 1.0f);
+    buf_poison(&h);
+    CHECK_OK(cpu->ops->rmsnorm(cpu, h.cpu, x.cpu, norm->cpu, n, D));
+    CHECK_OK(gpu->ops->rmsnorm(gpu, h.gpu, x.gpu, norm->gpu, n, D));
+    snprintf(what, sizeof what, "%s rmsnorm", tag);
+    buf_check(what, &h, (size_t)n * D, 1e-5, gpu);
+    buf_poison(&h);
+    CHECK_OK(cpu->ops->add_rmsnorm(cpu, x.cpu, dl.cpu, h.cpu, norm->cpu, n, D));
+    CHECK_OK(gpu->ops->add_rmsnorm(gpu, x.gpu, dl.gpu, h.gpu, norm->gpu, n, D));
+    snprintf(what, sizeof what, "%s add_rmsnorm (out)", tag);
+    buf_check(what, &h, (size_t)n * D, 1e-5, gpu);
+    snprintf(what, sizeof what, "%s add_rmsnorm (residual)", tag);
+    buf_check(what, &x, (size_t)n * D, 1e-6, gpu);
+
+    buf_random(&qkv, 2.0f);
+    CHECK_OK(cpu->ops->qk_norm(cpu, qkv.cpu, qn->cpu, kn->cpu, n));
+    CHECK_OK(gpu->ops->qk_norm(gpu, qkv.gpu, qn->gpu, kn->gpu, n));
+    snprintf(what, sizeof what, "%s qk_norm", tag);
+    buf_check(what, &qkv, (size_t)n * QKV, 1e-5, gpu);
+    CHECK_OK(cpu->ops->rope(cpu, qkv.cpu, n));
+    CHECK_OK(gpu->ops->rope(gpu, qkv.gpu, n));
+    snprintf(what, sizeof what, "%s rope", tag);
+    buf_check(what, &qkv, (size_t)n * QKV, 1e-5, gpu);
+    for (int l = 0; l < LAYERS; l++) {
+        CHECK_OK(cpu->ops->kv_store(cpu, qkv.cpu, kc, l));
+        CHECK_OK(gpu->ops->kv_store(gpu, qkv.gpu, kg, l));
+        buf_poison(&att);
+        CHECK_OK(cpu->ops->attention(cpu, att.cpu, qkv.cpu, kc, l));
+        CHECK_OK(gpu->ops->attention(gpu, att.gpu, qkv.gpu, kg, l));
+        snprintf(what, sizeof what, "%s attention layer %d", tag, l);
+        buf_check(what, &att, (size_t)n * H * HD, 1e-2, gpu);
+    }
+    buf_random(&gu, 3.0f);
+    buf_poison(&act);
+    CHECK_OK(cpu->ops->swiglu(cpu, act.cpu, gu.cpu, n, F));
+    CHECK_OK(gpu->ops->swiglu(gpu, act.gpu, gu.gpu, n, F));
+    snprintf(what, sizeof what, "%s swiglu", tag);
+    buf_check(what, &act, (size_t)n * F, 1e-5, gpu);
+    buf_poison(&rows);
+    CHECK_OK(cpu->ops->gather_rows(cpu, rows.cpu, h.cpu, D));
+    CHECK_OK(gpu->ops->gather_rows(gpu, rows.gpu, h.gpu, D));
+    snprintf(what, sizeof what, "%s gather_rows", tag);
+    buf_check(what, &rows, (size_t)n_logits * D, 1e-5, gpu);
+
+    buf_random(&logits, 10.0f);
+    int32_t ic[8], ig[8];
+    CHECK_OK(cpu->ops->argmax(cpu, ic, logits.cpu, n_logits, V));
+    CHECK_OK(gpu->ops->argmax(gpu, ig, logits.gpu, n_logits, V));
+    for (int i = 0; i < n_logits; i++)
+        CHECK_MSG(ic[i] == ig[i], "%s argmax row %d: gpu %d, cpu %d", tag, i, ig[i], ic[i]);
+    CHECK_OK(gpu->ops->sync(gpu));
+    buf *all[] = {&x, &dl, &h, &qkv, &att, &gu, &act, &rows, &logits};
+    for (int i = 0; i < 9; i++) buf_free(all[i]);
+}
+
+/* A decode step as the model runs it (ops deferred, then one graph), twice with new data:
+ * the second is a replay. */
+static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, int start0,
+                       int start1) {
+    cuda_backend *cb = (cuda_backend *)gpu;
+    buf x = buf_make(2 * D), h = buf_make(2 * D), qkv = buf_make(2 * QKV), att = buf_make(2 * H * HD);
+    for (int rep = 0; rep < 3; rep++) {
+        begin(1, 1, start0 + rep, start1 + rep, 2);
+        buf_random(&x, 1.0f);
+        buf_poison(&att);
+        uint64_t captures = cb->graph_captures, replays = cb->graph_replays;
+        atlas_backend *bes[] = {cpu, gpu};
+        for (int i = 0; i < 2; i++) {
+            atlas_backend *be = bes[i];
+            void *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
+            void *qb = i ? qkv.gpu : (void *)qkv.cpu, *ab = i ? att.gpu : (void *)att.cpu;
+            atlas_kv *kv = i ? kg : kc;
+            CHECK_OK(be->ops->rmsnorm(be, hb, xb, i ? norm->gpu : norm->cpu, 2, D));
+            CHECK_OK(be->ops->matmul(be, qb, hb, i ? wqkv->gpu : wqkv->cpu, NULL, 2));
+            CHECK_OK(be->ops->rope(be, qb, 2));
+            CHECK_OK(be->ops->kv_store(be, qb, kv, 0));
+            CHECK_OK(be->ops->attention(be, ab, qb, kv, 0));
+        }
+        char what[64];
+        snprintf(what, sizeof what, "graph step %d attention", rep);
+        buf_check(what, &att, 2 * H * HD, 1e-2, gpu);
+        if (cb->use_graphs)
+            CHECK_MSG(cb->graph_captures + cb->graph_replays == captures + replays + 1,
+                      "step %d: %llu captures, %llu replays", rep,
+                      (unsigned long long)cb->graph_captures, (unsigned long long)cb->graph_replays);
+    }
+    buf *all[] = {&x, &h, &qkv, &att};
+    for (int i = 0; i < 4; i++) buf_free(all[i]);
+    if (cb->use_graphs) CHECK_MSG(cb->graph_replays >= 1, "no graph was replayed");
+}
+
+int main(void) {
+    double inv_freq[HD / 2];
+    for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
+    atlas_backend_geom g = {.hidden = D, .n_heads = H, .n_kv_heads = KH, .head_dim = HD,
+                            .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
+                            .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
+                            .max_position = 4096, .sliding_window = 0};
+    atlas_status st = atlas_backend_cuda_create(&g, &gpu);
+    if (st == ATLAS_ERR_NO_DEVICE) {
+        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
+        return 0;
+    }
+    CHECK_OK(st);
+    if (st != ATLAS_OK) return harness_finish();
+    CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
+    for (int i = 0; i < MAXB; i++) { /* scrambled, disjoint */
+        tables[0][i] = (int32_t)((i * 7 + 3) % NBLK);
+        tables[1][i] = (int32_t)((i * 7 + 3 + MAXB * 7) % NBLK);
+    }
+    cuda_backend *cb = (cuda_backend *)gpu;
+    printf("cuBLASLt: %s\n", cuda_lt_version(cb->lt));
+
+    test_matmul(gpu, cb->lt ? "lt" : "own");
+    setenv("ATLAS_CUBLASLT", "0", 1);
+    atlas_backend *own = NULL;
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "own");
+    if (own) own->ops->destroy(own);
+
+    tensor tn, tq, tk, twq;
+    tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, D, 0, 1.0f);
+    tensor_make(&tq, "q_norm", ATLAS_DTYPE_BF16, HD, 0, 1.0f);
+    tensor_make(&tk, "k_norm", ATLAS_DTYPE_BF16, HD, 0, 1.0f);
+    tensor_make(&twq, "wqkv", ATLAS_DTYPE_BF16, QKV, D, 0);
+    tensor *pn[] = {&tn}, *pq[] = {&tq}, *pk[] = {&tk}, *pw[] = {&twq};
+    weight norm = weight_load(pn, 1), qn = weight_load(pq, 1), kn = weight_load(pk, 1);
+    weight wqkv = weight_load(pw, 1);
+
+    tensor emb;
+    tensor_make(&emb, "embed", ATLAS_DTYPE_BF16, V, D, 0);
+    tensor *pe[] = {&emb};
+    weight we = weight_load(pe, 1);
+    {
+        buf x = buf_make(37 * D);
+        begin(30, 7, 0, 0, 1);
+        buf_poison(&x);
+        CHECK_OK(cpu->ops->embed(cpu, x.cpu, we.cpu));
+        CHECK_OK(gpu->ops->embed(gpu, x.gpu, we.gpu));
+        buf_check("embed", &x, 37 * D, 0, gpu);
+        buf_free(&x);
+    }
+
+    atlas_kv *kc = NULL, *kg = NULL;
+    CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
+    CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
+    /* history: seq 0 gets 40 positions, seq 1 gets 100; then a prefill chunk of 23 + 1, then
+     * decode steps of both */
+    test_layer_ops(kc, kg, 40, 100, 0, 0, "prefill 40+100", &norm, &qn, &kn);
+    test_layer_ops(kc, kg, 23, 1, 40, 100, "chunk 23+1", &norm, &qn, &kn);
+    test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
+    test_graph(kc, kg, &norm, &wqkv, 64, 102);
+    printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
+           (unsigned long long)cb->graph_replays);
+
+    cpu->ops->kv_free(cpu, kc);
+    gpu->ops->kv_free(gpu, kg);
+    weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
+    for (int i = 0; i < 5; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+    }
+    free(tn.data); free(tq.data); free(tk.data); free(twq.data); free(emb.data);
+    cpu->ops->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    return harness_finish();
+}
