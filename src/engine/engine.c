@@ -1,0 +1,486 @@
+/* engine/engine.c — the engine's public calls (atlas/engine.h): creating it, submitting
+ * and cancelling requests, models by hand, tokenizers and templates, metrics.  The
+ * scheduler thread itself is in sched.c. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "engine/engine_internal.h"
+
+double atlas_engine_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds) {
+    int i = 0;
+    while (i < ATLAS_ENGINE_HIST_BUCKETS && seconds > h->bounds[i]) i++;
+    h->counts[i]++;
+    h->n++;
+    h->sum += seconds;
+}
+
+static void hist_init(atlas_engine_hist *h, const double *bounds) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->bounds, bounds, sizeof h->bounds);
+}
+
+atlas_engine_params atlas_engine_default_params(void) {
+    return (atlas_engine_params){.max_resident = 1, .parallel = 32, .queue_limit = 256,
+                                 .kv_block_size = 16, .batch_tokens = 512,
+                                 .device = ATLAS_DEVICE_AUTO};
+}
+
+/* ---- create / free ---------------------------------------------------------------------- */
+
+static atlas_status params_check(const atlas_engine_params *p) {
+    if (p->n_models < 1 || !p->models)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: no models configured");
+    if (p->max_resident < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: max_resident %d: must be >= 1",
+                          p->max_resident);
+    if (p->parallel < 1 || p->queue_limit < 1 || p->kv_block_size < 1 || p->ctx_size < 0 ||
+        p->kv_blocks < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: parallel %d, queue_limit %d, "
+                          "kv_block_size %d, ctx_size %d, kv_blocks %d: out of range",
+                          p->parallel, p->queue_limit, p->kv_block_size, p->ctx_size,
+                          p->kv_blocks);
+    if (p->batch_tokens < p->parallel)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: batch_tokens %d must hold one decode "
+                          "token of each of the %d parallel sequences", p->batch_tokens,
+                          p->parallel);
+    for (int i = 0; i < p->n_models; i++) {
+        const atlas_engine_model *m = &p->models[i];
+        if (!m->name || !*m->name || !m->dir)
+            return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name and dir required", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(p->models[j].name, m->name))
+                return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name '%s' used twice",
+                                  i, m->name);
+    }
+    return ATLAS_OK;
+}
+
+/* Bytes of the *.safetensors files in dir: the weights, before loading them. */
+static size_t weight_file_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t total = 0;
+    struct dirent *ent;
+    char path[4096];
+    while ((ent = readdir(d))) {
+        size_t n = strlen(ent->d_name);
+        if (n < 12 || strcmp(ent->d_name + n - 12, ".safetensors")) continue;
+        if (!strcmp(ent->d_name, "reference.safetensors")) continue; /* test fixtures */
+        struct stat st;
+        if (atlas_path_join(path, sizeof path, dir, ent->d_name) == ATLAS_OK &&
+            stat(path, &st) == 0)
+            total += (size_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model *src) {
+    eng_model *md = &e->models[i];
+    md->name = strdup(src->name);
+    md->dir = strdup(src->dir);
+    md->running = calloc((size_t)e->p.parallel, sizeof *md->running);
+    if (!md->name || !md->dir || !md->running)
+        return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
+    atlas_status st = atlas_config_load(src->dir, &md->cfg);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "engine: model '%s'", src->name);
+    int max_pos = md->cfg.max_position > 0 ? md->cfg.max_position : 4096;
+    md->ctx = e->p.ctx_size ? e->p.ctx_size : (max_pos < 4096 ? max_pos : 4096);
+    int bs = e->p.kv_block_size;
+    int per_seq = (md->ctx + bs - 1) / bs;
+    md->kv_blocks = e->p.kv_blocks ? e->p.kv_blocks : per_seq * e->p.parallel;
+    if (md->kv_blocks < per_seq)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': kv_blocks %d of %d tokens "
+                          "cannot hold one sequence of ctx_size %d", src->name, md->kv_blocks,
+                          bs, md->ctx);
+    size_t elt = e->p.device == ATLAS_DEVICE_CPU ? 4 : 2;
+    md->est_bytes = weight_file_bytes(src->dir) +
+                    2 * elt * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads * md->cfg.head_dim *
+                        (size_t)md->kv_blocks * bs;
+    return ATLAS_OK;
+}
+
+static void model_destroy(eng_model *md) {
+    atlas_tokenizer_free(md->tok);
+    atlas_template_free(md->tmpl);
+    free(md->name);
+    free(md->dir);
+    free(md->running);
+}
+
+void atlas_engine_free(atlas_engine *e);
+
+atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **out) {
+    *out = NULL;
+    ATLAS_TRY(params_check(p));
+    atlas_engine *e = calloc(1, sizeof *e);
+    if (!e) return atlas_fail(ATLAS_ERR_NOMEM, "engine: out of memory");
+    e->p = *p;
+    e->p.models = NULL;
+    e->models = calloc((size_t)p->n_models, sizeof *e->models);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->tok_mu, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->cmd_done, NULL);
+    static const double lat[ATLAS_ENGINE_HIST_BUCKETS] = {
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120};
+    static const double swap[ATLAS_ENGINE_HIST_BUCKETS] = {
+        0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2, 3, 5, 10, 30, 60};
+    hist_init(&e->metrics.ttft, lat);
+    hist_init(&e->metrics.itl, lat);
+    hist_init(&e->metrics.swap, swap);
+    if (!e->models) {
+        atlas_engine_free(e);
+        return atlas_fail(ATLAS_ERR_NOMEM, "engine: out of memory");
+    }
+    e->n_models = p->n_models;
+    for (int i = 0; i < p->n_models; i++) {
+        atlas_status st = model_init(e, i, &p->models[i]);
+        if (st != ATLAS_OK) {
+            atlas_engine_free(e);
+            return st;
+        }
+    }
+    if (pthread_create(&e->thread, NULL, atlas_engine_sched_main, e) != 0) {
+        atlas_engine_free(e);
+        return atlas_fail(ATLAS_ERR_NOMEM, "engine: cannot start the scheduler thread");
+    }
+    e->thread_started = 1;
+    *out = e;
+    return ATLAS_OK;
+}
+
+void atlas_engine_free(atlas_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_broadcast(&e->wake);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    atlas_engine_sched_shutdown(e);
+    for (int i = 0; i < e->n_models; i++) model_destroy(&e->models[i]);
+    free(e->models);
+    free(e->waiting);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->tok_mu);
+    pthread_cond_destroy(&e->wake);
+    pthread_cond_destroy(&e->cmd_done);
+    free(e);
+}
+
+/* ---- lookups ---------------------------------------------------------------------------- */
+
+static atlas_status find_model(const atlas_engine *e, const char *name, int *out) {
+    for (int i = 0; name && i < e->n_models; i++)
+        if (!strcmp(e->models[i].name, name)) {
+            *out = i;
+            return ATLAS_OK;
+        }
+    return atlas_fail(ATLAS_ERR_NOT_FOUND, "model '%s' is not configured", name ? name : "");
+}
+
+/* Loads the tokenizer (and the eos list that needs it) once. */
+atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model) {
+    eng_model *md = &e->models[model];
+    atlas_status st = ATLAS_OK;
+    pthread_mutex_lock(&e->tok_mu);
+    if (!md->tok) {
+        atlas_tokenizer *tok = NULL;
+        st = atlas_tokenizer_load(md->dir, &tok);
+        if (st == ATLAS_OK) st = atlas_tokenizer_set_vocab_size(tok, (size_t)md->cfg.vocab_size);
+        if (st == ATLAS_OK) {
+            md->n_eos = 0;
+            for (int i = 0; i < md->cfg.n_eos; i++) md->eos[md->n_eos++] = md->cfg.eos_ids[i];
+            int32_t te = atlas_tokenizer_eos_id(tok);
+            int have = 0;
+            for (int i = 0; i < md->n_eos; i++) have |= md->eos[i] == te;
+            if (te >= 0 && !have) md->eos[md->n_eos++] = te;
+            md->tok = tok;
+        } else {
+            atlas_tokenizer_free(tok);
+            st = atlas_fail_wrap(st, "model '%s': tokenizer", md->name);
+        }
+    }
+    pthread_mutex_unlock(&e->tok_mu);
+    return st;
+}
+
+atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
+                                    const atlas_tokenizer **out) {
+    int i = -1;
+    *out = NULL;
+    ATLAS_TRY(find_model(e, name, &i));
+    ATLAS_TRY(atlas_engine_ensure_tokenizer(e, i));
+    *out = e->models[i].tok;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_engine_template(atlas_engine *e, const char *name,
+                                   const atlas_template **out) {
+    int i = -1;
+    *out = NULL;
+    ATLAS_TRY(find_model(e, name, &i));
+    eng_model *md = &e->models[i];
+    pthread_mutex_lock(&e->tok_mu);
+    if (!md->tmpl_tried) {
+        md->tmpl_st = atlas_template_load(md->dir, &md->tmpl);
+        if (md->tmpl_st != ATLAS_OK)
+            snprintf(md->tmpl_err, sizeof md->tmpl_err, "%s", atlas_last_error());
+        md->tmpl_tried = 1;
+    }
+    atlas_status st = md->tmpl_st;
+    *out = md->tmpl;
+    pthread_mutex_unlock(&e->tok_mu);
+    if (st != ATLAS_OK) return atlas_fail(st, "model '%s': %s", name, md->tmpl_err);
+    return ATLAS_OK;
+}
+
+atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out) {
+    int i = -1;
+    ATLAS_TRY(find_model(e, name, &i));
+    *out = e->models[i].ctx;
+    return ATLAS_OK;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+void atlas_engine_seq_unref(seq *s) {
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    atlas_sampler_free(s->sampler);
+    atlas_detok_free(s->detok);
+    free(s->kv.ids);
+    free(s->tokens);
+    free(s->stop_ids);
+    for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
+    free(s->stop);
+    free(s->pending);
+    free(s->message);
+    free(s);
+}
+
+static atlas_status check_request(const atlas_engine *e, const eng_model *md,
+                                  const atlas_request *r) {
+    int V = md->cfg.vocab_size;
+    if (r->n_prompt < 1 || !r->prompt)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: the prompt is empty");
+    if (r->n_prompt >= (size_t)md->ctx)
+        return atlas_fail(ATLAS_ERR_RANGE, "request: the prompt has %zu tokens, the context "
+                          "of model '%s' holds %d (prompt and at least one generated token)",
+                          r->n_prompt, md->name, md->ctx);
+    for (size_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= V)
+            return atlas_fail(ATLAS_ERR_RANGE, "request: prompt[%zu] = %d outside the "
+                              "vocabulary (0..%d)", i, (int)r->prompt[i], V - 1);
+    if (r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids) || r->n_stop < 0 ||
+        (r->n_stop > 0 && !r->stop))
+        return atlas_fail(ATLAS_ERR_INVALID, "request: stop ids / stop strings");
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= V)
+            return atlas_fail(ATLAS_ERR_RANGE, "request: stop_ids[%d] = %d outside the "
+                              "vocabulary (0..%d)", i, (int)r->stop_ids[i], V - 1);
+    for (int i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !*r->stop[i])
+            return atlas_fail(ATLAS_ERR_INVALID, "request: stop[%d] is empty", i);
+    for (int i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias && r->sampling.logit_bias[i].id >= V)
+            return atlas_fail(ATLAS_ERR_RANGE, "request: logit_bias[%d]: id %d outside the "
+                              "vocabulary (0..%d)", i, (int)r->sampling.logit_bias[i].id, V - 1);
+    if (r->top_logprobs < 0 || r->top_logprobs > ATLAS_ENGINE_MAX_TOP_LOGPROBS)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: top_logprobs %d outside 0..%d",
+                          r->top_logprobs, ATLAS_ENGINE_MAX_TOP_LOGPROBS);
+    (void)e;
+    return ATLAS_OK;
+}
+
+/* Copies the request into a new sequence (refs 1: the engine's). */
+static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *r,
+                               atlas_event_cb cb, void *user, seq **out) {
+    eng_model *md = &e->models[model];
+    seq *s = calloc(1, sizeof *s);
+    if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    atomic_init(&s->refs, 1);
+    s->e = e;
+    s->model = model;
+    s->cb = cb;
+    s->user = user;
+    s->cap = md->ctx;
+    s->n_prompt = s->n_tokens = (int)r->n_prompt;
+    int room = md->ctx - s->n_prompt;
+    s->max_tokens = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
+    s->logprobs = r->logprobs;
+    s->top_logprobs = r->top_logprobs;
+    s->ignore_eos = r->ignore_eos;
+    const atlas_sampler_params *sp = &r->sampling;
+    s->plain_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
+                      sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
+                      sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0;
+    s->stop_string = -1;
+    s->stop_id = -1;
+    s->plan = -1;
+    s->t_submit = atlas_engine_now();
+    s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
+    s->stop_ids = malloc((size_t)(r->n_stop_ids + 1) * sizeof *s->stop_ids);
+    s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
+    atlas_status st = ATLAS_OK;
+    if (!s->tokens || !s->stop_ids || !s->stop) st = atlas_fail(ATLAS_ERR_NOMEM, "request");
+    for (int i = 0; st == ATLAS_OK && i < r->n_stop; i++, s->n_stop++)
+        if (!(s->stop[i] = strdup(r->stop[i]))) st = atlas_fail(ATLAS_ERR_NOMEM, "request");
+    if (st == ATLAS_OK) {
+        memcpy(s->tokens, r->prompt, r->n_prompt * sizeof *s->tokens);
+        if (r->n_stop_ids)
+            memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
+        s->n_stop_ids = r->n_stop_ids;
+        st = atlas_kv_table_init(&s->kv, (md->ctx + e->p.kv_block_size - 1) /
+                                             e->p.kv_block_size);
+    }
+    if (st == ATLAS_OK) st = atlas_sampler_create(&r->sampling, &s->sampler);
+    if (st == ATLAS_OK) atlas_sampler_set_prompt_len(s->sampler, r->n_prompt);
+    if (st == ATLAS_OK) st = atlas_detok_create(md->tok, true, &s->detok);
+    if (st != ATLAS_OK) {
+        atlas_engine_seq_unref(s);
+        return st;
+    }
+    *out = s;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atlas_event_cb cb,
+                                 void *user, atlas_request_handle **out) {
+    if (out) *out = NULL;
+    if (!cb) return atlas_fail(ATLAS_ERR_INVALID, "request: no callback");
+    int model = -1;
+    ATLAS_TRY(find_model(e, req->model, &model));
+    eng_model *md = &e->models[model];
+    ATLAS_TRY(check_request(e, md, req));
+    ATLAS_TRY(atlas_engine_ensure_tokenizer(e, model));
+    seq *s = NULL;
+    ATLAS_TRY(seq_create(e, model, req, cb, user, &s));
+    if (out) atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_lock(&e->mu);
+    atlas_status st = ATLAS_OK;
+    if (e->n_waiting >= e->p.queue_limit) {
+        e->metrics.requests_rejected++;
+        st = atlas_fail(ATLAS_ERR_BUSY, "engine: the queue is full (%d requests waiting)",
+                        e->n_waiting);
+    } else if (e->n_waiting == e->waiting_cap) {
+        int cap = e->waiting_cap ? e->waiting_cap * 2 : 64;
+        seq **w = realloc(e->waiting, (size_t)cap * sizeof *w);
+        if (w) {
+            e->waiting = w;
+            e->waiting_cap = cap;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: queue");
+        }
+    }
+    if (st == ATLAS_OK) {
+        e->waiting[e->n_waiting++] = s;
+        md->n_waiting++;
+        e->metrics.requests_submitted++;
+        pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != ATLAS_OK) {
+        if (out) atlas_engine_seq_unref(s);
+        atlas_engine_seq_unref(s);
+        return st;
+    }
+    if (out) *out = s;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s) {
+    if (e->n_waiting == e->waiting_cap) {
+        int cap = e->waiting_cap ? e->waiting_cap * 2 : 64;
+        seq **w = realloc(e->waiting, (size_t)cap * sizeof *w);
+        if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "engine: queue");
+        e->waiting = w;
+        e->waiting_cap = cap;
+    }
+    memmove(e->waiting + 1, e->waiting, (size_t)e->n_waiting * sizeof *e->waiting);
+    e->waiting[0] = s;
+    e->n_waiting++;
+    e->models[s->model].n_waiting++;
+    return ATLAS_OK;
+}
+
+void atlas_engine_cancel(atlas_request_handle *h) {
+    if (!h || atomic_load(&h->ended)) return;
+    atomic_store(&h->cancel, 1);
+    atlas_engine *e = h->e;
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void atlas_engine_handle_free(atlas_request_handle *h) { atlas_engine_seq_unref(h); }
+
+/* ---- models by hand --------------------------------------------------------------------- */
+
+static atlas_status run_cmd(atlas_engine *e, cmd_kind kind, const char *name) {
+    int model = -1;
+    ATLAS_TRY(find_model(e, name, &model));
+    eng_cmd c = {.kind = kind, .model = model};
+    pthread_mutex_lock(&e->mu);
+    eng_cmd **tail = &e->cmds;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &c;
+    pthread_cond_signal(&e->wake);
+    while (!c.done) pthread_cond_wait(&e->cmd_done, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    if (c.st != ATLAS_OK) return atlas_fail(c.st, "%s", c.msg);
+    return ATLAS_OK;
+}
+
+atlas_status atlas_engine_load(atlas_engine *e, const char *name) {
+    return run_cmd(e, CMD_LOAD, name);
+}
+
+atlas_status atlas_engine_unload(atlas_engine *e, const char *name) {
+    return run_cmd(e, CMD_UNLOAD, name);
+}
+
+int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap) {
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_models && i < cap; i++) {
+        const eng_model *md = &e->models[i];
+        out[i] = (atlas_engine_model_status){.name = md->name, .dir = md->dir,
+                                             .resident = md->m != NULL,
+                                             .running = md->n_running,
+                                             .waiting = md->n_waiting};
+        snprintf(out[i].last_error, sizeof out[i].last_error, "%s", md->last_error);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return e->n_models;
+}
+
+void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->metrics;
+    out->queue_len = e->n_waiting;
+    out->running = 0;
+    out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;
+    for (int i = 0; i < e->n_models; i++) {
+        const eng_model *md = &e->models[i];
+        out->running += md->n_running;
+        if (!md->m) continue;
+        out->resident_models++;
+        out->kv_blocks_used += atlas_kv_pool_used(&md->pool);
+        out->kv_blocks_total += md->pool.n_blocks;
+    }
+    pthread_mutex_unlock(&e->mu);
+}

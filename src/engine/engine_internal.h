@@ -1,0 +1,167 @@
+/* engine/engine_internal.h — the engine's data, shared by engine.c (the public calls),
+ * sched.c (the scheduler thread) and output.c (tokens to text and stop rules).  Internal.
+ *
+ * Locking: e->mu guards the waiting queue, the commands, every model's residency and
+ * running list, the KV pools and e->metrics.  The scheduler thread is the only one that
+ * changes residency, running lists and sequences' compute state; it drops e->mu around
+ * forward passes, loads, releases and callbacks.  Tokenizers and templates load under
+ * e->tok_mu.  A sequence's cancel flag and reference count are atomics.
+ *
+ * A sequence's life:
+ *   submit -> WAITING -> (admitted) RUNNING -> ... -> DONE (END emitted, engine ref dropped)
+ *                  ^---- preempted (blocks freed) ----'
+ */
+#ifndef ATLAS_ENGINE_INTERNAL_H
+#define ATLAS_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "atlas/engine.h"
+#include "atlas/model.h"
+#include "atlas/sampler.h"
+#include "atlas/template.h"
+#include "atlas/tokenizer.h"
+#include "engine/kv.h"
+#include "model/config.h"
+
+typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct atlas_request_handle seq;
+
+struct atlas_request_handle {
+    atomic_int refs;   /* the engine's (until END) + the caller's (until handle_free) */
+    atomic_int cancel; /* set by atlas_engine_cancel */
+    atomic_int ended;  /* END emitted */
+    atlas_engine *e;
+    int model;         /* index into e->models */
+    atlas_event_cb cb;
+    void *user;
+    /* the request, copied */
+    int max_tokens;    /* > 0 */
+    int logprobs, top_logprobs, ignore_eos;
+    int plain_greedy;  /* argmax of the raw logits: the backend may reduce them itself */
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop;
+    int n_stop;
+    /* tokens[cap]: the prompt, then generated ones; KV holds tokens[0 .. n_computed) */
+    int32_t *tokens;
+    int n_tokens, n_prompt, cap, n_computed;
+    atlas_kv_table kv;
+    atlas_sampler *sampler;
+    atlas_detok *detok;
+    char *pending;     /* text held back: it may be the start of a stop string */
+    size_t n_pending, pending_cap;
+    /* scheduling */
+    seq_state state;
+    uint64_t order;    /* admission order: the newest is preempted first */
+    int plan;          /* index of its entry in the step being built, -1 if none */
+    double t_submit, t_admit, t_first, t_last;
+    /* how it ended */
+    atlas_finish finish;
+    atlas_status status;
+    char *message;     /* ERROR; malloc'd */
+    int stop_string;   /* index into stop, -1 */
+    int32_t stop_id;
+};
+
+typedef struct eng_model {
+    char *name, *dir;
+    atlas_config cfg;
+    int ctx;                /* tokens per sequence */
+    int kv_blocks;          /* pool size asked of the model */
+    size_t est_bytes;       /* weights + KV, estimated before loading; exact once loaded */
+    /* under e->tok_mu, loaded on first use */
+    atlas_tokenizer *tok;
+    atlas_template *tmpl;
+    int tmpl_tried;
+    atlas_status tmpl_st;
+    char tmpl_err[256];
+    int32_t eos[ATLAS_MAX_EOS + 1];
+    int n_eos;
+    /* under e->mu; changed by the scheduler thread only */
+    atlas_model *m;         /* NULL: not resident */
+    atlas_kv_pool pool;
+    seq **running;          /* [e->p.parallel], admission order */
+    int n_running;
+    int n_waiting;
+    int draining;           /* no admissions: it is to be released */
+    int unload_asked;
+    uint64_t last_used;
+    char last_error[256];
+} eng_model;
+
+typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
+
+typedef struct eng_cmd {
+    cmd_kind kind;
+    int model;
+    int done;
+    atlas_status st;
+    char msg[512];
+    struct eng_cmd *next;
+} eng_cmd;
+
+/* One entry of the batch being built: n tokens of s from s->n_computed on. */
+typedef struct plan_entry {
+    seq *s;
+    int n;
+    int logits; /* 1: the last of them needs logits (it reaches the sequence's end) */
+} plan_entry;
+
+struct atlas_engine {
+    atlas_engine_params p;   /* models points at e->models' strings */
+    eng_model *models;
+    int n_models;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;     /* the scheduler waits on it when idle */
+    pthread_cond_t cmd_done; /* load/unload callers wait on it */
+    pthread_mutex_t tok_mu;
+    int stop;
+    seq **waiting;           /* FIFO; preempted sequences go back to the front */
+    int n_waiting, waiting_cap;
+    eng_cmd *cmds;
+    uint64_t clock;          /* LRU stamps and admission order */
+    atlas_engine_metrics metrics;
+    /* the scheduler thread's buffers */
+    plan_entry *plan;
+    int n_plan;
+    int32_t *b_tokens, *b_pos, *b_start, *b_ctx, *b_table, *b_rows, *b_ids;
+    size_t b_table_cap;
+    float *logits;     /* [n_logits, vocab] */
+    size_t logits_cap;
+    float *row;        /* [vocab]: a copy that sampling may overwrite */
+    size_t row_cap;
+    seq **done;        /* sequences whose END is due (removed from every list) */
+    int n_done, done_cap;
+};
+
+/* engine.c */
+double atlas_engine_now(void);
+void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds);
+atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model);
+/* Drops a reference; the last one frees the sequence. */
+void atlas_engine_seq_unref(seq *s);
+/* Puts s back at the front of the waiting queue (preemption).  Under e->mu. */
+atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s);
+
+/* sched.c */
+void *atlas_engine_sched_main(void *arg);
+/* Ends every request (CANCELLED) and releases every model; after the thread has stopped. */
+void atlas_engine_sched_shutdown(atlas_engine *e);
+
+/* output.c */
+/* Takes the sampled token: appends it, emits its TOKEN event and decides whether the
+ * sequence ends (returns 1 with s->finish set).  Outside e->mu. */
+int atlas_engine_seq_accept(atlas_engine *e, seq *s, int32_t id, float logprob,
+                            const atlas_top_logprob *top, int n_top);
+/* Emits the END event (releasing held-back text unless a stop string ended it). */
+void atlas_engine_seq_emit_end(atlas_engine *e, seq *s);
+/* Marks s as ending with an error; the message is copied. */
+void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg);
+
+#endif
