@@ -1,4 +1,4 @@
-/* cli/main.c — `atlas <command> ...`: dispatch to the subcommands in cli/*.c. */
+/* cli/main.c — `atlas <command> ...`: dispatch to the subcommands, one file each in cli/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -49,9 +49,16 @@ atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, error_msg, sizeof old);
-    if (old[0])
-        snprintf(error_msg, sizeof error_msg, "%s: %s", prefix, old);
-    else
-        snprintf(error_msg, sizeof error_msg, "%s", prefix);
+    /* prefix, then ": ", then the old message, each cut to what still fits */
+    size_t n = strnlen(prefix, sizeof error_msg - 1);
+    memcpy(error_msg, prefix, n);
+    if (old[0] && n + 2 < sizeof error_msg) {
+        memcpy(error_msg + n, ": ", 2);
+        n += 2;
+        size_t m = strnlen(old, sizeof error_msg - 1 - n);
+        memcpy(error_msg + n, old, m);
+        n += m;
+    }
+    error_msg[n] = '\0';
     return status;
 }
