@@ -1,11 +1,82 @@
-/* cli/info.c — `atlas info` (placeholder until its module lands). */
+/* cli/info.c — `atlas info -m DIR`: what a model is and which backend would run it, and why. */
 #include <stdio.h>
+#include <string.h>
 
+#include "atlas/model.h"
 #include "cli/cli.h"
 
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: atlas info [-m DIR] [--device cpu|cuda|auto]\n"
+            "  Loads the model and prints its architecture, shapes, parameter count, dtypes,\n"
+            "  memory, and the backend that runs it and why.\n"
+            "  -m, --model DIR   model directory (default %s)\n"
+            "  --device D        the device to try (default auto)\n"
+            "  -h, --help        this help\n",
+            atlas_cli_default_model());
+}
+
+static void print_info(const atlas_model_info *i) {
+    printf("model:         %s\n", i->dir);
+    printf("architecture:  %s\n", i->architecture);
+    printf("parameters:    %lld (%.1f M)\n", (long long)i->n_params, i->n_params / 1e6);
+    printf("weights:       %s, %.1f MiB\n", i->dtype, i->weight_bytes / 1048576.0);
+    printf("layers:        %d\n", i->n_layers);
+    printf("hidden:        %d\n", i->hidden);
+    printf("heads:         %d query, %d key/value (head_dim %d)\n", i->n_heads, i->n_kv_heads,
+           i->head_dim);
+    printf("intermediate:  %d\n", i->intermediate);
+    printf("vocabulary:    %d%s\n", i->vocab_size, i->tied_embeddings ? " (tied embeddings)" : "");
+    printf("context:       %d positions\n", i->max_position);
+    printf("backend:       %s (%s)\n", i->backend, i->backend_why);
+    if (i->n_threads) printf("threads:       %d\n", i->n_threads);
+    printf("kv cache:      %d blocks of %d tokens, %.1f MiB (fp%d)\n", i->kv_blocks,
+           i->kv_block_size, i->kv_bytes / 1048576.0,
+           i->kv_blocks ? (int)(i->kv_bytes * 8 / ((size_t)2 * i->n_layers * i->kv_blocks *
+                                                   i->kv_block_size * i->n_kv_heads * i->head_dim))
+                        : 0);
+}
+
 int atlas_cli_info(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "atlas info: not implemented yet\n");
-    return 1;
+    const char *dir = NULL;
+    atlas_model_params p = atlas_model_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device")) &&
+                   i + 1 == argc) {
+            fprintf(stderr, "atlas info: %s needs a value (see --help)\n", a);
+            return 2;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            dir = argv[++i];
+        } else if (!strcmp(a, "--device")) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "cpu")) p.device = ATLAS_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) p.device = ATLAS_DEVICE_CUDA;
+            else if (!strcmp(v, "auto")) p.device = ATLAS_DEVICE_AUTO;
+            else {
+                fprintf(stderr, "atlas info: --device: '%s' (want cpu, cuda or auto)\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "atlas info: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!dir) dir = atlas_cli_default_model();
+    atlas_model *m = NULL;
+    if (atlas_model_load(dir, &p, &m) != ATLAS_OK) {
+        fprintf(stderr, "atlas info: %s\n", atlas_last_error());
+        return 1;
+    }
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    print_info(&info);
+    if (atlas_model_release(m) != ATLAS_OK) {
+        fprintf(stderr, "atlas info: %s\n", atlas_last_error());
+        return 1;
+    }
+    return 0;
 }
