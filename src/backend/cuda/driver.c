@@ -18,9 +18,12 @@
 #else
 #define ATLAS_DRIVER_MIN_VERSION 12000
 #endif
-/* The ABI the table's signatures match: cuGetProcAddress is asked for the entry points as
- * of min(driver, this). */
-#define ATLAS_DRIVER_ABI_VERSION 13000
+/* The ABI the table's signatures match, pinned: cuGetProcAddress is asked for each entry
+ * point as of min(driver, this), whatever newer driver runs.  Asking for the driver's own
+ * version broke on CUDA 13.0, which gave cuCtxSynchronize_v2(CUcontext) for the table's
+ * cuCtxSynchronize(void) (checked against cudaTypedefs.h of CUDA 13.0: every other entry
+ * has the same signature at 12.8 and 13.0). */
+#define ATLAS_DRIVER_ABI_VERSION 12080
 
 typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int cuda_version,
                                 unsigned long long flags, int *symbol_status);

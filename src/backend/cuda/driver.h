@@ -4,9 +4,11 @@
  *
  * The types below mirror the driver's ABI (cuda.h, CUDA 12.0 .. 13.0) so that no CUDA header
  * is needed to build: do not include cuda.h next to this file.  Each field is named after the
- * API's base name and points to the version that cuda.h of CUDA 13.0 maps that name to
- * (cuMemAlloc -> cuMemAlloc_v2, cuStreamBeginCapture -> _v2, cuEventElapsedTime -> _v2 ...),
- * resolved with cuGetProcAddress for the driver's version.
+ * API's base name and has the signature of that API as of CUDA 12.8 (cuMemAlloc is
+ * cuMemAlloc_v2, cuStreamBeginCapture is _v2, but cuCtxSynchronize is the (void) one, not
+ * CUDA 13's cuCtxSynchronize_v2(ctx)); driver.c asks cuGetProcAddress for exactly that
+ * version, so a newer driver cannot change a signature under us.  Adding an entry: check
+ * its PFN_<name>_v<version> typedefs in cudaTypedefs.h for the one in force at 12.8.
  *
  * Usage (inside a function that returns atlas_status, after atlas_host_get succeeded):
  *     CUdeviceptr p;
