@@ -120,12 +120,14 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
         free(w);
         return atlas_fail_wrap(st, "cuda: loading weight %s", views[0]->name);
     }
+    cb->weight_bytes += bytes;
     *out = w;
     return ATLAS_OK;
 }
 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
+    cuda_of(be)->weight_bytes -= (size_t)w->rows * w->cols * 2;
     (void)atlas_registry_free(cuda_of(be)->reg, w->ptr);
     free(w);
 }
@@ -152,12 +154,14 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
         free(kv);
         return st;
     }
+    cb->kv_bytes += bytes;
     *out = kv;
     return ATLAS_OK;
 }
 
 static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
     if (!kv) return;
+    cuda_of(be)->kv_bytes -= kv->layer_elems * 2 * 2 * (size_t)be->geom.n_layers;
     (void)atlas_registry_free(cuda_of(be)->reg, kv->base);
     free(kv);
 }

@@ -100,6 +100,7 @@ typedef struct cuda_backend {
     size_t lt_a_bytes;
     CUdeviceptr lt_ws;      /* cuBLASLt workspace */
     size_t lt_ws_bytes;
+    size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
 } cuda_backend;
 
 /* device pointers held in void* */

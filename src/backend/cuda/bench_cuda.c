@@ -1,0 +1,155 @@
+/* backend/cuda/bench_cuda.c — read bandwidth and matrix rate of the device, timed with
+ * events on the backend's stream (median of several runs after a warm-up), on data that is
+ * not zeros (zeros flatter the tensor cores). */
+#include "backend/cuda/bench_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+enum { REPS = 9 };
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef atlas_status (*bench_fn)(cuda_backend *cb, void *ctx);
+
+/* Median milliseconds of REPS runs of fn after one warm-up. */
+static atlas_status time_median(cuda_backend *cb, bench_fn fn, void *ctx, double *ms) {
+    CUevent e0 = NULL, e1 = NULL;
+    float t[REPS];
+    atlas_status st = ATLAS_CU(cuEventCreate, &e0, ATLAS_CU_EVENT_DEFAULT);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuEventCreate, &e1, ATLAS_CU_EVENT_DEFAULT);
+    if (st == ATLAS_OK) st = fn(cb, ctx);
+    for (int i = 0; i < REPS && st == ATLAS_OK; i++) {
+        st = ATLAS_CU(cuEventRecord, e0, cb->stream);
+        if (st == ATLAS_OK) st = fn(cb, ctx);
+        if (st == ATLAS_OK) st = ATLAS_CU(cuEventRecord, e1, cb->stream);
+        if (st == ATLAS_OK) st = ATLAS_CU(cuEventSynchronize, e1);
+        if (st == ATLAS_OK) st = ATLAS_CU(cuEventElapsedTime, &t[i], e0, e1);
+    }
+    const atlas_driver *d = atlas_driver_get();
+    if (e0) d->cuEventDestroy(e0);
+    if (e1) d->cuEventDestroy(e1);
+    if (st != ATLAS_OK) return st;
+    qsort(t, REPS, sizeof *t, cmp_float);
+    *ms = t[REPS / 2];
+    return ATLAS_OK;
+}
+
+static atlas_status fill(cuda_backend *cb, CUfunction f, CUdeviceptr p, size_t bytes, unsigned seed) {
+    long long n = (long long)(bytes / 4);
+    void *a[] = {&p, &n, &seed};
+    return ATLAS_CU(cuLaunchKernel, f, 4096, 1, 1, 256, 1, 1, 0, cb->stream, a, NULL);
+}
+
+typedef struct read_ctx {
+    CUfunction probe;
+    CUdeviceptr buf, sink;
+    long long n16;
+    unsigned grid;
+} read_ctx;
+
+static atlas_status run_read(cuda_backend *cb, void *ctx) {
+    read_ctx *r = ctx;
+    void *a[] = {&r->sink, &r->buf, &r->n16};
+    return ATLAS_CU(cuLaunchKernel, r->probe, r->grid, 1, 1, 512, 1, 1, 0, cb->stream, a, NULL);
+}
+
+typedef struct gemm_ctx {
+    CUdeviceptr out, x, w, xb;
+    int n;
+    int use_lt;
+} gemm_ctx;
+
+static atlas_status run_gemm(cuda_backend *cb, void *ctx) {
+    gemm_ctx *g = ctx;
+    if (g->use_lt)
+        return cuda_lt_matmul(cb->lt, cb->stream, g->out, g->xb, g->w, g->n, g->n, g->n, cb->lt_ws,
+                              cb->lt_ws_bytes);
+    CUdeviceptr bias = 0;
+    void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->n, &g->n};
+    unsigned blocks = (unsigned)((g->n + 127) / 128);
+    return ATLAS_CU(cuLaunchKernel, cb->fn.gemm, blocks, blocks, 1, 256, 1, 1, 0, cb->stream, a,
+                    NULL);
+}
+
+static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_cuda_ceilings *out,
+                            CUdeviceptr *bufs) {
+    CUfunction probe, fillf;
+    ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
+    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_read_probe", &probe));
+    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_fill_pattern", &fillf));
+    const atlas_host_props *hp = atlas_host_properties(cb->host);
+    snprintf(out->device, sizeof out->device, "%.200s (sm_%d%d, %d SMs)", hp->name, hp->cc_major,
+             hp->cc_minor, hp->sm_count);
+
+    read_ctx r = {probe, 0, 0, (long long)(read_bytes / 16), (unsigned)hp->sm_count * 4};
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, read_bytes, "bench read buffer", &bufs[0]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)r.grid * 4, "bench sink", &bufs[1]));
+    r.buf = bufs[0];
+    r.sink = bufs[1];
+    ATLAS_TRY(fill(cb, fillf, r.buf, read_bytes, 1));
+    double ms;
+    ATLAS_TRY(time_median(cb, run_read, &r, &ms));
+    out->read_bytes = read_bytes;
+    out->read_gbps = (double)read_bytes / (ms * 1e6);
+
+    size_t nn = (size_t)n * n;
+    gemm_ctx g = {0, 0, 0, 0, n, 0};
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 4, "bench gemm out", &bufs[2]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 4, "bench gemm x", &bufs[3]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 2, "bench gemm w", &bufs[4]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 2, "bench gemm x bf16", &bufs[5]));
+    g.out = bufs[2], g.x = bufs[3], g.w = bufs[4], g.xb = bufs[5];
+    ATLAS_TRY(fill(cb, fillf, g.x, nn * 4, 2));
+    ATLAS_TRY(fill(cb, fillf, g.w, nn * 2, 3));
+    ATLAS_TRY(fill(cb, fillf, g.xb, nn * 2, 4));
+    double flop = 2.0 * n * (double)n * n;
+    out->gemm_size = n;
+    ATLAS_TRY(time_median(cb, run_gemm, &g, &ms));
+    out->own_tflops = flop / (ms * 1e9);
+    snprintf(out->lt_version, sizeof out->lt_version, "%s", cuda_lt_version(cb->lt));
+    if (cb->lt) {
+        g.use_lt = 1;
+        ATLAS_TRY(time_median(cb, run_gemm, &g, &ms));
+        out->lt_tflops = flop / (ms * 1e9);
+    }
+    return ATLAS_OK;
+}
+
+atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, int gemm_size,
+                                         atlas_cuda_ceilings *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: the ceilings need the CUDA backend");
+    cuda_backend *cb = (cuda_backend *)be;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(atlas_host_upload_wait(cb->host));
+    CUdeviceptr bufs[6] = {0};
+    atlas_status st = measure(cb, read_bytes, gemm_size, out, bufs);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    for (int i = 0; i < 6; i++) {
+        atlas_status fs = atlas_registry_free(cb->reg, bufs[i]);
+        if (st == ATLAS_OK) st = fs;
+    }
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: measuring the device");
+    return ATLAS_OK;
+}
+
+atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: memory use needs the CUDA backend");
+    cuda_backend *cb = (cuda_backend *)be;
+    out->total = atlas_registry_alloc_bytes(cb->reg);
+    out->weights = cb->weight_bytes;
+    out->kv = cb->kv_bytes;
+    out->workspace = out->total - out->weights - out->kv;
+    return ATLAS_OK;
+}

@@ -1,0 +1,33 @@
+/* backend/cuda/bench_cuda.h — the device's ceilings, measured for `atlas bench` in the same
+ * run as the model: read bandwidth (kernels/bench.cu reads a buffer once with 16-byte loads)
+ * and the bf16 matrix rate of each GEMM the backend has.  Internal. */
+#ifndef ATLAS_CUDA_BENCH_H
+#define ATLAS_CUDA_BENCH_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+typedef struct atlas_cuda_ceilings {
+    char device[256];
+    size_t read_bytes;     /* buffer the probe read */
+    double read_gbps;      /* median of the timed reads, 1e9 bytes/s */
+    int gemm_size;         /* n = m = k */
+    double own_tflops;     /* kernels/gemm.cu (mma.sync, fp32 activations in) */
+    double lt_tflops;      /* cuBLASLt bf16 x bf16 -> fp32; 0 when absent */
+    char lt_version[32];
+} atlas_cuda_ceilings;
+
+/* Memory the backend holds, by kind (bytes). */
+typedef struct atlas_cuda_memory {
+    size_t weights, kv, workspace, total;
+} atlas_cuda_memory;
+
+/* Measures on be's device (be must be the CUDA backend; ATLAS_ERR_INVALID otherwise).
+ * Allocates read_bytes + 3 * gemm_size^2 * 4 bytes for the time of the call. */
+atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, int gemm_size,
+                                         atlas_cuda_ceilings *out);
+
+atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out);
+
+#endif
