@@ -425,6 +425,18 @@ static void test_bad_headers(void) {
                 "{\"late.w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]},"
                 " \"first.w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}",
                 24, ATLAS_ERR_FORMAT, "late.w", "first.w");
+    /* An empty tensor between two overlapping ones does not hide the overlap. */
+    expect_fail("overlap-empty.st",
+                "{\"a.w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]},"
+                " \"e.w\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 8]},"
+                " \"b.w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [12, 20]}}",
+                20, ATLAS_ERR_FORMAT, "'b.w'", "'a.w'");
+    /* A long tensor that contains two later ones. */
+    expect_fail("overlap-inside.st",
+                "{\"big.w\": {\"dtype\": \"U8\", \"shape\": [32], \"data_offsets\": [0, 32]},"
+                " \"s1.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [32, 36]},"
+                " \"s2.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}",
+                36, ATLAS_ERR_FORMAT, "'s2.w'", "'big.w'");
     expect_fail("mismatch.st",
                 "{\"mm.w\": {\"dtype\": \"BF16\", \"shape\": [3, 4], \"data_offsets\": [0, 12]}}",
                 12, ATLAS_ERR_FORMAT, "mm.w", "need 24");

@@ -159,21 +159,23 @@ static int entry_cmp_begin(const void *a, const void *b) {
 /* Range and overlap checks over one file's entries (sorted here by offset). */
 static atlas_status check_layout(const char *file, st_entry *es, size_t n, uint64_t data_len) {
     qsort(es, n, sizeof *es, entry_cmp_begin);
+    const st_entry *reach = NULL; /* the non-empty range seen so far that ends last */
     for (size_t i = 0; i < n; i++) {
-        if (es[i].end > data_len)
+        const st_entry *e = &es[i];
+        if (e->end > data_len)
             return atlas_fail(ATLAS_ERR_FORMAT,
                               "%s: tensor '%s': data_offsets [%llu, %llu] out of range of the "
-                              "data section (%llu bytes)", file, es[i].name,
-                              (unsigned long long)es[i].begin, (unsigned long long)es[i].end,
+                              "data section (%llu bytes)", file, e->name,
+                              (unsigned long long)e->begin, (unsigned long long)e->end,
                               (unsigned long long)data_len);
-        /* Empty tensors occupy no bytes and cannot overlap anything. */
-        if (i > 0 && es[i].begin < es[i - 1].end && es[i].begin != es[i].end)
+        if (e->begin == e->end) continue; /* empty: occupies no bytes */
+        if (reach && e->begin < reach->end)
             return atlas_fail(ATLAS_ERR_FORMAT,
                               "%s: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s' (bytes "
-                              "%llu..%llu)", file, es[i].name, (unsigned long long)es[i].begin,
-                              (unsigned long long)es[i].end, es[i - 1].name,
-                              (unsigned long long)es[i - 1].begin,
-                              (unsigned long long)es[i - 1].end);
+                              "%llu..%llu)", file, e->name, (unsigned long long)e->begin,
+                              (unsigned long long)e->end, reach->name,
+                              (unsigned long long)reach->begin, (unsigned long long)reach->end);
+        if (!reach || e->end > reach->end) reach = e;
     }
     return ATLAS_OK;
 }

@@ -31,12 +31,21 @@ typedef struct atlas_tensor_view {
 
 typedef struct atlas_st atlas_st; /* a set of mapped safetensors files */
 
+/* Opening reads only the headers (no tensor data is touched), validates them completely and
+ * fails with a message naming the file and the tensor or field (ATLAS_ERR_FORMAT for bad
+ * bytes, ATLAS_ERR_UNSUPPORTED for a dtype atlas lacks, ATLAS_ERR_IO / ATLAS_ERR_NOT_FOUND for
+ * missing files or tensors). On failure *out is NULL. The 8-byte-padded headers that the
+ * safetensors library writes keep data 8-byte aligned; other writers may not: a view's data
+ * is only guaranteed to be byte-aligned.
+ * Tensors are listed shard by shard in offset order; atlas_st_find is a binary search. */
+
 /* Maps one file and validates its header completely. */
 atlas_status atlas_st_open_file(const char *path, atlas_st **out);
 /* Maps DIR/model.safetensors, or every shard named by DIR/model.safetensors.index.json
  * (and checks every tensor of the index is present in its shard). */
 atlas_status atlas_st_open_dir(const char *dir, atlas_st **out);
-/* Validates a header held in memory (for the fuzzer and tests): buf is the whole file. */
+/* Validates a header held in memory (for the fuzzer and tests): buf is the whole file. The
+ * views point into buf, which the caller keeps alive until atlas_st_free. */
 atlas_status atlas_st_open_memory(const void *buf, size_t len, const char *name, atlas_st **out);
 
 size_t atlas_st_count(const atlas_st *st);
