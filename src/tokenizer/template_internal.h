@@ -1,0 +1,271 @@
+/* tokenizer/template_internal.h — the Jinja interpreter behind atlas/template.h.  Internal.
+ *
+ * Pipeline: template_lex.c (source -> tokens, with jinja2's whitespace rules under
+ * trim_blocks + lstrip_blocks) -> template_parse.c (tokens -> AST of tnode) ->
+ * template_eval.c (AST + variables -> text), with values in template_value.c and the
+ * filters, tests and methods in template_filters.c. A render allocates every value from
+ * one arena freed at the end, so values need no reference counts; the AST is immutable
+ * and shared by concurrent renders. */
+#ifndef ATLAS_TEMPLATE_INTERNAL_H
+#define ATLAS_TEMPLATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "atlas/status.h"
+
+/* ---- lexer --------------------------------------------------------------------------- */
+typedef enum ttok_kind {
+    TT_EOF = 0,
+    TT_TEXT,        /* literal text between tags (after whitespace control) */
+    TT_VAR_BEGIN,   /* {{ */
+    TT_VAR_END,     /* }} */
+    TT_BLOCK_BEGIN, /* {% */
+    TT_BLOCK_END,   /* %} */
+    TT_NAME,
+    TT_STRING,      /* text holds the decoded value */
+    TT_INT,
+    TT_FLOAT,
+    TT_OP,          /* text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < <= > >= */
+} ttok_kind;
+
+typedef struct ttok {
+    ttok_kind kind;
+    int line, col;
+    char *text; /* NUL-terminated (may hold NULs for strings: use len) */
+    size_t len;
+    long long ival;
+    double fval;
+} ttok;
+
+typedef struct ttoks {
+    ttok *v;
+    size_t n, cap;
+} ttoks;
+
+/* name is used in error messages. On failure the message has name:line:col. */
+atlas_status tpl_lex(const char *src, const char *name, ttoks *out);
+void tpl_toks_free(ttoks *t);
+
+/* ---- AST ----------------------------------------------------------------------------- */
+typedef enum tnode_kind {
+    /* statements */
+    TN_BODY,    /* kids: statements */
+    TN_TEXT,    /* str */
+    TN_OUTPUT,  /* a: expression */
+    TN_IF,      /* a: cond, b: then body, c: else (TN_IF for elif, TN_BODY, or NULL) */
+    TN_FOR,     /* targets (names), a: iterable, b: body, c: else body, d: filter cond */
+    TN_SET,     /* targets, a: value;  str: namespace attribute when ns.attr = */
+    TN_SETBLOCK,/* targets[0], b: body, kids: filters (TN_FILTER with a = NULL) */
+    TN_MACRO,   /* str: name, params (names), kids: defaults (or NULL), b: body */
+    TN_CALLBLOCK,/* a: call expression, b: caller body, params */
+    TN_FILTERBLOCK,/* b: body, kids: filters */
+    TN_BREAK,
+    TN_CONTINUE,
+    /* expressions */
+    TN_CONST,   /* val */
+    TN_NAME,    /* str */
+    TN_LIST,    /* kids */
+    TN_TUPLE,   /* kids */
+    TN_DICT,    /* kids: key, value, key, value, ... */
+    TN_GETATTR, /* a: object, str: attribute */
+    TN_GETITEM, /* a: object, b: index */
+    TN_SLICE,   /* a: object, kids[0..2]: start, stop, step (each may be NULL) */
+    TN_CALL,    /* a: callee, kids: positional args, kwnames/kwvals: keywords */
+    TN_FILTER,  /* a: value, str: filter name, kids: args, kwnames/kwvals */
+    TN_TEST,    /* a: value, str: test name, kids: args, neg: "is not" */
+    TN_UNARY,   /* op: '-', '+', '!' (not), a */
+    TN_BINARY,  /* op (see TOP_*), a, b */
+    TN_AND,
+    TN_OR,
+    TN_COND,    /* a: cond, b: then, c: else (may be NULL) */
+} tnode_kind;
+
+enum {
+    TOP_ADD = 1, TOP_SUB, TOP_MUL, TOP_DIV, TOP_FLOORDIV, TOP_MOD, TOP_POW, TOP_CONCAT,
+    TOP_EQ, TOP_NE, TOP_LT, TOP_LE, TOP_GT, TOP_GE, TOP_IN, TOP_NOTIN,
+};
+
+typedef struct tval tval;
+typedef struct tnode tnode;
+
+/* ---- values -------------------------------------------------------------------------- */
+typedef enum tval_kind {
+    TV_UNDEF = 0, /* jinja2's Undefined: prints "", false, iterates empty */
+    TV_NONE,
+    TV_BOOL,
+    TV_INT,
+    TV_FLOAT,
+    TV_STR,
+    TV_LIST,  /* also tuples (flag) */
+    TV_DICT,  /* also namespace() and the loop object (flags) */
+    TV_FUNC,  /* a builtin global, a macro or caller() */
+} tval_kind;
+
+typedef struct tstr {
+    size_t len;
+    char s[]; /* NUL-terminated */
+} tstr;
+
+typedef struct tlist {
+    size_t n, cap;
+    tval *v;
+    bool tuple;
+} tlist;
+
+typedef struct tdict {
+    size_t n, cap;
+    tval *k, *v;
+    bool ns;   /* namespace(): attributes may be assigned */
+    bool loop; /* the loop object: loop.cycle() */
+} tdict;
+
+struct tscope;
+typedef struct tfunc {
+    int builtin;               /* TF_* or 0 for a macro / caller */
+    const tnode *macro;        /* TN_MACRO or TN_CALLBLOCK */
+    struct tscope *scope;      /* where it was defined */
+    struct tfunc *caller;      /* the caller() passed into a macro called by {% call %} */
+} tfunc;
+
+enum { TF_RANGE = 1, TF_NAMESPACE, TF_DICT, TF_RAISE, TF_STRFTIME, TF_JOINER_UNUSED };
+
+struct tval {
+    tval_kind kind;
+    union {
+        bool b;
+        long long i;
+        double f;
+        tstr *s;
+        tlist *l;
+        tdict *d;
+        tfunc *fn;
+    } u;
+    const char *undef_name; /* for TV_UNDEF: what was missing (error messages), may be NULL */
+};
+
+struct tnode {
+    tnode_kind kind;
+    int line, col;
+    int op;
+    bool neg;
+    char *str;
+    tval val;
+    tnode *a, *b, *c, *d;
+    tnode **kids;
+    size_t nkids;
+    char **targets; /* TN_FOR / TN_SET / TN_MACRO params */
+    size_t ntargets;
+    char **kwnames;
+    tnode **kwvals;
+    size_t nkw;
+};
+
+/* Parses src (already lexed inside) into a TN_BODY. Frees with tpl_node_free. */
+atlas_status tpl_parse(const char *src, const char *name, tnode **out);
+void tpl_node_free(tnode *n);
+
+/* ---- render state -------------------------------------------------------------------- */
+typedef struct tarena_block tarena_block;
+typedef struct tarena {
+    tarena_block *head;
+    size_t used_total, limit;
+} tarena;
+
+typedef struct tbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} tbuf;
+
+typedef struct tscope {
+    struct tscope *parent;
+    size_t n, cap;
+    const char **names;
+    tval *vals;
+} tscope;
+
+typedef struct trender {
+    tarena arena;
+    const char *name; /* template name for messages */
+    tscope *root;
+    long long steps;  /* guards against templates that never finish */
+    int depth;        /* macro call depth */
+    int loop_ctl;     /* 1 break, 2 continue */
+} trender;
+
+void *tpl_alloc(trender *r, size_t n); /* zeroed; NULL on exhaustion */
+atlas_status tpl_oom(trender *r, const tnode *at);
+atlas_status tpl_err(trender *r, const tnode *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tpl_arena_free(tarena *a);
+
+/* buffers (malloc'd) */
+void tbuf_put(tbuf *b, const char *s, size_t n);
+void tbuf_puts(tbuf *b, const char *s);
+void tbuf_putc(tbuf *b, char c);
+
+/* constructors */
+tval tv_undef(const char *name);
+tval tv_none(void);
+tval tv_bool(bool b);
+tval tv_int(long long i);
+tval tv_float(double f);
+atlas_status tv_str(trender *r, const char *s, size_t n, tval *out);
+atlas_status tv_list(trender *r, size_t cap, tval *out);
+atlas_status tv_list_push(trender *r, tval *list, tval item);
+atlas_status tv_dict(trender *r, tval *out);
+atlas_status tv_dict_set(trender *r, tval *dict, tval key, tval val);
+/* NULL when absent */
+tval *tv_dict_get(const tval *dict, const char *key);
+tval *tv_dict_find(const tval *dict, const tval *key);
+
+/* conversions */
+bool tv_truthy(const tval *v);
+bool tv_equal(const tval *a, const tval *b);
+/* -2 when the values cannot be ordered (Python TypeError), else -1/0/1 */
+int tv_compare(const tval *a, const tval *b);
+const char *tv_type_name(const tval *v);
+/* Python str(v) appended to b (undefined -> ""); repr when repr is true */
+void tv_to_str(tbuf *b, const tval *v, bool repr);
+atlas_status tv_stringify(trender *r, const tval *v, tval *out); /* str(v) as a TV_STR */
+/* transformers' tojson: json.dumps(ensure_ascii=False, indent, separators, sort_keys).
+ * indent < 0: none. Fails (returns false) on values JSON cannot hold. */
+bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const char *key_sep,
+                bool sort_keys, int depth);
+atlas_status tv_from_json(trender *r, const json_t *j, tval *out);
+void tv_float_repr(tbuf *b, double f); /* Python repr(float) */
+
+/* UTF-8 code point helpers */
+size_t tpl_utf8_count(const char *s, size_t n);
+/* byte offset of code point index i (i <= count) */
+size_t tpl_utf8_offset(const char *s, size_t n, size_t i);
+
+/* ---- eval and filters ---------------------------------------------------------------- */
+atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out);
+atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out);
+tval tpl_lookup(trender *r, tscope *sc, const char *name);
+atlas_status tpl_scope_set(trender *r, tscope *sc, const char *name, tval v);
+tscope *tpl_scope_new(trender *r, tscope *parent);
+atlas_status tpl_call_value(trender *r, tscope *sc, const tnode *at, const tval *fn, tval *args,
+                            size_t nargs, const char **kwn, tval *kwv, size_t nkw, tval *out);
+
+/* Applies filter `name` to v with evaluated arguments. */
+atlas_status tpl_filter(trender *r, tscope *sc, const tnode *at, const char *name, tval v,
+                        tval *args, size_t nargs, const char **kwn, tval *kwv, size_t nkw,
+                        tval *out);
+/* Evaluates test `name` on v. */
+atlas_status tpl_test(trender *r, const tnode *at, const char *name, const tval *v, tval *args,
+                      size_t nargs, bool *out);
+/* Calls method `name` of v (str / dict / list methods). ATLAS_ERR_NOT_FOUND when v has no
+ * such method (then the caller treats it as an attribute). */
+atlas_status tpl_method(trender *r, const tnode *at, const tval *v, const char *name, tval *args,
+                        size_t nargs, const char **kwn, tval *kwv, size_t nkw, tval *out);
+/* Python str methods shared with filters */
+bool tpl_is_space(uint32_t cp);
+atlas_status tpl_str_strip(trender *r, const tval *s, const tval *chars, int which, tval *out);
+
+#endif

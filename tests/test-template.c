@@ -1,0 +1,283 @@
+/* tests/test-template.c — chat templates: the transformers reference renderings byte for
+ * byte (tests/data/chat-*.json), other families' real templates (tests/data/templates/),
+ * jinja2 semantics one construct at a time, and errors with line:column. */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/template.h"
+#include "harness.h"
+
+/* Renders src with messages_json etc.; returns the malloc'd text or NULL (error printed). */
+static char *render(const char *src, const char *messages, const char *tools, bool gen, const char *kwargs) {
+    atlas_template *t = NULL;
+    char *out = NULL;
+    atlas_status st = atlas_template_parse(src, "t", "<s>", "</s>", &t);
+    if (st == ATLAS_OK) st = atlas_template_render_str(t, messages, tools, gen, kwargs, &out);
+    if (st != ATLAS_OK) fprintf(stderr, "  render failed: %s\n", atlas_last_error());
+    atlas_template_free(t);
+    return out;
+}
+
+#define EXPECT_RENDER(src, expected)                                                       \
+    do {                                                                                   \
+        char *got_ = render(src, "[]", NULL, false, NULL);                                 \
+        CHECK_MSG(got_ && !strcmp(got_, expected), "%s\n  got:      [%s]\n  expected: [%s]", \
+                  src, got_ ? got_ : "(error)", expected);                                 \
+        free(got_);                                                                        \
+    } while (0)
+
+/* A template that must fail; the message must contain want. */
+#define EXPECT_ERROR(src, want)                                                            \
+    do {                                                                                   \
+        char *got_ = render(src, "[]", NULL, false, NULL);                                 \
+        CHECK_MSG(!got_ && strstr(atlas_last_error(), want), "%s: wanted an error with '%s', got [%s] / %s", \
+                  src, want, got_ ? got_ : "(error)", atlas_last_error());                 \
+        free(got_);                                                                        \
+    } while (0)
+
+static void test_fixtures(const char *fixture, const char *model_dir) {
+    json_error_t err;
+    json_t *root = json_load_file(harness_data_path(fixture), 0, &err);
+    CHECK_MSG(root != NULL, "%s: %s", fixture, err.text);
+    if (!root) return;
+    atlas_template *t = NULL;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", harness_data_path(model_dir));
+    CHECK_OK(atlas_template_load(dir, &t));
+    if (!t) {
+        json_decref(root);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    int passed = 0, total = 0;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        json_t *gen = json_object_get(c, "gen");
+        atlas_template_input in = {
+            .messages = json_object_get(c, "messages"),
+            .tools = json_object_get(c, "tools"),
+            .kwargs = json_object_get(c, "extra"),
+            .add_generation_prompt = gen ? json_is_true(gen) : true,
+        };
+        char *out = NULL;
+        total++;
+        CHECK_OK(atlas_template_render(t, &in, &out));
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        CHECK_MSG(out && want && !strcmp(out, want), "%s case %zu:\n  got:      [%s]\n  expected: [%s]", fixture, i,
+                  out ? out : "(null)", want ? want : "(null)");
+        if (out && want && !strcmp(out, want)) passed++;
+        free(out);
+    }
+    printf("%s: %d/%d cases byte for byte\n", fixture, passed, total);
+    atlas_template_free(t);
+    json_decref(root);
+}
+
+static void test_whitespace(void) {
+    /* trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before it */
+    EXPECT_RENDER("{% if true %}\nA\n{% endif %}\nB", "A\nB");
+    EXPECT_RENDER("  {% if true %}\n  x\n  {% endif %}\n", "  x\n");
+    EXPECT_RENDER("a  {%- if true %} b {% endif -%}  c", "a b c");
+    EXPECT_RENDER("{{ 'x' }}\n{{ 'y' }}\n", "x\ny");      /* }} keeps its newline; one trailing \n goes */
+    EXPECT_RENDER("a\n  {# note #}\nb", "a\nb");
+    EXPECT_RENDER("a {%+ if true %}b{% endif %}", "a b");
+    EXPECT_RENDER("x  {% if true %}y{% endif %}", "x  y"); /* not at line start: kept */
+    EXPECT_RENDER("{% raw %}{{ not evaluated }}{% endraw %}", "{{ not evaluated }}");
+    EXPECT_RENDER("a\r\nb", "a\nb");
+}
+
+static void test_expressions(void) {
+    EXPECT_RENDER("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}", "7|3|-4|1|2|1024");
+    EXPECT_RENDER("{{ 3 / 2 }}|{{ 4 / 2 }}|{{ 1.5 * 2 }}|{{ 0.1 + 0.2 }}|{{ 1e20 }}|{{ 1e-5 }}", "1.5|2.0|3.0|0.30000000000000004|1e+20|1e-05");
+    EXPECT_RENDER("{{ none }}|{{ true }}|{{ False }}|{{ undefined_thing }}|", "None|True|False||");
+    EXPECT_RENDER("{{ 'a' ~ 1 ~ none }}|{{ 'ab' + 'cd' }}|{{ 'ab' * 2 }}", "a1None|abcd|abab");
+    EXPECT_RENDER("{{ [1, 'a', none, true] }}|{{ {'k': [1.0]} }}|{{ (1,) }}", "[1, 'a', None, True]|{'k': [1.0]}|(1,)");
+    EXPECT_RENDER("{{ 1 if false }}|{{ 'y' if 1 > 0 else 'n' }}|{{ 0 or 'x' }}|{{ 1 and 2 }}", "|y|x|2");
+    EXPECT_RENDER("{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 3 not in [3] }}", "TrueTrueTrueFalse");
+    EXPECT_RENDER("{{ 'abcdef'[1:3] }}|{{ 'abc'[::-1] }}|{{ [1,2,3,4][-2:] }}|{{ 'héllo'[1] }}|{{ [1,2,3][::2] }}", "bc|cba|[3, 4]|é|[1, 3]");
+    EXPECT_RENDER("{{ 1 == 1.0 }}{{ true == 1 }}{{ 'a' < 'b' }}{{ [1, 2] == [1, 2] }}{{ {'a': 1, 'b': 2} == {'b': 2, 'a': 1} }}", "TrueTrueTrueTrueTrue");
+    EXPECT_RENDER("{{ \"it's\" }}|{{ 'say \"hi\"' }}|{{ 'a\\nb' }}|{{ '\\u00e9' }}|{{ 'x' 'y' }}", "it's|say \"hi\"|a\nb|é|xy");
+    EXPECT_RENDER("{{ [\"it's\"] }}", "[\"it's\"]");
+    EXPECT_RENDER("{{ -3 | abs }}|{{ not none is none }}", "3|False");
+}
+
+static void test_statements(void) {
+    EXPECT_RENDER("{% for x in [1, 2, 3] %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex0 }},{% endfor %}",
+                  "01TrueFalse32,12FalseFalse31,23FalseTrue30,");
+    EXPECT_RENDER("{% for x in [] %}a{% else %}empty{% endfor %}", "empty");
+    EXPECT_RENDER("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=2;");
+    EXPECT_RENDER("{% for k in {'z': 1, 'a': 2} %}{{ k }}{% endfor %}", "za");
+    EXPECT_RENDER("{% for x in range(10) if x is odd %}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}", "1,3,5,7,9");
+    EXPECT_RENDER("{% for x in range(5) %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}", "02");
+    EXPECT_RENDER("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", "21");
+    EXPECT_RENDER("{% set ns = namespace(x=1) %}{% for i in [1] %}{% set ns.x = 2 %}{% endfor %}{{ ns.x }}", "2");
+    EXPECT_RENDER("{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}", "c");
+    EXPECT_RENDER("{% set a, b = [1, 2] %}{{ b }}{{ a }}", "21");
+    EXPECT_RENDER("{% set block %} Hi {{ 1 }} {% endset %}[{{ block }}]", "[ Hi 1 ]");
+    EXPECT_RENDER("{% set block | trim | upper %} hi {% endset %}[{{ block }}]", "[HI]");
+    EXPECT_RENDER("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bo') }} {{ greet('Al', punct='?') }}", "Hi Bo! Hi Al?");
+    EXPECT_RENDER("{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold{% endcall %}", "<b>bold</b>");
+    EXPECT_RENDER("{% filter upper %}shout{% endfilter %}", "SHOUT");
+    EXPECT_RENDER("{% for a in [[1, 2], [3]] %}{% for b in a %}{{ loop.index }}{% endfor %}{{ loop.index }};{% endfor %}", "121;12;");
+    EXPECT_RENDER("{% for c in 'hé' %}[{{ c }}]{% endfor %}", "[h][é]");
+    EXPECT_RENDER("{% generation %}kept{% endgeneration %}", "kept");
+    EXPECT_RENDER("{% for x in [1,2,3] %}{{ loop.cycle('a', 'b') }}{% endfor %}", "aba");
+    EXPECT_RENDER("{{ loop_messages is defined }}{% set loop_messages = [1] %}{{ loop_messages | length }}", "False1");
+}
+
+static void test_filters(void) {
+    EXPECT_RENDER("{{ '  a b  ' | trim }}|{{ 'Hello' | upper }}{{ 'Hello' | lower }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}", "a b|HELLOhello|Hello World|Hello");
+    EXPECT_RENDER("{{ [1, 2, 3] | length }}{{ 'héllo' | length }}{{ {'a': 1} | count }}", "351");
+    EXPECT_RENDER("{{ ['a', 'b'] | join(', ') }}|{{ [1, 2] | join }}|{{ [1, 2] | first }}{{ [1, 2] | last }}|{{ 'abc' | first }}", "a, b|12|12|a");
+    EXPECT_RENDER("{{ x | default('d') }}|{{ '' | default('d') }}|{{ '' | default('d', true) }}|{{ none | default('d') }}", "d||d|None");
+    EXPECT_RENDER("{{ 'aXbXc' | replace('X', '-') }}|{{ [3, 1, 2] | sort }}|{{ [3, 1, 2] | sort(reverse=true) }}|{{ ['b', 'A', 'a'] | sort }}", "a-b-c|[1, 2, 3]|[3, 2, 1]|['A', 'a', 'b']");
+    EXPECT_RENDER("{{ '42' | int + 1 }}|{{ 'x' | int }}|{{ 3.9 | int }}|{{ 2 | float }}|{{ 5 | string }}{{ none | string }}", "43|0|3|2.0|5None");
+    EXPECT_RENDER("{{ [{'n': 'a', 'k': 1}, {'n': 'b'}] | selectattr('k', 'defined') | map(attribute='n') | list }}", "['a']");
+    EXPECT_RENDER("{{ [{'r': 'user'}, {'r': 'tool'}] | rejectattr('r', 'equalto', 'tool') | list | length }}", "1");
+    EXPECT_RENDER("{{ [1, 2, 3, 4] | select('even') | list }}|{{ [1, none, 2] | reject('none') | list }}|{{ ['A', 'b'] | map('lower') | join }}", "[2, 4]|[1, 2]|ab");
+    EXPECT_RENDER("{{ {'b': 1, 'a': 2} | dictsort }}|{{ {'a': 1} | items | list }}|{{ [1, 2, 1] | unique | list }}|{{ [1, 2] | reverse | list }}", "[('a', 2), ('b', 1)]|[('a', 1)]|[1, 2]|[2, 1]");
+    EXPECT_RENDER("{{ 'a\nb\n\nc' | indent(2) }}|{{ 'x' | indent(2, true) }}", "a\n  b\n\n  c|  x");
+    EXPECT_RENDER("{{ [3, 1, 2] | min }}{{ [3, 1, 2] | max }}{{ [3, 1, 2] | sum }}|{{ '<a&b>' | e }}|{{ '%s-%d' | format('x', 3) }}", "136|&lt;a&amp;b&gt;|x-3");
+    EXPECT_RENDER("{{ 'one two  three' | wordcount }}|{{ 2.567 | round(1) }}|{{ 2.5 | round(0, 'floor') }}", "3|2.6|2.0");
+}
+
+static void test_tojson(void) {
+    EXPECT_RENDER("{{ {'a': 1, 'b': [true, none, 1.5, 'é\"\\n'], 'c': {}} | tojson }}", "{\"a\": 1, \"b\": [true, null, 1.5, \"é\\\"\\n\"], \"c\": {}}");
+    EXPECT_RENDER("{{ {'a': [1, 2], 'b': {}} | tojson(indent=2) }}", "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}");
+    EXPECT_RENDER("{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|{{ [1, 2] | tojson(separators=(',', ':')) }}|{{ 'x<y' | tojson }}", "{\"a\": 2, \"b\": 1}|[1,2]|\"x<y\"");
+    EXPECT_RENDER("{{ '\\x01' | tojson }}|{{ 1e100 | tojson }}|{{ 100000000000000000.0 | tojson }}", "\"\\u0001\"|1e+100|1e+17");
+}
+
+static void test_methods(void) {
+    EXPECT_RENDER("{{ ' x '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\nhi'.lstrip('\\n') }}|{{ 'hi  '.rstrip() }}|", "x|a|hi|hi|");
+    EXPECT_RENDER("{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ 'x</think>y'.split('</think>')[-1] }}", "['a', 'b', '', 'c']|['a', 'b']|['a', 'b c']|y");
+    EXPECT_RENDER("{{ 'hello'.startswith('he') }}{{ 'hello'.endswith('lo') }}{{ 'hello'.startswith(('x', 'h')) }}{{ 'hello'.upper() }}", "TrueTrueTrueHELLO");
+    EXPECT_RENDER("{{ 'abc'.replace('b', 'B') }}|{{ 'abcb'.find('b') }}{{ 'abcb'.rfind('b') }}{{ 'abcb'.count('b') }}|{{ '-'.join(['a', 'b']) }}", "aBc|132|a-b");
+    EXPECT_RENDER("{{ {'a': 1}.get('a') }}{{ {'a': 1}.get('b') }}{{ {'a': 1}.get('b', 2) }}|{{ {'a': 1, 'b': 2}.keys() | list }}|{{ {'a': 1}.values() | list }}", "1None2|['a', 'b']|[1]");
+    EXPECT_RENDER("{{ '{} and {name}'.format(1, name='x') }}|{{ 'ab'.title() }}|{{ '12'.isdigit() }}{{ 'a1'.isalpha() }}", "1 and x|Ab|TrueFalse");
+}
+
+static void test_tests(void) {
+    EXPECT_RENDER("{{ x is defined }}{{ none is none }}{{ 'a' is string }}{{ 1 is number }}{{ 1.0 is float }}{{ 1 is integer }}", "FalseTrueTrueTrueTrueTrue");
+    EXPECT_RENDER("{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is iterable }}{{ 1 is iterable }}{{ [] is sequence }}", "TrueTrueTrueFalseTrue");
+    EXPECT_RENDER("{{ true is true }}{{ false is false }}{{ 1 is true }}{{ true is boolean }}{{ 4 is divisibleby 2 }}{{ 3 is even }}", "TrueTrueFalseTrueTrueFalse");
+    EXPECT_RENDER("{{ 1 is eq 1 }}{{ 2 is gt(1) }}{{ 'a' is in 'abc' }}{{ 'ab' is lower }}{{ x is not defined }}{{ range is callable }}", "TrueTrueTrueTrueTrueTrue");
+    EXPECT_RENDER("{{ {'a': 1}.a is defined }}{{ {'a': 1}.b is defined }}{{ {'a': 1}['a'] }}", "TrueFalse1");
+}
+
+static void test_errors(void) {
+    EXPECT_ERROR("{{ raise_exception('bad roles') }}", "t:1:4: raise_exception: bad roles");
+    EXPECT_ERROR("a\n  {% if x %}", "t:2:13: unexpected end of template: missing '{% endif %}'");
+    EXPECT_ERROR("{{ x.y.z }}", "t:1:5: 'x' is undefined");
+    EXPECT_ERROR("{{ {}.a.b }}", "'dict object' has no attribute 'a'");
+    EXPECT_ERROR("\n\n  {{ 1 | nosuchfilter }}", "t:3:8: unknown filter 'nosuchfilter'");
+    EXPECT_ERROR("{{ 1 is nosuchtest }}", "unknown test 'nosuchtest'");
+    EXPECT_ERROR("{% foo %}", "t:1:4: unknown or unsupported tag 'foo'");
+    EXPECT_ERROR("{{ 'a' + 1 }}", "unsupported operand type(s) for +: 'str' and 'int'");
+    EXPECT_ERROR("{{ 1 / 0 }}", "division by zero");
+    EXPECT_ERROR("{{ 'abc }}", "t:1:4: unterminated string");
+    EXPECT_ERROR("{{ 1 + }}", "expected an expression");
+    EXPECT_ERROR("{{ [1].append(2) }}", "not allowed in an immutable sandbox");
+    EXPECT_ERROR("{% set x.y = 1 %}", "not a namespace()");
+    EXPECT_ERROR("{% for x in range(100000000) %}{% endfor %}", "range() too large");
+    EXPECT_ERROR("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "macros nested too deeply");
+    EXPECT_ERROR("{# open", "unclosed comment");
+    EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", "integer overflow");
+    EXPECT_ERROR("{{ 99999999999999999999 }}", "integer literal too large");
+    EXPECT_ERROR("{{ 1 < 'a' }}", "'<' not supported between instances of 'int' and 'str'");
+    EXPECT_ERROR("{% for x in 5 %}{% endfor %}", "'int' object is not iterable");
+    char deep[2000];
+    memset(deep, '(', 600);
+    strcpy(deep + 600, "1");
+    memset(deep + 601, ')', 600);
+    deep[1201] = 0;
+    char src[2100];
+    snprintf(src, sizeof src, "{{ %s }}", deep);
+    EXPECT_ERROR(src, "nested too deeply");
+    /* bad inputs to render */
+    atlas_template *t = NULL;
+    char *out = NULL;
+    CHECK_OK(atlas_template_parse("{{ messages | length }}", NULL, NULL, NULL, &t));
+    CHECK(atlas_template_render_str(t, "{\"not\": \"a list\"}", NULL, true, NULL, &out) == ATLAS_ERR_INVALID);
+    CHECK(strstr(atlas_last_error(), "messages: expected an array") != NULL);
+    CHECK(atlas_template_render_str(t, "[1,", NULL, true, NULL, &out) == ATLAS_ERR_INVALID);
+    CHECK(strstr(atlas_last_error(), "messages: invalid JSON at 1:") != NULL);
+    CHECK(out == NULL);
+    atlas_template_free(t);
+    atlas_template_free(NULL);
+    CHECK(atlas_template_load(harness_data_path("no-such-dir"), &t) == ATLAS_ERR_NOT_FOUND);
+}
+
+static void test_variables(void) {
+    /* tools defaults to None, string tool-call arguments become objects, kwargs and tokens */
+    const char *src = "{{ bos_token }}{{ tools is none }}{{ documents is none }}{{ add_generation_prompt }}"
+                      "{{ messages[0].tool_calls[0].function.arguments | tojson }}{{ flag }}{{ eos_token }}";
+    const char *msgs = "[{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", \"function\": "
+                       "{\"name\": \"f\", \"arguments\": \"{\\\"a\\\":1}\"}}]}]";
+    char *out = render(src, msgs, NULL, true, "{\"flag\": 7}");
+    CHECK_MSG(out && !strcmp(out, "<s>TrueTrueTrue{\"a\": 1}7</s>"), "got [%s]", out ? out : "(error)");
+    free(out);
+    out = render("{{ tools | length }}", "[]", "[{\"type\": \"function\"}]", false, NULL);
+    CHECK(out && !strcmp(out, "1"));
+    free(out);
+    /* a string argument that is not an object stays a string */
+    out = render("{{ messages[0].tool_calls[0].function.arguments }}",
+                 "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": \"not json\"}}]}]", NULL, false, NULL);
+    CHECK(out && !strcmp(out, "not json"));
+    free(out);
+}
+
+typedef struct {
+    const atlas_template *t;
+    json_t *msgs;
+    const char *want;
+    int ok;
+} thread_arg;
+
+static void *render_thread(void *p) {
+    thread_arg *a = p;
+    for (int i = 0; i < 50; i++) {
+        atlas_template_input in = {.messages = a->msgs, .add_generation_prompt = true};
+        char *out = NULL;
+        if (atlas_template_render(a->t, &in, &out) == ATLAS_OK && !strcmp(out, a->want)) a->ok++;
+        free(out);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    atlas_template *t = NULL;
+    CHECK_OK(atlas_template_load(harness_data_path("tiny-qwen3"), &t));
+    if (!t) return;
+    json_t *msgs = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
+    thread_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){t, msgs, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", 0};
+        pthread_create(&th[i], NULL, render_thread, &args[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(args[i].ok == 50);
+    }
+    json_decref(msgs);
+    atlas_template_free(t);
+}
+
+int main(void) {
+    test_fixtures("chat-llama3.json", "tiny-llama3");
+    test_fixtures("chat-qwen3.json", "tiny-qwen3");
+    test_whitespace();
+    test_expressions();
+    test_statements();
+    test_filters();
+    test_tojson();
+    test_methods();
+    test_tests();
+    test_errors();
+    test_variables();
+    test_threads();
+    return harness_finish();
+}
