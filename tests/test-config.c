@@ -341,6 +341,9 @@ static void test_errors(void) {
     set(j, "eos_token_id", json_string("</s>"));
     load_fail(j, NULL, F, "config.json", "eos_token_id");
     j = llama();
+    set(j, "eos_token_id", json_pack("[i,i]", 2, -1));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "eos_token_id");
+    j = llama();
     set(j, "torch_dtype", json_string("float8_e4m3fn"));
     load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "torch_dtype");
     j = qwen3();

@@ -107,8 +107,10 @@ static atlas_status read_eos(const char *file, json_t *obj, atlas_config *cfg) {
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) > INT32_MAX) {
+        if (json_is_integer(e) && (json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX))
+            return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"eos_token_id\": %lld is not a token id",
+                              file, (long long)json_integer_value(e));
+        if (!json_is_integer(e)) {
             if (json_is_array(v))
                 return atlas_fail(ATLAS_ERR_FORMAT,
                                   "%s: field \"eos_token_id[%zu]\": expected a token id, got %s",

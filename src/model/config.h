@@ -1,7 +1,13 @@
 /* model/config.h — a model's config.json and generation_config.json.  Internal.
  *
  * Both config styles are read: the classic keys (rope_theta, rope_scaling, torch_dtype) and
- * transformers 5's (rope_parameters, dtype). head_dim is explicit or hidden / n_heads. */
+ * transformers 5's (rope_parameters, dtype). head_dim is explicit or hidden / n_heads (Qwen3:
+ * 128, Qwen3Config's default). Absent optional fields take the defaults of transformers'
+ * config class: tie_word_embeddings false, rms_norm_eps 1e-6, rope_theta 10000, Mistral's
+ * sliding_window 4096. Qwen2/Qwen3 slide only with use_sliding_window, on layers >=
+ * max_window_layers (or as layer_types says): ask atlas_config_layer_sliding per layer.
+ * Biases: Llama's attention_bias covers q/k/v/o, Qwen3's too, Qwen2 has q/k/v always and
+ * never o, Mistral none; mlp_bias is Llama's only. */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
 
