@@ -210,6 +210,15 @@ static void test_architectures(void) {
     set(j, "sliding_window", json_null());
     c = load_ok(j, NULL);
     CHECK(c.sliding_window == 0 && !atlas_config_layer_sliding(&c, 0));
+    /* MistralConfig ignores layer_types; num_key_value_heads defaults to 8 there. */
+    j = llama();
+    set(j, "architectures", json_pack("[s]", "MistralForCausalLM"));
+    set(j, "layer_types", json_pack("[s,s]", "full_attention", "bogus"));
+    set(j, "num_attention_heads", json_integer(16));
+    set(j, "head_dim", json_integer(8));
+    json_object_del(j, "num_key_value_heads");
+    c = load_ok(j, NULL);
+    CHECK(c.n_kv_heads == 8 && atlas_config_layer_sliding(&c, 0));
 
     /* Llama: attention_bias gives q/k/v/o biases, mlp_bias the MLP's; tie defaults to false. */
     j = llama();
@@ -220,13 +229,16 @@ static void test_architectures(void) {
     c = load_ok(j, NULL);
     CHECK(c.qkv_bias && c.o_bias && c.mlp_bias && !c.tie_embeddings && c.head_dim == 12);
 
+}
+
+static void test_architectures_qwen(void) {
     /* Qwen2: q/k/v biases always, never o; sliding only with use_sliding_window, from
      * max_window_layers on. */
-    j = qwen3();
+    json_t *j = qwen3();
     set(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM"));
     json_object_del(j, "head_dim");
     set(j, "sliding_window", json_integer(1024));
-    c = load_ok(j, NULL);
+    atlas_config c = load_ok(j, NULL);
     CHECK(c.arch == ATLAS_ARCH_QWEN2 && c.qkv_bias && !c.o_bias && !c.qk_norm);
     CHECK(c.head_dim == 4 && c.sliding_window == 0); /* use_sliding_window false */
     j = qwen3();
@@ -254,6 +266,16 @@ static void test_architectures(void) {
     set(j, "attention_bias", json_true());
     c = load_ok(j, NULL);
     CHECK(c.head_dim == 128 && c.qkv_bias && c.o_bias && c.qk_norm);
+    /* Qwen2/Qwen3 default num_key_value_heads is 32; null means the heads. */
+    j = qwen3();
+    set(j, "num_attention_heads", json_integer(64));
+    json_object_del(j, "num_key_value_heads");
+    c = load_ok(j, NULL);
+    CHECK(c.n_kv_heads == 32);
+    j = qwen3();
+    set(j, "num_key_value_heads", json_null());
+    c = load_ok(j, NULL);
+    CHECK(c.n_kv_heads == 4);
 
     /* model_type when architectures is absent; num_key_value_heads defaults to the heads. */
     j = llama();
@@ -518,6 +540,7 @@ int main(void) {
     test_fixtures();
     test_styles();
     test_architectures();
+    test_architectures_qwen();
     test_generation();
     test_errors();
     test_errors_rope();

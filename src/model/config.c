@@ -332,7 +332,12 @@ static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg
     ATLAS_TRY(get_int(file, root, "intermediate_size", true, 1, CFG_MAX_DIM, &cfg->intermediate));
     ATLAS_TRY(get_int(file, root, "num_hidden_layers", true, 1, 4096, &cfg->n_layers));
     ATLAS_TRY(get_int(file, root, "num_attention_heads", true, 1, 4096, &cfg->n_heads));
+    /* Absent: the class default (Mistral 8, Qwen2/Qwen3 32); null or Llama: the heads. */
+    json_t *kv = json_object_get(root, "num_key_value_heads");
     cfg->n_kv_heads = cfg->n_heads;
+    if (!kv && cfg->arch == ATLAS_ARCH_MISTRAL) cfg->n_kv_heads = 8;
+    if (!kv && (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3))
+        cfg->n_kv_heads = 32;
     ATLAS_TRY(get_int(file, root, "num_key_value_heads", false, 1, 4096, &cfg->n_kv_heads));
     if (cfg->n_heads % cfg->n_kv_heads != 0)
         return atlas_fail(ATLAS_ERR_RANGE,
@@ -370,8 +375,8 @@ static void class_defaults(atlas_config *cfg) {
     }
 }
 
-/* Mistral slides on every layer; Qwen2/3 only with use_sliding_window, from
- * max_window_layers on; an explicit layer_types list says it layer by layer. */
+/* Mistral slides on every layer (MistralConfig ignores layer_types); Qwen2/3 only with
+ * use_sliding_window, from max_window_layers on, or layer by layer as layer_types says. */
 static atlas_status read_sliding(const char *file, json_t *root, atlas_config *cfg) {
     if (cfg->arch == ATLAS_ARCH_LLAMA) return ATLAS_OK;
     json_t *sw = json_object_get(root, "sliding_window");
@@ -385,7 +390,7 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
         if (!use) cfg->sliding_window = 0;
         cfg->sliding_from_layer = from;
     }
-    json_t *lt = field(root, "layer_types");
+    json_t *lt = cfg->arch == ATLAS_ARCH_MISTRAL ? NULL : field(root, "layer_types");
     if (!lt) return ATLAS_OK;
     if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
         return atlas_fail(ATLAS_ERR_FORMAT,
