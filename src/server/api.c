@@ -154,7 +154,12 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
                                    bool tools_ok, char **prompt, const atlas_template **tmpl_out,
                                    bool *parse_tools, const char **param) {
     const atlas_template *tmpl;
-    ATLAS_TRY(atlas_engine_template(s->engine, model, &tmpl));
+    atlas_status st = atlas_engine_template(s->engine, model, &tmpl);
+    if (st == ATLAS_ERR_NOT_FOUND) /* the client can still use /v1/completions */
+        return atlas_fail(ATLAS_ERR_INVALID, "the model '%s' has no chat template: use "
+                                             "/v1/completions", model);
+    if (st != ATLAS_OK) /* the server's files are at fault, not the request */
+        return atlas_fail_wrap(ATLAS_ERR_INTERNAL, "the chat template of '%s'", model);
     if (tmpl_out) *tmpl_out = tmpl;
     const json_t *tools = NULL;
     bool parse = false;
@@ -163,7 +168,7 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
     json_t *msgs;
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
-    atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
+    st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
     const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
     if (st == ATLAS_OK && kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
         *param = "chat_template_kwargs";

@@ -94,11 +94,17 @@ static json_t *usage_json(const atlas_gen *g) {
  * release (malloc'd), new calls are appended to calls. */
 static atlas_status release_text(atlas_gen *g, const char *text, size_t len, bool end,
                                  char **out, json_t *calls) {
+    *out = NULL;
     if (g->tp) {
         if (len) ATLAS_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
-        if (!end) return ATLAS_OK;
+        if (!end) {
+            if (!*out && !(*out = strdup("")))
+                return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+            return ATLAS_OK;
+        }
         char *rest = NULL;
         ATLAS_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
+        if (!rest && !(rest = strdup(""))) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
         if (!*out) {
             *out = rest;
             return ATLAS_OK;
@@ -137,7 +143,7 @@ static void observe_end(atlas_gen *g) {
 
 static atlas_status emit(atlas_gen *g, json_t *v) {
     if (!v) return atlas_fail(ATLAS_ERR_NOMEM, "SSE chunk: out of memory");
-    char *s = json_dumps(v, JSON_COMPACT);
+    char *s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(v);
     if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "SSE chunk: out of memory");
     int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: %s\n\n", s);

@@ -36,7 +36,7 @@ int atlas_server_port(const atlas_server *s) { return s->port; }
 
 void atlas_http_reply_json(atlas_http_reply *r, int status, json_t *v) {
     free(r->body);
-    r->body = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    r->body = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(v);
     if (!r->body) { /* out of memory: still answer */
         status = 500;
@@ -368,7 +368,7 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
         return atlas_fail(ATLAS_ERR_INVALID, "server params: max_body, max_connections and "
                                              "timeout_s must be positive");
     struct sockaddr_storage ss;
-    bool v6;
+    bool v6 = false;
     ATLAS_TRY(bind_addr(p.host, p.port, &ss, &v6));
     atlas_server *s = calloc(1, sizeof *s);
     if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");

@@ -162,18 +162,26 @@ test('logprobs and top_logprobs in OpenAI shape', async () => {
 
 // The fixture models have random weights: they never write a tool call by themselves.
 // Force one with logit_bias: decreasing biases over the call's (distinct) tokens and a
-// strong repetition penalty make greedy decoding spell them in order, then the eos.
+// strong repetition penalty make greedy decoding spell them in order.  The eos cannot be
+// forced that way (it is in the prompt, so penalised): a last token, given as a stop
+// string, ends the generation with "stop" instead.
 async function forcedToolCallBody(stream) {
+  const tokens = async (prompt) => (await postJSON(srv.base, '/tokenize', { model: 'llama', prompt, add_special_tokens: false })).json.tokens;
   const call = '{"name":"get_weather","parameters":{"days":3}}';
-  const ids = (await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: call })).json.tokens;
-  const eot = (await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: '<|eot_id|>' })).json.tokens;
-  const seq = [...ids, ...eot];
+  const end = ' Paris';
+  const ids = await tokens(call);
+  const endIds = await tokens(end);
+  assert.equal(endIds.length, 1);
+  const seq = [...ids, ...endIds];
+  const messages = [{ role: 'user', content: 'Hi' }];
+  const prompt = (await postJSON(srv.base, '/tokenize', { model: 'llama', messages })).json.tokens;
   assert.equal(new Set(seq).size, seq.length, `the call's tokens must be distinct: ${seq}`);
+  for (const id of seq) assert.ok(!prompt.includes(id), `token ${id} is in the prompt`);
   const logit_bias = {};
   seq.forEach((id, i) => { logit_bias[id] = 100 - 7 * i; });
   return {
     model: 'llama', temperature: 0, max_tokens: seq.length + 4, repetition_penalty: 10, logit_bias, stream,
-    messages: [{ role: 'user', content: 'Hi' }],
+    stop: [end], messages,
     tools: [{ type: 'function', function: { name: 'get_weather', description: 'Weather forecast', parameters: { type: 'object', properties: { days: { type: 'integer' } } } } }],
   };
 }

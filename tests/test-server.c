@@ -1,0 +1,229 @@
+/* tests/test-server.c — the server library over real sockets: an engine with the two
+ * fixture models, the server on a free loopback port, requests written by hand (HTTP/1.1),
+ * answers parsed with jansson.  Also the pieces that need no socket: request-field checks
+ * and the one error table.  Under ASan this is the leak check of the request paths. */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atlas/engine.h"
+#include "harness.h"
+#include "server/http.h"
+#include "server/params.h"
+#include "server/server.h"
+
+static int port;
+
+static int dial(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends one request with "Connection: close" and reads the whole answer (malloc'd). */
+static char *exchange(const char *method, const char *path, const char *body, int *status) {
+    int fd = dial();
+    *status = 0;
+    if (fd < 0) return NULL;
+    char head[512];
+    size_t blen = body ? strlen(body) : 0;
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     method, path, blen);
+    if (write(fd, head, (size_t)n) != n || (blen && write(fd, body, blen) != (ssize_t)blen)) {
+        close(fd);
+        return NULL;
+    }
+    size_t len = 0, cap = 65536;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    close(fd);
+    sscanf(buf, "HTTP/1.1 %d", status);
+    return buf;
+}
+
+/* The JSON body of a Content-Length answer. */
+static json_t *body_json(const char *resp) {
+    const char *b = resp ? strstr(resp, "\r\n\r\n") : NULL;
+    return b ? json_loads(b + 4, 0, NULL) : NULL;
+}
+
+static json_t *request(const char *method, const char *path, const char *body, int *status) {
+    char *resp = exchange(method, path, body, status);
+    json_t *v = body_json(resp);
+    free(resp);
+    return v;
+}
+
+static const char *error_param(json_t *v) {
+    return json_string_value(json_object_get(json_object_get(v, "error"), "param"));
+}
+
+static void test_params(void) {
+    const char *param = NULL;
+    atlas_gen_params gp;
+    json_t *b = json_loads("{\"temperature\": 3}", 0, NULL);
+    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param) == ATLAS_ERR_INVALID);
+    CHECK(param && !strcmp(param, "temperature"));
+    CHECK(strstr(atlas_last_error(), "temperature") != NULL);
+    atlas_gen_params_free(&gp);
+    json_decref(b);
+    b = json_loads("{\"max_completion_tokens\": 7, \"stop\": [\"a\", \"b\"], \"seed\": 5, "
+                   "\"logit_bias\": {\"42\": -100}, \"logprobs\": true, \"top_logprobs\": 2, "
+                   "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+                   0, NULL);
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param));
+    CHECK(gp.max_tokens == 7 && gp.n_stop == 2 && gp.sp.seed == 5);
+    CHECK(gp.sp.n_logit_bias == 1 && gp.bias[0].id == 42 && gp.bias[0].bias == -100.0f);
+    CHECK(gp.logprobs && gp.top_logprobs == 2 && gp.stream && gp.include_usage);
+    atlas_gen_params_free(&gp);
+    json_decref(b);
+    b = json_loads("{\"n\": 3}", 0, NULL);
+    CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param) == ATLAS_ERR_INVALID);
+    CHECK(param && !strcmp(param, "n"));
+    atlas_gen_params_free(&gp);
+    json_decref(b);
+    /* invalid UTF-8 becomes U+FFFD, valid text is kept */
+    json_t *t = atlas_json_text("a\xff" "b\xc3\xa9", 5);
+    CHECK(t && !strcmp(json_string_value(t), "a\xef\xbf\xbd" "b\xc3\xa9"));
+    json_decref(t);
+    const char *type;
+    CHECK(atlas_api_status_http(ATLAS_ERR_NOT_FOUND, &type) == 404);
+    CHECK(atlas_api_status_http(ATLAS_ERR_BUSY, &type) == 429 && !strcmp(type, "rate_limit_error"));
+    CHECK(atlas_api_status_http(ATLAS_ERR_RANGE, &type) == 400);
+    CHECK(atlas_api_status_http(ATLAS_ERR_INTERNAL, &type) == 500);
+}
+
+static void test_endpoints(void) {
+    int st;
+    json_t *v = request("GET", "/health", NULL, &st);
+    CHECK(st == 200 && !strcmp(json_string_value(json_object_get(v, "status")), "ok"));
+    json_decref(v);
+    v = request("GET", "/v1/models", NULL, &st);
+    CHECK(st == 200 && json_array_size(json_object_get(v, "data")) == 2);
+    json_decref(v);
+
+    v = request("POST", "/v1/chat/completions",
+                "{\"model\": \"qwen\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                "\"max_tokens\": 5, \"temperature\": 0, \"ignore_eos\": true}",
+                &st);
+    CHECK_MSG(st == 200, "status %d", st);
+    json_t *usage = json_object_get(v, "usage");
+    CHECK(json_integer_value(json_object_get(usage, "completion_tokens")) == 5);
+    json_t *choice = json_array_get(json_object_get(v, "choices"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(choice, "finish_reason")), "length"));
+    json_decref(v);
+
+    char *resp = exchange("POST", "/v1/completions",
+                          "{\"model\": \"llama\", \"prompt\": \"Hello\", \"max_tokens\": 4, "
+                          "\"temperature\": 0, \"stream\": true, \"ignore_eos\": true}",
+                          &st);
+    CHECK(st == 200 && resp && strstr(resp, "text/event-stream"));
+    CHECK(resp && strstr(resp, "data: [DONE]\n\n"));
+    int chunks = 0;
+    for (const char *p = resp; p && (p = strstr(p, "data: {")); p++) chunks++;
+    CHECK_MSG(chunks >= 5, "%d chunks", chunks); /* 4 tokens + the finish */
+    free(resp);
+
+    v = request("POST", "/v1/chat/completions", "{\"model\": \"llama\", \"messages\": [", &st);
+    CHECK(st == 400 && json_object_get(v, "error"));
+    json_decref(v);
+    v = request("POST", "/v1/chat/completions",
+                "{\"model\": \"llama\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                "\"max_tokens\": -3}",
+                &st);
+    CHECK(st == 400 && error_param(v) && !strcmp(error_param(v), "max_tokens"));
+    json_decref(v);
+    v = request("POST", "/v1/completions", "{\"model\": \"gpt-9\", \"prompt\": \"x\"}", &st);
+    CHECK(st == 404 && error_param(v) && !strcmp(error_param(v), "model"));
+    json_decref(v);
+    char *big = malloc(300000);
+    memset(big, ' ', 299999);
+    big[0] = '{', big[299998] = '}', big[299999] = '\0';
+    v = request("POST", "/v1/completions", big, &st);
+    CHECK(st == 413);
+    json_decref(v);
+    free(big);
+}
+
+/* A stream whose client leaves after the first bytes: the engine must see a cancel. */
+static void test_disconnect(atlas_engine *e) {
+    atlas_engine_metrics m0, m1;
+    atlas_engine_get_metrics(e, &m0);
+    int fd = dial();
+    const char *body = "{\"model\": \"llama\", \"prompt\": \"Go\", \"max_tokens\": 100000, "
+                       "\"ignore_eos\": true, \"stream\": true}";
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    CHECK(write(fd, head, (size_t)n) == n);
+    char buf[4096];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 20000) == 1 && read(fd, buf, sizeof buf) > 0);
+    close(fd);
+    for (int i = 0; i < 100; i++) {
+        atlas_engine_get_metrics(e, &m1);
+        if (m1.finished_cancelled > m0.finished_cancelled && m1.running == 0) break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_MSG(m1.finished_cancelled == m0.finished_cancelled + 1, "cancelled %llu -> %llu",
+              (unsigned long long)m0.finished_cancelled,
+              (unsigned long long)m1.finished_cancelled);
+    CHECK(m1.running == 0);
+}
+
+int main(void) {
+    test_params();
+    char llama[4096], qwen[4096];
+    snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
+    snprintf(qwen, sizeof qwen, "%s", harness_data_path("tiny-qwen3"));
+    if (!harness_require_file(harness_data_path("tiny-llama3/tokenizer.json")) ||
+        !harness_require_file(harness_data_path("tiny-qwen3/tokenizer.json")))
+        return harness_finish();
+    atlas_engine_model models[] = {{"llama", llama}, {"qwen", qwen}};
+    atlas_engine_params ep = atlas_engine_default_params();
+    ep.models = models;
+    ep.n_models = 2;
+    ep.max_resident = 2;
+    ep.parallel = 4;
+    ep.ctx_size = 512;
+    ep.device = ATLAS_DEVICE_CPU;
+    ep.n_threads = 2;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&ep, &e));
+    atlas_server_params sp = atlas_server_default_params();
+    sp.port = 0;
+    sp.max_body = 200000;
+    atlas_server *s = NULL;
+    CHECK_OK(atlas_server_start(e, &sp, &s));
+    if (s) {
+        port = atlas_server_port(s);
+        CHECK(port > 0);
+        test_endpoints();
+        test_disconnect(e);
+    }
+    atlas_server_stop(s);
+    atlas_engine_free(e);
+    return harness_finish();
+}
