@@ -75,6 +75,49 @@ static void test_fixtures(const char *fixture, const char *model_dir) {
     json_decref(root);
 }
 
+/* Other families' real templates (tests/data/templates/, from npm packages), against what
+ * jinja2 renders for them (expected.json, written by make_expected.py there). */
+static void test_families(void) {
+    json_error_t err;
+    json_t *cases = json_load_file(harness_data_path("templates/expected.json"), 0, &err);
+    CHECK_MSG(cases != NULL, "templates/expected.json: %s", err.text);
+    size_t i;
+    json_t *c;
+    int passed = 0, total = 0;
+    json_array_foreach(cases, i, c) {
+        char rel[256];
+        const char *family = json_string_value(json_object_get(c, "family"));
+        const char *name = json_string_value(json_object_get(c, "case"));
+        snprintf(rel, sizeof rel, "templates/%s", family);
+        atlas_template *t = NULL;
+        CHECK_OK(atlas_template_load(harness_data_path(rel), &t));
+        if (!t) continue;
+        atlas_template_input in = {
+            .messages = json_object_get(c, "messages"),
+            .tools = json_object_get(c, "tools"),
+            .kwargs = json_object_get(c, "extra"),
+            .add_generation_prompt = json_is_true(json_object_get(c, "gen")),
+        };
+        char *out = NULL;
+        atlas_status st = atlas_template_render(t, &in, &out);
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        total++;
+        if (want) {
+            CHECK_MSG(st == ATLAS_OK && !strcmp(out, want), "%s/%s: %s\n  got:      [%s]\n  expected: [%s]", family, name,
+                      st == ATLAS_OK ? "differs" : atlas_last_error(), out ? out : "(error)", want);
+            if (st == ATLAS_OK && !strcmp(out, want)) passed++;
+        } else { /* jinja2 refused it (raise_exception, type error): so must we */
+            CHECK_MSG(st == ATLAS_ERR_FORMAT, "%s/%s: expected an error like %s", family, name,
+                      json_string_value(json_object_get(c, "error")));
+            if (st == ATLAS_ERR_FORMAT) passed++;
+        }
+        free(out);
+        atlas_template_free(t);
+    }
+    printf("templates/expected.json: %d/%d renderings as jinja2\n", passed, total);
+    json_decref(cases);
+}
+
 static void test_whitespace(void) {
     /* trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before it */
     EXPECT_RENDER("{% if true %}\nA\n{% endif %}\nB", "A\nB");
@@ -269,6 +312,7 @@ static void test_threads(void) {
 int main(void) {
     test_fixtures("chat-llama3.json", "tiny-llama3");
     test_fixtures("chat-qwen3.json", "tiny-qwen3");
+    test_families();
     test_whitespace();
     test_expressions();
     test_statements();

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Writes expected.json: each family's chat template here rendered by jinja2 the way
+transformers' apply_chat_template(tokenize=False) renders it (ImmutableSandboxedEnvironment,
+trim_blocks, lstrip_blocks, loopcontrols, its tojson, raise_exception, strftime_now), after
+the tool-call argument conversion vLLM does (a JSON string holding an object becomes the
+object). tests/test-template.c renders the same cases and compares byte for byte.
+
+Run from this directory with jinja2 installed:  python3 make_expected.py
+"""
+import json
+import os
+from datetime import datetime
+
+import jinja2
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class Generation(Extension):
+    """transformers' AssistantTracker, reduced to what rendering needs: the body as is."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+def environment():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def token(cfg, key):
+    v = cfg.get(key)
+    return v.get("content") if isinstance(v, dict) else v
+
+
+def convert_arguments(messages):
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            fn = c.get("function") or {}
+            if isinstance(fn.get("arguments"), str):
+                try:
+                    parsed = json.loads(fn["arguments"])
+                except ValueError:
+                    continue
+                if isinstance(parsed, dict):
+                    fn["arguments"] = parsed
+    return messages
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+
+
+def tool_round(arguments):
+    return [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temperature\": 22, \"sky\": \"clear\"}"},
+    ]
+
+
+CASES = [
+    ("chat", {"messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hello! Ça va? 你好"},
+        {"role": "assistant", "content": "  Fine, thanks.  "},
+        {"role": "user", "content": "Tell me a joke."}]}),
+    ("no-system-no-prompt", {"gen": False, "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."}]}),
+    ("tools-offered", {"tools": [WEATHER], "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What's the weather in Paris?"}]}),
+    ("tool-round-object-args", {"tools": [WEATHER], "messages": tool_round({"city": "Paris", "unit": "celsius"})}),
+    ("tool-round-string-args", {"tools": [WEATHER], "messages": tool_round("{\"city\": \"Paris\"}")}),
+]
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = environment()
+    out = []
+    for family in sorted(os.listdir(here)):
+        path = os.path.join(here, family, "tokenizer_config.json")
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        tmpl = env.from_string(cfg["chat_template"])
+        for name, case in CASES:
+            extra = {"date_string": "26 Jul 2024"}
+            kwargs = {k: token(cfg, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if token(cfg, k)}
+            messages = convert_arguments(json.loads(json.dumps(case["messages"])))
+            entry = {"family": family, "case": name, "messages": case["messages"], "gen": case.get("gen", True), "extra": extra}
+            if "tools" in case:
+                entry["tools"] = case["tools"]
+            try:
+                entry["expected"] = tmpl.render(messages=messages, tools=case.get("tools"), documents=None,
+                                                add_generation_prompt=entry["gen"], **kwargs, **extra)
+            except Exception as e:  # the template refuses this conversation: atlas must refuse too
+                entry["error"] = f"{type(e).__name__}: {e}"
+            out.append(entry)
+    with open(os.path.join(here, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"{len(out)} renderings ({sum('error' in e for e in out)} refused) with jinja2 {jinja2.__version__}")
+
+
+if __name__ == "__main__":
+    main()
