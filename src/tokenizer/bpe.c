@@ -1,5 +1,5 @@
 /* tokenizer/bpe.c — hash maps for the vocabulary and merge ranks, and the BPE merge of
- * one word, with the per-call word cache.
+ * one word, with the word cache shared by all threads.
  *
  * The merge loop is Hugging Face's Word::merge_all: a min-heap of candidate pairs ordered
  * by (rank, position), entries checked for staleness when popped, symbols in a linked list.
@@ -266,41 +266,12 @@ static atlas_status bpe_merge(tok_ctx *c, const unsigned char *word, size_t len)
 
 /* ---- the word cache ------------------------------------------------------------------------ */
 
-enum { CACHE_MAX_WORD = 64, CACHE_MAX_ENTRIES = 1 << 16 };
-
-static tok_cache_slot *cache_find(tok_ctx *c, const char *w, size_t len, uint64_t h) {
-    size_t mask = c->cache_cap - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        tok_cache_slot *sl = &c->cache[i];
-        if (sl->key_len == 0) return sl;
-        if (sl->key_len == len && memcmp(c->cache_bytes + sl->key_off, w, len) == 0) return sl;
-    }
+static bool slot_lock(tok_wcache_slot *sl) {
+    return atomic_exchange_explicit(&sl->busy, 1, memory_order_acquire) == 0;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 1024;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
-/* Remembers that word produced ids[first..c->n_ids).  Failing to cache is not an error. */
-static void cache_put(tok_ctx *c, tok_cache_slot *sl, const char *w, size_t len, size_t first) {
-    size_t n = c->n_ids - first;
-    if (!grow((void **)&c->cache_bytes, &c->cache_bytes_cap, c->cache_bytes_len + len, 1) ||
-        !grow((void **)&c->cache_ids, &c->cache_ids_cap, c->cache_ids_len + n, sizeof(int32_t)))
-        return;
-    memcpy(c->cache_bytes + c->cache_bytes_len, w, len);
-    memcpy(c->cache_ids + c->cache_ids_len, c->ids + first, n * sizeof(int32_t));
-    *sl = (tok_cache_slot){(uint32_t)c->cache_bytes_len, (uint32_t)len,
-                           (uint32_t)c->cache_ids_len, (uint32_t)n};
-    c->cache_bytes_len += len;
-    c->cache_ids_len += n;
-    c->cache_n++;
+static void slot_unlock(tok_wcache_slot *sl) {
+    atomic_store_explicit(&sl->busy, 0, memory_order_release);
 }
 
 atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
@@ -312,24 +283,31 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
         int32_t id = tok_strmap_get(&tok->by_bytes, word, len);
         if (id >= 0) return tok_ctx_push_id(c, id);
     }
-    tok_cache_slot *sl = NULL;
-    if (len <= CACHE_MAX_WORD && c->cache_n < CACHE_MAX_ENTRIES) {
-        if (!c->cache) {
-            c->cache_cap = 2 * CACHE_MAX_ENTRIES;
-            c->cache = calloc(c->cache_cap, sizeof *c->cache);
-        }
-        if (c->cache) {
-            sl = cache_find(c, word, len, tok_hash_bytes(word, len));
-            if (sl->key_len) {
-                for (uint32_t i = 0; i < sl->ids_len; i++)
-                    ATLAS_TRY(tok_ctx_push_id(c, c->cache_ids[sl->ids_off + i]));
+    tok_wcache_slot *sl = NULL;
+    if (len <= TOK_WCACHE_KEY && tok->wcache) {
+        sl = &tok->wcache[tok_hash_bytes(word, len) & (TOK_WCACHE_SLOTS - 1)];
+        if (slot_lock(sl)) {
+            if (sl->key_len == len && !memcmp(sl->key, word, len)) {
+                int32_t ids[TOK_WCACHE_IDS];
+                size_t n = sl->n_ids;
+                memcpy(ids, sl->ids, n * sizeof *ids);
+                slot_unlock(sl);
+                for (size_t i = 0; i < n; i++) ATLAS_TRY(tok_ctx_push_id(c, ids[i]));
                 return ATLAS_OK;
             }
+            slot_unlock(sl);
         }
     }
     size_t first = c->n_ids;
     ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
-    if (sl) cache_put(c, sl, word, len, first);
+    size_t n = c->n_ids - first;
+    if (sl && n <= TOK_WCACHE_IDS && slot_lock(sl)) {
+        sl->key_len = (uint8_t)len;
+        sl->n_ids = (uint8_t)n;
+        memcpy(sl->key, word, len);
+        memcpy(sl->ids, c->ids + first, n * sizeof *sl->ids);
+        slot_unlock(sl);
+    }
     return ATLAS_OK;
 }
 

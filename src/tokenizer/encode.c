@@ -1,5 +1,6 @@
 /* tokenizer/encode.c — the encoding pipeline (see tokenizer_internal.h) and the per-call
- * state it runs in.  Each call owns its tok_ctx, so encoding takes no locks. */
+ * state it runs in.  Each call owns its tok_ctx; the only shared mutable state is the word
+ * cache (bpe.c), whose slots are try-locked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,6 @@ void tok_ctx_free(tok_ctx *c) {
     pcre2_jit_stack_free(c->jit_stack);
     free(c->syms);
     free(c->heap);
-    free(c->cache);
-    free(c->cache_bytes);
-    free(c->cache_ids);
 }
 
 atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id) {

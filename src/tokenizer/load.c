@@ -551,6 +551,9 @@ static atlas_status size_tables(loader *L, json_t *vocab) {
         return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: tables for %zu tokens", max_id);
     size_t n = json_object_size(vocab) + tok->n_added;
     ATLAS_TRY(tok_strmap_init(&tok->by_str, n));
+    tok->wcache = aligned_alloc(64, TOK_WCACHE_SLOTS * sizeof *tok->wcache);
+    if (!tok->wcache) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: word cache");
+    memset(tok->wcache, 0, TOK_WCACHE_SLOTS * sizeof *tok->wcache);
     ATLAS_TRY(tok_strmap_init(&tok->by_bytes, n));
     return ATLAS_OK;
 }
@@ -669,6 +672,7 @@ void atlas_tokenizer_free(atlas_tokenizer *tok) {
     free(tok->tok_len);
     free(tok->tok_flags);
     free(tok->arena);
+    free(tok->wcache);
     tok_strmap_free(&tok->by_bytes);
     tok_strmap_free(&tok->by_str);
     tok_mergemap_free(&tok->merges);

@@ -16,6 +16,15 @@ static bool is_ascii(const char *s, size_t len) {
     return true;
 }
 
+/* True when every code point is below U+0300: such text is already in NFC, since every
+ * canonical composition needs a second character at U+0300 or above (a combining mark,
+ * or a Hangul or Indic letter).  Lead bytes below 0xCC encode U+0000..U+02FF. */
+static bool below_u0300(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] >= 0xcc) return false; /* continuation bytes are < 0xC0 */
+    return true;
+}
+
 static atlas_status norm_unicode(const tok_norm *n, const char *s, size_t len, char **out,
                                  size_t *out_len) {
     utf8proc_option_t opt = UTF8PROC_STABLE;
@@ -83,6 +92,7 @@ static atlas_status norm_one(const tok_norm *n, const char *s, size_t len, char 
     case TOK_NORM_NFKC:
     case TOK_NORM_NFKD:
         if (is_ascii(s, len)) return ATLAS_OK; /* ASCII is invariant under every form */
+        if (n->kind == TOK_NORM_NFC && below_u0300(s, len)) return ATLAS_OK;
         return norm_unicode(n, s, len, out, out_len);
     case TOK_NORM_LOWERCASE: return norm_lowercase(s, len, out, out_len);
     case TOK_NORM_PREPEND:

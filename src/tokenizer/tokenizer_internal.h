@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -111,6 +112,21 @@ typedef struct tok_trie {
     uint8_t first[32]; /* bitmap of the bytes that start some token */
 } tok_trie;
 
+/* ---- the word cache ---------------------------------------------------------------------- */
+
+/* One cache line: a word (raw bytes) and its ids.  The cache is direct-mapped and shared by
+ * all threads; each slot has a try-lock, and a thread that finds a slot busy just runs BPE,
+ * so nobody waits.  Words longer than TOK_WCACHE_KEY or with more ids are not cached. */
+enum { TOK_WCACHE_KEY = 26, TOK_WCACHE_IDS = 8, TOK_WCACHE_SLOTS = 1 << 16 };
+
+typedef struct tok_wcache_slot {
+    _Alignas(64) _Atomic uint32_t busy;
+    uint8_t key_len; /* 0: empty */
+    uint8_t n_ids;
+    char key[TOK_WCACHE_KEY];
+    int32_t ids[TOK_WCACHE_IDS];
+} tok_wcache_slot;
+
 /* ---- the tokenizer ----------------------------------------------------------------------- */
 
 enum { TOK_HAS_STRING = 1, TOK_SPECIAL = 2, TOK_ADDED = 4 };
@@ -128,6 +144,7 @@ struct atlas_tokenizer {
     tok_strmap by_str;   /* vocab strings and added tokens' contents -> id */
     tok_mergemap merges;
     int32_t byte_id[256]; /* the id of each single byte, -1 if none */
+    tok_wcache_slot *wcache; /* [TOK_WCACHE_SLOTS]; mutable even in a const tokenizer */
     bool ignore_merges;
 
     tok_norm *norms;
@@ -179,11 +196,6 @@ typedef struct tok_seg {
     bool match;
 } tok_seg;
 
-typedef struct tok_cache_slot {
-    uint32_t key_off, key_len; /* into ctx->cache_bytes */
-    uint32_t ids_off, ids_len; /* into ctx->cache_ids */
-} tok_cache_slot;
-
 typedef struct tok_ctx {
     const atlas_tokenizer *tok;
     /* output */
@@ -205,13 +217,6 @@ typedef struct tok_ctx {
     size_t cap_syms;
     struct tok_heap_item *heap;
     size_t cap_heap;
-    /* the word cache: raw bytes of a word -> its ids, for the duration of one call */
-    tok_cache_slot *cache;
-    size_t cache_cap, cache_n;
-    char *cache_bytes;
-    size_t cache_bytes_len, cache_bytes_cap;
-    int32_t *cache_ids;
-    size_t cache_ids_len, cache_ids_cap;
 } tok_ctx;
 
 void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok);
