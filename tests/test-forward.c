@@ -11,8 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
 
 #include "atlas/model.h"
+#include "atlas/tokenizer.h"
 #include "harness.h"
 #include "model/forward.h"
 #include "model/safetensors.h"
@@ -192,6 +196,81 @@ static void test_batch(atlas_model *m, const char *model, const prompt *pr, int 
     free(logits);
 }
 
+/* Runs a command, returns its stdout (malloc'd) or NULL; *rc its exit status. */
+static char *run_cmd(const char *cmd, int *rc) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t got;
+    while (out && (got = fread(out + n, 1, cap - 1 - n, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *g = realloc(out, cap *= 2);
+            if (!g) break;
+            out = g;
+        }
+    }
+    int status = pclose(f);
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (out) out[n] = '\0';
+    return out;
+}
+
+/* End to end through the CLI: `atlas run --json` gives the reference's greedy ids, and the
+ * streamed text of `atlas run -p` is the tokenizer's decoding of them. */
+static void test_cli(const char *name, const prompt *pr, const char *prompt_text) {
+    const char *bin = getenv("ATLAS_BIN");
+    CHECK_MSG(bin != NULL, "ATLAS_BIN is not set");
+    if (!bin) return;
+    char dir[512], cmd[2048], ids[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
+    for (int i = 0; i < pr->n; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pr->ids[i]);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --device cpu --threads 2 --prompt-ids %s -n %d "
+             "--temp 0 --json --top-logprobs 3", bin, dir, ids, N_GREEDY);
+    int rc = -1, n = 0;
+    char *out = run_cmd(cmd, &rc);
+    CHECK_MSG(out && rc == 0, "%s: exit %d", cmd, rc);
+    int32_t got[N_GREEDY];
+    for (int i = 0; i < N_GREEDY; i++) got[i] = -1;
+    for (char *line = out ? strtok(out, "\n") : NULL; line && n < N_GREEDY; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        CHECK_MSG(o && json_is_integer(json_object_get(o, "id")), "bad line: %s", line);
+        got[n] = o ? (int32_t)json_integer_value(json_object_get(o, "id")) : -1;
+        json_t *top = o ? json_object_get(o, "top_logprobs") : NULL;
+        CHECK(json_array_size(top) == 3 && json_is_array(json_object_get(o, "bytes")));
+        /* greedy: the chosen id is the most likely one, and its logprob is the top one */
+        CHECK(json_integer_value(json_object_get(json_array_get(top, 0), "id")) == got[n]);
+        CHECK(json_real_value(json_object_get(o, "logprob")) ==
+              json_real_value(json_object_get(json_array_get(top, 0), "logprob")));
+        json_decref(o);
+        n++;
+    }
+    free(out);
+    CHECK_MSG(n == N_GREEDY, "%s: %d json lines", name, n);
+    check_greedy(name, 0, pr, got);
+
+    if (!harness_require_file(harness_data_path(strcat(strcpy((char[64]){0}, name), "/tokenizer.json"))))
+        return;
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --device cpu -p '%s' -n %d --temp 0 2>/dev/null",
+             bin, dir, prompt_text, N_GREEDY);
+    out = run_cmd(cmd, &rc);
+    CHECK_MSG(out && rc == 0, "%s: exit %d", cmd, rc);
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load(dir, &tok));
+    char *want = NULL;
+    size_t len = 0;
+    int upto = 0; /* the ids that are sure to match: up to the first small margin */
+    while (upto < N_GREEDY && pr->greedy_margins[upto] >= 1e-3f) upto++;
+    if (tok) CHECK_OK(atlas_tokenizer_decode(tok, pr->greedy_ids, upto, false, &want, &len));
+    CHECK_MSG(out && want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'",
+              name, out ? out : "", want ? want : "");
+    free(want);
+    free(out);
+    atlas_tokenizer_free(tok);
+}
+
 static void test_model(const char *name) {
     char dir[512], ref[600];
     snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
@@ -242,6 +321,7 @@ static void test_model(const char *name) {
     }
     next_block = 0;
     test_batch(m, name, pr, n, V);
+    test_cli(name, &pr[0], "Hello, world!");
     CHECK_OK(atlas_model_release(m));
     atlas_st_free(st);
 }
