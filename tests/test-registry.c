@@ -500,13 +500,15 @@ static void fill_u16(void *dst, size_t offset, size_t bytes, void *user) {
 static void test_upload(atlas_host *h) {
     CHECK(atlas_host_staging_bytes(h) == 0); /* lazily allocated */
     CHECK(atlas_host_set_staging(h, 0, 4096) == ATLAS_ERR_INVALID);
-    CHECK_OK(atlas_host_set_staging(h, 3, 4096));
+    /* odd sizes: chunks end mid-piece of the parallel copy (2 MiB pieces) */
+    size_t stage = ((size_t)5 << 20) + 4096;
+    CHECK_OK(atlas_host_set_staging(h, 3, stage));
     atlas_registry *r = NULL;
     CHECK_OK(atlas_registry_create(h, &r));
 
-    enum { N = 20000 };
+    enum { N = (13 << 20) + 777 };
     unsigned char *src = malloc(N), *back = malloc(N);
-    for (int i = 0; i < N; i++) src[i] = (unsigned char)(i * 7 + 3);
+    for (int i = 0; i < N; i++) src[i] = (unsigned char)(i * 7 + (i >> 12));
     CUdeviceptr big = 0, small[5];
     CHECK_OK(atlas_registry_alloc(r, N, "big", &big));
     CHECK_OK(atlas_host_upload_copy(h, big, src, N));
@@ -521,7 +523,7 @@ static void test_upload(atlas_host *h) {
     f32_to_u16 ctx = {conv_src};
     CHECK_OK(atlas_host_upload(h, conv, 6000, fill_u16, &ctx));
     CHECK_OK(atlas_host_upload_wait(h));
-    CHECK(atlas_host_staging_bytes(h) == 3 * 4096);
+    CHECK(atlas_host_staging_bytes(h) == 3 * stage);
     CHECK(atlas_host_set_staging(h, 2, 8192) == ATLAS_ERR_BUSY);
 
     const atlas_driver *d = atlas_driver_get();
