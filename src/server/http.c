@@ -199,6 +199,8 @@ static atlas_route_id dispatch(atlas_http_call *call, atlas_http_reply *r) {
     return ATLAS_ROUTE_OTHER;
 }
 
+enum { DRAIN_MAX = 64 << 20 }; /* bytes of a too-large body still read (and dropped) */
+
 /* --- MHD callbacks ---------------------------------------------------------------------- */
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -274,8 +276,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!c) return MHD_NO;
         *ctx = c;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->p.max_body) { /* refuse before reading it */
-            c->too_large = true;
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        /* Too large: a body of reasonable size is read and dropped so that the client,
+         * still writing it, sees the 413 (most clients do not read before they finish
+         * writing); a huge one is refused at once and the connection closed. */
+        if (declared > s->p.max_body) c->too_large = true;
+        if (declared > s->p.max_body && declared > DRAIN_MAX) {
             atlas_http_reply r = {0};
             atlas_route_id id = dispatch(c, &r);
             return answer_now(c, id, &r);
@@ -291,7 +297,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         if (c->too_large || c->len + n > s->p.max_body) {
             c->too_large = true;
-            return MHD_YES;
+            c->dropped += n;
+            return c->dropped > DRAIN_MAX ? MHD_NO : MHD_YES; /* MHD_NO closes it */
         }
         if (c->len + n + 1 > c->cap) {
             size_t want = c->cap ? c->cap : 4096;

@@ -42,6 +42,7 @@ typedef struct atlas_http_call {
     char *body;      /* NUL-terminated, malloc'd */
     size_t len, cap;
     bool too_large;  /* the body passed max_body: the rest is discarded, the answer is 413 */
+    size_t dropped;  /* bytes discarded so far */
     bool answered;
     double t_start;  /* monotonic seconds when the headers arrived */
 } atlas_http_call;

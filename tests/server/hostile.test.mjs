@@ -80,7 +80,7 @@ test('invalid UTF-8, lone surrogates and NUL bytes', async () => {
 
 test('deep nesting', async () => {
   await expectError('['.repeat(100000) + ']'.repeat(100000), 400);
-  const deepMsg = '{"model":"llama","messages":[{"role":"user","content":"x","extra":' + '['.repeat(1500) + ']'.repeat(1500) + '}]}';
+  const deepMsg = '{"model":"llama","max_tokens":2,"messages":[{"role":"user","content":"x","extra":' + '['.repeat(1500) + ']'.repeat(1500) + '}]}';
   const r = await postJSON(srv.base, CHAT, deepMsg);
   assert.ok([200, 400].includes(r.status), r.text.slice(0, 200));
 });
