@@ -385,7 +385,7 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
                                 int vocab) {
     cuda_backend *cb = cuda_of(be);
     if (rows > cb->cap_tok)
-        ATLAS_TRY(stage_grow(cb, rows, cb->cap_table));
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (at most %d)", rows, cb->cap_tok);
     ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
                    NULL));
     ATLAS_TRY(flush(cb));

@@ -103,6 +103,8 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     float eps = g->rms_eps;
     CUdeviceptr p0 = CUDA_PTR(c->p[0]), p1 = CUDA_PTR(c->p[1]), p2 = CUDA_PTR(c->p[2]);
     switch (c->op) {
+    case 0: /* the decode key: launch shapes, no work */
+        return ATLAS_OK;
     case CUDA_OP_EMBED: {
         const atlas_weight *t = c->p[1];
         CUdeviceptr tok = cuda_stage_ptr(cb, CUDA_STAGE_TOKENS), tp = t->ptr;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh — one session on the GPU machine (the device tool runs it in the repo root):
+# GPU tests, the random checkpoints (tools/make_checkpoint.py), `atlas bench` on the 8B shape
+# and transformers on the same checkpoint. Logs go to $OUT. Binaries come prebuilt in
+# $ATLAS_BUILD (default build-h6-gpu) with the shared libraries they need in .carry/libs.
+#   STEPS="ops forward bench hf" (default: all) picks steps.
+set -u
+OUT=${OUT:-/tmp/atlas-out}
+mkdir -p "$OUT"
+B=${ATLAS_BUILD:-build-h6-gpu}
+STEPS=${STEPS:-"ops forward bench hf"}
+export LD_LIBRARY_PATH=$PWD/.carry/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export ATLAS_TEST_DATA=$PWD/tests/data PYTHONUNBUFFERED=1
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+step() { echo "== $(date +%T) $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem \
+  --format=csv > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
+ldd "$B/test-gpu-forward" | grep "not found"
+BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
+
+if has bench || has hf; then
+  step "making the 8B checkpoint in the background"
+  [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
+    > "$OUT/make8b.log" 2>&1 &)
+fi
+if has forward && [ ! -f /tmp/llama-test/config.json ]; then
+  step "making the test checkpoint"
+  timeout 120 python3 tools/make_checkpoint.py --shape test --out /tmp/llama-test 2>&1 | tail -2
+fi
+if has ops; then
+  step "test-gpu-ops"
+  timeout 120 "$B/test-gpu-ops" > "$OUT/test-gpu-ops.log" 2>&1; echo "rc $?"
+  grep -E "FAIL|CHECK failed|error|graphs|cuBLASLt|passed|checks" "$OUT/test-gpu-ops.log" | head -40
+fi
+if has forward; then
+  step "test-gpu-forward"
+  ATLAS_TEST_BIG_MODEL=/tmp/llama-test timeout 240 "$B/test-gpu-forward" > "$OUT/test-gpu-forward.log" 2>&1
+  echo "rc $?"
+  grep -E "CHECK failed|error|big|p0 |p6 |checks" "$OUT/test-gpu-forward.log" | head -40
+fi
+if has bench; then
+  step "waiting for the 8B checkpoint"
+  for i in $(seq 1 200); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
+  tail -2 "$OUT/make8b.log"
+  step "atlas bench"
+  timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
+fi
+if has hf; then
+  step "transformers"
+  timeout 150 python3 bench/gpu/hf_bench.py /tmp/llama8b -p 512 -n 128 2>&1 | tail -3 | tee "$OUT/hf-8b.log"
+fi
+step done
