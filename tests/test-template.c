@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "atlas/template.h"
 #include "harness.h"
@@ -272,6 +273,63 @@ static void test_variables(void) {
     free(out);
 }
 
+/* `atlas template` end to end: the Qwen3 tool round of chat-qwen3.json through files and
+ * the real binary, compared byte for byte. */
+static void test_cli(void) {
+    const char *bin = getenv("ATLAS_BIN");
+    if (!bin || !*bin) {
+        printf("SKIP: ATLAS_BIN not set (run through ctest)\n");
+        return;
+    }
+    json_t *root = json_load_file(harness_data_path("chat-qwen3.json"), 0, NULL);
+    json_t *c = NULL, *x;
+    size_t i;
+    json_array_foreach(json_object_get(root, "cases"), i, x)
+        if (json_object_get(x, "tools") && json_array_size(json_object_get(x, "messages")) > 1) c = x;
+    CHECK(c != NULL);
+    if (!c) {
+        json_decref(root);
+        return;
+    }
+    char msgs[64], tools[64];
+    snprintf(msgs, sizeof msgs, "/tmp/atlas-test-template-%d-m.json", (int)getpid());
+    snprintf(tools, sizeof tools, "/tmp/atlas-test-template-%d-t.json", (int)getpid());
+    /* arguments as a JSON string, as OpenAI clients send them: the CLI must render the same */
+    json_t *m = json_deep_copy(json_object_get(c, "messages"));
+    json_array_foreach(m, i, x) {
+        json_t *calls = json_object_get(x, "tool_calls"), *call;
+        size_t k;
+        json_array_foreach(calls, k, call) {
+            json_t *fn = json_object_get(call, "function");
+            char *s = json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT);
+            json_object_set_new(fn, "arguments", json_string(s));
+            free(s);
+        }
+    }
+    CHECK(json_dump_file(m, msgs, 0) == 0);
+    CHECK(json_dump_file(json_object_get(c, "tools"), tools, 0) == 0);
+    json_decref(m);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' template -m '%s' --tools %s %s", bin, harness_data_path("tiny-qwen3"), tools, msgs);
+    FILE *f = popen(cmd, "r");
+    char out[16384];
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    int rc = f ? pclose(f) : -1;
+    const char *want = json_string_value(json_object_get(c, "expected"));
+    CHECK_MSG(rc == 0 && want && !strcmp(out, want), "atlas template: rc %d\n  got:      [%s]\n  expected: [%s]", rc, out, want);
+    /* a template error: exit status 1 and the message on stderr */
+    snprintf(cmd, sizeof cmd, "echo '[{\"role\": \"user\"}]' | '%s' template -m '%s' - 2>&1", bin, harness_data_path("tiny-qwen3"));
+    f = popen(cmd, "r");
+    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    rc = f ? pclose(f) : -1;
+    CHECK_MSG(rc != 0 && strstr(out, "chat_template:20:81: 'dict object' has no attribute 'content'"), "rc %d: %s", rc, out);
+    remove(msgs);
+    remove(tools);
+    json_decref(root);
+}
+
 typedef struct {
     const atlas_template *t;
     json_t *msgs;
@@ -323,5 +381,6 @@ int main(void) {
     test_errors();
     test_variables();
     test_threads();
+    test_cli();
     return harness_finish();
 }
