@@ -68,24 +68,29 @@ void tok_strmap_free(tok_strmap *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* The slot holding key, or the empty slot where it would go.  The slot keeps the hash's
+ * top 32 bits, so that a probe past other keys rarely touches their strings. */
 static size_t strmap_find(const tok_strmap *m, const char *key, size_t len, uint64_t h) {
     size_t mask = m->cap - 1;
+    uint32_t tag = (uint32_t)(h >> 32);
     for (size_t i = h & mask;; i = (i + 1) & mask) {
-        uint32_t e = m->slots[i];
-        if (e == 0) return i;
-        e--;
+        uint64_t sl = m->slots[i];
+        if (sl == 0) return i;
+        if ((uint32_t)(sl >> 32) != tag) continue;
+        uint32_t e = (uint32_t)sl - 1;
         if (m->key_lens[e] == len && memcmp(m->keys[e], key, len) == 0) return i;
     }
 }
 
 static atlas_status strmap_grow(tok_strmap *m) {
     size_t cap = m->cap * 2;
-    uint32_t *slots = calloc(cap, sizeof *slots);
+    uint64_t *slots = calloc(cap, sizeof *slots);
     if (!slots) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: growing a hash map");
     for (size_t e = 0; e < m->n; e++) {
-        size_t i = tok_hash_bytes(m->keys[e], m->key_lens[e]) & (cap - 1);
+        uint64_t h = tok_hash_bytes(m->keys[e], m->key_lens[e]);
+        size_t i = h & (cap - 1);
         while (slots[i]) i = (i + 1) & (cap - 1);
-        slots[i] = (uint32_t)e + 1;
+        slots[i] = (h >> 32) << 32 | (uint64_t)(e + 1);
     }
     free(m->slots);
     m->slots = slots;
@@ -95,9 +100,10 @@ static atlas_status strmap_grow(tok_strmap *m) {
 
 atlas_status tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
     if ((m->n + 1) * 2 > m->cap) ATLAS_TRY(strmap_grow(m));
-    size_t i = strmap_find(m, key, len, tok_hash_bytes(key, len));
+    uint64_t h = tok_hash_bytes(key, len);
+    size_t i = strmap_find(m, key, len, h);
     if (m->slots[i]) {
-        m->vals[m->slots[i] - 1] = val;
+        m->vals[(uint32_t)m->slots[i] - 1] = val;
         return ATLAS_OK;
     }
     if (m->n == m->n_alloc) {
@@ -114,14 +120,14 @@ atlas_status tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t 
     m->keys[m->n] = key;
     m->key_lens[m->n] = (uint32_t)len;
     m->vals[m->n] = val;
-    m->slots[i] = (uint32_t)++m->n;
+    m->slots[i] = (h >> 32) << 32 | (uint64_t)++m->n;
     return ATLAS_OK;
 }
 
 int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len) {
     if (!m->cap) return -1;
-    uint32_t e = m->slots[strmap_find(m, key, len, tok_hash_bytes(key, len))];
-    return e ? m->vals[e - 1] : -1;
+    uint64_t e = m->slots[strmap_find(m, key, len, tok_hash_bytes(key, len))];
+    return e ? m->vals[(uint32_t)e - 1] : -1;
 }
 
 /* ---- (left, right) -> (rank, id) ---------------------------------------------------------- */

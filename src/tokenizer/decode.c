@@ -16,18 +16,16 @@ static bool byte_is_printable(unsigned b) {
 
 uint32_t tok_byte_to_cp(unsigned char b) {
     if (byte_is_printable(b)) return b;
-    unsigned n = 0;
-    for (unsigned i = 0; i < b; i++) n += !byte_is_printable(i);
-    return 0x100 + n;
+    if (b <= 0x20) return 0x100 + b;              /* 0x00..0x20 -> U+0100..U+0120 */
+    if (b >= 0x7f && b <= 0xa0) return 0x121 + (b - 0x7f); /* -> U+0121..U+0142 */
+    return 0x143;                                 /* 0xAD, the soft hyphen */
 }
 
 int tok_cp_to_byte(uint32_t cp) {
     if (cp < 0x100) return byte_is_printable(cp) ? (int)cp : -1;
-    if (cp > 0x143) return -1;
-    unsigned n = cp - 0x100;
-    for (unsigned b = 0; b < 256; b++)
-        if (!byte_is_printable(b) && n-- == 0) return (int)b;
-    return -1;
+    if (cp <= 0x120) return (int)(cp - 0x100);
+    if (cp <= 0x142) return (int)(0x7f + cp - 0x121);
+    return cp == 0x143 ? 0xad : -1;
 }
 
 /* ---- UTF-8 ------------------------------------------------------------------------------ */

@@ -16,6 +16,7 @@ static const char GPT2_PATTERN[] =
 typedef struct loader {
     atlas_tokenizer *tok;
     const char *file; /* for messages */
+    tok_bigjson big;  /* model.vocab and model.merges */
 } loader;
 
 /* ---- JSON helpers ------------------------------------------------------------------------ */
@@ -122,60 +123,42 @@ static atlas_status set_token(loader *L, int32_t id, const char *s, size_t len, 
     return ATLAS_OK;
 }
 
-static atlas_status parse_vocab(loader *L, json_t *vocab) {
+static atlas_status parse_vocab(loader *L) {
     atlas_tokenizer *tok = L->tok;
-    const char *key;
-    json_t *v;
-    json_object_foreach(vocab, key, v) {
-        int32_t id = (int32_t)json_integer_value(v);
-        size_t len = strlen(key);
+    for (size_t i = 0; i < L->big.n_vocab; i++) {
+        const tok_json_entry *e = &L->big.vocab[i];
         bool pure;
         const char *str;
-        ATLAS_TRY(set_token(L, id, key, len, &pure, &str));
-        ATLAS_TRY(tok_strmap_put(&tok->by_str, str, len, id));
+        ATLAS_TRY(set_token(L, e->id, e->p, e->len, &pure, &str));
+        ATLAS_TRY(tok_strmap_put(&tok->by_str, str, e->len, e->id));
         /* only byte-level strings can come out of BPE over bytes */
-        if (pure) ATLAS_TRY(tok_strmap_put(&tok->by_bytes, tok->arena + tok->tok_off[id],
-                                           tok->tok_len[id], id));
+        if (pure) ATLAS_TRY(tok_strmap_put(&tok->by_bytes, tok->arena + tok->tok_off[e->id],
+                                           tok->tok_len[e->id], e->id));
     }
     return ATLAS_OK;
 }
 
-static atlas_status parse_merges(loader *L, json_t *merges) {
+static atlas_status parse_merges(loader *L) {
     atlas_tokenizer *tok = L->tok;
-    size_t n = json_array_size(merges);
+    size_t n = L->big.n_merges;
     ATLAS_TRY(tok_mergemap_init(&tok->merges, n));
     char buf[1024];
     for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(merges, i);
-        const char *a, *b;
-        size_t la, lb;
-        if (json_is_string(m)) { /* "a b" */
-            const char *s = json_string_value(m);
-            const char *sp = strchr(s, ' ');
-            if (!sp || strchr(sp + 1, ' '))
-                return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\"",
-                                  L->file, i);
-            a = s, la = (size_t)(sp - s), b = sp + 1, lb = strlen(sp + 1);
-        } else if (json_is_array(m) && json_array_size(m) == 2 &&
-                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            la = json_string_length(json_array_get(m, 0));
-            lb = json_string_length(json_array_get(m, 1));
-        } else {
-            return atlas_fail(ATLAS_ERR_FORMAT,
-                              "%s: model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]", L->file, i);
-        }
-        if (la + lb >= sizeof buf)
+        const tok_json_merge *m = &L->big.merges[i];
+        if (!m->b)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\"", L->file, i);
+        if (m->la + m->lb >= sizeof buf)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: model.merges[%zu]: token too long", L->file, i);
-        int32_t ia = tok_strmap_get(&L->tok->by_str, a, la), ib = tok_strmap_get(&L->tok->by_str, b, lb);
-        memcpy(buf, a, la);
-        memcpy(buf + la, b, lb);
-        int32_t im = tok_strmap_get(&L->tok->by_str, buf, la + lb);
+        int32_t ia = tok_strmap_get(&tok->by_str, m->a, m->la);
+        int32_t ib = tok_strmap_get(&tok->by_str, m->b, m->lb);
+        memcpy(buf, m->a, m->la);
+        memcpy(buf + m->la, m->b, m->lb);
+        int32_t im = tok_strmap_get(&tok->by_str, buf, m->la + m->lb);
         if (ia < 0 || ib < 0 || im < 0) {
-            buf[la + lb] = '\0';
-            return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges[%zu]: token '%s' is not in the vocab",
-                              L->file, i, ia < 0 ? a : ib < 0 ? b : buf);
+            const char *bad = ia < 0 ? m->a : ib < 0 ? m->b : buf;
+            int bl = (int)(ia < 0 ? m->la : ib < 0 ? m->lb : m->la + m->lb);
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges[%zu]: token '%.*s' is not in the vocab",
+                              L->file, i, bl, bad);
         }
         tok_mergemap_put(&tok->merges, ia, ib, (uint32_t)i, im);
     }
@@ -202,10 +185,9 @@ static atlas_status check_model_options(loader *L, json_t *model) {
     json_t *d = json_object_get(model, "dropout");
     if (d && !json_is_null(d) && !(json_is_number(d) && json_number_value(d) == 0.0))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: model.dropout: not supported", L->file);
-    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-    if (!json_is_object(vocab))
+    if (!L->big.have_vocab)
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.vocab: expected an object", L->file);
-    if (!json_is_array(merges))
+    if (!L->big.have_merges)
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges: expected an array", L->file);
     return ATLAS_OK;
 }
@@ -523,19 +505,77 @@ static atlas_status config_special(loader *L, json_t *cfg, const char *cfg_file,
     return ATLAS_OK;
 }
 
+/* ---- reading tokenizer.json --------------------------------------------------------------- */
+
+/* The slow path, for files the fast scanner refuses: vocab and merges from jansson's DOM
+ * (the entries point into root, which must outlive them). */
+static atlas_status big_from_dom(loader *L, json_t *root) {
+    tok_bigjson *j = &L->big;
+    json_t *model = json_object_get(root, "model");
+    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    if (json_is_object(vocab)) {
+        j->have_vocab = true;
+        j->vocab = malloc((json_object_size(vocab) + 1) * sizeof *j->vocab);
+        if (!j->vocab) return atlas_fail(ATLAS_ERR_NOMEM, "vocab");
+        const char *key;
+        json_t *v;
+        json_object_foreach(vocab, key, v) {
+            size_t dummy = 0;
+            if (!json_is_integer(v))
+                return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.vocab.%s: expected an integer id", L->file, key);
+            ATLAS_TRY(check_id(L, v, "model.vocab", &dummy));
+            j->vocab[j->n_vocab++] = (tok_json_entry){(char *)key, (uint32_t)strlen(key), (int32_t)json_integer_value(v)};
+        }
+    }
+    if (!json_is_array(merges)) return ATLAS_OK;
+    j->have_merges = true;
+    j->merges = malloc((json_array_size(merges) + 1) * sizeof *j->merges);
+    if (!j->merges) return atlas_fail(ATLAS_ERR_NOMEM, "merges");
+    for (size_t i = 0; i < json_array_size(merges); i++) {
+        json_t *m = json_array_get(merges, i), *a = json_array_get(m, 0), *b = json_array_get(m, 1);
+        tok_json_merge *o = &j->merges[j->n_merges++];
+        if (json_is_string(m)) {
+            char *s = (char *)json_string_value(m), *sp = strchr(s, ' ');
+            *o = (tok_json_merge){s, NULL, (uint32_t)json_string_length(m), 0};
+            if (sp && !strchr(sp + 1, ' '))
+                *o = (tok_json_merge){s, sp + 1, (uint32_t)(sp - s), (uint32_t)strlen(sp + 1)};
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(a) && json_is_string(b)) {
+            *o = (tok_json_merge){(char *)json_string_value(a), (char *)json_string_value(b),
+                                  (uint32_t)json_string_length(a), (uint32_t)json_string_length(b)};
+        } else {
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.merges[%zu]: expected \"a b\" or [\"a\", \"b\"]",
+                              L->file, i);
+        }
+    }
+    return ATLAS_OK;
+}
+
+/* *buf holds the file (vocab and merges strings point into it) until the load ends. */
+static atlas_status read_tokenizer_json(loader *L, json_t **root, char **buf) {
+    size_t len;
+    json_error_t err;
+    ATLAS_TRY(atlas_file_read(L->file, buf, &len));
+    if (tok_bigjson_parse(*buf, len, &L->big) == ATLAS_OK) {
+        *root = json_loadb(L->big.rest, L->big.rest_len, JSON_ALLOW_NUL, &err);
+        if (!*root)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s (outside model.vocab and model.merges)",
+                              L->file, err.text);
+        return ATLAS_OK;
+    }
+    free(*buf); /* partly decoded in place: parse a fresh copy for a precise error */
+    *buf = NULL;
+    ATLAS_TRY(load_json(L->file, 0, root));
+    return big_from_dom(L, *root);
+}
+
 /* ---- putting it together ------------------------------------------------------------------ */
 
-static atlas_status size_tables(loader *L, json_t *vocab) {
+static atlas_status size_tables(loader *L) {
     atlas_tokenizer *tok = L->tok;
     size_t max_id = 0, bytes = 0;
-    const char *key;
-    json_t *v;
-    json_object_foreach(vocab, key, v) {
-        if (!json_is_integer(v))
-            return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.vocab.%s: expected an integer id",
-                              L->file, key);
-        ATLAS_TRY(check_id(L, v, "model.vocab", &max_id));
-        bytes += 2 * (strlen(key) + 1);
+    for (size_t i = 0; i < L->big.n_vocab; i++) {
+        if ((size_t)L->big.vocab[i].id + 1 > max_id) max_id = (size_t)L->big.vocab[i].id + 1;
+        bytes += 2 * ((size_t)L->big.vocab[i].len + 1);
     }
     for (size_t i = 0; i < tok->n_added; i++) {
         if ((size_t)tok->added[i].id + 1 > max_id) max_id = (size_t)tok->added[i].id + 1;
@@ -549,7 +589,7 @@ static atlas_status size_tables(loader *L, json_t *vocab) {
     tok->arena = malloc(tok->arena_cap);
     if (!tok->tok_off || !tok->tok_len || !tok->tok_flags || !tok->arena)
         return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: tables for %zu tokens", max_id);
-    size_t n = json_object_size(vocab) + tok->n_added;
+    size_t n = L->big.n_vocab + tok->n_added;
     ATLAS_TRY(tok_strmap_init(&tok->by_str, n));
     tok->wcache = aligned_alloc(64, TOK_WCACHE_SLOTS * sizeof *tok->wcache);
     if (!tok->wcache) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: word cache");
@@ -589,10 +629,9 @@ static atlas_status load_all(loader *L, json_t *root, json_t *cfg, const char *c
     ATLAS_TRY(check_model_options(L, model));
     ATLAS_TRY(parse_added(L, json_object_get(root, "added_tokens")));
     if (cfg) ATLAS_TRY(config_added(L, cfg, cfg_file));
-    json_t *vocab = json_object_get(model, "vocab");
-    ATLAS_TRY(size_tables(L, vocab));
-    ATLAS_TRY(parse_vocab(L, vocab));
-    ATLAS_TRY(parse_merges(L, json_object_get(model, "merges")));
+    ATLAS_TRY(size_tables(L));
+    ATLAS_TRY(parse_vocab(L));
+    ATLAS_TRY(parse_merges(L));
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         tok->byte_id[b] = tok_strmap_get(&tok->by_bytes, &c, 1);
@@ -633,9 +672,10 @@ atlas_status atlas_tokenizer_load_files(const char *tokenizer_json, const char *
                                         atlas_tokenizer **out) {
     *out = NULL;
     json_t *root = NULL, *cfg = NULL;
-    ATLAS_TRY(load_json(tokenizer_json, 0, &root));
-    atlas_status st = ATLAS_OK;
-    if (config_json) {
+    char *buf = NULL;
+    loader L = {NULL, tokenizer_json, {0}};
+    atlas_status st = read_tokenizer_json(&L, &root, &buf);
+    if (st == ATLAS_OK && config_json) {
         /* model_max_length can be 1e30 written as an integer */
         st = load_json(config_json, JSON_DECODE_INT_AS_REAL, &cfg);
         if (st == ATLAS_OK && !json_is_object(cfg))
@@ -645,9 +685,11 @@ atlas_status atlas_tokenizer_load_files(const char *tokenizer_json, const char *
     if (st == ATLAS_OK && !tok) st = atlas_fail(ATLAS_ERR_NOMEM, "tokenizer");
     if (st == ATLAS_OK) {
         tok->bos_id = tok->eos_id = -1;
-        loader L = {tok, tokenizer_json};
+        L.tok = tok;
         st = load_all(&L, root, cfg, config_json);
     }
+    tok_bigjson_free(&L.big);
+    free(buf);
     json_decref(root);
     json_decref(cfg);
     if (st != ATLAS_OK) {

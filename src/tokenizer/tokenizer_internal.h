@@ -26,7 +26,7 @@
 
 /* Bytes -> int32 id, open addressing; keys point into memory owned by someone else. */
 typedef struct tok_strmap {
-    uint32_t *slots; /* entry index + 1, 0 = empty; capacity is a power of two */
+    uint64_t *slots; /* hash tag << 32 | entry index + 1; 0 = empty; cap is a power of 2 */
     size_t cap;
     const char **keys;
     uint32_t *key_lens;
@@ -184,6 +184,35 @@ int tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
 size_t tok_utf8_put(char *dst, uint32_t cp); /* writes 1..4 bytes */
 /* Offset of the first invalid byte, or len when text is valid UTF-8. */
 size_t tok_utf8_validate(const char *s, size_t len);
+
+/* ---- bigjson.c: model.vocab and model.merges without a DOM ------------------------------- */
+
+typedef struct tok_json_entry {
+    char *p; /* decoded in place in the file's buffer; not NUL-terminated */
+    uint32_t len;
+    int32_t id;
+} tok_json_entry;
+
+typedef struct tok_json_merge {
+    char *a, *b; /* b is NULL for a string merge without exactly one space */
+    uint32_t la, lb;
+} tok_json_merge;
+
+typedef struct tok_bigjson {
+    tok_json_entry *vocab;
+    size_t n_vocab, cap_vocab;
+    tok_json_merge *merges;
+    size_t n_merges, cap_merges;
+    bool have_vocab, have_merges;
+    char *rest; /* the document with {} and [] in place of vocab and merges, for jansson */
+    size_t rest_len;
+} tok_bigjson;
+
+/* Scans buf (modified: strings of vocab and merges are decoded in place).  Returns
+ * ATLAS_ERR_FORMAT without a message when buf is not well-formed JSON (the caller then
+ * parses it with jansson for a precise error). */
+atlas_status tok_bigjson_parse(char *buf, size_t len, tok_bigjson *j);
+void tok_bigjson_free(tok_bigjson *j);
 
 /* ---- per-call encoding state (no locks: each encode call owns one) -------------------------- */
 
