@@ -246,6 +246,8 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
 
 void atlas_gen_sse_close(atlas_gen *g) { atlas_gen_release(g); }
 
+int atlas_gen_fd(const atlas_gen *g) { return g->fd; }
+
 void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
     if (!g->o.stream) {
         atlas_gen_finish_json(g, r);

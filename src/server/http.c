@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +206,15 @@ enum { DRAIN_MAX = 64 << 20 }; /* bytes of a too-large body still read (and drop
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
-    return atlas_gen_sse_read(cls, buf, max);
+    ssize_t n = atlas_gen_sse_read(cls, buf, max);
+    /* Each event goes out now: libmicrohttpd corks the socket while it builds a response of
+     * unknown size, which would hold tokens back by up to 200 ms. */
+    int fd = atlas_gen_fd(cls), off = 0, on = 1;
+    if (n > 0 && fd >= 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    }
+    return n;
 }
 
 static void sse_free(void *cls) { atlas_gen_sse_close(cls); }
