@@ -300,6 +300,31 @@ static void check_errors(void) {
                path, sizeof path);
     expect_fail(atlas_tokenizer_load_files(path, NULL, &tok), ATLAS_ERR_FORMAT, "model.merges[0]",
                 "bad merge form");
+    /* a real where an id belongs: the fast scanner refuses it, jansson says where */
+    write_file("real-id.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0.5}, \"merges\": []},"
+               " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+               path, sizeof path);
+    expect_fail(atlas_tokenizer_load_files(path, NULL, &tok), ATLAS_ERR_FORMAT,
+                "model.vocab.a: expected an integer id", "real id");
+    write_file("merge3.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a a a\"]},"
+               " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+               path, sizeof path);
+    expect_fail(atlas_tokenizer_load_files(path, NULL, &tok), ATLAS_ERR_FORMAT,
+                "model.merges[0]: expected \"a b\"", "merge with two spaces");
+    /* escapes in vocab strings are decoded: \u0120 is the byte-level space */
+    write_file("esc.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u0120\": 0, \"x\": 1, \"\\u0120x\": 2},"
+               " \"merges\": [\"\\u0120 x\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\","
+               " \"add_prefix_space\": false}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+               path, sizeof path);
+    CHECK_OK(atlas_tokenizer_load_files(path, NULL, &tok));
+    if (tok) {
+        EXPECT(tok, " x", false, "escaped vocab", 2);
+        atlas_tokenizer_free(tok);
+        tok = NULL;
+    }
     snprintf(path, sizeof path, "%s/strings.json", tmpdir); /* written by check_merges */
     write_file("cfg.json", "{\"bos_token\": \"<nope>\"}", cfg, sizeof cfg);
     expect_fail(atlas_tokenizer_load_files(path, cfg, &tok), ATLAS_ERR_FORMAT,
