@@ -236,6 +236,59 @@ static void test_top_p_large(void) {
     free(prob);
 }
 
+/* A flat distribution (as random weights give): the nucleus holds thousands of ids and
+ * ends inside one probability bucket.  Every draw must fall in the nucleus computed here
+ * by a full sort, and the draws must spread over it as its probabilities say. */
+static int cmp_desc_idx(const void *a, const void *b, void *ctx) {
+    const double *p = ctx;
+    double x = p[*(const int *)a], y = p[*(const int *)b];
+    return (x < y) - (x > y);
+}
+
+static void test_top_p_flat(void) {
+    const int V = 50000;
+    float *l = malloc(V * sizeof *l);
+    double *prob = malloc(V * sizeof *prob), *freq = malloc(V * sizeof *freq);
+    int *rank = malloc(V * sizeof *rank), *order = malloc(V * sizeof *order);
+    uint64_t x = 5;
+    for (int i = 0; i < V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        l[i] = (float)((x >> 33) % 100000) / 100000.0f * 3.0f;
+        order[i] = i;
+    }
+    softmax_ref(l, V, 1.0f, prob);
+    qsort_r(order, V, sizeof *order, cmp_desc_idx, prob);
+    const float top_p = 0.5f;
+    double cum = 0;
+    int m = 0;
+    while (m < V && cum < top_p) cum += prob[order[m++]];
+    for (int i = 0; i < V; i++) rank[order[i]] = i;
+    double upper = 0; /* mass of the nucleus' first half, as a fraction of the nucleus */
+    for (int i = 0; i < m / 2; i++) upper += prob[order[i]] / cum;
+    CHECK(m > 5000);
+
+    atlas_sampler_params p = atlas_sampler_default_params();
+    p.top_p = top_p;
+    p.seed = 77;
+    atlas_sampler *s = make(p);
+    const int n = 1000;
+    draw(s, l, V, n, freq);
+    double outside = 0, in_upper = 0;
+    for (int i = 0; i < V; i++) {
+        if (rank[i] >= m + 1) outside += freq[i]; /* + 1: float rounding at the edge */
+        if (rank[i] < m / 2) in_upper += freq[i];
+    }
+    CHECK_MSG(outside == 0, "%.4f of the draws outside the nucleus", outside);
+    double sd = sqrt(upper * (1 - upper) / n);
+    CHECK_MSG(fabs(in_upper - upper) < 4.5 * sd, "upper half %.4f want %.4f", in_upper, upper);
+    atlas_sampler_free(s);
+    free(l);
+    free(prob);
+    free(freq);
+    free(rank);
+    free(order);
+}
+
 static void test_seed(void) {
     float l[6] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
     atlas_sampler_params p = atlas_sampler_default_params();
@@ -292,6 +345,7 @@ int main(void) {
     test_temperature();
     test_top_k_top_p_min_p();
     test_top_p_large();
+    test_top_p_flat();
     test_seed();
     test_logprobs();
     return harness_finish();

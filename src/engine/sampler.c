@@ -2,7 +2,7 @@
  *
  * Sorting the whole vocabulary (128k-152k ids) for every token would cost more than a
  * small model's forward, so nothing here sorts more than it must: top-k is a quickselect,
- * top-p sorts only the leading probability buckets that hold the nucleus,
+ * top-p sorts only the one probability bucket where the nucleus ends,
  * min-p and plain temperature sampling are linear scans. */
 #include "atlas/sampler.h"
 
@@ -234,40 +234,40 @@ static uint32_t float_bits(float f) {
     return u;
 }
 
-/* For 0 <= p <= pmax: about 16 * log2(pmax / p), from the float bits (exponent and the top
- * 4 mantissa bits), which order like the values do for non-negative floats. */
+/* For 0 <= p <= pmax: about 64 * log2(pmax / p), from the float bits (exponent and the top
+ * 6 mantissa bits), which order like the values do for non-negative floats. */
 static int prob_bucket(float p, uint32_t top_bits, int n_buckets) {
-    uint32_t d = (top_bits - float_bits(p)) >> 19;
+    uint32_t d = (top_bits - float_bits(p)) >> 17;
     return d < (uint32_t)n_buckets ? (int)d : n_buckets - 1;
 }
 
-/* Keeps the smallest most-likely set with mass >= top_p; returns its size. */
+/* Keeps the smallest most-likely set with mass >= top_p; returns its size.  The kept
+ * candidates end up first, in an order fixed by the logits (not necessarily sorted). */
 static int apply_top_p(cand *c, int n, float top_p, float pmax) {
-    int m = n;
+    int lo = 0, m = n; /* c[0 .. lo) are in the nucleus for certain; c[lo .. m) may be */
+    double cum = 0;
     if (n > 1024) {
-        /* One pass buckets the candidates by log2(p_max / p) in steps of 1/16 and sums
-         * each bucket's mass; the nucleus is a prefix of the sorted order, so it lies in
-         * the fewest leading buckets whose mass reaches top_p, and only those are sorted. */
-        enum { N_BUCKETS = 1024 };
+        /* One pass buckets the candidates by log2(p_max / p) in steps of 1/64 and sums
+         * each bucket's mass.  The nucleus is a prefix of the sorted order: it holds every
+         * bucket before the one where the running mass reaches top_p, and a part of that
+         * one, which is the only one that needs sorting. */
+        enum { N_BUCKETS = 2048 };
         double mass[N_BUCKETS] = {0};
         uint32_t top_bits = float_bits(pmax);
-        for (int i = 0; i < n; i++) {
-            int b = prob_bucket(c[i].v, top_bits, N_BUCKETS);
-            mass[b] += c[i].v;
-        }
+        for (int i = 0; i < n; i++) mass[prob_bucket(c[i].v, top_bits, N_BUCKETS)] += c[i].v;
         int last = 0;
-        double cum = 0;
-        for (; last < N_BUCKETS - 1; last++)
-            if ((cum += mass[last]) >= top_p) break;
-        m = 0;
-        for (int i = 0; i < n; i++) {
-            int b = prob_bucket(c[i].v, top_bits, N_BUCKETS);
-            if (b <= last) cand_swap(&c[i], &c[m++]);
+        for (; last < N_BUCKETS - 1; last++) {
+            if (cum + mass[last] >= top_p) break;
+            cum += mass[last];
         }
+        for (int i = 0; i < n; i++)
+            if (prob_bucket(c[i].v, top_bits, N_BUCKETS) < last) cand_swap(&c[i], &c[lo++]);
+        m = lo;
+        for (int i = lo; i < n; i++)
+            if (prob_bucket(c[i].v, top_bits, N_BUCKETS) == last) cand_swap(&c[i], &c[m++]);
     }
-    qsort(c, (size_t)m, sizeof *c, cmp_cand);
-    double cum = 0;
-    for (int i = 0; i < m; i++) {
+    qsort(c + lo, (size_t)(m - lo), sizeof *c, cmp_cand);
+    for (int i = lo; i < m; i++) {
         cum += c[i].v;
         if (cum >= top_p) return i + 1;
     }

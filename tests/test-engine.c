@@ -1,0 +1,620 @@
+/* tests/test-engine.c — the engine on the CPU backend with the fixture models
+ * (tests/data/tiny-llama3, tiny-qwen3):
+ * - greedy output matches transformers' reference ids (reference.safetensors), prompt 6
+ *   (~500 tokens) prefilled in chunks of 64;
+ * - at temperature 0 (and seeded sampling) a request's output is identical alone and in a
+ *   batch of 32 concurrent requests;
+ * - a deliberately tiny KV pool preempts sequences and still completes every one right;
+ * - cancel ends a running and a queued request and frees their blocks at once;
+ * - stop strings cut the text before them; submit's errors (unknown model, prompt longer
+ *   than the context, full queue);
+ * - 50 swaps alternating two models with max_resident 1 while requests for both arrive from
+ *   two threads: every answer right, none failed, RSS stable;
+ * - a model that fails to load errors its requests only; load/unload by hand. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atlas/engine.h"
+#include "atlas/tokenizer.h"
+#include "harness.h"
+#include "model/safetensors.h"
+
+enum { MAX_IDS = 1024, N_GREEDY = 24, N_PROMPTS = 7 };
+
+/* ---- collecting one request's events ---------------------------------------------------- */
+
+typedef struct coll {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t ids[MAX_IDS];
+    int n_ids;
+    char text[8192];
+    size_t n_text;
+    int n_events, done, n_ends;
+    atlas_finish finish;
+    atlas_status status;
+    char msg[512];
+    char stop_string[64];
+    atlas_usage usage;
+    float logprob_sum;
+} coll;
+
+static coll *coll_new(void) {
+    coll *c = calloc(1, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    return c;
+}
+
+static void coll_free(coll *c) {
+    if (!c) return;
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+static void on_event(const atlas_event *ev, void *user) {
+    coll *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_text + ev->text_len < sizeof c->text) {
+        memcpy(c->text + c->n_text, ev->text, ev->text_len);
+        c->n_text += ev->text_len;
+    }
+    if (ev->type == ATLAS_EVENT_TOKEN) {
+        if (c->n_ids < MAX_IDS) c->ids[c->n_ids++] = ev->id;
+        c->logprob_sum += ev->logprob;
+        c->n_events++;
+    } else {
+        c->n_ends++;
+        c->done = 1;
+        c->finish = ev->finish;
+        c->status = ev->status;
+        snprintf(c->msg, sizeof c->msg, "%s", ev->message);
+        snprintf(c->stop_string, sizeof c->stop_string, "%s",
+                 ev->stop_string ? ev->stop_string : "");
+        c->usage = ev->usage;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void coll_wait(coll *c) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until at least n tokens have arrived (or the end). */
+static void coll_wait_tokens(coll *c, int n) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done && c->n_ids < n) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- fixtures --------------------------------------------------------------------------- */
+
+typedef struct ref_prompt {
+    const int32_t *ids;
+    int n;
+    const int32_t *greedy; /* [N_GREEDY] */
+    int n_sure;            /* greedy steps before the first margin < 1e-3 */
+} ref_prompt;
+
+typedef struct fixture {
+    const char *name;
+    char dir[1024];
+    atlas_st *st;
+    ref_prompt p[N_PROMPTS];
+} fixture;
+
+static int fixture_open(fixture *f, const char *name) {
+    f->name = name;
+    snprintf(f->dir, sizeof f->dir, "%s/%s", harness_data_dir(), name);
+    char path[1100], key[64];
+    snprintf(path, sizeof path, "%s/tokenizer.json", f->dir);
+    if (!harness_require_file(path)) return 0;
+    snprintf(path, sizeof path, "%s/reference.safetensors", f->dir);
+    CHECK_OK(atlas_st_open_file(path, &f->st));
+    if (!f->st) return 0;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        snprintf(key, sizeof key, "p%d.ids", i);
+        const atlas_tensor_view *v = atlas_st_find(f->st, key);
+        snprintf(key, sizeof key, "p%d.greedy_ids", i);
+        const atlas_tensor_view *g = atlas_st_find(f->st, key);
+        snprintf(key, sizeof key, "p%d.greedy_margins", i);
+        const atlas_tensor_view *m = atlas_st_find(f->st, key);
+        CHECK(v && g && m);
+        if (!v || !g || !m) return 0;
+        f->p[i].ids = v->data;
+        f->p[i].n = (int)v->shape[0];
+        f->p[i].greedy = g->data;
+        const float *margins = m->data;
+        int k = 0;
+        while (k < N_GREEDY && margins[k] >= 1e-3f) k++;
+        f->p[i].n_sure = k;
+    }
+    return 1;
+}
+
+static atlas_request greedy_request(const char *model, const int32_t *ids, int n, int max) {
+    atlas_request r = {.model = model, .prompt = ids, .n_prompt = (size_t)n, .max_tokens = max,
+                       .ignore_eos = 1};
+    r.sampling = atlas_sampler_default_params();
+    r.sampling.temperature = 0;
+    return r;
+}
+
+static atlas_engine *engine_new(const atlas_engine_model *models, int n,
+                                const atlas_engine_params *over) {
+    atlas_engine_params p = over ? *over : atlas_engine_default_params();
+    p.models = models;
+    p.n_models = n;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    return e;
+}
+
+/* Submits and waits; returns the collector (caller frees). */
+static coll *run_one(atlas_engine *e, const atlas_request *r) {
+    coll *c = coll_new();
+    atlas_status st = atlas_engine_submit(e, r, on_event, c, NULL);
+    CHECK_MSG(st == ATLAS_OK, "submit: %s", atlas_last_error());
+    if (st != ATLAS_OK) c->done = 1;
+    coll_wait(c);
+    return c;
+}
+
+static int same_ids(const coll *a, const coll *b) {
+    return a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids);
+}
+
+/* The reference's greedy ids, as far as both the output and the reference's margins go. */
+static int matches_reference(const coll *c, const ref_prompt *p) {
+    for (int k = 0; k < p->n_sure && k < c->n_ids; k++)
+        if (c->ids[k] != p->greedy[k]) return 0;
+    return c->n_ids > 0;
+}
+
+static void check_kv_empty(atlas_engine *e, const char *when) {
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK_MSG(m.kv_blocks_used == 0 && m.running == 0 && m.queue_len == 0,
+              "%s: %d blocks used, %d running, %d queued", when, m.kv_blocks_used, m.running,
+              m.queue_len);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+/* Every reference prompt, greedy, in chunks of 64 prompt tokens. */
+static void test_reference(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.batch_tokens = 64;
+    p.ctx_size = 1024;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        atlas_request r = greedy_request(f->name, f->p[i].ids, f->p[i].n, N_GREEDY);
+        coll *c = run_one(e, &r);
+        CHECK_MSG(c->finish == ATLAS_FINISH_LENGTH && c->n_ids == N_GREEDY,
+                  "%s p%d: finish %d, %d ids (%s)", f->name, i, c->finish, c->n_ids, c->msg);
+        CHECK_MSG(matches_reference(c, &f->p[i]), "%s p%d (%d tokens): greedy ids differ from "
+                  "the reference in the first %d", f->name, i, f->p[i].n, f->p[i].n_sure);
+        CHECK(c->usage.prompt_tokens == f->p[i].n && c->usage.completion_tokens == N_GREEDY);
+        /* the streamed text is the decode of the ids */
+        const atlas_tokenizer *tok = NULL;
+        CHECK_OK(atlas_engine_tokenizer(e, f->name, &tok));
+        char *text = NULL;
+        size_t len = 0;
+        if (tok) CHECK_OK(atlas_tokenizer_decode(tok, c->ids, (size_t)c->n_ids, true, &text, &len));
+        CHECK_MSG(text && len == c->n_text && !memcmp(text, c->text, len),
+                  "%s p%d: streamed text differs from the decode", f->name, i);
+        free(text);
+        coll_free(c);
+    }
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK(m.prompt_tokens >= (uint64_t)f->p[6].n && m.loads == 1);
+    CHECK(m.finished_length == N_PROMPTS && m.ttft.n == N_PROMPTS);
+    check_kv_empty(e, "reference");
+    atlas_engine_free(e);
+}
+
+/* Request i of the batch test: a prompt prefix, greedy or seeded sampling, some with
+ * logprobs (which makes the whole batch take the full-logits path). */
+static atlas_request batch_request(const fixture *f, int i) {
+    const ref_prompt *p = &f->p[i % 6];
+    int n = p->n - (i / 6) % 3;
+    if (n < 1) n = 1;
+    atlas_request r = greedy_request(f->name, p->ids, n, 12 + i % 5);
+    if (i % 4 == 3) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.top_p = 0.95f;
+        r.sampling.seed = 1000 + (uint64_t)i;
+    }
+    if (i % 3 == 1) {
+        r.logprobs = 1;
+        r.top_logprobs = 3;
+    }
+    return r;
+}
+
+static void test_batch_vs_alone(const fixture *f) {
+    enum { N = 32 };
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine *e = engine_new(&mod, 1, NULL);
+    if (!e) return;
+    coll *alone[N], *batch[N];
+    for (int i = 0; i < N; i++) {
+        atlas_request r = batch_request(f, i);
+        alone[i] = run_one(e, &r);
+    }
+    atlas_request_handle *h[N];
+    for (int i = 0; i < N; i++) {
+        atlas_request r = batch_request(f, i);
+        batch[i] = coll_new();
+        CHECK_OK(atlas_engine_submit(e, &r, on_event, batch[i], &h[i]));
+    }
+    int same = 0, n_greedy = 0;
+    for (int i = 0; i < N; i++) {
+        coll_wait(batch[i]);
+        /* Sampled requests (i % 4 == 3) are only as reproducible as the logits are bitwise:
+         * the CPU matmul sums a lone token in another order than a pair, so they are not
+         * compared; greedy ones must agree exactly. */
+        if (i % 4 != 3) {
+            n_greedy++;
+            CHECK_MSG(same_ids(alone[i], batch[i]) && alone[i]->n_text == batch[i]->n_text &&
+                          !memcmp(alone[i]->text, batch[i]->text, alone[i]->n_text),
+                      "%s request %d: alone and in a batch of %d differ", f->name, i, N);
+            same += same_ids(alone[i], batch[i]);
+        }
+        CHECK(batch[i]->n_ends == 1 && batch[i]->finish == ATLAS_FINISH_LENGTH);
+        CHECK(batch[i]->n_events == 12 + i % 5);
+        if (i % 3 == 1) CHECK(batch[i]->logprob_sum < 0);
+        atlas_engine_handle_free(h[i]);
+    }
+    CHECK(same == n_greedy && n_greedy == 24);
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK_MSG(m.steps < 2 * 32 * 16, "%llu steps: the batch did not batch",
+              (unsigned long long)m.steps);
+    check_kv_empty(e, "batch");
+    atlas_engine_free(e);
+    for (int i = 0; i < N; i++) {
+        coll_free(alone[i]);
+        coll_free(batch[i]);
+    }
+}
+
+/* 8 sequences of up to 70 tokens in a pool of 10 blocks of 16: preemption must happen, and
+ * every sequence must still give its reference continuation. */
+static void test_preemption(const fixture *f) {
+    enum { N = 8 };
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.ctx_size = 128;
+    p.kv_blocks = 10;
+    p.parallel = 8;
+    p.batch_tokens = 32;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    coll *c[N];
+    for (int i = 0; i < N; i++) {
+        const ref_prompt *rp = &f->p[i % 6];
+        atlas_request r = greedy_request(f->name, rp->ids, rp->n, N_GREEDY);
+        c[i] = coll_new();
+        CHECK_OK(atlas_engine_submit(e, &r, on_event, c[i], NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        coll_wait(c[i]);
+        CHECK_MSG(c[i]->finish == ATLAS_FINISH_LENGTH && c[i]->n_ids == N_GREEDY,
+                  "preemption: request %d finish %d (%s)", i, c[i]->finish, c[i]->msg);
+        CHECK_MSG(matches_reference(c[i], &f->p[i % 6]), "preemption: request %d differs", i);
+        coll_free(c[i]);
+    }
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK_MSG(m.preemptions > 0, "no preemption with a pool of %d blocks", m.kv_blocks_total);
+    CHECK(m.finished_error == 0 && m.kv_blocks_total == 10);
+    check_kv_empty(e, "preemption");
+    atlas_engine_free(e);
+}
+
+static void test_cancel_and_errors(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.ctx_size = 2048;
+    p.parallel = 1;
+    p.queue_limit = 1;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    atlas_request r = greedy_request(f->name, f->p[1].ids, f->p[1].n, 0); /* to the end */
+    coll *a = coll_new(), *b = coll_new(), *c = coll_new();
+    atlas_request_handle *ha = NULL, *hb = NULL, *hc = NULL;
+    CHECK_OK(atlas_engine_submit(e, &r, on_event, a, &ha));
+    coll_wait_tokens(a, 3);
+    CHECK_OK(atlas_engine_submit(e, &r, on_event, b, &hb)); /* waits: parallel is 1 */
+    CHECK(atlas_engine_submit(e, &r, on_event, c, &hc) == ATLAS_ERR_BUSY && !hc);
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK(m.kv_blocks_used > 0 && m.running == 1 && m.queue_len == 1);
+    CHECK(m.requests_rejected == 1);
+    atlas_engine_cancel(hb);
+    coll_wait(b);
+    CHECK(b->finish == ATLAS_FINISH_CANCELLED && b->n_ids == 0);
+    atlas_engine_cancel(ha);
+    coll_wait(a);
+    CHECK(a->finish == ATLAS_FINISH_CANCELLED && a->n_ends == 1);
+    CHECK(a->n_ids > 0 && a->n_ids < 2000);
+    check_kv_empty(e, "after cancel");
+    atlas_engine_cancel(ha); /* after the end: nothing */
+    atlas_engine_handle_free(ha);
+    atlas_engine_handle_free(hb);
+    atlas_engine_handle_free(NULL);
+
+    /* submit's own errors */
+    atlas_request bad = r;
+    bad.model = "nope";
+    CHECK(atlas_engine_submit(e, &bad, on_event, c, NULL) == ATLAS_ERR_NOT_FOUND);
+    int32_t *longp = calloc(3000, sizeof *longp);
+    bad = greedy_request(f->name, longp, 3000, 4);
+    CHECK(atlas_engine_submit(e, &bad, on_event, c, NULL) == ATLAS_ERR_RANGE);
+    CHECK_MSG(strstr(atlas_last_error(), "3000") && strstr(atlas_last_error(), "2048"), "%s",
+              atlas_last_error());
+    free(longp);
+    int32_t big = 1 << 30;
+    bad = greedy_request(f->name, &big, 1, 4);
+    CHECK(atlas_engine_submit(e, &bad, on_event, c, NULL) == ATLAS_ERR_RANGE);
+    bad = greedy_request(f->name, f->p[0].ids, 0, 4);
+    CHECK(atlas_engine_submit(e, &bad, on_event, c, NULL) == ATLAS_ERR_INVALID);
+    bad = greedy_request(f->name, f->p[0].ids, f->p[0].n, 4);
+    bad.sampling.top_p = 2;
+    CHECK(atlas_engine_submit(e, &bad, on_event, c, NULL) == ATLAS_ERR_INVALID);
+    CHECK(c->n_ends == 0);
+    int ctx = 0;
+    CHECK_OK(atlas_engine_ctx_size(e, f->name, &ctx));
+    CHECK(ctx == 2048);
+    atlas_engine_free(e);
+    coll_free(a);
+    coll_free(b);
+    coll_free(c);
+}
+
+/* Stop strings: the text ends right before the first one; held-back text that turns out not
+ * to be a stop string is released. */
+static void test_stop_strings(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine *e = engine_new(&mod, 1, NULL);
+    if (!e) return;
+    atlas_request r = greedy_request(f->name, f->p[0].ids, f->p[0].n, 20);
+    coll *full = run_one(e, &r);
+    CHECK(full->n_text > 8);
+    if (full->n_text > 8) {
+        /* a stop string taken from the middle of the output */
+        char stop[8];
+        size_t at = full->n_text / 2;
+        while (at < full->n_text && ((unsigned char)full->text[at] & 0xC0) == 0x80) at++;
+        size_t sl = full->n_text - at < 3 ? full->n_text - at : 3;
+        while (at + sl < full->n_text && ((unsigned char)full->text[at + sl] & 0xC0) == 0x80)
+            sl++;
+        memcpy(stop, full->text + at, sl);
+        stop[sl] = 0;
+        char *first = memmem(full->text, full->n_text, stop, sl);
+        size_t want = first ? (size_t)(first - full->text) : 0;
+        const char *stops[2] = {"\x01never", stop};
+        r.stop = stops;
+        r.n_stop = 2;
+        coll *c = run_one(e, &r);
+        CHECK_MSG(c->finish == ATLAS_FINISH_STOP && !strcmp(c->stop_string, stop),
+                  "stop: finish %d '%s'", c->finish, c->stop_string);
+        CHECK_MSG(c->n_text == want && !memcmp(c->text, full->text, want),
+                  "stop: text %zu bytes, want %zu", c->n_text, want);
+        coll_free(c);
+        /* a stop string that never matches: nothing lost */
+        const char *never[1] = {"\x01\x02"};
+        r.stop = never;
+        r.n_stop = 1;
+        c = run_one(e, &r);
+        CHECK(c->n_text == full->n_text && !memcmp(c->text, full->text, c->n_text));
+        CHECK(c->finish == ATLAS_FINISH_LENGTH);
+        coll_free(c);
+    }
+    /* a stop id: the first generated token */
+    r = greedy_request(f->name, f->p[0].ids, f->p[0].n, 20);
+    r.stop_ids = &full->ids[2];
+    r.n_stop_ids = 1;
+    coll *c = run_one(e, &r);
+    CHECK(c->finish == ATLAS_FINISH_STOP && c->n_ids == 2 && c->usage.completion_tokens == 3);
+    coll_free(c);
+    coll_free(full);
+    atlas_engine_free(e);
+}
+
+/* ---- swaps ------------------------------------------------------------------------------ */
+
+typedef struct swap_client {
+    atlas_engine *e;
+    const fixture *f;
+    int n, wrong, failed;
+} swap_client;
+
+static void *swap_thread(void *arg) {
+    swap_client *sc = arg;
+    for (int i = 0; i < sc->n; i++) {
+        const ref_prompt *p = &sc->f->p[i % 6];
+        atlas_request r = greedy_request(sc->f->name, p->ids, p->n, 6);
+        coll *c = run_one(sc->e, &r);
+        if (c->finish != ATLAS_FINISH_LENGTH) {
+            sc->failed++;
+            fprintf(stderr, "swap: %s request %d: finish %d: %s\n", sc->f->name, i, c->finish,
+                    c->msg);
+        } else if (!matches_reference(c, p)) {
+            sc->wrong++;
+        }
+        coll_free(c);
+    }
+    return NULL;
+}
+
+static long rss_kb(void) {
+    FILE *fp = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (fp) {
+        if (fscanf(fp, "%ld %ld", &pages, &rss) != 2) rss = 0;
+        fclose(fp);
+    }
+    return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void swap_round(atlas_engine *e, const fixture *a, const fixture *b, int n) {
+    swap_client ca = {e, a, n, 0, 0}, cb = {e, b, n, 0, 0};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, swap_thread, &ca);
+    pthread_create(&tb, NULL, swap_thread, &cb);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_MSG(ca.failed + cb.failed == 0, "swaps: %d failed", ca.failed + cb.failed);
+    CHECK_MSG(ca.wrong + cb.wrong == 0, "swaps: %d wrong answers", ca.wrong + cb.wrong);
+}
+
+static void test_swaps(const fixture *a, const fixture *b) {
+    atlas_engine_model mods[2] = {{a->name, a->dir}, {b->name, b->dir}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.max_resident = 1;
+    p.ctx_size = 1024;
+    atlas_engine *e = engine_new(mods, 2, &p);
+    if (!e) return;
+    swap_round(e, a, b, 5); /* warm-up: allocator pools, tokenizers */
+    atlas_engine_metrics m0, m1;
+    atlas_engine_get_metrics(e, &m0);
+    long rss0 = rss_kb();
+    swap_round(e, a, b, 30);
+    long rss1 = rss_kb();
+    atlas_engine_get_metrics(e, &m1);
+    uint64_t swaps = m1.loads - m0.loads;
+    CHECK_MSG(swaps >= 50, "only %llu swaps", (unsigned long long)swaps);
+    CHECK(m1.load_failures == 0 && m1.release_busy == 0 && m1.finished_error == 0);
+    CHECK(m1.resident_models == 1 && m1.unloads + 1 == m1.loads);
+    CHECK(m1.swap.n == m1.loads && m1.last_swap_s > 0);
+    CHECK_MSG(rss1 - rss0 < 16 * 1024, "RSS grew by %ld kB over %llu swaps", rss1 - rss0,
+              (unsigned long long)swaps);
+    fprintf(stderr, "swaps: %llu, mean %.2f ms, RSS %ld -> %ld kB\n",
+            (unsigned long long)swaps, 1e3 * m1.swap.sum / (double)m1.swap.n, rss0, rss1);
+    check_kv_empty(e, "swaps");
+
+    /* by hand */
+    atlas_engine_model_status st[2];
+    CHECK(atlas_engine_models(e, st, 2) == 2);
+    CHECK(st[0].resident + st[1].resident == 1);
+    CHECK_OK(atlas_engine_load(e, a->name));
+    CHECK(atlas_engine_models(e, st, 2) == 2 && st[0].resident && !st[1].resident);
+    CHECK_OK(atlas_engine_unload(e, a->name));
+    CHECK(atlas_engine_models(e, st, 2) == 2 && !st[0].resident && !st[1].resident);
+    CHECK_OK(atlas_engine_unload(e, a->name));
+    CHECK(atlas_engine_load(e, "nope") == ATLAS_ERR_NOT_FOUND);
+    atlas_engine_free(e);
+}
+
+/* A directory whose config and tokenizer are fine but whose weights are cut short. */
+static void make_bad_dir(const fixture *f, char *out, size_t cap) {
+    snprintf(out, cap, "/tmp/atlas-test-engine-%d", (int)getpid());
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/tokenizer.json "
+             "%s/tokenizer_config.json %s/ && head -c 1000 %s/model.safetensors > "
+             "%s/model.safetensors", out, f->dir, f->dir, f->dir, out, f->dir, out);
+    CHECK(system(cmd) == 0);
+}
+
+static void test_failed_load(const fixture *f) {
+    char bad[256];
+    make_bad_dir(f, bad, sizeof bad);
+    atlas_engine_model mods[2] = {{f->name, f->dir}, {"broken", bad}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.max_resident = 1;
+    atlas_engine *e = engine_new(mods, 2, &p);
+    if (!e) return;
+    enum { N = 6 };
+    coll *c[N];
+    for (int i = 0; i < N; i++) {
+        const ref_prompt *rp = &f->p[i % 3];
+        atlas_request r = greedy_request(i % 2 ? "broken" : f->name, rp->ids, rp->n, 6);
+        c[i] = coll_new();
+        CHECK_OK(atlas_engine_submit(e, &r, on_event, c[i], NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        coll_wait(c[i]);
+        if (i % 2) {
+            CHECK(c[i]->finish == ATLAS_FINISH_ERROR && c[i]->status != ATLAS_OK);
+            CHECK_MSG(strstr(c[i]->msg, "broken") && strstr(c[i]->msg, bad), "%s", c[i]->msg);
+        } else {
+            CHECK_MSG(c[i]->finish == ATLAS_FINISH_LENGTH && matches_reference(c[i], &f->p[i % 3]),
+                      "request %d for the good model: finish %d (%s)", i, c[i]->finish, c[i]->msg);
+        }
+        coll_free(c[i]);
+    }
+    CHECK(atlas_engine_load(e, "broken") != ATLAS_OK);
+    CHECK(strstr(atlas_last_error(), bad) != NULL);
+    atlas_engine_model_status st[2];
+    atlas_engine_models(e, st, 2);
+    CHECK(st[1].last_error[0] != 0 && !st[1].resident);
+    /* still serving */
+    atlas_request r = greedy_request(f->name, f->p[0].ids, f->p[0].n, 6);
+    coll *ok = run_one(e, &r);
+    CHECK(ok->finish == ATLAS_FINISH_LENGTH && matches_reference(ok, &f->p[0]));
+    coll_free(ok);
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK(m.load_failures >= 2);
+    atlas_engine_free(e);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", bad);
+    CHECK(system(cmd) == 0);
+
+    /* params */
+    atlas_engine *x = NULL;
+    p = atlas_engine_default_params();
+    CHECK(atlas_engine_create(&p, &x) == ATLAS_ERR_INVALID && !x);
+    atlas_engine_model missing = {"m", "/nonexistent/dir"};
+    p.models = &missing;
+    p.n_models = 1;
+    CHECK(atlas_engine_create(&p, &x) != ATLAS_OK && !x);
+    CHECK(strstr(atlas_last_error(), "/nonexistent/dir") != NULL);
+    atlas_engine_free(NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define TIMED(call)                                                                        \
+    do {                                                                                   \
+        double t0_ = now_s();                                                              \
+        call;                                                                              \
+        fprintf(stderr, "%-40s %6.2f s\n", #call, now_s() - t0_);                          \
+    } while (0)
+
+int main(void) {
+    fixture llama = {0}, qwen = {0};
+    if (!fixture_open(&llama, "tiny-llama3") || !fixture_open(&qwen, "tiny-qwen3"))
+        return harness_finish();
+    TIMED(test_reference(&llama));
+    TIMED(test_reference(&qwen));
+    TIMED(test_batch_vs_alone(&llama));
+    TIMED(test_batch_vs_alone(&qwen));
+    TIMED(test_preemption(&llama));
+    TIMED(test_cancel_and_errors(&llama));
+    TIMED(test_stop_strings(&qwen));
+    TIMED(test_swaps(&llama, &qwen));
+    TIMED(test_failed_load(&llama));
+    atlas_st_free(llama.st);
+    atlas_st_free(qwen.st);
+    return harness_finish();
+}
