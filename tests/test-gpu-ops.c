@@ -337,20 +337,46 @@ int main(void) {
         buf_free(&x);
     }
 
-    atlas_kv *kc = NULL, *kg = NULL;
-    CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
-    CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
-    /* history: seq 0 gets 40 positions, seq 1 gets 100; then a prefill chunk of 23 + 1, then
-     * decode steps of both */
-    test_layer_ops(kc, kg, 40, 100, 0, 0, "prefill 40+100", &norm, &qn, &kn);
-    test_layer_ops(kc, kg, 23, 1, 40, 100, "chunk 23+1", &norm, &qn, &kn);
-    test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
-    test_graph(kc, kg, &norm, &wqkv, 64, 102);
-    printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
-           (unsigned long long)cb->graph_replays);
-
-    cpu->ops->kv_free(cpu, kc);
-    gpu->ops->kv_free(gpu, kg);
+    for (int pass = 0; pass < 2; pass++) { /* 1: the split-K kernel for prefill too */
+        atlas_backend *keep = gpu;
+        weight saved[4] = {norm, qn, kn, wqkv};
+        if (pass == 1) {
+            setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
+            CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
+            unsetenv("ATLAS_CUDA_PREFILL_ATTN");
+            if (!gpu) break;
+            const atlas_tensor_view *v[1] = {&tn.view};
+            CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
+            v[0] = &tq.view;
+            CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &qn.gpu));
+            v[0] = &tk.view;
+            CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
+            v[0] = &twq.view;
+            CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
+            printf("pass 2: split-K attention for prefill\n");
+        }
+        atlas_kv *kc = NULL, *kg = NULL;
+        CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
+        CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
+        /* history: seq 0 gets 40 positions, seq 1 gets 100; then a prefill chunk of 23 + 1,
+         * then decode steps of both */
+        test_layer_ops(kc, kg, 40, 100, 0, 0, "prefill 40+100", &norm, &qn, &kn);
+        test_layer_ops(kc, kg, 23, 1, 40, 100, "chunk 23+1", &norm, &qn, &kn);
+        test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
+        test_graph(kc, kg, &norm, &wqkv, 64, 102);
+        cb = (cuda_backend *)gpu;
+        printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
+               (unsigned long long)cb->graph_replays);
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
+        if (pass == 1) {
+            weight *w2[] = {&norm, &qn, &kn, &wqkv};
+            for (int i = 0; i < 4; i++) gpu->ops->weight_free(gpu, w2[i]->gpu);
+            gpu->ops->destroy(gpu);
+            gpu = keep;
+            norm = saved[0], qn = saved[1], kn = saved[2], wqkv = saved[3];
+        }
+    }
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

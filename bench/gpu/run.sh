@@ -11,6 +11,9 @@ B=${ATLAS_BUILD:-build-h6-gpu}
 STEPS=${STEPS:-"ops forward bench hf"}
 export LD_LIBRARY_PATH=$PWD/.carry/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ATLAS_TEST_DATA=$PWD/tests/data PYTHONUNBUFFERED=1
+# cuBLASLt (optional) is not on the loader's path in every image
+LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
+[ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT") && echo "cuBLASLt: $LT"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $(date +%T) $*"; }
 

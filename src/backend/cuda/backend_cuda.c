@@ -252,10 +252,10 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     int ct = n_tokens > cb->cap_tok ? n_tokens : cb->cap_tok;
     if (ct < 64) ct = 64;
     int cbt = table > cb->cap_table ? table : cb->cap_table;
-    int32_t *h = realloc(cb->h_stage, (size_t)(5 * ct + cbt) * sizeof *h);
+    int32_t *h = realloc(cb->h_stage, (size_t)(7 * ct + cbt) * sizeof *h);
     if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     cb->h_stage = h;
-    ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(5 * ct + cbt) * 4, "batch"));
+    ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(7 * ct + cbt) * 4, "batch"));
     ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, (size_t)ct * 4, "argmax ids"));
     cb->cap_tok = ct;
     cb->cap_table = cbt;
@@ -282,8 +282,15 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         }
     }
     memcpy(h + 4 * cap, b->logit_rows, (size_t)b->n_logits * 4);
-    memcpy(h + 5 * cap, b->block_table, (size_t)table * 4);
-    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(5 * cap + table) * 4, cb->stream);
+    int tiles = 0; /* prefill attention: up to 64 consecutive tokens of one sequence */
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t += 64, tiles++) {
+            h[5 * cap + 2 * tiles] = t;
+            h[5 * cap + 2 * tiles + 1] = b->seq_start[s + 1] - t < 64 ? b->seq_start[s + 1] - t : 64;
+        }
+    cb->n_tiles = tiles;
+    memcpy(h + 7 * cap, b->block_table, (size_t)table * 4);
+    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
@@ -465,6 +472,8 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->base.geom.rope_inv_freq = NULL; /* the caller's array is not kept */
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
+    e = getenv("ATLAS_CUDA_PREFILL_ATTN");
+    cb->use_prefill_attn = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT");
     if (!(e && e[0] == '0') && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;

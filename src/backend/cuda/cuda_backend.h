@@ -60,7 +60,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine;
+    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128;
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -77,9 +77,10 @@ typedef struct cuda_backend {
     /* the staged batch: host mirror and fixed device buffers of cap_tok / cap_table ints */
     int n_tokens, n_seqs, n_logits, max_blocks, block_size;
     int cap_tok, cap_table;
-    int32_t *h_stage;       /* [5 * cap_tok + cap_table] */
+    int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
+    int32_t *h_stage;       /* [7 * cap_tok + cap_table] */
     CUdeviceptr d_stage;    /* same layout: tokens, positions, slots, tok_seq, logit_rows,
-                               block_table */
+                               tiles (first token, count) [2 * cap_tok], block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results */
     /* attention split-K workspace */
     int n_split, chunk;
@@ -93,6 +94,7 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
     uint64_t graph_captures, graph_replays;
 
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
@@ -110,7 +112,7 @@ static inline CUdeviceptr cuda_stage_ptr(const cuda_backend *cb, int which) {
     return cb->d_stage + (size_t)which * cb->cap_tok * sizeof(int32_t);
 }
 enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA_STAGE_ROWS,
-       CUDA_STAGE_TABLE };
+       CUDA_STAGE_TILES, CUDA_STAGE_TABLE = 7 };
 
 /* ops_cuda.c: runs one command now (on the stream; captured when capturing). */
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);

@@ -12,7 +12,7 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
 
 atlas_status cuda_load_kernels(cuda_backend *cb) {
     static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
-                                          "gemv", "gemm", "attention"};
+                                          "gemv", "gemm", "attention", "attn_prefill"};
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
         ATLAS_TRY(atlas_registry_load_module(cb->reg, modules[i]));
     struct { CUfunction *f; const char *name; } fns[] = {
@@ -24,6 +24,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
+        {&cb->fn.attn_prefill64, "atlas_attn_prefill64"},
+        {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
@@ -50,10 +52,30 @@ static int attn_tile(int G, int hd) {
     return t;
 }
 
+/* Tensor-core flash attention over tiles of 64 queries (prefill; head_dim 64 or 128). */
+static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    const atlas_kv *kv = c->p[2];
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    int bs = kv->block_size, window = g->sliding_window, max_blocks = cb->max_blocks;
+    float qscale = 1.4426950408889634f / __builtin_sqrtf((float)hd);
+    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
+    CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
+    CUdeviceptr vc = kc + kv->layer_elems * 2;
+    CUdeviceptr tiles = cuda_stage_ptr(cb, CUDA_STAGE_TILES), seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ);
+    CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
+    void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
+                 &window, &qscale};
+    CUfunction f = hd == 64 ? cb->fn.attn_prefill64 : cb->fn.attn_prefill128;
+    return launch(cb, f, (unsigned)cb->n_tiles, (unsigned)H, 1, 128, 2 * 64 * (hd + 8) * 2, a);
+}
+
 static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
+    if (cb->use_prefill_attn && c->n >= 16 && c->n >= 8 * cb->n_tiles && (hd == 64 || hd == 128))
+        return op_attention_tiles(cb, c);
     int n = c->n, bs = kv->block_size, window = g->sliding_window, max_blocks = cb->max_blocks;
     int chunk = cb->chunk, tile = attn_tile(G, hd);
     float scale = 1.0f / __builtin_sqrtf((float)hd);

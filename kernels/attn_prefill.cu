@@ -1,0 +1,196 @@
+/* kernels/attn_prefill.cu — causal flash attention for prefill on the tensor cores
+ * (mma.sync m16n8k16 bf16, fp32 softmax and accumulators), reading K/V from the paged cache.
+ *
+ * One block: 64 consecutive query tokens of one sequence (a "tile", listed by begin_batch)
+ * and one query head; 4 warps of 16 query rows. Keys are walked in tiles of 64 (K and V
+ * tiles gathered from their cache slots by cp.async); scores get the causal / sliding-window
+ * mask, an online softmax in base 2 (the scale and log2(e) are folded into Q), and P (bf16)
+ * multiplies V through ldmatrix.trans. Q is staged through the K buffer once and kept in
+ * registers. head_dim 64 or 128 (template); others use kernels/attention.cu. */
+#include "common.cuh"
+
+enum { PF_Q = 64, PF_K = 64, PF_THREADS = 128 };
+
+__device__ __forceinline__ void pf_cp16(void *smem, const void *gmem, int bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+__device__ __forceinline__ void pf_ldm4(uint32_t (&r)[4], const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+__device__ __forceinline__ void pf_ldm4t(uint32_t (&r)[4], const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+__device__ __forceinline__ void pf_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Gathers keys [k0, k0 + 64) (those <= kend; the rest read zeros) of kv head g into s. */
+template <int HD>
+__device__ __forceinline__ void pf_load_kv(bf16_t *s, const bf16_t *cache, const int *bt, int bs,
+                                           int K, int g, int k0, int kend) {
+    constexpr int CH = HD / 8, LD = HD + 8;
+    for (int c = threadIdx.x; c < PF_K * CH; c += PF_THREADS) {
+        int r = c / CH, col = (c % CH) * 8, kp = k0 + r;
+        bool ok = kp <= kend;
+        const bf16_t *src = cache;
+        if (ok) src = cache + ((size_t)(bt[kp / bs] * bs + kp % bs) * K + g) * HD + col;
+        pf_cp16(s + r * LD + col, src, ok ? 16 : 0);
+    }
+    asm volatile("cp.async.commit_group;");
+}
+
+template <int HD>
+__device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16_t *kc,
+                                        const bf16_t *vc, const int *tiles, const int *tok_seq,
+                                        const int *positions, const int *block_table,
+                                        int max_blocks, int bs, int H, int K, int window,
+                                        float qscale) {
+    constexpr int LD = HD + 8, KS = HD / 16, NT = HD / 8;
+    extern __shared__ __align__(16) bf16_t pf_smem[];
+    bf16_t *ks = pf_smem, *vs = pf_smem + PF_K * LD;
+    int t0 = tiles[2 * blockIdx.x], cnt = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+    int g = h / (H / K), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int qr = lane >> 2, qc = (lane & 3) * 2; /* fragment row / column within 16 x 8 */
+    int p0 = positions[t0], kend = p0 + cnt - 1;
+    int klo = window > 0 ? max(0, p0 - window + 1) : 0;
+    const int *bt = block_table + (size_t)tok_seq[t0] * max_blocks;
+    size_t row_stride = (size_t)(H + 2 * K) * HD;
+
+    /* Q (scaled, bf16) through the K buffer into registers */
+    for (int c = threadIdx.x; c < PF_Q * HD / 4; c += PF_THREADS) {
+        int r = c / (HD / 4), col = (c % (HD / 4)) * 4;
+        float4 v = r < cnt ? *(const float4 *)(qkv + (size_t)(t0 + r) * row_stride +
+                                               (size_t)h * HD + col)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+        *(uint2 *)(ks + r * LD + col) =
+            make_uint2(pack_bf16x2(v.x * qscale, v.y * qscale), pack_bf16x2(v.z * qscale, v.w * qscale));
+    }
+    __syncthreads();
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+        pf_ldm4(qa[kk], ks + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+    __syncthreads();
+
+    float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < NT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    int qp[2] = {p0 + warp * 16 + qr, p0 + warp * 16 + qr + 8};
+
+    for (int k0 = klo - klo % PF_K; k0 <= kend; k0 += PF_K) {
+        pf_load_kv<HD>(ks, kc, bt, bs, K, g, k0, kend);
+        pf_load_kv<HD>(vs, vc, bt, bs, K, g, k0, kend);
+        asm volatile("cp.async.wait_all;");
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                uint32_t b[4];
+                pf_ldm4(b, ks + (p * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
+                               ((lane >> 3) & 1) * 8);
+                pf_mma(s[2 * p], qa[kk], b[0], b[1]);
+                pf_mma(s[2 * p + 1], qa[kk], b[2], b[3]);
+            }
+        }
+        /* mask, online softmax (rows qr and qr + 8 of this warp's 16) */
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int kp = k0 + j * 8 + qc + (e & 1), q = qp[e >> 1];
+                bool ok = kp <= q && kp >= klo && (window <= 0 || kp > q - window);
+                s[j][e] = ok ? s[j][e] : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+            }
+        float sc[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float base = mx[r] == -INFINITY ? 0.f : mx[r];
+            sc[r] = exp2f(m[r] - base); /* 0 while m is -inf */
+            m[r] = mx[r];
+            l[r] *= sc[r];
+        }
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float b0 = m[0] == -INFINITY ? 0.f : m[0], b1 = m[1] == -INFINITY ? 0.f : m[1];
+            float e0 = exp2f(s[j][0] - b0), e1 = exp2f(s[j][1] - b0);
+            float e2 = exp2f(s[j][2] - b1), e3 = exp2f(s[j][3] - b1);
+            l[0] += e0 + e1;
+            l[1] += e2 + e3;
+            pa[j >> 1][(j & 1) * 2] = pack_bf16x2(e0, e1);
+            pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+        }
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            o[i][0] *= sc[0]; o[i][1] *= sc[0];
+            o[i][2] *= sc[1]; o[i][3] *= sc[1];
+        }
+        /* O += P V: k = keys (4 steps of 16), n = head dims (pairs of 8-wide tiles) */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t b[4];
+                int mi = lane >> 3;
+                pf_ldm4t(b, vs + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * LD + np * 16 + (mi >> 1) * 8);
+                pf_mma(o[2 * np], pa[kk], b[0], b[1]);
+                pf_mma(o[2 * np + 1], pa[kk], b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* before the next tile overwrites ks / vs */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int row = warp * 16 + qr + r * 8;
+        if (row >= cnt) continue;
+        float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        float *dst = out + (size_t)(t0 + row) * H * HD + (size_t)h * HD;
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            *(float2 *)(dst + i * 8 + qc) = make_float2(o[i][r * 2] * inv, o[i][r * 2 + 1] * inv);
+    }
+}
+
+/* grid (n_tiles, H), block 128, dynamic smem 2 * 64 * (HD + 8) * 2 bytes. */
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+atlas_attn_prefill64(float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc,
+                     const int *tiles, const int *tok_seq, const int *positions,
+                     const int *block_table, int max_blocks, int bs, int H, int K, int window,
+                     float qscale) {
+    pf_body<64>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
+                window, qscale);
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+atlas_attn_prefill128(float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc,
+                      const int *tiles, const int *tok_seq, const int *positions,
+                      const int *block_table, int max_blocks, int bs, int H, int K, int window,
+                      float qscale) {
+    pf_body<128>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
+                 window, qscale);
+}
