@@ -124,11 +124,12 @@ static int bench_file(const atlas_tokenizer *tok, const char *path, int threads,
 
     size_t n_lines = 0, cap = 1024;
     line *lines = malloc(cap * sizeof *lines);
-    for (size_t i = 0; i < len;) {
+    for (size_t i = 0;;) { /* like Python's str.split('\n'): n newlines make n + 1 lines */
         const char *nl = memchr(text + i, '\n', len - i);
         size_t e = nl ? (size_t)(nl - text) : len;
         if (n_lines == cap) lines = realloc(lines, (cap *= 2) * sizeof *lines);
         lines[n_lines++] = (line){text + i, e - i};
+        if (!nl) break;
         i = e + 1;
     }
     int modes[2] = {1, threads};

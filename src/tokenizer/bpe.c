@@ -46,88 +46,49 @@ static size_t pow2_at_least(size_t n) {
 /* ---- bytes -> id -------------------------------------------------------------------------- */
 
 atlas_status tok_strmap_init(tok_strmap *m, size_t expected) {
-    memset(m, 0, sizeof *m);
-    m->cap = pow2_at_least(expected * 2 + 1);
-    m->n_alloc = expected > 0 ? expected : 16;
+    m->n = 0;
+    m->cap = pow2_at_least(expected + expected / 2 + 1); /* load factor below 2/3 */
     m->slots = calloc(m->cap, sizeof *m->slots);
-    m->keys = malloc(m->n_alloc * sizeof *m->keys);
-    m->key_lens = malloc(m->n_alloc * sizeof *m->key_lens);
-    m->vals = malloc(m->n_alloc * sizeof *m->vals);
-    if (!m->slots || !m->keys || !m->key_lens || !m->vals) {
-        tok_strmap_free(m);
-        return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: hash map of %zu entries", expected);
-    }
+    if (!m->slots) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: hash map of %zu entries", expected);
     return ATLAS_OK;
 }
 
 void tok_strmap_free(tok_strmap *m) {
     free(m->slots);
-    free(m->keys);
-    free(m->key_lens);
-    free(m->vals);
     memset(m, 0, sizeof *m);
 }
 
-/* The slot holding key, or the empty slot where it would go.  The slot keeps the hash's
- * top 32 bits, so that a probe past other keys rarely touches their strings. */
-static size_t strmap_find(const tok_strmap *m, const char *key, size_t len, uint64_t h) {
+/* The slot holding key, or the empty slot where it would go. */
+static tok_strmap_slot *strmap_find(const tok_strmap *m, const char *key, size_t len) {
     size_t mask = m->cap - 1;
-    uint32_t tag = (uint32_t)(h >> 32);
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        uint64_t sl = m->slots[i];
-        if (sl == 0) return i;
-        if ((uint32_t)(sl >> 32) != tag) continue;
-        uint32_t e = (uint32_t)sl - 1;
-        if (m->key_lens[e] == len && memcmp(m->keys[e], key, len) == 0) return i;
+    for (size_t i = tok_hash_bytes(key, len) & mask;; i = (i + 1) & mask) {
+        tok_strmap_slot *sl = &m->slots[i];
+        if (!sl->key || (sl->len == len && memcmp(sl->key, key, len) == 0)) return sl;
     }
 }
 
 static atlas_status strmap_grow(tok_strmap *m) {
-    size_t cap = m->cap * 2;
-    uint64_t *slots = calloc(cap, sizeof *slots);
-    if (!slots) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: growing a hash map");
-    for (size_t e = 0; e < m->n; e++) {
-        uint64_t h = tok_hash_bytes(m->keys[e], m->key_lens[e]);
-        size_t i = h & (cap - 1);
-        while (slots[i]) i = (i + 1) & (cap - 1);
-        slots[i] = (h >> 32) << 32 | (uint64_t)(e + 1);
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->cap = cap;
+    tok_strmap old = *m;
+    ATLAS_TRY(tok_strmap_init(m, old.cap)); /* about twice the entries */
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.slots[i].key) *strmap_find(m, old.slots[i].key, old.slots[i].len) = old.slots[i];
+    m->n = old.n;
+    free(old.slots);
     return ATLAS_OK;
 }
 
 atlas_status tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val) {
-    if ((m->n + 1) * 2 > m->cap) ATLAS_TRY(strmap_grow(m));
-    uint64_t h = tok_hash_bytes(key, len);
-    size_t i = strmap_find(m, key, len, h);
-    if (m->slots[i]) {
-        m->vals[(uint32_t)m->slots[i] - 1] = val;
-        return ATLAS_OK;
-    }
-    if (m->n == m->n_alloc) {
-        size_t n = m->n_alloc * 2;
-        const char **k = realloc(m->keys, n * sizeof *k);
-        if (k) m->keys = k;
-        uint32_t *l = realloc(m->key_lens, n * sizeof *l);
-        if (l) m->key_lens = l;
-        int32_t *v = realloc(m->vals, n * sizeof *v);
-        if (v) m->vals = v;
-        if (!k || !l || !v) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: growing a hash map");
-        m->n_alloc = n;
-    }
-    m->keys[m->n] = key;
-    m->key_lens[m->n] = (uint32_t)len;
-    m->vals[m->n] = val;
-    m->slots[i] = (h >> 32) << 32 | (uint64_t)++m->n;
+    if ((m->n + 1) * 3 > m->cap * 2) ATLAS_TRY(strmap_grow(m));
+    tok_strmap_slot *sl = strmap_find(m, key, len);
+    if (!sl->key) m->n++;
+    *sl = (tok_strmap_slot){key, (uint32_t)len, val};
     return ATLAS_OK;
 }
 
 int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len) {
     if (!m->cap) return -1;
-    uint64_t e = m->slots[strmap_find(m, key, len, tok_hash_bytes(key, len))];
-    return e ? m->vals[(uint32_t)e - 1] : -1;
+    const tok_strmap_slot *sl = strmap_find(m, key, len);
+    return sl->key ? sl->val : -1;
 }
 
 /* ---- (left, right) -> (rank, id) ---------------------------------------------------------- */
@@ -285,10 +246,7 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
     if (len == 0) return ATLAS_OK;
     if (len == 1 && tok->byte_id[(unsigned char)word[0]] >= 0)
         return tok_ctx_push_id(c, tok->byte_id[(unsigned char)word[0]]);
-    if (tok->ignore_merges) {
-        int32_t id = tok_strmap_get(&tok->by_bytes, word, len);
-        if (id >= 0) return tok_ctx_push_id(c, id);
-    }
+    /* the cache first: a hit costs one cache line, the vocab lookup two or more */
     tok_wcache_slot *sl = NULL;
     if (len <= TOK_WCACHE_KEY && tok->wcache) {
         sl = &tok->wcache[tok_hash_bytes(word, len) & (TOK_WCACHE_SLOTS - 1)];
@@ -305,7 +263,9 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
         }
     }
     size_t first = c->n_ids;
-    ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
+    int32_t whole = tok->ignore_merges ? tok_strmap_get(&tok->by_bytes, word, len) : -1;
+    if (whole >= 0) ATLAS_TRY(tok_ctx_push_id(c, whole)); /* a word in the vocab is one token */
+    else ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
     size_t n = c->n_ids - first;
     if (sl && n <= TOK_WCACHE_IDS && slot_lock(sl)) {
         sl->key_len = (uint8_t)len;

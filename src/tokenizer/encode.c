@@ -13,10 +13,6 @@ void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok) {
 }
 
 void tok_ctx_free(tok_ctx *c) {
-    free(c->work);
-    free(c->pieces);
-    free(c->pieces2);
-    free(c->segs);
     pcre2_match_data_free(c->md);
     pcre2_match_context_free(c->mctx);
     pcre2_jit_stack_free(c->jit_stack);
@@ -36,36 +32,9 @@ atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id) {
     return ATLAS_OK;
 }
 
-/* s may point into c->work itself. */
-atlas_status tok_ctx_work_append(tok_ctx *c, const char *s, size_t len, uint32_t *off) {
-    if (c->work_len + len > UINT32_MAX)
-        return atlas_fail(ATLAS_ERR_RANGE, "tokenizer: text segment over 4 GiB");
-    if (c->work_len + len > c->work_cap) {
-        bool inside = c->work && s >= c->work && s < c->work + c->work_cap;
-        size_t s_off = inside ? (size_t)(s - c->work) : 0;
-        size_t cap = c->work_cap ? c->work_cap : 256;
-        while (cap < c->work_len + len) cap *= 2;
-        char *w = realloc(c->work, cap);
-        if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu bytes of text", cap);
-        c->work = w;
-        c->work_cap = cap;
-        if (inside) s = w + s_off;
-    }
-    if (len) memcpy(c->work + c->work_len, s, len);
-    *off = (uint32_t)c->work_len;
-    c->work_len += len;
-    return ATLAS_OK;
-}
-
 /* A segment of normalized text with no added token in it: pre-tokenize, then BPE. */
 static atlas_status encode_plain(tok_ctx *c, const char *s, size_t len) {
-    c->work_len = 0;
-    uint32_t off;
-    ATLAS_TRY(tok_ctx_work_append(c, s, len, &off));
-    ATLAS_TRY(tok_pretokenize(c, off, (uint32_t)len));
-    for (size_t i = 0; i < c->n_pieces; i++)
-        ATLAS_TRY(tok_bpe_word(c, c->work + c->pieces[i].off, c->pieces[i].len));
-    return ATLAS_OK;
+    return tok_pretokenize(c, 0, s, len);
 }
 
 static atlas_status on_normalized_segment(tok_ctx *c, const char *s, size_t len, int32_t added,

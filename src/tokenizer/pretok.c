@@ -248,19 +248,6 @@ pcre2_code *tok_regex_compile(const char *pattern, size_t len, bool literal, cha
     return re;
 }
 
-static atlas_status push_piece(tok_span **p, size_t *n, size_t *cap, uint32_t off, uint32_t len) {
-    if (len == 0) return ATLAS_OK; /* HF drops empty splits */
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
-        tok_span *q = realloc(*p, nc * sizeof *q);
-        if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu words", nc);
-        *p = q;
-        *cap = nc;
-    }
-    (*p)[(*n)++] = (tok_span){off, len};
-    return ATLAS_OK;
-}
-
 static atlas_status regex_match(tok_ctx *c, const pcre2_code *re, const char *s, size_t len,
                                 size_t at, int *rc) {
     *rc = PCRE2_ERROR_NOMATCH;
@@ -283,30 +270,44 @@ static atlas_status regex_match(tok_ctx *c, const pcre2_code *re, const char *s,
     return ATLAS_OK;
 }
 
-static atlas_status push_seg(tok_ctx *c, size_t a, size_t b, bool m) {
-    if (c->n_segs == c->cap_segs) {
-        size_t nc = c->cap_segs ? c->cap_segs * 2 : 256;
-        tok_seg *q = realloc(c->segs, nc * sizeof *q);
+/* The words are never collected: each piece a pre-tokenizer makes goes straight through the
+ * next ones and into BPE (tok_pretokenize recurses), so that a long text streams through
+ * small buffers instead of filling arrays of millions of pieces. */
+
+typedef struct seg_list {
+    tok_seg *v;
+    size_t n, cap;
+} seg_list;
+
+static atlas_status seg_push(seg_list *l, size_t a, size_t b, bool m) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        tok_seg *q = realloc(l->v, nc * sizeof *q);
         if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu regex matches", nc);
-        c->segs = q;
-        c->cap_segs = nc;
+        l->v = q;
+        l->cap = nc;
     }
-    c->segs[c->n_segs++] = (tok_seg){(uint32_t)a, (uint32_t)b, m};
+    l->v[l->n++] = (tok_seg){(uint32_t)a, (uint32_t)b, m};
     return ATLAS_OK;
 }
 
-/* HF Pattern::find_matches: matches and the gaps between them, in order. */
-static atlas_status find_matches(tok_ctx *c, const pcre2_code *re, const char *s, size_t len) {
-    c->n_segs = 0;
+/* Calls fn on the segments of HF's Pattern::find_matches over s: the matches (true) and the
+ * gaps between them (false), in order.  The match data is read before fn runs, as fn may
+ * match again (a later pre-tokenizer). */
+typedef atlas_status (*seg_fn)(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                               size_t a, size_t b, bool match, void *user);
+
+static atlas_status find_matches(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                                 size_t len, seg_fn fn, void *user) {
     size_t prev = 0, at = 0;
     while (at <= len) {
         int rc;
-        ATLAS_TRY(regex_match(c, re, s, len, at, &rc));
+        ATLAS_TRY(regex_match(c, p->re, s, len, at, &rc));
         if (rc < 0) break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
-        if (prev != ms) ATLAS_TRY(push_seg(c, prev, ms, false));
-        ATLAS_TRY(push_seg(c, ms, me, true));
+        if (prev != ms) ATLAS_TRY(fn(c, p, k, s, prev, ms, false, user));
+        ATLAS_TRY(fn(c, p, k, s, ms, me, true, user));
         prev = me;
         at = me;
         if (me == ms) { /* step past an empty match by one character */
@@ -315,24 +316,30 @@ static atlas_status find_matches(tok_ctx *c, const pcre2_code *re, const char *s
             while (at < len && ((unsigned char)s[at] & 0xc0) == 0x80) at++;
         }
     }
-    if (prev != len) ATLAS_TRY(push_seg(c, prev, len, false));
+    if (prev != len) ATLAS_TRY(fn(c, p, k, s, prev, len, false, user));
     return ATLAS_OK;
 }
 
-/* Combines the segments as the behavior says (HF SplitDelimiterBehavior) and pushes the
- * resulting non-empty pieces of work[off...] to c->pieces2. */
-static atlas_status apply_behavior(tok_ctx *c, const tok_pretok *p, uint32_t off) {
-    tok_seg *g = c->segs;
-    size_t n = c->n_segs, k = 0;
-    if (p->invert)
-        for (size_t i = 0; i < n; i++) g[i].match = !g[i].match;
+/* Isolated and Removed keep or drop each segment on its own: stream them. */
+static atlas_status seg_direct(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                               size_t a, size_t b, bool match, void *user) {
+    (void)user;
+    if (p->invert) match = !match;
+    if (match && p->behavior == TOK_SPLIT_REMOVED) return ATLAS_OK;
+    return tok_pretokenize(c, k + 1, s + a, b - a);
+}
+
+static atlas_status seg_collect(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                                size_t a, size_t b, bool match, void *user) {
+    (void)c, (void)p, (void)k, (void)s;
+    return seg_push(user, a, b, match);
+}
+
+/* The merging behaviors (HF SplitDelimiterBehavior folds); returns the new count. */
+static size_t fold_segments(tok_seg *g, size_t n, tok_split_behavior behavior) {
+    size_t k = 0;
     bool prev_match = false;
-    switch (p->behavior) {
-    case TOK_SPLIT_REMOVED:
-        for (size_t i = 0; i < n; i++)
-            if (!g[i].match) g[k++] = g[i];
-        break;
-    case TOK_SPLIT_ISOLATED: k = n; break;
+    switch (behavior) {
     case TOK_SPLIT_MERGED_WITH_PREVIOUS:
         for (size_t i = 0; i < n; i++) {
             bool m = g[i].match;
@@ -340,9 +347,8 @@ static atlas_status apply_behavior(tok_ctx *c, const tok_pretok *p, uint32_t off
             else g[k++] = g[i];
             prev_match = m;
         }
-        break;
-    case TOK_SPLIT_MERGED_WITH_NEXT:
-        /* the same fold from the right */
+        return k;
+    case TOK_SPLIT_MERGED_WITH_NEXT: /* the same fold from the right */
         k = n;
         for (size_t i = n; i-- > 0;) {
             bool m = g[i].match;
@@ -351,8 +357,7 @@ static atlas_status apply_behavior(tok_ctx *c, const tok_pretok *p, uint32_t off
             prev_match = m;
         }
         memmove(g, g + k, (n - k) * sizeof *g);
-        k = n - k;
-        break;
+        return n - k;
     case TOK_SPLIT_CONTIGUOUS:
         for (size_t i = 0; i < n; i++) {
             bool m = g[i].match;
@@ -360,58 +365,50 @@ static atlas_status apply_behavior(tok_ctx *c, const tok_pretok *p, uint32_t off
             else g[k++] = g[i];
             prev_match = m;
         }
-        break;
+        return k;
+    default: return n;
     }
-    for (size_t i = 0; i < k; i++)
-        ATLAS_TRY(push_piece(&c->pieces2, &c->n_pieces2, &c->cap_pieces2, off + g[i].a,
-                             g[i].b - g[i].a));
-    return ATLAS_OK;
 }
 
-static atlas_status split_piece(tok_ctx *c, const tok_pretok *p, const pcre2_code *re,
-                                tok_split_behavior behavior, tok_span piece) {
-    ATLAS_TRY(find_matches(c, re, c->work + piece.off, piece.len));
-    tok_pretok q = *p;
-    q.behavior = behavior;
-    return apply_behavior(c, &q, piece.off);
+static atlas_status split_piece(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                                size_t len) {
+    if (p->behavior == TOK_SPLIT_ISOLATED || p->behavior == TOK_SPLIT_REMOVED)
+        return find_matches(c, p, k, s, len, seg_direct, NULL);
+    seg_list l = {0};
+    atlas_status st = find_matches(c, p, k, s, len, seg_collect, &l);
+    if (st == ATLAS_OK) {
+        for (size_t i = 0; i < l.n; i++) l.v[i].match ^= p->invert;
+        size_t n = fold_segments(l.v, l.n, p->behavior);
+        for (size_t i = 0; i < n && st == ATLAS_OK; i++)
+            st = tok_pretokenize(c, k + 1, s + l.v[i].a, l.v[i].b - l.v[i].a);
+    }
+    free(l.v);
+    return st;
 }
 
 /* ByteLevel: a space before each piece that lacks one (add_prefix_space), then the GPT-2
  * regex split (use_regex).  The byte-to-char mapping itself is implicit (see bpe.c). */
-static atlas_status bytelevel_piece(tok_ctx *c, const tok_pretok *p, tok_span piece) {
-    if (p->add_prefix_space && c->work[piece.off] != ' ') {
-        uint32_t sp, rest;
-        ATLAS_TRY(tok_ctx_work_append(c, " ", 1, &sp));
-        ATLAS_TRY(tok_ctx_work_append(c, c->work + piece.off, piece.len, &rest));
-        piece = (tok_span){sp, piece.len + 1};
+static atlas_status bytelevel_piece(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                                    size_t len) {
+    char *copy = NULL;
+    if (p->add_prefix_space && s[0] != ' ') {
+        copy = malloc(len + 1);
+        if (!copy) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu bytes", len + 1);
+        copy[0] = ' ';
+        memcpy(copy + 1, s, len);
+        s = copy;
+        len++;
     }
-    if (!p->re) return push_piece(&c->pieces2, &c->n_pieces2, &c->cap_pieces2, piece.off, piece.len);
-    tok_pretok q = *p;
-    q.invert = false;
-    return split_piece(c, &q, p->re, TOK_SPLIT_ISOLATED, piece);
+    atlas_status st = p->re ? find_matches(c, p, k, s, len, seg_direct, NULL)
+                            : tok_pretokenize(c, k + 1, s, len);
+    free(copy);
+    return st;
 }
 
-atlas_status tok_pretokenize(tok_ctx *c, uint32_t off, uint32_t len) {
-    const atlas_tokenizer *tok = c->tok;
-    c->n_pieces = 0;
-    ATLAS_TRY(push_piece(&c->pieces, &c->n_pieces, &c->cap_pieces, off, len));
-    for (size_t k = 0; k < tok->n_pretoks; k++) {
-        const tok_pretok *p = &tok->pretoks[k];
-        c->n_pieces2 = 0;
-        for (size_t i = 0; i < c->n_pieces; i++) {
-            tok_span piece = c->pieces[i];
-            if (p->kind == TOK_PRE_SPLIT)
-                ATLAS_TRY(split_piece(c, p, p->re, p->behavior, piece));
-            else
-                ATLAS_TRY(bytelevel_piece(c, p, piece));
-        }
-        tok_span *t = c->pieces;
-        c->pieces = c->pieces2;
-        c->pieces2 = t;
-        size_t tc = c->cap_pieces;
-        c->cap_pieces = c->cap_pieces2;
-        c->cap_pieces2 = tc;
-        c->n_pieces = c->n_pieces2;
-    }
-    return ATLAS_OK;
+atlas_status tok_pretokenize(tok_ctx *c, size_t k, const char *s, size_t len) {
+    if (len == 0) return ATLAS_OK; /* HF drops empty splits */
+    if (k == c->tok->n_pretoks) return tok_bpe_word(c, s, len);
+    const tok_pretok *p = &c->tok->pretoks[k];
+    if (p->kind == TOK_PRE_SPLIT) return split_piece(c, p, k, s, len);
+    return bytelevel_piece(c, p, k, s, len);
 }

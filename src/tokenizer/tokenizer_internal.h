@@ -24,14 +24,18 @@
 
 /* ---- hash maps --------------------------------------------------------------------------- */
 
-/* Bytes -> int32 id, open addressing; keys point into memory owned by someone else. */
+/* Bytes -> int32 id, open addressing with linear probing; keys point into memory owned by
+ * someone else.  A slot holds the key's pointer, length and value, so a lookup touches one
+ * slot line and, on a length match, the key's bytes. */
+typedef struct tok_strmap_slot {
+    const char *key; /* NULL: empty */
+    uint32_t len;
+    int32_t val;
+} tok_strmap_slot;
+
 typedef struct tok_strmap {
-    uint64_t *slots; /* hash tag << 32 | entry index + 1; 0 = empty; cap is a power of 2 */
-    size_t cap;
-    const char **keys;
-    uint32_t *key_lens;
-    int32_t *vals;
-    size_t n, n_alloc;
+    tok_strmap_slot *slots;
+    size_t cap, n; /* cap is a power of two */
 } tok_strmap;
 
 atlas_status tok_strmap_init(tok_strmap *m, size_t expected);
@@ -216,12 +220,8 @@ void tok_bigjson_free(tok_bigjson *j);
 
 /* ---- per-call encoding state (no locks: each encode call owns one) -------------------------- */
 
-typedef struct tok_span {
-    uint32_t off, len;
-} tok_span;
-
 typedef struct tok_seg {
-    uint32_t a, b; /* [a, b) in the piece being split */
+    uint32_t a, b; /* [a, b) in the piece being split; b - a < 4 GiB (encode checks) */
     bool match;
 } tok_seg;
 
@@ -230,13 +230,6 @@ typedef struct tok_ctx {
     /* output */
     int32_t *ids;
     size_t n_ids, cap_ids;
-    /* working text: segments and pre-tokenizer output point into it by offset */
-    char *work;
-    size_t work_len, work_cap;
-    tok_span *pieces, *pieces2;
-    size_t n_pieces, n_pieces2, cap_pieces, cap_pieces2;
-    tok_seg *segs;
-    size_t n_segs, cap_segs;
     /* regex */
     pcre2_match_data *md;
     pcre2_match_context *mctx; /* only once a match needed a bigger JIT stack */
@@ -252,7 +245,6 @@ void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok);
 void tok_ctx_free(tok_ctx *c); /* frees everything except c->ids */
 
 atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id);
-atlas_status tok_ctx_work_append(tok_ctx *c, const char *s, size_t len, uint32_t *off);
 
 /* bpe.c: appends the ids of one word (raw bytes) to c->ids. */
 atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len);
@@ -262,8 +254,8 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len);
  * *out_len = len when nothing changes). */
 atlas_status tok_normalize(const atlas_tokenizer *tok, const char *s, size_t len, char **out,
                            size_t *out_len);
-/* Splits work[off..off+len) into words in c->pieces. */
-atlas_status tok_pretokenize(tok_ctx *c, uint32_t off, uint32_t len);
+/* Runs pre-tokenizers k.. over s[0..len) and BPE on each word they make (appending ids). */
+atlas_status tok_pretokenize(tok_ctx *c, size_t k, const char *s, size_t len);
 /* Finds added tokens in s[0..len) with trie t: calls fn for each plain segment and each
  * token (added index >= 0), in order. */
 typedef atlas_status (*tok_segment_fn)(tok_ctx *c, const char *s, size_t len, int32_t added,
