@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "tokenizer/template_internal.h"
 
-enum { MAX_STEPS = 20 * 1000 * 1000, MAX_MACRO_DEPTH = 64, MAX_RANGE = 1000 * 1000 };
+enum { MAX_STEPS = 5 * 1000 * 1000, MAX_MACRO_DEPTH = 64, MAX_RANGE = 1000 * 1000 };
 
 tscope *tpl_scope_new(trender *r, tscope *parent) {
     tscope *s = tpl_alloc(r, sizeof *s);

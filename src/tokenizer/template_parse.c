@@ -621,9 +621,12 @@ static atlas_status parse_if(parser *p, const ttok *t, tnode **out) {
         if (is_name(e, "elif")) {
             adv(p);
             st = parse_if(p, e, &n->c);
+            if (st != ATLAS_OK) {
+                tpl_node_free(n);
+                return st;
+            }
             *out = n;
-            if (st != ATLAS_OK) tpl_node_free(n);
-            return st; /* the elif chain consumed endif */
+            return ATLAS_OK; /* the elif chain consumed endif */
         }
         if (is_name(e, "else")) {
             adv(p);
@@ -810,7 +813,10 @@ static atlas_status parse_statement(parser *p, tnode **out) {
         ATLAS_TRY(expect_block_end(p));
         ATLAS_TRY(parse_body(p, endgen, out));
         atlas_status st = end_tag(p);
-        if (st != ATLAS_OK) tpl_node_free(*out);
+        if (st != ATLAS_OK) {
+            tpl_node_free(*out);
+            *out = NULL;
+        }
         return st;
     }
     if (!strcmp(t->text, "filter")) {

@@ -56,6 +56,7 @@ static bool sbuf_put(sbuf *b, const char *s, size_t n) {
 }
 
 static void sbuf_drop(sbuf *b, size_t n) { /* removes the first n bytes */
+    if (!n) return;
     memmove(b->p, b->p + n, b->n - n);
     b->n -= n;
     if (b->p) b->p[b->n] = 0;
@@ -258,6 +259,10 @@ atlas_status atlas_toolcall_parser_new(atlas_toolcall_format format, atlas_toolc
     atlas_toolcall_parser *p = calloc(1, sizeof *p);
     if (!p) return nomem();
     p->format = format;
+    if (!sbuf_put(&p->held, "", 0)) { /* held.p is never NULL from here on */
+        free(p);
+        return nomem();
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     p->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)p ^ 0x9E3779B97F4A7C15ULL;
