@@ -119,6 +119,8 @@ static void check_fixture(const atlas_tokenizer *tok, const char *name, int nfc)
     json_decref(root);
 }
 
+static void check_long_runs(const atlas_tokenizer *tok);
+
 static atlas_tokenizer *load(const char *model) {
     char rel[64];
     snprintf(rel, sizeof rel, "%s/tokenizer.json", model);
@@ -150,6 +152,7 @@ static void check_llama3(void) {
     CHECK(atlas_tokenizer_token_bytes(tok, 128256, &b, &bl) == ATLAS_ERR_RANGE);
     CHECK(atlas_tokenizer_token_bytes(tok, -1, &b, &bl) == ATLAS_ERR_RANGE);
     check_fixture(tok, "llama3", 0);
+    check_long_runs(tok);
 
     /* skip_special drops special tokens in decode and in incremental decode */
     int32_t ids[] = {128000, 9906, 128009};
@@ -225,6 +228,30 @@ static void check_qwen3(void) {
     CHECK(!strcmp(t, "Hello"));
     free(t);
     atlas_tokenizer_free(tok);
+}
+
+/* Long runs: 300k spaces make the `\s+(?!\S)` match need a bigger regex JIT stack, and a
+ * 300k-byte word goes through BPE and back unchanged. */
+static void check_long_runs(const atlas_tokenizer *tok) {
+    size_t n = 300000;
+    char *text = malloc(n + 2);
+    memset(text, ' ', n);
+    text[n] = 'x';
+    text[n + 1] = '\0';
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) memset(text, 'a', n); /* one long letter run */
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        CHECK_OK(atlas_tokenizer_encode(tok, text, n + 1, false, &ids, &n_ids));
+        CHECK(n_ids > 0 && n_ids < n);
+        char *dec = NULL;
+        size_t dl = 0;
+        CHECK_OK(atlas_tokenizer_decode(tok, ids, n_ids, false, &dec, &dl));
+        CHECK(dec && dl == n + 1 && !memcmp(dec, text, dl));
+        free(dec);
+        free(ids);
+    }
+    free(text);
 }
 
 /* ---- several threads encoding with one tokenizer ------------------------------------------- */
