@@ -18,7 +18,7 @@ after(async () => {
 const N = 32;
 const bodies = Array.from({ length: N }, (_, i) =>
   greedy(i % 2 ? 'qwen' : 'llama', `Request number ${i}: ${'tell me more '.repeat(i % 5)}about item ${i * 7}`,
-    { max_tokens: 8 + (i % 9), ignore_eos: i % 3 === 0 }));
+    { max_tokens: 4 + (i % 6), ignore_eos: i % 3 === 0 }));
 
 async function streamText(body) {
   const s = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
