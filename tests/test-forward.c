@@ -3,7 +3,7 @@
  * - last-position logits of every prompt within 1e-4 (max abs diff / max abs);
  * - the greedy continuation, up to the first step whose reference margin is < 1e-3;
  * - the top-1 id at every position of the short prompts, where the reference is decisive;
- * - the same prompt fed in chunks (prefill, then token by token) gives the same logits;
+ * - the same prompt fed in chunks (prefill, then chunks of 1..13 tokens) gives the same logits;
  * - all prompts in one batch, and their greedy continuations decoded together as one batch
  *   per step, give each sequence's own results.
  * Block tables hand out blocks in a scrambled order, so paging is exercised. */
@@ -147,8 +147,9 @@ static void test_single(atlas_model *m, const char *model, int p, const prompt *
     free(logits);
 }
 
-/* The prompt in chunks: half, then the rest one token at a time; the last logits must
- * match the reference as the one-shot prefill does. */
+/* The prompt in chunks: the first half, then chunks of 1, 2, ..., 13, 1, 2, ... tokens (so
+ * both single-token steps and multi-token chunks run over an existing cache); the last
+ * logits must match the reference as the one-shot prefill does. */
 static void test_chunked(atlas_model *m, const char *model, int p, const prompt *pr, int V) {
     seq s;
     seq_init(&s);
@@ -156,10 +157,11 @@ static void test_chunked(atlas_model *m, const char *model, int p, const prompt 
     float *logits = malloc(sizeof(float) * V);
     int first = pr->n / 2 > 0 ? pr->n / 2 : 1;
     CHECK_OK(feed(m, &sp, 1, &pr->ids, &first, 0, logits));
-    for (int i = first; i < pr->n; i++) {
-        int one = 1;
-        const int32_t *tok = pr->ids + i;
-        CHECK_OK(feed(m, &sp, 1, &tok, &one, 0, logits));
+    for (int i = first, k = 0; i < pr->n; k++) {
+        int cnt = 1 + k % 13 < pr->n - i ? 1 + k % 13 : pr->n - i;
+        const int32_t *chunk = pr->ids + i;
+        CHECK_OK(feed(m, &sp, 1, &chunk, &cnt, 0, logits));
+        i += cnt;
     }
     double err = rel_err(logits, pr->last_logits, V);
     CHECK_MSG(err <= 1e-4, "%s p%d chunked: last logits error %.3g > 1e-4", model, p, err);

@@ -53,7 +53,7 @@ static void account(binder *b, const atlas_tensor_view *v, int is_matrix) {
 /* Loads the n named tensors fused along dim 0; each has rows[i] rows (and cols columns). */
 static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
                          int64_t cols, atlas_weight **out) {
-    const atlas_tensor_view *views[4];
+    const atlas_tensor_view *views[4] = {0};
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
     atlas_status st = b->be->ops->weight_load(b->be, views, n, out);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);

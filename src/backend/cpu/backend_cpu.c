@@ -158,6 +158,11 @@ static void stage_rope(cpu_backend *cb) {
         }
 }
 
+/* memcpy with NULL is undefined even for 0 bytes (a batch may want no logits). */
+static void copy_i32(int32_t *dst, const int32_t *src, size_t n) {
+    if (n) memcpy(dst, src, n * sizeof(int32_t));
+}
+
 static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cpu_backend *cb = (cpu_backend *)be;
     ATLAS_TRY(grow_tokens(cb, b->n_tokens));
@@ -175,11 +180,11 @@ static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int
     cb->n_logits = b->n_logits;
     cb->block_size = block_size;
     cb->max_blocks = b->max_blocks;
-    memcpy(cb->tokens, b->tokens, (size_t)b->n_tokens * sizeof(int32_t));
-    memcpy(cb->positions, b->positions, (size_t)b->n_tokens * sizeof(int32_t));
-    memcpy(cb->seq_ctx, b->seq_ctx, (size_t)b->n_seqs * sizeof(int32_t));
-    memcpy(cb->logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof(int32_t));
-    memcpy(cb->block_table, b->block_table, table * sizeof(int32_t));
+    copy_i32(cb->tokens, b->tokens, (size_t)b->n_tokens);
+    copy_i32(cb->positions, b->positions, (size_t)b->n_tokens);
+    copy_i32(cb->seq_ctx, b->seq_ctx, (size_t)b->n_seqs);
+    copy_i32(cb->logit_rows, b->logit_rows, (size_t)b->n_logits);
+    copy_i32(cb->block_table, b->block_table, table);
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
             int p = b->positions[t];
