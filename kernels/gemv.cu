@@ -8,14 +8,33 @@
 
 enum { GEMV_WARPS = 4, GEMV_R = 2, GEMV_U = 4 };
 
-template <int N>
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+/* SWIGLU: x is gate_up[1, 2k] and the input is silu(gate) * up, computed on the fly (decode's
+ * down projection); act (when set) receives it. */
+template <int N, bool SWIGLU>
 __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 (&wv)[GEMV_R],
-                                           const float *x, int n, int k, int kk) {
+                                           const float *x, int n, int k, int kk, float *act) {
 #pragma unroll
     for (int j = 0; j < N; j++) {
         if (j < n) {
-            const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
-            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            float4 a, b;
+            if (SWIGLU) {
+                const float4 *gp = (const float4 *)(x + kk), *up = (const float4 *)(x + k + kk);
+                float4 g0 = __ldg(gp), g1 = __ldg(gp + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
+                a = make_float4(silu_mul(g0.x, u0.x), silu_mul(g0.y, u0.y), silu_mul(g0.z, u0.z),
+                                silu_mul(g0.w, u0.w));
+                b = make_float4(silu_mul(g1.x, u1.x), silu_mul(g1.y, u1.y), silu_mul(g1.z, u1.z),
+                                silu_mul(g1.w, u1.w));
+                if (act) {
+                    *(float4 *)(act + kk) = a;
+                    *(float4 *)(act + kk + 4) = b;
+                }
+            } else {
+                const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
+                a = __ldg(xp);
+                b = __ldg(xp + 1);
+            }
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) {
                 float f[8];
@@ -27,12 +46,13 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 
     }
 }
 
-template <int N>
+template <int N, bool SWIGLU>
 __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16_t *w,
-                                          const bf16_t *bias, int n, int m, int k) {
+                                          const bf16_t *bias, int n, int m, int k, float *act) {
     int lane = threadIdx.x & 31;
     int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_R;
     if (row0 >= m) return;
+    if (blockIdx.x != 0 || threadIdx.x >= 32) act = 0; /* one warp writes the swiglu output */
     const bf16_t *wr[GEMV_R];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
@@ -50,13 +70,13 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) wv[u][r] = ld_stream16(wr[r] + kk + u * 256);
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) gemv_chunk<N>(acc, wv[u], x, n, k, kk + u * 256);
+        for (int u = 0; u < GEMV_U; u++) gemv_chunk<N, SWIGLU>(acc, wv[u], x, n, k, kk + u * 256, act);
     }
     for (; kk < k; kk += 256) {
         uint4 wv[GEMV_R];
 #pragma unroll
         for (int r = 0; r < GEMV_R; r++) wv[r] = ld_stream16(wr[r] + kk);
-        gemv_chunk<N>(acc, wv, x, n, k, kk);
+        gemv_chunk<N, SWIGLU>(acc, wv, x, n, k, kk, act);
     }
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) {
@@ -73,17 +93,24 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv1(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<1>(out, x, w, bias, 1, m, k);
+    gemv_body<1, false>(out, x, w, bias, 1, m, k, 0);
+}
+
+/* out[1, m] = (silu(gu[:k]) * gu[k:]) @ w[m, k]^T; act[k] gets silu(gu[:k]) * gu[k:] too. */
+extern "C" __global__ void __launch_bounds__(128) atlas_gemv1_swiglu(float *out, const float *gu,
+                                                                     const bf16_t *w, float *act,
+                                                                     int m, int k) {
+    gemv_body<1, true>(out, gu, w, 0, 1, m, k, act);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv4(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<4>(out, x, w, bias, n, m, k);
+    gemv_body<4, false>(out, x, w, bias, n, m, k, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv8(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<8>(out, x, w, bias, n, m, k);
+    gemv_body<8, false>(out, x, w, bias, n, m, k, 0);
 }

@@ -180,8 +180,7 @@ static void drop_graphs(cuda_backend *cb) {
 static atlas_status capture(cuda_backend *cb, cuda_graph *slot) {
     const atlas_driver *d = atlas_driver_get();
     ATLAS_CU_TRY(cuStreamBeginCapture, cb->stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    atlas_status st = ATLAS_OK;
-    for (int i = 0; i < cb->n_queue && st == ATLAS_OK; i++) st = cuda_exec(cb, &cb->queue[i]);
+    atlas_status st = cuda_exec_list(cb, cb->queue, cb->n_queue);
     CUgraph graph = NULL;
     atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->stream, &graph);
     if (st == ATLAS_OK) st = end;
@@ -472,6 +471,8 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->base.geom.rope_inv_freq = NULL; /* the caller's array is not kept */
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
+    e = getenv("ATLAS_CUDA_FUSE");
+    cb->use_fusion = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT");

@@ -60,7 +60,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128;
+    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, gemv1_swiglu;
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -94,6 +94,7 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
     uint64_t graph_captures, graph_replays;
 
@@ -116,6 +117,8 @@ enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA
 
 /* ops_cuda.c: runs one command now (on the stream; captured when capturing). */
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
+/* ops_cuda.c: runs a list, fusing neighbours where it can (decode graphs). */
+atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* ops_cuda.c: looks up every kernel; loads the modules. */
 atlas_status cuda_load_kernels(cuda_backend *cb);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens. */

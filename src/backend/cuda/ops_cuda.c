@@ -24,7 +24,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
-        {&cb->fn.attn_prefill64, "atlas_attn_prefill64"},
+        {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
+        {&cb->fn.gemv1_swiglu, "atlas_gemv1_swiglu"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
@@ -183,4 +184,45 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         (void)p2;
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: unknown command %d", c->op);
     }
+}
+
+/* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included):
+ * rope then kv_store of the same qkv -> one kernel; swiglu then a 1-row matmul of its output
+ * -> the GEMV computes silu(gate) * up on the fly (and still writes the swiglu output).
+ * Returns how many commands ran (1 or 2). */
+static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    if (n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE && c[1].p[0] == c[0].p[0] &&
+        c[1].n == c[0].n) {
+        const atlas_kv *kv = c[1].p[1];
+        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+        float f = (float)g->rope_attn_factor;
+        CUdeviceptr qkv = CUDA_PTR(c[0].p[0]);
+        CUdeviceptr kc = kv->base + (size_t)c[1].layer * 2 * kv->layer_elems * 2;
+        CUdeviceptr vc = kc + kv->layer_elems * 2;
+        CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
+        void *a[] = {&qkv, &kc, &vc, &slots, &pos, &cb->inv_freq, &H, &K, &hd, &f};
+        *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, 1, 1, 128, 0, a);
+        return 2;
+    }
+    if (n >= 2 && c[0].op == CUDA_OP_SWIGLU && c[1].op == CUDA_OP_MATMUL && c[0].n == 1 &&
+        c[1].n == 1 && c[1].p[1] == c[0].p[0] && !c[1].p[3] &&
+        ((const atlas_weight *)c[1].p[2])->cols == c[0].d) {
+        const atlas_weight *w = c[1].p[2];
+        int m = (int)w->rows, k = (int)w->cols;
+        CUdeviceptr out = CUDA_PTR(c[1].p[0]), gu = CUDA_PTR(c[0].p[1]), act = CUDA_PTR(c[0].p[0]);
+        CUdeviceptr wp = w->ptr;
+        void *a[] = {&out, &gu, &wp, &act, &m, &k};
+        *st = launch(cb, cb->fn.gemv1_swiglu, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
+        return 2;
+    }
+    *st = cuda_exec(cb, c);
+    return 1;
+}
+
+atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < n && st == ATLAS_OK;)
+        i += cb->use_fusion ? exec_fused(cb, c + i, n - i, &st) : (st = cuda_exec(cb, c + i), 1);
+    return st;
 }
