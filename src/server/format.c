@@ -209,9 +209,10 @@ static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool en
     return st;
 }
 
-static atlas_status stream_error(atlas_gen *g, atlas_status status, const char *msg) {
+static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_status status,
+                                 const char *msg) {
     atlas_http_reply r = {0};
-    atlas_api_error_reply(&r, ATLAS_API_ERR_STATUS, status, NULL, msg);
+    atlas_api_error_reply(&r, kind, status, NULL, msg);
     int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: %s\n\ndata: [DONE]\n\n",
                               r.body ? r.body : "{}");
     free(r.body);
@@ -225,10 +226,11 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     observe_end(g);
     ATLAS_TRY(stream_token(g, e, true));
     if (e->finish == ATLAS_FINISH_ERROR)
-        return stream_error(g, e->status ? e->status : ATLAS_ERR_INTERNAL, e->message);
+        return stream_error(g, ATLAS_API_ERR_STATUS, e->status ? e->status : ATLAS_ERR_INTERNAL,
+                            e->message);
     if (e->finish == ATLAS_FINISH_CANCELLED)
-        return stream_error(g, ATLAS_ERR_INTERNAL, "the request was cancelled (the server is "
-                                                   "shutting down)");
+        return stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK,
+                            "the request was cancelled: the server is shutting down");
     bool chat = g->o.kind == ATLAS_API_CHAT;
     ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
                                       finish_name(g)))));
@@ -261,7 +263,7 @@ atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
 
 void atlas_gen_format_abort(atlas_gen *g, const char *why) {
     g->out_off = g->out_len = 0;
-    stream_error(g, ATLAS_ERR_INTERNAL, why);
+    stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, why);
 }
 
 /* --- the whole response ------------------------------------------------------------------- */

@@ -182,6 +182,19 @@ bool atlas_gen_has_event(atlas_gen *g) {
     return any;
 }
 
+/* The request no longer counts as in flight (its last byte is out, or it was dropped). */
+static void uncount(atlas_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    bool was = g->counted;
+    g->counted = false;
+    pthread_mutex_unlock(&g->mu);
+    if (!was) return;
+    atlas_server_metrics *m = &g->srv->metrics;
+    pthread_mutex_lock(&m->mu);
+    m->active_requests--;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void atlas_gen_release(atlas_gen *g) {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
@@ -191,13 +204,7 @@ void atlas_gen_release(atlas_gen *g) {
     if (running && g->h) atlas_engine_cancel(g->h);
     atlas_engine_handle_free(g->h);
     g->h = NULL;
-    if (g->counted) {
-        atlas_server_metrics *m = &g->srv->metrics;
-        pthread_mutex_lock(&m->mu);
-        m->active_requests--;
-        pthread_mutex_unlock(&m->mu);
-        g->counted = false;
-    }
+    uncount(g);
     gen_unref(g);
 }
 
@@ -222,11 +229,17 @@ bool atlas_gen_wait_first(atlas_gen *g) {
 ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
     while (g->out_off == g->out_len) {
         g->out_off = g->out_len = 0;
-        if (g->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->done_sent) {
+            uncount(g);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         bool gone;
         atlas_gen_event *e = atlas_gen_next(g, true, &gone);
         if (!e) {
-            if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (gone) {
+                uncount(g);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
             /* stopping, or the engine could not queue an event: end the stream properly */
             atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
                                           ? "the server is shutting down"

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "server/gen.h"
@@ -201,6 +202,7 @@ static atlas_route_id dispatch(atlas_http_call *call, atlas_http_reply *r) {
 }
 
 enum { DRAIN_MAX = 64 << 20 }; /* bytes of a too-large body still read (and dropped) */
+static const double STOP_GRACE_S = 3.0; /* for requests in flight to answer at shutdown */
 
 /* --- MHD callbacks ---------------------------------------------------------------------- */
 
@@ -400,7 +402,7 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     atomic_init(&s->next_id, 1);
     atlas_server_metrics_init(&s->metrics);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)p.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)p.max_connections,
@@ -424,9 +426,24 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
 void atlas_server_stop(atlas_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    /* Waiting requests see `stopping` within one poll period and finish; MHD then joins
-     * every connection thread. */
-    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->mhd) {
+        /* No new connections; new requests on open ones get 503.  Requests in flight see
+         * `stopping` within one poll period, cancel their engine requests and answer (a
+         * stream gets an error event and [DONE]); give them a moment to be written before
+         * MHD closes every connection and joins the threads. */
+        MHD_socket lfd = MHD_quiesce_daemon(s->mhd);
+        if (lfd != MHD_INVALID_SOCKET) close(lfd);
+        double until = atlas_now() + STOP_GRACE_S;
+        for (;;) {
+            pthread_mutex_lock(&s->metrics.mu);
+            int64_t active = s->metrics.active_requests;
+            pthread_mutex_unlock(&s->metrics.mu);
+            if (active <= 0 || atlas_now() > until) break;
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        MHD_stop_daemon(s->mhd);
+    }
     atlas_server_metrics_destroy(&s->metrics);
     free(s->host);
     free(s->api_key);
