@@ -21,7 +21,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
 atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
                  const bf16_t *vc, const int *tok_seq, const int *positions,
                  const int *block_table, int max_blocks, int bs, int H, int K, int hd,
-                 int window, int chunk, int tile, float scale) {
+                 int window, int chunk, int tile, float scale, float *out, int *counters) {
     extern __shared__ __align__(16) float smem[];
     int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -97,6 +97,34 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
     for (int h = tid; h < G; h += ATTN_THREADS) {
         part_ml[(po + (size_t)h * n_split) * 2] = mrun[h];
         part_ml[(po + (size_t)h * n_split) * 2 + 1] = lrun[h];
+    }
+    if (!counters) return;
+    /* the last split of (t, g) to finish merges them all (counters return to 0) */
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int *ctr = counters + (size_t)t * K + g;
+        last = atomicAdd(ctr, 1) == n_split - 1;
+        if (last) *ctr = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    size_t base = ((size_t)t * H + (size_t)g * G) * n_split;
+    for (int idx = tid; idx < G * hd; idx += ATTN_THREADS) {
+        int h = idx / hd, i = idx - h * hd;
+        size_t b = base + (size_t)h * n_split;
+        float M = -INFINITY, L = 0.0f, acc = 0.0f;
+        for (int x = 0; x < n_split; x++) M = fmaxf(M, __ldcg(part_ml + (b + x) * 2));
+        for (int x = 0; x < n_split; x++) {
+            float m = __ldcg(part_ml + (b + x) * 2);
+            if (m == -INFINITY) continue;
+            float e = __expf(m - M);
+            L += __ldcg(part_ml + (b + x) * 2 + 1) * e;
+            acc += __ldcg(part_o + (b + x) * hd + i) * e;
+        }
+        out[((size_t)t * H + (size_t)g * G + h) * hd + i] = L > 0.0f ? acc / L : 0.0f;
     }
 }
 

@@ -307,6 +307,13 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
                                "attention partials"));
         cb->part_bytes = need;
     }
+    if (n > cb->counter_cap) {
+        drop_graphs(cb);
+        ATLAS_TRY(cuda_realloc(cb, &cb->attn_counters, (size_t)n * g->n_kv_heads * 4,
+                               "attention counters"));
+        ATLAS_CU_TRY(cuMemsetD32Async, cb->attn_counters, 0, (size_t)n * g->n_kv_heads, cb->stream);
+        cb->counter_cap = n;
+    }
     cb->n_split = n_split;
     cb->chunk = chunk;
     cb->deferring = cb->use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;

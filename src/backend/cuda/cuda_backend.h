@@ -85,6 +85,8 @@ typedef struct cuda_backend {
     /* attention split-K workspace */
     int n_split, chunk;
     CUdeviceptr part_o, part_ml;
+    CUdeviceptr attn_counters; /* [counter_cap, K] ints, zero between launches */
+    int counter_cap;
     size_t part_bytes;
 
     /* commands and graphs */

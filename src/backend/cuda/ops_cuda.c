@@ -85,11 +85,13 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr vc = kc + kv->layer_elems * 2;
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
+    CUdeviceptr counters = cb->use_fusion ? cb->attn_counters : 0;
     void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                 &bs, &H, &K, &hd, &window, &chunk, &tile, &scale};
+                 &bs, &H, &K, &hd, &window, &chunk, &tile, &scale, &out, &counters};
     unsigned smem = (unsigned)((2 * G * hd + G * tile + tile + 3 * G) * 4);
     ATLAS_TRY(launch(cb, cb->fn.attn_split, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128,
                      smem, a));
+    if (counters) return ATLAS_OK; /* the last split of each (token, kv head) merged them */
     void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
     return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128, 0, b);
 }
