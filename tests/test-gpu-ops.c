@@ -337,13 +337,15 @@ int main(void) {
         buf_free(&x);
     }
 
-    for (int pass = 0; pass < 2; pass++) { /* 1: the split-K kernel for prefill too */
+    for (int pass = 0; pass < 2; pass++) { /* 1: split-K attention for prefill too, no fusion */
         atlas_backend *keep = gpu;
         weight saved[4] = {norm, qn, kn, wqkv};
         if (pass == 1) {
             setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
+            setenv("ATLAS_CUDA_FUSE", "0", 1);
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");
+            unsetenv("ATLAS_CUDA_FUSE");
             if (!gpu) break;
             const atlas_tensor_view *v[1] = {&tn.view};
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
@@ -353,7 +355,7 @@ int main(void) {
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
-            printf("pass 2: split-K attention for prefill\n");
+            printf("pass 2: split-K attention for prefill, no fusion\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
