@@ -33,7 +33,12 @@ if has forward && [ ! -f /tmp/llama-test/config.json ]; then
 fi
 if has ops; then
   step "test-gpu-ops"
-  timeout 120 "$B/test-gpu-ops" > "$OUT/test-gpu-ops.log" 2>&1; echo "rc $?"
+  timeout 120 "$B/test-gpu-ops" > "$OUT/test-gpu-ops.log" 2>&1; rc=$?; echo "rc $rc"
+  if [ $rc -ne 0 ]; then
+    step "test-gpu-ops under compute-sanitizer (it failed)"
+    timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$B/test-gpu-ops" > "$OUT/sanitizer.log" 2>&1
+    grep -E "Invalid|ERROR SUMMARY|at 0x|by thread" "$OUT/sanitizer.log" | head -20
+  fi
   grep -E "FAIL|CHECK failed|error|graphs|cuBLASLt|passed|checks" "$OUT/test-gpu-ops.log" | head -40
 fi
 if has forward; then
