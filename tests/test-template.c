@@ -119,6 +119,34 @@ static void test_families(void) {
     json_decref(cases);
 }
 
+/* One construct per template (constructs.txt), against jinja2's rendering (constructs.json). */
+static void test_constructs(void) {
+    json_error_t err;
+    json_t *root = json_load_file(harness_data_path("templates/constructs.json"), 0, &err);
+    CHECK_MSG(root != NULL, "templates/constructs.json: %s", err.text);
+    size_t i;
+    json_t *c;
+    int passed = 0, total = 0;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *src = json_string_value(json_object_get(c, "template"));
+        const char *want = json_string_value(json_object_get(c, "expected"));
+        atlas_template *t = NULL;
+        char *out = NULL;
+        atlas_status st = atlas_template_parse(src, "construct", "<s>", "</s>", &t);
+        atlas_template_input in = {.messages = json_object_get(root, "messages"), .add_generation_prompt = true};
+        if (st == ATLAS_OK) st = atlas_template_render(t, &in, &out);
+        bool ok = want ? st == ATLAS_OK && !strcmp(out, want) : st != ATLAS_OK;
+        CHECK_MSG(ok, "construct %zu: %s\n  got:      [%s] %s\n  expected: [%s]", i, src, out ? out : "(error)",
+                  st == ATLAS_OK ? "" : atlas_last_error(), want ? want : "(an error)");
+        passed += ok;
+        total++;
+        free(out);
+        atlas_template_free(t);
+    }
+    printf("templates/constructs.json: %d/%d constructs as jinja2\n", passed, total);
+    json_decref(root);
+}
+
 static void test_whitespace(void) {
     /* trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before it */
     EXPECT_RENDER("{% if true %}\nA\n{% endif %}\nB", "A\nB");
@@ -371,6 +399,7 @@ int main(void) {
     test_fixtures("chat-llama3.json", "tiny-llama3");
     test_fixtures("chat-qwen3.json", "tiny-qwen3");
     test_families();
+    test_constructs();
     test_whitespace();
     test_expressions();
     test_statements();

@@ -355,8 +355,31 @@ static atlas_status eval_binary(trender *r, tscope *sc, const tnode *n, tval *ou
         *out = tv_bool(n->op == TOP_IN ? in : !in);
         return ATLAS_OK;
     }
-    default: return arith(r, n, n->op, &a, &b, out);
+    default:
+        if (n->op == TOP_MOD && a.kind == TV_STR) { /* "fmt" % value-or-tuple */
+            if (b.kind == TV_LIST && b.u.l->tuple) return tpl_percent_format(r, n, &a, b.u.l->v, b.u.l->n, out);
+            return tpl_percent_format(r, n, &a, &b, 1, out);
+        }
+        return arith(r, n, n->op, &a, &b, out);
     }
+}
+
+/* a < b <= c: Python's chained comparison, each operand evaluated once */
+static atlas_status eval_compare(trender *r, tscope *sc, const tnode *n, tval *out) {
+    tval left, right;
+    ATLAS_TRY(tpl_eval(r, sc, n->kids[0], &left));
+    for (size_t i = 1; i < n->nkids; i++) {
+        ATLAS_TRY(tpl_eval(r, sc, n->kids[i], &right));
+        tnode pair = *n;
+        pair.kind = TN_BINARY;
+        pair.op = n->ops[i - 1];
+        pair.a = &(tnode){.kind = TN_CONST, .val = left, .line = n->line, .col = n->col};
+        pair.b = &(tnode){.kind = TN_CONST, .val = right, .line = n->line, .col = n->col};
+        ATLAS_TRY(eval_binary(r, sc, &pair, out));
+        if (!tv_truthy(out)) return ATLAS_OK;
+        left = right;
+    }
+    return ATLAS_OK;
 }
 
 /* ---- calls --------------------------------------------------------------------------- */
@@ -589,6 +612,7 @@ atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out) {
         return ATLAS_OK;
     }
     case TN_BINARY: return eval_binary(r, sc, n, out);
+    case TN_COMPARE: return eval_compare(r, sc, n, out);
     case TN_AND:
     case TN_OR: {
         ATLAS_TRY(tpl_eval(r, sc, n->a, out));
@@ -692,6 +716,7 @@ static atlas_status exec_for(trender *r, tscope *sc, const tnode *n, tbuf *out) 
     }
     for (size_t i = 0; i < items.u.l->n; i++) {
         tval loop;
+        if (!(ls = tpl_scope_new(r, sc))) return tpl_oom(r, n); /* jinja2: a set lasts one iteration */
         ATLAS_TRY(loop_object(r, &items, i, &loop));
         ATLAS_TRY(tpl_scope_set(r, ls, "loop", loop));
         ATLAS_TRY(assign(r, ls, n, n->targets, n->ntargets, &items.u.l->v[i]));

@@ -79,6 +79,12 @@ static atlas_status change_case(trender *r, const tnode *at, const tval *v, char
             continue;
         }
         bool up = mode == 'u' || (mode == 'c' && i == 0) || (mode == 't' && !prev_cased);
+        if (up && cp == 0xDF) { /* Python's full case mapping: "ß".upper() == "SS" */
+            tbuf_puts(&b, mode == 'u' ? "SS" : "Ss");
+            prev_cased = true;
+            i += k;
+            continue;
+        }
         uint32_t o = up ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
         const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
         prev_cased = p->category == UTF8PROC_CATEGORY_LU || p->category == UTF8PROC_CATEGORY_LL || p->category == UTF8PROC_CATEGORY_LT;
@@ -445,7 +451,7 @@ static atlas_status html_escape(trender *r, const tnode *at, const tval *v, tval
 }
 
 /* printf-style "%s" % args (the format filter and the % operator on strings) */
-static atlas_status percent_format(trender *r, const tnode *at, const tval *fmt, const tval *args, size_t nargs, tval *out) {
+atlas_status tpl_percent_format(trender *r, const tnode *at, const tval *fmt, const tval *args, size_t nargs, tval *out) {
     tbuf b = {0};
     size_t k = 0;
     const char *p = fmt->u.s->s;
@@ -498,7 +504,8 @@ static atlas_status to_int(trender *r, const tnode *at, const tval *v, const far
         }
         double f = strtod(s, &end);
         while (*end && tpl_is_space((unsigned char)*end)) end++;
-        if (end != s && !*end && isfinite(f) && fabs(f) < 9.2e18) {
+        bool decimal = !strpbrk(s, "xXpP"); /* Python's float() takes no hex */
+        if (decimal && end != s && !*end && isfinite(f) && fabs(f) < 9.2e18) {
             *out = tv_int((long long)f);
             return ATLAS_OK;
         }
@@ -669,13 +676,13 @@ atlas_status tpl_filter(trender *r, tscope *sc, const tnode *at, const char *nam
         return min_max_sum(r, at, &v, &a, name[1] == 'i' ? 0 : name[1] == 'a' ? 1 : 2, out);
     if (!strcmp(name, "attr")) {
         if (!(x = arg(&a, 0, "name")) || x->kind != TV_STR) return tpl_err(r, at, "attr() needs a name");
-        if (v.kind == TV_DICT && tv_dict_get(&v, x->u.s->s)) *out = *tv_dict_get(&v, x->u.s->s);
+        if (v.kind == TV_DICT && v.u.d->ns && tv_dict_get(&v, x->u.s->s)) *out = *tv_dict_get(&v, x->u.s->s); /* getattr only */
         else *out = tv_undef(NULL);
         return ATLAS_OK;
     }
     if (!strcmp(name, "format")) {
         if (v.kind != TV_STR) return need_str(r, at, "format", &v);
-        return percent_format(r, at, &v, args, nargs, out);
+        return tpl_percent_format(r, at, &v, args, nargs, out);
     }
     if (!strcmp(name, "wordcount")) {
         tval s, words;

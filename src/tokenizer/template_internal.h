@@ -79,6 +79,7 @@ typedef enum tnode_kind {
     TN_TEST,    /* a: value, str: test name, kids: args, neg: "is not" */
     TN_UNARY,   /* op: '-', '+', '!' (not), a */
     TN_BINARY,  /* op (see TOP_*), a, b */
+    TN_COMPARE, /* chained comparison a < b < c: kids operands, ops[nkids - 1] */
     TN_AND,
     TN_OR,
     TN_COND,    /* a: cond, b: then, c: else (may be NULL) */
@@ -162,6 +163,7 @@ struct tnode {
     char **kwnames;
     tnode **kwvals;
     size_t nkw;
+    int *ops; /* TN_COMPARE */
 };
 
 /* Parses src (already lexed inside) into a TN_BODY. Frees with tpl_node_free. */
@@ -264,6 +266,9 @@ atlas_status tpl_test(trender *r, const tnode *at, const char *name, const tval 
  * such method (then the caller treats it as an attribute). */
 atlas_status tpl_method(trender *r, const tnode *at, const tval *v, const char *name, tval *args,
                         size_t nargs, const char **kwn, tval *kwv, size_t nkw, tval *out);
+/* "fmt" % args (printf-style, as Python strings) */
+atlas_status tpl_percent_format(trender *r, const tnode *at, const tval *fmt, const tval *args, size_t nargs,
+                                tval *out);
 /* Python str methods shared with filters */
 bool tpl_is_space(uint32_t cp);
 atlas_status tpl_str_strip(trender *r, const tval *s, const tval *chars, int which, tval *out);

@@ -440,10 +440,10 @@ typedef struct binop {
 
 static atlas_status parse_level(parser *p, int level, tnode **out);
 
-/* Left-associative binary levels: 0 comparisons, 1 + -, 2 ~, 3 * / // %, 4 ** */
+/* Left-associative binary levels: 1 + -, 2 ~, 3 * / // %, 4 ** (comparisons: parse_compare) */
 static atlas_status parse_level(parser *p, int level, tnode **out) {
-    static const binop ops[5][7] = {
-        {{"==", TOP_EQ}, {"!=", TOP_NE}, {"<", TOP_LT}, {"<=", TOP_LE}, {">", TOP_GT}, {">=", TOP_GE}, {0, 0}},
+    static const binop ops[5][5] = {
+        {{0, 0}},
         {{"+", TOP_ADD}, {"-", TOP_SUB}, {0, 0}},
         {{"~", TOP_CONCAT}, {0, 0}},
         {{"*", TOP_MUL}, {"/", TOP_DIV}, {"//", TOP_FLOORDIV}, {"%", TOP_MOD}, {0, 0}},
@@ -457,14 +457,8 @@ static atlas_status parse_level(parser *p, int level, tnode **out) {
         int op = 0;
         for (int k = 0; ops[level][k].tok; k++)
             if (is_op(t, ops[level][k].tok)) op = ops[level][k].op;
-        size_t skip = 1;
-        if (level == 0 && is_name(t, "in")) op = TOP_IN;
-        if (level == 0 && is_name(t, "not") && is_name(peek(p, 1), "in")) {
-            op = TOP_NOTIN;
-            skip = 2;
-        }
         if (!op) break;
-        for (size_t k = 0; k < skip; k++) adv(p);
+        adv(p);
         tnode *right;
         atlas_status st = parse_level(p, level + 1, &right);
         tnode *n = st == ATLAS_OK ? node_new(TN_BINARY, t) : NULL;
@@ -482,6 +476,67 @@ static atlas_status parse_level(parser *p, int level, tnode **out) {
         left = n;
     }
     *out = left;
+    return ATLAS_OK;
+}
+
+/* Comparisons chain as in Python: a < b < c means a < b and b < c. */
+static int compare_op(parser *p, size_t *skip) {
+    static const binop ops[] = {{"==", TOP_EQ}, {"!=", TOP_NE}, {"<", TOP_LT}, {"<=", TOP_LE}, {">", TOP_GT}, {">=", TOP_GE}};
+    ttok *t = cur(p);
+    *skip = 1;
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (is_op(t, ops[k].tok)) return ops[k].op;
+    if (is_name(t, "in")) return TOP_IN;
+    if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
+        *skip = 2;
+        return TOP_NOTIN;
+    }
+    return 0;
+}
+
+static atlas_status parse_compare(parser *p, tnode **out) {
+    tnode *first;
+    size_t skip;
+    ATLAS_TRY(parse_level(p, 1, &first));
+    int op = compare_op(p, &skip);
+    if (!op) {
+        *out = first;
+        return ATLAS_OK;
+    }
+    tnode *n = node_new(TN_COMPARE, cur(p));
+    if (!n) {
+        tpl_node_free(first);
+        return nomem(p);
+    }
+    atlas_status st = add_kid(p, n, first);
+    while (st == ATLAS_OK && op) {
+        int *ops = realloc(n->ops, n->nkids * sizeof *ops);
+        if (!ops) {
+            st = nomem(p);
+            break;
+        }
+        n->ops = ops;
+        ops[n->nkids - 1] = op;
+        for (size_t k = 0; k < skip; k++) adv(p);
+        tnode *right;
+        st = parse_level(p, 1, &right);
+        if (st == ATLAS_OK) st = add_kid(p, n, right);
+        if (st == ATLAS_OK) op = compare_op(p, &skip);
+    }
+    if (st != ATLAS_OK) {
+        tpl_node_free(n);
+        return st;
+    }
+    if (n->nkids == 2) { /* the common case: a plain binary node */
+        n->kind = TN_BINARY;
+        n->op = n->ops[0];
+        n->a = n->kids[0];
+        n->b = n->kids[1];
+        free(n->kids);
+        n->kids = NULL;
+        n->nkids = 0;
+    }
+    *out = n;
     return ATLAS_OK;
 }
 
@@ -504,7 +559,7 @@ static atlas_status parse_not(parser *p, tnode **out) {
         *out = n;
         return ATLAS_OK;
     }
-    return parse_level(p, 0, out);
+    return parse_compare(p, out);
 }
 
 static atlas_status parse_bool(parser *p, bool is_or, tnode **out) {
@@ -927,6 +982,7 @@ void tpl_node_free(tnode *n) {
     free(n->kwnames);
     free(n->kwvals);
     free(n->str);
+    free(n->ops);
     if ((n->kind == TN_CONST || n->kind == TN_TEXT) && n->val.kind == TV_STR) free(n->val.u.s);
     free(n);
 }

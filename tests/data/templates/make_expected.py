@@ -137,6 +137,38 @@ def main():
         json.dump(out, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(f"{len(out)} renderings ({sum('error' in e for e in out)} refused) with jinja2 {jinja2.__version__}")
+    constructs(env, here)
+
+
+CONSTRUCT_MESSAGES = [
+    {"role": "system", "content": "  sys  "},
+    {"role": "user", "content": "hi </think> there"},
+    {"role": "assistant", "content": "<think>\nr\n</think>\n\nans", "tool_calls": [
+        {"id": "abc", "type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": [1, 2.5, None, True, "é"]}}}]},
+    {"role": "tool", "content": "42"},
+    {"role": "user", "content": "bye"},
+]
+
+
+def constructs(env, here):
+    """constructs.txt: small templates (separated by a line "=====") exercising one
+    construct each; constructs.json: what jinja2 renders for each with CONSTRUCT_MESSAGES."""
+    with open(os.path.join(here, "constructs.txt"), encoding="utf-8") as f:
+        sources = [t for t in f.read().split("\n=====\n") if t.strip()]
+    out = []
+    for src in sources:
+        entry = {"template": src}
+        try:
+            entry["expected"] = env.from_string(src).render(
+                messages=CONSTRUCT_MESSAGES, tools=None, documents=None, add_generation_prompt=True,
+                bos_token="<s>", eos_token="</s>")
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+        out.append(entry)
+    with open(os.path.join(here, "constructs.json"), "w", encoding="utf-8") as f:
+        json.dump({"messages": CONSTRUCT_MESSAGES, "cases": out}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(f"{len(out)} constructs")
 
 
 if __name__ == "__main__":
