@@ -246,6 +246,16 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
+    const json_t *rf = field(body, "response_format");
+    if (rf) { /* structured output is not implemented: say so rather than ignore it */
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!type || strcmp(type, "text") != 0) {
+            *param = "response_format";
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'response_format' %s%s%s is not supported: "
+                                                     "only {\"type\": \"text\"}",
+                              type ? "of type '" : "", type ? type : "", type ? "'" : "");
+        }
+    }
     const json_t *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so)) {

@@ -46,6 +46,8 @@ test('wrong types and values name the field', async () => {
   await expectError({ model: 'llama', messages: msg, logit_bias: { 999999999: 1 } }, 400, 'logit_bias');
   await expectError({ model: 'llama', messages: msg, tools: 'all' }, 400, 'tools');
   await expectError({ model: 'llama', messages: msg, top_logprobs: 3 }, 400, 'top_logprobs');
+  await expectError({ model: 'llama', messages: msg, response_format: { type: 'json_schema' } }, 400, 'response_format');
+  await expectError({ model: 'llama', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400, 'messages');
   const c = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: [1, -4] });
   assert.equal(c.status, 400);
   assert.equal(c.json.error.param, 'prompt');
