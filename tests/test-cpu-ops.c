@@ -398,6 +398,8 @@ int main(void) {
         test_matmul(be, 2, 37, 3, 1, 2);
         test_matmul(be, 5, 36, 40, 17, 9);
         test_matmul(be, 9, 40, 130, 64, 106); /* 40: the widest input of this geometry */
+        test_matmul(be, 1, 40, 130, 64, 106); /* one token: the decode path */
+        test_matmul(be, 1, 33, 9, 3, 1);
         test_norms(be);
         test_elementwise(be);
         test_weight_errors(be);

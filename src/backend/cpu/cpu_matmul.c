@@ -129,6 +129,49 @@ static void tile(float *out, int64_t m, const float *x, int64_t k, const float *
             out[(t0 + t) * m + r0 + r] = cpu_dot(wrow + r * k, x + (t0 + t) * k, k);
 }
 
+#ifdef CPU_SIMD
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Decode (one token): out[r] = dot(w[r], x) straight from bf16, four rows per pass sharing
+ * the loads of x; no fp32 copy of the rows. Rows [r0, r1) of one bf16 part. */
+static void gemv_bf16(float *out, const uint16_t *w, const float *x, int64_t k, int64_t r0,
+                      int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w0 = w + r * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), v, a0);
+            a1 = _mm256_fmadd_ps(load_bf16(w1 + i), v, a1);
+            a2 = _mm256_fmadd_ps(load_bf16(w2 + i), v, a2);
+            a3 = _mm256_fmadd_ps(load_bf16(w3 + i), v, a3);
+        }
+        float s[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+        for (; i < k; i++) {
+            s[0] += atlas_bf16_to_f32(w0[i]) * x[i];
+            s[1] += atlas_bf16_to_f32(w1[i]) * x[i];
+            s[2] += atlas_bf16_to_f32(w2[i]) * x[i];
+            s[3] += atlas_bf16_to_f32(w3[i]) * x[i];
+        }
+        for (int j = 0; j < 4; j++) out[r + j] = s[j];
+    }
+    for (; r < r1; r++) {
+        const uint16_t *wr = w + r * k;
+        __m256 a = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) a = _mm256_fmadd_ps(load_bf16(wr + i), _mm256_loadu_ps(x + i), a);
+        float sum = hsum256(a);
+        for (; i < k; i++) sum += atlas_bf16_to_f32(wr[i]) * x[i];
+        out[r] = sum;
+    }
+}
+#endif
+
 typedef struct matmul_job {
     cpu_backend *cb;
     float *out;
@@ -142,6 +185,26 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     const atlas_weight *w = j->w;
     int64_t k = w->cols, m = w->rows;
     float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
+#ifdef CPU_SIMD
+    if (j->n == 1) { /* bf16 parts go straight from the mapping; others through buf */
+        for (int p = 0; p < w->n_parts; p++) {
+            const cpu_part *part = &w->parts[p];
+            int64_t lo = begin > part->row0 ? begin : part->row0;
+            int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
+            if (lo < hi && part->dtype == ATLAS_DTYPE_BF16)
+                gemv_bf16(j->out + part->row0, part->data, j->x, k, lo - part->row0,
+                          hi - part->row0);
+            else
+                for (int64_t r = lo; r < hi; r++) {
+                    cpu_weight_row(w, r, buf);
+                    j->out[r] = cpu_dot(buf, j->x, k);
+                }
+        }
+        if (j->bias)
+            for (int64_t r = begin; r < end; r++) j->out[r] += j->bias->vec[r];
+        return;
+    }
+#endif
     for (int64_t r0 = begin; r0 < end; r0 += CPU_ROWS) {
         int nr = end - r0 < CPU_ROWS ? (int)(end - r0) : CPU_ROWS;
         for (int r = 0; r < nr; r++) cpu_weight_row(w, r0 + r, buf + r * k);
