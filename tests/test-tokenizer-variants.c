@@ -341,6 +341,38 @@ static void check_errors(void) {
     CHECK(tok == NULL);
 }
 
+/* `atlas tokenize`, as a real process (ATLAS_BIN is set by ctest). */
+static void check_cli(void) {
+    const char *bin = getenv("ATLAS_BIN");
+    if (!bin || !*bin || access(bin, X_OK) != 0) {
+        CHECK_MSG(0, "ATLAS_BIN is not set to the atlas binary");
+        return;
+    }
+    char cmd[8192], out[256] = "";
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' 'hello world' 2>&1", bin,
+             harness_data_path("tiny-llama3"));
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    CHECK(p && pclose(p) == 0);
+    CHECK_MSG(!strcmp(out, "[15339, 1917]\n"), "atlas tokenize printed '%s'", out);
+    snprintf(cmd, sizeof cmd, "printf 'a<|endoftext|>b' | '%s' tokenize -m '%s' - 2>&1", bin,
+             harness_data_path("tiny-qwen3"));
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    CHECK(p && pclose(p) == 0);
+    CHECK_MSG(!strcmp(out, "[64, 151643, 65]\n"), "atlas tokenize - printed '%s'", out);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m /nonexistent x 2>&1", bin);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    int st = p ? pclose(p) : 0;
+    CHECK(st != 0);
+    CHECK_MSG(strstr(out, "/nonexistent/tokenizer.json") && strchr(out, '\n') == out + n - 1,
+              "error is not one line naming the file: '%s'", out);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -352,6 +384,7 @@ int main(void) {
     check_bos_eos_template();
     check_llama3_template();
     check_errors();
+    check_cli();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
