@@ -304,8 +304,11 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
     free(want);
 }
 
-static void test_attention(int window, int with_qk_norm, int threads) {
+/* The test runs layer 1: from_layer 2 means that layer does not slide. */
+static void test_attention(int window, int from_layer, int with_qk_norm, int threads) {
     atlas_backend_geom g = geom(window);
+    g.sliding_from_layer = from_layer;
+    if (from_layer > 1) window = 0;
     atlas_backend *be = NULL;
     CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
     if (!be) return;
@@ -404,10 +407,11 @@ int main(void) {
         test_elementwise(be);
         test_weight_errors(be);
         be->ops->destroy(be);
-        test_attention(0, 0, threads);
-        test_attention(0, 1, threads);
-        test_attention(3, 0, threads);
-        test_attention(5, 1, threads);
+        test_attention(0, 0, 0, threads);
+        test_attention(0, 0, 1, threads);
+        test_attention(3, 0, 0, threads);
+        test_attention(5, 1, 1, threads);
+        test_attention(3, 2, 0, threads);
     }
     atlas_backend_geom bad = geom(0);
     bad.n_kv_heads = 3;

@@ -44,6 +44,7 @@ typedef struct atlas_backend_geom {
     double rope_attn_factor;     /* cos/sin are multiplied by this (yarn), 1 otherwise */
     int max_position;            /* positions beyond are still valid: tables grow or compute */
     int sliding_window;          /* 0: full causal attention */
+    int sliding_from_layer;      /* layers >= this use sliding_window (0: all of them) */
 } atlas_backend_geom;
 
 typedef struct atlas_batch {

@@ -127,7 +127,7 @@ static atlas_status load_all(atlas_model *m, const atlas_model_params *p) {
         .head_dim = c->head_dim, .intermediate = c->intermediate, .vocab_size = c->vocab_size,
         .n_layers = c->n_layers, .rms_eps = (float)c->rms_eps, .rope_inv_freq = inv_freq,
         .rope_attn_factor = attn_factor, .max_position = c->max_position,
-        .sliding_window = c->sliding_window,
+        .sliding_window = c->sliding_window, .sliding_from_layer = c->sliding_from_layer,
     };
     ATLAS_TRY(pick_backend(m, p, &g));
     ATLAS_TRY(atlas_weights_load(m->be, m->st, c, &m->w));

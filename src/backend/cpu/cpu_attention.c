@@ -11,6 +11,7 @@
 
 typedef struct attn_job {
     cpu_backend *cb;
+    int window;          /* this layer's sliding window; 0: none */
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
     const float *k, *v;  /* this layer's pools [slots, K, hd] */
@@ -30,8 +31,7 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
         const float *q = j->qkv + (size_t)t * (H + 2 * K) * hd + (size_t)h * hd;
         const int32_t *table = cb->block_table + (size_t)s * cb->max_blocks;
         int start = 0;
-        if (g->sliding_window > 0 && pos - g->sliding_window + 1 > 0)
-            start = pos - g->sliding_window + 1;
+        if (j->window > 0 && pos - j->window + 1 > 0) start = pos - j->window + 1;
         float mx = -INFINITY, sum = 0.0f;
         memset(acc, 0, (size_t)hd * sizeof *acc);
         for (int p = start; p <= pos; p++) {
@@ -61,7 +61,8 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
     if (layer < 0 || layer >= kv->n_layers)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: layer %d of %d", layer,
                           kv->n_layers);
-    attn_job j = {cb, out, qkv, kv->k + layer * kv->layer_floats,
+    int window = layer >= be->geom.sliding_from_layer ? be->geom.sliding_window : 0;
+    attn_job j = {cb, window, out, qkv, kv->k + layer * kv->layer_floats,
                   kv->v + layer * kv->layer_floats};
     atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, 4, attn_range, &j);
     return ATLAS_OK;
