@@ -123,16 +123,20 @@ static void test_bad_batches(void) {
     CHECK_OK(atlas_model_release(m));
 }
 
-/* Writes DIR/model.safetensors holding the given tensors (bf16 zeros). */
+/* Writes DIR/model.safetensors holding the given tensors (bf16 zeros); a shape [r, 0] is
+ * 1-D [r]. */
 static void write_st(const char *dir, int n, const char *const *names, const int64_t (*shapes)[2]) {
-    char header[4096] = "{", path[600];
+    char header[8192] = "{", path[600];
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)shapes[i][0] * shapes[i][1] * 2;
+        int64_t r = shapes[i][0], c = shapes[i][1];
+        size_t bytes = (size_t)r * (c ? c : 1) * 2;
+        char shape[64];
+        if (c) snprintf(shape, sizeof shape, "%lld,%lld", (long long)r, (long long)c);
+        else snprintf(shape, sizeof shape, "%lld", (long long)r);
         snprintf(header + strlen(header), sizeof header - strlen(header),
-                 "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
-                 i ? "," : "", names[i], (long long)shapes[i][0], (long long)shapes[i][1], off,
-                 off + bytes);
+                 "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                 i ? "," : "", names[i], shape, off, off + bytes);
         off += bytes;
     }
     strcat(header, "}");
@@ -147,6 +151,75 @@ static void write_st(const char *dir, int n, const char *const *names, const int
     fwrite(zeros, 1, off, f);
     free(zeros);
     fclose(f);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+static void remove_dir(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A Qwen2 checkpoint binds q/k/v biases and, untied, lm_head.weight; a missing bias is an
+ * error that names it. */
+static void test_qwen2_binding(void) {
+    char dir[] = "/tmp/atlas-test-qwen2-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 8, "
+               "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+               "\"intermediate_size\": 16, \"vocab_size\": 32, \"tie_word_embeddings\": false, "
+               "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"max_position_embeddings\": 64}");
+    const char *names[] = {
+        "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+        "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+        "model.layers.0.self_attn.v_proj.bias", "model.layers.0.self_attn.q_proj.bias"};
+    const int64_t shapes[][2] = {{32, 8}, {8, 0}, {32, 8}, {8, 0}, {8, 8}, {4, 8}, {4, 8},
+                                 {8, 8}, {8, 0}, {16, 8}, {16, 8}, {8, 16}, {4, 0}, {4, 0},
+                                 {8, 0}};
+    int n = (int)(sizeof names / sizeof names[0]);
+    int64_t elems = 0;
+    for (int i = 0; i < n; i++) elems += shapes[i][0] * (shapes[i][1] ? shapes[i][1] : 1);
+    write_st(dir, n, names, shapes);
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (m) {
+        atlas_model_info info;
+        atlas_model_get_info(m, &info);
+        CHECK(!strcmp(info.architecture, "Qwen2ForCausalLM") && !info.tied_embeddings);
+        CHECK_MSG(info.n_params == elems, "n_params %lld, want %lld", (long long)info.n_params,
+                  (long long)elems);
+        float logits[32];
+        CHECK_OK(forward_one(m, 31, 0, logits));
+        CHECK(logits[0] == 0.0f && logits[31] == 0.0f); /* zero weights */
+        CHECK_OK(atlas_model_release(m));
+    }
+    write_st(dir, n - 1, names, shapes); /* without q_proj.bias */
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_NOT_FOUND && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "model.layers.0.self_attn.q_proj.bias") != NULL, "%s",
+              atlas_last_error());
+    write_st(dir, 2, names, shapes); /* untied: lm_head.weight is required */
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_NOT_FOUND && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "lm_head.weight") != NULL, "%s", atlas_last_error());
+    remove_dir(dir);
 }
 
 static void test_bad_checkpoints(void) {
@@ -188,10 +261,7 @@ static void test_bad_checkpoints(void) {
     bad.device = ATLAS_DEVICE_CUDA; /* asked for explicitly: no fallback */
     CHECK(atlas_model_load(harness_data_path("tiny-llama3"), &bad, &m) != ATLAS_OK && !m);
 
-    snprintf(src, sizeof src, "%s/model.safetensors", dir);
-    unlink(src);
-    unlink(cfg);
-    rmdir(dir);
+    remove_dir(dir);
 }
 
 int main(void) {
@@ -200,5 +270,6 @@ int main(void) {
     test_handles();
     test_bad_batches();
     test_bad_checkpoints();
+    test_qwen2_binding();
     return harness_finish();
 }
