@@ -233,12 +233,31 @@ static atlas_status bpe_merge(tok_ctx *c, const unsigned char *word, size_t len)
 
 /* ---- the word cache ------------------------------------------------------------------------ */
 
-static bool slot_lock(tok_wcache_slot *sl) {
-    return atomic_exchange_explicit(&sl->busy, 1, memory_order_acquire) == 0;
+/* The payload as plain bytes: [0] key_len, [1] n_ids, [2..24) key, [24..56) ids. */
+typedef union wc_payload {
+    uint64_t w[TOK_WCACHE_WORDS];
+    unsigned char b[TOK_WCACHE_WORDS * 8];
+} wc_payload;
+
+static bool cache_read(tok_wcache_slot *sl, wc_payload *out) {
+    uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
+    if (s1 & 1) return false;
+    for (int i = 0; i < TOK_WCACHE_WORDS; i++)
+        out->w[i] = atomic_load_explicit(&sl->data[i], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }
 
-static void slot_unlock(tok_wcache_slot *sl) {
-    atomic_store_explicit(&sl->busy, 0, memory_order_release);
+static void cache_write(tok_wcache_slot *sl, const wc_payload *in) {
+    uint64_t s = atomic_load_explicit(&sl->seq, memory_order_relaxed);
+    if ((s & 1) || !atomic_compare_exchange_strong_explicit(&sl->seq, &s, s + 1,
+                                                            memory_order_relaxed,
+                                                            memory_order_relaxed))
+        return; /* another writer is here: skip, the word is cached next time */
+    atomic_thread_fence(memory_order_release);
+    for (int i = 0; i < TOK_WCACHE_WORDS; i++)
+        atomic_store_explicit(&sl->data[i], in->w[i], memory_order_relaxed);
+    atomic_store_explicit(&sl->seq, s + 2, memory_order_release);
 }
 
 atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
@@ -248,18 +267,16 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
         return tok_ctx_push_id(c, tok->byte_id[(unsigned char)word[0]]);
     /* the cache first: a hit costs one cache line, the vocab lookup two or more */
     tok_wcache_slot *sl = NULL;
+    wc_payload pl;
     if (len <= TOK_WCACHE_KEY && tok->wcache) {
         sl = &tok->wcache[tok_hash_bytes(word, len) & (TOK_WCACHE_SLOTS - 1)];
-        if (slot_lock(sl)) {
-            if (sl->key_len == len && !memcmp(sl->key, word, len)) {
-                int32_t ids[TOK_WCACHE_IDS];
-                size_t n = sl->n_ids;
-                memcpy(ids, sl->ids, n * sizeof *ids);
-                slot_unlock(sl);
-                for (size_t i = 0; i < n; i++) ATLAS_TRY(tok_ctx_push_id(c, ids[i]));
-                return ATLAS_OK;
+        if (cache_read(sl, &pl) && pl.b[0] == len && !memcmp(pl.b + 2, word, len)) {
+            for (size_t i = 0; i < pl.b[1]; i++) {
+                int32_t id;
+                memcpy(&id, pl.b + 24 + 4 * i, 4);
+                ATLAS_TRY(tok_ctx_push_id(c, id));
             }
-            slot_unlock(sl);
+            return ATLAS_OK;
         }
     }
     size_t first = c->n_ids;
@@ -267,12 +284,13 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
     if (whole >= 0) ATLAS_TRY(tok_ctx_push_id(c, whole)); /* a word in the vocab is one token */
     else ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
     size_t n = c->n_ids - first;
-    if (sl && n <= TOK_WCACHE_IDS && slot_lock(sl)) {
-        sl->key_len = (uint8_t)len;
-        sl->n_ids = (uint8_t)n;
-        memcpy(sl->key, word, len);
-        memcpy(sl->ids, c->ids + first, n * sizeof *sl->ids);
-        slot_unlock(sl);
+    if (sl && n <= TOK_WCACHE_IDS) {
+        memset(&pl, 0, sizeof pl);
+        pl.b[0] = (unsigned char)len;
+        pl.b[1] = (unsigned char)n;
+        memcpy(pl.b + 2, word, len);
+        memcpy(pl.b + 24, c->ids + first, n * sizeof(int32_t));
+        cache_write(sl, &pl);
     }
     return ATLAS_OK;
 }

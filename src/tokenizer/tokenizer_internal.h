@@ -119,16 +119,17 @@ typedef struct tok_trie {
 /* ---- the word cache ---------------------------------------------------------------------- */
 
 /* One cache line: a word (raw bytes) and its ids.  The cache is direct-mapped and shared by
- * all threads; each slot has a try-lock, and a thread that finds a slot busy just runs BPE,
- * so nobody waits.  Words longer than TOK_WCACHE_KEY or with more ids are not cached. */
-enum { TOK_WCACHE_KEY = 26, TOK_WCACHE_IDS = 8, TOK_WCACHE_SLOTS = 1 << 16 };
+ * all threads, as a seqlock per slot: readers only load (a hot word's line stays shared
+ * between cores), check that the sequence number is even and unchanged, and else treat it
+ * as a miss; a writer that finds the slot busy skips caching, so nobody waits.  The payload
+ * is relaxed atomics, which keeps the racing reads defined in C11.  Words longer than
+ * TOK_WCACHE_KEY bytes or with more than TOK_WCACHE_IDS ids are not cached. */
+enum { TOK_WCACHE_KEY = 22, TOK_WCACHE_IDS = 8, TOK_WCACHE_SLOTS = 1 << 16, TOK_WCACHE_WORDS = 7 };
 
 typedef struct tok_wcache_slot {
-    _Alignas(64) _Atomic uint32_t busy;
-    uint8_t key_len; /* 0: empty */
-    uint8_t n_ids;
-    char key[TOK_WCACHE_KEY];
-    int32_t ids[TOK_WCACHE_IDS];
+    _Alignas(64) _Atomic uint64_t seq; /* odd while a writer fills the slot */
+    /* key_len (1 byte, 0 = empty), n_ids (1), key (22), ids (8 x int32) */
+    _Atomic uint64_t data[TOK_WCACHE_WORDS];
 } tok_wcache_slot;
 
 /* ---- the tokenizer ----------------------------------------------------------------------- */
