@@ -212,10 +212,10 @@ static atlas_status repeat(trender *r, const tnode *at, const tval *seq, long lo
     size_t unit = seq->kind == TV_STR ? seq->u.s->len : seq->u.l->n;
     if (unit && (unsigned long long)times > (64u << 20) / unit) return tpl_err(r, at, "repetition result too large");
     if (seq->kind == TV_STR) {
-        char *p = tpl_alloc(r, unit * (size_t)times + 1);
-        if (!p) return tpl_oom(r, at);
+        char *p;
+        ATLAS_TRY(tv_str_new(r, unit * (size_t)times, out, &p));
         for (long long i = 0; i < times; i++) memcpy(p + (size_t)i * unit, seq->u.s->s, unit);
-        return tv_str(r, p, unit * (size_t)times, out);
+        return ATLAS_OK;
     }
     ATLAS_TRY(tv_list(r, unit * (size_t)times, out));
     for (long long i = 0; i < times; i++)
@@ -227,12 +227,11 @@ static atlas_status arith(trender *r, const tnode *at, int op, const tval *a, co
     static const char *names[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     const char *opn = names[op];
     if (op == TOP_ADD && a->kind == TV_STR && b->kind == TV_STR) {
-        size_t n = a->u.s->len + b->u.s->len;
-        char *p = tpl_alloc(r, n + 1);
-        if (!p) return tpl_oom(r, at);
+        char *p;
+        ATLAS_TRY(tv_str_new(r, a->u.s->len + b->u.s->len, out, &p));
         memcpy(p, a->u.s->s, a->u.s->len);
         memcpy(p + a->u.s->len, b->u.s->s, b->u.s->len);
-        return tv_str(r, p, n, out);
+        return ATLAS_OK;
     }
     if (op == TOP_ADD && a->kind == TV_LIST && b->kind == TV_LIST) {
         ATLAS_TRY(tv_list(r, a->u.l->n + b->u.l->n, out));
@@ -669,31 +668,32 @@ static atlas_status iter_items(trender *r, const tnode *at, const tval *seq, tva
     return tpl_err(r, at, "'%s' object is not iterable", tv_type_name(seq));
 }
 
-static atlas_status loop_object(trender *r, const tval *items, size_t i, tval *out) {
+static const char *const LOOP_KEYS[] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                        "length", "previtem", "nextitem", "depth", "depth0"};
+enum { N_LOOP_KEYS = sizeof LOOP_KEYS / sizeof LOOP_KEYS[0] };
+
+/* The loop object of iteration i: a dict whose keys (made once per loop) are shared. */
+static atlas_status loop_object(trender *r, const tval *items, size_t i, tval *keys, tval *out) {
     size_t n = items->u.l->n;
-    struct {
-        const char *k;
-        tval v;
-    } f[] = {
-        {"index", tv_int((long long)i + 1)},
-        {"index0", tv_int((long long)i)},
-        {"revindex", tv_int((long long)(n - i))},
-        {"revindex0", tv_int((long long)(n - i - 1))},
-        {"first", tv_bool(i == 0)},
-        {"last", tv_bool(i + 1 == n)},
-        {"length", tv_int((long long)n)},
-        {"previtem", i > 0 ? items->u.l->v[i - 1] : tv_undef("there is no previous item")},
-        {"nextitem", i + 1 < n ? items->u.l->v[i + 1] : tv_undef("there is no next item")},
-        {"depth", tv_int(1)},
-        {"depth0", tv_int(0)},
-    };
+    tval *v = tpl_alloc(r, N_LOOP_KEYS * sizeof *v);
+    if (!v) return tpl_oom(r, NULL);
+    v[0] = tv_int((long long)i + 1);
+    v[1] = tv_int((long long)i);
+    v[2] = tv_int((long long)(n - i));
+    v[3] = tv_int((long long)(n - i - 1));
+    v[4] = tv_bool(i == 0);
+    v[5] = tv_bool(i + 1 == n);
+    v[6] = tv_int((long long)n);
+    v[7] = i > 0 ? items->u.l->v[i - 1] : tv_undef("there is no previous item");
+    v[8] = i + 1 < n ? items->u.l->v[i + 1] : tv_undef("there is no next item");
+    v[9] = tv_int(1);
+    v[10] = tv_int(0);
     ATLAS_TRY(tv_dict(r, out));
-    out->u.d->loop = true;
-    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-        tval key;
-        ATLAS_TRY(tv_str(r, f[k].k, strlen(f[k].k), &key));
-        ATLAS_TRY(tv_dict_set(r, out, key, f[k].v));
-    }
+    tdict *d = out->u.d;
+    d->loop = true;
+    d->k = keys;
+    d->v = v;
+    d->n = d->cap = N_LOOP_KEYS;
     return ATLAS_OK;
 }
 
@@ -714,10 +714,13 @@ static atlas_status exec_for(trender *r, tscope *sc, const tnode *n, tbuf *out) 
         }
         items = kept;
     }
+    tval *keys = tpl_alloc(r, N_LOOP_KEYS * sizeof *keys);
+    if (!keys) return tpl_oom(r, n);
+    for (size_t k = 0; k < N_LOOP_KEYS; k++) ATLAS_TRY(tv_str(r, LOOP_KEYS[k], strlen(LOOP_KEYS[k]), &keys[k]));
     for (size_t i = 0; i < items.u.l->n; i++) {
         tval loop;
         if (!(ls = tpl_scope_new(r, sc))) return tpl_oom(r, n); /* jinja2: a set lasts one iteration */
-        ATLAS_TRY(loop_object(r, &items, i, &loop));
+        ATLAS_TRY(loop_object(r, &items, i, keys, &loop));
         ATLAS_TRY(tpl_scope_set(r, ls, "loop", loop));
         ATLAS_TRY(assign(r, ls, n, n->targets, n->ntargets, &items.u.l->v[i]));
         ATLAS_TRY(tpl_exec(r, ls, n->b, out));

@@ -199,7 +199,8 @@ typedef struct trender {
     int loop_ctl;     /* 1 break, 2 continue */
 } trender;
 
-void *tpl_alloc(trender *r, size_t n); /* zeroed; NULL on exhaustion */
+void *tpl_alloc(trender *r, size_t n);     /* zeroed; NULL on exhaustion */
+void *tpl_alloc_raw(trender *r, size_t n); /* not zeroed */
 atlas_status tpl_oom(trender *r, const tnode *at);
 atlas_status tpl_err(trender *r, const tnode *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -217,6 +218,8 @@ tval tv_bool(bool b);
 tval tv_int(long long i);
 tval tv_float(double f);
 atlas_status tv_str(trender *r, const char *s, size_t n, tval *out);
+/* a string of n bytes for the caller to fill through *buf (NUL already placed) */
+atlas_status tv_str_new(trender *r, size_t n, tval *out, char **buf);
 atlas_status tv_list(trender *r, size_t cap, tval *out);
 atlas_status tv_list_push(trender *r, tval *list, tval item);
 atlas_status tv_dict(trender *r, tval *out);

@@ -18,13 +18,19 @@ struct tarena_block {
 };
 
 void *tpl_alloc(trender *r, size_t n) {
+    void *p = tpl_alloc_raw(r, n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void *tpl_alloc_raw(trender *r, size_t n) {
     tarena *a = &r->arena;
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     if (a->limit && a->used_total + n > a->limit) return NULL;
     tarena_block *b = a->head;
     if (!b || b->cap - b->used < n) {
-        size_t cap = n > 65536 ? n : 65536;
+        size_t cap = n > (1u << 18) ? n : (1u << 18);
         b = malloc(sizeof *b + cap);
         if (!b) return NULL;
         b->next = a->head;
@@ -35,7 +41,6 @@ void *tpl_alloc(trender *r, size_t n) {
     void *p = b->data + b->used;
     b->used += n;
     a->used_total += n;
-    memset(p, 0, n);
     return p;
 }
 
@@ -99,12 +104,20 @@ tval tv_int(long long i) { return (tval){.kind = TV_INT, .u.i = i}; }
 tval tv_float(double f) { return (tval){.kind = TV_FLOAT, .u.f = f}; }
 
 atlas_status tv_str(trender *r, const char *s, size_t n, tval *out) {
-    tstr *t = tpl_alloc(r, sizeof *t + n + 1);
+    char *p = NULL;
+    ATLAS_TRY(tv_str_new(r, n, out, &p));
+    if (n) memcpy(p, s, n);
+    return ATLAS_OK;
+}
+
+atlas_status tv_str_new(trender *r, size_t n, tval *out, char **buf) {
+    if (n > SIZE_MAX / 2) return tpl_oom(r, NULL);
+    tstr *t = tpl_alloc_raw(r, sizeof *t + n + 1);
     if (!t) return tpl_oom(r, NULL);
     t->len = n;
-    if (n) memcpy(t->s, s, n);
     t->s[n] = 0;
     *out = (tval){.kind = TV_STR, .u.s = t};
+    *buf = t->s;
     return ATLAS_OK;
 }
 
@@ -112,7 +125,7 @@ atlas_status tv_list(trender *r, size_t cap, tval *out) {
     tlist *l = tpl_alloc(r, sizeof *l);
     if (!l) return tpl_oom(r, NULL);
     if (cap) {
-        if (cap > SIZE_MAX / sizeof(tval) || !(l->v = tpl_alloc(r, cap * sizeof(tval))))
+        if (cap > SIZE_MAX / sizeof(tval) || !(l->v = tpl_alloc_raw(r, cap * sizeof(tval))))
             return tpl_oom(r, NULL);
         l->cap = cap;
     }
@@ -124,7 +137,7 @@ atlas_status tv_list_push(trender *r, tval *list, tval item) {
     tlist *l = list->u.l;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
-        tval *v = tpl_alloc(r, cap * sizeof *v);
+        tval *v = tpl_alloc_raw(r, cap * sizeof *v);
         if (!v) return tpl_oom(r, NULL);
         if (l->n) memcpy(v, l->v, l->n * sizeof *v);
         l->v = v;
@@ -166,7 +179,7 @@ atlas_status tv_dict_set(trender *r, tval *dict, tval key, tval val) {
     tdict *d = dict->u.d;
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
-        tval *k = tpl_alloc(r, cap * sizeof *k), *v = tpl_alloc(r, cap * sizeof *v);
+        tval *k = tpl_alloc_raw(r, cap * sizeof *k), *v = tpl_alloc_raw(r, cap * sizeof *v);
         if (!k || !v) return tpl_oom(r, NULL);
         if (d->n) {
             memcpy(k, d->k, d->n * sizeof *k);
