@@ -30,6 +30,12 @@ static float urand(void) {
     return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
 }
 
+static double cpu_s(void) { /* CPU time of all threads: wall * threads when nothing else runs */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -165,9 +171,10 @@ int main(int argc, char **argv) {
     if (step(m, ids, 0, n_prompt, table, max_blocks, &ids[n_prompt]) != ATLAS_OK) goto fail;
     double t_prefill = now_s() - t0;
     t0 = now_s();
+    double c0 = cpu_s();
     for (int i = n_prompt; i < total - 1; i++)
         if (step(m, ids, i, i + 1, table, max_blocks, &ids[i + 1]) != ATLAS_OK) goto fail;
-    double t_decode = now_s() - t0;
+    double t_decode = now_s() - t0, c_decode = cpu_s() - c0;
     int decoded = total - 1 - n_prompt;
 
     /* one memcpy of all the weights, from the same mapping the forward reads */
@@ -197,8 +204,9 @@ int main(int argc, char **argv) {
     printf("model: %.1f M params, %s, %.1f MiB weights; load %.2f s; threads %d\n",
            info.n_params / 1e6, info.dtype, info.weight_bytes / 1048576.0, t_load, info.n_threads);
     printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", n_prompt, t_prefill, n_prompt / t_prefill);
-    printf("decode:  %d tokens in %.3f s = %.2f tok/s (%.1f ms/token)\n", decoded, t_decode,
-           decoded / t_decode, ms_tok);
+    printf("decode:  %d tokens in %.3f s = %.2f tok/s (%.1f ms/token); CPU time %.3f s = %.0f%% "
+           "of %d threads (less: the machine is shared)\n", decoded, t_decode, decoded / t_decode,
+           ms_tok, c_decode, 100 * c_decode / (t_decode * info.n_threads), info.n_threads);
     printf("memcpy of the weights (%.1f MiB, best of 3): %.1f ms = %.2f GB/s; decode token / memcpy = %.2fx\n",
            bytes / 1048576.0, t_copy * 1e3, bytes / t_copy / 1e9, ms_tok / (t_copy * 1e3));
     free(ids);
