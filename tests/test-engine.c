@@ -232,7 +232,7 @@ static atlas_request batch_request(const fixture *f, int i) {
     const ref_prompt *p = &f->p[i % 6];
     int n = p->n - (i / 6) % 3;
     if (n < 1) n = 1;
-    atlas_request r = greedy_request(f->name, p->ids, n, 12 + i % 5);
+    atlas_request r = greedy_request(f->name, p->ids, n, 6 + i % 5);
     if (i % 4 == 3) {
         r.sampling.temperature = 0.8f;
         r.sampling.top_p = 0.95f;
@@ -275,7 +275,7 @@ static void test_batch_vs_alone(const fixture *f) {
             same += same_ids(alone[i], batch[i]);
         }
         CHECK(batch[i]->n_ends == 1 && batch[i]->finish == ATLAS_FINISH_LENGTH);
-        CHECK(batch[i]->n_events == 12 + i % 5);
+        CHECK(batch[i]->n_events == 6 + i % 5);
         if (i % 3 == 1) CHECK(batch[i]->logprob_sum < 0);
         atlas_engine_handle_free(h[i]);
     }
@@ -292,7 +292,7 @@ static void test_batch_vs_alone(const fixture *f) {
     }
 }
 
-/* 8 sequences of up to 70 tokens in a pool of 10 blocks of 16: preemption must happen, and
+/* 8 sequences of up to 31 tokens (2 blocks each) in a pool of 10 blocks of 16: preemption must happen, and
  * every sequence must still give its reference continuation. */
 static void test_preemption(const fixture *f) {
     enum { N = 8 };
@@ -307,13 +307,13 @@ static void test_preemption(const fixture *f) {
     coll *c[N];
     for (int i = 0; i < N; i++) {
         const ref_prompt *rp = &f->p[i % 6];
-        atlas_request r = greedy_request(f->name, rp->ids, rp->n, N_GREEDY);
+        atlas_request r = greedy_request(f->name, rp->ids, rp->n, 16);
         c[i] = coll_new();
         CHECK_OK(atlas_engine_submit(e, &r, on_event, c[i], NULL));
     }
     for (int i = 0; i < N; i++) {
         coll_wait(c[i]);
-        CHECK_MSG(c[i]->finish == ATLAS_FINISH_LENGTH && c[i]->n_ids == N_GREEDY,
+        CHECK_MSG(c[i]->finish == ATLAS_FINISH_LENGTH && c[i]->n_ids == 16,
                   "preemption: request %d finish %d (%s)", i, c[i]->finish, c[i]->msg);
         CHECK_MSG(matches_reference(c[i], &f->p[i % 6]), "preemption: request %d differs", i);
         coll_free(c[i]);
@@ -448,7 +448,7 @@ static void *swap_thread(void *arg) {
     swap_client *sc = arg;
     for (int i = 0; i < sc->n; i++) {
         const ref_prompt *p = &sc->f->p[i % 6];
-        atlas_request r = greedy_request(sc->f->name, p->ids, p->n, 6);
+        atlas_request r = greedy_request(sc->f->name, p->ids, p->n, 4);
         coll *c = run_one(sc->e, &r);
         if (c->finish != ATLAS_FINISH_LENGTH) {
             sc->failed++;
@@ -518,6 +518,59 @@ static void test_swaps(const fixture *a, const fixture *b) {
     CHECK(atlas_engine_models(e, st, 2) == 2 && !st[0].resident && !st[1].resident);
     CHECK_OK(atlas_engine_unload(e, a->name));
     CHECK(atlas_engine_load(e, "nope") == ATLAS_ERR_NOT_FOUND);
+    atlas_engine_free(e);
+}
+
+static int resident(atlas_engine *e, int i) {
+    atlas_engine_model_status st[3];
+    return atlas_engine_models(e, st, 3) == 3 && st[i].resident;
+}
+
+/* Three models (two names share a directory) with max_resident 2: the least recently used
+ * one leaves; unload waits for running sequences; a gpu_memory too small for any model
+ * fails its requests with DEVICE_NOMEM. */
+static void test_residency(const fixture *a, const fixture *b) {
+    atlas_engine_model mods[3] = {{"a", a->dir}, {"b", b->dir}, {"c", a->dir}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.max_resident = 2;
+    p.ctx_size = 512;
+    atlas_engine *e = engine_new(mods, 3, &p);
+    if (!e) return;
+    const char *seq_names[4] = {"a", "b", "a", "c"};
+    for (int k = 0; k < 4; k++) {
+        const fixture *f = seq_names[k][0] == 'b' ? b : a;
+        atlas_request r = greedy_request(seq_names[k], f->p[0].ids, f->p[0].n, 4);
+        coll *c = run_one(e, &r);
+        CHECK(c->finish == ATLAS_FINISH_LENGTH && matches_reference(c, &f->p[0]));
+        coll_free(c);
+    }
+    CHECK_MSG(resident(e, 0) && !resident(e, 1) && resident(e, 2),
+              "LRU: want a and c resident, b evicted");
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK(m.loads == 3 && m.unloads == 1 && m.resident_models == 2);
+
+    /* unload while a sequence runs: it finishes first (not cancelled) */
+    atlas_request r = greedy_request("a", a->p[1].ids, a->p[1].n, 60);
+    coll *c = coll_new();
+    CHECK_OK(atlas_engine_submit(e, &r, on_event, c, NULL));
+    coll_wait_tokens(c, 2);
+    CHECK_OK(atlas_engine_unload(e, "a"));
+    CHECK(c->done && c->finish == ATLAS_FINISH_LENGTH && c->n_ids == 60);
+    CHECK(!resident(e, 0) && resident(e, 2));
+    coll_wait(c);
+    coll_free(c);
+    atlas_engine_free(e);
+
+    p.gpu_memory = 1000;
+    e = engine_new(mods, 3, &p);
+    if (!e) return;
+    r = greedy_request("b", b->p[0].ids, b->p[0].n, 4);
+    c = run_one(e, &r);
+    CHECK(c->finish == ATLAS_FINISH_ERROR && c->status == ATLAS_ERR_DEVICE_NOMEM);
+    CHECK_MSG(strstr(c->msg, "gpu_memory") != NULL, "%s", c->msg);
+    coll_free(c);
+    CHECK(atlas_engine_load(e, "a") == ATLAS_ERR_DEVICE_NOMEM);
     atlas_engine_free(e);
 }
 
@@ -613,6 +666,7 @@ int main(void) {
     TIMED(test_cancel_and_errors(&llama));
     TIMED(test_stop_strings(&qwen));
     TIMED(test_swaps(&llama, &qwen));
+    TIMED(test_residency(&llama, &qwen));
     TIMED(test_failed_load(&llama));
     atlas_st_free(llama.st);
     atlas_st_free(qwen.st);
