@@ -120,6 +120,53 @@ static void check_merges(void) {
     }
 }
 
+/* Invalid UTF-8 decodes like Rust's String::from_utf8_lossy: one U+FFFD per maximal
+ * invalid subpart; the incremental decoder agrees piece by piece.  Ids here are bytes. */
+static void check_lossy(void) {
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(make("lossy", 0, NULL, BYTELEVEL, NULL, NULL, &tok));
+    if (!tok) return;
+    static const struct {
+        int32_t ids[6];
+        const char *want;
+    } cases[] = {
+        {{0xf0, 0x9f, 0x98, 'A', -1}, "\xef\xbf\xbd" "A"},           /* truncated emoji */
+        {{0xe0, 0x80, -1}, "\xef\xbf\xbd\xef\xbf\xbd"},             /* E0 needs A0..BF */
+        {{0xed, 0xa0, 0x80, -1}, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+        {{0xc0, 0xaf, -1}, "\xef\xbf\xbd\xef\xbf\xbd"},             /* overlong */
+        {{0xf4, 0x90, 0x80, 0x80, -1}, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {{0xe2, 0x82, 0xac, 0xe2, 0x82, -1}, "\xe2\x82\xac\xef\xbf\xbd"}, /* euro + cut */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = 0;
+        while (cases[i].ids[n] >= 0) n++;
+        char *t = NULL;
+        size_t tl = 0;
+        CHECK_OK(atlas_tokenizer_decode(tok, cases[i].ids, n, false, &t, &tl));
+        CHECK_MSG(t && tl == strlen(cases[i].want) && !memcmp(t, cases[i].want, tl), "lossy case %zu", i);
+        free(t);
+        atlas_detok *d;
+        CHECK_OK(atlas_detok_create(tok, false, &d));
+        char acc[64];
+        size_t al = 0;
+        for (size_t k = 0; k < n; k++) {
+            const char *p;
+            size_t pl;
+            CHECK_OK(atlas_detok_push(d, cases[i].ids[k], &p, &pl));
+            if (al + pl <= sizeof acc) memcpy(acc + al, p, pl);
+            al += pl;
+        }
+        const char *p;
+        size_t pl;
+        CHECK_OK(atlas_detok_flush(d, &p, &pl));
+        if (al + pl <= sizeof acc) memcpy(acc + al, p, pl);
+        al += pl;
+        CHECK_MSG(al == strlen(cases[i].want) && !memcmp(acc, cases[i].want, al), "lossy detok case %zu", i);
+        atlas_detok_free(d);
+    }
+    atlas_tokenizer_free(tok);
+}
+
 static void check_split_behaviors(void) {
     static const struct {
         const char *behavior;
@@ -379,6 +426,7 @@ int main(void) {
         return 1;
     }
     check_merges();
+    check_lossy();
     check_split_behaviors();
     check_added_flags();
     check_bos_eos_template();

@@ -120,6 +120,7 @@ static void check_fixture(const atlas_tokenizer *tok, const char *name, int nfc)
 }
 
 static void check_long_runs(const atlas_tokenizer *tok);
+static void check_roundtrip(const atlas_tokenizer *tok);
 
 static atlas_tokenizer *load(const char *model) {
     char rel[64];
@@ -153,6 +154,7 @@ static void check_llama3(void) {
     CHECK(atlas_tokenizer_token_bytes(tok, -1, &b, &bl) == ATLAS_ERR_RANGE);
     check_fixture(tok, "llama3", 0);
     check_long_runs(tok);
+    check_roundtrip(tok);
 
     /* skip_special drops special tokens in decode and in incremental decode */
     int32_t ids[] = {128000, 9906, 128009};
@@ -252,6 +254,44 @@ static void check_long_runs(const atlas_tokenizer *tok) {
         free(ids);
     }
     free(text);
+}
+
+/* Random strings over a mixed alphabet (ASCII, Latin, Greek, CJK, emoji with modifiers,
+ * combining marks, spaces of several kinds, pieces of special tokens): byte-level BPE with
+ * no normalizer gives the exact text back, in one decode and piece by piece. */
+static void check_roundtrip(const atlas_tokenizer *tok) {
+    static const char *const alphabet[] = {
+        "a", "b", "Z", "0", "7", " ", "  ", "\n", "\r\n", "\t", ".", "'s", "'T", "-", "_", "(",
+        "\xc3\xa9", "e\xcc\x81", "\xce\xbb", "\xe4\xb8\xad", "\xe3\x83\x86",
+        "\xf0\x9f\x91\x8d", "\xf0\x9f\x8f\xbd", "\xe2\x80\x8b", "\xc2\xa0", "\xe3\x80\x80",
+        "<|", "|>", "<|eot_id|>", "<|begin_of_text|>", "\xd7\xa2", "\xef\xac\x81", "1234",
+    };
+    size_t na = sizeof alphabet / sizeof alphabet[0];
+    unsigned seed = 12345;
+    int bad = 0;
+    for (int iter = 0; iter < 3000 && bad < 5; iter++) {
+        char text[1024];
+        size_t len = 0;
+        int parts = 1 + iter % 40;
+        for (int k = 0; k < parts; k++) {
+            seed = seed * 1103515245u + 12345u;
+            const char *a = alphabet[(seed >> 16) % na];
+            memcpy(text + len, a, strlen(a));
+            len += strlen(a);
+        }
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK_OK(atlas_tokenizer_encode(tok, text, len, false, &ids, &n));
+        char *dec = NULL;
+        size_t dl = 0;
+        CHECK_OK(atlas_tokenizer_decode(tok, ids, n, false, &dec, &dl));
+        int ok = dec && dl == len && !memcmp(dec, text, len);
+        CHECK_MSG(ok, "roundtrip of random string %d", iter);
+        bad += !ok;
+        check_incremental(tok, ids, n, text, len, "random string");
+        free(dec);
+        free(ids);
+    }
 }
 
 /* ---- several threads encoding with one tokenizer ------------------------------------------- */
