@@ -246,6 +246,19 @@ static void test_world2_fork(void) {
     CHECK(atlas_rank_group_post(g, ATLAS_RANK_CMD_RELEASE, NULL, 0, 1000) == ATLAS_OK);
     CHECK(atlas_rank_group_post(g, ATLAS_RANK_CMD_RELEASE, NULL, 0, 1000) == ATLAS_ERR_INVALID);
     CHECK_OK(atlas_rank_group_collect(g, 5000));
+    /* the protocol's cost per decode step: one FORWARD round trip to a worker */
+    void *buf = NULL;
+    size_t len = 0;
+    CHECK_OK(atlas_rank_batch_encode(&test_batch, &buf, &len));
+    CHECK_OK(atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/", 1, 5000));
+    int steps = 2000, fails = 0;
+    double t0 = now_s();
+    for (int i = 0; i < steps; i++)
+        fails += atlas_rank_group_call(g, ATLAS_RANK_CMD_FORWARD, buf, len, 5000) != ATLAS_OK;
+    double us = (now_s() - t0) / steps * 1e6;
+    CHECK(fails == 0);
+    printf("FORWARD round trip to 1 worker: %.1f us (%d calls, %zu-byte batch)\n", us, steps, len);
+    free(buf);
     CHECK_OK(atlas_rank_group_close(g, 5000));
 }
 
