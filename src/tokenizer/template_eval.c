@@ -539,6 +539,46 @@ static atlas_status eval_call(trender *r, tscope *sc, const tnode *n, tfunc *cal
     return tpl_call_value(r, sc, n, &fn, a.pos, a.npos, a.kwn, a.kwv, a.nkw, out);
 }
 
+static atlas_status eval_unary(trender *r, tscope *sc, const tnode *n, tval *out) {
+    tval v;
+    ATLAS_TRY(tpl_eval(r, sc, n->a, &v));
+    if (n->op == '!') {
+        *out = tv_bool(!tv_truthy(&v));
+        return ATLAS_OK;
+    }
+    if (v.kind == TV_UNDEF) return undefined_error(r, n, &v);
+    if (!is_num(&v)) return tpl_err(r, n, "bad operand type for unary %c: '%s'", n->op, tv_type_name(&v));
+    if (n->op == '+') *out = v.kind == TV_BOOL ? tv_int(v.u.b) : v;
+    else if (v.kind == TV_FLOAT) *out = tv_float(-v.u.f);
+    else if (as_i(&v) == LLONG_MIN) return tpl_err(r, n, "integer overflow in unary -");
+    else *out = tv_int(-as_i(&v));
+    return ATLAS_OK;
+}
+
+/* [a, b], (a, b) and {k: v} literals */
+static atlas_status eval_collection(trender *r, tscope *sc, const tnode *n, tval *out) {
+    if (n->kind == TN_DICT) {
+        ATLAS_TRY(tv_dict(r, out));
+        for (size_t i = 0; i + 1 < n->nkids; i += 2) {
+            tval k, v;
+            ATLAS_TRY(tpl_eval(r, sc, n->kids[i], &k));
+            ATLAS_TRY(tpl_eval(r, sc, n->kids[i + 1], &v));
+            if (k.kind == TV_LIST || k.kind == TV_DICT)
+                return tpl_err(r, n->kids[i], "unhashable type: '%s'", tv_type_name(&k));
+            ATLAS_TRY(tv_dict_set(r, out, k, v));
+        }
+        return ATLAS_OK;
+    }
+    ATLAS_TRY(tv_list(r, n->nkids, out));
+    out->u.l->tuple = n->kind == TN_TUPLE;
+    for (size_t i = 0; i < n->nkids; i++) {
+        tval v;
+        ATLAS_TRY(tpl_eval(r, sc, n->kids[i], &v));
+        ATLAS_TRY(tv_list_push(r, out, v));
+    }
+    return ATLAS_OK;
+}
+
 /* ---- expressions --------------------------------------------------------------------- */
 atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out) {
     ATLAS_TRY(step(r, n));
@@ -547,24 +587,7 @@ atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out) {
     case TN_NAME: *out = tpl_lookup(r, sc, n->str); return ATLAS_OK;
     case TN_LIST:
     case TN_TUPLE:
-        ATLAS_TRY(tv_list(r, n->nkids, out));
-        out->u.l->tuple = n->kind == TN_TUPLE;
-        for (size_t i = 0; i < n->nkids; i++) {
-            tval v;
-            ATLAS_TRY(tpl_eval(r, sc, n->kids[i], &v));
-            ATLAS_TRY(tv_list_push(r, out, v));
-        }
-        return ATLAS_OK;
-    case TN_DICT:
-        ATLAS_TRY(tv_dict(r, out));
-        for (size_t i = 0; i + 1 < n->nkids; i += 2) {
-            tval k, v;
-            ATLAS_TRY(tpl_eval(r, sc, n->kids[i], &k));
-            ATLAS_TRY(tpl_eval(r, sc, n->kids[i + 1], &v));
-            if (k.kind == TV_LIST || k.kind == TV_DICT) return tpl_err(r, n->kids[i], "unhashable type: '%s'", tv_type_name(&k));
-            ATLAS_TRY(tv_dict_set(r, out, k, v));
-        }
-        return ATLAS_OK;
+    case TN_DICT: return eval_collection(r, sc, n, out);
     case TN_GETATTR: {
         tval obj;
         ATLAS_TRY(tpl_eval(r, sc, n->a, &obj));
@@ -595,21 +618,7 @@ atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out) {
         *out = tv_bool(n->neg ? !res : res);
         return ATLAS_OK;
     }
-    case TN_UNARY: {
-        tval v;
-        ATLAS_TRY(tpl_eval(r, sc, n->a, &v));
-        if (n->op == '!') {
-            *out = tv_bool(!tv_truthy(&v));
-            return ATLAS_OK;
-        }
-        if (v.kind == TV_UNDEF) return undefined_error(r, n, &v);
-        if (!is_num(&v)) return tpl_err(r, n, "bad operand type for unary %c: '%s'", n->op, tv_type_name(&v));
-        if (n->op == '+') *out = v.kind == TV_BOOL ? tv_int(v.u.b) : v;
-        else if (v.kind == TV_FLOAT) *out = tv_float(-v.u.f);
-        else if (as_i(&v) == LLONG_MIN) return tpl_err(r, n, "integer overflow in unary -");
-        else *out = tv_int(-as_i(&v));
-        return ATLAS_OK;
-    }
+    case TN_UNARY: return eval_unary(r, sc, n, out);
     case TN_BINARY: return eval_binary(r, sc, n, out);
     case TN_COMPARE: return eval_compare(r, sc, n, out);
     case TN_AND:

@@ -583,20 +583,98 @@ static atlas_status min_max_sum(trender *r, const tnode *at, const tval *v, cons
     return ATLAS_OK;
 }
 
+static atlas_status filter_default(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    const tval *def = arg(a, 0, "default_value"), *boolean = arg(a, 1, "boolean");
+    bool use = v.kind == TV_UNDEF || (boolean && tv_truthy(boolean) && !tv_truthy(&v));
+    if (use) *out = def ? *def : (tval){.kind = TV_STR, .u.s = NULL};
+    if (use && !def) return tv_str(r, "", 0, out);
+    if (!use) *out = v;
+    return ATLAS_OK;
+}
+
+static atlas_status filter_float(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    tval i;
+    if (v.kind == TV_FLOAT) *out = v;
+    else if (v.kind == TV_STR) {
+        char *end;
+        double f = strtod(v.u.s->s, &end);
+        const tval *def = arg(a, 0, "default");
+        *out = end != v.u.s->s && !*end ? tv_float(f) : def ? *def : tv_float(0);
+    } else {
+        ATLAS_TRY(to_int(r, at, &v, a, &i));
+        *out = i.kind == TV_INT ? tv_float((double)i.u.i) : i;
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status filter_abs(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    if (v.kind == TV_INT && v.u.i != LLONG_MIN) *out = tv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    else if (v.kind == TV_FLOAT) *out = tv_float(fabs(v.u.f));
+    else return tpl_err(r, at, "bad operand type for abs(): '%s'", tv_type_name(&v));
+    return ATLAS_OK;
+}
+
+static atlas_status filter_round(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    const tval *prec = arg(a, 0, "precision"), *method = arg(a, 1, "method");
+    double f = v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : 0;
+    if (v.kind != TV_FLOAT && v.kind != TV_INT) return tpl_err(r, at, "round needs a number");
+    double m = pow(10, prec && prec->kind == TV_INT ? (double)prec->u.i : 0);
+    const char *how = method && method->kind == TV_STR ? method->u.s->s : "common";
+    double y = !strcmp(how, "ceil") ? ceil(f * m) : !strcmp(how, "floor") ? floor(f * m) : round(f * m);
+    *out = tv_float(y / m);
+    return ATLAS_OK;
+}
+
+static atlas_status filter_unique(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    tval items;
+    ATLAS_TRY(to_list(r, at, &v, &items));
+    ATLAS_TRY(tv_list(r, 0, out));
+    for (size_t i = 0; i < items.u.l->n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < out->u.l->n && !seen; k++) seen = tv_equal(&out->u.l->v[k], &items.u.l->v[i]);
+        if (!seen) ATLAS_TRY(tv_list_push(r, out, items.u.l->v[i]));
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status filter_reverse(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    tval items;
+    if (v.kind == TV_STR) {
+        tval step = tv_int(-1);
+        (void)step;
+        ATLAS_TRY(to_list(r, at, &v, &items));
+        tbuf b = {0};
+        for (size_t i = items.u.l->n; i-- > 0;) tbuf_put(&b, items.u.l->v[i].u.s->s, items.u.l->v[i].u.s->len);
+        return from_buf(r, at, &b, out);
+    }
+    ATLAS_TRY(to_list(r, at, &v, &items));
+    ATLAS_TRY(tv_list(r, items.u.l->n, out));
+    for (size_t i = items.u.l->n; i-- > 0;) ATLAS_TRY(tv_list_push(r, out, items.u.l->v[i]));
+    return ATLAS_OK;
+}
+
+static atlas_status filter_attr(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    const tval *x;
+    if (!(x = arg(a, 0, "name")) || x->kind != TV_STR) return tpl_err(r, at, "attr() needs a name");
+    if (v.kind == TV_DICT && v.u.d->ns && tv_dict_get(&v, x->u.s->s)) *out = *tv_dict_get(&v, x->u.s->s); /* getattr only */
+    else *out = tv_undef(NULL);
+    return ATLAS_OK;
+}
+
+static atlas_status filter_wordcount(trender *r, const tnode *at, tval v, const fargs *a, tval *out) {
+    tval s, words;
+    ATLAS_TRY(tv_stringify(r, &v, &s));
+    ATLAS_TRY(str_split(r, at, &s, NULL, -1, &words));
+    *out = tv_int((long long)words.u.l->n);
+    return ATLAS_OK;
+}
+
 /* ---- filters ------------------------------------------------------------------------- */
 atlas_status tpl_filter(trender *r, tscope *sc, const tnode *at, const char *name, tval v,
                         tval *args, size_t nargs, const char **kwn, tval *kwv, size_t nkw,
                         tval *out) {
     fargs a = {args, nargs, kwn, kwv, nkw};
-    const tval *x;
-    if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        const tval *def = arg(&a, 0, "default_value"), *boolean = arg(&a, 1, "boolean");
-        bool use = v.kind == TV_UNDEF || (boolean && tv_truthy(boolean) && !tv_truthy(&v));
-        if (use) *out = def ? *def : (tval){.kind = TV_STR, .u.s = NULL};
-        if (use && !def) return tv_str(r, "", 0, out);
-        if (!use) *out = v;
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "default") || !strcmp(name, "d")) return filter_default(r, at, v, &a, out);
     if (!strcmp(name, "length") || !strcmp(name, "count")) return length_of(r, at, &v, out);
     if (!strcmp(name, "tojson")) return filter_tojson(r, at, &v, &a, out);
     if (!strcmp(name, "items")) return items_of(r, at, &v, out);
@@ -614,83 +692,21 @@ atlas_status tpl_filter(trender *r, tscope *sc, const tnode *at, const char *nam
         return filter_select(r, at, &v, &a, true, name[0] == 's', out);
     if (!strcmp(name, "sort") || !strcmp(name, "dictsort")) return filter_sort(r, at, &v, &a, name[0] == 'd', out);
     if (!strcmp(name, "int")) return to_int(r, at, &v, &a, out);
-    if (!strcmp(name, "float")) {
-        tval i;
-        if (v.kind == TV_FLOAT) *out = v;
-        else if (v.kind == TV_STR) {
-            char *end;
-            double f = strtod(v.u.s->s, &end);
-            const tval *def = arg(&a, 0, "default");
-            *out = end != v.u.s->s && !*end ? tv_float(f) : def ? *def : tv_float(0);
-        } else {
-            ATLAS_TRY(to_int(r, at, &v, &a, &i));
-            *out = i.kind == TV_INT ? tv_float((double)i.u.i) : i;
-        }
-        return ATLAS_OK;
-    }
-    if (!strcmp(name, "abs")) {
-        if (v.kind == TV_INT && v.u.i != LLONG_MIN) *out = tv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        else if (v.kind == TV_FLOAT) *out = tv_float(fabs(v.u.f));
-        else return tpl_err(r, at, "bad operand type for abs(): '%s'", tv_type_name(&v));
-        return ATLAS_OK;
-    }
-    if (!strcmp(name, "round")) {
-        const tval *prec = arg(&a, 0, "precision"), *method = arg(&a, 1, "method");
-        double f = v.kind == TV_FLOAT ? v.u.f : v.kind == TV_INT ? (double)v.u.i : 0;
-        if (v.kind != TV_FLOAT && v.kind != TV_INT) return tpl_err(r, at, "round needs a number");
-        double m = pow(10, prec && prec->kind == TV_INT ? (double)prec->u.i : 0);
-        const char *how = method && method->kind == TV_STR ? method->u.s->s : "common";
-        double y = !strcmp(how, "ceil") ? ceil(f * m) : !strcmp(how, "floor") ? floor(f * m) : round(f * m);
-        *out = tv_float(y / m);
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "float")) return filter_float(r, at, v, &a, out);
+    if (!strcmp(name, "abs")) return filter_abs(r, at, v, &a, out);
+    if (!strcmp(name, "round")) return filter_round(r, at, v, &a, out);
     if (!strcmp(name, "e") || !strcmp(name, "escape") || !strcmp(name, "forceescape")) return html_escape(r, at, &v, out);
-    if (!strcmp(name, "unique")) {
-        tval items;
-        ATLAS_TRY(to_list(r, at, &v, &items));
-        ATLAS_TRY(tv_list(r, 0, out));
-        for (size_t i = 0; i < items.u.l->n; i++) {
-            bool seen = false;
-            for (size_t k = 0; k < out->u.l->n && !seen; k++) seen = tv_equal(&out->u.l->v[k], &items.u.l->v[i]);
-            if (!seen) ATLAS_TRY(tv_list_push(r, out, items.u.l->v[i]));
-        }
-        return ATLAS_OK;
-    }
-    if (!strcmp(name, "reverse")) {
-        tval items;
-        if (v.kind == TV_STR) {
-            tval step = tv_int(-1);
-            (void)step;
-            ATLAS_TRY(to_list(r, at, &v, &items));
-            tbuf b = {0};
-            for (size_t i = items.u.l->n; i-- > 0;) tbuf_put(&b, items.u.l->v[i].u.s->s, items.u.l->v[i].u.s->len);
-            return from_buf(r, at, &b, out);
-        }
-        ATLAS_TRY(to_list(r, at, &v, &items));
-        ATLAS_TRY(tv_list(r, items.u.l->n, out));
-        for (size_t i = items.u.l->n; i-- > 0;) ATLAS_TRY(tv_list_push(r, out, items.u.l->v[i]));
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "unique")) return filter_unique(r, at, v, &a, out);
+    if (!strcmp(name, "reverse")) return filter_reverse(r, at, v, &a, out);
     if (!strcmp(name, "indent")) return filter_indent(r, at, &v, &a, out);
     if (!strcmp(name, "min") || !strcmp(name, "max") || !strcmp(name, "sum"))
         return min_max_sum(r, at, &v, &a, name[1] == 'i' ? 0 : name[1] == 'a' ? 1 : 2, out);
-    if (!strcmp(name, "attr")) {
-        if (!(x = arg(&a, 0, "name")) || x->kind != TV_STR) return tpl_err(r, at, "attr() needs a name");
-        if (v.kind == TV_DICT && v.u.d->ns && tv_dict_get(&v, x->u.s->s)) *out = *tv_dict_get(&v, x->u.s->s); /* getattr only */
-        else *out = tv_undef(NULL);
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "attr")) return filter_attr(r, at, v, &a, out);
     if (!strcmp(name, "format")) {
         if (v.kind != TV_STR) return need_str(r, at, "format", &v);
         return tpl_percent_format(r, at, &v, args, nargs, out);
     }
-    if (!strcmp(name, "wordcount")) {
-        tval s, words;
-        ATLAS_TRY(tv_stringify(r, &v, &s));
-        ATLAS_TRY(str_split(r, at, &s, NULL, -1, &words));
-        *out = tv_int((long long)words.u.l->n);
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "wordcount")) return filter_wordcount(r, at, v, &a, out);
     /* string filters: str() of the value first, as jinja2 does (undefined -> "") */
     static const char *str_filters[] = {"trim", "upper", "lower", "capitalize", "title", "replace", "center", NULL};
     for (int k = 0; str_filters[k]; k++) {
@@ -824,6 +840,85 @@ static atlas_status str_format_method(trender *r, const tnode *at, const tval *f
     return from_buf(r, at, &b, out);
 }
 
+static atlas_status str_find(trender *r, const tnode *at, const tval *v, const char *name, const tval *x, tval *out) {
+    if (!x || x->kind != TV_STR) return need_str(r, at, name, x ? x : &(tval){.kind = TV_NONE});
+    const char *s = v->u.s->s;
+    size_t n = v->u.s->len, xl = x->u.s->len;
+    long long pos = -1, cnt = 0;
+    for (size_t i = 0; i + xl <= n; i++) {
+        if (memcmp(s + i, x->u.s->s, xl)) continue;
+        if (pos < 0 || name[0] == 'r') pos = (long long)tpl_utf8_count(s, i);
+        cnt++;
+        if (xl) i += xl - 1;
+        if (name[0] != 'r' && name[0] != 'c') break;
+    }
+    if (name[0] == 'c') *out = tv_int(cnt);
+    else if (name[0] == 'i' && pos < 0) return tpl_err(r, at, "index(): substring not found");
+    else *out = tv_int(pos);
+    return ATLAS_OK;
+}
+
+static atlas_status str_join(trender *r, const tnode *at, const tval *v, const char *name, const tval *x, tval *out) {
+    if (!x) return tpl_err(r, at, "join() needs an iterable");
+    tval items;
+    ATLAS_TRY(to_list(r, at, x, &items));
+    tbuf b = {0};
+    for (size_t i = 0; i < items.u.l->n; i++) {
+        if (items.u.l->v[i].kind != TV_STR) {
+            free(b.p);
+            return tpl_err(r, at, "join(): item %zu is '%s', not a string", i, tv_type_name(&items.u.l->v[i]));
+        }
+        if (i) tbuf_put(&b, v->u.s->s, v->u.s->len);
+        tbuf_put(&b, items.u.l->v[i].u.s->s, items.u.l->v[i].u.s->len);
+    }
+    return from_buf(r, at, &b, out);
+}
+
+static atlas_status str_splitlines(trender *r, const tnode *at, const tval *v, const char *name, const tval *x, tval *out) {
+    ATLAS_TRY(tv_list(r, 0, out));
+    const char *s = v->u.s->s, *end = s + v->u.s->len;
+    while (s < end) {
+        const char *nl = s;
+        while (nl < end && *nl != '\n' && *nl != '\r') nl++;
+        tval line;
+        ATLAS_TRY(tv_str(r, s, (size_t)(nl - s), &line));
+        ATLAS_TRY(tv_list_push(r, out, line));
+        if (nl < end && *nl == '\r' && nl + 1 < end && nl[1] == '\n') nl++;
+        s = nl + 1;
+    }
+    return ATLAS_OK;
+}
+
+/* isdigit, isalpha, ...: ATLAS_ERR_NOT_FOUND when name is none of them */
+static atlas_status str_is(const tval *v, const char *name, tval *out) {
+    static const char *is_methods[] = {"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", NULL};
+    for (int k = 0; is_methods[k]; k++) {
+        if (strcmp(name, is_methods[k])) continue;
+        const char *s = v->u.s->s;
+        size_t n = v->u.s->len;
+        bool res = n > 0, cased = false;
+        for (size_t i = 0; i < n && res;) {
+            uint32_t cp;
+            i += cp_at(s, n, i, &cp);
+            const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+            bool up = p->category == UTF8PROC_CATEGORY_LU, lo = p->category == UTF8PROC_CATEGORY_LL;
+            bool alpha = p->category >= UTF8PROC_CATEGORY_LU && p->category <= UTF8PROC_CATEGORY_LO;
+            bool digit = p->category == UTF8PROC_CATEGORY_ND;
+            switch (k) {
+            case 0: res = digit; break;
+            case 1: res = alpha; break;
+            case 2: res = alpha || digit; break;
+            case 3: res = tpl_is_space(cp); break;
+            case 4: res = !lo; cased |= up; break;
+            case 5: res = !up; cased |= lo; break;
+            }
+        }
+        *out = tv_bool(res && (k < 4 || cased));
+        return ATLAS_OK;
+    }
+    return ATLAS_ERR_NOT_FOUND;
+}
+
 static atlas_status str_method(trender *r, const tnode *at, const tval *v, const char *name, const fargs *a, tval *out) {
     const tval *x = arg(a, 0, NULL);
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
@@ -862,52 +957,9 @@ static atlas_status str_method(trender *r, const tnode *at, const tval *v, const
         if (!x || !n) return tpl_err(r, at, "replace() needs old and new");
         return str_replace(r, at, v, x, n, c && c->kind == TV_INT ? c->u.i : -1, out);
     }
-    if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "index") || !strcmp(name, "count")) {
-        if (!x || x->kind != TV_STR) return need_str(r, at, name, x ? x : &(tval){.kind = TV_NONE});
-        const char *s = v->u.s->s;
-        size_t n = v->u.s->len, xl = x->u.s->len;
-        long long pos = -1, cnt = 0;
-        for (size_t i = 0; i + xl <= n; i++) {
-            if (memcmp(s + i, x->u.s->s, xl)) continue;
-            if (pos < 0 || name[0] == 'r') pos = (long long)tpl_utf8_count(s, i);
-            cnt++;
-            if (xl) i += xl - 1;
-            if (name[0] != 'r' && name[0] != 'c') break;
-        }
-        if (name[0] == 'c') *out = tv_int(cnt);
-        else if (name[0] == 'i' && pos < 0) return tpl_err(r, at, "index(): substring not found");
-        else *out = tv_int(pos);
-        return ATLAS_OK;
-    }
-    if (!strcmp(name, "join")) {
-        if (!x) return tpl_err(r, at, "join() needs an iterable");
-        tval items;
-        ATLAS_TRY(to_list(r, at, x, &items));
-        tbuf b = {0};
-        for (size_t i = 0; i < items.u.l->n; i++) {
-            if (items.u.l->v[i].kind != TV_STR) {
-                free(b.p);
-                return tpl_err(r, at, "join(): item %zu is '%s', not a string", i, tv_type_name(&items.u.l->v[i]));
-            }
-            if (i) tbuf_put(&b, v->u.s->s, v->u.s->len);
-            tbuf_put(&b, items.u.l->v[i].u.s->s, items.u.l->v[i].u.s->len);
-        }
-        return from_buf(r, at, &b, out);
-    }
-    if (!strcmp(name, "splitlines")) {
-        ATLAS_TRY(tv_list(r, 0, out));
-        const char *s = v->u.s->s, *end = s + v->u.s->len;
-        while (s < end) {
-            const char *nl = s;
-            while (nl < end && *nl != '\n' && *nl != '\r') nl++;
-            tval line;
-            ATLAS_TRY(tv_str(r, s, (size_t)(nl - s), &line));
-            ATLAS_TRY(tv_list_push(r, out, line));
-            if (nl < end && *nl == '\r' && nl + 1 < end && nl[1] == '\n') nl++;
-            s = nl + 1;
-        }
-        return ATLAS_OK;
-    }
+    if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "index") || !strcmp(name, "count")) return str_find(r, at, v, name, x, out);
+    if (!strcmp(name, "join")) return str_join(r, at, v, name, x, out);
+    if (!strcmp(name, "splitlines")) return str_splitlines(r, at, v, name, x, out);
     if (!strcmp(name, "removeprefix") || !strcmp(name, "removesuffix")) {
         if (!x || x->kind != TV_STR) return need_str(r, at, name, x ? x : &(tval){.kind = TV_NONE});
         bool pre = name[6] == 'p';
@@ -918,32 +970,7 @@ static atlas_status str_method(trender *r, const tnode *at, const tval *v, const
         return tv_str(r, v->u.s->s + (pre ? x->u.s->len : 0), v->u.s->len - x->u.s->len, out);
     }
     if (!strcmp(name, "format")) return str_format_method(r, at, v, a, out);
-    static const char *is_methods[] = {"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", NULL};
-    for (int k = 0; is_methods[k]; k++) {
-        if (strcmp(name, is_methods[k])) continue;
-        const char *s = v->u.s->s;
-        size_t n = v->u.s->len;
-        bool res = n > 0, cased = false;
-        for (size_t i = 0; i < n && res;) {
-            uint32_t cp;
-            i += cp_at(s, n, i, &cp);
-            const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
-            bool up = p->category == UTF8PROC_CATEGORY_LU, lo = p->category == UTF8PROC_CATEGORY_LL;
-            bool alpha = p->category >= UTF8PROC_CATEGORY_LU && p->category <= UTF8PROC_CATEGORY_LO;
-            bool digit = p->category == UTF8PROC_CATEGORY_ND;
-            switch (k) {
-            case 0: res = digit; break;
-            case 1: res = alpha; break;
-            case 2: res = alpha || digit; break;
-            case 3: res = tpl_is_space(cp); break;
-            case 4: res = !lo; cased |= up; break;
-            case 5: res = !up; cased |= lo; break;
-            }
-        }
-        *out = tv_bool(res && (k < 4 || cased));
-        return ATLAS_OK;
-    }
-    return ATLAS_ERR_NOT_FOUND;
+    return str_is(v, name, out);
 }
 
 atlas_status tpl_method(trender *r, const tnode *at, const tval *v, const char *name, tval *args,

@@ -95,6 +95,7 @@ static atlas_status expect_name(parser *p, const char **out) {
 static atlas_status parse_expr(parser *p, tnode **out);
 static atlas_status parse_or(parser *p, tnode **out);
 static atlas_status parse_unary(parser *p, bool with_filter, tnode **out);
+static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode **out);
 
 /* Arguments of a call, filter or test after '(' up to ')'. */
 static atlas_status parse_args(parser *p, tnode *n) {
@@ -302,6 +303,45 @@ static atlas_status parse_subscript(parser *p, tnode *obj, tnode **out) {
     return ATLAS_OK;
 }
 
+/* x is [not] name [(args) | arg]; takes n (freed on failure) */
+static atlas_status parse_test(parser *p, tnode *n, tnode **out) {
+    ttok *t = cur(p);
+    adv(p); /* is */
+    bool neg = false;
+    if (is_name(cur(p), "not")) {
+        neg = true;
+        adv(p);
+    }
+    const char *tname = NULL;
+    tnode *m = NULL;
+    atlas_status st = expect_name(p, &tname);
+    if (st == ATLAS_OK && (!(m = node_new(TN_TEST, t)) || !(m->str = strdup(tname)))) st = nomem(p);
+    if (st != ATLAS_OK) {
+        free(m);
+        tpl_node_free(n);
+        return st;
+    }
+    m->a = n;
+    m->neg = neg;
+    ttok *c = cur(p);
+    if (is_op(c, "(")) {
+        st = parse_args(p, m);
+    } else if ((c->kind == TT_NAME || c->kind == TT_STRING || c->kind == TT_INT || c->kind == TT_FLOAT ||
+                is_op(c, "[") || is_op(c, "{")) &&
+               !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
+        tnode *arg; /* jinja2: one argument without parentheses, `x is divisibleby 3` */
+        st = parse_primary(p, &arg);
+        if (st == ATLAS_OK) st = parse_postfix(p, arg, false, &arg);
+        if (st == ATLAS_OK) st = add_kid(p, m, arg);
+    }
+    if (st != ATLAS_OK) {
+        tpl_node_free(m);
+        return st;
+    }
+    *out = m;
+    return ATLAS_OK;
+}
+
 /* Postfix . [] () and, when with_filter, | filters, `is` tests and calls after them. */
 static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode **out) {
     for (;;) {
@@ -356,34 +396,8 @@ static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode *
                 }
             }
         } else if (with_filter && is_name(t, "is")) {
-            adv(p);
-            bool neg = false;
-            if (is_name(cur(p), "not")) {
-                neg = true;
-                adv(p);
-            }
-            const char *tname = NULL;
-            st = expect_name(p, &tname);
-            if (st == ATLAS_OK && (!(m = node_new(TN_TEST, t)) || !(m->str = strdup(tname)))) st = nomem(p);
-            if (st == ATLAS_OK) {
-                m->a = n;
-                m->neg = neg;
-                ttok *c = cur(p);
-                if (is_op(c, "(")) {
-                    st = parse_args(p, m);
-                } else if ((c->kind == TT_NAME || c->kind == TT_STRING || c->kind == TT_INT ||
-                            c->kind == TT_FLOAT || is_op(c, "[") || is_op(c, "{")) &&
-                           !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
-                    tnode *arg;
-                    st = parse_primary(p, &arg);
-                    if (st == ATLAS_OK) st = parse_postfix(p, arg, false, &arg);
-                    if (st == ATLAS_OK) st = add_kid(p, m, arg);
-                }
-                if (st != ATLAS_OK) {
-                    tpl_node_free(m);
-                    return st;
-                }
-            }
+            st = parse_test(p, n, &m);
+            if (st != ATLAS_OK) return st; /* n already freed */
         } else {
             *out = n;
             return ATLAS_OK;
