@@ -327,7 +327,10 @@ static void check_errors(void) {
                 ATLAS_ERR_UNSUPPORTED, "post_processor.type 'RobertaProcessing'", "unsupported post-processor");
     expect_fail(make("addbad", 0, NULL, BYTELEVEL, "[{\"id\":-3,\"content\":\"x\"}]", NULL, &tok),
                 ATLAS_ERR_FORMAT, "added_tokens[0]", "bad added token id");
+}
 
+static void check_file_errors(void) {
+    atlas_tokenizer *tok = NULL;
     char path[256], cfg[256];
     write_file("trunc.json", "{\"model\": {\"type\": \"BPE\",\n \"vocab\": {\"a\": 0", path, sizeof path);
     expect_fail(atlas_tokenizer_load_files(path, NULL, &tok), ATLAS_ERR_FORMAT, "trunc.json:2:",
@@ -432,6 +435,7 @@ int main(void) {
     check_bos_eos_template();
     check_llama3_template();
     check_errors();
+    check_file_errors();
     check_cli();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
