@@ -67,7 +67,7 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
         fprintf(stderr, "atlas serve: %s: '%s' is not an integer in %d..%d\n", opt, s, lo, hi);
-        return -1;
+        return -2; /* reported */
     }
     *out = (int)v;
     return 0;
@@ -182,7 +182,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "atlas serve: bad value for %s: '%s'\n", o, v);
+            if (bad != -2) fprintf(stderr, "atlas serve: bad value for %s: '%s'\n", o, v);
             return 2;
         }
     }
