@@ -83,8 +83,41 @@ static atlas_status step(trender *r, const tnode *at) {
 }
 
 /* ---- attribute and item access ------------------------------------------------------- */
+/* Python's attributes of dict, str and list objects that are methods. */
+static bool has_method(const tval *obj, const char *name) {
+    static const char *const dict_m[] = {"items", "keys", "values", "get", "copy", "pop", "popitem", "update",
+                                         "setdefault", "clear", "fromkeys", NULL};
+    static const char *const list_m[] = {"append", "extend", "insert", "pop", "remove", "clear", "index",
+                                         "count", "sort", "reverse", "copy", NULL};
+    static const char *const str_m[] = {
+        "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper", "lower", "title",
+        "capitalize", "replace", "find", "rfind", "index", "rindex", "count", "join", "splitlines", "isdigit",
+        "isalpha", "isalnum", "isspace", "isupper", "islower", "removeprefix", "removesuffix", "format",
+        "encode", "zfill", "center", "ljust", "rjust", "partition", "rpartition", "casefold", "swapcase",
+        "expandtabs", "istitle", "isnumeric", "isdecimal", "isidentifier", "isprintable", "isascii",
+        "format_map", "translate", "maketrans", NULL};
+    const char *const *m = obj->kind == TV_STR ? str_m
+                           : obj->kind == TV_LIST ? list_m
+                           : obj->kind == TV_DICT && !obj->u.d->ns && !obj->u.d->loop ? dict_m
+                                                                                       : NULL;
+    for (size_t i = 0; m && m[i]; i++)
+        if (!strcmp(m[i], name)) return true;
+    return obj->kind == TV_DICT && obj->u.d->loop && !strcmp(name, "cycle");
+}
+
 static atlas_status get_attr(trender *r, const tnode *at, const tval *obj, const char *name, tval *out) {
     if (obj->kind == TV_UNDEF) return undefined_error(r, at, obj);
+    if (has_method(obj, name)) {
+        tfunc *f = tpl_alloc(r, sizeof *f);
+        tval *self = tpl_alloc(r, sizeof *self);
+        if (!f || !self) return tpl_oom(r, at);
+        *self = *obj;
+        f->builtin = TF_METHOD;
+        f->self = self;
+        f->method = name;
+        *out = (tval){.kind = TV_FUNC, .u.fn = f};
+        return ATLAS_OK;
+    }
     if (obj->kind == TV_DICT) {
         const tval *v = tv_dict_get(obj, name);
         if (v) {
@@ -506,6 +539,13 @@ atlas_status tpl_call_value(trender *r, tscope *sc, const tnode *at, const tval 
     (void)sc;
     if (fn->kind == TV_UNDEF) return undefined_error(r, at, fn);
     if (fn->kind != TV_FUNC) return tpl_err(r, at, "'%s' object is not callable", tv_type_name(fn));
+    if (fn->u.fn->builtin == TF_METHOD) {
+        const tfunc *m = fn->u.fn;
+        atlas_status st = tpl_method(r, at, m->self, m->method, args, nargs, kwn, kwv, nkw, out);
+        if (st == ATLAS_ERR_NOT_FOUND)
+            return tpl_err(r, at, "'%s.%s()' is not supported", tv_type_name(m->self), m->method);
+        return st;
+    }
     if (fn->u.fn->builtin) return call_builtin(r, at, fn->u.fn->builtin, args, nargs, kwn, kwv, nkw, out);
     return call_macro(r, at, fn->u.fn, args, nargs, kwn, kwv, nkw, out);
 }

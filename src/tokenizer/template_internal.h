@@ -130,9 +130,12 @@ typedef struct tfunc {
     const tnode *macro;        /* TN_MACRO or TN_CALLBLOCK */
     struct tscope *scope;      /* where it was defined */
     struct tfunc *caller;      /* the caller() passed into a macro called by {% call %} */
+    const struct tval *self;   /* TF_METHOD: the object (e.g. the dict of d.items) */
+    const char *method;        /* TF_METHOD: its name */
 } tfunc;
 
-enum { TF_RANGE = 1, TF_NAMESPACE, TF_DICT, TF_RAISE, TF_STRFTIME, TF_JOINER_UNUSED };
+/* TF_METHOD: a bound method such as d.items (jinja2's getattr finds methods before keys) */
+enum { TF_RANGE = 1, TF_NAMESPACE, TF_DICT, TF_RAISE, TF_STRFTIME, TF_METHOD };
 
 struct tval {
     tval_kind kind;

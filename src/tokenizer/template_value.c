@@ -396,7 +396,17 @@ void tv_to_str(tbuf *b, const tval *v, bool repr) {
         if (d->ns) tbuf_putc(b, '>');
         break;
     }
-    case TV_FUNC: tbuf_puts(b, "<function>"); break;
+    case TV_FUNC:
+        if (v->u.fn->builtin == TF_METHOD) {
+            tbuf_puts(b, "<built-in method ");
+            tbuf_puts(b, v->u.fn->method);
+            tbuf_puts(b, " of ");
+            tbuf_puts(b, tv_type_name(v->u.fn->self));
+            tbuf_puts(b, " object>");
+        } else {
+            tbuf_puts(b, "<function>");
+        }
+        break;
     }
 }
 
