@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "atlas/template.h"
@@ -145,6 +146,70 @@ static void test_constructs(void) {
     }
     printf("templates/constructs.json: %d/%d constructs as jinja2\n", passed, total);
     json_decref(root);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Named templates (default / tool_use), chat_template.jinja, {"content": ...} tokens. */
+static void test_load(void) {
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/tmp/atlas-test-template-load-%d", (int)getpid());
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    write_file(path, "{\"bos_token\": {\"content\": \"<B>\", \"lstrip\": false}, \"eos_token\": \"<E>\", "
+                     "\"model_max_length\": 1000000000000000019884624838656, \"chat_template\": ["
+                     "{\"name\": \"default\", \"template\": \"D{{ bos_token }}{{ messages | length }}\"},"
+                     "{\"name\": \"tool_use\", \"template\": \"T{{ tools | length }}{{ eos_token }}\"}]}");
+    atlas_template *t = NULL;
+    CHECK_OK(atlas_template_load(dir, &t));
+    char *out = NULL;
+    if (t) {
+        CHECK(!strcmp(atlas_template_bos(t), "<B>") && !strcmp(atlas_template_eos(t), "<E>"));
+        CHECK(!strcmp(atlas_template_source(t), "D{{ bos_token }}{{ messages | length }}"));
+        CHECK_OK(atlas_template_render_str(t, "[{}]", NULL, true, NULL, &out));
+        CHECK(out && !strcmp(out, "D<B>1"));
+        free(out);
+        CHECK_OK(atlas_template_render_str(t, "[]", "[{}, {}]", true, NULL, &out));
+        CHECK(out && !strcmp(out, "T2<E>"));
+        free(out);
+        atlas_template_free(t);
+    }
+    /* no chat_template in the config: chat_template.jinja */
+    write_file(path, "{\"eos_token\": \"<E>\"}");
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    write_file(path, "{% for m in messages %}{{ m.content }}{% endfor %}\n{{ eos_token }}\n");
+    CHECK_OK(atlas_template_load(dir, &t));
+    if (t) {
+        CHECK_OK(atlas_template_render_str(t, "[{\"content\": \"x\"}]", NULL, true, NULL, &out));
+        CHECK_MSG(out && !strcmp(out, "x<E>"), "got [%s]", out ? out : "(error)"); /* trim_blocks, no trailing newline */
+        free(out);
+        atlas_template_free(t);
+    }
+    /* a syntax error names the file and the line:column */
+    write_file(path, "ok\n{% if %}");
+    CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_FORMAT);
+    CHECK_MSG(strstr(atlas_last_error(), "chat_template.jinja:2:7: expected an expression"), "%s", atlas_last_error());
+    remove(path);
+    /* neither */
+    CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_NOT_FOUND);
+    CHECK(strstr(atlas_last_error(), "no chat_template") != NULL);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    write_file(path, "{\"chat_template\": 5}");
+    CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_FORMAT);
+    write_file(path, "{\"chat_template\": \"x\", \"bos_token\": [1]}");
+    CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "bos_token") != NULL);
+    write_file(path, "{\"chat_template\": \"x\",");
+    CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "tokenizer_config.json:1:") != NULL);
+    remove(path);
+    CHECK(rmdir(dir) == 0);
 }
 
 static void test_whitespace(void) {
@@ -400,6 +465,7 @@ int main(void) {
     test_fixtures("chat-qwen3.json", "tiny-qwen3");
     test_families();
     test_constructs();
+    test_load();
     test_whitespace();
     test_expressions();
     test_statements();
