@@ -231,19 +231,18 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     atlas_gen_params_free(&gp);
 }
 
-/* "prompt": a string, token ids, or a one-element array of either. */
-static atlas_status completion_prompt(const json_t *body, const atlas_tokenizer *tok,
-                                      int32_t **ids, size_t *n, const char **param) {
-    const json_t *p = json_object_get(body, "prompt");
-    *param = "prompt";
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
+enum { MAX_PROMPTS = 16 }; /* prompts in one /v1/completions request */
+
+/* One prompt: a string (tokenized with the special tokens) or an array of token ids.
+ * where names it in errors ("prompt" or "prompt[2]"). */
+static atlas_status one_prompt(const json_t *p, const char *where, const atlas_tokenizer *tok,
+                               int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
     if (json_is_string(p)) {
         ATLAS_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
                                          ids, n));
-    } else if (json_is_array(p) && json_array_size(p) > 0 &&
-               json_is_integer(json_array_get(p, 0))) {
+    } else if (json_is_array(p) && json_array_size(p) > 0) {
         size_t count = json_array_size(p);
         size_t vocab = atlas_tokenizer_vocab_size(tok);
         *ids = malloc(count * sizeof **ids);
@@ -252,21 +251,62 @@ static atlas_status completion_prompt(const json_t *body, const atlas_tokenizer 
             const json_t *v = json_array_get(p, i);
             json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
             if (id < 0 || (size_t)id >= vocab)
-                return atlas_fail(ATLAS_ERR_INVALID, "'prompt[%zu]' must be a token id in 0..%zu",
-                                  i, vocab - 1);
+                return atlas_fail(ATLAS_ERR_INVALID, "'%s[%zu]' must be a token id in 0..%zu",
+                                  where, i, vocab - 1);
             (*ids)[i] = (int32_t)id;
         }
         *n = count;
-    } else if (json_is_array(p) && json_array_size(p) > 1) {
-        return atlas_fail(ATLAS_ERR_INVALID, "'prompt' holds %zu prompts: send one per request",
-                          json_array_size(p));
     } else {
-        return atlas_fail(ATLAS_ERR_INVALID, "'prompt' must be a string, an array of token ids, "
-                                             "or an array holding one of those");
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a non-empty string or array of token "
+                                             "ids",
+                          where);
     }
-    if (*n == 0) return atlas_fail(ATLAS_ERR_INVALID, "'prompt' is empty");
+    if (*n == 0) return atlas_fail(ATLAS_ERR_INVALID, "'%s' is empty", where);
+    return ATLAS_OK;
+}
+
+/* "prompt": one prompt, or an array of prompts (strings or arrays of token ids). */
+static atlas_status completion_prompts(const json_t *body, const atlas_tokenizer *tok,
+                                       int32_t **ids, size_t *n, int *count,
+                                       const char **param) {
+    const json_t *p = json_object_get(body, "prompt");
+    *param = "prompt";
+    *count = 0;
+    const json_t *first = json_array_get(p, 0);
+    if (!json_is_array(p) || json_is_integer(first)) { /* a single prompt */
+        *count = 1; /* so that the caller frees what was made, failure or not */
+        ATLAS_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
+    } else {
+        size_t k = json_array_size(p);
+        if (k == 0 || k > MAX_PROMPTS)
+            return atlas_fail(ATLAS_ERR_INVALID, "'prompt' holds %zu prompts: 1 to %d", k,
+                              MAX_PROMPTS);
+        for (size_t i = 0; i < k; i++) {
+            char where[32];
+            snprintf(where, sizeof where, "prompt[%zu]", i);
+            *count = (int)i + 1; /* so that the caller frees what was made */
+            ATLAS_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
+        }
+    }
     *param = NULL;
     return ATLAS_OK;
+}
+
+/* Starts one generation per prompt and answers them together (not streamed). */
+static void start_batch(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
+                        const atlas_tokenizer *tok, int32_t **ids, size_t *n, char **echo,
+                        int count, atlas_http_reply *r) {
+    atlas_gen *gs[MAX_PROMPTS];
+    for (int i = 0; i < count; i++) {
+        o->echo = echo[i];
+        atlas_status st = atlas_gen_start(call, o, gp, tok, ids[i], n[i], &gs[i]);
+        if (st != ATLAS_OK) {
+            atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
+            for (int j = 0; j < i; j++) atlas_gen_release(gs[j]);
+            return;
+        }
+    }
+    atlas_gen_finish_batch(gs, count, r);
 }
 
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
@@ -276,25 +316,34 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
     atlas_gen_params gp = {0};
-    int32_t *ids = NULL;
-    size_t n = 0;
-    char *echo = NULL;
+    int32_t *ids[MAX_PROMPTS] = {0};
+    size_t n[MAX_PROMPTS] = {0};
+    char *echo[MAX_PROMPTS] = {0};
+    int count = 0;
     atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
     if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gp, &param);
-    if (st == ATLAS_OK) st = completion_prompt(body, tok, &ids, &n, &param);
-    if (st == ATLAS_OK && gp.echo) {
+    if (st == ATLAS_OK) st = completion_prompts(body, tok, ids, n, &count, &param);
+    if (st == ATLAS_OK && count > 1 && gp.stream) {
+        param = "prompt";
+        st = atlas_fail(ATLAS_ERR_INVALID, "several prompts cannot be streamed: send one per "
+                                           "request");
+    }
+    for (int i = 0; st == ATLAS_OK && gp.echo && i < count; i++) {
         size_t len;
-        st = atlas_tokenizer_decode(tok, ids, n, false, &echo, &len);
+        st = atlas_tokenizer_decode(tok, ids[i], n[i], false, &echo[i], &len);
     }
     if (st != ATLAS_OK) {
         atlas_api_fail_reply(r, st, param);
     } else {
         atlas_gen_opts o = {ATLAS_API_COMPLETION, model, gp.stream, gp.include_usage,
-                            gp.logprobs, gp.top_logprobs, ATLAS_TOOLCALL_NONE, echo};
-        start_and_reply(call, &o, &gp, tok, ids, n, r);
+                            gp.logprobs, gp.top_logprobs, ATLAS_TOOLCALL_NONE, echo[0]};
+        if (count == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
+        else start_batch(call, &o, &gp, tok, ids, n, echo, count, r);
     }
-    free(echo);
-    free(ids);
+    for (int i = 0; i < count; i++) {
+        free(echo[i]);
+        free(ids[i]);
+    }
     atlas_gen_params_free(&gp);
 }

@@ -325,7 +325,8 @@ static json_t *whole_response(atlas_gen *g) {
                      usage_json(g));
 }
 
-void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
+/* Waits for g's END, collecting its text; false (with r set to the error) when it failed. */
+static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
     atlas_status st = ATLAS_OK;
     if (g->echo) st = append_text(g, g->echo, strlen(g->echo));
     for (;;) {
@@ -337,28 +338,58 @@ void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
             else atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
                                        g->lost ? "the server ran out of memory"
                                                : "the server is shutting down");
-            break;
+            return false;
         }
         if (st == ATLAS_OK) st = collect(g, e);
-        if (e->type == ATLAS_EVENT_END) {
-            g->usage = e->usage;
-            g->finish = e->finish;
-            observe_end(g);
-            if (e->finish == ATLAS_FINISH_ERROR)
-                atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
-                                      e->status ? e->status : ATLAS_ERR_INTERNAL, NULL,
-                                      e->message);
-            else if (e->finish == ATLAS_FINISH_CANCELLED)
-                atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
-                                      "the request was cancelled: the server is shutting down");
-            else if (st != ATLAS_OK)
-                atlas_api_fail_reply(r, st, NULL);
-            else
-                atlas_http_reply_json(r, 200, whole_response(g));
+        if (e->type != ATLAS_EVENT_END) {
             free(e);
-            break;
+            continue;
         }
+        g->usage = e->usage;
+        g->finish = e->finish;
+        observe_end(g);
+        bool ok = false;
+        if (e->finish == ATLAS_FINISH_ERROR)
+            atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
+                                  e->status ? e->status : ATLAS_ERR_INTERNAL, NULL, e->message);
+        else if (e->finish == ATLAS_FINISH_CANCELLED)
+            atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                                  "the request was cancelled: the server is shutting down");
+        else if (st != ATLAS_OK)
+            atlas_api_fail_reply(r, st, NULL);
+        else
+            ok = true;
         free(e);
+        return ok;
     }
+}
+
+void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
+    if (collect_all(g, r)) atlas_http_reply_json(r, 200, whole_response(g));
     atlas_gen_release(g);
+}
+
+void atlas_gen_finish_batch(atlas_gen **gs, int n, atlas_http_reply *r) {
+    bool ok = true;
+    for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
+        if (ok && !collect_all(gs[i], r)) ok = false;
+    if (ok) {
+        json_t *v = whole_response(gs[0]);
+        json_t *choices = json_object_get(v, "choices");
+        atlas_usage sum = gs[0]->usage;
+        for (int i = 1; i < n && v; i++) {
+            json_t *one = whole_response(gs[i]);
+            json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
+            json_object_set_new(ch, "index", json_integer(i));
+            json_array_append(choices, ch);
+            json_decref(one);
+            sum.prompt_tokens += gs[i]->usage.prompt_tokens;
+            sum.completion_tokens += gs[i]->usage.completion_tokens;
+            sum.cached_tokens += gs[i]->usage.cached_tokens;
+        }
+        gs[0]->usage = sum;
+        json_object_set_new(v, "usage", usage_json(gs[0]));
+        atlas_http_reply_json(r, 200, v);
+    }
+    for (int i = 0; i < n; i++) atlas_gen_release(gs[i]);
 }

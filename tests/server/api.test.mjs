@@ -114,6 +114,16 @@ test('completions: text prompt, token-id prompt, max_tokens and finish_reason le
   let text = '';
   for await (const ch of s) text += ch.choices[0]?.text ?? '';
   assert.equal(text, a.choices[0].text);
+  // several prompts: one choice each, in order, usage summed
+  const many = await client.completions.create({ model: 'llama', prompt: ['The quick brown fox', 'Hello'], max_tokens: 6, temperature: 0 });
+  assert.equal(many.choices.length, 2);
+  assert.deepEqual(many.choices.map((c) => c.index), [0, 1]);
+  assert.equal(many.choices[0].text, a.choices[0].text);
+  const hello = await client.completions.create({ model: 'llama', prompt: 'Hello', max_tokens: 6, temperature: 0 });
+  assert.equal(many.choices[1].text, hello.choices[0].text);
+  assert.equal(many.usage.completion_tokens, a.usage.completion_tokens + hello.usage.completion_tokens);
+  const many2 = await client.completions.create({ model: 'llama', prompt: [tok.json.tokens, tok.json.tokens], max_tokens: 6, temperature: 0 });
+  assert.equal(many2.choices[1].text, a.choices[0].text);
   // echo puts the prompt first
   const e = await client.completions.create({ model: 'llama', prompt: 'The quick brown fox', max_tokens: 6, temperature: 0, echo: true });
   assert.equal(e.choices[0].text, 'The quick brown fox' + a.choices[0].text);

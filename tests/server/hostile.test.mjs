@@ -53,6 +53,13 @@ test('wrong types and values name the field', async () => {
   assert.equal(c.json.error.param, 'prompt');
   const c2 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: [1, 2e9] });
   assert.equal(c2.status, 400);
+  const c3 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: ['a', [5, 'x']] });
+  assert.equal(c3.status, 400);
+  assert.match(c3.json.error.message, /prompt\[1\]\[1\]/);
+  const c4 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: Array(17).fill('a') });
+  assert.equal(c4.status, 400);
+  const c5 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: ['a', 'b'], stream: true });
+  assert.equal(c5.status, 400);
 });
 
 test('huge and negative numbers', async () => {
