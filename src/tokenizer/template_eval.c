@@ -860,6 +860,16 @@ atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out) {
         tv_to_str(out, &v, false);
         return ATLAS_OK;
     }
+    case TN_WITH: {
+        tscope *ws = tpl_scope_new(r, sc);
+        if (!ws) return tpl_oom(r, n);
+        for (size_t i = 0; i < n->nkw; i++) { /* values see the enclosing scope, as in jinja2 */
+            tval v;
+            ATLAS_TRY(tpl_eval(r, sc, n->kwvals[i], &v));
+            ATLAS_TRY(tpl_scope_set(r, ws, n->kwnames[i], v));
+        }
+        return tpl_exec(r, ws, n->b, out);
+    }
     case TN_FILTERBLOCK: {
         tval v;
         ATLAS_TRY(capture(r, sc, n->b, n, &v));

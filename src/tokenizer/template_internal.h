@@ -63,6 +63,7 @@ typedef enum tnode_kind {
     TN_MACRO,   /* str: name, params (names), kids: defaults (or NULL), b: body */
     TN_CALLBLOCK,/* a: call expression, b: caller body, params */
     TN_FILTERBLOCK,/* b: body, kids: filters */
+    TN_WITH,    /* kwnames = kwvals, then b: body in a new scope */
     TN_BREAK,
     TN_CONTINUE,
     /* expressions */

@@ -862,6 +862,42 @@ static atlas_status parse_macro(parser *p, const ttok *t, bool call, tnode **out
     return ATLAS_OK;
 }
 
+/* {% with a = 1, b = x %} ... {% endwith %} */
+static atlas_status parse_with(parser *p, const ttok *t, tnode **out) {
+    static const char *const endwith[] = {"endwith", NULL};
+    tnode *n = node_new(TN_WITH, t);
+    if (!n) return nomem(p);
+    atlas_status st = ATLAS_OK;
+    while (st == ATLAS_OK && cur(p)->kind != TT_BLOCK_END) {
+        if (n->nkw) st = expect_op(p, ",");
+        const char *nm = NULL;
+        tnode *v = NULL;
+        if (st == ATLAS_OK) st = expect_name(p, &nm);
+        if (st == ATLAS_OK) st = expect_op(p, "=");
+        if (st == ATLAS_OK) st = parse_expr(p, &v);
+        if (st != ATLAS_OK) break;
+        tnode **vals = realloc(n->kwvals, (n->nkw + 1) * sizeof *vals);
+        char **names = vals ? realloc(n->kwnames, (n->nkw + 1) * sizeof *names) : NULL;
+        if (vals) n->kwvals = vals;
+        if (names) n->kwnames = names;
+        if (!vals || !names || !(names[n->nkw] = strdup(nm))) {
+            tpl_node_free(v);
+            st = nomem(p);
+            break;
+        }
+        vals[n->nkw++] = v;
+    }
+    if (st == ATLAS_OK) st = expect_block_end(p);
+    if (st == ATLAS_OK) st = parse_body(p, endwith, &n->b);
+    if (st == ATLAS_OK) st = end_tag(p);
+    if (st != ATLAS_OK) {
+        tpl_node_free(n);
+        return st;
+    }
+    *out = n;
+    return ATLAS_OK;
+}
+
 static atlas_status parse_statement(parser *p, tnode **out) {
     static const char *const endfilter[] = {"endfilter", NULL};
     static const char *const endgen[] = {"endgeneration", NULL};
@@ -888,6 +924,7 @@ static atlas_status parse_statement(parser *p, tnode **out) {
         }
         return st;
     }
+    if (!strcmp(t->text, "with")) return parse_with(p, t, out);
     if (!strcmp(t->text, "filter")) {
         tnode *n = node_new(TN_FILTERBLOCK, t);
         if (!n) return nomem(p);
