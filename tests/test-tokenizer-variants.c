@@ -386,6 +386,20 @@ static void check_file_errors(void) {
         atlas_tokenizer_free(tok);
         tok = NULL;
     }
+    /* add_bos_token / add_eos_token add them when tokenizer.json's post-processor does not */
+    write_file("cfg3.json",
+               "{\"add_bos_token\": true, \"add_eos_token\": true, \"bos_token\": {\"__type\": "
+               "\"AddedToken\", \"content\": \"a\"}, \"eos_token\": \"b\"}", cfg, sizeof cfg);
+    CHECK_OK(atlas_tokenizer_load_files(path, cfg, &tok));
+    if (tok) {
+        EXPECT(tok, "c", true, "add_bos_token + add_eos_token", 97, 99, 98);
+        EXPECT(tok, "c", false, "add_bos_token, no special", 99);
+        atlas_tokenizer_free(tok);
+        tok = NULL;
+    }
+    write_file("cfg4.json", "{\"add_bos_token\": true}", cfg, sizeof cfg);
+    expect_fail(atlas_tokenizer_load_files(path, cfg, &tok), ATLAS_ERR_FORMAT,
+                "add_bos_token is true but there is no bos_token", "add_bos_token without bos");
     expect_fail(atlas_tokenizer_load("/nonexistent-dir", &tok), ATLAS_ERR_IO,
                 "/nonexistent-dir/tokenizer.json", "missing file");
     CHECK(tok == NULL);

@@ -568,6 +568,29 @@ static atlas_status read_tokenizer_json(loader *L, json_t **root, char **buf) {
     return big_from_dom(L, *root);
 }
 
+/* add_bos_token / add_eos_token (DeepSeek-V3 and other LlamaTokenizerFast checkpoints):
+ * transformers adds the BOS/EOS itself when tokenizer.json's post-processor does not. */
+static atlas_status config_add_bos_eos(loader *L, json_t *cfg, const char *cfg_file) {
+    atlas_tokenizer *tok = L->tok;
+    static const char *const keys[] = {"add_bos_token", "add_eos_token"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(cfg, keys[k]);
+        if (!json_is_true(v)) continue;
+        int32_t id = k == 0 ? tok->bos_id : tok->eos_id;
+        if (id < 0)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s is true but there is no %s", cfg_file,
+                              keys[k], k == 0 ? "bos_token" : "eos_token");
+        int32_t **arr = k == 0 ? &tok->prefix : &tok->suffix;
+        size_t *n = k == 0 ? &tok->n_prefix : &tok->n_suffix;
+        if (*n > 0) continue; /* the post-processor already adds special tokens there */
+        *arr = malloc(sizeof **arr);
+        if (!*arr) return atlas_fail(ATLAS_ERR_NOMEM, "post-processor");
+        (*arr)[0] = id;
+        *n = 1;
+    }
+    return ATLAS_OK;
+}
+
 /* ---- putting it together ------------------------------------------------------------------ */
 
 static atlas_status size_tables(loader *L) {
@@ -649,6 +672,7 @@ static atlas_status load_all(loader *L, json_t *root, json_t *cfg, const char *c
     if (cfg) {
         ATLAS_TRY(config_special(L, cfg, cfg_file, "bos_token", &tok->bos_token, &tok->bos_id));
         ATLAS_TRY(config_special(L, cfg, cfg_file, "eos_token", &tok->eos_token, &tok->eos_id));
+        ATLAS_TRY(config_add_bos_eos(L, cfg, cfg_file));
     }
     if (tok->bos_id < 0 && tok->n_prefix > 0) { /* the BOS the post-processor adds */
         const char *b;
