@@ -508,6 +508,24 @@ static void test_swaps(const fixture *a, const fixture *b) {
             (unsigned long long)swaps, 1e3 * m1.swap.sum / (double)m1.swap.n, rss0, rss1);
     check_kv_empty(e, "swaps");
 
+    /* logprobs on a's vocabulary (several rows), then on b's larger one (one row) */
+    coll *lc[5];
+    for (int i = 0; i < 5; i++) {
+        const fixture *f = i < 4 ? a : b;
+        atlas_request r = greedy_request(f->name, f->p[i].ids, f->p[i].n, 3);
+        r.logprobs = 1;
+        r.top_logprobs = ATLAS_ENGINE_MAX_TOP_LOGPROBS;
+        lc[i] = coll_new();
+        CHECK_OK(atlas_engine_submit(e, &r, on_event, lc[i], NULL));
+        if (i == 3)
+            for (int k = 0; k < 4; k++) coll_wait(lc[k]);
+    }
+    for (int i = 0; i < 5; i++) {
+        coll_wait(lc[i]);
+        CHECK(lc[i]->finish == ATLAS_FINISH_LENGTH && lc[i]->logprob_sum < 0);
+        coll_free(lc[i]);
+    }
+
     /* by hand */
     atlas_engine_model_status st[2];
     CHECK(atlas_engine_models(e, st, 2) == 2);

@@ -518,11 +518,21 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
     size_t need = (size_t)b->n_logits * vocab;
     if (!greedy && need > e->logits_cap) {
         float *l = realloc(e->logits, need * sizeof *l);
+        if (l) {
+            e->logits = l;
+            e->logits_cap = need;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: logits of %d rows", b->n_logits);
+        }
+    }
+    if (!greedy && (size_t)vocab > e->row_cap) { /* models differ in vocabulary */
         float *r = realloc(e->row, (size_t)vocab * sizeof *r);
-        if (l) e->logits = l;
-        if (r) e->row = r;
-        if (l && r) e->logits_cap = need;
-        else st = atlas_fail(ATLAS_ERR_NOMEM, "engine: logits of %d rows", b->n_logits);
+        if (r) {
+            e->row = r;
+            e->row_cap = (size_t)vocab;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: a logits row of %d", vocab);
+        }
     }
     if (st == ATLAS_OK)
         st = greedy ? atlas_model_forward_argmax(md->m, b, e->b_ids)
