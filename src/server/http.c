@@ -240,6 +240,11 @@ static enum MHD_Result send_reply(atlas_http_call *call, atlas_http_reply *r) {
         r->body = NULL;
         MHD_add_response_header(resp, "Content-Type", r->ctype ? r->ctype : "text/plain");
     }
+    /* Tells keep-alive clients when we drop an idle connection, so that they stop reusing
+     * it before (a client that writes into a connection as we close it sees EPIPE). */
+    char ka[32];
+    snprintf(ka, sizeof ka, "timeout=%d", call->srv->p.timeout_s);
+    MHD_add_response_header(resp, "Keep-Alive", ka);
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", r->retry_after);
