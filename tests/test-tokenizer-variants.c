@@ -41,6 +41,7 @@ static const char *const MERGES[][2] = {
     {"-", "-"},         /* 259 */
     {"a", "-"},         /* 260 */
     {"-", "b"},         /* 261 */
+    {"1", "2"},         /* 262 */
 };
 
 /* Writes a tokenizer.json with the given JSON snippets (NULL: null) and loads it. */
@@ -191,6 +192,20 @@ static void check_split_behaviors(void) {
         CHECK_OK(make("split", 0, NULL, pre, NULL, NULL, &tok));
         if (!tok) continue;
         expect(tok, "a-b--c", false, cases[i].want, cases[i].behavior);
+        atlas_tokenizer_free(tok);
+    }
+    /* Digits: each digit alone, or runs of digits */
+    for (int individual = 0; individual < 2; individual++) {
+        char pre[512];
+        snprintf(pre, sizeof pre,
+                 "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":%s},"
+                 "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}",
+                 individual ? "true" : "false");
+        atlas_tokenizer *tok = NULL;
+        CHECK_OK(make("digits", 0, NULL, pre, NULL, NULL, &tok));
+        if (!tok) continue;
+        if (individual) EXPECT(tok, "ab12c", false, "Digits individual", 256, 49, 50, 99);
+        else EXPECT(tok, "ab12c", false, "Digits contiguous", 256, 262, 99);
         atlas_tokenizer_free(tok);
     }
     /* ByteLevel add_prefix_space puts a space before the text */

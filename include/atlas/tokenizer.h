@@ -1,11 +1,13 @@
 /* atlas/tokenizer.h — Hugging Face tokenizer.json (byte-level BPE) and incremental decoding.
  *
  * Supported: BPE models with byte-level pre-tokenization (Llama 3, Qwen2/3, Mistral-Nemo,
- * DeepSeek, GPT-2 style): normalizers NFC/NFD/NFKC/NFKD/Lowercase/Sequence, pre-tokenizers
- * Split (regex or string) / ByteLevel / Sequence, added tokens (special or not, with their
- * lstrip/rstrip/single_word/normalized flags), post-processors ByteLevel /
- * TemplateProcessing / Sequence, decoder ByteLevel.  Anything else fails to load with
- * ATLAS_ERR_UNSUPPORTED naming the JSON path.
+ * DeepSeek, GPT-OSS, GPT-2 style): normalizers NFC/NFD/NFKC/NFKD/Lowercase/Prepend/
+ * Replace(string)/Sequence, pre-tokenizers Split (regex or string, every behavior) /
+ * ByteLevel / Digits / Sequence, added tokens (special or not, with their lstrip/rstrip/
+ * single_word/normalized flags), post-processors ByteLevel / TemplateProcessing / Sequence
+ * (and tokenizer_config.json's add_bos_token / add_eos_token when tokenizer.json adds
+ * none), decoder ByteLevel.  Anything else fails to load with ATLAS_ERR_UNSUPPORTED naming
+ * the JSON path.
  *
  * A loaded tokenizer is immutable and thread-safe: any number of threads may encode and
  * decode with it at once (the per-word cache is internally locked). */

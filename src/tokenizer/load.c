@@ -356,6 +356,18 @@ static atlas_status parse_pretok(loader *L, json_t *n, const char *path, bool *b
         return ATLAS_OK;
     }
     if (!strcmp(t, "Split")) return parse_split(L, n, path);
+    if (!strcmp(t, "Digits")) {
+        /* HF splits on char::is_numeric one char at a time: Isolated keeps each digit
+         * alone, Contiguous joins runs; the same as a Split on \p{N} */
+        bool individual;
+        ATLAS_TRY(get_bool(L, n, path, "individual_digits", false, &individual));
+        tok_pretok p = {.kind = TOK_PRE_SPLIT,
+                        .behavior = individual ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS};
+        char err[320];
+        p.re = tok_regex_compile("\\p{N}", 5, false, err, sizeof err);
+        if (!p.re) return atlas_fail(ATLAS_ERR_INTERNAL, "Digits regex: %s", err);
+        return add_pretok(L, p);
+    }
     if (!strcmp(t, "ByteLevel")) {
         tok_pretok p = {.kind = TOK_PRE_BYTELEVEL, .behavior = TOK_SPLIT_ISOLATED};
         bool use_regex;
