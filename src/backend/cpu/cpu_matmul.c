@@ -41,10 +41,14 @@ float cpu_dot(const float *a, const float *b, int64_t n) {
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     sum = hsum256(_mm256_add_ps(acc0, acc1));
 #else
-    float part[8] = {0};
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) part[j] += a[i + j] * b[i + j];
-    for (int j = 0; j < 8; j++) sum += part[j];
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* four chains: no reassociation needed */
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    sum = (s0 + s1) + (s2 + s3);
 #endif
     for (; i < n; i++) sum += a[i] * b[i];
     return sum;
