@@ -256,6 +256,35 @@ void atlas_shard_slice_copy(const atlas_shard_slice *s, const void *src, void *d
         memcpy(to + (size_t)i * s->chunk, from + (size_t)i * s->stride, s->chunk);
 }
 
+atlas_status atlas_shard_view(const atlas_shard_plan *p, const atlas_tensor_view *full,
+                              atlas_tensor_view *out, void **owned, bool *present) {
+    *owned = NULL;
+    *present = false;
+    atlas_shard_slice s;
+    ATLAS_TRY(atlas_shard_tensor(p, full->name, full->n_dims, full->shape, full->dtype, &s));
+    if (!s.present) return ATLAS_OK;
+    if ((size_t)(s.rows * s.cols) * s.elem != full->nbytes)
+        return atlas_fail(ATLAS_ERR_FORMAT, "shard: %s: %zu bytes for %lld elements of %s",
+                          full->name, full->nbytes, (long long)(s.rows * s.cols),
+                          atlas_dtype_name(full->dtype));
+    *out = *full;
+    out->shape[0] = s.n_rows;
+    if (full->n_dims == 2) out->shape[1] = s.n_cols;
+    out->nbytes = (size_t)(s.n_rows * s.n_cols) * s.elem;
+    if (s.n_chunks == 1) {
+        out->data = (const char *)full->data + s.offset;
+    } else {
+        void *copy = malloc(out->nbytes);
+        if (!copy)
+            return atlas_fail(ATLAS_ERR_NOMEM, "shard: %s: %zu bytes", full->name, out->nbytes);
+        atlas_shard_slice_copy(&s, full->data, copy);
+        out->data = copy;
+        *owned = copy;
+    }
+    *present = true;
+    return ATLAS_OK;
+}
+
 /* --- enumeration ---------------------------------------------------------------------------- */
 
 /* The i-th tensor the geometry calls for: its rule and layer (-1: global). 0 when i is past

@@ -33,6 +33,7 @@
 #include "atlas/status.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 
 /* The model dimensions sharding depends on (a subset of atlas_config). */
 typedef struct atlas_shard_geom {
@@ -102,6 +103,14 @@ atlas_status atlas_shard_tensor(const atlas_shard_plan *p, const char *name, int
 /* Copies the slice's bytes out of the full tensor `src` into dst (n_rows * n_cols * elem
  * bytes, row-major [n_rows, n_cols]). Nothing when not present. */
 void atlas_shard_slice_copy(const atlas_shard_slice *s, const void *src, void *dst);
+
+/* This rank's part of a checkpoint tensor as a view for the backend's weight_load: a row
+ * split points into the mapping (no copy); a column band is gathered into *owned (malloc'd,
+ * the caller frees it once the weight is loaded; NULL when nothing was copied). *present is
+ * false, and *out untouched, when this rank holds none of it. out->name and out->file are
+ * full's. Errors as atlas_shard_tensor's, and ATLAS_ERR_NOMEM. */
+atlas_status atlas_shard_view(const atlas_shard_plan *p, const atlas_tensor_view *full,
+                              atlas_tensor_view *out, void **owned, bool *present);
 
 /* The tensors the geometry calls for, in checkpoint order: how many, and the name and shape
  * of the i-th (shape[1] = 1 and *ndim = 1 for a vector). Used by tests and loaders to go
