@@ -592,6 +592,44 @@ static void test_residency(const fixture *a, const fixture *b) {
     atlas_engine_free(e);
 }
 
+/* drain_timeout_ms: a request for b while a long one runs on a (max_resident 1) pauses
+ * a's sequence, serves b, then brings a back and recomputes: a's output is unchanged. */
+static void test_pause_swap(const fixture *a, const fixture *b) {
+    atlas_engine_model mods[2] = {{a->name, a->dir}, {b->name, b->dir}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.max_resident = 1;
+    p.ctx_size = 1024;
+    p.drain_timeout_ms = 50;
+    atlas_engine *e = engine_new(mods, 2, &p);
+    if (!e) return;
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, b->name, &tok)); /* so that submitting for b is quick */
+    atlas_request ra = greedy_request(a->name, a->p[2].ids, a->p[2].n, 600);
+    coll *alone = run_one(e, &ra);
+    coll *ca = coll_new();
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, ca, NULL));
+    coll_wait_tokens(ca, 3);
+    atlas_request rb = greedy_request(b->name, b->p[0].ids, b->p[0].n, 4);
+    coll *cb = run_one(e, &rb);
+    int a_done_before_b = 0;
+    pthread_mutex_lock(&ca->mu);
+    a_done_before_b = ca->done;
+    pthread_mutex_unlock(&ca->mu);
+    CHECK_MSG(!a_done_before_b, "b waited for a's sequence: it was not paused");
+    CHECK(cb->finish == ATLAS_FINISH_LENGTH && matches_reference(cb, &b->p[0]));
+    coll_wait(ca);
+    CHECK(ca->finish == ATLAS_FINISH_LENGTH && same_ids(ca, alone));
+    CHECK(ca->n_text == alone->n_text && !memcmp(ca->text, alone->text, ca->n_text));
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK_MSG(m.preemptions >= 1 && m.loads >= 3, "%llu preemptions, %llu loads",
+              (unsigned long long)m.preemptions, (unsigned long long)m.loads);
+    coll_free(alone);
+    coll_free(ca);
+    coll_free(cb);
+    atlas_engine_free(e);
+}
+
 /* A directory whose config and tokenizer are fine but whose weights are cut short. */
 static void make_bad_dir(const fixture *f, char *out, size_t cap) {
     snprintf(out, cap, "/tmp/atlas-test-engine-%d", (int)getpid());
@@ -685,6 +723,7 @@ int main(void) {
     TIMED(test_stop_strings(&qwen));
     TIMED(test_swaps(&llama, &qwen));
     TIMED(test_residency(&llama, &qwen));
+    TIMED(test_pause_swap(&llama, &qwen));
     TIMED(test_failed_load(&llama));
     atlas_st_free(llama.st);
     atlas_st_free(qwen.st);

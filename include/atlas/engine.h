@@ -10,7 +10,8 @@
  *
  * Model residency: up to max_resident models (and, when gpu_memory is set, as many as fit)
  * stay loaded; a request for a model that is not resident waits in the queue while the
- * scheduler lets the least recently used model's running sequences finish, releases it
+ * scheduler lets the least recently used model's running sequences finish (or pauses them
+ * after drain_timeout_ms), releases it
  * (atlas_model_release: a BUSY there is a bug and is reported as an error, not hidden),
  * loads the requested one and goes on.  A failed load ends the requests that wanted that
  * model with an error and leaves the others served.
@@ -59,6 +60,9 @@ typedef struct atlas_engine_params {
     int kv_blocks;        /* blocks per model; 0 (default): parallel * ctx_size worth */
     int batch_tokens;     /* token budget of one step: decode tokens + prefill chunk
                              (default 512) */
+    int drain_timeout_ms; /* a model to be swapped out lets its running sequences finish;
+                             after this long they are paused instead (their KV freed, to be
+                             recomputed when the model is back).  0 (default): no limit */
     atlas_device device;  /* default ATLAS_DEVICE_AUTO */
     int n_threads;        /* CPU backend workers; 0: one per core */
 } atlas_engine_params;

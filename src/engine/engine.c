@@ -52,6 +52,9 @@ static atlas_status params_check(const atlas_engine_params *p) {
                           "kv_block_size %d, ctx_size %d, kv_blocks %d: out of range",
                           p->parallel, p->queue_limit, p->kv_block_size, p->ctx_size,
                           p->kv_blocks);
+    if (p->drain_timeout_ms < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: drain_timeout_ms %d: must be >= 0",
+                          p->drain_timeout_ms);
     if (p->batch_tokens < p->parallel)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: batch_tokens %d must hold one decode "
                           "token of each of the %d parallel sequences", p->batch_tokens,

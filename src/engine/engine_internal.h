@@ -88,6 +88,8 @@ typedef struct eng_model {
     int n_running;
     int n_waiting;
     int draining;           /* no admissions: it is to be released */
+    double drain_since;     /* when it began draining for a swap; 0: not */
+    double loaded_at;       /* it serves at least drain_timeout_ms before being paused */
     int unload_asked;
     uint64_t last_used;
     char last_error[256];

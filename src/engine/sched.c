@@ -165,6 +165,7 @@ static atlas_status release_model(atlas_engine *e, eng_model *md) {
         snprintf(md->last_error, sizeof md->last_error, "releasing: %.200s", msg);
     md->unload_asked = 0;
     md->draining = 0;
+    md->drain_since = 0;
     return ATLAS_OK;
 }
 
@@ -244,6 +245,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     atlas_model_get_info(m, &info);
     md->est_bytes = info.weight_bytes + info.kv_bytes;
     md->m = m;
+    md->loaded_at = atlas_engine_now();
     md->last_used = ++e->clock;
     md->last_error[0] = 0;
     double dt = atlas_engine_now() - t0;
@@ -254,6 +256,16 @@ static void load_model(atlas_engine *e, int model, double t0) {
 }
 
 /* ---- residency -------------------------------------------------------------------------- */
+
+static void preempt(atlas_engine *e, eng_model *md, seq *s, int *budget);
+
+/* Pauses every running sequence of md (newest first, so that the oldest ends up at the
+ * front of the queue).  Under e->mu. */
+static void pause_all(atlas_engine *e, eng_model *md) {
+    int budget = 0;
+    while (md->n_running > 0) preempt(e, md, md->running[md->n_running - 1], &budget);
+    flush_done(e);
+}
 
 static int fits(const atlas_engine *e, int model) {
     int n = 0;
@@ -318,7 +330,10 @@ static int do_commands(atlas_engine *e) {
 static int do_residency(atlas_engine *e) {
     for (int i = 0; i < e->n_models; i++) e->models[i].draining = e->models[i].unload_asked;
     int want = wanted_model(e);
-    if (want < 0) return 0;
+    if (want < 0) {
+        for (int i = 0; i < e->n_models; i++) e->models[i].drain_since = 0;
+        return 0;
+    }
     eng_model *wm = &e->models[want];
     if (e->p.gpu_memory && wm->est_bytes > e->p.gpu_memory) {
         char msg[512];
@@ -334,7 +349,17 @@ static int do_residency(atlas_engine *e) {
         if (v < 0) return 0; /* cannot happen: max_resident >= 1 and the size fits alone */
         eng_model *vm = &e->models[v];
         vm->draining = 1;
-        if (vm->n_running > 0) return 0; /* it finishes its sequences first */
+        if (vm->n_running > 0) {
+            double now = atlas_engine_now();
+            if (vm->drain_since == 0) vm->drain_since = now;
+            /* Timed from the later of the drain and the load, so that two models wanted at
+             * once take turns of at least drain_timeout_ms instead of pausing each other at
+             * every step. */
+            double since = vm->drain_since > vm->loaded_at ? vm->drain_since : vm->loaded_at;
+            if (e->p.drain_timeout_ms <= 0 || (now - since) * 1e3 < e->p.drain_timeout_ms)
+                return 0; /* it finishes its sequences first */
+            pause_all(e, vm);
+        }
         atlas_status st = release_model(e, vm);
         if (st != ATLAS_OK) {
             char msg[512];
@@ -587,7 +612,7 @@ static int step(atlas_engine *e, eng_model *md) {
     e->metrics.steps++;
     e->metrics.last_batch_tokens = b.n_tokens;
     e->metrics.prompt_tokens += (uint64_t)prefill;
-    md->last_used = ++e->clock;
+    if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */
     for (int i = 0; i < e->n_plan; i++)
         if (e->plan[i].s->state == SEQ_DONE) end_running(e, md, e->plan[i].s);
     e->n_plan = 0;
