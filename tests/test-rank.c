@@ -44,13 +44,19 @@ static atlas_status handle(void *user, const atlas_rank_msg *m, char *note, size
         if (w->rank && in.rank != w->rank)
             return atlas_fail(ATLAS_ERR_INVALID, "INIT for rank %d sent to rank %d", in.rank,
                               w->rank);
-        for (int i = 0; i < ATLAS_NCCL_ID_BYTES; i++)
-            if (in.id.bytes[i] != (unsigned char)(i ^ 0x5a))
-                return atlas_fail(ATLAS_ERR_INVALID, "NCCL id byte %d is %d", i, in.id.bytes[i]);
         w->rank = in.rank, w->world = in.world;
         snprintf(note, cap, "rank %d of %d on GPU %d", in.rank, in.world, in.ordinal);
         return ATLAS_OK;
     }
+    case ATLAS_RANK_CMD_JOIN:
+        if (!w->world) return atlas_fail(ATLAS_ERR_INVALID, "JOIN before INIT");
+        if (m->len != ATLAS_NCCL_ID_BYTES)
+            return atlas_fail(ATLAS_ERR_FORMAT, "JOIN: %u bytes", m->len);
+        for (int i = 0; i < ATLAS_NCCL_ID_BYTES; i++)
+            if (m->payload[i] != (unsigned char)(i ^ 0x5a))
+                return atlas_fail(ATLAS_ERR_INVALID, "NCCL id byte %d is %d", i, m->payload[i]);
+        snprintf(note, cap, "rank %d joined", w->rank);
+        return ATLAS_OK;
     case ATLAS_RANK_CMD_LOAD: {
         if (!w->world) return atlas_fail(ATLAS_ERR_INVALID, "LOAD before INIT");
         struct stat st;
@@ -113,13 +119,20 @@ static const long long test_sum = (11 + 12 + 13 + 500) * 3 + (0 + 1 + 2 + 17) + 
 static void drive(atlas_rank_group *g) {
     int world = atlas_rank_group_world(g);
     atlas_nccl_id id = test_id();
-    CHECK_OK(atlas_rank_group_post_init(g, &id, 1000));
-    /* (the lead's own ncclCommInitRank would run here) */
+    CHECK_OK(atlas_rank_group_post_init(g, 1000));
+    /* (the lead binds its own host here) */
     CHECK_OK(atlas_rank_group_collect(g, 5000));
     char want[256];
     for (int r = 1; r < world; r++) {
         snprintf(want, sizeof want, "rank %d of %d on GPU %d", r, world,
                  atlas_rank_group_ordinal(g, r));
+        CHECK_MSG(strcmp(atlas_rank_group_note(g, r), want) == 0, "%s", atlas_rank_group_note(g, r));
+    }
+    CHECK_OK(atlas_rank_group_post(g, ATLAS_RANK_CMD_JOIN, id.bytes, sizeof id.bytes, 1000));
+    /* (the lead's own ncclCommInitRank would run here) */
+    CHECK_OK(atlas_rank_group_collect(g, 5000));
+    for (int r = 1; r < world; r++) {
+        snprintf(want, sizeof want, "rank %d joined", r);
         CHECK_MSG(strcmp(atlas_rank_group_note(g, r), want) == 0, "%s", atlas_rank_group_note(g, r));
     }
     const char *dir = harness_data_dir();
@@ -207,12 +220,11 @@ static void test_payloads(void) {
     huge.n_logits = 5; /* more logits than tokens */
     CHECK(atlas_rank_batch_encode(&huge, &buf, &len) == ATLAS_ERR_RANGE && buf == NULL);
 
-    atlas_rank_init in = {4, 3, 7, test_id()}, out;
+    atlas_rank_init in = {4, 3, 7}, out;
     unsigned char ib[ATLAS_RANK_INIT_BYTES];
     atlas_rank_init_encode(&in, ib);
     CHECK_OK(atlas_rank_init_decode(ib, sizeof ib, &out));
-    CHECK(out.world == 4 && out.rank == 3 && out.ordinal == 7 &&
-          memcmp(out.id.bytes, in.id.bytes, ATLAS_NCCL_ID_BYTES) == 0);
+    CHECK(out.world == 4 && out.rank == 3 && out.ordinal == 7);
     CHECK(atlas_rank_init_decode(ib, sizeof ib - 1, &out) == ATLAS_ERR_FORMAT);
     in.rank = 4;
     atlas_rank_init_encode(&in, ib);
@@ -272,8 +284,10 @@ static void test_failure(int world, misbehave bad, int timeout_ms, const char *w
     double t0 = now_s();
     atlas_nccl_id id = test_id();
     const char *dir = harness_data_dir();
-    atlas_status st = atlas_rank_group_post_init(g, &id, timeout_ms);
+    atlas_status st = atlas_rank_group_post_init(g, timeout_ms);
     if (st == ATLAS_OK) st = atlas_rank_group_collect(g, timeout_ms);
+    if (st == ATLAS_OK)
+        st = atlas_rank_group_call(g, ATLAS_RANK_CMD_JOIN, id.bytes, sizeof id.bytes, timeout_ms);
     if (st == ATLAS_OK)
         st = atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, dir, strlen(dir), timeout_ms);
     void *buf = NULL;
@@ -371,6 +385,7 @@ int main(int argc, char **argv) {
     test_failure(2, (misbehave){1, ATLAS_RANK_CMD_LOAD, 2}, 5000, "died: killed by signal 9");
     test_failure(3, (misbehave){1, ATLAS_RANK_CMD_FORWARD, 3}, 300, "no reply to FORWARD within 300 ms");
     test_failure(2, (misbehave){1, ATLAS_RANK_CMD_INIT, 1}, 5000, "exited with status 3");
+    test_failure(3, (misbehave){2, ATLAS_RANK_CMD_JOIN, 2}, 5000, "killed by signal 9");
     test_world3_exec();
     test_bad_params();
     test_worker_side();

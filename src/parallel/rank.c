@@ -24,6 +24,7 @@ const char *atlas_rank_cmd_name(uint32_t type) {
     case ATLAS_RANK_CMD_FORWARD: return "FORWARD";
     case ATLAS_RANK_CMD_RELEASE: return "RELEASE";
     case ATLAS_RANK_CMD_QUIT: return "QUIT";
+    case ATLAS_RANK_CMD_JOIN: return "JOIN";
     case ATLAS_RANK_REPLY: return "REPLY";
     default: return "?";
     }
@@ -139,7 +140,6 @@ atlas_status atlas_rank_recv(int fd, int timeout_ms, atlas_rank_msg *out) {
 void atlas_rank_init_encode(const atlas_rank_init *in, unsigned char out[ATLAS_RANK_INIT_BYTES]) {
     int32_t v[3] = {in->world, in->rank, in->ordinal};
     memcpy(out, v, sizeof v);
-    memcpy(out + sizeof v, in->id.bytes, ATLAS_NCCL_ID_BYTES);
 }
 
 atlas_status atlas_rank_init_decode(const void *buf, size_t len, atlas_rank_init *out) {
@@ -148,7 +148,6 @@ atlas_status atlas_rank_init_decode(const void *buf, size_t len, atlas_rank_init
                           (int)ATLAS_RANK_INIT_BYTES);
     int32_t v[3];
     memcpy(v, buf, sizeof v);
-    memcpy(out->id.bytes, (const char *)buf + sizeof v, ATLAS_NCCL_ID_BYTES);
     out->world = v[0], out->rank = v[1], out->ordinal = v[2];
     if (out->world < 1 || out->world > ATLAS_RANK_MAX_WORLD || out->rank < 0 ||
         out->rank >= out->world || out->ordinal < 0)
@@ -246,7 +245,7 @@ atlas_status atlas_rank_worker_serve(int fd, atlas_rank_handler handler, void *u
         }
         char note[1024] = "";
         atlas_error_clear();
-        if (m.type < ATLAS_RANK_CMD_INIT || m.type > ATLAS_RANK_CMD_RELEASE)
+        if (m.type < ATLAS_RANK_CMD_INIT || m.type > ATLAS_RANK_CMD_JOIN)
             st = atlas_fail(ATLAS_ERR_INVALID, "rank worker: unknown command %u", m.type);
         else
             st = handler(user, &m, note, sizeof note);
@@ -468,11 +467,10 @@ atlas_status atlas_rank_group_post(atlas_rank_group *g, atlas_rank_cmd cmd, cons
     return ATLAS_OK;
 }
 
-atlas_status atlas_rank_group_post_init(atlas_rank_group *g, const atlas_nccl_id *id,
-                                        int timeout_ms) {
+atlas_status atlas_rank_group_post_init(atlas_rank_group *g, int timeout_ms) {
     ATLAS_TRY(begin_post(g, ATLAS_RANK_CMD_INIT));
     for (int r = 1; r < g->world; r++) {
-        atlas_rank_init in = {g->world, r, g->w[r].ordinal, *id};
+        atlas_rank_init in = {g->world, r, g->w[r].ordinal};
         unsigned char buf[ATLAS_RANK_INIT_BYTES];
         atlas_rank_init_encode(&in, buf);
         ATLAS_TRY(post_one(g, r, buf, sizeof buf, timeout_ms));

@@ -6,7 +6,9 @@
  * fork). Each worker gets one end of a socketpair; over it the lead sends commands and the
  * worker answers each with a reply:
  *
- *   INIT     world, rank, GPU ordinal, NCCL unique id: bind the host, join the communicator
+ *   INIT     world, rank, GPU ordinal: bind the host to the GPU, load NCCL
+ *   JOIN     the NCCL unique id: join the communicator (sent once every rank is bound, so
+ *            that a rank that cannot bind is reported before the others block in NCCL)
  *   LOAD     a model directory: load this rank's shard (parallel/shard.h)
  *   FORWARD  a batch (atlas_batch, encoded below): run the layers; the all-reduces meet
  *            rank 0's inside NCCL; logits stay on rank 0
@@ -48,10 +50,11 @@ typedef enum atlas_rank_cmd {
     ATLAS_RANK_CMD_FORWARD = 3,
     ATLAS_RANK_CMD_RELEASE = 4,
     ATLAS_RANK_CMD_QUIT = 5,
+    ATLAS_RANK_CMD_JOIN = 6,
     ATLAS_RANK_REPLY = 100,
 } atlas_rank_cmd;
 
-/* "INIT", "LOAD", ... "REPLY", "?" */
+/* "INIT", "LOAD", ... "JOIN", "REPLY", "?" */
 const char *atlas_rank_cmd_name(uint32_t type);
 
 /* One frame as received. payload is malloc'd with a NUL after its len bytes. */
@@ -76,10 +79,9 @@ atlas_status atlas_rank_recv(int fd, int timeout_ms, atlas_rank_msg *out);
 
 typedef struct atlas_rank_init {
     int32_t world, rank, ordinal;
-    atlas_nccl_id id;
 } atlas_rank_init;
 
-enum { ATLAS_RANK_INIT_BYTES = 12 + ATLAS_NCCL_ID_BYTES };
+enum { ATLAS_RANK_INIT_BYTES = 12 }; /* JOIN's payload is the ATLAS_NCCL_ID_BYTES of the id */
 
 void atlas_rank_init_encode(const atlas_rank_init *in, unsigned char out[ATLAS_RANK_INIT_BYTES]);
 atlas_status atlas_rank_init_decode(const void *buf, size_t len, atlas_rank_init *out);
@@ -141,9 +143,8 @@ int atlas_rank_group_pid(const atlas_rank_group *g, int rank); /* 0 for rank 0 *
  * its own part (its NCCL init, its forward) and then collects. One command at a time. */
 atlas_status atlas_rank_group_post(atlas_rank_group *g, atlas_rank_cmd cmd, const void *payload,
                                    size_t len, int timeout_ms);
-/* Sends INIT to every worker with its rank, its ordinal and id. */
-atlas_status atlas_rank_group_post_init(atlas_rank_group *g, const atlas_nccl_id *id,
-                                        int timeout_ms);
+/* Sends INIT to every worker with its rank and ordinal. */
+atlas_status atlas_rank_group_post_init(atlas_rank_group *g, int timeout_ms);
 /* Waits for every worker's reply to the posted command. ATLAS_OK when all succeeded;
  * otherwise the first failing status and a message naming every rank that failed and why
  * ("rank 2 (pid 123) died: killed by signal 9; rank 1: model: ..."). A worker that dies
