@@ -2,6 +2,7 @@
  * the accessors of include/atlas/model.h. */
 #include "atlas/model.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,7 +198,9 @@ atlas_model *atlas_model_ref(atlas_model *m) {
 void atlas_model_unref(atlas_model *m) {
     if (!m) return;
     int before = atomic_fetch_sub(&m->handles, 1);
-    /* The owner's handle keeps the count >= 1; dropping it is release's job. */
+    /* The owner's handle keeps the count >= 1; dropping it is release's job. An unref
+     * without its ref is a caller's bug: caught in debug builds, undone otherwise. */
+    assert(before > 1);
     if (before <= 1) atomic_fetch_add(&m->handles, 1);
 }
 
