@@ -138,6 +138,7 @@ def main():
         f.write("\n")
     print(f"{len(out)} renderings ({sum('error' in e for e in out)} refused) with jinja2 {jinja2.__version__}")
     constructs(env, here)
+    random_conversations(env, here)
 
 
 CONSTRUCT_MESSAGES = [
@@ -169,6 +170,80 @@ def constructs(env, here):
         json.dump({"messages": CONSTRUCT_MESSAGES, "cases": out}, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(f"{len(out)} constructs")
+
+
+
+TEXTS = ["", "hi", "  padded  ", "multi\nline\n", "ünïcödé 你好 🙂", "quote \" and ' and \\",
+         "<think>\nplan\n</think>\n\nanswer", "{\"json\": 1}", "tab\there", "<tool_response>x</tool_response>"]
+
+
+def random_conversations(env, here, seed=7, per_template=16):
+    """random.json: seeded random conversations (roles out of order, tool calls with object,
+    string and invalid arguments, missing or null content, reasoning_content, tools or not)
+    for every template here and the two model templates, as jinja2 renders or refuses them."""
+    import random
+    rnd = random.Random(seed)
+
+    def arguments():
+        c = rnd.random()
+        if c < 0.3:
+            return {"city": rnd.choice(TEXTS), "n": rnd.randint(-5, 5)}
+        if c < 0.5:
+            return json.dumps({"q": rnd.choice(TEXTS), "f": round(rnd.random(), 3)})
+        if c < 0.6:
+            return "not json"
+        if c < 0.7:
+            return {}
+        return {"nested": {"l": [1, 2.5, None, True], "s": rnd.choice(TEXTS)}}
+
+    def message(role):
+        m = {"role": role, "content": rnd.choice(TEXTS)}
+        if role == "assistant" and rnd.random() < 0.4:
+            m["tool_calls"] = [{"id": rnd.choice(["call12345", "abcdefghi", "x"]), "type": "function",
+                                "function": {"name": rnd.choice(["f", "get_weather"]), "arguments": arguments()}}
+                               for _ in range(rnd.randint(1, 2))]
+            if rnd.random() < 0.5:
+                m["content"] = rnd.choice(["", None])
+        if role == "assistant" and rnd.random() < 0.2:
+            m["reasoning_content"] = rnd.choice(TEXTS)
+        if role == "tool":
+            m["tool_call_id"] = rnd.choice(["call12345", "abcdefghi"])
+        if rnd.random() < 0.05:
+            del m["content"]
+        return m
+
+    def conversation():
+        ms = [message("system")] if rnd.random() < 0.5 else []
+        for i in range(rnd.randint(1, 6)):
+            roles = ["user", "assistant", "user", "assistant", "tool"] if rnd.random() < 0.3 else [["user", "assistant"][i % 2]]
+            ms.append(message(rnd.choice(roles)))
+        return ms
+
+    dirs = ["../tiny-llama3", "../tiny-qwen3"] + sorted(d for d in os.listdir(here) if os.path.isdir(os.path.join(here, d)))
+    out = []
+    for d in dirs:
+        with open(os.path.join(here, d, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        tmpl = env.from_string(cfg["chat_template"])
+        kwargs = {k: token(cfg, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if token(cfg, k)}
+        for _ in range(per_template):
+            extra = {"date_string": "26 Jul 2024"}
+            if rnd.random() < 0.5:
+                extra["enable_thinking"] = rnd.random() < 0.5
+            entry = {"family": d, "messages": conversation(), "gen": rnd.random() < 0.7, "extra": extra}
+            if rnd.random() < 0.4:
+                entry["tools"] = [WEATHER]
+            messages = convert_arguments(json.loads(json.dumps(entry["messages"])))
+            try:
+                entry["expected"] = tmpl.render(messages=messages, tools=entry.get("tools"), documents=None,
+                                                add_generation_prompt=entry["gen"], **kwargs, **extra)
+            except Exception as e:
+                entry["error"] = f"{type(e).__name__}: {e}"
+            out.append(entry)
+    with open(os.path.join(here, "random.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False)
+        f.write("\n")
+    print(f"{len(out)} random conversations ({sum('error' in e for e in out)} refused)")
 
 
 if __name__ == "__main__":
