@@ -264,6 +264,31 @@ static void test_bad_checkpoints(void) {
     remove_dir(dir);
 }
 
+/* `atlas info` prints what the API reports; a bad directory is one line on stderr, exit 1. */
+static void test_cli_info(void) {
+    const char *bin = getenv("ATLAS_BIN");
+    CHECK_MSG(bin != NULL, "ATLAS_BIN is not set");
+    if (!bin) return;
+    char cmd[1024], out[4096] = "";
+    snprintf(cmd, sizeof cmd, "'%s' info -m '%s' 2>&1", bin, harness_data_path("tiny-qwen3"));
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = '\0';
+    int rc = f ? pclose(f) : -1;
+    CHECK_MSG(rc == 0, "%s: status %d", cmd, rc);
+    CHECK_MSG(strstr(out, "architecture:  Qwen3ForCausalLM") && strstr(out, "parameters:    2443408") &&
+              strstr(out, "heads:         4 query, 2 key/value (head_dim 16)") &&
+              strstr(out, "weights:       BF16") && strstr(out, "backend:       cpu (CUDA"),
+              "atlas info printed:\n%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' info -m /nonexistent/dir 2>&1", bin);
+    f = popen(cmd, "r");
+    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = '\0';
+    rc = f ? pclose(f) : -1;
+    CHECK_MSG(rc != 0 && strstr(out, "/nonexistent/dir") && strchr(out, '\n') == out + n - 1,
+              "status %d, output: %s", rc, out);
+}
+
 int main(void) {
     test_info("tiny-llama3", "LlamaForCausalLM", 128001);
     test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
@@ -271,5 +296,6 @@ int main(void) {
     test_bad_batches();
     test_bad_checkpoints();
     test_qwen2_binding();
+    test_cli_info();
     return harness_finish();
 }
