@@ -54,6 +54,7 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
             const bf16_t *kr = kc + ((size_t)slots[j] * K + g) * hd;
             const float *qh = q + h * hd;
             float d = 0.0f;
+#pragma unroll 4
             for (int i = 0; i < hd; i += 8) {
                 float f[8];
                 unpack8(*(const uint4 *)(kr + i), f);
@@ -87,6 +88,7 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
             const float *p = sc + h * tile;
             const bf16_t *vb = vc + (size_t)g * hd + i;
             float acc = 0.0f;
+#pragma unroll 8
             for (int j = 0; j < len; j++) acc += p[j] * bf2f(vb[(size_t)slots[j] * K * hd]);
             o[idx] = o[idx] * alpha[h] + acc;
         }

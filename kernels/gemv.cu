@@ -114,3 +114,56 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv8(float *out, const 
                                                               int n, int m, int k) {
     gemv_body<8, false>(out, x, w, bias, n, m, k, 0);
 }
+
+/* Variant for n = 1 (ATLAS_CUDA_GEMV=2): a block of 256 threads owns 4 rows and spans k;
+ * each thread issues all its loads (up to 4 rows x 4 chunks of 16 bytes) before using any,
+ * then the block reduces. grid ceil(m / 4). */
+enum { GB_ROWS = 4, GB_U = 4, GB_THREADS = 256 };
+
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out, const float *x,
+                                                                      const bf16_t *w,
+                                                                      const bf16_t *bias, int n,
+                                                                      int m, int k) {
+    int row0 = blockIdx.x * GB_ROWS;
+    const bf16_t *wr[GB_ROWS];
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
+    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    for (int base = threadIdx.x * 8; base < k; base += GB_THREADS * 8 * GB_U) {
+        uint4 wv[GB_U][GB_ROWS];
+#pragma unroll
+        for (int u = 0; u < GB_U; u++)
+#pragma unroll
+            for (int r = 0; r < GB_ROWS; r++)
+                wv[u][r] = base + u * GB_THREADS * 8 < k ? ld_stream16(wr[r] + base + u * GB_THREADS * 8)
+                                                         : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < GB_U; u++) {
+            int kk = base + u * GB_THREADS * 8;
+            if (kk >= k) break;
+            const float4 *xp = (const float4 *)(x + kk);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+            for (int r = 0; r < GB_ROWS; r++) {
+                float f[8];
+                unpack8(wv[u][r], f);
+                acc[r] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x +
+                          f[5] * b.y + f[6] * b.z + f[7] * b.w;
+            }
+        }
+    }
+    __shared__ float part[GB_THREADS / 32][GB_ROWS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) {
+        float v = warp_sum(acc[r]);
+        if (lane == 0) part[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < GB_ROWS && row0 + threadIdx.x < m) {
+        float v = 0.f;
+#pragma unroll
+        for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][threadIdx.x];
+        out[row0 + threadIdx.x] = v + (bias ? bf2f(bias[row0 + threadIdx.x]) : 0.0f);
+    }
+}

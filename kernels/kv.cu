@@ -14,30 +14,27 @@ extern "C" __global__ void atlas_kv_store(const float *qkv, bf16_t *kc, bf16_t *
     }
 }
 
-/* Decode's rope + kv_store in one launch: rotates the q and k heads of qkv[n] in place (as
- * kernels/rope.cu) and writes the rotated k and the v heads to the cache. grid n. */
+/* Decode's rope + kv_store in one launch. grid (n, H + 2K): blocks of the q and k heads
+ * rotate them in place (as kernels/rope.cu), those of k heads also store the rotated k, those
+ * of v heads store v. */
 extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *vc, const int *slots,
-                                               const int *pos, const double *inv_freq, int H,
-                                               int K, int hd, float attn_factor) {
-    int half = hd / 2, w = K * hd;
-    float *row = qkv + (size_t)blockIdx.x * (H + 2 * K) * hd;
-    size_t dst = (size_t)slots[blockIdx.x] * w;
-    double p = (double)pos[blockIdx.x];
+                                               const float2 *cs, int H, int K, int hd) {
+    int half = hd / 2, t = blockIdx.x, h = blockIdx.y;
+    float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)h * hd;
+    size_t dst = (size_t)slots[t] * K * hd;
+    if (h >= H + K) {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) vc[dst + (size_t)(h - H - K) * hd + i] = f2bf(x[i]);
+        return;
+    }
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double sd, cd;
-        sincos(p * inv_freq[i], &sd, &cd);
-        float s = (float)sd * attn_factor, c = (float)cd * attn_factor;
-        for (int h = 0; h < H + K; h++) {
-            float *x = row + (size_t)h * hd;
-            float a = x[i], b = x[i + half];
-            float ra = a * c - b * s, rb = b * c + a * s;
-            x[i] = ra;
-            x[i + half] = rb;
-            if (h >= H) {
-                kc[dst + (size_t)(h - H) * hd + i] = f2bf(ra);
-                kc[dst + (size_t)(h - H) * hd + i + half] = f2bf(rb);
-            }
+        float2 r = cs[(size_t)t * half + i];
+        float a = x[i], b = x[i + half];
+        float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
+        x[i] = ra;
+        x[i + half] = rb;
+        if (h >= H) {
+            kc[dst + (size_t)(h - H) * hd + i] = f2bf(ra);
+            kc[dst + (size_t)(h - H) * hd + i + half] = f2bf(rb);
         }
     }
-    for (int j = threadIdx.x; j < w; j += blockDim.x) vc[dst + j] = f2bf(row[(size_t)(H + K) * hd + j]);
 }

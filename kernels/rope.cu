@@ -1,25 +1,30 @@
-/* kernels/rope.cu — rotary position embedding, rotate-half convention (Llama, Qwen). */
+/* kernels/rope.cu — rotary position embedding, rotate-half convention (Llama, Qwen).
+ * cos/sin come from begin_batch ([n, hd/2] float2, computed on the host like the CPU
+ * backend and transformers: angle = (float)inv_freq * (float)pos, scaled by attn_factor). */
 #include "common.cuh"
 
-/* Rotates the q and k heads of qkv[n, (H+2K)*hd] at positions pos[n]: for pair i < hd/2,
- * angle = pos * inv_freq[i] (in double: positions reach 1e5 and more), and
- *   x[i]        = x[i] * c - x[i + hd/2] * s
- *   x[i + hd/2] = x[i + hd/2] * c + x[i] * s,  with c, s scaled by attn_factor.
- * grid n; threads over the pairs, each applies its angle to every head. */
-extern "C" __global__ void atlas_rope(float *qkv, const int *pos, const double *inv_freq, int H,
-                                      int K, int hd, float attn_factor) {
-    int half = hd / 2;
-    float *row = qkv + (size_t)blockIdx.x * (H + 2 * K) * hd;
-    double p = (double)pos[blockIdx.x];
+/* x[i] = x[i] c - x[i + hd/2] s;  x[i + hd/2] = x[i + hd/2] c + x[i] s for the q and k heads
+ * of qkv[n, (H+2K)*hd]. grid (n, H + K), threads over the hd/2 pairs. */
+extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K, int hd) {
+    int half = hd / 2, t = blockIdx.x;
+    float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)blockIdx.y * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float2 r = cs[(size_t)t * half + i];
+        float a = x[i], b = x[i + half];
+        x[i] = a * r.x - b * r.y;
+        x[i + half] = b * r.x + a * r.y;
+    }
+}
+
+/* cs[t, i] = (cos, sin)(angle) * attn_factor with angle = inv_freq[i] * (float)pos[t] rounded
+ * to float first, as the CPU backend and transformers do; cos/sin in double. grid n. */
+extern "C" __global__ void atlas_rope_table(float2 *cs, const int *pos, const float *inv_freq,
+                                            int half, float attn_factor) {
+    float p = (float)pos[blockIdx.x];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float angle = __fmul_rn(inv_freq[i], p);
         double sd, cd;
-        sincos(p * inv_freq[i], &sd, &cd);
-        float s = (float)sd * attn_factor, c = (float)cd * attn_factor;
-        for (int h = 0; h < H + K; h++) {
-            float *x = row + (size_t)h * hd;
-            float a = x[i], b = x[i + half];
-            x[i] = a * c - b * s;
-            x[i + half] = b * c + a * s;
-        }
+        sincos((double)angle, &sd, &cd);
+        cs[(size_t)blockIdx.x * half + i] = make_float2((float)cd * attn_factor, (float)sd * attn_factor);
     }
 }

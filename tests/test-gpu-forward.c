@@ -2,7 +2,7 @@
  * - tiny fixtures (tests/data/tiny-*): last-position logits of every prompt within 2e-2 of
  *   transformers' reference (max abs diff / max abs) and of the CPU backend; the greedy
  *   continuation (argmax on the GPU, decode steps replayed as CUDA graphs) equal to the
- *   reference up to the first step whose margin is < 1e-3; all prompts as one batch and their
+ *   reference up to the first step whose margin is < 1e-2 (GPU_MARGIN); all prompts as one batch and their
  *   continuations decoded together; the same greedy run with graphs off gives the same ids.
  * - a larger random model when ATLAS_TEST_BIG_MODEL names one (tools/make_checkpoint.py,
  *   made on the GPU machine): CPU and GPU logits within 2e-2 after a prefill and at every
@@ -101,9 +101,14 @@ typedef struct prompt {
     int n;
 } prompt;
 
+/* The GPU's logits differ from the reference by up to ~1e-2 (bf16 weights and KV cache;
+ * |logits| <= 2.5 on the fixtures): a step whose reference margin is below that may pick
+ * the other token, and everything after may differ. */
+#define GPU_MARGIN 1e-2f
+
 static void check_greedy(const char *what, const prompt *pr, const int32_t *got) {
     for (int i = 0; i < N_GREEDY; i++) {
-        if (pr->margins[i] < 1e-3f) break;
+        if (pr->margins[i] < GPU_MARGIN) break;
         CHECK_MSG(got[i] == pr->greedy[i], "%s greedy step %d: got %d, want %d", what, i, got[i],
                   pr->greedy[i]);
         if (got[i] != pr->greedy[i]) break;

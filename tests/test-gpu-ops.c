@@ -257,7 +257,7 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
     buf x = buf_make(2 * D), h = buf_make(2 * D), qkv = buf_make(2 * QKV), att = buf_make(2 * H * HD);
     for (int rep = 0; rep < 3; rep++) {
         begin(1, 1, start0 + rep, start1 + rep, 2);
-        buf_random(&x, 1.0f);
+        buf_random(&x, 0.25f); /* moderate scores: a peaked softmax magnifies bf16 K rounding */
         buf_poison(&att);
         uint64_t captures = cb->graph_captures, replays = cb->graph_replays;
         atlas_backend *bes[] = {cpu, gpu};

@@ -256,6 +256,8 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     cb->h_stage = h;
     ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(7 * ct + cbt) * 4, "batch"));
     ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, (size_t)ct * 4, "argmax ids"));
+    size_t rope = (size_t)ct * (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
+    ATLAS_TRY(cuda_realloc(cb, &cb->d_rope, rope, "rope cos/sin"));
     cb->cap_tok = ct;
     cb->cap_table = cbt;
     return ATLAS_OK;
@@ -290,6 +292,14 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->n_tiles = tiles;
     memcpy(h + 7 * cap, b->block_table, (size_t)table * 4);
     ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
+    { /* cos/sin of the batch's positions, for every rope op of this batch */
+        int half = g->head_dim / 2;
+        float fa = (float)g->rope_attn_factor;
+        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
+        void *a[] = {&cb->d_rope, &pos, &cb->d_inv_freq, &half, &fa};
+        ATLAS_CU_TRY(cuLaunchKernel, cb->fn.rope_table, (unsigned)n, 1, 1, 64, 1, 1, 0, cb->stream, a,
+                     NULL);
+    }
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
@@ -423,6 +433,7 @@ static void cuda_destroy(atlas_backend *be) {
     cuda_lt_free(cb->lt);
     atlas_threadpool_free(cb->pool);
     free(cb->h_stage);
+    free(cb->inv_freq);
     (void)atlas_registry_release(cb->reg); /* frees every allocation left */
     free(cb);
 }
@@ -473,11 +484,19 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     ATLAS_TRY(atlas_threadpool_create(cores > 16 ? 16 : cores < 1 ? 1 : (int)cores, &cb->pool));
     int half = g->head_dim / 2;
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)half * sizeof(double), "rope", &cb->inv_freq));
-    ATLAS_CU_TRY(cuMemcpyHtoD, cb->inv_freq, g->rope_inv_freq, (size_t)half * sizeof(double));
-    cb->base.geom.rope_inv_freq = NULL; /* the caller's array is not kept */
+    cb->inv_freq = malloc((size_t)half * sizeof(double));
+    if (!cb->inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    memcpy(cb->inv_freq, g->rope_inv_freq, (size_t)half * sizeof(double));
+    cb->base.geom.rope_inv_freq = cb->inv_freq; /* the caller's array is not kept */
+    float inv_f[512];
+    if (half > 512) return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d", g->head_dim);
+    for (int i = 0; i < half; i++) inv_f[i] = (float)cb->inv_freq[i];
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)half * sizeof(float), "rope", &cb->d_inv_freq));
+    ATLAS_CU_TRY(cuMemcpyHtoD, cb->d_inv_freq, inv_f, (size_t)half * sizeof(float));
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
+    e = getenv("ATLAS_CUDA_GEMV");
+    cb->gemv_variant = e && e[0] == '2' ? 2 : 1;
     e = getenv("ATLAS_CUDA_FUSE");
     cb->use_fusion = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");

@@ -153,3 +153,83 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
     out->workspace = out->total - out->weights - out->kv;
     return ATLAS_OK;
 }
+
+typedef struct gemv_ctx {
+    CUfunction f;
+    CUdeviceptr out, x, w;
+    int m, k, rows_per_block, threads;
+} gemv_ctx;
+
+static atlas_status run_gemv(cuda_backend *cb, void *ctx) {
+    gemv_ctx *g = ctx;
+    CUdeviceptr bias = 0;
+    int n = 1;
+    void *a[] = {&g->out, &g->x, &g->w, &bias, &n, &g->m, &g->k};
+    unsigned blocks = (unsigned)((g->m + g->rows_per_block - 1) / g->rows_per_block);
+    return ATLAS_CU(cuLaunchKernel, g->f, blocks, 1, 1, (unsigned)g->threads, 1, 1, 0, cb->stream, a,
+                    NULL);
+}
+
+static atlas_status run_graph(cuda_backend *cb, void *ctx) {
+    return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->stream);
+}
+
+static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CUdeviceptr *bufs) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    int d = g->hidden, qd = g->n_heads * g->head_dim, f = g->intermediate;
+    const char *names[] = {"qkv", "o", "gate_up", "down", "lm_head"};
+    int ms[] = {qd + 2 * g->n_kv_heads * g->head_dim, d, 2 * f, d, g->vocab_size};
+    int ks[] = {d, qd, d, f, d};
+    size_t most = 0, kmax = 0, mmax = 0;
+    for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
+        out->name[i] = names[i];
+        out->m[i] = ms[i];
+        out->k[i] = ks[i];
+        size_t b = (size_t)ms[i] * ks[i] * 2;
+        most = b > most ? b : most;
+        kmax = (size_t)ks[i] > kmax ? (size_t)ks[i] : kmax;
+        mmax = (size_t)ms[i] > mmax ? (size_t)ms[i] : mmax;
+    }
+    CUfunction fillf;
+    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_fill_pattern", &fillf));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, most, "profile w", &bufs[0]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, kmax * 4, "profile x", &bufs[1]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, mmax * 4, "profile out", &bufs[2]));
+    ATLAS_TRY(fill(cb, fillf, bufs[0], most, 5));
+    ATLAS_TRY(fill(cb, fillf, bufs[1], kmax * 4, 6));
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
+            gemv_ctx c = {v ? cb->fn.gemv1b : cb->fn.gemv1, bufs[2], bufs[1], bufs[0], ms[i], ks[i],
+                          v ? 4 : 8, v ? 256 : 128};
+            double t;
+            ATLAS_TRY(time_median(cb, run_gemv, &c, &t));
+            out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
+        }
+    cuda_graph *last = NULL;
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
+        if (cb->graphs[i].exec && (!last || cb->graphs[i].last_use > last->last_use))
+            last = &cb->graphs[i];
+    if (last) {
+        ATLAS_TRY(time_median(cb, run_graph, last, &out->graph_ms));
+        out->graph_nodes = last->n_cmds;
+    }
+    return ATLAS_OK;
+}
+
+atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: the profile needs the CUDA backend");
+    cuda_backend *cb = (cuda_backend *)be;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
+    CUdeviceptr bufs[3] = {0};
+    atlas_status st = profile(cb, out, bufs);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    for (int i = 0; i < 3; i++) {
+        atlas_status fs = atlas_registry_free(cb->reg, bufs[i]);
+        if (st == ATLAS_OK) st = fs;
+    }
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: profiling decode");
+    return ATLAS_OK;
+}

@@ -30,4 +30,17 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
 
 atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out);
 
+/* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
+ * synthetic weights) with both n = 1 kernels, and the replay of the last decode graph. */
+enum { ATLAS_CUDA_SHAPES = 5 };
+typedef struct atlas_cuda_decode_profile {
+    const char *name[ATLAS_CUDA_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
+    int m[ATLAS_CUDA_SHAPES], k[ATLAS_CUDA_SHAPES];
+    double gbps[2][ATLAS_CUDA_SHAPES];   /* [kernel variant 1, 2] */
+    double graph_ms;                     /* one replay of the last decode graph (0: none) */
+    int graph_nodes;                     /* commands in it */
+} atlas_cuda_decode_profile;
+
+atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out);
+
 #endif

@@ -60,7 +60,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, gemv1_swiglu;
+    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, gemv1_swiglu, rope_table, gemv1b;
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -72,7 +72,9 @@ typedef struct cuda_backend {
     CUstream stream;
     cuda_fns fn;
     atlas_threadpool *pool; /* converts and copies weights into the staging buffers */
-    CUdeviceptr inv_freq;   /* [hd/2] double */
+    double *inv_freq;       /* [hd/2] host copy */
+    CUdeviceptr d_inv_freq; /* [hd/2] float */
+    CUdeviceptr d_rope;     /* [cap_tok, hd/2] (cos, sin) of the batch's positions */
 
     /* the staged batch: host mirror and fixed device buffers of cap_tok / cap_table ints */
     int n_tokens, n_seqs, n_logits, max_blocks, block_size;
@@ -96,6 +98,7 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    int gemv_variant;       /* ATLAS_CUDA_GEMV: 1 (default) warp-per-rows, 2 block-per-rows */
     int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
     uint64_t graph_captures, graph_replays;

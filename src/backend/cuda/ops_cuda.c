@@ -25,7 +25,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
         {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
-        {&cb->fn.gemv1_swiglu, "atlas_gemv1_swiglu"},
+        {&cb->fn.gemv1_swiglu, "atlas_gemv1_swiglu"}, {&cb->fn.rope_table, "atlas_rope_table"},
+        {&cb->fn.gemv1b, "atlas_gemv1b"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
@@ -101,6 +102,10 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0;
+    if (n == 1 && cb->gemv_variant == 2) {
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
+        return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
+    }
     if (n <= 8) {
         CUfunction f = n == 1 ? cb->fn.gemv1 : n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
@@ -152,10 +157,9 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return launch(cb, cb->fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
     }
     case CUDA_OP_ROPE: {
-        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
-        float f = (float)g->rope_attn_factor;
-        void *a[] = {&p0, &pos, &cb->inv_freq, &H, &K, &hd, &f};
-        return launch(cb, cb->fn.rope, (unsigned)c->n, 1, 1, hd / 2 < 32 ? 32 : hd / 2, 0, a);
+        void *a[] = {&p0, &cb->d_rope, &H, &K, &hd};
+        return launch(cb, cb->fn.rope, (unsigned)c->n, (unsigned)(H + K), 1, hd / 2 < 32 ? 32 : hd / 2,
+                      0, a);
     }
     case CUDA_OP_KV_STORE: {
         const atlas_kv *kv = c->p[1];
@@ -198,13 +202,13 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         c[1].n == c[0].n) {
         const atlas_kv *kv = c[1].p[1];
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-        float f = (float)g->rope_attn_factor;
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]);
         CUdeviceptr kc = kv->base + (size_t)c[1].layer * 2 * kv->layer_elems * 2;
         CUdeviceptr vc = kc + kv->layer_elems * 2;
-        CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
-        void *a[] = {&qkv, &kc, &vc, &slots, &pos, &cb->inv_freq, &H, &K, &hd, &f};
-        *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, 1, 1, 128, 0, a);
+        CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        void *a[] = {&qkv, &kc, &vc, &slots, &cb->d_rope, &H, &K, &hd};
+        *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
+                     hd / 2 < 32 ? 32 : hd / 2, 0, a);
         return 2;
     }
     if (n >= 2 && c[0].op == CUDA_OP_SWIGLU && c[1].op == CUDA_OP_MATMUL && c[0].n == 1 &&
