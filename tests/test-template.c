@@ -328,6 +328,14 @@ static void test_errors(void) {
     EXPECT_ERROR("{{ 99999999999999999999 }}", "integer literal too large");
     EXPECT_ERROR("{{ 1 < 'a' }}", "'<' not supported between instances of 'int' and 'str'");
     EXPECT_ERROR("{% for x in 5 %}{% endfor %}", "'int' object is not iterable");
+    /* values nested 100000 deep: no stack overflow */
+    char *deepv = render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                         "{{ (ns.x | string)[:3] }}{{ ns.x == ns.x }}{{ [ns.x] == [ns.x] }}",
+                         "[]", NULL, false, NULL);
+    CHECK_MSG(deepv && !strcmp(deepv, "[[[TrueTrue"), "got [%s]", deepv ? deepv : "(error)");
+    free(deepv);
+    EXPECT_ERROR("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | tojson }}",
+                 "not JSON serializable");
     char deep[2000];
     memset(deep, '(', 600);
     strcpy(deep + 600, "1");

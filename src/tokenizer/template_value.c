@@ -217,7 +217,16 @@ static double num_f(const tval *v) {
 }
 static long long num_i(const tval *v) { return v->kind == TV_INT ? v->u.i : (long long)v->u.b; }
 
-bool tv_equal(const tval *a, const tval *b) {
+/* Values nest as deep as a template makes them ({% set x = [x] %} in a loop): recursion
+ * stops at MAX_NEST (Python raises RecursionError near there) instead of the C stack. */
+enum { MAX_NEST = 400 };
+
+static bool equal_at(const tval *a, const tval *b, int depth);
+
+bool tv_equal(const tval *a, const tval *b) { return equal_at(a, b, 0); }
+
+static bool equal_at(const tval *a, const tval *b, int depth) {
+    if (depth > MAX_NEST) return false;
     if (is_num(a) && is_num(b)) {
         if (a->kind == TV_FLOAT || b->kind == TV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -228,16 +237,17 @@ bool tv_equal(const tval *a, const tval *b) {
     case TV_NONE: return true;
     case TV_STR: return a->u.s->len == b->u.s->len && !memcmp(a->u.s->s, b->u.s->s, a->u.s->len);
     case TV_LIST:
+        if (a->u.l == b->u.l) return true; /* identity first, as Python's list comparison */
         if (a->u.l->n != b->u.l->n || a->u.l->tuple != b->u.l->tuple) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!tv_equal(&a->u.l->v[i], &b->u.l->v[i])) return false;
+            if (!equal_at(&a->u.l->v[i], &b->u.l->v[i], depth + 1)) return false;
         return true;
     case TV_DICT:
         if (a->u.d == b->u.d) return true;
         if (a->u.d->ns || b->u.d->ns || a->u.d->n != b->u.d->n) return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
             const tval *o = tv_dict_find(b, &a->u.d->k[i]);
-            if (!o || !tv_equal(&a->u.d->v[i], o)) return false;
+            if (!o || !equal_at(&a->u.d->v[i], o, depth + 1)) return false;
         }
         return true;
     case TV_FUNC: return a->u.fn == b->u.fn;
@@ -245,7 +255,12 @@ bool tv_equal(const tval *a, const tval *b) {
     }
 }
 
-int tv_compare(const tval *a, const tval *b) {
+static int compare_at(const tval *a, const tval *b, int depth);
+
+int tv_compare(const tval *a, const tval *b) { return compare_at(a, b, 0); }
+
+static int compare_at(const tval *a, const tval *b, int depth) {
+    if (depth > MAX_NEST) return -2;
     if (is_num(a) && is_num(b)) {
         if (a->kind == TV_FLOAT || b->kind == TV_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -263,8 +278,8 @@ int tv_compare(const tval *a, const tval *b) {
     if (a->kind == TV_LIST && b->kind == TV_LIST) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (tv_equal(&a->u.l->v[i], &b->u.l->v[i])) continue;
-            return tv_compare(&a->u.l->v[i], &b->u.l->v[i]);
+            if (equal_at(&a->u.l->v[i], &b->u.l->v[i], depth + 1)) continue;
+            return compare_at(&a->u.l->v[i], &b->u.l->v[i], depth + 1);
         }
         return a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n ? 1 : 0;
     }
@@ -356,7 +371,15 @@ static void str_repr(tbuf *b, const tstr *s) {
     tbuf_putc(b, q);
 }
 
-void tv_to_str(tbuf *b, const tval *v, bool repr) {
+static void to_str_at(tbuf *b, const tval *v, bool repr, int depth);
+
+void tv_to_str(tbuf *b, const tval *v, bool repr) { to_str_at(b, v, repr, 0); }
+
+static void to_str_at(tbuf *b, const tval *v, bool repr, int depth) {
+    if (depth > MAX_NEST) {
+        tbuf_puts(b, "...");
+        return;
+    }
     char buf[32];
     switch (v->kind) {
     case TV_UNDEF: break;
@@ -376,7 +399,7 @@ void tv_to_str(tbuf *b, const tval *v, bool repr) {
         tbuf_putc(b, l->tuple ? '(' : '[');
         for (size_t i = 0; i < l->n; i++) {
             if (i) tbuf_puts(b, ", ");
-            tv_to_str(b, &l->v[i], true);
+            to_str_at(b, &l->v[i], true, depth + 1);
         }
         if (l->tuple && l->n == 1) tbuf_putc(b, ',');
         tbuf_putc(b, l->tuple ? ')' : ']');
@@ -388,9 +411,9 @@ void tv_to_str(tbuf *b, const tval *v, bool repr) {
         tbuf_putc(b, '{');
         for (size_t i = 0; i < d->n; i++) {
             if (i) tbuf_puts(b, ", ");
-            tv_to_str(b, &d->k[i], true);
+            to_str_at(b, &d->k[i], true, depth + 1);
             tbuf_puts(b, ": ");
-            tv_to_str(b, &d->v[i], true);
+            to_str_at(b, &d->v[i], true, depth + 1);
         }
         tbuf_putc(b, '}');
         if (d->ns) tbuf_putc(b, '>');
