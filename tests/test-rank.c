@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "core/error.h"
 #include "parallel/rank.h"
+#include "parallel/tp.h"
 
 /* --- a test worker -------------------------------------------------------------------------- */
 
@@ -370,12 +371,137 @@ static void test_worker_side(void) {
     CHECK(atlas_rank_worker_env(&fd, &rank) == ATLAS_ERR_NOT_FOUND);
 }
 
+/* --- start-up (parallel/tp.h): bind, load NCCL, join --------------------------------------- */
+
+/* A stand-in NCCL per process (each rank has its own), and a stand-in for the GPU binding. */
+static struct { int world, rank; } tp_fake_comm;
+static int tp_fake_reduces;
+static ncclResult_t tpf_version(int *v) { *v = 22809; return 0; }
+static ncclResult_t tpf_id(ncclUniqueId *id) {
+    for (int i = 0; i < ATLAS_NCCL_ID_BYTES; i++) id->internal[i] = (char)(i * 3);
+    return 0;
+}
+static ncclResult_t tpf_init(ncclComm_t *c, int n, ncclUniqueId id, int rank) {
+    for (int i = 0; i < ATLAS_NCCL_ID_BYTES; i++)
+        if (id.internal[i] != (char)(i * 3)) return 4; /* the id must arrive intact */
+    tp_fake_comm.world = n, tp_fake_comm.rank = rank;
+    *c = (ncclComm_t)&tp_fake_comm;
+    return 0;
+}
+static ncclResult_t tpf_destroy(ncclComm_t c) { return 0; }
+static ncclResult_t tpf_count(const ncclComm_t c, int *n) { *n = tp_fake_comm.world; return 0; }
+static ncclResult_t tpf_rank(const ncclComm_t c, int *r) { *r = tp_fake_comm.rank; return 0; }
+static ncclResult_t tpf_reduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t c, atlas_nccl_stream st) {
+    tp_fake_reduces++;
+    return 0;
+}
+static ncclResult_t tpf_group(void) { return 0; }
+static const char *tpf_str(ncclResult_t r) { return r == 4 ? "invalid argument" : "?"; }
+static const atlas_nccl_fns tp_fake_nccl = {tpf_version, tpf_id, tpf_init, tpf_destroy,
+                                            tpf_count, tpf_rank, tpf_reduce, tpf_group,
+                                            tpf_group, tpf_str, NULL};
+static int tp_fake_host;
+static atlas_status tpf_bind(int ordinal, atlas_host **out) {
+    if (ordinal == 13) return atlas_fail(ATLAS_ERR_NO_DEVICE, "stand-in: no GPU %d", ordinal);
+    *out = (atlas_host *)&tp_fake_host;
+    return ATLAS_OK;
+}
+static const atlas_tp_options tp_fake = {.nccl_table = &tp_fake_nccl, .bind = tpf_bind};
+
+static atlas_status tp_next(void *user, atlas_tp_rank *tp, const atlas_rank_msg *m, char *note,
+                            size_t cap) {
+    snprintf(note, cap, "rank %d of %d on GPU %d: %s %s", tp->rank, tp->world, tp->ordinal,
+             atlas_rank_cmd_name(m->type), m->len ? (const char *)m->payload : "");
+    return ATLAS_OK;
+}
+
+static int tp_worker(int rank, int fd, void *user) {
+    return atlas_tp_worker_serve(fd, &tp_fake, user ? tp_next : NULL, NULL) == ATLAS_OK ? 0 : 2;
+}
+
+/* Three processes start up through the stand-ins: every rank bound, joined, then driven. */
+static void test_tp_startup(void) {
+    int ordinals[] = {4, 5, 6};
+    atlas_rank_params p = {.world = 3, .ordinals = ordinals, .fn = tp_worker, .user = &p};
+    atlas_rank_group *g = NULL;
+    CHECK_OK(atlas_rank_group_start(&p, &g));
+    /* a command before INIT and JOIN is refused by name */
+    atlas_status st = atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/m", 2, 5000);
+    CHECK_MSG(st == ATLAS_ERR_INVALID && strstr(atlas_last_error(), "rank 1: rank worker: LOAD "
+                                                                    "before INIT and JOIN"),
+              "%s", atlas_last_error());
+    atlas_tp_rank tp;
+    CHECK_OK(atlas_tp_lead_start(g, &tp_fake, 5000, &tp));
+    CHECK(tp.world == 3 && tp.rank == 0 && tp.ordinal == 4 && tp.comm && tp.nccl);
+    CHECK(atlas_nccl_comm_world(tp.comm) == 3 && atlas_nccl_comm_rank(tp.comm) == 0);
+    CHECK_MSG(strcmp(atlas_rank_group_note(g, 2), "rank 2 joined") == 0, "%s",
+              atlas_rank_group_note(g, 2));
+    CHECK_OK(atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/m", 2, 5000));
+    CHECK_MSG(strcmp(atlas_rank_group_note(g, 1), "rank 1 of 3 on GPU 5: LOAD /m") == 0, "%s",
+              atlas_rank_group_note(g, 1));
+    float x[4] = {0};
+    CHECK_OK(atlas_nccl_all_reduce_sum(tp.comm, x, x, 4, ATLAS_DTYPE_F32, NULL));
+    CHECK(tp_fake_reduces == 1);
+    CHECK_OK(atlas_tp_rank_close(&tp));
+    CHECK(tp.comm == NULL && tp.nccl == NULL);
+    CHECK_OK(atlas_rank_group_close(g, 5000));
+
+    /* a worker without a handler for LOAD says so */
+    p.world = 2, p.user = NULL;
+    CHECK_OK(atlas_rank_group_start(&p, &g));
+    CHECK_OK(atlas_tp_lead_start(g, &tp_fake, 5000, &tp));
+    st = atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/m", 2, 5000);
+    CHECK_MSG(st == ATLAS_ERR_UNSUPPORTED && strstr(atlas_last_error(), "LOAD is not wired"),
+              "%s", atlas_last_error());
+    CHECK_OK(atlas_tp_rank_close(&tp));
+    CHECK_OK(atlas_rank_group_close(g, 5000));
+
+    /* a worker whose GPU is missing is named, before anyone joins */
+    int bad[] = {4, 5, 13};
+    p.world = 3, p.ordinals = bad;
+    CHECK_OK(atlas_rank_group_start(&p, &g));
+    st = atlas_tp_lead_start(g, &tp_fake, 5000, &tp);
+    CHECK_MSG(st == ATLAS_ERR_NO_DEVICE &&
+                  strstr(atlas_last_error(), "rank 2: GPU 13: stand-in: no GPU 13") &&
+                  !strstr(atlas_last_error(), "rank 1"),
+              "%s: %s", atlas_status_str(st), atlas_last_error());
+    CHECK(tp.comm == NULL && tp.nccl == NULL);
+    CHECK_OK(atlas_rank_group_close(g, 5000));
+}
+
+/* The real thing on this machine: this program exec'd as workers on GPUs that no machine has
+ * (ordinals 61..63), with the real atlas_host_get and libnccl.so.2: every rank's error, by
+ * rank, within the deadline. */
+static void test_tp_real(void) {
+    const char *argv[] = {"/proc/self/exe", "--tp-worker", NULL};
+    int ordinals[] = {63, 62, 61};
+    atlas_rank_params p = {.world = 3, .ordinals = ordinals, .argv = argv};
+    atlas_rank_group *g = NULL;
+    CHECK_OK(atlas_rank_group_start(&p, &g));
+    atlas_tp_rank tp;
+    double t0 = now_s();
+    atlas_status st = atlas_tp_lead_start(g, NULL, 20000, &tp);
+    printf("tensor parallel start-up here: %s\n", atlas_last_error());
+    CHECK_MSG(st == ATLAS_ERR_NO_DEVICE && strstr(atlas_last_error(), "rank 0: GPU 63") &&
+                  strstr(atlas_last_error(), "rank 1: GPU 62") &&
+                  strstr(atlas_last_error(), "rank 2: GPU 61"),
+              "%s: %s", atlas_status_str(st), atlas_last_error());
+    CHECK(now_s() - t0 < 20);
+    CHECK_OK(atlas_rank_group_close(g, 5000));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--rank-worker") == 0) {
         int fd, rank;
         if (atlas_rank_worker_env(&fd, &rank) != ATLAS_OK) return 3;
         test_worker w = {.rank = rank};
         return atlas_rank_worker_serve(fd, handle, &w) == ATLAS_OK ? 0 : 2;
+    }
+    if (argc > 1 && strcmp(argv[1], "--tp-worker") == 0) {
+        int fd, rank;
+        if (atlas_rank_worker_env(&fd, &rank) != ATLAS_OK) return 3;
+        return atlas_tp_worker_serve(fd, NULL, NULL, NULL) == ATLAS_OK ? 0 : 2;
     }
     test_frames();
     test_payloads();
@@ -389,5 +515,7 @@ int main(int argc, char **argv) {
     test_world3_exec();
     test_bad_params();
     test_worker_side();
+    test_tp_startup();
+    test_tp_real();
     return harness_finish();
 }

@@ -313,8 +313,10 @@ static void describe_end(worker *w, int rank, char *out, size_t cap) {
 
 /* The group cannot go on: remember why (the first reason) and return it. */
 static atlas_status break_group(atlas_rank_group *g, const char *why) {
-    if (!g->broken[0]) snprintf(g->broken, sizeof g->broken, "%s", why);
-    return atlas_fail(ATLAS_ERR_IO, "%s", why);
+    char copy[1024]; /* why may be atlas_last_error(), which atlas_fail overwrites */
+    snprintf(copy, sizeof copy, "%s", why);
+    if (!g->broken[0]) snprintf(g->broken, sizeof g->broken, "%s", copy);
+    return atlas_fail(ATLAS_ERR_IO, "%s", copy);
 }
 
 static atlas_status worker_gone(atlas_rank_group *g, int rank) {
@@ -539,8 +541,10 @@ atlas_status atlas_rank_group_collect(atlas_rank_group *g, int timeout_ms) {
             if (pfd[i].revents) {
                 atlas_status st = read_reply(g, rank_of[i], deadline, &first, errs, sizeof errs);
                 if (st != ATLAS_OK) { /* a dead rank ends the wait: the others may hang on it */
-                    if (errs[0]) return atlas_fail(st, "%s; %s", atlas_last_error(), errs);
-                    return st;
+                    if (!errs[0]) return st;
+                    char why[1024];
+                    snprintf(why, sizeof why, "%s", atlas_last_error());
+                    return atlas_fail(st, "%s; %s", why, errs);
                 }
             }
     }
