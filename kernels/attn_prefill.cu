@@ -60,7 +60,8 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     constexpr int LD = HD + 8, KS = HD / 16, NT = HD / 8;
     extern __shared__ __align__(16) bf16_t pf_smem[];
     bf16_t *ks = pf_smem, *vs = pf_smem + PF_K * LD;
-    int t0 = tiles[2 * blockIdx.x], cnt = tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+    int tile = gridDim.x - 1 - blockIdx.x; /* the last tiles see the most keys: start them first */
+    int t0 = tiles[2 * tile], cnt = tiles[2 * tile + 1], h = blockIdx.y;
     int g = h / (H / K), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int qr = lane >> 2, qc = (lane & 3) * 2; /* fragment row / column within 16 x 8 */
     int p0 = positions[t0], kend = p0 + cnt - 1;

@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,cl
 ldd "$B/test-gpu-forward" | grep "not found"
 BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 
-if has bench || has hf; then
+if has bench || has bench2 || has hf; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -53,6 +53,11 @@ if has bench; then
   tail -2 "$OUT/make8b.log"
   step "atlas bench"
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
+fi
+if has bench2; then
+  step "atlas bench, block GEMV (ATLAS_CUDA_GEMV=2)"
+  ATLAS_CUDA_GEMV=2 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
+    | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-gemv2.log"
 fi
 if has hf; then
   step "transformers"
