@@ -27,7 +27,8 @@
  * Failure is reported, never waited out: every wait has a deadline; a worker that exits, is
  * killed or closes its socket is reported at once with its exit status or signal, and the
  * group is then broken (tensor parallelism cannot go on without a rank): later calls fail at
- * once and the lead closes the group. Workers die with the lead (PR_SET_PDEATHSIG) and leave
+ * once and the lead closes the group. Workers die with the lead (PR_SET_PDEATHSIG: it fires
+ * when the thread that forked exits, so start the group from the main thread) and leave
  * their serve loop when its socket closes. Writes use MSG_NOSIGNAL: a dead worker is an
  * error, not a SIGPIPE. */
 #ifndef ATLAS_PARALLEL_RANK_H
