@@ -55,8 +55,28 @@ static atlas_status greedy(atlas_model *m, const int32_t *prompt, int n_prompt, 
     return st;
 }
 
-/* Fraction of the alphabetic words of text that /usr/share/dict/words lists. */
-static double dictionary_fraction(const char *text, const char *words, size_t words_len) {
+static int cmp_word(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The lines of /usr/share/dict/words, lower-cased and sorted, for bsearch. Points into buf,
+ * which it rewrites. */
+static const char **dictionary_index(char *buf, size_t *n_out) {
+    size_t n = 0, cap = 1;
+    for (char *p = buf; *p; p++) cap += *p == '\n';
+    const char **words = malloc(sizeof(char *) * cap);
+    if (!words) return NULL;
+    for (char *line = strtok(buf, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        for (char *c = line; *c; c++) *c = (char)tolower((unsigned char)*c);
+        words[n++] = line;
+    }
+    qsort(words, n, sizeof(char *), cmp_word);
+    *n_out = n;
+    return words;
+}
+
+/* Fraction of the alphabetic words of text that the dictionary lists. */
+static double dictionary_fraction(const char *text, const char **words, size_t n_words) {
     int total = 0, found = 0;
     const char *p = text;
     while (*p) {
@@ -69,23 +89,14 @@ static double dictionary_fraction(const char *text, const char *words, size_t wo
         if (n >= sizeof w) n = sizeof w - 1;
         for (size_t i = 0; i < n; i++) w[i] = (char)tolower((unsigned char)s[i]);
         w[n] = '\0';
+        const char *key = w;
         total++;
-        /* the list is one word a line, mixed case: search "\nword\n" case-insensitively */
-        const char *q = words;
-        while ((q = strcasestr(q, w)) != NULL) {
-            int starts = q == words || q[-1] == '\n';
-            int ends = (size_t)(q - words) + n == words_len || q[n] == '\n';
-            if (starts && ends) {
-                found++;
-                break;
-            }
-            q += 1;
-        }
+        found += bsearch(&key, words, n_words, sizeof(char *), cmp_word) != NULL;
     }
     return total ? (double)found / total : 0.0;
 }
 
-static void check_case(atlas_model *m, json_t *c, const char *words, size_t words_len) {
+static void check_case(atlas_model *m, json_t *c, const char **words, size_t n_words) {
     const atlas_tokenizer *tok = atlas_model_tokenizer(m);
     const char *prompt = json_string_value(json_object_get(c, "prompt"));
     json_t *ref_ids = json_object_get(c, "ids");
@@ -138,7 +149,7 @@ static void check_case(atlas_model *m, json_t *c, const char *words, size_t word
     size_t len = 0;
     CHECK_OK(atlas_tokenizer_decode(tok, out, (size_t)n_new, true, &text, &len));
     if (text) {
-        double frac = dictionary_fraction(text, words, words_len);
+        double frac = dictionary_fraction(text, words, n_words);
         printf("%s|%s  (%.0f%% dictionary words)\n", prompt, text, 100 * frac);
         CHECK_MSG(frac >= 0.8, "only %.0f%% of the words are in the dictionary", 100 * frac);
     }
@@ -157,6 +168,9 @@ int main(void) {
     size_t words_len = 0;
     if (!harness_require_file("/usr/share/dict/words")) return harness_finish();
     CHECK_OK(atlas_file_read("/usr/share/dict/words", &words, &words_len));
+    size_t n_words = 0;
+    const char **index = words ? dictionary_index(words, &n_words) : NULL;
+    CHECK(n_words > 50000);
 
     json_error_t jerr;
     json_t *ref = json_load_file(ref_path, 0, &jerr);
@@ -166,14 +180,15 @@ int main(void) {
     p.device = ATLAS_DEVICE_CPU;
     atlas_model *m = NULL;
     CHECK_OK(atlas_model_load(model_dir, &p, &m));
-    if (m && ref && words) {
+    if (m && ref && index) {
         json_t *cases = json_object_get(ref, "cases");
         CHECK(json_array_size(cases) >= 4);
         for (size_t i = 0; i < json_array_size(cases); i++)
-            check_case(m, json_array_get(cases, i), words, words_len);
+            check_case(m, json_array_get(cases, i), index, n_words);
     }
     CHECK_OK(atlas_model_release(m));
     json_decref(ref);
+    free(index);
     free(words);
     return harness_finish();
 }
