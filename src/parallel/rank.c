@@ -486,8 +486,16 @@ static atlas_status read_reply(atlas_rank_group *g, int rank, int64_t deadline,
                                atlas_status *first, char *errs, size_t cap) {
     worker *w = &g->w[rank];
     atlas_rank_msg m;
-    atlas_status st = atlas_rank_recv(w->fd, left_ms(deadline), &m);
+    /* poll said the reply has begun: the rest follows at once, even past the deadline */
+    int left = left_ms(deadline);
+    atlas_status st = atlas_rank_recv(w->fd, left >= 0 && left < 1000 ? 1000 : left, &m);
     if (st == ATLAS_ERR_FORMAT) return break_group(g, atlas_last_error());
+    if (st != ATLAS_OK && strstr(atlas_last_error(), "timed out")) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d (pid %d): reply to %s cut short", rank,
+                 (int)w->pid, atlas_rank_cmd_name(g->cmd));
+        return break_group(g, why);
+    }
     if (st != ATLAS_OK) return worker_gone(g, rank);
     int32_t status = ATLAS_OK;
     if (m.type != ATLAS_RANK_REPLY || m.seq != g->seq || m.len < 4) {
