@@ -328,6 +328,12 @@ static void test_errors(void) {
     EXPECT_ERROR("{{ 99999999999999999999 }}", "integer literal too large");
     EXPECT_ERROR("{{ 1 < 'a' }}", "'<' not supported between instances of 'int' and 'str'");
     EXPECT_ERROR("{% for x in 5 %}{% endfor %}", "'int' object is not iterable");
+    EXPECT_ERROR("{{ range(100000) | unique | list | length }}", "template runs too long");
+    /* a trillion iterations: stopped by the step or the memory budget, with a message */
+    char *endless = render("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "[]", NULL,
+                           false, NULL);
+    CHECK(!endless && (strstr(atlas_last_error(), "t:1:") || strstr(atlas_last_error(), "out of memory")));
+    free(endless);
     /* values nested 100000 deep: no stack overflow */
     char *deepv = render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
                          "{{ (ns.x | string)[:3] }}{{ ns.x == ns.x }}{{ [ns.x] == [ns.x] }}",

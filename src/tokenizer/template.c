@@ -12,7 +12,7 @@
 #include "core/file.h"
 #include "tokenizer/template_internal.h"
 
-enum { MAX_TEMPLATES = 16, ARENA_LIMIT_MB = 512 };
+enum { MAX_TEMPLATES = 16, ARENA_LIMIT_MB = 256 };
 
 struct atlas_template {
     size_t n;

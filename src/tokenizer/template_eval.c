@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "tokenizer/template_internal.h"
 
-enum { MAX_STEPS = 5 * 1000 * 1000, MAX_MACRO_DEPTH = 64, MAX_RANGE = 1000 * 1000 };
+enum { MAX_MACRO_DEPTH = 64, MAX_RANGE = 1000 * 1000 };
 
 tscope *tpl_scope_new(trender *r, tscope *parent) {
     tscope *s = tpl_alloc(r, sizeof *s);
@@ -26,7 +26,7 @@ atlas_status tpl_scope_set(trender *r, tscope *sc, const char *name, tval v) {
             return ATLAS_OK;
         }
     if (sc->n == sc->cap) {
-        size_t cap = sc->cap ? sc->cap * 2 : 8;
+        size_t cap = sc->cap ? sc->cap * 2 : 4;
         const char **nm = tpl_alloc(r, cap * sizeof *nm);
         tval *vals = tpl_alloc(r, cap * sizeof *vals);
         if (!nm || !vals) return tpl_oom(r, NULL);
@@ -77,9 +77,14 @@ static atlas_status undefined_error(trender *r, const tnode *at, const tval *v) 
     return tpl_err(r, at, "%s", v->undef_name ? v->undef_name : "a value is undefined");
 }
 
-static atlas_status step(trender *r, const tnode *at) {
-    if (++r->steps > MAX_STEPS) return tpl_err(r, at, "template runs too long (over %d steps)", MAX_STEPS);
+atlas_status tpl_charge(trender *r, const tnode *at, size_t work) {
+    r->steps += work > TPL_MAX_STEPS ? TPL_MAX_STEPS + 1 : (long long)work;
+    if (r->steps > TPL_MAX_STEPS) return tpl_err(r, at, "template runs too long (over %d steps)", TPL_MAX_STEPS);
     return ATLAS_OK;
+}
+
+static atlas_status step(trender *r, const tnode *at) {
+    return tpl_charge(r, at, 1);
 }
 
 /* ---- attribute and item access ------------------------------------------------------- */

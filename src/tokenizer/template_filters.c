@@ -284,20 +284,27 @@ typedef struct sort_item {
     tval key, val;
 } sort_item;
 
+/* Stable merge sort (Python's sort is stable); reports values that cannot be ordered. */
 static atlas_status sort_values(trender *r, const tnode *at, sort_item *it, size_t n, bool reverse) {
-    /* insertion sort: stable, and it reports values that cannot be ordered */
-    for (size_t i = 1; i < n; i++) {
-        sort_item x = it[i];
-        size_t j = i;
-        while (j > 0) {
-            int c = tv_compare(&it[j - 1].key, &x.key);
-            if (c == -2) return tpl_err(r, at, "cannot sort: '<' not supported between '%s' and '%s'",
-                                        tv_type_name(&it[j - 1].key), tv_type_name(&x.key));
-            if (reverse ? c >= 0 : c <= 0) break;
-            it[j] = it[j - 1];
-            j--;
+    sort_item *tmp = tpl_alloc_raw(r, (n + 1) * sizeof *tmp);
+    if (!tmp) return tpl_oom(r, at);
+    for (size_t width = 1; width < n; width *= 2) {
+        ATLAS_TRY(tpl_charge(r, at, n));
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                int c = tv_compare(&it[i].key, &it[j].key);
+                if (c == -2)
+                    return tpl_err(r, at, "cannot sort: '<' not supported between '%s' and '%s'",
+                                   tv_type_name(&it[i].key), tv_type_name(&it[j].key));
+                bool take_right = reverse ? c < 0 : c > 0;
+                tmp[k++] = take_right ? it[j++] : it[i++];
+            }
+            while (i < mid) tmp[k++] = it[i++];
+            while (j < hi) tmp[k++] = it[j++];
         }
-        it[j] = x;
+        memcpy(it, tmp, n * sizeof *it);
     }
     return ATLAS_OK;
 }
@@ -631,6 +638,7 @@ static atlas_status filter_unique(trender *r, const tnode *at, tval v, const far
     ATLAS_TRY(tv_list(r, 0, out));
     for (size_t i = 0; i < items.u.l->n; i++) {
         bool seen = false;
+        ATLAS_TRY(tpl_charge(r, at, out->u.l->n + 1)); /* quadratic: counted */
         for (size_t k = 0; k < out->u.l->n && !seen; k++) seen = tv_equal(&out->u.l->v[k], &items.u.l->v[i]);
         if (!seen) ATLAS_TRY(tv_list_push(r, out, items.u.l->v[i]));
     }

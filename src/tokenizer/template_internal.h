@@ -203,6 +203,11 @@ typedef struct trender {
     int loop_ctl;     /* 1 break, 2 continue */
 } trender;
 
+/* A render may take this many steps (nodes evaluated, plus the work of filters such as
+ * sort and unique): a template that would run for minutes fails instead. */
+enum { TPL_MAX_STEPS = 5 * 1000 * 1000 };
+atlas_status tpl_charge(trender *r, const tnode *at, size_t work);
+
 void *tpl_alloc(trender *r, size_t n);     /* zeroed; NULL on exhaustion */
 void *tpl_alloc_raw(trender *r, size_t n); /* not zeroed */
 atlas_status tpl_oom(trender *r, const tnode *at);
@@ -228,6 +233,8 @@ atlas_status tv_list(trender *r, size_t cap, tval *out);
 atlas_status tv_list_push(trender *r, tval *list, tval item);
 atlas_status tv_dict(trender *r, tval *out);
 atlas_status tv_dict_set(trender *r, tval *dict, tval key, tval val);
+/* adds a key known to be absent (JSON objects): no search */
+atlas_status tv_dict_append(trender *r, tval *dict, tval key, tval val);
 /* NULL when absent */
 tval *tv_dict_get(const tval *dict, const char *key);
 tval *tv_dict_find(const tval *dict, const tval *key);

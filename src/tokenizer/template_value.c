@@ -176,6 +176,10 @@ atlas_status tv_dict_set(trender *r, tval *dict, tval key, tval val) {
         *slot = val;
         return ATLAS_OK;
     }
+    return tv_dict_append(r, dict, key, val);
+}
+
+atlas_status tv_dict_append(trender *r, tval *dict, tval key, tval val) {
     tdict *d = dict->u.d;
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
@@ -590,7 +594,7 @@ atlas_status tv_from_json(trender *r, const json_t *j, tval *out) {
             tval kv, v;
             ATLAS_TRY(tv_str(r, k, strlen(k), &kv));
             ATLAS_TRY(tv_from_json(r, x, &v));
-            ATLAS_TRY(tv_dict_set(r, out, kv, v));
+            ATLAS_TRY(tv_dict_append(r, out, kv, v)); /* jansson's keys are unique */
         }
         return ATLAS_OK;
     }
