@@ -216,7 +216,7 @@ static void test_elementwise(atlas_backend *be) {
 }
 
 /* Paged attention: the test keeps every sequence's K/V history itself and compares. */
-enum { H = 4, K = 2, HD = 10, QKV = (H + 2 * K) * HD, BS = 4, MAXB = 6, NSEQ = 3, NBLK = 24,
+enum { H = 4, K = 2, HD = 10, QKV = (H + 2 * K) * HD, BS = 4, MAXB = 12, NSEQ = 3, NBLK = 40,
        MAXCTX = MAXB * BS };
 
 typedef struct hist {
@@ -323,10 +323,11 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
     CHECK_OK(be->ops->weight_load(be, &kvv, 1, &kw));
     static hist hs[NSEQ];
     memset(hs, 0, sizeof hs);
-    for (int s = 0; s < NSEQ; s++) /* blocks 23, 16, 9, 2, 19, ...: scattered, all distinct */
+    for (int s = 0; s < NSEQ; s++) /* blocks 39, 16, 33, 10, ...: scattered, all distinct */
         for (int i = 0; i < MAXB; i++) hs[s].table[i] = (int32_t)((NBLK - 1 + (s * MAXB + i) * 17) % NBLK);
-    int steps[4][NSEQ] = {{5, 3, 1}, {1, 4, 2}, {9, 1, 1}, {1, 1, 7}};
-    for (int i = 0; i < 4 && kv && qw && kw; i++)
+    /* the last step is big enough (160 items) to be split over threads */
+    int steps[5][NSEQ] = {{5, 3, 1}, {1, 4, 2}, {9, 1, 1}, {1, 1, 7}, {16, 12, 12}};
+    for (int i = 0; i < 5 && kv && qw && kw; i++)
         attention_step(be, kv, hs, steps[i], window, with_qk_norm, qw, kw, qn.vals, kn.vals);
     be->ops->weight_free(be, qw);
     be->ops->weight_free(be, kw);
@@ -402,6 +403,8 @@ int main(void) {
         test_matmul(be, 5, 36, 40, 17, 9);
         test_matmul(be, 9, 40, 130, 64, 106); /* 40: the widest input of this geometry */
         test_matmul(be, 1, 40, 130, 64, 106); /* one token: the decode path */
+        test_matmul(be, 1, 40, 2000, 1100, 1500); /* ... big enough to be split over threads */
+        test_matmul(be, 64, 40, 130, 64, 106);    /* prefill split over threads */
         test_matmul(be, 1, 33, 9, 3, 1);
         test_norms(be);
         test_elementwise(be);

@@ -64,6 +64,12 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
     int window = layer >= be->geom.sliding_from_layer ? be->geom.sliding_window : 0;
     attn_job j = {cb, window, out, qkv, kv->k + layer * kv->layer_floats,
                   kv->v + layer * kv->layer_floats};
-    atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, 4, attn_range, &j);
+    /* An item costs about 2 * context * hd multiply-adds: split only 32k or more a thread. */
+    int64_t max_pos = 0;
+    for (int t = 0; t < cb->n_tokens; t++)
+        if (cb->positions[t] > max_pos) max_pos = cb->positions[t];
+    int64_t min_items = 32768 / (2 * (max_pos + 1) * be->geom.head_dim) + 1;
+    atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, min_items,
+                         attn_range, &j);
     return ATLAS_OK;
 }

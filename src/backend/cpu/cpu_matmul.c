@@ -234,7 +234,9 @@ atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
                           (long long)bias->cols, (long long)w->rows);
     matmul_job j = {cb, out, x, w, bias, n};
-    /* Chunks of whole tiles; at least 16 rows a thread so that small matrices stay serial. */
-    atlas_threadpool_for(cb->pool, w->rows, 16, matmul_range, &j);
+    /* A thread's share must outweigh waking it (~10 us): at least 64k multiply-adds, and
+     * 16 rows, so that small matrices stay on the calling thread. */
+    int64_t min_rows = (int64_t)65536 / (w->cols * (int64_t)n);
+    atlas_threadpool_for(cb->pool, w->rows, min_rows > 16 ? min_rows : 16, matmul_range, &j);
     return ATLAS_OK;
 }
