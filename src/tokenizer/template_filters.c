@@ -394,19 +394,21 @@ static atlas_status filter_join(trender *r, const tnode *at, const tval *v, cons
     return from_buf(r, at, &b, out);
 }
 
+/* transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
 static atlas_status filter_tojson(trender *r, const tnode *at, const tval *v, const fargs *a, tval *out) {
-    const tval *ind = arg(a, 0, "indent"), *seps = arg(a, (size_t)-1, "separators"), *sk = arg(a, (size_t)-1, "sort_keys");
-    int indent = -1;
-    if (ind && ind->kind == TV_INT) indent = ind->u.i < 0 ? 0 : ind->u.i > 64 ? 64 : (int)ind->u.i;
+    const tval *ascii = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"), *seps = arg(a, 2, "separators"),
+               *sk = arg(a, 3, "sort_keys");
+    tjson_opts o = {.indent = -1, .key_sep = ": ", .sort_keys = sk && tv_truthy(sk), .ascii = ascii && tv_truthy(ascii)};
+    if (ind && ind->kind == TV_INT) o.indent = ind->u.i < 0 ? 0 : ind->u.i > 64 ? 64 : (int)ind->u.i;
     else if (ind && ind->kind != TV_NONE) return tpl_err(r, at, "tojson(indent=) needs an integer");
-    const char *item_sep = indent >= 0 ? "," : ", ", *key_sep = ": ";
+    o.item_sep = o.indent >= 0 ? "," : ", ";
     if (seps && seps->kind == TV_LIST && seps->u.l->n == 2 && seps->u.l->v[0].kind == TV_STR &&
         seps->u.l->v[1].kind == TV_STR) {
-        item_sep = seps->u.l->v[0].u.s->s;
-        key_sep = seps->u.l->v[1].u.s->s;
+        o.item_sep = seps->u.l->v[0].u.s->s;
+        o.key_sep = seps->u.l->v[1].u.s->s;
     }
     tbuf b = {0};
-    if (!tv_to_json(&b, v, indent, item_sep, key_sep, sk && tv_truthy(sk), 0)) {
+    if (!tv_to_json(&b, v, &o, 0)) {
         free(b.p);
         if (v->kind == TV_UNDEF) return tpl_err(r, at, "tojson: %s", v->undef_name ? v->undef_name : "value is undefined");
         return tpl_err(r, at, "tojson: a value of type '%s' is not JSON serializable", tv_type_name(v));

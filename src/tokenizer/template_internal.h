@@ -248,10 +248,14 @@ const char *tv_type_name(const tval *v);
 /* Python str(v) appended to b (undefined -> ""); repr when repr is true */
 void tv_to_str(tbuf *b, const tval *v, bool repr);
 atlas_status tv_stringify(trender *r, const tval *v, tval *out); /* str(v) as a TV_STR */
-/* transformers' tojson: json.dumps(ensure_ascii=False, indent, separators, sort_keys).
+/* transformers' tojson: json.dumps(x, ensure_ascii, indent, separators, sort_keys).
  * indent < 0: none. Fails (returns false) on values JSON cannot hold. */
-bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const char *key_sep,
-                bool sort_keys, int depth);
+typedef struct tjson_opts {
+    int indent;
+    const char *item_sep, *key_sep;
+    bool sort_keys, ascii;
+} tjson_opts;
+bool tv_to_json(tbuf *b, const tval *v, const tjson_opts *o, int depth);
 atlas_status tv_from_json(trender *r, const json_t *j, tval *out);
 void tv_float_repr(tbuf *b, double f); /* Python repr(float) */
 

@@ -451,7 +451,7 @@ atlas_status tv_stringify(trender *r, const tval *v, tval *out) {
 }
 
 /* ---- JSON ---------------------------------------------------------------------------- */
-static void json_str(tbuf *b, const char *s, size_t n) {
+static void json_str(tbuf *b, const char *s, size_t n, bool ascii) {
     tbuf_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -467,6 +467,21 @@ static void json_str(tbuf *b, const char *s, size_t n) {
         default:
             if (c < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
+                tbuf_puts(b, esc);
+            } else if (ascii && c >= 0x80) { /* ensure_ascii: \uXXXX, surrogate pairs above U+FFFF */
+                unsigned long cp = 0;
+                size_t k = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+                if (i + k > n) k = 1;
+                cp = k == 1 ? c : k == 2 ? (c & 0x1Fu) : k == 3 ? (c & 0x0Fu) : (c & 0x07u);
+                for (size_t m = 1; m < k; m++) cp = (cp << 6) | ((unsigned char)s[i + m] & 0x3Fu);
+                i += k - 1;
+                if (cp > 0xFFFF) {
+                    cp -= 0x10000;
+                    snprintf(esc, sizeof esc, "\\u%04lx", 0xD800 + (cp >> 10));
+                    tbuf_puts(b, esc);
+                    cp = 0xDC00 + (cp & 0x3FF);
+                }
+                snprintf(esc, sizeof esc, "\\u%04lx", cp);
                 tbuf_puts(b, esc);
             } else {
                 tbuf_putc(b, (char)c);
@@ -487,10 +502,10 @@ static int key_cmp(const void *x, const void *y) {
     return c == -2 ? 0 : c;
 }
 
-static bool json_key(tbuf *b, const tval *k) {
+static bool json_key(tbuf *b, const tval *k, bool ascii) {
     char buf[32];
     switch (k->kind) {
-    case TV_STR: json_str(b, k->u.s->s, k->u.s->len); return true;
+    case TV_STR: json_str(b, k->u.s->s, k->u.s->len, ascii); return true;
     case TV_INT: snprintf(buf, sizeof buf, "\"%lld\"", k->u.i); tbuf_puts(b, buf); return true;
     case TV_BOOL: tbuf_puts(b, k->u.b ? "\"true\"" : "\"false\""); return true;
     case TV_NONE: tbuf_puts(b, "\"null\""); return true;
@@ -503,8 +518,8 @@ static bool json_key(tbuf *b, const tval *k) {
     }
 }
 
-bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const char *key_sep,
-                bool sort_keys, int depth) {
+bool tv_to_json(tbuf *b, const tval *v, const tjson_opts *o, int depth) {
+    int indent = o->indent;
     char buf[32];
     if (depth > 500) return false; /* Python raises RecursionError near here too */
     switch (v->kind) {
@@ -516,7 +531,7 @@ bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const 
         else if (isinf(v->u.f)) tbuf_puts(b, v->u.f < 0 ? "-Infinity" : "Infinity");
         else tv_float_repr(b, v->u.f);
         return true;
-    case TV_STR: json_str(b, v->u.s->s, v->u.s->len); return true;
+    case TV_STR: json_str(b, v->u.s->s, v->u.s->len, o->ascii); return true;
     case TV_LIST: {
         const tlist *l = v->u.l;
         if (!l->n) {
@@ -525,9 +540,9 @@ bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const 
         }
         tbuf_putc(b, '[');
         for (size_t i = 0; i < l->n; i++) {
-            if (i) tbuf_puts(b, item_sep);
+            if (i) tbuf_puts(b, o->item_sep);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
-            if (!tv_to_json(b, &l->v[i], indent, item_sep, key_sep, sort_keys, depth + 1)) return false;
+            if (!tv_to_json(b, &l->v[i], o, depth + 1)) return false;
         }
         if (indent >= 0) newline_indent(b, indent, depth);
         tbuf_putc(b, ']');
@@ -546,16 +561,16 @@ bool tv_to_json(tbuf *b, const tval *v, int indent, const char *item_sep, const 
             return true;
         }
         for (size_t i = 0; i < d->n; i++) keys[i] = &d->k[i];
-        if (sort_keys) qsort(keys, d->n, sizeof *keys, key_cmp);
+        if (o->sort_keys) qsort(keys, d->n, sizeof *keys, key_cmp);
         tbuf_putc(b, '{');
         bool ok = true;
         for (size_t i = 0; i < d->n && ok; i++) {
-            if (i) tbuf_puts(b, item_sep);
+            if (i) tbuf_puts(b, o->item_sep);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
-            ok = json_key(b, keys[i]);
-            tbuf_puts(b, key_sep);
+            ok = json_key(b, keys[i], o->ascii);
+            tbuf_puts(b, o->key_sep);
             const tval *val = &d->v[keys[i] - d->k];
-            if (ok) ok = tv_to_json(b, val, indent, item_sep, key_sep, sort_keys, depth + 1);
+            if (ok) ok = tv_to_json(b, val, o, depth + 1);
         }
         free(keys);
         if (!ok) return false;
