@@ -9,7 +9,12 @@
  *
  * A parsed template is immutable: render it from many threads at once. Errors (syntax,
  * unsupported construct, raise_exception, type errors while rendering) name the template
- * and the line:column, e.g. "chat_template:3:14: unknown filter 'foo'". */
+ * and the line:column, e.g. "chat_template:3:14: unknown filter 'foo'".
+ *
+ * A render is bounded so that a hostile template or request cannot hang or exhaust the
+ * process: 5 million steps, 256 MiB of values, 64 nested macro calls, range() of at most a
+ * million items; past a bound the render fails with a message. Where Python would raise
+ * RecursionError or use a big integer, atlas reports an error instead. */
 #ifndef ATLAS_TEMPLATE_H
 #define ATLAS_TEMPLATE_H
 
