@@ -13,8 +13,9 @@
  *
  * A render is bounded so that a hostile template or request cannot hang or exhaust the
  * process: 5 million steps, 256 MiB of values, 64 nested macro calls, range() of at most a
- * million items; past a bound the render fails with a message. Where Python would raise
- * RecursionError or use a big integer, atlas reports an error instead. */
+ * million items; past a bound the render fails with a message. Integers are 64-bit (an
+ * overflow is an error where Python would grow them); values nested deeper than 400 levels
+ * print as "..." and compare unequal where Python would raise RecursionError. */
 #ifndef ATLAS_TEMPLATE_H
 #define ATLAS_TEMPLATE_H
 
