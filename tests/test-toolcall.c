@@ -173,6 +173,31 @@ static void test_streaming(void) {
     atlas_toolcall_parser_free(p);
     json_decref(calls);
 
+    /* Llama 3: a JSON reply that is not a call is released once its object closes */
+    calls = json_array();
+    CHECK_OK(atlas_toolcall_parser_new(ATLAS_TOOLCALL_LLAMA3, &p));
+    CHECK_OK(atlas_toolcall_parser_feed(p, "{\"answer\": ", 11, &t, calls));
+    CHECK(t && !strcmp(t, "")); /* could still be a call */
+    free(t);
+    CHECK_OK(atlas_toolcall_parser_feed(p, "42}", 3, &t, calls));
+    CHECK_MSG(t && !strcmp(t, "{\"answer\": 42}"), "got [%s]", t ? t : "(null)");
+    free(t);
+    CHECK_OK(atlas_toolcall_parser_feed(p, " more", 5, &t, calls));
+    CHECK(t && !strcmp(t, " more"));
+    free(t);
+    atlas_toolcall_parser_free(p);
+    /* a call followed by prose: text as soon as the prose starts after a closed object */
+    CHECK_OK(atlas_toolcall_parser_new(ATLAS_TOOLCALL_LLAMA3, &p));
+    CHECK_OK(atlas_toolcall_parser_feed(p, "{\"name\": \"f\", \"parameters\": {}}", 31, &t, calls));
+    CHECK(t && !strcmp(t, "")); /* a complete call: held until the end */
+    free(t);
+    CHECK_OK(atlas_toolcall_parser_feed(p, " so}", 4, &t, calls));
+    CHECK_MSG(t && !strcmp(t, "{\"name\": \"f\", \"parameters\": {}} so}"), "got [%s]", t ? t : "(null)");
+    free(t);
+    CHECK(json_array_size(calls) == 0);
+    atlas_toolcall_parser_free(p);
+    json_decref(calls);
+
     /* every chunk size gives the same result as the whole text */
     const char *texts[] = {
         "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\nDone <tool_",

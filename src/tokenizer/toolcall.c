@@ -33,7 +33,7 @@ struct atlas_toolcall_parser {
     pstate state;
     sbuf held;       /* text not yet released (or the body of an open call) */
     uint64_t rng;    /* for call ids */
-    bool saw_text;   /* Llama 3: something other than whitespace was seen */
+    bool new_brace;  /* Llama 3: the last piece had a '}' (a JSON object may have closed) */
 };
 
 static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>";
@@ -205,6 +205,35 @@ static bool parse_llama3(atlas_toolcall_parser *p, const char *s, size_t n, json
     return ok;
 }
 
+/* Llama 3 while streaming: true when the held text can no longer be calls (a complete
+ * object that is not a call, or something other than a call after one), so it can be
+ * released as text before the reply ends. */
+static bool llama3_hopeless(const char *s, size_t n) {
+    trim(&s, &n);
+    if (n >= sizeof PYTHON_TAG - 1 && !memcmp(s, PYTHON_TAG, sizeof PYTHON_TAG - 1)) {
+        s += sizeof PYTHON_TAG - 1;
+        n -= sizeof PYTHON_TAG - 1;
+    }
+    for (;;) {
+        while (n && (isspace((unsigned char)*s) || *s == ';')) {
+            s++;
+            n--;
+        }
+        if (!n) return false;
+        if (*s != '{') return true;
+        json_error_t err;
+        json_t *v = json_loadb(s, n, JSON_DISABLE_EOF_CHECK, &err);
+        if (!v) return err.position + 1 < (int)n; /* an error before the end: not JSON */
+        const json_t *name = json_object_get(v, "name"), *args = json_object_get(v, "parameters");
+        if (!args) args = json_object_get(v, "arguments");
+        bool call = json_is_object(v) && json_is_string(name) && (!args || json_is_object(args) || json_is_string(args));
+        json_decref(v);
+        if (!call) return true;
+        s += err.position;
+        n -= (size_t)err.position;
+    }
+}
+
 /* Mistral, after the first [TOOL_CALLS]: "[{...}, ...]" or "name[ARGS]{...}", possibly
  * several joined by further [TOOL_CALLS]. */
 static bool parse_mistral(atlas_toolcall_parser *p, const char *s, size_t n, json_t *out) {
@@ -343,6 +372,10 @@ static bool advance(atlas_toolcall_parser *p, sbuf *text, json_t *calls, bool at
             continue;
         }
         case ST_REST: {
+            if (!at_end && p->format == ATLAS_TOOLCALL_LLAMA3 && p->new_brace && llama3_hopeless(h->p, h->n)) {
+                p->state = ST_PLAIN;
+                continue;
+            }
             if (!at_end) return true;
             bool ok = p->format == ATLAS_TOOLCALL_LLAMA3 ? parse_llama3(p, h->p, h->n, calls)
                                                          : parse_mistral(p, h->p, h->n, calls);
@@ -365,6 +398,7 @@ static atlas_status step(atlas_toolcall_parser *p, const char *piece, size_t len
     *text = NULL;
     if (!p || !calls || !json_is_array(calls)) return atlas_fail(ATLAS_ERR_INVALID, "tool-call parser: NULL parser or calls not an array");
     if (len && !sbuf_put(&p->held, piece, len)) return nomem();
+    p->new_brace = len && memchr(piece, '}', len);
     sbuf out = {0};
     if (!advance(p, &out, calls, at_end) || !sbuf_put(&out, "", 0)) {
         free(out.p);
