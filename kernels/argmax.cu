@@ -3,6 +3,8 @@
 #include "common.cuh"
 
 extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab) {
+    pdl_trigger();
+    pdl_wait();
     const float *row = logits + (size_t)blockIdx.x * vocab;
     float best = -INFINITY;
     int bi = 0x7fffffff;

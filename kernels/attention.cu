@@ -22,6 +22,8 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
                  const bf16_t *vc, const int *tok_seq, const int *positions,
                  const int *block_table, int max_blocks, int bs, int H, int K, int hd,
                  int window, int chunk, int tile, float scale, float *out, int *counters) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ __align__(16) float smem[];
     int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -133,6 +135,8 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
 /* out[t, h*hd + i] = merged chunks. grid (n, H), block >= 32. */
 extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, const float *part_ml,
                                               int H, int hd, int n_split) {
+    pdl_trigger();
+    pdl_wait();
     int t = blockIdx.x, h = blockIdx.y;
     size_t base = ((size_t)t * H + h) * n_split;
     float M = -INFINITY;

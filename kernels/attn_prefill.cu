@@ -183,6 +183,8 @@ atlas_attn_prefill64(float *out, const float *qkv, const bf16_t *kc, const bf16_
                      const int *tiles, const int *tok_seq, const int *positions,
                      const int *block_table, int max_blocks, int bs, int H, int K, int window,
                      float qscale) {
+    pdl_trigger();
+    pdl_wait();
     pf_body<64>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
                 window, qscale);
 }
@@ -192,6 +194,8 @@ atlas_attn_prefill128(float *out, const float *qkv, const bf16_t *kc, const bf16
                       const int *tiles, const int *tok_seq, const int *positions,
                       const int *block_table, int max_blocks, int bs, int H, int K, int window,
                       float qscale) {
+    pdl_trigger();
+    pdl_wait();
     pf_body<128>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
                  window, qscale);
 }

@@ -63,4 +63,20 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(v);
 }
 
+/* Programmatic dependent launch (sm_90+; launches with the attribute, see ops_cuda.c): a
+ * kernel lets the next one start early (pdl_trigger) and waits for the previous one's
+ * results (pdl_wait) before it reads them or writes anything the previous one reads.
+ * Without the attribute both do nothing. */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #endif

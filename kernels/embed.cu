@@ -3,6 +3,8 @@
 
 /* x[n, d] (fp32) = table[tokens[i], :] (bf16). grid n, d % 8 == 0. */
 extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int *tokens, int d) {
+    pdl_trigger();
+    pdl_wait();
     int row = blockIdx.x;
     const bf16_t *src = table + (size_t)tokens[row] * d;
     float *dst = x + (size_t)row * d;
@@ -16,6 +18,8 @@ extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int 
 
 /* out[i, d] = x[rows[i], d]. grid n_rows, d % 4 == 0. */
 extern "C" __global__ void atlas_gather_rows(float *out, const float *x, const int *rows, int d) {
+    pdl_trigger();
+    pdl_wait();
     const float4 *src = (const float4 *)(x + (size_t)rows[blockIdx.x] * d);
     float4 *dst = (float4 *)(out + (size_t)blockIdx.x * d);
     for (int c = threadIdx.x; c < d / 4; c += blockDim.x) dst[c] = src[c];

@@ -84,6 +84,8 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4][4][4], const bf16_t *as
 /* grid (ceil(m / BN), ceil(n / BM)), block 256. */
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
 atlas_gemm(float *out, const float *x, const bf16_t *w, const bf16_t *bias, int n, int m, int k) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ __align__(16) bf16_t As[2][BM * LDS];
     __shared__ __align__(16) bf16_t Bs[2][BN * LDS];
     int m0 = blockIdx.x * BN, n0 = blockIdx.y * BM;
@@ -139,6 +141,8 @@ atlas_gemm(float *out, const float *x, const bf16_t *w, const bf16_t *bias, int 
 
 /* x[count] fp32 -> bf16 (feeds cuBLASLt when it is used). count % 4 == 0. */
 extern "C" __global__ void atlas_f32_to_bf16(bf16_t *dst, const float *src, long long count) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * 4; i < count;
          i += (long long)gridDim.x * blockDim.x * 4) {
         float4 v = *(const float4 *)(src + i);
@@ -148,6 +152,8 @@ extern "C" __global__ void atlas_f32_to_bf16(bf16_t *dst, const float *src, long
 
 /* out[n, m] += bias[m] (after cuBLASLt). */
 extern "C" __global__ void atlas_add_bias(float *out, const bf16_t *bias, int m, long long total) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x)
         out[i] += bf2f(bias[i % m]);

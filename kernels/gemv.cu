@@ -62,21 +62,33 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
 #pragma unroll
         for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
 
+    /* software pipeline: the next U chunks load while these are used; the first ones are
+     * requested before waiting for the previous kernel (weights do not depend on it) */
     int kk = lane * 8;
-    for (; kk + (GEMV_U - 1) * 256 < k; kk += GEMV_U * 256) {
-        uint4 wv[GEMV_U][GEMV_R];
+    uint4 cur[GEMV_U][GEMV_R];
+#pragma unroll
+    for (int u = 0; u < GEMV_U; u++)
+#pragma unroll
+        for (int r = 0; r < GEMV_R; r++)
+            cur[u][r] = kk + u * 256 < k ? ld_stream16(wr[r] + kk + u * 256) : make_uint4(0, 0, 0, 0);
+    pdl_trigger();
+    pdl_wait();
+    while (kk < k) {
+        int kn = kk + GEMV_U * 256;
+        uint4 nxt[GEMV_U][GEMV_R];
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
 #pragma unroll
-            for (int r = 0; r < GEMV_R; r++) wv[u][r] = ld_stream16(wr[r] + kk + u * 256);
+            for (int r = 0; r < GEMV_R; r++)
+                nxt[u][r] = kn + u * 256 < k ? ld_stream16(wr[r] + kn + u * 256) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int u = 0; u < GEMV_U; u++) gemv_chunk<N, SWIGLU>(acc, wv[u], x, n, k, kk + u * 256, act);
-    }
-    for (; kk < k; kk += 256) {
-        uint4 wv[GEMV_R];
+        for (int u = 0; u < GEMV_U; u++)
+            if (kk + u * 256 < k) gemv_chunk<N, SWIGLU>(acc, cur[u], x, n, k, kk + u * 256, act);
 #pragma unroll
-        for (int r = 0; r < GEMV_R; r++) wv[r] = ld_stream16(wr[r] + kk);
-        gemv_chunk<N, SWIGLU>(acc, wv, x, n, k, kk, act);
+        for (int u = 0; u < GEMV_U; u++)
+#pragma unroll
+            for (int r = 0; r < GEMV_R; r++) cur[u][r] = nxt[u][r];
+        kk = kn;
     }
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) {
@@ -129,6 +141,8 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    pdl_trigger();
+    pdl_wait();
     for (int base = threadIdx.x * 8; base < k; base += GB_THREADS * 8 * GB_U) {
         uint4 wv[GB_U][GB_ROWS];
 #pragma unroll

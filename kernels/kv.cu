@@ -5,6 +5,8 @@
  * and v heads of qkv[n, (H+2K)*hd] go to slot slots[t]. grid n. */
 extern "C" __global__ void atlas_kv_store(const float *qkv, bf16_t *kc, bf16_t *vc, const int *slots,
                                           int H, int K, int hd) {
+    pdl_trigger();
+    pdl_wait();
     int t = blockIdx.x, w = K * hd;
     const float *src = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)H * hd;
     size_t dst = (size_t)slots[t] * w;
@@ -19,6 +21,8 @@ extern "C" __global__ void atlas_kv_store(const float *qkv, bf16_t *kc, bf16_t *
  * of v heads store v. */
 extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *vc, const int *slots,
                                                const float2 *cs, int H, int K, int hd) {
+    pdl_trigger();
+    pdl_wait();
     int half = hd / 2, t = blockIdx.x, h = blockIdx.y;
     float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)h * hd;
     size_t dst = (size_t)slots[t] * K * hd;

@@ -7,6 +7,8 @@
  * grid rows, d % 4 == 0; out may alias resid. */
 extern "C" __global__ void atlas_add_rmsnorm(float *resid, const float *delta, float *out,
                                              const bf16_t *w, int d, float eps) {
+    pdl_trigger();
+    pdl_wait();
     size_t base = (size_t)blockIdx.x * d;
     float4 *r4 = (float4 *)(resid + base);
     const float4 *d4 = (const float4 *)(delta ? delta + base : 0);
@@ -35,6 +37,8 @@ extern "C" __global__ void atlas_add_rmsnorm(float *resid, const float *delta, f
  * place. grid (n, H + K), one warp a head. */
 extern "C" __global__ void atlas_qk_norm(float *qkv, const bf16_t *qn, const bf16_t *kn, int H,
                                          int K, int hd, float eps) {
+    pdl_trigger();
+    pdl_wait();
     int head = blockIdx.y;
     float *v = qkv + (size_t)blockIdx.x * (H + 2 * K) * hd + (size_t)head * hd;
     const bf16_t *w = head < H ? qn : kn;

@@ -6,6 +6,8 @@
 /* x[i] = x[i] c - x[i + hd/2] s;  x[i + hd/2] = x[i + hd/2] c + x[i] s for the q and k heads
  * of qkv[n, (H+2K)*hd]. grid (n, H + K), threads over the hd/2 pairs. */
 extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K, int hd) {
+    pdl_trigger();
+    pdl_wait();
     int half = hd / 2, t = blockIdx.x;
     float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)blockIdx.y * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -20,6 +22,8 @@ extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K
  * to float first, as the CPU backend and transformers do; cos/sin in double. grid n. */
 extern "C" __global__ void atlas_rope_table(float2 *cs, const int *pos, const float *inv_freq,
                                             int half, float attn_factor) {
+    pdl_trigger();
+    pdl_wait();
     float p = (float)pos[blockIdx.x];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float angle = __fmul_rn(inv_freq[i], p);

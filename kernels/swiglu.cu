@@ -2,6 +2,8 @@
 #include "common.cuh"
 
 extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long long total) {
+    pdl_trigger();
+    pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         long long r = i / f, c = i - r * f;

@@ -305,7 +305,8 @@ int main(void) {
         tables[1][i] = (int32_t)((i * 7 + 3 + MAXB * 7) % NBLK);
     }
     cuda_backend *cb = (cuda_backend *)gpu;
-    printf("cuBLASLt: %s\n", cuda_lt_version(cb->lt));
+    printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->lt),
+           cb->launch_ex ? "on" : "off");
 
     test_matmul(gpu, cb->lt ? "lt" : "own");
     setenv("ATLAS_CUBLASLT", "0", 1);
@@ -337,15 +338,17 @@ int main(void) {
         buf_free(&x);
     }
 
-    for (int pass = 0; pass < 2; pass++) { /* 1: split-K attention for prefill too, no fusion */
+    for (int pass = 0; pass < 2; pass++) { /* 1: split-K attention for prefill too, no fusion, no PDL */
         atlas_backend *keep = gpu;
         weight saved[4] = {norm, qn, kn, wqkv};
         if (pass == 1) {
             setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
             setenv("ATLAS_CUDA_FUSE", "0", 1);
+            setenv("ATLAS_CUDA_PDL", "0", 1);
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");
             unsetenv("ATLAS_CUDA_FUSE");
+            unsetenv("ATLAS_CUDA_PDL");
             if (!gpu) break;
             const atlas_tensor_view *v[1] = {&tn.view};
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
@@ -355,7 +358,7 @@ int main(void) {
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
-            printf("pass 2: split-K attention for prefill, no fusion\n");
+            printf("pass 2: split-K attention for prefill, no fusion, no PDL\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));

@@ -98,6 +98,7 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is used */
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 1 (default) warp-per-rows, 2 block-per-rows */
     int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
@@ -124,6 +125,8 @@ enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
 /* ops_cuda.c: runs a list, fusing neighbours where it can (decode graphs). */
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
+/* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
+void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */
 atlas_status cuda_load_kernels(cuda_backend *cb);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens. */

@@ -1,12 +1,45 @@
 /* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice.
  * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
+#include <dlfcn.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
+/* cuLaunchKernelEx and its attribute (cuda.h, CUDA 12/13): programmatic dependent launch
+ * lets a kernel start while the previous one drains (kernels/common.cuh, pdl_*). */
+typedef struct pdl_attr {
+    int id;
+    char pad[4];
+    union { char bytes[64]; int i; unsigned long long align; } value;
+} pdl_attr;
+typedef struct pdl_config {
+    unsigned gx, gy, gz, bx, by, bz, smem;
+    CUstream stream;
+    pdl_attr *attrs;
+    unsigned n_attrs;
+} pdl_config;
+enum { PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+
+void *cuda_pdl_resolve(void) {
+    void *dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *fn = dl ? dlsym(dl, "cuLaunchKernelEx") : NULL;
+    if (dl) dlclose(dl); /* RTLD_NOLOAD took a reference; the driver stays loaded */
+    return fn;
+}
+
 static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
                            unsigned gz, unsigned block, unsigned smem, void **args) {
+    if (cb->launch_ex) {
+        typedef CUresult (*launch_ex_fn)(const pdl_config *, CUfunction, void **, void **);
+        pdl_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.i = 1;
+        pdl_config cfg = {gx, gy, gz, block, 1, 1, smem, cb->stream, &attr, 1};
+        return atlas_cu_check(((launch_ex_fn)cb->launch_ex)(&cfg, f, args, NULL),
+                              "cuLaunchKernelEx", __FILE__, __LINE__);
+    }
     return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
 }
 
@@ -146,7 +179,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         const atlas_weight *w = c->p[3];
         CUdeviceptr wp = w->ptr;
         void *a[] = {&p0, &p1, &p2, &wp, &d, &eps};
-        return launch(cb, cb->fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 512 : 256, 0, a);
+        return launch(cb, cb->fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 1024 : 256, 0, a);
     }
     case CUDA_OP_MATMUL:
         return op_matmul(cb, c);
