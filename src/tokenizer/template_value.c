@@ -455,7 +455,7 @@ static void json_str(tbuf *b, const char *s, size_t n, bool ascii) {
     tbuf_putc(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        char esc[16];
+        char esc[24];
         switch (c) {
         case '"': tbuf_puts(b, "\\\""); break;
         case '\\': tbuf_puts(b, "\\\\"); break;
