@@ -19,7 +19,7 @@
 #include "cli/cli.h"
 #include "model/forward.h"
 
-#define DEFAULT_PROMPT "Once upon a time"
+#define DEFAULT_PROMPT "And it came to pass"
 
 typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
@@ -337,6 +337,12 @@ static int run_model(run_opts *o, atlas_model *m) {
                 atlas_detok_create(atlas_model_tokenizer(m), false, &dt) != ATLAS_OK)) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
         rc = 1;
+    }
+    if (!rc && !o->json && !o->prompt_ids && isatty(1)) {
+        /* at a terminal, show the prompt before its continuation (piped output stays the
+         * generated text alone) */
+        fputs(o->prompt ? o->prompt : DEFAULT_PROMPT, stdout);
+        fflush(stdout);
     }
     if (!rc) {
         atlas_sampler_set_prompt_len(smp, s.n);
