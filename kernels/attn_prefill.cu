@@ -90,10 +90,14 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     for (int i = 0; i < NT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     int qp[2] = {p0 + warp * 16 + qr, p0 + warp * 16 + qr + 8};
 
-    for (int k0 = klo - klo % PF_K; k0 <= kend; k0 += PF_K) {
-        pf_load_kv<HD>(ks, kc, bt, bs, K, g, k0, kend);
-        pf_load_kv<HD>(vs, vc, bt, bs, K, g, k0, kend);
-        asm volatile("cp.async.wait_all;");
+    /* one K and one V buffer, loads overlapped with compute: the next K tile loads during
+     * softmax and P V, the next V tile during the next Q K^T */
+    int k0 = klo - klo % PF_K;
+    pf_load_kv<HD>(ks, kc, bt, bs, K, g, k0, kend);
+    pf_load_kv<HD>(vs, vc, bt, bs, K, g, k0, kend);
+    for (; k0 <= kend; k0 += PF_K) {
+        bool more = k0 + PF_K <= kend;
+        asm volatile("cp.async.wait_group 1;"); /* K(k0) is in; V(k0) may still be coming */
         __syncthreads();
         float s[8][4];
 #pragma unroll
@@ -109,6 +113,8 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
                 pf_mma(s[2 * p + 1], qa[kk], b[2], b[3]);
             }
         }
+        __syncthreads(); /* every warp is done with K(k0) */
+        if (more) pf_load_kv<HD>(ks, kc, bt, bs, K, g, k0 + PF_K, kend);
         /* mask, online softmax (rows qr and qr + 8 of this warp's 16) */
         float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -146,6 +152,9 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
             o[i][0] *= sc[0]; o[i][1] *= sc[0];
             o[i][2] *= sc[1]; o[i][3] *= sc[1];
         }
+        if (more) asm volatile("cp.async.wait_group 1;"); /* V(k0) is in */
+        else asm volatile("cp.async.wait_group 0;");
+        __syncthreads();
         /* O += P V: k = keys (4 steps of 16), n = head dims (pairs of 8-wide tiles) */
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -158,7 +167,8 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
                 pf_mma(o[2 * np + 1], pa[kk], b[2], b[3]);
             }
         }
-        __syncthreads(); /* before the next tile overwrites ks / vs */
+        __syncthreads(); /* every warp is done with V(k0) */
+        if (more) pf_load_kv<HD>(vs, vc, bt, bs, K, g, k0 + PF_K, kend);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
