@@ -61,6 +61,9 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max);
 /* The response is done with g (finished, failed or the client left): cancels the engine
  * request if it still runs and releases the caller's reference. */
 void atlas_gen_sse_close(atlas_gen *g);
+
+/* Drops the generation: cancels it in the engine if still running and frees it. */
+void atlas_gen_release(atlas_gen *g);
 /* The client's socket. */
 int atlas_gen_fd(const atlas_gen *g);
 
