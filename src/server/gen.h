@@ -62,7 +62,7 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max);
  * request if it still runs and releases the caller's reference. */
 void atlas_gen_sse_close(atlas_gen *g);
 
-/* Drops the generation: cancels it in the engine if still running and frees it. */
+/* Drops the HTTP side's reference (cancelling the engine request if it still runs). */
 void atlas_gen_release(atlas_gen *g);
 /* The client's socket. */
 int atlas_gen_fd(const atlas_gen *g);

@@ -70,7 +70,6 @@ struct atlas_gen {
 atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone);
 bool atlas_gen_has_event(atlas_gen *g);
 bool atlas_gen_wait_first(atlas_gen *g);
-/* Drops the HTTP side's reference (cancelling the engine request if it still runs). */
 
 /* format.c */
 atlas_status atlas_gen_format_init(atlas_gen *g);
