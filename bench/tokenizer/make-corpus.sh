@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench/tokenizer/make-corpus.sh [OUTDIR] — builds the tokenizer benchmark corpus from files
 # that a Debian machine has: English (the licenses in /usr/share/common-licenses and the
-# King James Bible of package bible-kjv) and C code (/usr/include headers).  Each file is cut
+# King James Bible of package bible-kjv), C code (/usr/include headers) and, as a third
+# file, the translated manual pages (Japanese, Korean, Chinese, Russian, Ukrainian, Polish,
+# Turkish, German, French...: other scripts and NFC work).  Each file is cut
 # at a line boundary near 3 MB so that both machines time the same bytes: build it once and
 # carry the folder (default: corpus/tokenizer, ignored by git).
 set -eu
@@ -36,4 +38,12 @@ cut_at_line() { head -c "$limit" | sed '$d'; }
 
 find /usr/include -maxdepth 2 -name '*.h' | sort | collect | cut_at_line >"$out/code.txt"
 
-wc -c "$out"/english.txt "$out"/code.txt
+# Manual pages are gzip'd troff: the text between the macros is the translation.
+for lang in ja ko zh_CN zh_TW ru uk pl tr cs de fr es it; do
+    [ -d "/usr/share/man/$lang" ] || continue
+    find "/usr/share/man/$lang" -name '*.gz' | sort | while IFS= read -r f; do
+        zcat "$f" 2>/dev/null | iconv -f UTF-8 -t UTF-8 2>/dev/null || true
+    done
+done | cut_at_line >"$out/multilingual.txt"
+
+wc -c "$out"/english.txt "$out"/code.txt "$out"/multilingual.txt

@@ -2,7 +2,8 @@
 # bench/tokenizer/run-on-device.sh [CORPUS_DIR] — times atlas's tokenizer and HF `tokenizers`
 # on the same corpus, on this machine's CPU, and prints a table of MB/s.  Run from the
 # repository root on a machine that has HF tokenizers (the GPU machine).  It needs, besides
-# the repository: the corpus (bench/tokenizer/make-corpus.sh, default corpus/tokenizer) and the
+# the repository: the corpus (bench/tokenizer/make-corpus.sh, default corpus/tokenizer: english,
+# code and, when present, multilingual, 3 MB each) and the
 # two tokenizer.json files (scripts/setup.sh fetches them; git ignores them), so with the
 # device tool carry:
 #   corpus/tokenizer  tests/data/tiny-llama3/tokenizer.json  tests/data/tiny-qwen3/tokenizer.json
@@ -31,13 +32,16 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DATLAS_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$threads" --target atlas_lib >/dev/null
 bench=$(bench/tokenizer/build.sh "$build")
 
+files="$corpus/english.txt $corpus/code.txt"
+[ -f "$corpus/multilingual.txt" ] && files="$files $corpus/multilingual.txt"
 status=0
 for model in llama3 qwen3; do
     dir=tests/data/tiny-$model
-    "$bench" -t "$threads" --dump-dir "$out/ids" "$dir" "$corpus/english.txt" "$corpus/code.txt" \
-        >"$out/atlas-$model.txt" || status=1
+    # shellcheck disable=SC2086
+    "$bench" -t "$threads" --dump-dir "$out/ids" "$dir" $files >"$out/atlas-$model.txt" || status=1
+    # shellcheck disable=SC2086
     RAYON_NUM_THREADS=$threads python3 bench/tokenizer/hf_bench.py --ids-dir "$out/ids" "$dir" \
-        "$corpus/english.txt" "$corpus/code.txt" >"$out/hf-$model.txt" || status=1
+        $files >"$out/hf-$model.txt" || status=1
     grep -hE "ids identical|IDS DIFFER" "$out/hf-$model.txt" | sed "s/^/$model: /"
     # one row per (file, mode): atlas MB/s, HF MB/s, ratio
     awk -v model="$model" '
