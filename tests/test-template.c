@@ -350,6 +350,11 @@ static void test_errors(void) {
     char src[2100];
     snprintf(src, sizeof src, "{{ %s }}", deep);
     EXPECT_ERROR(src, "nested too deeply");
+    static char chain[8000]; /* 1 + 1 + ... : a chain too long to evaluate recursively */
+    size_t o = (size_t)snprintf(chain, sizeof chain, "{{ 1");
+    for (int i = 0; i < 1500; i++) o += (size_t)snprintf(chain + o, sizeof chain - o, "+1");
+    snprintf(chain + o, sizeof chain - o, " }}");
+    EXPECT_ERROR(chain, "expression too long");
     /* bad inputs to render */
     atlas_template *t = NULL;
     char *out = NULL;

@@ -354,7 +354,46 @@ static atlas_status contains(trender *r, const tnode *at, const tval *item, cons
     }
 }
 
+/* a + b + c + ...: when every operand is a string, one copy instead of one per '+' (chat
+ * templates build each turn this way). Operands are evaluated left to right first. */
+static atlas_status eval_add_chain(trender *r, tscope *sc, const tnode *n, tval *out) {
+    size_t k = 1;
+    for (const tnode *x = n; x->kind == TN_BINARY && x->op == TOP_ADD; x = x->a) k++;
+    tval *v = tpl_alloc_raw(r, k * sizeof *v);
+    const tnode **at = tpl_alloc_raw(r, k * sizeof *at);
+    if (!v || !at) return tpl_oom(r, n);
+    size_t i = k;
+    const tnode *x = n;
+    for (; x->kind == TN_BINARY && x->op == TOP_ADD; x = x->a) at[--i] = x;
+    ATLAS_TRY(tpl_eval(r, sc, x, &v[0]));
+    size_t len = v[0].kind == TV_STR ? v[0].u.s->len : 0;
+    bool strings = v[0].kind == TV_STR;
+    for (i = 1; i < k; i++) {
+        ATLAS_TRY(tpl_eval(r, sc, at[i]->b, &v[i]));
+        strings = strings && v[i].kind == TV_STR;
+        if (strings) len += v[i].u.s->len;
+    }
+    if (!strings) { /* Python's left-to-right folding, with its type errors */
+        tval acc = v[0];
+        for (i = 1; i < k; i++) {
+            tval next;
+            ATLAS_TRY(arith(r, at[i], TOP_ADD, &acc, &v[i], &next));
+            acc = next;
+        }
+        *out = acc;
+        return ATLAS_OK;
+    }
+    char *p;
+    ATLAS_TRY(tv_str_new(r, len, out, &p));
+    for (i = 0; i < k; i++) {
+        memcpy(p, v[i].u.s->s, v[i].u.s->len);
+        p += v[i].u.s->len;
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status eval_binary(trender *r, tscope *sc, const tnode *n, tval *out) {
+    if (n->op == TOP_ADD && n->a->kind == TN_BINARY && n->a->op == TOP_ADD) return eval_add_chain(r, sc, n, out);
     tval a, b;
     ATLAS_TRY(tpl_eval(r, sc, n->a, &a));
     ATLAS_TRY(tpl_eval(r, sc, n->b, &b));

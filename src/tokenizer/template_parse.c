@@ -7,7 +7,9 @@
 #include "core/error.h"
 #include "tokenizer/template_internal.h"
 
-enum { MAX_DEPTH = 200 };
+/* Nesting depth, and the length of one chain (a + b + ..., x | f | g ..., a.b.c ...):
+ * chains build left-deep trees that evaluation and freeing walk recursively. */
+enum { MAX_DEPTH = 200, MAX_CHAIN = 1000 };
 
 typedef struct parser {
     ttoks toks;
@@ -344,10 +346,14 @@ static atlas_status parse_test(parser *p, tnode *n, tnode **out) {
 
 /* Postfix . [] () and, when with_filter, | filters, `is` tests and calls after them. */
 static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode **out) {
-    for (;;) {
+    for (int chain = 0;; chain++) {
         ttok *t = cur(p);
         tnode *m = NULL;
         atlas_status st = ATLAS_OK;
+        if (chain > MAX_CHAIN) {
+            tpl_node_free(n);
+            return perr(p, t, "expression too long");
+        }
         if (is_op(t, ".")) {
             adv(p);
             ttok *a = cur(p);
@@ -466,9 +472,13 @@ static atlas_status parse_level(parser *p, int level, tnode **out) {
     tnode *left;
     if (level == 5) return parse_unary(p, true, out);
     ATLAS_TRY(parse_level(p, level + 1, &left));
-    for (;;) {
+    for (int chain = 0;; chain++) {
         ttok *t = cur(p);
         int op = 0;
+        if (chain > MAX_CHAIN) {
+            tpl_node_free(left);
+            return perr(p, t, "expression too long");
+        }
         for (int k = 0; ops[level][k].tok; k++)
             if (is_op(t, ops[level][k].tok)) op = ops[level][k].op;
         if (!op) break;
@@ -524,6 +534,10 @@ static atlas_status parse_compare(parser *p, tnode **out) {
     }
     atlas_status st = add_kid(p, n, first);
     while (st == ATLAS_OK && op) {
+        if (n->nkids > MAX_CHAIN) {
+            st = perr(p, cur(p), "expression too long");
+            break;
+        }
         int *ops = realloc(n->ops, n->nkids * sizeof *ops);
         if (!ops) {
             st = nomem(p);
@@ -579,8 +593,12 @@ static atlas_status parse_not(parser *p, tnode **out) {
 static atlas_status parse_bool(parser *p, bool is_or, tnode **out) {
     tnode *left;
     ATLAS_TRY(is_or ? parse_bool(p, false, &left) : parse_not(p, &left));
-    while (is_name(cur(p), is_or ? "or" : "and")) {
+    for (int chain = 0; is_name(cur(p), is_or ? "or" : "and"); chain++) {
         ttok *t = cur(p);
+        if (chain > MAX_CHAIN) {
+            tpl_node_free(left);
+            return perr(p, t, "expression too long");
+        }
         adv(p);
         tnode *right;
         atlas_status st = is_or ? parse_bool(p, false, &right) : parse_not(p, &right);
@@ -607,8 +625,12 @@ static atlas_status parse_expr(parser *p, tnode **out) {
     if (++p->depth > MAX_DEPTH) return perr(p, cur(p), "expression nested too deeply");
     tnode *n = NULL;
     atlas_status st = parse_or(p, &n);
-    while (st == ATLAS_OK && is_name(cur(p), "if")) {
+    for (int chain = 0; st == ATLAS_OK && is_name(cur(p), "if"); chain++) {
         ttok *t = cur(p);
+        if (chain > MAX_CHAIN) {
+            st = perr(p, t, "expression too long");
+            break;
+        }
         adv(p);
         tnode *c = node_new(TN_COND, t);
         if (!c) {
