@@ -227,7 +227,8 @@ static void check_added_flags(void) {
         " {\"id\":302,\"content\":\"zz\",\"single_word\":true,\"special\":false,\"normalized\":false},"
         " {\"id\":303,\"content\":\"Hi\",\"special\":false,\"normalized\":true},"
         " {\"id\":304,\"content\":\"Q\",\"special\":false,\"normalized\":false},"
-        " {\"id\":305,\"content\":\"<m>x\",\"special\":true,\"normalized\":false}]";
+        " {\"id\":305,\"content\":\"<m>x\",\"special\":true,\"normalized\":false},"
+        " {\"id\":306,\"content\":\"zQ\",\"special\":false,\"normalized\":false}]";
     atlas_tokenizer *tok = NULL;
     CHECK_OK(make("added", 0, "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"},{\"type\":\"Lowercase\"}]}",
                   BYTELEVEL, added, NULL, &tok));
@@ -237,6 +238,8 @@ static void check_added_flags(void) {
     EXPECT(tok, "zz c", false, "single_word alone", 302, 32, 99);
     EXPECT(tok, "azz", false, "single_word inside a word", 97, 122, 122);
     EXPECT(tok, "zz_", false, "single_word before _", 122, 122, 95);
+    /* a refused match is consumed: "zQ" may not start inside the refused "zz" */
+    EXPECT(tok, "azzQ", false, "single_word refused, then plain", 97, 122, 122, 304);
     /* "Hi" is matched on the normalized (lowercased) text, "Q" on the raw text */
     EXPECT(tok, "HI c", false, "normalized added token", 303, 32, 99);
     EXPECT(tok, "Q", false, "raw added token", 304);

@@ -217,7 +217,7 @@ atlas_status tok_split_added(tok_ctx *c, const tok_trie *t, const char *s, size_
             }
             size_t start = i, stop = end;
             if (!added_accept(&c->tok->added[a], s, len, seg, &start, &stop)) {
-                i++;
+                i = end; /* HF's matcher has consumed the match even when it is refused */
                 continue;
             }
             if (start > seg) ATLAS_TRY(fn(c, s + seg, start - seg, -1, user));
