@@ -133,11 +133,14 @@ atlas_status tok_normalize(const atlas_tokenizer *tok, const char *s, size_t len
 
 /* ---- added tokens ------------------------------------------------------------------------ */
 
+/* Rust regex's \w, which HF uses for single_word: letters, marks, decimal and letter
+ * numbers, connector punctuation ('_'), and the joiners U+200C/U+200D. */
 static bool cp_is_word(uint32_t cp) {
-    if (cp == '_') return true;
+    if (cp == 0x200c || cp == 0x200d) return true;
     utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
     return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
-           (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+           (c >= UTF8PROC_CATEGORY_MN && c <= UTF8PROC_CATEGORY_ME) || c == UTF8PROC_CATEGORY_ND ||
+           c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_PC;
 }
 
 /* Rust's char::is_whitespace (the White_Space property). */
