@@ -238,6 +238,9 @@ static void check_added_flags(void) {
     EXPECT(tok, "zz c", false, "single_word alone", 302, 32, 99);
     EXPECT(tok, "azz", false, "single_word inside a word", 97, 122, 122);
     EXPECT(tok, "zz_", false, "single_word before _", 122, 122, 95);
+    /* a combining mark is part of a word (Rust's \w), a dash is not */
+    EXPECT(tok, "c\xcc\xb0zz", false, "single_word after a combining mark", 99, 204, 176, 122, 122);
+    EXPECT(tok, "-zz", false, "single_word after a dash", 45, 302);
     /* a refused match is consumed: "zQ" may not start inside the refused "zz" */
     EXPECT(tok, "azzQ", false, "single_word refused, then plain", 97, 122, 122, 304);
     /* "Hi" is matched on the normalized (lowercased) text, "Q" on the raw text */
