@@ -237,6 +237,41 @@ static void test_reference(const fixture *f) {
     atlas_engine_free(e);
 }
 
+/* Prefix caching: the second run of prompt 6 (~500 tokens) reuses its full blocks and still
+ * gives the reference ids; a prompt that shares only its first 300 tokens reuses 288 of
+ * them (18 blocks of 16) and answers as a fresh engine does. */
+static void test_prefix_cache(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.batch_tokens = 64;
+    p.ctx_size = 1024;
+    atlas_engine *e = engine_new(&mod, 1, &p), *fresh = engine_new(&mod, 1, &p);
+    if (!e || !fresh) return;
+    const ref_prompt *rp = &f->p[6];
+    atlas_request r = greedy_request(f->name, rp->ids, rp->n, N_GREEDY);
+    coll *first = run_one(e, &r), *second = run_one(e, &r);
+    CHECK(first->usage.cached_tokens == 0);
+    CHECK_MSG(second->usage.cached_tokens == (rp->n - 1) / 16 * 16, "cached %d of %d",
+              second->usage.cached_tokens, rp->n);
+    CHECK(matches_reference(first, rp) && matches_reference(second, rp));
+    CHECK(same_ids(first, second));
+    atlas_request r300 = greedy_request(f->name, rp->ids, 300, N_GREEDY);
+    coll *part = run_one(e, &r300), *want = run_one(fresh, &r300);
+    CHECK_MSG(part->usage.cached_tokens == 288, "cached %d", part->usage.cached_tokens);
+    CHECK(want->usage.cached_tokens == 0 && want->n_ids == N_GREEDY);
+    CHECK_MSG(same_ids(part, want), "a cached prefix changed the output");
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK(m.cached_tokens >= (uint64_t)(288 + second->usage.cached_tokens));
+    CHECK(m.kv_blocks_cached > 0 && m.kv_blocks_used == 0);
+    coll_free(first);
+    coll_free(second);
+    coll_free(part);
+    coll_free(want);
+    atlas_engine_free(e);
+    atlas_engine_free(fresh);
+}
+
 /* Request i of the batch test: a prompt prefix, greedy or seeded sampling, some with
  * logprobs (which makes the whole batch take the full-logits path). */
 static atlas_request batch_request(const fixture *f, int i) {
@@ -727,6 +762,7 @@ int main(void) {
         return harness_finish();
     TIMED(test_reference(&llama));
     TIMED(test_reference(&qwen));
+    TIMED(test_prefix_cache(&qwen));
     TIMED(test_batch_vs_alone(&llama));
     TIMED(test_batch_vs_alone(&qwen));
     TIMED(test_preemption(&llama));

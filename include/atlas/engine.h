@@ -6,7 +6,8 @@
  * being prefilled, up to the token budget (continuous batching: requests join and leave at
  * step boundaries).  The KV cache is paged (fixed-size blocks, a block table per sequence);
  * when blocks run out the newest sequence is preempted (its blocks freed, its tokens kept)
- * and recomputed later, never failed.
+ * and recomputed later, never failed.  Full blocks are kept after their sequence ends and
+ * reused by later prompts that start with the same tokens (prefix caching).
  *
  * Model residency: up to max_resident models (and, when gpu_memory is set, as many as fit)
  * stay loaded; a request for a model that is not resident waits in the queue while the
@@ -222,6 +223,7 @@ typedef struct atlas_engine_metrics {
     uint64_t requests_submitted, requests_rejected; /* rejected: BUSY at submit */
     uint64_t finished_stop, finished_length, finished_cancelled, finished_error;
     uint64_t prompt_tokens;     /* prefilled (recomputed ones after preemption included) */
+    uint64_t cached_tokens;     /* prompt tokens whose KV came from the prefix cache */
     uint64_t generated_tokens;
     uint64_t steps;             /* forward passes */
     uint64_t preemptions;
@@ -229,6 +231,7 @@ typedef struct atlas_engine_metrics {
     int running;                /* sequences in the running batches */
     int last_batch_tokens;      /* tokens in the last forward */
     int kv_blocks_used, kv_blocks_total; /* over the resident models */
+    int kv_blocks_cached;       /* free blocks that keep a prefix for reuse */
     int resident_models;
     uint64_t loads, load_failures, unloads, release_busy;
     double last_swap_s;         /* release of the old model + load of the new one */

@@ -477,12 +477,14 @@ void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     out->queue_len = e->n_waiting;
     out->running = 0;
     out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;
+    out->kv_blocks_cached = 0;
     for (int i = 0; i < e->n_models; i++) {
         const eng_model *md = &e->models[i];
         out->running += md->n_running;
         if (!md->m) continue;
         out->resident_models++;
         out->kv_blocks_used += atlas_kv_pool_used(&md->pool);
+        out->kv_blocks_cached += atlas_kv_pool_cached(&md->pool);
         out->kv_blocks_total += md->pool.n_blocks;
     }
     pthread_mutex_unlock(&e->mu);

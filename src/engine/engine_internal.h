@@ -49,6 +49,7 @@ struct atlas_request_handle {
     /* tokens[cap]: the prompt, then generated ones; KV holds tokens[0 .. n_computed) */
     int32_t *tokens;
     int n_tokens, n_prompt, cap, n_computed;
+    int n_cached;      /* prompt tokens found in the prefix cache at its first admission */
     atlas_kv_table kv;
     atlas_sampler *sampler;
     atlas_detok *detok;

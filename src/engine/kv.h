@@ -1,9 +1,16 @@
-/* engine/kv.h — the paged KV cache's block manager.  Internal.
+/* engine/kv.h — the paged KV cache's block manager, with prefix caching.  Internal.
  *
  * The model owns the K/V memory (n_blocks blocks of block_size tokens, per layer); this
  * hands out block ids.  A sequence's block table lists its blocks in position order: the
- * token at position p lives in block table[p / block_size], slot p % block_size.  Freed
- * blocks go on a stack (the most recently freed is reused first: it is warm in cache). */
+ * token at position p lives in block table[p / block_size], slot p % block_size.
+ *
+ * Prefix caching: a full block whose K/V is final is registered under a hash of all the
+ * tokens up to its end (chained block by block).  When its sequence lets it go it keeps
+ * its contents, on a list of cached free blocks; a new sequence whose prompt starts with
+ * the same tokens takes those blocks (counted references: several sequences may share one)
+ * instead of computing them.  Shared blocks are never written: a sequence writes only at
+ * positions past its cached prefix.  Allocation takes never-registered free blocks first,
+ * then evicts the least recently freed cached ones. */
 #ifndef ATLAS_ENGINE_KV_H
 #define ATLAS_ENGINE_KV_H
 
@@ -15,9 +22,15 @@
 typedef struct atlas_kv_pool {
     int n_blocks;
     int block_size;
-    int32_t *free_ids; /* [n_blocks] stack; free_ids[0 .. n_free) are free */
-    int n_free;
-    uint8_t *used;     /* [n_blocks] 1 while handed out: catches double frees */
+    int32_t *refs;     /* [n_blocks] sequences holding each block */
+    uint64_t *hash;    /* [n_blocks] its prefix hash; 0: not registered */
+    int32_t *plain;    /* [n_blocks] stack of free unregistered blocks */
+    int n_plain;
+    int32_t *prev, *next; /* [n_blocks] the cached free blocks, least recently freed first */
+    int32_t lru_head, lru_tail;
+    int n_cached;      /* free blocks that keep a registered prefix */
+    int32_t *map;      /* [map_cap] open addressing: hash -> block id, -1 empty, -2 deleted */
+    int map_cap;
 } atlas_kv_pool;
 
 /* A sequence's block table; cap is fixed at init (the context's blocks), so growing it
@@ -30,7 +43,9 @@ typedef struct atlas_kv_table {
 
 atlas_status atlas_kv_pool_init(atlas_kv_pool *p, int n_blocks, int block_size);
 void atlas_kv_pool_destroy(atlas_kv_pool *p); /* safe on a zeroed pool */
-int atlas_kv_pool_used(const atlas_kv_pool *p);
+int atlas_kv_pool_used(const atlas_kv_pool *p);   /* blocks held by sequences */
+int atlas_kv_pool_free(const atlas_kv_pool *p);   /* blocks that can be handed out */
+int atlas_kv_pool_cached(const atlas_kv_pool *p); /* free blocks that keep a prefix */
 
 /* Blocks needed to hold n_tokens tokens. */
 int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens);
@@ -38,11 +53,18 @@ int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens);
 atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap);
 void atlas_kv_table_destroy(atlas_kv_table *t); /* blocks must have been released */
 
+/* For an empty table: takes the cached blocks that hold a prefix of tokens[n], leaving at
+ * least one token to compute.  Returns the number of tokens covered (a multiple of
+ * block_size). */
+int atlas_kv_table_match(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n);
+
 /* Grows t so that it covers n_tokens tokens.  Returns false, taking nothing, when the
  * pool has too few free blocks.  n_tokens beyond the table's cap is a programming error. */
 bool atlas_kv_table_reserve(atlas_kv_pool *p, atlas_kv_table *t, int n_tokens);
 
-/* Gives all of t's blocks back to the pool; t is then empty. */
-void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t);
+/* Gives all of t's blocks back; t is then empty.  tokens[n_final] are the tokens whose K/V
+ * is in the blocks and final: the full blocks among them are registered for reuse. */
+void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
+                            int n_final);
 
 #endif

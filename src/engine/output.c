@@ -148,7 +148,7 @@ void atlas_engine_seq_emit_end(atlas_engine *e, seq *s) {
         .stop_id = s->finish == ATLAS_FINISH_STOP ? s->stop_id : -1,
         .usage = {.prompt_tokens = s->n_prompt,
                   .completion_tokens = s->n_tokens - s->n_prompt,
-                  .cached_tokens = 0},
+                  .cached_tokens = s->n_cached},
         .ttft_s = s->t_first > 0 ? s->t_first - s->t_submit : 0,
         .queue_s = s->t_admit > 0 ? s->t_admit - s->t_submit : 0,
     };

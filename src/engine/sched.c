@@ -76,7 +76,7 @@ static void running_remove(eng_model *md, seq *s) {
 
 /* A running sequence ends: its blocks go back at once.  Under e->mu. */
 static void end_running(atlas_engine *e, eng_model *md, seq *s) {
-    atlas_kv_table_release(&md->pool, &s->kv);
+    atlas_kv_table_release(&md->pool, &s->kv, s->tokens, s->n_computed);
     running_remove(md, s);
     push_done(e, s);
 }
@@ -388,13 +388,20 @@ static int admit(atlas_engine *e) {
         eng_model *md = &e->models[s->model];
         int need = md->m ? atlas_kv_blocks_for(&md->pool, s->n_tokens + 1) : 0;
         if (!md->m || md->draining || blocked[s->model] || md->n_running >= e->p.parallel ||
-            md->pool.n_free - reserved[s->model] < need) {
+            atlas_kv_pool_free(&md->pool) - reserved[s->model] < need) {
             if (md->m) blocked[s->model] = 1;
             i++;
             continue;
         }
         reserved[s->model] += need;
         waiting_remove_at(e, i);
+        /* Blocks that already hold a prefix of its tokens (prefix cache). */
+        if (s->kv.n == 0 && s->n_computed == 0) {
+            s->n_computed = atlas_kv_table_match(&md->pool, &s->kv, s->tokens, s->n_tokens);
+            if (s->t_admit == 0)
+                s->n_cached = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
+            e->metrics.cached_tokens += (uint64_t)s->n_computed;
+        }
         s->state = SEQ_RUNNING;
         s->order = ++e->clock;
         if (s->t_admit == 0) s->t_admit = atlas_engine_now();
@@ -422,7 +429,7 @@ static void preempt(atlas_engine *e, eng_model *md, seq *s, int *budget) {
         *budget += e->plan[s->plan].n;
         unplan(e, s);
     }
-    atlas_kv_table_release(&md->pool, &s->kv);
+    atlas_kv_table_release(&md->pool, &s->kv, s->tokens, s->n_computed);
     s->n_computed = 0;
     running_remove(md, s);
     e->metrics.preemptions++;
