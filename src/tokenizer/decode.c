@@ -9,16 +9,10 @@
 /* ---- the GPT-2 byte <-> char mapping ------------------------------------------------------ */
 
 /* Printable bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 bytes,
- * in order, are U+0100..U+0143 (so the space 0x20 is U+0120 'Ġ'). */
+ * in order, are U+0100..U+0143: 0x00..0x20 -> U+0100..U+0120 (the space is 'Ġ'),
+ * 0x7F..0xA0 -> U+0121..U+0142, 0xAD -> U+0143. */
 static bool byte_is_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
-}
-
-uint32_t tok_byte_to_cp(unsigned char b) {
-    if (byte_is_printable(b)) return b;
-    if (b <= 0x20) return 0x100 + b;              /* 0x00..0x20 -> U+0100..U+0120 */
-    if (b >= 0x7f && b <= 0xa0) return 0x121 + (b - 0x7f); /* -> U+0121..U+0142 */
-    return 0x143;                                 /* 0xAD, the soft hyphen */
 }
 
 int tok_cp_to_byte(uint32_t cp) {

@@ -178,9 +178,9 @@ const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t left, int32_t r
 atlas_status tok_trie_add(tok_trie *t, const char *s, size_t len, int32_t added_index);
 void tok_trie_free(tok_trie *t);
 
-/* The GPT-2 byte <-> char mapping used by ByteLevel. */
-uint32_t tok_byte_to_cp(unsigned char b);
-int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not one of the 256 chars */
+/* The GPT-2 byte <- char mapping used by ByteLevel: the byte a char stands for, or -1 if cp
+ * is not one of the 256 chars. */
+int tok_cp_to_byte(uint32_t cp);
 
 /* UTF-8.  Decodes one character at s[0..n): returns its length (1..4) and sets *cp, or 0
  * when s starts with an incomplete but so far valid sequence, or -k when the first k bytes
