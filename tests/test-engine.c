@@ -10,7 +10,9 @@
  *   than the context, full queue);
  * - 50 swaps alternating two models with max_resident 1 while requests for both arrive from
  *   two threads: every answer right, none failed, RSS stable;
- * - a model that fails to load errors its requests only; load/unload by hand. */
+ * - a model that fails to load errors its requests only; load/unload by hand;
+ * - prefix caching: reused blocks give the same answers; LRU residency with three models;
+ *   unload waits for running sequences; gpu_memory; drain_timeout_ms pauses a victim. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
