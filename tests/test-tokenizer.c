@@ -121,6 +121,7 @@ static void check_fixture(const atlas_tokenizer *tok, const char *name, int nfc)
 
 static void check_long_runs(const atlas_tokenizer *tok);
 static void check_roundtrip(const atlas_tokenizer *tok);
+static void check_nfc(const atlas_tokenizer *tok);
 
 static atlas_tokenizer *load(const char *model) {
     char rel[64];
@@ -213,6 +214,7 @@ static void check_qwen3(void) {
     CHECK(atlas_tokenizer_is_special(tok, 151643));
     CHECK(!atlas_tokenizer_is_special(tok, 151667)); /* <think> is added, not special */
     check_fixture(tok, "qwen3", 1);
+    check_nfc(tok);
 
     /* padded ids: valid once the model's vocab_size is known, and decode to "" */
     const char *b;
@@ -289,6 +291,46 @@ static void check_roundtrip(const atlas_tokenizer *tok) {
         CHECK_MSG(ok, "roundtrip of random string %d", iter);
         bad += !ok;
         check_incremental(tok, ids, n, text, len, "random string");
+        free(dec);
+        free(ids);
+    }
+}
+
+/* Qwen3's NFC normalizer on random strings that are and are not in NFC (combining marks,
+ * Hangul jamo, kana + voicing mark, precomposed letters, CJK, singletons): the decode of
+ * the ids is exactly utf8proc's NFC of the text, whichever path the normalizer took. */
+static void check_nfc(const atlas_tokenizer *tok) {
+    static const char *const alphabet[] = {
+        "a", " ", "e", "\xcc\x81", "\xcc\xa3", "\xc3\xa9", "\xd0\xb8", "\xcc\x86", "\xd0\xb9",
+        "\xe1\x84\x80", "\xe1\x85\xa1", "\xe1\x86\xa8", "\xea\xb0\x80", "\xe3\x81\x8b",
+        "\xe3\x82\x99", "\xe3\x81\x8c", "\xe4\xb8\xad", "\xe2\x84\xab", "\xef\xac\x81",
+        "\xe0\xa4\x95", "\xe0\xa4\xbc", "\xd8\xa7", "\xd9\x94", "\xe0\xb8\x81",
+    };
+    size_t na = sizeof alphabet / sizeof alphabet[0];
+    unsigned seed = 777;
+    int bad = 0;
+    for (int iter = 0; iter < 3000 && bad < 5; iter++) {
+        char text[512];
+        size_t len = 0;
+        for (int k = 0; k < 1 + iter % 24; k++) {
+            seed = seed * 1103515245u + 12345u;
+            const char *a = alphabet[(seed >> 16) % na];
+            memcpy(text + len, a, strlen(a));
+            len += strlen(a);
+        }
+        utf8proc_uint8_t *want = NULL;
+        utf8proc_ssize_t wl = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &want,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *dec = NULL;
+        size_t dl = 0;
+        CHECK_OK(atlas_tokenizer_encode(tok, text, len, false, &ids, &n));
+        CHECK_OK(atlas_tokenizer_decode(tok, ids, n, false, &dec, &dl));
+        int ok = wl >= 0 && dec && dl == (size_t)wl && !memcmp(dec, want, dl);
+        CHECK_MSG(ok, "NFC of random string %d", iter);
+        bad += !ok;
+        free(want);
         free(dec);
         free(ids);
     }

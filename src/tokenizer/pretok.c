@@ -16,12 +16,28 @@ static bool is_ascii(const char *s, size_t len) {
     return true;
 }
 
-/* True when every code point is below U+0300: such text is already in NFC, since every
- * canonical composition needs a second character at U+0300 or above (a combining mark,
- * or a Hangul or Indic letter).  Lead bytes below 0xCC encode U+0000..U+02FF. */
-static bool below_u0300(const char *s, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] >= 0xcc) return false; /* continuation bytes are < 0xC0 */
+/* True when s is certainly in NFC already, so that utf8proc can be skipped (most text is):
+ * no code point decomposes canonically, none has a non-zero combining class (nothing to
+ * reorder), none can be the second of a canonical composition (utf8proc's comb_index at
+ * 0x8000 and above), and no Hangul vowel or trailing jamo follows a syllable or leading
+ * jamo (Hangul composes by arithmetic, not by table).  Then NFD(s) = s and nothing
+ * composes, so NFC(s) = s.  A false "no" only costs the utf8proc pass. */
+static bool surely_nfc(const char *s, size_t len) {
+    for (size_t i = 0; i < len;) {
+        if ((unsigned char)s[i] < 0xcc) { /* below U+0300: nothing happens to these */
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        int r = tok_utf8_next((const unsigned char *)s + i, len - i, &cp);
+        if (r <= 0) return false;
+        i += (size_t)r;
+        if (cp >= 0x1160 && cp <= 0x11ff) return false; /* Hangul V and T jamo */
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+        if (p->combining_class != 0) return false;
+        if (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) return false;
+        if (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) return false;
+    }
     return true;
 }
 
@@ -92,7 +108,7 @@ static atlas_status norm_one(const tok_norm *n, const char *s, size_t len, char 
     case TOK_NORM_NFKC:
     case TOK_NORM_NFKD:
         if (is_ascii(s, len)) return ATLAS_OK; /* ASCII is invariant under every form */
-        if (n->kind == TOK_NORM_NFC && below_u0300(s, len)) return ATLAS_OK;
+        if (n->kind == TOK_NORM_NFC && surely_nfc(s, len)) return ATLAS_OK;
         return norm_unicode(n, s, len, out, out_len);
     case TOK_NORM_LOWERCASE: return norm_lowercase(s, len, out, out_len);
     case TOK_NORM_PREPEND:
