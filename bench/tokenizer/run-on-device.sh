@@ -7,6 +7,7 @@
 # two tokenizer.json files (scripts/setup.sh fetches them; git ignores them), so with the
 # device tool carry:
 #   corpus/tokenizer  tests/data/tiny-llama3/tokenizer.json  tests/data/tiny-qwen3/tokenizer.json
+# and, where the machine lacks the -dev packages, .carry/debs (used automatically).
 # Builds atlas (Release, CPU only) in $BUILD_DIR (default build-bench).  Writes the raw
 # outputs to $OUT when set.
 set -eu
@@ -20,6 +21,16 @@ for f in "$corpus/english.txt" "$corpus/code.txt" tests/data/tiny-llama3/tokeniz
          tests/data/tiny-qwen3/tokenizer.json; do
     [ -f "$f" ] || { echo "run-on-device.sh: missing $f (see the header of this script)" >&2; exit 1; }
 done
+# The GPU machine has no -dev packages: when .carry/debs holds them (see bench/RESULTS.md,
+# "CUDA host and registry"), unpack them into /tmp/dep and point pkg-config there.
+if ! pkg-config --exists jansson && [ -d .carry/debs ]; then
+    for d in .carry/debs/*.deb; do dpkg -x "$d" /tmp/dep; done
+    for pc in /tmp/dep/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc /tmp/dep/usr/share/pkgconfig/*.pc; do
+        [ -f "$pc" ] && sed -i "s|^prefix=.*|prefix=/tmp/dep/usr|; /^Requires.private/d" "$pc"
+    done
+    export PKG_CONFIG_PATH=/tmp/dep/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/dep/usr/share/pkgconfig
+    export LD_LIBRARY_PATH=/tmp/dep/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 for m in jansson libpcre2-8 libutf8proc libmicrohttpd; do
     pkg-config --exists "$m" || { echo "run-on-device.sh: pkg-config cannot find $m (apt-get install the -dev package)" >&2; exit 1; }
 done
