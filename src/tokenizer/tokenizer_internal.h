@@ -1,5 +1,5 @@
 /* tokenizer/tokenizer_internal.h — the loaded tokenizer and the pieces of its pipeline.
- * Internal to src/tokenizer/ (load.c, bpe.c, pretok.c, encode.c, decode.c).
+ * Internal to src/tokenizer/ (load.c, bigjson.c, bpe.c, pretok.c, encode.c, decode.c).
  *
  * Encoding, as Hugging Face tokenizers does it:
  *   text -> split on added tokens matched on the raw text (normalized: false)
