@@ -32,7 +32,7 @@ static int hex4(const char *p, uint32_t *v) {
     return 1;
 }
 
-/* Skips the string at s->p (on its opening quote) without changing it; *out/*len: its raw
+/* Skips the string at s->p (on its opening quote) without changing it; *out and *len: its raw
  * text between the quotes. */
 static bool raw_string(scan *s, char **out, size_t *len) {
     if (s->p >= s->end || *s->p != '"') return false;
@@ -49,7 +49,7 @@ static bool raw_string(scan *s, char **out, size_t *len) {
     return true;
 }
 
-/* Decodes the string at s->p (on its opening quote) in place; *out/*len: its bytes. */
+/* Decodes the string at s->p (on its opening quote) in place; *out and *len: its bytes. */
 static bool string(scan *s, char **out, size_t *len) {
     if (s->p >= s->end || *s->p != '"') return false;
     char *r = ++s->p, *w = r;
