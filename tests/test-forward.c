@@ -5,7 +5,10 @@
  * - the top-1 id at every position of the short prompts, where the reference is decisive;
  * - the same prompt fed in chunks (prefill, then chunks of 1..13 tokens) gives the same logits;
  * - all prompts in one batch, and their greedy continuations decoded together as one batch
- *   per step, give each sequence's own results.
+ *   per step, give each sequence's own results;
+ * - batch invariance: every position's logits of several prompts are BITWISE equal whether a
+ *   prompt runs alone or batched with the others (several groupings and chunkings), on 1 or
+ *   3 threads.
  * Block tables hand out blocks in a scrambled order, so paging is exercised. */
 #include <math.h>
 #include <stdio.h>
@@ -215,6 +218,118 @@ static void test_batch(atlas_model *m, const char *model, const prompt *pr, int 
     free(logits);
 }
 
+/* Feeds prompts ps[0..n) by a schedule and stores every position's logits of prompt i in
+ * out[i] ([ps[i]->n, V]). Round r batches the unfinished prompts in the order rotated by
+ * r * rotate, prompt i taking sizes[(r + i) % n_sizes] tokens (0: it sits this round out).
+ * Blocks are handed out from block0 on, so each schedule pages into other blocks. */
+static void feed_schedule(atlas_model *m, const prompt *const *ps, int n, int V,
+                          const int *sizes, int n_sizes, int rotate, int block0, float **out) {
+    seq s[MAX_SEQS], *sp[MAX_SEQS];
+    int done[MAX_SEQS] = {0}, left = n, total_max = 0;
+    next_block = block0;
+    for (int i = 0; i < n; i++) {
+        seq_init(&s[i]);
+        total_max += ps[i]->n;
+    }
+    float *logits = malloc(sizeof(float) * V * total_max);
+    for (int r = 0; left > 0 && logits; r++) {
+        const int32_t *chunk[MAX_SEQS];
+        int count[MAX_SEQS], idx[MAX_SEQS], nb = 0;
+        for (int j = 0; j < n; j++) {
+            int i = (j + r * rotate) % n, c = sizes[(r + i) % n_sizes];
+            if (done[i] == ps[i]->n || c == 0) continue;
+            if (c > ps[i]->n - done[i]) c = ps[i]->n - done[i];
+            sp[nb] = &s[i];
+            chunk[nb] = ps[i]->ids + done[i];
+            count[nb] = c;
+            idx[nb++] = i;
+        }
+        if (nb == 0) continue;
+        atlas_status st = feed(m, sp, nb, chunk, count, 1, logits);
+        CHECK_OK(st);
+        if (st != ATLAS_OK) break;
+        const float *row = logits;
+        for (int b = 0; b < nb; b++) {
+            int i = idx[b];
+            memcpy(out[i] + (size_t)done[i] * V, row, sizeof(float) * V * count[b]);
+            row += (size_t)V * count[b];
+            done[i] += count[b];
+            left -= done[i] == ps[i]->n;
+        }
+    }
+    free(logits);
+}
+
+/* Batch invariance (issue 6: temperature-0 and seeded outputs must not depend on the batch):
+ * the logits of every position of up to 4 short prompts, compared with memcmp against the
+ * prompt run alone in one prefill on 1 thread. */
+static void test_invariance(const char *dir, const char *model, const prompt *pr, int n_pr,
+                            atlas_model *m1) {
+    atlas_model_params params = atlas_model_default_params();
+    params.device = ATLAS_DEVICE_CPU;
+    params.n_threads = 3;
+    params.max_batch_tokens = 1024;
+    params.load_tokenizer = 0;
+    params.kv_block_size = BLOCK;
+    params.kv_tokens = MAX_SEQS * MAX_BLOCKS * BLOCK;
+    atlas_model *m3 = NULL;
+    CHECK_OK(atlas_model_load(dir, &params, &m3));
+    if (!m3) return;
+    int V = atlas_model_vocab_size(m1);
+    const prompt *ps[4];
+    int n = 0;
+    for (int p = 0; p < n_pr && n < 4; p++)
+        if (pr[p].n <= 64) ps[n++] = &pr[p];
+    CHECK(n >= 3);
+    float *ref[4], *got[4];
+    for (int i = 0; i < n; i++) {
+        ref[i] = malloc(sizeof(float) * V * ps[i]->n);
+        got[i] = malloc(sizeof(float) * V * ps[i]->n);
+    }
+    static const int one_shot[] = {1 << 20}, chunks_a[] = {1, 3, 0, 7, 2, 16},
+                     chunks_b[] = {5, 1, 0, 2, 1};
+    for (int i = 0; i < n; i++) feed_schedule(m1, &ps[i], 1, V, one_shot, 1, 0, 0, &ref[i]);
+    struct {
+        const char *what;
+        atlas_model *m;
+        int alone;
+        const int *sizes;
+        int n_sizes, rotate, block0;
+    } v[] = {
+        {"alone, 3 threads", m3, 1, one_shot, 1, 0, 3},
+        {"one batch, 1 thread", m1, 0, one_shot, 1, 0, 11},
+        {"one batch, 3 threads", m3, 0, one_shot, 1, 1, 17},
+        {"mixed chunks a, 3 threads", m3, 0, chunks_a, 6, 1, 29},
+        {"mixed chunks b, 1 thread", m1, 0, chunks_b, 5, 3, 41},
+        {"mixed chunks b, 3 threads", m3, 0, chunks_b, 5, 2, 53},
+    };
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        for (int i = 0; i < n; i++) memset(got[i], 0xff, sizeof(float) * V * ps[i]->n);
+        if (v[k].alone)
+            for (int i = 0; i < n; i++)
+                feed_schedule(v[k].m, &ps[i], 1, V, v[k].sizes, v[k].n_sizes, 0, v[k].block0,
+                              &got[i]);
+        else
+            feed_schedule(v[k].m, ps, n, V, v[k].sizes, v[k].n_sizes, v[k].rotate, v[k].block0,
+                          got);
+        for (int i = 0; i < n; i++) {
+            int bad = -1;
+            for (int t = 0; t < ps[i]->n && bad < 0; t++)
+                if (memcmp(got[i] + (size_t)t * V, ref[i] + (size_t)t * V, sizeof(float) * V))
+                    bad = t;
+            CHECK_MSG(bad < 0, "%s: %s: prompt %d position %d: logits differ from alone",
+                      model, v[k].what, i, bad);
+        }
+    }
+    printf("%s: logits of %d prompts bitwise equal in %zu groupings\n", model, n,
+           sizeof v / sizeof v[0] + 1);
+    for (int i = 0; i < n; i++) {
+        free(ref[i]);
+        free(got[i]);
+    }
+    CHECK_OK(atlas_model_release(m3));
+}
+
 /* Runs a command, returns its stdout (malloc'd) or NULL; *rc its exit status. */
 static char *run_cmd(const char *cmd, int *rc) {
     FILE *f = popen(cmd, "r");
@@ -299,7 +414,7 @@ static void test_model(const char *name) {
     if (!st) return;
     atlas_model_params params = atlas_model_default_params();
     params.device = ATLAS_DEVICE_CPU;
-    params.n_threads = 2;
+    params.n_threads = 1; /* test_invariance compares against 3 threads */
     params.max_batch_tokens = 1024;
     params.load_tokenizer = 0;
     params.kv_block_size = BLOCK;
@@ -341,6 +456,7 @@ static void test_model(const char *name) {
     }
     next_block = 0;
     test_batch(m, name, pr, n, V);
+    test_invariance(dir, name, pr, n, m);
     test_cli(name, &pr[0], "Hello, world!");
     CHECK_OK(atlas_model_release(m));
     atlas_st_free(st);

@@ -55,7 +55,8 @@ typedef struct cpu_backend {
 /* Row r of w converted to fp32 into dst[w->cols]. */
 void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst);
 
-/* Dot product of a[n] and b[n] in fp32 with 8 partial sums. */
+/* Dot product of a[n] and b[n] in fp32 (attention scores; the matmul has its own fixed
+ * order, see cpu_matmul.c). */
 float cpu_dot(const float *a, const float *b, int64_t n);
 
 atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,

@@ -5,7 +5,13 @@
  * weight byte is read once per call). A tile of CPU_ROWS weight rows is converted to fp32
  * into the thread's scratch, then multiplied with the tokens CPU_TOKS at a time: in prefill
  * each weight row is read once for all tokens. With AVX2+FMA the inner loops use intrinsics;
- * elsewhere plain C that any compiler handles. */
+ * elsewhere plain C that any compiler handles.
+ *
+ * Batch invariance: every out[t, r] is summed in ONE order, whatever the tile, the batch
+ * size, the token's place in it or the thread split (row_dot's order: with SIMD one 8-lane
+ * FMA accumulator over the 8-aligned head, its lanes added by hsum256, then the tail one
+ * product at a time; without, cpu_dot's). So a token's logits are bitwise the same alone or
+ * batched, with 1 or N threads, and seeded sampling reproduces. */
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -52,6 +58,21 @@ float cpu_dot(const float *a, const float *b, int64_t n) {
 #endif
     for (; i < n; i++) sum += a[i] * b[i];
     return sum;
+}
+
+/* The matmul's summation order for one (row, token): see the header. The tiles below keep
+ * exactly this order per accumulator; only their interleaving differs. */
+static float row_dot(const float *w, const float *x, int64_t k) {
+#ifdef CPU_SIMD
+    __m256 a = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
+    float sum = hsum256(a);
+    for (; i < k; i++) sum += w[i] * x[i];
+    return sum;
+#else
+    return cpu_dot(w, x, k);
+#endif
 }
 
 static void convert_row(const void *src, atlas_dtype dt, int64_t k, float *dst) {
@@ -127,10 +148,27 @@ static void tile(float *out, int64_t m, const float *x, int64_t k, const float *
             for (int t = 0; t < CPU_TOKS; t++) out[(t0 + t) * m + r0 + r] = s[r][t];
         return;
     }
+    if (nr == CPU_ROWS && nt == 1) { /* decode of f32/f16 weights, odd last token */
+        const float *x0 = x + t0 * k;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8) {
+            __m256 v = _mm256_loadu_ps(x0 + i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + i), v, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + k + i), v, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + 2 * k + i), v, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + 3 * k + i), v, a3);
+        }
+        float s[CPU_ROWS] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+        for (; i < k; i++)
+            for (int r = 0; r < CPU_ROWS; r++) s[r] += wrow[r * k + i] * x0[i];
+        for (int r = 0; r < CPU_ROWS; r++) out[t0 * m + r0 + r] = s[r];
+        return;
+    }
 #endif
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++)
-            out[(t0 + t) * m + r0 + r] = cpu_dot(wrow + r * k, x + (t0 + t) * k, k);
+            out[(t0 + t) * m + r0 + r] = row_dot(wrow + r * k, x + (t0 + t) * k, k);
 }
 
 #ifdef CPU_SIMD
@@ -190,19 +228,16 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     int64_t k = w->cols, m = w->rows;
     float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
 #ifdef CPU_SIMD
-    if (j->n == 1) { /* bf16 parts go straight from the mapping; others through buf */
+    int bf16 = 1; /* decode over bf16 only: straight from the mapping, no fp32 copy */
+    for (int p = 0; p < w->n_parts; p++) bf16 &= w->parts[p].dtype == ATLAS_DTYPE_BF16;
+    if (j->n == 1 && bf16) {
         for (int p = 0; p < w->n_parts; p++) {
             const cpu_part *part = &w->parts[p];
             int64_t lo = begin > part->row0 ? begin : part->row0;
             int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
-            if (lo < hi && part->dtype == ATLAS_DTYPE_BF16)
+            if (lo < hi)
                 gemv_bf16(j->out + part->row0, part->data, j->x, k, lo - part->row0,
                           hi - part->row0);
-            else
-                for (int64_t r = lo; r < hi; r++) {
-                    cpu_weight_row(w, r, buf);
-                    j->out[r] = cpu_dot(buf, j->x, k);
-                }
         }
         if (j->bias)
             for (int64_t r = begin; r < end; r++) j->out[r] += j->bias->vec[r];
