@@ -292,7 +292,9 @@ int main(void) {
                             .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
+    setenv("ATLAS_CUDA_PDL", "1", 1); /* pass 1 with programmatic dependent launch */
     atlas_status st = atlas_backend_cuda_create(&g, &gpu);
+    unsetenv("ATLAS_CUDA_PDL");
     if (st == ATLAS_ERR_NO_DEVICE) {
         printf("SKIP: no CUDA device: %s\n", atlas_last_error());
         return 0;

@@ -55,9 +55,9 @@ if has bench; then
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
 fi
 if has bench2; then
-  step "atlas bench without programmatic dependent launch (ATLAS_CUDA_PDL=0)"
-  ATLAS_CUDA_PDL=0 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
-    | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-nopdl.log"
+  step "atlas bench with programmatic dependent launch (ATLAS_CUDA_PDL=1)"
+  ATLAS_CUDA_PDL=1 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
+    | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-pdl.log"
 fi
 if has hf; then
   step "transformers"

@@ -507,8 +507,11 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     ATLAS_CU_TRY(cuMemcpyHtoD, cb->d_inv_freq, inv_f, (size_t)half * sizeof(float));
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUDA_PDL"); /* Hopper and later; kernels/common.cuh */
-    if (!(e && e[0] == '0') && atlas_host_properties(cb->host)->cc_major >= 9)
+    /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): off unless
+     * ATLAS_CUDA_PDL=1. Measured on the H200 8B shape it did not pay: 153.0 tok/s with it,
+     * 157.3 without (bench/RESULTS.md). Kept, tested both ways, for further work. */
+    e = getenv("ATLAS_CUDA_PDL");
+    if (e && e[0] == '1' && atlas_host_properties(cb->host)->cc_major >= 9)
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV");
     cb->gemv_variant = e && e[0] == '2' ? 2 : 1;

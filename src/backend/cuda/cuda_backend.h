@@ -98,7 +98,8 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
-    void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is used */
+    void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
+                               (ATLAS_CUDA_PDL=1) */
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 1 (default) warp-per-rows, 2 block-per-rows */
     int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
