@@ -33,7 +33,8 @@ struct atlas_weight {
 struct atlas_kv {
     int n_blocks, block_size, n_layers;
     size_t layer_floats; /* n_blocks * block_size * K * hd */
-    float *k, *v;        /* [n_layers, n_blocks * block_size, K, hd] */
+    float *k, *v;        /* [n_layers, n_blocks * block_size, K, hd], mmap'd */
+    size_t bytes;        /* of each of k and v */
 };
 
 typedef struct cpu_backend {
