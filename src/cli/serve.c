@@ -13,6 +13,7 @@
 
 #include "atlas/engine.h"
 #include "cli/cli.h"
+#include "model/forward.h"
 #include "server/server.h"
 
 enum { MAX_MODELS = 64 };
@@ -41,6 +42,8 @@ static void usage(FILE *f) {
             "  --batch-tokens N     token budget of one engine step (default 512)\n"
             "  --device auto|cpu|cuda   backend (default auto)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
+            "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
+            "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  --timeout S          seconds before an idle or unfinished request is dropped (30)\n"
             "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
             "  --max-connections N  open connections at once (default 512)\n");
@@ -79,6 +82,7 @@ typedef struct serve_args {
     int n_models, n_owned;
     atlas_engine_params ep;
     atlas_server_params sp;
+    int tp; /* --tensor-parallel */
 } serve_args;
 
 static char *keep(serve_args *a, char *s) {
@@ -130,9 +134,20 @@ static int add_models_dir(serve_args *a, const char *root) {
         if (de->d_name[0] == '.') continue;
         char cfg[4096], spec[4096];
         struct stat st;
-        snprintf(cfg, sizeof cfg, "%s/%s/config.json", root, de->d_name);
-        if (stat(cfg, &st) != 0) continue;
-        snprintf(spec, sizeof spec, "%s=%s/%s", de->d_name, root, de->d_name);
+        int n = snprintf(cfg, sizeof cfg, "%s/%s/config.json", root, de->d_name);
+        if (n < 0 || (size_t)n >= sizeof cfg || stat(cfg, &st) != 0) continue;
+        /* the name becomes NAME of NAME=DIR and a model id in URLs and JSON: a '=' would
+         * split it wrongly, control bytes have no business in ids */
+        bool odd = false;
+        for (const unsigned char *c = (const unsigned char *)de->d_name; *c; c++)
+            odd |= *c == '=' || *c < 0x20 || *c == 0x7f;
+        if (odd) {
+            fprintf(stderr, "atlas serve: --models-dir %s: skipping a directory whose name has "
+                            "'=' or control characters\n", root);
+            continue;
+        }
+        n = snprintf(spec, sizeof spec, "%s=%s/%s", de->d_name, root, de->d_name);
+        if (n < 0 || (size_t)n >= sizeof spec) continue;
         char *s = keep(a, strdup(spec));
         rc = s ? add_model(a, s) : -1;
     }
@@ -167,6 +182,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--queue-limit")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.queue_limit);
         else if (!strcmp(o, "--batch-tokens")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.batch_tokens);
         else if (!strcmp(o, "--threads")) bad = parse_int(o, v, 0, 1024, &a->ep.n_threads);
+        else if (!strcmp(o, "--tensor-parallel")) bad = parse_int(o, v, 1, 64, &a->tp);
         else if (!strcmp(o, "--timeout")) bad = parse_int(o, v, 1, 86400, &a->sp.timeout_s);
         else if (!strcmp(o, "--max-body")) bad = parse_size(v, &a->sp.max_body);
         else if (!strcmp(o, "--max-connections"))
@@ -196,7 +212,13 @@ int atlas_cli_serve(int argc, char **argv) {
     a.sp = atlas_server_default_params();
     const char *env_key = getenv("ATLAS_API_KEY");
     if (env_key && *env_key) a.sp.api_key = env_key;
+    a.tp = 1;
     int rc = parse_args(argc, argv, &a);
+    if (rc == 0 && atlas_model_tp_preflight(a.tp) != ATLAS_OK) { /* before any model loads */
+        fprintf(stderr, "atlas serve: --tensor-parallel %d: %s\n", a.tp, atlas_last_error());
+        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        return 1;
+    }
     if (rc == 0 && a.n_models == 0) rc = add_model(&a, atlas_cli_default_model()) ? 2 : 0;
     if (rc) {
         for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);

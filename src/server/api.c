@@ -150,25 +150,18 @@ static atlas_status check_tools(const json_t *body, const json_t **tools, bool *
     return ATLAS_OK;
 }
 
-atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const json_t *body,
-                                   bool tools_ok, char **prompt, const atlas_template **tmpl_out,
-                                   bool *parse_tools, const char **param) {
-    const atlas_template *tmpl;
-    atlas_status st = atlas_engine_template(s->engine, model, &tmpl);
-    if (st == ATLAS_ERR_NOT_FOUND) /* the client can still use /v1/completions */
-        return atlas_fail(ATLAS_ERR_INVALID, "the model '%s' has no chat template: use "
-                                             "/v1/completions", model);
-    if (st != ATLAS_OK) /* the server's files are at fault, not the request */
-        return atlas_fail_wrap(ATLAS_ERR_INTERNAL, "the chat template of '%s'", model);
-    if (tmpl_out) *tmpl_out = tmpl;
+atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
+                                       const json_t *body, bool tools_ok, char **prompt,
+                                       bool *parse_tools, const char **param) {
     const json_t *tools = NULL;
     bool parse = false;
+    *prompt = NULL;
     if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
     if (parse_tools) *parse_tools = parse;
     json_t *msgs;
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
-    st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
+    atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
     const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
     if (st == ATLAS_OK && kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
         *param = "chat_template_kwargs";
@@ -185,6 +178,20 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
     }
     json_decref(msgs);
     return st;
+}
+
+atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const json_t *body,
+                                   bool tools_ok, char **prompt, const atlas_template **tmpl_out,
+                                   bool *parse_tools, const char **param) {
+    const atlas_template *tmpl = NULL;
+    atlas_status st = atlas_engine_template(s->engine, model, &tmpl);
+    if (st == ATLAS_ERR_NOT_FOUND) /* the client can still use /v1/completions */
+        return atlas_fail(ATLAS_ERR_INVALID, "the model '%s' has no chat template: use "
+                                             "/v1/completions", model);
+    if (st != ATLAS_OK) /* the server's files are at fault, not the request */
+        return atlas_fail_wrap(ATLAS_ERR_INTERNAL, "the chat template of '%s'", model);
+    if (tmpl_out) *tmpl_out = tmpl;
+    return atlas_api_render_template(tmpl, model, body, tools_ok, prompt, parse_tools, param);
 }
 
 /* --- the two generation endpoints ---------------------------------------------------------- */
@@ -206,7 +213,7 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     atlas_server *s = call->srv;
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
-    const atlas_template *tmpl;
+    const atlas_template *tmpl = NULL;
     atlas_gen_params gp = {0};
     char *prompt = NULL;
     int32_t *ids = NULL;
@@ -230,8 +237,6 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     free(prompt);
     atlas_gen_params_free(&gp);
 }
-
-enum { MAX_PROMPTS = 16 }; /* prompts in one /v1/completions request */
 
 /* One prompt: a string (tokenized with the special tokens) or an array of token ids.
  * where names it in errors ("prompt" or "prompt[2]"). */
@@ -266,9 +271,9 @@ static atlas_status one_prompt(const json_t *p, const char *where, const atlas_t
 }
 
 /* "prompt": one prompt, or an array of prompts (strings or arrays of token ids). */
-static atlas_status completion_prompts(const json_t *body, const atlas_tokenizer *tok,
-                                       int32_t **ids, size_t *n, int *count,
-                                       const char **param) {
+atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokenizer *tok,
+                                          int32_t **ids, size_t *n, int *count,
+                                          const char **param) {
     const json_t *p = json_object_get(body, "prompt");
     *param = "prompt";
     *count = 0;
@@ -278,9 +283,9 @@ static atlas_status completion_prompts(const json_t *body, const atlas_tokenizer
         ATLAS_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
     } else {
         size_t k = json_array_size(p);
-        if (k == 0 || k > MAX_PROMPTS)
+        if (k == 0 || k > ATLAS_API_MAX_PROMPTS)
             return atlas_fail(ATLAS_ERR_INVALID, "'prompt' holds %zu prompts: 1 to %d", k,
-                              MAX_PROMPTS);
+                              ATLAS_API_MAX_PROMPTS);
         for (size_t i = 0; i < k; i++) {
             char where[32];
             snprintf(where, sizeof where, "prompt[%zu]", i);
@@ -296,7 +301,7 @@ static atlas_status completion_prompts(const json_t *body, const atlas_tokenizer
 static void start_batch(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
                         const atlas_tokenizer *tok, int32_t **ids, size_t *n, char **echo,
                         int count, atlas_http_reply *r) {
-    atlas_gen *gs[MAX_PROMPTS];
+    atlas_gen *gs[ATLAS_API_MAX_PROMPTS];
     for (int i = 0; i < count; i++) {
         o->echo = echo[i];
         atlas_status st = atlas_gen_start(call, o, gp, tok, ids[i], n[i], &gs[i]);
@@ -316,14 +321,14 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
     atlas_gen_params gp = {0};
-    int32_t *ids[MAX_PROMPTS] = {0};
-    size_t n[MAX_PROMPTS] = {0};
-    char *echo[MAX_PROMPTS] = {0};
+    int32_t *ids[ATLAS_API_MAX_PROMPTS] = {0};
+    size_t n[ATLAS_API_MAX_PROMPTS] = {0};
+    char *echo[ATLAS_API_MAX_PROMPTS] = {0};
     int count = 0;
     atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
     if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gp, &param);
-    if (st == ATLAS_OK) st = completion_prompts(body, tok, ids, n, &count, &param);
+    if (st == ATLAS_OK) st = atlas_api_completion_prompts(body, tok, ids, n, &count, &param);
     if (st == ATLAS_OK && count > 1 && gp.stream) {
         param = "prompt";
         st = atlas_fail(ATLAS_ERR_INVALID, "several prompts cannot be streamed: send one per "

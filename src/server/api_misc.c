@@ -234,6 +234,30 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     free(rendered);
 }
 
+atlas_status atlas_api_token_ids(const json_t *arr, const atlas_tokenizer *tok, int32_t **ids,
+                                 size_t *n, const char **param) {
+    *ids = NULL;
+    *n = 0;
+    *param = "tokens";
+    if (!json_is_array(arr))
+        return atlas_fail(ATLAS_ERR_INVALID, "'tokens' must be an array of token ids");
+    size_t count = json_array_size(arr);
+    if (!(*ids = malloc((count ? count : 1) * sizeof **ids)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "detokenize: out of memory");
+    size_t vocab = atlas_tokenizer_vocab_size(tok);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *v = json_array_get(arr, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || (size_t)id >= vocab)
+            return atlas_fail(ATLAS_ERR_INVALID, "'tokens[%zu]' must be a token id in 0..%zu", i,
+                              vocab - 1);
+        (*ids)[i] = (int32_t)id;
+    }
+    *n = count;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
 void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
                           atlas_http_reply *r) {
     (void)arg;
@@ -242,29 +266,11 @@ void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
     const atlas_tokenizer *tok;
     int32_t *ids = NULL;
     char *text = NULL;
-    size_t len = 0;
-    const json_t *arr = json_object_get(body, "tokens");
+    size_t len = 0, n = 0;
     atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
-    if (st == ATLAS_OK && !json_is_array(arr)) {
-        param = "tokens";
-        st = atlas_fail(ATLAS_ERR_INVALID, "'tokens' must be an array of token ids");
-    }
-    size_t n = json_array_size(arr);
-    if (st == ATLAS_OK && !(ids = malloc((n ? n : 1) * sizeof *ids)))
-        st = atlas_fail(ATLAS_ERR_NOMEM, "detokenize: out of memory");
-    size_t vocab = st == ATLAS_OK ? atlas_tokenizer_vocab_size(tok) : 0;
-    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
-        const json_t *v = json_array_get(arr, i);
-        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (id < 0 || (size_t)id >= vocab) {
-            param = "tokens";
-            st = atlas_fail(ATLAS_ERR_INVALID, "'tokens[%zu]' must be a token id in 0..%zu", i,
-                            vocab - 1);
-        } else {
-            ids[i] = (int32_t)id;
-        }
-    }
+    if (st == ATLAS_OK) st = atlas_api_token_ids(json_object_get(body, "tokens"), tok, &ids, &n,
+                                                 &param);
     if (st == ATLAS_OK) st = atlas_tokenizer_decode(tok, ids, n, false, &text, &len);
     if (st != ATLAS_OK) atlas_api_fail_reply(r, st, param);
     else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(text, len)));

@@ -283,7 +283,7 @@ static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
     return ATLAS_OK;
 }
 
-static atlas_status collect(atlas_gen *g, const atlas_gen_event *e) {
+atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
     if (g->o.logprobs && e->type == ATLAS_EVENT_TOKEN) {
         if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
         else completion_logprob(g, g->lp, e, g->text_len);
@@ -296,7 +296,7 @@ static atlas_status collect(atlas_gen *g, const atlas_gen_event *e) {
     return st;
 }
 
-static json_t *whole_response(atlas_gen *g) {
+json_t *atlas_gen_format_response(atlas_gen *g) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
     number_calls(g, g->calls);
     json_t *ch;
@@ -340,7 +340,7 @@ static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
                                                : "the server is shutting down");
             return false;
         }
-        if (st == ATLAS_OK) st = collect(g, e);
+        if (st == ATLAS_OK) st = atlas_gen_format_collect(g, e);
         if (e->type != ATLAS_EVENT_END) {
             free(e);
             continue;
@@ -365,7 +365,7 @@ static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
 }
 
 void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
-    if (collect_all(g, r)) atlas_http_reply_json(r, 200, whole_response(g));
+    if (collect_all(g, r)) atlas_http_reply_json(r, 200, atlas_gen_format_response(g));
     atlas_gen_release(g);
 }
 
@@ -374,11 +374,11 @@ void atlas_gen_finish_batch(atlas_gen **gs, int n, atlas_http_reply *r) {
     for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
         if (ok && !collect_all(gs[i], r)) ok = false;
     if (ok) {
-        json_t *v = whole_response(gs[0]);
+        json_t *v = atlas_gen_format_response(gs[0]);
         json_t *choices = json_object_get(v, "choices");
         atlas_usage sum = gs[0]->usage;
         for (int i = 1; i < n && v; i++) {
-            json_t *one = whole_response(gs[i]);
+            json_t *one = atlas_gen_format_response(gs[i]);
             json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
             json_object_set_new(ch, "index", json_integer(i));
             json_array_append(choices, ch);

@@ -78,5 +78,9 @@ void atlas_gen_format_free(atlas_gen *g);
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e);
 /* Streaming: ends the stream with an error event and [DONE]. */
 void atlas_gen_format_abort(atlas_gen *g, const char *why);
+/* Whole response: adds e's text (and logprobs) to g; after the END event,
+ * atlas_gen_format_response builds the chat.completion / text_completion object. */
+atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e);
+json_t *atlas_gen_format_response(atlas_gen *g);
 
 #endif

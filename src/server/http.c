@@ -99,7 +99,7 @@ enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
 /* Matches url against a pattern; the "{}" segment (a model id, which may itself hold '/',
  * as in "org/name") is copied into arg. */
-static bool route_match(const char *pattern, const char *url, char *arg, size_t cap) {
+bool atlas_http_route_match(const char *pattern, const char *url, char *arg, size_t cap) {
     const char *hole = strstr(pattern, "{}");
     if (!hole) return strcmp(pattern, url) == 0;
     size_t pre = (size_t)(hole - pattern), post = strlen(hole + 2), n = strlen(url);
@@ -160,7 +160,7 @@ static atlas_route_id dispatch(atlas_http_call *call, atlas_http_reply *r) {
     for (int i = 0; i < N_ROUTES; i++) {
         const route *rt = &routes[i];
         arg[0] = '\0';
-        if (!route_match(rt->path, call->url, arg, sizeof arg)) continue;
+        if (!atlas_http_route_match(rt->path, call->url, arg, sizeof arg)) continue;
         path_known = true;
         if (strcmp(rt->method, call->method) != 0) continue;
         const char *auth =

@@ -86,6 +86,10 @@ bool atlas_http_client_gone(const atlas_http_call *call);
 
 double atlas_now(void); /* monotonic seconds */
 
+/* Matches a URL path against a route pattern: exact, or with one "{}" segment (a model id,
+ * which may itself hold '/') copied into arg[cap].  False when it does not fit. */
+bool atlas_http_route_match(const char *pattern, const char *url, char *arg, size_t cap);
+
 /* Endpoint handlers (api_*.c).  body is the parsed JSON body (NULL for GET). */
 typedef void (*atlas_http_handler)(atlas_http_call *call, json_t *body, const char *arg,
                                    atlas_http_reply *r);

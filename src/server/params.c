@@ -91,8 +91,9 @@ static atlas_status parse_logit_bias(const json_t *body, const atlas_tokenizer *
         return atlas_fail(ATLAS_ERR_INVALID, "'logit_bias' must be an object of token id -> "
                                              "bias");
     size_t n = json_object_size(lb);
-    if (n > 4096)
-        return atlas_fail(ATLAS_ERR_INVALID, "'logit_bias' has %zu entries: at most 4096", n);
+    if (n > ATLAS_MAX_LOGIT_BIAS)
+        return atlas_fail(ATLAS_ERR_INVALID, "'logit_bias' has %zu entries: at most %d", n,
+                          ATLAS_MAX_LOGIT_BIAS);
     p->bias = calloc(n ? n : 1, sizeof *p->bias);
     if (!p->bias) return atlas_fail(ATLAS_ERR_NOMEM, "logit_bias: out of memory");
     size_t vocab = tok ? atlas_tokenizer_vocab_size(tok) : (size_t)INT32_MAX;
@@ -131,7 +132,9 @@ static atlas_status parse_stop(const json_t *body, atlas_gen_params *p, const ch
         p->n_stop = 1;
     } else if (json_is_array(st)) {
         size_t n = json_array_size(st);
-        if (n > 16) return atlas_fail(ATLAS_ERR_INVALID, "'stop' has %zu strings: at most 16", n);
+        if (n > ATLAS_MAX_STOP)
+            return atlas_fail(ATLAS_ERR_INVALID, "'stop' has %zu strings: at most %d", n,
+                              ATLAS_MAX_STOP);
         p->stop = calloc(n ? n : 1, sizeof *p->stop);
         if (!p->stop) return atlas_fail(ATLAS_ERR_NOMEM, "stop: out of memory");
         for (size_t i = 0; i < n; i++) {
@@ -143,9 +146,18 @@ static atlas_status parse_stop(const json_t *body, atlas_gen_params *p, const ch
     } else {
         return atlas_fail(ATLAS_ERR_INVALID, "'stop' must be a string or an array of strings");
     }
-    for (int i = 0; i < p->n_stop; i++)
+    for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i][0])
             return atlas_fail(ATLAS_ERR_INVALID, "'stop' strings must not be empty");
+        /* the engine holds back text that may begin a stop string and compares every
+         * suffix of it after each token: a long one costs quadratic time per token */
+        size_t len = strlen(p->stop[i]);
+        if (len != json_string_length(json_is_string(st) ? st : json_array_get(st, (size_t)i)))
+            return atlas_fail(ATLAS_ERR_INVALID, "'stop[%d]' holds a NUL character", i);
+        if (len > ATLAS_MAX_STOP_BYTES)
+            return atlas_fail(ATLAS_ERR_INVALID, "'stop[%d]' is %zu bytes long: at most %d", i,
+                              len, ATLAS_MAX_STOP_BYTES);
+    }
     *param = NULL;
     return ATLAS_OK;
 }

@@ -41,6 +41,13 @@ typedef struct atlas_gen_params {
     bool echo;                  /* /v1/completions: prepend the prompt */
 } atlas_gen_params;
 
+/* Limits on what one request may ask for (each refused with a message naming it). */
+enum {
+    ATLAS_MAX_STOP = 16,          /* "stop" strings */
+    ATLAS_MAX_STOP_BYTES = 512,   /* bytes of one stop string (NUL excluded) */
+    ATLAS_MAX_LOGIT_BIAS = 4096,  /* "logit_bias" entries */
+};
+
 typedef enum atlas_api_kind { ATLAS_API_CHAT, ATLAS_API_COMPLETION } atlas_api_kind;
 
 /* Reads the common fields of body.  tok (may be NULL) checks logit_bias ids against the

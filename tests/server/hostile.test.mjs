@@ -44,6 +44,14 @@ test('wrong types and values name the field', async () => {
   await expectError({ model: 'llama', messages: msg, top_p: 0 }, 400, 'top_p');
   await expectError({ model: 'llama', messages: msg, logit_bias: { 5: 1000 } }, 400, 'logit_bias');
   await expectError({ model: 'llama', messages: msg, logit_bias: { 999999999: 1 } }, 400, 'logit_bias');
+  // limits: a long stop string costs the engine quadratic time per token
+  await expectError({ model: 'llama', messages: msg, stop: ['x'.repeat(513)] }, 400, /stop\[0\].*at most 512/);
+  await expectError({ model: 'llama', messages: msg, stop: 'a\u0000b' }, 400, /NUL/);
+  await expectError({ model: 'llama', messages: msg, stop: Array(17).fill('s') }, 400, 'stop');
+  await expectError({ model: 'llama', messages: msg,
+    logit_bias: Object.fromEntries(Array.from({ length: 4097 }, (_, i) => [String(i), 1])) }, 400, 'logit_bias');
+  await expectError({ model: 'llama', messages: msg, logprobs: true, top_logprobs: 1e9 }, 400, 'top_logprobs');
+  await expectError({ model: 'llama', messages: msg, max_tokens: 1e300 }, 400, 'max_tokens');
   await expectError({ model: 'llama', messages: msg, tools: 'all' }, 400, 'tools');
   await expectError({ model: 'llama', messages: msg, top_logprobs: 3 }, 400, 'top_logprobs');
   await expectError({ model: 'llama', messages: msg, response_format: { type: 'json_schema' } }, 400, 'response_format');
