@@ -2,7 +2,7 @@
  * (token text of any bytes, token ids in and out of the vocabulary, logprobs, top
  * alternatives, every finish) formatted as OpenAI SSE chunks and as whole responses, for
  * both APIs, with and without tool-call parsing, logprobs, usage and echo; plus the route
- * parser over the input as a URL path.  Input: FLAGS then events, each
+ * parser and the error JSON over the input as a URL path.  Input: FLAGS then events, each
  * [kind][len][id lo][id hi][len bytes of text].  Every SSE chunk must be "data: JSON\n\n"
  * with valid JSON, and a finished stream must end in "data: [DONE]\n\n". */
 #include <stddef.h>
@@ -121,6 +121,15 @@ static void route(const uint8_t *data, size_t size) {
         char arg[16];
         if (atlas_http_route_match(patterns[i], url, arg, sizeof arg) && strlen(arg) >= sizeof arg)
             abort();
+    }
+    /* the error JSON quotes client input (URLs, model names): it must stay valid JSON */
+    for (int kind = ATLAS_API_ERR_STATUS; kind <= ATLAS_API_ERR_SHUTDOWN; kind++) {
+        atlas_http_reply r = {0};
+        atlas_api_error_reply(&r, (atlas_api_error)kind, ATLAS_ERR_NOT_FOUND, url, url);
+        json_t *v = json_loadb(r.body, r.len, 0, NULL);
+        if (!json_is_object(json_object_get(v, "error")) || r.status < 400) abort();
+        json_decref(v);
+        free(r.body);
     }
     free(url);
 }

@@ -3,9 +3,10 @@
  * /v1/chat/completions, /v1/completions, /tokenize, /detokenize and /apply-template do
  * before the engine: the generation parameters of both APIs (logit_bias checked against the
  * vocabulary), the chat template of tests/data/tiny-qwen3 with messages and tools, prompt
- * strings and token-id arrays, token ids back to text.  Errors are fine; crashes, leaks,
- * sanitizer reports, and a failure without a message or a "param" that is not a field are
- * not. */
+ * strings and token-id arrays, token ids back to text.  Input that is not a JSON object
+ * becomes the text of the messages, tool-call arguments, prompt and stop of a body.
+ * Errors are fine; crashes, leaks, sanitizer reports, and a failure without a message or
+ * an empty "param" are not. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -130,9 +131,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!v) abort();
     json_decref(v);
     json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
-    if (!json_is_object(body)) {
+    if (!json_is_object(body)) { /* not a body: the bytes as the text of every text field */
         json_decref(body);
-        return 0;
+        json_t *t = atlas_json_text((const char *)data, size);
+        body = json_pack("{s:[{s:s, s:O}, {s:s, s:O, s:[{s:s, s:{s:s, s:O}}]}], s:O, s:O, s:O}",
+                         "messages", "role", "user", "content", t, "role", "assistant",
+                         "content", t, "tool_calls", "type", "function", "function", "name",
+                         "f", "arguments", t, "prompt", t, "stop", t, "model", t);
+        json_decref(t);
+        if (!body) abort();
     }
     gen_params(body);
     chat(body);

@@ -113,6 +113,48 @@ static void test_params(void) {
     CHECK(atlas_api_status_http(ATLAS_ERR_INTERNAL, &type) == 500);
 }
 
+/* Limits on what a client may ask for, each refused naming the field (issue 6 item 4). */
+static void expect_refused(const char *body, const char *field, const char *what) {
+    const char *param = NULL;
+    atlas_gen_params gp;
+    json_t *b = json_loads(body, JSON_ALLOW_NUL, NULL); /* the HTTP layer refuses NUL, but */
+    CHECK(b != NULL);
+    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param) == ATLAS_ERR_INVALID);
+    CHECK(param && !strcmp(param, field));
+    CHECK(strstr(atlas_last_error(), what) != NULL);
+    atlas_gen_params_free(&gp);
+    json_decref(b);
+}
+
+static void test_limits(void) {
+    char body[2048];
+    snprintf(body, sizeof body, "{\"stop\": [\"%0*d\"]}", ATLAS_MAX_STOP_BYTES + 1, 0);
+    expect_refused(body, "stop", "at most 512");
+    snprintf(body, sizeof body, "{\"stop\": \"%0*d\"}", ATLAS_MAX_STOP_BYTES, 0);
+    const char *param = NULL;
+    atlas_gen_params gp;
+    json_t *b = json_loads(body, 0, NULL);
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param)); /* at the limit */
+    CHECK(gp.n_stop == 1 && strlen(gp.stop[0]) == ATLAS_MAX_STOP_BYTES);
+    atlas_gen_params_free(&gp);
+    json_decref(b);
+    expect_refused("{\"stop\": \"a\\u0000b\"}", "stop", "NUL");
+    expect_refused("{\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\","
+                   "\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "stop", "at most 16");
+    expect_refused("{\"logit_bias\": {\" 5\": 1}}", "logit_bias", "not a token id");
+    expect_refused("{\"logit_bias\": {\"+5\": 1}}", "logit_bias", "not a token id");
+    expect_refused("{\"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs", "between");
+    expect_refused("{\"max_tokens\": 1e300}", "max_tokens", "integer");
+    expect_refused("{\"max_tokens\": 2147483648}", "max_tokens", "between");
+    /* the route matcher: ids may hold '/', never overflow arg */
+    char arg[8];
+    CHECK(atlas_http_route_match("/v1/models/{}/load", "/v1/models/org/m/load", arg, sizeof arg));
+    CHECK(!strcmp(arg, "org/m"));
+    CHECK(!atlas_http_route_match("/v1/models/{}/load", "/v1/models/12345678/load", arg, sizeof arg));
+    CHECK(!atlas_http_route_match("/v1/models/{}/load", "/v1/models//load", arg, sizeof arg));
+    CHECK(!atlas_http_route_match("/v1/models/{}", "/v1/models/", arg, sizeof arg));
+}
+
 static void test_endpoints(void) {
     int st;
     json_t *v = request("GET", "/health", NULL, &st);
@@ -195,6 +237,7 @@ static void test_disconnect(atlas_engine *e) {
 
 int main(void) {
     test_params();
+    test_limits();
     char llama[4096], qwen[4096];
     snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
     snprintf(qwen, sizeof qwen, "%s", harness_data_path("tiny-qwen3"));

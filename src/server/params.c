@@ -103,7 +103,8 @@ static atlas_status parse_logit_bias(const json_t *body, const atlas_tokenizer *
     json_object_foreach((json_t *)lb, key, v) {
         char *end;
         long long id = strtoll(key, &end, 10);
-        if (!*key || *end || id < 0 || (unsigned long long)id >= vocab)
+        /* digits only: strtoll would also take " 5" or "+5", a second entry for token 5 */
+        if (*key < '0' || *key > '9' || *end || id < 0 || (unsigned long long)id >= vocab)
             return atlas_fail(ATLAS_ERR_INVALID,
                               "'logit_bias' key '%.40s' is not a token id in 0..%zu", key,
                               vocab - 1);

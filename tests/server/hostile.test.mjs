@@ -44,6 +44,8 @@ test('wrong types and values name the field', async () => {
   await expectError({ model: 'llama', messages: msg, top_p: 0 }, 400, 'top_p');
   await expectError({ model: 'llama', messages: msg, logit_bias: { 5: 1000 } }, 400, 'logit_bias');
   await expectError({ model: 'llama', messages: msg, logit_bias: { 999999999: 1 } }, 400, 'logit_bias');
+  await expectError({ model: 'llama', messages: msg, logit_bias: { ' 5': 1 } }, 400, 'logit_bias');
+  await expectError({ model: 'llama', messages: msg, logit_bias: { '+5': 1 } }, 400, 'logit_bias');
   // limits: a long stop string costs the engine quadratic time per token
   await expectError({ model: 'llama', messages: msg, stop: ['x'.repeat(513)] }, 400, /stop\[0\].*at most 512/);
   await expectError({ model: 'llama', messages: msg, stop: 'a\u0000b' }, 400, /NUL/);
