@@ -38,6 +38,10 @@ typedef struct atlas_model_params {
                              position, 4096)) */
     int max_batch_tokens; /* most tokens one forward may carry (default 512) */
     int load_tokenizer;   /* 1 (default): load DIR/tokenizer.json; 0: skip it */
+    int tp_rank;          /* tensor parallelism: this process's rank, 0..tp_size-1 (default 0) */
+    int tp_size;          /* ranks the model is split across (default 1: the whole model).
+                             Above 1 the model holds only its rank's shard, and every forward
+                             needs the all-reduce the caller provides (docs/TENSOR_PARALLEL.md) */
 } atlas_model_params;
 
 atlas_model_params atlas_model_default_params(void);

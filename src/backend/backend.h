@@ -115,6 +115,10 @@ typedef struct atlas_backend_ops {
                            int vocab);
     atlas_status (*sync)(atlas_backend *be);
     void (*destroy)(atlas_backend *be);
+    /* Optional (NULL: none): x[count] = its sum over the ranks of tensor parallelism, in
+     * place, ordered with the other ops (CUDA: NCCL on the backend's stream). Only called
+     * at a world size above 1; docs/TENSOR_PARALLEL.md. */
+    atlas_status (*all_reduce)(atlas_backend *be, void *x, size_t count);
 } atlas_backend_ops;
 
 /* Every implementation embeds this as its first member. */

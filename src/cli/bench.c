@@ -25,6 +25,7 @@ typedef struct bench_opts {
     atlas_device device;
     double read_gib;
     int gemm;
+    int tp; /* --tensor-parallel */
 } bench_opts;
 
 static double now_s(void) {
@@ -35,12 +36,14 @@ static double now_s(void) {
 
 static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
-                    "[--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n");
+                    "[--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
+                    "                   [--tensor-parallel N]   (N > 1 needs N GPUs and "
+                    "libnccl.so.2; not wired yet)\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, ATLAS_DEVICE_CUDA, 8.0, 8192};
+    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, ATLAS_DEVICE_CUDA, 8.0, 8192, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage();
@@ -60,6 +63,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->read_gib = atof(v);
         } else if (!strcmp(a, "--gemm")) {
             o->gemm = atoi(v);
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (end == v || *end || t < 1 || t > 64) return usage();
+            o->tp = (int)t;
         } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "cuda")) o->device = ATLAS_DEVICE_CUDA;
             else if (!strcmp(v, "cpu")) o->device = ATLAS_DEVICE_CPU;
@@ -103,6 +111,10 @@ int atlas_cli_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
+    if (atlas_model_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches the GPU */
+        fprintf(stderr, "atlas bench: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
+        return 1;
+    }
     int max_p = 0;
     for (int i = 0; i < o.n_p; i++) max_p = o.p[i] > max_p ? o.p[i] : max_p;
     int ctx_max = max_p + o.n + 8, max_blocks = (ctx_max + BLOCK - 1) / BLOCK;

@@ -23,7 +23,7 @@
 
 typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
-    int n, threads, top_logprobs, json;
+    int n, threads, top_logprobs, json, tp;
     atlas_device device;
     atlas_sampler_params sp;
     int set_temp, set_top_k, set_top_p;
@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "  --top-logprobs K     with --json: the K most likely tokens (default 0)\n"
             "  --device cpu|cuda|auto   (default auto: CUDA when usable, else the CPU)\n"
             "  --threads N          CPU threads (default: one per core)\n"
+            "  --tensor-parallel N  split the model across N GPUs (default 1; N > 1 needs N\n"
+            "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  -h, --help           this help\n",
             atlas_cli_default_model());
 }
@@ -99,6 +101,7 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
     else if (!strcmp(a, "-n")) rc = parse_long(a, v, 0, 1 << 20, &l), o->n = (int)l;
     else if (!strcmp(a, "--threads")) rc = parse_long(a, v, 1, 1024, &l), o->threads = (int)l;
+    else if (!strcmp(a, "--tensor-parallel")) rc = parse_long(a, v, 1, 64, &l), o->tp = (int)l;
     else if (!strcmp(a, "--top-logprobs")) rc = parse_long(a, v, 0, 1000, &l), o->top_logprobs = (int)l;
     else if (!strcmp(a, "--top-k")) rc = parse_long(a, v, 0, 1 << 30, &l), o->sp.top_k = (int)l, o->set_top_k = 1;
     else if (!strcmp(a, "--seed")) {
@@ -374,10 +377,15 @@ static int run_model(run_opts *o, atlas_model *m) {
 }
 
 int atlas_cli_run(int argc, char **argv) {
-    run_opts o = {.n = 32, .device = ATLAS_DEVICE_AUTO, .sp = atlas_sampler_default_params()};
+    run_opts o = {.n = 32, .tp = 1, .device = ATLAS_DEVICE_AUTO,
+                  .sp = atlas_sampler_default_params()};
     for (int i = 1; i < argc; i++) {
         int rc = parse_opt(&o, argc, argv, &i);
         if (rc >= 0) return rc;
+    }
+    if (atlas_model_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches a model */
+        fprintf(stderr, "atlas run: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
+        return 1;
     }
     if (o.prompt && o.prompt_ids) {
         fprintf(stderr, "atlas run: give -p or --prompt-ids, not both\n");

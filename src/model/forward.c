@@ -10,6 +10,12 @@
  *     x += att @ Wo^T;            h = rmsnorm(x) * mlp_norm[l]
  *     x += swiglu(h @ Wgate_up^T) @ Wdown^T;  h = rmsnorm(x) * (attn_norm[l+1] or norm)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
+ *
+ * Tensor parallelism (tp_size N > 1, docs/TENSOR_PARALLEL.md): the backend geometry holds
+ * the rank's H/N heads, its KV heads and f/N MLP columns, so qkv, att, gate_up and act are
+ * the rank's slices and the two projections back to d give partial sums; the all-reduce
+ * after each adds them up over the ranks, which leaves x identical on every rank. Only
+ * rank 0 computes logits. At N = 1 nothing here differs from the plain forward.
  */
 #include "model/forward.h"
 
@@ -64,12 +70,22 @@ static atlas_status check_batch(const atlas_model *m, const atlas_batch *b) {
     return ATLAS_OK;
 }
 
+/* The sum over ranks of a->o[n, d] (partial outputs of o_proj or down_proj). */
+static atlas_status all_reduce(atlas_model *m, int n, int d) {
+    size_t count = (size_t)n * d;
+    if (m->all_reduce) return m->all_reduce(m->all_reduce_ctx, m->be, m->acts.o, count);
+    if (m->be->ops->all_reduce) return m->be->ops->all_reduce(m->be, m->acts.o, count);
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor parallel rank %d of %d: no all-reduce "
+                      "(the %s backend has none and none was set)", m->tp_rank, m->tp_size,
+                      m->be->ops->name);
+}
+
 static atlas_status run_layers(atlas_model *m, int n) {
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
     const atlas_config *c = &m->cfg;
     atlas_acts *a = &m->acts;
-    int d = c->hidden, f = c->intermediate;
+    int d = c->hidden, f = be->geom.intermediate; /* f: the rank's MLP columns */
     ATLAS_TRY(op->embed(be, a->x, m->w.embed));
     ATLAS_TRY(op->rmsnorm(be, a->h, a->x, m->w.layers[0].attn_norm, n, d));
     for (int l = 0; l < c->n_layers; l++) {
@@ -80,10 +96,12 @@ static atlas_status run_layers(atlas_model *m, int n) {
         ATLAS_TRY(op->kv_store(be, a->qkv, m->kv, l));
         ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
         ATLAS_TRY(op->matmul(be, a->o, a->att, lw->o, NULL, n));
+        if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, lw->mlp_norm, n, d));
         ATLAS_TRY(op->matmul(be, a->gate_up, a->h, lw->gate_up, NULL, n));
         ATLAS_TRY(op->swiglu(be, a->act, a->gate_up, n, f));
         ATLAS_TRY(op->matmul(be, a->o, a->act, lw->down, NULL, n));
+        if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         const atlas_weight *next = l + 1 < c->n_layers ? m->w.layers[l + 1].attn_norm : m->w.norm;
         ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, next, n, d));
     }
@@ -110,12 +128,17 @@ static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logi
     return op->sync(be);
 }
 
+/* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). */
 static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits, int32_t *ids) {
     ATLAS_TRY(check_batch(m, b));
+    if ((logits || ids) && (m->tp_rank > 0 || !m->w.lm_head))
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): tensor parallel rank %d has no "
+                          "lm_head (rank 0 computes the logits): use the layers-only forward",
+                          m->dir, m->tp_rank);
     pthread_mutex_lock(&m->forward_mu);
     atlas_status st = m->be->ops->begin_batch(m->be, b, m->kv_block_size);
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
-    if (st == ATLAS_OK) st = run_logits(m, b, logits, ids);
+    if (st == ATLAS_OK) st = logits || ids ? run_logits(m, b, logits, ids) : m->be->ops->sync(m->be);
     pthread_mutex_unlock(&m->forward_mu);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s)", m->dir);
     return ATLAS_OK;
@@ -127,4 +150,13 @@ atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *lo
 
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids) {
     return forward(m, b, NULL, ids);
+}
+
+atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b) {
+    return forward(m, b, NULL, NULL);
+}
+
+void atlas_model_set_all_reduce(atlas_model *m, atlas_all_reduce_fn fn, void *ctx) {
+    m->all_reduce = fn;
+    m->all_reduce_ctx = ctx;
 }

@@ -21,6 +21,27 @@ atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *lo
  * the full logits). ids[b->n_logits]. */
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids);
 
+/* Tensor parallelism (tp_size > 1 in atlas_model_params): sums x[count] (the partial
+ * outputs of the attention and MLP projections, backend memory in its activation type)
+ * over all ranks, in place. Called twice per layer on every rank, in the same order; on
+ * GPUs it wraps NCCL's all-reduce on the backend's stream; tests plug in a stand-in. */
+typedef atlas_status (*atlas_all_reduce_fn)(void *ctx, atlas_backend *be, void *x,
+                                            size_t count);
+/* Sets the model's all-reduce (NULL: the backend's all_reduce op). Never called at
+ * tp_size 1. Set it before the first forward. */
+void atlas_model_set_all_reduce(atlas_model *m, atlas_all_reduce_fn fn, void *ctx);
+
+/* A non-lead rank's forward (tp_rank > 0): the layers only, which meet the other ranks in
+ * the all-reduces; no logits (rank 0 has lm_head and samples). Any rank may call it. */
+atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b);
+
+/* Whether tensor parallelism over `world` GPUs can start here: ATLAS_OK for 1; above 1
+ * ATLAS_ERR_UNSUPPORTED with one line saying what it needs (N GPUs, libnccl.so.2, the rank
+ * processes, which are not wired yet) and what this machine has (the GPU count or why
+ * there is none, the NCCL version or why it cannot be loaded). Loads the driver and NCCL
+ * when world > 1; nothing else. */
+atlas_status atlas_model_tp_preflight(int world);
+
 /* The parsed config.json / generation_config.json (sampling defaults). Valid while m is. */
 const atlas_config *atlas_model_config(const atlas_model *m);
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
+#include "parallel/shard.h"
 
 atlas_model_params atlas_model_default_params(void) {
     return (atlas_model_params){.device = ATLAS_DEVICE_AUTO,
@@ -21,7 +22,9 @@ atlas_model_params atlas_model_default_params(void) {
                                 .kv_block_size = 16,
                                 .kv_tokens = 0,
                                 .max_batch_tokens = 512,
-                                .load_tokenizer = 1};
+                                .load_tokenizer = 1,
+                                .tp_rank = 0,
+                                .tp_size = 1};
 }
 
 static atlas_status check_params(const atlas_model_params *p) {
@@ -35,6 +38,9 @@ static atlas_status check_params(const atlas_model_params *p) {
     if (p->kv_block_size < 1 || p->kv_block_size > 4096)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: kv_block_size %d (1..4096)",
                           p->kv_block_size);
+    if (p->tp_size < 1 || p->tp_size > 64 || p->tp_rank < 0 || p->tp_rank >= p->tp_size)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: tp_rank %d, tp_size %d (1..64 "
+                          "ranks, rank below it)", p->tp_rank, p->tp_size);
     if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: max_batch_tokens %d (1..65536)",
                           p->max_batch_tokens);
@@ -64,7 +70,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
 }
 
 static atlas_status alloc_acts(atlas_model *m) {
-    const atlas_config *c = &m->cfg;
+    const atlas_backend_geom *c = &m->be->geom; /* the rank's local widths */
     size_t T = (size_t)m->max_batch_tokens, e = m->be->act_size;
     size_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads,
            f = c->intermediate;
@@ -94,7 +100,7 @@ static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
                               ? m->cfg.max_position : 4096;
     m->kv_blocks = p->kv_blocks ? p->kv_blocks : (tokens + m->kv_block_size - 1) / m->kv_block_size;
     m->kv_bytes = (size_t)2 * m->cfg.n_layers * m->kv_blocks * m->kv_block_size *
-                  m->cfg.n_kv_heads * m->cfg.head_dim * m->be->act_size;
+                  m->be->geom.n_kv_heads * m->cfg.head_dim * m->be->act_size;
     return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
 }
 
@@ -130,8 +136,19 @@ static atlas_status load_all(atlas_model *m, const atlas_model_params *p) {
         .rope_attn_factor = attn_factor, .max_position = c->max_position,
         .sliding_window = c->sliding_window, .sliding_from_layer = c->sliding_from_layer,
     };
+    atlas_shard_plan plan;
+    m->tp_rank = p->tp_rank;
+    m->tp_size = p->tp_size;
+    if (p->tp_size > 1) { /* the backend sees only this rank's heads and MLP columns */
+        atlas_shard_geom sg;
+        atlas_shard_geom_from_config(c, &sg);
+        ATLAS_TRY(atlas_shard_plan_make(&sg, p->tp_size, p->tp_rank, &plan));
+        g.n_heads = plan.n_q_heads;
+        g.n_kv_heads = plan.n_kv_heads;
+        g.intermediate = plan.n_mlp;
+    }
     ATLAS_TRY(pick_backend(m, p, &g));
-    ATLAS_TRY(atlas_weights_load(m->be, m->st, c, &m->w));
+    ATLAS_TRY(atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL, &m->w));
     m->max_batch_tokens = p->max_batch_tokens;
     ATLAS_TRY(load_kv(m, p));
     return alloc_acts(m);

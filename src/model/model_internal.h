@@ -9,11 +9,14 @@
 #include "atlas/model.h"
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
 /* Activation buffers of one forward, in backend memory, for up to T = max_batch_tokens. */
 typedef struct atlas_acts {
+    /* Widths are the backend geometry's: with tensor parallelism the rank's local heads
+     * (H, K) and MLP columns (f). */
     void *x;       /* [T, d] the residual stream */
     void *h;       /* [T, d] normed */
     void *qkv;     /* [T, (H + 2K) * hd] */
@@ -43,6 +46,9 @@ struct atlas_model {
     atlas_acts acts;
     int32_t eos[ATLAS_MAX_EOS];
     int n_eos;
+    int tp_rank, tp_size;          /* tensor parallelism; 0 / 1: the whole model */
+    atlas_all_reduce_fn all_reduce; /* sums a->o over the ranks; NULL: the backend's op */
+    void *all_reduce_ctx;
 };
 
 #endif

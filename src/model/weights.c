@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "parallel/shard.h"
 
 typedef struct binder {
     atlas_backend *be;
     const atlas_st *st;
     atlas_model_weights *w;
+    const atlas_shard_plan *plan; /* NULL: the whole model (world size 1) */
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -51,12 +53,52 @@ static void account(binder *b, const atlas_tensor_view *v, int is_matrix) {
 }
 
 /* Loads the n named tensors fused along dim 0; each has rows[i] rows (and cols columns). */
+static atlas_status keep_owned(atlas_model_weights *w, void *p) {
+    if (w->n_owned == w->cap_owned) {
+        int cap = w->cap_owned ? 2 * w->cap_owned : 16;
+        void **grown = realloc(w->owned, (size_t)cap * sizeof *grown);
+        if (!grown) return ATLAS_ERR_NOMEM;
+        w->owned = grown;
+        w->cap_owned = cap;
+    }
+    w->owned[w->n_owned++] = p;
+    return ATLAS_OK;
+}
+
+/* With a shard plan: this rank's parts of the n views (row splits point into the mapping,
+ * column bands are copied into owned[i]). *present is false when the rank holds none of
+ * them (lm_head off rank 0); a fused weight's parts are all present or all absent. */
+static atlas_status shard_views(binder *b, const atlas_tensor_view **views, int n,
+                                atlas_tensor_view *parts, void **owned, bool *present) {
+    for (int i = 0; i < n; i++) {
+        ATLAS_TRY(atlas_shard_view(b->plan, views[i], &parts[i], &owned[i], present));
+        if (!*present) return ATLAS_OK;
+        views[i] = &parts[i];
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
                          int64_t cols, atlas_weight **out) {
     const atlas_tensor_view *views[4] = {0};
+    atlas_tensor_view parts[4];
+    void *owned[4] = {0};
+    bool present = true;
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
-    atlas_status st = b->be->ops->weight_load(b->be, views, n, out);
-    if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);
+    atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
+    if (st == ATLAS_OK && present) {
+        st = b->be->ops->weight_load(b->be, views, n, out);
+        if (st != ATLAS_OK) st = atlas_fail_wrap(st, "binding %s", names[0]);
+    }
+    /* The CPU backend keeps pointing at a 2-D view's bytes: a gathered column band lives
+     * as long as the weights do (freed by atlas_weights_free). */
+    for (int i = 0; i < n; i++)
+        if (owned[i] && (st != ATLAS_OK || keep_owned(b->w, owned[i]) != ATLAS_OK)) {
+            free(owned[i]);
+            if (st == ATLAS_OK)
+                st = atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of memory", names[0]);
+        }
+    if (st != ATLAS_OK || !present) return st;
     for (int i = 0; i < n; i++) account(b, views[i], cols != 0);
     return ATLAS_OK;
 }
@@ -121,9 +163,15 @@ static atlas_status bind_all(binder *b, const atlas_config *c) {
 
 atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
                                 atlas_model_weights *out) {
+    return atlas_weights_load_shard(be, st, cfg, NULL, out);
+}
+
+atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
+                                      const atlas_config *cfg, const atlas_shard_plan *plan,
+                                      atlas_model_weights *out) {
     memset(out, 0, sizeof *out);
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
-    binder b = {be, st, out};
+    binder b = {be, st, out, plan};
     atlas_status s = bind_all(&b, cfg);
     if (s != ATLAS_OK) {
         atlas_weights_free(be, out);
@@ -147,5 +195,7 @@ void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
         wf(be, w->norm);
     }
     free(w->layers);
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
     memset(w, 0, sizeof *w);
 }

@@ -34,11 +34,23 @@ typedef struct atlas_model_weights {
     int64_t n_params;            /* elements of the tensors bound (tied counted once) */
     size_t n_bytes;              /* their bytes in the files */
     atlas_dtype dtype;           /* of the big matrices; ATLAS_DTYPE_COUNT when mixed */
+    void **owned;                /* tensor parallel: gathered column bands the backend's
+                                    weights may point into (o_proj, down_proj) */
+    int n_owned, cap_owned;
 } atlas_model_weights;
 
 /* Binds every weight the config calls for. On failure nothing stays loaded. */
 atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
                                 atlas_model_weights *out);
+/* As atlas_weights_load, but only this rank's part of each tensor (parallel/shard.h):
+ * q/k/v and gate/up rows, o_proj/down_proj columns, lm_head on rank 0 only (NULL on the
+ * others unless tied). plan NULL: the whole model, exactly as atlas_weights_load. Sizes in
+ * n_params / n_bytes are this rank's. */
+struct atlas_shard_plan;
+atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
+                                      const atlas_config *cfg,
+                                      const struct atlas_shard_plan *plan,
+                                      atlas_model_weights *out);
 /* Frees what atlas_weights_load bound; a zeroed struct is fine. */
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
 
