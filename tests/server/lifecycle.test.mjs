@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, postJSON, greedy, LLAMA, DATA } from './lib.mjs';
+import { startServer, postJSON, getJSON, greedy, LLAMA, DATA } from './lib.mjs';
 
 const long = (stream) => ({ model: 'llama', prompt: 'go', max_tokens: 100000, ignore_eos: true, stream });
 
@@ -18,6 +18,13 @@ test('queue full: 429 with Retry-After, the others served', async () => {
     const running = fetch(`${srv.base}/v1/completions`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: JSON.stringify(long(true)) });
     await (await running).body.getReader().read();
     const waiting = postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: 'x', max_tokens: 2 });
+    // under load the probes below could overtake it and take its queue place themselves:
+    // wait until the engine reports it queued
+    for (let i = 0; i < 100; i++) {
+      const h = await getJSON(srv.base, '/health');
+      if (h.json && h.json.queued >= 1) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
     let full;
     for (let i = 0; i < 50; i++) {
       full = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: 'y', max_tokens: 2 });
