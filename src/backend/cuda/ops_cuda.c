@@ -92,7 +92,8 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    int bs = kv->block_size, window = g->sliding_window, max_blocks = cb->max_blocks;
+    int bs = kv->block_size, max_blocks = cb->max_blocks;
+    int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
     float qscale = 1.4426950408889634f / __builtin_sqrtf((float)hd);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
     CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
@@ -111,7 +112,8 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
     if (cb->use_prefill_attn && c->n >= 16 && c->n >= 8 * cb->n_tiles && (hd == 64 || hd == 128))
         return op_attention_tiles(cb, c);
-    int n = c->n, bs = kv->block_size, window = g->sliding_window, max_blocks = cb->max_blocks;
+    int n = c->n, bs = kv->block_size, max_blocks = cb->max_blocks;
+    int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
     int chunk = cb->chunk, tile = attn_tile(G, hd);
     float scale = 1.0f / __builtin_sqrtf((float)hd);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
