@@ -55,6 +55,16 @@ static tnode *node_new(tnode_kind kind, const ttok *t) {
     return n;
 }
 
+/* The end of every parse_*: hands n to *out on success, frees it on failure. */
+static atlas_status node_done(tnode *n, atlas_status st, tnode **out) {
+    if (st != ATLAS_OK) {
+        tpl_node_free(n);
+        return st;
+    }
+    *out = n;
+    return ATLAS_OK;
+}
+
 static atlas_status nomem(parser *p) { return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory parsing", p->name); }
 
 static atlas_status add_kid(parser *p, tnode *n, tnode *kid) {
@@ -646,12 +656,7 @@ static atlas_status parse_expr(parser *p, tnode **out) {
         }
     }
     p->depth--;
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 /* expr or a bare tuple "a, b" (for set and {{ }}) */
@@ -676,12 +681,7 @@ static atlas_status parse_tuple_expr(parser *p, tnode **out) {
         st = parse_expr(p, &v);
         if (st == ATLAS_OK) st = add_kid(p, n, v);
     }
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 /* ---- statements ---------------------------------------------------------------------- */
@@ -726,12 +726,7 @@ static atlas_status parse_if(parser *p, const ttok *t, tnode **out) {
         }
         if (st == ATLAS_OK) st = end_tag(p);
     }
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 static atlas_status parse_for(parser *p, const ttok *t, tnode **out) {
@@ -767,12 +762,7 @@ static atlas_status parse_for(parser *p, const ttok *t, tnode **out) {
         if (st == ATLAS_OK) st = parse_body(p, endfor, &n->c);
     }
     if (st == ATLAS_OK) st = end_tag(p);
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 /* filters after {% set x | f %} or {% filter f %}: TN_FILTER nodes with a = NULL */
@@ -824,12 +814,7 @@ static atlas_status parse_set(parser *p, const ttok *t, tnode **out) {
         if (st == ATLAS_OK) st = parse_body(p, endset, &n->b);
         if (st == ATLAS_OK) st = end_tag(p);
     }
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 /* (a, b=default, ...) for macro and call blocks */
@@ -876,12 +861,7 @@ static atlas_status parse_macro(parser *p, const ttok *t, bool call, tnode **out
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, call ? endcall : endmacro, &n->b);
     if (st == ATLAS_OK) st = end_tag(p);
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 /* {% with a = 1, b = x %} ... {% endwith %} */
@@ -912,12 +892,7 @@ static atlas_status parse_with(parser *p, const ttok *t, tnode **out) {
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, endwith, &n->b);
     if (st == ATLAS_OK) st = end_tag(p);
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
+    return node_done(n, st, out);
 }
 
 static atlas_status parse_statement(parser *p, tnode **out) {
