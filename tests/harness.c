@@ -26,6 +26,22 @@ int harness_require_file(const char *path) {
     return 0;
 }
 
+int harness_mkdtemp(char *buf, size_t cap, const char *tag) {
+    const char *base = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/atlas-%s-XXXXXX", base && *base ? base : "/tmp", tag);
+    if (!mkdtemp(buf)) {
+        perror("mkdtemp");
+        return 0;
+    }
+    return 1;
+}
+
+void harness_rm_rf(const char *path) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
+}
+
 int harness_finish(void) {
     if (harness_failures) {
         fprintf(stderr, "FAILED: %d of %d checks\n", harness_failures, harness_checks);

@@ -47,6 +47,11 @@ const char *harness_data_path(const char *rel);
 /* 1 when the file exists; otherwise prints "SKIP: why" and returns 0. Use for the fetched
  * tokenizer.json files, which scripts/setup.sh provides. */
 int harness_require_file(const char *path);
+/* Makes a fresh directory $TMPDIR/atlas-TAG-XXXXXX (or under /tmp) into buf; 0 on
+ * failure (after printing why). */
+int harness_mkdtemp(char *buf, size_t cap, const char *tag);
+/* Removes a directory made by harness_mkdtemp, with everything in it. */
+void harness_rm_rf(const char *path);
 int harness_finish(void);
 
 #endif

@@ -524,19 +524,8 @@ static void test_rope(void) {
     CHECK(fabs(attn - 1.2079441541679836) < 1e-15);
 }
 
-static void rm_rf(const char *path) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 int main(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/atlas-cfg-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    if (!harness_mkdtemp(tmpdir, sizeof tmpdir, "cfg")) return 2;
     test_fixtures();
     test_styles();
     test_architectures();
@@ -546,6 +535,6 @@ int main(void) {
     test_errors_rope();
     test_errors_files();
     test_rope();
-    rm_rf(tmpdir);
+    harness_rm_rf(tmpdir);
     return harness_finish();
 }

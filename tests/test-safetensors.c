@@ -588,19 +588,8 @@ static void test_open_speed(void) {
     atlas_st_free(st);
 }
 
-static void rm_rf(const char *path) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 int main(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/atlas-st-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    if (!harness_mkdtemp(tmpdir, sizeof tmpdir, "st")) return 2;
     test_fixtures();
     test_sharded();
     test_sharded_errors();
@@ -608,6 +597,6 @@ int main(void) {
     test_bad_headers();
     test_good_small();
     test_open_speed();
-    rm_rf(tmpdir);
+    harness_rm_rf(tmpdir);
     return harness_finish();
 }
