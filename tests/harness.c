@@ -1,6 +1,7 @@
 /* tests/harness.c — see harness.h. */
 #include "harness.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -40,6 +41,23 @@ void harness_rm_rf(const char *path) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
+}
+
+double harness_rel_err(const float *a, const float *ref, int n) {
+    double maxdiff = 0, maxabs = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > maxdiff || isnan(d)) maxdiff = isnan(d) ? INFINITY : d;
+        if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
+    }
+    return maxabs > 0 ? maxdiff / maxabs : maxdiff;
+}
+
+int harness_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
 }
 
 int harness_finish(void) {

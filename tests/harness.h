@@ -52,6 +52,11 @@ int harness_require_file(const char *path);
 int harness_mkdtemp(char *buf, size_t cap, const char *tag);
 /* Removes a directory made by harness_mkdtemp, with everything in it. */
 void harness_rm_rf(const char *path);
+/* max |a - ref| / max |ref| over n values (INFINITY if any difference is NaN): the
+ * normalised error the issues bound logits with. */
+double harness_rel_err(const float *a, const float *ref, int n);
+/* Index of the largest of x[n] (the first on ties). */
+int harness_argmax(const float *x, int n);
 int harness_finish(void);
 
 #endif

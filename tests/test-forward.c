@@ -58,23 +58,6 @@ static const void *tensor(const atlas_st *st, const char *name) {
     return v ? v->data : NULL;
 }
 
-static double rel_err(const float *a, const float *ref, int n) {
-    double maxdiff = 0, maxabs = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d > maxdiff || isnan(d)) maxdiff = isnan(d) ? INFINITY : d;
-        if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
-    }
-    return maxabs > 0 ? maxdiff / maxabs : maxdiff;
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Feeds chunk[s] = ids of seqs[s] (count[s] tokens, following what is cached) as one batch.
  * want_all: logits of every token (into logits, token-major), else of each seq's last. */
 static atlas_status feed(atlas_model *m, seq **seqs, int n_seqs, const int32_t *const *chunk,
@@ -146,17 +129,17 @@ static void test_single(atlas_model *m, const char *model, int p, const prompt *
     float *logits = malloc(sizeof(float) * V * (all ? pr->n : 1));
     CHECK_OK(feed(m, &sp, 1, &pr->ids, &pr->n, all, logits));
     const float *last = logits + (size_t)(all ? pr->n - 1 : 0) * V;
-    double err = rel_err(last, pr->last_logits, V);
+    double err = harness_rel_err(last, pr->last_logits, V);
     CHECK_MSG(err <= 1e-4, "%s p%d: last logits error %.3g > 1e-4", model, p, err);
     printf("%s p%d (%d tokens): last-logits error %.2e\n", model, p, pr->n, err);
     for (int i = 0; all && i < pr->n; i++) {
         const float *tv = pr->topk_values + i * 8;
         if (tv[0] - tv[1] < 1e-3f) continue;
-        int got = argmax(logits + (size_t)i * V, V);
+        int got = harness_argmax(logits + (size_t)i * V, V);
         CHECK_MSG(got == pr->topk_ids[i * 8], "%s p%d position %d: top-1 %d, want %d", model, p,
                   i, got, pr->topk_ids[i * 8]);
     }
-    int32_t gen[N_GREEDY], next = argmax(last, V);
+    int32_t gen[N_GREEDY], next = harness_argmax(last, V);
     for (int i = 0; greedy && i < N_GREEDY; i++) {
         gen[i] = next;
         int one = 1;
@@ -183,7 +166,7 @@ static void test_chunked(atlas_model *m, const char *model, int p, const prompt 
         CHECK_OK(feed(m, &sp, 1, &chunk, &cnt, 0, logits));
         i += cnt;
     }
-    double err = rel_err(logits, pr->last_logits, V);
+    double err = harness_rel_err(logits, pr->last_logits, V);
     CHECK_MSG(err <= 1e-4, "%s p%d chunked: last logits error %.3g > 1e-4", model, p, err);
     free(logits);
 }
@@ -203,12 +186,12 @@ static void test_batch(atlas_model *m, const char *model, const prompt *pr, int 
     }
     CHECK_OK(feed(m, sp, n, chunk, count, 0, logits));
     for (int i = 0; i < n; i++) {
-        double err = rel_err(logits + (size_t)i * V, pr[i].last_logits, V);
+        double err = harness_rel_err(logits + (size_t)i * V, pr[i].last_logits, V);
         CHECK_MSG(err <= 1e-4, "%s batch seq %d: last logits error %.3g > 1e-4", model, i, err);
     }
     for (int step = 0; step < N_GREEDY; step++) {
         for (int i = 0; i < n; i++) {
-            gen[i][step] = argmax(logits + (size_t)i * V, V);
+            gen[i][step] = harness_argmax(logits + (size_t)i * V, V);
             chunk[i] = &gen[i][step];
             count[i] = 1;
         }

@@ -32,23 +32,6 @@ static void seq_init(seq *s) { /* scrambled blocks: (i * 37) mod n, n coprime to
     for (int i = 0; i < MAX_BLOCKS; i++) s->table[i] = (int32_t)((next_block++ * 37) % n_kv_blocks);
 }
 
-static double rel_err(const float *a, const float *ref, int n) {
-    double md = 0, ma = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= md)) md = d;
-        if (fabs(ref[i]) > ma) ma = fabs(ref[i]);
-    }
-    return ma > 0 ? md / ma : md;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* One batch of n_seqs sequences, count[s] tokens each; logits (or ids) of each's last token. */
 static atlas_status feed(atlas_model *m, seq **seqs, int n_seqs, const int32_t *const *chunk,
                          const int *count, float *logits, int32_t *ids) {
@@ -126,15 +109,15 @@ static void run_single(atlas_model *g, atlas_model *c, const char *name, int p, 
     seq *pg = &sg, *pc = &sc;
     float *lg = malloc(4 * (size_t)V), *lc = malloc(4 * (size_t)V);
     CHECK_OK(feed(g, &pg, 1, &pr->ids, &pr->n, lg, NULL));
-    double e_ref = rel_err(lg, pr->last, V), e_cpu = 0;
+    double e_ref = harness_rel_err(lg, pr->last, V), e_cpu = 0;
     if (c) {
         CHECK_OK(feed(c, &pc, 1, &pr->ids, &pr->n, lc, NULL));
-        e_cpu = rel_err(lg, lc, V);
+        e_cpu = harness_rel_err(lg, lc, V);
         CHECK_MSG(e_cpu <= 2e-2, "%s p%d: gpu vs cpu last logits %.3g > 2e-2", name, p, e_cpu);
     }
     CHECK_MSG(e_ref <= 2e-2, "%s p%d: last logits error %.3g > 2e-2", name, p, e_ref);
     printf("%s p%d (%d tokens): vs reference %.2e, vs cpu %.2e\n", name, p, pr->n, e_ref, e_cpu);
-    int32_t next = argmax(lg, V);
+    int32_t next = harness_argmax(lg, V);
     for (int i = 0; i < N_GREEDY; i++) {
         gen[i] = next;
         int one = 1;
@@ -163,9 +146,9 @@ static void run_batch(atlas_model *g, const char *name, const prompt *pr, int n,
     }
     CHECK_OK(feed(g, sp, n, chunk, count, logits, NULL));
     for (int i = 0; i < n; i++) {
-        double e = rel_err(logits + (size_t)i * V, pr[i].last, V);
+        double e = harness_rel_err(logits + (size_t)i * V, pr[i].last, V);
         CHECK_MSG(e <= 2e-2, "%s batch seq %d: last logits error %.3g", name, i, e);
-        ids[i] = argmax(logits + (size_t)i * V, V);
+        ids[i] = harness_argmax(logits + (size_t)i * V, V);
     }
     for (int step = 0; step < N_GREEDY; step++) {
         for (int i = 0; i < n; i++) {
@@ -253,8 +236,8 @@ static void test_big(const char *dir) {
         CHECK_OK(feed(g, &pg, 1, &chunk, &count, lg, NULL));
         CHECK_OK(feed(c, &pc, 1, &chunk, &count, lc, NULL));
         for (int step = 0; step <= N_STEPS; step++) {
-            double e = rel_err(lg, lc, V);
-            int ag = argmax(lg, V), ac = argmax(lc, V);
+            double e = harness_rel_err(lg, lc, V);
+            int ag = harness_argmax(lg, V), ac = harness_argmax(lc, V);
             float best = lc[ac], second = -INFINITY;
             for (int i = 0; i < V; i++)
                 if (i != ac && lc[i] > second) second = lc[i];

@@ -153,23 +153,6 @@ static atlas_status tp_forward(atlas_model *r0, atlas_model *r1, const atlas_bat
     return st;
 }
 
-static double rel_err(const float *a, const float *ref, int n) {
-    double maxdiff = 0, maxabs = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d > maxdiff || isnan(d)) maxdiff = isnan(d) ? INFINITY : d;
-        if (fabs(ref[i]) > maxabs) maxabs = fabs(ref[i]);
-    }
-    return maxabs > 0 ? maxdiff / maxabs : maxdiff;
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* --- the checks ----------------------------------------------------------------------------- */
 
 typedef struct models {
@@ -218,15 +201,15 @@ static void check_prompt(models *ms, const char *name, const atlas_st *ref, int 
     CHECK_MSG(ms->g.calls[0] - calls0 == 2 * ms->n_layers && ms->g.calls[1] == ms->g.calls[0],
               "%s p%d: %d all-reduces on rank 0, %d in all on rank 1 (want 2 per layer, %d)",
               name, p, ms->g.calls[0] - calls0, ms->g.calls[1], ms->n_layers);
-    double e_whole = rel_err(lt, lw, V), e_ref = rel_err(lt, lv->data, V);
+    double e_whole = harness_rel_err(lt, lw, V), e_ref = harness_rel_err(lt, lv->data, V);
     CHECK_MSG(e_whole <= 1e-5, "%s p%d: tp=2 vs tp=1 logits error %.3g > 1e-5", name, p, e_whole);
     CHECK_MSG(e_ref <= 1e-4, "%s p%d: tp=2 vs reference error %.3g > 1e-4", name, p, e_ref);
     printf("%s p%d (%d tokens): tp=2 vs tp=1 %.2e, vs transformers %.2e (tp=1 %.2e)\n", name, p,
-           n, e_whole, e_ref, rel_err(lw, lv->data, V));
+           n, e_whole, e_ref, harness_rel_err(lw, lv->data, V));
     q.ctx = n;
     const int32_t *gref = gv->data;
     const float *margin = mv->data;
-    int32_t tok_w = argmax(lw, V), tok_t = argmax(lt, V), agree = 1;
+    int32_t tok_w = harness_argmax(lw, V), tok_t = harness_argmax(lt, V), agree = 1;
     for (int i = 0; i < steps && agree; i++) {
         CHECK_MSG(tok_t == tok_w, "%s p%d greedy step %d: tp=2 %d, tp=1 %d", name, p, i, tok_t,
                   tok_w);
