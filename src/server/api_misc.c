@@ -104,18 +104,8 @@ void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atla
 
 static int print_ehist(char **b, size_t *l, size_t *c, const char *name, const char *help,
                        const atlas_engine_hist *h) {
-    int rc = atlas_buf_printf(b, l, c, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t cum = 0;
-    for (int i = 0; i < ATLAS_ENGINE_HIST_BUCKETS; i++) {
-        cum += h->counts[i];
-        rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
-                               (unsigned long long)cum);
-    }
-    cum += h->counts[ATLAS_ENGINE_HIST_BUCKETS];
-    rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
-                           name, (unsigned long long)cum, name, h->sum, name,
-                           (unsigned long long)h->n);
-    return rc;
+    return atlas_metrics_print_hist(b, l, c, name, help, h->bounds, h->counts,
+                                    ATLAS_ENGINE_HIST_BUCKETS, h->sum, h->n);
 }
 
 #define COUNTER(name, help, v)                                                                 \

@@ -63,20 +63,26 @@ int atlas_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
-static int print_hist(char **b, size_t *l, size_t *c, const char *name, const char *help,
-                      const atlas_histogram *h) {
+int atlas_metrics_print_hist(char **b, size_t *l, size_t *c, const char *name, const char *help,
+                             const double *bounds, const uint64_t *counts, int n_bounds,
+                             double sum, uint64_t n) {
     int rc = atlas_buf_printf(b, l, c, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
-    for (int i = 0; i < ATLAS_HIST_BUCKETS; i++) {
-        cum += h->counts[i];
-        rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
+    for (int i = 0; i < n_bounds; i++) {
+        cum += counts[i];
+        rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i],
                                (unsigned long long)cum);
     }
-    cum += h->counts[ATLAS_HIST_BUCKETS];
+    cum += counts[n_bounds];
     rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
-                           name, (unsigned long long)cum, name, h->sum, name,
-                           (unsigned long long)h->n);
+                           name, (unsigned long long)cum, name, sum, name, (unsigned long long)n);
     return rc;
+}
+
+static int print_hist(char **b, size_t *l, size_t *c, const char *name, const char *help,
+                      const atlas_histogram *h) {
+    return atlas_metrics_print_hist(b, l, c, name, help, h->bounds, h->counts, ATLAS_HIST_BUCKETS,
+                                    h->sum, h->n);
 }
 
 int atlas_server_metrics_print(atlas_server_metrics *m, char **b, size_t *l, size_t *c) {

@@ -38,6 +38,11 @@ void atlas_server_metrics_observe(atlas_server_metrics *m, atlas_histogram *h, d
 const char *atlas_route_name(atlas_route_id route);
 
 /* Appends the server's metrics in Prometheus text format to *buf (malloc'd, grown). */
+/* Appends one Prometheus histogram (n_bounds bounds, n_bounds + 1 counts, the last +Inf)
+ * to the growing buffer *b (length *l, capacity *c); non-zero when out of memory. */
+int atlas_metrics_print_hist(char **b, size_t *l, size_t *c, const char *name, const char *help,
+                             const double *bounds, const uint64_t *counts, int n_bounds,
+                             double sum, uint64_t n);
 int atlas_server_metrics_print(atlas_server_metrics *m, char **buf, size_t *len, size_t *cap);
 
 /* printf-append to a growing buffer; returns 0, or -1 when out of memory. */
