@@ -53,7 +53,8 @@ static void check_sse(const char *out, size_t len, bool done) {
         if (n == 6 && !memcmp(out + i + 6, "[DONE]", 6)) {
             saw_done = true;
         } else {
-            json_t *v = json_loadb(out + i + 6, n, 0, NULL);
+            /* token text may hold NUL bytes: "\u0000" is valid JSON, so allow it */
+            json_t *v = json_loadb(out + i + 6, n, JSON_ALLOW_NUL, NULL);
             if (!json_is_object(v)) abort();
             json_decref(v);
         }
