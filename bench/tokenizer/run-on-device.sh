@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/tokenizer/run-on-device.sh [CORPUS_DIR] — times atlas's tokenizer and HF `tokenizers`
 # on the same corpus, on this machine's CPU, and prints a table of MB/s.  Run from the
-# repository root on a machine that has HF tokenizers (the GPU machine).  It needs, besides
+# repository root; HF tokenizers is the Python package where installed (the GPU machine), else
+# its Node binding from npm (any machine with npm).  It needs, besides
 # the repository: the corpus (bench/tokenizer/make-corpus.sh, default corpus/tokenizer: english,
 # code and, when present, multilingual, 3 MB each) and the
 # two tokenizer.json files (scripts/setup.sh fetches them; git ignores them), so with the
@@ -34,10 +35,21 @@ fi
 for m in jansson libpcre2-8 libutf8proc libmicrohttpd; do
     pkg-config --exists "$m" || { echo "run-on-device.sh: pkg-config cannot find $m (apt-get install the -dev package)" >&2; exit 1; }
 done
-python3 -c "import tokenizers" 2>/dev/null || { echo "run-on-device.sh: python3 cannot import tokenizers" >&2; exit 1; }
+# HF tokenizers: the Python package where it is installed (the GPU machine), else the same Rust
+# library through its Node binding from npm (bench/tokenizer/hf_bench.mjs).
+if python3 -c "import tokenizers" 2>/dev/null; then
+    hf() { python3 bench/tokenizer/hf_bench.py "$@"; }
+    hf_version="tokenizers $(python3 -c 'import tokenizers; print(tokenizers.__version__)') (Python)"
+else
+    [ -d bench/tokenizer/node_modules/tokenizers ] ||
+        npm install --silent --no-save --prefix bench/tokenizer tokenizers@0.23.2 >&2 ||
+        { echo "run-on-device.sh: neither python3 nor npm can provide HF tokenizers" >&2; exit 1; }
+    hf() { node bench/tokenizer/hf_bench.mjs "$@"; }
+    hf_version="tokenizers $(node -p "require('./bench/tokenizer/node_modules/tokenizers/package.json').version") (npm, Node binding)"
+fi
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-echo "tokenizers $(python3 -c 'import tokenizers; print(tokenizers.__version__)'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "$hf_version, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 build=${BUILD_DIR:-build-bench}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DATLAS_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$threads" --target atlas_lib >/dev/null
@@ -51,7 +63,7 @@ for model in llama3 qwen3; do
     # shellcheck disable=SC2086
     "$bench" -t "$threads" --dump-dir "$out/ids" "$dir" $files >"$out/atlas-$model.txt" || status=1
     # shellcheck disable=SC2086
-    RAYON_NUM_THREADS=$threads python3 bench/tokenizer/hf_bench.py --ids-dir "$out/ids" "$dir" \
+    RAYON_NUM_THREADS=$threads hf --ids-dir "$out/ids" "$dir" \
         $files >"$out/hf-$model.txt" || status=1
     grep -hE "ids identical|IDS DIFFER" "$out/hf-$model.txt" | sed "s/^/$model: /"
     # one row per (file, mode): atlas MB/s, HF MB/s, ratio
