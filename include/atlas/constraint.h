@@ -1,0 +1,118 @@
+/* atlas/constraint.h — constrained decoding: a program the generated text must follow, and a
+ * matcher that says which tokens may come next.
+ *
+ * A program is a sequence of segments matched in order:
+ *   LITERAL      exactly these bytes;
+ *   CHOICE       exactly one of n strings;
+ *   JSON_OBJECT  one JSON object (RFC 8259), with limits so that a model cannot run away and
+ *                every completed object parses with common parsers (jansson included):
+ *                nesting at most ATLAS_CONSTRAINT_MAX_DEPTH, at most
+ *                ATLAS_CONSTRAINT_MAX_WS whitespace bytes in a row outside strings, strings
+ *                of valid UTF-8 with valid escapes (surrogates paired, no \u0000), integer
+ *                parts of at most 18 digits and exponents of at most 2 (so that integers fit
+ *                64 bits and reals a double).  Leading whitespace is allowed (within the
+ *                same cap); the object ends at its closing brace.
+ * The program is complete when the last segment is.  Matching is deterministic: a CHOICE
+ * where one option is a proper prefix of another must be followed by a LITERAL whose first
+ * byte cannot continue the longer option (the builder refuses anything else), so that one
+ * byte never leaves two ways to go on.
+ *
+ * A vocabulary is every token's bytes, sorted once so that tokens sharing a prefix walk it
+ * once per step (a 150k vocabulary masks in about a millisecond).  A matcher is one
+ * sequence's position in a program; it computes the allowed tokens and advances by the
+ * chosen one.
+ *
+ * Threads: a program and a vocabulary are immutable once built and may be shared; a matcher
+ * belongs to one thread at a time. */
+#ifndef ATLAS_CONSTRAINT_H
+#define ATLAS_CONSTRAINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct atlas_constraint atlas_constraint;
+typedef struct atlas_constraint_vocab atlas_constraint_vocab;
+typedef struct atlas_constraint_matcher atlas_constraint_matcher;
+typedef struct atlas_tokenizer atlas_tokenizer; /* atlas/tokenizer.h */
+
+enum {
+    ATLAS_CONSTRAINT_MAX_DEPTH = 32,    /* nesting of objects and arrays in a JSON_OBJECT */
+    ATLAS_CONSTRAINT_MAX_WS = 16,       /* whitespace bytes in a row outside strings */
+    ATLAS_CONSTRAINT_MAX_SEGMENTS = 64, /* segments of one program */
+    ATLAS_CONSTRAINT_MAX_OPTIONS = 1024,/* strings of one CHOICE */
+    ATLAS_CONSTRAINT_MAX_BYTES = 65536, /* bytes of one LITERAL or CHOICE option */
+};
+
+/* ---- programs ------------------------------------------------------------------------- */
+
+/* An empty program (complete at once).  Free with atlas_constraint_free. */
+atlas_status atlas_constraint_new(atlas_constraint **out);
+void atlas_constraint_free(atlas_constraint *c); /* NULL: no-op */
+
+/* Appends a segment.  Errors: ATLAS_ERR_RANGE beyond the limits above, ATLAS_ERR_INVALID
+ * for an ambiguous CHOICE (see above: checked when the next segment is added, and by
+ * atlas_constraint_matcher_new for a CHOICE that ends the program), ATLAS_ERR_NOMEM.
+ * A failed append leaves the program as it was.  An empty literal adds nothing. */
+atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len);
+/* options[n] NUL-terminated strings, copied; duplicates count once; n >= 1. */
+atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options, int n);
+atlas_status atlas_constraint_add_json_object(atlas_constraint *c);
+
+/* A deep copy (the engine keeps one per request). */
+atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);
+
+int atlas_constraint_n_segments(const atlas_constraint *c);
+
+/* ---- vocabularies --------------------------------------------------------------------- */
+
+/* From explicit byte strings: token id i has bytes[i][0 .. lens[i]); lens[i] == 0 (or
+ * bytes[i] NULL) means the token is never allowed.  The bytes are copied. */
+atlas_status atlas_constraint_vocab_new(const char *const *bytes, const size_t *lens, int n,
+                                        atlas_constraint_vocab **out);
+
+/* From a tokenizer: ids 0 .. atlas_tokenizer_vocab_size(tok), each with
+ * atlas_tokenizer_token_bytes (added tokens have their content, e.g. "<tool_call>").
+ * skip_special: special tokens get no bytes (never allowed) — for a caller whose text drops
+ * them, so that the text and the matched bytes stay the same. */
+atlas_status atlas_constraint_vocab_from_tokenizer(const atlas_tokenizer *tok, bool skip_special,
+                                                   atlas_constraint_vocab **out);
+void atlas_constraint_vocab_free(atlas_constraint_vocab *v); /* NULL: no-op */
+int atlas_constraint_vocab_size(const atlas_constraint_vocab *v);
+
+/* ---- matchers ------------------------------------------------------------------------- */
+
+/* A matcher at the start of c (copied: c may be freed after).  v must outlive the matcher.
+ * v may be NULL for a matcher fed with atlas_constraint_matcher_accept_bytes only. */
+atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
+                                          const atlas_constraint_vocab *v,
+                                          atlas_constraint_matcher **out);
+void atlas_constraint_matcher_free(atlas_constraint_matcher *m); /* NULL: no-op */
+
+/* Sets allowed[id] to 1 for every token whose bytes are all accepted from the current state
+ * and 0 for the others, for id in [0, n); ids at or beyond the vocabulary's size are 0.
+ * Returns the number allowed (0 when the program is complete: nothing may follow). */
+int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed, int n);
+
+/* Advances by token id.  ATLAS_ERR_INVALID (state unchanged) when the token is not allowed,
+ * ATLAS_ERR_RANGE for an id outside the vocabulary. */
+atlas_status atlas_constraint_matcher_accept(atlas_constraint_matcher *m, int32_t id);
+
+/* Advances by len bytes; ATLAS_ERR_INVALID (state unchanged) at the first byte refused,
+ * naming its offset. */
+atlas_status atlas_constraint_matcher_accept_bytes(atlas_constraint_matcher *m,
+                                                   const char *bytes, size_t len);
+
+/* True once the program is complete (the last segment's last byte was accepted). */
+bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,708 @@
+/* engine/constraint.c — constraint programs, sorted token vocabularies and the matcher
+ * (atlas/constraint.h).
+ *
+ * The matcher is a byte automaton: one small state struct (which segment, where in it, and
+ * for JSON the grammar state, a bit stack of open containers and a few counters), advanced
+ * one byte at a time by step().  Masking walks the vocabulary in byte order: consecutive
+ * tokens share a prefix (lcp), the states after each prefix byte are kept on a stack, so a
+ * token only walks the bytes it does not share with the one before; a token whose shared
+ * prefix was already refused is skipped in O(1). */
+#include "atlas/constraint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/tokenizer.h"
+#include "core/error.h"
+
+/* ---- programs --------------------------------------------------------------------------- */
+
+typedef enum seg_kind { SEG_LITERAL = 0, SEG_CHOICE, SEG_JSON } seg_kind;
+
+typedef struct seg {
+    seg_kind kind;
+    char *lit;          /* LITERAL: [len] bytes */
+    size_t len;
+    char **opt;         /* CHOICE: [n_opt] NUL-terminated, sorted (bytewise), unique */
+    size_t *opt_len;
+    int n_opt;
+    int has_prefix;     /* some option is a proper prefix of another */
+    uint8_t cont[32];   /* bit b: some option continues another (that is its prefix) with b */
+} seg;
+
+struct atlas_constraint {
+    seg *segs;
+    int n;
+};
+
+static void seg_clear(seg *s) {
+    free(s->lit);
+    for (int i = 0; i < s->n_opt; i++) free(s->opt[i]);
+    free(s->opt);
+    free(s->opt_len);
+    memset(s, 0, sizeof *s);
+}
+
+atlas_status atlas_constraint_new(atlas_constraint **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+    return ATLAS_OK;
+}
+
+void atlas_constraint_free(atlas_constraint *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) seg_clear(&c->segs[i]);
+    free(c->segs);
+    free(c);
+}
+
+int atlas_constraint_n_segments(const atlas_constraint *c) { return c->n; }
+
+static int bit_get(const uint8_t *set, unsigned b) { return set[b >> 3] >> (b & 7) & 1; }
+
+/* A CHOICE whose options are prefixes of one another needs a following LITERAL whose first
+ * byte no longer option could take there (see the header); next is NULL at the end. */
+static atlas_status check_after_choice(const atlas_constraint *c, const seg *next) {
+    if (c->n == 0) return ATLAS_OK;
+    const seg *prev = &c->segs[c->n - 1];
+    if (prev->kind != SEG_CHOICE || !prev->has_prefix) return ATLAS_OK;
+    if (!next || next->kind != SEG_LITERAL ||
+        bit_get(prev->cont, (unsigned char)next->lit[0]))
+        return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a choice whose options "
+                          "are prefixes of one another must be followed by a literal that "
+                          "tells them apart", c->n - 1);
+    return ATLAS_OK;
+}
+
+/* Appends *s (taking its memory on success; clearing it on failure). */
+static atlas_status push_seg(atlas_constraint *c, seg *s) {
+    atlas_status st = ATLAS_OK;
+    if (c->n >= ATLAS_CONSTRAINT_MAX_SEGMENTS)
+        st = atlas_fail(ATLAS_ERR_RANGE, "constraint: more than %d segments",
+                        ATLAS_CONSTRAINT_MAX_SEGMENTS);
+    if (st == ATLAS_OK) st = check_after_choice(c, s);
+    seg *segs = st == ATLAS_OK ? realloc(c->segs, (size_t)(c->n + 1) * sizeof *segs) : NULL;
+    if (st == ATLAS_OK && !segs) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+    if (st != ATLAS_OK) {
+        seg_clear(s);
+        return st;
+    }
+    c->segs = segs;
+    c->segs[c->n++] = *s;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len) {
+    if (len == 0) return ATLAS_OK;
+    if (len > ATLAS_CONSTRAINT_MAX_BYTES)
+        return atlas_fail(ATLAS_ERR_RANGE, "constraint: a literal of %zu bytes (at most %d)",
+                          len, ATLAS_CONSTRAINT_MAX_BYTES);
+    seg s = {.kind = SEG_LITERAL, .len = len, .lit = malloc(len)};
+    if (!s.lit) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+    memcpy(s.lit, text, len);
+    return push_seg(c, &s);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorts and dedups the options, then finds which are prefixes of others. */
+static void choice_index(seg *s) {
+    qsort(s->opt, (size_t)s->n_opt, sizeof *s->opt, cmp_str);
+    int n = 0;
+    for (int i = 0; i < s->n_opt; i++) {
+        if (n > 0 && !strcmp(s->opt[n - 1], s->opt[i])) {
+            free(s->opt[i]);
+            continue;
+        }
+        s->opt[n++] = s->opt[i];
+    }
+    s->n_opt = n;
+    for (int i = 0; i < n; i++) s->opt_len[i] = strlen(s->opt[i]);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < j; i++) /* a prefix sorts before what it prefixes */
+            if (s->opt_len[i] < s->opt_len[j] && !memcmp(s->opt[i], s->opt[j], s->opt_len[i])) {
+                unsigned b = (unsigned char)s->opt[j][s->opt_len[i]];
+                s->has_prefix = 1;
+                s->cont[b >> 3] |= (uint8_t)(1u << (b & 7));
+            }
+}
+
+atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options, int n) {
+    if (n < 1 || n > ATLAS_CONSTRAINT_MAX_OPTIONS || !options)
+        return atlas_fail(ATLAS_ERR_RANGE, "constraint: a choice of %d strings (1 to %d)", n,
+                          ATLAS_CONSTRAINT_MAX_OPTIONS);
+    for (int i = 0; i < n; i++)
+        if (!options[i] || strlen(options[i]) > ATLAS_CONSTRAINT_MAX_BYTES)
+            return atlas_fail(ATLAS_ERR_RANGE, "constraint: choice option %d is NULL or longer "
+                              "than %d bytes", i, ATLAS_CONSTRAINT_MAX_BYTES);
+    seg s = {.kind = SEG_CHOICE};
+    s.opt = calloc((size_t)n, sizeof *s.opt);
+    s.opt_len = calloc((size_t)n, sizeof *s.opt_len);
+    if (!s.opt || !s.opt_len) {
+        seg_clear(&s);
+        return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+    }
+    for (; s.n_opt < n; s.n_opt++)
+        if (!(s.opt[s.n_opt] = strdup(options[s.n_opt]))) {
+            seg_clear(&s);
+            return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+        }
+    choice_index(&s);
+    return push_seg(c, &s);
+}
+
+atlas_status atlas_constraint_add_json_object(atlas_constraint *c) {
+    seg s = {.kind = SEG_JSON};
+    return push_seg(c, &s);
+}
+
+atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out) {
+    *out = NULL;
+    atlas_constraint *d;
+    ATLAS_TRY(atlas_constraint_new(&d));
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; st == ATLAS_OK && i < c->n; i++) {
+        const seg *s = &c->segs[i];
+        if (s->kind == SEG_LITERAL) st = atlas_constraint_add_literal(d, s->lit, s->len);
+        else if (s->kind == SEG_JSON) st = atlas_constraint_add_json_object(d);
+        else st = atlas_constraint_add_choice(d, (const char *const *)s->opt, s->n_opt);
+    }
+    if (st != ATLAS_OK) {
+        atlas_constraint_free(d);
+        return st;
+    }
+    *out = d;
+    return ATLAS_OK;
+}
+
+/* ---- vocabularies ----------------------------------------------------------------------- */
+
+struct atlas_constraint_vocab {
+    int n;              /* ids 0 .. n */
+    char *blob;         /* every token's bytes */
+    size_t *off;        /* [n + 1]: id i is blob[off[i] .. off[i + 1]) */
+    int32_t *order;     /* [n_sorted]: ids with bytes, sorted by them */
+    uint32_t *lcp;      /* [n_sorted]: bytes shared with the previous one in order */
+    int n_sorted;
+    size_t max_len;
+};
+
+/* A token being sorted (qsort has no context argument, so each entry carries its bytes). */
+typedef struct sort_entry {
+    const char *p;
+    size_t len;
+    int32_t id;
+} sort_entry;
+
+static int cmp_entries(const void *a, const void *b) {
+    const sort_entry *x = a, *y = b;
+    int r = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
+    if (r) return r;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void atlas_constraint_vocab_free(atlas_constraint_vocab *v) {
+    if (!v) return;
+    free(v->blob);
+    free(v->off);
+    free(v->order);
+    free(v->lcp);
+    free(v);
+}
+
+int atlas_constraint_vocab_size(const atlas_constraint_vocab *v) { return v->n; }
+
+/* Sorts the ids that have bytes and computes the shared prefixes. */
+static atlas_status vocab_index(atlas_constraint_vocab *v) {
+    v->order = malloc(((size_t)v->n + 1) * sizeof *v->order);
+    v->lcp = malloc(((size_t)v->n + 1) * sizeof *v->lcp);
+    if (!v->order || !v->lcp) return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    v->n_sorted = 0;
+    v->max_len = 0;
+    for (int i = 0; i < v->n; i++) {
+        size_t len = v->off[i + 1] - v->off[i];
+        if (len == 0) continue;
+        v->order[v->n_sorted++] = i;
+        if (len > v->max_len) v->max_len = len;
+    }
+    sort_entry *e = malloc(((size_t)v->n_sorted + 1) * sizeof *e);
+    if (!e) return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    for (int k = 0; k < v->n_sorted; k++) {
+        int32_t id = v->order[k];
+        e[k] = (sort_entry){v->blob + v->off[id], v->off[id + 1] - v->off[id], id};
+    }
+    qsort(e, (size_t)v->n_sorted, sizeof *e, cmp_entries);
+    for (int k = 0; k < v->n_sorted; k++) v->order[k] = e[k].id;
+    free(e);
+    for (int k = 0; k < v->n_sorted; k++) {
+        if (k == 0) {
+            v->lcp[k] = 0;
+            continue;
+        }
+        int32_t a = v->order[k - 1], b = v->order[k];
+        size_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b], l = 0;
+        const char *pa = v->blob + v->off[a], *pb = v->blob + v->off[b];
+        while (l < la && l < lb && pa[l] == pb[l]) l++;
+        v->lcp[k] = (uint32_t)l;
+    }
+    return ATLAS_OK;
+}
+
+atlas_status atlas_constraint_vocab_new(const char *const *bytes, const size_t *lens, int n,
+                                        atlas_constraint_vocab **out) {
+    *out = NULL;
+    if (n < 0) return atlas_fail(ATLAS_ERR_RANGE, "constraint vocabulary: %d tokens", n);
+    atlas_constraint_vocab *v = calloc(1, sizeof *v);
+    if (!v) return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    v->n = n;
+    v->off = malloc(((size_t)n + 1) * sizeof *v->off);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += bytes[i] ? lens[i] : 0;
+    v->blob = malloc(total + 1);
+    atlas_status st = ATLAS_OK;
+    if (!v->off || !v->blob) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    if (st == ATLAS_OK) {
+        size_t o = 0;
+        for (int i = 0; i < n; i++) {
+            v->off[i] = o;
+            size_t len = bytes[i] ? lens[i] : 0;
+            if (len) memcpy(v->blob + o, bytes[i], len);
+            o += len;
+        }
+        v->off[n] = o;
+        st = vocab_index(v);
+    }
+    if (st != ATLAS_OK) {
+        atlas_constraint_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_constraint_vocab_from_tokenizer(const atlas_tokenizer *tok, bool skip_special,
+                                                   atlas_constraint_vocab **out) {
+    *out = NULL;
+    size_t n = atlas_tokenizer_vocab_size(tok);
+    if (n > INT32_MAX) return atlas_fail(ATLAS_ERR_RANGE, "constraint vocabulary: %zu", n);
+    const char **bytes = calloc(n + 1, sizeof *bytes);
+    size_t *lens = calloc(n + 1, sizeof *lens);
+    atlas_status st = bytes && lens ? ATLAS_OK
+                                    : atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
+        st = atlas_tokenizer_token_bytes(tok, (int32_t)i, &bytes[i], &lens[i]);
+        if (skip_special && atlas_tokenizer_is_special(tok, (int32_t)i)) lens[i] = 0;
+    }
+    if (st == ATLAS_OK) st = atlas_constraint_vocab_new(bytes, lens, (int)n, out);
+    free(bytes);
+    free(lens);
+    return st;
+}
+
+/* ---- the byte automaton ----------------------------------------------------------------- */
+
+/* JSON grammar states.  A value inside a container ends in J_AFTER; the top-level object's
+ * closing brace ends the segment.  Numbers end at the first byte that is not theirs, which
+ * is then read in J_AFTER (a number is never at the top level, so one always follows). */
+enum {
+    J_START = 0,  /* ws or '{' */
+    J_OBJ_OPEN,   /* after '{': ws, '"' or '}' */
+    J_OBJ_KEY,    /* after ',' in an object: ws or '"' */
+    J_COLON,      /* after a key: ws or ':' */
+    J_VALUE,      /* after ':' or ',' in an array: ws or a value */
+    J_ARR_OPEN,   /* after '[': ws, a value or ']' */
+    J_AFTER,      /* after a value: ws, ',' or the container's closer */
+    J_STR,        /* in a string (key says which kind) */
+    J_ESC,        /* after '\' */
+    J_HEX,        /* in \uXXXX: nhex digits read, value hex */
+    J_LOW_BS,     /* after a high surrogate: its low half's '\' */
+    J_LOW_U,      /* ... its 'u' */
+    J_LOW_HEX,    /* ... its 4 digits */
+    J_NUM_MINUS, J_NUM_ZERO, J_NUM_INT, J_NUM_DOT, J_NUM_FRAC, J_NUM_E, J_NUM_ESIGN, J_NUM_EXP,
+    J_LIT,        /* in true / false / null */
+};
+
+enum { MAX_INT_DIGITS = 18, MAX_EXP_DIGITS = 2 };
+
+static const char *const LITS[3] = {"true", "false", "null"};
+
+typedef struct cstate {
+    int32_t seg;      /* segment index; == n: complete */
+    uint32_t pos;     /* LITERAL / CHOICE: bytes matched; J_LIT: of LITS[lit] */
+    uint16_t lo, hi;  /* CHOICE: options [lo, hi) still possible */
+    uint8_t js;       /* JSON state */
+    uint8_t depth;    /* containers open */
+    uint8_t ws;       /* whitespace run */
+    uint8_t nlen;     /* digits in the number part being read */
+    uint8_t u8need;   /* UTF-8 continuation bytes still due */
+    uint8_t u8lo, u8hi; /* range of the next one */
+    uint8_t key;      /* the string being read is a key */
+    uint8_t nhex;
+    uint8_t lit;
+    uint16_t hex;
+    uint32_t stack;   /* bit d: the container at depth d + 1 is an array */
+} cstate;
+
+/* Enters segment i (or completion), skipping a CHOICE whose only option is "". */
+static void enter(const atlas_constraint *c, cstate *s, int i) {
+    for (;; i++) {
+        memset(s, 0, sizeof *s);
+        s->seg = i;
+        if (i >= c->n) return;
+        const seg *g = &c->segs[i];
+        if (g->kind != SEG_CHOICE) return;
+        s->hi = (uint16_t)g->n_opt;
+        if (!(g->n_opt == 1 && g->opt_len[0] == 0)) return;
+    }
+}
+
+static int is_ws(unsigned b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+
+static int hexval(unsigned b) {
+    if (b >= '0' && b <= '9') return (int)(b - '0');
+    if (b >= 'a' && b <= 'f') return (int)(b - 'a' + 10);
+    if (b >= 'A' && b <= 'F') return (int)(b - 'A' + 10);
+    return -1;
+}
+
+/* A value (string, number, literal, closed container) has ended. */
+static void json_value_done(const atlas_constraint *c, cstate *s) {
+    if (s->depth == 0) enter(c, s, s->seg + 1);
+    else s->js = J_AFTER;
+}
+
+static int json_close(const atlas_constraint *c, cstate *s, int array) {
+    if (s->depth == 0 || (int)(s->stack >> (s->depth - 1) & 1) != array) return 0;
+    s->depth--;
+    s->stack &= ~(1u << s->depth);
+    json_value_done(c, s);
+    return 1;
+}
+
+static int json_open(cstate *s, int array) {
+    if (s->depth >= ATLAS_CONSTRAINT_MAX_DEPTH) return 0;
+    if (array) s->stack |= 1u << s->depth;
+    s->depth++;
+    s->js = array ? J_ARR_OPEN : J_OBJ_OPEN;
+    return 1;
+}
+
+/* The first byte of a value. */
+static int json_value_start(cstate *s, unsigned b) {
+    switch (b) {
+    case '{': return json_open(s, 0);
+    case '[': return json_open(s, 1);
+    case '"': s->js = J_STR, s->key = 0; return 1;
+    case '-': s->js = J_NUM_MINUS; return 1;
+    case '0': s->js = J_NUM_ZERO; return 1;
+    case 't': s->js = J_LIT, s->lit = 0, s->pos = 1; return 1;
+    case 'f': s->js = J_LIT, s->lit = 1, s->pos = 1; return 1;
+    case 'n': s->js = J_LIT, s->lit = 2, s->pos = 1; return 1;
+    }
+    if (b >= '1' && b <= '9') {
+        s->js = J_NUM_INT, s->nlen = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* A byte outside strings, numbers and literals. */
+static int json_structural(const atlas_constraint *c, cstate *s, unsigned b) {
+    if (is_ws(b)) {
+        if (s->ws >= ATLAS_CONSTRAINT_MAX_WS) return 0;
+        s->ws++;
+        return 1;
+    }
+    s->ws = 0;
+    switch (s->js) {
+    case J_START:
+        if (b != '{') return 0;
+        return json_open(s, 0);
+    case J_OBJ_OPEN:
+        if (b == '}') return json_close(c, s, 0);
+        /* fall through */
+    case J_OBJ_KEY:
+        if (b != '"') return 0;
+        s->js = J_STR, s->key = 1;
+        return 1;
+    case J_COLON:
+        if (b != ':') return 0;
+        s->js = J_VALUE;
+        return 1;
+    case J_ARR_OPEN:
+        if (b == ']') return json_close(c, s, 1);
+        /* fall through */
+    case J_VALUE: return json_value_start(s, b);
+    case J_AFTER:
+        if (b == '}') return json_close(c, s, 0);
+        if (b == ']') return json_close(c, s, 1);
+        if (b != ',') return 0;
+        s->js = s->stack >> (s->depth - 1) & 1 ? J_VALUE : J_OBJ_KEY;
+        return 1;
+    }
+    return 0;
+}
+
+/* The first byte of a UTF-8 sequence inside a string (RFC 3629 table 3.7). */
+static int utf8_lead(cstate *s, unsigned b) {
+    s->u8lo = 0x80, s->u8hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) s->u8need = 1;
+    else if (b >= 0xE0 && b <= 0xEF) s->u8need = 2;
+    else if (b >= 0xF0 && b <= 0xF4) s->u8need = 3;
+    else return 0;
+    if (b == 0xE0) s->u8lo = 0xA0;
+    if (b == 0xED) s->u8hi = 0x9F; /* no surrogates */
+    if (b == 0xF0) s->u8lo = 0x90;
+    if (b == 0xF4) s->u8hi = 0x8F; /* nothing above U+10FFFF */
+    return 1;
+}
+
+static int json_string(const atlas_constraint *c, cstate *s, unsigned b) {
+    if (s->u8need) {
+        if (b < s->u8lo || b > s->u8hi) return 0;
+        s->u8need--;
+        s->u8lo = 0x80, s->u8hi = 0xBF;
+        return 1;
+    }
+    if (b == '"') {
+        if (s->key) s->js = J_COLON;
+        else json_value_done(c, s);
+        return 1;
+    }
+    if (b == '\\') {
+        s->js = J_ESC;
+        return 1;
+    }
+    if (b < 0x20) return 0;
+    if (b < 0x80) return 1;
+    return utf8_lead(s, b);
+}
+
+/* \uXXXX digits.  Lone low surrogates and \u0000 are refused (jansson refuses both). */
+static int json_hex(cstate *s, unsigned b, int low) {
+    int v = hexval(b);
+    if (v < 0) return 0;
+    s->hex = (uint16_t)(s->hex << 4 | (unsigned)v);
+    s->nhex++;
+    if (low) {
+        if (s->nhex == 1 && s->hex != 0xD) return 0;
+        if (s->nhex == 2 && (s->hex < 0xDC || s->hex > 0xDF)) return 0;
+    } else if (s->nhex == 2 && s->hex >= 0xDC && s->hex <= 0xDF) {
+        return 0;
+    }
+    if (s->nhex < 4) return 1;
+    if (low) s->js = J_STR;
+    else if (s->hex == 0) return 0;
+    else s->js = s->hex >= 0xD800 && s->hex <= 0xDBFF ? J_LOW_BS : J_STR;
+    return 1;
+}
+
+/* A byte in a number; one that ends it is read again as structure. */
+static int json_number(const atlas_constraint *c, cstate *s, unsigned b) {
+    int digit = b >= '0' && b <= '9';
+    switch (s->js) {
+    case J_NUM_MINUS:
+        if (!digit) return 0;
+        s->js = b == '0' ? J_NUM_ZERO : J_NUM_INT;
+        s->nlen = 1;
+        return 1;
+    case J_NUM_INT:
+        if (digit) {
+            if (s->nlen >= MAX_INT_DIGITS) return 0;
+            s->nlen++;
+            return 1;
+        }
+        /* fall through */
+    case J_NUM_ZERO:
+        if (b == '.') return (s->js = J_NUM_DOT), 1;
+        if (b == 'e' || b == 'E') return (s->js = J_NUM_E), 1;
+        break;
+    case J_NUM_DOT:
+        if (!digit) return 0;
+        s->js = J_NUM_FRAC;
+        return 1;
+    case J_NUM_FRAC:
+        if (digit) return 1;
+        if (b == 'e' || b == 'E') return (s->js = J_NUM_E), 1;
+        break;
+    case J_NUM_E:
+        if (b == '+' || b == '-') return (s->js = J_NUM_ESIGN), 1;
+        /* fall through */
+    case J_NUM_ESIGN:
+        if (!digit) return 0;
+        s->js = J_NUM_EXP, s->nlen = 1;
+        return 1;
+    case J_NUM_EXP:
+        if (digit) {
+            if (s->nlen >= MAX_EXP_DIGITS) return 0;
+            s->nlen++;
+            return 1;
+        }
+        break;
+    }
+    s->js = J_AFTER;
+    return json_structural(c, s, b);
+}
+
+static int step_json(const atlas_constraint *c, cstate *s, unsigned b) {
+    switch (s->js) {
+    case J_STR: return json_string(c, s, b);
+    case J_ESC:
+        if (b == 'u') {
+            s->js = J_HEX, s->nhex = 0, s->hex = 0;
+            return 1;
+        }
+        if (!strchr("\"\\/bfnrt", (int)b) || b == 0) return 0;
+        s->js = J_STR;
+        return 1;
+    case J_HEX: return json_hex(s, b, 0);
+    case J_LOW_BS:
+        if (b != '\\') return 0;
+        s->js = J_LOW_U;
+        return 1;
+    case J_LOW_U:
+        if (b != 'u') return 0;
+        s->js = J_LOW_HEX, s->nhex = 0, s->hex = 0;
+        return 1;
+    case J_LOW_HEX: return json_hex(s, b, 1);
+    case J_LIT:
+        if (b != (unsigned char)LITS[s->lit][s->pos]) return 0;
+        if (LITS[s->lit][++s->pos] == 0) json_value_done(c, s);
+        return 1;
+    case J_NUM_MINUS: case J_NUM_ZERO: case J_NUM_INT: case J_NUM_DOT: case J_NUM_FRAC:
+    case J_NUM_E: case J_NUM_ESIGN: case J_NUM_EXP:
+        return json_number(c, s, b);
+    default: return json_structural(c, s, b);
+    }
+}
+
+static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsigned b);
+
+/* Advances s by one byte; 0 (s then undefined) when the byte is refused. */
+static int step(const atlas_constraint *c, cstate *s, unsigned b) {
+    if (s->seg >= c->n) return 0;
+    const seg *g = &c->segs[s->seg];
+    switch (g->kind) {
+    case SEG_LITERAL:
+        if ((unsigned char)g->lit[s->pos] != b) return 0;
+        if (++s->pos == g->len) enter(c, s, s->seg + 1);
+        return 1;
+    case SEG_CHOICE: return step_choice(c, s, g, b);
+    case SEG_JSON: return step_json(c, s, b);
+    }
+    return 0;
+}
+
+static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsigned b) {
+    int a = s->lo, z;
+    /* options of [lo, hi) share pos bytes and are sorted: those with b next are a run */
+    while (a < s->hi && (g->opt_len[a] <= s->pos || (unsigned char)g->opt[a][s->pos] < b)) a++;
+    for (z = a; z < s->hi && g->opt_len[z] > s->pos && (unsigned char)g->opt[z][s->pos] == b;)
+        z++;
+    if (z > a) {
+        s->lo = (uint16_t)a, s->hi = (uint16_t)z;
+        s->pos++;
+        if (z - a == 1 && g->opt_len[a] == s->pos) enter(c, s, s->seg + 1);
+        return 1;
+    }
+    if (g->opt_len[s->lo] != s->pos) return 0;
+    enter(c, s, s->seg + 1); /* the shortest option is complete: b is the next segment's */
+    return step(c, s, b);
+}
+
+/* ---- matchers --------------------------------------------------------------------------- */
+
+struct atlas_constraint_matcher {
+    atlas_constraint *c;
+    const atlas_constraint_vocab *v;
+    cstate s;
+    cstate *stack; /* [v->max_len + 1]: states along the token being walked */
+};
+
+atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
+                                          const atlas_constraint_vocab *v,
+                                          atlas_constraint_matcher **out) {
+    *out = NULL;
+    ATLAS_TRY(check_after_choice(c, NULL));
+    atlas_constraint_matcher *m = calloc(1, sizeof *m);
+    if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
+    atlas_status st = atlas_constraint_copy(c, &m->c);
+    m->v = v;
+    if (st == ATLAS_OK && v) {
+        m->stack = malloc((v->max_len + 1) * sizeof *m->stack);
+        if (!m->stack) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
+    }
+    if (st != ATLAS_OK) {
+        atlas_constraint_matcher_free(m);
+        return st;
+    }
+    enter(m->c, &m->s, 0);
+    *out = m;
+    return ATLAS_OK;
+}
+
+void atlas_constraint_matcher_free(atlas_constraint_matcher *m) {
+    if (!m) return;
+    atlas_constraint_free(m->c);
+    free(m->stack);
+    free(m);
+}
+
+bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m) {
+    return m->s.seg >= m->c->n;
+}
+
+int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed, int n) {
+    memset(allowed, 0, n > 0 ? (size_t)n : 0);
+    const atlas_constraint_vocab *v = m->v;
+    if (!v || atlas_constraint_matcher_done(m)) return 0;
+    const atlas_constraint *c = m->c;
+    cstate *st = m->stack;
+    st[0] = m->s;
+    size_t valid = 0; /* st[0 .. valid] hold the states after the previous token's prefix */
+    int count = 0;
+    for (int k = 0; k < v->n_sorted; k++) {
+        size_t l = v->lcp[k];
+        int32_t id = v->order[k];
+        const unsigned char *p = (const unsigned char *)v->blob + v->off[id];
+        size_t len = v->off[id + 1] - v->off[id];
+        if (l > valid) continue; /* it shares a prefix that was refused */
+        size_t d = l;
+        for (; d < len; d++) {
+            st[d + 1] = st[d];
+            if (!step(c, &st[d + 1], p[d])) break;
+        }
+        valid = d;
+        if (d == len && id < n) {
+            allowed[id] = 1;
+            count++;
+        }
+    }
+    return count;
+}
+
+atlas_status atlas_constraint_matcher_accept_bytes(atlas_constraint_matcher *m,
+                                                   const char *bytes, size_t len) {
+    cstate s = m->s;
+    for (size_t i = 0; i < len; i++)
+        if (!step(m->c, &s, (unsigned char)bytes[i]))
+            return atlas_fail(ATLAS_ERR_INVALID, "constraint: byte %zu (0x%02x) is not allowed "
+                              "in segment %d", i, (unsigned char)bytes[i], m->s.seg);
+    m->s = s;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_constraint_matcher_accept(atlas_constraint_matcher *m, int32_t id) {
+    if (!m->v || id < 0 || id >= m->v->n)
+        return atlas_fail(ATLAS_ERR_RANGE, "constraint: token %d outside the vocabulary",
+                          (int)id);
+    size_t len = m->v->off[id + 1] - m->v->off[id];
+    if (len == 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "constraint: token %d has no bytes", (int)id);
+    atlas_status st = atlas_constraint_matcher_accept_bytes(m, m->v->blob + m->v->off[id], len);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "token %d", (int)id);
+    return ATLAS_OK;
+}

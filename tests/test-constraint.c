@@ -1,0 +1,417 @@
+/* tests/test-constraint.c — constraint programs and the matcher: exact byte sequences
+ * accepted and refused (literals, choices, JSON: escapes, UTF-8, numbers, depth and
+ * whitespace limits, completion), token masks checked token by token against the byte
+ * matcher, random walks over tiny-qwen3's vocabulary that must end in an object jansson
+ * parses, and the time one mask of the 151k vocabulary takes. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "atlas/constraint.h"
+#include "atlas/tokenizer.h"
+#include "harness.h"
+
+static atlas_constraint *json_program(void) {
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_json_object(c));
+    return c;
+}
+
+/* 1 when the whole text is accepted and completes the program; 0 when refused or left
+ * incomplete. */
+static int matches(const atlas_constraint *c, const char *text, size_t len) {
+    atlas_constraint_matcher *m = NULL;
+    if (atlas_constraint_matcher_new(c, NULL, &m) != ATLAS_OK) return 0;
+    int ok = atlas_constraint_matcher_accept_bytes(m, text, len) == ATLAS_OK &&
+             atlas_constraint_matcher_done(m);
+    atlas_constraint_matcher_free(m);
+    return ok;
+}
+
+/* 1 when the text is accepted as a prefix (complete or not). */
+static int prefix_ok(const atlas_constraint *c, const char *text) {
+    atlas_constraint_matcher *m = NULL;
+    if (atlas_constraint_matcher_new(c, NULL, &m) != ATLAS_OK) return 0;
+    int ok = atlas_constraint_matcher_accept_bytes(m, text, strlen(text)) == ATLAS_OK;
+    atlas_constraint_matcher_free(m);
+    return ok;
+}
+
+#define MATCH(c, s) matches((c), (s), strlen(s))
+
+static void test_literal_choice(void) {
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK(MATCH(c, "")); /* an empty program is complete at once */
+    CHECK(!MATCH(c, "x"));
+    CHECK_OK(atlas_constraint_add_literal(c, "<a>", 3));
+    const char *names[] = {"get_weather", "get", "set", "get"};
+    CHECK_OK(atlas_constraint_add_choice(c, names, 4));
+    CHECK_OK(atlas_constraint_add_literal(c, "\"", 1));
+    CHECK_OK(atlas_constraint_add_literal(c, "", 0)); /* adds nothing */
+    CHECK(atlas_constraint_n_segments(c) == 3);
+    CHECK(MATCH(c, "<a>get\""));
+    CHECK(MATCH(c, "<a>get_weather\""));
+    CHECK(MATCH(c, "<a>set\""));
+    CHECK(!MATCH(c, "<a>get_weather"));  /* incomplete */
+    CHECK(!MATCH(c, "<a>ge\""));
+    CHECK(!MATCH(c, "<a>gets\""));
+    CHECK(!MATCH(c, "<a>get_weatherx\""));
+    CHECK(!MATCH(c, "<b>get\""));
+    CHECK(!MATCH(c, "<a>get\"\""));
+    CHECK(prefix_ok(c, "<a>get_w"));
+    CHECK(!prefix_ok(c, "<a>x"));
+
+    /* a choice with prefix options must be told apart by the next literal */
+    atlas_constraint *d = NULL;
+    CHECK_OK(atlas_constraint_new(&d));
+    const char *ab[] = {"a", "ab"};
+    CHECK_OK(atlas_constraint_add_choice(d, ab, 2));
+    atlas_constraint_matcher *m = NULL;
+    CHECK(atlas_constraint_matcher_new(d, NULL, &m) == ATLAS_ERR_INVALID); /* at the end */
+    CHECK(m == NULL);
+    CHECK(atlas_constraint_add_literal(d, "b", 1) == ATLAS_ERR_INVALID);
+    CHECK(atlas_constraint_add_json_object(d) == ATLAS_ERR_INVALID);
+    CHECK(atlas_constraint_n_segments(d) == 1); /* failed appends change nothing */
+    CHECK_OK(atlas_constraint_add_literal(d, "c", 1));
+    CHECK(MATCH(d, "ac") && MATCH(d, "abc") && !MATCH(d, "abbc") && !MATCH(d, "a"));
+    atlas_constraint_free(d);
+
+    /* a single empty option is skipped; bad arguments are refused */
+    CHECK_OK(atlas_constraint_new(&d));
+    const char *empty[] = {""};
+    CHECK_OK(atlas_constraint_add_choice(d, empty, 1));
+    CHECK(MATCH(d, ""));
+    CHECK(atlas_constraint_add_choice(d, empty, 0) == ATLAS_ERR_RANGE);
+    const char *null_opt[] = {NULL};
+    CHECK(atlas_constraint_add_choice(d, null_opt, 1) == ATLAS_ERR_RANGE);
+    atlas_constraint_free(d);
+
+    /* copies match the same */
+    CHECK_OK(atlas_constraint_copy(c, &d));
+    CHECK(MATCH(d, "<a>get_weather\"") && !MATCH(d, "<a>got\""));
+    atlas_constraint_free(d);
+    atlas_constraint_free(c);
+}
+
+static void test_json_accept(void) {
+    atlas_constraint *c = json_program();
+    const char *good[] = {
+        "{}",
+        " \n{ }",
+        "{\"a\":1}",
+        "{\"\":\"\"}",
+        "{\"a\": [1, -0.5e+10, 0, -0, 10.25E-3, true, false, null, \"x\"], \"b\": {\"c\": {}}}",
+        "{\"s\": \"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\uD83D\\uDE00 \\uffff\"}",
+        "{\"u\": \"\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xed\x9f\xbf \xf4\x8f\xbf\xbf\"}",
+        "{\"a\":[[],[[]],{}]}",
+        "{\"n\": 123456789012345678}",
+        "{\"n\": 1.5e99}",
+        "{\"n\": 1e-7}",
+        "{\"k\":\"                                                    \"}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        CHECK_MSG(MATCH(c, good[i]), "good[%zu] %s", i, good[i]);
+        json_error_t err;
+        json_t *j = json_loads(good[i], 0, &err); /* the cases themselves are valid */
+        CHECK_MSG(json_is_object(j), "jansson on good[%zu]: %s", i, err.text);
+        json_decref(j);
+    }
+    const char *bad[] = {
+        "[]", "\"x\"", "1", "{", "{\"a\"}", "{\"a\" 1}", "{\"a\":}", "{\"a\":1,}", "{,}",
+        "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":-}", "{\"a\":+1}", "{\"a\":1e}",
+        "{\"a\":1e+}", "{\"a\":tru}", "{\"a\":True}", "{\"a\":nul}", "{\"a\":[1 2]}",
+        "{\"a\":[1,]}", "{\"a\":]}", "{\"a\":[}", "{\"a\":{]}", "{a:1}", "{'a':1}",
+        "{\"a\":\"\x01\"}", "{\"a\":\"\n\"}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}",
+        "{\"a\":\"\\u12g4\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\\ud800\\u0041\"}",
+        "{\"a\":\"\\udc00\"}", "{\"a\":\"\\u0000\"}", "{\"a\":\"\xc0\x80\"}",
+        "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}",
+        "{\"a\":\"\xe0\x80\x80\"}", "{\"a\":\"\xf0\x80\x80\x80\"}", "{\"a\":\"\xff\"}",
+        "{\"a\":\"\x80\"}", "{\"n\": 1234567890123456789}", "{\"n\": 1e100}", "{} ", "{}x",
+        "{}{}", "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!MATCH(c, bad[i]), "bad[%zu] %s", i, bad[i]);
+    CHECK(prefix_ok(c, "{\"a\": [1, {\"b\": \"\\ud8"));
+    CHECK(!prefix_ok(c, "{\"a\": [1, {\"b\": \"\\udc"));
+
+    /* nesting: the top object is depth 1; 32 are allowed, 33 are not */
+    char deep[256];
+    size_t n = 0;
+    n += (size_t)sprintf(deep + n, "{\"a\":");
+    for (int i = 0; i < ATLAS_CONSTRAINT_MAX_DEPTH - 1; i++) deep[n++] = '[';
+    for (int i = 0; i < ATLAS_CONSTRAINT_MAX_DEPTH - 1; i++) deep[n++] = ']';
+    deep[n++] = '}';
+    CHECK(matches(c, deep, n));
+    n = 0;
+    n += (size_t)sprintf(deep + n, "{\"a\":");
+    for (int i = 0; i < ATLAS_CONSTRAINT_MAX_DEPTH; i++) deep[n++] = '[';
+    deep[n] = 0;
+    CHECK(!prefix_ok(c, deep));
+    deep[n - 1] = 0;
+    CHECK(prefix_ok(c, deep));
+
+    /* whitespace runs outside strings: at most 16 */
+    char ws[64];
+    snprintf(ws, sizeof ws, "{\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS, "");
+    CHECK(MATCH(c, ws));
+    snprintf(ws, sizeof ws, "{\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS + 1, "");
+    CHECK(!MATCH(c, ws));
+    snprintf(ws, sizeof ws, "{%*s\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS, "",
+             ATLAS_CONSTRAINT_MAX_WS, ""); /* the count restarts after other bytes */
+    CHECK(MATCH(c, ws));
+    atlas_constraint_free(c);
+
+    /* JSON inside a tool-call program */
+    CHECK_OK(atlas_constraint_new(&c));
+    const char *head = "<tool_call>\n{\"name\": \"";
+    CHECK_OK(atlas_constraint_add_literal(c, head, strlen(head)));
+    const char *names[] = {"f"};
+    CHECK_OK(atlas_constraint_add_choice(c, names, 1));
+    CHECK_OK(atlas_constraint_add_literal(c, "\", \"arguments\": ", 16));
+    CHECK_OK(atlas_constraint_add_json_object(c));
+    CHECK_OK(atlas_constraint_add_literal(c, "}\n</tool_call>", 14));
+    CHECK(MATCH(c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1]}}\n</tool_call>"));
+    CHECK(!MATCH(c, "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"));
+    CHECK(!MATCH(c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} \n</tool_call>"));
+    atlas_constraint_free(c);
+}
+
+/* The mask must say exactly which tokens a fresh matcher, fed prefix and then the token's
+ * bytes, accepts.  ids: which to check (NULL: all of [0, n)). */
+static int check_mask(const atlas_constraint *c, const atlas_constraint_vocab *v,
+                      const char *prefix, size_t plen, const char *const *bytes,
+                      const size_t *lens, int n, const uint8_t *mask, const int *ids,
+                      int n_ids) {
+    int bad = 0;
+    for (int k = 0; k < (ids ? n_ids : n); k++) {
+        int id = ids ? ids[k] : k;
+        atlas_constraint_matcher *m = NULL;
+        if (atlas_constraint_matcher_new(c, v, &m) != ATLAS_OK) return 1;
+        int ok = atlas_constraint_matcher_accept_bytes(m, prefix, plen) == ATLAS_OK &&
+                 !atlas_constraint_matcher_done(m) && lens[id] > 0 &&
+                 atlas_constraint_matcher_accept_bytes(m, bytes[id], lens[id]) == ATLAS_OK;
+        if (ok != mask[id]) {
+            if (bad++ < 5)
+                fprintf(stderr, "mask of token %d '%.*s' is %d, the matcher says %d\n", id,
+                        (int)lens[id], bytes[id], mask[id], ok);
+        }
+        atlas_constraint_matcher_free(m);
+    }
+    return bad;
+}
+
+static void test_hand_vocab(void) {
+    const char *bytes[] = {"{", "}", "\"", "a", "{\"", "\"}", "x", "", " ", "<tool_call>",
+                           "<", "tool", "_call", ">", ":", "1", "\":", "}}", "{}", "\xc3",
+                           "\xa9", "\xc3\xa9", "\\u", "d83d", "\\", NULL, "{\"a\":1}", "\n"};
+    enum { N = sizeof bytes / sizeof *bytes };
+    size_t lens[N];
+    for (int i = 0; i < N; i++) lens[i] = bytes[i] ? strlen(bytes[i]) : 0;
+    atlas_constraint_vocab *v = NULL;
+    CHECK_OK(atlas_constraint_vocab_new(bytes, lens, N, &v));
+    CHECK(atlas_constraint_vocab_size(v) == N);
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_literal(c, "<tool_call>", 11));
+    CHECK_OK(atlas_constraint_add_json_object(c));
+    atlas_constraint_matcher *m = NULL;
+    CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+    uint8_t mask[N + 4];
+    /* at the start: the special-looking token and its spelling's first piece only */
+    int n = atlas_constraint_matcher_allowed(m, mask, N + 4);
+    CHECK(n == 2 && mask[9] && mask[10] && !mask[N] && !mask[7] && !mask[25]);
+    CHECK(atlas_constraint_matcher_accept(m, 3) == ATLAS_ERR_INVALID); /* "a" */
+    CHECK(atlas_constraint_matcher_accept(m, 7) == ATLAS_ERR_INVALID); /* no bytes */
+    CHECK(atlas_constraint_matcher_accept(m, N) == ATLAS_ERR_RANGE);
+    CHECK(atlas_constraint_matcher_accept(m, -1) == ATLAS_ERR_RANGE);
+    CHECK_OK(atlas_constraint_matcher_accept(m, 9));
+    atlas_constraint_matcher_allowed(m, mask, N);
+    CHECK(mask[0] && mask[4] && mask[18] && mask[26] && mask[8] && mask[27] && !mask[1] &&
+          !mask[3] && !mask[17]);
+    /* then every state along a walk, token by token, against the byte matcher */
+    const int walk[] = {8, 4, 3, 16, 2, 21, 19, 20, 22, 23};
+    char text[256];
+    size_t tl = 11;
+    memcpy(text, "<tool_call>", 11);
+    for (size_t i = 0; i < sizeof walk / sizeof *walk; i++) {
+        int na = atlas_constraint_matcher_allowed(m, mask, N);
+        CHECK(check_mask(c, v, text, tl, bytes, lens, N, mask, NULL, 0) == 0);
+        CHECK(na > 0);
+        CHECK_MSG(mask[walk[i]], "step %zu: token %d", i, walk[i]);
+        CHECK_OK(atlas_constraint_matcher_accept(m, walk[i]));
+        memcpy(text + tl, bytes[walk[i]], lens[walk[i]]);
+        tl += lens[walk[i]];
+    }
+    /* after <tool_call> {"a":"éé\ud83d a high surrogate needs its low half: no quote */
+    atlas_constraint_matcher_allowed(m, mask, N);
+    CHECK(!mask[2] && mask[22] && mask[24] && !mask[23]);
+    CHECK(check_mask(c, v, text, tl, bytes, lens, N, mask, NULL, 0) == 0);
+    CHECK(!atlas_constraint_matcher_done(m));
+    atlas_constraint_matcher_free(m);
+
+    m = NULL;
+    CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+    CHECK_OK(atlas_constraint_matcher_accept(m, 9));
+    CHECK_OK(atlas_constraint_matcher_accept(m, 26)); /* {"a":1} */
+    CHECK(atlas_constraint_matcher_done(m));
+    CHECK(atlas_constraint_matcher_allowed(m, mask, N) == 0);
+    atlas_constraint_matcher_free(m);
+    atlas_constraint_free(c);
+    atlas_constraint_vocab_free(v);
+}
+
+/* xorshift for the random walks */
+static uint64_t rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Random allowed tokens until complete: two times in three any allowed token, else the
+ * first allowed of a few closing ones (so that walks end), bounded. */
+static void random_walks(const atlas_tokenizer *tok, const atlas_constraint_vocab *v) {
+    int n = atlas_constraint_vocab_size(v);
+    const char **bytes = calloc((size_t)n, sizeof *bytes);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    uint8_t *mask = malloc((size_t)n);
+    int *allowed = malloc((size_t)n * sizeof *allowed);
+    for (int i = 0; i < n; i++) atlas_tokenizer_token_bytes(tok, i, &bytes[i], &lens[i]);
+    const char *closers[] = {"\"", "}", "]", ":", "1", ",", "{", "\"}"};
+    int closer_ids[8];
+    for (int i = 0; i < 8; i++) closer_ids[i] = atlas_tokenizer_token_id(tok, closers[i]);
+    atlas_constraint *c = json_program();
+    int completed = 0, steps = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t r = seed * 0x9E3779B97F4A7C15ull;
+        atlas_constraint_matcher *m = NULL;
+        CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+        char *text = malloc(1 << 16);
+        size_t tl = 0;
+        for (int stepno = 0; stepno < 3000 && !atlas_constraint_matcher_done(m); stepno++, steps++) {
+            int na = atlas_constraint_matcher_allowed(m, mask, n);
+            CHECK(na > 0);
+            if (na <= 0) break;
+            if (stepno % 40 == 0) { /* spot-check the mask on random tokens */
+                int ids[200];
+                for (int k = 0; k < 200; k++) ids[k] = (int)(rnd(&r) % (uint64_t)n);
+                CHECK(check_mask(c, v, text, tl, bytes, lens, n, mask, ids, 200) == 0);
+            }
+            int id = -1;
+            if (rnd(&r) % 3 == 0)
+                for (int k = 0; k < 8 && id < 0; k++)
+                    if (closer_ids[k] >= 0 && mask[closer_ids[k]]) id = closer_ids[k];
+            if (id < 0) {
+                int cnt = 0;
+                for (int i = 0; i < n; i++)
+                    if (mask[i]) allowed[cnt++] = i;
+                id = allowed[rnd(&r) % (uint64_t)cnt];
+            }
+            CHECK_OK(atlas_constraint_matcher_accept(m, id));
+            if (tl + lens[id] < (1 << 16)) {
+                memcpy(text + tl, bytes[id], lens[id]);
+                tl += lens[id];
+            }
+        }
+        if (!atlas_constraint_matcher_done(m))
+            fprintf(stderr, "seed %d incomplete, tail: %.*s\n", (int)seed,
+                    (int)(tl < 300 ? tl : 300), text + (tl < 300 ? 0 : tl - 300));
+        if (atlas_constraint_matcher_done(m)) {
+            completed++;
+            json_error_t err;
+            json_t *j = json_loadb(text, tl, 0, &err);
+            CHECK_MSG(json_is_object(j), "seed %llu: %s in %.*s", (unsigned long long)seed,
+                      err.text, (int)tl, text);
+            json_decref(j);
+        }
+        free(text);
+        atlas_constraint_matcher_free(m);
+    }
+    CHECK_MSG(completed == 40, "%d of 40 walks completed", completed);
+    printf("40 random walks: %d tokens\n", steps);
+    atlas_constraint_free(c);
+    free(bytes);
+    free(lens);
+    free(mask);
+    free(allowed);
+}
+
+/* Milliseconds per mask of the whole vocabulary, in three states. */
+static void bench_mask(const atlas_constraint_vocab *v) {
+    int n = atlas_constraint_vocab_size(v);
+    uint8_t *mask = malloc((size_t)n);
+    atlas_constraint *c = json_program();
+    const char *states[] = {"", "{\"key\": \"some text ", "{\"a\": [1, 2"};
+    for (int k = 0; k < 3; k++) {
+        atlas_constraint_matcher *m = NULL;
+        CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+        CHECK_OK(atlas_constraint_matcher_accept_bytes(m, states[k], strlen(states[k])));
+        int reps = 20, na = 0;
+        double t0 = now_s();
+        for (int i = 0; i < reps; i++) na = atlas_constraint_matcher_allowed(m, mask, n);
+        double ms = (now_s() - t0) * 1e3 / reps;
+        printf("mask of %d tokens after '%s': %.3f ms (%d allowed)\n", n, states[k], ms, na);
+        atlas_constraint_matcher_free(m);
+    }
+    atlas_constraint_free(c);
+    free(mask);
+}
+
+static void test_tokenizer_vocab(void) {
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load(harness_data_path("tiny-qwen3"), &tok));
+    if (!tok) return;
+    atlas_constraint_vocab *v = NULL, *vs = NULL;
+    CHECK_OK(atlas_constraint_vocab_from_tokenizer(tok, false, &v));
+    CHECK_OK(atlas_constraint_vocab_from_tokenizer(tok, true, &vs));
+    if (!v || !vs) return;
+    CHECK((size_t)atlas_constraint_vocab_size(v) == atlas_tokenizer_vocab_size(tok));
+    /* "<tool_call>" is one (non-special) token, allowed where the literal is due;
+     * "<|im_end|>" is special: allowed by its bytes unless skip_special */
+    int32_t tc = atlas_tokenizer_token_id(tok, "<tool_call>");
+    int32_t im_end = atlas_tokenizer_token_id(tok, "<|im_end|>");
+    CHECK(tc >= 0 && im_end >= 0);
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_literal(c, "<tool_call><|im_end|>", 21));
+    int n = atlas_constraint_vocab_size(v);
+    uint8_t *mask = malloc((size_t)n);
+    atlas_constraint_matcher *m = NULL;
+    CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+    atlas_constraint_matcher_allowed(m, mask, n);
+    CHECK(mask[tc] && mask[atlas_tokenizer_token_id(tok, "<")]);
+    CHECK_OK(atlas_constraint_matcher_accept(m, tc));
+    atlas_constraint_matcher_allowed(m, mask, n);
+    CHECK(mask[im_end]);
+    atlas_constraint_matcher_free(m);
+    CHECK_OK(atlas_constraint_matcher_new(c, vs, &m));
+    CHECK_OK(atlas_constraint_matcher_accept(m, tc));
+    atlas_constraint_matcher_allowed(m, mask, n);
+    CHECK(!mask[im_end] && mask[atlas_tokenizer_token_id(tok, "<")]);
+    atlas_constraint_matcher_free(m);
+    atlas_constraint_free(c);
+    free(mask);
+    random_walks(tok, v);
+    bench_mask(v);
+    atlas_constraint_vocab_free(v);
+    atlas_constraint_vocab_free(vs);
+    atlas_tokenizer_free(tok);
+}
+
+int main(void) {
+    test_literal_choice();
+    test_json_accept();
+    test_hand_vocab();
+    test_tokenizer_vocab();
+    return harness_finish();
+}
