@@ -209,6 +209,9 @@ int atlas_cli_bench(int argc, char **argv) {
         printf("device      %s\n", cl.device);
         printf("read bw     %.0f GB/s (16-byte loads over %.1f GiB, median)\n", cl.read_gbps,
                cl.read_bytes / (double)(1 << 30));
+        if (cl.h2d_gbps > 0)
+            printf("h2d bw      %.1f GB/s (pinned host to device, %.1f GiB copies, median)\n",
+                   cl.h2d_gbps, cl.h2d_bytes / (double)(1 << 30));
         printf("matrix      bf16 %dx%dx%d: atlas mma.sync %.0f TFLOP/s, cuBLASLt %s %.0f TFLOP/s\n",
                cl.gemm_size, cl.gemm_size, cl.gemm_size, cl.own_tflops, cl.lt_version, cl.lt_tflops);
         printf("ratio       decode  %.1f%% of read bandwidth (%.0f GB/s of %.0f)\n",

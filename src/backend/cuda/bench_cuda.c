@@ -61,6 +61,35 @@ static atlas_status run_read(cuda_backend *cb, void *ctx) {
     return ATLAS_CU(cuLaunchKernel, r->probe, r->grid, 1, 1, 512, 1, 1, 0, cb->stream, a, NULL);
 }
 
+typedef struct h2d_ctx {
+    CUdeviceptr dst;
+    const void *src;
+    size_t bytes;
+} h2d_ctx;
+
+static atlas_status run_h2d(cuda_backend *cb, void *ctx) {
+    h2d_ctx *c = ctx;
+    return ATLAS_CU(cuMemcpyHtoDAsync, c->dst, c->src, c->bytes, cb->stream);
+}
+
+/* Host-to-device rate from pinned memory: the floor of any model load (weights must cross
+ * the bus once), reported beside load and swap times. */
+static atlas_status measure_h2d(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
+                               atlas_cuda_ceilings *out) {
+    void *src = NULL;
+    ATLAS_TRY(ATLAS_CU(cuMemHostAlloc, &src, bytes, ATLAS_CU_MEMHOSTALLOC_PORTABLE));
+    memset(src, 0x5a, bytes); /* fault the pages in before timing */
+    h2d_ctx c = {dst, src, bytes};
+    double ms = 0;
+    atlas_status st = time_median(cb, run_h2d, &c, &ms);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    atlas_driver_get()->cuMemFreeHost(src);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: timing %zu-byte host-to-device copies", bytes);
+    out->h2d_bytes = bytes;
+    out->h2d_gbps = (double)bytes / (ms * 1e6);
+    return ATLAS_OK;
+}
+
 typedef struct gemm_ctx {
     CUdeviceptr out, x, w, xb;
     int n;
@@ -99,6 +128,10 @@ static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_cu
     ATLAS_TRY(time_median(cb, run_read, &r, &ms));
     out->read_bytes = read_bytes;
     out->read_gbps = (double)read_bytes / (ms * 1e6);
+    /* pinned memory can be scarce (GB10, containers): the copy rate is optional */
+    if (measure_h2d(cb, r.buf, read_bytes < ((size_t)1 << 30) ? read_bytes : (size_t)1 << 30,
+                    out) != ATLAS_OK)
+        fprintf(stderr, "bench: host-to-device rate not measured: %s\n", atlas_last_error());
 
     size_t nn = (size_t)n * n;
     gemm_ctx g = {0, 0, 0, 0, n, 0};

@@ -12,6 +12,8 @@ typedef struct atlas_cuda_ceilings {
     char device[256];
     size_t read_bytes;     /* buffer the probe read */
     double read_gbps;      /* median of the timed reads, 1e9 bytes/s */
+    size_t h2d_bytes;      /* pinned host buffer copied to the device */
+    double h2d_gbps;       /* median host-to-device copy rate from pinned memory, 1e9 B/s */
     int gemm_size;         /* n = m = k */
     double own_tflops;     /* kernels/gemm.cu (mma.sync, fp32 activations in) */
     double lt_tflops;      /* cuBLASLt bf16 x bf16 -> fp32; 0 when absent */
