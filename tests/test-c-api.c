@@ -2,6 +2,7 @@
  * C) on its own and together, and the list below is complete: the test reads the directory
  * and fails when a header is missing from it. Also checks the few things of the API that
  * need no model: default params and status strings. */
+#include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/host.h"
 #include "atlas/model.h"
@@ -19,7 +20,7 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "engine.h", "host.h", "model.h", "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
+    "constraint.h", "engine.h", "host.h", "model.h", "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
 };
 
 static void test_all_included(void) {

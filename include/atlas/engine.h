@@ -38,6 +38,7 @@ typedef struct atlas_engine atlas_engine;
 typedef struct atlas_request_handle atlas_request_handle;
 typedef struct atlas_tokenizer atlas_tokenizer; /* atlas/tokenizer.h */
 typedef struct atlas_template atlas_template;   /* atlas/template.h */
+typedef struct atlas_constraint atlas_constraint; /* atlas/constraint.h */
 
 /* ---- creating an engine ----------------------------------------------------------------- */
 
@@ -95,6 +96,12 @@ typedef struct atlas_request {
     int logprobs;                 /* 1: token events carry the token's logprob */
     int top_logprobs;             /* 0 .. ATLAS_ENGINE_MAX_TOP_LOGPROBS */
     int ignore_eos;               /* 1: the model's eos ids do not end the generation */
+    /* NULL: none.  Else the text must follow this program (copied by submit, so the caller
+     * may free it at once): tokens it does not allow get no probability (logprobs are still
+     * those of the raw logits), eos and stop ids included, and the request ends with STOP
+     * as soon as the program is complete.  Special tokens, which the text leaves out, are
+     * never allowed.  Stop strings and max_tokens still apply. */
+    const atlas_constraint *constraint;
 } atlas_request;
 
 enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20 };
@@ -105,7 +112,7 @@ typedef enum atlas_event_type {
 } atlas_event_type;
 
 typedef enum atlas_finish {
-    ATLAS_FINISH_STOP = 0,   /* an eos id, a stop id or a stop string */
+    ATLAS_FINISH_STOP = 0,   /* an eos id, a stop id, a stop string or a complete constraint */
     ATLAS_FINISH_LENGTH,     /* max_tokens or the context size */
     ATLAS_FINISH_CANCELLED,  /* atlas_engine_cancel or atlas_engine_free */
     ATLAS_FINISH_ERROR,      /* status and message say why (e.g. the model failed to load) */
@@ -155,7 +162,8 @@ typedef void (*atlas_event_cb)(const atlas_event *ev, void *user);
  *   ATLAS_ERR_RANGE      prompt longer than the context ("prompt has N tokens, the context
  *                        holds C"; it must leave room for one generated token), a prompt,
  *                        stop or logit_bias id outside the vocabulary;
- *   ATLAS_ERR_INVALID    empty prompt, bad sampler params, top_logprobs out of range;
+ *   ATLAS_ERR_INVALID    empty prompt, bad sampler params, top_logprobs out of range, an
+ *                        empty or ambiguous constraint program;
  *   ATLAS_ERR_BUSY       the queue is full (the server answers 429).
  * On success cb then receives TOKEN events and one END, possibly before submit returns.
  * With out non-NULL, *out is a handle for atlas_engine_cancel, which the caller frees

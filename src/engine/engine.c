@@ -117,6 +117,7 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
 }
 
 static void model_destroy(eng_model *md) {
+    atlas_constraint_vocab_free(md->cvocab);
     atlas_tokenizer_free(md->tok);
     atlas_template_free(md->tmpl);
     free(md->name);
@@ -223,6 +224,21 @@ atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model) {
     return st;
 }
 
+/* The model's tokenizer sorted for constraint masks (tens of ms for a 150k vocabulary):
+ * built on the first constrained request and kept.  Special tokens get no bytes: the
+ * detokenizer leaves them out of the text, which must be what the matcher saw. */
+static atlas_status ensure_cvocab(atlas_engine *e, int model, const atlas_constraint_vocab **out) {
+    eng_model *md = &e->models[model];
+    ATLAS_TRY(atlas_engine_ensure_tokenizer(e, model));
+    atlas_status st = ATLAS_OK;
+    pthread_mutex_lock(&e->tok_mu);
+    if (!md->cvocab) st = atlas_constraint_vocab_from_tokenizer(md->tok, true, &md->cvocab);
+    *out = md->cvocab;
+    pthread_mutex_unlock(&e->tok_mu);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "model '%s': constraint vocabulary", md->name);
+    return ATLAS_OK;
+}
+
 atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
                                     const atlas_tokenizer **out) {
     int i = -1;
@@ -266,6 +282,8 @@ void atlas_engine_seq_unref(seq *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
     atlas_sampler_free(s->sampler);
     atlas_detok_free(s->detok);
+    atlas_constraint_matcher_free(s->matcher);
+    free(s->allowed);
     free(s->kv.ids);
     free(s->tokens);
     free(s->stop_ids);
@@ -303,6 +321,8 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
         if (r->sampling.logit_bias && r->sampling.logit_bias[i].id >= V)
             return atlas_fail(ATLAS_ERR_RANGE, "request: logit_bias[%d]: id %d outside the "
                               "vocabulary (0..%d)", i, (int)r->sampling.logit_bias[i].id, V - 1);
+    if (r->constraint && atlas_constraint_n_segments(r->constraint) == 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: the constraint program is empty");
     if (r->top_logprobs < 0 || r->top_logprobs > ATLAS_ENGINE_MAX_TOP_LOGPROBS)
         return atlas_fail(ATLAS_ERR_INVALID, "request: top_logprobs %d outside 0..%d",
                           r->top_logprobs, ATLAS_ENGINE_MAX_TOP_LOGPROBS);
@@ -331,7 +351,8 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     const atlas_sampler_params *sp = &r->sampling;
     s->plain_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
-                      sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0;
+                      sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0 &&
+                      !r->constraint; /* masks need the logits */
     s->stop_string = -1;
     s->stop_id = -1;
     s->plan = -1;
@@ -354,6 +375,15 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     if (st == ATLAS_OK) st = atlas_sampler_create(&r->sampling, &s->sampler);
     if (st == ATLAS_OK) atlas_sampler_set_prompt_len(s->sampler, r->n_prompt);
     if (st == ATLAS_OK) st = atlas_detok_create(md->tok, true, &s->detok);
+    if (st == ATLAS_OK && r->constraint) {
+        const atlas_constraint_vocab *v = NULL;
+        st = ensure_cvocab(e, model, &v);
+        if (st == ATLAS_OK) st = atlas_constraint_matcher_new(r->constraint, v, &s->matcher);
+        if (st == ATLAS_OK && !(s->allowed = malloc((size_t)md->cfg.vocab_size)))
+            st = atlas_fail(ATLAS_ERR_NOMEM, "request: constraint mask");
+        if (st != ATLAS_OK && st != ATLAS_ERR_NOMEM)
+            st = atlas_fail_wrap(st, "request: constraint");
+    }
     if (st != ATLAS_OK) {
         atlas_engine_seq_unref(s);
         return st;

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/model.h"
 #include "atlas/sampler.h"
@@ -53,6 +54,8 @@ struct atlas_request_handle {
     atlas_kv_table kv;
     atlas_sampler *sampler;
     atlas_detok *detok;
+    atlas_constraint_matcher *matcher; /* NULL: unconstrained */
+    uint8_t *allowed;  /* [vocab]: the matcher's mask, for the scheduler thread */
     char *pending;     /* text held back: it may be the start of a stop string */
     size_t n_pending, pending_cap;
     /* scheduling */
@@ -77,6 +80,7 @@ typedef struct eng_model {
     /* under e->tok_mu, loaded on first use */
     atlas_tokenizer *tok;
     atlas_template *tmpl;
+    atlas_constraint_vocab *cvocab; /* the tokenizer's, sorted; built on the first constraint */
     int tmpl_tried;
     atlas_status tmpl_st;
     char tmpl_err[256];

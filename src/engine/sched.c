@@ -5,6 +5,7 @@
  * The loop holds e->mu except around forward passes, model loads and releases, and
  * callbacks.  Only this thread changes residency, running lists, KV pools and sequences'
  * compute state, so what it reads without the lock cannot change under it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,6 +515,20 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
 
 /* ---- running a step --------------------------------------------------------------------- */
 
+/* A constrained sequence: gives the tokens its matcher does not allow -inf in logits (a copy
+ * of the raw row).  0 (s failed) when no token is allowed. */
+static int mask_row(seq *s, float *logits, int vocab) {
+    int n = atlas_constraint_matcher_allowed(s->matcher, s->allowed, vocab);
+    if (n <= 0) {
+        atlas_engine_seq_fail(s, ATLAS_ERR_INTERNAL, "constraint: no token of the vocabulary "
+                              "may come next (the program cannot be completed)");
+        return 0;
+    }
+    for (int i = 0; i < vocab; i++)
+        if (!s->allowed[i]) logits[i] = -INFINITY;
+    return 1;
+}
+
 /* Samples s's next token from its logits row (and takes logprobs of the raw row first);
  * returns 1 when s ends. */
 static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
@@ -523,11 +538,13 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
     int n_top = 0;
     int32_t id = -1;
     atlas_status st;
-    if (s->logprobs || s->top_logprobs) {
+    if (s->logprobs || s->top_logprobs || s->matcher) {
         memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
+        if (s->matcher && !mask_row(s, e->row, vocab)) return 1;
         st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens, (size_t)s->n_tokens,
                                   &id);
-        if (st == ATLAS_OK)
+        if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
+        if (st == ATLAS_OK && (s->logprobs || s->top_logprobs))
             st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
                                         &n_top);
         for (int i = 0; i < n_top; i++) top[i] = (atlas_top_logprob){top_ids[i], top_lps[i]};
@@ -538,7 +555,15 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
         atlas_engine_seq_fail(s, st, atlas_last_error());
         return 1;
     }
-    return atlas_engine_seq_accept(e, s, id, lp, top, n_top);
+    int ended = atlas_engine_seq_accept(e, s, id, lp, top, n_top);
+    /* a complete program ends the text (STOP also when max_tokens ran out at that token);
+     * END then releases what was held back */
+    if (s->matcher && atlas_constraint_matcher_done(s->matcher) &&
+        (!ended || s->finish == ATLAS_FINISH_LENGTH)) {
+        s->finish = ATLAS_FINISH_STOP;
+        ended = 1;
+    }
+    return ended;
 }
 
 /* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu. */
