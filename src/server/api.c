@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
@@ -114,6 +115,40 @@ static atlas_status normalize_messages(const json_t *in, json_t **out, const cha
     return ATLAS_OK;
 }
 
+/* The function a tool_choice object names, NULL when it has none. */
+static const char *named_function(const json_t *choice) {
+    return json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+}
+
+/* A forced choice ("required" or a named function) needs tools, and a named one must be
+ * among them. */
+static atlas_status check_forced_choice(const json_t *tools, const json_t *choice) {
+    if (json_is_string(choice)) {
+        if (!tools && !strcmp(json_string_value(choice), "required"))
+            return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' is \"required\" but there are "
+                                                 "no 'tools'");
+        return ATLAS_OK;
+    }
+    if (!json_is_object(choice)) return ATLAS_OK;
+    const char *type = json_string_value(json_object_get(choice, "type"));
+    const char *name = named_function(choice);
+    if (!name || (type && strcmp(type, "function") != 0))
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be {\"type\": \"function\", "
+                                             "\"function\": {\"name\": ...}}");
+    if (!tools)
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' names '%.100s' but there are no "
+                                             "'tools'", name);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
+                    name))
+            return ATLAS_OK;
+    }
+    return atlas_fail(ATLAS_ERR_INVALID, "tool_choice names '%.100s', which is not in 'tools'",
+                      name);
+}
+
 static atlas_status check_tools(const json_t *body, const json_t **tools, bool *parse,
                                 const char **param) {
     *tools = json_object_get(body, "tools");
@@ -146,8 +181,94 @@ static atlas_status check_tools(const json_t *body, const json_t **tools, bool *
     } else {
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be a string or an object");
     }
+    ATLAS_TRY(check_forced_choice(*tools, choice));
     *param = NULL;
     return ATLAS_OK;
+}
+
+/* --- forced tool calls --------------------------------------------------------------------- */
+
+/* name as it appears inside a JSON string (malloc'd, without the quotes). */
+static char *json_escaped(const char *name) {
+    json_t *j = json_string(name);
+    char *d = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!d) return NULL;
+    size_t n = strlen(d);
+    memmove(d, d + 1, n - 2); /* drop the quotes */
+    d[n - 2] = 0;
+    return d;
+}
+
+/* The text around one call in each format; the name goes between head and middle, the
+ * arguments object between middle and tail (the shapes the tool-call parser reads). */
+static void call_shape(atlas_toolcall_format f, const char **head, const char **middle,
+                       const char **tail) {
+    switch (f) {
+    case ATLAS_TOOLCALL_LLAMA3:
+        *head = "{\"name\": \"", *middle = "\", \"parameters\": ", *tail = "}";
+        return;
+    case ATLAS_TOOLCALL_MISTRAL:
+        *head = "[TOOL_CALLS][{\"name\": \"", *middle = "\", \"arguments\": ", *tail = "}]";
+        return;
+    default:
+        *head = "<tool_call>\n{\"name\": \"", *middle = "\", \"arguments\": ";
+        *tail = "}\n</tool_call>";
+        return;
+    }
+}
+
+static atlas_status build_call_program(atlas_toolcall_format f, const char *const *names, int n,
+                                       atlas_constraint **out) {
+    const char *head, *middle, *tail;
+    call_shape(f, &head, &middle, &tail);
+    atlas_constraint *c = NULL;
+    ATLAS_TRY(atlas_constraint_new(&c));
+    atlas_status st = atlas_constraint_add_literal(c, head, strlen(head));
+    if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, names, n);
+    if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, middle, strlen(middle));
+    if (st == ATLAS_OK) st = atlas_constraint_add_json_object(c);
+    if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, tail, strlen(tail));
+    if (st != ATLAS_OK) {
+        atlas_constraint_free(c);
+        return st;
+    }
+    *out = c;
+    return ATLAS_OK;
+}
+
+/* tool_choice "required" or a named function (checked by check_tools): the reply must be
+ * exactly one call in the model's tool-call format, of that function or of any tool. */
+static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
+                                    const json_t *body, atlas_gen_params *gp,
+                                    const char **param) {
+    const json_t *choice = json_object_get(body, "tool_choice");
+    const json_t *tools = json_object_get(body, "tools");
+    bool required = json_is_string(choice) && !strcmp(json_string_value(choice), "required");
+    if ((!required && !json_is_object(choice)) || json_array_size(tools) == 0) return ATLAS_OK;
+    *param = "tool_choice";
+    if (f == ATLAS_TOOLCALL_NONE)
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call, but the chat "
+                                             "template of '%s' has no tool-call format atlas "
+                                             "knows", model);
+    if (gp->constraint)
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call: it cannot be "
+                                             "combined with 'response_format' json_object");
+    int n = required ? (int)json_array_size(tools) : 1;
+    char **names = calloc((size_t)n, sizeof *names);
+    atlas_status st = names ? ATLAS_OK : atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
+    for (int i = 0; st == ATLAS_OK && i < n; i++) {
+        const char *name = required ? json_string_value(json_object_get(
+                                          json_object_get(json_array_get(tools, (size_t)i),
+                                                          "function"), "name"))
+                                    : named_function(choice);
+        if (!(names[i] = json_escaped(name))) st = atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
+    }
+    if (st == ATLAS_OK) st = build_call_program(f, (const char *const *)names, n, &gp->constraint);
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    if (st == ATLAS_OK) *param = NULL;
+    return st;
 }
 
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
@@ -231,7 +352,9 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
         atlas_gen_opts o = {ATLAS_API_CHAT, model, gp.stream, gp.include_usage, gp.logprobs,
                             gp.top_logprobs, ATLAS_TOOLCALL_NONE, NULL};
         if (parse_tools) o.tools = tool_format(s, model, tmpl);
-        start_and_reply(call, &o, &gp, tok, ids, n, r);
+        if (parse_tools) st = force_tool_call(o.tools, model, body, &gp, &param);
+        if (st == ATLAS_OK) start_and_reply(call, &o, &gp, tok, ids, n, r);
+        else atlas_api_fail_reply(r, st, param);
     }
     free(ids);
     free(prompt);

@@ -123,6 +123,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.logprobs = gp->logprobs;
     req.top_logprobs = gp->top_logprobs;
     req.ignore_eos = gp->ignore_eos;
+    req.constraint = gp->constraint; /* copied by submit */
     g->prompt_tokens = (int)n_ids;
     pthread_mutex_lock(&call->srv->metrics.mu);
     call->srv->metrics.active_requests++;

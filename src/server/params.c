@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "atlas/constraint.h"
 #include "atlas/tokenizer.h"
 #include "core/error.h"
 
@@ -244,6 +245,33 @@ static atlas_status parse_logprobs(const json_t *body, atlas_api_kind kind, atla
     return ATLAS_OK;
 }
 
+/* "response_format": {"type": "text"} (the default) or {"type": "json_object"} (the text is
+ * then one JSON object, by constrained decoding); json_schema is refused by name rather
+ * than ignored. */
+static atlas_status parse_response_format(const json_t *body, atlas_gen_params *p,
+                                          const char **param) {
+    const json_t *rf = field(body, "response_format");
+    if (!rf) return ATLAS_OK;
+    *param = "response_format";
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        return atlas_fail(ATLAS_ERR_INVALID, "'response_format' must be an object with a string "
+                                             "'type'");
+    if (!strcmp(type, "json_schema"))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'response_format' of type 'json_schema' is not "
+                                                 "supported: use {\"type\": \"json_object\"} "
+                                                 "and describe the schema in the prompt");
+    if (!strcmp(type, "json_object")) {
+        ATLAS_TRY(atlas_constraint_new(&p->constraint));
+        ATLAS_TRY(atlas_constraint_add_json_object(p->constraint));
+    } else if (strcmp(type, "text") != 0) {
+        return atlas_fail(ATLAS_ERR_INVALID, "'response_format' of type '%.100s': the type must "
+                                             "be \"text\" or \"json_object\"", type);
+    }
+    *param = NULL;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
                                     const atlas_tokenizer *tok, atlas_gen_params *p,
                                     const char **param) {
@@ -259,16 +287,7 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
-    const json_t *rf = field(body, "response_format");
-    if (rf) { /* structured output is not implemented: say so rather than ignore it */
-        const char *type = json_string_value(json_object_get(rf, "type"));
-        if (!type || strcmp(type, "text") != 0) {
-            *param = "response_format";
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'response_format' %s%s%s is not supported: "
-                                                     "only {\"type\": \"text\"}",
-                              type ? "of type '" : "", type ? type : "", type ? "'" : "");
-        }
-    }
+    ATLAS_TRY(parse_response_format(body, p, param));
     const json_t *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so)) {
@@ -282,6 +301,8 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
 }
 
 void atlas_gen_params_free(atlas_gen_params *p) {
+    atlas_constraint_free(p->constraint);
+    p->constraint = NULL;
     free(p->bias);
     free(p->stop);
     p->bias = NULL;

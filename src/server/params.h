@@ -13,6 +13,7 @@
 #include "atlas/status.h"
 
 typedef struct atlas_tokenizer atlas_tokenizer;
+typedef struct atlas_constraint atlas_constraint;
 
 /* Optional fields: absent or null leaves *out unchanged and *present false (present may be
  * NULL).  Numbers given as JSON reals must be integral for the integer getters. */
@@ -39,6 +40,8 @@ typedef struct atlas_gen_params {
     int top_logprobs;           /* 0..20 */
     bool ignore_eos;            /* vLLM's extension */
     bool echo;                  /* /v1/completions: prepend the prompt */
+    atlas_constraint *constraint; /* response_format json_object, or (chat, set by api.c) the
+                                     forced tool call; NULL: none; owned, freed by _free */
 } atlas_gen_params;
 
 /* Limits on what one request may ask for (each refused with a message naming it). */
