@@ -183,8 +183,14 @@ struct atlas_constraint_vocab {
     int n;              /* ids 0 .. n */
     char *blob;         /* every token's bytes */
     size_t *off;        /* [n + 1]: id i is blob[off[i] .. off[i + 1]) */
-    int32_t *order;     /* [n_sorted]: ids with bytes, sorted by them */
-    uint32_t *lcp;      /* [n_sorted]: bytes shared with the previous one in order */
+    /* the ids with bytes, sorted by them, their bytes copied in that order too, so that a
+     * mask reads memory front to back */
+    struct sorted_tok {
+        uint32_t off, len; /* in sblob */
+        uint32_t lcp;      /* bytes shared with the previous one */
+        int32_t id;
+    } *sorted;          /* [n_sorted] */
+    char *sblob;
     int n_sorted;
     size_t max_len;
 };
@@ -208,8 +214,8 @@ void atlas_constraint_vocab_free(atlas_constraint_vocab *v) {
     if (!v) return;
     free(v->blob);
     free(v->off);
-    free(v->order);
-    free(v->lcp);
+    free(v->sorted);
+    free(v->sblob);
     free(v);
 }
 
@@ -217,37 +223,32 @@ int atlas_constraint_vocab_size(const atlas_constraint_vocab *v) { return v->n; 
 
 /* Sorts the ids that have bytes and computes the shared prefixes. */
 static atlas_status vocab_index(atlas_constraint_vocab *v) {
-    v->order = malloc(((size_t)v->n + 1) * sizeof *v->order);
-    v->lcp = malloc(((size_t)v->n + 1) * sizeof *v->lcp);
-    if (!v->order || !v->lcp) return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    sort_entry *e = malloc(((size_t)v->n + 1) * sizeof *e);
+    v->sorted = malloc(((size_t)v->n + 1) * sizeof *v->sorted);
+    v->sblob = malloc(v->off[v->n] + 1);
+    if (!e || !v->sorted || !v->sblob) {
+        free(e);
+        return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    }
     v->n_sorted = 0;
     v->max_len = 0;
     for (int i = 0; i < v->n; i++) {
         size_t len = v->off[i + 1] - v->off[i];
         if (len == 0) continue;
-        v->order[v->n_sorted++] = i;
+        e[v->n_sorted++] = (sort_entry){v->blob + v->off[i], len, i};
         if (len > v->max_len) v->max_len = len;
     }
-    sort_entry *e = malloc(((size_t)v->n_sorted + 1) * sizeof *e);
-    if (!e) return atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
-    for (int k = 0; k < v->n_sorted; k++) {
-        int32_t id = v->order[k];
-        e[k] = (sort_entry){v->blob + v->off[id], v->off[id + 1] - v->off[id], id};
-    }
     qsort(e, (size_t)v->n_sorted, sizeof *e, cmp_entries);
-    for (int k = 0; k < v->n_sorted; k++) v->order[k] = e[k].id;
-    free(e);
+    size_t o = 0;
     for (int k = 0; k < v->n_sorted; k++) {
-        if (k == 0) {
-            v->lcp[k] = 0;
-            continue;
-        }
-        int32_t a = v->order[k - 1], b = v->order[k];
-        size_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b], l = 0;
-        const char *pa = v->blob + v->off[a], *pb = v->blob + v->off[b];
-        while (l < la && l < lb && pa[l] == pb[l]) l++;
-        v->lcp[k] = (uint32_t)l;
+        size_t l = 0;
+        if (k > 0)
+            while (l < e[k - 1].len && l < e[k].len && e[k - 1].p[l] == e[k].p[l]) l++;
+        memcpy(v->sblob + o, e[k].p, e[k].len);
+        v->sorted[k] = (struct sorted_tok){(uint32_t)o, (uint32_t)e[k].len, (uint32_t)l, e[k].id};
+        o += e[k].len;
     }
+    free(e);
     return ATLAS_OK;
 }
 
@@ -260,10 +261,13 @@ atlas_status atlas_constraint_vocab_new(const char *const *bytes, const size_t *
     v->n = n;
     v->off = malloc(((size_t)n + 1) * sizeof *v->off);
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += bytes[i] ? lens[i] : 0;
-    v->blob = malloc(total + 1);
+    for (int i = 0; i < n && total <= UINT32_MAX; i++) total += bytes[i] ? lens[i] : 0;
     atlas_status st = ATLAS_OK;
-    if (!v->off || !v->blob) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
+    if (total > UINT32_MAX) /* offsets are 32-bit */
+        st = atlas_fail(ATLAS_ERR_RANGE, "constraint vocabulary: more than 4 GiB of tokens");
+    v->blob = st == ATLAS_OK ? malloc(total + 1) : NULL;
+    if (st == ATLAS_OK && (!v->off || !v->blob))
+        st = atlas_fail(ATLAS_ERR_NOMEM, "constraint vocabulary");
     if (st == ATLAS_OK) {
         size_t o = 0;
         for (int i = 0; i < n; i++) {
@@ -345,6 +349,9 @@ typedef struct cstate {
     uint16_t hex;
     uint32_t stack;   /* bit d: the container at depth d + 1 is an array */
 } cstate;
+
+/* No padding: states are compared with memcmp (the mask cache below). */
+_Static_assert(sizeof(cstate) == 28, "cstate has padding");
 
 /* Enters segment i (or completion), skipping a CHOICE whose only option is "". */
 static void enter(const atlas_constraint *c, cstate *s, int i) {
@@ -615,11 +622,16 @@ static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsig
 
 /* ---- matchers --------------------------------------------------------------------------- */
 
+/* The last mask is kept with the state it was computed in: inside a JSON string most tokens
+ * leave the state exactly as it was, and the next mask is then a copy. */
 struct atlas_constraint_matcher {
     atlas_constraint *c;
     const atlas_constraint_vocab *v;
     cstate s;
-    cstate *stack; /* [v->max_len + 1]: states along the token being walked */
+    cstate *stack;   /* [v->max_len + 1]: states along the token being walked */
+    uint8_t *cache;  /* [v->n]: the mask of cache_s */
+    cstate cache_s;
+    int cache_count; /* -1: no mask cached */
 };
 
 atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
@@ -633,13 +645,15 @@ atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
     m->v = v;
     if (st == ATLAS_OK && v) {
         m->stack = malloc((v->max_len + 1) * sizeof *m->stack);
-        if (!m->stack) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
+        m->cache = malloc((size_t)v->n + 1);
+        if (!m->stack || !m->cache) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
     }
     if (st != ATLAS_OK) {
         atlas_constraint_matcher_free(m);
         return st;
     }
     enter(m->c, &m->s, 0);
+    m->cache_count = -1;
     *out = m;
     return ATLAS_OK;
 }
@@ -648,6 +662,7 @@ void atlas_constraint_matcher_free(atlas_constraint_matcher *m) {
     if (!m) return;
     atlas_constraint_free(m->c);
     free(m->stack);
+    free(m->cache);
     free(m);
 }
 
@@ -659,20 +674,30 @@ int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allow
     memset(allowed, 0, n > 0 ? (size_t)n : 0);
     const atlas_constraint_vocab *v = m->v;
     if (!v || atlas_constraint_matcher_done(m)) return 0;
+    int nv = n < v->n ? n : v->n;
+    if (m->cache_count >= 0 && n >= v->n && !memcmp(&m->cache_s, &m->s, sizeof m->s)) {
+        memcpy(allowed, m->cache, (size_t)nv);
+        return m->cache_count;
+    }
     const atlas_constraint *c = m->c;
     cstate *st = m->stack;
     st[0] = m->s;
     size_t valid = 0; /* st[0 .. valid] hold the states after the previous token's prefix */
     int count = 0;
     for (int k = 0; k < v->n_sorted; k++) {
-        size_t l = v->lcp[k];
-        int32_t id = v->order[k];
-        const unsigned char *p = (const unsigned char *)v->blob + v->off[id];
-        size_t len = v->off[id + 1] - v->off[id];
+        const struct sorted_tok *t = &v->sorted[k];
+        size_t l = t->lcp, len = t->len;
+        int32_t id = t->id;
+        const unsigned char *p = (const unsigned char *)v->sblob + t->off;
         if (l > valid) continue; /* it shares a prefix that was refused */
         size_t d = l;
         for (; d < len; d++) {
             st[d + 1] = st[d];
+            /* inside a JSON string, printable ASCII other than '"' and '\' changes nothing:
+             * most of the vocabulary, walked without a call */
+            if (st[d].js == J_STR && st[d].u8need == 0 && p[d] >= 0x20 && p[d] < 0x7F &&
+                p[d] != '"' && p[d] != '\\' && c->segs[st[d].seg].kind == SEG_JSON)
+                continue;
             if (!step(c, &st[d + 1], p[d])) break;
         }
         valid = d;
@@ -680,6 +705,11 @@ int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allow
             allowed[id] = 1;
             count++;
         }
+    }
+    if (nv == v->n) { /* a full mask: keep it */
+        memcpy(m->cache, allowed, (size_t)nv);
+        m->cache_s = m->s;
+        m->cache_count = count;
     }
     return count;
 }
