@@ -255,9 +255,11 @@ static void test_invariance(const char *dir, const char *model, const prompt *pr
     params.load_tokenizer = 0;
     params.kv_block_size = BLOCK;
     params.kv_tokens = MAX_SEQS * MAX_BLOCKS * BLOCK;
-    atlas_model *m3 = NULL;
+    atlas_model *m3 = NULL, *m5 = NULL;
     CHECK_OK(atlas_model_load(dir, &params, &m3));
-    if (!m3) return;
+    params.mlp_chunk_tokens = 5; /* the MLP over 5 rows at a time: a batch makes many chunks */
+    CHECK_OK(atlas_model_load(dir, &params, &m5));
+    if (!m3 || !m5) return;
     int V = atlas_model_vocab_size(m1);
     const prompt *ps[4];
     int n = 0;
@@ -285,6 +287,8 @@ static void test_invariance(const char *dir, const char *model, const prompt *pr
         {"mixed chunks a, 3 threads", m3, 0, chunks_a, 6, 1, 29},
         {"mixed chunks b, 1 thread", m1, 0, chunks_b, 5, 3, 41},
         {"mixed chunks b, 3 threads", m3, 0, chunks_b, 5, 2, 53},
+        {"one batch, MLP 5 rows at a time", m5, 0, one_shot, 1, 0, 67},
+        {"mixed chunks a, MLP 5 rows at a time", m5, 0, chunks_a, 6, 2, 79},
     };
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
         for (int i = 0; i < n; i++) memset(got[i], 0xff, sizeof(float) * V * ps[i]->n);
@@ -311,6 +315,7 @@ static void test_invariance(const char *dir, const char *model, const prompt *pr
         free(got[i]);
     }
     CHECK_OK(atlas_model_release(m3));
+    CHECK_OK(atlas_model_release(m5));
 }
 
 /* Runs a command, returns its stdout (malloc'd) or NULL; *rc its exit status. */

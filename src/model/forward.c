@@ -9,6 +9,7 @@
  *     att = attention(q, cache)                         [n, H * hd]
  *     x += att @ Wo^T;            h = rmsnorm(x) * mlp_norm[l]
  *     x += swiglu(h @ Wgate_up^T) @ Wdown^T;  h = rmsnorm(x) * (attn_norm[l+1] or norm)
+ *       (the MLP over mlp_chunk rows at a time: its [rows, 3f] buffers are the largest)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *
  * Tensor parallelism (tp_size N > 1, docs/TENSOR_PARALLEL.md): the backend geometry holds
@@ -98,9 +99,14 @@ static atlas_status run_layers(atlas_model *m, int n) {
         ATLAS_TRY(op->matmul(be, a->o, a->att, lw->o, NULL, n));
         if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, lw->mlp_norm, n, d));
-        ATLAS_TRY(op->matmul(be, a->gate_up, a->h, lw->gate_up, NULL, n));
-        ATLAS_TRY(op->swiglu(be, a->act, a->gate_up, n, f));
-        ATLAS_TRY(op->matmul(be, a->o, a->act, lw->down, NULL, n));
+        /* rows are independent in the MLP: mlp_chunk of them at a time bounds its buffers */
+        for (int r0 = 0; r0 < n; r0 += m->mlp_chunk) {
+            int nr = n - r0 < m->mlp_chunk ? n - r0 : m->mlp_chunk;
+            size_t off = (size_t)r0 * d * be->act_size;
+            ATLAS_TRY(op->matmul(be, a->gate_up, (const char *)a->h + off, lw->gate_up, NULL, nr));
+            ATLAS_TRY(op->swiglu(be, a->act, a->gate_up, nr, f));
+            ATLAS_TRY(op->matmul(be, (char *)a->o + off, a->act, lw->down, NULL, nr));
+        }
         if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         const atlas_weight *next = l + 1 < c->n_layers ? m->w.layers[l + 1].attn_norm : m->w.norm;
         ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, next, n, d));

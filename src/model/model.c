@@ -22,6 +22,7 @@ atlas_model_params atlas_model_default_params(void) {
                                 .kv_block_size = 16,
                                 .kv_tokens = 0,
                                 .max_batch_tokens = 512,
+                                .mlp_chunk_tokens = 1024,
                                 .load_tokenizer = 1,
                                 .tp_rank = 0,
                                 .tp_size = 1};
@@ -44,6 +45,9 @@ static atlas_status check_params(const atlas_model_params *p) {
     if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: max_batch_tokens %d (1..65536)",
                           p->max_batch_tokens);
+    if (p->mlp_chunk_tokens < 1 || p->mlp_chunk_tokens > 65536)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: mlp_chunk_tokens %d (1..65536)",
+                          p->mlp_chunk_tokens);
     return ATLAS_OK;
 }
 
@@ -69,19 +73,23 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
     return ATLAS_OK;
 }
 
+/* The MLP's buffers hold mlp_chunk rows, not T; rows (used only after the last layer) lives in
+ * gate_up when it fits there, which is the usual case. */
 static atlas_status alloc_acts(atlas_model *m) {
     const atlas_backend_geom *c = &m->be->geom; /* the rank's local widths */
-    size_t T = (size_t)m->max_batch_tokens, e = m->be->act_size;
+    size_t T = (size_t)m->max_batch_tokens, C = (size_t)m->mlp_chunk, e = m->be->act_size;
     size_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads,
            f = c->intermediate;
+    bool rows_in_gate_up = C * 2 * f >= T * d;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
-        {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, T * 2 * f},
-        {&m->acts.act, T * f}, {&m->acts.rows, T * d},
-        {&m->acts.logits, (size_t)ATLAS_LOGIT_CHUNK * c->vocab_size},
+        {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, C * 2 * f},
+        {&m->acts.act, C * f}, {&m->acts.logits, (size_t)ATLAS_LOGIT_CHUNK * c->vocab_size},
+        {&m->acts.rows, rows_in_gate_up ? 0 : T * d},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        ATLAS_TRY(m->be->ops->alloc(m->be, bufs[i].n * e, bufs[i].p));
+        if (bufs[i].n) ATLAS_TRY(m->be->ops->alloc(m->be, bufs[i].n * e, bufs[i].p));
+    if (rows_in_gate_up) m->acts.rows = m->acts.gate_up;
     return ATLAS_OK;
 }
 
@@ -150,6 +158,8 @@ static atlas_status load_all(atlas_model *m, const atlas_model_params *p) {
     ATLAS_TRY(pick_backend(m, p, &g));
     ATLAS_TRY(atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL, &m->w));
     m->max_batch_tokens = p->max_batch_tokens;
+    m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
+                                                             : p->max_batch_tokens;
     ATLAS_TRY(load_kv(m, p));
     return alloc_acts(m);
 }
@@ -167,7 +177,8 @@ static atlas_status unload(atlas_model *m) {
             snprintf(errs, sizeof errs, "sync: %s", atlas_last_error());
         }
         atlas_acts *a = &m->acts;
-        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act, a->rows, a->logits};
+        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act, a->logits,
+                        a->rows != a->gate_up ? a->rows : NULL};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
         m->be->ops->kv_free(m->be, m->kv);
         atlas_weights_free(m->be, &m->w);

@@ -13,7 +13,8 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 
-/* Activation buffers of one forward, in backend memory, for up to T = max_batch_tokens. */
+/* Activation buffers of one forward, in backend memory, for up to T = max_batch_tokens
+ * (C = mlp_chunk rows for the MLP's). */
 typedef struct atlas_acts {
     /* Widths are the backend geometry's: with tensor parallelism the rank's local heads
      * (H, K) and MLP columns (f). */
@@ -22,9 +23,9 @@ typedef struct atlas_acts {
     void *qkv;     /* [T, (H + 2K) * hd] */
     void *att;     /* [T, H * hd] */
     void *o;       /* [T, d] projections back to d */
-    void *gate_up; /* [T, 2f] */
-    void *act;     /* [T, f] */
-    void *rows;    /* [T, d] the rows whose logits are wanted */
+    void *gate_up; /* [C, 2f] */
+    void *act;     /* [C, f] */
+    void *rows;    /* [T, d] the rows whose logits are wanted; gate_up's memory when it fits */
     void *logits;  /* [ATLAS_LOGIT_CHUNK, vocab] */
 } atlas_acts;
 
@@ -42,6 +43,7 @@ struct atlas_model {
     atlas_model_weights w;
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;
+    int mlp_chunk; /* rows of the MLP buffers: min(mlp_chunk_tokens, max_batch_tokens) */
     size_t kv_bytes;
     atlas_acts acts;
     int32_t eos[ATLAS_MAX_EOS];
