@@ -2,7 +2,8 @@
  * models (random weights, real tokenizers, CPU backend):
  * - a literal program gives exactly its text at temperature 0 (so the greedy fast path,
  *   which would ignore the mask, is not taken) and ends with STOP without an eos;
- *   max_tokens and stop strings still end it first; an empty program is refused;
+ *   max_tokens and stop strings still end it first, stop ids cannot (they are masked
+ *   until the program is complete); an empty program is refused;
  * - a JSON object program, sampled, ends with STOP and its text parses as an object;
  *   random weights wander (a string may go on for thousands of tokens), so the sampled
  *   requests carry a logit_bias towards a few closing tokens: the mask still decides
@@ -129,6 +130,27 @@ static void test_literal(atlas_engine *e, const int32_t *prompt, size_t n) {
     CHECK_OK(run(e, &r, &out));
     CHECK(out.finish == ATLAS_FINISH_LENGTH && out.n_tokens == 2);
     CHECK(!strncmp(out.text, want, out.n_text) && out.n_text > 0);
+    /* stop ids are masked while the program is incomplete: make every first token that
+     * spells more than "H" a stop id; the text must still come out whole */
+    int32_t stop_ids[8];
+    int n_stop_ids = 0;
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, "qwen", &tok));
+    for (size_t len = 2; len <= 6; len++) {
+        char piece[8];
+        memcpy(piece, want, len);
+        piece[len] = 0;
+        int32_t id = atlas_tokenizer_token_id(tok, piece);
+        if (id >= 0) stop_ids[n_stop_ids++] = id;
+    }
+    CHECK(n_stop_ids >= 2);
+    r = request("qwen", prompt, n, 100, 0, 1);
+    r.constraint = c;
+    r.stop_ids = stop_ids;
+    r.n_stop_ids = n_stop_ids;
+    CHECK_OK(run(e, &r, &out));
+    CHECK_MSG(out.finish == ATLAS_FINISH_STOP && out.stop_id == -1 && !strcmp(out.text, want),
+              "finish %d stop id %d text '%s'", out.finish, out.stop_id, out.text);
     const char *stop[] = {"constrained"};
     r = request("qwen", prompt, n, 100, 0.8f, 7);
     r.constraint = c;

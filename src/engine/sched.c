@@ -516,9 +516,17 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
 /* ---- running a step --------------------------------------------------------------------- */
 
 /* A constrained sequence: gives the tokens its matcher does not allow -inf in logits (a copy
- * of the raw row).  0 (s failed) when no token is allowed. */
-static int mask_row(seq *s, float *logits, int vocab) {
+ * of the raw row), and its eos and stop ids too (they would end the text before the program
+ * is complete; special tokens have no bytes for the matcher anyway, but a stop id may be a
+ * plain token).  0 (s failed) when no token is allowed. */
+static int mask_row(const atlas_engine *e, seq *s, float *logits, int vocab) {
     int n = atlas_constraint_matcher_allowed(s->matcher, s->allowed, vocab);
+    const eng_model *md = &e->models[s->model];
+    for (int i = 0; !s->ignore_eos && i < md->n_eos; i++)
+        if (md->eos[i] >= 0 && md->eos[i] < vocab && s->allowed[md->eos[i]])
+            s->allowed[md->eos[i]] = 0, n--;
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->allowed[s->stop_ids[i]]) s->allowed[s->stop_ids[i]] = 0, n--;
     if (n <= 0) {
         atlas_engine_seq_fail(s, ATLAS_ERR_INTERNAL, "constraint: no token of the vocabulary "
                               "may come next (the program cannot be completed)");
@@ -540,7 +548,7 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
     atlas_status st;
     if (s->logprobs || s->top_logprobs || s->matcher) {
         memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
-        if (s->matcher && !mask_row(s, e->row, vocab)) return 1;
+        if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
         st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens, (size_t)s->n_tokens,
                                   &id);
         if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
