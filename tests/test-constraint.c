@@ -11,6 +11,7 @@
 
 #include "atlas/constraint.h"
 #include "atlas/tokenizer.h"
+#include "atlas/toolcall.h"
 #include "harness.h"
 
 static atlas_constraint *json_program(void) {
@@ -178,6 +179,50 @@ static void test_json_accept(void) {
     CHECK(!MATCH(c, "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"));
     CHECK(!MATCH(c, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} \n</tool_call>"));
     atlas_constraint_free(c);
+}
+
+/* The server's tool-call programs (src/server/api.c, one per format) accept a call that the
+ * tool-call parser reads back with the same name, escapes included. */
+static void test_toolcall_shapes(void) {
+    const struct {
+        atlas_toolcall_format f;
+        const char *head, *middle, *tail;
+    } shapes[] = {
+        {ATLAS_TOOLCALL_HERMES, "<tool_call>\n{\"name\": \"", "\", \"arguments\": ",
+         "}\n</tool_call>"},
+        {ATLAS_TOOLCALL_LLAMA3, "{\"name\": \"", "\", \"parameters\": ", "}"},
+        {ATLAS_TOOLCALL_MISTRAL, "[TOOL_CALLS][{\"name\": \"", "\", \"arguments\": ", "}]"},
+    };
+    const char *name = "get \"x\"\\y/\xc3\xa9";  /* get "x"\y/é */
+    const char *escaped = "get \\\"x\\\"\\\\y/\xc3\xa9"; /* as jansson writes it */
+    const char *names[] = {escaped, "get"};
+    for (int k = 0; k < 3; k++) {
+        atlas_constraint *c = NULL;
+        CHECK_OK(atlas_constraint_new(&c));
+        CHECK_OK(atlas_constraint_add_literal(c, shapes[k].head, strlen(shapes[k].head)));
+        CHECK_OK(atlas_constraint_add_choice(c, names, 2));
+        CHECK_OK(atlas_constraint_add_literal(c, shapes[k].middle, strlen(shapes[k].middle)));
+        CHECK_OK(atlas_constraint_add_json_object(c));
+        CHECK_OK(atlas_constraint_add_literal(c, shapes[k].tail, strlen(shapes[k].tail)));
+        char text[512];
+        snprintf(text, sizeof text, "%s%s%s{\"a\": [1, {\"b\": null}]}%s", shapes[k].head,
+                 escaped, shapes[k].middle, shapes[k].tail);
+        CHECK_MSG(MATCH(c, text), "format %d: %s", k, text);
+        char *content = NULL;
+        json_t *calls = NULL;
+        CHECK_OK(atlas_toolcall_parse(shapes[k].f, text, &content, &calls));
+        json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+        const char *got = json_string_value(json_object_get(fn, "name"));
+        CHECK_MSG(json_array_size(calls) == 1 && got && !strcmp(got, name), "format %d: %s",
+                  k, got ? got : "(none)");
+        json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+        CHECK(json_is_object(args) && json_is_array(json_object_get(args, "a")));
+        json_decref(args);
+        CHECK(content && !*content);
+        free(content);
+        json_decref(calls);
+        atlas_constraint_free(c);
+    }
 }
 
 /* The mask must say exactly which tokens a fresh matcher, fed prefix and then the token's
@@ -435,6 +480,7 @@ static void test_tokenizer_vocab(void) {
 int main(void) {
     test_literal_choice();
     test_json_accept();
+    test_toolcall_shapes();
     test_hand_vocab();
     test_tokenizer_vocab();
     return harness_finish();
