@@ -181,6 +181,78 @@ static void test_json_accept(void) {
     atlas_constraint_free(c);
 }
 
+/* Values of a kind: strings, numbers, integers, arrays, any value; what may follow a value
+ * that may be a number; literals merged. */
+static void test_json_values(void) {
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    const atlas_constraint_json_kind kinds[] = {
+        ATLAS_CONSTRAINT_JSON_STRING, ATLAS_CONSTRAINT_JSON_NUMBER, ATLAS_CONSTRAINT_JSON_INTEGER,
+        ATLAS_CONSTRAINT_JSON_ANY, ATLAS_CONSTRAINT_JSON_ARRAY, ATLAS_CONSTRAINT_JSON_OBJECT};
+    for (int i = 0; i < 6; i++) {
+        CHECK_OK(atlas_constraint_add_literal(c, i ? "," : "[", 1));
+        CHECK_OK(atlas_constraint_add_json_value(c, kinds[i]));
+    }
+    CHECK_OK(atlas_constraint_add_literal(c, "]", 1));
+    CHECK(atlas_constraint_add_json_value(c, (atlas_constraint_json_kind)9) == ATLAS_ERR_RANGE);
+    const char *good[] = {
+        "[\"a\\u00e9\",-1.5e3,42,{\"x\":[1]},[1,\"b\",null],{}]",
+        "[\"\",0,0,12.5,[],{}]",
+        "[ \"x\", 7,-0, \"any\",[[]], {\"k\": true}]",
+        "[\"x\",1,2,null,[{}],{}]",
+        "[\"x\",1,2,-3e+2,[],{}]",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        CHECK_MSG(MATCH(c, good[i]), "good[%zu] %s", i, good[i]);
+        json_t *j = json_loads(good[i], 0, NULL);
+        CHECK_MSG(json_is_array(j) && json_array_size(j) == 6, "jansson on %s", good[i]);
+        json_decref(j);
+    }
+    const char *bad[] = {
+        "[1,1,1,1,[],{}]",              /* a number for a string */
+        "[\"x\",\"1\",1,1,[],{}]",      /* a string for a number */
+        "[\"x\",1,4.5,1,[],{}]",          /* a fraction for an integer */
+        "[\"x\",1,4e1,1,[],{}]",          /* an exponent for an integer */
+        "[\"x\",1,1,1,{},{}]",            /* an object for an array */
+        "[\"x\",1,1,1,[],[]]",            /* an array for an object */
+        "[\"x\",1 ,1,1,[],{}]",           /* a number ends at the next literal */
+        "[\"x\",01,1,1,[],{}]", "[\"x\",1,1,tru,[],{}]", "[\"x\",-,1,1,[],{}]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!MATCH(c, bad[i]), "bad[%zu] %s", i, bad[i]);
+    atlas_constraint_free(c);
+
+    /* a value that may be a number needs a literal after it that cannot continue it */
+    atlas_constraint_matcher *m = NULL;
+    const atlas_constraint_json_kind numeric[] = {
+        ATLAS_CONSTRAINT_JSON_NUMBER, ATLAS_CONSTRAINT_JSON_INTEGER, ATLAS_CONSTRAINT_JSON_ANY};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(atlas_constraint_new(&c));
+        CHECK_OK(atlas_constraint_add_json_value(c, numeric[i]));
+        CHECK(atlas_constraint_matcher_new(c, NULL, &m) == ATLAS_ERR_INVALID && !m);
+        CHECK(atlas_constraint_add_literal(c, "1", 1) == ATLAS_ERR_INVALID);
+        CHECK(atlas_constraint_add_literal(c, "e", 1) == ATLAS_ERR_INVALID);
+        CHECK(atlas_constraint_add_literal(c, "-x", 2) == ATLAS_ERR_INVALID);
+        CHECK(atlas_constraint_add_json_object(c) == ATLAS_ERR_INVALID);
+        CHECK_OK(atlas_constraint_add_literal(c, "}", 1));
+        CHECK(MATCH(c, "12}") && MATCH(c, " 0}") && !MATCH(c, "12") && !MATCH(c, "}"));
+        atlas_constraint_free(c);
+    }
+    /* strings, arrays and objects end by themselves */
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_STRING));
+    CHECK(MATCH(c, "\"ab\"") && MATCH(c, "  \"\"") && !MATCH(c, "\"ab") && !MATCH(c, "ab"));
+    CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ARRAY));
+    CHECK(MATCH(c, "\"\"[1,[2]]") && !MATCH(c, "\"\"[1,[2]"));
+    atlas_constraint_free(c);
+    /* consecutive literals are one segment */
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_literal(c, "ab", 2));
+    CHECK_OK(atlas_constraint_add_literal(c, "cd", 2));
+    CHECK(atlas_constraint_n_segments(c) == 1 && MATCH(c, "abcd") && !MATCH(c, "ab"));
+    atlas_constraint_free(c);
+}
+
 /* The server's tool-call programs (src/server/api.c, one per format) accept a call that the
  * tool-call parser reads back with the same name, escapes included. */
 static void test_toolcall_shapes(void) {
@@ -481,6 +553,7 @@ int main(void) {
     test_literal_choice();
     test_json_accept();
     test_toolcall_shapes();
+    test_json_values();
     test_hand_vocab();
     test_tokenizer_vocab();
     return harness_finish();

@@ -12,13 +12,18 @@
  *                parts of at most 18 digits and exponents of at most 2 (so that integers fit
  *                64 bits and reals a double).  Leading whitespace is allowed (within the
  *                same cap); the object ends at its closing brace.
+ *   JSON value   the same grammar for one value of a kind (atlas_constraint_json_kind):
+ *                any value, an array, a string, a number or an integer.
  * The program is complete when the last segment is.  Matching is deterministic: a CHOICE
  * where one option is a proper prefix of another must be followed by a LITERAL whose first
- * byte cannot continue the longer option (the builder refuses anything else), so that one
- * byte never leaves two ways to go on.
+ * byte cannot continue the longer option, and a value that may be a number (ANY, NUMBER,
+ * INTEGER), which only ends at the first byte that is not its own, must be followed by a
+ * LITERAL that does not start with a digit, '.', 'e', 'E', '+' or '-' (the builder refuses
+ * anything else), so that one byte never leaves two ways to go on.  Consecutive literals
+ * are merged into one segment.
  *
  * A vocabulary is every token's bytes, sorted once so that tokens sharing a prefix walk it
- * once per step (a 150k vocabulary masks in about a millisecond).  A matcher is one
+ * once per step (a 150k vocabulary masks in a few milliseconds at most on one core).  A matcher is one
  * sequence's position in a program; it computes the allowed tokens and advances by the
  * chosen one.
  *
@@ -45,7 +50,7 @@ typedef struct atlas_tokenizer atlas_tokenizer; /* atlas/tokenizer.h */
 enum {
     ATLAS_CONSTRAINT_MAX_DEPTH = 32,    /* nesting of objects and arrays in a JSON_OBJECT */
     ATLAS_CONSTRAINT_MAX_WS = 16,       /* whitespace bytes in a row outside strings */
-    ATLAS_CONSTRAINT_MAX_SEGMENTS = 64, /* segments of one program */
+    ATLAS_CONSTRAINT_MAX_SEGMENTS = 4096, /* segments of one program */
     ATLAS_CONSTRAINT_MAX_OPTIONS = 1024,/* strings of one CHOICE */
     ATLAS_CONSTRAINT_MAX_BYTES = 65536, /* bytes of one LITERAL or CHOICE option */
 };
@@ -57,13 +62,24 @@ atlas_status atlas_constraint_new(atlas_constraint **out);
 void atlas_constraint_free(atlas_constraint *c); /* NULL: no-op */
 
 /* Appends a segment.  Errors: ATLAS_ERR_RANGE beyond the limits above, ATLAS_ERR_INVALID
- * for an ambiguous CHOICE (see above: checked when the next segment is added, and by
- * atlas_constraint_matcher_new for a CHOICE that ends the program), ATLAS_ERR_NOMEM.
+ * for an ambiguous CHOICE or number (see above: checked when the next segment is added, and
+ * by atlas_constraint_matcher_new for one that ends the program), ATLAS_ERR_NOMEM.
  * A failed append leaves the program as it was.  An empty literal adds nothing. */
 atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len);
 /* options[n] NUL-terminated strings, copied; duplicates count once; n >= 1. */
 atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options, int n);
 atlas_status atlas_constraint_add_json_object(atlas_constraint *c);
+
+typedef enum atlas_constraint_json_kind {
+    ATLAS_CONSTRAINT_JSON_OBJECT = 0, /* = atlas_constraint_add_json_object */
+    ATLAS_CONSTRAINT_JSON_ANY,        /* any value: object, array, string, number, literal */
+    ATLAS_CONSTRAINT_JSON_ARRAY,      /* any array */
+    ATLAS_CONSTRAINT_JSON_STRING,
+    ATLAS_CONSTRAINT_JSON_NUMBER,
+    ATLAS_CONSTRAINT_JSON_INTEGER,    /* a number without fraction or exponent */
+} atlas_constraint_json_kind;
+
+atlas_status atlas_constraint_add_json_value(atlas_constraint *c, atlas_constraint_json_kind kind);
 
 /* A deep copy (the engine keeps one per request). */
 atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);

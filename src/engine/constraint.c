@@ -28,6 +28,7 @@ typedef struct seg {
     int n_opt;
     int has_prefix;     /* some option is a proper prefix of another */
     uint8_t cont[32];   /* bit b: some option continues another (that is its prefix) with b */
+    atlas_constraint_json_kind jkind; /* JSON */
 } seg;
 
 struct atlas_constraint {
@@ -60,17 +61,25 @@ int atlas_constraint_n_segments(const atlas_constraint *c) { return c->n; }
 
 static int bit_get(const uint8_t *set, unsigned b) { return set[b >> 3] >> (b & 7) & 1; }
 
-/* A CHOICE whose options are prefixes of one another needs a following LITERAL whose first
- * byte no longer option could take there (see the header); next is NULL at the end. */
-static atlas_status check_after_choice(const atlas_constraint *c, const seg *next) {
+/* What may follow the last segment (next: the segment to add, NULL at the end): a CHOICE
+ * whose options are prefixes of one another needs a LITERAL whose first byte no longer
+ * option could take there, and a value that may be a number a LITERAL whose first byte
+ * cannot continue a number (see the header). */
+static atlas_status check_after(const atlas_constraint *c, const seg *next) {
     if (c->n == 0) return ATLAS_OK;
     const seg *prev = &c->segs[c->n - 1];
-    if (prev->kind != SEG_CHOICE || !prev->has_prefix) return ATLAS_OK;
-    if (!next || next->kind != SEG_LITERAL ||
-        bit_get(prev->cont, (unsigned char)next->lit[0]))
+    int first = next && next->kind == SEG_LITERAL ? (unsigned char)next->lit[0] : -1;
+    if (prev->kind == SEG_CHOICE && prev->has_prefix &&
+        (first < 0 || bit_get(prev->cont, (unsigned)first)))
         return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a choice whose options "
                           "are prefixes of one another must be followed by a literal that "
                           "tells them apart", c->n - 1);
+    if (prev->kind == SEG_JSON && prev->jkind != ATLAS_CONSTRAINT_JSON_OBJECT &&
+        prev->jkind != ATLAS_CONSTRAINT_JSON_ARRAY && prev->jkind != ATLAS_CONSTRAINT_JSON_STRING &&
+        (first < 0 || (first >= '0' && first <= '9') || strchr(".eE+-", first)))
+        return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a value that may be a "
+                          "number must be followed by a literal that cannot continue it",
+                          c->n - 1);
     return ATLAS_OK;
 }
 
@@ -80,7 +89,7 @@ static atlas_status push_seg(atlas_constraint *c, seg *s) {
     if (c->n >= ATLAS_CONSTRAINT_MAX_SEGMENTS)
         st = atlas_fail(ATLAS_ERR_RANGE, "constraint: more than %d segments",
                         ATLAS_CONSTRAINT_MAX_SEGMENTS);
-    if (st == ATLAS_OK) st = check_after_choice(c, s);
+    if (st == ATLAS_OK) st = check_after(c, s);
     seg *segs = st == ATLAS_OK ? realloc(c->segs, (size_t)(c->n + 1) * sizeof *segs) : NULL;
     if (st == ATLAS_OK && !segs) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
     if (st != ATLAS_OK) {
@@ -94,9 +103,19 @@ static atlas_status push_seg(atlas_constraint *c, seg *s) {
 
 atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len) {
     if (len == 0) return ATLAS_OK;
-    if (len > ATLAS_CONSTRAINT_MAX_BYTES)
+    seg *last = c->n > 0 ? &c->segs[c->n - 1] : NULL;
+    size_t have = last && last->kind == SEG_LITERAL ? last->len : 0;
+    if (len > ATLAS_CONSTRAINT_MAX_BYTES - have)
         return atlas_fail(ATLAS_ERR_RANGE, "constraint: a literal of %zu bytes (at most %d)",
-                          len, ATLAS_CONSTRAINT_MAX_BYTES);
+                          have + len, ATLAS_CONSTRAINT_MAX_BYTES);
+    if (have) { /* merged into the literal before: nothing new to check */
+        char *lit = realloc(last->lit, have + len);
+        if (!lit) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
+        memcpy(lit + have, text, len);
+        last->lit = lit;
+        last->len = have + len;
+        return ATLAS_OK;
+    }
     seg s = {.kind = SEG_LITERAL, .len = len, .lit = malloc(len)};
     if (!s.lit) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
     memcpy(s.lit, text, len);
@@ -153,9 +172,15 @@ atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const 
     return push_seg(c, &s);
 }
 
-atlas_status atlas_constraint_add_json_object(atlas_constraint *c) {
-    seg s = {.kind = SEG_JSON};
+atlas_status atlas_constraint_add_json_value(atlas_constraint *c, atlas_constraint_json_kind kind) {
+    if ((unsigned)kind > ATLAS_CONSTRAINT_JSON_INTEGER)
+        return atlas_fail(ATLAS_ERR_RANGE, "constraint: JSON value kind %d", (int)kind);
+    seg s = {.kind = SEG_JSON, .jkind = kind};
     return push_seg(c, &s);
+}
+
+atlas_status atlas_constraint_add_json_object(atlas_constraint *c) {
+    return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_OBJECT);
 }
 
 atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out) {
@@ -166,7 +191,7 @@ atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint *
     for (int i = 0; st == ATLAS_OK && i < c->n; i++) {
         const seg *s = &c->segs[i];
         if (s->kind == SEG_LITERAL) st = atlas_constraint_add_literal(d, s->lit, s->len);
-        else if (s->kind == SEG_JSON) st = atlas_constraint_add_json_object(d);
+        else if (s->kind == SEG_JSON) st = atlas_constraint_add_json_value(d, s->jkind);
         else st = atlas_constraint_add_choice(d, (const char *const *)s->opt, s->n_opt);
     }
     if (st != ATLAS_OK) {
@@ -308,11 +333,15 @@ atlas_status atlas_constraint_vocab_from_tokenizer(const atlas_tokenizer *tok, b
 
 /* ---- the byte automaton ----------------------------------------------------------------- */
 
-/* JSON grammar states.  A value inside a container ends in J_AFTER; the top-level object's
- * closing brace ends the segment.  Numbers end at the first byte that is not theirs, which
- * is then read in J_AFTER (a number is never at the top level, so one always follows). */
+/* JSON grammar states.  A value inside a container ends in J_AFTER; the top-level value's
+ * last byte ends the segment.  Numbers end at the first byte that is not theirs, which is
+ * then read in J_AFTER, or at the top level by the next segment (a literal, see
+ * check_after). */
 enum {
-    J_START = 0,  /* ws or '{' */
+    J_START = 0,  /* ws or '{' (JSON_OBJECT) */
+    J_START_ARR,  /* ws or '[' (JSON_ARRAY) */
+    J_START_STR,  /* ws or '"' (JSON_STRING) */
+    J_START_NUM,  /* ws, '-' or a digit (JSON_NUMBER, JSON_INTEGER) */
     J_OBJ_OPEN,   /* after '{': ws, '"' or '}' */
     J_OBJ_KEY,    /* after ',' in an object: ws or '"' */
     J_COLON,      /* after a key: ws or ':' */
@@ -360,6 +389,15 @@ static void enter(const atlas_constraint *c, cstate *s, int i) {
         s->seg = i;
         if (i >= c->n) return;
         const seg *g = &c->segs[i];
+        if (g->kind == SEG_JSON) {
+            static const uint8_t start[] = {
+                [ATLAS_CONSTRAINT_JSON_OBJECT] = J_START, [ATLAS_CONSTRAINT_JSON_ANY] = J_VALUE,
+                [ATLAS_CONSTRAINT_JSON_ARRAY] = J_START_ARR,
+                [ATLAS_CONSTRAINT_JSON_STRING] = J_START_STR,
+                [ATLAS_CONSTRAINT_JSON_NUMBER] = J_START_NUM,
+                [ATLAS_CONSTRAINT_JSON_INTEGER] = J_START_NUM};
+            s->js = start[g->jkind];
+        }
         if (g->kind != SEG_CHOICE) return;
         s->hi = (uint16_t)g->n_opt;
         if (!(g->n_opt == 1 && g->opt_len[0] == 0)) return;
@@ -428,6 +466,16 @@ static int json_structural(const atlas_constraint *c, cstate *s, unsigned b) {
     case J_START:
         if (b != '{') return 0;
         return json_open(s, 0);
+    case J_START_ARR:
+        if (b != '[') return 0;
+        return json_open(s, 1);
+    case J_START_STR:
+        if (b != '"') return 0;
+        s->js = J_STR, s->key = 0;
+        return 1;
+    case J_START_NUM:
+        if (b != '-' && (b < '0' || b > '9')) return 0;
+        return json_value_start(s, b);
     case J_OBJ_OPEN:
         if (b == '}') return json_close(c, s, 0);
         /* fall through */
@@ -507,9 +555,18 @@ static int json_hex(cstate *s, unsigned b, int low) {
     return 1;
 }
 
-/* A byte in a number; one that ends it is read again as structure. */
+static int step(const atlas_constraint *c, cstate *s, unsigned b);
+
+/* A byte in a number; one that ends it is read again as structure, or at the top level by
+ * the next segment. */
 static int json_number(const atlas_constraint *c, cstate *s, unsigned b) {
     int digit = b >= '0' && b <= '9';
+    if (s->depth == 0 && c->segs[s->seg].jkind == ATLAS_CONSTRAINT_JSON_INTEGER &&
+        (b == '.' || b == 'e' || b == 'E') &&
+        (s->js == J_NUM_INT || s->js == J_NUM_ZERO)) {
+        enter(c, s, s->seg + 1); /* no fraction or exponent: the number ends here */
+        return step(c, s, b);
+    }
     switch (s->js) {
     case J_NUM_MINUS:
         if (!digit) return 0;
@@ -549,6 +606,10 @@ static int json_number(const atlas_constraint *c, cstate *s, unsigned b) {
             return 1;
         }
         break;
+    }
+    if (s->depth == 0) {
+        enter(c, s, s->seg + 1);
+        return step(c, s, b);
     }
     s->js = J_AFTER;
     return json_structural(c, s, b);
@@ -638,7 +699,7 @@ atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
                                           const atlas_constraint_vocab *v,
                                           atlas_constraint_matcher **out) {
     *out = NULL;
-    ATLAS_TRY(check_after_choice(c, NULL));
+    ATLAS_TRY(check_after(c, NULL));
     atlas_constraint_matcher *m = calloc(1, sizeof *m);
     if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
     atlas_status st = atlas_constraint_copy(c, &m->c);
