@@ -11,6 +11,7 @@
 #include "atlas/constraint.h"
 #include "atlas/tokenizer.h"
 #include "core/error.h"
+#include "server/schema.h"
 
 static const json_t *field(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);
@@ -245,9 +246,9 @@ static atlas_status parse_logprobs(const json_t *body, atlas_api_kind kind, atla
     return ATLAS_OK;
 }
 
-/* "response_format": {"type": "text"} (the default) or {"type": "json_object"} (the text is
- * then one JSON object, by constrained decoding); json_schema is refused by name rather
- * than ignored. */
+/* "response_format": {"type": "text"} (the default), {"type": "json_object"} (the text is
+ * then one JSON object, by constrained decoding) or {"type": "json_schema"} (the subset of
+ * schema.h; what it cannot enforce is refused by name rather than ignored). */
 static atlas_status parse_response_format(const json_t *body, atlas_gen_params *p,
                                           const char **param) {
     const json_t *rf = field(body, "response_format");
@@ -257,16 +258,20 @@ static atlas_status parse_response_format(const json_t *body, atlas_gen_params *
     if (!json_is_object(rf) || !type)
         return atlas_fail(ATLAS_ERR_INVALID, "'response_format' must be an object with a string "
                                              "'type'");
-    if (!strcmp(type, "json_schema"))
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'response_format' of type 'json_schema' is not "
-                                                 "supported: use {\"type\": \"json_object\"} "
-                                                 "and describe the schema in the prompt");
-    if (!strcmp(type, "json_object")) {
+    if (!strcmp(type, "json_schema")) {
+        const json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (!json_is_object(schema))
+            return atlas_fail(ATLAS_ERR_INVALID, "'response_format.json_schema.schema' must be "
+                                                 "an object");
+        ATLAS_TRY(atlas_schema_program(schema, "response_format.json_schema.schema",
+                                       &p->constraint));
+    } else if (!strcmp(type, "json_object")) {
         ATLAS_TRY(atlas_constraint_new(&p->constraint));
         ATLAS_TRY(atlas_constraint_add_json_object(p->constraint));
     } else if (strcmp(type, "text") != 0) {
         return atlas_fail(ATLAS_ERR_INVALID, "'response_format' of type '%.100s': the type must "
-                                             "be \"text\" or \"json_object\"", type);
+                                             "be \"text\", \"json_object\" or \"json_schema\"",
+                          type);
     }
     *param = NULL;
     return ATLAS_OK;

@@ -1,6 +1,6 @@
 // Structured output through the official Node SDK: response_format json_object (chat and
-// completions) and tool_choice "required" / a named function, enforced by constrained
-// decoding, streamed and not; the requests atlas refuses.
+// completions) and json_schema, tool_choice "required" / a named function, enforced by
+// constrained decoding, streamed and not; the requests atlas refuses.
 //
 // The fixture models have random weights: inside a JSON string they may write thousands of
 // tokens before a quote.  The requests therefore carry a logit_bias towards a few closing
@@ -68,6 +68,36 @@ test('response_format json_object: the content is one JSON object', async () => 
   assert.ok(['stop', 'length'].includes(t.choices[0].finish_reason));
 });
 
+test('response_format json_schema: the content follows the schema', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      city: { type: 'string' }, days: { type: 'integer' }, temp: { type: 'number' },
+      sunny: { type: 'boolean' }, unit: { enum: ['C', 'F'] }, tags: { type: 'array' },
+      where: { type: 'object', properties: { lat: { type: 'number' }, name: { const: 'x' } } },
+    },
+    required: ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'where'], additionalProperties: false,
+  };
+  for (const [model, seed] of [['qwen', 1], ['llama', 2]]) {
+    const r = await client.chat.completions.create(body(model, {
+      seed, response_format: { type: 'json_schema', json_schema: { name: 'forecast', strict: true, schema } },
+    }));
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'stop', JSON.stringify(r));
+    const v = JSON.parse(c.message.content);
+    assert.deepEqual(Object.keys(v), ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'where'], c.message.content);
+    assert.equal(typeof v.city, 'string');
+    assert.ok(Number.isInteger(v.days), c.message.content);
+    assert.equal(typeof v.temp, 'number');
+    assert.equal(typeof v.sunny, 'boolean');
+    assert.ok(['C', 'F'].includes(v.unit));
+    assert.ok(Array.isArray(v.tags));
+    assert.deepEqual(Object.keys(v.where), ['lat', 'name']);
+    assert.equal(typeof v.where.lat, 'number');
+    assert.equal(v.where.name, 'x');
+  }
+});
+
 test('response_format json_object on /v1/completions', async () => {
   const r = await client.completions.create({
     model: 'llama', prompt: 'A JSON object:', temperature: 1, seed: 4, max_tokens: 1000,
@@ -129,7 +159,11 @@ test('refused: unknown function, forced choice without tools, unknown formats', 
   await expect400({ tool_choice: { type: 'function', function: { name: 'get_time' } } }, 'tool_choice', /no 'tools'/);
   await expect400({ tools: TOOLS, tool_choice: { type: 'function' } }, 'tool_choice', /must be/);
   await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } },
-    'response_format', /json_schema.*not supported/);
+    'response_format', /must be an object schema/);
+  await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
+    'response_format', /json_schema.schema' must be an object/);
+  await expect400({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^x' } } } } } },
+    'response_format', /'response_format.json_schema.schema.properties.a.pattern' is not supported/);
   await expect400({ response_format: { type: 'yaml' } }, 'response_format', /'yaml'/);
   await expect400({ response_format: 'json_object' }, 'response_format', /must be an object/);
   await expect400({ tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } },

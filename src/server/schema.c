@@ -1,0 +1,160 @@
+/* server/schema.c — JSON schema subset -> constraint program (see schema.h).  A schema
+ * becomes literals for its fixed text (braces, keys, separators) and value segments
+ * between them; enums become choices. */
+#include "server/schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const char *const IGNORED[] = {"description", "title", "default", "examples", "$schema",
+                                      "$comment", "required", "additionalProperties"};
+
+static atlas_status add_text(atlas_constraint *c, const char *s) {
+    return atlas_constraint_add_literal(c, s, strlen(s));
+}
+
+/* v as compact JSON text (malloc'd). */
+static char *compact(const json_t *v) {
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+static atlas_status check_keywords(const json_t *schema, const char *path) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)schema, key, v) {
+        int known = !strcmp(key, "type") || !strcmp(key, "properties") || !strcmp(key, "enum") ||
+                    !strcmp(key, "const") || !strcmp(key, "items");
+        for (size_t i = 0; !known && i < sizeof IGNORED / sizeof *IGNORED; i++)
+            known = !strcmp(key, IGNORED[i]);
+        if (!known)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s.%.100s' is not supported: atlas enforces "
+                              "type, properties, enum and const", path, key);
+    }
+    (void)v;
+    return ATLAS_OK;
+}
+
+static atlas_status value(const json_t *schema, atlas_constraint *c, const char *path, int depth);
+
+static atlas_status enum_choice(const json_t *values, atlas_constraint *c, const char *path) {
+    size_t n = json_array_size(values);
+    if (!json_is_array(values) || n == 0 || n > ATLAS_CONSTRAINT_MAX_OPTIONS)
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s.enum' must be an array of 1 to %d values", path,
+                          ATLAS_CONSTRAINT_MAX_OPTIONS);
+    char **opts = calloc(n, sizeof *opts);
+    atlas_status st = opts ? ATLAS_OK : atlas_fail(ATLAS_ERR_NOMEM, "%s.enum", path);
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++)
+        if (!(opts[i] = compact(json_array_get(values, i))))
+            st = atlas_fail(ATLAS_ERR_NOMEM, "%s.enum", path);
+    if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, (const char *const *)opts, (int)n);
+    for (size_t i = 0; opts && i < n; i++) free(opts[i]);
+    free(opts);
+    return st;
+}
+
+/* {"k1": v1, "k2": v2}: every property, in order. */
+static atlas_status object(const json_t *props, atlas_constraint *c, const char *path, int depth) {
+    if (!json_is_object(props))
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s.properties' must be an object", path);
+    if (json_object_size(props) == 0) return add_text(c, "{}");
+    const char *key;
+    const json_t *sub;
+    int first = 1;
+    json_object_foreach((json_t *)props, key, sub) {
+        json_t *k = json_string(key);
+        char *qk = k ? compact(k) : NULL;
+        json_decref(k);
+        if (!qk) return atlas_fail(ATLAS_ERR_NOMEM, "%s.properties", path);
+        atlas_status st = add_text(c, first ? "{" : ", ");
+        if (st == ATLAS_OK) st = add_text(c, qk);
+        if (st == ATLAS_OK) st = add_text(c, ": ");
+        free(qk);
+        char sub_path[1024];
+        snprintf(sub_path, sizeof sub_path, "%s.properties.%.100s", path, key);
+        if (st == ATLAS_OK) st = value(sub, c, sub_path, depth + 1);
+        if (st != ATLAS_OK) return st;
+        first = 0;
+    }
+    return add_text(c, "}");
+}
+
+static atlas_status typed(const char *type, const json_t *schema, atlas_constraint *c,
+                          const char *path, int depth) {
+    const json_t *items = json_object_get(schema, "items");
+    if (items && strcmp(type, "array") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s.items' belongs to arrays", path);
+    if (!strcmp(type, "object")) {
+        const json_t *props = json_object_get(schema, "properties");
+        return props ? object(props, c, path, depth)
+                     : atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_OBJECT);
+    }
+    if (!strcmp(type, "array")) {
+        if (items && !(json_is_object(items) && json_object_size(items) == 0) &&
+            !json_is_true(items))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s.items' is not supported: atlas "
+                              "enforces any array, not its elements", path);
+        return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ARRAY);
+    }
+    if (!strcmp(type, "string"))
+        return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_STRING);
+    if (!strcmp(type, "number"))
+        return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_NUMBER);
+    if (!strcmp(type, "integer"))
+        return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_INTEGER);
+    if (!strcmp(type, "boolean")) {
+        const char *tf[] = {"true", "false"};
+        return atlas_constraint_add_choice(c, tf, 2);
+    }
+    if (!strcmp(type, "null")) return add_text(c, "null");
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s.type' '%.40s' is not supported", path, type);
+}
+
+static atlas_status value(const json_t *schema, atlas_constraint *c, const char *path, int depth) {
+    if (depth > ATLAS_SCHEMA_MAX_DEPTH)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s': schemas nested deeper than %d are not "
+                          "supported", path, ATLAS_SCHEMA_MAX_DEPTH);
+    if (json_is_true(schema)) return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ANY);
+    if (!json_is_object(schema))
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a schema object", path);
+    ATLAS_TRY(check_keywords(schema, path));
+    const json_t *cv = json_object_get(schema, "const");
+    if (cv) {
+        char *text = compact(cv);
+        if (!text) return atlas_fail(ATLAS_ERR_NOMEM, "%s.const", path);
+        atlas_status st = add_text(c, text);
+        free(text);
+        return st;
+    }
+    const json_t *ev = json_object_get(schema, "enum");
+    if (ev) return enum_choice(ev, c, path);
+    const json_t *type = json_object_get(schema, "type");
+    if (type && !json_is_string(type))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s.type' must be one type name (a list of "
+                          "types is not supported)", path);
+    if (type) return typed(json_string_value(type), schema, c, path, depth);
+    if (json_object_get(schema, "properties")) return typed("object", schema, c, path, depth);
+    if (json_object_get(schema, "items")) return typed("array", schema, c, path, depth);
+    return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ANY);
+}
+
+atlas_status atlas_schema_program(const json_t *schema, const char *where,
+                                  atlas_constraint **out) {
+    *out = NULL;
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    if (!json_is_object(schema) ||
+        !(type ? !strcmp(type, "object") : json_object_get(schema, "properties") != NULL))
+        return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be an object schema ({\"type\": "
+                          "\"object\", ...})", where);
+    atlas_constraint *c = NULL;
+    ATLAS_TRY(atlas_constraint_new(&c));
+    atlas_status st = value(schema, c, where, 0);
+    if (st != ATLAS_OK) {
+        atlas_constraint_free(c);
+        return st;
+    }
+    *out = c;
+    return ATLAS_OK;
+}
