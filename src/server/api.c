@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "server/api_common.h"
 #include "server/gen.h"
+#include "server/schema.h"
 
 /* --- model lookup, shared with api_misc.c --------------------------------------------- */
 
@@ -218,7 +219,9 @@ static void call_shape(atlas_toolcall_format f, const char **head, const char **
     }
 }
 
+/* args: the arguments' schema (a strict function's parameters), NULL: any object. */
 static atlas_status build_call_program(atlas_toolcall_format f, const char *const *names, int n,
+                                       const json_t *args, const char *args_path,
                                        atlas_constraint **out) {
     const char *head, *middle, *tail;
     call_shape(f, &head, &middle, &tail);
@@ -227,7 +230,8 @@ static atlas_status build_call_program(atlas_toolcall_format f, const char *cons
     atlas_status st = atlas_constraint_add_literal(c, head, strlen(head));
     if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, names, n);
     if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, middle, strlen(middle));
-    if (st == ATLAS_OK) st = atlas_constraint_add_json_object(c);
+    if (st == ATLAS_OK)
+        st = args ? atlas_schema_append(args, args_path, c) : atlas_constraint_add_json_object(c);
     if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, tail, strlen(tail));
     if (st != ATLAS_OK) {
         atlas_constraint_free(c);
@@ -237,8 +241,22 @@ static atlas_status build_call_program(atlas_toolcall_format f, const char *cons
     return ATLAS_OK;
 }
 
+/* The tool named name: its index in tools (check_tools made sure it is there). */
+static size_t tool_index(const json_t *tools, const char *name) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
+                    name))
+            return i;
+    }
+    return 0;
+}
+
 /* tool_choice "required" or a named function (checked by check_tools): the reply must be
- * exactly one call in the model's tool-call format, of that function or of any tool. */
+ * exactly one call in the model's tool-call format, of that function or of any tool.  A named
+ * function with "strict": true gets arguments that follow its parameters (schema.h); other
+ * calls get any object (their optional parameters stay optional). */
 static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
                                     const json_t *body, atlas_gen_params *gp,
                                     const char **param) {
@@ -264,10 +282,23 @@ static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
                                     : named_function(choice);
         if (!(names[i] = json_escaped(name))) st = atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
     }
-    if (st == ATLAS_OK) st = build_call_program(f, (const char *const *)names, n, &gp->constraint);
+    const json_t *args = NULL;
+    char args_path[64] = "";
+    if (!required) {
+        size_t k = tool_index(tools, named_function(choice));
+        const json_t *fn = json_object_get(json_array_get(tools, k), "function");
+        if (json_is_true(json_object_get(fn, "strict"))) {
+            args = json_object_get(fn, "parameters");
+            snprintf(args_path, sizeof args_path, "tools[%zu].function.parameters", k);
+        }
+    }
+    if (st == ATLAS_OK)
+        st = build_call_program(f, (const char *const *)names, n, args, args_path,
+                                &gp->constraint);
     for (int i = 0; names && i < n; i++) free(names[i]);
     free(names);
     if (st == ATLAS_OK) *param = NULL;
+    else if (args) *param = "tools";
     return st;
 }
 

@@ -140,17 +140,21 @@ static atlas_status value(const json_t *schema, atlas_constraint *c, const char 
     return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ANY);
 }
 
-atlas_status atlas_schema_program(const json_t *schema, const char *where,
-                                  atlas_constraint **out) {
-    *out = NULL;
+atlas_status atlas_schema_append(const json_t *schema, const char *where, atlas_constraint *c) {
     const char *type = json_string_value(json_object_get(schema, "type"));
     if (!json_is_object(schema) ||
         !(type ? !strcmp(type, "object") : json_object_get(schema, "properties") != NULL))
         return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be an object schema ({\"type\": "
                           "\"object\", ...})", where);
+    return value(schema, c, where, 0);
+}
+
+atlas_status atlas_schema_program(const json_t *schema, const char *where,
+                                  atlas_constraint **out) {
+    *out = NULL;
     atlas_constraint *c = NULL;
     ATLAS_TRY(atlas_constraint_new(&c));
-    atlas_status st = value(schema, c, where, 0);
+    atlas_status st = atlas_schema_append(schema, where, c);
     if (st != ATLAS_OK) {
         atlas_constraint_free(c);
         return st;

@@ -24,4 +24,8 @@ enum { ATLAS_SCHEMA_MAX_DEPTH = 16 };
 atlas_status atlas_schema_program(const json_t *schema, const char *where,
                                   atlas_constraint **out);
 
+/* The same appended to c (a tool call's arguments inside the call's program).  On failure
+ * c may hold part of the schema's segments: the caller frees it. */
+atlas_status atlas_schema_append(const json_t *schema, const char *where, atlas_constraint *c);
+
 #endif

@@ -123,6 +123,35 @@ test('tool_choice naming a function: exactly one call of it, finish_reason tool_
   }
 });
 
+test('a strict named function: its arguments follow its parameters', async () => {
+  const strict = {
+    type: 'function', function: {
+      name: 'book', strict: true,
+      parameters: { type: 'object', properties: { city: { type: 'string' }, nights: { type: 'integer' }, smoking: { type: 'boolean' } }, required: ['city', 'nights', 'smoking'], additionalProperties: false },
+    },
+  };
+  for (const model of ['qwen', 'llama']) {
+    const r = await client.chat.completions.create(body(model, {
+      seed: 6, tools: [...TOOLS, strict], tool_choice: { type: 'function', function: { name: 'book' } },
+    }));
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(r));
+    assert.equal(c.message.tool_calls.length, 1);
+    assert.equal(c.message.tool_calls[0].function.name, 'book');
+    const a = JSON.parse(c.message.tool_calls[0].function.arguments);
+    assert.deepEqual(Object.keys(a), ['city', 'nights', 'smoking'], JSON.stringify(a));
+    assert.equal(typeof a.city, 'string');
+    assert.ok(Number.isInteger(a.nights));
+    assert.equal(typeof a.smoking, 'boolean');
+  }
+  // a strict schema atlas cannot enforce is refused, naming it
+  const bad = { type: 'function', function: { ...strict.function, parameters: { type: 'object', properties: { city: { type: 'string', minLength: 2 } } } } };
+  const r = await postJSON(srv.base, '/v1/chat/completions', body('qwen', { tools: [bad], tool_choice: { type: 'function', function: { name: 'book' } } }));
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.json.error.param, 'tools');
+  assert.match(r.json.error.message, /tools\[0\]\.function\.parameters\.properties\.city\.minLength/);
+});
+
 test('tool_choice "required": one call of one of the tools', async () => {
   for (const [model, seed] of [['qwen', 7], ['llama', 8]]) {
     const r = await client.chat.completions.create(body(model, { seed, tools: TOOLS, tool_choice: 'required' }));
