@@ -10,6 +10,8 @@
  *              accept (allowed <=> accepted; a refused token leaves the state alone);
  *            - as raw bytes into a JSON_OBJECT-only program: whatever completes must parse
  *              with jansson as an object.
+ *   Input that is JSON is also compiled as a response_format schema (src/server/schema.c)
+ *   and the program walked with the stream's tokens.
  * Errors are fine (with a message); crashes, leaks, sanitizer reports and disagreements
  * are not. */
 #include <stddef.h>
@@ -21,6 +23,7 @@
 
 #include "atlas/constraint.h"
 #include "atlas/status.h"
+#include "server/schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -133,7 +136,19 @@ static void json_bytes(const uint8_t *d, size_t n) {
     atlas_constraint_free(c);
 }
 
+static void schema(const uint8_t *data, size_t size) {
+    json_t *j = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
+    if (!j) return;
+    atlas_constraint *c = NULL;
+    atlas_status st = atlas_schema_program(j, "schema", &c);
+    check_failed(st);
+    if (st == ATLAS_OK) token_walk(c, data, size);
+    atlas_constraint_free(c);
+    json_decref(j);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    schema(data, size);
     atlas_constraint *c = NULL;
     if (atlas_constraint_new(&c) != ATLAS_OK) return 0;
     size_t used = read_program(data, size, c);
