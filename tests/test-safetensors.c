@@ -14,6 +14,7 @@
 
 #include "atlas/status.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "harness.h"
 #include "model/safetensors.h"
 
@@ -113,6 +114,17 @@ static void check_views_match_file(const atlas_st *st, const char *path) {
         size_t e = (size_t)json_integer_value(json_array_get(off, 1));
         CHECK(t->nbytes == e - b);
         CHECK_MSG(!memcmp(t->data, raw + 8 + hl + b, e - b), "%s: %s data differs", path, key);
+        /* the descriptor and offset that the CUDA loader preads from (core/file.h) */
+        CHECK(t->fd >= 0 && t->file_offset == 8 + hl + b);
+        unsigned char *got = malloc(e - b + 1);
+        if (got && t->fd >= 0) {
+            CHECK_OK(atlas_file_read_at(t->fd, got, e - b, t->file_offset));
+            CHECK_MSG(!memcmp(got, raw + 8 + hl + b, e - b), "%s: %s: pread differs", path, key);
+            /* one byte past the end of the file is an error that says so, not a short read */
+            CHECK(atlas_file_read_at(t->fd, got, 1, len) == ATLAS_ERR_IO &&
+                  strstr(atlas_last_error(), "end of file"));
+        }
+        free(got);
         CHECK(t->n_dims == (int)json_array_size(json_object_get(v, "shape")));
         CHECK(!strcmp(atlas_dtype_name(t->dtype), json_string_value(json_object_get(v, "dtype"))));
         CHECK(!strcmp(t->file, path));
@@ -482,6 +494,7 @@ static void test_good_small(void) {
     CHECK_OK(atlas_st_open_memory(raw, len, "in-memory", &st));
     CHECK(atlas_st_count(st) == 4);
     CHECK(st && !strcmp(atlas_st_at(st, 0)->file, "in-memory"));
+    for (size_t i = 0; st && i < atlas_st_count(st); i++) CHECK(atlas_st_at(st, i)->fd == -1);
     atlas_st_free(st);
     st = (atlas_st *)1;
     CHECK(atlas_st_open_memory(raw, 3, "short", &st) == ATLAS_ERR_FORMAT && st == NULL);

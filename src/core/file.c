@@ -44,6 +44,7 @@ atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
 atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
     out->data = NULL;
     out->size = 0;
+    out->fd_open = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -61,16 +62,33 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
         out->data = p;
         out->size = (size_t)st.st_size;
     }
-    close(fd);
+    out->fd = fd;
+    out->fd_open = true;
     return ATLAS_OK;
 }
 
 void atlas_file_map_close(atlas_file_map *map) {
     if (map && map->data) munmap((void *)map->data, map->size);
+    if (map && map->fd_open) close(map->fd);
     if (map) {
         map->data = NULL;
         map->size = 0;
+        map->fd_open = false;
     }
+}
+
+atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off) {
+    char *p = dst;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return atlas_fail(ATLAS_ERR_IO, "fd %d: pread at %llu: %s", fd,
+                                     (unsigned long long)off, strerror(errno));
+        if (r == 0) return atlas_fail(ATLAS_ERR_IO, "fd %d: end of file at %llu (%zu bytes "
+                                      "short)", fd, (unsigned long long)off, n);
+        p += r, n -= (size_t)r, off += (uint64_t)r;
+    }
+    return ATLAS_OK;
 }
 
 bool atlas_file_exists(const char *path) {

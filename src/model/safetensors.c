@@ -309,7 +309,14 @@ static atlas_status st_add_file(atlas_st *st, const char *path, const void *buf,
         buf = f->map.data;
         len = f->map.size;
     }
-    return parse_file(st, f->path, buf, len);
+    size_t first = st->n_tensors;
+    ATLAS_TRY(parse_file(st, f->path, buf, len));
+    for (size_t i = first; i < st->n_tensors; i++) {
+        atlas_tensor_view *v = &st->tensors[i];
+        v->fd = f->map.fd_open ? f->map.fd : -1;
+        v->file_offset = (uint64_t)((const unsigned char *)v->data - (const unsigned char *)buf);
+    }
+    return ATLAS_OK;
 }
 
 atlas_status atlas_st_open_memory(const void *buf, size_t len, const char *name, atlas_st **out) {

@@ -27,6 +27,9 @@ typedef struct atlas_tensor_view {
     int64_t shape[ATLAS_MAX_DIMS];
     const void *data;              /* points into the mapping; valid until atlas_st_free */
     size_t nbytes;
+    int fd;                        /* the shard's descriptor, for reading data with pread
+                                      (atlas_file_read_at); -1 for atlas_st_open_memory */
+    uint64_t file_offset;          /* where data starts in that file */
 } atlas_tensor_view;
 
 typedef struct atlas_st atlas_st; /* a set of mapped safetensors files */

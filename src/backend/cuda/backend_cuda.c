@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file.h"
 
 static cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
 
@@ -53,6 +54,17 @@ static void populate(const void *p, size_t n) {
     (void)madvise((void *)a, e - a, MADV_POPULATE_READ);
 }
 
+/* Elements [k, k + cnt) of a bf16 view into out. pread from the file skips the page faults of
+ * copying out of the mapping (4x faster in this project's VMs; the issue measured 35-39 GB/s
+ * with 16 reading threads on the H200 machine against ~25 through the mapping); the mapping
+ * stays the fallback (in-memory checkpoints, a failing read). */
+static void copy_bf16(const atlas_tensor_view *v, uint16_t *out, size_t k, size_t cnt) {
+    if (v->fd >= 0 && atlas_file_read_at(v->fd, out, cnt * 2, v->file_offset + k * 2) == ATLAS_OK)
+        return;
+    populate((const uint16_t *)v->data + k, cnt * 2);
+    memcpy(out, (const uint16_t *)v->data + k, cnt * 2);
+}
+
 /* Output bytes [a, b) of the fused weight (even offsets; 2 bytes an element). */
 static void fill_range(const fill_ctx *f, size_t a, size_t b) {
     size_t e0 = 0; /* first element of view i in the fused weight */
@@ -65,8 +77,7 @@ static void fill_range(const fill_ctx *f, size_t a, size_t b) {
             uint16_t *out = (uint16_t *)(f->dst + (s * 2 - f->offset));
             size_t k = s - e0, cnt = e - s;
             if (v->dtype == ATLAS_DTYPE_BF16) {
-                populate((const uint16_t *)v->data + k, cnt * 2);
-                memcpy(out, (const uint16_t *)v->data + k, cnt * 2);
+                copy_bf16(v, out, k, cnt);
             } else if (v->dtype == ATLAS_DTYPE_F16) {
                 const uint16_t *in = (const uint16_t *)v->data + k;
                 for (size_t j = 0; j < cnt; j++) out[j] = atlas_f32_to_bf16(atlas_f16_to_f32(in[j]));
