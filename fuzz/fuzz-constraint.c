@@ -3,7 +3,8 @@
  *   program: N (1 byte, N % 5 segments), then per segment a kind byte (% 4):
  *            0 LITERAL: length (% 16) and the bytes;  1 CHOICE: count (% 4 + 1) options,
  *            each a length (% 8) and the bytes (NUL ends an option early);  2 JSON_OBJECT;
- *            3 a JSON value: its kind (% 6, atlas_constraint_json_kind).
+ *            3 a JSON value: its kind (low 7 bits % 11, atlas_constraint_json_kind; the
+ *            high bit: nullable).
  *   stream:  the rest, read twice:
  *            - as token ids (2 bytes each) over a vocabulary of every single byte plus some
  *              multi-byte pieces and one empty token: each step the mask must agree with
@@ -67,7 +68,9 @@ static size_t read_program(const uint8_t *d, size_t n, atlas_constraint *c) {
         if (kind == 2) {
             check_failed(atlas_constraint_add_json_object(c));
         } else if (kind == 3 && i < n) {
-            check_failed(atlas_constraint_add_json_value(c, (atlas_constraint_json_kind)(d[i++] % 6)));
+            int k = d[i++];
+            check_failed(atlas_constraint_add_json_value(
+                c, (k & 0x7F) % 11 | (k & 0x80 ? ATLAS_CONSTRAINT_JSON_NULLABLE : 0)));
         } else if (kind == 0 && i < n) {
             size_t len = d[i++] % 16;
             if (len > n - i) len = n - i;

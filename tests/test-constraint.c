@@ -194,7 +194,8 @@ static void test_json_values(void) {
         CHECK_OK(atlas_constraint_add_json_value(c, kinds[i]));
     }
     CHECK_OK(atlas_constraint_add_literal(c, "]", 1));
-    CHECK(atlas_constraint_add_json_value(c, (atlas_constraint_json_kind)9) == ATLAS_ERR_RANGE);
+    CHECK(atlas_constraint_add_json_value(c, 99) == ATLAS_ERR_RANGE);
+    CHECK(atlas_constraint_add_json_value(c, -1) == ATLAS_ERR_RANGE);
     const char *good[] = {
         "[\"a\\u00e9\",-1.5e3,42,{\"x\":[1]},[1,\"b\",null],{}]",
         "[\"\",0,0,12.5,[],{}]",
@@ -244,6 +245,48 @@ static void test_json_values(void) {
     CHECK(MATCH(c, "\"ab\"") && MATCH(c, "  \"\"") && !MATCH(c, "\"ab") && !MATCH(c, "ab"));
     CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ARRAY));
     CHECK(MATCH(c, "\"\"[1,[2]]") && !MATCH(c, "\"\"[1,[2]"));
+    atlas_constraint_free(c);
+    /* booleans, arrays of one kind, null allowed or not */
+    CHECK_OK(atlas_constraint_new(&c));
+    const int kinds2[] = {ATLAS_CONSTRAINT_JSON_BOOLEAN,
+                          ATLAS_CONSTRAINT_JSON_BOOLEAN | ATLAS_CONSTRAINT_JSON_NULLABLE,
+                          ATLAS_CONSTRAINT_JSON_ARRAY_OF_STRING,
+                          ATLAS_CONSTRAINT_JSON_ARRAY_OF_NUMBER,
+                          ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER | ATLAS_CONSTRAINT_JSON_NULLABLE,
+                          ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN,
+                          ATLAS_CONSTRAINT_JSON_STRING | ATLAS_CONSTRAINT_JSON_NULLABLE,
+                          ATLAS_CONSTRAINT_JSON_INTEGER | ATLAS_CONSTRAINT_JSON_NULLABLE,
+                          ATLAS_CONSTRAINT_JSON_OBJECT | ATLAS_CONSTRAINT_JSON_NULLABLE};
+    for (int i = 0; i < 9; i++) {
+        CHECK_OK(atlas_constraint_add_literal(c, i ? "," : "[", 1));
+        CHECK_OK(atlas_constraint_add_json_value(c, kinds2[i]));
+    }
+    CHECK_OK(atlas_constraint_add_literal(c, "]", 1));
+    const char *good2[] = {
+        "[true,null,[\"a\", \"b\"],[1.5, -2e3],[1, -2],[true,false],\"s\",5,{}]",
+        "[false,true,[],[],null,[],null,null,null]",
+        "[ true, false,[ ],[0],[0,10],[ false ], \"\",-1,{\"a\":[]}]",
+    };
+    for (size_t i = 0; i < sizeof good2 / sizeof *good2; i++) {
+        CHECK_MSG(MATCH(c, good2[i]), "good2[%zu] %s", i, good2[i]);
+        json_t *j = json_loads(good2[i], 0, NULL);
+        CHECK(json_is_array(j) && json_array_size(j) == 9);
+        json_decref(j);
+    }
+    const char *bad2[] = {
+        "[null,null,[],[],null,[],null,null,null]",         /* null for a plain boolean */
+        "[true,true,[1],[],null,[],null,null,null]",        /* a number among strings */
+        "[true,true,[],[\"1\"],null,[],null,null,null]",    /* a string among numbers */
+        "[true,true,[],[],[1.5],[],null,null,null]",        /* a fraction among integers */
+        "[true,true,[],[],[1e2],[],null,null,null]",
+        "[true,true,[],[],null,[null],null,null,null]",     /* null among booleans */
+        "[true,true,[],[],null,[],null,2.5,null]",          /* a fraction for an integer */
+        "[true,true,[],[],null,[],null,null,[]]",           /* an array for an object */
+        "[true,true,[[]],[],null,[],null,null,null]",       /* nested array */
+        "[1,true,[],[],null,[],null,null,null]",
+    };
+    for (size_t i = 0; i < sizeof bad2 / sizeof *bad2; i++)
+        CHECK_MSG(!MATCH(c, bad2[i]), "bad2[%zu] %s", i, bad2[i]);
     atlas_constraint_free(c);
     /* consecutive literals are one segment */
     CHECK_OK(atlas_constraint_new(&c));

@@ -99,6 +99,24 @@ static void test_instances(void) {
         CHECK_MSG(!matches(c, bad[i]), "bad[%zu]", i);
     atlas_constraint_free(c);
 
+    /* arrays of a primitive type; null allowed by a type list or anyOf */
+    c = compile("{\"properties\": {\"tags\": {\"type\": \"array\", \"items\": {\"type\": "
+                "\"string\", \"description\": \"a tag\"}}, \"n\": {\"items\": {\"type\": "
+                "\"integer\"}}, \"s\": {\"type\": [\"string\", \"null\"]}, \"b\": {\"anyOf\": "
+                "[{\"type\": \"null\"}, {\"type\": \"boolean\"}]}, \"f\": {\"type\": [\"null\", "
+                "\"array\"], \"items\": {\"type\": \"number\"}}}}", &st);
+    CHECK_OK(st);
+    CHECK(c && matches(c, "{\"tags\": [\"a\", \"b\"], \"n\": [1, -2], \"s\": null, \"b\": true, "
+                          "\"f\": [1.5]}"));
+    CHECK(c && matches(c, "{\"tags\": [], \"n\": [], \"s\": \"x\", \"b\": null, \"f\": null}"));
+    CHECK(c && !matches(c, "{\"tags\": [1], \"n\": [], \"s\": \"x\", \"b\": null, \"f\": null}"));
+    CHECK(c && !matches(c, "{\"tags\": [], \"n\": [1.5], \"s\": \"x\", \"b\": null, \"f\": null}"));
+    CHECK(c && !matches(c, "{\"tags\": [], \"n\": [], \"s\": 1, \"b\": null, \"f\": null}"));
+    CHECK(c && !matches(c, "{\"tags\": [], \"n\": [], \"s\": \"x\", \"b\": 0, \"f\": null}"));
+    CHECK(c && !matches(c, "{\"tags\": [], \"n\": [], \"s\": \"x\", \"b\": null, \"f\": [\"1\"]}"));
+    CHECK(c && !matches(c, "{\"tags\": null, \"n\": [], \"s\": \"x\", \"b\": null, \"f\": null}"));
+    atlas_constraint_free(c);
+
     c = compile("{\"type\": \"object\", \"properties\": {}}", &st);
     CHECK_OK(st);
     CHECK(c && matches(c, "{}") && !matches(c, "{\"a\": 1}"));
@@ -118,10 +136,16 @@ static void test_refused(void) {
         {"{\"type\": \"string\"}", ATLAS_ERR_INVALID, "'schema' must be an object schema"},
         {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": \"x\"}}}",
          ATLAS_ERR_UNSUPPORTED, "'schema.properties.a.pattern'"},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}}}",
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {\"type\": \"object\"}}}}",
          ATLAS_ERR_UNSUPPORTED, "'schema.properties.a.items'"},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": [\"string\", \"null\"]}}}",
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"minLength\": 1}}}}",
+         ATLAS_ERR_UNSUPPORTED, "'schema.properties.a.items'"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": [\"string\", \"number\"]}}}",
          ATLAS_ERR_UNSUPPORTED, "'schema.properties.a.type'"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"number\"}]}}}",
+         ATLAS_ERR_UNSUPPORTED, "'schema.properties.a.anyOf'"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": [\"object\", \"null\"], \"properties\": {}}}}",
+         ATLAS_ERR_UNSUPPORTED, "'schema.properties.a': an object with properties or null"},
         {"{\"type\": \"object\", \"properties\": {\"a\": {\"anyOf\": []}}}", ATLAS_ERR_UNSUPPORTED,
          "'schema.properties.a.anyOf'"},
         {"{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/x\"}}}", ATLAS_ERR_UNSUPPORTED,

@@ -13,7 +13,8 @@
  *                64 bits and reals a double).  Leading whitespace is allowed (within the
  *                same cap); the object ends at its closing brace.
  *   JSON value   the same grammar for one value of a kind (atlas_constraint_json_kind):
- *                any value, an array, a string, a number or an integer.
+ *                any value, an array, a string, a number, an integer, a boolean, an array
+ *                of one of these four; null allowed or not.
  * The program is complete when the last segment is.  Matching is deterministic: a CHOICE
  * where one option is a proper prefix of another must be followed by a LITERAL whose first
  * byte cannot continue the longer option, and a value that may be a number (ANY, NUMBER,
@@ -77,9 +78,18 @@ typedef enum atlas_constraint_json_kind {
     ATLAS_CONSTRAINT_JSON_STRING,
     ATLAS_CONSTRAINT_JSON_NUMBER,
     ATLAS_CONSTRAINT_JSON_INTEGER,    /* a number without fraction or exponent */
+    ATLAS_CONSTRAINT_JSON_BOOLEAN,
+    ATLAS_CONSTRAINT_JSON_ARRAY_OF_STRING, /* an array whose elements are all of one kind */
+    ATLAS_CONSTRAINT_JSON_ARRAY_OF_NUMBER,
+    ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER,
+    ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN,
 } atlas_constraint_json_kind;
 
-atlas_status atlas_constraint_add_json_value(atlas_constraint *c, atlas_constraint_json_kind kind);
+/* Or'ed into a kind: null is allowed instead of the value. */
+enum { ATLAS_CONSTRAINT_JSON_NULLABLE = 0x100 };
+
+/* kind: an atlas_constraint_json_kind, possibly | ATLAS_CONSTRAINT_JSON_NULLABLE. */
+atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind);
 
 /* A deep copy (the engine keeps one per request). */
 atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);

@@ -29,6 +29,7 @@ typedef struct seg {
     int has_prefix;     /* some option is a proper prefix of another */
     uint8_t cont[32];   /* bit b: some option continues another (that is its prefix) with b */
     atlas_constraint_json_kind jkind; /* JSON */
+    int nullable;       /* JSON: null instead of the value */
 } seg;
 
 struct atlas_constraint {
@@ -74,8 +75,10 @@ static atlas_status check_after(const atlas_constraint *c, const seg *next) {
         return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a choice whose options "
                           "are prefixes of one another must be followed by a literal that "
                           "tells them apart", c->n - 1);
-    if (prev->kind == SEG_JSON && prev->jkind != ATLAS_CONSTRAINT_JSON_OBJECT &&
-        prev->jkind != ATLAS_CONSTRAINT_JSON_ARRAY && prev->jkind != ATLAS_CONSTRAINT_JSON_STRING &&
+    int numeric = prev->jkind == ATLAS_CONSTRAINT_JSON_ANY ||
+                  prev->jkind == ATLAS_CONSTRAINT_JSON_NUMBER ||
+                  prev->jkind == ATLAS_CONSTRAINT_JSON_INTEGER;
+    if (prev->kind == SEG_JSON && numeric &&
         (first < 0 || (first >= '0' && first <= '9') || strchr(".eE+-", first)))
         return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a value that may be a "
                           "number must be followed by a literal that cannot continue it",
@@ -172,10 +175,12 @@ atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const 
     return push_seg(c, &s);
 }
 
-atlas_status atlas_constraint_add_json_value(atlas_constraint *c, atlas_constraint_json_kind kind) {
-    if ((unsigned)kind > ATLAS_CONSTRAINT_JSON_INTEGER)
-        return atlas_fail(ATLAS_ERR_RANGE, "constraint: JSON value kind %d", (int)kind);
-    seg s = {.kind = SEG_JSON, .jkind = kind};
+atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind) {
+    int base = kind & ~ATLAS_CONSTRAINT_JSON_NULLABLE;
+    if (base < 0 || base > ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN)
+        return atlas_fail(ATLAS_ERR_RANGE, "constraint: JSON value kind %d", kind);
+    seg s = {.kind = SEG_JSON, .jkind = (atlas_constraint_json_kind)base,
+             .nullable = (kind & ATLAS_CONSTRAINT_JSON_NULLABLE) != 0};
     return push_seg(c, &s);
 }
 
@@ -191,7 +196,9 @@ atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint *
     for (int i = 0; st == ATLAS_OK && i < c->n; i++) {
         const seg *s = &c->segs[i];
         if (s->kind == SEG_LITERAL) st = atlas_constraint_add_literal(d, s->lit, s->len);
-        else if (s->kind == SEG_JSON) st = atlas_constraint_add_json_value(d, s->jkind);
+        else if (s->kind == SEG_JSON)
+            st = atlas_constraint_add_json_value(
+                d, (int)s->jkind | (s->nullable ? ATLAS_CONSTRAINT_JSON_NULLABLE : 0));
         else st = atlas_constraint_add_choice(d, (const char *const *)s->opt, s->n_opt);
     }
     if (st != ATLAS_OK) {
@@ -342,6 +349,7 @@ enum {
     J_START_ARR,  /* ws or '[' (JSON_ARRAY) */
     J_START_STR,  /* ws or '"' (JSON_STRING) */
     J_START_NUM,  /* ws, '-' or a digit (JSON_NUMBER, JSON_INTEGER) */
+    J_START_BOOL, /* ws, 't' or 'f' (JSON_BOOLEAN) */
     J_OBJ_OPEN,   /* after '{': ws, '"' or '}' */
     J_OBJ_KEY,    /* after ',' in an object: ws or '"' */
     J_COLON,      /* after a key: ws or ':' */
@@ -395,7 +403,12 @@ static void enter(const atlas_constraint *c, cstate *s, int i) {
                 [ATLAS_CONSTRAINT_JSON_ARRAY] = J_START_ARR,
                 [ATLAS_CONSTRAINT_JSON_STRING] = J_START_STR,
                 [ATLAS_CONSTRAINT_JSON_NUMBER] = J_START_NUM,
-                [ATLAS_CONSTRAINT_JSON_INTEGER] = J_START_NUM};
+                [ATLAS_CONSTRAINT_JSON_INTEGER] = J_START_NUM,
+                [ATLAS_CONSTRAINT_JSON_BOOLEAN] = J_START_BOOL,
+                [ATLAS_CONSTRAINT_JSON_ARRAY_OF_STRING] = J_START_ARR,
+                [ATLAS_CONSTRAINT_JSON_ARRAY_OF_NUMBER] = J_START_ARR,
+                [ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER] = J_START_ARR,
+                [ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN] = J_START_ARR};
             s->js = start[g->jkind];
         }
         if (g->kind != SEG_CHOICE) return;
@@ -435,8 +448,24 @@ static int json_open(cstate *s, int array) {
     return 1;
 }
 
-/* The first byte of a value. */
-static int json_value_start(cstate *s, unsigned b) {
+/* The first byte of a value (in an array-of segment, of an element of its kind). */
+static int json_value_start(const atlas_constraint *c, cstate *s, unsigned b) {
+    if (s->depth == 1) {
+        int digit = b >= '0' && b <= '9';
+        switch (c->segs[s->seg].jkind) {
+        case ATLAS_CONSTRAINT_JSON_ARRAY_OF_STRING:
+            if (b != '"') return 0;
+            break;
+        case ATLAS_CONSTRAINT_JSON_ARRAY_OF_NUMBER:
+        case ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER:
+            if (b != '-' && !digit) return 0;
+            break;
+        case ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN:
+            if (b != 't' && b != 'f') return 0;
+            break;
+        default: break;
+        }
+    }
     switch (b) {
     case '{': return json_open(s, 0);
     case '[': return json_open(s, 1);
@@ -464,18 +493,25 @@ static int json_structural(const atlas_constraint *c, cstate *s, unsigned b) {
     s->ws = 0;
     switch (s->js) {
     case J_START:
+        if (b == 'n' && c->segs[s->seg].nullable) return json_value_start(c, s, b);
         if (b != '{') return 0;
         return json_open(s, 0);
     case J_START_ARR:
+        if (b == 'n' && c->segs[s->seg].nullable) return json_value_start(c, s, b);
         if (b != '[') return 0;
         return json_open(s, 1);
     case J_START_STR:
+        if (b == 'n' && c->segs[s->seg].nullable) return json_value_start(c, s, b);
         if (b != '"') return 0;
         s->js = J_STR, s->key = 0;
         return 1;
     case J_START_NUM:
+        if (b == 'n' && c->segs[s->seg].nullable) return json_value_start(c, s, b);
         if (b != '-' && (b < '0' || b > '9')) return 0;
-        return json_value_start(s, b);
+        return json_value_start(c, s, b);
+    case J_START_BOOL:
+        if (b != 't' && b != 'f' && !(b == 'n' && c->segs[s->seg].nullable)) return 0;
+        return json_value_start(c, s, b);
     case J_OBJ_OPEN:
         if (b == '}') return json_close(c, s, 0);
         /* fall through */
@@ -490,7 +526,7 @@ static int json_structural(const atlas_constraint *c, cstate *s, unsigned b) {
     case J_ARR_OPEN:
         if (b == ']') return json_close(c, s, 1);
         /* fall through */
-    case J_VALUE: return json_value_start(s, b);
+    case J_VALUE: return json_value_start(c, s, b);
     case J_AFTER:
         if (b == '}') return json_close(c, s, 0);
         if (b == ']') return json_close(c, s, 1);
@@ -561,11 +597,13 @@ static int step(const atlas_constraint *c, cstate *s, unsigned b);
  * the next segment. */
 static int json_number(const atlas_constraint *c, cstate *s, unsigned b) {
     int digit = b >= '0' && b <= '9';
-    if (s->depth == 0 && c->segs[s->seg].jkind == ATLAS_CONSTRAINT_JSON_INTEGER &&
-        (b == '.' || b == 'e' || b == 'E') &&
-        (s->js == J_NUM_INT || s->js == J_NUM_ZERO)) {
-        enter(c, s, s->seg + 1); /* no fraction or exponent: the number ends here */
-        return step(c, s, b);
+    if ((b == '.' || b == 'e' || b == 'E') && (s->js == J_NUM_INT || s->js == J_NUM_ZERO)) {
+        atlas_constraint_json_kind k = c->segs[s->seg].jkind;
+        if (s->depth == 0 && k == ATLAS_CONSTRAINT_JSON_INTEGER) {
+            enter(c, s, s->seg + 1); /* no fraction or exponent: the number ends here */
+            return step(c, s, b);
+        }
+        if (s->depth == 1 && k == ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER) return 0;
     }
     switch (s->js) {
     case J_NUM_MINUS:

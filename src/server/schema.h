@@ -1,13 +1,15 @@
 /* server/schema.h — a JSON schema (the subset atlas can enforce) as a constraint program,
  * for response_format {"type": "json_schema"}.  Internal to src/server.
  *
- * Enforced: "type" (object, array, string, number, integer, boolean, null), "properties"
- * (every property is written, in the schema's order, each key once: "required" and
- * "additionalProperties" are then satisfied or moot), "enum" and "const" (their values as
- * compact JSON), nesting up to ATLAS_SCHEMA_MAX_DEPTH.  Arrays are any array (an "items"
- * schema is refused: elements are not checked one by one).  Annotations ("description",
- * "title", "default", "examples", "$schema") are ignored; any other keyword is refused with
- * its path, never silently ignored.  The root must be an object. */
+ * Enforced: "type" (object, array, string, number, integer, boolean, null, or [T, "null"]),
+ * "anyOf" [T's schema, {"type": "null"}], "properties" (every property is written, in the
+ * schema's order, each key once: "required" and "additionalProperties" are then satisfied
+ * or moot), "items" of a string, number, integer or boolean type (other arrays are any
+ * array without "items"; with another "items" schema they are refused), "enum" and "const"
+ * (their values as compact JSON), nesting up to ATLAS_SCHEMA_MAX_DEPTH.  Annotations
+ * ("description", "title", "default", "examples", "$schema", "$comment") are ignored; any
+ * other keyword is refused with its path, never silently ignored.  The root must be an
+ * object. */
 #ifndef ATLAS_SERVER_SCHEMA_H
 #define ATLAS_SERVER_SCHEMA_H
 

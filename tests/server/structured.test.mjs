@@ -73,10 +73,11 @@ test('response_format json_schema: the content follows the schema', async () => 
     type: 'object',
     properties: {
       city: { type: 'string' }, days: { type: 'integer' }, temp: { type: 'number' },
-      sunny: { type: 'boolean' }, unit: { enum: ['C', 'F'] }, tags: { type: 'array' },
+      sunny: { type: 'boolean' }, unit: { enum: ['C', 'F'] }, tags: { type: 'array', items: { type: 'string' } },
+      note: { anyOf: [{ type: 'string' }, { type: 'null' }] },
       where: { type: 'object', properties: { lat: { type: 'number' }, name: { const: 'x' } } },
     },
-    required: ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'where'], additionalProperties: false,
+    required: ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'note', 'where'], additionalProperties: false,
   };
   for (const [model, seed] of [['qwen', 1], ['llama', 2]]) {
     const r = await client.chat.completions.create(body(model, {
@@ -85,13 +86,14 @@ test('response_format json_schema: the content follows the schema', async () => 
     const c = r.choices[0];
     assert.equal(c.finish_reason, 'stop', JSON.stringify(r));
     const v = JSON.parse(c.message.content);
-    assert.deepEqual(Object.keys(v), ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'where'], c.message.content);
+    assert.deepEqual(Object.keys(v), ['city', 'days', 'temp', 'sunny', 'unit', 'tags', 'note', 'where'], c.message.content);
     assert.equal(typeof v.city, 'string');
     assert.ok(Number.isInteger(v.days), c.message.content);
     assert.equal(typeof v.temp, 'number');
     assert.equal(typeof v.sunny, 'boolean');
     assert.ok(['C', 'F'].includes(v.unit));
-    assert.ok(Array.isArray(v.tags));
+    assert.ok(Array.isArray(v.tags) && v.tags.every((t) => typeof t === 'string'), c.message.content);
+    assert.ok(v.note === null || typeof v.note === 'string');
     assert.deepEqual(Object.keys(v.where), ['lat', 'name']);
     assert.equal(typeof v.where.lat, 'number');
     assert.equal(v.where.name, 'x');
