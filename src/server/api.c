@@ -271,7 +271,7 @@ static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
                                              "knows", model);
     if (gp->constraint)
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call: it cannot be "
-                                             "combined with 'response_format' json_object");
+                                             "combined with a 'response_format' of JSON");
     int n = required ? (int)json_array_size(tools) : 1;
     char **names = calloc((size_t)n, sizeof *names);
     atlas_status st = names ? ATLAS_OK : atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
