@@ -56,6 +56,7 @@ struct atlas_request_handle {
     atlas_detok *detok;
     atlas_constraint_matcher *matcher; /* NULL: unconstrained */
     uint8_t *allowed;  /* [vocab]: the matcher's mask, for the scheduler thread */
+    int n_allowed;     /* tokens allowed by it (computed during the step's forward pass) */
     char *pending;     /* text held back: it may be the start of a stop string */
     size_t n_pending, pending_cap;
     /* scheduling */

@@ -520,7 +520,7 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
  * is complete; special tokens have no bytes for the matcher anyway, but a stop id may be a
  * plain token).  0 (s failed) when no token is allowed. */
 static int mask_row(const atlas_engine *e, seq *s, float *logits, int vocab) {
-    int n = atlas_constraint_matcher_allowed(s->matcher, s->allowed, vocab);
+    int n = s->n_allowed; /* s->allowed: from compute_masks */
     const eng_model *md = &e->models[s->model];
     for (int i = 0; !s->ignore_eos && i < md->n_eos; i++)
         if (md->eos[i] >= 0 && md->eos[i] < vocab && s->allowed[md->eos[i]])
@@ -574,6 +574,39 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
     return ended;
 }
 
+/* The masks of the constrained sequences that sample this step.  They depend only on the
+ * tokens so far, so a helper thread computes them while the forward pass runs. */
+static void compute_masks(atlas_engine *e, int vocab) {
+    for (int i = 0; i < e->n_plan; i++) {
+        seq *s = e->plan[i].s;
+        if (e->plan[i].logits && s->matcher)
+            s->n_allowed = atlas_constraint_matcher_allowed(s->matcher, s->allowed, vocab);
+    }
+}
+
+typedef struct mask_work {
+    atlas_engine *e;
+    int vocab;
+} mask_work;
+
+static void *mask_main(void *arg) {
+    mask_work *w = arg;
+    compute_masks(w->e, w->vocab);
+    return NULL;
+}
+
+/* Starts compute_masks on a thread when some sequence needs it (returns 1: join *th), or
+ * runs it here when no thread can be started. */
+static int masks_begin(atlas_engine *e, int vocab, mask_work *w, pthread_t *th) {
+    int any = 0;
+    for (int i = 0; i < e->n_plan; i++) any |= e->plan[i].logits && e->plan[i].s->matcher;
+    if (!any) return 0;
+    *w = (mask_work){e, vocab};
+    if (pthread_create(th, NULL, mask_main, w) == 0) return 1;
+    compute_masks(e, vocab);
+    return 0;
+}
+
 /* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu. */
 static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
     int vocab = md->cfg.vocab_size, greedy = 1;
@@ -599,9 +632,13 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
             st = atlas_fail(ATLAS_ERR_NOMEM, "engine: a logits row of %d", vocab);
         }
     }
+    mask_work w;
+    pthread_t th;
+    int masking = st == ATLAS_OK && masks_begin(e, vocab, &w, &th);
     if (st == ATLAS_OK)
         st = greedy ? atlas_model_forward_argmax(md->m, b, e->b_ids)
                     : atlas_model_forward(md->m, b, e->logits);
+    if (masking) pthread_join(th, NULL);
     if (st != ATLAS_OK) {
         for (int i = 0; i < e->n_plan; i++) {
             atlas_engine_seq_fail(e->plan[i].s, st, atlas_last_error());
