@@ -5,6 +5,7 @@
  *   max_tokens and stop strings still end it first, stop ids cannot (they are masked
  *   until the program is complete); an empty program is refused;
  * - a JSON object program, sampled, ends with STOP and its text parses as an object;
+ * - constrained and plain requests batched together give what they give alone;
  *   random weights wander (a string may go on for thousands of tokens), so the sampled
  *   requests carry a logit_bias towards a few closing tokens: the mask still decides
  *   which tokens are possible, the bias only makes the walks end;
@@ -184,6 +185,46 @@ static void test_json(atlas_engine *e, const int32_t *prompt, size_t n) {
     atlas_constraint_free(c);
 }
 
+/* Several constrained and unconstrained requests at once (masks are computed for the batch
+ * while its forward pass runs): each gives what it gives alone. */
+static void test_batch(atlas_engine *e, const int32_t *prompt, size_t n) {
+    enum { N = 6 };
+    atlas_constraint *json = NULL, *lit = NULL;
+    CHECK_OK(atlas_constraint_new(&json));
+    CHECK_OK(atlas_constraint_add_json_object(json));
+    CHECK_OK(atlas_constraint_new(&lit));
+    CHECK_OK(atlas_constraint_add_literal(lit, "{\"ok\": true}", 12));
+    atlas_request r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = biased(request("qwen", prompt, n, 300, 1.0f, 100 + (uint64_t)i));
+        r[i].constraint = i % 3 == 0 ? json : i % 3 == 1 ? lit : NULL;
+        if (!r[i].constraint) r[i].max_tokens = 12;
+    }
+    coll alone[N];
+    for (int i = 0; i < N; i++) CHECK_OK(run(e, &r[i], &alone[i]));
+    static coll together[N];
+    for (int i = 0; i < N; i++) {
+        memset(&together[i], 0, sizeof together[i]);
+        pthread_mutex_init(&together[i].mu, NULL);
+        pthread_cond_init(&together[i].cv, NULL);
+        CHECK_OK(atlas_engine_submit(e, &r[i], on_event, &together[i], NULL));
+    }
+    atlas_constraint_free(json); /* copied by submit */
+    atlas_constraint_free(lit);
+    for (int i = 0; i < N; i++) {
+        coll *c = &together[i];
+        pthread_mutex_lock(&c->mu);
+        while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        CHECK_MSG(c->finish == alone[i].finish && !strcmp(c->text, alone[i].text),
+                  "request %d: '%s' in the batch, '%s' alone", i, c->text, alone[i].text);
+        if (i % 3 != 2) CHECK(c->finish == ATLAS_FINISH_STOP);
+        if (i % 3 == 1) CHECK(!strcmp(c->text, "{\"ok\": true}"));
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+}
+
 /* The tool-call program of the design: head, the name, middle, an object, tail. */
 static void tool_call(atlas_engine *e, const char *model, const int32_t *prompt, size_t n,
                       atlas_toolcall_format format, const char *head, const char *middle,
@@ -275,6 +316,7 @@ int main(void) {
     closing_bias_init(tok, 8.0f);
     test_literal(e, ids, n);
     test_json(e, ids, n);
+    test_batch(e, ids, n);
     tool_call(e, "qwen", ids, n, ATLAS_TOOLCALL_HERMES, "<tool_call>\n{\"name\": \"",
               "\", \"arguments\": ", "}\n</tool_call>");
     free(ids);
