@@ -1,7 +1,8 @@
 /* fuzz/fuzz-server-format.c — libFuzzer target for the server's output side: engine events
  * (token text of any bytes, token ids in and out of the vocabulary, logprobs, top
  * alternatives, every finish) formatted as OpenAI SSE chunks and as whole responses, for
- * both APIs, with and without tool-call parsing, logprobs, usage and echo; plus the route
+ * both APIs, with and without tool-call parsing, logprobs, usage, echo and the reasoning
+ * splitter; plus the route
  * parser and the error JSON over the input as a URL path.  Input: FLAGS then events, each
  * [kind][len][id lo][id hi][len bytes of text].  Every SSE chunk must be "data: JSON\n\n"
  * with valid JSON, and a finished stream must end in "data: [DONE]\n\n". */
@@ -75,6 +76,8 @@ static atlas_gen *gen_new(uint8_t flags) {
     g->o.tools = (atlas_toolcall_format)((flags >> 3) & 3);
     g->model = "tiny-qwen3";
     g->echo = g->o.kind == ATLAS_API_COMPLETION && (flags & 32) ? "echo \xff text" : NULL;
+    g->o.reasoning = flags & 64; /* the <think> splitter (chat only) */
+    g->o.reasoning_inside = flags & 128;
     snprintf(g->id, sizeof g->id, "chatcmpl-fuzz");
     if (atlas_gen_format_init(g) != ATLAS_OK) abort();
     return g;

@@ -46,7 +46,10 @@ static void usage(FILE *f) {
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  --timeout S          seconds before an idle or unfinished request is dropped (30)\n"
             "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
-            "  --max-connections N  open connections at once (default 512)\n");
+            "  --max-connections N  open connections at once (default 512)\n"
+            "  --reasoning-format auto|none  auto (default): a thinking template's\n"
+            "                       <think>...</think> is answered as reasoning_content;\n"
+            "                       none: left in content\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -187,7 +190,11 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--max-body")) bad = parse_size(v, &a->sp.max_body);
         else if (!strcmp(o, "--max-connections"))
             bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
-        else if (!strcmp(o, "--device")) {
+        else if (!strcmp(o, "--reasoning-format")) {
+            if (!strcmp(v, "auto")) a->sp.reasoning = true;
+            else if (!strcmp(v, "none")) a->sp.reasoning = false;
+            else bad = -1;
+        } else if (!strcmp(o, "--device")) {
             if (!strcmp(v, "auto")) a->ep.device = ATLAS_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) a->ep.device = ATLAS_DEVICE_CPU;
             else if (!strcmp(v, "cuda")) a->ep.device = ATLAS_DEVICE_CUDA;

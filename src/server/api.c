@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "server/api_common.h"
 #include "server/gen.h"
+#include "server/reasoning.h"
 #include "server/schema.h"
 
 /* --- model lookup, shared with api_misc.c --------------------------------------------- */
@@ -380,10 +381,18 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     if (st != ATLAS_OK) {
         atlas_api_fail_reply(r, st, param);
     } else {
-        atlas_gen_opts o = {ATLAS_API_CHAT, model, gp.stream, gp.include_usage, gp.logprobs,
-                            gp.top_logprobs, ATLAS_TOOLCALL_NONE, NULL};
+        atlas_gen_opts o = {.kind = ATLAS_API_CHAT, .model = model, .stream = gp.stream,
+                            .include_usage = gp.include_usage, .logprobs = gp.logprobs,
+                            .top_logprobs = gp.top_logprobs, .tools = ATLAS_TOOLCALL_NONE};
         if (parse_tools) o.tools = tool_format(s, model, tmpl);
         if (parse_tools) st = force_tool_call(o.tools, model, body, &gp, &param);
+        /* a thinking template's "<think>" block becomes reasoning_content, unless a
+         * constraint (forced tool call, response_format) decides what the reply is */
+        if (s->p.reasoning && !gp.constraint && tmpl &&
+            atlas_reasoning_template_thinks(atlas_template_source(tmpl))) {
+            o.reasoning = true;
+            o.reasoning_inside = atlas_reasoning_prompt_open(prompt);
+        }
         if (st == ATLAS_OK) start_and_reply(call, &o, &gp, tok, ids, n, r);
         else atlas_api_fail_reply(r, st, param);
     }
@@ -495,8 +504,10 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
     if (st != ATLAS_OK) {
         atlas_api_fail_reply(r, st, param);
     } else {
-        atlas_gen_opts o = {ATLAS_API_COMPLETION, model, gp.stream, gp.include_usage,
-                            gp.logprobs, gp.top_logprobs, ATLAS_TOOLCALL_NONE, echo[0]};
+        atlas_gen_opts o = {.kind = ATLAS_API_COMPLETION, .model = model, .stream = gp.stream,
+                            .include_usage = gp.include_usage, .logprobs = gp.logprobs,
+                            .top_logprobs = gp.top_logprobs, .tools = ATLAS_TOOLCALL_NONE,
+                            .echo = echo[0]};
         if (count == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
         else start_batch(call, &o, &gp, tok, ids, n, echo, count, r);
     }

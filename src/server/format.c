@@ -10,6 +10,8 @@
 #include "server/gen_internal.h"
 
 atlas_status atlas_gen_format_init(atlas_gen *g) {
+    if (g->o.reasoning && g->o.kind == ATLAS_API_CHAT)
+        ATLAS_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
     if (g->o.tools != ATLAS_TOOLCALL_NONE) {
         ATLAS_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
         g->calls = json_array();
@@ -25,6 +27,8 @@ atlas_status atlas_gen_format_init(atlas_gen *g) {
 }
 
 void atlas_gen_format_free(atlas_gen *g) {
+    atlas_reasoning_free(g->rp);
+    free(g->reasoning);
     atlas_toolcall_parser_free(g->tp);
     json_decref(g->calls);
     json_decref(g->lp);
@@ -127,6 +131,23 @@ static atlas_status release_text(atlas_gen *g, const char *text, size_t len, boo
     return ATLAS_OK;
 }
 
+/* The reasoning splitter first (when on), then the tool-call parser over the content:
+ * *reasoning (NULL when the splitter is off) and *out are malloc'd. */
+static atlas_status split_text(atlas_gen *g, const char *text, size_t len, bool end,
+                               char **reasoning, char **out, json_t *calls) {
+    *reasoning = NULL;
+    if (!g->rp) return release_text(g, text, len, end, out, calls);
+    char *content = NULL;
+    ATLAS_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
+    atlas_status st = release_text(g, content, strlen(content), end, out, calls);
+    free(content);
+    if (st != ATLAS_OK) {
+        free(*reasoning);
+        *reasoning = NULL;
+    }
+    return st;
+}
+
 /* Gives each new call its index (the streaming delta needs it). */
 static void number_calls(atlas_gen *g, json_t *calls) {
     size_t i;
@@ -177,12 +198,13 @@ static json_t *choice(const atlas_gen *g, json_t *delta_or_text, json_t *logprob
 static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool end) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
     json_t *calls = json_array();
-    char *text = NULL;
-    atlas_status st = release_text(g, e->text, e->text_len, end, &text, calls);
+    char *text = NULL, *reasoning = NULL;
+    atlas_status st = split_text(g, e->text, e->text_len, end, &reasoning, &text, calls);
     if (st != ATLAS_OK) {
         json_decref(calls);
         return st;
     }
+    size_t rn = reasoning ? strlen(reasoning) : 0;
     json_t *lp = NULL;
     if (e->type == ATLAS_EVENT_TOKEN && g->o.logprobs) {
         if (chat) {
@@ -194,13 +216,15 @@ static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool en
         }
     }
     size_t n = strlen(text);
-    if (n || lp) {
-        json_t *body = chat ? json_pack("{s:o}", "content", atlas_json_text(text, n))
-                            : atlas_json_text(text, n);
+    if (n || lp || rn) {
+        json_t *body = chat ? json_object() : atlas_json_text(text, n);
+        if (chat && rn) json_object_set_new(body, "reasoning_content", atlas_json_text(reasoning, rn));
+        if (chat && (n || !rn)) json_object_set_new(body, "content", atlas_json_text(text, n));
         st = emit(g, chunk(g, choice(g, body, lp, NULL)));
     }
     g->text_offset += n;
     free(text);
+    free(reasoning);
     if (st == ATLAS_OK && json_array_size(calls)) {
         number_calls(g, calls);
         st = emit(g, chunk(g, choice(g, json_pack("{s:O}", "tool_calls", calls), NULL, NULL)));
@@ -268,19 +292,23 @@ void atlas_gen_format_abort(atlas_gen *g, const char *why) {
 
 /* --- the whole response ------------------------------------------------------------------- */
 
-static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
-    if (g->text_len + n + 1 > g->text_cap) {
-        size_t want = g->text_cap ? g->text_cap * 2 : 256;
-        while (want < g->text_len + n + 1) want *= 2;
-        char *grown = realloc(g->text, want);
+static atlas_status append_to(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t want = *cap ? *cap * 2 : 256;
+        while (want < *len + n + 1) want *= 2;
+        char *grown = realloc(*buf, want);
         if (!grown) return atlas_fail(ATLAS_ERR_NOMEM, "response: out of memory");
-        g->text = grown;
-        g->text_cap = want;
+        *buf = grown;
+        *cap = want;
     }
-    memcpy(g->text + g->text_len, s, n);
-    g->text_len += n;
-    g->text[g->text_len] = '\0';
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
     return ATLAS_OK;
+}
+
+static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
+    return append_to(&g->text, &g->text_len, &g->text_cap, s, n);
 }
 
 atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
@@ -288,11 +316,15 @@ atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
         if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
         else completion_logprob(g, g->lp, e, g->text_len);
     }
-    char *text = NULL;
-    ATLAS_TRY(release_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &text,
-                           g->calls));
+    char *text = NULL, *reasoning = NULL;
+    ATLAS_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
+                         g->calls));
     atlas_status st = append_text(g, text, strlen(text));
+    if (st == ATLAS_OK && reasoning && *reasoning)
+        st = append_to(&g->reasoning, &g->reasoning_len, &g->reasoning_cap, reasoning,
+                       strlen(reasoning));
     free(text);
+    free(reasoning);
     return st;
 }
 
@@ -305,6 +337,9 @@ json_t *atlas_gen_format_response(atlas_gen *g) {
                                 g->n_calls && g->text_len == 0
                                     ? json_null()
                                     : atlas_json_text(g->text ? g->text : "", g->text_len));
+        if (g->reasoning_len)
+            json_object_set_new(msg, "reasoning_content",
+                                atlas_json_text(g->reasoning, g->reasoning_len));
         if (g->n_calls) {
             size_t i;
             json_t *c;

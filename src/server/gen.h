@@ -32,6 +32,8 @@ typedef struct atlas_gen_opts {
     int top_logprobs;
     atlas_toolcall_format tools;  /* NONE: no tool parsing */
     const char *echo;             /* /v1/completions echo: the prompt text (copied) or NULL */
+    bool reasoning;               /* chat: split "<think>" out as reasoning_content */
+    bool reasoning_inside;        /* the prompt already opened the block (reasoning.h) */
 } atlas_gen_opts;
 
 /* Submits the request to the engine and returns the gen (both references held: the engine's

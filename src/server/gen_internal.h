@@ -8,6 +8,7 @@
 
 #include "atlas/engine.h"
 #include "server/gen.h"
+#include "server/reasoning.h"
 
 /* One engine event, copied: the text and the message live after the struct. */
 typedef struct atlas_gen_event {
@@ -50,6 +51,9 @@ struct atlas_gen {
     double t_start;           /* the HTTP request's arrival */
 
     /* formatting state: the HTTP thread only (format.c) */
+    atlas_reasoning *rp;      /* o.reasoning: the "<think>" splitter */
+    char *reasoning;          /* the whole reasoning so far (non-streaming) */
+    size_t reasoning_len, reasoning_cap;
     atlas_toolcall_parser *tp;
     json_t *calls;            /* completed tool calls, for the whole response */
     int n_calls;

@@ -31,6 +31,7 @@ atlas_server_params atlas_server_default_params(void) {
     p.max_body = 4u << 20;
     p.max_connections = 512;
     p.timeout_s = 30;
+    p.reasoning = true;
     return p;
 }
 

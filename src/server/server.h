@@ -8,6 +8,7 @@
 #ifndef ATLAS_SERVER_H
 #define ATLAS_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "atlas/status.h"
@@ -23,6 +24,9 @@ typedef struct atlas_server_params {
     size_t max_body;        /* bytes of a request body; larger: 413 (default 4 MiB) */
     int max_connections;    /* open connections at once (default 512) */
     int timeout_s;          /* idle / unfinished-request timeout, seconds (default 30) */
+    bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
+                               "reasoning_content", not content (default true; llama.cpp's
+                               --reasoning-format auto) */
 } atlas_server_params;
 
 atlas_server_params atlas_server_default_params(void);
