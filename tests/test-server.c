@@ -98,10 +98,20 @@ static void test_params(void) {
     atlas_gen_params_free(&gp);
     json_decref(b);
     b = json_loads("{\"n\": 3}", 0, NULL);
-    CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param) == ATLAS_ERR_INVALID);
-    CHECK(param && !strcmp(param, "n"));
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param));
+    CHECK(gp.n == 3);
     atlas_gen_params_free(&gp);
     json_decref(b);
+    static const char *bad_n[] = {"{\"n\": 0}", "{\"n\": 17}", "{\"n\": 2.5}",
+                                  "{\"n\": 2, \"stream\": true}"};
+    for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
+        b = json_loads(bad_n[i], 0, NULL);
+        CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param) ==
+              ATLAS_ERR_INVALID);
+        CHECK_MSG(param && !strcmp(param, "n"), "%s: param %s", bad_n[i], param ? param : "-");
+        atlas_gen_params_free(&gp);
+        json_decref(b);
+    }
     /* invalid UTF-8 becomes U+FFFD, valid text is kept */
     json_t *t = atlas_json_text("a\xff" "b\xc3\xa9", 5);
     CHECK(t && !strcmp(json_string_value(t), "a\xef\xbf\xbd" "b\xc3\xa9"));

@@ -361,6 +361,32 @@ static void start_and_reply(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_
     atlas_gen_reply(g, r);
 }
 
+/* count prompts x gp->n choices (prompt-major, as OpenAI numbers them), run at once in the
+ * engine and answered together; choice j of a prompt samples with seed sp.seed + j. */
+static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
+                          const atlas_tokenizer *tok, int32_t *const *ids, const size_t *n,
+                          char *const *echo, int count, atlas_http_reply *r) {
+    atlas_gen *gs[ATLAS_MAX_CHOICES];
+    int per = gp->n > 0 ? gp->n : 1, total = 0;
+    uint64_t seed = gp->sp.seed;
+    for (int i = 0; i < count; i++) {
+        o->echo = echo ? echo[i] : NULL;
+        for (int j = 0; j < per; j++) {
+            gp->sp.seed = seed + (uint64_t)j;
+            atlas_status st = atlas_gen_start(call, o, gp, tok, ids[i], n[i], &gs[total]);
+            if (st != ATLAS_OK) {
+                gp->sp.seed = seed;
+                atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
+                for (int k = 0; k < total; k++) atlas_gen_release(gs[k]);
+                return;
+            }
+            total++;
+        }
+    }
+    gp->sp.seed = seed;
+    atlas_gen_finish_batch(gs, total, per, r);
+}
+
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)arg;
     atlas_server *s = call->srv;
@@ -393,7 +419,8 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
             o.reasoning = true;
             o.reasoning_inside = atlas_reasoning_prompt_open(prompt);
         }
-        if (st == ATLAS_OK) start_and_reply(call, &o, &gp, tok, ids, n, r);
+        if (st == ATLAS_OK && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids, n, r);
+        else if (st == ATLAS_OK) start_choices(call, &o, &gp, tok, &ids, &n, NULL, 1, r);
         else atlas_api_fail_reply(r, st, param);
     }
     free(ids);
@@ -461,22 +488,6 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
 }
 
 /* Starts one generation per prompt and answers them together (not streamed). */
-static void start_batch(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
-                        const atlas_tokenizer *tok, int32_t **ids, size_t *n, char **echo,
-                        int count, atlas_http_reply *r) {
-    atlas_gen *gs[ATLAS_API_MAX_PROMPTS];
-    for (int i = 0; i < count; i++) {
-        o->echo = echo[i];
-        atlas_status st = atlas_gen_start(call, o, gp, tok, ids[i], n[i], &gs[i]);
-        if (st != ATLAS_OK) {
-            atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
-            for (int j = 0; j < i; j++) atlas_gen_release(gs[j]);
-            return;
-        }
-    }
-    atlas_gen_finish_batch(gs, count, r);
-}
-
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                            atlas_http_reply *r) {
     (void)arg;
@@ -497,6 +508,11 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
         st = atlas_fail(ATLAS_ERR_INVALID, "several prompts cannot be streamed: send one per "
                                            "request");
     }
+    if (st == ATLAS_OK && count * gp.n > ATLAS_MAX_CHOICES) {
+        param = "n";
+        st = atlas_fail(ATLAS_ERR_INVALID, "%d prompts x 'n' %d = %d choices: at most %d",
+                        count, gp.n, count * gp.n, ATLAS_MAX_CHOICES);
+    }
     for (int i = 0; st == ATLAS_OK && gp.echo && i < count; i++) {
         size_t len;
         st = atlas_tokenizer_decode(tok, ids[i], n[i], false, &echo[i], &len);
@@ -508,8 +524,8 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,
                             .top_logprobs = gp.top_logprobs, .tools = ATLAS_TOOLCALL_NONE,
                             .echo = echo[0]};
-        if (count == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
-        else start_batch(call, &o, &gp, tok, ids, n, echo, count, r);
+        if (count == 1 && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
+        else start_choices(call, &o, &gp, tok, ids, n, echo, count, r);
     }
     for (int i = 0; i < count; i++) {
         free(echo[i]);

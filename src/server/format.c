@@ -404,7 +404,7 @@ void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
     atlas_gen_release(g);
 }
 
-void atlas_gen_finish_batch(atlas_gen **gs, int n, atlas_http_reply *r) {
+void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_reply *r) {
     bool ok = true;
     for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
         if (ok && !collect_all(gs[i], r)) ok = false;
@@ -418,7 +418,8 @@ void atlas_gen_finish_batch(atlas_gen **gs, int n, atlas_http_reply *r) {
             json_object_set_new(ch, "index", json_integer(i));
             json_array_append(choices, ch);
             json_decref(one);
-            sum.prompt_tokens += gs[i]->usage.prompt_tokens;
+            if (i % per_prompt == 0) /* the n choices of a prompt share it */
+                sum.prompt_tokens += gs[i]->usage.prompt_tokens;
             sum.completion_tokens += gs[i]->usage.completion_tokens;
             sum.cached_tokens += gs[i]->usage.cached_tokens;
         }

@@ -52,9 +52,10 @@ void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r);
  * caller's reference. */
 void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r);
 
-/* Several prompts of one /v1/completions request (not streamed): waits for all and answers
- * one response whose choices are in prompt order, usage summed.  Releases every gen. */
-void atlas_gen_finish_batch(atlas_gen **gs, int n, atlas_http_reply *r);
+/* Several choices of one request (not streamed): prompts of /v1/completions, "n" of each;
+ * waits for all and answers one response whose choices are in that order, usage summed
+ * (a prompt's tokens once for its per_prompt choices).  Releases every gen. */
+void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_reply *r);
 
 /* Streaming: the MHD content reader.  Blocks (in the connection's own thread) until bytes
  * are ready; returns their count, MHD_CONTENT_READER_END_OF_STREAM after "data: [DONE]",

@@ -209,12 +209,8 @@ static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, cons
 static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind, atlas_gen_params *p,
                                   const char **param) {
     int64_t n = 1;
-    ATLAS_TRY(atlas_param_int(body, "n", INT64_MIN, INT64_MAX, &n, NULL, param));
-    if (n != 1) {
-        *param = "n";
-        return atlas_fail(ATLAS_ERR_INVALID, "'n' must be 1: atlas returns one choice per "
-                                             "request (send several requests instead)");
-    }
+    ATLAS_TRY(atlas_param_int(body, "n", 1, ATLAS_MAX_CHOICES, &n, NULL, param));
+    p->n = (int)n;
     int64_t best_of = 1;
     ATLAS_TRY(atlas_param_int(body, "best_of", 1, 1, &best_of, NULL, param));
     /* max_completion_tokens is the newer name (chat); max_tokens the older one */
@@ -290,6 +286,11 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(parse_stop(body, p, param));
     ATLAS_TRY(parse_logit_bias(body, tok, p, param));
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
+    if (p->stream && p->n > 1) {
+        *param = "n";
+        return atlas_fail(ATLAS_ERR_INVALID, "'n' %d cannot be streamed: stream one choice per "
+                                             "request, or ask without \"stream\"", p->n);
+    }
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));

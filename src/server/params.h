@@ -40,6 +40,8 @@ typedef struct atlas_gen_params {
     int top_logprobs;           /* 0..20 */
     bool ignore_eos;            /* vLLM's extension */
     bool echo;                  /* /v1/completions: prepend the prompt */
+    int n;                      /* choices per prompt (OpenAI's "n"), 1..ATLAS_MAX_CHOICES;
+                                   choice i samples with seed sp.seed + i */
     atlas_constraint *constraint; /* response_format json_object, or (chat, set by api.c) the
                                      forced tool call; NULL: none; owned, freed by _free */
 } atlas_gen_params;
@@ -49,6 +51,7 @@ enum {
     ATLAS_MAX_STOP = 16,          /* "stop" strings */
     ATLAS_MAX_STOP_BYTES = 512,   /* bytes of one stop string (NUL excluded) */
     ATLAS_MAX_LOGIT_BIAS = 4096,  /* "logit_bias" entries */
+    ATLAS_MAX_CHOICES = 16,       /* choices of one request: "n" x prompts */
 };
 
 typedef enum atlas_api_kind { ATLAS_API_CHAT, ATLAS_API_COMPLETION } atlas_api_kind;
