@@ -47,6 +47,9 @@ static void usage(FILE *f) {
             "  --timeout S          seconds before an idle or unfinished request is dropped (30)\n"
             "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
             "  --max-connections N  open connections at once (default 512)\n"
+            "  --cors-origin O      browser pages that may call the API: local (default:\n"
+            "                       http(s)://localhost, 127.0.0.1, [::1], any port), *, none,\n"
+            "                       or a comma-separated list of exact origins\n"
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
             "                       none: left in content\n");
@@ -190,6 +193,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--max-body")) bad = parse_size(v, &a->sp.max_body);
         else if (!strcmp(o, "--max-connections"))
             bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
+        else if (!strcmp(o, "--cors-origin")) a->sp.cors = v;
         else if (!strcmp(o, "--reasoning-format")) {
             if (!strcmp(v, "auto")) a->sp.reasoning = true;
             else if (!strcmp(v, "none")) a->sp.reasoning = false;

@@ -83,6 +83,9 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
     case ATLAS_API_ERR_METHOD:
         http = 405, code = "method_not_allowed";
         break;
+    case ATLAS_API_ERR_FORBIDDEN:
+        http = 403, type = "permission_error", code = "origin_not_allowed";
+        break;
     case ATLAS_API_ERR_SHUTDOWN:
         http = 503, type = "server_error", code = "shutting_down";
         break;

@@ -32,6 +32,7 @@ atlas_server_params atlas_server_default_params(void) {
     p.max_connections = 512;
     p.timeout_s = 30;
     p.reasoning = true;
+    p.cors = "local";
     return p;
 }
 
@@ -154,10 +155,70 @@ static json_t *parse_body(atlas_http_call *call, atlas_http_reply *r) {
     return v;
 }
 
+/* --- CORS ------------------------------------------------------------------------------- */
+
+/* "http(s)://localhost|127.0.0.1|[::1]" and an optional ":port". */
+static bool origin_local(const char *o) {
+    static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+    if (!strncmp(o, "http://", 7)) o += 7;
+    else if (!strncmp(o, "https://", 8)) o += 8;
+    else return false;
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        size_t n = strlen(hosts[i]);
+        if (strncmp(o, hosts[i], n) != 0) continue;
+        const char *p = o + n;
+        if (*p == '\0') return true;
+        if (*p++ != ':' || !*p) return false;
+        while (*p >= '0' && *p <= '9') p++;
+        return *p == '\0';
+    }
+    return false;
+}
+
+/* Whether a page of this Origin may read the server's answers (the value to send back as
+ * Access-Control-Allow-Origin, or NULL). */
+static const char *cors_allow(const atlas_server *s, const char *origin) {
+    const char *rule = s->cors;
+    if (!origin || !*origin || !strcmp(rule, "none")) return NULL;
+    if (!strcmp(rule, "*")) return "*";
+    if (!strcmp(rule, "local")) return origin_local(origin) ? origin : NULL;
+    size_t n = strlen(origin);
+    for (const char *p = rule; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, origin, n)) return origin;
+        p += len + (end != NULL);
+    }
+    return NULL;
+}
+
+/* A preflight (OPTIONS) for a known path: 204 with what the browser asked to use, when
+ * the Origin may; 403 otherwise. No API key: browsers send none with a preflight. */
+static void preflight(atlas_http_call *call, atlas_http_reply *r) {
+    const char *origin = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Origin");
+    if (!cors_allow(call->srv, origin)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cross-origin requests from '%.100s' are not allowed "
+                                  "(atlas serve --cors-origin)", origin ? origin : "");
+        atlas_api_error_reply(r, ATLAS_API_ERR_FORBIDDEN, ATLAS_OK, NULL, msg);
+        return;
+    }
+    r->status = 204;
+    r->preflight = true;
+}
+
 static atlas_route_id dispatch(atlas_http_call *call, atlas_http_reply *r) {
     atlas_server *s = call->srv;
     char arg[512];
     bool path_known = false;
+    if (!strcmp(call->method, "OPTIONS")) {
+        for (int i = 0; i < N_ROUTES && !path_known; i++)
+            path_known = atlas_http_route_match(routes[i].path, call->url, arg, sizeof arg);
+        if (path_known) {
+            preflight(call, r);
+            return ATLAS_ROUTE_OTHER;
+        }
+    }
     for (int i = 0; i < N_ROUTES; i++) {
         const route *rt = &routes[i];
         arg[0] = '\0';
@@ -246,6 +307,20 @@ static enum MHD_Result send_reply(atlas_http_call *call, atlas_http_reply *r) {
     char ka[32];
     snprintf(ka, sizeof ka, "timeout=%d", call->srv->p.timeout_s);
     MHD_add_response_header(resp, "Keep-Alive", ka);
+    const char *origin = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, "Origin");
+    const char *allow = cors_allow(call->srv, origin);
+    if (allow) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+        if (strcmp(allow, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    if (r->preflight) {
+        const char *want = MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND,
+                                                       "Access-Control-Request-Headers");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                want && *want ? want : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", r->retry_after);
@@ -403,6 +478,8 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     s->p = p;
     s->p.host = s->host;
     s->p.api_key = s->api_key;
+    s->cors = strdup(p.cors ? p.cors : "none");
+    s->p.cors = s->cors;
     s->created = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->next_id, 1);
@@ -453,5 +530,6 @@ void atlas_server_stop(atlas_server *s) {
     atlas_server_metrics_destroy(&s->metrics);
     free(s->host);
     free(s->api_key);
+    free(s->cors);
     free(s);
 }

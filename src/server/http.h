@@ -24,6 +24,7 @@ struct atlas_server {
     char *host;
     char *api_key;
     size_t api_key_len;
+    char *cors;                   /* atlas_server_params.cors, copied */
     atlas_server_params p;
     int port;
     atomic_bool stopping;
@@ -55,6 +56,7 @@ typedef struct atlas_http_reply {
     const char *ctype;     /* static string */
     int retry_after;       /* seconds for a Retry-After header; 0: none */
     atlas_gen *stream;     /* non-NULL: SSE body; the reply owns one reference */
+    bool preflight;        /* a CORS preflight's 204: the Allow-Methods/Headers too */
 } atlas_http_reply;
 
 /* Kinds of API errors that do not come from an atlas_status. */
@@ -64,6 +66,7 @@ typedef enum atlas_api_error {
     ATLAS_API_ERR_TOO_LARGE,   /* 413 */
     ATLAS_API_ERR_NO_ROUTE,    /* 404 */
     ATLAS_API_ERR_METHOD,      /* 405 */
+    ATLAS_API_ERR_FORBIDDEN,   /* 403: a cross-origin page the server does not allow */
     ATLAS_API_ERR_SHUTDOWN,    /* 503 */
 } atlas_api_error;
 

@@ -24,6 +24,10 @@ typedef struct atlas_server_params {
     size_t max_body;        /* bytes of a request body; larger: 413 (default 4 MiB) */
     int max_connections;    /* open connections at once (default 512) */
     int timeout_s;          /* idle / unfinished-request timeout, seconds (default 30) */
+    const char *cors;       /* origins whose browser pages may call the API (CORS): "local"
+                               (default: http(s) pages of localhost, 127.0.0.1 and [::1], any
+                               port, as Ollama), "*" (any), "none", or a comma-separated list
+                               of exact origins ("https://app.example.com,http://host:3000") */
     bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
                                "reasoning_content", not content (default true; llama.cpp's
                                --reasoning-format auto) */
