@@ -103,7 +103,7 @@ static void test_params(void) {
     atlas_gen_params_free(&gp);
     json_decref(b);
     static const char *bad_n[] = {"{\"n\": 0}", "{\"n\": 17}", "{\"n\": 2.5}",
-                                  "{\"n\": 2, \"stream\": true}"};
+                                  "{\"n\": \"2\"}"};
     for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
         b = json_loads(bad_n[i], 0, NULL);
         CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param) ==

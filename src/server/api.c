@@ -362,7 +362,8 @@ static void start_and_reply(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_
 }
 
 /* count prompts x gp->n choices (prompt-major, as OpenAI numbers them), run at once in the
- * engine and answered together; choice j of a prompt samples with seed sp.seed + j. */
+ * engine and answered together, as one JSON response or one stream whose chunks carry the
+ * choice index; choice j of a prompt samples with seed sp.seed + j. */
 static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
                           const atlas_tokenizer *tok, int32_t *const *ids, const size_t *n,
                           char *const *echo, int count, atlas_http_reply *r) {
@@ -384,7 +385,17 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
         }
     }
     gp->sp.seed = seed;
-    atlas_gen_finish_batch(gs, total, per, r);
+    if (!gp->stream) {
+        atlas_gen_finish_batch(gs, total, per, r);
+        return;
+    }
+    atlas_status st = atlas_gen_group_make(gs, total, per);
+    if (st != ATLAS_OK) {
+        atlas_api_fail_reply(r, st, NULL);
+        for (int k = 0; k < total; k++) atlas_gen_release(gs[k]);
+        return;
+    }
+    atlas_gen_reply(gs[0], r); /* the stream owns every member now */
 }
 
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
@@ -503,11 +514,6 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
     if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gp, &param);
     if (st == ATLAS_OK) st = atlas_api_completion_prompts(body, tok, ids, n, &count, &param);
-    if (st == ATLAS_OK && count > 1 && gp.stream) {
-        param = "prompt";
-        st = atlas_fail(ATLAS_ERR_INVALID, "several prompts cannot be streamed: send one per "
-                                           "request");
-    }
     if (st == ATLAS_OK && count * gp.n > ATLAS_MAX_CHOICES) {
         param = "n";
         st = atlas_fail(ATLAS_ERR_INVALID, "%d prompts x 'n' %d = %d choices: at most %d",

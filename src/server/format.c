@@ -190,7 +190,8 @@ static json_t *chunk(const atlas_gen *g, json_t *choice) {
 static json_t *choice(const atlas_gen *g, json_t *delta_or_text, json_t *logprobs,
                       const char *finish) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
-    return json_pack("{s:i, s:o, s:o, s:o}", "index", 0, chat ? "delta" : "text", delta_or_text,
+    return json_pack("{s:i, s:o, s:o, s:o}", "index", g->index, chat ? "delta" : "text",
+                     delta_or_text,
                      "logprobs", logprobs ? logprobs : json_null(), "finish_reason",
                      finish ? json_string(finish) : json_null());
 }
@@ -241,6 +242,7 @@ static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_statu
                               r.body ? r.body : "{}");
     free(r.body);
     g->done_sent = true;
+    if (g->group) g->group->done = true; /* one error ends the whole stream */
     return rc ? atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory") : ATLAS_OK;
 }
 
@@ -258,6 +260,15 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
     ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
                                       finish_name(g)))));
+    atlas_gen_group *G = g->group;
+    if (G) { /* one usage chunk and one [DONE] once every choice has ended */
+        if (g->index % G->per_prompt == 0) G->usage.prompt_tokens += g->usage.prompt_tokens;
+        G->usage.completion_tokens += g->usage.completion_tokens;
+        G->usage.cached_tokens += g->usage.cached_tokens;
+        if (++G->n_ended < G->n) return ATLAS_OK;
+        g->usage = G->usage;
+        G->done = true;
+    }
     if (g->o.include_usage) {
         json_t *c = chunk(g, NULL);
         if (c) json_object_set_new(c, "usage", usage_json(g));

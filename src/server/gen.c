@@ -16,11 +16,22 @@ enum { POLL_MS = 50 }; /* how often a waiting thread looks at its client and the
 
 /* --- the engine side: copy each event into the queue --------------------------------- */
 
+static void group_unref(atlas_gen_group *G) {
+    pthread_mutex_lock(&G->mu);
+    int left = --G->refs;
+    pthread_mutex_unlock(&G->mu);
+    if (left > 0) return;
+    pthread_cond_destroy(&G->cv);
+    pthread_mutex_destroy(&G->mu);
+    free(G);
+}
+
 static void gen_unref(atlas_gen *g) {
     pthread_mutex_lock(&g->mu);
     int left = --g->refs;
     pthread_mutex_unlock(&g->mu);
     if (left > 0) return;
+    if (g->group) group_unref(g->group);
     atlas_gen_event *e = g->head;
     while (e) {
         atlas_gen_event *next = e->next;
@@ -69,7 +80,13 @@ static void on_event(const atlas_event *ev, void *user) {
     }
     if (ev->type == ATLAS_EVENT_END) g->ended = true;
     pthread_cond_broadcast(&g->cv);
+    atlas_gen_group *G = g->group;
     pthread_mutex_unlock(&g->mu);
+    if (G) { /* the leader may be waiting for any member */
+        pthread_mutex_lock(&G->mu);
+        pthread_cond_broadcast(&G->cv);
+        pthread_mutex_unlock(&G->mu);
+    }
     if (ev->type == ATLAS_EVENT_END) gen_unref(g); /* the engine's reference */
 }
 
@@ -136,6 +153,31 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
         return st;
     }
     *out = g;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_gen_group_make(atlas_gen **gs, int n, int per_prompt) {
+    if (n < 2 || n > 16) return atlas_fail(ATLAS_ERR_INTERNAL, "stream group of %d", n);
+    atlas_gen_group *G = calloc(1, sizeof *G);
+    if (!G) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    pthread_mutex_init(&G->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&G->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    G->refs = n;
+    G->n = n;
+    G->per_prompt = per_prompt > 0 ? per_prompt : 1;
+    for (int i = 0; i < n; i++) {
+        G->members[i] = gs[i];
+        pthread_mutex_lock(&gs[i]->mu); /* on_event reads g->group under it */
+        gs[i]->group = G;
+        gs[i]->index = i;
+        pthread_mutex_unlock(&gs[i]->mu);
+        memcpy(gs[i]->id, gs[0]->id, sizeof gs[i]->id); /* one stream, one id */
+        gs[i]->created = gs[0]->created;
+    }
     return ATLAS_OK;
 }
 
@@ -227,7 +269,104 @@ bool atlas_gen_wait_first(atlas_gen *g) {
     return true;
 }
 
+/* Cancels every member's engine request not yet ended (outside G->mu: a cancel may call
+ * back at once). */
+static void group_cancel(atlas_gen_group *G) {
+    for (int i = 0; i < G->n; i++) {
+        atlas_gen *m = G->members[i];
+        pthread_mutex_lock(&m->mu);
+        bool send = !m->ended && !m->cancel_sent;
+        m->cancel_sent = true;
+        pthread_mutex_unlock(&m->mu);
+        if (send) atlas_engine_cancel(m->h);
+    }
+}
+
+/* The next event of any member (round robin), *from its member; NULL when the client left
+ * (*gone), the server stops, or a member lost an event (out of memory). */
+static atlas_gen_event *group_next(atlas_gen_group *G, atlas_gen **from, bool *gone) {
+    *gone = false;
+    atlas_gen *lead = G->members[0];
+    pthread_mutex_lock(&G->mu);
+    for (;;) {
+        bool lost = false;
+        for (int k = 0; k < G->n; k++) {
+            int i = (G->next + k) % G->n;
+            if (G->taken_end[i]) continue;
+            atlas_gen *m = G->members[i];
+            pthread_mutex_lock(&m->mu);
+            atlas_gen_event *e = m->head;
+            if (e) {
+                m->head = e->next;
+                if (!m->head) m->tail = NULL;
+            } else if (m->ended || m->cancel_asked) {
+                lost = true; /* its END (or an event) was dropped for want of memory */
+            }
+            pthread_mutex_unlock(&m->mu);
+            if (e) {
+                if (e->type == ATLAS_EVENT_END) G->taken_end[i] = true;
+                G->next = (i + 1) % G->n;
+                pthread_mutex_unlock(&G->mu);
+                *from = m;
+                return e;
+            }
+        }
+        bool stopping = atomic_load(&lead->srv->stopping);
+        if (lost || stopping || atlas_http_client_gone(&(atlas_http_call){.fd = lead->fd})) {
+            *gone = !lost && !stopping;
+            pthread_mutex_unlock(&G->mu);
+            group_cancel(G);
+            return NULL;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&G->cv, &G->mu, &ts);
+    }
+}
+
+/* atlas_gen_sse_read for a group's leader g: every member's chunks into g->out. */
+static ssize_t group_read(atlas_gen *g, char *buf, size_t max) {
+    atlas_gen_group *G = g->group;
+    while (g->out_off == g->out_len) {
+        g->out_off = g->out_len = 0;
+        if (G->done || g->done_sent) {
+            for (int i = 0; i < G->n; i++) uncount(G->members[i]);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        bool gone;
+        atlas_gen *m = NULL;
+        atlas_gen_event *e = group_next(G, &m, &gone);
+        if (!e) {
+            if (gone) {
+                for (int i = 0; i < G->n; i++) uncount(G->members[i]);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
+                                          ? "the server is shutting down"
+                                          : "the server ran out of memory");
+            continue;
+        }
+        atlas_status st = atlas_gen_format_event(m, e);
+        free(e);
+        if (st == ATLAS_OK && m != g && m->out_len) { /* the member's chunks go out here */
+            if (atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "%.*s", (int)m->out_len,
+                                 m->out))
+                st = atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory");
+            m->out_len = 0;
+        }
+        if (st != ATLAS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = g->out_len - g->out_off;
+    if (n > max) n = max;
+    memcpy(buf, g->out + g->out_off, n);
+    g->out_off += n;
+    return (ssize_t)n;
+}
+
 ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
+    if (g->group) return group_read(g, buf, max);
     while (g->out_off == g->out_len) {
         g->out_off = g->out_len = 0;
         if (g->done_sent) {
@@ -258,7 +397,12 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-void atlas_gen_sse_close(atlas_gen *g) { atlas_gen_release(g); }
+void atlas_gen_sse_close(atlas_gen *g) {
+    atlas_gen_group *G = g->group;
+    if (G) /* the leader's stream held every member */
+        for (int i = G->n - 1; i > 0; i--) atlas_gen_release(G->members[i]);
+    atlas_gen_release(g);
+}
 
 int atlas_gen_fd(const atlas_gen *g) { return g->fd; }
 
@@ -275,6 +419,9 @@ void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
         pthread_mutex_unlock(&g->mu);
     }
     if (failed) { /* nothing was generated: answer with the error's own HTTP status */
+        atlas_gen_group *G = g->group;
+        if (G)
+            for (int i = G->n - 1; i > 0; i--) atlas_gen_release(G->members[i]);
         atlas_gen_finish_json(g, r);
         return;
     }

@@ -47,6 +47,11 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
  * its error status instead).  Takes over the caller's reference. */
 void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r);
 
+/* Streamed choices: gs[0..n) (n <= ATLAS_MAX_CHOICES) become one stream whose chunks carry
+ * each gen's index (prompt-major, per_prompt choices a prompt) and end with one usage chunk
+ * and one [DONE]; answer with atlas_gen_reply(gs[0]), which then owns them all. */
+atlas_status atlas_gen_group_make(atlas_gen **gs, int n, int per_prompt);
+
 /* Non-streaming: waits for the end (cancelling if the client leaves or the server stops)
  * and builds the whole response into r (a 200 JSON body or an error).  Releases the
  * caller's reference. */

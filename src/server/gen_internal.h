@@ -28,6 +28,25 @@ typedef struct atlas_gen_event {
     atlas_top_logprob top[];  /* [n_top] */
 } atlas_gen_event;
 
+/* The choices of one streamed request (n > 1, or several prompts): each member keeps its
+ * own engine request, queue and formatting state; the leader (members[0]) answers one SSE
+ * stream from all of them.  Members signal cv (under mu) when they queue an event, so the
+ * leader can wait for any of them.  Freed with the last member. */
+typedef struct atlas_gen_group {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;                 /* members not yet freed */
+    int n;
+    atlas_gen *members[16];   /* ATLAS_MAX_CHOICES; the leader's stream holds their refs */
+    bool taken_end[16];       /* member i's END was taken from its queue */
+    int next;                 /* round robin over the members */
+    /* the leader's HTTP thread only: */
+    int n_ended;              /* members whose END was formatted */
+    atlas_usage usage;        /* summed over them (each prompt once) */
+    int per_prompt;           /* choices per prompt: prompt tokens counted once for them */
+    bool done;                /* [DONE] was written */
+} atlas_gen_group;
+
 struct atlas_gen {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* signalled when an event arrives */
@@ -49,6 +68,9 @@ struct atlas_gen {
     int64_t created;
     int prompt_tokens;
     double t_start;           /* the HTTP request's arrival */
+
+    atlas_gen_group *group;   /* streamed choices: the group this gen belongs to */
+    int index;                /* its choice index in the response */
 
     /* formatting state: the HTTP thread only (format.c) */
     atlas_reasoning *rp;      /* o.reasoning: the "<think>" splitter */

@@ -286,11 +286,6 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(parse_stop(body, p, param));
     ATLAS_TRY(parse_logit_bias(body, tok, p, param));
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
-    if (p->stream && p->n > 1) {
-        *param = "n";
-        return atlas_fail(ATLAS_ERR_INVALID, "'n' %d cannot be streamed: stream one choice per "
-                                             "request, or ask without \"stream\"", p->n);
-    }
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));

@@ -68,8 +68,12 @@ test('wrong types and values name the field', async () => {
   assert.match(c3.json.error.message, /prompt\[1\]\[1\]/);
   const c4 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: Array(17).fill('a') });
   assert.equal(c4.status, 400);
-  const c5 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: ['a', 'b'], stream: true });
-  assert.equal(c5.status, 400);
+  // several prompts stream as one: chunks of both choices, one [DONE]
+  const c5 = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: ['a', 'b'], stream: true, max_tokens: 3 });
+  assert.equal(c5.status, 200);
+  assert.equal(c5.text.split('data: [DONE]').length, 2);
+  assert.match(c5.text, /"index":0/);
+  assert.match(c5.text, /"index":1/);
 });
 
 test('huge and negative numbers', async () => {
