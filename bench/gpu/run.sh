@@ -26,7 +26,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,cl
 ldd "$B/test-gpu-forward" | grep "not found"
 BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 
-if has bench || has bench2 || has hf || has serve; then
+# the serve step's two models: the 8B checkpoints unless SERVE_A / SERVE_B name others (e.g. the
+# fixtures, to try the step on a machine without a GPU)
+SERVE_A=${SERVE_A:-/tmp/llama8b}
+SERVE_B=${SERVE_B:-/tmp/llama8b-b}
+SERVE_CONC=${SERVE_CONC:-1,8,64,256}
+if has bench || has bench2 || has hf || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -68,28 +73,30 @@ if has hf; then
   timeout 150 python3 bench/gpu/hf_bench.py /tmp/llama8b -p 512 -n 128 2>&1 | tail -3 | tee "$OUT/hf-8b.log"
 fi
 if has serve; then
-  step "making checkpoint B (8B shape, another seed)"
-  for i in $(seq 1 300); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
-  [ -f /tmp/llama8b-b/config.json ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b --seed 4321 \
-    --out /tmp/llama8b-b > "$OUT/make8b-b.log" 2>&1
-  tail -1 "$OUT/make8b-b.log"
+  if [ "$SERVE_A" = /tmp/llama8b ]; then
+    step "making checkpoint B (8B shape, another seed)"
+    for i in $(seq 1 300); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
+    [ -f /tmp/llama8b-b/config.json ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b --seed 4321 \
+      --out /tmp/llama8b-b > "$OUT/make8b-b.log" 2>&1
+    tail -1 "$OUT/make8b-b.log"
+  fi
   if ! has bench; then
     step "atlas bench (load and host-to-device rate of this machine)"
-    timeout 200 "$BENCH" bench -m /tmp/llama8b -p 128 -n 16 --reps 1 2>&1 | tee "$OUT/bench-8b-h2d.log" | grep -E "load|h2d|read bw"
+    timeout 200 "$BENCH" bench -m "$SERVE_A" -p 128 -n 16 --reps 1 2>&1 | tee "$OUT/bench-h2d.log" | grep -E "load|h2d|read bw"
   fi
-  cat /tmp/llama8b/*.safetensors /tmp/llama8b-b/*.safetensors > /dev/null  # "from page cache"
+  cat "$SERVE_A"/*.safetensors "$SERVE_B"/*.safetensors > /dev/null  # "from page cache"
   step "atlas serve, A and B, --max-resident 1"
-  "$BENCH" serve --model a=/tmp/llama8b --model b=/tmp/llama8b-b --max-resident 1 --parallel 256 \
+  "$BENCH" serve --model "a=$SERVE_A" --model "b=$SERVE_B" --max-resident 1 --parallel 256 \
     --ctx-size 512 --port 18080 > "$OUT/serve.log" 2>&1 &
   srv=$!
   get() { python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" "$1"; }
   for i in $(seq 1 120); do get http://127.0.0.1:18080/health >/dev/null 2>&1 && break; sleep 0.5; done
   LG="python3 bench/serve/loadgen.py"; command -v node >/dev/null && LG="node bench/serve/loadgen.mjs"
   echo "load generator: $LG"
-  timeout 420 $LG --url http://127.0.0.1:18080 --model a --concurrency 1,8,64,256 --input-len 128 \
+  timeout 420 $LG --url http://127.0.0.1:18080 --model a --concurrency "$SERVE_CONC" --input-len 128 \
     --output-len 128 --swap-model b --swaps 3 --json "$OUT/serve.json" 2>&1 | tee "$OUT/loadgen.log"
   get http://127.0.0.1:18080/metrics > "$OUT/metrics.txt"
   kill "$srv"; wait "$srv"
-  tail -5 "$OUT/serve.log"
+  tail -3 "$OUT/serve.log"
 fi
 step done
