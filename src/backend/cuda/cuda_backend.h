@@ -5,6 +5,7 @@
  *                   command queue and CUDA-graph replay, download/argmax/sync
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
+ *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
  *
  * Memory: weights bf16 [rows, cols]; KV cache bf16, per layer K and V pools of
  * [n_blocks * block_size, K, hd]; activations fp32 (act_size 4).
