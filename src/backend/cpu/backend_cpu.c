@@ -2,6 +2,7 @@
  * memory, weights, the paged KV cache, batch staging and the element-wise ops. Matmul and
  * attention live in cpu_matmul.c and cpu_attention.c. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +38,7 @@ static atlas_status check_view(const atlas_tensor_view *v, const atlas_tensor_vi
 
 static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
+    for (int i = 0; i < w->n_parts; i++) free(w->parts[i].copy);
     free(w->vec);
     free(w);
 }
@@ -55,8 +57,20 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_tensor_view *
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
         int64_t r = w->n_dims == 2 ? views[i]->shape[0] : views[i]->shape[0];
-        w->parts[i] = (cpu_part){views[i]->data, views[i]->dtype, rows, r};
+        w->parts[i] = (cpu_part){views[i]->data, NULL, views[i]->dtype, rows, r};
         rows += r;
+        /* The kernels read elements in place; safetensors does not promise alignment (the
+         * header's length is free), so data off its element size gets an aligned copy. */
+        size_t esz = atlas_dtype_size(views[i]->dtype);
+        if ((uintptr_t)views[i]->data % esz != 0) {
+            w->parts[i].copy = malloc(views[i]->nbytes ? views[i]->nbytes : 1);
+            if (!w->parts[i].copy) {
+                cpu_weight_free(be, w);
+                return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[i]->name);
+            }
+            memcpy(w->parts[i].copy, views[i]->data, views[i]->nbytes);
+            w->parts[i].data = w->parts[i].copy;
+        }
     }
     if (w->n_dims == 2) {
         w->rows = rows;
@@ -76,7 +90,7 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_tensor_view *
     for (int i = 0; i < n; i++) {
         tmp.cols = views[i]->shape[0];
         tmp.n_parts = 1;
-        tmp.parts[0] = (cpu_part){views[i]->data, views[i]->dtype, 0, 1};
+        tmp.parts[0] = (cpu_part){w->parts[i].data, NULL, views[i]->dtype, 0, 1};
         cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
     }
     *out = w;

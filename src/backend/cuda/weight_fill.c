@@ -25,8 +25,8 @@ static void populate(const void *p, size_t n) {
 static void copy_bf16(const atlas_tensor_view *v, uint16_t *out, size_t k, size_t cnt) {
     if (v->fd >= 0 && atlas_file_read_at(v->fd, out, cnt * 2, v->file_offset + k * 2) == ATLAS_OK)
         return;
-    populate((const uint16_t *)v->data + k, cnt * 2);
-    memcpy(out, (const uint16_t *)v->data + k, cnt * 2);
+    populate((const char *)v->data + k * 2, cnt * 2);
+    memcpy(out, (const char *)v->data + k * 2, cnt * 2);
 }
 
 void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *dst,
@@ -42,12 +42,20 @@ void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *
             size_t k = s - e0, cnt = e - s;
             if (v->dtype == ATLAS_DTYPE_BF16) {
                 copy_bf16(v, out, k, cnt);
-            } else if (v->dtype == ATLAS_DTYPE_F16) {
-                const uint16_t *in = (const uint16_t *)v->data + k;
-                for (size_t j = 0; j < cnt; j++) out[j] = atlas_f32_to_bf16(atlas_f16_to_f32(in[j]));
+            } else if (v->dtype == ATLAS_DTYPE_F16) { /* the data need not be aligned */
+                const char *in = (const char *)v->data + k * 2;
+                for (size_t j = 0; j < cnt; j++) {
+                    uint16_t h;
+                    memcpy(&h, in + j * 2, 2);
+                    out[j] = atlas_f32_to_bf16(atlas_f16_to_f32(h));
+                }
             } else {
-                const float *in = (const float *)v->data + k;
-                for (size_t j = 0; j < cnt; j++) out[j] = atlas_f32_to_bf16(in[j]);
+                const char *in = (const char *)v->data + k * 4;
+                for (size_t j = 0; j < cnt; j++) {
+                    float x;
+                    memcpy(&x, in + j * 4, 4);
+                    out[j] = atlas_f32_to_bf16(x);
+                }
             }
         }
         e0 += ne;
