@@ -326,23 +326,36 @@ static atlas_gen_event *group_next(atlas_gen_group *G, atlas_gen **from, bool *g
     }
 }
 
-/* atlas_gen_sse_read for a group's leader g: every member's chunks into g->out. */
-static ssize_t group_read(atlas_gen *g, char *buf, size_t max) {
+/* A stream answers for g alone, or for every member of g's group. */
+static void uncount_stream(atlas_gen *g) {
+    if (!g->group) uncount(g);
+    else
+        for (int i = 0; i < g->group->n; i++) uncount(g->group->members[i]);
+}
+
+/* Releases the members other than the leader g (the stream held them). */
+static void release_members(atlas_gen *g) {
     atlas_gen_group *G = g->group;
+    for (int i = G ? G->n - 1 : 0; i > 0; i--) atlas_gen_release(G->members[i]);
+}
+
+ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
     while (g->out_off == g->out_len) {
         g->out_off = g->out_len = 0;
-        if (G->done || g->done_sent) {
-            for (int i = 0; i < G->n; i++) uncount(G->members[i]);
+        if (g->done_sent || (g->group && g->group->done)) {
+            uncount_stream(g);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         bool gone;
-        atlas_gen *m = NULL;
-        atlas_gen_event *e = group_next(G, &m, &gone);
+        atlas_gen *m = g;
+        atlas_gen_event *e = g->group ? group_next(g->group, &m, &gone)
+                                      : atlas_gen_next(g, true, &gone);
         if (!e) {
             if (gone) {
-                for (int i = 0; i < G->n; i++) uncount(G->members[i]);
+                uncount_stream(g);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
+            /* stopping, or the engine could not queue an event: end the stream properly */
             atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
                                           ? "the server is shutting down"
                                           : "the server ran out of memory");
@@ -350,7 +363,7 @@ static ssize_t group_read(atlas_gen *g, char *buf, size_t max) {
         }
         atlas_status st = atlas_gen_format_event(m, e);
         free(e);
-        if (st == ATLAS_OK && m != g && m->out_len) { /* the member's chunks go out here */
+        if (st == ATLAS_OK && m != g && m->out_len) { /* a member's chunks go out here */
             if (atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "%.*s", (int)m->out_len,
                                  m->out))
                 st = atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory");
@@ -365,42 +378,8 @@ static ssize_t group_read(atlas_gen *g, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
-    if (g->group) return group_read(g, buf, max);
-    while (g->out_off == g->out_len) {
-        g->out_off = g->out_len = 0;
-        if (g->done_sent) {
-            uncount(g);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        bool gone;
-        atlas_gen_event *e = atlas_gen_next(g, true, &gone);
-        if (!e) {
-            if (gone) {
-                uncount(g);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            /* stopping, or the engine could not queue an event: end the stream properly */
-            atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
-                                          ? "the server is shutting down"
-                                          : "the server ran out of memory");
-            continue;
-        }
-        atlas_status st = atlas_gen_format_event(g, e);
-        free(e);
-        if (st != ATLAS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    size_t n = g->out_len - g->out_off;
-    if (n > max) n = max;
-    memcpy(buf, g->out + g->out_off, n);
-    g->out_off += n;
-    return (ssize_t)n;
-}
-
 void atlas_gen_sse_close(atlas_gen *g) {
-    atlas_gen_group *G = g->group;
-    if (G) /* the leader's stream held every member */
-        for (int i = G->n - 1; i > 0; i--) atlas_gen_release(G->members[i]);
+    release_members(g);
     atlas_gen_release(g);
 }
 
@@ -419,9 +398,7 @@ void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
         pthread_mutex_unlock(&g->mu);
     }
     if (failed) { /* nothing was generated: answer with the error's own HTTP status */
-        atlas_gen_group *G = g->group;
-        if (G)
-            for (int i = G->n - 1; i > 0; i--) atlas_gen_release(G->members[i]);
+        release_members(g);
         atlas_gen_finish_json(g, r);
         return;
     }
