@@ -31,7 +31,7 @@ BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 SERVE_A=${SERVE_A:-/tmp/llama8b}
 SERVE_B=${SERVE_B:-/tmp/llama8b-b}
 SERVE_CONC=${SERVE_CONC:-1,8,64,256}
-if has bench || has bench2 || has hf || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
+if has bench || has bench2 || has hf || has profile || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -56,10 +56,12 @@ if has forward; then
   echo "rc $?"
   grep -E "CHECK failed|error|big|p0 |p6 |checks" "$OUT/test-gpu-forward.log" | head -40
 fi
-if has bench; then
+if has bench || has profile; then
   step "waiting for the 8B checkpoint"
   for i in $(seq 1 200); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
   tail -2 "$OUT/make8b.log"
+fi
+if has bench; then
   step "atlas bench"
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
 fi
@@ -67,6 +69,16 @@ if has bench2; then
   step "atlas bench with programmatic dependent launch (ATLAS_CUDA_PDL=1)"
   ATLAS_CUDA_PDL=1 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
     | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-pdl.log"
+fi
+if has profile; then
+  # one decode step kernel by kernel (Nsight Compute, clocks left alone): which kernels take
+  # the step's time; bench/gpu/ncu_table.py sums the last full step by kernel
+  step "ncu: the kernels of decode steps"
+  timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    -k regex:'gemv|rope|attn_split|attn_combine|add_rmsnorm|argmax|embed|gather|kv_store|qk_norm|swiglu' \
+    --launch-count 2000 "$BENCH" bench -m /tmp/llama8b -p 512 -n 4 --reps 1 --read-gib 1 --gemm 1024 \
+    > "$OUT/ncu-decode.csv" 2> "$OUT/ncu-decode.err"; echo "rc $?"
+  python3 bench/gpu/ncu_table.py "$OUT/ncu-decode.csv" | tee "$OUT/ncu-decode.txt"
 fi
 if has hf; then
   step "transformers"
