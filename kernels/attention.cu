@@ -14,6 +14,40 @@
 
 enum { ATTN_THREADS = 128 };
 
+/* The last split of (t, kv head g) to finish merges all of them into out (the counters
+ * return to 0 for the next launch). Called by every thread of each split's block after its
+ * part_o / part_ml are written. */
+__device__ void merge_last_split(const float *part_o, const float *part_ml, float *out,
+                                 int *counters, int t, int g, int H, int K, int G, int hd,
+                                 int n_split) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *ctr = counters + (size_t)t * K + g;
+        last = atomicAdd(ctr, 1) == n_split - 1;
+        if (last) *ctr = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    size_t base = ((size_t)t * H + (size_t)g * G) * n_split;
+    for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
+        int h = idx / hd, i = idx - h * hd;
+        size_t b = base + (size_t)h * n_split;
+        float M = -INFINITY, L = 0.0f, acc = 0.0f;
+        for (int x = 0; x < n_split; x++) M = fmaxf(M, __ldcg(part_ml + (b + x) * 2));
+        for (int x = 0; x < n_split; x++) {
+            float m = __ldcg(part_ml + (b + x) * 2);
+            if (m == -INFINITY) continue;
+            float e = __expf(m - M);
+            L += __ldcg(part_ml + (b + x) * 2 + 1) * e;
+            acc += __ldcg(part_o + (b + x) * hd + i) * e;
+        }
+        out[((size_t)t * H + (size_t)g * G + h) * hd + i] = L > 0.0f ? acc / L : 0.0f;
+    }
+}
+
 /* One block: token t, kv head g, split s covering context positions [start + s*chunk, ..),
  * walked in tiles of `tile` keys with an online softmax.
  * smem: q[G*hd], o[G*hd], scores[G*tile], slots[tile] (int), m[G], l[G], alpha[G]. */
@@ -102,34 +136,7 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
         part_ml[(po + (size_t)h * n_split) * 2] = mrun[h];
         part_ml[(po + (size_t)h * n_split) * 2 + 1] = lrun[h];
     }
-    if (!counters) return;
-    /* the last split of (t, g) to finish merges them all (counters return to 0) */
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int *ctr = counters + (size_t)t * K + g;
-        last = atomicAdd(ctr, 1) == n_split - 1;
-        if (last) *ctr = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    size_t base = ((size_t)t * H + (size_t)g * G) * n_split;
-    for (int idx = tid; idx < G * hd; idx += ATTN_THREADS) {
-        int h = idx / hd, i = idx - h * hd;
-        size_t b = base + (size_t)h * n_split;
-        float M = -INFINITY, L = 0.0f, acc = 0.0f;
-        for (int x = 0; x < n_split; x++) M = fmaxf(M, __ldcg(part_ml + (b + x) * 2));
-        for (int x = 0; x < n_split; x++) {
-            float m = __ldcg(part_ml + (b + x) * 2);
-            if (m == -INFINITY) continue;
-            float e = __expf(m - M);
-            L += __ldcg(part_ml + (b + x) * 2 + 1) * e;
-            acc += __ldcg(part_o + (b + x) * hd + i) * e;
-        }
-        out[((size_t)t * H + (size_t)g * G + h) * hd + i] = L > 0.0f ? acc / L : 0.0f;
-    }
+    if (counters) merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, hd, n_split);
 }
 
 /* out[t, h*hd + i] = merged chunks. grid (n, H), block >= 32. */
@@ -156,3 +163,162 @@ extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, c
         out[((size_t)t * H + h) * hd + i] = o * inv;
     }
 }
+
+/* --- decode attention, a warp per key ---------------------------------------------------------
+ * Same grid, split plan and outputs as atlas_attn_split, for head_dim HD in {64, 128, 256}
+ * and up to GM query heads per kv head. The split kernel above walks a tile's dot products
+ * one thread each and its p.v loop one key after another, so a block spends its time waiting
+ * on loads; here each of the 4 warps takes a contiguous quarter of the block's keys, a lane
+ * holds HD/32 dimensions of every query head, and U keys' K and V rows (HD*2 bytes each,
+ * coalesced across the warp) are requested before any is used. Scores are reduced across the
+ * warp with shuffles, the softmax is online per warp, and the 4 warps merge through shared
+ * memory. With one split the block writes the output; otherwise its partials, merged by the
+ * last split to finish (counters) or by atlas_attn_combine. */
+enum { DEC_WARPS = 4 };
+
+template <int D>
+__device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
+    if constexpr (D == 2) {
+        uint32_t u = *(const uint32_t *)p;
+        f[0] = __uint_as_float(u << 16);
+        f[1] = __uint_as_float(u & 0xffff0000u);
+    } else if constexpr (D == 4) {
+        uint2 u = *(const uint2 *)p;
+        f[0] = __uint_as_float(u.x << 16); f[1] = __uint_as_float(u.x & 0xffff0000u);
+        f[2] = __uint_as_float(u.y << 16); f[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+        unpack8(*(const uint4 *)p, (float *)f);
+    }
+}
+
+template <int HD, int GM>
+__device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, const float *qkv,
+                                                 const bf16_t *kc, const bf16_t *vc,
+                                                 const int *tok_seq, const int *positions,
+                                                 const int *block_table, int max_blocks, int bs,
+                                                 int H, int K, int window, int chunk, float scale,
+                                                 float *out, int *counters) {
+    constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
+    pdl_trigger();
+    pdl_wait();
+    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
+    int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int pos = positions[t];
+    int start = window > 0 ? max(0, pos - window + 1) : 0;
+    int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1);
+    int per = j1 > j0 ? (j1 - j0 + DEC_WARPS - 1) / DEC_WARPS : 0;
+    int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
+
+    float q[GM][D], acc[GM][D], m[GM], l[GM];
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)g * G * HD + lane * D;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            q[h][i] = h < G ? qrow[(size_t)h * HD + i] * scale : 0.0f;
+            acc[h][i] = 0.0f;
+        }
+    }
+    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
+    size_t row = (size_t)K * HD; /* elements between consecutive slots */
+    const bf16_t *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
+
+    for (int a = a0; a < a1; a += U) {
+        float kf[U][D], vf[U][D];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int p = a + u;
+            if (p < a1) {
+                size_t slot = (size_t)bt[p / bs] * bs + p % bs;
+                load_bf16<D>(kbase + slot * row, kf[u]);
+                load_bf16<D>(vbase + slot * row, vf[u]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < D; i++) kf[u][i] = vf[u][i] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (h >= G) break;
+            float sc[U], mx = m[h];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < D; i++) d += q[h][i] * kf[u][i];
+                d = warp_sum(d);
+                sc[u] = a + u < a1 ? d : -INFINITY;
+                mx = fmaxf(mx, sc[u]);
+            }
+            float alpha = __expf(m[h] - mx); /* 0 on the first keys (m = -inf, mx finite) */
+            m[h] = mx;
+            l[h] *= alpha;
+#pragma unroll
+            for (int i = 0; i < D; i++) acc[h][i] *= alpha;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float e = __expf(sc[u] - mx); /* 0 past a1 */
+                l[h] += e;
+#pragma unroll
+                for (int i = 0; i < D; i++) acc[h][i] += e * vf[u][i];
+            }
+        }
+    }
+
+    /* merge the warps: (m, l, acc) of each through shared memory */
+    __shared__ float sm[DEC_WARPS][GM], sl[DEC_WARPS][GM];
+    __shared__ __align__(16) float so[DEC_WARPS][GM][HD];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        if (lane == 0) {
+            sm[warp][h] = m[h];
+            sl[warp][h] = l[h];
+        }
+#pragma unroll
+        for (int i = 0; i < D; i++) so[warp][h][lane * D + i] = acc[h][i];
+    }
+    __syncthreads();
+    size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
+    for (int idx = threadIdx.x; idx < G * HD; idx += DEC_WARPS * 32) {
+        int h = idx / HD, i = idx - h * HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sm[w][h]);
+        float L = 0.0f, o = 0.0f;
+        if (M > -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; w++) {
+                float e = __expf(sm[w][h] - M); /* 0 for a warp without keys */
+                L += sl[w][h] * e;
+                o += so[w][h][i] * e;
+            }
+        }
+        if (n_split == 1) {
+            out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+        } else {
+            part_o[(po + (size_t)h * n_split) * HD + i] = o;
+            if (i == 0) {
+                part_ml[(po + (size_t)h * n_split) * 2] = M;
+                part_ml[(po + (size_t)h * n_split) * 2 + 1] = L;
+            }
+        }
+    }
+    if (n_split > 1 && counters)
+        merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split);
+}
+
+/* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128; the arguments of atlas_attn_split
+ * without hd and tile. With one split, out is written directly (no combine needed). */
+#define ATLAS_ATTN_DEC(HD, GM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) atlas_attn_dec##HD##_g##GM(      \
+        float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
+        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
+        int H, int K, int window, int chunk, float scale, float *out, int *counters) {          \
+        attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
+                                 max_blocks, bs, H, K, window, chunk, scale, out, counters);     \
+    }
+ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
+ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
+ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_DEC(256, 8)

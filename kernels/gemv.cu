@@ -8,33 +8,14 @@
 
 enum { GEMV_WARPS = 4, GEMV_R = 2, GEMV_U = 4 };
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
-
-/* SWIGLU: x is gate_up[1, 2k] and the input is silu(gate) * up, computed on the fly (decode's
- * down projection); act (when set) receives it. */
-template <int N, bool SWIGLU>
+template <int N>
 __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 (&wv)[GEMV_R],
-                                           const float *x, int n, int k, int kk, float *act) {
+                                           const float *x, int n, int k, int kk) {
 #pragma unroll
     for (int j = 0; j < N; j++) {
         if (j < n) {
-            float4 a, b;
-            if (SWIGLU) {
-                const float4 *gp = (const float4 *)(x + kk), *up = (const float4 *)(x + k + kk);
-                float4 g0 = __ldg(gp), g1 = __ldg(gp + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
-                a = make_float4(silu_mul(g0.x, u0.x), silu_mul(g0.y, u0.y), silu_mul(g0.z, u0.z),
-                                silu_mul(g0.w, u0.w));
-                b = make_float4(silu_mul(g1.x, u1.x), silu_mul(g1.y, u1.y), silu_mul(g1.z, u1.z),
-                                silu_mul(g1.w, u1.w));
-                if (act) {
-                    *(float4 *)(act + kk) = a;
-                    *(float4 *)(act + kk + 4) = b;
-                }
-            } else {
-                const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
-                a = __ldg(xp);
-                b = __ldg(xp + 1);
-            }
+            const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) {
                 float f[8];
@@ -46,13 +27,12 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 
     }
 }
 
-template <int N, bool SWIGLU>
+template <int N>
 __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16_t *w,
-                                          const bf16_t *bias, int n, int m, int k, float *act) {
+                                          const bf16_t *bias, int n, int m, int k) {
     int lane = threadIdx.x & 31;
     int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_R;
     if (row0 >= m) return;
-    if (blockIdx.x != 0 || threadIdx.x >= 32) act = 0; /* one warp writes the swiglu output */
     const bf16_t *wr[GEMV_R];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
@@ -83,7 +63,7 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
                 nxt[u][r] = kn + u * 256 < k ? ld_stream16(wr[r] + kn + u * 256) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
-            if (kk + u * 256 < k) gemv_chunk<N, SWIGLU>(acc, cur[u], x, n, k, kk + u * 256, act);
+            if (kk + u * 256 < k) gemv_chunk<N>(acc, cur[u], x, n, k, kk + u * 256);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
 #pragma unroll
@@ -105,29 +85,22 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv1(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<1, false>(out, x, w, bias, 1, m, k, 0);
-}
-
-/* out[1, m] = (silu(gu[:k]) * gu[k:]) @ w[m, k]^T; act[k] gets silu(gu[:k]) * gu[k:] too. */
-extern "C" __global__ void __launch_bounds__(128) atlas_gemv1_swiglu(float *out, const float *gu,
-                                                                     const bf16_t *w, float *act,
-                                                                     int m, int k) {
-    gemv_body<1, true>(out, gu, w, 0, 1, m, k, act);
+    gemv_body<1>(out, x, w, bias, 1, m, k);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv4(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<4, false>(out, x, w, bias, n, m, k, 0);
+    gemv_body<4>(out, x, w, bias, n, m, k);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv8(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<8, false>(out, x, w, bias, n, m, k, 0);
+    gemv_body<8>(out, x, w, bias, n, m, k);
 }
 
-/* Variant for n = 1 (ATLAS_CUDA_GEMV=2): a block of 256 threads owns 4 rows and spans k;
+/* Variant for n = 1 (qkv, o and down of an 8B model; ATLAS_CUDA_GEMV=2 for all): a block of 256 threads owns 4 rows and spans k;
  * each thread issues all its loads (up to 4 rows x 4 chunks of 16 bytes) before using any,
  * then the block reduces. grid ceil(m / 4). */
 enum { GB_ROWS = 4, GB_U = 4, GB_THREADS = 256 };

@@ -371,6 +371,9 @@ int main(void) {
         test_layer_ops(kc, kg, 23, 1, 40, 100, "chunk 23+1", &norm, &qn, &kn);
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
+        /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
+         * (pass 2; pass 1 runs the tiled prefill kernel) */
+        test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);
         cb = (cuda_backend *)gpu;
         printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
                (unsigned long long)cb->graph_replays);

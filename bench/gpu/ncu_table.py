@@ -7,7 +7,8 @@ A forward runs from atlas_embed to atlas_argmax; the last one whose embed has on
 import csv, sys
 from collections import OrderedDict
 
-SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+         "s": 1e6, "second": 1e6}
 
 def rows(path):
     with open(path, newline="") as f:

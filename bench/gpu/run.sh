@@ -96,6 +96,10 @@ if has serve; then
     step "atlas bench (load and host-to-device rate of this machine)"
     timeout 200 "$BENCH" bench -m "$SERVE_A" -p 128 -n 16 --reps 1 2>&1 | tee "$OUT/bench-h2d.log" | grep -E "load|h2d|read bw"
   fi
+  # the random checkpoints have no tokenizer: Llama 3's (the fixture's, same 128,256 ids)
+  for d in "$SERVE_A" "$SERVE_B"; do
+    [ -f "$d/tokenizer.json" ] || cp tests/data/tiny-llama3/tokenizer.json tests/data/tiny-llama3/tokenizer_config.json "$d/"
+  done
   cat "$SERVE_A"/*.safetensors "$SERVE_B"/*.safetensors > /dev/null  # "from page cache"
   step "atlas serve, A and B, --max-resident 1"
   "$BENCH" serve --model "a=$SERVE_A" --model "b=$SERVE_B" --max-resident 1 --parallel 256 \

@@ -250,7 +250,12 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     ATLAS_TRY(atlas_host_make_current(cb->host));
     ATLAS_TRY(atlas_host_upload_wait(cb->host)); /* weights are on the device before use */
     cb->n_queue = 0; /* commands of an abandoned batch never ran */
-    int n = b->n_tokens, table = b->n_seqs * b->max_blocks;
+    /* the staged block table's row length: the batch's rounded up to a power of two, so that
+     * a decode graph (keyed by it) is replayed while sequences grow instead of captured again
+     * every block_size tokens; splits past a sequence's context exit at once */
+    int mb = 16;
+    while (mb < b->max_blocks) mb *= 2;
+    int n = b->n_tokens, table = b->n_seqs * mb;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
     int32_t *h = cb->h_stage, cap = cb->cap_tok;
     memcpy(h, b->tokens, (size_t)n * 4);
@@ -271,7 +276,11 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
             h[5 * cap + 2 * tiles + 1] = b->seq_start[s + 1] - t < 64 ? b->seq_start[s + 1] - t : 64;
         }
     cb->n_tiles = tiles;
-    memcpy(h + 7 * cap, b->block_table, (size_t)table * 4);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int32_t *row = h + 7 * cap + (size_t)s * mb;
+        memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
+        memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
+    }
     ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
     { /* cos/sin of the batch's positions, for every rope op of this batch */
         int half = g->head_dim / 2;
@@ -284,11 +293,11 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
-    cb->max_blocks = b->max_blocks;
+    cb->max_blocks = mb;
     cb->block_size = block_size;
 
     int n_split, chunk;
-    cuda_attn_split_plan(cb, n, b->max_blocks * block_size, &n_split, &chunk);
+    cuda_attn_split_plan(cb, n, mb * block_size, &n_split, &chunk);
     size_t need = (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4;
     if (need > cb->part_bytes) {
         drop_graphs(cb);
@@ -311,7 +320,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     if (cb->deferring) { /* the launch shapes that are not in the commands */
         cuda_cmd key;
         memset(&key, 0, sizeof key);
-        key.n = b->max_blocks;
+        key.n = mb;
         key.d = n_split;
         key.layer = chunk;
         ATLAS_TRY(submit(cb, &key));
@@ -482,8 +491,10 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_PDL");
     if (e && e[0] == '1' && atlas_host_properties(cb->host)->cc_major >= 9)
         cb->launch_ex = cuda_pdl_resolve();
-    e = getenv("ATLAS_CUDA_GEMV");
-    cb->gemv_variant = e && e[0] == '2' ? 2 : 1;
+    e = getenv("ATLAS_CUDA_GEMV"); /* 1: warp kernel, 2: block kernel, unset: by shape */
+    cb->gemv_variant = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
+    e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too */
+    cb->use_attn_dec = !(e && !strcmp(e, "split"));
     e = getenv("ATLAS_CUDA_FUSE");
     cb->use_fusion = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");

@@ -1,6 +1,7 @@
 /* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice.
  * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -58,12 +59,18 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
         {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
-        {&cb->fn.gemv1_swiglu, "atlas_gemv1_swiglu"}, {&cb->fn.rope_table, "atlas_rope_table"},
+        {&cb->fn.rope_table, "atlas_rope_table"},
         {&cb->fn.gemv1b, "atlas_gemv1b"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
+    for (int h = 0; h < 3; h++)
+        for (int q = 0; q < 4; q++) {
+            char name[48];
+            snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
+            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
+        }
     return ATLAS_OK;
 }
 
@@ -106,6 +113,16 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     return launch(cb, f, (unsigned)cb->n_tiles, (unsigned)H, 1, 128, 2 * 64 * (hd + 8) * 2, a);
 }
 
+/* The warp-per-key decode kernel for this shape, or NULL (the split kernel then; also with
+ * ATLAS_CUDA_ATTN=split). */
+static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G) {
+    if (!cb->use_attn_dec || G > 8) return NULL;
+    int h = hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : -1;
+    if (h < 0) return NULL;
+    int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
+    return cb->fn.attn_dec[h][q];
+}
+
 static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
@@ -122,6 +139,15 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->use_fusion ? cb->attn_counters : 0;
+    CUfunction dec = attn_dec_kernel(cb, hd, G);
+    if (dec) {
+        void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+                     &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
+        ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, a));
+        if (counters || cb->n_split == 1) return ATLAS_OK; /* merged in the kernel */
+        void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
+        return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
+    }
     void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                  &bs, &H, &K, &hd, &window, &chunk, &tile, &scale, &out, &counters};
     unsigned smem = (unsigned)((2 * G * hd + G * tile + tile + 3 * G) * 4);
@@ -137,7 +163,10 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0;
-    if (n == 1 && cb->gemv_variant == 2) {
+    /* n = 1: the block kernel where rows are few (qkv, o, down of an 8B model: it keeps more
+     * loads in flight per row), the warp kernel for long outputs (gate_up, lm_head);
+     * bench/RESULTS.md "Where decode time goes" */
+    if (n == 1 && (cb->gemv_variant == 2 || (cb->gemv_variant == 0 && m <= 8192))) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
     }
@@ -228,8 +257,9 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 }
 
 /* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included):
- * rope then kv_store of the same qkv -> one kernel; swiglu then a 1-row matmul of its output
- * -> the GEMV computes silu(gate) * up on the fly (and still writes the swiglu output).
+ * rope then kv_store of the same qkv -> one kernel. (A GEMV that computed swiglu on the fly
+ * for the down projection was tried and dropped: every warp recomputed and re-read all of
+ * gate_up, 69 us a layer against 38 + 3 for the two kernels; bench/RESULTS.md.)
  * Returns how many commands ran (1 or 2). */
 static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
     const atlas_backend_geom *g = &cb->base.geom;
@@ -244,17 +274,6 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         void *a[] = {&qkv, &kc, &vc, &slots, &cb->d_rope, &H, &K, &hd};
         *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
-        return 2;
-    }
-    if (n >= 2 && c[0].op == CUDA_OP_SWIGLU && c[1].op == CUDA_OP_MATMUL && c[0].n == 1 &&
-        c[1].n == 1 && c[1].p[1] == c[0].p[0] && !c[1].p[3] &&
-        ((const atlas_weight *)c[1].p[2])->cols == c[0].d) {
-        const atlas_weight *w = c[1].p[2];
-        int m = (int)w->rows, k = (int)w->cols;
-        CUdeviceptr out = CUDA_PTR(c[1].p[0]), gu = CUDA_PTR(c[0].p[1]), act = CUDA_PTR(c[0].p[0]);
-        CUdeviceptr wp = w->ptr;
-        void *a[] = {&out, &gu, &wp, &act, &m, &k};
-        *st = launch(cb, cb->fn.gemv1_swiglu, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
         return 2;
     }
     *st = cuda_exec(cb, c);
