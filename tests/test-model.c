@@ -1,7 +1,8 @@
 /* test-model.c — loading the fixture models, what atlas_model_get_info reports, the eos
  * set, counted handles (release refused with ATLAS_ERR_BUSY and the count while another
  * handle is live, nothing unloaded, then released), and errors that name what is wrong:
- * a missing directory, a tensor of the wrong shape, a missing tensor, bad batches. */
+ * a missing directory, a tensor of the wrong shape, a missing tensor, bad batches, a broken
+ * tokenizer.json or weights file (the tokenizer loads in a thread of its own). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,59 @@ static void test_unaligned(void) {
     }
     CHECK_OK(atlas_model_release(a));
     CHECK_OK(atlas_model_release(b));
+    harness_rm_rf(dir);
+}
+
+/* Copies the first `keep` bytes (all when keep < 0) of tiny-llama3/NAME into DIR/NAME. */
+static int copy_fixture(const char *dir, const char *name, long keep) {
+    char src[600], dst[700], buf[1 << 16];
+    snprintf(src, sizeof src, "%s/tiny-llama3/%s", harness_data_dir(), name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    int ok = in && out;
+    size_t n, left = keep < 0 ? (size_t)-1 : (size_t)keep;
+    while (ok && left && (n = fread(buf, 1, left < sizeof buf ? left : sizeof buf, in)) > 0) {
+        ok = fwrite(buf, 1, n, out) == n;
+        left -= n;
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    CHECK_MSG(ok, "copying %s to %s", src, dst);
+    return ok;
+}
+
+/* The tokenizer loads in a thread while the weights load: its failure reaches the caller
+ * with its message, and a weights failure while it runs frees the tokenizer (ASan checks
+ * the leak); when both fail, the tokenizer's error is the one reported. */
+static void test_broken_files(void) {
+    if (!harness_require_file(harness_data_path("tiny-llama3/tokenizer.json"))) return;
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    atlas_model *m = NULL;
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "broken-tok")) return;
+    copy_fixture(dir, "config.json", -1);
+    copy_fixture(dir, "tokenizer_config.json", -1);
+    copy_fixture(dir, "model.safetensors", -1);
+    copy_fixture(dir, "tokenizer.json", 4000); /* cut inside the vocab */
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_FORMAT && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "tokenizer.json") != NULL &&
+              strstr(atlas_last_error(), dir) != NULL, "%s", atlas_last_error());
+    copy_fixture(dir, "model.safetensors", 100000); /* and the weights too */
+    CHECK(atlas_model_load(dir, &p, &m) != ATLAS_OK && !m);
+    CHECK_MSG(strstr(atlas_last_error(), "tokenizer.json") != NULL, "%s", atlas_last_error());
+    copy_fixture(dir, "tokenizer.json", -1); /* only the weights broken */
+    char want[700];
+    snprintf(want, sizeof want, "%s/model.safetensors", dir);
+    CHECK(atlas_model_load(dir, &p, &m) != ATLAS_OK && !m);
+    CHECK_MSG(strstr(atlas_last_error(), want) != NULL &&
+              !strstr(atlas_last_error(), "tokenizer"), "%s", atlas_last_error());
+    copy_fixture(dir, "model.safetensors", -1); /* all good again: tokenizer and eos set */
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (m) {
+        CHECK(atlas_model_tokenizer(m) != NULL && has_eos(m, 128001));
+        CHECK_OK(atlas_model_release(m));
+    }
     harness_rm_rf(dir);
 }
 
@@ -359,6 +413,7 @@ int main(void) {
     test_unaligned();
     test_bad_batches();
     test_bad_checkpoints();
+    test_broken_files();
     test_qwen2_binding();
     test_cli_info();
     return harness_finish();
