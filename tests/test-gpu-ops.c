@@ -310,12 +310,22 @@ int main(void) {
     printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->lt),
            cb->launch_ex ? "on" : "off");
 
+    /* default: n = 1 on the block/warp kernel by shape, 2..8 on the mma kernel, more on
+     * cuBLASLt; "own": the fp32 GEMV kernels for n <= 8 and our GEMM; "mma1": n = 1 on the
+     * mma kernel too */
     test_matmul(gpu, cb->lt ? "lt" : "own");
     setenv("ATLAS_CUBLASLT", "0", 1);
+    setenv("ATLAS_CUDA_GEMV", "1", 1);
     atlas_backend *own = NULL;
     CHECK_OK(atlas_backend_cuda_create(&g, &own));
     if (own) test_matmul(own, "own");
     if (own) own->ops->destroy(own);
+    own = NULL;
+    setenv("ATLAS_CUDA_GEMV", "3", 1);
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "mma1");
+    if (own) own->ops->destroy(own);
+    unsetenv("ATLAS_CUDA_GEMV");
 
     tensor tn, tq, tk, twq;
     tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, D, 0, 1.0f);

@@ -66,8 +66,8 @@ if has bench; then
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
 fi
 if has bench2; then
-  step "atlas bench with programmatic dependent launch (ATLAS_CUDA_PDL=1)"
-  ATLAS_CUDA_PDL=1 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
+  step "atlas bench without programmatic dependent launch (ATLAS_CUDA_PDL=0)"
+  ATLAS_CUDA_PDL=0 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
     | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-pdl.log"
 fi
 if has profile; then
@@ -75,7 +75,7 @@ if has profile; then
   # the step's time; bench/gpu/ncu_table.py sums the last full step by kernel
   step "ncu: the kernels of decode steps"
   timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    -k regex:'gemv|rope|attn_split|attn_combine|add_rmsnorm|argmax|embed|gather|kv_store|qk_norm|swiglu' \
+    -k regex:'gemv|rope|attn|add_rmsnorm|argmax|embed|gather|kv_store|qk_norm|swiglu' \
     --launch-count 2000 "$BENCH" bench -m /tmp/llama8b -p 512 -n 4 --reps 1 --read-gib 1 --gemm 1024 \
     > "$OUT/ncu-decode.csv" 2> "$OUT/ncu-decode.err"; echo "rc $?"
   python3 bench/gpu/ncu_table.py "$OUT/ncu-decode.csv" | tee "$OUT/ncu-decode.txt"

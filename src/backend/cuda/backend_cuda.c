@@ -485,14 +485,15 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     ATLAS_CU_TRY(cuMemcpyHtoD, cb->d_inv_freq, inv_f, (size_t)half * sizeof(float));
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
-    /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): off unless
-     * ATLAS_CUDA_PDL=1. Measured on the H200 8B shape it did not pay: 153.0 tok/s with it,
-     * 157.3 without (bench/RESULTS.md). Kept, tested both ways, for further work. */
+    /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
+     * launch and first weight loads overlap the previous kernel's tail. On unless
+     * ATLAS_CUDA_PDL=0: on the H200 8B shape it took decode from 178 to 200 tok/s (827b480;
+     * it had lost 3% while the slow attention and swiglu-GEMV kernels dominated). */
     e = getenv("ATLAS_CUDA_PDL");
-    if (e && e[0] == '1' && atlas_host_properties(cb->host)->cc_major >= 9)
+    if (!(e && e[0] == '0') && atlas_host_properties(cb->host)->cc_major >= 9)
         cb->launch_ex = cuda_pdl_resolve();
-    e = getenv("ATLAS_CUDA_GEMV"); /* 1: warp kernel, 2: block kernel, unset: by shape */
-    cb->gemv_variant = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
+    e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
+    cb->gemv_variant = e && e[0] >= '1' && e[0] <= '3' ? e[0] - '0' : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
     e = getenv("ATLAS_CUDA_FUSE");

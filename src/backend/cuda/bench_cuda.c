@@ -190,14 +190,13 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;
-    int m, k, rows_per_block, threads;
+    int n, m, k, rows_per_block, threads;
 } gemv_ctx;
 
 static atlas_status run_gemv(cuda_backend *cb, void *ctx) {
     gemv_ctx *g = ctx;
     CUdeviceptr bias = 0;
-    int n = 1;
-    void *a[] = {&g->out, &g->x, &g->w, &bias, &n, &g->m, &g->k};
+    void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->m, &g->k};
     unsigned blocks = (unsigned)((g->m + g->rows_per_block - 1) / g->rows_per_block);
     return ATLAS_CU(cuLaunchKernel, g->f, blocks, 1, 1, (unsigned)g->threads, 1, 1, 0, cb->stream, a,
                     NULL);
@@ -226,14 +225,18 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
     CUfunction fillf;
     ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_fill_pattern", &fillf));
     ATLAS_TRY(atlas_registry_alloc(cb->reg, most, "profile w", &bufs[0]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, kmax * 4, "profile x", &bufs[1]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, mmax * 4, "profile out", &bufs[2]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * kmax * 4, "profile x", &bufs[1]));
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * mmax * 4, "profile out", &bufs[2]));
     ATLAS_TRY(fill(cb, fillf, bufs[0], most, 5));
-    ATLAS_TRY(fill(cb, fillf, bufs[1], kmax * 4, 6));
-    for (int v = 0; v < 2; v++)
+    ATLAS_TRY(fill(cb, fillf, bufs[1], 8 * kmax * 4, 6));
+    struct { CUfunction f; int n, rows, threads; } vs[5] = {
+        {cb->fn.gemv1, 1, 8, 128}, {cb->fn.gemv1b, 1, 4, 256}, {cb->fn.gemv_mma, 1, 16, 128},
+        {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}};
+    for (int v = 0; v < 5; v++)
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
-            gemv_ctx c = {v ? cb->fn.gemv1b : cb->fn.gemv1, bufs[2], bufs[1], bufs[0], ms[i], ks[i],
-                          v ? 4 : 8, v ? 256 : 128};
+            if (vs[v].f == cb->fn.gemv_mma && ks[i] % 32) continue; /* not for this shape */
+            gemv_ctx c = {vs[v].f, bufs[2], bufs[1], bufs[0], vs[v].n, ms[i], ks[i], vs[v].rows,
+                          vs[v].threads};
             double t;
             ATLAS_TRY(time_median(cb, run_gemv, &c, &t));
             out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);

@@ -38,7 +38,9 @@ enum { ATLAS_CUDA_SHAPES = 5 };
 typedef struct atlas_cuda_decode_profile {
     const char *name[ATLAS_CUDA_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
     int m[ATLAS_CUDA_SHAPES], k[ATLAS_CUDA_SHAPES];
-    double gbps[2][ATLAS_CUDA_SHAPES];   /* [kernel variant 1, 2] */
+    /* GEMV rates: [0] warp kernel n = 1, [1] block kernel n = 1, [2] mma kernel n = 1,
+     * [3] fp32 warp kernel n = 8, [4] mma kernel n = 8 (weight bytes / time) */
+    double gbps[5][ATLAS_CUDA_SHAPES];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
 } atlas_cuda_decode_profile;
