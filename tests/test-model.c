@@ -2,12 +2,14 @@
  * set, counted handles (release refused with ATLAS_ERR_BUSY and the count while another
  * handle is live, nothing unloaded, then released), and errors that name what is wrong:
  * a missing directory, a tensor of the wrong shape, a missing tensor, bad batches, a broken
- * tokenizer.json or weights file (the tokenizer loads in a thread of its own). */
+ * tokenizer.json or weights file (the tokenizer loads in a thread of its own); `atlas info`
+ * and `atlas bench --batch` on the CPU. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "atlas/model.h"
@@ -406,6 +408,32 @@ static void test_cli_info(void) {
               "status %d, output: %s", rc, out);
 }
 
+/* `atlas bench --batch`: one line a batch size after the single-sequence decode, on the CPU;
+ * a batch of 0 is a usage error. */
+static void test_cli_bench(void) {
+    const char *bin = getenv("ATLAS_BIN");
+    if (!bin) return; /* test_cli_info reports it */
+    char cmd[1024], out[8192] = "";
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' --device cpu -p 16 -n 8 --batch 1,4 2>&1", bin,
+             harness_data_path("tiny-llama3"));
+    FILE *f = popen(cmd, "r");
+    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = '\0';
+    int rc = f ? pclose(f) : -1;
+    CHECK_MSG(rc == 0, "%s: status %d:\n%s", cmd, rc, out);
+    const char *b1 = strstr(out, "decode b1     4 steps of 1 sequences after 20 tokens: "),
+               *b4 = strstr(out, "decode b4     4 steps of 4 sequences after 20 tokens: ");
+    CHECK_MSG(b1 && b4 && b1 < b4 && strstr(out, "decode      4 steps after 20 tokens") < b1,
+              "atlas bench printed:\n%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' --device cpu --batch 2,0 2>&1", bin,
+             harness_data_path("tiny-llama3"));
+    f = popen(cmd, "r");
+    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = '\0';
+    rc = f ? pclose(f) : -1;
+    CHECK_MSG(rc != -1 && WEXITSTATUS(rc) == 2 && strstr(out, "--batch B"), "status %d: %s", rc, out);
+}
+
 int main(void) {
     test_info("tiny-llama3", "LlamaForCausalLM", 128001);
     test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
@@ -416,5 +444,6 @@ int main(void) {
     test_broken_files();
     test_qwen2_binding();
     test_cli_info();
+    test_cli_bench();
     return harness_finish();
 }

@@ -1,5 +1,6 @@
-/* cli/bench.c — `atlas bench -m DIR [-p 512[,2048]] [-n 128]`: load, prefill and decode
- * speed of a model, and, measured in the same run on the same GPU, the ceilings they are
+/* cli/bench.c — `atlas bench -m DIR [-p 512[,2048]] [-n 128] [--batch 8[,32]]`: load, prefill
+ * and decode speed of a model (decode of one sequence, then of B sequences a step for each
+ * --batch B), and, measured in the same run on the same GPU, the ceilings they are
  * judged against (issue 4):
  *   decode ratio  = decode tok/s x bytes of weights read per token / read bandwidth
  *   prefill ratio = prefill FLOP/s / bf16 matrix rate (best GEMM the backend has)
@@ -17,11 +18,12 @@
 #include "cli/cli.h"
 #include "model/forward.h"
 
-enum { MAX_P = 8, BLOCK = 16 };
+enum { MAX_P = 8, MAX_B = 8, BLOCK = 16 };
 
 typedef struct bench_opts {
     const char *dir;
     int p[MAX_P], n_p, n, reps;
+    int batch[MAX_B], n_batch; /* --batch: decode B sequences at once, for each B */
     atlas_device device;
     double read_gib;
     int gemm;
@@ -36,14 +38,16 @@ static double now_s(void) {
 
 static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
-                    "[--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
+                    "[--batch B[,B...]]\n"
+                    "                   [--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--tensor-parallel N]   (N > 1 needs N GPUs and "
                     "libnccl.so.2; not wired yet)\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, ATLAS_DEVICE_CUDA, 8.0, 8192, 1};
+    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_CUDA, 8.0,
+                      8192, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage();
@@ -55,6 +59,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->n_p = 0;
             for (const char *s = v; *s && o->n_p < MAX_P; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
                 o->p[o->n_p++] = atoi(s);
+        } else if (!strcmp(a, "--batch")) {
+            o->n_batch = 0;
+            for (const char *s = v; *s && o->n_batch < MAX_B; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
+                o->batch[o->n_batch++] = atoi(s);
         } else if (!strcmp(a, "-n")) {
             o->n = atoi(v);
         } else if (!strcmp(a, "--reps")) {
@@ -78,6 +86,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     for (int i = 0; i < o->n_p; i++)
         if (o->p[i] < 1) return usage();
+    for (int i = 0; i < o->n_batch; i++)
+        if (o->batch[i] < 1 || o->batch[i] > 65536) return usage(); /* max_batch_tokens' range */
     if (o->n_p < 1 || o->n < 1 || o->reps < 1 || o->read_gib <= 0 || o->gemm < 128) return usage();
     return 0;
 }
@@ -94,6 +104,45 @@ static atlas_status forward_seq(atlas_model *m, const int32_t *tokens, int start
                      .max_blocks = max_blocks, .n_logits = 1, .logit_rows = &row};
     atlas_status st = atlas_model_forward_argmax(m, &b, id);
     free(pos);
+    return st;
+}
+
+/* B sequences decoding together, one token each a step at positions p0, p0 + 1, ...: warm-up
+ * steps, then `steps` timed ones (*dt). Sequence s owns blocks [s * nb, (s + 1) * nb); no
+ * prefill: the cache holds whatever is there, only the time counts. */
+static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int steps, int nb,
+                                 int V, double *dt) {
+    int32_t *ids = malloc(sizeof(int32_t) * B), *pos = malloc(sizeof(int32_t) * B),
+            *ctx = malloc(sizeof(int32_t) * B), *rows = malloc(sizeof(int32_t) * B),
+            *start = malloc(sizeof(int32_t) * (B + 1)), *table = malloc(sizeof(int32_t) * B * nb);
+    atlas_status st = ids && pos && ctx && rows && start && table ? ATLAS_OK : ATLAS_ERR_NOMEM;
+    for (int s = 0; st == ATLAS_OK && s < B; s++) {
+        ids[s] = (int32_t)((s * 2654435761u + 17u) % (unsigned)V);
+        rows[s] = s;
+        start[s] = s;
+        for (int j = 0; j < nb; j++) table[s * nb + j] = s * nb + j;
+    }
+    if (start) start[B] = B;
+    double t0 = 0;
+    for (int i = 0; st == ATLAS_OK && i < warm + steps; i++) {
+        if (i == warm) t0 = now_s();
+        for (int s = 0; s < B; s++) {
+            pos[s] = p0 + i;
+            ctx[s] = p0 + i + 1;
+            if (ids[s] < 0 || ids[s] >= V) ids[s] = 0; /* whatever the cache held gave */
+        }
+        atlas_batch b = {.n_tokens = B, .tokens = ids, .positions = pos, .n_seqs = B,
+                         .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                         .max_blocks = nb, .n_logits = B, .logit_rows = rows};
+        st = atlas_model_forward_argmax(m, &b, ids);
+    }
+    *dt = now_s() - t0;
+    free(ids);
+    free(pos);
+    free(ctx);
+    free(rows);
+    free(start);
+    free(table);
     return st;
 }
 
@@ -118,11 +167,14 @@ int atlas_cli_bench(int argc, char **argv) {
     int max_p = 0;
     for (int i = 0; i < o.n_p; i++) max_p = o.p[i] > max_p ? o.p[i] : max_p;
     int ctx_max = max_p + o.n + 8, max_blocks = (ctx_max + BLOCK - 1) / BLOCK;
+    /* --batch: B sequences of up to p0 + n + 8 tokens each, in blocks of their own */
+    int max_b = 0, batch_blocks = (o.p[0] + o.n + 8 + BLOCK - 1) / BLOCK;
+    for (int i = 0; i < o.n_batch; i++) max_b = o.batch[i] > max_b ? o.batch[i] : max_b;
     atlas_model_params mp = atlas_model_default_params();
     mp.device = o.device;
-    mp.max_batch_tokens = max_p;
+    mp.max_batch_tokens = max_p > max_b ? max_p : max_b;
     mp.kv_block_size = BLOCK;
-    mp.kv_tokens = max_blocks * BLOCK;
+    mp.kv_tokens = (max_b * batch_blocks > max_blocks ? max_b * batch_blocks : max_blocks) * BLOCK;
     mp.load_tokenizer = 0;
     atlas_model *m = NULL;
     double t0 = now_s();
@@ -187,6 +239,14 @@ int atlas_cli_bench(int argc, char **argv) {
     double dt = now_s() - s, decode_tps = steps / dt;
     printf("decode      %d steps after %d tokens: %.3f ms/token, %.1f tok/s (%.2f GB of weights "
            "a token)\n", steps, p0 + 4, dt / steps * 1e3, decode_tps, bytes_tok / 1e9);
+    for (int k = 0; k < o.n_batch; k++) {
+        int B = o.batch[k];
+        double bdt;
+        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &bdt) != ATLAS_OK)
+            return fail("batched decode");
+        printf("decode b%-4d  %d steps of %d sequences after %d tokens: %.3f ms/step, %.0f tok/s\n",
+               B, steps, B, p0 + 4, bdt / steps * 1e3, (double)B * steps / bdt);
+    }
 
     atlas_backend *be = atlas_model_backend(m);
     atlas_cuda_decode_profile prof;
@@ -195,8 +255,10 @@ int atlas_cli_bench(int argc, char **argv) {
                "alone\n", prof.graph_ms, prof.graph_nodes, dt / steps * 1e3,
                prof.graph_ms > 0 ? 1e3 / prof.graph_ms : 0.0);
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
-            printf("gemv        %-8s %6d x %-6d  warp kernel %5.0f GB/s  block kernel %5.0f GB/s\n",
-                   prof.name[i], prof.m[i], prof.k[i], prof.gbps[0][i], prof.gbps[1][i]);
+            printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  block %4.0f  mma %4.0f GB/s   "
+                   "n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],
+                   prof.gbps[0][i], prof.gbps[1][i], prof.gbps[2][i], prof.gbps[3][i],
+                   prof.gbps[4][i]);
     }
     atlas_cuda_memory mem;
     if (atlas_cuda_memory_use(be, &mem) == ATLAS_OK)
