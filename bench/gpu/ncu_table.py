@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""bench/gpu/ncu_table.py CSV — the kernels of one decode step, from Nsight Compute's CSV
-(`ncu --metrics gpu__time_duration.sum --csv`, run by bench/gpu/run.sh step profile).
+"""bench/gpu/ncu_table.py CSV [TOKENS] — the kernels of one decode step, from Nsight Compute's
+CSV (`ncu --metrics gpu__time_duration.sum --csv`, run by bench/gpu/run.sh steps profile and
+batch).
 
-A forward runs from atlas_embed to atlas_argmax; the last one whose embed has one block
-(one token: a decode step) is summed by kernel and grid, largest first."""
+A forward runs from atlas_embed to atlas_argmax; the last one whose embed has TOKENS blocks
+(default 1: a decode step of one sequence; B for `atlas bench --batch B`) is summed by kernel
+and grid, largest first."""
 import csv, sys
 from collections import OrderedDict
 
@@ -31,7 +33,8 @@ def main():
             if k[0] == "atlas_argmax":
                 steps.append(cur)
                 cur = None
-    decode = [s for s in steps if s[0][1].strip("() ").split(",")[0].strip() == "1"]
+    tokens = sys.argv[2] if len(sys.argv) > 2 else "1"
+    decode = [s for s in steps if s[0][1].strip("() ").split(",")[0].strip() == tokens]
     if not decode:
         print(f"no decode step found among {len(ks)} kernels ({len(steps)} forwards)")
         return 1
@@ -42,7 +45,7 @@ def main():
         e[0] += 1
         e[1] += us
     total = sum(e[1] for e in agg.values())
-    print(f"one decode step ({len(decode)} found): {len(step)} kernels, {total:.1f} us summed "
+    print(f"one decode step of {tokens} tokens ({len(decode)} found): {len(step)} kernels, {total:.1f} us summed "
           f"(each kernel alone, caches flushed)")
     print(f"{'kernel':<22} {'grid':<16} {'block':<12} {'count':>5} {'total us':>9} "
           f"{'mean us':>8} {'share':>6}")

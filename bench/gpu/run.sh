@@ -3,7 +3,8 @@
 # GPU tests, the random checkpoints (tools/make_checkpoint.py), `atlas bench` on the 8B shape
 # and transformers on the same checkpoint. Logs go to $OUT. Binaries come prebuilt in
 # $ATLAS_BUILD (default build-h6-gpu) with the shared libraries they need in .carry/libs.
-#   STEPS="ops forward bench hf serve" (default: all) picks steps.  "serve" is issue 6's
+#   STEPS="ops forward bench bench2 profile batch hf serve" picks steps (default: ops forward
+#   bench hf serve); profile and batch time each kernel with Nsight Compute.  "serve" is issue 6's
 #   record: `atlas serve` with two 8B-shaped checkpoints (A = /tmp/llama8b, B = /tmp/llama8b-b,
 #   another seed), --max-resident 1, driven by bench/serve/loadgen (Node where there is one,
 #   else the Python twin) at concurrency 1/8/64/256, 128 in / 128 out, then swaps A->B->A; the
@@ -31,7 +32,7 @@ BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 SERVE_A=${SERVE_A:-/tmp/llama8b}
 SERVE_B=${SERVE_B:-/tmp/llama8b-b}
 SERVE_CONC=${SERVE_CONC:-1,8,64,256}
-if has bench || has bench2 || has hf || has profile || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
+if has bench || has bench2 || has hf || has profile || has batch || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -56,7 +57,7 @@ if has forward; then
   echo "rc $?"
   grep -E "CHECK failed|error|big|p0 |p6 |checks" "$OUT/test-gpu-forward.log" | head -40
 fi
-if has bench || has profile; then
+if has bench || has profile || has batch; then
   step "waiting for the 8B checkpoint"
   for i in $(seq 1 200); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
   tail -2 "$OUT/make8b.log"
@@ -79,6 +80,17 @@ if has profile; then
     --launch-count 2000 "$BENCH" bench -m /tmp/llama8b -p 512 -n 4 --reps 1 --read-gib 1 --gemm 1024 \
     > "$OUT/ncu-decode.csv" 2> "$OUT/ncu-decode.err"; echo "rc $?"
   python3 bench/gpu/ncu_table.py "$OUT/ncu-decode.csv" | tee "$OUT/ncu-decode.txt"
+fi
+if has batch; then
+  # decode steps of B sequences at once (the GPU side of the serve step's concurrency levels)
+  step "atlas bench --batch"
+  timeout 200 "$BENCH" bench -m /tmp/llama8b -p 128 -n 36 --reps 1 --read-gib 1 --gemm 2048 \
+    --batch 1,8,64,256 2>&1 | grep -E "^decode" | tee "$OUT/bench-batch.log"
+  step "ncu: the kernels of decode steps of 8 and 64 sequences"
+  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count 6000 "$BENCH" bench -m /tmp/llama8b -p 128 -n 6 --reps 1 --read-gib 1 --gemm 1024 \
+    --batch 8,64 > "$OUT/ncu-batch.csv" 2> "$OUT/ncu-batch.err"; echo "rc $?"
+  for b in 8 64; do python3 bench/gpu/ncu_table.py "$OUT/ncu-batch.csv" $b | head -16; done | tee "$OUT/ncu-batch.txt"
 fi
 if has hf; then
   step "transformers"
