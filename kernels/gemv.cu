@@ -6,9 +6,9 @@
  * flight per thread). x (fp32, small) stays in L1/L2. k % 8 == 0. */
 #include "common.cuh"
 
-enum { GEMV_WARPS = 4, GEMV_R = 2, GEMV_U = 4 };
+enum { GEMV_WARPS = 4, GEMV_U = 4 };
 
-template <int N>
+template <int N, int GEMV_R>
 __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 (&wv)[GEMV_R],
                                            const float *x, int n, int k, int kk) {
 #pragma unroll
@@ -27,7 +27,7 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 
     }
 }
 
-template <int N>
+template <int N, int GEMV_R>
 __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16_t *w,
                                           const bf16_t *bias, int n, int m, int k) {
     int lane = threadIdx.x & 31;
@@ -63,7 +63,7 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
                 nxt[u][r] = kn + u * 256 < k ? ld_stream16(wr[r] + kn + u * 256) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
-            if (kk + u * 256 < k) gemv_chunk<N>(acc, cur[u], x, n, k, kk + u * 256);
+            if (kk + u * 256 < k) gemv_chunk<N, GEMV_R>(acc, cur[u], x, n, k, kk + u * 256);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
 #pragma unroll
@@ -81,23 +81,31 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
     }
 }
 
-/* grid ceil(m / (GEMV_WARPS * GEMV_R)), block 32 * GEMV_WARPS. */
+/* grid ceil(m / (GEMV_WARPS * 2)), block 32 * GEMV_WARPS (R = 2 rows a warp). */
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv1(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<1>(out, x, w, bias, 1, m, k);
+    gemv_body<1, 2>(out, x, w, bias, 1, m, k);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv4(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<4>(out, x, w, bias, n, m, k);
+    gemv_body<4, 2>(out, x, w, bias, n, m, k);
 }
 
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv8(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
-    gemv_body<8>(out, x, w, bias, n, m, k);
+    gemv_body<8, 2>(out, x, w, bias, n, m, k);
+}
+
+/* n = 1, 4 rows a warp: half the blocks of atlas_gemv1, for long outputs (gate_up, lm_head)
+ * where atlas_gemv1's 1.7 waves of blocks leave a partial last wave. grid ceil(m / 16). */
+extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, const float *x,
+                                                                const bf16_t *w, const bf16_t *bias,
+                                                                int n, int m, int k) {
+    gemv_body<1, 4>(out, x, w, bias, 1, m, k);
 }
 
 /* Variant for n = 1 (qkv, o and down of an 8B model; ATLAS_CUDA_GEMV=2 for all): a block of 256 threads owns 4 rows and spans k;

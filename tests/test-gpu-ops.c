@@ -312,7 +312,7 @@ int main(void) {
 
     /* default: n = 1 on the block/warp kernel by shape, 2..8 on the mma kernel, more on
      * cuBLASLt; "own": the fp32 GEMV kernels for n <= 8 and our GEMM; "mma1": n = 1 on the
-     * mma kernel too */
+     * mma kernel too; "warp4": n = 1 on the 4-rows-a-warp kernel */
     test_matmul(gpu, cb->lt ? "lt" : "own");
     setenv("ATLAS_CUBLASLT", "0", 1);
     setenv("ATLAS_CUDA_GEMV", "1", 1);
@@ -324,6 +324,11 @@ int main(void) {
     setenv("ATLAS_CUDA_GEMV", "3", 1);
     CHECK_OK(atlas_backend_cuda_create(&g, &own));
     if (own) test_matmul(own, "mma1");
+    if (own) own->ops->destroy(own);
+    own = NULL;
+    setenv("ATLAS_CUDA_GEMV", "4", 1); /* n = 1 on the 4-rows-a-warp kernel */
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "warp4");
     if (own) own->ops->destroy(own);
     unsetenv("ATLAS_CUDA_GEMV");
 

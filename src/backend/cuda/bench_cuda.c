@@ -229,10 +229,10 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
     ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * mmax * 4, "profile out", &bufs[2]));
     ATLAS_TRY(fill(cb, fillf, bufs[0], most, 5));
     ATLAS_TRY(fill(cb, fillf, bufs[1], 8 * kmax * 4, 6));
-    struct { CUfunction f; int n, rows, threads; } vs[5] = {
+    struct { CUfunction f; int n, rows, threads; } vs[6] = {
         {cb->fn.gemv1, 1, 8, 128}, {cb->fn.gemv1b, 1, 4, 256}, {cb->fn.gemv_mma, 1, 16, 128},
-        {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}};
-    for (int v = 0; v < 5; v++)
+        {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}, {cb->fn.gemv1r4, 1, 16, 128}};
+    for (int v = 0; v < 6; v++)
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
             if (vs[v].f == cb->fn.gemv_mma && ks[i] % 32) continue; /* not for this shape */
             gemv_ctx c = {vs[v].f, bufs[2], bufs[1], bufs[0], vs[v].n, ms[i], ks[i], vs[v].rows,

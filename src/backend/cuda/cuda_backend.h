@@ -63,6 +63,7 @@ typedef struct cuda_fns {
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table, gemv1b;
         CUfunction gemv_mma; /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
+        CUfunction gemv1r4;  /* 1 row, 4 weight rows a warp */
         CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads per kv head */
 } cuda_fns;
 
@@ -104,7 +105,8 @@ typedef struct cuda_backend {
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
                                (ATLAS_CUDA_PDL=1) */
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) by shape; 1 the fp32 warp kernels for
-                               n <= 8, 2 the block kernel for n = 1, 3 the mma kernel for n = 1 too */
+                               n <= 8, 2 the block kernel for n = 1, 3 the mma kernel for n = 1 too,
+                               4 the 4-rows-a-warp kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */

@@ -61,6 +61,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
         {&cb->fn.rope_table, "atlas_rope_table"},
         {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
+        {&cb->fn.gemv1r4, "atlas_gemv1r4"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
@@ -173,6 +174,10 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     if (n <= 8 && k % 32 == 0 && (n > 1 || cb->gemv_variant == 3) && cb->gemv_variant != 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
         return launch(cb, cb->fn.gemv_mma, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
+    }
+    if (n == 1 && cb->gemv_variant == 4) {
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
+        return launch(cb, cb->fn.gemv1r4, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
     if (n <= 8) {
         CUfunction f = n == 1 ? cb->fn.gemv1 : n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
