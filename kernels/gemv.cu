@@ -8,14 +8,26 @@
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
 
-template <int N, int GEMV_R>
+/* NORM (n = 1): x is the residual stream and the input is rmsnorm(x) * nw: x is multiplied by
+ * nw here and its squares summed into ss; the caller scales the dot products by
+ * rsqrt(mean(x^2) + eps) at the end (see "Decode's fusions around RMSNorm" below). */
+template <int N, int GEMV_R, bool NORM>
 __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 (&wv)[GEMV_R],
-                                           const float *x, int n, int k, int kk) {
+                                           const float *x, int n, int k, int kk,
+                                           const bf16_t *nw, float &ss) {
 #pragma unroll
     for (int j = 0; j < N; j++) {
         if (j < n) {
             const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
+            if (NORM) {
+                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y +
+                      b.z * b.z + b.w * b.w;
+                float g[8];
+                unpack8(__ldg((const uint4 *)(nw + kk)), g);
+                a.x *= g[0]; a.y *= g[1]; a.z *= g[2]; a.w *= g[3];
+                b.x *= g[4]; b.y *= g[5]; b.z *= g[6]; b.w *= g[7];
+            }
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) {
                 float f[8];
@@ -27,9 +39,30 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 
     }
 }
 
-template <int N, int GEMV_R>
+/* The fusions' extra operands (unused by the plain kernels): nw/eps/h for NORM (h receives
+ * rmsnorm(x) * nw, the fused op's own output, written by one warp), resid for the residual
+ * add of the output (resid[row] += out[row]). */
+struct gemv_fx {
+    const bf16_t *nw;
+    float eps;
+    float *h, *resid;
+};
+
+/* h[0, k) = x * scale * nw by the calling threads (nthreads of them, from index tid). */
+__device__ __forceinline__ void gemv_write_norm(float *h, const float *x, const bf16_t *nw,
+                                                float scale, int k, int tid, int nthreads) {
+    for (int i = tid * 4; i < k; i += nthreads * 4) {
+        float4 v = *(const float4 *)(x + i);
+        v.x *= scale * bf2f(nw[i]); v.y *= scale * bf2f(nw[i + 1]);
+        v.z *= scale * bf2f(nw[i + 2]); v.w *= scale * bf2f(nw[i + 3]);
+        *(float4 *)(h + i) = v;
+    }
+}
+
+template <int N, int GEMV_R, bool NORM = false>
 __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16_t *w,
-                                          const bf16_t *bias, int n, int m, int k) {
+                                          const bf16_t *bias, int n, int m, int k,
+                                          gemv_fx fx = gemv_fx{0, 0.0f, 0, 0}) {
     int lane = threadIdx.x & 31;
     int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_R;
     if (row0 >= m) return;
@@ -45,6 +78,7 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
     /* software pipeline: the next U chunks load while these are used; the first ones are
      * requested before waiting for the previous kernel (weights do not depend on it) */
     int kk = lane * 8;
+    float ss = 0.0f;
     uint4 cur[GEMV_U][GEMV_R];
 #pragma unroll
     for (int u = 0; u < GEMV_U; u++)
@@ -63,22 +97,28 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
                 nxt[u][r] = kn + u * 256 < k ? ld_stream16(wr[r] + kn + u * 256) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
-            if (kk + u * 256 < k) gemv_chunk<N, GEMV_R>(acc, cur[u], x, n, k, kk + u * 256);
+            if (kk + u * 256 < k)
+                gemv_chunk<N, GEMV_R, NORM>(acc, cur[u], x, n, k, kk + u * 256, fx.nw, ss);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++)
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) cur[u][r] = nxt[u][r];
         kk = kn;
     }
+    float scale = NORM ? rsqrtf(warp_sum(ss) / (float)k + fx.eps) : 1.0f;
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) {
 #pragma unroll
         for (int j = 0; j < N; j++) {
-            float s = warp_sum(acc[r][j]);
-            if (lane == 0 && j < n && row0 + r < m)
-                out[(size_t)j * m + row0 + r] = s + (bias ? bf2f(bias[row0 + r]) : 0.0f);
+            float s = warp_sum(acc[r][j]) * scale + (bias ? bf2f(bias[row0 + r < m ? row0 + r : 0]) : 0.0f);
+            if (lane == 0 && j < n && row0 + r < m) {
+                out[(size_t)j * m + row0 + r] = s;
+                if (fx.resid) fx.resid[(size_t)j * m + row0 + r] += s;
+            }
         }
     }
+    if (NORM && fx.h && blockIdx.x == 0 && threadIdx.x < 32)
+        gemv_write_norm(fx.h, x, fx.nw, scale, k, lane, 32);
 }
 
 /* grid ceil(m / (GEMV_WARPS * 2)), block 32 * GEMV_WARPS (R = 2 rows a warp). */
@@ -108,36 +148,66 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, cons
     gemv_body<1, 4>(out, x, w, bias, 1, m, k);
 }
 
+/* Decode's fusions around RMSNorm (ops_cuda.c exec_fused), one row: an o or down projection
+ * followed by add_rmsnorm and the next projection becomes two GEMVs: *_resid adds its output
+ * into the residual stream, *_norm reads the residual stream and normalises it on the fly
+ * (every warp or block reads all of x anyway, so summing its squares costs nothing that
+ * shows), and writes the norm's output h from one warp. Each launch saves the single-block
+ * add_rmsnorm kernel (3.7 us, 65 a token on the 8B shape) between two GEMVs.
+ * Arguments: the GEMV's, then nw, eps, h, resid (the unused ones 0). */
+#define ATLAS_GEMV_FX(NAME, BODY)                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) NAME(float *out, const float *x,            \
+                                                           const bf16_t *w, const bf16_t *bias,   \
+                                                           int m, int k, const bf16_t *nw,        \
+                                                           float eps, float *h, float *resid) {   \
+        BODY;                                                                                      \
+    }
+ATLAS_GEMV_FX(atlas_gemv1_norm, (gemv_body<1, 2, true>(out, x, w, bias, 1, m, k, gemv_fx{nw, eps, h, resid})))
+ATLAS_GEMV_FX(atlas_gemv1_resid, (gemv_body<1, 2, false>(out, x, w, bias, 1, m, k, gemv_fx{0, 0.0f, 0, resid})))
+
 /* Variant for n = 1 (qkv, o and down of an 8B model; ATLAS_CUDA_GEMV=2 for all): a block of 256 threads owns 4 rows and spans k;
  * each thread issues all its loads (up to 4 rows x 4 chunks of 16 bytes) before using any,
  * then the block reduces. grid ceil(m / 4). */
 enum { GB_ROWS = 4, GB_U = 4, GB_THREADS = 256 };
 
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out, const float *x,
-                                                                      const bf16_t *w,
-                                                                      const bf16_t *bias, int n,
-                                                                      int m, int k) {
+__device__ __forceinline__ void gemv1b_load(uint4 (&wv)[GB_U][GB_ROWS], const bf16_t *const (&wr)[GB_ROWS],
+                                            int base, int k) {
+#pragma unroll
+    for (int u = 0; u < GB_U; u++)
+#pragma unroll
+        for (int r = 0; r < GB_ROWS; r++)
+            wv[u][r] = base + u * GB_THREADS * 8 < k ? ld_stream16(wr[r] + base + u * GB_THREADS * 8)
+                                                     : make_uint4(0, 0, 0, 0);
+}
+
+template <bool NORM>
+__device__ __forceinline__ void gemv1b_body(float *out, const float *x, const bf16_t *w,
+                                            const bf16_t *bias, int m, int k, gemv_fx fx) {
     int row0 = blockIdx.x * GB_ROWS;
     const bf16_t *wr[GB_ROWS];
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
-    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f;
+    int base = threadIdx.x * 8;
+    uint4 wv[GB_U][GB_ROWS];
+    gemv1b_load(wv, wr, base, k); /* before waiting: weights do not depend on the previous kernel */
     pdl_trigger();
     pdl_wait();
-    for (int base = threadIdx.x * 8; base < k; base += GB_THREADS * 8 * GB_U) {
-        uint4 wv[GB_U][GB_ROWS];
-#pragma unroll
-        for (int u = 0; u < GB_U; u++)
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++)
-                wv[u][r] = base + u * GB_THREADS * 8 < k ? ld_stream16(wr[r] + base + u * GB_THREADS * 8)
-                                                         : make_uint4(0, 0, 0, 0);
+    while (base < k) {
 #pragma unroll
         for (int u = 0; u < GB_U; u++) {
             int kk = base + u * GB_THREADS * 8;
             if (kk >= k) break;
             const float4 *xp = (const float4 *)(x + kk);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
+            if (NORM) {
+                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y +
+                      b.z * b.z + b.w * b.w;
+                float g[8];
+                unpack8(__ldg((const uint4 *)(fx.nw + kk)), g);
+                a.x *= g[0]; a.y *= g[1]; a.z *= g[2]; a.w *= g[3];
+                b.x *= g[4]; b.y *= g[5]; b.z *= g[6]; b.w *= g[7];
+            }
 #pragma unroll
             for (int r = 0; r < GB_ROWS; r++) {
                 float f[8];
@@ -146,21 +216,59 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out
                           f[5] * b.y + f[6] * b.z + f[7] * b.w;
             }
         }
+        base += GB_THREADS * 8 * GB_U;
+        if (base < k) gemv1b_load(wv, wr, base, k);
     }
-    __shared__ float part[GB_THREADS / 32][GB_ROWS];
+    __shared__ float part[GB_THREADS / 32][GB_ROWS + 1];
+    __shared__ float scale_s;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) {
         float v = warp_sum(acc[r]);
         if (lane == 0) part[warp][r] = v;
     }
+    if (NORM) {
+        float v = warp_sum(ss);
+        if (lane == 0) part[warp][GB_ROWS] = v;
+    }
     __syncthreads();
+    if (NORM && threadIdx.x == 0) {
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < GB_THREADS / 32; i++) t += part[i][GB_ROWS];
+        scale_s = rsqrtf(t / (float)k + fx.eps);
+    }
+    if (NORM) __syncthreads();
+    float scale = NORM ? scale_s : 1.0f;
     if (threadIdx.x < GB_ROWS && row0 + threadIdx.x < m) {
         float v = 0.f;
 #pragma unroll
         for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][threadIdx.x];
-        out[row0 + threadIdx.x] = v + (bias ? bf2f(bias[row0 + threadIdx.x]) : 0.0f);
+        v = v * scale + (bias ? bf2f(bias[row0 + threadIdx.x]) : 0.0f);
+        out[row0 + threadIdx.x] = v;
+        if (fx.resid) fx.resid[row0 + threadIdx.x] += v;
     }
+    if (NORM && fx.h && blockIdx.x == 0) gemv_write_norm(fx.h, x, fx.nw, scale, k, threadIdx.x, GB_THREADS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out, const float *x,
+                                                                      const bf16_t *w,
+                                                                      const bf16_t *bias, int n,
+                                                                      int m, int k) {
+    gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0});
+}
+
+/* The block kernel's fused variants (see ATLAS_GEMV_FX above). */
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b_norm(
+    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
+    const bf16_t *nw, float eps, float *h, float *resid) {
+    gemv1b_body<true>(out, x, w, bias, m, k, gemv_fx{nw, eps, h, resid});
+}
+
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b_resid(
+    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
+    const bf16_t *nw, float eps, float *h, float *resid) {
+    gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, resid});
 }
 
 /* --- small batches on the tensor cores ----------------------------------------------------------

@@ -285,6 +285,60 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
     if (cb->use_graphs) CHECK_MSG(cb->graph_replays >= 1, "no graph was replayed");
 }
 
+/* A one-sequence decode step's norm/projection chain as the model runs it (one graph):
+ * rmsnorm -> matmul, then matmul -> add_rmsnorm -> matmul. With fusion on these become the
+ * GEMVs that normalise their input on the fly and add their output into the residual
+ * stream; every op's result (o, x, h and both outputs) must still match the CPU. */
+static void test_fused_decode(weight *norm, int start) {
+    tensor two, tgu;
+    tensor_make(&two, "wo", ATLAS_DTYPE_BF16, D, H * HD, 0);
+    tensor_make(&tgu, "wgu", ATLAS_DTYPE_BF16, 2 * F, D, 0);
+    tensor *po[] = {&two}, *pg[] = {&tgu};
+    weight wo = weight_load(po, 1), wgu = weight_load(pg, 1);
+    buf x = buf_make(D), h = buf_make(D), att = buf_make(H * HD), o = buf_make(D);
+    buf q = buf_make(2 * F), gu = buf_make(2 * F);
+    for (int rep = 0; rep < 2; rep++) { /* the second is a replay */
+        begin(1, 0, start + rep, 0, 1);
+        buf_random(&x, 2.0f);
+        buf_random(&att, 1.0f);
+        buf *outs[] = {&h, &o, &q, &gu};
+        for (int i = 0; i < 4; i++) buf_poison(outs[i]);
+        atlas_backend *bes[] = {cpu, gpu};
+        for (int i = 0; i < 2; i++) {
+            atlas_backend *be = bes[i];
+            void *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
+            void *ab = i ? att.gpu : (void *)att.cpu, *ob = i ? o.gpu : (void *)o.cpu;
+            void *qb = i ? q.gpu : (void *)q.cpu, *gb = i ? gu.gpu : (void *)gu.cpu;
+            const atlas_weight *nw = i ? norm->gpu : norm->cpu;
+            CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, 1, D));
+            CHECK_OK(be->ops->matmul(be, qb, hb, i ? wgu.gpu : wgu.cpu, NULL, 1));
+            CHECK_OK(be->ops->matmul(be, ob, ab, i ? wo.gpu : wo.cpu, NULL, 1));
+            CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, 1, D));
+            CHECK_OK(be->ops->matmul(be, gb, hb, i ? wgu.gpu : wgu.cpu, NULL, 1));
+        }
+        char what[64];
+        snprintf(what, sizeof what, "fused decode %d: rmsnorm->matmul", rep);
+        buf_check(what, &q, 2 * F, 1e-5, gpu);
+        snprintf(what, sizeof what, "fused decode %d: matmul o", rep);
+        buf_check(what, &o, D, 1e-5, gpu);
+        snprintf(what, sizeof what, "fused decode %d: residual x", rep);
+        buf_check(what, &x, D, 1e-5, gpu);
+        snprintf(what, sizeof what, "fused decode %d: norm output h", rep);
+        buf_check(what, &h, D, 1e-5, gpu);
+        snprintf(what, sizeof what, "fused decode %d: add_rmsnorm->matmul", rep);
+        buf_check(what, &gu, 2 * F, 1e-5, gpu);
+    }
+    buf *all[] = {&x, &h, &att, &o, &q, &gu};
+    for (int i = 0; i < 6; i++) buf_free(all[i]);
+    weight *ws[] = {&wo, &wgu};
+    for (int i = 0; i < 2; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+    }
+    free(two.data);
+    free(tgu.data);
+}
+
 int main(void) {
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
@@ -386,6 +440,7 @@ int main(void) {
         test_layer_ops(kc, kg, 23, 1, 40, 100, "chunk 23+1", &norm, &qn, &kn);
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
+        test_fused_decode(&norm, 67);
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
          * (pass 2; pass 1 runs the tiled prefill kernel) */
         test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);

@@ -64,6 +64,7 @@ typedef struct cuda_fns {
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table, gemv1b;
         CUfunction gemv_mma; /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
         CUfunction gemv1r4;  /* 1 row, 4 weight rows a warp */
+        CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
         CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads per kv head */
 } cuda_fns;
 

@@ -1,6 +1,7 @@
 /* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice.
  * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,7 +62,9 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
         {&cb->fn.rope_table, "atlas_rope_table"},
         {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
-        {&cb->fn.gemv1r4, "atlas_gemv1r4"},
+        {&cb->fn.gemv1r4, "atlas_gemv1r4"}, {&cb->fn.gemv1_norm, "atlas_gemv1_norm"},
+        {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
+        {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
@@ -265,6 +268,36 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
 }
 
+/* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm"): the block
+ * kernel where op_matmul would take it, else the warp kernel. norm: the add_rmsnorm command
+ * whose output is the input (its resid is read, its weight applied, its out written); resid:
+ * the residual stream to add the output into. */
+static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
+                               CUdeviceptr resid) {
+    const atlas_weight *w = mm->p[2], *bias = mm->p[3];
+    int m = (int)w->rows, k = (int)w->cols;
+    float eps = cb->base.geom.rms_eps;
+    CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr;
+    CUdeviceptr bp = bias ? bias->ptr : 0, nw = 0, h = 0;
+    if (norm) {
+        x = CUDA_PTR(norm->p[0]);
+        nw = ((const atlas_weight *)norm->p[3])->ptr;
+        h = CUDA_PTR(norm->p[2]);
+    }
+    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
+    bool block = cb->gemv_variant == 2 || (cb->gemv_variant == 0 && m <= 8192);
+    if (block)
+        return launch(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, (unsigned)((m + 3) / 4),
+                      1, 1, 256, 0, a);
+    return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
+                  128, 0, a);
+}
+
+/* A one-row matmul that the fused GEMVs can take (fp32 kernels, k % 8 == 0 always holds). */
+static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
+    return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
+}
+
 /* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included):
  * rope then kv_store of the same qkv -> one kernel. (A GEMV that computed swiglu on the fly
  * for the down projection was tried and dropped: every warp recomputed and re-read all of
@@ -283,6 +316,25 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         void *a[] = {&qkv, &kc, &vc, &slots, &cb->d_rope, &H, &K, &hd};
         *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
+        return 2;
+    }
+    /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
+     * into x, the second normalises x on the fly (and writes h) */
+    if (n >= 3 && fusable_gemv(cb, &c[0]) && c[1].op == CUDA_OP_ADD_RMSNORM && c[1].n == 1 &&
+        c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
+        ((const atlas_weight *)c[0].p[2])->rows == c[1].d && fusable_gemv(cb, &c[2]) &&
+        c[2].p[1] == c[1].p[2] && c[2].p[0] != c[1].p[0] && c[2].p[0] != c[1].p[2] &&
+        ((const atlas_weight *)c[2].p[2])->cols == c[1].d && c[1].d % 8 == 0) {
+        *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]));
+        if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0);
+        return 3;
+    }
+    /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
+    if (n >= 2 && c[0].op == CUDA_OP_ADD_RMSNORM && !c[0].p[1] && c[0].n == 1 &&
+        fusable_gemv(cb, &c[1]) && c[1].p[1] == c[0].p[2] && c[1].p[0] != c[0].p[0] &&
+        c[1].p[0] != c[0].p[2] &&
+        ((const atlas_weight *)c[1].p[2])->cols == c[0].d && c[0].d % 8 == 0) {
+        *st = gemv_fused(cb, &c[1], &c[0], 0);
         return 2;
     }
     *st = cuda_exec(cb, c);
