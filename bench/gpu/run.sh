@@ -67,9 +67,12 @@ if has bench; then
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
 fi
 if has bench2; then
-  step "atlas bench without programmatic dependent launch (ATLAS_CUDA_PDL=0)"
-  ATLAS_CUDA_PDL=0 timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
-    | grep -E "decode|prefill|ratio" | tee "$OUT/bench-8b-pdl.log"
+  # the decode switches one at a time: PDL off, decode fusions off, and each GEMV kernel choice
+  for v in ATLAS_CUDA_PDL=0 ATLAS_CUDA_FUSE=0 ATLAS_CUDA_GEMV=1 ATLAS_CUDA_GEMV=4 ATLAS_CUDA_GEMV=3; do
+    step "atlas bench with $v"
+    env $v timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
+      | grep -E "^decode|ratio +decode" | tee -a "$OUT/bench-8b-switches.log"
+  done
 fi
 if has profile; then
   # one decode step kernel by kernel (Nsight Compute, clocks left alone): which kernels take
