@@ -22,6 +22,7 @@
 #include "atlas/tokenizer.h"
 #include "harness.h"
 #include "model/forward.h"
+#include "model/model_internal.h"
 #include "model/safetensors.h"
 
 enum { MAX_SEQS = 8, MAX_BLOCKS = 40, BLOCK = 16, N_GREEDY = 24 }; /* 40 * 16 > 543 + 24 */
@@ -450,8 +451,61 @@ static void test_model(const char *name) {
     atlas_st_free(st);
 }
 
+/* Logit rows in chunks: after the layers the logits live in gate_up's memory, as many rows
+ * at a time as fit there (model.c alloc_acts). The default model (vocab 4096) with 64-token
+ * buffers fits 18 rows a chunk; every row of a 60-token prompt must be bitwise what a model
+ * with one chunk for all of them computes. */
+static void test_logit_chunks(void) {
+    const char *src = getenv("ATLAS_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/default", src ? src : ".");
+    atlas_model_params params = atlas_model_default_params();
+    params.device = ATLAS_DEVICE_CPU;
+    params.n_threads = 2;
+    params.load_tokenizer = 0;
+    params.kv_block_size = BLOCK;
+    params.kv_tokens = MAX_SEQS * MAX_BLOCKS * BLOCK;
+    params.max_batch_tokens = 64;
+    params.mlp_chunk_tokens = 64;
+    atlas_model *small = NULL, *big = NULL;
+    CHECK_OK(atlas_model_load(dir, &params, &small));
+    params.max_batch_tokens = 1024;
+    params.mlp_chunk_tokens = 1024;
+    CHECK_OK(atlas_model_load(dir, &params, &big));
+    if (!small || !big) return;
+    CHECK_MSG(small->logits_in_gate_up && small->logit_chunk == 18,
+              "default model, 64-token buffers: logit chunk %d (in gate_up: %d), want 18",
+              small->logit_chunk, small->logits_in_gate_up);
+    CHECK_MSG(big->logit_chunk >= 60, "default model, 1024-token buffers: logit chunk %d",
+              big->logit_chunk);
+    enum { N = 60 };
+    int V = atlas_model_vocab_size(small);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 131 + 7) % V);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    seq s1, s2;
+    seq_init(&s1);
+    seq_init(&s2);
+    seq *p1 = &s1, *p2 = &s2;
+    const int32_t *chunk[] = {ids};
+    int count[] = {N};
+    CHECK_OK(feed(small, &p1, 1, chunk, count, 1, a));
+    CHECK_OK(feed(big, &p2, 1, chunk, count, 1, b));
+    int differ = 0;
+    for (size_t i = 0; i < (size_t)N * V; i++) differ += a[i] != b[i];
+    CHECK_MSG(differ == 0, "logits in chunks of 18 rows: %d of %d values differ from one chunk",
+              differ, N * V);
+    printf("default model: %d logit rows in chunks of %d equal one chunk of %d\n", N,
+           small->logit_chunk, big->logit_chunk);
+    free(a);
+    free(b);
+    CHECK_OK(atlas_model_release(small));
+    CHECK_OK(atlas_model_release(big));
+}
+
 int main(void) {
     test_model("tiny-llama3");
     test_model("tiny-qwen3");
+    test_logit_chunks();
     return harness_finish();
 }

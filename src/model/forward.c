@@ -114,16 +114,16 @@ static atlas_status run_layers(atlas_model *m, int n) {
     return ATLAS_OK;
 }
 
-/* Logits of the batch's logit rows, ATLAS_LOGIT_CHUNK rows at a time (a [T, vocab] buffer
- * would be hundreds of MB for a 150k vocabulary); either downloaded or reduced to argmax. */
+/* Logits of the batch's logit rows, logit_chunk rows at a time (a [T, vocab] buffer would be
+ * hundreds of MB for a 150k vocabulary; model.c alloc_acts); downloaded or reduced to argmax. */
 static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logits,
                                int32_t *ids) {
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
     int d = m->cfg.hidden, V = m->cfg.vocab_size;
     ATLAS_TRY(op->gather_rows(be, m->acts.rows, m->acts.h, d));
-    for (int r0 = 0; r0 < b->n_logits; r0 += ATLAS_LOGIT_CHUNK) {
-        int nr = b->n_logits - r0 < ATLAS_LOGIT_CHUNK ? b->n_logits - r0 : ATLAS_LOGIT_CHUNK;
+    for (int r0 = 0; r0 < b->n_logits; r0 += m->logit_chunk) {
+        int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
         const char *rows = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
         ATLAS_TRY(op->matmul(be, m->acts.logits, rows, m->w.lm_head, NULL, nr));
         if (logits)

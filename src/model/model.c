@@ -73,23 +73,32 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
     return ATLAS_OK;
 }
 
-/* The MLP's buffers hold mlp_chunk rows, not T; rows (used only after the last layer) lives in
- * gate_up when it fits there, which is the usual case. */
+/* The MLP's buffers hold mlp_chunk rows, not T. After the last layer gate_up is free: the
+ * logit rows (gathered h) and as many rows of logits as fit behind them live there when
+ * they fit, which is the usual case. Each chunk of logit rows reads all of lm_head, so the
+ * more rows a chunk the better: 16 a chunk made the lm_head 11 of a 25 ms step of 256
+ * sequences on the H200 (bench/RESULTS.md). */
 static atlas_status alloc_acts(atlas_model *m) {
     const atlas_backend_geom *c = &m->be->geom; /* the rank's local widths */
     size_t T = (size_t)m->max_batch_tokens, C = (size_t)m->mlp_chunk, e = m->be->act_size;
     size_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads,
-           f = c->intermediate;
-    bool rows_in_gate_up = C * 2 * f >= T * d;
+           f = c->intermediate, V = c->vocab_size;
+    size_t G = C * 2 * f;
+    bool rows_in_gate_up = G >= T * d;
+    size_t fit = rows_in_gate_up ? (G - T * d) / V : 0; /* logit rows that fit behind them */
+    bool logits_in_gate_up = fit >= ATLAS_LOGIT_CHUNK;
+    m->logits_in_gate_up = logits_in_gate_up;
+    m->logit_chunk = logits_in_gate_up ? (int)(fit < T ? fit : T) : ATLAS_LOGIT_CHUNK;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
-        {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, C * 2 * f},
-        {&m->acts.act, C * f}, {&m->acts.logits, (size_t)ATLAS_LOGIT_CHUNK * c->vocab_size},
+        {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, G},
+        {&m->acts.act, C * f}, {&m->acts.logits, logits_in_gate_up ? 0 : ATLAS_LOGIT_CHUNK * V},
         {&m->acts.rows, rows_in_gate_up ? 0 : T * d},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i].n) ATLAS_TRY(m->be->ops->alloc(m->be, bufs[i].n * e, bufs[i].p));
     if (rows_in_gate_up) m->acts.rows = m->acts.gate_up;
+    if (logits_in_gate_up) m->acts.logits = (char *)m->acts.gate_up + T * d * e;
     return ATLAS_OK;
 }
 
@@ -212,7 +221,8 @@ static atlas_status unload(atlas_model *m) {
             snprintf(errs, sizeof errs, "sync: %s", atlas_last_error());
         }
         atlas_acts *a = &m->acts;
-        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act, a->logits,
+        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act,
+                        m->logits_in_gate_up ? NULL : a->logits,
                         a->rows != a->gate_up ? a->rows : NULL};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
         m->be->ops->kv_free(m->be, m->kv);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "atlas/model.h"
 #include "backend/backend.h"
@@ -26,9 +27,10 @@ typedef struct atlas_acts {
     void *gate_up; /* [C, 2f] */
     void *act;     /* [C, f] */
     void *rows;    /* [T, d] the rows whose logits are wanted; gate_up's memory when it fits */
-    void *logits;  /* [ATLAS_LOGIT_CHUNK, vocab] */
+    void *logits;  /* [logit_chunk, vocab]; in gate_up's memory after rows when it fits */
 } atlas_acts;
 
+/* Logit rows computed at once when they have a buffer of their own (gate_up too small). */
 enum { ATLAS_LOGIT_CHUNK = 16 };
 
 struct atlas_model {
@@ -44,6 +46,8 @@ struct atlas_model {
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;
     int mlp_chunk; /* rows of the MLP buffers: min(mlp_chunk_tokens, max_batch_tokens) */
+    int logit_chunk; /* logit rows computed at once (each chunk reads all of lm_head) */
+    bool logits_in_gate_up; /* acts.logits points into acts.gate_up (not freed on its own) */
     size_t kv_bytes;
     atlas_acts acts;
     int32_t eos[ATLAS_MAX_EOS];

@@ -105,7 +105,7 @@ typedef struct cuda_backend {
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
                                (ATLAS_CUDA_PDL=1) */
-    int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) by shape; 1 the fp32 warp kernels for
+    int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) block kernel for n = 1; 1 the fp32 warp kernels for
                                n <= 8, 2 the block kernel for n = 1, 3 the mma kernel for n = 1 too,
                                4 the 4-rows-a-warp kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */

@@ -167,10 +167,9 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0;
-    /* n = 1: the block kernel where rows are few (qkv, o, down of an 8B model: it keeps more
-     * loads in flight per row), the warp kernel for long outputs (gate_up, lm_head);
-     * bench/RESULTS.md "Where decode time goes" */
-    if (n == 1 && (cb->gemv_variant == 2 || (cb->gemv_variant == 0 && m <= 8192))) {
+    /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
+     * before the wait for the previous kernel: bench/RESULTS.md) */
+    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0)) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
     }
@@ -269,7 +268,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 }
 
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm"): the block
- * kernel where op_matmul would take it, else the warp kernel. norm: the add_rmsnorm command
+ * kernel as op_matmul takes it, the warp kernel with ATLAS_CUDA_GEMV=1. norm: the add_rmsnorm command
  * whose output is the input (its resid is read, its weight applied, its out written); resid:
  * the residual stream to add the output into. */
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
@@ -285,7 +284,7 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         h = CUDA_PTR(norm->p[2]);
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
-    bool block = cb->gemv_variant == 2 || (cb->gemv_variant == 0 && m <= 8192);
+    bool block = cb->gemv_variant == 2 || cb->gemv_variant == 0;
     if (block)
         return launch(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, (unsigned)((m + 3) / 4),
                       1, 1, 256, 0, a);
