@@ -301,17 +301,17 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uin
 /* One 32-column block: rows g, g + 8 of the tile (wl, wh: 8 bf16 at column q * 8 each) times
  * x row g (xa, xb: the same 8 columns). Step s covers physical columns q*8 + s*4 + 0..3,
  * as logical k (2q, 2q+1) and (2q+8, 2q+9) of the m16n8k16 fragments. */
-__device__ __forceinline__ void gemv_mma_block(float (&c)[4], uint4 wl, uint4 wh, float4 xa,
-                                               float4 xb) {
+__device__ __forceinline__ void gemv_mma_block(float (&c)[4], float (&c2)[4], uint4 wl, uint4 wh,
+                                               float4 xa, float4 xb) {
     uint32_t h0, l0, h1, l1;
     split_bf16x2(xa.x, xa.y, h0, l0);
     split_bf16x2(xa.z, xa.w, h1, l1);
-    mma_bf16_16816(c, wl.x, wh.x, wl.y, wh.y, h0, h1);
-    mma_bf16_16816(c, wl.x, wh.x, wl.y, wh.y, l0, l1);
+    mma_bf16_16816(c, wl.x, wh.x, wl.y, wh.y, h0, h1); /* two accumulators: shorter chains */
+    mma_bf16_16816(c2, wl.x, wh.x, wl.y, wh.y, l0, l1);
     split_bf16x2(xb.x, xb.y, h0, l0);
     split_bf16x2(xb.z, xb.w, h1, l1);
     mma_bf16_16816(c, wl.z, wh.z, wl.w, wh.w, h0, h1);
-    mma_bf16_16816(c, wl.z, wh.z, wl.w, wh.w, l0, l1);
+    mma_bf16_16816(c2, wl.z, wh.z, wl.w, wh.w, l0, l1);
 }
 
 /* grid ceil(m / 16), block 128. */
@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(GM_WARPS * 32) atlas_gemv_mma(float
     const bf16_t *wh = w + (size_t)min(r0 + g + 8, m - 1) * k + q * 8;
     const float *xr = x + (size_t)min(g, n - 1) * k + q * 8;
     bool has_x = g < n;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 
     /* warp takes 32-column blocks warp, warp + 4, ...; U of them in flight, the first ones
      * requested before waiting for the previous kernel (weights do not depend on it) */
@@ -346,18 +346,21 @@ extern "C" __global__ void __launch_bounds__(GM_WARPS * 32) atlas_gemv_mma(float
             nl[u] = kb < nk ? ld_stream16(wl + kb * 32) : make_uint4(0, 0, 0, 0);
             nh[u] = kb < nk ? ld_stream16(wh + kb * 32) : make_uint4(0, 0, 0, 0);
         }
+        /* x of these U blocks, all requested before any is used (one L2 round trip a pass,
+         * not one a block) */
+        float4 xa[GM_U], xb[GM_U];
 #pragma unroll
         for (int u = 0; u < GM_U; u++) {
             int kb = it + u * GM_WARPS;
-            if (kb < nk) {
-                float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
-                if (has_x) {
-                    xa = __ldg((const float4 *)(xr + kb * 32));
-                    xb = __ldg((const float4 *)(xr + kb * 32 + 4));
-                }
-                gemv_mma_block(c, cl[u], ch[u], xa, xb);
+            xa[u] = xb[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (has_x && kb < nk) {
+                xa[u] = __ldg((const float4 *)(xr + kb * 32));
+                xb[u] = __ldg((const float4 *)(xr + kb * 32 + 4));
             }
         }
+#pragma unroll
+        for (int u = 0; u < GM_U; u++)
+            if (it + u * GM_WARPS < nk) gemv_mma_block(c, c2, cl[u], ch[u], xa[u], xb[u]);
 #pragma unroll
         for (int u = 0; u < GM_U; u++) {
             cl[u] = nl[u];
@@ -367,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(GM_WARPS * 32) atlas_gemv_mma(float
     /* c[0..1]: row r0 + g, columns (x rows) 2q, 2q + 1; c[2..3]: row r0 + g + 8 */
     __shared__ float red[GM_WARPS][4][32];
 #pragma unroll
-    for (int i = 0; i < 4; i++) red[warp][i][lane] = c[i];
+    for (int i = 0; i < 4; i++) red[warp][i][lane] = c[i] + c2[i];
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll

@@ -68,7 +68,7 @@ if has bench; then
 fi
 if has bench2; then
   # the decode switches one at a time: PDL off, decode fusions off, and each GEMV kernel choice
-  for v in ATLAS_CUDA_PDL=0 ATLAS_CUDA_FUSE=0 ATLAS_CUDA_GEMV=1 ATLAS_CUDA_GEMV=4 ATLAS_CUDA_GEMV=3; do
+  for v in ${SWITCHES:-ATLAS_CUDA_PDL=0 ATLAS_CUDA_FUSE=0 ATLAS_CUDA_GEMV=1 ATLAS_CUDA_GEMV=4}; do
     step "atlas bench with $v"
     env $v timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
       | grep -E "^decode|ratio +decode" | tee -a "$OUT/bench-8b-switches.log"

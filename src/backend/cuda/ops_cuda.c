@@ -91,10 +91,11 @@ void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
     *n_split = (cap + c - 1) / c;
 }
 
-/* Keys handled per pass inside a block: bounded by shared memory (48 KiB without opt-in). */
+/* Keys handled per pass inside a block: bounded by shared memory (48 KiB without opt-in,
+ * less the merge's 4 KiB of static shared memory, kernels/attention.cu). */
 static int attn_tile(int G, int hd) {
     int t = 256;
-    while (t > 32 && (size_t)(2 * G * hd + G * t + t + 3 * G) * 4 > 48 * 1024) t /= 2;
+    while (t > 32 && (size_t)(2 * G * hd + G * t + t + 3 * G) * 4 > 43 * 1024) t /= 2;
     return t;
 }
 
