@@ -273,8 +273,12 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
             CHECK_OK(be->ops->attention(be, ab, qb, kv, 0));
         }
         char what[64];
+        /* 2e-2: the GPU's cache is bf16, the CPU's fp32, and these scores are peaked enough
+         * for K's rounding to show: on the H200 one step gave 1.30e-2 with the warp-per-key
+         * kernel and 1.30e-2 with the split kernel (ATLAS_CUDA_ATTN=split) on the same data,
+         * so the error is the cache's, not a kernel's */
         snprintf(what, sizeof what, "graph step %d attention", rep);
-        buf_check(what, &att, 2 * H * HD, 1e-2, gpu);
+        buf_check(what, &att, 2 * H * HD, 2e-2, gpu);
         if (cb->use_graphs)
             CHECK_MSG(cb->graph_captures + cb->graph_replays == captures + replays + 1,
                       "step %d: %llu captures, %llu replays", rep,
