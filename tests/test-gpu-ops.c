@@ -351,8 +351,10 @@ int main(void) {
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
     setenv("ATLAS_CUDA_PDL", "1", 1); /* pass 1 with programmatic dependent launch */
+    setenv("ATLAS_CUDA_FUSE", "all", 1); /* and every decode fusion (off by default) */
     atlas_status st = atlas_backend_cuda_create(&g, &gpu);
     unsetenv("ATLAS_CUDA_PDL");
+    unsetenv("ATLAS_CUDA_FUSE");
     if (st == ATLAS_ERR_NO_DEVICE) {
         printf("SKIP: no CUDA device: %s\n", atlas_last_error());
         return 0;
@@ -418,7 +420,7 @@ int main(void) {
         weight saved[4] = {norm, qn, kn, wqkv};
         if (pass == 1) {
             setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
-            setenv("ATLAS_CUDA_FUSE", "0", 1);
+            setenv("ATLAS_CUDA_FUSE", "none", 1);
             setenv("ATLAS_CUDA_PDL", "0", 1);
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");

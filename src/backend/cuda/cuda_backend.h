@@ -109,7 +109,11 @@ typedef struct cuda_backend {
                                n <= 8, 2 the block kernel for n = 1, 3 the mma kernel for n = 1 too,
                                4 the 4-rows-a-warp kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
-    int use_fusion;         /* 0 with ATLAS_CUDA_FUSE=0: decode graphs without fused kernels */
+    /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, or all / none;
+     * default none, the fastest measured on the H200: bench/RESULTS.md) */
+    int fuse_rope;          /* rope + kv_store in one kernel */
+    int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
+    int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
     uint64_t graph_captures, graph_replays;
 

@@ -143,7 +143,7 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr vc = kc + kv->layer_elems * 2;
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
-    CUdeviceptr counters = cb->use_fusion ? cb->attn_counters : 0;
+    CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     if (dec) {
         void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
@@ -305,8 +305,8 @@ static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
  * Returns how many commands ran (1 or 2). */
 static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
     const atlas_backend_geom *g = &cb->base.geom;
-    if (n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE && c[1].p[0] == c[0].p[0] &&
-        c[1].n == c[0].n) {
+    if (cb->fuse_rope && n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
+        c[1].p[0] == c[0].p[0] && c[1].n == c[0].n) {
         const atlas_kv *kv = c[1].p[1];
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]);
@@ -320,8 +320,8 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
      * into x, the second normalises x on the fly (and writes h) */
-    if (n >= 3 && fusable_gemv(cb, &c[0]) && c[1].op == CUDA_OP_ADD_RMSNORM && c[1].n == 1 &&
-        c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
+    if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && c[1].op == CUDA_OP_ADD_RMSNORM &&
+        c[1].n == 1 && c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
         ((const atlas_weight *)c[0].p[2])->rows == c[1].d && fusable_gemv(cb, &c[2]) &&
         c[2].p[1] == c[1].p[2] && c[2].p[0] != c[1].p[0] && c[2].p[0] != c[1].p[2] &&
         ((const atlas_weight *)c[2].p[2])->cols == c[1].d && c[1].d % 8 == 0) {
@@ -330,8 +330,8 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         return 3;
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
-    if (n >= 2 && c[0].op == CUDA_OP_ADD_RMSNORM && !c[0].p[1] && c[0].n == 1 &&
-        fusable_gemv(cb, &c[1]) && c[1].p[1] == c[0].p[2] && c[1].p[0] != c[0].p[0] &&
+    if (cb->fuse_norm && n >= 2 && c[0].op == CUDA_OP_ADD_RMSNORM && !c[0].p[1] &&
+        c[0].n == 1 && fusable_gemv(cb, &c[1]) && c[1].p[1] == c[0].p[2] && c[1].p[0] != c[0].p[0] &&
         c[1].p[0] != c[0].p[2] &&
         ((const atlas_weight *)c[1].p[2])->cols == c[0].d && c[0].d % 8 == 0) {
         *st = gemv_fused(cb, &c[1], &c[0], 0);
@@ -344,6 +344,7 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
     for (int i = 0; i < n && st == ATLAS_OK;)
-        i += cb->use_fusion ? exec_fused(cb, c + i, n - i, &st) : (st = cuda_exec(cb, c + i), 1);
+        i += cb->fuse_rope || cb->fuse_norm ? exec_fused(cb, c + i, n - i, &st)
+                                            : (st = cuda_exec(cb, c + i), 1);
     return st;
 }
