@@ -2,6 +2,7 @@
  * KV cache, batch staging, the command queue with CUDA-graph replay of decode steps.
  * See cuda_backend.h for the layout of the state and the command scheme. */
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
