@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 int harness_failures = 0;
 int harness_checks = 0;
@@ -58,6 +59,25 @@ int harness_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+int harness_run(const char *cmd, char *out, size_t cap) {
+    out[0] = '\0';
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        perror(cmd);
+        return -1;
+    }
+    size_t n = 0, got;
+    while (n < cap - 1 && (got = fread(out + n, 1, cap - 1 - n, f)) > 0) n += got;
+    out[n] = '\0';
+    /* drain the rest: closing the pipe early would kill the command with SIGPIPE */
+    char sink[4096];
+    size_t dropped = 0;
+    while ((got = fread(sink, 1, sizeof sink, f)) > 0) dropped += got;
+    if (dropped) fprintf(stderr, "harness_run: dropped %zu bytes of output of %s\n", dropped, cmd);
+    int status = pclose(f);
+    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 int harness_finish(void) {

@@ -57,6 +57,11 @@ void harness_rm_rf(const char *path);
 double harness_rel_err(const float *a, const float *ref, int n);
 /* Index of the largest of x[n] (the first on ties). */
 int harness_argmax(const float *x, int n);
+/* Runs cmd with the shell; its stdout (and whatever the command line redirects there, such
+ * as 2>&1) goes into out[cap] (cap >= 1), NUL-terminated and cut to fit; the rest is read
+ * and dropped, with a note on stderr, so the command still ends normally. Returns the
+ * command's exit status, or -1 if it could not run or died on a signal. */
+int harness_run(const char *cmd, char *out, size_t cap);
 int harness_finish(void);
 
 #endif

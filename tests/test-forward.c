@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <jansson.h>
 
@@ -319,27 +318,6 @@ static void test_invariance(const char *dir, const char *model, const prompt *pr
     CHECK_OK(atlas_model_release(m5));
 }
 
-/* Runs a command, returns its stdout (malloc'd) or NULL; *rc its exit status. */
-static char *run_cmd(const char *cmd, int *rc) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *out = malloc(cap);
-    size_t got;
-    while (out && (got = fread(out + n, 1, cap - 1 - n, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *g = realloc(out, cap *= 2);
-            if (!g) break;
-            out = g;
-        }
-    }
-    int status = pclose(f);
-    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (out) out[n] = '\0';
-    return out;
-}
-
 /* End to end through the CLI: `atlas run --json` gives the reference's greedy ids, and the
  * streamed text of `atlas run -p` is the tokenizer's decoding of them. */
 static void test_cli(const char *name, const prompt *pr, const char *prompt_text) {
@@ -352,12 +330,12 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
         snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pr->ids[i]);
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --device cpu --threads 2 --prompt-ids %s -n %d "
              "--temp 0 --json --top-logprobs 3", bin, dir, ids, N_GREEDY);
-    int rc = -1, n = 0;
-    char *out = run_cmd(cmd, &rc);
-    CHECK_MSG(out && rc == 0, "%s: exit %d", cmd, rc);
+    static char out[1 << 16]; /* 24 json lines of a few hundred bytes */
+    int n = 0, rc = harness_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "%s: exit %d", cmd, rc);
     int32_t got[N_GREEDY];
     for (int i = 0; i < N_GREEDY; i++) got[i] = -1;
-    for (char *line = out ? strtok(out, "\n") : NULL; line && n < N_GREEDY; line = strtok(NULL, "\n")) {
+    for (char *line = strtok(out, "\n"); line && n < N_GREEDY; line = strtok(NULL, "\n")) {
         json_t *o = json_loads(line, 0, NULL);
         CHECK_MSG(o && json_is_integer(json_object_get(o, "id")), "bad line: %s", line);
         got[n] = o ? (int32_t)json_integer_value(json_object_get(o, "id")) : -1;
@@ -370,7 +348,6 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
         json_decref(o);
         n++;
     }
-    free(out);
     CHECK_MSG(n == N_GREEDY, "%s: %d json lines", name, n);
     check_greedy(name, 0, pr, got);
 
@@ -378,8 +355,8 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
         return;
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --device cpu -p '%s' -n %d --temp 0 2>/dev/null",
              bin, dir, prompt_text, N_GREEDY);
-    out = run_cmd(cmd, &rc);
-    CHECK_MSG(out && rc == 0, "%s: exit %d", cmd, rc);
+    rc = harness_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "%s: exit %d", cmd, rc);
     atlas_tokenizer *tok = NULL;
     CHECK_OK(atlas_tokenizer_load(dir, &tok));
     char *want = NULL;
@@ -387,10 +364,9 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
     int upto = 0; /* the ids that are sure to match: up to the first small margin */
     while (upto < N_GREEDY && pr->greedy_margins[upto] >= 1e-3f) upto++;
     if (tok) CHECK_OK(atlas_tokenizer_decode(tok, pr->greedy_ids, upto, false, &want, &len));
-    CHECK_MSG(out && want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'",
-              name, out ? out : "", want ? want : "");
+    CHECK_MSG(want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'", name, out,
+              want ? want : "");
     free(want);
-    free(out);
     atlas_tokenizer_free(tok);
 }
 

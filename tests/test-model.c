@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "atlas/model.h"
@@ -390,21 +389,16 @@ static void test_cli_info(void) {
     if (!bin) return;
     char cmd[1024], out[4096] = "";
     snprintf(cmd, sizeof cmd, "'%s' info -m '%s' 2>&1", bin, harness_data_path("tiny-qwen3"));
-    FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    int rc = f ? pclose(f) : -1;
+    int rc = harness_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "%s: status %d", cmd, rc);
     CHECK_MSG(strstr(out, "architecture:  Qwen3ForCausalLM") && strstr(out, "parameters:    2443408") &&
               strstr(out, "heads:         4 query, 2 key/value (head_dim 16)") &&
               strstr(out, "weights:       BF16") && strstr(out, "backend:       cpu (CUDA"),
               "atlas info printed:\n%s", out);
     snprintf(cmd, sizeof cmd, "'%s' info -m /nonexistent/dir 2>&1", bin);
-    f = popen(cmd, "r");
-    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    rc = f ? pclose(f) : -1;
-    CHECK_MSG(rc != 0 && strstr(out, "/nonexistent/dir") && strchr(out, '\n') == out + n - 1,
+    rc = harness_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "/nonexistent/dir") &&
+                  strchr(out, '\n') == out + strlen(out) - 1,
               "status %d, output: %s", rc, out);
 }
 
@@ -416,10 +410,7 @@ static void test_cli_bench(void) {
     char cmd[1024], out[8192] = "";
     snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' --device cpu -p 16 -n 8 --batch 1,4 2>&1", bin,
              harness_data_path("tiny-llama3"));
-    FILE *f = popen(cmd, "r");
-    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    int rc = f ? pclose(f) : -1;
+    int rc = harness_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "%s: status %d:\n%s", cmd, rc, out);
     const char *b1 = strstr(out, "decode b1     4 steps of 1 sequences after 20 tokens: "),
                *b4 = strstr(out, "decode b4     4 steps of 4 sequences after 20 tokens: ");
@@ -427,11 +418,8 @@ static void test_cli_bench(void) {
               "atlas bench printed:\n%s", out);
     snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' --device cpu --batch 2,0 2>&1", bin,
              harness_data_path("tiny-llama3"));
-    f = popen(cmd, "r");
-    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    rc = f ? pclose(f) : -1;
-    CHECK_MSG(rc != -1 && WEXITSTATUS(rc) == 2 && strstr(out, "--batch B"), "status %d: %s", rc, out);
+    rc = harness_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 2 && strstr(out, "--batch B"), "status %d: %s", rc, out);
 }
 
 int main(void) {

@@ -426,19 +426,13 @@ static void test_cli(void) {
     json_decref(m);
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' template -m '%s' --tools %s %s", bin, harness_data_path("tiny-qwen3"), tools, msgs);
-    FILE *f = popen(cmd, "r");
     char out[16384];
-    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = 0;
-    int rc = f ? pclose(f) : -1;
+    int rc = harness_run(cmd, out, sizeof out);
     const char *want = json_string_value(json_object_get(c, "expected"));
     CHECK_MSG(rc == 0 && want && !strcmp(out, want), "atlas template: rc %d\n  got:      [%s]\n  expected: [%s]", rc, out, want);
     /* a template error: exit status 1 and the message on stderr */
     snprintf(cmd, sizeof cmd, "echo '[{\"role\": \"user\"}]' | '%s' template -m '%s' - 2>&1", bin, harness_data_path("tiny-qwen3"));
-    f = popen(cmd, "r");
-    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = 0;
-    rc = f ? pclose(f) : -1;
+    rc = harness_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "chat_template:20:81: 'dict object' has no attribute 'content'"), "rc %d: %s", rc, out);
     remove(msgs);
     remove(tools);

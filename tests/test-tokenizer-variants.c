@@ -436,25 +436,17 @@ static void check_cli(void) {
     char cmd[8192], out[256] = "";
     snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' 'hello world' 2>&1", bin,
              harness_data_path("tiny-llama3"));
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    CHECK(p && pclose(p) == 0);
+    CHECK(harness_run(cmd, out, sizeof out) == 0);
     CHECK_MSG(!strcmp(out, "[15339, 1917]\n"), "atlas tokenize printed '%s'", out);
     snprintf(cmd, sizeof cmd, "printf 'a<|endoftext|>b' | '%s' tokenize -m '%s' - 2>&1", bin,
              harness_data_path("tiny-qwen3"));
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    CHECK(p && pclose(p) == 0);
+    CHECK(harness_run(cmd, out, sizeof out) == 0);
     CHECK_MSG(!strcmp(out, "[64, 151643, 65]\n"), "atlas tokenize - printed '%s'", out);
     snprintf(cmd, sizeof cmd, "'%s' tokenize -m /nonexistent x 2>&1", bin);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = '\0';
-    int st = p ? pclose(p) : 0;
+    int st = harness_run(cmd, out, sizeof out);
     CHECK(st != 0);
-    CHECK_MSG(strstr(out, "/nonexistent/tokenizer.json") && strchr(out, '\n') == out + n - 1,
+    CHECK_MSG(strstr(out, "/nonexistent/tokenizer.json") &&
+                  strchr(out, '\n') == out + strlen(out) - 1,
               "error is not one line naming the file: '%s'", out);
 }
 
