@@ -8,6 +8,17 @@
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
 
+/* 8 inputs (a, b) of an on-the-fly RMSNorm: their squares into ss, then times the norm
+ * weights nw[0, 8). */
+__device__ __forceinline__ void norm_in(float4 &a, float4 &b, const bf16_t *nw, float &ss) {
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z +
+          b.w * b.w;
+    float g[8];
+    unpack8(__ldg((const uint4 *)nw), g);
+    a.x *= g[0]; a.y *= g[1]; a.z *= g[2]; a.w *= g[3];
+    b.x *= g[4]; b.y *= g[5]; b.z *= g[6]; b.w *= g[7];
+}
+
 /* NORM (n = 1): x is the residual stream and the input is rmsnorm(x) * nw: x is multiplied by
  * nw here and its squares summed into ss; the caller scales the dot products by
  * rsqrt(mean(x^2) + eps) at the end (see "Decode's fusions around RMSNorm" below). */
@@ -20,14 +31,7 @@ __device__ __forceinline__ void gemv_chunk(float (&acc)[GEMV_R][N], const uint4 
         if (j < n) {
             const float4 *xp = (const float4 *)(x + (size_t)j * k + kk);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
-            if (NORM) {
-                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y +
-                      b.z * b.z + b.w * b.w;
-                float g[8];
-                unpack8(__ldg((const uint4 *)(nw + kk)), g);
-                a.x *= g[0]; a.y *= g[1]; a.z *= g[2]; a.w *= g[3];
-                b.x *= g[4]; b.y *= g[5]; b.z *= g[6]; b.w *= g[7];
-            }
+            if (NORM) norm_in(a, b, nw + kk, ss);
 #pragma unroll
             for (int r = 0; r < GEMV_R; r++) {
                 float f[8];
@@ -200,14 +204,7 @@ __device__ __forceinline__ void gemv1b_body(float *out, const float *x, const bf
             if (kk >= k) break;
             const float4 *xp = (const float4 *)(x + kk);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
-            if (NORM) {
-                ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y +
-                      b.z * b.z + b.w * b.w;
-                float g[8];
-                unpack8(__ldg((const uint4 *)(fx.nw + kk)), g);
-                a.x *= g[0]; a.y *= g[1]; a.z *= g[2]; a.w *= g[3];
-                b.x *= g[4]; b.y *= g[5]; b.z *= g[6]; b.w *= g[7];
-            }
+            if (NORM) norm_in(a, b, fx.nw + kk, ss);
 #pragma unroll
             for (int r = 0; r < GB_ROWS; r++) {
                 float f[8];
