@@ -1,9 +1,13 @@
 /* kernels/gemv.cu — matmul for decode: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8.
  *
- * Bandwidth-bound: every weight byte is read once per step, so the kernel is built to keep
- * many 16-byte loads in flight: a warp owns R rows, each lane reads 8 bf16 of each row per
- * 256-wide chunk, and U chunks are loaded before any is used (R * U loads of 16 bytes in
- * flight per thread). x (fp32, small) stays in L1/L2. k % 8 == 0. */
+ * Bandwidth-bound: every weight byte is read once per step, so each kernel keeps many 16-byte
+ * loads in flight. Families (which one runs: ops_cuda.c op_matmul, kernels/README.md):
+ *   atlas_gemv1/4/8, 1r4  a warp owns R rows, each lane reads 8 bf16 of each row per 256-wide
+ *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
+ *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows (the default)
+ *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
+ *   atlas_gemv_mma        2..8 rows on the tensor cores
+ * k % 8 == 0 (k % 32 for the mma kernel). */
 #include "common.cuh"
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
@@ -152,22 +156,25 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, cons
     gemv_body<1, 4>(out, x, w, bias, 1, m, k);
 }
 
-/* Decode's fusions around RMSNorm (ops_cuda.c exec_fused), one row: an o or down projection
- * followed by add_rmsnorm and the next projection becomes two GEMVs: *_resid adds its output
- * into the residual stream, *_norm reads the residual stream and normalises it on the fly
- * (every warp or block reads all of x anyway, so summing its squares costs nothing that
- * shows), and writes the norm's output h from one warp. Each launch saves the single-block
- * add_rmsnorm kernel (3.7 us, 65 a token on the 8B shape) between two GEMVs.
- * Arguments: the GEMV's, then nw, eps, h, resid (the unused ones 0). */
-#define ATLAS_GEMV_FX(NAME, BODY)                                                                  \
-    extern "C" __global__ void __launch_bounds__(128) NAME(float *out, const float *x,            \
-                                                           const bf16_t *w, const bf16_t *bias,   \
-                                                           int m, int k, const bf16_t *nw,        \
-                                                           float eps, float *h, float *resid) {   \
+/* Decode's fusions around RMSNorm (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=norm), one row: an
+ * o or down projection followed by add_rmsnorm and the next projection becomes two GEMVs:
+ * *_resid adds its output into the residual stream, *_norm reads the residual stream and
+ * normalises it on the fly (every warp or block reads all of x anyway, so summing its squares
+ * costs nothing that shows), and writes the norm's output h from one warp. Each alone is as
+ * fast as the plain GEMV, but a decode step with them measured slower (bench/RESULTS.md), so
+ * they are off by default. Arguments: the GEMV's, then nw, eps, h, resid (unused ones 0). */
+#define ATLAS_GEMV_FX(NAME, THREADS, BODY)                                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS) NAME(float *out, const float *x,        \
+                                                               const bf16_t *w,                    \
+                                                               const bf16_t *bias, int m, int k,   \
+                                                               const bf16_t *nw, float eps,        \
+                                                               float *h, float *resid) {           \
         BODY;                                                                                      \
     }
-ATLAS_GEMV_FX(atlas_gemv1_norm, (gemv_body<1, 2, true>(out, x, w, bias, 1, m, k, gemv_fx{nw, eps, h, resid})))
-ATLAS_GEMV_FX(atlas_gemv1_resid, (gemv_body<1, 2, false>(out, x, w, bias, 1, m, k, gemv_fx{0, 0.0f, 0, resid})))
+ATLAS_GEMV_FX(atlas_gemv1_norm, 128,
+              (gemv_body<1, 2, true>(out, x, w, bias, 1, m, k, gemv_fx{nw, eps, h, resid})))
+ATLAS_GEMV_FX(atlas_gemv1_resid, 128,
+              (gemv_body<1, 2, false>(out, x, w, bias, 1, m, k, gemv_fx{0, 0.0f, 0, resid})))
 
 /* Variant for n = 1 (qkv, o and down of an 8B model; ATLAS_CUDA_GEMV=2 for all): a block of 256 threads owns 4 rows and spans k;
  * each thread issues all its loads (up to 4 rows x 4 chunks of 16 bytes) before using any,
@@ -245,7 +252,8 @@ __device__ __forceinline__ void gemv1b_body(float *out, const float *x, const bf
         out[row0 + threadIdx.x] = v;
         if (fx.resid) fx.resid[row0 + threadIdx.x] += v;
     }
-    if (NORM && fx.h && blockIdx.x == 0) gemv_write_norm(fx.h, x, fx.nw, scale, k, threadIdx.x, GB_THREADS);
+    if (NORM && fx.h && blockIdx.x == 0)
+        gemv_write_norm(fx.h, x, fx.nw, scale, k, threadIdx.x, GB_THREADS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out, const float *x,
@@ -256,17 +264,10 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out
 }
 
 /* The block kernel's fused variants (see ATLAS_GEMV_FX above). */
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b_norm(
-    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
-    const bf16_t *nw, float eps, float *h, float *resid) {
-    gemv1b_body<true>(out, x, w, bias, m, k, gemv_fx{nw, eps, h, resid});
-}
-
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b_resid(
-    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
-    const bf16_t *nw, float eps, float *h, float *resid) {
-    gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, resid});
-}
+ATLAS_GEMV_FX(atlas_gemv1b_norm, GB_THREADS,
+              (gemv1b_body<true>(out, x, w, bias, m, k, gemv_fx{nw, eps, h, resid})))
+ATLAS_GEMV_FX(atlas_gemv1b_resid, GB_THREADS,
+              (gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, resid})))
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -21,6 +21,13 @@ LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib -name 'l
 [ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT") && echo "cuBLASLt: $LT"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $(date +%T) $*"; }
+# waits up to $1 s for the 8B checkpoint being made in the background
+wait_8b() {
+  for i in $(seq 1 "$1"); do
+    [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break
+    sleep 1
+  done
+}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem \
   --format=csv > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
@@ -59,7 +66,7 @@ if has forward; then
 fi
 if has bench || has profile || has batch; then
   step "waiting for the 8B checkpoint"
-  for i in $(seq 1 200); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
+  wait_8b 200
   tail -2 "$OUT/make8b.log"
 fi
 if has bench; then
@@ -102,7 +109,7 @@ fi
 if has serve; then
   if [ "$SERVE_A" = /tmp/llama8b ]; then
     step "making checkpoint B (8B shape, another seed)"
-    for i in $(seq 1 300); do [ -f /tmp/llama8b/model.safetensors.index.json ] && ! pgrep -f make_checkpoint >/dev/null && break; sleep 1; done
+    wait_8b 300
     [ -f /tmp/llama8b-b/config.json ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b --seed 4321 \
       --out /tmp/llama8b-b > "$OUT/make8b-b.log" 2>&1
     tail -1 "$OUT/make8b-b.log"

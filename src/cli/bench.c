@@ -45,6 +45,14 @@ static int usage(void) {
     return 2;
 }
 
+/* "512,2048" into out[0, max); returns how many (the caller checks their range). */
+static int parse_list(const char *v, int *out, int max) {
+    int n = 0;
+    for (const char *s = v; *s && n < max; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
+        out[n++] = atoi(s);
+    return n;
+}
+
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_CUDA, 8.0,
                       8192, 1};
@@ -56,13 +64,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (!strcmp(a, "-m")) {
             o->dir = v;
         } else if (!strcmp(a, "-p")) {
-            o->n_p = 0;
-            for (const char *s = v; *s && o->n_p < MAX_P; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
-                o->p[o->n_p++] = atoi(s);
+            o->n_p = parse_list(v, o->p, MAX_P);
         } else if (!strcmp(a, "--batch")) {
-            o->n_batch = 0;
-            for (const char *s = v; *s && o->n_batch < MAX_B; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
-                o->batch[o->n_batch++] = atoi(s);
+            o->n_batch = parse_list(v, o->batch, MAX_B);
         } else if (!strcmp(a, "-n")) {
             o->n = atoi(v);
         } else if (!strcmp(a, "--reps")) {

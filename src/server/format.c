@@ -191,9 +191,8 @@ static json_t *choice(const atlas_gen *g, json_t *delta_or_text, json_t *logprob
                       const char *finish) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
     return json_pack("{s:i, s:o, s:o, s:o}", "index", g->index, chat ? "delta" : "text",
-                     delta_or_text,
-                     "logprobs", logprobs ? logprobs : json_null(), "finish_reason",
-                     finish ? json_string(finish) : json_null());
+                     delta_or_text, "logprobs", logprobs ? logprobs : json_null(),
+                     "finish_reason", finish ? json_string(finish) : json_null());
 }
 
 static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool end) {

@@ -92,18 +92,33 @@ static void on_event(const atlas_event *ev, void *user) {
 
 /* --- starting ---------------------------------------------------------------------------- */
 
+/* A gen's or a group's lock and condition; the condition waits on the monotonic clock (the
+ * SSE reader's timed waits must not jump with the wall clock). */
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cv) {
+    pthread_mutex_init(mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+/* Waits on cv for at most POLL_MS (the caller then looks at its client and the server). */
+static void poll_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += POLL_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
                              const atlas_gen_params *gp, const atlas_tokenizer *tok,
                              const int32_t *ids, size_t n_ids, atlas_gen **out) {
     *out = NULL;
     atlas_gen *g = calloc(1, sizeof *g);
     if (!g) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sync_init(&g->mu, &g->cv);
     g->refs = 2;
     g->srv = call->srv;
     g->fd = call->fd;
@@ -160,12 +175,7 @@ atlas_status atlas_gen_group_make(atlas_gen **gs, int n, int per_prompt) {
     if (n < 2 || n > 16) return atlas_fail(ATLAS_ERR_INTERNAL, "stream group of %d", n);
     atlas_gen_group *G = calloc(1, sizeof *G);
     if (!G) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
-    pthread_mutex_init(&G->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&G->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sync_init(&G->mu, &G->cv);
     G->refs = n;
     G->n = n;
     G->per_prompt = per_prompt > 0 ? per_prompt : 1;
@@ -208,11 +218,7 @@ atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone) {
             }
             if (*gone) break; /* nobody to write to: stop waiting */
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += POLL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        poll_wait(&g->cv, &g->mu);
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;
@@ -318,11 +324,7 @@ static atlas_gen_event *group_next(atlas_gen_group *G, atlas_gen **from, bool *g
             group_cancel(G);
             return NULL;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += POLL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&G->cv, &G->mu, &ts);
+        poll_wait(&G->cv, &G->mu);
     }
 }
 

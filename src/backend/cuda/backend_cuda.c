@@ -44,17 +44,13 @@ typedef struct fill_ctx {
     size_t offset; /* its byte offset in the fused weight */
 } fill_ctx;
 
-/* Output bytes [a, b) of the fused weight into the staging chunk. */
-static void fill_range(const fill_ctx *f, size_t a, size_t b) {
-    atlas_cuda_fill_weight(f->views, f->n, f->dst, f->offset, a, b);
-}
-
 enum { FILL_PIECE = 1 << 20 };
 
 static void fill_job(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const fill_ctx *f = ctx;
-    fill_range(f, f->offset + (size_t)begin * FILL_PIECE, f->offset + (size_t)end * FILL_PIECE);
+    size_t a = f->offset + (size_t)begin * FILL_PIECE, b = f->offset + (size_t)end * FILL_PIECE;
+    atlas_cuda_fill_weight(f->views, f->n, f->dst, f->offset, a, b);
 }
 
 static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
@@ -63,7 +59,8 @@ static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
     f->offset = offset;
     size_t pieces = bytes / FILL_PIECE;
     if (pieces) atlas_threadpool_for(f->cb->pool, (int64_t)pieces, 1, fill_job, f);
-    fill_range(f, offset + pieces * FILL_PIECE, offset + bytes);
+    atlas_cuda_fill_weight(f->views, f->n, f->dst, offset, offset + pieces * FILL_PIECE,
+                           offset + bytes);
 }
 
 static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,

@@ -61,11 +61,12 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table, gemv1b;
-        CUfunction gemv_mma; /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
-        CUfunction gemv1r4;  /* 1 row, 4 weight rows a warp */
-        CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
-        CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads per kv head */
+    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
+    CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
+    CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
+    CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
+    CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
+    CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -104,10 +105,11 @@ typedef struct cuda_backend {
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
-                               (ATLAS_CUDA_PDL=1) */
-    int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) block kernel for n = 1; 1 the fp32 warp kernels for
-                               n <= 8, 2 the block kernel for n = 1, 3 the mma kernel for n = 1 too,
-                               4 the 4-rows-a-warp kernel for n = 1 */
+                               (Hopper and later, unless ATLAS_CUDA_PDL=0) */
+    int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;
+                               1 the fp32 warp kernels for n <= 8; 2 the block kernel for
+                               n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
+                               kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, or all / none;
      * default none, the fastest measured on the H200: bench/RESULTS.md) */

@@ -269,9 +269,9 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 }
 
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm"): the block
- * kernel as op_matmul takes it, the warp kernel with ATLAS_CUDA_GEMV=1. norm: the add_rmsnorm command
- * whose output is the input (its resid is read, its weight applied, its out written); resid:
- * the residual stream to add the output into. */
+ * kernel as op_matmul takes it, the warp kernel with ATLAS_CUDA_GEMV=1. norm: the add_rmsnorm
+ * command whose output is the input (its resid is read, its weight applied, its out
+ * written); resid: the residual stream to add the output into. */
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                CUdeviceptr resid) {
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
@@ -293,16 +293,25 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
                   128, 0, a);
 }
 
-/* A one-row matmul that the fused GEMVs can take (fp32 kernels, k % 8 == 0 always holds). */
+/* A one-row matmul that the fused GEMVs can take (the fp32 kernels). */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
     return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
 }
 
-/* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included):
- * rope then kv_store of the same qkv -> one kernel. (A GEMV that computed swiglu on the fly
+/* norm (a one-row add_rmsnorm) feeds mm, a fusable matmul of its output h, which writes
+ * neither the residual stream nor h (the fused GEMV reads the one and writes the other). */
+static bool norm_feeds(const cuda_backend *cb, const cuda_cmd *norm, const cuda_cmd *mm) {
+    return norm->op == CUDA_OP_ADD_RMSNORM && norm->n == 1 && norm->d % 8 == 0 &&
+           fusable_gemv(cb, mm) && mm->p[1] == norm->p[2] && mm->p[0] != norm->p[0] &&
+           mm->p[0] != norm->p[2] && ((const atlas_weight *)mm->p[2])->cols == norm->d;
+}
+
+/* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included),
+ * each on when ATLAS_CUDA_FUSE names it: rope then kv_store of the same qkv -> one kernel
+ * (rope); RMSNorm folded into the GEMVs before and after it (norm). (A GEMV that computed swiglu on the fly
  * for the down projection was tried and dropped: every warp recomputed and re-read all of
  * gate_up, 69 us a layer against 38 + 3 for the two kernels; bench/RESULTS.md.)
- * Returns how many commands ran (1 or 2). */
+ * Returns how many commands ran (1 to 3). */
 static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
     const atlas_backend_geom *g = &cb->base.geom;
     if (cb->fuse_rope && n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
@@ -320,20 +329,15 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
      * into x, the second normalises x on the fly (and writes h) */
-    if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && c[1].op == CUDA_OP_ADD_RMSNORM &&
-        c[1].n == 1 && c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
-        ((const atlas_weight *)c[0].p[2])->rows == c[1].d && fusable_gemv(cb, &c[2]) &&
-        c[2].p[1] == c[1].p[2] && c[2].p[0] != c[1].p[0] && c[2].p[0] != c[1].p[2] &&
-        ((const atlas_weight *)c[2].p[2])->cols == c[1].d && c[1].d % 8 == 0) {
+    if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
+        c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
+        ((const atlas_weight *)c[0].p[2])->rows == c[1].d) {
         *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]));
         if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0);
         return 3;
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
-    if (cb->fuse_norm && n >= 2 && c[0].op == CUDA_OP_ADD_RMSNORM && !c[0].p[1] &&
-        c[0].n == 1 && fusable_gemv(cb, &c[1]) && c[1].p[1] == c[0].p[2] && c[1].p[0] != c[0].p[0] &&
-        c[1].p[0] != c[0].p[2] &&
-        ((const atlas_weight *)c[1].p[2])->cols == c[0].d && c[0].d % 8 == 0) {
+    if (cb->fuse_norm && n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
         *st = gemv_fused(cb, &c[1], &c[0], 0);
         return 2;
     }
@@ -344,7 +348,6 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
     for (int i = 0; i < n && st == ATLAS_OK;)
-        i += cb->fuse_rope || cb->fuse_norm ? exec_fused(cb, c + i, n - i, &st)
-                                            : (st = cuda_exec(cb, c + i), 1);
+        i += exec_fused(cb, c + i, n - i, &st);
     return st;
 }

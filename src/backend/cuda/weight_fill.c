@@ -61,4 +61,3 @@ void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *
         e0 += ne;
     }
 }
-
