@@ -3,10 +3,12 @@
 #include "common.cuh"
 
 /* With delta: resid[r] += delta[r]; then out[r] = resid[r] * rsqrt(mean(resid[r]^2) + eps) * w.
- * Without (delta NULL): out[r] = rmsnorm(resid[r]) * w and resid is only read.
+ * Without (delta NULL): out[r] = rmsnorm(resid[r]) * w and resid is only read. out_bf (may be
+ * NULL) gets out rounded to bf16 as well: prefill's next matmul reads that copy instead of
+ * converting out again (ops_cuda.c, "bf16 copies for cuBLASLt").
  * grid rows, d % 4 == 0; out may alias resid. */
 extern "C" __global__ void atlas_add_rmsnorm(float *resid, const float *delta, float *out,
-                                             const bf16_t *w, int d, float eps) {
+                                             const bf16_t *w, int d, float eps, bf16_t *out_bf) {
     pdl_trigger();
     pdl_wait();
     size_t base = (size_t)blockIdx.x * d;
@@ -30,6 +32,8 @@ extern "C" __global__ void atlas_add_rmsnorm(float *resid, const float *delta, f
         v.x *= scale * bf2f(wc[0]); v.y *= scale * bf2f(wc[1]);
         v.z *= scale * bf2f(wc[2]); v.w *= scale * bf2f(wc[3]);
         o4[c] = v;
+        if (out_bf)
+            *(uint2 *)(out_bf + base + c * 4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
 }
 

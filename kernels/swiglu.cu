@@ -11,3 +11,25 @@ extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long
         out[i] = g / (1.0f + __expf(-g)) * u;
     }
 }
+
+/* Prefill's bf16 path (ops_cuda.c, "bf16 copies for cuBLASLt"): gu is the gate_up matmul's
+ * output in bf16 and out, in bf16, is the next matmul's input, so that neither the fp32
+ * gate_up rows (2f floats a token) nor an fp32 out and its conversion pass cross memory.
+ * 8 outputs a thread, f % 8 == 0. */
+extern "C" __global__ void atlas_swiglu_bf16(bf16_t *out, const bf16_t *gu, int f, long long total) {
+    pdl_trigger();
+    pdl_wait();
+    for (long long i = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * 8; i < total;
+         i += (long long)gridDim.x * blockDim.x * 8) {
+        long long r = i / f, c = i - r * f;
+        float g[8], u[8];
+        unpack8(*(const uint4 *)(gu + r * 2 * f + c), g);
+        unpack8(*(const uint4 *)(gu + r * 2 * f + f + c), u);
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            o[j] = pack_bf16x2(g[2 * j] / (1.0f + __expf(-g[2 * j])) * u[2 * j],
+                               g[2 * j + 1] / (1.0f + __expf(-g[2 * j + 1])) * u[2 * j + 1]);
+        *(uint4 *)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}

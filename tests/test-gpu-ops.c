@@ -289,6 +289,75 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
     if (cb->use_graphs) CHECK_MSG(cb->graph_replays >= 1, "no graph was replayed");
 }
 
+/* Prefill's norm/projection chain as the model runs it, 150 tokens, the MLP in two chunks
+ * of 75 rows (forward.c): with cuBLASLt the norms also write bf16 copies that the matmuls
+ * read, and gate_up -> swiglu -> down runs in bf16 without writing the fp32 gate_up rows or
+ * the swiglu output (ops_cuda.c "bf16 copies for cuBLASLt"): the outputs must match the CPU,
+ * and act must stay poisoned, which proves that the bf16 chain ran. */
+static void test_prefill_bf16(weight *norm) {
+    enum { N = 150, HALF = 75 };
+    cuda_backend *cb = (cuda_backend *)gpu;
+    tensor two, tgu, tdn;
+    tensor_make(&two, "wo", ATLAS_DTYPE_BF16, D, H * HD, 0);
+    tensor_make(&tgu, "wgu", ATLAS_DTYPE_BF16, 2 * F, D, 0);
+    tensor_make(&tdn, "wdown", ATLAS_DTYPE_BF16, D, F, 0);
+    tensor *po[] = {&two}, *pg[] = {&tgu}, *pd[] = {&tdn};
+    weight wo = weight_load(po, 1), wgu = weight_load(pg, 1), wdn = weight_load(pd, 1);
+    buf x = buf_make(N * D), h = buf_make(N * D), att = buf_make(N * H * HD), o = buf_make(N * D);
+    buf q = buf_make(N * 2 * F), gu = buf_make(HALF * 2 * F), act = buf_make(HALF * F);
+    buf mlp = buf_make(N * D);
+    begin(N, 0, 0, 0, 1);
+    buf_random(&x, 2.0f);
+    buf_random(&att, 1.0f);
+    buf *outs[] = {&h, &o, &q, &gu, &act, &mlp};
+    for (int i = 0; i < 6; i++) buf_poison(outs[i]);
+    atlas_backend *bes[] = {cpu, gpu};
+    for (int i = 0; i < 2; i++) {
+        atlas_backend *be = bes[i];
+        char *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
+        char *ab = i ? att.gpu : (void *)att.cpu, *ob = i ? o.gpu : (void *)o.cpu;
+        char *qb = i ? q.gpu : (void *)q.cpu, *gb = i ? gu.gpu : (void *)gu.cpu;
+        char *cb2 = i ? act.gpu : (void *)act.cpu, *mb = i ? mlp.gpu : (void *)mlp.cpu;
+        const atlas_weight *nw = i ? norm->gpu : norm->cpu;
+        CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, N, D));
+        CHECK_OK(be->ops->matmul(be, qb, hb, i ? wgu.gpu : wgu.cpu, NULL, N));
+        CHECK_OK(be->ops->matmul(be, ob, ab, i ? wo.gpu : wo.cpu, NULL, N));
+        CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, N, D));
+        for (int c = 0; c < 2; c++) {
+            size_t off = (size_t)c * HALF * D * 4;
+            CHECK_OK(be->ops->matmul(be, gb, hb + off, i ? wgu.gpu : wgu.cpu, NULL, HALF));
+            CHECK_OK(be->ops->swiglu(be, cb2, gb, HALF, F));
+            CHECK_OK(be->ops->matmul(be, mb + off, cb2, i ? wdn.gpu : wdn.cpu, NULL, HALF));
+        }
+    }
+    buf_check("prefill bf16: rmsnorm->matmul", &q, (size_t)N * 2 * F, 1e-2, gpu);
+    buf_check("prefill bf16: matmul o", &o, (size_t)N * D, 1e-2, gpu);
+    buf_check("prefill bf16: residual x", &x, (size_t)N * D, 1e-5, gpu);
+    buf_check("prefill bf16: norm output h", &h, (size_t)N * D, 1e-5, gpu);
+    buf_check("prefill bf16: gate_up->swiglu->down", &mlp, (size_t)N * D, 1e-2, gpu);
+    if (cb->lt && cb->use_bf16_act) {
+        float *a = malloc((size_t)HALF * F * 4);
+        CHECK_OK(gpu->ops->download(gpu, a, act.gpu, (size_t)HALF * F));
+        size_t written = 0;
+        for (size_t j = 0; j < (size_t)HALF * F; j++) written += !isnan(a[j]);
+        CHECK_MSG(written == 0, "prefill bf16: %zu fp32 swiglu outputs written: the bf16 "
+                  "chain did not run", written);
+        free(a);
+    } else {
+        printf("  prefill bf16 chain not taken (cuBLASLt %s)\n", cuda_lt_version(cb->lt));
+    }
+    buf *all[] = {&x, &h, &att, &o, &q, &gu, &act, &mlp};
+    for (int i = 0; i < 8; i++) buf_free(all[i]);
+    weight *ws[] = {&wo, &wgu, &wdn};
+    for (int i = 0; i < 3; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+    }
+    free(two.data);
+    free(tgu.data);
+    free(tdn.data);
+}
+
 /* A one-sequence decode step's norm/projection chain as the model runs it (one graph):
  * rmsnorm -> matmul, then matmul -> add_rmsnorm -> matmul. With fusion on these become the
  * GEMVs that normalise their input on the fly and add their output into the residual
@@ -447,6 +516,7 @@ int main(void) {
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
+        test_prefill_bf16(&norm);
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
          * (pass 2; pass 1 runs the tiled prefill kernel) */
         test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);

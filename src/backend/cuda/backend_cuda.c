@@ -178,9 +178,15 @@ static atlas_status capture(cuda_backend *cb, cuda_graph *slot) {
     return ATLAS_OK;
 }
 
-/* Runs the queued commands: the graph recorded for the same list, or a new one. */
+/* Runs the queued commands: a prefill's as they are, a decode step's as the graph recorded
+ * for the same list, or a new one. */
 static atlas_status flush(cuda_backend *cb) {
     if (cb->n_queue == 0) return ATLAS_OK;
+    if (!cb->graphing) {
+        int n = cb->n_queue;
+        cb->n_queue = 0;
+        return cuda_exec_list(cb, cb->queue, n);
+    }
     cuda_graph *hit = NULL, *lru = &cb->graphs[0];
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
         cuda_graph *g = &cb->graphs[i];
@@ -314,8 +320,15 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     }
     cb->n_split = n_split;
     cb->chunk = chunk;
-    cb->deferring = cb->use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
-    if (cb->deferring) { /* the launch shapes that are not in the commands */
+    /* prefill's bf16 copy of a norm's output for the next matmul (ops_cuda.c) */
+    if (cb->lt && cb->use_bf16_act && n >= 64 && (size_t)n * g->hidden * 2 > cb->lt_h_bytes) {
+        drop_graphs(cb);
+        ATLAS_TRY(cuda_realloc(cb, &cb->lt_h, (size_t)n * g->hidden * 2, "cublaslt norm input"));
+        cb->lt_h_bytes = (size_t)n * g->hidden * 2;
+    }
+    cb->deferring = 1;
+    cb->graphing = cb->use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
+    if (cb->graphing) { /* the launch shapes that are not in the commands */
         cuda_cmd key;
         memset(&key, 0, sizeof key);
         key.n = mb;
@@ -509,6 +522,8 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cuda_parse_fusions(cb, e ? e : "none");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
+    e = getenv("ATLAS_CUDA_BF16_ACT");
+    cb->use_bf16_act = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT");
     if (!(e && e[0] == '0') && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;

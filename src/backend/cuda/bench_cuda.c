@@ -99,7 +99,7 @@ typedef struct gemm_ctx {
 static atlas_status run_gemm(cuda_backend *cb, void *ctx) {
     gemm_ctx *g = ctx;
     if (g->use_lt)
-        return cuda_lt_matmul(cb->lt, cb->stream, g->out, g->xb, g->w, g->n, g->n, g->n, cb->lt_ws,
+        return cuda_lt_matmul(cb->lt, cb->stream, g->out, 0, g->xb, g->w, g->n, g->n, g->n, cb->lt_ws,
                               cb->lt_ws_bytes);
     CUdeviceptr bias = 0;
     void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->n, &g->n};

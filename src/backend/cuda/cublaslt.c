@@ -28,7 +28,7 @@ enum { LT_R_32F = 0, LT_R_16BF = 14, LT_COMPUTE_32F = 68, LT_OP_N = 0, LT_OP_T =
        LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32 };
 
 typedef struct lt_entry {
-    int n, m, k, ok;
+    int n, m, k, out_type, ok;
     lt_algo algo;
     size_t workspace;
 } lt_entry;
@@ -114,8 +114,10 @@ void cuda_lt_free(cuda_lt *lt) {
 
 const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "absent"; }
 
-atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
-                            CUdeviceptr w, int n, int m, int k, CUdeviceptr ws, size_t ws_bytes) {
+atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
+                            CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,
+                            size_t ws_bytes) {
+    int ot = out_bf16 ? LT_R_16BF : LT_R_32F;
     lt_desc desc = NULL;
     lt_layout la = NULL, lb = NULL, lc = NULL;
     lt_pref pref = NULL;
@@ -125,10 +127,11 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdev
     if (!s) s = lt->desc_set(desc, LT_DESC_TRANSB, &tb, sizeof tb);
     if (!s) s = lt->layout_create(&la, LT_R_16BF, (uint64_t)k, (uint64_t)m, k);
     if (!s) s = lt->layout_create(&lb, LT_R_16BF, (uint64_t)k, (uint64_t)n, k);
-    if (!s) s = lt->layout_create(&lc, LT_R_32F, (uint64_t)m, (uint64_t)n, m);
+    if (!s) s = lt->layout_create(&lc, ot, (uint64_t)m, (uint64_t)n, m);
     lt_entry *e = NULL;
     for (int i = 0; i < LT_CACHE && !s; i++)
-        if (lt->cache[i].ok && lt->cache[i].n == n && lt->cache[i].m == m && lt->cache[i].k == k)
+        if (lt->cache[i].ok && lt->cache[i].n == n && lt->cache[i].m == m &&
+            lt->cache[i].k == k && lt->cache[i].out_type == ot)
             e = &lt->cache[i];
     if (!s && !e) {
         lt_heuristic res;
@@ -140,7 +143,7 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdev
         if (!s) {
             e = &lt->cache[lt->next];
             lt->next = (lt->next + 1) % LT_CACHE;
-            *e = (lt_entry){n, m, k, 1, res.algo, res.workspace};
+            *e = (lt_entry){n, m, k, ot, 1, res.algo, res.workspace};
         }
     }
     float one = 1.0f, zero = 0.0f;
@@ -155,7 +158,7 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdev
     if (la) lt->layout_destroy(la);
     if (desc) lt->desc_destroy(desc);
     if (s)
-        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: matmul %d x %d x %d failed (status %d)",
-                          n, m, k, s);
+        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: matmul %d x %d x %d (%s out) failed "
+                          "(status %d)", n, m, k, out_bf16 ? "bf16" : "fp32", s);
     return ATLAS_OK;
 }

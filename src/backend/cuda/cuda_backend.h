@@ -60,6 +60,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
+    CUfunction swiglu_bf16;    /* prefill: bf16 gate_up in, bf16 matmul input out */
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
@@ -97,8 +98,11 @@ typedef struct cuda_backend {
     int counter_cap;
     size_t part_bytes;
 
-    /* commands and graphs */
-    int deferring;          /* 1 inside a decode batch */
+    /* commands and graphs: inside a batch the ops are queued and run at the next flush
+     * (download, argmax, sync), so that exec_fused sees what follows each op; a decode
+     * batch's list runs as a CUDA graph */
+    int deferring;          /* 1 inside a batch */
+    int graphing;           /* 1 inside a decode batch: the queue is captured / replayed */
     cuda_cmd *queue;
     int n_queue, cap_queue;
     cuda_graph graphs[CUDA_MAX_GRAPHS];
@@ -117,6 +121,8 @@ typedef struct cuda_backend {
     int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
     int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
+    int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
+                               from fp32 by its own pass (ops_cuda.c "bf16 copies") */
     uint64_t graph_captures, graph_replays;
 
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
@@ -124,6 +130,10 @@ typedef struct cuda_backend {
     size_t lt_a_bytes;
     CUdeviceptr lt_ws;      /* cuBLASLt workspace */
     size_t lt_ws_bytes;
+    CUdeviceptr lt_h;       /* bf16 copy of the last RMSNorm's output [cap, d] (begin_batch) */
+    size_t lt_h_bytes;
+    CUdeviceptr shadow_src; /* the fp32 range lt_h mirrors now (0: none); exec_list scope */
+    size_t shadow_bytes;
     size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
 } cuda_backend;
 
@@ -150,9 +160,10 @@ void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
 /* cublaslt.c (optional; every function is safe with lt NULL). */
 atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */
 void cuda_lt_free(cuda_lt *lt);
-/* out[n, m] (fp32) = a[n, k] (bf16) @ w[m, k]^T (bf16) on stream. */
-atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
-                            CUdeviceptr w, int n, int m, int k, CUdeviceptr ws, size_t ws_bytes);
+/* out[n, m] (fp32, or bf16 with out_bf16) = a[n, k] (bf16) @ w[m, k]^T (bf16) on stream. */
+atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
+                            CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,
+                            size_t ws_bytes);
 const char *cuda_lt_version(const cuda_lt *lt);
 
 #endif

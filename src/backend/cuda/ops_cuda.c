@@ -54,7 +54,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.embed, "atlas_embed"}, {&cb->fn.gather_rows, "atlas_gather_rows"},
         {&cb->fn.add_rmsnorm, "atlas_add_rmsnorm"}, {&cb->fn.qk_norm, "atlas_qk_norm"},
         {&cb->fn.rope, "atlas_rope"}, {&cb->fn.kv_store, "atlas_kv_store"},
-        {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.argmax, "atlas_argmax"},
+        {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.swiglu_bf16, "atlas_swiglu_bf16"},
+        {&cb->fn.argmax, "atlas_argmax"},
         {&cb->fn.gemv1, "atlas_gemv1"}, {&cb->fn.gemv4, "atlas_gemv4"},
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
@@ -163,6 +164,96 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128, 0, b);
 }
 
+/* --- bf16 copies for cuBLASLt -------------------------------------------------------------
+ * cuBLASLt multiplies bf16 inputs, and the activations are fp32: each prefill matmul used to
+ * convert its x in a pass of its own. Instead an RMSNorm of 64 rows or more also writes its
+ * output in bf16 (lt_h; shadow_src says which fp32 range that mirrors until something writes
+ * into it), which the matmuls of that output read; and gate_up -> swiglu -> down runs in bf16
+ * (exec_fused): gate_up's product comes out in bf16, swiglu turns it into the down matmul's
+ * bf16 input, and neither the fp32 gate_up rows nor the fp32 swiglu output is written. */
+
+static bool lt_fits(const cuda_backend *cb, int n, int k) {
+    return cb->lt && n >= 64 && (size_t)n * k * 2 <= cb->lt_a_bytes;
+}
+
+/* x[n, k] (fp32) as bf16 for cuBLASLt: the norm's copy when it mirrors x, else converted into
+ * lt_a. */
+static atlas_status lt_input(cuda_backend *cb, CUdeviceptr x, int n, int k, CUdeviceptr *xb) {
+    size_t bytes = (size_t)n * k * 4;
+    if (cb->shadow_src && x >= cb->shadow_src && x + bytes <= cb->shadow_src + cb->shadow_bytes &&
+        (x - cb->shadow_src) % 32 == 0) { /* bf16 rows 16-byte aligned, as cuBLASLt likes */
+        *xb = cb->lt_h + (x - cb->shadow_src) / 2;
+        return ATLAS_OK;
+    }
+    long long count = (long long)n * k;
+    void *a[] = {&cb->lt_a, &x, &count};
+    *xb = cb->lt_a;
+    return launch(cb, cb->fn.f32_to_bf16, 1024, 1, 1, 256, 0, a);
+}
+
+/* out[n, m] = xb[n, k] (bf16) @ w^T + bias, out in fp32 or (out_bf16, no bias) bf16. */
+static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUdeviceptr xb,
+                            const atlas_weight *w, const atlas_weight *bias, int n) {
+    int m = (int)w->rows, k = (int)w->cols;
+    ATLAS_TRY(cuda_lt_matmul(cb->lt, cb->stream, out, out_bf16, xb, w->ptr, n, m, k, cb->lt_ws,
+                             cb->lt_ws_bytes));
+    if (!bias) return ATLAS_OK;
+    CUdeviceptr bp = bias->ptr;
+    long long total = (long long)n * m;
+    void *b[] = {&out, &bp, &m, &total};
+    return launch(cb, cb->fn.add_bias, 1024, 1, 1, 256, 0, b);
+}
+
+/* Whether c writes any byte of [lo, hi) (the commands' outputs and their sizes). */
+static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo, CUdeviceptr hi) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    size_t qkv = (size_t)(g->n_heads + 2 * g->n_kv_heads) * g->head_dim * 4;
+    CUdeviceptr p0 = CUDA_PTR(c->p[0]);
+    size_t n = (size_t)c->n, b0;
+    switch (c->op) {
+    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: return false; /* device-internal */
+    case CUDA_OP_MATMUL: b0 = n * ((const atlas_weight *)c->p[2])->rows * 4; break;
+    case CUDA_OP_ADD_RMSNORM: {
+        CUdeviceptr p2 = CUDA_PTR(c->p[2]);
+        if (p2 < hi && p2 + n * c->d * 4 > lo) return true;
+        if (!c->p[1]) return false;
+        b0 = n * c->d * 4;
+        break;
+    }
+    case CUDA_OP_SWIGLU: case CUDA_OP_GATHER: b0 = n * c->d * 4; break;
+    case CUDA_OP_ATTENTION: b0 = n * g->n_heads * g->head_dim * 4; break;
+    case CUDA_OP_ROPE: case CUDA_OP_QK_NORM: b0 = n * qkv; break;
+    case CUDA_OP_EMBED: b0 = n * ((const atlas_weight *)c->p[1])->cols * 4; break;
+    default: return true;
+    }
+    return p0 < hi && p0 + b0 > lo;
+}
+
+/* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above.
+ * Returns false (nothing run) when c[0..2] is not that chain or does not fit. */
+static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_status *st) {
+    if (!cb->use_bf16_act || n_cmds < 3 || c[0].op != CUDA_OP_MATMUL ||
+        c[1].op != CUDA_OP_SWIGLU || c[2].op != CUDA_OP_MATMUL)
+        return false;
+    const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
+    int n = c[0].n, f = c[1].d, k = (int)gu->cols;
+    if (c[1].n != n || c[2].n != n || c[0].p[3] || c[1].p[1] != c[0].p[0] ||
+        c[2].p[1] != c[1].p[0] || gu->rows != 2 * (int64_t)f || down->cols != f || f % 8 ||
+        !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
+        return false;
+    CUdeviceptr xb, g = CUDA_PTR(c[0].p[0]);
+    *st = lt_input(cb, CUDA_PTR(c[0].p[1]), n, k, &xb);
+    if (*st == ATLAS_OK) *st = lt_gemm(cb, g, 1, xb, gu, NULL, n); /* bf16 in g's memory */
+    if (*st == ATLAS_OK) {
+        long long total = (long long)n * f;
+        unsigned blocks = (unsigned)((total / 8 + 255) / 256);
+        void *a[] = {&cb->lt_a, &g, &f, &total};
+        *st = launch(cb, cb->fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
+    }
+    if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->lt_a, down, c[2].p[3], n);
+    return true;
+}
+
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_weight *w = c->p[2], *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
@@ -187,16 +278,10 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, f, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
     }
-    if (cb->lt && n >= 64 && (size_t)n * k * 2 <= cb->lt_a_bytes) {
-        long long count = (long long)n * k;
-        void *a[] = {&cb->lt_a, &x, &count};
-        ATLAS_TRY(launch(cb, cb->fn.f32_to_bf16, 1024, 1, 1, 256, 0, a));
-        ATLAS_TRY(cuda_lt_matmul(cb->lt, cb->stream, out, cb->lt_a, wp, n, m, k, cb->lt_ws,
-                                 cb->lt_ws_bytes));
-        if (!bias) return ATLAS_OK;
-        long long total = (long long)n * m;
-        void *b[] = {&out, &bp, &m, &total};
-        return launch(cb, cb->fn.add_bias, 1024, 1, 1, 256, 0, b);
+    if (lt_fits(cb, n, k)) {
+        CUdeviceptr xb;
+        ATLAS_TRY(lt_input(cb, x, n, k, &xb));
+        return lt_gemm(cb, out, 0, xb, w, bias, n);
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
     return launch(cb, cb->fn.gemm, (unsigned)((m + 127) / 128), (unsigned)((n + 127) / 128), 1,
@@ -220,8 +305,14 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
         const atlas_weight *w = c->p[3];
-        CUdeviceptr wp = w->ptr;
-        void *a[] = {&p0, &p1, &p2, &wp, &d, &eps};
+        CUdeviceptr wp = w->ptr, bf = 0;
+        if (cb->deferring && cb->use_bf16_act && cb->lt && c->n >= 64 &&
+            (size_t)c->n * d * 2 <= cb->lt_h_bytes) {
+            bf = cb->lt_h; /* the next matmuls' bf16 input ("bf16 copies for cuBLASLt") */
+            cb->shadow_src = p2;
+            cb->shadow_bytes = (size_t)c->n * d * 4;
+        }
+        void *a[] = {&p0, &p1, &p2, &wp, &d, &eps, &bf};
         return launch(cb, cb->fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 1024 : 256, 0, a);
     }
     case CUDA_OP_MATMUL:
@@ -347,7 +438,17 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
 
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
-    for (int i = 0; i < n && st == ATLAS_OK;)
-        i += exec_fused(cb, c + i, n - i, &st);
+    cb->shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
+    for (int i = 0; i < n && st == ATLAS_OK;) {
+        int done = 1;
+        if (cb->shadow_src && cmd_writes(cb, &c[i], cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
+            cb->shadow_src = 0;
+        if (!prefill_mlp(cb, c + i, n - i, &st)) done = exec_fused(cb, c + i, n - i, &st);
+        else done = 3;
+        for (int j = 1; j < done && cb->shadow_src; j++)
+            if (cmd_writes(cb, &c[i + j], cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
+                cb->shadow_src = 0;
+        i += done;
+    }
     return st;
 }
