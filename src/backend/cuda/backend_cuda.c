@@ -522,6 +522,18 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cuda_parse_fusions(cb, e ? e : "none");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
+    /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)
+     * left out of every batch, to time what the others cost inside a decode graph; the
+     * results are wrong, so only `atlas bench` should see it (kernels/README.md) */
+    e = getenv("ATLAS_CUDA_SKIP");
+    if (e) {
+        static const struct { const char *name; int op; } ops[] = {
+            {"norm", CUDA_OP_ADD_RMSNORM}, {"matmul", CUDA_OP_MATMUL}, {"rope", CUDA_OP_ROPE},
+            {"kv_store", CUDA_OP_KV_STORE}, {"attention", CUDA_OP_ATTENTION},
+            {"swiglu", CUDA_OP_SWIGLU}};
+        for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+            if (strstr(e, ops[i].name)) cb->skip_ops |= 1u << ops[i].op;
+    }
     e = getenv("ATLAS_CUDA_BF16_ACT");
     cb->use_bf16_act = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT");

@@ -121,6 +121,7 @@ typedef struct cuda_backend {
     int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
     int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
+    unsigned skip_ops;      /* ATLAS_CUDA_SKIP (timing only): 1 << op of ops not run */
     int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
                                from fp32 by its own pass (ops_cuda.c "bf16 copies") */
     uint64_t graph_captures, graph_replays;
