@@ -6,6 +6,8 @@
  *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
  *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows (the default)
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
+ *   atlas_gemv1b_[norm_]swiglu, _qkv  the block kernel with swiglu / rope + kv_store in its
+ *                         epilogue (decode fusions)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
 #include "common.cuh"
@@ -191,13 +193,86 @@ __device__ __forceinline__ void gemv1b_load(uint4 (&wv)[GB_U][GB_ROWS], const bf
                                                      : make_uint4(0, 0, 0, 0);
 }
 
-template <bool NORM>
-__device__ __forceinline__ void gemv1b_body(float *out, const float *x, const bf16_t *w,
-                                            const bf16_t *bias, int m, int k, gemv_fx fx) {
-    int row0 = blockIdx.x * GB_ROWS;
+/* Which 4 weight rows a block owns (rows(r), r = 0..3) and what its epilogue does with their
+ * results. The plain kernel: rows 4b .. 4b + 3. */
+struct gb_rows {
+    __device__ int operator()(int r) const { return blockIdx.x * GB_ROWS + r; }
+};
+
+/* Two pairs of rows dist apart, for epilogues that combine row i with row i + dist: rows
+ * base + {0, 1, dist, dist + 1}, base = (b / per) * span + (b % per) * 2. swiglu: gate rows
+ * i, i + 1 with up rows f + i, f + i + 1 (per f/2, dist f); rope: rows j, j + 1 of a head with
+ * j + hd/2, j + 1 + hd/2 (per hd/4, span hd, dist hd/2). */
+struct gb_pairs {
+    int per, span, dist;
+    __device__ int operator()(int r) const {
+        int b = blockIdx.x;
+        return (b / per) * span + (b % per) * 2 + (r & 1) + (r >> 1) * dist;
+    }
+};
+
+/* Epilogues: called by all of warp 0, lane l with v, the result (bias added) of the block's
+ * row rows(l & 3), at that row. */
+struct gb_store { /* out[row] = v, resid[row] += v when resid */
+    float *out, *resid;
+    int m;
+    __device__ void operator()(float v, int row, int lane) const {
+        if (lane < GB_ROWS && row < m) {
+            out[row] = v;
+            if (resid) resid[row] += v;
+        }
+    }
+};
+
+struct gb_swiglu { /* gu[row] = v; act[i] = silu(gate i) * up i as kernels/swiglu.cu */
+    float *gu, *act;
+    __device__ void operator()(float v, int row, int lane) const {
+        float u = __shfl_down_sync(0xffffffffu, v, 2); /* lanes 0, 1: their up row's result */
+        if (lane < GB_ROWS) gu[row] = v;
+        if (lane < 2) act[row] = v / (1.0f + __expf(-v)) * u;
+    }
+};
+
+/* rope + kv_store of one token as kernels/kv.cu atlas_rope_kv_store: lanes 0, 1 hold x[i] and
+ * (from lane + 2) x[i + hd/2] of one head: q and k heads rotated into qkv, k heads' also
+ * into the cache at slots[0], v heads' copied there unrotated. */
+struct gb_rope_kv {
+    float *qkv;
+    bf16_t *kc, *vc;
+    const int *slots;
+    const float2 *cs;
+    int H, K, hd;
+    __device__ void operator()(float v, int row, int lane) const {
+        float b = __shfl_down_sync(0xffffffffu, v, 2);
+        if (lane >= 2) return;
+        int half = hd / 2, head = row / hd, i = row - head * hd;
+        size_t dst = (size_t)slots[0] * K * hd;
+        if (head >= H + K) {
+            qkv[row] = v;
+            qkv[row + half] = b;
+            bf16_t *p = vc + dst + (size_t)(head - H - K) * hd + i;
+            p[0] = f2bf(v);
+            p[half] = f2bf(b);
+            return;
+        }
+        float2 r = cs[i];
+        float ra = v * r.x - b * r.y, rb = b * r.x + v * r.y;
+        qkv[row] = ra;
+        qkv[row + half] = rb;
+        if (head >= H) {
+            bf16_t *p = kc + dst + (size_t)(head - H) * hd + i;
+            p[0] = f2bf(ra);
+            p[half] = f2bf(rb);
+        }
+    }
+};
+
+template <bool NORM, class Rows, class Epi>
+__device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, const bf16_t *bias,
+                                            int m, int k, gemv_fx fx, Rows rows, Epi epi) {
     const bf16_t *wr[GB_ROWS];
 #pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * k;
+    for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(rows(r), m - 1) * k;
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f;
     int base = threadIdx.x * 8;
     uint4 wv[GB_U][GB_ROWS];
@@ -244,13 +319,13 @@ __device__ __forceinline__ void gemv1b_body(float *out, const float *x, const bf
     }
     if (NORM) __syncthreads();
     float scale = NORM ? scale_s : 1.0f;
-    if (threadIdx.x < GB_ROWS && row0 + threadIdx.x < m) {
+    if (warp == 0) { /* the whole warp, so that an epilogue can exchange rows by shuffles */
+        int r = lane & (GB_ROWS - 1), row = rows(r);
         float v = 0.f;
 #pragma unroll
-        for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][threadIdx.x];
-        v = v * scale + (bias ? bf2f(bias[row0 + threadIdx.x]) : 0.0f);
-        out[row0 + threadIdx.x] = v;
-        if (fx.resid) fx.resid[row0 + threadIdx.x] += v;
+        for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][r];
+        v = v * scale + (bias ? bf2f(bias[min(row, m - 1)]) : 0.0f);
+        epi(v, row, lane);
     }
     if (NORM && fx.h && blockIdx.x == 0)
         gemv_write_norm(fx.h, x, fx.nw, scale, k, threadIdx.x, GB_THREADS);
@@ -260,14 +335,36 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out
                                                                       const bf16_t *w,
                                                                       const bf16_t *bias, int n,
                                                                       int m, int k) {
-    gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0});
+    gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{}, gb_store{out, 0, m});
 }
 
 /* The block kernel's fused variants (see ATLAS_GEMV_FX above). */
 ATLAS_GEMV_FX(atlas_gemv1b_norm, GB_THREADS,
-              (gemv1b_body<true>(out, x, w, bias, m, k, gemv_fx{nw, eps, h, resid})))
+              (gemv1b_body<true>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, gb_rows{},
+                                 gb_store{out, resid, m})))
 ATLAS_GEMV_FX(atlas_gemv1b_resid, GB_THREADS,
-              (gemv1b_body<false>(out, x, w, bias, m, k, gemv_fx{0, 0.0f, 0, resid})))
+              (gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{},
+                                  gb_store{out, resid, m})))
+
+/* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
+ * row, each as atlas_gemv1b_NAME and, with the input normalised on the fly as in
+ * atlas_gemv1b_norm, atlas_gemv1b_norm_NAME (the norm fusion's second GEMV). Arguments:
+ * atlas_gemv1b_norm's up to h, then the epilogue's. grid m / 4.
+ *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
+ *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
+#define ATLAS_GEMV1B_EPI1(NAME, NORM, ROWS, EPI, ...)                                             \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
+        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
+        const bf16_t *nw, float eps, float *h, __VA_ARGS__) {                                      \
+        gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI);                    \
+    }
+#define ATLAS_GEMV1B_EPI(NAME, ROWS, EPI, ...)                                                    \
+    ATLAS_GEMV1B_EPI1(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                         \
+    ATLAS_GEMV1B_EPI1(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
+ATLAS_GEMV1B_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
+ATLAS_GEMV1B_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
+                 (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
+                 const int *slots, const float2 *cs, int H, int K, int hd)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -477,15 +477,18 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     return ATLAS_OK;
 }
 
-/* ATLAS_CUDA_FUSE: "none", "all" or a comma list of rope, norm, merge (unknown words are
- * ignored). None is the default: on the H200 8B shape the three together took decode from
- * 218.5 to 197.9 tok/s although each fused kernel alone is as fast as the kernels it replaces
- * (bench/RESULTS.md, 2026-12-03); kept, tested both ways, to be measured one at a time. */
+/* ATLAS_CUDA_FUSE: "none", "all" or a comma list of rope, norm, merge, swiglu, qkv (unknown
+ * words are ignored). None is the default: on the H200 8B shape rope, norm and merge together
+ * took decode from 218.5 to 197.9 tok/s although each fused kernel alone is as fast as the
+ * kernels it replaces (bench/RESULTS.md, 2026-12-03); kept, tested both ways, to be measured
+ * one at a time (swiglu and qkv not measured yet). */
 static void cuda_parse_fusions(cuda_backend *cb, const char *list) {
     bool all = !strcmp(list, "all");
     cb->fuse_rope = all || strstr(list, "rope") != NULL;
     cb->fuse_norm = all || strstr(list, "norm") != NULL;
     cb->fuse_merge = all || strstr(list, "merge") != NULL;
+    cb->fuse_swiglu = all || strstr(list, "swiglu") != NULL;
+    cb->fuse_qkv = all || strstr(list, "qkv") != NULL;
 }
 
 static atlas_status cuda_setup(cuda_backend *cb) {

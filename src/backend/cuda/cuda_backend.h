@@ -67,6 +67,7 @@ typedef struct cuda_fns {
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
+    CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
 } cuda_fns;
 
@@ -115,16 +116,19 @@ typedef struct cuda_backend {
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
                                kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
-    /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, or all / none;
-     * default none, the fastest measured on the H200: bench/RESULTS.md) */
+    /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
+     * all / none; default none, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */
     int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
     int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
+    int fuse_swiglu;        /* swiglu in the gate_up GEMV's epilogue */
+    int fuse_qkv;           /* rope + kv_store in the qkv GEMV's epilogue */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
     unsigned skip_ops;      /* ATLAS_CUDA_SKIP (timing only): 1 << op of ops not run */
     int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
                                from fp32 by its own pass (ops_cuda.c "bf16 copies") */
     uint64_t graph_captures, graph_replays;
+    uint64_t fused_away;    /* commands that ran inside another's kernel (exec_fused; tests) */
 
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     CUdeviceptr lt_a;       /* bf16 copy of x for cuBLASLt */

@@ -67,6 +67,10 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
         {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
         {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
+        {&cb->fn.gemv1b_swiglu[0], "atlas_gemv1b_swiglu"},
+        {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
+        {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
+        {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
@@ -77,6 +81,12 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
         }
     return ATLAS_OK;
+}
+
+/* One layer's K and V pools in the cache (cuda_backend.h). */
+static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr *vc) {
+    *kc = kv->base + (size_t)layer * 2 * kv->layer_elems * 2;
+    *vc = *kc + kv->layer_elems * 2;
 }
 
 enum { ATTN_TARGET_BLOCKS = 528, ATTN_MIN_CHUNK = 64 }; /* 4 blocks per SM on an H200 */
@@ -108,9 +118,8 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     int bs = kv->block_size, max_blocks = cb->max_blocks;
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
     float qscale = 1.4426950408889634f / __builtin_sqrtf((float)hd);
-    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
-    CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
-    CUdeviceptr vc = kc + kv->layer_elems * 2;
+    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
+    kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr tiles = cuda_stage_ptr(cb, CUDA_STAGE_TILES), seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ);
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
@@ -139,9 +148,8 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
     int chunk = cb->chunk, tile = attn_tile(G, hd);
     float scale = 1.0f / __builtin_sqrtf((float)hd);
-    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]);
-    CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
-    CUdeviceptr vc = kc + kv->layer_elems * 2;
+    CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
+    kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
@@ -329,10 +337,8 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
                       0, a);
     }
     case CUDA_OP_KV_STORE: {
-        const atlas_kv *kv = c->p[1];
-        CUdeviceptr kc = kv->base + (size_t)c->layer * 2 * kv->layer_elems * 2;
-        CUdeviceptr vc = kc + kv->layer_elems * 2;
-        CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        kv_pools(c->p[1], c->layer, &kc, &vc);
         void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd};
         return launch(cb, cb->fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
     }
@@ -359,15 +365,25 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
 }
 
-/* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm"): the block
- * kernel as op_matmul takes it, the warp kernel with ATLAS_CUDA_GEMV=1. norm: the add_rmsnorm
- * command whose output is the input (its resid is read, its weight applied, its out
- * written); resid: the residual stream to add the output into. */
+/* What a one-row GEMV's epilogue takes over from the commands after it (kernels/gemv.cu
+ * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
+typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
+
+static bool block_gemv(const cuda_backend *cb) {
+    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
+}
+
+/* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
+ * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it, the warp kernel with
+ * ATLAS_CUDA_GEMV=1 (no tail then). norm: the add_rmsnorm command whose output is the input
+ * (its resid is read, its weight applied, its out written); resid: the residual stream to add
+ * the output into; tail: what the epilogue does of the commands next[] after mm. */
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
-                               CUdeviceptr resid) {
+                               CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
+    const atlas_backend_geom *g = &cb->base.geom;
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
     int m = (int)w->rows, k = (int)w->cols;
-    float eps = cb->base.geom.rms_eps;
+    float eps = g->rms_eps;
     CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0, nw = 0, h = 0;
     if (norm) {
@@ -375,9 +391,21 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         nw = ((const atlas_weight *)norm->p[3])->ptr;
         h = CUDA_PTR(norm->p[2]);
     }
+    if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
+        CUdeviceptr act = CUDA_PTR(next[0].p[0]);
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act};
+        return launch(cb, cb->fn.gemv1b_swiglu[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
+    }
+    if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
+        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+        CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
+                     &H, &K, &hd};
+        return launch(cb, cb->fn.gemv1b_qkv[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
+    }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
-    bool block = cb->gemv_variant == 2 || cb->gemv_variant == 0;
-    if (block)
+    if (block_gemv(cb))
         return launch(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, (unsigned)((m + 3) / 4),
                       1, 1, 256, 0, a);
     return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
@@ -389,6 +417,36 @@ static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
     return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
 }
 
+/* The tail that the commands next[0, n_next) after mm (a fusable matmul, fed by norm when not
+ * NULL) give its epilogue, and how many of them it takes (0: none). swiglu: swiglu(act, out)
+ * with out [2f]; qkv: rope(out), kv_store(out) (the Llama order: Qwen3's qk_norm between
+ * them keeps them apart). What the epilogue writes must not be what other blocks read. */
+static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
+                   const cuda_cmd *next, int n_next, gemv_tail *tail) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    const atlas_weight *w = mm->p[2];
+    const void *out = mm->p[0];
+    *tail = TAIL_NONE;
+    if (!block_gemv(cb) || !fusable_gemv(cb, mm) || n_next < 1) return 0;
+    if (cb->fuse_swiglu && next[0].op == CUDA_OP_SWIGLU && next[0].n == 1 &&
+        next[0].p[1] == out && next[0].d % 2 == 0 && w->rows == 2 * (int64_t)next[0].d) {
+        const void *act = next[0].p[0];
+        if (act == out || act == mm->p[1] || (norm && (act == norm->p[0] || act == norm->p[2])))
+            return 0;
+        *tail = TAIL_SWIGLU;
+        return 1;
+    }
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    if (cb->fuse_qkv && n_next >= 2 && next[0].op == CUDA_OP_ROPE && next[0].n == 1 &&
+        next[0].p[0] == out && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 &&
+        next[1].p[0] == out && out != mm->p[1] && hd % 4 == 0 &&
+        w->rows == (int64_t)(H + 2 * K) * hd) {
+        *tail = TAIL_QKV;
+        return 2;
+    }
+    return 0;
+}
+
 /* norm (a one-row add_rmsnorm) feeds mm, a fusable matmul of its output h, which writes
  * neither the residual stream nor h (the fused GEMV reads the one and writes the other). */
 static bool norm_feeds(const cuda_backend *cb, const cuda_cmd *norm, const cuda_cmd *mm) {
@@ -397,40 +455,58 @@ static bool norm_feeds(const cuda_backend *cb, const cuda_cmd *norm, const cuda_
            mm->p[0] != norm->p[2] && ((const atlas_weight *)mm->p[2])->cols == norm->d;
 }
 
+/* cmds commands ran as kernels kernels: counted, for tests; returns cmds. */
+static int fused(cuda_backend *cb, int cmds, int kernels) {
+    cb->fused_away += (uint64_t)(cmds - kernels);
+    return cmds;
+}
+
 /* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included),
  * each on when ATLAS_CUDA_FUSE names it: rope then kv_store of the same qkv -> one kernel
- * (rope); RMSNorm folded into the GEMVs before and after it (norm). (A GEMV that computed swiglu on the fly
- * for the down projection was tried and dropped: every warp recomputed and re-read all of
- * gate_up, 69 us a layer against 38 + 3 for the two kernels; bench/RESULTS.md.)
- * Returns how many commands ran (1 to 3). */
+ * (rope); RMSNorm folded into the GEMVs before and after it (norm); the qkv GEMV followed by
+ * rope and kv_store -> one GEMV whose epilogue does them (qkv); the gate_up GEMV followed by
+ * swiglu -> one GEMV whose epilogue does it (swiglu). The last two also take the norm
+ * fusion's GEMV, so with all of them a Llama layer is 5 kernels: attention (merged), o
+ * (+ residual), gate_up (norm, swiglu), down (+ residual), the next qkv (norm, rope,
+ * kv_store). (A GEMV that computed swiglu on the fly for the down projection was tried and
+ * dropped: every warp recomputed and re-read all of gate_up, 69 us a layer against 38 + 3
+ * for the two kernels; bench/RESULTS.md.)
+ * Returns how many commands ran (1 to 5). */
 static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
     const atlas_backend_geom *g = &cb->base.geom;
+    gemv_tail tail;
+    int used;
     if (cb->fuse_rope && n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
         c[1].p[0] == c[0].p[0] && c[1].n == c[0].n) {
-        const atlas_kv *kv = c[1].p[1];
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-        CUdeviceptr qkv = CUDA_PTR(c[0].p[0]);
-        CUdeviceptr kc = kv->base + (size_t)c[1].layer * 2 * kv->layer_elems * 2;
-        CUdeviceptr vc = kc + kv->layer_elems * 2;
+        CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc;
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        kv_pools(c[1].p[1], c[1].layer, &kc, &vc);
         void *a[] = {&qkv, &kc, &vc, &slots, &cb->d_rope, &H, &K, &hd};
         *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
-        return 2;
+        return fused(cb, 2, 1);
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
      * into x, the second normalises x on the fly (and writes h) */
     if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
         c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
         ((const atlas_weight *)c[0].p[2])->rows == c[1].d) {
-        *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]));
-        if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0);
-        return 3;
+        used = tail_of(cb, &c[2], &c[1], c + 3, n - 3, &tail);
+        *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]), TAIL_NONE, NULL);
+        if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0, tail, c + 3);
+        return fused(cb, 3 + used, 2);
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
     if (cb->fuse_norm && n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
-        *st = gemv_fused(cb, &c[1], &c[0], 0);
-        return 2;
+        used = tail_of(cb, &c[1], &c[0], c + 2, n - 2, &tail);
+        *st = gemv_fused(cb, &c[1], &c[0], 0, tail, c + 2);
+        return fused(cb, 2 + used, 1);
+    }
+    /* a GEMV and its epilogue's ops alone */
+    if ((used = tail_of(cb, &c[0], NULL, c + 1, n - 1, &tail)) > 0) {
+        *st = gemv_fused(cb, &c[0], NULL, 0, tail, c + 1);
+        return fused(cb, 1 + used, 1);
     }
     *st = cuda_exec(cb, c);
     return 1;
