@@ -3,10 +3,12 @@
  *   transformers' reference (max abs diff / max abs) and of the CPU backend; the greedy
  *   continuation (argmax on the GPU, decode steps replayed as CUDA graphs) equal to the
  *   reference up to the first step whose margin is < 1e-2 (GPU_MARGIN); all prompts as one batch and their
- *   continuations decoded together; the same greedy run with graphs off gives the same ids.
+ *   continuations decoded together; the same greedy run with graphs off gives the same ids;
+ *   every prompt again with all decode fusions on (ATLAS_CUDA_FUSE=all).
  * - a larger random model when ATLAS_TEST_BIG_MODEL names one (tools/make_checkpoint.py,
  *   made on the GPU machine): CPU and GPU logits within 2e-2 after a prefill and at every
- *   decode step, greedy ids equal where the CPU's margin is clear.
+ *   decode step, greedy ids equal where the CPU's margin is clear; the same for a GPU model
+ *   with every decode fusion on.
  * Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -208,54 +210,80 @@ static void test_fixture(const char *name) {
         run_single(g, NULL, name, 0, &pr[0], V, gen);
         CHECK_MSG(!memcmp(gen, gen0, sizeof gen), "%s: greedy ids differ with graphs off", name);
     }
+    /* every decode fusion (off by default): the fused kernels end to end, checked against the
+     * reference and the CPU as above (tiny-llama3 has head_dim 8: its qkv GEMV ropes and
+     * stores k/v in its epilogue; Qwen3's qk_norm keeps that one apart) */
+    atlas_model_release(g);
+    setenv("ATLAS_CUDA_FUSE", "all", 1);
+    g = load(dir, ATLAS_DEVICE_CUDA, kv);
+    unsetenv("ATLAS_CUDA_FUSE");
+    if (g) {
+        char fused_name[96];
+        snprintf(fused_name, sizeof fused_name, "%s (ATLAS_CUDA_FUSE=all)", name);
+        for (int p = 0; p < n; p++) {
+            int32_t gen[N_GREEDY];
+            run_single(g, c, fused_name, p, &pr[p], V, gen);
+        }
+    }
 out:
     CHECK_OK(atlas_model_release(g));
     CHECK_OK(atlas_model_release(c));
     atlas_st_free(st);
 }
 
-/* CPU vs GPU on a larger random checkpoint. */
+/* CPU vs GPU on a larger random checkpoint; a second GPU model with every decode fusion on
+ * (ATLAS_CUDA_FUSE=all: head_dim 128 and real GEMV lengths) follows the same tokens. */
 static void test_big(const char *dir) {
     enum { N_PROMPT = 100, N_STEPS = 12 };
     int kv = MAX_BLOCKS * BLOCK;
     atlas_model *g = load(dir, ATLAS_DEVICE_CUDA, kv), *c = load(dir, ATLAS_DEVICE_CPU, kv);
-    if (g && c) {
+    setenv("ATLAS_CUDA_FUSE", "all", 1);
+    atlas_model *f = load(dir, ATLAS_DEVICE_CUDA, kv);
+    unsetenv("ATLAS_CUDA_FUSE");
+    if (g && c && f) {
         n_kv_blocks = atlas_model_kv_blocks(g);
         int V = atlas_model_vocab_size(g);
         int32_t ids[N_PROMPT];
         for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 2654435761u) % (unsigned)V);
-        seq sg, sc;
-        next_block = 0;
-        seq_init(&sg);
-        next_block = 0;
-        seq_init(&sc);
-        seq *pg = &sg, *pc = &sc;
-        float *lg = malloc(4 * (size_t)V), *lc = malloc(4 * (size_t)V);
+        seq sg, sc, sf;
+        seq *ps[3] = {&sg, &sc, &sf};
+        atlas_model *ms[3] = {g, c, f};
+        float *lg = malloc(4 * (size_t)V), *lc = malloc(4 * (size_t)V), *lf = malloc(4 * (size_t)V);
+        float *out[3] = {lg, lc, lf};
         const int32_t *chunk = ids;
         int count = N_PROMPT;
-        CHECK_OK(feed(g, &pg, 1, &chunk, &count, lg, NULL));
-        CHECK_OK(feed(c, &pc, 1, &chunk, &count, lc, NULL));
+        for (int i = 0; i < 3; i++) {
+            next_block = 0;
+            seq_init(ps[i]);
+            CHECK_OK(feed(ms[i], &ps[i], 1, &chunk, &count, out[i], NULL));
+        }
         for (int step = 0; step <= N_STEPS; step++) {
-            double e = harness_rel_err(lg, lc, V);
-            int ag = harness_argmax(lg, V), ac = harness_argmax(lc, V);
+            double e = harness_rel_err(lg, lc, V), ef = harness_rel_err(lf, lc, V);
+            int ag = harness_argmax(lg, V), ac = harness_argmax(lc, V), af = harness_argmax(lf, V);
             float best = lc[ac], second = -INFINITY;
             for (int i = 0; i < V; i++)
                 if (i != ac && lc[i] > second) second = lc[i];
-            printf("big step %d: gpu vs cpu %.2e, argmax %d / %d (cpu margin %.3g)\n", step, e,
-                   ag, ac, best - second);
+            printf("big step %d: gpu vs cpu %.2e, fused gpu vs cpu %.2e, argmax %d / %d / %d "
+                   "(cpu margin %.3g)\n", step, e, ef, ag, af, ac, best - second);
             CHECK_MSG(e <= 2e-2, "big model step %d: gpu vs cpu logits %.3g > 2e-2", step, e);
-            if (best - second > 2e-2 * fabsf(best)) CHECK_MSG(ag == ac, "big step %d argmax", step);
-            int32_t next = ac; /* both continue with the CPU's choice */
+            CHECK_MSG(ef <= 2e-2, "big model step %d: fused gpu vs cpu logits %.3g > 2e-2", step,
+                      ef);
+            if (best - second > 2e-2 * fabsf(best)) {
+                CHECK_MSG(ag == ac, "big step %d argmax", step);
+                CHECK_MSG(af == ac, "big step %d argmax (fused)", step);
+            }
+            int32_t next = ac; /* all continue with the CPU's choice */
             const int32_t *tok = &next;
             int one = 1;
-            CHECK_OK(feed(g, &pg, 1, &tok, &one, lg, NULL));
-            CHECK_OK(feed(c, &pc, 1, &tok, &one, lc, NULL));
+            for (int i = 0; i < 3; i++) CHECK_OK(feed(ms[i], &ps[i], 1, &tok, &one, out[i], NULL));
         }
         free(lg);
         free(lc);
+        free(lf);
     }
     CHECK_OK(atlas_model_release(g));
     CHECK_OK(atlas_model_release(c));
+    CHECK_OK(atlas_model_release(f));
 }
 
 int main(void) {

@@ -412,6 +412,156 @@ static void test_fused_decode(weight *norm, int start) {
     free(tgu.data);
 }
 
+/* Decode's GEMV epilogue fusions as the model runs them, in one graph (ATLAS_CUDA_FUSE qkv
+ * and swiglu; with all, the norm fusion's GEMVs take the epilogues too):
+ *   rmsnorm -> matmul qkv (+ bias) -> rope -> kv_store layer 0    norm's GEMV + qkv
+ *   matmul gate_up -> swiglu                                     swiglu alone
+ *   matmul o -> add_rmsnorm -> matmul gate_up -> swiglu           norm's GEMVs + swiglu
+ *   matmul qkv -> rope -> kv_store layer 1                        qkv alone
+ * Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
+ * also bit for bit the bf16 of the GPU's own roped k and v), gate_up, swiglu's output, o, x,
+ * h. want_away: how many commands the fusions must run inside other kernels (the capture).
+ * Shapes from the backends' geometry; the cache rows of positions start, start + 1. */
+static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t want_away) {
+    const atlas_backend_geom *g = &gpu->geom;
+    cuda_backend *cb = (cuda_backend *)gpu;
+    int d = g->hidden, nh = g->n_heads, hd = g->head_dim, f = g->intermediate;
+    int kw = g->n_kv_heads * hd, nq = nh * hd + 2 * kw;
+    tensor tn, twq, tb, two, tgu;
+    tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, d, 0, 1.0f);
+    tensor_make(&twq, "wqkv", ATLAS_DTYPE_BF16, nq, d, 0);
+    tensor_make(&tb, "bqkv", ATLAS_DTYPE_BF16, nq, 0, 0);
+    tensor_make(&two, "wo", ATLAS_DTYPE_BF16, d, nh * hd, 0);
+    tensor_make(&tgu, "wgu", ATLAS_DTYPE_BF16, 2 * f, d, 0);
+    tensor *pn[] = {&tn}, *pq[] = {&twq}, *pb[] = {&tb}, *po[] = {&two}, *pg[] = {&tgu};
+    weight wn = weight_load(pn, 1), wq = weight_load(pq, 1), wb = weight_load(pb, 1);
+    weight wo = weight_load(po, 1), wgu = weight_load(pg, 1);
+    buf x = buf_make(d), h1 = buf_make(d), h = buf_make(d), att = buf_make(nh * hd);
+    buf o = buf_make(d), q1 = buf_make(nq), q2 = buf_make(nq), gu1 = buf_make(2 * f);
+    buf a1 = buf_make(f), gu2 = buf_make(2 * f), a2 = buf_make(f);
+    float *got = malloc((size_t)nq * 4), *cache = malloc((size_t)kw * 4);
+    uint16_t *bits = malloc((size_t)kw * 2);
+    for (int rep = 0; rep < 2; rep++) { /* the second is a replay */
+        int pos = start + rep, slot = tables[0][pos / BS] * BS + pos % BS;
+        begin(1, 0, pos, 0, 1);
+        buf_random(&x, 2.0f);
+        buf_random(&att, 1.0f);
+        buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2};
+        for (int i = 0; i < 9; i++) buf_poison(outs[i]);
+        for (int l = 0; l < 2; l++) /* k and v rows of the slot: bf16 NaN */
+            for (int kv = 0; kv < 2; kv++)
+                CHECK_OK(ATLAS_CU(cuMemsetD32, kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
+                                                           (size_t)slot * kw) * 2,
+                                  0x7fc07fc0u, (size_t)kw / 2));
+        CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+        uint64_t away = cb->fused_away;
+        atlas_backend *bes[] = {cpu, gpu};
+        for (int i = 0; i < 2; i++) {
+            atlas_backend *be = bes[i];
+#define B(b) (i ? (b).gpu : (void *)(b).cpu)
+#define W(w) (i ? (w).gpu : (w).cpu)
+            atlas_kv *kv = i ? kg : kc;
+            CHECK_OK(be->ops->rmsnorm(be, B(h1), B(x), W(wn), 1, d));
+            CHECK_OK(be->ops->matmul(be, B(q1), B(h1), W(wq), W(wb), 1));
+            CHECK_OK(be->ops->rope(be, B(q1), 1));
+            CHECK_OK(be->ops->kv_store(be, B(q1), kv, 0));
+            CHECK_OK(be->ops->matmul(be, B(gu1), B(h1), W(wgu), NULL, 1));
+            CHECK_OK(be->ops->swiglu(be, B(a1), B(gu1), 1, f));
+            CHECK_OK(be->ops->matmul(be, B(o), B(att), W(wo), NULL, 1));
+            CHECK_OK(be->ops->add_rmsnorm(be, B(x), B(o), B(h), W(wn), 1, d));
+            CHECK_OK(be->ops->matmul(be, B(gu2), B(h), W(wgu), NULL, 1));
+            CHECK_OK(be->ops->swiglu(be, B(a2), B(gu2), 1, f));
+            CHECK_OK(be->ops->matmul(be, B(q2), B(h), W(wq), NULL, 1));
+            CHECK_OK(be->ops->rope(be, B(q2), 1));
+            CHECK_OK(be->ops->kv_store(be, B(q2), kv, 1));
+#undef B
+#undef W
+        }
+        struct { const char *name; buf *b; size_t n; } res[] = {
+            {"norm+qkv+bias: roped qkv", &q1, (size_t)nq}, {"swiglu: gate_up", &gu1, 2 * (size_t)f},
+            {"swiglu: act", &a1, (size_t)f}, {"o", &o, (size_t)d}, {"residual x", &x, (size_t)d},
+            {"norm output h", &h, (size_t)d}, {"norm+swiglu: gate_up", &gu2, 2 * (size_t)f},
+            {"norm+swiglu: act", &a2, (size_t)f}, {"qkv: roped qkv", &q2, (size_t)nq}};
+        for (size_t i = 0; i < sizeof res / sizeof *res; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "tails hd %d step %d: %s", hd, rep, res[i].name);
+            buf_check(what, res[i].b, res[i].n, 1e-5, gpu);
+        }
+        CHECK_OK(gpu->ops->sync(gpu));
+        for (int l = 0; l < 2; l++) {
+            buf *qb = l ? &q2 : &q1;
+            CHECK_OK(gpu->ops->download(gpu, got, qb->gpu, (size_t)nq));
+            for (int kv = 0; kv < 2; kv++) { /* the CPU's cache row is its roped k / v */
+                const float *want = qb->cpu + nh * hd + kv * kw, *mine = got + nh * hd + kv * kw;
+                CHECK_OK(ATLAS_CU(cuMemcpyDtoH, bits,
+                                  kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
+                                              (size_t)slot * kw) * 2,
+                                  (size_t)kw * 2));
+                int exact = 1;
+                for (int j = 0; j < kw; j++) {
+                    cache[j] = atlas_bf16_to_f32(bits[j]);
+                    exact &= bits[j] == atlas_f32_to_bf16(mine[j]);
+                }
+                double e = norm_err(cache, want, (size_t)kw);
+                CHECK_MSG(e <= 4e-3, "tails hd %d step %d: layer %d %s cache row: normalised "
+                          "error %.3g > 4e-3", hd, rep, l, kv ? "v" : "k", e);
+                CHECK_MSG(exact, "tails hd %d step %d: layer %d %s cache row is not the bf16 of "
+                          "the GPU's qkv", hd, rep, l, kv ? "v" : "k");
+                printf("  tails hd %d step %d: layer %d %s cache row   %.2e\n", hd, rep, l,
+                       kv ? "v" : "k", e);
+            }
+        }
+        if (rep == 0 && cb->use_graphs)
+            CHECK_MSG(cb->fused_away - away == want_away, "tails hd %d: %llu commands fused "
+                      "away, want %llu", hd, (unsigned long long)(cb->fused_away - away),
+                      (unsigned long long)want_away);
+    }
+    free(got);
+    free(cache);
+    free(bits);
+    buf *all[] = {&x, &h1, &h, &att, &o, &q1, &q2, &gu1, &a1, &gu2, &a2};
+    for (int i = 0; i < 11; i++) buf_free(all[i]);
+    weight *ws[] = {&wn, &wq, &wb, &wo, &wgu};
+    tensor *ts[] = {&tn, &twq, &tb, &two, &tgu};
+    for (int i = 0; i < 5; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+        free(ts[i]->data);
+    }
+}
+
+/* test_fused_tails on a geometry of head_dim 128 with backends of its own, with fusions
+ * (all, or qkv and swiglu without norm: the plain GEMVs take the epilogues), want_away as
+ * there. */
+static void test_tails_hd128(const char *fuse, uint64_t want_away) {
+    double inv_freq[64];
+    for (int i = 0; i < 64; i++) inv_freq[i] = pow(500000.0, -2.0 * i / 128);
+    atlas_backend_geom g = {.hidden = D, .n_heads = 4, .n_kv_heads = 2, .head_dim = 128,
+                            .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
+                            .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
+                            .max_position = 4096, .sliding_window = 0};
+    atlas_backend *keep_cpu = cpu, *keep_gpu = gpu;
+    setenv("ATLAS_CUDA_FUSE", fuse, 1);
+    setenv("ATLAS_CUDA_PDL", "1", 1);
+    CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
+    unsetenv("ATLAS_CUDA_FUSE");
+    unsetenv("ATLAS_CUDA_PDL");
+    CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
+    if (gpu && cpu) {
+        printf("tails, head_dim 128, ATLAS_CUDA_FUSE=%s\n", fuse);
+        atlas_kv *kc = NULL, *kg = NULL;
+        CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
+        CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
+        if (kc && kg) test_fused_tails(kc, kg, 37, want_away);
+        if (kc) cpu->ops->kv_free(cpu, kc);
+        if (kg) gpu->ops->kv_free(gpu, kg);
+    }
+    if (gpu) gpu->ops->destroy(gpu);
+    if (cpu) cpu->ops->destroy(cpu);
+    cpu = keep_cpu;
+    gpu = keep_gpu;
+}
+
 int main(void) {
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
@@ -516,6 +666,8 @@ int main(void) {
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
+        /* pass 1 (all): 8 commands inside other kernels; pass 2: none */
+        test_fused_tails(kc, kg, 69, pass == 0 ? 8 : 0);
         test_prefill_bf16(&norm);
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
          * (pass 2; pass 1 runs the tiled prefill kernel) */
@@ -533,6 +685,10 @@ int main(void) {
             norm = saved[0], qn = saved[1], kn = saved[2], wqkv = saved[3];
         }
     }
+    /* the epilogue fusions at head_dim 128: with norm's GEMVs (8 commands fused away), and
+     * alone (6: rope, kv_store twice, swiglu twice) */
+    test_tails_hd128("all", 8);
+    test_tails_hd128("qkv,swiglu", 6);
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);
