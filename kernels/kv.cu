@@ -16,7 +16,8 @@ extern "C" __global__ void atlas_kv_store(const float *qkv, bf16_t *kc, bf16_t *
     }
 }
 
-/* Decode's rope + kv_store in one launch. grid (n, H + 2K): blocks of the q and k heads
+/* Decode's rope + kv_store in one launch (the qkv fusion does the same in the qkv GEMV's
+ * epilogue: kernels/gemv.cu gb_rope_kv). grid (n, H + 2K): blocks of the q and k heads
  * rotate them in place (as kernels/rope.cu), those of k heads also store the rotated k, those
  * of v heads store v. */
 extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *vc, const int *slots,

@@ -1,4 +1,6 @@
-/* kernels/swiglu.cu — SwiGLU: out[n, f] = silu(gu[n, :f]) * gu[n, f:]. */
+/* kernels/swiglu.cu — SwiGLU: out[n, f] = silu(gu[n, :f]) * gu[n, f:]. Decode's swiglu fusion
+ * computes the same in the gate_up GEMV's epilogue (kernels/gemv.cu gb_swiglu): keep the two
+ * alike. */
 #include "common.cuh"
 
 extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long long total) {
