@@ -35,11 +35,14 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
     /* the weight of every (head, split) first, all loads at once, into shared memory; then
      * each output sums its splits' partials with independent loads (the loop-carried version
      * chained 2 x n_split L2 round trips an output, ~20 us at 16 splits) */
-    enum { MERGE_MAX = 1024 };
-    __shared__ float wgt[MERGE_MAX], norm[8];
+    enum { MERGE_MAX = 512 }; /* wgt + sums: the 4 KiB attn_tile (ops_cuda.c) leaves for them */
+    __shared__ float wgt[MERGE_MAX], sums[MERGE_MAX], norm[8];
     if (G * n_split <= MERGE_MAX && G <= 8) {
-        for (int j = threadIdx.x; j < G * n_split; j += blockDim.x)
-            wgt[j] = __ldcg(part_ml + (base + j) * 2); /* m of (head j / n_split, split j % n_split) */
+        for (int j = threadIdx.x; j < G * n_split; j += blockDim.x) {
+            float2 ml = __ldcg((const float2 *)part_ml + base + j); /* (m, l) of (head j / n_split, split j % n_split) */
+            wgt[j] = ml.x;
+            sums[j] = ml.y;
+        }
         __syncthreads();
         for (int h = threadIdx.x; h < G; h += blockDim.x) {
             float M = -INFINITY;
@@ -48,7 +51,7 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
             for (int x = 0; x < n_split; x++) {
                 float m = wgt[h * n_split + x];
                 float e = m == -INFINITY ? 0.0f : __expf(m - M);
-                L += __ldcg(part_ml + (base + (size_t)h * n_split + x) * 2 + 1) * e;
+                L += sums[h * n_split + x] * e;
                 wgt[h * n_split + x] = e;
             }
             norm[h] = L > 0.0f ? 1.0f / L : 0.0f;
