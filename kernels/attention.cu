@@ -12,6 +12,8 @@
  * (window 0: [0, p]), each at slot block_table[s * max_blocks + q / bs] * bs + q % bs. */
 #include "common.cuh"
 
+#include <cooperative_groups.h>
+
 enum { ATTN_THREADS = 128 };
 
 /* The last split of (t, kv head g) to finish merges all of them into out (the counters
@@ -227,7 +229,7 @@ __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     }
 }
 
-template <int HD, int GM>
+template <int HD, int GM, int WARPS = DEC_WARPS, bool CLUSTER = false>
 __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, const float *qkv,
                                                  const bf16_t *kc, const bf16_t *vc,
                                                  const int *tok_seq, const int *positions,
@@ -242,7 +244,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     int pos = positions[t];
     int start = window > 0 ? max(0, pos - window + 1) : 0;
     int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1);
-    int per = j1 > j0 ? (j1 - j0 + DEC_WARPS - 1) / DEC_WARPS : 0;
+    int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
     int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
 
     float q[GM][D], acc[GM][D], m[GM], l[GM];
@@ -313,8 +315,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     }
 
     /* merge the warps: (m, l, acc) of each through shared memory */
-    __shared__ float sm[DEC_WARPS][GM], sl[DEC_WARPS][GM];
-    __shared__ __align__(16) float so[DEC_WARPS][GM][HD];
+    __shared__ float sm[WARPS][GM], sl[WARPS][GM];
+    __shared__ __align__(16) float so[WARPS][GM][HD];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         if (lane == 0) {
@@ -326,21 +328,27 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     }
     __syncthreads();
     size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
-    for (int idx = threadIdx.x; idx < G * HD; idx += DEC_WARPS * 32) {
+    /* CLUSTER: the block's merged (m, l, o) stay in shared memory for the cluster's merge */
+    __shared__ float cm[CLUSTER ? GM : 1], cl[CLUSTER ? GM : 1];
+    __shared__ __align__(16) float co[CLUSTER ? GM : 1][CLUSTER ? HD : 1];
+    for (int idx = threadIdx.x; idx < G * HD; idx += WARPS * 32) {
         int h = idx / HD, i = idx - h * HD;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sm[w][h]);
+        for (int w = 0; w < WARPS; w++) M = fmaxf(M, sm[w][h]);
         float L = 0.0f, o = 0.0f;
         if (M > -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < DEC_WARPS; w++) {
+            for (int w = 0; w < WARPS; w++) {
                 float e = __expf(sm[w][h] - M); /* 0 for a warp without keys */
                 L += sl[w][h] * e;
                 o += so[w][h][i] * e;
             }
         }
-        if (n_split == 1) {
+        if constexpr (CLUSTER) {
+            co[h][i] = o;
+            if (i == 0) cm[h] = M, cl[h] = L;
+        } else if (n_split == 1) {
             out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         } else {
             part_o[(po + (size_t)h * n_split) * HD + i] = o;
@@ -350,8 +358,33 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             }
         }
     }
-    if (n_split > 1 && counters)
+    if constexpr (CLUSTER) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* the cluster's blocks are the splits of (t, g): each merges a share of the G * HD
+         * outputs from every block's shared memory, with no global round trip */
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        int ranks = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+        int share = (G * HD + ranks - 1) / ranks;
+        for (int idx = rank * share + threadIdx.x; idx < min((rank + 1) * share, G * HD);
+             idx += WARPS * 32) {
+            int h = idx / HD, i = idx - h * HD;
+            float M = -INFINITY, L = 0.0f, o = 0.0f;
+            for (int r = 0; r < ranks; r++) M = fmaxf(M, cluster.map_shared_rank(cm, r)[h]);
+            if (M > -INFINITY)
+                for (int r = 0; r < ranks; r++) {
+                    float e = __expf(cluster.map_shared_rank(cm, r)[h] - M); /* 0 without keys */
+                    L += cluster.map_shared_rank(cl, r)[h] * e;
+                    o += cluster.map_shared_rank(&co[0][0], r)[h * HD + i] * e;
+                }
+            out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+        }
+        cluster.sync(); /* no block leaves while another may still read its shared memory */
+#endif
+    } else if (n_split > 1 && counters) {
         merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split);
+    }
 }
 
 /* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128; the arguments of atlas_attn_split
@@ -367,3 +400,21 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
 ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_DEC(256, 8)
+
+/* atlas_attn_dcl<HD>_g<GM>: the same with 8 warps a block and the splits of each (token, kv
+ * head) launched as one thread-block cluster (sm_90+, grid (n, K, n_split) with cluster
+ * (1, 1, n_split), n_split <= 8): the blocks merge through distributed shared memory at the
+ * end, where the kernel above writes partials and merges them after a fence and an atomic
+ * (or in a combine kernel): in a decode step at short context those round trips are most of
+ * its time. HD 64 and 128 (the shared memory of 8 warps x 8 heads x 256 does not fit). */
+#define ATLAS_ATTN_DCL(HD, GM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 1) atlas_attn_dcl##HD##_g##GM(             \
+        float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
+        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
+        int H, int K, int window, int chunk, float scale, float *out, int *counters) {          \
+        attn_decode_body<HD, GM, 8, true>(part_o, part_ml, qkv, kc, vc, tok_seq, positions,      \
+                                          block_table, max_blocks, bs, H, K, window, chunk,      \
+                                          scale, out, counters);                                 \
+    }
+ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4) ATLAS_ATTN_DCL(64, 8)
+ATLAS_ATTN_DCL(128, 1) ATLAS_ATTN_DCL(128, 2) ATLAS_ATTN_DCL(128, 4) ATLAS_ATTN_DCL(128, 8)

@@ -641,7 +641,9 @@ int main(void) {
             setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
             setenv("ATLAS_CUDA_FUSE", "none", 1);
             setenv("ATLAS_CUDA_PDL", "0", 1);
+            setenv("ATLAS_CUDA_ATTN", "warp", 1); /* decode attention without clusters */
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
+            unsetenv("ATLAS_CUDA_ATTN");
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");
             unsetenv("ATLAS_CUDA_FUSE");
             unsetenv("ATLAS_CUDA_PDL");
@@ -654,7 +656,7 @@ int main(void) {
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
-            printf("pass 2: split-K attention for prefill, no fusion, no PDL\n");
+            printf("pass 2: split-K attention for prefill, no fusion, no PDL, no clusters\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));

@@ -519,8 +519,12 @@ static atlas_status cuda_setup(cuda_backend *cb) {
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
     cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
-    e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too */
+    e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
+                                      "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
+    if (cb->use_attn_dec && !(e && !strcmp(e, "warp")) &&
+        atlas_host_properties(cb->host)->cc_major >= 9)
+        cb->cluster_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "none");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");

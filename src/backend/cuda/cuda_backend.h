@@ -69,6 +69,7 @@ typedef struct cuda_fns {
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
     CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
+    CUfunction attn_dcl[2][4]; /* the same as clusters, head_dim 64/128 (sm_90+) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -116,6 +117,8 @@ typedef struct cuda_backend {
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
                                kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
+    void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
+                               unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
      * all / none; default none, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */

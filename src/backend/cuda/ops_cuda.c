@@ -45,6 +45,23 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
 }
 
+/* A grid of clusters of (1, 1, cz) blocks (sm_90+), with PDL when it is on. */
+enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4 };
+static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
+                                   unsigned cz, unsigned block, void **args) {
+    typedef CUresult (*launch_ex_fn)(const pdl_config *, CUfunction, void **, void **);
+    pdl_attr attr[2];
+    memset(attr, 0, sizeof attr);
+    attr[0].id = LAUNCH_ATTR_CLUSTER_DIMENSION;
+    unsigned dims[3] = {1, 1, cz};
+    memcpy(attr[0].value.bytes, dims, sizeof dims);
+    attr[1].id = PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr[1].value.i = 1;
+    pdl_config cfg = {gx, gy, cz, block, 1, 1, 0, cb->stream, attr, cb->launch_ex ? 2 : 1};
+    return atlas_cu_check(((launch_ex_fn)cb->cluster_ex)(&cfg, f, args, NULL),
+                          "cuLaunchKernelEx (cluster)", __FILE__, __LINE__);
+}
+
 atlas_status cuda_load_kernels(cuda_backend *cb) {
     static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
                                           "gemv", "gemm", "attention", "attn_prefill"};
@@ -79,6 +96,9 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             char name[48];
             snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
+            if (h == 2) continue;
+            snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d", 64 << h, 1 << q);
+            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h][q]));
         }
     return ATLAS_OK;
 }
@@ -90,8 +110,23 @@ static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr
 }
 
 enum { ATTN_TARGET_BLOCKS = 528, ATTN_MIN_CHUNK = 64 }; /* 4 blocks per SM on an H200 */
+/* the cluster kernel: up to 8 splits (a portable cluster), for caches of up to 4096 slots a
+ * sequence (64 keys a warp at most; longer contexts want the many splits of the others) */
+enum { ATTN_CLUSTER = 8, ATTN_CLUSTER_CAP = 4096 };
+
+static bool attn_cluster(const cuda_backend *cb, int cap) {
+    const atlas_backend_geom *g = &cb->base.geom;
+    return cb->cluster_ex && cap <= ATTN_CLUSTER_CAP && (g->head_dim == 64 || g->head_dim == 128) &&
+           g->n_heads / g->n_kv_heads <= 8;
+}
 
 void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk) {
+    if (attn_cluster(cb, cap)) {
+        int s = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+        *n_split = s < ATTN_CLUSTER ? s : ATTN_CLUSTER;
+        *chunk = (cap + *n_split - 1) / *n_split;
+        return;
+    }
     int K = cb->base.geom.n_kv_heads;
     int want = (ATTN_TARGET_BLOCKS + n * K - 1) / (n * K);
     int most = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
@@ -154,6 +189,13 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
+    if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split <= ATTN_CLUSTER) {
+        int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
+        void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+                     &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
+        return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n, (unsigned)K,
+                              (unsigned)cb->n_split, 256, a);
+    }
     if (dec) {
         void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                      &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
