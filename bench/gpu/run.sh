@@ -3,8 +3,9 @@
 # GPU tests, the random checkpoints (tools/make_checkpoint.py), `atlas bench` on the 8B shape
 # and transformers on the same checkpoint. Logs go to $OUT. Binaries come prebuilt in
 # $ATLAS_BUILD (default build-h6-gpu) with the shared libraries they need in .carry/libs.
-#   STEPS="ops forward bench bench2 profile batch hf serve" picks steps (default: ops forward
-#   bench hf serve); profile and batch time each kernel with Nsight Compute.  "serve" is issue 6's
+#   STEPS="ops forward bench bench2 load profile batch hf serve" picks steps (default: ops
+#   forward bench hf serve); profile and batch time each kernel with Nsight Compute; load times
+#   the 8B checkpoint's swap load by each path (ATLAS_LOAD, one config per `;` of $LOADS).  "serve" is issue 6's
 #   record: `atlas serve` with two 8B-shaped checkpoints (A = /tmp/llama8b, B = /tmp/llama8b-b,
 #   another seed), --max-resident 1, driven by bench/serve/loadgen (Node where there is one,
 #   else the Python twin) at concurrency 1/8/64/256, 128 in / 128 out, then swaps A->B->A; the
@@ -39,7 +40,7 @@ BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 SERVE_A=${SERVE_A:-/tmp/llama8b}
 SERVE_B=${SERVE_B:-/tmp/llama8b-b}
 SERVE_CONC=${SERVE_CONC:-1,8,64,256}
-if has bench || has bench2 || has hf || has profile || has batch || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
+if has bench || has bench2 || { has load && [ "${LOAD_MODEL:-/tmp/llama8b}" = /tmp/llama8b ]; } || has hf || has profile || has batch || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -79,6 +80,25 @@ if has bench2; then
     step "atlas bench with $v"
     env $v timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
       | grep -E "^decode|ratio +decode" | tee -a "$OUT/bench-8b-switches.log"
+  done
+fi
+if has load; then
+  # issue 4's load aim (>= 40 GB/s as a swap, page-cached): each path and a few piece sizes
+  # and thread counts; each line is one process: a first load, then 3 timed swaps
+  step "test-gpu-load (the paths give the same weights; a refused registration is staged)"
+  big=; [ -f /tmp/llama-test/config.json ] && big=/tmp/llama-test
+  ATLAS_TEST_BIG_MODEL=$big timeout 200 "$B/test-gpu-load" > "$OUT/test-gpu-load.log" 2>&1
+  echo "rc $?"
+  grep -E "CHECK failed|rror|ATLAS_LOAD|refused|checks" "$OUT/test-gpu-load.log" | head -20
+  LOAD_MODEL=${LOAD_MODEL:-/tmp/llama8b}
+  if [ "$LOAD_MODEL" = /tmp/llama8b ]; then step "waiting for the 8B checkpoint"; wait_8b 300; fi
+  cat "$LOAD_MODEL"/*.safetensors > /dev/null  # page-cached
+  LOADS=${LOADS:-"ATLAS_LOAD=stage;ATLAS_LOAD=direct;ATLAS_LOAD=direct ATLAS_LOAD_PIECE_MB=16;ATLAS_LOAD=direct ATLAS_LOAD_PIECE_MB=256;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=2;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=4;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=12;ATLAS_LOAD=mix ATLAS_LOAD_STAGE_PCT=20;ATLAS_LOAD=mix ATLAS_LOAD_STAGE_PCT=35"}
+  IFS=';' read -ra load_cfgs <<< "$LOADS"
+  for v in "${load_cfgs[@]}"; do
+    step "atlas bench --load-only 3 with $v"
+    env $v timeout 120 "$BENCH" bench -m "$LOAD_MODEL" --load-only 3 2>&1 \
+      | grep -E "^load|^atlas bench|rror" | sed "s|^|[$v] |" | tee -a "$OUT/load-8b.log"
   done
 fi
 if has profile; then

@@ -74,6 +74,10 @@ typedef struct atlas_backend_ops {
     atlas_status (*weight_load)(atlas_backend *be, const atlas_tensor_view *const *views, int n,
                                 atlas_weight **out);
     void (*weight_free)(atlas_backend *be, atlas_weight *w);
+    /* Optional (NULL: none): every weight of the model was loaded; returns when they are on
+     * the device (CUDA: weight_load may only queue a weight's copy; the queued copies run
+     * here, in file order). Weights loaded after it are finished by the next begin_batch. */
+    atlas_status (*weights_done)(atlas_backend *be);
 
     atlas_status (*kv_create)(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out);
     void (*kv_free)(atlas_backend *be, atlas_kv *kv);

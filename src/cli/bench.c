@@ -28,6 +28,7 @@ typedef struct bench_opts {
     double read_gib;
     int gemm;
     int tp; /* --tensor-parallel */
+    int load_only; /* --load-only N: N timed swaps, then exit (0: the whole bench) */
 } bench_opts;
 
 static double now_s(void) {
@@ -40,6 +41,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
+                    "                   [--load-only N]   (N timed swap loads, nothing else)\n"
                     "                   [--tensor-parallel N]   (N > 1 needs N GPUs and "
                     "libnccl.so.2; not wired yet)\n");
     return 2;
@@ -55,7 +57,7 @@ static int parse_list(const char *v, int *out, int max) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_CUDA, 8.0,
-                      8192, 1};
+                      8192, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage();
@@ -73,6 +75,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->reps = atoi(v);
         } else if (!strcmp(a, "--read-gib")) {
             o->read_gib = atof(v);
+        } else if (!strcmp(a, "--load-only")) {
+            o->load_only = atoi(v);
+            if (o->load_only < 1 || o->load_only > 100) return usage();
         } else if (!strcmp(a, "--gemm")) {
             o->gemm = atoi(v);
         } else if (!strcmp(a, "--tensor-parallel")) {
@@ -155,6 +160,24 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Which path loaded the weights (ATLAS_LOAD; backend/cuda/direct.h), and how much each. */
+static void print_load_path(atlas_model *m, double load_s) {
+    atlas_cuda_load_info li;
+    if (atlas_cuda_load_info_get(atlas_model_backend(m), &li) != ATLAS_OK) return;
+    double total = (double)(li.direct_bytes + li.staged_bytes);
+    if (total <= 0) total = 1;
+    printf("load path   ATLAS_LOAD=%s: %.2f GB (%.1f%%) by the copy engine out of the page cache, "
+           "%.2f GB (%.1f%%) through the staging pool; %.1f GB/s overall\n", li.mode,
+           li.direct_bytes / 1e9, 100.0 * li.direct_bytes / total, li.staged_bytes / 1e9,
+           100.0 * li.staged_bytes / total, total / 1e9 / load_s);
+    if (li.pieces)
+        printf("load path   direct run: %d pieces of %zu MiB (%d staged, stage_pct %d), %d "
+               "registering threads, window %d: %.0f ms, %.1f GB/s\n", li.pieces,
+               li.piece_bytes >> 20, li.pieces_staged, li.stage_pct, li.threads, li.window,
+               li.direct_ms, li.direct_ms > 0 ? li.run_bytes / 1e6 / li.direct_ms : 0.0);
+    if (li.refused[0]) printf("load path   direct loading refused: %s\n", li.refused);
+}
+
 static int fail(const char *what) {
     fprintf(stderr, "atlas bench: %s: %s\n", what, atlas_last_error());
     return 1;
@@ -184,14 +207,28 @@ int atlas_cli_bench(int argc, char **argv) {
     double t0 = now_s();
     if (atlas_model_load(o.dir, &mp, &m) != ATLAS_OK) return fail("loading the model");
     double first_s = now_s() - t0, load_s = first_s;
-    if (o.device == ATLAS_DEVICE_CUDA) { /* again, as a model swap: context and pinned pool kept */
+    /* again, as a model swap: context and pinned pool kept (--load-only N: N times, the
+     * median reported) */
+    int swaps = o.device != ATLAS_DEVICE_CUDA ? 0 : o.load_only ? o.load_only : 1;
+    double swap_s[100];
+    atlas_model_info info;
+    for (int i = 0; i < swaps; i++) {
         if (atlas_model_release(m) != ATLAS_OK) return fail("releasing the model");
         m = NULL;
         t0 = now_s();
         if (atlas_model_load(o.dir, &mp, &m) != ATLAS_OK) return fail("loading the model again");
-        load_s = now_s() - t0;
+        swap_s[i] = now_s() - t0;
+        if (o.load_only) {
+            atlas_model_get_info(m, &info);
+            printf("load        swap %d: %.3f s, %.1f GB/s\n", i + 1, swap_s[i],
+                   info.weight_bytes / 1e9 / swap_s[i]);
+            print_load_path(m, swap_s[i]);
+        }
     }
-    atlas_model_info info;
+    if (swaps) {
+        qsort(swap_s, (size_t)swaps, sizeof *swap_s, cmp_double);
+        load_s = swap_s[swaps / 2];
+    }
     atlas_model_get_info(m, &info);
     const atlas_config *c = atlas_model_config(m);
     int V = c->vocab_size, d = c->hidden, L = c->n_layers, H = c->n_heads, K = c->n_kv_heads;
@@ -205,6 +242,8 @@ int atlas_cli_bench(int argc, char **argv) {
     printf("load        %.2f s, %.2f GB of weights in the files: %.1f GB/s (first load in the "
            "process, with driver, context and pinned pool: %.2f s)\n", load_s,
            info.weight_bytes / 1e9, info.weight_bytes / 1e9 / load_s, first_s);
+    print_load_path(m, load_s);
+    if (o.load_only) return atlas_model_release(m) == ATLAS_OK ? 0 : fail("releasing the model");
 
     int32_t *table = malloc(sizeof(int32_t) * max_blocks), *tokens = malloc(sizeof(int32_t) * ctx_max);
     for (int i = 0; i < max_blocks; i++) table[i] = i;

@@ -12,7 +12,8 @@
  * The caller frees *out with free(). Fails with ATLAS_ERR_IO naming the path. */
 atlas_status atlas_file_read(const char *path, char **out, size_t *len);
 
-/* A read-only memory map of a whole file, with its descriptor kept open for
+/* A read-only, shared memory map of a whole file (shared so that the CUDA loader can pin its
+ * page cache: file.c), with its descriptor kept open for
  * atlas_file_read_at: reading a page-cached file with pread into a buffer skips the page
  * faults that a memcpy out of the mapping takes (4x faster in a VM: bench/RESULTS.md). */
 typedef struct atlas_file_map {

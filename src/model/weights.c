@@ -173,6 +173,10 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
     binder b = {be, st, out, plan};
     atlas_status s = bind_all(&b, cfg);
+    if (s == ATLAS_OK && be->ops->weights_done) {
+        s = be->ops->weights_done(be);
+        if (s != ATLAS_OK) s = atlas_fail_wrap(s, "loading the weights");
+    }
     if (s != ATLAS_OK) {
         atlas_weights_free(be, out);
         return s;

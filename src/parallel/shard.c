@@ -273,12 +273,15 @@ atlas_status atlas_shard_view(const atlas_shard_plan *p, const atlas_tensor_view
     out->nbytes = (size_t)(s.n_rows * s.n_cols) * s.elem;
     if (s.n_chunks == 1) {
         out->data = (const char *)full->data + s.offset;
+        out->file_offset = full->file_offset + s.offset; /* the CUDA loader reads the file */
     } else {
         void *copy = malloc(out->nbytes);
         if (!copy)
             return atlas_fail(ATLAS_ERR_NOMEM, "shard: %s: %zu bytes", full->name, out->nbytes);
         atlas_shard_slice_copy(&s, full->data, copy);
         out->data = copy;
+        out->fd = -1; /* in memory now: not in the file at any one offset */
+        out->file_offset = 0;
         *owned = copy;
     }
     *present = true;

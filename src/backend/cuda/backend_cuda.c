@@ -10,6 +10,7 @@
 #include "backend/cuda/weight_fill.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file.h"
 
 static cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
 
@@ -34,7 +35,12 @@ static atlas_status cuda_realloc(cuda_backend *cb, CUdeviceptr *p, size_t bytes,
     return atlas_registry_alloc(cb->reg, bytes, what, p);
 }
 
-/* --- weights: converted to bf16 while copied into the pinned staging buffers ---------------- */
+/* --- weights -------------------------------------------------------------------------------
+ * Two paths (cuda_backend.h, cuda_load): bf16 views that lie in a file are queued for the
+ * direct loader (direct.h: the copy engine reads the registered file mapping), which runs in
+ * weights_done, in file order; everything else (f16/f32 views are converted, in-memory
+ * views, ATLAS_LOAD=stage, direct loading refused) is converted to bf16 while copied into
+ * the pinned staging buffers, at once. */
 
 typedef struct fill_ctx {
     cuda_backend *cb;
@@ -61,6 +67,99 @@ static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
     if (pieces) atlas_threadpool_for(f->cb->pool, (int64_t)pieces, 1, fill_job, f);
     atlas_cuda_fill_weight(f->views, f->n, f->dst, offset, offset + pieces * FILL_PIECE,
                            offset + bytes);
+}
+
+/* The direct loader's staged pieces: a byte range of a file (any alignment), read with pread
+ * by the pool's threads, or copied out of the mapping when a read fails. */
+typedef struct range_ctx {
+    cuda_backend *cb;
+    const char *src;
+    int fd;
+    uint64_t file_off;
+    char *dst;
+    size_t offset, bytes;
+} range_ctx;
+
+static void range_job(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const range_ctx *r = ctx;
+    size_t a = (size_t)begin * FILL_PIECE, b = (size_t)end * FILL_PIECE;
+    if (b > r->bytes) b = r->bytes;
+    size_t at = r->offset + a;
+    if (atlas_file_read_at(r->fd, r->dst + a, b - a, r->file_off + at) != ATLAS_OK)
+        memcpy(r->dst + a, r->src + at, b - a);
+}
+
+static void range_chunk(void *dst, size_t offset, size_t bytes, void *user) {
+    range_ctx *r = user;
+    r->dst = dst;
+    r->offset = offset;
+    r->bytes = bytes;
+    atlas_threadpool_for(r->cb->pool, (int64_t)((bytes + FILL_PIECE - 1) / FILL_PIECE), 1,
+                         range_job, r);
+}
+
+static atlas_status stage_range(void *user, CUdeviceptr dst, const char *src, int fd,
+                                uint64_t file_off, size_t bytes) {
+    range_ctx r = {user, src, fd, file_off, NULL, 0, 0};
+    return atlas_host_upload(((cuda_backend *)user)->host, dst, bytes, range_chunk, &r);
+}
+
+static int env_int(const char *name, int def) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : def;
+}
+
+/* ATLAS_LOAD=direct (default) | stage | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
+ * ATLAS_LOAD_STAGE_PCT (mix only, default 30): read once, at the first weight. */
+static void load_configure(cuda_backend *cb) {
+    cuda_load *ld = &cb->load;
+    if (ld->configured) return;
+    ld->configured = 1;
+    const char *e = getenv("ATLAS_LOAD");
+    ld->mode = e && !strcmp(e, "stage") ? CUDA_LOAD_STAGE
+             : e && !strcmp(e, "mix")   ? CUDA_LOAD_MIX
+                                        : CUDA_LOAD_DIRECT;
+    int mb = env_int("ATLAS_LOAD_PIECE_MB", 0);
+    ld->opts.piece_bytes = mb > 0 ? (size_t)mb << 20 : 0;
+    ld->opts.threads = env_int("ATLAS_LOAD_THREADS", 0);
+    ld->opts.stage_pct = ld->mode == CUDA_LOAD_MIX ? env_int("ATLAS_LOAD_STAGE_PCT", 30) : 0;
+}
+
+static bool load_direct(const cuda_backend *cb, const atlas_tensor_view *v) {
+    return cb->load.mode != CUDA_LOAD_STAGE && v->dtype == ATLAS_DTYPE_BF16 &&
+           atlas_direct_eligible(v->data, v->fd, v->file_offset);
+}
+
+/* Queues or uploads the views of weight w (bytes of bf16 in all). */
+static atlas_status weight_fill(cuda_backend *cb, atlas_weight *w, size_t bytes,
+                                const atlas_tensor_view *const *views, int n) {
+    load_configure(cb);
+    bool any = false;
+    for (int i = 0; i < n; i++) any |= load_direct(cb, views[i]);
+    if (!any) { /* one upload of the fused weight */
+        fill_ctx f = {cb, views, n, NULL, 0};
+        cb->load.staged_bytes += bytes;
+        return atlas_host_upload(cb->host, w->ptr, bytes, fill_chunk, &f);
+    }
+    if (!cb->load.direct)
+        ATLAS_TRY(atlas_direct_create(cb->host, &cb->load.opts, stage_range, cb,
+                                      &cb->load.direct));
+    size_t off = 0; /* of view i in the fused weight */
+    for (int i = 0; i < n; i++) {
+        const atlas_tensor_view *v = views[i];
+        size_t vb = v->nbytes / atlas_dtype_size(v->dtype) * 2;
+        if (load_direct(cb, v)) {
+            ATLAS_TRY(atlas_direct_add(cb->load.direct, w->ptr + off, v->data, v->fd,
+                                       v->file_offset, v->nbytes));
+        } else {
+            fill_ctx f = {cb, &views[i], 1, NULL, 0};
+            cb->load.staged_bytes += vb;
+            ATLAS_TRY(atlas_host_upload(cb->host, w->ptr + off, vb, fill_chunk, &f));
+        }
+        off += vb;
+    }
+    return ATLAS_OK;
 }
 
 static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,
@@ -92,9 +191,9 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
     atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
-    fill_ctx f = {cb, views, n, NULL, 0};
-    if (st == ATLAS_OK) st = atlas_host_upload(cb->host, w->ptr, bytes, fill_chunk, &f);
+    if (st == ATLAS_OK) st = weight_fill(cb, w, bytes, views, n);
     if (st != ATLAS_OK) {
+        atlas_direct_drop(cb->load.direct, w->ptr, w->ptr + bytes);
         (void)atlas_registry_free(cb->reg, w->ptr);
         free(w);
         return atlas_fail_wrap(st, "cuda: loading weight %s", views[0]->name);
@@ -106,9 +205,34 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
-    cuda_of(be)->weight_bytes -= (size_t)w->rows * w->cols * 2;
+    size_t bytes = (size_t)w->rows * w->cols * 2;
+    cuda_of(be)->weight_bytes -= bytes;
+    atlas_direct_drop(cuda_of(be)->load.direct, w->ptr, w->ptr + bytes); /* never copied */
     (void)atlas_registry_free(cuda_of(be)->reg, w->ptr);
     free(w);
+}
+
+/* Runs the queued direct copies and waits for the staged ones: the weights are on the device
+ * (also called by begin_batch, for weights loaded without a weights_done). */
+static atlas_status cuda_weights_done(atlas_backend *be) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    cuda_load *ld = &cb->load;
+    if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
+        atlas_direct_stats s;
+        atlas_status st = atlas_direct_run(ld->direct, &s);
+        ld->runs.direct_bytes += s.direct_bytes;
+        ld->runs.staged_bytes += s.staged_bytes;
+        ld->runs.pieces += s.pieces;
+        ld->runs.pieces_staged += s.pieces_staged;
+        ld->runs.piece_bytes = s.piece_bytes;
+        ld->runs.threads = s.threads;
+        ld->runs.window = s.window;
+        ld->runs.ms += s.ms;
+        if (st != ATLAS_OK)
+            return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
+    }
+    return atlas_host_upload_wait(cb->host);
 }
 
 /* --- KV cache --------------------------------------------------------------------------------- */
@@ -252,7 +376,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cuda_backend *cb = cuda_of(be);
     const atlas_backend_geom *g = &be->geom;
     ATLAS_TRY(atlas_host_make_current(cb->host));
-    ATLAS_TRY(atlas_host_upload_wait(cb->host)); /* weights are on the device before use */
+    ATLAS_TRY(cuda_weights_done(be)); /* weights are on the device before use */
     cb->n_queue = 0; /* commands of an abandoned batch never ran */
     /* the staged block table's row length: the batch's rounded up to a power of two, so that
      * a decode graph (keyed by it) is replayed while sequences grow instead of captured again
@@ -433,6 +557,7 @@ static void cuda_destroy(atlas_backend *be) {
     free(cb->queue);
     cuda_lt_free(cb->lt);
     atlas_threadpool_free(cb->pool);
+    atlas_direct_free(cb->load.direct);
     free(cb->h_stage);
     free(cb->inv_freq);
     (void)atlas_registry_release(cb->reg); /* frees every allocation left */
@@ -445,6 +570,7 @@ static const atlas_backend_ops cuda_ops = {
     .free = cuda_free,
     .weight_load = cuda_weight_load,
     .weight_free = cuda_weight_free,
+    .weights_done = cuda_weights_done,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
     .begin_batch = cuda_begin_batch,

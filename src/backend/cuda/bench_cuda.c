@@ -187,6 +187,27 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
     return ATLAS_OK;
 }
 
+atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: the load path needs the CUDA backend");
+    const cuda_load *ld = &((cuda_backend *)be)->load;
+    static const char *const modes[] = {"direct", "stage", "mix"};
+    out->mode = modes[ld->mode];
+    out->direct_bytes = ld->runs.direct_bytes;
+    out->staged_bytes = ld->staged_bytes + ld->runs.staged_bytes;
+    out->pieces = ld->runs.pieces;
+    out->pieces_staged = ld->runs.pieces_staged;
+    out->piece_bytes = ld->runs.piece_bytes;
+    out->threads = ld->runs.threads;
+    out->window = ld->runs.window;
+    out->stage_pct = ld->opts.stage_pct;
+    out->direct_ms = ld->runs.ms;
+    out->run_bytes = ld->runs.direct_bytes + ld->runs.staged_bytes;
+    out->refused = atlas_direct_refused();
+    return ATLAS_OK;
+}
+
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;

@@ -32,6 +32,21 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
 
 atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out);
 
+/* How the backend's weights reached the device (ATLAS_LOAD; backend/cuda/direct.h). */
+typedef struct atlas_cuda_load_info {
+    const char *mode;        /* "direct", "stage", "mix" */
+    size_t direct_bytes;     /* the copy engine read out of the registered file mapping */
+    size_t staged_bytes;     /* through the pinned staging pool (bf16 bytes) */
+    int pieces, pieces_staged;
+    size_t piece_bytes;
+    int threads, window, stage_pct;
+    double direct_ms;        /* the direct runs (registration, copies, unregistration) */
+    size_t run_bytes;        /* copied in those runs, by either path */
+    const char *refused;     /* why registration is off in this process, "" if it is not */
+} atlas_cuda_load_info;
+
+atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out);
+
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights) with both n = 1 kernels, and the replay of the last decode graph. */
 enum { ATLAS_CUDA_SHAPES = 5 };

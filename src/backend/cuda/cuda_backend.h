@@ -6,6 +6,7 @@
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
+ *   direct.c        bf16 weights copied by the copy engine out of the registered file mapping
  *
  * Memory: weights bf16 [rows, cols]; KV cache bf16, per layer K and V pools of
  * [n_blocks * block_size, K, hd]; activations fp32 (act_size 4).
@@ -22,6 +23,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/direct.h"
 #include "backend/cuda/registry.h"
 #include "core/threadpool.h"
 
@@ -73,6 +75,20 @@ typedef struct cuda_fns {
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
+
+/* How weights reach the device (ATLAS_LOAD; kernels/README.md): all through the pinned
+ * staging pool, bf16 views from a file by the copy engine out of the page cache (the rest
+ * staged), or that with a share of the pieces staged at the same time. */
+typedef enum cuda_load_mode { CUDA_LOAD_DIRECT, CUDA_LOAD_STAGE, CUDA_LOAD_MIX } cuda_load_mode;
+
+typedef struct cuda_load {
+    int configured;           /* the switches below were read (first weight_load) */
+    cuda_load_mode mode;
+    atlas_direct_opts opts;   /* ATLAS_LOAD_PIECE_MB, _THREADS, _STAGE_PCT */
+    atlas_direct *direct;     /* copies weight_load queued for weights_done; NULL: none yet */
+    size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool */
+    atlas_direct_stats runs;  /* the direct runs, bytes, pieces and ms summed */
+} cuda_load;
 
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */
@@ -143,6 +159,7 @@ typedef struct cuda_backend {
     CUdeviceptr shadow_src; /* the fp32 range lt_h mirrors now (0: none); exec_list scope */
     size_t shadow_bytes;
     size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
+    cuda_load load;
 } cuda_backend;
 
 /* device pointers held in void* */
