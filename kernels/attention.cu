@@ -203,7 +203,8 @@ extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, c
 }
 
 /* --- decode attention, a warp per key ---------------------------------------------------------
- * Same grid, split plan and outputs as atlas_attn_split, for head_dim HD in {64, 128, 256}
+ * Same grid and outputs as atlas_attn_split (but split s covers the s-th n_split-th of the
+ * token's own context, whatever the batch's capacity), for head_dim HD in {64, 128, 256}
  * and up to GM query heads per kv head. The split kernel above walks a tile's dot products
  * one thread each and its p.v loop one key after another, so a block spends its time waiting
  * on loads; here each of the 4 warps takes a contiguous quarter of the block's keys, a lane
@@ -241,9 +242,14 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     pdl_wait();
     int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* the splits share the token's own context, not the batch's capacity (chunk, unused
+     * here): with a cache sized for 4096 slots and 516 keys, a capacity-sized chunk put all
+     * of them in one block of each kv head (16 us a layer in the 8B decode step) */
+    (void)chunk;
     int pos = positions[t];
     int start = window > 0 ? max(0, pos - window + 1) : 0;
-    int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1);
+    int ch = (pos + 1 - start + n_split - 1) / n_split;
+    int j0 = start + s * ch, j1 = min(j0 + ch, pos + 1);
     int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
     int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
 

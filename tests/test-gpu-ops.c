@@ -332,8 +332,9 @@ static void test_prefill_bf16(weight *norm) {
     }
     buf_check("prefill bf16: rmsnorm->matmul", &q, (size_t)N * 2 * F, 1e-2, gpu);
     buf_check("prefill bf16: matmul o", &o, (size_t)N * D, 1e-2, gpu);
-    buf_check("prefill bf16: residual x", &x, (size_t)N * D, 1e-5, gpu);
-    buf_check("prefill bf16: norm output h", &h, (size_t)N * D, 1e-5, gpu);
+    /* x += o, where o carries the bf16 GEMM's rounding (1e-3 here on the H200) */
+    buf_check("prefill bf16: residual x", &x, (size_t)N * D, 1e-2, gpu);
+    buf_check("prefill bf16: norm output h", &h, (size_t)N * D, 1e-2, gpu);
     buf_check("prefill bf16: gate_up->swiglu->down", &mlp, (size_t)N * D, 1e-2, gpu);
     if (cb->lt && cb->use_bf16_act) {
         float *a = malloc((size_t)HALF * F * 4);

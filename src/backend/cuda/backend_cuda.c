@@ -117,9 +117,13 @@ static void load_configure(cuda_backend *cb) {
     if (ld->configured) return;
     ld->configured = 1;
     const char *e = getenv("ATLAS_LOAD");
-    ld->mode = e && !strcmp(e, "stage") ? CUDA_LOAD_STAGE
-             : e && !strcmp(e, "mix")   ? CUDA_LOAD_MIX
-                                        : CUDA_LOAD_DIRECT;
+    /* staging by default: on the H200 machine (16 cores, a VM) it loads the 8B checkpoint at
+     * 28.5 GB/s, DMA out of the registered page cache at 20-24 whatever the piece size (16 to
+     * 256 MiB) or the registering threads (2 to 12), and a mix of both at 18-20 (bench/RESULTS.md,
+     * 2026-12-03); direct stays for machines that pin pages faster (GB10's unified memory) */
+    ld->mode = e && !strcmp(e, "direct") ? CUDA_LOAD_DIRECT
+             : e && !strcmp(e, "mix")    ? CUDA_LOAD_MIX
+                                         : CUDA_LOAD_STAGE;
     int mb = env_int("ATLAS_LOAD_PIECE_MB", 0);
     ld->opts.piece_bytes = mb > 0 ? (size_t)mb << 20 : 0;
     ld->opts.threads = env_int("ATLAS_LOAD_THREADS", 0);

@@ -25,8 +25,7 @@ typedef struct {
 } lt_heuristic;
 
 enum { LT_R_32F = 0, LT_R_16BF = 14, LT_COMPUTE_32F = 68, LT_OP_N = 0, LT_OP_T = 1,
-       LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32,
-       LT_TUNE = 8 /* candidates timed per shape */ };
+       LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32 };
 
 typedef struct lt_entry {
     int n, m, k, out_type, ok;
@@ -40,7 +39,6 @@ struct cuda_lt {
     char version[32];
     lt_entry cache[LT_CACHE];
     int next;
-    int tune; /* 0 with ATLAS_CUBLASLT_TUNE=0: the heuristic's first choice, untimed */
     lt_status (*create)(lt_handle *);
     lt_status (*destroy)(lt_handle);
     size_t (*get_version)(void);
@@ -103,8 +101,6 @@ atlas_status cuda_lt_create(cuda_lt **out) {
     }
     size_t v = lt->get_version();
     snprintf(lt->version, sizeof lt->version, "%zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
-    const char *tune = getenv("ATLAS_CUBLASLT_TUNE");
-    lt->tune = !(tune && tune[0] == '0');
     *out = lt;
     return ATLAS_OK;
 }
@@ -137,53 +133,25 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int o
         if (lt->cache[i].ok && lt->cache[i].n == n && lt->cache[i].m == m &&
             lt->cache[i].k == k && lt->cache[i].out_type == ot)
             e = &lt->cache[i];
-    float one = 1.0f, zero = 0.0f;
-#define LT_RUN(algo, wsb)                                                                         \
-    lt->matmul(lt->h, desc, &one, (const void *)(uintptr_t)w, la, (const void *)(uintptr_t)a, lb, \
-               &zero, (void *)(uintptr_t)out, lc, (void *)(uintptr_t)out, lc, (algo),             \
-               (void *)(uintptr_t)ws, (wsb), stream)
     if (!s && !e) {
-        lt_heuristic res[LT_TUNE];
+        lt_heuristic res;
         int found = 0;
         s = lt->pref_create(&pref);
         if (!s) s = lt->pref_set(pref, LT_PREF_MAX_WORKSPACE, &ws_bytes, sizeof ws_bytes);
-        if (!s) s = lt->heuristic(lt->h, desc, la, lb, lc, lc, pref, lt->tune && n % 256 == 0 ? LT_TUNE : 1, res,
-                                  &found);
+        if (!s) s = lt->heuristic(lt->h, desc, la, lb, lc, lc, pref, 1, &res, &found);
         if (!s && found < 1) s = -1;
-        /* The heuristic's first choice is not always the fastest: time the candidates once per
-         * shape, for row counts that recur (multiples of 256: full prefill chunks, `atlas
-         * bench`) so that prompts of every length do not each pay for it; never while a graph
-         * is being captured (nothing may synchronise then). */
-        CUstreamCaptureStatus cap = 1;
-        const atlas_driver *d = atlas_driver_get();
-        int best = 0;
-        if (!s && found > 1 && n % 256 == 0 && d->cuStreamIsCapturing(stream, &cap) == 0 &&
-            cap == 0) {
-            CUevent ev[2] = {NULL, NULL};
-            float best_ms = 0.0f;
-            if (d->cuEventCreate(&ev[0], 0) == 0 && d->cuEventCreate(&ev[1], 0) == 0) {
-                for (int i = 0; i < found; i++) {
-                    float ms = 0.0f;
-                    int ok = LT_RUN(&res[i].algo, res[i].workspace) == 0; /* warm-up */
-                    ok = ok && d->cuEventRecord(ev[0], stream) == 0;
-                    for (int r = 0; r < 3 && ok; r++) ok = LT_RUN(&res[i].algo, res[i].workspace) == 0;
-                    ok = ok && d->cuEventRecord(ev[1], stream) == 0 &&
-                         d->cuEventSynchronize(ev[1]) == 0 &&
-                         d->cuEventElapsedTime(&ms, ev[0], ev[1]) == 0;
-                    if (ok && (best_ms == 0.0f || ms < best_ms)) best_ms = ms, best = i;
-                }
-            }
-            for (int i = 0; i < 2; i++)
-                if (ev[i]) d->cuEventDestroy(ev[i]);
-        }
         if (!s) {
             e = &lt->cache[lt->next];
             lt->next = (lt->next + 1) % LT_CACHE;
-            *e = (lt_entry){n, m, k, ot, 1, res[best].algo, res[best].workspace};
+            *e = (lt_entry){n, m, k, ot, 1, res.algo, res.workspace};
         }
     }
-    if (!s) s = LT_RUN(&e->algo, e->workspace);
-#undef LT_RUN
+    float one = 1.0f, zero = 0.0f;
+    if (!s)
+        s = lt->matmul(lt->h, desc, &one, (const void *)(uintptr_t)w, la,
+                       (const void *)(uintptr_t)a, lb, &zero, (void *)(uintptr_t)out, lc,
+                       (void *)(uintptr_t)out, lc, &e->algo, (void *)(uintptr_t)ws,
+                       e->workspace, stream);
     if (pref) lt->pref_destroy(pref);
     if (lc) lt->layout_destroy(lc);
     if (lb) lt->layout_destroy(lb);
