@@ -240,8 +240,13 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
     pdl_trigger();
     pdl_wait();
-    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
+    int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* the block's query heads [hb, hb + nh) of kv head g: all G of them, or (CLUSTER) GM of
+     * them, blockIdx.y = hb / GM, so that more blocks share the work (GM divides G) */
+    int hb = CLUSTER ? blockIdx.y * GM : blockIdx.y * G, g = hb / G, nh = CLUSTER ? GM : G;
+    /* slot of key p: bt[p / bs] * bs + p % bs, with shifts for the usual power-of-two bs */
+    int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     /* the splits share the token's own context, not the batch's capacity (chunk, unused
      * here): with a cache sized for 4096 slots and 516 keys, a capacity-sized chunk put all
      * of them in one block of each kv head (16 us a layer in the 8B decode step) */
@@ -254,14 +259,26 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
 
     float q[GM][D], acc[GM][D], m[GM], l[GM];
-    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)g * G * HD + lane * D;
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD + lane * D;
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
+        if (h < nh) { /* D consecutive floats: one or two vector loads */
+            if constexpr (D == 2) {
+                float2 v = *(const float2 *)(qrow + (size_t)h * HD);
+                q[h][0] = v.x, q[h][1] = v.y;
+            } else {
+#pragma unroll
+                for (int i = 0; i < D; i += 4) {
+                    float4 v = *(const float4 *)(qrow + (size_t)h * HD + i);
+                    q[h][i] = v.x, q[h][i + 1] = v.y, q[h][i + 2] = v.z, q[h][i + 3] = v.w;
+                }
+            }
+        }
 #pragma unroll
         for (int i = 0; i < D; i++) {
-            q[h][i] = h < G ? qrow[(size_t)h * HD + i] * scale : 0.0f;
+            q[h][i] = h < nh ? q[h][i] * scale : 0.0f;
             acc[h][i] = 0.0f;
         }
     }
@@ -282,9 +299,10 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int p = a + u;
-            int blk = __shfl_sync(0xffffffffu, btv, min(p, a1 - 1) / bs - wb);
+            int pc = min(p, a1 - 1);
+            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
             if (p < a1) {
-                size_t slot = (size_t)blk * bs + p % bs;
+                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
                 load_bf16<D>(kbase + slot * row, kf[u]);
                 load_bf16<D>(vbase + slot * row, vf[u]);
             } else {
@@ -294,7 +312,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         }
 #pragma unroll
         for (int h = 0; h < GM; h++) {
-            if (h >= G) break;
+            if (h >= nh) break;
             float sc[U], mx = m[h];
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -333,11 +351,11 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         for (int i = 0; i < D; i++) so[warp][h][lane * D + i] = acc[h][i];
     }
     __syncthreads();
-    size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
+    size_t po = ((size_t)t * H + (size_t)hb) * n_split + s; /* (t, head hb, split s) */
     /* CLUSTER: the block's merged (m, l, o) stay in shared memory for the cluster's merge */
     __shared__ float cm[CLUSTER ? GM : 1], cl[CLUSTER ? GM : 1];
     __shared__ __align__(16) float co[CLUSTER ? GM : 1][CLUSTER ? HD : 1];
-    for (int idx = threadIdx.x; idx < G * HD; idx += WARPS * 32) {
+    for (int idx = threadIdx.x; idx < nh * HD; idx += WARPS * 32) {
         int h = idx / HD, i = idx - h * HD;
         float M = -INFINITY;
 #pragma unroll
@@ -355,7 +373,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             co[h][i] = o;
             if (i == 0) cm[h] = M, cl[h] = L;
         } else if (n_split == 1) {
-            out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+            out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         } else {
             part_o[(po + (size_t)h * n_split) * HD + i] = o;
             if (i == 0) {
@@ -372,19 +390,27 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
         int ranks = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-        int share = (G * HD + ranks - 1) / ranks;
-        for (int idx = rank * share + threadIdx.x; idx < min((rank + 1) * share, G * HD);
+        int share = (nh * HD + ranks - 1) / ranks;
+        for (int idx = rank * share + threadIdx.x; idx < min((rank + 1) * share, nh * HD);
              idx += WARPS * 32) {
             int h = idx / HD, i = idx - h * HD;
-            float M = -INFINITY, L = 0.0f, o = 0.0f;
-            for (int r = 0; r < ranks; r++) M = fmaxf(M, cluster.map_shared_rank(cm, r)[h]);
+            float mr[8], lr[8], orr[8], M = -INFINITY, L = 0.0f, o = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 8; r++) { /* every rank's loads at once (ranks <= 8) */
+                bool in = r < ranks;
+                mr[r] = in ? cluster.map_shared_rank(cm, r)[h] : -INFINITY;
+                lr[r] = in ? cluster.map_shared_rank(cl, r)[h] : 0.0f;
+                orr[r] = in ? cluster.map_shared_rank(&co[0][0], r)[h * HD + i] : 0.0f;
+                M = fmaxf(M, mr[r]);
+            }
             if (M > -INFINITY)
-                for (int r = 0; r < ranks; r++) {
-                    float e = __expf(cluster.map_shared_rank(cm, r)[h] - M); /* 0 without keys */
-                    L += cluster.map_shared_rank(cl, r)[h] * e;
-                    o += cluster.map_shared_rank(&co[0][0], r)[h * HD + i] * e;
+#pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    float e = __expf(mr[r] - M); /* 0 for a rank without keys */
+                    L += lr[r] * e;
+                    o += orr[r] * e;
                 }
-            out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+            out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         }
         cluster.sync(); /* no block leaves while another may still read its shared memory */
 #endif

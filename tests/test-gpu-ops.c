@@ -572,7 +572,10 @@ int main(void) {
                             .max_position = 4096, .sliding_window = 0};
     setenv("ATLAS_CUDA_PDL", "1", 1); /* pass 1 with programmatic dependent launch */
     setenv("ATLAS_CUDA_FUSE", "all", 1); /* and every decode fusion (off by default) */
+    setenv("ATLAS_CUDA_ATTN_HEADS", "2", 1); /* cluster attention, 2 of the 4 q heads a block
+                                               (test-gpu-forward runs the default, 1) */
     atlas_status st = atlas_backend_cuda_create(&g, &gpu);
+    unsetenv("ATLAS_CUDA_ATTN_HEADS");
     unsetenv("ATLAS_CUDA_PDL");
     unsetenv("ATLAS_CUDA_FUSE");
     if (st == ATLAS_ERR_NO_DEVICE) {

@@ -135,6 +135,8 @@ typedef struct cuda_backend {
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
+    int attn_heads;         /* query heads a cluster-attention block: 1 (default), 2, 4 or 8
+                               (ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
      * all / none; default none, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */

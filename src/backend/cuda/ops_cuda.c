@@ -190,11 +190,15 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split <= ATTN_CLUSTER) {
-        int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
+        /* GM query heads a block (of the G sharing a kv head): fewer heads, more blocks, less
+         * serial work a warp; the kv head's K/V rows are then read GM / G times from L2 */
+        int gm = cb->attn_heads;
+        while (G % gm) gm /= 2;
+        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : gm <= 4 ? 2 : 3;
         void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                      &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
-        return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n, (unsigned)K,
-                              (unsigned)cb->n_split, 256, a);
+        return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n,
+                              (unsigned)(H / gm), (unsigned)cb->n_split, 256, a);
     }
     if (dec) {
         void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
