@@ -36,3 +36,65 @@ extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab
         if (lane == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
     }
 }
+
+/* Order-preserving unsigned key of a float; NaN gets 0 and never wins. */
+__device__ __forceinline__ unsigned argmax_key(float v) {
+    unsigned u = __float_as_uint(v);
+    return v != v ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+/* The same over gridDim.y blocks a row (one block read a 128k vocabulary at ~50 us, a
+ * fiftieth of a decode step): each block reduces its slice with all its loads in flight and
+ * folds (key, ~id) into best[r] with atomicMax (larger value, then smaller id, wins); the
+ * last block of the row writes ids[r] and zeroes best[r] and count[r] for the next launch.
+ * grid (rows, S), block ARGMAX_THREADS; best and count zero before the first launch. */
+enum { ARGMAX_THREADS = 256, ARGMAX_PER = 16 };
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+atlas_argmax_wide(int *ids, unsigned long long *best, int *count, const float *logits, int vocab) {
+    pdl_trigger();
+    pdl_wait();
+    const float *row = logits + (size_t)blockIdx.x * vocab;
+    int span = (vocab + gridDim.y - 1) / gridDim.y, lo = blockIdx.y * span;
+    int hi = min(lo + span, vocab);
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int base = lo + threadIdx.x; base < hi; base += ARGMAX_THREADS * ARGMAX_PER) {
+        float v[ARGMAX_PER];
+#pragma unroll
+        for (int k = 0; k < ARGMAX_PER; k++) {
+            int i = base + k * ARGMAX_THREADS;
+            v[k] = i < hi ? row[i] : -INFINITY;
+        }
+#pragma unroll
+        for (int k = 0; k < ARGMAX_PER; k++) { /* indices rise: the first of equals stays */
+            int i = base + k * ARGMAX_THREADS;
+            if (i < hi && (v[k] > bv || (bi == 0x7fffffff && v[k] == v[k]))) { bv = v[k]; bi = i; }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    __shared__ float sv[ARGMAX_THREADS / 32];
+    __shared__ int si[ARGMAX_THREADS / 32];
+    __shared__ int last;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < ARGMAX_THREADS / 32; w++)
+            if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) { bv = sv[w]; bi = si[w]; }
+        if (bi != 0x7fffffff)
+            atomicMax(best + blockIdx.x,
+                      ((unsigned long long)argmax_key(bv) << 32) | (0xffffffffu - (unsigned)bi));
+        __threadfence();
+        last = atomicAdd(count + blockIdx.x, 1) == (int)gridDim.y - 1;
+        if (last) {
+            unsigned long long k = atomicExch(best + blockIdx.x, 0ull);
+            ids[blockIdx.x] = k ? (int)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : 0;
+            count[blockIdx.x] = 0;
+        }
+    }
+}

@@ -289,6 +289,37 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
     if (cb->use_graphs) CHECK_MSG(cb->graph_replays >= 1, "no graph was replayed");
 }
 
+/* argmax over a vocabulary of many slices (atlas_argmax_wide: 18 blocks a row), run twice
+ * (its scratch must be back at zero): a planted maximum that is tied further on (the first
+ * wins), a maximum in the last slice, a row with NaNs around a maximum, one of -inf only. */
+static void test_argmax_wide(void) {
+    enum { R = 4, VW = 70001 };
+    buf lg = buf_make((size_t)R * VW);
+    for (int rep = 0; rep < 2; rep++) {
+        buf_random(&lg, 5.0f);
+        float *h = malloc((size_t)R * VW * 4);
+        memcpy(h, lg.cpu, (size_t)R * VW * 4);
+        h[0 * VW + 12345 + rep] = 100.0f;
+        h[0 * VW + 60000] = 100.0f;
+        h[1 * VW + VW - 1 - rep] = 50.0f;
+        for (int i = 1; i < VW; i += 7) h[2 * VW + i] = NAN; /* not at 0: the CPU starts there */
+        h[2 * VW + 4097] = 30.0f;
+        for (int i = 0; i < VW; i++) h[3 * VW + i] = -INFINITY;
+        memcpy(lg.cpu, h, (size_t)R * VW * 4);
+        CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(lg.gpu), h, (size_t)R * VW * 4));
+        CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+        free(h);
+        int32_t ic[R], ig[R];
+        CHECK_OK(cpu->ops->argmax(cpu, ic, lg.cpu, R, VW));
+        CHECK_OK(gpu->ops->argmax(gpu, ig, lg.gpu, R, VW));
+        for (int r = 0; r < R; r++)
+            CHECK_MSG(ic[r] == ig[r], "wide argmax rep %d row %d: gpu %d, cpu %d", rep, r, ig[r], ic[r]);
+        CHECK_MSG(ig[0] == 12345 + rep && ig[1] == VW - 1 - rep && ig[2] == 4097,
+                  "wide argmax rep %d: %d %d %d", rep, ig[0], ig[1], ig[2]);
+    }
+    buf_free(&lg);
+}
+
 /* Prefill's norm/projection chain as the model runs it, 150 tokens, the MLP in two chunks
  * of 75 rows (forward.c): with cuBLASLt the norms also write bf16 copies that the matmuls
  * read, and gate_up -> swiglu -> down runs in bf16 without writing the fp32 gate_up rows or
@@ -675,6 +706,7 @@ int main(void) {
         /* pass 1 (all): 8 commands inside other kernels; pass 2: none */
         test_fused_tails(kc, kg, 69, pass == 0 ? 8 : 0);
         test_prefill_bf16(&norm);
+        test_argmax_wide();
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
          * (pass 2; pass 1 runs the tiled prefill kernel) */
         test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);

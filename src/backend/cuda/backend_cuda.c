@@ -368,7 +368,9 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     cb->h_stage = h;
     ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(7 * ct + cbt) * 4, "batch"));
-    ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, (size_t)ct * 4, "argmax ids"));
+    /* argmax ids [ct], then atlas_argmax_wide's best [ct] (u64) and count [ct], zero */
+    ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, cuda_ids_bytes(ct), "argmax ids"));
+    ATLAS_CU_TRY(cuMemsetD8, cb->d_ids, 0, cuda_ids_bytes(ct));
     size_t rope = (size_t)ct * (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
     ATLAS_TRY(cuda_realloc(cb, &cb->d_rope, rope, "rope cos/sin"));
     cb->cap_tok = ct;

@@ -62,6 +62,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
+    CUfunction argmax_wide;    /* many blocks a row (ops_cuda.c) */
     CUfunction swiglu_bf16;    /* prefill: bf16 gate_up in, bf16 matmul input out */
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
@@ -108,7 +109,8 @@ typedef struct cuda_backend {
     int32_t *h_stage;       /* [7 * cap_tok + cap_table] */
     CUdeviceptr d_stage;    /* same layout: tokens, positions, slots, tok_seq, logit_rows,
                                tiles (first token, count) [2 * cap_tok], block_table */
-    CUdeviceptr d_ids;      /* [cap_tok] argmax results */
+    CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
+                               (cuda_ids_bytes) */
     /* attention split-K workspace */
     int n_split, chunk;
     CUdeviceptr part_o, part_ml;
@@ -163,6 +165,10 @@ typedef struct cuda_backend {
     size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
     cuda_load load;
 } cuda_backend;
+
+/* d_ids: ids [ct] (int), best [ct] (u64, from a 16-byte boundary), count [ct] (int) */
+static inline size_t cuda_ids_best(int ct) { return ((size_t)ct * 4 + 15) & ~(size_t)15; }
+static inline size_t cuda_ids_bytes(int ct) { return cuda_ids_best(ct) + (size_t)ct * 12; }
 
 /* device pointers held in void* */
 #define CUDA_PTR(p) ((CUdeviceptr)(uintptr_t)(p))

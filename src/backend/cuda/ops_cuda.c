@@ -72,7 +72,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.add_rmsnorm, "atlas_add_rmsnorm"}, {&cb->fn.qk_norm, "atlas_qk_norm"},
         {&cb->fn.rope, "atlas_rope"}, {&cb->fn.kv_store, "atlas_kv_store"},
         {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.swiglu_bf16, "atlas_swiglu_bf16"},
-        {&cb->fn.argmax, "atlas_argmax"},
+        {&cb->fn.argmax, "atlas_argmax"}, {&cb->fn.argmax_wide, "atlas_argmax_wide"},
         {&cb->fn.gemv1, "atlas_gemv1"}, {&cb->fn.gemv4, "atlas_gemv4"},
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
@@ -402,6 +402,15 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return launch(cb, cb->fn.gather_rows, (unsigned)c->n, 1, 1, 256, 0, a);
     }
     case CUDA_OP_ARGMAX: { /* p0 ids (device), p1 logits */
+        /* slices of 4096 (256 threads x 16 loads in flight) a block, up to 64 blocks a row */
+        unsigned slices = (unsigned)((d + 4095) / 4096);
+        if (slices > 1) {
+            CUdeviceptr best = p0 + cuda_ids_best(cb->cap_tok);
+            CUdeviceptr count = best + (size_t)cb->cap_tok * 8;
+            void *a[] = {&p0, &best, &count, &p1, &d};
+            return launch(cb, cb->fn.argmax_wide, (unsigned)c->n, slices > 64 ? 64 : slices, 1,
+                          256, 0, a);
+        }
         void *a[] = {&p0, &p1, &d};
         return launch(cb, cb->fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
     }
