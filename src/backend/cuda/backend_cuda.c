@@ -610,10 +610,10 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
 }
 
 /* ATLAS_CUDA_FUSE: "none", "all" or a comma list of rope, norm, merge, swiglu, qkv (unknown
- * words are ignored). None is the default: on the H200 8B shape rope, norm and merge together
- * took decode from 218.5 to 197.9 tok/s although each fused kernel alone is as fast as the
- * kernels it replaces (bench/RESULTS.md, 2026-12-03); kept, tested both ways, to be measured
- * one at a time (swiglu and qkv not measured yet). */
+ * words are ignored). The default is qkv,swiglu: on the H200 8B shape (bench/gpu/ablate.sh,
+ * bench/RESULTS.md 2026-12-03) a decode graph replay took 4.331 ms with qkv or qkv,swiglu
+ * against 4.391 with none and 4.465 with all; the norm fusion is what costs (every block of a
+ * fused GEMV re-reads x and the norm weights); rope and merge are kept, tested both ways. */
 static void cuda_parse_fusions(cuda_backend *cb, const char *list) {
     bool all = !strcmp(list, "all");
     cb->fuse_rope = all || strstr(list, "rope") != NULL;
@@ -660,7 +660,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_ATTN_HEADS");
     cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 1;
     e = getenv("ATLAS_CUDA_FUSE");
-    cuda_parse_fusions(cb, e ? e : "none");
+    cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
     /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)
