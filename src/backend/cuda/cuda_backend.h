@@ -140,7 +140,7 @@ typedef struct cuda_backend {
     int attn_heads;         /* query heads a cluster-attention block: 1 (default), 2, 4 or 8
                                (ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
-     * all / none; default qkv,swiglu, the fastest measured on the H200: bench/RESULTS.md) *
+     * all / none; default qkv,swiglu, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */
     int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
     int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
