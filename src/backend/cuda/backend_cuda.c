@@ -431,8 +431,9 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->block_size = block_size;
 
     int n_split, chunk;
-    cuda_attn_split_plan(cb, n, mb * block_size, &n_split, &chunk);
-    size_t need = (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4;
+    bool partials = cuda_attn_split_plan(cb, n, mb * block_size, &n_split, &chunk);
+    /* (at 2,048 tokens x 8 splits they would be 268 MB that the cluster kernel never uses) */
+    size_t need = partials ? (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4 : 0;
     if (need > cb->part_bytes) {
         drop_graphs(cb);
         ATLAS_TRY(cuda_realloc(cb, &cb->part_o, (size_t)n * g->n_heads * n_split * g->head_dim * 4,

@@ -187,8 +187,9 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */
 atlas_status cuda_load_kernels(cuda_backend *cb);
-/* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens. */
-void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
+/* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
+ * false when the kernel merges its splits without the partials buffers (clusters). */
+bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
 
 /* cublaslt.c (optional; every function is safe with lt NULL). */
 atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */

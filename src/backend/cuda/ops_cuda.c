@@ -120,12 +120,12 @@ static bool attn_cluster(const cuda_backend *cb, int cap) {
            g->n_heads / g->n_kv_heads <= 8;
 }
 
-void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk) {
-    if (attn_cluster(cb, cap)) {
+bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk) {
+    if (attn_cluster(cb, cap)) { /* merged in shared memory: no partials */
         int s = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
         *n_split = s < ATTN_CLUSTER ? s : ATTN_CLUSTER;
         *chunk = (cap + *n_split - 1) / *n_split;
-        return;
+        return false;
     }
     int K = cb->base.geom.n_kv_heads;
     int want = (ATTN_TARGET_BLOCKS + n * K - 1) / (n * K);
@@ -135,6 +135,7 @@ void cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
     c = (c + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK * ATTN_MIN_CHUNK;
     *chunk = c;
     *n_split = (cap + c - 1) / c;
+    return true;
 }
 
 /* Keys handled per pass inside a block: bounded by shared memory (48 KiB without opt-in,
