@@ -237,15 +237,18 @@ static void set_state(direct_run *r, int i, int state) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A worker thread's start: the host's context current on it, or the run failed. */
+static bool thread_enter(direct_run *r) {
+    atlas_status st = atlas_host_make_current(r->d->host);
+    if (st != ATLAS_OK) run_fail(r, st);
+    return st == ATLAS_OK;
+}
+
 /* Registers the pieces in order, window pieces ahead of the reaper at most. */
 static void *registrar(void *arg) {
     direct_run *r = arg;
     const atlas_driver *drv = atlas_driver_get();
-    atlas_status st = atlas_host_make_current(r->d->host);
-    if (st != ATLAS_OK) {
-        run_fail(r, st);
-        return NULL;
-    }
+    if (!thread_enter(r)) return NULL;
     int window = r->d->opts.window;
     for (;;) {
         pthread_mutex_lock(&r->mu);
@@ -280,11 +283,7 @@ static void *registrar(void *arg) {
  * (several reapers: unregistering may cost as much as registering). */
 static void *reaper(void *arg) {
     direct_run *r = arg;
-    atlas_status st = atlas_host_make_current(r->d->host);
-    if (st != ATLAS_OK) {
-        run_fail(r, st);
-        return NULL;
-    }
+    if (!thread_enter(r)) return NULL;
     int window = r->d->opts.window;
     for (;;) {
         pthread_mutex_lock(&r->mu);
@@ -299,7 +298,7 @@ static void *reaper(void *arg) {
         int state = p->state;
         pthread_mutex_unlock(&r->mu);
         if (state == PIECE_REGISTERED) {
-            st = ATLAS_CU(cuEventSynchronize, r->events[i % window]);
+            atlas_status st = ATLAS_CU(cuEventSynchronize, r->events[i % window]);
             if (st == ATLAS_OK)
                 st = ATLAS_CU(cuMemHostUnregister, (void *)(p->base + p->lo));
             if (st != ATLAS_OK) { /* still registered: run_pieces unregisters it */
