@@ -338,14 +338,6 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1b(float *out
     gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{}, gb_store{out, 0, m});
 }
 
-/* The same held to 85 registers so that 3 blocks share an SM (ATLAS_CUDA_GEMV=5): 96 KiB of
- * weights in flight an SM instead of 64, for the short GEMVs (k = 4096: 2 loads a row a thread)
- * that spend their time filling the pipe. */
-extern "C" __global__ void __launch_bounds__(GB_THREADS, 3) atlas_gemv1b_o3(
-    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int n, int m, int k) {
-    gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{}, gb_store{out, 0, m});
-}
-
 /* The block kernel's fused variants (see ATLAS_GEMV_FX above). */
 ATLAS_GEMV_FX(atlas_gemv1b_norm, GB_THREADS,
               (gemv1b_body<true>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, gb_rows{},

@@ -651,7 +651,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     if (!(e && e[0] == '0') && atlas_host_properties(cb->host)->cc_major >= 9)
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
-    cb->gemv_variant = e && e[0] >= '1' && e[0] <= '5' ? e[0] - '0' : 0;
+    cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
@@ -659,7 +659,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
         atlas_host_properties(cb->host)->cc_major >= 9)
         cb->cluster_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_ATTN_HEADS");
-    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 1;
+    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 8;
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");

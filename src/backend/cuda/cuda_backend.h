@@ -67,7 +67,6 @@ typedef struct cuda_fns {
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
-    CUfunction gemv1b_o3;      /* the same in 85 registers, 3 blocks an SM (ATLAS_CUDA_GEMV=5) */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
@@ -134,12 +133,12 @@ typedef struct cuda_backend {
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;
                                1 the fp32 warp kernels for n <= 8; 2 the block kernel for
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
-                               kernel for n = 1; 5 the block kernel at 3 blocks an SM */
+                               kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
-    int attn_heads;         /* query heads a cluster-attention block: 1 (default), 2, 4 or 8
-                               (ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
+    int attn_heads;         /* query heads a cluster-attention block: 1, 2, 4 or 8 (default;
+                               ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
      * all / none; default qkv,swiglu, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */

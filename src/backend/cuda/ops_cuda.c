@@ -79,7 +79,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
         {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
         {&cb->fn.rope_table, "atlas_rope_table"},
-        {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv1b_o3, "atlas_gemv1b_o3"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
+        {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
         {&cb->fn.gemv1r4, "atlas_gemv1r4"}, {&cb->fn.gemv1_norm, "atlas_gemv1_norm"},
         {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
         {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
@@ -191,8 +191,9 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split <= ATTN_CLUSTER) {
-        /* GM query heads a block (of the G sharing a kv head): fewer heads, more blocks, less
-         * serial work a warp; the kv head's K/V rows are then read GM / G times from L2 */
+        /* GM query heads a block (of the G sharing a kv head; all of them by default: on the
+         * 8B decode step 4 a block took 4.218 ms a replay, 2 took 4.387 and 1 4.377, though
+         * fewer heads make more blocks with less work each) */
         int gm = cb->attn_heads;
         while (G % gm) gm /= 2;
         int q = gm <= 1 ? 0 : gm <= 2 ? 1 : gm <= 4 ? 2 : 3;
@@ -316,10 +317,9 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr bp = bias ? bias->ptr : 0;
     /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
      * before the wait for the previous kernel: bench/RESULTS.md) */
-    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0 || cb->gemv_variant == 5)) {
+    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0)) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
-        return launch(cb, cb->gemv_variant == 5 ? cb->fn.gemv1b_o3 : cb->fn.gemv1b,
-                      (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
+        return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
     }
     if (n <= 8 && k % 32 == 0 && (n > 1 || cb->gemv_variant == 3) && cb->gemv_variant != 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
@@ -427,7 +427,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
 static bool block_gemv(const cuda_backend *cb) {
-    return cb->gemv_variant == 2 || cb->gemv_variant == 0 || cb->gemv_variant == 5;
+    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
 }
 
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
@@ -471,7 +471,7 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
 
 /* A one-row matmul that the fused GEMVs can take (the fp32 kernels). */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
-    return c->op == CUDA_OP_MATMUL && c->n == 1 && (cb->gemv_variant <= 2 || cb->gemv_variant == 5);
+    return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
 }
 
 /* The tail that the commands next[0, n_next) after mm (a fusable matmul, fed by norm when not
