@@ -194,7 +194,10 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
-    if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split <= ATTN_CLUSTER) {
+    /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
+     * the 64- and 256-sequence steps measured at 7883bc9) */
+    if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
+        cb->n_split <= ATTN_CLUSTER) {
         /* GM query heads a block (of the G sharing a kv head; all of them by default: on the
          * 8B decode step 4 a block took 4.218 ms a replay, 2 took 4.387 and 1 4.377, though
          * fewer heads make more blocks with less work each) */
