@@ -3,8 +3,8 @@
 # GPU tests, the random checkpoints (tools/make_checkpoint.py), `atlas bench` on the 8B shape
 # and transformers on the same checkpoint. Logs go to $OUT. Binaries come prebuilt in
 # $ATLAS_BUILD (default build-h6-gpu) with the shared libraries they need in .carry/libs.
-#   STEPS="ops forward bench bench2 load profile batch hf serve" picks steps (default: ops
-#   forward bench hf serve); profile and batch time each kernel with Nsight Compute; load times
+#   STEPS="ops forward bench bench2 load profile attn batch hf serve" picks steps (default: ops
+#   forward bench hf serve); profile, attn and batch time kernels with Nsight Compute; load times
 #   the 8B checkpoint's swap load by each path (ATLAS_LOAD, one config per `;` of $LOADS).  "serve" is issue 6's
 #   record: `atlas serve` with two 8B-shaped checkpoints (A = /tmp/llama8b, B = /tmp/llama8b-b,
 #   another seed), --max-resident 1, driven by bench/serve/loadgen (Node where there is one,
@@ -40,7 +40,7 @@ BENCH="$B/atlas"; [ -x "$BENCH" ] || BENCH="$B/atlas-bench"
 SERVE_A=${SERVE_A:-/tmp/llama8b}
 SERVE_B=${SERVE_B:-/tmp/llama8b-b}
 SERVE_CONC=${SERVE_CONC:-1,8,64,256}
-if has bench || has bench2 || { has load && [ "${LOAD_MODEL:-/tmp/llama8b}" = /tmp/llama8b ]; } || has hf || has profile || has batch || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
+if has bench || has bench2 || { has load && [ "${LOAD_MODEL:-/tmp/llama8b}" = /tmp/llama8b ]; } || has hf || has profile || has attn || has batch || { has serve && [ "$SERVE_A" = /tmp/llama8b ]; }; then
   step "making the 8B checkpoint in the background"
   [ -f /tmp/llama8b/config.json ] || (python3 tools/make_checkpoint.py --shape 8b --out /tmp/llama8b \
     > "$OUT/make8b.log" 2>&1 &)
@@ -65,7 +65,7 @@ if has forward; then
   echo "rc $?"
   grep -E "CHECK failed|error|big|p0 |p6 |checks" "$OUT/test-gpu-forward.log" | head -40
 fi
-if has bench || has profile || has batch; then
+if has bench || has profile || has attn || has batch; then
   step "waiting for the 8B checkpoint"
   wait_8b 200
   tail -2 "$OUT/make8b.log"
@@ -110,6 +110,17 @@ if has profile; then
     --launch-count 2000 "$BENCH" bench -m /tmp/llama8b -p 512 -n 4 --reps 1 --read-gib 1 --gemm 1024 \
     > "$OUT/ncu-decode.csv" 2> "$OUT/ncu-decode.err"; echo "rc $?"
   python3 bench/gpu/ncu_table.py "$OUT/ncu-decode.csv" | tee "$OUT/ncu-decode.txt"
+fi
+if has attn; then
+  # the decode attention kernel alone: where its warps stall (its ~16 us do not follow its
+  # instruction count: bench/RESULTS.md 2026-12-03); build with -DATLAS_NVCC_FLAGS=-lineinfo
+  # for source lines
+  step "ncu: decode attention, warp states and source counters"
+  timeout 200 ncu --clock-control none --section WarpStateStats --section SourceCounters \
+    --section LaunchStats --section MemoryWorkloadAnalysis -k regex:'attn_d' --launch-skip 40 \
+    --launch-count 1 "$BENCH" bench -m /tmp/llama8b -p 512 -n 4 --reps 1 --read-gib 1 --gemm 1024 \
+    > "$OUT/ncu-attn.txt" 2>&1; echo "rc $?"
+  grep -vE "^==PROF==" "$OUT/ncu-attn.txt" | grep -E "Stall|Cycles|Duration|Throughput|Hit|Sectors" | head -40
 fi
 if has batch; then
   # decode steps of B sequences at once (the GPU side of the serve step's concurrency levels)
