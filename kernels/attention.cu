@@ -419,34 +419,34 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     }
 }
 
-/* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128; the arguments of atlas_attn_split
- * without hd and tile. With one split, out is written directly (no combine needed). */
-#define ATLAS_ATTN_DEC(HD, GM)                                                                    \
-    extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) atlas_attn_dec##HD##_g##GM(      \
+/* One decode-attention entry point (BOUNDS: its __launch_bounds__ arguments, parenthesised):
+ * NAME runs attn_decode_body<HD, GM, WARPS, CLUSTER> with
+ * the arguments of atlas_attn_split without hd and tile (chunk is unused: each split covers
+ * its share of the token's own context). */
+#define ATLAS_ATTN_DECODE(NAME, HD, GM, WARPS, BOUNDS, CLUSTER)                                   \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                    \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters) {          \
-        attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
-                                 max_blocks, bs, H, K, window, chunk, scale, out, counters);     \
+        attn_decode_body<HD, GM, WARPS, CLUSTER>(part_o, part_ml, qkv, kc, vc, tok_seq,          \
+                                                 positions, block_table, max_blocks, bs, H, K,   \
+                                                 window, chunk, scale, out, counters);           \
     }
+
+/* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head.
+ * With one split, out is written directly (no combine needed). */
+#define ATLAS_ATTN_DEC(HD, GM) ATLAS_ATTN_DECODE(atlas_attn_dec##HD##_g##GM, HD, GM, DEC_WARPS, (DEC_WARPS * 32), false)
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
 ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_DEC(256, 8)
 
-/* atlas_attn_dcl<HD>_g<GM>: the same with 8 warps a block and the splits of each (token, kv
- * head) launched as one thread-block cluster (sm_90+, grid (n, K, n_split) with cluster
- * (1, 1, n_split), n_split <= 8): the blocks merge through distributed shared memory at the
- * end, where the kernel above writes partials and merges them after a fence and an atomic
- * (or in a combine kernel): in a decode step at short context those round trips are most of
- * its time. HD 64 and 128 (the shared memory of 8 warps x 8 heads x 256 does not fit). */
-#define ATLAS_ATTN_DCL(HD, GM)                                                                    \
-    extern "C" __global__ void __launch_bounds__(256, 1) atlas_attn_dcl##HD##_g##GM(             \
-        float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
-        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
-        int H, int K, int window, int chunk, float scale, float *out, int *counters) {          \
-        attn_decode_body<HD, GM, 8, true>(part_o, part_ml, qkv, kc, vc, tok_seq, positions,      \
-                                          block_table, max_blocks, bs, H, K, window, chunk,      \
-                                          scale, out, counters);                                 \
-    }
+/* atlas_attn_dcl<HD>_g<GM>: the same with 8 warps a block, GM query heads a block (grid
+ * (n, H / GM, n_split)) and the splits of each (token, kv head) launched as one thread-block
+ * cluster (sm_90+, cluster (1, 1, n_split), n_split <= 8): the blocks merge through
+ * distributed shared memory at the end, where the kernel above writes partials and merges
+ * them after a fence and an atomic (or in a combine kernel): in a decode step at short
+ * context those round trips are most of its time. HD 64 and 128 (the shared memory of 8
+ * warps x 8 heads x 256 does not fit). */
+#define ATLAS_ATTN_DCL(HD, GM) ATLAS_ATTN_DECODE(atlas_attn_dcl##HD##_g##GM, HD, GM, 8, (256, 1), true)
 ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4) ATLAS_ATTN_DCL(64, 8)
 ATLAS_ATTN_DCL(128, 1) ATLAS_ATTN_DCL(128, 2) ATLAS_ATTN_DCL(128, 4) ATLAS_ATTN_DCL(128, 8)

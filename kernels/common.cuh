@@ -63,6 +63,22 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(v);
 }
 
+/* SwiGLU of one (gate, up) pair: silu(g) * u, as every kernel that computes it does. */
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+/* One rotate-half pair of a q or k head (rope): x[i], x[i + half] = (a, b) rotated by
+ * r = (cos, sin); kr, when not NULL (a k head's row in the cache), gets the result in bf16. */
+__device__ __forceinline__ void rope_pair(float *x, bf16_t *kr, int i, int half, float a,
+                                          float b, float2 r) {
+    float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
+    x[i] = ra;
+    x[i + half] = rb;
+    if (kr) {
+        kr[i] = f2bf(ra);
+        kr[i + half] = f2bf(rb);
+    }
+}
+
 /* Programmatic dependent launch (sm_90+; launches with the attribute, see ops_cuda.c): a
  * kernel lets the next one start early (pdl_trigger) and waits for the previous one's
  * results (pdl_wait) before it reads them or writes anything the previous one reads.

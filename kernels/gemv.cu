@@ -229,7 +229,7 @@ struct gb_swiglu { /* gu[row] = v; act[i] = silu(gate i) * up i as kernels/swigl
     __device__ void operator()(float v, int row, int lane) const {
         float u = __shfl_down_sync(0xffffffffu, v, 2); /* lanes 0, 1: their up row's result */
         if (lane < GB_ROWS) gu[row] = v;
-        if (lane < 2) act[row] = v / (1.0f + __expf(-v)) * u;
+        if (lane < 2) act[row] = silu_mul(v, u);
     }
 };
 
@@ -247,23 +247,16 @@ struct gb_rope_kv {
         if (lane >= 2) return;
         int half = hd / 2, head = row / hd, i = row - head * hd;
         size_t dst = (size_t)slots[0] * K * hd;
+        float *x = qkv + (size_t)head * hd;
         if (head >= H + K) {
-            qkv[row] = v;
-            qkv[row + half] = b;
+            x[i] = v;
+            x[i + half] = b;
             bf16_t *p = vc + dst + (size_t)(head - H - K) * hd + i;
             p[0] = f2bf(v);
             p[half] = f2bf(b);
             return;
         }
-        float2 r = cs[i];
-        float ra = v * r.x - b * r.y, rb = b * r.x + v * r.y;
-        qkv[row] = ra;
-        qkv[row + half] = rb;
-        if (head >= H) {
-            bf16_t *p = kc + dst + (size_t)(head - H) * hd + i;
-            p[0] = f2bf(ra);
-            p[half] = f2bf(rb);
-        }
+        rope_pair(x, head >= H ? kc + dst + (size_t)(head - H) * hd : NULL, i, half, v, b, cs[i]);
     }
 };
 

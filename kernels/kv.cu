@@ -31,15 +31,7 @@ extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *v
         for (int i = threadIdx.x; i < hd; i += blockDim.x) vc[dst + (size_t)(h - H - K) * hd + i] = f2bf(x[i]);
         return;
     }
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float2 r = cs[(size_t)t * half + i];
-        float a = x[i], b = x[i + half];
-        float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
-        x[i] = ra;
-        x[i + half] = rb;
-        if (h >= H) {
-            kc[dst + (size_t)(h - H) * hd + i] = f2bf(ra);
-            kc[dst + (size_t)(h - H) * hd + i + half] = f2bf(rb);
-        }
-    }
+    bf16_t *kr = h >= H ? kc + dst + (size_t)(h - H) * hd : NULL;
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(x, kr, i, half, x[i], x[i + half], cs[(size_t)t * half + i]);
 }

@@ -10,12 +10,8 @@ extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K
     pdl_wait();
     int half = hd / 2, t = blockIdx.x;
     float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)blockIdx.y * hd;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float2 r = cs[(size_t)t * half + i];
-        float a = x[i], b = x[i + half];
-        x[i] = a * r.x - b * r.y;
-        x[i + half] = b * r.x + a * r.y;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(x, NULL, i, half, x[i], x[i + half], cs[(size_t)t * half + i]);
 }
 
 /* cs[t, i] = (cos, sin)(angle) * attn_factor with angle = inv_freq[i] * (float)pos[t] rounded

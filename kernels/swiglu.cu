@@ -1,6 +1,5 @@
-/* kernels/swiglu.cu — SwiGLU: out[n, f] = silu(gu[n, :f]) * gu[n, f:]. Decode's swiglu fusion
- * computes the same in the gate_up GEMV's epilogue (kernels/gemv.cu gb_swiglu): keep the two
- * alike. */
+/* kernels/swiglu.cu — SwiGLU: out[n, f] = silu(gu[n, :f]) * gu[n, f:] (silu_mul, common.cuh,
+ * also used by decode's swiglu fusion in the gate_up GEMV's epilogue, kernels/gemv.cu). */
 #include "common.cuh"
 
 extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long long total) {
@@ -10,7 +9,7 @@ extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long
          i += (long long)gridDim.x * blockDim.x) {
         long long r = i / f, c = i - r * f;
         float g = gu[r * 2 * f + c], u = gu[r * 2 * f + f + c];
-        out[i] = g / (1.0f + __expf(-g)) * u;
+        out[i] = silu_mul(g, u);
     }
 }
 
@@ -30,8 +29,7 @@ extern "C" __global__ void atlas_swiglu_bf16(bf16_t *out, const bf16_t *gu, int 
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            o[j] = pack_bf16x2(g[2 * j] / (1.0f + __expf(-g[2 * j])) * u[2 * j],
-                               g[2 * j + 1] / (1.0f + __expf(-g[2 * j + 1])) * u[2 * j + 1]);
+            o[j] = pack_bf16x2(silu_mul(g[2 * j], u[2 * j]), silu_mul(g[2 * j + 1], u[2 * j + 1]));
         *(uint4 *)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
     }
 }

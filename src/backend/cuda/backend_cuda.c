@@ -69,8 +69,8 @@ static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
                            offset + bytes);
 }
 
-/* The direct loader's staged pieces: a byte range of a file (any alignment), read with pread
- * by the pool's threads, or copied out of the mapping when a read fails. */
+/* The direct loader's staged pieces: a byte range of a file (any alignment), read by the
+ * pool's threads (atlas_cuda_read_bytes). */
 typedef struct range_ctx {
     cuda_backend *cb;
     const char *src;
@@ -86,8 +86,7 @@ static void range_job(void *ctx, int64_t begin, int64_t end, int thread) {
     size_t a = (size_t)begin * FILL_PIECE, b = (size_t)end * FILL_PIECE;
     if (b > r->bytes) b = r->bytes;
     size_t at = r->offset + a;
-    if (atlas_file_read_at(r->fd, r->dst + a, b - a, r->file_off + at) != ATLAS_OK)
-        memcpy(r->dst + a, r->src + at, b - a);
+    atlas_cuda_read_bytes(r->dst + a, r->src + at, r->fd, r->file_off + at, b - a);
 }
 
 static void range_chunk(void *dst, size_t offset, size_t bytes, void *user) {
@@ -110,7 +109,7 @@ static int env_int(const char *name, int def) {
     return e && *e ? atoi(e) : def;
 }
 
-/* ATLAS_LOAD=direct (default) | stage | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
+/* ATLAS_LOAD=stage (default) | direct | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
  * ATLAS_LOAD_STAGE_PCT (mix only, default 30): read once, at the first weight. */
 static void load_configure(cuda_backend *cb) {
     cuda_load *ld = &cb->load;
@@ -136,7 +135,7 @@ static bool load_direct(const cuda_backend *cb, const atlas_tensor_view *v) {
 }
 
 /* Queues or uploads the views of weight w (bytes of bf16 in all). */
-static atlas_status weight_fill(cuda_backend *cb, atlas_weight *w, size_t bytes,
+static atlas_status weight_upload(cuda_backend *cb, atlas_weight *w, size_t bytes,
                                 const atlas_tensor_view *const *views, int n) {
     load_configure(cb);
     bool any = false;
@@ -195,7 +194,7 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
     atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
-    if (st == ATLAS_OK) st = weight_fill(cb, w, bytes, views, n);
+    if (st == ATLAS_OK) st = weight_upload(cb, w, bytes, views, n);
     if (st != ATLAS_OK) {
         atlas_direct_drop(cb->load.direct, w->ptr, w->ptr + bytes);
         (void)atlas_registry_free(cb->reg, w->ptr);

@@ -237,6 +237,26 @@ static void set_state(direct_run *r, int i, int state) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A piece's step failed: st wrapped with what and where, then the run stops. */
+static void run_fail_piece(direct_run *r, atlas_status st, const char *what, int i, uint64_t a,
+                           uint64_t b) {
+    pthread_mutex_lock(&r->mu);
+    atlas_fail_wrap(st, "direct load: %s piece %d (file offsets %llu..%llu)", what, i,
+                    (unsigned long long)a, (unsigned long long)b);
+    run_fail_locked(r, st);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Waits until piece p is registered or to be staged; false when the run stopped. */
+static bool wait_settled(direct_run *r, const direct_piece *p, int *state) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop && p->state == PIECE_PENDING) pthread_cond_wait(&r->cv, &r->mu);
+    int stop = r->stop;
+    *state = p->state;
+    pthread_mutex_unlock(&r->mu);
+    return !stop;
+}
+
 /* A worker thread's start: the host's context current on it, or the run failed. */
 static bool thread_enter(direct_run *r) {
     atlas_status st = atlas_host_make_current(r->d->host);
@@ -302,11 +322,7 @@ static void *reaper(void *arg) {
             if (st == ATLAS_OK)
                 st = ATLAS_CU(cuMemHostUnregister, (void *)(p->base + p->lo));
             if (st != ATLAS_OK) { /* still registered: run_pieces unregisters it */
-                pthread_mutex_lock(&r->mu);
-                atlas_fail_wrap(st, "direct load: piece %d (file offsets %llu..%llu)", i,
-                                (unsigned long long)p->lo, (unsigned long long)p->hi);
-                run_fail_locked(r, st);
-                pthread_mutex_unlock(&r->mu);
+                run_fail_piece(r, st, "unregistering", i, p->lo, p->hi);
                 return NULL;
             }
         }
@@ -325,11 +341,8 @@ static void *stager(void *arg) {
     atlas_direct *d = r->d;
     for (int i = 0; i < r->n; i++) {
         direct_piece *p = &r->ps[i];
-        pthread_mutex_lock(&r->mu);
-        while (!r->stop && p->state == PIECE_PENDING) pthread_cond_wait(&r->cv, &r->mu);
-        int stop = r->stop, state = p->state;
-        pthread_mutex_unlock(&r->mu);
-        if (stop) return NULL;
+        int state;
+        if (!wait_settled(r, p, &state)) return NULL;
         if (state != PIECE_STAGE) continue;
         size_t bytes = 0;
         for (int j = p->j0; j < p->j1; j++) {
@@ -339,11 +352,7 @@ static void *stager(void *arg) {
             atlas_status st = d->stage(d->user, jb->dst + (a - jb->off), jb->base + a, jb->fd, a,
                                        (size_t)(b - a));
             if (st != ATLAS_OK) {
-                pthread_mutex_lock(&r->mu);
-                atlas_fail_wrap(st, "direct load: staging piece %d (file offsets %llu..%llu)", i,
-                                (unsigned long long)a, (unsigned long long)b);
-                run_fail_locked(r, st);
-                pthread_mutex_unlock(&r->mu);
+                run_fail_piece(r, st, "staging", i, a, b);
                 return NULL;
             }
             bytes += (size_t)(b - a);
@@ -362,11 +371,8 @@ static void issue(direct_run *r) {
     int window = d->opts.window;
     for (int i = 0; i < r->n; i++) {
         direct_piece *p = &r->ps[i];
-        pthread_mutex_lock(&r->mu);
-        while (!r->stop && p->state == PIECE_PENDING) pthread_cond_wait(&r->cv, &r->mu);
-        int stop = r->stop, state = p->state;
-        pthread_mutex_unlock(&r->mu);
-        if (stop) return;
+        int state;
+        if (!wait_settled(r, p, &state)) return;
         atlas_status st = ATLAS_OK;
         size_t bytes = 0;
         for (int j = p->j0; state == PIECE_REGISTERED && st == ATLAS_OK && j < p->j1; j++) {
@@ -379,14 +385,11 @@ static void issue(direct_run *r) {
         }
         if (state == PIECE_REGISTERED && st == ATLAS_OK)
             st = ATLAS_CU(cuEventRecord, r->events[i % window], r->stream);
-        pthread_mutex_lock(&r->mu);
         if (st != ATLAS_OK) {
-            atlas_fail_wrap(st, "direct load: copying piece %d (file offsets %llu..%llu)", i,
-                            (unsigned long long)p->lo, (unsigned long long)p->hi);
-            run_fail_locked(r, st);
-            pthread_mutex_unlock(&r->mu);
+            run_fail_piece(r, st, "copying", i, p->lo, p->hi);
             return;
         }
+        pthread_mutex_lock(&r->mu);
         r->direct_bytes += bytes;
         p->issued = 1;
         pthread_cond_broadcast(&r->cv);

@@ -194,6 +194,8 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
+    void *da[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
@@ -204,15 +206,11 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
         int gm = cb->attn_heads;
         while (G % gm) gm /= 2;
         int q = gm <= 1 ? 0 : gm <= 2 ? 1 : gm <= 4 ? 2 : 3;
-        void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                     &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
         return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n,
-                              (unsigned)(H / gm), (unsigned)cb->n_split, 256, a);
+                              (unsigned)(H / gm), (unsigned)cb->n_split, 256, da);
     }
     if (dec) {
-        void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                     &bs, &H, &K, &window, &chunk, &scale, &out, &counters};
-        ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, a));
+        ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, da));
         if (counters || cb->n_split == 1) return ATLAS_OK; /* merged in the kernel */
         void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
         return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
@@ -525,8 +523,10 @@ static int fused(cuda_backend *cb, int cmds, int kernels) {
     return cmds;
 }
 
-/* Decode's fusions (graphs only; each keeps the ops' results, the intermediate included),
- * each on when ATLAS_CUDA_FUSE names it: rope then kv_store of the same qkv -> one kernel
+/* The fusions, at the head of the queued list c[0, n): first prefill's bf16 MLP chain
+ * (prefill_mlp, >= 64 rows; it leaves the intermediates unwritten), then decode's (one row a
+ * sequence; each keeps the ops' results, the intermediate included), each on when
+ * ATLAS_CUDA_FUSE names it: rope then kv_store of the same qkv -> one kernel
  * (rope); RMSNorm folded into the GEMVs before and after it (norm); the qkv GEMV followed by
  * rope and kv_store -> one GEMV whose epilogue does them (qkv); the gate_up GEMV followed by
  * swiglu -> one GEMV whose epilogue does it (swiglu). The last two also take the norm
@@ -540,6 +540,7 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     const atlas_backend_geom *g = &cb->base.geom;
     gemv_tail tail;
     int used;
+    if (prefill_mlp(cb, c, n, st)) return 3; /* prefill: gate_up -> swiglu -> down in bf16 */
     if (cb->fuse_rope && n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
         c[1].p[0] == c[0].p[0] && c[1].n == c[0].n) {
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
@@ -576,19 +577,20 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     return 1;
 }
 
+/* The norm's bf16 copy no longer mirrors its range once c writes into it. */
+static void shadow_check(cuda_backend *cb, const cuda_cmd *c) {
+    if (cb->shadow_src && cmd_writes(cb, c, cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
+        cb->shadow_src = 0;
+}
+
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
     cb->shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
     for (int i = 0; i < n && st == ATLAS_OK;) {
-        int done = 1;
-        if (cb->shadow_src && cmd_writes(cb, &c[i], cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
-            cb->shadow_src = 0;
-        if (cb->skip_ops & (1u << c[i].op)) done = 1; /* ATLAS_CUDA_SKIP: timing only */
-        else if (prefill_mlp(cb, c + i, n - i, &st)) done = 3;
-        else done = exec_fused(cb, c + i, n - i, &st);
-        for (int j = 1; j < done && cb->shadow_src; j++)
-            if (cmd_writes(cb, &c[i + j], cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
-                cb->shadow_src = 0;
+        shadow_check(cb, &c[i]); /* before it runs: it may set a new copy (a norm) */
+        int done = cb->skip_ops & (1u << c[i].op) ? 1 /* ATLAS_CUDA_SKIP: timing only */
+                                                  : exec_fused(cb, c + i, n - i, &st);
+        for (int j = 1; j < done; j++) shadow_check(cb, &c[i + j]);
         i += done;
     }
     return st;

@@ -18,15 +18,20 @@ static void populate(const void *p, size_t n) {
     (void)madvise((void *)a, e - a, MADV_POPULATE_READ);
 }
 
-/* Elements [k, k + cnt) of a bf16 view into out. pread from the file skips the page faults of
- * copying out of the mapping (4x faster in this project's VMs; the issue measured 35-39 GB/s
- * with 16 reading threads on the H200 machine against ~25 through the mapping); the mapping
- * stays the fallback (in-memory checkpoints, a failing read). */
+/* pread from the file skips the page faults of copying out of the mapping (4x faster in this
+ * project's VMs; the issue measured 35-39 GB/s with 16 reading threads on the H200 machine
+ * against ~25 through the mapping); the mapping stays the fallback (in-memory checkpoints,
+ * a failing read). */
+void atlas_cuda_read_bytes(void *dst, const char *src, int fd, uint64_t file_off, size_t n) {
+    if (fd >= 0 && atlas_file_read_at(fd, dst, n, file_off) == ATLAS_OK) return;
+    populate(src, n);
+    memcpy(dst, src, n);
+}
+
+/* Elements [k, k + cnt) of a bf16 view into out. */
 static void copy_bf16(const atlas_tensor_view *v, uint16_t *out, size_t k, size_t cnt) {
-    if (v->fd >= 0 && atlas_file_read_at(v->fd, out, cnt * 2, v->file_offset + k * 2) == ATLAS_OK)
-        return;
-    populate((const char *)v->data + k * 2, cnt * 2);
-    memcpy(out, (const char *)v->data + k * 2, cnt * 2);
+    atlas_cuda_read_bytes(out, (const char *)v->data + k * 2, v->fd, v->file_offset + k * 2,
+                          cnt * 2);
 }
 
 void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *dst,

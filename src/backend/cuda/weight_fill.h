@@ -6,6 +6,7 @@
 #define ATLAS_CUDA_WEIGHT_FILL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/safetensors.h"
 
@@ -15,5 +16,9 @@
  * bench/RESULTS.md, "CUDA host and registry"), else copied out of the mapping. */
 void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *dst,
                             size_t dst_offset, size_t a, size_t b);
+
+/* n bytes of a file at file_off, mapped at src, into dst: pread from fd when it has one, else
+ * (or when the read fails) copied out of the mapping. */
+void atlas_cuda_read_bytes(void *dst, const char *src, int fd, uint64_t file_off, size_t n);
 
 #endif
