@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "harness.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -414,6 +415,19 @@ static void check_views(const atlas_st *st, const atlas_shard_geom *g, int world
             if (!present) continue;
             CHECK(v.shape[0] == s.n_rows && (v.n_dims == 1 || v.shape[1] == s.n_cols));
             CHECK((owned != NULL) == (s.n_chunks > 1));
+            /* the CUDA loader preads a view from (fd, file_offset): a row split must point at
+             * its own bytes in the shard file, a gathered column band at no file */
+            if (owned) {
+                CHECK_MSG(v.fd < 0, "%s rank %d: a copied column band keeps fd %d", full->name,
+                          rank, v.fd);
+            } else if (v.fd >= 0) {
+                void *file = malloc(v.nbytes);
+                CHECK_OK(atlas_file_read_at(v.fd, file, v.nbytes, v.file_offset));
+                CHECK_MSG(memcmp(file, v.data, v.nbytes) == 0, "%s rank %d: the file at offset "
+                          "%llu is not the view's bytes", full->name, rank,
+                          (unsigned long long)v.file_offset);
+                free(file);
+            }
             for (int64_t r = 0; r < s.n_rows; r++) {
                 size_t to = (size_t)((s.row0 + r) * s.cols + s.col0) * 2;
                 memcpy(back + to, (const char *)v.data + (size_t)(r * s.n_cols) * 2,
