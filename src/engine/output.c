@@ -18,7 +18,9 @@ static int is_stop_id(const atlas_engine *e, const seq *s, int32_t id) {
 }
 
 static atlas_status pending_append(seq *s, const char *text, size_t len) {
-    if (s->n_pending + len > s->pending_cap) {
+    /* allocated on the first token even when it adds no text (a partial UTF-8 sequence):
+     * memmove, memmem and friends must never see a NULL buffer, even for 0 bytes */
+    if (!s->pending || s->n_pending + len > s->pending_cap) {
         size_t cap = s->pending_cap ? s->pending_cap : 64;
         while (cap < s->n_pending + len) cap *= 2;
         char *p = realloc(s->pending, cap);
