@@ -488,6 +488,28 @@ static void test_stop_strings(const fixture *f) {
     coll *c = run_one(e, &r);
     CHECK(c->finish == ATLAS_FINISH_STOP && c->n_ids == 2 && c->usage.completion_tokens == 3);
     coll_free(c);
+    /* a first token that adds no text (the lone first byte of a 3-byte UTF-8 sequence, forced
+     * by logit_bias), with a stop string to look for: the output buffer is empty then, not
+     * NULL (memmove / memmem of a NULL buffer is what UBSan caught in server-hostile) */
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load(f->dir, &tok));
+    int32_t lone = tok ? atlas_tokenizer_token_id(tok, "\xc3\xa2") : -1; /* byte 0xE2 */
+    CHECK_MSG(lone >= 0, "%s: no token for the byte 0xE2", f->name);
+    if (lone >= 0) {
+        atlas_logit_bias bias = {lone, 100.0f};
+        const char *stops[1] = {"\x01never"};
+        r = greedy_request(f->name, f->p[0].ids, f->p[0].n, 1);
+        r.sampling.logit_bias = &bias;
+        r.sampling.n_logit_bias = 1;
+        r.stop = stops;
+        r.n_stop = 1;
+        c = run_one(e, &r);
+        CHECK_MSG(c->finish == ATLAS_FINISH_LENGTH && c->n_ids == 1 && c->ids[0] == lone,
+                  "lone byte: finish %d, %d ids (first %d, want %d): %s", c->finish, c->n_ids,
+                  c->n_ids ? c->ids[0] : -1, lone, c->msg);
+        coll_free(c);
+    }
+    atlas_tokenizer_free(tok);
     coll_free(full);
     atlas_engine_free(e);
 }
