@@ -326,6 +326,13 @@ static void test_errors(void) {
     EXPECT_ERROR("{# open", "unclosed comment");
     EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", "integer overflow");
     EXPECT_ERROR("{{ 99999999999999999999 }}", "integer literal too large");
+    { /* 127 digits, then a fraction and an exponent (the fuzzer's input wrote past the lexer's
+       * 128-byte buffer: UBSan) */
+        char t[256] = "{{ ";
+        memset(t + 3, '4', 127);
+        strcpy(t + 130, ".4444e00 }}");
+        EXPECT_ERROR(t, "number literal too long");
+    }
     EXPECT_ERROR("{{ 1 < 'a' }}", "'<' not supported between instances of 'int' and 'str'");
     EXPECT_ERROR("{% for x in 5 %}{% endfor %}", "'int' object is not iterable");
     EXPECT_ERROR("{{ range(100000) | unique | list | length }}", "template runs too long");

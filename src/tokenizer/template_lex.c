@@ -172,32 +172,40 @@ static atlas_status lex_string(lexer *lx) {
     return st;
 }
 
+/* Appends c to a number literal's digits when there is room; *cut records that there was not. */
+static void digit_put(char *digits, size_t cap, size_t *o, char c, bool *cut) {
+    if (*o < cap - 1) digits[(*o)++] = c;
+    else *cut = true;
+}
+
 static atlas_status lex_number(lexer *lx) {
     size_t start = lx->pos;
     const char *s = lx->src;
     char digits[128];
     size_t o = 0;
-    bool is_float = false;
+    bool is_float = false, cut = false;
     while (lx->pos < lx->n && (isdigit((unsigned char)s[lx->pos]) || s[lx->pos] == '_')) {
-        if (s[lx->pos] != '_' && o < sizeof digits - 1) digits[o++] = s[lx->pos];
+        if (s[lx->pos] != '_') digit_put(digits, sizeof digits, &o, s[lx->pos], &cut);
         lx->pos++;
     }
     if (lx->pos + 1 < lx->n && s[lx->pos] == '.' && isdigit((unsigned char)s[lx->pos + 1])) {
         is_float = true;
-        digits[o++] = s[lx->pos++];
-        while (lx->pos < lx->n && isdigit((unsigned char)s[lx->pos]) && o < sizeof digits - 8)
-            digits[o++] = s[lx->pos++];
+        digit_put(digits, sizeof digits, &o, s[lx->pos++], &cut);
+        while (lx->pos < lx->n && isdigit((unsigned char)s[lx->pos]))
+            digit_put(digits, sizeof digits, &o, s[lx->pos++], &cut);
     }
     if (lx->pos < lx->n && (s[lx->pos] == 'e' || s[lx->pos] == 'E')) {
         size_t p = lx->pos + 1;
         if (p < lx->n && (s[p] == '+' || s[p] == '-')) p++;
         if (p < lx->n && isdigit((unsigned char)s[p])) {
             is_float = true;
-            while (lx->pos < p) digits[o++] = s[lx->pos++];
-            while (lx->pos < lx->n && isdigit((unsigned char)s[lx->pos]) && o < sizeof digits - 1)
-                digits[o++] = s[lx->pos++];
+            while (lx->pos < p) digit_put(digits, sizeof digits, &o, s[lx->pos++], &cut);
+            while (lx->pos < lx->n && isdigit((unsigned char)s[lx->pos]))
+                digit_put(digits, sizeof digits, &o, s[lx->pos++], &cut);
         }
     }
+    /* (the fuzzer's 127 digits then ".444..." wrote past the buffer) */
+    if (cut && is_float) return lex_error(lx, start, "number literal too long");
     digits[o] = 0;
     ttok *t = NULL;
     ATLAS_TRY(push(lx, is_float ? TT_FLOAT : TT_INT, start, digits, o, &t));
