@@ -661,6 +661,13 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 8;
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
+    /* ATLAS_CUDA_L2PF=attention=MB,norm=MB: L2 prefetch ahead of those decode ops */
+    e = getenv("ATLAS_CUDA_L2PF");
+    if (e) {
+        const char *a = strstr(e, "attention="), *nm = strstr(e, "norm=");
+        cb->l2pf_attn = a ? (size_t)atoi(a + 10) << 20 : 0;
+        cb->l2pf_norm = nm ? (size_t)atoi(nm + 5) << 20 : 0;
+    }
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
     /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)
