@@ -236,10 +236,9 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
                                                  const int *tok_seq, const int *positions,
                                                  const int *block_table, int max_blocks, int bs,
                                                  int H, int K, int window, int chunk, float scale,
-                                                 float *out, int *counters) {
+                                                 float *out, int *counters, int early) {
     constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
     pdl_trigger();
-    pdl_wait();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* the block's query heads [hb, hb + nh) of kv head g: all G of them, or (CLUSTER) GM of
@@ -258,6 +257,42 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
     int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
 
+    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
+    size_t row = (size_t)K * HD; /* elements between consecutive slots */
+    const bf16_t *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
+    /* the warp's block-table entries, one a lane (32 blocks from wb), so that a key's slot
+     * is a shuffle away instead of a load before its K/V loads */
+    int wb = a0 / bs, nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
+    int btv = wb + lane < nb ? bt[wb + lane] : 0;
+
+    /* K and V rows of keys [a, a + U) with lo <= p < hi into kf, vf (0 past a1) */
+    float kf[U][D], vf[U][D];
+    auto load_keys = [&](int a, int lo, int hi) {
+        if ((min(a + U, a1) - 1) / bs - wb >= 32) { /* past the 32 cached entries (warp-uniform) */
+            wb = a / bs;
+            btv = wb + lane < nb ? bt[wb + lane] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int p = a + u;
+            int pc = min(p, a1 - 1);
+            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
+            if (p < a1 && p >= lo && p < hi) {
+                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
+                load_bf16<D>(kbase + slot * row, kf[u]);
+                load_bf16<D>(vbase + slot * row, vf[u]);
+            } else if (p >= a1) {
+#pragma unroll
+                for (int i = 0; i < D; i++) kf[u][i] = vf[u][i] = 0.0f;
+            }
+        }
+    };
+    /* early (every token of the batch its own sequence): the keys before the token's own
+     * were written by earlier batches, so their loads go out before the wait for the
+     * previous kernel, which writes this token's key and q (staged indices and block
+     * tables come before every kernel of the batch) */
+    if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
+    pdl_wait();
     float q[GM][D], acc[GM][D], m[GM], l[GM];
     const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD + lane * D;
 #pragma unroll
@@ -282,34 +317,9 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             acc[h][i] = 0.0f;
         }
     }
-    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
-    size_t row = (size_t)K * HD; /* elements between consecutive slots */
-    const bf16_t *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
-    /* the warp's block-table entries, one a lane (32 blocks from wb), so that a key's slot
-     * is a shuffle away instead of a load before its K/V loads */
-    int wb = a0 / bs, nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
-    int btv = wb + lane < nb ? bt[wb + lane] : 0;
-
+    if (a0 < a1) load_keys(a0, early ? pos : 0, 1 << 30);
     for (int a = a0; a < a1; a += U) {
-        if ((min(a + U, a1) - 1) / bs - wb >= 32) { /* past the 32 cached entries (warp-uniform) */
-            wb = a / bs;
-            btv = wb + lane < nb ? bt[wb + lane] : 0;
-        }
-        float kf[U][D], vf[U][D];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int p = a + u;
-            int pc = min(p, a1 - 1);
-            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
-            if (p < a1) {
-                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
-                load_bf16<D>(kbase + slot * row, kf[u]);
-                load_bf16<D>(vbase + slot * row, vf[u]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < D; i++) kf[u][i] = vf[u][i] = 0.0f;
-            }
-        }
+        if (a > a0) load_keys(a, 0, 1 << 30);
 #pragma unroll
         for (int h = 0; h < GM; h++) {
             if (h >= nh) break;
@@ -427,10 +437,11 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                    \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
-        int H, int K, int window, int chunk, float scale, float *out, int *counters) {          \
+        int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
+        int early) {                                                                             \
         attn_decode_body<HD, GM, WARPS, CLUSTER>(part_o, part_ml, qkv, kc, vc, tok_seq,          \
                                                  positions, block_table, max_blocks, bs, H, K,   \
-                                                 window, chunk, scale, out, counters);           \
+                                                 window, chunk, scale, out, counters, early);    \
     }
 
 /* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head.

@@ -138,6 +138,8 @@ typedef struct cuda_backend {
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
+    int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
+                               before the wait for the previous kernel (ops_cuda.c) */
     int attn_heads;         /* query heads a cluster-attention block: 1, 2, 4 or 8 (default;
                                ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or

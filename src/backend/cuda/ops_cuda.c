@@ -197,8 +197,11 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
     CUfunction dec = attn_dec_kernel(cb, hd, G);
+    /* every token its own sequence: keys before a token's own are older than this batch, and
+     * the decode kernels load them before waiting for the previous kernel */
+    int early = cb->attn_early && n == cb->n_seqs;
     void *da[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters}; /* decode kernels */
+                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
