@@ -230,7 +230,7 @@ __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     }
 }
 
-template <int HD, int GM, int WARPS = DEC_WARPS, bool CLUSTER = false>
+template <int HD, int GM, int WARPS = DEC_WARPS>
 __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, const float *qkv,
                                                  const bf16_t *kc, const bf16_t *vc,
                                                  const int *tok_seq, const int *positions,
@@ -241,9 +241,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* the block's query heads [hb, hb + nh) of kv head g: all G of them, or (CLUSTER) GM of
-     * them, blockIdx.y = hb / GM, so that more blocks share the work (GM divides G) */
-    int hb = CLUSTER ? blockIdx.y * GM : blockIdx.y * G, g = hb / G, nh = CLUSTER ? GM : G;
+    /* the block's query heads: all G of kv head g = blockIdx.y */
+    int hb = blockIdx.y * G, g = blockIdx.y, nh = G;
     /* slot of key p: bt[p / bs] * bs + p % bs, with shifts for the usual power-of-two bs */
     int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     /* the splits share the token's own context, not the batch's capacity (chunk, unused
@@ -362,9 +361,6 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     }
     __syncthreads();
     size_t po = ((size_t)t * H + (size_t)hb) * n_split + s; /* (t, head hb, split s) */
-    /* CLUSTER: the block's merged (m, l, o) stay in shared memory for the cluster's merge */
-    __shared__ float cm[CLUSTER ? GM : 1], cl[CLUSTER ? GM : 1];
-    __shared__ __align__(16) float co[CLUSTER ? GM : 1][CLUSTER ? HD : 1];
     for (int idx = threadIdx.x; idx < nh * HD; idx += WARPS * 32) {
         int h = idx / HD, i = idx - h * HD;
         float M = -INFINITY;
@@ -379,10 +375,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
                 o += so[w][h][i] * e;
             }
         }
-        if constexpr (CLUSTER) {
-            co[h][i] = o;
-            if (i == 0) cm[h] = M, cl[h] = L;
-        } else if (n_split == 1) {
+        if (n_split == 1) {
             out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         } else {
             part_o[(po + (size_t)h * n_split) * HD + i] = o;
@@ -392,72 +385,252 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             }
         }
     }
-    if constexpr (CLUSTER) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        /* the cluster's blocks are the splits of (t, g): each merges a share of the G * HD
-         * outputs from every block's shared memory, with no global round trip */
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();
-        int ranks = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-        int share = (nh * HD + ranks - 1) / ranks;
-        for (int idx = rank * share + threadIdx.x; idx < min((rank + 1) * share, nh * HD);
-             idx += WARPS * 32) {
-            int h = idx / HD, i = idx - h * HD;
-            float mr[8], lr[8], orr[8], M = -INFINITY, L = 0.0f, o = 0.0f;
-#pragma unroll
-            for (int r = 0; r < 8; r++) { /* every rank's loads at once (ranks <= 8) */
-                bool in = r < ranks;
-                mr[r] = in ? cluster.map_shared_rank(cm, r)[h] : -INFINITY;
-                lr[r] = in ? cluster.map_shared_rank(cl, r)[h] : 0.0f;
-                orr[r] = in ? cluster.map_shared_rank(&co[0][0], r)[h * HD + i] : 0.0f;
-                M = fmaxf(M, mr[r]);
-            }
-            if (M > -INFINITY)
-#pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    float e = __expf(mr[r] - M); /* 0 for a rank without keys */
-                    L += lr[r] * e;
-                    o += orr[r] * e;
-                }
-            out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
-        }
-        cluster.sync(); /* no block leaves while another may still read its shared memory */
-#endif
-    } else if (n_split > 1 && counters) {
+    if (n_split > 1 && counters) {
         merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split);
     }
 }
 
-/* One decode-attention entry point (BOUNDS: its __launch_bounds__ arguments, parenthesised):
- * NAME runs attn_decode_body<HD, GM, WARPS, CLUSTER> with
- * the arguments of atlas_attn_split without hd and tile (chunk is unused: each split covers
- * its share of the token's own context). */
-#define ATLAS_ATTN_DECODE(NAME, HD, GM, WARPS, BOUNDS, CLUSTER)                                   \
-    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(                                    \
+/* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head,
+ * the arguments of atlas_attn_split without hd and tile, and early (chunk is unused: each
+ * split covers its share of the token's own context). With one split, out is written
+ * directly (no combine needed). */
+#define ATLAS_ATTN_DEC(HD, GM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) atlas_attn_dec##HD##_g##GM(     \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
         int early) {                                                                             \
-        attn_decode_body<HD, GM, WARPS, CLUSTER>(part_o, part_ml, qkv, kc, vc, tok_seq,          \
-                                                 positions, block_table, max_blocks, bs, H, K,   \
-                                                 window, chunk, scale, out, counters, early);    \
+        attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
+                                 max_blocks, bs, H, K, window, chunk, scale, out, counters,     \
+                                 early);                                                         \
     }
-
-/* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head.
- * With one split, out is written directly (no combine needed). */
-#define ATLAS_ATTN_DEC(HD, GM) ATLAS_ATTN_DECODE(atlas_attn_dec##HD##_g##GM, HD, GM, DEC_WARPS, (DEC_WARPS * 32), false)
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
 ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_DEC(256, 8)
 
-/* atlas_attn_dcl<HD>_g<GM>: the same with 8 warps a block, GM query heads a block (grid
- * (n, H / GM, n_split)) and the splits of each (token, kv head) launched as one thread-block
- * cluster (sm_90+, cluster (1, 1, n_split), n_split <= 8): the blocks merge through
- * distributed shared memory at the end, where the kernel above writes partials and merges
- * them after a fence and an atomic (or in a combine kernel): in a decode step at short
- * context those round trips are most of its time. HD 64 and 128 (the shared memory of 8
- * warps x 8 heads x 256 does not fit). */
-#define ATLAS_ATTN_DCL(HD, GM) ATLAS_ATTN_DECODE(atlas_attn_dcl##HD##_g##GM, HD, GM, 8, (256, 1), true)
-ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4) ATLAS_ATTN_DCL(64, 8)
-ATLAS_ATTN_DCL(128, 1) ATLAS_ATTN_DCL(128, 2) ATLAS_ATTN_DCL(128, 4) ATLAS_ATTN_DCL(128, 8)
+/* --- decode attention in thread-block clusters ------------------------------------------------
+ * atlas_attn_dcl<HD>_g<GM>: grid (n, H / GM, n_split), 8 warps a block, GM query heads of one
+ * kv head a block, the n_split <= 8 splits of each (token, kv head group) one cluster
+ * (sm_90+, cluster (1, 1, n_split)) that merges through distributed shared memory at the
+ * end. The kernel above gives a key to a whole warp (D = HD / 32 dimensions a lane), so each
+ * score costs a 5-step shuffle reduction per query head, and a warp's 8 keys a pass left its
+ * second pass mostly idle at 9-10 keys a warp (516-640 keys, 8 splits, 8 warps): ncu counted
+ * 3,030 instructions a warp at 7.4 cycles each, 16.7 us, for 2.6 MB of keys and values. Here
+ * a warp is 4 groups of 8 lanes, each group its own key (a lane holds HD / 8 dimensions):
+ * 3 shuffle steps a score, 4 keys a pass per UK, scores in the log2 domain (q pre-scaled by
+ * log2 e), and the groups merge by shuffles once at the end. HD 64 and 128, GM <= 4. */
+template <int HD, int GM, int UK>
+__device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc,
+                                              const bf16_t *vc, const int *tok_seq,
+                                              const int *positions, const int *block_table,
+                                              int max_blocks, int bs, int H, int K, int window,
+                                              float scale, float *out, int early) {
+    constexpr int WARPS = 8, LG = 8, NG = 32 / LG, DL = HD / LG, NV = DL / 8, KP = NG * UK;
+    pdl_trigger();
+    int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
+    int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LG,
+        li = lane % LG;
+    int hb = blockIdx.y * GM, g = hb / G;
+    int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    int pos = positions[t];
+    int start = window > 0 ? max(0, pos - window + 1) : 0;
+    int ch = (pos + 1 - start + n_split - 1) / n_split;
+    int j0 = start + s * ch, j1 = min(j0 + ch, pos + 1);
+    int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
+    int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
+
+    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
+    size_t row = (size_t)K * HD;
+    const bf16_t *kbase = kc + (size_t)g * HD + li * DL, *vbase = vc + (size_t)g * HD + li * DL;
+    int wb = a0 / bs, nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
+    int btv = wb + lane < nb ? bt[wb + lane] : 0;
+    /* a pass: keys a + u * NG + grp (u < UK) of group grp, their K and V slices packed */
+    uint4 kr[UK][NV], vr[UK][NV];
+    auto load_keys = [&](int a, int lo, int hi) {
+        if ((min(a + KP, a1) - 1) / bs - wb >= 32) { /* warp-uniform */
+            wb = a / bs;
+            btv = wb + lane < nb ? bt[wb + lane] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            int p = a + u * NG + grp, pc = min(p, a1 - 1);
+            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
+            if (p < a1 && p >= lo && p < hi) {
+                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    kr[u][v] = *(const uint4 *)(kbase + slot * row + v * 8);
+                    vr[u][v] = *(const uint4 *)(vbase + slot * row + v * 8);
+                }
+            } else if (p >= a1) {
+#pragma unroll
+                for (int v = 0; v < NV; v++) kr[u][v] = vr[u][v] = make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    /* keys older than the batch before the wait (see attn_decode_body) */
+    if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
+    pdl_wait();
+    float q[GM][DL], acc[GM][DL], m[GM], l[GM];
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD + li * DL;
+    const float qs = scale * 1.4426950408889634f;
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DL; i += 4) {
+            float4 v = *(const float4 *)(qrow + (size_t)h * HD + i);
+            q[h][i] = v.x * qs, q[h][i + 1] = v.y * qs, q[h][i + 2] = v.z * qs,
+            q[h][i + 3] = v.w * qs;
+        }
+#pragma unroll
+        for (int i = 0; i < DL; i++) acc[h][i] = 0.0f;
+    }
+    if (a0 < a1) load_keys(a0, early ? pos : 0, 1 << 30);
+    for (int a = a0; a < a1; a += KP) {
+        if (a > a0) load_keys(a, 0, 1 << 30);
+        float kf[UK][DL];
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int v = 0; v < NV; v++) unpack8(kr[u][v], &kf[u][v * 8]);
+        float sc[GM][UK];
+#pragma unroll
+        for (int h = 0; h < GM; h++)
+#pragma unroll
+            for (int u = 0; u < UK; u++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < DL; i++) d += q[h][i] * kf[u][i];
+                sc[h][u] = d;
+            }
+#pragma unroll
+        for (int off = LG / 2; off >= 1; off /= 2) /* within the group: xor < LG */
+#pragma unroll
+            for (int h = 0; h < GM; h++)
+#pragma unroll
+                for (int u = 0; u < UK; u++) sc[h][u] += __shfl_xor_sync(0xffffffffu, sc[h][u], off);
+        float vf[UK][DL];
+#pragma unroll
+        for (int u = 0; u < UK; u++)
+#pragma unroll
+            for (int v = 0; v < NV; v++) unpack8(vr[u][v], &vf[u][v * 8]);
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            float mx = m[h];
+#pragma unroll
+            for (int u = 0; u < UK; u++) {
+                if (a + u * NG + grp >= a1) sc[h][u] = -INFINITY;
+                mx = fmaxf(mx, sc[h][u]);
+            }
+            float base = mx == -INFINITY ? 0.0f : mx; /* a group with no key yet */
+            float alpha = exp2f(m[h] - base);         /* 0 while m is -inf */
+            m[h] = mx;
+            l[h] *= alpha;
+            float e[UK];
+#pragma unroll
+            for (int u = 0; u < UK; u++) {
+                e[u] = exp2f(sc[h][u] - base); /* 0 past a1 */
+                l[h] += e[u];
+            }
+#pragma unroll
+            for (int i = 0; i < DL; i++) {
+                float o = acc[h][i] * alpha;
+#pragma unroll
+                for (int u = 0; u < UK; u++) o += e[u] * vf[u][i];
+                acc[h][i] = o;
+            }
+        }
+    }
+    /* the 4 groups of the warp into one (every group ends with the same result) */
+#pragma unroll
+    for (int off = LG; off < 32; off *= 2)
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            float mo = __shfl_xor_sync(0xffffffffu, m[h], off);
+            float lo = __shfl_xor_sync(0xffffffffu, l[h], off);
+            float M = fmaxf(m[h], mo), base = M == -INFINITY ? 0.0f : M;
+            float ea = exp2f(m[h] - base), eb = exp2f(mo - base);
+            l[h] = l[h] * ea + lo * eb;
+            m[h] = M;
+#pragma unroll
+            for (int i = 0; i < DL; i++)
+                acc[h][i] = acc[h][i] * ea + __shfl_xor_sync(0xffffffffu, acc[h][i], off) * eb;
+        }
+    __shared__ float sm[WARPS][GM], sl[WARPS][GM];
+    __shared__ __align__(16) float so[WARPS][GM][HD];
+    if (grp == 0) {
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            if (li == 0) sm[warp][h] = m[h], sl[warp][h] = l[h];
+#pragma unroll
+            for (int i = 0; i < DL; i += 4)
+                *(float4 *)&so[warp][h][li * DL + i] =
+                    make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]);
+        }
+    }
+    __syncthreads();
+    /* the warps into the block's (m, l, o), kept in shared memory for the cluster */
+    __shared__ float cm[GM], cl[GM];
+    __shared__ __align__(16) float co[GM][HD];
+    for (int idx = threadIdx.x; idx < GM * HD; idx += WARPS * 32) {
+        int h = idx / HD, i = idx - h * HD;
+        float M = -INFINITY, L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) M = fmaxf(M, sm[w][h]);
+        float base = M == -INFINITY ? 0.0f : M;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            float e = exp2f(sm[w][h] - base); /* 0 for a warp without keys */
+            L += sl[w][h] * e;
+            o += so[w][h][i] * e;
+        }
+        co[h][i] = o;
+        if (i == 0) cm[h] = M, cl[h] = L;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* the cluster's blocks are the splits of (t, g): each merges a share of the GM * HD
+     * outputs from every block's shared memory, with no global round trip */
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    int ranks = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    int share = (GM * HD + ranks - 1) / ranks;
+    for (int idx = rank * share + threadIdx.x; idx < min((rank + 1) * share, GM * HD);
+         idx += WARPS * 32) {
+        int h = idx / HD, i = idx - h * HD;
+        float mr[8], lr[8], orr[8], M = -INFINITY, L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 8; r++) { /* every rank's loads at once (ranks <= 8) */
+            bool in = r < ranks;
+            mr[r] = in ? cluster.map_shared_rank(cm, r)[h] : -INFINITY;
+            lr[r] = in ? cluster.map_shared_rank(cl, r)[h] : 0.0f;
+            orr[r] = in ? cluster.map_shared_rank(&co[0][0], r)[h * HD + i] : 0.0f;
+            M = fmaxf(M, mr[r]);
+        }
+        float base = M == -INFINITY ? 0.0f : M;
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            float e = exp2f(mr[r] - base); /* 0 for a rank without keys */
+            L += lr[r] * e;
+            o += orr[r] * e;
+        }
+        out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+    }
+    cluster.sync(); /* no block leaves while another may still read its shared memory */
+#endif
+}
+
+#define ATLAS_ATTN_DCL(HD, GM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 1) atlas_attn_dcl##HD##_g##GM(             \
+        float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
+        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
+        int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
+        int early) {                                                                             \
+        (void)part_o, (void)part_ml, (void)chunk, (void)counters;                                \
+        attn_dcl_body<HD, GM, 2>(qkv, kc, vc, tok_seq, positions, block_table, max_blocks, bs,  \
+                                 H, K, window, scale, out, early);                              \
+    }
+ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4)
+ATLAS_ATTN_DCL(128, 1) ATLAS_ATTN_DCL(128, 2) ATLAS_ATTN_DCL(128, 4)

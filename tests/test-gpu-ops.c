@@ -22,8 +22,8 @@ static float urand(void) { /* uniform in [-1, 1) */
     return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
 }
 
-enum { D = 320, H = 8, KH = 2, HD = 64, F = 200, V = 1000, LAYERS = 2, BS = 16, NBLK = 32,
-       MAXB = 10, QKV = (H + 2 * KH) * HD };
+enum { D = 320, H = 8, KH = 2, HD = 64, F = 200, V = 1000, LAYERS = 2, BS = 16, NBLK = 128,
+       MAXB = 48, QKV = (H + 2 * KH) * HD };
 
 static double norm_err(const float *got, const float *want, size_t n) {
     double md = 0, ma = 0;
@@ -710,6 +710,11 @@ int main(void) {
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
          * (pass 2; pass 1 runs the tiled prefill kernel) */
         test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);
+        /* a decode step at 751 keys: 8 splits of 94, 12 keys a warp, so the decode kernels
+         * take two passes over their keys */
+        test_layer_ops(kc, kg, 300, 0, 150, 0, "prefill 300 (150..449)", &norm, &qn, &kn);
+        test_layer_ops(kc, kg, 300, 0, 450, 0, "prefill 300 (450..749)", &norm, &qn, &kn);
+        test_layer_ops(kc, kg, 1, 1, 750, 150, "decode 1+1 at 750", &norm, &qn, &kn);
         cb = (cuda_backend *)gpu;
         printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
                (unsigned long long)cb->graph_replays);

@@ -660,7 +660,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_ATTN_EARLY");
     cb->attn_early = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN_HEADS");
-    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 8 ? atoi(e) : 8;
+    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
     /* ATLAS_CUDA_L2PF=attention=MB,norm=MB: L2 prefetch ahead of those decode ops */

@@ -73,7 +73,7 @@ typedef struct cuda_fns {
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
     CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
-    CUfunction attn_dcl[2][4]; /* the same as clusters, head_dim 64/128 (sm_90+) */
+    CUfunction attn_dcl[2][3]; /* clusters, head_dim 64/128, 1/2/4 heads a block (sm_90+) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -140,7 +140,7 @@ typedef struct cuda_backend {
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
     int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
                                before the wait for the previous kernel (ops_cuda.c) */
-    int attn_heads;         /* query heads a cluster-attention block: 1, 2, 4 or 8 (default;
+    int attn_heads;         /* query heads a cluster-attention block: 1, 2 or 4 (default;
                                ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
      * all / none; default qkv,swiglu, the fastest measured on the H200: bench/RESULTS.md) */

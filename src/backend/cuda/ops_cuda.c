@@ -99,7 +99,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             char name[48];
             snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
-            if (h == 2) continue;
+            if (h == 2 || q == 3) continue; /* cluster kernels: head_dim <= 128, <= 4 heads */
             snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h][q]));
         }
@@ -209,9 +209,9 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
         /* GM query heads a block (of the G sharing a kv head; all of them by default: on the
          * 8B decode step 4 a block took 4.218 ms a replay, 2 took 4.387 and 1 4.377, though
          * fewer heads make more blocks with less work each) */
-        int gm = cb->attn_heads;
+        int gm = cb->attn_heads < 4 ? cb->attn_heads : 4; /* (registers: kernels/attention.cu) */
         while (G % gm) gm /= 2;
-        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : gm <= 4 ? 2 : 3;
+        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : 2;
         return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n,
                               (unsigned)(H / gm), (unsigned)cb->n_split, 256, da);
     }
