@@ -8,8 +8,6 @@
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
  *   atlas_gemv1b_[norm_]swiglu, _qkv  the block kernel with swiglu / rope + kv_store in its
  *                         epilogue (decode fusions)
- *   atlas_gemv1t*         one row: persistent blocks fed by a TMA ring in shared memory, the
- *                         block kernel's row groups and epilogues (ATLAS_CUDA_GEMV=6)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
 #include "common.cuh"
