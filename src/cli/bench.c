@@ -299,9 +299,9 @@ int atlas_cli_bench(int argc, char **argv) {
                prof.graph_ms > 0 ? 1e3 / prof.graph_ms : 0.0);
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
             printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  warp4 %4.0f  block %4.0f  mma %4.0f"
-                   "  tma %4.0f GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i],
-                   prof.k[i], prof.gbps[0][i], prof.gbps[5][i], prof.gbps[1][i], prof.gbps[2][i],
-                   prof.gbps[6][i], prof.gbps[3][i], prof.gbps[4][i]);
+                   " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],
+                   prof.gbps[0][i], prof.gbps[5][i], prof.gbps[1][i], prof.gbps[2][i],
+                   prof.gbps[3][i], prof.gbps[4][i]);
     }
     atlas_cuda_memory mem;
     if (atlas_cuda_memory_use(be, &mem) == ATLAS_OK)

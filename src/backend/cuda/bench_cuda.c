@@ -223,17 +223,6 @@ static atlas_status run_gemv(cuda_backend *cb, void *ctx) {
                     NULL);
 }
 
-/* the TMA-ring kernel as ops_cuda.c launches it (its grid cap, shared memory, trigger) */
-static atlas_status run_gemv_tma(cuda_backend *cb, void *ctx) {
-    gemv_ctx *g = ctx;
-    CUdeviceptr bias = 0;
-    void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->m, &g->k, &cb->tma_late};
-    int groups = (g->m + 3) / 4;
-    unsigned blocks = (unsigned)(groups < cb->tma_grid ? groups : cb->tma_grid);
-    return ATLAS_CU(cuLaunchKernel, g->f, blocks, 1, 1, 288, 1, 1, cb->tma_smem, cb->stream, a,
-                    NULL);
-}
-
 static atlas_status run_graph(cuda_backend *cb, void *ctx) {
     return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->stream);
 }
@@ -273,13 +262,6 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
             ATLAS_TRY(time_median(cb, run_gemv, &c, &t));
             out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
         }
-    for (int i = 0; i < ATLAS_CUDA_SHAPES && cb->gemv_variant == 6; i++) {
-        gemv_ctx c = {cb->fn.gemv1t[cb->tma_shape][CUDA_GEMV_TMA_PLAIN], bufs[2], bufs[1], bufs[0],
-                      1, ms[i], ks[i], 4, 288};
-        double t;
-        ATLAS_TRY(time_median(cb, run_gemv_tma, &c, &t));
-        out->gbps[6][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
-    }
     cuda_graph *last = NULL;
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
         if (cb->graphs[i].exec && (!last || cb->graphs[i].last_use > last->last_use))

@@ -55,9 +55,8 @@ typedef struct atlas_cuda_decode_profile {
     int m[ATLAS_CUDA_SHAPES], k[ATLAS_CUDA_SHAPES];
     /* GEMV rates: [0] warp kernel n = 1, [1] block kernel n = 1, [2] mma kernel n = 1,
      * [3] fp32 warp kernel n = 8, [4] mma kernel n = 8, [5] warp kernel with 4 rows a warp
-     * n = 1, [6] the TMA-ring kernel n = 1 as configured (ATLAS_CUDA_GEMV=6 only, else 0)
-     * (weight bytes / time) */
-    double gbps[7][ATLAS_CUDA_SHAPES];
+     * n = 1 (weight bytes / time) */
+    double gbps[6][ATLAS_CUDA_SHAPES];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
 } atlas_cuda_decode_profile;
