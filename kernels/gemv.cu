@@ -194,11 +194,9 @@ __device__ __forceinline__ void gemv1b_load(uint4 (&wv)[GB_U][GB_ROWS], const bf
 }
 
 /* Which 4 weight rows a block owns (rows(r), r = 0..3) and what its epilogue does with their
- * results; rows(g, r): the same for row group g (the persistent kernel takes many groups).
- * The plain kernel: rows 4b .. 4b + 3. */
+ * results. The plain kernel: rows 4b .. 4b + 3. */
 struct gb_rows {
-    __device__ int operator()(int g, int r) const { return g * GB_ROWS + r; }
-    __device__ int operator()(int r) const { return (*this)(blockIdx.x, r); }
+    __device__ int operator()(int r) const { return blockIdx.x * GB_ROWS + r; }
 };
 
 /* Two pairs of rows dist apart, for epilogues that combine row i with row i + dist: rows
@@ -207,10 +205,10 @@ struct gb_rows {
  * j + hd/2, j + 1 + hd/2 (per hd/4, span hd, dist hd/2). */
 struct gb_pairs {
     int per, span, dist;
-    __device__ int operator()(int b, int r) const {
+    __device__ int operator()(int r) const {
+        int b = blockIdx.x;
         return (b / per) * span + (b % per) * 2 + (r & 1) + (r >> 1) * dist;
     }
-    __device__ int operator()(int r) const { return (*this)(blockIdx.x, r); }
 };
 
 /* Epilogues: called by all of warp 0, lane l with v, the result (bias added) of the block's
@@ -360,247 +358,6 @@ ATLAS_GEMV1B_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), flo
 ATLAS_GEMV1B_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                  (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
                  const int *slots, const float2 *cs, int H, int K, int hd)
-
-/* --- one row, persistent, weights through TMA bulk copies (ATLAS_CUDA_GEMV=6) ---------------
- * atlas_gemv1b stops its loads at every block's end: each block ramps up (its first loads
- * wait a full memory latency), then drains into a reduction while nothing of it is in
- * flight, and small grids (4096 x 4096: 1024 blocks of 32 KB) spend a large share of their
- * time in those edges (2.75 TB/s of ~4.6). Here a block stays on its SM for many row groups
- * (the same 4-row groups as gemv1b, rows(g, r)), and one producer thread keeps a ring of S
- * stages in shared memory filled with cp.async.bulk (TMA) copies, one per row per stage of KT
- * columns, walking the same (group, chunk) sequence as the consumers: it refills a stage as
- * soon as the 8 consumer warps release it, across group ends, so the SM's requests never
- * stop while the consumers reduce a group and run its epilogue.
- *
- * Block: warps 0..7 consume, warp 8's lane 0 produces. Per stage s two mbarriers: full[s]
- * (1 arrival: the producer's arrive.expect_tx with the stage's bytes; the copies' complete_tx
- * finish the phase) and empty[s] (8 arrivals: one per consumer warp once it has read the
- * stage). The i-th use of a stage (i = 0, 1, ...) is phase i of both: consumers wait full
- * with parity i & 1; the producer, before the i-th fill (i >= 1), waits empty with parity
- * (i - 1) & 1. A barrier can only be one phase ahead of its waiter (each side waits on the
- * other before moving on), so one parity bit tells the phases apart.
- *
- * Consumers: the stage's 4 x KT/8 16-byte segments go to the 256 threads (a warp reads 512
- * contiguous bytes of one row: no bank conflicts), x from global (L1), fp32 sums; at a
- * group's end warp sums into part[group parity] (two buffers: the next group's writes cannot
- * race warp 0's reads of this one, which precede the next barrier), one named barrier among
- * the consumer warps, then warp 0 runs the epilogue as gemv1b_body does.
- * PDL: the producer issues its first S stages before anything waits (weights do not depend on
- * the previous kernel); consumers wait before reading x; the trigger comes at the start
- * (trigger_late 0) or when a block begins its last group (1). grid min(groups, SMs x blocks a
- * SM; ops_cuda.c), block 288, dynamic shared memory S x 4 x KT x 2 bytes. k % 8 == 0 and 16-byte
- * aligned rows (the copies' unit), else the host runs gemv1b. */
-enum { GT_CONSUMERS = 256, GT_THREADS = GT_CONSUMERS + 32 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-}
-
-/* the producer's arrival, announcing the bytes the stage's copies will complete */
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
-    asm volatile("{\n\t.reg .b64 st;\n\t"
-                 "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}"
-                 ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared::cta.b64 st, [%0];\n\t}"
-                 ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* until the phase of parity `parity` has completed */
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
-    } while (!done);
-}
-
-/* bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), completing
- * on bar (the CTA's own address is a valid shared::cluster address without clusters) */
-__device__ __forceinline__ void tma_load_1d(void *dst, const void *src, unsigned bytes,
-                                            uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
-}
-
-/* The consumers' 8 bf16 of one row times 8 of x (a, b), into acc. */
-__device__ __forceinline__ void dot8(float &acc, uint4 w, float4 a, float4 b) {
-    float f[8];
-    unpack8(w, f);
-    acc += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y +
-           f[6] * b.z + f[7] * b.w;
-}
-
-template <int S, int KT, class Rows, class Epi>
-__device__ __forceinline__ void gemv1t_body(const float *x, const bf16_t *w, const bf16_t *bias,
-                                            int m, int k, int groups, int trigger_late, Rows rows,
-                                            Epi epi) {
-    static_assert(KT % 512 == 0, "a warp's 32 segments must lie in one row of a stage");
-    enum { SEG = KT / 8,                                  /* 16-byte segments a row a stage */
-           SUB = SEG < GT_CONSUMERS ? GT_CONSUMERS / SEG : 1, /* threads sharing a column */
-           RPT = GB_ROWS / SUB,                           /* rows a thread reads (SEG <= 256) */
-           CPT = SEG > GT_CONSUMERS ? SEG / GT_CONSUMERS : 1 }; /* columns a thread (SEG > 256) */
-    extern __shared__ __align__(128) unsigned char gt_smem[];
-    bf16_t *ring = (bf16_t *)gt_smem; /* [S][GB_ROWS][KT] */
-    __shared__ __align__(8) uint64_t full[S], empty[S];
-    __shared__ float part[2][GT_CONSUMERS / 32][GB_ROWS];
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int nc = (k + KT - 1) / KT; /* chunks a row group */
-
-    if (tid == 0) {
-        for (int s = 0; s < S; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], GT_CONSUMERS / 32);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads(); /* the last block-wide barrier: the producer warp leaves early */
-    if (!trigger_late) pdl_trigger();
-
-    if (warp == GT_CONSUMERS / 32) { /* producer */
-        if (lane != 0) return;
-        int s = 0, i = 0; /* the stage, fills so far */
-        unsigned ph = 0;  /* the parity of this use of stage s */
-        for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-            if (trigger_late && g + (int)gridDim.x >= groups) pdl_trigger();
-            const bf16_t *wr[GB_ROWS];
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(rows(g, r), m - 1) * k;
-            for (int c = 0; c < nc; c++) {
-                if (i++ >= S) mbar_wait(&empty[s], ph ^ 1); /* the stage's previous use read */
-                int kc = min(KT, k - c * KT);
-                unsigned bytes = (unsigned)kc * 2;
-                mbar_expect_tx(&full[s], bytes * GB_ROWS);
-                bf16_t *dst = ring + (size_t)s * GB_ROWS * KT;
-#pragma unroll
-                for (int r = 0; r < GB_ROWS; r++)
-                    tma_load_1d(dst + r * KT, wr[r] + (size_t)c * KT, bytes, &full[s]);
-                if (++s == S) s = 0, ph ^= 1;
-            }
-        }
-        return;
-    }
-
-    /* consumers */
-    pdl_wait();
-    int s = 0;
-    unsigned ph = 0;
-    int col = (SEG <= GT_CONSUMERS ? tid % SEG : tid) * 8; /* first column in a chunk */
-    int rsub = SEG <= GT_CONSUMERS ? tid / SEG : 0;        /* first row (SEG < 256: per warp) */
-    for (int g = blockIdx.x, gi = 0; g < groups; g += gridDim.x, gi++) {
-        if (trigger_late && g + (int)gridDim.x >= groups) pdl_trigger();
-        float acc[RPT * CPT];
-#pragma unroll
-        for (int j = 0; j < RPT * CPT; j++) acc[j] = 0.0f;
-        for (int c = 0; c < nc; c++) {
-            int kk = c * KT, kc = min(KT, k - kk);
-            mbar_wait(&full[s], ph);
-            const bf16_t *st = ring + (size_t)s * GB_ROWS * KT;
-            if (SEG <= GT_CONSUMERS) {
-                if (col < kc) {
-                    const float4 *xp = (const float4 *)(x + kk + col);
-                    float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-                    for (int j = 0; j < RPT; j++)
-                        dot8(acc[j], *(const uint4 *)(st + (rsub + j * SUB) * KT + col), a, b);
-                }
-            } else {
-#pragma unroll
-                for (int q = 0; q < CPT; q++) {
-                    int cq = col + q * GT_CONSUMERS * 8;
-                    if (cq < kc) {
-                        const float4 *xp = (const float4 *)(x + kk + cq);
-                        float4 a = __ldg(xp), b = __ldg(xp + 1);
-#pragma unroll
-                        for (int r = 0; r < GB_ROWS; r++)
-                            dot8(acc[q * GB_ROWS + r], *(const uint4 *)(st + r * KT + cq), a, b);
-                    }
-                }
-            }
-            __syncwarp(); /* the warp's reads of the stage are done: release it */
-            if (lane == 0) mbar_arrive(&empty[s]);
-            if (++s == S) s = 0, ph ^= 1;
-        }
-        /* row sums of this warp: row rsub + j * SUB (SEG <= 256) or r (summed over q) */
-        float (*pp)[GB_ROWS] = part[gi & 1];
-        if (SEG <= GT_CONSUMERS) {
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) {
-                float v = 0.0f; /* stays 0 for rows this warp does not read */
-#pragma unroll
-                for (int j = 0; j < RPT; j++)
-                    if (rsub + j * SUB == r) v = acc[j];
-                if (r % SUB == rsub) v = warp_sum(v); /* rsub is the same across the warp */
-                if (lane == 0) pp[warp][r] = v;
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) {
-                float v = 0.0f;
-#pragma unroll
-                for (int q = 0; q < CPT; q++) v += acc[q * GB_ROWS + r];
-                v = warp_sum(v);
-                if (lane == 0) pp[warp][r] = v;
-            }
-        }
-        static_assert(GT_CONSUMERS == 256, "the named barrier's count");
-        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the consumers only (barrier 0: all) */
-        if (warp == 0) { /* the whole warp, as in gemv1b_body */
-            int r = lane & (GB_ROWS - 1), row = rows(g, r);
-            float v = 0.f;
-#pragma unroll
-            for (int i = 0; i < GT_CONSUMERS / 32; i++) v += pp[i][r];
-            v += bias ? bf2f(bias[min(row, m - 1)]) : 0.0f;
-            epi(v, row, lane);
-        }
-    }
-}
-
-/* Entry points: atlas_gemv1t<SFX>[_resid|_swiglu|_qkv], argument lists of atlas_gemv1b,
- * atlas_gemv1b_resid, atlas_gemv1b_swiglu and atlas_gemv1b_qkv (nw, eps, h unused: no norm
- * variant), then trigger_late. Two shapes of the ring (ops_cuda.c picks one by
- * ATLAS_CUDA_GEMV_TMA; dynamic shared memory GT_SMEM(S, KT)):
- *   atlas_gemv1t*        S = 8 stages of KT = 2048 columns (16 KB), 128 KB: one block a SM
- *   atlas_gemv1t_k1024*  S = 8 stages of KT = 1024 columns (8 KB), 64 KB: two or three a SM */
-#define ATLAS_GEMV1T(SFX, S, KT)                                                                   \
-    extern "C" __global__ void __launch_bounds__(GT_THREADS) atlas_gemv1t##SFX(                    \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int n, int m, int k,      \
-        int trigger_late) {                                                                        \
-        gemv1t_body<S, KT>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, trigger_late,            \
-                           gb_rows{}, gb_store{out, 0, m});                                        \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(GT_THREADS) atlas_gemv1t##SFX##_resid(            \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
-        const bf16_t *nw, float eps, float *h, float *resid, int trigger_late) {                   \
-        gemv1t_body<S, KT>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, trigger_late,            \
-                           gb_rows{}, gb_store{out, resid, m});                                    \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(GT_THREADS) atlas_gemv1t##SFX##_swiglu(           \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
-        const bf16_t *nw, float eps, float *h, float *act, int trigger_late) {                     \
-        gemv1t_body<S, KT>(x, w, bias, m, k, m / GB_ROWS, trigger_late,                            \
-                           gb_pairs{m / 4, 0, m / 2}, gb_swiglu{out, act});                        \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(GT_THREADS) atlas_gemv1t##SFX##_qkv(              \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
-        const bf16_t *nw, float eps, float *h, bf16_t *kc, bf16_t *vc, const int *slots,           \
-        const float2 *cs, int H, int K, int hd, int trigger_late) {                                \
-        gemv1t_body<S, KT>(x, w, bias, m, k, m / GB_ROWS, trigger_late,                            \
-                           gb_pairs{hd / 4, hd, hd / 2},                                           \
-                           gb_rope_kv{out, kc, vc, slots, cs, H, K, hd});                          \
-    }
-ATLAS_GEMV1T(, 8, 2048)
-ATLAS_GEMV1T(_k1024, 8, 1024)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -650,8 +650,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     if (!(e && e[0] == '0') && atlas_host_properties(cb->host)->cc_major >= 9)
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
-    cb->gemv_variant = e && ((e[0] >= '1' && e[0] <= '4') || e[0] == '6') ? e[0] - '0' : 0;
-    if (cb->gemv_variant == 6) ATLAS_TRY(cuda_gemv_tma_setup(cb, getenv("ATLAS_CUDA_GEMV_TMA")));
+    cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

@@ -72,9 +72,6 @@ typedef struct cuda_fns {
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
     CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
-    /* 1 row, persistent, weights through a TMA ring (ATLAS_CUDA_GEMV=6): [ring shape: 8 x 2048
-     * or 8 x 1024 columns][cuda_gemv_tma kind] (kernels/gemv.cu gemv1t_body) */
-    CUfunction gemv1t[2][4];
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
     CUfunction attn_dcl[2][3]; /* clusters, head_dim 64/128, 1/2/4 heads a block (sm_90+) */
 } cuda_fns;
@@ -137,15 +134,7 @@ typedef struct cuda_backend {
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;
                                1 the fp32 warp kernels for n <= 8; 2 the block kernel for
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
-                               kernel for n = 1; 6 the persistent TMA-ring kernel for n = 1
-                               (and its fused forms; the norm fusion's GEMV stays the block
-                               kernel's) */
-    /* ATLAS_CUDA_GEMV=6 only (cuda_gemv_tma_setup; ATLAS_CUDA_GEMV_TMA, kernels/README.md) */
-    int tma_shape;          /* index into fn.gemv1t: 0 S = 8, KT = 2048; 1 S = 8, KT = 1024 */
-    int tma_late;           /* the kernels' trigger_late: 1 triggers PDL at a block's last group */
-    int tma_grid;           /* the most blocks a launch: SMs x blocks a SM, or the knob's cap */
-    unsigned tma_smem;      /* the shape's dynamic shared memory, bytes */
-    uint64_t tma_launches;  /* launches of the TMA kernels so far (tests) */
+                               kernel for n = 1 */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
@@ -203,14 +192,6 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */
 atlas_status cuda_load_kernels(cuda_backend *cb);
-/* The TMA GEMV's kernels in fn.gemv1t[shape][kind]. */
-enum { CUDA_GEMV_TMA_PLAIN, CUDA_GEMV_TMA_RESID, CUDA_GEMV_TMA_SWIGLU, CUDA_GEMV_TMA_QKV };
-/* ops_cuda.c, for ATLAS_CUDA_GEMV=6: the ring shape, trigger and grid from knob
- * (ATLAS_CUDA_GEMV_TMA "S,KT,trigger_late,blocks_per_sm[,max_blocks]", a prefix of it, or
- * NULL for the defaults), and the shape's shared memory allowed on its kernels.
- * ATLAS_ERR_INVALID for an (S, KT) not compiled or a malformed knob; the driver's error when
- * the device cannot give the shared memory. */
-atlas_status cuda_gemv_tma_setup(cuda_backend *cb, const char *knob);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);

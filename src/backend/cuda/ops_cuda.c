@@ -94,14 +94,6 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
-    static const char *const tma_shape[] = {"", "_k1024"};
-    static const char *const tma_kind[] = {"", "_resid", "_swiglu", "_qkv"}; /* CUDA_GEMV_TMA_* */
-    for (int sh = 0; sh < 2; sh++)
-        for (int kd = 0; kd < 4; kd++) {
-            char name[48];
-            snprintf(name, sizeof name, "atlas_gemv1t%s%s", tma_shape[sh], tma_kind[kd]);
-            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.gemv1t[sh][kd]));
-        }
     for (int h = 0; h < 3; h++)
         for (int q = 0; q < 4; q++) {
             char name[48];
@@ -329,61 +321,6 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     return true;
 }
 
-/* --- the TMA-ring GEMV (ATLAS_CUDA_GEMV=6; kernels/gemv.cu gemv1t_body) --------------------
- * Persistent blocks: a launch has min(row groups, tma_grid) of them, each looping over row
- * groups; the ring of stages lives in dynamic shared memory (over the 48 KB default, hence the
- * attribute set once here). The (S, KT) pairs are the kernel file's instantiations. */
-static const struct { int S, KT, blocks_per_sm; } tma_shapes[2] = {{8, 2048, 1}, {8, 1024, 2}};
-
-atlas_status cuda_gemv_tma_setup(cuda_backend *cb, const char *knob) {
-    int S = tma_shapes[0].S, KT = tma_shapes[0].KT, late = 0, per_sm = 0, cap = 0;
-    if (knob && *knob && sscanf(knob, "%d,%d,%d,%d,%d", &S, &KT, &late, &per_sm, &cap) < 1)
-        return atlas_fail(ATLAS_ERR_INVALID, "cuda: ATLAS_CUDA_GEMV_TMA=%s: want "
-                          "S,KT,trigger_late,blocks_per_sm[,max_blocks]", knob);
-    cb->tma_shape = -1;
-    for (int i = 0; i < 2; i++)
-        if (tma_shapes[i].S == S && tma_shapes[i].KT == KT) cb->tma_shape = i;
-    if (cb->tma_shape < 0 || late < 0 || late > 1 || per_sm < 0 || cap < 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "cuda: ATLAS_CUDA_GEMV_TMA=%s: S,KT must be 8,2048 "
-                          "or 8,1024 (kernels/gemv.cu), trigger_late 0 or 1, counts >= 0", knob);
-    cb->tma_late = late;
-    cb->tma_smem = (unsigned)(S * 4 * KT * 2); /* S stages of 4 bf16 rows of KT columns */
-    CUfunction *f = cb->fn.gemv1t[cb->tma_shape];
-    for (int i = 0; i < 4; i++) {
-        atlas_status st = ATLAS_CU(cuFuncSetAttribute, f[i],
-                                   ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   (int)cb->tma_smem);
-        if (st != ATLAS_OK)
-            return atlas_fail_wrap(st, "cuda: ATLAS_CUDA_GEMV=6 wants %u bytes of shared memory "
-                                   "a block (S %d x KT %d)", cb->tma_smem, S, KT);
-    }
-    if (!per_sm) per_sm = tma_shapes[cb->tma_shape].blocks_per_sm;
-    int fit = 0; /* what the SM holds, when the driver says */
-    const atlas_driver *d = atlas_driver_get();
-    if (d->cuOccupancyMaxActiveBlocksPerMultiprocessor &&
-        d->cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f[0], 288, cb->tma_smem) ==
-            ATLAS_CUDA_SUCCESS && fit >= 1 && per_sm > fit)
-        per_sm = fit;
-    int sms = atlas_host_properties(cb->host)->sm_count;
-    cb->tma_grid = (sms > 0 ? sms : 1) * per_sm;
-    if (cap > 0 && cap < cb->tma_grid) cb->tma_grid = cap;
-    return ATLAS_OK;
-}
-
-/* Whether a one-row GEMV of w (at wp, k columns) runs on the TMA kernel: its copies move
- * 16-byte units from 16-byte aligned rows. */
-static bool tma_gemv(const cuda_backend *cb, CUdeviceptr wp, int k) {
-    return cb->gemv_variant == 6 && k % 8 == 0 && wp % 16 == 0;
-}
-
-/* args end with &cb->tma_late. */
-static atlas_status launch_tma(cuda_backend *cb, int kind, int groups, void **args) {
-    unsigned grid = (unsigned)(groups < cb->tma_grid ? groups : cb->tma_grid);
-    cb->tma_launches++;
-    return launch(cb, cb->fn.gemv1t[cb->tma_shape][kind], grid ? grid : 1, 1, 1, 288,
-                  cb->tma_smem, args);
-}
-
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_weight *w = c->p[2], *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
@@ -391,11 +328,7 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr bp = bias ? bias->ptr : 0;
     /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
      * before the wait for the previous kernel: bench/RESULTS.md) */
-    if (n == 1 && tma_gemv(cb, wp, k)) {
-        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->tma_late};
-        return launch_tma(cb, CUDA_GEMV_TMA_PLAIN, (m + 3) / 4, a);
-    }
-    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0 || cb->gemv_variant == 6)) {
+    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0)) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
     }
@@ -505,7 +438,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
 static bool block_gemv(const cuda_backend *cb) {
-    return cb->gemv_variant == 2 || cb->gemv_variant == 0 || cb->gemv_variant == 6;
+    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
 }
 
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
@@ -526,13 +459,8 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         nw = ((const atlas_weight *)norm->p[3])->ptr;
         h = CUDA_PTR(norm->p[2]);
     }
-    bool tma = !norm && tma_gemv(cb, wp, k); /* the TMA kernel has no norm variant */
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
-        if (tma) {
-            void *t[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->tma_late};
-            return launch_tma(cb, CUDA_GEMV_TMA_SWIGLU, m / 4, t);
-        }
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act};
         return launch(cb, cb->fn.gemv1b_swiglu[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
     }
@@ -541,12 +469,10 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
-                     &H, &K, &hd, &cb->tma_late}; /* the block kernels read all but the last */
-        if (tma) return launch_tma(cb, CUDA_GEMV_TMA_QKV, m / 4, a);
+                     &H, &K, &hd};
         return launch(cb, cb->fn.gemv1b_qkv[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
     }
-    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, &cb->tma_late}; /* as above */
-    if (tma) return launch_tma(cb, CUDA_GEMV_TMA_RESID, (m + 3) / 4, a);
+    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
     if (block_gemv(cb))
         return launch(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, (unsigned)((m + 3) / 4),
                       1, 1, 256, 0, a);
@@ -556,8 +482,7 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
 
 /* A one-row matmul that the fused GEMVs can take (the fp32 kernels). */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
-    return c->op == CUDA_OP_MATMUL && c->n == 1 &&
-           (cb->gemv_variant <= 2 || cb->gemv_variant == 6);
+    return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
 }
 
 /* The tail that the commands next[0, n_next) after mm (a fusable matmul, fed by norm when not
