@@ -417,8 +417,10 @@ ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_
  * second pass mostly idle at 9-10 keys a warp (516-640 keys, 8 splits, 8 warps): ncu counted
  * 3,030 instructions a warp at 7.4 cycles each, 16.7 us, for 2.6 MB of keys and values. Here
  * a warp is 4 groups of 8 lanes, each group its own key (a lane holds HD / 8 dimensions):
- * 3 shuffle steps a score, 4 keys a pass per UK, scores in the log2 domain (q pre-scaled by
- * log2 e), and the groups merge by shuffles once at the end. HD 64 and 128, GM <= 4. */
+ * 3 shuffle steps a score, UK keys a group in a pass (4 UK a warp; UK = 3 took 0.055 ms off
+ * the 8B step against 2: one pass up to 768 keys), scores in the log2 domain (q pre-scaled
+ * by log2 e, in shared memory so that registers hold acc and keys: 231 at GM 4), and the
+ * groups merge by shuffles once at the end. HD 64 and 128, GM <= 4. */
 template <int HD, int GM, int UK>
 __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc,
                                               const bf16_t *vc, const int *tok_seq,
@@ -471,22 +473,20 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
     /* keys older than the batch before the wait (see attn_decode_body) */
     if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
     pdl_wait();
-    float q[GM][DL], acc[GM][DL], m[GM], l[GM];
-    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD + li * DL;
+    /* the block's GM query rows, scaled, in shared memory: registers go to acc and keys */
+    __shared__ __align__(16) float sq[GM][HD];
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD;
     const float qs = scale * 1.4426950408889634f;
+    for (int i = threadIdx.x; i < GM * HD; i += WARPS * 32) sq[i / HD][i % HD] = qrow[i] * qs;
+    float acc[GM][DL], m[GM], l[GM];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DL; i += 4) {
-            float4 v = *(const float4 *)(qrow + (size_t)h * HD + i);
-            q[h][i] = v.x * qs, q[h][i + 1] = v.y * qs, q[h][i + 2] = v.z * qs,
-            q[h][i + 3] = v.w * qs;
-        }
-#pragma unroll
         for (int i = 0; i < DL; i++) acc[h][i] = 0.0f;
     }
+    __syncthreads();
     if (a0 < a1) load_keys(a0, early ? pos : 0, 1 << 30);
     for (int a = a0; a < a1; a += KP) {
         if (a > a0) load_keys(a, 0, 1 << 30);
@@ -497,14 +497,21 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
             for (int v = 0; v < NV; v++) unpack8(kr[u][v], &kf[u][v * 8]);
         float sc[GM][UK];
 #pragma unroll
-        for (int h = 0; h < GM; h++)
+        for (int h = 0; h < GM; h++) {
+            float q[DL];
+#pragma unroll
+            for (int i = 0; i < DL; i += 4) {
+                float4 v = *(const float4 *)&sq[h][li * DL + i];
+                q[i] = v.x, q[i + 1] = v.y, q[i + 2] = v.z, q[i + 3] = v.w;
+            }
 #pragma unroll
             for (int u = 0; u < UK; u++) {
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < DL; i++) d += q[h][i] * kf[u][i];
+                for (int i = 0; i < DL; i++) d += q[i] * kf[u][i];
                 sc[h][u] = d;
             }
+        }
 #pragma unroll
         for (int off = LG / 2; off >= 1; off /= 2) /* within the group: xor < LG */
 #pragma unroll
@@ -629,7 +636,7 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
         int early) {                                                                             \
         (void)part_o, (void)part_ml, (void)chunk, (void)counters;                                \
-        attn_dcl_body<HD, GM, 2>(qkv, kc, vc, tok_seq, positions, block_table, max_blocks, bs,  \
+        attn_dcl_body<HD, GM, 3>(qkv, kc, vc, tok_seq, positions, block_table, max_blocks, bs,  \
                                  H, K, window, scale, out, early);                              \
     }
 ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4)
