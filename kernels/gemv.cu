@@ -193,10 +193,10 @@ __device__ __forceinline__ void gemv1b_load(uint4 (&wv)[GB_U][GB_ROWS], const bf
                                                      : make_uint4(0, 0, 0, 0);
 }
 
-/* Which 4 weight rows a block owns (rows(r), r = 0..3) and what its epilogue does with their
+/* Which 4 weight rows a block (b: blockIdx.x, or a group of gemv1c_body) owns (rows(b, r), r = 0..3) and what its epilogue does with their
  * results. The plain kernel: rows 4b .. 4b + 3. */
 struct gb_rows {
-    __device__ int operator()(int r) const { return blockIdx.x * GB_ROWS + r; }
+    __device__ int operator()(int b, int r) const { return b * GB_ROWS + r; }
 };
 
 /* Two pairs of rows dist apart, for epilogues that combine row i with row i + dist: rows
@@ -205,14 +205,13 @@ struct gb_rows {
  * j + hd/2, j + 1 + hd/2 (per hd/4, span hd, dist hd/2). */
 struct gb_pairs {
     int per, span, dist;
-    __device__ int operator()(int r) const {
-        int b = blockIdx.x;
+    __device__ int operator()(int b, int r) const {
         return (b / per) * span + (b % per) * 2 + (r & 1) + (r >> 1) * dist;
     }
 };
 
 /* Epilogues: called by all of warp 0, lane l with v, the result (bias added) of the block's
- * row rows(l & 3), at that row. */
+ * row rows(b, l & 3), at that row. */
 struct gb_store { /* out[row] = v, resid[row] += v when resid */
     float *out, *resid;
     int m;
@@ -265,7 +264,7 @@ __device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, con
                                             int m, int k, gemv_fx fx, Rows rows, Epi epi) {
     const bf16_t *wr[GB_ROWS];
 #pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(rows(r), m - 1) * k;
+    for (int r = 0; r < GB_ROWS; r++) wr[r] = w + (size_t)min(rows(blockIdx.x, r), m - 1) * k;
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f;
     int base = threadIdx.x * 8;
     uint4 wv[GB_U][GB_ROWS];
@@ -313,7 +312,7 @@ __device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, con
     if (NORM) __syncthreads();
     float scale = NORM ? scale_s : 1.0f;
     if (warp == 0) { /* the whole warp, so that an epilogue can exchange rows by shuffles */
-        int r = lane & (GB_ROWS - 1), row = rows(r);
+        int r = lane & (GB_ROWS - 1), row = rows(blockIdx.x, r);
         float v = 0.f;
 #pragma unroll
         for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][r];
@@ -358,6 +357,109 @@ ATLAS_GEMV1B_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), flo
 ATLAS_GEMV1B_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                  (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
                  const int *slots, const float2 *cs, int H, int K, int hd)
+
+/* --- several row groups a block, loads one item ahead (ATLAS_CUDA_GEMV_NG) -------------------
+ * A kernel boundary costs about 2.7 us in the decode graph even with programmatic launch
+ * (one GEMV split in two launches: bench/RESULTS.md): the next kernel's resident blocks have
+ * their first weights before the wait, but once they are used the memory idles until the
+ * next wave of blocks has started and its loads come back. Here a block owns ng groups of 4
+ * rows and walks (group, 4096-column chunk) items, each item's loads issued before the
+ * previous item is used: after the wait the loads of the second item are already out, and
+ * within the kernel a block never waits for a new block to start. grid ceil(groups / ng). */
+enum { GC_U = 2, GC_CH = GB_THREADS * 8 * GC_U };
+
+template <class Rows>
+__device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf16_t *w, int m,
+                                            int k, int nch, int b0, int item, Rows rows) {
+    int b = b0 + item / nch, base = (item % nch) * GC_CH + threadIdx.x * 8;
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) {
+        const bf16_t *wr = w + (size_t)min(rows(b, r), m - 1) * k;
+#pragma unroll
+        for (int u = 0; u < GC_U; u++) {
+            int kk = base + u * GB_THREADS * 8;
+            wv[u][r] = kk < k ? ld_stream16(wr + kk) : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+template <class Rows, class Epi>
+__device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
+                                            int m, int k, int groups, int ng, Rows rows, Epi epi) {
+    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
+    int items = min(ng, groups - b0) * nch;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ float part[2][GB_THREADS / 32][GB_ROWS];
+    uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
+    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
+    pdl_trigger();
+    pdl_wait();
+    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    for (int it = 0; it < items; it++) {
+        if (it + 1 < items) gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
+        int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
+#pragma unroll
+        for (int u = 0; u < GC_U; u++) {
+            int kk = base + u * GB_THREADS * 8;
+            if (kk < k) {
+                const float4 *xp = (const float4 *)(x + kk);
+                float4 a = __ldg(xp), bb = __ldg(xp + 1);
+#pragma unroll
+                for (int r = 0; r < GB_ROWS; r++) {
+                    float f[8];
+                    unpack8(cur[u][r], f);
+                    acc[r] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * bb.x +
+                              f[5] * bb.y + f[6] * bb.z + f[7] * bb.w;
+                }
+            }
+        }
+        if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
+            int j = it / nch, b = b0 + j;
+            float (*pp)[GB_ROWS] = part[j & 1]; /* by parity: one barrier a group */
+#pragma unroll
+            for (int r = 0; r < GB_ROWS; r++) {
+                float v = warp_sum(acc[r]);
+                if (lane == 0) pp[warp][r] = v;
+                acc[r] = 0.0f;
+            }
+            __syncthreads();
+            if (warp == 0) {
+                int r = lane & (GB_ROWS - 1), row = rows(b, r);
+                float v = 0.f;
+#pragma unroll
+                for (int i = 0; i < GB_THREADS / 32; i++) v += pp[i][r];
+                v += bias ? bf2f(bias[min(row, m - 1)]) : 0.0f;
+                epi(v, row, lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GC_U; u++)
+#pragma unroll
+            for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
+    }
+}
+
+/* atlas_gemv1c[_swiglu|_qkv]: the arguments of atlas_gemv1b[_swiglu|_qkv] (the fused forms
+ * without norm: nw, eps, h unused), then ng. */
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
+                                                                      const bf16_t *w,
+                                                                      const bf16_t *bias, int n,
+                                                                      int m, int k, int ng) {
+    (void)n;
+    gemv1c_body(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gb_rows{}, gb_store{out, 0, m});
+}
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c_swiglu(
+    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
+    const bf16_t *nw, float eps, float *h, float *act, int ng) {
+    gemv1c_body(x, w, bias, m, k, m / GB_ROWS, ng, gb_pairs{m / 4, 0, m / 2}, gb_swiglu{out, act});
+}
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c_qkv(
+    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
+    const bf16_t *nw, float eps, float *h, bf16_t *kc, bf16_t *vc, const int *slots,
+    const float2 *cs, int H, int K, int hd, int ng) {
+    gemv1c_body(x, w, bias, m, k, m / GB_ROWS, ng, gb_pairs{hd / 4, hd, hd / 2},
+                gb_rope_kv{out, kc, vc, slots, cs, H, K, hd});
+}
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

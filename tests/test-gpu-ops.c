@@ -645,6 +645,17 @@ int main(void) {
     if (own) test_matmul(own, "warp4");
     if (own) own->ops->destroy(own);
     unsetenv("ATLAS_CUDA_GEMV");
+    own = NULL;
+    setenv("ATLAS_CUDA_GEMV_NG", "3", 1); /* n = 1: 3 row groups a block, the last block short */
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "ng3");
+    if (own) own->ops->destroy(own);
+    setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* one a block (gemv1b) */
+    own = NULL;
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "ng0");
+    if (own) own->ops->destroy(own);
+    unsetenv("ATLAS_CUDA_GEMV_NG");
 
     tensor tn, tq, tk, twq;
     tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, D, 0, 1.0f);
@@ -732,6 +743,11 @@ int main(void) {
      * alone (6: rope, kv_store twice, swiglu twice) */
     test_tails_hd128("all", 8);
     test_tails_hd128("qkv,swiglu", 6);
+    setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the swiglu and qkv epilogues on gemv1c */
+    test_tails_hd128("qkv,swiglu", 6);
+    setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
+    test_tails_hd128("qkv,swiglu", 6);
+    unsetenv("ATLAS_CUDA_GEMV_NG");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

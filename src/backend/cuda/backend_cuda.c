@@ -651,6 +651,8 @@ static atlas_status cuda_setup(cuda_backend *cb) {
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
     cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
+    e = getenv("ATLAS_CUDA_GEMV_NG");
+    cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
@@ -663,13 +665,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
-    /* ATLAS_CUDA_L2PF=attention=MB,norm=MB: L2 prefetch ahead of those decode ops */
-    e = getenv("ATLAS_CUDA_L2PF");
-    if (e) {
-        const char *a = strstr(e, "attention="), *nm = strstr(e, "norm=");
-        cb->l2pf_attn = a ? (size_t)atoi(a + 10) << 20 : 0;
-        cb->l2pf_norm = nm ? (size_t)atoi(nm + 5) << 20 : 0;
-    }
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
     /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)

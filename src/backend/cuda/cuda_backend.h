@@ -67,7 +67,7 @@ typedef struct cuda_fns {
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
-    CUfunction l2_prefetch;    /* weights into L2 ahead of a GEMV (kernels/prefetch.cu) */
+    CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
@@ -135,6 +135,8 @@ typedef struct cuda_backend {
                                1 the fp32 warp kernels for n <= 8; 2 the block kernel for
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
                                kernel for n = 1 */
+    int gemv_ng;            /* ATLAS_CUDA_GEMV_NG: row groups a block of the one-row GEMVs
+                               (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
@@ -150,8 +152,6 @@ typedef struct cuda_backend {
     int fuse_swiglu;        /* swiglu in the gate_up GEMV's epilogue */
     int fuse_qkv;           /* rope + kv_store in the qkv GEMV's epilogue */
     int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
-    size_t l2pf_attn;       /* bytes of the next matmuls' weights prefetched into L2 before */
-    size_t l2pf_norm;       /* a decode attention / norm (ATLAS_CUDA_L2PF: ops_cuda.c) */
     unsigned skip_ops;      /* ATLAS_CUDA_SKIP (timing only): 1 << op of ops not run */
     int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
                                from fp32 by its own pass (ops_cuda.c "bf16 copies") */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/host.h"
 #include "core/error.h"
 
 /* cuLaunchKernelEx and its attribute (cuda.h, CUDA 12/13): programmatic dependent launch
@@ -65,8 +64,7 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
 
 atlas_status cuda_load_kernels(cuda_backend *cb) {
     static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
-                                          "gemv", "gemm", "attention", "attn_prefill",
-                                          "prefetch"};
+                                          "gemv", "gemm", "attention", "attn_prefill"};
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
         ATLAS_TRY(atlas_registry_load_module(cb->reg, modules[i]));
     struct { CUfunction *f; const char *name; } fns[] = {
@@ -90,7 +88,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
         {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
         {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
-        {&cb->fn.l2_prefetch, "atlas_l2_prefetch"},
+        {&cb->fn.gemv1c[0], "atlas_gemv1c"}, {&cb->fn.gemv1c[1], "atlas_gemv1c_swiglu"},
+        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
@@ -321,6 +320,11 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     return true;
 }
 
+/* Blocks of the multi-group GEMV for `groups` groups of 4 rows. */
+static unsigned gemv1c_grid(const cuda_backend *cb, int groups) {
+    return (unsigned)((groups + cb->gemv_ng - 1) / cb->gemv_ng);
+}
+
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_weight *w = c->p[2], *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
@@ -329,6 +333,10 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
      * before the wait for the previous kernel: bench/RESULTS.md) */
     if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0)) {
+        if (cb->gemv_ng > 1) { /* several row groups a block (kernels/gemv.cu gemv1c) */
+            void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
+            return launch(cb, cb->fn.gemv1c[0], gemv1c_grid(cb, (m + 3) / 4), 1, 1, 256, 0, a);
+        }
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
     }
@@ -461,7 +469,9 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     }
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act};
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->gemv_ng};
+        if (!norm && cb->gemv_ng > 1)
+            return launch(cb, cb->fn.gemv1c[1], gemv1c_grid(cb, m / 4), 1, 1, 256, 0, a);
         return launch(cb, cb->fn.gemv1b_swiglu[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
     }
     if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
@@ -469,7 +479,9 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
-                     &H, &K, &hd};
+                     &H, &K, &hd, &cb->gemv_ng};
+        if (!norm && cb->gemv_ng > 1)
+            return launch(cb, cb->fn.gemv1c[2], gemv1c_grid(cb, m / 4), 1, 1, 256, 0, a);
         return launch(cb, cb->fn.gemv1b_qkv[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
@@ -589,45 +601,10 @@ static void shadow_check(cuda_backend *cb, const cuda_cmd *c) {
         cb->shadow_src = 0;
 }
 
-/* --- weights into L2 ahead of time (kernels/prefetch.cu) -------------------------------------
- * In a decode step the memory idles while attention and the norms run (latency-bound) and
- * at each kernel boundary; before such an op a small kernel asks L2 for the first `bytes`
- * of the weights of the matmuls after it, so that the next GEMV starts on cached bytes. */
-enum { PF_RANGES = 4 };
-typedef struct pf_ranges {
-    unsigned long long ptr[PF_RANGES], bytes[PF_RANGES];
-    int n;
-} pf_ranges;
-
-static atlas_status l2_prefetch_ahead(cuda_backend *cb, const cuda_cmd *c, int n, size_t bytes) {
-    pf_ranges r;
-    memset(&r, 0, sizeof r);
-    for (int i = 0; i < n && bytes > 0 && r.n < PF_RANGES; i++) {
-        if (c[i].op != CUDA_OP_MATMUL) continue;
-        const atlas_weight *w = c[i].p[2];
-        size_t wb = (size_t)w->rows * (size_t)w->cols * 2;
-        r.ptr[r.n] = w->ptr;
-        r.bytes[r.n] = wb < bytes ? wb : bytes;
-        bytes -= r.bytes[r.n++];
-    }
-    if (!r.n) return ATLAS_OK;
-    void *a[] = {&r};
-    unsigned blocks = (unsigned)atlas_host_properties(cb->host)->sm_count;
-    return launch(cb, cb->fn.l2_prefetch, blocks ? blocks : 1, 1, 1, 32, 0, a);
-}
-
-/* The prefetch (if any) that goes before c: decode-sized attention and norms. */
-static size_t l2_prefetch_bytes(const cuda_backend *cb, const cuda_cmd *c) {
-    if (c->n > CUDA_GRAPH_MAX_TOKENS) return 0;
-    return c->op == CUDA_OP_ATTENTION ? cb->l2pf_attn : c->op == CUDA_OP_ADD_RMSNORM ? cb->l2pf_norm : 0;
-}
-
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
     cb->shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
     for (int i = 0; i < n && st == ATLAS_OK;) {
-        size_t pf = l2_prefetch_bytes(cb, &c[i]);
-        if (pf && (st = l2_prefetch_ahead(cb, c + i + 1, n - i - 1, pf)) != ATLAS_OK) break;
         shadow_check(cb, &c[i]); /* before it runs: it may set a new copy (a norm) */
         int done = cb->skip_ops & (1u << c[i].op) ? 1 /* ATLAS_CUDA_SKIP: timing only */
                                                   : exec_fused(cb, c + i, n - i, &st);
