@@ -5,7 +5,7 @@
 #   ATLAS_BUILD=build-gpu bench/gpu/ablate.sh   (after run.sh made /tmp/llama8b)
 B=${ATLAS_BUILD:-build-gpu}
 M=${MODEL:-/tmp/llama8b}
-DECODE=${DECODE:-"none ATLAS_CUDA_FUSE=none ATLAS_CUDA_ATTN_HEADS=1 ATLAS_CUDA_ATTN=warp ATLAS_CUDA_FUSE=all ATLAS_CUDA_SKIP=attention ATLAS_CUDA_SKIP=norm"}
+DECODE=${DECODE:-"none ATLAS_CUDA_GEMV_NG=2 ATLAS_CUDA_GEMV_NG=4 ATLAS_CUDA_GEMV_NG=8 ATLAS_CUDA_ATTN_HEADS=2 ATLAS_CUDA_SKIP=attention ATLAS_CUDA_SKIP=norm none"}
 PREFILL=${PREFILL:-"none ATLAS_CUDA_BF16_ACT=0 ATLAS_CUDA_SKIP=attention"}
 for v in $DECODE; do
   [ "$v" = none ] && v=ATLAS_NOTHING=1
