@@ -302,6 +302,16 @@ int atlas_cli_bench(int argc, char **argv) {
                    " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],
                    prof.gbps[0][i], prof.gbps[5][i], prof.gbps[1][i], prof.gbps[2][i],
                    prof.gbps[3][i], prof.gbps[4][i]);
+        for (int c = 0; c < 2; c++) {
+            int i = prof.chain_shape[c];
+            double mb = (double)prof.m[i] * prof.k[i] * 2 / 1e6;
+            printf("gemv graph  %-8s %d in one graph, us each (GB/s):", prof.name[i], prof.chain_len[c]);
+            const char *vn[] = {"block", "ng2", "ng4", "ng8"};
+            for (int v = 0; v < 4; v++)
+                printf("  %s %.1f (%.0f)", vn[v], prof.chain_us[v][c],
+                       prof.chain_us[v][c] > 0 ? mb / prof.chain_us[v][c] * 1e3 : 0.0);
+            printf("\n");
+        }
     }
     atlas_cuda_memory mem;
     if (atlas_cuda_memory_use(be, &mem) == ATLAS_OK)

@@ -227,6 +227,35 @@ static atlas_status run_graph(cuda_backend *cb, void *ctx) {
     return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->stream);
 }
 
+/* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
+ * time / len. ng 0: the block kernel (atlas_gemv1b), else gemv1c with ng row groups a block. */
+static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
+                               int ng, double *us) {
+    const atlas_driver *d = atlas_driver_get();
+    ATLAS_CU_TRY(cuStreamBeginCapture, cb->stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    atlas_status st = ATLAS_OK;
+    CUdeviceptr bias = 0, out = bufs[2], x = bufs[1];
+    int n = 1, groups = (m + 3) / 4;
+    for (int i = 0; i < len && st == ATLAS_OK; i++) {
+        CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
+        void *a[] = {&out, &x, &w, &bias, &n, &m, &k, &ng};
+        st = ng ? cuda_launch_1d(cb, cb->fn.gemv1c[0], (unsigned)((groups + ng - 1) / ng), 256, a)
+                : cuda_launch_1d(cb, cb->fn.gemv1b, (unsigned)groups, 256, a);
+    }
+    CUgraph graph = NULL;
+    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->stream, &graph);
+    if (st == ATLAS_OK) st = end;
+    cuda_graph g;
+    memset(&g, 0, sizeof g);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuGraphInstantiateWithFlags, &g.exec, graph, 0);
+    if (graph) d->cuGraphDestroy(graph);
+    double ms = 0;
+    if (st == ATLAS_OK) st = time_median(cb, run_graph, &g, &ms);
+    if (g.exec) d->cuGraphExecDestroy(g.exec);
+    *us = ms * 1e3 / len;
+    return st;
+}
+
 static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CUdeviceptr *bufs) {
     const atlas_backend_geom *g = &cb->base.geom;
     int d = g->hidden, qd = g->n_heads * g->head_dim, f = g->intermediate;
@@ -262,6 +291,15 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
             ATLAS_TRY(time_median(cb, run_gemv, &c, &t));
             out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
         }
+    for (int c = 0; c < 2; c++) { /* o and gate_up */
+        int i = c + 1, ngs[4] = {0, 2, 4, 8};
+        size_t b = (size_t)ms[i] * ks[i] * 2;
+        out->chain_shape[c] = i;
+        out->chain_len[c] = most / b < 16 ? (int)(most / b) : 16;
+        for (int v = 0; v < 4; v++)
+            ATLAS_TRY(gemv_chain(cb, bufs, ms[i], ks[i], out->chain_len[c], ngs[v],
+                                 &out->chain_us[v][c]));
+    }
     cuda_graph *last = NULL;
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
         if (cb->graphs[i].exec && (!last || cb->graphs[i].last_use > last->last_use))

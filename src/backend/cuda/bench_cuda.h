@@ -57,6 +57,12 @@ typedef struct atlas_cuda_decode_profile {
      * [3] fp32 warp kernel n = 8, [4] mma kernel n = 8, [5] warp kernel with 4 rows a warp
      * n = 1 (weight bytes / time) */
     double gbps[6][ATLAS_CUDA_SHAPES];
+    /* GEMVs as a decode graph runs them: chain_len[i] launches of shape chain_shape[i] back
+     * to back in one graph (programmatic launch, each on its own weights): microseconds a
+     * GEMV, [0] the block kernel, [1..3] gemv1c with 2 / 4 / 8 row groups a block. Against
+     * the weight bytes at the read bandwidth this is what a kernel boundary costs. */
+    int chain_shape[2], chain_len[2];
+    double chain_us[4][2];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
 } atlas_cuda_decode_profile;

@@ -45,6 +45,11 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
 }
 
+atlas_status cuda_launch_1d(cuda_backend *cb, CUfunction f, unsigned gx, unsigned block,
+                            void **args) {
+    return launch(cb, f, gx, 1, 1, block, 0, args);
+}
+
 /* A grid of clusters of (1, 1, cz) blocks (sm_90+), with PDL when it is on. */
 enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4 };
 static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
