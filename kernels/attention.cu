@@ -215,6 +215,19 @@ extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, c
  * last split to finish (counters) or by atlas_attn_combine. */
 enum { DEC_WARPS = 4 };
 
+/* The keys [a0, a1) of warp `warp` (of `warps`) in split s (of n_split) of a token at pos:
+ * the splits share the token's own context (the last `window` keys when window > 0), the
+ * warps share their split. */
+__device__ __forceinline__ void dec_warp_keys(int pos, int window, int s, int n_split, int warp,
+                                              int warps, int *a0, int *a1) {
+    int start = window > 0 ? max(0, pos - window + 1) : 0;
+    int ch = (pos + 1 - start + n_split - 1) / n_split;
+    int j0 = start + s * ch, j1 = min(j0 + ch, pos + 1);
+    int per = j1 > j0 ? (j1 - j0 + warps - 1) / warps : 0;
+    *a0 = j0 + warp * per;
+    *a1 = min(*a0 + per, j1);
+}
+
 template <int D>
 __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     if constexpr (D == 2) {
@@ -249,12 +262,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
      * here): with a cache sized for 4096 slots and 516 keys, a capacity-sized chunk put all
      * of them in one block of each kv head (16 us a layer in the 8B decode step) */
     (void)chunk;
-    int pos = positions[t];
-    int start = window > 0 ? max(0, pos - window + 1) : 0;
-    int ch = (pos + 1 - start + n_split - 1) / n_split;
-    int j0 = start + s * ch, j1 = min(j0 + ch, pos + 1);
-    int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
-    int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
+    int pos = positions[t], a0, a1;
+    dec_warp_keys(pos, window, s, n_split, warp, WARPS, &a0, &a1);
 
     const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
     size_t row = (size_t)K * HD; /* elements between consecutive slots */
@@ -434,12 +443,8 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
         li = lane % LG;
     int hb = blockIdx.y * GM, g = hb / G;
     int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-    int pos = positions[t];
-    int start = window > 0 ? max(0, pos - window + 1) : 0;
-    int ch = (pos + 1 - start + n_split - 1) / n_split;
-    int j0 = start + s * ch, j1 = min(j0 + ch, pos + 1);
-    int per = j1 > j0 ? (j1 - j0 + WARPS - 1) / WARPS : 0;
-    int a0 = j0 + warp * per, a1 = min(a0 + per, j1);
+    int pos = positions[t], a0, a1;
+    dec_warp_keys(pos, window, s, n_split, warp, WARPS, &a0, &a1);
 
     const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
     size_t row = (size_t)K * HD;

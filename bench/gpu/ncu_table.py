@@ -22,17 +22,23 @@ def rows(path):
         us = float(r["Metric Value"].replace(",", "")) * SCALE.get(r["Metric Unit"], 1.0)
         yield name, r["Grid Size"], r["Block Size"], us
 
-def main():
-    ks = list(rows(sys.argv[1]))
+def split_steps(ks):
+    """The forwards in a kernel list whose items start with the kernel's name: from
+    atlas_embed to an argmax kernel (atlas_argmax or atlas_argmax_wide)."""
     steps, cur = [], None
     for k in ks:
         if k[0] == "atlas_embed":
             cur = [k]
         elif cur is not None:
             cur.append(k)
-            if k[0] == "atlas_argmax":
+            if k[0].startswith("atlas_argmax"):
                 steps.append(cur)
                 cur = None
+    return steps
+
+def main():
+    ks = list(rows(sys.argv[1]))
+    steps = split_steps(ks)
     tokens = sys.argv[2] if len(sys.argv) > 2 else "1"
     decode = [s for s in steps if s[0][1].strip("() ").split(",")[0].strip() == tokens]
     if not decode:

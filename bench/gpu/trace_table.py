@@ -7,8 +7,11 @@ previous one ends, so each kernel's share of the step is counted as the time fro
 kernel's end to its own end ("own"), next to its start-to-end span ("span").
 
 The last complete step (atlas_embed ... argmax) is summed by kernel name and grid."""
-import csv, sys
+import csv, os, sys
 from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_table import split_steps
 
 def rows(path):
     with open(path, newline="") as f:
@@ -24,15 +27,7 @@ def rows(path):
 def main():
     ks = [k for k in rows(sys.argv[1]) if not k[0].startswith(("[CUDA", "atlas_probe", "atlas_bench"))]
     ks.sort(key=lambda k: k[2])
-    steps, cur = [], None
-    for k in ks:
-        if k[0] == "atlas_embed":
-            cur = [k]
-        elif cur is not None:
-            cur.append(k)
-            if k[0].startswith("atlas_argmax"):
-                steps.append(cur)
-                cur = None
+    steps = split_steps(ks)
     if not steps:
         sys.exit("no complete step (atlas_embed .. atlas_argmax) in the trace")
     step = steps[-1]
