@@ -430,13 +430,13 @@ ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_
  * the 8B step against 2: one pass up to 768 keys), scores in the log2 domain (q pre-scaled
  * by log2 e, in shared memory so that registers hold acc and keys: 231 at GM 4), and the
  * groups merge by shuffles once at the end. HD 64 and 128, GM <= 4. */
-template <int HD, int GM, int UK>
+template <int HD, int GM, int UK, int WARPS>
 __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc,
                                               const bf16_t *vc, const int *tok_seq,
                                               const int *positions, const int *block_table,
                                               int max_blocks, int bs, int H, int K, int window,
                                               float scale, float *out, int early) {
-    constexpr int WARPS = 8, LG = 8, NG = 32 / LG, DL = HD / LG, NV = DL / 8, KP = NG * UK;
+    constexpr int LG = 8, NG = 32 / LG, DL = HD / LG, NV = DL / 8, KP = NG * UK;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LG,
@@ -634,15 +634,23 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
 #endif
 }
 
-#define ATLAS_ATTN_DCL(HD, GM)                                                                    \
-    extern "C" __global__ void __launch_bounds__(256, 1) atlas_attn_dcl##HD##_g##GM(             \
+/* atlas_attn_dcl<HD>_g<GM>: 8 warps a block, 3 keys a group a pass (the default).
+ * atlas_attn_dcl<HD>_g<GM>_w4 (ATLAS_CUDA_ATTN_WARPS=4): 4 warps a block and 5 keys a group
+ * (one pass up to 640 keys at 8 splits);
+ * at <= 2 heads its registers let a block share an SM with a GEMV block, so that attention
+ * blocks can start (and load their keys) while the qkv GEMV drains, and two blocks an SM
+ * double the clusters that can run at once (15 of 8 blocks at one block an SM). */
+#define ATLAS_ATTN_DCL(HD, GM, UK, WARPS, SFX)                                                    \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32, 1) atlas_attn_dcl##HD##_g##GM##SFX( \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
         int early) {                                                                             \
         (void)part_o, (void)part_ml, (void)chunk, (void)counters;                                \
-        attn_dcl_body<HD, GM, 3>(qkv, kc, vc, tok_seq, positions, block_table, max_blocks, bs,  \
-                                 H, K, window, scale, out, early);                              \
+        attn_dcl_body<HD, GM, UK, WARPS>(qkv, kc, vc, tok_seq, positions, block_table,          \
+                                         max_blocks, bs, H, K, window, scale, out, early);      \
     }
-ATLAS_ATTN_DCL(64, 1) ATLAS_ATTN_DCL(64, 2) ATLAS_ATTN_DCL(64, 4)
-ATLAS_ATTN_DCL(128, 1) ATLAS_ATTN_DCL(128, 2) ATLAS_ATTN_DCL(128, 4)
+ATLAS_ATTN_DCL(64, 1, 3, 8, ) ATLAS_ATTN_DCL(64, 2, 3, 8, ) ATLAS_ATTN_DCL(64, 4, 3, 8, )
+ATLAS_ATTN_DCL(128, 1, 3, 8, ) ATLAS_ATTN_DCL(128, 2, 3, 8, ) ATLAS_ATTN_DCL(128, 4, 3, 8, )
+ATLAS_ATTN_DCL(64, 1, 5, 4, _w4) ATLAS_ATTN_DCL(64, 2, 5, 4, _w4)
+ATLAS_ATTN_DCL(128, 1, 5, 4, _w4) ATLAS_ATTN_DCL(128, 2, 5, 4, _w4)

@@ -680,16 +680,23 @@ int main(void) {
         buf_free(&x);
     }
 
-    for (int pass = 0; pass < 2; pass++) { /* 1: split-K attention for prefill too, no fusion, no PDL */
+    /* 1: split-K attention for prefill too, no fusion, no PDL; 2: cluster attention with 4
+     * warps a block, no fusion */
+    for (int pass = 0; pass < 3; pass++) {
         atlas_backend *keep = gpu;
         weight saved[4] = {norm, qn, kn, wqkv};
-        if (pass == 1) {
-            setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
+        if (pass >= 1) {
             setenv("ATLAS_CUDA_FUSE", "none", 1);
-            setenv("ATLAS_CUDA_PDL", "0", 1);
-            setenv("ATLAS_CUDA_ATTN", "warp", 1); /* decode attention without clusters */
+            if (pass == 1) {
+                setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
+                setenv("ATLAS_CUDA_PDL", "0", 1);
+                setenv("ATLAS_CUDA_ATTN", "warp", 1); /* decode attention without clusters */
+            } else {
+                setenv("ATLAS_CUDA_ATTN_WARPS", "4", 1);
+            }
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
             unsetenv("ATLAS_CUDA_ATTN");
+            unsetenv("ATLAS_CUDA_ATTN_WARPS");
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");
             unsetenv("ATLAS_CUDA_FUSE");
             unsetenv("ATLAS_CUDA_PDL");
@@ -702,7 +709,8 @@ int main(void) {
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
-            printf("pass 2: split-K attention for prefill, no fusion, no PDL, no clusters\n");
+            printf(pass == 1 ? "pass 2: split-K attention for prefill, no fusion, no PDL, no clusters\n"
+                             : "pass 3: cluster attention with 4 warps a block, no fusion\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
@@ -714,7 +722,7 @@ int main(void) {
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
-        /* pass 1 (all): 8 commands inside other kernels; pass 2: none */
+        /* pass 1 (all): 8 commands inside other kernels; passes 2 and 3: none */
         test_fused_tails(kc, kg, 69, pass == 0 ? 8 : 0);
         test_prefill_bf16(&norm);
         test_argmax_wide();
@@ -731,7 +739,7 @@ int main(void) {
                (unsigned long long)cb->graph_replays);
         cpu->ops->kv_free(cpu, kc);
         gpu->ops->kv_free(gpu, kg);
-        if (pass == 1) {
+        if (pass >= 1) {
             weight *w2[] = {&norm, &qn, &kn, &wqkv};
             for (int i = 0; i < 4; i++) gpu->ops->weight_free(gpu, w2[i]->gpu);
             gpu->ops->destroy(gpu);

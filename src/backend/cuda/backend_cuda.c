@@ -659,6 +659,8 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     if (cb->use_attn_dec && !(e && !strcmp(e, "warp")) &&
         atlas_host_properties(cb->host)->cc_major >= 9)
         cb->cluster_ex = cuda_pdl_resolve();
+    e = getenv("ATLAS_CUDA_ATTN_WARPS");
+    cb->attn_warps = e && atoi(e) == 4 ? 4 : 8;
     e = getenv("ATLAS_CUDA_ATTN_EARLY");
     cb->attn_early = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN_HEADS");

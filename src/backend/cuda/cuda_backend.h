@@ -74,6 +74,7 @@ typedef struct cuda_fns {
     CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
     CUfunction attn_dcl[2][3]; /* clusters, head_dim 64/128, 1/2/4 heads a block (sm_90+) */
+    CUfunction attn_dcl_w4[2][2]; /* the same, 4 warps a block, 1/2 heads (ATLAS_CUDA_ATTN_WARPS) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -140,6 +141,8 @@ typedef struct cuda_backend {
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
+    int attn_warps;         /* warps a cluster-attention block: 8, or 4 with ATLAS_CUDA_ATTN_WARPS=4
+                               (then at most 2 heads a block; kernels/attention.cu) */
     int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
                                before the wait for the previous kernel (ops_cuda.c) */
     int attn_heads;         /* query heads a cluster-attention block: 1, 2 or 4 (default;

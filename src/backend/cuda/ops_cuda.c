@@ -106,6 +106,9 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             if (h == 2 || q == 3) continue; /* cluster kernels: head_dim <= 128, <= 4 heads */
             snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h][q]));
+            if (q == 2) continue; /* 4 warps a block: <= 2 heads */
+            snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d_w4", 64 << h, 1 << q);
+            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl_w4[h][q]));
         }
     return ATLAS_OK;
 }
@@ -210,14 +213,16 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
         cb->n_split <= ATTN_CLUSTER) {
-        /* GM query heads a block (of the G sharing a kv head; all of them by default: on the
-         * 8B decode step 4 a block took 4.218 ms a replay, 2 took 4.387 and 1 4.377, though
-         * fewer heads make more blocks with less work each) */
-        int gm = cb->attn_heads < 4 ? cb->attn_heads : 4; /* (registers: kernels/attention.cu) */
+        /* GM query heads a block (of the G sharing a kv head; up to 4 by default: on the 8B
+         * decode step 4 a block took 4.092 ms a replay, 2 took 4.178 and 1 4.183 — at one
+         * block an SM only 15 clusters of 8 run at once, bench/RESULTS.md) */
+        int most = cb->attn_warps == 4 ? 2 : 4; /* (registers: kernels/attention.cu) */
+        int gm = cb->attn_heads < most ? cb->attn_heads : most;
         while (G % gm) gm /= 2;
-        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : 2;
-        return launch_cluster(cb, cb->fn.attn_dcl[hd == 64 ? 0 : 1][q], (unsigned)n,
-                              (unsigned)(H / gm), (unsigned)cb->n_split, 256, da);
+        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : 2, h = hd == 64 ? 0 : 1;
+        CUfunction f = cb->attn_warps == 4 ? cb->fn.attn_dcl_w4[h][q] : cb->fn.attn_dcl[h][q];
+        return launch_cluster(cb, f, (unsigned)n, (unsigned)(H / gm), (unsigned)cb->n_split,
+                              (unsigned)cb->attn_warps * 32, da);
     }
     if (dec) {
         ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, da));
