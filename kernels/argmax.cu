@@ -2,6 +2,32 @@
  * Ties go to the smaller id (as torch.argmax); NaN never wins. */
 #include "common.cuh"
 
+/* (bv, bi) becomes (ov, oi) when that is larger, or equal with a smaller id. */
+__device__ __forceinline__ void argmax_fold(float &bv, int &bi, float ov, int oi) {
+    if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+}
+
+/* The block's (value, id) pair into warp 0 (every lane of it holds the result). */
+__device__ __forceinline__ void block_argmax(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        argmax_fold(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        int nw = blockDim.x >> 5;
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            argmax_fold(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o),
+                        __shfl_xor_sync(0xffffffffu, bi, o));
+    }
+}
+
 extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab) {
     pdl_trigger();
     pdl_wait();
@@ -12,29 +38,8 @@ extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab
         float v = row[i];
         if (v > best) { best = v; bi = i; } /* i rises: the first of equals stays */
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-    }
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sv[warp] = best; si[warp] = bi; }
-    __syncthreads();
-    if (warp == 0) {
-        int nw = blockDim.x >> 5;
-        best = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : 0x7fffffff;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
-        }
-        if (lane == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
-    }
+    block_argmax(best, bi);
+    if (threadIdx.x == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
 /* Order-preserving unsigned key of a float; NaN gets 0 and never wins. */
@@ -71,27 +76,13 @@ atlas_argmax_wide(int *ids, unsigned long long *best, int *count, const float *l
             if (i < hi && (v[k] > bv || (bi == 0x7fffffff && v[k] == v[k]))) { bv = v[k]; bi = i; }
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    __shared__ float sv[ARGMAX_THREADS / 32];
-    __shared__ int si[ARGMAX_THREADS / 32];
-    __shared__ int last;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
-    __syncthreads();
+    block_argmax(bv, bi);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < ARGMAX_THREADS / 32; w++)
-            if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) { bv = sv[w]; bi = si[w]; }
         if (bi != 0x7fffffff)
             atomicMax(best + blockIdx.x,
                       ((unsigned long long)argmax_key(bv) << 32) | (0xffffffffu - (unsigned)bi));
         __threadfence();
-        last = atomicAdd(count + blockIdx.x, 1) == (int)gridDim.y - 1;
-        if (last) {
+        if (atomicAdd(count + blockIdx.x, 1) == (int)gridDim.y - 1) {
             unsigned long long k = atomicExch(best + blockIdx.x, 0ull);
             ids[blockIdx.x] = k ? (int)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : 0;
             count[blockIdx.x] = 0;

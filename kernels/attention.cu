@@ -228,6 +228,40 @@ __device__ __forceinline__ void dec_warp_keys(int pos, int window, int s, int n_
     *a1 = min(*a0 + per, j1);
 }
 
+/* The slots of a warp's keys [a0, a1): the warp keeps 32 of its block-table entries, one a
+ * lane (from block wb), so that a key's slot bt[p / bs] * bs + p % bs is a shuffle away
+ * instead of a load before its K/V loads; shifts for the usual power-of-two bs. */
+struct dec_slots {
+    const int *bt;
+    int bs, bsh, nb, wb, btv;
+    __device__ dec_slots(const int *table, int block_size, int a0, int a1)
+        : bt(table), bs(block_size) {
+        bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+        nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
+        wb = a0 / bs;
+        btv = fetch();
+    }
+    __device__ int fetch() const {
+        int lane = threadIdx.x & 31;
+        return wb + lane < nb ? bt[wb + lane] : 0;
+    }
+    /* keys a .. last are to be looked up (warp-uniform): refill past the 32 held entries */
+    __device__ void cover(int a, int last) {
+        if (last / bs - wb >= 32) {
+            wb = a / bs;
+            btv = fetch();
+        }
+    }
+    /* the cache block of key pc (a key of the covered range); every lane calls it */
+    __device__ int block(int pc) const {
+        return __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
+    }
+    /* key p's slot, blk = block(p) */
+    __device__ size_t slot(int blk, int p) const {
+        return (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
+    }
+};
+
 template <int D>
 __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     if constexpr (D == 2) {
@@ -243,7 +277,7 @@ __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     }
 }
 
-template <int HD, int GM, int WARPS = DEC_WARPS>
+template <int HD, int GM>
 __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, const float *qkv,
                                                  const bf16_t *kc, const bf16_t *vc,
                                                  const int *tok_seq, const int *positions,
@@ -254,39 +288,27 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* the block's query heads: all G of kv head g = blockIdx.y */
-    int hb = blockIdx.y * G, g = blockIdx.y, nh = G;
-    /* slot of key p: bt[p / bs] * bs + p % bs, with shifts for the usual power-of-two bs */
-    int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    int g = blockIdx.y; /* the block's query heads: all G of kv head g */
     /* the splits share the token's own context, not the batch's capacity (chunk, unused
      * here): with a cache sized for 4096 slots and 516 keys, a capacity-sized chunk put all
      * of them in one block of each kv head (16 us a layer in the 8B decode step) */
     (void)chunk;
     int pos = positions[t], a0, a1;
-    dec_warp_keys(pos, window, s, n_split, warp, WARPS, &a0, &a1);
+    dec_warp_keys(pos, window, s, n_split, warp, DEC_WARPS, &a0, &a1);
 
-    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
     size_t row = (size_t)K * HD; /* elements between consecutive slots */
     const bf16_t *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
-    /* the warp's block-table entries, one a lane (32 blocks from wb), so that a key's slot
-     * is a shuffle away instead of a load before its K/V loads */
-    int wb = a0 / bs, nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
-    int btv = wb + lane < nb ? bt[wb + lane] : 0;
+    dec_slots keys(block_table + (size_t)tok_seq[t] * max_blocks, bs, a0, a1);
 
     /* K and V rows of keys [a, a + U) with lo <= p < hi into kf, vf (0 past a1) */
     float kf[U][D], vf[U][D];
     auto load_keys = [&](int a, int lo, int hi) {
-        if ((min(a + U, a1) - 1) / bs - wb >= 32) { /* past the 32 cached entries (warp-uniform) */
-            wb = a / bs;
-            btv = wb + lane < nb ? bt[wb + lane] : 0;
-        }
+        keys.cover(a, min(a + U, a1) - 1);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            int p = a + u;
-            int pc = min(p, a1 - 1);
-            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
+            int p = a + u, blk = keys.block(min(p, a1 - 1));
             if (p < a1 && p >= lo && p < hi) {
-                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
+                size_t slot = keys.slot(blk, p);
                 load_bf16<D>(kbase + slot * row, kf[u]);
                 load_bf16<D>(vbase + slot * row, vf[u]);
             } else if (p >= a1) {
@@ -302,12 +324,12 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
     pdl_wait();
     float q[GM][D], acc[GM][D], m[GM], l[GM];
-    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)hb * HD + lane * D;
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)g * G * HD + lane * D;
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
-        if (h < nh) { /* D consecutive floats: one or two vector loads */
+        if (h < G) { /* D consecutive floats: one or two vector loads */
             if constexpr (D == 2) {
                 float2 v = *(const float2 *)(qrow + (size_t)h * HD);
                 q[h][0] = v.x, q[h][1] = v.y;
@@ -321,7 +343,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         }
 #pragma unroll
         for (int i = 0; i < D; i++) {
-            q[h][i] = h < nh ? q[h][i] * scale : 0.0f;
+            q[h][i] = h < G ? q[h][i] * scale : 0.0f;
             acc[h][i] = 0.0f;
         }
     }
@@ -330,7 +352,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         if (a > a0) load_keys(a, 0, 1 << 30);
 #pragma unroll
         for (int h = 0; h < GM; h++) {
-            if (h >= nh) break;
+            if (h >= G) break;
             float sc[U], mx = m[h];
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -357,8 +379,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     }
 
     /* merge the warps: (m, l, acc) of each through shared memory */
-    __shared__ float sm[WARPS][GM], sl[WARPS][GM];
-    __shared__ __align__(16) float so[WARPS][GM][HD];
+    __shared__ float sm[DEC_WARPS][GM], sl[DEC_WARPS][GM];
+    __shared__ __align__(16) float so[DEC_WARPS][GM][HD];
 #pragma unroll
     for (int h = 0; h < GM; h++) {
         if (lane == 0) {
@@ -369,23 +391,23 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         for (int i = 0; i < D; i++) so[warp][h][lane * D + i] = acc[h][i];
     }
     __syncthreads();
-    size_t po = ((size_t)t * H + (size_t)hb) * n_split + s; /* (t, head hb, split s) */
-    for (int idx = threadIdx.x; idx < nh * HD; idx += WARPS * 32) {
+    size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
+    for (int idx = threadIdx.x; idx < G * HD; idx += DEC_WARPS * 32) {
         int h = idx / HD, i = idx - h * HD;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < WARPS; w++) M = fmaxf(M, sm[w][h]);
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sm[w][h]);
         float L = 0.0f, o = 0.0f;
         if (M > -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < WARPS; w++) {
+            for (int w = 0; w < DEC_WARPS; w++) {
                 float e = __expf(sm[w][h] - M); /* 0 for a warp without keys */
                 L += sl[w][h] * e;
                 o += so[w][h][i] * e;
             }
         }
         if (n_split == 1) {
-            out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
+            out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         } else {
             part_o[(po + (size_t)h * n_split) * HD + i] = o;
             if (i == 0) {
@@ -394,9 +416,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             }
         }
     }
-    if (n_split > 1 && counters) {
+    if (n_split > 1 && counters)
         merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split);
-    }
 }
 
 /* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head,
@@ -442,28 +463,21 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
     int G = H / K, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane / LG,
         li = lane % LG;
     int hb = blockIdx.y * GM, g = hb / G;
-    int bsh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     int pos = positions[t], a0, a1;
     dec_warp_keys(pos, window, s, n_split, warp, WARPS, &a0, &a1);
 
-    const int *bt = block_table + (size_t)tok_seq[t] * max_blocks;
     size_t row = (size_t)K * HD;
     const bf16_t *kbase = kc + (size_t)g * HD + li * DL, *vbase = vc + (size_t)g * HD + li * DL;
-    int wb = a0 / bs, nb = a1 > a0 ? (a1 - 1) / bs + 1 : 0;
-    int btv = wb + lane < nb ? bt[wb + lane] : 0;
+    dec_slots keys(block_table + (size_t)tok_seq[t] * max_blocks, bs, a0, a1);
     /* a pass: keys a + u * NG + grp (u < UK) of group grp, their K and V slices packed */
     uint4 kr[UK][NV], vr[UK][NV];
     auto load_keys = [&](int a, int lo, int hi) {
-        if ((min(a + KP, a1) - 1) / bs - wb >= 32) { /* warp-uniform */
-            wb = a / bs;
-            btv = wb + lane < nb ? bt[wb + lane] : 0;
-        }
+        keys.cover(a, min(a + KP, a1) - 1);
 #pragma unroll
         for (int u = 0; u < UK; u++) {
-            int p = a + u * NG + grp, pc = min(p, a1 - 1);
-            int blk = __shfl_sync(0xffffffffu, btv, (bsh >= 0 ? pc >> bsh : pc / bs) - wb);
+            int p = a + u * NG + grp, blk = keys.block(min(p, a1 - 1));
             if (p < a1 && p >= lo && p < hi) {
-                size_t slot = (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
+                size_t slot = keys.slot(blk, p);
 #pragma unroll
                 for (int v = 0; v < NV; v++) {
                     kr[u][v] = *(const uint4 *)(kbase + slot * row + v * 8);

@@ -262,6 +262,32 @@ struct gb_rope_kv {
     }
 };
 
+/* The block's 4 row sums: each warp's into part[warp][0..3] (lane 0 writes; column 4 is
+ * free for the norm's sum of squares). */
+typedef float gb_part[GB_ROWS + 1];
+__device__ __forceinline__ void gb_partials(const float (&acc)[GB_ROWS], gb_part *part) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) {
+        float v = warp_sum(acc[r]);
+        if (lane == 0) part[warp][r] = v;
+    }
+}
+
+/* After a barrier, by the whole of warp 0 (so that an epilogue can exchange rows by
+ * shuffles): row rows(b, lane & 3)'s total from the warps' partials, times scale, plus its
+ * bias, through epi. */
+template <class Rows, class Epi>
+__device__ __forceinline__ void gb_finish(const gb_part *part, float scale, const bf16_t *bias,
+                                          int m, int b, Rows rows, Epi epi) {
+    int lane = threadIdx.x & 31, r = lane & (GB_ROWS - 1), row = rows(b, r);
+    float v = 0.f;
+#pragma unroll
+    for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][r];
+    v = v * scale + (bias ? bf2f(bias[min(row, m - 1)]) : 0.0f);
+    epi(v, row, lane);
+}
+
 template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, gemv_fx fx, Rows rows, Epi epi) {
@@ -288,14 +314,10 @@ __device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, con
         base += GB_THREADS * 8 * GB_U;
         if (base < k) gemv1b_load(wv, wr, base, k);
     }
-    __shared__ float part[GB_THREADS / 32][GB_ROWS + 1];
+    __shared__ gb_part part[GB_THREADS / 32];
     __shared__ float scale_s;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) {
-        float v = warp_sum(acc[r]);
-        if (lane == 0) part[warp][r] = v;
-    }
+    gb_partials(acc, part);
     if (NORM) {
         float v = warp_sum(ss);
         if (lane == 0) part[warp][GB_ROWS] = v;
@@ -309,14 +331,7 @@ __device__ __forceinline__ void gemv1b_body(const float *x, const bf16_t *w, con
     }
     if (NORM) __syncthreads();
     float scale = NORM ? scale_s : 1.0f;
-    if (warp == 0) { /* the whole warp, so that an epilogue can exchange rows by shuffles */
-        int r = lane & (GB_ROWS - 1), row = rows(blockIdx.x, r);
-        float v = 0.f;
-#pragma unroll
-        for (int i = 0; i < GB_THREADS / 32; i++) v += part[i][r];
-        v = v * scale + (bias ? bf2f(bias[min(row, m - 1)]) : 0.0f);
-        epi(v, row, lane);
-    }
+    if (warp == 0) gb_finish(part, scale, bias, m, blockIdx.x, rows, epi);
     if (NORM && fx.h && blockIdx.x == 0)
         gemv_write_norm(fx.h, x, fx.nw, scale, k, threadIdx.x, GB_THREADS);
 }
@@ -386,8 +401,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                                             int m, int k, int groups, int ng, Rows rows, Epi epi) {
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __shared__ float part[2][GB_THREADS / 32][GB_ROWS];
+    __shared__ gb_part part[2][GB_THREADS / 32];
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
     gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
     pdl_trigger();
@@ -407,23 +421,13 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
             }
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
-            int j = it / nch, b = b0 + j;
-            float (*pp)[GB_ROWS] = part[j & 1]; /* by parity: one barrier a group */
+            int j = it / nch;
+            gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
+            gb_partials(acc, pp);
 #pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) {
-                float v = warp_sum(acc[r]);
-                if (lane == 0) pp[warp][r] = v;
-                acc[r] = 0.0f;
-            }
+            for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
             __syncthreads();
-            if (warp == 0) {
-                int r = lane & (GB_ROWS - 1), row = rows(b, r);
-                float v = 0.f;
-#pragma unroll
-                for (int i = 0; i < GB_THREADS / 32; i++) v += pp[i][r];
-                v += bias ? bf2f(bias[min(row, m - 1)]) : 0.0f;
-                epi(v, row, lane);
-            }
+            if (threadIdx.x < 32) gb_finish(pp, 1.0f, bias, m, b0 + j, rows, epi);
         }
 #pragma unroll
         for (int u = 0; u < GC_U; u++)

@@ -107,6 +107,11 @@ typedef struct weight {
     atlas_weight *cpu, *gpu;
 } weight;
 
+/* The CPU (side 0) or GPU (side 1) copy of a buffer or a weight: the tests run each op on
+ * both backends in a loop over side. */
+static void *side_of(const buf *b, int side) { return side ? b->gpu : (void *)b->cpu; }
+static atlas_weight *w_of(const weight *w, int side) { return side ? w->gpu : w->cpu; }
+
 static weight weight_load(tensor *const *t, int n) {
     const atlas_tensor_view *v[4];
     for (int i = 0; i < n; i++) v[i] = &t[i]->view;
@@ -263,11 +268,11 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
         atlas_backend *bes[] = {cpu, gpu};
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = bes[i];
-            void *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
-            void *qb = i ? qkv.gpu : (void *)qkv.cpu, *ab = i ? att.gpu : (void *)att.cpu;
+            void *xb = side_of(&x, i), *hb = side_of(&h, i), *qb = side_of(&qkv, i);
+            void *ab = side_of(&att, i);
             atlas_kv *kv = i ? kg : kc;
-            CHECK_OK(be->ops->rmsnorm(be, hb, xb, i ? norm->gpu : norm->cpu, 2, D));
-            CHECK_OK(be->ops->matmul(be, qb, hb, i ? wqkv->gpu : wqkv->cpu, NULL, 2));
+            CHECK_OK(be->ops->rmsnorm(be, hb, xb, w_of(norm, i), 2, D));
+            CHECK_OK(be->ops->matmul(be, qb, hb, w_of(wqkv, i), NULL, 2));
             CHECK_OK(be->ops->rope(be, qb, 2));
             CHECK_OK(be->ops->kv_store(be, qb, kv, 0));
             CHECK_OK(be->ops->attention(be, ab, qb, kv, 0));
@@ -345,20 +350,19 @@ static void test_prefill_bf16(weight *norm) {
     atlas_backend *bes[] = {cpu, gpu};
     for (int i = 0; i < 2; i++) {
         atlas_backend *be = bes[i];
-        char *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
-        char *ab = i ? att.gpu : (void *)att.cpu, *ob = i ? o.gpu : (void *)o.cpu;
-        char *qb = i ? q.gpu : (void *)q.cpu, *gb = i ? gu.gpu : (void *)gu.cpu;
-        char *cb2 = i ? act.gpu : (void *)act.cpu, *mb = i ? mlp.gpu : (void *)mlp.cpu;
-        const atlas_weight *nw = i ? norm->gpu : norm->cpu;
+        char *xb = side_of(&x, i), *hb = side_of(&h, i), *ab = side_of(&att, i);
+        char *ob = side_of(&o, i), *qb = side_of(&q, i), *gb = side_of(&gu, i);
+        char *cb2 = side_of(&act, i), *mb = side_of(&mlp, i);
+        const atlas_weight *nw = w_of(norm, i);
         CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, N, D));
-        CHECK_OK(be->ops->matmul(be, qb, hb, i ? wgu.gpu : wgu.cpu, NULL, N));
-        CHECK_OK(be->ops->matmul(be, ob, ab, i ? wo.gpu : wo.cpu, NULL, N));
+        CHECK_OK(be->ops->matmul(be, qb, hb, w_of(&wgu, i), NULL, N));
+        CHECK_OK(be->ops->matmul(be, ob, ab, w_of(&wo, i), NULL, N));
         CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, N, D));
         for (int c = 0; c < 2; c++) {
             size_t off = (size_t)c * HALF * D * 4;
-            CHECK_OK(be->ops->matmul(be, gb, hb + off, i ? wgu.gpu : wgu.cpu, NULL, HALF));
+            CHECK_OK(be->ops->matmul(be, gb, hb + off, w_of(&wgu, i), NULL, HALF));
             CHECK_OK(be->ops->swiglu(be, cb2, gb, HALF, F));
-            CHECK_OK(be->ops->matmul(be, mb + off, cb2, i ? wdn.gpu : wdn.cpu, NULL, HALF));
+            CHECK_OK(be->ops->matmul(be, mb + off, cb2, w_of(&wdn, i), NULL, HALF));
         }
     }
     buf_check("prefill bf16: rmsnorm->matmul", &q, (size_t)N * 2 * F, 1e-2, gpu);
@@ -411,15 +415,14 @@ static void test_fused_decode(weight *norm, int start) {
         atlas_backend *bes[] = {cpu, gpu};
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = bes[i];
-            void *xb = i ? x.gpu : (void *)x.cpu, *hb = i ? h.gpu : (void *)h.cpu;
-            void *ab = i ? att.gpu : (void *)att.cpu, *ob = i ? o.gpu : (void *)o.cpu;
-            void *qb = i ? q.gpu : (void *)q.cpu, *gb = i ? gu.gpu : (void *)gu.cpu;
-            const atlas_weight *nw = i ? norm->gpu : norm->cpu;
+            void *xb = side_of(&x, i), *hb = side_of(&h, i), *ab = side_of(&att, i);
+            void *ob = side_of(&o, i), *qb = side_of(&q, i), *gb = side_of(&gu, i);
+            const atlas_weight *nw = w_of(norm, i);
             CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, 1, D));
-            CHECK_OK(be->ops->matmul(be, qb, hb, i ? wgu.gpu : wgu.cpu, NULL, 1));
-            CHECK_OK(be->ops->matmul(be, ob, ab, i ? wo.gpu : wo.cpu, NULL, 1));
+            CHECK_OK(be->ops->matmul(be, qb, hb, w_of(&wgu, i), NULL, 1));
+            CHECK_OK(be->ops->matmul(be, ob, ab, w_of(&wo, i), NULL, 1));
             CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, 1, D));
-            CHECK_OK(be->ops->matmul(be, gb, hb, i ? wgu.gpu : wgu.cpu, NULL, 1));
+            CHECK_OK(be->ops->matmul(be, gb, hb, w_of(&wgu, i), NULL, 1));
         }
         char what[64];
         snprintf(what, sizeof what, "fused decode %d: rmsnorm->matmul", rep);
@@ -490,8 +493,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
         atlas_backend *bes[] = {cpu, gpu};
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = bes[i];
-#define B(b) (i ? (b).gpu : (void *)(b).cpu)
-#define W(w) (i ? (w).gpu : (w).cpu)
+#define B(b) side_of(&(b), i)
+#define W(w) w_of(&(w), i)
             atlas_kv *kv = i ? kg : kc;
             CHECK_OK(be->ops->rmsnorm(be, B(h1), B(x), W(wn), 1, d));
             CHECK_OK(be->ops->matmul(be, B(q1), B(h1), W(wq), W(wb), 1));

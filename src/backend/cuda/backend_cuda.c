@@ -224,14 +224,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
         atlas_direct_stats s;
         atlas_status st = atlas_direct_run(ld->direct, &s);
-        ld->runs.direct_bytes += s.direct_bytes;
-        ld->runs.staged_bytes += s.staged_bytes;
-        ld->runs.pieces += s.pieces;
-        ld->runs.pieces_staged += s.pieces_staged;
-        ld->runs.piece_bytes = s.piece_bytes;
-        ld->runs.threads = s.threads;
-        ld->runs.window = s.window;
-        ld->runs.ms += s.ms;
+        atlas_direct_stats_add(&ld->runs, &s);
         if (st != ATLAS_OK)
             return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
     }

@@ -452,6 +452,17 @@ static atlas_status run_pieces(atlas_direct *d, direct_run *r) {
     return fin;
 }
 
+void atlas_direct_stats_add(atlas_direct_stats *sum, const atlas_direct_stats *s) {
+    sum->direct_bytes += s->direct_bytes;
+    sum->staged_bytes += s->staged_bytes;
+    sum->pieces += s->pieces;
+    sum->pieces_staged += s->pieces_staged;
+    sum->piece_bytes = s->piece_bytes;
+    sum->threads = s->threads;
+    sum->window = s->window;
+    sum->ms += s->ms;
+}
+
 atlas_status atlas_direct_run(atlas_direct *d, atlas_direct_stats *stats) {
     double t0 = now_ms();
     if (stats) memset(stats, 0, sizeof *stats);

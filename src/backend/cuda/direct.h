@@ -77,6 +77,10 @@ size_t atlas_direct_queued_bytes(const atlas_direct *d);
  * is registered.  *stats (may be NULL) describes the run. */
 atlas_status atlas_direct_run(atlas_direct *d, atlas_direct_stats *stats);
 
+/* sum += s: bytes, pieces and ms added, the run's settings (piece size, threads, window)
+ * those of s. */
+void atlas_direct_stats_add(atlas_direct_stats *sum, const atlas_direct_stats *s);
+
 /* Why direct loading is off in this process ("" while it is not). */
 const char *atlas_direct_refused(void);
 

@@ -330,9 +330,20 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     return true;
 }
 
-/* Blocks of the multi-group GEMV for `groups` groups of 4 rows. */
-static unsigned gemv1c_grid(const cuda_backend *cb, int groups) {
-    return (unsigned)((groups + cb->gemv_ng - 1) / cb->gemv_ng);
+/* The one-row GEMVs on the block kernel (ATLAS_CUDA_GEMV unset or 2). */
+static bool block_gemv(const cuda_backend *cb) {
+    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
+}
+
+/* A one-row block GEMV over `groups` groups of 4 rows: `multi` (a gemv1c kernel, which takes
+ * ng after the arguments a[] of `single`) with ATLAS_CUDA_GEMV_NG, else `single`, a group a
+ * block. multi NULL: always single. */
+static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
+                                int groups, void **a) {
+    if (multi && cb->gemv_ng > 1)
+        return launch(cb, multi, (unsigned)((groups + cb->gemv_ng - 1) / cb->gemv_ng), 1, 1, 256,
+                      0, a);
+    return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
 
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
@@ -342,13 +353,9 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr bp = bias ? bias->ptr : 0;
     /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
      * before the wait for the previous kernel: bench/RESULTS.md) */
-    if (n == 1 && (cb->gemv_variant == 2 || cb->gemv_variant == 0)) {
-        if (cb->gemv_ng > 1) { /* several row groups a block (kernels/gemv.cu gemv1c) */
-            void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
-            return launch(cb, cb->fn.gemv1c[0], gemv1c_grid(cb, (m + 3) / 4), 1, 1, 256, 0, a);
-        }
-        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
-        return launch(cb, cb->fn.gemv1b, (unsigned)((m + 3) / 4), 1, 1, 256, 0, a);
+    if (n == 1 && block_gemv(cb)) {
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
+        return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a);
     }
     if (n <= 8 && k % 32 == 0 && (n > 1 || cb->gemv_variant == 3) && cb->gemv_variant != 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
@@ -455,10 +462,6 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
  * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
-static bool block_gemv(const cuda_backend *cb) {
-    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
-}
-
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
  * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it, the warp kernel with
  * ATLAS_CUDA_GEMV=1 (no tail then). norm: the add_rmsnorm command whose output is the input
@@ -480,9 +483,8 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->gemv_ng};
-        if (!norm && cb->gemv_ng > 1)
-            return launch(cb, cb->fn.gemv1c[1], gemv1c_grid(cb, m / 4), 1, 1, 256, 0, a);
-        return launch(cb, cb->fn.gemv1b_swiglu[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
+        return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL], norm ? NULL : cb->fn.gemv1c[1],
+                           m / 4, a);
     }
     if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
@@ -490,14 +492,12 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
                      &H, &K, &hd, &cb->gemv_ng};
-        if (!norm && cb->gemv_ng > 1)
-            return launch(cb, cb->fn.gemv1c[2], gemv1c_grid(cb, m / 4), 1, 1, 256, 0, a);
-        return launch(cb, cb->fn.gemv1b_qkv[norm != NULL], (unsigned)(m / 4), 1, 1, 256, 0, a);
+        return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL], norm ? NULL : cb->fn.gemv1c[2],
+                           m / 4, a);
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
     if (block_gemv(cb))
-        return launch(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, (unsigned)((m + 3) / 4),
-                      1, 1, 256, 0, a);
+        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, NULL, (m + 3) / 4, a);
     return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
                   128, 0, a);
 }
