@@ -658,6 +658,11 @@ int main(void) {
     CHECK_OK(atlas_backend_cuda_create(&g, &own));
     if (own) test_matmul(own, "ng0");
     if (own) own->ops->destroy(own);
+    setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from a grid of one block an SM */
+    own = NULL;
+    CHECK_OK(atlas_backend_cuda_create(&g, &own));
+    if (own) test_matmul(own, "ngw1");
+    if (own) own->ops->destroy(own);
     unsetenv("ATLAS_CUDA_GEMV_NG");
 
     tensor tn, tq, tk, twq;
@@ -755,6 +760,8 @@ int main(void) {
     test_tails_hd128("all", 8);
     test_tails_hd128("qkv,swiglu", 6);
     setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the swiglu and qkv epilogues on gemv1c */
+    test_tails_hd128("qkv,swiglu", 6);
+    setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from one block an SM */
     test_tails_hd128("qkv,swiglu", 6);
     setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
     test_tails_hd128("qkv,swiglu", 6);

@@ -138,6 +138,8 @@ typedef struct cuda_backend {
                                kernel for n = 1 */
     int gemv_ng;            /* ATLAS_CUDA_GEMV_NG: row groups a block of the one-row GEMVs
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
+    int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB: gemv1c with ng from a grid of B blocks an
+                               SM, per matmul (0: gemv_ng) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

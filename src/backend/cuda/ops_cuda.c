@@ -336,13 +336,20 @@ static bool block_gemv(const cuda_backend *cb) {
 }
 
 /* A one-row block GEMV over `groups` groups of 4 rows: `multi` (a gemv1c kernel, which takes
- * ng after the arguments a[] of `single`) with ATLAS_CUDA_GEMV_NG, else `single`, a group a
- * block. multi NULL: always single. */
+ * ng, a[na - 1], after the arguments of `single`) with ATLAS_CUDA_GEMV_NG, else `single`, a
+ * group a block. ng fixed (gemv_ng), or from a grid of gemv_bps blocks an SM. multi NULL:
+ * always single. */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
-                                int groups, void **a) {
-    if (multi && cb->gemv_ng > 1)
-        return launch(cb, multi, (unsigned)((groups + cb->gemv_ng - 1) / cb->gemv_ng), 1, 1, 256,
-                      0, a);
+                                int groups, void **a, int na) {
+    int ng = cb->gemv_ng;
+    if (cb->gemv_bps > 0) {
+        int blocks = cb->gemv_bps * atlas_host_properties(cb->host)->sm_count;
+        ng = (groups + blocks - 1) / blocks;
+    }
+    if (multi && ng > 1) {
+        a[na - 1] = &ng;
+        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
+    }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
 
@@ -355,7 +362,8 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
      * before the wait for the previous kernel: bench/RESULTS.md) */
     if (n == 1 && block_gemv(cb)) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
-        return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a);
+        return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a,
+                           (int)(sizeof a / sizeof a[0]));
     }
     if (n <= 8 && k % 32 == 0 && (n > 1 || cb->gemv_variant == 3) && cb->gemv_variant != 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
@@ -484,7 +492,7 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->gemv_ng};
         return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL], norm ? NULL : cb->fn.gemv1c[1],
-                           m / 4, a);
+                           m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
@@ -493,11 +501,11 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
                      &H, &K, &hd, &cb->gemv_ng};
         return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL], norm ? NULL : cb->fn.gemv1c[2],
-                           m / 4, a);
+                           m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
     if (block_gemv(cb))
-        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, NULL, (m + 3) / 4, a);
+        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, NULL, (m + 3) / 4, a, 0);
     return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
                   128, 0, a);
 }
