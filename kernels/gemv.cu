@@ -396,17 +396,23 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-template <class Rows, class Epi>
+/* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
+ * summed over the first group's chunks (every group reads the same x), warp 0 turns them
+ * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
+ * the end. */
+template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
-                                            int m, int k, int groups, int ng, Rows rows, Epi epi) {
+                                            int m, int k, int groups, int ng, gemv_fx fx,
+                                            Rows rows, Epi epi) {
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
+    __shared__ float scale_s;
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
     gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
     pdl_trigger();
     pdl_wait();
-    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f};
+    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
         if (it + 1 < items) gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
@@ -416,47 +422,77 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
             if (kk < k) {
                 const float4 *xp = (const float4 *)(x + kk);
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
+                if (NORM) norm_in(a, b, fx.nw + kk, ss); /* ss used from group 0 only */
 #pragma unroll
                 for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(cur[u][r], a, b);
             }
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
-            int j = it / nch;
+            int j = it / nch, lane = threadIdx.x & 31;
             gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
             gb_partials(acc, pp);
+            if (NORM && j == 0) {
+                float v = warp_sum(ss);
+                if (lane == 0) pp[threadIdx.x >> 5][GB_ROWS] = v;
+            }
 #pragma unroll
             for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
             __syncthreads();
-            if (threadIdx.x < 32) gb_finish(pp, 1.0f, bias, m, b0 + j, rows, epi);
+            if (threadIdx.x < 32) {
+                if (NORM && j == 0) {
+                    float t = 0.f;
+#pragma unroll
+                    for (int i = 0; i < GB_THREADS / 32; i++) t += pp[i][GB_ROWS];
+                    scale = rsqrtf(t / (float)k + fx.eps);
+                    if (lane == 0) scale_s = scale;
+                }
+                gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
+            }
         }
 #pragma unroll
         for (int u = 0; u < GC_U; u++)
 #pragma unroll
             for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
     }
+    if (NORM && fx.h && blockIdx.x == 0) {
+        __syncthreads();
+        gemv_write_norm(fx.h, x, fx.nw, scale_s, k, threadIdx.x, GB_THREADS);
+    }
 }
 
 /* atlas_gemv1c[_swiglu|_qkv]: the arguments of atlas_gemv1b[_swiglu|_qkv] (the fused forms
- * without norm: nw, eps, h unused), then ng. */
+ * without norm: nw, eps, h unused), then ng; atlas_gemv1c_norm[_swiglu|_qkv] and
+ * atlas_gemv1c_resid: those of atlas_gemv1b_norm[...] / _resid, then ng. */
 extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
                                                                       const bf16_t *w,
                                                                       const bf16_t *bias, int n,
                                                                       int m, int k, int ng) {
     (void)n;
-    gemv1c_body(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gb_rows{}, gb_store{out, 0, m});
+    gemv1c_body<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},
+                       gb_rows{}, gb_store{out, 0, m});
 }
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c_swiglu(
-    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
-    const bf16_t *nw, float eps, float *h, float *act, int ng) {
-    gemv1c_body(x, w, bias, m, k, m / GB_ROWS, ng, gb_pairs{m / 4, 0, m / 2}, gb_swiglu{out, act});
-}
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c_qkv(
-    float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,
-    const bf16_t *nw, float eps, float *h, bf16_t *kc, bf16_t *vc, const int *slots,
-    const float2 *cs, int H, int K, int hd, int ng) {
-    gemv1c_body(x, w, bias, m, k, m / GB_ROWS, ng, gb_pairs{hd / 4, hd, hd / 2},
-                gb_rope_kv{out, kc, vc, slots, cs, H, K, hd});
-}
+#define ATLAS_GEMV1C_FX(NAME, NORM, STORE)                                                        \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
+        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
+        const bf16_t *nw, float eps, float *h, float *resid, int ng) {                             \
+        gemv1c_body<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                       \
+                          gemv_fx{nw, eps, h, 0}, gb_rows{}, STORE);                               \
+    }
+ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
+#define ATLAS_GEMV1C_EPI1(NAME, NORM, ROWS, EPI, ...)                                             \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
+        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
+        const bf16_t *nw, float eps, float *h, __VA_ARGS__, int ng) {                              \
+        gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng, gemv_fx{nw, eps, h, 0}, ROWS, EPI);   \
+    }
+#define ATLAS_GEMV1C_EPI(NAME, ROWS, EPI, ...)                                                    \
+    ATLAS_GEMV1C_EPI1(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                         \
+    ATLAS_GEMV1C_EPI1(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
+ATLAS_GEMV1C_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
+ATLAS_GEMV1C_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
+                 (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
+                 const int *slots, const float2 *cs, int H, int K, int hd)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -232,14 +232,17 @@ out:
 }
 
 /* CPU vs GPU on a larger random checkpoint; a second GPU model with every decode fusion on
- * (ATLAS_CUDA_FUSE=all: head_dim 128 and real GEMV lengths) follows the same tokens. */
+ * (ATLAS_CUDA_FUSE=all and ATLAS_CUDA_GEMV_NG=w2: head_dim 128 and real GEMV lengths) follows
+ * the same tokens. */
 static void test_big(const char *dir) {
     enum { N_PROMPT = 100, N_STEPS = 12 };
     int kv = MAX_BLOCKS * BLOCK;
     atlas_model *g = load(dir, ATLAS_DEVICE_CUDA, kv), *c = load(dir, ATLAS_DEVICE_CPU, kv);
     setenv("ATLAS_CUDA_FUSE", "all", 1);
+    setenv("ATLAS_CUDA_GEMV_NG", "w2", 1); /* and the one-row GEMVs on gemv1c */
     atlas_model *f = load(dir, ATLAS_DEVICE_CUDA, kv);
     unsetenv("ATLAS_CUDA_FUSE");
+    unsetenv("ATLAS_CUDA_GEMV_NG");
     if (g && c && f) {
         n_kv_blocks = atlas_model_kv_blocks(g);
         int V = atlas_model_vocab_size(g);

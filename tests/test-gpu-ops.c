@@ -568,10 +568,10 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
 /* test_fused_tails on a geometry of head_dim 128 with backends of its own, with fusions
  * (all, or qkv and swiglu without norm: the plain GEMVs take the epilogues), want_away as
  * there. */
-static void test_tails_hd128(const char *fuse, uint64_t want_away) {
+static void test_tails_hd128(const char *fuse, uint64_t want_away, int hidden) {
     double inv_freq[64];
     for (int i = 0; i < 64; i++) inv_freq[i] = pow(500000.0, -2.0 * i / 128);
-    atlas_backend_geom g = {.hidden = D, .n_heads = 4, .n_kv_heads = 2, .head_dim = 128,
+    atlas_backend_geom g = {.hidden = hidden, .n_heads = 4, .n_kv_heads = 2, .head_dim = 128,
                             .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
@@ -583,7 +583,7 @@ static void test_tails_hd128(const char *fuse, uint64_t want_away) {
     unsetenv("ATLAS_CUDA_PDL");
     CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
     if (gpu && cpu) {
-        printf("tails, head_dim 128, ATLAS_CUDA_FUSE=%s\n", fuse);
+        printf("tails, head_dim 128, hidden %d, ATLAS_CUDA_FUSE=%s\n", hidden, fuse);
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
         CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
@@ -757,14 +757,19 @@ int main(void) {
     }
     /* the epilogue fusions at head_dim 128: with norm's GEMVs (8 commands fused away), and
      * alone (6: rope, kv_store twice, swiglu twice) */
-    test_tails_hd128("all", 8);
-    test_tails_hd128("qkv,swiglu", 6);
-    setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the swiglu and qkv epilogues on gemv1c */
-    test_tails_hd128("qkv,swiglu", 6);
+    test_tails_hd128("all", 8, D);
+    test_tails_hd128("qkv,swiglu", 6, D);
+    setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the epilogues and the norm fusion on gemv1c */
+    test_tails_hd128("qkv,swiglu", 6, D);
+    test_tails_hd128("all", 8, D);
+    /* hidden 4416: the norm GEMVs' k spans two gemv1c chunks (4096 + 320), so the sum of
+     * squares is taken over two items of the first group */
+    test_tails_hd128("all", 8, 4416);
     setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from one block an SM */
-    test_tails_hd128("qkv,swiglu", 6);
+    test_tails_hd128("qkv,swiglu", 6, D);
+    test_tails_hd128("all", 8, D);
     setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
-    test_tails_hd128("qkv,swiglu", 6);
+    test_tails_hd128("qkv,swiglu", 6, D);
     unsetenv("ATLAS_CUDA_GEMV_NG");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {

@@ -68,6 +68,7 @@ typedef struct cuda_fns {
     CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
+    CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */

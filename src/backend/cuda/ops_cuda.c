@@ -94,7 +94,10 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
         {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
         {&cb->fn.gemv1c[0], "atlas_gemv1c"}, {&cb->fn.gemv1c[1], "atlas_gemv1c_swiglu"},
-        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"},
+        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"}, {&cb->fn.gemv1c_norm[0], "atlas_gemv1c_norm"},
+        {&cb->fn.gemv1c_norm[1], "atlas_gemv1c_norm_swiglu"},
+        {&cb->fn.gemv1c_norm[2], "atlas_gemv1c_norm_qkv"},
+        {&cb->fn.gemv1c_resid, "atlas_gemv1c_resid"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
@@ -491,7 +494,8 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->gemv_ng};
-        return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL], norm ? NULL : cb->fn.gemv1c[1],
+        return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL],
+                           norm ? cb->fn.gemv1c_norm[1] : cb->fn.gemv1c[1],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
@@ -500,12 +504,15 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
                      &H, &K, &hd, &cb->gemv_ng};
-        return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL], norm ? NULL : cb->fn.gemv1c[2],
+        return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL],
+                           norm ? cb->fn.gemv1c_norm[2] : cb->fn.gemv1c[2],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
-    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid};
+    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, &cb->gemv_ng};
     if (block_gemv(cb))
-        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid, NULL, (m + 3) / 4, a, 0);
+        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid,
+                           norm ? cb->fn.gemv1c_norm[0] : cb->fn.gemv1c_resid, (m + 3) / 4, a,
+                           (int)(sizeof a / sizeof a[0]));
     return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
                   128, 0, a);
 }
