@@ -4,10 +4,11 @@
  * loads in flight. Families (which one runs: ops_cuda.c op_matmul, kernels/README.md):
  *   atlas_gemv1/4/8, 1r4  a warp owns R rows, each lane reads 8 bf16 of each row per 256-wide
  *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
- *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows (the default)
+ *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows
+ *   atlas_gemv1c          the same, a block owning ng groups of 4 rows (the default)
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
- *   atlas_gemv1b_[norm_]swiglu, _qkv  the block kernel with swiglu / rope + kv_store in its
- *                         epilogue (decode fusions)
+ *   atlas_gemv1[bc]_[norm_]swiglu, _qkv  the block kernels with swiglu / rope + kv_store in
+ *                         their epilogue (decode fusions)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
 #include "common.cuh"
@@ -165,9 +166,9 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, cons
  * o or down projection followed by add_rmsnorm and the next projection becomes two GEMVs:
  * *_resid adds its output into the residual stream, *_norm reads the residual stream and
  * normalises it on the fly (every warp or block reads all of x anyway, so summing its squares
- * costs nothing that shows), and writes the norm's output h from one warp. Each alone is as
- * fast as the plain GEMV, but a decode step with them measured slower (bench/RESULTS.md), so
- * they are off by default. Arguments: the GEMV's, then nw, eps, h, resid (unused ones 0). */
+ * costs nothing that shows), and writes the norm's output h from one warp. On the one-group
+ * kernels a decode step with them measured slower; on gemv1c faster, and they are on by
+ * default (bench/RESULTS.md). Arguments: the GEMV's, then nw, eps, h, resid (unused ones 0). */
 #define ATLAS_GEMV_FX(NAME, THREADS, BODY)                                                         \
     extern "C" __global__ void __launch_bounds__(THREADS) NAME(float *out, const float *x,        \
                                                                const bf16_t *w,                    \

@@ -605,7 +605,7 @@ int main(void) {
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
     setenv("ATLAS_CUDA_PDL", "1", 1); /* pass 1 with programmatic dependent launch */
-    setenv("ATLAS_CUDA_FUSE", "all", 1); /* and every decode fusion (off by default) */
+    setenv("ATLAS_CUDA_FUSE", "all", 1); /* and every decode fusion (the default) */
     setenv("ATLAS_CUDA_ATTN_HEADS", "2", 1); /* cluster attention, 2 of the 4 q heads a block
                                                (test-gpu-forward runs the default, 1) */
     atlas_status st = atlas_backend_cuda_create(&g, &gpu);
@@ -688,8 +688,8 @@ int main(void) {
         buf_free(&x);
     }
 
-    /* 1: split-K attention for prefill too, no fusion, no PDL; 2: cluster attention with 4
-     * warps a block, no fusion */
+    /* 1: split-K attention for prefill too, no fusion, no PDL; 2: cluster attention with 8
+     * warps a block, the one-group block GEMV, no fusion */
     for (int pass = 0; pass < 3; pass++) {
         atlas_backend *keep = gpu;
         weight saved[4] = {norm, qn, kn, wqkv};
@@ -700,11 +700,13 @@ int main(void) {
                 setenv("ATLAS_CUDA_PDL", "0", 1);
                 setenv("ATLAS_CUDA_ATTN", "warp", 1); /* decode attention without clusters */
             } else {
-                setenv("ATLAS_CUDA_ATTN_WARPS", "4", 1);
+                setenv("ATLAS_CUDA_ATTN_WARPS", "8", 1); /* the 8-warp cluster kernel */
+                setenv("ATLAS_CUDA_GEMV_NG", "0", 1);    /* the one-group block GEMV */
             }
             CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
             unsetenv("ATLAS_CUDA_ATTN");
             unsetenv("ATLAS_CUDA_ATTN_WARPS");
+            unsetenv("ATLAS_CUDA_GEMV_NG");
             unsetenv("ATLAS_CUDA_PREFILL_ATTN");
             unsetenv("ATLAS_CUDA_FUSE");
             unsetenv("ATLAS_CUDA_PDL");
@@ -718,7 +720,7 @@ int main(void) {
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
             printf(pass == 1 ? "pass 2: split-K attention for prefill, no fusion, no PDL, no clusters\n"
-                             : "pass 3: cluster attention with 4 warps a block, no fusion\n");
+                             : "pass 3: cluster attention with 8 warps a block, gemv1b, no fusion\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));

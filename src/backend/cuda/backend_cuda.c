@@ -603,10 +603,10 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
 }
 
 /* ATLAS_CUDA_FUSE: "none", "all" or a comma list of rope, norm, merge, swiglu, qkv (unknown
- * words are ignored). The default is qkv,swiglu: on the H200 8B shape (bench/gpu/ablate.sh,
- * bench/RESULTS.md 2026-12-03) a decode graph replay took 4.331 ms with qkv or qkv,swiglu
- * against 4.391 with none and 4.465 with all; the norm fusion is what costs (every block of a
- * fused GEMV re-reads x and the norm weights); rope and merge are kept, tested both ways. */
+ * words are ignored). The default is all: on the H200 8B shape with the one-row GEMVs on
+ * gemv1c (bench/RESULTS.md 2026-12-03, fourth session) a decode graph replay took 3.914 ms
+ * against 3.987 with qkv,swiglu. (On the one-group block kernel gemv1b the norm fusion had
+ * cost: 4.465 against 4.331 ms, and 4.238 against 4.092 later.) */
 static void cuda_parse_fusions(cuda_backend *cb, const char *list) {
     bool all = !strcmp(list, "all");
     cb->fuse_rope = all || strstr(list, "rope") != NULL;
@@ -644,23 +644,28 @@ static atlas_status cuda_setup(cuda_backend *cb) {
         cb->launch_ex = cuda_pdl_resolve();
     e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
     cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
+    /* ATLAS_CUDA_GEMV_NG: wB (default w2) the one-row GEMVs on gemv1c with a grid of B blocks
+     * an SM, ng (2..64) row groups a block, 0 or 1 one a block (gemv1b). On the H200 8B shape
+     * w2 took a decode graph replay from 4.125 to 3.987 ms; fixed ng 2/4/8 and w1 were slower
+     * (bench/RESULTS.md 2026-12-03, fourth session). */
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
-    cb->gemv_bps = e && e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
+    cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
     if (cb->use_attn_dec && !(e && !strcmp(e, "warp")) &&
         atlas_host_properties(cb->host)->cc_major >= 9)
         cb->cluster_ex = cuda_pdl_resolve();
+    /* 4 warps a cluster-attention block by default (3.950 against 3.987 ms with 8, same run) */
     e = getenv("ATLAS_CUDA_ATTN_WARPS");
-    cb->attn_warps = e && atoi(e) == 4 ? 4 : 8;
+    cb->attn_warps = e && atoi(e) == 8 ? 8 : 4;
     e = getenv("ATLAS_CUDA_ATTN_EARLY");
     cb->attn_early = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN_HEADS");
     cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
     e = getenv("ATLAS_CUDA_FUSE");
-    cuda_parse_fusions(cb, e ? e : "qkv,swiglu");
+    cuda_parse_fusions(cb, e ? e : "all");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");
     cb->use_prefill_attn = !(e && e[0] == '0');
     /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)

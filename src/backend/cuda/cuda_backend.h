@@ -137,15 +137,15 @@ typedef struct cuda_backend {
                                1 the fp32 warp kernels for n <= 8; 2 the block kernel for
                                n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
                                kernel for n = 1 */
-    int gemv_ng;            /* ATLAS_CUDA_GEMV_NG: row groups a block of the one-row GEMVs
+    int gemv_ng;            /* ATLAS_CUDA_GEMV_NG=ng: row groups a block of the one-row GEMVs
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
-    int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB: gemv1c with ng from a grid of B blocks an
-                               SM, per matmul (0: gemv_ng) */
+    int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
+                               of B blocks an SM, per matmul (0: gemv_ng) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
-    int attn_warps;         /* warps a cluster-attention block: 8, or 4 with ATLAS_CUDA_ATTN_WARPS=4
-                               (then at most 2 heads a block; kernels/attention.cu) */
+    int attn_warps;         /* warps a cluster-attention block: 4 (at most 2 heads a block), or
+                               8 with ATLAS_CUDA_ATTN_WARPS=8 (kernels/attention.cu) */
     int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
                                before the wait for the previous kernel (ops_cuda.c) */
     int attn_heads;         /* query heads a cluster-attention block: 1, 2 or 4 (default;

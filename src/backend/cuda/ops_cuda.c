@@ -361,8 +361,8 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0;
-    /* n = 1: the block kernel (the fastest for every 8B shape since its first weights load
-     * before the wait for the previous kernel: bench/RESULTS.md) */
+    /* n = 1: the block kernels (their first weights load before the wait for the previous
+     * kernel), gemv1c with ng row groups a block by default (bench/RESULTS.md) */
     if (n == 1 && block_gemv(cb)) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
         return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a,
