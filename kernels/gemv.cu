@@ -352,26 +352,6 @@ ATLAS_GEMV_FX(atlas_gemv1b_resid, GB_THREADS,
               (gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{},
                                   gb_store{out, resid, m})))
 
-/* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
- * row, each as atlas_gemv1b_NAME and, with the input normalised on the fly as in
- * atlas_gemv1b_norm, atlas_gemv1b_norm_NAME (the norm fusion's second GEMV). Arguments:
- * atlas_gemv1b_norm's up to h, then the epilogue's. grid m / 4.
- *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
- *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
-#define ATLAS_GEMV1B_EPI1(NAME, NORM, ROWS, EPI, ...)                                             \
-    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
-        const bf16_t *nw, float eps, float *h, __VA_ARGS__) {                                      \
-        gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI);                    \
-    }
-#define ATLAS_GEMV1B_EPI(NAME, ROWS, EPI, ...)                                                    \
-    ATLAS_GEMV1B_EPI1(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                         \
-    ATLAS_GEMV1B_EPI1(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
-ATLAS_GEMV1B_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
-ATLAS_GEMV1B_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
-                 (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
-                 const int *slots, const float2 *cs, int H, int K, int hd)
-
 /* --- several row groups a block, loads one item ahead (ATLAS_CUDA_GEMV_NG) -------------------
  * A kernel boundary costs about 2.7 us in the decode graph even with programmatic launch
  * (one GEMV split in two launches: bench/RESULTS.md): the next kernel's resident blocks have
@@ -461,9 +441,8 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     }
 }
 
-/* atlas_gemv1c[_swiglu|_qkv]: the arguments of atlas_gemv1b[_swiglu|_qkv] (the fused forms
- * without norm: nw, eps, h unused), then ng; atlas_gemv1c_norm[_swiglu|_qkv] and
- * atlas_gemv1c_resid: those of atlas_gemv1b_norm[...] / _resid, then ng. */
+/* atlas_gemv1c, atlas_gemv1c_norm, atlas_gemv1c_resid: the arguments of atlas_gemv1b[_norm|
+ * _resid], then ng. */
 extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
                                                                       const bf16_t *w,
                                                                       const bf16_t *bias, int n,
@@ -481,19 +460,35 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out
     }
 ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
 ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
-#define ATLAS_GEMV1C_EPI1(NAME, NORM, ROWS, EPI, ...)                                             \
+/* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
+ * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME and, with the input normalised on the fly
+ * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
+ * Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for gemv1c. grid m / 4
+ * (gemv1b), ceil(m / 4 / ng) (gemv1c).
+ *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
+ *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
+#define ATLAS_GEMV_EPI1(NAME, BODY, ...)                                                          \
     extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
-        const bf16_t *nw, float eps, float *h, __VA_ARGS__, int ng) {                              \
-        gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng, gemv_fx{nw, eps, h, 0}, ROWS, EPI);   \
+        const bf16_t *nw, float eps, float *h, __VA_ARGS__) {                                      \
+        BODY;                                                                                      \
     }
-#define ATLAS_GEMV1C_EPI(NAME, ROWS, EPI, ...)                                                    \
-    ATLAS_GEMV1C_EPI1(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                         \
-    ATLAS_GEMV1C_EPI1(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
-ATLAS_GEMV1C_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
-ATLAS_GEMV1C_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
-                 (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
-                 const int *slots, const float2 *cs, int H, int K, int hd)
+#define ATLAS_GEMV_EPI_B(NAME, NORM, ROWS, EPI, ...)                                              \
+    ATLAS_GEMV_EPI1(NAME, (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)), \
+                    __VA_ARGS__)
+#define ATLAS_GEMV_EPI_C(NAME, NORM, ROWS, EPI, ...)                                              \
+    ATLAS_GEMV_EPI1(NAME, (gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng,                   \
+                                             gemv_fx{nw, eps, h, 0}, ROWS, EPI)),                  \
+                    __VA_ARGS__, int ng)
+#define ATLAS_GEMV_EPI(NAME, ROWS, EPI, ...)                                                      \
+    ATLAS_GEMV_EPI_B(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
+    ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
+ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
+ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
+               (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
+               const int *slots, const float2 *cs, int H, int K, int hd)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by
