@@ -663,7 +663,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_ATTN_EARLY");
     cb->attn_early = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN_HEADS");
-    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 4;
+    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 0; /* 0: by kernel */
     e = getenv("ATLAS_CUDA_FUSE");
     cuda_parse_fusions(cb, e ? e : "all");
     e = getenv("ATLAS_CUDA_PREFILL_ATTN");

@@ -148,10 +148,11 @@ typedef struct cuda_backend {
                                8 with ATLAS_CUDA_ATTN_WARPS=8 (kernels/attention.cu) */
     int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
                                before the wait for the previous kernel (ops_cuda.c) */
-    int attn_heads;         /* query heads a cluster-attention block: 1, 2 or 4 (default;
-                               ATLAS_CUDA_ATTN_HEADS), halved until it divides H / K */
+    int attn_heads;         /* query heads a cluster-attention block (ATLAS_CUDA_ATTN_HEADS):
+                               1, 2 or 4, halved until it divides H / K; 0 (default): 1 on
+                               the 4-warp kernel, 4 on the 8-warp one */
     /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
-     * all / none; default qkv,swiglu, the fastest measured on the H200: bench/RESULTS.md) */
+     * all / none; default all, the fastest measured on the H200: bench/RESULTS.md) */
     int fuse_rope;          /* rope + kv_store in one kernel */
     int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
     int fuse_merge;         /* attention splits merged by the last one, no combine kernel */

@@ -216,11 +216,13 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
         cb->n_split <= ATTN_CLUSTER) {
-        /* GM query heads a block (of the G sharing a kv head; up to 4 by default: on the 8B
-         * decode step 4 a block took 4.092 ms a replay, 2 took 4.178 and 1 4.183 — at one
-         * block an SM only 15 clusters of 8 run at once, bench/RESULTS.md) */
+        /* GM query heads a block (of the G sharing a kv head). By default 1 on the 4-warp
+         * kernel (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 / 3.950 with 2) and 4
+         * on the 8-warp one (4.092 against 4.178 with 2 and 4.183 with 1: at one 8-warp block
+         * an SM only 15 clusters of 8 run at once); bench/RESULTS.md */
         int most = cb->attn_warps == 4 ? 2 : 4; /* (registers: kernels/attention.cu) */
-        int gm = cb->attn_heads < most ? cb->attn_heads : most;
+        int want = cb->attn_heads ? cb->attn_heads : cb->attn_warps == 4 ? 1 : 4;
+        int gm = want < most ? want : most;
         while (G % gm) gm /= 2;
         int q = gm <= 1 ? 0 : gm <= 2 ? 1 : 2, h = hd == 64 ? 0 : 1;
         CUfunction f = cb->attn_warps == 4 ? cb->fn.attn_dcl_w4[h][q] : cb->fn.attn_dcl[h][q];
