@@ -50,12 +50,11 @@ typedef struct fill_ctx {
     size_t offset; /* its byte offset in the fused weight */
 } fill_ctx;
 
-enum { FILL_PIECE = 1 << 20 };
-
 static void fill_job(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const fill_ctx *f = ctx;
-    size_t a = f->offset + (size_t)begin * FILL_PIECE, b = f->offset + (size_t)end * FILL_PIECE;
+    size_t piece = f->cb->load.fill_piece;
+    size_t a = f->offset + (size_t)begin * piece, b = f->offset + (size_t)end * piece;
     atlas_cuda_fill_weight(f->views, f->n, f->dst, f->offset, a, b);
 }
 
@@ -63,9 +62,9 @@ static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
     fill_ctx *f = user;
     f->dst = dst;
     f->offset = offset;
-    size_t pieces = bytes / FILL_PIECE;
+    size_t piece = f->cb->load.fill_piece, pieces = bytes / piece;
     if (pieces) atlas_threadpool_for(f->cb->pool, (int64_t)pieces, 1, fill_job, f);
-    atlas_cuda_fill_weight(f->views, f->n, f->dst, offset, offset + pieces * FILL_PIECE,
+    atlas_cuda_fill_weight(f->views, f->n, f->dst, offset, offset + pieces * piece,
                            offset + bytes);
 }
 
@@ -83,7 +82,8 @@ typedef struct range_ctx {
 static void range_job(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const range_ctx *r = ctx;
-    size_t a = (size_t)begin * FILL_PIECE, b = (size_t)end * FILL_PIECE;
+    size_t piece = r->cb->load.fill_piece;
+    size_t a = (size_t)begin * piece, b = (size_t)end * piece;
     if (b > r->bytes) b = r->bytes;
     size_t at = r->offset + a;
     atlas_cuda_read_bytes(r->dst + a, r->src + at, r->fd, r->file_off + at, b - a);
@@ -94,7 +94,8 @@ static void range_chunk(void *dst, size_t offset, size_t bytes, void *user) {
     r->dst = dst;
     r->offset = offset;
     r->bytes = bytes;
-    atlas_threadpool_for(r->cb->pool, (int64_t)((bytes + FILL_PIECE - 1) / FILL_PIECE), 1,
+    size_t piece = r->cb->load.fill_piece;
+    atlas_threadpool_for(r->cb->pool, (int64_t)((bytes + piece - 1) / piece), 1,
                          range_job, r);
 }
 
@@ -110,7 +111,8 @@ static int env_int(const char *name, int def) {
 }
 
 /* ATLAS_LOAD=stage (default) | direct | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
- * ATLAS_LOAD_STAGE_PCT (mix only, default 30): read once, at the first weight. */
+ * ATLAS_LOAD_STAGE_PCT (mix only, default 30), ATLAS_LOAD_FILL_KB (default 1024): read once,
+ * at the first weight. */
 static void load_configure(cuda_backend *cb) {
     cuda_load *ld = &cb->load;
     if (ld->configured) return;
@@ -127,6 +129,8 @@ static void load_configure(cuda_backend *cb) {
     ld->opts.piece_bytes = mb > 0 ? (size_t)mb << 20 : 0;
     ld->opts.threads = env_int("ATLAS_LOAD_THREADS", 0);
     ld->opts.stage_pct = ld->mode == CUDA_LOAD_MIX ? env_int("ATLAS_LOAD_STAGE_PCT", 30) : 0;
+    int kb = env_int("ATLAS_LOAD_FILL_KB", 1024); /* a reading thread's piece of a chunk */
+    ld->fill_piece = (size_t)(kb >= 64 && kb <= 65536 ? kb : 1024) << 10;
 }
 
 static bool load_direct(const cuda_backend *cb, const atlas_tensor_view *v) {

@@ -92,6 +92,7 @@ typedef struct cuda_load {
     atlas_direct *direct;     /* copies weight_load queued for weights_done; NULL: none yet */
     size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool */
     atlas_direct_stats runs;  /* the direct runs, bytes, pieces and ms summed */
+    size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
 } cuda_load;
 
 typedef struct cuda_backend {

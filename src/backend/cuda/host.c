@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -112,6 +113,8 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
     }
     h->staging_count = ATLAS_HOST_STAGING_COUNT;
     h->staging_size = ATLAS_HOST_STAGING_BYTES;
+    const char *e = getenv("ATLAS_HOST_STAGING_MB"); /* each buffer's size, for measuring */
+    if (e && atoi(e) >= 8 && atoi(e) <= 1024) h->staging_size = (size_t)atoi(e) << 20;
     h->props.init_ms = host_now_ms() - t0;
     return ATLAS_OK;
 }
