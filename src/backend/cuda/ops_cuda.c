@@ -341,9 +341,10 @@ static bool block_gemv(const cuda_backend *cb) {
 }
 
 /* A one-row block GEMV over `groups` groups of 4 rows: `multi` (a gemv1c kernel, which takes
- * ng, a[na - 1], after the arguments of `single`) with ATLAS_CUDA_GEMV_NG, else `single`, a
- * group a block. ng fixed (gemv_ng), or from a grid of gemv_bps blocks an SM. multi NULL:
- * always single. */
+ * ng, a[na - 1], after the arguments of `single`; set here, the caller leaves it NULL) with
+ * ng > 1, else `single`, a group a block (which reads no extra argument). ng fixed
+ * (gemv_ng), or from a grid of gemv_bps blocks an SM (ATLAS_CUDA_GEMV_NG). multi NULL: always
+ * single. */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
     int ng = cb->gemv_ng;
@@ -366,7 +367,7 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     /* n = 1: the block kernels (their first weights load before the wait for the previous
      * kernel), gemv1c with ng row groups a block by default (bench/RESULTS.md) */
     if (n == 1 && block_gemv(cb)) {
-        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &cb->gemv_ng};
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, NULL}; /* NULL: ng, set by launch_rows */
         return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a,
                            (int)(sizeof a / sizeof a[0]));
     }
@@ -495,7 +496,8 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     }
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &cb->gemv_ng};
+        /* the last, ng, is set by launch_rows (as in every a[] it is given) */
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, NULL};
         return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL],
                            norm ? cb->fn.gemv1c_norm[1] : cb->fn.gemv1c[1],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
@@ -505,12 +507,12 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
-                     &H, &K, &hd, &cb->gemv_ng};
+                     &H, &K, &hd, NULL};
         return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL],
                            norm ? cb->fn.gemv1c_norm[2] : cb->fn.gemv1c[2],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
-    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, &cb->gemv_ng};
+    void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, NULL};
     if (block_gemv(cb))
         return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid,
                            norm ? cb->fn.gemv1c_norm[0] : cb->fn.gemv1c_resid, (m + 3) / 4, a,
