@@ -260,6 +260,19 @@ struct dec_slots {
     __device__ size_t slot(int blk, int p) const {
         return (size_t)blk * bs + (bsh >= 0 ? p & (bs - 1) : p % bs);
     }
+    /* N keys p = key(u) of the covered range (u < N, unrolled: each u is registers): those
+     * in [lo, hi) and before a1 by load(u, slot), those past a1 by zero(u); the rest are
+     * left as they are (loaded by another call). Every lane takes part in the shuffles. */
+    template <int N, class Key, class Load, class Zero>
+    __device__ __forceinline__ void load(int a1, int lo, int hi, Key key, Load ld,
+                                         Zero zero) const {
+#pragma unroll
+        for (int u = 0; u < N; u++) {
+            int p = key(u), blk = block(min(p, a1 - 1));
+            if (p < a1 && p >= lo && p < hi) ld(u, slot(blk, p));
+            else if (p >= a1) zero(u);
+        }
+    }
 };
 
 template <int D>
@@ -304,18 +317,16 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     float kf[U][D], vf[U][D];
     auto load_keys = [&](int a, int lo, int hi) {
         keys.cover(a, min(a + U, a1) - 1);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int p = a + u, blk = keys.block(min(p, a1 - 1));
-            if (p < a1 && p >= lo && p < hi) {
-                size_t slot = keys.slot(blk, p);
+        keys.load<U>(
+            a1, lo, hi, [&](int u) { return a + u; },
+            [&](int u, size_t slot) {
                 load_bf16<D>(kbase + slot * row, kf[u]);
                 load_bf16<D>(vbase + slot * row, vf[u]);
-            } else if (p >= a1) {
+            },
+            [&](int u) {
 #pragma unroll
                 for (int i = 0; i < D; i++) kf[u][i] = vf[u][i] = 0.0f;
-            }
-        }
+            });
     };
     /* early (every token of the batch its own sequence): the keys before the token's own
      * were written by earlier batches, so their loads go out before the wait for the
@@ -439,8 +450,8 @@ ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_
 ATLAS_ATTN_DEC(256, 1) ATLAS_ATTN_DEC(256, 2) ATLAS_ATTN_DEC(256, 4) ATLAS_ATTN_DEC(256, 8)
 
 /* --- decode attention in thread-block clusters ------------------------------------------------
- * atlas_attn_dcl<HD>_g<GM>: grid (n, H / GM, n_split), 8 warps a block, GM query heads of one
- * kv head a block, the n_split <= 8 splits of each (token, kv head group) one cluster
+ * atlas_attn_dcl<HD>_g<GM>[_w4]: grid (n, H / GM, n_split), 8 (4) warps a block, GM query
+ * heads of one kv head a block, the n_split <= 8 splits of each (token, kv head group) one cluster
  * (sm_90+, cluster (1, 1, n_split)) that merges through distributed shared memory at the
  * end. The kernel above gives a key to a whole warp (D = HD / 32 dimensions a lane), so each
  * score costs a 5-step shuffle reduction per query head, and a warp's 8 keys a pass left its
@@ -473,21 +484,19 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
     uint4 kr[UK][NV], vr[UK][NV];
     auto load_keys = [&](int a, int lo, int hi) {
         keys.cover(a, min(a + KP, a1) - 1);
-#pragma unroll
-        for (int u = 0; u < UK; u++) {
-            int p = a + u * NG + grp, blk = keys.block(min(p, a1 - 1));
-            if (p < a1 && p >= lo && p < hi) {
-                size_t slot = keys.slot(blk, p);
+        keys.load<UK>(
+            a1, lo, hi, [&](int u) { return a + u * NG + grp; },
+            [&](int u, size_t slot) {
 #pragma unroll
                 for (int v = 0; v < NV; v++) {
                     kr[u][v] = *(const uint4 *)(kbase + slot * row + v * 8);
                     vr[u][v] = *(const uint4 *)(vbase + slot * row + v * 8);
                 }
-            } else if (p >= a1) {
+            },
+            [&](int u) {
 #pragma unroll
                 for (int v = 0; v < NV; v++) kr[u][v] = vr[u][v] = make_uint4(0, 0, 0, 0);
-            }
-        }
+            });
     };
     /* keys older than the batch before the wait (see attn_decode_body) */
     if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
@@ -648,12 +657,11 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
 #endif
 }
 
-/* atlas_attn_dcl<HD>_g<GM>: 8 warps a block, 3 keys a group a pass (the default).
- * atlas_attn_dcl<HD>_g<GM>_w4 (ATLAS_CUDA_ATTN_WARPS=4): 4 warps a block and 5 keys a group
- * (one pass up to 640 keys at 8 splits);
- * at <= 2 heads its registers let a block share an SM with a GEMV block, so that attention
- * blocks can start (and load their keys) while the qkv GEMV drains, and two blocks an SM
- * double the clusters that can run at once (15 of 8 blocks at one block an SM). */
+/* atlas_attn_dcl<HD>_g<GM>_w4 (the default): 4 warps a block and 5 keys a group a pass (one
+ * pass up to 640 keys at 8 splits), <= 2 heads a block (1 by default): two blocks fit an SM,
+ * which doubles the clusters that can run at once (15 of 8 at one 8-warp block an SM); the
+ * 8B decode step took 3.866 ms against 3.914 with the 8-warp kernel (bench/RESULTS.md).
+ * atlas_attn_dcl<HD>_g<GM> (ATLAS_CUDA_ATTN_WARPS=8): 8 warps, 3 keys a group a pass. */
 #define ATLAS_ATTN_DCL(HD, GM, UK, WARPS, SFX)                                                    \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1) atlas_attn_dcl##HD##_g##GM##SFX( \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \

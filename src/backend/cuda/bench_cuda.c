@@ -238,9 +238,8 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     int n = 1, groups = (m + 3) / 4;
     for (int i = 0; i < len && st == ATLAS_OK; i++) {
         CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
-        void *a[] = {&out, &x, &w, &bias, &n, &m, &k, &ng};
-        st = ng ? cuda_launch_1d(cb, cb->fn.gemv1c[0], (unsigned)((groups + ng - 1) / ng), 256, a)
-                : cuda_launch_1d(cb, cb->fn.gemv1b, (unsigned)groups, 256, a);
+        void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};
+        st = cuda_gemv_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], groups, ng, a, 8);
     }
     CUgraph graph = NULL;
     atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->stream, &graph);

@@ -196,10 +196,13 @@ enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
 /* ops_cuda.c: runs a list, fusing neighbours where it can (decode graphs). */
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
-/* One launch on the backend's stream as the ops launch (with PDL when it is on): a grid of
- * gx blocks of `block` threads (`atlas bench` chains GEMVs with it). */
-atlas_status cuda_launch_1d(cuda_backend *cb, CUfunction f, unsigned gx, unsigned block,
-                            void **args);
+/* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
+ * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
+ * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
+ * else `single`, a group a block (which reads no extra argument). multi NULL: always single.
+ * `atlas bench` chains GEMVs with it. */
+atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
+                            int ng, void **a, int na);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */

@@ -45,11 +45,6 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
 }
 
-atlas_status cuda_launch_1d(cuda_backend *cb, CUfunction f, unsigned gx, unsigned block,
-                            void **args) {
-    return launch(cb, f, gx, 1, 1, block, 0, args);
-}
-
 /* A grid of clusters of (1, 1, cz) blocks (sm_90+), with PDL when it is on. */
 enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4 };
 static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
@@ -340,11 +335,17 @@ static bool block_gemv(const cuda_backend *cb) {
     return cb->gemv_variant == 2 || cb->gemv_variant == 0;
 }
 
-/* A one-row block GEMV over `groups` groups of 4 rows: `multi` (a gemv1c kernel, which takes
- * ng, a[na - 1], after the arguments of `single`; set here, the caller leaves it NULL) with
- * ng > 1, else `single`, a group a block (which reads no extra argument). ng fixed
- * (gemv_ng), or from a grid of gemv_bps blocks an SM (ATLAS_CUDA_GEMV_NG). multi NULL: always
- * single. */
+atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
+                            int ng, void **a, int na) {
+    if (multi && ng > 1) {
+        a[na - 1] = &ng;
+        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
+    }
+    return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
+}
+
+/* cuda_gemv_rows with ng fixed (gemv_ng) or from a grid of gemv_bps blocks an SM
+ * (ATLAS_CUDA_GEMV_NG). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
     int ng = cb->gemv_ng;
@@ -352,11 +353,7 @@ static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction 
         int blocks = cb->gemv_bps * atlas_host_properties(cb->host)->sm_count;
         ng = (groups + blocks - 1) / blocks;
     }
-    if (multi && ng > 1) {
-        a[na - 1] = &ng;
-        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
-    }
-    return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
+    return cuda_gemv_rows(cb, single, multi, groups, ng, a, na);
 }
 
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
