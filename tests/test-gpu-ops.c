@@ -597,6 +597,16 @@ static void test_tails_hd128(const char *fuse, uint64_t want_away, int hidden) {
     gpu = keep_gpu;
 }
 
+/* test_matmul on a backend of its own made with var=value (left set). */
+static void matmul_with(const atlas_backend_geom *g, const char *var, const char *value,
+                        const char *tag) {
+    atlas_backend *own = NULL;
+    setenv(var, value, 1);
+    CHECK_OK(atlas_backend_cuda_create(g, &own));
+    if (own) test_matmul(own, tag);
+    if (own) own->ops->destroy(own);
+}
+
 int main(void) {
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
@@ -632,37 +642,15 @@ int main(void) {
      * mma kernel too; "warp4": n = 1 on the 4-rows-a-warp kernel */
     test_matmul(gpu, cb->lt ? "lt" : "own");
     setenv("ATLAS_CUBLASLT", "0", 1);
-    setenv("ATLAS_CUDA_GEMV", "1", 1);
-    atlas_backend *own = NULL;
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "own");
-    if (own) own->ops->destroy(own);
-    own = NULL;
-    setenv("ATLAS_CUDA_GEMV", "3", 1);
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "mma1");
-    if (own) own->ops->destroy(own);
-    own = NULL;
-    setenv("ATLAS_CUDA_GEMV", "4", 1); /* n = 1 on the 4-rows-a-warp kernel */
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "warp4");
-    if (own) own->ops->destroy(own);
+    matmul_with(&g, "ATLAS_CUDA_GEMV", "1", "own");
+    matmul_with(&g, "ATLAS_CUDA_GEMV", "3", "mma1");
+    matmul_with(&g, "ATLAS_CUDA_GEMV", "4", "warp4"); /* n = 1 on the 4-rows-a-warp kernel */
     unsetenv("ATLAS_CUDA_GEMV");
-    own = NULL;
-    setenv("ATLAS_CUDA_GEMV_NG", "3", 1); /* n = 1: 3 row groups a block, the last block short */
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "ng3");
-    if (own) own->ops->destroy(own);
-    setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* one a block (gemv1b) */
-    own = NULL;
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "ng0");
-    if (own) own->ops->destroy(own);
-    setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from a grid of one block an SM */
-    own = NULL;
-    CHECK_OK(atlas_backend_cuda_create(&g, &own));
-    if (own) test_matmul(own, "ngw1");
-    if (own) own->ops->destroy(own);
+    /* n = 1: 3 row groups a block, the last block short; one a block (gemv1b); ng from a
+     * grid of one block an SM */
+    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "3", "ng3");
+    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "0", "ng0");
+    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "w1", "ngw1");
     unsetenv("ATLAS_CUDA_GEMV_NG");
 
     tensor tn, tq, tk, twq;
