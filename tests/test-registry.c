@@ -28,6 +28,7 @@ static struct {
     int fail_alloc_oom;            /* next cuMemAlloc fails with OUT_OF_MEMORY */
     int fail_retain;               /* next cuDevicePrimaryCtxRetain fails */
     int fail_sync;                 /* next cuCtxSynchronize fails */
+    int fail_htod;                 /* next cuMemcpyHtoDAsync fails (atomic: loader threads) */
     CUdeviceptr fail_free[4];      /* cuMemFree of these fails (ILLEGAL_ADDRESS) */
     CUmodule fail_unload;          /* cuModuleUnload of this fails */
     CUmodule last_module;          /* the last one loaded */
@@ -136,6 +137,7 @@ static CUresult f_mem_info(size_t *free_b, size_t *total) {
     return 0;
 }
 static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+    if (__atomic_exchange_n(&fake.fail_htod, 0, __ATOMIC_SEQ_CST)) return FAKE_ILLEGAL_ADDRESS;
     memcpy((void *)(uintptr_t)dst, src, n);
     return 0;
 }
@@ -541,6 +543,61 @@ static void test_upload(atlas_host *h) {
     CHECK_OK(atlas_registry_release(r));
 }
 
+/* Queued uploads: the loader threads fill pieces of several uploads at once, each with its
+ * own copy of the context; a failed copy is reported by the next wait, and only by it. */
+typedef struct ramp_ctx {
+    unsigned seed;
+} ramp_ctx;
+
+static unsigned char ramp_byte(unsigned seed, size_t i) {
+    return (unsigned char)(seed * 31u + i * 7u + (i >> 11));
+}
+
+static void fill_ramp(void *dst, size_t offset, size_t bytes, void *user) {
+    const ramp_ctx *c = user;
+    for (size_t i = 0; i < bytes; i++) ((unsigned char *)dst)[i] = ramp_byte(c->seed, offset + i);
+}
+
+static void test_upload_queue(atlas_host *h) {
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    size_t stage = atlas_host_staging_bytes(h) / 3; /* test_upload's pool: 3 buffers */
+    enum { U = 24 };
+    CUdeviceptr dst[U];
+    size_t size[U];
+    for (int k = 0; k < U; k++) {
+        /* empty, small, exactly a buffer, several buffers and a bit */
+        size[k] = k % 4 == 0 ? 0 : k % 4 == 1 ? 1 + (size_t)k * 37 : k % 4 == 2 ? stage
+                : stage * (size_t)(1 + k % 3) + 513;
+        CHECK_OK(atlas_registry_alloc(r, size[k] ? size[k] : 1, "queued", &dst[k]));
+        ramp_ctx c = {(unsigned)k + 1};
+        CHECK_OK(atlas_host_upload_queue(h, dst[k], size[k], fill_ramp, &c, sizeof c));
+        c.seed = 999; /* the queue holds its own copy */
+    }
+    CHECK_OK(atlas_host_upload_wait(h));
+    const atlas_driver *d = atlas_driver_get();
+    int same = 1;
+    for (int k = 0; k < U; k++) {
+        unsigned char *back = malloc(size[k] + 1);
+        CHECK(d->cuMemcpyDtoH(back, dst[k], size[k]) == 0);
+        for (size_t i = 0; i < size[k]; i++) same &= back[i] == ramp_byte((unsigned)k + 1, i);
+        free(back);
+    }
+    CHECK(same);
+
+    /* one failed piece: the wait says which bytes, the next wait is clean */
+    ramp_ctx c = {5};
+    __atomic_store_n(&fake.fail_htod, 1, __ATOMIC_SEQ_CST);
+    CHECK_OK(atlas_host_upload_queue(h, dst[3], size[3], fill_ramp, &c, sizeof c));
+    CHECK(atlas_host_upload_wait(h) == ATLAS_ERR_DEVICE);
+    HAS("uploading bytes");
+    HAS("cuMemcpyHtoDAsync");
+    CHECK_OK(atlas_host_upload_queue(h, dst[3], size[3], fill_ramp, &c, sizeof c));
+    CHECK_OK(atlas_host_upload_wait(h));
+    for (int k = 0; k < U; k++) CHECK_OK(atlas_registry_free(r, dst[k]));
+    CHECK_OK(atlas_registry_release(r));
+}
+
 int main(void) {
     run_child("no device", scenario_no_device);
     run_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
@@ -553,6 +610,7 @@ int main(void) {
     test_release_failures(h);
     test_release_many_failures(h);
     test_upload(h);
+    test_upload_queue(h);
 
     /* the end: every module unloaded, every device allocation freed, one context */
     CHECK(fake.modules_loaded == fake.modules_unloaded);

@@ -93,12 +93,13 @@ if has load; then
   LOAD_MODEL=${LOAD_MODEL:-/tmp/llama8b}
   if [ "$LOAD_MODEL" = /tmp/llama8b ]; then step "waiting for the 8B checkpoint"; wait_8b 300; fi
   cat "$LOAD_MODEL"/*.safetensors > /dev/null  # page-cached
-  LOADS=${LOADS:-"ATLAS_LOAD=stage;ATLAS_LOAD=direct;ATLAS_LOAD=direct ATLAS_LOAD_PIECE_MB=16;ATLAS_LOAD=direct ATLAS_LOAD_PIECE_MB=256;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=2;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=4;ATLAS_LOAD=direct ATLAS_LOAD_THREADS=12;ATLAS_LOAD=mix ATLAS_LOAD_STAGE_PCT=20;ATLAS_LOAD=mix ATLAS_LOAD_STAGE_PCT=35"}
+  # (each process also times the issue's reference loader over the same files: `load ref`)
+  LOADS=${LOADS:-"ATLAS_LOAD=stage;ATLAS_LOAD_QUEUE=0;ATLAS_HOST_STAGING_MB=32 ATLAS_HOST_STAGING_COUNT=24;ATLAS_HOST_STAGING_MB=64 ATLAS_HOST_STAGING_COUNT=24;ATLAS_HOST_STAGING_MB=8 ATLAS_HOST_STAGING_COUNT=64;ATLAS_HOST_LOADERS=8;ATLAS_HOST_LOADERS=12;ATLAS_LOAD=direct;ATLAS_LOAD=stage"}
   IFS=';' read -ra load_cfgs <<< "$LOADS"
   for v in "${load_cfgs[@]}"; do
     step "atlas bench --load-only 3 with $v"
     env $v timeout 120 "$BENCH" bench -m "$LOAD_MODEL" --load-only 3 2>&1 \
-      | grep -E "^load|^atlas bench|rror" | sed "s|^|[$v] |" | tee -a "$OUT/load-8b.log"
+      | grep -E "^load|^ratio +load|^atlas bench|rror" | sed "s|^|[$v] |" | tee -a "$OUT/load-8b.log"
   done
 fi
 if has profile; then

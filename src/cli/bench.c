@@ -7,11 +7,13 @@
  * Weights read per token: every linear layer and the output head (an untied embedding
  * table is not read). Prefill FLOPs: 2 x tokens x linear weights + causal attention
  * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "atlas/model.h"
 #include "backend/cuda/bench_cuda.h"
@@ -178,6 +180,36 @@ static void print_load_path(atlas_model *m, double load_s) {
     if (li.refused[0]) printf("load path   direct loading refused: %s\n", li.refused);
 }
 
+/* The reference loader over the model's .safetensors files, beside our load rate. */
+static void print_load_reference(atlas_model *m, const char *dir, double load_gbps) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char *paths[64];
+    int n = 0;
+    for (struct dirent *e; n < 64 && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len > 12 && !strcmp(e->d_name + len - 12, ".safetensors") &&
+            (paths[n] = malloc(strlen(dir) + len + 2)))
+            sprintf(paths[n++], "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
+    atlas_cuda_file_load fl;
+    if (n && atlas_cuda_measure_file_load(atlas_model_backend(m), (const char *const *)paths, n,
+                                          threads, &fl) == ATLAS_OK) {
+        printf("load ref    %.1f GB/s: the issue's reference loader over the same %d file(s), %.2f "
+               "GB in %.3f s (%d threads, pread of %zu MiB pieces into 2 pinned buffers a thread, "
+               "a stream a thread; buffers made beforehand in %.2f s)\n", fl.gbps, n,
+               fl.bytes / 1e9, fl.seconds, fl.threads, fl.piece_bytes >> 20, fl.setup_s);
+        printf("ratio       load %.1f%% of the reference loader (%.1f GB/s of %.1f)\n",
+               100.0 * load_gbps / fl.gbps, load_gbps, fl.gbps);
+    } else if (n) {
+        printf("load ref    not measured: %s\n", atlas_last_error());
+    }
+    for (int i = 0; i < n; i++) free(paths[i]);
+}
+
 static int fail(const char *what) {
     fprintf(stderr, "atlas bench: %s: %s\n", what, atlas_last_error());
     return 1;
@@ -243,6 +275,7 @@ int atlas_cli_bench(int argc, char **argv) {
            "process, with driver, context and pinned pool: %.2f s)\n", load_s,
            info.weight_bytes / 1e9, info.weight_bytes / 1e9 / load_s, first_s);
     print_load_path(m, load_s);
+    if (o.device == ATLAS_DEVICE_CUDA) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
     if (o.load_only) return atlas_model_release(m) == ATLAS_OK ? 0 : fail("releasing the model");
 
     int32_t *table = malloc(sizeof(int32_t) * max_blocks), *tokens = malloc(sizeof(int32_t) * ctx_max);

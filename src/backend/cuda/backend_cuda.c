@@ -68,6 +68,36 @@ static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
                            offset + bytes);
 }
 
+/* A queued upload's context (atlas_host_upload_queue copies it): the views themselves, as
+ * the caller's may live on its stack. */
+typedef struct queued_fill {
+    atlas_tensor_view views[CUDA_FUSE_MAX];
+    int n;
+} queued_fill;
+
+static void fill_queued(void *dst, size_t offset, size_t bytes, void *user) {
+    const queued_fill *q = user;
+    const atlas_tensor_view *v[CUDA_FUSE_MAX];
+    for (int i = 0; i < q->n; i++) v[i] = &q->views[i];
+    atlas_cuda_fill_weight(v, q->n, dst, offset, offset, offset + bytes);
+}
+
+/* Stages views (n of them, fused) into dst: queued for the host's loader threads, or with
+ * ATLAS_LOAD_QUEUE=0 filled here a buffer at a time by the pool (the fork-join it replaced,
+ * kept to measure against). */
+static atlas_status stage_views(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
+                                const atlas_tensor_view *const *views, int n) {
+    cb->load.staged_bytes += bytes;
+    if (cb->load.queue && n <= CUDA_FUSE_MAX) {
+        queued_fill q = {.n = n};
+        for (int i = 0; i < n; i++) q.views[i] = *views[i];
+        cb->load.queued = true;
+        return atlas_host_upload_queue(cb->host, dst, bytes, fill_queued, &q, sizeof q);
+    }
+    fill_ctx f = {cb, views, n, NULL, 0};
+    return atlas_host_upload(cb->host, dst, bytes, fill_chunk, &f);
+}
+
 /* The direct loader's staged pieces: a byte range of a file (any alignment), read by the
  * pool's threads (atlas_cuda_read_bytes). */
 typedef struct range_ctx {
@@ -111,7 +141,8 @@ static int env_int(const char *name, int def) {
 }
 
 /* ATLAS_LOAD=stage (default) | direct | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
- * ATLAS_LOAD_STAGE_PCT (mix only, default 30), ATLAS_LOAD_FILL_KB (default 1024): read once,
+ * ATLAS_LOAD_STAGE_PCT (mix only, default 30), ATLAS_LOAD_QUEUE (default 1), ATLAS_LOAD_FILL_KB
+ * (default 1024, with ATLAS_LOAD_QUEUE=0): read once,
  * at the first weight. */
 static void load_configure(cuda_backend *cb) {
     cuda_load *ld = &cb->load;
@@ -129,7 +160,8 @@ static void load_configure(cuda_backend *cb) {
     ld->opts.piece_bytes = mb > 0 ? (size_t)mb << 20 : 0;
     ld->opts.threads = env_int("ATLAS_LOAD_THREADS", 0);
     ld->opts.stage_pct = ld->mode == CUDA_LOAD_MIX ? env_int("ATLAS_LOAD_STAGE_PCT", 30) : 0;
-    int kb = env_int("ATLAS_LOAD_FILL_KB", 1024); /* a reading thread's piece of a chunk */
+    ld->queue = env_int("ATLAS_LOAD_QUEUE", 1) != 0;
+    int kb = env_int("ATLAS_LOAD_FILL_KB", 1024); /* a pool thread's piece of a buffer */
     ld->fill_piece = (size_t)(kb >= 64 && kb <= 65536 ? kb : 1024) << 10;
 }
 
@@ -144,11 +176,7 @@ static atlas_status weight_upload(cuda_backend *cb, atlas_weight *w, size_t byte
     load_configure(cb);
     bool any = false;
     for (int i = 0; i < n; i++) any |= load_direct(cb, views[i]);
-    if (!any) { /* one upload of the fused weight */
-        fill_ctx f = {cb, views, n, NULL, 0};
-        cb->load.staged_bytes += bytes;
-        return atlas_host_upload(cb->host, w->ptr, bytes, fill_chunk, &f);
-    }
+    if (!any) return stage_views(cb, w->ptr, bytes, views, n); /* the fused weight at once */
     if (!cb->load.direct)
         ATLAS_TRY(atlas_direct_create(cb->host, &cb->load.opts, stage_range, cb,
                                       &cb->load.direct));
@@ -160,9 +188,7 @@ static atlas_status weight_upload(cuda_backend *cb, atlas_weight *w, size_t byte
             ATLAS_TRY(atlas_direct_add(cb->load.direct, w->ptr + off, v->data, v->fd,
                                        v->file_offset, v->nbytes));
         } else {
-            fill_ctx f = {cb, &views[i], 1, NULL, 0};
-            cb->load.staged_bytes += vb;
-            ATLAS_TRY(atlas_host_upload(cb->host, w->ptr + off, vb, fill_chunk, &f));
+            ATLAS_TRY(stage_views(cb, w->ptr + off, vb, &views[i], 1));
         }
         off += vb;
     }
@@ -212,6 +238,11 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
+    cuda_load *ld = &cuda_of(be)->load;
+    if (ld->queued) { /* a failed load: the loader threads may still be writing to it */
+        (void)atlas_host_upload_wait(cuda_of(be)->host);
+        ld->queued = false;
+    }
     size_t bytes = (size_t)w->rows * w->cols * 2;
     cuda_of(be)->weight_bytes -= bytes;
     atlas_direct_drop(cuda_of(be)->load.direct, w->ptr, w->ptr + bytes); /* never copied */
@@ -232,6 +263,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
         if (st != ATLAS_OK)
             return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
     }
+    ld->queued = false;
     return atlas_host_upload_wait(cb->host);
 }
 

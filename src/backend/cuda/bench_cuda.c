@@ -3,12 +3,20 @@
  * not zeros (zeros flatter the tensor cores). */
 #include "backend/cuda/bench_cuda.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/file.h"
 
 enum { REPS = 9 };
 
@@ -325,5 +333,167 @@ atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_prof
         if (st == ATLAS_OK) st = fs;
     }
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: profiling decode");
+    return ATLAS_OK;
+}
+
+/* --- the reference loader ------------------------------------------------------------------- */
+
+enum { PROBE_PIECE = 64 << 20, PROBE_THREADS_MAX = 64 };
+
+typedef struct probe_piece {
+    int fd;
+    uint64_t off;
+    size_t n;
+} probe_piece;
+
+typedef struct file_probe {
+    atlas_host *host;
+    const probe_piece *pieces;
+    int n_pieces, next;            /* next: the piece the next thread takes (atomic) */
+    CUdeviceptr dev;               /* a piece's room for each thread, overwritten */
+    void *buf[2 * PROBE_THREADS_MAX];
+    CUevent done[2 * PROBE_THREADS_MAX];
+    CUstream stream[PROBE_THREADS_MAX];
+    pthread_mutex_t lock;
+    atlas_status st;               /* the first failure, its message in why */
+    char why[512];
+} file_probe;
+
+typedef struct probe_thread {
+    file_probe *p;
+    int t;
+} probe_thread;
+
+static atlas_status probe_read(const probe_piece *pc, void *dst) {
+    return atlas_file_read_at(pc->fd, dst, pc->n, pc->off);
+}
+
+static void *probe_main(void *arg) {
+    probe_thread *pt = arg;
+    file_probe *p = pt->p;
+    int t = pt->t;
+    atlas_status st = atlas_host_make_current(p->host);
+    for (int k = 0; st == ATLAS_OK; k++) {
+        int i = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (i >= p->n_pieces) break;
+        int b = 2 * t + (k & 1);
+        st = ATLAS_CU(cuEventSynchronize, p->done[b]);
+        if (st == ATLAS_OK) st = probe_read(&p->pieces[i], p->buf[b]);
+        if (st == ATLAS_OK)
+            st = ATLAS_CU(cuMemcpyHtoDAsync, p->dev + (size_t)t * PROBE_PIECE, p->buf[b],
+                          p->pieces[i].n, p->stream[t]);
+        if (st == ATLAS_OK) st = ATLAS_CU(cuEventRecord, p->done[b], p->stream[t]);
+    }
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, p->stream[t]);
+    if (st != ATLAS_OK) {
+        pthread_mutex_lock(&p->lock);
+        if (p->st == ATLAS_OK) {
+            p->st = st;
+            snprintf(p->why, sizeof p->why, "%s", atlas_last_error());
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    return NULL;
+}
+
+/* Makes the buffers, streams and events of T threads (freed by probe_free). */
+static atlas_status probe_make(file_probe *p, cuda_backend *cb, int T) {
+    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)T * PROBE_PIECE, "load probe", &p->dev));
+    for (int b = 0; b < 2 * T; b++) {
+        ATLAS_CU_TRY(cuMemHostAlloc, &p->buf[b], PROBE_PIECE, ATLAS_CU_MEMHOSTALLOC_PORTABLE);
+        memset(p->buf[b], 0, PROBE_PIECE); /* the pool is made before the clock starts */
+        ATLAS_CU_TRY(cuEventCreate, &p->done[b],
+                     ATLAS_CU_EVENT_DISABLE_TIMING | ATLAS_CU_EVENT_BLOCKING_SYNC);
+    }
+    for (int t = 0; t < T; t++)
+        ATLAS_CU_TRY(cuStreamCreate, &p->stream[t], ATLAS_CU_STREAM_NON_BLOCKING);
+    return ATLAS_OK;
+}
+
+static void probe_free(file_probe *p, cuda_backend *cb, int T) {
+    const atlas_driver *d = atlas_driver_get();
+    for (int b = 0; b < 2 * T; b++) {
+        if (p->buf[b]) d->cuMemFreeHost(p->buf[b]);
+        if (p->done[b]) d->cuEventDestroy(p->done[b]);
+    }
+    for (int t = 0; t < T; t++)
+        if (p->stream[t]) d->cuStreamDestroy(p->stream[t]);
+    if (p->dev) (void)atlas_registry_free(cb->reg, p->dev);
+}
+
+static double probe_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *paths,
+                                          int n_paths, int threads, atlas_cuda_file_load *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: the load probe needs the CUDA backend");
+    if (threads < 1 || threads > PROBE_THREADS_MAX)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: load probe with %d threads (1..%d)", threads,
+                          PROBE_THREADS_MAX);
+    cuda_backend *cb = (cuda_backend *)be;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    int fds[64], n_fds = 0, n_pieces = 0, cap = 0;
+    probe_piece *pieces = NULL;
+    atlas_status st = ATLAS_OK;
+    for (int f = 0; f < n_paths && st == ATLAS_OK; f++) {
+        int fd = n_fds < 64 ? open(paths[f], O_RDONLY) : -1;
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            st = atlas_fail(ATLAS_ERR_IO, "bench: load probe: %s: %s", paths[f],
+                            n_fds < 64 ? strerror(errno) : "more than 64 files");
+            if (fd >= 0) close(fd);
+            break;
+        }
+        fds[n_fds++] = fd;
+        for (uint64_t off = 0; off < (uint64_t)sb.st_size; off += PROBE_PIECE) {
+            if (n_pieces == cap) {
+                cap = cap ? 2 * cap : 256;
+                probe_piece *grown = realloc(pieces, (size_t)cap * sizeof *pieces);
+                if (!grown) {
+                    st = atlas_fail(ATLAS_ERR_NOMEM, "bench: out of memory");
+                    break;
+                }
+                pieces = grown;
+            }
+            size_t left = (size_t)((uint64_t)sb.st_size - off);
+            pieces[n_pieces++] = (probe_piece){fd, off, left < PROBE_PIECE ? left : PROBE_PIECE};
+            out->bytes += pieces[n_pieces - 1].n;
+        }
+    }
+    file_probe *p = st == ATLAS_OK ? calloc(1, sizeof *p) : NULL;
+    if (st == ATLAS_OK && !p) st = atlas_fail(ATLAS_ERR_NOMEM, "bench: out of memory");
+    if (st == ATLAS_OK) {
+        *p = (file_probe){.host = cb->host, .pieces = pieces, .n_pieces = n_pieces};
+        pthread_mutex_init(&p->lock, NULL);
+        double t0 = probe_now_s();
+        st = probe_make(p, cb, threads);
+        out->setup_s = probe_now_s() - t0;
+        pthread_t th[PROBE_THREADS_MAX];
+        probe_thread pt[PROBE_THREADS_MAX];
+        int started = 0;
+        t0 = probe_now_s();
+        for (int t = 0; t < threads && st == ATLAS_OK; t++, started++) {
+            pt[t] = (probe_thread){p, t};
+            if (pthread_create(&th[t], NULL, probe_main, &pt[t]) != 0)
+                st = atlas_fail(ATLAS_ERR_IO, "bench: load probe: starting thread %d", t);
+        }
+        for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+        out->seconds = probe_now_s() - t0;
+        if (st == ATLAS_OK && p->st != ATLAS_OK) st = atlas_fail(p->st, "%s", p->why);
+        out->gbps = out->seconds > 0 ? out->bytes / 1e9 / out->seconds : 0;
+        out->threads = threads;
+        out->piece_bytes = PROBE_PIECE;
+        probe_free(p, cb, threads);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+    }
+    for (int f = 0; f < n_fds; f++) close(fds[f]);
+    free(pieces);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: the reference load");
     return ATLAS_OK;
 }

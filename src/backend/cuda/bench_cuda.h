@@ -47,6 +47,21 @@ typedef struct atlas_cuda_load_info {
 
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out);
 
+/* The loader the issue sets as the reference for staged loads: `threads` threads each take
+ * the next 64 MiB piece of the files, pread it into a pinned buffer of their own (two each,
+ * made before the clock starts) and queue its copy on a stream of their own.  What this
+ * machine's CPU, page cache and bus give a loader, measured in the same run as the loads. */
+typedef struct atlas_cuda_file_load {
+    size_t bytes;            /* of the files */
+    double seconds, gbps;    /* from the first read to the last copy's end */
+    double setup_s;          /* making the pinned buffers (not in seconds) */
+    int threads;
+    size_t piece_bytes;
+} atlas_cuda_file_load;
+
+atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *paths,
+                                          int n_paths, int threads, atlas_cuda_file_load *out);
+
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights) with both n = 1 kernels, and the replay of the last decode graph. */
 enum { ATLAS_CUDA_SHAPES = 5 };

@@ -93,7 +93,12 @@ typedef struct cuda_load {
     size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool */
     atlas_direct_stats runs;  /* the direct runs, bytes, pieces and ms summed */
     size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
+    bool queue;               /* staged views go to the host's loader threads (ATLAS_LOAD_QUEUE) */
+    bool queued;              /* some may still be in flight: wait before freeing a weight */
 } cuda_load;
+
+/* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
+#define CUDA_FUSE_MAX 4
 
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */

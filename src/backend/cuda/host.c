@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <unistd.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
  * one thread's memcpy (~6 GB/s measured on the H200 machine) is far below the copy engine. */
 #define HOST_COPY_THREADS 8
 #define HOST_COPY_PIECE ((size_t)2 << 20)
+/* loader threads for queued uploads: the reference loader used 16 on 16 cores */
+#define HOST_LOADERS_MAX 16
 
 struct atlas_host {
     atlas_host_props props;
@@ -28,20 +31,35 @@ struct atlas_host {
     CUstream copy_stream; /* weight uploads */
     int ctx_retains;
 
-    /* pinned staging pool, under staging_lock; allocated on the first upload */
+    /* pinned staging pool, allocated on the first upload.  staging_lock serialises the
+     * synchronous uploaders; q_lock guards the free buffers and the queued uploads. */
     pthread_mutex_t staging_lock;
     int staging_count;             /* buffers wanted */
     size_t staging_size;           /* bytes each */
     int staging_n;                 /* buffers allocated (0: not yet) */
-    void *staging[ATLAS_HOST_STAGING_COUNT];
-    CUevent staging_done[ATLAS_HOST_STAGING_COUNT]; /* recorded after the last copy from it */
-    int staging_cur;               /* buffer being filled */
-    size_t staging_used;           /* bytes of it already queued */
+    void *staging[ATLAS_HOST_STAGING_MAX];
+    CUevent staging_done[ATLAS_HOST_STAGING_MAX]; /* recorded after the last copy from it */
     atlas_threadpool *copy_pool;   /* for atlas_host_upload_copy; NULL: the caller copies */
+
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_buf_cv;       /* a buffer went back to the free list */
+    pthread_cond_t q_job_cv;       /* a job was queued */
+    pthread_cond_t q_idle_cv;      /* the queue ran dry and no piece is being filled */
+    int free_buf[ATLAS_HOST_STAGING_MAX]; /* ring of free buffers, oldest copy first */
+    int free_head, free_n;
+    struct host_job *jobs, *jobs_tail;    /* queued uploads with pieces left to fill */
+    int pieces_busy;               /* pieces being filled by loader threads */
+    int loaders;                   /* loader threads started */
+    atlas_status q_err;            /* first failure of a queued piece, until the next wait */
+    char q_msg[512];
 };
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
-static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER};
+static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .q_lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .q_buf_cv = PTHREAD_COND_INITIALIZER,
+                                  .q_job_cv = PTHREAD_COND_INITIALIZER,
+                                  .q_idle_cv = PTHREAD_COND_INITIALIZER};
 static int host_bound;
 static char host_reason[512];
 static _Thread_local CUcontext thread_ctx;
@@ -113,8 +131,11 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
     }
     h->staging_count = ATLAS_HOST_STAGING_COUNT;
     h->staging_size = ATLAS_HOST_STAGING_BYTES;
-    const char *e = getenv("ATLAS_HOST_STAGING_MB"); /* each buffer's size, for measuring */
-    if (e && atoi(e) >= 8 && atoi(e) <= 1024) h->staging_size = (size_t)atoi(e) << 20;
+    /* the pool's shape, for measuring */
+    const char *e = getenv("ATLAS_HOST_STAGING_MB");
+    if (e && atoi(e) >= 1 && atoi(e) <= 1024) h->staging_size = (size_t)atoi(e) << 20;
+    e = getenv("ATLAS_HOST_STAGING_COUNT");
+    if (e && atoi(e) >= 1 && atoi(e) <= ATLAS_HOST_STAGING_MAX) h->staging_count = atoi(e);
     h->props.init_ms = host_now_ms() - t0;
     return ATLAS_OK;
 }
@@ -170,9 +191,9 @@ int atlas_host_context_retains(const atlas_host *host) { return host->ctx_retain
 /* --- staging pool ------------------------------------------------------------------------ */
 
 atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes) {
-    if (count < 1 || count > ATLAS_HOST_STAGING_COUNT || bytes < 4096)
+    if (count < 1 || count > ATLAS_HOST_STAGING_MAX || bytes < 4096)
         return atlas_fail(ATLAS_ERR_INVALID, "host: staging pool of %d x %zu bytes: want 1..%d "
-                          "buffers of at least 4096 bytes", count, bytes, ATLAS_HOST_STAGING_COUNT);
+                          "buffers of at least 4096 bytes", count, bytes, ATLAS_HOST_STAGING_MAX);
     pthread_mutex_lock(&host->staging_lock);
     atlas_status st = ATLAS_OK;
     if (host->staging_n)
@@ -183,8 +204,51 @@ atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes) {
     return st;
 }
 
-/* Allocates the pool on first use.  Pinned memory can be scarce (GB10, containers): keep as
- * many buffers as could be had, fail only if none. */
+/* A queued upload (atlas_host_upload_queue): its pieces go to the loader threads in order. */
+typedef struct host_job {
+    struct host_job *next;
+    CUdeviceptr dst;
+    size_t bytes, next_off;   /* next_off: first byte no loader has taken */
+    int pieces_busy;          /* taken and not yet queued on the copy stream */
+    atlas_host_fill_fn fill;
+    max_align_t ctx[];        /* the caller's context, copied */
+} host_job;
+
+static void *host_loader_main(void *arg);
+
+/* Takes the free buffer whose last copy was queued first, waiting for one if every buffer
+ * is being filled; returns once its copies are done.  Called without q_lock. */
+static atlas_status host_buf_take(atlas_host *h, int *out) {
+    pthread_mutex_lock(&h->q_lock);
+    while (h->free_n == 0) pthread_cond_wait(&h->q_buf_cv, &h->q_lock);
+    int i = h->free_buf[h->free_head];
+    h->free_head = (h->free_head + 1) % h->staging_n;
+    h->free_n--;
+    pthread_mutex_unlock(&h->q_lock);
+    *out = i;
+    atlas_status st = ATLAS_CU(cuEventSynchronize, h->staging_done[i]);
+    return st;
+}
+
+/* Fills buffer i with bytes [off, off + n) of an upload and queues its copy to dst + off. */
+static atlas_status host_buf_send(atlas_host *h, int i, CUdeviceptr dst, size_t off, size_t n,
+                                  atlas_host_fill_fn fill, void *user) {
+    fill(h->staging[i], off, n, user);
+    ATLAS_CU_TRY(cuMemcpyHtoDAsync, dst + off, h->staging[i], n, h->copy_stream);
+    return ATLAS_CU(cuEventRecord, h->staging_done[i], h->copy_stream);
+}
+
+static void host_buf_give(atlas_host *h, int i) {
+    pthread_mutex_lock(&h->q_lock);
+    h->free_buf[(h->free_head + h->free_n) % h->staging_n] = i;
+    h->free_n++;
+    pthread_cond_signal(&h->q_buf_cv);
+    pthread_mutex_unlock(&h->q_lock);
+}
+
+/* Allocates the pool and starts its threads on first use.  Pinned memory can be scarce
+ * (GB10, containers): keep as many buffers as could be had, fail only if none.  Runs under
+ * staging_lock. */
 static atlas_status host_staging_ensure(atlas_host *h) {
     if (h->staging_n) return ATLAS_OK;
     atlas_status st = ATLAS_OK;
@@ -192,7 +256,9 @@ static atlas_status host_staging_ensure(atlas_host *h) {
         st = ATLAS_CU(cuMemHostAlloc, &h->staging[i], h->staging_size,
                       ATLAS_CU_MEMHOSTALLOC_PORTABLE);
         if (st != ATLAS_OK) break;
-        st = ATLAS_CU(cuEventCreate, &h->staging_done[i], ATLAS_CU_EVENT_DISABLE_TIMING);
+        /* blocking: a loader waiting on a copy must not spin on a core the others read on */
+        st = ATLAS_CU(cuEventCreate, &h->staging_done[i],
+                      ATLAS_CU_EVENT_DISABLE_TIMING | ATLAS_CU_EVENT_BLOCKING_SYNC);
         if (st != ATLAS_OK) {
             atlas_driver_get()->cuMemFreeHost(h->staging[i]);
             break;
@@ -202,34 +268,39 @@ static atlas_status host_staging_ensure(atlas_host *h) {
     if (h->staging_n == 0)
         return atlas_fail_wrap(st, "host: allocating %zu bytes of pinned staging memory",
                                h->staging_size);
+    pthread_mutex_lock(&h->q_lock);
+    for (int i = 0; i < h->staging_n; i++) h->free_buf[i] = i;
+    h->free_head = 0;
+    h->free_n = h->staging_n;
+    pthread_mutex_unlock(&h->q_lock);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cores > HOST_COPY_THREADS ? HOST_COPY_THREADS : (int)(cores > 1 ? cores : 1);
     if (threads > 1 && atlas_threadpool_create(threads, &h->copy_pool) != ATLAS_OK)
         h->copy_pool = NULL; /* copies still work, on the calling thread */
-    h->staging_cur = 0;
-    h->staging_used = 0;
+    /* loader threads: one a core up to HOST_LOADERS_MAX (ATLAS_HOST_LOADERS to measure) */
+    int loaders = cores > HOST_LOADERS_MAX ? HOST_LOADERS_MAX : (int)(cores > 1 ? cores : 1);
+    const char *e = getenv("ATLAS_HOST_LOADERS");
+    if (e && atoi(e) >= 1 && atoi(e) <= 64) loaders = atoi(e);
+    for (int i = 0; i < loaders; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, host_loader_main, h) != 0) break;
+        pthread_detach(t); /* process-lived, like the host */
+        h->loaders++;
+    }
     return ATLAS_OK;
 }
 
-/* Queues one upload, packing small ones into the current buffer. */
+/* Uploads synchronously: the caller fills each buffer (its fill may use its own threads). */
 static atlas_status host_upload_locked(atlas_host *h, CUdeviceptr dst, size_t bytes,
                                        atlas_host_fill_fn fill, void *user) {
     ATLAS_TRY(host_staging_ensure(h));
     for (size_t off = 0; off < bytes;) {
-        if (h->staging_used >= h->staging_size) {
-            /* next buffer: wait until the copies out of it are done */
-            h->staging_cur = (h->staging_cur + 1) % h->staging_n;
-            h->staging_used = 0;
-            ATLAS_CU_TRY(cuEventSynchronize, h->staging_done[h->staging_cur]);
-        }
-        int i = h->staging_cur;
-        size_t n = h->staging_size - h->staging_used;
-        if (n > bytes - off) n = bytes - off;
-        char *buf = (char *)h->staging[i] + h->staging_used;
-        fill(buf, off, n, user);
-        ATLAS_CU_TRY(cuMemcpyHtoDAsync, dst + off, buf, n, h->copy_stream);
-        ATLAS_CU_TRY(cuEventRecord, h->staging_done[i], h->copy_stream);
-        h->staging_used += (n + 255) & ~(size_t)255; /* keep chunks 256-byte aligned */
+        size_t n = bytes - off < h->staging_size ? bytes - off : h->staging_size;
+        int i;
+        atlas_status st = host_buf_take(h, &i);
+        if (st == ATLAS_OK) st = host_buf_send(h, i, dst, off, n, fill, user);
+        host_buf_give(h, i);
+        if (st != ATLAS_OK) return st;
         off += n;
     }
     return ATLAS_OK;
@@ -242,6 +313,74 @@ atlas_status atlas_host_upload(atlas_host *host, CUdeviceptr dst, size_t bytes,
     atlas_status st = host_upload_locked(host, dst, bytes, fill, user);
     pthread_mutex_unlock(&host->staging_lock);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "host: uploading %zu bytes", bytes);
+    return ATLAS_OK;
+}
+
+/* A loader thread: takes the next piece of the first queued upload, a free buffer, fills it
+ * and queues its copy, so that every thread reads while the copy engine drains (a fork-join
+ * a buffer left threads idle at each join). */
+static void *host_loader_main(void *arg) {
+    atlas_host *h = arg;
+    atlas_status cur = atlas_host_make_current(h);
+    char why[384];
+    snprintf(why, sizeof why, "%s", cur == ATLAS_OK ? "" : atlas_last_error());
+    pthread_mutex_lock(&h->q_lock);
+    for (;;) {
+        while (!h->jobs) pthread_cond_wait(&h->q_job_cv, &h->q_lock);
+        host_job *j = h->jobs;
+        size_t off = j->next_off, n = j->bytes - off;
+        if (n > h->staging_size) n = h->staging_size;
+        j->next_off += n;
+        if (j->next_off == j->bytes) { /* every piece taken: off the list */
+            h->jobs = j->next;
+            if (!h->jobs) h->jobs_tail = NULL;
+        }
+        j->pieces_busy++;
+        h->pieces_busy++;
+        pthread_mutex_unlock(&h->q_lock);
+
+        atlas_status st = cur;
+        int i = -1;
+        if (st == ATLAS_OK) st = host_buf_take(h, &i);
+        if (st == ATLAS_OK) st = host_buf_send(h, i, j->dst, off, n, j->fill, j->ctx);
+        if (st != ATLAS_OK && cur == ATLAS_OK) snprintf(why, sizeof why, "%s", atlas_last_error());
+        if (i >= 0) host_buf_give(h, i);
+
+        pthread_mutex_lock(&h->q_lock);
+        if (st != ATLAS_OK && h->q_err == ATLAS_OK) {
+            h->q_err = st;
+            snprintf(h->q_msg, sizeof h->q_msg, "uploading bytes %zu..%zu of %zu: %s", off,
+                     off + n, j->bytes, why);
+        }
+        if (--j->pieces_busy == 0 && j->next_off == j->bytes) free(j);
+        if (--h->pieces_busy == 0 && !h->jobs) pthread_cond_broadcast(&h->q_idle_cv);
+    }
+    return NULL;
+}
+
+atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                                     atlas_host_fill_fn fill, const void *ctx,
+                                     size_t ctx_bytes) {
+    if (bytes == 0) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(host));
+    pthread_mutex_lock(&host->staging_lock);
+    atlas_status st = host_staging_ensure(host);
+    pthread_mutex_unlock(&host->staging_lock);
+    if (st == ATLAS_OK && host->loaders == 0) /* no thread could be started: fill here */
+        return atlas_host_upload(host, dst, bytes, fill, (void *)ctx);
+    host_job *j = st == ATLAS_OK ? malloc(sizeof *j + ctx_bytes) : NULL;
+    if (st == ATLAS_OK && !j) st = atlas_fail(ATLAS_ERR_NOMEM, "host: out of memory");
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "host: queuing an upload of %zu bytes", bytes);
+    *j = (host_job){.dst = dst, .bytes = bytes, .fill = fill};
+    memcpy(j->ctx, ctx, ctx_bytes);
+    pthread_mutex_lock(&host->q_lock);
+    if (host->jobs_tail)
+        host->jobs_tail->next = j;
+    else
+        host->jobs = j;
+    host->jobs_tail = j;
+    pthread_cond_broadcast(&host->q_job_cv);
+    pthread_mutex_unlock(&host->q_lock);
     return ATLAS_OK;
 }
 
@@ -280,7 +419,17 @@ atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const voi
 
 atlas_status atlas_host_upload_wait(atlas_host *host) {
     ATLAS_TRY(atlas_host_make_current(host));
-    return ATLAS_CU(cuStreamSynchronize, host->copy_stream);
+    pthread_mutex_lock(&host->q_lock);
+    while (host->jobs || host->pieces_busy) pthread_cond_wait(&host->q_idle_cv, &host->q_lock);
+    atlas_status st = host->q_err;
+    char msg[sizeof host->q_msg];
+    snprintf(msg, sizeof msg, "%s", host->q_msg);
+    host->q_err = ATLAS_OK;
+    host->q_msg[0] = '\0';
+    pthread_mutex_unlock(&host->q_lock);
+    atlas_status sync = ATLAS_CU(cuStreamSynchronize, host->copy_stream);
+    if (st != ATLAS_OK) return atlas_fail(st, "host: %s", msg);
+    return sync;
 }
 
 size_t atlas_host_staging_bytes(const atlas_host *host) {

@@ -26,28 +26,37 @@ int atlas_host_context_retains(const atlas_host *host);
 
 /* --- weight uploads through the pinned staging pool ---------------------------------------
  * The pool (ATLAS_HOST_STAGING_COUNT buffers of ATLAS_HOST_STAGING_BYTES, pinned, allocated on
- * the first upload and kept for the process) lets the CPU fill one buffer while the copy
- * engine drains others.  Uploads are serialised by a lock (one loader at a time). */
-#define ATLAS_HOST_STAGING_COUNT 8
-#define ATLAS_HOST_STAGING_BYTES ((size_t)64 << 20)
+ * the first upload and kept for the process) lets the CPU fill some buffers while the copy
+ * engine drains others.  Its loader threads (one a core, up to 16, started with the pool)
+ * fill the queued uploads' pieces, one buffer each, concurrently. */
+#define ATLAS_HOST_STAGING_MAX 64
+#define ATLAS_HOST_STAGING_COUNT 32
+#define ATLAS_HOST_STAGING_BYTES ((size_t)16 << 20)
 
-/* Fills dst[0, bytes) of a staging buffer: called with consecutive chunks of the upload,
- * `offset` bytes into it.  Lets the caller convert (e.g. fp32 -> bf16) while copying. */
+/* Fills dst[0, bytes) of a staging buffer with bytes [offset, offset + bytes) of an upload.
+ * Lets the caller convert (e.g. fp32 -> bf16) while copying. */
 typedef void (*atlas_host_fill_fn)(void *dst, size_t offset, size_t bytes, void *user);
 
-/* Uploads `bytes` to device address dst, produced chunk by chunk by fill (on this thread).
- * Asynchronous: returns when the last chunk is queued on the copy stream; call
- * atlas_host_upload_wait before the data is used or the source changes. */
+/* Uploads `bytes` to device address dst, produced buffer by buffer by fill, on this thread
+ * (synchronous uploaders are serialised).  Returns when the last piece is queued on the copy
+ * stream; call atlas_host_upload_wait before the data is used or the source changes. */
 atlas_status atlas_host_upload(atlas_host *host, CUdeviceptr dst, size_t bytes,
                                atlas_host_fill_fn fill, void *user);
+/* Queues an upload for the loader threads and returns at once: fill runs on them, on several
+ * pieces at a time, with a copy of ctx (ctx_bytes).  What fill reads must stay valid until
+ * atlas_host_upload_wait; a failure is reported there. */
+atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                                     atlas_host_fill_fn fill, const void *ctx,
+                                     size_t ctx_bytes);
 /* atlas_host_upload with memcpy from src; src may be freed or changed once it returns
  * (it is copied into staging memory before the call returns). */
 atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const void *src,
                                     size_t bytes);
-/* Waits until every queued upload has reached the device. */
+/* Waits until every queued upload has reached the device; returns the first failure of a
+ * queued upload since the last wait. */
 atlas_status atlas_host_upload_wait(atlas_host *host);
 
-/* Sets the pool's shape (count <= ATLAS_HOST_STAGING_COUNT) before the first upload
+/* Sets the pool's shape (count <= ATLAS_HOST_STAGING_MAX) before the first upload
  * (ATLAS_ERR_BUSY after): for tests and for hosts short of pinned memory. */
 atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes);
 
