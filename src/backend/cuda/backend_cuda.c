@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/weight_fill.h"
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -223,8 +224,13 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     w->rows = rows;
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
+    cuda_load *ld = &cb->load;
+    double t0 = atlas_now_ms();
+    if (!ld->first_ms) ld->first_ms = t0 - ld->made_ms;
     atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
+    ld->alloc_ms += atlas_now_ms() - t0;
     if (st == ATLAS_OK) st = weight_upload(cb, w, bytes, views, n);
+    ld->last_ms = atlas_now_ms() - ld->made_ms;
     if (st != ATLAS_OK) {
         atlas_direct_drop(cb->load.direct, w->ptr, w->ptr + bytes);
         (void)atlas_registry_free(cb->reg, w->ptr);
@@ -256,6 +262,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(atlas_host_make_current(cb->host));
     cuda_load *ld = &cb->load;
+    double t0 = atlas_now_ms();
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
         atlas_direct_stats s;
         atlas_status st = atlas_direct_run(ld->direct, &s);
@@ -264,7 +271,9 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
             return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
     }
     ld->queued = false;
-    return atlas_host_upload_wait(cb->host);
+    atlas_status st = atlas_host_upload_wait(cb->host);
+    ld->done_ms += atlas_now_ms() - t0;
+    return st;
 }
 
 /* --- KV cache --------------------------------------------------------------------------------- */
@@ -747,6 +756,7 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_bac
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
     cb->host = host;
+    cb->load.made_ms = atlas_now_ms();
     atlas_status st = cuda_setup(cb);
     if (st != ATLAS_OK) {
         cuda_destroy(&cb->base);

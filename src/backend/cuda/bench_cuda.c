@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/clock.h"
 #include "core/file.h"
 
 enum { REPS = 9 };
@@ -213,6 +213,10 @@ atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *o
     out->direct_ms = ld->runs.ms;
     out->run_bytes = ld->runs.direct_bytes + ld->runs.staged_bytes;
     out->refused = atlas_direct_refused();
+    out->first_ms = ld->first_ms;
+    out->last_ms = ld->last_ms;
+    out->alloc_ms = ld->alloc_ms;
+    out->done_ms = ld->done_ms;
     return ATLAS_OK;
 }
 
@@ -421,12 +425,6 @@ static void probe_free(file_probe *p, cuda_backend *cb, int T) {
     if (p->dev) (void)atlas_registry_free(cb->reg, p->dev);
 }
 
-static double probe_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *paths,
                                           int n_paths, int threads, atlas_cuda_file_load *out) {
     memset(out, 0, sizeof *out);
@@ -470,20 +468,20 @@ atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *
     if (st == ATLAS_OK) {
         *p = (file_probe){.host = cb->host, .pieces = pieces, .n_pieces = n_pieces};
         pthread_mutex_init(&p->lock, NULL);
-        double t0 = probe_now_s();
+        double t0 = atlas_now_ms() / 1e3;
         st = probe_make(p, cb, threads);
-        out->setup_s = probe_now_s() - t0;
+        out->setup_s = atlas_now_ms() / 1e3 - t0;
         pthread_t th[PROBE_THREADS_MAX];
         probe_thread pt[PROBE_THREADS_MAX];
         int started = 0;
-        t0 = probe_now_s();
+        t0 = atlas_now_ms() / 1e3;
         for (int t = 0; t < threads && st == ATLAS_OK; t++, started++) {
             pt[t] = (probe_thread){p, t};
             if (pthread_create(&th[t], NULL, probe_main, &pt[t]) != 0)
                 st = atlas_fail(ATLAS_ERR_IO, "bench: load probe: starting thread %d", t);
         }
         for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-        out->seconds = probe_now_s() - t0;
+        out->seconds = atlas_now_ms() / 1e3 - t0;
         if (st == ATLAS_OK && p->st != ATLAS_OK) st = atlas_fail(p->st, "%s", p->why);
         out->gbps = out->seconds > 0 ? out->bytes / 1e9 / out->seconds : 0;
         out->threads = threads;

@@ -43,6 +43,9 @@ typedef struct atlas_cuda_load_info {
     double direct_ms;        /* the direct runs (registration, copies, unregistration) */
     size_t run_bytes;        /* copied in those runs, by either path */
     const char *refused;     /* why registration is off in this process, "" if it is not */
+    /* ms from the backend's creation: to the first weight, to the last weight queued; in
+     * device allocations for weights; waiting in weights_done for the copies */
+    double first_ms, last_ms, alloc_ms, done_ms;
 } atlas_cuda_load_info;
 
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out);

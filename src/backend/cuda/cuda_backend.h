@@ -95,6 +95,9 @@ typedef struct cuda_load {
     size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
     bool queue;               /* staged views go to the host's loader threads (ATLAS_LOAD_QUEUE) */
     bool queued;              /* some may still be in flight: wait before freeing a weight */
+    /* where a load's time went, ms (atlas bench): from the backend's creation to the first
+     * weight_load, in registry allocations, to the last weight_load's return, in weights_done */
+    double made_ms, first_ms, alloc_ms, last_ms, done_ms;
 } cuda_load;
 
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */

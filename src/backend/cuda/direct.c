@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 typedef struct direct_job {
@@ -397,12 +397,6 @@ static void issue(direct_run *r) {
     }
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Everything the threads need, then the threads; joins them and cleans up whatever state
  * they left (an error: copies drained, then every piece still registered unregistered). */
 static atlas_status run_pieces(atlas_direct *d, direct_run *r) {
@@ -464,7 +458,7 @@ void atlas_direct_stats_add(atlas_direct_stats *sum, const atlas_direct_stats *s
 }
 
 atlas_status atlas_direct_run(atlas_direct *d, atlas_direct_stats *stats) {
-    double t0 = now_ms();
+    double t0 = atlas_now_ms();
     if (stats) memset(stats, 0, sizeof *stats);
     if (!d || d->n_jobs == 0) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(d->host));
@@ -487,7 +481,7 @@ atlas_status atlas_direct_run(atlas_direct *d, atlas_direct_stats *stats) {
         stats->piece_bytes = d->opts.piece_bytes;
         stats->threads = d->opts.threads;
         stats->window = d->opts.window;
-        stats->ms = now_ms() - t0;
+        stats->ms = atlas_now_ms() - t0;
     }
     free(r.ps);
     d->n_jobs = 0;

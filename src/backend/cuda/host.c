@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/threadpool.h"
 
 /* atlas_host_upload_copy splits each staging chunk into pieces copied by this many threads:
@@ -64,12 +64,6 @@ static int host_bound;
 static char host_reason[512];
 static _Thread_local CUcontext thread_ctx;
 
-static double host_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static atlas_status host_attr(atlas_host *h, int attr, int *out) {
     return ATLAS_CU(cuDeviceGetAttribute, out, attr, h->dev);
 }
@@ -108,7 +102,7 @@ static void host_undo(atlas_host *h) {
 }
 
 static atlas_status host_init(atlas_host *h, int ordinal) {
-    double t0 = host_now_ms();
+    double t0 = atlas_now_ms();
     ATLAS_TRY(atlas_driver_load(NULL));
     int count = 0;
     ATLAS_CU_TRY(cuDeviceGetCount, &count);
@@ -136,7 +130,7 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
     if (e && atoi(e) >= 1 && atoi(e) <= 1024) h->staging_size = (size_t)atoi(e) << 20;
     e = getenv("ATLAS_HOST_STAGING_COUNT");
     if (e && atoi(e) >= 1 && atoi(e) <= ATLAS_HOST_STAGING_MAX) h->staging_count = atoi(e);
-    h->props.init_ms = host_now_ms() - t0;
+    h->props.init_ms = atlas_now_ms() - t0;
     return ATLAS_OK;
 }
 
