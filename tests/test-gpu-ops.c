@@ -634,6 +634,7 @@ int main(void) {
         tables[1][i] = (int32_t)((i * 7 + 3 + MAXB * 7) % NBLK);
     }
     cuda_backend *cb = (cuda_backend *)gpu;
+    CHECK_OK(cuda_ready(cb)); /* kernels and cuBLASLt: a model load makes them in weights_done */
     printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->lt),
            cb->launch_ex ? "on" : "off");
 

@@ -263,6 +263,10 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->host));
     cuda_load *ld = &cb->load;
     double t0 = atlas_now_ms();
+    if (!cb->ready) { /* while the loader threads read */
+        ATLAS_TRY(cuda_ready(cb));
+        ld->ready_ms = atlas_now_ms() - t0;
+    }
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
         atlas_direct_stats s;
         atlas_status st = atlas_direct_run(ld->direct, &s);
@@ -576,6 +580,7 @@ static atlas_status cuda_download(atlas_backend *be, float *host, const void *x,
 static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
                                 int vocab) {
     cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_ready(cb));
     if (rows > cb->cap_tok)
         return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (at most %d)", rows, cb->cap_tok);
     ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
@@ -664,7 +669,6 @@ static void cuda_parse_fusions(cuda_backend *cb, const char *list) {
 static atlas_status cuda_setup(cuda_backend *cb) {
     const atlas_backend_geom *g = &cb->base.geom;
     ATLAS_TRY(atlas_registry_create(cb->host, &cb->reg));
-    ATLAS_TRY(cuda_load_kernels(cb));
     cb->stream = atlas_host_stream(cb->host);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     ATLAS_TRY(atlas_threadpool_create(cores > 16 ? 16 : cores < 1 ? 1 : (int)cores, &cb->pool));
@@ -727,8 +731,19 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     }
     e = getenv("ATLAS_CUDA_BF16_ACT");
     cb->use_bf16_act = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUBLASLT");
-    if (!(e && e[0] == '0') && cuda_lt_create(&cb->lt) == ATLAS_OK) {
+    e = getenv("ATLAS_CUBLASLT"); /* read here: cuda_ready makes it later */
+    cb->want_lt = !(e && e[0] == '0');
+    return ATLAS_OK;
+}
+
+/* The kernel modules and cuBLASLt, made once, at the first weights_done or batch: a model
+ * load queues its weights first, so that this (70 ms on the H200 machine, mostly the
+ * modules) overlaps the loader threads' reading instead of delaying it. */
+atlas_status cuda_ready(cuda_backend *cb) {
+    if (cb->ready) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(cuda_load_kernels(cb));
+    if (cb->want_lt && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;
         cb->lt_ws_bytes = (size_t)32 << 20;
         if (atlas_registry_alloc(cb->reg, cb->lt_a_bytes, "cublaslt input", &cb->lt_a) != ATLAS_OK ||
@@ -740,6 +755,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
         }
     }
     atlas_error_clear();
+    cb->ready = true;
     return ATLAS_OK;
 }
 

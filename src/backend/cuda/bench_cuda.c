@@ -170,7 +170,7 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
     if (!be || strcmp(be->ops->name, "cuda") != 0)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: the ceilings need the CUDA backend");
     cuda_backend *cb = (cuda_backend *)be;
-    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_host_upload_wait(cb->host));
     CUdeviceptr bufs[6] = {0};
     atlas_status st = measure(cb, read_bytes, gemm_size, out, bufs);
@@ -217,6 +217,7 @@ atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *o
     out->last_ms = ld->last_ms;
     out->alloc_ms = ld->alloc_ms;
     out->done_ms = ld->done_ms;
+    out->ready_ms = ld->ready_ms;
     return ATLAS_OK;
 }
 
@@ -327,7 +328,7 @@ atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_prof
     if (!be || strcmp(be->ops->name, "cuda") != 0)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: the profile needs the CUDA backend");
     cuda_backend *cb = (cuda_backend *)be;
-    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
     CUdeviceptr bufs[3] = {0};
     atlas_status st = profile(cb, out, bufs);

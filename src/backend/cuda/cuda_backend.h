@@ -98,6 +98,7 @@ typedef struct cuda_load {
     /* where a load's time went, ms (atlas bench): from the backend's creation to the first
      * weight_load, in registry allocations, to the last weight_load's return, in weights_done */
     double made_ms, first_ms, alloc_ms, last_ms, done_ms;
+    double ready_ms;          /* of done_ms: loading the kernels and cuBLASLt (cuda_ready) */
 } cuda_load;
 
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
@@ -140,6 +141,8 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
+    bool want_lt;           /* cuBLASLt wanted (not ATLAS_CUBLASLT=0) */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
                                (Hopper and later, unless ATLAS_CUDA_PDL=0) */
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;
@@ -215,6 +218,8 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */
 atlas_status cuda_load_kernels(cuda_backend *cb);
+/* Loads the kernels and cuBLASLt on first use (backend_cuda.c): before anything launches. */
+atlas_status cuda_ready(cuda_backend *cb);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
