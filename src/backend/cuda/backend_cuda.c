@@ -742,7 +742,9 @@ static atlas_status cuda_setup(cuda_backend *cb) {
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));
+    double t0 = atlas_now_ms();
     ATLAS_TRY(cuda_load_kernels(cb));
+    cb->load.kernels_ms = atlas_now_ms() - t0;
     if (cb->want_lt && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;
         cb->lt_ws_bytes = (size_t)32 << 20;

@@ -218,6 +218,7 @@ atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *o
     out->alloc_ms = ld->alloc_ms;
     out->done_ms = ld->done_ms;
     out->ready_ms = ld->ready_ms;
+    out->kernels_ms = ld->kernels_ms;
     return ATLAS_OK;
 }
 

@@ -47,6 +47,7 @@ typedef struct atlas_cuda_load_info {
      * device allocations for weights; waiting in weights_done for the copies */
     double first_ms, last_ms, alloc_ms, done_ms;
     double ready_ms;         /* of done_ms: loading the kernels and cuBLASLt meanwhile */
+    double kernels_ms;       /* of ready_ms: the kernel modules and their functions */
 } atlas_cuda_load_info;
 
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out);

@@ -99,6 +99,7 @@ typedef struct cuda_load {
      * weight_load, in registry allocations, to the last weight_load's return, in weights_done */
     double made_ms, first_ms, alloc_ms, last_ms, done_ms;
     double ready_ms;          /* of done_ms: loading the kernels and cuBLASLt (cuda_ready) */
+    double kernels_ms;        /* of ready_ms: the kernel modules and their functions */
 } cuda_load;
 
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */

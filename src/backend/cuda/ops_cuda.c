@@ -77,13 +77,12 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
-        {&cb->fn.attn_prefill64, "atlas_attn_prefill64"}, {&cb->fn.rope_kv, "atlas_rope_kv_store"},
+        {&cb->fn.rope_kv, "atlas_rope_kv_store"},
         {&cb->fn.rope_table, "atlas_rope_table"},
         {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
         {&cb->fn.gemv1r4, "atlas_gemv1r4"}, {&cb->fn.gemv1_norm, "atlas_gemv1_norm"},
         {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
         {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
-        {&cb->fn.attn_prefill128, "atlas_attn_prefill128"},
         {&cb->fn.gemv1b_swiglu[0], "atlas_gemv1b_swiglu"},
         {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
         {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
@@ -96,8 +95,16 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
+    /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
+     * every model load, and 2/3 of these would never run) */
+    int hd = cb->base.geom.head_dim;
+    if (hd == 64 || hd == 128)
+        ATLAS_TRY(atlas_registry_function(cb->reg, hd == 64 ? "atlas_attn_prefill64"
+                                                            : "atlas_attn_prefill128",
+                                          hd == 64 ? &cb->fn.attn_prefill64
+                                                   : &cb->fn.attn_prefill128));
     for (int h = 0; h < 3; h++)
-        for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < 4 && (64 << h) == hd; q++) {
             char name[48];
             snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
