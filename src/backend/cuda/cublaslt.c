@@ -6,6 +6,7 @@
  * out[n, m] = x[n, k] @ w[m, k]^T is, in cuBLAS's column-major terms,
  * D (m x n, ld m) = op(A = w as k x m, ld k)^T * (B = x as k x n, ld k): the "TN" case. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,6 @@ typedef struct lt_entry {
 } lt_entry;
 
 struct cuda_lt {
-    void *dl;
     lt_handle h;
     char version[32];
     lt_entry cache[LT_CACHE];
@@ -57,18 +57,32 @@ struct cuda_lt {
                         const lt_algo *, void *, size_t, CUstream);
 };
 
+/* The library, opened once for the process and never closed (docs/ARCHITECTURE.md,
+ * "Globals"): opening it took 100-300 ms of a model load on the H200 machine, in every load. */
+static pthread_mutex_t lt_lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *lt_lib;
+static char lt_lib_error[256];
+
+static atlas_status lt_library(void **out) {
+    pthread_mutex_lock(&lt_lib_lock);
+    if (!lt_lib && !lt_lib_error[0]) {
+        const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+        for (size_t i = 0; i < 3 && !lt_lib; i++) lt_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!lt_lib) snprintf(lt_lib_error, sizeof lt_lib_error, "%s", dlerror());
+    }
+    *out = lt_lib;
+    atlas_status st = lt_lib ? ATLAS_OK
+                             : atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: %s", lt_lib_error);
+    pthread_mutex_unlock(&lt_lib_lock);
+    return st;
+}
+
 atlas_status cuda_lt_create(cuda_lt **out) {
     *out = NULL;
-    const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
     void *dl = NULL;
-    for (size_t i = 0; i < 3 && !dl; i++) dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!dl) return atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: %s", dlerror());
+    ATLAS_TRY(lt_library(&dl));
     cuda_lt *lt = calloc(1, sizeof *lt);
-    if (!lt) {
-        dlclose(dl);
-        return atlas_fail(ATLAS_ERR_NOMEM, "cuBLASLt: out of memory");
-    }
-    lt->dl = dl;
+    if (!lt) return atlas_fail(ATLAS_ERR_NOMEM, "cuBLASLt: out of memory");
     struct { void **fp; const char *name; } syms[] = {
         {(void **)&lt->create, "cublasLtCreate"}, {(void **)&lt->destroy, "cublasLtDestroy"},
         {(void **)&lt->get_version, "cublasLtGetVersion"},
@@ -88,14 +102,12 @@ atlas_status cuda_lt_create(cuda_lt **out) {
         if (!*syms[i].fp) {
             atlas_status st = atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: no symbol %s",
                                          syms[i].name);
-            dlclose(dl);
             free(lt);
             return st;
         }
     }
     lt_status s = lt->create(&lt->h);
     if (s != 0) {
-        dlclose(dl);
         free(lt);
         return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: cublasLtCreate failed (status %d)", s);
     }
@@ -108,8 +120,7 @@ atlas_status cuda_lt_create(cuda_lt **out) {
 void cuda_lt_free(cuda_lt *lt) {
     if (!lt) return;
     lt->destroy(lt->h);
-    dlclose(lt->dl);
-    free(lt);
+    free(lt); /* the library stays open: lt_library */
 }
 
 const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "absent"; }
