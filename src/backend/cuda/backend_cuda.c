@@ -226,11 +226,11 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     size_t bytes = (size_t)rows * cols * 2;
     cuda_load *ld = &cb->load;
     double t0 = atlas_now_ms();
-    if (!ld->first_ms) ld->first_ms = t0 - ld->made_ms;
+    if (!ld->t.first_ms) ld->t.first_ms = t0 - ld->made_ms;
     atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
-    ld->alloc_ms += atlas_now_ms() - t0;
+    ld->t.alloc_ms += atlas_now_ms() - t0;
     if (st == ATLAS_OK) st = weight_upload(cb, w, bytes, views, n);
-    ld->last_ms = atlas_now_ms() - ld->made_ms;
+    ld->t.last_ms = atlas_now_ms() - ld->made_ms;
     if (st != ATLAS_OK) {
         atlas_direct_drop(cb->load.direct, w->ptr, w->ptr + bytes);
         (void)atlas_registry_free(cb->reg, w->ptr);
@@ -265,7 +265,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     double t0 = atlas_now_ms();
     if (!cb->ready) { /* while the loader threads read */
         ATLAS_TRY(cuda_ready(cb));
-        ld->ready_ms = atlas_now_ms() - t0;
+        ld->t.ready_ms = atlas_now_ms() - t0;
     }
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
         atlas_direct_stats s;
@@ -276,7 +276,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     }
     ld->queued = false;
     atlas_status st = atlas_host_upload_wait(cb->host);
-    ld->done_ms += atlas_now_ms() - t0;
+    ld->t.done_ms += atlas_now_ms() - t0;
     return st;
 }
 
@@ -744,7 +744,7 @@ atlas_status cuda_ready(cuda_backend *cb) {
     ATLAS_TRY(atlas_host_make_current(cb->host));
     double t0 = atlas_now_ms();
     ATLAS_TRY(cuda_load_kernels(cb));
-    cb->load.kernels_ms = atlas_now_ms() - t0;
+    cb->load.t.kernels_ms = atlas_now_ms() - t0;
     if (cb->want_lt && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;
         cb->lt_ws_bytes = (size_t)32 << 20;

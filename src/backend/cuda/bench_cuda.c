@@ -213,12 +213,7 @@ atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *o
     out->direct_ms = ld->runs.ms;
     out->run_bytes = ld->runs.direct_bytes + ld->runs.staged_bytes;
     out->refused = atlas_direct_refused();
-    out->first_ms = ld->first_ms;
-    out->last_ms = ld->last_ms;
-    out->alloc_ms = ld->alloc_ms;
-    out->done_ms = ld->done_ms;
-    out->ready_ms = ld->ready_ms;
-    out->kernels_ms = ld->kernels_ms;
+    out->t = ld->t;
     return ATLAS_OK;
 }
 

@@ -32,6 +32,16 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
 
 atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out);
 
+/* Where a model load's time went, ms from the backend's creation (cuda_backend.h keeps it). */
+typedef struct atlas_cuda_load_times {
+    double first_ms;   /* the first weight_load */
+    double last_ms;    /* the last weight_load's return (every weight queued) */
+    double alloc_ms;   /* of those, in device allocations for weights */
+    double done_ms;    /* then in weights_done, until the copies landed */
+    double ready_ms;   /* of done_ms: making the kernels and cuBLASLt meanwhile (cuda_ready) */
+    double kernels_ms; /* of ready_ms: the kernel modules and their functions */
+} atlas_cuda_load_times;
+
 /* How the backend's weights reached the device (ATLAS_LOAD; backend/cuda/direct.h). */
 typedef struct atlas_cuda_load_info {
     const char *mode;        /* "direct", "stage", "mix" */
@@ -43,11 +53,7 @@ typedef struct atlas_cuda_load_info {
     double direct_ms;        /* the direct runs (registration, copies, unregistration) */
     size_t run_bytes;        /* copied in those runs, by either path */
     const char *refused;     /* why registration is off in this process, "" if it is not */
-    /* ms from the backend's creation: to the first weight, to the last weight queued; in
-     * device allocations for weights; waiting in weights_done for the copies */
-    double first_ms, last_ms, alloc_ms, done_ms;
-    double ready_ms;         /* of done_ms: loading the kernels and cuBLASLt meanwhile */
-    double kernels_ms;       /* of ready_ms: the kernel modules and their functions */
+    atlas_cuda_load_times t;
 } atlas_cuda_load_info;
 
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/bench_cuda.h"
 #include "backend/cuda/direct.h"
 #include "backend/cuda/registry.h"
 #include "core/threadpool.h"
@@ -95,11 +96,8 @@ typedef struct cuda_load {
     size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
     bool queue;               /* staged views go to the host's loader threads (ATLAS_LOAD_QUEUE) */
     bool queued;              /* some may still be in flight: wait before freeing a weight */
-    /* where a load's time went, ms (atlas bench): from the backend's creation to the first
-     * weight_load, in registry allocations, to the last weight_load's return, in weights_done */
-    double made_ms, first_ms, alloc_ms, last_ms, done_ms;
-    double ready_ms;          /* of done_ms: loading the kernels and cuBLASLt (cuda_ready) */
-    double kernels_ms;        /* of ready_ms: the kernel modules and their functions */
+    double made_ms;           /* when the backend was created (atlas_now_ms) */
+    atlas_cuda_load_times t;  /* where the load's time went, for atlas bench */
 } cuda_load;
 
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
