@@ -178,9 +178,9 @@ static void print_load_path(atlas_model *m, double load_s) {
                li.piece_bytes >> 20, li.pieces_staged, li.stage_pct, li.threads, li.window,
                li.direct_ms, li.direct_ms > 0 ? li.run_bytes / 1e6 / li.direct_ms : 0.0);
     printf("load time   from the backend's creation: first weight at %.1f ms, last queued at %.1f ms "
-           "(%.1f ms of it in device allocations), then %.1f ms in weights_done (%.1f of it making the "
-           "kernels, %.1f cuBLASLt, while the copies ran)\n", li.t.first_ms, li.t.last_ms,
-           li.t.alloc_ms, li.t.done_ms, li.t.kernels_ms, li.t.ready_ms - li.t.kernels_ms);
+           "(%.1f ms of it in device allocations), then %.1f ms in weights_done; kernels made in "
+           "%.1f ms, cuBLASLt in %.1f\n", li.t.first_ms, li.t.last_ms, li.t.alloc_ms, li.t.done_ms,
+           li.t.kernels_ms, li.t.ready_ms - li.t.kernels_ms);
     if (li.refused[0]) printf("load path   direct loading refused: %s\n", li.refused);
 }
 

@@ -263,10 +263,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->host));
     cuda_load *ld = &cb->load;
     double t0 = atlas_now_ms();
-    if (!cb->ready) { /* while the loader threads read */
-        ATLAS_TRY(cuda_ready(cb));
-        ld->t.ready_ms = atlas_now_ms() - t0;
-    }
+    ATLAS_TRY(cuda_ready(cb)); /* while the loader threads read (unless made first) */
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
         atlas_direct_stats s;
         atlas_status st = atlas_direct_run(ld->direct, &s);
@@ -733,6 +730,10 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->use_bf16_act = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT"); /* read here: cuda_ready makes it later */
     cb->want_lt = !(e && e[0] == '0');
+    /* ATLAS_LOAD_KERNELS=first: make the kernels here, before any weight is queued, instead
+     * of while the loader threads read (to measure which costs a load less) */
+    e = getenv("ATLAS_LOAD_KERNELS");
+    if (e && !strcmp(e, "first")) ATLAS_TRY(cuda_ready(cb));
     return ATLAS_OK;
 }
 
@@ -758,6 +759,7 @@ atlas_status cuda_ready(cuda_backend *cb) {
     }
     atlas_error_clear();
     cb->ready = true;
+    cb->load.t.ready_ms = atlas_now_ms() - t0;
     return ATLAS_OK;
 }
 
