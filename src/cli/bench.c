@@ -7,7 +7,6 @@
  * Weights read per token: every linear layer and the output head (an untied embedding
  * table is not read). Prefill FLOPs: 2 x tokens x linear weights + causal attention
  * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "backend/cuda/bench_cuda.h"
 #include "cli/cli.h"
 #include "model/forward.h"
+#include "model/safetensors.h"
 
 enum { MAX_P = 8, MAX_B = 8, BLOCK = 16 };
 
@@ -184,34 +184,34 @@ static void print_load_path(atlas_model *m, double load_s) {
     if (li.refused[0]) printf("load path   direct loading refused: %s\n", li.refused);
 }
 
-/* The reference loader over the model's .safetensors files, beside our load rate. */
+/* The issue's reference loader over the model's shards (those atlas_st_open_dir maps: the
+ * index's, not every .safetensors file in the directory), beside our load rate. */
 static void print_load_reference(atlas_model *m, const char *dir, double load_gbps) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    char *paths[64];
-    int n = 0;
-    for (struct dirent *e; n < 64 && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len > 12 && !strcmp(e->d_name + len - 12, ".safetensors") &&
-            (paths[n] = malloc(strlen(dir) + len + 2)))
-            sprintf(paths[n++], "%s/%s", dir, e->d_name);
+    atlas_st *st = NULL;
+    if (atlas_st_open_dir(dir, &st) != ATLAS_OK) {
+        printf("load ref    not measured: %s\n", atlas_last_error());
+        return;
     }
-    closedir(d);
+    const char *paths[64];
+    int n = 0;
+    for (size_t i = 0; i < atlas_st_count(st); i++) { /* listed shard by shard */
+        const char *f = atlas_st_at(st, i)->file;
+        if (n < 64 && (n == 0 || strcmp(paths[n - 1], f))) paths[n++] = f;
+    }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
     atlas_cuda_file_load fl;
-    if (n && atlas_cuda_measure_file_load(atlas_model_backend(m), (const char *const *)paths, n,
-                                          threads, &fl) == ATLAS_OK) {
+    if (atlas_cuda_measure_file_load(atlas_model_backend(m), paths, n, threads, &fl) == ATLAS_OK) {
         printf("load ref    %.1f GB/s: the issue's reference loader over the same %d file(s), %.2f "
                "GB in %.3f s (%d threads, pread of %zu MiB pieces into 2 pinned buffers a thread, "
                "a stream a thread; buffers made beforehand in %.2f s)\n", fl.gbps, n,
                fl.bytes / 1e9, fl.seconds, fl.threads, fl.piece_bytes >> 20, fl.setup_s);
         printf("ratio       load %.1f%% of the reference loader (%.1f GB/s of %.1f)\n",
                100.0 * load_gbps / fl.gbps, load_gbps, fl.gbps);
-    } else if (n) {
+    } else {
         printf("load ref    not measured: %s\n", atlas_last_error());
     }
-    for (int i = 0; i < n; i++) free(paths[i]);
+    atlas_st_free(st);
 }
 
 static int fail(const char *what) {

@@ -92,7 +92,6 @@ static atlas_status stage_views(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
     if (cb->load.queue && n <= CUDA_FUSE_MAX) {
         queued_fill q = {.n = n};
         for (int i = 0; i < n; i++) q.views[i] = *views[i];
-        cb->load.queued = true;
         return atlas_host_upload_queue(cb->host, dst, bytes, fill_queued, &q, sizeof q);
     }
     fill_ctx f = {cb, views, n, NULL, 0};
@@ -143,8 +142,7 @@ static int env_int(const char *name, int def) {
 
 /* ATLAS_LOAD=stage (default) | direct | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
  * ATLAS_LOAD_STAGE_PCT (mix only, default 30), ATLAS_LOAD_QUEUE (default 1), ATLAS_LOAD_FILL_KB
- * (default 1024, with ATLAS_LOAD_QUEUE=0): read once,
- * at the first weight. */
+ * (default 1024, with ATLAS_LOAD_QUEUE=0): read once, at the first weight. */
 static void load_configure(cuda_backend *cb) {
     cuda_load *ld = &cb->load;
     if (ld->configured) return;
@@ -175,6 +173,7 @@ static bool load_direct(const cuda_backend *cb, const atlas_tensor_view *v) {
 static atlas_status weight_upload(cuda_backend *cb, atlas_weight *w, size_t bytes,
                                 const atlas_tensor_view *const *views, int n) {
     load_configure(cb);
+    cb->load.pending = true;
     bool any = false;
     for (int i = 0; i < n; i++) any |= load_direct(cb, views[i]);
     if (!any) return stage_views(cb, w->ptr, bytes, views, n); /* the fused weight at once */
@@ -245,9 +244,9 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
     cuda_load *ld = &cuda_of(be)->load;
-    if (ld->queued) { /* a failed load: the loader threads may still be writing to it */
+    if (ld->pending) { /* a failed load: the loader threads may still be writing to it */
         (void)atlas_host_upload_wait(cuda_of(be)->host);
-        ld->queued = false;
+        ld->pending = false;
     }
     size_t bytes = (size_t)w->rows * w->cols * 2;
     cuda_of(be)->weight_bytes -= bytes;
@@ -257,11 +256,13 @@ static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
 }
 
 /* Runs the queued direct copies and waits for the staged ones: the weights are on the device
- * (also called by begin_batch, for weights loaded without a weights_done). */
+ * (also called by every begin_batch, for weights loaded without a weights_done: at once when
+ * nothing was loaded since). */
 static atlas_status cuda_weights_done(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
-    ATLAS_TRY(atlas_host_make_current(cb->host));
     cuda_load *ld = &cb->load;
+    if (cb->ready && !ld->pending) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(cb->host));
     double t0 = atlas_now_ms();
     ATLAS_TRY(cuda_ready(cb)); /* while the loader threads read (unless made first) */
     if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
@@ -271,7 +272,7 @@ static atlas_status cuda_weights_done(atlas_backend *be) {
         if (st != ATLAS_OK)
             return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
     }
-    ld->queued = false;
+    ld->pending = false;
     atlas_status st = atlas_host_upload_wait(cb->host);
     ld->t.done_ms += atlas_now_ms() - t0;
     return st;
@@ -738,8 +739,9 @@ static atlas_status cuda_setup(cuda_backend *cb) {
 }
 
 /* The kernel modules and cuBLASLt, made once, at the first weights_done or batch: a model
- * load queues its weights first, so that this (70 ms on the H200 machine, mostly the
- * modules) overlaps the loader threads' reading instead of delaying it. */
+ * load queues its weights first, so that this overlaps the loader threads' reading instead
+ * of delaying it (3-4 ms alone on the H200 machine since cuBLASLt stays open; 62-83 ms
+ * before the first weight when it was opened in every load: bench/RESULTS.md). */
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));

@@ -365,10 +365,6 @@ typedef struct probe_thread {
     int t;
 } probe_thread;
 
-static atlas_status probe_read(const probe_piece *pc, void *dst) {
-    return atlas_file_read_at(pc->fd, dst, pc->n, pc->off);
-}
-
 static void *probe_main(void *arg) {
     probe_thread *pt = arg;
     file_probe *p = pt->p;
@@ -379,10 +375,11 @@ static void *probe_main(void *arg) {
         if (i >= p->n_pieces) break;
         int b = 2 * t + (k & 1);
         st = ATLAS_CU(cuEventSynchronize, p->done[b]);
-        if (st == ATLAS_OK) st = probe_read(&p->pieces[i], p->buf[b]);
+        const probe_piece *pc = &p->pieces[i];
+        if (st == ATLAS_OK) st = atlas_file_read_at(pc->fd, p->buf[b], pc->n, pc->off);
         if (st == ATLAS_OK)
             st = ATLAS_CU(cuMemcpyHtoDAsync, p->dev + (size_t)t * PROBE_PIECE, p->buf[b],
-                          p->pieces[i].n, p->stream[t]);
+                          pc->n, p->stream[t]);
         if (st == ATLAS_OK) st = ATLAS_CU(cuEventRecord, p->done[b], p->stream[t]);
     }
     if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, p->stream[t]);

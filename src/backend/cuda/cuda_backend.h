@@ -95,7 +95,8 @@ typedef struct cuda_load {
     atlas_direct_stats runs;  /* the direct runs, bytes, pieces and ms summed */
     size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
     bool queue;               /* staged views go to the host's loader threads (ATLAS_LOAD_QUEUE) */
-    bool queued;              /* some may still be in flight: wait before freeing a weight */
+    bool pending;             /* weights uploaded or queued since the last weights_done: some
+                                 may be in flight (wait before freeing one) */
     double made_ms;           /* when the backend was created (atlas_now_ms) */
     atlas_cuda_load_times t;  /* where the load's time went, for atlas bench */
 } cuda_load;

@@ -220,8 +220,7 @@ static atlas_status host_buf_take(atlas_host *h, int *out) {
     h->free_n--;
     pthread_mutex_unlock(&h->q_lock);
     *out = i;
-    atlas_status st = ATLAS_CU(cuEventSynchronize, h->staging_done[i]);
-    return st;
+    return ATLAS_CU(cuEventSynchronize, h->staging_done[i]);
 }
 
 /* Fills buffer i with bytes [off, off + n) of an upload and queues its copy to dst + off. */
