@@ -740,8 +740,9 @@ static atlas_status cuda_setup(cuda_backend *cb) {
 
 /* The kernel modules and cuBLASLt, made once, at the first weights_done or batch: a model
  * load queues its weights first, so that this overlaps the loader threads' reading instead
- * of delaying it (3-4 ms alone on the H200 machine since cuBLASLt stays open; 62-83 ms
- * before the first weight when it was opened in every load: bench/RESULTS.md). */
+ * of delaying it (3-4 ms alone on the H200 machine since cuBLASLt stays open; kernels and
+ * cuBLASLt together held the first weight back 62-83 ms when it was opened in every load:
+ * bench/RESULTS.md). */
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));
