@@ -244,10 +244,9 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
     cuda_load *ld = &cuda_of(be)->load;
-    if (ld->pending) { /* a failed load: the loader threads may still be writing to it */
-        (void)atlas_host_upload_wait(cuda_of(be)->host);
-        ld->pending = false;
-    }
+    /* a failed load: the loader threads may still be writing to it (pending stays: queued
+     * direct copies of the other weights still run in weights_done) */
+    if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->host);
     size_t bytes = (size_t)w->rows * w->cols * 2;
     cuda_of(be)->weight_bytes -= bytes;
     atlas_direct_drop(cuda_of(be)->load.direct, w->ptr, w->ptr + bytes); /* never copied */
@@ -731,18 +730,20 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     cb->use_bf16_act = !(e && e[0] == '0');
     e = getenv("ATLAS_CUBLASLT"); /* read here: cuda_ready makes it later */
     cb->want_lt = !(e && e[0] == '0');
-    /* ATLAS_LOAD_KERNELS=first: make the kernels here, before any weight is queued, instead
-     * of while the loader threads read (to measure which costs a load less) */
+    /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
+     * where made while the loader threads read (ATLAS_LOAD_KERNELS=overlap) they took 80-227
+     * ms of a core the loaders wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same
+     * machine (bench/RESULTS.md, 2026-12-03 sixth session) */
     e = getenv("ATLAS_LOAD_KERNELS");
-    if (e && !strcmp(e, "first")) ATLAS_TRY(cuda_ready(cb));
+    if (!(e && !strcmp(e, "overlap"))) ATLAS_TRY(cuda_ready(cb));
     return ATLAS_OK;
 }
 
-/* The kernel modules and cuBLASLt, made once, at the first weights_done or batch: a model
- * load queues its weights first, so that this overlaps the loader threads' reading instead
- * of delaying it (3-4 ms alone on the H200 machine since cuBLASLt stays open; kernels and
- * cuBLASLt together held the first weight back 62-83 ms when it was opened in every load:
- * bench/RESULTS.md). */
+/* The kernel modules and cuBLASLt, made once: at the backend's creation by default, at the
+ * first weights_done or batch with ATLAS_LOAD_KERNELS=overlap (a model load queues its
+ * weights first, so that this overlaps the loader threads' reading). 3-4 ms alone on the
+ * H200 machine since cuBLASLt stays open; kernels and cuBLASLt together held the first
+ * weight back 62-83 ms when it was opened in every load: bench/RESULTS.md. */
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));

@@ -38,8 +38,8 @@ typedef struct atlas_cuda_load_times {
     double last_ms;    /* the last weight_load's return (every weight queued) */
     double alloc_ms;   /* of those, in device allocations for weights */
     double done_ms;    /* then in weights_done, until the copies landed */
-    double ready_ms;   /* making the kernels and cuBLASLt (cuda_ready): part of done_ms, or
-                        * of first_ms with ATLAS_LOAD_KERNELS=first */
+    double ready_ms;   /* making the kernels and cuBLASLt (cuda_ready): part of first_ms, or
+                        * of done_ms with ATLAS_LOAD_KERNELS=overlap */
     double kernels_ms; /* of ready_ms: the kernel modules and their functions */
 } atlas_cuda_load_times;
 
