@@ -19,6 +19,7 @@
 
 #include "atlas/model.h"
 #include "atlas/tokenizer.h"
+#include "greedy.h"
 #include "harness.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
@@ -370,6 +371,51 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
     atlas_tokenizer_free(tok);
 }
 
+/* Greedy steps queued a step ahead (atlas_model_forward_argmax_queue; the CPU computes each
+ * at once and keeps its ids): the same ids as token-by-token argmax over a long run, the
+ * reference's where its margins are clear; and the misuses, each a clear error. */
+static void test_queued(atlas_model *m, const char *model, const prompt *pr) {
+    enum { STEPS = 200 };
+    int32_t want[STEPS], got[STEPS];
+    seq s;
+    next_block = 0;
+    seq_init(&s);
+    CHECK_OK(greedy_run(m, pr->ids, pr->n, s.table, BLOCK, STEPS, 0, want));
+    CHECK_OK(greedy_run(m, pr->ids, pr->n, s.table, BLOCK, STEPS, 1, got));
+    int same = 0;
+    while (same < STEPS && got[same] == want[same]) same++;
+    CHECK_MSG(same == STEPS, "%s: queued greedy id %d of %d differs (%d, want %d)", model, same,
+              STEPS, same < STEPS ? got[same] : 0, same < STEPS ? want[same] : 0);
+    check_greedy(model, 0, pr, got);
+
+    int32_t tok = want[0], id = -1, pos = 0, start[2] = {0, 1}, ctx = 1, row = 0;
+    atlas_batch b = {.n_tokens = 1, .tokens = NULL, .positions = &pos, .n_seqs = 1,
+                     .seq_start = start, .seq_ctx = &ctx, .block_table = s.table,
+                     .max_blocks = 1, .n_logits = 1, .logit_rows = &row};
+    CHECK(atlas_model_argmax_collect(m, &id, 1) == ATLAS_ERR_INVALID); /* nothing queued */
+    CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_INVALID); /* no step before */
+    b.tokens = &tok;
+    CHECK_OK(atlas_model_forward_argmax_queue(m, &b));
+    b.tokens = NULL;
+    pos = 1, ctx = 2;
+    CHECK_OK(atlas_model_forward_argmax_queue(m, &b));
+    CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_BUSY); /* 2 queued */
+    CHECK(atlas_model_forward_argmax(m, &b, &id) == ATLAS_ERR_BUSY);
+    CHECK(atlas_model_argmax_collect(m, &id, 2) == ATLAS_ERR_RANGE); /* the step has 1 row */
+    int32_t q[2] = {-1, -1}, e[2] = {-2, -2};
+    CHECK_OK(atlas_model_argmax_collect(m, &q[0], 1));
+    CHECK_OK(atlas_model_argmax_collect(m, &q[1], 1));
+    b.tokens = &tok; /* nothing queued: usable again, and the same two steps agree */
+    pos = 0, ctx = 1;
+    CHECK_OK(atlas_model_forward_argmax(m, &b, &e[0]));
+    b.tokens = &e[0];
+    pos = 1, ctx = 2;
+    CHECK_OK(atlas_model_forward_argmax(m, &b, &e[1]));
+    CHECK_MSG(q[0] == e[0] && q[1] == e[1], "%s: queued %d %d, token by token %d %d", model,
+              q[0], q[1], e[0], e[1]);
+    printf("%s: %d queued greedy steps equal token-by-token argmax\n", model, same);
+}
+
 static void test_model(const char *name) {
     char dir[512], ref[600];
     snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
@@ -422,6 +468,7 @@ static void test_model(const char *name) {
     next_block = 0;
     test_batch(m, name, pr, n, V);
     test_invariance(dir, name, pr, n, m);
+    test_queued(m, name, &pr[0]);
     test_cli(name, &pr[0], "Hello, world!");
     CHECK_OK(atlas_model_release(m));
     atlas_st_free(st);

@@ -49,7 +49,8 @@ typedef struct atlas_backend_geom {
 
 typedef struct atlas_batch {
     int n_tokens;
-    const int32_t *tokens;      /* [n_tokens] */
+    const int32_t *tokens;      /* [n_tokens]; NULL (backends with argmax_queue): the ids of
+                                   the last queued argmax, row for row, read on the device */
     const int32_t *positions;   /* [n_tokens] absolute positions */
     int n_seqs;
     const int32_t *seq_start;   /* [n_seqs + 1]: seq s owns tokens seq_start[s] .. seq_start[s+1]-1,
@@ -117,6 +118,13 @@ typedef struct atlas_backend_ops {
     /* ids[rows] = argmax over each row of logits[rows, vocab]; waits */
     atlas_status (*argmax)(atlas_backend *be, int32_t *ids, const void *logits, int rows,
                            int vocab);
+    /* Optional (NULL: none), greedy decoding a step ahead of the host: queues ids =
+     * argmax of each row of logits[rows, vocab] and their copy to the host, and returns
+     * without waiting; the next batch may take them as its tokens (tokens NULL) on the
+     * device, so that it is queued while this one runs. At most 2 queued; argmax_collect
+     * waits for the oldest one and writes its ids[rows]. */
+    atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int rows, int vocab);
+    atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
     atlas_status (*sync)(atlas_backend *be);
     void (*destroy)(atlas_backend *be);
     /* Optional (NULL: none): x[count] = its sum over the ranks of tensor parallelism, in

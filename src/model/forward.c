@@ -20,6 +20,7 @@
  */
 #include "model/forward.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -38,7 +39,7 @@ static atlas_status check_batch(const atlas_model *m, const atlas_batch *b) {
                           b->n_tokens);
     if (b->max_blocks < 1)
         return atlas_fail(ATLAS_ERR_INVALID, "batch: max_blocks %d", b->max_blocks);
-    for (int t = 0; t < b->n_tokens; t++)
+    for (int t = 0; b->tokens && t < b->n_tokens; t++) /* NULL: a queued argmax's ids */
         if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
             return atlas_fail(ATLAS_ERR_RANGE, "batch: tokens[%d] = %d outside the vocabulary "
                               "(0..%d)", t, b->tokens[t], m->cfg.vocab_size - 1);
@@ -137,6 +138,9 @@ static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logi
 /* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). */
 static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits, int32_t *ids) {
     ATLAS_TRY(check_batch(m, b));
+    if (!b->tokens)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch without tokens (they "
+                          "come from a queued step: atlas_model_forward_argmax_queue)", m->dir);
     if ((logits || ids) && (m->tp_rank > 0 || !m->w.lm_head))
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): tensor parallel rank %d has no "
                           "lm_head (rank 0 computes the logits): use the layers-only forward",
@@ -150,16 +154,99 @@ static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits,
     return ATLAS_OK;
 }
 
+static atlas_status not_queued(const atlas_model *m) {
+    if (m->q_n == 0) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): %d greedy step(s) queued: collect them "
+                      "first (atlas_model_argmax_collect)", m->dir, m->q_n);
+}
+
 atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *logits) {
+    ATLAS_TRY(not_queued(m));
     return forward(m, b, logits, NULL);
 }
 
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids) {
+    ATLAS_TRY(not_queued(m));
     return forward(m, b, NULL, ids);
 }
 
 atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b) {
+    ATLAS_TRY(not_queued(m));
     return forward(m, b, NULL, NULL);
+}
+
+/* The backend's device path: the forward and the argmax queued, nothing waited for. */
+static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b) {
+    atlas_backend *be = m->be;
+    const atlas_backend_ops *op = be->ops;
+    int d = m->cfg.hidden;
+    pthread_mutex_lock(&m->forward_mu);
+    atlas_status st = op->begin_batch(be, b, m->kv_block_size);
+    if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
+    if (st == ATLAS_OK) st = op->gather_rows(be, m->acts.rows, m->acts.h, d);
+    if (st == ATLAS_OK) st = op->matmul(be, m->acts.logits, m->acts.rows, m->w.lm_head, NULL,
+                                        b->n_logits);
+    if (st == ATLAS_OK) st = op->argmax_queue(be, m->acts.logits, b->n_logits,
+                                              m->cfg.vocab_size);
+    pthread_mutex_unlock(&m->forward_mu);
+    return st;
+}
+
+/* Without the device path: computed at once, the ids kept in the next ring slot. */
+static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot) {
+    size_t cap = (size_t)m->max_batch_tokens;
+    if (!m->q_ids && !(m->q_ids = malloc(2 * cap * sizeof *m->q_ids)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
+    atlas_batch bb = *b;
+    if (!b->tokens) bb.tokens = m->q_ids + (size_t)(1 - slot) * cap; /* the step before */
+    return forward(m, &bb, NULL, m->q_ids + (size_t)slot * cap);
+}
+
+atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b) {
+    ATLAS_TRY(check_batch(m, b));
+    if (m->q_n == 2)
+        return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): 2 greedy steps queued already: "
+                          "collect one first", m->dir);
+    int last = (m->q_head + m->q_n + 1) % 2, slot = (m->q_head + m->q_n) % 2;
+    if (!b->tokens && (m->q_n == 0 || m->q_rows[last] != b->n_tokens))
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch of %d tokens taken from "
+                          "the step before, which %s", m->dir, b->n_tokens,
+                          m->q_n == 0 ? "is not queued (or was collected)"
+                                      : "has another number of logit rows");
+    if (b->n_logits < 1 || b->n_logits > m->logit_chunk)
+        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued greedy step wants 1..%d "
+                          "logit rows, not %d", m->dir, m->logit_chunk, b->n_logits);
+    if (m->tp_size > 1 || !m->w.lm_head)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "forward (%s): queued greedy steps run on "
+                          "one GPU only (tensor parallel size %d)", m->dir, m->tp_size);
+    atlas_status st = m->be->ops->argmax_queue ? queue_on_device(m, b)
+                                               : queue_on_host(m, b, slot);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s): queuing a greedy step", m->dir);
+    m->q_rows[slot] = b->n_logits;
+    m->q_n++;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n) {
+    if (m->q_n == 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): no greedy step queued to collect",
+                          m->dir);
+    int slot = m->q_head;
+    if (n != m->q_rows[slot])
+        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): collecting %d ids of a step with %d "
+                          "logit rows", m->dir, n, m->q_rows[slot]);
+    atlas_status st = ATLAS_OK;
+    if (m->be->ops->argmax_collect) {
+        pthread_mutex_lock(&m->forward_mu);
+        st = m->be->ops->argmax_collect(m->be, ids, n);
+        pthread_mutex_unlock(&m->forward_mu);
+    } else {
+        memcpy(ids, m->q_ids + (size_t)slot * m->max_batch_tokens, (size_t)n * sizeof *ids);
+    }
+    m->q_head = (slot + 1) % 2;
+    m->q_n--;
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s): collecting a greedy step", m->dir);
+    return ATLAS_OK;
 }
 
 void atlas_model_set_all_reduce(atlas_model *m, atlas_all_reduce_fn fn, void *ctx) {

@@ -21,6 +21,18 @@ atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *lo
  * the full logits). ids[b->n_logits]. */
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids);
 
+/* Greedy decoding a step ahead of the host: queues b's forward and the argmax of its logit
+ * rows and returns without waiting for them, so that the next step is queued while this one
+ * runs and the GPU never idles between steps. b->tokens may be NULL: the tokens are then the
+ * ids of the step queued just before (b->n_tokens = its n_logits), taken on the device. At
+ * most 2 steps are queued; atlas_model_argmax_collect waits for the oldest and writes its
+ * ids[n] (n = its n_logits). The usual loop: queue(1); queue(2); collect(1); queue(3);
+ * collect(2); ... A step whose ids turn out unwanted (an end of text) is collected and
+ * dropped. While steps are queued, the other forwards fail (ATLAS_ERR_BUSY). Backends
+ * without the device path (the CPU) compute each step at once and keep its ids. */
+atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b);
+atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n);
+
 /* Tensor parallelism (tp_size > 1 in atlas_model_params): sums x[count] (the partial
  * outputs of the attention and MLP projections, backend memory in its activation type)
  * over all ranks, in place. Called twice per layer on every rank, in the same order; on

@@ -396,8 +396,34 @@ static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
 
 /* --- the batch -------------------------------------------------------------------------------- */
 
+/* Before a buffer a queued step may still use is freed or a graph it runs destroyed: waits
+ * for the queued steps (their ids stay in h_ids). */
+static atlas_status quiesce(cuda_backend *cb) {
+    return cb->aq_n ? ATLAS_CU(cuStreamSynchronize, cb->stream) : ATLAS_OK;
+}
+
+/* h_ids of ct ids a slot, the queued slots' ids kept; the events made once. */
+static atlas_status ids_grow(cuda_backend *cb, int ct) {
+    const atlas_driver *d = atlas_driver_get();
+    for (int s = 0; s < 2; s++)
+        if (!cb->aq_done[s])
+            ATLAS_CU_TRY(cuEventCreate, &cb->aq_done[s], ATLAS_CU_EVENT_DISABLE_TIMING);
+    void *p = NULL;
+    ATLAS_CU_TRY(cuMemHostAlloc, &p, (size_t)2 * ct * sizeof(int32_t), 0);
+    int32_t *h = p;
+    if (cb->h_ids) {
+        for (int s = 0; s < 2; s++)
+            memcpy(h + (size_t)s * ct, cb->h_ids + (size_t)s * cb->cap_tok,
+                   (size_t)cb->cap_tok * sizeof *h);
+        d->cuMemFreeHost(cb->h_ids);
+    }
+    cb->h_ids = h;
+    return ATLAS_OK;
+}
+
 static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     if (n_tokens <= cb->cap_tok && table <= cb->cap_table) return ATLAS_OK;
+    ATLAS_TRY(quiesce(cb));
     drop_graphs(cb); /* they hold the old addresses */
     int ct = n_tokens > cb->cap_tok ? n_tokens : cb->cap_tok;
     if (ct < 64) ct = 64;
@@ -409,6 +435,7 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     /* argmax ids [ct], then atlas_argmax_wide's best [ct] (u64) and count [ct], zero */
     ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, cuda_ids_bytes(ct), "argmax ids"));
     ATLAS_CU_TRY(cuMemsetD8, cb->d_ids, 0, cuda_ids_bytes(ct));
+    ATLAS_TRY(ids_grow(cb, ct));
     size_t rope = (size_t)ct * (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
     ATLAS_TRY(cuda_realloc(cb, &cb->d_rope, rope, "rope cos/sin"));
     cb->cap_tok = ct;
@@ -428,9 +455,25 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     int mb = 16;
     while (mb < b->max_blocks) mb *= 2;
     int n = b->n_tokens, table = b->n_seqs * mb;
+    if (!b->tokens && !(cb->aq_n > 0 && cb->ids_queued))
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch whose tokens are the ids of a "
+                          "queued argmax, and none is queued");
+    int cap0 = cb->cap_tok, table0 = cb->cap_table;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
     int32_t *h = cb->h_stage, cap = cb->cap_tok;
-    memcpy(h, b->tokens, (size_t)n * 4);
+    cb->tok_src = 0;
+    if (b->tokens) {
+        memcpy(h, b->tokens, (size_t)n * 4);
+    } else { /* the last queued step's ids, read on the device */
+        int last = (cb->aq_head + cb->aq_n - 1) % 2;
+        if (cb->aq_rows[last] != n)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch of %d tokens from a queued "
+                              "argmax of %d rows", n, cb->aq_rows[last]);
+        if (cap0 != cb->cap_tok || table0 != cb->cap_table) /* d_ids made again: stage_grow */
+            memcpy(h, cb->h_ids + (size_t)last * cap, (size_t)n * 4); /* waited for them */
+        else
+            cb->tok_src = cb->d_ids;
+    }
     memcpy(h + cap, b->positions, (size_t)n * 4);
     for (int s = 0; s < b->n_seqs; s++) {
         const int32_t *bt = b->block_table + (size_t)s * b->max_blocks;
@@ -473,6 +516,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     /* (at 2,048 tokens x 8 splits they would be 268 MB that the cluster kernel never uses) */
     size_t need = partials ? (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4 : 0;
     if (need > cb->part_bytes) {
+        ATLAS_TRY(quiesce(cb));
         drop_graphs(cb);
         ATLAS_TRY(cuda_realloc(cb, &cb->part_o, (size_t)n * g->n_heads * n_split * g->head_dim * 4,
                                "attention partials"));
@@ -481,6 +525,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         cb->part_bytes = need;
     }
     if (n > cb->counter_cap) {
+        ATLAS_TRY(quiesce(cb));
         drop_graphs(cb);
         ATLAS_TRY(cuda_realloc(cb, &cb->attn_counters, (size_t)n * g->n_kv_heads * 4,
                                "attention counters"));
@@ -491,6 +536,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->chunk = chunk;
     /* prefill's bf16 copy of a norm's output for the next matmul (ops_cuda.c) */
     if (cb->lt && cb->use_bf16_act && n >= 64 && (size_t)n * g->hidden * 2 > cb->lt_h_bytes) {
+        ATLAS_TRY(quiesce(cb));
         drop_graphs(cb);
         ATLAS_TRY(cuda_realloc(cb, &cb->lt_h, (size_t)n * g->hidden * 2, "cublaslt norm input"));
         cb->lt_h_bytes = (size_t)n * g->hidden * 2;
@@ -523,7 +569,9 @@ static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, con
 }
 
 static atlas_status cuda_embed(atlas_backend *be, void *x, const atlas_weight *table) {
-    return cmd4(be, CUDA_OP_EMBED, cuda_of(be)->n_tokens, 0, 0, x, table, NULL, NULL);
+    cuda_backend *cb = cuda_of(be); /* p[2]: the tokens when they are a queued argmax's ids */
+    return cmd4(be, CUDA_OP_EMBED, cb->n_tokens, 0, 0, x, table,
+                (const void *)(uintptr_t)cb->tok_src, NULL);
 }
 
 static atlas_status cuda_rmsnorm(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
@@ -583,8 +631,45 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
     ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
                    NULL));
     ATLAS_TRY(flush(cb));
+    cb->ids_queued = false;
     ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
     return ATLAS_CU(cuStreamSynchronize, cb->stream);
+}
+
+static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows,
+                                      int vocab) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_ready(cb));
+    if (rows < 1 || rows > cb->cap_tok)
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (1..%d)", rows, cb->cap_tok);
+    if (cb->aq_n == 2)
+        return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
+    int slot = (cb->aq_head + cb->aq_n) % 2;
+    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
+                   NULL));
+    ATLAS_TRY(flush(cb));
+    ATLAS_CU_TRY(cuMemcpyDtoHAsync, cb->h_ids + (size_t)slot * cb->cap_tok, cb->d_ids,
+                 (size_t)rows * 4, cb->stream);
+    ATLAS_CU_TRY(cuEventRecord, cb->aq_done[slot], cb->stream);
+    cb->aq_rows[slot] = rows;
+    cb->aq_n++;
+    cb->ids_queued = true;
+    return ATLAS_OK;
+}
+
+static atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows) {
+    cuda_backend *cb = cuda_of(be);
+    if (cb->aq_n == 0) return atlas_fail(ATLAS_ERR_INVALID, "cuda: no argmax queued to collect");
+    int slot = cb->aq_head;
+    cb->aq_head = (slot + 1) % 2;
+    cb->aq_n--;
+    if (rows != cb->aq_rows[slot])
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: collecting %d ids of an argmax of %d rows",
+                          rows, cb->aq_rows[slot]);
+    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_CU_TRY(cuEventSynchronize, cb->aq_done[slot]);
+    memcpy(ids, cb->h_ids + (size_t)slot * cb->cap_tok, (size_t)rows * 4);
+    return ATLAS_OK;
 }
 
 static atlas_status cuda_sync(atlas_backend *be) {
@@ -605,6 +690,10 @@ static void cuda_destroy(atlas_backend *be) {
     atlas_threadpool_free(cb->pool);
     atlas_direct_free(cb->load.direct);
     free(cb->h_stage);
+    const atlas_driver *d = atlas_driver_get();
+    if (cb->h_ids) d->cuMemFreeHost(cb->h_ids);
+    for (int s = 0; s < 2; s++)
+        if (cb->aq_done[s]) d->cuEventDestroy(cb->aq_done[s]);
     free(cb->inv_freq);
     (void)atlas_registry_release(cb->reg); /* frees every allocation left */
     free(cb);
@@ -632,6 +721,8 @@ static const atlas_backend_ops cuda_ops = {
     .gather_rows = cuda_gather_rows,
     .download = cuda_download,
     .argmax = cuda_argmax,
+    .argmax_queue = cuda_argmax_queue,
+    .argmax_collect = cuda_argmax_collect,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
 };

@@ -124,6 +124,15 @@ typedef struct cuda_backend {
                                tiles (first token, count) [2 * cap_tok], block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
+    /* greedy steps queued a step ahead (argmax_queue): each one's ids are copied to its slot
+     * of h_ids (pinned, [2][cap_tok]); aq_n slots from aq_head wait to be collected, aq_done
+     * marks each one's copy */
+    int32_t *h_ids;
+    CUevent aq_done[2];
+    int aq_head, aq_n, aq_rows[2];
+    bool ids_queued;        /* d_ids holds the last queued argmax's ids (argmax_queue) */
+    CUdeviceptr tok_src;    /* the batch's tokens: 0 the staged ones, else d_ids (a batch
+                               whose tokens are the step before's ids) */
     /* attention split-K workspace */
     int n_split, chunk;
     CUdeviceptr part_o, part_ml;

@@ -408,7 +408,8 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return ATLAS_OK;
     case CUDA_OP_EMBED: {
         const atlas_weight *t = c->p[1];
-        CUdeviceptr tok = cuda_stage_ptr(cb, CUDA_STAGE_TOKENS), tp = t->ptr;
+        CUdeviceptr tok = c->p[2] ? CUDA_PTR(c->p[2]) : cuda_stage_ptr(cb, CUDA_STAGE_TOKENS),
+                    tp = t->ptr;
         d = (int)t->cols;
         void *a[] = {&p0, &tp, &tok, &d};
         return launch(cb, cb->fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
