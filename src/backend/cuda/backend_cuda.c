@@ -402,22 +402,35 @@ static atlas_status quiesce(cuda_backend *cb) {
     return cb->aq_n ? ATLAS_CU(cuStreamSynchronize, cb->stream) : ATLAS_OK;
 }
 
-/* h_ids of ct ids a slot, the queued slots' ids kept; the events made once. */
-static atlas_status ids_grow(cuda_backend *cb, int ct) {
+/* The pinned host buffers of ct tokens and `words` staged ints: h_ids (the queued slots' ids
+ * kept; the stream is idle: quiesce) and both h_stage buffers; their events made once. */
+static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     const atlas_driver *d = atlas_driver_get();
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         if (!cb->aq_done[s])
             ATLAS_CU_TRY(cuEventCreate, &cb->aq_done[s], ATLAS_CU_EVENT_DISABLE_TIMING);
+        if (!cb->stage_sent[s])
+            ATLAS_CU_TRY(cuEventCreate, &cb->stage_sent[s], ATLAS_CU_EVENT_DISABLE_TIMING);
+    }
     void *p = NULL;
     ATLAS_CU_TRY(cuMemHostAlloc, &p, (size_t)2 * ct * sizeof(int32_t), 0);
     int32_t *h = p;
     if (cb->h_ids) {
         for (int s = 0; s < 2; s++)
-            memcpy(h + (size_t)s * ct, cb->h_ids + (size_t)s * cb->cap_tok,
-                   (size_t)cb->cap_tok * sizeof *h);
+            memcpy(h + (size_t)s * ct, cb->h_ids + (size_t)s * cb->ids_cap,
+                   (size_t)cb->ids_cap * sizeof *h);
         d->cuMemFreeHost(cb->h_ids);
     }
     cb->h_ids = h;
+    cb->ids_cap = ct;
+    for (int s = 0; s < 2; s++) {
+        if (cb->stage_busy[s]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[s]);
+        if (cb->h_stage[s]) d->cuMemFreeHost(cb->h_stage[s]);
+        cb->h_stage[s] = NULL;
+        cb->stage_busy[s] = false;
+        ATLAS_CU_TRY(cuMemHostAlloc, &p, words * sizeof(int32_t), 0);
+        cb->h_stage[s] = p;
+    }
     return ATLAS_OK;
 }
 
@@ -428,14 +441,11 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     int ct = n_tokens > cb->cap_tok ? n_tokens : cb->cap_tok;
     if (ct < 64) ct = 64;
     int cbt = table > cb->cap_table ? table : cb->cap_table;
-    int32_t *h = realloc(cb->h_stage, (size_t)(7 * ct + cbt) * sizeof *h);
-    if (!h) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
-    cb->h_stage = h;
+    ATLAS_TRY(pinned_grow(cb, ct, (size_t)(7 * ct + cbt)));
     ATLAS_TRY(cuda_realloc(cb, &cb->d_stage, (size_t)(7 * ct + cbt) * 4, "batch"));
     /* argmax ids [ct], then atlas_argmax_wide's best [ct] (u64) and count [ct], zero */
     ATLAS_TRY(cuda_realloc(cb, &cb->d_ids, cuda_ids_bytes(ct), "argmax ids"));
     ATLAS_CU_TRY(cuMemsetD8, cb->d_ids, 0, cuda_ids_bytes(ct));
-    ATLAS_TRY(ids_grow(cb, ct));
     size_t rope = (size_t)ct * (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
     ATLAS_TRY(cuda_realloc(cb, &cb->d_rope, rope, "rope cos/sin"));
     cb->cap_tok = ct;
@@ -460,7 +470,12 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
                           "queued argmax, and none is queued");
     int cap0 = cb->cap_tok, table0 = cb->cap_table;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
-    int32_t *h = cb->h_stage, cap = cb->cap_tok;
+    /* the other pinned buffer than the last batch's: that one's copy may still wait behind a
+     * queued step (a pageable copy would make the host wait for the whole stream) */
+    int k = cb->stage_cur ^ 1;
+    if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
+    cb->stage_busy[k] = false;
+    int32_t *h = cb->h_stage[k], cap = cb->cap_tok;
     cb->tok_src = 0;
     if (b->tokens) {
         memcpy(h, b->tokens, (size_t)n * 4);
@@ -470,7 +485,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
             return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch of %d tokens from a queued "
                               "argmax of %d rows", n, cb->aq_rows[last]);
         if (cap0 != cb->cap_tok || table0 != cb->cap_table) /* d_ids made again: stage_grow */
-            memcpy(h, cb->h_ids + (size_t)last * cap, (size_t)n * 4); /* waited for them */
+            memcpy(h, cb->h_ids + (size_t)last * cb->ids_cap, (size_t)n * 4); /* waited for */
         else
             cb->tok_src = cb->d_ids;
     }
@@ -497,6 +512,9 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
     }
     ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
+    ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
+    cb->stage_busy[k] = true;
+    cb->stage_cur = k;
     { /* cos/sin of the batch's positions, for every rope op of this batch */
         int half = g->head_dim / 2;
         float fa = (float)g->rope_attn_factor;
@@ -648,7 +666,7 @@ static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int
     ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
                    NULL));
     ATLAS_TRY(flush(cb));
-    ATLAS_CU_TRY(cuMemcpyDtoHAsync, cb->h_ids + (size_t)slot * cb->cap_tok, cb->d_ids,
+    ATLAS_CU_TRY(cuMemcpyDtoHAsync, cb->h_ids + (size_t)slot * cb->ids_cap, cb->d_ids,
                  (size_t)rows * 4, cb->stream);
     ATLAS_CU_TRY(cuEventRecord, cb->aq_done[slot], cb->stream);
     cb->aq_rows[slot] = rows;
@@ -668,7 +686,7 @@ static atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int row
                           rows, cb->aq_rows[slot]);
     ATLAS_TRY(atlas_host_make_current(cb->host));
     ATLAS_CU_TRY(cuEventSynchronize, cb->aq_done[slot]);
-    memcpy(ids, cb->h_ids + (size_t)slot * cb->cap_tok, (size_t)rows * 4);
+    memcpy(ids, cb->h_ids + (size_t)slot * cb->ids_cap, (size_t)rows * 4);
     return ATLAS_OK;
 }
 
@@ -689,11 +707,13 @@ static void cuda_destroy(atlas_backend *be) {
     cuda_lt_free(cb->lt);
     atlas_threadpool_free(cb->pool);
     atlas_direct_free(cb->load.direct);
-    free(cb->h_stage);
     const atlas_driver *d = atlas_driver_get();
     if (cb->h_ids) d->cuMemFreeHost(cb->h_ids);
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
+        if (cb->h_stage[s]) d->cuMemFreeHost(cb->h_stage[s]);
         if (cb->aq_done[s]) d->cuEventDestroy(cb->aq_done[s]);
+        if (cb->stage_sent[s]) d->cuEventDestroy(cb->stage_sent[s]);
+    }
     free(cb->inv_freq);
     (void)atlas_registry_release(cb->reg); /* frees every allocation left */
     free(cb);

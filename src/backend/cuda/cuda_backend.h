@@ -119,7 +119,11 @@ typedef struct cuda_backend {
     int n_tokens, n_seqs, n_logits, max_blocks, block_size;
     int cap_tok, cap_table;
     int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
-    int32_t *h_stage;       /* [7 * cap_tok + cap_table] */
+    int32_t *h_stage[2];    /* pinned, [7 * cap_tok + cap_table] each: batches take turns, so
+                               that one is written while the other's copy waits in the stream */
+    CUevent stage_sent[2];  /* after each one's copy */
+    bool stage_busy[2];     /* its copy was queued (and may not have run) */
+    int stage_cur;          /* the last batch's */
     CUdeviceptr d_stage;    /* same layout: tokens, positions, slots, tok_seq, logit_rows,
                                tiles (first token, count) [2 * cap_tok], block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
@@ -128,6 +132,7 @@ typedef struct cuda_backend {
      * of h_ids (pinned, [2][cap_tok]); aq_n slots from aq_head wait to be collected, aq_done
      * marks each one's copy */
     int32_t *h_ids;
+    int ids_cap;            /* ids a slot of h_ids */
     CUevent aq_done[2];
     int aq_head, aq_n, aq_rows[2];
     bool ids_queued;        /* d_ids holds the last queued argmax's ids (argmax_queue) */
