@@ -17,6 +17,7 @@
 #include "atlas/model.h"
 #include "backend/cuda/bench_cuda.h"
 #include "cli/cli.h"
+#include "core/error.h"
 #include "model/forward.h"
 #include "model/safetensors.h"
 
@@ -119,6 +120,31 @@ static atlas_status forward_seq(atlas_model *m, const int32_t *tokens, int start
 }
 
 /* As forward_seq for one token at start, queued (tokens NULL: the step before's id). */
+static atlas_status queue_seq(atlas_model *m, const int32_t *token, int start,
+                              const int32_t *table, int max_blocks);
+
+/* steps greedy steps from position ctx, the first fed *id, *id the last one's argmax; *dt
+ * their time. queued: each step queued before the one before is collected. */
+static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
+                               const int32_t *table, int max_blocks, int32_t *id, double *dt) {
+    double s = now_s();
+    if (!queued) {
+        for (int i = 0; i < steps; i++, ctx++)
+            ATLAS_TRY(forward_seq(m, id, ctx, 1, table, max_blocks, id));
+        *dt = now_s() - s;
+        return ATLAS_OK;
+    }
+    ATLAS_TRY(queue_seq(m, id, ctx++, table, max_blocks));
+    for (int i = 1; i <= steps; i++, ctx++) {
+        atlas_status st = i < steps ? queue_seq(m, NULL, ctx, table, max_blocks) : ATLAS_OK;
+        atlas_status c = atlas_model_argmax_collect(m, id, 1); /* also after a failed queue */
+        ATLAS_TRY(st);
+        ATLAS_TRY(c);
+    }
+    *dt = now_s() - s;
+    return ATLAS_OK;
+}
+
 static atlas_status queue_seq(atlas_model *m, const int32_t *token, int start,
                               const int32_t *table, int max_blocks) {
     int32_t pos = start, seq_start[2] = {0, 1}, ctx = start + 1, row = 0;
@@ -317,38 +343,31 @@ int atlas_cli_bench(int argc, char **argv) {
         printf("prefill     %5d tokens: %8.2f ms  %9.0f tok/s  %6.1f TFLOP/s (median of %d)\n", p,
                ts * 1e3, p / ts, flop / ts / 1e12, reps);
     }
-    /* decode after a prefill of p[0] tokens; 4 warm-up steps (the first captures the graph) */
-    int p0 = o.p[0], ctx = p0;
+    /* decode after a prefill of p[0] tokens: 4 warm-up steps each way (the first captures
+     * its graph), then 3 timed runs each way in turn over the same positions, medians */
+    int p0 = o.p[0];
     if (forward_seq(m, tokens, 0, p0, table, max_blocks, &id) != ATLAS_OK) return fail("prefill");
-    for (int i = 0; i < 4 && ctx < p0 + 4; i++, ctx++)
-        if (forward_seq(m, &id, ctx, 1, table, max_blocks, &id) != ATLAS_OK) return fail("decode");
     int steps = o.n - 4 > 1 ? o.n - 4 : 1;
-    double s = now_s();
-    for (int i = 0; i < steps; i++, ctx++)
-        if (forward_seq(m, &id, ctx, 1, table, max_blocks, &id) != ATLAS_OK) return fail("decode");
-    double sync_dt = now_s() - s;
-    /* the same steps again, each queued before the one before is collected (its token read
-     * on the device): the GPU does not wait for the host between steps */
-    ctx -= steps + 4;
-    double dt = 0;
-    for (int run = 0; run < 2; run++) { /* 4 warm-up steps (the first captures its graph) */
-        int n = run ? steps : 4;
-        s = now_s();
-        if (queue_seq(m, &id, ctx++, table, max_blocks) != ATLAS_OK) return fail("decode (queued)");
-        for (int i = 1; i <= n; i++, ctx++) {
-            if (i < n && queue_seq(m, NULL, ctx, table, max_blocks) != ATLAS_OK)
-                return fail("decode (queued)");
-            if (atlas_model_argmax_collect(m, &id, 1) != ATLAS_OK) return fail("decode (queued)");
+    double tq[3], ts[3], dt = 0;
+    for (int r = -1; r < 3; r++)
+        for (int queued = 0; queued < 2; queued++) {
+            int32_t tok = id;
+            if (decode_run(m, queued, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table, max_blocks,
+                           &tok, &dt) != ATLAS_OK)
+                return fail(queued ? "decode (queued)" : "decode");
+            if (r >= 0) (queued ? tq : ts)[r] = dt;
         }
-        ctx--; /* the loop's last increment queued nothing */
-        dt = now_s() - s;
-    }
-    double decode_tps = steps / dt;
+    qsort(tq, 3, sizeof *tq, cmp_double);
+    qsort(ts, 3, sizeof *ts, cmp_double);
+    dt = tq[1];
+    double sync_dt = ts[1], decode_tps = steps / dt;
     printf("decode      %d steps after %d tokens: %.3f ms/token, %.1f tok/s (%.2f GB of weights "
-           "a token; each step queued before the one before is collected)\n", steps, p0 + 4,
-           dt / steps * 1e3, decode_tps, bytes_tok / 1e9);
+           "a token; each step queued before the one before is collected; runs %.3f %.3f %.3f)\n",
+           steps, p0 + 4, dt / steps * 1e3, decode_tps, bytes_tok / 1e9, tq[0] / steps * 1e3,
+           tq[1] / steps * 1e3, tq[2] / steps * 1e3);
     printf("decode sync %d steps: %.3f ms/token, %.1f tok/s (each step's id read before the "
-           "next step is queued)\n", steps, sync_dt / steps * 1e3, steps / sync_dt);
+           "next step is queued; runs %.3f %.3f %.3f)\n", steps, sync_dt / steps * 1e3,
+           steps / sync_dt, ts[0] / steps * 1e3, ts[1] / steps * 1e3, ts[2] / steps * 1e3);
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
         double bdt;
