@@ -353,20 +353,16 @@ static atlas_status flush(cuda_backend *cb) {
         cb->n_queue = 0;
         return cuda_exec_list(cb, cb->queue, n);
     }
-    cuda_graph *hit = NULL, *lru = NULL; /* lru: an empty slot, else the oldest other graph */
+    cuda_graph *hit = NULL, *lru = &cb->graphs[0];
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
         cuda_graph *g = &cb->graphs[i];
         if (g->exec && g->n_cmds == cb->n_queue &&
             !memcmp(g->cmds, cb->queue, (size_t)cb->n_queue * sizeof *cb->queue)) {
-            if (!hit || g->last_use < hit->last_use) hit = g; /* of two copies, the older */
-            continue;
+            hit = g;
+            break;
         }
-        if (!lru || (lru->exec && (!g->exec || g->last_use < lru->last_use))) lru = g;
+        if (!g->exec || (lru->exec && g->last_use < lru->last_use)) lru = g;
     }
-    if (!lru) lru = hit; /* every slot holds this list (not with CUDA_MAX_GRAPHS > 2) */
-    /* a queued step may still run the graph launched last: a second copy of it, launched in
-     * turn (ATLAS_CUDA_GRAPH_TWIN=0: relaunch the one in flight) */
-    if (hit && cb->graph_twin && cb->aq_n && hit->last_use == cb->clock && lru != hit) hit = NULL;
     if (!hit) {
         if (lru->exec) atlas_driver_get()->cuGraphExecDestroy(lru->exec);
         free(lru->cmds);
@@ -796,8 +792,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     ATLAS_CU_TRY(cuMemcpyHtoD, cb->d_inv_freq, inv_f, (size_t)half * sizeof(float));
     const char *e = getenv("ATLAS_CUDA_GRAPHS");
     cb->use_graphs = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUDA_GRAPH_TWIN");
-    cb->graph_twin = !(e && e[0] == '0');
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On unless
      * ATLAS_CUDA_PDL=0: on the H200 8B shape it took decode from 178 to 200 tok/s (827b480;

@@ -155,8 +155,6 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
-    int graph_twin;         /* 0 with ATLAS_CUDA_GRAPH_TWIN=0: queued steps relaunch the graph
-                               in flight instead of alternating two copies (flush) */
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
     bool want_lt;           /* cuBLASLt wanted (not ATLAS_CUBLASLT=0) */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
