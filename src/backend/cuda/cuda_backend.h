@@ -167,6 +167,8 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
+    int gemv_tc;            /* ATLAS_CUDA_GEMV_TC=1: the one-row GEMVs on gemv1c multiply on
+                               the tensor cores (inputs rounded to bf16; kernels/gemv.cu) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
