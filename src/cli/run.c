@@ -172,6 +172,8 @@ typedef struct run_seq {
     int32_t *table; /* [max_blocks]: 0, 1, 2, ... */
     int max_blocks;
     float *logits;  /* [vocab] of the last token fed */
+    int greedy;     /* temperature 0 without --json: the backend's argmax, no logits */
+    int32_t next;   /* with greedy: the argmax after the last token fed */
 } run_seq;
 
 /* Feeds ids[ctx..n) in chunks of the model's batch size; logits of the last one. */
@@ -185,7 +187,8 @@ static atlas_status feed(run_seq *s) {
                          .n_seqs = 1, .seq_start = start, .seq_ctx = &ctx,
                          .block_table = s->table, .max_blocks = s->max_blocks, .n_logits = 1,
                          .logit_rows = &row};
-        atlas_status st = atlas_model_forward(s->m, &b, s->logits);
+        atlas_status st = s->greedy ? atlas_model_forward_argmax(s->m, &b, &s->next)
+                                    : atlas_model_forward(s->m, &b, s->logits);
         if (st != ATLAS_OK) return st;
         s->ctx = ctx;
     }
@@ -238,8 +241,9 @@ static int generate(const run_opts *o, run_seq *s, atlas_sampler *smp, atlas_det
         float lp = NAN;
         int n_top = 0;
         if (o->json) memcpy(raw, s->logits, sizeof(float) * V);
-        int32_t id;
-        atlas_status st = atlas_sampler_sample(smp, s->logits, V, s->ids, s->n, &id);
+        int32_t id = s->next;
+        atlas_status st = s->greedy ? ATLAS_OK
+                                    : atlas_sampler_sample(smp, s->logits, V, s->ids, s->n, &id);
         if (st == ATLAS_OK && o->json)
             st = atlas_sampler_logprobs(raw, V, id, &lp, k, top_ids, top_lp, &n_top);
         const char *text = "";
@@ -336,6 +340,9 @@ static int run_model(run_opts *o, atlas_model *m) {
     atlas_detok *dt = NULL;
     int rc = prepare_prompt(o, &s);
     sampler_defaults(o, atlas_model_config(m));
+    /* greedy: the argmax on the backend (on a GPU no 128k-float download and host pass a
+     * token); penalties and logit bias are not options of atlas run */
+    s.greedy = o->sp.temperature == 0.0f && !o->json;
     if (!rc && (atlas_sampler_create(&o->sp, &smp) != ATLAS_OK ||
                 atlas_detok_create(atlas_model_tokenizer(m), false, &dt) != ATLAS_OK)) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
