@@ -28,8 +28,9 @@ atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, in
  * most 2 steps are queued; atlas_model_argmax_collect waits for the oldest and writes its
  * ids[n] (n = its n_logits). The usual loop: queue(1); queue(2); collect(1); queue(3);
  * collect(2); ... A step whose ids turn out unwanted (an end of text) is collected and
- * dropped. While steps are queued, the other forwards fail (ATLAS_ERR_BUSY). Backends
- * without the device path (the CPU) compute each step at once and keep its ids. */
+ * dropped. While steps are queued, the other forwards fail (ATLAS_ERR_BUSY). One thread
+ * queues and collects (the ring is not locked). Backends without the device path (the CPU)
+ * compute each step at once and keep its ids. */
 atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b);
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n);
 
