@@ -72,7 +72,15 @@ if has bench || has profile || has attn || has batch; then
 fi
 if has bench; then
   step "atlas bench"
+  # the board's power and SM clock beside it: decode holds the H200 at its 700 W limit and
+  # the clock dips under it (bench/RESULTS.md, sixth session)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
+    > "$OUT/smi-bench.csv" 2>/dev/null & SMI=$!
   timeout 240 "$BENCH" bench -m /tmp/llama8b -p 512,2048 -n 128 2>&1 | tee "$OUT/bench-8b.log"
+  kill $SMI 2>/dev/null
+  awk -F', ' '$3 > 600 { n++; p += $3; if (!lo || $2 < lo) lo = $2 }
+    END { if (n) printf "power       %d samples over 600 W: mean %.0f W, SM clock down to %d MHz\n", n, p / n, lo }' \
+    "$OUT/smi-bench.csv"
 fi
 if has bench2; then
   # the decode switches one at a time: PDL off, each decode fusion on, the warp GEMV kernels
