@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "atlas/model.h"
 #include "backend/cuda/bench_cuda.h"
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "model/forward.h"
 #include "model/safetensors.h"
 
@@ -104,7 +104,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-/* One sequence from position 0 with `n` tokens (blocks 0, 1, ...); ids[0] gets the argmax. */
+/* One sequence's `n` tokens from position `start` (blocks 0, 1, ...): *id gets the argmax;
+ * id NULL: queued (atlas_model_forward_argmax_queue; tokens NULL: the step before's ids). */
 static atlas_status forward_seq(atlas_model *m, const int32_t *tokens, int start, int n,
                                 const int32_t *table, int max_blocks, int32_t *id) {
     int32_t *pos = malloc(sizeof(int32_t) * n);
@@ -114,14 +115,11 @@ static atlas_status forward_seq(atlas_model *m, const int32_t *tokens, int start
     atlas_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = 1,
                      .seq_start = seq_start, .seq_ctx = &ctx, .block_table = table,
                      .max_blocks = max_blocks, .n_logits = 1, .logit_rows = &row};
-    atlas_status st = atlas_model_forward_argmax(m, &b, id);
+    atlas_status st = id ? atlas_model_forward_argmax(m, &b, id)
+                         : atlas_model_forward_argmax_queue(m, &b);
     free(pos);
     return st;
 }
-
-/* As forward_seq for one token at start, queued (tokens NULL: the step before's id). */
-static atlas_status queue_seq(atlas_model *m, const int32_t *token, int start,
-                              const int32_t *table, int max_blocks);
 
 /* steps greedy steps from position ctx, the first fed *id, *id the last one's argmax; *dt
  * their time. queued: each step queued before the one before is collected. */
@@ -134,24 +132,16 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
         *dt = now_s() - s;
         return ATLAS_OK;
     }
-    ATLAS_TRY(queue_seq(m, id, ctx++, table, max_blocks));
+    ATLAS_TRY(forward_seq(m, id, ctx++, 1, table, max_blocks, NULL));
     for (int i = 1; i <= steps; i++, ctx++) {
-        atlas_status st = i < steps ? queue_seq(m, NULL, ctx, table, max_blocks) : ATLAS_OK;
+        atlas_status st = i < steps ? forward_seq(m, NULL, ctx, 1, table, max_blocks, NULL)
+                                    : ATLAS_OK;
         atlas_status c = atlas_model_argmax_collect(m, id, 1); /* also after a failed queue */
         ATLAS_TRY(st);
         ATLAS_TRY(c);
     }
     *dt = now_s() - s;
     return ATLAS_OK;
-}
-
-static atlas_status queue_seq(atlas_model *m, const int32_t *token, int start,
-                              const int32_t *table, int max_blocks) {
-    int32_t pos = start, seq_start[2] = {0, 1}, ctx = start + 1, row = 0;
-    atlas_batch b = {.n_tokens = 1, .tokens = token, .positions = &pos, .n_seqs = 1,
-                     .seq_start = seq_start, .seq_ctx = &ctx, .block_table = table,
-                     .max_blocks = max_blocks, .n_logits = 1, .logit_rows = &row};
-    return atlas_model_forward_argmax_queue(m, &b);
 }
 
 /* B sequences decoding together, one token each a step at positions p0, p0 + 1, ...: warm-up
@@ -234,10 +224,9 @@ static void print_load_reference(atlas_model *m, const char *dir, double load_gb
         const char *f = atlas_st_at(st, i)->file;
         if (n < 64 && (n == 0 || strcmp(paths[n - 1], f))) paths[n++] = f;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores < 1 ? 1 : cores > 16 ? 16 : (int)cores;
-    atlas_cuda_file_load fl;
-    if (atlas_cuda_measure_file_load(atlas_model_backend(m), paths, n, threads, &fl) == ATLAS_OK) {
+    atlas_cuda_file_load fl; /* the issue's: 16 threads on 16 cores */
+    if (atlas_cuda_measure_file_load(atlas_model_backend(m), paths, n, atlas_cores(16), &fl) ==
+        ATLAS_OK) {
         printf("load ref    %.1f GB/s: the issue's reference loader over the same %d file(s), %.2f "
                "GB in %.3f s (%d threads, pread of %zu MiB pieces into 2 pinned buffers a thread, "
                "a stream a thread; buffers made beforehand in %.2f s)\n", fl.gbps, n,

@@ -61,13 +61,15 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+int atlas_cores(int most) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores < 1 ? 1 : cores > most ? most : (int)cores;
+}
+
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out) {
     *out = NULL;
     if (n_threads < 0) return atlas_fail(ATLAS_ERR_INVALID, "thread pool: %d threads", n_threads);
-    if (n_threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = cores > 0 ? (int)(cores < 256 ? cores : 256) : 1;
-    }
+    if (n_threads == 0) n_threads = atlas_cores(256);
     atlas_threadpool *p = calloc(1, sizeof *p);
     if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "thread pool: out of memory");
     p->n_threads = n_threads;

@@ -16,6 +16,9 @@ typedef struct atlas_threadpool atlas_threadpool;
 /* fn handles items [begin, end); thread is in [0, atlas_threadpool_size). */
 typedef void (*atlas_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
 
+/* The online cores, at least 1 and at most `most` (a pool or loader's thread count). */
+int atlas_cores(int most);
+
 /* n_threads counts the caller: n_threads - 1 workers are started. 0: one per online core. */
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out);
 void atlas_threadpool_free(atlas_threadpool *pool); /* NULL does nothing; joins the workers */

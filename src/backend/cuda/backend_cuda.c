@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/weight_fill.h"
@@ -396,14 +395,17 @@ static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
 
 /* --- the batch -------------------------------------------------------------------------------- */
 
-/* Before a buffer a queued step may still use is freed or a graph it runs destroyed: waits
- * for the queued steps (their ids stay in h_ids). */
-static atlas_status quiesce(cuda_backend *cb) {
-    return cb->aq_n ? ATLAS_CU(cuStreamSynchronize, cb->stream) : ATLAS_OK;
+/* Before batch buffers are made again: the graphs go (they hold the old addresses), after
+ * the queued steps that may still run them or use the buffers (their ids stay in h_ids). */
+static atlas_status graphs_release(cuda_backend *cb) {
+    if (cb->aq_n) ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
+    drop_graphs(cb);
+    return ATLAS_OK;
 }
 
 /* The pinned host buffers of ct tokens and `words` staged ints: h_ids (the queued slots' ids
- * kept; the stream is idle: quiesce) and both h_stage buffers; their events made once. */
+ * kept; the stream is idle: graphs_release) and both h_stage buffers; their events made
+ * once. */
 static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     const atlas_driver *d = atlas_driver_get();
     for (int s = 0; s < 2; s++) {
@@ -436,8 +438,7 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
 
 static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     if (n_tokens <= cb->cap_tok && table <= cb->cap_table) return ATLAS_OK;
-    ATLAS_TRY(quiesce(cb));
-    drop_graphs(cb); /* they hold the old addresses */
+    ATLAS_TRY(graphs_release(cb));
     int ct = n_tokens > cb->cap_tok ? n_tokens : cb->cap_tok;
     if (ct < 64) ct = 64;
     int cbt = table > cb->cap_table ? table : cb->cap_table;
@@ -534,8 +535,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     /* (at 2,048 tokens x 8 splits they would be 268 MB that the cluster kernel never uses) */
     size_t need = partials ? (size_t)n * g->n_heads * n_split * (g->head_dim + 2) * 4 : 0;
     if (need > cb->part_bytes) {
-        ATLAS_TRY(quiesce(cb));
-        drop_graphs(cb);
+        ATLAS_TRY(graphs_release(cb));
         ATLAS_TRY(cuda_realloc(cb, &cb->part_o, (size_t)n * g->n_heads * n_split * g->head_dim * 4,
                                "attention partials"));
         ATLAS_TRY(cuda_realloc(cb, &cb->part_ml, (size_t)n * g->n_heads * n_split * 2 * 4,
@@ -543,8 +543,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         cb->part_bytes = need;
     }
     if (n > cb->counter_cap) {
-        ATLAS_TRY(quiesce(cb));
-        drop_graphs(cb);
+        ATLAS_TRY(graphs_release(cb));
         ATLAS_TRY(cuda_realloc(cb, &cb->attn_counters, (size_t)n * g->n_kv_heads * 4,
                                "attention counters"));
         ATLAS_CU_TRY(cuMemsetD32Async, cb->attn_counters, 0, (size_t)n * g->n_kv_heads, cb->stream);
@@ -554,8 +553,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->chunk = chunk;
     /* prefill's bf16 copy of a norm's output for the next matmul (ops_cuda.c) */
     if (cb->lt && cb->use_bf16_act && n >= 64 && (size_t)n * g->hidden * 2 > cb->lt_h_bytes) {
-        ATLAS_TRY(quiesce(cb));
-        drop_graphs(cb);
+        ATLAS_TRY(graphs_release(cb));
         ATLAS_TRY(cuda_realloc(cb, &cb->lt_h, (size_t)n * g->hidden * 2, "cublaslt norm input"));
         cb->lt_h_bytes = (size_t)n * g->hidden * 2;
     }
@@ -778,8 +776,7 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     const atlas_backend_geom *g = &cb->base.geom;
     ATLAS_TRY(atlas_registry_create(cb->host, &cb->reg));
     cb->stream = atlas_host_stream(cb->host);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    ATLAS_TRY(atlas_threadpool_create(cores > 16 ? 16 : cores < 1 ? 1 : (int)cores, &cb->pool));
+    ATLAS_TRY(atlas_threadpool_create(atlas_cores(16), &cb->pool));
     int half = g->head_dim / 2;
     cb->inv_freq = malloc((size_t)half * sizeof(double));
     if (!cb->inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");

@@ -7,7 +7,6 @@
 #include "backend/cuda/host.h"
 
 #include <pthread.h>
-#include <unistd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,12 +265,11 @@ static atlas_status host_staging_ensure(atlas_host *h) {
     h->free_head = 0;
     h->free_n = h->staging_n;
     pthread_mutex_unlock(&h->q_lock);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores > HOST_COPY_THREADS ? HOST_COPY_THREADS : (int)(cores > 1 ? cores : 1);
+    int threads = atlas_cores(HOST_COPY_THREADS);
     if (threads > 1 && atlas_threadpool_create(threads, &h->copy_pool) != ATLAS_OK)
         h->copy_pool = NULL; /* copies still work, on the calling thread */
     /* loader threads: one a core up to HOST_LOADERS_MAX (ATLAS_HOST_LOADERS to measure) */
-    int loaders = cores > HOST_LOADERS_MAX ? HOST_LOADERS_MAX : (int)(cores > 1 ? cores : 1);
+    int loaders = atlas_cores(HOST_LOADERS_MAX);
     const char *e = getenv("ATLAS_HOST_LOADERS");
     if (e && atoi(e) >= 1 && atoi(e) <= 64) loaders = atoi(e);
     for (int i = 0; i < loaders; i++) {
