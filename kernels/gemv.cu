@@ -6,7 +6,6 @@
  *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
  *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows
  *   atlas_gemv1c          the same, a block owning ng groups of 4 rows (the default)
- *   atlas_gemv1t*         gemv1c multiplying on the tensor cores (ATLAS_CUDA_GEMV_TC=1)
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
  *   atlas_gemv1[bc]_[norm_]swiglu, _qkv  the block kernels with swiglu / rope + kv_store in
  *                         their epilogue (decode fusions)
@@ -378,59 +377,14 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-/* The tensor-core inner step (atlas_gemv1t*, ATLAS_CUDA_GEMV_TC=1): decode is held at the H200's
- * power limit (bench/RESULTS.md, sixth session), and the FMA path spends two instructions a
- * weight (unpack, FMA). Here a lane's 8 weights of 4 rows and its 8 inputs (rounded to bf16)
- * go through 4 mma.sync m16n8k16: lane (g, t) = (lane / 4, lane % 4) gives A rows g (row r0
- * or r2) and g + 8 (r1 or r3) its own 4 k a mma, and B column g its own inputs at the same
- * k, so C[g][g] and C[g + 8][g] are the dot products of lane group g's 4 lanes; the other
- * columns mix groups and are dropped. Lane (g, g / 2) holds both (d[g & 1], d[2 + (g & 1)]). */
-__device__ __forceinline__ uint32_t gv_pack(float lo, float hi) {
-    uint32_t r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ void gv_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* 8 columns of the 4 rows wv[0..3] times inputs (a, b) into d01 (rows 0, 1) and d23. */
-__device__ __forceinline__ void gv_step(float (&d01)[4], float (&d23)[4],
-                                        const uint4 (&wv)[GB_ROWS], float4 a, float4 b) {
-    uint32_t x0 = gv_pack(a.x, a.y), x1 = gv_pack(a.z, a.w), x2 = gv_pack(b.x, b.y),
-             x3 = gv_pack(b.z, b.w);
-    gv_mma(d01, wv[0].x, wv[1].x, wv[0].y, wv[1].y, x0, x1);
-    gv_mma(d01, wv[0].z, wv[1].z, wv[0].w, wv[1].w, x2, x3);
-    gv_mma(d23, wv[2].x, wv[3].x, wv[2].y, wv[3].y, x0, x1);
-    gv_mma(d23, wv[2].z, wv[3].z, wv[2].w, wv[3].w, x2, x3);
-}
-
-/* The lane's share of the 4 row sums out of the mma accumulators (zeroed after). */
-__device__ __forceinline__ void gv_take(float (&acc)[GB_ROWS], float (&d01)[4], float (&d23)[4]) {
-    int lane = threadIdx.x & 31, g = lane >> 2, odd = g & 1;
-    bool diag = (lane & 3) == (g >> 1);
-    acc[0] = diag ? (odd ? d01[1] : d01[0]) : 0.0f;
-    acc[1] = diag ? (odd ? d01[3] : d01[2]) : 0.0f;
-    acc[2] = diag ? (odd ? d23[1] : d23[0]) : 0.0f;
-    acc[3] = diag ? (odd ? d23[3] : d23[2]) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; i++) d01[i] = d23[i] = 0.0f;
-}
-
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
- * the end. TC: multiplied on the tensor cores (gv_step; the atlas_gemv1t kernels). */
-template <bool NORM, bool TC, class Rows, class Epi>
+ * the end. */
+template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
-    float d01[4] = {0.f, 0.f, 0.f, 0.f}, d23[4] = {0.f, 0.f, 0.f, 0.f};
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
@@ -446,15 +400,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
             int kk = base + u * GB_THREADS * 8;
-            if (TC) { /* past k: weights and inputs zero, so that the whole warp multiplies */
-                float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-                if (kk < k) {
-                    const float4 *xp = (const float4 *)(x + kk);
-                    a = __ldg(xp), b = __ldg(xp + 1);
-                    if (NORM) norm_in(a, b, fx.nw + kk, ss);
-                }
-                gv_step(d01, d23, cur[u], a, b);
-            } else if (kk < k) {
+            if (kk < k) {
                 const float4 *xp = (const float4 *)(x + kk);
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
                 if (NORM) norm_in(a, b, fx.nw + kk, ss); /* ss used from group 0 only */
@@ -464,7 +410,6 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
             int j = it / nch, lane = threadIdx.x & 31;
-            if (TC) gv_take(acc, d01, d23);
             gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
             gb_partials(acc, pp);
             if (NORM && j == 0) {
@@ -498,27 +443,23 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
 
 /* atlas_gemv1c, atlas_gemv1c_norm, atlas_gemv1c_resid: the arguments of atlas_gemv1b[_norm|
  * _resid], then ng. */
-#define ATLAS_GEMV1C(NAME, TC)                                                                    \
-    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
-        float *out, const float *x, const bf16_t *w, const bf16_t *bias, int n, int m, int k,      \
-        int ng) {                                                                                  \
-        (void)n;                                                                                   \
-        gemv1c_body<false, TC>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                  \
-                               gemv_fx{0, 0.0f, 0, 0}, gb_rows{}, gb_store{out, 0, m});            \
-    }
-ATLAS_GEMV1C(atlas_gemv1c, false)
-ATLAS_GEMV1C(atlas_gemv1t, true)
-#define ATLAS_GEMV1C_FX(NAME, NORM, TC, STORE)                                                    \
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
+                                                                      const bf16_t *w,
+                                                                      const bf16_t *bias, int n,
+                                                                      int m, int k, int ng) {
+    (void)n;
+    gemv1c_body<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},
+                       gb_rows{}, gb_store{out, 0, m});
+}
+#define ATLAS_GEMV1C_FX(NAME, NORM, STORE)                                                        \
     extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
         const bf16_t *nw, float eps, float *h, float *resid, int ng) {                             \
-        gemv1c_body<NORM, TC>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                   \
-                              gemv_fx{nw, eps, h, 0}, gb_rows{}, STORE);                           \
+        gemv1c_body<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                       \
+                          gemv_fx{nw, eps, h, 0}, gb_rows{}, STORE);                               \
     }
-ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, false, (gb_store{out, resid, m}))
-ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, false, (gb_store{out, resid, m}))
-ATLAS_GEMV1C_FX(atlas_gemv1t_norm, true, true, (gb_store{out, resid, m}))
-ATLAS_GEMV1C_FX(atlas_gemv1t_resid, false, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
 /* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
  * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME and, with the input normalised on the fly
  * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
@@ -535,17 +476,15 @@ ATLAS_GEMV1C_FX(atlas_gemv1t_resid, false, true, (gb_store{out, resid, m}))
 #define ATLAS_GEMV_EPI_B(NAME, NORM, ROWS, EPI, ...)                                              \
     ATLAS_GEMV_EPI1(NAME, (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)), \
                     __VA_ARGS__)
-#define ATLAS_GEMV_EPI_C(NAME, NORM, TC, ROWS, EPI, ...)                                          \
-    ATLAS_GEMV_EPI1(NAME, (gemv1c_body<NORM, TC>(x, w, bias, m, k, m / GB_ROWS, ng,               \
-                                                 gemv_fx{nw, eps, h, 0}, ROWS, EPI)),              \
+#define ATLAS_GEMV_EPI_C(NAME, NORM, ROWS, EPI, ...)                                              \
+    ATLAS_GEMV_EPI1(NAME, (gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng,                   \
+                                             gemv_fx{nw, eps, h, 0}, ROWS, EPI)),                  \
                     __VA_ARGS__, int ng)
 #define ATLAS_GEMV_EPI(NAME, ROWS, EPI, ...)                                                      \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, false, ROWS, EPI, __VA_ARGS__)                   \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, false, ROWS, EPI, __VA_ARGS__)               \
-    ATLAS_GEMV_EPI_C(atlas_gemv1t_##NAME, false, true, ROWS, EPI, __VA_ARGS__)                    \
-    ATLAS_GEMV_EPI_C(atlas_gemv1t_norm_##NAME, true, true, ROWS, EPI, __VA_ARGS__)
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
 ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
 ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,

@@ -802,8 +802,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
      * an SM, ng (2..64) row groups a block, 0 or 1 one a block (gemv1b). On the H200 8B shape
      * w2 took a decode graph replay from 4.125 to 3.987 ms; fixed ng 2/4/8 and w1 were slower
      * (bench/RESULTS.md 2026-12-03, fourth session). */
-    e = getenv("ATLAS_CUDA_GEMV_TC"); /* not measured yet: off */
-    cb->gemv_tc = e && e[0] == '1';
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;

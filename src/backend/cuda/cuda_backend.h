@@ -167,8 +167,6 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_tc;            /* ATLAS_CUDA_GEMV_TC=1: the one-row GEMVs on gemv1c multiply on
-                               the tensor cores (inputs rounded to bf16; kernels/gemv.cu) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
@@ -226,9 +224,8 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
  * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
  * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
- * or with ATLAS_CUDA_GEMV_TC (the tensor-core kernels are gemv1c's only), else `single`, a
- * group a block (which reads no extra argument). multi NULL: always single. `atlas bench`
- * chains GEMVs with it. */
+ * else `single`, a group a block (which reads no extra argument). multi NULL: always single.
+ * `atlas bench` chains GEMVs with it. */
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */

@@ -67,7 +67,6 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
                                           "gemv", "gemm", "attention", "attn_prefill"};
     for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
         ATLAS_TRY(atlas_registry_load_module(cb->reg, modules[i]));
-    bool tc = cb->gemv_tc;
     struct { CUfunction *f; const char *name; } fns[] = {
         {&cb->fn.embed, "atlas_embed"}, {&cb->fn.gather_rows, "atlas_gather_rows"},
         {&cb->fn.add_rmsnorm, "atlas_add_rmsnorm"}, {&cb->fn.qk_norm, "atlas_qk_norm"},
@@ -88,14 +87,11 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
         {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
         {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
-        /* ATLAS_CUDA_GEMV_TC=1: the same kernels multiplying on the tensor cores */
-        {&cb->fn.gemv1c[0], tc ? "atlas_gemv1t" : "atlas_gemv1c"},
-        {&cb->fn.gemv1c[1], tc ? "atlas_gemv1t_swiglu" : "atlas_gemv1c_swiglu"},
-        {&cb->fn.gemv1c[2], tc ? "atlas_gemv1t_qkv" : "atlas_gemv1c_qkv"},
-        {&cb->fn.gemv1c_norm[0], tc ? "atlas_gemv1t_norm" : "atlas_gemv1c_norm"},
-        {&cb->fn.gemv1c_norm[1], tc ? "atlas_gemv1t_norm_swiglu" : "atlas_gemv1c_norm_swiglu"},
-        {&cb->fn.gemv1c_norm[2], tc ? "atlas_gemv1t_norm_qkv" : "atlas_gemv1c_norm_qkv"},
-        {&cb->fn.gemv1c_resid, tc ? "atlas_gemv1t_resid" : "atlas_gemv1c_resid"},
+        {&cb->fn.gemv1c[0], "atlas_gemv1c"}, {&cb->fn.gemv1c[1], "atlas_gemv1c_swiglu"},
+        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"}, {&cb->fn.gemv1c_norm[0], "atlas_gemv1c_norm"},
+        {&cb->fn.gemv1c_norm[1], "atlas_gemv1c_norm_swiglu"},
+        {&cb->fn.gemv1c_norm[2], "atlas_gemv1c_norm_qkv"},
+        {&cb->fn.gemv1c_resid, "atlas_gemv1c_resid"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
@@ -348,8 +344,7 @@ static bool block_gemv(const cuda_backend *cb) {
 
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
-    if (multi && (ng > 1 || cb->gemv_tc)) { /* the tensor-core kernels are gemv1c's only */
-        if (ng < 1) ng = 1;
+    if (multi && ng > 1) {
         a[na - 1] = &ng;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
