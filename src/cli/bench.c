@@ -148,7 +148,7 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
  * steps, then `steps` timed ones (*dt). Sequence s owns blocks [s * nb, (s + 1) * nb); no
  * prefill: the cache holds whatever is there, only the time counts. */
 static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int steps, int nb,
-                                 int V, double *dt) {
+                                 int V, double *dt, uint64_t graphs[2]) {
     int32_t *ids = malloc(sizeof(int32_t) * B), *pos = malloc(sizeof(int32_t) * B),
             *ctx = malloc(sizeof(int32_t) * B), *rows = malloc(sizeof(int32_t) * B),
             *start = malloc(sizeof(int32_t) * (B + 1)), *table = malloc(sizeof(int32_t) * B * nb);
@@ -162,7 +162,10 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     if (start) start[B] = B;
     double t0 = 0;
     for (int i = 0; st == ATLAS_OK && i < warm + steps; i++) {
-        if (i == warm) t0 = now_s();
+        if (i == warm) {
+            t0 = now_s();
+            atlas_cuda_graph_counts(atlas_model_backend(m), &graphs[0], &graphs[1]);
+        }
         for (int s = 0; s < B; s++) {
             pos[s] = p0 + i;
             ctx[s] = p0 + i + 1;
@@ -174,6 +177,10 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
         st = atlas_model_forward_argmax(m, &b, ids);
     }
     *dt = now_s() - t0;
+    uint64_t c = 0, r = 0; /* (0 on the CPU) */
+    atlas_cuda_graph_counts(atlas_model_backend(m), &c, &r);
+    graphs[0] = c - graphs[0];
+    graphs[1] = r - graphs[1];
     free(ids);
     free(pos);
     free(ctx);
@@ -362,10 +369,13 @@ int atlas_cli_bench(int argc, char **argv) {
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
         double bdt;
-        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &bdt) != ATLAS_OK)
+        uint64_t gr[2] = {0, 0};
+        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &bdt, gr) != ATLAS_OK)
             return fail("batched decode");
-        printf("decode b%-4d  %d steps of %d sequences after %d tokens: %.3f ms/step, %.0f tok/s\n",
-               B, steps, B, p0 + 4, bdt / steps * 1e3, (double)B * steps / bdt);
+        printf("decode b%-4d  %d steps of %d sequences after %d tokens: %.3f ms/step, %.0f tok/s "
+               "(graphs: %llu captured, %llu replayed)\n", B, steps, B, p0 + 4,
+               bdt / steps * 1e3, (double)B * steps / bdt, (unsigned long long)gr[0],
+               (unsigned long long)gr[1]);
     }
 
     atlas_backend *be = atlas_model_backend(m);

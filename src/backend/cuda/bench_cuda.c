@@ -195,6 +195,15 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
     return ATLAS_OK;
 }
 
+atlas_status atlas_cuda_graph_counts(atlas_backend *be, uint64_t *captures, uint64_t *replays) {
+    *captures = *replays = 0;
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: graph counts need the CUDA backend");
+    *captures = ((cuda_backend *)be)->graph_captures;
+    *replays = ((cuda_backend *)be)->graph_replays;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out) {
     memset(out, 0, sizeof *out);
     if (!be || strcmp(be->ops->name, "cuda") != 0)

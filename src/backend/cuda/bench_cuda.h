@@ -96,4 +96,8 @@ typedef struct atlas_cuda_decode_profile {
 
 atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out);
 
+/* Decode graphs the backend has captured and replayed so far: a capture among timed steps
+ * is a step recorded and instantiated instead of replayed (milliseconds, not microseconds). */
+atlas_status atlas_cuda_graph_counts(atlas_backend *be, uint64_t *captures, uint64_t *replays);
+
 #endif
