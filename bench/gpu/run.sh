@@ -133,9 +133,16 @@ if has attn; then
 fi
 if has batch; then
   # decode steps of B sequences at once (the GPU side of the serve step's concurrency levels)
+  # (a batch of one first and again last: the first ran 0.5 ms a step slower than the single
+  # sequence before it and than itself after b8, with and without graphs — lines time-stamped
+  # and the board sampled beside them, to see whether it is the board's power state)
   step "atlas bench --batch"
-  timeout 200 "$BENCH" bench -m /tmp/llama8b -p 128 -n 36 --reps 1 --read-gib 1 --gemm 2048 \
-    --batch 1,8,64,256 2>&1 | grep -E "^decode" | tee "$OUT/bench-batch.log"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
+    > "$OUT/smi-batch.csv" 2>/dev/null & SMI=$!
+  timeout 200 stdbuf -oL "$BENCH" bench -m /tmp/llama8b -p 128 -n 36 --reps 1 --read-gib 1 \
+    --gemm 2048 --batch 1,8,64,256,1 2>&1 | grep --line-buffered -E "^decode" \
+    | while IFS= read -r l; do echo "$(date +%T.%N | cut -c1-12) $l"; done | tee "$OUT/bench-batch.log"
+  kill $SMI 2>/dev/null
   step "ncu: the kernels of decode steps of 8 and 64 sequences"
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     --launch-count 6000 "$BENCH" bench -m /tmp/llama8b -p 128 -n 6 --reps 1 --read-gib 1 --gemm 1024 \
