@@ -416,6 +416,15 @@ static void test_cli_bench(void) {
                *b4 = strstr(out, "decode b4     4 steps of 4 sequences after 20 tokens: ");
     CHECK_MSG(b1 && b4 && b1 < b4 && strstr(out, "decode      4 steps after 20 tokens") < b1,
               "atlas bench printed:\n%s", out);
+    /* each line's step times are ordered and hold the mean; the CPU captures no graph */
+    double ms = 0, quick = 0, med = 0, slow = 0;
+    unsigned long long cap = 1, rep = 1;
+    int got = b1 ? sscanf(b1, "decode b1     4 steps of 1 sequences after 20 tokens: %lf ms/step, "
+                          "%*f tok/s (steps %lf / %lf / %lf ms quickest / median / slowest; "
+                          "graphs: %llu captured, %llu replayed)", &ms, &quick, &med, &slow,
+                          &cap, &rep) : 0;
+    CHECK_MSG(got == 6 && quick > 0 && quick <= med && med <= slow && quick <= ms &&
+              cap == 0 && rep == 0, "b1 line (%d fields): %.80s", got, b1 ? b1 : "");
     snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' --device cpu --batch 2,0 2>&1", bin,
              harness_data_path("tiny-llama3"));
     rc = harness_run(cmd, out, sizeof out);

@@ -144,15 +144,27 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
     return ATLAS_OK;
 }
 
+/* What decode_batch measured: the timed steps' total, their slowest, quickest and median
+ * step (one slow step tells a one-time event from a steady cost), the graphs they captured
+ * and replayed (CUDA; 0 on the CPU). */
+typedef struct batch_run {
+    double dt, step_min, step_med, step_max;
+    uint64_t captured, replayed;
+} batch_run;
+
+static int cmp_double(const void *a, const void *b);
+
 /* B sequences decoding together, one token each a step at positions p0, p0 + 1, ...: warm-up
- * steps, then `steps` timed ones (*dt). Sequence s owns blocks [s * nb, (s + 1) * nb); no
- * prefill: the cache holds whatever is there, only the time counts. */
+ * steps, then `steps` timed ones. Sequence s owns blocks [s * nb, (s + 1) * nb); no prefill:
+ * the cache holds whatever is there, only the time counts. */
 static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int steps, int nb,
-                                 int V, double *dt, uint64_t graphs[2]) {
+                                 int V, batch_run *out) {
     int32_t *ids = malloc(sizeof(int32_t) * B), *pos = malloc(sizeof(int32_t) * B),
             *ctx = malloc(sizeof(int32_t) * B), *rows = malloc(sizeof(int32_t) * B),
             *start = malloc(sizeof(int32_t) * (B + 1)), *table = malloc(sizeof(int32_t) * B * nb);
-    atlas_status st = ids && pos && ctx && rows && start && table ? ATLAS_OK : ATLAS_ERR_NOMEM;
+    double *step_s = malloc(sizeof(double) * steps);
+    atlas_status st = ids && pos && ctx && rows && start && table && step_s ? ATLAS_OK
+                                                                            : ATLAS_ERR_NOMEM;
     for (int s = 0; st == ATLAS_OK && s < B; s++) {
         ids[s] = (int32_t)((s * 2654435761u + 17u) % (unsigned)V);
         rows[s] = s;
@@ -160,11 +172,14 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
         for (int j = 0; j < nb; j++) table[s * nb + j] = s * nb + j;
     }
     if (start) start[B] = B;
+    memset(out, 0, sizeof *out);
+    atlas_backend *be = atlas_model_backend(m);
+    uint64_t c0 = 0, r0 = 0, c1 = 0, r1 = 0;
     double t0 = 0;
     for (int i = 0; st == ATLAS_OK && i < warm + steps; i++) {
         if (i == warm) {
+            atlas_cuda_graph_counts(be, &c0, &r0);
             t0 = now_s();
-            atlas_cuda_graph_counts(atlas_model_backend(m), &graphs[0], &graphs[1]);
         }
         for (int s = 0; s < B; s++) {
             pos[s] = p0 + i;
@@ -174,19 +189,27 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
         atlas_batch b = {.n_tokens = B, .tokens = ids, .positions = pos, .n_seqs = B,
                          .seq_start = start, .seq_ctx = ctx, .block_table = table,
                          .max_blocks = nb, .n_logits = B, .logit_rows = rows};
+        double s0 = now_s();
         st = atlas_model_forward_argmax(m, &b, ids);
+        if (i >= warm) step_s[i - warm] = now_s() - s0;
     }
-    *dt = now_s() - t0;
-    uint64_t c = 0, r = 0; /* (0 on the CPU) */
-    atlas_cuda_graph_counts(atlas_model_backend(m), &c, &r);
-    graphs[0] = c - graphs[0];
-    graphs[1] = r - graphs[1];
+    if (st == ATLAS_OK) {
+        out->dt = now_s() - t0;
+        atlas_cuda_graph_counts(be, &c1, &r1);
+        out->captured = c1 - c0;
+        out->replayed = r1 - r0;
+        qsort(step_s, steps, sizeof *step_s, cmp_double);
+        out->step_min = step_s[0];
+        out->step_med = step_s[steps / 2];
+        out->step_max = step_s[steps - 1];
+    }
     free(ids);
     free(pos);
     free(ctx);
     free(rows);
     free(start);
     free(table);
+    free(step_s);
     return st;
 }
 
@@ -368,14 +391,15 @@ int atlas_cli_bench(int argc, char **argv) {
            tq[2] / steps * 1e3);
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
-        double bdt;
-        uint64_t gr[2] = {0, 0};
-        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &bdt, gr) != ATLAS_OK)
+        batch_run br;
+        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &br) != ATLAS_OK)
             return fail("batched decode");
         printf("decode b%-4d  %d steps of %d sequences after %d tokens: %.3f ms/step, %.0f tok/s "
-               "(graphs: %llu captured, %llu replayed)\n", B, steps, B, p0 + 4,
-               bdt / steps * 1e3, (double)B * steps / bdt, (unsigned long long)gr[0],
-               (unsigned long long)gr[1]);
+               "(steps %.3f / %.3f / %.3f ms quickest / median / slowest; graphs: %llu captured, "
+               "%llu replayed)\n", B, steps, B, p0 + 4, br.dt / steps * 1e3,
+               (double)B * steps / br.dt, br.step_min * 1e3, br.step_med * 1e3,
+               br.step_max * 1e3, (unsigned long long)br.captured,
+               (unsigned long long)br.replayed);
     }
 
     atlas_backend *be = atlas_model_backend(m);
