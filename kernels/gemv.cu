@@ -6,6 +6,8 @@
  *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
  *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows
  *   atlas_gemv1c          the same, a block owning ng groups of 4 rows (the default)
+ *   atlas_gemv1d          gemv1c with the weights brought into shared memory by the bulk-copy
+ *                         unit (ATLAS_CUDA_GEMV_TMA=1, sm_90+)
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
  *   atlas_gemv1[bc]_[norm_]swiglu, _qkv  the block kernels with swiglu / rope + kv_store in
  *                         their epilogue (decode fusions)
@@ -377,6 +379,53 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
+/* A group's end in the several-groups-a-block kernels, before their barrier: the block's
+ * partial row sums of group j (and, NORM, group 0's sum of squares) into part[j & 1] (by
+ * parity: one barrier a group), acc zeroed. */
+template <bool NORM>
+__device__ __forceinline__ void gc_end_partials(float (&acc)[GB_ROWS], float ss, int j,
+                                                gb_part (*part)[GB_THREADS / 32]) {
+    gb_part *pp = part[j & 1];
+    gb_partials(acc, pp);
+    if (NORM && j == 0) {
+        float v = warp_sum(ss);
+        if ((threadIdx.x & 31) == 0) pp[threadIdx.x >> 5][GB_ROWS] = v;
+    }
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
+}
+
+/* After the barrier, by the whole of warp 0: group 0 of NORM turns the squares into the
+ * scale (kept in *scale and scale_s for the later groups and the h write), then group j's
+ * rows through the epilogue. */
+template <bool NORM, class Rows, class Epi>
+__device__ __forceinline__ void gc_end_finish(const gb_part (*part)[GB_THREADS / 32], int j,
+                                              float &scale, float *scale_s, int k, float eps,
+                                              const bf16_t *bias, int m, int b, Rows rows,
+                                              Epi epi) {
+    const gb_part *pp = part[j & 1];
+    if (NORM && j == 0) {
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < GB_THREADS / 32; i++) t += pp[i][GB_ROWS];
+        scale = rsqrtf(t / (float)k + eps);
+        if ((threadIdx.x & 31) == 0) *scale_s = scale;
+    }
+    gb_finish(pp, scale, bias, m, b, rows, epi);
+}
+
+/* 8 columns of the block's 4 rows: the inputs x[kk, kk + 8) (normalised on the fly with
+ * NORM, their squares into ss) times wv[r] into acc[r]. */
+template <bool NORM>
+__device__ __forceinline__ void gc_dot(float (&acc)[GB_ROWS], const uint4 (&wv)[GB_ROWS],
+                                       const float *x, int kk, const bf16_t *nw, float &ss) {
+    const float4 *xp = (const float4 *)(x + kk);
+    float4 a = __ldg(xp), b = __ldg(xp + 1);
+    if (NORM) norm_in(a, b, nw + kk, ss); /* ss used from group 0 only */
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(wv[r], a, b);
+}
+
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
@@ -400,35 +449,15 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
             int kk = base + u * GB_THREADS * 8;
-            if (kk < k) {
-                const float4 *xp = (const float4 *)(x + kk);
-                float4 a = __ldg(xp), b = __ldg(xp + 1);
-                if (NORM) norm_in(a, b, fx.nw + kk, ss); /* ss used from group 0 only */
-#pragma unroll
-                for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(cur[u][r], a, b);
-            }
+            if (kk < k) gc_dot<NORM>(acc, cur[u], x, kk, fx.nw, ss);
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
-            int j = it / nch, lane = threadIdx.x & 31;
-            gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
-            gb_partials(acc, pp);
-            if (NORM && j == 0) {
-                float v = warp_sum(ss);
-                if (lane == 0) pp[threadIdx.x >> 5][GB_ROWS] = v;
-            }
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
+            int j = it / nch;
+            gc_end_partials<NORM>(acc, ss, j, part);
             __syncthreads();
-            if (threadIdx.x < 32) {
-                if (NORM && j == 0) {
-                    float t = 0.f;
-#pragma unroll
-                    for (int i = 0; i < GB_THREADS / 32; i++) t += pp[i][GB_ROWS];
-                    scale = rsqrtf(t / (float)k + fx.eps);
-                    if (lane == 0) scale_s = scale;
-                }
-                gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
-            }
+            if (threadIdx.x < 32)
+                gc_end_finish<NORM>(part, j, scale, &scale_s, k, fx.eps, bias, m, b0 + j, rows,
+                                    epi);
         }
 #pragma unroll
         for (int u = 0; u < GC_U; u++)
@@ -441,50 +470,185 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     }
 }
 
+/* --- the same with the weights brought into shared memory by the SM's bulk-copy unit -----------
+ * atlas_gemv1d* (ATLAS_CUDA_GEMV_TMA=1; sm_90+). gemv1c holds two items of weights in
+ * registers (97-112 a thread), so two blocks fill an SM and the next kernel's blocks start
+ * only as these exit: each kernel boundary still costs ~2 us of memory idling (the `gemv
+ * graph` lines of atlas bench). Here thread 0 asks the bulk-copy unit (TMA, cp.async.bulk)
+ * for each item's 4 row pieces into a ring of GD_STAGES stages of shared memory, an mbarrier
+ * a stage counting the bytes in; the weights take no registers, so three blocks fit an SM,
+ * and with programmatic launch the next GEMV's block is resident beside this kernel's two,
+ * its first stages in flight before its griddepcontrol.wait. Items as gemv1c's. */
+enum { GD_STAGES = 2, GD_STAGE = GB_ROWS * GC_CH * 2 /* bytes: 32 KB */,
+       GD_SMEM = GD_STAGES * GD_STAGE };
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+
+/* The one arrival of a stage's phase, expecting `bytes` from the bulk copies. */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ bool mbar_done(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(smem_addr(bar)), "r"(parity)
+                 : "memory");
+    return done;
+}
+
+/* Waits for a stage's phase; a copy that never lands traps (an error the host sees) instead
+ * of hanging the GPU. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    for (unsigned i = 0; !mbar_done(bar, parity); i++)
+        if (i == (1u << 20)) __trap();
+}
+
+/* bytes (a multiple of 16, both addresses 16-byte aligned) from global to shared memory. */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
+                                          uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+/* Item `item` (group b0 + item / nch, chunk item % nch) into stage s: row r's columns of the
+ * chunk at stage + r * GC_CH (bf16). By one thread. */
+template <class Rows>
+__device__ __forceinline__ void gd_issue(unsigned char *ring, uint64_t *full, const bf16_t *w,
+                                         int m, int k, int nch, int b0, int item, Rows rows) {
+    int s = item % GD_STAGES, b = b0 + item / nch, c = item % nch;
+    int cols = min(GC_CH, k - c * GC_CH);
+    unsigned bytes = (unsigned)cols * 2;
+    mbar_expect(&full[s], GB_ROWS * bytes);
+#pragma unroll
+    for (int r = 0; r < GB_ROWS; r++)
+        bulk_copy(ring + s * GD_STAGE + r * GC_CH * 2,
+                  w + (size_t)min(rows(b, r), m - 1) * k + (size_t)c * GC_CH, bytes, &full[s]);
+}
+
+template <bool NORM, class Rows, class Epi>
+__device__ __forceinline__ void gemv1d_body(const float *x, const bf16_t *w, const bf16_t *bias,
+                                            int m, int k, int groups, int ng, gemv_fx fx,
+                                            Rows rows, Epi epi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char gd_ring[];
+    __shared__ __align__(8) uint64_t full[GD_STAGES];
+    __shared__ gb_part part[2][GB_THREADS / 32];
+    __shared__ float scale_s;
+    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
+    int items = min(ng, groups - b0) * nch;
+    if (threadIdx.x == 0) { /* before the wait: weights only */
+        for (int s = 0; s < GD_STAGES; s++) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int it = 0; it < GD_STAGES && it < items; it++)
+            gd_issue(gd_ring, full, w, m, k, nch, b0, it, rows);
+    }
+    __syncthreads(); /* the barriers made before anyone waits on them */
+    pdl_trigger();
+    pdl_wait();
+    float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
+    for (int it = 0; it < items; it++) {
+        int s = it % GD_STAGES, c = it % nch, j = it / nch;
+        bool end = c == nch - 1; /* the group's last chunk: reduce, then the epilogue */
+        mbar_wait(&full[s], (unsigned)(it / GD_STAGES) & 1u);
+        const uint4 *st = (const uint4 *)(gd_ring + s * GD_STAGE);
+#pragma unroll
+        for (int u = 0; u < GC_U; u++) {
+            int col = u * GB_THREADS * 8 + threadIdx.x * 8, kk = c * GC_CH + col;
+            if (kk < k) {
+                uint4 wv[GB_ROWS];
+#pragma unroll
+                for (int r = 0; r < GB_ROWS; r++) wv[r] = st[(r * GC_CH + col) / 8];
+                gc_dot<NORM>(acc, wv, x, kk, fx.nw, ss);
+            }
+        }
+        if (end) gc_end_partials<NORM>(acc, ss, j, part);
+        __syncthreads(); /* stage s read by every thread: it may be filled again */
+        if (threadIdx.x == 0 && it + GD_STAGES < items)
+            gd_issue(gd_ring, full, w, m, k, nch, b0, it + GD_STAGES, rows);
+        if (end && threadIdx.x < 32)
+            gc_end_finish<NORM>(part, j, scale, &scale_s, k, fx.eps, bias, m, b0 + j, rows, epi);
+    }
+    if (NORM && fx.h && blockIdx.x == 0) {
+        __syncthreads();
+        gemv_write_norm(fx.h, x, fx.nw, scale_s, k, threadIdx.x, GB_THREADS);
+    }
+#else
+    __trap(); /* the host looks these up on sm_90+ only */
+#endif
+}
+
 /* atlas_gemv1c, atlas_gemv1c_norm, atlas_gemv1c_resid: the arguments of atlas_gemv1b[_norm|
  * _resid], then ng. */
-extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
-                                                                      const bf16_t *w,
-                                                                      const bf16_t *bias, int n,
-                                                                      int m, int k, int ng) {
-    (void)n;
-    gemv1c_body<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},
-                       gb_rows{}, gb_store{out, 0, m});
-}
-#define ATLAS_GEMV1C_FX(NAME, NORM, STORE)                                                        \
-    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
+/* atlas_gemv1d*: the same arguments as atlas_gemv1c*, GD_SMEM bytes of dynamic shared memory;
+ * three blocks an SM (launch bounds). */
+#define ATLAS_GEMV1C(NAME, BODY, BOUNDS)                                                          \
+    extern "C" __global__ void BOUNDS NAME(float *out, const float *x, const bf16_t *w,            \
+                                           const bf16_t *bias, int n, int m, int k, int ng) {      \
+        (void)n;                                                                                   \
+        BODY<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},     \
+                    gb_rows{}, gb_store{out, 0, m});                                               \
+    }
+#define ATLAS_GEMV1C_FX(NAME, BODY, BOUNDS, NORM, STORE)                                          \
+    extern "C" __global__ void BOUNDS NAME(                                                        \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
         const bf16_t *nw, float eps, float *h, float *resid, int ng) {                             \
-        gemv1c_body<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                       \
-                          gemv_fx{nw, eps, h, 0}, gb_rows{}, STORE);                               \
+        BODY<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{nw, eps, h, 0},      \
+                   gb_rows{}, STORE);                                                              \
     }
-ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
-ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
+#define GC_BOUNDS __launch_bounds__(GB_THREADS)
+#define GD_BOUNDS __launch_bounds__(GB_THREADS, 3)
+ATLAS_GEMV1C(atlas_gemv1c, gemv1c_body, GC_BOUNDS)
+ATLAS_GEMV1C_FX(atlas_gemv1c_norm, gemv1c_body, GC_BOUNDS, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_resid, gemv1c_body, GC_BOUNDS, false, (gb_store{out, resid, m}))
+ATLAS_GEMV1C(atlas_gemv1d, gemv1d_body, GD_BOUNDS)
+ATLAS_GEMV1C_FX(atlas_gemv1d_norm, gemv1d_body, GD_BOUNDS, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1d_resid, gemv1d_body, GD_BOUNDS, false, (gb_store{out, resid, m}))
 /* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
- * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME and, with the input normalised on the fly
- * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
- * Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for gemv1c. grid m / 4
- * (gemv1b), ceil(m / 4 / ng) (gemv1c).
+ * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME, atlas_gemv1d_NAME and, with the input
+ * normalised on the fly as in atlas_gemv1b_norm, atlas_gemv1[bcd]_norm_NAME (the norm fusion's
+ * second GEMV). Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for
+ * gemv1c/d. grid m / 4 (gemv1b), ceil(m / 4 / ng) (gemv1c/d).
  *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
  *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
-#define ATLAS_GEMV_EPI1(NAME, BODY, ...)                                                          \
-    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
+#define ATLAS_GEMV_EPI1(NAME, BOUNDS, BODY, ...)                                                  \
+    extern "C" __global__ void BOUNDS NAME(                                                        \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
         const bf16_t *nw, float eps, float *h, __VA_ARGS__) {                                      \
         BODY;                                                                                      \
     }
 #define ATLAS_GEMV_EPI_B(NAME, NORM, ROWS, EPI, ...)                                              \
-    ATLAS_GEMV_EPI1(NAME, (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)), \
+    ATLAS_GEMV_EPI1(NAME, GC_BOUNDS,                                                               \
+                    (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)),      \
                     __VA_ARGS__)
-#define ATLAS_GEMV_EPI_C(NAME, NORM, ROWS, EPI, ...)                                              \
-    ATLAS_GEMV_EPI1(NAME, (gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng,                   \
-                                             gemv_fx{nw, eps, h, 0}, ROWS, EPI)),                  \
+#define ATLAS_GEMV_EPI_C(NAME, BODY, BOUNDS, NORM, ROWS, EPI, ...)                                \
+    ATLAS_GEMV_EPI1(NAME, BOUNDS,                                                                  \
+                    (BODY<NORM>(x, w, bias, m, k, m / GB_ROWS, ng, gemv_fx{nw, eps, h, 0}, ROWS,   \
+                                EPI)),                                                             \
                     __VA_ARGS__, int ng)
 #define ATLAS_GEMV_EPI(NAME, ROWS, EPI, ...)                                                      \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, gemv1c_body, GC_BOUNDS, false, ROWS, EPI, __VA_ARGS__)  \
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, gemv1c_body, GC_BOUNDS, true, ROWS, EPI,           \
+                     __VA_ARGS__)                                                                  \
+    ATLAS_GEMV_EPI_C(atlas_gemv1d_##NAME, gemv1d_body, GD_BOUNDS, false, ROWS, EPI, __VA_ARGS__)  \
+    ATLAS_GEMV_EPI_C(atlas_gemv1d_norm_##NAME, gemv1d_body, GD_BOUNDS, true, ROWS, EPI,           \
+                     __VA_ARGS__)
 ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
 ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,

@@ -762,6 +762,22 @@ int main(void) {
     setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
     test_tails_hd128("qkv,swiglu", 6, D);
     unsetenv("ATLAS_CUDA_GEMV_NG");
+    /* gemv1c's work with the weights through shared memory (atlas_gemv1d*, ATLAS_CUDA_GEMV_TMA):
+     * plain and every epilogue; a k of one partial chunk (320), of two chunks (4416: the
+     * second partial, the norm's squares over two items), more items than stages (3 groups
+     * a block, the last short), one group a block (ng 0 -> gemv1d with ng 1) */
+    matmul_with(&g, "ATLAS_CUDA_GEMV_TMA", "1", "tma"); /* (leaves it set) */
+    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "3", "tma ng3");
+    unsetenv("ATLAS_CUDA_GEMV_NG");
+    test_tails_hd128("all", 8, D);
+    test_tails_hd128("qkv,swiglu", 6, D);
+    test_tails_hd128("all", 8, 4416);
+    setenv("ATLAS_CUDA_GEMV_NG", "3", 1);
+    test_tails_hd128("all", 8, 4416);
+    setenv("ATLAS_CUDA_GEMV_NG", "0", 1);
+    test_tails_hd128("all", 8, D);
+    unsetenv("ATLAS_CUDA_GEMV_NG");
+    unsetenv("ATLAS_CUDA_GEMV_TMA");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

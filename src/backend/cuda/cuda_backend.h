@@ -59,6 +59,8 @@ typedef struct cuda_graph {
 } cuda_graph;
 
 enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
+/* Dynamic shared memory of the atlas_gemv1d kernels: GD_SMEM of kernels/gemv.cu. */
+enum { CUDA_GEMV_TMA_SMEM = 2 * 4 * 4096 * 2 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -167,6 +169,8 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
+    int gemv_tma;           /* ATLAS_CUDA_GEMV_TMA=1: the gemv1c functions are atlas_gemv1d*
+                               (weights into shared memory by TMA; CUDA_GEMV_TMA_SMEM each) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
@@ -224,8 +228,9 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
  * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
  * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
- * else `single`, a group a block (which reads no extra argument). multi NULL: always single.
- * `atlas bench` chains GEMVs with it. */
+ * or at any ng with ATLAS_CUDA_GEMV_TMA (gemv1d, gemv1c's work through shared memory, has no
+ * one-group kernel), else `single`, a group a block (which reads no extra argument). multi
+ * NULL: always single. `atlas bench` chains GEMVs with it. */
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */

@@ -87,14 +87,24 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
         {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
         {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
-        {&cb->fn.gemv1c[0], "atlas_gemv1c"}, {&cb->fn.gemv1c[1], "atlas_gemv1c_swiglu"},
-        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"}, {&cb->fn.gemv1c_norm[0], "atlas_gemv1c_norm"},
-        {&cb->fn.gemv1c_norm[1], "atlas_gemv1c_norm_swiglu"},
-        {&cb->fn.gemv1c_norm[2], "atlas_gemv1c_norm_qkv"},
-        {&cb->fn.gemv1c_resid, "atlas_gemv1c_resid"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
+    /* gemv1c's functions, or with ATLAS_CUDA_GEMV_TMA the same work through shared memory
+     * (atlas_gemv1d*, which ask for more of it than a kernel gets unasked) */
+    struct { CUfunction *f; const char *suffix; } gc[] = {
+        {&cb->fn.gemv1c[0], ""}, {&cb->fn.gemv1c[1], "_swiglu"}, {&cb->fn.gemv1c[2], "_qkv"},
+        {&cb->fn.gemv1c_norm[0], "_norm"}, {&cb->fn.gemv1c_norm[1], "_norm_swiglu"},
+        {&cb->fn.gemv1c_norm[2], "_norm_qkv"}, {&cb->fn.gemv1c_resid, "_resid"},
+    };
+    for (size_t i = 0; i < sizeof gc / sizeof *gc; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "atlas_gemv1%c%s", cb->gemv_tma ? 'd' : 'c', gc[i].suffix);
+        ATLAS_TRY(atlas_registry_function(cb->reg, name, gc[i].f));
+        if (cb->gemv_tma)
+            ATLAS_CU_TRY(cuFuncSetAttribute, *gc[i].f,
+                         ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, CUDA_GEMV_TMA_SMEM);
+    }
     /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
      * every model load, and 2/3 of these would never run) */
     int hd = cb->base.geom.head_dim;
@@ -344,9 +354,11 @@ static bool block_gemv(const cuda_backend *cb) {
 
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
-    if (multi && ng > 1) {
+    if (multi && (ng > 1 || cb->gemv_tma)) {
+        if (ng < 1) ng = 1;
         a[na - 1] = &ng;
-        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
+        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256,
+                      cb->gemv_tma ? CUDA_GEMV_TMA_SMEM : 0, a);
     }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
