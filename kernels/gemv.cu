@@ -475,12 +475,13 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
  * registers (97-112 a thread), so two blocks fill an SM and the next kernel's blocks start
  * only as these exit: each kernel boundary still costs ~2 us of memory idling (the `gemv
  * graph` lines of atlas bench). Here thread 0 asks the bulk-copy unit (TMA, cp.async.bulk)
- * for each item's 4 row pieces into a ring of GD_STAGES stages of shared memory, an mbarrier
- * a stage counting the bytes in; the weights take no registers, so three blocks fit an SM,
- * and with programmatic launch the next GEMV's block is resident beside this kernel's two,
- * its first stages in flight before its griddepcontrol.wait. Items as gemv1c's. */
-enum { GD_STAGES = 2, GD_STAGE = GB_ROWS * GC_CH * 2 /* bytes: 32 KB */,
-       GD_SMEM = GD_STAGES * GD_STAGE };
+ * for each item's 4 row pieces into a ring of stages of shared memory (as many as the launch's
+ * dynamic shared memory holds, 1..GD_MAX_STAGES of GD_STAGE bytes), an mbarrier a stage
+ * counting the bytes in. The weights take no registers: with 2 stages (64 KB) three blocks
+ * fit an SM, and with programmatic launch the next GEMV's block is resident beside this
+ * kernel's two, its first stages in flight before its griddepcontrol.wait. Items as
+ * gemv1c's. */
+enum { GD_STAGE = GB_ROWS * GC_CH * 2 /* bytes: 32 KB */, GD_MAX_STAGES = 4 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -525,12 +526,13 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                  : "memory");
 }
 
-/* Item `item` (group b0 + item / nch, chunk item % nch) into stage s: row r's columns of the
- * chunk at stage + r * GC_CH (bf16). By one thread. */
+/* Item `item` (group b0 + item / nch, chunk item % nch) into stage item % stages: row r's
+ * columns of the chunk at the stage + r * GC_CH (bf16). By one thread. */
 template <class Rows>
-__device__ __forceinline__ void gd_issue(unsigned char *ring, uint64_t *full, const bf16_t *w,
-                                         int m, int k, int nch, int b0, int item, Rows rows) {
-    int s = item % GD_STAGES, b = b0 + item / nch, c = item % nch;
+__device__ __forceinline__ void gd_issue(unsigned char *ring, uint64_t *full, int stages,
+                                         const bf16_t *w, int m, int k, int nch, int b0, int item,
+                                         Rows rows) {
+    int s = item % stages, b = b0 + item / nch, c = item % nch;
     int cols = min(GC_CH, k - c * GC_CH);
     unsigned bytes = (unsigned)cols * 2;
     mbar_expect(&full[s], GB_ROWS * bytes);
@@ -546,25 +548,28 @@ __device__ __forceinline__ void gemv1d_body(const float *x, const bf16_t *w, con
                                             Rows rows, Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char gd_ring[];
-    __shared__ __align__(8) uint64_t full[GD_STAGES];
+    __shared__ __align__(8) uint64_t full[GD_MAX_STAGES];
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    int stages = max(1, min((int)(dyn / GD_STAGE), (int)GD_MAX_STAGES));
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
     if (threadIdx.x == 0) { /* before the wait: weights only */
-        for (int s = 0; s < GD_STAGES; s++) mbar_init(&full[s], 1);
+        for (int s = 0; s < stages; s++) mbar_init(&full[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int it = 0; it < GD_STAGES && it < items; it++)
-            gd_issue(gd_ring, full, w, m, k, nch, b0, it, rows);
+        for (int it = 0; it < stages && it < items; it++)
+            gd_issue(gd_ring, full, stages, w, m, k, nch, b0, it, rows);
     }
     __syncthreads(); /* the barriers made before anyone waits on them */
     pdl_trigger();
     pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
-        int s = it % GD_STAGES, c = it % nch, j = it / nch;
+        int s = it % stages, c = it % nch, j = it / nch;
         bool end = c == nch - 1; /* the group's last chunk: reduce, then the epilogue */
-        mbar_wait(&full[s], (unsigned)(it / GD_STAGES) & 1u);
+        mbar_wait(&full[s], (unsigned)(it / stages) & 1u);
         const uint4 *st = (const uint4 *)(gd_ring + s * GD_STAGE);
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
@@ -578,8 +583,8 @@ __device__ __forceinline__ void gemv1d_body(const float *x, const bf16_t *w, con
         }
         if (end) gc_end_partials<NORM>(acc, ss, j, part);
         __syncthreads(); /* stage s read by every thread: it may be filled again */
-        if (threadIdx.x == 0 && it + GD_STAGES < items)
-            gd_issue(gd_ring, full, w, m, k, nch, b0, it + GD_STAGES, rows);
+        if (threadIdx.x == 0 && it + stages < items)
+            gd_issue(gd_ring, full, stages, w, m, k, nch, b0, it + stages, rows);
         if (end && threadIdx.x < 32)
             gc_end_finish<NORM>(part, j, scale, &scale_s, k, fx.eps, bias, m, b0 + j, rows, epi);
     }
@@ -594,8 +599,8 @@ __device__ __forceinline__ void gemv1d_body(const float *x, const bf16_t *w, con
 
 /* atlas_gemv1c, atlas_gemv1c_norm, atlas_gemv1c_resid: the arguments of atlas_gemv1b[_norm|
  * _resid], then ng. */
-/* atlas_gemv1d*: the same arguments as atlas_gemv1c*, GD_SMEM bytes of dynamic shared memory;
- * three blocks an SM (launch bounds). */
+/* atlas_gemv1d*: the same arguments as atlas_gemv1c*, 1..GD_MAX_STAGES x GD_STAGE bytes of
+ * dynamic shared memory (the stages); registers for three blocks an SM (launch bounds). */
 #define ATLAS_GEMV1C(NAME, BODY, BOUNDS)                                                          \
     extern "C" __global__ void BOUNDS NAME(float *out, const float *x, const bf16_t *w,            \
                                            const bf16_t *bias, int n, int m, int k, int ng) {      \

@@ -776,6 +776,11 @@ int main(void) {
     test_tails_hd128("all", 8, 4416);
     setenv("ATLAS_CUDA_GEMV_NG", "0", 1);
     test_tails_hd128("all", 8, D);
+    /* a ring of 3 stages (ATLAS_CUDA_GEMV_TMA=3): 6 items a block at ng 3, k 4416 */
+    setenv("ATLAS_CUDA_GEMV_TMA", "3", 1);
+    setenv("ATLAS_CUDA_GEMV_NG", "3", 1);
+    test_tails_hd128("all", 8, 4416);
+    matmul_with(&g, "ATLAS_CUDA_GEMV_TMA", "3", "tma3 ng3");
     unsetenv("ATLAS_CUDA_GEMV_NG");
     unsetenv("ATLAS_CUDA_GEMV_TMA");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};

@@ -805,10 +805,14 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_TMA=1: gemv1c's work with the weights brought into shared memory by
-     * the bulk-copy unit (atlas_gemv1d*, sm_90+; kernels/gemv.cu); not measured yet: off */
+    /* ATLAS_CUDA_GEMV_TMA=1 (2 stages) or 2..4 stages: gemv1c's work with the weights brought
+     * into shared memory by the bulk-copy unit (atlas_gemv1d*, sm_90+; kernels/gemv.cu); not
+     * measured yet: off */
     e = getenv("ATLAS_CUDA_GEMV_TMA");
-    cb->gemv_tma = e && e[0] == '1' && atlas_host_properties(cb->host)->cc_major >= 9;
+    cb->gemv_tma = e && e[0] >= '1' && e[0] <= '0' + CUDA_GEMV_TMA_MAX_STAGES && !e[1] &&
+                           atlas_host_properties(cb->host)->cc_major >= 9
+                       ? (e[0] == '1' ? 2 : e[0] - '0')
+                       : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

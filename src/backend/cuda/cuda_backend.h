@@ -59,8 +59,9 @@ typedef struct cuda_graph {
 } cuda_graph;
 
 enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
-/* Dynamic shared memory of the atlas_gemv1d kernels: GD_SMEM of kernels/gemv.cu. */
-enum { CUDA_GEMV_TMA_SMEM = 2 * 4 * 4096 * 2 };
+/* A stage of the atlas_gemv1d kernels' ring (GD_STAGE of kernels/gemv.cu: 4 rows x 4096
+ * bf16), and the most stages they take. */
+enum { CUDA_GEMV_TMA_STAGE = 4 * 4096 * 2, CUDA_GEMV_TMA_MAX_STAGES = 4 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -169,8 +170,9 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_tma;           /* ATLAS_CUDA_GEMV_TMA=1: the gemv1c functions are atlas_gemv1d*
-                               (weights into shared memory by TMA; CUDA_GEMV_TMA_SMEM each) */
+    int gemv_tma;           /* ATLAS_CUDA_GEMV_TMA=1..4: the gemv1c functions are atlas_gemv1d*
+                               (weights into shared memory by TMA) with a ring of this many
+                               stages (1: 2); 0: gemv1c */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

@@ -103,7 +103,8 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         ATLAS_TRY(atlas_registry_function(cb->reg, name, gc[i].f));
         if (cb->gemv_tma)
             ATLAS_CU_TRY(cuFuncSetAttribute, *gc[i].f,
-                         ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, CUDA_GEMV_TMA_SMEM);
+                         ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         cb->gemv_tma * CUDA_GEMV_TMA_STAGE);
     }
     /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
      * every model load, and 2/3 of these would never run) */
@@ -358,7 +359,7 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
         if (ng < 1) ng = 1;
         a[na - 1] = &ng;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256,
-                      cb->gemv_tma ? CUDA_GEMV_TMA_SMEM : 0, a);
+                      (unsigned)(cb->gemv_tma * CUDA_GEMV_TMA_STAGE), a);
     }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
