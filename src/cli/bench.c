@@ -144,6 +144,11 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
     return ATLAS_OK;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* What decode_batch measured: the timed steps' total, their slowest, quickest and median
  * step (one slow step tells a one-time event from a steady cost), the graphs they captured
  * and replayed (CUDA; 0 on the CPU). */
@@ -151,8 +156,6 @@ typedef struct batch_run {
     double dt, step_min, step_med, step_max;
     uint64_t captured, replayed;
 } batch_run;
-
-static int cmp_double(const void *a, const void *b);
 
 /* B sequences decoding together, one token each a step at positions p0, p0 + 1, ...: warm-up
  * steps, then `steps` timed ones. Sequence s owns blocks [s * nb, (s + 1) * nb); no prefill:
@@ -211,11 +214,6 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     free(table);
     free(step_s);
     return st;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Which path loaded the weights (ATLAS_LOAD; backend/cuda/direct.h), and how much each. */
