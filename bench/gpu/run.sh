@@ -10,6 +10,7 @@
 #   another seed), --max-resident 1, driven by bench/serve/loadgen (Node where there is one,
 #   else the Python twin) at concurrency 1/8/64/256, 128 in / 128 out, then swaps A->B->A; the
 #   host-to-device rate of the same machine comes from the `atlas bench` run before it.
+#   FORWARD_ENV="VAR=value;..." runs test-gpu-forward again with each entry set.
 set -u
 OUT=${OUT:-/tmp/atlas-out}
 mkdir -p "$OUT"
@@ -64,6 +65,16 @@ if has forward; then
   ATLAS_TEST_BIG_MODEL=/tmp/llama-test timeout 240 "$B/test-gpu-forward" > "$OUT/test-gpu-forward.log" 2>&1
   echo "rc $?"
   grep -E "CHECK failed|error|big|p0 |p6 |checks" "$OUT/test-gpu-forward.log" | head -40
+  # FORWARD_ENV="A=1 B=2;C=3": again with each entry set (every GPU model of the test on it,
+  # e.g. a kernel switch not yet the default), one log each
+  IFS=';' read -ra fwd_envs <<< "${FORWARD_ENV:-}"
+  for i in "${!fwd_envs[@]}"; do
+    step "test-gpu-forward with ${fwd_envs[$i]}"
+    env ${fwd_envs[$i]} ATLAS_TEST_BIG_MODEL=/tmp/llama-test timeout 240 "$B/test-gpu-forward" \
+      > "$OUT/test-gpu-forward-env$i.log" 2>&1
+    echo "rc $?"
+    grep -E "CHECK failed|error|big step|checks" "$OUT/test-gpu-forward-env$i.log" | head -20
+  done
 fi
 if has bench || has profile || has attn || has batch; then
   step "waiting for the 8B checkpoint"
