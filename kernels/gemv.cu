@@ -514,7 +514,7 @@ __device__ __forceinline__ bool mbar_done(uint64_t *bar, unsigned parity) {
  * of hanging the GPU. */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
     for (unsigned i = 0; !mbar_done(bar, parity); i++)
-        if (i == (1u << 20)) __trap();
+        if (i == (1u << 22)) __trap();
 }
 
 /* bytes (a multiple of 16, both addresses 16-byte aligned) from global to shared memory. */
