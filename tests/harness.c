@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 int harness_failures = 0;
 int harness_checks = 0;
@@ -78,6 +79,22 @@ int harness_run(const char *cmd, char *out, size_t cap) {
     if (dropped) fprintf(stderr, "harness_run: dropped %zu bytes of output of %s\n", dropped, cmd);
     int status = pclose(f);
     return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void harness_in_child(const char *what, void (*fn)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        fflush(stdout);
+        fflush(stderr);
+        exit(harness_failures ? 1 : 0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "scenario '%s' failed (status %d)",
+              what, status);
 }
 
 int harness_finish(void) {

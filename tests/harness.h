@@ -62,6 +62,10 @@ int harness_argmax(const float *x, int n);
  * and dropped, with a note on stderr, so the command still ends normally. Returns the
  * command's exit status, or -1 if it could not run or died on a signal. */
 int harness_run(const char *cmd, char *out, size_t cap);
+/* Runs fn in a forked child (a scenario that must not touch this process: a driver faked
+ * or made to fail, a process-scoped host) and CHECKs that it passed its own checks. The
+ * child ends with exit, not _exit, so that LeakSanitizer checks it too. */
+void harness_in_child(const char *what, void (*fn)(void));
 int harness_finish(void);
 
 #endif

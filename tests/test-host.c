@@ -4,27 +4,10 @@
  * and a real library that is not a CUDA driver. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "atlas/host.h"
 #include "backend/cuda/driver.h"
 #include "harness.h"
-
-/* Runs fn in a child; CHECKs that it passed its own checks. */
-static void run_child(const char *what, void (*fn)(void)) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        fn();
-        fflush(stdout);
-        _exit(harness_failures ? 1 : 0);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "scenario '%s' failed", what);
-}
 
 /* The machine's own driver: here usually none (a clear error); on a GPU machine a host. */
 static void scenario_default(void) {
@@ -92,9 +75,9 @@ static void scenario_not_a_driver(void) {
 }
 
 int main(void) {
-    run_child("default driver", scenario_default);
-    run_child("missing library", scenario_missing);
-    run_child("not a driver", scenario_not_a_driver);
+    harness_in_child("default driver", scenario_default);
+    harness_in_child("missing library", scenario_missing);
+    harness_in_child("not a driver", scenario_not_a_driver);
 
     /* atlas_cu_check without a driver: still names the call, the code and where */
     atlas_status st = atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__);

@@ -9,27 +9,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "harness.h"
 #include "parallel/nccl.h"
-
-static void run_child(const char *what, void (*fn)(void)) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        fn();
-        fflush(stdout);
-        fflush(stderr);
-        exit(harness_failures ? 1 : 0); /* exit, not _exit: LeakSanitizer checks the child */
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "scenario '%s' failed (status %d)",
-              what, status);
-}
 
 static void scenario_missing(void) {
     const char *path = "/nonexistent/atlas-test/libnccl.so.2";
@@ -275,9 +257,9 @@ static void scenario_fake(void) {
 }
 
 int main(void) {
-    run_child("missing", scenario_missing);
-    run_child("not nccl", scenario_not_nccl);
-    run_child("default", scenario_default);
-    run_child("fake", scenario_fake);
+    harness_in_child("missing", scenario_missing);
+    harness_in_child("not nccl", scenario_not_nccl);
+    harness_in_child("default", scenario_default);
+    harness_in_child("fake", scenario_fake);
     return harness_finish();
 }

@@ -6,8 +6,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "backend/cuda/registry.h"
 #include "harness.h"
@@ -222,19 +220,6 @@ static atlas_driver fake_table(void) {
 
 #define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
                          atlas_last_error())
-
-static void run_child(const char *what, void (*fn)(void)) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        fn();
-        _exit(harness_failures ? 1 : 0);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "scenario '%s' failed", what);
-}
 
 static void install_fake(int device_count) {
     fake.device_count = device_count;
@@ -599,8 +584,8 @@ static void test_upload_queue(atlas_host *h) {
 }
 
 int main(void) {
-    run_child("no device", scenario_no_device);
-    run_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
+    harness_in_child("no device", scenario_no_device);
+    harness_in_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
 
     install_fake(2);
     atlas_host *h = NULL;
