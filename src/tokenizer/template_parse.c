@@ -468,6 +468,26 @@ typedef struct binop {
     int op;
 } binop;
 
+/* *left = kind(*left, right) at t, the right side parsed with status st: on st's failure, or
+ * no memory, both sides are freed (*left NULL) and the error returned. */
+static atlas_status join(parser *p, tnode_kind kind, const ttok *t, atlas_status st,
+                         tnode **left, tnode *right) {
+    tnode *n = st == ATLAS_OK ? node_new(kind, t) : NULL;
+    if (st == ATLAS_OK && !n) {
+        tpl_node_free(right);
+        st = nomem(p);
+    }
+    if (st != ATLAS_OK) {
+        tpl_node_free(*left);
+        *left = NULL;
+        return st;
+    }
+    n->a = *left;
+    n->b = right;
+    *left = n;
+    return ATLAS_OK;
+}
+
 static atlas_status parse_level(parser *p, int level, tnode **out);
 
 /* Left-associative binary levels: 1 + -, 2 ~, 3 * / // %, 4 ** (comparisons: parse_compare) */
@@ -493,21 +513,10 @@ static atlas_status parse_level(parser *p, int level, tnode **out) {
             if (is_op(t, ops[level][k].tok)) op = ops[level][k].op;
         if (!op) break;
         adv(p);
-        tnode *right;
+        tnode *right = NULL;
         atlas_status st = parse_level(p, level + 1, &right);
-        tnode *n = st == ATLAS_OK ? node_new(TN_BINARY, t) : NULL;
-        if (st == ATLAS_OK && !n) {
-            tpl_node_free(right);
-            st = nomem(p);
-        }
-        if (st != ATLAS_OK) {
-            tpl_node_free(left);
-            return st;
-        }
-        n->op = op;
-        n->a = left;
-        n->b = right;
-        left = n;
+        ATLAS_TRY(join(p, TN_BINARY, t, st, &left, right));
+        left->op = op;
     }
     *out = left;
     return ATLAS_OK;
@@ -610,20 +619,9 @@ static atlas_status parse_bool(parser *p, bool is_or, tnode **out) {
             return perr(p, t, "expression too long");
         }
         adv(p);
-        tnode *right;
+        tnode *right = NULL;
         atlas_status st = is_or ? parse_bool(p, false, &right) : parse_not(p, &right);
-        tnode *n = st == ATLAS_OK ? node_new(is_or ? TN_OR : TN_AND, t) : NULL;
-        if (st == ATLAS_OK && !n) {
-            tpl_node_free(right);
-            st = nomem(p);
-        }
-        if (st != ATLAS_OK) {
-            tpl_node_free(left);
-            return st;
-        }
-        n->a = left;
-        n->b = right;
-        left = n;
+        ATLAS_TRY(join(p, is_or ? TN_OR : TN_AND, t, st, &left, right));
     }
     *out = left;
     return ATLAS_OK;
