@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "atlas/tokenizer.h"
+#include "fuzz_fixture.h"
 #include "server/gen_internal.h"
 #include "server/http.h"
 
@@ -27,13 +28,7 @@ static atlas_server srv; /* only its metrics are used by the formatting */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     char dir[4096];
-    const char *data = getenv("ATLAS_TEST_DATA");
-    if (data) {
-        snprintf(dir, sizeof dir, "%s/tiny-qwen3", data);
-    } else {
-        const char *f = __FILE__, *cut = strstr(f, "fuzz/fuzz-server-format.c");
-        snprintf(dir, sizeof dir, "%.*stests/data/tiny-qwen3", cut ? (int)(cut - f) : 0, f);
-    }
+    fuzz_fixture_dir(dir, sizeof dir, "tiny-qwen3", __FILE__);
     if (atlas_tokenizer_load(dir, &tok) != ATLAS_OK) {
         fprintf(stderr, "fuzz-server-format: %s: %s\n", dir, atlas_last_error());
         abort();

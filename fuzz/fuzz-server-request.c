@@ -17,6 +17,7 @@
 
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
+#include "fuzz_fixture.h"
 #include "server/api_common.h"
 #include "server/params.h"
 
@@ -30,13 +31,7 @@ static atlas_template *tmpl;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     char dir[4096];
-    const char *data = getenv("ATLAS_TEST_DATA");
-    if (data) {
-        snprintf(dir, sizeof dir, "%s/tiny-qwen3", data);
-    } else {
-        const char *f = __FILE__, *cut = strstr(f, "fuzz/fuzz-server-request.c");
-        snprintf(dir, sizeof dir, "%.*stests/data/tiny-qwen3", cut ? (int)(cut - f) : 0, f);
-    }
+    fuzz_fixture_dir(dir, sizeof dir, "tiny-qwen3", __FILE__);
     if (atlas_tokenizer_load(dir, &tok) != ATLAS_OK || atlas_template_load(dir, &tmpl) != ATLAS_OK) {
         fprintf(stderr, "fuzz-server-request: %s: %s\n", dir, atlas_last_error());
         abort();
