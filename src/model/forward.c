@@ -207,7 +207,7 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
     if (m->q_n == 2)
         return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): 2 greedy steps queued already: "
                           "collect one first", m->dir);
-    int last = (m->q_head + m->q_n + 1) % 2, slot = (m->q_head + m->q_n) % 2;
+    int slot = (m->q_head + m->q_n) % 2, last = 1 - slot; /* last: the step queued before */
     if (!b->tokens && (m->q_n == 0 || m->q_rows[last] != b->n_tokens))
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch of %d tokens taken from "
                           "the step before, which %s", m->dir, b->n_tokens,

@@ -809,10 +809,10 @@ static atlas_status cuda_setup(cuda_backend *cb) {
      * into shared memory by the bulk-copy unit (atlas_gemv1d*, sm_90+; kernels/gemv.cu); not
      * measured yet: off */
     e = getenv("ATLAS_CUDA_GEMV_TMA");
-    cb->gemv_tma = e && e[0] >= '1' && e[0] <= '0' + CUDA_GEMV_TMA_MAX_STAGES && !e[1] &&
-                           atlas_host_properties(cb->host)->cc_major >= 9
-                       ? (e[0] == '1' ? 2 : e[0] - '0')
-                       : 0;
+    int tma = e && e[0] && !e[1] ? e[0] - '0' : 0;
+    if (tma < 1 || tma > CUDA_GEMV_TMA_MAX_STAGES || atlas_host_properties(cb->host)->cc_major < 9)
+        tma = 0;
+    cb->gemv_tma = tma == 1 ? 2 : tma;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

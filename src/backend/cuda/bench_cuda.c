@@ -164,12 +164,20 @@ static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_cu
     return ATLAS_OK;
 }
 
+/* be as the CUDA backend; else ATLAS_ERR_INVALID, "bench: <what> the CUDA backend". */
+static atlas_status bench_backend(atlas_backend *be, const char *what, cuda_backend **cb) {
+    *cb = NULL;
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: %s the CUDA backend", what);
+    *cb = (cuda_backend *)be;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, int gemm_size,
                                          atlas_cuda_ceilings *out) {
     memset(out, 0, sizeof *out);
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: the ceilings need the CUDA backend");
-    cuda_backend *cb = (cuda_backend *)be;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "the ceilings need", &cb));
     ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_host_upload_wait(cb->host));
     CUdeviceptr bufs[6] = {0};
@@ -185,9 +193,8 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
 
 atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
     memset(out, 0, sizeof *out);
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: memory use needs the CUDA backend");
-    cuda_backend *cb = (cuda_backend *)be;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "memory use needs", &cb));
     out->total = atlas_registry_alloc_bytes(cb->reg);
     out->weights = cb->weight_bytes;
     out->kv = cb->kv_bytes;
@@ -197,18 +204,18 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
 
 atlas_status atlas_cuda_graph_counts(atlas_backend *be, uint64_t *captures, uint64_t *replays) {
     *captures = *replays = 0;
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: graph counts need the CUDA backend");
-    *captures = ((cuda_backend *)be)->graph_captures;
-    *replays = ((cuda_backend *)be)->graph_replays;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "graph counts need", &cb));
+    *captures = cb->graph_captures;
+    *replays = cb->graph_replays;
     return ATLAS_OK;
 }
 
 atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out) {
     memset(out, 0, sizeof *out);
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: the load path needs the CUDA backend");
-    const cuda_load *ld = &((cuda_backend *)be)->load;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "the load path needs", &cb));
+    const cuda_load *ld = &cb->load;
     static const char *const modes[] = {"direct", "stage", "mix"};
     out->mode = modes[ld->mode];
     out->direct_bytes = ld->runs.direct_bytes;
@@ -330,9 +337,8 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
 
 atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out) {
     memset(out, 0, sizeof *out);
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: the profile needs the CUDA backend");
-    cuda_backend *cb = (cuda_backend *)be;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
     CUdeviceptr bufs[3] = {0};
@@ -431,12 +437,11 @@ static void probe_free(file_probe *p, cuda_backend *cb, int T) {
 atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *paths,
                                           int n_paths, int threads, atlas_cuda_file_load *out) {
     memset(out, 0, sizeof *out);
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: the load probe needs the CUDA backend");
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "the load probe needs", &cb));
     if (threads < 1 || threads > PROBE_THREADS_MAX)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: load probe with %d threads (1..%d)", threads,
                           PROBE_THREADS_MAX);
-    cuda_backend *cb = (cuda_backend *)be;
     ATLAS_TRY(atlas_host_make_current(cb->host));
     int fds[64], n_fds = 0, n_pieces = 0, cap = 0;
     probe_piece *pieces = NULL;
