@@ -452,8 +452,9 @@ static void test_fused_decode(weight *norm, int start) {
  *   rmsnorm -> matmul qkv (+ bias) -> rope -> kv_store layer 0    norm's GEMV + qkv
  *   matmul gate_up -> swiglu                                     swiglu alone
  *   matmul o -> add_rmsnorm -> matmul gate_up -> swiglu           norm's GEMVs + swiglu
- *   matmul qkv -> rope -> kv_store layer 1                        qkv alone
- * Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
+ *   matmul down -> add_rmsnorm -> matmul qkv -> rope -> kv_store layer 1   norm's GEMVs + qkv
+ * (with ATLAS_CUDA_GEMV_CHAIN the last two lines are one chain kernel, or two: 4 or 2 GEMVs a
+ * chain). Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
  * also bit for bit the bf16 of the GPU's own roped k and v), gate_up, swiglu's output, o, x,
  * h. want_away: how many commands the fusions must run inside other kernels (the capture).
  * Shapes from the backends' geometry; the cache rows of positions start, start + 1. */
@@ -462,18 +463,21 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     cuda_backend *cb = (cuda_backend *)gpu;
     int d = g->hidden, nh = g->n_heads, hd = g->head_dim, f = g->intermediate;
     int kw = g->n_kv_heads * hd, nq = nh * hd + 2 * kw;
-    tensor tn, twq, tb, two, tgu;
+    tensor tn, twq, tb, two, tgu, tdn;
     tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, d, 0, 1.0f);
     tensor_make(&twq, "wqkv", ATLAS_DTYPE_BF16, nq, d, 0);
     tensor_make(&tb, "bqkv", ATLAS_DTYPE_BF16, nq, 0, 0);
     tensor_make(&two, "wo", ATLAS_DTYPE_BF16, d, nh * hd, 0);
     tensor_make(&tgu, "wgu", ATLAS_DTYPE_BF16, 2 * f, d, 0);
+    tensor_make(&tdn, "wdown", ATLAS_DTYPE_BF16, d, f, 0);
     tensor *pn[] = {&tn}, *pq[] = {&twq}, *pb[] = {&tb}, *po[] = {&two}, *pg[] = {&tgu};
+    tensor *pd[] = {&tdn};
     weight wn = weight_load(pn, 1), wq = weight_load(pq, 1), wb = weight_load(pb, 1);
-    weight wo = weight_load(po, 1), wgu = weight_load(pg, 1);
+    weight wo = weight_load(po, 1), wgu = weight_load(pg, 1), wdn = weight_load(pd, 1);
     buf x = buf_make(d), h1 = buf_make(d), h = buf_make(d), att = buf_make(nh * hd);
     buf o = buf_make(d), q1 = buf_make(nq), q2 = buf_make(nq), gu1 = buf_make(2 * f);
-    buf a1 = buf_make(f), gu2 = buf_make(2 * f), a2 = buf_make(f);
+    buf a1 = buf_make(f), gu2 = buf_make(2 * f), a2 = buf_make(f), dn = buf_make(d);
+    buf h3 = buf_make(d);
     float *got = malloc((size_t)nq * 4), *cache = malloc((size_t)kw * 4);
     uint16_t *bits = malloc((size_t)kw * 2);
     for (int rep = 0; rep < 2; rep++) { /* the second is a replay */
@@ -481,8 +485,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
         begin(1, 0, pos, 0, 1);
         buf_random(&x, 2.0f);
         buf_random(&att, 1.0f);
-        buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2};
-        for (int i = 0; i < 9; i++) buf_poison(outs[i]);
+        buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3};
+        for (int i = 0; i < 11; i++) buf_poison(outs[i]);
         for (int l = 0; l < 2; l++) /* k and v rows of the slot: bf16 NaN */
             for (int kv = 0; kv < 2; kv++)
                 CHECK_OK(ATLAS_CU(cuMemsetD32, kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
@@ -506,7 +510,9 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
             CHECK_OK(be->ops->add_rmsnorm(be, B(x), B(o), B(h), W(wn), 1, d));
             CHECK_OK(be->ops->matmul(be, B(gu2), B(h), W(wgu), NULL, 1));
             CHECK_OK(be->ops->swiglu(be, B(a2), B(gu2), 1, f));
-            CHECK_OK(be->ops->matmul(be, B(q2), B(h), W(wq), NULL, 1));
+            CHECK_OK(be->ops->matmul(be, B(dn), B(a2), W(wdn), NULL, 1));
+            CHECK_OK(be->ops->add_rmsnorm(be, B(x), B(dn), B(h3), W(wn), 1, d));
+            CHECK_OK(be->ops->matmul(be, B(q2), B(h3), W(wq), NULL, 1));
             CHECK_OK(be->ops->rope(be, B(q2), 1));
             CHECK_OK(be->ops->kv_store(be, B(q2), kv, 1));
 #undef B
@@ -516,7 +522,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
             {"norm+qkv+bias: roped qkv", &q1, (size_t)nq}, {"swiglu: gate_up", &gu1, 2 * (size_t)f},
             {"swiglu: act", &a1, (size_t)f}, {"o", &o, (size_t)d}, {"residual x", &x, (size_t)d},
             {"norm output h", &h, (size_t)d}, {"norm+swiglu: gate_up", &gu2, 2 * (size_t)f},
-            {"norm+swiglu: act", &a2, (size_t)f}, {"qkv: roped qkv", &q2, (size_t)nq}};
+            {"norm+swiglu: act", &a2, (size_t)f}, {"down", &dn, (size_t)d},
+            {"second norm output h", &h3, (size_t)d}, {"norm+qkv: roped qkv", &q2, (size_t)nq}};
         for (size_t i = 0; i < sizeof res / sizeof *res; i++) {
             char what[96];
             snprintf(what, sizeof what, "tails hd %d step %d: %s", hd, rep, res[i].name);
@@ -554,11 +561,11 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     free(got);
     free(cache);
     free(bits);
-    buf *all[] = {&x, &h1, &h, &att, &o, &q1, &q2, &gu1, &a1, &gu2, &a2};
-    for (int i = 0; i < 11; i++) buf_free(all[i]);
-    weight *ws[] = {&wn, &wq, &wb, &wo, &wgu};
-    tensor *ts[] = {&tn, &twq, &tb, &two, &tgu};
-    for (int i = 0; i < 5; i++) {
+    buf *all[] = {&x, &h1, &h, &att, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3};
+    for (int i = 0; i < 13; i++) buf_free(all[i]);
+    weight *ws[] = {&wn, &wq, &wb, &wo, &wgu, &wdn};
+    tensor *ts[] = {&tn, &twq, &tb, &two, &tgu, &tdn};
+    for (int i = 0; i < 6; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);
         gpu->ops->weight_free(gpu, ws[i]->gpu);
         free(ts[i]->data);
@@ -722,7 +729,7 @@ int main(void) {
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
         /* pass 1 (all): 8 commands inside other kernels; passes 2 and 3: none */
-        test_fused_tails(kc, kg, 69, pass == 0 ? 8 : 0);
+        test_fused_tails(kc, kg, 69, pass == 0 ? 9 : 0);
         test_prefill_bf16(&norm);
         test_argmax_wide();
         /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
@@ -746,43 +753,34 @@ int main(void) {
             norm = saved[0], qn = saved[1], kn = saved[2], wqkv = saved[3];
         }
     }
-    /* the epilogue fusions at head_dim 128: with norm's GEMVs (8 commands fused away), and
+    /* the epilogue fusions at head_dim 128: with norm's GEMVs (9 commands fused away), and
      * alone (6: rope, kv_store twice, swiglu twice) */
-    test_tails_hd128("all", 8, D);
+    test_tails_hd128("all", 9, D);
     test_tails_hd128("qkv,swiglu", 6, D);
+    /* the norm pairs as chains (ATLAS_CUDA_GEMV_CHAIN): 2 GEMVs a kernel (11 away: 4 commands
+     * in one kernel, then 5), 4 (12: 9 commands in one); hidden 4416 as below */
+    setenv("ATLAS_CUDA_GEMV_CHAIN", "2", 1);
+    test_tails_hd128("all", 11, D);
+    test_tails_hd128("qkv,swiglu", 6, D); /* (no norm fusion: no chain) */
+    setenv("ATLAS_CUDA_GEMV_CHAIN", "4", 1);
+    test_tails_hd128("all", 12, D);
+    test_tails_hd128("all", 12, 4416);
+    unsetenv("ATLAS_CUDA_GEMV_CHAIN");
     setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the epilogues and the norm fusion on gemv1c */
     test_tails_hd128("qkv,swiglu", 6, D);
-    test_tails_hd128("all", 8, D);
+    test_tails_hd128("all", 9, D);
     /* hidden 4416: the norm GEMVs' k spans two gemv1c chunks (4096 + 320), so the sum of
      * squares is taken over two items of the first group */
-    test_tails_hd128("all", 8, 4416);
+    test_tails_hd128("all", 9, 4416);
     setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from one block an SM */
     test_tails_hd128("qkv,swiglu", 6, D);
-    test_tails_hd128("all", 8, D);
+    test_tails_hd128("all", 9, D);
+    setenv("ATLAS_CUDA_GEMV_CHAIN", "4", 1); /* a chain over one block an SM */
+    test_tails_hd128("all", 12, D);
+    unsetenv("ATLAS_CUDA_GEMV_CHAIN");
     setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
     test_tails_hd128("qkv,swiglu", 6, D);
     unsetenv("ATLAS_CUDA_GEMV_NG");
-    /* gemv1c's work with the weights through shared memory (atlas_gemv1d*, ATLAS_CUDA_GEMV_TMA):
-     * plain and every epilogue; a k of one partial chunk (320), of two chunks (4416: the
-     * second partial, the norm's squares over two items), more items than stages (3 groups
-     * a block, the last short), one group a block (ng 0 -> gemv1d with ng 1) */
-    matmul_with(&g, "ATLAS_CUDA_GEMV_TMA", "1", "tma"); /* (leaves it set) */
-    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "3", "tma ng3");
-    unsetenv("ATLAS_CUDA_GEMV_NG");
-    test_tails_hd128("all", 8, D);
-    test_tails_hd128("qkv,swiglu", 6, D);
-    test_tails_hd128("all", 8, 4416);
-    setenv("ATLAS_CUDA_GEMV_NG", "3", 1);
-    test_tails_hd128("all", 8, 4416);
-    setenv("ATLAS_CUDA_GEMV_NG", "0", 1);
-    test_tails_hd128("all", 8, D);
-    /* a ring of 3 stages (ATLAS_CUDA_GEMV_TMA=3): 6 items a block at ng 3, k 4416 */
-    setenv("ATLAS_CUDA_GEMV_TMA", "3", 1);
-    setenv("ATLAS_CUDA_GEMV_NG", "3", 1);
-    test_tails_hd128("all", 8, 4416);
-    matmul_with(&g, "ATLAS_CUDA_GEMV_TMA", "3", "tma3 ng3");
-    unsetenv("ATLAS_CUDA_GEMV_NG");
-    unsetenv("ATLAS_CUDA_GEMV_TMA");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

@@ -805,14 +805,12 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_TMA=1 (2 stages) or 2..4 stages: gemv1c's work with the weights brought
-     * into shared memory by the bulk-copy unit (atlas_gemv1d*, sm_90+; kernels/gemv.cu); not
-     * measured yet: off */
-    e = getenv("ATLAS_CUDA_GEMV_TMA");
-    int tma = e && e[0] && !e[1] ? e[0] - '0' : 0;
-    if (tma < 1 || tma > CUDA_GEMV_TMA_MAX_STAGES || atlas_host_properties(cb->host)->cc_major < 9)
-        tma = 0;
-    cb->gemv_tma = tma == 1 ? 2 : tma;
+    /* ATLAS_CUDA_GEMV_CHAIN=2|4: up to that many of decode's one-row GEMVs (the norm fusion's
+     * pairs: o and gate_up, down and the next qkv) as the phases of one kernel, a grid
+     * barrier between them (kernels/gemv.cu atlas_gemv_chain_*); needs the gemv1c grid (wB) and
+     * the norm fusion. Off by default until measured. */
+    e = getenv("ATLAS_CUDA_GEMV_CHAIN");
+    cb->gemv_chain = e && (atoi(e) == 2 || atoi(e) == 4) && cb->gemv_bps > 0 ? atoi(e) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

@@ -59,9 +59,8 @@ typedef struct cuda_graph {
 } cuda_graph;
 
 enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
-/* A stage of the atlas_gemv1d kernels' ring (GD_STAGE of kernels/gemv.cu: 4 rows x 4096
- * bf16), and the most stages they take. */
-enum { CUDA_GEMV_TMA_STAGE = 4 * 4096 * 2, CUDA_GEMV_TMA_MAX_STAGES = 4 };
+/* The atlas_gemv_chain_* kernels (kernels/gemv.cu), by their phases' kinds (ops_cuda.c). */
+enum { CUDA_CHAINS = 5 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -73,6 +72,7 @@ typedef struct cuda_fns {
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
+    CUfunction gemv_chain[CUDA_CHAINS]; /* gemv1c phases in one grid (ops_cuda.c chain_run) */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
@@ -168,11 +168,12 @@ typedef struct cuda_backend {
                                kernel for n = 1 */
     int gemv_ng;            /* ATLAS_CUDA_GEMV_NG=ng: row groups a block of the one-row GEMVs
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
+    int gemv_chain;         /* ATLAS_CUDA_GEMV_CHAIN=2|4: the most GEMVs a chain kernel runs
+                               (0: none; also 0 when its grid cannot be resident) */
+    unsigned chain_grid;    /* the chain kernels' blocks: all resident at once */
+    CUdeviceptr chain_bar;  /* their grid barrier's counter (kernels/gemv_chain.h) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_tma;           /* ATLAS_CUDA_GEMV_TMA=1..4: the gemv1c functions are atlas_gemv1d*
-                               (weights into shared memory by TMA) with a ring of this many
-                               stages (1: 2); 0: gemv1c */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
@@ -230,9 +231,7 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
  * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
  * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
- * or at any ng with ATLAS_CUDA_GEMV_TMA (gemv1d, gemv1c's work through shared memory, has no
- * one-group kernel), else `single`, a group a block (which reads no extra argument). multi
- * NULL: always single. `atlas bench` chains GEMVs with it. */
+ * else `single`, a group a block (which reads no extra argument). multi NULL: always single. `atlas bench` chains GEMVs with it. */
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
