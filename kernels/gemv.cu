@@ -65,13 +65,11 @@ struct gemv_fx {
     float *h, *resid;
 };
 
-/* h[0, k) = x * scale * nw by the calling threads (nthreads of them, from index tid); COH:
- * x read through L2 (see ld_x4). */
-template <bool COH = false>
+/* h[0, k) = x * scale * nw by the calling threads (nthreads of them, from index tid). */
 __device__ __forceinline__ void gemv_write_norm(float *h, const float *x, const bf16_t *nw,
                                                 float scale, int k, int tid, int nthreads) {
     for (int i = tid * 4; i < k; i += nthreads * 4) {
-        float4 v = COH ? __ldcg((const float4 *)(x + i)) : *(const float4 *)(x + i);
+        float4 v = *(const float4 *)(x + i);
         v.x *= scale * bf2f(nw[i]); v.y *= scale * bf2f(nw[i + 1]);
         v.z *= scale * bf2f(nw[i + 2]); v.w *= scale * bf2f(nw[i + 3]);
         *(float4 *)(h + i) = v;
@@ -227,7 +225,8 @@ struct gb_store { /* out[row] = v, resid[row] += v when resid */
     __device__ void operator()(float v, int row, int lane) const {
         if (lane < GB_ROWS && row < m) {
             out[row] = v;
-            if (resid) resid[row] = __ldcg(resid + row) + v; /* (L2: see ld_x4) */
+            if (resid) resid[row] = __ldcg(resid + row) + v; /* (L2: L1 may hold the row
+                                                                  from before a chain's barrier) */
         }
     }
 };
@@ -418,10 +417,12 @@ __device__ __forceinline__ void gc_end_finish(const gb_part (*part)[GB_THREADS /
 }
 
 /* x[i, i + 4) (fp32). COH: x was written earlier in this kernel by other blocks (a chain's
- * later phase): read through L2, as the read-only path and L1 may hold older lines. */
+ * later phase, after grid_barrier's acquire): a plain load, not the read-only path, which the
+ * memory model leaves out. (Through L2 instead, __ldcg, every block re-read x for every item:
+ * a chain ran 17 us a kernel slower.) */
 template <bool COH>
 __device__ __forceinline__ float4 ld_x4(const float *x) {
-    return COH ? __ldcg((const float4 *)x) : __ldg((const float4 *)x);
+    return COH ? *(const float4 *)x : __ldg((const float4 *)x);
 }
 
 /* 8 columns of the block's 4 rows: the inputs x[kk, kk + 8) (normalised on the fly with
@@ -613,7 +614,7 @@ template <int KIND> struct gp_first {
 };
 
 /* Every block of the grid here before any goes on; what each wrote before is visible to all
- * after (release by the fence and the count, acquire by the load). The counter only grows:
+ * after (release by the fence and the count, acquire by the fence after the count is seen). The counter only grows:
  * a barrier's target is the next multiple of the grid. A barrier that never completes (a
  * block that could not be resident) traps, an error the host sees, instead of hanging. */
 __device__ __forceinline__ void grid_barrier(unsigned long long *bar) {
@@ -623,10 +624,11 @@ __device__ __forceinline__ void grid_barrier(unsigned long long *bar) {
         __threadfence();
         unsigned long long target = (atomicAdd(bar, 1ull) / n + 1) * n;
         for (unsigned i = 0;; i++) {
-            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
             if (v >= target) break;
             if (i == (1u << 24)) __trap();
         }
+        __threadfence(); /* the acquire: the block's loads after it see the others' writes */
     }
     __syncthreads();
 }
@@ -650,7 +652,7 @@ __device__ __forceinline__ void gp_run(const gemv_chain_args &a, int i,
                                part, scale_s, K::rows(p), K::epi(p), gc_nothing{});
     if (K::NORM && p.h && blockIdx.x == 0) {
         __syncthreads();
-        gemv_write_norm<COH>(p.h, p.x, fx.nw, *scale_s, p.k, threadIdx.x, GB_THREADS);
+        gemv_write_norm(p.h, p.x, fx.nw, *scale_s, p.k, threadIdx.x, GB_THREADS);
     }
 }
 
