@@ -614,9 +614,10 @@ template <int KIND> struct gp_first {
 };
 
 /* Every block of the grid here before any goes on; what each wrote before is visible to all
- * after (release by the fence and the count, acquire by the fence after the count is seen). The counter only grows:
- * a barrier's target is the next multiple of the grid. A barrier that never completes (a
- * block that could not be resident) traps, an error the host sees, instead of hanging. */
+ * after (release: the fence before the count; acquire: the fence once the count is seen).
+ * The counter only grows: a barrier's target is the next multiple of the grid. A barrier
+ * that never completes (a block that could not be resident) traps, an error the host sees,
+ * instead of hanging. */
 __device__ __forceinline__ void grid_barrier(unsigned long long *bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
