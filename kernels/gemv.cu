@@ -9,12 +9,9 @@
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
  *   atlas_gemv1[bc]_[norm_]swiglu, _qkv  the block kernels with swiglu / rope + kv_store in
  *                         their epilogue (decode fusions)
- *   atlas_gemv_chain_*    2..4 of the gemv1c kernels above as phases of one grid, a grid-wide
- *                         barrier between them (ATLAS_CUDA_GEMV_CHAIN)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
 #include "common.cuh"
-#include "gemv_chain.h"
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
 
@@ -225,8 +222,7 @@ struct gb_store { /* out[row] = v, resid[row] += v when resid */
     __device__ void operator()(float v, int row, int lane) const {
         if (lane < GB_ROWS && row < m) {
             out[row] = v;
-            if (resid) resid[row] = __ldcg(resid + row) + v; /* (L2: L1 may hold the row
-                                                                  from before a chain's barrier) */
+            if (resid) resid[row] += v;
         }
     }
 };
@@ -416,56 +412,49 @@ __device__ __forceinline__ void gc_end_finish(const gb_part (*part)[GB_THREADS /
     gb_finish(pp, scale, bias, m, b, rows, epi);
 }
 
-/* x[i, i + 4) (fp32). COH: x was written earlier in this kernel by other blocks (a chain's
- * later phase, after grid_barrier's acquire): a plain load, not the read-only path, which the
- * memory model leaves out. (Through L2 instead, __ldcg, every block re-read x for every item:
- * a chain ran 17 us a kernel slower.) */
-template <bool COH>
-__device__ __forceinline__ float4 ld_x4(const float *x) {
-    return COH ? *(const float4 *)x : __ldg((const float4 *)x);
-}
-
 /* 8 columns of the block's 4 rows: the inputs x[kk, kk + 8) (normalised on the fly with
  * NORM, their squares into ss) times wv[r] into acc[r]. */
-template <bool NORM, bool COH = false>
+template <bool NORM>
 __device__ __forceinline__ void gc_dot(float (&acc)[GB_ROWS], const uint4 (&wv)[GB_ROWS],
                                        const float *x, int kk, const bf16_t *nw, float &ss) {
-    float4 a = ld_x4<COH>(x + kk), b = ld_x4<COH>(x + kk + 4);
+    const float4 *xp = (const float4 *)(x + kk);
+    float4 a = __ldg(xp), b = __ldg(xp + 1);
     if (NORM) norm_in(a, b, nw + kk, ss); /* ss used from group 0 only */
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(wv[r], a, b);
 }
 
-/* A block's items of one GEMV (b0 its first group, items = its groups x chunks): cur holds
- * item 0's weights on entry; each item's successor loads while it is used. At the last item
- * after(nxt) loads what follows (a chain's next phase, below; nothing for a lone GEMV), and
- * cur holds that on return. NORM: x is the residual stream, normalised on the fly as in
- * gemv1b_body: the squares are summed over the first group's chunks (every group reads the
- * same x), warp 0 turns them into the scale at that group's end and keeps it for the later
- * groups (scale_s, for the h write). */
-template <bool NORM, bool COH, class Rows, class Epi, class After>
-__device__ __forceinline__ void gc_items(uint4 (&cur)[GC_U][GB_ROWS], uint4 (&nxt)[GC_U][GB_ROWS],
-                                         const float *x, const bf16_t *w, const bf16_t *bias,
-                                         int m, int k, int b0, int items, gemv_fx fx,
-                                         gb_part (*part)[GB_THREADS / 32], float *scale_s,
-                                         Rows rows, Epi epi, After after) {
-    int nch = (k + GC_CH - 1) / GC_CH;
+/* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
+ * summed over the first group's chunks (every group reads the same x), warp 0 turns them
+ * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
+ * the end. */
+template <bool NORM, class Rows, class Epi>
+__device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
+                                            int m, int k, int groups, int ng, gemv_fx fx,
+                                            Rows rows, Epi epi) {
+    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
+    int items = min(ng, groups - b0) * nch;
+    __shared__ gb_part part[2][GB_THREADS / 32];
+    __shared__ float scale_s;
+    uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
+    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
+    pdl_trigger();
+    pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
         if (it + 1 < items) gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
-        else after(nxt);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
             int kk = base + u * GB_THREADS * 8;
-            if (kk < k) gc_dot<NORM, COH>(acc, cur[u], x, kk, fx.nw, ss);
+            if (kk < k) gc_dot<NORM>(acc, cur[u], x, kk, fx.nw, ss);
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
             int j = it / nch;
             gc_end_partials<NORM>(acc, ss, j, part);
             __syncthreads();
             if (threadIdx.x < 32)
-                gc_end_finish<NORM>(part, j, scale, scale_s, k, fx.eps, bias, m, b0 + j, rows,
+                gc_end_finish<NORM>(part, j, scale, &scale_s, k, fx.eps, bias, m, b0 + j, rows,
                                     epi);
         }
 #pragma unroll
@@ -473,33 +462,6 @@ __device__ __forceinline__ void gc_items(uint4 (&cur)[GC_U][GB_ROWS], uint4 (&nx
 #pragma unroll
             for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
     }
-    if (items <= 0) { /* no rows here: only what follows */
-        after(nxt);
-#pragma unroll
-        for (int u = 0; u < GC_U; u++)
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
-    }
-}
-
-struct gc_nothing {
-    __device__ void operator()(uint4 (&)[GC_U][GB_ROWS]) const {}
-};
-
-/* gemv1c: a block's ng groups (block 0 also writes h with NORM). */
-template <bool NORM, class Rows, class Epi>
-__device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
-                                            int m, int k, int groups, int ng, gemv_fx fx,
-                                            Rows rows, Epi epi) {
-    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
-    __shared__ gb_part part[2][GB_THREADS / 32];
-    __shared__ float scale_s;
-    uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
-    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
-    pdl_trigger();
-    pdl_wait();
-    gc_items<NORM, false>(cur, nxt, x, w, bias, m, k, b0, min(ng, groups - b0) * nch, fx, part,
-                          &scale_s, rows, epi, gc_nothing{});
     if (NORM && fx.h && blockIdx.x == 0) {
         __syncthreads();
         gemv_write_norm(fx.h, x, fx.nw, scale_s, k, threadIdx.x, GB_THREADS);
@@ -558,137 +520,6 @@ ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float
 ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
                const int *slots, const float2 *cs, int H, int K, int hd)
-
-/* --- decode's GEMVs chained in one grid (ATLAS_CUDA_GEMV_CHAIN) ------------------------------
- * atlas_gemv_chain_*: 2..4 one-row GEMVs of a layer (o + residual, then gate_up with the norm
- * and swiglu, then down + residual, then the next qkv with the norm, rope and kv_store) as
- * phases of one grid of gemv1c blocks, all resident (the host sizes the grid from the
- * occupancy), a grid-wide barrier between phases. A kernel boundary costs ~1.8 us in the
- * decode graph even with programmatic launch: the last blocks' loads drain, the next grid's
- * blocks start and wait. Here a block's last item of one phase already loads its first item
- * of the next (weights do not depend on the barrier), so the memory stays busy across it.
- * Phases after the first read what the earlier ones wrote through L2 (COH). */
-template <int KIND> struct gp_kind;
-template <> struct gp_kind<GEMV_PHASE_STORE> {
-    enum { NORM = 0 };
-    __device__ static int groups(const gemv_phase &p) { return (p.m + GB_ROWS - 1) / GB_ROWS; }
-    __device__ static gb_rows rows(const gemv_phase &) { return gb_rows{}; }
-    __device__ static gb_store epi(const gemv_phase &p) { return gb_store{p.out, p.resid, p.m}; }
-};
-template <> struct gp_kind<GEMV_PHASE_NORM> : gp_kind<GEMV_PHASE_STORE> {
-    enum { NORM = 1 };
-};
-template <> struct gp_kind<GEMV_PHASE_NORM_SWIGLU> {
-    enum { NORM = 1 };
-    __device__ static int groups(const gemv_phase &p) { return p.m / GB_ROWS; }
-    __device__ static gb_pairs rows(const gemv_phase &p) { return gb_pairs{p.m / 4, 0, p.m / 2}; }
-    __device__ static gb_swiglu epi(const gemv_phase &p) { return gb_swiglu{p.out, p.act}; }
-};
-template <> struct gp_kind<GEMV_PHASE_NORM_QKV> {
-    enum { NORM = 1 };
-    __device__ static int groups(const gemv_phase &p) { return p.m / GB_ROWS; }
-    __device__ static gb_pairs rows(const gemv_phase &p) {
-        return gb_pairs{p.hd / 4, p.hd, p.hd / 2};
-    }
-    __device__ static gb_rope_kv epi(const gemv_phase &p) {
-        return gb_rope_kv{p.out,   (bf16_t *)p.kc, (bf16_t *)p.vc, p.slots, (const float2 *)p.cs,
-                          p.H,     p.K,           p.hd};
-    }
-};
-
-/* The block's items in phase p: its groups (ng from blockIdx.x * ng) times the chunks. */
-template <int KIND>
-__device__ __forceinline__ int gp_items(const gemv_phase &p) {
-    int b0 = blockIdx.x * p.ng;
-    return max(0, min(p.ng, gp_kind<KIND>::groups(p) - b0)) * ((p.k + GC_CH - 1) / GC_CH);
-}
-
-/* Loads the block's first item of phase p (when it has one). */
-template <int KIND> struct gp_first {
-    const gemv_phase &p;
-    __device__ void operator()(uint4 (&wv)[GC_U][GB_ROWS]) const {
-        if (gp_items<KIND>(p) > 0)
-            gemv1c_load(wv, (const bf16_t *)p.w, p.m, p.k, (p.k + GC_CH - 1) / GC_CH,
-                        blockIdx.x * p.ng, 0, gp_kind<KIND>::rows(p));
-    }
-};
-
-/* Every block of the grid here before any goes on; what each wrote before is visible to all
- * after (release: the fence before the count; acquire: the fence once the count is seen).
- * The counter only grows: a barrier's target is the next multiple of the grid. A barrier
- * that never completes (a block that could not be resident) traps, an error the host sees,
- * instead of hanging. */
-__device__ __forceinline__ void grid_barrier(unsigned long long *bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long n = gridDim.x, v;
-        __threadfence();
-        unsigned long long target = (atomicAdd(bar, 1ull) / n + 1) * n;
-        for (unsigned i = 0;; i++) {
-            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
-            if (v >= target) break;
-            if (i == (1u << 24)) __trap();
-        }
-        __threadfence(); /* the acquire: the block's loads after it see the others' writes */
-    }
-    __syncthreads();
-}
-
-/* Phase I of a chain whose next phase has kind NEXT (-1: none); cur holds its first item. */
-template <int KIND, int NEXT, bool COH>
-__device__ __forceinline__ void gp_run(const gemv_chain_args &a, int i,
-                                       uint4 (&cur)[GC_U][GB_ROWS], uint4 (&nxt)[GC_U][GB_ROWS],
-                                       gb_part (*part)[GB_THREADS / 32], float *scale_s) {
-    typedef gp_kind<KIND> K;
-    const gemv_phase &p = a.p[i];
-    gemv_fx fx{(const bf16_t *)p.nw, p.eps, p.h, 0};
-    const bf16_t *w = (const bf16_t *)p.w, *bias = (const bf16_t *)p.bias;
-    int items = gp_items<KIND>(p);
-    if (NEXT >= 0)
-        gc_items<K::NORM, COH>(cur, nxt, p.x, w, bias, p.m, p.k, blockIdx.x * p.ng, items, fx,
-                               part, scale_s, K::rows(p), K::epi(p),
-                               gp_first<NEXT < 0 ? 0 : NEXT>{a.p[i + 1]});
-    else
-        gc_items<K::NORM, COH>(cur, nxt, p.x, w, bias, p.m, p.k, blockIdx.x * p.ng, items, fx,
-                               part, scale_s, K::rows(p), K::epi(p), gc_nothing{});
-    if (K::NORM && p.h && blockIdx.x == 0) {
-        __syncthreads();
-        gemv_write_norm(p.h, p.x, fx.nw, *scale_s, p.k, threadIdx.x, GB_THREADS);
-    }
-}
-
-template <int K0, int K1, int K2, int K3>
-__device__ __forceinline__ void gemv_chain_body(const gemv_chain_args &a) {
-    __shared__ gb_part part[2][GB_THREADS / 32];
-    __shared__ float scale_s;
-    uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
-    gp_first<K0>{a.p[0]}(cur); /* before the wait: weights only */
-    pdl_trigger();
-    pdl_wait();
-    gp_run<K0, K1, false>(a, 0, cur, nxt, part, &scale_s);
-    grid_barrier(a.bar);
-    gp_run<K1, K2, true>(a, 1, cur, nxt, part, &scale_s);
-    if (K2 < 0) return;
-    grid_barrier(a.bar);
-    gp_run<K2 < 0 ? 0 : K2, K3, true>(a, 2, cur, nxt, part, &scale_s);
-    if (K3 < 0) return;
-    grid_barrier(a.bar);
-    gp_run<K3 < 0 ? 0 : K3, -1, true>(a, 3, cur, nxt, part, &scale_s);
-}
-
-/* grid: every block resident at once (ops_cuda.c sizes it from the occupancy). Two blocks an
- * SM: the registers of gemv1c (at most 128 a thread). */
-#define ATLAS_GEMV_CHAIN(NAME, K0, K1, K2, K3)                                                    \
-    extern "C" __global__ void __launch_bounds__(GB_THREADS, 2) NAME(gemv_chain_args a) {        \
-        gemv_chain_body<K0, K1, K2, K3>(a);                                                        \
-    }
-enum { GP_S = GEMV_PHASE_STORE, GP_N = GEMV_PHASE_NORM, GP_NS = GEMV_PHASE_NORM_SWIGLU,
-       GP_NQ = GEMV_PHASE_NORM_QKV };
-ATLAS_GEMV_CHAIN(atlas_gemv_chain_s_n, GP_S, GP_N, -1, -1)
-ATLAS_GEMV_CHAIN(atlas_gemv_chain_s_ns, GP_S, GP_NS, -1, -1)
-ATLAS_GEMV_CHAIN(atlas_gemv_chain_s_nq, GP_S, GP_NQ, -1, -1)
-ATLAS_GEMV_CHAIN(atlas_gemv_chain_s_ns_s_n, GP_S, GP_NS, GP_S, GP_N)
-ATLAS_GEMV_CHAIN(atlas_gemv_chain_s_ns_s_nq, GP_S, GP_NS, GP_S, GP_NQ)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -6,7 +6,7 @@
 #   ATLAS_BUILD=build-gpu bench/gpu/ablate.sh   (after run.sh made /tmp/llama8b)
 B=${ATLAS_BUILD:-build-gpu}
 M=${MODEL:-/tmp/llama8b}
-DECODE=${DECODE:-"none ATLAS_CUDA_GEMV_CHAIN=2 ATLAS_CUDA_GEMV_CHAIN=4 ATLAS_CUDA_GEMV_CHAIN=4+ATLAS_CUDA_GEMV_NG=w1 ATLAS_CUDA_SKIP=attention ATLAS_CUDA_GEMV_CHAIN=4 ATLAS_CUDA_GEMV_CHAIN=2 none"}
+DECODE=${DECODE:-"none ATLAS_CUDA_SKIP=attention ATLAS_CUDA_SKIP=norm none"}
 PREFILL=${PREFILL:-"none ATLAS_CUDA_BF16_ACT=0 ATLAS_CUDA_SKIP=attention"}
 for v in $DECODE; do
   [ "$v" = none ] && v=ATLAS_NOTHING=1

@@ -805,12 +805,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_CHAIN=2|4: up to that many of decode's one-row GEMVs (the norm fusion's
-     * pairs: o and gate_up, down and the next qkv) as the phases of one kernel, a grid
-     * barrier between them (kernels/gemv.cu atlas_gemv_chain_*); needs the gemv1c grid (wB) and
-     * the norm fusion. Off by default until measured. */
-    e = getenv("ATLAS_CUDA_GEMV_CHAIN");
-    cb->gemv_chain = e && (atoi(e) == 2 || atoi(e) == 4) && cb->gemv_bps > 0 ? atoi(e) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

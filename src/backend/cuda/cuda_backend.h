@@ -59,8 +59,6 @@ typedef struct cuda_graph {
 } cuda_graph;
 
 enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
-/* The atlas_gemv_chain_* kernels (kernels/gemv.cu), by their phases' kinds (ops_cuda.c). */
-enum { CUDA_CHAINS = 5 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -72,7 +70,6 @@ typedef struct cuda_fns {
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
-    CUfunction gemv_chain[CUDA_CHAINS]; /* gemv1c phases in one grid (ops_cuda.c chain_run) */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
     CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
     CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
@@ -168,10 +165,6 @@ typedef struct cuda_backend {
                                kernel for n = 1 */
     int gemv_ng;            /* ATLAS_CUDA_GEMV_NG=ng: row groups a block of the one-row GEMVs
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
-    int gemv_chain;         /* ATLAS_CUDA_GEMV_CHAIN=2|4: the most GEMVs a chain kernel runs
-                               (0: none; also 0 when its grid cannot be resident) */
-    unsigned chain_grid;    /* the chain kernels' blocks: all resident at once */
-    CUdeviceptr chain_bar;  /* their grid barrier's counter (kernels/gemv_chain.h) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/gemv_chain.h" /* (the repository's kernels/, through the include path src) */
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
@@ -63,41 +62,6 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
                           "cuLaunchKernelEx (cluster)", __FILE__, __LINE__);
 }
 
-/* The chain kernels (kernels/gemv.cu atlas_gemv_chain_*): their phases' kinds (-1: none). */
-static const struct {
-    const char *name;
-    signed char kinds[GEMV_CHAIN_MAX];
-} chain_kernels[CUDA_CHAINS] = {
-    {"atlas_gemv_chain_s_n", {GEMV_PHASE_STORE, GEMV_PHASE_NORM, -1, -1}},
-    {"atlas_gemv_chain_s_ns", {GEMV_PHASE_STORE, GEMV_PHASE_NORM_SWIGLU, -1, -1}},
-    {"atlas_gemv_chain_s_nq", {GEMV_PHASE_STORE, GEMV_PHASE_NORM_QKV, -1, -1}},
-    {"atlas_gemv_chain_s_ns_s_n",
-     {GEMV_PHASE_STORE, GEMV_PHASE_NORM_SWIGLU, GEMV_PHASE_STORE, GEMV_PHASE_NORM}},
-    {"atlas_gemv_chain_s_ns_s_nq",
-     {GEMV_PHASE_STORE, GEMV_PHASE_NORM_SWIGLU, GEMV_PHASE_STORE, GEMV_PHASE_NORM_QKV}},
-};
-
-/* With ATLAS_CUDA_GEMV_CHAIN: the chain kernels, their grid (gemv_bps blocks an SM, fewer
- * when fewer fit: a grid barrier needs every block resident) and the barrier's counter.
- * The chains are turned off (gemv_chain 0) where not one block of each fits an SM. */
-static atlas_status chain_setup(cuda_backend *cb) {
-    int fit = cb->gemv_bps;
-    for (int i = 0; i < CUDA_CHAINS; i++) {
-        ATLAS_TRY(atlas_registry_function(cb->reg, chain_kernels[i].name, &cb->fn.gemv_chain[i]));
-        int blocks = 0;
-        ATLAS_CU_TRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks, cb->fn.gemv_chain[i],
-                     256, (size_t)0);
-        if (blocks < fit) fit = blocks;
-    }
-    if (fit < 1) {
-        cb->gemv_chain = 0;
-        return ATLAS_OK;
-    }
-    cb->chain_grid = (unsigned)(fit * atlas_host_properties(cb->host)->sm_count);
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, 8, "gemv chain barrier", &cb->chain_bar));
-    return ATLAS_CU(cuMemsetD32, cb->chain_bar, 0, (size_t)2);
-}
-
 atlas_status cuda_load_kernels(cuda_backend *cb) {
     static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
                                           "gemv", "gemm", "attention", "attn_prefill"};
@@ -151,7 +115,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d_w4", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl_w4[h][q]));
         }
-    return cb->gemv_chain ? chain_setup(cb) : ATLAS_OK;
+    return ATLAS_OK;
 }
 
 /* One layer's K and V pools in the cache (cuda_backend.h). */
@@ -611,89 +575,6 @@ static int fused(cuda_backend *cb, int cmds, int kernels) {
     return cmds;
 }
 
-/* The norm fusion's pattern at c[0, n): matmul -> o, add_rmsnorm(x += o, h = norm(x)),
- * matmul(h) (+ the second GEMV's tail). Returns the commands it spans, 0 when not there. */
-static int norm_pair(const cuda_backend *cb, const cuda_cmd *c, int n, gemv_tail *tail) {
-    if (!(cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
-          c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
-          ((const atlas_weight *)c[0].p[2])->rows == c[1].d))
-        return 0;
-    return 3 + tail_of(cb, &c[2], &c[1], c + 3, n - 3, tail);
-}
-
-/* A phase of a chain: mm's GEMV (its weight, bias, input and output) over the chain's grid. */
-static void chain_phase(const cuda_backend *cb, gemv_phase *p, const cuda_cmd *mm, int pairs) {
-    const atlas_weight *w = mm->p[2], *bias = mm->p[3];
-    p->out = (float *)CUDA_PTR(mm->p[0]);
-    p->x = (const float *)CUDA_PTR(mm->p[1]);
-    p->w = (const void *)w->ptr;
-    p->bias = bias ? (const void *)bias->ptr : NULL;
-    p->m = (int)w->rows;
-    p->k = (int)w->cols;
-    int groups = pairs ? p->m / 4 : (p->m + 3) / 4;
-    p->ng = (int)((groups + cb->chain_grid - 1) / cb->chain_grid);
-}
-
-/* Runs the norm pairs at c[0, n) (norm_pair), as many as a chain kernel takes (gemv_chain
- * GEMVs at most), as the phases of one atlas_gemv_chain_* kernel: each pair's first GEMV a
- * STORE phase (adding into the residual stream), its second a NORM phase with the pair's
- * tail. Returns the commands run (*st set), 0 (nothing run) when no chain kernel fits. */
-static int chain_run(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
-    const atlas_backend_geom *g = &cb->base.geom;
-    gemv_chain_args a;
-    memset(&a, 0, sizeof a);
-    signed char kinds[GEMV_CHAIN_MAX] = {-1, -1, -1, -1};
-    int np = 0, i = 0, spans[GEMV_CHAIN_MAX / 2], used;
-    gemv_tail tail;
-    if (!block_gemv(cb)) return 0;
-    while (np + 2 <= cb->gemv_chain && (used = norm_pair(cb, c + i, n - i, &tail)) > 0) {
-        const cuda_cmd *norm = &c[i + 1], *next = c + i + 3;
-        gemv_phase *s = &a.p[np], *q = &a.p[np + 1];
-        chain_phase(cb, s, &c[i], 0);
-        s->resid = (float *)CUDA_PTR(norm->p[0]);
-        chain_phase(cb, q, &c[i + 2], tail != TAIL_NONE);
-        q->x = (const float *)CUDA_PTR(norm->p[0]); /* the residual stream, normalised in */
-        q->nw = (const void *)((const atlas_weight *)norm->p[3])->ptr;
-        q->h = (float *)CUDA_PTR(norm->p[2]);
-        q->eps = g->rms_eps;
-        kinds[np] = GEMV_PHASE_STORE;
-        kinds[np + 1] = tail == TAIL_SWIGLU ? GEMV_PHASE_NORM_SWIGLU
-                        : tail == TAIL_QKV  ? GEMV_PHASE_NORM_QKV
-                                            : GEMV_PHASE_NORM;
-        if (tail == TAIL_SWIGLU) q->act = (float *)CUDA_PTR(next[0].p[0]);
-        if (tail == TAIL_QKV) {
-            CUdeviceptr kc, vc;
-            kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
-            q->kc = (void *)kc;
-            q->vc = (void *)vc;
-            q->slots = (const int *)cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
-            q->cs = (const void *)cb->d_rope;
-            q->H = g->n_heads;
-            q->K = g->n_kv_heads;
-            q->hd = g->head_dim;
-        }
-        spans[np / 2] = used;
-        np += 2;
-        i += used;
-    }
-    /* the longest prefix of the pairs that a kernel runs */
-    for (; np >= 2; np -= 2) {
-        for (int f = 0; f < CUDA_CHAINS; f++) {
-            if (memcmp(chain_kernels[f].kinds, kinds, (size_t)np) ||
-                (np < GEMV_CHAIN_MAX && chain_kernels[f].kinds[np] >= 0))
-                continue;
-            int cmds = 0;
-            for (int j = 0; j < np / 2; j++) cmds += spans[j];
-            a.bar = (unsigned long long *)cb->chain_bar;
-            void *args[] = {&a};
-            *st = launch(cb, cb->fn.gemv_chain[f], cb->chain_grid, 1, 1, 256, 0, args);
-            return fused(cb, cmds, 1);
-        }
-        kinds[np - 1] = kinds[np - 2] = -1;
-    }
-    return 0;
-}
-
 /* The fusions, at the head of the queued list c[0, n): first prefill's bf16 MLP chain
  * (prefill_mlp, >= 64 rows; it leaves the intermediates unwritten), then decode's (one row a
  * sequence; each keeps the ops' results, the intermediate included), each on when
@@ -724,14 +605,14 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         return fused(cb, 2, 1);
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
-     * into x, the second normalises x on the fly (and writes h); with ATLAS_CUDA_GEMV_CHAIN
-     * both, and the next such pair, in one kernel */
-    if ((used = norm_pair(cb, c, n, &tail)) > 0) {
-        int done = cb->gemv_chain ? chain_run(cb, c, n, st) : 0;
-        if (done) return done;
+     * into x, the second normalises x on the fly (and writes h) */
+    if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
+        c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
+        ((const atlas_weight *)c[0].p[2])->rows == c[1].d) {
+        used = tail_of(cb, &c[2], &c[1], c + 3, n - 3, &tail);
         *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]), TAIL_NONE, NULL);
         if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0, tail, c + 3);
-        return fused(cb, used, 2);
+        return fused(cb, 3 + used, 2);
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
     if (cb->fuse_norm && n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
