@@ -455,7 +455,7 @@ static void test_fused_decode(weight *norm, int start) {
  *   matmul down -> add_rmsnorm -> matmul qkv -> rope -> kv_store layer 1   norm's GEMVs + qkv
  * Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
  * also bit for bit the bf16 of the GPU's own roped k and v), gate_up, swiglu's output, o, x,
- * h. want_away: how many commands the fusions must run inside other kernels (the capture).
+ * h, down, the second h. want_away: how many commands the fusions must run inside other kernels (the capture).
  * Shapes from the backends' geometry; the cache rows of positions start, start + 1. */
 static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t want_away) {
     const atlas_backend_geom *g = &gpu->geom;
@@ -727,7 +727,7 @@ int main(void) {
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
-        /* pass 1 (all): 8 commands inside other kernels; passes 2 and 3: none */
+        /* pass 1 (all): 9 commands inside other kernels; passes 2 and 3: none */
         test_fused_tails(kc, kg, 69, pass == 0 ? 9 : 0);
         test_prefill_bf16(&norm);
         test_argmax_wide();
