@@ -377,53 +377,6 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-/* A group's end in the several-groups-a-block kernels, before their barrier: the block's
- * partial row sums of group j (and, NORM, group 0's sum of squares) into part[j & 1] (by
- * parity: one barrier a group), acc zeroed. */
-template <bool NORM>
-__device__ __forceinline__ void gc_end_partials(float (&acc)[GB_ROWS], float ss, int j,
-                                                gb_part (*part)[GB_THREADS / 32]) {
-    gb_part *pp = part[j & 1];
-    gb_partials(acc, pp);
-    if (NORM && j == 0) {
-        float v = warp_sum(ss);
-        if ((threadIdx.x & 31) == 0) pp[threadIdx.x >> 5][GB_ROWS] = v;
-    }
-#pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
-}
-
-/* After the barrier, by the whole of warp 0: group 0 of NORM turns the squares into the
- * scale (kept in *scale and scale_s for the later groups and the h write), then group j's
- * rows through the epilogue. */
-template <bool NORM, class Rows, class Epi>
-__device__ __forceinline__ void gc_end_finish(const gb_part (*part)[GB_THREADS / 32], int j,
-                                              float &scale, float *scale_s, int k, float eps,
-                                              const bf16_t *bias, int m, int b, Rows rows,
-                                              Epi epi) {
-    const gb_part *pp = part[j & 1];
-    if (NORM && j == 0) {
-        float t = 0.f;
-#pragma unroll
-        for (int i = 0; i < GB_THREADS / 32; i++) t += pp[i][GB_ROWS];
-        scale = rsqrtf(t / (float)k + eps);
-        if ((threadIdx.x & 31) == 0) *scale_s = scale;
-    }
-    gb_finish(pp, scale, bias, m, b, rows, epi);
-}
-
-/* 8 columns of the block's 4 rows: the inputs x[kk, kk + 8) (normalised on the fly with
- * NORM, their squares into ss) times wv[r] into acc[r]. */
-template <bool NORM>
-__device__ __forceinline__ void gc_dot(float (&acc)[GB_ROWS], const uint4 (&wv)[GB_ROWS],
-                                       const float *x, int kk, const bf16_t *nw, float &ss) {
-    const float4 *xp = (const float4 *)(x + kk);
-    float4 a = __ldg(xp), b = __ldg(xp + 1);
-    if (NORM) norm_in(a, b, nw + kk, ss); /* ss used from group 0 only */
-#pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(wv[r], a, b);
-}
-
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
@@ -447,15 +400,35 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
             int kk = base + u * GB_THREADS * 8;
-            if (kk < k) gc_dot<NORM>(acc, cur[u], x, kk, fx.nw, ss);
+            if (kk < k) {
+                const float4 *xp = (const float4 *)(x + kk);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                if (NORM) norm_in(a, b, fx.nw + kk, ss); /* ss used from group 0 only */
+#pragma unroll
+                for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(cur[u][r], a, b);
+            }
         }
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
-            int j = it / nch;
-            gc_end_partials<NORM>(acc, ss, j, part);
+            int j = it / nch, lane = threadIdx.x & 31;
+            gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
+            gb_partials(acc, pp);
+            if (NORM && j == 0) {
+                float v = warp_sum(ss);
+                if (lane == 0) pp[threadIdx.x >> 5][GB_ROWS] = v;
+            }
+#pragma unroll
+            for (int r = 0; r < GB_ROWS; r++) acc[r] = 0.0f;
             __syncthreads();
-            if (threadIdx.x < 32)
-                gc_end_finish<NORM>(part, j, scale, &scale_s, k, fx.eps, bias, m, b0 + j, rows,
-                                    epi);
+            if (threadIdx.x < 32) {
+                if (NORM && j == 0) {
+                    float t = 0.f;
+#pragma unroll
+                    for (int i = 0; i < GB_THREADS / 32; i++) t += pp[i][GB_ROWS];
+                    scale = rsqrtf(t / (float)k + fx.eps);
+                    if (lane == 0) scale_s = scale;
+                }
+                gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
+            }
         }
 #pragma unroll
         for (int u = 0; u < GC_U; u++)
@@ -470,24 +443,23 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
 
 /* atlas_gemv1c, atlas_gemv1c_norm, atlas_gemv1c_resid: the arguments of atlas_gemv1b[_norm|
  * _resid], then ng. */
-#define ATLAS_GEMV1C(NAME, BODY, BOUNDS)                                                          \
-    extern "C" __global__ void BOUNDS NAME(float *out, const float *x, const bf16_t *w,            \
-                                           const bf16_t *bias, int n, int m, int k, int ng) {      \
-        (void)n;                                                                                   \
-        BODY<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},     \
-                    gb_rows{}, gb_store{out, 0, m});                                               \
-    }
-#define ATLAS_GEMV1C_FX(NAME, BODY, BOUNDS, NORM, STORE)                                          \
-    extern "C" __global__ void BOUNDS NAME(                                                        \
+extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out, const float *x,
+                                                                      const bf16_t *w,
+                                                                      const bf16_t *bias, int n,
+                                                                      int m, int k, int ng) {
+    (void)n;
+    gemv1c_body<false>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{0, 0.0f, 0, 0},
+                       gb_rows{}, gb_store{out, 0, m});
+}
+#define ATLAS_GEMV1C_FX(NAME, NORM, STORE)                                                        \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
         const bf16_t *nw, float eps, float *h, float *resid, int ng) {                             \
-        BODY<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng, gemv_fx{nw, eps, h, 0},      \
-                   gb_rows{}, STORE);                                                              \
+        gemv1c_body<NORM>(x, w, bias, m, k, (m + GB_ROWS - 1) / GB_ROWS, ng,                       \
+                          gemv_fx{nw, eps, h, 0}, gb_rows{}, STORE);                               \
     }
-#define GC_BOUNDS __launch_bounds__(GB_THREADS)
-ATLAS_GEMV1C(atlas_gemv1c, gemv1c_body, GC_BOUNDS)
-ATLAS_GEMV1C_FX(atlas_gemv1c_norm, gemv1c_body, GC_BOUNDS, true, (gb_store{out, resid, m}))
-ATLAS_GEMV1C_FX(atlas_gemv1c_resid, gemv1c_body, GC_BOUNDS, false, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
+ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
 /* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
  * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME and, with the input normalised on the fly
  * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
@@ -495,27 +467,24 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, gemv1c_body, GC_BOUNDS, false, (gb_store{out
  * (gemv1b), ceil(m / 4 / ng) (gemv1c).
  *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
  *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
-#define ATLAS_GEMV_EPI1(NAME, BOUNDS, BODY, ...)                                                  \
-    extern "C" __global__ void BOUNDS NAME(                                                        \
+#define ATLAS_GEMV_EPI1(NAME, BODY, ...)                                                          \
+    extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
         const bf16_t *nw, float eps, float *h, __VA_ARGS__) {                                      \
         BODY;                                                                                      \
     }
 #define ATLAS_GEMV_EPI_B(NAME, NORM, ROWS, EPI, ...)                                              \
-    ATLAS_GEMV_EPI1(NAME, GC_BOUNDS,                                                               \
-                    (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)),      \
+    ATLAS_GEMV_EPI1(NAME, (gemv1b_body<NORM>(x, w, bias, m, k, gemv_fx{nw, eps, h, 0}, ROWS, EPI)), \
                     __VA_ARGS__)
-#define ATLAS_GEMV_EPI_C(NAME, BODY, BOUNDS, NORM, ROWS, EPI, ...)                                \
-    ATLAS_GEMV_EPI1(NAME, BOUNDS,                                                                  \
-                    (BODY<NORM>(x, w, bias, m, k, m / GB_ROWS, ng, gemv_fx{nw, eps, h, 0}, ROWS,   \
-                                EPI)),                                                             \
+#define ATLAS_GEMV_EPI_C(NAME, NORM, ROWS, EPI, ...)                                              \
+    ATLAS_GEMV_EPI1(NAME, (gemv1c_body<NORM>(x, w, bias, m, k, m / GB_ROWS, ng,                   \
+                                             gemv_fx{nw, eps, h, 0}, ROWS, EPI)),                  \
                     __VA_ARGS__, int ng)
 #define ATLAS_GEMV_EPI(NAME, ROWS, EPI, ...)                                                      \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
     ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, gemv1c_body, GC_BOUNDS, false, ROWS, EPI, __VA_ARGS__)  \
-    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, gemv1c_body, GC_BOUNDS, true, ROWS, EPI,           \
-                     __VA_ARGS__)
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
+    ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
 ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
 ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
                (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,

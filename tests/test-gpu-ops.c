@@ -452,10 +452,12 @@ static void test_fused_decode(weight *norm, int start) {
  *   rmsnorm -> matmul qkv (+ bias) -> rope -> kv_store layer 0    norm's GEMV + qkv
  *   matmul gate_up -> swiglu                                     swiglu alone
  *   matmul o -> add_rmsnorm -> matmul gate_up -> swiglu           norm's GEMVs + swiglu
- *   matmul down -> add_rmsnorm -> matmul qkv -> rope -> kv_store layer 1   norm's GEMVs + qkv
+ *   matmul down -> add_rmsnorm -> matmul qkv -> rope -> kv_store layer 1
+ *                                                                norm's GEMVs + qkv
  * Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
  * also bit for bit the bf16 of the GPU's own roped k and v), gate_up, swiglu's output, o, x,
- * h, down, the second h. want_away: how many commands the fusions must run inside other kernels (the capture).
+ * h, down, the second h. want_away: how many commands the fusions must run inside other
+ * kernels (the capture).
  * Shapes from the backends' geometry; the cache rows of positions start, start + 1. */
 static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t want_away) {
     const atlas_backend_geom *g = &gpu->geom;

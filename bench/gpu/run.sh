@@ -144,9 +144,9 @@ if has attn; then
 fi
 if has batch; then
   # decode steps of B sequences at once (the GPU side of the serve step's concurrency levels)
-  # (a batch of one first and again last: the first ran 0.5 ms a step slower than the single
-  # sequence before it and than itself after b8, with and without graphs — lines time-stamped
-  # and the board sampled beside them, to see whether it is the board's power state)
+  # (a batch of one first and again last, the lines time-stamped and the board sampled beside
+  # them: a one-time slow state — the seventh session's first b1, 0.5 ms a step slower — shows
+  # as one b1 line off the other and the single sequence; bench/RESULTS.md)
   step "atlas bench --batch"
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 \
     > "$OUT/smi-batch.csv" 2>/dev/null & SMI=$!

@@ -224,7 +224,8 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
  * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
  * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
- * else `single`, a group a block (which reads no extra argument). multi NULL: always single. `atlas bench` chains GEMVs with it. */
+ * else `single`, a group a block (which reads no extra argument). multi NULL: always single.
+ * `atlas bench` chains GEMVs with it. */
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
