@@ -377,21 +377,6 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-/* Asks L2 for an item's weights (4 row pieces of GC_CH columns: one 128-byte line a thread)
- * without holding registers for them, so that a block keeps more bytes on their way than its
- * two register items: across the wait for the previous kernel (ATLAS_CUDA_GEMV_PF). */
-template <class Rows>
-__device__ __forceinline__ void gemv1c_prefetch(const bf16_t *w, int m, int k, int nch, int b0,
-                                                int item, Rows rows) {
-    int b = b0 + item / nch, r = threadIdx.x / (GC_CH / 64);
-    int kk = (item % nch) * GC_CH + (threadIdx.x % (GC_CH / 64)) * 64;
-    if (kk < k) {
-        const bf16_t *p = w + (size_t)min(rows(b, r), m - 1) * k + kk;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    }
-}
-static_assert(GB_ROWS * GC_CH / 64 == GB_THREADS, "gemv1c_prefetch: one line a thread");
-
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
@@ -400,21 +385,17 @@ template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
-    int pf = ng >> 16; /* ng's high half: the L2 prefetch distance in items (cuda_gemv_rows) */
-    ng &= 0xffff;
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
     gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
-    for (int i = 1; i <= pf && i < items; i++) gemv1c_prefetch(w, m, k, nch, b0, i, rows);
     pdl_trigger();
     pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
         if (it + 1 < items) gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
-        if (pf && it + 1 + pf < items) gemv1c_prefetch(w, m, k, nch, b0, it + 1 + pf, rows);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {

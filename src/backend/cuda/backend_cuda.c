@@ -404,7 +404,7 @@ static atlas_status graphs_release(cuda_backend *cb) {
 }
 
 /* The pinned host buffers of ct tokens and `words` staged ints: h_ids (the queued slots' ids
- * kept, the waited argmax's slot not; the stream is idle: graphs_release) and both h_stage buffers; their events made
+ * kept; the stream is idle: graphs_release) and both h_stage buffers; their events made
  * once. */
 static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     const atlas_driver *d = atlas_driver_get();
@@ -415,7 +415,7 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
             ATLAS_CU_TRY(cuEventCreate, &cb->stage_sent[s], ATLAS_CU_EVENT_DISABLE_TIMING);
     }
     void *p = NULL;
-    ATLAS_CU_TRY(cuMemHostAlloc, &p, (size_t)3 * ct * sizeof(int32_t), 0);
+    ATLAS_CU_TRY(cuMemHostAlloc, &p, (size_t)2 * ct * sizeof(int32_t), 0);
     int32_t *h = p;
     if (cb->h_ids) {
         for (int s = 0; s < 2; s++)
@@ -452,19 +452,6 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     cb->cap_tok = ct;
     cb->cap_table = cbt;
     return ATLAS_OK;
-}
-
-/* Records one command (ops, below; begin_batch's rope table). */
-static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, const void *p0,
-                         const void *p1, const void *p2, const void *p3) {
-    cuda_cmd c;
-    memset(&c, 0, sizeof c);
-    c.op = op;
-    c.n = n;
-    c.d = d;
-    c.layer = layer;
-    c.p[0] = p0; c.p[1] = p1; c.p[2] = p2; c.p[3] = p3;
-    return submit(cuda_of(be), &c);
 }
 
 static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
@@ -529,6 +516,14 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
     cb->stage_busy[k] = true;
     cb->stage_cur = k;
+    { /* cos/sin of the batch's positions, for every rope op of this batch */
+        int half = g->head_dim / 2;
+        float fa = (float)g->rope_attn_factor;
+        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
+        void *a[] = {&cb->d_rope, &pos, &cb->d_inv_freq, &half, &fa};
+        ATLAS_CU_TRY(cuLaunchKernel, cb->fn.rope_table, (unsigned)n, 1, 1, 64, 1, 1, 0, cb->stream, a,
+                     NULL);
+    }
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
@@ -572,12 +567,22 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         key.layer = chunk;
         ATLAS_TRY(submit(cb, &key));
     }
-    /* cos/sin of the batch's positions for every rope op: a command, so that a decode graph
-     * holds it (one launch from the host fewer a step) */
-    return cmd4(be, CUDA_OP_ROPE_TABLE, n, 0, 0, NULL, NULL, NULL, NULL);
+    return ATLAS_OK;
 }
 
-/* --- ops: recorded as commands (cmd4, above) ------------------------------------------------- */
+/* --- ops: recorded as commands ---------------------------------------------------------------- */
+
+static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, const void *p0,
+                         const void *p1, const void *p2, const void *p3) {
+    cuda_cmd c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.n = n;
+    c.d = d;
+    c.layer = layer;
+    c.p[0] = p0; c.p[1] = p1; c.p[2] = p2; c.p[3] = p3;
+    return submit(cuda_of(be), &c);
+}
 
 static atlas_status cuda_embed(atlas_backend *be, void *x, const atlas_weight *table) {
     cuda_backend *cb = cuda_of(be); /* p[2]: the tokens when they are a queued argmax's ids */
@@ -643,12 +648,8 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
                    NULL));
     ATLAS_TRY(flush(cb));
     cb->ids_queued = false;
-    /* into pinned memory: a copy to the caller's pageable ids would be staged by the driver */
-    int32_t *h = cb->h_ids + (size_t)2 * cb->ids_cap;
-    ATLAS_CU_TRY(cuMemcpyDtoHAsync, h, cb->d_ids, (size_t)rows * 4, cb->stream);
-    ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
-    memcpy(ids, h, (size_t)rows * 4);
-    return ATLAS_OK;
+    ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
+    return ATLAS_CU(cuStreamSynchronize, cb->stream);
 }
 
 static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows,
@@ -804,10 +805,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_PF: gemv1c asks L2 for the weights of the item this many ahead of the
-     * one it loads into registers (0: none) */
-    e = getenv("ATLAS_CUDA_GEMV_PF");
-    cb->gemv_pf = e && atoi(e) > 0 && atoi(e) <= 16 ? atoi(e) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

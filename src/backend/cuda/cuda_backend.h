@@ -42,7 +42,6 @@ struct atlas_kv {
 typedef enum cuda_op {
     CUDA_OP_EMBED = 1, CUDA_OP_ADD_RMSNORM, CUDA_OP_MATMUL, CUDA_OP_QK_NORM, CUDA_OP_ROPE,
     CUDA_OP_KV_STORE, CUDA_OP_ATTENTION, CUDA_OP_SWIGLU, CUDA_OP_GATHER, CUDA_OP_ARGMAX,
-    CUDA_OP_ROPE_TABLE, /* the batch's cos/sin (d_rope), first in every list: in the graph */
 } cuda_op;
 
 /* One recorded op. Zero-filled before use so that lists compare with memcmp. */
@@ -130,8 +129,8 @@ typedef struct cuda_backend {
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
     /* greedy steps queued a step ahead (argmax_queue): each one's ids are copied to its slot
-     * of h_ids (pinned, [3][cap_tok]: the third is the waited argmax's); aq_n slots from
-     * aq_head wait to be collected, aq_done marks each one's copy */
+     * of h_ids (pinned, [2][cap_tok]); aq_n slots from aq_head wait to be collected, aq_done
+     * marks each one's copy */
     int32_t *h_ids;
     int ids_cap;            /* ids a slot of h_ids */
     CUevent aq_done[2];
@@ -168,7 +167,6 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_pf;            /* ATLAS_CUDA_GEMV_PF: gemv1c's L2 prefetch distance in items */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

@@ -294,8 +294,7 @@ static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo
     CUdeviceptr p0 = CUDA_PTR(c->p[0]);
     size_t n = (size_t)c->n, b0;
     switch (c->op) {
-    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: case CUDA_OP_ROPE_TABLE:
-        return false; /* device-internal */
+    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: return false; /* device-internal */
     case CUDA_OP_MATMUL: b0 = n * ((const atlas_weight *)c->p[2])->rows * 4; break;
     case CUDA_OP_ADD_RMSNORM: {
         CUdeviceptr p2 = CUDA_PTR(c->p[2]);
@@ -346,8 +345,7 @@ static bool block_gemv(const cuda_backend *cb) {
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
     if (multi && ng > 1) {
-        int arg = ng | cb->gemv_pf << 16; /* the kernel's L2 prefetch distance rides along */
-        a[na - 1] = &arg;
+        a[na - 1] = &ng;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
@@ -435,13 +433,6 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         CUdeviceptr qp = qn->ptr, kp = kn->ptr;
         void *a[] = {&p0, &qp, &kp, &H, &K, &hd, &eps};
         return launch(cb, cb->fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
-    }
-    case CUDA_OP_ROPE_TABLE: {
-        int half = hd / 2;
-        float fa = (float)g->rope_attn_factor;
-        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
-        void *a[] = {&cb->d_rope, &pos, &cb->d_inv_freq, &half, &fa};
-        return launch(cb, cb->fn.rope_table, (unsigned)c->n, 1, 1, 64, 0, a);
     }
     case CUDA_OP_ROPE: {
         void *a[] = {&p0, &cb->d_rope, &H, &K, &hd};
