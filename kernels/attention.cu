@@ -296,8 +296,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
                                                  const int *tok_seq, const int *positions,
                                                  const int *block_table, int max_blocks, int bs,
                                                  int H, int K, int window, int chunk, float scale,
-                                                 float *out, int *counters, int early,
-                                                 const char *l2p, long long l2b, int l2_at) {
+                                                 float *out, int *counters, int early) {
     constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
@@ -334,7 +333,6 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
      * previous kernel, which writes this token's key and q (staged indices and block
      * tables come before every kernel of the batch) */
     if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
-    if (l2_at == 1) l2_prefetch_share(l2p, l2b); /* behind the keys: see attn_dcl_body */
     pdl_wait();
     float q[GM][D], acc[GM][D], m[GM], l[GM];
     const float *qrow = qkv + (size_t)t * (H + 2 * K) * HD + (size_t)g * G * HD + lane * D;
@@ -361,7 +359,6 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         }
     }
     if (a0 < a1) load_keys(a0, early ? pos : 0, 1 << 30);
-    if (l2_at == 2) l2_prefetch_share(l2p, l2b);
     for (int a = a0; a < a1; a += U) {
         if (a > a0) load_keys(a, 0, 1 << 30);
 #pragma unroll
@@ -435,19 +432,18 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
 }
 
 /* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head,
- * the arguments of atlas_attn_split without hd and tile, then early and the L2 prefetch of
- * the next GEMV's weights (l2p, l2b bytes, l2_at: 0 none; chunk is unused: each split covers
- * its share of the token's own context). With one split, out is written
+ * the arguments of atlas_attn_split without hd and tile, and early (chunk is unused: each
+ * split covers its share of the token's own context). With one split, out is written
  * directly (no combine needed). */
 #define ATLAS_ATTN_DEC(HD, GM)                                                                    \
     extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) atlas_attn_dec##HD##_g##GM(     \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
-        int early, const char *l2p, long long l2b, int l2_at) {                                  \
+        int early) {                                                                             \
         attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
                                  max_blocks, bs, H, K, window, chunk, scale, out, counters,     \
-                                 early, l2p, l2b, l2_at);                                        \
+                                 early);                                                         \
     }
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
@@ -471,8 +467,7 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
                                               const bf16_t *vc, const int *tok_seq,
                                               const int *positions, const int *block_table,
                                               int max_blocks, int bs, int H, int K, int window,
-                                              float scale, float *out, int early,
-                                              const char *l2p, long long l2b, int l2_at) {
+                                              float scale, float *out, int early) {
     constexpr int LG = 8, NG = 32 / LG, DL = HD / LG, NV = DL / 8, KP = NG * UK;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
@@ -505,9 +500,6 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
     };
     /* keys older than the batch before the wait (see attn_decode_body) */
     if (a0 < a1) load_keys(a0, 0, early ? pos : 0);
-    /* the next GEMV's weights (o) into L2 while this kernel leaves the memory mostly idle
-     * (l2_at 1: behind the older keys' loads; 2: behind the first pass's own) */
-    if (l2_at == 1) l2_prefetch_share(l2p, l2b);
     pdl_wait();
     /* the block's GM query rows, scaled, in shared memory: registers go to acc and keys */
     __shared__ __align__(16) float sq[GM][HD];
@@ -524,7 +516,6 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
     }
     __syncthreads();
     if (a0 < a1) load_keys(a0, early ? pos : 0, 1 << 30);
-    if (l2_at == 2) l2_prefetch_share(l2p, l2b);
     for (int a = a0; a < a1; a += KP) {
         if (a > a0) load_keys(a, 0, 1 << 30);
         float kf[UK][DL];
@@ -676,11 +667,10 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
-        int early, const char *l2p, long long l2b, int l2_at) {                                  \
+        int early) {                                                                             \
         (void)part_o, (void)part_ml, (void)chunk, (void)counters;                                \
         attn_dcl_body<HD, GM, UK, WARPS>(qkv, kc, vc, tok_seq, positions, block_table,          \
-                                         max_blocks, bs, H, K, window, scale, out, early, l2p,  \
-                                         l2b, l2_at);                                            \
+                                         max_blocks, bs, H, K, window, scale, out, early);      \
     }
 ATLAS_ATTN_DCL(64, 1, 3, 8, ) ATLAS_ATTN_DCL(64, 2, 3, 8, ) ATLAS_ATTN_DCL(64, 4, 3, 8, )
 ATLAS_ATTN_DCL(128, 1, 3, 8, ) ATLAS_ATTN_DCL(128, 2, 3, 8, ) ATLAS_ATTN_DCL(128, 4, 3, 8, )

@@ -95,21 +95,4 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-/* Asks L2 for this block's share of [p, p + bytes) (bytes and p 16-byte aligned; thread 0
- * issues bulk prefetches of up to 64 KB): a kernel that leaves the memory idle (decode
- * attention) brings in the next GEMV's weights, which that GEMV then reads from L2. */
-__device__ __forceinline__ void l2_prefetch_share(const char *p, long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (!p || threadIdx.x || threadIdx.y || threadIdx.z) return;
-    long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
-    long long b = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
-    long long share = ((bytes + nb - 1) / nb + 255) & ~255LL, lo = b * share;
-    long long hi = lo + share < bytes ? lo + share : bytes;
-    for (long long o = lo; o < hi; o += 65536) {
-        unsigned size = (unsigned)(hi - o < 65536 ? hi - o : 65536);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(size) : "memory");
-    }
-#endif
-}
-
 #endif

@@ -814,10 +814,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     /* 4 warps a cluster-attention block by default (3.950 against 3.987 ms with 8, same run) */
     e = getenv("ATLAS_CUDA_ATTN_WARPS");
     cb->attn_warps = e && atoi(e) == 8 ? 8 : 4;
-    /* ATLAS_CUDA_L2_NEXT: decode attention asks L2 for the o GEMV's weights (1: behind its
-     * older keys' loads, 2: behind the first pass's; 0: not) */
-    e = getenv("ATLAS_CUDA_L2_NEXT");
-    cb->l2_next = e && e[0] >= '0' && e[0] <= '2' ? e[0] - '0' : 1;
     e = getenv("ATLAS_CUDA_ATTN_EARLY");
     cb->attn_early = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN_HEADS");

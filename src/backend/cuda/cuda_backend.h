@@ -172,8 +172,6 @@ typedef struct cuda_backend {
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
     int attn_warps;         /* warps a cluster-attention block: 4 (at most 2 heads a block), or
                                8 with ATLAS_CUDA_ATTN_WARPS=8 (kernels/attention.cu) */
-    int l2_next;            /* ATLAS_CUDA_L2_NEXT: decode attention's L2 prefetch of the o
-                               GEMV's weights: 0 none, 1 (default) before its wait, 2 after */
     int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
                                before the wait for the previous kernel (ops_cuda.c) */
     int attn_heads;         /* query heads a cluster-attention block (ATLAS_CUDA_ATTN_HEADS):

@@ -193,9 +193,7 @@ static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G) {
     return cb->fn.attn_dec[h][q];
 }
 
-/* next: the GEMV that reads this attention's output, whose weights the decode kernels ask L2
- * for (ATLAS_CUDA_L2_NEXT), or NULL. */
-static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *next) {
+static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
@@ -214,12 +212,8 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c, const atla
     /* every token its own sequence: keys before a token's own are older than this batch, and
      * the decode kernels load them before waiting for the previous kernel */
     int early = cb->attn_early && n == cb->n_seqs;
-    CUdeviceptr l2p = next ? next->ptr : 0;
-    long long l2b = next ? (long long)(next->rows * next->cols * 2) : 0;
-    int l2_at = next && l2p % 16 == 0 && l2b % 16 == 0 ? cb->l2_next : 0;
     void *da[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early, &l2p, &l2b,
-                  &l2_at}; /* decode kernels */
+                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
@@ -452,7 +446,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return launch(cb, cb->fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
     }
     case CUDA_OP_ATTENTION:
-        return op_attention(cb, c, NULL);
+        return op_attention(cb, c);
     case CUDA_OP_SWIGLU: {
         long long total = (long long)c->n * d;
         unsigned blocks = (unsigned)((total + 255) / 256);
@@ -625,13 +619,6 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         used = tail_of(cb, &c[1], &c[0], c + 2, n - 2, &tail);
         *st = gemv_fused(cb, &c[1], &c[0], 0, tail, c + 2);
         return fused(cb, 2 + used, 1);
-    }
-    /* decode attention, then the GEMV of its output (o): the attention kernel asks L2 for
-     * that GEMV's weights */
-    if (cb->l2_next && n >= 2 && c[0].op == CUDA_OP_ATTENTION && c[0].n <= 8 &&
-        c[1].op == CUDA_OP_MATMUL && c[1].n == c[0].n && c[1].p[1] == c[0].p[0]) {
-        *st = op_attention(cb, &c[0], c[1].p[2]);
-        return 1;
     }
     /* a GEMV and its epilogue's ops alone */
     if ((used = tail_of(cb, &c[0], NULL, c + 1, n - 1, &tail)) > 0) {
