@@ -385,17 +385,21 @@ template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
+    int early2 = ng >> 16; /* ng's high half: the second item too before the wait */
+    ng &= 0xffff;
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
     gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
+    if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, 1, rows);
     pdl_trigger();
     pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
-        if (it + 1 < items) gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
+        if (it + 1 < items && !(early2 && it == 0))
+            gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {

@@ -660,6 +660,9 @@ int main(void) {
     matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "3", "ng3");
     matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "0", "ng0");
     matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "w1", "ngw1");
+    setenv("ATLAS_CUDA_GEMV_NG", "3", 1); /* and with the second item before the wait */
+    matmul_with(&g, "ATLAS_CUDA_GEMV_EARLY2", "1", "ng3early2");
+    unsetenv("ATLAS_CUDA_GEMV_EARLY2");
     unsetenv("ATLAS_CUDA_GEMV_NG");
 
     tensor tn, tq, tk, twq;
@@ -764,6 +767,9 @@ int main(void) {
     /* hidden 4416: the norm GEMVs' k spans two gemv1c chunks (4096 + 320), so the sum of
      * squares is taken over two items of the first group */
     test_tails_hd128("all", 9, 4416);
+    setenv("ATLAS_CUDA_GEMV_EARLY2", "1", 1); /* the second item before the wait */
+    test_tails_hd128("all", 9, 4416);
+    unsetenv("ATLAS_CUDA_GEMV_EARLY2");
     setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from one block an SM */
     test_tails_hd128("qkv,swiglu", 6, D);
     test_tails_hd128("all", 9, D);
