@@ -364,8 +364,9 @@ enum { GC_U = 2, GC_CH = GB_THREADS * 8 * GC_U };
 
 template <class Rows>
 __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf16_t *w, int m,
-                                            int k, int nch, int b0, int item, Rows rows) {
-    int b = b0 + item / nch, base = (item % nch) * GC_CH + threadIdx.x * 8;
+                                            int k, int nch, int b0, int gs, int item,
+                                            Rows rows) {
+    int b = b0 + item / nch * gs, base = (item % nch) * GC_CH + threadIdx.x * 8;
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) {
         const bf16_t *wr = w + (size_t)min(rows(b, r), m - 1) * k;
@@ -385,21 +386,25 @@ template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
-    int early2 = ng >> 16; /* ng's high half: the second item too before the wait */
+    /* ng's high half (cuda_gemv_rows): 1 the second item too before the wait; 2 the block's
+     * groups strided by the grid (blockIdx.x, + gridDim.x, ...: the grid reads one contiguous
+     * span at a time, as the read probe does) rather than ng consecutive ones */
+    int flags = ng >> 16, early2 = flags & 1;
     ng &= 0xffff;
-    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
-    int items = min(ng, groups - b0) * nch;
+    int b0 = flags & 2 ? blockIdx.x : blockIdx.x * ng, gs = flags & 2 ? gridDim.x : 1;
+    int nch = (k + GC_CH - 1) / GC_CH;
+    int items = (flags & 2 ? (groups - b0 + gs - 1) / gs : min(ng, groups - b0)) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
-    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
-    if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, 1, rows);
+    gemv1c_load(cur, w, m, k, nch, b0, gs, 0, rows); /* before the wait: weights only */
+    if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, gs, 1, rows);
     pdl_trigger();
     pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
         if (it + 1 < items && !(early2 && it == 0))
-            gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
+            gemv1c_load(nxt, w, m, k, nch, b0, gs, it + 1, rows);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
@@ -431,7 +436,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                     scale = rsqrtf(t / (float)k + fx.eps);
                     if (lane == 0) scale_s = scale;
                 }
-                gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
+                gb_finish(pp, scale, bias, m, b0 + j * gs, rows, epi);
             }
         }
 #pragma unroll

@@ -808,6 +808,9 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     /* ATLAS_CUDA_GEMV_EARLY2=1: gemv1c loads its first two items before the wait */
     e = getenv("ATLAS_CUDA_GEMV_EARLY2");
     cb->gemv_early2 = e && e[0] == '1';
+    /* ATLAS_CUDA_GEMV_STRIDED=1: gemv1c's blocks take groups b, b + grid, ... */
+    e = getenv("ATLAS_CUDA_GEMV_STRIDED");
+    cb->gemv_strided = e && e[0] == '1';
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

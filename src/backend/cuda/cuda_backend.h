@@ -168,6 +168,7 @@ typedef struct cuda_backend {
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
     int gemv_early2;        /* ATLAS_CUDA_GEMV_EARLY2=1: gemv1c's second item before the wait */
+    int gemv_strided;       /* ATLAS_CUDA_GEMV_STRIDED=1: gemv1c's groups strided by the grid */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

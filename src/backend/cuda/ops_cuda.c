@@ -345,7 +345,8 @@ static bool block_gemv(const cuda_backend *cb) {
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
     if (multi && ng > 1) {
-        int arg = ng | cb->gemv_early2 << 16; /* the kernel's second-item-early flag rides along */
+        /* the kernel's flags ride along in ng's high half (kernels/gemv.cu gemv1c_body) */
+        int arg = ng | (cb->gemv_early2 | cb->gemv_strided << 1) << 16;
         a[na - 1] = &arg;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
