@@ -785,7 +785,13 @@ int main(void) {
     unsetenv("ATLAS_CUDA_GEMV_EARLY2");
     matmul_with(&g, "ATLAS_CUDA_GEMV_STRIDED", "1", "ng3strided");
     unsetenv("ATLAS_CUDA_GEMV_STRIDED");
+    matmul_with(&g, "ATLAS_CUDA_GEMV_RING", "2", "ng3ring2"); /* items through shared memory */
+    matmul_with(&g, "ATLAS_CUDA_GEMV_RING", "4", "ng3ring4");
     unsetenv("ATLAS_CUDA_GEMV_NG");
+    setenv("ATLAS_CUDA_GEMV_RING", "3", 1); /* the epilogues on the ring, k of two chunks */
+    test_tails_hd128("all", 9, 4416);
+    test_tails_hd128("qkv,swiglu", 6, 4416);
+    unsetenv("ATLAS_CUDA_GEMV_RING");
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

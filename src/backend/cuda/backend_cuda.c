@@ -811,6 +811,9 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     /* ATLAS_CUDA_GEMV_STRIDED=1: gemv1c's blocks take groups b, b + grid, ... */
     e = getenv("ATLAS_CUDA_GEMV_STRIDED");
     cb->gemv_strided = e && e[0] == '1';
+    /* ATLAS_CUDA_GEMV_RING=S (2..4): gemv1c's items through S shared-memory stages */
+    e = getenv("ATLAS_CUDA_GEMV_RING");
+    cb->gemv_ring = e && e[0] >= '2' && e[0] <= '4' ? e[0] - '0' : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));
