@@ -364,9 +364,8 @@ enum { GC_U = 2, GC_CH = GB_THREADS * 8 * GC_U };
 
 template <class Rows>
 __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf16_t *w, int m,
-                                            int k, int nch, int b0, int gs, int item,
-                                            Rows rows) {
-    int b = b0 + item / nch * gs, base = (item % nch) * GC_CH + threadIdx.x * 8;
+                                            int k, int nch, int b0, int item, Rows rows) {
+    int b = b0 + item / nch, base = (item % nch) * GC_CH + threadIdx.x * 8;
 #pragma unroll
     for (int r = 0; r < GB_ROWS; r++) {
         const bf16_t *wr = w + (size_t)min(rows(b, r), m - 1) * k;
@@ -378,39 +377,6 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-/* The ring's form of gemv1c_load (ATLAS_CUDA_GEMV_RING): the item's pieces copied into the
- * shared-memory stage st by cp.async, each thread its own 16-byte pieces (it alone reads them
- * back, so a wait_group and no barrier orders them), zeros past k. In flight they hold no
- * registers, so a block keeps S - 1 items on their way instead of one. */
-template <class Rows>
-__device__ __forceinline__ void gemv1c_stage(uint4 *st, const bf16_t *w, int m, int k, int nch,
-                                             int b0, int gs, int item, Rows rows) {
-    int b = b0 + item / nch * gs, base = (item % nch) * GC_CH + threadIdx.x * 8;
-#pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) {
-        const bf16_t *wr = w + (size_t)min(rows(b, r), m - 1) * k;
-#pragma unroll
-        for (int u = 0; u < GC_U; u++) {
-            int kk = base + u * GB_THREADS * 8;
-            unsigned s = (unsigned)__cvta_generic_to_shared(st + (u * GB_ROWS + r) * GB_THREADS +
-                                                            threadIdx.x);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s),
-                         "l"(wr + (kk < k ? kk : 0)), "r"(kk < k ? 16 : 0)
-                         : "memory"); /* after this thread's reads of the stage it refills */
-        }
-    }
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-
-/* Waits until at most n (0..3) of this thread's cp.async groups are still on their way. */
-__device__ __forceinline__ void cp_async_wait(int n) {
-    if (n >= 3) asm volatile("cp.async.wait_group 3;" ::: "memory");
-    else if (n == 2) asm volatile("cp.async.wait_group 2;" ::: "memory");
-    else if (n == 1) asm volatile("cp.async.wait_group 1;" ::: "memory");
-    else asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
@@ -419,48 +385,24 @@ template <bool NORM, class Rows, class Epi>
 __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, const bf16_t *bias,
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
-    /* ng's high half (cuda_gemv_rows): 1 the second item too before the wait; 2 the block's
-     * groups strided by the grid (blockIdx.x, + gridDim.x, ...: the grid reads one contiguous
-     * span at a time, as the read probe does) rather than ng consecutive ones; bits 4..7 S:
-     * items through a ring of S (2..4) shared-memory stages (dynamic, S x 32 KB) by cp.async */
-    int flags = ng >> 16, early2 = flags & 1, S = (flags >> 4) & 15;
-    extern __shared__ uint4 gemv_ring[]; /* [S][GC_U][GB_ROWS][GB_THREADS] */
+    /* ng's high half (cuda_gemv_rows): 1 when the second item's loads go out before the wait
+     * too (ATLAS_CUDA_GEMV_EARLY2, the default): the memory then has two items of each block
+     * to serve across the boundary with the previous kernel, not one */
+    int early2 = ng >> 16;
     ng &= 0xffff;
-    int b0 = flags & 2 ? blockIdx.x : blockIdx.x * ng, gs = flags & 2 ? gridDim.x : 1;
-    int nch = (k + GC_CH - 1) / GC_CH;
-    int items = (flags & 2 ? (groups - b0 + gs - 1) / gs : min(ng, groups - b0)) * nch;
+    int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
+    int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
     uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
-    const int stage = GC_U * GB_ROWS * GB_THREADS; /* uint4s a ring stage */
-    if (S) { /* the ring: items 0 .. S - 2 before the wait, a group each (empty ones too) */
-        for (int i = 0; i < S - 1; i++) {
-            if (i < items) gemv1c_stage(gemv_ring + i * stage, w, m, k, nch, b0, gs, i, rows);
-            cp_async_commit();
-        }
-    } else {
-        gemv1c_load(cur, w, m, k, nch, b0, gs, 0, rows); /* before the wait: weights only */
-        if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, gs, 1, rows);
-    }
+    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
+    if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, 1, rows);
     pdl_trigger();
     pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
     for (int it = 0; it < items; it++) {
-        if (S) { /* item it + S - 1 into the stage item it - 1 left (read back by this thread) */
-            if (it + S - 1 < items)
-                gemv1c_stage(gemv_ring + (it + S - 1) % S * stage, w, m, k, nch, b0, gs,
-                             it + S - 1, rows);
-            cp_async_commit();
-            cp_async_wait(S - 1); /* item it's group is in */
-            const uint4 *st = gemv_ring + it % S * stage;
-#pragma unroll
-            for (int u = 0; u < GC_U; u++)
-#pragma unroll
-                for (int r = 0; r < GB_ROWS; r++)
-                    cur[u][r] = st[(u * GB_ROWS + r) * GB_THREADS + threadIdx.x];
-        } else if (it + 1 < items && !(early2 && it == 0)) {
-            gemv1c_load(nxt, w, m, k, nch, b0, gs, it + 1, rows);
-        }
+        if (it + 1 < items && !(early2 && it == 0))
+            gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
@@ -492,15 +434,13 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                     scale = rsqrtf(t / (float)k + fx.eps);
                     if (lane == 0) scale_s = scale;
                 }
-                gb_finish(pp, scale, bias, m, b0 + j * gs, rows, epi);
+                gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
             }
         }
-        if (!S) {
 #pragma unroll
-            for (int u = 0; u < GC_U; u++)
+        for (int u = 0; u < GC_U; u++)
 #pragma unroll
-                for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
-        }
+            for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
     }
     if (NORM && fx.h && blockIdx.x == 0) {
         __syncthreads();

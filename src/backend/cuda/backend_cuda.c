@@ -805,15 +805,11 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     e = getenv("ATLAS_CUDA_GEMV_NG");
     cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
     cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_EARLY2=1: gemv1c loads its first two items before the wait */
+    /* ATLAS_CUDA_GEMV_EARLY2: gemv1c loads its first two items before the wait (default; 0:
+     * one). Replay 4.313-4.431 ms against 4.328-4.513 on three H200s (bench/RESULTS.md,
+     * ninth session) */
     e = getenv("ATLAS_CUDA_GEMV_EARLY2");
-    cb->gemv_early2 = e && e[0] == '1';
-    /* ATLAS_CUDA_GEMV_STRIDED=1: gemv1c's blocks take groups b, b + grid, ... */
-    e = getenv("ATLAS_CUDA_GEMV_STRIDED");
-    cb->gemv_strided = e && e[0] == '1';
-    /* ATLAS_CUDA_GEMV_RING=S (2..4): gemv1c's items through S shared-memory stages */
-    e = getenv("ATLAS_CUDA_GEMV_RING");
-    cb->gemv_ring = e && e[0] >= '2' && e[0] <= '4' ? e[0] - '0' : 0;
+    cb->gemv_early2 = !(e && e[0] == '0');
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

@@ -167,10 +167,8 @@ typedef struct cuda_backend {
                                (gemv1c; 0 or 1: one, the block kernel gemv1b) */
     int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
                                of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_early2;        /* ATLAS_CUDA_GEMV_EARLY2=1: gemv1c's second item before the wait */
-    int gemv_strided;       /* ATLAS_CUDA_GEMV_STRIDED=1: gemv1c's groups strided by the grid */
-    int gemv_ring;          /* ATLAS_CUDA_GEMV_RING=S: gemv1c's items through S x 32 KB of shared
-                               memory by cp.async (0: registers) */
+    int gemv_early2;        /* gemv1c's second item before the wait too (default; 0 with
+                               ATLAS_CUDA_GEMV_EARLY2=0) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

@@ -95,15 +95,6 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
-    if (cb->gemv_ring) { /* gemv1c's ring: more dynamic shared memory than the default 48 KB */
-        CUfunction ring[] = {cb->fn.gemv1c[0], cb->fn.gemv1c[1], cb->fn.gemv1c[2],
-                             cb->fn.gemv1c_norm[0], cb->fn.gemv1c_norm[1], cb->fn.gemv1c_norm[2],
-                             cb->fn.gemv1c_resid};
-        for (size_t i = 0; i < sizeof ring / sizeof *ring; i++)
-            ATLAS_CU_TRY(cuFuncSetAttribute, ring[i],
-                         (CUfunction_attribute)ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                         cb->gemv_ring * 32768);
-    }
     /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
      * every model load, and 2/3 of these would never run) */
     int hd = cb->base.geom.head_dim;
@@ -354,11 +345,9 @@ static bool block_gemv(const cuda_backend *cb) {
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
     if (multi && ng > 1) {
-        /* the kernel's flags ride along in ng's high half (kernels/gemv.cu gemv1c_body) */
-        int arg = ng | (cb->gemv_early2 | cb->gemv_strided << 1 | cb->gemv_ring << 4) << 16;
+        int arg = ng | cb->gemv_early2 << 16; /* a flag in ng's high half (gemv1c_body) */
         a[na - 1] = &arg;
-        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256,
-                      (unsigned)cb->gemv_ring * 32768, a);
+        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
