@@ -358,8 +358,8 @@ ATLAS_GEMV_FX(atlas_gemv1b_resid, GB_THREADS,
  * their first weights before the wait, but once they are used the memory idles until the
  * next wave of blocks has started and its loads come back. Here a block owns ng groups of 4
  * rows and walks (group, 4096-column chunk) items, each item's loads issued before the
- * previous item is used: after the wait the loads of the second item are already out, and
- * within the kernel a block never waits for a new block to start. grid ceil(groups / ng). */
+ * previous item is used (the first two before the wait), and within the kernel a block
+ * never waits for a new block to start. grid ceil(groups / ng). */
 enum { GC_U = 2, GC_CH = GB_THREADS * 8 * GC_U };
 
 template <class Rows>
