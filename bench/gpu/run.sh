@@ -95,7 +95,7 @@ if has bench; then
 fi
 if has bench2; then
   # the decode switches one at a time: PDL off, each decode fusion on, the warp GEMV kernels
-  for v in ${SWITCHES:-ATLAS_CUDA_PDL=0 ATLAS_CUDA_FUSE=all ATLAS_CUDA_FUSE=rope ATLAS_CUDA_FUSE=norm ATLAS_CUDA_FUSE=merge ATLAS_CUDA_FUSE=swiglu ATLAS_CUDA_FUSE=qkv ATLAS_CUDA_FUSE=swiglu,qkv ATLAS_CUDA_GEMV=1 ATLAS_CUDA_GEMV_NG=4}; do
+  for v in ${SWITCHES:-ATLAS_CUDA_PDL=0 ATLAS_CUDA_FUSE=all ATLAS_CUDA_FUSE=rope ATLAS_CUDA_FUSE=norm ATLAS_CUDA_FUSE=merge ATLAS_CUDA_FUSE=swiglu ATLAS_CUDA_FUSE=qkv ATLAS_CUDA_FUSE=swiglu,qkv ATLAS_CUDA_GEMV=1 ATLAS_CUDA_GEMV_NG=4 ATLAS_CUDA_GEMV_EARLY2=0}; do
     step "atlas bench with $v"
     env $v timeout 120 "$BENCH" bench -m /tmp/llama8b -p 512 -n 128 --reps 1 --read-gib 2 2>&1 \
       | grep -E "^decode|ratio +decode" | tee -a "$OUT/bench-8b-switches.log"
