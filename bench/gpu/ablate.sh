@@ -4,11 +4,12 @@
 # ops out of every batch: the time saved is what they cost in place; results are wrong).
 # An entry of DECODE / PREFILL may set several variables joined by '+' (A=1+B=2). The default
 # DECODE list also times gemv1c with one item before the wait (EARLY2=0) and the one-group
-# block kernel gemv1b (NG=0), which kept its speed on the slower machines (bench/RESULTS.md).
+# block kernel gemv1b (NG=0), which kept its speed on the slower machines, and gemv1c over two
+# waves of blocks (NG=w4; bench/RESULTS.md).
 #   ATLAS_BUILD=build-gpu bench/gpu/ablate.sh   (after run.sh made /tmp/llama8b)
 B=${ATLAS_BUILD:-build-gpu}
 M=${MODEL:-/tmp/llama8b}
-DECODE=${DECODE:-"none ATLAS_CUDA_GEMV_EARLY2=0 ATLAS_CUDA_GEMV_NG=0 ATLAS_CUDA_SKIP=attention ATLAS_CUDA_SKIP=norm none"}
+DECODE=${DECODE:-"none ATLAS_CUDA_GEMV_EARLY2=0 ATLAS_CUDA_GEMV_NG=0 ATLAS_CUDA_GEMV_NG=w4 ATLAS_CUDA_SKIP=attention ATLAS_CUDA_SKIP=norm none"}
 PREFILL=${PREFILL:-"none ATLAS_CUDA_BF16_ACT=0 ATLAS_CUDA_SKIP=attention"}
 for v in $DECODE; do
   [ "$v" = none ] && v=ATLAS_NOTHING=1

@@ -415,8 +415,8 @@ int atlas_cli_bench(int argc, char **argv) {
             int i = prof.chain_shape[c];
             double mb = (double)prof.m[i] * prof.k[i] * 2 / 1e6;
             printf("gemv graph  %-8s %d in one graph, us each (GB/s):", prof.name[i], prof.chain_len[c]);
-            const char *vn[] = {"block", "ng2", "ng4", "ng8"};
-            for (int v = 0; v < 4; v++)
+            const char *vn[] = {"block", "ng2", "ng4", "ng8", "w2", "w4"};
+            for (int v = 0; v < 6; v++)
                 printf("  %s %.1f (%.0f)", vn[v], prof.chain_us[v][c],
                        prof.chain_us[v][c] > 0 ? mb / prof.chain_us[v][c] * 1e3 : 0.0);
             printf("\n");

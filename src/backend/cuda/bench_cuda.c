@@ -253,7 +253,8 @@ static atlas_status run_graph(cuda_backend *cb, void *ctx) {
 }
 
 /* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
- * time / len. ng 0: the block kernel (atlas_gemv1b), else gemv1c with ng row groups a block. */
+ * time / len. ng 0: the block kernel (atlas_gemv1b), > 0 gemv1c with ng row groups a block,
+ * -B gemv1c with ng from a grid of B blocks an SM (as ATLAS_CUDA_GEMV_NG=wB). */
 static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
                                int ng, double *us) {
     const atlas_driver *d = atlas_driver_get();
@@ -261,6 +262,10 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     atlas_status st = ATLAS_OK;
     CUdeviceptr bias = 0, out = bufs[2], x = bufs[1];
     int n = 1, groups = (m + 3) / 4;
+    if (ng < 0) {
+        int blocks = -ng * atlas_host_properties(cb->host)->sm_count;
+        ng = (groups + blocks - 1) / blocks;
+    }
     for (int i = 0; i < len && st == ATLAS_OK; i++) {
         CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
         void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};
@@ -316,11 +321,11 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
             out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
         }
     for (int c = 0; c < 2; c++) { /* o and gate_up */
-        int i = c + 1, ngs[4] = {0, 2, 4, 8};
+        int i = c + 1, ngs[6] = {0, 2, 4, 8, -2, -4};
         size_t b = (size_t)ms[i] * ks[i] * 2;
         out->chain_shape[c] = i;
         out->chain_len[c] = most / b < 16 ? (int)(most / b) : 16;
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < 6; v++)
             ATLAS_TRY(gemv_chain(cb, bufs, ms[i], ks[i], out->chain_len[c], ngs[v],
                                  &out->chain_us[v][c]));
     }

@@ -86,10 +86,11 @@ typedef struct atlas_cuda_decode_profile {
     double gbps[6][ATLAS_CUDA_SHAPES];
     /* GEMVs as a decode graph runs them: chain_len[i] launches of shape chain_shape[i] back
      * to back in one graph (programmatic launch, each on its own weights): microseconds a
-     * GEMV, [0] the block kernel, [1..3] gemv1c with 2 / 4 / 8 row groups a block. Against
-     * the weight bytes at the read bandwidth this is what a kernel boundary costs. */
+     * GEMV, [0] the block kernel, [1..3] gemv1c with 2 / 4 / 8 row groups a block, [4..5]
+     * gemv1c with ng from a grid of 2 (the decode's) / 4 blocks an SM. Against the weight
+     * bytes at the read bandwidth this is what a kernel boundary costs. */
     int chain_shape[2], chain_len[2];
-    double chain_us[4][2];
+    double chain_us[6][2];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
 } atlas_cuda_decode_profile;
