@@ -7,34 +7,9 @@
  * mask, an online softmax in base 2 (the scale and log2(e) are folded into Q), and P (bf16)
  * multiplies V through ldmatrix.trans. Q is staged through the K buffer once and kept in
  * registers. head_dim 64 or 128 (template); others use kernels/attention.cu. */
-#include "common.cuh"
+#include "mma.cuh"
 
 enum { PF_Q = 64, PF_K = 64, PF_THREADS = 128 };
-
-__device__ __forceinline__ void pf_cp16(void *smem, const void *gmem, int bytes) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-__device__ __forceinline__ void pf_ldm4(uint32_t (&r)[4], const void *smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
-__device__ __forceinline__ void pf_ldm4t(uint32_t (&r)[4], const void *smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
-__device__ __forceinline__ void pf_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* Gathers keys [k0, k0 + 64) (those <= kend; the rest read zeros) of kv head g into s. */
 template <int HD>
@@ -46,7 +21,7 @@ __device__ __forceinline__ void pf_load_kv(bf16_t *s, const bf16_t *cache, const
         bool ok = kp <= kend;
         const bf16_t *src = cache;
         if (ok) src = cache + ((size_t)(bt[kp / bs] * bs + kp % bs) * K + g) * HD + col;
-        pf_cp16(s + r * LD + col, src, ok ? 16 : 0);
+        cp_async16(s + r * LD + col, src, ok ? 16 : 0);
     }
     asm volatile("cp.async.commit_group;");
 }
@@ -82,7 +57,7 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     uint32_t qa[KS][4];
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
-        pf_ldm4(qa[kk], ks + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+        ldmatrix_x4(qa[kk], ks + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
     __syncthreads();
 
     float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -107,10 +82,10 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 uint32_t b[4];
-                pf_ldm4(b, ks + (p * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
+                ldmatrix_x4(b, ks + (p * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 +
                                ((lane >> 3) & 1) * 8);
-                pf_mma(s[2 * p], qa[kk], b[0], b[1]);
-                pf_mma(s[2 * p + 1], qa[kk], b[2], b[3]);
+                mma_bf16_16816(s[2 * p], qa[kk], b[0], b[1]);
+                mma_bf16_16816(s[2 * p + 1], qa[kk], b[2], b[3]);
             }
         }
         __syncthreads(); /* every warp is done with K(k0) */
@@ -162,9 +137,9 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t b[4];
                 int mi = lane >> 3;
-                pf_ldm4t(b, vs + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * LD + np * 16 + (mi >> 1) * 8);
-                pf_mma(o[2 * np], pa[kk], b[0], b[1]);
-                pf_mma(o[2 * np + 1], pa[kk], b[2], b[3]);
+                ldmatrix_x4_trans(b, vs + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * LD + np * 16 + (mi >> 1) * 8);
+                mma_bf16_16816(o[2 * np], pa[kk], b[0], b[1]);
+                mma_bf16_16816(o[2 * np + 1], pa[kk], b[2], b[3]);
             }
         }
         __syncthreads(); /* every warp is done with V(k0) */

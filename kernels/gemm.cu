@@ -5,28 +5,9 @@
  * rounded to bf16 on its way into shared memory (loaded through registers one tile ahead);
  * w tiles arrive by cp.async, double-buffered. Rows are padded to 40 bf16 (80 bytes) so that
  * ldmatrix reads are free of bank conflicts. k % 8 == 0. */
-#include "common.cuh"
+#include "mma.cuh"
 
 enum { BM = 128, BN = 128, BK = 32, LDS = BK + 8, GEMM_THREADS = 256 };
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* The A tile (x rows n0.., cols k0..) into registers: 4 float4 a thread. */
 __device__ __forceinline__ void load_a(float4 (&ra)[4], const float *x, int n, int k, int n0,
@@ -77,7 +58,7 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4][4][4], const bf16_t *as
         for (int mt = 0; mt < 4; mt++)
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
-                mma_bf16(acc[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2], b[nt >> 1][(nt & 1) * 2 + 1]);
+                mma_bf16_16816(acc[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2], b[nt >> 1][(nt & 1) * 2 + 1]);
     }
 }
 

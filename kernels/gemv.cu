@@ -11,7 +11,7 @@
  *                         their epilogue (decode fusions)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
-#include "common.cuh"
+#include "mma.cuh"
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
 
@@ -509,15 +509,6 @@ ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
  * (near the fp32 kernels' results) at no cost that shows: the tensor cores are idle anyway. */
 enum { GM_WARPS = 4, GM_U = 4 };
 
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1,
-                                               uint32_t a2, uint32_t a3, uint32_t b0,
-                                               uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* (a, b) as bf16x2 hi and the rest lo: a ~ hi.lo16 + lo.lo16 to ~16 bits. */
 __device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uint32_t &lo) {
     hi = pack_bf16x2(a, b);
@@ -529,15 +520,16 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uin
  * as logical k (2q, 2q+1) and (2q+8, 2q+9) of the m16n8k16 fragments. */
 __device__ __forceinline__ void gemv_mma_block(float (&c)[4], float (&c2)[4], uint4 wl, uint4 wh,
                                                float4 xa, float4 xb) {
-    uint32_t h0, l0, h1, l1;
+    uint32_t h0, l0, h1, l1, a[4] = {wl.x, wh.x, wl.y, wh.y};
     split_bf16x2(xa.x, xa.y, h0, l0);
     split_bf16x2(xa.z, xa.w, h1, l1);
-    mma_bf16_16816(c, wl.x, wh.x, wl.y, wh.y, h0, h1); /* two accumulators: shorter chains */
-    mma_bf16_16816(c2, wl.x, wh.x, wl.y, wh.y, l0, l1);
+    mma_bf16_16816(c, a, h0, h1); /* two accumulators: shorter chains */
+    mma_bf16_16816(c2, a, l0, l1);
+    uint32_t a2[4] = {wl.z, wh.z, wl.w, wh.w};
     split_bf16x2(xb.x, xb.y, h0, l0);
     split_bf16x2(xb.z, xb.w, h1, l1);
-    mma_bf16_16816(c, wl.z, wh.z, wl.w, wh.w, h0, h1);
-    mma_bf16_16816(c2, wl.z, wh.z, wl.w, wh.w, l0, l1);
+    mma_bf16_16816(c, a2, h0, h1);
+    mma_bf16_16816(c2, a2, l0, l1);
 }
 
 /* grid ceil(m / 16), block 128. */
