@@ -262,10 +262,7 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     atlas_status st = ATLAS_OK;
     CUdeviceptr bias = 0, out = bufs[2], x = bufs[1];
     int n = 1, groups = (m + 3) / 4;
-    if (ng < 0) {
-        int blocks = -ng * atlas_host_properties(cb->host)->sm_count;
-        ng = (groups + blocks - 1) / blocks;
-    }
+    if (ng < 0) ng = cuda_gemv_ng_for_grid(cb, groups, -ng);
     for (int i = 0; i < len && st == ATLAS_OK; i++) {
         CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
         void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};

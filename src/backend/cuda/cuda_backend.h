@@ -230,6 +230,9 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
  * `atlas bench` chains GEMVs with it. */
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
+/* ops_cuda.c: the row groups a block when `groups` are spread over a grid of bps blocks an
+ * SM (ATLAS_CUDA_GEMV_NG=wB). */
+int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: looks up every kernel; loads the modules. */

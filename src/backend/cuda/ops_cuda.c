@@ -352,15 +352,16 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
 
+int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
+    int blocks = bps * atlas_host_properties(cb->host)->sm_count;
+    return (groups + blocks - 1) / blocks;
+}
+
 /* cuda_gemv_rows with ng fixed (gemv_ng) or from a grid of gemv_bps blocks an SM
  * (ATLAS_CUDA_GEMV_NG). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
-    int ng = cb->gemv_ng;
-    if (cb->gemv_bps > 0) {
-        int blocks = cb->gemv_bps * atlas_host_properties(cb->host)->sm_count;
-        ng = (groups + blocks - 1) / blocks;
-    }
+    int ng = cb->gemv_bps > 0 ? cuda_gemv_ng_for_grid(cb, groups, cb->gemv_bps) : cb->gemv_ng;
     return cuda_gemv_rows(cb, single, multi, groups, ng, a, na);
 }
 
