@@ -394,15 +394,12 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     int items = min(ng, groups - b0) * nch;
     __shared__ gb_part part[2][GB_THREADS / 32];
     __shared__ float scale_s;
-    uint4 cur[GC_U][GB_ROWS], nxt[GC_U][GB_ROWS];
-    gemv1c_load(cur, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
-    if (early2 && items > 1) gemv1c_load(nxt, w, m, k, nch, b0, 1, rows);
-    pdl_trigger();
-    pdl_wait();
     float acc[GB_ROWS] = {0.f, 0.f, 0.f, 0.f}, ss = 0.0f, scale = 1.0f;
-    for (int it = 0; it < items; it++) {
-        if (it + 1 < items && !(early2 && it == 0))
-            gemv1c_load(nxt, w, m, k, nch, b0, it + 1, rows);
+    /* Item it from buf, whose registers then take item it + 2: two buffers used in turn, so
+     * that no register copy waits for a load and both buffers' loads are in flight while
+     * one item is reduced (a cur = nxt copy at the loop's end waits for nxt, leaving one
+     * item in flight a block; bench/RESULTS.md, tenth session). */
+    auto item = [&](uint4 (&buf)[GC_U][GB_ROWS], int it) {
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll
         for (int u = 0; u < GC_U; u++) {
@@ -412,9 +409,10 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
                 if (NORM) norm_in(a, b, fx.nw + kk, ss); /* ss used from group 0 only */
 #pragma unroll
-                for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(cur[u][r], a, b);
+                for (int r = 0; r < GB_ROWS; r++) acc[r] += dot8(buf[u][r], a, b);
             }
         }
+        if (it + 2 < items) gemv1c_load(buf, w, m, k, nch, b0, it + 2, rows);
         if (c == nch - 1) { /* the group's last chunk: reduce, then the epilogue */
             int j = it / nch, lane = threadIdx.x & 31;
             gb_part *pp = part[j & 1]; /* by parity: one barrier a group */
@@ -437,10 +435,16 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                 gb_finish(pp, scale, bias, m, b0 + j, rows, epi);
             }
         }
-#pragma unroll
-        for (int u = 0; u < GC_U; u++)
-#pragma unroll
-            for (int r = 0; r < GB_ROWS; r++) cur[u][r] = nxt[u][r];
+    };
+    uint4 wa[GC_U][GB_ROWS], wb[GC_U][GB_ROWS];
+    gemv1c_load(wa, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
+    if (early2 && items > 1) gemv1c_load(wb, w, m, k, nch, b0, 1, rows);
+    pdl_trigger();
+    pdl_wait();
+    if (!early2 && items > 1) gemv1c_load(wb, w, m, k, nch, b0, 1, rows);
+    for (int it = 0; it < items; it += 2) {
+        item(wa, it);
+        if (it + 1 < items) item(wb, it + 1);
     }
     if (NORM && fx.h && blockIdx.x == 0) {
         __syncthreads();
