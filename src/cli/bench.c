@@ -376,8 +376,8 @@ int atlas_cli_bench(int argc, char **argv) {
         }
     qsort(tq, 3, sizeof *tq, cmp_double);
     qsort(ts, 3, sizeof *ts, cmp_double);
-    /* the ratio is the engine's path's (a forward_argmax a step); queued steps are the API's
-     * (atlas_model_forward_argmax_queue), not yet the engine's */
+    /* two ratios: plain steps (a forward_argmax a step: the server's scheduler) and queued
+     * steps (atlas_model_forward_argmax_queue: atlas run's greedy generation) */
     dt = ts[1];
     double queued_dt = tq[1], decode_tps = steps / dt;
     printf("decode      %d steps after %d tokens: %.3f ms/token, %.1f tok/s (%.2f GB of weights "
@@ -406,6 +406,12 @@ int atlas_cli_bench(int argc, char **argv) {
         printf("decode gpu  one graph replay %.3f ms (%d ops), host step %.3f ms: %.1f tok/s on the GPU "
                "alone\n", prof.graph_ms, prof.graph_nodes, dt / steps * 1e3,
                prof.graph_ms > 0 ? 1e3 / prof.graph_ms : 0.0);
+        if (prof.host_steps)
+            printf("host step   %.1f us from a step's return to the next, %.1f staging, %.1f "
+                   "recording, %.1f finding the graph, %.1f in cuGraphLaunch, %.1f waiting for the "
+                   "GPU (mean of %ld plain steps)\n", prof.host_us[0], prof.host_us[1],
+                   prof.host_us[2], prof.host_us[3], prof.host_us[4], prof.host_us[5],
+                   prof.host_steps);
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
             printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  warp4 %4.0f  block %4.0f  mma %4.0f"
                    " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],
@@ -441,6 +447,10 @@ int atlas_cli_bench(int argc, char **argv) {
         printf("ratio       decode  %.1f%% of read bandwidth (%.0f GB/s of %.0f)\n",
                100.0 * decode_tps * bytes_tok / 1e9 / cl.read_gbps, decode_tps * bytes_tok / 1e9,
                cl.read_gbps);
+        printf("ratio       decode q %.1f%% of read bandwidth (%.0f GB/s; steps queued a step ahead "
+               "as atlas run generates greedily)\n",
+               100.0 * steps / queued_dt * bytes_tok / 1e9 / cl.read_gbps,
+               steps / queued_dt * bytes_tok / 1e9);
         for (int k = 0; k < o.n_p; k++)
             printf("ratio       prefill %d: %.1f%% of the matrix rate (%s, %.0f TFLOP/s)\n", o.p[k],
                    100.0 * prefill_flops[k] / 1e12 / best, which, best);

@@ -279,6 +279,59 @@ static int generate(const run_opts *o, run_seq *s, atlas_sampler *smp, atlas_det
     return rc;
 }
 
+/* Queues the forward of the token at s->ctx (tok, or NULL: the argmax of the step queued
+ * before, taken on the device) and its argmax, without waiting. */
+static atlas_status queue_step(run_seq *s, const int32_t *tok) {
+    int32_t pos = s->ctx, start[2] = {0, 1}, ctx = s->ctx + 1, row = 0;
+    atlas_batch b = {.n_tokens = 1, .tokens = tok, .positions = &pos, .n_seqs = 1,
+                     .seq_start = start, .seq_ctx = &ctx, .block_table = s->table,
+                     .max_blocks = s->max_blocks, .n_logits = 1, .logit_rows = &row};
+    atlas_status st = atlas_model_forward_argmax_queue(s->m, &b);
+    if (st == ATLAS_OK) s->ctx = ctx;
+    return st;
+}
+
+/* Greedy generation a step ahead of the host (atlas_model_forward_argmax_queue): the forward
+ * of token j + 1 is queued before token j is collected, so the GPU runs it while the host
+ * prints token j instead of idling between steps (bench/RESULTS.md: ~50 us a step on an
+ * H200). A step queued past an end of text is collected and dropped (its cache row lies
+ * past the sequence). s->next: the prompt's argmax. */
+static int generate_queued(const run_opts *o, run_seq *s, atlas_detok *dt, run_stats *stats) {
+    double t0 = now_s();
+    int32_t id = s->next, drop;
+    int queued = 0;
+    atlas_status st = ATLAS_OK;
+    for (int step = 0; st == ATLAS_OK; step++) { /* id: token `step` of the continuation */
+        const char *text = "";
+        size_t len = 0;
+        int eos = atlas_model_is_eos(s->m, id);
+        if (!eos && (st = atlas_detok_push(dt, id, &text, &len)) != ATLAS_OK) break;
+        stats->n_gen++;
+        if (len) {
+            fwrite(text, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (eos || step + 1 == o->n) break;
+        s->ids[s->n++] = id;
+        if (queued == 0 && (st = queue_step(s, &id)) == ATLAS_OK) queued++; /* the first */
+        if (st == ATLAS_OK && step + 2 < o->n && (st = queue_step(s, NULL)) == ATLAS_OK)
+            queued++; /* token step + 1's forward, whose argmax is token step + 2 */
+        if (st == ATLAS_OK && (st = atlas_model_argmax_collect(s->m, &id, 1)) == ATLAS_OK)
+            queued--;
+    }
+    int rc = 0;
+    if (st != ATLAS_OK) {
+        fprintf(stderr, "atlas run: %s\n", atlas_last_error());
+        rc = 1;
+    }
+    while (queued > 0 && atlas_model_argmax_collect(s->m, &drop, 1) == ATLAS_OK) queued--;
+    stats->t_gen = now_s() - t0;
+    const char *text;
+    size_t len;
+    if (!rc && atlas_detok_flush(dt, &text, &len) == ATLAS_OK && len) fwrite(text, 1, len, stdout);
+    return rc;
+}
+
 static int prepare_prompt(const run_opts *o, run_seq *s) {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -363,7 +416,9 @@ static int run_model(run_opts *o, atlas_model *m) {
             rc = 1;
         }
         stats.t_prompt = now_s() - t0;
-        if (!rc) rc = generate(o, &s, smp, dt, &stats);
+        /* (queued steps run on one GPU: tensor parallel generation feeds token by token) */
+        if (!rc) rc = s.greedy && o->tp == 1 ? generate_queued(o, &s, dt, &stats)
+                                             : generate(o, &s, smp, dt, &stats);
         if (!o->json && isatty(1)) putchar('\n');
         fflush(stdout);
     }

@@ -352,6 +352,7 @@ static atlas_status flush(cuda_backend *cb) {
         cb->n_queue = 0;
         return cuda_exec_list(cb, cb->queue, n);
     }
+    cb->hs.t[CUDA_HS_RECORDED] = atlas_now_ms();
     cuda_graph *hit = NULL, *lru = &cb->graphs[0];
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
         cuda_graph *g = &cb->graphs[i];
@@ -362,6 +363,7 @@ static atlas_status flush(cuda_backend *cb) {
         }
         if (!g->exec || (lru->exec && g->last_use < lru->last_use)) lru = g;
     }
+    bool replay = hit != NULL;
     if (!hit) {
         if (lru->exec) atlas_driver_get()->cuGraphExecDestroy(lru->exec);
         free(lru->cmds);
@@ -377,7 +379,11 @@ static atlas_status flush(cuda_backend *cb) {
     }
     hit->last_use = ++cb->clock;
     cb->n_queue = 0;
-    return ATLAS_CU(cuGraphLaunch, hit->exec, cb->stream);
+    cb->hs.replayed = replay;
+    cb->hs.t[CUDA_HS_FOUND] = atlas_now_ms();
+    atlas_status st = ATLAS_CU(cuGraphLaunch, hit->exec, cb->stream);
+    cb->hs.t[CUDA_HS_LAUNCHED] = atlas_now_ms();
+    return st;
 }
 
 static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
@@ -456,6 +462,10 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
 
 static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cuda_backend *cb = cuda_of(be);
+    cb->hs.t[CUDA_HS_BEGIN] = atlas_now_ms();
+    cb->hs.gap = cb->hs.end > 0 ? cb->hs.t[CUDA_HS_BEGIN] - cb->hs.end : -1;
+    cb->hs.end = 0;
+    cb->hs.replayed = false;
     const atlas_backend_geom *g = &be->geom;
     ATLAS_TRY(atlas_host_make_current(cb->host));
     ATLAS_TRY(cuda_weights_done(be)); /* weights are on the device before use */
@@ -524,6 +534,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         ATLAS_CU_TRY(cuLaunchKernel, cb->fn.rope_table, (unsigned)n, 1, 1, 64, 1, 1, 0, cb->stream, a,
                      NULL);
     }
+    cb->hs.t[CUDA_HS_STAGED] = atlas_now_ms();
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
@@ -649,7 +660,19 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
     ATLAS_TRY(flush(cb));
     cb->ids_queued = false;
     ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
-    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+    ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
+    if (cb->hs.replayed) { /* a plain step on a replayed graph: its host side (cb->hs) */
+        cb->hs.t[CUDA_HS_N] = atlas_now_ms();
+        if (cb->hs.gap >= 0) {
+            cb->hs.gap_sum += cb->hs.gap;
+            cb->hs.n_gap++;
+        }
+        for (int i = 0; i < CUDA_HS_N; i++) cb->hs.sum[i] += cb->hs.t[i + 1] - cb->hs.t[i];
+        cb->hs.n++;
+        cb->hs.end = cb->hs.t[CUDA_HS_N];
+        cb->hs.replayed = false;
+    }
+    return ATLAS_OK;
 }
 
 static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows,

@@ -342,6 +342,10 @@ atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_prof
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(be, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
+    out->host_steps = cb->hs.n;
+    out->host_us[0] = cb->hs.n_gap ? cb->hs.gap_sum / cb->hs.n_gap * 1e3 : 0.0;
+    for (int i = 0; i < CUDA_HS_N; i++)
+        out->host_us[i + 1] = cb->hs.n ? cb->hs.sum[i] / cb->hs.n * 1e3 : 0.0;
     ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
     CUdeviceptr bufs[3] = {0};
     atlas_status st = profile(cb, out, bufs);

@@ -93,6 +93,14 @@ typedef struct atlas_cuda_decode_profile {
     double chain_us[6][2];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
+    /* the host's side of the plain greedy steps so far (atlas_model_forward_argmax on a
+     * replayed graph), microseconds a step: [0] from one step's return to the next step's
+     * begin_batch (the caller's and the model's code), [1] begin_batch's staging (the copy
+     * of the batch and the rope table queued), [2] recording the commands, [3] finding
+     * their graph, [4] cuGraphLaunch, [5] waiting for the GPU (the replay and the latency
+     * of the launch and of the wake-up) */
+    double host_us[6];
+    long host_steps;
 } atlas_cuda_decode_profile;
 
 atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out);

@@ -104,6 +104,11 @@ typedef struct cuda_load {
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
 #define CUDA_FUSE_MAX 4
 
+/* stamps of a plain decode step (cuda_backend.hs): begin_batch, staged (its copies and the
+ * rope table queued), flush entered (commands recorded), graph found, launched, waited */
+enum { CUDA_HS_BEGIN, CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND, CUDA_HS_LAUNCHED,
+       CUDA_HS_N };
+
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */
     atlas_host *host;
@@ -191,6 +196,15 @@ typedef struct cuda_backend {
     int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
                                from fp32 by its own pass (ops_cuda.c "bf16 copies") */
     uint64_t graph_captures, graph_replays;
+    /* the host's side of plain greedy decode steps (begin_batch .. cuda_argmax's wait on a
+     * replayed graph), for `atlas bench`: stamps of the step under way (ms, atlas_now_ms;
+     * end 0 once a begin_batch has read it, so that a gap counts only between two such
+     * steps) and sums over steps of CUDA_HS_N intervals (bench_cuda.h host_us) */
+    struct {
+        double t[CUDA_HS_N + 1], gap, end, gap_sum, sum[CUDA_HS_N];
+        long n, n_gap;
+        bool replayed;
+    } hs;
     uint64_t fused_away;    /* commands that ran inside another's kernel (exec_fused; tests) */
 
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
