@@ -486,7 +486,9 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     int k = cb->stage_cur ^ 1;
     if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
     cb->stage_busy[k] = false;
-    int32_t *h = cb->h_stage[k], cap = cb->cap_tok;
+    int32_t *h = cb->h_stage[k], cap = (n + 15) & ~15;
+    if (cap > cb->cap_tok) cap = cb->cap_tok;
+    cb->stage_stride = cap;
     cb->tok_src = 0;
     if (b->tokens) {
         memcpy(h, b->tokens, (size_t)n * 4);

@@ -126,11 +126,17 @@ typedef struct cuda_backend {
     int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
     int32_t *h_stage[2];    /* pinned, [7 * cap_tok + cap_table] each: batches take turns, so
                                that one is written while the other's copy waits in the stream */
+    int stage_stride;       /* ints a staged region takes in this batch: its tokens rounded up
+                               to 16, at most cap_tok (a function of the batch's size, so that
+                               a graph replayed for the same size finds its regions where it
+                               was recorded), so a step of one token copies 0.5 KB and not
+                               7 x cap_tok ints (bench/RESULTS.md, tenth session) */
     CUevent stage_sent[2];  /* after each one's copy */
     bool stage_busy[2];     /* its copy was queued (and may not have run) */
     int stage_cur;          /* the last batch's */
-    CUdeviceptr d_stage;    /* same layout: tokens, positions, slots, tok_seq, logit_rows,
-                               tiles (first token, count) [2 * cap_tok], block_table */
+    CUdeviceptr d_stage;    /* same layout, regions of stage_stride ints: tokens, positions,
+                               slots, tok_seq, logit_rows, tiles (first token, count) [2 x],
+                               then block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
     /* greedy steps queued a step ahead (argmax_queue): each one's ids are copied to its slot
@@ -228,7 +234,7 @@ static inline size_t cuda_ids_bytes(int ct) { return cuda_ids_best(ct) + (size_t
 #define CUDA_PTR(p) ((CUdeviceptr)(uintptr_t)(p))
 
 static inline CUdeviceptr cuda_stage_ptr(const cuda_backend *cb, int which) {
-    return cb->d_stage + (size_t)which * cb->cap_tok * sizeof(int32_t);
+    return cb->d_stage + (size_t)which * cb->stage_stride * sizeof(int32_t);
 }
 enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA_STAGE_ROWS,
        CUDA_STAGE_TILES, CUDA_STAGE_TABLE = 7 };
