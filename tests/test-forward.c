@@ -367,6 +367,21 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
     if (tok) CHECK_OK(atlas_tokenizer_decode(tok, pr->greedy_ids, upto, false, &want, &len));
     CHECK_MSG(want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'", name, out,
               want ? want : "");
+    /* the queued loop's ends (src/cli/run.c generate_queued): -n 1, 2, 3 print exactly the
+     * text of the reference's first 1, 2, 3 ids */
+    for (int n_new = 1; n_new <= 3 && n_new <= upto && tok; n_new++) {
+        static char part[1 << 12];
+        char *want_n = NULL;
+        size_t want_len = 0;
+        CHECK_OK(atlas_tokenizer_decode(tok, pr->greedy_ids, n_new, false, &want_n, &want_len));
+        snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --device cpu -p '%s' -n %d --temp 0 "
+                 "2>/dev/null", bin, dir, prompt_text, n_new);
+        rc = harness_run(cmd, part, sizeof part);
+        CHECK_MSG(rc == 0, "%s: exit %d", cmd, rc);
+        CHECK_MSG(want_n && strlen(part) == want_len && !memcmp(part, want_n, want_len),
+                  "%s: -n %d printed '%s', want '%s'", name, n_new, part, want_n ? want_n : "");
+        free(want_n);
+    }
     free(want);
     atlas_tokenizer_free(tok);
 }
