@@ -3,9 +3,10 @@
 # `atlas bench` on the 8B checkpoint with one variable set at a time (ATLAS_CUDA_SKIP leaves
 # ops out of every batch: the time saved is what they cost in place; results are wrong).
 # An entry of DECODE / PREFILL may set several variables joined by '+' (A=1+B=2). The default
-# DECODE list also times gemv1c with one item before the wait (EARLY2=0) and the one-group
-# block kernel gemv1b (NG=0), which kept its speed on the slower machines, and gemv1c over two
-# waves of blocks (NG=w4; bench/RESULTS.md).
+# DECODE list also times gemv1c with one item before the wait (EARLY2=0), the one-group
+# block kernel gemv1b (NG=0; 4.6% faster than gemv1c on the slower machines until gemv1c's
+# buffers were used in turn, 9-10% slower since) and gemv1c over two waves of blocks (NG=w4;
+# bench/RESULTS.md, ninth and tenth sessions).
 #   ATLAS_BUILD=build-gpu bench/gpu/ablate.sh   (after run.sh made /tmp/llama8b)
 B=${ATLAS_BUILD:-build-gpu}
 M=${MODEL:-/tmp/llama8b}

@@ -293,9 +293,10 @@ static atlas_status queue_step(run_seq *s, const int32_t *tok) {
 
 /* Greedy generation a step ahead of the host (atlas_model_forward_argmax_queue): the forward
  * of token j + 1 is queued before token j is collected, so the GPU runs it while the host
- * prints token j instead of idling between steps (bench/RESULTS.md: ~50 us a step on an
- * H200). A step queued past an end of text is collected and dropped (its cache row lies
- * past the sequence). s->next: the prompt's argmax. */
+ * prints token j instead of idling between steps (the host's 20-60 us a step on an H200;
+ * bench/RESULTS.md, tenth session, and docs/ARCHITECTURE.md on boards at their power limit).
+ * A step queued past an end of text is collected and dropped (its cache row lies past the
+ * sequence). s->next: the prompt's argmax. */
 static int generate_queued(const run_opts *o, run_seq *s, atlas_detok *dt, run_stats *stats) {
     double t0 = now_s();
     int32_t id = s->next, drop;
