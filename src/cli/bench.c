@@ -406,12 +406,14 @@ int atlas_cli_bench(int argc, char **argv) {
         printf("decode gpu  one graph replay %.3f ms (%d ops), host step %.3f ms: %.1f tok/s on the GPU "
                "alone\n", prof.graph_ms, prof.graph_nodes, dt / steps * 1e3,
                prof.graph_ms > 0 ? 1e3 / prof.graph_ms : 0.0);
-        if (prof.host_steps)
-            printf("host step   %.1f us from a step's return to the next, %.1f staging, %.1f "
-                   "recording, %.1f finding the graph, %.1f in cuGraphLaunch, %.1f waiting for the "
-                   "GPU (mean of %ld plain steps)\n", prof.host_us[0], prof.host_us[1],
-                   prof.host_us[2], prof.host_us[3], prof.host_us[4], prof.host_us[5],
-                   prof.host_steps);
+        if (prof.host_steps) {
+            const double *h = prof.host_us;
+            printf("host step   us a plain step (mean of %ld): %.1f between steps; staging %.1f "
+                   "(checks and buffer %.1f, writing %.1f, copy %.1f, event %.1f, rope table "
+                   "%.1f); recording %.1f; finding the graph %.1f; cuGraphLaunch %.1f; waiting "
+                   "for the GPU %.1f\n", prof.host_steps, h[0], h[1] + h[2] + h[3] + h[4] + h[5],
+                   h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]);
+        }
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
             printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  warp4 %4.0f  block %4.0f  mma %4.0f"
                    " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],

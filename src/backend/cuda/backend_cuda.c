@@ -486,6 +486,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     int k = cb->stage_cur ^ 1;
     if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
     cb->stage_busy[k] = false;
+    cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();
     int32_t *h = cb->h_stage[k], cap = (n + 15) & ~15;
     if (cap > cb->cap_tok) cap = cb->cap_tok;
     cb->stage_stride = cap;
@@ -524,8 +525,11 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
     }
+    cb->hs.t[CUDA_HS_WRITTEN] = atlas_now_ms();
     ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
+    cb->hs.t[CUDA_HS_COPY] = atlas_now_ms();
     ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
+    cb->hs.t[CUDA_HS_EVENT] = atlas_now_ms();
     cb->stage_busy[k] = true;
     cb->stage_cur = k;
     { /* cos/sin of the batch's positions, for every rope op of this batch */

@@ -342,6 +342,7 @@ atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_prof
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(be, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
+    _Static_assert(ATLAS_CUDA_HOST_PARTS == CUDA_HS_N + 1, "host_us: the gap and each interval");
     out->host_steps = cb->hs.n;
     out->host_us[0] = cb->hs.n_gap ? cb->hs.gap_sum / cb->hs.n_gap * 1e3 : 0.0;
     for (int i = 0; i < CUDA_HS_N; i++)

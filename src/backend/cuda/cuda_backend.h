@@ -104,10 +104,12 @@ typedef struct cuda_load {
 /* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
 #define CUDA_FUSE_MAX 4
 
-/* stamps of a plain decode step (cuda_backend.hs): begin_batch, staged (its copies and the
- * rope table queued), flush entered (commands recorded), graph found, launched, waited */
-enum { CUDA_HS_BEGIN, CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND, CUDA_HS_LAUNCHED,
-       CUDA_HS_N };
+/* stamps of a plain decode step (cuda_backend.hs): begin_batch entered, its staging buffer
+ * free (the last copy out of it waited for), the batch written into it, its copy queued, the
+ * copy's event recorded, the rope table's kernel queued (staged), flush entered (commands
+ * recorded), graph found, launched; then the wait's end (index CUDA_HS_N) */
+enum { CUDA_HS_BEGIN, CUDA_HS_BUFFER, CUDA_HS_WRITTEN, CUDA_HS_COPY, CUDA_HS_EVENT,
+       CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND, CUDA_HS_LAUNCHED, CUDA_HS_N };
 
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */
