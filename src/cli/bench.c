@@ -414,6 +414,12 @@ int atlas_cli_bench(int argc, char **argv) {
                    "for the GPU %.1f\n", prof.host_steps, h[0], h[1] + h[2] + h[3] + h[4] + h[5],
                    h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]);
         }
+        atlas_cuda_cpu_info ci;
+        if (atlas_cuda_cpu_info_get(be, &ci) == ATLAS_OK)
+            printf("host cpu    this thread on CPU %d (NUMA node %d); the GPU %s on node %d, its "
+                   "local CPUs %s; this thread may run on %s\n", ci.cpu, ci.cpu_node, ci.pci,
+                   ci.gpu_node, ci.gpu_cpus[0] ? ci.gpu_cpus : "(unknown)",
+                   ci.allowed[0] ? ci.allowed : "(unknown)");
         for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
             printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  warp4 %4.0f  block %4.0f  mma %4.0f"
                    " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,6 +358,74 @@ atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_prof
         if (st == ATLAS_OK) st = fs;
     }
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: profiling decode");
+    return ATLAS_OK;
+}
+
+/* --- the host CPU against the GPU ---------------------------------------------------------- */
+
+/* The first line of a sysfs file, newline dropped ("" when unreadable). */
+static void read_line(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* Whether a cpulist ("0-55,112-167") holds cpu. */
+static bool cpulist_has(const char *list, int cpu) {
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return false;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        if (cpu >= a && cpu <= b) return true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    return false;
+}
+
+atlas_status atlas_cuda_cpu_info_get(atlas_backend *be, atlas_cuda_cpu_info *out) {
+    memset(out, 0, sizeof *out);
+    out->gpu_node = out->cpu_node = -1;
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(be, "the CPU info needs", &cb));
+    CUdevice dev = atlas_host_device(cb->host);
+    int dom = 0, bus = 0, slot = 0;
+    ATLAS_CU_TRY(cuDeviceGetAttribute, &dom, ATLAS_CU_ATTR_PCI_DOMAIN_ID, dev);
+    ATLAS_CU_TRY(cuDeviceGetAttribute, &bus, ATLAS_CU_ATTR_PCI_BUS_ID, dev);
+    ATLAS_CU_TRY(cuDeviceGetAttribute, &slot, ATLAS_CU_ATTR_PCI_DEVICE_ID, dev);
+    snprintf(out->pci, sizeof out->pci, "%04x:%02x:%02x.0", dom, bus, slot);
+    char path[256], line[64];
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", out->pci);
+    read_line(path, line, sizeof line);
+    if (line[0]) out->gpu_node = atoi(line);
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/local_cpulist", out->pci);
+    read_line(path, out->gpu_cpus, sizeof out->gpu_cpus);
+    out->cpu = sched_getcpu();
+    for (int node = 0; node < 64 && out->cpu >= 0; node++) {
+        char list[1024];
+        snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+        read_line(path, list, sizeof list);
+        if (list[0] && cpulist_has(list, out->cpu)) {
+            out->cpu_node = node;
+            break;
+        }
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        size_t len = 0;
+        for (int c = 0; c < CPU_SETSIZE && len + 24 < sizeof out->allowed; c++) {
+            if (!CPU_ISSET(c, &set) || (c > 0 && CPU_ISSET(c - 1, &set))) continue;
+            int e = c;
+            while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) e++;
+            len += (size_t)snprintf(out->allowed + len, sizeof out->allowed - len,
+                                    e > c ? "%s%d-%d" : "%s%d", len ? "," : "", c, e);
+        }
+    }
     return ATLAS_OK;
 }
 

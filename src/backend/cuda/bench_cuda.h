@@ -108,6 +108,20 @@ typedef struct atlas_cuda_decode_profile {
 
 atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out);
 
+/* Where the calling thread runs against the GPU's NUMA node (sysfs; what the kernel does not
+ * say stays unknown: -1 or ""): the host's part of a decode step is driver calls that write
+ * to the GPU, and its time varies threefold between runs of one binary (bench/RESULTS.md,
+ * tenth session). */
+typedef struct atlas_cuda_cpu_info {
+    char pci[32];       /* the GPU's PCI address, dddd:bb:dd.0 */
+    int gpu_node;       /* its NUMA node */
+    char gpu_cpus[256]; /* the CPUs local to it (local_cpulist) */
+    int cpu, cpu_node;  /* the calling thread's CPU now, and that CPU's node */
+    char allowed[256];  /* the CPUs this thread may run on, as a list of ranges */
+} atlas_cuda_cpu_info;
+
+atlas_status atlas_cuda_cpu_info_get(atlas_backend *be, atlas_cuda_cpu_info *out);
+
 /* Decode graphs the backend has captured and replayed so far: a capture among timed steps
  * is a step recorded and instantiated instead of replayed (milliseconds, not microseconds). */
 atlas_status atlas_cuda_graph_counts(atlas_backend *be, uint64_t *captures, uint64_t *replays);
