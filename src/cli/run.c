@@ -302,7 +302,7 @@ static int generate_queued(const run_opts *o, run_seq *s, atlas_detok *dt, run_s
     int32_t id = s->next, drop;
     int queued = 0;
     atlas_status st = ATLAS_OK;
-    for (int step = 0; st == ATLAS_OK; step++) { /* id: token `step` of the continuation */
+    for (int step = 0; step < o->n && st == ATLAS_OK; step++) { /* id: token `step` */
         const char *text = "";
         size_t len = 0;
         int eos = atlas_model_is_eos(s->m, id);
