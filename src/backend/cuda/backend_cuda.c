@@ -487,9 +487,9 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
     cb->stage_busy[k] = false;
     cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();
-    int32_t *h = cb->h_stage[k], cap = (n + 15) & ~15;
-    if (cap > cb->cap_tok) cap = cb->cap_tok;
-    cb->stage_stride = cap;
+    int32_t *h = cb->h_stage[k], stride = (n + 15) & ~15; /* cb->stage_stride */
+    if (stride > cb->cap_tok) stride = cb->cap_tok;
+    cb->stage_stride = stride;
     cb->tok_src = 0;
     if (b->tokens) {
         memcpy(h, b->tokens, (size_t)n * 4);
@@ -503,30 +503,31 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         else
             cb->tok_src = cb->d_ids;
     }
-    memcpy(h + cap, b->positions, (size_t)n * 4);
+    memcpy(h + stride, b->positions, (size_t)n * 4);
     for (int s = 0; s < b->n_seqs; s++) {
         const int32_t *bt = b->block_table + (size_t)s * b->max_blocks;
         for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
             int p = b->positions[t];
-            h[2 * cap + t] = bt[p / block_size] * block_size + p % block_size;
-            h[3 * cap + t] = s;
+            h[2 * stride + t] = bt[p / block_size] * block_size + p % block_size;
+            h[3 * stride + t] = s;
         }
     }
-    memcpy(h + 4 * cap, b->logit_rows, (size_t)b->n_logits * 4);
+    memcpy(h + 4 * stride, b->logit_rows, (size_t)b->n_logits * 4);
     int tiles = 0; /* prefill attention: up to 64 consecutive tokens of one sequence */
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t += 64, tiles++) {
-            h[5 * cap + 2 * tiles] = t;
-            h[5 * cap + 2 * tiles + 1] = b->seq_start[s + 1] - t < 64 ? b->seq_start[s + 1] - t : 64;
+            h[5 * stride + 2 * tiles] = t;
+            int left = b->seq_start[s + 1] - t;
+            h[5 * stride + 2 * tiles + 1] = left < 64 ? left : 64;
         }
     cb->n_tiles = tiles;
     for (int s = 0; s < b->n_seqs; s++) {
-        int32_t *row = h + 7 * cap + (size_t)s * mb;
+        int32_t *row = h + 7 * stride + (size_t)s * mb;
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
     }
     cb->hs.t[CUDA_HS_WRITTEN] = atlas_now_ms();
-    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * cap + table) * 4, cb->stream);
+    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * stride + table) * 4, cb->stream);
     cb->hs.t[CUDA_HS_COPY] = atlas_now_ms();
     ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
     cb->hs.t[CUDA_HS_EVENT] = atlas_now_ms();
@@ -655,6 +656,19 @@ static atlas_status cuda_download(atlas_backend *be, float *host, const void *x,
     return ATLAS_CU(cuStreamSynchronize, cb->stream);
 }
 
+/* A plain step on a replayed graph has been waited for: its stamps into cb->hs's sums. */
+static void host_step_done(cuda_backend *cb) {
+    cb->hs.t[CUDA_HS_N] = atlas_now_ms();
+    if (cb->hs.gap >= 0) {
+        cb->hs.gap_sum += cb->hs.gap;
+        cb->hs.n_gap++;
+    }
+    for (int i = 0; i < CUDA_HS_N; i++) cb->hs.sum[i] += cb->hs.t[i + 1] - cb->hs.t[i];
+    cb->hs.n++;
+    cb->hs.end = cb->hs.t[CUDA_HS_N];
+    cb->hs.replayed = false;
+}
+
 static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
                                 int vocab) {
     cuda_backend *cb = cuda_of(be);
@@ -667,17 +681,7 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
     cb->ids_queued = false;
     ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
     ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
-    if (cb->hs.replayed) { /* a plain step on a replayed graph: its host side (cb->hs) */
-        cb->hs.t[CUDA_HS_N] = atlas_now_ms();
-        if (cb->hs.gap >= 0) {
-            cb->hs.gap_sum += cb->hs.gap;
-            cb->hs.n_gap++;
-        }
-        for (int i = 0; i < CUDA_HS_N; i++) cb->hs.sum[i] += cb->hs.t[i + 1] - cb->hs.t[i];
-        cb->hs.n++;
-        cb->hs.end = cb->hs.t[CUDA_HS_N];
-        cb->hs.replayed = false;
-    }
+    if (cb->hs.replayed) host_step_done(cb);
     return ATLAS_OK;
 }
 

@@ -382,8 +382,8 @@ static bool cpulist_has(const char *list, int cpu) {
         if (end == p) return false;
         if (*end == '-') b = strtol(end + 1, &end, 10);
         if (cpu >= a && cpu <= b) return true;
-        p = *end == ',' ? end + 1 : end;
         if (*end != ',') break;
+        p = end + 1;
     }
     return false;
 }
