@@ -1,5 +1,7 @@
 /* kernels/argmax.cu — greedy pick on the device: ids[r] = argmax(logits[r, :vocab]).
- * Ties go to the smaller id (as torch.argmax); NaN never wins. */
+ * Ties go to the smaller id (as torch.argmax); NaN never wins. Each id also goes to
+ * host_ids[r] when it is not NULL: pinned host memory, mapped, which the host reads once the
+ * stream has passed the kernel (no copy to queue and wait for). */
 #include "common.cuh"
 
 /* (bv, bi) becomes (ov, oi) when that is larger, or equal with a smaller id. */
@@ -28,7 +30,7 @@ __device__ __forceinline__ void block_argmax(float &bv, int &bi) {
     }
 }
 
-extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab) {
+extern "C" __global__ void atlas_argmax(int *ids, int *host_ids, const float *logits, int vocab) {
     pdl_trigger();
     pdl_wait();
     const float *row = logits + (size_t)blockIdx.x * vocab;
@@ -39,7 +41,11 @@ extern "C" __global__ void atlas_argmax(int *ids, const float *logits, int vocab
         if (v > best) { best = v; bi = i; } /* i rises: the first of equals stays */
     }
     block_argmax(best, bi);
-    if (threadIdx.x == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    if (threadIdx.x == 0) {
+        int id = bi == 0x7fffffff ? 0 : bi;
+        ids[blockIdx.x] = id;
+        if (host_ids) host_ids[blockIdx.x] = id;
+    }
 }
 
 /* Order-preserving unsigned key of a float; NaN gets 0 and never wins. */
@@ -55,7 +61,8 @@ __device__ __forceinline__ unsigned argmax_key(float v) {
  * grid (rows, S), block ARGMAX_THREADS; best and count zero before the first launch. */
 enum { ARGMAX_THREADS = 256, ARGMAX_PER = 16 };
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-atlas_argmax_wide(int *ids, unsigned long long *best, int *count, const float *logits, int vocab) {
+atlas_argmax_wide(int *ids, int *host_ids, unsigned long long *best, int *count, const float *logits,
+                  int vocab) {
     pdl_trigger();
     pdl_wait();
     const float *row = logits + (size_t)blockIdx.x * vocab;
@@ -84,7 +91,9 @@ atlas_argmax_wide(int *ids, unsigned long long *best, int *count, const float *l
         __threadfence();
         if (atomicAdd(count + blockIdx.x, 1) == (int)gridDim.y - 1) {
             unsigned long long k = atomicExch(best + blockIdx.x, 0ull);
-            ids[blockIdx.x] = k ? (int)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : 0;
+            int id = k ? (int)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : 0;
+            ids[blockIdx.x] = id;
+            if (host_ids) host_ids[blockIdx.x] = id;
             count[blockIdx.x] = 0;
         }
     }

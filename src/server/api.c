@@ -311,7 +311,7 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     *prompt = NULL;
     if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
     if (parse_tools) *parse_tools = parse;
-    json_t *msgs;
+    json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);

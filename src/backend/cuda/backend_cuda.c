@@ -401,17 +401,45 @@ static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
 
 /* --- the batch -------------------------------------------------------------------------------- */
 
+/* Waits for everything queued: no staging buffer is read any more. */
+static atlas_status stream_wait(cuda_backend *cb) {
+    ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
+    cb->stage_busy[0] = cb->stage_busy[1] = false;
+    return ATLAS_OK;
+}
+
+/* Records stage_sent after staging buffer s's batch if it may still be read and has none. */
+static atlas_status stage_mark(cuda_backend *cb, int s) {
+    if (!cb->stage_busy[s] || cb->stage_marked[s]) return ATLAS_OK;
+    ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[s], cb->stream);
+    cb->stage_marked[s] = true;
+    return ATLAS_OK;
+}
+
 /* Before batch buffers are made again: the graphs go (they hold the old addresses), after
  * the queued steps that may still run them or use the buffers (their ids stay in h_ids). */
 static atlas_status graphs_release(cuda_backend *cb) {
-    if (cb->aq_n) ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
+    if (cb->aq_n) ATLAS_TRY(stream_wait(cb));
     drop_graphs(cb);
     return ATLAS_OK;
 }
 
+/* Pinned host memory that kernels address too (h_ids, h_stage) at *host and *dev. */
+static atlas_status mapped_alloc(size_t bytes, int32_t **host, CUdeviceptr *dev) {
+    void *p = NULL;
+    ATLAS_CU_TRY(cuMemHostAlloc, &p, bytes, ATLAS_CU_MEMHOSTALLOC_DEVICEMAP);
+    atlas_status st = ATLAS_CU(cuMemHostGetDevicePointer, dev, p, 0);
+    if (st != ATLAS_OK) {
+        atlas_driver_get()->cuMemFreeHost(p);
+        return st;
+    }
+    *host = p;
+    return ATLAS_OK;
+}
+
 /* The pinned host buffers of ct tokens and `words` staged ints: h_ids (the queued slots' ids
- * kept; the stream is idle: graphs_release) and both h_stage buffers; their events made
- * once. */
+ * kept; the stream is idle: graphs_release) and both h_stage buffers (after the batches that
+ * read them: the stream is waited for); their events made once. */
 static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     const atlas_driver *d = atlas_driver_get();
     for (int s = 0; s < 2; s++) {
@@ -420,9 +448,9 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
         if (!cb->stage_sent[s])
             ATLAS_CU_TRY(cuEventCreate, &cb->stage_sent[s], ATLAS_CU_EVENT_DISABLE_TIMING);
     }
-    void *p = NULL;
-    ATLAS_CU_TRY(cuMemHostAlloc, &p, (size_t)2 * ct * sizeof(int32_t), 0);
-    int32_t *h = p;
+    int32_t *h = NULL;
+    CUdeviceptr m = 0;
+    ATLAS_TRY(mapped_alloc((size_t)3 * ct * sizeof(int32_t), &h, &m));
     if (cb->h_ids) {
         for (int s = 0; s < 2; s++)
             memcpy(h + (size_t)s * ct, cb->h_ids + (size_t)s * cb->ids_cap,
@@ -430,14 +458,14 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
         d->cuMemFreeHost(cb->h_ids);
     }
     cb->h_ids = h;
+    cb->m_ids = m;
     cb->ids_cap = ct;
+    if (cb->stage_busy[0] || cb->stage_busy[1]) ATLAS_TRY(stream_wait(cb));
     for (int s = 0; s < 2; s++) {
-        if (cb->stage_busy[s]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[s]);
         if (cb->h_stage[s]) d->cuMemFreeHost(cb->h_stage[s]);
         cb->h_stage[s] = NULL;
-        cb->stage_busy[s] = false;
-        ATLAS_CU_TRY(cuMemHostAlloc, &p, words * sizeof(int32_t), 0);
-        cb->h_stage[s] = p;
+        cb->m_stage[s] = 0;
+        ATLAS_TRY(mapped_alloc(words * sizeof(int32_t), &cb->h_stage[s], &cb->m_stage[s]));
     }
     return ATLAS_OK;
 }
@@ -460,6 +488,9 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     return ATLAS_OK;
 }
 
+static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, const void *p0,
+                         const void *p1, const void *p2, const void *p3);
+
 static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cuda_backend *cb = cuda_of(be);
     cb->hs.t[CUDA_HS_BEGIN] = atlas_now_ms();
@@ -481,11 +512,14 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
                           "queued argmax, and none is queued");
     int cap0 = cb->cap_tok, table0 = cb->cap_table;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
-    /* the other pinned buffer than the last batch's: that one's copy may still wait behind a
-     * queued step (a pageable copy would make the host wait for the whole stream) */
-    int k = cb->stage_cur ^ 1;
+    /* the last batch's buffer when the stream was waited for since (a plain step), else the
+     * other one: the last batch may not have read its own yet (a queued step) */
+    int cur = cb->stage_cur;
+    ATLAS_TRY(stage_mark(cb, cur));
+    int k = cb->stage_busy[cur] ? cur ^ 1 : cur;
+    ATLAS_TRY(stage_mark(cb, k));
     if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
-    cb->stage_busy[k] = false;
+    cb->stage_cur = k;
     cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();
     int32_t *h = cb->h_stage[k], stride = (n + 15) & ~15; /* cb->stage_stride */
     if (stride > cb->cap_tok) stride = cb->cap_tok;
@@ -525,21 +559,6 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         int32_t *row = h + 7 * stride + (size_t)s * mb;
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
-    }
-    cb->hs.t[CUDA_HS_WRITTEN] = atlas_now_ms();
-    ATLAS_CU_TRY(cuMemcpyHtoDAsync, cb->d_stage, h, (size_t)(7 * stride + table) * 4, cb->stream);
-    cb->hs.t[CUDA_HS_COPY] = atlas_now_ms();
-    ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
-    cb->hs.t[CUDA_HS_EVENT] = atlas_now_ms();
-    cb->stage_busy[k] = true;
-    cb->stage_cur = k;
-    { /* cos/sin of the batch's positions, for every rope op of this batch */
-        int half = g->head_dim / 2;
-        float fa = (float)g->rope_attn_factor;
-        CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
-        void *a[] = {&cb->d_rope, &pos, &cb->d_inv_freq, &half, &fa};
-        ATLAS_CU_TRY(cuLaunchKernel, cb->fn.rope_table, (unsigned)n, 1, 1, 64, 1, 1, 0, cb->stream, a,
-                     NULL);
     }
     cb->hs.t[CUDA_HS_STAGED] = atlas_now_ms();
     cb->n_tokens = n;
@@ -585,7 +604,12 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         key.layer = chunk;
         ATLAS_TRY(submit(cb, &key));
     }
-    return ATLAS_OK;
+    /* the staged ints to the device and the rope table, as the list's first kernel (a graph's
+     * first node: no copy or launch of their own a step) */
+    cb->stage_busy[k] = true;
+    cb->stage_marked[k] = false;
+    return cmd4(be, CUDA_OP_STAGE, n, 7 * stride + table, CUDA_STAGE_POS * stride,
+                (const void *)(uintptr_t)cb->m_stage[k], NULL, NULL, NULL);
 }
 
 /* --- ops: recorded as commands ---------------------------------------------------------------- */
@@ -653,7 +677,7 @@ static atlas_status cuda_download(atlas_backend *be, float *host, const void *x,
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(flush(cb));
     ATLAS_CU_TRY(cuMemcpyDtoHAsync, host, CUDA_PTR(x), count * 4, cb->stream);
-    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+    return stream_wait(cb);
 }
 
 /* A plain step on a replayed graph has been waited for: its stamps into cb->hs's sums. */
@@ -675,12 +699,13 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
     ATLAS_TRY(cuda_ready(cb));
     if (rows > cb->cap_tok)
         return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (at most %d)", rows, cb->cap_tok);
-    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
-                   NULL));
+    int32_t *plain = cb->h_ids + (size_t)2 * cb->ids_cap; /* the kernel writes it */
+    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits,
+                   (void *)(uintptr_t)(cb->m_ids + (size_t)2 * cb->ids_cap * 4), NULL));
     ATLAS_TRY(flush(cb));
     cb->ids_queued = false;
-    ATLAS_CU_TRY(cuMemcpyDtoHAsync, ids, cb->d_ids, (size_t)rows * 4, cb->stream);
-    ATLAS_CU_TRY(cuStreamSynchronize, cb->stream);
+    ATLAS_TRY(stream_wait(cb));
+    memcpy(ids, plain, (size_t)rows * 4);
     if (cb->hs.replayed) host_step_done(cb);
     return ATLAS_OK;
 }
@@ -694,11 +719,9 @@ static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int
     if (cb->aq_n == 2)
         return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
     int slot = (cb->aq_head + cb->aq_n) % 2;
-    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits, NULL,
-                   NULL));
+    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits,
+                   (void *)(uintptr_t)(cb->m_ids + (size_t)slot * cb->ids_cap * 4), NULL));
     ATLAS_TRY(flush(cb));
-    ATLAS_CU_TRY(cuMemcpyDtoHAsync, cb->h_ids + (size_t)slot * cb->ids_cap, cb->d_ids,
-                 (size_t)rows * 4, cb->stream);
     ATLAS_CU_TRY(cuEventRecord, cb->aq_done[slot], cb->stream);
     cb->aq_rows[slot] = rows;
     cb->aq_n++;
@@ -724,7 +747,7 @@ static atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int row
 static atlas_status cuda_sync(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(flush(cb));
-    return ATLAS_CU(cuStreamSynchronize, cb->stream);
+    return stream_wait(cb);
 }
 
 /* --- create / destroy ------------------------------------------------------------------------- */

@@ -77,7 +77,7 @@ atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights) with both n = 1 kernels, and the replay of the last decode graph. */
 enum { ATLAS_CUDA_SHAPES = 5 };
-enum { ATLAS_CUDA_HOST_PARTS = 10 }; /* atlas_cuda_decode_profile.host_us */
+enum { ATLAS_CUDA_HOST_PARTS = 7 }; /* atlas_cuda_decode_profile.host_us */
 
 typedef struct atlas_cuda_decode_profile {
     const char *name[ATLAS_CUDA_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
@@ -98,9 +98,8 @@ typedef struct atlas_cuda_decode_profile {
     /* the host's side of the plain greedy steps so far (atlas_model_forward_argmax on a
      * replayed graph), microseconds a step: [0] from one step's return to the next step's
      * begin_batch (the caller's and the model's code); begin_batch's staging: [1] its checks
-     * and the wait for its staging buffer, [2] writing the batch into it, [3] queuing its
-     * copy, [4] recording the copy's event, [5] queuing the rope table's kernel; [6] recording
-     * the commands, [7] finding their graph, [8] cuGraphLaunch, [9] waiting for the GPU (the
+     * and the wait for its staging buffer, [2] writing the batch into it; [3] recording the
+     * commands, [4] finding their graph, [5] cuGraphLaunch, [6] waiting for the GPU (the
      * replay and the latency of the launch and of the wake-up) */
     double host_us[ATLAS_CUDA_HOST_PARTS];
     long host_steps;

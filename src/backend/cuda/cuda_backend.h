@@ -42,6 +42,7 @@ struct atlas_kv {
 typedef enum cuda_op {
     CUDA_OP_EMBED = 1, CUDA_OP_ADD_RMSNORM, CUDA_OP_MATMUL, CUDA_OP_QK_NORM, CUDA_OP_ROPE,
     CUDA_OP_KV_STORE, CUDA_OP_ATTENTION, CUDA_OP_SWIGLU, CUDA_OP_GATHER, CUDA_OP_ARGMAX,
+    CUDA_OP_STAGE, /* the batch's staged ints to the device, and its rope table (begin_batch) */
 } cuda_op;
 
 /* One recorded op. Zero-filled before use so that lists compare with memcmp. */
@@ -66,7 +67,7 @@ typedef struct cuda_fns {
     CUfunction argmax_wide;    /* many blocks a row (ops_cuda.c) */
     CUfunction swiglu_bf16;    /* prefill: bf16 gate_up in, bf16 matmul input out */
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, rope_table;
+    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, stage;
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
@@ -105,11 +106,10 @@ typedef struct cuda_load {
 #define CUDA_FUSE_MAX 4
 
 /* stamps of a plain decode step (cuda_backend.hs): begin_batch entered, its staging buffer
- * free (the last copy out of it waited for), the batch written into it, its copy queued, the
- * copy's event recorded, the rope table's kernel queued (staged), flush entered (commands
- * recorded), graph found, launched; then the wait's end (index CUDA_HS_N) */
-enum { CUDA_HS_BEGIN, CUDA_HS_BUFFER, CUDA_HS_WRITTEN, CUDA_HS_COPY, CUDA_HS_EVENT,
-       CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND, CUDA_HS_LAUNCHED, CUDA_HS_N };
+ * free (normally: the stream was waited for), the batch written into it (staged), flush
+ * entered (commands recorded), graph found, launched; then the wait's end (index CUDA_HS_N) */
+enum { CUDA_HS_BEGIN, CUDA_HS_BUFFER, CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND,
+       CUDA_HS_LAUNCHED, CUDA_HS_N };
 
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */
@@ -126,25 +126,32 @@ typedef struct cuda_backend {
     int n_tokens, n_seqs, n_logits, max_blocks, block_size;
     int cap_tok, cap_table;
     int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
-    int32_t *h_stage[2];    /* pinned, [7 * cap_tok + cap_table] each: batches take turns, so
-                               that one is written while the other's copy waits in the stream */
+    int32_t *h_stage[2];    /* pinned and mapped, [7 * cap_tok + cap_table] each: a batch's
+                               CUDA_OP_STAGE command (the first of its list, so the first node
+                               of a decode graph) reads it; batches take turns only when the
+                               last one's may still be read (a queued step), so plain steps
+                               use one buffer and so one graph */
+    CUdeviceptr m_stage[2]; /* h_stage as the device addresses it */
     int stage_stride;       /* ints a staged region takes in this batch: its tokens rounded up
                                to 16, at most cap_tok (a function of the batch's size, so that
                                a graph replayed for the same size finds its regions where it
                                was recorded), so a step of one token copies 0.5 KB and not
                                7 x cap_tok ints (bench/RESULTS.md, tenth session) */
-    CUevent stage_sent[2];  /* after each one's copy */
-    bool stage_busy[2];     /* its copy was queued (and may not have run) */
+    CUevent stage_sent[2];  /* recorded after a buffer's batch, when the next batch needs it */
+    bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
+    bool stage_marked[2];   /* stage_sent was recorded after that batch */
     int stage_cur;          /* the last batch's */
     CUdeviceptr d_stage;    /* same layout, regions of stage_stride ints: tokens, positions,
                                slots, tok_seq, logit_rows, tiles (first token, count) [2 x],
                                then block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
-    /* greedy steps queued a step ahead (argmax_queue): each one's ids are copied to its slot
-     * of h_ids (pinned, [2][cap_tok]); aq_n slots from aq_head wait to be collected, aq_done
-     * marks each one's copy */
+    /* the argmax kernels write their ids into h_ids too (pinned and mapped, [3][ids_cap]):
+     * slot 2 a plain argmax's; slots 0 and 1 the greedy steps queued a step ahead
+     * (argmax_queue): aq_n slots from aq_head wait to be collected, aq_done marks each one's
+     * kernel done */
     int32_t *h_ids;
+    CUdeviceptr m_ids;      /* h_ids as the device addresses it */
     int ids_cap;            /* ids a slot of h_ids */
     CUevent aq_done[2];
     int aq_head, aq_n, aq_rows[2];

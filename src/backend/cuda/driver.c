@@ -78,6 +78,7 @@ static const driver_symbol driver_symbols[] = {
     SYM(cuMemsetD32Async, "cuMemsetD32Async"),
     SYM(cuMemHostAlloc, "cuMemHostAlloc"),
     SYM(cuMemFreeHost, "cuMemFreeHost"),
+    SYM(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     SYM(cuMemHostRegister, "cuMemHostRegister_v2"),
     SYM(cuMemHostUnregister, "cuMemHostUnregister"),
     SYM(cuModuleLoadData, "cuModuleLoadData"),

@@ -87,6 +87,7 @@ typedef int CUstreamCaptureStatus;
 #define ATLAS_CU_EVENT_BLOCKING_SYNC 0x1
 #define ATLAS_CU_EVENT_DISABLE_TIMING 0x2
 #define ATLAS_CU_MEMHOSTALLOC_PORTABLE 0x1
+#define ATLAS_CU_MEMHOSTALLOC_DEVICEMAP 0x2
 #define ATLAS_CU_MEMHOSTALLOC_WRITECOMBINED 0x4
 #define ATLAS_CU_MEMHOSTREGISTER_PORTABLE 0x1
 /* the device only reads the range: what a read-only file mapping can be registered with
@@ -149,6 +150,7 @@ typedef struct atlas_driver {
     /* pinned host memory */
     CUresult (*cuMemHostAlloc)(void **ptr, size_t bytes, unsigned int flags);
     CUresult (*cuMemFreeHost)(void *ptr);
+    CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *dptr, void *ptr, unsigned int flags);
     CUresult (*cuMemHostRegister)(void *ptr, size_t bytes, unsigned int flags);
     CUresult (*cuMemHostUnregister)(void *ptr);
 

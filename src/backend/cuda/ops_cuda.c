@@ -78,7 +78,7 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
         {&cb->fn.rope_kv, "atlas_rope_kv_store"},
-        {&cb->fn.rope_table, "atlas_rope_table"},
+        {&cb->fn.stage, "atlas_stage"},
         {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
         {&cb->fn.gemv1r4, "atlas_gemv1r4"}, {&cb->fn.gemv1_norm, "atlas_gemv1_norm"},
         {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
@@ -294,7 +294,8 @@ static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo
     CUdeviceptr p0 = CUDA_PTR(c->p[0]);
     size_t n = (size_t)c->n, b0;
     switch (c->op) {
-    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: return false; /* device-internal */
+    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: case CUDA_OP_STAGE:
+        return false; /* device-internal */
     case CUDA_OP_MATMUL: b0 = n * ((const atlas_weight *)c->p[2])->rows * 4; break;
     case CUDA_OP_ADD_RMSNORM: {
         CUdeviceptr p2 = CUDA_PTR(c->p[2]);
@@ -460,18 +461,24 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         void *a[] = {&p0, &p1, &rows, &d};
         return launch(cb, cb->fn.gather_rows, (unsigned)c->n, 1, 1, 256, 0, a);
     }
-    case CUDA_OP_ARGMAX: { /* p0 ids (device), p1 logits */
+    case CUDA_OP_ARGMAX: { /* p0 ids (device), p1 logits, p2 host_ids (mapped; may be NULL) */
         /* slices of 4096 (256 threads x 16 loads in flight) a block, up to 64 blocks a row */
         unsigned slices = (unsigned)((d + 4095) / 4096);
         if (slices > 1) {
             CUdeviceptr best = p0 + cuda_ids_best(cb->cap_tok);
             CUdeviceptr count = best + (size_t)cb->cap_tok * 8;
-            void *a[] = {&p0, &best, &count, &p1, &d};
+            void *a[] = {&p0, &p2, &best, &count, &p1, &d};
             return launch(cb, cb->fn.argmax_wide, (unsigned)c->n, slices > 64 ? 64 : slices, 1,
                           256, 0, a);
         }
-        void *a[] = {&p0, &p1, &d};
+        void *a[] = {&p0, &p2, &p1, &d};
         return launch(cb, cb->fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
+    }
+    case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the stride */
+        int half = hd / 2, pos_off = c->layer;
+        float fa = (float)g->rope_attn_factor;
+        void *a[] = {&cb->d_stage, &p0, &d, &pos_off, &cb->d_rope, &cb->d_inv_freq, &half, &fa};
+        return launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128, 0, a);
     }
     default:
         (void)p2;
