@@ -20,7 +20,9 @@ extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K
  * pos[t] rounded to float first, as the CPU backend and transformers do; cos/sin in double;
  * pos = src + pos_off. The host memory is read with ld.global.cv (a replay must not see the
  * last step's values) before the wait, so that its bus latency overlaps the previous kernel;
- * nothing is written before it. grid n (the batch's tokens), STAGE_THREADS threads. */
+ * nothing is written before it. No trigger: the next kernel is launched without PDL
+ * (ops_cuda.c pdl_fence), as kernels read staged ints before their own wait.
+ * grid n (the batch's tokens), STAGE_THREADS threads. */
 enum { STAGE_THREADS = 128, STAGE_EARLY = 4 };
 extern "C" __global__ void __launch_bounds__(STAGE_THREADS)
 atlas_stage(int *dst, const int *src, int words, int pos_off, float2 *cs, const float *inv_freq,
@@ -33,7 +35,6 @@ atlas_stage(int *dst, const int *src, int words, int pos_off, float2 *cs, const 
         v[r] = i < words ? __ldcv(src + i) : 0;
     }
     float p = (float)__ldcv(src + pos_off + blockIdx.x);
-    pdl_trigger();
     pdl_wait();
 #pragma unroll
     for (int r = 0; r < STAGE_EARLY; r++) {

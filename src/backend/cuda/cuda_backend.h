@@ -177,6 +177,7 @@ typedef struct cuda_backend {
     int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
     bool want_lt;           /* cuBLASLt wanted (not ATLAS_CUBLASLT=0) */
+    bool pdl_fence;         /* the next launch without PDL (after the staging kernel) */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
                                (Hopper and later, unless ATLAS_CUDA_PDL=0) */
     int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;

@@ -32,7 +32,9 @@ void *cuda_pdl_resolve(void) {
 
 static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
                            unsigned gz, unsigned block, unsigned smem, void **args) {
-    if (cb->launch_ex) {
+    bool pdl = cb->launch_ex && !cb->pdl_fence;
+    cb->pdl_fence = false;
+    if (pdl) {
         typedef CUresult (*launch_ex_fn)(const pdl_config *, CUfunction, void **, void **);
         pdl_attr attr;
         memset(&attr, 0, sizeof attr);
@@ -57,7 +59,9 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
     memcpy(attr[0].value.bytes, dims, sizeof dims);
     attr[1].id = PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr[1].value.i = 1;
-    pdl_config cfg = {gx, gy, cz, block, 1, 1, 0, cb->stream, attr, cb->launch_ex ? 2 : 1};
+    pdl_config cfg = {gx, gy, cz, block, 1, 1, 0, cb->stream, attr,
+                      cb->launch_ex && !cb->pdl_fence ? 2 : 1};
+    cb->pdl_fence = false;
     return atlas_cu_check(((launch_ex_fn)cb->cluster_ex)(&cfg, f, args, NULL),
                           "cuLaunchKernelEx (cluster)", __FILE__, __LINE__);
 }
@@ -479,7 +483,11 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         int half = hd / 2, pos_off = c->layer;
         float fa = (float)g->rope_attn_factor;
         void *a[] = {&cb->d_stage, &p0, &d, &pos_off, &cb->d_rope, &cb->d_inv_freq, &half, &fa};
-        return launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128, 0, a);
+        atlas_status st = launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128, 0, a);
+        /* the next kernel starts after this one ends: kernels read staged ints before their
+         * wait (decode attention's early keys), and a wait orders only the kernel before */
+        cb->pdl_fence = true;
+        return st;
     }
     default:
         (void)p2;
