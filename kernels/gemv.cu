@@ -377,22 +377,6 @@ __device__ __forceinline__ void gemv1c_load(uint4 (&wv)[GC_U][GB_ROWS], const bf
     }
 }
 
-/* The L2 lines of item `item` asked for (no registers held): gemv1c_load's addresses. */
-template <class Rows>
-__device__ __forceinline__ void gemv1c_prefetch(const bf16_t *w, int m, int k, int nch, int b0,
-                                                int item, Rows rows) {
-    int b = b0 + item / nch, base = (item % nch) * GC_CH + threadIdx.x * 8;
-#pragma unroll
-    for (int r = 0; r < GB_ROWS; r++) {
-        const bf16_t *wr = w + (size_t)min(rows(b, r), m - 1) * k;
-#pragma unroll
-        for (int u = 0; u < GC_U; u++) {
-            int kk = base + u * GB_THREADS * 8;
-            if (kk < k) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + kk));
-        }
-    }
-}
-
 /* NORM: x is the residual stream, normalised on the fly as in gemv1b_body: the squares are
  * summed over the first group's chunks (every group reads the same x), warp 0 turns them
  * into the scale at that group's end and keeps it for the later groups; block 0 writes h at
@@ -404,7 +388,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     /* ng's high half (cuda_gemv_rows): 1 when the second item's loads go out before the wait
      * too (ATLAS_CUDA_GEMV_EARLY2, the default): the memory then has two items of each block
      * to serve across the boundary with the previous kernel, not one */
-    int early2 = (ng >> 16) & 1, pf = (ng >> 17) & 7; /* and the L2 prefetches (ATLAS_CUDA_GEMV_PF) */
+    int early2 = ng >> 16;
     ng &= 0xffff;
     int b0 = blockIdx.x * ng, nch = (k + GC_CH - 1) / GC_CH;
     int items = min(ng, groups - b0) * nch;
@@ -455,7 +439,6 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     uint4 wa[GC_U][GB_ROWS], wb[GC_U][GB_ROWS];
     gemv1c_load(wa, w, m, k, nch, b0, 0, rows); /* before the wait: weights only */
     if (early2 && items > 1) gemv1c_load(wb, w, m, k, nch, b0, 1, rows);
-    for (int p = 2; p < 2 + pf && p < items; p++) gemv1c_prefetch(w, m, k, nch, b0, p, rows);
     pdl_trigger();
     pdl_wait();
     if (!early2 && items > 1) gemv1c_load(wb, w, m, k, nch, b0, 1, rows);

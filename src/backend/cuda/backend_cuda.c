@@ -866,10 +866,6 @@ static atlas_status cuda_setup(cuda_backend *cb) {
      * ninth session) */
     e = getenv("ATLAS_CUDA_GEMV_EARLY2");
     cb->gemv_early2 = !(e && e[0] == '0');
-    /* ATLAS_CUDA_GEMV_PF=1..7: gemv1c also asks L2 for that many items after the first two
-     * before the wait (the memory busy across the boundary with the previous kernel) */
-    e = getenv("ATLAS_CUDA_GEMV_PF");
-    cb->gemv_pf = e && atoi(e) > 0 && atoi(e) <= 7 ? atoi(e) : 0;
     e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
                                       "warp": the warp-per-key kernel without clusters */
     cb->use_attn_dec = !(e && !strcmp(e, "split"));

@@ -190,8 +190,6 @@ typedef struct cuda_backend {
                                of B blocks an SM, per matmul (0: gemv_ng) */
     int gemv_early2;        /* gemv1c's second item before the wait too (default; 0 with
                                ATLAS_CUDA_GEMV_EARLY2=0) */
-    int gemv_pf;            /* items gemv1c prefetches into L2 before the wait
-                               (ATLAS_CUDA_GEMV_PF, 0..7) */
     int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
                                unless ATLAS_CUDA_ATTN=split or warp); NULL: none */

@@ -350,8 +350,7 @@ static bool block_gemv(const cuda_backend *cb) {
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
     if (multi && ng > 1) {
-        /* flags in ng's high half (gemv1c_body) */
-        int arg = ng | cb->gemv_early2 << 16 | cb->gemv_pf << 17;
+        int arg = ng | cb->gemv_early2 << 16; /* a flag in ng's high half (gemv1c_body) */
         a[na - 1] = &arg;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
