@@ -517,7 +517,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     int cur = cb->stage_cur;
     ATLAS_TRY(stage_mark(cb, cur));
     int k = cb->stage_busy[cur] ? cur ^ 1 : cur;
-    ATLAS_TRY(stage_mark(cb, k));
+    ATLAS_TRY(stage_mark(cb, k)); /* (marked already when the batch after it began) */
     if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
     cb->stage_cur = k;
     cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();

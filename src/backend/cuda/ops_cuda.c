@@ -478,18 +478,19 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         void *a[] = {&p0, &p2, &p1, &d};
         return launch(cb, cb->fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
     }
-    case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the stride */
+    case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the
+                           * positions' offset in ints */
         int half = hd / 2, pos_off = c->layer;
         float fa = (float)g->rope_attn_factor;
         void *a[] = {&cb->d_stage, &p0, &d, &pos_off, &cb->d_rope, &cb->d_inv_freq, &half, &fa};
-        atlas_status st = launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128, 0, a);
+        atlas_status st = launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128 /* STAGE_THREADS */,
+                                 0, a);
         /* the next kernel starts after this one ends: kernels read staged ints before their
          * wait (decode attention's early keys), and a wait orders only the kernel before */
         cb->pdl_fence = true;
         return st;
     }
     default:
-        (void)p2;
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: unknown command %d", c->op);
     }
 }
