@@ -293,8 +293,9 @@ static atlas_status queue_step(run_seq *s, const int32_t *tok) {
 
 /* Greedy generation a step ahead of the host (atlas_model_forward_argmax_queue): the forward
  * of token j + 1 is queued before token j is collected, so the GPU runs it while the host
- * prints token j instead of idling between steps (the host's 20-60 us a step on an H200;
- * bench/RESULTS.md, tenth session, and docs/ARCHITECTURE.md on boards at their power limit).
+ * prints token j instead of idling between steps (the host's part of a plain step, 7-16 us on
+ * an H200 since the staging is in the graph; bench/RESULTS.md, tenth and eleventh sessions,
+ * and docs/ARCHITECTURE.md on boards at their power limit).
  * A step queued past an end of text is collected and dropped (its cache row lies past the
  * sequence). s->next: the prompt's argmax. */
 static int generate_queued(const run_opts *o, run_seq *s, atlas_detok *dt, run_stats *stats) {

@@ -408,12 +408,14 @@ static atlas_status stream_wait(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
-/* Records stage_sent after staging buffer s's batch if it may still be read and has none. */
-static atlas_status stage_mark(cuda_backend *cb, int s) {
-    if (!cb->stage_busy[s] || cb->stage_marked[s]) return ATLAS_OK;
-    ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[s], cb->stream);
-    cb->stage_marked[s] = true;
-    return ATLAS_OK;
+/* h_ids' slots (cuda_backend.h): 0 and 1 the queued steps', IDS_PLAIN a plain argmax's; the
+ * host's view and the mapped address the argmax kernel writes. */
+enum { IDS_PLAIN = 2 };
+static int32_t *ids_host(const cuda_backend *cb, int slot) {
+    return cb->h_ids + (size_t)slot * cb->ids_cap;
+}
+static const void *ids_mapped(const cuda_backend *cb, int slot) {
+    return (const void *)(uintptr_t)(cb->m_ids + (size_t)slot * cb->ids_cap * sizeof(int32_t));
 }
 
 /* Before batch buffers are made again: the graphs go (they hold the old addresses), after
@@ -453,8 +455,7 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     ATLAS_TRY(mapped_alloc((size_t)3 * ct * sizeof(int32_t), &h, &m));
     if (cb->h_ids) {
         for (int s = 0; s < 2; s++)
-            memcpy(h + (size_t)s * ct, cb->h_ids + (size_t)s * cb->ids_cap,
-                   (size_t)cb->ids_cap * sizeof *h);
+            memcpy(h + (size_t)s * ct, ids_host(cb, s), (size_t)cb->ids_cap * sizeof *h);
         d->cuMemFreeHost(cb->h_ids);
     }
     cb->h_ids = h;
@@ -512,13 +513,15 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
                           "queued argmax, and none is queued");
     int cap0 = cb->cap_tok, table0 = cb->cap_table;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
-    /* the last batch's buffer when the stream was waited for since (a plain step), else the
-     * other one: the last batch may not have read its own yet (a queued step) */
-    int cur = cb->stage_cur;
-    ATLAS_TRY(stage_mark(cb, cur));
-    int k = cb->stage_busy[cur] ? cur ^ 1 : cur;
-    ATLAS_TRY(stage_mark(cb, k)); /* (marked already when the batch after it began) */
-    if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
+    /* the last batch's buffer when the stream was waited for since (a plain step); else the
+     * last batch may not have read its own yet (a queued step): its end is marked, and the
+     * other buffer is taken once its batch, marked so when this one began, has ended */
+    int k = cb->stage_cur;
+    if (cb->stage_busy[k]) {
+        ATLAS_CU_TRY(cuEventRecord, cb->stage_sent[k], cb->stream);
+        k ^= 1;
+        if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
+    }
     cb->stage_cur = k;
     cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();
     int32_t *h = cb->h_stage[k], stride = (n + 15) & ~15; /* cb->stage_stride */
@@ -533,7 +536,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
             return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch of %d tokens from a queued "
                               "argmax of %d rows", n, cb->aq_rows[last]);
         if (cap0 != cb->cap_tok || table0 != cb->cap_table) /* d_ids made again: stage_grow */
-            memcpy(h, cb->h_ids + (size_t)last * cb->ids_cap, (size_t)n * 4); /* waited for */
+            memcpy(h, ids_host(cb, last), (size_t)n * 4); /* waited for */
         else
             cb->tok_src = cb->d_ids;
     }
@@ -607,7 +610,6 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     /* the staged ints to the device and the rope table, as the list's first kernel (a graph's
      * first node: no copy or launch of their own a step) */
     cb->stage_busy[k] = true;
-    cb->stage_marked[k] = false;
     return cmd4(be, CUDA_OP_STAGE, n, 7 * stride + table, CUDA_STAGE_POS * stride,
                 (const void *)(uintptr_t)cb->m_stage[k], NULL, NULL, NULL);
 }
@@ -693,19 +695,25 @@ static void host_step_done(cuda_backend *cb) {
     cb->hs.replayed = false;
 }
 
+/* The argmax command (ids to d_ids and to h_ids' slot), and the batch's commands run. */
+static atlas_status argmax_run(atlas_backend *be, const void *logits, int rows, int vocab,
+                               int slot) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits,
+                   ids_mapped(cb, slot), NULL));
+    return flush(cb);
+}
+
 static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
                                 int vocab) {
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(cuda_ready(cb));
     if (rows > cb->cap_tok)
         return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (at most %d)", rows, cb->cap_tok);
-    int32_t *plain = cb->h_ids + (size_t)2 * cb->ids_cap; /* the kernel writes it */
-    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits,
-                   (void *)(uintptr_t)(cb->m_ids + (size_t)2 * cb->ids_cap * 4), NULL));
-    ATLAS_TRY(flush(cb));
+    ATLAS_TRY(argmax_run(be, logits, rows, vocab, IDS_PLAIN));
     cb->ids_queued = false;
     ATLAS_TRY(stream_wait(cb));
-    memcpy(ids, plain, (size_t)rows * 4);
+    memcpy(ids, ids_host(cb, IDS_PLAIN), (size_t)rows * 4);
     if (cb->hs.replayed) host_step_done(cb);
     return ATLAS_OK;
 }
@@ -719,9 +727,7 @@ static atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int
     if (cb->aq_n == 2)
         return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
     int slot = (cb->aq_head + cb->aq_n) % 2;
-    ATLAS_TRY(cmd4(be, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->d_ids, logits,
-                   (void *)(uintptr_t)(cb->m_ids + (size_t)slot * cb->ids_cap * 4), NULL));
-    ATLAS_TRY(flush(cb));
+    ATLAS_TRY(argmax_run(be, logits, rows, vocab, slot));
     ATLAS_CU_TRY(cuEventRecord, cb->aq_done[slot], cb->stream);
     cb->aq_rows[slot] = rows;
     cb->aq_n++;
@@ -740,7 +746,7 @@ static atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int row
                           rows, cb->aq_rows[slot]);
     ATLAS_TRY(atlas_host_make_current(cb->host));
     ATLAS_CU_TRY(cuEventSynchronize, cb->aq_done[slot]);
-    memcpy(ids, cb->h_ids + (size_t)slot * cb->ids_cap, (size_t)rows * 4);
+    memcpy(ids, ids_host(cb, slot), (size_t)rows * 4);
     return ATLAS_OK;
 }
 

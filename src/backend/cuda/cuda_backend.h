@@ -137,9 +137,9 @@ typedef struct cuda_backend {
                                a graph replayed for the same size finds its regions where it
                                was recorded), so a step of one token copies 0.5 KB and not
                                7 x cap_tok ints (bench/RESULTS.md, tenth session) */
-    CUevent stage_sent[2];  /* recorded after a buffer's batch, when the next batch needs it */
+    CUevent stage_sent[2];  /* recorded after a buffer's batch when the next one begins before
+                               the stream was waited for */
     bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
-    bool stage_marked[2];   /* stage_sent was recorded after that batch */
     int stage_cur;          /* the last batch's */
     CUdeviceptr d_stage;    /* same layout, regions of stage_stride ints: tokens, positions,
                                slots, tok_seq, logit_rows, tiles (first token, count) [2 x],
@@ -147,7 +147,7 @@ typedef struct cuda_backend {
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
     /* the argmax kernels write their ids into h_ids too (pinned and mapped, [3][ids_cap]):
-     * slot 2 a plain argmax's; slots 0 and 1 the greedy steps queued a step ahead
+     * slot 2 a plain argmax's (IDS_PLAIN, backend_cuda.c); slots 0 and 1 the greedy steps queued a step ahead
      * (argmax_queue): aq_n slots from aq_head wait to be collected, aq_done marks each one's
      * kernel done */
     int32_t *h_ids;
