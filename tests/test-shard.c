@@ -565,9 +565,6 @@ static void tiny_forward(const atlas_st *st, const atlas_config *cfg, int world,
     int d = cfg->hidden;
     double inv[64], scale = 1;
     atlas_rope_inv_freq(cfg, inv, &scale);
-    /* as transformers (and model/model.c): inv_freq is a buffer in the checkpoint's dtype */
-    for (int i = 0; i < cfg->head_dim / 2 && cfg->dtype == ATLAS_DTYPE_BF16; i++)
-        inv[i] = atlas_bf16_to_f32(atlas_f32_to_bf16((float)inv[i]));
     const atlas_tensor_view *emb = atlas_st_find(st, "model.embed_tokens.weight");
     float *x = calloc((size_t)n * d, sizeof *x), *h = malloc(sizeof(float) * n * d);
     float *sum = malloc(sizeof(float) * n * d), *part = malloc(sizeof(float) * n * d);

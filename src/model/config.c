@@ -508,7 +508,9 @@ bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {
 }
 
 /* ---- RoPE inverse frequencies (transformers' modeling_rope_utils.py) --------------------
- * transformers computes these in float32; we compute in double (differences ~1e-7). */
+ * transformers computes these in float32 whatever the weights' dtype and keeps them so; we
+ * compute in double and round the result to float32 once (an ulp from its chain of float32
+ * operations at most). */
 
 static double yarn_get_mscale(double scale, double mscale) {
     return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
@@ -575,5 +577,6 @@ void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn
         else if (r->type == ATLAS_ROPE_LLAMA3)
             rope_llama3(r, dim, inv_freq);
     }
+    for (int i = 0; i < dim / 2; i++) inv_freq[i] = (float)inv_freq[i];
     if (attn_factor) *attn_factor = attn;
 }

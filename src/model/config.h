@@ -96,7 +96,8 @@ bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);
 
 /* RoPE inverse frequencies for the config's rope type: inv_freq[head_dim/2], and the factor
  * by which cos/sin are scaled (yarn's attention factor; 1 otherwise). Matches transformers'
- * ROPE_INIT_FUNCTIONS. */
+ * ROPE_INIT_FUNCTIONS: the values are float32's (never the weights' dtype); the backends take
+ * each angle as the float32 product inv_freq * position, as transformers does. */
 void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor);
 
 #endif

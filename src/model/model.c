@@ -140,19 +140,6 @@ static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
     return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
 }
 
-/* transformers keeps inv_freq as a buffer of the module, so loading a BF16/F16 checkpoint
- * in its dtype rounds inv_freq to that dtype, and the angles are computed from the rounded
- * values even when activations are fp32 (the reference logits show it: 5e-4 error without
- * this rounding, 3e-7 with it). Do the same so that we agree with it. */
-static double round_to_dtype(double x, atlas_dtype t) {
-    if (t == ATLAS_DTYPE_BF16) return atlas_bf16_to_f32(atlas_f32_to_bf16((float)x));
-    if (t != ATLAS_DTYPE_F16 || x == 0.0) return x;
-    int e;
-    frexp(x, &e); /* x = m * 2^e, 0.5 <= |m| < 1: 11 significant bits, or the subnormal step */
-    int shift = e - 11 < -24 ? -24 : e - 11;
-    return ldexp(nearbyint(ldexp(x, -shift)), shift);
-}
-
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */
 static atlas_status load_weights(atlas_model *m, const atlas_model_params *p) {
     ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
@@ -161,7 +148,6 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p) {
     if (c->head_dim < 2 || c->head_dim / 2 > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "config.json: head_dim %d", c->head_dim);
     atlas_rope_inv_freq(c, inv_freq, &attn_factor);
-    for (int i = 0; i < c->head_dim / 2; i++) inv_freq[i] = round_to_dtype(inv_freq[i], c->dtype);
     atlas_backend_geom g = {
         .hidden = c->hidden, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim, .intermediate = c->intermediate, .vocab_size = c->vocab_size,
