@@ -13,6 +13,7 @@
  * - a model that fails to load errors its requests only; load/unload by hand;
  * - prefix caching: reused blocks give the same answers; LRU residency with three models;
  *   unload waits for running sequences; gpu_memory; drain_timeout_ms pauses a victim. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,8 @@ typedef struct coll {
     char stop_string[64];
     atlas_usage usage;
     float logprob_sum;
+    atlas_top_logprob top[MAX_IDS][8]; /* the first 8 top logprobs of each token event */
+    int n_top[MAX_IDS];
 } coll;
 
 static coll *coll_new(void) {
@@ -67,7 +70,12 @@ static void on_event(const atlas_event *ev, void *user) {
         c->n_text += ev->text_len;
     }
     if (ev->type == ATLAS_EVENT_TOKEN) {
-        if (c->n_ids < MAX_IDS) c->ids[c->n_ids++] = ev->id;
+        if (c->n_ids < MAX_IDS) {
+            int k = ev->n_top < 8 ? ev->n_top : 8;
+            memcpy(c->top[c->n_ids], ev->top, (size_t)k * sizeof *ev->top);
+            c->n_top[c->n_ids] = k;
+            c->ids[c->n_ids++] = ev->id;
+        }
         c->logprob_sum += ev->logprob;
         c->n_events++;
     } else {
@@ -236,6 +244,53 @@ static void test_reference(const fixture *f) {
     CHECK(m.prompt_tokens >= (uint64_t)f->p[6].n && m.loads == 1);
     CHECK(m.finished_length == N_PROMPTS && m.ttft.n == N_PROMPTS);
     check_kv_empty(e, "reference");
+    atlas_engine_free(e);
+}
+
+/* Teacher forcing after a chunked prefill: prompt 6 but its last 20 tokens is the prompt
+ * (7-8 chunks of 64), the next 16 are forced; at each forced step the top 8 must be the
+ * reference's top 8 at that position, their logprobs apart by what its logits are. */
+static void test_forced(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.batch_tokens = 64;
+    p.ctx_size = 1024;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    const ref_prompt *rp = &f->p[6];
+    const atlas_tensor_view *ti = atlas_st_find(f->st, "p6.topk_ids");
+    const atlas_tensor_view *tv = atlas_st_find(f->st, "p6.topk_values");
+    enum { FORCED = 16 };
+    const int PROMPT = rp->n - 20;
+    CHECK(ti && tv && PROMPT > 400);
+    if (!ti || !tv || PROMPT <= 400) return;
+    const int32_t *ref_ids = ti->data;
+    const float *ref_v = tv->data;
+    atlas_request r = greedy_request(f->name, rp->ids, PROMPT, FORCED);
+    r.forced = rp->ids + PROMPT;
+    r.n_forced = FORCED;
+    r.top_logprobs = 8;
+    coll *c = run_one(e, &r);
+    CHECK_MSG(c->n_ids == FORCED, "%s: %d forced tokens came back (%s)", f->name, c->n_ids, c->msg);
+    double worst = 0;
+    for (int j = 0; j < c->n_ids && j < FORCED; j++) {
+        CHECK_MSG(c->ids[j] == rp->ids[PROMPT + j], "%s: forced token %d is %d, want %d",
+                  f->name, j, c->ids[j], rp->ids[PROMPT + j]);
+        const int32_t *want = ref_ids + (size_t)(PROMPT - 1 + j) * 8;
+        const float *wv = ref_v + (size_t)(PROMPT - 1 + j) * 8;
+        CHECK(c->n_top[j] == 8);
+        for (int k = 0; k < c->n_top[j]; k++) {
+            CHECK_MSG(c->top[j][k].id == want[k], "%s: step %d: top %d is %d, want %d", f->name,
+                      j, k, c->top[j][k].id, want[k]);
+            double d = fabs((c->top[j][k].logprob - c->top[j][0].logprob) - (wv[k] - wv[0]));
+            if (d > worst) worst = d;
+        }
+    }
+    printf("%s: %d forced steps after a prompt of %d in chunks of 64: top-8 logprob gaps within "
+           "%.2e of the reference's logits\n", f->name, FORCED, PROMPT, worst);
+    CHECK_MSG(worst < 1e-3, "%s: forced steps: %g", f->name, worst);
+    coll_free(c);
+    check_kv_empty(e, "forced");
     atlas_engine_free(e);
 }
 
@@ -789,6 +844,8 @@ int main(void) {
     TIMED(test_reference(&llama));
     TIMED(test_reference(&qwen));
     TIMED(test_prefix_cache(&qwen));
+    TIMED(test_forced(&llama));
+    TIMED(test_forced(&qwen));
     TIMED(test_batch_vs_alone(&llama));
     TIMED(test_batch_vs_alone(&qwen));
     TIMED(test_preemption(&llama));

@@ -102,6 +102,13 @@ typedef struct atlas_request {
      * as soon as the program is complete.  Special tokens, which the text leaves out, are
      * never allowed.  Stop strings and max_tokens still apply. */
     const atlas_constraint *constraint;
+    /* Teacher forcing, for checking the engine against a reference: the first n_forced
+     * generated tokens are forced[0 .. n_forced) instead of samples (copied by submit).  Their
+     * events carry the logprobs of the model's raw logits as usual, so the logprobs at each
+     * position are the model's given the reference's tokens before it.  Ids must be in the
+     * vocabulary; eos and stop ids among them end the generation as a sample would. */
+    const int32_t *forced;
+    int n_forced;
 } atlas_request;
 
 enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20 };

@@ -287,6 +287,7 @@ void atlas_engine_seq_unref(seq *s) {
     free(s->kv.ids);
     free(s->tokens);
     free(s->stop_ids);
+    free(s->forced);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->pending);
@@ -314,6 +315,12 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
         if (r->stop_ids[i] < 0 || r->stop_ids[i] >= V)
             return atlas_fail(ATLAS_ERR_RANGE, "request: stop_ids[%d] = %d outside the "
                               "vocabulary (0..%d)", i, (int)r->stop_ids[i], V - 1);
+    if (r->n_forced < 0 || (r->n_forced > 0 && !r->forced))
+        return atlas_fail(ATLAS_ERR_INVALID, "request: forced tokens");
+    for (int i = 0; i < r->n_forced; i++)
+        if (r->forced[i] < 0 || r->forced[i] >= V)
+            return atlas_fail(ATLAS_ERR_RANGE, "request: forced[%d] = %d outside the "
+                              "vocabulary (0..%d)", i, (int)r->forced[i], V - 1);
     for (int i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !*r->stop[i])
             return atlas_fail(ATLAS_ERR_INVALID, "request: stop[%d] is empty", i);
@@ -352,7 +359,7 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->plain_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
                       sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0 &&
-                      !r->constraint; /* masks need the logits */
+                      !r->constraint && !r->n_forced; /* masks need the logits */
     s->stop_string = -1;
     s->stop_id = -1;
     s->plan = -1;
@@ -360,8 +367,10 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
     s->stop_ids = malloc((size_t)(r->n_stop_ids + 1) * sizeof *s->stop_ids);
     s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
+    s->forced = malloc((size_t)(r->n_forced + 1) * sizeof *s->forced);
     atlas_status st = ATLAS_OK;
-    if (!s->tokens || !s->stop_ids || !s->stop) st = atlas_fail(ATLAS_ERR_NOMEM, "request");
+    if (!s->tokens || !s->stop_ids || !s->stop || !s->forced)
+        st = atlas_fail(ATLAS_ERR_NOMEM, "request");
     for (int i = 0; st == ATLAS_OK && i < r->n_stop; i++, s->n_stop++)
         if (!(s->stop[i] = strdup(r->stop[i]))) st = atlas_fail(ATLAS_ERR_NOMEM, "request");
     if (st == ATLAS_OK) {
@@ -369,6 +378,8 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
         if (r->n_stop_ids)
             memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
         s->n_stop_ids = r->n_stop_ids;
+        if (r->n_forced) memcpy(s->forced, r->forced, (size_t)r->n_forced * sizeof *s->forced);
+        s->n_forced = r->n_forced;
         st = atlas_kv_table_init(&s->kv, (md->ctx + e->p.kv_block_size - 1) /
                                              e->p.kv_block_size);
     }

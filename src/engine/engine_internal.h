@@ -45,6 +45,8 @@ struct atlas_request_handle {
     int plain_greedy;  /* argmax of the raw logits: the backend may reduce them itself */
     int32_t *stop_ids;
     int n_stop_ids;
+    int32_t *forced;   /* [n_forced]: teacher forcing (atlas_request.forced) */
+    int n_forced;
     char **stop;
     int n_stop;
     /* tokens[cap]: the prompt, then generated ones; KV holds tokens[0 .. n_computed) */

@@ -546,11 +546,15 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
     int n_top = 0;
     int32_t id = -1;
     atlas_status st;
-    if (s->logprobs || s->top_logprobs || s->matcher) {
+    if (s->logprobs || s->top_logprobs || s->matcher || s->n_forced) {
         memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
         if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
-        st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens, (size_t)s->n_tokens,
-                                  &id);
+        int g = s->n_tokens - s->n_prompt; /* generated so far */
+        if (g < s->n_forced)
+            id = s->forced[g], st = ATLAS_OK;
+        else
+            st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens,
+                                      (size_t)s->n_tokens, &id);
         if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
         if (st == ATLAS_OK && (s->logprobs || s->top_logprobs))
             st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
