@@ -773,6 +773,59 @@ static void make_bad_dir(const fixture *f, char *out, size_t cap) {
     CHECK(system(cmd) == 0);
 }
 
+/* Context and KV memory: the default context is the model's maximum and the pool holds at
+ * most parallel of them; a small kv_memory lowers the context and says so; a context above
+ * the model's maximum is refused at create; a request whose prompt and max_tokens exceed
+ * the context is refused naming both. */
+static void test_memory(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.parallel = 4;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    atlas_engine_model_status ms;
+    CHECK(atlas_engine_models(e, &ms, 1) == 1);
+    CHECK_MSG(ms.ctx_size == 131072 && ms.max_ctx == 131072 && !ms.note[0],
+              "tiny-llama3: context %d of %d (%s)", ms.ctx_size, ms.max_ctx, ms.note);
+    CHECK_MSG(ms.kv_tokens > 0 && ms.kv_tokens <= 4L * 131072, "kv tokens %ld", ms.kv_tokens);
+    CHECK(ms.kv_bytes == (size_t)ms.kv_tokens * 2 * 4 * 2 * 1 * 8); /* fp32 K and V, 2 layers */
+    atlas_engine_free(e);
+
+    /* 20,480 bytes: 160 tokens of 128 bytes */
+    p.kv_memory = 20480;
+    e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    CHECK(atlas_engine_models(e, &ms, 1) == 1);
+    CHECK_MSG(ms.ctx_size == 160 && ms.kv_tokens == 160 && strstr(ms.note, "lowered from 131072 "
+              "to 160"), "context %d, kv %ld: %s", ms.ctx_size, ms.kv_tokens, ms.note);
+    int32_t ids[200] = {0};
+    for (int i = 0; i < 200; i++) ids[i] = 100 + i;
+    atlas_request r = greedy_request(f->name, ids, 150, 20);
+    CHECK(atlas_engine_submit(e, &r, on_event, NULL, NULL) == ATLAS_ERR_RANGE);
+    CHECK_MSG(strstr(atlas_last_error(), "150 tokens and max_tokens is 20: 170 in all") &&
+              strstr(atlas_last_error(), "holds 160"), "%s", atlas_last_error());
+    r = greedy_request(f->name, ids, 200, 1);
+    CHECK(atlas_engine_submit(e, &r, on_event, NULL, NULL) == ATLAS_ERR_RANGE);
+    r = greedy_request(f->name, ids, 150, 10);
+    coll *c = run_one(e, &r);
+    CHECK_MSG(c->finish == ATLAS_FINISH_LENGTH && c->n_ids == 10, "%d ids: %s", c->n_ids, c->msg);
+    coll_free(c);
+    atlas_engine_free(e);
+
+    p.kv_memory = 0;
+    p.ctx_size = 131073;
+    atlas_engine *bad = NULL;
+    p.models = &mod;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CPU;
+    CHECK(atlas_engine_create(&p, &bad) == ATLAS_ERR_INVALID && !bad);
+    CHECK_MSG(strstr(atlas_last_error(), "ctx_size 131073 exceeds the model's maximum of 131072"),
+              "%s", atlas_last_error());
+    p.ctx_size = 0;
+    p.gpu_memory_utilization = 1.5;
+    CHECK(atlas_engine_create(&p, &bad) == ATLAS_ERR_INVALID && !bad);
+}
+
 static void test_failed_load(const fixture *f) {
     char bad[256];
     make_bad_dir(f, bad, sizeof bad);
@@ -854,6 +907,7 @@ int main(void) {
     TIMED(test_swaps(&llama, &qwen));
     TIMED(test_residency(&llama, &qwen));
     TIMED(test_pause_swap(&llama, &qwen));
+    TIMED(test_memory(&llama));
     TIMED(test_failed_load(&llama));
     atlas_st_free(llama.st);
     atlas_st_free(qwen.st);

@@ -222,7 +222,7 @@ static void test_disconnect(atlas_engine *e) {
     atlas_engine_metrics m0, m1;
     atlas_engine_get_metrics(e, &m0);
     int fd = dial();
-    const char *body = "{\"model\": \"llama\", \"prompt\": \"Go\", \"max_tokens\": 100000, "
+    const char *body = "{\"model\": \"llama\", \"prompt\": \"Go\", \"max_tokens\": 500, "
                        "\"ignore_eos\": true, \"stream\": true}";
     char head[256];
     int n = snprintf(head, sizeof head,

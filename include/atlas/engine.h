@@ -9,8 +9,12 @@
  * and recomputed later, never failed.  Full blocks are kept after their sequence ends and
  * reused by later prompts that start with the same tokens (prefix caching).
  *
- * Model residency: up to max_resident models (and, when gpu_memory is set, as many as fit)
- * stay loaded; a request for a model that is not resident waits in the queue while the
+ * Memory: each model's KV cache is one paged pool, sized at create (kv_memory, or an even
+ * share of what the memory budget leaves after the weights of max_resident models) and
+ * never larger than parallel sequences of the full context; a context that one sequence
+ * cannot hold in the pool is lowered to what it can (atlas_engine_models says so).
+ *
+ * Model residency: up to max_resident models (as many as fit the memory budget) stay loaded; a request for a model that is not resident waits in the queue while the
  * scheduler lets the least recently used model's running sequences finish (or pauses them
  * after drain_timeout_ms), releases it
  * (atlas_model_release: a BUSY there is a bug and is reported as an error, not hidden),
@@ -51,15 +55,24 @@ typedef struct atlas_engine_params {
     const atlas_engine_model *models; /* [n_models]; copied by create */
     int n_models;
     int max_resident;     /* models loaded at once (default 1) */
-    size_t gpu_memory;    /* 0: no byte limit; else weights + KV cache of the resident models
-                             must fit (estimated from the files before loading) */
+    double gpu_memory_utilization; /* share of the GPU's total memory the resident models
+                             (weights and KV) may use, as vLLM's flag (default 0.9) */
+    size_t gpu_memory;    /* the memory budget in bytes instead (0, default: the share above
+                             of the GPU's memory; without a GPU no limit) */
+    size_t kv_memory;     /* bytes of KV cache per model; 0 (default): on a GPU an even share of
+                             what the budget leaves after the weights of the max_resident
+                             largest models (less a workspace reserve), on the CPU a quarter
+                             of the RAM split likewise */
     int ctx_size;         /* tokens per sequence, prompt + generated; 0 (default): the model's
-                             max_position_embeddings, at most 4096 */
-    int parallel;         /* most running sequences per model (default 32) */
+                             maximum (max_position_embeddings, times the RoPE factor for
+                             linear and yarn scaling as vLLM derives it); more than that is
+                             ATLAS_ERR_INVALID at create */
+    int parallel;         /* most running sequences per model (default 32); caps concurrency,
+                             the pool does not scale with it (beyond parallel x ctx_size) */
     int queue_limit;      /* most requests waiting to start; beyond: ATLAS_ERR_BUSY
                              (default 256) */
     int kv_block_size;    /* tokens per KV block (default 16) */
-    int kv_blocks;        /* blocks per model; 0 (default): parallel * ctx_size worth */
+    int kv_blocks;        /* blocks per model, overriding kv_memory; 0 (default): from it */
     int batch_tokens;     /* token budget of one step: decode tokens + prefill chunk
                              (default 512) */
     int drain_timeout_ms; /* a model to be swapped out lets its running sequences finish;
@@ -203,6 +216,11 @@ typedef struct atlas_engine_model_status {
     int running;            /* sequences running on it */
     int waiting;            /* requests queued for it */
     char last_error[256];   /* of its last failed load, "" if none */
+    int ctx_size;           /* tokens per sequence */
+    int max_ctx;            /* the model's own maximum */
+    long kv_tokens;         /* tokens its KV pool holds (all sequences together) */
+    size_t kv_bytes;        /* the pool's size */
+    char note[256];         /* why ctx_size is below what was asked, "" if it is not */
 } atlas_engine_model_status;
 
 /* Fills out[0 .. min(cap, n)) and returns n, the number of configured models. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,13 @@ static void usage(FILE *f) {
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
             "  --max-resident N     models loaded at once (default 1)\n"
-            "  --gpu-memory BYTES   or: as many models as fit in BYTES (suffix K, M, G)\n"
-            "  --ctx-size N         tokens per sequence (default: the model's, at most 4096)\n"
+            "  --gpu-memory-utilization F   share of the GPU's memory for the resident\n"
+            "                       models' weights and KV caches (default 0.9)\n"
+            "  --kv-memory GIB      KV cache per model in GiB (default: an even share of what\n"
+            "                       the GPU share leaves after the weights; CPU: a quarter of\n"
+            "                       the RAM)\n"
+            "  --ctx-size N, --max-model-len N   tokens per sequence (default 0: the model's\n"
+            "                       maximum; lowered, with a message, to what the KV pool holds)\n"
             "  --parallel N         sequences running at once per model (default 32)\n"
             "  --queue-limit N      requests waiting to start; beyond: 429 (default 256)\n"
             "  --batch-tokens N     token budget of one engine step (default 512)\n"
@@ -67,6 +73,32 @@ static int parse_size(const char *s, size_t *out) {
     if (*end == 'B' || *end == 'b') end++;
     if (*end || v * mul > 1e18) return -1;
     *out = (size_t)(v * mul);
+    return 0;
+}
+
+/* F in (0, 1]. */
+static int parse_fraction(const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0 && v <= 1)) {
+        fprintf(stderr, "atlas serve: %s: '%s' is not a number in (0, 1]\n", opt, s);
+        return -2;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A positive number of GiB, as bytes. */
+static int parse_gib(const char *opt, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0 && v < 1e9)) {
+        fprintf(stderr, "atlas serve: %s: '%s' is not a positive number of GiB\n", opt, s);
+        return -2;
+    }
+    *out = (size_t)(v * 1073741824.0);
     return 0;
 }
 
@@ -182,8 +214,11 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
         else if (!strcmp(o, "--max-resident")) bad = parse_int(o, v, 1, 1024, &a->ep.max_resident);
-        else if (!strcmp(o, "--gpu-memory")) bad = parse_size(v, &a->ep.gpu_memory);
-        else if (!strcmp(o, "--ctx-size")) bad = parse_int(o, v, 1, 1 << 24, &a->ep.ctx_size);
+        else if (!strcmp(o, "--gpu-memory-utilization"))
+            bad = parse_fraction(o, v, &a->ep.gpu_memory_utilization);
+        else if (!strcmp(o, "--kv-memory")) bad = parse_gib(o, v, &a->ep.kv_memory);
+        else if (!strcmp(o, "--ctx-size") || !strcmp(o, "--max-model-len"))
+            bad = parse_int(o, v, 0, INT32_MAX, &a->ep.ctx_size);
         else if (!strcmp(o, "--parallel")) bad = parse_int(o, v, 1, 4096, &a->ep.parallel);
         else if (!strcmp(o, "--queue-limit")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.queue_limit);
         else if (!strcmp(o, "--batch-tokens")) bad = parse_int(o, v, 1, 1 << 20, &a->ep.batch_tokens);
@@ -214,6 +249,18 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         }
     }
     return 0;
+}
+
+/* Each model's context and KV capacity, and why a context was lowered. */
+static void print_models(atlas_engine *engine) {
+    atlas_engine_model_status ms[64];
+    int n = atlas_engine_models(engine, ms, 64);
+    for (int i = 0; i < n && i < 64; i++) {
+        fprintf(stderr, "atlas serve: model %s: context %d tokens (model maximum %d), KV cache "
+                "%ld tokens in %.2f GiB\n", ms[i].name, ms[i].ctx_size, ms[i].max_ctx,
+                ms[i].kv_tokens, ms[i].kv_bytes / 1073741824.0);
+        if (ms[i].note[0]) fprintf(stderr, "atlas serve: model %s: %s\n", ms[i].name, ms[i].note);
+    }
 }
 
 int atlas_cli_serve(int argc, char **argv) {
@@ -261,6 +308,7 @@ int atlas_cli_serve(int argc, char **argv) {
     for (int i = 0; i < a.n_models; i++)
         fprintf(stderr, "%s%s=%s", i ? ", " : "", a.models[i].name, a.models[i].dir);
     fprintf(stderr, ")%s\n", a.sp.api_key ? ", API key required" : "");
+    print_models(engine);
 
     while (!stop_requested) {
         struct timespec ts = {0, 100 * 1000 * 1000};

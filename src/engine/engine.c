@@ -7,8 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "atlas/host.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "engine/engine_internal.h"
@@ -35,6 +38,7 @@ static void hist_init(atlas_engine_hist *h, const double *bounds) {
 atlas_engine_params atlas_engine_default_params(void) {
     return (atlas_engine_params){.max_resident = 1, .parallel = 32, .queue_limit = 256,
                                  .kv_block_size = 16, .batch_tokens = 512,
+                                 .gpu_memory_utilization = 0.9,
                                  .device = ATLAS_DEVICE_AUTO};
 }
 
@@ -52,6 +56,9 @@ static atlas_status params_check(const atlas_engine_params *p) {
                           "kv_block_size %d, ctx_size %d, kv_blocks %d: out of range",
                           p->parallel, p->queue_limit, p->kv_block_size, p->ctx_size,
                           p->kv_blocks);
+    if (!(p->gpu_memory_utilization > 0 && p->gpu_memory_utilization <= 1))
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: gpu_memory_utilization %g: must be in "
+                          "(0, 1]", p->gpu_memory_utilization);
     if (p->drain_timeout_ms < 0)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: drain_timeout_ms %d: must be >= 0",
                           p->drain_timeout_ms);
@@ -100,20 +107,98 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
     atlas_status st = atlas_config_load(src->dir, &md->cfg);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "engine: model '%s'", src->name);
-    int max_pos = md->cfg.max_position > 0 ? md->cfg.max_position : 4096;
-    md->ctx = e->p.ctx_size ? e->p.ctx_size : (max_pos < 4096 ? max_pos : 4096);
-    int bs = e->p.kv_block_size;
-    int per_seq = (md->ctx + bs - 1) / bs;
-    md->kv_blocks = e->p.kv_blocks ? e->p.kv_blocks : per_seq * e->p.parallel;
-    if (md->kv_blocks < per_seq)
-        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': kv_blocks %d of %d tokens "
-                          "cannot hold one sequence of ctx_size %d", src->name, md->kv_blocks,
-                          bs, md->ctx);
-    size_t elt = e->p.device == ATLAS_DEVICE_CPU ? 4 : 2;
-    md->est_bytes = weight_file_bytes(src->dir) +
-                    2 * elt * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads * md->cfg.head_dim *
-                        (size_t)md->kv_blocks * bs;
+    long max_ctx = atlas_config_max_context(&md->cfg);
+    md->max_ctx = max_ctx < INT32_MAX / 2 ? (int)max_ctx : INT32_MAX / 2;
+    if (e->p.ctx_size > md->max_ctx)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': ctx_size %d exceeds the "
+                          "model's maximum of %d tokens", src->name, e->p.ctx_size, md->max_ctx);
+    md->ctx = e->p.ctx_size ? e->p.ctx_size : md->max_ctx;
+    md->weight_bytes = weight_file_bytes(src->dir);
     return ATLAS_OK;
+}
+
+static void format_bytes(char *buf, size_t cap, size_t b) {
+    snprintf(buf, cap, "%.2f GiB", (double)b / (1024.0 * 1024 * 1024));
+}
+
+/* The memory budget of the resident models: gpu_memory, else the share of the GPU's memory,
+ * else none (the CPU: RAM is the system's to manage).  *gpu: a GPU is there. */
+static size_t memory_budget(atlas_engine *e, int *gpu, size_t *ram_share) {
+    *gpu = 0;
+    size_t total = 0;
+    if (e->p.device != ATLAS_DEVICE_CPU) {
+        atlas_host *h = NULL;
+        if (atlas_host_get(0, &h) == ATLAS_OK) {
+            *gpu = 1;
+            total = atlas_host_properties(h)->total_mem;
+        } else {
+            atlas_error_clear(); /* no GPU: the CPU serves, as the models will find too */
+        }
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *ram_share = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 : (size_t)1 << 30;
+    char t[32];
+    if (e->p.gpu_memory) {
+        format_bytes(t, sizeof t, e->p.gpu_memory);
+        snprintf(e->budget_what, sizeof e->budget_what, "gpu_memory is %s", t);
+        return e->p.gpu_memory;
+    }
+    if (!*gpu) return 0;
+    size_t b = (size_t)(e->p.gpu_memory_utilization * (double)total);
+    format_bytes(t, sizeof t, b);
+    snprintf(e->budget_what, sizeof e->budget_what, "%.2f of the GPU's memory is %s",
+             e->p.gpu_memory_utilization, t);
+    return b;
+}
+
+/* Each model's KV pool and context (engine.h, "Memory").  A workspace reserve is kept per
+ * resident model for activations and the matmul library's scratch. */
+static void size_pools(atlas_engine *e) {
+    enum { WORKSPACE = 1 << 30 };
+    int gpu = 0;
+    size_t ram_share = 0;
+    e->budget = memory_budget(e, &gpu, &ram_share);
+    int k = e->p.max_resident < e->n_models ? e->p.max_resident : e->n_models;
+    size_t heavy = 0; /* the weights of the k largest models */
+    char *taken = calloc((size_t)e->n_models, 1);
+    for (int j = 0; j < k && taken; j++) {
+        int best = -1;
+        for (int i = 0; i < e->n_models; i++)
+            if (!taken[i] && (best < 0 || e->models[i].weight_bytes > e->models[best].weight_bytes))
+                best = i;
+        taken[best] = 1;
+        heavy += e->models[best].weight_bytes;
+    }
+    free(taken);
+    size_t share = e->p.kv_memory;
+    if (!share && e->budget) {
+        size_t used = heavy + (size_t)k * WORKSPACE;
+        share = e->budget > used ? (e->budget - used) / (size_t)k : 0;
+    } else if (!share) {
+        share = ram_share / (size_t)k;
+    }
+    int bs = e->p.kv_block_size;
+    for (int i = 0; i < e->n_models; i++) {
+        eng_model *md = &e->models[i];
+        md->kv_token_bytes = 2 * (gpu ? 2 : 4) * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
+                             md->cfg.head_dim; /* bf16 on a GPU, fp32 on the CPU */
+        long per_seq = (md->ctx + bs - 1) / bs;
+        long blocks = e->p.kv_blocks ? e->p.kv_blocks
+                                     : (long)(share / (md->kv_token_bytes * (size_t)bs));
+        if (!e->p.kv_blocks && blocks > per_seq * e->p.parallel) blocks = per_seq * e->p.parallel;
+        if (blocks > INT32_MAX / bs) blocks = INT32_MAX / bs;
+        if (blocks < 1) blocks = 1; /* the load then fails: its weights leave no room */
+        md->kv_blocks = (int)blocks;
+        if (blocks < per_seq) {
+            char t[32];
+            format_bytes(t, sizeof t, (size_t)blocks * bs * md->kv_token_bytes);
+            snprintf(md->ctx_note, sizeof md->ctx_note, "context lowered from %d to %ld tokens: "
+                     "the KV pool (%s) holds no more for one sequence", md->ctx,
+                     blocks * bs, t);
+            md->ctx = (int)(blocks * bs);
+        }
+        md->est_bytes = md->weight_bytes + (size_t)blocks * bs * md->kv_token_bytes;
+    }
 }
 
 static void model_destroy(eng_model *md) {
@@ -158,6 +243,7 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
             return st;
         }
     }
+    size_pools(e);
     if (pthread_create(&e->thread, NULL, atlas_engine_sched_main, e) != 0) {
         atlas_engine_free(e);
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: cannot start the scheduler thread");
@@ -304,6 +390,10 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
         return atlas_fail(ATLAS_ERR_RANGE, "request: the prompt has %zu tokens, the context "
                           "of model '%s' holds %d (prompt and at least one generated token)",
                           r->n_prompt, md->name, md->ctx);
+    if (r->max_tokens > 0 && r->n_prompt + (size_t)r->max_tokens > (size_t)md->ctx)
+        return atlas_fail(ATLAS_ERR_RANGE, "request: the prompt has %zu tokens and max_tokens "
+                          "is %d: %zu in all, the context of model '%s' holds %d", r->n_prompt,
+                          r->max_tokens, r->n_prompt + (size_t)r->max_tokens, md->name, md->ctx);
     for (size_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= V)
             return atlas_fail(ATLAS_ERR_RANGE, "request: prompt[%zu] = %d outside the "
@@ -505,8 +595,13 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         out[i] = (atlas_engine_model_status){.name = md->name, .dir = md->dir,
                                              .resident = md->m != NULL,
                                              .running = md->n_running,
-                                             .waiting = md->n_waiting};
+                                             .waiting = md->n_waiting,
+                                             .ctx_size = md->ctx, .max_ctx = md->max_ctx,
+                                             .kv_tokens = (long)md->kv_blocks * e->p.kv_block_size,
+                                             .kv_bytes = (size_t)md->kv_blocks *
+                                                         e->p.kv_block_size * md->kv_token_bytes};
         snprintf(out[i].last_error, sizeof out[i].last_error, "%s", md->last_error);
+        snprintf(out[i].note, sizeof out[i].note, "%s", md->ctx_note);
     }
     pthread_mutex_unlock(&e->mu);
     return e->n_models;

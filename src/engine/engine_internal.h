@@ -78,8 +78,12 @@ typedef struct eng_model {
     char *name, *dir;
     atlas_config cfg;
     int ctx;                /* tokens per sequence */
+    int max_ctx;            /* the model's own maximum (atlas_config_max_context) */
     int kv_blocks;          /* pool size asked of the model */
+    size_t weight_bytes;    /* of its files, before loading */
+    size_t kv_token_bytes;  /* KV bytes a token takes on its device */
     size_t est_bytes;       /* weights + KV, estimated before loading; exact once loaded */
+    char ctx_note[256];     /* why ctx is below what was asked, "" if it is not */
     /* under e->tok_mu, loaded on first use */
     atlas_tokenizer *tok;
     atlas_template *tmpl;
@@ -137,6 +141,8 @@ struct atlas_engine {
     eng_cmd *cmds;
     uint64_t clock;          /* LRU stamps and admission order */
     atlas_engine_metrics metrics;
+    size_t budget;           /* bytes the resident models may take, 0: no limit */
+    char budget_what[96];    /* where the budget comes from, for messages */
     /* the scheduler thread's buffers */
     plan_entry *plan;
     int n_plan;

@@ -276,7 +276,7 @@ static int fits(const atlas_engine *e, int model) {
             n++;
             bytes += e->models[i].est_bytes;
         }
-    return n < e->p.max_resident && (e->p.gpu_memory == 0 || bytes <= e->p.gpu_memory);
+    return n < e->p.max_resident && (e->budget == 0 || bytes <= e->budget);
 }
 
 /* The model that should be loaded next: that of the oldest load command, else that of the
@@ -336,10 +336,11 @@ static int do_residency(atlas_engine *e) {
         return 0;
     }
     eng_model *wm = &e->models[want];
-    if (e->p.gpu_memory && wm->est_bytes > e->p.gpu_memory) {
+    if (e->budget && wm->est_bytes > e->budget) {
         char msg[512];
-        snprintf(msg, sizeof msg, "model '%s' needs about %zu bytes (weights and KV cache); "
-                 "gpu_memory is %zu", wm->name, wm->est_bytes, e->p.gpu_memory);
+        snprintf(msg, sizeof msg, "model '%s' needs %.2f GiB (weights %.2f, KV cache %.2f); %s",
+                 wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
+                 (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
         e->metrics.load_failures++;
         fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
         return 1;

@@ -503,6 +503,15 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
     return s;
 }
 
+long atlas_config_max_context(const atlas_config *cfg) {
+    long max = cfg->max_position > 0 ? cfg->max_position : 4096;
+    const atlas_rope *r = &cfg->rope;
+    if (r->type == ATLAS_ROPE_LINEAR) max = (long)((double)max * r->factor);
+    else if (r->type == ATLAS_ROPE_YARN)
+        max = (long)((double)r->original_max_position * r->factor);
+    return max;
+}
+
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {
     return cfg->sliding_window > 0 && layer >= cfg->sliding_from_layer;
 }

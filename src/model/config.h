@@ -91,6 +91,11 @@ atlas_status atlas_config_parse_generation(const char *json, size_t len, const c
 /* Adds an eos id if not already present (used for the tokenizer's eos token). */
 void atlas_config_add_eos(atlas_config *cfg, int id);
 
+/* The longest sequence the model is meant for, as vLLM derives it: max_position_embeddings
+ * (4096 when absent), times the factor for linear RoPE scaling; yarn's original maximum
+ * times its factor; llama3 configs already give the scaled maximum. */
+long atlas_config_max_context(const atlas_config *cfg);
+
 /* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);
 

@@ -156,6 +156,23 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     return rc;
 }
 
+/* Per model: its context and its KV pool's capacity in tokens. */
+static int print_models(atlas_engine *engine, char **bp, size_t *lp, size_t *cp) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS), rc = 0;
+    rc |= atlas_buf_printf(bp, lp, cp, "# HELP atlas_model_kv_capacity_tokens Tokens the "
+                           "model's KV pool holds.\n# TYPE atlas_model_kv_capacity_tokens gauge\n");
+    for (int i = 0; i < n && i < MAX_MODELS; i++)
+        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_kv_capacity_tokens{model=\"%s\"} %ld\n",
+                               ms[i].name, ms[i].kv_tokens);
+    rc |= atlas_buf_printf(bp, lp, cp, "# HELP atlas_model_context_tokens Tokens a sequence of "
+                           "the model may hold.\n# TYPE atlas_model_context_tokens gauge\n");
+    for (int i = 0; i < n && i < MAX_MODELS; i++)
+        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_context_tokens{model=\"%s\"} %d\n",
+                               ms[i].name, ms[i].ctx_size);
+    return rc;
+}
+
 void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_metrics em;
@@ -163,6 +180,7 @@ void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atl
     char *b = NULL;
     size_t l = 0, c = 0;
     int rc = print_engine(&em, &b, &l, &c);
+    rc |= print_models(call->srv->engine, &b, &l, &c);
     rc |= atlas_server_metrics_print(&call->srv->metrics, &b, &l, &c);
     if (rc) {
         free(b);

@@ -242,6 +242,10 @@ test('apply-template, tokenize with a chat, health and metrics', async () => {
   for (const name of ['atlas_http_requests_total', 'atlas_time_to_first_token_seconds_bucket',
     'atlas_inter_token_latency_seconds_count', 'atlas_generation_tokens_total'])
     assert.ok(text.includes(name), `metrics lack ${name}`);
+  // each model's context (tiny-llama3's maximum) and KV capacity in tokens
+  assert.match(text, /atlas_model_context_tokens\{model="llama"\} 131072\n/);
+  const cap = text.match(/atlas_model_kv_capacity_tokens\{model="llama"\} (\d+)\n/);
+  assert.ok(cap && Number(cap[1]) >= 131072, text);
 });
 
 test('errors: OpenAI shape, right status, the field named', async () => {
@@ -264,11 +268,11 @@ test('errors: OpenAI shape, right status, the field named', async () => {
   // the SDK raises its typed errors
   await assert.rejects(client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
     (e) => e.status === 404 && /nope/.test(e.message));
-  // a prompt longer than the context: 400 with both numbers
+  // prompt + max_tokens beyond the context (the model's 131,072 by default): 400 naming both
   const long = 'word '.repeat(5000);
-  const r = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: long, max_tokens: 1 });
+  const r = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: long, max_tokens: 130000 });
   assert.equal(r.status, 400, r.text);
-  assert.match(r.json.error.message, /\d+.*\d+/);
+  assert.match(r.json.error.message, /5001 tokens and max_tokens is 130000: 135001 in all.*holds 131072/);
   // unknown route, wrong method
   assert.equal((await getJSON(srv.base, '/v1/nothing')).status, 404);
   assert.equal((await getJSON(srv.base, '/v1/chat/completions')).status, 405);
