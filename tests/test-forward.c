@@ -367,7 +367,7 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
     if (tok) CHECK_OK(atlas_tokenizer_decode(tok, pr->greedy_ids, upto, false, &want, &len));
     CHECK_MSG(want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'", name, out,
               want ? want : "");
-    /* the queued loop's ends (src/cli/run.c generate_queued): -n 0, 1, 2, 3 print exactly
+    /* the generation's ends: -n 0, 1, 2, 3 print exactly
      * the text of the reference's first 0, 1, 2, 3 ids */
     for (int n_new = 0; n_new <= 3 && n_new <= upto && tok; n_new++) {
         static char part[1 << 12];

@@ -221,6 +221,7 @@ typedef struct atlas_engine_model_status {
     long kv_tokens;         /* tokens its KV pool holds (all sequences together) */
     size_t kv_bytes;        /* the pool's size */
     char note[256];         /* why ctx_size is below what was asked, "" if it is not */
+    char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
 } atlas_engine_model_status;
 
 /* Fills out[0 .. min(cap, n)) and returns n, the number of configured models. */

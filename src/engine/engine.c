@@ -602,6 +602,11 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
                                                          e->p.kv_block_size * md->kv_token_bytes};
         snprintf(out[i].last_error, sizeof out[i].last_error, "%s", md->last_error);
         snprintf(out[i].note, sizeof out[i].note, "%s", md->ctx_note);
+        if (md->m) {
+            atlas_model_info info;
+            atlas_model_get_info(md->m, &info);
+            snprintf(out[i].backend, sizeof out[i].backend, "%s", info.backend);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     return e->n_models;
