@@ -348,6 +348,51 @@ static atlas_request batch_request(const fixture *f, int i) {
     return r;
 }
 
+/* Greedy decode steps queued a step ahead (sched.c run_ahead): sequences that all decode
+ * greedily, ending at different steps (max_tokens, an eos taken as a stop id), give the ids
+ * they give alone, and their KV blocks come back. */
+static void test_ahead(const fixture *f) {
+    enum { N = 5 };
+    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.ctx_size = 1024;
+    atlas_engine *e = engine_new(&mod, 1, &p);
+    if (!e) return;
+    static const int max[N] = {1, 2, 7, 16, 40};
+    coll *alone[N], *together[N];
+    for (int i = 0; i < N; i++) {
+        atlas_request r = greedy_request(f->name, f->p[i].ids, f->p[i].n, max[i]);
+        alone[i] = run_one(e, &r);
+    }
+    /* a stop id: request 4's 10th token ends it there */
+    int32_t stop = alone[N - 1]->n_ids >= 10 ? alone[N - 1]->ids[9] : 0;
+    atlas_engine_metrics m0, m1;
+    atlas_engine_get_metrics(e, &m0);
+    for (int i = 0; i < N; i++) {
+        atlas_request r = greedy_request(f->name, f->p[i].ids, f->p[i].n, max[i]);
+        if (i == N - 1) r.stop_ids = &stop, r.n_stop_ids = 1;
+        together[i] = coll_new();
+        CHECK_OK(atlas_engine_submit(e, &r, on_event, together[i], NULL));
+    }
+    for (int i = 0; i < N; i++) {
+        coll_wait(together[i]);
+        int n = i == N - 1 ? 10 : max[i]; /* the stop id counts, without an event */
+        int k = 0;
+        while (k < n && k < alone[i]->n_ids && alone[i]->ids[k] != stop) k++;
+        if (i < N - 1) k = n;
+        CHECK_MSG(together[i]->n_ids == (i == N - 1 ? k : n) &&
+                      !memcmp(together[i]->ids, alone[i]->ids, (size_t)together[i]->n_ids * 4),
+                  "%s request %d: %d ids together, %d alone", f->name, i, together[i]->n_ids,
+                  alone[i]->n_ids);
+        coll_free(together[i]);
+        coll_free(alone[i]);
+    }
+    atlas_engine_get_metrics(e, &m1);
+    CHECK(m1.finished_stop == m0.finished_stop + 1);
+    check_kv_empty(e, "ahead");
+    atlas_engine_free(e);
+}
+
 static void test_batch_vs_alone(const fixture *f) {
     enum { N = 32 };
     atlas_engine_model mod = {f->name, f->dir};
@@ -897,6 +942,8 @@ int main(void) {
     TIMED(test_reference(&llama));
     TIMED(test_reference(&qwen));
     TIMED(test_prefix_cache(&qwen));
+    TIMED(test_ahead(&llama));
+    TIMED(test_ahead(&qwen));
     TIMED(test_forced(&llama));
     TIMED(test_forced(&qwen));
     TIMED(test_batch_vs_alone(&llama));

@@ -478,10 +478,10 @@ static void plan_step(atlas_engine *e, eng_model *md) {
     }
 }
 
-/* Fills the batch arrays from the plan; returns the number of logit rows.  s->plan is
- * reset here: entries are then addressed by index. */
-static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
-    int n = 0, n_logits = 0, max_blocks = 1;
+/* Writes every planned sequence's block table into e->b_table (rows of the longest table's
+ * width) and sets the batch's table and width. */
+static atlas_status fill_tables(atlas_engine *e, atlas_batch *b) {
+    int max_blocks = 1;
     for (int i = 0; i < e->n_plan; i++)
         if (e->plan[i].s->kv.n > max_blocks) max_blocks = e->plan[i].s->kv.n;
     size_t need = (size_t)e->n_plan * max_blocks;
@@ -492,6 +492,21 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
         e->b_table_cap = need;
     }
     for (int i = 0; i < e->n_plan; i++) {
+        const seq *s = e->plan[i].s;
+        int32_t *row = e->b_table + (size_t)i * max_blocks;
+        memcpy(row, s->kv.ids, (size_t)s->kv.n * sizeof *row);
+        for (int j = s->kv.n; j < max_blocks; j++) row[j] = 0;
+    }
+    b->block_table = e->b_table;
+    b->max_blocks = max_blocks;
+    return ATLAS_OK;
+}
+
+/* Fills the batch arrays from the plan; returns the number of logit rows.  s->plan is
+ * reset here: entries are then addressed by index. */
+static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
+    int n = 0, n_logits = 0;
+    for (int i = 0; i < e->n_plan; i++) {
         plan_entry *pe = &e->plan[i];
         seq *s = pe->s;
         s->plan = -1;
@@ -501,17 +516,13 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
             e->b_pos[n] = s->n_computed + j;
         }
         e->b_ctx[i] = s->n_computed + pe->n;
-        int32_t *row = e->b_table + (size_t)i * max_blocks;
-        memcpy(row, s->kv.ids, (size_t)s->kv.n * sizeof *row);
-        for (int j = s->kv.n; j < max_blocks; j++) row[j] = 0;
         if (pe->logits) e->b_rows[n_logits++] = n - 1;
     }
     e->b_start[e->n_plan] = n;
     *b = (atlas_batch){.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_pos,
                        .n_seqs = e->n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
-                       .block_table = e->b_table, .max_blocks = max_blocks,
                        .n_logits = n_logits, .logit_rows = e->b_rows};
-    return ATLAS_OK;
+    return fill_tables(e, b);
 }
 
 /* ---- running a step --------------------------------------------------------------------- */
@@ -666,6 +677,95 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
     }
 }
 
+/* ---- greedy decode steps queued a step ahead ----------------------------------------------
+ * When a step is only plain greedy decodes (one token a sequence, the argmax of the raw
+ * logits) and nothing else waits, the next step is queued on the backend before this one is
+ * collected (atlas_model_forward_argmax_queue: its tokens are this step's argmax, taken on
+ * the device), so that the GPU computes step k + 1 while the host emits step k's tokens.
+ * The run ends, and the queued step is collected, as soon as a sequence ends, something
+ * waits to be admitted, a command or another model has work, or a sequence would need a KV
+ * block that is not free. */
+
+static int ahead_eligible(const atlas_engine *e) {
+    if (e->n_plan == 0) return 0;
+    for (int i = 0; i < e->n_plan; i++) {
+        const plan_entry *pe = &e->plan[i];
+        if (pe->n != 1 || !pe->logits || !pe->s->plain_greedy ||
+            pe->s->n_tokens - pe->s->n_computed != 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether another step may be queued behind `q` uncollected ones, and if so reserves its KV
+ * row for every sequence.  Under e->mu. */
+static int ahead_more(atlas_engine *e, eng_model *md, int q) {
+    if (e->stop || e->n_waiting > 0 || e->cmds || md->draining) return 0;
+    for (int i = 0; i < e->n_models; i++)
+        if (&e->models[i] != md && e->models[i].n_running > 0) return 0;
+    for (int i = 0; i < e->n_plan; i++) {
+        const seq *s = e->plan[i].s;
+        int gen = s->n_tokens - s->n_prompt;
+        if (atomic_load(&s->cancel) || gen + q + 1 > s->max_tokens || s->n_tokens + q + 1 > s->cap)
+            return 0;
+    }
+    for (int i = 0; i < e->n_plan; i++) {
+        seq *s = e->plan[i].s;
+        if (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + q + 1)) return 0;
+    }
+    return 1;
+}
+
+/* Runs the planned step and as many queued steps after it as ahead_more allows; marks
+ * ended sequences SEQ_DONE and returns the number of steps.  Outside e->mu. */
+static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
+    atlas_status st = atlas_model_forward_argmax_queue(md->m, b);
+    int q = st == ATLAS_OK, steps = q, more = q, ended = 0;
+    while (q > 0) {
+        if (more) {
+            pthread_mutex_lock(&e->mu);
+            more = !ended && ahead_more(e, md, q);
+            if (more) st = fill_tables(e, b);
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (more && st == ATLAS_OK) {
+            for (int i = 0; i < e->n_plan; i++) {
+                const seq *s = e->plan[i].s;
+                e->b_pos[i] = s->n_computed + q;
+                e->b_ctx[i] = s->n_computed + q + 1;
+            }
+            b->tokens = NULL; /* the argmax of the step queued before */
+            st = atlas_model_forward_argmax_queue(md->m, b);
+            if (st == ATLAS_OK) q++, steps++;
+        }
+        if (st != ATLAS_OK) break;
+        st = atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
+        if (st != ATLAS_OK) break;
+        q--;
+        for (int i = 0; i < e->n_plan; i++) {
+            seq *s = e->plan[i].s;
+            if (s->state == SEQ_DONE) continue; /* its row of a step queued past its end */
+            s->n_computed++;
+            if (atlas_engine_seq_accept(e, s, e->b_ids[i], 0, NULL, 0)) {
+                s->state = SEQ_DONE;
+                ended = 1;
+            }
+        }
+        if (ended) more = 0;
+    }
+    if (st != ATLAS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        while (q-- > 0) (void)atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
+        for (int i = 0; i < e->n_plan; i++) {
+            if (e->plan[i].s->state == SEQ_DONE) continue;
+            atlas_engine_seq_fail(e->plan[i].s, st, msg);
+            e->plan[i].s->state = SEQ_DONE;
+        }
+    }
+    return steps;
+}
+
 /* One step of md.  Under e->mu (dropped for the forward pass and the callbacks). */
 static int step(atlas_engine *e, eng_model *md) {
     if (!md->m || md->n_running == 0) return 0;
@@ -688,10 +788,14 @@ static int step(atlas_engine *e, eng_model *md) {
     for (int i = 0; i < e->n_plan; i++)
         if (!e->plan[i].logits || e->plan[i].s->n_tokens - e->plan[i].s->n_computed > 1)
             prefill += e->plan[i].n;
+    int steps = 1, ahead = ahead_eligible(e);
     pthread_mutex_unlock(&e->mu);
-    run_step(e, md, &b);
+    if (ahead)
+        steps = run_ahead(e, md, &b);
+    else
+        run_step(e, md, &b);
     pthread_mutex_lock(&e->mu);
-    e->metrics.steps++;
+    e->metrics.steps += (uint64_t)steps;
     e->metrics.last_batch_tokens = b.n_tokens;
     e->metrics.prompt_tokens += (uint64_t)prefill;
     if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */
