@@ -122,6 +122,9 @@ static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logi
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
     int d = m->cfg.hidden, V = m->cfg.vocab_size;
+    /* a chunk of a long prompt that is not its last wants no logits (and a kernel of no
+     * rows is no launch: CUDA refuses a grid of 0) */
+    if (b->n_logits == 0) return op->sync(be);
     ATLAS_TRY(op->gather_rows(be, m->acts.rows, m->acts.h, d));
     for (int r0 = 0; r0 < b->n_logits; r0 += m->logit_chunk) {
         int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
