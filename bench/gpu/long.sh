@@ -80,7 +80,7 @@ if has stress; then
   timeout 400 python3 bench/serve/loadgen.py --url http://127.0.0.1:18082 --model m \
     --concurrency 256 --requests 256 --input-len 8000 --output-len 16 \
     --json "$OUT/stress.json" 2>&1 | tail -8 | tee "$OUT/stress.log"
-  get http://127.0.0.1:18082/metrics | grep -E "finished_total|preemptions|kv_capacity|context_tokens|kv_blocks_total" | tee "$OUT/stress-metrics.txt"
+  get http://127.0.0.1:18082/metrics | grep -E "finished_total|preemptions|kv_capacity|context_tokens|kv_blocks_total|swap_seconds" | tee "$OUT/stress-metrics.txt"
   kill $srv; wait $srv 2>/dev/null; tail -3 "$OUT/serve-stress.log"
 fi
 step done
