@@ -86,19 +86,23 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
     }
 }
 
-/* One block: token t, kv head g, split s covering context positions [start + s*chunk, ..),
- * walked in tiles of `tile` keys with an online softmax.
- * smem: q[G*hd], o[G*hd], scores[G*tile], slots[tile] (int), m[G], l[G], alpha[G]. */
+/* One block: token t, GB query heads hb .. hb + GB - 1 (hb = blockIdx.y * GB; GB divides
+ * G = H / K, so they share kv head g = hb / G: GB = G reads each K/V row once for the whole
+ * group, a smaller GB bounds the shared memory of large groups, as MQA's), split s covering
+ * context positions [start + s*chunk, ..), walked in tiles of `tile` keys with an online
+ * softmax. grid (n, H / GB, n_split); counters [n, H / GB].
+ * smem: q[GB*hd], o[GB*hd], scores[GB*tile], slots[tile] (int), m[GB], l[GB], alpha[GB]. */
 extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
 atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
                  const bf16_t *vc, const int *tok_seq, const int *positions,
-                 const int *block_table, int max_blocks, int bs, int H, int K, int hd,
+                 const int *block_table, int max_blocks, int bs, int H, int K, int hd, int GB,
                  int window, int chunk, int tile, float scale, float *out, int *counters) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    int t = blockIdx.x, g = blockIdx.y, s = blockIdx.z, n_split = gridDim.z;
-    int G = H / K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
+    int hb = blockIdx.y * GB, g = hb / (H / K), G = GB; /* G: the block's heads from here on */
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float *q = smem, *o = q + G * hd, *sc = o + G * hd;
     int *slots = (int *)(sc + G * tile);
     float *mrun = (float *)(slots + tile), *lrun = mrun + G, *alpha = lrun + G;
@@ -106,8 +110,8 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
     int pos = positions[t];
     int start = window > 0 ? max(0, pos - window + 1) : 0;
     int j0 = start + s * chunk, j1 = min(j0 + chunk, pos + 1);
-    size_t po = ((size_t)t * H + (size_t)g * G) * n_split + s; /* (t, head g*G, split s) */
-    const float *qrow = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)g * G * hd;
+    size_t po = ((size_t)t * H + hb) * n_split + s; /* (t, head hb, split s) */
+    const float *qrow = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)hb * hd;
     for (int i = tid; i < G * hd; i += ATTN_THREADS) {
         q[i] = qrow[i] * scale;
         o[i] = 0.0f;
@@ -174,7 +178,10 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
         part_ml[(po + (size_t)h * n_split) * 2] = mrun[h];
         part_ml[(po + (size_t)h * n_split) * 2 + 1] = lrun[h];
     }
-    if (counters) merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, hd, n_split);
+    /* merge_last_split's (kv head g of K, G heads) are this block's (head group y of H / GB) */
+    if (counters)
+        merge_last_split(part_o, part_ml, out, counters, t, blockIdx.y, H, gridDim.y, G, hd,
+                         n_split);
 }
 
 /* out[t, h*hd + i] = merged chunks. grid (n, H), block >= 32. */

@@ -6,7 +6,9 @@
  * tiles gathered from their cache slots by cp.async); scores get the causal / sliding-window
  * mask, an online softmax in base 2 (the scale and log2(e) are folded into Q), and P (bf16)
  * multiplies V through ldmatrix.trans. Q is staged through the K buffer once and kept in
- * registers. head_dim 64 or 128 (template); others use kernels/attention.cu. */
+ * registers. head_dim 64, 80, 96 or 128 (template: a multiple of 16, whose rows of HD + 8
+ * bf16 stay 16-byte aligned for ldmatrix); others (256: its registers and 67 KiB of shared
+ * memory) use kernels/attention.cu. */
 #include "mma.cuh"
 
 enum { PF_Q = 64, PF_K = 64, PF_THREADS = 128 };
@@ -162,25 +164,16 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     }
 }
 
-/* grid (n_tiles, H), block 128, dynamic smem 2 * 64 * (HD + 8) * 2 bytes. */
-extern "C" __global__ void __launch_bounds__(PF_THREADS)
-atlas_attn_prefill64(float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc,
-                     const int *tiles, const int *tok_seq, const int *positions,
-                     const int *block_table, int max_blocks, int bs, int H, int K, int window,
-                     float qscale) {
-    pdl_trigger();
-    pdl_wait();
-    pf_body<64>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
-                window, qscale);
-}
-
-extern "C" __global__ void __launch_bounds__(PF_THREADS)
-atlas_attn_prefill128(float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc,
-                      const int *tiles, const int *tok_seq, const int *positions,
-                      const int *block_table, int max_blocks, int bs, int H, int K, int window,
-                      float qscale) {
-    pdl_trigger();
-    pdl_wait();
-    pf_body<128>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, K,
-                 window, qscale);
-}
+/* atlas_attn_prefill<HD>: grid (n_tiles, H), block 128, dynamic smem 2 * 64 * (HD + 8) * 2
+ * bytes (34 KiB at 128). */
+#define ATLAS_ATTN_PREFILL(HD)                                                                    \
+    extern "C" __global__ void __launch_bounds__(PF_THREADS) atlas_attn_prefill##HD(             \
+        float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc, const int *tiles,       \
+        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
+        int H, int K, int window, float qscale) {                                                \
+        pdl_trigger();                                                                           \
+        pdl_wait();                                                                              \
+        pf_body<HD>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, \
+                    K, window, qscale);                                                          \
+    }
+ATLAS_ATTN_PREFILL(64) ATLAS_ATTN_PREFILL(80) ATLAS_ATTN_PREFILL(96) ATLAS_ATTN_PREFILL(128)

@@ -200,20 +200,22 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     *out = NULL;
     if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d views", n);
     int dims = views[0]->n_dims;
-    int64_t rows = 0, cols = dims == 2 ? views[0]->shape[1] : views[0]->shape[0];
+    int64_t rows = 0, cols = dims == 2 ? views[0]->shape[1] : 0;
     for (int i = 0; i < n; i++) {
         const atlas_tensor_view *v = views[i];
-        if (v->n_dims != dims || (dims != 1 && dims != 2) ||
-            (dims == 2 ? v->shape[1] : v->shape[0]) != cols)
+        /* 2-D views stack their rows (same columns); 1-D views (biases, norms) concatenate
+         * whatever their lengths: q|k|v biases of H*hd, K*hd and K*hd under GQA */
+        if (v->n_dims != dims || (dims != 1 && dims != 2) || (dims == 2 && v->shape[1] != cols))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: shape does not fuse with %s",
                               v->name, views[0]->name);
         if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 &&
             v->dtype != ATLAS_DTYPE_F32)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: dtype %s", v->name,
                               atlas_dtype_name(v->dtype));
-        rows += dims == 2 ? v->shape[0] : 1;
+        if (dims == 2) rows += v->shape[0];
+        else cols += v->shape[0];
     }
-    if (dims == 1) cols *= rows, rows = 1; /* 1-D views concatenate */
+    if (dims == 1) rows = 1; /* one row of all the views' elements */
     if (dims == 2 && cols % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %lld columns, want a multiple "
                           "of 8", views[0]->name, (long long)cols);
@@ -584,9 +586,11 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     }
     if (n > cb->counter_cap) {
         ATLAS_TRY(graphs_release(cb));
-        ATLAS_TRY(cuda_realloc(cb, &cb->attn_counters, (size_t)n * g->n_kv_heads * 4,
+        /* a counter a (token, kv head) for the decode kernels, a (token, block of heads)
+         * for the split kernel: at most H */
+        ATLAS_TRY(cuda_realloc(cb, &cb->attn_counters, (size_t)n * g->n_heads * 4,
                                "attention counters"));
-        ATLAS_CU_TRY(cuMemsetD32Async, cb->attn_counters, 0, (size_t)n * g->n_kv_heads, cb->stream);
+        ATLAS_CU_TRY(cuMemsetD32Async, cb->attn_counters, 0, (size_t)n * g->n_heads, cb->stream);
         cb->counter_cap = n;
     }
     cb->n_split = n_split;
@@ -807,16 +811,28 @@ static const atlas_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
+/* The shapes the kernels take; a model the CPU runs and these refuse fails its load with the
+ * limit named. Every tuned kernel falls back to a general one inside them (ops_cuda.c): the
+ * tiled prefill attention (head_dim 64/80/96/128) to the split kernel, the cluster decode
+ * attention (64/128, <= 8 heads a kv head, <= 4096 slots) to the warp kernel (64/128/256,
+ * <= 8 heads) and that to the split kernel, which takes any group in blocks of heads. */
 static atlas_status check_geom(const atlas_backend_geom *g) {
-    int G = g->n_kv_heads > 0 ? g->n_heads / g->n_kv_heads : 0;
-    if (g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads || g->head_dim % 8 || g->hidden % 8 ||
-        g->intermediate % 8 || g->head_dim < 8)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: geometry (hidden %d, heads %d/%d, "
-                          "head_dim %d, intermediate %d) needs multiples of 8 and whole groups",
-                          g->hidden, g->n_heads, g->n_kv_heads, g->head_dim, g->intermediate);
-    if ((size_t)2 * G * g->head_dim * 4 > 32 * 1024)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %d query heads per kv head of %d: the "
-                          "attention kernel's shared memory is too small", G, g->head_dim);
+    if (g->n_kv_heads < 1 || g->n_heads < 1 || g->n_heads % g->n_kv_heads)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %d query heads for %d kv heads: want "
+                          "whole groups", g->n_heads, g->n_kv_heads);
+    /* K/V rows, weight rows and activations move 8 bf16 (16 bytes) at a time; the rope table
+     * is made from a stack copy of hd/2 <= 512 frequencies (cuda_setup) */
+    if (g->head_dim % 8 || g->head_dim < 8 || g->head_dim > 1024)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: the kernels take multiples "
+                          "of 8 from 8 to 1024", g->head_dim);
+    if (g->hidden % 8 || g->intermediate % 8)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
+                          "take multiples of 8", g->hidden, g->intermediate);
+    int G = g->n_heads / g->n_kv_heads;
+    if (cuda_attn_split_heads(G, g->head_dim) < 1)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: one query head of the split "
+                          "attention kernel needs more than its 43 KiB of shared memory",
+                          g->head_dim);
     return ATLAS_OK;
 }
 

@@ -67,7 +67,8 @@ typedef struct cuda_fns {
     CUfunction argmax_wide;    /* many blocks a row (ops_cuda.c) */
     CUfunction swiglu_bf16;    /* prefill: bf16 gate_up in, bf16 matmul input out */
     CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
-    CUfunction attn_split, attn_combine, attn_prefill64, attn_prefill128, rope_kv, stage;
+    CUfunction attn_split, attn_combine, rope_kv, stage;
+    CUfunction attn_prefill;   /* the tiled prefill kernel of the model's head_dim; NULL: none */
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
@@ -161,7 +162,8 @@ typedef struct cuda_backend {
     /* attention split-K workspace */
     int n_split, chunk;
     CUdeviceptr part_o, part_ml;
-    CUdeviceptr attn_counters; /* [counter_cap, K] ints, zero between launches */
+    CUdeviceptr attn_counters; /* [counter_cap, H] ints (a block of heads a counter, at most
+                                  H of them), zero between launches */
     int counter_cap;
     size_t part_bytes;
 
@@ -269,6 +271,9 @@ void *cuda_pdl_resolve(void);
 atlas_status cuda_load_kernels(cuda_backend *cb);
 /* Loads the kernels and cuBLASLt on first use (backend_cuda.c): before anything launches. */
 atlas_status cuda_ready(cuda_backend *cb);
+/* ops_cuda.c: query heads a block of the split attention kernel for groups of G heads of
+ * head_dim hd (a divisor of G that fits its shared memory); 0: none fits. */
+int cuda_attn_split_heads(int G, int hd);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);

@@ -32,6 +32,9 @@ void *cuda_pdl_resolve(void) {
 
 static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
                            unsigned gz, unsigned block, unsigned smem, void **args) {
+    /* an empty grid is no work (a chunk of a long prompt wants no logit row: gather of 0
+     * rows), and the driver refuses it with CUDA_ERROR_INVALID_VALUE */
+    if (gx == 0 || gy == 0 || gz == 0) return ATLAS_OK;
     bool pdl = cb->launch_ex && !cb->pdl_fence;
     cb->pdl_fence = false;
     if (pdl) {
@@ -102,11 +105,12 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
     /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
      * every model load, and 2/3 of these would never run) */
     int hd = cb->base.geom.head_dim;
-    if (hd == 64 || hd == 128)
-        ATLAS_TRY(atlas_registry_function(cb->reg, hd == 64 ? "atlas_attn_prefill64"
-                                                            : "atlas_attn_prefill128",
-                                          hd == 64 ? &cb->fn.attn_prefill64
-                                                   : &cb->fn.attn_prefill128));
+    cb->fn.attn_prefill = NULL;
+    if (hd == 64 || hd == 80 || hd == 96 || hd == 128) {
+        char name[48];
+        snprintf(name, sizeof name, "atlas_attn_prefill%d", hd);
+        ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_prefill));
+    }
     for (int h = 0; h < 3; h++)
         for (int q = 0; q < 4 && (64 << h) == hd; q++) {
             char name[48];
@@ -161,15 +165,32 @@ bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
     return true;
 }
 
-/* Keys handled per pass inside a block: bounded by shared memory (48 KiB without opt-in,
- * less the merge's 4 KiB of static shared memory, kernels/attention.cu). */
+/* The split kernel's dynamic shared memory (kernels/attention.cu atlas_attn_split) for G
+ * query heads a block and tiles of t keys. Its budget: 48 KiB without opt-in, less the
+ * merge's 4 KiB of static shared memory. */
+enum { ATTN_SPLIT_SMEM = 43 * 1024, ATTN_MIN_TILE = 32 };
+static size_t attn_split_smem(int G, int hd, int t) {
+    return (size_t)(2 * G * hd + G * t + t + 3 * G) * 4;
+}
+
+/* Keys handled per pass inside a block: as many as fit, at least ATTN_MIN_TILE. */
 static int attn_tile(int G, int hd) {
     int t = 256;
-    while (t > 32 && (size_t)(2 * G * hd + G * t + t + 3 * G) * 4 > 43 * 1024) t /= 2;
+    while (t > ATTN_MIN_TILE && attn_split_smem(G, hd, t) > ATTN_SPLIT_SMEM) t /= 2;
     return t;
 }
 
-/* Tensor-core flash attention over tiles of 64 queries (prefill; head_dim 64 or 128). */
+/* Query heads a split-kernel block: all G of a kv head when they fit its shared memory (each
+ * K/V row read once for the group), else the largest divisor of G that fits (MQA's 32-64
+ * heads at head_dim 128-256); 0 when not even one head fits (check_geom refuses that). */
+int cuda_attn_split_heads(int G, int hd) {
+    for (int gb = G; gb >= 1; gb--)
+        if (G % gb == 0 && attn_split_smem(gb, hd, ATTN_MIN_TILE) <= ATTN_SPLIT_SMEM) return gb;
+    return 0;
+}
+
+/* Tensor-core flash attention over tiles of 64 queries (prefill; head_dim 64, 80, 96, 128:
+ * cb->fn.attn_prefill). */
 static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
@@ -183,8 +204,8 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
                  &window, &qscale};
-    CUfunction f = hd == 64 ? cb->fn.attn_prefill64 : cb->fn.attn_prefill128;
-    return launch(cb, f, (unsigned)cb->n_tiles, (unsigned)H, 1, 128, 2 * 64 * (hd + 8) * 2, a);
+    return launch(cb, cb->fn.attn_prefill, (unsigned)cb->n_tiles, (unsigned)H, 1, 128,
+                  2 * 64 * (hd + 8) * 2, a);
 }
 
 /* The warp-per-key decode kernel for this shape, or NULL (the split kernel then; also with
@@ -201,11 +222,11 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
-    if (cb->use_prefill_attn && c->n >= 16 && c->n >= 8 * cb->n_tiles && (hd == 64 || hd == 128))
+    if (cb->use_prefill_attn && cb->fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->n_tiles)
         return op_attention_tiles(cb, c);
     int n = c->n, bs = kv->block_size, max_blocks = cb->max_blocks;
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
-    int chunk = cb->chunk, tile = attn_tile(G, hd);
+    int chunk = cb->chunk, tile;
     float scale = 1.0f / __builtin_sqrtf((float)hd);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
@@ -241,11 +262,13 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
         void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
         return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
     }
+    int gb = cuda_attn_split_heads(G, hd); /* >= 1: check_geom */
+    tile = attn_tile(gb, hd);
     void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                 &bs, &H, &K, &hd, &window, &chunk, &tile, &scale, &out, &counters};
-    unsigned smem = (unsigned)((2 * G * hd + G * tile + tile + 3 * G) * 4);
-    ATLAS_TRY(launch(cb, cb->fn.attn_split, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128,
-                     smem, a));
+                 &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters};
+    unsigned smem = (unsigned)attn_split_smem(gb, hd, tile);
+    ATLAS_TRY(launch(cb, cb->fn.attn_split, (unsigned)n, (unsigned)(H / gb),
+                     (unsigned)cb->n_split, 128, smem, a));
     if (counters) return ATLAS_OK; /* the last split of each (token, kv head) merged them */
     void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
     return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128, 0, b);
@@ -410,6 +433,9 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, d = c->d;
     float eps = g->rms_eps;
     CUdeviceptr p0 = CUDA_PTR(c->p[0]), p1 = CUDA_PTR(c->p[1]), p2 = CUDA_PTR(c->p[2]);
+    /* a command over no rows does nothing (the logit rows of a prefill chunk that wants
+     * none: gather, lm_head matmul); cuBLASLt refuses a matmul of 0 rows */
+    if (c->n <= 0 && c->op != CUDA_OP_STAGE) return ATLAS_OK;
     switch (c->op) {
     case 0: /* the decode key: launch shapes, no work */
         return ATLAS_OK;
