@@ -615,6 +615,50 @@ static void matmul_with(const atlas_backend_geom *g, const char *var, const char
     if (own) own->ops->destroy(own);
 }
 
+/* A prefill chunk that wants no logit row (every chunk of a long prompt but its last):
+ * gather of 0 rows and a matmul of 0 rows do nothing (an empty grid is refused by the
+ * driver); and q|k|v biases of different lengths (GQA: H*hd, K*hd, K*hd) fuse into one, as
+ * the GPU's qkv projection of Qwen2 adds them. Placed last in main: it draws from the shared
+ * random stream. */
+static void test_no_logit_rows_and_gqa_bias(void) {
+    tensor bq, bk, bv, wq;
+    tensor_make(&bq, "q_proj.bias", ATLAS_DTYPE_BF16, H * HD, 0, 0);
+    tensor_make(&bk, "k_proj.bias", ATLAS_DTYPE_BF16, KH * HD, 0, 0);
+    tensor_make(&bv, "v_proj.bias", ATLAS_DTYPE_BF16, KH * HD, 0, 0);
+    tensor_make(&wq, "wqkv", ATLAS_DTYPE_BF16, QKV, D, 0);
+    tensor *pb[] = {&bq, &bk, &bv}, *pw[] = {&wq};
+    weight b = weight_load(pb, 3), w = weight_load(pw, 1);
+    buf x = buf_make(70 * D), out = buf_make(70 * QKV), rows = buf_make(D);
+    for (int n = 1; n <= 70 && b.gpu; n += 69) { /* a GEMV and a GEMM with the fused bias */
+        begin(n, 0, 0, 0, 0); /* no logit row */
+        buf_random(&x, 1.0f);
+        buf_poison(&out);
+        buf_poison(&rows);
+        CHECK_OK(cpu->ops->matmul(cpu, out.cpu, x.cpu, w.cpu, b.cpu, n));
+        CHECK_OK(gpu->ops->matmul(gpu, out.gpu, x.gpu, w.gpu, b.gpu, n));
+        CHECK_OK(gpu->ops->gather_rows(gpu, rows.gpu, x.gpu, D));
+        CHECK_OK(gpu->ops->matmul(gpu, rows.gpu, rows.gpu, w.gpu, NULL, 0));
+        CHECK_OK(gpu->ops->sync(gpu));
+        char what[64];
+        snprintf(what, sizeof what, "qkv + q|k|v bias (GQA), n=%d", n);
+        buf_check(what, &out, (size_t)n * QKV, n == 1 ? 1e-5 : 1e-2, gpu);
+        float h[4];
+        CHECK_OK(gpu->ops->download(gpu, h, rows.gpu, 4));
+        CHECK_MSG(isnan(h[0]) && isnan(h[3]), "0 logit rows: gather wrote %g", h[0]);
+    }
+    CHECK_MSG(b.gpu && b.gpu->rows == 1 && b.gpu->cols == QKV, "fused bias %lld x %lld",
+              b.gpu ? (long long)b.gpu->rows : 0, b.gpu ? (long long)b.gpu->cols : 0);
+    buf_free(&x);
+    buf_free(&out);
+    buf_free(&rows);
+    weight *ws[] = {&b, &w};
+    for (int i = 0; i < 2; i++) {
+        cpu->ops->weight_free(cpu, ws[i]->cpu);
+        gpu->ops->weight_free(gpu, ws[i]->gpu);
+    }
+    free(bq.data); free(bk.data); free(bv.data); free(wq.data);
+}
+
 int main(void) {
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
@@ -779,6 +823,7 @@ int main(void) {
     matmul_with(&g, "ATLAS_CUDA_GEMV_EARLY2", "0", "ng3early0");
     unsetenv("ATLAS_CUDA_GEMV_EARLY2");
     unsetenv("ATLAS_CUDA_GEMV_NG");
+    test_no_logit_rows_and_gqa_bias();
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);
