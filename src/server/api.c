@@ -420,7 +420,8 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     } else {
         atlas_gen_opts o = {.kind = ATLAS_API_CHAT, .model = model, .stream = gp.stream,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,
-                            .top_logprobs = gp.top_logprobs, .tools = ATLAS_TOOLCALL_NONE};
+                            .top_logprobs = gp.top_logprobs,
+                            .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE};
         if (parse_tools) o.tools = tool_format(s, model, tmpl);
         if (parse_tools) st = force_tool_call(o.tools, model, body, &gp, &param);
         /* a thinking template's "<think>" block becomes reasoning_content, unless a
@@ -528,7 +529,8 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
     } else {
         atlas_gen_opts o = {.kind = ATLAS_API_COMPLETION, .model = model, .stream = gp.stream,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,
-                            .top_logprobs = gp.top_logprobs, .tools = ATLAS_TOOLCALL_NONE,
+                            .top_logprobs = gp.top_logprobs,
+                            .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE,
                             .echo = echo[0]};
         if (count == 1 && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
         else start_choices(call, &o, &gp, tok, ids, n, echo, count, r);

@@ -46,7 +46,8 @@ static const char *finish_name(const atlas_gen *g) {
     }
 }
 
-/* The token's own text and bytes (OpenAI's "token" and "bytes"). */
+/* The token's own text and bytes (OpenAI's "token" and "bytes"), or "token_id:N" when the
+ * request asked (vLLM's return_tokens_as_token_ids). */
 static json_t *token_json(const atlas_gen *g, int32_t id, json_t **bytes) {
     const char *b = "";
     size_t n = 0;
@@ -55,6 +56,7 @@ static json_t *token_json(const atlas_gen *g, int32_t id, json_t **bytes) {
         *bytes = json_array();
         for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
     }
+    if (g->o.tokens_as_ids) return json_sprintf("token_id:%d", (int)id);
     return atlas_json_text(b, n);
 }
 

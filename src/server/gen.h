@@ -30,6 +30,7 @@ typedef struct atlas_gen_opts {
     bool stream, include_usage;
     bool logprobs;
     int top_logprobs;
+    bool tokens_as_ids;           /* logprobs name tokens "token_id:N" */
     atlas_toolcall_format tools;  /* NONE: no tool parsing */
     const char *echo;             /* /v1/completions echo: the prompt text (copied) or NULL */
     bool reasoning;               /* chat: split "<think>" out as reasoning_content */

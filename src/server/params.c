@@ -287,6 +287,7 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(parse_logit_bias(body, tok, p, param));
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
+    ATLAS_TRY(atlas_param_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));
     const json_t *so = field(body, "stream_options");

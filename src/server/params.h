@@ -39,6 +39,8 @@ typedef struct atlas_gen_params {
     bool logprobs;
     int top_logprobs;           /* 0..20 */
     bool ignore_eos;            /* vLLM's extension */
+    bool tokens_as_ids;         /* vLLM's return_tokens_as_token_ids: logprobs name tokens
+                                   "token_id:N" (unambiguous, unlike their text) */
     bool echo;                  /* /v1/completions: prepend the prompt */
     int n;                      /* choices per prompt (OpenAI's "n"), 1..ATLAS_MAX_CHOICES;
                                    choice i samples with seed sp.seed + i */

@@ -168,6 +168,20 @@ test('logprobs and top_logprobs in OpenAI shape', async () => {
   assert.equal(l.top_logprobs.length, 3);
   assert.equal(Object.keys(l.top_logprobs[0]).length, 2);
   assert.equal(l.text_offset[0], 0);
+  // vLLM's return_tokens_as_token_ids: the same tokens and logprobs, named by id
+  const ids = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: 'Hello', max_tokens: 3, temperature: 0, logprobs: 2, return_tokens_as_token_ids: true });
+  assert.equal(ids.status, 200, ids.text);
+  const li = ids.json.choices[0].logprobs;
+  assert.deepEqual(li.token_logprobs, l.token_logprobs);
+  for (let i = 0; i < 3; i++) {
+    assert.match(li.tokens[i], /^token_id:\d+$/);
+    const keys = Object.keys(li.top_logprobs[i]);
+    assert.equal(keys.length, 2);
+    assert.ok(keys.every((k) => /^token_id:\d+$/.test(k)), keys.join());
+    assert.ok(keys.includes(li.tokens[i])); /* greedy: the chosen token is the top one */
+  }
+  const tok = await postJSON(srv.base, '/tokenize', { model: 'llama', prompt: c.choices[0].text, add_special_tokens: false });
+  assert.deepEqual(li.tokens.map((t) => Number(t.slice(9))), tok.json.tokens);
 });
 
 // The fixture models have random weights: they never write a tool call by themselves.
