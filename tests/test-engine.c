@@ -72,7 +72,7 @@ static void on_event(const atlas_event *ev, void *user) {
     if (ev->type == ATLAS_EVENT_TOKEN) {
         if (c->n_ids < MAX_IDS) {
             int k = ev->n_top < 8 ? ev->n_top : 8;
-            memcpy(c->top[c->n_ids], ev->top, (size_t)k * sizeof *ev->top);
+            if (k > 0) memcpy(c->top[c->n_ids], ev->top, (size_t)k * sizeof *ev->top);
             c->n_top[c->n_ids] = k;
             c->ids[c->n_ids++] = ev->id;
         }
