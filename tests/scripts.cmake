@@ -13,3 +13,14 @@ foreach(script ${ATLAS_SERVER_SCRIPT_TESTS})
   set_tests_properties(${name} PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "ATLAS_BIN=$<TARGET_FILE:atlas>;ATLAS_TEST_DATA=${CMAKE_SOURCE_DIR}/tests/data")
 endforeach()
+
+# The small-width conformance set (tools/conformance/shapes.py SMALL; checkpoints and
+# transformers' references made on a GPU machine by tools/conformance/make.py --set small):
+# every model through the engine on the CPU, prompts longer than a step's 16 tokens, forced
+# decode steps, each of atlas's top 8 log-probs within 2e-3 of the reference's.
+file(GLOB ATLAS_SMALL_MODELS LIST_DIRECTORIES true ${CMAKE_SOURCE_DIR}/tests/data/small/*)
+if(ATLAS_SMALL_MODELS)
+  add_test(NAME small-refs COMMAND atlas-conform --device cpu --bound 2e-3 --batch-tokens 16
+           --parallel 4 ${ATLAS_SMALL_MODELS})
+  set_tests_properties(small-refs PROPERTIES LABELS cpu TIMEOUT 300)
+endif()

@@ -527,8 +527,39 @@ static void test_rope(void) {
     CHECK(fabs(attn - 1.2079441541679836) < 1e-15);
 }
 
+/* RoPE types atlas does not compute are refused at load, the message naming the type, in
+ * both spellings; and the context a config allows (vLLM's derivation). */
+static void test_rope_refusals(void) {
+    static const char *const types[] = {"dynamic", "longrope", "su", "ntk-magic"};
+    static const char *const keys[] = {"rope_scaling", "rope_parameters"};
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 4; t++) {
+            char json[512];
+            int n = snprintf(json, sizeof json,
+                             "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 100, "
+                             "\"hidden_size\": 16, \"num_hidden_layers\": 1, "
+                             "\"num_attention_heads\": 2, \"intermediate_size\": 32, "
+                             "\"max_position_embeddings\": 64, \"%s\": {\"rope_type\": "
+                             "\"%s\", \"factor\": 2.0}}", keys[k], types[t]);
+            atlas_config c;
+            CHECK(atlas_config_parse(json, (size_t)n, "m/config.json", &c) == ATLAS_ERR_UNSUPPORTED);
+            char want[96];
+            snprintf(want, sizeof want, "unsupported RoPE type \"%s\"", types[t]);
+            CHECK_MSG(strstr(atlas_last_error(), want) && strstr(atlas_last_error(), keys[k]),
+                      "%s", atlas_last_error());
+        }
+    atlas_config c;
+    CHECK_OK(atlas_config_load(harness_data_path("tiny-llama3"), &c));
+    CHECK(atlas_config_max_context(&c) == 131072); /* llama3: already the scaled maximum */
+    c.rope.type = ATLAS_ROPE_LINEAR, c.rope.factor = 4, c.max_position = 4096;
+    CHECK(atlas_config_max_context(&c) == 16384);
+    c.rope.type = ATLAS_ROPE_YARN, c.rope.factor = 4, c.rope.original_max_position = 32768;
+    CHECK(atlas_config_max_context(&c) == 131072);
+}
+
 int main(void) {
     if (!harness_mkdtemp(tmpdir, sizeof tmpdir, "cfg")) return 2;
+    test_rope_refusals();
     test_fixtures();
     test_styles();
     test_architectures();

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Makes the conformance suite's checkpoints and transformers' references (on the GPU machine).
+
+    python3 tools/conformance/make.py --set big --out /tmp/conf [--refs DIR] [--only NAME,..]
+    python3 tools/conformance/make.py --set small --out tests/data/small --refs tests/data/small
+
+For each shape of tools/conformance/shapes.py: a random-weight checkpoint (bf16 safetensors,
+2 layers, weights drawn from a fixed seed on the GPU), the config.json exactly as shapes.py
+spells it (classic rope_scaling or transformers-5 rope_parameters), a generation_config.json
+and a tokenizer.json (--tok-llama3 / --tok-qwen3 files, else a byte-level one of 256 tokens
+that any vocabulary holds: the suite feeds token ids).  With --refs, the reference too:
+`AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32, attn_implementation="sdpa")`
+(the bf16 weights upcast, the RoPE table in float32 as transformers keeps it; TF32 off), for
+each prompt length the prompt's forward (prefilled in pieces of at most 8,192 tokens against
+the cache for long prompts, logits of the last position only), then FORCED greedy steps with
+the KV cache, each feeding the reference's own greedy token (teacher forcing).  Stored in
+REFS/<name>/reference.safetensors: per length L, L<L>.prompt [seed, lo, hi], L<L>.forced
+[FORCED], L<L>.top_ids / L<L>.top_lp [FORCED + 1, TOPK] (log_softmax in float64, rounded to
+float32), L<L>.margin [FORCED + 1] (best minus second logit).
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shapes  # noqa: E402
+
+MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
+              shapes.QWEN3: "qwen3"}
+LAYERS = 2
+
+
+def byte_level_tokenizer():
+    """GPT-2's byte-level alphabet as a BPE of 256 tokens and no merges."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(cs[bs.index(b)]): b for b in range(256)}  # id = the byte
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                              "use_regex": True},
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": True,
+                               "trim_offsets": False, "use_regex": True},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                        "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
+
+
+def seed_of(name):
+    return sum((i + 1) * ord(c) for i, c in enumerate(name)) % 100003
+
+
+def make_model(name, spec, out, toks, keep):
+    d = os.path.join(out, name)
+    done = os.path.join(out, f".made-{name}")
+    if keep and os.path.exists(done):
+        return d
+    os.makedirs(d, exist_ok=True)
+    cfg_json = dict(shapes.config_json(spec), num_hidden_layers=LAYERS, torch_dtype="bfloat16",
+                    model_type=MODEL_TYPE[spec["architectures"][0]])
+    kw = {k: v for k, v in cfg_json.items() if k not in ("architectures", "model_type")}
+    config = AutoConfig.for_model(cfg_json["model_type"], **kw)
+    torch.manual_seed(seed_of(name))
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(seed_of(name))
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 1:  # norms near 1, biases small
+                base = 0.0 if pname.endswith("bias") else 1.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g, device="cuda"))
+            else:
+                std = 1.0 if "embed_tokens" in pname else 1.0 / math.sqrt(p.shape[1])
+                p.copy_(torch.randn(p.shape, generator=g, device="cuda") * std)
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="20GB")
+    del model
+    torch.cuda.empty_cache()
+    with open(os.path.join(d, "config.json"), "w") as f:  # the spelling shapes.py chose
+        json.dump(cfg_json, f, indent=2)
+    gen = {k: spec[k] for k in ("bos_token_id", "eos_token_id") if k in spec}
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(gen, f)
+    tok = toks.get(spec.get("tok"))
+    if tok:
+        shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    else:
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(byte_level_tokenizer(), f)
+    if keep:
+        open(done, "w").close()
+    return d
+
+
+def top(logits, k):
+    lp = torch.log_softmax(logits.double(), dim=-1)
+    v, i = torch.topk(lp, k)
+    l2 = torch.topk(logits.float(), 2).values
+    return i.int().cpu(), v.float().cpu(), float(l2[0] - l2[1])
+
+
+@torch.no_grad()
+def make_refs(name, spec, d, refs, big):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                 attn_implementation="sdpa").cuda().eval()
+    lo, hi = shapes.prompt_range(spec)
+    out = {}
+    for n in shapes.lengths(name, spec, big):
+        t0 = time.time()
+        seed = n * 7 + 1
+        ids = torch.tensor([shapes.prompt_ids(n, seed, lo, hi)], device="cuda")
+        past, logits = None, None
+        for a in range(0, n, 8192):
+            r = model(input_ids=ids[:, a:a + 8192], past_key_values=past, use_cache=True,
+                      logits_to_keep=1)
+            past, logits = r.past_key_values, r.logits[0, -1]
+        tids, tlps, margins, forced = [], [], [], []
+        for j in range(shapes.FORCED + 1):
+            i, v, m = top(logits, shapes.TOPK)
+            tids.append(i), tlps.append(v), margins.append(m)
+            if j == shapes.FORCED:
+                break
+            tok = int(i[0])
+            forced.append(tok)
+            r = model(input_ids=torch.tensor([[tok]], device="cuda"), past_key_values=past,
+                      use_cache=True)
+            past, logits = r.past_key_values, r.logits[0, -1]
+        out[f"L{n}.prompt"] = torch.tensor([seed, lo, hi], dtype=torch.int32)
+        out[f"L{n}.forced"] = torch.tensor(forced, dtype=torch.int32)
+        out[f"L{n}.top_ids"] = torch.stack(tids).contiguous()
+        out[f"L{n}.top_lp"] = torch.stack(tlps).contiguous()
+        out[f"L{n}.margin"] = torch.tensor(margins, dtype=torch.float32)
+        del past
+        print(f"  {name} L={n}: {time.time() - t0:.1f} s, first margin {margins[0]:.3f}", flush=True)
+    del model
+    torch.cuda.empty_cache()
+    os.makedirs(os.path.join(refs, name), exist_ok=True)
+    import transformers
+    save_file(out, os.path.join(refs, name, "reference.safetensors"),
+              metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+                        "layers": str(LAYERS)})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=["big", "small"], required=True)
+    ap.add_argument("--out", required=True, help="where the checkpoints go")
+    ap.add_argument("--refs", help="where reference.safetensors go (NAME/ under it)")
+    ap.add_argument("--only", help="comma-separated names")
+    ap.add_argument("--tok-llama3")
+    ap.add_argument("--tok-qwen3")
+    ap.add_argument("--tok-llama2")
+    a = ap.parse_args()
+    big = a.set == "big"
+    table = shapes.BIG if big else shapes.SMALL
+    toks = {"llama3": a.tok_llama3, "qwen3": a.tok_qwen3, "llama2": a.tok_llama2}
+    names = a.only.split(",") if a.only else list(table)
+    for name in names:
+        t0 = time.time()
+        d = make_model(name, table[name], a.out, toks, keep=big)
+        print(f"{name}: checkpoint {time.time() - t0:.1f} s", flush=True)
+        if a.refs:
+            make_refs(name, table[name], d, a.refs, big)
+            if os.path.abspath(a.refs) != os.path.abspath(a.out):
+                shutil.copy(os.path.join(a.refs, name, "reference.safetensors"), d)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""The model shapes of the conformance suite (issue 23, parts 5 and 7) and its prompts.
+
+BIG: published shapes at their real widths (hidden size, heads, head_dim, vocabulary, RoPE)
+with 2 layers, plus made-up ones where no listed model has the feature.  SMALL: small widths
+kept in tests/data/small/ for the CPU tests in CI.  Each entry is a transformers config (as the
+model's config.json has it, with either RoPE spelling), the prompt lengths it is checked at,
+and the tokenizer it is served with.
+
+Prompt ids come from prompt_ids(), which bench/conformance/conform.c computes the same way.
+"""
+
+LLAMA = "LlamaForCausalLM"
+MISTRAL = "MistralForCausalLM"
+QWEN2 = "Qwen2ForCausalLM"
+QWEN3 = "Qwen3ForCausalLM"
+
+BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
+FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
+TOPK = 64    # reference log-probs stored per position
+
+
+def _llama3(factor, omax=8192):
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": omax}
+
+
+BIG = {
+    # meta-llama/Llama-3.1-8B (rope_scaling spelling)
+    "llama3.1-8b": dict(architectures=[LLAMA], hidden_size=4096, intermediate_size=14336,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                        max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+                        tie_word_embeddings=False, rope_scaling=_llama3(8.0),
+                        bos_token_id=128000, eos_token_id=128001, tok="llama3"),
+    # meta-llama/Llama-3.2-1B: tied, llama3 factor 32 (transformers-5 rope_parameters spelling)
+    "llama3.2-1b": dict(architectures=[LLAMA], hidden_size=2048, intermediate_size=8192,
+                        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                        vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        tie_word_embeddings=True,
+                        rope_parameters=dict(rope_theta=500000.0, **_llama3(32.0)),
+                        bos_token_id=128000, eos_token_id=128001, tok="llama3"),
+    # meta-llama/Llama-2-7b-hf: MHA, 4,096 positions
+    "llama2-7b": dict(architectures=[LLAMA], hidden_size=4096, intermediate_size=11008,
+                      num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                      max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, tok="llama2"),
+    # mistralai/Mistral-7B-v0.3
+    "mistral-7b-v0.3": dict(architectures=[MISTRAL], hidden_size=4096, intermediate_size=14336,
+                            num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+                            max_position_embeddings=32768, rope_theta=1000000.0,
+                            rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=False,
+                            bos_token_id=1, eos_token_id=2, tok="llama2"),
+    # Qwen/Qwen2.5-0.5B: 14 / 2 heads of 64, qkv bias, tied
+    "qwen2.5-0.5b": dict(architectures=[QWEN2], hidden_size=896, intermediate_size=4864,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                         max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True, use_sliding_window=False,
+                         sliding_window=32768, max_window_layers=24,
+                         bos_token_id=151643, eos_token_id=151643, tok="qwen3"),
+    # Qwen/Qwen2.5-7B: 28 / 4 heads of 128, qkv bias, untied
+    "qwen2.5-7b": dict(architectures=[QWEN2], hidden_size=3584, intermediate_size=18944,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                       max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       tie_word_embeddings=False, use_sliding_window=False,
+                       sliding_window=131072, max_window_layers=28,
+                       bos_token_id=151643, eos_token_id=151643, tok="qwen3"),
+    # Qwen/Qwen3-0.6B: q/k norm, head_dim 128 with hidden 1024, tied
+    "qwen3-0.6b": dict(architectures=[QWEN3], hidden_size=1024, intermediate_size=3072,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                       rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       bos_token_id=151643, eos_token_id=151645, tok="qwen3"),
+    # Qwen/Qwen3-8B
+    "qwen3-8b": dict(architectures=[QWEN3], hidden_size=4096, intermediate_size=12288,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                     rms_norm_eps=1e-6, tie_word_embeddings=False,
+                     bos_token_id=151643, eos_token_id=151645, tok="qwen3"),
+    # made up: head_dim 80, 96 and 256; one KV head (MQA); Mistral v0.1's 4,096-token window
+    "hd80": dict(architectures=[LLAMA], hidden_size=2560, intermediate_size=6912,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=80, vocab_size=32000,
+                 max_position_embeddings=8192, rope_theta=10000.0, rms_norm_eps=1e-5,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, tok="llama2"),
+    "hd96": dict(architectures=[LLAMA], hidden_size=3072, intermediate_size=8192,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=96, vocab_size=32000,
+                 max_position_embeddings=8192, rope_theta=10000.0, rms_norm_eps=1e-5,
+                 tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, tok="llama2"),
+    "hd256": dict(architectures=[QWEN3], hidden_size=2048, intermediate_size=6144,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                  vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True,
+                  bos_token_id=151643, eos_token_id=151645, tok="qwen3"),
+    "mqa": dict(architectures=[LLAMA], hidden_size=2048, intermediate_size=5632,
+                num_attention_heads=16, num_key_value_heads=1, vocab_size=128256,
+                max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+                tie_word_embeddings=False, rope_scaling=_llama3(8.0),
+                bos_token_id=128000, eos_token_id=128001, tok="llama3"),
+    # mistralai/Mistral-7B-v0.1: sliding window 4,096 (run at 8,192)
+    "mistral-7b-v0.1-sw": dict(architectures=[MISTRAL], hidden_size=4096,
+                               intermediate_size=14336, num_attention_heads=32,
+                               num_key_value_heads=8, vocab_size=32000,
+                               max_position_embeddings=32768, rope_theta=10000.0,
+                               rms_norm_eps=1e-5, sliding_window=4096,
+                               tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                               tok="llama2", lengths=[1, 7, 513, 4095, 4097, 8192]),
+}
+
+SMALL_LENGTHS = [1, 7, 40, 63, 64, 65, 200]
+
+SMALL = {
+    # odd head counts: 3 query heads on 1 KV head, hd 16
+    "odd-heads": dict(architectures=[LLAMA], hidden_size=48, intermediate_size=96,
+                      num_attention_heads=3, num_key_value_heads=1, vocab_size=512,
+                      max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False),
+    # MHA with 5 heads, tied
+    "mha5": dict(architectures=[LLAMA], hidden_size=40, intermediate_size=80,
+                 num_attention_heads=5, num_key_value_heads=5, vocab_size=512,
+                 max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
+                 tie_word_embeddings=True),
+    # Qwen2: 6 / 2 heads, qkv bias
+    "qkv-bias": dict(architectures=[QWEN2], hidden_size=48, intermediate_size=96,
+                     num_attention_heads=6, num_key_value_heads=2, vocab_size=512,
+                     max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                     tie_word_embeddings=True, use_sliding_window=False),
+    # Qwen3: q/k norm, explicit head_dim 16 with hidden 32
+    "qk-norm": dict(architectures=[QWEN3], hidden_size=32, intermediate_size=64,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512,
+                    max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                    tie_word_embeddings=True),
+    # each RoPE type, in both spellings
+    "rope-linear": dict(architectures=[LLAMA], hidden_size=32, intermediate_size=64,
+                        num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                        max_position_embeddings=1024, rope_theta=10000.0, rms_norm_eps=1e-5,
+                        rope_scaling={"rope_type": "linear", "factor": 4.0},
+                        tie_word_embeddings=False),
+    "rope-llama3": dict(architectures=[LLAMA], hidden_size=32, intermediate_size=64,
+                        num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                        max_position_embeddings=4096,
+                        rope_parameters=dict(rope_theta=500000.0, **_llama3(8.0, 256)),
+                        rms_norm_eps=1e-5, tie_word_embeddings=True),
+    "rope-yarn": dict(architectures=[QWEN2], hidden_size=32, intermediate_size=64,
+                      num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                      max_position_embeddings=1024, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                      rope_scaling={"type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 256},
+                      tie_word_embeddings=True, use_sliding_window=False),
+    "rope-yarn-attn": dict(architectures=[LLAMA], hidden_size=32, intermediate_size=64,
+                           num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                           max_position_embeddings=2048, rms_norm_eps=1e-5,
+                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                            "factor": 8.0, "attention_factor": 1.2,
+                                            "beta_fast": 16, "beta_slow": 2,
+                                            "original_max_position_embeddings": 256},
+                           tie_word_embeddings=False),
+    # Mistral's sliding window, prompts past it
+    "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
+                    num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                    max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
+                    sliding_window=16, tie_word_embeddings=False),
+}
+
+
+def lengths(name, cfg, big):
+    """The prompt lengths a model is checked at: those that, with the forced steps, fit."""
+    ls = cfg.get("lengths") or (BIG_LENGTHS if big else SMALL_LENGTHS)
+    return [n for n in ls if n + FORCED + 1 <= cfg["max_position_embeddings"]]
+
+
+def prompt_ids(n, seed, lo=100, hi=None):
+    """n ids in [lo, hi) from the LCG of bench/serve/loadgen (conform.c has its twin)."""
+    hi = hi or 32000
+    s, out = seed, []
+    for _ in range(n):
+        s = (s * 1103515245 + 12345) % 2147483648
+        out.append(lo + s % (hi - lo))
+    return out
+
+
+def prompt_range(cfg):
+    """Ordinary tokens of every tokenizer used here, inside the model's vocabulary."""
+    return 100, min(cfg["vocab_size"], 32000)
+
+
+def config_json(cfg):
+    """The config.json dict: the entry without the suite's own keys."""
+    return {k: v for k, v in cfg.items() if k not in ("tok", "lengths")}
