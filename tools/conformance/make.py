@@ -86,7 +86,10 @@ def make_model(name, spec, out, toks, keep):
                 base = 0.0 if pname.endswith("bias") else 1.0
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g, device="cuda"))
             else:
-                std = 1.0 if "embed_tokens" in pname else 1.0 / math.sqrt(p.shape[1])
+                # a tied embedding is also the output head: scaled like one, so that logits
+                # stay O(1) as in real models (std 1 gave logit gaps of ~1,000)
+                tied = spec.get("tie_word_embeddings")
+                std = 1.0 if "embed_tokens" in pname and not tied else 1.0 / math.sqrt(p.shape[1])
                 p.copy_(torch.randn(p.shape, generator=g, device="cuda") * std)
     model.save_pretrained(d, safe_serialization=True, max_shard_size="20GB")
     del model
