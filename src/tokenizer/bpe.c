@@ -196,13 +196,50 @@ static void try_pair(const tok_mergemap *mm, struct tok_heap_item *h, size_t *nh
     if (m) heap_push(h, nh, (struct tok_heap_item){m->rank, (uint32_t)pos, m->id});
 }
 
+/* A SentencePiece-style word's first symbols, as HF's BPE::merge_word: each character's
+ * token; for a character without one, its bytes' <0xNN> tokens when all exist
+ * (byte_fallback), else the unknown token, fused with an unknown just before it (fuse_unk);
+ * with no unknown token the character is dropped.  Returns the count (at most len). */
+static size_t spm_symbols(const atlas_tokenizer *tok, struct tok_sym *s, const unsigned char *w,
+                          size_t len) {
+    size_t n = 0;
+    bool prev_unk = false;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int r = tok_utf8_next(w + i, len - i, &cp);
+        size_t cl = r > 0 ? (size_t)r : 1; /* encode validated the text: r > 0 */
+        int32_t id = tok_strmap_get(&tok->by_str, (const char *)w + i, cl);
+        bool fell = false;
+        if (id < 0 && tok->byte_fallback) {
+            fell = true;
+            for (size_t b = 0; b < cl; b++) fell &= tok->fallback_id[w[i + b]] >= 0;
+            for (size_t b = 0; fell && b < cl; b++, n++)
+                s[n] = (struct tok_sym){tok->fallback_id[w[i + b]], (int32_t)n - 1, (int32_t)n + 1, 1};
+        }
+        if (id >= 0) {
+            s[n] = (struct tok_sym){id, (int32_t)n - 1, (int32_t)n + 1, (uint32_t)cl};
+            n++;
+        } else if (!fell && tok->unk_id >= 0) {
+            if (prev_unk && tok->fuse_unk) {
+                s[n - 1].len += (uint32_t)cl;
+            } else {
+                s[n] = (struct tok_sym){tok->unk_id, (int32_t)n - 1, (int32_t)n + 1, (uint32_t)cl};
+                n++;
+            }
+        }
+        prev_unk = id < 0 && !fell && tok->unk_id >= 0;
+        i += cl;
+    }
+    return n;
+}
+
 /* Merges the symbols of word and appends the resulting ids (c->ids). */
 static atlas_status bpe_merge(tok_ctx *c, const unsigned char *word, size_t len) {
     const atlas_tokenizer *tok = c->tok;
     ATLAS_TRY(ensure_scratch(c, len));
     struct tok_sym *s = c->syms;
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
+    size_t n = tok->spm ? spm_symbols(tok, s, word, len) : 0;
+    for (size_t i = 0; !tok->spm && i < len; i++) {
         int32_t id = tok->byte_id[word[i]];
         if (id < 0) continue; /* no token for this byte and no unk: HF drops it */
         s[n] = (struct tok_sym){id, (int32_t)n - 1, (int32_t)n + 1, 1};
@@ -280,7 +317,8 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
         }
     }
     size_t first = c->n_ids;
-    int32_t whole = tok->ignore_merges ? tok_strmap_get(&tok->by_bytes, word, len) : -1;
+    int32_t whole = !tok->ignore_merges ? -1
+                    : tok_strmap_get(tok->spm ? &tok->by_str : &tok->by_bytes, word, len);
     if (whole >= 0) ATLAS_TRY(tok_ctx_push_id(c, whole)); /* a word in the vocab is one token */
     else ATLAS_TRY(bpe_merge(c, (const unsigned char *)word, len));
     size_t n = c->n_ids - first;

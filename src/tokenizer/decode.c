@@ -191,8 +191,10 @@ atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *i
         raw.len += bl;
     }
     obuf out = {0};
-    size_t used;
-    atlas_status st = append_lossy(&out, (const unsigned char *)raw.p, raw.len, true, &used);
+    size_t used, skip = 0;
+    while ((int)skip < tok->strip_lead && skip < raw.len && raw.p[skip] == ' ') skip++;
+    atlas_status st = append_lossy(&out, (const unsigned char *)raw.p + skip, raw.len - skip,
+                                   true, &used);
     free(raw.p);
     if (st == ATLAS_OK && !out.p) st = obuf_reserve(&out, 0);
     if (st != ATLAS_OK) {
@@ -210,6 +212,8 @@ atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *i
 struct atlas_detok {
     const atlas_tokenizer *tok;
     bool skip_special;
+    int lead_left;            /* leading spaces still to strip (tok->strip_lead); 0 once
+                                 any other text came */
     unsigned char pending[8]; /* an incomplete UTF-8 sequence: at most 3 bytes */
     size_t n_pending;
     obuf in, out;
@@ -221,6 +225,7 @@ atlas_status atlas_detok_create(const atlas_tokenizer *tok, bool skip_special,
     if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "detokenizer");
     (*out)->tok = tok;
     (*out)->skip_special = skip_special;
+    (*out)->lead_left = tok->strip_lead;
     return ATLAS_OK;
 }
 
@@ -239,6 +244,8 @@ static atlas_status detok_emit(atlas_detok *d, bool final, const char **text, si
     memcpy(d->pending, d->in.p + used, d->n_pending);
     *text = d->out.p;
     *len = d->out.len;
+    while (d->lead_left > 0 && *len > 0 && **text == ' ') (*text)++, (*len)--, d->lead_left--;
+    if (*len > 0) d->lead_left = 0;
     return ATLAS_OK;
 }
 

@@ -41,6 +41,7 @@ static atlas_status on_normalized_segment(tok_ctx *c, const char *s, size_t len,
                                           void *user) {
     (void)user;
     if (added >= 0) return tok_ctx_push_id(c, c->tok->added[added].id);
+    c->at_start = c->raw_at_start && s == c->norm0;
     return encode_plain(c, s, len);
 }
 
@@ -54,6 +55,8 @@ static atlas_status on_raw_segment(tok_ctx *c, const char *s, size_t len, int32_
     ATLAS_TRY(tok_normalize(tok, s, len, &norm, &norm_len));
     const char *t = norm ? norm : s;
     atlas_status st;
+    c->raw_at_start = c->at_start = s == c->raw0;
+    c->norm0 = t;
     if (tok->trie_norm.nodes)
         st = tok_split_added(c, &tok->trie_norm, t, norm_len, on_normalized_segment, user);
     else
@@ -72,6 +75,7 @@ atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text
     if (bad != len) return atlas_fail(ATLAS_ERR_INVALID, "encode: invalid UTF-8 at byte %zu", bad);
     tok_ctx c;
     tok_ctx_init(&c, tok);
+    c.raw0 = text;
     atlas_status st = ATLAS_OK;
     for (size_t i = 0; add_special && st == ATLAS_OK && i < tok->n_prefix; i++)
         st = tok_ctx_push_id(&c, tok->prefix[i]);

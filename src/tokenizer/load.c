@@ -1,5 +1,6 @@
 /* tokenizer/load.c — reading tokenizer.json (and tokenizer_config.json) into an
  * atlas_tokenizer.  Every error names the file and the JSON path. */
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@ typedef struct loader {
     atlas_tokenizer *tok;
     const char *file; /* for messages */
     tok_bigjson big;  /* model.vocab and model.merges */
+    const char *unk;  /* model.unk_token, or NULL */
 } loader;
 
 /* ---- JSON helpers ------------------------------------------------------------------------ */
@@ -95,6 +97,32 @@ static bool bytelevel_decode(const char *s, size_t len, char *dst, size_t *dst_l
     return true;
 }
 
+/* What a SentencePiece-style decoder makes of a token string: <0xNN> (with byte_fallback)
+ * is that byte, and the metaspace becomes a space (never longer than the string).  Returns
+ * whether it was a byte token. */
+static bool spm_decode(const atlas_tokenizer *tok, const char *s, size_t len, char *dst,
+                       size_t *dst_len) {
+    unsigned v;
+    char tail;
+    if (tok->byte_fallback && len == 6 && sscanf(s, "<0x%2X%c", &v, &tail) == 2 && tail == '>' &&
+        isxdigit((unsigned char)s[3]) && isxdigit((unsigned char)s[4])) {
+        dst[0] = (char)v;
+        *dst_len = 1;
+        return true;
+    }
+    size_t o = 0, r = tok->spm_rep_len;
+    for (size_t i = 0; i < len;) {
+        if (r && i + r <= len && !memcmp(s + i, tok->spm_rep, r)) {
+            dst[o++] = ' ';
+            i += r;
+        } else {
+            dst[o++] = s[i++];
+        }
+    }
+    *dst_len = o;
+    return false;
+}
+
 /* ---- the model ---------------------------------------------------------------------------- */
 
 static atlas_status check_id(loader *L, json_t *v, const char *what, size_t *max_id) {
@@ -115,7 +143,10 @@ static atlas_status set_token(loader *L, int32_t id, const char *s, size_t len, 
     ATLAS_TRY(arena_add(tok, s, len, &str_off));
     ATLAS_TRY(arena_add(tok, s, len, &b_off)); /* reserves len bytes, overwritten below */
     size_t blen;
-    *pure = bytelevel_decode(tok->arena + str_off, len, tok->arena + b_off, &blen);
+    if (tok->spm)
+        *pure = spm_decode(tok, tok->arena + str_off, len, tok->arena + b_off, &blen);
+    else
+        *pure = bytelevel_decode(tok->arena + str_off, len, tok->arena + b_off, &blen);
     tok->tok_off[id] = b_off;
     tok->tok_len[id] = (uint32_t)blen;
     tok->tok_flags[id] |= TOK_HAS_STRING;
@@ -132,7 +163,7 @@ static atlas_status parse_vocab(loader *L) {
         ATLAS_TRY(set_token(L, e->id, e->p, e->len, &pure, &str));
         ATLAS_TRY(tok_strmap_put(&tok->by_str, str, e->len, e->id));
         /* only byte-level strings can come out of BPE over bytes */
-        if (pure) ATLAS_TRY(tok_strmap_put(&tok->by_bytes, tok->arena + tok->tok_off[e->id],
+        if (pure && !tok->spm) ATLAS_TRY(tok_strmap_put(&tok->by_bytes, tok->arena + tok->tok_off[e->id],
                                            tok->tok_len[e->id], e->id));
     }
     return ATLAS_OK;
@@ -170,11 +201,13 @@ static atlas_status check_model_options(loader *L, json_t *model) {
     if (!t || strcmp(t, "BPE"))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: model.type '%s': only BPE is supported",
                           L->file, t ? t : "(none)");
-    bool fallback;
-    ATLAS_TRY(get_bool(L, model, "model", "byte_fallback", false, &fallback));
-    if (fallback)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: model.byte_fallback: not supported", L->file);
+    ATLAS_TRY(get_bool(L, model, "model", "byte_fallback", false, &L->tok->byte_fallback));
+    ATLAS_TRY(get_bool(L, model, "model", "fuse_unk", false, &L->tok->fuse_unk));
     ATLAS_TRY(get_bool(L, model, "model", "ignore_merges", false, &L->tok->ignore_merges));
+    json_t *unk = json_object_get(model, "unk_token");
+    if (unk && !json_is_null(unk) && !json_is_string(unk))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.unk_token: expected a string", L->file);
+    L->unk = json_is_string(unk) ? json_string_value(unk) : NULL;
     static const char *const empty_only[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(model, empty_only[i]);
@@ -368,6 +401,30 @@ static atlas_status parse_pretok(loader *L, json_t *n, const char *path, bool *b
         if (!p.re) return atlas_fail(ATLAS_ERR_INTERNAL, "Digits regex: %s", err);
         return add_pretok(L, p);
     }
+    if (!strcmp(t, "Metaspace")) {
+        tok_pretok p = {.kind = TOK_PRE_METASPACE, .prepend = TOK_PREPEND_ALWAYS, .split = true};
+        json_t *r = json_object_get(n, "replacement"), *ps = json_object_get(n, "prepend_scheme");
+        if (!json_is_string(r) || json_string_length(r) == 0 || json_string_length(r) >= 8)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s.replacement: expected a character",
+                              L->file, path);
+        p.rep_len = json_string_length(r);
+        memcpy(p.rep, json_string_value(r), p.rep_len);
+        ATLAS_TRY(get_bool(L, n, path, "split", true, &p.split));
+        if (json_is_string(ps)) {
+            static const char *const names[] = {"never", "first", "always"};
+            size_t k = 0;
+            while (k < 3 && strcmp(names[k], json_string_value(ps))) k++;
+            if (k == 3)
+                return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s.prepend_scheme '%s': not "
+                                  "supported", L->file, path, json_string_value(ps));
+            p.prepend = (tok_prepend)k;
+        } else { /* older files: add_prefix_space */
+            bool add;
+            ATLAS_TRY(get_bool(L, n, path, "add_prefix_space", true, &add));
+            p.prepend = add ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
+        }
+        return add_pretok(L, p);
+    }
     if (!strcmp(t, "ByteLevel")) {
         tok_pretok p = {.kind = TOK_PRE_BYTELEVEL, .behavior = TOK_SPLIT_ISOLATED};
         bool use_regex;
@@ -445,7 +502,11 @@ static atlas_status parse_post(loader *L, json_t *n, const char *path) {
                       L->file, path, t ? t : "(none)");
 }
 
-static atlas_status check_decoder(loader *L, json_t *n, const char *path) {
+/* The decoder: ByteLevel, or a SentencePiece-style chain (Replace of the metaspace by a
+ * space, ByteFallback, Fuse, Strip of leading spaces; or Metaspace), which makes the
+ * tokenizer's BPE one of characters (tok->spm). */
+static atlas_status parse_decoder(loader *L, json_t *n, const char *path) {
+    atlas_tokenizer *tok = L->tok;
     const char *t = n ? type_of(n) : NULL;
     if (t && !strcmp(t, "ByteLevel")) return ATLAS_OK;
     if (t && !strcmp(t, "Sequence")) {
@@ -455,12 +516,50 @@ static atlas_status check_decoder(loader *L, json_t *n, const char *path) {
         for (size_t i = 0; i < json_array_size(arr); i++) {
             char sub[128];
             snprintf(sub, sizeof sub, "%s.decoders[%zu]", path, i);
-            ATLAS_TRY(check_decoder(L, json_array_get(arr, i), sub));
+            ATLAS_TRY(parse_decoder(L, json_array_get(arr, i), sub));
         }
         return ATLAS_OK;
     }
-    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s.type '%s': only the ByteLevel decoder is supported",
-                      L->file, path, t ? t : "(none)");
+    if (t && (!strcmp(t, "ByteFallback") || !strcmp(t, "Fuse"))) {
+        tok->spm = true;
+        return ATLAS_OK;
+    }
+    json_t *s = NULL;
+    if (t && !strcmp(t, "Replace")) { /* the metaspace back to a space */
+        json_t *pat = json_object_get(n, "pattern");
+        s = json_is_object(pat) ? json_object_get(pat, "String") : NULL;
+        json_t *c = json_object_get(n, "content");
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) >= 8 ||
+            !json_is_string(c) || strcmp(json_string_value(c), " "))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s: only a Replace of one string by "
+                              "\" \" is supported", L->file, path);
+    } else if (t && !strcmp(t, "Metaspace")) {
+        s = json_object_get(n, "replacement");
+        json_t *ps = json_object_get(n, "prepend_scheme");
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) >= 8)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s.replacement: expected a character",
+                              L->file, path);
+        tok->strip_lead = !(json_is_string(ps) && !strcmp(json_string_value(ps), "never"));
+    } else if (t && !strcmp(t, "Strip")) {
+        json_t *c = json_object_get(n, "content"), *a = json_object_get(n, "start"),
+               *b = json_object_get(n, "stop");
+        if (!json_is_string(c) || strcmp(json_string_value(c), " ") || !json_is_integer(a) ||
+            json_integer_value(a) < 0 || json_integer_value(a) > 64 ||
+            (b && !(json_is_integer(b) && json_integer_value(b) == 0)))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s: only a Strip of leading \" \" is "
+                              "supported", L->file, path);
+        tok->strip_lead = (int)json_integer_value(a);
+        tok->spm = true;
+        return ATLAS_OK;
+    } else {
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s.type '%s': decoder not supported "
+                          "(ByteLevel, and Replace, ByteFallback, Fuse, Strip, Metaspace are)",
+                          L->file, path, t ? t : "(none)");
+    }
+    tok->spm = true;
+    tok->spm_rep_len = json_string_length(s);
+    memcpy(tok->spm_rep, json_string_value(s), tok->spm_rep_len);
+    return ATLAS_OK;
 }
 
 /* ---- tokenizer_config.json ---------------------------------------------------------------- */
@@ -662,24 +761,35 @@ static atlas_status load_all(loader *L, json_t *root, json_t *cfg, const char *c
     if (!json_is_object(model))
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: model: expected an object", L->file);
     ATLAS_TRY(check_model_options(L, model));
+    ATLAS_TRY(parse_decoder(L, json_object_get(root, "decoder"), "decoder"));
     ATLAS_TRY(parse_added(L, json_object_get(root, "added_tokens")));
     if (cfg) ATLAS_TRY(config_added(L, cfg, cfg_file));
     ATLAS_TRY(size_tables(L));
     ATLAS_TRY(parse_vocab(L));
     ATLAS_TRY(parse_merges(L));
     for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        tok->byte_id[b] = tok_strmap_get(&tok->by_bytes, &c, 1);
+        char c = (char)b, hex[8];
+        tok->byte_id[b] = tok->spm ? (b < 0x80 ? tok_strmap_get(&tok->by_str, &c, 1) : -1)
+                                   : tok_strmap_get(&tok->by_bytes, &c, 1);
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        tok->fallback_id[b] = tok->byte_fallback ? tok_strmap_get(&tok->by_str, hex, 6) : -1;
     }
+    tok->unk_id = L->unk ? tok_strmap_get(&tok->by_str, L->unk, strlen(L->unk)) : -1;
+    if (L->unk && tok->unk_id < 0)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: model.unk_token '%s' is not in the vocab",
+                          L->file, L->unk);
     ATLAS_TRY(parse_normalizer(L, json_object_get(root, "normalizer"), "normalizer"));
     bool bytelevel = false;
     ATLAS_TRY(parse_pretok(L, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", &bytelevel));
-    if (!bytelevel)
+    if (!bytelevel && !tok->spm)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED,
-                          "%s: pre_tokenizer: no ByteLevel step (only byte-level BPE is supported)",
-                          L->file);
+                          "%s: pre_tokenizer: no ByteLevel step, and the decoder is not "
+                          "SentencePiece's (byte-level BPE or SentencePiece-style BPE are "
+                          "supported)", L->file);
+    if (bytelevel && tok->spm)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: a ByteLevel pre-tokenizer with a "
+                          "SentencePiece-style decoder", L->file);
     ATLAS_TRY(parse_post(L, json_object_get(root, "post_processor"), "post_processor"));
-    ATLAS_TRY(check_decoder(L, json_object_get(root, "decoder"), "decoder"));
     ATLAS_TRY(setup_added(L));
     if (cfg) {
         ATLAS_TRY(config_special(L, cfg, cfg_file, "bos_token", &tok->bos_token, &tok->bos_id));
@@ -709,7 +819,7 @@ atlas_status atlas_tokenizer_load_files(const char *tokenizer_json, const char *
     *out = NULL;
     json_t *root = NULL, *cfg = NULL;
     char *buf = NULL;
-    loader L = {NULL, tokenizer_json, {0}};
+    loader L = {NULL, tokenizer_json, {0}, NULL};
     atlas_status st = read_tokenizer_json(&L, &root, &buf);
     if (st == ATLAS_OK && config_json) {
         /* model_max_length can be 1e30 written as an integer */

@@ -424,10 +424,46 @@ static atlas_status bytelevel_piece(tok_ctx *c, const tok_pretok *p, size_t k, c
     return st;
 }
 
+/* Metaspace, as HF's: spaces become the replacement; it is prepended (always, or where the
+ * text begins) unless the piece already starts with it; with split, each replacement
+ * starts a new word (MergedWithNext). */
+static atlas_status metaspace_piece(tok_ctx *c, const tok_pretok *p, size_t k, const char *s,
+                                    size_t len) {
+    size_t spaces = 0;
+    for (size_t i = 0; i < len; i++) spaces += s[i] == ' ';
+    bool starts = len >= p->rep_len && !memcmp(s, p->rep, p->rep_len);
+    bool prepend = !starts && (p->prepend == TOK_PREPEND_ALWAYS ||
+                               (p->prepend == TOK_PREPEND_FIRST && c->at_start));
+    size_t n = len + spaces * (p->rep_len - 1) + (prepend ? p->rep_len : 0);
+    char *buf = malloc(n ? n : 1);
+    if (!buf) return atlas_fail(ATLAS_ERR_NOMEM, "pre-tokenizer: Metaspace");
+    size_t o = 0;
+    if (prepend) memcpy(buf, p->rep, p->rep_len), o = p->rep_len;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == ' ') memcpy(buf + o, p->rep, p->rep_len), o += p->rep_len;
+        else buf[o++] = s[i];
+    }
+    atlas_status st = ATLAS_OK;
+    if (!p->split) {
+        st = tok_pretokenize(c, k + 1, buf, o);
+    } else {
+        size_t w = 0; /* start of the current word */
+        for (size_t i = 1; st == ATLAS_OK && i + p->rep_len <= o; i++)
+            if (!memcmp(buf + i, p->rep, p->rep_len)) {
+                st = tok_pretokenize(c, k + 1, buf + w, i - w);
+                w = i;
+            }
+        if (st == ATLAS_OK) st = tok_pretokenize(c, k + 1, buf + w, o - w);
+    }
+    free(buf);
+    return st;
+}
+
 atlas_status tok_pretokenize(tok_ctx *c, size_t k, const char *s, size_t len) {
     if (len == 0) return ATLAS_OK; /* HF drops empty splits */
     if (k == c->tok->n_pretoks) return tok_bpe_word(c, s, len);
     const tok_pretok *p = &c->tok->pretoks[k];
     if (p->kind == TOK_PRE_SPLIT) return split_piece(c, p, k, s, len);
+    if (p->kind == TOK_PRE_METASPACE) return metaspace_piece(c, p, k, s, len);
     return bytelevel_piece(c, p, k, s, len);
 }

@@ -84,7 +84,10 @@ typedef enum tok_split_behavior {
     TOK_SPLIT_CONTIGUOUS,
 } tok_split_behavior;
 
-typedef enum tok_pretok_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL } tok_pretok_kind;
+typedef enum tok_pretok_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL, TOK_PRE_METASPACE } tok_pretok_kind;
+
+/* Metaspace's prepend_scheme: never, only where the text begins, or every segment. */
+typedef enum tok_prepend { TOK_PREPEND_NEVER, TOK_PREPEND_FIRST, TOK_PREPEND_ALWAYS } tok_prepend;
 
 typedef struct tok_pretok {
     tok_pretok_kind kind;
@@ -92,6 +95,10 @@ typedef struct tok_pretok {
     tok_split_behavior behavior;
     bool invert;
     bool add_prefix_space; /* BYTELEVEL */
+    char rep[8];           /* METASPACE: the replacement character (UTF-8), e.g. U+2581 */
+    size_t rep_len;
+    tok_prepend prepend;   /* METASPACE */
+    bool split;            /* METASPACE: words begin at each replacement */
 } tok_pretok;
 
 typedef struct tok_added {
@@ -149,6 +156,18 @@ struct atlas_tokenizer {
     tok_strmap by_str;   /* vocab strings and added tokens' contents -> id */
     tok_mergemap merges;
     int32_t byte_id[256]; /* the id of each single byte, -1 if none */
+    /* SentencePiece-style BPE (Llama 2, Mistral, Gemma): the vocabulary is of characters,
+     * not bytes; a word's symbols are its characters, a character without a token becomes
+     * its bytes' <0xNN> tokens (byte_fallback) or the unknown token (consecutive ones fused
+     * into one with fuse_unk); token strings are decoded by replacing the metaspace with a
+     * space and <0xNN> with its byte, and strip_lead spaces are dropped from the start of
+     * the decoded text (the Strip decoder, or Metaspace's). */
+    bool spm, byte_fallback, fuse_unk;
+    int32_t unk_id;
+    int32_t fallback_id[256]; /* the id of <0xNN>, -1 if none */
+    char spm_rep[8];          /* what the decoder turns into a space (U+2581) */
+    size_t spm_rep_len;
+    int strip_lead;
     tok_wcache_slot *wcache; /* [TOK_WCACHE_SLOTS]; mutable even in a const tokenizer */
     bool ignore_merges;
 
@@ -235,6 +254,9 @@ typedef struct tok_ctx {
     pcre2_match_data *md;
     pcre2_match_context *mctx; /* only once a match needed a bigger JIT stack */
     pcre2_jit_stack *jit_stack;
+    /* where the segment being encoded lies: at the start of the text (Metaspace "first") */
+    const char *raw0, *norm0;
+    bool raw_at_start, at_start;
     /* BPE scratch, per word */
     struct tok_sym *syms;
     size_t cap_syms;
