@@ -152,6 +152,26 @@ SMALL = {
                                             "beta_fast": 16, "beta_slow": 2,
                                             "original_max_position_embeddings": 256},
                            tie_word_embeddings=False),
+    # YaRN as Qwen2.5's model cards tell users to turn it on: factor 4 with
+    # original_max_position_embeddings equal to max_position_embeddings (transformers once
+    # replaced the factor by their ratio, 1, when both were there: the reference settles what
+    # the installed transformers does)
+    "rope-yarn-qwen": dict(architectures=[QWEN2], hidden_size=32, intermediate_size=64,
+                           num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                           max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-6,
+                           rope_scaling={"type": "yarn", "factor": 4.0,
+                                         "original_max_position_embeddings": 2048},
+                           tie_word_embeddings=True, use_sliding_window=False),
+    # YaRN as DeepSeek-V3 spells it (mscale / mscale_all_dim give the attention factor) and
+    # gpt-oss's truncate false
+    "rope-yarn-mscale": dict(architectures=[LLAMA], hidden_size=32, intermediate_size=64,
+                             num_attention_heads=2, num_key_value_heads=1, vocab_size=512,
+                             max_position_embeddings=1024, rms_norm_eps=1e-5,
+                             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                              "factor": 4.0, "mscale": 1.0,
+                                              "mscale_all_dim": 0.5, "truncate": False,
+                                              "original_max_position_embeddings": 256},
+                             tie_word_embeddings=False),
     # Mistral's sliding window, prompts past it
     "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
