@@ -170,12 +170,27 @@ bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id) {
     return id >= 0 && (size_t)id < tok->n_tokens && (tok->tok_flags[id] & TOK_SPECIAL);
 }
 
+/* The Metaspace decoder drops every metaspace (a space in the token's bytes) of the first
+ * token, unless it is a <0xNN> byte; writes what is left to dst.  0 when that rule does not
+ * apply (dst untouched). */
+static int first_token_spaces(const atlas_tokenizer *tok, int32_t id, const char *b, size_t bl,
+                              char *dst, size_t *dst_len) {
+    if (!tok->strip_first || (size_t)id >= tok->n_tokens || (tok->tok_flags[id] & TOK_BYTE))
+        return 0;
+    size_t o = 0;
+    for (size_t i = 0; i < bl; i++)
+        if (b[i] != ' ') dst[o++] = b[i];
+    *dst_len = o;
+    return 1;
+}
+
 atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *ids, size_t n,
                                     bool skip_special, char **text, size_t *len) {
     *text = NULL;
     *len = 0;
     /* the ByteLevel decoder joins all tokens' bytes, then decodes them lossily */
     obuf raw = {0};
+    bool first = true;
     for (size_t i = 0; i < n; i++) {
         const char *b;
         size_t bl;
@@ -187,6 +202,9 @@ atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *i
             return atlas_fail_wrap(st, "decode: ids[%zu]", i);
         }
         if (skip_special && atlas_tokenizer_is_special(tok, ids[i])) continue;
+        bool was_first = first;
+        first = false;
+        if (was_first && first_token_spaces(tok, ids[i], b, bl, raw.p, &raw.len)) continue;
         memcpy(raw.p + raw.len, b, bl);
         raw.len += bl;
     }
@@ -214,6 +232,7 @@ struct atlas_detok {
     bool skip_special;
     int lead_left;            /* leading spaces still to strip (tok->strip_lead); 0 once
                                  any other text came */
+    bool started;             /* a token was pushed (the first one's metaspaces are dropped) */
     unsigned char pending[8]; /* an incomplete UTF-8 sequence: at most 3 bytes */
     size_t n_pending;
     obuf in, out;
@@ -255,12 +274,17 @@ atlas_status atlas_detok_push(atlas_detok *d, int32_t id, const char **text, siz
     const char *b;
     size_t bl;
     ATLAS_TRY(atlas_tokenizer_token_bytes(d->tok, id, &b, &bl));
-    if (d->skip_special && atlas_tokenizer_is_special(d->tok, id)) bl = 0;
+    bool skipped = d->skip_special && atlas_tokenizer_is_special(d->tok, id);
+    if (skipped) bl = 0;
     d->in.len = 0;
     ATLAS_TRY(obuf_reserve(&d->in, d->n_pending + bl));
     memcpy(d->in.p, d->pending, d->n_pending);
-    memcpy(d->in.p + d->n_pending, b, bl);
-    d->in.len = d->n_pending + bl;
+    size_t put = bl;
+    bool first = !d->started && !skipped; /* as decode: the first token not skipped */
+    if (!(first && first_token_spaces(d->tok, id, b, bl, d->in.p + d->n_pending, &put)))
+        memcpy(d->in.p + d->n_pending, b, bl);
+    if (!skipped) d->started = true;
+    d->in.len = d->n_pending + put;
     return detok_emit(d, false, text, len);
 }
 

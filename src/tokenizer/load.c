@@ -143,9 +143,11 @@ static atlas_status set_token(loader *L, int32_t id, const char *s, size_t len, 
     ATLAS_TRY(arena_add(tok, s, len, &str_off));
     ATLAS_TRY(arena_add(tok, s, len, &b_off)); /* reserves len bytes, overwritten below */
     size_t blen;
-    if (tok->spm)
-        *pure = spm_decode(tok, tok->arena + str_off, len, tok->arena + b_off, &blen);
-    else
+    if (tok->spm) {
+        if (spm_decode(tok, tok->arena + str_off, len, tok->arena + b_off, &blen))
+            tok->tok_flags[id] |= TOK_BYTE;
+        *pure = false;
+    } else
         *pure = bytelevel_decode(tok->arena + str_off, len, tok->arena + b_off, &blen);
     tok->tok_off[id] = b_off;
     tok->tok_len[id] = (uint32_t)blen;
@@ -539,7 +541,7 @@ static atlas_status parse_decoder(loader *L, json_t *n, const char *path) {
         if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) >= 8)
             return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s.replacement: expected a character",
                               L->file, path);
-        tok->strip_lead = !(json_is_string(ps) && !strcmp(json_string_value(ps), "never"));
+        tok->strip_first = !(json_is_string(ps) && !strcmp(json_string_value(ps), "never"));
     } else if (t && !strcmp(t, "Strip")) {
         json_t *c = json_object_get(n, "content"), *a = json_object_get(n, "start"),
                *b = json_object_get(n, "stop");

@@ -431,7 +431,7 @@ static atlas_status metaspace_piece(tok_ctx *c, const tok_pretok *p, size_t k, c
                                     size_t len) {
     size_t spaces = 0;
     for (size_t i = 0; i < len; i++) spaces += s[i] == ' ';
-    bool starts = len >= p->rep_len && !memcmp(s, p->rep, p->rep_len);
+    bool starts = s[0] == ' ' || (len >= p->rep_len && !memcmp(s, p->rep, p->rep_len));
     bool prepend = !starts && (p->prepend == TOK_PREPEND_ALWAYS ||
                                (p->prepend == TOK_PREPEND_FIRST && c->at_start));
     size_t n = len + spaces * (p->rep_len - 1) + (prepend ? p->rep_len : 0);

@@ -141,7 +141,7 @@ typedef struct tok_wcache_slot {
 
 /* ---- the tokenizer ----------------------------------------------------------------------- */
 
-enum { TOK_HAS_STRING = 1, TOK_SPECIAL = 2, TOK_ADDED = 4 };
+enum { TOK_HAS_STRING = 1, TOK_SPECIAL = 2, TOK_ADDED = 4, TOK_BYTE = 8 /* <0xNN> */ };
 
 struct atlas_tokenizer {
     size_t n_tokens;   /* max id with a string + 1 */
@@ -168,6 +168,7 @@ struct atlas_tokenizer {
     char spm_rep[8];          /* what the decoder turns into a space (U+2581) */
     size_t spm_rep_len;
     int strip_lead;
+    bool strip_first;
     tok_wcache_slot *wcache; /* [TOK_WCACHE_SLOTS]; mutable even in a const tokenizer */
     bool ignore_merges;
 
