@@ -23,4 +23,11 @@ if(ATLAS_SMALL_MODELS)
   add_test(NAME small-refs COMMAND atlas-conform --device cpu --bound 2e-3 --batch-tokens 16
            --parallel 4 ${ATLAS_SMALL_MODELS})
   set_tests_properties(small-refs PROPERTIES LABELS cpu TIMEOUT 300)
+  # the same prompts through atlas serve, 8 requests at once a model (no teacher forcing: a
+  # position is compared while atlas's greedy tokens before it are the reference's)
+  add_test(NAME small-refs-serve
+           COMMAND sh ${CMAKE_SOURCE_DIR}/bench/conformance/serve_local.sh $<TARGET_FILE:atlas>
+           2e-3 ${ATLAS_SMALL_MODELS})
+  set_tests_properties(small-refs-serve PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "SERVE_ARGS=--device cpu --batch-tokens 16 --parallel 8")
 endif()

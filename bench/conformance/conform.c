@@ -202,6 +202,7 @@ static int check_model(const opts *o, const char *dir) {
     }
     if (!broken) printf("%-20s %d lengths at once in %.2f s\n", name, n, dt);
     fflush(stdout);
+    if (o->md) fflush(o->md); /* the rows so far survive a run stopped by a time limit */
     atlas_engine_free(e);
     for (int i = 0; i < n; i++) free(jobs[i].prompt);
     atlas_st_free(st);

@@ -14,11 +14,13 @@ Standard library only.  Prints one line a (model, length); exits 1 on any failur
 import argparse
 import concurrent.futures
 import json
+import os
 import struct
 import sys
 import urllib.request
 
-sys.path.insert(0, __file__.rsplit("/", 3)[0] + "/tools/conformance")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "conformance"))
 import shapes  # noqa: E402
 
 
@@ -57,6 +59,8 @@ def check(url, name, ref, n, bound):
         lp = post(url, body)["choices"][0]["logprobs"]
     except urllib.error.HTTPError as e:
         return n, float("inf"), 0, f"HTTP {e.code}: {e.read()[:200]!r}"
+    except (OSError, ValueError, KeyError, IndexError) as e:  # refused, cut, not JSON
+        return n, float("inf"), 0, f"{type(e).__name__}: {e}"
     worst, compared = 0.0, 0
     for p, top in enumerate(lp["top_logprobs"]):
         if p > 0 and int(lp["tokens"][p - 1][9:]) != forced[p - 1]:
