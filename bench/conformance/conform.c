@@ -100,6 +100,10 @@ static double deviation(const job *j, int *where) {
     return worst;
 }
 
+static int by_len(const void *a, const void *b) {
+    return ((const job *)a)->len - ((const job *)b)->len;
+}
+
 static const atlas_tensor_view *find(const atlas_st *st, const char *fmt, int len) {
     char key[64];
     snprintf(key, sizeof key, fmt, len);
@@ -149,6 +153,7 @@ static int check_model(const opts *o, const char *dir) {
         j->prompt = prompt_ids(len, p[0], p[1], p[2]);
         if (len + j->n_forced + 1 > max_len) max_len = len + j->n_forced + 1;
     }
+    qsort(jobs, (size_t)n, sizeof *jobs, by_len); /* the table's rows by length */
     atlas_engine_model mod = {name, dir};
     atlas_engine_params ep = atlas_engine_default_params();
     ep.models = &mod;
@@ -161,7 +166,11 @@ static int check_model(const opts *o, const char *dir) {
     int failed = 0, broken = 0;
     double t0 = 0;
     if (n == 0 || atlas_engine_create(&ep, &e) != ATLAS_OK || atlas_engine_load(e, name) != ATLAS_OK) {
-        fprintf(stderr, "atlas-conform: %s: %s\n", dir, n ? atlas_last_error() : "no lengths");
+        const char *why = n ? atlas_last_error() : "no lengths";
+        fprintf(stderr, "atlas-conform: %s: %s\n", dir, why);
+        if (o->md) /* a row all the same: a model that cannot run is a failing cell */
+            fprintf(o->md, "| %s | %s | - | %.200s | **fail** |\n", name,
+                    o->device == ATLAS_DEVICE_CPU ? "cpu" : "cuda", why);
         failed = broken = 1;
     }
     struct timespec ts;

@@ -22,6 +22,9 @@ done
 # shellcheck disable=SC2086 # word splitting wanted: the model and option lists
 "$atlas" serve $models --port 0 --max-resident 1 ${SERVE_ARGS:-} > "$log" 2>&1 &
 srv=$!
+chk=
+# stopped (a time limit): the server and the client go too
+trap 'kill $srv $chk 2>/dev/null; exit 124' TERM INT HUP
 url=
 i=0
 while [ $i -lt 600 ] && kill -0 $srv 2>/dev/null; do
@@ -38,7 +41,9 @@ fi
 md=
 [ -n "${MARKDOWN:-}" ] && md="--markdown $MARKDOWN"
 # shellcheck disable=SC2086
-python3 "$here/serve_check.py" --url "$url" --bound "$bound" $md $pairs
+python3 "$here/serve_check.py" --url "$url" --bound "$bound" $md $pairs &
+chk=$!
+wait $chk
 rc=$?
 kill $srv 2>/dev/null
 wait $srv 2>/dev/null
