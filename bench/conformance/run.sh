@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # bench/conformance/run.sh — the conformance suite (issue 23) on the GPU machine, after the
-# build; results under $OUT (conformance.md: the commit, one row a model, device and prompt
-# length, the steps' times; printed at the end). Exit status 1 when any row fails.
+# build. Results in $OUT: conformance.md (the commit, one row a model, device and prompt
+# length, the steps' times; its failing rows printed at the end), logs.tar.gz, and with the
+# small step small.tar.gz (the small set made again: tests/data/small's models and
+# references), with MAKE_REFS=1 refs.tar.gz (bench/conformance/refs). Exit 1 when a row fails.
 #   STEPS="models cuda cpu serve small" (default: all of them)
 #   models: the big set's checkpoints in $CONF (tools/conformance/make.py, fixed seeds; kept
 #           between calls on a warm machine), each with its stored reference
 #           (bench/conformance/refs/NAME/); MAKE_REFS=1 computes the references with
-#           transformers instead, into $OUT/refs (and uses those).
+#           transformers instead (and uses those; brought back in refs.tar.gz).
 #   cuda:   atlas-conform on the GPU, every model and length, bound 5e-2.
 #   cpu:    atlas-conform on the CPU up to CPU_MAX_LEN tokens (default 2,600), bound 2e-3.
 #   serve:  atlas serve with every model (--max-resident 1), 8 requests at once a model
 #           (bench/conformance/serve_local.sh, serve_check.py), bound 5e-2.
 #   small:  the small-width set and its references (tests/data/small in the repository)
-#           made again into $OUT/small (weights compared with the committed ones), and
+#           made again (small.tar.gz; weights compared with the committed ones), and
 #           checked on the CPU in 16-token steps, bound 2e-3.
 # Each atlas step runs under a time limit (CUDA_TIMEOUT, CPU_TIMEOUT, SERVE_TIMEOUT seconds)
 # so that the table is written whatever happens. The commit: `git rev-parse` where the tree
@@ -25,10 +27,13 @@ OUT=${OUT:-/tmp/atlas-out}
 B=${ATLAS_BUILD:-build-gpu}
 CONF=${CONF:-/tmp/conf}
 STEPS=${STEPS:-"models cuda cpu serve small"}
-MD=$OUT/conformance.md
-ROWS=$OUT/rows.md
-TIMES=$OUT/times.md
-mkdir -p "$OUT" "$CONF"
+W=${WORK:-/tmp/conf-work}  # logs and made files; packed into $OUT at the end (the device tool
+rm -rf "$W"                # brings back 8 files at most)
+MD=$W/conformance.md
+ROWS=$W/rows.md
+TIMES=$W/times.md
+mkdir -p "$OUT" "$CONF" "$W"
+OUT=$(cd "$OUT" && pwd)
 : > "$ROWS"
 : > "$TIMES"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -59,10 +64,10 @@ rc=0
 
 if has models; then
   step models "checkpoints (MAKE_REFS=${MAKE_REFS:-0}: 1 makes the references too)"
-  refs=; [ "${MAKE_REFS:-0}" = 1 ] && refs="--refs $OUT/refs"
+  refs=; [ "${MAKE_REFS:-0}" = 1 ] && refs="--refs $W/refs"
   # shellcheck disable=SC2086
   python3 tools/conformance/make.py --set big --out "$CONF" --only "${NAMES// /,}" $TOKS $refs \
-    2>&1 | tee "$OUT/make.log" | grep -vE "^  " || rc=1
+    2>&1 | tee "$W/make.log" | grep -vE "^  " || rc=1
   if [ "${MAKE_REFS:-0}" != 1 ]; then
     for n in $NAMES; do cp "bench/conformance/refs/$n/reference.safetensors" "$CONF/$n/" || rc=1; done
   fi
@@ -73,26 +78,26 @@ if has cuda; then
   step cuda "atlas-conform --device cuda"
   # shellcheck disable=SC2086
   timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --markdown "$ROWS" $dirs 2>&1 \
-    | tee "$OUT/cuda.log" || rc=1
+    | tee "$W/cuda.log" || rc=1
 fi
 if has cpu; then
   step cpu "atlas-conform --device cpu, up to ${CPU_MAX_LEN:-2600} tokens"
   # shellcheck disable=SC2086
   timeout "${CPU_TIMEOUT:-240}" "$B/atlas-conform" --device cpu --bound 2e-3 \
-    --max-len "${CPU_MAX_LEN:-2600}" --markdown "$ROWS" $dirs 2>&1 | tee "$OUT/cpu.log" || rc=1
+    --max-len "${CPU_MAX_LEN:-2600}" --markdown "$ROWS" $dirs 2>&1 | tee "$W/cpu.log" || rc=1
 fi
 if has serve; then
   step serve "atlas serve, 8 requests at once a model"
   # shellcheck disable=SC2086
-  SERVE_ARGS="--timeout 600 ${SERVE_ARGS:-}" SERVE_LOG=$OUT/serve.log MARKDOWN=$ROWS \
+  SERVE_ARGS="--timeout 600 ${SERVE_ARGS:-}" SERVE_LOG=$W/serve.log MARKDOWN=$ROWS \
     timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" 5e-2 $dirs \
-    2>&1 | tee "$OUT/serve-check.log" || rc=1
+    2>&1 | tee "$W/serve-check.log" || rc=1
 fi
 if has small; then
   step small "the small set: checkpoints and references made again, then the CPU"
-  python3 tools/conformance/make.py --set small --out "$OUT/small" --refs "$OUT/small" \
-    > "$OUT/small-make.log" 2>&1 || { rc=1; tail -5 "$OUT/small-make.log"; }
-  for d in "$OUT"/small/*; do
+  python3 tools/conformance/make.py --set small --out "$W/small" --refs "$W/small" \
+    > "$W/small-make.log" 2>&1 || { rc=1; tail -5 "$W/small-make.log"; }
+  for d in "$W"/small/*; do
     n=$(basename "$d")
     if [ ! -f "tests/data/small/$n/model.safetensors" ]; then
       echo "small/$n: new (not in tests/data/small yet)"
@@ -101,7 +106,7 @@ if has small; then
     fi
   done
   timeout 120 "$B/atlas-conform" --device cpu --bound 2e-3 --batch-tokens 16 --parallel 4 \
-    --markdown "$ROWS" "$OUT"/small/* 2>&1 | tee "$OUT/small.log" || rc=1
+    --markdown "$ROWS" "$W"/small/* 2>&1 | tee "$W/small.log" || rc=1
 fi
 step
 # a model a step ran without a row (it crashed, or the time limit stopped it) fails
@@ -130,6 +135,14 @@ grep -q "fail" "$ROWS" && rc=1
   cat "$TIMES"
   echo "| total | $(( $(date +%s) - T0 )) s |"
 } > "$MD"
-echo "== done (rc $rc)"
-cat "$MD"
+# back from the device: the table, the logs, and what was made that the repository keeps
+cp "$MD" "$OUT/"
+(cd "$W" && tar czf "$OUT/logs.tar.gz" ./*.log ./*.md)
+[ -d "$W/small" ] && tar czf "$OUT/small.tar.gz" -C "$W" small
+[ -d "$W/refs" ] && tar czf "$OUT/refs.tar.gz" -C "$W" refs
+echo "== done (rc $rc); in \$OUT: $(cd "$OUT" && echo ./*)"
+# the table's head, the failing rows and the times (all of it: \$OUT/conformance.md)
+sed -n '1,/^|---|/p' "$MD"
+grep -F "**fail**" "$MD"
+sed -n '/cells pass/,$p' "$MD"
 exit $rc
