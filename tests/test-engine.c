@@ -212,13 +212,18 @@ static void check_kv_empty(atlas_engine *e, const char *when) {
 
 /* ---- tests ------------------------------------------------------------------------------ */
 
-/* Every reference prompt, greedy, in chunks of 64 prompt tokens. */
-static void test_reference(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
+/* An engine of f's model that prefills in chunks of 64 tokens, contexts of 1,024. */
+static atlas_engine *engine_chunked(const fixture *f) {
+    atlas_engine_model mod = {f->name, f->dir}; /* copied by create */
     atlas_engine_params p = atlas_engine_default_params();
     p.batch_tokens = 64;
     p.ctx_size = 1024;
-    atlas_engine *e = engine_new(&mod, 1, &p);
+    return engine_new(&mod, 1, &p);
+}
+
+/* Every reference prompt, greedy, in chunks of 64 prompt tokens. */
+static void test_reference(const fixture *f) {
+    atlas_engine *e = engine_chunked(f);
     if (!e) return;
     for (int i = 0; i < N_PROMPTS; i++) {
         atlas_request r = greedy_request(f->name, f->p[i].ids, f->p[i].n, N_GREEDY);
@@ -251,11 +256,7 @@ static void test_reference(const fixture *f) {
  * (7-8 chunks of 64), the next 16 are forced; at each forced step the top 8 must be the
  * reference's top 8 at that position, their logprobs apart by what its logits are. */
 static void test_forced(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
-    atlas_engine_params p = atlas_engine_default_params();
-    p.batch_tokens = 64;
-    p.ctx_size = 1024;
-    atlas_engine *e = engine_new(&mod, 1, &p);
+    atlas_engine *e = engine_chunked(f);
     if (!e) return;
     const ref_prompt *rp = &f->p[6];
     const atlas_tensor_view *ti = atlas_st_find(f->st, "p6.topk_ids");
