@@ -100,11 +100,58 @@ static void check_one(const char *dir, const char *name) {
     atlas_tokenizer_free(tok);
 }
 
+/* HF's ByteFallback decoder on runs of <0xNN> tokens that encoding valid text never makes: a
+ * run that is not valid UTF-8 as a whole is one U+FFFD per byte (not per invalid subpart),
+ * in decode and in the streamed text alike. */
+static void check_byte_runs(const char *dir, const char *name) {
+    char tj[1200];
+    snprintf(tj, sizeof tj, "%s/%s/tokenizer.json", dir, name);
+    if (!harness_require_file(tj)) return;
+    json_error_t err;
+    json_t *root = json_load_file(tj, 0, &err);
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load_files(tj, NULL, &tok));
+    CHECK(json_is_object(vocab));
+    if (!tok || !json_is_object(vocab)) {
+        json_decref(root);
+        atlas_tokenizer_free(tok);
+        return;
+    }
+#define ID(s) ((int32_t)json_integer_value(json_object_get(vocab, s)))
+    static const char R[] = "\xef\xbf\xbd"; /* U+FFFD */
+    struct { int32_t ids[4]; int n; const char *want; } cases[] = {
+        {{ID("<0xE5>"), ID("<0x8F>")}, 2, NULL},                 /* incomplete: 2 x U+FFFD */
+        {{ID("<0x41>"), ID("<0xE6>")}, 2, NULL},                 /* 'A' + incomplete: 2 x */
+        {{ID("<0xE4>"), ID("<0xBD>"), ID("<0xA0>")}, 3, "\xe4\xbd\xa0"}, /* valid: the char */
+        {{ID("<0xE5>"), ID("<0x8F>"), ID("\xe2\x96\x81Hello")}, 3, NULL}, /* run, then a word */
+    };
+#undef ID
+    char want[64];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (cases[c].want) snprintf(want, sizeof want, "%s", cases[c].want);
+        else if (c < 2) snprintf(want, sizeof want, "%s%s", R, R);
+        else snprintf(want, sizeof want, "%s%s Hello", R, R);
+        char *got = NULL;
+        size_t len = 0;
+        CHECK_OK(atlas_tokenizer_decode(tok, cases[c].ids, (size_t)cases[c].n, false, &got, &len));
+        CHECK_MSG(got && len == strlen(want) && !memcmp(got, want, len),
+                  "%s byte run %zu: decoded '%s', want '%s'", name, c, got ? got : "", want);
+        CHECK_MSG(got && streams_as_decoded(tok, cases[c].ids, (size_t)cases[c].n, got, len),
+                  "%s byte run %zu: streamed text differs from the decode", name, c);
+        free(got);
+    }
+    json_decref(root);
+    atlas_tokenizer_free(tok);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : harness_data_path("spm");
     char d[1024];
     snprintf(d, sizeof d, "%s", dir);
     static const char *const names[] = {"llama2", "gemma3", "llama2-metaspace"};
     for (int i = 0; i < 3; i++) check_one(d, names[i]);
+    check_byte_runs(d, "llama2");
+    check_byte_runs(d, "llama2-metaspace");
     return harness_finish();
 }

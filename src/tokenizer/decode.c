@@ -184,6 +184,22 @@ static int first_token_spaces(const atlas_tokenizer *tok, int32_t id, const char
     return 1;
 }
 
+/* A <0xNN> token of a byte-fallback tokenizer: consecutive ones form a run. */
+static bool is_byte_token(const atlas_tokenizer *tok, int32_t id) {
+    return tok->byte_fallback && (size_t)id < tok->n_tokens && (tok->tok_flags[id] & TOK_BYTE);
+}
+
+/* HF's ByteFallback decoder: a run of byte tokens is its bytes when they are valid UTF-8 as a
+ * whole, else one U+FFFD per byte.  b->p[from..len) is the run. */
+static atlas_status resolve_run(obuf *b, size_t from) {
+    size_t k = b->len - from;
+    if (tok_utf8_validate(b->p + from, k) == k) return ATLAS_OK;
+    ATLAS_TRY(obuf_reserve(b, 2 * k));
+    for (size_t i = 0; i < k; i++) memcpy(b->p + from + 3 * i, "\xef\xbf\xbd", 3);
+    b->len = from + 3 * k;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *ids, size_t n,
                                     bool skip_special, char **text, size_t *len) {
     *text = NULL;
@@ -191,22 +207,32 @@ atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *i
     /* the ByteLevel decoder joins all tokens' bytes, then decodes them lossily */
     obuf raw = {0};
     bool first = true;
+    size_t run0 = SIZE_MAX; /* where the current run of byte tokens starts in raw */
     for (size_t i = 0; i < n; i++) {
         const char *b;
         size_t bl;
         atlas_status st = atlas_tokenizer_token_bytes(tok, ids[i], &b, &bl);
-        if (st == ATLAS_OK && !(skip_special && atlas_tokenizer_is_special(tok, ids[i])))
-            st = obuf_reserve(&raw, bl);
+        bool skip = st == ATLAS_OK && skip_special && atlas_tokenizer_is_special(tok, ids[i]);
+        if (st == ATLAS_OK && !skip && run0 != SIZE_MAX && !is_byte_token(tok, ids[i])) {
+            st = resolve_run(&raw, run0);
+            run0 = SIZE_MAX;
+        }
+        if (st == ATLAS_OK && !skip) st = obuf_reserve(&raw, bl);
         if (st != ATLAS_OK) {
             free(raw.p);
             return atlas_fail_wrap(st, "decode: ids[%zu]", i);
         }
-        if (skip_special && atlas_tokenizer_is_special(tok, ids[i])) continue;
+        if (skip) continue;
+        if (run0 == SIZE_MAX && is_byte_token(tok, ids[i])) run0 = raw.len;
         bool was_first = first;
         first = false;
         if (was_first && first_token_spaces(tok, ids[i], b, bl, raw.p, &raw.len)) continue;
         memcpy(raw.p + raw.len, b, bl);
         raw.len += bl;
+    }
+    if (run0 != SIZE_MAX && resolve_run(&raw, run0) != ATLAS_OK) {
+        free(raw.p);
+        return atlas_fail(ATLAS_ERR_NOMEM, "decode: out of memory");
     }
     obuf out = {0};
     size_t used, skip = 0;
@@ -235,6 +261,7 @@ struct atlas_detok {
     bool started;             /* a token was pushed (the first one's metaspaces are dropped) */
     unsigned char pending[8]; /* an incomplete UTF-8 sequence: at most 3 bytes */
     size_t n_pending;
+    obuf run;                 /* a run of byte tokens, held until it ends (resolve_run) */
     obuf in, out;
 };
 
@@ -252,6 +279,7 @@ void atlas_detok_free(atlas_detok *d) {
     if (!d) return;
     free(d->in.p);
     free(d->out.p);
+    free(d->run.p);
     free(d);
 }
 
@@ -276,24 +304,38 @@ atlas_status atlas_detok_push(atlas_detok *d, int32_t id, const char **text, siz
     ATLAS_TRY(atlas_tokenizer_token_bytes(d->tok, id, &b, &bl));
     bool skipped = d->skip_special && atlas_tokenizer_is_special(d->tok, id);
     if (skipped) bl = 0;
+    if (!skipped && is_byte_token(d->tok, id)) { /* held: the run's validity decides */
+        ATLAS_TRY(obuf_reserve(&d->run, bl));
+        memcpy(d->run.p + d->run.len, b, bl);
+        d->run.len += bl;
+        d->started = true;
+        return ATLAS_OK;
+    }
+    if (!skipped && d->run.len) ATLAS_TRY(resolve_run(&d->run, 0));
+    size_t held = skipped ? 0 : d->run.len;
     d->in.len = 0;
-    ATLAS_TRY(obuf_reserve(&d->in, d->n_pending + bl));
+    ATLAS_TRY(obuf_reserve(&d->in, d->n_pending + held + bl));
     memcpy(d->in.p, d->pending, d->n_pending);
-    size_t put = bl;
+    if (held) memcpy(d->in.p + d->n_pending, d->run.p, held); /* the run goes out first */
+    d->run.len -= held;
+    size_t off = d->n_pending + held, put = bl;
     bool first = !d->started && !skipped; /* as decode: the first token not skipped */
-    if (!(first && first_token_spaces(d->tok, id, b, bl, d->in.p + d->n_pending, &put)))
-        memcpy(d->in.p + d->n_pending, b, bl);
+    if (!(first && first_token_spaces(d->tok, id, b, bl, d->in.p + off, &put)))
+        memcpy(d->in.p + off, b, bl);
     if (!skipped) d->started = true;
-    d->in.len = d->n_pending + put;
+    d->in.len = off + put;
     return detok_emit(d, false, text, len);
 }
 
 atlas_status atlas_detok_flush(atlas_detok *d, const char **text, size_t *len) {
     *text = "";
     *len = 0;
+    if (d->run.len) ATLAS_TRY(resolve_run(&d->run, 0));
     d->in.len = 0;
-    ATLAS_TRY(obuf_reserve(&d->in, d->n_pending));
+    ATLAS_TRY(obuf_reserve(&d->in, d->n_pending + d->run.len));
     memcpy(d->in.p, d->pending, d->n_pending);
-    d->in.len = d->n_pending;
+    if (d->run.len) memcpy(d->in.p + d->n_pending, d->run.p, d->run.len);
+    d->in.len = d->n_pending + d->run.len;
+    d->run.len = 0;
     return detok_emit(d, true, text, len);
 }
