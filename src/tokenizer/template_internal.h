@@ -287,8 +287,32 @@ atlas_status tpl_method(trender *r, const tnode *at, const tval *v, const char *
 /* "fmt" % args (printf-style, as Python strings) */
 atlas_status tpl_percent_format(trender *r, const tnode *at, const tval *fmt, const tval *args, size_t nargs,
                                 tval *out);
-/* Python str methods shared with filters */
+/* ---- template_strings.c: shared by the filters, tests and methods --------------------- */
+/* A call's evaluated arguments: positional, then keyword. */
+typedef struct fargs {
+    tval *pos;
+    size_t npos;
+    const char **kwn;
+    tval *kwv;
+    size_t nkw;
+} fargs;
 bool tpl_is_space(uint32_t cp);
 atlas_status tpl_str_strip(trender *r, const tval *s, const tval *chars, int which, tval *out);
+/* The idx-th positional argument or the keyword kw; NULL when absent. */
+const tval *tpl_arg(const fargs *a, size_t idx, const char *kw);
+atlas_status tpl_need_str(trender *r, const tnode *at, const char *what, const tval *v);
+atlas_status tpl_from_buf(trender *r, const tnode *at, tbuf *b, tval *out);
+/* The code point at byte i of s[0..n) and its length */
+size_t tpl_cp_at(const char *s, size_t n, size_t i, uint32_t *cp);
+atlas_status tpl_change_case(trender *r, const tnode *at, const tval *v, char mode, tval *out);
+/* Python's str.split / str.replace / startswith-endswith, on template strings */
+atlas_status tpl_str_split(trender *r, const tnode *at, const tval *s, const tval *sep,
+                           long long maxsplit, tval *out);
+atlas_status tpl_str_replace(trender *r, const tnode *at, const tval *s, const tval *old,
+                             const tval *new_, long long count, tval *out);
+bool tpl_affix(const tval *s, const tval *x, bool start);
+/* What v iterates as (a list, a dict's keys, a string's characters), and a dict's items */
+atlas_status tpl_to_list(trender *r, const tnode *at, const tval *v, tval *out);
+atlas_status tpl_items_of(trender *r, const tnode *at, const tval *v, tval *out);
 
 #endif
