@@ -1,692 +1,18 @@
-/* tokenizer/template_parse.c — tokens to the AST (jinja2's grammar and precedence:
- * conditional < or < and < not < comparisons/in < + - < ~ < * / // % < ** < unary <
- * primary with postfix . [] () and then | filters and `is` tests). */
+/* tokenizer/template_parse.c — a template's statements ({% if %}, {% for %}, {% set %},
+ * {% macro %}, {% call %}, {% with %}, {% filter %}, ...) around its expressions
+ * (template_expr.c), and tpl_parse. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
-
-/* Nesting depth, and the length of one chain (a + b + ..., x | f | g ..., a.b.c ...):
- * chains build left-deep trees that evaluation and freeing walk recursively. */
-enum { MAX_DEPTH = 200, MAX_CHAIN = 1000 };
-
-typedef struct parser {
-    ttoks toks;
-    size_t i;
-    const char *name;
-    int depth;
-} parser;
-
-static ttok *cur(parser *p) { return &p->toks.v[p->i]; }
-static ttok *peek(parser *p, size_t k) {
-    size_t j = p->i + k;
-    return &p->toks.v[j < p->toks.n ? j : p->toks.n - 1];
-}
-static void adv(parser *p) {
-    if (p->i + 1 < p->toks.n) p->i++;
-}
-static bool is_op(const ttok *t, const char *op) { return t->kind == TT_OP && !strcmp(t->text, op); }
-static bool is_name(const ttok *t, const char *nm) { return t->kind == TT_NAME && !strcmp(t->text, nm); }
-
-static const char *tok_desc(const ttok *t) {
-    switch (t->kind) {
-    case TT_EOF: return "end of template";
-    case TT_TEXT: return "text";
-    case TT_VAR_BEGIN: return "'{{'";
-    case TT_VAR_END: return "'}}'";
-    case TT_BLOCK_BEGIN: return "'{%'";
-    case TT_BLOCK_END: return "'%}'";
-    default: return t->text;
-    }
-}
-
-static atlas_status perr(parser *p, const ttok *t, const char *what) {
-    return atlas_fail(ATLAS_ERR_FORMAT, "%s:%d:%d: %s (at %s%s%s)", p->name, t->line, t->col, what,
-                      t->kind >= TT_NAME ? "'" : "", tok_desc(t), t->kind >= TT_NAME ? "'" : "");
-}
-
-static tnode *node_new(tnode_kind kind, const ttok *t) {
-    tnode *n = calloc(1, sizeof *n);
-    if (!n) return NULL;
-    n->kind = kind;
-    n->line = t->line;
-    n->col = t->col;
-    return n;
-}
-
-/* The end of every parse_*: hands n to *out on success, frees it on failure. */
-static atlas_status node_done(tnode *n, atlas_status st, tnode **out) {
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    *out = n;
-    return ATLAS_OK;
-}
-
-static atlas_status nomem(parser *p) { return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory parsing", p->name); }
-
-static atlas_status add_kid(parser *p, tnode *n, tnode *kid) {
-    tnode **k = realloc(n->kids, (n->nkids + 1) * sizeof *k);
-    if (!k) {
-        tpl_node_free(kid);
-        return nomem(p);
-    }
-    n->kids = k;
-    n->kids[n->nkids++] = kid;
-    return ATLAS_OK;
-}
-
-static atlas_status add_str(parser *p, char ***arr, size_t *n, const char *s) {
-    char **a = realloc(*arr, (*n + 1) * sizeof *a);
-    if (!a) return nomem(p);
-    *arr = a;
-    if (!(a[*n] = strdup(s))) return nomem(p);
-    (*n)++;
-    return ATLAS_OK;
-}
-
-static atlas_status expect_op(parser *p, const char *op) {
-    if (!is_op(cur(p), op)) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "expected '%s'", op);
-        return perr(p, cur(p), msg);
-    }
-    adv(p);
-    return ATLAS_OK;
-}
-
-static atlas_status expect_name(parser *p, const char **out) {
-    if (cur(p)->kind != TT_NAME) return perr(p, cur(p), "expected a name");
-    *out = cur(p)->text;
-    adv(p);
-    return ATLAS_OK;
-}
-
-static atlas_status parse_expr(parser *p, tnode **out);
-static atlas_status parse_or(parser *p, tnode **out);
-static atlas_status parse_unary(parser *p, bool with_filter, tnode **out);
-static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode **out);
-
-/* Arguments of a call, filter or test after '(' up to ')'. */
-static atlas_status parse_args(parser *p, tnode *n) {
-    ATLAS_TRY(expect_op(p, "("));
-    while (!is_op(cur(p), ")")) {
-        if (n->nkids + n->nkw > 0) ATLAS_TRY(expect_op(p, ","));
-        if (is_op(cur(p), ")")) break; /* trailing comma */
-        if (is_op(cur(p), "*") || is_op(cur(p), "**"))
-            return perr(p, cur(p), "*args and **kwargs in calls are not supported");
-        if (cur(p)->kind == TT_NAME && is_op(peek(p, 1), "=")) {
-            const char *kw = cur(p)->text;
-            adv(p);
-            adv(p);
-            tnode *v;
-            ATLAS_TRY(parse_expr(p, &v));
-            tnode **vals = realloc(n->kwvals, (n->nkw + 1) * sizeof *vals);
-            if (!vals) {
-                tpl_node_free(v);
-                return nomem(p);
-            }
-            n->kwvals = vals;
-            n->kwvals[n->nkw] = v;
-            char **names = realloc(n->kwnames, (n->nkw + 1) * sizeof *names);
-            if (!names) return nomem(p);
-            n->kwnames = names;
-            if (!(names[n->nkw] = strdup(kw))) {
-                n->nkw++; /* so the value is freed with n; name is NULL */
-                return nomem(p);
-            }
-            n->nkw++;
-        } else {
-            if (n->nkw) return perr(p, cur(p), "positional argument after a keyword argument");
-            tnode *v;
-            ATLAS_TRY(parse_expr(p, &v));
-            ATLAS_TRY(add_kid(p, n, v));
-        }
-    }
-    adv(p);
-    return ATLAS_OK;
-}
-
-static atlas_status make_const_str(parser *p, const ttok *t, const char *s, size_t len, tnode **out) {
-    tnode *n = node_new(TN_CONST, t);
-    tstr *str = malloc(sizeof *str + len + 1);
-    if (!n || !str) {
-        free(n);
-        free(str);
-        return nomem(p);
-    }
-    str->len = len;
-    memcpy(str->s, s, len);
-    str->s[len] = 0;
-    n->val.kind = TV_STR;
-    n->val.u.s = str;
-    *out = n;
-    return ATLAS_OK;
-}
-
-/* [ ... ], ( ... ) or { ... }: items separated by commas until close. */
-static atlas_status parse_seq(parser *p, tnode *n, const char *close, bool dict) {
-    while (!is_op(cur(p), close)) {
-        if (n->nkids) ATLAS_TRY(expect_op(p, ","));
-        if (is_op(cur(p), close)) break;
-        tnode *v;
-        ATLAS_TRY(parse_expr(p, &v));
-        ATLAS_TRY(add_kid(p, n, v));
-        if (dict) {
-            ATLAS_TRY(expect_op(p, ":"));
-            ATLAS_TRY(parse_expr(p, &v));
-            ATLAS_TRY(add_kid(p, n, v));
-        }
-    }
-    adv(p);
-    return ATLAS_OK;
-}
-
-static atlas_status parse_primary(parser *p, tnode **out) {
-    ttok *t = cur(p);
-    tnode *n = NULL;
-    if (t->kind == TT_NAME) {
-        static const char *consts[] = {"true", "false", "none", "True", "False", "None"};
-        for (int k = 0; k < 6; k++) {
-            if (strcmp(t->text, consts[k])) continue;
-            if (!(n = node_new(TN_CONST, t))) return nomem(p);
-            n->val = (k % 3 == 2) ? tv_none() : tv_bool(k % 3 == 0);
-            adv(p);
-            *out = n;
-            return ATLAS_OK;
-        }
-        if (!(n = node_new(TN_NAME, t)) || !(n->str = strdup(t->text))) {
-            free(n);
-            return nomem(p);
-        }
-        adv(p);
-    } else if (t->kind == TT_STRING) {
-        /* adjacent literals join: "a" "b" */
-        size_t len = 0, j = p->i;
-        while (p->toks.v[j].kind == TT_STRING) len += p->toks.v[j++].len;
-        char *buf = malloc(len + 1);
-        if (!buf) return nomem(p);
-        size_t o = 0;
-        while (cur(p)->kind == TT_STRING) {
-            memcpy(buf + o, cur(p)->text, cur(p)->len);
-            o += cur(p)->len;
-            adv(p);
-        }
-        atlas_status st = make_const_str(p, t, buf, o, &n);
-        free(buf);
-        ATLAS_TRY(st);
-    } else if (t->kind == TT_INT || t->kind == TT_FLOAT) {
-        if (!(n = node_new(TN_CONST, t))) return nomem(p);
-        n->val = t->kind == TT_INT ? tv_int(t->ival) : tv_float(t->fval);
-        adv(p);
-    } else if (is_op(t, "(")) {
-        adv(p);
-        if (is_op(cur(p), ")")) {
-            adv(p);
-            if (!(n = node_new(TN_TUPLE, t))) return nomem(p);
-        } else {
-            tnode *first;
-            ATLAS_TRY(parse_expr(p, &first));
-            if (is_op(cur(p), ",")) {
-                if (!(n = node_new(TN_TUPLE, t))) {
-                    tpl_node_free(first);
-                    return nomem(p);
-                }
-                atlas_status st = add_kid(p, n, first);
-                if (st == ATLAS_OK) st = parse_seq(p, n, ")", false); /* starts at the ',' */
-                if (st != ATLAS_OK) {
-                    tpl_node_free(n);
-                    return st;
-                }
-            } else {
-                n = first;
-                atlas_status st = expect_op(p, ")");
-                if (st != ATLAS_OK) {
-                    tpl_node_free(n);
-                    return st;
-                }
-            }
-        }
-    } else if (is_op(t, "[") || is_op(t, "{")) {
-        bool dict = is_op(t, "{");
-        if (!(n = node_new(dict ? TN_DICT : TN_LIST, t))) return nomem(p);
-        adv(p);
-        atlas_status st = parse_seq(p, n, dict ? "}" : "]", dict);
-        if (st != ATLAS_OK) {
-            tpl_node_free(n);
-            return st;
-        }
-    } else {
-        return perr(p, t, "expected an expression");
-    }
-    *out = n;
-    return ATLAS_OK;
-}
-
-/* x[...] : an index or a slice */
-static atlas_status parse_subscript(parser *p, tnode *obj, tnode **out) {
-    ttok *t = cur(p);
-    adv(p); /* [ */
-    tnode *parts[3] = {NULL, NULL, NULL};
-    int nparts = 0;
-    bool slice = false;
-    atlas_status st = ATLAS_OK;
-    for (;;) {
-        if (!is_op(cur(p), ":") && !is_op(cur(p), "]")) {
-            st = parse_expr(p, &parts[nparts]);
-            if (st != ATLAS_OK) break;
-        }
-        if (is_op(cur(p), ":") && nparts < 2) {
-            slice = true;
-            nparts++;
-            adv(p);
-            continue;
-        }
-        st = expect_op(p, "]");
-        break;
-    }
-    tnode *n = NULL;
-    if (st == ATLAS_OK && !(n = node_new(slice ? TN_SLICE : TN_GETITEM, t))) st = nomem(p);
-    if (st != ATLAS_OK) {
-        for (int k = 0; k < 3; k++) tpl_node_free(parts[k]);
-        tpl_node_free(obj);
-        return st;
-    }
-    n->a = obj;
-    if (slice) {
-        n->kids = calloc(3, sizeof *n->kids);
-        if (!n->kids) {
-            for (int k = 0; k < 3; k++) tpl_node_free(parts[k]);
-            tpl_node_free(n);
-            return nomem(p);
-        }
-        n->nkids = 3;
-        for (int k = 0; k < 3; k++) n->kids[k] = parts[k];
-    } else {
-        n->b = parts[0];
-        if (!n->b) {
-            tpl_node_free(n);
-            return perr(p, t, "empty subscript");
-        }
-    }
-    *out = n;
-    return ATLAS_OK;
-}
-
-/* x is [not] name [(args) | arg]; takes n (freed on failure) */
-static atlas_status parse_test(parser *p, tnode *n, tnode **out) {
-    ttok *t = cur(p);
-    adv(p); /* is */
-    bool neg = false;
-    if (is_name(cur(p), "not")) {
-        neg = true;
-        adv(p);
-    }
-    const char *tname = NULL;
-    tnode *m = NULL;
-    atlas_status st = expect_name(p, &tname);
-    if (st == ATLAS_OK && (!(m = node_new(TN_TEST, t)) || !(m->str = strdup(tname)))) st = nomem(p);
-    if (st != ATLAS_OK) {
-        free(m);
-        tpl_node_free(n);
-        return st;
-    }
-    m->a = n;
-    m->neg = neg;
-    ttok *c = cur(p);
-    if (is_op(c, "(")) {
-        st = parse_args(p, m);
-    } else if ((c->kind == TT_NAME || c->kind == TT_STRING || c->kind == TT_INT || c->kind == TT_FLOAT ||
-                is_op(c, "[") || is_op(c, "{")) &&
-               !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
-        tnode *arg; /* jinja2: one argument without parentheses, `x is divisibleby 3` */
-        st = parse_primary(p, &arg);
-        if (st == ATLAS_OK) st = parse_postfix(p, arg, false, &arg);
-        if (st == ATLAS_OK) st = add_kid(p, m, arg);
-    }
-    if (st != ATLAS_OK) {
-        tpl_node_free(m);
-        return st;
-    }
-    *out = m;
-    return ATLAS_OK;
-}
-
-/* Postfix . [] () and, when with_filter, | filters, `is` tests and calls after them. */
-static atlas_status parse_postfix(parser *p, tnode *n, bool with_filter, tnode **out) {
-    for (int chain = 0;; chain++) {
-        ttok *t = cur(p);
-        tnode *m = NULL;
-        atlas_status st = ATLAS_OK;
-        if (chain > MAX_CHAIN) {
-            tpl_node_free(n);
-            return perr(p, t, "expression too long");
-        }
-        if (is_op(t, ".")) {
-            adv(p);
-            ttok *a = cur(p);
-            if (a->kind == TT_NAME) {
-                if (!(m = node_new(TN_GETATTR, t)) || !(m->str = strdup(a->text))) st = nomem(p);
-                else m->a = n;
-                adv(p);
-            } else if (a->kind == TT_INT) {
-                if (!(m = node_new(TN_GETITEM, t)) || !(m->b = node_new(TN_CONST, a))) st = nomem(p);
-                else {
-                    m->a = n;
-                    m->b->val = tv_int(a->ival);
-                }
-                adv(p);
-            } else {
-                st = perr(p, a, "expected an attribute name after '.'");
-            }
-        } else if (is_op(t, "[")) {
-            st = parse_subscript(p, n, &m);
-            if (st != ATLAS_OK) return st; /* n already freed */
-        } else if (is_op(t, "(")) {
-            if (!(m = node_new(TN_CALL, t))) st = nomem(p);
-            else {
-                m->a = n;
-                m->line = n->line; /* errors point at the callee, not the '(' */
-                m->col = n->col;
-                st = parse_args(p, m);
-                if (st != ATLAS_OK) {
-                    tpl_node_free(m);
-                    return st;
-                }
-            }
-        } else if (with_filter && is_op(t, "|")) {
-            adv(p);
-            const char *fname = NULL;
-            st = expect_name(p, &fname);
-            if (st == ATLAS_OK && (!(m = node_new(TN_FILTER, t)) || !(m->str = strdup(fname)))) st = nomem(p);
-            if (st == ATLAS_OK) {
-                m->a = n;
-                if (is_op(cur(p), "(")) {
-                    st = parse_args(p, m);
-                    if (st != ATLAS_OK) {
-                        tpl_node_free(m);
-                        return st;
-                    }
-                }
-            }
-        } else if (with_filter && is_name(t, "is")) {
-            st = parse_test(p, n, &m);
-            if (st != ATLAS_OK) return st; /* n already freed */
-        } else {
-            *out = n;
-            return ATLAS_OK;
-        }
-        if (st != ATLAS_OK) {
-            if (m && m->a == n) {
-                tpl_node_free(m);
-            } else {
-                tpl_node_free(n);
-                tpl_node_free(m);
-            }
-            return st;
-        }
-        n = m;
-    }
-}
-
-static atlas_status parse_unary(parser *p, bool with_filter, tnode **out) {
-    ttok *t = cur(p);
-    if (++p->depth > MAX_DEPTH) return perr(p, t, "expression nested too deeply");
-    tnode *n = NULL;
-    atlas_status st;
-    if (is_op(t, "-") || is_op(t, "+")) {
-        adv(p);
-        tnode *arg;
-        st = parse_unary(p, false, &arg);
-        if (st != ATLAS_OK) {
-            p->depth--;
-            return st;
-        }
-        if (!(n = node_new(TN_UNARY, t))) {
-            tpl_node_free(arg);
-            p->depth--;
-            return nomem(p);
-        }
-        n->op = t->text[0];
-        n->a = arg;
-    } else {
-        st = parse_primary(p, &n);
-        if (st != ATLAS_OK) {
-            p->depth--;
-            return st;
-        }
-    }
-    st = parse_postfix(p, n, with_filter, out);
-    p->depth--;
-    return st;
-}
-
-typedef struct binop {
-    const char *tok;
-    int op;
-} binop;
-
-/* *left = kind(*left, right) at t, the right side parsed with status st: on st's failure, or
- * no memory, both sides are freed (*left NULL) and the error returned. */
-static atlas_status join(parser *p, tnode_kind kind, const ttok *t, atlas_status st,
-                         tnode **left, tnode *right) {
-    tnode *n = st == ATLAS_OK ? node_new(kind, t) : NULL;
-    if (st == ATLAS_OK && !n) {
-        tpl_node_free(right);
-        st = nomem(p);
-    }
-    if (st != ATLAS_OK) {
-        tpl_node_free(*left);
-        *left = NULL;
-        return st;
-    }
-    n->a = *left;
-    n->b = right;
-    *left = n;
-    return ATLAS_OK;
-}
-
-static atlas_status parse_level(parser *p, int level, tnode **out);
-
-/* Left-associative binary levels: 1 + -, 2 ~, 3 * / // %, 4 ** (comparisons: parse_compare) */
-static atlas_status parse_level(parser *p, int level, tnode **out) {
-    static const binop ops[5][5] = {
-        {{0, 0}},
-        {{"+", TOP_ADD}, {"-", TOP_SUB}, {0, 0}},
-        {{"~", TOP_CONCAT}, {0, 0}},
-        {{"*", TOP_MUL}, {"/", TOP_DIV}, {"//", TOP_FLOORDIV}, {"%", TOP_MOD}, {0, 0}},
-        {{"**", TOP_POW}, {0, 0}},
-    };
-    tnode *left;
-    if (level == 5) return parse_unary(p, true, out);
-    ATLAS_TRY(parse_level(p, level + 1, &left));
-    for (int chain = 0;; chain++) {
-        ttok *t = cur(p);
-        int op = 0;
-        if (chain > MAX_CHAIN) {
-            tpl_node_free(left);
-            return perr(p, t, "expression too long");
-        }
-        for (int k = 0; ops[level][k].tok; k++)
-            if (is_op(t, ops[level][k].tok)) op = ops[level][k].op;
-        if (!op) break;
-        adv(p);
-        tnode *right = NULL;
-        atlas_status st = parse_level(p, level + 1, &right);
-        ATLAS_TRY(join(p, TN_BINARY, t, st, &left, right));
-        left->op = op;
-    }
-    *out = left;
-    return ATLAS_OK;
-}
-
-/* Comparisons chain as in Python: a < b < c means a < b and b < c. */
-static int compare_op(parser *p, size_t *skip) {
-    static const binop ops[] = {{"==", TOP_EQ}, {"!=", TOP_NE}, {"<", TOP_LT}, {"<=", TOP_LE}, {">", TOP_GT}, {">=", TOP_GE}};
-    ttok *t = cur(p);
-    *skip = 1;
-    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
-        if (is_op(t, ops[k].tok)) return ops[k].op;
-    if (is_name(t, "in")) return TOP_IN;
-    if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
-        *skip = 2;
-        return TOP_NOTIN;
-    }
-    return 0;
-}
-
-static atlas_status parse_compare(parser *p, tnode **out) {
-    tnode *first;
-    size_t skip;
-    ATLAS_TRY(parse_level(p, 1, &first));
-    int op = compare_op(p, &skip);
-    if (!op) {
-        *out = first;
-        return ATLAS_OK;
-    }
-    tnode *n = node_new(TN_COMPARE, cur(p));
-    if (!n) {
-        tpl_node_free(first);
-        return nomem(p);
-    }
-    atlas_status st = add_kid(p, n, first);
-    while (st == ATLAS_OK && op) {
-        if (n->nkids > MAX_CHAIN) {
-            st = perr(p, cur(p), "expression too long");
-            break;
-        }
-        int *ops = realloc(n->ops, n->nkids * sizeof *ops);
-        if (!ops) {
-            st = nomem(p);
-            break;
-        }
-        n->ops = ops;
-        ops[n->nkids - 1] = op;
-        for (size_t k = 0; k < skip; k++) adv(p);
-        tnode *right;
-        st = parse_level(p, 1, &right);
-        if (st == ATLAS_OK) st = add_kid(p, n, right);
-        if (st == ATLAS_OK) op = compare_op(p, &skip);
-    }
-    if (st != ATLAS_OK) {
-        tpl_node_free(n);
-        return st;
-    }
-    if (n->nkids == 2) { /* the common case: a plain binary node */
-        n->kind = TN_BINARY;
-        n->op = n->ops[0];
-        n->a = n->kids[0];
-        n->b = n->kids[1];
-        free(n->kids);
-        n->kids = NULL;
-        n->nkids = 0;
-    }
-    *out = n;
-    return ATLAS_OK;
-}
-
-static atlas_status parse_not(parser *p, tnode **out) {
-    ttok *t = cur(p);
-    if (is_name(t, "not")) {
-        if (++p->depth > MAX_DEPTH) return perr(p, t, "expression nested too deeply");
-        adv(p);
-        tnode *a;
-        atlas_status st = parse_not(p, &a);
-        p->depth--;
-        ATLAS_TRY(st);
-        tnode *n = node_new(TN_UNARY, t);
-        if (!n) {
-            tpl_node_free(a);
-            return nomem(p);
-        }
-        n->op = '!';
-        n->a = a;
-        *out = n;
-        return ATLAS_OK;
-    }
-    return parse_compare(p, out);
-}
-
-static atlas_status parse_bool(parser *p, bool is_or, tnode **out) {
-    tnode *left;
-    ATLAS_TRY(is_or ? parse_bool(p, false, &left) : parse_not(p, &left));
-    for (int chain = 0; is_name(cur(p), is_or ? "or" : "and"); chain++) {
-        ttok *t = cur(p);
-        if (chain > MAX_CHAIN) {
-            tpl_node_free(left);
-            return perr(p, t, "expression too long");
-        }
-        adv(p);
-        tnode *right = NULL;
-        atlas_status st = is_or ? parse_bool(p, false, &right) : parse_not(p, &right);
-        ATLAS_TRY(join(p, is_or ? TN_OR : TN_AND, t, st, &left, right));
-    }
-    *out = left;
-    return ATLAS_OK;
-}
-
-static atlas_status parse_or(parser *p, tnode **out) { return parse_bool(p, true, out); }
-
-static atlas_status parse_expr(parser *p, tnode **out) {
-    if (++p->depth > MAX_DEPTH) return perr(p, cur(p), "expression nested too deeply");
-    tnode *n = NULL;
-    atlas_status st = parse_or(p, &n);
-    for (int chain = 0; st == ATLAS_OK && is_name(cur(p), "if"); chain++) {
-        ttok *t = cur(p);
-        if (chain > MAX_CHAIN) {
-            st = perr(p, t, "expression too long");
-            break;
-        }
-        adv(p);
-        tnode *c = node_new(TN_COND, t);
-        if (!c) {
-            st = nomem(p);
-            break;
-        }
-        c->b = n;
-        n = c;
-        st = parse_or(p, &c->a);
-        if (st == ATLAS_OK && is_name(cur(p), "else")) {
-            adv(p);
-            st = parse_expr(p, &c->c);
-        }
-    }
-    p->depth--;
-    return node_done(n, st, out);
-}
-
-/* expr or a bare tuple "a, b" (for set and {{ }}) */
-static atlas_status parse_tuple_expr(parser *p, tnode **out) {
-    ttok *t = cur(p);
-    tnode *first;
-    ATLAS_TRY(parse_expr(p, &first));
-    if (!is_op(cur(p), ",")) {
-        *out = first;
-        return ATLAS_OK;
-    }
-    tnode *n = node_new(TN_TUPLE, t);
-    if (!n) {
-        tpl_node_free(first);
-        return nomem(p);
-    }
-    atlas_status st = add_kid(p, n, first);
-    while (st == ATLAS_OK && is_op(cur(p), ",")) {
-        adv(p);
-        if (cur(p)->kind == TT_VAR_END || cur(p)->kind == TT_BLOCK_END) break;
-        tnode *v;
-        st = parse_expr(p, &v);
-        if (st == ATLAS_OK) st = add_kid(p, n, v);
-    }
-    return node_done(n, st, out);
-}
+#include "tokenizer/template_parser.h"
 
 /* ---- statements ---------------------------------------------------------------------- */
 static atlas_status parse_body(parser *p, const char *const *ends, tnode **out);
 
 static atlas_status expect_block_end(parser *p) {
-    if (cur(p)->kind != TT_BLOCK_END) return perr(p, cur(p), "expected '%}'");
+    if (cur(p)->kind != TT_BLOCK_END) return tpp_perr(p, cur(p), "expected '%}'");
     adv(p);
     return ATLAS_OK;
 }
@@ -700,9 +26,9 @@ static atlas_status end_tag(parser *p) {
 static atlas_status parse_if(parser *p, const ttok *t, tnode **out) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     static const char *const endif[] = {"endif", NULL};
-    tnode *n = node_new(TN_IF, t);
-    if (!n) return nomem(p);
-    atlas_status st = parse_tuple_expr(p, &n->a);
+    tnode *n = tpp_node_new(TN_IF, t);
+    if (!n) return tpp_nomem(p);
+    atlas_status st = tpp_parse_tuple_expr(p, &n->a);
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, ends, &n->b);
     if (st == ATLAS_OK) {
@@ -724,34 +50,34 @@ static atlas_status parse_if(parser *p, const ttok *t, tnode **out) {
         }
         if (st == ATLAS_OK) st = end_tag(p);
     }
-    return node_done(n, st, out);
+    return tpp_node_done(n, st, out);
 }
 
 static atlas_status parse_for(parser *p, const ttok *t, tnode **out) {
     static const char *const ends[] = {"else", "endfor", NULL};
     static const char *const endfor[] = {"endfor", NULL};
-    tnode *n = node_new(TN_FOR, t);
-    if (!n) return nomem(p);
+    tnode *n = tpp_node_new(TN_FOR, t);
+    if (!n) return tpp_nomem(p);
     atlas_status st = ATLAS_OK;
     bool paren = is_op(cur(p), "(");
     if (paren) adv(p);
     do {
         if (n->ntargets) adv(p); /* , */
         const char *nm = NULL;
-        st = expect_name(p, &nm);
-        if (st == ATLAS_OK) st = add_str(p, &n->targets, &n->ntargets, nm);
+        st = tpp_expect_name(p, &nm);
+        if (st == ATLAS_OK) st = tpp_add_str(p, &n->targets, &n->ntargets, nm);
     } while (st == ATLAS_OK && is_op(cur(p), ","));
-    if (st == ATLAS_OK && paren) st = expect_op(p, ")");
-    if (st == ATLAS_OK && !is_name(cur(p), "in")) st = perr(p, cur(p), "expected 'in'");
+    if (st == ATLAS_OK && paren) st = tpp_expect_op(p, ")");
+    if (st == ATLAS_OK && !is_name(cur(p), "in")) st = tpp_perr(p, cur(p), "expected 'in'");
     if (st == ATLAS_OK) {
         adv(p);
-        st = parse_or(p, &n->a);
+        st = tpp_parse_or(p, &n->a);
     }
     if (st == ATLAS_OK && is_name(cur(p), "if")) {
         adv(p);
-        st = parse_or(p, &n->d);
+        st = tpp_parse_or(p, &n->d);
     }
-    if (st == ATLAS_OK && is_name(cur(p), "recursive")) st = perr(p, cur(p), "recursive loops are not supported");
+    if (st == ATLAS_OK && is_name(cur(p), "recursive")) st = tpp_perr(p, cur(p), "recursive loops are not supported");
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, ends, &n->b);
     if (st == ATLAS_OK && is_name(cur(p), "else")) {
@@ -760,7 +86,7 @@ static atlas_status parse_for(parser *p, const ttok *t, tnode **out) {
         if (st == ATLAS_OK) st = parse_body(p, endfor, &n->c);
     }
     if (st == ATLAS_OK) st = end_tag(p);
-    return node_done(n, st, out);
+    return tpp_node_done(n, st, out);
 }
 
 /* filters after {% set x | f %} or {% filter f %}: TN_FILTER nodes with a = NULL */
@@ -771,67 +97,67 @@ static atlas_status parse_filter_chain(parser *p, tnode *n, bool need_pipe) {
         first = false;
         ttok *t = cur(p);
         const char *fname = NULL;
-        ATLAS_TRY(expect_name(p, &fname));
-        tnode *f = node_new(TN_FILTER, t);
+        ATLAS_TRY(tpp_expect_name(p, &fname));
+        tnode *f = tpp_node_new(TN_FILTER, t);
         if (!f || !(f->str = strdup(fname))) {
             free(f);
-            return nomem(p);
+            return tpp_nomem(p);
         }
-        ATLAS_TRY(add_kid(p, n, f));
-        if (is_op(cur(p), "(")) ATLAS_TRY(parse_args(p, f));
+        ATLAS_TRY(tpp_add_kid(p, n, f));
+        if (is_op(cur(p), "(")) ATLAS_TRY(tpp_parse_args(p, f));
     }
     return ATLAS_OK;
 }
 
 static atlas_status parse_set(parser *p, const ttok *t, tnode **out) {
     static const char *const endset[] = {"endset", NULL};
-    tnode *n = node_new(TN_SET, t);
-    if (!n) return nomem(p);
+    tnode *n = tpp_node_new(TN_SET, t);
+    if (!n) return tpp_nomem(p);
     atlas_status st;
     do {
         if (n->ntargets) adv(p);
         const char *nm = NULL;
-        st = expect_name(p, &nm);
-        if (st == ATLAS_OK) st = add_str(p, &n->targets, &n->ntargets, nm);
+        st = tpp_expect_name(p, &nm);
+        if (st == ATLAS_OK) st = tpp_add_str(p, &n->targets, &n->ntargets, nm);
         if (st == ATLAS_OK && is_op(cur(p), ".") && n->ntargets == 1) {
             adv(p);
-            st = expect_name(p, &nm);
-            if (st == ATLAS_OK && !(n->str = strdup(nm))) st = nomem(p);
+            st = tpp_expect_name(p, &nm);
+            if (st == ATLAS_OK && !(n->str = strdup(nm))) st = tpp_nomem(p);
             break;
         }
     } while (st == ATLAS_OK && is_op(cur(p), ","));
     if (st == ATLAS_OK && is_op(cur(p), "=")) {
         adv(p);
-        st = parse_tuple_expr(p, &n->a);
+        st = tpp_parse_tuple_expr(p, &n->a);
         if (st == ATLAS_OK) st = expect_block_end(p);
     } else if (st == ATLAS_OK) {
-        if (n->ntargets != 1 || n->str) st = perr(p, cur(p), "expected '='");
+        if (n->ntargets != 1 || n->str) st = tpp_perr(p, cur(p), "expected '='");
         n->kind = TN_SETBLOCK;
         if (st == ATLAS_OK) st = parse_filter_chain(p, n, true);
         if (st == ATLAS_OK) st = expect_block_end(p);
         if (st == ATLAS_OK) st = parse_body(p, endset, &n->b);
         if (st == ATLAS_OK) st = end_tag(p);
     }
-    return node_done(n, st, out);
+    return tpp_node_done(n, st, out);
 }
 
 /* (a, b=default, ...) for macro and call blocks */
 static atlas_status parse_params(parser *p, tnode *n) {
-    ATLAS_TRY(expect_op(p, "("));
+    ATLAS_TRY(tpp_expect_op(p, "("));
     while (!is_op(cur(p), ")")) {
-        if (n->ntargets) ATLAS_TRY(expect_op(p, ","));
+        if (n->ntargets) ATLAS_TRY(tpp_expect_op(p, ","));
         const char *nm = NULL;
-        ATLAS_TRY(expect_name(p, &nm));
-        ATLAS_TRY(add_str(p, &n->targets, &n->ntargets, nm));
+        ATLAS_TRY(tpp_expect_name(p, &nm));
+        ATLAS_TRY(tpp_add_str(p, &n->targets, &n->ntargets, nm));
         tnode *def = NULL;
         if (is_op(cur(p), "=")) {
             adv(p);
-            ATLAS_TRY(parse_expr(p, &def));
+            ATLAS_TRY(tpp_parse_expr(p, &def));
         }
         tnode **k = realloc(n->kids, (n->nkids + 1) * sizeof *k);
         if (!k) {
             tpl_node_free(def);
-            return nomem(p);
+            return tpp_nomem(p);
         }
         n->kids = k;
         n->kids[n->nkids++] = def;
@@ -843,38 +169,38 @@ static atlas_status parse_params(parser *p, tnode *n) {
 static atlas_status parse_macro(parser *p, const ttok *t, bool call, tnode **out) {
     static const char *const endmacro[] = {"endmacro", NULL};
     static const char *const endcall[] = {"endcall", NULL};
-    tnode *n = node_new(call ? TN_CALLBLOCK : TN_MACRO, t);
-    if (!n) return nomem(p);
+    tnode *n = tpp_node_new(call ? TN_CALLBLOCK : TN_MACRO, t);
+    if (!n) return tpp_nomem(p);
     atlas_status st = ATLAS_OK;
     if (call) {
         if (is_op(cur(p), "(")) st = parse_params(p, n);
-        if (st == ATLAS_OK) st = parse_expr(p, &n->a);
-        if (st == ATLAS_OK && n->a->kind != TN_CALL) st = perr(p, t, "{% call %} needs a macro call");
+        if (st == ATLAS_OK) st = tpp_parse_expr(p, &n->a);
+        if (st == ATLAS_OK && n->a->kind != TN_CALL) st = tpp_perr(p, t, "{% call %} needs a macro call");
     } else {
         const char *nm = NULL;
-        st = expect_name(p, &nm);
-        if (st == ATLAS_OK && !(n->str = strdup(nm))) st = nomem(p);
+        st = tpp_expect_name(p, &nm);
+        if (st == ATLAS_OK && !(n->str = strdup(nm))) st = tpp_nomem(p);
         if (st == ATLAS_OK) st = parse_params(p, n);
     }
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, call ? endcall : endmacro, &n->b);
     if (st == ATLAS_OK) st = end_tag(p);
-    return node_done(n, st, out);
+    return tpp_node_done(n, st, out);
 }
 
 /* {% with a = 1, b = x %} ... {% endwith %} */
 static atlas_status parse_with(parser *p, const ttok *t, tnode **out) {
     static const char *const endwith[] = {"endwith", NULL};
-    tnode *n = node_new(TN_WITH, t);
-    if (!n) return nomem(p);
+    tnode *n = tpp_node_new(TN_WITH, t);
+    if (!n) return tpp_nomem(p);
     atlas_status st = ATLAS_OK;
     while (st == ATLAS_OK && cur(p)->kind != TT_BLOCK_END) {
-        if (n->nkw) st = expect_op(p, ",");
+        if (n->nkw) st = tpp_expect_op(p, ",");
         const char *nm = NULL;
         tnode *v = NULL;
-        if (st == ATLAS_OK) st = expect_name(p, &nm);
-        if (st == ATLAS_OK) st = expect_op(p, "=");
-        if (st == ATLAS_OK) st = parse_expr(p, &v);
+        if (st == ATLAS_OK) st = tpp_expect_name(p, &nm);
+        if (st == ATLAS_OK) st = tpp_expect_op(p, "=");
+        if (st == ATLAS_OK) st = tpp_parse_expr(p, &v);
         if (st != ATLAS_OK) break;
         tnode **vals = realloc(n->kwvals, (n->nkw + 1) * sizeof *vals);
         char **names = vals ? realloc(n->kwnames, (n->nkw + 1) * sizeof *names) : NULL;
@@ -882,7 +208,7 @@ static atlas_status parse_with(parser *p, const ttok *t, tnode **out) {
         if (names) n->kwnames = names;
         if (!vals || !names || !(names[n->nkw] = strdup(nm))) {
             tpl_node_free(v);
-            st = nomem(p);
+            st = tpp_nomem(p);
             break;
         }
         vals[n->nkw++] = v;
@@ -890,14 +216,14 @@ static atlas_status parse_with(parser *p, const ttok *t, tnode **out) {
     if (st == ATLAS_OK) st = expect_block_end(p);
     if (st == ATLAS_OK) st = parse_body(p, endwith, &n->b);
     if (st == ATLAS_OK) st = end_tag(p);
-    return node_done(n, st, out);
+    return tpp_node_done(n, st, out);
 }
 
 static atlas_status parse_statement(parser *p, tnode **out) {
     static const char *const endfilter[] = {"endfilter", NULL};
     static const char *const endgen[] = {"endgeneration", NULL};
     ttok *t = cur(p);
-    if (t->kind != TT_NAME) return perr(p, t, "expected a tag name");
+    if (t->kind != TT_NAME) return tpp_perr(p, t, "expected a tag name");
     adv(p);
     if (!strcmp(t->text, "if")) return parse_if(p, t, out);
     if (!strcmp(t->text, "for")) return parse_for(p, t, out);
@@ -906,7 +232,7 @@ static atlas_status parse_statement(parser *p, tnode **out) {
     if (!strcmp(t->text, "call")) return parse_macro(p, t, true, out);
     if (!strcmp(t->text, "break") || !strcmp(t->text, "continue")) {
         ATLAS_TRY(expect_block_end(p));
-        if (!(*out = node_new(t->text[0] == 'b' ? TN_BREAK : TN_CONTINUE, t))) return nomem(p);
+        if (!(*out = tpp_node_new(t->text[0] == 'b' ? TN_BREAK : TN_CONTINUE, t))) return tpp_nomem(p);
         return ATLAS_OK;
     }
     if (!strcmp(t->text, "generation")) { /* transformers' AssistantTracker: just the body */
@@ -921,8 +247,8 @@ static atlas_status parse_statement(parser *p, tnode **out) {
     }
     if (!strcmp(t->text, "with")) return parse_with(p, t, out);
     if (!strcmp(t->text, "filter")) {
-        tnode *n = node_new(TN_FILTERBLOCK, t);
-        if (!n) return nomem(p);
+        tnode *n = tpp_node_new(TN_FILTERBLOCK, t);
+        if (!n) return tpp_nomem(p);
         atlas_status st = parse_filter_chain(p, n, false);
         if (st == ATLAS_OK) st = expect_block_end(p);
         if (st == ATLAS_OK) st = parse_body(p, endfilter, &n->b);
@@ -936,15 +262,15 @@ static atlas_status parse_statement(parser *p, tnode **out) {
     }
     char msg[96];
     snprintf(msg, sizeof msg, "unknown or unsupported tag '%.40s'", t->text);
-    return perr(p, t, msg);
+    return tpp_perr(p, t, msg);
 }
 
 /* Statements until `{% <one of ends>` (left at that name) or, when ends is NULL, EOF. */
 static atlas_status parse_body(parser *p, const char *const *ends, tnode **out) {
     ttok *t0 = cur(p);
-    if (++p->depth > MAX_DEPTH) return perr(p, t0, "blocks nested too deeply");
-    tnode *body = node_new(TN_BODY, t0);
-    if (!body) return nomem(p);
+    if (++p->depth > MAX_DEPTH) return tpp_perr(p, t0, "blocks nested too deeply");
+    tnode *body = tpp_node_new(TN_BODY, t0);
+    if (!body) return tpp_nomem(p);
     atlas_status st = ATLAS_OK;
     for (;;) {
         ttok *t = cur(p);
@@ -955,18 +281,18 @@ static atlas_status parse_body(parser *p, const char *const *ends, tnode **out) 
                 snprintf(msg, sizeof msg, "unexpected end of template: missing '{%% %s %%}'", ends[0]);
                 if (!strcmp(ends[0], "elif")) snprintf(msg, sizeof msg, "unexpected end of template: missing '{%% endif %%}'");
                 if (!strcmp(ends[0], "else")) snprintf(msg, sizeof msg, "unexpected end of template: missing '{%% endfor %%}'");
-                st = perr(p, t, msg);
+                st = tpp_perr(p, t, msg);
             }
             break;
         } else if (t->kind == TT_TEXT) {
-            st = make_const_str(p, t, t->text, t->len, &n);
+            st = tpp_make_const_str(p, t, t->text, t->len, &n);
             if (st == ATLAS_OK) n->kind = TN_TEXT;
             adv(p);
         } else if (t->kind == TT_VAR_BEGIN) {
             adv(p);
-            if (!(n = node_new(TN_OUTPUT, t))) st = nomem(p);
-            if (st == ATLAS_OK) st = parse_tuple_expr(p, &n->a);
-            if (st == ATLAS_OK && cur(p)->kind != TT_VAR_END) st = perr(p, cur(p), "expected '}}'");
+            if (!(n = tpp_node_new(TN_OUTPUT, t))) st = tpp_nomem(p);
+            if (st == ATLAS_OK) st = tpp_parse_tuple_expr(p, &n->a);
+            if (st == ATLAS_OK && cur(p)->kind != TT_VAR_END) st = tpp_perr(p, cur(p), "expected '}}'");
             adv(p);
         } else if (t->kind == TT_BLOCK_BEGIN) {
             ttok *nm = peek(p, 1);
@@ -980,9 +306,9 @@ static atlas_status parse_body(parser *p, const char *const *ends, tnode **out) 
             adv(p);
             st = parse_statement(p, &n);
         } else {
-            st = perr(p, t, "unexpected token");
+            st = tpp_perr(p, t, "unexpected token");
         }
-        if (st == ATLAS_OK) st = add_kid(p, body, n);
+        if (st == ATLAS_OK) st = tpp_add_kid(p, body, n);
         else tpl_node_free(n);
         if (st != ATLAS_OK) break;
     }
@@ -1003,32 +329,10 @@ atlas_status tpl_parse(const char *src, const char *name, tnode **out) {
     atlas_status st = parse_body(&p, NULL, &body);
     if (st == ATLAS_OK && cur(&p)->kind != TT_EOF) {
         tpl_node_free(body);
-        st = perr(&p, cur(&p), "unexpected tag here (no open block to end)");
+        st = tpp_perr(&p, cur(&p), "unexpected tag here (no open block to end)");
     }
     /* an end tag with no open block stops parse_body(NULL) only at EOF, so check strays */
     tpl_toks_free(&p.toks);
     if (st == ATLAS_OK) *out = body;
     return st;
-}
-
-void tpl_node_free(tnode *n) {
-    if (!n) return;
-    tpl_node_free(n->a);
-    tpl_node_free(n->b);
-    tpl_node_free(n->c);
-    tpl_node_free(n->d);
-    for (size_t i = 0; i < n->nkids; i++) tpl_node_free(n->kids[i]);
-    free(n->kids);
-    for (size_t i = 0; i < n->ntargets; i++) free(n->targets[i]);
-    free(n->targets);
-    for (size_t i = 0; i < n->nkw; i++) {
-        free(n->kwnames[i]);
-        tpl_node_free(n->kwvals[i]);
-    }
-    free(n->kwnames);
-    free(n->kwvals);
-    free(n->str);
-    free(n->ops);
-    if ((n->kind == TN_CONST || n->kind == TN_TEXT) && n->val.kind == TV_STR) free(n->val.u.s);
-    free(n);
 }
