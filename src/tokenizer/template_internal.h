@@ -1,9 +1,11 @@
 /* tokenizer/template_internal.h — the Jinja interpreter behind atlas/template.h.  Internal.
  *
  * Pipeline: template_lex.c (source -> tokens, with jinja2's whitespace rules under
- * trim_blocks + lstrip_blocks) -> template_parse.c (tokens -> AST of tnode) ->
- * template_eval.c (AST + variables -> text), with values in template_value.c and the
- * filters, tests and methods in template_filters.c. A render allocates every value from
+ * trim_blocks + lstrip_blocks) -> template_parse.c (statements) and template_expr.c
+ * (expressions: tokens -> AST of tnode, template_parser.h) -> template_eval.c (AST +
+ * variables -> text), with values in template_value.c, the filters in template_filters.c,
+ * the tests and str / dict / list methods in template_methods.c and what they share in
+ * template_strings.c. A render allocates every value from
  * one arena freed at the end, so values need no reference counts; the AST is immutable
  * and shared by concurrent renders. */
 #ifndef ATLAS_TEMPLATE_INTERNAL_H
