@@ -261,9 +261,8 @@ static void sampler_defaults(run_opts *o, const atlas_config *c) {
 }
 
 /* Submits the prompt and waits for its END; prints the speeds. */
-static int generate(run_opts *o, atlas_engine *e, const int32_t *ids, size_t n) {
-    const atlas_tokenizer *tok = NULL;
-    if (atlas_engine_tokenizer(e, "run", &tok) != ATLAS_OK) return 1;
+static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, const int32_t *ids,
+                    size_t n) {
     run_out r = {.o = o, .tok = tok};
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
@@ -344,7 +343,7 @@ static int run_engine(run_opts *o) {
         rc = 1;
     }
     if (!rc) rc = prompt_ids(o, tok, &ids, &n);
-    if (!rc && o->n > 0) rc = generate(o, e, ids, n);
+    if (!rc && o->n > 0) rc = generate(o, e, tok, ids, n);
     free(ids);
     atlas_engine_free(e);
     return rc;

@@ -720,11 +720,11 @@ static int ahead_more(atlas_engine *e, eng_model *md, int q) {
  * ended sequences SEQ_DONE and returns the number of steps.  Outside e->mu. */
 static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
     atlas_status st = atlas_model_forward_argmax_queue(md->m, b);
-    int q = st == ATLAS_OK, steps = q, more = q, ended = 0;
+    int q = st == ATLAS_OK, steps = q, more = q; /* more: 0 once nothing more is queued */
     while (q > 0) {
         if (more) {
             pthread_mutex_lock(&e->mu);
-            more = !ended && ahead_more(e, md, q);
+            more = ahead_more(e, md, q);
             if (more) st = fill_tables(e, b);
             pthread_mutex_unlock(&e->mu);
         }
@@ -748,10 +748,9 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
             s->n_computed++;
             if (atlas_engine_seq_accept(e, s, e->b_ids[i], 0, NULL, 0)) {
                 s->state = SEQ_DONE;
-                ended = 1;
+                more = 0; /* an end: the steps already queued are collected, no more */
             }
         }
-        if (ended) more = 0;
     }
     if (st != ATLAS_OK) {
         char msg[512];
