@@ -3,6 +3,7 @@
 #include "parallel/nccl.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 struct atlas_nccl {
     atlas_nccl_fns fn;
     int version;
-    int live_comms;
+    atomic_int live_comms; /* ranks init and destroy from their own threads */
     char path[256];
     char env_note[128];
 };
@@ -142,9 +143,8 @@ atlas_status atlas_nccl_open(const char *path, atlas_nccl **out) {
 
 atlas_status atlas_nccl_close(atlas_nccl *nccl) {
     if (!nccl) return ATLAS_OK;
-    if (nccl->live_comms)
-        return atlas_fail(ATLAS_ERR_BUSY, "NCCL: %d communicator(s) still live",
-                          nccl->live_comms);
+    int live = atomic_load(&nccl->live_comms);
+    if (live) return atlas_fail(ATLAS_ERR_BUSY, "NCCL: %d communicator(s) still live", live);
     free(nccl);
     return ATLAS_OK;
 }
@@ -188,7 +188,7 @@ atlas_status atlas_nccl_comm_init(atlas_nccl *nccl, int world, int rank, const a
     c->comm = comm;
     c->world = world;
     c->rank = rank;
-    nccl->live_comms++;
+    atomic_fetch_add(&nccl->live_comms, 1);
     *out = c;
     return ATLAS_OK;
 }
@@ -197,7 +197,7 @@ atlas_status atlas_nccl_comm_destroy(atlas_nccl_comm *comm) {
     if (!comm) return ATLAS_OK;
     atlas_nccl *n = comm->nccl;
     ncclResult_t r = n->fn.ncclCommDestroy(comm->comm);
-    n->live_comms--;
+    atomic_fetch_sub(&n->live_comms, 1);
     free(comm);
     return r == ATLAS_NCCL_SUCCESS ? ATLAS_OK : nccl_fail(n, NULL, "ncclCommDestroy", r, __LINE__);
 }
