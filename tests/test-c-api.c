@@ -6,6 +6,7 @@
 #include "atlas/engine.h"
 #include "atlas/host.h"
 #include "atlas/model.h"
+#include "atlas/reasoning.h"
 #include "atlas/sampler.h"
 #include "atlas/status.h"
 #include "atlas/template.h"
@@ -20,7 +21,8 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "constraint.h", "engine.h", "host.h", "model.h", "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
+    "constraint.h", "engine.h", "host.h", "model.h", "reasoning.h",
+    "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
 };
 
 static void test_all_included(void) {

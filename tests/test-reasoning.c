@@ -1,11 +1,11 @@
-/* tests/test-reasoning.c — the "<think>" splitter (src/server/reasoning.h): each case fed
+/* tests/test-reasoning.c — the "<think>" splitter (atlas/reasoning.h): each case fed
  * whole, at every split into two pieces, and byte by byte, must give the same reasoning and
  * content; and nothing is released early that a later byte could change. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/reasoning.h"
 #include "harness.h"
-#include "server/reasoning.h"
 
 typedef struct rcase {
     bool inside;

@@ -6,13 +6,13 @@
 
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
+#include "atlas/reasoning.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "server/api_common.h"
 #include "server/gen.h"
-#include "server/reasoning.h"
 #include "server/schema.h"
 
 /* --- model lookup, shared with api_misc.c --------------------------------------------- */

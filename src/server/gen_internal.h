@@ -7,8 +7,8 @@
 #include <stdbool.h>
 
 #include "atlas/engine.h"
+#include "atlas/reasoning.h"
 #include "server/gen.h"
-#include "server/reasoning.h"
 
 /* One engine event, copied: the text and the message live after the struct. */
 typedef struct atlas_gen_event {

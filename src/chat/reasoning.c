@@ -1,6 +1,6 @@
-/* server/reasoning.c — the "<think>" splitter (see reasoning.h): a small state machine over
+/* chat/reasoning.c — atlas/reasoning.h: the "<think>" splitter, a small state machine over
  * the bytes held back, releasing what can no longer be part of a tag. */
-#include "server/reasoning.h"
+#include "atlas/reasoning.h"
 
 #include <stdlib.h>
 #include <string.h>

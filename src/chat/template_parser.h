@@ -1,4 +1,4 @@
-/* tokenizer/template_parser.h — the template parser's state and the helpers its two halves
+/* chat/template_parser.h — the template parser's state and the helpers its two halves
  * share: template_expr.c (expressions: jinja2's grammar and precedence) and
  * template_parse.c (statements: if, for, set, macro, ... and tpl_parse).  Internal to them. */
 #ifndef ATLAS_TOKENIZER_TEMPLATE_PARSER_H
@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "chat/template_internal.h"
 
 /* Nesting depth, and the length of one chain (a + b + ..., x | f | g ..., a.b.c ...):
  * chains build left-deep trees that evaluation and freeing walk recursively. */

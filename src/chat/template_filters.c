@@ -1,4 +1,4 @@
-/* tokenizer/template_filters.c — jinja2's filters (sort, map, join, tojson, ...). Their
+/* chat/template_filters.c — jinja2's filters (sort, map, join, tojson, ...). Their
  * string helpers are in template_strings.c, the tests they take (select("equalto")) in
  * template_methods.c. */
 #include <limits.h>
@@ -9,8 +9,8 @@
 
 #include <utf8proc.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 static tval attr_path(const tval *v, const char *path) {
     tval cur = *v;

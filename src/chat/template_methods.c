@@ -1,4 +1,4 @@
-/* tokenizer/template_methods.c — jinja2's tests (is defined, is string, ...) and the Python
+/* chat/template_methods.c — jinja2's tests (is defined, is string, ...) and the Python
  * str / dict / list methods that chat templates call (message.content.strip(),
  * tool.items(), ...). Mutating methods (append, pop, update) are refused, as transformers'
  * immutable sandbox refuses them. */
@@ -10,8 +10,8 @@
 
 #include <utf8proc.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 /* ---- tests --------------------------------------------------------------------------- */
 atlas_status tpl_test(trender *r, const tnode *at, const char *name, const tval *v, tval *args,

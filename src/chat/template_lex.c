@@ -1,4 +1,4 @@
-/* tokenizer/template_lex.c — Jinja source to tokens, with jinja2's whitespace rules as
+/* chat/template_lex.c — Jinja source to tokens, with jinja2's whitespace rules as
  * transformers configures them: trim_blocks (a block or comment tag eats the one newline
  * after it), lstrip_blocks (spaces and tabs before a block or comment tag at the start of a
  * line go), `-` on a tag strips all whitespace on that side, `+` turns lstrip/trim off for
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 typedef struct lexer {
     const char *src; /* normalised source */

@@ -1,4 +1,4 @@
-/* tokenizer/toolcall.c — atlas/toolcall.h: tool calls out of generated text, while it
+/* chat/toolcall.c — atlas/toolcall.h: tool calls out of generated text, while it
  * streams.
  *
  * States:

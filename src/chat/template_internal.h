@@ -1,4 +1,4 @@
-/* tokenizer/template_internal.h — the Jinja interpreter behind atlas/template.h.  Internal.
+/* chat/template_internal.h — the Jinja interpreter behind atlas/template.h.  Internal.
  *
  * Pipeline: template_lex.c (source -> tokens, with jinja2's whitespace rules under
  * trim_blocks + lstrip_blocks) -> template_parse.c (statements) and template_expr.c

@@ -1,4 +1,4 @@
-/* tokenizer/template_strings.c — what jinja2's filters, tests and the Python str / dict /
+/* chat/template_strings.c — what jinja2's filters, tests and the Python str / dict /
  * list methods share: their arguments, code points, case, strip / split / replace, and the
  * list a value iterates as (template_filters.c and template_methods.c use them). */
 #include <limits.h>
@@ -9,8 +9,8 @@
 
 #include <utf8proc.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 /* ---- arguments ----------------------------------------------------------------------- */
 

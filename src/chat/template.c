@@ -1,4 +1,4 @@
-/* tokenizer/template.c — atlas/template.h: loading a model's chat template(s) and
+/* chat/template.c — atlas/template.h: loading a model's chat template(s) and
  * rendering them with the variables transformers' apply_chat_template passes: messages,
  * tools (None when absent), documents (None), add_generation_prompt, the special tokens,
  * then the caller's extra keyword arguments. */
@@ -8,9 +8,9 @@
 #include <jansson.h>
 
 #include "atlas/template.h"
+#include "chat/template_internal.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "tokenizer/template_internal.h"
 
 enum { MAX_TEMPLATES = 16, ARENA_LIMIT_MB = 256 };
 

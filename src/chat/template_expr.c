@@ -1,4 +1,4 @@
-/* tokenizer/template_expr.c — tokens to expression nodes (jinja2's grammar and precedence:
+/* chat/template_expr.c — tokens to expression nodes (jinja2's grammar and precedence:
  * conditional < or < and < not < comparisons/in < + - < ~ < * / // % < ** < unary <
  * primary with postfix . [] () and then | filters and `is` tests), the parser's node helpers,
  * and freeing a tree. */
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/template_parser.h"
 #include "core/error.h"
-#include "tokenizer/template_parser.h"
 
 static const char *tok_desc(const ttok *t) {
     switch (t->kind) {

@@ -1,4 +1,4 @@
-/* tokenizer/template_eval.c — runs the AST: statements write text, expressions yield
+/* chat/template_eval.c — runs the AST: statements write text, expressions yield
  * values. Scoping follows jinja2: a for loop and a macro open a scope (so `set` inside a
  * loop does not leak out; templates use namespace() for that), `if` does not. */
 #include <limits.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 enum { MAX_MACRO_DEPTH = 64, MAX_RANGE = 1000 * 1000 };
 

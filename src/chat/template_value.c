@@ -1,4 +1,4 @@
-/* tokenizer/template_value.c — template values with Python's semantics: truthiness,
+/* chat/template_value.c — template values with Python's semantics: truthiness,
  * equality and ordering, str()/repr() text, transformers' tojson (json.dumps), and the
  * conversion from JSON. Every value of a render lives in the render's arena. */
 #include <math.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/template_internal.h"
 #include "core/error.h"
-#include "tokenizer/template_internal.h"
 
 /* ---- arena --------------------------------------------------------------------------- */
 struct tarena_block {

@@ -1,12 +1,12 @@
-/* tokenizer/template_parse.c — a template's statements ({% if %}, {% for %}, {% set %},
+/* chat/template_parse.c — a template's statements ({% if %}, {% for %}, {% set %},
  * {% macro %}, {% call %}, {% with %}, {% filter %}, ...) around its expressions
  * (template_expr.c), and tpl_parse. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/template_parser.h"
 #include "core/error.h"
-#include "tokenizer/template_parser.h"
 
 /* ---- statements ---------------------------------------------------------------------- */
 static atlas_status parse_body(parser *p, const char *const *ends, tnode **out);
