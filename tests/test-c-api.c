@@ -6,6 +6,7 @@
 #include "atlas/engine.h"
 #include "atlas/host.h"
 #include "atlas/model.h"
+#include "atlas/parallel.h"
 #include "atlas/reasoning.h"
 #include "atlas/sampler.h"
 #include "atlas/status.h"
@@ -21,7 +22,7 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "constraint.h", "engine.h", "host.h", "model.h", "reasoning.h",
+    "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h",
     "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
 };
 

@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/file.h"
 #include "harness.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 /* --- the fake driver ---------------------------------------------------------------------- */
 

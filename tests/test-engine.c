@@ -24,7 +24,7 @@
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
 #include "harness.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 enum { MAX_IDS = 1024, N_GREEDY = 24, N_PROMPTS = 7 };
 

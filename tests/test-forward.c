@@ -23,7 +23,7 @@
 #include "harness.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 enum { MAX_SEQS = 8, MAX_BLOCKS = 40, BLOCK = 16, N_GREEDY = 24 }; /* 40 * 16 > 543 + 24 */
 

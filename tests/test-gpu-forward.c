@@ -22,7 +22,7 @@
 #include "greedy.h"
 #include "harness.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 enum { MAX_SEQS = 8, MAX_BLOCKS = 48, BLOCK = 16, N_GREEDY = 24 };
 

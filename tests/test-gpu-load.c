@@ -18,7 +18,7 @@
 #include "harness.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -15,7 +15,7 @@
 #include "atlas/tokenizer.h"
 #include "harness.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 static int has_eos(const atlas_model *m, int32_t id) {
     const int32_t *ids;

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "harness.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 static char tmpdir[256];
 

@@ -1,4 +1,4 @@
-/* tests/test-shard.c — the tensor-parallel split arithmetic (parallel/shard.h):
+/* tests/test-shard.c — the tensor-parallel split arithmetic (model/shard.h):
  *   - real shapes (Llama-3-8B, Llama-3-70B, Qwen3-8B, Qwen3-32B, Qwen2-7B) at N = 1, 2, 4, 8:
  *     the heads and columns each rank owns, and that the byte ranges of all ranks tile every
  *     split tensor exactly once;
@@ -17,8 +17,8 @@
 #include "core/file.h"
 #include "harness.h"
 #include "model/config.h"
-#include "model/safetensors.h"
-#include "parallel/shard.h"
+#include "format/safetensors.h"
+#include "model/shard.h"
 
 typedef struct model_shape {
     const char *name;

@@ -19,7 +19,7 @@
 #include "atlas/engine.h"
 #include "atlas/model.h"
 #include "harness.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 static int is_dir(const char *p) {
     struct stat st;

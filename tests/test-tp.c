@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "harness.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 enum { MAX_BLOCKS = 40, BLOCK = 16, N_GREEDY = 24, WORLD = 2 };
 

@@ -57,7 +57,7 @@ def layer_of(path):
 PUBLIC_LAYER = {
     "status.h": 0, "host.h": 4, "tokenizer.h": 2, "template.h": 3, "toolcall.h": 3,
     "reasoning.h": 3, "model.h": 5, "sampler.h": 6, "constraint.h": 6, "engine.h": 6,
-    "atlas.h": 7, "version.h": 0,
+    "parallel.h": 6, "server.h": 7, "atlas.h": 7, "version.h": 0,
 }
 
 
@@ -70,7 +70,8 @@ def objects(build):
                 if f.endswith(".c.o"):
                     obj = os.path.join(dirpath, f)
                     src = os.path.relpath(obj, base)[: -len(".o")]
-                    out[src] = obj
+                    if os.path.exists(os.path.join(ROOT, src)):  # not a file since removed
+                        out[src] = obj
     return out
 
 

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "atlas/engine.h"
-#include "model/safetensors.h" /* the reference file */
+#include "format/safetensors.h" /* the reference file */
 
 enum { TOP = 8, MAX_LENGTHS = 16, MAX_POS = 64 };
 

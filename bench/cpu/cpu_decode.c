@@ -16,7 +16,7 @@
 #include "core/dtype.h"
 #include "core/file.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 /* Llama geometry: 12 layers, d 768, 12 heads / 4 KV heads of 64, MLP 2048, vocab 32000,
  * tied embeddings: 100.1 M parameters. */

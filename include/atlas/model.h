@@ -110,6 +110,15 @@ int atlas_model_kv_blocks(const atlas_model *m);
 int atlas_model_kv_block_size(const atlas_model *m);
 int atlas_model_max_batch_tokens(const atlas_model *m);
 
+/* What a model directory's generation_config.json asks of sampling, read without loading
+ * the model: 0 in a field it does not set. Thread-safe; owns nothing. */
+typedef struct atlas_generation_defaults {
+    float temperature;
+    float top_p;
+    int top_k;
+} atlas_generation_defaults;
+atlas_status atlas_model_generation_defaults(const char *dir, atlas_generation_defaults *out);
+
 #ifdef __cplusplus
 }
 #endif

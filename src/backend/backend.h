@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "atlas/status.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 typedef struct atlas_backend atlas_backend;
 typedef struct atlas_weight atlas_weight; /* backend-owned copy/view of one (fused) weight */

@@ -14,12 +14,13 @@
 #include <time.h>
 
 #include "atlas/model.h"
+#include "atlas/parallel.h"
 #include "backend/cuda/bench_cuda.h"
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 enum { MAX_P = 8, MAX_B = 8, BLOCK = 16 };
 
@@ -276,7 +277,7 @@ int atlas_cli_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
-    if (atlas_model_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches the GPU */
+    if (atlas_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches the GPU */
         fprintf(stderr, "atlas bench: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
         return 1;
     }

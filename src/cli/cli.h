@@ -10,8 +10,8 @@ int atlas_cli_template(int argc, char **argv); /* cli/template.c */
 int atlas_cli_serve(int argc, char **argv);    /* cli/serve.c */
 int atlas_cli_bench(int argc, char **argv);    /* cli/bench.c */
 
-/* The model directory used when no -m is given: models/default in the source tree, or
- * $ATLAS_DEFAULT_MODEL. */
+/* The model directory used when no -m is given: models/default in the source tree
+ * (cli/default_model.c). */
 const char *atlas_cli_default_model(void);
 
 #endif

@@ -1,13 +1,8 @@
 /* cli/main.c — `atlas <command> ...`: dispatch to the subcommands, one file each in cli/. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-
-#ifndef ATLAS_SOURCE_DIR
-#define ATLAS_SOURCE_DIR "."
-#endif
 
 static const struct {
     const char *name;
@@ -21,11 +16,6 @@ static const struct {
     {"template", atlas_cli_template, "render a chat template"},
     {"info", atlas_cli_info, "describe a model and the backend that would run it"},
 };
-
-const char *atlas_cli_default_model(void) {
-    const char *env = getenv("ATLAS_DEFAULT_MODEL");
-    return env && *env ? env : ATLAS_SOURCE_DIR "/models/default";
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: atlas <command> [options]   (atlas <command> --help for each)\n\n");

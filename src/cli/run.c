@@ -20,8 +20,7 @@
 #include "atlas/sampler.h"
 #include "atlas/tokenizer.h"
 #include "cli/cli.h"
-#include "model/config.h"
-#include "model/forward.h" /* atlas_model_tp_preflight */
+#include "atlas/parallel.h"
 
 #define DEFAULT_PROMPT "And it came to pass"
 
@@ -254,10 +253,10 @@ static int prompt_ids(const run_opts *o, const atlas_tokenizer *tok, int32_t **i
 }
 
 /* Defaults of generation_config.json for what the command line left unset. */
-static void sampler_defaults(run_opts *o, const atlas_config *c) {
-    if (!o->set_temp) o->sp.temperature = c->gen_temperature > 0 ? (float)c->gen_temperature : 0;
-    if (!o->set_top_p && c->gen_top_p > 0 && c->gen_top_p < 1) o->sp.top_p = (float)c->gen_top_p;
-    if (!o->set_top_k && c->gen_top_k > 0) o->sp.top_k = c->gen_top_k;
+static void sampler_defaults(run_opts *o, const atlas_generation_defaults *g) {
+    if (!o->set_temp) o->sp.temperature = g->temperature;
+    if (!o->set_top_p && g->top_p > 0 && g->top_p < 1) o->sp.top_p = g->top_p;
+    if (!o->set_top_k && g->top_k > 0) o->sp.top_k = g->top_k;
 }
 
 /* Submits the prompt and waits for its END; prints the speeds. */
@@ -309,12 +308,12 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
 }
 
 static int run_engine(run_opts *o) {
-    atlas_config cfg;
-    if (atlas_config_load(o->dir, &cfg) != ATLAS_OK) {
+    atlas_generation_defaults gen;
+    if (atlas_model_generation_defaults(o->dir, &gen) != ATLAS_OK) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
         return 1;
     }
-    sampler_defaults(o, &cfg);
+    sampler_defaults(o, &gen);
     atlas_engine_model mod = {"run", o->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = &mod;
@@ -356,7 +355,7 @@ int atlas_cli_run(int argc, char **argv) {
         int rc = parse_opt(&o, argc, argv, &i);
         if (rc >= 0) return rc;
     }
-    if (atlas_model_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches a model */
+    if (atlas_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches a model */
         fprintf(stderr, "atlas run: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
         return 1;
     }

@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "atlas/engine.h"
+#include "atlas/parallel.h"
 #include "cli/cli.h"
-#include "model/forward.h"
 #include "server/server.h"
 
 enum { MAX_MODELS = 64 };
@@ -272,7 +272,7 @@ int atlas_cli_serve(int argc, char **argv) {
     if (env_key && *env_key) a.sp.api_key = env_key;
     a.tp = 1;
     int rc = parse_args(argc, argv, &a);
-    if (rc == 0 && atlas_model_tp_preflight(a.tp) != ATLAS_OK) { /* before any model loads */
+    if (rc == 0 && atlas_tp_preflight(a.tp) != ATLAS_OK) { /* before any model loads */
         fprintf(stderr, "atlas serve: --tensor-parallel %d: %s\n", a.tp, atlas_last_error());
         for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
         return 1;

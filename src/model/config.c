@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "atlas/model.h"
 #include "core/error.h"
 #include "core/file.h"
 
@@ -588,4 +589,14 @@ void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn
     }
     for (int i = 0; i < dim / 2; i++) inv_freq[i] = (float)inv_freq[i];
     if (attn_factor) *attn_factor = attn;
+}
+
+atlas_status atlas_model_generation_defaults(const char *dir, atlas_generation_defaults *out) {
+    *out = (atlas_generation_defaults){0};
+    atlas_config c;
+    ATLAS_TRY(atlas_config_load(dir, &c));
+    out->temperature = c.gen_temperature > 0 ? (float)c.gen_temperature : 0;
+    out->top_p = c.gen_top_p > 0 ? (float)c.gen_top_p : 0;
+    out->top_k = c.gen_top_k > 0 ? c.gen_top_k : 0;
+    return ATLAS_OK;
 }

@@ -48,13 +48,6 @@ void atlas_model_set_all_reduce(atlas_model *m, atlas_all_reduce_fn fn, void *ct
  * the all-reduces; no logits (rank 0 has lm_head and samples). Any rank may call it. */
 atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b);
 
-/* Whether tensor parallelism over `world` GPUs can start here: ATLAS_OK for 1; above 1
- * ATLAS_ERR_UNSUPPORTED with one line saying what it needs (N GPUs, libnccl.so.2, the rank
- * processes, which are not wired yet) and what this machine has (the GPU count or why
- * there is none, the NCCL version or why it cannot be loaded). Loads the driver and NCCL
- * when world > 1; nothing else. */
-atlas_status atlas_model_tp_preflight(int world);
-
 /* The parsed config.json / generation_config.json (sampling defaults). Valid while m is. */
 const atlas_config *atlas_model_config(const atlas_model *m);
 

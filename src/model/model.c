@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
-#include "parallel/shard.h"
+#include "model/shard.h"
 
 atlas_model_params atlas_model_default_params(void) {
     return (atlas_model_params){.device = ATLAS_DEVICE_AUTO,

@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/forward.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 #include "model/weights.h"
 
 /* Activation buffers of one forward, in backend memory, for up to T = max_batch_tokens

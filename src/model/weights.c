@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "parallel/shard.h"
+#include "model/shard.h"
 
 typedef struct binder {
     atlas_backend *be;

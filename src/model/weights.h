@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 typedef struct atlas_layer_weights {
     atlas_weight *attn_norm; /* [d] input_layernorm */
@@ -42,7 +42,7 @@ typedef struct atlas_model_weights {
 /* Binds every weight the config calls for. On failure nothing stays loaded. */
 atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
                                 atlas_model_weights *out);
-/* As atlas_weights_load, but only this rank's part of each tensor (parallel/shard.h):
+/* As atlas_weights_load, but only this rank's part of each tensor (model/shard.h):
  * q/k/v and gate/up rows, o_proj/down_proj columns, lm_head on rank 0 only (NULL on the
  * others unless tied). plan NULL: the whole model, exactly as atlas_weights_load. Sizes in
  * n_params / n_bytes are this rank's. */

@@ -9,7 +9,7 @@
  *   INIT     world, rank, GPU ordinal: bind the host to the GPU, load NCCL
  *   JOIN     the NCCL unique id: join the communicator (sent once every rank is bound, so
  *            that a rank that cannot bind is reported before the others block in NCCL)
- *   LOAD     a model directory: load this rank's shard (parallel/shard.h)
+ *   LOAD     a model directory: load this rank's shard (model/shard.h)
  *   FORWARD  a batch (atlas_batch, encoded below): run the layers; the all-reduces meet
  *            rank 0's inside NCCL; logits stay on rank 0
  *   RELEASE  release the model (the live-handle check runs on every rank)

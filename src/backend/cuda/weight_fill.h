@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 /* Writes bytes [a, b) of the fused bf16 weight made of views[0..n) (a and b even) to
  * dst + (a - dst_offset): dst holds the weight's bytes from dst_offset on.  bf16 views are

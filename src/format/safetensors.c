@@ -1,9 +1,9 @@
-/* model/safetensors.c — see safetensors.h.
+/* format/safetensors.c — see safetensors.h.
  *
  * Opening never touches tensor data: the files are mapped and only the JSON headers are
  * read, so an 8B checkpoint opens in milliseconds. Every header is validated completely
  * before any view is handed out; a bad file leaves nothing behind. */
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 #include <errno.h>
 #include <limits.h>

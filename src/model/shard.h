@@ -1,4 +1,4 @@
-/* parallel/shard.h — how a Llama-family model (Llama, Mistral, Qwen2, Qwen3) is split across
+/* model/shard.h — how a Llama-family model (Llama, Mistral, Qwen2, Qwen3) is split across
  * the N ranks of tensor parallelism, Megatron-style.  Internal.
  *
  * Every rank holds the whole residual stream x[n, d]; per layer it owns
@@ -33,7 +33,7 @@
 #include "atlas/status.h"
 #include "core/dtype.h"
 #include "model/config.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 /* The model dimensions sharding depends on (a subset of atlas_config). */
 typedef struct atlas_shard_geom {

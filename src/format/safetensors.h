@@ -1,4 +1,4 @@
-/* model/safetensors.h — safetensors checkpoints, mapped read-only.  Internal.
+/* format/safetensors.h — safetensors checkpoints, mapped read-only.  Internal.
  *
  * File layout (https://github.com/huggingface/safetensors):
  *   bytes 0..7    u64 little-endian N: length of the JSON header

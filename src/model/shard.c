@@ -1,5 +1,5 @@
-/* parallel/shard.c — Megatron split arithmetic; see shard.h. */
-#include "parallel/shard.h"
+/* model/shard.c — Megatron split arithmetic; see shard.h. */
+#include "model/shard.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
-/* model/forward_tp.c — what tensor parallelism across N processes needs on this machine,
- * checked before anything starts (the CLI's --tensor-parallel). See forward.h. */
+/* parallel/preflight.c — what tensor parallelism across N processes needs on this machine,
+ * checked before anything starts (the CLI's --tensor-parallel). See atlas/parallel.h. */
 #include <stdio.h>
 
+#include "atlas/parallel.h"
 #include "backend/cuda/driver.h"
 #include "core/error.h"
-#include "model/forward.h"
 #include "parallel/nccl.h"
 
 /* "N GPU(s)" or "no GPU (why)" into buf. */
@@ -32,7 +32,7 @@ static void probe_nccl(char *buf, size_t cap) {
     atlas_nccl_close(nccl);
 }
 
-atlas_status atlas_model_tp_preflight(int world) {
+atlas_status atlas_tp_preflight(int world) {
     if (world == 1) return ATLAS_OK;
     if (world < 1 || world > 64)
         return atlas_fail(ATLAS_ERR_INVALID, "tensor parallel size %d (1..64)", world);
