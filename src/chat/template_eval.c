@@ -77,12 +77,6 @@ static atlas_status undefined_error(trender *r, const tnode *at, const tval *v) 
     return tpl_err(r, at, "%s", v->undef_name ? v->undef_name : "a value is undefined");
 }
 
-atlas_status tpl_charge(trender *r, const tnode *at, size_t work) {
-    r->steps += work > TPL_MAX_STEPS ? TPL_MAX_STEPS + 1 : (long long)work;
-    if (r->steps > TPL_MAX_STEPS) return tpl_err(r, at, "template runs too long (over %d steps)", TPL_MAX_STEPS);
-    return ATLAS_OK;
-}
-
 static atlas_status step(trender *r, const tnode *at) {
     return tpl_charge(r, at, 1);
 }

@@ -65,6 +65,14 @@ atlas_status tpl_err(trender *r, const tnode *at, const char *fmt, ...) {
     return atlas_fail(ATLAS_ERR_FORMAT, "%s: %s", r->name, msg);
 }
 
+/* The step budget lives with the byte budget (tpl_alloc), below the evaluator and the
+ * filters, so that both can charge it without calling each other. */
+atlas_status tpl_charge(trender *r, const tnode *at, size_t work) {
+    r->steps += work > TPL_MAX_STEPS ? TPL_MAX_STEPS + 1 : (long long)work;
+    if (r->steps > TPL_MAX_STEPS) return tpl_err(r, at, "template runs too long (over %d steps)", TPL_MAX_STEPS);
+    return ATLAS_OK;
+}
+
 atlas_status tpl_oom(trender *r, const tnode *at) {
     atlas_status st = tpl_err(r, at, "out of memory (the render may use at most %zu MiB)",
                               r->arena.limit >> 20);

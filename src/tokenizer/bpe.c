@@ -1,5 +1,5 @@
-/* tokenizer/bpe.c — hash maps for the vocabulary and merge ranks, and the BPE merge of
- * one word, with the word cache shared by all threads.
+/* tokenizer/bpe.c — hash maps for the vocabulary and merge ranks, the per-call encoding
+ * state, and the BPE merge of one word, with the word cache shared by all threads.
  *
  * The merge loop is Hugging Face's Word::merge_all: a min-heap of candidate pairs ordered
  * by (rank, position), entries checked for staleness when popped, symbols in a linked list.
@@ -129,6 +129,35 @@ const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t left, int32_t r
         if (m->slots[i].key == k) return &m->slots[i];
         if (m->slots[i].key == UINT64_MAX) return NULL;
     }
+}
+
+/* ---- per-call state ------------------------------------------------------------------------ */
+/* Here, at the bottom of the pipeline, because BPE is what appends the ids: pretok.c and
+ * encode.c above use it and nothing here calls back up. */
+
+void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok) {
+    memset(c, 0, sizeof *c);
+    c->tok = tok;
+}
+
+void tok_ctx_free(tok_ctx *c) {
+    pcre2_match_data_free(c->md);
+    pcre2_match_context_free(c->mctx);
+    pcre2_jit_stack_free(c->jit_stack);
+    free(c->syms);
+    free(c->heap);
+}
+
+atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id) {
+    if (c->n_ids == c->cap_ids) {
+        size_t cap = c->cap_ids ? c->cap_ids * 2 : 64;
+        int32_t *p = realloc(c->ids, cap * sizeof *p);
+        if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu ids", cap);
+        c->ids = p;
+        c->cap_ids = cap;
+    }
+    c->ids[c->n_ids++] = id;
+    return ATLAS_OK;
 }
 
 /* ---- the merge loop ------------------------------------------------------------------------ */

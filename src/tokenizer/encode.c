@@ -1,36 +1,11 @@
-/* tokenizer/encode.c — the encoding pipeline (see tokenizer_internal.h) and the per-call
- * state it runs in.  Each call owns its tok_ctx; the only shared mutable state is the word
- * cache (bpe.c), whose slots are try-locked. */
+/* tokenizer/encode.c — the encoding pipeline (see tokenizer_internal.h), the top of it:
+ * added tokens, normalizers and pre-tokenizers are pretok.c's, BPE and the per-call state
+ * bpe.c's.  Each call owns its tok_ctx; the only shared mutable state is the word cache
+ * (bpe.c), whose slots are try-locked. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer_internal.h"
-
-void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok) {
-    memset(c, 0, sizeof *c);
-    c->tok = tok;
-}
-
-void tok_ctx_free(tok_ctx *c) {
-    pcre2_match_data_free(c->md);
-    pcre2_match_context_free(c->mctx);
-    pcre2_jit_stack_free(c->jit_stack);
-    free(c->syms);
-    free(c->heap);
-}
-
-atlas_status tok_ctx_push_id(tok_ctx *c, int32_t id) {
-    if (c->n_ids == c->cap_ids) {
-        size_t cap = c->cap_ids ? c->cap_ids * 2 : 64;
-        int32_t *p = realloc(c->ids, cap * sizeof *p);
-        if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "tokenizer: %zu ids", cap);
-        c->ids = p;
-        c->cap_ids = cap;
-    }
-    c->ids[c->n_ids++] = id;
-    return ATLAS_OK;
-}
 
 /* A segment of normalized text with no added token in it: pre-tokenize, then BPE. */
 static atlas_status encode_plain(tok_ctx *c, const char *s, size_t len) {

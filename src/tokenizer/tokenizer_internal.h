@@ -265,6 +265,7 @@ typedef struct tok_ctx {
     size_t cap_heap;
 } tok_ctx;
 
+/* bpe.c, the bottom of the pipeline: the state BPE appends ids to. */
 void tok_ctx_init(tok_ctx *c, const atlas_tokenizer *tok);
 void tok_ctx_free(tok_ctx *c); /* frees everything except c->ids */
 
