@@ -14,12 +14,21 @@
  * never larger than parallel sequences of the full context; a context that one sequence
  * cannot hold in the pool is lowered to what it can (atlas_engine_models says so).
  *
- * Model residency: up to max_resident models (as many as fit the memory budget) stay loaded; a request for a model that is not resident waits in the queue while the
- * scheduler lets the least recently used model's running sequences finish (or pauses them
- * after drain_timeout_ms), releases it
- * (atlas_model_release: a BUSY there is a bug and is reported as an error, not hidden),
- * loads the requested one and goes on.  A failed load ends the requests that wanted that
- * model with an error and leaves the others served.
+ * Model residency: up to max_resident models (as many as fit the memory budget) stay
+ * loaded; a request for a model that is not resident waits in the queue while the scheduler
+ * lets the least recently used model's running sequences finish (or pauses them after
+ * drain_timeout_ms), releases it, loads the requested one and goes on.  A failed load ends
+ * the requests that wanted that model with an error and leaves the others served.
+ *
+ * Releasing a model follows the handle contract of atlas/model.h: every running request
+ * holds a handle on its model (atlas_model_ref when it is admitted, atlas_model_unref when it
+ * ends, however it ends: finished, cancelled, failed, paused), so atlas_model_release refuses
+ * with ATLAS_ERR_BUSY while any runs, and that refusal is what keeps the model resident.  It
+ * is the normal course of a drain, not an error: the model admits no more requests and the
+ * release is tried again when one of its requests ends (metrics: release_busy counts the
+ * refusals).  The same rule holds for atlas_engine_unload, as for closing a libuv loop with
+ * handles open: with requests in flight the answer is ATLAS_ERR_BUSY and their count, and
+ * the engine drains the model before it releases it.
  *
  * Threads: every call here is thread-safe.  Callbacks run on the scheduler thread: they
  * must be quick and must not block on the engine (atlas_engine_cancel and
@@ -205,8 +214,14 @@ void atlas_engine_handle_free(atlas_request_handle *h);
  * ATLAS_ERR_NOT_FOUND for an unknown name. */
 atlas_status atlas_engine_load(atlas_engine *e, const char *name);
 
-/* Lets the model's running sequences finish, then releases it, and waits.  Not resident:
- * ATLAS_OK.  Requests that arrive for it later load it again. */
+/* Releases the model now when no request runs on it, and waits for that: ATLAS_OK (not
+ * resident: ATLAS_OK too).  With requests running on it the release is refused:
+ * ATLAS_ERR_BUSY, nothing released, and the message says how many ("model 'NAME' has N
+ * request(s) in flight").  The model then drains: it admits no more requests (new ones
+ * wait), those running go on to their ends, and it is released after the last one has
+ * ended; atlas_engine_load of it before then takes that back.  Requests that arrive for it
+ * after its release load it again.  An unload after the running requests have ended is
+ * granted (or finds the model already released). */
 atlas_status atlas_engine_unload(atlas_engine *e, const char *name);
 
 typedef struct atlas_engine_model_status {
@@ -267,7 +282,9 @@ typedef struct atlas_engine_metrics {
     int kv_blocks_used, kv_blocks_total; /* over the resident models */
     int kv_blocks_cached;       /* free blocks that keep a prefix for reuse */
     int resident_models;
-    uint64_t loads, load_failures, unloads, release_busy;
+    uint64_t loads, load_failures, unloads;
+    uint64_t release_busy;      /* releases refused while requests ran on the model (a swap's
+                                   or an unload's drain; not an error) */
     double last_swap_s;         /* release of the old model + load of the new one */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */

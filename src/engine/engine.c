@@ -1,6 +1,7 @@
 /* engine/engine.c — the engine's public calls (atlas/engine.h): creating it, submitting
- * and cancelling requests, models by hand, tokenizers and templates, metrics.  The
- * scheduler thread itself is in sched.c. */
+ * and cancelling requests, models by hand, tokenizers and templates, metrics.  The top of
+ * the engine: it starts the scheduler thread (sched.c) and hands it work through the queue
+ * and the command list; nothing below calls back into this file. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,27 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <stdint.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "atlas/host.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "engine/engine_internal.h"
-
-double atlas_engine_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds) {
-    int i = 0;
-    while (i < ATLAS_ENGINE_HIST_BUCKETS && seconds > h->bounds[i]) i++;
-    h->counts[i]++;
-    h->n++;
-    h->sum += seconds;
-}
 
 static void hist_init(atlas_engine_hist *h, const double *bounds) {
     memset(h, 0, sizeof *h);
@@ -364,23 +350,6 @@ atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out) 
 
 /* ---- requests --------------------------------------------------------------------------- */
 
-void atlas_engine_seq_unref(seq *s) {
-    if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
-    atlas_sampler_free(s->sampler);
-    atlas_detok_free(s->detok);
-    atlas_constraint_matcher_free(s->matcher);
-    free(s->allowed);
-    free(s->kv.ids);
-    free(s->tokens);
-    free(s->stop_ids);
-    free(s->forced);
-    for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
-    free(s->stop);
-    free(s->pending);
-    free(s->message);
-    free(s);
-}
-
 static atlas_status check_request(const atlas_engine *e, const eng_model *md,
                                   const atlas_request *r) {
     int V = md->cfg.vocab_size;
@@ -511,19 +480,10 @@ atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atla
         e->metrics.requests_rejected++;
         st = atlas_fail(ATLAS_ERR_BUSY, "engine: the queue is full (%d requests waiting)",
                         e->n_waiting);
-    } else if (e->n_waiting == e->waiting_cap) {
-        int cap = e->waiting_cap ? e->waiting_cap * 2 : 64;
-        seq **w = realloc(e->waiting, (size_t)cap * sizeof *w);
-        if (w) {
-            e->waiting = w;
-            e->waiting_cap = cap;
-        } else {
-            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: queue");
-        }
+    } else {
+        st = atlas_engine_queue_back(e, s);
     }
     if (st == ATLAS_OK) {
-        e->waiting[e->n_waiting++] = s;
-        md->n_waiting++;
         e->metrics.requests_submitted++;
         pthread_cond_signal(&e->wake);
     }
@@ -534,21 +494,6 @@ atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atla
         return st;
     }
     if (out) *out = s;
-    return ATLAS_OK;
-}
-
-atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s) {
-    if (e->n_waiting == e->waiting_cap) {
-        int cap = e->waiting_cap ? e->waiting_cap * 2 : 64;
-        seq **w = realloc(e->waiting, (size_t)cap * sizeof *w);
-        if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "engine: queue");
-        e->waiting = w;
-        e->waiting_cap = cap;
-    }
-    memmove(e->waiting + 1, e->waiting, (size_t)e->n_waiting * sizeof *e->waiting);
-    e->waiting[0] = s;
-    e->n_waiting++;
-    e->models[s->model].n_waiting++;
     return ATLAS_OK;
 }
 
@@ -593,7 +538,7 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
     for (int i = 0; i < e->n_models && i < cap; i++) {
         const eng_model *md = &e->models[i];
         out[i] = (atlas_engine_model_status){.name = md->name, .dir = md->dir,
-                                             .resident = md->m != NULL,
+                                             .resident = md->m || md->releasing,
                                              .running = md->n_running,
                                              .waiting = md->n_waiting,
                                              .ctx_size = md->ctx, .max_ctx = md->max_ctx,
@@ -622,7 +567,7 @@ void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     for (int i = 0; i < e->n_models; i++) {
         const eng_model *md = &e->models[i];
         out->running += md->n_running;
-        if (!md->m) continue;
+        if (!md->m && !md->releasing) continue;
         out->resident_models++;
         out->kv_blocks_used += atlas_kv_pool_used(&md->pool);
         out->kv_blocks_cached += atlas_kv_pool_cached(&md->pool);

@@ -1,5 +1,13 @@
-/* engine/engine_internal.h — the engine's data, shared by engine.c (the public calls),
- * sched.c (the scheduler thread) and output.c (tokens to text and stop rules).  Internal.
+/* engine/engine_internal.h — the engine's data, shared by its files.  Internal.
+ *
+ * The files call down only, never back up (tools/layers.py checks it):
+ *   engine.c     the public calls; starts the scheduler thread
+ *   sched.c      the scheduler thread's loop and the shutdown
+ *   residency.c  load/unload commands, loading, releasing, swapping
+ *   step.c       one step of a model: plan, batch, forward, sampling
+ *   running.c    admission, running lists, ending and preempting sequences, END delivery
+ *   output.c     from a sampled token to TOKEN and END events
+ *   seq.c        a sequence's memory and failure, the waiting queue, the clock
  *
  * Locking: e->mu guards the waiting queue, the commands, every model's residency and
  * running list, the KV pools and e->metrics.  The scheduler thread is the only one that
@@ -8,8 +16,10 @@
  * e->tok_mu.  A sequence's cancel flag and reference count are atomics.
  *
  * A sequence's life:
- *   submit -> WAITING -> (admitted) RUNNING -> ... -> DONE (END emitted, engine ref dropped)
- *                  ^---- preempted (blocks freed) ----'
+ *   submit -> WAITING -> (admitted: takes a model handle) RUNNING -> ... -> DONE
+ *                  ^---- preempted (blocks freed, handle dropped) ----'   (handle dropped,
+ *                                                                  END emitted, engine ref
+ *                                                                  dropped)
  */
 #ifndef ATLAS_ENGINE_INTERNAL_H
 #define ATLAS_ENGINE_INTERNAL_H
@@ -54,6 +64,7 @@ struct atlas_request_handle {
     int n_tokens, n_prompt, cap, n_computed;
     int n_cached;      /* prompt tokens found in the prefix cache at its first admission */
     atlas_kv_table kv;
+    atlas_model *model_ref; /* a handle on its model while RUNNING (running.c), else NULL */
     atlas_sampler *sampler;
     atlas_detok *detok;
     atlas_constraint_matcher *matcher; /* NULL: unconstrained */
@@ -94,7 +105,10 @@ typedef struct eng_model {
     int32_t eos[ATLAS_MAX_EOS + 1];
     int n_eos;
     /* under e->mu; changed by the scheduler thread only */
-    atlas_model *m;         /* NULL: not resident */
+    atlas_model *m;         /* NULL: not resident (or being released) */
+    atlas_model *releasing; /* the model while its release runs unlocked, else NULL */
+    int release_refused;    /* its last release was refused (requests hold handles) and
+                               none of its sequences has left since: no new attempt yet */
     atlas_kv_pool pool;
     seq **running;          /* [e->p.parallel], admission order */
     int n_running;
@@ -102,7 +116,7 @@ typedef struct eng_model {
     int draining;           /* no admissions: it is to be released */
     double drain_since;     /* when it began draining for a swap; 0: not */
     double loaded_at;       /* it serves at least drain_timeout_ms before being paused */
-    int unload_asked;
+    int unload_asked;       /* an unload was refused: released once its requests end */
     uint64_t last_used;
     char last_error[256];
 } eng_model;
@@ -157,27 +171,74 @@ struct atlas_engine {
 };
 
 /* engine.c */
-double atlas_engine_now(void);
-void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds);
 atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model);
-/* Drops a reference; the last one frees the sequence. */
-void atlas_engine_seq_unref(seq *s);
-/* Puts s back at the front of the waiting queue (preemption).  Under e->mu. */
-atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s);
 
 /* sched.c */
 void *atlas_engine_sched_main(void *arg);
 /* Ends every request (CANCELLED) and releases every model; after the thread has stopped. */
 void atlas_engine_sched_shutdown(atlas_engine *e);
 
-/* output.c */
+/* residency.c (under e->mu, which the calls drop while a model loads or is released) */
+/* Releases md (resident) through atlas_model_release.  ATLAS_OK: released (a failure to
+ * free something is kept in md->last_error: the model is gone either way).  ATLAS_ERR_BUSY:
+ * requests run on it, the message gives their number, nothing changed; until one of them
+ * has left, further calls answer the same without trying.  ATLAS_ERR_INTERNAL: refused
+ * although none of the engine's sequences runs on it (a leaked handle). */
+atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md);
+void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, const char *msg);
+/* Load/unload commands, deferred unloads; returns 1 when something was done. */
+int atlas_engine_do_commands(atlas_engine *e);
+/* Makes the model wanted next resident (draining and releasing another); 1: did something. */
+int atlas_engine_do_residency(atlas_engine *e);
+
+/* step.c */
+/* One step of md (nothing when it has no running sequence: returns 0).  Under e->mu,
+ * dropped for the forward pass and the callbacks. */
+int atlas_engine_step(atlas_engine *e, eng_model *md);
+
+/* running.c (under e->mu) */
+/* Moves waiting requests of resident, non-draining models into their running lists, in
+ * order, while there is room (parallel) and free KV blocks for their tokens; a request that
+ * does not fit blocks those behind it for the same model.  Each admitted sequence takes a
+ * handle on its model (atlas_model_ref).  Returns 1 when any was admitted. */
+int atlas_engine_admit(atlas_engine *e);
+/* A running sequence ends: its blocks go back and its model handle is dropped at once; its
+ * END is queued. */
+void atlas_engine_end_running(atlas_engine *e, eng_model *md, seq *s);
+/* Frees the sequence's blocks, drops its model handle and puts it back at the front of the
+ * queue: it will be recomputed (prompt and generated tokens) when there is room again.
+ * *budget gets back the tokens it had in the step being planned. */
+void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget);
+/* Ends every waiting request of model (-1: of every model) with finish (ERROR: st and msg);
+ * their ENDs are queued. */
+void atlas_engine_end_waiting(atlas_engine *e, int model, atlas_finish finish,
+                              atlas_status st, const char *msg);
+/* Ends the cancelled requests, waiting or running, and delivers their ENDs; 1: any. */
+int atlas_engine_reap_cancelled(atlas_engine *e);
+/* Queues s for its END (s is in no list any more). */
+void atlas_engine_push_done(atlas_engine *e, seq *s);
+/* Emits the queued ENDs outside the lock (dropped meanwhile). */
+void atlas_engine_flush_done(atlas_engine *e);
+
+/* output.c (outside e->mu) */
 /* Takes the sampled token: appends it, emits its TOKEN event and decides whether the
- * sequence ends (returns 1 with s->finish set).  Outside e->mu. */
+ * sequence ends (returns 1 with s->finish set). */
 int atlas_engine_seq_accept(atlas_engine *e, seq *s, int32_t id, float logprob,
                             const atlas_top_logprob *top, int n_top);
 /* Emits the END event (releasing held-back text unless a stop string ended it). */
 void atlas_engine_seq_emit_end(atlas_engine *e, seq *s);
+
+/* seq.c */
+double atlas_engine_now(void);
+void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds);
+/* Drops a reference; the last one frees the sequence. */
+void atlas_engine_seq_unref(seq *s);
 /* Marks s as ending with an error; the message is copied. */
 void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg);
+/* Appends s to the waiting queue, or puts it at the front (preemption).  Under e->mu. */
+atlas_status atlas_engine_queue_back(atlas_engine *e, seq *s);
+atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s);
+/* Removes the i-th waiting request.  Under e->mu. */
+void atlas_engine_queue_remove_at(atlas_engine *e, int i);
 
 #endif

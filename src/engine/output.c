@@ -1,6 +1,7 @@
 /* engine/output.c — from a sampled token to the client's events: stop ids, incremental
  * detokenization, stop strings (text that may begin one is held back until it cannot),
- * length limits, and the END event. */
+ * length limits, and the END event.  Below the scheduler: it calls only seq.c (the clock,
+ * failing a sequence) and hands events to the request's own callback. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,13 +63,6 @@ static size_t held_back(const seq *s) {
             }
     }
     return best;
-}
-
-void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg) {
-    s->finish = ATLAS_FINISH_ERROR;
-    s->status = st;
-    free(s->message);
-    s->message = strdup(msg ? msg : "");
 }
 
 static void observe_token(atlas_engine *e, seq *s) {

@@ -1,0 +1,281 @@
+/* engine/residency.c — which models are loaded: load and unload commands, loading a model
+ * when it is wanted, and making room by releasing the least recently used one.  Called by
+ * the scheduler loop (sched.c); calls running.c and seq.c below it.
+ *
+ * A model is released only through atlas_model_release, and the model handle contract
+ * (atlas/model.h) is what keeps a model with live requests resident: every running sequence
+ * holds a handle on its model (running.c), so a release while any runs is refused with
+ * ATLAS_ERR_BUSY and nothing is unloaded.  A refusal is the normal course of a drain, not an
+ * error: the model admits no more requests, and the release is tried again once one of its
+ * sequences has left (md->release_refused is cleared then).  A refusal while none of the
+ * engine's sequences runs on it would be a handle leaked somewhere: that alone is an error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/engine_internal.h"
+
+void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, const char *msg) {
+    eng_cmd **p = &e->cmds;
+    while (*p && *p != c) p = &(*p)->next;
+    if (*p) *p = c->next;
+    c->st = st;
+    snprintf(c->msg, sizeof c->msg, "%s", msg ? msg : "");
+    c->done = 1;
+    pthread_cond_broadcast(&e->cmd_done);
+}
+
+/* Completes every pending command of kind for model. */
+static void cmds_complete(atlas_engine *e, cmd_kind kind, int model, atlas_status st,
+                          const char *msg) {
+    for (eng_cmd *c = e->cmds, *next; c; c = next) {
+        next = c->next;
+        if (c->kind == kind && c->model == model) atlas_engine_cmd_complete(e, c, st, msg);
+    }
+}
+
+/* Why md cannot be released now (its release was refused).  Under e->mu. */
+static atlas_status refused(const eng_model *md, const atlas_model *m, const char *why) {
+    int n = atlas_model_handles(m) - 1;
+    if (md->n_running == 0)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "engine: releasing model '%s': %d handle(s) "
+                          "on it held by no request of the engine (a leak): %s", md->name, n,
+                          why);
+    return atlas_fail(ATLAS_ERR_BUSY, "engine: model '%s' has %d request(s) in flight; it "
+                      "admits no more and is released when they have ended", md->name, n);
+}
+
+atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
+    atlas_model *m = md->m;
+    if (md->release_refused) return refused(md, m, "its last release was refused");
+    /* md->releasing keeps it reported resident while the lock is dropped */
+    md->m = NULL;
+    md->releasing = m;
+    pthread_mutex_unlock(&e->mu);
+    atlas_status st = atlas_model_release(m);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", st == ATLAS_OK ? "" : atlas_last_error());
+    pthread_mutex_lock(&e->mu);
+    md->releasing = NULL;
+    if (st == ATLAS_ERR_BUSY) {
+        md->m = m;
+        md->release_refused = 1;
+        e->metrics.release_busy++;
+        st = refused(md, m, msg);
+        if (st != ATLAS_ERR_BUSY)
+            snprintf(md->last_error, sizeof md->last_error, "%.250s", atlas_last_error());
+        return st;
+    }
+    atlas_kv_pool_destroy(&md->pool);
+    e->metrics.unloads++;
+    if (st != ATLAS_OK) /* the model is gone all the same */
+        snprintf(md->last_error, sizeof md->last_error, "releasing: %.200s", msg);
+    md->unload_asked = 0;
+    md->draining = 0;
+    md->drain_since = 0;
+    return ATLAS_OK;
+}
+
+/* Ends every waiting request for model (and its load commands) with an error. */
+static void fail_model_requests(atlas_engine *e, int model, atlas_status st, const char *msg) {
+    eng_model *md = &e->models[model];
+    snprintf(md->last_error, sizeof md->last_error, "%s", msg);
+    atlas_engine_end_waiting(e, model, ATLAS_FINISH_ERROR, st, msg);
+    cmds_complete(e, CMD_LOAD, model, st, msg);
+    atlas_engine_flush_done(e);
+}
+
+static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **out) {
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = e->p.device;
+    mp.n_threads = e->p.n_threads;
+    mp.kv_blocks = md->kv_blocks;
+    mp.kv_block_size = e->p.kv_block_size;
+    mp.max_batch_tokens = e->p.batch_tokens;
+    mp.load_tokenizer = 0; /* the engine keeps its own, resident or not */
+    atlas_model *m = NULL;
+    ATLAS_TRY(atlas_model_load(md->dir, &mp, &m));
+    int bs = atlas_model_kv_block_size(m), nb = atlas_model_kv_blocks(m);
+    atlas_status st = ATLAS_OK;
+    if (bs != e->p.kv_block_size || (long)nb * bs < md->ctx ||
+        atlas_model_max_batch_tokens(m) < e->p.batch_tokens ||
+        atlas_model_vocab_size(m) != md->cfg.vocab_size)
+        st = atlas_fail(ATLAS_ERR_INTERNAL, "model gave %d KV blocks of %d tokens, batches of "
+                        "%d, vocab %d; the engine asked %d of %d, %d, %d", nb, bs,
+                        atlas_model_max_batch_tokens(m), atlas_model_vocab_size(m),
+                        md->kv_blocks, e->p.kv_block_size, e->p.batch_tokens,
+                        md->cfg.vocab_size);
+    if (st != ATLAS_OK) {
+        atlas_model_release(m);
+        return st;
+    }
+    *out = m;
+    return ATLAS_OK;
+}
+
+/* Loads model (room was made).  t0: when the swap began (the release before it).  Under
+ * e->mu (dropped meanwhile). */
+static void load_model(atlas_engine *e, int model, double t0) {
+    eng_model *md = &e->models[model];
+    pthread_mutex_unlock(&e->mu);
+    atlas_error_clear();
+    atlas_model *m = NULL;
+    atlas_status st = load_checked(e, md, &m);
+    char msg[512];
+    snprintf(msg, sizeof msg, "loading model '%s' from %s: %s", md->name, md->dir,
+             atlas_last_error());
+    pthread_mutex_lock(&e->mu);
+    if (st == ATLAS_OK) {
+        st = atlas_kv_pool_init(&md->pool, atlas_model_kv_blocks(m), atlas_model_kv_block_size(m));
+        if (st != ATLAS_OK) {
+            snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, atlas_last_error());
+            pthread_mutex_unlock(&e->mu);
+            atlas_model_release(m);
+            pthread_mutex_lock(&e->mu);
+        }
+    }
+    if (st != ATLAS_OK) {
+        e->metrics.load_failures++;
+        fail_model_requests(e, model, st, msg);
+        return;
+    }
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    md->est_bytes = info.weight_bytes + info.kv_bytes;
+    md->m = m;
+    md->loaded_at = atlas_engine_now();
+    md->last_used = ++e->clock;
+    md->last_error[0] = 0;
+    double dt = atlas_engine_now() - t0;
+    e->metrics.loads++;
+    e->metrics.last_swap_s = dt;
+    atlas_engine_hist_observe(&e->metrics.swap, dt);
+    md->release_refused = 0;
+    cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
+}
+
+/* ---- residency -------------------------------------------------------------------------- */
+
+/* Pauses every running sequence of md (newest first, so that the oldest ends up at the
+ * front of the queue); each drops its handle on the model.  Under e->mu. */
+static void pause_all(atlas_engine *e, eng_model *md) {
+    int budget = 0;
+    while (md->n_running > 0) atlas_engine_preempt(e, md, md->running[md->n_running - 1], &budget);
+    atlas_engine_flush_done(e);
+}
+static int fits(const atlas_engine *e, int model) {
+    int n = 0;
+    size_t bytes = e->models[model].est_bytes;
+    for (int i = 0; i < e->n_models; i++)
+        if (e->models[i].m) {
+            n++;
+            bytes += e->models[i].est_bytes;
+        }
+    return n < e->p.max_resident && (e->budget == 0 || bytes <= e->budget);
+}
+
+/* The model that should be loaded next: that of the oldest load command, else that of the
+ * oldest waiting request; -1 when every wanted model is resident. */
+static int wanted_model(const atlas_engine *e) {
+    for (const eng_cmd *c = e->cmds; c; c = c->next)
+        if (c->kind == CMD_LOAD && !e->models[c->model].m) return c->model;
+    for (int i = 0; i < e->n_waiting; i++)
+        if (!e->models[e->waiting[i]->model].m) return e->waiting[i]->model;
+    return -1;
+}
+
+static int lru_victim(const atlas_engine *e, int except) {
+    int v = -1;
+    for (int i = 0; i < e->n_models; i++) {
+        const eng_model *md = &e->models[i];
+        if (i == except || !md->m) continue;
+        if (v < 0 || md->last_used < e->models[v].last_used) v = i;
+    }
+    return v;
+}
+
+/* Load and unload commands.  A load of a resident model completes at once (and takes back
+ * an unload deferred until then); an unload releases the model, or, while requests run on
+ * it, answers ATLAS_ERR_BUSY with their number and leaves the model draining, to be released
+ * once the last has ended (atlas/engine.h, atlas_engine_unload).  Under e->mu (dropped
+ * while a model is released). */
+int atlas_engine_do_commands(atlas_engine *e) {
+    int worked = 0;
+    for (eng_cmd *c = e->cmds, *next; c; c = next) {
+        next = c->next;
+        eng_model *md = &e->models[c->model];
+        if (c->kind == CMD_LOAD && md->m) {
+            md->unload_asked = 0;
+            atlas_engine_cmd_complete(e, c, ATLAS_OK, NULL);
+            worked = 1;
+        } else if (c->kind == CMD_UNLOAD) {
+            atlas_status st = md->m ? atlas_engine_release_model(e, md) : ATLAS_OK;
+            if (st == ATLAS_ERR_BUSY) md->unload_asked = md->draining = 1;
+            atlas_engine_cmd_complete(e, c, st, st == ATLAS_OK ? NULL : atlas_last_error());
+            next = e->cmds; /* the list may have changed while unlocked */
+            worked = 1;
+        }
+    }
+    for (int i = 0; i < e->n_models; i++) { /* unloads deferred until their requests ended */
+        eng_model *md = &e->models[i];
+        if (md->unload_asked && md->m && !md->release_refused &&
+            atlas_engine_release_model(e, md) == ATLAS_OK)
+            worked = 1;
+    }
+    return worked;
+}
+
+/* Makes the wanted model resident: loads it when it fits, else lets the least recently
+ * used model drain (no admissions) and releases it once its release is no longer refused
+ * (its sequences are done, or paused after drain_timeout_ms).
+ * Under e->mu (dropped while loading or releasing). */
+int atlas_engine_do_residency(atlas_engine *e) {
+    for (int i = 0; i < e->n_models; i++) e->models[i].draining = e->models[i].unload_asked;
+    int want = wanted_model(e);
+    if (want < 0) {
+        for (int i = 0; i < e->n_models; i++) e->models[i].drain_since = 0;
+        return 0;
+    }
+    eng_model *wm = &e->models[want];
+    if (e->budget && wm->est_bytes > e->budget) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "model '%s' needs %.2f GiB (weights %.2f, KV cache %.2f); %s",
+                 wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
+                 (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
+        e->metrics.load_failures++;
+        fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
+        return 1;
+    }
+    double t0 = atlas_engine_now();
+    while (!fits(e, want)) {
+        int v = lru_victim(e, want);
+        if (v < 0) return 0; /* cannot happen: max_resident >= 1 and the size fits alone */
+        eng_model *vm = &e->models[v];
+        vm->draining = 1;
+        atlas_status st = atlas_engine_release_model(e, vm);
+        if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */
+            double now = atlas_engine_now();
+            if (vm->drain_since == 0) vm->drain_since = now;
+            /* Timed from the later of the drain and the load, so that two models wanted at
+             * once take turns of at least drain_timeout_ms instead of pausing each other at
+             * every step. */
+            double since = vm->drain_since > vm->loaded_at ? vm->drain_since : vm->loaded_at;
+            if (e->p.drain_timeout_ms <= 0 || (now - since) * 1e3 < e->p.drain_timeout_ms)
+                return 0;
+            pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
+            st = atlas_engine_release_model(e, vm);
+        }
+        if (st != ATLAS_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "cannot make room for model '%s': %s", wm->name,
+                     atlas_last_error());
+            fail_model_requests(e, want, st, msg);
+            return 1;
+        }
+        if (e->models[want].m) return 1; /* loaded by hand meanwhile: cannot, but be safe */
+    }
+    load_model(e, want, t0);
+    return 1;
+}
+

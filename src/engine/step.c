@@ -1,0 +1,379 @@
+/* engine/step.c — one step of a model: planning the batch (decode tokens first, then prompt
+ * chunks, preempting the newest sequence when KV blocks run out), filling the batch, the
+ * forward pass, constraint masks, sampling, and greedy steps queued a step ahead.  Called by
+ * the scheduler loop (sched.c); calls running.c, output.c and seq.c below it.
+ *
+ * Only the scheduler thread runs this, so what it reads of the plan and the sequences without
+ * the lock cannot change under it. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "engine/engine_internal.h"
+#include "model/forward.h"
+
+/* Plans the step for md: first one decode token for every sequence that has finished its
+ * prompt, then prompt chunks in admission order, within the token budget.  When the pool
+ * runs out of blocks the newest sequence is preempted (possibly the one asking).
+ * Under e->mu. */
+static void plan_step(atlas_engine *e, eng_model *md) {
+    int budget = e->p.batch_tokens;
+    e->n_plan = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < md->n_running && budget > 0; i++) {
+            seq *s = md->running[i];
+            int remaining = s->n_tokens - s->n_computed;
+            if ((remaining == 1) != (pass == 0) || s->plan >= 0) continue;
+            int take = remaining < budget ? remaining : budget;
+            int self = 0;
+            while (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + take)) {
+                seq *v = md->running[md->n_running - 1]; /* the newest */
+                if (v == s) {
+                    self = 1;
+                    break;
+                }
+                atlas_engine_preempt(e, md, v, &budget);
+            }
+            if (self) {
+                atlas_engine_preempt(e, md, s, &budget);
+                i--;
+                continue;
+            }
+            s->plan = e->n_plan;
+            e->plan[e->n_plan++] =
+                (plan_entry){.s = s, .n = take, .logits = s->n_computed + take == s->n_tokens};
+            budget -= take;
+        }
+    }
+}
+
+/* Writes every planned sequence's block table into e->b_table (rows of the longest table's
+ * width) and sets the batch's table and width. */
+static atlas_status fill_tables(atlas_engine *e, atlas_batch *b) {
+    int max_blocks = 1;
+    for (int i = 0; i < e->n_plan; i++)
+        if (e->plan[i].s->kv.n > max_blocks) max_blocks = e->plan[i].s->kv.n;
+    size_t need = (size_t)e->n_plan * max_blocks;
+    if (need > e->b_table_cap) {
+        int32_t *t = realloc(e->b_table, need * sizeof *t);
+        if (!t) return atlas_fail(ATLAS_ERR_NOMEM, "engine: block table of %zu", need);
+        e->b_table = t;
+        e->b_table_cap = need;
+    }
+    for (int i = 0; i < e->n_plan; i++) {
+        const seq *s = e->plan[i].s;
+        int32_t *row = e->b_table + (size_t)i * max_blocks;
+        memcpy(row, s->kv.ids, (size_t)s->kv.n * sizeof *row);
+        for (int j = s->kv.n; j < max_blocks; j++) row[j] = 0;
+    }
+    b->block_table = e->b_table;
+    b->max_blocks = max_blocks;
+    return ATLAS_OK;
+}
+
+/* Fills the batch arrays from the plan; returns the number of logit rows.  s->plan is
+ * reset here: entries are then addressed by index. */
+static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
+    int n = 0, n_logits = 0;
+    for (int i = 0; i < e->n_plan; i++) {
+        plan_entry *pe = &e->plan[i];
+        seq *s = pe->s;
+        s->plan = -1;
+        e->b_start[i] = n;
+        for (int j = 0; j < pe->n; j++, n++) {
+            e->b_tokens[n] = s->tokens[s->n_computed + j];
+            e->b_pos[n] = s->n_computed + j;
+        }
+        e->b_ctx[i] = s->n_computed + pe->n;
+        if (pe->logits) e->b_rows[n_logits++] = n - 1;
+    }
+    e->b_start[e->n_plan] = n;
+    *b = (atlas_batch){.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_pos,
+                       .n_seqs = e->n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
+                       .n_logits = n_logits, .logit_rows = e->b_rows};
+    return fill_tables(e, b);
+}
+
+/* ---- running a step --------------------------------------------------------------------- */
+
+/* A constrained sequence: gives the tokens its matcher does not allow -inf in logits (a copy
+ * of the raw row), and its eos and stop ids too (they would end the text before the program
+ * is complete; special tokens have no bytes for the matcher anyway, but a stop id may be a
+ * plain token).  0 (s failed) when no token is allowed. */
+static int mask_row(const atlas_engine *e, seq *s, float *logits, int vocab) {
+    int n = s->n_allowed; /* s->allowed: from compute_masks */
+    const eng_model *md = &e->models[s->model];
+    for (int i = 0; !s->ignore_eos && i < md->n_eos; i++)
+        if (md->eos[i] >= 0 && md->eos[i] < vocab && s->allowed[md->eos[i]])
+            s->allowed[md->eos[i]] = 0, n--;
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->allowed[s->stop_ids[i]]) s->allowed[s->stop_ids[i]] = 0, n--;
+    if (n <= 0) {
+        atlas_engine_seq_fail(s, ATLAS_ERR_INTERNAL, "constraint: no token of the vocabulary "
+                              "may come next (the program cannot be completed)");
+        return 0;
+    }
+    for (int i = 0; i < vocab; i++)
+        if (!s->allowed[i]) logits[i] = -INFINITY;
+    return 1;
+}
+
+/* Samples s's next token from its logits row (and takes logprobs of the raw row first);
+ * returns 1 when s ends. */
+static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
+    atlas_top_logprob top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    int32_t top_ids[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    float top_lps[ATLAS_ENGINE_MAX_TOP_LOGPROBS], lp = 0;
+    int n_top = 0;
+    int32_t id = -1;
+    atlas_status st;
+    if (s->logprobs || s->top_logprobs || s->matcher || s->n_forced) {
+        memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
+        if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
+        int g = s->n_tokens - s->n_prompt; /* generated so far */
+        if (g < s->n_forced)
+            id = s->forced[g], st = ATLAS_OK;
+        else
+            st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens,
+                                      (size_t)s->n_tokens, &id);
+        if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
+        if (st == ATLAS_OK && (s->logprobs || s->top_logprobs))
+            st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
+                                        &n_top);
+        for (int i = 0; i < n_top; i++) top[i] = (atlas_top_logprob){top_ids[i], top_lps[i]};
+    } else {
+        st = atlas_sampler_sample(s->sampler, row, vocab, s->tokens, (size_t)s->n_tokens, &id);
+    }
+    if (st != ATLAS_OK) {
+        atlas_engine_seq_fail(s, st, atlas_last_error());
+        return 1;
+    }
+    int ended = atlas_engine_seq_accept(e, s, id, lp, top, n_top);
+    /* a complete program ends the text (STOP also when max_tokens ran out at that token);
+     * END then releases what was held back */
+    if (s->matcher && atlas_constraint_matcher_done(s->matcher) &&
+        (!ended || s->finish == ATLAS_FINISH_LENGTH)) {
+        s->finish = ATLAS_FINISH_STOP;
+        ended = 1;
+    }
+    return ended;
+}
+
+/* The masks of the constrained sequences that sample this step.  They depend only on the
+ * tokens so far, so a helper thread computes them while the forward pass runs. */
+static void compute_masks(atlas_engine *e, int vocab) {
+    for (int i = 0; i < e->n_plan; i++) {
+        seq *s = e->plan[i].s;
+        if (e->plan[i].logits && s->matcher)
+            s->n_allowed = atlas_constraint_matcher_allowed(s->matcher, s->allowed, vocab);
+    }
+}
+
+typedef struct mask_work {
+    atlas_engine *e;
+    int vocab;
+} mask_work;
+
+static void *mask_main(void *arg) {
+    mask_work *w = arg;
+    compute_masks(w->e, w->vocab);
+    return NULL;
+}
+
+/* Starts compute_masks on a thread when some sequence needs it (returns 1: join *th), or
+ * runs it here when no thread can be started. */
+static int masks_begin(atlas_engine *e, int vocab, mask_work *w, pthread_t *th) {
+    int any = 0;
+    for (int i = 0; i < e->n_plan; i++) any |= e->plan[i].logits && e->plan[i].s->matcher;
+    if (!any) return 0;
+    *w = (mask_work){e, vocab};
+    if (pthread_create(th, NULL, mask_main, w) == 0) return 1;
+    compute_masks(e, vocab);
+    return 0;
+}
+
+/* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu. */
+static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
+    int vocab = md->cfg.vocab_size, greedy = 1;
+    for (int i = 0; i < e->n_plan; i++)
+        if (e->plan[i].logits && !e->plan[i].s->plain_greedy) greedy = 0;
+    atlas_status st = ATLAS_OK;
+    size_t need = (size_t)b->n_logits * vocab;
+    if (!greedy && need > e->logits_cap) {
+        float *l = realloc(e->logits, need * sizeof *l);
+        if (l) {
+            e->logits = l;
+            e->logits_cap = need;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: logits of %d rows", b->n_logits);
+        }
+    }
+    if (!greedy && (size_t)vocab > e->row_cap) { /* models differ in vocabulary */
+        float *r = realloc(e->row, (size_t)vocab * sizeof *r);
+        if (r) {
+            e->row = r;
+            e->row_cap = (size_t)vocab;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: a logits row of %d", vocab);
+        }
+    }
+    mask_work w;
+    pthread_t th;
+    int masking = st == ATLAS_OK && masks_begin(e, vocab, &w, &th);
+    if (st == ATLAS_OK)
+        st = greedy ? atlas_model_forward_argmax(md->m, b, e->b_ids)
+                    : atlas_model_forward(md->m, b, e->logits);
+    if (masking) pthread_join(th, NULL);
+    if (st != ATLAS_OK) {
+        for (int i = 0; i < e->n_plan; i++) {
+            atlas_engine_seq_fail(e->plan[i].s, st, atlas_last_error());
+            e->plan[i].s->state = SEQ_DONE;
+        }
+        return;
+    }
+    for (int i = 0, row = 0; i < e->n_plan; i++) {
+        seq *s = e->plan[i].s;
+        s->n_computed += e->plan[i].n;
+        if (!e->plan[i].logits) continue;
+        int ended;
+        if (greedy) {
+            ended = atlas_engine_seq_accept(e, s, e->b_ids[row], 0, NULL, 0);
+        } else {
+            ended = sample_row(e, s, e->logits + (size_t)row * vocab, vocab);
+        }
+        row++;
+        if (ended) s->state = SEQ_DONE;
+    }
+}
+
+/* ---- greedy decode steps queued a step ahead ----------------------------------------------
+ * When a step is only plain greedy decodes (one token a sequence, the argmax of the raw
+ * logits) and nothing else waits, the next step is queued on the backend before this one is
+ * collected (atlas_model_forward_argmax_queue: its tokens are this step's argmax, taken on
+ * the device), so that the GPU computes step k + 1 while the host emits step k's tokens.
+ * The run ends, and the queued step is collected, as soon as a sequence ends, something
+ * waits to be admitted, a command or another model has work, or a sequence would need a KV
+ * block that is not free. */
+
+static int ahead_eligible(const atlas_engine *e) {
+    if (e->n_plan == 0) return 0;
+    for (int i = 0; i < e->n_plan; i++) {
+        const plan_entry *pe = &e->plan[i];
+        if (pe->n != 1 || !pe->logits || !pe->s->plain_greedy ||
+            pe->s->n_tokens - pe->s->n_computed != 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether another step may be queued behind `q` uncollected ones, and if so reserves its KV
+ * row for every sequence.  Under e->mu. */
+static int ahead_more(atlas_engine *e, eng_model *md, int q) {
+    if (e->stop || e->n_waiting > 0 || e->cmds || md->draining) return 0;
+    for (int i = 0; i < e->n_models; i++)
+        if (&e->models[i] != md && e->models[i].n_running > 0) return 0;
+    for (int i = 0; i < e->n_plan; i++) {
+        const seq *s = e->plan[i].s;
+        int gen = s->n_tokens - s->n_prompt;
+        if (atomic_load(&s->cancel) || gen + q + 1 > s->max_tokens || s->n_tokens + q + 1 > s->cap)
+            return 0;
+    }
+    for (int i = 0; i < e->n_plan; i++) {
+        seq *s = e->plan[i].s;
+        if (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + q + 1)) return 0;
+    }
+    return 1;
+}
+
+/* Runs the planned step and as many queued steps after it as ahead_more allows; marks
+ * ended sequences SEQ_DONE and returns the number of steps.  Outside e->mu. */
+static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
+    atlas_status st = atlas_model_forward_argmax_queue(md->m, b);
+    int q = st == ATLAS_OK, steps = q, more = q; /* more: 0 once nothing more is queued */
+    while (q > 0) {
+        if (more) {
+            pthread_mutex_lock(&e->mu);
+            more = ahead_more(e, md, q);
+            if (more) st = fill_tables(e, b);
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (more && st == ATLAS_OK) {
+            for (int i = 0; i < e->n_plan; i++) {
+                const seq *s = e->plan[i].s;
+                e->b_pos[i] = s->n_computed + q;
+                e->b_ctx[i] = s->n_computed + q + 1;
+            }
+            b->tokens = NULL; /* the argmax of the step queued before */
+            st = atlas_model_forward_argmax_queue(md->m, b);
+            if (st == ATLAS_OK) q++, steps++;
+        }
+        if (st != ATLAS_OK) break;
+        st = atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
+        if (st != ATLAS_OK) break;
+        q--;
+        for (int i = 0; i < e->n_plan; i++) {
+            seq *s = e->plan[i].s;
+            if (s->state == SEQ_DONE) continue; /* its row of a step queued past its end */
+            s->n_computed++;
+            if (atlas_engine_seq_accept(e, s, e->b_ids[i], 0, NULL, 0)) {
+                s->state = SEQ_DONE;
+                more = 0; /* an end: the steps already queued are collected, no more */
+            }
+        }
+    }
+    if (st != ATLAS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        while (q-- > 0) (void)atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
+        for (int i = 0; i < e->n_plan; i++) {
+            if (e->plan[i].s->state == SEQ_DONE) continue;
+            atlas_engine_seq_fail(e->plan[i].s, st, msg);
+            e->plan[i].s->state = SEQ_DONE;
+        }
+    }
+    return steps;
+}
+
+/* One step of md.  Under e->mu (dropped for the forward pass and the callbacks). */
+int atlas_engine_step(atlas_engine *e, eng_model *md) {
+    if (!md->m || md->n_running == 0) return 0;
+    plan_step(e, md);
+    atlas_engine_flush_done(e); /* a preempted sequence whose requeueing failed */
+    if (e->n_plan == 0) return 1;
+    atlas_batch b;
+    atlas_status st = fill_batch(e, &b);
+    if (st != ATLAS_OK) {
+        for (int i = 0; i < e->n_plan; i++) {
+            seq *s = e->plan[i].s;
+            s->plan = -1;
+            atlas_engine_seq_fail(s, st, atlas_last_error());
+            atlas_engine_end_running(e, md, s);
+        }
+        atlas_engine_flush_done(e);
+        return 1;
+    }
+    int prefill = 0;
+    for (int i = 0; i < e->n_plan; i++)
+        if (!e->plan[i].logits || e->plan[i].s->n_tokens - e->plan[i].s->n_computed > 1)
+            prefill += e->plan[i].n;
+    int steps = 1, ahead = ahead_eligible(e);
+    pthread_mutex_unlock(&e->mu);
+    if (ahead)
+        steps = run_ahead(e, md, &b);
+    else
+        run_step(e, md, &b);
+    pthread_mutex_lock(&e->mu);
+    e->metrics.steps += (uint64_t)steps;
+    e->metrics.last_batch_tokens = b.n_tokens;
+    e->metrics.prompt_tokens += (uint64_t)prefill;
+    if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */
+    for (int i = 0; i < e->n_plan; i++)
+        if (e->plan[i].s->state == SEQ_DONE) atlas_engine_end_running(e, md, e->plan[i].s);
+    e->n_plan = 0;
+    atlas_engine_flush_done(e);
+    return 1;
+}
+

@@ -1,0 +1,242 @@
+/* tests/test-engine-release.c — releasing a model while requests run on it, on the CPU with
+ * the fixture models (tests/data/tiny-llama3, tiny-qwen3).  Every running request holds a
+ * handle on its model (atlas/model.h), so:
+ * - atlas_engine_unload while one runs is refused with ATLAS_ERR_BUSY and the count in the
+ *   message, the request goes on, the model admits no more and is released once the last
+ *   one has ended (here: cancelled, as when the client goes away); a load before then
+ *   takes the deferred unload back; an unload with nothing running is granted at once;
+ * - a swap (max_resident 1) lets the running request of the old model finish before the
+ *   other model is loaded: the refused release is counted, never an error. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "atlas/engine.h"
+#include "harness.h"
+
+typedef struct coll {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_tokens, done;
+    atlas_finish finish;
+    char msg[512];
+} coll;
+
+static void coll_init(coll *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void coll_destroy(coll *c) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+static void on_event(const atlas_event *ev, void *user) {
+    coll *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->type == ATLAS_EVENT_TOKEN) {
+        c->n_tokens++;
+    } else {
+        c->done = 1;
+        c->finish = ev->finish;
+        snprintf(c->msg, sizeof c->msg, "%s", ev->message);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until n tokens have arrived or the request ended. */
+static void coll_wait_tokens(coll *c, int n) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done && c->n_tokens < n) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void coll_wait(coll *c) { coll_wait_tokens(c, 1 << 30); }
+
+static int coll_tokens(coll *c, int *done) {
+    pthread_mutex_lock(&c->mu);
+    int n = c->n_tokens;
+    *done = c->done;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const int32_t PROMPT[] = {9, 17, 33, 65, 129, 7};
+
+/* A greedy request that runs until max tokens (0: until the context is full). */
+static atlas_request request(const char *model, int max) {
+    atlas_request r = {.model = model, .prompt = PROMPT,
+                       .n_prompt = sizeof PROMPT / sizeof *PROMPT, .max_tokens = max,
+                       .ignore_eos = 1};
+    r.sampling = atlas_sampler_default_params();
+    r.sampling.temperature = 0;
+    return r;
+}
+
+static atlas_engine *engine_new(const atlas_engine_model *models, int n, int max_resident,
+                                int ctx) {
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = models;
+    p.n_models = n;
+    p.max_resident = max_resident;
+    p.ctx_size = ctx;
+    p.parallel = 4;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    return e;
+}
+
+static int resident(atlas_engine *e, int i, int *running) {
+    atlas_engine_model_status st[2];
+    int n = atlas_engine_models(e, st, 2);
+    if (running) *running = st[i].running;
+    return i < n && st[i].resident;
+}
+
+static atlas_engine_metrics metrics(atlas_engine *e) {
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    return m;
+}
+
+/* Waits up to 10 s for model i's residency to become want. */
+static int wait_resident(atlas_engine *e, int i, int want) {
+    for (int k = 0; k < 1000; k++) {
+        if (resident(e, i, NULL) == want) return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+static void test_unload_refused(const char *dir) {
+    atlas_engine_model mod = {"a", dir};
+    atlas_engine *e = engine_new(&mod, 1, 1, 32768);
+    if (!e) return;
+
+    /* a request running until it is cancelled: the unload is refused, nothing changes */
+    atlas_request r = request("a", 0);
+    coll c1, c2, c3;
+    coll_init(&c1);
+    coll_init(&c2);
+    coll_init(&c3);
+    atlas_request_handle *h1 = NULL, *h2 = NULL;
+    CHECK_OK(atlas_engine_submit(e, &r, on_event, &c1, &h1));
+    coll_wait_tokens(&c1, 2);
+    atlas_status st = atlas_engine_unload(e, "a");
+    CHECK_MSG(st == ATLAS_ERR_BUSY, "unload while a request runs: %s (%s)",
+              atlas_status_str(st), atlas_last_error());
+    CHECK_MSG(strstr(atlas_last_error(), "'a' has 1 request(s) in flight") != NULL, "%s",
+              atlas_last_error());
+    int running = 0, done = 0;
+    CHECK(resident(e, 0, &running) && running == 1);
+    atlas_engine_metrics m = metrics(e);
+    CHECK_MSG(m.release_busy == 1 && m.unloads == 0 && m.finished_error == 0,
+              "release_busy %llu, unloads %llu", (unsigned long long)m.release_busy,
+              (unsigned long long)m.unloads);
+
+    /* draining: a second request waits instead of joining the first */
+    CHECK_OK(atlas_engine_submit(e, &r, on_event, &c2, &h2));
+    sleep_ms(100);
+    int n1 = coll_tokens(&c1, &done);
+    CHECK_MSG(!done && coll_tokens(&c2, &done) == 0 && !done,
+              "while draining the second request was admitted");
+    CHECK(n1 > 2); /* the first went on meanwhile */
+
+    /* the first ends (cancelled: the client went away): the deferred release happens, then
+     * the waiting request loads the model again */
+    atlas_engine_cancel(h1);
+    coll_wait(&c1);
+    CHECK(c1.finish == ATLAS_FINISH_CANCELLED);
+    coll_wait_tokens(&c2, 2);
+    m = metrics(e);
+    CHECK_MSG(m.unloads == 1 && m.loads == 2, "unloads %llu, loads %llu",
+              (unsigned long long)m.unloads, (unsigned long long)m.loads);
+
+    /* refused again, then taken back by a load: the model stays after the request ends */
+    CHECK(atlas_engine_unload(e, "a") == ATLAS_ERR_BUSY);
+    CHECK_OK(atlas_engine_load(e, "a"));
+    atlas_engine_cancel(h2);
+    coll_wait(&c2);
+    CHECK(c2.finish == ATLAS_FINISH_CANCELLED);
+    sleep_ms(100);
+    CHECK_MSG(resident(e, 0, NULL) && metrics(e).unloads == 1,
+              "a load did not take back the deferred unload");
+
+    /* a request that finishes by itself, then nothing runs: the unload is granted */
+    atlas_request s = request("a", 8);
+    CHECK_OK(atlas_engine_submit(e, &s, on_event, &c3, NULL));
+    coll_wait(&c3);
+    CHECK(c3.finish == ATLAS_FINISH_LENGTH && c3.n_tokens == 8);
+    CHECK_OK(atlas_engine_unload(e, "a"));
+    CHECK(!resident(e, 0, NULL));
+    m = metrics(e);
+    CHECK(m.unloads == 2 && m.release_busy == 2 && m.finished_error == 0);
+    CHECK_OK(atlas_engine_unload(e, "a")); /* not resident: nothing to do */
+    atlas_engine_handle_free(h1);
+    atlas_engine_handle_free(h2);
+    atlas_engine_free(e);
+    coll_destroy(&c1);
+    coll_destroy(&c2);
+    coll_destroy(&c3);
+}
+
+/* max_resident 1: a request for b while one runs on a waits until a's has finished (its
+ * model's release is refused meanwhile), then b is swapped in. */
+static void test_swap_drains(const char *dir_a, const char *dir_b) {
+    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine *e = engine_new(mods, 2, 1, 4096);
+    if (!e) return;
+    CHECK_OK(atlas_engine_load(e, "a"));
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, "b", &tok)); /* so that submitting for b is quick */
+    coll ca, cb;
+    coll_init(&ca);
+    coll_init(&cb);
+    atlas_request ra = request("a", 2000), rb = request("b", 4);
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, NULL));
+    coll_wait_tokens(&ca, 2);
+    CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
+    int a_done = 0;
+    int n_a = coll_tokens(&ca, &a_done);
+    fprintf(stderr, "a had %d of its 2000 tokens when b came\n", n_a);
+    coll_wait(&cb);
+    n_a = coll_tokens(&ca, &a_done);
+    CHECK_MSG(a_done && n_a == 2000 && ca.finish == ATLAS_FINISH_LENGTH,
+              "b was served before a's request ended (%d tokens, done %d)", n_a, a_done);
+    CHECK_MSG(cb.finish == ATLAS_FINISH_LENGTH && cb.n_tokens == 4, "b: %s", cb.msg);
+    CHECK(wait_resident(e, 1, 1) && !resident(e, 0, NULL));
+    atlas_engine_metrics m = metrics(e);
+    CHECK_MSG(m.release_busy >= 1 && m.load_failures == 0 && m.finished_error == 0,
+              "release_busy %llu, load failures %llu, errors %llu",
+              (unsigned long long)m.release_busy, (unsigned long long)m.load_failures,
+              (unsigned long long)m.finished_error);
+    CHECK(m.loads == 2 && m.unloads == 1);
+    atlas_engine_free(e);
+    coll_destroy(&ca);
+    coll_destroy(&cb);
+}
+
+int main(void) {
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s", harness_data_path("tiny-llama3"));
+    snprintf(b, sizeof b, "%s", harness_data_path("tiny-qwen3"));
+    char tok[1100];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", a);
+    if (!harness_require_file(tok)) return harness_finish();
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", b);
+    if (!harness_require_file(tok)) return harness_finish();
+    test_unload_refused(a);
+    test_swap_drains(a, b);
+    return harness_finish();
+}
