@@ -5,7 +5,9 @@
  * model takes another handle with atlas_model_ref and drops it with atlas_model_unref. The
  * owner ends the model with atlas_model_release, which refuses (ATLAS_ERR_BUSY, nothing
  * unloaded) while other handles are live, so a forgotten reference is a named error instead
- * of a use-after-free after the next model loads.
+ * of a use-after-free after the next model loads. The engine builds on this: each running
+ * request holds a handle, and a refused release is how it knows to drain the model first
+ * (atlas/engine.h, "Releasing a model").
  *
  * The forward pass is internal (src/model/forward.h): the engine drives it. */
 #ifndef ATLAS_MODEL_H
