@@ -4,14 +4,15 @@
  *   continuation (argmax on the GPU, decode steps replayed as CUDA graphs) equal to the
  *   reference up to the first step whose margin is < 1e-2 (GPU_MARGIN); all prompts as one batch and their
  *   continuations decoded together; the same greedy run with graphs off gives the same ids;
- *   every prompt again on the other decode kernels (ALT: no fusion, the one-group block
- *   GEMV, the 8-warp cluster attention; the default is every fusion, gemv1c, 4 warps);
+ *   every prompt again on a model made the other way (ALT: no programmatic dependent
+ *   launch, no cuBLASLt, the one-row GEMVs on gemv1c with 3 row groups a block, which these
+ *   small shapes do not take by default);
  *   greedy steps queued a step ahead (tokens read on the GPU) equal to token-by-token
  *   argmax over 300 steps, across a growth of the staged block table.
  * - a larger random model when ATLAS_TEST_BIG_MODEL names one (tools/make_checkpoint.py,
  *   made on the GPU machine): CPU and GPU logits within 2e-2 after a prefill and at every
  *   decode step, greedy ids equal where the CPU's margin is clear; the same for a GPU model
- *   on the other decode kernels (ALT).
+ *   made the other way (ALT).
  * Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "atlas/model.h"
+#include "backend/cuda/cuda_backend.h"
 #include "greedy.h"
 #include "harness.h"
 #include "model/forward.h"
@@ -26,19 +28,11 @@
 
 enum { MAX_SEQS = 8, MAX_BLOCKS = 48, BLOCK = 16, N_GREEDY = 24 };
 
-/* The decode kernels that are not the default, set while a second GPU model is made. */
-static const char *const ALT[][2] = {{"ATLAS_CUDA_FUSE", "none"},
-                                     {"ATLAS_CUDA_GEMV_NG", "0"},
-                                     {"ATLAS_CUDA_ATTN_WARPS", "8"}};
-enum { N_ALT = sizeof ALT / sizeof ALT[0] };
-#define ALT_NAME "ATLAS_CUDA_FUSE=none, GEMV_NG=0, ATTN_WARPS=8"
-
-static void alt_env(int on) {
-    for (int i = 0; i < N_ALT; i++) {
-        if (on) setenv(ALT[i][0], ALT[i][1], 1);
-        else unsetenv(ALT[i][0]);
-    }
-}
+/* The second GPU model's backend: the diagnostics off, and its one-row GEMVs fixed at 3 row
+ * groups a block (gemv1c; set after the load, read at each launch). */
+static const atlas_backend_options ALT = {.no_pdl = 1, .no_cublaslt = 1};
+enum { ALT_NG = 3 };
+#define ALT_NAME "no PDL, no cuBLASLt, gemv1c ng 3"
 
 typedef struct seq {
     int32_t table[MAX_BLOCKS];
@@ -83,7 +77,9 @@ static atlas_status feed(atlas_model *m, seq **seqs, int n_seqs, const int32_t *
     return st;
 }
 
-static atlas_model *load(const char *dir, atlas_device dev, int kv_tokens) {
+/* opts: the CUDA backend's (NULL: defaults; ALT: also its GEMVs at ALT_NG). */
+static atlas_model *load_with(const char *dir, atlas_device dev, int kv_tokens,
+                              const atlas_backend_options *opts) {
     atlas_model_params p = atlas_model_default_params();
     p.device = dev;
     p.n_threads = 0;
@@ -92,10 +88,15 @@ static atlas_model *load(const char *dir, atlas_device dev, int kv_tokens) {
     p.kv_block_size = BLOCK;
     p.kv_tokens = kv_tokens;
     atlas_model *m = NULL;
-    atlas_status st = atlas_model_load(dir, &p, &m);
+    atlas_status st = atlas_model_load_opts(dir, &p, opts, &m);
     CHECK_MSG(st == ATLAS_OK, "loading %s on %s: %s", dir, dev == ATLAS_DEVICE_CPU ? "cpu" : "cuda",
               atlas_last_error());
+    if (m && opts == &ALT) ((cuda_backend *)atlas_model_backend(m))->gemv_ng = ALT_NG;
     return m;
+}
+
+static atlas_model *load(const char *dir, atlas_device dev, int kv_tokens) {
+    return load_with(dir, dev, kv_tokens, NULL);
 }
 
 typedef struct prompt {
@@ -246,21 +247,18 @@ static void test_fixture(const char *name) {
     if (g) run_queued(g, name, pr[0].ids, pr[0].n, 300);
     /* graphs off: the same greedy ids (same kernels, so the same logits) */
     atlas_model_release(g);
-    setenv("ATLAS_CUDA_GRAPHS", "0", 1);
-    g = load(dir, ATLAS_DEVICE_CUDA, kv);
-    unsetenv("ATLAS_CUDA_GRAPHS");
+    const atlas_backend_options no_graphs = {.no_graphs = 1};
+    g = load_with(dir, ATLAS_DEVICE_CUDA, kv, &no_graphs);
     if (g) {
         int32_t gen[N_GREEDY];
         run_single(g, NULL, name, 0, &pr[0], V, gen);
         CHECK_MSG(!memcmp(gen, gen0, sizeof gen), "%s: greedy ids differ with graphs off", name);
     }
-    /* the other decode kernels (ALT), checked against the reference and the CPU as above
-     * (the default fuses: tiny-llama3 has head_dim 8, so its qkv GEMV ropes and stores k/v in
-     * its epilogue; Qwen3's qk_norm keeps that one apart) */
+    /* the model made the other way (ALT), checked against the reference and the CPU as above
+     * (both fuse: tiny-llama3 has head_dim 8, so its qkv GEMV ropes and stores k/v in its
+     * epilogue; Qwen3's qk_norm keeps that one apart) */
     atlas_model_release(g);
-    alt_env(1);
-    g = load(dir, ATLAS_DEVICE_CUDA, kv);
-    alt_env(0);
+    g = load_with(dir, ATLAS_DEVICE_CUDA, kv, &ALT);
     if (g) {
         char fused_name[96];
         snprintf(fused_name, sizeof fused_name, "%s (" ALT_NAME ")", name);
@@ -276,14 +274,12 @@ out:
 }
 
 /* CPU vs GPU on a larger random checkpoint (head_dim 128, real GEMV lengths); a second GPU
- * model on the other decode kernels (ALT) follows the same tokens. */
+ * model made the other way (ALT) follows the same tokens. */
 static void test_big(const char *dir) {
     enum { N_PROMPT = 100, N_STEPS = 12 };
     int kv = MAX_BLOCKS * BLOCK;
     atlas_model *g = load(dir, ATLAS_DEVICE_CUDA, kv), *c = load(dir, ATLAS_DEVICE_CPU, kv);
-    alt_env(1);
-    atlas_model *f = load(dir, ATLAS_DEVICE_CUDA, kv);
-    alt_env(0);
+    atlas_model *f = load_with(dir, ATLAS_DEVICE_CUDA, kv, &ALT);
     if (g && c && f) {
         n_kv_blocks = atlas_model_kv_blocks(g);
         int V = atlas_model_vocab_size(g);

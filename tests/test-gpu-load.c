@@ -1,24 +1,19 @@
-/* tests/test-gpu-load.c — the weight load paths on a real GPU (label "gpu"; skips without
- * one): ATLAS_LOAD=stage, direct and mix (backend/cuda/direct.h; pieces of 1 MiB, so several
- * a fixture) give the same device weights, bit for bit, and report which path carried them;
- * with ATLAS_TEST_BIG_MODEL (a multi-shard checkpoint: tools/make_checkpoint.py) the same
- * with the default piece size, timed.  Last (it turns direct loading off for the process): a
- * registration the real driver refuses (the test registered the pages already) is staged
- * instead, the bytes land, and nothing of the loader's stays registered.
- * tests/test-direct-load.c checks the same logic through a fake driver on every machine. */
+/* tests/test-gpu-load.c — the weight load on a real GPU (label "gpu"; skips without one): a
+ * load and a swap load of each fixture give the same device weights, bit for bit, all of
+ * them through the pinned staging pool (the bench's count, bench/cmd/bench_internal.h); with
+ * ATLAS_TEST_BIG_MODEL (a multi-shard checkpoint: tools/make_checkpoint.py) the same, timed.
+ * tests/test-cuda-upload.c checks the upload through a fake driver on every machine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "atlas/model.h"
-#include "backend/cuda/bench_cuda.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_internal.h"
 #include "harness.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
-#include "format/safetensors.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -68,123 +63,35 @@ static unsigned char *download_weights(atlas_model *m, size_t *len) {
     return buf;
 }
 
-/* The three load paths give the same weights; piece_mb NULL: the default piece size. */
-static void test_load_paths(const char *dir, const char *piece_mb) {
-    const char *modes[] = {"stage", "direct", "mix"};
+/* A load and a swap load give the same device weights, bit for bit; every weight went
+ * through the staging pool (timed: the big checkpoint is worth reading). */
+static void test_load(const char *dir) {
     unsigned char *ref = NULL;
     size_t ref_len = 0;
-    if (piece_mb) setenv("ATLAS_LOAD_PIECE_MB", piece_mb, 1);
-    setenv("ATLAS_LOAD_STAGE_PCT", "50", 1);
-    for (int i = 0; i < 3; i++) {
-        setenv("ATLAS_LOAD", modes[i], 1);
+    for (int i = 0; i < 2; i++) {
         double t0 = now_s();
         atlas_model *g = load(dir);
         double dt = now_s() - t0;
         if (!g) continue;
-        atlas_cuda_load_info li;
-        CHECK_OK(atlas_cuda_load_info_get(atlas_model_backend(g), &li));
-        printf("%s ATLAS_LOAD=%s: load %.3f s (%.1f GB/s); %zu bytes direct, %zu staged, %d "
-               "pieces of %zu KiB (%d staged), direct run %.1f ms%s%s\n", dir, li.mode, dt,
-               (li.direct_bytes + li.staged_bytes) / 1e9 / dt, li.direct_bytes, li.staged_bytes,
-               li.pieces, li.piece_bytes >> 10, li.pieces_staged, li.direct_ms,
-               li.refused[0] ? "; refused: " : "", li.refused);
-        CHECK(!strcmp(li.mode, modes[i]));
-        if (i == 0) {
-            CHECK(li.direct_bytes == 0 && li.staged_bytes > 0 && li.pieces == 0);
-        } else if (li.refused[0]) {
-            printf("note: direct loading refused on this machine: only the fallback was tested\n");
-            CHECK(li.direct_bytes == 0);
-        } else {
-            CHECK_MSG(li.direct_bytes > 0 && li.pieces > 1, "%s %s: nothing loaded directly",
-                      dir, modes[i]);
-            if (i == 1) CHECK(li.staged_bytes == 0 && li.pieces_staged == 0);
-            else CHECK(li.staged_bytes > 0 && li.pieces_staged > 0);
-        }
+        atlas_bench_memory mem;
+        CHECK_OK(atlas_bench_memory_get(g, &mem));
+        printf("%s load %d: %.3f s (%.1f GB/s); %zu bytes staged\n", dir, i + 1, dt,
+               mem.staged_bytes / 1e9 / dt, mem.staged_bytes);
         size_t len = 0;
         unsigned char *buf = download_weights(g, &len);
+        CHECK_MSG(mem.staged_bytes == len, "%s: %zu bytes staged for %zu bytes of weights", dir,
+                  mem.staged_bytes, len);
         if (i == 0) {
             ref = buf;
             ref_len = len;
         } else {
             CHECK_MSG(buf && ref && len == ref_len && !memcmp(buf, ref, len),
-                      "%s: weights loaded with ATLAS_LOAD=%s differ from the staged ones", dir,
-                      modes[i]);
+                      "%s: the swap load's weights differ from the first load's", dir);
             free(buf);
         }
         CHECK_OK(atlas_model_release(g));
     }
     free(ref);
-    unsetenv("ATLAS_LOAD");
-    unsetenv("ATLAS_LOAD_PIECE_MB");
-    unsetenv("ATLAS_LOAD_STAGE_PCT");
-}
-
-static atlas_status stage_copy(void *user, CUdeviceptr dst, const char *src, int fd,
-                               uint64_t file_off, size_t bytes) {
-    (void)fd, (void)file_off;
-    return atlas_host_upload_copy(user, dst, src, bytes);
-}
-
-/* The driver refuses a registration (its pages are registered already, here by the test):
- * the loader stages that piece and the rest, the bytes land, nothing of its own stays
- * registered, and direct loading is off for the rest of the process. */
-static void test_refused(const char *dir) {
-    if (atlas_direct_refused()[0]) {
-        printf("refused: skipped, direct loading is off already: %s\n", atlas_direct_refused());
-        return;
-    }
-    atlas_st *st = NULL;
-    atlas_host *host = NULL;
-    CHECK_OK(atlas_st_open_dir(dir, &st));
-    CHECK_OK(atlas_host_get(0, &host));
-    if (!st || !host) goto out;
-    const atlas_tensor_view *v = atlas_st_at(st, 0);
-    size_t n = atlas_st_count(st), last = 0;
-    for (size_t i = 0; i < n; i++) {
-        const atlas_tensor_view *t = atlas_st_at(st, i);
-        if (t->fd == v->fd && t->file_offset + t->nbytes > last) last = t->file_offset + t->nbytes;
-    }
-    char *base = (char *)v->data - v->file_offset;
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (last + pg - 1) / pg * pg;
-    CHECK(atlas_direct_eligible(v->data, v->fd, v->file_offset));
-    CHECK_OK(ATLAS_CU(cuMemHostRegister, base, span, ATLAS_CU_MEMHOSTREGISTER_READ_ONLY));
-    atlas_direct_opts o = {(size_t)1 << 20, 2, 0, 0};
-    atlas_direct *d = NULL;
-    CHECK_OK(atlas_direct_create(host, &o, stage_copy, host, &d));
-    CUdeviceptr dev = 0;
-    CHECK_OK(ATLAS_CU(cuMemAlloc, &dev, last));
-    size_t queued = 0;
-    for (size_t i = 0; d && dev && i < n; i++) {
-        const atlas_tensor_view *t = atlas_st_at(st, i);
-        if (t->fd != v->fd) continue;
-        CHECK_OK(atlas_direct_add(d, dev + t->file_offset, t->data, t->fd, t->file_offset,
-                                  t->nbytes));
-        queued += t->nbytes;
-    }
-    atlas_direct_stats s;
-    CHECK_OK(atlas_direct_run(d, &s));
-    printf("refused: %zu bytes direct, %zu staged (%d pieces): %s\n", s.direct_bytes,
-           s.staged_bytes, s.pieces, atlas_direct_refused());
-    CHECK(s.direct_bytes == 0 && s.staged_bytes == queued && s.pieces_staged == s.pieces);
-    CHECK(atlas_direct_refused()[0] != '\0');
-    CHECK(!atlas_direct_eligible(v->data, v->fd, v->file_offset));
-    unsigned char *back = malloc(last);
-    if (back && dev) {
-        CHECK_OK(ATLAS_CU(cuMemcpyDtoH, back, dev, last));
-        for (size_t i = 0; i < n; i++) {
-            const atlas_tensor_view *t = atlas_st_at(st, i);
-            if (t->fd == v->fd)
-                CHECK_MSG(!memcmp(back + t->file_offset, t->data, t->nbytes), "%s: %s differs",
-                          dir, t->name);
-        }
-    }
-    free(back);
-    /* the test's registration is still the only one: it unregisters cleanly */
-    CHECK_OK(ATLAS_CU(cuMemHostUnregister, base));
-    if (dev) CHECK_OK(ATLAS_CU(cuMemFree, dev));
-    atlas_direct_free(d);
-out:
-    atlas_st_free(st);
 }
 
 int main(void) {
@@ -202,11 +109,10 @@ int main(void) {
     }
     CHECK_OK(st);
     CHECK_OK(atlas_model_release(probe));
-    test_load_paths(dir[0], "1");
-    test_load_paths(dir[1], "1");
+    test_load(dir[0]);
+    test_load(dir[1]);
     const char *big = getenv("ATLAS_TEST_BIG_MODEL");
-    if (big && *big) test_load_paths(big, NULL);
+    if (big && *big) test_load(big);
     else printf("big model: skipped (set ATLAS_TEST_BIG_MODEL to a checkpoint directory)\n");
-    test_refused(dir[0]); /* last: direct loading is off after it */
     return harness_finish();
 }

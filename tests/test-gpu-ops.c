@@ -280,7 +280,7 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
         char what[64];
         /* 2e-2: the GPU's cache is bf16, the CPU's fp32, and these scores are peaked enough
          * for K's rounding to show: on the H200 one step gave 1.30e-2 with the warp-per-key
-         * kernel and 1.30e-2 with the split kernel (ATLAS_CUDA_ATTN=split) on the same data,
+         * kernel and 1.30e-2 with the split kernel (then a switch) on the same data,
          * so the error is the cache's, not a kernel's */
         snprintf(what, sizeof what, "graph step %d attention", rep);
         buf_check(what, &att, 2 * H * HD, 2e-2, gpu);
@@ -371,7 +371,7 @@ static void test_prefill_bf16(weight *norm) {
     buf_check("prefill bf16: residual x", &x, (size_t)N * D, 1e-2, gpu);
     buf_check("prefill bf16: norm output h", &h, (size_t)N * D, 1e-2, gpu);
     buf_check("prefill bf16: gate_up->swiglu->down", &mlp, (size_t)N * D, 1e-2, gpu);
-    if (cb->lt && cb->use_bf16_act) {
+    if (cb->lt) {
         float *a = malloc((size_t)HALF * F * 4);
         CHECK_OK(gpu->ops->download(gpu, a, act.gpu, (size_t)HALF * F));
         size_t written = 0;
@@ -447,8 +447,8 @@ static void test_fused_decode(weight *norm, int start) {
     free(tgu.data);
 }
 
-/* Decode's GEMV epilogue fusions as the model runs them, in one graph (ATLAS_CUDA_FUSE qkv
- * and swiglu; with all, the norm fusion's GEMVs take the epilogues too):
+/* Decode's GEMV epilogue fusions as the model runs them, in one graph (qkv and swiglu; the
+ * norm fusion's GEMVs take the epilogues too):
  *   rmsnorm -> matmul qkv (+ bias) -> rope -> kv_store layer 0    norm's GEMV + qkv
  *   matmul gate_up -> swiglu                                     swiglu alone
  *   matmul o -> add_rmsnorm -> matmul gate_up -> swiglu           norm's GEMVs + swiglu
@@ -573,10 +573,11 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     }
 }
 
-/* test_fused_tails on a geometry of head_dim 128 with backends of its own, with fusions
- * (all, or qkv and swiglu without norm: the plain GEMVs take the epilogues), want_away as
- * there. */
-static void test_tails_hd128(const char *fuse, uint64_t want_away, int hidden) {
+/* test_fused_tails on a geometry of head_dim 128 with backends of its own (every fusion: 9
+ * commands fused away), the one-row GEMVs at ng row groups a block (0: from the grid, as a
+ * model runs them; these shapes then give gemv1b one group a block, 1: gemv1b always, > 1:
+ * gemv1c). */
+static void test_tails_hd128(int ng, int hidden) {
     double inv_freq[64];
     for (int i = 0; i < 64; i++) inv_freq[i] = pow(500000.0, -2.0 * i / 128);
     atlas_backend_geom g = {.hidden = hidden, .n_heads = 4, .n_kv_heads = 2, .head_dim = 128,
@@ -584,18 +585,16 @@ static void test_tails_hd128(const char *fuse, uint64_t want_away, int hidden) {
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
     atlas_backend *keep_cpu = cpu, *keep_gpu = gpu;
-    setenv("ATLAS_CUDA_FUSE", fuse, 1);
-    setenv("ATLAS_CUDA_PDL", "1", 1);
-    CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
-    unsetenv("ATLAS_CUDA_FUSE");
-    unsetenv("ATLAS_CUDA_PDL");
+    atlas_backend_options o = {.no_cublaslt = 1};
+    CHECK_OK(atlas_backend_cuda_create(&g, &o, &gpu));
     CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
     if (gpu && cpu) {
-        printf("tails, head_dim 128, hidden %d, ATLAS_CUDA_FUSE=%s\n", hidden, fuse);
+        ((cuda_backend *)gpu)->gemv_ng = ng;
+        printf("tails, head_dim 128, hidden %d, ng %d\n", hidden, ng);
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
         CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
-        if (kc && kg) test_fused_tails(kc, kg, 37, want_away);
+        if (kc && kg) test_fused_tails(kc, kg, 37, 9);
         if (kc) cpu->ops->kv_free(cpu, kc);
         if (kg) gpu->ops->kv_free(gpu, kg);
     }
@@ -605,12 +604,13 @@ static void test_tails_hd128(const char *fuse, uint64_t want_away, int hidden) {
     gpu = keep_gpu;
 }
 
-/* test_matmul on a backend of its own made with var=value (left set). */
-static void matmul_with(const atlas_backend_geom *g, const char *var, const char *value,
+/* test_matmul on a backend of its own made with o, its one-row GEMVs at ng row groups a
+ * block (0: from the grid, as a model runs them). */
+static void matmul_with(const atlas_backend_geom *g, const atlas_backend_options *o, int ng,
                         const char *tag) {
     atlas_backend *own = NULL;
-    setenv(var, value, 1);
-    CHECK_OK(atlas_backend_cuda_create(g, &own));
+    CHECK_OK(atlas_backend_cuda_create(g, o, &own));
+    if (own) ((cuda_backend *)own)->gemv_ng = ng;
     if (own) test_matmul(own, tag);
     if (own) own->ops->destroy(own);
 }
@@ -666,14 +666,8 @@ int main(void) {
                             .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 4096, .sliding_window = 0};
-    setenv("ATLAS_CUDA_PDL", "1", 1); /* pass 1 with programmatic dependent launch */
-    setenv("ATLAS_CUDA_FUSE", "all", 1); /* and every decode fusion (the default) */
-    setenv("ATLAS_CUDA_ATTN_HEADS", "2", 1); /* cluster attention, 2 of the 4 q heads a block
-                                               (test-gpu-forward runs the default, 1) */
-    atlas_status st = atlas_backend_cuda_create(&g, &gpu);
-    unsetenv("ATLAS_CUDA_ATTN_HEADS");
-    unsetenv("ATLAS_CUDA_PDL");
-    unsetenv("ATLAS_CUDA_FUSE");
+    /* pass 1: the defaults (programmatic dependent launch, every decode fusion) */
+    atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);
     if (st == ATLAS_ERR_NO_DEVICE) {
         printf("SKIP: no CUDA device: %s\n", atlas_last_error());
         return 0;
@@ -690,21 +684,20 @@ int main(void) {
     printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->lt),
            cb->launch_ex ? "on" : "off");
 
-    /* default: n = 1 on the block/warp kernel by shape, 2..8 on the mma kernel, more on
-     * cuBLASLt; "own": the fp32 GEMV kernels for n <= 8 and our GEMM; "mma1": n = 1 on the
-     * mma kernel too; "warp4": n = 1 on the 4-rows-a-warp kernel */
+    /* default: n = 1 on the block kernels, 2..8 on the mma kernel (the fp32 warp kernels when
+     * k % 32 != 0), more on cuBLASLt; "own": our GEMM for more (no cuBLASLt, as every later
+     * backend here); then without PDL, and without graphs (as many test_matmul runs as
+     * before the switches went: every check draws from one random stream) */
     test_matmul(gpu, cb->lt ? "lt" : "own");
-    setenv("ATLAS_CUBLASLT", "0", 1);
-    matmul_with(&g, "ATLAS_CUDA_GEMV", "1", "own");
-    matmul_with(&g, "ATLAS_CUDA_GEMV", "3", "mma1");
-    matmul_with(&g, "ATLAS_CUDA_GEMV", "4", "warp4"); /* n = 1 on the 4-rows-a-warp kernel */
-    unsetenv("ATLAS_CUDA_GEMV");
-    /* n = 1: 3 row groups a block, the last block short; one a block (gemv1b); ng from a
-     * grid of one block an SM */
-    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "3", "ng3");
-    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "0", "ng0");
-    matmul_with(&g, "ATLAS_CUDA_GEMV_NG", "w1", "ngw1");
-    unsetenv("ATLAS_CUDA_GEMV_NG");
+    atlas_backend_options own = {.no_cublaslt = 1}, nopdl = {.no_cublaslt = 1, .no_pdl = 1};
+    atlas_backend_options nograph = {.no_cublaslt = 1, .no_graphs = 1};
+    matmul_with(&g, &own, 0, "own");
+    matmul_with(&g, &nopdl, 0, "own nopdl");
+    matmul_with(&g, &nograph, 0, "own nographs");
+    /* n = 1: 3 row groups a block, the last block short; one a block (gemv1b); 2 */
+    matmul_with(&g, &own, 3, "ng3");
+    matmul_with(&g, &own, 1, "ng1");
+    matmul_with(&g, &own, 2, "ng2");
 
     tensor tn, tq, tk, twq;
     tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, D, 0, 1.0f);
@@ -729,29 +722,17 @@ int main(void) {
         buf_free(&x);
     }
 
-    /* 1: split-K attention for prefill too, no fusion, no PDL; 2: cluster attention with 8
-     * warps a block, the one-group block GEMV, no fusion */
+    /* 2: no PDL, no graphs, no cuBLASLt; 3: no cuBLASLt, the one-row GEMVs on gemv1c with 3
+     * row groups a block (the default takes gemv1b on these small shapes) */
     for (int pass = 0; pass < 3; pass++) {
         atlas_backend *keep = gpu;
         weight saved[4] = {norm, qn, kn, wqkv};
         if (pass >= 1) {
-            setenv("ATLAS_CUDA_FUSE", "none", 1);
-            if (pass == 1) {
-                setenv("ATLAS_CUDA_PREFILL_ATTN", "0", 1);
-                setenv("ATLAS_CUDA_PDL", "0", 1);
-                setenv("ATLAS_CUDA_ATTN", "warp", 1); /* decode attention without clusters */
-            } else {
-                setenv("ATLAS_CUDA_ATTN_WARPS", "8", 1); /* the 8-warp cluster kernel */
-                setenv("ATLAS_CUDA_GEMV_NG", "0", 1);    /* the one-group block GEMV */
-            }
-            CHECK_OK(atlas_backend_cuda_create(&g, &gpu));
-            unsetenv("ATLAS_CUDA_ATTN");
-            unsetenv("ATLAS_CUDA_ATTN_WARPS");
-            unsetenv("ATLAS_CUDA_GEMV_NG");
-            unsetenv("ATLAS_CUDA_PREFILL_ATTN");
-            unsetenv("ATLAS_CUDA_FUSE");
-            unsetenv("ATLAS_CUDA_PDL");
+            atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = pass == 1,
+                                       .no_graphs = pass == 1};
+            CHECK_OK(atlas_backend_cuda_create(&g, &o, &gpu));
             if (!gpu) break;
+            if (pass == 2) ((cuda_backend *)gpu)->gemv_ng = 3;
             const atlas_tensor_view *v[1] = {&tn.view};
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
             v[0] = &tq.view;
@@ -760,8 +741,8 @@ int main(void) {
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
             v[0] = &twq.view;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
-            printf(pass == 1 ? "pass 2: split-K attention for prefill, no fusion, no PDL, no clusters\n"
-                             : "pass 3: cluster attention with 8 warps a block, gemv1b, no fusion\n");
+            printf(pass == 1 ? "pass 2: no PDL, no graphs, no cuBLASLt\n"
+                             : "pass 3: gemv1c with 3 row groups a block, no cuBLASLt\n");
         }
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
@@ -773,12 +754,11 @@ int main(void) {
         test_layer_ops(kc, kg, 1, 1, 63, 101, "decode 1+1", &norm, &qn, &kn);
         test_graph(kc, kg, &norm, &wqkv, 64, 102);
         test_fused_decode(&norm, 67);
-        /* pass 1 (all): 9 commands inside other kernels; passes 2 and 3: none */
-        test_fused_tails(kc, kg, 69, pass == 0 ? 9 : 0);
+        /* 9 commands inside other kernels (checked where decode runs as graphs) */
+        test_fused_tails(kc, kg, 69, 9);
         test_prefill_bf16(&norm);
         test_argmax_wide();
-        /* 600 (token, kv head) blocks: one split, the decode kernel writes the output itself
-         * (pass 2; pass 1 runs the tiled prefill kernel) */
+        /* 600 (token, kv head) blocks: one split (the tiled prefill kernel takes it) */
         test_layer_ops(kc, kg, 150, 150, 0, 0, "prefill 150+150", &norm, &qn, &kn);
         /* a decode step at 751 keys: 8 splits of 94, 12 keys a warp, so the decode kernels
          * take two passes over their keys */
@@ -798,31 +778,25 @@ int main(void) {
             norm = saved[0], qn = saved[1], kn = saved[2], wqkv = saved[3];
         }
     }
-    /* the epilogue fusions at head_dim 128: with norm's GEMVs (9 commands fused away), and
-     * alone (6: rope, kv_store twice, swiglu twice) */
-    test_tails_hd128("all", 9, D);
-    test_tails_hd128("qkv,swiglu", 6, D);
-    setenv("ATLAS_CUDA_GEMV_NG", "2", 1); /* the epilogues and the norm fusion on gemv1c */
-    test_tails_hd128("qkv,swiglu", 6, D);
-    test_tails_hd128("all", 9, D);
+    /* the epilogue fusions at head_dim 128 with norm's GEMVs (9 commands fused away): ng
+     * from the grid, then the epilogues and the norm fusion on gemv1c (2 and 4 row groups a
+     * block), and on gemv1b (as many calls at each hidden size as before the switches went:
+     * every test draws from one random stream) */
+    test_tails_hd128(0, D);
+    test_tails_hd128(1, D);
+    test_tails_hd128(2, D);
+    test_tails_hd128(2, D);
     /* hidden 4416: the norm GEMVs' k spans two gemv1c chunks (4096 + 320), so the sum of
      * squares is taken over two items of the first group */
-    test_tails_hd128("all", 9, 4416);
-    setenv("ATLAS_CUDA_GEMV_EARLY2", "0", 1); /* one item before the wait */
-    test_tails_hd128("all", 9, 4416);
-    unsetenv("ATLAS_CUDA_GEMV_EARLY2");
-    setenv("ATLAS_CUDA_GEMV_NG", "w1", 1); /* ng from one block an SM */
-    test_tails_hd128("qkv,swiglu", 6, D);
-    test_tails_hd128("all", 9, D);
-    setenv("ATLAS_CUDA_GEMV_NG", "0", 1); /* and on gemv1b */
-    test_tails_hd128("qkv,swiglu", 6, D);
-    /* n = 1 at 3 row groups a block (the last block short), one item before the wait: here
-     * at the end, as every test draws from one random stream and the graph test's peaked
-     * scores sit near its tolerance (new draws before it gave 3.2e-2 against 2e-2, H200) */
-    setenv("ATLAS_CUDA_GEMV_NG", "3", 1);
-    matmul_with(&g, "ATLAS_CUDA_GEMV_EARLY2", "0", "ng3early0");
-    unsetenv("ATLAS_CUDA_GEMV_EARLY2");
-    unsetenv("ATLAS_CUDA_GEMV_NG");
+    test_tails_hd128(2, 4416);
+    test_tails_hd128(3, 4416);
+    test_tails_hd128(4, D);
+    test_tails_hd128(4, D);
+    test_tails_hd128(1, D);
+    /* n = 1 at 3 row groups a block (the last block short): here at the end, as every test
+     * draws from one random stream and the graph test's peaked scores sit near its tolerance
+     * (new draws before it gave 3.2e-2 against 2e-2, H200) */
+    matmul_with(&g, &own, 3, "ng3 last");
     test_no_logit_rows_and_gqa_bias();
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {

@@ -47,6 +47,9 @@ typedef struct atlas_model_params {
     int tp_size;          /* ranks the model is split across (default 1: the whole model).
                              Above 1 the model holds only its rank's shard, and every forward
                              needs the all-reduce the caller provides (docs/TENSOR_PARALLEL.md) */
+    int gpu;              /* the GPU ordinal (default 0). A process serves one GPU: the first
+                             model on CUDA binds it, and one that names another ordinal later
+                             fails with ATLAS_ERR_INVALID (include/atlas/host.h) */
 } atlas_model_params;
 
 atlas_model_params atlas_model_default_params(void);

@@ -143,8 +143,32 @@ struct atlas_backend {
 /* Creates the CPU backend with n_threads workers (0: one per core). */
 atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_threads,
                                       atlas_backend **out);
+/* Ops that atlas_backend_options.skip_ops can leave out (bits). */
+enum {
+    ATLAS_SKIP_NORM = 1 << 0,      /* rmsnorm and add_rmsnorm */
+    ATLAS_SKIP_MATMUL = 1 << 1,
+    ATLAS_SKIP_ROPE = 1 << 2,
+    ATLAS_SKIP_KV_STORE = 1 << 3,
+    ATLAS_SKIP_ATTENTION = 1 << 4,
+    ATLAS_SKIP_SWIGLU = 1 << 5,
+};
+
+/* How the CUDA backend is made. Zero-initialised (or NULL) is the default, the fastest
+ * measured (bench/RESULTS.md); every other field turns something off, for `atlas bench` to
+ * measure what it gives and for the tests to reach the plain paths. */
+typedef struct atlas_backend_options {
+    int gpu;          /* the GPU ordinal; the process host binds one (atlas_host_get: another
+                         ordinal later is an error) */
+    int no_graphs;    /* decode steps launch their kernels one by one, never as CUDA graphs */
+    int no_pdl;       /* no programmatic dependent launch (on by default from Hopper) */
+    int no_cublaslt;  /* large matmuls on atlas_gemm instead of cuBLASLt */
+    unsigned skip_ops; /* ATLAS_SKIP_* bits: those ops are left out of every batch, to time
+                          what the others cost inside a decode graph; the results are wrong */
+} atlas_backend_options;
+
 /* Creates the CUDA backend on the process host (ATLAS_ERR_NO_DEVICE when there is none,
- * with the reason). Defined in backend/cuda. */
-atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_backend **out);
+ * with the reason); opts NULL: the defaults. Defined in backend/cuda. */
+atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
+                                       const atlas_backend_options *opts, atlas_backend **out);
 
 #endif

@@ -54,4 +54,10 @@ const atlas_config *atlas_model_config(const atlas_model *m);
 /* The backend the model runs on. Valid while m is. */
 atlas_backend *atlas_model_backend(atlas_model *m);
 
+/* atlas_model_load with the CUDA backend made with opts (NULL: the defaults; opts->gpu is
+ * ignored, p->gpu names the GPU): the diagnostics that `atlas bench` and the tests turn off
+ * (backend/backend.h atlas_backend_options), kept out of the public params. */
+atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
+                                   const atlas_backend_options *opts, atlas_model **out);
+
 #endif

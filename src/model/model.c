@@ -51,11 +51,15 @@ static atlas_status check_params(const atlas_model_params *p) {
     return ATLAS_OK;
 }
 
-/* device AUTO: CUDA when it can be created, else the CPU with the reason kept for info. */
+/* device AUTO: CUDA when it can be created, else the CPU with the reason kept for info.
+ * opts: the CUDA backend's (NULL: the defaults); p->gpu names the GPU either way. */
 static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
+                                 const atlas_backend_options *opts,
                                  const atlas_backend_geom *g) {
     if (p->device != ATLAS_DEVICE_CPU) {
-        atlas_status st = atlas_backend_cuda_create(g, &m->be);
+        atlas_backend_options o = opts ? *opts : (atlas_backend_options){0};
+        o.gpu = p->gpu;
+        atlas_status st = atlas_backend_cuda_create(g, &o, &m->be);
         if (st == ATLAS_OK) {
             snprintf(m->backend_why, sizeof m->backend_why, "%s",
                      p->device == ATLAS_DEVICE_CUDA ? "requested" : "a CUDA device is usable");
@@ -141,7 +145,8 @@ static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
 }
 
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */
-static atlas_status load_weights(atlas_model *m, const atlas_model_params *p) {
+static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
+                                 const atlas_backend_options *opts) {
     ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
     const atlas_config *c = &m->cfg;
     double inv_freq[1024], attn_factor = 1.0;
@@ -166,7 +171,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p) {
         g.n_kv_heads = plan.n_kv_heads;
         g.intermediate = plan.n_mlp;
     }
-    ATLAS_TRY(pick_backend(m, p, &g));
+    ATLAS_TRY(pick_backend(m, p, opts, &g));
     ATLAS_TRY(atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL, &m->w));
     m->max_batch_tokens = p->max_batch_tokens;
     m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
@@ -175,14 +180,15 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p) {
     return alloc_acts(m);
 }
 
-static atlas_status load_all(atlas_model *m, const atlas_model_params *p) {
+static atlas_status load_all(atlas_model *m, const atlas_model_params *p,
+                             const atlas_backend_options *opts) {
     ATLAS_TRY(atlas_config_load(m->dir, &m->cfg));
     tok_job job = {.dir = m->dir, .vocab_size = (size_t)m->cfg.vocab_size, .eos = -1};
     pthread_t th;
     bool threaded = p->load_tokenizer && pthread_create(&th, NULL, tok_job_run, &job) == 0;
     if (p->load_tokenizer && !threaded) tok_job_run(&job); /* no thread: load it here */
     atlas_status st = ATLAS_OK;
-    if (threaded || job.st == ATLAS_OK) st = load_weights(m, p); /* job.st: not while it runs */
+    if (threaded || job.st == ATLAS_OK) st = load_weights(m, p, opts); /* job.st: not while it runs */
     if (threaded) pthread_join(th, NULL);
     m->tok = job.tok; /* unload frees it when the weights failed */
     /* both failed: the tokenizer's error, as when it loaded first */
@@ -228,6 +234,11 @@ static atlas_status unload(atlas_model *m) {
 }
 
 atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atlas_model **out) {
+    return atlas_model_load_opts(dir, p, NULL, out);
+}
+
+atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
+                                   const atlas_backend_options *opts, atlas_model **out) {
     *out = NULL;
     atlas_model_params defaults = atlas_model_default_params();
     if (!p) p = &defaults;
@@ -238,7 +249,7 @@ atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atla
     atomic_init(&m->handles, 1);
     pthread_mutex_init(&m->forward_mu, NULL);
     m->dir = strdup(dir);
-    atlas_status st = m->dir ? load_all(m, p) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    atlas_status st = m->dir ? load_all(m, p, opts) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
     if (st != ATLAS_OK) {
         /* keep the load error, not whatever unloading says */
         char msg[1024];

@@ -7,10 +7,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/weight_fill.h"
-#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "core/file.h"
 
 static cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
 
@@ -36,37 +34,11 @@ static atlas_status cuda_realloc(cuda_backend *cb, CUdeviceptr *p, size_t bytes,
 }
 
 /* --- weights -------------------------------------------------------------------------------
- * Two paths (cuda_backend.h, cuda_load): bf16 views that lie in a file are queued for the
- * direct loader (direct.h: the copy engine reads the registered file mapping), which runs in
- * weights_done, in file order; everything else (f16/f32 views are converted, in-memory
- * views, ATLAS_LOAD=stage, direct loading refused) is converted to bf16 while copied into
- * the pinned staging buffers, at once. */
-
-typedef struct fill_ctx {
-    cuda_backend *cb;
-    const atlas_tensor_view *const *views;
-    int n;
-    char *dst;     /* the staging chunk being filled */
-    size_t offset; /* its byte offset in the fused weight */
-} fill_ctx;
-
-static void fill_job(void *ctx, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const fill_ctx *f = ctx;
-    size_t piece = f->cb->load.fill_piece;
-    size_t a = f->offset + (size_t)begin * piece, b = f->offset + (size_t)end * piece;
-    atlas_cuda_fill_weight(f->views, f->n, f->dst, f->offset, a, b);
-}
-
-static void fill_chunk(void *dst, size_t offset, size_t bytes, void *user) {
-    fill_ctx *f = user;
-    f->dst = dst;
-    f->offset = offset;
-    size_t piece = f->cb->load.fill_piece, pieces = bytes / piece;
-    if (pieces) atlas_threadpool_for(f->cb->pool, (int64_t)pieces, 1, fill_job, f);
-    atlas_cuda_fill_weight(f->views, f->n, f->dst, offset, offset + pieces * piece,
-                           offset + bytes);
-}
+ * Every weight goes through the host's pinned staging pool: weight_load queues it for the
+ * host's loader threads, which read (pread) and convert each piece to bf16 into a pinned
+ * buffer and copy it on (host.h); weights_done waits for them. (Copying bf16 straight out of
+ * the registered file mapping by the copy engine, alone or mixed with staging, measured
+ * slower on the H200 and was removed: bench/RESULTS.md.) */
 
 /* A queued upload's context (atlas_host_upload_queue copies it): the views themselves, as
  * the caller's may live on its stack. */
@@ -82,116 +54,17 @@ static void fill_queued(void *dst, size_t offset, size_t bytes, void *user) {
     atlas_cuda_fill_weight(v, q->n, dst, offset, offset, offset + bytes);
 }
 
-/* Stages views (n of them, fused) into dst: queued for the host's loader threads, or with
- * ATLAS_LOAD_QUEUE=0 filled here a buffer at a time by the pool (the fork-join it replaced,
- * kept to measure against). */
+/* Queues views (n of them, fused; bytes of bf16 in all) for the host's loader threads, to
+ * land at dst. */
 static atlas_status stage_views(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
                                 const atlas_tensor_view *const *views, int n) {
+    if (n > CUDA_FUSE_MAX) /* the model fuses at most qkv's 3 */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a weight fused from %d views (at most "
+                          "%d)", n, CUDA_FUSE_MAX);
+    queued_fill q = {.n = n};
+    for (int i = 0; i < n; i++) q.views[i] = *views[i];
     cb->load.staged_bytes += bytes;
-    if (cb->load.queue && n <= CUDA_FUSE_MAX) {
-        queued_fill q = {.n = n};
-        for (int i = 0; i < n; i++) q.views[i] = *views[i];
-        return atlas_host_upload_queue(cb->host, dst, bytes, fill_queued, &q, sizeof q);
-    }
-    fill_ctx f = {cb, views, n, NULL, 0};
-    return atlas_host_upload(cb->host, dst, bytes, fill_chunk, &f);
-}
-
-/* The direct loader's staged pieces: a byte range of a file (any alignment), read by the
- * pool's threads (atlas_cuda_read_bytes). */
-typedef struct range_ctx {
-    cuda_backend *cb;
-    const char *src;
-    int fd;
-    uint64_t file_off;
-    char *dst;
-    size_t offset, bytes;
-} range_ctx;
-
-static void range_job(void *ctx, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const range_ctx *r = ctx;
-    size_t piece = r->cb->load.fill_piece;
-    size_t a = (size_t)begin * piece, b = (size_t)end * piece;
-    if (b > r->bytes) b = r->bytes;
-    size_t at = r->offset + a;
-    atlas_cuda_read_bytes(r->dst + a, r->src + at, r->fd, r->file_off + at, b - a);
-}
-
-static void range_chunk(void *dst, size_t offset, size_t bytes, void *user) {
-    range_ctx *r = user;
-    r->dst = dst;
-    r->offset = offset;
-    r->bytes = bytes;
-    size_t piece = r->cb->load.fill_piece;
-    atlas_threadpool_for(r->cb->pool, (int64_t)((bytes + piece - 1) / piece), 1,
-                         range_job, r);
-}
-
-static atlas_status stage_range(void *user, CUdeviceptr dst, const char *src, int fd,
-                                uint64_t file_off, size_t bytes) {
-    range_ctx r = {user, src, fd, file_off, NULL, 0, 0};
-    return atlas_host_upload(((cuda_backend *)user)->host, dst, bytes, range_chunk, &r);
-}
-
-static int env_int(const char *name, int def) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : def;
-}
-
-/* ATLAS_LOAD=stage (default) | direct | mix, ATLAS_LOAD_PIECE_MB, ATLAS_LOAD_THREADS,
- * ATLAS_LOAD_STAGE_PCT (mix only, default 30), ATLAS_LOAD_QUEUE (default 1), ATLAS_LOAD_FILL_KB
- * (default 1024, with ATLAS_LOAD_QUEUE=0): read once, at the first weight. */
-static void load_configure(cuda_backend *cb) {
-    cuda_load *ld = &cb->load;
-    if (ld->configured) return;
-    ld->configured = 1;
-    const char *e = getenv("ATLAS_LOAD");
-    /* staging by default: on the H200 machine (16 cores, a VM) it loads the 8B checkpoint at
-     * 28.5 GB/s, DMA out of the registered page cache at 20-24 whatever the piece size (16 to
-     * 256 MiB) or the registering threads (2 to 12), and a mix of both at 18-20 (bench/RESULTS.md,
-     * 2026-12-03); direct stays for machines that pin pages faster (GB10's unified memory) */
-    ld->mode = e && !strcmp(e, "direct") ? CUDA_LOAD_DIRECT
-             : e && !strcmp(e, "mix")    ? CUDA_LOAD_MIX
-                                         : CUDA_LOAD_STAGE;
-    int mb = env_int("ATLAS_LOAD_PIECE_MB", 0);
-    ld->opts.piece_bytes = mb > 0 ? (size_t)mb << 20 : 0;
-    ld->opts.threads = env_int("ATLAS_LOAD_THREADS", 0);
-    ld->opts.stage_pct = ld->mode == CUDA_LOAD_MIX ? env_int("ATLAS_LOAD_STAGE_PCT", 30) : 0;
-    ld->queue = env_int("ATLAS_LOAD_QUEUE", 1) != 0;
-    int kb = env_int("ATLAS_LOAD_FILL_KB", 1024); /* a pool thread's piece of a buffer */
-    ld->fill_piece = (size_t)(kb >= 64 && kb <= 65536 ? kb : 1024) << 10;
-}
-
-static bool load_direct(const cuda_backend *cb, const atlas_tensor_view *v) {
-    return cb->load.mode != CUDA_LOAD_STAGE && v->dtype == ATLAS_DTYPE_BF16 &&
-           atlas_direct_eligible(v->data, v->fd, v->file_offset);
-}
-
-/* Queues or uploads the views of weight w (bytes of bf16 in all). */
-static atlas_status weight_upload(cuda_backend *cb, atlas_weight *w, size_t bytes,
-                                const atlas_tensor_view *const *views, int n) {
-    load_configure(cb);
-    cb->load.pending = true;
-    bool any = false;
-    for (int i = 0; i < n; i++) any |= load_direct(cb, views[i]);
-    if (!any) return stage_views(cb, w->ptr, bytes, views, n); /* the fused weight at once */
-    if (!cb->load.direct)
-        ATLAS_TRY(atlas_direct_create(cb->host, &cb->load.opts, stage_range, cb,
-                                      &cb->load.direct));
-    size_t off = 0; /* of view i in the fused weight */
-    for (int i = 0; i < n; i++) {
-        const atlas_tensor_view *v = views[i];
-        size_t vb = v->nbytes / atlas_dtype_size(v->dtype) * 2;
-        if (load_direct(cb, v)) {
-            ATLAS_TRY(atlas_direct_add(cb->load.direct, w->ptr + off, v->data, v->fd,
-                                       v->file_offset, v->nbytes));
-        } else {
-            ATLAS_TRY(stage_views(cb, w->ptr + off, vb, &views[i], 1));
-        }
-        off += vb;
-    }
-    return ATLAS_OK;
+    return atlas_host_upload_queue(cb->host, dst, bytes, fill_queued, &q, sizeof q);
 }
 
 static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,
@@ -224,15 +97,12 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
     w->rows = rows;
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
-    cuda_load *ld = &cb->load;
-    double t0 = atlas_now_ms();
-    if (!ld->t.first_ms) ld->t.first_ms = t0 - ld->made_ms;
     atlas_status st = atlas_registry_alloc(cb->reg, bytes, views[0]->name, &w->ptr);
-    ld->t.alloc_ms += atlas_now_ms() - t0;
-    if (st == ATLAS_OK) st = weight_upload(cb, w, bytes, views, n);
-    ld->t.last_ms = atlas_now_ms() - ld->made_ms;
+    if (st == ATLAS_OK) {
+        cb->load.pending = true;
+        st = stage_views(cb, w->ptr, bytes, views, n); /* the fused weight at once */
+    }
     if (st != ATLAS_OK) {
-        atlas_direct_drop(cb->load.direct, w->ptr, w->ptr + bytes);
         (void)atlas_registry_free(cb->reg, w->ptr);
         free(w);
         return atlas_fail_wrap(st, "cuda: loading weight %s", views[0]->name);
@@ -245,37 +115,24 @@ static atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view 
 static void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
     cuda_load *ld = &cuda_of(be)->load;
-    /* a failed load: the loader threads may still be writing to it (pending stays: queued
-     * direct copies of the other weights still run in weights_done) */
+    /* a failed load: the loader threads may still be writing to it */
     if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->host);
-    size_t bytes = (size_t)w->rows * w->cols * 2;
-    cuda_of(be)->weight_bytes -= bytes;
-    atlas_direct_drop(cuda_of(be)->load.direct, w->ptr, w->ptr + bytes); /* never copied */
+    cuda_of(be)->weight_bytes -= (size_t)w->rows * w->cols * 2;
     (void)atlas_registry_free(cuda_of(be)->reg, w->ptr);
     free(w);
 }
 
-/* Runs the queued direct copies and waits for the staged ones: the weights are on the device
- * (also called by every begin_batch, for weights loaded without a weights_done: at once when
- * nothing was loaded since). */
+/* Waits for the queued uploads: the weights are on the device (also called by every
+ * begin_batch, for weights loaded without a weights_done: at once when nothing was loaded
+ * since). */
 static atlas_status cuda_weights_done(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     cuda_load *ld = &cb->load;
     if (cb->ready && !ld->pending) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));
-    double t0 = atlas_now_ms();
-    ATLAS_TRY(cuda_ready(cb)); /* while the loader threads read (unless made first) */
-    if (ld->direct && atlas_direct_queued_bytes(ld->direct)) {
-        atlas_direct_stats s;
-        atlas_status st = atlas_direct_run(ld->direct, &s);
-        atlas_direct_stats_add(&ld->runs, &s);
-        if (st != ATLAS_OK)
-            return atlas_fail_wrap(st, "cuda: copying weights out of the file mapping");
-    }
+    ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
-    atlas_status st = atlas_host_upload_wait(cb->host);
-    ld->t.done_ms += atlas_now_ms() - t0;
-    return st;
+    return atlas_host_upload_wait(cb->host);
 }
 
 /* --- KV cache --------------------------------------------------------------------------------- */
@@ -354,7 +211,6 @@ static atlas_status flush(cuda_backend *cb) {
         cb->n_queue = 0;
         return cuda_exec_list(cb, cb->queue, n);
     }
-    cb->hs.t[CUDA_HS_RECORDED] = atlas_now_ms();
     cuda_graph *hit = NULL, *lru = &cb->graphs[0];
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
         cuda_graph *g = &cb->graphs[i];
@@ -365,7 +221,6 @@ static atlas_status flush(cuda_backend *cb) {
         }
         if (!g->exec || (lru->exec && g->last_use < lru->last_use)) lru = g;
     }
-    bool replay = hit != NULL;
     if (!hit) {
         if (lru->exec) atlas_driver_get()->cuGraphExecDestroy(lru->exec);
         free(lru->cmds);
@@ -381,11 +236,7 @@ static atlas_status flush(cuda_backend *cb) {
     }
     hit->last_use = ++cb->clock;
     cb->n_queue = 0;
-    cb->hs.replayed = replay;
-    cb->hs.t[CUDA_HS_FOUND] = atlas_now_ms();
-    atlas_status st = ATLAS_CU(cuGraphLaunch, hit->exec, cb->stream);
-    cb->hs.t[CUDA_HS_LAUNCHED] = atlas_now_ms();
-    return st;
+    return ATLAS_CU(cuGraphLaunch, hit->exec, cb->stream);
 }
 
 static atlas_status submit(cuda_backend *cb, const cuda_cmd *c) {
@@ -496,10 +347,6 @@ static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, con
 
 static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cuda_backend *cb = cuda_of(be);
-    cb->hs.t[CUDA_HS_BEGIN] = atlas_now_ms();
-    cb->hs.gap = cb->hs.end > 0 ? cb->hs.t[CUDA_HS_BEGIN] - cb->hs.end : -1;
-    cb->hs.end = 0;
-    cb->hs.replayed = false;
     const atlas_backend_geom *g = &be->geom;
     ATLAS_TRY(atlas_host_make_current(cb->host));
     ATLAS_TRY(cuda_weights_done(be)); /* weights are on the device before use */
@@ -525,7 +372,6 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         if (cb->stage_busy[k]) ATLAS_CU_TRY(cuEventSynchronize, cb->stage_sent[k]);
     }
     cb->stage_cur = k;
-    cb->hs.t[CUDA_HS_BUFFER] = atlas_now_ms();
     int32_t *h = cb->h_stage[k], stride = (n + 15) & ~15; /* cb->stage_stride */
     if (stride > cb->cap_tok) stride = cb->cap_tok;
     cb->stage_stride = stride;
@@ -565,7 +411,6 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
     }
-    cb->hs.t[CUDA_HS_STAGED] = atlas_now_ms();
     cb->n_tokens = n;
     cb->n_seqs = b->n_seqs;
     cb->n_logits = b->n_logits;
@@ -596,7 +441,7 @@ static atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, in
     cb->n_split = n_split;
     cb->chunk = chunk;
     /* prefill's bf16 copy of a norm's output for the next matmul (ops_cuda.c) */
-    if (cb->lt && cb->use_bf16_act && n >= 64 && (size_t)n * g->hidden * 2 > cb->lt_h_bytes) {
+    if (cb->lt && n >= 64 && (size_t)n * g->hidden * 2 > cb->lt_h_bytes) {
         ATLAS_TRY(graphs_release(cb));
         ATLAS_TRY(cuda_realloc(cb, &cb->lt_h, (size_t)n * g->hidden * 2, "cublaslt norm input"));
         cb->lt_h_bytes = (size_t)n * g->hidden * 2;
@@ -686,19 +531,6 @@ static atlas_status cuda_download(atlas_backend *be, float *host, const void *x,
     return stream_wait(cb);
 }
 
-/* A plain step on a replayed graph has been waited for: its stamps into cb->hs's sums. */
-static void host_step_done(cuda_backend *cb) {
-    cb->hs.t[CUDA_HS_N] = atlas_now_ms();
-    if (cb->hs.gap >= 0) {
-        cb->hs.gap_sum += cb->hs.gap;
-        cb->hs.n_gap++;
-    }
-    for (int i = 0; i < CUDA_HS_N; i++) cb->hs.sum[i] += cb->hs.t[i + 1] - cb->hs.t[i];
-    cb->hs.n++;
-    cb->hs.end = cb->hs.t[CUDA_HS_N];
-    cb->hs.replayed = false;
-}
-
 /* The argmax command (ids to d_ids and to h_ids' slot), and the batch's commands run. */
 static atlas_status argmax_run(atlas_backend *be, const void *logits, int rows, int vocab,
                                int slot) {
@@ -718,7 +550,6 @@ static atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *log
     cb->ids_queued = false;
     ATLAS_TRY(stream_wait(cb));
     memcpy(ids, ids_host(cb, IDS_PLAIN), (size_t)rows * 4);
-    if (cb->hs.replayed) host_step_done(cb);
     return ATLAS_OK;
 }
 
@@ -769,8 +600,6 @@ static void cuda_destroy(atlas_backend *be) {
     if (cb->reg) drop_graphs(cb);
     free(cb->queue);
     cuda_lt_free(cb->lt);
-    atlas_threadpool_free(cb->pool);
-    atlas_direct_free(cb->load.direct);
     const atlas_driver *d = atlas_driver_get();
     if (cb->h_ids) d->cuMemFreeHost(cb->h_ids);
     for (int s = 0; s < 2; s++) {
@@ -836,25 +665,22 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     return ATLAS_OK;
 }
 
-/* ATLAS_CUDA_FUSE: "none", "all" or a comma list of rope, norm, merge, swiglu, qkv (unknown
- * words are ignored). The default is all: on the H200 8B shape with the one-row GEMVs on
- * gemv1c (bench/RESULTS.md 2026-12-03, fourth session) a decode graph replay took 3.914 ms
- * against 3.987 with qkv,swiglu. (On the one-group block kernel gemv1b the norm fusion had
- * cost: 4.465 against 4.331 ms, and 4.238 against 4.092 later.) */
-static void cuda_parse_fusions(cuda_backend *cb, const char *list) {
-    bool all = !strcmp(list, "all");
-    cb->fuse_rope = all || strstr(list, "rope") != NULL;
-    cb->fuse_norm = all || strstr(list, "norm") != NULL;
-    cb->fuse_merge = all || strstr(list, "merge") != NULL;
-    cb->fuse_swiglu = all || strstr(list, "swiglu") != NULL;
-    cb->fuse_qkv = all || strstr(list, "qkv") != NULL;
+/* ATLAS_SKIP_* (backend.h) as bits of cuda_op. */
+static unsigned skip_bits(unsigned skip) {
+    static const struct { unsigned bit; int op; } ops[] = {
+        {ATLAS_SKIP_NORM, CUDA_OP_ADD_RMSNORM}, {ATLAS_SKIP_MATMUL, CUDA_OP_MATMUL},
+        {ATLAS_SKIP_ROPE, CUDA_OP_ROPE}, {ATLAS_SKIP_KV_STORE, CUDA_OP_KV_STORE},
+        {ATLAS_SKIP_ATTENTION, CUDA_OP_ATTENTION}, {ATLAS_SKIP_SWIGLU, CUDA_OP_SWIGLU}};
+    unsigned out = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (skip & ops[i].bit) out |= 1u << ops[i].op;
+    return out;
 }
 
-static atlas_status cuda_setup(cuda_backend *cb) {
+static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o) {
     const atlas_backend_geom *g = &cb->base.geom;
     ATLAS_TRY(atlas_registry_create(cb->host, &cb->reg));
     cb->stream = atlas_host_stream(cb->host);
-    ATLAS_TRY(atlas_threadpool_create(atlas_cores(16), &cb->pool));
     int half = g->head_dim / 2;
     cb->inv_freq = malloc((size_t)half * sizeof(double));
     if (!cb->inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
@@ -865,82 +691,30 @@ static atlas_status cuda_setup(cuda_backend *cb) {
     for (int i = 0; i < half; i++) inv_f[i] = (float)cb->inv_freq[i];
     ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)half * sizeof(float), "rope", &cb->d_inv_freq));
     ATLAS_CU_TRY(cuMemcpyHtoD, cb->d_inv_freq, inv_f, (size_t)half * sizeof(float));
-    const char *e = getenv("ATLAS_CUDA_GRAPHS");
-    cb->use_graphs = !(e && e[0] == '0');
+    cb->use_graphs = !o->no_graphs;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
-     * launch and first weight loads overlap the previous kernel's tail. On unless
-     * ATLAS_CUDA_PDL=0: on the H200 8B shape it took decode from 178 to 200 tok/s (827b480;
-     * it had lost 3% while the slow attention and swiglu-GEMV kernels dominated). */
-    e = getenv("ATLAS_CUDA_PDL");
-    if (!(e && e[0] == '0') && atlas_host_properties(cb->host)->cc_major >= 9)
-        cb->launch_ex = cuda_pdl_resolve();
-    e = getenv("ATLAS_CUDA_GEMV"); /* cuda_backend.h */
-    cb->gemv_variant = e && e[0] >= '1' && e[0] <= '4' ? e[0] - '0' : 0;
-    /* ATLAS_CUDA_GEMV_NG: wB (default w2) the one-row GEMVs on gemv1c with a grid of B blocks
-     * an SM, ng (2..64) row groups a block, 0 or 1 one a block (gemv1b). On the H200 8B shape
-     * w2 took a decode graph replay from 4.125 to 3.987 ms; fixed ng 2/4/8 and w1 were slower
-     * (bench/RESULTS.md 2026-12-03, fourth session). */
-    e = getenv("ATLAS_CUDA_GEMV_NG");
-    cb->gemv_ng = e && atoi(e) > 1 && atoi(e) <= 64 ? atoi(e) : 0;
-    cb->gemv_bps = !e ? 2 : e[0] == 'w' && atoi(e + 1) > 0 && atoi(e + 1) <= 8 ? atoi(e + 1) : 0;
-    /* ATLAS_CUDA_GEMV_EARLY2: gemv1c loads its first two items before the wait (default; 0:
-     * one). Replay 4.313-4.431 ms against 4.328-4.513 on three H200s (bench/RESULTS.md,
-     * ninth session) */
-    e = getenv("ATLAS_CUDA_GEMV_EARLY2");
-    cb->gemv_early2 = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUDA_ATTN"); /* "split": the older split kernel for decode too;
-                                      "warp": the warp-per-key kernel without clusters */
-    cb->use_attn_dec = !(e && !strcmp(e, "split"));
-    if (cb->use_attn_dec && !(e && !strcmp(e, "warp")) &&
-        atlas_host_properties(cb->host)->cc_major >= 9)
-        cb->cluster_ex = cuda_pdl_resolve();
-    /* 4 warps a cluster-attention block by default (3.950 against 3.987 ms with 8, same run) */
-    e = getenv("ATLAS_CUDA_ATTN_WARPS");
-    cb->attn_warps = e && atoi(e) == 8 ? 8 : 4;
-    e = getenv("ATLAS_CUDA_ATTN_EARLY");
-    cb->attn_early = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUDA_ATTN_HEADS");
-    cb->attn_heads = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 0; /* 0: by kernel */
-    e = getenv("ATLAS_CUDA_FUSE");
-    cuda_parse_fusions(cb, e ? e : "all");
-    e = getenv("ATLAS_CUDA_PREFILL_ATTN");
-    cb->use_prefill_attn = !(e && e[0] == '0');
-    /* ATLAS_CUDA_SKIP: a comma list of ops (norm, matmul, rope, kv_store, attention, swiglu)
-     * left out of every batch, to time what the others cost inside a decode graph; the
-     * results are wrong, so only `atlas bench` should see it (kernels/README.md) */
-    e = getenv("ATLAS_CUDA_SKIP");
-    if (e) {
-        static const struct { const char *name; int op; } ops[] = {
-            {"norm", CUDA_OP_ADD_RMSNORM}, {"matmul", CUDA_OP_MATMUL}, {"rope", CUDA_OP_ROPE},
-            {"kv_store", CUDA_OP_KV_STORE}, {"attention", CUDA_OP_ATTENTION},
-            {"swiglu", CUDA_OP_SWIGLU}};
-        for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-            if (strstr(e, ops[i].name)) cb->skip_ops |= 1u << ops[i].op;
-    }
-    e = getenv("ATLAS_CUDA_BF16_ACT");
-    cb->use_bf16_act = !(e && e[0] == '0');
-    e = getenv("ATLAS_CUBLASLT"); /* read here: cuda_ready makes it later */
-    cb->want_lt = !(e && e[0] == '0');
+     * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
+     * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention
+     * and swiglu-GEMV kernels dominated). */
+    bool hopper = atlas_host_properties(cb->host)->cc_major >= 9;
+    if (!o->no_pdl && hopper) cb->launch_ex = cuda_pdl_resolve();
+    if (hopper) cb->cluster_ex = cuda_pdl_resolve(); /* the cluster attention kernels */
+    cb->skip_ops = skip_bits(o->skip_ops);
+    cb->want_lt = !o->no_cublaslt; /* read by cuda_ready */
     /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
-     * where made while the loader threads read (ATLAS_LOAD_KERNELS=overlap) they took 80-227
-     * ms of a core the loaders wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same
-     * machine (bench/RESULTS.md, 2026-12-03 sixth session) */
-    e = getenv("ATLAS_LOAD_KERNELS");
-    if (!(e && !strcmp(e, "overlap"))) ATLAS_TRY(cuda_ready(cb));
-    return ATLAS_OK;
+     * where made while the loader threads read they took 80-227 ms of a core the loaders
+     * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
+     * 2026-12-03 sixth session) */
+    return cuda_ready(cb);
 }
 
-/* The kernel modules and cuBLASLt, made once: at the backend's creation by default, at the
- * first weights_done or batch with ATLAS_LOAD_KERNELS=overlap (a model load queues its
- * weights first, so that this overlaps the loader threads' reading). 3-4 ms alone on the
- * H200 machine since cuBLASLt stays open; kernels and cuBLASLt together held the first
- * weight back 62-83 ms when it was opened in every load: bench/RESULTS.md. */
+/* The kernel modules and cuBLASLt, made once, at the backend's creation. 3-4 ms on the H200
+ * machine since cuBLASLt stays open; kernels and cuBLASLt together held the first weight
+ * back 62-83 ms when it was opened in every load: bench/RESULTS.md. */
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->host));
-    double t0 = atlas_now_ms();
     ATLAS_TRY(cuda_load_kernels(cb));
-    cb->load.t.kernels_ms = atlas_now_ms() - t0;
     if (cb->want_lt && cuda_lt_create(&cb->lt) == ATLAS_OK) {
         cb->lt_a_bytes = (size_t)64 << 20;
         cb->lt_ws_bytes = (size_t)32 << 20;
@@ -954,16 +728,17 @@ atlas_status cuda_ready(cuda_backend *cb) {
     }
     atlas_error_clear();
     cb->ready = true;
-    cb->load.t.ready_ms = atlas_now_ms() - t0;
     return ATLAS_OK;
 }
 
-atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_backend **out) {
+atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
+                                       const atlas_backend_options *opts, atlas_backend **out) {
     *out = NULL;
+    const atlas_backend_options defaults = {0};
+    const atlas_backend_options *o = opts ? opts : &defaults;
     ATLAS_TRY(check_geom(geom));
     atlas_host *host = NULL;
-    const char *ord = getenv("ATLAS_CUDA_DEVICE");
-    ATLAS_TRY(atlas_host_get(ord ? atoi(ord) : 0, &host));
+    ATLAS_TRY(atlas_host_get(o->gpu, &host));
     ATLAS_TRY(atlas_host_make_current(host));
     cuda_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
@@ -971,8 +746,7 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom, atlas_bac
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
     cb->host = host;
-    cb->load.made_ms = atlas_now_ms();
-    atlas_status st = cuda_setup(cb);
+    atlas_status st = cuda_setup(cb, o);
     if (st != ATLAS_OK) {
         cuda_destroy(&cb->base);
         return atlas_fail_wrap(st, "cuda backend");

@@ -6,7 +6,6 @@
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
- *   direct.c        bf16 weights copied by the copy engine out of the registered file mapping
  *
  * Memory: weights bf16 [rows, cols]; KV cache bf16, per layer K and V pools of
  * [n_blocks * block_size, K, hd]; activations fp32 (act_size 4).
@@ -22,11 +21,10 @@
 
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "backend/backend.h"
-#include "backend/cuda/bench_cuda.h"
-#include "backend/cuda/direct.h"
 #include "backend/cuda/registry.h"
-#include "core/threadpool.h"
 
 struct atlas_weight {
     CUdeviceptr ptr; /* bf16 [rows, cols] (1-D: rows 1) */
@@ -66,51 +64,32 @@ typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
     CUfunction argmax_wide;    /* many blocks a row (ops_cuda.c) */
     CUfunction swiglu_bf16;    /* prefill: bf16 gate_up in, bf16 matmul input out */
-    CUfunction gemv1, gemv4, gemv8, gemm, f32_to_bf16, add_bias;
+    CUfunction gemv4, gemv8, gemm, f32_to_bf16, add_bias; /* gemv4/8: 2-8 rows, k % 32 != 0 */
     CUfunction attn_split, attn_combine, rope_kv, stage;
     CUfunction attn_prefill;   /* the tiled prefill kernel of the model's head_dim; NULL: none */
     CUfunction gemv1b;         /* 1 row, a block of 256 threads for 4 weight rows */
     CUfunction gemv1c[3];      /* ng row groups a block: plain, swiglu, qkv (kernels/gemv.cu) */
     CUfunction gemv1c_norm[3], gemv1c_resid; /* the same with the norm / residual fusions */
     CUfunction gemv_mma;       /* 2..8 rows on the tensor cores (kernels/gemv.cu) */
-    CUfunction gemv1r4;        /* 1 row, 4 weight rows a warp */
-    CUfunction gemv1_norm, gemv1_resid, gemv1b_norm, gemv1b_resid; /* decode's fusions */
+    CUfunction gemv1b_norm, gemv1b_resid; /* decode's fusions */
     CUfunction gemv1b_swiglu[2], gemv1b_qkv[2]; /* [norm]: GEMV + swiglu / rope + kv_store */
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
-    CUfunction attn_dcl[2][3]; /* clusters, head_dim 64/128, 1/2/4 heads a block (sm_90+) */
-    CUfunction attn_dcl_w4[2][2]; /* the same, 4 warps a block, 1/2 heads (ATLAS_CUDA_ATTN_WARPS) */
+    CUfunction attn_dcl[2];    /* clusters of 4-warp blocks, head_dim 64/128, a query head a
+                                  block (sm_90+) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
 
-/* How weights reach the device (ATLAS_LOAD; kernels/README.md): all through the pinned
- * staging pool, bf16 views from a file by the copy engine out of the page cache (the rest
- * staged), or that with a share of the pieces staged at the same time. */
-typedef enum cuda_load_mode { CUDA_LOAD_DIRECT, CUDA_LOAD_STAGE, CUDA_LOAD_MIX } cuda_load_mode;
-
+/* The weight upload: every weight is queued for the host's loader threads (host.h). */
 typedef struct cuda_load {
-    int configured;           /* the switches below were read (first weight_load) */
-    cuda_load_mode mode;
-    atlas_direct_opts opts;   /* ATLAS_LOAD_PIECE_MB, _THREADS, _STAGE_PCT */
-    atlas_direct *direct;     /* copies weight_load queued for weights_done; NULL: none yet */
-    size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool */
-    atlas_direct_stats runs;  /* the direct runs, bytes, pieces and ms summed */
-    size_t fill_piece;        /* bytes a pool thread reads at a time into a staging chunk */
-    bool queue;               /* staged views go to the host's loader threads (ATLAS_LOAD_QUEUE) */
-    bool pending;             /* weights uploaded or queued since the last weights_done: some
-                                 may be in flight (wait before freeing one) */
-    double made_ms;           /* when the backend was created (atlas_now_ms) */
-    atlas_cuda_load_times t;  /* where the load's time went, for atlas bench */
+    size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool: the
+                                 backend's count of what it uploaded (atlas bench prints it) */
+    bool pending;             /* weights queued since the last weights_done: some may be in
+                                 flight (wait before freeing one) */
 } cuda_load;
 
-/* The most views weight_load fuses into one queued upload (qkv: 3); more are staged here. */
+/* The most views weight_load fuses into one queued upload (qkv: 3). */
 #define CUDA_FUSE_MAX 4
-
-/* stamps of a plain decode step (cuda_backend.hs): begin_batch entered, its staging buffer
- * free (normally: the stream was waited for), the batch written into it (staged), flush
- * entered (commands recorded), graph found, launched; then the wait's end (index CUDA_HS_N) */
-enum { CUDA_HS_BEGIN, CUDA_HS_BUFFER, CUDA_HS_STAGED, CUDA_HS_RECORDED, CUDA_HS_FOUND,
-       CUDA_HS_LAUNCHED, CUDA_HS_N };
 
 typedef struct cuda_backend {
     atlas_backend base; /* first: the op table sees this */
@@ -118,7 +97,6 @@ typedef struct cuda_backend {
     atlas_registry *reg;
     CUstream stream;
     cuda_fns fn;
-    atlas_threadpool *pool; /* converts and copies weights into the staging buffers */
     double *inv_freq;       /* [hd/2] host copy */
     CUdeviceptr d_inv_freq; /* [hd/2] float */
     CUdeviceptr d_rope;     /* [cap_tok, hd/2] (cos, sin) of the batch's positions */
@@ -176,54 +154,24 @@ typedef struct cuda_backend {
     int n_queue, cap_queue;
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
-    int use_graphs;         /* 0 with ATLAS_CUDA_GRAPHS=0 */
+    int use_graphs;         /* 0 with atlas_backend_options.no_graphs */
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
-    bool want_lt;           /* cuBLASLt wanted (not ATLAS_CUBLASLT=0) */
+    bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     bool pdl_fence;         /* the next launch without PDL (after the staging kernel) */
     void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
-                               (Hopper and later, unless ATLAS_CUDA_PDL=0) */
-    int gemv_variant;       /* ATLAS_CUDA_GEMV: 0 (default) the block kernel for n = 1;
-                               1 the fp32 warp kernels for n <= 8; 2 the block kernel for
-                               n = 1; 3 the mma kernel for n = 1 too; 4 the 4-rows-a-warp
-                               kernel for n = 1 */
-    int gemv_ng;            /* ATLAS_CUDA_GEMV_NG=ng: row groups a block of the one-row GEMVs
-                               (gemv1c; 0 or 1: one, the block kernel gemv1b) */
-    int gemv_bps;           /* ATLAS_CUDA_GEMV_NG=wB (default w2): gemv1c with ng from a grid
-                               of B blocks an SM, per matmul (0: gemv_ng) */
-    int gemv_early2;        /* gemv1c's second item before the wait too (default; 0 with
-                               ATLAS_CUDA_GEMV_EARLY2=0) */
-    int use_attn_dec;       /* 0 with ATLAS_CUDA_ATTN=split: decode on the split kernel */
-    void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+,
-                               unless ATLAS_CUDA_ATTN=split or warp); NULL: none */
-    int attn_warps;         /* warps a cluster-attention block: 4 (at most 2 heads a block), or
-                               8 with ATLAS_CUDA_ATTN_WARPS=8 (kernels/attention.cu) */
-    int attn_early;         /* 0 with ATLAS_CUDA_ATTN_EARLY=0: decode attention loads no key
-                               before the wait for the previous kernel (ops_cuda.c) */
-    int attn_heads;         /* query heads a cluster-attention block (ATLAS_CUDA_ATTN_HEADS):
-                               1, 2 or 4, halved until it divides H / K; 0 (default): 1 on
-                               the 4-warp kernel, 4 on the 8-warp one */
-    /* decode fusions (ATLAS_CUDA_FUSE: a comma list of rope, norm, merge, swiglu, qkv, or
-     * all / none; default all, the fastest measured on the H200: bench/RESULTS.md) */
-    int fuse_rope;          /* rope + kv_store in one kernel */
-    int fuse_norm;          /* RMSNorm folded into the GEMVs around it */
-    int fuse_merge;         /* attention splits merged by the last one, no combine kernel */
-    int fuse_swiglu;        /* swiglu in the gate_up GEMV's epilogue */
-    int fuse_qkv;           /* rope + kv_store in the qkv GEMV's epilogue */
-    int use_prefill_attn;   /* 0 with ATLAS_CUDA_PREFILL_ATTN=0: the split kernel for all */
-    unsigned skip_ops;      /* ATLAS_CUDA_SKIP (timing only): 1 << op of ops not run */
-    int use_bf16_act;       /* 0 with ATLAS_CUDA_BF16_ACT=0: every cuBLASLt input converted
-                               from fp32 by its own pass (ops_cuda.c "bf16 copies") */
+                               (Hopper and later, unless atlas_backend_options.no_pdl) */
+    void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+);
+                               NULL: none */
+    int gemv_ng;            /* row groups a block of the one-row GEMVs: 0 (always, but in
+                               tests) from a grid of 2 blocks an SM (gemv1c, or gemv1b when
+                               that gives one group a block: bench/RESULTS.md); tests set a
+                               fixed ng > 1 so that their small shapes reach gemv1c */
+    unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
+                               only) */
+    /* counted as part of the backend's job (no clocks: `atlas bench` times around the
+     * calls): tests check that decode steps replay graphs and that the fusions ran */
     uint64_t graph_captures, graph_replays;
-    /* the host's side of plain greedy decode steps (begin_batch .. cuda_argmax's wait on a
-     * replayed graph), for `atlas bench`: stamps of the step under way (ms, atlas_now_ms;
-     * end 0 once a begin_batch has read it, so that a gap counts only between two such
-     * steps) and sums over steps of CUDA_HS_N intervals (bench_cuda.h host_us) */
-    struct {
-        double t[CUDA_HS_N + 1], gap, end, gap_sum, sum[CUDA_HS_N];
-        long n, n_gap;
-        bool replayed;
-    } hs;
-    uint64_t fused_away;    /* commands that ran inside another's kernel (exec_fused; tests) */
+    uint64_t fused_away;    /* commands that ran inside another's kernel (exec_fused) */
 
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     CUdeviceptr lt_a;       /* bf16 copy of x for cuBLASLt */
@@ -263,7 +211,7 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na);
 /* ops_cuda.c: the row groups a block when `groups` are spread over a grid of bps blocks an
- * SM (ATLAS_CUDA_GEMV_NG=wB). */
+ * SM. */
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
 void *cuda_pdl_resolve(void);

@@ -91,7 +91,7 @@ typedef int CUstreamCaptureStatus;
 #define ATLAS_CU_MEMHOSTALLOC_WRITECOMBINED 0x4
 #define ATLAS_CU_MEMHOSTREGISTER_PORTABLE 0x1
 /* the device only reads the range: what a read-only file mapping can be registered with
- * (needs CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED; backend/cuda/direct.c) */
+ * (needs CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED) */
 #define ATLAS_CU_MEMHOSTREGISTER_READ_ONLY 0x8
 #define ATLAS_CU_STREAM_CAPTURE_MODE_GLOBAL 0
 #define ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1

@@ -122,13 +122,9 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
         host_undo(h);
         return st;
     }
+    /* 32 x 16 MiB: 8 x 64 and 24 x 32 MiB measured the same (bench/RESULTS.md) */
     h->staging_count = ATLAS_HOST_STAGING_COUNT;
     h->staging_size = ATLAS_HOST_STAGING_BYTES;
-    /* the pool's shape, for measuring */
-    const char *e = getenv("ATLAS_HOST_STAGING_MB");
-    if (e && atoi(e) >= 1 && atoi(e) <= 1024) h->staging_size = (size_t)atoi(e) << 20;
-    e = getenv("ATLAS_HOST_STAGING_COUNT");
-    if (e && atoi(e) >= 1 && atoi(e) <= ATLAS_HOST_STAGING_MAX) h->staging_count = atoi(e);
     h->props.init_ms = atlas_now_ms() - t0;
     return ATLAS_OK;
 }
@@ -268,10 +264,9 @@ static atlas_status host_staging_ensure(atlas_host *h) {
     int threads = atlas_cores(HOST_COPY_THREADS);
     if (threads > 1 && atlas_threadpool_create(threads, &h->copy_pool) != ATLAS_OK)
         h->copy_pool = NULL; /* copies still work, on the calling thread */
-    /* loader threads: one a core up to HOST_LOADERS_MAX (ATLAS_HOST_LOADERS to measure) */
+    /* loader threads: one a core up to HOST_LOADERS_MAX (8 / 12 / 16 of them on the 16-core
+     * H200 machine: 27 / 34 / 38 GB/s; bench/RESULTS.md) */
     int loaders = atlas_cores(HOST_LOADERS_MAX);
-    const char *e = getenv("ATLAS_HOST_LOADERS");
-    if (e && atoi(e) >= 1 && atoi(e) <= 64) loaders = atoi(e);
     for (int i = 0; i < loaders; i++) {
         pthread_t t;
         if (pthread_create(&t, NULL, host_loader_main, h) != 0) break;

@@ -80,15 +80,14 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
         {&cb->fn.rope, "atlas_rope"}, {&cb->fn.kv_store, "atlas_kv_store"},
         {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.swiglu_bf16, "atlas_swiglu_bf16"},
         {&cb->fn.argmax, "atlas_argmax"}, {&cb->fn.argmax_wide, "atlas_argmax_wide"},
-        {&cb->fn.gemv1, "atlas_gemv1"}, {&cb->fn.gemv4, "atlas_gemv4"},
+        {&cb->fn.gemv4, "atlas_gemv4"},
         {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
         {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
         {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
         {&cb->fn.rope_kv, "atlas_rope_kv_store"},
         {&cb->fn.stage, "atlas_stage"},
         {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
-        {&cb->fn.gemv1r4, "atlas_gemv1r4"}, {&cb->fn.gemv1_norm, "atlas_gemv1_norm"},
-        {&cb->fn.gemv1_resid, "atlas_gemv1_resid"}, {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
+        {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
         {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
         {&cb->fn.gemv1b_swiglu[0], "atlas_gemv1b_swiglu"},
         {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
@@ -116,12 +115,9 @@ atlas_status cuda_load_kernels(cuda_backend *cb) {
             char name[48];
             snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
-            if (h == 2 || q == 3) continue; /* cluster kernels: head_dim <= 128, <= 4 heads */
-            snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d", 64 << h, 1 << q);
-            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h][q]));
-            if (q == 2) continue; /* 4 warps a block: <= 2 heads */
-            snprintf(name, sizeof name, "atlas_attn_dcl%d_g%d_w4", 64 << h, 1 << q);
-            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl_w4[h][q]));
+            if (h == 2 || q > 0) continue; /* cluster kernel: head_dim <= 128, a head a block */
+            snprintf(name, sizeof name, "atlas_attn_dcl%d_g1_w4", 64 << h);
+            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h]));
         }
     return ATLAS_OK;
 }
@@ -208,10 +204,9 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
                   2 * 64 * (hd + 8) * 2, a);
 }
 
-/* The warp-per-key decode kernel for this shape, or NULL (the split kernel then; also with
- * ATLAS_CUDA_ATTN=split). */
+/* The warp-per-key decode kernel for this shape, or NULL (the split kernel then). */
 static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G) {
-    if (!cb->use_attn_dec || G > 8) return NULL;
+    if (G > 8) return NULL;
     int h = hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : -1;
     if (h < 0) return NULL;
     int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
@@ -222,7 +217,7 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
-    if (cb->use_prefill_attn && cb->fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->n_tiles)
+    if (cb->fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->n_tiles)
         return op_attention_tiles(cb, c);
     int n = c->n, bs = kv->block_size, max_blocks = cb->max_blocks;
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
@@ -232,29 +227,21 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
-    CUdeviceptr counters = cb->fuse_merge ? cb->attn_counters : 0;
+    CUdeviceptr counters = cb->attn_counters; /* the splits merged by the last one */
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     /* every token its own sequence: keys before a token's own are older than this batch, and
      * the decode kernels load them before waiting for the previous kernel */
-    int early = cb->attn_early && n == cb->n_seqs;
+    int early = n == cb->n_seqs;
     void *da[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                   &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
         cb->n_split <= ATTN_CLUSTER) {
-        /* GM query heads a block (of the G sharing a kv head). By default 1 on the 4-warp
-         * kernel (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 / 3.950 with 2) and 4
-         * on the 8-warp one (4.092 against 4.178 with 2 and 4.183 with 1: at one 8-warp block
-         * an SM only 15 clusters of 8 run at once); bench/RESULTS.md */
-        int most = cb->attn_warps == 4 ? 2 : 4; /* (registers: kernels/attention.cu) */
-        int want = cb->attn_heads ? cb->attn_heads : cb->attn_warps == 4 ? 1 : 4;
-        int gm = want < most ? want : most;
-        while (G % gm) gm /= 2;
-        int q = gm <= 1 ? 0 : gm <= 2 ? 1 : 2, h = hd == 64 ? 0 : 1;
-        CUfunction f = cb->attn_warps == 4 ? cb->fn.attn_dcl_w4[h][q] : cb->fn.attn_dcl[h][q];
-        return launch_cluster(cb, f, (unsigned)n, (unsigned)(H / gm), (unsigned)cb->n_split,
-                              (unsigned)cb->attn_warps * 32, da);
+        /* a query head a 4-warp block (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 /
+         * 3.950 with 2, and 3.950 against 3.987 with 8 warps a block; bench/RESULTS.md) */
+        CUfunction f = cb->fn.attn_dcl[hd == 64 ? 0 : 1];
+        return launch_cluster(cb, f, (unsigned)n, (unsigned)H, (unsigned)cb->n_split, 4 * 32, da);
     }
     if (dec) {
         ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, da));
@@ -343,7 +330,7 @@ static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo
 /* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above.
  * Returns false (nothing run) when c[0..2] is not that chain or does not fit. */
 static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_status *st) {
-    if (!cb->use_bf16_act || n_cmds < 3 || c[0].op != CUDA_OP_MATMUL ||
+    if (n_cmds < 3 || c[0].op != CUDA_OP_MATMUL ||
         c[1].op != CUDA_OP_SWIGLU || c[2].op != CUDA_OP_MATMUL)
         return false;
     const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
@@ -365,15 +352,12 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     return true;
 }
 
-/* The one-row GEMVs on the block kernel (ATLAS_CUDA_GEMV unset or 2). */
-static bool block_gemv(const cuda_backend *cb) {
-    return cb->gemv_variant == 2 || cb->gemv_variant == 0;
-}
-
 atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction multi, int groups,
                             int ng, void **a, int na) {
     if (multi && ng > 1) {
-        int arg = ng | cb->gemv_early2 << 16; /* a flag in ng's high half (gemv1c_body) */
+        /* a flag in ng's high half (gemv1c_body): the second item's loads before the wait
+         * too (replay 4.313-4.431 ms against 4.328-4.513 on three H200s; bench/RESULTS.md) */
+        int arg = ng | 1 << 16;
         a[na - 1] = &arg;
         return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
     }
@@ -385,11 +369,13 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
     return (groups + blocks - 1) / blocks;
 }
 
-/* cuda_gemv_rows with ng fixed (gemv_ng) or from a grid of gemv_bps blocks an SM
- * (ATLAS_CUDA_GEMV_NG). */
+/* cuda_gemv_rows with ng from a grid of 2 blocks an SM: on the H200 8B shape a decode graph
+ * replay took 3.987 ms against 4.125 with one group a block, and fixed ng 2/4/8 and a grid of
+ * 1 or 4 blocks an SM were slower (bench/RESULTS.md 2026-12-03, fourth session). Tests fix
+ * ng (cuda_backend.gemv_ng). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
-    int ng = cb->gemv_bps > 0 ? cuda_gemv_ng_for_grid(cb, groups, cb->gemv_bps) : cb->gemv_ng;
+    int ng = cb->gemv_ng > 0 ? cb->gemv_ng : cuda_gemv_ng_for_grid(cb, groups, 2);
     return cuda_gemv_rows(cb, single, multi, groups, ng, a, na);
 }
 
@@ -400,21 +386,17 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr bp = bias ? bias->ptr : 0;
     /* n = 1: the block kernels (their first weights load before the wait for the previous
      * kernel), gemv1c with ng row groups a block by default (bench/RESULTS.md) */
-    if (n == 1 && block_gemv(cb)) {
+    if (n == 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, NULL}; /* NULL: ng, set by launch_rows */
         return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a,
                            (int)(sizeof a / sizeof a[0]));
     }
-    if (n <= 8 && k % 32 == 0 && (n > 1 || cb->gemv_variant == 3) && cb->gemv_variant != 1) {
+    if (n <= 8 && k % 32 == 0) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
         return launch(cb, cb->fn.gemv_mma, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
-    if (n == 1 && cb->gemv_variant == 4) {
-        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
-        return launch(cb, cb->fn.gemv1r4, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
-    }
-    if (n <= 8) {
-        CUfunction f = n == 1 ? cb->fn.gemv1 : n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
+    if (n <= 8) { /* 2..8 rows of a k the mma kernel does not take: fp32 warp kernels */
+        CUfunction f = n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, f, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
     }
@@ -450,7 +432,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
         const atlas_weight *w = c->p[3];
         CUdeviceptr wp = w->ptr, bf = 0;
-        if (cb->deferring && cb->use_bf16_act && cb->lt && c->n >= 64 &&
+        if (cb->deferring && cb->lt && c->n >= 64 &&
             (size_t)c->n * d * 2 <= cb->lt_h_bytes) {
             bf = cb->lt_h; /* the next matmuls' bf16 input ("bf16 copies for cuBLASLt") */
             cb->shadow_src = p2;
@@ -526,8 +508,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
- * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it, the warp kernel with
- * ATLAS_CUDA_GEMV=1 (no tail then). norm: the add_rmsnorm command whose output is the input
+ * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it. norm: the add_rmsnorm command whose output is the input
  * (its resid is read, its weight applied, its out written); resid: the residual stream to add
  * the output into; tail: what the epilogue does of the commands next[] after mm. */
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
@@ -562,17 +543,15 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, NULL};
-    if (block_gemv(cb))
-        return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid,
-                           norm ? cb->fn.gemv1c_norm[0] : cb->fn.gemv1c_resid, (m + 3) / 4, a,
-                           (int)(sizeof a / sizeof a[0]));
-    return launch(cb, norm ? cb->fn.gemv1_norm : cb->fn.gemv1_resid, (unsigned)((m + 7) / 8), 1, 1,
-                  128, 0, a);
+    return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid,
+                       norm ? cb->fn.gemv1c_norm[0] : cb->fn.gemv1c_resid, (m + 3) / 4, a,
+                       (int)(sizeof a / sizeof a[0]));
 }
 
-/* A one-row matmul that the fused GEMVs can take (the fp32 kernels). */
+/* A one-row matmul, which the fused GEMVs take. */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
-    return c->op == CUDA_OP_MATMUL && c->n == 1 && cb->gemv_variant <= 2;
+    (void)cb;
+    return c->op == CUDA_OP_MATMUL && c->n == 1;
 }
 
 /* The tail that the commands next[0, n_next) after mm (a fusable matmul, fed by norm when not
@@ -585,8 +564,8 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
     const atlas_weight *w = mm->p[2];
     const void *out = mm->p[0];
     *tail = TAIL_NONE;
-    if (!block_gemv(cb) || !fusable_gemv(cb, mm) || n_next < 1) return 0;
-    if (cb->fuse_swiglu && next[0].op == CUDA_OP_SWIGLU && next[0].n == 1 &&
+    if (!fusable_gemv(cb, mm) || n_next < 1) return 0;
+    if (next[0].op == CUDA_OP_SWIGLU && next[0].n == 1 &&
         next[0].p[1] == out && next[0].d % 2 == 0 && w->rows == 2 * (int64_t)next[0].d) {
         const void *act = next[0].p[0];
         if (act == out || act == mm->p[1] || (norm && (act == norm->p[0] || act == norm->p[2])))
@@ -595,7 +574,7 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    if (cb->fuse_qkv && n_next >= 2 && next[0].op == CUDA_OP_ROPE && next[0].n == 1 &&
+    if (n_next >= 2 && next[0].op == CUDA_OP_ROPE && next[0].n == 1 &&
         next[0].p[0] == out && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 &&
         next[1].p[0] == out && out != mm->p[1] && hd % 4 == 0 &&
         w->rows == (int64_t)(H + 2 * K) * hd) {
@@ -621,8 +600,7 @@ static int fused(cuda_backend *cb, int cmds, int kernels) {
 
 /* The fusions, at the head of the queued list c[0, n): first prefill's bf16 MLP chain
  * (prefill_mlp, >= 64 rows; it leaves the intermediates unwritten), then decode's (one row a
- * sequence; each keeps the ops' results, the intermediate included), each on when
- * ATLAS_CUDA_FUSE names it: rope then kv_store of the same qkv -> one kernel
+ * sequence; each keeps the ops' results, the intermediate included): rope then kv_store of the same qkv -> one kernel
  * (rope); RMSNorm folded into the GEMVs before and after it (norm); the qkv GEMV followed by
  * rope and kv_store -> one GEMV whose epilogue does them (qkv); the gate_up GEMV followed by
  * swiglu -> one GEMV whose epilogue does it (swiglu). The last two also take the norm
@@ -637,7 +615,7 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     gemv_tail tail;
     int used;
     if (prefill_mlp(cb, c, n, st)) return 3; /* prefill: gate_up -> swiglu -> down in bf16 */
-    if (cb->fuse_rope && n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
+    if (n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
         c[1].p[0] == c[0].p[0] && c[1].n == c[0].n) {
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc;
@@ -650,7 +628,7 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
      * into x, the second normalises x on the fly (and writes h) */
-    if (cb->fuse_norm && n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
+    if (n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
         c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
         ((const atlas_weight *)c[0].p[2])->rows == c[1].d) {
         used = tail_of(cb, &c[2], &c[1], c + 3, n - 3, &tail);
@@ -659,7 +637,7 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         return fused(cb, 3 + used, 2);
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
-    if (cb->fuse_norm && n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
+    if (n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
         used = tail_of(cb, &c[1], &c[0], c + 2, n - 2, &tail);
         *st = gemv_fused(cb, &c[1], &c[0], 0, tail, c + 2);
         return fused(cb, 2 + used, 1);
@@ -684,7 +662,7 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     cb->shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
     for (int i = 0; i < n && st == ATLAS_OK;) {
         shadow_check(cb, &c[i]); /* before it runs: it may set a new copy (a norm) */
-        int done = cb->skip_ops & (1u << c[i].op) ? 1 /* ATLAS_CUDA_SKIP: timing only */
+        int done = cb->skip_ops & (1u << c[i].op) ? 1 /* skip_ops: timing only */
                                                   : exec_fused(cb, c + i, n - i, &st);
         for (int j = 1; j < done; j++) shadow_check(cb, &c[i + j]);
         i += done;

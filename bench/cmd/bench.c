@@ -1,4 +1,4 @@
-/* cli/bench.c — `atlas bench -m DIR [-p 512[,2048]] [-n 128] [--batch 8[,32]]`: load, prefill
+/* bench/cmd/bench.c — `atlas bench -m DIR [-p 512[,2048]] [-n 128] [--batch 8[,32]]`: load, prefill
  * and decode speed of a model (decode of one sequence, then of B sequences a step for each
  * --batch B), and, measured in the same run on the same GPU, the ceilings they are
  * judged against (issue 4):
@@ -6,7 +6,11 @@
  *   prefill ratio = prefill FLOP/s / bf16 matrix rate (best GEMM the backend has)
  * Weights read per token: every linear layer and the output head (an untied embedding
  * table is not read). Prefill FLOPs: 2 x tokens x linear weights + causal attention
- * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row. */
+ * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row.
+ * --no-graphs, --no-pdl, --no-cublaslt and --skip-ops make the model with that part of the
+ * CUDA backend off (atlas_backend_options), to measure what it gives.
+ * Built into the `atlas` program (src/cli/main.c dispatches here); it includes public headers
+ * and bench_internal.h only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +19,17 @@
 
 #include "atlas/model.h"
 #include "atlas/parallel.h"
-#include "backend/cuda/bench_cuda.h"
-#include "cli/cli.h"
-#include "core/error.h"
-#include "core/threadpool.h"
-#include "model/forward.h"
-#include "format/safetensors.h"
+#include "atlas/status.h"
+#include "bench_internal.h"
 
 enum { MAX_P = 8, MAX_B = 8, BLOCK = 16 };
+
+/* Returns a failed status (the library's ATLAS_TRY is internal). */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        atlas_status try_ = (x);                                                                   \
+        if (try_ != ATLAS_OK) return try_;                                                         \
+    } while (0)
 
 typedef struct bench_opts {
     const char *dir;
@@ -33,6 +40,8 @@ typedef struct bench_opts {
     int gemm;
     int tp; /* --tensor-parallel */
     int load_only; /* --load-only N: N timed swaps, then exit (0: the whole bench) */
+    int gpu;       /* --gpu N */
+    atlas_backend_options backend; /* --no-graphs, --no-pdl, --no-cublaslt, --skip-ops */
 } bench_opts;
 
 static double now_s(void) {
@@ -46,6 +55,10 @@ static int usage(void) {
                     "[--batch B[,B...]]\n"
                     "                   [--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed swap loads, nothing else)\n"
+                    "                   [--gpu N] [--no-graphs] [--no-pdl] [--no-cublaslt]\n"
+                    "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
+                    "                     (those ops left out of every batch: wrong results, to\n"
+                    "                      time what the others cost)\n"
                     "                   [--tensor-parallel N]   (N > 1 needs N GPUs and "
                     "libnccl.so.2; not wired yet)\n");
     return 2;
@@ -59,12 +72,43 @@ static int parse_list(const char *v, int *out, int max) {
     return n;
 }
 
+/* "attention,norm" into ATLAS_SKIP_* bits; -1 for an unknown name. */
+static int parse_skip(const char *v) {
+    static const struct { const char *name; int bit; } ops[] = {
+        {"norm", ATLAS_SKIP_NORM}, {"matmul", ATLAS_SKIP_MATMUL}, {"rope", ATLAS_SKIP_ROPE},
+        {"kv_store", ATLAS_SKIP_KV_STORE}, {"attention", ATLAS_SKIP_ATTENTION},
+        {"swiglu", ATLAS_SKIP_SWIGLU}};
+    int bits = 0;
+    while (*v) {
+        size_t len = strcspn(v, ","), i = 0;
+        while (i < sizeof ops / sizeof *ops &&
+               (strlen(ops[i].name) != len || strncmp(ops[i].name, v, len)))
+            i++;
+        if (i == sizeof ops / sizeof *ops) return -1;
+        bits |= ops[i].bit;
+        v += len + (v[len] == ',');
+    }
+    return bits;
+}
+
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_CUDA, 8.0,
-                      8192, 1, 0};
+                      8192, 1, 0, 0, {0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage();
+        if (!strcmp(a, "--no-graphs")) {
+            o->backend.no_graphs = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-pdl")) {
+            o->backend.no_pdl = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-cublaslt")) {
+            o->backend.no_cublaslt = 1;
+            continue;
+        }
         if (!v) return usage();
         i++;
         if (!strcmp(a, "-m")) {
@@ -82,6 +126,15 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--load-only")) {
             o->load_only = atoi(v);
             if (o->load_only < 1 || o->load_only > 100) return usage();
+        } else if (!strcmp(a, "--skip-ops")) {
+            int bits = parse_skip(v);
+            if (bits < 0) return usage();
+            o->backend.skip_ops = (unsigned)bits;
+        } else if (!strcmp(a, "--gpu")) {
+            char *end;
+            long g = strtol(v, &end, 10);
+            if (end == v || *end || g < 0 || g > 1023) return usage();
+            o->gpu = (int)g;
         } else if (!strcmp(a, "--gemm")) {
             o->gemm = atoi(v);
         } else if (!strcmp(a, "--tensor-parallel")) {
@@ -129,17 +182,17 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
     double s = now_s();
     if (!queued) {
         for (int i = 0; i < steps; i++, ctx++)
-            ATLAS_TRY(forward_seq(m, id, ctx, 1, table, max_blocks, id));
+            TRY(forward_seq(m, id, ctx, 1, table, max_blocks, id));
         *dt = now_s() - s;
         return ATLAS_OK;
     }
-    ATLAS_TRY(forward_seq(m, id, ctx++, 1, table, max_blocks, NULL));
+    TRY(forward_seq(m, id, ctx++, 1, table, max_blocks, NULL));
     for (int i = 1; i <= steps; i++, ctx++) {
         atlas_status st = i < steps ? forward_seq(m, NULL, ctx, 1, table, max_blocks, NULL)
                                     : ATLAS_OK;
         atlas_status c = atlas_model_argmax_collect(m, id, 1); /* also after a failed queue */
-        ATLAS_TRY(st);
-        ATLAS_TRY(c);
+        TRY(st);
+        TRY(c);
     }
     *dt = now_s() - s;
     return ATLAS_OK;
@@ -177,12 +230,11 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     }
     if (start) start[B] = B;
     memset(out, 0, sizeof *out);
-    atlas_backend *be = atlas_model_backend(m);
     uint64_t c0 = 0, r0 = 0, c1 = 0, r1 = 0;
     double t0 = 0;
     for (int i = 0; st == ATLAS_OK && i < warm + steps; i++) {
         if (i == warm) {
-            atlas_cuda_graph_counts(be, &c0, &r0);
+            atlas_bench_graph_counts(m, &c0, &r0);
             t0 = now_s();
         }
         for (int s = 0; s < B; s++) {
@@ -199,7 +251,7 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     }
     if (st == ATLAS_OK) {
         out->dt = now_s() - t0;
-        atlas_cuda_graph_counts(be, &c1, &r1);
+        atlas_bench_graph_counts(m, &c1, &r1);
         out->captured = c1 - c0;
         out->replayed = r1 - r0;
         qsort(step_s, steps, sizeof *step_s, cmp_double);
@@ -217,55 +269,27 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     return st;
 }
 
-/* Which path loaded the weights (ATLAS_LOAD; backend/cuda/direct.h), and how much each. */
+/* What the weight upload sent through the pinned staging pool (every weight, as bf16). */
 static void print_load_path(atlas_model *m, double load_s) {
-    atlas_cuda_load_info li;
-    if (atlas_cuda_load_info_get(atlas_model_backend(m), &li) != ATLAS_OK) return;
-    double total = (double)(li.direct_bytes + li.staged_bytes);
-    if (total <= 0) total = 1;
-    printf("load path   ATLAS_LOAD=%s: %.2f GB (%.1f%%) by the copy engine out of the page cache, "
-           "%.2f GB (%.1f%%) through the staging pool; %.1f GB/s overall\n", li.mode,
-           li.direct_bytes / 1e9, 100.0 * li.direct_bytes / total, li.staged_bytes / 1e9,
-           100.0 * li.staged_bytes / total, total / 1e9 / load_s);
-    if (li.pieces)
-        printf("load path   direct run: %d pieces of %zu MiB (%d staged, stage_pct %d), %d "
-               "registering threads, window %d: %.0f ms, %.1f GB/s\n", li.pieces,
-               li.piece_bytes >> 20, li.pieces_staged, li.stage_pct, li.threads, li.window,
-               li.direct_ms, li.direct_ms > 0 ? li.run_bytes / 1e6 / li.direct_ms : 0.0);
-    printf("load time   from the backend's creation: first weight at %.1f ms, last queued at %.1f ms "
-           "(%.1f ms of it in device allocations), then %.1f ms in weights_done; kernels made in "
-           "%.1f ms, cuBLASLt in %.1f\n", li.t.first_ms, li.t.last_ms, li.t.alloc_ms, li.t.done_ms,
-           li.t.kernels_ms, li.t.ready_ms - li.t.kernels_ms);
-    if (li.refused[0]) printf("load path   direct loading refused: %s\n", li.refused);
+    atlas_bench_memory mem;
+    if (atlas_bench_memory_get(m, &mem) != ATLAS_OK) return;
+    printf("load path   %.2f GB of bf16 through the pinned staging pool: %.1f GB/s\n",
+           mem.staged_bytes / 1e9, mem.staged_bytes / 1e9 / load_s);
 }
 
-/* The issue's reference loader over the model's shards (those atlas_st_open_dir maps: the
- * index's, not every .safetensors file in the directory), beside our load rate. */
+/* The issue's reference loader over the model's shards, beside our load rate. */
 static void print_load_reference(atlas_model *m, const char *dir, double load_gbps) {
-    atlas_st *st = NULL;
-    if (atlas_st_open_dir(dir, &st) != ATLAS_OK) {
-        printf("load ref    not measured: %s\n", atlas_last_error());
-        return;
-    }
-    const char *paths[64];
-    int n = 0;
-    for (size_t i = 0; i < atlas_st_count(st); i++) { /* listed shard by shard */
-        const char *f = atlas_st_at(st, i)->file;
-        if (n < 64 && (n == 0 || strcmp(paths[n - 1], f))) paths[n++] = f;
-    }
-    atlas_cuda_file_load fl; /* the issue's: 16 threads on 16 cores */
-    if (atlas_cuda_measure_file_load(atlas_model_backend(m), paths, n, atlas_cores(16), &fl) ==
-        ATLAS_OK) {
+    atlas_bench_file_load fl;
+    if (atlas_bench_file_load_measure(m, dir, 0, &fl) == ATLAS_OK) {
         printf("load ref    %.1f GB/s: the issue's reference loader over the same %d file(s), %.2f "
                "GB in %.3f s (%d threads, pread of %zu MiB pieces into 2 pinned buffers a thread, "
-               "a stream a thread; buffers made beforehand in %.2f s)\n", fl.gbps, n,
+               "a stream a thread; buffers made beforehand in %.2f s)\n", fl.gbps, fl.files,
                fl.bytes / 1e9, fl.seconds, fl.threads, fl.piece_bytes >> 20, fl.setup_s);
         printf("ratio       load %.1f%% of the reference loader (%.1f GB/s of %.1f)\n",
                100.0 * load_gbps / fl.gbps, load_gbps, fl.gbps);
     } else {
         printf("load ref    not measured: %s\n", atlas_last_error());
     }
-    atlas_st_free(st);
 }
 
 static int fail(const char *what) {
@@ -293,9 +317,11 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.kv_block_size = BLOCK;
     mp.kv_tokens = (max_b * batch_blocks > max_blocks ? max_b * batch_blocks : max_blocks) * BLOCK;
     mp.load_tokenizer = 0;
+    mp.gpu = o.gpu;
     atlas_model *m = NULL;
     double t0 = now_s();
-    if (atlas_model_load(o.dir, &mp, &m) != ATLAS_OK) return fail("loading the model");
+    if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK)
+        return fail("loading the model");
     double first_s = now_s() - t0, load_s = first_s;
     /* again, as a model swap: context and pinned pool kept (--load-only N: N times, the
      * median reported) */
@@ -306,7 +332,8 @@ int atlas_cli_bench(int argc, char **argv) {
         if (atlas_model_release(m) != ATLAS_OK) return fail("releasing the model");
         m = NULL;
         t0 = now_s();
-        if (atlas_model_load(o.dir, &mp, &m) != ATLAS_OK) return fail("loading the model again");
+        if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK)
+            return fail("loading the model again");
         swap_s[i] = now_s() - t0;
         if (o.load_only) {
             atlas_model_get_info(m, &info);
@@ -320,9 +347,8 @@ int atlas_cli_bench(int argc, char **argv) {
         load_s = swap_s[swaps / 2];
     }
     atlas_model_get_info(m, &info);
-    const atlas_config *c = atlas_model_config(m);
-    int V = c->vocab_size, d = c->hidden, L = c->n_layers, H = c->n_heads, K = c->n_kv_heads;
-    int hd = c->head_dim, f = c->intermediate;
+    int V = info.vocab_size, d = info.hidden, L = info.n_layers, H = info.n_heads;
+    int K = info.n_kv_heads, hd = info.head_dim, f = info.intermediate;
     double layer_w = (double)d * (H + 2 * K) * hd + (double)H * hd * d + 3.0 * f * d;
     double bytes_tok = 2.0 * (L * layer_w + (double)V * d); /* bf16 on the device */
     printf("model       %s (%s, %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d)\n",
@@ -401,47 +427,38 @@ int atlas_cli_bench(int argc, char **argv) {
                (unsigned long long)br.replayed);
     }
 
-    atlas_backend *be = atlas_model_backend(m);
-    atlas_cuda_decode_profile prof;
-    if (atlas_cuda_profile_decode(be, &prof) == ATLAS_OK) {
+    atlas_bench_profile prof;
+    if (atlas_bench_profile_decode(m, &prof) == ATLAS_OK) {
         printf("decode gpu  one graph replay %.3f ms (%d ops), host step %.3f ms: %.1f tok/s on the GPU "
                "alone\n", prof.graph_ms, prof.graph_nodes, dt / steps * 1e3,
                prof.graph_ms > 0 ? 1e3 / prof.graph_ms : 0.0);
-        if (prof.host_steps) {
-            const double *h = prof.host_us;
-            printf("host step   us a plain step (mean of %ld): %.1f between steps; staging %.1f "
-                   "(checks and buffer %.1f, writing %.1f); recording %.1f; finding the graph "
-                   "%.1f; cuGraphLaunch %.1f; waiting for the GPU %.1f\n", prof.host_steps, h[0],
-                   h[1] + h[2], h[1], h[2], h[3], h[4], h[5], h[6]);
-        }
-        atlas_cuda_cpu_info ci;
-        if (atlas_cuda_cpu_info_get(be, &ci) == ATLAS_OK)
+        atlas_bench_cpu_info ci;
+        if (atlas_bench_cpu_info_get(m, &ci) == ATLAS_OK)
             printf("host cpu    this thread on CPU %d (NUMA node %d); the GPU %s on node %d, its "
                    "local CPUs %s; this thread may run on %s\n", ci.cpu, ci.cpu_node, ci.pci,
                    ci.gpu_node, ci.gpu_cpus[0] ? ci.gpu_cpus : "(unknown)",
                    ci.allowed[0] ? ci.allowed : "(unknown)");
-        for (int i = 0; i < ATLAS_CUDA_SHAPES; i++)
-            printf("gemv        %-8s %6d x %-6d  n=1: warp %4.0f  warp4 %4.0f  block %4.0f  mma %4.0f"
-                   " GB/s   n=8: warp %4.0f  mma %4.0f GB/s\n", prof.name[i], prof.m[i], prof.k[i],
-                   prof.gbps[0][i], prof.gbps[5][i], prof.gbps[1][i], prof.gbps[2][i],
-                   prof.gbps[3][i], prof.gbps[4][i]);
+        for (int i = 0; i < ATLAS_BENCH_SHAPES; i++)
+            printf("gemv        %-8s %6d x %-6d  n=1: block %4.0f GB/s   n=8: warp %4.0f  mma %4.0f "
+                   "GB/s\n", prof.name[i], prof.m[i], prof.k[i], prof.gbps[0][i],
+                   prof.gbps[1][i], prof.gbps[2][i]);
         for (int c = 0; c < 2; c++) {
             int i = prof.chain_shape[c];
             double mb = (double)prof.m[i] * prof.k[i] * 2 / 1e6;
             printf("gemv graph  %-8s %d in one graph, us each (GB/s):", prof.name[i], prof.chain_len[c]);
             const char *vn[] = {"block", "ng2", "ng4", "ng8", "w2", "w4"};
-            for (int v = 0; v < 6; v++)
+            for (int v = 0; v < ATLAS_BENCH_CHAINS; v++)
                 printf("  %s %.1f (%.0f)", vn[v], prof.chain_us[v][c],
                        prof.chain_us[v][c] > 0 ? mb / prof.chain_us[v][c] * 1e3 : 0.0);
             printf("\n");
         }
     }
-    atlas_cuda_memory mem;
-    if (atlas_cuda_memory_use(be, &mem) == ATLAS_OK)
+    atlas_bench_memory mem;
+    if (atlas_bench_memory_get(m, &mem) == ATLAS_OK)
         printf("memory      weights %.2f GB, kv cache %.1f MB, workspace %.1f MB (total %.2f GB)\n",
                mem.weights / 1e9, mem.kv / 1e6, mem.workspace / 1e6, mem.total / 1e9);
-    atlas_cuda_ceilings cl;
-    if (atlas_cuda_measure_ceilings(be, (size_t)(o.read_gib * (1 << 30)), o.gemm, &cl) == ATLAS_OK) {
+    atlas_bench_ceilings cl;
+    if (atlas_bench_ceilings_measure(m, (size_t)(o.read_gib * (1 << 30)), o.gemm, &cl) == ATLAS_OK) {
         double best = cl.lt_tflops > cl.own_tflops ? cl.lt_tflops : cl.own_tflops;
         const char *which = cl.lt_tflops > cl.own_tflops ? "cuBLASLt" : "atlas mma.sync";
         printf("device      %s\n", cl.device);

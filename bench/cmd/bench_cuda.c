@@ -1,7 +1,10 @@
-/* backend/cuda/bench_cuda.c — read bandwidth and matrix rate of the device, timed with
- * events on the backend's stream (median of several runs after a warm-up), on data that is
- * not zeros (zeros flatter the tensor cores). */
-#include "backend/cuda/bench_cuda.h"
+/* bench/cmd/bench_cuda.c — what `atlas bench` measures inside the CUDA backend: read
+ * bandwidth and matrix rate of the device, GEMV rates and chains, the last decode graph's
+ * replay (timed with events on the backend's stream, median of several runs after a warm-up,
+ * on data that is not zeros: zeros flatter the tensor cores), the memory it holds, the
+ * reference loader, where the thread runs. Outside the library: it reads the backend's state
+ * (backend/cuda/cuda_backend.h), which no other front end may. */
+#include "bench_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +19,11 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "core/error.h"
 #include "core/clock.h"
+#include "core/error.h"
 #include "core/file.h"
+#include "core/threadpool.h"
+#include "format/safetensors.h"
 
 enum { REPS = 9 };
 
@@ -85,7 +90,7 @@ static atlas_status run_h2d(cuda_backend *cb, void *ctx) {
 /* Host-to-device rate from pinned memory: the floor of any model load (weights must cross
  * the bus once), reported beside load and swap times. */
 static atlas_status measure_h2d(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
-                               atlas_cuda_ceilings *out) {
+                               atlas_bench_ceilings *out) {
     void *src = NULL;
     ATLAS_TRY(ATLAS_CU(cuMemHostAlloc, &src, bytes, ATLAS_CU_MEMHOSTALLOC_PORTABLE));
     memset(src, 0x5a, bytes); /* fault the pages in before timing */
@@ -118,7 +123,7 @@ static atlas_status run_gemm(cuda_backend *cb, void *ctx) {
                     NULL);
 }
 
-static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_cuda_ceilings *out,
+static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_bench_ceilings *out,
                             CUdeviceptr *bufs) {
     CUfunction probe, fillf;
     ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
@@ -166,20 +171,22 @@ static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_cu
     return ATLAS_OK;
 }
 
-/* be as the CUDA backend; else ATLAS_ERR_INVALID, "bench: <what> the CUDA backend". */
-static atlas_status bench_backend(atlas_backend *be, const char *what, cuda_backend **cb) {
+/* m's backend as the CUDA backend; else ATLAS_ERR_INVALID, "bench: <what> the CUDA
+ * backend". */
+static atlas_status bench_backend(atlas_model *m, const char *what, cuda_backend **cb) {
     *cb = NULL;
+    atlas_backend *be = m ? atlas_model_backend(m) : NULL;
     if (!be || strcmp(be->ops->name, "cuda") != 0)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: %s the CUDA backend", what);
     *cb = (cuda_backend *)be;
     return ATLAS_OK;
 }
 
-atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, int gemm_size,
-                                         atlas_cuda_ceilings *out) {
+atlas_status atlas_bench_ceilings_measure(atlas_model *m, size_t read_bytes, int gemm_size,
+                                          atlas_bench_ceilings *out) {
     memset(out, 0, sizeof *out);
     cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "the ceilings need", &cb));
+    ATLAS_TRY(bench_backend(m, "the ceilings need", &cb));
     ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_host_upload_wait(cb->host));
     CUdeviceptr bufs[6] = {0};
@@ -193,10 +200,11 @@ atlas_status atlas_cuda_measure_ceilings(atlas_backend *be, size_t read_bytes, i
     return ATLAS_OK;
 }
 
-atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
+atlas_status atlas_bench_memory_get(atlas_model *m, atlas_bench_memory *out) {
     memset(out, 0, sizeof *out);
     cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "memory use needs", &cb));
+    ATLAS_TRY(bench_backend(m, "memory use needs", &cb));
+    out->staged_bytes = cb->load.staged_bytes;
     out->total = atlas_registry_alloc_bytes(cb->reg);
     out->weights = cb->weight_bytes;
     out->kv = cb->kv_bytes;
@@ -204,34 +212,12 @@ atlas_status atlas_cuda_memory_use(atlas_backend *be, atlas_cuda_memory *out) {
     return ATLAS_OK;
 }
 
-atlas_status atlas_cuda_graph_counts(atlas_backend *be, uint64_t *captures, uint64_t *replays) {
+atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64_t *replays) {
     *captures = *replays = 0;
     cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "graph counts need", &cb));
+    ATLAS_TRY(bench_backend(m, "graph counts need", &cb));
     *captures = cb->graph_captures;
     *replays = cb->graph_replays;
-    return ATLAS_OK;
-}
-
-atlas_status atlas_cuda_load_info_get(atlas_backend *be, atlas_cuda_load_info *out) {
-    memset(out, 0, sizeof *out);
-    cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "the load path needs", &cb));
-    const cuda_load *ld = &cb->load;
-    static const char *const modes[] = {"direct", "stage", "mix"};
-    out->mode = modes[ld->mode];
-    out->direct_bytes = ld->runs.direct_bytes;
-    out->staged_bytes = ld->staged_bytes + ld->runs.staged_bytes;
-    out->pieces = ld->runs.pieces;
-    out->pieces_staged = ld->runs.pieces_staged;
-    out->piece_bytes = ld->runs.piece_bytes;
-    out->threads = ld->runs.threads;
-    out->window = ld->runs.window;
-    out->stage_pct = ld->opts.stage_pct;
-    out->direct_ms = ld->runs.ms;
-    out->run_bytes = ld->runs.direct_bytes + ld->runs.staged_bytes;
-    out->refused = atlas_direct_refused();
-    out->t = ld->t;
     return ATLAS_OK;
 }
 
@@ -256,7 +242,7 @@ static atlas_status run_graph(cuda_backend *cb, void *ctx) {
 
 /* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
  * time / len. ng 0: the block kernel (atlas_gemv1b), > 0 gemv1c with ng row groups a block,
- * -B gemv1c with ng from a grid of B blocks an SM (as ATLAS_CUDA_GEMV_NG=wB). */
+ * -B gemv1c with ng from a grid of B blocks an SM (the decode's: B = 2). */
 static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
                                int ng, double *us) {
     const atlas_driver *d = atlas_driver_get();
@@ -284,14 +270,14 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     return st;
 }
 
-static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CUdeviceptr *bufs) {
+static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     const atlas_backend_geom *g = &cb->base.geom;
     int d = g->hidden, qd = g->n_heads * g->head_dim, f = g->intermediate;
     const char *names[] = {"qkv", "o", "gate_up", "down", "lm_head"};
     int ms[] = {qd + 2 * g->n_kv_heads * g->head_dim, d, 2 * f, d, g->vocab_size};
     int ks[] = {d, qd, d, f, d};
     size_t most = 0, kmax = 0, mmax = 0;
-    for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
+    for (int i = 0; i < ATLAS_BENCH_SHAPES; i++) {
         out->name[i] = names[i];
         out->m[i] = ms[i];
         out->k[i] = ks[i];
@@ -307,11 +293,10 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
     ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * mmax * 4, "profile out", &bufs[2]));
     ATLAS_TRY(fill(cb, fillf, bufs[0], most, 5));
     ATLAS_TRY(fill(cb, fillf, bufs[1], 8 * kmax * 4, 6));
-    struct { CUfunction f; int n, rows, threads; } vs[6] = {
-        {cb->fn.gemv1, 1, 8, 128}, {cb->fn.gemv1b, 1, 4, 256}, {cb->fn.gemv_mma, 1, 16, 128},
-        {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}, {cb->fn.gemv1r4, 1, 16, 128}};
-    for (int v = 0; v < 6; v++)
-        for (int i = 0; i < ATLAS_CUDA_SHAPES; i++) {
+    struct { CUfunction f; int n, rows, threads; } vs[ATLAS_BENCH_GEMVS] = {
+        {cb->fn.gemv1b, 1, 4, 256}, {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}};
+    for (int v = 0; v < ATLAS_BENCH_GEMVS; v++)
+        for (int i = 0; i < ATLAS_BENCH_SHAPES; i++) {
             if (vs[v].f == cb->fn.gemv_mma && ks[i] % 32) continue; /* not for this shape */
             gemv_ctx c = {vs[v].f, bufs[2], bufs[1], bufs[0], vs[v].n, ms[i], ks[i], vs[v].rows,
                           vs[v].threads};
@@ -320,11 +305,11 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
             out->gbps[v][i] = (double)ms[i] * ks[i] * 2 / (t * 1e6);
         }
     for (int c = 0; c < 2; c++) { /* o and gate_up */
-        int i = c + 1, ngs[6] = {0, 2, 4, 8, -2, -4};
+        int i = c + 1, ngs[ATLAS_BENCH_CHAINS] = {0, 2, 4, 8, -2, -4};
         size_t b = (size_t)ms[i] * ks[i] * 2;
         out->chain_shape[c] = i;
         out->chain_len[c] = most / b < 16 ? (int)(most / b) : 16;
-        for (int v = 0; v < 6; v++)
+        for (int v = 0; v < ATLAS_BENCH_CHAINS; v++)
             ATLAS_TRY(gemv_chain(cb, bufs, ms[i], ks[i], out->chain_len[c], ngs[v],
                                  &out->chain_us[v][c]));
     }
@@ -339,16 +324,11 @@ static atlas_status profile(cuda_backend *cb, atlas_cuda_decode_profile *out, CU
     return ATLAS_OK;
 }
 
-atlas_status atlas_cuda_profile_decode(atlas_backend *be, atlas_cuda_decode_profile *out) {
+atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out) {
     memset(out, 0, sizeof *out);
     cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "the profile needs", &cb));
+    ATLAS_TRY(bench_backend(m, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
-    _Static_assert(ATLAS_CUDA_HOST_PARTS == CUDA_HS_N + 1, "host_us: the gap and each interval");
-    out->host_steps = cb->hs.n;
-    out->host_us[0] = cb->hs.n_gap ? cb->hs.gap_sum / cb->hs.n_gap * 1e3 : 0.0;
-    for (int i = 0; i < CUDA_HS_N; i++)
-        out->host_us[i + 1] = cb->hs.n ? cb->hs.sum[i] / cb->hs.n * 1e3 : 0.0;
     ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
     CUdeviceptr bufs[3] = {0};
     atlas_status st = profile(cb, out, bufs);
@@ -388,11 +368,11 @@ static bool cpulist_has(const char *list, int cpu) {
     return false;
 }
 
-atlas_status atlas_cuda_cpu_info_get(atlas_backend *be, atlas_cuda_cpu_info *out) {
+atlas_status atlas_bench_cpu_info_get(atlas_model *m, atlas_bench_cpu_info *out) {
     memset(out, 0, sizeof *out);
     out->gpu_node = out->cpu_node = -1;
     cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "the CPU info needs", &cb));
+    ATLAS_TRY(bench_backend(m, "the CPU info needs", &cb));
     CUdevice dev = atlas_host_device(cb->host);
     int dom = 0, bus = 0, slot = 0;
     ATLAS_CU_TRY(cuDeviceGetAttribute, &dom, ATLAS_CU_ATTR_PCI_DOMAIN_ID, dev);
@@ -511,11 +491,8 @@ static void probe_free(file_probe *p, cuda_backend *cb, int T) {
     if (p->dev) (void)atlas_registry_free(cb->reg, p->dev);
 }
 
-atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *paths,
-                                          int n_paths, int threads, atlas_cuda_file_load *out) {
-    memset(out, 0, sizeof *out);
-    cuda_backend *cb;
-    ATLAS_TRY(bench_backend(be, "the load probe needs", &cb));
+static atlas_status file_load(cuda_backend *cb, const char *const *paths, int n_paths,
+                              int threads, atlas_bench_file_load *out) {
     if (threads < 1 || threads > PROBE_THREADS_MAX)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: load probe with %d threads (1..%d)", threads,
                           PROBE_THREADS_MAX);
@@ -577,6 +554,26 @@ atlas_status atlas_cuda_measure_file_load(atlas_backend *be, const char *const *
     }
     for (int f = 0; f < n_fds; f++) close(fds[f]);
     free(pieces);
-    if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: the reference load");
+    return st;
+}
+
+atlas_status atlas_bench_file_load_measure(atlas_model *m, const char *dir, int threads,
+                                           atlas_bench_file_load *out) {
+    memset(out, 0, sizeof *out);
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(m, "the load probe needs", &cb));
+    if (threads == 0) threads = atlas_cores(16); /* the issue's: 16 threads on 16 cores */
+    atlas_st *st = NULL;
+    ATLAS_TRY(atlas_st_open_dir(dir, &st));
+    const char *paths[64];
+    int n = 0;
+    for (size_t i = 0; i < atlas_st_count(st); i++) { /* listed shard by shard */
+        const char *f = atlas_st_at(st, i)->file;
+        if (n < 64 && (n == 0 || strcmp(paths[n - 1], f))) paths[n++] = f;
+    }
+    atlas_status s = file_load(cb, paths, n, threads, out);
+    out->files = n;
+    atlas_st_free(st);
+    if (s != ATLAS_OK) return atlas_fail_wrap(s, "bench: the reference load");
     return ATLAS_OK;
 }
