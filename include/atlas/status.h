@@ -33,6 +33,27 @@ const char *atlas_status_str(atlas_status status);
  * next atlas call on this thread. */
 const char *atlas_last_error(void);
 
+/* ---- reporting failures the same way --------------------------------------------------
+ * For code layered on atlas (a server, a tool) that returns atlas_status and leaves its
+ * messages where atlas_last_error() finds them.  The message is per thread, like errno: it
+ * is set on the thread that fails and read on that thread, and each atlas call that fails
+ * replaces it (messages longer than about 1 KiB are cut). */
+
+#if defined(__GNUC__)
+#define ATLAS_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define ATLAS_PRINTF(a, b)
+#endif
+
+/* Sets this thread's message from fmt and returns status, so that callers can write
+ * `return atlas_fail(ATLAS_ERR_IO, "%s: open: %s", path, strerror(errno));`. */
+atlas_status atlas_fail(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
+
+/* Prefixes this thread's message with fmt and ": " and returns status: adds where, one
+ * level up (`return atlas_fail_wrap(st, "loading %s", dir);` yields "loading DIR: PATH:
+ * open: No such file or directory"). */
+atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
+
 #ifdef __cplusplus
 }
 #endif

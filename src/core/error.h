@@ -1,4 +1,4 @@
-/* core/error.h — recording failures.  Internal.
+/* core/error.h — recording failures: the internal rest of atlas/status.h.  Internal.
  *
  * Usage:  if (!f) return atlas_fail(ATLAS_ERR_IO, "%s: open: %s", path, strerror(errno));
  * and, one level up, to add where:  return atlas_fail_wrap(st, "loading %s", dir);
@@ -8,17 +8,8 @@
 
 #include "atlas/status.h"
 
-#if defined(__GNUC__)
-#define ATLAS_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define ATLAS_PRINTF(a, b)
-#endif
-
-/* Sets this thread's message from fmt and returns status (so callers can `return`). */
-atlas_status atlas_fail(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
-
-/* Prefixes this thread's current message with fmt + ": " and returns status. */
-atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
+/* atlas_fail and atlas_fail_wrap (and ATLAS_PRINTF) are declared in atlas/status.h: code
+ * layered on atlas reports its errors with them too. */
 
 /* Clears the message (call at the start of a public entry point if you like). */
 void atlas_error_clear(void);
