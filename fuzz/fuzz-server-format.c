@@ -16,8 +16,8 @@
 
 #include "atlas/tokenizer.h"
 #include "fuzz_fixture.h"
+#include "server/errors.h"
 #include "server/gen_internal.h"
-#include "server/http.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

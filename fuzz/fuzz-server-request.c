@@ -18,7 +18,7 @@
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "fuzz_fixture.h"
-#include "server/api_common.h"
+#include "server/api.h"
 #include "server/params.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

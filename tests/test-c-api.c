@@ -9,6 +9,7 @@
 #include "atlas/parallel.h"
 #include "atlas/reasoning.h"
 #include "atlas/sampler.h"
+#include "atlas/server.h"
 #include "atlas/status.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
@@ -23,7 +24,7 @@
 
 static const char *const included[] = {
     "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h",
-    "sampler.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
+    "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
 };
 
 static void test_all_included(void) {

@@ -14,10 +14,11 @@
 #include <unistd.h>
 
 #include "atlas/engine.h"
+#include "atlas/server.h"
 #include "harness.h"
+#include "server/errors.h"
 #include "server/http.h"
 #include "server/params.h"
-#include "server/server.h"
 
 static int port;
 
@@ -117,10 +118,10 @@ static void test_params(void) {
     CHECK(t && !strcmp(json_string_value(t), "a\xef\xbf\xbd" "b\xc3\xa9"));
     json_decref(t);
     const char *type;
-    CHECK(atlas_api_status_http(ATLAS_ERR_NOT_FOUND, &type) == 404);
-    CHECK(atlas_api_status_http(ATLAS_ERR_BUSY, &type) == 429 && !strcmp(type, "rate_limit_error"));
-    CHECK(atlas_api_status_http(ATLAS_ERR_RANGE, &type) == 400);
-    CHECK(atlas_api_status_http(ATLAS_ERR_INTERNAL, &type) == 500);
+    CHECK(atlas_api_error_http(ATLAS_ERR_NOT_FOUND, &type) == 404);
+    CHECK(atlas_api_error_http(ATLAS_ERR_BUSY, &type) == 429 && !strcmp(type, "rate_limit_error"));
+    CHECK(atlas_api_error_http(ATLAS_ERR_RANGE, &type) == 400);
+    CHECK(atlas_api_error_http(ATLAS_ERR_INTERNAL, &type) == 500);
 }
 
 /* Limits on what a client may ask for, each refused naming the field (issue 6 item 4). */

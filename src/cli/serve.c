@@ -14,8 +14,8 @@
 
 #include "atlas/engine.h"
 #include "atlas/parallel.h"
+#include "atlas/server.h"
 #include "cli/cli.h"
-#include "server/server.h"
 
 enum { MAX_MODELS = 64 };
 

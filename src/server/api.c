@@ -9,18 +9,18 @@
 #include "atlas/reasoning.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
-#include "core/error.h"
-#include "core/file.h"
-#include "server/api_common.h"
+#include "server/api.h"
+#include "server/errors.h"
 #include "server/gen.h"
 #include "server/schema.h"
+#include "server/try.h"
 
 /* --- model lookup, shared with api_misc.c --------------------------------------------- */
 
 atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *name_or_null,
                              const char **name, const char **param) {
     const char *want = name_or_null;
-    if (!want && body) ATLAS_TRY(atlas_param_string(body, "model", &want, param));
+    if (!want && body) ATLAS_SERVER_TRY(atlas_param_string(body, "model", &want, param));
     atlas_engine_model_status ms[64];
     int n = atlas_engine_models(s->engine, ms, 64);
     if (n > 64) n = 64;
@@ -48,8 +48,8 @@ static atlas_toolcall_format tool_format(atlas_server *s, const char *model,
     for (int i = 0; i < n && i < 64; i++) {
         if (strcmp(ms[i].name, model) != 0) continue;
         char path[4096];
-        if (atlas_path_join(path, sizeof path, ms[i].dir, "config.json") == ATLAS_OK)
-            cfg = json_load_file(path, 0, NULL);
+        int len = snprintf(path, sizeof path, "%s/config.json", ms[i].dir);
+        if (len > 0 && (size_t)len < sizeof path) cfg = json_load_file(path, 0, NULL);
         arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
     }
     atlas_toolcall_format f = atlas_toolcall_format_detect(tmpl ? atlas_template_source(tmpl)
@@ -183,7 +183,7 @@ static atlas_status check_tools(const json_t *body, const json_t **tools, bool *
     } else {
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be a string or an object");
     }
-    ATLAS_TRY(check_forced_choice(*tools, choice));
+    ATLAS_SERVER_TRY(check_forced_choice(*tools, choice));
     *param = NULL;
     return ATLAS_OK;
 }
@@ -227,7 +227,7 @@ static atlas_status build_call_program(atlas_toolcall_format f, const char *cons
     const char *head, *middle, *tail;
     call_shape(f, &head, &middle, &tail);
     atlas_constraint *c = NULL;
-    ATLAS_TRY(atlas_constraint_new(&c));
+    ATLAS_SERVER_TRY(atlas_constraint_new(&c));
     atlas_status st = atlas_constraint_add_literal(c, head, strlen(head));
     if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, names, n);
     if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, middle, strlen(middle));
@@ -309,10 +309,10 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     const json_t *tools = NULL;
     bool parse = false;
     *prompt = NULL;
-    if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
+    if (tools_ok) ATLAS_SERVER_TRY(check_tools(body, &tools, &parse, param));
     if (parse_tools) *parse_tools = parse;
     json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
-    ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
+    ATLAS_SERVER_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
     const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
@@ -355,7 +355,7 @@ static void start_and_reply(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_
     atlas_gen *g;
     atlas_status st = atlas_gen_start(call, o, gp, tok, ids, n, &g);
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
+        atlas_api_error_fail(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
         return;
     }
     atlas_gen_reply(g, r);
@@ -377,7 +377,7 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
             atlas_status st = atlas_gen_start(call, o, gp, tok, ids[i], n[i], &gs[total]);
             if (st != ATLAS_OK) {
                 gp->sp.seed = seed;
-                atlas_api_fail_reply(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
+                atlas_api_error_fail(r, st, st == ATLAS_ERR_NOT_FOUND ? "model" : NULL);
                 for (int k = 0; k < total; k++) atlas_gen_release(gs[k]);
                 return;
             }
@@ -391,7 +391,7 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
     }
     atlas_status st = atlas_gen_group_make(gs, total, per);
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, NULL);
+        atlas_api_error_fail(r, st, NULL);
         for (int k = 0; k < total; k++) atlas_gen_release(gs[k]);
         return;
     }
@@ -400,7 +400,7 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
 
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)arg;
-    atlas_server *s = call->srv;
+    atlas_server *s = call->ctx;
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
     const atlas_template *tmpl = NULL;
@@ -416,7 +416,7 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
         st = atlas_api_render_chat(s, model, body, true, &prompt, &tmpl, &parse_tools, &param);
     if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, prompt, strlen(prompt), false, &ids, &n);
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, param);
+        atlas_api_error_fail(r, st, param);
     } else {
         atlas_gen_opts o = {.kind = ATLAS_API_CHAT, .model = model, .stream = gp.stream,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,
@@ -433,7 +433,7 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
         }
         if (st == ATLAS_OK && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids, n, r);
         else if (st == ATLAS_OK) start_choices(call, &o, &gp, tok, &ids, &n, NULL, 1, r);
-        else atlas_api_fail_reply(r, st, param);
+        else atlas_api_error_fail(r, st, param);
     }
     free(ids);
     free(prompt);
@@ -447,7 +447,7 @@ static atlas_status one_prompt(const json_t *p, const char *where, const atlas_t
     *ids = NULL;
     *n = 0;
     if (json_is_string(p)) {
-        ATLAS_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
+        ATLAS_SERVER_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
                                          ids, n));
     } else if (json_is_array(p) && json_array_size(p) > 0) {
         size_t count = json_array_size(p);
@@ -482,7 +482,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
     const json_t *first = json_array_get(p, 0);
     if (!json_is_array(p) || json_is_integer(first)) { /* a single prompt */
         *count = 1; /* so that the caller frees what was made, failure or not */
-        ATLAS_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
+        ATLAS_SERVER_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
     } else {
         size_t k = json_array_size(p);
         if (k == 0 || k > ATLAS_API_MAX_PROMPTS)
@@ -492,7 +492,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
             char where[32];
             snprintf(where, sizeof where, "prompt[%zu]", i);
             *count = (int)i + 1; /* so that the caller frees what was made */
-            ATLAS_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
+            ATLAS_SERVER_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
         }
     }
     *param = NULL;
@@ -503,7 +503,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                            atlas_http_reply *r) {
     (void)arg;
-    atlas_server *s = call->srv;
+    atlas_server *s = call->ctx;
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
     atlas_gen_params gp = {0};
@@ -525,7 +525,7 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
         st = atlas_tokenizer_decode(tok, ids[i], n[i], false, &echo[i], &len);
     }
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, param);
+        atlas_api_error_fail(r, st, param);
     } else {
         atlas_gen_opts o = {.kind = ATLAS_API_COMPLETION, .model = model, .stream = gp.stream,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,

@@ -8,10 +8,13 @@
 
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
-#include "core/error.h"
-#include "server/api_common.h"
+#include "server/api.h"
+#include "server/errors.h"
 
 enum { MAX_MODELS = 64 };
+
+/* The server a request came to (the dispatch context). */
+static atlas_server *server_of(const atlas_http_call *call) { return call->ctx; }
 
 static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     int ctx = 0;
@@ -29,17 +32,17 @@ static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
 void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_model_status ms[MAX_MODELS];
-    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    int n = atlas_engine_models(server_of(call)->engine, ms, MAX_MODELS);
     json_t *data = json_array();
     for (int i = 0; i < n && i < MAX_MODELS; i++)
-        json_array_append_new(data, model_json(call->srv, &ms[i]));
+        json_array_append_new(data, model_json(server_of(call), &ms[i]));
     atlas_http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 static bool find_model(atlas_http_call *call, const char *name, atlas_engine_model_status *out,
                        atlas_http_reply *r) {
     atlas_engine_model_status ms[MAX_MODELS];
-    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    int n = atlas_engine_models(server_of(call)->engine, ms, MAX_MODELS);
     for (int i = 0; i < n && i < MAX_MODELS; i++)
         if (!strcmp(ms[i].name, name)) {
             *out = ms[i];
@@ -55,23 +58,24 @@ void atlas_api_model_get(atlas_http_call *call, json_t *body, const char *arg,
                          atlas_http_reply *r) {
     (void)body;
     atlas_engine_model_status m;
-    if (find_model(call, arg, &m, r)) atlas_http_reply_json(r, 200, model_json(call->srv, &m));
+    if (find_model(call, arg, &m, r))
+        atlas_http_reply_json(r, 200, model_json(server_of(call), &m));
 }
 
 static void load_or_unload(atlas_http_call *call, const char *name, bool load,
                            atlas_http_reply *r) {
     atlas_engine_model_status m;
     if (!find_model(call, name, &m, r)) return;
-    double t0 = atlas_now();
-    atlas_status st = load ? atlas_engine_load(call->srv->engine, m.name)
-                           : atlas_engine_unload(call->srv->engine, m.name);
+    double t0 = atlas_http_now();
+    atlas_status st = load ? atlas_engine_load(server_of(call)->engine, m.name)
+                           : atlas_engine_unload(server_of(call)->engine, m.name);
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, NULL);
+        atlas_api_error_fail(r, st, NULL);
         return;
     }
-    double dt = atlas_now() - t0;
+    double dt = atlas_http_now() - t0;
     if (!find_model(call, name, &m, r)) return;
-    json_t *v = model_json(call->srv, &m);
+    json_t *v = model_json(server_of(call), &m);
     json_object_set_new(v, load ? "load_s" : "unload_s", json_real(dt));
     atlas_http_reply_json(r, 200, v);
 }
@@ -91,9 +95,9 @@ void atlas_api_model_unload(atlas_http_call *call, json_t *body, const char *arg
 void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_metrics em;
-    atlas_engine_get_metrics(call->srv->engine, &em);
+    atlas_engine_get_metrics(server_of(call)->engine, &em);
     atlas_engine_model_status ms[MAX_MODELS];
-    int n = atlas_engine_models(call->srv->engine, ms, MAX_MODELS);
+    int n = atlas_engine_models(server_of(call)->engine, ms, MAX_MODELS);
     atlas_http_reply_json(r, 200,
                           json_pack("{s:s, s:i, s:i, s:i, s:i}", "status", "ok", "models", n,
                                     "resident", em.resident_models, "running", em.running,
@@ -176,12 +180,12 @@ static int print_models(atlas_engine *engine, char **bp, size_t *lp, size_t *cp)
 void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_metrics em;
-    atlas_engine_get_metrics(call->srv->engine, &em);
+    atlas_engine_get_metrics(server_of(call)->engine, &em);
     char *b = NULL;
     size_t l = 0, c = 0;
     int rc = print_engine(&em, &b, &l, &c);
-    rc |= print_models(call->srv->engine, &b, &l, &c);
-    rc |= atlas_server_metrics_print(&call->srv->metrics, &b, &l, &c);
+    rc |= print_models(server_of(call)->engine, &b, &l, &c);
+    rc |= atlas_server_metrics_print(&server_of(call)->metrics, &b, &l, &c);
     if (rc) {
         free(b);
         atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOMEM, NULL, "out of memory");
@@ -195,7 +199,7 @@ void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atl
 void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
                         atlas_http_reply *r) {
     (void)arg;
-    atlas_server *s = call->srv;
+    atlas_server *s = call->ctx;
     const char *param = NULL, *model, *text = NULL;
     const atlas_tokenizer *tok;
     char *rendered = NULL;
@@ -219,7 +223,7 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     }
     if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n);
     if (st != ATLAS_OK) {
-        atlas_api_fail_reply(r, st, param);
+        atlas_api_error_fail(r, st, param);
     } else {
         int ctx = 0;
         atlas_engine_ctx_size(s->engine, model, &ctx);
@@ -269,7 +273,7 @@ atlas_status atlas_api_token_ids(const json_t *arr, const atlas_tokenizer *tok, 
 void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
                           atlas_http_reply *r) {
     (void)arg;
-    atlas_server *s = call->srv;
+    atlas_server *s = call->ctx;
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
     int32_t *ids = NULL;
@@ -280,7 +284,7 @@ void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
     if (st == ATLAS_OK) st = atlas_api_token_ids(json_object_get(body, "tokens"), tok, &ids, &n,
                                                  &param);
     if (st == ATLAS_OK) st = atlas_tokenizer_decode(tok, ids, n, false, &text, &len);
-    if (st != ATLAS_OK) atlas_api_fail_reply(r, st, param);
+    if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
     else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(text, len)));
     free(text);
     free(ids);
@@ -291,10 +295,10 @@ void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *a
     (void)arg;
     const char *param = NULL, *model;
     char *prompt = NULL;
-    atlas_status st = atlas_api_model(call->srv, body, NULL, &model, &param);
+    atlas_status st = atlas_api_model(call->ctx, body, NULL, &model, &param);
     if (st == ATLAS_OK)
-        st = atlas_api_render_chat(call->srv, model, body, true, &prompt, NULL, NULL, &param);
-    if (st != ATLAS_OK) atlas_api_fail_reply(r, st, param);
+        st = atlas_api_render_chat(call->ctx, model, body, true, &prompt, NULL, NULL, &param);
+    if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
     else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(prompt, strlen(prompt))));
     free(prompt);
 }

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/http.h"
+#include "server/errors.h"
 
-int atlas_api_status_http(atlas_status st, const char **type) {
+int atlas_api_error_http(atlas_status st, const char **type) {
     switch (st) {
     case ATLAS_ERR_INVALID:
     case ATLAS_ERR_FORMAT:
@@ -66,7 +66,7 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
     int http = 400;
     switch (kind) {
     case ATLAS_API_ERR_STATUS:
-        http = atlas_api_status_http(st, &type);
+        http = atlas_api_error_http(st, &type);
         code = status_code(st);
         /* a range error that is not about the context is a plain bad value */
         if (st == ATLAS_ERR_RANGE && param) code = "invalid_value";
@@ -99,6 +99,6 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
     if (http == 503) r->retry_after = 5;
 }
 
-void atlas_api_fail_reply(atlas_http_reply *r, atlas_status st, const char *param) {
+void atlas_api_error_fail(atlas_http_reply *r, atlas_status st, const char *param) {
     atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, st, param, atlas_last_error());
 }

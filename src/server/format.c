@@ -6,14 +6,15 @@
 #include <string.h>
 
 #include "atlas/tokenizer.h"
-#include "core/error.h"
+#include "server/errors.h"
 #include "server/gen_internal.h"
+#include "server/try.h"
 
 atlas_status atlas_gen_format_init(atlas_gen *g) {
     if (g->o.reasoning && g->o.kind == ATLAS_API_CHAT)
-        ATLAS_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
+        ATLAS_SERVER_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
     if (g->o.tools != ATLAS_TOOLCALL_NONE) {
-        ATLAS_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
+        ATLAS_SERVER_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
         g->calls = json_array();
     }
     if (g->o.logprobs)
@@ -102,14 +103,14 @@ static atlas_status release_text(atlas_gen *g, const char *text, size_t len, boo
                                  char **out, json_t *calls) {
     *out = NULL;
     if (g->tp) {
-        if (len) ATLAS_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
+        if (len) ATLAS_SERVER_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
         if (!end) {
             if (!*out && !(*out = strdup("")))
                 return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
             return ATLAS_OK;
         }
         char *rest = NULL;
-        ATLAS_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
+        ATLAS_SERVER_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
         if (!rest && !(rest = strdup(""))) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
         if (!*out) {
             *out = rest;
@@ -140,7 +141,7 @@ static atlas_status split_text(atlas_gen *g, const char *text, size_t len, bool 
     *reasoning = NULL;
     if (!g->rp) return release_text(g, text, len, end, out, calls);
     char *content = NULL;
-    ATLAS_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
+    ATLAS_SERVER_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
     atlas_status st = release_text(g, content, strlen(content), end, out, calls);
     free(content);
     if (st != ATLAS_OK) {
@@ -157,9 +158,9 @@ static void number_calls(atlas_gen *g, json_t *calls) {
     json_array_foreach(calls, i, c) json_object_set_new(c, "index", json_integer(g->n_calls++));
 }
 
-static void observe_end(atlas_gen *g) {
+void atlas_gen_format_observe_end(atlas_gen *g) {
     atlas_server_metrics_observe(&g->srv->metrics, &g->srv->metrics.e2e,
-                                 atlas_now() - g->t_start);
+                                 atlas_http_now() - g->t_start);
 }
 
 /* --- streaming ---------------------------------------------------------------------------- */
@@ -250,8 +251,8 @@ static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_statu
 static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     g->usage = e->usage;
     g->finish = e->finish;
-    observe_end(g);
-    ATLAS_TRY(stream_token(g, e, true));
+    atlas_gen_format_observe_end(g);
+    ATLAS_SERVER_TRY(stream_token(g, e, true));
     if (e->finish == ATLAS_FINISH_ERROR)
         return stream_error(g, ATLAS_API_ERR_STATUS, e->status ? e->status : ATLAS_ERR_INTERNAL,
                             e->message);
@@ -259,7 +260,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
         return stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK,
                             "the request was cancelled: the server is shutting down");
     bool chat = g->o.kind == ATLAS_API_CHAT;
-    ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
+    ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
                                       finish_name(g)))));
     atlas_gen_group *G = g->group;
     if (G) { /* one usage chunk and one [DONE] once every choice has ended */
@@ -273,7 +274,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     if (g->o.include_usage) {
         json_t *c = chunk(g, NULL);
         if (c) json_object_set_new(c, "usage", usage_json(g));
-        ATLAS_TRY(emit(g, c));
+        ATLAS_SERVER_TRY(emit(g, c));
     }
     g->done_sent = true;
     return atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: [DONE]\n\n")
@@ -285,11 +286,11 @@ atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
     if (!g->began) {
         g->began = true;
         if (g->o.kind == ATLAS_API_CHAT)
-            ATLAS_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
+            ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
                                                            "content", ""),
                                               NULL, NULL))));
         else if (g->echo && *g->echo)
-            ATLAS_TRY(emit(g, chunk(g, choice(g, atlas_json_text(g->echo, strlen(g->echo)),
+            ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, atlas_json_text(g->echo, strlen(g->echo)),
                                               NULL, NULL))));
         if (g->echo) g->text_offset = strlen(g->echo);
     }
@@ -324,12 +325,16 @@ static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
 }
 
 atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
+    if (!g->began) {
+        g->began = true;
+        if (g->echo) ATLAS_SERVER_TRY(append_text(g, g->echo, strlen(g->echo)));
+    }
     if (g->o.logprobs && e->type == ATLAS_EVENT_TOKEN) {
         if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
         else completion_logprob(g, g->lp, e, g->text_len);
     }
     char *text = NULL, *reasoning = NULL;
-    ATLAS_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
+    ATLAS_SERVER_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
                          g->calls));
     atlas_status st = append_text(g, text, strlen(text));
     if (st == ATLAS_OK && reasoning && *reasoning)
@@ -372,72 +377,22 @@ json_t *atlas_gen_format_response(atlas_gen *g) {
                      usage_json(g));
 }
 
-/* Waits for g's END, collecting its text; false (with r set to the error) when it failed. */
-static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
-    atlas_status st = ATLAS_OK;
-    if (g->echo) st = append_text(g, g->echo, strlen(g->echo));
-    for (;;) {
-        bool gone;
-        atlas_gen_event *e = atlas_gen_next(g, true, &gone);
-        if (!e) {
-            if (gone) atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INTERNAL, NULL,
-                                            "the client closed the connection");
-            else atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
-                                       g->lost ? "the server ran out of memory"
-                                               : "the server is shutting down");
-            return false;
-        }
-        if (st == ATLAS_OK) st = atlas_gen_format_collect(g, e);
-        if (e->type != ATLAS_EVENT_END) {
-            free(e);
-            continue;
-        }
-        g->usage = e->usage;
-        g->finish = e->finish;
-        observe_end(g);
-        bool ok = false;
-        if (e->finish == ATLAS_FINISH_ERROR)
-            atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
-                                  e->status ? e->status : ATLAS_ERR_INTERNAL, NULL, e->message);
-        else if (e->finish == ATLAS_FINISH_CANCELLED)
-            atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
-                                  "the request was cancelled: the server is shutting down");
-        else if (st != ATLAS_OK)
-            atlas_api_fail_reply(r, st, NULL);
-        else
-            ok = true;
-        free(e);
-        return ok;
+json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt) {
+    json_t *v = atlas_gen_format_response(gs[0]);
+    json_t *choices = json_object_get(v, "choices");
+    atlas_usage sum = gs[0]->usage;
+    for (int i = 1; i < n && v; i++) {
+        json_t *one = atlas_gen_format_response(gs[i]);
+        json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
+        json_object_set_new(ch, "index", json_integer(i));
+        json_array_append(choices, ch);
+        json_decref(one);
+        if (i % per_prompt == 0) /* the n choices of a prompt share it */
+            sum.prompt_tokens += gs[i]->usage.prompt_tokens;
+        sum.completion_tokens += gs[i]->usage.completion_tokens;
+        sum.cached_tokens += gs[i]->usage.cached_tokens;
     }
-}
-
-void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
-    if (collect_all(g, r)) atlas_http_reply_json(r, 200, atlas_gen_format_response(g));
-    atlas_gen_release(g);
-}
-
-void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_reply *r) {
-    bool ok = true;
-    for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
-        if (ok && !collect_all(gs[i], r)) ok = false;
-    if (ok) {
-        json_t *v = atlas_gen_format_response(gs[0]);
-        json_t *choices = json_object_get(v, "choices");
-        atlas_usage sum = gs[0]->usage;
-        for (int i = 1; i < n && v; i++) {
-            json_t *one = atlas_gen_format_response(gs[i]);
-            json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
-            json_object_set_new(ch, "index", json_integer(i));
-            json_array_append(choices, ch);
-            json_decref(one);
-            if (i % per_prompt == 0) /* the n choices of a prompt share it */
-                sum.prompt_tokens += gs[i]->usage.prompt_tokens;
-            sum.completion_tokens += gs[i]->usage.completion_tokens;
-            sum.cached_tokens += gs[i]->usage.cached_tokens;
-        }
-        gs[0]->usage = sum;
-        json_object_set_new(v, "usage", usage_json(gs[0]));
-        atlas_http_reply_json(r, 200, v);
-    }
-    for (int i = 0; i < n; i++) atlas_gen_release(gs[i]);
+    gs[0]->usage = sum;
+    json_object_set_new(v, "usage", usage_json(gs[0]));
+    return v;
 }

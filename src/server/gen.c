@@ -1,15 +1,16 @@
-/* server/gen.c — one generation: the engine request, its event queue, and the waiting.
- * Formatting the events as OpenAI JSON lives in format.c. */
+/* server/gen.c — one generation: the engine request, its event queue, the waiting, and the
+ * answer (a whole response, or the SSE stream handed to the transport).  Formatting the
+ * events as OpenAI JSON lives in format.c, which this calls. */
 #include "server/gen.h"
 
-#include <microhttpd.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "atlas/engine.h"
-#include "core/error.h"
+#include "server/errors.h"
 #include "server/gen_internal.h"
 
 enum { POLL_MS = 50 }; /* how often a waiting thread looks at its client and the server */
@@ -73,7 +74,7 @@ static void on_event(const atlas_event *ev, void *user) {
         g->lost = true;
         if (ev->type != ATLAS_EVENT_END) g->cancel_asked = true;
     } else {
-        e->t = atlas_now();
+        e->t = atlas_http_now();
         if (g->tail) g->tail->next = e;
         else g->head = e;
         g->tail = e;
@@ -120,7 +121,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     if (!g) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
     sync_init(&g->mu, &g->cv);
     g->refs = 2;
-    g->srv = call->srv;
+    g->srv = call->ctx;
     g->fd = call->fd;
     g->o = *o;
     g->model = strdup(o->model);
@@ -130,7 +131,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     g->tok = tok;
     g->t_start = call->t_start;
     g->created = (int64_t)time(NULL);
-    uint64_t n = atomic_fetch_add(&call->srv->next_id, 1);
+    uint64_t n = atomic_fetch_add(&g->srv->next_id, 1);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(g->id, sizeof g->id, "%s%08llx%016llx", o->kind == ATLAS_API_CHAT ? "chatcmpl-" : "cmpl-",
@@ -157,11 +158,11 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.ignore_eos = gp->ignore_eos;
     req.constraint = gp->constraint; /* copied by submit */
     g->prompt_tokens = (int)n_ids;
-    pthread_mutex_lock(&call->srv->metrics.mu);
-    call->srv->metrics.active_requests++;
-    pthread_mutex_unlock(&call->srv->metrics.mu);
+    pthread_mutex_lock(&g->srv->metrics.mu);
+    g->srv->metrics.active_requests++;
+    pthread_mutex_unlock(&g->srv->metrics.mu);
     g->counted = true;
-    st = atlas_engine_submit(call->srv->engine, &req, on_event, g, &g->h);
+    st = atlas_engine_submit(g->srv->engine, &req, on_event, g, &g->h);
     if (st != ATLAS_OK) {
         g->refs = 1; /* no callback will come */
         atlas_gen_release(g);
@@ -208,7 +209,7 @@ atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone) {
         bool cancel = g->cancel_asked;
         if (!wait) break;
         if (cancel || atomic_load(&g->srv->stopping) ||
-            atlas_http_client_gone(&(atlas_http_call){.fd = g->fd})) {
+            atlas_http_client_gone(g->fd)) {
             *gone = !cancel && !atomic_load(&g->srv->stopping);
             if (!g->cancel_sent) {
                 g->cancel_sent = true;
@@ -318,7 +319,7 @@ static atlas_gen_event *group_next(atlas_gen_group *G, atlas_gen **from, bool *g
             }
         }
         bool stopping = atomic_load(&lead->srv->stopping);
-        if (lost || stopping || atlas_http_client_gone(&(atlas_http_call){.fd = lead->fd})) {
+        if (lost || stopping || atlas_http_client_gone(lead->fd)) {
             *gone = !lost && !stopping;
             pthread_mutex_unlock(&G->mu);
             group_cancel(G);
@@ -341,12 +342,15 @@ static void release_members(atlas_gen *g) {
     for (int i = G ? G->n - 1 : 0; i > 0; i--) atlas_gen_release(G->members[i]);
 }
 
-ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
+/* The transport's stream reader: blocks (in the connection's own thread) until bytes are
+ * ready; ATLAS_HTTP_STREAM_END after "data: [DONE]", STREAM_ERROR when the client left. */
+static ssize_t sse_read(void *ctx, char *buf, size_t max) {
+    atlas_gen *g = ctx;
     while (g->out_off == g->out_len) {
         g->out_off = g->out_len = 0;
         if (g->done_sent || (g->group && g->group->done)) {
             uncount_stream(g);
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return ATLAS_HTTP_STREAM_END;
         }
         bool gone;
         atlas_gen *m = g;
@@ -355,7 +359,7 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
         if (!e) {
             if (gone) {
                 uncount_stream(g);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+                return ATLAS_HTTP_STREAM_ERROR;
             }
             /* stopping, or the engine could not queue an event: end the stream properly */
             atlas_gen_format_abort(g, atomic_load(&g->srv->stopping)
@@ -371,7 +375,7 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
                 st = atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory");
             m->out_len = 0;
         }
-        if (st != ATLAS_OK) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st != ATLAS_OK) return ATLAS_HTTP_STREAM_ERROR;
     }
     size_t n = g->out_len - g->out_off;
     if (n > max) n = max;
@@ -380,12 +384,68 @@ ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-void atlas_gen_sse_close(atlas_gen *g) {
+/* The response is done with the stream (finished, failed or the client left): cancels the
+ * engine requests still running and releases the stream's references. */
+static void sse_close(void *ctx) {
+    atlas_gen *g = ctx;
     release_members(g);
     atlas_gen_release(g);
 }
 
-int atlas_gen_fd(const atlas_gen *g) { return g->fd; }
+/* --- whole responses -------------------------------------------------------------------- */
+
+/* Waits for g's END, collecting its text; false (with r set to the error) when it failed. */
+static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
+    atlas_status st = ATLAS_OK;
+    for (;;) {
+        bool gone;
+        atlas_gen_event *e = atlas_gen_next(g, true, &gone);
+        if (!e) {
+            if (gone) atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INTERNAL, NULL,
+                                            "the client closed the connection");
+            else atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                                       g->lost ? "the server ran out of memory"
+                                               : "the server is shutting down");
+            return false;
+        }
+        if (st == ATLAS_OK) st = atlas_gen_format_collect(g, e);
+        if (e->type != ATLAS_EVENT_END) {
+            free(e);
+            continue;
+        }
+        g->usage = e->usage;
+        g->finish = e->finish;
+        atlas_gen_format_observe_end(g);
+        bool ok = false;
+        if (e->finish == ATLAS_FINISH_ERROR)
+            atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
+                                  e->status ? e->status : ATLAS_ERR_INTERNAL, NULL, e->message);
+        else if (e->finish == ATLAS_FINISH_CANCELLED)
+            atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                                  "the request was cancelled: the server is shutting down");
+        else if (st != ATLAS_OK)
+            atlas_api_error_fail(r, st, NULL);
+        else
+            ok = true;
+        free(e);
+        return ok;
+    }
+}
+
+void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
+    if (collect_all(g, r)) atlas_http_reply_json(r, 200, atlas_gen_format_response(g));
+    atlas_gen_release(g);
+}
+
+void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_reply *r) {
+    bool ok = true;
+    for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
+        if (ok && !collect_all(gs[i], r)) ok = false;
+    if (ok) atlas_http_reply_json(r, 200, atlas_gen_format_batch(gs, n, per_prompt));
+    for (int i = 0; i < n; i++) atlas_gen_release(gs[i]);
+}
+
+/* --- answering --------------------------------------------------------------------------- */
 
 void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
     if (!g->o.stream) {
@@ -405,5 +465,5 @@ void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
         return;
     }
     r->status = 200;
-    r->stream = g;
+    r->stream = (atlas_http_stream){sse_read, sse_close, g};
 }

@@ -5,7 +5,7 @@
  * Threads: the engine thread only appends events to the queue (copying them, O(1), never
  * waiting on a client); the connection's thread pops them, formats and writes.  A gen is
  * counted: one reference for the engine (dropped at its end event), one for the HTTP side
- * (dropped by atlas_gen_sse_close or atlas_gen_release).  A client that goes away cancels
+ * (dropped when its stream closes, or by atlas_gen_release).  A client that goes away cancels
  * the engine request at once. */
 #ifndef ATLAS_SERVER_GEN_H
 #define ATLAS_SERVER_GEN_H
@@ -22,6 +22,7 @@
 #include "server/params.h"
 
 typedef struct atlas_tokenizer atlas_tokenizer;
+typedef struct atlas_gen atlas_gen;
 
 /* What the formatting needs to know about the request. */
 typedef struct atlas_gen_opts {
@@ -45,7 +46,9 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
 
 /* Answers with g: a whole JSON response (atlas_gen_finish_json), or, for a stream, the SSE
  * body once the first event is there (a request that fails before its first token gets
- * its error status instead).  Takes over the caller's reference. */
+ * its error status instead).  Takes over the caller's reference: a stream's body holds it
+ * until the transport closes the stream, which cancels the engine request if it still
+ * runs. */
 void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r);
 
 /* Streamed choices: gs[0..n) (n <= ATLAS_MAX_CHOICES) become one stream whose chunks carry
@@ -63,17 +66,7 @@ void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r);
  * (a prompt's tokens once for its per_prompt choices).  Releases every gen. */
 void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_reply *r);
 
-/* Streaming: the MHD content reader.  Blocks (in the connection's own thread) until bytes
- * are ready; returns their count, MHD_CONTENT_READER_END_OF_STREAM after "data: [DONE]",
- * or END_WITH_ERROR when the client went away. */
-ssize_t atlas_gen_sse_read(atlas_gen *g, char *buf, size_t max);
-/* The response is done with g (finished, failed or the client left): cancels the engine
- * request if it still runs and releases the caller's reference. */
-void atlas_gen_sse_close(atlas_gen *g);
-
 /* Drops the HTTP side's reference (cancelling the engine request if it still runs). */
 void atlas_gen_release(atlas_gen *g);
-/* The client's socket. */
-int atlas_gen_fd(const atlas_gen *g);
 
 #endif

@@ -9,6 +9,7 @@
 #include "atlas/engine.h"
 #include "atlas/reasoning.h"
 #include "server/gen.h"
+#include "server/state.h"
 
 /* One engine event, copied: the text and the message live after the struct. */
 typedef struct atlas_gen_event {
@@ -79,7 +80,8 @@ struct atlas_gen {
     atlas_toolcall_parser *tp;
     json_t *calls;            /* completed tool calls, for the whole response */
     int n_calls;
-    bool began, done_sent;
+    bool began;               /* the first event was formatted (role chunk or echo) */
+    bool done_sent;
     char *text;               /* the whole text so far (non-streaming) */
     size_t text_len, text_cap;
     json_t *lp;               /* logprobs collected (non-streaming) */
@@ -97,16 +99,22 @@ atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone);
 bool atlas_gen_has_event(atlas_gen *g);
 bool atlas_gen_wait_first(atlas_gen *g);
 
-/* format.c */
+/* format.c: formatting only, it never waits on the queue (gen.c does, and calls it) */
 atlas_status atlas_gen_format_init(atlas_gen *g);
 void atlas_gen_format_free(atlas_gen *g);
 /* Streaming: appends the SSE bytes for e to g->out. */
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e);
 /* Streaming: ends the stream with an error event and [DONE]. */
 void atlas_gen_format_abort(atlas_gen *g, const char *why);
-/* Whole response: adds e's text (and logprobs) to g; after the END event,
+/* Whole response: adds e's text (and logprobs) to g, after the echoed prompt (if any) on
+ * the first call; after the END event (and g->usage, g->finish set from it),
  * atlas_gen_format_response builds the chat.completion / text_completion object. */
 atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e);
 json_t *atlas_gen_format_response(atlas_gen *g);
+/* The one response of several collected gens gs[0..n): their choices in that order, usage
+ * summed (a prompt's tokens once for its per_prompt choices). */
+json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt);
+/* Counts g's time from the request's arrival to now as its end-to-end latency. */
+void atlas_gen_format_observe_end(atlas_gen *g);
 
 #endif

@@ -1,41 +1,27 @@
-/* server/http.h — what the HTTP layer (http.c) hands to the endpoint handlers, and the one
- * table of API errors (errors.c).  Internal to src/server. */
+/* server/http.h — the HTTP transport (libmicrohttpd): a daemon with one thread per
+ * connection (keep-alive, a connection limit and an idle timeout), request bodies up to a
+ * size limit, CORS response headers, and replies: a whole body, or a stream of server-sent
+ * events.  It knows no routes and no API: every request, once its body is in, goes to the
+ * dispatch function that atlas_http_start was given.  Internal to src/server. */
 #ifndef ATLAS_SERVER_HTTP_H
 #define ATLAS_SERVER_HTTP_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
 #include "atlas/status.h"
-#include "server/metrics.h"
-#include "server/server.h"
 
-struct MHD_Daemon;
 struct MHD_Connection;
-typedef struct atlas_gen atlas_gen; /* server/gen.h */
-
-struct atlas_server {
-    struct MHD_Daemon *mhd;
-    atlas_engine *engine;
-    char *host;
-    char *api_key;
-    size_t api_key_len;
-    char *cors;                   /* atlas_server_params.cors, copied */
-    atlas_server_params p;
-    int port;
-    atomic_bool stopping;
-    atomic_uint_fast64_t next_id; /* for "chatcmpl-..." ids */
-    int64_t created;              /* unix time the server started: /v1/models "created" */
-    atlas_server_metrics metrics;
-};
+typedef struct atlas_http atlas_http;
 
 /* One HTTP request, from its first header to the last byte of its response. */
 typedef struct atlas_http_call {
-    atlas_server *srv;
+    atlas_http *http;
+    void *ctx;       /* the dispatch context given to atlas_http_start */
     struct MHD_Connection *conn;
     int fd;          /* the connection's socket: to notice a client that went away */
     char method[8];
@@ -45,74 +31,75 @@ typedef struct atlas_http_call {
     bool too_large;  /* the body passed max_body: the rest is discarded, the answer is 413 */
     size_t dropped;  /* bytes discarded so far */
     bool answered;
-    double t_start;  /* monotonic seconds when the headers arrived */
+    double t_start;  /* atlas_http_now() when the headers arrived */
 } atlas_http_call;
 
-/* What a handler answers: a body, or a stream of server-sent events fed by gen. */
+/* What read returns besides a count of bytes: the stream is over (after its last bytes), or
+ * it failed and the connection is to be dropped. */
+enum { ATLAS_HTTP_STREAM_END = -1, ATLAS_HTTP_STREAM_ERROR = -2 };
+
+/* A body made piece by piece.  read runs in the connection's own thread and may block until
+ * bytes are ready (at most max of them); close runs once, when the response is done with
+ * ctx (sent, failed, or the client left). */
+typedef struct atlas_http_stream {
+    ssize_t (*read)(void *ctx, char *buf, size_t max);
+    void (*close)(void *ctx);
+    void *ctx;
+} atlas_http_stream;
+
+/* What the dispatch function answers: a body, or a stream of server-sent events. */
 typedef struct atlas_http_reply {
     int status;
-    char *body;            /* malloc'd; the reply owns it */
+    char *body;                /* malloc'd; the reply owns it */
     size_t len;
-    const char *ctype;     /* static string */
-    int retry_after;       /* seconds for a Retry-After header; 0: none */
-    atlas_gen *stream;     /* non-NULL: SSE body; the reply owns one reference */
-    bool preflight;        /* a CORS preflight's 204: the Allow-Methods/Headers too */
+    const char *ctype;         /* static string */
+    int retry_after;           /* seconds for a Retry-After header; 0: none */
+    atlas_http_stream stream;  /* read non-NULL: an SSE body; the reply owns ctx */
+    bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
 } atlas_http_reply;
 
-/* Kinds of API errors that do not come from an atlas_status. */
-typedef enum atlas_api_error {
-    ATLAS_API_ERR_STATUS = 0,  /* use the atlas_status */
-    ATLAS_API_ERR_AUTH,        /* 401 */
-    ATLAS_API_ERR_TOO_LARGE,   /* 413 */
-    ATLAS_API_ERR_NO_ROUTE,    /* 404 */
-    ATLAS_API_ERR_METHOD,      /* 405 */
-    ATLAS_API_ERR_FORBIDDEN,   /* 403: a cross-origin page the server does not allow */
-    ATLAS_API_ERR_SHUTDOWN,    /* 503 */
-} atlas_api_error;
+/* Answers one request into r (which starts zeroed).  Runs in the connection's thread, many
+ * at once; ctx is what atlas_http_start was given. */
+typedef void (*atlas_http_dispatch)(void *ctx, atlas_http_call *call, atlas_http_reply *r);
 
-/* The one place where failures become HTTP statuses and OpenAI error JSON:
- * {"error": {"message", "type", "param", "code"}}.  param may be NULL. */
-void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_status st,
-                           const char *param, const char *message);
-/* The HTTP status and OpenAI "type" for an atlas_status. */
-int atlas_api_status_http(atlas_status st, const char **type);
-/* Shorthand: kind STATUS with atlas_last_error() as the message. */
-void atlas_api_fail_reply(atlas_http_reply *r, atlas_status st, const char *param);
+typedef struct atlas_http_params {
+    const char *host;     /* numeric IPv4 or IPv6 address */
+    int port;             /* 0: any free port */
+    size_t max_body;      /* bytes of a request body; larger ones are flagged too_large */
+    int max_connections;
+    int timeout_s;        /* idle / unfinished-request timeout */
+    const char *cors;     /* "local", "*", "none" or a comma-separated list of origins */
+} atlas_http_params;
+
+/* Starts listening; every request goes to dispatch(ctx, ...).  The strings in p are copied;
+ * ctx must outlive the daemon. */
+atlas_status atlas_http_start(const atlas_http_params *p, atlas_http_dispatch dispatch,
+                              void *ctx, atlas_http **out);
+/* The bound TCP port. */
+int atlas_http_port(const atlas_http *h);
+/* Stops accepting connections; those open go on until atlas_http_stop. */
+void atlas_http_quiesce(atlas_http *h);
+/* Closes every connection, joins their threads and frees h.  NULL: no-op. */
+void atlas_http_stop(atlas_http *h);
+
+/* A request header's value, NULL when absent. */
+const char *atlas_http_header(const atlas_http_call *call, const char *name);
+/* Whether the page that sent call (its Origin header) may read the answer, by the daemon's
+ * CORS rule: the value for Access-Control-Allow-Origin, or NULL. */
+const char *atlas_http_cors_allow(const atlas_http_call *call);
 
 /* Sets r to a JSON body (takes ownership of v: it is decref'd). */
 void atlas_http_reply_json(atlas_http_reply *r, int status, json_t *v);
 void atlas_http_reply_text(atlas_http_reply *r, int status, const char *ctype, char *text,
                            size_t len);
 
-/* True when the client of call closed its connection (checked without blocking). */
-bool atlas_http_client_gone(const atlas_http_call *call);
+/* True when the client on socket fd closed its connection (checked without blocking). */
+bool atlas_http_client_gone(int fd);
 
-double atlas_now(void); /* monotonic seconds */
+double atlas_http_now(void); /* monotonic seconds: the clock of atlas_http_call.t_start */
 
 /* Matches a URL path against a route pattern: exact, or with one "{}" segment (a model id,
  * which may itself hold '/') copied into arg[cap].  False when it does not fit. */
 bool atlas_http_route_match(const char *pattern, const char *url, char *arg, size_t cap);
-
-/* Endpoint handlers (api_*.c).  body is the parsed JSON body (NULL for GET). */
-typedef void (*atlas_http_handler)(atlas_http_call *call, json_t *body, const char *arg,
-                                   atlas_http_reply *r);
-void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
-void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
-                           atlas_http_reply *r);
-void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
-void atlas_api_model_get(atlas_http_call *call, json_t *body, const char *arg,
-                         atlas_http_reply *r);
-void atlas_api_model_load(atlas_http_call *call, json_t *body, const char *arg,
-                          atlas_http_reply *r);
-void atlas_api_model_unload(atlas_http_call *call, json_t *body, const char *arg,
-                            atlas_http_reply *r);
-void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
-void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
-void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
-                        atlas_http_reply *r);
-void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
-                          atlas_http_reply *r);
-void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *arg,
-                              atlas_http_reply *r);
 
 #endif

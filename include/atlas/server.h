@@ -1,10 +1,18 @@
-/* server/server.h — the OpenAI-compatible HTTP server over an engine.  Internal: used by
- * `atlas serve` (cli/serve.c) and the server tests.
+/* atlas/server.h — the OpenAI-compatible HTTP server over an engine: what `atlas serve`
+ * starts, and the public way for any program to serve an engine over HTTP.
  *
  * The server is a client of the engine like the CLI: it tokenizes, renders chat templates,
  * submits token ids and turns the engine's token events into OpenAI JSON or SSE chunks.
  * HTTP is libmicrohttpd with one thread per connection (keep-alive); a request's thread
- * waits on its own event queue, so a slow client never blocks the engine thread. */
+ * waits on its own event queue, so a slow client never blocks the engine thread.
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /v1/models/{id}, POST /v1/models/{id}/load and /unload, GET /health, GET /metrics
+ * (Prometheus), POST /tokenize, /detokenize and /apply-template.
+ *
+ * Threads: start and stop one server from one thread (not concurrently with each other);
+ * atlas_server_port may be called from any thread while the server lives.  The server's
+ * own threads only ever call the engine's thread-safe functions. */
 #ifndef ATLAS_SERVER_H
 #define ATLAS_SERVER_H
 
@@ -13,8 +21,12 @@
 
 #include "atlas/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct atlas_server atlas_server;
-typedef struct atlas_engine atlas_engine; /* include/atlas/engine.h */
+typedef struct atlas_engine atlas_engine; /* atlas/engine.h */
 
 typedef struct atlas_server_params {
     const char *host;       /* numeric IPv4 or IPv6 address; default "127.0.0.1" */
@@ -33,17 +45,27 @@ typedef struct atlas_server_params {
                                --reasoning-format auto) */
 } atlas_server_params;
 
+/* The defaults above.  Pure; thread-safe. */
 atlas_server_params atlas_server_default_params(void);
 
-/* Starts listening.  The engine must outlive the server; the strings in p are copied. */
+/* Starts listening and serving engine; *out is owned by the caller (atlas_server_stop).
+ * engine is borrowed: it must outlive the server.  The strings in p are copied (p may be
+ * freed after the call); NULL p: the defaults.  Fails with ATLAS_ERR_INVALID or
+ * ATLAS_ERR_RANGE for a bad parameter, ATLAS_ERR_IO when the address cannot be bound; *out
+ * stays NULL then. */
 atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *p,
                                 atlas_server **out);
 
-/* The bound TCP port (useful after asking for port 0). */
+/* The bound TCP port (useful after asking for port 0).  Thread-safe while s lives. */
 int atlas_server_port(const atlas_server *s);
 
 /* Stops accepting, ends every open request (streams get a last chunk and close; their
- * engine requests are cancelled), joins the connection threads and frees s.  NULL: no-op. */
+ * engine requests are cancelled), joins the connection threads and frees s.  Blocks for up
+ * to a few seconds while requests in flight answer.  Call once, from the thread that owns
+ * s, never from a request's own thread.  NULL: no-op. */
 void atlas_server_stop(atlas_server *s);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

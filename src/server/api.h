@@ -1,7 +1,8 @@
-/* server/api_common.h — helpers shared by the endpoint files (api.c, api_misc.c).
- * Internal to src/server. */
-#ifndef ATLAS_SERVER_API_COMMON_H
-#define ATLAS_SERVER_API_COMMON_H
+/* server/api.h — the endpoints: generation (api.c), and models, health, metrics, tokenize,
+ * detokenize and apply-template (api_misc.c), with the helpers they share.  The route table
+ * in server.c calls the handlers.  Internal to src/server. */
+#ifndef ATLAS_SERVER_API_H
+#define ATLAS_SERVER_API_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 
 #include "server/http.h"
 #include "server/params.h"
+#include "server/state.h"
 
 typedef struct atlas_template atlas_template;
 typedef struct atlas_tokenizer atlas_tokenizer;
@@ -46,5 +48,28 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
  * (malloc'd, freed by the caller even after a failure). */
 atlas_status atlas_api_token_ids(const json_t *arr, const atlas_tokenizer *tok, int32_t **ids,
                                  size_t *n, const char **param);
+
+/* Endpoint handlers: call->ctx is the atlas_server; body is the parsed JSON body (NULL for
+ * GET), arg the route's "{}" segment ("" when it has none).  Each answers into r. */
+typedef void (*atlas_api_handler)(atlas_http_call *call, json_t *body, const char *arg,
+                                  atlas_http_reply *r);
+void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
+void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
+                           atlas_http_reply *r);
+void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
+void atlas_api_model_get(atlas_http_call *call, json_t *body, const char *arg,
+                         atlas_http_reply *r);
+void atlas_api_model_load(atlas_http_call *call, json_t *body, const char *arg,
+                          atlas_http_reply *r);
+void atlas_api_model_unload(atlas_http_call *call, json_t *body, const char *arg,
+                            atlas_http_reply *r);
+void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
+void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
+void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
+                        atlas_http_reply *r);
+void atlas_api_detokenize(atlas_http_call *call, json_t *body, const char *arg,
+                          atlas_http_reply *r);
+void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *arg,
+                              atlas_http_reply *r);
 
 #endif

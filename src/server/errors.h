@@ -1,0 +1,31 @@
+/* server/errors.h — the one place where failures become HTTP statuses and error bodies in
+ * the client's dialect: OpenAI's {"error": {"message", "type", "param", "code"}}.  Every
+ * module of the server answers its errors through here; this calls only the transport's
+ * reply helpers.  Internal to src/server. */
+#ifndef ATLAS_SERVER_ERRORS_H
+#define ATLAS_SERVER_ERRORS_H
+
+#include "atlas/status.h"
+#include "server/http.h"
+
+/* Kinds of API errors that do not come from an atlas_status. */
+typedef enum atlas_api_error {
+    ATLAS_API_ERR_STATUS = 0,  /* use the atlas_status */
+    ATLAS_API_ERR_AUTH,        /* 401 */
+    ATLAS_API_ERR_TOO_LARGE,   /* 413 */
+    ATLAS_API_ERR_NO_ROUTE,    /* 404 */
+    ATLAS_API_ERR_METHOD,      /* 405 */
+    ATLAS_API_ERR_FORBIDDEN,   /* 403: a cross-origin page the server does not allow */
+    ATLAS_API_ERR_SHUTDOWN,    /* 503 */
+} atlas_api_error;
+
+/* Sets r to the error: its HTTP status, Retry-After when coming back helps, and the body.
+ * param (the request field at fault) may be NULL; message quotes client input safely. */
+void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_status st,
+                           const char *param, const char *message);
+/* The HTTP status and OpenAI "type" for an atlas_status. */
+int atlas_api_error_http(atlas_status st, const char **type);
+/* Shorthand: kind STATUS with this thread's atlas_last_error() as the message. */
+void atlas_api_error_fail(atlas_http_reply *r, atlas_status st, const char *param);
+
+#endif

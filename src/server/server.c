@@ -1,0 +1,245 @@
+/* server/server.c — starting and stopping the server (atlas/server.h), and the route table
+ * that it hands the HTTP transport as its dispatch function: CORS preflights, the API key,
+ * shutdown, body limits and JSON bodies, then the endpoint (api.c, api_misc.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/api.h"
+#include "server/errors.h"
+#include "server/state.h"
+
+static const double STOP_GRACE_S = 3.0; /* for requests in flight to answer at shutdown */
+
+atlas_server_params atlas_server_default_params(void) {
+    atlas_server_params p = {0};
+    p.host = "127.0.0.1";
+    p.port = 8080;
+    p.max_body = 4u << 20;
+    p.max_connections = 512;
+    p.timeout_s = 30;
+    p.reasoning = true;
+    p.cors = "local";
+    return p;
+}
+
+int atlas_server_port(const atlas_server *s) { return atlas_http_port(s->http); }
+
+/* --- routing --------------------------------------------------------------------------- */
+
+typedef struct route {
+    const char *method;
+    const char *path;   /* exact, or with one "{}" segment for a model id */
+    atlas_api_handler fn;
+    atlas_route_id id;
+    bool open;          /* reachable without the API key */
+} route;
+
+static const route routes[] = {
+    {"POST", "/v1/chat/completions", atlas_api_chat, ATLAS_ROUTE_CHAT, false},
+    {"POST", "/v1/completions", atlas_api_completions, ATLAS_ROUTE_COMPLETIONS, false},
+    {"GET", "/v1/models", atlas_api_models, ATLAS_ROUTE_MODELS, false},
+    {"POST", "/v1/models/{}/load", atlas_api_model_load, ATLAS_ROUTE_MODEL_LOAD, false},
+    {"POST", "/v1/models/{}/unload", atlas_api_model_unload, ATLAS_ROUTE_MODEL_UNLOAD, false},
+    {"GET", "/v1/models/{}", atlas_api_model_get, ATLAS_ROUTE_MODELS, false},
+    {"GET", "/health", atlas_api_health, ATLAS_ROUTE_HEALTH, true},
+    {"GET", "/metrics", atlas_api_metrics, ATLAS_ROUTE_METRICS, false},
+    {"POST", "/tokenize", atlas_api_tokenize, ATLAS_ROUTE_TOKENIZE, false},
+    {"POST", "/detokenize", atlas_api_detokenize, ATLAS_ROUTE_DETOKENIZE, false},
+    {"POST", "/apply-template", atlas_api_apply_template, ATLAS_ROUTE_TEMPLATE, false},
+};
+enum { N_ROUTES = sizeof routes / sizeof routes[0] };
+
+/* The client's key against ours, in time that depends only on the lengths' maximum. */
+static bool key_ok(const atlas_server *s, const char *header) {
+    if (!s->api_key) return true;
+    static const char bearer[] = "Bearer ";
+    if (!header || strncmp(header, bearer, sizeof bearer - 1) != 0) return false;
+    const char *k = header + sizeof bearer - 1;
+    size_t n = strlen(k), m = s->api_key_len, longest = n > m ? n : m;
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < longest; i++) {
+        unsigned char a = i < n ? (unsigned char)k[i] : 0;
+        unsigned char b = i < m ? (unsigned char)s->api_key[i] : 0;
+        diff |= (unsigned)(a ^ b);
+    }
+    return diff == 0;
+}
+
+static json_t *parse_body(atlas_http_call *call, atlas_http_reply *r) {
+    json_error_t e;
+    if (call->len == 0) {
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INVALID, NULL,
+                              "the request body is empty: a JSON object is required");
+        return NULL;
+    }
+    json_t *v = json_loadb(call->body, call->len, JSON_REJECT_DUPLICATES, &e);
+    if (!v) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "malformed JSON body at line %d column %d (byte %d): %s",
+                 e.line, e.column, e.position, e.text);
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_FORMAT, NULL, msg);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INVALID, NULL,
+                              "the request body must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+/* A preflight (OPTIONS) for a known path: 204 with what the browser asked to use, when
+ * the Origin may; 403 otherwise. No API key: browsers send none with a preflight. */
+static void preflight(atlas_http_call *call, atlas_http_reply *r) {
+    if (!atlas_http_cors_allow(call)) {
+        const char *origin = atlas_http_header(call, "Origin");
+        char msg[200];
+        snprintf(msg, sizeof msg, "cross-origin requests from '%.100s' are not allowed "
+                                  "(atlas serve --cors-origin)", origin ? origin : "");
+        atlas_api_error_reply(r, ATLAS_API_ERR_FORBIDDEN, ATLAS_OK, NULL, msg);
+        return;
+    }
+    r->status = 204;
+    r->preflight = true;
+}
+
+/* The checks every route shares, then its handler; false when one of them answered. */
+static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas_http_reply *r,
+                  json_t **body) {
+    const char *auth = atlas_http_header(call, "Authorization");
+    *body = NULL;
+    if (!rt->open && !key_ok(s, auth)) {
+        atlas_api_error_reply(r, ATLAS_API_ERR_AUTH, ATLAS_OK, NULL,
+                              auth ? "invalid API key" : "missing API key: send "
+                                                         "\"Authorization: Bearer KEY\"");
+        return false;
+    }
+    if (atomic_load(&s->stopping)) {
+        atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
+                              "the server is shutting down");
+        return false;
+    }
+    if (call->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the request body is larger than the limit of %zu bytes",
+                 s->p.max_body);
+        atlas_api_error_reply(r, ATLAS_API_ERR_TOO_LARGE, ATLAS_OK, NULL, msg);
+        return false;
+    }
+    if (!strcmp(call->method, "POST") && !(call->len == 0 && strstr(rt->path, "{}"))) {
+        *body = parse_body(call, r);
+        if (!*body) return false;
+    }
+    return true;
+}
+
+static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_http_reply *r) {
+    char arg[512];
+    bool path_known = false;
+    if (!strcmp(call->method, "OPTIONS")) {
+        for (int i = 0; i < N_ROUTES && !path_known; i++)
+            path_known = atlas_http_route_match(routes[i].path, call->url, arg, sizeof arg);
+        if (path_known) {
+            preflight(call, r);
+            return ATLAS_ROUTE_OTHER;
+        }
+    }
+    for (int i = 0; i < N_ROUTES; i++) {
+        const route *rt = &routes[i];
+        arg[0] = '\0';
+        if (!atlas_http_route_match(rt->path, call->url, arg, sizeof arg)) continue;
+        path_known = true;
+        if (strcmp(rt->method, call->method) != 0) continue;
+        json_t *body;
+        if (admit(s, call, rt, r, &body)) {
+            /* this thread served earlier requests: a failure must not report their message */
+            atlas_fail(ATLAS_OK, "%s", "");
+            rt->fn(call, body, arg, r);
+        }
+        json_decref(body);
+        return rt->id;
+    }
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s %.120s: %s", call->method, call->url,
+             path_known ? "method not allowed" : "no such endpoint");
+    atlas_api_error_reply(r, path_known ? ATLAS_API_ERR_METHOD : ATLAS_API_ERR_NO_ROUTE,
+                          ATLAS_OK, NULL, msg);
+    return ATLAS_ROUTE_OTHER;
+}
+
+/* The transport's dispatch function: route, answer, count. */
+static void dispatch(void *ctx, atlas_http_call *call, atlas_http_reply *r) {
+    atlas_server *s = ctx;
+    atlas_route_id id = route_call(s, call, r);
+    atlas_server_metrics_request(&s->metrics, id, r->status);
+}
+
+/* --- start and stop --------------------------------------------------------------------- */
+
+atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *params,
+                                atlas_server **out) {
+    *out = NULL;
+    atlas_server_params p = params ? *params : atlas_server_default_params();
+    if (!p.host) p.host = "127.0.0.1";
+    if (p.max_body == 0 || p.max_connections < 1 || p.timeout_s < 1)
+        return atlas_fail(ATLAS_ERR_INVALID, "server params: max_body, max_connections and "
+                                             "timeout_s must be positive");
+    atlas_server *s = calloc(1, sizeof *s);
+    if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    s->engine = engine;
+    s->host = strdup(p.host);
+    s->api_key = p.api_key && *p.api_key ? strdup(p.api_key) : NULL;
+    s->api_key_len = s->api_key ? strlen(s->api_key) : 0;
+    s->cors = strdup(p.cors ? p.cors : "none");
+    s->p = p;
+    s->p.host = s->host;
+    s->p.api_key = s->api_key;
+    s->p.cors = s->cors;
+    s->created = (int64_t)time(NULL);
+    atomic_init(&s->stopping, false);
+    atomic_init(&s->next_id, 1);
+    atlas_server_metrics_init(&s->metrics);
+    if (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key)) {
+        atlas_server_stop(s);
+        return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    }
+    atlas_http_params hp = {s->host,      p.port,      p.max_body,
+                            p.max_connections, p.timeout_s, s->cors};
+    atlas_status st = atlas_http_start(&hp, dispatch, s, &s->http);
+    if (st != ATLAS_OK) {
+        atlas_server_stop(s);
+        return st;
+    }
+    *out = s;
+    return ATLAS_OK;
+}
+
+void atlas_server_stop(atlas_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->http) {
+        /* No new connections; new requests on open ones get 503.  Requests in flight see
+         * `stopping` within one poll period, cancel their engine requests and answer (a
+         * stream gets an error event and [DONE]); give them a moment to be written before
+         * the transport closes every connection and joins the threads. */
+        atlas_http_quiesce(s->http);
+        double until = atlas_http_now() + STOP_GRACE_S;
+        for (;;) {
+            pthread_mutex_lock(&s->metrics.mu);
+            int64_t active = s->metrics.active_requests;
+            pthread_mutex_unlock(&s->metrics.mu);
+            if (active <= 0 || atlas_http_now() > until) break;
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        atlas_http_stop(s->http);
+    }
+    atlas_server_metrics_destroy(&s->metrics);
+    free(s->host);
+    free(s->api_key);
+    free(s->cors);
+    free(s);
+}

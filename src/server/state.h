@@ -1,0 +1,30 @@
+/* server/state.h — struct atlas_server: the state that every request sees (the engine, the
+ * parameters, the stop flag, the id counter, the server's metrics).  server.c fills it at
+ * start and frees it at stop; the request paths (api*.c, gen.c, format.c) read it, and
+ * change only the atomics and the metrics (under their lock).  Internal to src/server. */
+#ifndef ATLAS_SERVER_STATE_H
+#define ATLAS_SERVER_STATE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/server.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+struct atlas_server {
+    atlas_http *http;
+    atlas_engine *engine;
+    char *host;
+    char *api_key;
+    size_t api_key_len;
+    char *cors;                   /* atlas_server_params.cors, copied */
+    atlas_server_params p;
+    atomic_bool stopping;
+    atomic_uint_fast64_t next_id; /* for "chatcmpl-..." ids */
+    int64_t created;              /* unix time the server started: /v1/models "created" */
+    atlas_server_metrics metrics;
+};
+
+#endif
