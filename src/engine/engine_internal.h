@@ -16,10 +16,10 @@
  * e->tok_mu.  A sequence's cancel flag and reference count are atomics.
  *
  * A sequence's life:
- *   submit -> WAITING -> (admitted: takes a model handle) RUNNING -> ... -> DONE
- *                  ^---- preempted (blocks freed, handle dropped) ----'   (handle dropped,
- *                                                                  END emitted, engine ref
- *                                                                  dropped)
+ *   submit -> WAITING -> (admitted) RUNNING -> ... -> DONE (END emitted, engine ref dropped)
+ *                  ^---- preempted (blocks freed) ----'
+ * It holds a handle on its model (atlas_model_ref) exactly while RUNNING: taken at
+ * admission, dropped when it leaves the running list (ended or preempted), before its END.
  */
 #ifndef ATLAS_ENGINE_INTERNAL_H
 #define ATLAS_ENGINE_INTERNAL_H
