@@ -664,11 +664,11 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
 #endif
 }
 
-/* atlas_attn_dcl<HD>_g<GM>_w4 (the default): 4 warps a block and 5 keys a group a pass (one
- * pass up to 640 keys at 8 splits), <= 2 heads a block (1 by default): two blocks fit an SM,
- * which doubles the clusters that can run at once (15 of 8 at one 8-warp block an SM); the
- * 8B decode step took 3.866 ms against 3.914 with the 8-warp kernel (bench/RESULTS.md).
- * atlas_attn_dcl<HD>_g<GM> (ATLAS_CUDA_ATTN_WARPS=8): 8 warps, 3 keys a group a pass. */
+/* atlas_attn_dcl<HD>_g1_w4: 4 warps a block and 5 keys a group a pass (one pass up to 640
+ * keys at 8 splits), a query head a block: two blocks fit an SM, which doubles the clusters
+ * that can run at once (15 of 8 at one 8-warp block an SM); the 8B decode step took 3.866 ms
+ * against 3.914 with 8 warps and 3 keys a group, and a replay 3.843 against 3.864-3.872 with
+ * 2 heads a block (bench/RESULTS.md; those instances were removed). */
 #define ATLAS_ATTN_DCL(HD, GM, UK, WARPS, SFX)                                                    \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1) atlas_attn_dcl##HD##_g##GM##SFX( \
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
@@ -679,7 +679,5 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
         attn_dcl_body<HD, GM, UK, WARPS>(qkv, kc, vc, tok_seq, positions, block_table,          \
                                          max_blocks, bs, H, K, window, scale, out, early);      \
     }
-ATLAS_ATTN_DCL(64, 1, 3, 8, ) ATLAS_ATTN_DCL(64, 2, 3, 8, ) ATLAS_ATTN_DCL(64, 4, 3, 8, )
-ATLAS_ATTN_DCL(128, 1, 3, 8, ) ATLAS_ATTN_DCL(128, 2, 3, 8, ) ATLAS_ATTN_DCL(128, 4, 3, 8, )
-ATLAS_ATTN_DCL(64, 1, 5, 4, _w4) ATLAS_ATTN_DCL(64, 2, 5, 4, _w4)
-ATLAS_ATTN_DCL(128, 1, 5, 4, _w4) ATLAS_ATTN_DCL(128, 2, 5, 4, _w4)
+ATLAS_ATTN_DCL(64, 1, 5, 4, _w4)
+ATLAS_ATTN_DCL(128, 1, 5, 4, _w4)

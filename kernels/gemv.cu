@@ -2,8 +2,9 @@
  *
  * Bandwidth-bound: every weight byte is read once per step, so each kernel keeps many 16-byte
  * loads in flight. Families (which one runs: ops_cuda.c op_matmul, kernels/README.md):
- *   atlas_gemv1/4/8, 1r4  a warp owns R rows, each lane reads 8 bf16 of each row per 256-wide
- *                         chunk, U chunks loaded before any is used; x (fp32) from L1/L2
+ *   atlas_gemv4/8         2..8 rows when k % 32 != 0: a warp owns R rows, each lane reads 8
+ *                         bf16 of each row per 256-wide chunk, U chunks loaded before any is
+ *                         used; x (fp32) from L1/L2
  *   atlas_gemv1b          one row: a block of 256 threads spans k for 4 rows
  *   atlas_gemv1c          the same, a block owning ng groups of 4 rows (the default)
  *   *_norm, *_resid       the same with RMSNorm / the residual add folded in (decode fusions)
@@ -135,13 +136,8 @@ __device__ __forceinline__ void gemv_body(float *out, const float *x, const bf16
         gemv_write_norm(fx.h, x, fx.nw, scale, k, lane, 32);
 }
 
-/* grid ceil(m / (GEMV_WARPS * 2)), block 32 * GEMV_WARPS (R = 2 rows a warp). */
-extern "C" __global__ void __launch_bounds__(128) atlas_gemv1(float *out, const float *x,
-                                                              const bf16_t *w, const bf16_t *bias,
-                                                              int n, int m, int k) {
-    gemv_body<1, 2>(out, x, w, bias, 1, m, k);
-}
-
+/* 2..8 rows of a k that the mma kernel does not take (k % 32 != 0): grid
+ * ceil(m / (GEMV_WARPS * 2)), block 32 * GEMV_WARPS (R = 2 rows a warp). */
 extern "C" __global__ void __launch_bounds__(128) atlas_gemv4(float *out, const float *x,
                                                               const bf16_t *w, const bf16_t *bias,
                                                               int n, int m, int k) {
@@ -154,15 +150,7 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv8(float *out, const 
     gemv_body<8, 2>(out, x, w, bias, n, m, k);
 }
 
-/* n = 1, 4 rows a warp: half the blocks of atlas_gemv1, for long outputs (gate_up, lm_head)
- * where atlas_gemv1's 1.7 waves of blocks leave a partial last wave. grid ceil(m / 16). */
-extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, const float *x,
-                                                                const bf16_t *w, const bf16_t *bias,
-                                                                int n, int m, int k) {
-    gemv_body<1, 4>(out, x, w, bias, 1, m, k);
-}
-
-/* Decode's fusions around RMSNorm (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=norm), one row: an
+/* Decode's fusions around RMSNorm (ops_cuda.c exec_fused, the norm fusion), one row: an
  * o or down projection followed by add_rmsnorm and the next projection becomes two GEMVs:
  * *_resid adds its output into the residual stream, *_norm reads the residual stream and
  * normalises it on the fly (every warp or block reads all of x anyway, so summing its squares
@@ -177,12 +165,8 @@ extern "C" __global__ void __launch_bounds__(128) atlas_gemv1r4(float *out, cons
                                                                float *h, float *resid) {           \
         BODY;                                                                                      \
     }
-ATLAS_GEMV_FX(atlas_gemv1_norm, 128,
-              (gemv_body<1, 2, true>(out, x, w, bias, 1, m, k, gemv_fx{nw, eps, h, resid})))
-ATLAS_GEMV_FX(atlas_gemv1_resid, 128,
-              (gemv_body<1, 2, false>(out, x, w, bias, 1, m, k, gemv_fx{0, 0.0f, 0, resid})))
 
-/* Variant for n = 1 (qkv, o and down of an 8B model; ATLAS_CUDA_GEMV=2 for all): a block of 256 threads owns 4 rows and spans k;
+/* Variant for n = 1: a block of 256 threads owns 4 rows and spans k;
  * each thread issues all its loads (up to 4 rows x 4 chunks of 16 bytes) before using any,
  * then the block reduces. grid ceil(m / 4). */
 enum { GB_ROWS = 4, GB_U = 4, GB_THREADS = 256 };
@@ -352,7 +336,7 @@ ATLAS_GEMV_FX(atlas_gemv1b_resid, GB_THREADS,
               (gemv1b_body<false>(x, w, bias, m, k, gemv_fx{0, 0.0f, 0, 0}, gb_rows{},
                                   gb_store{out, resid, m})))
 
-/* --- several row groups a block, loads one item ahead (ATLAS_CUDA_GEMV_NG) -------------------
+/* --- several row groups a block, loads one item ahead (the default) ---------------------------
  * A kernel boundary costs about 2.7 us in the decode graph even with programmatic launch
  * (one GEMV split in two launches: bench/RESULTS.md): the next kernel's resident blocks have
  * their first weights before the wait, but once they are used the memory idles until the
@@ -386,7 +370,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
                                             int m, int k, int groups, int ng, gemv_fx fx,
                                             Rows rows, Epi epi) {
     /* ng's high half (cuda_gemv_rows): 1 when the second item's loads go out before the wait
-     * too (ATLAS_CUDA_GEMV_EARLY2, the default): the memory then has two items of each block
+     * too (always, from the host; 0 measured slower): the memory then has two items of each block
      * to serve across the boundary with the previous kernel, not one */
     int early2 = ng >> 16;
     ng &= 0xffff;
@@ -471,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(GB_THREADS) atlas_gemv1c(float *out
     }
 ATLAS_GEMV1C_FX(atlas_gemv1c_norm, true, (gb_store{out, resid, m}))
 ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
-/* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused, ATLAS_CUDA_FUSE=swiglu,qkv), one
+/* Decode's GEMV + epilogue fusions (ops_cuda.c exec_fused: swiglu, qkv), one
  * row, each as atlas_gemv1b_NAME, atlas_gemv1c_NAME and, with the input normalised on the fly
  * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
  * Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for gemv1c. grid m / 4

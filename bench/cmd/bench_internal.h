@@ -89,7 +89,7 @@ atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out
 /* Where the calling thread runs against the GPU's NUMA node (sysfs; what the kernel does not
  * say stays unknown: -1 or ""): the host's part of a decode step is driver calls that write
  * to the GPU, and its time varies threefold between runs of one binary (bench/RESULTS.md,
- * tenth session). */
+ * 2026-12-03). */
 typedef struct atlas_bench_cpu_info {
     char pci[32];       /* the GPU's PCI address, dddd:bb:dd.0 */
     int gpu_node;       /* its NUMA node */

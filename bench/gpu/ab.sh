@@ -22,6 +22,6 @@ for i in $(seq 1 "$RUNS"); do
   for v in new old; do
     bin=$B/atlas; [ $v = old ] && bin=/tmp/old/b/atlas
     echo "== $v run $i"
-    $bin bench -m "$MODEL" $ARGS 2>&1 | grep -E "^decode |^decode q|^decode gpu|^host step"
+    $bin bench -m "$MODEL" $ARGS 2>&1 | grep -E "^decode |^decode q|^decode gpu"
   done
 done

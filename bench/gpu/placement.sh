@@ -2,7 +2,7 @@
 # bench/gpu/placement.sh — does where the process runs move the host's part of a decode step?
 # Runs `atlas bench` (decode 128 after 512, small probes) $RUNS times, alternating no placement
 # and `taskset` to one CPU local to the GPU (and, where the machine has one, a CPU away from it),
-# printing the decode, host step and host cpu lines of each. Needs /tmp/llama8b (bench/gpu/run.sh).
+# printing the decode and host cpu lines of each. Needs /tmp/llama8b (bench/gpu/run.sh).
 #   ATLAS_BUILD=build-gpu RUNS=6 bench/gpu/placement.sh
 set -u
 B=${ATLAS_BUILD:-build-gpu}

@@ -704,7 +704,7 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
     /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
      * where made while the loader threads read they took 80-227 ms of a core the loaders
      * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
-     * 2026-12-03 sixth session) */
+     * 2026-12-03) */
     return cuda_ready(cb);
 }
 

@@ -162,10 +162,10 @@ typedef struct cuda_backend {
                                (Hopper and later, unless atlas_backend_options.no_pdl) */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+);
                                NULL: none */
-    int gemv_ng;            /* row groups a block of the one-row GEMVs: 0 (always, but in
-                               tests) from a grid of 2 blocks an SM (gemv1c, or gemv1b when
-                               that gives one group a block: bench/RESULTS.md); tests set a
-                               fixed ng > 1 so that their small shapes reach gemv1c */
+    int gemv_ng;            /* row groups a block of the one-row GEMVs: 0 (every model) from
+                               a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
+                               group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
+                               so that their small shapes reach gemv1c */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     /* counted as part of the backend's job (no clocks: `atlas bench` times around the

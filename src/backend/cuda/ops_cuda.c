@@ -371,7 +371,7 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
 
 /* cuda_gemv_rows with ng from a grid of 2 blocks an SM: on the H200 8B shape a decode graph
  * replay took 3.987 ms against 4.125 with one group a block, and fixed ng 2/4/8 and a grid of
- * 1 or 4 blocks an SM were slower (bench/RESULTS.md 2026-12-03, fourth session). Tests fix
+ * 1 or 4 blocks an SM were slower (bench/RESULTS.md 2026-12-03). Tests fix
  * ng (cuda_backend.gemv_ng). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
