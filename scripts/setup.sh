@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config git libjansson-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl)
+      libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl python3 binutils)
 # Node.js and npm: Debian's, unless a Node.js (e.g. NodeSource's, which carries npm) is there.
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)

@@ -31,3 +31,14 @@ if(ATLAS_SMALL_MODELS)
   set_tests_properties(small-refs-serve PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "SERVE_ARGS=--device cpu --batch-tokens 16 --parallel 8")
 endif()
+
+# The house rules (tools/layers.py): no include or call to a higher layer, no cycle of files
+# calling each other, front ends on the public headers only; read from this build's objects.
+find_program(ATLAS_PYTHON3 python3)
+if(ATLAS_PYTHON3)
+  add_test(NAME layers COMMAND ${ATLAS_PYTHON3} ${CMAKE_SOURCE_DIR}/tools/layers.py
+           ${CMAKE_BINARY_DIR})
+  set_tests_properties(layers PROPERTIES LABELS cpu TIMEOUT 120)
+else()
+  message(WARNING "atlas: no python3: the layers check (tools/layers.py) is not registered")
+endif()

@@ -5,8 +5,9 @@ Reads the object files of the library and the CLI (their symbols, through `nm`) 
 sources' `#include "..."` lines, and fails when
   * a file includes a header of a higher layer, or calls a function defined in one;
   * files call each other in a cycle (of any length, within a layer too);
-  * src/cli or src/server include a library header outside include/atlas/ (the `bench`
-    command may include the one header listed in PRIVATE_OK).
+  * src/cli, src/server or the `atlas bench` command (bench/cmd/bench.c) include a library
+    header outside include/atlas/ and their own directory (the bench command may include
+    the one header listed in PRIVATE_OK).
 The layers, lowest first, are those of docs/ARCHITECTURE.md.
 
 usage: tools/layers.py BUILD_DIR [--graph]   (run by the ctest `layers`)
@@ -34,8 +35,8 @@ LAYERS = [
 LAYER_NAMES = {0: "core", 1: "format", 2: "tokenizer", 3: "chat", 4: "backend", 5: "model",
                6: "engine/parallel", 7: "server/cli"}
 
-# The one internal header a front end may include, and who may (ISSUE: bench's timings).
-PRIVATE_OK = {("src/cli/bench.c", "src/bench/bench.h")}
+# The one internal header the `atlas bench` command may include besides include/atlas/.
+PRIVATE_OK = {("bench/cmd/bench.c", "bench/cmd/bench_internal.h")}
 
 
 def layer_of(path):
@@ -48,6 +49,8 @@ def layer_of(path):
         return None
     if parts[0] == "src" and len(parts) == 2:
         return None
+    if parts[:2] == ["bench", "cmd"]:
+        return 7  # the `atlas bench` command and its measuring code, beside the CLI
     if parts[:2] == ["include", "atlas"]:
         return PUBLIC_LAYER.get(parts[2])
     return None
@@ -63,7 +66,7 @@ PUBLIC_LAYER = {
 
 def objects(build):
     out = {}
-    for target in ("atlas_lib.dir", "atlas.dir"):
+    for target in ("atlas_lib.dir", "atlas.dir", "atlas_bench.dir"):
         base = os.path.join(build, "CMakeFiles", target)
         for dirpath, _, files in os.walk(base):
             for f in files:
@@ -168,7 +171,7 @@ def main(argv):
              for src, (_, und) in syms.items()}
 
     sources = []
-    for top in ("src", "include/atlas"):
+    for top in ("src", "include/atlas", "bench/cmd"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if f.endswith((".c", ".h")):
@@ -187,12 +190,14 @@ def main(argv):
                 if la is not None and lb is not None and lb > la:
                     problems.append(f"{a} ({LAYER_NAMES[la]}) {kind} {b} ({LAYER_NAMES[lb]}): "
                                     "upward")
+    fronts = ("src/cli/", "src/server/", "bench/cmd/bench.c")
     for a, bs in sorted(incs.items()):
-        if a.startswith(("src/cli/", "src/server/")):
-            front = a.split("/")[1]
+        if a.startswith(fronts):
+            own = os.path.dirname(a) + "/"
             for b in bs:
-                if (b.startswith("src/") and not b.startswith(f"src/{front}/")
-                        and (a, b) not in PRIVATE_OK):
+                if (not b.startswith("include/atlas/") and not b.startswith(own)
+                        or b.startswith("bench/") and a.startswith("bench/")) \
+                        and (a, b) not in PRIVATE_OK:
                     problems.append(f"{a} includes {b}: front ends use include/atlas/ only")
     for comp in sccs(calls):
         problems.append("files call each other: " + " <-> ".join(comp))

@@ -53,11 +53,8 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
         return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
     }
     if (st.st_size > 0) {
-        /* MAP_SHARED, not MAP_PRIVATE: the CUDA loader pins these pages for the copy engine
-         * (cuMemHostRegister, read-only; backend/cuda/direct.c), and Linux serves a long-term
-         * read-only pin of a private (copy-on-write) mapping by copying every page into
-         * anonymous memory first; a shared mapping of a read-only descriptor pins the page
-         * cache itself.  Read-only either way: nothing is ever written through it. */
+        /* A shared read-only mapping: its pages are the page cache's own (no copy-on-write
+         * bookkeeping), and nothing is ever written through it. */
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;

@@ -6,7 +6,7 @@
 // on both "<think>" and "</think>" and a seeded temperature-1 sampler it writes a seeded mix
 // of the two tags and other tokens. The same request through /v1/completions on the
 // rendered prompt gives the raw text (same prompt ids, seed, bias: the same tokens), which a
-// reference splitter written here from the rules in src/server/reasoning.h cuts up; the
+// reference splitter written here from the rules in include/atlas/reasoning.h cuts up; the
 // chat answer must equal that.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
