@@ -1,7 +1,8 @@
 /* test-c-api.c — every public header in include/atlas/ compiles as plain C11 (this file is
  * C) on its own and together, and the list below is complete: the test reads the directory
  * and fails when a header is missing from it. Also checks the few things of the API that
- * need no model: default params and status strings. */
+ * need no model: default params, status strings and the version. */
+#include "atlas/atlas.h"
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/host.h"
@@ -14,6 +15,7 @@
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "atlas/toolcall.h"
+#include "atlas/version.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -23,8 +25,9 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h",
+    "atlas.h", "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h",
     "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
+    "version.h",
 };
 
 static void test_all_included(void) {
@@ -49,8 +52,20 @@ static void test_all_included(void) {
     CHECK(headers >= 8);
 }
 
+/* The library says which version it is, the one the headers say. */
+static void test_version(void) {
+    char want[64];
+    snprintf(want, sizeof want, "%d.%d.%d", ATLAS_VERSION_MAJOR, ATLAS_VERSION_MINOR,
+             ATLAS_VERSION_PATCH);
+    CHECK(!strcmp(want, ATLAS_VERSION_STRING));
+    CHECK_MSG(atlas_version() != NULL && !strcmp(atlas_version(), ATLAS_VERSION_STRING),
+              "atlas_version() is %s, the header %s", atlas_version(), ATLAS_VERSION_STRING);
+    CHECK(ATLAS_API_VERSION >= 0);
+}
+
 int main(void) {
     test_all_included();
+    test_version();
     atlas_model_params p = atlas_model_default_params();
     CHECK(p.device == ATLAS_DEVICE_AUTO && p.kv_block_size > 0 && p.max_batch_tokens > 0 &&
           p.load_tokenizer == 1);

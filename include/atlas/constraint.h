@@ -28,8 +28,12 @@
  * sequence's position in a program; it computes the allowed tokens and advances by the
  * chosen one.
  *
- * Threads: a program and a vocabulary are immutable once built and may be shared; a matcher
- * belongs to one thread at a time. */
+ * Threads: a program and a vocabulary are immutable once built and may be shared (building
+ * one, with the add_ calls, belongs to one thread); a matcher belongs to one thread at a
+ * time.  Ownership: each _new, _copy and _from_ returns an object the caller frees with its
+ * _free; arguments are borrowed for the call, and what is kept of them is copied (literals,
+ * options, byte strings, the program a matcher follows), except the vocabulary that a
+ * matcher reads, which must outlive it. */
 #ifndef ATLAS_CONSTRAINT_H
 #define ATLAS_CONSTRAINT_H
 
@@ -59,17 +63,19 @@ enum {
 /* ---- programs ------------------------------------------------------------------------- */
 
 /* An empty program (complete at once).  Free with atlas_constraint_free. */
-atlas_status atlas_constraint_new(atlas_constraint **out);
-void atlas_constraint_free(atlas_constraint *c); /* NULL: no-op */
+ATLAS_API atlas_status atlas_constraint_new(atlas_constraint **out);
+ATLAS_API void atlas_constraint_free(atlas_constraint *c); /* NULL: no-op */
 
 /* Appends a segment.  Errors: ATLAS_ERR_RANGE beyond the limits above, ATLAS_ERR_INVALID
  * for an ambiguous CHOICE or number (see above: checked when the next segment is added, and
  * by atlas_constraint_matcher_new for one that ends the program), ATLAS_ERR_NOMEM.
  * A failed append leaves the program as it was.  An empty literal adds nothing. */
-atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len);
+ATLAS_API atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text,
+                                                    size_t len);
 /* options[n] NUL-terminated strings, copied; duplicates count once; n >= 1. */
-atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options, int n);
-atlas_status atlas_constraint_add_json_object(atlas_constraint *c);
+ATLAS_API atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options,
+                                                   int n);
+ATLAS_API atlas_status atlas_constraint_add_json_object(atlas_constraint *c);
 
 typedef enum atlas_constraint_json_kind {
     ATLAS_CONSTRAINT_JSON_OBJECT = 0, /* = atlas_constraint_add_json_object */
@@ -89,54 +95,56 @@ typedef enum atlas_constraint_json_kind {
 enum { ATLAS_CONSTRAINT_JSON_NULLABLE = 0x100 };
 
 /* kind: an atlas_constraint_json_kind, possibly | ATLAS_CONSTRAINT_JSON_NULLABLE. */
-atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind);
+ATLAS_API atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind);
 
 /* A deep copy (the engine keeps one per request). */
-atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);
+ATLAS_API atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);
 
-int atlas_constraint_n_segments(const atlas_constraint *c);
+ATLAS_API int atlas_constraint_n_segments(const atlas_constraint *c);
 
 /* ---- vocabularies --------------------------------------------------------------------- */
 
 /* From explicit byte strings: token id i has bytes[i][0 .. lens[i]); lens[i] == 0 (or
  * bytes[i] NULL) means the token is never allowed.  The bytes are copied. */
-atlas_status atlas_constraint_vocab_new(const char *const *bytes, const size_t *lens, int n,
-                                        atlas_constraint_vocab **out);
+ATLAS_API atlas_status atlas_constraint_vocab_new(const char *const *bytes, const size_t *lens,
+                                                  int n, atlas_constraint_vocab **out);
 
 /* From a tokenizer: ids 0 .. atlas_tokenizer_vocab_size(tok), each with
  * atlas_tokenizer_token_bytes (added tokens have their content, e.g. "<tool_call>").
  * skip_special: special tokens get no bytes (never allowed) — for a caller whose text drops
  * them, so that the text and the matched bytes stay the same. */
-atlas_status atlas_constraint_vocab_from_tokenizer(const atlas_tokenizer *tok, bool skip_special,
-                                                   atlas_constraint_vocab **out);
-void atlas_constraint_vocab_free(atlas_constraint_vocab *v); /* NULL: no-op */
-int atlas_constraint_vocab_size(const atlas_constraint_vocab *v);
+ATLAS_API atlas_status atlas_constraint_vocab_from_tokenizer(const atlas_tokenizer *tok,
+                                                             bool skip_special,
+                                                             atlas_constraint_vocab **out);
+ATLAS_API void atlas_constraint_vocab_free(atlas_constraint_vocab *v); /* NULL: no-op */
+ATLAS_API int atlas_constraint_vocab_size(const atlas_constraint_vocab *v);
 
 /* ---- matchers ------------------------------------------------------------------------- */
 
 /* A matcher at the start of c (copied: c may be freed after).  v must outlive the matcher.
  * v may be NULL for a matcher fed with atlas_constraint_matcher_accept_bytes only. */
-atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
-                                          const atlas_constraint_vocab *v,
-                                          atlas_constraint_matcher **out);
-void atlas_constraint_matcher_free(atlas_constraint_matcher *m); /* NULL: no-op */
+ATLAS_API atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
+                                                    const atlas_constraint_vocab *v,
+                                                    atlas_constraint_matcher **out);
+ATLAS_API void atlas_constraint_matcher_free(atlas_constraint_matcher *m); /* NULL: no-op */
 
 /* Sets allowed[id] to 1 for every token whose bytes are all accepted from the current state
  * and 0 for the others, for id in [0, n); ids at or beyond the vocabulary's size are 0.
  * Returns the number allowed (0 when the program is complete: nothing may follow). */
-int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed, int n);
+ATLAS_API int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed,
+                                               int n);
 
 /* Advances by token id.  ATLAS_ERR_INVALID (state unchanged) when the token is not allowed,
  * ATLAS_ERR_RANGE for an id outside the vocabulary. */
-atlas_status atlas_constraint_matcher_accept(atlas_constraint_matcher *m, int32_t id);
+ATLAS_API atlas_status atlas_constraint_matcher_accept(atlas_constraint_matcher *m, int32_t id);
 
 /* Advances by len bytes; ATLAS_ERR_INVALID (state unchanged) at the first byte refused,
  * naming its offset. */
-atlas_status atlas_constraint_matcher_accept_bytes(atlas_constraint_matcher *m,
-                                                   const char *bytes, size_t len);
+ATLAS_API atlas_status atlas_constraint_matcher_accept_bytes(atlas_constraint_matcher *m,
+                                                             const char *bytes, size_t len);
 
 /* True once the program is complete (the last segment's last byte was accepted). */
-bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m);
+ATLAS_API bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m);
 
 #ifdef __cplusplus
 }

@@ -30,9 +30,17 @@
  * handles open: with requests in flight the answer is ATLAS_ERR_BUSY and their count, and
  * the engine drains the model before it releases it.
  *
- * Threads: every call here is thread-safe.  Callbacks run on the scheduler thread: they
- * must be quick and must not block on the engine (atlas_engine_cancel and
- * atlas_engine_handle_free are allowed in them). */
+ * Threads: every call here is thread-safe, except atlas_engine_free, which is called once,
+ * when no other thread uses the engine, and never from a callback.  Callbacks run on the
+ * scheduler thread: they must be quick and must not block on the engine
+ * (atlas_engine_cancel and atlas_engine_handle_free are allowed in them).
+ *
+ * Ownership: the engine and the request handles are the caller's (atlas_engine_free,
+ * atlas_engine_handle_free).  Everything passed in is copied by the call that takes it (the
+ * params and model list by create, the request with its prompt, stop strings, constraint
+ * and forced tokens by submit), so the caller may free it when the call returns.  What the
+ * engine hands out (tokenizers, templates, model names) belongs to the engine and lives
+ * until atlas_engine_free; an event lives for its callback only. */
 #ifndef ATLAS_ENGINE_H
 #define ATLAS_ENGINE_H
 
@@ -91,17 +99,19 @@ typedef struct atlas_engine_params {
     int n_threads;        /* CPU backend workers; 0: one per core */
 } atlas_engine_params;
 
-atlas_engine_params atlas_engine_default_params(void);
+/* The defaults above (no models).  Pure. */
+ATLAS_API atlas_engine_params atlas_engine_default_params(void);
 
 /* Checks the params (ATLAS_ERR_INVALID naming the field; a model directory without
  * config.json is ATLAS_ERR_IO naming it) and starts the scheduler thread.  Loads no
- * model: the first request (or atlas_engine_load) does. */
-atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **out);
+ * model: the first request (or atlas_engine_load) does.  *out is the caller's
+ * (atlas_engine_free); NULL on failure. */
+ATLAS_API atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **out);
 
 /* Ends every request (finish CANCELLED), joins the thread, releases the models and frees
  * the engine.  Handles not yet freed stay valid until atlas_engine_handle_free.  NULL:
  * no-op. */
-void atlas_engine_free(atlas_engine *e);
+ATLAS_API void atlas_engine_free(atlas_engine *e);
 
 /* ---- requests ------------------------------------------------------------------------- */
 
@@ -197,22 +207,23 @@ typedef void (*atlas_event_cb)(const atlas_event *ev, void *user);
  * On success cb then receives TOKEN events and one END, possibly before submit returns.
  * With out non-NULL, *out is a handle for atlas_engine_cancel, which the caller frees
  * with atlas_engine_handle_free (any time, before or after the END). */
-atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atlas_event_cb cb,
-                                 void *user, atlas_request_handle **out);
+ATLAS_API atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req,
+                                           atlas_event_cb cb, void *user,
+                                           atlas_request_handle **out);
 
 /* Ends the request soon (END with CANCELLED, unless it already ended) and frees its KV
  * blocks at the next step boundary.  Safe from any thread, callbacks included. */
-void atlas_engine_cancel(atlas_request_handle *h);
+ATLAS_API void atlas_engine_cancel(atlas_request_handle *h);
 
 /* Drops the caller's handle (does not cancel).  NULL: no-op. */
-void atlas_engine_handle_free(atlas_request_handle *h);
+ATLAS_API void atlas_engine_handle_free(atlas_request_handle *h);
 
 /* ---- models --------------------------------------------------------------------------- */
 
 /* Loads the model now (evicting others as residency requires) and waits.  Errors are the
  * load's own (ATLAS_ERR_IO, ATLAS_ERR_FORMAT, ATLAS_ERR_DEVICE_NOMEM, ...), or
  * ATLAS_ERR_NOT_FOUND for an unknown name. */
-atlas_status atlas_engine_load(atlas_engine *e, const char *name);
+ATLAS_API atlas_status atlas_engine_load(atlas_engine *e, const char *name);
 
 /* Releases the model now when no request runs on it, and waits for that: ATLAS_OK (not
  * resident: ATLAS_OK too).  With requests running on it the release is refused:
@@ -222,7 +233,7 @@ atlas_status atlas_engine_load(atlas_engine *e, const char *name);
  * ended; atlas_engine_load of it before then takes that back.  Requests that arrive for it
  * after its release load it again.  An unload after the running requests have ended is
  * granted (or finds the model already released). */
-atlas_status atlas_engine_unload(atlas_engine *e, const char *name);
+ATLAS_API atlas_status atlas_engine_unload(atlas_engine *e, const char *name);
 
 typedef struct atlas_engine_model_status {
     const char *name;       /* valid while the engine lives */
@@ -239,21 +250,22 @@ typedef struct atlas_engine_model_status {
     char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
 } atlas_engine_model_status;
 
-/* Fills out[0 .. min(cap, n)) and returns n, the number of configured models. */
-int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap);
+/* Fills the caller's out[0 .. min(cap, n)) and returns n, the number of configured models
+ * (a snapshot: name and dir live as long as the engine). */
+ATLAS_API int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap);
 
 /* The model's tokenizer, loaded on first use (with the vocab_size of its config.json) and
  * kept, resident or not, until atlas_engine_free. */
-atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
-                                    const atlas_tokenizer **out);
+ATLAS_API atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
+                                              const atlas_tokenizer **out);
 
 /* The model's chat template, loaded on first use and kept likewise (ATLAS_ERR_NOT_FOUND
  * when the directory has none). */
-atlas_status atlas_engine_template(atlas_engine *e, const char *name,
-                                   const atlas_template **out);
+ATLAS_API atlas_status atlas_engine_template(atlas_engine *e, const char *name,
+                                             const atlas_template **out);
 
 /* The context size of a sequence of that model (ctx_size or the model's own limit). */
-atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out);
+ATLAS_API atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out);
 
 /* ---- metrics -------------------------------------------------------------------------- */
 
@@ -291,7 +303,8 @@ typedef struct atlas_engine_metrics {
     atlas_engine_hist swap;     /* each swap (or load) */
 } atlas_engine_metrics;
 
-void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out);
+/* A snapshot of the counters into the caller's *out. */
+ATLAS_API void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out);
 
 #ifdef __cplusplus
 }

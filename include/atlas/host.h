@@ -6,7 +6,12 @@
  * process runs: models come and go (each with its own kernel registry and memory), the
  * context stays, so that swapping models costs a weight upload, not a context.
  * Where there is no driver or no GPU, atlas_host_get fails with ATLAS_ERR_NO_DEVICE and the
- * reason, kept for `atlas info`; the engine then uses the CPU backend. */
+ * reason, kept for `atlas info`; the engine then uses the CPU backend.
+ *
+ * Threads: every function here may be called from any thread (binding is locked; each
+ * thread that uses the host makes its context current itself).  Ownership: the host, its
+ * properties and the reason string belong to the process and are never freed; the caller
+ * frees nothing it gets here. */
 #ifndef ATLAS_HOST_H
 #define ATLAS_HOST_H
 
@@ -38,17 +43,19 @@ typedef struct atlas_host_props {
  * again returns the same host; another ordinal fails with ATLAS_ERR_INVALID naming both.
  * ATLAS_ERR_NO_DEVICE when there is no driver or no such GPU (the message says why, and so
  * does atlas_host_unavailable_reason()).  Thread-safe.  The host is never freed. */
-atlas_status atlas_host_get(int ordinal, atlas_host **out);
+ATLAS_API atlas_status atlas_host_get(int ordinal, atlas_host **out);
 
 /* Why the last atlas_host_get failed with ATLAS_ERR_NO_DEVICE ("" if it has not), e.g.
- * "libcuda.so.1: cannot open shared object file: No such file or directory".  Static. */
-const char *atlas_host_unavailable_reason(void);
+ * "libcuda.so.1: cannot open shared object file: No such file or directory".  A static
+ * buffer, rewritten only by a failing atlas_host_get on another thread. */
+ATLAS_API const char *atlas_host_unavailable_reason(void);
 
 /* The device's properties, valid for the life of the process. */
-const atlas_host_props *atlas_host_properties(const atlas_host *host);
+ATLAS_API const atlas_host_props *atlas_host_properties(const atlas_host *host);
 
-/* Free and total device memory now (cuMemGetInfo). */
-atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes);
+/* Free and total device memory now (cuMemGetInfo), into the caller's two size_t. */
+ATLAS_API atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes,
+                                           size_t *total_bytes);
 
 #ifdef __cplusplus
 }

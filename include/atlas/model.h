@@ -9,7 +9,13 @@
  * request holds a handle, and a refused release is how it knows to drain the model first
  * (atlas/engine.h, "Releasing a model").
  *
- * The forward pass is internal (src/model/forward.h): the engine drives it. */
+ * The forward pass is internal (src/model/forward.h): the engine drives it.
+ *
+ * Threads: loading, the handle calls (the count is atomic) and the getters (a loaded model
+ * does not change) may be called from any thread; atlas_model_release from the owner's
+ * thread, once the owner itself no longer uses the model.  Ownership: what a getter returns
+ * (strings, the tokenizer, the eos ids) belongs to the model and is valid while it is
+ * loaded; arguments are borrowed for the call (load copies what it keeps of dir and p). */
 #ifndef ATLAS_MODEL_H
 #define ATLAS_MODEL_H
 
@@ -52,24 +58,26 @@ typedef struct atlas_model_params {
                              fails with ATLAS_ERR_INVALID (include/atlas/host.h) */
 } atlas_model_params;
 
-atlas_model_params atlas_model_default_params(void);
+/* The defaults above.  Pure; any thread. */
+ATLAS_API atlas_model_params atlas_model_default_params(void);
 
 /* Loads DIR (config.json, safetensors, tokenizer.json, generation_config.json) onto the
  * backend p asks for (NULL: defaults). On success *out is the owner's handle (count 1). */
-atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atlas_model **out);
+ATLAS_API atlas_status atlas_model_load(const char *dir, const atlas_model_params *p,
+                                        atlas_model **out);
 
 /* Another handle on m (returns m). */
-atlas_model *atlas_model_ref(atlas_model *m);
+ATLAS_API atlas_model *atlas_model_ref(atlas_model *m);
 /* Drops a handle taken with atlas_model_ref. NULL does nothing. */
-void atlas_model_unref(atlas_model *m);
+ATLAS_API void atlas_model_unref(atlas_model *m);
 /* Live handles, the owner's included. */
-int atlas_model_handles(const atlas_model *m);
+ATLAS_API int atlas_model_handles(const atlas_model *m);
 
 /* The owner's end of the model. With other handles live: ATLAS_ERR_BUSY, the message gives
  * their number, and nothing is unloaded (the owner's handle stays valid). Otherwise frees
  * everything; a failure to free anything is reported, every one of them in the message, but
  * m is gone either way. NULL returns ATLAS_OK. */
-atlas_status atlas_model_release(atlas_model *m);
+ATLAS_API atlas_status atlas_model_release(atlas_model *m);
 
 /* What `atlas info` prints. Strings are owned by the model. */
 typedef struct atlas_model_info {
@@ -97,23 +105,23 @@ typedef struct atlas_model_info {
 } atlas_model_info;
 
 /* Fills *info; valid while m is. */
-void atlas_model_get_info(const atlas_model *m, atlas_model_info *info);
+ATLAS_API void atlas_model_get_info(const atlas_model *m, atlas_model_info *info);
 
 /* The model's tokenizer, NULL when loaded with load_tokenizer = 0. Valid while m is. */
-const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m);
+ATLAS_API const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m);
 
 /* End-of-sequence ids: the union of config.json, generation_config.json and the tokenizer's
  * eos token. Returns their count; *ids stays valid while m is. */
-int atlas_model_eos(const atlas_model *m, const int32_t **ids);
+ATLAS_API int atlas_model_eos(const atlas_model *m, const int32_t **ids);
 /* 1 when id is one of them. */
-int atlas_model_is_eos(const atlas_model *m, int32_t id);
+ATLAS_API int atlas_model_is_eos(const atlas_model *m, int32_t id);
 
-int atlas_model_vocab_size(const atlas_model *m);
+ATLAS_API int atlas_model_vocab_size(const atlas_model *m);
 
 /* Geometry of the paged KV cache, for whoever hands out its blocks. */
-int atlas_model_kv_blocks(const atlas_model *m);
-int atlas_model_kv_block_size(const atlas_model *m);
-int atlas_model_max_batch_tokens(const atlas_model *m);
+ATLAS_API int atlas_model_kv_blocks(const atlas_model *m);
+ATLAS_API int atlas_model_kv_block_size(const atlas_model *m);
+ATLAS_API int atlas_model_max_batch_tokens(const atlas_model *m);
 
 /* What a model directory's generation_config.json asks of sampling, read without loading
  * the model: 0 in a field it does not set. Thread-safe; owns nothing. */
@@ -122,7 +130,8 @@ typedef struct atlas_generation_defaults {
     float top_p;
     int top_k;
 } atlas_generation_defaults;
-atlas_status atlas_model_generation_defaults(const char *dir, atlas_generation_defaults *out);
+ATLAS_API atlas_status atlas_model_generation_defaults(const char *dir,
+                                                       atlas_generation_defaults *out);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ extern "C" {
  * there is none, the NCCL version or why it cannot be loaded). Loads the driver and NCCL
  * when world > 1 and keeps nothing of them. Owns nothing; call it before anything touches
  * a GPU. */
-atlas_status atlas_tp_preflight(int world);
+ATLAS_API atlas_status atlas_tp_preflight(int world);
 
 #ifdef __cplusplus
 }

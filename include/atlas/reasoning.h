@@ -29,25 +29,25 @@ typedef struct atlas_reasoning atlas_reasoning;
 
 /* A new splitter in *out (the caller owns it; free with atlas_reasoning_free). inside: the
  * prompt already opened the block (atlas_reasoning_prompt_open). Thread-safe. */
-atlas_status atlas_reasoning_new(bool inside, atlas_reasoning **out);
+ATLAS_API atlas_status atlas_reasoning_new(bool inside, atlas_reasoning **out);
 
 /* Frees r and what it holds back; NULL is a no-op. Not while another thread feeds r. */
-void atlas_reasoning_free(atlas_reasoning *r);
+ATLAS_API void atlas_reasoning_free(atlas_reasoning *r);
 
 /* Feeds len bytes of piece (borrowed for the call; end: the last piece, then everything
  * held is released). Sets *reasoning and *content to what can be released now (malloc'd,
  * NUL-terminated, possibly ""; the caller frees both; both NULL on error). One thread at a
  * time per splitter. */
-atlas_status atlas_reasoning_feed(atlas_reasoning *r, const char *piece, size_t len, bool end,
-                                  char **reasoning, char **content);
+ATLAS_API atlas_status atlas_reasoning_feed(atlas_reasoning *r, const char *piece, size_t len,
+                                            bool end, char **reasoning, char **content);
 
 /* Whether a chat template writes thinking blocks (its source, borrowed, mentions "<think>";
  * NULL: false). Pure: any thread. */
-bool atlas_reasoning_template_thinks(const char *template_source);
+ATLAS_API bool atlas_reasoning_template_thinks(const char *template_source);
 
 /* Whether a rendered prompt (borrowed; NULL: false) ends inside an open block: its last tag
  * is "<think>", followed by whitespace only. Pure: any thread. */
-bool atlas_reasoning_prompt_open(const char *prompt);
+ATLAS_API bool atlas_reasoning_prompt_open(const char *prompt);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,11 @@
  * (seeded from the params, no global state), so the same seed and the same logits give
  * the same tokens on any thread.
  *
+ * Threads: a sampler belongs to one thread at a time; atlas_sampler_default_params and
+ * atlas_sampler_logprobs are pure and may be called from any thread.  Ownership: create
+ * returns a sampler the caller frees (atlas_sampler_free) and copies the params (logit_bias
+ * included); the arrays passed to the other calls are borrowed for the call.
+ *
  * Order of the transforms (that of Hugging Face transformers' generate):
  *   logit_bias (added, as OpenAI) -> repetition penalty (HF: divide a positive logit,
  *   multiply a negative one, once per distinct token) -> presence and frequency penalties
@@ -42,32 +47,34 @@ typedef struct atlas_sampler_params {
 } atlas_sampler_params;
 
 /* temperature 1, top_k 0, top_p 1, min_p 0, penalties neutral, seed 0, no bias. */
-atlas_sampler_params atlas_sampler_default_params(void);
+ATLAS_API atlas_sampler_params atlas_sampler_default_params(void);
 
 /* Validates params (ATLAS_ERR_INVALID naming the field) and creates a sampler. */
-atlas_status atlas_sampler_create(const atlas_sampler_params *params, atlas_sampler **out);
-void atlas_sampler_free(atlas_sampler *s); /* NULL: no-op */
+ATLAS_API atlas_status atlas_sampler_create(const atlas_sampler_params *params,
+                                            atlas_sampler **out);
+ATLAS_API void atlas_sampler_free(atlas_sampler *s); /* NULL: no-op */
 
 /* Tells the sampler that the first n tokens of every history passed to sample are the
  * prompt: they count for the repetition penalty (as HF and vLLM do) but not for presence
  * and frequency (OpenAI counts generated tokens only). Default 0. */
-void atlas_sampler_set_prompt_len(atlas_sampler *s, size_t n);
+ATLAS_API void atlas_sampler_set_prompt_len(atlas_sampler *s, size_t n);
 
 /* Picks the next token from logits[vocab], which it overwrites (the transforms are applied
  * in place: compute logprobs first if you want them of the raw logits). history[n_history]
  * is the sequence so far (prompt first, see set_prompt_len); may be NULL when n_history is
  * 0. ATLAS_ERR_RANGE when a history or logit_bias id is outside [0, vocab). */
-atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
-                                  const int32_t *history, size_t n_history, int32_t *out_id);
+ATLAS_API atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
+                                            const int32_t *history, size_t n_history,
+                                            int32_t *out_id);
 
 /* Log-softmax of the raw logits[vocab]: *logprob of id (pass NULL to skip), and the n_top
  * most likely ids with their logprobs, most likely first (ties: lower id first), into
  * top_ids[n_top] / top_logprobs[n_top] (may be NULL when n_top is 0). Returns the number
  * written (min(n_top, vocab)); ATLAS_ERR_RANGE if id is outside [0, vocab) and logprob is
  * wanted. Does not modify logits. */
-atlas_status atlas_sampler_logprobs(const float *logits, int vocab, int32_t id, float *logprob,
-                                    int n_top, int32_t *top_ids, float *top_logprobs,
-                                    int *n_written);
+ATLAS_API atlas_status atlas_sampler_logprobs(const float *logits, int vocab, int32_t id,
+                                              float *logprob, int n_top, int32_t *top_ids,
+                                              float *top_logprobs, int *n_written);
 
 #ifdef __cplusplus
 }

@@ -46,24 +46,24 @@ typedef struct atlas_server_params {
 } atlas_server_params;
 
 /* The defaults above.  Pure; thread-safe. */
-atlas_server_params atlas_server_default_params(void);
+ATLAS_API atlas_server_params atlas_server_default_params(void);
 
 /* Starts listening and serving engine; *out is owned by the caller (atlas_server_stop).
  * engine is borrowed: it must outlive the server.  The strings in p are copied (p may be
  * freed after the call); NULL p: the defaults.  Fails with ATLAS_ERR_INVALID or
  * ATLAS_ERR_RANGE for a bad parameter, ATLAS_ERR_IO when the address cannot be bound; *out
  * stays NULL then. */
-atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *p,
-                                atlas_server **out);
+ATLAS_API atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *p,
+                                          atlas_server **out);
 
 /* The bound TCP port (useful after asking for port 0).  Thread-safe while s lives. */
-int atlas_server_port(const atlas_server *s);
+ATLAS_API int atlas_server_port(const atlas_server *s);
 
 /* Stops accepting, ends every open request (streams get a last chunk and close; their
  * engine requests are cancelled), joins the connection threads and frees s.  Blocks for up
  * to a few seconds while requests in flight answer.  Call once, from the thread that owns
  * s, never from a request's own thread.  NULL: no-op. */
-void atlas_server_stop(atlas_server *s);
+ATLAS_API void atlas_server_stop(atlas_server *s);
 
 #ifdef __cplusplus
 }

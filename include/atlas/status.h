@@ -2,9 +2,18 @@
  *
  * Every call that can fail returns an atlas_status: ATLAS_OK (0) or a negative code.
  * On failure it also leaves a message saying what failed and where (file, tensor,
- * JSON path, byte offset) that atlas_last_error() returns on the same thread. */
+ * JSON path, byte offset) that atlas_last_error() returns on the same thread.
+ *
+ * The codes are stable: a code's value never changes and none is reused; new codes are
+ * added at the end, with the next negative value.  An embedder may store or compare them
+ * and must treat an unknown negative code as a failure (atlas_status_str names it).
+ *
+ * Threads: every function here may be called from any thread; the message is the calling
+ * thread's own.  Ownership: the strings returned are atlas's, never freed by the caller. */
 #ifndef ATLAS_STATUS_H
 #define ATLAS_STATUS_H
+
+#include "atlas/version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,14 +33,16 @@ typedef enum atlas_status {
     ATLAS_ERR_DEVICE = -10,     /* a driver call failed; the message names the call and error */
     ATLAS_ERR_RANGE = -11,      /* a value is out of range (token id, context length, ...) */
     ATLAS_ERR_INTERNAL = -12,   /* a bug in atlas: please report */
+    /* New codes go here, -13 next; the values above never change. */
 } atlas_status;
 
-/* Static string for a status, e.g. "ATLAS_ERR_BUSY". Never NULL. */
-const char *atlas_status_str(atlas_status status);
+/* Static string for a status, e.g. "ATLAS_ERR_BUSY" ("ATLAS_ERR_UNKNOWN" for a value that
+ * is not a code). Never NULL. */
+ATLAS_API const char *atlas_status_str(atlas_status status);
 
-/* The message left by the last failing call on this thread ("" if none). Valid until the
- * next atlas call on this thread. */
-const char *atlas_last_error(void);
+/* The message left by the last failing call on this thread ("" if none); this thread's
+ * buffer, valid until the next atlas call on this thread (copy it to keep it). */
+ATLAS_API const char *atlas_last_error(void);
 
 /* ---- reporting failures the same way --------------------------------------------------
  * For code layered on atlas (a server, a tool) that returns atlas_status and leaves its
@@ -47,12 +58,13 @@ const char *atlas_last_error(void);
 
 /* Sets this thread's message from fmt and returns status, so that callers can write
  * `return atlas_fail(ATLAS_ERR_IO, "%s: open: %s", path, strerror(errno));`. */
-atlas_status atlas_fail(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
+ATLAS_API atlas_status atlas_fail(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
 
 /* Prefixes this thread's message with fmt and ": " and returns status: adds where, one
  * level up (`return atlas_fail_wrap(st, "loading %s", dir);` yields "loading DIR: PATH:
  * open: No such file or directory"). */
-atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...) ATLAS_PRINTF(2, 3);
+ATLAS_API atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...)
+    ATLAS_PRINTF(2, 3);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,13 @@
  * process: 5 million steps, 256 MiB of values, 64 nested macro calls, range() of at most a
  * million items; past a bound the render fails with a message. Integers are 64-bit (an
  * overflow is an error where Python would grow them); values nested deeper than 400 levels
- * print as "..." and compare unequal where Python would raise RecursionError. */
+ * print as "..." and compare unequal where Python would raise RecursionError.
+ *
+ * Threads: load and parse may be called from any thread; a template's render and getters
+ * from any number of threads at once; atlas_template_free when no thread uses it anymore.
+ * Ownership: load and parse return a template the caller frees (atlas_template_free);
+ * render returns malloc'd text the caller free()s; the getters' strings are the
+ * template's; arguments (the json_t values included) are borrowed for the call. */
 #ifndef ATLAS_TEMPLATE_H
 #define ATLAS_TEMPLATE_H
 
@@ -34,14 +40,15 @@ struct json_t; /* jansson's */
  * chat_template, DIR/chat_template.jinja. Named templates are all kept; render picks
  * "tool_use" when tools are given and it exists, else "default" (as transformers does).
  * ATLAS_ERR_NOT_FOUND when the directory has no template. Free with atlas_template_free. */
-atlas_status atlas_template_load(const char *dir, atlas_template **out);
+ATLAS_API atlas_status atlas_template_load(const char *dir, atlas_template **out);
 
 /* Parses one template from source. name is used in error messages (NULL: "template");
  * bos/eos may be NULL (then they render as ""). The strings are copied. */
-atlas_status atlas_template_parse(const char *source, const char *name, const char *bos_token,
-                                  const char *eos_token, atlas_template **out);
+ATLAS_API atlas_status atlas_template_parse(const char *source, const char *name,
+                                            const char *bos_token, const char *eos_token,
+                                            atlas_template **out);
 
-void atlas_template_free(atlas_template *tmpl); /* NULL is a no-op */
+ATLAS_API void atlas_template_free(atlas_template *tmpl); /* NULL is a no-op */
 
 /* What to render. messages is the OpenAI "messages" array; tools the "tools" array or NULL;
  * kwargs an object of extra template variables (e.g. {"enable_thinking": false}) or NULL.
@@ -58,20 +65,21 @@ typedef struct atlas_template_input {
 /* Renders into *out (malloc'd, NUL-terminated; the caller frees it with free()).
  * ATLAS_ERR_INVALID for bad input (messages not an array), ATLAS_ERR_FORMAT for errors
  * while rendering (raise_exception, type errors), with line:column. */
-atlas_status atlas_template_render(const atlas_template *tmpl, const atlas_template_input *in,
-                                   char **out);
+ATLAS_API atlas_status atlas_template_render(const atlas_template *tmpl,
+                                             const atlas_template_input *in, char **out);
 
 /* The same, from JSON text: messages_json is required, tools_json / kwargs_json may be NULL.
  * JSON syntax errors name the argument and line:column. */
-atlas_status atlas_template_render_str(const atlas_template *tmpl, const char *messages_json,
-                                       const char *tools_json, bool add_generation_prompt,
-                                       const char *kwargs_json, char **out);
+ATLAS_API atlas_status atlas_template_render_str(const atlas_template *tmpl,
+                                                 const char *messages_json, const char *tools_json,
+                                                 bool add_generation_prompt,
+                                                 const char *kwargs_json, char **out);
 
 /* The source text of the default template (for choosing a tool-call format), and the
  * special tokens; valid while tmpl lives. Tokens are "" when absent. */
-const char *atlas_template_source(const atlas_template *tmpl);
-const char *atlas_template_bos(const atlas_template *tmpl);
-const char *atlas_template_eos(const atlas_template *tmpl);
+ATLAS_API const char *atlas_template_source(const atlas_template *tmpl);
+ATLAS_API const char *atlas_template_bos(const atlas_template *tmpl);
+ATLAS_API const char *atlas_template_eos(const atlas_template *tmpl);
 
 #ifdef __cplusplus
 }

@@ -9,8 +9,14 @@
  * none), decoder ByteLevel.  Anything else fails to load with ATLAS_ERR_UNSUPPORTED naming
  * the JSON path.
  *
- * A loaded tokenizer is immutable and thread-safe: any number of threads may encode and
- * decode with it at once (the per-word cache is internally locked). */
+ * Threads: a loaded tokenizer is immutable and thread-safe: any number of threads may call
+ * the functions that take a const atlas_tokenizer at once (the per-word cache is internally
+ * locked); atlas_tokenizer_set_vocab_size and atlas_tokenizer_free only while no other
+ * thread uses it.  A detokenizer belongs to one thread at a time.
+ * Ownership: load and detok_create return objects the caller frees (atlas_tokenizer_free,
+ * atlas_detok_free); encode and decode return malloc'd arrays the caller free()s; strings
+ * the other getters return belong to the tokenizer (valid while it lives); arguments are
+ * borrowed for the call. */
 #ifndef ATLAS_TOKENIZER_H
 #define ATLAS_TOKENIZER_H
 
@@ -28,53 +34,57 @@ typedef struct atlas_tokenizer atlas_tokenizer;
 
 /* Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (bos_token,
  * eos_token, added-token flags).  *out is owned by the caller: atlas_tokenizer_free(). */
-atlas_status atlas_tokenizer_load(const char *dir, atlas_tokenizer **out);
+ATLAS_API atlas_status atlas_tokenizer_load(const char *dir, atlas_tokenizer **out);
 
 /* The same from explicit paths; config_json may be NULL. */
-atlas_status atlas_tokenizer_load_files(const char *tokenizer_json, const char *config_json,
-                                        atlas_tokenizer **out);
+ATLAS_API atlas_status atlas_tokenizer_load_files(const char *tokenizer_json,
+                                                  const char *config_json, atlas_tokenizer **out);
 
 /* Tells the tokenizer the model's vocab_size (config.json): ids in [n_tokens, vocab_size)
  * are valid and decode to "" (padded embedding rows).  Call before sharing the tokenizer
  * between threads.  Fails with ATLAS_ERR_RANGE if vocab_size < 1. */
-atlas_status atlas_tokenizer_set_vocab_size(atlas_tokenizer *tok, size_t vocab_size);
+ATLAS_API atlas_status atlas_tokenizer_set_vocab_size(atlas_tokenizer *tok, size_t vocab_size);
 
-void atlas_tokenizer_free(atlas_tokenizer *tok); /* NULL is a no-op */
+ATLAS_API void atlas_tokenizer_free(atlas_tokenizer *tok); /* NULL is a no-op */
 
 /* Encodes len bytes of UTF-8 text (need not be NUL-terminated).  add_special applies the
  * post-processor's special tokens (TemplateProcessing BOS/EOS); special added tokens in the
  * text ("<|eot_id|>") are always matched as such, as HF tokenizers does.  *ids is malloc'd,
  * the caller free()s it (it may be NULL when *n_ids is 0).  Invalid UTF-8 fails with
  * ATLAS_ERR_INVALID naming the byte offset. */
-atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text, size_t len,
-                                    bool add_special, int32_t **ids, size_t *n_ids);
+ATLAS_API atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text,
+                                              size_t len, bool add_special, int32_t **ids,
+                                              size_t *n_ids);
 
 /* Decodes ids to text (NUL-terminated; *len excludes the NUL; the caller free()s *text).
  * skip_special drops special tokens.  Byte sequences that are not valid UTF-8 become
  * U+FFFD, like HF's decode.  Ids out of range fail with ATLAS_ERR_RANGE. */
-atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *ids, size_t n,
-                                    bool skip_special, char **text, size_t *len);
+ATLAS_API atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *ids,
+                                              size_t n, bool skip_special, char **text,
+                                              size_t *len);
 
 /* The token's own bytes (after the byte-level decoder; not necessarily valid UTF-8); ""
  * for padded ids without a string.  ATLAS_ERR_RANGE for id < 0 or id >= the vocab size
  * (set_vocab_size, else n_tokens).  *bytes lives as long as the tokenizer. */
-atlas_status atlas_tokenizer_token_bytes(const atlas_tokenizer *tok, int32_t id,
-                                         const char **bytes, size_t *len);
+ATLAS_API atlas_status atlas_tokenizer_token_bytes(const atlas_tokenizer *tok, int32_t id,
+                                                   const char **bytes, size_t *len);
 
 /* The id of a token by its vocabulary string (byte-level form, e.g. "Ġhello", or an added
  * token's content, e.g. "<|eot_id|>"); -1 when absent. */
-int32_t atlas_tokenizer_token_id(const atlas_tokenizer *tok, const char *token);
+ATLAS_API int32_t atlas_tokenizer_token_id(const atlas_tokenizer *tok, const char *token);
 
-size_t atlas_tokenizer_n_tokens(const atlas_tokenizer *tok);   /* max id with a string + 1 */
-size_t atlas_tokenizer_vocab_size(const atlas_tokenizer *tok); /* set_vocab_size or n_tokens */
+/* The max id with a string + 1; the vocab size (set_vocab_size, else n_tokens). */
+ATLAS_API size_t atlas_tokenizer_n_tokens(const atlas_tokenizer *tok);
+ATLAS_API size_t atlas_tokenizer_vocab_size(const atlas_tokenizer *tok);
 
-int32_t atlas_tokenizer_bos_id(const atlas_tokenizer *tok);        /* -1 when none */
-int32_t atlas_tokenizer_eos_id(const atlas_tokenizer *tok);        /* -1 when none */
-const char *atlas_tokenizer_bos_token(const atlas_tokenizer *tok); /* NULL when none */
-const char *atlas_tokenizer_eos_token(const atlas_tokenizer *tok); /* NULL when none */
+ATLAS_API int32_t atlas_tokenizer_bos_id(const atlas_tokenizer *tok);        /* -1 when none */
+ATLAS_API int32_t atlas_tokenizer_eos_id(const atlas_tokenizer *tok);        /* -1 when none */
+/* The tokens' strings, the tokenizer's (valid while it lives); NULL when none. */
+ATLAS_API const char *atlas_tokenizer_bos_token(const atlas_tokenizer *tok);
+ATLAS_API const char *atlas_tokenizer_eos_token(const atlas_tokenizer *tok);
 
 /* True for added tokens marked "special" (false for out-of-range ids). */
-bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id);
+ATLAS_API bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id);
 
 /* Incremental decoding, for streaming: each pushed token yields the text it completes,
  * never a broken UTF-8 sequence (bytes of an incomplete character wait for the next
@@ -82,14 +92,15 @@ bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id);
  * The concatenation of all pieces plus flush equals atlas_tokenizer_decode of all ids. */
 typedef struct atlas_detok atlas_detok;
 
-/* The tokenizer must outlive the detokenizer. */
-atlas_status atlas_detok_create(const atlas_tokenizer *tok, bool skip_special,
-                                atlas_detok **out);
+/* A detokenizer in *out, the caller's (atlas_detok_free); tok is borrowed and must outlive
+ * it. */
+ATLAS_API atlas_status atlas_detok_create(const atlas_tokenizer *tok, bool skip_special,
+                                          atlas_detok **out);
 /* *text (maybe "" with *len 0) is valid until the next call on d. */
-atlas_status atlas_detok_push(atlas_detok *d, int32_t id, const char **text, size_t *len);
+ATLAS_API atlas_status atlas_detok_push(atlas_detok *d, int32_t id, const char **text, size_t *len);
 /* Leftover bytes of an incomplete character, as U+FFFD; then d starts afresh. */
-atlas_status atlas_detok_flush(atlas_detok *d, const char **text, size_t *len);
-void atlas_detok_free(atlas_detok *d); /* NULL is a no-op */
+ATLAS_API atlas_status atlas_detok_flush(atlas_detok *d, const char **text, size_t *len);
+ATLAS_API void atlas_detok_free(atlas_detok *d); /* NULL is a no-op */
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,12 @@
  * A malformed call (bad JSON, no name) is given back as plain text, never an error.
  *
  * Streaming: feed pieces as they are decoded; the parser releases plain text at once except
- * what may still be the start of a tool call, which it holds until it can tell. */
+ * what may still be the start of a tool call, which it holds until it can tell.
+ *
+ * Threads: a parser belongs to one thread at a time (one per reply); the other functions
+ * keep no state and may be called from any thread.  Ownership: text is returned malloc'd
+ * (the caller frees it), calls are appended to the caller's jansson array or returned as a
+ * new one (the caller decrefs it); inputs are borrowed for the call. */
 #ifndef ATLAS_TOOLCALL_H
 #define ATLAS_TOOLCALL_H
 
@@ -36,30 +41,33 @@ typedef enum atlas_toolcall_format {
 /* Chooses the format from a chat template's source text (e.g. it mentions "<tool_call>"),
  * else from a model family / architecture name ("qwen3", "LlamaForCausalLM", "mistral"),
  * either may be NULL. ATLAS_TOOLCALL_NONE when nothing matches. */
-atlas_toolcall_format atlas_toolcall_format_detect(const char *template_source,
-                                                   const char *family);
-const char *atlas_toolcall_format_name(atlas_toolcall_format format); /* "hermes", ... */
+ATLAS_API atlas_toolcall_format atlas_toolcall_format_detect(const char *template_source,
+                                                             const char *family);
+/* "hermes", "llama3", ...: a static string. */
+ATLAS_API const char *atlas_toolcall_format_name(atlas_toolcall_format format);
 
 typedef struct atlas_toolcall_parser atlas_toolcall_parser;
 
-atlas_status atlas_toolcall_parser_new(atlas_toolcall_format format, atlas_toolcall_parser **out);
-void atlas_toolcall_parser_free(atlas_toolcall_parser *p); /* NULL is a no-op */
+/* A streaming parser in *out, the caller's until atlas_toolcall_parser_free. */
+ATLAS_API atlas_status atlas_toolcall_parser_new(atlas_toolcall_format format,
+                                                 atlas_toolcall_parser **out);
+ATLAS_API void atlas_toolcall_parser_free(atlas_toolcall_parser *p); /* NULL is a no-op */
 
 /* Feeds len bytes of generated text. Sets *text to the plain text that can be released now
  * (malloc'd, NUL-terminated, possibly ""; the caller frees it) and appends each completed
  * call to calls (a jansson array owned by the caller). */
-atlas_status atlas_toolcall_parser_feed(atlas_toolcall_parser *p, const char *piece, size_t len,
-                                        char **text, struct json_t *calls);
+ATLAS_API atlas_status atlas_toolcall_parser_feed(atlas_toolcall_parser *p, const char *piece,
+                                                  size_t len, char **text, struct json_t *calls);
 
 /* End of generation: releases everything held back (a call left open is text) and any
  * call completed by the end. Same outputs as feed. The parser can then be freed. */
-atlas_status atlas_toolcall_parser_finish(atlas_toolcall_parser *p, char **text,
-                                          struct json_t *calls);
+ATLAS_API atlas_status atlas_toolcall_parser_finish(atlas_toolcall_parser *p, char **text,
+                                                    struct json_t *calls);
 
 /* Whole text at once: *content gets the text outside the calls (malloc'd), *calls a new
  * array (the caller decrefs it; empty when there are none). */
-atlas_status atlas_toolcall_parse(atlas_toolcall_format format, const char *text,
-                                  char **content, struct json_t **calls);
+ATLAS_API atlas_status atlas_toolcall_parse(atlas_toolcall_format format, const char *text,
+                                            char **content, struct json_t **calls);
 
 #ifdef __cplusplus
 }
