@@ -264,7 +264,7 @@ static void test_backend(const char *dir) {
     CHECK_MSG(weight_is(w_nm, nm, 2), "fused bf16|f16 1-D weight differs");
     CHECK_MSG(weight_is(w_big, bg, 1), "big weight differs");
     CHECK_MSG(fk.bad_copy == 0, "%d copies not out of a pinned buffer", fk.bad_copy);
-    const cuda_load *ld = &((cuda_backend *)be)->load;
+    const cuda_load *ld = &((cuda_backend *)be)->wt.load;
     size_t want = a->nbytes + 2 * (b->nbytes / 4) + 2 * c->nbytes + n->nbytes + m->nbytes +
                   big->nbytes;
     CHECK_MSG(ld->staged_bytes == want, "staged %zu bytes, want %zu", ld->staged_bytes, want);

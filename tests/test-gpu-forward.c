@@ -91,7 +91,7 @@ static atlas_model *load_with(const char *dir, atlas_device dev, int kv_tokens,
     atlas_status st = atlas_model_load_opts(dir, &p, opts, &m);
     CHECK_MSG(st == ATLAS_OK, "loading %s on %s: %s", dir, dev == ATLAS_DEVICE_CPU ? "cpu" : "cuda",
               atlas_last_error());
-    if (m && opts == &ALT) ((cuda_backend *)atlas_model_backend(m))->gemv_ng = ALT_NG;
+    if (m && opts == &ALT) ((cuda_backend *)atlas_model_backend(m))->plan.gemv_ng = ALT_NG;
     return m;
 }
 

@@ -264,7 +264,7 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
         begin(1, 1, start0 + rep, start1 + rep, 2);
         buf_random(&x, 0.25f); /* moderate scores: a peaked softmax magnifies bf16 K rounding */
         buf_poison(&att);
-        uint64_t captures = cb->graph_captures, replays = cb->graph_replays;
+        uint64_t captures = cb->plan.graph_captures, replays = cb->plan.graph_replays;
         atlas_backend *bes[] = {cpu, gpu};
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = bes[i];
@@ -284,14 +284,15 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
          * so the error is the cache's, not a kernel's */
         snprintf(what, sizeof what, "graph step %d attention", rep);
         buf_check(what, &att, 2 * H * HD, 2e-2, gpu);
-        if (cb->use_graphs)
-            CHECK_MSG(cb->graph_captures + cb->graph_replays == captures + replays + 1,
+        if (cb->plan.use_graphs)
+            CHECK_MSG(cb->plan.graph_captures + cb->plan.graph_replays == captures + replays + 1,
                       "step %d: %llu captures, %llu replays", rep,
-                      (unsigned long long)cb->graph_captures, (unsigned long long)cb->graph_replays);
+                      (unsigned long long)cb->plan.graph_captures,
+                      (unsigned long long)cb->plan.graph_replays);
     }
     buf *all[] = {&x, &h, &qkv, &att};
     for (int i = 0; i < 4; i++) buf_free(all[i]);
-    if (cb->use_graphs) CHECK_MSG(cb->graph_replays >= 1, "no graph was replayed");
+    if (cb->plan.use_graphs) CHECK_MSG(cb->plan.graph_replays >= 1, "no graph was replayed");
 }
 
 /* argmax over a vocabulary of many slices (atlas_argmax_wide: 18 blocks a row), run twice
@@ -371,7 +372,7 @@ static void test_prefill_bf16(weight *norm) {
     buf_check("prefill bf16: residual x", &x, (size_t)N * D, 1e-2, gpu);
     buf_check("prefill bf16: norm output h", &h, (size_t)N * D, 1e-2, gpu);
     buf_check("prefill bf16: gate_up->swiglu->down", &mlp, (size_t)N * D, 1e-2, gpu);
-    if (cb->lt) {
+    if (cb->mod.lt) {
         float *a = malloc((size_t)HALF * F * 4);
         CHECK_OK(gpu->ops->download(gpu, a, act.gpu, (size_t)HALF * F));
         size_t written = 0;
@@ -380,7 +381,7 @@ static void test_prefill_bf16(weight *norm) {
                   "chain did not run", written);
         free(a);
     } else {
-        printf("  prefill bf16 chain not taken (cuBLASLt %s)\n", cuda_lt_version(cb->lt));
+        printf("  prefill bf16 chain not taken (cuBLASLt %s)\n", cuda_lt_version(cb->mod.lt));
     }
     buf *all[] = {&x, &h, &att, &o, &q, &gu, &act, &mlp};
     for (int i = 0; i < 8; i++) buf_free(all[i]);
@@ -494,7 +495,7 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
                                                            (size_t)slot * kw) * 2,
                                   0x7fc07fc0u, (size_t)kw / 2));
         CHECK_OK(ATLAS_CU(cuCtxSynchronize));
-        uint64_t away = cb->fused_away;
+        uint64_t away = cb->plan.fused_away;
         atlas_backend *bes[] = {cpu, gpu};
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = bes[i];
@@ -554,9 +555,9 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
                        kv ? "v" : "k", e);
             }
         }
-        if (rep == 0 && cb->use_graphs)
-            CHECK_MSG(cb->fused_away - away == want_away, "tails hd %d: %llu commands fused "
-                      "away, want %llu", hd, (unsigned long long)(cb->fused_away - away),
+        if (rep == 0 && cb->plan.use_graphs)
+            CHECK_MSG(cb->plan.fused_away - away == want_away, "tails hd %d: %llu commands fused "
+                      "away, want %llu", hd, (unsigned long long)(cb->plan.fused_away - away),
                       (unsigned long long)want_away);
     }
     free(got);
@@ -589,7 +590,7 @@ static void test_tails_hd128(int ng, int hidden) {
     CHECK_OK(atlas_backend_cuda_create(&g, &o, &gpu));
     CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
     if (gpu && cpu) {
-        ((cuda_backend *)gpu)->gemv_ng = ng;
+        ((cuda_backend *)gpu)->plan.gemv_ng = ng;
         printf("tails, head_dim 128, hidden %d, ng %d\n", hidden, ng);
         atlas_kv *kc = NULL, *kg = NULL;
         CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
@@ -610,7 +611,7 @@ static void matmul_with(const atlas_backend_geom *g, const atlas_backend_options
                         const char *tag) {
     atlas_backend *own = NULL;
     CHECK_OK(atlas_backend_cuda_create(g, o, &own));
-    if (own) ((cuda_backend *)own)->gemv_ng = ng;
+    if (own) ((cuda_backend *)own)->plan.gemv_ng = ng;
     if (own) test_matmul(own, tag);
     if (own) own->ops->destroy(own);
 }
@@ -681,14 +682,14 @@ int main(void) {
     }
     cuda_backend *cb = (cuda_backend *)gpu;
     CHECK_OK(cuda_ready(cb)); /* kernels and cuBLASLt: a model load makes them in weights_done */
-    printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->lt),
-           cb->launch_ex ? "on" : "off");
+    printf("cuBLASLt: %s, programmatic dependent launch: %s\n", cuda_lt_version(cb->mod.lt),
+           cb->dev.launch_ex ? "on" : "off");
 
     /* default: n = 1 on the block kernels, 2..8 on the mma kernel (the fp32 warp kernels when
      * k % 32 != 0), more on cuBLASLt; "own": our GEMM for more (no cuBLASLt, as every later
      * backend here); then without PDL, and without graphs (as many test_matmul runs as
      * before the switches went: every check draws from one random stream) */
-    test_matmul(gpu, cb->lt ? "lt" : "own");
+    test_matmul(gpu, cb->mod.lt ? "lt" : "own");
     atlas_backend_options own = {.no_cublaslt = 1}, nopdl = {.no_cublaslt = 1, .no_pdl = 1};
     atlas_backend_options nograph = {.no_cublaslt = 1, .no_graphs = 1};
     matmul_with(&g, &own, 0, "own");
@@ -732,7 +733,7 @@ int main(void) {
                                        .no_graphs = pass == 1};
             CHECK_OK(atlas_backend_cuda_create(&g, &o, &gpu));
             if (!gpu) break;
-            if (pass == 2) ((cuda_backend *)gpu)->gemv_ng = 3;
+            if (pass == 2) ((cuda_backend *)gpu)->plan.gemv_ng = 3;
             const atlas_tensor_view *v[1] = {&tn.view};
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
             v[0] = &tq.view;
@@ -766,8 +767,9 @@ int main(void) {
         test_layer_ops(kc, kg, 300, 0, 450, 0, "prefill 300 (450..749)", &norm, &qn, &kn);
         test_layer_ops(kc, kg, 1, 1, 750, 150, "decode 1+1 at 750", &norm, &qn, &kn);
         cb = (cuda_backend *)gpu;
-        printf("graphs: %llu captured, %llu replayed\n", (unsigned long long)cb->graph_captures,
-               (unsigned long long)cb->graph_replays);
+        printf("graphs: %llu captured, %llu replayed\n",
+               (unsigned long long)cb->plan.graph_captures,
+               (unsigned long long)cb->plan.graph_replays);
         cpu->ops->kv_free(cpu, kc);
         gpu->ops->kv_free(gpu, kg);
         if (pass >= 1) {

@@ -42,9 +42,9 @@ static atlas_status time_median(cuda_backend *cb, bench_fn fn, void *ctx, double
     if (st == ATLAS_OK) st = ATLAS_CU(cuEventCreate, &e1, ATLAS_CU_EVENT_DEFAULT);
     if (st == ATLAS_OK) st = fn(cb, ctx);
     for (int i = 0; i < REPS && st == ATLAS_OK; i++) {
-        st = ATLAS_CU(cuEventRecord, e0, cb->stream);
+        st = ATLAS_CU(cuEventRecord, e0, cb->dev.stream);
         if (st == ATLAS_OK) st = fn(cb, ctx);
-        if (st == ATLAS_OK) st = ATLAS_CU(cuEventRecord, e1, cb->stream);
+        if (st == ATLAS_OK) st = ATLAS_CU(cuEventRecord, e1, cb->dev.stream);
         if (st == ATLAS_OK) st = ATLAS_CU(cuEventSynchronize, e1);
         if (st == ATLAS_OK) st = ATLAS_CU(cuEventElapsedTime, &t[i], e0, e1);
     }
@@ -60,7 +60,7 @@ static atlas_status time_median(cuda_backend *cb, bench_fn fn, void *ctx, double
 static atlas_status fill(cuda_backend *cb, CUfunction f, CUdeviceptr p, size_t bytes, unsigned seed) {
     long long n = (long long)(bytes / 4);
     void *a[] = {&p, &n, &seed};
-    return ATLAS_CU(cuLaunchKernel, f, 4096, 1, 1, 256, 1, 1, 0, cb->stream, a, NULL);
+    return ATLAS_CU(cuLaunchKernel, f, 4096, 1, 1, 256, 1, 1, 0, cb->dev.stream, a, NULL);
 }
 
 typedef struct read_ctx {
@@ -73,7 +73,7 @@ typedef struct read_ctx {
 static atlas_status run_read(cuda_backend *cb, void *ctx) {
     read_ctx *r = ctx;
     void *a[] = {&r->sink, &r->buf, &r->n16};
-    return ATLAS_CU(cuLaunchKernel, r->probe, r->grid, 1, 1, 512, 1, 1, 0, cb->stream, a, NULL);
+    return ATLAS_CU(cuLaunchKernel, r->probe, r->grid, 1, 1, 512, 1, 1, 0, cb->dev.stream, a, NULL);
 }
 
 typedef struct h2d_ctx {
@@ -84,7 +84,7 @@ typedef struct h2d_ctx {
 
 static atlas_status run_h2d(cuda_backend *cb, void *ctx) {
     h2d_ctx *c = ctx;
-    return ATLAS_CU(cuMemcpyHtoDAsync, c->dst, c->src, c->bytes, cb->stream);
+    return ATLAS_CU(cuMemcpyHtoDAsync, c->dst, c->src, c->bytes, cb->dev.stream);
 }
 
 /* Host-to-device rate from pinned memory: the floor of any model load (weights must cross
@@ -97,7 +97,7 @@ static atlas_status measure_h2d(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
     h2d_ctx c = {dst, src, bytes};
     double ms = 0;
     atlas_status st = time_median(cb, run_h2d, &c, &ms);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
     atlas_driver_get()->cuMemFreeHost(src);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: timing %zu-byte host-to-device copies", bytes);
     out->h2d_bytes = bytes;
@@ -114,28 +114,28 @@ typedef struct gemm_ctx {
 static atlas_status run_gemm(cuda_backend *cb, void *ctx) {
     gemm_ctx *g = ctx;
     if (g->use_lt)
-        return cuda_lt_matmul(cb->lt, cb->stream, g->out, 0, g->xb, g->w, g->n, g->n, g->n, cb->lt_ws,
-                              cb->lt_ws_bytes);
+        return cuda_lt_matmul(cb->mod.lt, cb->dev.stream, g->out, 0, g->xb, g->w, g->n, g->n, g->n,
+                              cb->ws.lt_ws, cb->ws.lt_ws_bytes);
     CUdeviceptr bias = 0;
     void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->n, &g->n};
     unsigned blocks = (unsigned)((g->n + 127) / 128);
-    return ATLAS_CU(cuLaunchKernel, cb->fn.gemm, blocks, blocks, 1, 256, 1, 1, 0, cb->stream, a,
-                    NULL);
+    return ATLAS_CU(cuLaunchKernel, cb->mod.fn.gemm, blocks, blocks, 1, 256, 1, 1, 0,
+                    cb->dev.stream, a, NULL);
 }
 
 static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_bench_ceilings *out,
                             CUdeviceptr *bufs) {
     CUfunction probe, fillf;
-    ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
-    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_read_probe", &probe));
-    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_fill_pattern", &fillf));
-    const atlas_host_props *hp = atlas_host_properties(cb->host);
+    ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "bench"));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_read_probe", &probe));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_fill_pattern", &fillf));
+    const atlas_host_props *hp = atlas_host_properties(cb->dev.host);
     snprintf(out->device, sizeof out->device, "%.200s (sm_%d%d, %d SMs)", hp->name, hp->cc_major,
              hp->cc_minor, hp->sm_count);
 
     read_ctx r = {probe, 0, 0, (long long)(read_bytes / 16), (unsigned)hp->sm_count * 4};
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, read_bytes, "bench read buffer", &bufs[0]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)r.grid * 4, "bench sink", &bufs[1]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, read_bytes, "bench read buffer", &bufs[0]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, (size_t)r.grid * 4, "bench sink", &bufs[1]));
     r.buf = bufs[0];
     r.sink = bufs[1];
     ATLAS_TRY(fill(cb, fillf, r.buf, read_bytes, 1));
@@ -150,10 +150,10 @@ static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_be
 
     size_t nn = (size_t)n * n;
     gemm_ctx g = {0, 0, 0, 0, n, 0};
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 4, "bench gemm out", &bufs[2]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 4, "bench gemm x", &bufs[3]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 2, "bench gemm w", &bufs[4]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, nn * 2, "bench gemm x bf16", &bufs[5]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, nn * 4, "bench gemm out", &bufs[2]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, nn * 4, "bench gemm x", &bufs[3]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, nn * 2, "bench gemm w", &bufs[4]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, nn * 2, "bench gemm x bf16", &bufs[5]));
     g.out = bufs[2], g.x = bufs[3], g.w = bufs[4], g.xb = bufs[5];
     ATLAS_TRY(fill(cb, fillf, g.x, nn * 4, 2));
     ATLAS_TRY(fill(cb, fillf, g.w, nn * 2, 3));
@@ -162,8 +162,8 @@ static atlas_status measure(cuda_backend *cb, size_t read_bytes, int n, atlas_be
     out->gemm_size = n;
     ATLAS_TRY(time_median(cb, run_gemm, &g, &ms));
     out->own_tflops = flop / (ms * 1e9);
-    snprintf(out->lt_version, sizeof out->lt_version, "%s", cuda_lt_version(cb->lt));
-    if (cb->lt) {
+    snprintf(out->lt_version, sizeof out->lt_version, "%s", cuda_lt_version(cb->mod.lt));
+    if (cb->mod.lt) {
         g.use_lt = 1;
         ATLAS_TRY(time_median(cb, run_gemm, &g, &ms));
         out->lt_tflops = flop / (ms * 1e9);
@@ -188,12 +188,12 @@ atlas_status atlas_bench_ceilings_measure(atlas_model *m, size_t read_bytes, int
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "the ceilings need", &cb));
     ATLAS_TRY(cuda_ready(cb));
-    ATLAS_TRY(atlas_host_upload_wait(cb->host));
+    ATLAS_TRY(atlas_host_upload_wait(cb->dev.host));
     CUdeviceptr bufs[6] = {0};
     atlas_status st = measure(cb, read_bytes, gemm_size, out, bufs);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
     for (int i = 0; i < 6; i++) {
-        atlas_status fs = atlas_registry_free(cb->reg, bufs[i]);
+        atlas_status fs = atlas_registry_free(cb->mod.reg, bufs[i]);
         if (st == ATLAS_OK) st = fs;
     }
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: measuring the device");
@@ -204,10 +204,10 @@ atlas_status atlas_bench_memory_get(atlas_model *m, atlas_bench_memory *out) {
     memset(out, 0, sizeof *out);
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "memory use needs", &cb));
-    out->staged_bytes = cb->load.staged_bytes;
-    out->total = atlas_registry_alloc_bytes(cb->reg);
-    out->weights = cb->weight_bytes;
-    out->kv = cb->kv_bytes;
+    out->staged_bytes = cb->wt.load.staged_bytes;
+    out->total = atlas_registry_alloc_bytes(cb->mod.reg);
+    out->weights = cb->wt.weight_bytes;
+    out->kv = cb->wt.kv_bytes;
     out->workspace = out->total - out->weights - out->kv;
     return ATLAS_OK;
 }
@@ -216,8 +216,8 @@ atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64
     *captures = *replays = 0;
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "graph counts need", &cb));
-    *captures = cb->graph_captures;
-    *replays = cb->graph_replays;
+    *captures = cb->plan.graph_captures;
+    *replays = cb->plan.graph_replays;
     return ATLAS_OK;
 }
 
@@ -232,12 +232,12 @@ static atlas_status run_gemv(cuda_backend *cb, void *ctx) {
     CUdeviceptr bias = 0;
     void *a[] = {&g->out, &g->x, &g->w, &bias, &g->n, &g->m, &g->k};
     unsigned blocks = (unsigned)((g->m + g->rows_per_block - 1) / g->rows_per_block);
-    return ATLAS_CU(cuLaunchKernel, g->f, blocks, 1, 1, (unsigned)g->threads, 1, 1, 0, cb->stream, a,
-                    NULL);
+    return ATLAS_CU(cuLaunchKernel, g->f, blocks, 1, 1, (unsigned)g->threads, 1, 1, 0,
+                    cb->dev.stream, a, NULL);
 }
 
 static atlas_status run_graph(cuda_backend *cb, void *ctx) {
-    return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->stream);
+    return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->dev.stream);
 }
 
 /* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
@@ -246,7 +246,7 @@ static atlas_status run_graph(cuda_backend *cb, void *ctx) {
 static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
                                int ng, double *us) {
     const atlas_driver *d = atlas_driver_get();
-    ATLAS_CU_TRY(cuStreamBeginCapture, cb->stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    ATLAS_CU_TRY(cuStreamBeginCapture, cb->dev.stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     atlas_status st = ATLAS_OK;
     CUdeviceptr bias = 0, out = bufs[2], x = bufs[1];
     int n = 1, groups = (m + 3) / 4;
@@ -254,10 +254,10 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     for (int i = 0; i < len && st == ATLAS_OK; i++) {
         CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
         void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};
-        st = cuda_gemv_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], groups, ng, a, 8);
+        st = cuda_gemv_rows(cb, cb->mod.fn.gemv1b, cb->mod.fn.gemv1c[0], groups, ng, a, 8);
     }
     CUgraph graph = NULL;
-    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->stream, &graph);
+    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->dev.stream, &graph);
     if (st == ATLAS_OK) st = end;
     cuda_graph g;
     memset(&g, 0, sizeof g);
@@ -287,17 +287,18 @@ static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdevice
         mmax = (size_t)ms[i] > mmax ? (size_t)ms[i] : mmax;
     }
     CUfunction fillf;
-    ATLAS_TRY(atlas_registry_function(cb->reg, "atlas_fill_pattern", &fillf));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, most, "profile w", &bufs[0]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * kmax * 4, "profile x", &bufs[1]));
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, 8 * mmax * 4, "profile out", &bufs[2]));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_fill_pattern", &fillf));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, most, "profile w", &bufs[0]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, 8 * kmax * 4, "profile x", &bufs[1]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, 8 * mmax * 4, "profile out", &bufs[2]));
     ATLAS_TRY(fill(cb, fillf, bufs[0], most, 5));
     ATLAS_TRY(fill(cb, fillf, bufs[1], 8 * kmax * 4, 6));
     struct { CUfunction f; int n, rows, threads; } vs[ATLAS_BENCH_GEMVS] = {
-        {cb->fn.gemv1b, 1, 4, 256}, {cb->fn.gemv8, 8, 8, 128}, {cb->fn.gemv_mma, 8, 16, 128}};
+        {cb->mod.fn.gemv1b, 1, 4, 256}, {cb->mod.fn.gemv8, 8, 8, 128},
+        {cb->mod.fn.gemv_mma, 8, 16, 128}};
     for (int v = 0; v < ATLAS_BENCH_GEMVS; v++)
         for (int i = 0; i < ATLAS_BENCH_SHAPES; i++) {
-            if (vs[v].f == cb->fn.gemv_mma && ks[i] % 32) continue; /* not for this shape */
+            if (vs[v].f == cb->mod.fn.gemv_mma && ks[i] % 32) continue; /* not for this shape */
             gemv_ctx c = {vs[v].f, bufs[2], bufs[1], bufs[0], vs[v].n, ms[i], ks[i], vs[v].rows,
                           vs[v].threads};
             double t;
@@ -315,8 +316,8 @@ static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdevice
     }
     cuda_graph *last = NULL;
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++)
-        if (cb->graphs[i].exec && (!last || cb->graphs[i].last_use > last->last_use))
-            last = &cb->graphs[i];
+        if (cb->plan.graphs[i].exec && (!last || cb->plan.graphs[i].last_use > last->last_use))
+            last = &cb->plan.graphs[i];
     if (last) {
         ATLAS_TRY(time_median(cb, run_graph, last, &out->graph_ms));
         out->graph_nodes = last->n_cmds;
@@ -329,12 +330,12 @@ atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
-    ATLAS_TRY(atlas_registry_load_module(cb->reg, "bench"));
+    ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "bench"));
     CUdeviceptr bufs[3] = {0};
     atlas_status st = profile(cb, out, bufs);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->stream);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
     for (int i = 0; i < 3; i++) {
-        atlas_status fs = atlas_registry_free(cb->reg, bufs[i]);
+        atlas_status fs = atlas_registry_free(cb->mod.reg, bufs[i]);
         if (st == ATLAS_OK) st = fs;
     }
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "bench: profiling decode");
@@ -373,7 +374,7 @@ atlas_status atlas_bench_cpu_info_get(atlas_model *m, atlas_bench_cpu_info *out)
     out->gpu_node = out->cpu_node = -1;
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "the CPU info needs", &cb));
-    CUdevice dev = atlas_host_device(cb->host);
+    CUdevice dev = atlas_host_device(cb->dev.host);
     int dom = 0, bus = 0, slot = 0;
     ATLAS_CU_TRY(cuDeviceGetAttribute, &dom, ATLAS_CU_ATTR_PCI_DOMAIN_ID, dev);
     ATLAS_CU_TRY(cuDeviceGetAttribute, &bus, ATLAS_CU_ATTR_PCI_BUS_ID, dev);
@@ -468,7 +469,7 @@ static void *probe_main(void *arg) {
 
 /* Makes the buffers, streams and events of T threads (freed by probe_free). */
 static atlas_status probe_make(file_probe *p, cuda_backend *cb, int T) {
-    ATLAS_TRY(atlas_registry_alloc(cb->reg, (size_t)T * PROBE_PIECE, "load probe", &p->dev));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, (size_t)T * PROBE_PIECE, "load probe", &p->dev));
     for (int b = 0; b < 2 * T; b++) {
         ATLAS_CU_TRY(cuMemHostAlloc, &p->buf[b], PROBE_PIECE, ATLAS_CU_MEMHOSTALLOC_PORTABLE);
         memset(p->buf[b], 0, PROBE_PIECE); /* the pool is made before the clock starts */
@@ -488,7 +489,7 @@ static void probe_free(file_probe *p, cuda_backend *cb, int T) {
     }
     for (int t = 0; t < T; t++)
         if (p->stream[t]) d->cuStreamDestroy(p->stream[t]);
-    if (p->dev) (void)atlas_registry_free(cb->reg, p->dev);
+    if (p->dev) (void)atlas_registry_free(cb->mod.reg, p->dev);
 }
 
 static atlas_status file_load(cuda_backend *cb, const char *const *paths, int n_paths,
@@ -496,7 +497,7 @@ static atlas_status file_load(cuda_backend *cb, const char *const *paths, int n_
     if (threads < 1 || threads > PROBE_THREADS_MAX)
         return atlas_fail(ATLAS_ERR_INVALID, "bench: load probe with %d threads (1..%d)", threads,
                           PROBE_THREADS_MAX);
-    ATLAS_TRY(atlas_host_make_current(cb->host));
+    ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     int fds[64], n_fds = 0, n_pieces = 0, cap = 0;
     probe_piece *pieces = NULL;
     atlas_status st = ATLAS_OK;
@@ -528,7 +529,7 @@ static atlas_status file_load(cuda_backend *cb, const char *const *paths, int n_
     file_probe *p = st == ATLAS_OK ? calloc(1, sizeof *p) : NULL;
     if (st == ATLAS_OK && !p) st = atlas_fail(ATLAS_ERR_NOMEM, "bench: out of memory");
     if (st == ATLAS_OK) {
-        *p = (file_probe){.host = cb->host, .pieces = pieces, .n_pieces = n_pieces};
+        *p = (file_probe){.host = cb->dev.host, .pieces = pieces, .n_pieces = n_pieces};
         pthread_mutex_init(&p->lock, NULL);
         double t0 = atlas_now_ms() / 1e3;
         st = probe_make(p, cb, threads);

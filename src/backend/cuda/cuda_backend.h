@@ -1,11 +1,20 @@
 /* backend/cuda/cuda_backend.h — the CUDA backend's state, shared by its files.  Internal to
  * backend/cuda.
  *
- *   backend_cuda.c  create/destroy, memory, weights (upload), KV cache, batch staging, the
- *                   command queue and CUDA-graph replay, download/argmax/sync
- *   ops_cuda.c      one launch function per op (grid shapes, kernel choice)
+ *   backend_cuda.c  create/destroy, the op table, memory, KV cache, ops recorded as commands
+ *   modules.c       the model's module set: kernels looked up, cuBLASLt opened (cuda_ready)
+ *   weight_load.c   weights (upload through the host's staging pool), weights_done
+ *   stage.c         the workspace, batch staging (begin_batch), the argmax id ring,
+ *                   download/argmax/sync
+ *   plan.c          the command queue, the exec list and CUDA-graph capture and replay
+ *   ops_cuda.c      one launch function per op (grid shapes, kernel choice), the fusions
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
+ *
+ * The state (cuda_backend) is a sub-struct a lifetime: dev (from the process host), mod (the
+ * module set, made at create), wt (the weights' upload), ws (the workspace, grown for the
+ * largest batch), batch (the staged batch and the steps in flight), plan (the queue, graphs
+ * and counters).
  *
  * Memory: weights bf16 [rows, cols]; KV cache bf16, per layer K and V pools of
  * [n_blocks * block_size, K, hd]; activations fp32 (act_size 4).
@@ -91,63 +100,108 @@ typedef struct cuda_load {
 /* The most views weight_load fuses into one queued upload (qkv: 3). */
 #define CUDA_FUSE_MAX 4
 
-typedef struct cuda_backend {
-    atlas_backend base; /* first: the op table sees this */
+/* From the process host (host.h): set at create and never changed. The host and its stream
+ * outlive every backend; nothing here is freed at destroy. */
+typedef struct cuda_device {
     atlas_host *host;
+    CUstream stream;        /* the host's model stream (atlas_host_stream) */
+    void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
+                               (Hopper and later, unless atlas_backend_options.no_pdl) */
+    void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+);
+                               NULL: none */
+} cuda_device;
+
+/* The model's module set and constants: made once at create (cuda_setup, cuda_ready) for the
+ * model's geometry; freed at destroy (atlas_registry_release unloads the modules and frees
+ * every device allocation left, the other sub-structs' included). */
+typedef struct cuda_modules {
     atlas_registry *reg;
-    CUstream stream;
     cuda_fns fn;
+    bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
+    bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
+    cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     double *inv_freq;       /* [hd/2] host copy */
     CUdeviceptr d_inv_freq; /* [hd/2] float */
-    CUdeviceptr d_rope;     /* [cap_tok, hd/2] (cos, sin) of the batch's positions */
+} cuda_modules;
 
-    /* the staged batch: host mirror and fixed device buffers of cap_tok / cap_table ints */
-    int n_tokens, n_seqs, n_logits, max_blocks, block_size;
-    int cap_tok, cap_table;
-    int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
+/* The weights and KV caches the caller holds (it frees each handle before destroy): the
+ * upload in flight and the bytes held. */
+typedef struct cuda_weights {
+    cuda_load load;
+    size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
+} cuda_weights;
+
+/* The workspace: device and pinned buffers for the largest batch seen, grown by begin_batch
+ * (stage_grow and the attention and cuBLASLt buffers after it; never shrunk: the graphs hold
+ * their addresses, so they go first, graphs_release) except lt_a and lt_ws, made with the
+ * cuBLASLt handle at create; freed at destroy. */
+typedef struct cuda_workspace {
+    int cap_tok, cap_table; /* tokens and block-table ints the staging buffers take */
+    CUdeviceptr d_rope;     /* [cap_tok, hd/2] (cos, sin) of the batch's positions */
     int32_t *h_stage[2];    /* pinned and mapped, [7 * cap_tok + cap_table] each: a batch's
                                CUDA_OP_STAGE command (the first of its list, so the first node
                                of a decode graph) reads it; batches take turns only when the
                                last one's may still be read (a queued step), so plain steps
                                use one buffer and so one graph */
     CUdeviceptr m_stage[2]; /* h_stage as the device addresses it */
-    int stage_stride;       /* ints a staged region takes in this batch: its tokens rounded up
-                               to 16, at most cap_tok (a function of the batch's size, so that
-                               a graph replayed for the same size finds its regions where it
-                               was recorded), so a step of one token copies 0.5 KB and not
-                               7 x cap_tok ints (bench/RESULTS.md, tenth session) */
     CUevent stage_sent[2];  /* recorded after a buffer's batch when the next one begins before
                                the stream was waited for */
-    bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
-    int stage_cur;          /* the last batch's */
     CUdeviceptr d_stage;    /* same layout, regions of stage_stride ints: tokens, positions,
                                slots, tok_seq, logit_rows, tiles (first token, count) [2 x],
                                then block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
     /* the argmax kernels write their ids into h_ids too (pinned and mapped, [3][ids_cap]):
-     * slot 2 a plain argmax's (IDS_PLAIN, backend_cuda.c); slots 0 and 1 the greedy steps queued a step ahead
-     * (argmax_queue): aq_n slots from aq_head wait to be collected, aq_done marks each one's
-     * kernel done */
+     * slot 2 a plain argmax's (IDS_PLAIN, stage.c); slots 0 and 1 the greedy steps queued a
+     * step ahead (argmax_queue): cuda_batch's aq_n slots from aq_head wait to be collected,
+     * aq_done marks each one's kernel done */
     int32_t *h_ids;
     CUdeviceptr m_ids;      /* h_ids as the device addresses it */
     int ids_cap;            /* ids a slot of h_ids */
     CUevent aq_done[2];
-    int aq_head, aq_n, aq_rows[2];
-    bool ids_queued;        /* d_ids holds the last queued argmax's ids (argmax_queue) */
-    CUdeviceptr tok_src;    /* the batch's tokens: 0 the staged ones, else d_ids (a batch
-                               whose tokens are the step before's ids) */
     /* attention split-K workspace */
-    int n_split, chunk;
     CUdeviceptr part_o, part_ml;
     CUdeviceptr attn_counters; /* [counter_cap, H] ints (a block of heads a counter, at most
                                   H of them), zero between launches */
     int counter_cap;
     size_t part_bytes;
+    CUdeviceptr lt_a;       /* bf16 copy of x for cuBLASLt */
+    size_t lt_a_bytes;
+    CUdeviceptr lt_ws;      /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    CUdeviceptr lt_h;       /* bf16 copy of the last RMSNorm's output [cap, d] (begin_batch) */
+    size_t lt_h_bytes;
+} cuda_workspace;
 
-    /* commands and graphs: inside a batch the ops are queued and run at the next flush
-     * (download, argmax, sync), so that exec_fused sees what follows each op; a decode
-     * batch's list runs as a CUDA graph */
+/* The staged batch, set by begin_batch and read by its commands until the next one; and the
+ * steps in flight across batches: which staging buffer may still be read, the argmax steps
+ * queued a step ahead (argmax_queue until argmax_collect). */
+typedef struct cuda_batch {
+    /* the staged batch (its host mirror and fixed device buffers of cap_tok / cap_table ints
+     * are the workspace's h_stage and d_stage) */
+    int n_tokens, n_seqs, n_logits, max_blocks, block_size;
+    int n_tiles;            /* prefill attention tiles (<= 64 tokens of one sequence) */
+    int stage_stride;       /* ints a staged region takes in this batch: its tokens rounded up
+                               to 16, at most cap_tok (a function of the batch's size, so that
+                               a graph replayed for the same size finds its regions where it
+                               was recorded), so a step of one token copies 0.5 KB and not
+                               7 x cap_tok ints (bench/RESULTS.md, tenth session) */
+    bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
+    int stage_cur;          /* the last batch's */
+    CUdeviceptr tok_src;    /* the batch's tokens: 0 the staged ones, else d_ids (a batch
+                               whose tokens are the step before's ids) */
+    int n_split, chunk;     /* the attention split-K plan of the batch */
+    int aq_head, aq_n, aq_rows[2]; /* the queued argmax steps in h_ids (cuda_workspace) */
+    bool ids_queued;        /* d_ids holds the last queued argmax's ids (argmax_queue) */
+} cuda_batch;
+
+/* The plan: how recorded commands run (options fixed at create), the queue of a batch's
+ * commands and the CUDA graphs captured of decode steps (dropped before the workspace moves
+ * and at destroy), and what ran, counted.
+ * Commands and graphs: inside a batch the ops are queued and run at the next flush
+ * (download, argmax, sync), so that cuda_exec_fused sees what follows each op; a decode batch's
+ * list runs as a CUDA graph. */
+typedef struct cuda_plan {
     int deferring;          /* 1 inside a batch */
     int graphing;           /* 1 inside a decode batch: the queue is captured / replayed */
     cuda_cmd *queue;
@@ -155,35 +209,29 @@ typedef struct cuda_backend {
     cuda_graph graphs[CUDA_MAX_GRAPHS];
     uint64_t clock;
     int use_graphs;         /* 0 with atlas_backend_options.no_graphs */
-    bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
-    bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     bool pdl_fence;         /* the next launch without PDL (after the staging kernel) */
-    void *launch_ex;        /* cuLaunchKernelEx when programmatic dependent launch is on
-                               (Hopper and later, unless atlas_backend_options.no_pdl) */
-    void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+);
-                               NULL: none */
     int gemv_ng;            /* row groups a block of the one-row GEMVs: 0 (every model) from
                                a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
                                group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
                                so that their small shapes reach gemv1c */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
+    CUdeviceptr shadow_src; /* the fp32 range lt_h mirrors now (0: none); exec_list scope */
+    size_t shadow_bytes;
     /* counted as part of the backend's job (no clocks: `atlas bench` times around the
      * calls): tests check that decode steps replay graphs and that the fusions ran */
     uint64_t graph_captures, graph_replays;
-    uint64_t fused_away;    /* commands that ran inside another's kernel (exec_fused) */
+    uint64_t fused_away;    /* commands that ran inside another's kernel (cuda_exec_fused) */
+} cuda_plan;
 
-    cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
-    CUdeviceptr lt_a;       /* bf16 copy of x for cuBLASLt */
-    size_t lt_a_bytes;
-    CUdeviceptr lt_ws;      /* cuBLASLt workspace */
-    size_t lt_ws_bytes;
-    CUdeviceptr lt_h;       /* bf16 copy of the last RMSNorm's output [cap, d] (begin_batch) */
-    size_t lt_h_bytes;
-    CUdeviceptr shadow_src; /* the fp32 range lt_h mirrors now (0: none); exec_list scope */
-    size_t shadow_bytes;
-    size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
-    cuda_load load;
+typedef struct cuda_backend {
+    atlas_backend base; /* first: the op table sees this */
+    cuda_device dev;
+    cuda_modules mod;
+    cuda_weights wt;
+    cuda_workspace ws;
+    cuda_batch batch;
+    cuda_plan plan;
 } cuda_backend;
 
 /* d_ids: ids [ct] (int), best [ct] (u64, from a 16-byte boundary), count [ct] (int) */
@@ -194,15 +242,18 @@ static inline size_t cuda_ids_bytes(int ct) { return cuda_ids_best(ct) + (size_t
 #define CUDA_PTR(p) ((CUdeviceptr)(uintptr_t)(p))
 
 static inline CUdeviceptr cuda_stage_ptr(const cuda_backend *cb, int which) {
-    return cb->d_stage + (size_t)which * cb->stage_stride * sizeof(int32_t);
+    return cb->ws.d_stage + (size_t)which * cb->batch.stage_stride * sizeof(int32_t);
 }
 enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA_STAGE_ROWS,
        CUDA_STAGE_TILES, CUDA_STAGE_TABLE = 7 };
 
+static inline cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
+
 /* ops_cuda.c: runs one command now (on the stream; captured when capturing). */
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
-/* ops_cuda.c: runs a list, fusing neighbours where it can (decode graphs). */
-atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
+/* ops_cuda.c: runs the head of the list c[0, n), fusing neighbours where it can (decode
+ * graphs); returns how many commands ran, *st the status. */
+int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st);
 /* ops_cuda.c: a one-row block GEMV over `groups` groups of 4 rows, launched as the ops
  * launch (PDL when it is on): `multi` (a gemv1c kernel, which takes ng, a[na - 1], after the
  * arguments of `single`; set here, the caller leaves it NULL) with ng > 1 row groups a block,
@@ -215,16 +266,48 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
 void *cuda_pdl_resolve(void);
-/* ops_cuda.c: looks up every kernel; loads the modules. */
-atlas_status cuda_load_kernels(cuda_backend *cb);
-/* Loads the kernels and cuBLASLt on first use (backend_cuda.c): before anything launches. */
-atlas_status cuda_ready(cuda_backend *cb);
 /* ops_cuda.c: query heads a block of the split attention kernel for groups of G heads of
  * head_dim hd (a divisor of G that fits its shared memory); 0: none fits. */
 int cuda_attn_split_heads(int G, int hd);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
+
+/* modules.c: loads the kernels and cuBLASLt on first use: before anything launches. */
+atlas_status cuda_ready(cuda_backend *cb);
+
+/* weight_load.c: the op table's weight_load, weight_free and weights_done. */
+atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views, int n,
+                              atlas_weight **out);
+void cuda_weight_free(atlas_backend *be, atlas_weight *w);
+atlas_status cuda_weights_done(atlas_backend *be);
+
+/* plan.c: runs the queued commands (a decode step's as a CUDA graph). */
+atlas_status cuda_flush(cuda_backend *cb);
+/* plan.c: runs c now, or queues it inside a batch. */
+atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c);
+/* plan.c: cuda_submit of the command with these fields (the rest zero). */
+atlas_status cuda_cmd4(cuda_backend *cb, int op, int n, int d, int layer, const void *p0,
+                       const void *p1, const void *p2, const void *p3);
+/* plan.c: runs a list, fusing neighbours where it can (decode graphs). */
+atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
+/* plan.c: destroys every captured graph. */
+void cuda_plan_drop_graphs(cuda_backend *cb);
+/* plan.c: at destroy, the graphs (when the registry was made) and the queue. */
+void cuda_plan_release(cuda_backend *cb);
+
+/* stage.c: the op table's begin_batch, download, argmax, argmax_queue, argmax_collect and
+ * sync. */
+atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size);
+atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count);
+atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
+                         int vocab);
+atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows, int vocab);
+atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows);
+atlas_status cuda_sync(atlas_backend *be);
+/* stage.c: at destroy, the workspace's pinned buffers and events (the registry's release
+ * frees its device buffers). */
+void cuda_workspace_release(cuda_backend *cb);
 
 /* cublaslt.c (optional; every function is safe with lt NULL). */
 atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */

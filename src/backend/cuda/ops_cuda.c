@@ -1,8 +1,8 @@
-/* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice.
+/* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice; the
+ * fusions of neighbouring commands (cuda_exec_fused, for plan.c's exec list).
  * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
 #include <dlfcn.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -35,19 +35,19 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     /* an empty grid is no work (a chunk of a long prompt wants no logit row: gather of 0
      * rows), and the driver refuses it with CUDA_ERROR_INVALID_VALUE */
     if (gx == 0 || gy == 0 || gz == 0) return ATLAS_OK;
-    bool pdl = cb->launch_ex && !cb->pdl_fence;
-    cb->pdl_fence = false;
+    bool pdl = cb->dev.launch_ex && !cb->plan.pdl_fence;
+    cb->plan.pdl_fence = false;
     if (pdl) {
         typedef CUresult (*launch_ex_fn)(const pdl_config *, CUfunction, void **, void **);
         pdl_attr attr;
         memset(&attr, 0, sizeof attr);
         attr.id = PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.i = 1;
-        pdl_config cfg = {gx, gy, gz, block, 1, 1, smem, cb->stream, &attr, 1};
-        return atlas_cu_check(((launch_ex_fn)cb->launch_ex)(&cfg, f, args, NULL),
+        pdl_config cfg = {gx, gy, gz, block, 1, 1, smem, cb->dev.stream, &attr, 1};
+        return atlas_cu_check(((launch_ex_fn)cb->dev.launch_ex)(&cfg, f, args, NULL),
                               "cuLaunchKernelEx", __FILE__, __LINE__);
     }
-    return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->stream, args, NULL);
+    return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->dev.stream, args, NULL);
 }
 
 /* A grid of clusters of (1, 1, cz) blocks (sm_90+), with PDL when it is on. */
@@ -62,65 +62,13 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
     memcpy(attr[0].value.bytes, dims, sizeof dims);
     attr[1].id = PDL_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr[1].value.i = 1;
-    pdl_config cfg = {gx, gy, cz, block, 1, 1, 0, cb->stream, attr,
-                      cb->launch_ex && !cb->pdl_fence ? 2 : 1};
-    cb->pdl_fence = false;
-    return atlas_cu_check(((launch_ex_fn)cb->cluster_ex)(&cfg, f, args, NULL),
+    pdl_config cfg = {gx, gy, cz, block, 1, 1, 0, cb->dev.stream, attr,
+                      cb->dev.launch_ex && !cb->plan.pdl_fence ? 2 : 1};
+    cb->plan.pdl_fence = false;
+    return atlas_cu_check(((launch_ex_fn)cb->dev.cluster_ex)(&cfg, f, args, NULL),
                           "cuLaunchKernelEx (cluster)", __FILE__, __LINE__);
 }
 
-atlas_status cuda_load_kernels(cuda_backend *cb) {
-    static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
-                                          "gemv", "gemm", "attention", "attn_prefill"};
-    for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
-        ATLAS_TRY(atlas_registry_load_module(cb->reg, modules[i]));
-    struct { CUfunction *f; const char *name; } fns[] = {
-        {&cb->fn.embed, "atlas_embed"}, {&cb->fn.gather_rows, "atlas_gather_rows"},
-        {&cb->fn.add_rmsnorm, "atlas_add_rmsnorm"}, {&cb->fn.qk_norm, "atlas_qk_norm"},
-        {&cb->fn.rope, "atlas_rope"}, {&cb->fn.kv_store, "atlas_kv_store"},
-        {&cb->fn.swiglu, "atlas_swiglu"}, {&cb->fn.swiglu_bf16, "atlas_swiglu_bf16"},
-        {&cb->fn.argmax, "atlas_argmax"}, {&cb->fn.argmax_wide, "atlas_argmax_wide"},
-        {&cb->fn.gemv4, "atlas_gemv4"},
-        {&cb->fn.gemv8, "atlas_gemv8"}, {&cb->fn.gemm, "atlas_gemm"},
-        {&cb->fn.f32_to_bf16, "atlas_f32_to_bf16"}, {&cb->fn.add_bias, "atlas_add_bias"},
-        {&cb->fn.attn_split, "atlas_attn_split"}, {&cb->fn.attn_combine, "atlas_attn_combine"},
-        {&cb->fn.rope_kv, "atlas_rope_kv_store"},
-        {&cb->fn.stage, "atlas_stage"},
-        {&cb->fn.gemv1b, "atlas_gemv1b"}, {&cb->fn.gemv_mma, "atlas_gemv_mma"},
-        {&cb->fn.gemv1b_norm, "atlas_gemv1b_norm"},
-        {&cb->fn.gemv1b_resid, "atlas_gemv1b_resid"},
-        {&cb->fn.gemv1b_swiglu[0], "atlas_gemv1b_swiglu"},
-        {&cb->fn.gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
-        {&cb->fn.gemv1b_qkv[0], "atlas_gemv1b_qkv"},
-        {&cb->fn.gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
-        {&cb->fn.gemv1c[0], "atlas_gemv1c"}, {&cb->fn.gemv1c[1], "atlas_gemv1c_swiglu"},
-        {&cb->fn.gemv1c[2], "atlas_gemv1c_qkv"}, {&cb->fn.gemv1c_norm[0], "atlas_gemv1c_norm"},
-        {&cb->fn.gemv1c_norm[1], "atlas_gemv1c_norm_swiglu"},
-        {&cb->fn.gemv1c_norm[2], "atlas_gemv1c_norm_qkv"},
-        {&cb->fn.gemv1c_resid, "atlas_gemv1c_resid"},
-    };
-    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
-        ATLAS_TRY(atlas_registry_function(cb->reg, fns[i].name, fns[i].f));
-    /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
-     * every model load, and 2/3 of these would never run) */
-    int hd = cb->base.geom.head_dim;
-    cb->fn.attn_prefill = NULL;
-    if (hd == 64 || hd == 80 || hd == 96 || hd == 128) {
-        char name[48];
-        snprintf(name, sizeof name, "atlas_attn_prefill%d", hd);
-        ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_prefill));
-    }
-    for (int h = 0; h < 3; h++)
-        for (int q = 0; q < 4 && (64 << h) == hd; q++) {
-            char name[48];
-            snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
-            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dec[h][q]));
-            if (h == 2 || q > 0) continue; /* cluster kernel: head_dim <= 128, a head a block */
-            snprintf(name, sizeof name, "atlas_attn_dcl%d_g1_w4", 64 << h);
-            ATLAS_TRY(atlas_registry_function(cb->reg, name, &cb->fn.attn_dcl[h]));
-        }
-    return ATLAS_OK;
-}
 
 /* One layer's K and V pools in the cache (cuda_backend.h). */
 static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr *vc) {
@@ -135,8 +83,8 @@ enum { ATTN_CLUSTER = 8, ATTN_CLUSTER_CAP = 4096 };
 
 static bool attn_cluster(const cuda_backend *cb, int cap) {
     const atlas_backend_geom *g = &cb->base.geom;
-    return cb->cluster_ex && cap <= ATTN_CLUSTER_CAP && (g->head_dim == 64 || g->head_dim == 128) &&
-           g->n_heads / g->n_kv_heads <= 8;
+    return cb->dev.cluster_ex && cap <= ATTN_CLUSTER_CAP &&
+           (g->head_dim == 64 || g->head_dim == 128) && g->n_heads / g->n_kv_heads <= 8;
 }
 
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk) {
@@ -186,12 +134,12 @@ int cuda_attn_split_heads(int G, int hd) {
 }
 
 /* Tensor-core flash attention over tiles of 64 queries (prefill; head_dim 64, 80, 96, 128:
- * cb->fn.attn_prefill). */
+ * cb->mod.fn.attn_prefill). */
 static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    int bs = kv->block_size, max_blocks = cb->max_blocks;
+    int bs = kv->block_size, max_blocks = cb->batch.max_blocks;
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
     float qscale = 1.4426950408889634f / __builtin_sqrtf((float)hd);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
@@ -200,7 +148,7 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
                  &window, &qscale};
-    return launch(cb, cb->fn.attn_prefill, (unsigned)cb->n_tiles, (unsigned)H, 1, 128,
+    return launch(cb, cb->mod.fn.attn_prefill, (unsigned)cb->batch.n_tiles, (unsigned)H, 1, 128,
                   2 * 64 * (hd + 8) * 2, a);
 }
 
@@ -210,55 +158,58 @@ static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G) {
     int h = hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : -1;
     if (h < 0) return NULL;
     int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
-    return cb->fn.attn_dec[h][q];
+    return cb->mod.fn.attn_dec[h][q];
 }
 
 static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, G = H / K;
-    if (cb->fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->n_tiles)
+    if (cb->mod.fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->batch.n_tiles)
         return op_attention_tiles(cb, c);
-    int n = c->n, bs = kv->block_size, max_blocks = cb->max_blocks;
+    int n = c->n, bs = kv->block_size, max_blocks = cb->batch.max_blocks;
     int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
-    int chunk = cb->chunk, tile;
+    int chunk = cb->batch.chunk, tile;
     float scale = 1.0f / __builtin_sqrtf((float)hd);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
-    CUdeviceptr counters = cb->attn_counters; /* the splits merged by the last one */
+    CUdeviceptr counters = cb->ws.attn_counters; /* the splits merged by the last one */
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     /* every token its own sequence: keys before a token's own are older than this batch, and
      * the decode kernels load them before waiting for the previous kernel */
-    int early = n == cb->n_seqs;
-    void *da[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+    int early = n == cb->batch.n_seqs;
+    void *da[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                   &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
-    if (dec && attn_cluster(cb, cb->max_blocks * bs) && cb->n_split > 1 &&
-        cb->n_split <= ATTN_CLUSTER) {
+    if (dec && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
+        cb->batch.n_split <= ATTN_CLUSTER) {
         /* a query head a 4-warp block (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 /
          * 3.950 with 2, and 3.950 against 3.987 with 8 warps a block; bench/RESULTS.md) */
-        CUfunction f = cb->fn.attn_dcl[hd == 64 ? 0 : 1];
-        return launch_cluster(cb, f, (unsigned)n, (unsigned)H, (unsigned)cb->n_split, 4 * 32, da);
+        CUfunction f = cb->mod.fn.attn_dcl[hd == 64 ? 0 : 1];
+        return launch_cluster(cb, f, (unsigned)n, (unsigned)H, (unsigned)cb->batch.n_split,
+                              4 * 32, da);
     }
     if (dec) {
-        ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->n_split, 128, 0, da));
-        if (counters || cb->n_split == 1) return ATLAS_OK; /* merged in the kernel */
-        void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
-        return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
+        ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->batch.n_split, 128, 0,
+                         da));
+        if (counters || cb->batch.n_split == 1) return ATLAS_OK; /* merged in the kernel */
+        void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split};
+        return launch(cb, cb->mod.fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
     }
     int gb = cuda_attn_split_heads(G, hd); /* >= 1: check_geom */
     tile = attn_tile(gb, hd);
-    void *a[] = {&cb->part_o, &cb->part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
+    void *a[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                  &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters};
     unsigned smem = (unsigned)attn_split_smem(gb, hd, tile);
-    ATLAS_TRY(launch(cb, cb->fn.attn_split, (unsigned)n, (unsigned)(H / gb),
-                     (unsigned)cb->n_split, 128, smem, a));
+    ATLAS_TRY(launch(cb, cb->mod.fn.attn_split, (unsigned)n, (unsigned)(H / gb),
+                     (unsigned)cb->batch.n_split, 128, smem, a));
     if (counters) return ATLAS_OK; /* the last split of each (token, kv head) merged them */
-    void *b[] = {&out, &cb->part_o, &cb->part_ml, &H, &hd, &cb->n_split};
-    return launch(cb, cb->fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128, 0, b);
+    void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split};
+    return launch(cb, cb->mod.fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128,
+                  0, b);
 }
 
 /* --- bf16 copies for cuBLASLt -------------------------------------------------------------
@@ -266,66 +217,42 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
  * convert its x in a pass of its own. Instead an RMSNorm of 64 rows or more also writes its
  * output in bf16 (lt_h; shadow_src says which fp32 range that mirrors until something writes
  * into it), which the matmuls of that output read; and gate_up -> swiglu -> down runs in bf16
- * (exec_fused): gate_up's product comes out in bf16, swiglu turns it into the down matmul's
+ * (cuda_exec_fused): gate_up's product comes out in bf16, swiglu turns it into the down matmul's
  * bf16 input, and neither the fp32 gate_up rows nor the fp32 swiglu output is written. */
 
 static bool lt_fits(const cuda_backend *cb, int n, int k) {
-    return cb->lt && n >= 64 && (size_t)n * k * 2 <= cb->lt_a_bytes;
+    return cb->mod.lt && n >= 64 && (size_t)n * k * 2 <= cb->ws.lt_a_bytes;
 }
 
 /* x[n, k] (fp32) as bf16 for cuBLASLt: the norm's copy when it mirrors x, else converted into
  * lt_a. */
 static atlas_status lt_input(cuda_backend *cb, CUdeviceptr x, int n, int k, CUdeviceptr *xb) {
     size_t bytes = (size_t)n * k * 4;
-    if (cb->shadow_src && x >= cb->shadow_src && x + bytes <= cb->shadow_src + cb->shadow_bytes &&
-        (x - cb->shadow_src) % 32 == 0) { /* bf16 rows 16-byte aligned, as cuBLASLt likes */
-        *xb = cb->lt_h + (x - cb->shadow_src) / 2;
+    if (cb->plan.shadow_src && x >= cb->plan.shadow_src &&
+        x + bytes <= cb->plan.shadow_src + cb->plan.shadow_bytes &&
+        (x - cb->plan.shadow_src) % 32 == 0) { /* bf16 rows 16-byte aligned, as cuBLASLt likes */
+        *xb = cb->ws.lt_h + (x - cb->plan.shadow_src) / 2;
         return ATLAS_OK;
     }
     long long count = (long long)n * k;
-    void *a[] = {&cb->lt_a, &x, &count};
-    *xb = cb->lt_a;
-    return launch(cb, cb->fn.f32_to_bf16, 1024, 1, 1, 256, 0, a);
+    void *a[] = {&cb->ws.lt_a, &x, &count};
+    *xb = cb->ws.lt_a;
+    return launch(cb, cb->mod.fn.f32_to_bf16, 1024, 1, 1, 256, 0, a);
 }
 
 /* out[n, m] = xb[n, k] (bf16) @ w^T + bias, out in fp32 or (out_bf16, no bias) bf16. */
 static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUdeviceptr xb,
                             const atlas_weight *w, const atlas_weight *bias, int n) {
     int m = (int)w->rows, k = (int)w->cols;
-    ATLAS_TRY(cuda_lt_matmul(cb->lt, cb->stream, out, out_bf16, xb, w->ptr, n, m, k, cb->lt_ws,
-                             cb->lt_ws_bytes));
+    ATLAS_TRY(cuda_lt_matmul(cb->mod.lt, cb->dev.stream, out, out_bf16, xb, w->ptr, n, m, k,
+                             cb->ws.lt_ws, cb->ws.lt_ws_bytes));
     if (!bias) return ATLAS_OK;
     CUdeviceptr bp = bias->ptr;
     long long total = (long long)n * m;
     void *b[] = {&out, &bp, &m, &total};
-    return launch(cb, cb->fn.add_bias, 1024, 1, 1, 256, 0, b);
+    return launch(cb, cb->mod.fn.add_bias, 1024, 1, 1, 256, 0, b);
 }
 
-/* Whether c writes any byte of [lo, hi) (the commands' outputs and their sizes). */
-static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo, CUdeviceptr hi) {
-    const atlas_backend_geom *g = &cb->base.geom;
-    size_t qkv = (size_t)(g->n_heads + 2 * g->n_kv_heads) * g->head_dim * 4;
-    CUdeviceptr p0 = CUDA_PTR(c->p[0]);
-    size_t n = (size_t)c->n, b0;
-    switch (c->op) {
-    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: case CUDA_OP_STAGE:
-        return false; /* device-internal */
-    case CUDA_OP_MATMUL: b0 = n * ((const atlas_weight *)c->p[2])->rows * 4; break;
-    case CUDA_OP_ADD_RMSNORM: {
-        CUdeviceptr p2 = CUDA_PTR(c->p[2]);
-        if (p2 < hi && p2 + n * c->d * 4 > lo) return true;
-        if (!c->p[1]) return false;
-        b0 = n * c->d * 4;
-        break;
-    }
-    case CUDA_OP_SWIGLU: case CUDA_OP_GATHER: b0 = n * c->d * 4; break;
-    case CUDA_OP_ATTENTION: b0 = n * g->n_heads * g->head_dim * 4; break;
-    case CUDA_OP_ROPE: case CUDA_OP_QK_NORM: b0 = n * qkv; break;
-    case CUDA_OP_EMBED: b0 = n * ((const atlas_weight *)c->p[1])->cols * 4; break;
-    default: return true;
-    }
-    return p0 < hi && p0 + b0 > lo;
-}
 
 /* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above.
  * Returns false (nothing run) when c[0..2] is not that chain or does not fit. */
@@ -345,10 +272,10 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     if (*st == ATLAS_OK) {
         long long total = (long long)n * f;
         unsigned blocks = (unsigned)((total / 8 + 255) / 256);
-        void *a[] = {&cb->lt_a, &g, &f, &total};
-        *st = launch(cb, cb->fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
+        void *a[] = {&cb->ws.lt_a, &g, &f, &total};
+        *st = launch(cb, cb->mod.fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
-    if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->lt_a, down, c[2].p[3], n);
+    if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->ws.lt_a, down, c[2].p[3], n);
     return true;
 }
 
@@ -365,7 +292,7 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
 }
 
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
-    int blocks = bps * atlas_host_properties(cb->host)->sm_count;
+    int blocks = bps * atlas_host_properties(cb->dev.host)->sm_count;
     return (groups + blocks - 1) / blocks;
 }
 
@@ -375,7 +302,7 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
  * ng (cuda_backend.gemv_ng). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
-    int ng = cb->gemv_ng > 0 ? cb->gemv_ng : cuda_gemv_ng_for_grid(cb, groups, 2);
+    int ng = cb->plan.gemv_ng > 0 ? cb->plan.gemv_ng : cuda_gemv_ng_for_grid(cb, groups, 2);
     return cuda_gemv_rows(cb, single, multi, groups, ng, a, na);
 }
 
@@ -388,15 +315,15 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
      * kernel), gemv1c with ng row groups a block by default (bench/RESULTS.md) */
     if (n == 1) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, NULL}; /* NULL: ng, set by launch_rows */
-        return launch_rows(cb, cb->fn.gemv1b, cb->fn.gemv1c[0], (m + 3) / 4, a,
+        return launch_rows(cb, cb->mod.fn.gemv1b, cb->mod.fn.gemv1c[0], (m + 3) / 4, a,
                            (int)(sizeof a / sizeof a[0]));
     }
     if (n <= 8 && k % 32 == 0) {
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k}; /* 2..8 rows: tensor cores */
-        return launch(cb, cb->fn.gemv_mma, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
+        return launch(cb, cb->mod.fn.gemv_mma, (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
     if (n <= 8) { /* 2..8 rows of a k the mma kernel does not take: fp32 warp kernels */
-        CUfunction f = n <= 4 ? cb->fn.gemv4 : cb->fn.gemv8;
+        CUfunction f = n <= 4 ? cb->mod.fn.gemv4 : cb->mod.fn.gemv8;
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, f, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
     }
@@ -406,7 +333,7 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
         return lt_gemm(cb, out, 0, xb, w, bias, n);
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
-    return launch(cb, cb->fn.gemm, (unsigned)((m + 127) / 128), (unsigned)((n + 127) / 128), 1,
+    return launch(cb, cb->mod.fn.gemm, (unsigned)((m + 127) / 128), (unsigned)((n + 127) / 128), 1,
                   256, 0, a);
 }
 
@@ -427,19 +354,20 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
                     tp = t->ptr;
         d = (int)t->cols;
         void *a[] = {&p0, &tp, &tok, &d};
-        return launch(cb, cb->fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
+        return launch(cb, cb->mod.fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
     }
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
         const atlas_weight *w = c->p[3];
         CUdeviceptr wp = w->ptr, bf = 0;
-        if (cb->deferring && cb->lt && c->n >= 64 &&
-            (size_t)c->n * d * 2 <= cb->lt_h_bytes) {
-            bf = cb->lt_h; /* the next matmuls' bf16 input ("bf16 copies for cuBLASLt") */
-            cb->shadow_src = p2;
-            cb->shadow_bytes = (size_t)c->n * d * 4;
+        if (cb->plan.deferring && cb->mod.lt && c->n >= 64 &&
+            (size_t)c->n * d * 2 <= cb->ws.lt_h_bytes) {
+            bf = cb->ws.lt_h; /* the next matmuls' bf16 input ("bf16 copies for cuBLASLt") */
+            cb->plan.shadow_src = p2;
+            cb->plan.shadow_bytes = (size_t)c->n * d * 4;
         }
         void *a[] = {&p0, &p1, &p2, &wp, &d, &eps, &bf};
-        return launch(cb, cb->fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 1024 : 256, 0, a);
+        return launch(cb, cb->mod.fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 1024 : 256,
+                      0, a);
     }
     case CUDA_OP_MATMUL:
         return op_matmul(cb, c);
@@ -447,18 +375,18 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         const atlas_weight *qn = c->p[1], *kn = c->p[2];
         CUdeviceptr qp = qn->ptr, kp = kn->ptr;
         void *a[] = {&p0, &qp, &kp, &H, &K, &hd, &eps};
-        return launch(cb, cb->fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
+        return launch(cb, cb->mod.fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
     }
     case CUDA_OP_ROPE: {
-        void *a[] = {&p0, &cb->d_rope, &H, &K, &hd};
-        return launch(cb, cb->fn.rope, (unsigned)c->n, (unsigned)(H + K), 1, hd / 2 < 32 ? 32 : hd / 2,
-                      0, a);
+        void *a[] = {&p0, &cb->ws.d_rope, &H, &K, &hd};
+        return launch(cb, cb->mod.fn.rope, (unsigned)c->n, (unsigned)(H + K), 1,
+                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
     }
     case CUDA_OP_KV_STORE: {
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(c->p[1], c->layer, &kc, &vc);
         void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd};
-        return launch(cb, cb->fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
+        return launch(cb, cb->mod.fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
     }
     case CUDA_OP_ATTENTION:
         return op_attention(cb, c);
@@ -466,36 +394,37 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         long long total = (long long)c->n * d;
         unsigned blocks = (unsigned)((total + 255) / 256);
         void *a[] = {&p0, &p1, &d, &total};
-        return launch(cb, cb->fn.swiglu, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
+        return launch(cb, cb->mod.fn.swiglu, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
     case CUDA_OP_GATHER: {
         CUdeviceptr rows = cuda_stage_ptr(cb, CUDA_STAGE_ROWS);
         void *a[] = {&p0, &p1, &rows, &d};
-        return launch(cb, cb->fn.gather_rows, (unsigned)c->n, 1, 1, 256, 0, a);
+        return launch(cb, cb->mod.fn.gather_rows, (unsigned)c->n, 1, 1, 256, 0, a);
     }
     case CUDA_OP_ARGMAX: { /* p0 ids (device), p1 logits, p2 host_ids (mapped; may be NULL) */
         /* slices of 4096 (256 threads x 16 loads in flight) a block, up to 64 blocks a row */
         unsigned slices = (unsigned)((d + 4095) / 4096);
         if (slices > 1) {
-            CUdeviceptr best = p0 + cuda_ids_best(cb->cap_tok);
-            CUdeviceptr count = best + (size_t)cb->cap_tok * 8;
+            CUdeviceptr best = p0 + cuda_ids_best(cb->ws.cap_tok);
+            CUdeviceptr count = best + (size_t)cb->ws.cap_tok * 8;
             void *a[] = {&p0, &p2, &best, &count, &p1, &d};
-            return launch(cb, cb->fn.argmax_wide, (unsigned)c->n, slices > 64 ? 64 : slices, 1,
+            return launch(cb, cb->mod.fn.argmax_wide, (unsigned)c->n, slices > 64 ? 64 : slices, 1,
                           256, 0, a);
         }
         void *a[] = {&p0, &p2, &p1, &d};
-        return launch(cb, cb->fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
+        return launch(cb, cb->mod.fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
     }
     case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the
                            * positions' offset in ints */
         int half = hd / 2, pos_off = c->layer;
         float fa = (float)g->rope_attn_factor;
-        void *a[] = {&cb->d_stage, &p0, &d, &pos_off, &cb->d_rope, &cb->d_inv_freq, &half, &fa};
-        atlas_status st = launch(cb, cb->fn.stage, (unsigned)c->n, 1, 1, 128 /* STAGE_THREADS */,
-                                 0, a);
+        void *a[] = {&cb->ws.d_stage, &p0, &d, &pos_off, &cb->ws.d_rope, &cb->mod.d_inv_freq,
+                     &half, &fa};
+        atlas_status st = launch(cb, cb->mod.fn.stage, (unsigned)c->n, 1, 1,
+                                 128 /* STAGE_THREADS */, 0, a);
         /* the next kernel starts after this one ends: kernels read staged ints before their
          * wait (decode attention's early keys), and a wait orders only the kernel before */
-        cb->pdl_fence = true;
+        cb->plan.pdl_fence = true;
         return st;
     }
     default:
@@ -528,23 +457,23 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
         /* the last, ng, is set by launch_rows (as in every a[] it is given) */
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, NULL};
-        return launch_rows(cb, cb->fn.gemv1b_swiglu[norm != NULL],
-                           norm ? cb->fn.gemv1c_norm[1] : cb->fn.gemv1c[1],
+        return launch_rows(cb, cb->mod.fn.gemv1b_swiglu[norm != NULL],
+                           norm ? cb->mod.fn.gemv1c_norm[1] : cb->mod.fn.gemv1c[1],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->d_rope,
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->ws.d_rope,
                      &H, &K, &hd, NULL};
-        return launch_rows(cb, cb->fn.gemv1b_qkv[norm != NULL],
-                           norm ? cb->fn.gemv1c_norm[2] : cb->fn.gemv1c[2],
+        return launch_rows(cb, cb->mod.fn.gemv1b_qkv[norm != NULL],
+                           norm ? cb->mod.fn.gemv1c_norm[2] : cb->mod.fn.gemv1c[2],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
     void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &resid, NULL};
-    return launch_rows(cb, norm ? cb->fn.gemv1b_norm : cb->fn.gemv1b_resid,
-                       norm ? cb->fn.gemv1c_norm[0] : cb->fn.gemv1c_resid, (m + 3) / 4, a,
+    return launch_rows(cb, norm ? cb->mod.fn.gemv1b_norm : cb->mod.fn.gemv1b_resid,
+                       norm ? cb->mod.fn.gemv1c_norm[0] : cb->mod.fn.gemv1c_resid, (m + 3) / 4, a,
                        (int)(sizeof a / sizeof a[0]));
 }
 
@@ -594,7 +523,7 @@ static bool norm_feeds(const cuda_backend *cb, const cuda_cmd *norm, const cuda_
 
 /* cmds commands ran as kernels kernels: counted, for tests; returns cmds. */
 static int fused(cuda_backend *cb, int cmds, int kernels) {
-    cb->fused_away += (uint64_t)(cmds - kernels);
+    cb->plan.fused_away += (uint64_t)(cmds - kernels);
     return cmds;
 }
 
@@ -610,7 +539,7 @@ static int fused(cuda_backend *cb, int cmds, int kernels) {
  * dropped: every warp recomputed and re-read all of gate_up, 69 us a layer against 38 + 3
  * for the two kernels; bench/RESULTS.md.)
  * Returns how many commands ran (1 to 5). */
-static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
+int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st) {
     const atlas_backend_geom *g = &cb->base.geom;
     gemv_tail tail;
     int used;
@@ -621,8 +550,8 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc;
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(c[1].p[1], c[1].layer, &kc, &vc);
-        void *a[] = {&qkv, &kc, &vc, &slots, &cb->d_rope, &H, &K, &hd};
-        *st = launch(cb, cb->fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
+        void *a[] = {&qkv, &kc, &vc, &slots, &cb->ws.d_rope, &H, &K, &hd};
+        *st = launch(cb, cb->mod.fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
         return fused(cb, 2, 1);
     }
@@ -649,23 +578,4 @@ static int exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *
     }
     *st = cuda_exec(cb, c);
     return 1;
-}
-
-/* The norm's bf16 copy no longer mirrors its range once c writes into it. */
-static void shadow_check(cuda_backend *cb, const cuda_cmd *c) {
-    if (cb->shadow_src && cmd_writes(cb, c, cb->shadow_src, cb->shadow_src + cb->shadow_bytes))
-        cb->shadow_src = 0;
-}
-
-atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
-    atlas_status st = ATLAS_OK;
-    cb->shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
-    for (int i = 0; i < n && st == ATLAS_OK;) {
-        shadow_check(cb, &c[i]); /* before it runs: it may set a new copy (a norm) */
-        int done = cb->skip_ops & (1u << c[i].op) ? 1 /* skip_ops: timing only */
-                                                  : exec_fused(cb, c + i, n - i, &st);
-        for (int j = 1; j < done; j++) shadow_check(cb, &c[i + j]);
-        i += done;
-    }
-    return st;
 }

@@ -1,0 +1,87 @@
+/* backend/cuda/modules.c — the model's module set: the kernels looked up in the registry's
+ * modules and the cuBLASLt handle with its buffers, made once at create; the state is
+ * cuda_backend.mod (cuda_backend.h). */
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+/* Looks up every kernel; loads the modules. */
+static atlas_status load_kernels(cuda_backend *cb) {
+    static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
+                                          "gemv", "gemm", "attention", "attn_prefill"};
+    for (size_t i = 0; i < sizeof modules / sizeof *modules; i++)
+        ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, modules[i]));
+    cuda_fns *fn = &cb->mod.fn;
+    struct { CUfunction *f; const char *name; } fns[] = {
+        {&fn->embed, "atlas_embed"}, {&fn->gather_rows, "atlas_gather_rows"},
+        {&fn->add_rmsnorm, "atlas_add_rmsnorm"}, {&fn->qk_norm, "atlas_qk_norm"},
+        {&fn->rope, "atlas_rope"}, {&fn->kv_store, "atlas_kv_store"},
+        {&fn->swiglu, "atlas_swiglu"}, {&fn->swiglu_bf16, "atlas_swiglu_bf16"},
+        {&fn->argmax, "atlas_argmax"}, {&fn->argmax_wide, "atlas_argmax_wide"},
+        {&fn->gemv4, "atlas_gemv4"},
+        {&fn->gemv8, "atlas_gemv8"}, {&fn->gemm, "atlas_gemm"},
+        {&fn->f32_to_bf16, "atlas_f32_to_bf16"}, {&fn->add_bias, "atlas_add_bias"},
+        {&fn->attn_split, "atlas_attn_split"}, {&fn->attn_combine, "atlas_attn_combine"},
+        {&fn->rope_kv, "atlas_rope_kv_store"},
+        {&fn->stage, "atlas_stage"},
+        {&fn->gemv1b, "atlas_gemv1b"}, {&fn->gemv_mma, "atlas_gemv_mma"},
+        {&fn->gemv1b_norm, "atlas_gemv1b_norm"},
+        {&fn->gemv1b_resid, "atlas_gemv1b_resid"},
+        {&fn->gemv1b_swiglu[0], "atlas_gemv1b_swiglu"},
+        {&fn->gemv1b_swiglu[1], "atlas_gemv1b_norm_swiglu"},
+        {&fn->gemv1b_qkv[0], "atlas_gemv1b_qkv"},
+        {&fn->gemv1b_qkv[1], "atlas_gemv1b_norm_qkv"},
+        {&fn->gemv1c[0], "atlas_gemv1c"}, {&fn->gemv1c[1], "atlas_gemv1c_swiglu"},
+        {&fn->gemv1c[2], "atlas_gemv1c_qkv"}, {&fn->gemv1c_norm[0], "atlas_gemv1c_norm"},
+        {&fn->gemv1c_norm[1], "atlas_gemv1c_norm_swiglu"},
+        {&fn->gemv1c_norm[2], "atlas_gemv1c_norm_qkv"},
+        {&fn->gemv1c_resid, "atlas_gemv1c_resid"},
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, fns[i].name, fns[i].f));
+    /* attention: only the model's head_dim (looking a kernel up loads it: each costs time in
+     * every model load, and 2/3 of these would never run) */
+    int hd = cb->base.geom.head_dim;
+    fn->attn_prefill = NULL;
+    if (hd == 64 || hd == 80 || hd == 96 || hd == 128) {
+        char name[48];
+        snprintf(name, sizeof name, "atlas_attn_prefill%d", hd);
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_prefill));
+    }
+    for (int h = 0; h < 3; h++)
+        for (int q = 0; q < 4 && (64 << h) == hd; q++) {
+            char name[48];
+            snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_dec[h][q]));
+            if (h == 2 || q > 0) continue; /* cluster kernel: head_dim <= 128, a head a block */
+            snprintf(name, sizeof name, "atlas_attn_dcl%d_g1_w4", 64 << h);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_dcl[h]));
+        }
+    return ATLAS_OK;
+}
+
+/* The kernel modules and cuBLASLt, made once, at the backend's creation. 3-4 ms on the H200
+ * machine since cuBLASLt stays open; kernels and cuBLASLt together held the first weight
+ * back 62-83 ms when it was opened in every load: bench/RESULTS.md. */
+atlas_status cuda_ready(cuda_backend *cb) {
+    if (cb->mod.ready) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(cb->dev.host));
+    ATLAS_TRY(load_kernels(cb));
+    if (cb->mod.want_lt && cuda_lt_create(&cb->mod.lt) == ATLAS_OK) {
+        cb->ws.lt_a_bytes = (size_t)64 << 20;
+        cb->ws.lt_ws_bytes = (size_t)32 << 20;
+        if (atlas_registry_alloc(cb->mod.reg, cb->ws.lt_a_bytes, "cublaslt input",
+                                 &cb->ws.lt_a) != ATLAS_OK ||
+            atlas_registry_alloc(cb->mod.reg, cb->ws.lt_ws_bytes, "cublaslt workspace",
+                                 &cb->ws.lt_ws) != ATLAS_OK) {
+            cuda_lt_free(cb->mod.lt);
+            cb->mod.lt = NULL;
+            cb->ws.lt_a_bytes = cb->ws.lt_ws_bytes = 0;
+        }
+    }
+    atlas_error_clear();
+    cb->mod.ready = true;
+    return ATLAS_OK;
+}
