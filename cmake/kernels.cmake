@@ -1,8 +1,9 @@
 # cmake/kernels.cmake — the CUDA kernels: every kernels/NAME.cu is compiled by nvcc (one call
 # per file, so that the build runs them in parallel) into kernels/NAME.fatbin, and all the
-# fatbins are embedded into the library (a generated C file with .incbin): no file is looked
-# up at run time.  The registry loads module NAME with cuModuleLoadData; the driver picks
-# the SASS for the device or JIT-compiles the PTX.
+# fatbins are embedded into the library (a generated C file with .incbin; its symbols hidden,
+# so that libatlas.so exports only the API): no file is looked up at run time.  The registry
+# loads module NAME with cuModuleLoadData; the driver picks the SASS for the device or
+# JIT-compiles the PTX.
 #
 # ATLAS_CUDA: AUTO (kernels when nvcc is found, also in /usr/local/cuda/bin), ON (nvcc
 # required), OFF.  The host code (src/backend/cuda/*.c) is plain C and always builds: it
@@ -66,9 +67,11 @@ foreach(cu ${ATLAS_KERNEL_SOURCES})
   string(APPEND _atlas_asm
     "    \".balign 64\\n\"\n"
     "    \".global atlas_fatbin_${id}\\n\"\n"
+    "    \".hidden atlas_fatbin_${id}\\n\"\n"
     "    \"atlas_fatbin_${id}:\\n\"\n"
     "    \".incbin \\\"${fatbin}\\\"\\n\"\n"
     "    \".global atlas_fatbin_${id}_end\\n\"\n"
+    "    \".hidden atlas_fatbin_${id}_end\\n\"\n"
     "    \"atlas_fatbin_${id}_end:\\n\"\n")
   string(APPEND _atlas_decl
     "extern const unsigned char atlas_fatbin_${id}[], atlas_fatbin_${id}_end[];\n")
@@ -108,11 +111,12 @@ const atlas_kernel_image *atlas_kernel_image_table(int *count) {
 }
 ]=])
 
+# Into the library's objects, so that libatlas.a and libatlas.so both carry the fatbins.
 add_custom_target(atlas_kernels DEPENDS ${_atlas_fatbins})
-target_sources(atlas_lib PRIVATE ${_atlas_embed})
+target_sources(atlas_obj PRIVATE ${_atlas_embed})
 set_source_files_properties(${_atlas_embed} PROPERTIES OBJECT_DEPENDS "${_atlas_fatbins}")
-add_dependencies(atlas_lib atlas_kernels)
-target_compile_definitions(atlas_lib PUBLIC ATLAS_HAVE_KERNELS
+add_dependencies(atlas_obj atlas_kernels)
+target_compile_definitions(atlas_obj PUBLIC ATLAS_HAVE_KERNELS
                            ATLAS_KERNELS_CUDA_VERSION=${ATLAS_KERNELS_CUDA_VERSION})
 set(ATLAS_HAVE_KERNELS ON)
 message(STATUS "atlas: CUDA kernels: ON (nvcc ${ATLAS_NVCC_VERSION}, ${_atlas_n} module(s))")

@@ -66,7 +66,8 @@ PUBLIC_LAYER = {
 
 def objects(build):
     out = {}
-    for target in ("atlas_lib.dir", "atlas.dir", "atlas_bench.dir"):
+    # the library's objects are compiled once in atlas_obj (libatlas.a and .so link them)
+    for target in ("atlas_obj.dir", "atlas.dir", "atlas_bench.dir"):
         base = os.path.join(build, "CMakeFiles", target)
         for dirpath, _, files in os.walk(base):
             for f in files:
