@@ -9,7 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
-/* --- memory --------------------------------------------------------------------------------- */
+/* --- memory ----------------------------------------------------------------------------------- */
 
 static atlas_status cuda_alloc(atlas_backend *be, size_t bytes, void **out) {
     CUdeviceptr p = 0;

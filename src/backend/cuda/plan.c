@@ -8,7 +8,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
-/* --- the queue ------------------------------------------------------------------------------- */
+/* --- the queue -------------------------------------------------------------------------------- */
 
 /* Inside a batch (deferring) the command waits in the queue for the next flush. */
 atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c) {

@@ -247,7 +247,7 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
                      (const void *)(uintptr_t)cb->ws.m_stage[k], NULL, NULL, NULL);
 }
 
-/* --- results -------------------------------------------------------------------------------- */
+/* --- results ---------------------------------------------------------------------------------- */
 
 atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count) {
     cuda_backend *cb = cuda_of(be);
