@@ -382,7 +382,7 @@ __device__ __forceinline__ void gemv1c_body(const float *x, const bf16_t *w, con
     /* Item it from buf, whose registers then take item it + 2: two buffers used in turn, so
      * that no register copy waits for a load and both buffers' loads are in flight while
      * one item is reduced (a cur = nxt copy at the loop's end waits for nxt, leaving one
-     * item in flight a block; bench/RESULTS.md, tenth session). */
+     * item in flight a block; bench/RESULTS.md). */
     auto item = [&](uint4 (&buf)[GC_U][GB_ROWS], int it) {
         int c = it % nch, base = c * GC_CH + threadIdx.x * 8;
 #pragma unroll

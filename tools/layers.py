@@ -5,6 +5,8 @@ Reads the object files of the library and the CLI (their symbols, through `nm`) 
 sources' `#include "..."` lines, and fails when
   * a file includes a header of a higher layer, or calls a function defined in one;
   * files call each other in a cycle (of any length, within a layer too);
+  * src/ reads an ATLAS_* environment variable that README.md does not list, or more than
+    MAX_ENV of them (options are flags and params, not environment switches);
   * src/cli, src/server or the `atlas bench` command (bench/cmd/bench.c) include a library
     header outside include/atlas/ and their own directory (the bench command may include
     the one header listed in PRIVATE_OK).
@@ -92,6 +94,26 @@ def symbols(obj):
         elif kind in "TDBRCWVG" and kind.isupper():
             defined.add(name)
     return defined, undefined
+
+
+MAX_ENV = 6
+GETENV = re.compile(r'getenv\("(ATLAS_[A-Z0-9_]+)"\)')
+
+
+def env_problems(sources):
+    names = set()
+    for p in sources:
+        if p.startswith(("src/", "bench/cmd/")):
+            with open(os.path.join(ROOT, p), encoding="utf-8", errors="replace") as fh:
+                names.update(GETENV.findall(fh.read()))
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    out = [f"{n} is read in src/ but README.md does not list it" for n in sorted(names)
+           if f"`{n}`" not in readme]
+    if len(names) > MAX_ENV:
+        out.append(f"{len(names)} ATLAS_* environment variables read ({', '.join(sorted(names))}); "
+                   f"at most {MAX_ENV}: make it a flag")
+    return out
 
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -200,6 +222,7 @@ def main(argv):
                         or b.startswith("bench/") and a.startswith("bench/")) \
                         and (a, b) not in PRIVATE_OK:
                     problems.append(f"{a} includes {b}: front ends use include/atlas/ only")
+    problems += env_problems(sources)
     for comp in sccs(calls):
         problems.append("files call each other: " + " <-> ".join(comp))
 

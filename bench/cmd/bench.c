@@ -40,7 +40,7 @@ typedef struct bench_opts {
     int gemm;
     int tp; /* --tensor-parallel */
     int load_only; /* --load-only N: N timed swaps, then exit (0: the whole bench) */
-    int gpu;       /* --gpu N */
+    int gpu;       /* --device cuda:N */
     atlas_backend_options backend; /* --no-graphs, --no-pdl, --no-cublaslt, --skip-ops */
 } bench_opts;
 
@@ -53,9 +53,9 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
-                    "                   [--device cuda|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
+                    "                   [--device cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed swap loads, nothing else)\n"
-                    "                   [--gpu N] [--no-graphs] [--no-pdl] [--no-cublaslt]\n"
+                    "                   [--no-graphs] [--no-pdl] [--no-cublaslt]\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
                     "                     (those ops left out of every batch: wrong results, to\n"
                     "                      time what the others cost)\n"
@@ -130,11 +130,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
             int bits = parse_skip(v);
             if (bits < 0) return usage();
             o->backend.skip_ops = (unsigned)bits;
-        } else if (!strcmp(a, "--gpu")) {
-            char *end;
-            long g = strtol(v, &end, 10);
-            if (end == v || *end || g < 0 || g > 1023) return usage();
-            o->gpu = (int)g;
         } else if (!strcmp(a, "--gemm")) {
             o->gemm = atoi(v);
         } else if (!strcmp(a, "--tensor-parallel")) {
@@ -143,9 +138,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (end == v || *end || t < 1 || t > 64) return usage();
             o->tp = (int)t;
         } else if (!strcmp(a, "--device")) {
-            if (!strcmp(v, "cuda")) o->device = ATLAS_DEVICE_CUDA;
-            else if (!strcmp(v, "cpu")) o->device = ATLAS_DEVICE_CPU;
-            else return usage();
+            if (atlas_cli_parse_device(v, &o->device, &o->gpu) || o->device == ATLAS_DEVICE_AUTO)
+                return usage();
         } else {
             return usage();
         }

@@ -96,6 +96,8 @@ typedef struct atlas_engine_params {
                              after this long they are paused instead (their KV freed, to be
                              recomputed when the model is back).  0 (default): no limit */
     atlas_device device;  /* default ATLAS_DEVICE_AUTO */
+    int gpu;              /* the GPU ordinal (default 0); a process serves one GPU, so every
+                             engine of a process names the same one */
     int n_threads;        /* CPU backend workers; 0: one per core */
 } atlas_engine_params;
 

@@ -3,6 +3,8 @@
 #ifndef ATLAS_CLI_H
 #define ATLAS_CLI_H
 
+#include "atlas/model.h"
+
 int atlas_cli_run(int argc, char **argv);      /* cli/run.c */
 int atlas_cli_info(int argc, char **argv);     /* cli/info.c */
 int atlas_cli_tokenize(int argc, char **argv); /* cli/tokenize.c */
@@ -13,5 +15,9 @@ int atlas_cli_bench(int argc, char **argv);    /* cli/bench.c */
 /* The model directory used when no -m is given: models/default in the source tree
  * (cli/default_model.c). */
 const char *atlas_cli_default_model(void);
+
+/* Parses --device's value: "auto", "cpu", "cuda" or "cuda:N" (N the GPU ordinal, 0 when
+ * absent). 0 on success, -1 (nothing set) on anything else (cli/device.c). */
+int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu);
 
 #endif

@@ -7,7 +7,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: atlas info [-m DIR] [--device cpu|cuda|auto]\n"
+            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto]\n"
             "  Loads the model and prints its architecture, shapes, parameter count, dtypes,\n"
             "  memory, and the backend that runs it and why.\n"
             "  -m, --model DIR   model directory (default %s)\n"
@@ -53,11 +53,8 @@ int atlas_cli_info(int argc, char **argv) {
             dir = argv[++i];
         } else if (!strcmp(a, "--device")) {
             const char *v = argv[++i];
-            if (!strcmp(v, "cpu")) p.device = ATLAS_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) p.device = ATLAS_DEVICE_CUDA;
-            else if (!strcmp(v, "auto")) p.device = ATLAS_DEVICE_AUTO;
-            else {
-                fprintf(stderr, "atlas info: --device: '%s' (want cpu, cuda or auto)\n", v);
+            if (atlas_cli_parse_device(v, &p.device, &p.gpu)) {
+                fprintf(stderr, "atlas info: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
                 return 2;
             }
         } else {

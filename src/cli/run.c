@@ -28,6 +28,7 @@ typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
     int n, threads, top_logprobs, json, tp, ctx, batch;
     atlas_device device;
+    int gpu; /* the ordinal of --device cuda:N */
     atlas_sampler_params sp;
     int set_temp, set_top_k, set_top_p;
 } run_opts;
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
             "  --ctx-size N, --max-model-len N   tokens the sequence may hold, prompt and\n"
             "                       generated (default 0: the model's maximum)\n"
             "  --batch-tokens N     prompt tokens prefilled a step (default 512)\n"
-            "  --device cpu|cuda|auto   (default auto: CUDA when usable, else the CPU)\n"
+            "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU; N: the GPU)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             "  --tensor-parallel N  split the model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
@@ -126,11 +127,8 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--top-p")) rc = parse_float(a, v, 0, 1, &o->sp.top_p), o->set_top_p = 1;
     else if (!strcmp(a, "--min-p")) rc = parse_float(a, v, 0, 1, &o->sp.min_p);
     else if (!strcmp(a, "--device")) {
-        if (!strcmp(v, "cpu")) o->device = ATLAS_DEVICE_CPU;
-        else if (!strcmp(v, "cuda")) o->device = ATLAS_DEVICE_CUDA;
-        else if (!strcmp(v, "auto")) o->device = ATLAS_DEVICE_AUTO;
-        else {
-            fprintf(stderr, "atlas run: --device: '%s' (want cpu, cuda or auto)\n", v);
+        if (atlas_cli_parse_device(v, &o->device, &o->gpu)) {
+            fprintf(stderr, "atlas run: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
             return 2;
         }
     } else {
@@ -322,6 +320,7 @@ static int run_engine(run_opts *o) {
     p.queue_limit = 1;
     p.ctx_size = o->ctx;
     p.device = o->device;
+    p.gpu = o->gpu;
     p.n_threads = o->threads;
     if (o->batch) p.batch_tokens = o->batch;
     atlas_engine *e = NULL;

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --parallel N         sequences running at once per model (default 32)\n"
             "  --queue-limit N      requests waiting to start; beyond: 429 (default 256)\n"
             "  --batch-tokens N     token budget of one engine step (default 512)\n"
-            "  --device auto|cpu|cuda   backend (default auto)\n"
+            "  --device auto|cpu|cuda[:N]  backend (default auto); N: the GPU ordinal (one a process)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
@@ -234,10 +234,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             else if (!strcmp(v, "none")) a->sp.reasoning = false;
             else bad = -1;
         } else if (!strcmp(o, "--device")) {
-            if (!strcmp(v, "auto")) a->ep.device = ATLAS_DEVICE_AUTO;
-            else if (!strcmp(v, "cpu")) a->ep.device = ATLAS_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) a->ep.device = ATLAS_DEVICE_CUDA;
-            else bad = -1;
+            bad = atlas_cli_parse_device(v, &a->ep.device, &a->ep.gpu);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
             usage(stderr);

@@ -114,7 +114,7 @@ static size_t memory_budget(atlas_engine *e, int *gpu, size_t *ram_share) {
     size_t total = 0;
     if (e->p.device != ATLAS_DEVICE_CPU) {
         atlas_host *h = NULL;
-        if (atlas_host_get(0, &h) == ATLAS_OK) {
+        if (atlas_host_get(e->p.gpu, &h) == ATLAS_OK) {
             *gpu = 1;
             total = atlas_host_properties(h)->total_mem;
         } else {

@@ -69,6 +69,10 @@ static void load_or_unload(atlas_http_call *call, const char *name, bool load,
     double t0 = atlas_http_now();
     atlas_status st = load ? atlas_engine_load(server_of(call)->engine, m.name)
                            : atlas_engine_unload(server_of(call)->engine, m.name);
+    if (st == ATLAS_ERR_BUSY && !load) { /* not the queue: requests still run on it */
+        atlas_api_error_reply(r, ATLAS_API_ERR_MODEL_BUSY, st, NULL, atlas_last_error());
+        return;
+    }
     if (st != ATLAS_OK) {
         atlas_api_error_fail(r, st, NULL);
         return;
@@ -148,7 +152,7 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     rc |= COUNTER("atlas_model_loads_total", "Model loads (swaps included).", m->loads);
     rc |= COUNTER("atlas_model_load_failures_total", "Model loads that failed.", m->load_failures);
     rc |= COUNTER("atlas_model_unloads_total", "Model releases.", m->unloads);
-    rc |= COUNTER("atlas_model_release_busy_total", "Releases refused for live handles (a bug).", m->release_busy);
+    rc |= COUNTER("atlas_model_release_refused_total", "Model releases refused while requests ran on the model (it drained first; not an error).", m->release_busy);
     rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);

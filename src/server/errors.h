@@ -17,6 +17,8 @@ typedef enum atlas_api_error {
     ATLAS_API_ERR_METHOD,      /* 405 */
     ATLAS_API_ERR_FORBIDDEN,   /* 403: a cross-origin page the server does not allow */
     ATLAS_API_ERR_SHUTDOWN,    /* 503 */
+    ATLAS_API_ERR_MODEL_BUSY,  /* 409: an unload while requests run on the model (it is
+                                  released when they end) */
 } atlas_api_error;
 
 /* Sets r to the error: its HTTP status, Retry-After when coming back helps, and the body.
