@@ -41,7 +41,7 @@ static double norm_err(const float *got, const double *want, size_t n) {
 
 /* A tensor of random values stored as dtype; *vals receives the exact values it holds. */
 typedef struct tensor {
-    atlas_tensor_view view;
+    atlas_weight_src src;
     void *data;
     double *vals;
 } tensor;
@@ -72,9 +72,9 @@ static void tensor_make(tensor *t, const char *name, atlas_dtype dt, int64_t row
             t->vals[i] = v;
         }
     }
-    t->view = (atlas_tensor_view){.name = name, .file = "test", .dtype = dt,
-                                  .n_dims = cols ? 2 : 1, .shape = {rows, cols},
-                                  .data = t->data, .nbytes = n * atlas_dtype_size(dt)};
+    t->src = (atlas_weight_src){.name = name, .dtype = dt, .n_dims = cols ? 2 : 1,
+                                .shape = {rows, cols}, .data = t->data,
+                                .nbytes = n * atlas_dtype_size(dt)};
 }
 
 static void tensor_free(tensor *t) {
@@ -97,12 +97,12 @@ static void test_matmul(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t
     tensor p[3], b[3];
     atlas_dtype dts[3] = {ATLAS_DTYPE_BF16, ATLAS_DTYPE_F16, ATLAS_DTYPE_F32};
     int64_t rows[3] = {r0, r1, r2}, m = r0 + r1 + r2;
-    const atlas_tensor_view *pv[3], *bv[3];
+    const atlas_weight_src *pv[3], *bv[3];
     for (int i = 0; i < 3; i++) {
         tensor_make(&p[i], "w", dts[i], rows[i], k);
         tensor_make(&b[i], "b", dts[2 - i], rows[i], 0);
-        pv[i] = &p[i].view;
-        bv[i] = &b[i].view;
+        pv[i] = &p[i].src;
+        bv[i] = &b[i].src;
     }
     atlas_weight *w = NULL, *bias = NULL;
     CHECK_OK(be->ops->weight_load(be, pv, 3, &w));
@@ -145,7 +145,7 @@ static void test_norms(atlas_backend *be) {
     enum { R = 5, D = 20 };
     tensor wt;
     tensor_make(&wt, "norm", ATLAS_DTYPE_BF16, D, 0);
-    const atlas_tensor_view *v = &wt.view;
+    const atlas_weight_src *v = &wt.src;
     atlas_weight *w = NULL;
     CHECK_OK(be->ops->weight_load(be, &v, 1, &w));
     float x[R * D], delta[R * D], out[R * D];
@@ -181,7 +181,7 @@ static void test_elementwise(atlas_backend *be) {
     /* embed, gather_rows, download and argmax read the staged batch */
     tensor table;
     tensor_make(&table, "model.embed_tokens.weight", ATLAS_DTYPE_BF16, V, D);
-    const atlas_tensor_view *tv = &table.view;
+    const atlas_weight_src *tv = &table.src;
     atlas_weight *tw = NULL;
     CHECK_OK(be->ops->weight_load(be, &tv, 1, &tw));
     int32_t tokens[N] = {7, 0, 49}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N},
@@ -317,7 +317,7 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
     tensor qn, kn;
     tensor_make(&qn, "q_norm", ATLAS_DTYPE_BF16, HD, 0);
     tensor_make(&kn, "k_norm", ATLAS_DTYPE_F32, HD, 0);
-    const atlas_tensor_view *qv = &qn.view, *kvv = &kn.view;
+    const atlas_weight_src *qv = &qn.src, *kvv = &kn.src;
     atlas_weight *qw = NULL, *kw = NULL;
     CHECK_OK(be->ops->weight_load(be, &qv, 1, &qw));
     CHECK_OK(be->ops->weight_load(be, &kvv, 1, &kw));
@@ -341,14 +341,19 @@ static void test_weight_errors(atlas_backend *be) {
     tensor a, b;
     tensor_make(&a, "model.layers.0.self_attn.q_proj.weight", ATLAS_DTYPE_BF16, 4, 8);
     tensor_make(&b, "model.layers.0.self_attn.k_proj.weight", ATLAS_DTYPE_BF16, 4, 6);
-    const atlas_tensor_view *v[2] = {&a.view, &b.view};
+    const atlas_weight_src *v[2] = {&a.src, &b.src};
     atlas_weight *w = NULL;
     CHECK(be->ops->weight_load(be, v, 2, &w) == ATLAS_ERR_FORMAT && !w);
     CHECK(strstr(atlas_last_error(), "k_proj") != NULL);
-    b.view.dtype = ATLAS_DTYPE_I32;
-    b.view.shape[1] = 8;
+    b.src.dtype = ATLAS_DTYPE_I32;
+    b.src.shape[1] = 8;
     CHECK(be->ops->weight_load(be, v, 2, &w) == ATLAS_ERR_UNSUPPORTED && !w);
     CHECK(strstr(atlas_last_error(), "k_proj.weight: dtype I32") != NULL);
+    /* a source whose byte count is not its shape's */
+    b.src.dtype = ATLAS_DTYPE_BF16;
+    b.src.nbytes -= 2; /* 4 x 8 elements of bf16 would be 64 */
+    CHECK(be->ops->weight_load(be, v, 2, &w) == ATLAS_ERR_INVALID && !w);
+    CHECK(strstr(atlas_last_error(), "k_proj.weight: 46 bytes") != NULL);
     tensor_free(&a);
     tensor_free(&b);
 }

@@ -2,10 +2,12 @@
  * no GPU): "device" addresses are host memory, copies are memcpy, and a copy whose source is
  * not a pinned (cuMemHostAlloc) buffer is counted as the real driver's slow path.  With
  * kernels in the binary (kernels are never launched): a fused weight of bf16, f32 and f16
- * views lands converted at its offsets through the host's loader threads and the staging
- * pool, a weight freed before weights_done is waited for, a weight of more views than an
- * upload holds is refused.  tests/test-gpu-load.c loads the fixtures on a real GPU. */
+ * tensors lands converted at its offsets through the host's loader threads and the staging
+ * pool, the bf16 bytes read through the sources' reader (the model's pread), a weight freed
+ * before weights_done is waited for, a weight of more tensors than an upload holds is
+ * refused.  tests/test-gpu-load.c loads the fixtures on a real GPU. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "core/file.h"
 #include "harness.h"
 #include "format/safetensors.h"
+#include "model/weight_read.h"
 
 /* --- the fake driver ---------------------------------------------------------------------- */
 
@@ -198,8 +201,8 @@ static void write_checkpoint(const char *path) {
     free(buf);
 }
 
-/* The bf16 bytes a view should become on the device, appended at out. */
-static size_t expect_view(const atlas_tensor_view *v, unsigned char *out) {
+/* The bf16 bytes a source should become on the device, appended at out. */
+static size_t expect_src(const atlas_weight_src *v, unsigned char *out) {
     size_t ne = v->nbytes / atlas_dtype_size(v->dtype);
     for (size_t i = 0; i < ne; i++) {
         uint16_t b;
@@ -219,15 +222,24 @@ static size_t expect_view(const atlas_tensor_view *v, unsigned char *out) {
     return 2 * ne;
 }
 
-static int weight_is(const atlas_weight *w, const atlas_tensor_view *const *v, int n) {
+static int weight_is(const atlas_weight *w, const atlas_weight_src *const *v, int n) {
     unsigned char *want = malloc((size_t)w->rows * w->cols * 2);
     size_t off = 0;
-    for (int i = 0; i < n; i++) off += expect_view(v[i], want + off);
+    for (int i = 0; i < n; i++) off += expect_src(v[i], want + off);
     int same = off == (size_t)w->rows * w->cols * 2 &&
                !memcmp((void *)(uintptr_t)w->ptr, want, off);
     free(want);
     return same;
 }
+
+/* The model's reader (model/weight_read.h), counting the bytes the backend read through it. */
+static atomic_size_t read_bytes;
+static atlas_status counting_read(void *ctx, void *dst, uint64_t offset, size_t n) {
+    atomic_fetch_add(&read_bytes, n);
+    return atlas_weight_file_read(ctx, dst, offset, n);
+}
+
+enum { N_SRC = 6 };
 
 static void test_backend(const char *dir) {
     char path[600];
@@ -243,17 +255,27 @@ static void test_backend(const char *dir) {
     atlas_backend *be = NULL;
     CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
     if (!st || !be) goto out;
-    const atlas_tensor_view *a = atlas_st_find(st, "a"), *b = atlas_st_find(st, "b"),
-                            *c = atlas_st_find(st, "c"), *n = atlas_st_find(st, "n"),
-                            *m = atlas_st_find(st, "m"), *big = atlas_st_find(st, "big");
-    const atlas_tensor_view *abc[] = {a, b, c}, *nm[] = {n, m}, *cc[] = {c}, *bg[] = {big};
-    const atlas_tensor_view *five[] = {a, b, c, a, b};
+    static const char *const names[N_SRC] = {"a", "b", "c", "n", "m", "big"};
+    atlas_weight_file files[N_SRC];
+    atlas_weight_src src[N_SRC];
+    for (int i = 0; i < N_SRC; i++) {
+        const atlas_tensor_view *v = atlas_st_find(st, names[i]);
+        CHECK(v && v->fd >= 0);
+        if (!v) goto out;
+        atlas_weight_src_of_view(v, &files[i], &src[i]);
+        CHECK(src[i].read == atlas_weight_file_read && src[i].ctx == &files[i]);
+        src[i].read = counting_read;
+    }
+    const atlas_weight_src *a = &src[0], *b = &src[1], *c = &src[2], *n = &src[3], *m = &src[4],
+                           *big = &src[5];
+    const atlas_weight_src *abc[] = {a, b, c}, *nm[] = {n, m}, *cc[] = {c}, *bg[] = {big};
+    const atlas_weight_src *five[] = {a, b, c, a, b};
     atlas_weight *w_abc = NULL, *w_nm = NULL, *w_c = NULL, *w_big = NULL, *w_five = NULL;
     CHECK_OK(be->ops->weight_load(be, abc, 3, &w_abc));
     CHECK_OK(be->ops->weight_load(be, nm, 2, &w_nm));
     CHECK_OK(be->ops->weight_load(be, cc, 1, &w_c));
     CHECK_OK(be->ops->weight_load(be, bg, 1, &w_big));
-    /* more views than one queued upload holds: refused, nothing left allocated */
+    /* more tensors than one queued upload holds: refused, nothing left allocated */
     CHECK(be->ops->weight_load(be, five, 5, &w_five) == ATLAS_ERR_UNSUPPORTED && !w_five);
     if (!w_abc || !w_nm || !w_c || !w_big) goto out;
     /* freed while its pieces may be in flight: waited for first (ASan would see a write
@@ -264,11 +286,16 @@ static void test_backend(const char *dir) {
     CHECK_MSG(weight_is(w_nm, nm, 2), "fused bf16|f16 1-D weight differs");
     CHECK_MSG(weight_is(w_big, bg, 1), "big weight differs");
     CHECK_MSG(fk.bad_copy == 0, "%d copies not out of a pinned buffer", fk.bad_copy);
+    /* every bf16 byte came through the reader (c twice: w_c was read before its free) */
+    size_t want_read = a->nbytes + 2 * c->nbytes + n->nbytes + big->nbytes;
+    CHECK_MSG(atomic_load(&read_bytes) == want_read, "%zu bytes read through the reader, want "
+              "%zu", atomic_load(&read_bytes), want_read);
     const cuda_load *ld = &((cuda_backend *)be)->wt.load;
     size_t want = a->nbytes + 2 * (b->nbytes / 4) + 2 * c->nbytes + n->nbytes + m->nbytes +
                   big->nbytes;
     CHECK_MSG(ld->staged_bytes == want, "staged %zu bytes, want %zu", ld->staged_bytes, want);
-    printf("backend: %zu bytes staged by weight_load\n", ld->staged_bytes);
+    printf("backend: %zu bytes staged by weight_load, %zu read through the reader\n",
+           ld->staged_bytes, atomic_load(&read_bytes));
     be->ops->weight_free(be, w_abc);
     be->ops->weight_free(be, w_nm);
     be->ops->weight_free(be, w_big);

@@ -83,7 +83,7 @@ static double buf_check(const char *what, buf *b, size_t n, double tol, atlas_ba
 }
 
 typedef struct tensor {
-    atlas_tensor_view view;
+    atlas_weight_src src;
     void *data;
 } tensor;
 
@@ -97,9 +97,9 @@ static void tensor_make(tensor *t, const char *name, atlas_dtype dt, int64_t row
         else if (dt == ATLAS_DTYPE_BF16) ((uint16_t *)t->data)[i] = atlas_f32_to_bf16(f);
         else ((uint16_t *)t->data)[i] = (uint16_t)(0x3800u | (rng & 0x3ffu)); /* f16 in [0.5, 1) */
     }
-    t->view = (atlas_tensor_view){.name = name, .file = "test", .dtype = dt,
-                                  .n_dims = cols ? 2 : 1, .shape = {rows, cols},
-                                  .data = t->data, .nbytes = n * atlas_dtype_size(dt)};
+    t->src = (atlas_weight_src){.name = name, .dtype = dt, .n_dims = cols ? 2 : 1,
+                                .shape = {rows, cols}, .data = t->data,
+                                .nbytes = n * atlas_dtype_size(dt)};
 }
 
 /* A weight loaded on both backends from the same views. */
@@ -113,8 +113,8 @@ static void *side_of(const buf *b, int side) { return side ? b->gpu : (void *)b-
 static atlas_weight *w_of(const weight *w, int side) { return side ? w->gpu : w->cpu; }
 
 static weight weight_load(tensor *const *t, int n) {
-    const atlas_tensor_view *v[4];
-    for (int i = 0; i < n; i++) v[i] = &t[i]->view;
+    const atlas_weight_src *v[4];
+    for (int i = 0; i < n; i++) v[i] = &t[i]->src;
     weight w = {NULL, NULL};
     CHECK_OK(cpu->ops->weight_load(cpu, v, n, &w.cpu));
     CHECK_OK(gpu->ops->weight_load(gpu, v, n, &w.gpu));
@@ -734,13 +734,13 @@ int main(void) {
             CHECK_OK(atlas_backend_cuda_create(&g, &o, &gpu));
             if (!gpu) break;
             if (pass == 2) ((cuda_backend *)gpu)->plan.gemv_ng = 3;
-            const atlas_tensor_view *v[1] = {&tn.view};
+            const atlas_weight_src *v[1] = {&tn.src};
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &norm.gpu));
-            v[0] = &tq.view;
+            v[0] = &tq.src;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &qn.gpu));
-            v[0] = &tk.view;
+            v[0] = &tk.src;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &kn.gpu));
-            v[0] = &twq.view;
+            v[0] = &twq.src;
             CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &wqkv.gpu));
             printf(pass == 1 ? "pass 2: no PDL, no graphs, no cuBLASLt\n"
                              : "pass 3: gemv1c with 3 row groups a block, no cuBLASLt\n");

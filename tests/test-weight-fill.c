@@ -1,8 +1,9 @@
 /* tests/test-weight-fill.c — the host side of the CUDA weight upload (backend/cuda/
- * weight_fill.h), without a GPU: a fused weight of bf16, f16 and f32 views from a real
+ * weight_fill.h), without a GPU: a fused weight of bf16, f16 and f32 tensors from a real
  * safetensors file, produced into "staging chunks" cut at many places, must equal the bf16
- * bytes computed here, whether the bf16 views are read with pread (the file's descriptor),
- * from the mapping (an in-memory checkpoint), or from the mapping after a failing read. */
+ * bytes computed here, whether the bf16 sources are read through the model's reader (pread
+ * of the file: model/weight_read.h), from the mapping (an in-memory checkpoint: no reader),
+ * or from the mapping after a failing read. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,7 +13,9 @@
 #include "backend/cuda/weight_fill.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "format/safetensors.h"
 #include "harness.h"
+#include "model/weight_read.h"
 
 enum { COLS = 24, ROWS_A = 37, ROWS_B = 5, ROWS_C = 11, N_ELEMS = (ROWS_A + ROWS_B + ROWS_C) * COLS };
 
@@ -62,7 +65,7 @@ static void write_checkpoint(const char *path, uint16_t *want) {
 
 /* Produces the whole weight into chunks of chunk bytes, each filled in pieces of at most
  * piece bytes (both even), as the staging pool and its threads do; compares with want. */
-static bool produce(const atlas_tensor_view *const *views, size_t chunk, size_t piece,
+static bool produce(const atlas_weight_src *const *srcs, size_t chunk, size_t piece,
                     const uint16_t *want) {
     size_t bytes = (size_t)N_ELEMS * 2;
     char *out = malloc(bytes), *staging = malloc(chunk);
@@ -72,7 +75,7 @@ static bool produce(const atlas_tensor_view *const *views, size_t chunk, size_t 
         memset(staging, 0xCD, chunk);
         for (size_t a = off; a < off + n; a += piece) {
             size_t b = a + piece < off + n ? a + piece : off + n;
-            atlas_cuda_fill_weight(views, 3, staging, off, a, b);
+            atlas_cuda_fill_weight(srcs, 3, staging, off, a, b);
         }
         memcpy(out + off, staging, n);
     }
@@ -82,15 +85,26 @@ static bool produce(const atlas_tensor_view *const *views, size_t chunk, size_t 
     return same;
 }
 
-static void check_all_cuts(const atlas_tensor_view *const *views, const uint16_t *want,
+static void check_all_cuts(const atlas_weight_src *const *srcs, const uint16_t *want,
                            const char *what) {
     static const size_t chunks[] = {2, 6, 48, 94, 1000, 2 * N_ELEMS};
     static const size_t pieces[] = {2, 10, 46, 512, 2 * N_ELEMS};
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
         for (size_t j = 0; j < sizeof pieces / sizeof pieces[0]; j++)
-            CHECK_MSG(produce(views, chunks[i], pieces[j], want),
+            CHECK_MSG(produce(srcs, chunks[i], pieces[j], want),
                       "%s: chunks of %zu bytes, pieces of %zu: the fused bf16 differs", what,
                       chunks[i], pieces[j]);
+}
+
+/* The sources of tensors a, b and c, as the model makes them; false when one is missing. */
+static bool sources(const atlas_st *st, atlas_weight_file *files, atlas_weight_src *src) {
+    static const char *const names[3] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        const atlas_tensor_view *v = atlas_st_find(st, names[i]);
+        if (!v) return false;
+        atlas_weight_src_of_view(v, &files[i], &src[i]);
+    }
+    return true;
 }
 
 int main(void) {
@@ -103,32 +117,34 @@ int main(void) {
     atlas_st *st = NULL;
     CHECK_OK(atlas_st_open_file(path, &st));
     if (st) {
-        const atlas_tensor_view *v[3] = {atlas_st_find(st, "a"), atlas_st_find(st, "b"),
-                                         atlas_st_find(st, "c")};
-        CHECK(v[0] && v[1] && v[2] && v[0]->fd >= 0);
-        if (v[0] && v[1] && v[2]) {
+        atlas_weight_file files[3];
+        atlas_weight_src src[3];
+        const atlas_weight_src *v[3] = {&src[0], &src[1], &src[2]};
+        bool all = sources(st, files, src);
+        CHECK(all && src[0].read && src[0].ctx == &files[0]);
+        if (all) {
             check_all_cuts(v, want, "pread");
             /* a read that fails (a descriptor that is not open) falls back on the mapping */
-            atlas_tensor_view broken = *v[0];
-            broken.fd = 1 << 20;
-            const atlas_tensor_view *vb[3] = {&broken, v[1], v[2]};
-            check_all_cuts(vb, want, "failing pread");
+            files[0].fd = 1 << 20;
+            check_all_cuts(v, want, "failing pread");
             atlas_error_clear();
         }
         atlas_st_free(st);
     }
 
-    /* the same bytes as an in-memory checkpoint: no descriptor, the mapping path */
+    /* the same bytes as an in-memory checkpoint: no descriptor, no reader: the mapping */
     FILE *f = fopen(path, "rb");
     static unsigned char raw[1 << 16];
     size_t len = f ? fread(raw, 1, sizeof raw, f) : 0;
     if (f) fclose(f);
     CHECK_OK(atlas_st_open_memory(raw, len, "in-memory", &st));
     if (st) {
-        const atlas_tensor_view *v[3] = {atlas_st_find(st, "a"), atlas_st_find(st, "b"),
-                                         atlas_st_find(st, "c")};
-        CHECK(v[0] && v[0]->fd == -1);
-        if (v[0] && v[1] && v[2]) check_all_cuts(v, want, "memory");
+        atlas_weight_file files[3];
+        atlas_weight_src src[3];
+        const atlas_weight_src *v[3] = {&src[0], &src[1], &src[2]};
+        bool all = sources(st, files, src);
+        CHECK(all && !src[0].read);
+        if (all) check_all_cuts(v, want, "memory");
         atlas_st_free(st);
     }
     free(want);

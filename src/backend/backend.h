@@ -5,8 +5,10 @@
  * - Activations are backend memory (host memory on the CPU, device memory on CUDA) in the
  *   backend's activation type (geom.act_size bytes an element: 4 = fp32 on the CPU).
  *   Row-major; "x[n, d]" means n rows of d elements, rows contiguous.
- * - Weights are loaded once through weight_load (the CPU may keep pointing into the mmap;
- *   CUDA uploads them as bf16). A weight is [out, in] like torch's nn.Linear.weight.
+ * - Weights are loaded once through weight_load from sources the model describes
+ *   (atlas_weight_src: bytes in memory and a reader; the backend knows no files or
+ *   checkpoint formats). The CPU may keep pointing at the source's bytes; CUDA uploads them
+ *   as bf16. A weight is [out, in] like torch's nn.Linear.weight.
  * - q, k and v come from one fused projection: qkv[n, (H + 2*K) * hd], q heads first, then
  *   k heads, then v heads (H = geom.n_heads, K = geom.n_kv_heads, hd = geom.head_dim).
  * - begin_batch stages the batch (token ids, positions, KV slots, block tables) in the
@@ -24,11 +26,36 @@
 #include <stdint.h>
 
 #include "atlas/status.h"
-#include "format/safetensors.h"
+#include "core/dtype.h"
 
 typedef struct atlas_backend atlas_backend;
 typedef struct atlas_weight atlas_weight; /* backend-owned copy/view of one (fused) weight */
 typedef struct atlas_kv atlas_kv;         /* backend-owned paged KV cache */
+
+enum { ATLAS_WEIGHT_MAX_DIMS = 8 };
+
+/* Where one tensor of a weight comes from, as the model describes it to weight_load: its
+ * bytes in memory, and a reader of the same bytes that the backend may prefer for bulk
+ * copies (the model's reader preads its file: no page faults, bench/RESULTS.md). The
+ * backend reads the tensor only through these two; it never sees a path or a descriptor. */
+typedef struct atlas_weight_src {
+    const char *name;  /* for errors: the tensor's name */
+    atlas_dtype dtype;
+    int n_dims;
+    int64_t shape[ATLAS_WEIGHT_MAX_DIMS];
+    size_t nbytes;     /* product(shape) * dtype size */
+    /* The tensor's bytes, row-major, at any alignment (the model's mapping, or a buffer it
+     * owns). Valid until weights_done returns (for a weight loaded after it: the next
+     * begin_batch), and while the weight lives on a backend that reads them in place (the
+     * CPU's). */
+    const void *data;
+    /* Optional (NULL: the backend copies from data): fills dst with bytes
+     * [offset, offset + n) of the tensor's data. Called with ctx from any thread (CUDA: the
+     * host's loader threads, concurrently) until data's first limit above. On a failure the
+     * backend copies those bytes from data instead. */
+    atlas_status (*read)(void *ctx, void *dst, uint64_t offset, size_t n);
+    void *ctx;
+} atlas_weight_src;
 
 /* What the ops need to know about the model; fixed for the backend's lifetime. */
 typedef struct atlas_backend_geom {
@@ -69,10 +96,12 @@ typedef struct atlas_backend_ops {
     atlas_status (*alloc)(atlas_backend *be, size_t bytes, void **out);
     void (*free)(atlas_backend *be, void *p); /* free(NULL) does nothing */
 
-    /* Loads one weight; with n > 1, the views are concatenated along dim 0 (rows), e.g.
+    /* Loads one weight; with n > 1, the sources are concatenated along dim 0 (rows), e.g.
      * wq|wk|wv into the fused qkv weight or gate|up into the fused gate_up weight.
-     * 1-D views (norm weights, biases) concatenate likewise. */
-    atlas_status (*weight_load)(atlas_backend *be, const atlas_tensor_view *const *views, int n,
+     * 1-D sources (norm weights, biases) concatenate likewise. The structs may live on the
+     * caller's stack (a backend that reads later keeps copies); what they point to stays
+     * valid as atlas_weight_src says. */
+    atlas_status (*weight_load)(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                                 atlas_weight **out);
     void (*weight_free)(atlas_backend *be, atlas_weight *w);
     /* Optional (NULL: none): every weight of the model was loaded; returns when they are on

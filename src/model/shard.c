@@ -273,7 +273,7 @@ atlas_status atlas_shard_view(const atlas_shard_plan *p, const atlas_tensor_view
     out->nbytes = (size_t)(s.n_rows * s.n_cols) * s.elem;
     if (s.n_chunks == 1) {
         out->data = (const char *)full->data + s.offset;
-        out->file_offset = full->file_offset + s.offset; /* the CUDA loader reads the file */
+        out->file_offset = full->file_offset + s.offset; /* read there: model/weight_read.h */
     } else {
         void *copy = malloc(out->nbytes);
         if (!copy)

@@ -104,9 +104,10 @@ atlas_status atlas_shard_tensor(const atlas_shard_plan *p, const char *name, int
  * bytes, row-major [n_rows, n_cols]). Nothing when not present. */
 void atlas_shard_slice_copy(const atlas_shard_slice *s, const void *src, void *dst);
 
-/* This rank's part of a checkpoint tensor as a view for the backend's weight_load: a row
- * split points into the mapping (no copy); a column band is gathered into *owned (malloc'd,
- * the caller frees it once the weight is loaded; NULL when nothing was copied). *present is
+/* This rank's part of a checkpoint tensor as a view, for a source of the backend's
+ * weight_load (model/weight_read.h): a row split points into the mapping and into the file
+ * (fd, file_offset: no copy); a column band is gathered into *owned (malloc'd, the caller
+ * frees it once the weight is loaded; NULL when nothing was copied; fd -1). *present is
  * false, and *out untouched, when this rank holds none of it. out->name and out->file are
  * full's. Errors as atlas_shard_tensor's, and ATLAS_ERR_NOMEM. */
 atlas_status atlas_shard_view(const atlas_shard_plan *p, const atlas_tensor_view *full,

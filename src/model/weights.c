@@ -7,12 +7,17 @@
 
 #include "core/error.h"
 #include "model/shard.h"
+#include "model/weight_read.h"
 
 typedef struct binder {
     atlas_backend *be;
     const atlas_st *st;
     atlas_model_weights *w;
     const atlas_shard_plan *plan; /* NULL: the whole model (world size 1) */
+    /* The readers' contexts of the sources handed to weight_load, read by the backend (the
+     * CUDA loader threads) until weights_done returns: one per tensor bound at most. */
+    atlas_weight_file *files;
+    size_t n_files, cap_files;
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -87,7 +92,19 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     if (st == ATLAS_OK && present) {
-        st = b->be->ops->weight_load(b->be, views, n, out);
+        atlas_weight_src srcs[4];
+        const atlas_weight_src *sp[4];
+        for (int i = 0; i < n && st == ATLAS_OK; i++) {
+            if (b->n_files == b->cap_files) { /* each tensor is bound once: cannot happen */
+                st = atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more tensors than the "
+                                "checkpoint's %zu", names[i], b->cap_files);
+                break;
+            }
+            atlas_weight_src_of_view(views[i], &b->files[b->n_files], &srcs[i]);
+            if (srcs[i].read) b->n_files++; /* the entry is its reader's context now */
+            sp[i] = &srcs[i];
+        }
+        if (st == ATLAS_OK) st = b->be->ops->weight_load(b->be, sp, n, out);
         if (st != ATLAS_OK) st = atlas_fail_wrap(st, "binding %s", names[0]);
     }
     /* The CPU backend keeps pointing at a 2-D view's bytes: a gathered column band lives
@@ -171,17 +188,18 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
                                       atlas_model_weights *out) {
     memset(out, 0, sizeof *out);
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
-    binder b = {be, st, out, plan};
-    atlas_status s = bind_all(&b, cfg);
+    binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st)};
+    b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
+    atlas_status s = b.files ? bind_all(&b, cfg)
+                             : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
     if (s == ATLAS_OK && be->ops->weights_done) {
         s = be->ops->weights_done(be);
         if (s != ATLAS_OK) s = atlas_fail_wrap(s, "loading the weights");
     }
-    if (s != ATLAS_OK) {
-        atlas_weights_free(be, out);
-        return s;
-    }
-    return ATLAS_OK;
+    /* freeing a weight waits for its queued reads: the readers' contexts go after */
+    if (s != ATLAS_OK) atlas_weights_free(be, out);
+    free(b.files);
+    return s;
 }
 
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {

@@ -23,7 +23,7 @@ static void cpu_free(atlas_backend *be, void *p) { free(p); }
 
 /* ---- weights ----------------------------------------------------------------------------- */
 
-static atlas_status check_view(const atlas_tensor_view *v, const atlas_tensor_view *first) {
+static atlas_status check_src(const atlas_weight_src *v, const atlas_weight_src *first) {
     if (v->dtype != ATLAS_DTYPE_F32 && v->dtype != ATLAS_DTYPE_F16 && v->dtype != ATLAS_DTYPE_BF16)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: dtype %s (want BF16, F16 or F32)", v->name,
                           atlas_dtype_name(v->dtype));
@@ -33,6 +33,12 @@ static atlas_status check_view(const atlas_tensor_view *v, const atlas_tensor_vi
     if (v->n_dims != first->n_dims || (v->n_dims == 2 && v->shape[1] != first->shape[1]))
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: shape does not concatenate with %s", v->name,
                           first->name);
+    int64_t elems = 1;
+    for (int d = 0; d < v->n_dims; d++) elems *= v->shape[d];
+    if (v->nbytes != (size_t)elems * atlas_dtype_size(v->dtype) || (!v->data && v->nbytes))
+        return atlas_fail(ATLAS_ERR_INVALID, "%s: %zu bytes at %p for %lld elements of %s",
+                          v->name, v->nbytes, v->data, (long long)elems,
+                          atlas_dtype_name(v->dtype));
     return ATLAS_OK;
 }
 
@@ -43,38 +49,40 @@ static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
     free(w);
 }
 
-static atlas_status cpu_weight_load(atlas_backend *be, const atlas_tensor_view *const *views,
+/* Reads the sources' data in place (never their reader): the caller keeps it while the
+ * weight lives (atlas_weight_src). */
+static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs,
                                     int n, atlas_weight **out) {
     *out = NULL;
     if (n < 1 || n > CPU_MAX_PARTS)
-        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu weight_load: %d views (1..%d)", n,
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu weight_load: %d tensors (1..%d)", n,
                           CPU_MAX_PARTS);
-    for (int i = 0; i < n; i++) ATLAS_TRY(check_view(views[i], views[0]));
+    for (int i = 0; i < n; i++) ATLAS_TRY(check_src(srcs[i], srcs[0]));
     atlas_weight *w = calloc(1, sizeof *w);
-    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[0]->name);
-    w->n_dims = views[0]->n_dims;
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[0]->name);
+    w->n_dims = srcs[0]->n_dims;
     w->n_parts = n;
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
-        int64_t r = w->n_dims == 2 ? views[i]->shape[0] : views[i]->shape[0];
-        w->parts[i] = (cpu_part){views[i]->data, NULL, views[i]->dtype, rows, r};
+        int64_t r = w->n_dims == 2 ? srcs[i]->shape[0] : srcs[i]->shape[0];
+        w->parts[i] = (cpu_part){srcs[i]->data, NULL, srcs[i]->dtype, rows, r};
         rows += r;
-        /* The kernels read elements in place; safetensors does not promise alignment (the
-         * header's length is free), so data off its element size gets an aligned copy. */
-        size_t esz = atlas_dtype_size(views[i]->dtype);
-        if ((uintptr_t)views[i]->data % esz != 0) {
-            w->parts[i].copy = malloc(views[i]->nbytes ? views[i]->nbytes : 1);
+        /* The kernels read elements in place; a source need not be aligned (safetensors'
+         * header length is free), so data off its element size gets an aligned copy. */
+        size_t esz = atlas_dtype_size(srcs[i]->dtype);
+        if ((uintptr_t)srcs[i]->data % esz != 0) {
+            w->parts[i].copy = malloc(srcs[i]->nbytes ? srcs[i]->nbytes : 1);
             if (!w->parts[i].copy) {
                 cpu_weight_free(be, w);
-                return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[i]->name);
+                return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[i]->name);
             }
-            memcpy(w->parts[i].copy, views[i]->data, views[i]->nbytes);
+            memcpy(w->parts[i].copy, srcs[i]->data, srcs[i]->nbytes);
             w->parts[i].data = w->parts[i].copy;
         }
     }
     if (w->n_dims == 2) {
         w->rows = rows;
-        w->cols = views[0]->shape[1];
+        w->cols = srcs[0]->shape[1];
         *out = w;
         return ATLAS_OK;
     }
@@ -84,13 +92,13 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_tensor_view *
     w->vec = malloc((size_t)(rows ? rows : 1) * sizeof(float));
     if (!w->vec) {
         cpu_weight_free(be, w);
-        return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", views[0]->name);
+        return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[0]->name);
     }
     atlas_weight tmp = *w;
     for (int i = 0; i < n; i++) {
-        tmp.cols = views[i]->shape[0];
+        tmp.cols = srcs[i]->shape[0];
         tmp.n_parts = 1;
-        tmp.parts[0] = (cpu_part){w->parts[i].data, NULL, views[i]->dtype, 0, 1};
+        tmp.parts[0] = (cpu_part){w->parts[i].data, NULL, srcs[i]->dtype, 0, 1};
         cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
     }
     *out = w;

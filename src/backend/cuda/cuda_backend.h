@@ -97,7 +97,7 @@ typedef struct cuda_load {
                                  flight (wait before freeing one) */
 } cuda_load;
 
-/* The most views weight_load fuses into one queued upload (qkv: 3). */
+/* The most sources weight_load fuses into one queued upload (qkv: 3). */
 #define CUDA_FUSE_MAX 4
 
 /* From the process host (host.h): set at create and never changed. The host and its stream
@@ -277,7 +277,7 @@ bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
 atlas_status cuda_ready(cuda_backend *cb);
 
 /* weight_load.c: the op table's weight_load, weight_free and weights_done. */
-atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views, int n,
+atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                               atlas_weight **out);
 void cuda_weight_free(atlas_backend *be, atlas_weight *w);
 atlas_status cuda_weights_done(atlas_backend *be);

@@ -6,9 +6,8 @@
 #include <sys/mman.h>
 
 #include "core/dtype.h"
-#include "core/file.h"
 
-/* Maps the file pages of [p, p + n) in one call instead of one fault per page (a page-cached
+/* Maps the pages of [p, p + n) in one call instead of one fault per page (a page-cached
  * checkpoint then copies at memory speed). Best effort: older kernels say EINVAL. */
 static void populate(const void *p, size_t n) {
 #ifndef MADV_POPULATE_READ
@@ -18,27 +17,22 @@ static void populate(const void *p, size_t n) {
     (void)madvise((void *)a, e - a, MADV_POPULATE_READ);
 }
 
-/* pread from the file skips the page faults of copying out of the mapping (4x faster in this
- * project's VMs; the issue measured 35-39 GB/s with 16 reading threads on the H200 machine
- * against ~25 through the mapping); the mapping stays the fallback (in-memory checkpoints,
- * a failing read). */
-void atlas_cuda_read_bytes(void *dst, const char *src, int fd, uint64_t file_off, size_t n) {
-    if (fd >= 0 && atlas_file_read_at(fd, dst, n, file_off) == ATLAS_OK) return;
-    populate(src, n);
-    memcpy(dst, src, n);
+/* The model's reader preads its file, which skips the page faults of copying out of the
+ * mapping (4x faster in this project's VMs; the issue measured 35-39 GB/s with 16 reading
+ * threads on the H200 machine against ~25 through the mapping); the data stays the fallback
+ * (in-memory checkpoints, a failing read). */
+void atlas_cuda_read_bytes(void *dst, const atlas_weight_src *src, uint64_t offset, size_t n) {
+    if (src->read && src->read(src->ctx, dst, offset, n) == ATLAS_OK) return;
+    const char *from = (const char *)src->data + offset;
+    populate(from, n);
+    memcpy(dst, from, n);
 }
 
-/* Elements [k, k + cnt) of a bf16 view into out. */
-static void copy_bf16(const atlas_tensor_view *v, uint16_t *out, size_t k, size_t cnt) {
-    atlas_cuda_read_bytes(out, (const char *)v->data + k * 2, v->fd, v->file_offset + k * 2,
-                          cnt * 2);
-}
-
-void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *dst,
+void atlas_cuda_fill_weight(const atlas_weight_src *const *srcs, int n, char *dst,
                             size_t dst_offset, size_t a, size_t b) {
-    size_t e0 = 0; /* first element of view i in the fused weight */
+    size_t e0 = 0; /* first element of source i in the fused weight */
     for (int i = 0; i < n && a < b; i++) {
-        const atlas_tensor_view *v = views[i];
+        const atlas_weight_src *v = srcs[i];
         size_t ne = v->nbytes / atlas_dtype_size(v->dtype);
         size_t lo = a / 2, hi = b / 2;
         if (lo < e0 + ne && hi > e0) {
@@ -46,7 +40,7 @@ void atlas_cuda_fill_weight(const atlas_tensor_view *const *views, int n, char *
             uint16_t *out = (uint16_t *)(dst + (s * 2 - dst_offset));
             size_t k = s - e0, cnt = e - s;
             if (v->dtype == ATLAS_DTYPE_BF16) {
-                copy_bf16(v, out, k, cnt);
+                atlas_cuda_read_bytes(out, v, k * 2, cnt * 2);
             } else if (v->dtype == ATLAS_DTYPE_F16) { /* the data need not be aligned */
                 const char *in = (const char *)v->data + k * 2;
                 for (size_t j = 0; j < cnt; j++) {

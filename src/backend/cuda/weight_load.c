@@ -10,77 +10,84 @@
 #include "core/error.h"
 
 /* Every weight goes through the host's pinned staging pool: weight_load queues it for the
- * host's loader threads, which read (pread) and convert each piece to bf16 into a pinned
- * buffer and copy it on (host.h); weights_done waits for them. (Copying bf16 straight out of
+ * host's loader threads, which read each piece (through the source's reader: the model's
+ * pread) and convert it to bf16 into a pinned buffer and copy it on (host.h); weights_done
+ * waits for them. (Copying bf16 straight out of
  * the registered file mapping by the copy engine, alone or mixed with staging, measured
  * slower on the H200 and was removed: bench/RESULTS.md.) */
 
-/* A queued upload's context (atlas_host_upload_queue copies it): the views themselves, as
+/* A queued upload's context (atlas_host_upload_queue copies it): the sources themselves, as
  * the caller's may live on its stack. */
 typedef struct queued_fill {
-    atlas_tensor_view views[CUDA_FUSE_MAX];
+    atlas_weight_src srcs[CUDA_FUSE_MAX];
     int n;
 } queued_fill;
 
 static void fill_queued(void *dst, size_t offset, size_t bytes, void *user) {
     const queued_fill *q = user;
-    const atlas_tensor_view *v[CUDA_FUSE_MAX];
-    for (int i = 0; i < q->n; i++) v[i] = &q->views[i];
+    const atlas_weight_src *v[CUDA_FUSE_MAX];
+    for (int i = 0; i < q->n; i++) v[i] = &q->srcs[i];
     atlas_cuda_fill_weight(v, q->n, dst, offset, offset, offset + bytes);
 }
 
-/* Queues views (n of them, fused; bytes of bf16 in all) for the host's loader threads, to
+/* Queues srcs (n of them, fused; bytes of bf16 in all) for the host's loader threads, to
  * land at dst. */
-static atlas_status stage_views(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
-                                const atlas_tensor_view *const *views, int n) {
+static atlas_status stage_srcs(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
+                               const atlas_weight_src *const *srcs, int n) {
     if (n > CUDA_FUSE_MAX) /* the model fuses at most qkv's 3 */
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a weight fused from %d views (at most "
-                          "%d)", n, CUDA_FUSE_MAX);
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a weight fused from %d tensors (at "
+                          "most %d)", n, CUDA_FUSE_MAX);
     queued_fill q = {.n = n};
-    for (int i = 0; i < n; i++) q.views[i] = *views[i];
+    for (int i = 0; i < n; i++) q.srcs[i] = *srcs[i];
     cb->wt.load.staged_bytes += bytes;
     return atlas_host_upload_queue(cb->dev.host, dst, bytes, fill_queued, &q, sizeof q);
 }
 
-atlas_status cuda_weight_load(atlas_backend *be, const atlas_tensor_view *const *views, int n,
+atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                               atlas_weight **out) {
     cuda_backend *cb = cuda_of(be);
     *out = NULL;
-    if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d views", n);
-    int dims = views[0]->n_dims;
-    int64_t rows = 0, cols = dims == 2 ? views[0]->shape[1] : 0;
+    if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d tensors", n);
+    int dims = srcs[0]->n_dims;
+    int64_t rows = 0, cols = dims == 2 ? srcs[0]->shape[1] : 0;
     for (int i = 0; i < n; i++) {
-        const atlas_tensor_view *v = views[i];
-        /* 2-D views stack their rows (same columns); 1-D views (biases, norms) concatenate
+        const atlas_weight_src *v = srcs[i];
+        /* 2-D sources stack their rows (same columns); 1-D ones (biases, norms) concatenate
          * whatever their lengths: q|k|v biases of H*hd, K*hd and K*hd under GQA */
         if (v->n_dims != dims || (dims != 1 && dims != 2) || (dims == 2 && v->shape[1] != cols))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: shape does not fuse with %s",
-                              v->name, views[0]->name);
+                              v->name, srcs[0]->name);
         if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 &&
             v->dtype != ATLAS_DTYPE_F32)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: dtype %s", v->name,
                               atlas_dtype_name(v->dtype));
+        int64_t elems = 1;
+        for (int d = 0; d < v->n_dims; d++) elems *= v->shape[d];
+        if (v->nbytes != (size_t)elems * atlas_dtype_size(v->dtype) || (!v->data && v->nbytes))
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: %zu bytes at %p for %lld "
+                              "elements of %s", v->name, v->nbytes, v->data, (long long)elems,
+                              atlas_dtype_name(v->dtype));
         if (dims == 2) rows += v->shape[0];
         else cols += v->shape[0];
     }
-    if (dims == 1) rows = 1; /* one row of all the views' elements */
+    if (dims == 1) rows = 1; /* one row of all the sources' elements */
     if (dims == 2 && cols % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %lld columns, want a multiple "
-                          "of 8", views[0]->name, (long long)cols);
+                          "of 8", srcs[0]->name, (long long)cols);
     atlas_weight *w = calloc(1, sizeof *w);
     if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     w->rows = rows;
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
-    atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, views[0]->name, &w->ptr);
+    atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, srcs[0]->name, &w->ptr);
     if (st == ATLAS_OK) {
         cb->wt.load.pending = true;
-        st = stage_views(cb, w->ptr, bytes, views, n); /* the fused weight at once */
+        st = stage_srcs(cb, w->ptr, bytes, srcs, n); /* the fused weight at once */
     }
     if (st != ATLAS_OK) {
         (void)atlas_registry_free(cb->mod.reg, w->ptr);
         free(w);
-        return atlas_fail_wrap(st, "cuda: loading weight %s", views[0]->name);
+        return atlas_fail_wrap(st, "cuda: loading weight %s", srcs[0]->name);
     }
     cb->wt.weight_bytes += bytes;
     *out = w;

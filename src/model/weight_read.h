@@ -1,0 +1,33 @@
+/* model/weight_read.h — a checkpoint tensor as a weight source for the backend's weight_load
+ * (backend/backend.h): its bytes in the mapping, and a reader that preads them from the
+ * tensor's shard into the staging the backend offers.  The backend knows no files; this is
+ * where the model's loading reads them.  Internal. */
+#ifndef ATLAS_MODEL_WEIGHT_READ_H
+#define ATLAS_MODEL_WEIGHT_READ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+#include "backend/backend.h"
+#include "format/safetensors.h"
+
+/* Where a tensor's data lies in a file: the reader's context. */
+typedef struct atlas_weight_file {
+    int fd;          /* the shard's descriptor (the atlas_st's: open until atlas_st_free) */
+    uint64_t offset; /* where the tensor's data starts in it */
+} atlas_weight_file;
+
+/* atlas_weight_src's reader, ctx an atlas_weight_file: bytes [offset, offset + n) of the
+ * tensor with one atlas_file_read_at (pread, retried on short reads). Any thread. */
+atlas_status atlas_weight_file_read(void *ctx, void *dst, uint64_t offset, size_t n);
+
+/* The source of view v (a whole tensor, or a rank's part of one: model/shard.h). With a
+ * descriptor (v->fd >= 0) its reader preads at v->file_offset, and *file, filled here, is
+ * its context: the caller keeps *file (and v's mapping) until the backend's weights_done
+ * returns. Without one (an in-memory checkpoint, a gathered column band) it has no reader:
+ * the backend copies from v->data. src->name and src->data are v's. */
+void atlas_weight_src_of_view(const atlas_tensor_view *v, atlas_weight_file *file,
+                              atlas_weight_src *src);
+
+#endif
