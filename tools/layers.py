@@ -40,6 +40,13 @@ LAYER_NAMES = {0: "core", 1: "format", 2: "tokenizer", 3: "chat", 4: "backend", 
 # The one internal header the `atlas bench` command may include besides include/atlas/.
 PRIVATE_OK = {("bench/cmd/bench.c", "bench/cmd/bench_internal.h")}
 
+# Lower layers that a layer still may not include or call: (layer dir, lower dir) -> why.
+NOT_BELOW = {
+    ("backend", "format"): "the backend knows no files or checkpoint formats: it is handed "
+                           "weight sources (backend.h's atlas_weight_src) that the model "
+                           "builds and reads",
+}
+
 
 def layer_of(path):
     """Layer of a source path relative to ROOT; None outside the layered tree."""
@@ -213,6 +220,10 @@ def main(argv):
                 if la is not None and lb is not None and lb > la:
                     problems.append(f"{a} ({LAYER_NAMES[la]}) {kind} {b} ({LAYER_NAMES[lb]}): "
                                     "upward")
+                why = NOT_BELOW.get((a.split("/")[1], b.split("/")[1])) \
+                    if a.startswith("src/") and b.startswith("src/") else None
+                if why:
+                    problems.append(f"{a} {kind} {b}: {why}")
     fronts = ("src/cli/", "src/server/", "bench/cmd/bench.c")
     for a, bs in sorted(incs.items()):
         if a.startswith(fronts):
