@@ -44,6 +44,10 @@ ATLAS_API const char *atlas_status_str(atlas_status status);
  * buffer, valid until the next atlas call on this thread (copy it to keep it). */
 ATLAS_API const char *atlas_last_error(void);
 
+/* Empties this thread's message, so that a later failure cannot be read with an older
+ * message (a thread that serves one request after another). Any thread. */
+ATLAS_API void atlas_error_clear(void);
+
 /* ---- reporting failures the same way --------------------------------------------------
  * For code layered on atlas (a server, a tool) that returns atlas_status and leaves its
  * messages where atlas_last_error() finds them.  The message is per thread, like errno: it

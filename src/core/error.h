@@ -8,11 +8,8 @@
 
 #include "atlas/status.h"
 
-/* atlas_fail and atlas_fail_wrap (and ATLAS_PRINTF) are declared in atlas/status.h: code
- * layered on atlas reports its errors with them too. */
-
-/* Clears the message (call at the start of a public entry point if you like). */
-void atlas_error_clear(void);
+/* atlas_fail, atlas_fail_wrap, atlas_error_clear (and ATLAS_PRINTF) are declared in
+ * atlas/status.h: code layered on atlas reports its errors with them too. */
 
 /* Evaluates expr (an atlas_status); returns it from the enclosing function if it failed. */
 #define ATLAS_TRY(expr)                                                                    \

@@ -156,7 +156,7 @@ static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_h
         json_t *body;
         if (admit(s, call, rt, r, &body)) {
             /* this thread served earlier requests: a failure must not report their message */
-            atlas_fail(ATLAS_OK, "%s", "");
+            atlas_error_clear();
             rt->fn(call, body, arg, r);
         }
         json_decref(body);
