@@ -70,6 +70,13 @@ ATLAS_API atlas_status atlas_fail(atlas_status status, const char *fmt, ...) ATL
 ATLAS_API atlas_status atlas_fail_wrap(atlas_status status, const char *fmt, ...)
     ATLAS_PRINTF(2, 3);
 
+/* Evaluates expr (an atlas_status); returns it from the enclosing function if it failed. */
+#define ATLAS_TRY(expr)                                                                    \
+    do {                                                                                   \
+        atlas_status atlas_try_st_ = (expr);                                               \
+        if (atlas_try_st_ != ATLAS_OK) return atlas_try_st_;                               \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,14 +13,13 @@
 #include "server/errors.h"
 #include "server/gen.h"
 #include "server/schema.h"
-#include "server/try.h"
 
 /* --- model lookup, shared with api_misc.c --------------------------------------------- */
 
 atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *name_or_null,
                              const char **name, const char **param) {
     const char *want = name_or_null;
-    if (!want && body) ATLAS_SERVER_TRY(atlas_param_string(body, "model", &want, param));
+    if (!want && body) ATLAS_TRY(atlas_param_string(body, "model", &want, param));
     atlas_engine_model_status ms[64];
     int n = atlas_engine_models(s->engine, ms, 64);
     if (n > 64) n = 64;
@@ -183,7 +182,7 @@ static atlas_status check_tools(const json_t *body, const json_t **tools, bool *
     } else {
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' must be a string or an object");
     }
-    ATLAS_SERVER_TRY(check_forced_choice(*tools, choice));
+    ATLAS_TRY(check_forced_choice(*tools, choice));
     *param = NULL;
     return ATLAS_OK;
 }
@@ -227,7 +226,7 @@ static atlas_status build_call_program(atlas_toolcall_format f, const char *cons
     const char *head, *middle, *tail;
     call_shape(f, &head, &middle, &tail);
     atlas_constraint *c = NULL;
-    ATLAS_SERVER_TRY(atlas_constraint_new(&c));
+    ATLAS_TRY(atlas_constraint_new(&c));
     atlas_status st = atlas_constraint_add_literal(c, head, strlen(head));
     if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, names, n);
     if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, middle, strlen(middle));
@@ -309,10 +308,10 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     const json_t *tools = NULL;
     bool parse = false;
     *prompt = NULL;
-    if (tools_ok) ATLAS_SERVER_TRY(check_tools(body, &tools, &parse, param));
+    if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
     if (parse_tools) *parse_tools = parse;
     json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
-    ATLAS_SERVER_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
+    ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
     const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
@@ -447,7 +446,7 @@ static atlas_status one_prompt(const json_t *p, const char *where, const atlas_t
     *ids = NULL;
     *n = 0;
     if (json_is_string(p)) {
-        ATLAS_SERVER_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
+        ATLAS_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
                                          ids, n));
     } else if (json_is_array(p) && json_array_size(p) > 0) {
         size_t count = json_array_size(p);
@@ -482,7 +481,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
     const json_t *first = json_array_get(p, 0);
     if (!json_is_array(p) || json_is_integer(first)) { /* a single prompt */
         *count = 1; /* so that the caller frees what was made, failure or not */
-        ATLAS_SERVER_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
+        ATLAS_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
     } else {
         size_t k = json_array_size(p);
         if (k == 0 || k > ATLAS_API_MAX_PROMPTS)
@@ -492,7 +491,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
             char where[32];
             snprintf(where, sizeof where, "prompt[%zu]", i);
             *count = (int)i + 1; /* so that the caller frees what was made */
-            ATLAS_SERVER_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
+            ATLAS_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
         }
     }
     *param = NULL;

@@ -8,13 +8,12 @@
 #include "atlas/tokenizer.h"
 #include "server/errors.h"
 #include "server/gen_internal.h"
-#include "server/try.h"
 
 atlas_status atlas_gen_format_init(atlas_gen *g) {
     if (g->o.reasoning && g->o.kind == ATLAS_API_CHAT)
-        ATLAS_SERVER_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
+        ATLAS_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
     if (g->o.tools != ATLAS_TOOLCALL_NONE) {
-        ATLAS_SERVER_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
+        ATLAS_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
         g->calls = json_array();
     }
     if (g->o.logprobs)
@@ -103,14 +102,14 @@ static atlas_status release_text(atlas_gen *g, const char *text, size_t len, boo
                                  char **out, json_t *calls) {
     *out = NULL;
     if (g->tp) {
-        if (len) ATLAS_SERVER_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
+        if (len) ATLAS_TRY(atlas_toolcall_parser_feed(g->tp, text, len, out, calls));
         if (!end) {
             if (!*out && !(*out = strdup("")))
                 return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
             return ATLAS_OK;
         }
         char *rest = NULL;
-        ATLAS_SERVER_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
+        ATLAS_TRY(atlas_toolcall_parser_finish(g->tp, &rest, calls));
         if (!rest && !(rest = strdup(""))) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
         if (!*out) {
             *out = rest;
@@ -141,7 +140,7 @@ static atlas_status split_text(atlas_gen *g, const char *text, size_t len, bool 
     *reasoning = NULL;
     if (!g->rp) return release_text(g, text, len, end, out, calls);
     char *content = NULL;
-    ATLAS_SERVER_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
+    ATLAS_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
     atlas_status st = release_text(g, content, strlen(content), end, out, calls);
     free(content);
     if (st != ATLAS_OK) {
@@ -252,7 +251,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     g->usage = e->usage;
     g->finish = e->finish;
     atlas_gen_format_observe_end(g);
-    ATLAS_SERVER_TRY(stream_token(g, e, true));
+    ATLAS_TRY(stream_token(g, e, true));
     if (e->finish == ATLAS_FINISH_ERROR)
         return stream_error(g, ATLAS_API_ERR_STATUS, e->status ? e->status : ATLAS_ERR_INTERNAL,
                             e->message);
@@ -260,7 +259,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
         return stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK,
                             "the request was cancelled: the server is shutting down");
     bool chat = g->o.kind == ATLAS_API_CHAT;
-    ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
+    ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
                                       finish_name(g)))));
     atlas_gen_group *G = g->group;
     if (G) { /* one usage chunk and one [DONE] once every choice has ended */
@@ -274,7 +273,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     if (g->o.include_usage) {
         json_t *c = chunk(g, NULL);
         if (c) json_object_set_new(c, "usage", usage_json(g));
-        ATLAS_SERVER_TRY(emit(g, c));
+        ATLAS_TRY(emit(g, c));
     }
     g->done_sent = true;
     return atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: [DONE]\n\n")
@@ -286,11 +285,11 @@ atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
     if (!g->began) {
         g->began = true;
         if (g->o.kind == ATLAS_API_CHAT)
-            ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
+            ATLAS_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
                                                            "content", ""),
                                               NULL, NULL))));
         else if (g->echo && *g->echo)
-            ATLAS_SERVER_TRY(emit(g, chunk(g, choice(g, atlas_json_text(g->echo, strlen(g->echo)),
+            ATLAS_TRY(emit(g, chunk(g, choice(g, atlas_json_text(g->echo, strlen(g->echo)),
                                               NULL, NULL))));
         if (g->echo) g->text_offset = strlen(g->echo);
     }
@@ -327,14 +326,14 @@ static atlas_status append_text(atlas_gen *g, const char *s, size_t n) {
 atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
     if (!g->began) {
         g->began = true;
-        if (g->echo) ATLAS_SERVER_TRY(append_text(g, g->echo, strlen(g->echo)));
+        if (g->echo) ATLAS_TRY(append_text(g, g->echo, strlen(g->echo)));
     }
     if (g->o.logprobs && e->type == ATLAS_EVENT_TOKEN) {
         if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
         else completion_logprob(g, g->lp, e, g->text_len);
     }
     char *text = NULL, *reasoning = NULL;
-    ATLAS_SERVER_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
+    ATLAS_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
                          g->calls));
     atlas_status st = append_text(g, text, strlen(text));
     if (st == ATLAS_OK && reasoning && *reasoning)

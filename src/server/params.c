@@ -11,7 +11,6 @@
 #include "atlas/constraint.h"
 #include "atlas/tokenizer.h"
 #include "server/schema.h"
-#include "server/try.h"
 
 static const json_t *field(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);
@@ -170,32 +169,32 @@ static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, cons
     int64_t i;
     bool has;
     x = p->sp.temperature;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "temperature", 0, 2, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "temperature", 0, 2, &x, NULL, param));
     p->sp.temperature = (float)x;
     x = p->sp.top_p;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "top_p", 0, 1, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "top_p", 0, 1, &x, NULL, param));
     if (x <= 0) {
         *param = "top_p";
         return atlas_fail(ATLAS_ERR_INVALID, "'top_p' must be in (0, 1], got 0");
     }
     p->sp.top_p = (float)x;
     i = 0;
-    ATLAS_SERVER_TRY(atlas_param_int(body, "top_k", -1, INT32_MAX, &i, NULL, param));
+    ATLAS_TRY(atlas_param_int(body, "top_k", -1, INT32_MAX, &i, NULL, param));
     p->sp.top_k = i < 0 ? 0 : (int)i; /* vLLM: -1 means off */
     x = p->sp.min_p;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "min_p", 0, 1, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "min_p", 0, 1, &x, NULL, param));
     p->sp.min_p = (float)x;
     x = p->sp.presence_penalty;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "presence_penalty", -2, 2, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "presence_penalty", -2, 2, &x, NULL, param));
     p->sp.presence_penalty = (float)x;
     x = p->sp.frequency_penalty;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "frequency_penalty", -2, 2, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "frequency_penalty", -2, 2, &x, NULL, param));
     p->sp.frequency_penalty = (float)x;
     x = p->sp.repetition_penalty;
-    ATLAS_SERVER_TRY(atlas_param_number(body, "repetition_penalty", 0.01, 10, &x, NULL, param));
+    ATLAS_TRY(atlas_param_number(body, "repetition_penalty", 0.01, 10, &x, NULL, param));
     p->sp.repetition_penalty = (float)x;
     i = 0;
-    ATLAS_SERVER_TRY(atlas_param_int(body, "seed", INT64_MIN, INT64_MAX, &i, &has, param));
+    ATLAS_TRY(atlas_param_int(body, "seed", INT64_MIN, INT64_MAX, &i, &has, param));
     if (has) {
         p->sp.seed = (uint64_t)i;
     } else { /* no seed asked: a different draw each request, as OpenAI */
@@ -209,16 +208,16 @@ static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, cons
 static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind, atlas_gen_params *p,
                                   const char **param) {
     int64_t n = 1;
-    ATLAS_SERVER_TRY(atlas_param_int(body, "n", 1, ATLAS_MAX_CHOICES, &n, NULL, param));
+    ATLAS_TRY(atlas_param_int(body, "n", 1, ATLAS_MAX_CHOICES, &n, NULL, param));
     p->n = (int)n;
     int64_t best_of = 1;
-    ATLAS_SERVER_TRY(atlas_param_int(body, "best_of", 1, 1, &best_of, NULL, param));
+    ATLAS_TRY(atlas_param_int(body, "best_of", 1, 1, &best_of, NULL, param));
     /* max_completion_tokens is the newer name (chat); max_tokens the older one */
     bool has = false;
-    ATLAS_SERVER_TRY(atlas_param_int(body, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, &has,
+    ATLAS_TRY(atlas_param_int(body, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, &has,
                               param));
     if (!has)
-        ATLAS_SERVER_TRY(atlas_param_int(body, "max_tokens", 1, INT32_MAX, &p->max_tokens, &has, param));
+        ATLAS_TRY(atlas_param_int(body, "max_tokens", 1, INT32_MAX, &p->max_tokens, &has, param));
     if (!has && kind == ATLAS_API_COMPLETION) p->max_tokens = 16; /* OpenAI's default there */
     return ATLAS_OK;
 }
@@ -228,14 +227,14 @@ static atlas_status parse_logprobs(const json_t *body, atlas_api_kind kind, atla
     int64_t top = 0;
     bool has = false;
     if (kind == ATLAS_API_CHAT) {
-        ATLAS_SERVER_TRY(atlas_param_bool(body, "logprobs", &p->logprobs, param));
-        ATLAS_SERVER_TRY(atlas_param_int(body, "top_logprobs", 0, 20, &top, &has, param));
+        ATLAS_TRY(atlas_param_bool(body, "logprobs", &p->logprobs, param));
+        ATLAS_TRY(atlas_param_int(body, "top_logprobs", 0, 20, &top, &has, param));
         if (has && !p->logprobs) {
             *param = "top_logprobs";
             return atlas_fail(ATLAS_ERR_INVALID, "'top_logprobs' needs 'logprobs': true");
         }
     } else { /* the legacy API: logprobs is the number of alternatives */
-        ATLAS_SERVER_TRY(atlas_param_int(body, "logprobs", 0, 20, &top, &has, param));
+        ATLAS_TRY(atlas_param_int(body, "logprobs", 0, 20, &top, &has, param));
         p->logprobs = has;
     }
     p->top_logprobs = (int)top;
@@ -259,11 +258,11 @@ static atlas_status parse_response_format(const json_t *body, atlas_gen_params *
         if (!json_is_object(schema))
             return atlas_fail(ATLAS_ERR_INVALID, "'response_format.json_schema.schema' must be "
                                                  "an object");
-        ATLAS_SERVER_TRY(atlas_schema_program(schema, "response_format.json_schema.schema",
+        ATLAS_TRY(atlas_schema_program(schema, "response_format.json_schema.schema",
                                        &p->constraint));
     } else if (!strcmp(type, "json_object")) {
-        ATLAS_SERVER_TRY(atlas_constraint_new(&p->constraint));
-        ATLAS_SERVER_TRY(atlas_constraint_add_json_object(p->constraint));
+        ATLAS_TRY(atlas_constraint_new(&p->constraint));
+        ATLAS_TRY(atlas_constraint_add_json_object(p->constraint));
     } else if (strcmp(type, "text") != 0) {
         return atlas_fail(ATLAS_ERR_INVALID, "'response_format' of type '%.100s': the type must "
                                              "be \"text\", \"json_object\" or \"json_schema\"",
@@ -279,24 +278,24 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     memset(p, 0, sizeof *p);
     p->sp = atlas_sampler_default_params();
     *param = NULL;
-    ATLAS_SERVER_TRY(atlas_param_string(body, "model", &p->model, param));
-    ATLAS_SERVER_TRY(parse_sampling(body, p, param));
-    ATLAS_SERVER_TRY(parse_lengths(body, kind, p, param));
-    ATLAS_SERVER_TRY(parse_logprobs(body, kind, p, param));
-    ATLAS_SERVER_TRY(parse_stop(body, p, param));
-    ATLAS_SERVER_TRY(parse_logit_bias(body, tok, p, param));
-    ATLAS_SERVER_TRY(atlas_param_bool(body, "stream", &p->stream, param));
-    ATLAS_SERVER_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
-    ATLAS_SERVER_TRY(atlas_param_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, param));
-    if (kind == ATLAS_API_COMPLETION) ATLAS_SERVER_TRY(atlas_param_bool(body, "echo", &p->echo, param));
-    ATLAS_SERVER_TRY(parse_response_format(body, p, param));
+    ATLAS_TRY(atlas_param_string(body, "model", &p->model, param));
+    ATLAS_TRY(parse_sampling(body, p, param));
+    ATLAS_TRY(parse_lengths(body, kind, p, param));
+    ATLAS_TRY(parse_logprobs(body, kind, p, param));
+    ATLAS_TRY(parse_stop(body, p, param));
+    ATLAS_TRY(parse_logit_bias(body, tok, p, param));
+    ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
+    ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
+    ATLAS_TRY(atlas_param_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, param));
+    if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
+    ATLAS_TRY(parse_response_format(body, p, param));
     const json_t *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so)) {
             *param = "stream_options";
             return atlas_fail(ATLAS_ERR_INVALID, "'stream_options' must be an object");
         }
-        ATLAS_SERVER_TRY(atlas_param_bool(so, "include_usage", &p->include_usage, param));
+        ATLAS_TRY(atlas_param_bool(so, "include_usage", &p->include_usage, param));
         if (*param) *param = "stream_options.include_usage";
     }
     return ATLAS_OK;

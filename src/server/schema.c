@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/try.h"
 
 static const char *const IGNORED[] = {"description", "title", "default", "examples", "$schema",
                                       "$comment", "required", "additionalProperties"};
@@ -166,7 +165,7 @@ static atlas_status value(const json_t *schema, atlas_constraint *c, const char 
     if (json_is_true(schema)) return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ANY);
     if (!json_is_object(schema))
         return atlas_fail(ATLAS_ERR_INVALID, "'%s' must be a schema object", path);
-    ATLAS_SERVER_TRY(check_keywords(schema, path));
+    ATLAS_TRY(check_keywords(schema, path));
     const json_t *cv = json_object_get(schema, "const");
     if (cv) {
         char *text = compact(cv);
@@ -180,7 +179,7 @@ static atlas_status value(const json_t *schema, atlas_constraint *c, const char 
     const char *nt = NULL;
     const json_t *ns = or_null(schema, &nt);
     if (ns) {
-        if (ns != schema) ATLAS_SERVER_TRY(check_keywords(ns, path));
+        if (ns != schema) ATLAS_TRY(check_keywords(ns, path));
         if (ns != schema && (json_object_get(ns, "enum") || json_object_get(ns, "const") ||
                              json_object_get(ns, "anyOf")))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "'%s.anyOf': only a type or null is "
@@ -213,7 +212,7 @@ atlas_status atlas_schema_program(const json_t *schema, const char *where,
                                   atlas_constraint **out) {
     *out = NULL;
     atlas_constraint *c = NULL;
-    ATLAS_SERVER_TRY(atlas_constraint_new(&c));
+    ATLAS_TRY(atlas_constraint_new(&c));
     atlas_status st = atlas_schema_append(schema, where, c);
     if (st != ATLAS_OK) {
         atlas_constraint_free(c);
