@@ -65,7 +65,7 @@ static void chat(const json_t *body) {
     char *prompt = NULL;
     bool parse = false;
     const char *param = NULL;
-    atlas_status st = atlas_api_render_template(tmpl, "tiny-qwen3", body, true, &prompt, &parse,
+    atlas_status st = atlas_api_render_template(tmpl, "tiny-qwen3", NULL, body, true, &prompt, &parse,
                                                 &param);
     check(st, param);
     if (st == ATLAS_OK) {

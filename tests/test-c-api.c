@@ -9,6 +9,7 @@
 #include "atlas/model.h"
 #include "atlas/parallel.h"
 #include "atlas/reasoning.h"
+#include "atlas/shield.h"
 #include "atlas/sampler.h"
 #include "atlas/server.h"
 #include "atlas/status.h"
@@ -25,7 +26,7 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "atlas.h", "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h",
+    "atlas.h", "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h", "shield.h",
     "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
     "version.h",
 };

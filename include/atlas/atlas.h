@@ -12,6 +12,7 @@
  *   template.h    chat templates (Jinja), rendered as transformers does
  *   toolcall.h    tool calls found in generated text
  *   reasoning.h   a thinking model's <think> block split from the reply
+ *   shield.h      control tokens only from the chat template, never from client text
  *   sampler.h     logits to a token id
  *   constraint.h  constrained decoding (JSON, choices, literals)
  *   engine.h      requests in, a stream of token events out, over several models
@@ -39,6 +40,7 @@
 #include "atlas/template.h"
 #include "atlas/toolcall.h"
 #include "atlas/reasoning.h"
+#include "atlas/shield.h"
 #include "atlas/sampler.h"
 #include "atlas/constraint.h"
 #include "atlas/engine.h"

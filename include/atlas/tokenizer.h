@@ -56,6 +56,30 @@ ATLAS_API atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const 
                                               size_t len, bool add_special, int32_t **ids,
                                               size_t *n_ids);
 
+/* A byte range [start, end) of a text. */
+typedef struct atlas_text_range {
+    size_t start, end;
+} atlas_text_range;
+
+/* As atlas_tokenizer_encode, but a special added token whose match would start inside one
+ * of the ranges (sorted by start, not overlapping) is not matched there: those bytes are
+ * tokenized as plain text, as HF tokenizers does with split_special_tokens. For text a
+ * client wrote, which must not become control tokens (atlas/shield.h). Threads and
+ * ownership as atlas_tokenizer_encode; ranges are borrowed for the call. */
+ATLAS_API atlas_status atlas_tokenizer_encode_ranges(const atlas_tokenizer *tok, const char *text,
+                                                     size_t len, bool add_special,
+                                                     const atlas_text_range *plain,
+                                                     size_t n_plain, int32_t **ids,
+                                                     size_t *n_ids);
+
+/* The tokenizer's added tokens (tokenizer.json "added_tokens"), in file order: their count,
+ * and the i-th's text as written (the tokenizer's, valid while it is), its id and whether it
+ * is special. ATLAS_ERR_RANGE for i >= the count. Any thread. */
+ATLAS_API size_t atlas_tokenizer_added_count(const atlas_tokenizer *tok);
+ATLAS_API atlas_status atlas_tokenizer_added_token(const atlas_tokenizer *tok, size_t i,
+                                                   const char **text, size_t *len,
+                                                   int32_t *id, bool *special);
+
 /* Decodes ids to text (NUL-terminated; *len excludes the NUL; the caller free()s *text).
  * skip_special drops special tokens.  Byte sequences that are not valid UTF-8 become
  * U+FFFD, like HF's decode.  Ids out of range fail with ATLAS_ERR_RANGE. */

@@ -7,6 +7,7 @@
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/reasoning.h"
+#include "atlas/shield.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "server/api.h"
@@ -303,8 +304,9 @@ static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
 }
 
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
-                                       const json_t *body, bool tools_ok, char **prompt,
-                                       bool *parse_tools, const char **param) {
+                                       const atlas_tokenizer *shield, const json_t *body,
+                                       bool tools_ok, char **prompt, bool *parse_tools,
+                                       const char **param) {
     const json_t *tools = NULL;
     bool parse = false;
     *prompt = NULL;
@@ -319,9 +321,15 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
         *param = "chat_template_kwargs";
         st = atlas_fail(ATLAS_ERR_INVALID, "'chat_template_kwargs' must be an object");
     }
+    /* the client's strings, tools included, may not spell the model's control tokens */
+    json_t *tools_copy = shield && tools ? json_deep_copy(tools) : NULL;
+    if (st == ATLAS_OK && shield && tools && !tools_copy)
+        st = atlas_fail(ATLAS_ERR_NOMEM, "tools: out of memory");
+    if (st == ATLAS_OK && shield) st = atlas_shield_json(shield, msgs);
+    if (st == ATLAS_OK && tools_copy) st = atlas_shield_json(shield, tools_copy);
     if (st == ATLAS_OK) {
-        atlas_template_input in = {msgs, tools, json_is_object(kwargs) ? kwargs : NULL,
-                                   gen_prompt};
+        atlas_template_input in = {msgs, tools_copy ? tools_copy : tools,
+                                   json_is_object(kwargs) ? kwargs : NULL, gen_prompt};
         st = atlas_template_render(tmpl, &in, prompt);
         if (st != ATLAS_OK) {
             *param = "messages";
@@ -329,6 +337,7 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
         }
     }
     json_decref(msgs);
+    json_decref(tools_copy);
     return st;
 }
 
@@ -343,7 +352,10 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
     if (st != ATLAS_OK) /* the server's files are at fault, not the request */
         return atlas_fail_wrap(ATLAS_ERR_INTERNAL, "the chat template of '%s'", model);
     if (tmpl_out) *tmpl_out = tmpl;
-    return atlas_api_render_template(tmpl, model, body, tools_ok, prompt, parse_tools, param);
+    const atlas_tokenizer *tok = NULL;
+    ATLAS_TRY(atlas_engine_tokenizer(s->engine, model, &tok));
+    return atlas_api_render_template(tmpl, model, tok, body, tools_ok, prompt, parse_tools,
+                                     param);
 }
 
 /* --- the two generation endpoints ---------------------------------------------------------- */
@@ -413,7 +425,7 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_CHAT, tok, &gp, &param);
     if (st == ATLAS_OK)
         st = atlas_api_render_chat(s, model, body, true, &prompt, &tmpl, &parse_tools, &param);
-    if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, prompt, strlen(prompt), false, &ids, &n);
+    if (st == ATLAS_OK) st = atlas_shield_encode(tok, prompt, strlen(prompt), false, &ids, &n);
     if (st != ATLAS_OK) {
         atlas_api_error_fail(r, st, param);
     } else {
@@ -439,15 +451,17 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     atlas_gen_params_free(&gp);
 }
 
-/* One prompt: a string (tokenized with the special tokens) or an array of token ids.
- * where names it in errors ("prompt" or "prompt[2]"). */
+/* One prompt: a string (tokenized with the special tokens; with split, special tokens'
+ * spellings as text) or an array of token ids. where names it in errors ("prompt" or
+ * "prompt[2]"). */
 static atlas_status one_prompt(const json_t *p, const char *where, const atlas_tokenizer *tok,
-                               int32_t **ids, size_t *n) {
+                               bool split, int32_t **ids, size_t *n) {
     *ids = NULL;
     *n = 0;
     if (json_is_string(p)) {
-        ATLAS_TRY(atlas_tokenizer_encode(tok, json_string_value(p), json_string_length(p), true,
-                                         ids, n));
+        atlas_text_range all = {0, json_string_length(p)};
+        ATLAS_TRY(atlas_tokenizer_encode_ranges(tok, json_string_value(p), all.end, true, &all,
+                                                split ? 1 : 0, ids, n));
     } else if (json_is_array(p) && json_array_size(p) > 0) {
         size_t count = json_array_size(p);
         size_t vocab = atlas_tokenizer_vocab_size(tok);
@@ -475,13 +489,15 @@ static atlas_status one_prompt(const json_t *p, const char *where, const atlas_t
 atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokenizer *tok,
                                           int32_t **ids, size_t *n, int *count,
                                           const char **param) {
+    bool split = false;
+    *count = 0;
+    ATLAS_TRY(atlas_param_bool(body, "split_special_tokens", &split, param));
     const json_t *p = json_object_get(body, "prompt");
     *param = "prompt";
-    *count = 0;
     const json_t *first = json_array_get(p, 0);
     if (!json_is_array(p) || json_is_integer(first)) { /* a single prompt */
         *count = 1; /* so that the caller frees what was made, failure or not */
-        ATLAS_TRY(one_prompt(p, "prompt", tok, &ids[0], &n[0]));
+        ATLAS_TRY(one_prompt(p, "prompt", tok, split, &ids[0], &n[0]));
     } else {
         size_t k = json_array_size(p);
         if (k == 0 || k > ATLAS_API_MAX_PROMPTS)
@@ -491,7 +507,7 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
             char where[32];
             snprintf(where, sizeof where, "prompt[%zu]", i);
             *count = (int)i + 1; /* so that the caller frees what was made */
-            ATLAS_TRY(one_prompt(json_array_get(p, i), where, tok, &ids[i], &n[i]));
+            ATLAS_TRY(one_prompt(json_array_get(p, i), where, tok, split, &ids[i], &n[i]));
         }
     }
     *param = NULL;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "atlas/engine.h"
+#include "atlas/shield.h"
 #include "atlas/tokenizer.h"
 #include "server/api.h"
 #include "server/errors.h"
@@ -215,6 +216,8 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
     if (st == ATLAS_OK) st = atlas_param_bool(body, "add_special_tokens", &add_special, &param);
     if (st == ATLAS_OK) st = atlas_param_bool(body, "return_token_strs", &strs, &param);
+    bool split = false; /* a prompt's special tokens' spellings as text */
+    if (st == ATLAS_OK) st = atlas_param_bool(body, "split_special_tokens", &split, &param);
     if (st == ATLAS_OK && chat) {
         st = atlas_api_render_chat(s, model, body, true, &rendered, NULL, NULL, &param);
         text = rendered;
@@ -225,7 +228,13 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
             st = atlas_fail(ATLAS_ERR_INVALID, "'prompt' (a string) or 'messages' is required");
         }
     }
-    if (st == ATLAS_OK) st = atlas_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n);
+    if (st == ATLAS_OK && chat)
+        st = atlas_shield_encode(tok, text, strlen(text), add_special, &ids, &n);
+    else if (st == ATLAS_OK) {
+        atlas_text_range all = {0, strlen(text)};
+        st = atlas_tokenizer_encode_ranges(tok, text, all.end, add_special, &all, split ? 1 : 0,
+                                           &ids, &n);
+    }
     if (st != ATLAS_OK) {
         atlas_api_error_fail(r, st, param);
     } else {
@@ -298,11 +307,16 @@ void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *a
                               atlas_http_reply *r) {
     (void)arg;
     const char *param = NULL, *model;
-    char *prompt = NULL;
+    char *prompt = NULL, *text = NULL;
+    size_t len = 0;
+    const atlas_tokenizer *tok = NULL;
     atlas_status st = atlas_api_model(call->ctx, body, NULL, &model, &param);
     if (st == ATLAS_OK)
         st = atlas_api_render_chat(call->ctx, model, body, true, &prompt, NULL, NULL, &param);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(server_of(call)->engine, model, &tok);
+    if (st == ATLAS_OK) st = atlas_shield_text(tok, prompt, strlen(prompt), &text, &len);
     if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
-    else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(prompt, strlen(prompt))));
+    else atlas_http_reply_json(r, 200, json_pack("{s:o}", "prompt", atlas_json_text(text, len)));
     free(prompt);
+    free(text);
 }

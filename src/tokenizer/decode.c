@@ -170,6 +170,20 @@ bool atlas_tokenizer_is_special(const atlas_tokenizer *tok, int32_t id) {
     return id >= 0 && (size_t)id < tok->n_tokens && (tok->tok_flags[id] & TOK_SPECIAL);
 }
 
+size_t atlas_tokenizer_added_count(const atlas_tokenizer *tok) { return tok->n_added; }
+
+atlas_status atlas_tokenizer_added_token(const atlas_tokenizer *tok, size_t i, const char **text,
+                                         size_t *len, int32_t *id, bool *special) {
+    if (i >= tok->n_added)
+        return atlas_fail(ATLAS_ERR_RANGE, "added token %zu of %zu", i, tok->n_added);
+    const tok_added *a = &tok->added[i];
+    if (text) *text = a->content;
+    if (len) *len = a->len;
+    if (id) *id = a->id;
+    if (special) *special = a->special;
+    return ATLAS_OK;
+}
+
 /* The Metaspace decoder drops every metaspace (a space in the token's bytes) of the first
  * token, unless it is a <0xNN> byte; writes what is left to dst.  0 when that rule does not
  * apply (dst untouched). */

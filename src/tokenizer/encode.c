@@ -20,11 +20,19 @@ static atlas_status on_normalized_segment(tok_ctx *c, const char *s, size_t len,
     return encode_plain(c, s, len);
 }
 
+/* Whether raw bytes [at, at + len) overlap a plain range. */
+static bool overlaps_plain(const tok_ctx *c, size_t at, size_t len) {
+    for (size_t i = 0; i < c->n_plain; i++)
+        if (c->plain[i].start < at + len && at < c->plain[i].end) return true;
+    return false;
+}
+
 static atlas_status on_raw_segment(tok_ctx *c, const char *s, size_t len, int32_t added,
                                    void *user) {
     const atlas_tokenizer *tok = c->tok;
     if (added >= 0) return tok_ctx_push_id(c, tok->added[added].id);
     if (len == 0) return ATLAS_OK;
+    c->seg_plain = c->n_plain && overlaps_plain(c, (size_t)(s - c->raw0), len);
     char *norm = NULL;
     size_t norm_len = len;
     ATLAS_TRY(tok_normalize(tok, s, len, &norm, &norm_len));
@@ -42,8 +50,21 @@ static atlas_status on_raw_segment(tok_ctx *c, const char *s, size_t len, int32_
 
 atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text, size_t len,
                                     bool add_special, int32_t **ids, size_t *n_ids) {
+    return atlas_tokenizer_encode_ranges(tok, text, len, add_special, NULL, 0, ids, n_ids);
+}
+
+atlas_status atlas_tokenizer_encode_ranges(const atlas_tokenizer *tok, const char *text,
+                                           size_t len, bool add_special,
+                                           const atlas_text_range *plain, size_t n_plain,
+                                           int32_t **ids, size_t *n_ids) {
     *ids = NULL;
     *n_ids = 0;
+    for (size_t i = 0; i < n_plain; i++)
+        if (plain[i].start > plain[i].end || plain[i].end > len ||
+            (i && plain[i].start < plain[i - 1].end))
+            return atlas_fail(ATLAS_ERR_INVALID, "encode: plain range %zu [%zu, %zu) of %zu "
+                              "bytes: want sorted, disjoint ranges inside the text", i,
+                              plain[i].start, plain[i].end, len);
     if (!text && len) return atlas_fail(ATLAS_ERR_INVALID, "encode: text is NULL");
     if (len > UINT32_MAX / 2) return atlas_fail(ATLAS_ERR_RANGE, "encode: %zu bytes of text", len);
     size_t bad = tok_utf8_validate(text, len);
@@ -51,6 +72,8 @@ atlas_status atlas_tokenizer_encode(const atlas_tokenizer *tok, const char *text
     tok_ctx c;
     tok_ctx_init(&c, tok);
     c.raw0 = text;
+    c.plain = plain;
+    c.n_plain = n_plain;
     atlas_status st = ATLAS_OK;
     for (size_t i = 0; add_special && st == ATLAS_OK && i < tok->n_prefix; i++)
         st = tok_ctx_push_id(&c, tok->prefix[i]);

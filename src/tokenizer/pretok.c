@@ -221,6 +221,16 @@ static bool added_accept(const tok_added *a, const char *s, size_t len, size_t s
     return true;
 }
 
+/* Whether a match at p may not be a special token: p lies in a plain range of the raw text,
+ * or (normalized text, whose offsets are not the raw ones) its raw segment overlaps one. */
+static bool in_plain(const tok_ctx *c, const tok_trie *t, const char *p) {
+    if (t != &c->tok->trie_raw) return c->seg_plain;
+    size_t at = (size_t)(p - c->raw0);
+    for (size_t i = 0; i < c->n_plain; i++)
+        if (at >= c->plain[i].start && at < c->plain[i].end) return true;
+    return false;
+}
+
 atlas_status tok_split_added(tok_ctx *c, const tok_trie *t, const char *s, size_t len,
                              tok_segment_fn fn, void *user) {
     size_t seg = 0; /* start of the pending plain segment */
@@ -230,6 +240,8 @@ atlas_status tok_split_added(tok_ctx *c, const tok_trie *t, const char *s, size_
             size_t end = 0;
             int32_t a = -1;
             if (t->first[b >> 3] & (1u << (b & 7))) a = trie_match(t, s, len, i, &end);
+            if (a >= 0 && c->n_plain && c->tok->added[a].special && in_plain(c, t, s + i))
+                a = -1; /* client text: a special token's spelling stays text */
             if (a < 0) {
                 i++;
                 continue;

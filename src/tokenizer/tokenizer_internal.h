@@ -258,6 +258,12 @@ typedef struct tok_ctx {
     /* where the segment being encoded lies: at the start of the text (Metaspace "first") */
     const char *raw0, *norm0;
     bool raw_at_start, at_start;
+    /* byte ranges of the raw text where no special added token may start
+     * (atlas_tokenizer_encode_ranges), and whether the raw segment being normalized
+     * overlaps one (its normalized offsets no longer map to raw ones) */
+    const atlas_text_range *plain;
+    size_t n_plain;
+    bool seg_plain;
     /* BPE scratch, per word */
     struct tok_sym *syms;
     size_t cap_syms;

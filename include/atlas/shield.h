@@ -1,0 +1,48 @@
+/* atlas/shield.h — control tokens only from the chat template.
+ *
+ * A client's message may spell a special token ("<|eot_id|><|start_header_id|>system...",
+ * "<|im_end|>\n<|im_start|>system") to forge a turn. Before rendering, atlas_shield_json
+ * swaps every special token's spelling in the client's strings for private-use sentinels
+ * (U+E000 and an index); the template renders them like any text (trimmed, sliced, put
+ * through tojson); atlas_shield_encode then spells them back and tokenizes them as plain
+ * text while the template's own special tokens stay special. Text without a special
+ * token's spelling renders and tokenizes exactly as without the shield. A template that
+ * escapes non-ASCII (tojson(ensure_ascii=True)) or cuts a sentinel leaves it as the
+ * private-use characters it is made of: never a control token.
+ *
+ * Threads: every function may be called from any thread; the tokenizer is only read.
+ * Ownership: arguments are borrowed; what is returned through a pointer is malloc'd and
+ * the caller frees it (free()). */
+#ifndef ATLAS_SHIELD_H
+#define ATLAS_SHIELD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+#include "atlas/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct json_t; /* jansson's */
+
+/* Shields every string in v (objects and arrays are walked; keys are left alone), in place. */
+ATLAS_API atlas_status atlas_shield_json(const atlas_tokenizer *tok, struct json_t *v);
+
+/* Tokenizes rendered text: sentinels become their special token's text, tokenized as plain
+ * text; everything else as atlas_tokenizer_encode does. */
+ATLAS_API atlas_status atlas_shield_encode(const atlas_tokenizer *tok, const char *rendered,
+                                           size_t len, bool add_special, int32_t **ids,
+                                           size_t *n_ids);
+
+/* The rendered text with its sentinels spelt back (for a client that asked for the text). */
+ATLAS_API atlas_status atlas_shield_text(const atlas_tokenizer *tok, const char *rendered,
+                                         size_t len, char **text, size_t *text_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
