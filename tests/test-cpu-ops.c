@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/expand.h"
 #include "core/threadpool.h"
 #include "harness.h"
 
@@ -395,6 +396,84 @@ static void test_threadpool(void) {
     atlas_threadpool_free(NULL);
 }
 
+/* The fused ops of backend.h on a backend without kernels of its own (the CPU: expand.c):
+ * bit for bit the plain ops the model called before it said its fusions (add_rmsnorm; norm,
+ * matmul, rope, kv_store; matmul then swiglu). */
+static void test_fused_expand(atlas_backend *be) {
+    enum { N = 3, D = 20, QKV = 80, F = 36, BS = 4, MAXB = 2 };
+    tensor tn, tq, tb, tgu, to;
+    tensor_make(&tn, "norm", ATLAS_DTYPE_BF16, D, 0);
+    tensor_make(&tq, "wqkv", ATLAS_DTYPE_BF16, QKV, D);
+    tensor_make(&tb, "bqkv", ATLAS_DTYPE_F32, QKV, 0);
+    tensor_make(&tgu, "wgu", ATLAS_DTYPE_BF16, 2 * F, D);
+    tensor_make(&to, "wo", ATLAS_DTYPE_BF16, D, 40);
+    tensor *ts[] = {&tn, &tq, &tb, &tgu, &to};
+    atlas_weight *w[5] = {NULL};
+    for (int i = 0; i < 5; i++) {
+        const atlas_weight_src *v = &ts[i]->src;
+        CHECK_OK(be->ops->weight_load(be, &v, 1, &w[i]));
+    }
+    atlas_kv *kv[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) CHECK_OK(be->ops->kv_create(be, 4, BS, &kv[i]));
+    int32_t tokens[N] = {0}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N};
+    int32_t table[MAXB] = {1, 3};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table, MAXB, 0, NULL};
+    CHECK_OK(be->ops->begin_batch(be, &b, BS));
+    /* [0]: the plain ops, [1]: the fused ones */
+    float x[2][N * D], h[2][N * D], o[2][N * D], qkv[2][N * QKV];
+    float gu[2][N * 2 * F], act[2][N * F], a2[2][N * 40];
+    fill(x[0], N * D);
+    memcpy(x[1], x[0], sizeof x[0]);
+    /* norm + qkv (+ bias) + rope + kv_store, then attention of each cache */
+    CHECK_OK(be->ops->rmsnorm(be, h[0], x[0], w[0], N, D));
+    CHECK_OK(be->ops->matmul(be, qkv[0], h[0], w[1], w[2], N));
+    CHECK_OK(be->ops->rope(be, qkv[0], N));
+    CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 0));
+    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 0));
+    atlas_epilogue rk = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv[1], .layer = 0};
+    CHECK_OK(atlas_op_rmsnorm_matmul(be, qkv[1], h[1], x[1], w[0], w[1], w[2], N, D, 0, &rk));
+    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 0));
+    CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(qkv[0], qkv[1], sizeof qkv[0]) &&
+          !memcmp(a2[0], a2[1], sizeof a2[0]));
+    /* rope_kv_store alone (qk_norm between the matmul and it) into layer 1 */
+    CHECK_OK(be->ops->rope(be, qkv[0], N));
+    CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 1));
+    CHECK_OK(atlas_op_rope_kv_store(be, qkv[1], kv[1], 1, N));
+    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 1));
+    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 1));
+    CHECK(!memcmp(qkv[0], qkv[1], sizeof qkv[0]) && !memcmp(a2[0], a2[1], sizeof a2[0]));
+    /* matmul + add_rmsnorm against matmul_residual then the norm (add, then rmsnorm) */
+    CHECK_OK(be->ops->matmul(be, o[0], a2[0], w[4], NULL, N));
+    CHECK_OK(be->ops->add_rmsnorm(be, x[0], o[0], h[0], w[0], N, D));
+    CHECK_OK(atlas_op_matmul_residual(be, x[1], o[1], a2[1], w[4], N, D));
+    CHECK_OK(be->ops->rmsnorm(be, h[1], x[1], w[0], N, D));
+    CHECK(!memcmp(o[0], o[1], sizeof o[0]) && !memcmp(x[0], x[1], sizeof x[0]) &&
+          !memcmp(h[0], h[1], sizeof h[0]));
+    /* norm + gate_up + swiglu over all rows, then without the norm over rows 1.. of h */
+    atlas_epilogue sw[2] = {{.kind = ATLAS_EPI_SWIGLU, .act = act[1], .f = F}};
+    CHECK_OK(be->ops->rmsnorm(be, h[0], x[0], w[0], N, D));
+    CHECK_OK(be->ops->matmul(be, gu[0], h[0], w[3], NULL, N));
+    CHECK_OK(be->ops->swiglu(be, act[0], gu[0], N, F));
+    CHECK_OK(atlas_op_rmsnorm_matmul(be, gu[1], h[1], x[1], w[0], w[3], NULL, N, D, 0, &sw[0]));
+    CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(gu[0], gu[1], sizeof gu[0]) &&
+          !memcmp(act[0], act[1], sizeof act[0]));
+    CHECK_OK(be->ops->matmul(be, gu[0], h[0] + D, w[3], NULL, N - 1));
+    CHECK_OK(be->ops->swiglu(be, act[0], gu[0], N - 1, F));
+    CHECK_OK(atlas_op_rmsnorm_matmul(be, gu[1], h[1], NULL, NULL, w[3], NULL, N - 1, D, 1, &sw[0]));
+    CHECK(!memcmp(gu[0], gu[1], sizeof(float) * (N - 1) * 2 * F) &&
+          !memcmp(act[0], act[1], sizeof(float) * (N - 1) * F));
+    /* a plain add, then a norm: add_rmsnorm's bits */
+    CHECK_OK(be->ops->add_rmsnorm(be, x[0], o[0], h[0], w[0], N, D));
+    CHECK_OK(be->ops->add(be, x[1], o[1], N, D));
+    CHECK_OK(be->ops->rmsnorm(be, h[1], x[1], w[0], N, D));
+    CHECK(!memcmp(x[0], x[1], sizeof x[0]) && !memcmp(h[0], h[1], sizeof h[0]));
+    for (int i = 0; i < 2; i++) be->ops->kv_free(be, kv[i]);
+    for (int i = 0; i < 5; i++) {
+        be->ops->weight_free(be, w[i]);
+        tensor_free(ts[i]);
+    }
+}
+
 int main(void) {
     test_threadpool();
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -420,6 +499,14 @@ int main(void) {
         test_attention(3, 0, 0, threads);
         test_attention(5, 1, 1, threads);
         test_attention(3, 2, 0, threads);
+    }
+    for (int threads = 1; threads <= 3; threads += 2) { /* last: the random stream above */
+        atlas_backend_geom g = geom(0);
+        atlas_backend *be = NULL;
+        CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
+        if (!be) continue;
+        test_fused_expand(be);
+        be->ops->destroy(be);
     }
     atlas_backend_geom bad = geom(0);
     bad.n_kv_heads = 3;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/expand.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/driver.h"
 #include "harness.h"
@@ -271,10 +272,9 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
             void *xb = side_of(&x, i), *hb = side_of(&h, i), *qb = side_of(&qkv, i);
             void *ab = side_of(&att, i);
             atlas_kv *kv = i ? kg : kc;
-            CHECK_OK(be->ops->rmsnorm(be, hb, xb, w_of(norm, i), 2, D));
-            CHECK_OK(be->ops->matmul(be, qb, hb, w_of(wqkv, i), NULL, 2));
-            CHECK_OK(be->ops->rope(be, qb, 2));
-            CHECK_OK(be->ops->kv_store(be, qb, kv, 0));
+            atlas_epilogue epi = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv, .layer = 0};
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, qb, hb, xb, w_of(norm, i), w_of(wqkv, i), NULL,
+                                             2, D, 0, &epi));
             CHECK_OK(be->ops->attention(be, ab, qb, kv, 0));
         }
         char what[64];
@@ -355,14 +355,15 @@ static void test_prefill_bf16(weight *norm) {
         char *ob = side_of(&o, i), *qb = side_of(&q, i), *gb = side_of(&gu, i);
         char *cb2 = side_of(&act, i), *mb = side_of(&mlp, i);
         const atlas_weight *nw = w_of(norm, i);
-        CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, N, D));
-        CHECK_OK(be->ops->matmul(be, qb, hb, w_of(&wgu, i), NULL, N));
-        CHECK_OK(be->ops->matmul(be, ob, ab, w_of(&wo, i), NULL, N));
-        CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, N, D));
+        CHECK_OK(atlas_op_rmsnorm_matmul(be, qb, hb, xb, nw, w_of(&wgu, i), NULL, N, D, 0,
+                                         NULL));
+        CHECK_OK(atlas_op_matmul_residual(be, xb, ob, ab, w_of(&wo, i), N, D));
+        CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, N, D)); /* takes the deferred add */
+        atlas_epilogue epi = {.kind = ATLAS_EPI_SWIGLU, .act = cb2, .f = F};
         for (int c = 0; c < 2; c++) {
             size_t off = (size_t)c * HALF * D * 4;
-            CHECK_OK(be->ops->matmul(be, gb, hb + off, w_of(&wgu, i), NULL, HALF));
-            CHECK_OK(be->ops->swiglu(be, cb2, gb, HALF, F));
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, gb, hb, NULL, NULL, w_of(&wgu, i), NULL, HALF,
+                                             D, c * HALF, &epi));
             CHECK_OK(be->ops->matmul(be, mb + off, cb2, w_of(&wdn, i), NULL, HALF));
         }
     }
@@ -419,11 +420,11 @@ static void test_fused_decode(weight *norm, int start) {
             void *xb = side_of(&x, i), *hb = side_of(&h, i), *ab = side_of(&att, i);
             void *ob = side_of(&o, i), *qb = side_of(&q, i), *gb = side_of(&gu, i);
             const atlas_weight *nw = w_of(norm, i);
-            CHECK_OK(be->ops->rmsnorm(be, hb, xb, nw, 1, D));
-            CHECK_OK(be->ops->matmul(be, qb, hb, w_of(&wgu, i), NULL, 1));
-            CHECK_OK(be->ops->matmul(be, ob, ab, w_of(&wo, i), NULL, 1));
-            CHECK_OK(be->ops->add_rmsnorm(be, xb, ob, hb, nw, 1, D));
-            CHECK_OK(be->ops->matmul(be, gb, hb, w_of(&wgu, i), NULL, 1));
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, qb, hb, xb, nw, w_of(&wgu, i), NULL, 1, D, 0,
+                                             NULL));
+            CHECK_OK(atlas_op_matmul_residual(be, xb, ob, ab, w_of(&wo, i), 1, D));
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, gb, hb, xb, nw, w_of(&wgu, i), NULL, 1, D, 0,
+                                             NULL));
         }
         char what[64];
         snprintf(what, sizeof what, "fused decode %d: rmsnorm->matmul", rep);
@@ -448,13 +449,14 @@ static void test_fused_decode(weight *norm, int start) {
     free(tgu.data);
 }
 
-/* Decode's GEMV epilogue fusions as the model runs them, in one graph (qkv and swiglu; the
- * norm fusion's GEMVs take the epilogues too):
- *   rmsnorm -> matmul qkv (+ bias) -> rope -> kv_store layer 0    norm's GEMV + qkv
- *   matmul gate_up -> swiglu                                     swiglu alone
- *   matmul o -> add_rmsnorm -> matmul gate_up -> swiglu           norm's GEMVs + swiglu
- *   matmul down -> add_rmsnorm -> matmul qkv -> rope -> kv_store layer 1
- *                                                                norm's GEMVs + qkv
+/* Decode's GEMV epilogue fusions as the model says them (the fused ops of backend.h, through
+ * backend/expand.h), in one graph (qkv and swiglu; the norm fusion's GEMVs take the
+ * epilogues too):
+ *   rmsnorm_matmul qkv (+ bias), epilogue rope + kv_store layer 0   norm's GEMV + qkv
+ *   rmsnorm_matmul gate_up (no norm), epilogue swiglu; matmul down  swiglu alone; plain GEMV
+ *   matmul_residual o; rmsnorm_matmul gate_up, epilogue swiglu      norm's GEMVs + swiglu
+ *   matmul_residual down; rmsnorm_matmul qkv, epilogue rope + kv_store layer 1
+ *                                                                  norm's GEMVs + qkv
  * Every op's result against the CPU: qkv after rope, the token's cache rows (poisoned first;
  * also bit for bit the bf16 of the GPU's own roped k and v), gate_up, swiglu's output, o, x,
  * h, down, the second h. want_away: how many commands the fusions must run inside other
@@ -479,7 +481,7 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     buf x = buf_make(d), h1 = buf_make(d), h = buf_make(d), att = buf_make(nh * hd);
     buf o = buf_make(d), q1 = buf_make(nq), q2 = buf_make(nq), gu1 = buf_make(2 * f);
     buf a1 = buf_make(f), gu2 = buf_make(2 * f), a2 = buf_make(f), dn = buf_make(d);
-    buf h3 = buf_make(d);
+    buf h3 = buf_make(d), dn1 = buf_make(d);
     float *got = malloc((size_t)nq * 4), *cache = malloc((size_t)kw * 4);
     uint16_t *bits = malloc((size_t)kw * 2);
     for (int rep = 0; rep < 2; rep++) { /* the second is a replay */
@@ -487,8 +489,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
         begin(1, 0, pos, 0, 1);
         buf_random(&x, 2.0f);
         buf_random(&att, 1.0f);
-        buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3};
-        for (int i = 0; i < 11; i++) buf_poison(outs[i]);
+        buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3, &dn1};
+        for (int i = 0; i < 12; i++) buf_poison(outs[i]);
         for (int l = 0; l < 2; l++) /* k and v rows of the slot: bf16 NaN */
             for (int kv = 0; kv < 2; kv++)
                 CHECK_OK(ATLAS_CU(cuMemsetD32, kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
@@ -502,21 +504,22 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
 #define B(b) side_of(&(b), i)
 #define W(w) w_of(&(w), i)
             atlas_kv *kv = i ? kg : kc;
-            CHECK_OK(be->ops->rmsnorm(be, B(h1), B(x), W(wn), 1, d));
-            CHECK_OK(be->ops->matmul(be, B(q1), B(h1), W(wq), W(wb), 1));
-            CHECK_OK(be->ops->rope(be, B(q1), 1));
-            CHECK_OK(be->ops->kv_store(be, B(q1), kv, 0));
-            CHECK_OK(be->ops->matmul(be, B(gu1), B(h1), W(wgu), NULL, 1));
-            CHECK_OK(be->ops->swiglu(be, B(a1), B(gu1), 1, f));
-            CHECK_OK(be->ops->matmul(be, B(o), B(att), W(wo), NULL, 1));
-            CHECK_OK(be->ops->add_rmsnorm(be, B(x), B(o), B(h), W(wn), 1, d));
-            CHECK_OK(be->ops->matmul(be, B(gu2), B(h), W(wgu), NULL, 1));
-            CHECK_OK(be->ops->swiglu(be, B(a2), B(gu2), 1, f));
-            CHECK_OK(be->ops->matmul(be, B(dn), B(a2), W(wdn), NULL, 1));
-            CHECK_OK(be->ops->add_rmsnorm(be, B(x), B(dn), B(h3), W(wn), 1, d));
-            CHECK_OK(be->ops->matmul(be, B(q2), B(h3), W(wq), NULL, 1));
-            CHECK_OK(be->ops->rope(be, B(q2), 1));
-            CHECK_OK(be->ops->kv_store(be, B(q2), kv, 1));
+            atlas_epilogue qkv0 = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv, .layer = 0};
+            atlas_epilogue qkv1 = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv, .layer = 1};
+            atlas_epilogue sw1 = {.kind = ATLAS_EPI_SWIGLU, .act = B(a1), .f = f};
+            atlas_epilogue sw2 = {.kind = ATLAS_EPI_SWIGLU, .act = B(a2), .f = f};
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, B(q1), B(h1), B(x), W(wn), W(wq), W(wb), 1, d, 0,
+                                             &qkv0));
+            /* gate_up of h1 (no norm: the last norm's output) -> swiglu -> down of a1 */
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, B(gu1), B(h1), NULL, NULL, W(wgu), NULL, 1, d, 0,
+                                             &sw1));
+            CHECK_OK(be->ops->matmul(be, B(dn1), B(a1), W(wdn), NULL, 1));
+            CHECK_OK(atlas_op_matmul_residual(be, B(x), B(o), B(att), W(wo), 1, d));
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, B(gu2), B(h), B(x), W(wn), W(wgu), NULL, 1, d, 0,
+                                             &sw2));
+            CHECK_OK(atlas_op_matmul_residual(be, B(x), B(dn), B(a2), W(wdn), 1, d));
+            CHECK_OK(atlas_op_rmsnorm_matmul(be, B(q2), B(h3), B(x), W(wn), W(wq), NULL, 1, d, 0,
+                                             &qkv1));
 #undef B
 #undef W
         }
@@ -525,7 +528,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
             {"swiglu: act", &a1, (size_t)f}, {"o", &o, (size_t)d}, {"residual x", &x, (size_t)d},
             {"norm output h", &h, (size_t)d}, {"norm+swiglu: gate_up", &gu2, 2 * (size_t)f},
             {"norm+swiglu: act", &a2, (size_t)f}, {"down", &dn, (size_t)d},
-            {"second norm output h", &h3, (size_t)d}, {"norm+qkv: roped qkv", &q2, (size_t)nq}};
+            {"second norm output h", &h3, (size_t)d}, {"norm+qkv: roped qkv", &q2, (size_t)nq},
+            {"down of the first act", &dn1, (size_t)d}};
         for (size_t i = 0; i < sizeof res / sizeof *res; i++) {
             char what[96];
             snprintf(what, sizeof what, "tails hd %d step %d: %s", hd, rep, res[i].name);
@@ -563,8 +567,8 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     free(got);
     free(cache);
     free(bits);
-    buf *all[] = {&x, &h1, &h, &att, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3};
-    for (int i = 0; i < 13; i++) buf_free(all[i]);
+    buf *all[] = {&x, &h1, &h, &att, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3, &dn1};
+    for (int i = 0; i < 14; i++) buf_free(all[i]);
     weight *ws[] = {&wn, &wq, &wb, &wo, &wgu, &wdn};
     tensor *ts[] = {&tn, &twq, &tb, &two, &tgu, &tdn};
     for (int i = 0; i < 6; i++) {

@@ -90,6 +90,21 @@ typedef struct atlas_batch {
     const int32_t *logit_rows;  /* [n_logits]: token indices whose logits are wanted */
 } atlas_batch;
 
+/* What rmsnorm_matmul does with its output out[n, m] after the matmul. */
+typedef enum atlas_epi_kind {
+    ATLAS_EPI_NONE,
+    ATLAS_EPI_SWIGLU,  /* act[n, f] = swiglu(out) (m = 2f) */
+    ATLAS_EPI_ROPE_KV, /* rope(out) then kv_store(out, kv, layer) (out: qkv) */
+} atlas_epi_kind;
+
+typedef struct atlas_epilogue {
+    atlas_epi_kind kind;
+    void *act;    /* SWIGLU */
+    int f;        /* SWIGLU */
+    atlas_kv *kv; /* ROPE_KV */
+    int layer;    /* ROPE_KV */
+} atlas_epilogue;
+
 typedef struct atlas_backend_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -140,6 +155,10 @@ typedef struct atlas_backend_ops {
                               int layer);
     /* out[n, f] = silu(gate_up[n, :f]) * gate_up[n, f:] */
     atlas_status (*swiglu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
+    /* resid[n, d] += delta[n, d]. The add may be deferred (CUDA: no kernel of its own) into
+     * the next op, which the model guarantees is a norm of resid (rmsnorm or rmsnorm_matmul
+     * with norm) over the same n rows; nothing writes delta until then. */
+    atlas_status (*add)(atlas_backend *be, void *resid, const void *delta, int n, int d);
     /* out[n_logits, d] = x[logit_rows, d] */
     atlas_status (*gather_rows)(atlas_backend *be, void *out, const void *x, int d);
     /* host[count] = (float)x[count]; waits */
@@ -155,6 +174,36 @@ typedef struct atlas_backend_ops {
     atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int rows, int vocab);
     atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
     atlas_status (*sync)(atlas_backend *be);
+
+    /* Fused ops: the model says which ops go together (model/forward.c calls them through
+     * backend/expand.h); a backend without its own kernel for one leaves it NULL and
+     * expand.c runs it as the plain ops its comment names, with the same results. No
+     * buffer of a fused op aliases another of its buffers.
+     *
+     * Hand-off between ops (what a backend may rely on, so that it links its kernels by
+     * position, never by comparing buffers):
+     * - matmul_residual's add may be deferred into the next op, which the model guarantees
+     *   is a norm of that same residual over the same rows (as add's).
+     * - rmsnorm_matmul with a norm: the matmul reads the norm's output h. Without one: the
+     *   matmul reads rows [row0, row0 + n) of h, which the last norm op wrote and nothing
+     *   wrote since (a backend may read its own copy of it).
+     * - an ATLAS_EPI_SWIGLU epilogue's act is read by the next op, which the model
+     *   guarantees is a matmul of act over the same rows, and by no other; nor is its out
+     *   (gate_up) read after (gate_up -> swiglu -> down: a backend may hand act over in its
+     *   own form, and leave act and out unwritten or holding its own form). */
+
+    /* h[n, d] = rmsnorm(x[n, d]) * norm[d]; out[n, m] = h @ w[m, d]^T (+ bias[m]); then the
+     * epilogue. norm NULL: out = h[row0 .. row0 + n) @ w^T (x unused). Expands to rmsnorm,
+     * matmul and the epilogue's ops. */
+    atlas_status (*rmsnorm_matmul)(atlas_backend *be, void *out, void *h, const void *x,
+                                   const atlas_weight *norm, const atlas_weight *w,
+                                   const atlas_weight *bias, int n, int d, int row0,
+                                   const atlas_epilogue *epi);
+    /* tmp[n, d] = x[n, k] @ w[d, k]^T; resid[n, d] += tmp. Expands to matmul and add. */
+    atlas_status (*matmul_residual)(atlas_backend *be, void *resid, void *tmp, const void *x,
+                                    const atlas_weight *w, int n, int d);
+    /* rope(qkv[n]) then kv_store(qkv, kv, layer). Expands to those two. */
+    atlas_status (*rope_kv_store)(atlas_backend *be, void *qkv, atlas_kv *kv, int layer, int n);
     void (*destroy)(atlas_backend *be);
     /* Optional (NULL: none): x[count] = its sum over the ranks of tensor parallelism, in
      * place, ordered with the other ops (CUDA: NCCL on the backend's stream). Only called

@@ -12,6 +12,12 @@
  *       (the MLP over mlp_chunk rows at a time: its [rows, 3f] buffers are the largest)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *
+ * The fusions are said, not guessed: each norm goes with the matmul after it (rmsnorm_matmul,
+ * whose epilogue does rope + KV store of qkv, or swiglu of gate_up), each projection back to
+ * d with its residual add (matmul_residual), which is deferred into the next norm of x
+ * (backend.h's hand-off); a backend without those kernels runs them as the plain ops
+ * (backend/expand.c), with the results of the plain ops.
+ *
  * Tensor parallelism (tp_size N > 1, docs/TENSOR_PARALLEL.md): the backend geometry holds
  * the rank's H/N heads, its KV heads and f/N MLP columns, so qkv, att, gate_up and act are
  * the rank's slices and the two projections back to d give partial sums; the all-reduce
@@ -23,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/expand.h"
 #include "core/error.h"
 #include "model/model_internal.h"
 
@@ -82,6 +89,20 @@ static atlas_status all_reduce(atlas_model *m, int n, int d) {
                       m->be->ops->name);
 }
 
+/* x += delta, after all_reduce has summed delta over the ranks (tp_size > 1); else by the
+ * matmul itself (matmul_residual). */
+static atlas_status project_residual(atlas_model *m, void *delta_in, const atlas_weight *w,
+                                     int n, int d) {
+    atlas_backend *be = m->be;
+    atlas_acts *a = &m->acts;
+    if (m->tp_size == 1) return atlas_op_matmul_residual(be, a->x, a->o, delta_in, w, n, d);
+    ATLAS_TRY(be->ops->matmul(be, a->o, delta_in, w, NULL, n));
+    ATLAS_TRY(all_reduce(m, n, d));
+    return be->ops->add(be, a->x, a->o, n, d);
+}
+
+/* Every residual add (matmul_residual, add) is followed by a norm of x over the same rows,
+ * and every swiglu epilogue by the down matmul of its act, as backend.h's hand-off wants. */
 static atlas_status run_layers(atlas_model *m, int n) {
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
@@ -89,30 +110,39 @@ static atlas_status run_layers(atlas_model *m, int n) {
     atlas_acts *a = &m->acts;
     int d = c->hidden, f = be->geom.intermediate; /* f: the rank's MLP columns */
     ATLAS_TRY(op->embed(be, a->x, m->w.embed));
-    ATLAS_TRY(op->rmsnorm(be, a->h, a->x, m->w.layers[0].attn_norm, n, d));
     for (int l = 0; l < c->n_layers; l++) {
         const atlas_layer_weights *lw = &m->w.layers[l];
-        ATLAS_TRY(op->matmul(be, a->qkv, a->h, lw->qkv, lw->qkv_bias, n));
-        if (lw->q_norm) ATLAS_TRY(op->qk_norm(be, a->qkv, lw->q_norm, lw->k_norm, n));
-        ATLAS_TRY(op->rope(be, a->qkv, n));
-        ATLAS_TRY(op->kv_store(be, a->qkv, m->kv, l));
+        /* h = norm(x) (+= the last layer's MLP output), qkv = h @ Wqkv^T; rope, KV store */
+        atlas_epilogue qkv_epi = {.kind = ATLAS_EPI_ROPE_KV, .kv = m->kv, .layer = l};
+        if (lw->q_norm) qkv_epi.kind = ATLAS_EPI_NONE; /* q/k norm goes before rope */
+        ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->qkv, a->h, a->x, lw->attn_norm, lw->qkv,
+                                          lw->qkv_bias, n, d, 0, &qkv_epi));
+        if (lw->q_norm) {
+            ATLAS_TRY(op->qk_norm(be, a->qkv, lw->q_norm, lw->k_norm, n));
+            ATLAS_TRY(atlas_op_rope_kv_store(be, a->qkv, m->kv, l, n));
+        }
         ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
-        ATLAS_TRY(op->matmul(be, a->o, a->att, lw->o, NULL, n));
-        if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
-        ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, lw->mlp_norm, n, d));
+        ATLAS_TRY(project_residual(m, a->att, lw->o, n, d));
+        atlas_epilogue swiglu = {.kind = ATLAS_EPI_SWIGLU, .act = a->act, .f = f};
+        if (n <= m->mlp_chunk) {
+            ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, a->x, lw->mlp_norm,
+                                              lw->gate_up, NULL, n, d, 0, &swiglu));
+            ATLAS_TRY(project_residual(m, a->act, lw->down, n, d));
+            continue;
+        }
         /* rows are independent in the MLP: mlp_chunk of them at a time bounds its buffers */
+        ATLAS_TRY(op->rmsnorm(be, a->h, a->x, lw->mlp_norm, n, d));
         for (int r0 = 0; r0 < n; r0 += m->mlp_chunk) {
             int nr = n - r0 < m->mlp_chunk ? n - r0 : m->mlp_chunk;
             size_t off = (size_t)r0 * d * be->act_size;
-            ATLAS_TRY(op->matmul(be, a->gate_up, (const char *)a->h + off, lw->gate_up, NULL, nr));
-            ATLAS_TRY(op->swiglu(be, a->act, a->gate_up, nr, f));
+            ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, NULL, NULL, lw->gate_up,
+                                              NULL, nr, d, r0, &swiglu));
             ATLAS_TRY(op->matmul(be, (char *)a->o + off, a->act, lw->down, NULL, nr));
         }
         if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
-        const atlas_weight *next = l + 1 < c->n_layers ? m->w.layers[l + 1].attn_norm : m->w.norm;
-        ATLAS_TRY(op->add_rmsnorm(be, a->x, a->o, a->h, next, n, d));
+        ATLAS_TRY(op->add(be, a->x, a->o, n, d));
     }
-    return ATLAS_OK;
+    return op->rmsnorm(be, a->h, a->x, m->w.norm, n, d);
 }
 
 /* Logits of the batch's logit rows, logit_chunk rows at a time (a [T, vocab] buffer would be

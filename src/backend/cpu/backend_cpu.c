@@ -282,6 +282,29 @@ static atlas_status cpu_add_rmsnorm(atlas_backend *be, void *resid, const void *
     return ATLAS_OK;
 }
 
+typedef struct add_job {
+    float *resid;
+    const float *delta;
+    int d;
+} add_job;
+
+static void add_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    add_job *j = ctx;
+    for (int64_t r = begin; r < end; r++) {
+        float *res = j->resid + r * j->d;
+        const float *dl = j->delta + r * j->d;
+        for (int i = 0; i < j->d; i++) res[i] += dl[i];
+    }
+}
+
+/* The add of add_rmsnorm alone: add then rmsnorm gives add_rmsnorm's bits (expand.c). */
+static atlas_status cpu_add(atlas_backend *be, void *resid, const void *delta, int n, int d) {
+    cpu_backend *cb = (cpu_backend *)be;
+    add_job j = {resid, delta, d};
+    atlas_threadpool_for(cb->pool, n, 8, add_range, &j);
+    return ATLAS_OK;
+}
+
 static atlas_status cpu_qk_norm(atlas_backend *be, void *qkv, const atlas_weight *q_norm,
                                 const atlas_weight *k_norm, int n) {
     const atlas_backend_geom *g = &be->geom;
@@ -395,6 +418,7 @@ static const atlas_backend_ops cpu_ops = {
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .add_rmsnorm = cpu_add_rmsnorm,
+    .add = cpu_add, /* the fused ops are NULL: expand.c runs them as plain ops */
     .matmul = cpu_matmul,
     .qk_norm = cpu_qk_norm,
     .rope = cpu_rope,

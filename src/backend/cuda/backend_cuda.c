@@ -66,13 +66,78 @@ static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, con
 
 static atlas_status cuda_embed(atlas_backend *be, void *x, const atlas_weight *table) {
     cuda_backend *cb = cuda_of(be); /* p[2]: the tokens when they are a queued argmax's ids */
+    cb->plan.pending_delta = NULL; /* a new residual stream (a forward that failed may have
+                                      left an add deferred) */
     return cmd4(be, CUDA_OP_EMBED, cb->batch.n_tokens, 0, 0, x, table,
                 (const void *)(uintptr_t)cb->batch.tok_src, NULL);
 }
 
+/* A norm of x: the residual add deferred into it (add, matmul_residual: backend.h's
+ * hand-off guarantees this norm is of the same residual) is its delta. */
+static atlas_status norm_cmd(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                             int rows, int d, int link) {
+    cuda_backend *cb = cuda_of(be);
+    const void *delta = cb->plan.pending_delta;
+    cb->plan.pending_delta = NULL;
+    return cuda_cmd_linked(cb, CUDA_OP_ADD_RMSNORM, rows, d, 0, link, 0, x, delta, out, w);
+}
+
 static atlas_status cuda_rmsnorm(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
                                  int rows, int d) {
-    return cmd4(be, CUDA_OP_ADD_RMSNORM, rows, d, 0, x, NULL, out, w);
+    return norm_cmd(be, out, x, w, rows, d, 0);
+}
+
+/* Deferred into the next norm (backend.h): no kernel of its own. */
+static atlas_status cuda_add(atlas_backend *be, void *resid, const void *delta, int n, int d) {
+    (void)resid; (void)n; (void)d;
+    cuda_of(be)->plan.pending_delta = delta;
+    return ATLAS_OK;
+}
+
+/* The fused ops, recorded as the plain commands they stand for with the links that say so
+ * (cuda_backend.h CUDA_LINK_*); cuda_exec_fused picks each group's kernels. */
+static atlas_status cuda_rmsnorm_matmul(atlas_backend *be, void *out, void *h, const void *x,
+                                        const atlas_weight *norm, const atlas_weight *w,
+                                        const atlas_weight *bias, int n, int d, int row0,
+                                        const atlas_epilogue *epi) {
+    cuda_backend *cb = cuda_of(be);
+    atlas_epi_kind kind = epi ? epi->kind : ATLAS_EPI_NONE;
+    if (norm) {
+        ATLAS_TRY(norm_cmd(be, h, x, norm, n, d, CUDA_LINK_FEEDS));
+        row0 = 0;
+    }
+    int link = CUDA_LINK_MIRROR | (kind == ATLAS_EPI_SWIGLU    ? CUDA_LINK_SWIGLU
+                                   : kind == ATLAS_EPI_ROPE_KV ? CUDA_LINK_ROPE_KV
+                                                               : 0);
+    const char *in = (const char *)h + (size_t)row0 * d * sizeof(float);
+    ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_MATMUL, n, 0, 0, link, row0, out, in, w, bias));
+    switch (kind) {
+    case ATLAS_EPI_NONE:
+        return ATLAS_OK;
+    case ATLAS_EPI_SWIGLU:
+        return cuda_cmd_linked(cb, CUDA_OP_SWIGLU, n, epi->f, 0, CUDA_LINK_CHAIN, 0, epi->act,
+                               out, NULL, NULL);
+    case ATLAS_EPI_ROPE_KV:
+        ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, 0, CUDA_LINK_KV, 0, out, NULL, NULL,
+                                  NULL));
+        return cmd4(be, CUDA_OP_KV_STORE, cb->batch.n_tokens, 0, epi->layer, out, epi->kv,
+                    NULL, NULL);
+    }
+    return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: rmsnorm_matmul epilogue %d", (int)kind);
+}
+
+static atlas_status cuda_matmul_residual(atlas_backend *be, void *resid, void *tmp,
+                                         const void *x, const atlas_weight *w, int n, int d) {
+    ATLAS_TRY(cuda_cmd_linked(cuda_of(be), CUDA_OP_MATMUL, n, 0, 0, CUDA_LINK_RESID, 0, tmp, x,
+                              w, NULL));
+    return cuda_add(be, resid, tmp, n, d);
+}
+
+static atlas_status cuda_rope_kv_store(atlas_backend *be, void *qkv, atlas_kv *kv, int layer,
+                                       int n) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, 0, CUDA_LINK_KV, 0, qkv, NULL, NULL, NULL));
+    return cmd4(be, CUDA_OP_KV_STORE, cb->batch.n_tokens, 0, layer, qkv, kv, NULL, NULL);
 }
 
 static atlas_status cuda_add_rmsnorm(atlas_backend *be, void *resid, const void *delta, void *out,
@@ -144,6 +209,7 @@ static const atlas_backend_ops cuda_ops = {
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
+    .add = cuda_add,
     .gather_rows = cuda_gather_rows,
     .download = cuda_download,
     .argmax = cuda_argmax,
@@ -151,6 +217,9 @@ static const atlas_backend_ops cuda_ops = {
     .argmax_collect = cuda_argmax_collect,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
+    .rmsnorm_matmul = cuda_rmsnorm_matmul,
+    .matmul_residual = cuda_matmul_residual,
+    .rope_kv_store = cuda_rope_kv_store,
 };
 
 /* The shapes the kernels take; a model the CPU runs and these refuse fails its load with the

@@ -52,10 +52,28 @@ typedef enum cuda_op {
     CUDA_OP_STAGE, /* the batch's staged ints to the device, and its rope table (begin_batch) */
 } cuda_op;
 
+/* How a command goes with its neighbours, as the model said it through a fused op of
+ * backend.h (backend_cuda.c sets them; cuda_exec_fused links commands by them and by
+ * position only, never by comparing their buffers). */
+enum {
+    CUDA_LINK_RESID = 1 << 0,   /* MATMUL (matmul_residual): the next command, a norm, adds
+                                   its output into the residual */
+    CUDA_LINK_FEEDS = 1 << 1,   /* ADD_RMSNORM (rmsnorm_matmul): the next command, a MATMUL,
+                                   reads its output */
+    CUDA_LINK_MIRROR = 1 << 2,  /* MATMUL: its input is rows [row0, row0 + n) of the last
+                                   norm's output (cuda_plan.mirror_rows) */
+    CUDA_LINK_SWIGLU = 1 << 3,  /* MATMUL: the next command is swiglu of its output */
+    CUDA_LINK_ROPE_KV = 1 << 4, /* MATMUL: the next two are rope and kv_store of its output */
+    CUDA_LINK_KV = 1 << 5,      /* ROPE: the next command is kv_store of the same qkv */
+    CUDA_LINK_CHAIN = 1 << 6,   /* SWIGLU (a swiglu epilogue): the next command is a MATMUL
+                                   of its output over the same rows */
+};
+
 /* One recorded op. Zero-filled before use so that lists compare with memcmp. */
 typedef struct cuda_cmd {
     int op;
     int n, d, layer;
+    int link, row0;   /* CUDA_LINK_* bits; MIRROR's first row */
     const void *p[4]; /* device pointers (activations) and weights/kv handles */
 } cuda_cmd;
 
@@ -216,8 +234,11 @@ typedef struct cuda_plan {
                                so that their small shapes reach gemv1c */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
-    CUdeviceptr shadow_src; /* the fp32 range lt_h mirrors now (0: none); exec_list scope */
-    size_t shadow_bytes;
+    int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:
+                               none: that norm wrote no copy); exec_list scope */
+    int mirror_d;
+    const void *pending_delta; /* a residual add deferred by add or matmul_residual into the
+                                  next norm (backend.h's hand-off); NULL: none */
     /* counted as part of the backend's job (no clocks: `atlas bench` times around the
      * calls): tests check that decode steps replay graphs and that the fusions ran */
     uint64_t graph_captures, graph_replays;
@@ -289,6 +310,10 @@ atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c);
 /* plan.c: cuda_submit of the command with these fields (the rest zero). */
 atlas_status cuda_cmd4(cuda_backend *cb, int op, int n, int d, int layer, const void *p0,
                        const void *p1, const void *p2, const void *p3);
+/* plan.c: the same with links (CUDA_LINK_*) and a mirror row. */
+atlas_status cuda_cmd_linked(cuda_backend *cb, int op, int n, int d, int layer, int link,
+                             int row0, const void *p0, const void *p1, const void *p2,
+                             const void *p3);
 /* plan.c: runs a list, fusing neighbours where it can (decode graphs). */
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n);
 /* plan.c: destroys every captured graph. */

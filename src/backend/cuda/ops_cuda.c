@@ -1,5 +1,5 @@
 /* backend/cuda/ops_cuda.c — one launch function per op: grid shapes and kernel choice; the
- * fusions of neighbouring commands (cuda_exec_fused, for plan.c's exec list).
+ * kernels of the fusions the model said (cuda_exec_fused, for plan.c's exec list).
  * Shapes are those of backend/backend.h; kernels are in kernels/NAME.cu. */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -215,23 +215,25 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
 /* --- bf16 copies for cuBLASLt -------------------------------------------------------------
  * cuBLASLt multiplies bf16 inputs, and the activations are fp32: each prefill matmul used to
  * convert its x in a pass of its own. Instead an RMSNorm of 64 rows or more also writes its
- * output in bf16 (lt_h; shadow_src says which fp32 range that mirrors until something writes
- * into it), which the matmuls of that output read; and gate_up -> swiglu -> down runs in bf16
- * (cuda_exec_fused): gate_up's product comes out in bf16, swiglu turns it into the down matmul's
- * bf16 input, and neither the fp32 gate_up rows nor the fp32 swiglu output is written. */
+ * output in bf16 (lt_h; mirror_rows of it), which the matmuls the model said read that output
+ * (rmsnorm_matmul: CUDA_LINK_MIRROR) take; and gate_up -> swiglu -> down runs in bf16
+ * (cuda_exec_fused, by the swiglu epilogue's hand-off): gate_up's product comes out in bf16,
+ * swiglu turns it into the down matmul's bf16 input, and neither the fp32 gate_up rows nor the
+ * fp32 swiglu output is written. */
 
 static bool lt_fits(const cuda_backend *cb, int n, int k) {
     return cb->mod.lt && n >= 64 && (size_t)n * k * 2 <= cb->ws.lt_a_bytes;
 }
 
-/* x[n, k] (fp32) as bf16 for cuBLASLt: the norm's copy when it mirrors x, else converted into
- * lt_a. */
-static atlas_status lt_input(cuda_backend *cb, CUdeviceptr x, int n, int k, CUdeviceptr *xb) {
-    size_t bytes = (size_t)n * k * 4;
-    if (cb->plan.shadow_src && x >= cb->plan.shadow_src &&
-        x + bytes <= cb->plan.shadow_src + cb->plan.shadow_bytes &&
-        (x - cb->plan.shadow_src) % 32 == 0) { /* bf16 rows 16-byte aligned, as cuBLASLt likes */
-        *xb = cb->ws.lt_h + (x - cb->plan.shadow_src) / 2;
+/* The input x[n, k] (fp32) of the matmul command mm as bf16 for cuBLASLt: the last norm's
+ * copy when mm reads that norm's output (CUDA_LINK_MIRROR) and the copy was made, else
+ * converted into lt_a. */
+static atlas_status lt_input(cuda_backend *cb, const cuda_cmd *mm, int k, CUdeviceptr *xb) {
+    int n = mm->n;
+    CUdeviceptr x = CUDA_PTR(mm->p[1]);
+    if ((mm->link & CUDA_LINK_MIRROR) && k == cb->plan.mirror_d &&
+        mm->row0 + n <= cb->plan.mirror_rows) { /* rows of d % 8 == 0 bf16: 16-byte aligned */
+        *xb = cb->ws.lt_h + (size_t)mm->row0 * k * 2;
         return ATLAS_OK;
     }
     long long count = (long long)n * k;
@@ -254,20 +256,22 @@ static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUd
 }
 
 
-/* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above.
- * Returns false (nothing run) when c[0..2] is not that chain or does not fit. */
+/* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above. The
+ * model said the chain: a matmul with a swiglu epilogue (CUDA_LINK_SWIGLU, then the swiglu,
+ * CUDA_LINK_CHAIN: the next command is the matmul of its output). Returns false (nothing
+ * run) when c[0..2] is not that chain or does not fit. */
 static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_status *st) {
-    if (n_cmds < 3 || c[0].op != CUDA_OP_MATMUL ||
-        c[1].op != CUDA_OP_SWIGLU || c[2].op != CUDA_OP_MATMUL)
+    if (n_cmds < 3 || c[0].op != CUDA_OP_MATMUL || !(c[0].link & CUDA_LINK_SWIGLU) ||
+        c[1].op != CUDA_OP_SWIGLU || !(c[1].link & CUDA_LINK_CHAIN) ||
+        c[2].op != CUDA_OP_MATMUL)
         return false;
     const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
     int n = c[0].n, f = c[1].d, k = (int)gu->cols;
-    if (c[1].n != n || c[2].n != n || c[0].p[3] || c[1].p[1] != c[0].p[0] ||
-        c[2].p[1] != c[1].p[0] || gu->rows != 2 * (int64_t)f || down->cols != f || f % 8 ||
-        !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
+    if (c[1].n != n || c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f ||
+        down->cols != f || f % 8 || !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
         return false;
     CUdeviceptr xb, g = CUDA_PTR(c[0].p[0]);
-    *st = lt_input(cb, CUDA_PTR(c[0].p[1]), n, k, &xb);
+    *st = lt_input(cb, &c[0], k, &xb);
     if (*st == ATLAS_OK) *st = lt_gemm(cb, g, 1, xb, gu, NULL, n); /* bf16 in g's memory */
     if (*st == ATLAS_OK) {
         long long total = (long long)n * f;
@@ -329,7 +333,7 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
     }
     if (lt_fits(cb, n, k)) {
         CUdeviceptr xb;
-        ATLAS_TRY(lt_input(cb, x, n, k, &xb));
+        ATLAS_TRY(lt_input(cb, c, k, &xb));
         return lt_gemm(cb, out, 0, xb, w, bias, n);
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
@@ -359,11 +363,12 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
         const atlas_weight *w = c->p[3];
         CUdeviceptr wp = w->ptr, bf = 0;
+        cb->plan.mirror_rows = 0;
         if (cb->plan.deferring && cb->mod.lt && c->n >= 64 &&
             (size_t)c->n * d * 2 <= cb->ws.lt_h_bytes) {
             bf = cb->ws.lt_h; /* the next matmuls' bf16 input ("bf16 copies for cuBLASLt") */
-            cb->plan.shadow_src = p2;
-            cb->plan.shadow_bytes = (size_t)c->n * d * 4;
+            cb->plan.mirror_rows = c->n;
+            cb->plan.mirror_d = d;
         }
         void *a[] = {&p0, &p1, &p2, &wp, &d, &eps, &bf};
         return launch(cb, cb->mod.fn.add_rmsnorm, (unsigned)c->n, 1, 1, d >= 4096 ? 1024 : 256,
@@ -483,29 +488,25 @@ static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
     return c->op == CUDA_OP_MATMUL && c->n == 1;
 }
 
-/* The tail that the commands next[0, n_next) after mm (a fusable matmul, fed by norm when not
- * NULL) give its epilogue, and how many of them it takes (0: none). swiglu: swiglu(act, out)
- * with out [2f]; qkv: rope(out), kv_store(out) (the Llama order: Qwen3's qk_norm between
- * them keeps them apart). What the epilogue writes must not be what other blocks read. */
-static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
-                   const cuda_cmd *next, int n_next, gemv_tail *tail) {
+/* The tail that the commands next[0, n_next) after mm (a fusable matmul) give its epilogue, and how many of them it takes (0: none): the epilogue the model
+ * said (rmsnorm_matmul: CUDA_LINK_SWIGLU, CUDA_LINK_ROPE_KV), when the shapes fit the kernel.
+ * swiglu: swiglu(act, out) with out [2f]; qkv: rope(out), kv_store(out) (the Llama order:
+ * Qwen3's qk_norm between them keeps them apart). What the epilogue writes is none of the
+ * buffers the GEMV reads (backend.h: a fused op's buffers do not alias). */
+static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *next,
+                   int n_next, gemv_tail *tail) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_weight *w = mm->p[2];
-    const void *out = mm->p[0];
     *tail = TAIL_NONE;
     if (!fusable_gemv(cb, mm) || n_next < 1) return 0;
-    if (next[0].op == CUDA_OP_SWIGLU && next[0].n == 1 &&
-        next[0].p[1] == out && next[0].d % 2 == 0 && w->rows == 2 * (int64_t)next[0].d) {
-        const void *act = next[0].p[0];
-        if (act == out || act == mm->p[1] || (norm && (act == norm->p[0] || act == norm->p[2])))
-            return 0;
+    if ((mm->link & CUDA_LINK_SWIGLU) && next[0].op == CUDA_OP_SWIGLU && next[0].n == 1 &&
+        next[0].d % 2 == 0 && w->rows == 2 * (int64_t)next[0].d) {
         *tail = TAIL_SWIGLU;
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    if (n_next >= 2 && next[0].op == CUDA_OP_ROPE && next[0].n == 1 &&
-        next[0].p[0] == out && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 &&
-        next[1].p[0] == out && out != mm->p[1] && hd % 4 == 0 &&
+    if ((mm->link & CUDA_LINK_ROPE_KV) && n_next >= 2 && next[0].op == CUDA_OP_ROPE &&
+        next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 && hd % 4 == 0 &&
         w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
         return 2;
@@ -513,12 +514,13 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
     return 0;
 }
 
-/* norm (a one-row add_rmsnorm) feeds mm, a fusable matmul of its output h, which writes
- * neither the residual stream nor h (the fused GEMV reads the one and writes the other). */
+/* norm (a one-row add_rmsnorm) feeds mm, a fusable matmul of its output h, as the model said
+ * (rmsnorm_matmul: CUDA_LINK_FEEDS); mm writes neither the residual stream nor h (backend.h:
+ * no aliasing), which the fused GEMV reads and writes. */
 static bool norm_feeds(const cuda_backend *cb, const cuda_cmd *norm, const cuda_cmd *mm) {
-    return norm->op == CUDA_OP_ADD_RMSNORM && norm->n == 1 && norm->d % 8 == 0 &&
-           fusable_gemv(cb, mm) && mm->p[1] == norm->p[2] && mm->p[0] != norm->p[0] &&
-           mm->p[0] != norm->p[2] && ((const atlas_weight *)mm->p[2])->cols == norm->d;
+    return norm->op == CUDA_OP_ADD_RMSNORM && (norm->link & CUDA_LINK_FEEDS) && norm->n == 1 &&
+           norm->d % 8 == 0 && fusable_gemv(cb, mm) &&
+           ((const atlas_weight *)mm->p[2])->cols == norm->d;
 }
 
 /* cmds commands ran as kernels kernels: counted, for tests; returns cmds. */
@@ -527,10 +529,13 @@ static int fused(cuda_backend *cb, int cmds, int kernels) {
     return cmds;
 }
 
-/* The fusions, at the head of the queued list c[0, n): first prefill's bf16 MLP chain
- * (prefill_mlp, >= 64 rows; it leaves the intermediates unwritten), then decode's (one row a
- * sequence; each keeps the ops' results, the intermediate included): rope then kv_store of the same qkv -> one kernel
- * (rope); RMSNorm folded into the GEMVs before and after it (norm); the qkv GEMV followed by
+/* The fusions the model said (backend.h's fused ops, which backend_cuda.c records as plain
+ * commands with CUDA_LINK_* bits), at the head of the queued list c[0, n): commands are linked
+ * by their position, their links and the hand-off rules of backend.h, never by comparing
+ * their buffers; only shapes are checked, for what the kernels take. First prefill's bf16 MLP
+ * chain (prefill_mlp, >= 64 rows; it leaves the intermediates unwritten), then decode's (one
+ * row a sequence; each keeps the ops' results, the intermediate included): rope then
+ * kv_store -> one kernel (rope); RMSNorm folded into the GEMVs before and after it (norm); the qkv GEMV followed by
  * rope and kv_store -> one GEMV whose epilogue does them (qkv); the gate_up GEMV followed by
  * swiglu -> one GEMV whose epilogue does it (swiglu). The last two also take the norm
  * fusion's GEMV, so with all of them a Llama layer is 5 kernels: attention (merged), o
@@ -544,8 +549,8 @@ int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st
     gemv_tail tail;
     int used;
     if (prefill_mlp(cb, c, n, st)) return 3; /* prefill: gate_up -> swiglu -> down in bf16 */
-    if (n >= 2 && c[0].op == CUDA_OP_ROPE && c[1].op == CUDA_OP_KV_STORE &&
-        c[1].p[0] == c[0].p[0] && c[1].n == c[0].n) {
+    if (n >= 2 && c[0].op == CUDA_OP_ROPE && (c[0].link & CUDA_LINK_KV) &&
+        c[1].op == CUDA_OP_KV_STORE && c[1].n == c[0].n) {
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc;
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
@@ -555,24 +560,25 @@ int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
         return fused(cb, 2, 1);
     }
-    /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h): the first GEMV adds its output
-     * into x, the second normalises x on the fly (and writes h) */
-    if (n >= 3 && fusable_gemv(cb, &c[0]) && norm_feeds(cb, &c[1], &c[2]) &&
-        c[1].p[1] == c[0].p[0] && c[1].p[0] != c[0].p[1] && c[1].p[0] != c[0].p[0] &&
+    /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h), as matmul_residual then
+     * rmsnorm_matmul said them: the first GEMV adds its output into x, the second normalises
+     * x on the fly (and writes h) */
+    if (n >= 3 && fusable_gemv(cb, &c[0]) && (c[0].link & CUDA_LINK_RESID) &&
+        norm_feeds(cb, &c[1], &c[2]) && c[1].p[1] &&
         ((const atlas_weight *)c[0].p[2])->rows == c[1].d) {
-        used = tail_of(cb, &c[2], &c[1], c + 3, n - 3, &tail);
+        used = tail_of(cb, &c[2], c + 3, n - 3, &tail);
         *st = gemv_fused(cb, &c[0], NULL, CUDA_PTR(c[1].p[0]), TAIL_NONE, NULL);
         if (*st == ATLAS_OK) *st = gemv_fused(cb, &c[2], &c[1], 0, tail, c + 3);
         return fused(cb, 3 + used, 2);
     }
     /* rmsnorm (no add) then matmul(h): the GEMV normalises on the fly */
     if (n >= 2 && norm_feeds(cb, &c[0], &c[1]) && !c[0].p[1]) {
-        used = tail_of(cb, &c[1], &c[0], c + 2, n - 2, &tail);
+        used = tail_of(cb, &c[1], c + 2, n - 2, &tail);
         *st = gemv_fused(cb, &c[1], &c[0], 0, tail, c + 2);
         return fused(cb, 2 + used, 1);
     }
     /* a GEMV and its epilogue's ops alone */
-    if ((used = tail_of(cb, &c[0], NULL, c + 1, n - 1, &tail)) > 0) {
+    if ((used = tail_of(cb, &c[0], c + 1, n - 1, &tail)) > 0) {
         *st = gemv_fused(cb, &c[0], NULL, 0, tail, c + 1);
         return fused(cb, 1 + used, 1);
     }

@@ -2,7 +2,6 @@
  * command through ops_cuda.c, fusing neighbours) and the CUDA graphs of decode steps; the
  * state is cuda_backend.plan (cuda_backend.h, with the command scheme). */
 #include <stdlib.h>
-#include <stdbool.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -24,63 +23,38 @@ atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c) {
     return ATLAS_OK;
 }
 
-atlas_status cuda_cmd4(cuda_backend *cb, int op, int n, int d, int layer, const void *p0,
-                       const void *p1, const void *p2, const void *p3) {
+atlas_status cuda_cmd_linked(cuda_backend *cb, int op, int n, int d, int layer, int link,
+                             int row0, const void *p0, const void *p1, const void *p2,
+                             const void *p3) {
     cuda_cmd c;
     memset(&c, 0, sizeof c);
     c.op = op;
     c.n = n;
     c.d = d;
     c.layer = layer;
+    c.link = link;
+    c.row0 = row0;
     c.p[0] = p0; c.p[1] = p1; c.p[2] = p2; c.p[3] = p3;
     return cuda_submit(cb, &c);
 }
 
+atlas_status cuda_cmd4(cuda_backend *cb, int op, int n, int d, int layer, const void *p0,
+                       const void *p1, const void *p2, const void *p3) {
+    return cuda_cmd_linked(cb, op, n, d, layer, 0, 0, p0, p1, p2, p3);
+}
+
 /* --- the exec list ---------------------------------------------------------------------------- */
-
-/* Whether c writes any byte of [lo, hi) (the commands' outputs and their sizes). */
-static bool cmd_writes(const cuda_backend *cb, const cuda_cmd *c, CUdeviceptr lo,
-                       CUdeviceptr hi) {
-    const atlas_backend_geom *g = &cb->base.geom;
-    size_t qkv = (size_t)(g->n_heads + 2 * g->n_kv_heads) * g->head_dim * 4;
-    CUdeviceptr p0 = CUDA_PTR(c->p[0]);
-    size_t n = (size_t)c->n, b0;
-    switch (c->op) {
-    case 0: case CUDA_OP_KV_STORE: case CUDA_OP_ARGMAX: case CUDA_OP_STAGE:
-        return false; /* device-internal */
-    case CUDA_OP_MATMUL: b0 = n * ((const atlas_weight *)c->p[2])->rows * 4; break;
-    case CUDA_OP_ADD_RMSNORM: {
-        CUdeviceptr p2 = CUDA_PTR(c->p[2]);
-        if (p2 < hi && p2 + n * c->d * 4 > lo) return true;
-        if (!c->p[1]) return false;
-        b0 = n * c->d * 4;
-        break;
-    }
-    case CUDA_OP_SWIGLU: case CUDA_OP_GATHER: b0 = n * c->d * 4; break;
-    case CUDA_OP_ATTENTION: b0 = n * g->n_heads * g->head_dim * 4; break;
-    case CUDA_OP_ROPE: case CUDA_OP_QK_NORM: b0 = n * qkv; break;
-    case CUDA_OP_EMBED: b0 = n * ((const atlas_weight *)c->p[1])->cols * 4; break;
-    default: return true;
-    }
-    return p0 < hi && p0 + b0 > lo;
-}
-
-/* The norm's bf16 copy no longer mirrors its range once c writes into it. */
-static void shadow_check(cuda_backend *cb, const cuda_cmd *c) {
-    if (cb->plan.shadow_src &&
-        cmd_writes(cb, c, cb->plan.shadow_src, cb->plan.shadow_src + cb->plan.shadow_bytes))
-        cb->plan.shadow_src = 0;
-}
 
 atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
     atlas_status st = ATLAS_OK;
-    cb->plan.shadow_src = 0; /* a list (and so a graph) never relies on an earlier one's copy */
+    cb->plan.mirror_rows = 0; /* a list (and so a graph) never relies on an earlier one's copy */
     for (int i = 0; i < n && st == ATLAS_OK;) {
-        shadow_check(cb, &c[i]); /* before it runs: it may set a new copy (a norm) */
-        int done = cb->plan.skip_ops & (1u << c[i].op) ? 1 /* skip_ops: timing only */
-                                                       : cuda_exec_fused(cb, c + i, n - i, &st);
-        for (int j = 1; j < done; j++) shadow_check(cb, &c[i + j]);
-        i += done;
+        if (cb->plan.skip_ops & (1u << c[i].op)) { /* skip_ops: timing only */
+            if (c[i].op == CUDA_OP_ADD_RMSNORM) cb->plan.mirror_rows = 0; /* no copy made */
+            i++;
+            continue;
+        }
+        i += cuda_exec_fused(cb, c + i, n - i, &st);
     }
     return st;
 }
