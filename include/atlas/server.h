@@ -40,6 +40,11 @@ typedef struct atlas_server_params {
                                (default: http(s) pages of localhost, 127.0.0.1 and [::1], any
                                port, as Ollama), "*" (any), "none", or a comma-separated list
                                of exact origins ("https://app.example.com,http://host:3000") */
+    const char *allowed_hosts; /* Host headers answered besides the loopback names and the
+                               bound address (comma-separated names, any port; "*": any).
+                               Bound to loopback, any other Host is refused with 403 (a DNS
+                               rebinding page); bound elsewhere, only these when given.
+                               Default NULL */
     bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
                                "reasoning_content", not content (default true; llama.cpp's
                                --reasoning-format auto) */

@@ -55,7 +55,10 @@ static void usage(FILE *f) {
             "  --max-connections N  open connections at once (default 512)\n"
             "  --cors-origin O      browser pages that may call the API: local (default:\n"
             "                       http(s)://localhost, 127.0.0.1, [::1], any port), *, none,\n"
-            "                       or a comma-separated list of exact origins\n"
+            "                       or a comma-separated list of exact origins; a request\n"
+            "                       (not GET) from another origin is refused with 403\n"
+            "  --allowed-hosts H    Host names answered besides localhost and the bound\n"
+            "                       address (comma-separated, or *); others get 403\n"
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
             "                       none: left in content\n");
@@ -229,6 +232,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--max-connections"))
             bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
         else if (!strcmp(o, "--cors-origin")) a->sp.cors = v;
+        else if (!strcmp(o, "--allowed-hosts")) a->sp.allowed_hosts = v;
         else if (!strcmp(o, "--reasoning-format")) {
             if (!strcmp(v, "auto")) a->sp.reasoning = true;
             else if (!strcmp(v, "none")) a->sp.reasoning = false;

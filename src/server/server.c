@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "server/api.h"
@@ -106,11 +107,71 @@ static void preflight(atlas_http_call *call, atlas_http_reply *r) {
     r->preflight = true;
 }
 
+/* Whether name (a Host header's name, port and brackets removed: n bytes) is in list. */
+static bool host_listed(const char *list, const char *name, size_t n) {
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && *p == ' ') p++, len--;
+        while (len && p[len - 1] == ' ') len--;
+        if ((len == 1 && *p == '*') || (len == n && !strncasecmp(p, name, n))) return true;
+        p = end ? end + 1 : p + len;
+    }
+    return false;
+}
+
+static bool is_loopback(const char *name, size_t n) {
+    return (n == 9 && !strncasecmp(name, "localhost", 9)) || (n == 3 && !strncmp(name, "::1", 3)) ||
+           (n >= 4 && !strncmp(name, "127.", 4));
+}
+
+/* The Host header against the allow-list: a page on another site that rebinds its DNS name
+ * to this machine sends its own name. Loopback binds answer the loopback names and the bound
+ * address; other binds any name unless allowed_hosts lists them. No Host (HTTP/1.0): allowed,
+ * as a browser always sends one. */
+static bool host_ok(const atlas_server *s, const char *host) {
+    if (!host) return true;
+    const char *name = host;
+    size_t n;
+    if (*host == '[') { /* [::1]:8080 */
+        const char *close = strchr(host, ']');
+        if (!close) return false;
+        name = host + 1;
+        n = (size_t)(close - name);
+    } else {
+        const char *colon = strchr(host, ':');
+        n = colon ? (size_t)(colon - host) : strlen(host);
+    }
+    if (host_listed(s->allowed_hosts, name, n)) return true;
+    size_t bn = strlen(s->host);
+    if (!is_loopback(s->host, bn)) return !s->allowed_hosts;
+    return is_loopback(name, n) || (n == bn && !strncasecmp(name, s->host, n));
+}
+
 /* The checks every route shares, then its handler; false when one of them answered. */
 static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas_http_reply *r,
                   json_t **body) {
     const char *auth = atlas_http_header(call, "Authorization");
     *body = NULL;
+    const char *host = atlas_http_header(call, "Host");
+    if (!host_ok(s, host)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the Host '%.100s' is not served here (atlas serve "
+                                  "--allowed-hosts)", host);
+        atlas_api_error_reply(r, ATLAS_API_ERR_FORBIDDEN, ATLAS_OK, NULL, msg);
+        return false;
+    }
+    /* a page of another origin may post a "simple" request without a preflight: refuse
+     * every state-changing request from an origin the CORS rule does not allow */
+    const char *origin = atlas_http_header(call, "Origin");
+    if (origin && strcmp(call->method, "GET") && strcmp(call->method, "HEAD") &&
+        !atlas_http_cors_allow(call)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "cross-origin requests from '%.100s' are not allowed "
+                                  "(atlas serve --cors-origin)", origin);
+        atlas_api_error_reply(r, ATLAS_API_ERR_FORBIDDEN, ATLAS_OK, NULL, msg);
+        return false;
+    }
     if (!rt->open && !key_ok(s, auth)) {
         atlas_api_error_reply(r, ATLAS_API_ERR_AUTH, ATLAS_OK, NULL,
                               auth ? "invalid API key" : "missing API key: send "
@@ -194,7 +255,9 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     s->api_key = p.api_key && *p.api_key ? strdup(p.api_key) : NULL;
     s->api_key_len = s->api_key ? strlen(s->api_key) : 0;
     s->cors = strdup(p.cors ? p.cors : "none");
+    s->allowed_hosts = p.allowed_hosts && *p.allowed_hosts ? strdup(p.allowed_hosts) : NULL;
     s->p = p;
+    s->p.allowed_hosts = s->allowed_hosts;
     s->p.host = s->host;
     s->p.api_key = s->api_key;
     s->p.cors = s->cors;
@@ -202,7 +265,8 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     atomic_init(&s->stopping, false);
     atomic_init(&s->next_id, 1);
     atlas_server_metrics_init(&s->metrics);
-    if (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key)) {
+    if (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
+        (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)) {
         atlas_server_stop(s);
         return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
     }
@@ -241,5 +305,6 @@ void atlas_server_stop(atlas_server *s) {
     free(s->host);
     free(s->api_key);
     free(s->cors);
+    free(s->allowed_hosts);
     free(s);
 }

@@ -20,6 +20,7 @@ struct atlas_server {
     char *api_key;
     size_t api_key_len;
     char *cors;                   /* atlas_server_params.cors, copied */
+    char *allowed_hosts;          /* atlas_server_params.allowed_hosts, copied (NULL: none) */
     atlas_server_params p;
     atomic_bool stopping;
     atomic_uint_fast64_t next_id; /* for "chatcmpl-..." ids */

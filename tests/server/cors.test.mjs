@@ -4,7 +4,7 @@
 // API key (browsers send none), the requests themselves still do.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, LLAMA } from './lib.mjs';
+import { startServer, rawExchange, statusOf, LLAMA } from './lib.mjs';
 
 const servers = {};
 before(async () => {
@@ -12,6 +12,7 @@ before(async () => {
   servers.any = await startServer(['--model', LLAMA, '--cors-origin', '*']);
   servers.none = await startServer(['--model', LLAMA, '--cors-origin', 'none']);
   servers.list = await startServer(['--model', LLAMA, '--cors-origin', 'https://app.example,http://10.0.0.5:3000']);
+  servers.hosts = await startServer(['--model', LLAMA, '--allowed-hosts', 'atlas.lan, box']);
 });
 after(async () => {
   for (const s of Object.values(servers)) {
@@ -68,4 +69,33 @@ test('--cors-origin *, none and a list', async () => {
     r = await preflight(servers.list, origin);
     assert.equal(r.status, ok ? 204 : 403, origin);
   }
+});
+
+// A "simple" cross-origin request needs no preflight: a page elsewhere can post text/plain.
+test('a simple cross-origin POST is refused, whatever its content type', async () => {
+  const s = servers.local;
+  const body = JSON.stringify({ model: 'llama', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/json']) {
+    const r = await fetch(s.base + '/v1/models/llama/load', {
+      method: 'POST', headers: { origin: 'https://evil.example', 'content-type': type, authorization: 'Bearer k' }, body: '{}',
+    });
+    assert.equal(r.status, 403, type);
+    assert.equal((await r.json()).error.code, 'origin_not_allowed');
+  }
+  const ok = await fetch(s.base + '/v1/chat/completions', {
+    method: 'POST', headers: { origin: 'http://localhost:3000', 'content-type': 'text/plain', authorization: 'Bearer k' }, body,
+  });
+  assert.equal(ok.status, 200);
+});
+
+// DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 sends its own Host.
+test('Host allow-list: loopback names and the bound address, more with --allowed-hosts', async () => {
+  const get = async (s, host) => statusOf((await rawExchange(s.port, [`GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer k\r\nConnection: close\r\n\r\n`])).data);
+  for (const host of ['localhost', `localhost:${servers.local.port}`, '127.0.0.1', `127.0.0.1:${servers.local.port}`, '[::1]:8080', 'LOCALHOST'])
+    assert.equal(await get(servers.local, host), 200, host);
+  for (const host of ['evil.example', 'evil.example:8080', 'localhost.evil.example', '[::1', 'atlas.lan'])
+    assert.equal(await get(servers.local, host), 403, host);
+  for (const host of ['atlas.lan', 'box:9000', 'localhost'])
+    assert.equal(await get(servers.hosts, host), 200, host);
+  assert.equal(await get(servers.hosts, 'evil.example'), 403);
 });

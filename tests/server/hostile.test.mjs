@@ -96,7 +96,7 @@ test('invalid UTF-8, lone surrogates and NUL bytes', async () => {
   await expectError('{"model":"llama","messages":[{"role":"user","content":"\\ud800"}]}', 400);
   await expectError('{"model":"llama","messages":[{"role":"user","content":"a\\u0000b"}]}', 400);
   // an unknown model whose name is not UTF-8 in the URL: still a valid JSON error
-  const r = await rawExchange(srv.port, [Buffer.from('POST /v1/models/\xff\xfe/load HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n', 'latin1')]);
+  const r = await rawExchange(srv.port, [Buffer.from('POST /v1/models/\xff\xfe/load HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n', 'latin1')]);
   assert.equal(statusOf(r.data), 404, r.data);
   JSON.parse(r.data.slice(r.data.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n|\r\n0\r\n\r\n$/g, ''));
 });
@@ -114,7 +114,7 @@ test('bodies over the limit: 413 (declared length and chunked)', async () => {
   assert.equal(r.status, 413, r.text.slice(0, 200));
   assert.equal(r.json.error.code, 'request_too_large');
   // chunked, no Content-Length: read and discarded, then 413
-  const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n';
+  const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n';
   const chunk = 'x'.repeat(256 * 1024);
   const parts = [head];
   for (let i = 0; i < 8; i++) parts.push(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
@@ -122,7 +122,7 @@ test('bodies over the limit: 413 (declared length and chunked)', async () => {
   const raw = await rawExchange(srv.port, parts, { timeoutMs: 10000 });
   assert.equal(statusOf(raw.data), 413, raw.data.slice(0, 200));
   // a huge header is refused by the HTTP layer
-  const hdr = await rawExchange(srv.port, [`GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'y'.repeat(200000)}\r\n\r\n`]);
+  const hdr = await rawExchange(srv.port, [`GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: ${'y'.repeat(200000)}\r\n\r\n`]);
   assert.ok(hdr.closed || statusOf(hdr.data) >= 400, hdr.data.slice(0, 100));
 });
 
@@ -130,8 +130,8 @@ test('slowloris: partial requests are dropped after the timeout, others still se
   const t0 = Date.now();
   const partial = [];
   for (let i = 0; i < 40; i++)
-    partial.push(rawExchange(srv.port, ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le'], { timeoutMs: 15000 }));
-  partial.push(rawExchange(srv.port, ['POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"model"'], { timeoutMs: 15000 }));
+    partial.push(rawExchange(srv.port, ['POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Le'], { timeoutMs: 15000 }));
+  partial.push(rawExchange(srv.port, ['POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{"model"'], { timeoutMs: 15000 }));
   // meanwhile a real request goes through
   const ok = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: 'hi', max_tokens: 2 });
   assert.equal(ok.status, 200, ok.text);
@@ -167,7 +167,7 @@ test('a client that disconnects mid-stream cancels its request at once', async (
   assert.equal(running, 0, 'its sequence is gone');
   // a raw client that sends a request and closes before the answer
   for (let i = 0; i < 10; i++)
-    await rawExchange(srv.port, [`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${JSON.stringify(greedy('qwen', 'x', { max_tokens: 500, ignore_eos: true })).length}\r\n\r\n${JSON.stringify(greedy('qwen', 'x', { max_tokens: 500, ignore_eos: true }))}`], { timeoutMs: 30 });
+    await rawExchange(srv.port, [`POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${JSON.stringify(greedy('qwen', 'x', { max_tokens: 500, ignore_eos: true })).length}\r\n\r\n${JSON.stringify(greedy('qwen', 'x', { max_tokens: 500, ignore_eos: true }))}`], { timeoutMs: 30 });
 });
 
 test('unknown routes, methods, and the server still healthy after all of it', async () => {
