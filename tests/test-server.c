@@ -227,7 +227,7 @@ static void test_disconnect(atlas_engine *e) {
                        "\"ignore_eos\": true, \"stream\": true}";
     char head[256];
     int n = snprintf(head, sizeof head,
-                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+                     "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
     CHECK(write(fd, head, (size_t)n) == n);
     char buf[4096];
