@@ -115,6 +115,31 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     return ATLAS_OK;
 }
 
+/* Removes every "dir/" from s, and names a bare dir "the model's directory", in place. */
+static void strip_dir(char *s, const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "models/x/" is "models/x" */
+    if (n == 0) return;
+    static const char bare[] = "the model's directory";
+    char out[400];
+    size_t o = 0;
+    for (const char *p = s; *p && o + sizeof bare < sizeof out;) {
+        if (!strncmp(p, dir, n)) {
+            if (p[n] == '/') {
+                p += n + 1;
+                continue;
+            }
+            memcpy(out + o, bare, sizeof bare - 1);
+            o += sizeof bare - 1;
+            p += n;
+            continue;
+        }
+        out[o++] = *p++;
+    }
+    out[o] = '\0';
+    strcpy(s, out);
+}
+
 /* Loads model (room was made).  t0: when the swap began (the release before it).  Under
  * e->mu (dropped meanwhile). */
 static void load_model(atlas_engine *e, int model, double t0) {
@@ -123,9 +148,13 @@ static void load_model(atlas_engine *e, int model, double t0) {
     atlas_error_clear();
     atlas_model *m = NULL;
     atlas_status st = load_checked(e, md, &m);
-    char msg[512];
-    snprintf(msg, sizeof msg, "loading model '%s' from %s: %s", md->name, md->dir,
-             atlas_last_error());
+    char msg[512], why[400];
+    /* clients see this message: it names the model and its files, never the server's paths */
+    snprintf(why, sizeof why, "%s", atlas_last_error());
+    strip_dir(why, md->dir);
+    static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
+    const char *w = strncmp(why, wrapped, sizeof wrapped - 1) ? why : why + sizeof wrapped - 1;
+    snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
     pthread_mutex_lock(&e->mu);
     if (st == ATLAS_OK) {
         st = atlas_kv_pool_init(&md->pool, atlas_model_kv_blocks(m), atlas_model_kv_block_size(m));

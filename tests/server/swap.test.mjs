@@ -60,6 +60,9 @@ test('a model that fails to load errors its requests and leaves the server servi
     const bad = await postJSON(s.base, '/v1/chat/completions', greedy('broken', 'hi'));
     assert.ok(bad.status >= 400, bad.text);
     assert.match(bad.json.error.message, /model\.safetensors/);
+    // the client learns which model and file, never where the server keeps them
+    assert.ok(!bad.json.error.message.includes(dir), bad.json.error.message);
+    assert.ok(!bad.json.error.message.includes(os.tmpdir()), bad.json.error.message);
     const ok = await s.client().chat.completions.create(greedy('llama', 'hi', { max_tokens: 2 }));
     assert.equal(ok.usage.completion_tokens, 2);
     // and again: the failure is not sticky, nor does it take the server down
