@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "engine/engine_internal.h"
+#include "format/safetensors.h"
 
 void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, const char *msg) {
     eng_cmd **p = &e->cmds;
@@ -276,6 +277,24 @@ int atlas_engine_do_residency(atlas_engine *e) {
         e->metrics.load_failures++;
         fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
         return 1;
+    }
+    /* A model whose checkpoint is broken must not cost the resident ones their place: its
+     * files' headers are read and checked (no tensor data) before anything is evicted. */
+    if (!fits(e, want)) {
+        pthread_mutex_unlock(&e->mu);
+        atlas_st *st = NULL;
+        atlas_status cst = atlas_st_open_dir(wm->dir, &st);
+        char why[400], msg[512];
+        snprintf(why, sizeof why, "%s", cst == ATLAS_OK ? "" : atlas_last_error());
+        atlas_st_free(st);
+        pthread_mutex_lock(&e->mu);
+        if (cst != ATLAS_OK) {
+            strip_dir(why, wm->dir);
+            snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
+            e->metrics.load_failures++;
+            fail_model_requests(e, want, cst, msg);
+            return 1;
+        }
     }
     double t0 = atlas_engine_now();
     while (!fits(e, want)) {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, copyFileSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, greedy, postJSON, LLAMA, QWEN, DATA } from './lib.mjs';
+import { startServer, greedy, postJSON, getJSON, LLAMA, QWEN, DATA } from './lib.mjs';
 
 let srv, client;
 before(async () => {
@@ -57,7 +57,11 @@ test('a model that fails to load errors its requests and leaves the server servi
   writeFileSync(path.join(dir, 'model.safetensors'), Buffer.from([8, 0, 0, 0, 0, 0, 0, 0, 123]));
   const s = await startServer(['--model', LLAMA, '--model', `broken=${dir}`, '--max-resident', '1']);
   try {
+    // the healthy model is resident; the broken one's checkpoint is checked before it is evicted
+    await s.client().chat.completions.create(greedy('llama', 'hi', { max_tokens: 1 }));
     const bad = await postJSON(s.base, '/v1/chat/completions', greedy('broken', 'hi'));
+    const llama = await getJSON(s.base, '/v1/models/llama');
+    assert.equal(llama.json.resident, true, JSON.stringify(llama.json));
     assert.ok(bad.status >= 400, bad.text);
     assert.match(bad.json.error.message, /model\.safetensors/);
     // the client learns which model and file, never where the server keeps them
