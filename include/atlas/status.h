@@ -33,7 +33,8 @@ typedef enum atlas_status {
     ATLAS_ERR_DEVICE = -10,     /* a driver call failed; the message names the call and error */
     ATLAS_ERR_RANGE = -11,      /* a value is out of range (token id, context length, ...) */
     ATLAS_ERR_INTERNAL = -12,   /* a bug in atlas: please report */
-    /* New codes go here, -13 next; the values above never change. */
+    ATLAS_ERR_UNAVAILABLE = -13,/* not now: a model failed to load and is retried later */
+    /* New codes go here, -14 next; the values above never change. */
 } atlas_status;
 
 /* Static string for a status, e.g. "ATLAS_ERR_BUSY" ("ATLAS_ERR_UNKNOWN" for a value that

@@ -25,6 +25,7 @@ const char *atlas_status_str(atlas_status status) {
     case ATLAS_ERR_DEVICE: return "ATLAS_ERR_DEVICE";
     case ATLAS_ERR_RANGE: return "ATLAS_ERR_RANGE";
     case ATLAS_ERR_INTERNAL: return "ATLAS_ERR_INTERNAL";
+    case ATLAS_ERR_UNAVAILABLE: return "ATLAS_ERR_UNAVAILABLE";
     }
     return "ATLAS_ERR_UNKNOWN";
 }

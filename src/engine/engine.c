@@ -474,9 +474,22 @@ atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atla
     seq *s = NULL;
     ATLAS_TRY(seq_create(e, model, req, cb, user, &s));
     if (out) atomic_fetch_add(&s->refs, 1);
+    /* a model that failed to load answers at once until its back-off ends or its files
+     * change (read outside the lock: a few stat calls) */
+    pthread_mutex_lock(&e->mu);
+    bool failed = md->fail_until > 0 && !md->m;
+    pthread_mutex_unlock(&e->mu);
+    uint64_t sig = failed ? atlas_engine_dir_sig(md->dir) : 0;
     pthread_mutex_lock(&e->mu);
     atlas_status st = ATLAS_OK;
-    if (e->n_waiting >= e->p.queue_limit) {
+    double now = atlas_engine_now();
+    if (failed && sig != md->fail_sig) md->fail_until = 0; /* new files: try them */
+    if (md->fail_until > now && !md->m) {
+        e->metrics.requests_rejected++;
+        st = atlas_fail(ATLAS_ERR_UNAVAILABLE, "model '%s' is unavailable: %s (tried again in "
+                        "%.0f s, or when its files change)", md->name, md->last_error,
+                        md->fail_until - now + 0.5);
+    } else if (e->n_waiting >= e->p.queue_limit) {
         e->metrics.requests_rejected++;
         st = atlas_fail(ATLAS_ERR_BUSY, "engine: the queue is full (%d requests waiting)",
                         e->n_waiting);

@@ -119,7 +119,15 @@ typedef struct eng_model {
     int unload_asked;       /* an unload was refused: released once its requests end */
     uint64_t last_used;
     char last_error[256];
+    /* a failed load is remembered: requests fail at once until fail_until (1, 2, 4 ... 60 s
+     * after the last failure), or until the directory's files change (fail_sig) */
+    int fail_count;
+    double fail_until;
+    uint64_t fail_sig;
 } eng_model;
+
+/* residency.c: a signature of the regular files in dir (names, sizes, mtimes). */
+uint64_t atlas_engine_dir_sig(const char *dir);
 
 typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
 

@@ -9,9 +9,11 @@
  * error: the model admits no more requests, and the release is tried again once one of its
  * sequences has left (md->release_refused is cleared then).  A refusal while none of the
  * engine's sequences runs on it would be a handle leaked somewhere: that alone is an error. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "engine/engine_internal.h"
@@ -116,6 +118,39 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     return ATLAS_OK;
 }
 
+uint64_t atlas_engine_dir_sig(const char *dir) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over each file's name, size and mtime */
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    char path[4096];
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        uint64_t v[3] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
+                         (uint64_t)st.st_mtim.tv_nsec};
+        uint64_t f = 1469598103934665603ull; /* per file, then summed: readdir's order varies */
+        for (const char *c = de->d_name; *c; c++) f = (f ^ (unsigned char)*c) * 1099511628211ull;
+        for (int i = 0; i < 3; i++) f = (f ^ v[i]) * 1099511628211ull;
+        h += f;
+    }
+    closedir(d);
+    return h;
+}
+
+/* Remembers a failed load of md: the next requests fail at once during the back-off. */
+static void remember_failure(atlas_engine *e, eng_model *md) {
+    pthread_mutex_unlock(&e->mu);
+    uint64_t sig = atlas_engine_dir_sig(md->dir);
+    pthread_mutex_lock(&e->mu);
+    int shift = md->fail_count < 6 ? md->fail_count : 6;
+    double backoff = (double)(1 << shift);
+    md->fail_count++;
+    md->fail_until = atlas_engine_now() + (backoff < 60 ? backoff : 60);
+    md->fail_sig = sig;
+}
+
 /* Removes every "dir/" from s, and names a bare dir "the model's directory", in place. */
 static void strip_dir(char *s, const char *dir) {
     size_t n = strlen(dir);
@@ -169,8 +204,11 @@ static void load_model(atlas_engine *e, int model, double t0) {
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
         fail_model_requests(e, model, st, msg);
+        remember_failure(e, md);
         return;
     }
+    md->fail_count = 0;
+    md->fail_until = 0;
     atlas_model_info info;
     atlas_model_get_info(m, &info);
     md->est_bytes = info.weight_bytes + info.kv_bytes;
@@ -293,6 +331,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
             snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
             e->metrics.load_failures++;
             fail_model_requests(e, want, cst, msg);
+            remember_failure(e, wm);
             return 1;
         }
     }

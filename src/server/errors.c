@@ -22,6 +22,7 @@ int atlas_api_error_http(atlas_status st, const char **type) {
         *type = "rate_limit_error";
         return 429;
     case ATLAS_ERR_NOMEM:
+    case ATLAS_ERR_UNAVAILABLE:  /* a model that failed to load, in its back-off */
     case ATLAS_ERR_DEVICE_NOMEM: /* no room for the model or the request now */
         *type = "server_error";
         return 503;
@@ -41,6 +42,7 @@ static const char *status_code(atlas_status st) {
     case ATLAS_ERR_NOT_FOUND: return "model_not_found";
     case ATLAS_ERR_RANGE: return "context_length_exceeded";
     case ATLAS_ERR_BUSY: return "queue_full";
+    case ATLAS_ERR_UNAVAILABLE: return "model_unavailable";
     default: return NULL;
     }
 }

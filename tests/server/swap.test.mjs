@@ -69,10 +69,19 @@ test('a model that fails to load errors its requests and leaves the server servi
     assert.ok(!bad.json.error.message.includes(os.tmpdir()), bad.json.error.message);
     const ok = await s.client().chat.completions.create(greedy('llama', 'hi', { max_tokens: 2 }));
     assert.equal(ok.usage.completion_tokens, 2);
-    // and again: the failure is not sticky, nor does it take the server down
+    // and again at once: the failure is remembered (503, no new load), the server serves on
+    const t0 = Date.now();
     const bad2 = await postJSON(s.base, '/v1/completions', { model: 'broken', prompt: 'x' });
-    assert.ok(bad2.status >= 400, bad2.text);
+    assert.equal(bad2.status, 503, bad2.text);
+    assert.equal(bad2.json.error.code, 'model_unavailable');
+    assert.match(bad2.json.error.message, /model\.safetensors.*tried again in \d+ s, or when its files change/);
+    assert.ok(Date.now() - t0 < 1000);
+    assert.ok(!bad2.json.error.message.includes(dir), bad2.json.error.message);
     assert.equal((await fetch(`${s.base}/health`)).status, 200);
+    // its files are mended: the next request loads it
+    copyFileSync(path.join(DATA, 'tiny-llama3', 'model.safetensors'), path.join(dir, 'model.safetensors'));
+    const good = await s.client().chat.completions.create(greedy('broken', 'hi', { max_tokens: 2 }));
+    assert.equal(good.usage.completion_tokens, 2);
   } finally {
     const r = await s.stop();
     rmSync(dir, { recursive: true, force: true });
