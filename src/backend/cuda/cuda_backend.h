@@ -203,7 +203,7 @@ typedef struct cuda_batch {
                                to 16, at most cap_tok (a function of the batch's size, so that
                                a graph replayed for the same size finds its regions where it
                                was recorded), so a step of one token copies 0.5 KB and not
-                               7 x cap_tok ints (bench/RESULTS.md, tenth session) */
+                               7 x cap_tok ints */
     bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
     int stage_cur;          /* the last batch's */
     CUdeviceptr tok_src;    /* the batch's tokens: 0 the staged ones, else d_ids (a batch

@@ -289,8 +289,11 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
         /* a flag in ng's high half (gemv1c_body): the second item's loads before the wait
          * too (replay 4.313-4.431 ms against 4.328-4.513 on three H200s; bench/RESULTS.md) */
         int arg = ng | 1 << 16;
-        a[na - 1] = &arg;
-        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, a);
+        void *b[32];
+        if (na > 32) return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: gemv with %d arguments", na);
+        memcpy(b, a, sizeof(void *) * (size_t)(na - 1));
+        b[na - 1] = &arg; /* a copy: the caller's array never holds this frame's address */
+        return launch(cb, multi, (unsigned)((groups + ng - 1) / ng), 1, 1, 256, 0, b);
     }
     return launch(cb, single, (unsigned)groups, 1, 1, 256, 0, a);
 }
@@ -302,8 +305,8 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps) {
 
 /* cuda_gemv_rows with ng from a grid of 2 blocks an SM: on the H200 8B shape a decode graph
  * replay took 3.987 ms against 4.125 with one group a block, and fixed ng 2/4/8 and a grid of
- * 1 or 4 blocks an SM were slower (bench/RESULTS.md 2026-12-03). Tests fix
- * ng (cuda_backend.gemv_ng). */
+ * 1 or 4 blocks an SM were slower (bench/RESULTS.md, "one-row GEMVs over several row
+ * groups"). Tests fix ng (cuda_backend.gemv_ng). */
 static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction multi,
                                 int groups, void **a, int na) {
     int ng = cb->plan.gemv_ng > 0 ? cb->plan.gemv_ng : cuda_gemv_ng_for_grid(cb, groups, 2);
