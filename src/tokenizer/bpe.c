@@ -356,7 +356,7 @@ atlas_status tok_bpe_word(tok_ctx *c, const char *word, size_t len) {
         pl.b[0] = (unsigned char)len;
         pl.b[1] = (unsigned char)n;
         memcpy(pl.b + 2, word, len);
-        memcpy(pl.b + 24, c->ids + first, n * sizeof(int32_t));
+        if (n) memcpy(pl.b + 24, c->ids + first, n * sizeof(int32_t)); /* ids is NULL when empty */
         cache_write(sl, &pl);
     }
     return ATLAS_OK;
