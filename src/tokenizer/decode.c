@@ -251,8 +251,9 @@ atlas_status atlas_tokenizer_decode(const atlas_tokenizer *tok, const int32_t *i
     obuf out = {0};
     size_t used, skip = 0;
     while ((int)skip < tok->strip_lead && skip < raw.len && raw.p[skip] == ' ') skip++;
-    atlas_status st = append_lossy(&out, (const unsigned char *)raw.p + skip, raw.len - skip,
-                                   true, &used);
+    /* raw.p is NULL when no token gave a byte (no ids, or all skipped) */
+    const unsigned char *from = (const unsigned char *)(raw.p ? raw.p + skip : "");
+    atlas_status st = append_lossy(&out, from, raw.len - skip, true, &used);
     free(raw.p);
     if (st == ATLAS_OK && !out.p) st = obuf_reserve(&out, 0);
     if (st != ATLAS_OK) {
