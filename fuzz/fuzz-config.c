@@ -1,5 +1,10 @@
 /* fuzz/fuzz-config.c — libFuzzer target for config.json and generation_config.json parsing
- * and the RoPE frequencies of whatever config parses. */
+ * and the RoPE frequencies of whatever config parses: rope_scaling and rope_parameters of
+ * every type (default, linear, llama3, yarn accepted; dynamic, longrope and per-layer-type
+ * blocks refused), quantization_config blocks (not read: the corpus keeps them so that a
+ * reader added later is fuzzed at once). An accepted config's frequencies must not be NaN
+ * or negative, its attention factor must be positive. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!inv) return 0;
     double attn;
     atlas_rope_inv_freq(&cfg, inv, &attn);
+    /* Absurd magnitudes (rope_theta 1e300, factor 1e-300) may round to 0 or inf in float;
+     * a NaN or a negative frequency is a bug whatever the input. */
+    for (int i = 0; i < cfg.head_dim / 2; i++)
+        if (!(inv[i] >= 0)) abort();
+    if (!(attn > 0)) abort();
     free(inv);
     for (int l = 0; l < cfg.n_layers; l++) (void)atlas_config_layer_sliding(&cfg, l);
     /* The same bytes as a generation_config.json merged into it. */
