@@ -64,30 +64,16 @@ static int usage(void) {
     return 2;
 }
 
-/* "512,2048" into out[0, max); returns how many (the caller checks their range). */
-static int parse_list(const char *v, int *out, int max) {
-    int n = 0;
-    for (const char *s = v; *s && n < max; s = strchr(s, ',') ? strchr(s, ',') + 1 : "")
-        out[n++] = atoi(s);
-    return n;
-}
-
 /* "attention,norm" into ATLAS_SKIP_* bits; -1 for an unknown name. */
 static int parse_skip(const char *v) {
-    static const struct { const char *name; int bit; } ops[] = {
-        {"norm", ATLAS_SKIP_NORM}, {"matmul", ATLAS_SKIP_MATMUL}, {"rope", ATLAS_SKIP_ROPE},
-        {"kv_store", ATLAS_SKIP_KV_STORE}, {"attention", ATLAS_SKIP_ATTENTION},
-        {"swiglu", ATLAS_SKIP_SWIGLU}};
-    int bits = 0;
-    while (*v) {
-        size_t len = strcspn(v, ","), i = 0;
-        while (i < sizeof ops / sizeof *ops &&
-               (strlen(ops[i].name) != len || strncmp(ops[i].name, v, len)))
-            i++;
-        if (i == sizeof ops / sizeof *ops) return -1;
-        bits |= ops[i].bit;
-        v += len + (v[len] == ',');
-    }
+    static const char *const names[] = {"norm", "matmul", "rope", "kv_store", "attention",
+                                         "swiglu"};
+    static const int bit[] = {ATLAS_SKIP_NORM, ATLAS_SKIP_MATMUL, ATLAS_SKIP_ROPE,
+                              ATLAS_SKIP_KV_STORE, ATLAS_SKIP_ATTENTION, ATLAS_SKIP_SWIGLU};
+    int listed = atlas_cli_parse_names(v, names, 6), bits = 0;
+    if (listed < 0) return -1;
+    for (int i = 0; i < 6; i++)
+        if (listed & 1 << i) bits |= bit[i];
     return bits;
 }
 
@@ -114,9 +100,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (!strcmp(a, "-m")) {
             o->dir = v;
         } else if (!strcmp(a, "-p")) {
-            o->n_p = parse_list(v, o->p, MAX_P);
+            o->n_p = atlas_cli_parse_ints(v, o->p, MAX_P);
         } else if (!strcmp(a, "--batch")) {
-            o->n_batch = parse_list(v, o->batch, MAX_B);
+            o->n_batch = atlas_cli_parse_ints(v, o->batch, MAX_B);
         } else if (!strcmp(a, "-n")) {
             o->n = atoi(v);
         } else if (!strcmp(a, "--reps")) {

@@ -4,6 +4,7 @@
 #define ATLAS_CLI_H
 
 #include "atlas/model.h"
+#include "cli/list.h"
 
 int atlas_cli_run(int argc, char **argv);      /* cli/run.c */
 int atlas_cli_info(int argc, char **argv);     /* cli/info.c */

@@ -139,30 +139,11 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
 }
 
 static int parse_ids(const char *s, int32_t **ids, size_t *n) {
-    size_t cap = 16;
-    *n = 0;
-    *ids = malloc(cap * sizeof **ids);
-    while (*ids && *s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "atlas run: --prompt-ids: bad id at '%s' (want 1,2,3)\n", s);
-            return 2;
-        }
-        if (*n == cap) {
-            int32_t *g = realloc(*ids, (cap *= 2) * sizeof **ids);
-            if (!g) break;
-            *ids = g;
-        }
-        (*ids)[(*n)++] = (int32_t)v;
-        s = *end ? end + 1 : end;
-    }
-    if (!*ids) {
-        fprintf(stderr, "atlas run: out of memory\n");
-        return 1;
-    }
-    return 0;
+    const char *bad = s;
+    int rc = atlas_cli_parse_ids(s, ids, n, &bad);
+    if (rc < 0) fprintf(stderr, "atlas run: --prompt-ids: bad id at '%s' (want 1,2,3)\n", bad);
+    if (rc > 0) fprintf(stderr, "atlas run: out of memory\n");
+    return rc < 0 ? 2 : rc;
 }
 
 static double now_s(void) {
