@@ -478,10 +478,11 @@ typedef struct f32_to_u16 {
     const float *src;
 } f32_to_u16;
 
-static void fill_u16(void *dst, size_t offset, size_t bytes, void *user) {
+static atlas_status fill_u16(void *dst, size_t offset, size_t bytes, void *user) {
     const f32_to_u16 *c = user;
     uint16_t *o = dst;
     for (size_t i = 0; i < bytes / 2; i++) o[i] = (uint16_t)c->src[offset / 2 + i];
+    return ATLAS_OK;
 }
 
 static void test_upload(atlas_host *h) {
@@ -538,9 +539,10 @@ static unsigned char ramp_byte(unsigned seed, size_t i) {
     return (unsigned char)(seed * 31u + i * 7u + (i >> 11));
 }
 
-static void fill_ramp(void *dst, size_t offset, size_t bytes, void *user) {
+static atlas_status fill_ramp(void *dst, size_t offset, size_t bytes, void *user) {
     const ramp_ctx *c = user;
     for (size_t i = 0; i < bytes; i++) ((unsigned char *)dst)[i] = ramp_byte(c->seed, offset + i);
+    return ATLAS_OK;
 }
 
 static void test_upload_queue(atlas_host *h) {

@@ -2,13 +2,15 @@
  * weight_fill.h), without a GPU: a fused weight of bf16, f16 and f32 tensors from a real
  * safetensors file, produced into "staging chunks" cut at many places, must equal the bf16
  * bytes computed here, whether the bf16 sources are read through the model's reader (pread
- * of the file: model/weight_read.h), from the mapping (an in-memory checkpoint: no reader),
- * or from the mapping after a failing read. */
+ * of the file: model/weight_read.h) or from the mapping (an in-memory checkpoint: no reader).
+ * A failing read, and a file truncated after it was opened, fail the fill with an error and
+ * read nothing from the mapping (which would raise SIGBUS past the file's new end). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/weight_fill.h"
 #include "core/dtype.h"
@@ -64,9 +66,11 @@ static void write_checkpoint(const char *path, uint16_t *want) {
 }
 
 /* Produces the whole weight into chunks of chunk bytes, each filled in pieces of at most
- * piece bytes (both even), as the staging pool and its threads do; compares with want. */
+ * piece bytes (both even), as the staging pool and its threads do; compares with want.
+ * *st: the first fill's failure (then false). */
 static bool produce(const atlas_weight_src *const *srcs, size_t chunk, size_t piece,
-                    const uint16_t *want) {
+                    const uint16_t *want, atlas_status *st) {
+    *st = ATLAS_OK;
     size_t bytes = (size_t)N_ELEMS * 2;
     char *out = malloc(bytes), *staging = malloc(chunk);
     memset(out, 0xAB, bytes);
@@ -75,11 +79,11 @@ static bool produce(const atlas_weight_src *const *srcs, size_t chunk, size_t pi
         memset(staging, 0xCD, chunk);
         for (size_t a = off; a < off + n; a += piece) {
             size_t b = a + piece < off + n ? a + piece : off + n;
-            atlas_cuda_fill_weight(srcs, 3, staging, off, a, b);
+            if (*st == ATLAS_OK) *st = atlas_cuda_fill_weight(srcs, 3, staging, off, a, b);
         }
         memcpy(out + off, staging, n);
     }
-    bool same = !memcmp(out, want, bytes);
+    bool same = *st == ATLAS_OK && !memcmp(out, want, bytes);
     free(out);
     free(staging);
     return same;
@@ -90,10 +94,21 @@ static void check_all_cuts(const atlas_weight_src *const *srcs, const uint16_t *
     static const size_t chunks[] = {2, 6, 48, 94, 1000, 2 * N_ELEMS};
     static const size_t pieces[] = {2, 10, 46, 512, 2 * N_ELEMS};
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++)
-        for (size_t j = 0; j < sizeof pieces / sizeof pieces[0]; j++)
-            CHECK_MSG(produce(srcs, chunks[i], pieces[j], want),
-                      "%s: chunks of %zu bytes, pieces of %zu: the fused bf16 differs", what,
-                      chunks[i], pieces[j]);
+        for (size_t j = 0; j < sizeof pieces / sizeof pieces[0]; j++) {
+            atlas_status st;
+            CHECK_MSG(produce(srcs, chunks[i], pieces[j], want, &st),
+                      "%s: chunks of %zu bytes, pieces of %zu: the fused bf16 differs (%s)",
+                      what, chunks[i], pieces[j], st ? atlas_last_error() : "no error");
+        }
+}
+
+/* Every fill of the whole weight fails with an I/O error naming the tensor. */
+static void check_fails(const atlas_weight_src *const *srcs, const uint16_t *want,
+                        const char *what) {
+    atlas_status st;
+    CHECK_MSG(!produce(srcs, 94, 46, want, &st) && st == ATLAS_ERR_IO, "%s: status %d", what, st);
+    CHECK_MSG(strstr(atlas_last_error(), "reading weight"), "%s: %s", what, atlas_last_error());
+    atlas_error_clear();
 }
 
 /* The sources of tensors a, b and c, as the model makes them; false when one is missing. */
@@ -124,13 +139,19 @@ int main(void) {
         CHECK(all && src[0].read && src[0].ctx == &files[0]);
         if (all) {
             check_all_cuts(v, want, "pread");
-            /* a read that fails (a descriptor that is not open) falls back on the mapping */
+            /* a read that fails (a descriptor that is not open) fails the fill */
+            int fd = files[0].fd;
             files[0].fd = 1 << 20;
-            check_all_cuts(v, want, "failing pread");
-            atlas_error_clear();
+            check_fails(v, want, "failing pread");
+            files[0].fd = fd;
+            /* the file cut short after it was opened and mapped, as a re-download does:
+             * reading the mapping past the new end would kill the process with SIGBUS */
+            CHECK(truncate(path, 64) == 0);
+            check_fails(v, want, "truncated file");
         }
         atlas_st_free(st);
     }
+    write_checkpoint(path, want);
 
     /* the same bytes as an in-memory checkpoint: no descriptor, no reader: the mapping */
     FILE *f = fopen(path, "rb");

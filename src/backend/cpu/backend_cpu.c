@@ -49,8 +49,10 @@ static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
     free(w);
 }
 
-/* Reads the sources' data in place (never their reader): the caller keeps it while the
- * weight lives (atlas_weight_src). */
+/* Copies each source into memory the weight owns, through the source's reader when it has
+ * one (the model's pread). Reading the checkpoint's mapping in place would tie the served
+ * model to files another process may truncate or rewrite (a re-download, a sync), and a
+ * read past a truncated mapping's end is SIGBUS: the whole server. */
 static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs,
                                     int n, atlas_weight **out) {
     *out = NULL;
@@ -64,21 +66,19 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
     w->n_parts = n;
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
-        int64_t r = w->n_dims == 2 ? srcs[i]->shape[0] : srcs[i]->shape[0];
-        w->parts[i] = (cpu_part){srcs[i]->data, NULL, srcs[i]->dtype, rows, r};
+        const atlas_weight_src *v = srcs[i];
+        int64_t r = v->shape[0];
+        w->parts[i] = (cpu_part){NULL, malloc(v->nbytes ? v->nbytes : 1), v->dtype, rows, r};
         rows += r;
-        /* The kernels read elements in place; a source need not be aligned (safetensors'
-         * header length is free), so data off its element size gets an aligned copy. */
-        size_t esz = atlas_dtype_size(srcs[i]->dtype);
-        if ((uintptr_t)srcs[i]->data % esz != 0) {
-            w->parts[i].copy = malloc(srcs[i]->nbytes ? srcs[i]->nbytes : 1);
-            if (!w->parts[i].copy) {
-                cpu_weight_free(be, w);
-                return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[i]->name);
-            }
-            memcpy(w->parts[i].copy, srcs[i]->data, srcs[i]->nbytes);
-            w->parts[i].data = w->parts[i].copy;
+        atlas_status st = w->parts[i].copy ? ATLAS_OK
+                                           : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        if (st == ATLAS_OK && v->read) st = v->read(v->ctx, w->parts[i].copy, 0, v->nbytes);
+        else if (st == ATLAS_OK) memcpy(w->parts[i].copy, v->data, v->nbytes);
+        if (st != ATLAS_OK) {
+            cpu_weight_free(be, w);
+            return atlas_fail_wrap(st, "reading weight %s", v->name);
         }
+        w->parts[i].data = w->parts[i].copy;
     }
     if (w->n_dims == 2) {
         w->rows = rows;

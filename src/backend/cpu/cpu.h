@@ -16,8 +16,8 @@ enum { CPU_MAX_PARTS = 4, CPU_ROWS = 4 }; /* CPU_ROWS: weight rows per matmul ti
 
 /* One view of a (fused) weight: rows [row0, row0 + rows) of the fused matrix. */
 typedef struct cpu_part {
-    const void *data; /* [rows, cols] in dtype, in the mapping (or in copy) */
-    void *copy;       /* owned: an aligned copy when the mapping's data was not aligned */
+    const void *data; /* [rows, cols] in dtype: copy's bytes */
+    void *copy;       /* owned: the weight's bytes, read at load (never the checkpoint's mapping) */
     atlas_dtype dtype;
     int64_t row0, rows;
 } cpu_part;

@@ -221,7 +221,7 @@ static atlas_status host_buf_take(atlas_host *h, int *out) {
 /* Fills buffer i with bytes [off, off + n) of an upload and queues its copy to dst + off. */
 static atlas_status host_buf_send(atlas_host *h, int i, CUdeviceptr dst, size_t off, size_t n,
                                   atlas_host_fill_fn fill, void *user) {
-    fill(h->staging[i], off, n, user);
+    ATLAS_TRY(fill(h->staging[i], off, n, user));
     ATLAS_CU_TRY(cuMemcpyHtoDAsync, dst + off, h->staging[i], n, h->copy_stream);
     return ATLAS_CU(cuEventRecord, h->staging_done[i], h->copy_stream);
 }
@@ -385,7 +385,7 @@ static void host_copy_job(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 /* Runs under staging_lock, so the pool has one job at a time. */
-static void host_fill_memcpy(void *dst, size_t offset, size_t bytes, void *user) {
+static atlas_status host_fill_memcpy(void *dst, size_t offset, size_t bytes, void *user) {
     host_copy *c = user;
     c->dst = dst;
     c->offset = offset;
@@ -395,6 +395,7 @@ static void host_fill_memcpy(void *dst, size_t offset, size_t bytes, void *user)
         atlas_threadpool_for(c->host->copy_pool, pieces, 1, host_copy_job, c);
     else
         memcpy(dst, c->src + offset, bytes);
+    return ATLAS_OK;
 }
 
 atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const void *src,

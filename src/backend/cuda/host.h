@@ -34,8 +34,9 @@ int atlas_host_context_retains(const atlas_host *host);
 #define ATLAS_HOST_STAGING_BYTES ((size_t)16 << 20)
 
 /* Fills dst[0, bytes) of a staging buffer with bytes [offset, offset + bytes) of an upload.
- * Lets the caller convert (e.g. fp32 -> bf16) while copying. */
-typedef void (*atlas_host_fill_fn)(void *dst, size_t offset, size_t bytes, void *user);
+ * Lets the caller convert (e.g. fp32 -> bf16) while copying. A failure (a file read short
+ * because the file was truncated) fails the upload with fill's message. */
+typedef atlas_status (*atlas_host_fill_fn)(void *dst, size_t offset, size_t bytes, void *user);
 
 /* Uploads `bytes` to device address dst, produced buffer by buffer by fill, on this thread
  * (synchronous uploaders are serialised).  Returns when the last piece is queued on the copy

@@ -23,11 +23,11 @@ typedef struct queued_fill {
     int n;
 } queued_fill;
 
-static void fill_queued(void *dst, size_t offset, size_t bytes, void *user) {
+static atlas_status fill_queued(void *dst, size_t offset, size_t bytes, void *user) {
     const queued_fill *q = user;
     const atlas_weight_src *v[CUDA_FUSE_MAX];
     for (int i = 0; i < q->n; i++) v[i] = &q->srcs[i];
-    atlas_cuda_fill_weight(v, q->n, dst, offset, offset, offset + bytes);
+    return atlas_cuda_fill_weight(v, q->n, dst, offset, offset, offset + bytes);
 }
 
 /* Queues srcs (n of them, fused; bytes of bf16 in all) for the host's loader threads, to
