@@ -3,8 +3,9 @@
  *
  * The server is a client of the engine like the CLI: it tokenizes, renders chat templates,
  * submits token ids and turns the engine's token events into OpenAI JSON or SSE chunks.
- * HTTP is libmicrohttpd with one thread per connection (keep-alive); a request's thread
- * waits on its own event queue, so a slow client never blocks the engine thread.
+ * HTTP is libmicrohttpd (HTTPS with a certificate): epoll threads read every connection, so
+ * an idle or slow one holds no thread, and a worker thread answers each request whose body
+ * is in, waiting on its own event queue, so a slow client never blocks the engine thread.
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
  * GET /v1/models/{id}, POST /v1/models/{id}/load and /unload, GET /health, GET /metrics
@@ -34,8 +35,16 @@ typedef struct atlas_server_params {
     const char *api_key;    /* NULL: no key; else every route but /health needs
                                "Authorization: Bearer KEY" */
     size_t max_body;        /* bytes of a request body; larger: 413 (default 4 MiB) */
-    int max_connections;    /* open connections at once (default 512) */
-    int timeout_s;          /* idle / unfinished-request timeout, seconds (default 30) */
+    int max_connections;    /* open connections at once (default 2048) */
+    int max_connections_per_ip; /* open connections from one source address (default 256:
+                               the engine's default queue; 0: no cap) */
+    int timeout_s;          /* idle timeout, seconds (default 30) */
+    int header_timeout_s;   /* a new connection's request headers must be in within this
+                               many seconds, however they trickle (default 10) */
+    int body_timeout_s;     /* a request's body must be in within this many seconds of its
+                               headers (default 60) */
+    const char *ssl_certfile; /* PEM certificate (chain) and its key: serve HTTPS, TLS 1.2 */
+    const char *ssl_keyfile;  /* or 1.3 only; both or neither (default NULL: plain HTTP) */
     const char *cors;       /* origins whose browser pages may call the API (CORS): "local"
                                (default: http(s) pages of localhost, 127.0.0.1 and [::1], any
                                port, as Ollama), "*" (any), "none", or a comma-separated list

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -50,9 +51,16 @@ static void usage(FILE *f) {
             "  --threads N          CPU backend threads (default: one per core)\n"
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
-            "  --timeout S          seconds before an idle or unfinished request is dropped (30)\n"
+            "  --timeout S          seconds before an idle connection is closed (30)\n"
+            "  --header-timeout S   a request's headers must be in within S seconds of the\n"
+            "                       connection opening, however slowly they come (default 10)\n"
+            "  --body-timeout S     its body within S seconds of its headers (default 60)\n"
             "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
-            "  --max-connections N  open connections at once (default 512)\n"
+            "  --max-connections N  open connections at once (default 2048)\n"
+            "  --max-connections-per-ip N  open connections from one address (default 256;\n"
+            "                       0: no cap)\n"
+            "  --ssl-certfile PEM   serve HTTPS (TLS 1.2 or 1.3) with this certificate (chain)\n"
+            "  --ssl-keyfile PEM    and this private key (both or neither)\n"
             "  --cors-origin O      browser pages that may call the API: local (default:\n"
             "                       http(s)://localhost, 127.0.0.1, [::1], any port), *, none,\n"
             "                       or a comma-separated list of exact origins; a request\n"
@@ -228,6 +236,14 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--threads")) bad = parse_int(o, v, 0, 1024, &a->ep.n_threads);
         else if (!strcmp(o, "--tensor-parallel")) bad = parse_int(o, v, 1, 64, &a->tp);
         else if (!strcmp(o, "--timeout")) bad = parse_int(o, v, 1, 86400, &a->sp.timeout_s);
+        else if (!strcmp(o, "--header-timeout"))
+            bad = parse_int(o, v, 1, 86400, &a->sp.header_timeout_s);
+        else if (!strcmp(o, "--body-timeout"))
+            bad = parse_int(o, v, 1, 86400, &a->sp.body_timeout_s);
+        else if (!strcmp(o, "--max-connections-per-ip"))
+            bad = parse_int(o, v, 0, 65536, &a->sp.max_connections_per_ip);
+        else if (!strcmp(o, "--ssl-certfile")) a->sp.ssl_certfile = v;
+        else if (!strcmp(o, "--ssl-keyfile")) a->sp.ssl_keyfile = v;
         else if (!strcmp(o, "--max-body")) bad = parse_size(v, &a->sp.max_body);
         else if (!strcmp(o, "--max-connections"))
             bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
@@ -250,6 +266,21 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         }
     }
     return 0;
+}
+
+/* Each open connection is a descriptor (a request being answered, two): the soft limit,
+ * often 1,024, would refuse connections well below --max-connections. */
+static void raise_fd_limit(int max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t want = (rlim_t)max_connections * 2 + 256;
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want)
+        fprintf(stderr, "atlas serve: only %llu file descriptors (ulimit -n): fewer than "
+                "--max-connections %d may open\n", (unsigned long long)rl.rlim_cur,
+                max_connections);
 }
 
 /* Each model's context and KV capacity, and why a context was lowered. */
@@ -286,6 +317,7 @@ int atlas_cli_serve(int argc, char **argv) {
     a.ep.models = a.models;
     a.ep.n_models = a.n_models;
 
+    raise_fd_limit(a.sp.max_connections);
     atlas_engine *engine = NULL;
     atlas_server *server = NULL;
     atlas_status st = atlas_engine_create(&a.ep, &engine);
@@ -304,8 +336,9 @@ int atlas_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     bool v6 = strchr(a.sp.host, ':') != NULL;
-    fprintf(stderr, "atlas serve: listening on http://%s%s%s:%d (", v6 ? "[" : "", a.sp.host,
-            v6 ? "]" : "", atlas_server_port(server));
+    fprintf(stderr, "atlas serve: listening on %s://%s%s%s:%d (",
+            a.sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", a.sp.host, v6 ? "]" : "",
+            atlas_server_port(server));
     for (int i = 0; i < a.n_models; i++)
         fprintf(stderr, "%s%s=%s", i ? ", " : "", a.models[i].name, a.models[i].dir);
     fprintf(stderr, ")%s\n", a.sp.api_key ? ", API key required" : "");

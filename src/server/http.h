@@ -1,8 +1,11 @@
-/* server/http.h — the HTTP transport (libmicrohttpd): a daemon with one thread per
- * connection (keep-alive, a connection limit and an idle timeout), request bodies up to a
- * size limit, CORS response headers, and replies: a whole body, or a stream of server-sent
- * events.  It knows no routes and no API: every request, once its body is in, goes to the
- * dispatch function that atlas_http_start was given.  Internal to src/server. */
+/* server/http.h — the HTTP transport (libmicrohttpd, optionally over TLS): event-driven
+ * connections (epoll threads read headers and bodies, so an idle or slow connection holds
+ * no thread), limits on connections in all and per source address, deadlines for a
+ * request's headers and body, request bodies up to a size limit, framing checks, CORS
+ * response headers, and replies: a whole body, or a stream of server-sent events.  It knows
+ * no routes and no API: every request, once its body is in, goes to the dispatch function
+ * that atlas_http_start was given, which runs on a worker thread (the connection is
+ * suspended meanwhile) and may block.  Internal to src/server. */
 #ifndef ATLAS_SERVER_HTTP_H
 #define ATLAS_SERVER_HTTP_H
 
@@ -32,15 +35,21 @@ typedef struct atlas_http_call {
     size_t dropped;  /* bytes discarded so far */
     bool answered;
     double t_start;  /* atlas_http_now() when the headers arrived */
+    /* the transport's own: the worker queue, the reply waiting for the connection to be
+     * resumed, and a stream's pump */
+    struct atlas_http_call *next_job;
+    int stage;
+    struct atlas_http_reply *reply;
+    struct atlas_http_pump *pump;
 } atlas_http_call;
 
 /* What read returns besides a count of bytes: the stream is over (after its last bytes), or
  * it failed and the connection is to be dropped. */
 enum { ATLAS_HTTP_STREAM_END = -1, ATLAS_HTTP_STREAM_ERROR = -2 };
 
-/* A body made piece by piece.  read runs in the connection's own thread and may block until
- * bytes are ready (at most max of them); close runs once, when the response is done with
- * ctx (sent, failed, or the client left). */
+/* A body made piece by piece.  read runs on the worker thread that answered the request and
+ * may block until bytes are ready (at most max of them); close runs once on that thread,
+ * after the last read (the stream ended, failed, or the client left). */
 typedef struct atlas_http_stream {
     ssize_t (*read)(void *ctx, char *buf, size_t max);
     void (*close)(void *ctx);
@@ -58,8 +67,8 @@ typedef struct atlas_http_reply {
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
 } atlas_http_reply;
 
-/* Answers one request into r (which starts zeroed).  Runs in the connection's thread, many
- * at once; ctx is what atlas_http_start was given. */
+/* Answers one request into r (which starts zeroed).  Runs on a worker thread, many at once,
+ * and may block; ctx is what atlas_http_start was given. */
 typedef void (*atlas_http_dispatch)(void *ctx, atlas_http_call *call, atlas_http_reply *r);
 
 typedef struct atlas_http_params {
@@ -67,8 +76,13 @@ typedef struct atlas_http_params {
     int port;             /* 0: any free port */
     size_t max_body;      /* bytes of a request body; larger ones are flagged too_large */
     int max_connections;
-    int timeout_s;        /* idle / unfinished-request timeout */
+    int max_per_ip;       /* open connections from one source address (0: no cap) */
+    int timeout_s;        /* idle timeout; also the deadline for the next request's headers
+                             on a kept-alive connection */
+    int header_timeout_s; /* a new connection's request headers must be in by then */
+    int body_timeout_s;   /* a request's body must be in this long after its headers */
     const char *cors;     /* "local", "*", "none" or a comma-separated list of origins */
+    const char *cert_file, *key_file; /* PEM files: HTTPS (TLS 1.2 or 1.3); NULL: HTTP */
 } atlas_http_params;
 
 /* Starts listening; every request goes to dispatch(ctx, ...).  The strings in p are copied;
@@ -79,7 +93,8 @@ atlas_status atlas_http_start(const atlas_http_params *p, atlas_http_dispatch di
 int atlas_http_port(const atlas_http *h);
 /* Stops accepting connections; those open go on until atlas_http_stop. */
 void atlas_http_quiesce(atlas_http *h);
-/* Closes every connection, joins their threads and frees h.  NULL: no-op. */
+/* Waits for the workers (each ends its request), closes every connection, stops the
+ * daemon's threads and frees h.  NULL: no-op. */
 void atlas_http_stop(atlas_http *h);
 
 /* A request header's value, NULL when absent. */

@@ -18,8 +18,11 @@ atlas_server_params atlas_server_default_params(void) {
     p.host = "127.0.0.1";
     p.port = 8080;
     p.max_body = 4u << 20;
-    p.max_connections = 512;
+    p.max_connections = 2048;
+    p.max_connections_per_ip = 256;
     p.timeout_s = 30;
+    p.header_timeout_s = 10;
+    p.body_timeout_s = 60;
     p.reasoning = true;
     p.cors = "local";
     return p;
@@ -245,9 +248,10 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     *out = NULL;
     atlas_server_params p = params ? *params : atlas_server_default_params();
     if (!p.host) p.host = "127.0.0.1";
-    if (p.max_body == 0 || p.max_connections < 1 || p.timeout_s < 1)
+    if (p.max_body == 0 || p.max_connections < 1 || p.timeout_s < 1 ||
+        p.header_timeout_s < 1 || p.body_timeout_s < 1 || p.max_connections_per_ip < 0)
         return atlas_fail(ATLAS_ERR_INVALID, "server params: max_body, max_connections and "
-                                             "timeout_s must be positive");
+                                             "the timeouts must be positive");
     atlas_server *s = calloc(1, sizeof *s);
     if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
     s->engine = engine;
@@ -270,8 +274,17 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
         atlas_server_stop(s);
         return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
     }
-    atlas_http_params hp = {s->host,      p.port,      p.max_body,
-                            p.max_connections, p.timeout_s, s->cors};
+    atlas_http_params hp = {.host = s->host,
+                            .port = p.port,
+                            .max_body = p.max_body,
+                            .max_connections = p.max_connections,
+                            .max_per_ip = p.max_connections_per_ip,
+                            .timeout_s = p.timeout_s,
+                            .header_timeout_s = p.header_timeout_s,
+                            .body_timeout_s = p.body_timeout_s,
+                            .cors = s->cors,
+                            .cert_file = p.ssl_certfile,
+                            .key_file = p.ssl_keyfile};
     atlas_status st = atlas_http_start(&hp, dispatch, s, &s->http);
     if (st != ATLAS_OK) {
         atlas_server_stop(s);
