@@ -46,8 +46,9 @@ typedef struct atlas_weight_src {
     size_t nbytes;     /* product(shape) * dtype size */
     /* The tensor's bytes, row-major, at any alignment (the model's mapping, or a buffer it
      * owns). Valid until weights_done returns (for a weight loaded after it: the next
-     * begin_batch), and while the weight lives on a backend that reads them in place (the
-     * CPU's). */
+     * begin_batch) and no longer: a backend keeps its own copy, and reads through `read`
+     * when there is one, so that no byte comes from a mapping of a file that may be cut
+     * short under it. */
     const void *data;
     /* Optional (NULL: the backend copies from data): fills dst with bytes
      * [offset, offset + n) of the tensor's data. Called with ctx from any thread (CUDA: the

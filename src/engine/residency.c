@@ -85,6 +85,13 @@ static void fail_model_requests(atlas_engine *e, int model, atlas_status st, con
     eng_model *md = &e->models[model];
     snprintf(md->last_error, sizeof md->last_error, "%s", msg);
     atlas_engine_end_waiting(e, model, ATLAS_FINISH_ERROR, st, msg);
+/* What a failed load tells the requests that waited for it: the server's model is
+ * unavailable (HTTP 503), not the request bad, whatever was wrong with the files; a lack of
+ * memory stays itself. */
+static atlas_status load_failure(atlas_status st) {
+    return st == ATLAS_ERR_NOMEM || st == ATLAS_ERR_DEVICE_NOMEM ? st : ATLAS_ERR_UNAVAILABLE;
+}
+
     cmds_complete(e, CMD_LOAD, model, st, msg);
     atlas_engine_flush_done(e);
 }
@@ -203,7 +210,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     }
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
-        fail_model_requests(e, model, st, msg);
+        fail_model_requests(e, model, load_failure(st), msg);
         remember_failure(e, md);
         return;
     }
@@ -330,7 +337,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
             strip_dir(why, wm->dir);
             snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
             e->metrics.load_failures++;
-            fail_model_requests(e, want, cst, msg);
+            fail_model_requests(e, want, load_failure(cst), msg);
             remember_failure(e, wm);
             return 1;
         }

@@ -173,6 +173,11 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     }
     ATLAS_TRY(pick_backend(m, p, opts, &g));
     ATLAS_TRY(atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL, &m->w));
+    /* The weights are the backend's own copies now: the files are closed and unmapped, so a
+     * checkpoint rewritten or truncated on disk (a re-download, a sync) cannot reach a model
+     * being served (a read of a truncated mapping is SIGBUS, for the whole process). */
+    atlas_st_free(m->st);
+    m->st = NULL;
     m->max_batch_tokens = p->max_batch_tokens;
     m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
                                                              : p->max_batch_tokens;

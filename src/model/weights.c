@@ -107,8 +107,8 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
         if (st == ATLAS_OK) st = b->be->ops->weight_load(b->be, sp, n, out);
         if (st != ATLAS_OK) st = atlas_fail_wrap(st, "binding %s", names[0]);
     }
-    /* The CPU backend keeps pointing at a 2-D view's bytes: a gathered column band lives
-     * as long as the weights do (freed by atlas_weights_free). */
+    /* A gathered column band is read until weights_done (by the CUDA loader threads): it
+     * is kept with the weights and freed by atlas_weights_free. */
     for (int i = 0; i < n; i++)
         if (owned[i] && (st != ATLAS_OK || keep_owned(b->w, owned[i]) != ATLAS_OK)) {
             free(owned[i]);
