@@ -250,6 +250,12 @@ typedef struct atlas_engine_model_status {
     size_t kv_bytes;        /* the pool's size */
     char note[256];         /* why ctx_size is below what was asked, "" if it is not */
     char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
+    /* "resident", "draining" (to be released once its requests end), "loading",
+     * "unloaded", or "failed" (its last load failed: last_error says why) */
+    const char *state;
+    double retry_in_s;      /* failed: seconds until a request tries to load it again
+                               (sooner when its files change; 0: the next one does) */
+    int failed_loads;       /* failed loads in a row (0 once one succeeds) */
 } atlas_engine_model_status;
 
 /* Fills the caller's out[0 .. min(cap, n)) and returns n, the number of configured models

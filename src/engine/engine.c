@@ -546,6 +546,18 @@ atlas_status atlas_engine_unload(atlas_engine *e, const char *name) {
     return run_cmd(e, CMD_UNLOAD, name);
 }
 
+/* What /health and /v1/models say a model is doing; under e->mu. */
+static void model_state(const eng_model *md, atlas_engine_model_status *out) {
+    out->failed_loads = md->fail_count;
+    out->retry_in_s = 0;
+    if (md->m || md->releasing) out->state = md->draining ? "draining" : "resident";
+    else if (md->loading) out->state = "loading";
+    else if (md->fail_count > 0) out->state = "failed";
+    else out->state = "unloaded";
+    double left = md->fail_until - atlas_engine_now();
+    if (!md->m && md->fail_count > 0 && left > 0) out->retry_in_s = left;
+}
+
 int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_models && i < cap; i++) {
@@ -560,6 +572,7 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
                                                          e->p.kv_block_size * md->kv_token_bytes};
         snprintf(out[i].last_error, sizeof out[i].last_error, "%s", md->last_error);
         snprintf(out[i].note, sizeof out[i].note, "%s", md->ctx_note);
+        model_state(md, &out[i]);
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);

@@ -114,6 +114,7 @@ typedef struct eng_model {
     int n_running;
     int n_waiting;
     int draining;           /* no admissions: it is to be released */
+    int loading;            /* its load runs (unlocked) */
     double drain_since;     /* when it began draining for a swap; 0: not */
     double loaded_at;       /* it serves at least drain_timeout_ms before being paused */
     int unload_asked;       /* an unload was refused: released once its requests end */

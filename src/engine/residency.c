@@ -197,6 +197,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     strip_dir(why, md->dir);
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
     const char *w = strncmp(why, wrapped, sizeof wrapped - 1) ? why : why + sizeof wrapped - 1;
+    md->loading = 1; /* for the status (/health): the lock is dropped while it loads */
     snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
     pthread_mutex_lock(&e->mu);
     if (st == ATLAS_OK) {
@@ -210,6 +211,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     }
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
+    md->loading = 0;
         fail_model_requests(e, model, load_failure(st), msg);
         remember_failure(e, md);
         return;

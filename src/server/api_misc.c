@@ -17,6 +17,16 @@ enum { MAX_MODELS = 64 };
 /* The server a request came to (the dispatch context). */
 static atlas_server *server_of(const atlas_http_call *call) { return call->ctx; }
 
+/* A model's state (engine.h) into v: "state", and after failed loads their count and when
+ * the next try comes. */
+static void model_state_json(json_t *v, const atlas_engine_model_status *m) {
+    json_object_set_new(v, "state", json_string(m->state ? m->state : "unloaded"));
+    if (m->failed_loads > 0) {
+        json_object_set_new(v, "failed_loads", json_integer(m->failed_loads));
+        json_object_set_new(v, "retry_in_s", json_real((double)(int)(m->retry_in_s * 10) / 10));
+    }
+}
+
 static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     int ctx = 0;
     if (atlas_engine_ctx_size(s->engine, m->name, &ctx) != ATLAS_OK) ctx = 0;
@@ -27,6 +37,7 @@ static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     if (v && ctx > 0) json_object_set_new(v, "max_model_len", json_integer(ctx));
     if (v && m->last_error[0])
         json_object_set_new(v, "last_error", atlas_json_text(m->last_error, strlen(m->last_error)));
+    if (v) model_state_json(v, m);
     return v;
 }
 
@@ -103,10 +114,26 @@ void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atla
     atlas_engine_get_metrics(server_of(call)->engine, &em);
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(server_of(call)->engine, ms, MAX_MODELS);
+    /* each model's state; "degraded" (still 200: the server serves the others) while one's
+     * last load failed */
+    json_t *states = json_array();
+    bool failed = false;
+    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+        json_t *v = json_pack("{s:s, s:i, s:i}", "id", ms[i].name, "running", ms[i].running,
+                              "waiting", ms[i].waiting);
+        if (!v) continue;
+        model_state_json(v, &ms[i]);
+        if (ms[i].last_error[0] && ms[i].failed_loads > 0)
+            json_object_set_new(v, "last_error",
+                                atlas_json_text(ms[i].last_error, strlen(ms[i].last_error)));
+        failed |= ms[i].failed_loads > 0;
+        json_array_append_new(states, v);
+    }
     atlas_http_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i}", "status", "ok", "models", n,
-                                    "resident", em.resident_models, "running", em.running,
-                                    "queued", em.queue_len));
+                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "status",
+                                    failed ? "degraded" : "ok", "models", n, "resident",
+                                    em.resident_models, "running", em.running, "queued",
+                                    em.queue_len, "model_states", states));
 }
 
 /* --- /metrics ----------------------------------------------------------------------------- */

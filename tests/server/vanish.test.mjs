@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, copyFileSync, readFileSync, writeFileSync, truncateSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, greedy, postJSON, QWEN, DATA } from './lib.mjs';
+import { startServer, greedy, postJSON, getJSON, QWEN, DATA } from './lib.mjs';
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'atlas-vanish-'));
 const weights = path.join(dir, 'model.safetensors');
@@ -69,11 +69,27 @@ test('files cut short and rewritten under a served model: it answers from memory
   const bad2 = await postJSON(srv.base, '/v1/chat/completions', greedy('vanish', 'what is left'));
   assert.equal(bad2.status, 503, bad2.text);
   assert.equal(await ask('qwen', 'still here', 8), wantQwen);
-  assert.equal((await fetch(`${srv.base}/health`)).status, 200);
+  // /health and /v1/models say which model failed, why and when it is tried again
+  const h = await getJSON(srv.base, '/health');
+  assert.equal(h.status, 200);
+  assert.equal(h.json.status, 'degraded', h.text);
+  const st = Object.fromEntries(h.json.model_states.map((m) => [m.id, m]));
+  assert.equal(st.vanish.state, 'failed', h.text);
+  assert.ok(st.vanish.failed_loads >= 2 && st.vanish.retry_in_s > 0, h.text);
+  assert.match(st.vanish.last_error, /model\.safetensors/, h.text);
+  assert.ok(!h.text.includes(dir), h.text);
+  assert.equal(st.qwen.state, 'resident', h.text);
+  assert.equal(st.qwen.failed_loads, undefined, h.text);
+  const one = await getJSON(srv.base, '/v1/models/vanish');
+  assert.equal(one.json.state, 'failed', one.text);
 
   // whole again (new size and time): the next request loads it and answers as before
   writeFileSync(weights, good);
   assert.equal(statSync(weights).size, good.length);
   assert.equal(await ask('vanish', 'what is left', 24), want);
   assert.equal(srv.child.exitCode, null, srv.log());
+  const h2 = await getJSON(srv.base, '/health');
+  assert.equal(h2.json.status, 'ok', h2.text);
+  assert.deepEqual(h2.json.model_states.map((m) => m.state), ['resident', 'resident'], h2.text);
+  assert.equal((await getJSON(srv.base, '/v1/models/vanish')).json.state, 'resident');
 });
