@@ -188,6 +188,8 @@ static enum MHD_Result send_reply(atlas_http_call *call, atlas_http_reply *r) {
         MHD_add_response_header(resp, "Content-Type", r->ctype ? r->ctype : "text/plain");
     }
     add_headers(call, r, resp);
+    /* a refused body may still be on its way: do not read it as the next request */
+    if (call->too_large) MHD_add_response_header(resp, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(call->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     call->answered = true;
