@@ -238,6 +238,8 @@ static enum MHD_Result hand_off(atlas_http_call *c) {
     c->fd = ci ? dup(ci->connect_fd) : -1;
     atlas_http_set_phase(c->conn, ATLAS_HTTP_BUSY);
     MHD_suspend_connection(c->conn);
+    c->dispatched = true;
+    atomic_fetch_add(&c->http->in_flight, 1);
     if (atlas_http_submit(c->http, c)) return MHD_YES;
     MHD_resume_connection(c->conn);
     reply_error(c->reply, 503, NULL, "the server is shutting down");
@@ -364,6 +366,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     atlas_http_call *c = *ctx;
     atlas_http_set_phase(conn, ATLAS_HTTP_IDLE);
     if (!c) return;
+    if (c->dispatched) atomic_fetch_sub(&c->http->in_flight, 1);
     if (c->pump) atlas_http_pump_free(c->pump); /* answered but never sent: end the stream */
     if (c->fd >= 0) close(c->fd);
     if (c->reply) {
@@ -446,6 +449,8 @@ static atlas_status read_pem(const char *what, const char *path, char **out) {
     *out = buf;
     return ATLAS_OK;
 }
+
+static const double STOP_FLUSH_S = 2.0; /* for answers made at shutdown to be written */
 
 /* TLS 1.2 and 1.3 only, GnuTLS's default ciphers of those. */
 static const char TLS_PRIORITIES[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
@@ -547,6 +552,13 @@ void atlas_http_stop(atlas_http *h) {
     /* the workers first: each resumes its connection (libmicrohttpd must not be stopped
      * with a connection suspended) */
     atlas_http_workers_stop(h);
+    /* and the answers they made are written (or their clients gone) before the daemon
+     * closes every connection */
+    for (double until = atlas_http_now() + STOP_FLUSH_S;
+         h->mhd && atomic_load(&h->in_flight) > 0 && atlas_http_now() < until;) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (h->mhd) MHD_stop_daemon(h->mhd);
     atlas_http_conn_fini(h);
     free(h->cors);

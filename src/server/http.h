@@ -41,6 +41,7 @@ typedef struct atlas_http_call {
     int stage;
     struct atlas_http_reply *reply;
     struct atlas_http_pump *pump;
+    bool dispatched;
 } atlas_http_call;
 
 /* What read returns besides a count of bytes: the stream is over (after its last bytes), or

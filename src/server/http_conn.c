@@ -349,6 +349,7 @@ atlas_status atlas_http_conn_init(atlas_http *h, int max_workers) {
     cond_init_mono(&h->ccv);
     pthread_cond_init(&h->wcv, NULL);
     atomic_init(&h->wstop, false);
+    atomic_init(&h->in_flight, 0);
     h->sync_ok = true;
     h->max_workers = max_workers;
     h->workers = calloc((size_t)max_workers, sizeof *h->workers);

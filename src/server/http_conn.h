@@ -47,6 +47,7 @@ struct atlas_http {
     int n_jobs, n_workers, n_idle, max_workers;
     pthread_t *workers;
     atomic_bool wstop;
+    atomic_int in_flight; /* calls handed to a worker whose response is not done yet */
     bool sync_ok;      /* the locks above were made */
 };
 
