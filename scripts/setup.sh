@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config git libjansson-dev libpcre2-dev libutf8proc-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl python3 binutils)
+      libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl python3 binutils
+      openssl)  # openssl: tests/server/tls.test.mjs makes its certificate
 # Node.js and npm: Debian's, unless a Node.js (e.g. NodeSource's, which carries npm) is there.
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
