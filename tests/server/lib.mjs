@@ -1,7 +1,7 @@
 // tests/server/lib.mjs — starting `atlas serve` on a free port and talking to it: with the
 // official OpenAI SDK, with fetch, and with raw sockets for what no well-behaved client sends.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -11,6 +11,8 @@ export const DATA = process.env.ATLAS_TEST_DATA ||
   path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'data');
 export const LLAMA = `llama=${path.join(DATA, 'tiny-llama3')}`;
 export const QWEN = `qwen=${path.join(DATA, 'tiny-qwen3')}`;
+// the repository's own small model (models/default: a Llama of 8 layers of 256, vocabulary 4,096)
+export const DEFAULT = `default=${path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'models', 'default')}`;
 
 // Starts `atlas serve --port 0 ...args` and resolves once it prints the port it listens on.
 export async function startServer(args, { timeoutMs = 30000 } = {}) {
@@ -109,4 +111,31 @@ export function statusOf(raw) {
 // Greedy (temperature 0) chat request body.
 export function greedy(model, content, extra = {}) {
   return { model, messages: [{ role: 'user', content }], temperature: 0, max_tokens: 12, ...extra };
+}
+
+// What /proc says of a process: resident memory (KiB), open descriptors, threads; null when
+// it is gone.
+export function procStats(pid) {
+  try {
+    const st = readFileSync(`/proc/${pid}/status`, 'utf8');
+    return { rssKiB: Number(st.match(/VmRSS:\s+(\d+)/)[1]), threads: Number(st.match(/Threads:\s+(\d+)/)[1]),
+      fds: readdirSync(`/proc/${pid}/fd`).length };
+  } catch { return null; }
+}
+
+// Whether the binary was built with AddressSanitizer (its quarantine holds freed memory, so
+// resident memory says nothing of leaks there; LeakSanitizer checks them at exit instead).
+export function isSanitized(bin = BIN) {
+  try { return readFileSync(bin).includes('__asan_init'); } catch { return false; }
+}
+
+// Polls fn until it returns a truthy value (resolved with it) or timeoutMs passes (resolves
+// the last value).
+export async function waitFor(fn, { timeoutMs = 10000, everyMs = 100 } = {}) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v || Date.now() - t0 > timeoutMs) return v;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
 }
