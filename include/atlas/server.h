@@ -74,7 +74,7 @@ ATLAS_API atlas_status atlas_server_start(atlas_engine *engine, const atlas_serv
 ATLAS_API int atlas_server_port(const atlas_server *s);
 
 /* Stops accepting, ends every open request (streams get a last chunk and close; their
- * engine requests are cancelled), joins the connection threads and frees s.  Blocks for up
+ * engine requests are cancelled), joins the server's threads and frees s.  Blocks for up
  * to a few seconds while requests in flight answer.  Call once, from the thread that owns
  * s, never from a request's own thread.  NULL: no-op. */
 ATLAS_API void atlas_server_stop(atlas_server *s);

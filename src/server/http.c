@@ -384,9 +384,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
  * is kept for the error of a failed start. */
 static void on_log(void *cls, const char *fmt, va_list ap) {
     atlas_http *h = cls;
+    pthread_mutex_lock(&h->cmu); /* the epoll threads log at once */
     vsnprintf(h->log, sizeof h->log, fmt, ap);
     size_t n = strlen(h->log);
     while (n && (h->log[n - 1] == '\n' || h->log[n - 1] == '.')) h->log[--n] = '\0';
+    pthread_mutex_unlock(&h->cmu);
 }
 
 /* --- start and stop --------------------------------------------------------------------- */

@@ -26,7 +26,8 @@ typedef struct atlas_http_call {
     atlas_http *http;
     void *ctx;       /* the dispatch context given to atlas_http_start */
     struct MHD_Connection *conn;
-    int fd;          /* the connection's socket: to notice a client that went away */
+    int fd;          /* a duplicate of the connection's socket, to notice a client that
+                        went away; open while the request is answered (-1 before) */
     char method[8];
     char *url;       /* path only, malloc'd */
     char *body;      /* NUL-terminated, malloc'd */
