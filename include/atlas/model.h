@@ -75,8 +75,12 @@ ATLAS_API int atlas_model_handles(const atlas_model *m);
 
 /* The owner's end of the model. With other handles live: ATLAS_ERR_BUSY, the message gives
  * their number, and nothing is unloaded (the owner's handle stays valid). Otherwise frees
- * everything; a failure to free anything is reported, every one of them in the message, but
- * m is gone either way. NULL returns ATLAS_OK. */
+ * everything, going on past each failure, and m is gone either way: ATLAS_OK, or the first
+ * failure's status (on CUDA ATLAS_ERR_DEVICE; never ATLAS_ERR_BUSY) with a message that
+ * counts and lists every failure, e.g. "releasing model DIR (it is unloaded all the same):
+ * freeing its memory: registry release (7 allocation(s), 10 module(s)): 2 failure(s):
+ * cuMemFree 'kv cache' (268435456 bytes): CUDA_ERROR_ILLEGAL_ADDRESS (registry.c:260);
+ * cuModuleUnload 'gemm': ..." (bounded: "; and N more").  NULL returns ATLAS_OK. */
 ATLAS_API atlas_status atlas_model_release(atlas_model *m);
 
 /* What `atlas info` prints. Strings are owned by the model. */

@@ -110,7 +110,10 @@ typedef struct atlas_backend_ops {
     const char *name; /* "cpu", "cuda" */
 
     atlas_status (*alloc)(atlas_backend *be, size_t bytes, void **out);
-    void (*free)(atlas_backend *be, void *p); /* free(NULL) does nothing */
+    /* free(NULL) does nothing.  The frees (free, weight_free, kv_free) return nothing: a
+     * failure to free is kept by the backend and reported by destroy with the rest of the
+     * unload's, so that it is reported once, in one message, whoever called the free. */
+    void (*free)(atlas_backend *be, void *p);
 
     /* Loads one weight; with n > 1, the sources are concatenated along dim 0 (rows), e.g.
      * wq|wk|wv into the fused qkv weight or gate|up into the fused gate_up weight.
@@ -205,7 +208,11 @@ typedef struct atlas_backend_ops {
                                     const atlas_weight *w, int n, int d);
     /* rope(qkv[n]) then kv_store(qkv, kv, layer). Expands to those two. */
     atlas_status (*rope_kv_store)(atlas_backend *be, void *qkv, atlas_kv *kv, int layer, int n);
-    void (*destroy)(atlas_backend *be);
+    /* Frees everything left and the backend itself, even when some of it fails. Returns
+     * ATLAS_OK, or the first failure of the backend's frees (the ones kept since it was
+     * made, then its own) with every one of them counted and listed in the message (CUDA:
+     * atlas_registry_release's). Never ATLAS_ERR_BUSY: the backend is gone either way. */
+    atlas_status (*destroy)(atlas_backend *be);
     /* Optional (NULL: none): x[count] = its sum over the ranks of tensor parallelism, in
      * place, ordered with the other ops (CUDA: NCCL on the backend's stream). Only called
      * at a world size above 1; docs/TENSOR_PARALLEL.md. */

@@ -205,18 +205,30 @@ static atlas_status load_all(atlas_model *m, const atlas_model_params *p,
     return ATLAS_OK;
 }
 
-/* Frees everything; returns the first failure with all of them in the message. */
+/* One failure of unload: the first one's status is kept, each one's message is listed. */
+typedef struct unload_report {
+    char text[900];
+    size_t used;
+    int count;
+    atlas_status first;
+} unload_report;
+
+static void unload_add(unload_report *rep, atlas_status st, const char *step) {
+    if (st == ATLAS_OK) return;
+    if (rep->count++ == 0) rep->first = st;
+    if (rep->used < sizeof rep->text)
+        rep->used += (size_t)snprintf(rep->text + rep->used, sizeof rep->text - rep->used,
+                                      "%s%s: %s", rep->used ? "; " : "", step,
+                                      atlas_last_error());
+}
+
+/* Frees everything, going on past every failure (one failed free must not leak the rest).
+ * Returns the first failure with all of them in the message: the backend's destroy lists
+ * every failed free of its memory (backend.h), the weights' and the KV cache's included. */
 static atlas_status unload(atlas_model *m) {
-    char errs[1024] = "";
-    int n_err = 0;
-    atlas_status first = ATLAS_OK;
+    unload_report rep = {.first = ATLAS_OK};
     if (m->be) {
-        atlas_status st = m->be->ops->sync(m->be);
-        if (st != ATLAS_OK) {
-            first = st;
-            n_err++;
-            snprintf(errs, sizeof errs, "sync: %s", atlas_last_error());
-        }
+        unload_add(&rep, m->be->ops->sync(m->be), "sync");
         atlas_acts *a = &m->acts;
         void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act,
                         m->logits_in_gate_up ? NULL : a->logits,
@@ -224,7 +236,7 @@ static atlas_status unload(atlas_model *m) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
         m->be->ops->kv_free(m->be, m->kv);
         atlas_weights_free(m->be, &m->w);
-        m->be->ops->destroy(m->be);
+        unload_add(&rep, m->be->ops->destroy(m->be), "freeing its memory");
     }
     atlas_st_free(m->st);
     atlas_tokenizer_free(m->tok);
@@ -234,8 +246,10 @@ static atlas_status unload(atlas_model *m) {
     snprintf(dir, sizeof dir, "%s", m->dir ? m->dir : "?");
     free(m->dir);
     free(m);
-    if (n_err) return atlas_fail(first, "releasing model %s: %d failure(s): %s", dir, n_err, errs);
-    return ATLAS_OK;
+    if (rep.count == 0) return ATLAS_OK;
+    /* the model is gone: never BUSY, which would tell the caller that nothing was unloaded */
+    atlas_status st = rep.first == ATLAS_ERR_BUSY ? ATLAS_ERR_INTERNAL : rep.first;
+    return atlas_fail(st, "releasing model %s (it is unloaded all the same): %s", dir, rep.text);
 }
 
 atlas_status atlas_model_load(const char *dir, const atlas_model_params *p, atlas_model **out) {

@@ -388,9 +388,10 @@ static atlas_status cpu_argmax(atlas_backend *be, int32_t *ids, const void *logi
 
 static atlas_status cpu_sync(atlas_backend *be) { return ATLAS_OK; }
 
-static void cpu_destroy(atlas_backend *be) {
+/* Host memory and threads: nothing here can fail to be freed. */
+static atlas_status cpu_destroy(atlas_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
-    if (!cb) return;
+    if (!cb) return ATLAS_OK;
     atlas_threadpool_free(cb->pool);
     free(cb->scratch);
     free(cb->inv_freq);
@@ -404,6 +405,7 @@ static void cpu_destroy(atlas_backend *be) {
     free(cb->rope_sin);
     free(cb->block_table);
     free(cb);
+    return ATLAS_OK;
 }
 
 static const atlas_backend_ops cpu_ops = {

@@ -2,6 +2,7 @@
  * KV cache, the ops recorded as commands. The weights are weight_load.c's, the batch and its
  * results stage.c's, the queue and graphs plan.c's. See cuda_backend.h for the layout of the
  * state and the command scheme. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
@@ -19,8 +20,9 @@ static atlas_status cuda_alloc(atlas_backend *be, size_t bytes, void **out) {
     return ATLAS_OK;
 }
 
+/* A failed free is kept by the registry: destroy reports it (backend.h). */
 static void cuda_free(atlas_backend *be, void *p) {
-    if (p) (void)atlas_registry_free(cuda_of(be)->mod.reg, CUDA_PTR(p));
+    if (p) atlas_registry_free(cuda_of(be)->mod.reg, CUDA_PTR(p));
 }
 
 /* --- KV cache --------------------------------------------------------------------------------- */
@@ -41,19 +43,22 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, "kv cache", &kv->base);
     if (st == ATLAS_OK) st = ATLAS_CU(cuMemsetD8, kv->base, 0, bytes);
     if (st != ATLAS_OK) {
-        (void)atlas_registry_free(cb->mod.reg, kv->base);
+        char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_registry_free(cb->mod.reg, kv->base);
         free(kv);
-        return st;
+        return atlas_fail(st, "%s", msg);
     }
     cb->wt.kv_bytes += bytes;
     *out = kv;
     return ATLAS_OK;
 }
 
+/* A failed free is kept by the registry: destroy reports it (backend.h). */
 static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
     if (!kv) return;
     cuda_of(be)->wt.kv_bytes -= kv->layer_elems * 2 * 2 * (size_t)be->geom.n_layers;
-    (void)atlas_registry_free(cuda_of(be)->mod.reg, kv->base);
+    atlas_registry_free(cuda_of(be)->mod.reg, kv->base);
     free(kv);
 }
 
@@ -178,16 +183,24 @@ static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x
 
 /* --- create / destroy ------------------------------------------------------------------------- */
 
-static void cuda_destroy(atlas_backend *be) {
+/* Every failure of the teardown goes to the registry (the graphs', the workspace's, the
+ * frees' before), whose release reports them all with its own. */
+static atlas_status cuda_destroy(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
-    if (!cb) return;
-    if (cb->dev.host) (void)atlas_host_make_current(cb->dev.host);
+    if (!cb) return ATLAS_OK;
+    atlas_registry *reg = cb->mod.reg;
+    /* a context that cannot be made current fails the calls below: release reports it */
+    if (cb->dev.host) atlas_host_make_current(cb->dev.host);
     cuda_plan_release(cb);
-    cuda_lt_free(cb->mod.lt);
+    atlas_registry_keep(reg, cuda_lt_free(cb->mod.lt));
     cuda_workspace_release(cb);
     free(cb->mod.inv_freq);
-    (void)atlas_registry_release(cb->mod.reg); /* frees every allocation left */
     free(cb);
+    atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
+    if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
+        st = atlas_fail(ATLAS_ERR_INTERNAL, "cuda: destroying the backend: %s",
+                        atlas_last_error());
+    return st;
 }
 
 static const atlas_backend_ops cuda_ops = {
@@ -308,8 +321,13 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     cb->dev.host = host;
     atlas_status st = cuda_setup(cb, o);
     if (st != ATLAS_OK) {
-        cuda_destroy(&cb->base);
-        return atlas_fail_wrap(st, "cuda backend");
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_status dst = cuda_destroy(&cb->base);
+        if (dst != ATLAS_OK) /* both: the create's failure first, then the unload's */
+            return atlas_fail(st, "cuda backend: %s; and unloading what it had made: %.400s",
+                              msg, atlas_last_error());
+        return atlas_fail(st, "cuda backend: %s", msg);
     }
     *out = &cb->base;
     return ATLAS_OK;

@@ -117,10 +117,14 @@ atlas_status cuda_lt_create(cuda_lt **out) {
     return ATLAS_OK;
 }
 
-void cuda_lt_free(cuda_lt *lt) {
-    if (!lt) return;
-    lt->destroy(lt->h);
+atlas_status cuda_lt_free(cuda_lt *lt) {
+    if (!lt) return ATLAS_OK;
+    lt_status s = lt->destroy(lt->h);
     free(lt); /* the library stays open: lt_library */
+    if (s != 0)
+        return atlas_fail(ATLAS_ERR_DEVICE, "cublasLtDestroy failed (status %d) (%s:%d)", (int)s,
+                          "cublaslt.c", __LINE__);
+    return ATLAS_OK;
 }
 
 const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "absent"; }

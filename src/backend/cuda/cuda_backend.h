@@ -331,12 +331,12 @@ atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows, 
 atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows);
 atlas_status cuda_sync(atlas_backend *be);
 /* stage.c: at destroy, the workspace's pinned buffers and events (the registry's release
- * frees its device buffers). */
+ * frees its device buffers); a failure is kept for that release to report. */
 void cuda_workspace_release(cuda_backend *cb);
 
 /* cublaslt.c (optional; every function is safe with lt NULL). */
 atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */
-void cuda_lt_free(cuda_lt *lt);
+atlas_status cuda_lt_free(cuda_lt *lt); /* ATLAS_ERR_DEVICE when cublasLtDestroy fails */
 /* out[n, m] (fp32, or bf16 with out_bf16) = a[n, k] (bf16) @ w[m, k]^T (bf16) on stream. */
 atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
                             CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,

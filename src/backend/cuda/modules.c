@@ -76,7 +76,7 @@ atlas_status cuda_ready(cuda_backend *cb) {
                                  &cb->ws.lt_a) != ATLAS_OK ||
             atlas_registry_alloc(cb->mod.reg, cb->ws.lt_ws_bytes, "cublaslt workspace",
                                  &cb->ws.lt_ws) != ATLAS_OK) {
-            cuda_lt_free(cb->mod.lt);
+            atlas_registry_keep(cb->mod.reg, cuda_lt_free(cb->mod.lt)); /* destroy reports it */
             cb->mod.lt = NULL;
             cb->ws.lt_a_bytes = cb->ws.lt_ws_bytes = 0;
         }

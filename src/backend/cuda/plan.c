@@ -62,9 +62,10 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
 /* --- graphs ----------------------------------------------------------------------------------- */
 
 void cuda_plan_drop_graphs(cuda_backend *cb) {
-    const atlas_driver *d = atlas_driver_get();
     for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
-        if (cb->plan.graphs[i].exec) d->cuGraphExecDestroy(cb->plan.graphs[i].exec);
+        if (cb->plan.graphs[i].exec) /* a failure: the registry's release reports it */
+            ATLAS_REGISTRY_KEEP(cb->mod.reg, "decode graph", cuGraphExecDestroy,
+                                cb->plan.graphs[i].exec);
         free(cb->plan.graphs[i].cmds);
         memset(&cb->plan.graphs[i], 0, sizeof cb->plan.graphs[i]);
     }

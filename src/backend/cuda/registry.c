@@ -22,6 +22,15 @@ typedef struct registry_alloc {
     char *what;
 } registry_alloc;
 
+/* Failures to free the model's memory, listed for release's one message.  The text stays
+ * short enough that the model's prefix and the count still fit in an error message. */
+typedef struct release_report {
+    char text[720];
+    size_t used;
+    int count, omitted;
+    atlas_status first;
+} release_report;
+
 struct atlas_registry {
     atlas_host *host;
     int handles; /* the owner's + atlas_registry_ref's */
@@ -32,6 +41,7 @@ struct atlas_registry {
     registry_alloc *allocs;
     int n_allocs, cap_allocs;
     size_t alloc_bytes;
+    release_report failed; /* failed frees kept since create, then release's own */
 };
 
 const atlas_kernel_image *atlas_kernel_images(int *count) {
@@ -157,6 +167,56 @@ atlas_status atlas_registry_function(atlas_registry *r, const char *name, CUfunc
     return ATLAS_OK;
 }
 
+/* --- failures: every one kept for release's message -------------------------------------- */
+
+/* Appends "entry" (already formatted) to rep, counting it. */
+static void report_text(release_report *rep, atlas_status st, const char *entry) {
+    if (rep->count++ == 0) rep->first = st;
+    size_t n = strlen(entry) + (rep->used ? 2 : 0);
+    if (rep->used + n < sizeof rep->text) {
+        rep->used += (size_t)snprintf(rep->text + rep->used, sizeof rep->text - rep->used,
+                                      "%s%s", rep->used ? "; " : "", entry);
+    } else {
+        rep->omitted++;
+    }
+}
+
+/* Keeps a failed driver call (it also sets the thread's message, as atlas_cu_check does);
+ * returns its status. */
+static atlas_status report_add(release_report *rep, CUresult res, const char *file, int line,
+                               const char *call, const char *what, size_t bytes) {
+    atlas_status st = atlas_cu_check(res, call, file, line);
+    if (st == ATLAS_OK) return st;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    char entry[256];
+    if (what && bytes)
+        snprintf(entry, sizeof entry, "%s '%s' (%zu bytes): %s (%s:%d)", call, what, bytes,
+                 atlas_cu_error_name(res), base, line);
+    else if (what)
+        snprintf(entry, sizeof entry, "%s '%s': %s (%s:%d)", call, what,
+                 atlas_cu_error_name(res), base, line);
+    else
+        snprintf(entry, sizeof entry, "%s: %s (%s:%d)", call, atlas_cu_error_name(res), base,
+                 line);
+    report_text(rep, st, entry);
+    return st;
+}
+
+atlas_status atlas_registry_keep_cu(atlas_registry *r, CUresult res, const char *call,
+                                    const char *what, const char *file, int line) {
+    if (!r) return atlas_cu_check(res, call, file, line);
+    return report_add(&r->failed, res, file, line, call, what, 0);
+}
+
+atlas_status atlas_registry_keep(atlas_registry *r, atlas_status st) {
+    if (st == ATLAS_OK || !r) return st;
+    char entry[256];
+    snprintf(entry, sizeof entry, "%s", atlas_last_error());
+    report_text(&r->failed, st, entry);
+    return st;
+}
+
 int atlas_registry_module_count(const atlas_registry *r) { return r->n_modules; }
 int atlas_registry_function_count(const atlas_registry *r) { return r->n_functions; }
 
@@ -192,13 +252,17 @@ atlas_status atlas_registry_free(atlas_registry *r, CUdeviceptr ptr) {
         return atlas_fail(ATLAS_ERR_INVALID, "registry: device pointer 0x%llx was not "
                           "allocated by this registry", ptr);
     registry_alloc a = r->allocs[i];
-    ATLAS_TRY(atlas_host_make_current(r->host));
-    atlas_status st = ATLAS_CU(cuMemFree, ptr);
-    if (st != ATLAS_OK) return atlas_fail_wrap(st, "registry: freeing %s", a.what);
+    ATLAS_TRY(atlas_host_make_current(r->host)); /* nothing freed: release tries again */
+    /* A failed free is not tried again (what the driver did with the memory is unknown: it
+     * may even have been handed out again) and is dropped from the live list; it stays in
+     * the release's report, since that memory did not come back. */
+    atlas_status st = report_add(&r->failed, atlas_driver_get()->cuMemFree(ptr), __FILE__,
+                                 __LINE__, "cuMemFree", a.what, a.bytes);
+    if (st != ATLAS_OK) st = atlas_fail_wrap(st, "registry: freeing %s", a.what);
     r->allocs[i] = r->allocs[--r->n_allocs];
     r->alloc_bytes -= a.bytes;
     free(a.what);
-    return ATLAS_OK;
+    return st;
 }
 
 int atlas_registry_alloc_count(const atlas_registry *r) { return r->n_allocs; }
@@ -218,71 +282,39 @@ void atlas_registry_unref(atlas_registry *r) {
 
 int atlas_registry_handles(const atlas_registry *r) { return r->handles; }
 
-/* --- release: every failure, in one message ---------------------------------------------- */
-
-typedef struct release_report {
-    char text[880];
-    size_t used;
-    int count, omitted;
-    atlas_status first;
-} release_report;
-
-static void report_add(release_report *rep, CUresult res, int line, const char *call,
-                       const char *what, size_t bytes) {
-    atlas_status st = atlas_cu_check(res, call, __FILE__, line);
-    if (st == ATLAS_OK) return;
-    if (rep->count++ == 0) rep->first = st;
-    char entry[256];
-    int n;
-    if (what && bytes)
-        n = snprintf(entry, sizeof entry, "%s%s '%s' (%zu bytes): %s (line %d)",
-                     rep->used ? "; " : "", call, what, bytes, atlas_cu_error_name(res), line);
-    else if (what)
-        n = snprintf(entry, sizeof entry, "%s%s '%s': %s (line %d)", rep->used ? "; " : "",
-                     call, what, atlas_cu_error_name(res), line);
-    else
-        n = snprintf(entry, sizeof entry, "%s%s: %s (line %d)", rep->used ? "; " : "", call,
-                     atlas_cu_error_name(res), line);
-    if (n > 0 && rep->used + (size_t)n < sizeof rep->text) {
-        memcpy(rep->text + rep->used, entry, (size_t)n + 1);
-        rep->used += (size_t)n;
-    } else {
-        rep->omitted++;
-    }
-}
-
 atlas_status atlas_registry_release(atlas_registry *r) {
     if (!r) return ATLAS_OK;
     if (r->handles > 1)
         return atlas_fail(ATLAS_ERR_BUSY, "registry: release refused: %d other handle(s) "
                           "live; nothing was unloaded", r->handles - 1);
-    release_report rep = {.first = ATLAS_OK};
+    release_report *rep = &r->failed; /* the failed frees before, then this release's */
     const atlas_driver *d = atlas_driver_get();
     if (atlas_host_make_current(r->host) != ATLAS_OK)
-        report_add(&rep, d->cuCtxSetCurrent(atlas_host_context(r->host)), __LINE__,
+        report_add(rep, d->cuCtxSetCurrent(atlas_host_context(r->host)), __FILE__, __LINE__,
                    "cuCtxSetCurrent", NULL, 0);
     /* kernels still running may use the memory: wait for them first */
-    report_add(&rep, d->cuCtxSynchronize(), __LINE__, "cuCtxSynchronize", NULL, 0);
+    report_add(rep, d->cuCtxSynchronize(), __FILE__, __LINE__, "cuCtxSynchronize", NULL, 0);
+    /* a failure frees the rest all the same: one bad pointer must not leak the model */
     for (int i = r->n_allocs - 1; i >= 0; i--) {
-        report_add(&rep, d->cuMemFree(r->allocs[i].ptr), __LINE__, "cuMemFree",
+        report_add(rep, d->cuMemFree(r->allocs[i].ptr), __FILE__, __LINE__, "cuMemFree",
                    r->allocs[i].what, r->allocs[i].bytes);
         free(r->allocs[i].what);
     }
     for (int i = r->n_modules - 1; i >= 0; i--) {
-        report_add(&rep, d->cuModuleUnload(r->modules[i].mod), __LINE__, "cuModuleUnload",
-                   r->modules[i].name, 0);
+        report_add(rep, d->cuModuleUnload(r->modules[i].mod), __FILE__, __LINE__,
+                   "cuModuleUnload", r->modules[i].name, 0);
         free(r->modules[i].name);
     }
     for (int i = 0; i < r->n_functions; i++) free(r->functions[i].name);
     int n_allocs = r->n_allocs, n_modules = r->n_modules;
+    release_report out = *rep;
     free(r->allocs);
     free(r->modules);
     free(r->functions);
     free(r);
-    if (rep.count == 0) return ATLAS_OK;
+    if (out.count == 0) return ATLAS_OK;
     char more[48] = "";
-    if (rep.omitted) snprintf(more, sizeof more, "; and %d more", rep.omitted);
-    return atlas_fail(rep.first, "registry release (%d allocation(s), %d module(s)): %d "
-                      "failure(s) in src/backend/cuda/registry.c: %s%s",
-                      n_allocs, n_modules, rep.count, rep.text, more);
+    if (out.omitted) snprintf(more, sizeof more, "; and %d more", out.omitted);
+    return atlas_fail(out.first, "registry release (%d allocation(s), %d module(s)): %d "
+                      "failure(s): %s%s", n_allocs, n_modules, out.count, out.text, more);
 }

@@ -3,7 +3,8 @@
  *
  * The host (process) outlives registries (models).  Releasing a registry unloads its modules
  * and frees its memory, so that device memory returns to where it was before the model was
- * loaded; every failure on the way is reported, all in one message.
+ * loaded; every failure on the way, and every failed free before it, is reported, all in
+ * one message.
  *
  * Handles are counted: create returns the owner's handle (count 1); atlas_registry_ref adds
  * one (e.g. a backend, a graph, a request in flight), atlas_registry_unref drops it.
@@ -60,8 +61,24 @@ int atlas_registry_function_count(const atlas_registry *r);
 atlas_status atlas_registry_alloc(atlas_registry *r, size_t bytes, const char *what,
                                   CUdeviceptr *out);
 /* Frees one allocation made by atlas_registry_alloc (0 does nothing).  ATLAS_ERR_INVALID
- * when ptr was not allocated here. */
+ * when ptr was not allocated here.  A failed cuMemFree is returned and kept: the allocation
+ * leaves the live list (never freed twice) and atlas_registry_release reports the failure
+ * again with its own, as that memory did not come back; so a caller that cannot pass a
+ * status on (the op table's void frees) loses nothing. */
 atlas_status atlas_registry_free(atlas_registry *r, CUdeviceptr ptr);
+
+/* Keeps the failure of a driver call that freed something else of the model's (pinned
+ * buffers, events, graphs), for atlas_registry_release to report with its own: `call`
+ * names the call and `what` (NULL: nothing) the object.  Returns the call's status
+ * (ATLAS_OK for CUDA_SUCCESS) with atlas_cu_check's message; r NULL: only that. */
+atlas_status atlas_registry_keep_cu(atlas_registry *r, CUresult res, const char *call,
+                                    const char *what, const char *file, int line);
+#define ATLAS_REGISTRY_KEEP(r, what, fn, ...) \
+    atlas_registry_keep_cu((r), atlas_driver_get()->fn(__VA_ARGS__), #fn, (what), __FILE__, \
+                           __LINE__)
+/* The same for a failure that is not a driver call's: keeps atlas_last_error()'s text when
+ * st is a failure; returns st. */
+atlas_status atlas_registry_keep(atlas_registry *r, atlas_status st);
 
 /* Live allocations and their bytes. */
 int atlas_registry_alloc_count(const atlas_registry *r);
@@ -74,8 +91,11 @@ int atlas_registry_handles(const atlas_registry *r);
 
 /* The owner's release: ATLAS_ERR_BUSY ("N other handle(s) live") and nothing changes while
  * other handles are live.  Otherwise synchronises the context, frees every allocation,
- * unloads every module and frees r — even when some of that failed, in which case the
- * status is the first failure's and the message lists every failure.  NULL: ATLAS_OK. */
+ * unloads every module and frees r — each one even when others failed.  The status is then
+ * the first failure's, counting the kept ones (atlas_registry_free, _keep) first, and the
+ * message counts and lists every failure: "registry release (N allocation(s), M
+ * module(s)): K failure(s): cuMemFree 'kv cache' (256 bytes): CUDA_ERROR_... (registry.c:
+ * 123); ..." (bounded: "; and J more").  NULL: ATLAS_OK. */
 atlas_status atlas_registry_release(atlas_registry *r);
 
 #endif

@@ -58,7 +58,6 @@ static atlas_status mapped_alloc(size_t bytes, int32_t **host, CUdeviceptr *dev)
  * kept; the stream is idle: graphs_release) and both h_stage buffers (after the batches that
  * read them: the stream is waited for); their events made once. */
 static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
-    const atlas_driver *d = atlas_driver_get();
     for (int s = 0; s < 2; s++) {
         if (!cb->ws.aq_done[s])
             ATLAS_CU_TRY(cuEventCreate, &cb->ws.aq_done[s], ATLAS_CU_EVENT_DISABLE_TIMING);
@@ -71,14 +70,16 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     if (cb->ws.h_ids) {
         for (int s = 0; s < 2; s++)
             memcpy(h + (size_t)s * ct, ids_host(cb, s), (size_t)cb->ws.ids_cap * sizeof *h);
-        d->cuMemFreeHost(cb->ws.h_ids);
+        ATLAS_REGISTRY_KEEP(cb->mod.reg, "argmax ids (pinned)", cuMemFreeHost, cb->ws.h_ids);
     }
     cb->ws.h_ids = h;
     cb->ws.m_ids = m;
     cb->ws.ids_cap = ct;
     if (cb->batch.stage_busy[0] || cb->batch.stage_busy[1]) ATLAS_TRY(stream_wait(cb));
     for (int s = 0; s < 2; s++) {
-        if (cb->ws.h_stage[s]) d->cuMemFreeHost(cb->ws.h_stage[s]);
+        if (cb->ws.h_stage[s])
+            ATLAS_REGISTRY_KEEP(cb->mod.reg, "batch staging (pinned)", cuMemFreeHost,
+                                cb->ws.h_stage[s]);
         cb->ws.h_stage[s] = NULL;
         cb->ws.m_stage[s] = 0;
         ATLAS_TRY(mapped_alloc(words * sizeof(int32_t), &cb->ws.h_stage[s], &cb->ws.m_stage[s]));
@@ -319,11 +320,14 @@ atlas_status cuda_sync(atlas_backend *be) {
 }
 
 void cuda_workspace_release(cuda_backend *cb) {
-    const atlas_driver *d = atlas_driver_get();
-    if (cb->ws.h_ids) d->cuMemFreeHost(cb->ws.h_ids);
+    atlas_registry *r = cb->mod.reg; /* keeps each failure for its release's report */
+    if (cb->ws.h_ids) ATLAS_REGISTRY_KEEP(r, "argmax ids (pinned)", cuMemFreeHost, cb->ws.h_ids);
     for (int s = 0; s < 2; s++) {
-        if (cb->ws.h_stage[s]) d->cuMemFreeHost(cb->ws.h_stage[s]);
-        if (cb->ws.aq_done[s]) d->cuEventDestroy(cb->ws.aq_done[s]);
-        if (cb->ws.stage_sent[s]) d->cuEventDestroy(cb->ws.stage_sent[s]);
+        if (cb->ws.h_stage[s])
+            ATLAS_REGISTRY_KEEP(r, "batch staging (pinned)", cuMemFreeHost, cb->ws.h_stage[s]);
+        if (cb->ws.aq_done[s])
+            ATLAS_REGISTRY_KEEP(r, "argmax event", cuEventDestroy, cb->ws.aq_done[s]);
+        if (cb->ws.stage_sent[s])
+            ATLAS_REGISTRY_KEEP(r, "staging event", cuEventDestroy, cb->ws.stage_sent[s]);
     }
 }

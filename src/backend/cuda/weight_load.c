@@ -1,6 +1,7 @@
 /* backend/cuda/weight_load.c — the weights' entries of the op table: weight_load queues each
  * weight's upload through the host's staging pool, weights_done waits for them; the state is
  * cuda_backend.wt (cuda_backend.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdbool.h>
 
@@ -85,22 +86,26 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
         st = stage_srcs(cb, w->ptr, bytes, srcs, n); /* the fused weight at once */
     }
     if (st != ATLAS_OK) {
-        (void)atlas_registry_free(cb->mod.reg, w->ptr);
+        char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_registry_free(cb->mod.reg, w->ptr);
         free(w);
-        return atlas_fail_wrap(st, "cuda: loading weight %s", srcs[0]->name);
+        return atlas_fail(st, "cuda: loading weight %s: %s", srcs[0]->name, msg);
     }
     cb->wt.weight_bytes += bytes;
     *out = w;
     return ATLAS_OK;
 }
 
+/* A failed free is kept by the registry: destroy reports it (backend.h). */
 void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
     cuda_load *ld = &cuda_of(be)->wt.load;
-    /* a failed load: the loader threads may still be writing to it */
+    /* a failed load: the loader threads may still be writing to it.  The wait's own failure
+     * is the upload's, which weights_done (or the next begin_batch) reported already. */
     if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->dev.host);
     cuda_of(be)->wt.weight_bytes -= (size_t)w->rows * w->cols * 2;
-    (void)atlas_registry_free(cuda_of(be)->mod.reg, w->ptr);
+    atlas_registry_free(cuda_of(be)->mod.reg, w->ptr);
     free(w);
 }
 
