@@ -2,8 +2,9 @@
  * that fails the calls a test picks (CI has no GPU; tests/test-registry.c has the fake's
  * plain form).  The fake counts live device allocations, pinned buffers and modules; a test
  * arms it to fail the Nth cuMemFree, cuModuleUnload, cuMemFreeHost or cuEventDestroy from
- * then on, and checks that the registry's release and atlas_model_release report each
- * one, and that every other free still happened.  The model part loads tests/data/tiny-qwen3 onto the CUDA backend, so they need a build with kernels
+ * then on, and checks that the registry's release, atlas_model_release and the engine's
+ * metrics report each one, and that every other free still happened.  The model and engine
+ * parts load tests/data/tiny-qwen3 onto the CUDA backend, so they need a build with kernels
  * (nothing is launched). */
 #include <pthread.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/engine.h"
 #include "atlas/model.h"
 #include "backend/backend.h"
 #include "backend/cuda/registry.h"
@@ -438,10 +440,55 @@ static void test_model(void) {
     fk_free_kept();
 }
 
+/* --- the engine: an unload that failed is counted, kept, and the model is gone ------------- */
+
+static void test_engine(void) {
+    atlas_engine_model em = {.name = "tiny", .dir = harness_data_path("tiny-qwen3")};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", em.dir);
+    em.dir = dir;
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = &em;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CUDA;
+    p.ctx_size = 256;
+    p.parallel = 1;
+    p.kv_blocks = 16;
+    p.batch_tokens = 32;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    long allocs0 = fk.live_allocs;
+    CHECK_OK(atlas_engine_load(e, "tiny"));
+    fk_arm(FK_FREE, 1, 0);
+    CHECK_OK(atlas_engine_unload(e, "tiny")); /* gone all the same */
+    atlas_engine_metrics mt;
+    atlas_engine_get_metrics(e, &mt);
+    CHECK(mt.unloads == 1 && mt.unload_failures == 1);
+    atlas_engine_model_status ms;
+    CHECK(atlas_engine_models(e, &ms, 1) == 1);
+    CHECK(!ms.resident);
+    CHECK_MSG(strstr(ms.last_error, "releasing: ") && strstr(ms.last_error, "1 failure(s)") &&
+              strstr(ms.last_error, "cuMemFree '"), "last_error: %s", ms.last_error);
+    printf("engine: %s\n", ms.last_error);
+    CHECK(fk.live_allocs == allocs0 + 1); /* the one that failed; every other was freed */
+    fk_disarm();
+    /* loaded again and released cleanly at the end */
+    CHECK_OK(atlas_engine_load(e, "tiny"));
+    CHECK_OK(atlas_engine_unload(e, "tiny"));
+    atlas_engine_get_metrics(e, &mt);
+    CHECK(mt.unloads == 2 && mt.unload_failures == 1);
+    atlas_engine_free(e);
+    fk.live_allocs -= 1;
+    fk_free_kept();
+    CHECK(fk.live_allocs == allocs0 && fk.live_modules == 0);
+}
+
 #else
 static void test_model(void) {
     printf("model: skipped (built without kernels: no CUDA backend to create)\n");
 }
+static void test_engine(void) {}
 #endif
 
 int main(void) {
@@ -451,6 +498,7 @@ int main(void) {
     if (!h) return harness_finish();
     test_registry(h);
     test_model();
+    test_engine();
     CHECK(fk.live_allocs == 0 && fk.live_modules == 0);
     return harness_finish();
 }

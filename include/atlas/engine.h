@@ -305,6 +305,8 @@ typedef struct atlas_engine_metrics {
     uint64_t loads, load_failures, unloads;
     uint64_t release_busy;      /* releases refused while requests ran on the model (a swap's
                                    or an unload's drain; not an error) */
+    uint64_t unload_failures;   /* releases that failed to free something (the model is gone
+                                   all the same; atlas_engine_models' last_error says what) */
     double last_swap_s;         /* release of the old model + load of the new one */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */

@@ -49,6 +49,8 @@ static atlas_status refused(const eng_model *md, const atlas_model *m, const cha
                       "admits no more and is released when they have ended", md->name, n);
 }
 
+static void strip_dir(char *s, const char *dir);
+
 atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_model *m = md->m;
     if (md->release_refused) return refused(md, m, "its last release was refused");
@@ -57,8 +59,9 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     md->releasing = m;
     pthread_mutex_unlock(&e->mu);
     atlas_status st = atlas_model_release(m);
-    char msg[256];
+    char msg[1024];
     snprintf(msg, sizeof msg, "%s", st == ATLAS_OK ? "" : atlas_last_error());
+    if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) strip_dir(msg, md->dir); /* room for the list */
     pthread_mutex_lock(&e->mu);
     md->releasing = NULL;
     if (st == ATLAS_ERR_BUSY) {
@@ -72,8 +75,10 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     }
     atlas_kv_pool_destroy(&md->pool);
     e->metrics.unloads++;
-    if (st != ATLAS_OK) /* the model is gone all the same */
-        snprintf(md->last_error, sizeof md->last_error, "releasing: %.200s", msg);
+    if (st != ATLAS_OK) { /* the model is gone all the same: counted and kept, not returned */
+        e->metrics.unload_failures++;
+        snprintf(md->last_error, sizeof md->last_error, "releasing: %.240s", msg);
+    }
     md->unload_asked = 0;
     md->draining = 0;
     md->drain_since = 0;
@@ -96,7 +101,10 @@ static atlas_status load_failure(atlas_status st) {
     atlas_engine_flush_done(e);
 }
 
-static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **out) {
+/* load_checked's release of a model it refuses: a failure to free is counted by the caller
+ * (under e->mu), the load's error is the one reported. */
+static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **out,
+                                 int *release_failed) {
     atlas_model_params mp = atlas_model_default_params();
     mp.device = e->p.device;
     mp.gpu = e->p.gpu;
@@ -118,8 +126,10 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
                         md->kv_blocks, e->p.kv_block_size, e->p.batch_tokens,
                         md->cfg.vocab_size);
     if (st != ATLAS_OK) {
-        atlas_model_release(m);
-        return st;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        *release_failed += atlas_model_release(m) != ATLAS_OK;
+        return atlas_fail(st, "%s", msg);
     }
     *out = m;
     return ATLAS_OK;
@@ -190,7 +200,8 @@ static void load_model(atlas_engine *e, int model, double t0) {
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
     atlas_model *m = NULL;
-    atlas_status st = load_checked(e, md, &m);
+    int release_failed = 0;
+    atlas_status st = load_checked(e, md, &m, &release_failed);
     char msg[512], why[400];
     /* clients see this message: it names the model and its files, never the server's paths */
     snprintf(why, sizeof why, "%s", atlas_last_error());
@@ -205,10 +216,11 @@ static void load_model(atlas_engine *e, int model, double t0) {
         if (st != ATLAS_OK) {
             snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, atlas_last_error());
             pthread_mutex_unlock(&e->mu);
-            atlas_model_release(m);
+            release_failed += atlas_model_release(m) != ATLAS_OK;
             pthread_mutex_lock(&e->mu);
         }
     }
+    e->metrics.unload_failures += (uint64_t)release_failed;
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
     md->loading = 0;

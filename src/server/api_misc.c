@@ -180,6 +180,7 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     rc |= COUNTER("atlas_model_loads_total", "Model loads (swaps included).", m->loads);
     rc |= COUNTER("atlas_model_load_failures_total", "Model loads that failed.", m->load_failures);
     rc |= COUNTER("atlas_model_unloads_total", "Model releases.", m->unloads);
+    rc |= COUNTER("atlas_model_unload_failures_total", "Model releases that failed to free something (the model is gone all the same).", m->unload_failures);
     rc |= COUNTER("atlas_model_release_refused_total", "Model releases refused while requests ran on the model (it drained first; not an error).", m->release_busy);
     rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
