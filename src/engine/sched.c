@@ -43,7 +43,8 @@ void *atlas_engine_sched_main(void *arg) {
             atlas_engine_end_waiting(e, -1, ATLAS_FINISH_ERROR, bst, bmsg);
             atlas_engine_flush_done(e);
             for (eng_cmd *c = e->cmds; c; c = e->cmds) atlas_engine_cmd_complete(e, c, bst, bmsg);
-            pthread_cond_wait(&e->wake, &e->mu);
+            /* the calls back drop the lock: a stop may have come meanwhile */
+            if (!e->stop) pthread_cond_wait(&e->wake, &e->mu);
             continue;
         }
         int worked = atlas_engine_reap_cancelled(e);
