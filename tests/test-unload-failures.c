@@ -21,7 +21,7 @@
 
 /* --- the fake driver ---------------------------------------------------------------------- */
 
-enum { FK_FREE, FK_UNLOAD, FK_FREE_HOST, FK_EVENT, FK_KINDS };
+enum { FK_FREE, FK_UNLOAD, FK_FREE_HOST, FK_EVENT, FK_ALLOC, FK_KINDS };
 enum { FK_ILLEGAL_ADDRESS = 700, FK_MAX_FAILS = 4, FK_MAX_KEPT = 64 };
 
 static struct {
@@ -119,6 +119,7 @@ static CUresult f_event_destroy(CUevent e) {
 }
 
 static CUresult f_alloc(CUdeviceptr *p, size_t bytes) {
+    if (fk_fails(FK_ALLOC, NULL)) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     void *q = NULL;
     if (posix_memalign(&q, 256, bytes ? bytes : 1)) return 2;
     pthread_mutex_lock(&fk.mu);
@@ -437,6 +438,28 @@ static void test_model(void) {
     CHECK(fk.live_modules == 1 && fk.live_hosts == hosts0 + 1);
     fk_disarm();
     fk.live_allocs -= 2, fk.live_modules -= 1, fk.live_hosts -= 1;
+    fk_free_kept();
+
+    /* a load that fails (the device full at its 20th allocation) unloads what it made: the
+     * load's error is the status, and a failed free on the way follows it */
+    fk_arm(FK_ALLOC, 20, 0);
+    fk.fail_at[FK_FREE][0] = 3;
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CUDA;
+    p.load_tokenizer = 0;
+    atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = 1};
+    m = NULL;
+    CHECK(atlas_model_load_opts(harness_data_path("tiny-qwen3"), &p, &o, &m) ==
+          ATLAS_ERR_DEVICE_NOMEM && !m);
+    printf("failed load: %s\n", atlas_last_error());
+    HAS("cuMemAlloc failed: CUDA_ERROR_FAKE");
+    HAS("; and then releasing model ");
+    HAS("1 failure(s): cuMemFree '");
+    CHECK(fk.failed[FK_ALLOC] == 1 && fk.failed[FK_FREE] == 1);
+    CHECK_MSG(fk.live_allocs == allocs0 + 1 && fk.live_modules == 0,
+              "%ld allocations live, want the 1 that failed", fk.live_allocs - allocs0);
+    fk_disarm();
+    fk.live_allocs -= 1;
     fk_free_kept();
 }
 

@@ -270,10 +270,14 @@ atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
     m->dir = strdup(dir);
     atlas_status st = m->dir ? load_all(m, p, opts) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
     if (st != ATLAS_OK) {
-        /* keep the load error, not whatever unloading says */
+        /* the load's error is the status; what unloading the rest failed to free follows it */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
-        unload(m);
+        if (unload(m) != ATLAS_OK) {
+            char un[400]; /* a copy: atlas_fail writes the buffer atlas_last_error reads */
+            snprintf(un, sizeof un, "%s", atlas_last_error());
+            return atlas_fail(st, "loading model %s: %.600s; and then %s", dir, msg, un);
+        }
         return atlas_fail(st, "loading model %s: %s", dir, msg);
     }
     *out = m;

@@ -198,8 +198,7 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     free(cb);
     atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
     if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
-        st = atlas_fail(ATLAS_ERR_INTERNAL, "cuda: destroying the backend: %s",
-                        atlas_last_error());
+        st = atlas_fail_wrap(ATLAS_ERR_INTERNAL, "cuda: destroying the backend");
     return st;
 }
 
@@ -323,10 +322,12 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     if (st != ATLAS_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
-        atlas_status dst = cuda_destroy(&cb->base);
-        if (dst != ATLAS_OK) /* both: the create's failure first, then the unload's */
-            return atlas_fail(st, "cuda backend: %s; and unloading what it had made: %.400s",
-                              msg, atlas_last_error());
+        if (cuda_destroy(&cb->base) != ATLAS_OK) { /* the create's failure, then the unload's */
+            char un[400]; /* a copy: atlas_fail writes the buffer atlas_last_error reads */
+            snprintf(un, sizeof un, "%s", atlas_last_error());
+            return atlas_fail(st, "cuda backend: %s; and unloading what it had made: %s", msg,
+                              un);
+        }
         return atlas_fail(st, "cuda backend: %s", msg);
     }
     *out = &cb->base;
