@@ -85,11 +85,6 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     return ATLAS_OK;
 }
 
-/* Ends every waiting request for model (and its load commands) with an error. */
-static void fail_model_requests(atlas_engine *e, int model, atlas_status st, const char *msg) {
-    eng_model *md = &e->models[model];
-    snprintf(md->last_error, sizeof md->last_error, "%s", msg);
-    atlas_engine_end_waiting(e, model, ATLAS_FINISH_ERROR, st, msg);
 /* What a failed load tells the requests that waited for it: the server's model is
  * unavailable (HTTP 503), not the request bad, whatever was wrong with the files; a lack of
  * memory stays itself. */
@@ -97,6 +92,11 @@ static atlas_status load_failure(atlas_status st) {
     return st == ATLAS_ERR_NOMEM || st == ATLAS_ERR_DEVICE_NOMEM ? st : ATLAS_ERR_UNAVAILABLE;
 }
 
+/* Ends every waiting request for model (and its load commands) with an error. */
+static void fail_model_requests(atlas_engine *e, int model, atlas_status st, const char *msg) {
+    eng_model *md = &e->models[model];
+    snprintf(md->last_error, sizeof md->last_error, "%s", msg);
+    atlas_engine_end_waiting(e, model, ATLAS_FINISH_ERROR, st, msg);
     cmds_complete(e, CMD_LOAD, model, st, msg);
     atlas_engine_flush_done(e);
 }
@@ -197,6 +197,7 @@ static void strip_dir(char *s, const char *dir) {
  * e->mu (dropped meanwhile). */
 static void load_model(atlas_engine *e, int model, double t0) {
     eng_model *md = &e->models[model];
+    md->loading = 1; /* for the status (/health): the lock is dropped while it loads */
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
     atlas_model *m = NULL;
@@ -208,9 +209,9 @@ static void load_model(atlas_engine *e, int model, double t0) {
     strip_dir(why, md->dir);
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
     const char *w = strncmp(why, wrapped, sizeof wrapped - 1) ? why : why + sizeof wrapped - 1;
-    md->loading = 1; /* for the status (/health): the lock is dropped while it loads */
     snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
     pthread_mutex_lock(&e->mu);
+    md->loading = 0;
     if (st == ATLAS_OK) {
         st = atlas_kv_pool_init(&md->pool, atlas_model_kv_blocks(m), atlas_model_kv_block_size(m));
         if (st != ATLAS_OK) {
@@ -223,7 +224,6 @@ static void load_model(atlas_engine *e, int model, double t0) {
     e->metrics.unload_failures += (uint64_t)release_failed;
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
-    md->loading = 0;
         fail_model_requests(e, model, load_failure(st), msg);
         remember_failure(e, md);
         return;
