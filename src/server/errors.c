@@ -94,6 +94,9 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
     case ATLAS_API_ERR_MODEL_BUSY:
         http = 409, code = "model_busy";
         break;
+    case ATLAS_API_ERR_CLIENT_GONE:
+        http = 499, type = "invalid_request_error", code = "client_closed_request";
+        break;
     }
     if (!message || !*message) message = "request failed";
     json_t *err = json_pack("{s:o, s:s, s:o, s:o}", "message", utf8_string(message), "type",

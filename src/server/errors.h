@@ -19,6 +19,8 @@ typedef enum atlas_api_error {
     ATLAS_API_ERR_SHUTDOWN,    /* 503 */
     ATLAS_API_ERR_MODEL_BUSY,  /* 409: an unload while requests run on the model (it is
                                   released when they end) */
+    ATLAS_API_ERR_CLIENT_GONE, /* 499 (nginx's): the client left before the answer; nobody
+                                  reads it, but the metrics must not count a server error */
 } atlas_api_error;
 
 /* Sets r to the error: its HTTP status, Retry-After when coming back helps, and the body.

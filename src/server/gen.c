@@ -401,7 +401,7 @@ static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
         bool gone;
         atlas_gen_event *e = atlas_gen_next(g, true, &gone);
         if (!e) {
-            if (gone) atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_INTERNAL, NULL,
+            if (gone) atlas_api_error_reply(r, ATLAS_API_ERR_CLIENT_GONE, ATLAS_OK, NULL,
                                             "the client closed the connection");
             else atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
                                        g->lost ? "the server ran out of memory"

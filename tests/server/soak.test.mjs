@@ -23,11 +23,11 @@ const SOAK_S = 30;
 // that pass checks is memory errors, and leaks at exit (the server must exit 0).
 const SAN = isSanitized();
 const MAX_TOKENS = SAN ? [2, 8] : [4, 32];
-// About 50-60 swaps happen in 30 s on a 2-core machine (a swap each time a drained model's
-// last request ends); the floor leaves room for a slower machine while still failing a
-// server that stopped swapping or serving.
+// About 50-60 swaps happen in 30 s on an idle 2-core machine (a swap each time a drained
+// model's last request ends), 15 with two builds beside it; the floor leaves room for a busy
+// machine while still failing a server that stopped swapping or serving.
 const FLOOR = SAN ? { swaps: 3, completed: 40, hung_up: 3, mid_stream: 1, per_model: 5 }
-  : { swaps: 20, completed: 200, hung_up: 10, mid_stream: 5, per_model: 20 };
+  : { swaps: 8, completed: 100, hung_up: 10, mid_stream: 5, per_model: 10 };
 // With every model unloaded, resident memory after a warm-up round measured 141-163 MiB over
 // seven 15 s rounds on one server, without a trend: glibc keeps freed blocks in its
 // per-thread arenas (the HTTP threads' and the scheduler's), so what a round leaves there
@@ -117,10 +117,10 @@ test(`soak: ${STREAMS} streams over ${MODELS.length} models, --max-resident 1, $
   assert.equal(r.server.load_failures, 0);
   assert.equal(r.server.errors, 0, 'requests finished with an error');
   assert.equal(r.server.rejected, 0, 'requests refused (queue full)');
-  // A client gone before its first event is answered (to nobody) 500 and counted as such;
-  // any other 5xx is a failure.
-  assert.ok(r.server.http_5xx <= r.hangups.before_response,
-    `${r.server.http_5xx} 5xx for ${r.hangups.before_response} hang-ups before the response`);
+  // A client gone before its first event is answered (to nobody) 499, a client's doing: no
+  // request may count as a server error.
+  assert.equal(r.server.http_5xx, 0,
+    `${r.server.http_5xx} 5xx (${r.hangups.before_response} hang-ups before the response)`);
   assert.ok(r.server.cancelled >= r.hangups.mid_stream / 2,
     `${r.server.cancelled} requests cancelled for ${r.hangups.mid_stream} hung up mid-stream`);
 
