@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
+    if (ATLAS_FAULT_HERE())
+        return atlas_fail(ATLAS_ERR_IO, "%s: cannot read: injected fault", path);
     FILE *f = fopen(path, "rb");
     if (!f) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -45,6 +48,8 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
     out->data = NULL;
     out->size = 0;
     out->fd_open = false;
+    if (ATLAS_FAULT_HERE())
+        return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: injected fault", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -81,6 +86,9 @@ void atlas_file_map_close(atlas_file_map *map) {
 
 atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off) {
     char *p = dst;
+    if (ATLAS_FAULT_HERE())
+        return atlas_fail(ATLAS_ERR_IO, "fd %d: pread at %llu: injected fault", fd,
+                          (unsigned long long)off);
     while (n > 0) {
         ssize_t r = pread(fd, p, n, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
