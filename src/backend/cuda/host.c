@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/fault.h"
 #include "core/threadpool.h"
 
 /* atlas_host_upload_copy splits each staging chunk into pieces copied by this many threads:
@@ -241,8 +242,12 @@ static atlas_status host_staging_ensure(atlas_host *h) {
     if (h->staging_n) return ATLAS_OK;
     atlas_status st = ATLAS_OK;
     for (int i = 0; i < h->staging_count; i++) {
-        st = ATLAS_CU(cuMemHostAlloc, &h->staging[i], h->staging_size,
-                      ATLAS_CU_MEMHOSTALLOC_PORTABLE);
+        /* a fault site (core/fault.h): out of pinned memory, without asking the driver */
+        st = ATLAS_FAULT_HERE()
+                 ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
+                                  "cuMemHostAlloc (injected fault)", __FILE__, __LINE__)
+                 : ATLAS_CU(cuMemHostAlloc, &h->staging[i], h->staging_size,
+                            ATLAS_CU_MEMHOSTALLOC_PORTABLE);
         if (st != ATLAS_OK) break;
         /* blocking: a loader waiting on a copy must not spin on a core the others read on */
         st = ATLAS_CU(cuEventCreate, &h->staging_done[i],

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 /* cuLaunchKernelEx and its attribute (cuda.h, CUDA 12/13): programmatic dependent launch
  * lets a kernel start while the previous one drains (kernels/common.cuh, pdl_*). */
@@ -35,6 +36,11 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     /* an empty grid is no work (a chunk of a long prompt wants no logit row: gather of 0
      * rows), and the driver refuses it with CUDA_ERROR_INVALID_VALUE */
     if (gx == 0 || gy == 0 || gz == 0) return ATLAS_OK;
+    /* a fault site (core/fault.h): a refused launch, before the driver sees it, so that the
+     * context is never poisoned */
+    if (ATLAS_FAULT_HERE())
+        return atlas_cu_check(ATLAS_CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel (injected fault)",
+                              __FILE__, __LINE__);
     bool pdl = cb->dev.launch_ex && !cb->plan.pdl_fence;
     cb->plan.pdl_fence = false;
     if (pdl) {
@@ -55,6 +61,9 @@ enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4 };
 static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
                                    unsigned cz, unsigned block, void **args) {
     typedef CUresult (*launch_ex_fn)(const pdl_config *, CUfunction, void **, void **);
+    if (ATLAS_FAULT_HERE()) /* as in launch */
+        return atlas_cu_check(ATLAS_CUDA_ERROR_INVALID_VALUE,
+                              "cuLaunchKernelEx (cluster, injected fault)", __FILE__, __LINE__);
     pdl_attr attr[2];
     memset(attr, 0, sizeof attr);
     attr[0].id = LAUNCH_ATTR_CLUSTER_DIMENSION;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
+
 typedef struct registry_module {
     char *name;
     CUmodule mod;
@@ -232,7 +234,11 @@ atlas_status atlas_registry_alloc(atlas_registry *r, size_t bytes, const char *w
     char *copy = registry_strdup(what);
     if (!copy) return atlas_fail(ATLAS_ERR_NOMEM, "registry: out of host memory");
     CUdeviceptr p = 0;
-    atlas_status st = ATLAS_CU(cuMemAlloc, &p, bytes);
+    /* a fault site (core/fault.h): the driver's out of memory, without asking the driver */
+    atlas_status st = ATLAS_FAULT_HERE() ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
+                                                          "cuMemAlloc (injected fault)",
+                                                          __FILE__, __LINE__)
+                                         : ATLAS_CU(cuMemAlloc, &p, bytes);
     if (st != ATLAS_OK) {
         free(copy);
         return atlas_fail_wrap(st, "registry: allocating %zu bytes of device memory for %s",

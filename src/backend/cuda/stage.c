@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 /* Frees *p (if set) and allocates `bytes` there. */
 static atlas_status cuda_realloc(cuda_backend *cb, CUdeviceptr *p, size_t bytes,
@@ -44,6 +45,9 @@ static atlas_status graphs_release(cuda_backend *cb) {
 /* Pinned host memory that kernels address too (h_ids, h_stage) at *host and *dev. */
 static atlas_status mapped_alloc(size_t bytes, int32_t **host, CUdeviceptr *dev) {
     void *p = NULL;
+    if (ATLAS_FAULT_HERE()) /* a fault site (core/fault.h), before asking the driver */
+        return atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY, "cuMemHostAlloc (injected fault)",
+                              __FILE__, __LINE__);
     ATLAS_CU_TRY(cuMemHostAlloc, &p, bytes, ATLAS_CU_MEMHOSTALLOC_DEVICEMAP);
     atlas_status st = ATLAS_CU(cuMemHostGetDevicePointer, dev, p, 0);
     if (st != ATLAS_OK) {
