@@ -129,6 +129,10 @@ typedef struct eng_model {
 
 /* residency.c: a signature of the regular files in dir (names, sizes, mtimes). */
 uint64_t atlas_engine_dir_sig(const char *dir);
+/* Removes every "dir/" from s, and names a bare dir "the model's directory", in place (s
+ * holds at least 400 bytes): a message for clients names the model's files, never the
+ * server's paths. */
+void atlas_engine_strip_dir(char *s, const char *dir);
 
 typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
 

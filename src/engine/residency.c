@@ -49,8 +49,6 @@ static atlas_status refused(const eng_model *md, const atlas_model *m, const cha
                       "admits no more and is released when they have ended", md->name, n);
 }
 
-static void strip_dir(char *s, const char *dir);
-
 atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_model *m = md->m;
     if (md->release_refused) return refused(md, m, "its last release was refused");
@@ -61,7 +59,8 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_status st = atlas_model_release(m);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", st == ATLAS_OK ? "" : atlas_last_error());
-    if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) strip_dir(msg, md->dir); /* room for the list */
+    if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) /* room for the list */
+        atlas_engine_strip_dir(msg, md->dir);
     pthread_mutex_lock(&e->mu);
     md->releasing = NULL;
     if (st == ATLAS_ERR_BUSY) {
@@ -168,8 +167,7 @@ static void remember_failure(atlas_engine *e, eng_model *md) {
     md->fail_sig = sig;
 }
 
-/* Removes every "dir/" from s, and names a bare dir "the model's directory", in place. */
-static void strip_dir(char *s, const char *dir) {
+void atlas_engine_strip_dir(char *s, const char *dir) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--; /* "models/x/" is "models/x" */
     if (n == 0) return;
@@ -206,7 +204,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     char msg[512], why[400];
     /* clients see this message: it names the model and its files, never the server's paths */
     snprintf(why, sizeof why, "%s", atlas_last_error());
-    strip_dir(why, md->dir);
+    atlas_engine_strip_dir(why, md->dir);
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
     const char *w = strncmp(why, wrapped, sizeof wrapped - 1) ? why : why + sizeof wrapped - 1;
     snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
@@ -348,7 +346,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
         atlas_st_free(st);
         pthread_mutex_lock(&e->mu);
         if (cst != ATLAS_OK) {
-            strip_dir(why, wm->dir);
+            atlas_engine_strip_dir(why, wm->dir);
             snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
             e->metrics.load_failures++;
             fail_model_requests(e, want, load_failure(cst), msg);

@@ -228,8 +228,11 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
                     : atlas_model_forward(md->m, b, e->logits);
     if (masking) pthread_join(th, NULL);
     if (st != ATLAS_OK) {
+        char msg[512]; /* the forward's message names the model's directory */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_engine_strip_dir(msg, md->dir);
         for (int i = 0; i < e->n_plan; i++) {
-            atlas_engine_seq_fail(e->plan[i].s, st, atlas_last_error());
+            atlas_engine_seq_fail(e->plan[i].s, st, msg);
             e->plan[i].s->state = SEQ_DONE;
         }
         return;
@@ -327,6 +330,7 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
     if (st != ATLAS_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_engine_strip_dir(msg, md->dir);
         while (q-- > 0) (void)atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
         for (int i = 0; i < e->n_plan; i++) {
             if (e->plan[i].s->state == SEQ_DONE) continue;
