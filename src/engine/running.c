@@ -163,6 +163,7 @@ static void match_prefix(atlas_engine *e, eng_model *md, seq *s) {
 }
 
 int atlas_engine_admit(atlas_engine *e) {
+    if (e->n_waiting == 0) return 0; /* the idle loop allocates nothing */
     int *reserved = calloc((size_t)e->n_models * 2, sizeof *reserved);
     if (!reserved) return 0;
     int *blocked = reserved + e->n_models, n = 0;
