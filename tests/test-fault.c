@@ -2,7 +2,8 @@
  * the library fails once, one site at a time, as SQLite tests allocation failure.
  *
  * The walk: one request through the engine on the CPU with the embedded default model
- * (models/default) — engine create, the tokenizer's load and an encode, the model's load
+ * (models/default) — engine create, the chat template's load and render, the tokenizer's
+ * load and an encode, the model's load
  * (config, tokenizer, weights, KV cache), prefill and a few greedy decode steps with the
  * sampler and the detokenizer, engine free. A clean run records its N hits (about 400, 82
  * distinct sites); then the hits are failed one per run: the run must end in success with
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "atlas/engine.h"
+#include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "core/fault.h"
 #include "harness.h"
@@ -38,7 +40,7 @@ enum { MAX_IDS = 64, N_DECODE = 4, SWAP_POINTS = 12, MAX_HITS = 4096, AROUND = 1
 static char default_dir[1024];
 static int verbose;  /* -v: each fault's site and outcome */
 static int walk_all; /* -a: fail every hit of the walk, not one of each pair of sites */
-static const char prompt[] = "The quick brown fox jumps over";
+static const char messages[] = "[{\"role\": \"user\", \"content\": \"The quick brown fox\"}]";
 
 /* ---- one request's events --------------------------------------------------------------- */
 
@@ -82,14 +84,22 @@ static atlas_status failed(outcome *o, atlas_status st, const char *where) {
     return st;
 }
 
-/* Submits a greedy request for model name with prompt text and waits for its end. */
+/* Submits a greedy request for model name with the messages and waits for its end. */
 static atlas_status request(atlas_engine *e, const char *name, outcome *o) {
     const atlas_tokenizer *tok = NULL;
     atlas_status st = atlas_engine_tokenizer(e, name, &tok);
     if (st != ATLAS_OK) return failed(o, st, "tokenizer");
+    /* the server's way: the chat template renders the messages, then they are encoded */
+    const atlas_template *tpl = NULL;
+    st = atlas_engine_template(e, name, &tpl);
+    if (st != ATLAS_OK) return failed(o, st, "template");
+    char *text = NULL;
+    st = atlas_template_render_str(tpl, messages, NULL, true, NULL, &text);
+    if (st != ATLAS_OK) return failed(o, st, "render");
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    st = atlas_tokenizer_encode(tok, prompt, strlen(prompt), false, &ids, &n_ids);
+    st = atlas_tokenizer_encode(tok, text, strlen(text), false, &ids, &n_ids);
+    free(text);
     if (st != ATLAS_OK) return failed(o, st, "encode");
     atlas_request r = {0};
     r.model = name;
@@ -110,6 +120,9 @@ static atlas_status request(atlas_engine *e, const char *name, outcome *o) {
         pthread_mutex_lock(&c.mu);
         while (!c.done) pthread_cond_wait(&c.cv, &c.mu);
         pthread_mutex_unlock(&c.mu);
+        /* an end's message goes to the client: it names no path of the server's */
+        CHECK_MSG(!strstr(c.msg, default_dir) && !strstr(c.msg, harness_data_dir()),
+                  "a path in the message to the client: %s", c.msg);
         o->status = c.finish == ATLAS_FINISH_ERROR ? c.status : ATLAS_OK;
         if (c.finish == ATLAS_FINISH_ERROR && o->status == ATLAS_OK) o->status = ATLAS_ERR_INTERNAL;
         snprintf(o->msg, sizeof o->msg, "%s", c.msg);
@@ -299,8 +312,11 @@ static void test_swap(void) {
     if (!e) return;
     outcome a, b;
     CHECK_OK(request(e, "default", &a));
-    const atlas_tokenizer *tok = NULL; /* loaded once and kept: not part of a swap */
+    /* loaded once and kept: not part of a swap */
+    const atlas_tokenizer *tok = NULL;
+    const atlas_template *tpl = NULL;
     CHECK_OK(atlas_engine_tokenizer(e, "llama", &tok));
+    CHECK_OK(atlas_engine_template(e, "llama", &tpl));
     /* The sites of a swap to the second model: the first's release, the second's load, its
      * prefill and decode. */
     atlas_fault_arm(0);
