@@ -3,8 +3,10 @@
  * In a build configured with -DATLAS_FAULT=ON (the library's sources compiled with
  * ATLAS_FAULT defined) every allocation of library code (malloc, calloc, realloc, strdup,
  * strndup, aligned_alloc: core/fault_alloc.h redirects them), every file read (core/file.c),
- * every device allocation (the CUDA registry, the host's pinned memory) and every kernel
- * launch (backend/cuda/ops_cuda.c) is a site. Each time the code reaches a site it counts one
+ * every device allocation (the CUDA registry's cuMemAlloc, the host's and stage.c's pinned
+ * memory) and every kernel launch of backend/cuda/ops_cuda.c (launch, launch_cluster; not
+ * the replay of a captured graph, nor cuBLASLt's own launches) is a site. Allocations by
+ * other libraries (jansson, PCRE2) are not. Each time the code reaches a site it counts one
  * hit; atlas_fault_arm(n) makes the n-th hit from then on fail, once: an allocation returns
  * NULL with errno ENOMEM, a read or device call its error status, before anything is asked of
  * the system or the driver (so a failure never poisons the CUDA context). A test walks every
