@@ -1,12 +1,12 @@
-/* tests/test-cuda-upload.c — the CUDA backend's weight upload through a fake driver (CI has
- * no GPU): "device" addresses are host memory, copies are memcpy, and a copy whose source is
- * not a pinned (cuMemHostAlloc) buffer is counted as the real driver's slow path.  With
- * kernels in the binary (kernels are never launched): a fused weight of bf16, f32 and f16
- * tensors lands converted at its offsets through the host's loader threads and the staging
- * pool, every byte read through the sources' reader (the model's pread), a weight freed
- * before weights_done is waited for, a weight of more tensors than an upload holds is
- * refused.  tests/test-gpu-load.c loads the fixtures on a real GPU. */
-#include <pthread.h>
+/* tests/test-cuda-upload.c — the CUDA backend's weight upload through the fake driver
+ * (tests/fake_cuda.h; CI has no GPU): "device" addresses are host memory, copies are memcpy,
+ * and a copy whose source is not a pinned (cuMemHostAlloc) buffer is counted as the real
+ * driver's slow path.  With kernels in the binary (kernels are never launched): a fused
+ * weight of bf16, f32 and f16 tensors lands converted at its offsets through the host's
+ * loader threads and the staging pool, every byte read through the sources' reader (the
+ * model's pread), a weight freed before weights_done is waited for, a weight of more
+ * tensors than an upload holds is refused.  tests/test-gpu-load.c loads the fixtures on a
+ * real GPU. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,153 +17,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/file.h"
+#include "fake_cuda.h"
 #include "harness.h"
 #include "format/safetensors.h"
 #include "model/weight_read.h"
-
-/* --- the fake driver ---------------------------------------------------------------------- */
-
-enum { MAX_HOSTS = 64 };
-
-static struct {
-    pthread_mutex_t mu;
-    struct { uintptr_t a, b; } hosts[MAX_HOSTS]; /* cuMemHostAlloc buffers */
-    int n_hosts;
-    int bad_copy;
-} fk = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-static _Thread_local CUcontext fk_current;
-static char fk_ctx, fk_stream, fk_event;
-
-static CUresult f_ok(void) { return 0; }
-static CUresult f_init(unsigned int flags) { (void)flags; return 0; }
-static CUresult f_version(int *v) { *v = 13000; return 0; }
-static CUresult f_err_name(CUresult e, const char **name) {
-    *name = e == 700 ? "CUDA_ERROR_ILLEGAL_ADDRESS" : "CUDA_ERROR_FAKE";
-    return 0;
-}
-static CUresult f_err_string(CUresult e, const char **text) {
-    (void)e;
-    *text = "fake error";
-    return 0;
-}
-static CUresult f_dev_get(CUdevice *d, int ordinal) { *d = ordinal; return 0; }
-static CUresult f_dev_count(int *n) { *n = 1; return 0; }
-static CUresult f_dev_name(char *name, int len, CUdevice d) {
-    snprintf(name, (size_t)len, "Fake GPU %d", d);
-    return 0;
-}
-static CUresult f_dev_attr(int *v, CUdevice_attribute a, CUdevice d) {
-    (void)d;
-    *v = a == ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MAJOR ? 9 : a == ATLAS_CU_ATTR_MULTIPROCESSOR_COUNT ? 132 : 0;
-    return 0;
-}
-static CUresult f_total_mem(size_t *b, CUdevice d) { (void)d; *b = (size_t)80 << 30; return 0; }
-static CUresult f_retain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)&fk_ctx; return 0; }
-static CUresult f_release(CUdevice d) { (void)d; return 0; }
-static CUresult f_set_current(CUcontext c) { fk_current = c; return 0; }
-static CUresult f_get_current(CUcontext *c) { *c = fk_current; return 0; }
-static CUresult f_stream_create(CUstream *s, unsigned int flags) {
-    (void)flags;
-    *s = (CUstream)&fk_stream;
-    return 0;
-}
-static CUresult f_stream(CUstream s) { (void)s; return 0; }
-static CUresult f_event_create(CUevent *e, unsigned int flags) {
-    (void)flags;
-    *e = (CUevent)&fk_event;
-    return 0;
-}
-static CUresult f_event_record(CUevent e, CUstream s) { (void)e, (void)s; return 0; }
-static CUresult f_event(CUevent e) { (void)e; return 0; }
-
-static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
-    (void)s;
-    uintptr_t a = (uintptr_t)src, b = a + n;
-    pthread_mutex_lock(&fk.mu);
-    int inside = 0;
-    for (int i = 0; i < fk.n_hosts; i++) inside |= fk.hosts[i].a <= a && b <= fk.hosts[i].b;
-    fk.bad_copy += !inside;
-    pthread_mutex_unlock(&fk.mu);
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return 0;
-}
-static CUresult f_host_alloc(void **p, size_t bytes, unsigned int flags) {
-    (void)flags;
-    *p = malloc(bytes);
-    pthread_mutex_lock(&fk.mu);
-    if (*p && fk.n_hosts < MAX_HOSTS)
-        fk.hosts[fk.n_hosts].a = (uintptr_t)*p, fk.hosts[fk.n_hosts++].b = (uintptr_t)*p + bytes;
-    pthread_mutex_unlock(&fk.mu);
-    return *p ? 0 : 2;
-}
-static CUresult f_free_host(void *p) { free(p); return 0; }
-
-static char fk_module, fk_function;
-static CUresult f_module_load(CUmodule *m, const void *image) {
-    (void)image;
-    *m = (CUmodule)&fk_module;
-    return 0;
-}
-static CUresult f_module_unload(CUmodule m) { (void)m; return 0; }
-static CUresult f_get_function(CUfunction *fn, CUmodule m, const char *name) {
-    (void)m, (void)name;
-    *fn = (CUfunction)&fk_function;
-    return 0;
-}
-static CUresult f_alloc(CUdeviceptr *p, size_t bytes) {
-    void *q = NULL;
-    if (posix_memalign(&q, 256, bytes ? bytes : 1)) return 2;
-    *p = (CUdeviceptr)(uintptr_t)q;
-    return 0;
-}
-static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
-static CUresult f_htod(CUdeviceptr dst, const void *src, size_t n) {
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return 0;
-}
-static CUresult f_memset8(CUdeviceptr dst, unsigned char v, size_t n) {
-    memset((void *)(uintptr_t)dst, v, n);
-    return 0;
-}
-
-static void install_fake(void) {
-    atlas_driver d;
-    memset(&d, 0, sizeof d);
-    d.cuInit = f_init;
-    d.cuDriverGetVersion = f_version;
-    d.cuGetErrorName = f_err_name;
-    d.cuGetErrorString = f_err_string;
-    d.cuDeviceGet = f_dev_get;
-    d.cuDeviceGetCount = f_dev_count;
-    d.cuDeviceGetName = f_dev_name;
-    d.cuDeviceGetAttribute = f_dev_attr;
-    d.cuDeviceTotalMem = f_total_mem;
-    d.cuDevicePrimaryCtxRetain = f_retain;
-    d.cuDevicePrimaryCtxRelease = f_release;
-    d.cuCtxSetCurrent = f_set_current;
-    d.cuCtxGetCurrent = f_get_current;
-    d.cuCtxSynchronize = (CUresult (*)(void))f_ok;
-    d.cuStreamCreate = f_stream_create;
-    d.cuStreamDestroy = f_stream;
-    d.cuStreamSynchronize = f_stream;
-    d.cuEventCreate = f_event_create;
-    d.cuEventRecord = f_event_record;
-    d.cuEventSynchronize = f_event;
-    d.cuEventQuery = f_event;
-    d.cuEventDestroy = f_event;
-    d.cuMemcpyHtoDAsync = f_htod_async;
-    d.cuMemHostAlloc = f_host_alloc;
-    d.cuMemFreeHost = f_free_host;
-    d.cuModuleLoadData = f_module_load;
-    d.cuModuleUnload = f_module_unload;
-    d.cuModuleGetFunction = f_get_function;
-    d.cuMemAlloc = f_alloc;
-    d.cuMemFree = f_free;
-    d.cuMemcpyHtoD = f_htod;
-    d.cuMemsetD8 = f_memset8;
-    CHECK_OK(atlas_driver_install_for_test(&d, 13000));
-}
 
 /* --- the CUDA backend's weight_load ------------------------------------------------------- */
 #ifdef ATLAS_HAVE_KERNELS
@@ -285,7 +142,8 @@ static void test_backend(const char *dir) {
     CHECK_MSG(weight_is(w_abc, abc, 3), "fused bf16|f32|bf16 weight differs");
     CHECK_MSG(weight_is(w_nm, nm, 2), "fused bf16|f16 1-D weight differs");
     CHECK_MSG(weight_is(w_big, bg, 1), "big weight differs");
-    CHECK_MSG(fk.bad_copy == 0, "%d copies not out of a pinned buffer", fk.bad_copy);
+    long bad_copies = fake_cuda_get_stats().bad_copies;
+    CHECK_MSG(bad_copies == 0, "%ld copies not out of a pinned buffer", bad_copies);
     /* every byte came through the reader, f32 and f16 ones too (nothing from the mapping,
      * which a truncated file turns into SIGBUS); c twice: w_c was read before its free */
     size_t want_read = a->nbytes + b->nbytes + 2 * c->nbytes + n->nbytes + m->nbytes +
@@ -313,7 +171,7 @@ static void test_backend(const char *dir) {
 #endif
 
 int main(void) {
-    install_fake();
+    CHECK_OK(fake_cuda_install(1));
     atlas_host *h = NULL;
     CHECK_OK(atlas_host_get(0, &h));
     char dir[512];

@@ -1,230 +1,30 @@
-/* tests/test-registry.c — the host and the per-model registry through a fake driver: CI has
- * no GPU, so the test fills the driver table itself (the one place a fake is acceptable).
- * The fake counts contexts, modules and allocations (backed by malloc, so that copies are
- * real) and injects failures; tests/test-gpu-host.c runs the same paths on a real GPU. */
+/* tests/test-registry.c — the host and the per-model registry through the fake driver
+ * (tests/fake_cuda.h): CI has no GPU.  The fake counts contexts, modules and allocations
+ * (backed by malloc, so that copies are real) and injects failures; tests/test-gpu-host.c
+ * runs the same paths on a real GPU. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/registry.h"
+#include "fake_cuda.h"
 #include "harness.h"
-
-/* --- the fake driver ---------------------------------------------------------------------- */
-
-#define FAKE_MAX 256
-#define FAKE_TOTAL ((size_t)80 << 30)
-#define FAKE_ILLEGAL_ADDRESS 700
-
-static struct {
-    int device_count;
-    int retains, releases;
-    int modules_loaded, modules_unloaded, get_function_calls;
-    void *allocs[FAKE_MAX];
-    size_t alloc_size[FAKE_MAX];
-    size_t live_bytes;
-    int fail_alloc_oom;            /* next cuMemAlloc fails with OUT_OF_MEMORY */
-    int fail_retain;               /* next cuDevicePrimaryCtxRetain fails */
-    int fail_sync;                 /* next cuCtxSynchronize fails */
-    int fail_htod;                 /* next cuMemcpyHtoDAsync fails (atomic: loader threads) */
-    CUdeviceptr fail_free[4];      /* cuMemFree of these fails (ILLEGAL_ADDRESS) */
-    CUmodule fail_unload;          /* cuModuleUnload of this fails */
-    CUmodule last_module;          /* the last one loaded */
-} fake;
-
-static _Thread_local CUcontext fake_current;
-static char fake_ctx_obj, fake_stream_obj[2], fake_event_obj;
-static int fake_streams;
-
-/* A fake module image: "FAKEMOD:name1,name2" lists its kernels. */
-typedef struct fake_module {
-    char names[256];
-    char fn_tags[8]; /* CUfunction handles point into this */
-} fake_module;
-
-static CUresult f_init(unsigned int flags) { return 0; }
-static CUresult f_version(int *v) { *v = 13000; return 0; }
-static CUresult f_err_name(CUresult e, const char **name) {
-    switch (e) {
-    case 0: *name = "CUDA_SUCCESS"; return 0;
-    case 1: *name = "CUDA_ERROR_INVALID_VALUE"; return 0;
-    case 2: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
-    case 200: *name = "CUDA_ERROR_INVALID_IMAGE"; return 0;
-    case 500: *name = "CUDA_ERROR_NOT_FOUND"; return 0;
-    case 700: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; return 0;
-    }
-    *name = NULL;
-    return 1;
-}
-static CUresult f_err_string(CUresult e, const char **text) {
-    *text = e == 2 ? "out of memory" : "fake error";
-    return 0;
-}
-static CUresult f_dev_get(CUdevice *d, int ordinal) { *d = ordinal; return 0; }
-static CUresult f_dev_count(int *n) { *n = fake.device_count; return 0; }
-static CUresult f_dev_name(char *name, int len, CUdevice d) {
-    snprintf(name, (size_t)len, "Fake GPU %d", d);
-    return 0;
-}
-static CUresult f_dev_attr(int *v, CUdevice_attribute a, CUdevice d) {
-    switch (a) {
-    case ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
-    case ATLAS_CU_ATTR_MULTIPROCESSOR_COUNT: *v = 132; break;
-    case ATLAS_CU_ATTR_L2_CACHE_SIZE: *v = 50 << 20; break;
-    case ATLAS_CU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
-    default: *v = 0;
-    }
-    return 0;
-}
-static CUresult f_total_mem(size_t *b, CUdevice d) { *b = FAKE_TOTAL; return 0; }
-static CUresult f_retain(CUcontext *c, CUdevice d) {
-    if (fake.fail_retain) { fake.fail_retain = 0; return 2; }
-    fake.retains++;
-    *c = (CUcontext)&fake_ctx_obj;
-    return 0;
-}
-static CUresult f_release(CUdevice d) { fake.releases++; return 0; }
-static CUresult f_set_current(CUcontext c) { fake_current = c; return 0; }
-static CUresult f_get_current(CUcontext *c) { *c = fake_current; return 0; }
-static CUresult f_sync(void) {
-    if (fake.fail_sync) { fake.fail_sync = 0; return FAKE_ILLEGAL_ADDRESS; }
-    return 0;
-}
-static CUresult f_stream_create(CUstream *s, unsigned int flags) {
-    *s = (CUstream)&fake_stream_obj[fake_streams++ % 2];
-    return 0;
-}
-static CUresult f_stream_ok(CUstream s) { return 0; }
-static CUresult f_event_create(CUevent *e, unsigned int flags) {
-    *e = (CUevent)&fake_event_obj;
-    return 0;
-}
-static CUresult f_event_record(CUevent e, CUstream s) { return 0; }
-static CUresult f_event_ok(CUevent e) { return 0; }
-
-static CUresult f_alloc(CUdeviceptr *p, size_t bytes) {
-    if (fake.fail_alloc_oom) { fake.fail_alloc_oom = 0; return 2; }
-    for (int i = 0; i < FAKE_MAX; i++) {
-        if (!fake.allocs[i]) {
-            fake.allocs[i] = malloc(bytes);
-            fake.alloc_size[i] = bytes;
-            fake.live_bytes += bytes;
-            *p = (CUdeviceptr)(uintptr_t)fake.allocs[i];
-            return 0;
-        }
-    }
-    return 2;
-}
-static CUresult f_free(CUdeviceptr p) {
-    for (int k = 0; k < 4; k++)
-        if (p && fake.fail_free[k] == p) return FAKE_ILLEGAL_ADDRESS;
-    for (int i = 0; i < FAKE_MAX; i++) {
-        if (fake.allocs[i] && (CUdeviceptr)(uintptr_t)fake.allocs[i] == p) {
-            free(fake.allocs[i]);
-            fake.allocs[i] = NULL;
-            fake.live_bytes -= fake.alloc_size[i];
-            return 0;
-        }
-    }
-    return 1;
-}
-static CUresult f_mem_info(size_t *free_b, size_t *total) {
-    *free_b = FAKE_TOTAL - fake.live_bytes;
-    *total = FAKE_TOTAL;
-    return 0;
-}
-static CUresult f_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
-    if (__atomic_exchange_n(&fake.fail_htod, 0, __ATOMIC_SEQ_CST)) return FAKE_ILLEGAL_ADDRESS;
-    memcpy((void *)(uintptr_t)dst, src, n);
-    return 0;
-}
-static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t n) {
-    memcpy(dst, (const void *)(uintptr_t)src, n);
-    return 0;
-}
-static CUresult f_host_alloc(void **p, size_t bytes, unsigned int flags) {
-    *p = malloc(bytes);
-    return *p ? 0 : 2;
-}
-static CUresult f_free_host(void *p) { free(p); return 0; }
-
-static CUresult f_module_load(CUmodule *m, const void *image) {
-    const char *s = image;
-#ifdef ATLAS_HAVE_KERNELS
-    static const unsigned char fatbin_magic[4] = {0x50, 0xed, 0x55, 0xba};
-    if (memcmp(image, fatbin_magic, 4) == 0) s = "FAKEMOD:";
-#endif
-    if (strncmp(s, "FAKEMOD:", 8) != 0) return 200;
-    fake_module *fm = calloc(1, sizeof *fm);
-    snprintf(fm->names, sizeof fm->names, ",%s,", s + 8);
-    fake.modules_loaded++;
-    *m = (CUmodule)fm;
-    fake.last_module = *m;
-    return 0;
-}
-static CUresult f_module_unload(CUmodule m) {
-    if (m == fake.fail_unload) return FAKE_ILLEGAL_ADDRESS;
-    free(m);
-    fake.modules_unloaded++;
-    return 0;
-}
-static CUresult f_get_function(CUfunction *fn, CUmodule m, const char *name) {
-    fake_module *fm = (fake_module *)m;
-    char key[128];
-    snprintf(key, sizeof key, ",%s,", name);
-    fake.get_function_calls++;
-    const char *at = strstr(fm->names, key);
-    if (!at) return 500;
-    *fn = (CUfunction)&fm->fn_tags[(at - fm->names) % 8];
-    return 0;
-}
-
-static atlas_driver fake_table(void) {
-    atlas_driver d;
-    memset(&d, 0, sizeof d);
-    d.cuInit = f_init;
-    d.cuDriverGetVersion = f_version;
-    d.cuGetErrorName = f_err_name;
-    d.cuGetErrorString = f_err_string;
-    d.cuDeviceGet = f_dev_get;
-    d.cuDeviceGetCount = f_dev_count;
-    d.cuDeviceGetName = f_dev_name;
-    d.cuDeviceGetAttribute = f_dev_attr;
-    d.cuDeviceTotalMem = f_total_mem;
-    d.cuDevicePrimaryCtxRetain = f_retain;
-    d.cuDevicePrimaryCtxRelease = f_release;
-    d.cuCtxSetCurrent = f_set_current;
-    d.cuCtxGetCurrent = f_get_current;
-    d.cuCtxSynchronize = f_sync;
-    d.cuStreamCreate = f_stream_create;
-    d.cuStreamDestroy = f_stream_ok;
-    d.cuStreamSynchronize = f_stream_ok;
-    d.cuEventCreate = f_event_create;
-    d.cuEventRecord = f_event_record;
-    d.cuEventSynchronize = f_event_ok;
-    d.cuMemAlloc = f_alloc;
-    d.cuMemFree = f_free;
-    d.cuMemGetInfo = f_mem_info;
-    d.cuMemcpyHtoDAsync = f_htod_async;
-    d.cuMemcpyDtoH = f_dtoh;
-    d.cuMemHostAlloc = f_host_alloc;
-    d.cuMemFreeHost = f_free_host;
-    d.cuModuleLoadData = f_module_load;
-    d.cuModuleUnload = f_module_unload;
-    d.cuModuleGetFunction = f_get_function;
-    return d;
-}
 
 /* --- helpers ------------------------------------------------------------------------------ */
 
 #define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
                          atlas_last_error())
 
-static void install_fake(int device_count) {
-    fake.device_count = device_count;
-    atlas_driver d = fake_table();
-    CHECK_OK(atlas_driver_install_for_test(&d, 13000));
+static void install_fake(int device_count) { CHECK_OK(fake_cuda_install(device_count)); }
+
+static fake_cuda_stats stats(void) { return fake_cuda_get_stats(); }
+
+/* The thread's current context, through the driver as atlas sees it. */
+static CUcontext current(void) {
+    CUcontext c = NULL;
+    atlas_driver_get()->cuCtxGetCurrent(&c);
+    return c;
 }
 
 /* --- host binding ------------------------------------------------------------------------- */
@@ -243,11 +43,11 @@ static void scenario_bad_ordinal_then_retain_failure(void) {
     CHECK(atlas_host_get(2, &h) == ATLAS_ERR_NO_DEVICE);
     HAS("GPU 2 requested, but the driver sees 2 device(s)");
     /* a failed context retain leaves nothing bound and nothing retained; a retry works */
-    fake.fail_retain = 1;
+    fake_cuda_fail_next(FAKE_CU_RETAIN);
     CHECK(atlas_host_get(1, &h) == ATLAS_ERR_DEVICE_NOMEM);
     HAS("cuDevicePrimaryCtxRetain failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
     HAS("src/backend/cuda/host.c:");
-    CHECK(fake.retains == 0);
+    CHECK(stats().retains == 0);
     CHECK_OK(atlas_host_get(1, &h));
     CHECK(h && atlas_host_properties(h)->ordinal == 1);
     CHECK(strcmp(atlas_host_properties(h)->name, "Fake GPU 1") == 0);
@@ -257,9 +57,9 @@ static void scenario_bad_ordinal_then_retain_failure(void) {
 
 static void *thread_get_host(void *arg) {
     atlas_host *h = NULL;
-    fake_current = NULL;
+    atlas_driver_get()->cuCtxSetCurrent(NULL);
     atlas_status st = atlas_host_get(0, &h);
-    int ok = st == ATLAS_OK && h == arg && fake_current == atlas_host_context(h);
+    int ok = st == ATLAS_OK && h == arg && current() == atlas_host_context(h);
     return ok ? arg : NULL;
 }
 
@@ -271,20 +71,20 @@ static void test_host(atlas_host **out) {
     const atlas_host_props *p = atlas_host_properties(h);
     CHECK(strcmp(p->name, "Fake GPU 0") == 0);
     CHECK(p->cc_major == 9 && p->cc_minor == 0 && p->sm_count == 132);
-    CHECK(p->total_mem == FAKE_TOTAL && p->driver_version == 13000);
-    CHECK(fake.retains == 1);
-    CHECK(fake_current == atlas_host_context(h));
+    CHECK(p->total_mem == FAKE_CUDA_TOTAL_MEM && p->driver_version == 13000);
+    CHECK(stats().retains == 1);
+    CHECK(current() == atlas_host_context(h));
 
     /* same ordinal: the same host, no second context */
     CHECK_OK(atlas_host_get(0, &h2));
     CHECK(h2 == h);
-    CHECK(fake.retains == 1 && atlas_host_context_retains(h) == 1);
+    CHECK(stats().retains == 1 && atlas_host_context_retains(h) == 1);
 
     /* another ordinal: refused, naming both, and nothing changes */
     h2 = (atlas_host *)&h2;
     CHECK(atlas_host_get(1, &h2) == ATLAS_ERR_INVALID && h2 == NULL);
     HAS("GPU 1 requested, but this process is bound to GPU 0");
-    CHECK(fake.retains == 1);
+    CHECK(stats().retains == 1);
 
     /* another thread gets the same host, with the context made current there */
     pthread_t t;
@@ -292,9 +92,9 @@ static void test_host(atlas_host **out) {
     CHECK(pthread_create(&t, NULL, thread_get_host, h) == 0);
     CHECK(pthread_join(t, &ret) == 0);
     CHECK(ret == h);
-    CHECK(fake.retains == 1);
+    CHECK(stats().retains == 1);
 
-    atlas_driver d = fake_table();
+    atlas_driver d = fake_cuda_table();
     CHECK(atlas_driver_install_for_test(&d, 13000) == ATLAS_ERR_INVALID);
     *out = h;
 }
@@ -306,15 +106,15 @@ static void test_modules(atlas_host *h) {
     CHECK_OK(atlas_registry_create(h, &r));
     CHECK_OK(atlas_registry_load_image(r, "norm", "FAKEMOD:rmsnorm_bf16,add_rmsnorm_bf16"));
     CHECK_OK(atlas_registry_load_image(r, "rope", "FAKEMOD:rope_bf16"));
-    CHECK(atlas_registry_module_count(r) == 2 && fake.modules_loaded == 2);
+    CHECK(atlas_registry_module_count(r) == 2 && stats().modules_loaded == 2);
 
     CUfunction a = NULL, b = NULL, c = NULL;
     CHECK_OK(atlas_registry_function(r, "rope_bf16", &a));
     CHECK_OK(atlas_registry_function(r, "add_rmsnorm_bf16", &b));
     CHECK(a && b && a != b);
-    int calls = fake.get_function_calls;
+    long calls = fake_cuda_calls(FAKE_CU_GET_FUNCTION);
     CHECK_OK(atlas_registry_function(r, "rope_bf16", &c)); /* cached: no driver call */
-    CHECK(c == a && fake.get_function_calls == calls);
+    CHECK(c == a && fake_cuda_calls(FAKE_CU_GET_FUNCTION) == calls);
     CHECK(atlas_registry_function_count(r) == 2);
 
     CHECK(atlas_registry_function(r, "gemm_bf16", &c) == ATLAS_ERR_NOT_FOUND && c == NULL);
@@ -337,7 +137,7 @@ static void test_modules(atlas_host *h) {
     CHECK(probe);
     CHECK_OK(atlas_registry_load_module(r, "probe"));
     CHECK_OK(atlas_registry_load_module(r, "probe")); /* twice: loaded once */
-    CHECK(atlas_registry_module_count(r) == 3 && fake.modules_loaded == 3);
+    CHECK(atlas_registry_module_count(r) == 3 && stats().modules_loaded == 3);
     CHECK(atlas_registry_load_module(r, "no_such") == ATLAS_ERR_NOT_FOUND);
     HAS("no kernel module 'no_such' in this binary");
 #else
@@ -345,9 +145,9 @@ static void test_modules(atlas_host *h) {
     HAS("built without CUDA kernels");
 #endif
 
-    int loaded = fake.modules_loaded;
+    int loaded = stats().modules_loaded;
     CHECK_OK(atlas_registry_release(r));
-    CHECK(fake.modules_unloaded == loaded);
+    CHECK(stats().modules_unloaded == loaded);
     CHECK_OK(atlas_registry_release(NULL));
 }
 
@@ -375,7 +175,7 @@ static void test_allocations(atlas_host *h) {
     CHECK(atlas_registry_alloc(r, 0, "empty", &x) == ATLAS_ERR_INVALID);
 
     /* out of memory: a recoverable error naming the buffer; nothing else changes */
-    fake.fail_alloc_oom = 1;
+    fake_cuda_fail_next(FAKE_CU_ALLOC);
     x = 1;
     CHECK(atlas_registry_alloc(r, (size_t)200 << 30, "layers.7.gate_up", &x) ==
           ATLAS_ERR_DEVICE_NOMEM);
@@ -385,7 +185,7 @@ static void test_allocations(atlas_host *h) {
 
     /* handles: release refused while another is live, and nothing is unloaded */
     CHECK_OK(atlas_registry_load_image(r, "probe", "FAKEMOD:fill"));
-    int unloaded = fake.modules_unloaded;
+    int unloaded = stats().modules_unloaded;
     CHECK(atlas_registry_ref(r) == r);
     atlas_registry_ref(r);
     CHECK(atlas_registry_handles(r) == 3);
@@ -394,14 +194,14 @@ static void test_allocations(atlas_host *h) {
     atlas_registry_unref(r);
     CHECK(atlas_registry_release(r) == ATLAS_ERR_BUSY);
     HAS("1 other handle(s)");
-    CHECK(fake.modules_unloaded == unloaded && atlas_registry_alloc_count(r) == 2);
+    CHECK(stats().modules_unloaded == unloaded && atlas_registry_alloc_count(r) == 2);
     CUfunction fn = NULL;
     CHECK_OK(atlas_registry_function(r, "fill", &fn)); /* still usable */
     atlas_registry_unref(r);
     atlas_registry_unref(NULL);
     CHECK(atlas_registry_handles(r) == 1);
     CHECK_OK(atlas_registry_release(r));
-    CHECK(fake.modules_unloaded == unloaded + 1);
+    CHECK(stats().modules_unloaded == unloaded + 1);
 
     /* device memory back to where it was */
     size_t free2 = 0;
@@ -415,15 +215,15 @@ static void test_release_failures(atlas_host *h) {
     CHECK_OK(atlas_registry_create(h, &r));
     CHECK_OK(atlas_registry_load_image(r, "norm", "FAKEMOD:rmsnorm"));
     CHECK_OK(atlas_registry_load_image(r, "attention", "FAKEMOD:attn"));
-    CUmodule attention = fake.last_module;
+    CUmodule attention = stats().last_module;
     CUdeviceptr a = 0, b = 0, c = 0;
     CHECK_OK(atlas_registry_alloc(r, 64, "embed_tokens", &a));
     CHECK_OK(atlas_registry_alloc(r, 128, "lm_head", &b));
     CHECK_OK(atlas_registry_alloc(r, 256, "kv cache", &c));
-    fake.fail_free[0] = a;
-    fake.fail_free[1] = c;
-    fake.fail_unload = attention;
-    fake.fail_sync = 1;
+    fake_cuda_fail_handle(FAKE_CU_FREE, a);
+    fake_cuda_fail_handle(FAKE_CU_FREE, c);
+    fake_cuda_fail_handle(FAKE_CU_MODULE_UNLOAD, (uintptr_t)attention);
+    fake_cuda_fail_next(FAKE_CU_SYNC);
     atlas_status st = atlas_registry_release(r);
     CHECK(st == ATLAS_ERR_DEVICE);
     HAS("registry release (3 allocation(s), 2 module(s)): 4 failure(s)");
@@ -436,11 +236,10 @@ static void test_release_failures(atlas_host *h) {
     printf("release failures: %s\n", atlas_last_error());
 
     /* the fake keeps what it refused to free: clean it up so the sanitizers see no leak */
-    fake.fail_free[0] = fake.fail_free[1] = 0;
-    CHECK(f_free(a) == 0 && f_free(c) == 0);
-    void *m = fake.fail_unload;
-    fake.fail_unload = NULL;
-    CHECK(f_module_unload(m) == 0);
+    fake_cuda_disarm();
+    const atlas_driver *d = atlas_driver_get();
+    CHECK(d->cuMemFree(a) == 0 && d->cuMemFree(c) == 0);
+    CHECK(d->cuModuleUnload(attention) == 0);
 }
 
 /* Many failures: the message stays bounded and counts what it could not list. */
@@ -453,24 +252,22 @@ static void test_release_many_failures(atlas_host *h) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
         CHECK_OK(atlas_registry_alloc(r, 16, name, &p[i]));
     }
-    fake.fail_sync = 1; /* sync fails; frees of everything else work */
+    fake_cuda_fail_next(FAKE_CU_SYNC); /* sync fails; frees of everything else work */
     CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
     HAS("1 failure(s)");
     CHECK_OK(atlas_registry_create(h, &r));
     for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
         CHECK_OK(atlas_registry_alloc(r, 16, name, &p[i]));
-        fake.fail_free[i] = p[i];
+        fake_cuda_fail_handle(FAKE_CU_FREE, p[i]);
     }
     for (int i = 4; i < 40; i++) CHECK_OK(atlas_registry_alloc(r, 16, "x", &p[i]));
     CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
     HAS("4 failure(s)");
     HAS("model.layers.0.self_attn");
     HAS("model.layers.3.self_attn");
-    for (int i = 0; i < 4; i++) {
-        fake.fail_free[i] = 0;
-        CHECK(f_free(p[i]) == 0);
-    }
+    fake_cuda_disarm();
+    for (int i = 0; i < 4; i++) CHECK(atlas_driver_get()->cuMemFree(p[i]) == 0);
 }
 
 /* Weight uploads through the pinned staging pool, packed and chunked. */
@@ -574,7 +371,7 @@ static void test_upload_queue(atlas_host *h) {
 
     /* one failed piece: the wait says which bytes, the next wait is clean */
     ramp_ctx c = {5};
-    __atomic_store_n(&fake.fail_htod, 1, __ATOMIC_SEQ_CST);
+    fake_cuda_fail_next(FAKE_CU_HTOD_ASYNC);
     CHECK_OK(atlas_host_upload_queue(h, dst[3], size[3], fill_ramp, &c, sizeof c));
     CHECK(atlas_host_upload_wait(h) == ATLAS_ERR_DEVICE);
     HAS("uploading bytes");
@@ -600,9 +397,9 @@ int main(void) {
     test_upload_queue(h);
 
     /* the end: every module unloaded, every device allocation freed, one context */
-    CHECK(fake.modules_loaded == fake.modules_unloaded);
-    CHECK(fake.live_bytes == 0);
-    CHECK(fake.retains == 1 && fake.releases == 0);
+    CHECK(stats().modules_loaded == stats().modules_unloaded);
+    CHECK(stats().live_bytes == 0);
+    CHECK(stats().retains == 1 && stats().releases == 0);
     CHECK(atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__) == ATLAS_ERR_DEVICE_NOMEM);
     CHECK(atlas_cu_check(12345, "cuLaunchKernel", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
     HAS("cuLaunchKernel failed: CUDA_ERROR_12345 (fake error) (tests/test-registry.c:");

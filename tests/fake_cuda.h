@@ -1,0 +1,70 @@
+/* tests/fake_cuda.h — one fake CUDA driver for the tests that run the CUDA backend without a
+ * GPU (CI has none).  "Device" memory is host memory (256-byte aligned), copies are memcpy,
+ * kernels and graphs do nothing.  The fake counts what is live (allocations and their bytes,
+ * pinned buffers, modules), counts the calls of the functions a test can fail, and fails the
+ * calls a test picks.  A module image "FAKEMOD:a,b" holds kernels a and b; an embedded fatbin
+ * holds every kernel; any other image is CUDA_ERROR_INVALID_IMAGE.  All of it is safe to call
+ * from any thread. */
+#ifndef ATLAS_TESTS_FAKE_CUDA_H
+#define ATLAS_TESTS_FAKE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/driver.h"
+
+#define FAKE_CUDA_OUT_OF_MEMORY 2
+#define FAKE_CUDA_ILLEGAL_ADDRESS 700
+#define FAKE_CUDA_TOTAL_MEM ((size_t)80 << 30)
+
+/* The calls a test can count and fail.  A failed free leaves what it was asked to free live
+ * (as the real driver may); a failed cuMemAlloc is out of memory, a failed context retain
+ * too; the others fail with CUDA_ERROR_ILLEGAL_ADDRESS. */
+typedef enum fake_cuda_call {
+    FAKE_CU_ALLOC,          /* cuMemAlloc */
+    FAKE_CU_FREE,           /* cuMemFree */
+    FAKE_CU_FREE_HOST,      /* cuMemFreeHost */
+    FAKE_CU_MODULE_UNLOAD,  /* cuModuleUnload */
+    FAKE_CU_EVENT_DESTROY,  /* cuEventDestroy */
+    FAKE_CU_RETAIN,         /* cuDevicePrimaryCtxRetain */
+    FAKE_CU_SYNC,           /* cuCtxSynchronize */
+    FAKE_CU_HTOD_ASYNC,     /* cuMemcpyHtoDAsync */
+    FAKE_CU_GET_FUNCTION,   /* cuModuleGetFunction (counted; a missing kernel is NOT_FOUND) */
+    FAKE_CU_CALLS
+} fake_cuda_call;
+
+/* What the fake holds now; "live" is made and not (successfully) freed. */
+typedef struct fake_cuda_stats {
+    long live_allocs, live_hosts, live_modules;
+    size_t live_bytes;                /* of the live allocations */
+    long retains, releases;           /* primary context */
+    long modules_loaded, modules_unloaded;
+    long bad_copies;                  /* cuMemcpyHtoDAsync from memory that is not pinned */
+    CUmodule last_module;             /* the last one loaded */
+} fake_cuda_stats;
+
+/* The fake's driver table, and that table installed (atlas_driver_install_for_test, which
+ * refuses a second install once a host is bound) with device_count devices. */
+atlas_driver fake_cuda_table(void);
+atlas_status fake_cuda_install(int device_count);
+
+fake_cuda_stats fake_cuda_get_stats(void);
+
+/* Calls of c made, and failed, since the last fake_cuda_disarm. */
+long fake_cuda_calls(fake_cuda_call c);
+long fake_cuda_failed(fake_cuda_call c);
+
+/* The n-th call of c counted from the last fake_cuda_disarm fails (at most 4 armed a kind;
+ * each fails once); fake_cuda_fail_next, the next call of c. */
+void fake_cuda_fail(fake_cuda_call c, long n);
+void fake_cuda_fail_next(fake_cuda_call c);
+/* Every call of c on handle (a CUdeviceptr, pinned pointer or CUmodule) fails until
+ * fake_cuda_disarm; at most 4 armed. */
+void fake_cuda_fail_handle(fake_cuda_call c, uintptr_t handle);
+/* No failures armed; calls counted from zero again. */
+void fake_cuda_disarm(void);
+
+/* Frees what failed frees left live, so that the sanitizers see no leak; returns how many. */
+long fake_cuda_free_failed(void);
+
+#endif
