@@ -368,7 +368,7 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
     CHECK_MSG(want && !strncmp(out, want, len), "%s: text '%s', want it to begin '%s'", name, out,
               want ? want : "");
     /* the generation's ends: -n 0, 1, 2, 3 print exactly
-     * the text of the reference's first 0, 1, 2, 3 ids */
+     * the text of the reference's first 0, 1, 2, 3 ids (-n 0: nothing at all) */
     for (int n_new = 0; n_new <= 3 && n_new <= upto && tok; n_new++) {
         static char part[1 << 12];
         char *want_n = NULL;
@@ -378,8 +378,12 @@ static void test_cli(const char *name, const prompt *pr, const char *prompt_text
                  "2>/dev/null", bin, dir, prompt_text, n_new);
         rc = harness_run(cmd, part, sizeof part);
         CHECK_MSG(rc == 0, "%s: exit %d", cmd, rc);
-        CHECK_MSG(want_n && strlen(part) == want_len && !memcmp(part, want_n, want_len),
-                  "%s: -n %d printed '%s', want '%s'", name, n_new, part, want_n ? want_n : "");
+        /* and, after a generation, the newline that ends the output */
+        size_t nl = n_new > 0;
+        CHECK_MSG(want_n && strlen(part) == want_len + nl && !memcmp(part, want_n, want_len) &&
+                      (!nl || part[want_len] == '\n'),
+                  "%s: -n %d printed '%s', want '%s'%s", name, n_new, part, want_n ? want_n : "",
+                  nl ? " and a newline" : "");
         free(want_n);
     }
     free(want);

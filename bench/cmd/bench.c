@@ -53,7 +53,7 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
-                    "                   [--device cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
+                    "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed swap loads, nothing else)\n"
                     "                   [--no-graphs] [--no-pdl] [--no-cublaslt]\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
@@ -77,11 +77,21 @@ static int parse_skip(const char *v) {
     return bits;
 }
 
+static const char *const bench_options[] = {
+    "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
+    "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
+    NULL};
+
+/* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_CUDA, 8.0,
+    *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
                       8192, 1, 0, 0, {0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!atlas_cli_known_option(a, bench_options)) {
+            atlas_cli_unknown_option("bench", a, bench_options);
+            return usage();
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage();
         if (!strcmp(a, "--no-graphs")) {
             o->backend.no_graphs = 1;
@@ -124,8 +134,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (end == v || *end || t < 1 || t > 64) return usage();
             o->tp = (int)t;
         } else if (!strcmp(a, "--device")) {
-            if (atlas_cli_parse_device(v, &o->device, &o->gpu) || o->device == ATLAS_DEVICE_AUTO)
-                return usage();
+            if (atlas_cli_parse_device(v, &o->device, &o->gpu)) return usage();
         } else {
             return usage();
         }
@@ -303,11 +312,13 @@ int atlas_cli_bench(int argc, char **argv) {
     if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK)
         return fail("loading the model");
     double first_s = now_s() - t0, load_s = first_s;
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    int on_cuda = !strcmp(info.backend, "cuda"); /* what --device auto resolved to */
     /* again, as a model swap: context and pinned pool kept (--load-only N: N times, the
      * median reported) */
-    int swaps = o.device != ATLAS_DEVICE_CUDA ? 0 : o.load_only ? o.load_only : 1;
+    int swaps = !on_cuda ? 0 : o.load_only ? o.load_only : 1;
     double swap_s[100];
-    atlas_model_info info;
     for (int i = 0; i < swaps; i++) {
         if (atlas_model_release(m) != ATLAS_OK) return fail("releasing the model");
         m = NULL;
@@ -339,7 +350,7 @@ int atlas_cli_bench(int argc, char **argv) {
            "process, with driver, context and pinned pool: %.2f s)\n", load_s,
            info.weight_bytes / 1e9, info.weight_bytes / 1e9 / load_s, first_s);
     print_load_path(m, load_s);
-    if (o.device == ATLAS_DEVICE_CUDA) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
+    if (on_cuda) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
     if (o.load_only) return atlas_model_release(m) == ATLAS_OK ? 0 : fail("releasing the model");
 
     int32_t *table = malloc(sizeof(int32_t) * max_blocks), *tokens = malloc(sizeof(int32_t) * ctx_max);

@@ -5,6 +5,7 @@
 
 #include "atlas/model.h"
 #include "cli/list.h"
+#include "cli/options.h"
 
 int atlas_cli_run(int argc, char **argv);      /* cli/run.c */
 int atlas_cli_info(int argc, char **argv);     /* cli/info.c */

@@ -4,6 +4,9 @@
 
 #include "atlas/model.h"
 #include "cli/cli.h"
+#include "cli/options.h"
+
+static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device", NULL};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -42,6 +45,8 @@ int atlas_cli_info(int argc, char **argv) {
     atlas_model_params p = atlas_model_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!atlas_cli_known_option(a, info_options))
+            return atlas_cli_unknown_option("info", a, info_options);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

@@ -2,7 +2,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "atlas/host.h"
+#include "atlas/version.h"
 #include "cli/cli.h"
+
+#ifndef ATLAS_GIT_COMMIT
+#define ATLAS_GIT_COMMIT "unknown"
+#endif
+#ifndef ATLAS_GPU_TARGETS
+#define ATLAS_GPU_TARGETS "unknown"
+#endif
 
 static const struct {
     const char *name;
@@ -17,8 +26,25 @@ static const struct {
     {"info", atlas_cli_info, "describe a model and the backend that would run it"},
 };
 
+/* What a bug report needs: which atlas, built from what, for which GPUs, and whether this
+ * machine's CUDA driver and GPU are usable (and why not). */
+static int version(void) {
+    printf("atlas %s (commit %s)\n", atlas_version(), ATLAS_GIT_COMMIT);
+    printf("gpu targets: %s\n", ATLAS_GPU_TARGETS);
+    atlas_host *h = NULL;
+    if (atlas_host_get(0, &h) == ATLAS_OK) {
+        const atlas_host_props *p = atlas_host_properties(h);
+        printf("cuda: found: %s (compute %d.%d), driver CUDA %d.%d\n", p->name, p->cc_major,
+               p->cc_minor, p->driver_version / 1000, p->driver_version % 1000 / 10);
+    } else {
+        printf("cuda: not found (%s)\n", atlas_host_unavailable_reason());
+    }
+    return 0;
+}
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: atlas <command> [options]   (atlas <command> --help for each)\n\n");
+    fprintf(f, "usage: atlas <command> [options]   (atlas <command> --help for each)\n"
+               "       atlas --version   (version, commit, GPU targets, whether CUDA is usable)\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
@@ -32,6 +58,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))
+        return version();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "atlas: unknown command '%s'\n", argv[1]);

@@ -20,12 +20,15 @@
 #include "atlas/sampler.h"
 #include "atlas/tokenizer.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "atlas/parallel.h"
 
 #define DEFAULT_PROMPT "And it came to pass"
 
 typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
+    const char *prompt_file; /* -f FILE, or "-" from -p - : read into prompt_buf */
+    char *prompt_buf;
     int n, threads, top_logprobs, json, tp, ctx, batch;
     atlas_device device;
     int gpu; /* the ordinal of --device cuda:N */
@@ -36,10 +39,13 @@ typedef struct run_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: atlas run [-m DIR] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
-            "  Generates a continuation of the prompt and streams it to stdout; prompt and\n"
-            "  generation speed go to stderr at the end. Stops at an end-of-sequence token.\n"
+            "  Generates a continuation of the prompt and streams it to stdout, ending with a\n"
+            "  newline; prompt and generation speed go to stderr at the end. Stops at an\n"
+            "  end-of-sequence token.\n"
             "  -m, --model DIR      model directory (default %s)\n"
-            "  -p, --prompt TEXT    the prompt (default \"" DEFAULT_PROMPT "\")\n"
+            "  -p, --prompt TEXT    the prompt (default \"" DEFAULT_PROMPT "\"); -p - reads it\n"
+            "                       from stdin\n"
+            "  -f, --file FILE      read the prompt from FILE\n"
             "  --prompt-ids LIST    token ids instead of text, comma-separated\n"
             "  -n N                 tokens to generate (default 32)\n"
             "  --temp T             temperature; 0 = greedy (default: generation_config.json's,\n"
@@ -85,9 +91,15 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
     return 0;
 }
 
+static const char *const run_options[] = {
+    "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
+    "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
+    "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", NULL};
+
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
+    if (!atlas_cli_known_option(a, run_options)) return atlas_cli_unknown_option("run", a, run_options);
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
         usage(stdout);
         return 0;
@@ -104,7 +116,10 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     long l = 0;
     int rc = 0;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->dir = v;
-    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+        if (!strcmp(v, "-")) o->prompt_file = "-", o->prompt = NULL;
+        else o->prompt = v, o->prompt_file = NULL;
+    } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v, o->prompt = NULL;
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
     else if (!strcmp(a, "-n")) rc = parse_long(a, v, 0, 1 << 20, &l), o->n = (int)l;
     else if (!strcmp(a, "--threads")) rc = parse_long(a, v, 1, 1024, &l), o->threads = (int)l;
@@ -268,7 +283,9 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         }
         rc |= r.failed;
     }
-    if (!o->json && isatty(1)) putchar('\n');
+    /* the text ends with a newline, so that a shell prompt or the next output starts on a
+     * line of its own */
+    if (!o->json) putchar('\n');
     fflush(stdout);
     if (!rc) {
         atlas_engine_model_status ms;
@@ -328,6 +345,43 @@ static int run_engine(run_opts *o) {
     return rc;
 }
 
+/* Reads -f FILE (or stdin for "-") whole into o->prompt_buf and points o->prompt at it. */
+static int read_prompt(run_opts *o) {
+    int from_stdin = !strcmp(o->prompt_file, "-");
+    FILE *f = from_stdin ? stdin : fopen(o->prompt_file, "rb");
+    if (!f) {
+        fprintf(stderr, "atlas run: -f %s: %s\n", o->prompt_file, strerror(errno));
+        return 1;
+    }
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break;
+        char *g = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap *= 2);
+        if (!g) free(buf);
+        buf = g;
+    }
+    int err = ferror(f);
+    if (!from_stdin) fclose(f);
+    if (!buf || err) {
+        fprintf(stderr, "atlas run: %s: %s\n", from_stdin ? "stdin" : o->prompt_file,
+                buf ? "read error" : "out of memory (or over 1 GiB)");
+        free(buf);
+        return 1;
+    }
+    buf[n] = 0;
+    if (strlen(buf) != n) {
+        fprintf(stderr, "atlas run: %s: the prompt has a NUL byte\n",
+                from_stdin ? "stdin" : o->prompt_file);
+        free(buf);
+        return 1;
+    }
+    o->prompt_buf = buf;
+    o->prompt = buf;
+    return 0;
+}
+
 int atlas_cli_run(int argc, char **argv) {
     run_opts o = {.n = 32, .tp = 1, .device = ATLAS_DEVICE_AUTO,
                   .sp = atlas_sampler_default_params()};
@@ -339,10 +393,13 @@ int atlas_cli_run(int argc, char **argv) {
         fprintf(stderr, "atlas run: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
         return 1;
     }
-    if (o.prompt && o.prompt_ids) {
-        fprintf(stderr, "atlas run: give -p or --prompt-ids, not both\n");
+    if ((o.prompt || o.prompt_file) && o.prompt_ids) {
+        fprintf(stderr, "atlas run: give -p, -f or --prompt-ids, not two of them\n");
         return 2;
     }
+    if (o.prompt_file && read_prompt(&o)) return 1;
     if (!o.dir) o.dir = atlas_cli_default_model();
-    return run_engine(&o);
+    int rc = run_engine(&o);
+    free(o.prompt_buf);
+    return rc;
 }

@@ -17,6 +17,7 @@
 #include "atlas/parallel.h"
 #include "atlas/server.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 
 enum { MAX_MODELS = 64 };
 
@@ -33,6 +34,7 @@ static void usage(FILE *f) {
             "  --model [NAME=]DIR   serve the Hugging Face model in DIR as NAME (default: DIR's\n"
             "                       last component); repeat for several; none: the default model\n"
             "  --models-dir ROOT    serve every subdirectory of ROOT that has a config.json\n"
+            "                       (none there, or ROOT unreadable: an error)\n"
             "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
@@ -178,7 +180,7 @@ static int add_models_dir(serve_args *a, const char *root) {
         return -1;
     }
     struct dirent *de;
-    int rc = 0;
+    int rc = 0, before = a->n_models;
     while (rc == 0 && (de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
         char cfg[4096], spec[4096];
@@ -198,28 +200,45 @@ static int add_models_dir(serve_args *a, const char *root) {
         n = snprintf(spec, sizeof spec, "%s=%s/%s", de->d_name, root, de->d_name);
         if (n < 0 || (size_t)n >= sizeof spec) continue;
         char *s = keep(a, strdup(spec));
+        if (!s) fprintf(stderr, "atlas serve: out of memory\n");
         rc = s ? add_model(a, s) : -1;
     }
     closedir(d);
-    return rc;
+    /* an empty root is a mistake (a wrong path, a mount not there): serving the default
+     * model instead would hide it */
+    if (rc == 0 && a->n_models == before) {
+        fprintf(stderr, "atlas serve: --models-dir %s: no subdirectory with a config.json\n",
+                root);
+        rc = -1;
+    }
+    return rc ? -2 : 0; /* reported */
 }
+
+static const char *const serve_options[] = {
+    "-h", "--help", "--model", "-m", "--models-dir", "--host", "--port", "--api-key",
+    "--max-resident", "--gpu-memory-utilization", "--kv-memory", "--ctx-size", "--max-model-len",
+    "--parallel", "--queue-limit", "--batch-tokens", "--threads", "--tensor-parallel",
+    "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
+    "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
+    "--allowed-hosts", "--reasoning-format", "--device", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
+        if (!atlas_cli_known_option(o, serve_options))
+            return atlas_cli_unknown_option("serve", o, serve_options);
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 1;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "atlas serve: unknown option or missing value: %s\n", o);
-            usage(stderr);
+            fprintf(stderr, "atlas serve: %s needs a value (see --help)\n", o);
             return 2;
         }
         const char *v = argv[++i];
         int bad = 0;
-        if (!strcmp(o, "--model") || !strcmp(o, "-m")) bad = add_model(a, v);
+        if (!strcmp(o, "--model") || !strcmp(o, "-m")) bad = add_model(a, v) ? -2 : 0;
         else if (!strcmp(o, "--models-dir")) bad = add_models_dir(a, v);
         else if (!strcmp(o, "--host")) a->sp.host = v;
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);

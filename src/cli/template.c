@@ -11,6 +11,7 @@
 #include "atlas/template.h"
 #include "atlas/toolcall.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -40,6 +41,10 @@ typedef struct opts {
     bool gen, tool_format;
 } opts;
 
+static const char *const template_options[] = {"-h", "--help", "-m", "--model", "--tools",
+                                               "--kwargs", "--no-generation-prompt",
+                                               "--tool-format", NULL};
+
 /* 0 ok, 1 done (help), 2 usage error */
 static int parse_args(int argc, char **argv, opts *o) {
     for (int i = 1; i < argc; i++) {
@@ -60,8 +65,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         } else if (!strcmp(a, "--tool-format")) {
             o->tool_format = true;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "atlas template: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return atlas_cli_unknown_option("template", a, template_options);
         } else if (o->messages) {
             fprintf(stderr, "atlas template: one MESSAGES file only (see --help)\n");
             return 2;
@@ -120,7 +124,16 @@ int atlas_cli_template(int argc, char **argv) {
         return 1;
     }
     if (o.tool_format) {
-        printf("%s\n", atlas_toolcall_format_name(atlas_toolcall_format_detect(atlas_template_source(t), NULL)));
+        /* as the server decides it (server/api.c): from the template, else from config.json's
+         * architecture, so that what this prints is what a request would get */
+        char path[4096];
+        int len = snprintf(path, sizeof path, "%s/config.json", o.dir);
+        json_t *cfg = len > 0 && (size_t)len < sizeof path ? json_load_file(path, 0, NULL) : NULL;
+        const char *arch =
+            json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+        printf("%s\n", atlas_toolcall_format_name(
+                           atlas_toolcall_format_detect(atlas_template_source(t), arch)));
+        json_decref(cfg);
         rc = 0;
     } else {
         rc = render(t, &o);

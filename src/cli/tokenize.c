@@ -6,6 +6,10 @@
 
 #include "atlas/tokenizer.h"
 #include "cli/cli.h"
+#include "cli/options.h"
+
+static const char *const tokenize_options[] = {"-h", "--help", "-m", "--model", "--add-special",
+                                               NULL};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -59,8 +63,7 @@ int atlas_cli_tokenize(int argc, char **argv) {
         } else if (!strcmp(a, "--add-special")) {
             add_special = true;
         } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "atlas tokenize: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return atlas_cli_unknown_option("tokenize", a, tokenize_options);
         } else if (text) {
             fprintf(stderr, "atlas tokenize: one TEXT only (quote it) (see --help)\n");
             return 2;

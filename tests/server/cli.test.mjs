@@ -1,0 +1,108 @@
+// The `atlas` command's rough edges (issue 26): what it prints and how it fails, run as a
+// user runs it (spawnSync of ATLAS_BIN), on the default model and the CPU.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const BIN = process.env.ATLAS_BIN;
+const atlas = (args, input) =>
+  spawnSync(BIN, args, { input: input ?? '', encoding: 'utf8', timeout: 120000 });
+const run = (args, input) => atlas(['run', '--device', 'cpu', '-n', '6', ...args], input);
+
+test('run ends its text with a newline, also when piped', () => {
+  const r = run(['-p', 'Once upon a time']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.ok(r.stdout.length > 1, 'generated something');
+  assert.ok(r.stdout.endsWith('\n'), JSON.stringify(r.stdout));
+  assert.ok(!r.stdout.endsWith('\n\n'), 'one newline, not two');
+});
+
+test('run -p - reads the prompt from stdin, -f FILE from a file', () => {
+  const prompt = 'The king said unto them';
+  const direct = run(['-p', prompt]);
+  assert.equal(direct.status, 0, direct.stderr);
+  const stdin = run(['-p', '-'], prompt);
+  assert.equal(stdin.status, 0, stdin.stderr);
+  assert.equal(stdin.stdout, direct.stdout);
+  const dir = mkdtempSync(join(tmpdir(), 'atlas-cli-'));
+  try {
+    writeFileSync(join(dir, 'prompt.txt'), prompt);
+    const file = run(['-f', join(dir, 'prompt.txt')]);
+    assert.equal(file.status, 0, file.stderr);
+    assert.equal(file.stdout, direct.stdout);
+    const missing = run(['-f', join(dir, 'absent.txt')]);
+    assert.equal(missing.status, 1);
+    assert.match(missing.stderr, /absent\.txt: No such file/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  // the prompt's token count, printed on stderr, is that of the text, not of "-"
+  const count = (r) => Number(r.stderr.match(/prompt: (\d+) tokens/)[1]);
+  assert.ok(count(direct) > 3);
+  assert.equal(count(stdin), count(direct));
+});
+
+test('an unknown option is named, with the nearest valid one', () => {
+  const cases = [
+    [['run', '--ctx-sise', '8'], 'run', '--ctx-sise', '--ctx-size'],
+    [['serve', '--prot', '8080'], 'serve', '--prot', '--port'],
+    [['info', '--devcie', 'cpu'], 'info', '--devcie', '--device'],
+    [['bench', '--raps', '2'], 'bench', '--raps', '--reps'],
+    [['tokenize', '--add-specail', 'x'], 'tokenize', '--add-specail', '--add-special'],
+    [['template', '--tool-fromat'], 'template', '--tool-fromat', '--tool-format'],
+  ];
+  for (const [args, cmd, bad, near] of cases) {
+    const r = atlas(args);
+    assert.equal(r.status, 2, args.join(' '));
+    assert.ok(r.stderr.includes(`atlas ${cmd}: unknown option '${bad}'; did you mean '${near}'?`),
+              r.stderr);
+  }
+  const far = atlas(['run', '--zzzzzzzz']);
+  assert.equal(far.status, 2);
+  assert.match(far.stderr, /unknown option '--zzzzzzzz' \(see --help\)/);
+  // a known option without its value is still told as such
+  const novalue = atlas(['serve', '--port']);
+  assert.equal(novalue.status, 2);
+  assert.match(novalue.stderr, /--port needs a value/);
+});
+
+test('--version names the version, the commit, the GPU targets and CUDA', () => {
+  const r = atlas(['--version']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^atlas \d+\.\d+\.\d+ \(commit (?:[0-9a-f]{4,}|unknown)\)\n/);
+  assert.match(r.stdout, /\ngpu targets: \S/);
+  assert.match(r.stdout, /\ncuda: (found: .+|not found \(.+\))\n/);
+});
+
+test('bench picks the device as run does (auto: the CPU without a GPU)', () => {
+  const r = atlas(['bench', '-p', '16', '-n', '4', '--reps', '1', '--gemm', '128']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /\nbackend +(cpu|cuda)/);
+  assert.match(r.stdout, /\ndecode /);
+});
+
+test('serve: an empty or unreadable --models-dir is an error', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'atlas-md-'));
+  try {
+    mkdirSync(join(dir, 'not-a-model'));
+    const empty = atlas(['serve', '--models-dir', dir, '--port', '0', '--device', 'cpu']);
+    assert.equal(empty.status, 2, empty.stderr);
+    assert.match(empty.stderr, /--models-dir .*: no subdirectory with a config\.json/);
+    const absent = atlas(['serve', '--models-dir', join(dir, 'absent'), '--port', '0']);
+    assert.equal(absent.status, 2, absent.stderr);
+    assert.match(absent.stderr, /absent: No such file or directory/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('template --tool-format says what the server will parse', () => {
+  // the default model's template has no tool calls; the server then goes by its
+  // architecture (LlamaForCausalLM: the Llama 3 format), and so must this
+  const r = atlas(['template', '--tool-format']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, 'llama3\n');
+});
