@@ -11,7 +11,7 @@ foreach(script ${ATLAS_SERVER_SCRIPT_TESTS})
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/run.sh ${script}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/server)
   set_tests_properties(${name} PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "ATLAS_BIN=$<TARGET_FILE:atlas>;ATLAS_TEST_DATA=${CMAKE_SOURCE_DIR}/tests/data")
+    ENVIRONMENT "ATLAS_BIN=$<TARGET_FILE:atlas>;ATLAS_TEST_DATA=${CMAKE_SOURCE_DIR}/tests/data;ATLAS_OLD_LIBCUDA=$<TARGET_FILE:old_libcuda>")
 endforeach()
 
 # The small-width conformance set (tools/conformance/shapes.py SMALL; checkpoints and

@@ -8,8 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const BIN = process.env.ATLAS_BIN;
-const atlas = (args, input) =>
-  spawnSync(BIN, args, { input: input ?? '', encoding: 'utf8', timeout: 120000 });
+const atlas = (args, input, env) =>
+  spawnSync(BIN, args, { input: input ?? '', encoding: 'utf8', timeout: 120000,
+                         env: { ...process.env, ...env } });
 const run = (args, input) => atlas(['run', '--device', 'cpu', '-n', '6', ...args], input);
 
 test('run ends its text with a newline, also when piped', () => {
@@ -105,4 +106,18 @@ test('template --tool-format says what the server will parse', () => {
   const r = atlas(['template', '--tool-format']);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout, 'llama3\n');
+});
+
+test('a driver older than the toolkit needs is refused naming both versions', () => {
+  // tests/old_libcuda.c: a libcuda.so whose cuDriverGetVersion says CUDA 11.2
+  const env = { ATLAS_LIBCUDA: process.env.ATLAS_OLD_LIBCUDA };
+  assert.ok(env.ATLAS_LIBCUDA, 'ATLAS_OLD_LIBCUDA is set by tests/scripts.cmake');
+  const want = /the CUDA driver supports CUDA 11\.2; atlas needs 1\d\.\d or newer/;
+  const v = atlas(['--version'], '', env);
+  assert.equal(v.status, 0, v.stderr);
+  assert.match(v.stdout, /\ncuda: not found \(/);
+  assert.match(v.stdout, want);
+  const r = atlas(['run', '--device', 'cuda', '-n', '2'], '', env);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, want);
 });
