@@ -6,10 +6,12 @@
  *   one has ended (here: cancelled, as when the client goes away); a load before then
  *   takes the deferred unload back; an unload with nothing running is granted at once;
  * - a swap (max_resident 1) lets the running request of the old model finish before the
- *   other model is loaded: the refused release is counted, never an error. */
+ *   other model is loaded: the refused release is counted, never an error;
+ * - a model too large for the memory budget evicts nothing: checked before any release. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "atlas/engine.h"
@@ -19,7 +21,9 @@ typedef struct coll {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n_tokens, done;
+    int32_t ids[8]; /* the first generated ids */
     atlas_finish finish;
+    atlas_status status;
     char msg[512];
 } coll;
 
@@ -38,10 +42,12 @@ static void on_event(const atlas_event *ev, void *user) {
     coll *c = user;
     pthread_mutex_lock(&c->mu);
     if (ev->type == ATLAS_EVENT_TOKEN) {
+        if (c->n_tokens < 8) c->ids[c->n_tokens] = ev->id;
         c->n_tokens++;
     } else {
         c->done = 1;
         c->finish = ev->finish;
+        c->status = ev->status;
         snprintf(c->msg, sizeof c->msg, "%s", ev->message);
     }
     pthread_cond_broadcast(&c->cv);
@@ -227,6 +233,77 @@ static void test_swap_drains(const char *dir_a, const char *dir_b) {
     coll_destroy(&cb);
 }
 
+/* Runs r to its end in c (initialised here; the caller destroys it). */
+static void run_one(atlas_engine *e, const atlas_request *r, coll *c) {
+    coll_init(c);
+    atlas_status st = atlas_engine_submit(e, r, on_event, c, NULL);
+    if (st != ATLAS_OK) { /* refused at once: as an ERROR end */
+        c->done = 1;
+        c->finish = ATLAS_FINISH_ERROR;
+        c->status = st;
+        snprintf(c->msg, sizeof c->msg, "submit: %s", atlas_last_error());
+        return;
+    }
+    coll_wait(c);
+}
+
+/* Bytes of dir/model.safetensors, 0 when it cannot be read. */
+static size_t weights_size(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat st;
+    return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
+}
+
+/* With max_resident 1 and a memory budget between the two models' needs, a request for
+ * the larger fails with DEVICE_NOMEM before anything is evicted: the smaller one stays
+ * resident and serves on, its tokens as before. */
+static void test_budget_before_evict(const char *dir_a, const char *dir_b) {
+    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = mods;
+    p.n_models = 2;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    p.max_resident = 1;
+    p.ctx_size = 512;
+    p.kv_blocks = 64;
+    p.gpu_memory = (size_t)1 << 40;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    atlas_engine_model_status ms[2];
+    CHECK(atlas_engine_models(e, ms, 2) == 2);
+    atlas_engine_free(e);
+    size_t need[2] = {weights_size(dir_a) + ms[0].kv_bytes, weights_size(dir_b) + ms[1].kv_bytes};
+    CHECK(need[0] && need[1] && need[0] != need[1]);
+    int small = need[0] < need[1] ? 0 : 1, large = 1 - small;
+    p.gpu_memory = (need[0] + need[1]) / 2;
+    e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    coll first, c;
+    atlas_request r = request(mods[small].name, 4);
+    run_one(e, &r, &first);
+    CHECK(first.finish == ATLAS_FINISH_LENGTH && first.n_tokens == 4);
+    r = request(mods[large].name, 4);
+    run_one(e, &r, &c);
+    CHECK_MSG(c.finish == ATLAS_FINISH_ERROR && c.status == ATLAS_ERR_DEVICE_NOMEM, "%d %s",
+              c.status, c.msg);
+    coll_destroy(&c);
+    atlas_engine_metrics m = metrics(e);
+    CHECK(atlas_engine_models(e, ms, 2) == 2 && ms[small].resident && !ms[large].resident);
+    CHECK_MSG(m.unloads == 0 && m.loads == 1, "loads %llu unloads %llu",
+              (unsigned long long)m.loads, (unsigned long long)m.unloads);
+    r = request(mods[small].name, 4);
+    run_one(e, &r, &c);
+    CHECK(c.finish == ATLAS_FINISH_LENGTH && c.n_tokens == 4 &&
+          !memcmp(c.ids, first.ids, sizeof(int32_t) * 4));
+    coll_destroy(&c);
+    coll_destroy(&first);
+    atlas_engine_free(e);
+}
+
 int main(void) {
     char a[1024], b[1024];
     snprintf(a, sizeof a, "%s", harness_data_path("tiny-llama3"));
@@ -238,5 +315,6 @@ int main(void) {
     if (!harness_require_file(tok)) return harness_finish();
     test_unload_refused(a);
     test_swap_drains(a, b);
+    test_budget_before_evict(a, b);
     return harness_finish();
 }

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -726,57 +725,6 @@ static int resident(atlas_engine *e, int i) {
     return atlas_engine_models(e, st, 3) == 3 && st[i].resident;
 }
 
-/* Bytes of dir/model.safetensors, 0 when it cannot be read. */
-static size_t weights_size(const char *dir) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    struct stat st;
-    return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
-}
-
-/* With max_resident 1 and a memory budget between the two models' needs, a request for
- * the larger fails with DEVICE_NOMEM before anything is evicted: the smaller one stays
- * resident and serves on. */
-static void test_budget_before_evict(const fixture *a, const fixture *b) {
-    atlas_engine_model mods[2] = {{"a", a->dir}, {"b", b->dir}};
-    atlas_engine_params p = atlas_engine_default_params();
-    p.max_resident = 1;
-    p.ctx_size = 512;
-    p.kv_blocks = 64;
-    p.gpu_memory = (size_t)1 << 40;
-    atlas_engine *e = engine_new(mods, 2, &p);
-    if (!e) return;
-    atlas_engine_model_status ms[2];
-    CHECK(atlas_engine_models(e, ms, 2) == 2);
-    atlas_engine_free(e);
-    size_t need[2] = {weights_size(a->dir) + ms[0].kv_bytes, weights_size(b->dir) + ms[1].kv_bytes};
-    CHECK(need[0] && need[1] && need[0] != need[1]);
-    int small = need[0] < need[1] ? 0 : 1, large = 1 - small;
-    p.gpu_memory = (need[0] + need[1]) / 2;
-    e = engine_new(mods, 2, &p);
-    if (!e) return;
-    const fixture *fs = small ? b : a, *fl = small ? a : b;
-    atlas_request r = greedy_request(mods[small].name, fs->p[0].ids, fs->p[0].n, 4);
-    coll *c = run_one(e, &r);
-    CHECK(c->finish == ATLAS_FINISH_LENGTH && matches_reference(c, &fs->p[0]));
-    coll_free(c);
-    r = greedy_request(mods[large].name, fl->p[0].ids, fl->p[0].n, 4);
-    c = run_one(e, &r);
-    CHECK_MSG(c->finish == ATLAS_FINISH_ERROR && c->status == ATLAS_ERR_DEVICE_NOMEM, "%d %s",
-              c->status, c->msg);
-    coll_free(c);
-    atlas_engine_metrics m;
-    atlas_engine_get_metrics(e, &m);
-    CHECK(atlas_engine_models(e, ms, 2) == 2 && ms[small].resident && !ms[large].resident);
-    CHECK_MSG(m.unloads == 0 && m.loads == 1, "loads %llu unloads %llu",
-              (unsigned long long)m.loads, (unsigned long long)m.unloads);
-    r = greedy_request(mods[small].name, fs->p[0].ids, fs->p[0].n, 4);
-    c = run_one(e, &r);
-    CHECK(c->finish == ATLAS_FINISH_LENGTH && matches_reference(c, &fs->p[0]));
-    coll_free(c);
-    atlas_engine_free(e);
-}
-
 /* Three models (two names share a directory) with max_resident 2: the least recently used
  * one leaves; unload is refused while a sequence runs and done after; a gpu_memory too
  * small for any model fails its requests with DEVICE_NOMEM. */
@@ -825,7 +773,6 @@ static void test_residency(const fixture *a, const fixture *b) {
     coll_free(c);
     CHECK(atlas_engine_load(e, "a") == ATLAS_ERR_DEVICE_NOMEM);
     atlas_engine_free(e);
-    test_budget_before_evict(a, b);
 }
 
 /* drain_timeout_ms: a request for b while a long one runs on a (max_resident 1) pauses
