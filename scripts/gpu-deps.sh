@@ -7,7 +7,8 @@
 # libmicrohttpd's .pc requires gnutls's, which such machines lack: Requires.private is
 # dropped (atlas links dynamically and needs only the public flags).
 pkgs="libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
-      libpcre2-posix3 libutf8proc-dev libutf8proc2 libmicrohttpd-dev libmicrohttpd12"
+      libpcre2-posix3 libutf8proc-dev libutf8proc2 libmicrohttpd-dev libmicrohttpd12
+      libedit-dev libedit2"
 case "${1:-}" in
 fetch)
   mkdir -p .carry/debs && (cd .carry/debs && apt-get download $pkgs) ;;

@@ -12,6 +12,7 @@ int atlas_cli_info(int argc, char **argv);     /* cli/info.c */
 int atlas_cli_tokenize(int argc, char **argv); /* cli/tokenize.c */
 int atlas_cli_template(int argc, char **argv); /* cli/template.c */
 int atlas_cli_serve(int argc, char **argv);    /* cli/serve.c */
+int atlas_cli_chat(int argc, char **argv);     /* cli/chat.c */
 int atlas_cli_bench(int argc, char **argv);    /* cli/bench.c */
 
 /* The model directory used when no -m is given: models/default in the source tree

@@ -19,6 +19,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", atlas_cli_run, "generate text from a prompt"},
+    {"chat", atlas_cli_chat, "talk with a model in the terminal (in process or --url)"},
     {"serve", atlas_cli_serve, "OpenAI-compatible HTTP server"},
     {"bench", atlas_cli_bench, "measure prefill/decode speed against the device's limits"},
     {"tokenize", atlas_cli_tokenize, "print the token ids of a text"},
