@@ -99,6 +99,11 @@ typedef struct atlas_engine_params {
     int gpu;              /* the GPU ordinal (default 0); a process serves one GPU, so every
                              engine of a process names the same one */
     int n_threads;        /* CPU backend workers; 0: one per core */
+    /* Optional (NULL, default: none): each model load's progress, as
+     * atlas_model_params.progress reports it (include/atlas/model.h: the same threads and
+     * rules), with the configured name of the model loading. */
+    void (*load_progress)(void *user, const char *model, uint64_t done, uint64_t total);
+    void *load_progress_user; /* load_progress's first argument */
 } atlas_engine_params;
 
 /* The defaults above (no models).  Pure. */
@@ -250,6 +255,11 @@ typedef struct atlas_engine_model_status {
     size_t kv_bytes;        /* the pool's size */
     char note[256];         /* why ctx_size is below what was asked, "" if it is not */
     char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
+    /* While resident (else "" and 0), as atlas_model_get_info says: */
+    char architecture[64];  /* config.json's architectures[0] */
+    char dtype[8];          /* of the weights in the files ("BF16", ..., "mixed") */
+    int64_t n_params;
+    size_t weight_bytes;    /* the weights' bytes in the files */
     /* "resident", "draining" (to be released once its requests end), "loading",
      * "unloaded", or "failed" (its last load failed: last_error says why) */
     const char *state;

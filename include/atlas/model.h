@@ -37,6 +37,9 @@ typedef enum atlas_device {
     ATLAS_DEVICE_CUDA,     /* fails when CUDA cannot be used */
 } atlas_device;
 
+/* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */
+typedef void (*atlas_load_progress_fn)(void *user, uint64_t done, uint64_t total);
+
 typedef struct atlas_model_params {
     atlas_device device;
     int n_threads;        /* CPU worker threads; 0: one per core */
@@ -56,6 +59,13 @@ typedef struct atlas_model_params {
     int gpu;              /* the GPU ordinal (default 0). A process serves one GPU: the first
                              model on CUDA binds it, and one that names another ordinal later
                              fails with ATLAS_ERR_INVALID (include/atlas/host.h) */
+    /* Optional (NULL, default: none): told of the bytes read as the weights load, many times
+     * a second on a large model, and once more with done == total when they are all in
+     * place (not after a failure). Called from the thread that reads them (the loading
+     * thread on the CPU; on CUDA the host's loader threads), never two calls at once; it
+     * must return quickly and not call into the model. */
+    atlas_load_progress_fn progress;
+    void *progress_user;  /* progress's first argument */
 } atlas_model_params;
 
 /* The defaults above.  Pure; any thread. */

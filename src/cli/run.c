@@ -21,6 +21,7 @@
 #include "atlas/tokenizer.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/progress.h"
 #include "atlas/parallel.h"
 
 #define DEFAULT_PROMPT "And it came to pass"
@@ -303,6 +304,27 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     return rc;
 }
 
+/* Loads the model now, showing its progress and then one line: what, how fast, where. */
+static atlas_status load(const run_opts *o, atlas_engine *e, atlas_cli_progress *pg) {
+    size_t n = strlen(o->dir);
+    while (n > 1 && o->dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && o->dir[b - 1] != '/') b--;
+    char name[128];
+    snprintf(name, sizeof name, "%.*s", (int)(n - b), o->dir + b);
+    atlas_cli_progress_begin(pg, name);
+    atlas_status st = atlas_engine_load(e, "run");
+    char device[32] = "";
+    if (st == ATLAS_OK) {
+        atlas_engine_model_status ms;
+        atlas_engine_models(e, &ms, 1);
+        if (!strcmp(ms.backend, "cuda")) snprintf(device, sizeof device, "cuda:%d", o->gpu);
+        else snprintf(device, sizeof device, "%s", ms.backend);
+    }
+    atlas_cli_progress_end(pg, st == ATLAS_OK, device);
+    return st;
+}
+
 static int run_engine(run_opts *o) {
     atlas_generation_defaults gen;
     if (atlas_model_generation_defaults(o->dir, &gen) != ATLAS_OK) {
@@ -321,9 +343,13 @@ static int run_engine(run_opts *o) {
     p.gpu = o->gpu;
     p.n_threads = o->threads;
     if (o->batch) p.batch_tokens = o->batch;
+    atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
+    p.load_progress = atlas_cli_progress_report;
+    p.load_progress_user = pg;
     atlas_engine *e = NULL;
     if (atlas_engine_create(&p, &e) != ATLAS_OK) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
+        atlas_cli_progress_free(pg);
         return 1;
     }
     atlas_engine_model_status ms;
@@ -333,8 +359,7 @@ static int run_engine(run_opts *o) {
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;
-    if (atlas_engine_tokenizer(e, "run", &tok) != ATLAS_OK ||
-        atlas_engine_load(e, "run") != ATLAS_OK) {
+    if (atlas_engine_tokenizer(e, "run", &tok) != ATLAS_OK || load(o, e, pg) != ATLAS_OK) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
         rc = 1;
     }
@@ -342,6 +367,7 @@ static int run_engine(run_opts *o) {
     if (!rc && o->n > 0) rc = generate(o, e, tok, ids, n);
     free(ids);
     atlas_engine_free(e);
+    atlas_cli_progress_free(pg);
     return rc;
 }
 

@@ -100,6 +100,17 @@ static void fail_model_requests(atlas_engine *e, int model, atlas_status st, con
     atlas_engine_flush_done(e);
 }
 
+/* The model's progress callback, naming the model for the engine's. */
+typedef struct load_progress {
+    const atlas_engine_params *p;
+    const char *name;
+} load_progress;
+
+static void on_load_progress(void *user, uint64_t done, uint64_t total) {
+    const load_progress *lp = user;
+    lp->p->load_progress(lp->p->load_progress_user, lp->name, done, total);
+}
+
 /* load_checked's release of a model it refuses: a failure to free is counted by the caller
  * (under e->mu), the load's error is the one reported. */
 static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **out,
@@ -112,6 +123,8 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.kv_block_size = e->p.kv_block_size;
     mp.max_batch_tokens = e->p.batch_tokens;
     mp.load_tokenizer = 0; /* the engine keeps its own, resident or not */
+    load_progress lp = {&e->p, md->name};
+    if (e->p.load_progress) mp.progress = on_load_progress, mp.progress_user = &lp;
     atlas_model *m = NULL;
     ATLAS_TRY(atlas_model_load(md->dir, &mp, &m));
     int bs = atlas_model_kv_block_size(m), nb = atlas_model_kv_blocks(m);

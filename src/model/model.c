@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/model_internal.h"
 #include "model/shard.h"
+#include "model/weight_read.h"
 
 atlas_model_params atlas_model_default_params(void) {
     return (atlas_model_params){.device = ATLAS_DEVICE_AUTO,
@@ -172,7 +173,12 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
         g.intermediate = plan.n_mlp;
     }
     ATLAS_TRY(pick_backend(m, p, opts, &g));
-    ATLAS_TRY(atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL, &m->w));
+    atlas_load_progress progress = {.fn = p->progress, .user = p->progress_user};
+    pthread_mutex_init(&progress.mu, NULL);
+    atlas_status st = atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL,
+                                               &progress, &m->w);
+    pthread_mutex_destroy(&progress.mu);
+    ATLAS_TRY(st);
     /* The weights are the backend's own copies now: the files are closed and unmapped, so a
      * checkpoint rewritten or truncated on disk (a re-download, a sync) cannot reach a model
      * being served (a read of a truncated mapping is SIGBUS, for the whole process). */

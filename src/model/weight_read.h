@@ -5,6 +5,8 @@
 #ifndef ATLAS_MODEL_WEIGHT_READ_H
 #define ATLAS_MODEL_WEIGHT_READ_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,10 +14,28 @@
 #include "backend/backend.h"
 #include "format/safetensors.h"
 
+/* A load's progress, for atlas_model_params.progress: bytes of the weights read so far
+ * (counted by whichever thread reads them) out of total. fn NULL: nothing is reported. */
+typedef struct atlas_load_progress {
+    void (*fn)(void *user, uint64_t done, uint64_t total);
+    void *user;
+    uint64_t total;
+    atomic_uint_least64_t done;
+    pthread_mutex_t mu; /* one call of fn at a time */
+} atlas_load_progress;
+
+/* Adds n bytes read and reports the sum, unless a call of fn is under way on another
+ * thread (that one or the next reports it: done only grows). Any thread; p NULL: nothing. */
+void atlas_load_progress_add(atlas_load_progress *p, uint64_t n);
+/* Reports done == total: the end of a successful load; on the loading thread, once every
+ * read is over. */
+void atlas_load_progress_finish(atlas_load_progress *p);
+
 /* Where a tensor's data lies in a file: the reader's context. */
 typedef struct atlas_weight_file {
     int fd;          /* the shard's descriptor (the atlas_st's: open until atlas_st_free) */
     uint64_t offset; /* where the tensor's data starts in it */
+    atlas_load_progress *progress; /* counts the bytes read; NULL: none */
 } atlas_weight_file;
 
 /* atlas_weight_src's reader, ctx an atlas_weight_file: bytes [offset, offset + n) of the
@@ -29,5 +49,8 @@ atlas_status atlas_weight_file_read(void *ctx, void *dst, uint64_t offset, size_
  * the backend copies from v->data. src->name and src->data are v's. */
 void atlas_weight_src_of_view(const atlas_tensor_view *v, atlas_weight_file *file,
                               atlas_weight_src *src);
+/* The same, with the reader counting what it reads into progress (NULL: not counted). */
+void atlas_weight_src_of_view_counted(const atlas_tensor_view *v, atlas_weight_file *file,
+                                      atlas_load_progress *progress, atlas_weight_src *src);
 
 #endif

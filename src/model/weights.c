@@ -18,6 +18,8 @@ typedef struct binder {
      * CUDA loader threads) until weights_done returns: one per tensor bound at most. */
     atlas_weight_file *files;
     size_t n_files, cap_files;
+    atlas_load_progress *progress; /* NULL: no progress reported */
+    bool count_only;               /* a first pass that sums the bytes to load, loads nothing */
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -83,6 +85,21 @@ static atlas_status shard_views(binder *b, const atlas_tensor_view **views, int 
     return ATLAS_OK;
 }
 
+/* The count pass: adds the bytes this rank will read of the n views to the total. */
+static atlas_status count_views(binder *b, const atlas_tensor_view **views, int n) {
+    for (int i = 0; i < n; i++) {
+        const atlas_tensor_view *v = views[i];
+        if (!b->plan) {
+            b->progress->total += v->nbytes;
+            continue;
+        }
+        atlas_shard_slice s;
+        ATLAS_TRY(atlas_shard_tensor(b->plan, v->name, v->n_dims, v->shape, v->dtype, &s));
+        if (s.present) b->progress->total += (uint64_t)(s.n_rows * s.n_cols) * s.elem;
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
                          int64_t cols, atlas_weight **out) {
     const atlas_tensor_view *views[4] = {0};
@@ -90,6 +107,7 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     void *owned[4] = {0};
     bool present = true;
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
+    if (b->count_only) return count_views(b, views, n);
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     if (st == ATLAS_OK && present) {
         atlas_weight_src srcs[4];
@@ -100,12 +118,15 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
                                 "checkpoint's %zu", names[i], b->cap_files);
                 break;
             }
-            atlas_weight_src_of_view(views[i], &b->files[b->n_files], &srcs[i]);
+            atlas_weight_src_of_view_counted(views[i], &b->files[b->n_files], b->progress,
+                                             &srcs[i]);
             if (srcs[i].read) b->n_files++; /* the entry is its reader's context now */
             sp[i] = &srcs[i];
         }
         if (st == ATLAS_OK) st = b->be->ops->weight_load(b->be, sp, n, out);
         if (st != ATLAS_OK) st = atlas_fail_wrap(st, "binding %s", names[0]);
+        for (int i = 0; i < n && st == ATLAS_OK; i++) /* no reader: copied from memory */
+            if (!srcs[i].read) atlas_load_progress_add(b->progress, srcs[i].nbytes);
     }
     /* A gathered column band is read until weights_done (by the CUDA loader threads): it
      * is kept with the weights and freed by atlas_weights_free. */
@@ -180,15 +201,31 @@ static atlas_status bind_all(binder *b, const atlas_config *c) {
 
 atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atlas_config *cfg,
                                 atlas_model_weights *out) {
-    return atlas_weights_load_shard(be, st, cfg, NULL, out);
+    return atlas_weights_load_shard(be, st, cfg, NULL, NULL, out);
+}
+
+/* progress->total: the bytes the binding will read, found by walking the names once without
+ * loading (so that the first report already knows the total). */
+static atlas_status count_total(const atlas_st *st, const atlas_config *cfg,
+                                const atlas_shard_plan *plan, atlas_load_progress *progress) {
+    atlas_model_weights scratch;
+    memset(&scratch, 0, sizeof scratch);
+    binder b = {.st = st, .w = &scratch, .plan = plan, .progress = progress, .count_only = true};
+    progress->total = 0;
+    atlas_status s = bind_all(&b, cfg);
+    free(scratch.layers);
+    return s;
 }
 
 atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
                                       const atlas_config *cfg, const atlas_shard_plan *plan,
-                                      atlas_model_weights *out) {
+                                      atlas_load_progress *progress, atlas_model_weights *out) {
     memset(out, 0, sizeof *out);
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
-    binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st)};
+    if (progress && !progress->fn) progress = NULL;
+    if (progress) ATLAS_TRY(count_total(st, cfg, plan, progress));
+    binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st),
+                .progress = progress};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
     atlas_status s = b.files ? bind_all(&b, cfg)
                              : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
@@ -196,6 +233,7 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
         s = be->ops->weights_done(be);
         if (s != ATLAS_OK) s = atlas_fail_wrap(s, "loading the weights");
     }
+    if (s == ATLAS_OK) atlas_load_progress_finish(progress);
     /* freeing a weight waits for its queued reads: the readers' contexts go after */
     if (s != ATLAS_OK) atlas_weights_free(be, out);
     free(b.files);

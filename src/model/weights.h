@@ -45,11 +45,15 @@ atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atl
 /* As atlas_weights_load, but only this rank's part of each tensor (model/shard.h):
  * q/k/v and gate/up rows, o_proj/down_proj columns, lm_head on rank 0 only (NULL on the
  * others unless tied). plan NULL: the whole model, exactly as atlas_weights_load. Sizes in
- * n_params / n_bytes are this rank's. */
+ * n_params / n_bytes are this rank's. progress (NULL, or fn NULL: none) is told of the bytes
+ * read (model/weight_read.h); its total is set here, its fn, user and mutex are the
+ * caller's. */
 struct atlas_shard_plan;
+struct atlas_load_progress;
 atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
                                       const atlas_config *cfg,
                                       const struct atlas_shard_plan *plan,
+                                      struct atlas_load_progress *progress,
                                       atlas_model_weights *out);
 /* Frees what atlas_weights_load bound; a zeroed struct is fine. */
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
