@@ -4,8 +4,9 @@
  * port (--url), it must answer through the model's chat template exactly what `atlas run`
  * prints, greedily, for the same conversation rendered by the public template API (so the
  * conversation, /system, /clear and multi-line input are checked by their effect on the
- * prompt), stream an answer that Ctrl-C then stops while the program lives on, and leave
- * with status 0 on /bye and on Ctrl-D. A script on stdin (no terminal) answers likewise. */
+ * prompt; /load too), stream an answer that Ctrl-C then stops while the program lives on,
+ * and leave with status 0 on /bye and on Ctrl-D. A script on stdin (no terminal) answers
+ * likewise. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -240,6 +241,14 @@ static void in_process(void) {
     CHECK_MSG(at >= 0 && (size_t)at - from <= 1, "an abandoned line was answered: '%s'",
               t.buf + from);
     CHECK(line(&t, "/sett", "did you mean '/set'?"));
+    /* /load makes a new engine: the same model answers as before (/set stays) */
+    char load[600];
+    snprintf(load, sizeof load, "/load %s", model);
+    CHECK(line(&t, "/clear", "Cleared the conversation."));
+    CHECK(line(&t, load, "Loaded "));
+    CHECK(line(&t, "/set max 16", "Set max to 16."));
+    json_array_clear(msgs);
+    check_turn(&t, msgs, "Hello there\r", "Hello there", "Hello there", 16);
     type(&t, "/bye\r");
     int rc = wait_exit(t.pid, 30);
     CHECK_MSG(rc == 0, "atlas chat exited %d on /bye", rc);

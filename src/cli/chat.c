@@ -387,8 +387,8 @@ static int load_dir(chat *c, const char *dir) {
         fprintf(stderr, "atlas chat: %s\n", atlas_last_error());
         return 1;
     }
-    atlas_engine_free(c->engine);
-    c->engine = NULL;
+    atlas_engine_free(c->engine); /* its tokenizer and template go with it */
+    c->engine = NULL, c->tok = NULL, c->tmpl = NULL;
     sigset_t block, old;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -457,7 +457,7 @@ static int http_answer(chat *c, answer *out) {
     chat_sigint = 0;
     int rc = chat_http_stream(c->http, s, http_text, &a, &chat_sigint, err, sizeof err);
     free(s);
-    answer_end(c, &a, 1);
+    if (rc != 1 || a.len || c->tty) answer_end(c, &a, 1); /* a script's stdout: answers only */
     if (rc == 1) fprintf(stderr, "atlas chat: %s: %s\n", c->url, err);
     *out = a;
     return rc == 1;
@@ -466,6 +466,11 @@ static int http_answer(chat *c, answer *out) {
 /* Sends text as the user's turn and streams the answer; the answer joins the conversation
  * (cut where Ctrl-C stopped it); a failed turn leaves the conversation as it was. */
 static void turn(chat *c, const char *text) {
+    if (!c->http && !c->engine) { /* a /load failed, and so did loading the model back */
+        fprintf(stderr, "atlas chat: no model is loaded (/load DIR)\n");
+        c->failed = 1;
+        return;
+    }
     if (add_turn(c, "user", text, strlen(text))) {
         fprintf(stderr, "atlas chat: out of memory\n");
         c->failed = 1;
@@ -764,7 +769,7 @@ static void loop(chat *c) {
         free(text);
         if (quit) break;
     }
-    if (c->tty && !chat_sigint) fflush(stdout);
+    fflush(stdout);
 }
 
 static void chat_free(chat *c) {
