@@ -1,21 +1,32 @@
 # cmake/kernels.cmake — the CUDA kernels: every kernels/NAME.cu is compiled by nvcc (one call
-# per file, so that the build runs them in parallel) into kernels/NAME.fatbin, and all the
-# fatbins are embedded into the library (a generated C file with .incbin; its symbols hidden,
-# so that libatlas.so exports only the API): no file is looked up at run time.  The registry
-# loads module NAME with cuModuleLoadData; the driver picks the SASS for the device or
-# JIT-compiles the PTX.
+# per file, so that the build runs them in parallel) into kernels/NAME.fatbin and, for
+# `--kernels portable`, kernels/NAME.ptx; all of them are embedded into the library (a
+# generated C file with .incbin; its symbols hidden, so that libatlas.so exports only the
+# API): no file is looked up at run time.  The registry loads module NAME with
+# cuModuleLoadData; the driver picks the SASS for the device or JIT-compiles the PTX.
 #
 # ATLAS_CUDA: AUTO (kernels when nvcc is found, also in /usr/local/cuda/bin), ON (nvcc
 # required), OFF.  The host code (src/backend/cuda/*.c) is plain C and always builds: it
 # loads libcuda at run time.
 
-# Machine code for Hopper (sm_90a: wgmma, TMA), Blackwell (sm_120) and GB10 (sm_121), and
-# compute_90 PTX that newer GPUs JIT-compile.
+# Machine code for every NVIDIA GPU from Ampere: A100 (sm_80), RTX 30 / A10 (sm_86), RTX 40 /
+# L4 / L40S (sm_89), Hopper (sm_90a), Blackwell B200 (sm_100), RTX 50 (sm_120), GB10 (sm_121),
+# and compute_120 PTX that later GPUs JIT-compile.  The kernels need nothing newer than
+# mma.sync and cp.async (sm_80); clusters and programmatic dependent launch are used under
+# __CUDA_ARCH__ >= 900 and chosen at run time by compute capability (backend/cuda/arch.c).
 set(ATLAS_CUDA_GENCODE
+    -gencode=arch=compute_80,code=sm_80
+    -gencode=arch=compute_86,code=sm_86
+    -gencode=arch=compute_89,code=sm_89
     -gencode=arch=compute_90a,code=sm_90a
+    -gencode=arch=compute_100,code=sm_100
     -gencode=arch=compute_120,code=sm_120
     -gencode=arch=compute_121,code=sm_121
-    -gencode=arch=compute_90,code=compute_90)
+    -gencode=arch=compute_120,code=compute_120)
+# The portable image of each module: compute_80 PTX alone, which `--kernels portable` loads
+# so that the driver compiles it at run time (the nearest an H200 comes to running what an
+# RTX card runs: sm_8x machine code cannot run on sm_90).
+set(ATLAS_CUDA_PORTABLE_ARCH compute_80)
 set(ATLAS_NVCC_FLAGS "" CACHE STRING "Extra flags for nvcc (e.g. -lineinfo)")
 
 set(ATLAS_HAVE_KERNELS OFF)
@@ -63,7 +74,15 @@ foreach(cu ${ATLAS_KERNEL_SOURCES})
     DEPENDS ${cu} ${ATLAS_KERNEL_HEADERS}
     COMMENT "nvcc kernels/${name}.cu -> ${name}.fatbin"
     VERBATIM)
-  list(APPEND _atlas_fatbins ${fatbin})
+  set(ptx ${CMAKE_BINARY_DIR}/kernels/${name}.ptx)
+  add_custom_command(
+    OUTPUT ${ptx}
+    COMMAND ${ATLAS_NVCC} -ptx -O3 -std=c++17 -arch=${ATLAS_CUDA_PORTABLE_ARCH} ${ATLAS_NVCC_FLAGS}
+            -o ${ptx} ${cu}
+    DEPENDS ${cu} ${ATLAS_KERNEL_HEADERS}
+    COMMENT "nvcc kernels/${name}.cu -> ${name}.ptx (${ATLAS_CUDA_PORTABLE_ARCH})"
+    VERBATIM)
+  list(APPEND _atlas_fatbins ${fatbin} ${ptx})
   string(APPEND _atlas_asm
     "    \".balign 64\\n\"\n"
     "    \".global atlas_fatbin_${id}\\n\"\n"
@@ -72,12 +91,23 @@ foreach(cu ${ATLAS_KERNEL_SOURCES})
     "    \".incbin \\\"${fatbin}\\\"\\n\"\n"
     "    \".global atlas_fatbin_${id}_end\\n\"\n"
     "    \".hidden atlas_fatbin_${id}_end\\n\"\n"
-    "    \"atlas_fatbin_${id}_end:\\n\"\n")
+    "    \"atlas_fatbin_${id}_end:\\n\"\n"
+    "    \".balign 64\\n\"\n"
+    "    \".global atlas_ptx_${id}\\n\"\n"
+    "    \".hidden atlas_ptx_${id}\\n\"\n"
+    "    \"atlas_ptx_${id}:\\n\"\n"
+    "    \".incbin \\\"${ptx}\\\"\\n\"\n"
+    "    \".byte 0\\n\"\n"
+    "    \".global atlas_ptx_${id}_end\\n\"\n"
+    "    \".hidden atlas_ptx_${id}_end\\n\"\n"
+    "    \"atlas_ptx_${id}_end:\\n\"\n")
   string(APPEND _atlas_decl
-    "extern const unsigned char atlas_fatbin_${id}[], atlas_fatbin_${id}_end[];\n")
+    "extern const unsigned char atlas_fatbin_${id}[], atlas_fatbin_${id}_end[];\n"
+    "extern const unsigned char atlas_ptx_${id}[], atlas_ptx_${id}_end[];\n")
   string(APPEND _atlas_fill
     "    table[${_atlas_n}] = (atlas_kernel_image){\"${name}\", atlas_fatbin_${id},\n"
-    "        (size_t)(atlas_fatbin_${id}_end - atlas_fatbin_${id})};\n")
+    "        (size_t)(atlas_fatbin_${id}_end - atlas_fatbin_${id}), atlas_ptx_${id},\n"
+    "        (size_t)(atlas_ptx_${id}_end - atlas_ptx_${id})};\n")
   math(EXPR _atlas_n "${_atlas_n} + 1")
 endforeach()
 

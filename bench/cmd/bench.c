@@ -55,7 +55,7 @@ static int usage(void) {
                     "[--batch B[,B...]]\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed swap loads, nothing else)\n"
-                    "                   [--no-graphs] [--no-pdl] [--no-cublaslt]\n"
+                    "                   [--no-graphs] [--no-pdl] [--no-cublaslt] [--kernels native|portable]\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
                     "                     (those ops left out of every batch: wrong results, to\n"
                     "                      time what the others cost)\n"
@@ -80,7 +80,7 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    NULL};
+    "--kernels", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -135,6 +135,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->tp = (int)t;
         } else if (!strcmp(a, "--device")) {
             if (atlas_cli_parse_device(v, &o->device, &o->gpu)) return usage();
+        } else if (!strcmp(a, "--kernels")) {
+            atlas_kernels k;
+            if (atlas_cli_parse_kernels(v, &k)) return usage();
+            o->backend.portable = k == ATLAS_KERNELS_PORTABLE;
         } else {
             return usage();
         }
@@ -346,6 +350,7 @@ int atlas_cli_bench(int argc, char **argv) {
            o.dir, info.architecture, L, d, H, K, hd, f, V);
     printf("backend     %s%s%s\n", info.backend, info.backend_why && *info.backend_why ? ": " : "",
            info.backend_why ? info.backend_why : "");
+    if (info.kernels && *info.kernels) printf("kernels     %s\n", info.kernels);
     printf("load        %.2f s, %.2f GB of weights in the files: %.1f GB/s (first load in the "
            "process, with driver, context and pinned pool: %.2f s)\n", load_s,
            info.weight_bytes / 1e9, info.weight_bytes / 1e9 / load_s, first_s);

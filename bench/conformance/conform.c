@@ -1,7 +1,7 @@
 /* bench/conformance/conform.c — atlas against transformers' reference, through the engine.
  *
- *   atlas-conform [--device cpu|cuda] [--bound B] [--batch-tokens N] [--parallel N]
- *                 [--max-len N] [--markdown FILE] DIR...
+ *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--bound B]
+ *                 [--batch-tokens N] [--parallel N] [--max-len N] [--markdown FILE] DIR...
  *
  * DIR is a model directory holding reference.safetensors as tools/conformance/make.py
  * writes it: for each prompt length L, `L<L>.prompt` (int32 [3]: the LCG seed and the id range
@@ -71,12 +71,22 @@ static int32_t *prompt_ids(int n, long long seed, int lo, int hi) {
     return ids;
 }
 
-typedef struct opts {
+typedef struct opts opts;
+static const char *dev_name(const opts *o);
+
+struct opts {
     atlas_device device;
+    atlas_kernels kernels;
     double bound;
     int batch, parallel, max_len;
     FILE *md;
-} opts;
+};
+
+/* The table's device column: "cpu", "cuda", or "cuda-portable" (--kernels portable). */
+static const char *dev_name(const opts *o) {
+    if (o->device == ATLAS_DEVICE_CPU) return "cpu";
+    return o->kernels == ATLAS_KERNELS_PORTABLE ? "cuda-portable" : "cuda";
+}
 
 /* The worst deviation of job j, or INFINITY when an id of atlas's top 8 is not among the
  * reference's top k; *where: the position of the worst. */
@@ -159,6 +169,7 @@ static int check_model(const opts *o, const char *dir) {
     ep.models = &mod;
     ep.n_models = 1;
     ep.device = o->device;
+    ep.kernels = o->kernels;
     ep.parallel = o->parallel;
     ep.batch_tokens = o->batch;
     ep.ctx_size = max_len;
@@ -170,7 +181,7 @@ static int check_model(const opts *o, const char *dir) {
         fprintf(stderr, "atlas-conform: %s: %s\n", dir, why);
         if (o->md) /* a row all the same: a model that cannot run is a failing cell */
             fprintf(o->md, "| %s | %s | - | %.200s | **fail** |\n", name,
-                    o->device == ATLAS_DEVICE_CPU ? "cpu" : "cuda", why);
+                    dev_name(o), why);
         failed = broken = 1;
     }
     struct timespec ts;
@@ -201,7 +212,7 @@ static int check_model(const opts *o, const char *dir) {
         double d = j->finish == ATLAS_FINISH_ERROR ? INFINITY : deviation(j, &where);
         int ok = d <= o->bound;
         failed += !ok;
-        const char *dev = o->device == ATLAS_DEVICE_CPU ? "cpu" : "cuda";
+        const char *dev = dev_name(o);
         printf("%-20s %-4s %6d tokens: max |dlogprob| %.2e at position %d of %d  %s%s%s\n",
                name, dev, j->len, d, where, j->n_forced + 1, ok ? "pass" : "FAIL",
                j->msg[0] ? ": " : "", j->msg);
@@ -219,7 +230,8 @@ static int check_model(const opts *o, const char *dir) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: atlas-conform [--device cpu|cuda] [--bound B] [--batch-tokens N] "
+    fprintf(stderr, "usage: atlas-conform [--device cpu|cuda] [--kernels native|portable] "
+                    "[--bound B] [--batch-tokens N] "
                     "[--parallel N] [--max-len N] [--markdown FILE] DIR...\n");
 }
 
@@ -240,6 +252,8 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--device"))
             o.device = !strcmp(v, "cpu") ? ATLAS_DEVICE_CPU : !strcmp(v, "cuda") ? ATLAS_DEVICE_CUDA
                                                                                   : ATLAS_DEVICE_AUTO;
+        else if (!strcmp(a, "--kernels") && (!strcmp(v, "native") || !strcmp(v, "portable")))
+            o.kernels = !strcmp(v, "portable") ? ATLAS_KERNELS_PORTABLE : ATLAS_KERNELS_NATIVE;
         else if (!strcmp(a, "--bound")) o.bound = atof(v);
         else if (!strcmp(a, "--batch-tokens")) o.batch = atoi(v);
         else if (!strcmp(a, "--parallel")) o.parallel = atoi(v);

@@ -4,7 +4,9 @@
 # length, the steps' times; its failing rows printed at the end), logs.tar.gz, and with the
 # small step small.tar.gz (the small set made again: tests/data/small's models and
 # references), with MAKE_REFS=1 refs.tar.gz (bench/conformance/refs). Exit 1 when a row fails.
-#   STEPS="models cuda cpu serve small" (default: all of them)
+#   STEPS="models cuda cpu serve small" (default: these; "cuda-portable serve-portable" run
+#          the cuda and serve steps again with --kernels portable: the compute_80 PTX with
+#          an RTX card's kernel choices)
 #   models: the big set's checkpoints in $CONF (tools/conformance/make.py, fixed seeds; kept
 #           between calls on a warm machine), each with its stored reference
 #           (bench/conformance/refs/NAME/); MAKE_REFS=1 computes the references with
@@ -80,6 +82,12 @@ if has cuda; then
   timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --markdown "$ROWS" $dirs 2>&1 \
     | tee "$W/cuda.log" || rc=1
 fi
+if has cuda-portable; then
+  step cuda-portable "atlas-conform --device cuda --kernels portable"
+  # shellcheck disable=SC2086
+  timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --kernels portable \
+    --markdown "$ROWS" $dirs 2>&1 | tee "$W/cuda-portable.log" || rc=1
+fi
 if has cpu; then
   step cpu "atlas-conform --device cpu, up to ${CPU_MAX_LEN:-2600} tokens"
   # shellcheck disable=SC2086
@@ -92,6 +100,14 @@ if has serve; then
   SERVE_ARGS="--timeout 600 ${SERVE_ARGS:-}" SERVE_LOG=$W/serve.log MARKDOWN=$ROWS \
     timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" 5e-2 $dirs \
     2>&1 | tee "$W/serve-check.log" || rc=1
+fi
+if has serve-portable; then
+  step serve-portable "atlas serve --kernels portable, 8 requests at once a model"
+  # shellcheck disable=SC2086
+  SERVE_ARGS="--timeout 600 --kernels portable ${SERVE_ARGS:-}" SERVE_LOG=$W/serve-portable.log \
+    MARKDOWN=$ROWS LABEL=serve-portable \
+    timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" 5e-2 $dirs \
+    2>&1 | tee "$W/serve-portable-check.log" || rc=1
 fi
 if has small; then
   step small "the small set: checkpoints and references made again, then the CPU"
@@ -110,7 +126,7 @@ if has small; then
 fi
 step
 # a model a step ran without a row (it crashed, or the time limit stopped it) fails
-for dev in cuda cpu serve; do
+for dev in cuda cpu serve cuda-portable serve-portable; do
   has "$dev" || continue
   for n in $NAMES; do
     grep -q "^| $n | $dev |" "$ROWS" || echo "| $n | $dev | - | no result (see $dev.log) | **fail** |" >> "$ROWS"

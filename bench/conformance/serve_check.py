@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--bound", type=float, default=5e-2)
     ap.add_argument("--markdown")
+    ap.add_argument("--label", default="serve", help="the rows' device column")
     ap.add_argument("models", nargs="+", help="NAME=DIR")
     a = ap.parse_args()
     bad = 0
@@ -93,10 +94,10 @@ def main():
         for n, worst, compared, msg in rows:
             ok = worst <= a.bound
             bad += not ok
-            print(f"{name:20s} serve {n:6d} tokens: max |dlogprob| {worst:.2e} over {compared} "
+            print(f"{name:20s} {a.label} {n:6d} tokens: max |dlogprob| {worst:.2e} over {compared} "
                   f"positions  {'pass' if ok else 'FAIL'} {msg}", flush=True)
             if md:
-                md.write(f"| {name} | serve | {n} | {worst:.2e} ({compared} positions) | "
+                md.write(f"| {name} | {a.label} | {n} | {worst:.2e} ({compared} positions) | "
                          f"{'pass' if ok else '**fail**'} |\n")
     return 1 if bad else 0
 

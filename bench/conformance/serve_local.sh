@@ -4,7 +4,8 @@
 # runs serve_check.py against it (8 requests at once a model, each of atlas's top 8 log-probs
 # within BOUND of the DIR's reference.safetensors), stops the server; exits as serve_check.py.
 # SERVE_ARGS: more `atlas serve` options (e.g. "--device cpu --batch-tokens 16 --parallel 8");
-# MARKDOWN: a file the result rows are appended to; SERVE_LOG: the server's log (default a
+# MARKDOWN: a file the result rows are appended to (LABEL: their device column, default
+# serve); SERVE_LOG: the server's log (default a
 # temporary file, printed when the check fails). Exit 77 (ctest's SKIP) without python3.
 set -u
 atlas=$1 bound=$2
@@ -39,7 +40,7 @@ if [ -z "$url" ]; then
   exit 1
 fi
 md=
-[ -n "${MARKDOWN:-}" ] && md="--markdown $MARKDOWN"
+[ -n "${MARKDOWN:-}" ] && md="--markdown $MARKDOWN --label ${LABEL:-serve}"
 # shellcheck disable=SC2086
 python3 "$here/serve_check.py" --url "$url" --bound "$bound" $md $pairs &
 chk=$!

@@ -98,6 +98,7 @@ typedef struct atlas_engine_params {
     atlas_device device;  /* default ATLAS_DEVICE_AUTO */
     int gpu;              /* the GPU ordinal (default 0); a process serves one GPU, so every
                              engine of a process names the same one */
+    atlas_kernels kernels; /* the GPU code (include/atlas/model.h; default native) */
     int n_threads;        /* CPU backend workers; 0: one per core */
     /* Optional (NULL, default: none): each model load's progress, as
      * atlas_model_params.progress reports it (include/atlas/model.h: the same threads and

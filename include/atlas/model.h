@@ -37,6 +37,14 @@ typedef enum atlas_device {
     ATLAS_DEVICE_CUDA,     /* fails when CUDA cannot be used */
 } atlas_device;
 
+/* Which GPU code a model runs (`--kernels`). */
+typedef enum atlas_kernels {
+    ATLAS_KERNELS_NATIVE = 0, /* the machine code built for the GPU (or the PTX for later ones) */
+    ATLAS_KERNELS_PORTABLE,   /* compute_80 PTX compiled by the driver at load, with an RTX
+                                 card's (sm_86's) kernel choices and shared memory: how the
+                                 kernels run on Ampere and Ada, reproduced on a newer GPU */
+} atlas_kernels;
+
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */
 typedef void (*atlas_load_progress_fn)(void *user, uint64_t done, uint64_t total);
 
@@ -59,6 +67,7 @@ typedef struct atlas_model_params {
     int gpu;              /* the GPU ordinal (default 0). A process serves one GPU: the first
                              model on CUDA binds it, and one that names another ordinal later
                              fails with ATLAS_ERR_INVALID (include/atlas/host.h) */
+    atlas_kernels kernels; /* the GPU code (default native); the CPU ignores it */
     /* Optional (NULL, default: none): told of the bytes read as the weights load, many times
      * a second on a large model, and once more with done == total when they are all in
      * place (not after a failure). Called from the thread that reads them (the loading
@@ -110,6 +119,7 @@ typedef struct atlas_model_info {
     const char *dtype;         /* of the weights in the files: "BF16", "F16", "F32", "mixed" */
     const char *backend;       /* "cpu", "cuda" */
     const char *backend_why;   /* why this backend, e.g. the reason CUDA could not be used */
+    const char *kernels;       /* the GPU code and kernel choices ("" on the CPU) */
     size_t weight_bytes;       /* tensor bytes in the files */
     size_t kv_bytes;           /* the KV cache as allocated */
     int kv_blocks;

@@ -224,6 +224,7 @@ struct atlas_backend {
     const atlas_backend_ops *ops;
     atlas_backend_geom geom;
     size_t act_size; /* bytes per activation element */
+    char kernels[320]; /* what runs, for `atlas info` ("" where there is nothing to say) */
 };
 
 /* Creates the CPU backend with n_threads workers (0: one per core). */
@@ -248,6 +249,8 @@ typedef struct atlas_backend_options {
     int no_graphs;    /* decode steps launch their kernels one by one, never as CUDA graphs */
     int no_pdl;       /* no programmatic dependent launch (on by default from Hopper) */
     int no_cublaslt;  /* large matmuls on atlas_gemm instead of cuBLASLt */
+    int portable;     /* `--kernels portable`: the compute_80 PTX compiled by the driver, with
+                         sm_86's choices and shared memory (backend/cuda/arch.h) */
     unsigned skip_ops; /* ATLAS_SKIP_* bits: those ops are left out of every batch, to time
                           what the others cost inside a decode graph; the results are wrong */
 } atlas_backend_options;

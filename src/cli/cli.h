@@ -22,5 +22,8 @@ const char *atlas_cli_default_model(void);
 /* Parses --device's value: "auto", "cpu", "cuda" or "cuda:N" (N the GPU ordinal, 0 when
  * absent). 0 on success, -1 (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu);
+/* Parses --kernels' value: "native" or "portable" (include/atlas/model.h).  0 on success, -1
+ * (nothing set) on anything else (cli/device.c). */
+int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
 
 #endif

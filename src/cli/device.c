@@ -1,4 +1,4 @@
-/* cli/device.c — the --device option, one spelling for every subcommand. */
+/* cli/device.c — the --device and --kernels options, one spelling for every subcommand. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,4 +18,10 @@ int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu) {
     *device = ATLAS_DEVICE_CUDA;
     *gpu = (int)n;
     return 0;
+}
+
+int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels) {
+    if (!strcmp(v, "native")) return *kernels = ATLAS_KERNELS_NATIVE, 0;
+    if (!strcmp(v, "portable")) return *kernels = ATLAS_KERNELS_PORTABLE, 0;
+    return -1;
 }

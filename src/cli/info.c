@@ -6,15 +6,17 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 
-static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device", NULL};
+static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device",
+                                           "--kernels", NULL};
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto]\n"
+            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--kernels native|portable]\n"
             "  Loads the model and prints its architecture, shapes, parameter count, dtypes,\n"
             "  memory, and the backend that runs it and why.\n"
             "  -m, --model DIR   model directory (default %s)\n"
             "  --device D        the device to try (default auto)\n"
+            "  --kernels K       native (default) or portable GPU code\n"
             "  -h, --help        this help\n",
             atlas_cli_default_model());
 }
@@ -32,6 +34,7 @@ static void print_info(const atlas_model_info *i) {
     printf("vocabulary:    %d%s\n", i->vocab_size, i->tied_embeddings ? " (tied embeddings)" : "");
     printf("context:       %d positions\n", i->max_position);
     printf("backend:       %s (%s)\n", i->backend, i->backend_why);
+    if (i->kernels && *i->kernels) printf("kernels:       %s\n", i->kernels);
     if (i->n_threads) printf("threads:       %d\n", i->n_threads);
     printf("kv cache:      %d blocks of %d tokens, %.1f MiB (fp%d)\n", i->kv_blocks,
            i->kv_block_size, i->kv_bytes / 1048576.0,
@@ -50,8 +53,8 @@ int atlas_cli_info(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device")) &&
-                   i + 1 == argc) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") ||
+                    !strcmp(a, "--kernels")) && i + 1 == argc) {
             fprintf(stderr, "atlas info: %s needs a value (see --help)\n", a);
             return 2;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -60,6 +63,12 @@ int atlas_cli_info(int argc, char **argv) {
             const char *v = argv[++i];
             if (atlas_cli_parse_device(v, &p.device, &p.gpu)) {
                 fprintf(stderr, "atlas info: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--kernels")) {
+            const char *v = argv[++i];
+            if (atlas_cli_parse_kernels(v, &p.kernels)) {
+                fprintf(stderr, "atlas info: --kernels: '%s' (want native or portable)\n", v);
                 return 2;
             }
         } else {

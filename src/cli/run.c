@@ -33,6 +33,7 @@ typedef struct run_opts {
     int n, threads, top_logprobs, json, tp, ctx, batch;
     atlas_device device;
     int gpu; /* the ordinal of --device cuda:N */
+    atlas_kernels kernels;
     atlas_sampler_params sp;
     int set_temp, set_top_k, set_top_p;
 } run_opts;
@@ -61,6 +62,8 @@ static void usage(FILE *f) {
             "                       generated (default 0: the model's maximum)\n"
             "  --batch-tokens N     prompt tokens prefilled a step (default 512)\n"
             "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU; N: the GPU)\n"
+            "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
+            "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             "  --tensor-parallel N  split the model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
@@ -95,7 +98,7 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
 static const char *const run_options[] = {
     "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
     "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
-    "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", NULL};
+    "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
@@ -145,6 +148,11 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--device")) {
         if (atlas_cli_parse_device(v, &o->device, &o->gpu)) {
             fprintf(stderr, "atlas run: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--kernels")) {
+        if (atlas_cli_parse_kernels(v, &o->kernels)) {
+            fprintf(stderr, "atlas run: --kernels: '%s' (want native or portable)\n", v);
             return 2;
         }
     } else {
@@ -341,6 +349,7 @@ static int run_engine(run_opts *o) {
     p.ctx_size = o->ctx;
     p.device = o->device;
     p.gpu = o->gpu;
+    p.kernels = o->kernels;
     p.n_threads = o->threads;
     if (o->batch) p.batch_tokens = o->batch;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);

@@ -50,6 +50,8 @@ static void usage(FILE *f) {
             "  --queue-limit N      requests waiting to start; beyond: 429 (default 256)\n"
             "  --batch-tokens N     token budget of one engine step (default 512)\n"
             "  --device auto|cpu|cuda[:N]  backend (default auto); N: the GPU ordinal (one a process)\n"
+            "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
+            "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
@@ -220,7 +222,7 @@ static const char *const serve_options[] = {
     "--parallel", "--queue-limit", "--batch-tokens", "--threads", "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", NULL};
+    "--allowed-hosts", "--reasoning-format", "--device", "--kernels", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -274,6 +276,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             else bad = -1;
         } else if (!strcmp(o, "--device")) {
             bad = atlas_cli_parse_device(v, &a->ep.device, &a->ep.gpu);
+        } else if (!strcmp(o, "--kernels")) {
+            bad = atlas_cli_parse_kernels(v, &a->ep.kernels);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
             usage(stderr);

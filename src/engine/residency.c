@@ -118,6 +118,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     atlas_model_params mp = atlas_model_default_params();
     mp.device = e->p.device;
     mp.gpu = e->p.gpu;
+    mp.kernels = e->p.kernels;
     mp.n_threads = e->p.n_threads;
     mp.kv_blocks = md->kv_blocks;
     mp.kv_block_size = e->p.kv_block_size;

@@ -32,6 +32,8 @@ atlas_model_params atlas_model_default_params(void) {
 static atlas_status check_params(const atlas_model_params *p) {
     if (p->device < ATLAS_DEVICE_AUTO || p->device > ATLAS_DEVICE_CUDA)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: device %d", (int)p->device);
+    if (p->kernels < ATLAS_KERNELS_NATIVE || p->kernels > ATLAS_KERNELS_PORTABLE)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: kernels %d", (int)p->kernels);
     if (p->n_threads < 0 || p->n_threads > 1024)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: n_threads %d", p->n_threads);
     if (p->kv_blocks < 0 || p->kv_tokens < 0)
@@ -60,6 +62,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
     if (p->device != ATLAS_DEVICE_CPU) {
         atlas_backend_options o = opts ? *opts : (atlas_backend_options){0};
         o.gpu = p->gpu;
+        o.portable = o.portable || p->kernels == ATLAS_KERNELS_PORTABLE;
         atlas_status st = atlas_backend_cuda_create(g, &o, &m->be);
         if (st == ATLAS_OK) {
             snprintf(m->backend_why, sizeof m->backend_why, "%s",
@@ -330,6 +333,7 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
         .max_position = c->max_position, .tied_embeddings = c->tie_embeddings,
         .n_params = m->w.n_params, .dtype = dtype_str(m->w.dtype), .backend = m->be->ops->name,
         .backend_why = m->backend_why, .weight_bytes = m->w.n_bytes, .kv_bytes = m->kv_bytes,
+        .kernels = m->be->kernels,
         .kv_blocks = m->kv_blocks, .kv_block_size = m->kv_block_size,
         .max_batch_tokens = m->max_batch_tokens,
     };

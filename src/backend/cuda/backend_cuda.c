@@ -252,10 +252,10 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
                           "take multiples of 8", g->hidden, g->intermediate);
     int G = g->n_heads / g->n_kv_heads;
-    if (cuda_attn_split_heads(G, g->head_dim) < 1)
+    if (cuda_attn_split_heads(G, g->head_dim, CUDA_ARCH_ATTN_SMEM_MIN) < 1)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: one query head of the split "
-                          "attention kernel needs more than its 43 KiB of shared memory",
-                          g->head_dim);
+                          "attention kernel needs more than its %d KiB of shared memory",
+                          g->head_dim, CUDA_ARCH_ATTN_SMEM_MIN / 1024);
     return ATLAS_OK;
 }
 
@@ -291,9 +291,11 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
      * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention
      * and swiglu-GEMV kernels dominated). */
-    bool hopper = atlas_host_properties(cb->dev.host)->cc_major >= 9;
-    if (!o->no_pdl && hopper) cb->dev.launch_ex = cuda_pdl_resolve();
-    if (hopper) cb->dev.cluster_ex = cuda_pdl_resolve(); /* the cluster attention kernels */
+    const atlas_host_props *hp = atlas_host_properties(cb->dev.host);
+    cuda_arch_pick(hp, o->portable != 0, o->no_pdl != 0, &cb->dev.arch);
+    ATLAS_TRY(atlas_registry_set_portable(cb->mod.reg, cb->dev.arch.portable));
+    if (cb->dev.arch.pdl) cb->dev.launch_ex = cuda_pdl_resolve();
+    if (cb->dev.arch.clusters) cb->dev.cluster_ex = cuda_pdl_resolve(); /* cluster attention */
     cb->plan.skip_ops = skip_bits(o->skip_ops);
     cb->mod.want_lt = !o->no_cublaslt; /* read by cuda_ready */
     /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,

@@ -8,6 +8,7 @@
  *                   download/argmax/sync
  *   plan.c          the command queue, the exec list and CUDA-graph capture and replay
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice), the fusions
+ *   arch.c          the choices by compute capability and shared memory (portable mode)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
  *
@@ -33,6 +34,7 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/arch.h"
 #include "backend/cuda/registry.h"
 
 struct atlas_weight {
@@ -127,6 +129,7 @@ typedef struct cuda_device {
                                (Hopper and later, unless atlas_backend_options.no_pdl) */
     void *cluster_ex;       /* cuLaunchKernelEx for the cluster attention kernels (sm_90+);
                                NULL: none */
+    cuda_arch arch;         /* the kernel choices for this device (arch.h) */
 } cuda_device;
 
 /* The model's module set and constants: made once at create (cuda_setup, cuda_ready) for the
@@ -289,7 +292,7 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: query heads a block of the split attention kernel for groups of G heads of
  * head_dim hd (a divisor of G that fits its shared memory); 0: none fits. */
-int cuda_attn_split_heads(int G, int hd);
+int cuda_attn_split_heads(int G, int hd, int smem_budget);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);

@@ -79,6 +79,8 @@ typedef int CUstreamCaptureStatus;
 /* CUfunction_attribute values */
 #define ATLAS_CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK 0
 #define ATLAS_CU_FUNC_ATTR_NUM_REGS 4
+#define ATLAS_CU_FUNC_ATTR_PTX_VERSION 5
+#define ATLAS_CU_FUNC_ATTR_BINARY_VERSION 6
 #define ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 /* flags */

@@ -55,11 +55,31 @@ static atlas_status load_kernels(cuda_backend *cb) {
             char name[48];
             snprintf(name, sizeof name, "atlas_attn_dec%d_g%d", 64 << h, 1 << q);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_dec[h][q]));
-            if (h == 2 || q > 0) continue; /* cluster kernel: head_dim <= 128, a head a block */
+            /* cluster kernel: head_dim <= 128, a head a block, where clusters are used */
+            if (h == 2 || q > 0 || !cb->dev.arch.clusters) continue;
             snprintf(name, sizeof name, "atlas_attn_dcl%d_g1_w4", 64 << h);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_dcl[h]));
         }
     return ATLAS_OK;
+}
+
+/* cb->base.kernels: the choices (arch.c) and the code the driver picked, read back from one
+ * kernel: "running sm_90 code from compute_90 PTX" where the machine code was built for
+ * sm_90a, compute_80 in portable mode. */
+static void describe(cuda_backend *cb) {
+    const atlas_host_props *p = atlas_host_properties(cb->dev.host);
+    char arch[256];
+    cuda_arch_describe(&cb->dev.arch, p, arch, (int)sizeof arch);
+    int ptx = 0, bin = 0;
+    const atlas_driver *d = atlas_driver_get();
+    if (d->cuFuncGetAttribute && cb->mod.fn.embed &&
+        d->cuFuncGetAttribute(&ptx, ATLAS_CU_FUNC_ATTR_PTX_VERSION, cb->mod.fn.embed) == 0 &&
+        d->cuFuncGetAttribute(&bin, ATLAS_CU_FUNC_ATTR_BINARY_VERSION, cb->mod.fn.embed) == 0 &&
+        ptx > 0 && bin > 0)
+        snprintf(cb->base.kernels, sizeof cb->base.kernels, "%s; running sm_%d code from "
+                 "compute_%d", arch, bin, ptx);
+    else
+        snprintf(cb->base.kernels, sizeof cb->base.kernels, "%s", arch);
 }
 
 /* The kernel modules and cuBLASLt, made once, at the backend's creation. 3-4 ms on the H200
@@ -69,6 +89,7 @@ atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->mod.ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     ATLAS_TRY(load_kernels(cb));
+    describe(cb);
     if (cb->mod.want_lt && cuda_lt_create(&cb->mod.lt) == ATLAS_OK) {
         cb->ws.lt_a_bytes = (size_t)64 << 20;
         cb->ws.lt_ws_bytes = (size_t)32 << 20;

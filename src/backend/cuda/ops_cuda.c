@@ -85,7 +85,7 @@ static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr
     *vc = *kc + kv->layer_elems * 2;
 }
 
-enum { ATTN_TARGET_BLOCKS = 528, ATTN_MIN_CHUNK = 64 }; /* 4 blocks per SM on an H200 */
+enum { ATTN_MIN_CHUNK = 64 };
 /* the cluster kernel: up to 8 splits (a portable cluster), for caches of up to 4096 slots a
  * sequence (64 keys a warp at most; longer contexts want the many splits of the others) */
 enum { ATTN_CLUSTER = 8, ATTN_CLUSTER_CAP = 4096 };
@@ -100,15 +100,16 @@ bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
     if (attn_cluster(cb, cap)) { /* merged in shared memory: no partials */
         /* as many splits as fill the GPU, at most 8: a batch of 64 or 256 sequences wants
          * one (8 took a 64-sequence step from 8.4 to 10.0 ms) */
-        int K = cb->base.geom.n_kv_heads, want = (ATTN_TARGET_BLOCKS + n * K - 1) / (n * K);
+        int K = cb->base.geom.n_kv_heads, T = cb->dev.arch.attn_target_blocks;
+        int want = (T + n * K - 1) / (n * K);
         int s = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
         if (s > want) s = want;
         *n_split = s < ATTN_CLUSTER ? s : ATTN_CLUSTER;
         *chunk = (cap + *n_split - 1) / *n_split;
         return false;
     }
-    int K = cb->base.geom.n_kv_heads;
-    int want = (ATTN_TARGET_BLOCKS + n * K - 1) / (n * K);
+    int K = cb->base.geom.n_kv_heads, T = cb->dev.arch.attn_target_blocks;
+    int want = (T + n * K - 1) / (n * K);
     int most = (cap + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
     int s = want < 1 ? 1 : want > most ? most : want;
     int c = (cap + s - 1) / s;
@@ -119,26 +120,26 @@ bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
 }
 
 /* The split kernel's dynamic shared memory (kernels/attention.cu atlas_attn_split) for G
- * query heads a block and tiles of t keys. Its budget: 48 KiB without opt-in, less the
- * merge's 4 KiB of static shared memory. */
-enum { ATTN_SPLIT_SMEM = 43 * 1024, ATTN_MIN_TILE = 32 };
+ * query heads a block and tiles of t keys. Its budget is the device's (cuda_arch:
+ * 43 KiB at most, less where 4 blocks would not fit an SM). */
+enum { ATTN_MIN_TILE = 32 };
 static size_t attn_split_smem(int G, int hd, int t) {
     return (size_t)(2 * G * hd + G * t + t + 3 * G) * 4;
 }
 
 /* Keys handled per pass inside a block: as many as fit, at least ATTN_MIN_TILE. */
-static int attn_tile(int G, int hd) {
+static int attn_tile(int G, int hd, int budget) {
     int t = 256;
-    while (t > ATTN_MIN_TILE && attn_split_smem(G, hd, t) > ATTN_SPLIT_SMEM) t /= 2;
+    while (t > ATTN_MIN_TILE && attn_split_smem(G, hd, t) > (size_t)budget) t /= 2;
     return t;
 }
 
 /* Query heads a split-kernel block: all G of a kv head when they fit its shared memory (each
  * K/V row read once for the group), else the largest divisor of G that fits (MQA's 32-64
  * heads at head_dim 128-256); 0 when not even one head fits (check_geom refuses that). */
-int cuda_attn_split_heads(int G, int hd) {
+int cuda_attn_split_heads(int G, int hd, int budget) {
     for (int gb = G; gb >= 1; gb--)
-        if (G % gb == 0 && attn_split_smem(gb, hd, ATTN_MIN_TILE) <= ATTN_SPLIT_SMEM) return gb;
+        if (G % gb == 0 && attn_split_smem(gb, hd, ATTN_MIN_TILE) <= (size_t)budget) return gb;
     return 0;
 }
 
@@ -208,8 +209,9 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
         void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split};
         return launch(cb, cb->mod.fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
     }
-    int gb = cuda_attn_split_heads(G, hd); /* >= 1: check_geom */
-    tile = attn_tile(gb, hd);
+    int budget = cb->dev.arch.attn_split_smem;
+    int gb = cuda_attn_split_heads(G, hd, budget); /* >= 1: check_geom */
+    tile = attn_tile(gb, hd, budget);
     void *a[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                  &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters};
     unsigned smem = (unsigned)attn_split_smem(gb, hd, tile);

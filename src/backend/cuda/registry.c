@@ -44,6 +44,7 @@ struct atlas_registry {
     int n_allocs, cap_allocs;
     size_t alloc_bytes;
     release_report failed; /* failed frees kept since create, then release's own */
+    bool portable;         /* modules from the compute_80 PTX images (atlas_registry_set_portable) */
 };
 
 const atlas_kernel_image *atlas_kernel_images(int *count) {
@@ -108,13 +109,28 @@ atlas_status atlas_registry_load_image(atlas_registry *r, const char *name, cons
     return ATLAS_OK;
 }
 
+atlas_status atlas_registry_set_portable(atlas_registry *r, bool portable) {
+    if (r->n_modules > 0 && r->portable != portable)
+        return atlas_fail(ATLAS_ERR_INVALID, "registry: the kernel images cannot change once "
+                          "%d module(s) are loaded", r->n_modules);
+    r->portable = portable;
+    return ATLAS_OK;
+}
+
+bool atlas_registry_portable(const atlas_registry *r) { return r->portable; }
+
 atlas_status atlas_registry_load_module(atlas_registry *r, const char *name) {
     if (registry_find_module(r, name)) return ATLAS_OK;
     int count = 0;
     const atlas_kernel_image *images = atlas_kernel_images(&count);
-    for (int i = 0; i < count; i++)
-        if (strcmp(images[i].name, name) == 0)
-            return atlas_registry_load_image(r, name, images[i].data);
+    for (int i = 0; i < count; i++) {
+        if (strcmp(images[i].name, name) != 0) continue;
+        if (!r->portable) return atlas_registry_load_image(r, name, images[i].data);
+        if (!images[i].ptx || images[i].ptx_size < 2)
+            return atlas_fail(ATLAS_ERR_NOT_FOUND, "registry: kernel module '%s' has no "
+                              "portable (PTX) image in this binary", name);
+        return atlas_registry_load_image(r, name, images[i].ptx);
+    }
     if (count == 0)
         return atlas_fail(ATLAS_ERR_NOT_FOUND, "registry: kernel module '%s': this binary was "
                           "built without CUDA kernels (no nvcc at build time)", name);
