@@ -6,6 +6,7 @@
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/host.h"
+#include "atlas/memdir.h"
 #include "atlas/model.h"
 #include "atlas/parallel.h"
 #include "atlas/reasoning.h"
@@ -26,7 +27,7 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "atlas.h", "constraint.h", "engine.h", "host.h", "model.h", "parallel.h", "reasoning.h", "shield.h",
+    "atlas.h", "constraint.h", "engine.h", "host.h", "memdir.h", "model.h", "parallel.h", "reasoning.h", "shield.h",
     "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
     "version.h",
 };

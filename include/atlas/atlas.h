@@ -8,6 +8,7 @@
  *   status.h      atlas_status (stable codes), atlas_last_error() — the message is per thread
  *   host.h        the process's GPU
  *   model.h       loading a model directory; counted handles
+ *   memdir.h      a model directory held in memory (a model shipped inside a program)
  *   tokenizer.h   tokenizer.json: encode, decode, streaming decode
  *   template.h    chat templates (Jinja), rendered as transformers does
  *   toolcall.h    tool calls found in generated text
@@ -36,6 +37,7 @@
 #include "atlas/status.h"
 #include "atlas/host.h"
 #include "atlas/model.h"
+#include "atlas/memdir.h"
 #include "atlas/tokenizer.h"
 #include "atlas/template.h"
 #include "atlas/toolcall.h"

@@ -104,7 +104,11 @@ static atlas_status load_dir(atlas_template *t, const char *dir) {
     json_t *cfg = NULL;
     if (atlas_file_exists(path)) {
         json_error_t err;
-        cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err); /* model_max_length can be 1e30 */
+        char *text;
+        size_t len;
+        ATLAS_TRY(atlas_file_read(path, &text, &len));
+        cfg = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &err); /* model_max_length can be 1e30 */
+        free(text);
         if (!cfg) return atlas_fail(ATLAS_ERR_FORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
         if (!json_is_object(cfg)) {
             json_decref(cfg);

@@ -14,9 +14,10 @@ int atlas_cli_template(int argc, char **argv); /* cli/template.c */
 int atlas_cli_serve(int argc, char **argv);    /* cli/serve.c */
 int atlas_cli_chat(int argc, char **argv);     /* cli/chat.c */
 int atlas_cli_bench(int argc, char **argv);    /* cli/bench.c */
+int atlas_cli_export(int argc, char **argv);   /* cli/default_model.c */
 
-/* The model directory used when no -m is given: models/default in the source tree
- * (cli/default_model.c). */
+/* The model directory used when no -m is given: models/default, embedded in the binary and
+ * registered in memory on the first call (cli/default_model.c). */
 const char *atlas_cli_default_model(void);
 
 /* Parses --device's value: "auto", "cpu", "cuda" or "cuda:N" (N the GPU ordinal, 0 when

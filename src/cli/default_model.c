@@ -1,9 +1,123 @@
-/* cli/default_model.c — where the subcommands find a model when no -m is given; a file of
- * its own so that the subcommands never call back into main.c's dispatcher. */
+/* cli/default_model.c — where the subcommands find a model when no -m is given: models/default,
+ * embedded in the binary and registered as an in-memory directory, so that an installed or
+ * copied atlas runs with nothing else on disk; and `atlas export`, which writes it out for
+ * programs that load a directory.  A file of its own so that the subcommands never call back
+ * into main.c's dispatcher. */
+#include "cli/default_model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
 
-#ifndef ATLAS_SOURCE_DIR
-#define ATLAS_SOURCE_DIR "."
-#endif
+static void register_embedded(void) {
+    size_t n;
+    const atlas_memdir_file *files = atlas_cli_embedded_files(&n);
+    if (atlas_memdir_add(ATLAS_CLI_DEFAULT_MODEL_DIR, files, n) != ATLAS_OK)
+        fprintf(stderr, "atlas: the embedded model: %s\n", atlas_last_error());
+}
 
-const char *atlas_cli_default_model(void) { return ATLAS_SOURCE_DIR "/models/default"; }
+const char *atlas_cli_default_model(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_embedded);
+    return ATLAS_CLI_DEFAULT_MODEL_DIR;
+}
+
+bool atlas_cli_is_default_model(const char *dir) {
+    return dir && !strcmp(dir, ATLAS_CLI_DEFAULT_MODEL_DIR);
+}
+
+json_t *atlas_cli_model_json(const char *dir, const char *name) {
+    if (!atlas_cli_is_default_model(dir)) {
+        char path[4096];
+        int len = snprintf(path, sizeof path, "%s/%s", dir, name);
+        return len > 0 && (size_t)len < sizeof path ? json_load_file(path, 0, NULL) : NULL;
+    }
+    size_t n;
+    const atlas_memdir_file *files = atlas_cli_embedded_files(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(files[i].name, name)) return json_loadb(files[i].data, files[i].size, 0, NULL);
+    return NULL;
+}
+
+static int write_file(const char *dir, const atlas_memdir_file *f) {
+    char path[4096];
+    int len = snprintf(path, sizeof path, "%s/%s", dir, f->name);
+    if (len < 0 || (size_t)len >= sizeof path) {
+        fprintf(stderr, "atlas export: %s/%s: path too long\n", dir, f->name);
+        return 1;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "atlas export: %s: %s%s\n", path, strerror(errno),
+                errno == EEXIST ? " (not overwritten)" : "");
+        return 1;
+    }
+    const char *p = f->data;
+    size_t left = f->size;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fprintf(stderr, "atlas export: writing %s: %s\n", path,
+                    w < 0 ? strerror(errno) : "nothing written");
+            close(fd);
+            return 1;
+        }
+        p += w, left -= (size_t)w;
+    }
+    if (close(fd) != 0) {
+        fprintf(stderr, "atlas export: closing %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static void export_usage(FILE *f) {
+    fprintf(f, "usage: atlas export DIR\n"
+               "  Writes the default model that is embedded in atlas (%s) into DIR, made if\n"
+               "  missing, for programs that load a model directory (examples/embed.c).\n"
+               "  Existing files are never overwritten.\n"
+               "  -h, --help   this help\n",
+            ATLAS_CLI_DEFAULT_MODEL_DIR);
+}
+
+int atlas_cli_export(int argc, char **argv) {
+    static const char *const opts[] = {"-h", "--help", NULL};
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            export_usage(stdout);
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1])
+            return atlas_cli_unknown_option("export", argv[i], opts);
+        if (dir) {
+            fprintf(stderr, "atlas export: one directory, not '%s' and '%s'\n", dir, argv[i]);
+            return 2;
+        }
+        dir = argv[i];
+    }
+    if (!dir || !*dir) {
+        export_usage(stderr);
+        return 2;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "atlas export: %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    size_t n, bytes = 0;
+    const atlas_memdir_file *files = atlas_cli_embedded_files(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (write_file(dir, &files[i])) return 1;
+        bytes += files[i].size;
+    }
+    printf("wrote %zu files (%.1f MB) of the embedded default model to %s\n", n, bytes / 1e6,
+           dir);
+    return 0;
+}

@@ -4,6 +4,7 @@
 
 #include "atlas/model.h"
 #include "cli/cli.h"
+#include "cli/default_model.h"
 #include "cli/options.h"
 
 static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device",
@@ -22,7 +23,10 @@ static void usage(FILE *f) {
 }
 
 static void print_info(const atlas_model_info *i) {
-    printf("model:         %s\n", i->dir);
+    if (atlas_cli_is_default_model(i->dir))
+        printf("model:         %s (the default model, embedded in this binary)\n", i->dir);
+    else
+        printf("model:         %s\n", i->dir);
     printf("architecture:  %s\n", i->architecture);
     printf("parameters:    %lld (%.1f M)\n", (long long)i->n_params, i->n_params / 1e6);
     printf("weights:       %s, %.1f MiB\n", i->dtype, i->weight_bytes / 1048576.0);

@@ -25,6 +25,7 @@ static const struct {
     {"tokenize", atlas_cli_tokenize, "print the token ids of a text"},
     {"template", atlas_cli_template, "render a chat template"},
     {"info", atlas_cli_info, "describe a model and the backend that would run it"},
+    {"export", atlas_cli_export, "write the embedded default model into a directory"},
 };
 
 /* What a bug report needs: which atlas, built from what, for which GPUs, and whether this

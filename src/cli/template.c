@@ -11,6 +11,7 @@
 #include "atlas/template.h"
 #include "atlas/toolcall.h"
 #include "cli/cli.h"
+#include "cli/default_model.h"
 #include "cli/options.h"
 
 static void usage(FILE *f) {
@@ -126,9 +127,7 @@ int atlas_cli_template(int argc, char **argv) {
     if (o.tool_format) {
         /* as the server decides it (server/api.c): from the template, else from config.json's
          * architecture, so that what this prints is what a request would get */
-        char path[4096];
-        int len = snprintf(path, sizeof path, "%s/config.json", o.dir);
-        json_t *cfg = len > 0 && (size_t)len < sizeof path ? json_load_file(path, 0, NULL) : NULL;
+        json_t *cfg = atlas_cli_model_json(o.dir, "config.json");
         const char *arch =
             json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
         printf("%s\n", atlas_toolcall_format_name(

@@ -12,12 +12,30 @@
 
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/memdir.h"
+
+/* A file of a registered memory directory (atlas/memdir.h), read as fopen would. */
+static atlas_status read_memory(const atlas_memdir_file *mf, const char *path, char **out,
+                                size_t *len) {
+    char *buf = malloc(mf->size + 1);
+    if (!buf) return atlas_fail(ATLAS_ERR_NOMEM, "%s: cannot allocate %zu bytes", path,
+                                mf->size + 1);
+    if (mf->size) memcpy(buf, mf->data, mf->size);
+    buf[mf->size] = '\0';
+    *out = buf;
+    if (len) *len = mf->size;
+    return ATLAS_OK;
+}
 
 atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
     if (ATLAS_FAULT_HERE())
         return atlas_fail(ATLAS_ERR_IO, "%s: cannot read: injected fault", path);
+    bool inside;
+    const atlas_memdir_file *mf = atlas_memdir_file_at(path, &inside);
+    if (mf) return read_memory(mf, path, out, len);
+    if (inside) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: no such file in memory", path);
     FILE *f = fopen(path, "rb");
     if (!f) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -50,7 +68,13 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
     out->fd_open = false;
     if (ATLAS_FAULT_HERE())
         return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: injected fault", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool inside;
+    const atlas_memdir_file *mf = atlas_memdir_file_at(path, &inside);
+    int fd = -1;
+    if (inside && !mf)
+        return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: no such file in memory", path);
+    if (mf) ATLAS_TRY(atlas_memdir_open_fd(mf, path, &fd));
+    else fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -102,6 +126,10 @@ atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off) {
 }
 
 bool atlas_file_exists(const char *path) {
+    size_t n;
+    bool inside;
+    if (atlas_memdir_file_at(path, &inside) || atlas_memdir_files(path, &n)) return true;
+    if (inside) return false;
     struct stat st;
     return stat(path, &st) == 0;
 }

@@ -14,6 +14,7 @@
 #include "atlas/host.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/memdir.h"
 #include "engine/engine_internal.h"
 
 static void hist_init(atlas_engine_hist *h, const double *bounds) {
@@ -66,6 +67,16 @@ static atlas_status params_check(const atlas_engine_params *p) {
 
 /* Bytes of the *.safetensors files in dir: the weights, before loading them. */
 static size_t weight_file_bytes(const char *dir) {
+    size_t n_mem;
+    const atlas_memdir_file *mem = atlas_memdir_files(dir, &n_mem);
+    if (mem) { /* a directory held in memory (atlas/memdir.h) */
+        size_t total = 0;
+        for (size_t i = 0; i < n_mem; i++) {
+            size_t n = strlen(mem[i].name);
+            if (n >= 12 && !strcmp(mem[i].name + n - 12, ".safetensors")) total += mem[i].size;
+        }
+        return total;
+    }
     DIR *d = opendir(dir);
     if (!d) return 0;
     size_t total = 0;

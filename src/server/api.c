@@ -43,20 +43,10 @@ static atlas_toolcall_format tool_format(atlas_server *s, const char *model,
                                          const atlas_template *tmpl) {
     atlas_engine_model_status ms[64];
     int n = atlas_engine_models(s->engine, ms, 64);
-    const char *arch = NULL;
-    json_t *cfg = NULL;
-    for (int i = 0; i < n && i < 64; i++) {
-        if (strcmp(ms[i].name, model) != 0) continue;
-        char path[4096];
-        int len = snprintf(path, sizeof path, "%s/config.json", ms[i].dir);
-        if (len > 0 && (size_t)len < sizeof path) cfg = json_load_file(path, 0, NULL);
-        arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
-    }
-    atlas_toolcall_format f = atlas_toolcall_format_detect(tmpl ? atlas_template_source(tmpl)
-                                                                : NULL,
-                                                           arch);
-    json_decref(cfg);
-    return f;
+    const char *arch = NULL; /* config.json's, as the engine read it */
+    for (int i = 0; i < n && i < 64; i++)
+        if (!strcmp(ms[i].name, model) && ms[i].architecture[0]) arch = ms[i].architecture;
+    return atlas_toolcall_format_detect(tmpl ? atlas_template_source(tmpl) : NULL, arch);
 }
 
 /* --- messages ----------------------------------------------------------------------------- */
