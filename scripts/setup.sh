@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config git libjansson-dev libpcre2-dev libutf8proc-dev
       libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl python3 binutils
       openssl   # openssl: tests/server/tls.test.mjs makes its certificate
-      libedit-dev)  # line editing in `atlas chat` (BSD-licensed, unlike GNU readline)
+      libedit-dev   # line editing in `atlas chat` (BSD-licensed, unlike GNU readline)
+      dpkg-dev file man-db)  # cpack -G DEB's Depends (dpkg-shlibdeps, file); man page check
 # Node.js and npm: Debian's, unless a Node.js (e.g. NodeSource's, which carries npm) is there.
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
