@@ -128,7 +128,9 @@ typedef struct atlas_request {
     const int32_t *prompt;        /* [n_prompt] token ids, >= 1 of them */
     size_t n_prompt;
     atlas_sampler_params sampling;
-    int max_tokens;               /* <= 0, or more than fit: until the context is full */
+    int max_tokens;               /* <= 0: until the context is full; a prompt and
+                                     max_tokens beyond the context are refused
+                                     (ATLAS_ERR_RANGE), as vLLM does */
     const int32_t *stop_ids;      /* [n_stop_ids]: end the generation (like eos) */
     int n_stop_ids;
     const char *const *stop;      /* [n_stop] stop strings: the text ends before them */

@@ -271,6 +271,14 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     atlas_request req = {.model = "run", .prompt = ids, .n_prompt = n, .sampling = o->sp,
                          .max_tokens = o->n, .logprobs = o->json,
                          .top_logprobs = o->json ? o->top_logprobs : 0};
+    int ctx = 0; /* -n beyond the context: until it is full, as llama.cpp's -n does (the API
+                  refuses such a request, as vLLM does) */
+    if (o->n > 0 && atlas_engine_ctx_size(e, "run", &ctx) == ATLAS_OK &&
+        n + (size_t)o->n > (size_t)ctx) {
+        fprintf(stderr, "atlas run: -n %d with a %zu-token prompt is more than the %d-token "
+                "context: generating until it is full\n", o->n, n, ctx);
+        req.max_tokens = 0;
+    }
     if (!o->json && !o->prompt_ids && isatty(1)) {
         /* at a terminal, show the prompt before its continuation (piped output stays the
          * generated text alone) */
