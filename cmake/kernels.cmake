@@ -22,7 +22,8 @@ set(ATLAS_CUDA_GENCODE
     -gencode=arch=compute_100,code=sm_100
     -gencode=arch=compute_120,code=sm_120
     -gencode=arch=compute_121,code=sm_121
-    -gencode=arch=compute_120,code=compute_120)
+    -gencode=arch=compute_120,code=compute_120
+    CACHE STRING "nvcc -gencode options of the fatbins (e.g. only the GPU at hand, for a quicker build)")
 # The portable image of each module: compute_80 PTX alone, which `--kernels portable` loads
 # so that the driver compiles it at run time (the nearest an H200 comes to running what an
 # RTX card runs: sm_8x machine code cannot run on sm_90).
