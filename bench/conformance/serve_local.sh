@@ -29,7 +29,7 @@ trap 'kill $srv $chk 2>/dev/null; exit 124' TERM INT HUP
 url=
 i=0
 while [ $i -lt 600 ] && kill -0 $srv 2>/dev/null; do
-  url=$(sed -n 's/^atlas serve: listening on \(http[^ ]*\).*/\1/p' "$log" | head -1)
+  url=$(sed -n 's/.* info listening on \(http[^ ]*\).*/\1/p' "$log" | head -1)
   [ -n "$url" ] && break
   sleep 0.1
   i=$((i + 1))

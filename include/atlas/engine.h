@@ -258,8 +258,8 @@ typedef struct atlas_engine_model_status {
     size_t kv_bytes;        /* the pool's size */
     char note[256];         /* why ctx_size is below what was asked, "" if it is not */
     char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
+    char architecture[64];  /* config.json's architectures[0], resident or not */
     /* While resident (else "" and 0), as atlas_model_get_info says: */
-    char architecture[64];  /* config.json's architectures[0] */
     char dtype[8];          /* of the weights in the files ("BF16", ..., "mixed") */
     int64_t n_params;
     size_t weight_bytes;    /* the weights' bytes in the files */

@@ -29,6 +29,21 @@ extern "C" {
 typedef struct atlas_server atlas_server;
 typedef struct atlas_engine atlas_engine; /* atlas/engine.h */
 
+/* The server's log: what it says about itself and one line per request answered (its
+ * method, path, model, status, tokens in and out, time to the first token, total time and
+ * the client's address; never an API key, a header or a prompt or answer's text). */
+typedef enum atlas_log_level {
+    ATLAS_LOG_ERROR = 0, /* failures of the server itself; requests answered 5xx */
+    ATLAS_LOG_WARN,      /* requests answered 4xx */
+    ATLAS_LOG_INFO,      /* every request; what the server loaded and where it listens */
+    ATLAS_LOG_DEBUG,     /* and each request as it arrives, before it is answered */
+} atlas_log_level;
+
+typedef enum atlas_log_format {
+    ATLAS_LOG_TEXT = 0, /* "2025-01-31T12:00:00.123Z info POST /v1/... model=NAME status=200 ..." */
+    ATLAS_LOG_JSON,     /* one JSON object a line */
+} atlas_log_format;
+
 typedef struct atlas_server_params {
     const char *host;       /* numeric IPv4 or IPv6 address; default "127.0.0.1" */
     int port;               /* 0: any free port (atlas_server_port says which); default 8080 */
@@ -57,6 +72,10 @@ typedef struct atlas_server_params {
     bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
                                "reasoning_content", not content (default true; llama.cpp's
                                --reasoning-format auto) */
+    int log_fd;             /* where the log goes, one write(2) a line (e.g. 2: stderr);
+                               -1 (default): nowhere */
+    atlas_log_format log_format; /* default ATLAS_LOG_TEXT */
+    atlas_log_level log_level;   /* lines of this level and more severe (default INFO) */
 } atlas_server_params;
 
 /* The defaults above.  Pure; thread-safe. */
@@ -69,6 +88,16 @@ ATLAS_API atlas_server_params atlas_server_default_params(void);
  * stays NULL then. */
 ATLAS_API atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *p,
                                           atlas_server **out);
+
+/* Writes a line of the caller's to the server's log (what `atlas serve` says at start and
+ * at stop), printf-style, in the log's format, labelled level, whatever log_level filters
+ * (it filters the request lines): where the server listens is always said.  Thread-safe
+ * while s lives. */
+ATLAS_API void atlas_server_log(atlas_server *s, atlas_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* The bound TCP port (useful after asking for port 0).  Thread-safe while s lives. */
 ATLAS_API int atlas_server_port(const atlas_server *s);

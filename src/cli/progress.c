@@ -1,7 +1,9 @@
 /* cli/progress.c — see progress.h. */
 #include "cli/progress.h"
 
+#include <jansson.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@ static const double BAR_AFTER_S = 0.5, REDRAW_EVERY_S = 0.1;
 struct atlas_cli_progress {
     pthread_mutex_t mu; /* report runs on loader threads, begin and end on the caller's */
     FILE *out;
-    bool tty, muted, active, drawn;
+    bool tty, muted, active, drawn, json;
     char name[128];
     double t0, t_drawn;
     uint64_t done, total;
@@ -94,9 +96,52 @@ void atlas_cli_progress_report(void *user, const char *model, uint64_t done, uin
     p->done = done;
     p->total = total;
     double t = now_s();
-    if (p->tty && !p->muted && t - p->t0 >= BAR_AFTER_S &&
+    if (p->tty && !p->muted && !p->json && t - p->t0 >= BAR_AFTER_S &&
         (!p->drawn || t - p->t_drawn >= REDRAW_EVERY_S))
         draw(p, t);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Under p->mu: msg as a line of its own, in the chosen format. */
+static void say_locked(atlas_cli_progress *p, const char *msg) {
+    if (p->drawn) fputs("\r\033[K", p->out); /* the bar's line becomes this one */
+    p->drawn = false;
+    if (!p->json) {
+        fprintf(p->out, "atlas: %s\n", msg);
+        fflush(p->out);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[40];
+    size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + n, sizeof when - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+    json_t *o = json_pack("{s:s, s:s, s:s}", "time", when, "level", "info", "msg", msg);
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (line) fprintf(p->out, "%s\n", line);
+    free(line);
+    fflush(p->out);
+}
+
+void atlas_cli_progress_say(atlas_cli_progress *p, const char *fmt, ...) {
+    if (!p) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&p->mu);
+    say_locked(p, msg);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void atlas_cli_progress_json(atlas_cli_progress *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->json = true;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -104,13 +149,15 @@ void atlas_cli_progress_end(atlas_cli_progress *p, int ok, const char *device) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     if (p->drawn) fputs("\r\033[K", p->out); /* the bar's line is the done line's */
+    p->drawn = false;
     if (ok && p->active && !p->muted) {
         double el = now_s() - p->t0;
-        char size[32];
+        char size[32], msg[400];
         size_str(size, sizeof size, p->total);
-        fprintf(p->out, "atlas: loaded %s: %s in %.*f s (%.1f GB/s), %s\n", p->name, size,
-                el < 1 ? 2 : 1, el, el > 0 ? p->total / el / 1e9 : 0.0,
-                device && *device ? device : "?");
+        snprintf(msg, sizeof msg, "loaded %s: %s in %.*f s (%.1f GB/s), %s", p->name, size,
+                 el < 1 ? 2 : 1, el, el > 0 ? p->total / el / 1e9 : 0.0,
+                 device && *device ? device : "?");
+        say_locked(p, msg);
     }
     fflush(p->out);
     p->active = p->drawn = false;

@@ -32,4 +32,12 @@ void atlas_cli_progress_end(atlas_cli_progress *p, int ok, const char *device);
 /* Draws nothing from now on (a server whose stderr has become its log). */
 void atlas_cli_progress_mute(atlas_cli_progress *p);
 
+/* Lines as JSON objects ({"time", "level": "info", "msg"}) instead, and no bar: for a
+ * server whose log is JSON (atlas serve --log-format json). */
+void atlas_cli_progress_json(atlas_cli_progress *p);
+
+/* One line "atlas: MSG" (or its JSON object) on the progress's stream, clear of any bar. */
+void atlas_cli_progress_say(atlas_cli_progress *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -18,6 +18,7 @@
 #include "atlas/server.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/progress.h"
 
 enum { MAX_MODELS = 64 };
 
@@ -73,7 +74,12 @@ static void usage(FILE *f) {
             "                       address (comma-separated, or *); others get 403\n"
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
-            "                       none: left in content\n");
+            "                       none: left in content\n"
+            "  --log-format text|json  the log on stderr: one line a request (method, path,\n"
+            "                       model, status, tokens in/out, TTFT, total ms, client),\n"
+            "                       as text (default) or one JSON object a line\n"
+            "  --log-level error|warn|info|debug  error: 5xx only; warn: 4xx too; info\n"
+            "                       (default): every request; debug: each also as it arrives\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -127,6 +133,13 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     }
     *out = (int)v;
     return 0;
+}
+
+static int parse_level(const char *v, atlas_log_level *out) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, names[i])) return *out = (atlas_log_level)i, 0;
+    return -1;
 }
 
 typedef struct serve_args {
@@ -222,7 +235,7 @@ static const char *const serve_options[] = {
     "--parallel", "--queue-limit", "--batch-tokens", "--threads", "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", "--kernels", NULL};
+    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -274,6 +287,12 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             if (!strcmp(v, "auto")) a->sp.reasoning = true;
             else if (!strcmp(v, "none")) a->sp.reasoning = false;
             else bad = -1;
+        } else if (!strcmp(o, "--log-format")) {
+            if (!strcmp(v, "text")) a->sp.log_format = ATLAS_LOG_TEXT;
+            else if (!strcmp(v, "json")) a->sp.log_format = ATLAS_LOG_JSON;
+            else bad = -1;
+        } else if (!strcmp(o, "--log-level")) {
+            bad = parse_level(v, &a->sp.log_level);
         } else if (!strcmp(o, "--device")) {
             bad = atlas_cli_parse_device(v, &a->ep.device, &a->ep.gpu);
         } else if (!strcmp(o, "--kernels")) {
@@ -306,16 +325,82 @@ static void raise_fd_limit(int max_connections) {
                 max_connections);
 }
 
-/* Each model's context and KV capacity, and why a context was lowered. */
-static void print_models(atlas_engine *engine) {
-    atlas_engine_model_status ms[64];
-    int n = atlas_engine_models(engine, ms, 64);
-    for (int i = 0; i < n && i < 64; i++) {
-        fprintf(stderr, "atlas serve: model %s: context %d tokens (model maximum %d), KV cache "
-                "%ld tokens in %.2f GiB\n", ms[i].name, ms[i].ctx_size, ms[i].max_ctx,
-                ms[i].kv_tokens, ms[i].kv_bytes / 1073741824.0);
-        if (ms[i].note[0]) fprintf(stderr, "atlas serve: model %s: %s\n", ms[i].name, ms[i].note);
+/* "cuda:0", "cpu": where a resident model runs. */
+static int count_resident(const atlas_engine_model_status *ms, int n) {
+    int k = 0;
+    for (int i = 0; i < n && i < MAX_MODELS; i++) k += ms[i].resident != 0;
+    return k;
+}
+
+static void device_name(const serve_args *a, const char *backend, char *out, size_t cap) {
+    if (!strcmp(backend, "cuda")) snprintf(out, cap, "cuda:%d", a->ep.gpu);
+    else snprintf(out, cap, "%s", backend[0] ? backend : "-");
+}
+
+/* Loads the first models (as many as may be resident) before the server answers, each with
+ * its progress and its line; a model that fails is said and left to load on demand (its
+ * requests then get the error, and a later one retries). */
+static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg) {
+    int n = a->n_models < a->ep.max_resident ? a->n_models : a->ep.max_resident;
+    for (int i = 0; i < n; i++) {
+        atlas_cli_progress_begin(pg, a->models[i].name);
+        atlas_status st = atlas_engine_load(engine, a->models[i].name);
+        char device[32] = "";
+        if (st == ATLAS_OK) {
+            atlas_engine_model_status ms[MAX_MODELS];
+            atlas_engine_models(engine, ms, MAX_MODELS);
+            device_name(a, ms[i].backend, device, sizeof device);
+        }
+        atlas_cli_progress_end(pg, st == ATLAS_OK, device);
+        if (st != ATLAS_OK)
+            atlas_cli_progress_say(pg, "model %s: not loaded: %s", a->models[i].name,
+                                   atlas_last_error());
     }
+}
+
+/* The start banner: each model (directory, architecture, parameters, dtype, device, memory,
+ * KV capacity, context), the memory of all that is loaded, then the URL. */
+static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server *server) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS);
+    double total = 0;
+    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+        const atlas_engine_model_status *m = &ms[i];
+        if (!m->resident) {
+            atlas_server_log(server, ATLAS_LOG_INFO, "model %s: dir %s, not loaded (loads on "
+                             "its first request), kv %ld tokens, context %d tokens", m->name,
+                             m->dir, m->kv_tokens, m->ctx_size);
+        } else {
+            char device[32];
+            device_name(a, m->backend, device, sizeof device);
+            double gib = (m->weight_bytes + m->kv_bytes) / 1073741824.0;
+            total += gib;
+            char params[32];
+            if (m->n_params >= 1000000000) snprintf(params, sizeof params, "%.2fB", m->n_params / 1e9);
+            else snprintf(params, sizeof params, "%.1fM", m->n_params / 1e6);
+            atlas_server_log(server, ATLAS_LOG_INFO, "model %s: dir %s, %s, %s parameters, "
+                             "%s, device %s, memory %.2f GiB (weights %.2f, kv %.2f), kv %ld "
+                             "tokens, context %d tokens (model maximum %d)", m->name, m->dir,
+                             m->architecture, params, m->dtype, device, gib,
+                             m->weight_bytes / 1073741824.0, m->kv_bytes / 1073741824.0,
+                             m->kv_tokens, m->ctx_size, m->max_ctx);
+        }
+        if (m->note[0]) atlas_server_log(server, ATLAS_LOG_INFO, "model %s: %s", m->name, m->note);
+    }
+    /* where the loaded models run; with none loaded, what --device asked */
+    char dev[32] = "";
+    for (int i = 0; i < n && i < MAX_MODELS && !dev[0]; i++)
+        if (ms[i].resident) device_name(a, ms[i].backend, dev, sizeof dev);
+    if (!dev[0])
+        snprintf(dev, sizeof dev, "%s", a->ep.device == ATLAS_DEVICE_CPU ? "cpu"
+                                        : a->ep.device == ATLAS_DEVICE_CUDA ? "cuda" : "auto");
+    atlas_server_log(server, ATLAS_LOG_INFO, "device %s; memory used %.2f GiB by %d loaded "
+                     "model(s) of %d", dev, total, count_resident(ms, n), n);
+    bool v6 = strchr(a->sp.host, ':') != NULL;
+    atlas_server_log(server, ATLAS_LOG_INFO, "listening on %s://%s%s%s:%d%s",
+                     a->sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", a->sp.host,
+                     v6 ? "]" : "", atlas_server_port(server),
+                     a->sp.api_key ? " (API key required)" : "");
 }
 
 int atlas_cli_serve(int argc, char **argv) {
@@ -326,6 +411,7 @@ int atlas_cli_serve(int argc, char **argv) {
     const char *env_key = getenv("ATLAS_API_KEY");
     if (env_key && *env_key) a.sp.api_key = env_key;
     a.tp = 1;
+    a.sp.log_fd = 2; /* the log is stderr; stdout stays empty */
     int rc = parse_args(argc, argv, &a);
     if (rc == 0 && atlas_tp_preflight(a.tp) != ATLAS_OK) { /* before any model loads */
         fprintf(stderr, "atlas serve: --tensor-parallel %d: %s\n", a.tp, atlas_last_error());
@@ -341,13 +427,20 @@ int atlas_cli_serve(int argc, char **argv) {
     a.ep.n_models = a.n_models;
 
     raise_fd_limit(a.sp.max_connections);
+    atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
+    a.ep.load_progress = atlas_cli_progress_report;
+    a.ep.load_progress_user = pg;
+    if (a.sp.log_format == ATLAS_LOG_JSON) atlas_cli_progress_json(pg);
     atlas_engine *engine = NULL;
     atlas_server *server = NULL;
     atlas_status st = atlas_engine_create(&a.ep, &engine);
+    if (st == ATLAS_OK) load_at_start(&a, engine, pg);
+    atlas_cli_progress_mute(pg); /* stderr is the server's log from here on */
     if (st == ATLAS_OK) st = atlas_server_start(engine, &a.sp, &server);
     if (st != ATLAS_OK) {
         fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
         atlas_engine_free(engine);
+        atlas_cli_progress_free(pg);
         for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
         return 1;
     }
@@ -358,23 +451,17 @@ int atlas_cli_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    bool v6 = strchr(a.sp.host, ':') != NULL;
-    fprintf(stderr, "atlas serve: listening on %s://%s%s%s:%d (",
-            a.sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", a.sp.host, v6 ? "]" : "",
-            atlas_server_port(server));
-    for (int i = 0; i < a.n_models; i++)
-        fprintf(stderr, "%s%s=%s", i ? ", " : "", a.models[i].name, a.models[i].dir);
-    fprintf(stderr, ")%s\n", a.sp.api_key ? ", API key required" : "");
-    print_models(engine);
+    print_banner(&a, engine, server);
 
     while (!stop_requested) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    fprintf(stderr, "atlas serve: stopping\n");
+    atlas_server_log(server, ATLAS_LOG_INFO, "stopping");
     atlas_server_stop(server);
     atlas_engine_free(engine);
+    atlas_cli_progress_free(pg);
     for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
-    fprintf(stderr, "atlas serve: stopped\n");
+    if (a.sp.log_format == ATLAS_LOG_TEXT) fprintf(stderr, "atlas serve: stopped\n");
     return 0;
 }

@@ -584,11 +584,11 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         snprintf(out[i].last_error, sizeof out[i].last_error, "%s", md->last_error);
         snprintf(out[i].note, sizeof out[i].note, "%s", md->ctx_note);
         model_state(md, &out[i]);
+        snprintf(out[i].architecture, sizeof out[i].architecture, "%s", md->cfg.architecture);
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);
             snprintf(out[i].backend, sizeof out[i].backend, "%s", info.backend);
-            snprintf(out[i].architecture, sizeof out[i].architecture, "%s", info.architecture);
             snprintf(out[i].dtype, sizeof out[i].dtype, "%s", info.dtype);
             out[i].n_params = info.n_params;
             out[i].weight_bytes = info.weight_bytes;

@@ -15,6 +15,23 @@
 
 enum { POLL_MS = 50 }; /* how often a waiting thread looks at its client and the server */
 
+/* --- the access log ------------------------------------------------------------------- */
+
+/* Tokens and the time to the first token of gs[0..n) (choices of one request: their usage
+ * already summed into gs[0]'s by the formatting when there are several) into rec. */
+static void note_usage(atlas_gen **gs, int n, const atlas_usage *u, atlas_log_request *rec) {
+    rec->tokens_in = u->prompt_tokens;
+    rec->tokens_out = u->completion_tokens;
+    double first = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&gs[i]->mu);
+        double t = gs[i]->t_first;
+        pthread_mutex_unlock(&gs[i]->mu);
+        if (t > 0 && (first == 0 || t < first)) first = t;
+    }
+    rec->ttft_ms = first > 0 ? (first - gs[0]->t_start) * 1e3 : -1;
+}
+
 /* --- the engine side: copy each event into the queue --------------------------------- */
 
 static void group_unref(atlas_gen_group *G) {
@@ -75,6 +92,7 @@ static void on_event(const atlas_event *ev, void *user) {
         if (ev->type != ATLAS_EVENT_END) g->cancel_asked = true;
     } else {
         e->t = atlas_http_now();
+        if (ev->type == ATLAS_EVENT_TOKEN && g->t_first == 0) g->t_first = e->t;
         if (g->tail) g->tail->next = e;
         else g->head = e;
         g->tail = e;
@@ -130,6 +148,8 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     g->o.echo = g->echo;
     g->tok = tok;
     g->t_start = call->t_start;
+    g->log = call->log;
+    g->call_log = &call->log;
     g->created = (int64_t)time(NULL);
     uint64_t n = atomic_fetch_add(&g->srv->next_id, 1);
     struct timespec ts;
@@ -385,9 +405,15 @@ static ssize_t sse_read(void *ctx, char *buf, size_t max) {
 }
 
 /* The response is done with the stream (finished, failed or the client left): cancels the
- * engine requests still running and releases the stream's references. */
+ * engine requests still running, releases the stream's references and writes the request's
+ * access-log line (the status was 200: the stream began). */
 static void sse_close(void *ctx) {
     atlas_gen *g = ctx;
+    atlas_gen_group *G = g->group;
+    g->log.status = 200;
+    g->log.total_ms = (atlas_http_now() - g->t_start) * 1e3;
+    note_usage(G ? G->members : &g, G ? G->n : 1, G ? &G->usage : &g->usage, &g->log);
+    atlas_log_request_done(g->srv->log, &g->log);
     release_members(g);
     atlas_gen_release(g);
 }
@@ -434,6 +460,7 @@ static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
 
 void atlas_gen_finish_json(atlas_gen *g, atlas_http_reply *r) {
     if (collect_all(g, r)) atlas_http_reply_json(r, 200, atlas_gen_format_response(g));
+    note_usage(&g, 1, &g->usage, g->call_log);
     atlas_gen_release(g);
 }
 
@@ -442,6 +469,7 @@ void atlas_gen_finish_batch(atlas_gen **gs, int n, int per_prompt, atlas_http_re
     for (int i = 0; i < n; i++) /* all run at once in the engine; collect in order */
         if (ok && !collect_all(gs[i], r)) ok = false;
     if (ok) atlas_http_reply_json(r, 200, atlas_gen_format_batch(gs, n, per_prompt));
+    note_usage(gs, n, &gs[0]->usage, gs[0]->call_log); /* summed by format_batch */
     for (int i = 0; i < n; i++) atlas_gen_release(gs[i]);
 }
 

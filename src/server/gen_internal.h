@@ -69,6 +69,10 @@ struct atlas_gen {
     int64_t created;
     int prompt_tokens;
     double t_start;           /* the HTTP request's arrival */
+    double t_first;           /* when its first token was queued (0: none yet), under mu */
+    atlas_log_request log;    /* the request's access-log line, copied at start: a stream
+                                 writes it as it closes, the call being gone by then */
+    atlas_log_request *call_log; /* the call's own, while it is answered (not streamed) */
 
     atlas_gen_group *group;   /* streamed choices: the group this gen belongs to */
     int index;                /* its choice index in the response */

@@ -196,6 +196,25 @@ static enum MHD_Result send_reply(atlas_http_call *call, atlas_http_reply *r) {
     return ok;
 }
 
+/* The client's address as text, for the access log. */
+static void client_addr(struct MHD_Connection *conn, char *buf, size_t cap) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    snprintf(buf, cap, "-");
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)cap);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)cap);
+}
+
+/* The access log's line of a request the transport answers itself (no dispatch). */
+static void log_refused(atlas_http_call *c, int status) {
+    c->log.status = status;
+    c->log.total_ms = (atlas_http_now() - c->t_start) * 1e3;
+    atlas_log_request_done(c->http->access, &c->log);
+}
+
 static atlas_http_call *call_new(atlas_http *h, struct MHD_Connection *conn, const char *url,
                                  const char *method) {
     atlas_http_call *c = calloc(1, sizeof *c);
@@ -208,6 +227,10 @@ static atlas_http_call *call_new(atlas_http *h, struct MHD_Connection *conn, con
     snprintf(c->method, sizeof c->method, "%s", method);
     c->fd = -1;
     c->t_start = atlas_http_now();
+    snprintf(c->log.method, sizeof c->log.method, "%s", method);
+    snprintf(c->log.path, sizeof c->log.path, "%s", url);
+    client_addr(conn, c->log.client, sizeof c->log.client);
+    c->log.ttft_ms = -1;
     if (!c->url || !c->reply) {
         free(c->url);
         free(c->reply);
@@ -243,6 +266,7 @@ static enum MHD_Result hand_off(atlas_http_call *c) {
     if (atlas_http_submit(c->http, c)) return MHD_YES;
     MHD_resume_connection(c->conn);
     reply_error(c->reply, 503, NULL, "the server is shutting down");
+    log_refused(c, 503);
     return send_reply(c, c->reply);
 }
 
@@ -290,6 +314,7 @@ static int check_framing(atlas_http_call *c) {
     else if (f.n_te > 1 || f.te_other) msg = "a Transfer-Encoding other than chunked";
     if (!msg) return -1;
     reply_error(c->reply, 400, NULL, msg);
+    log_refused(c, 400);
     return send_reply(c, c->reply); /* early: libmicrohttpd skips the body and closes */
 }
 
@@ -529,6 +554,7 @@ atlas_status atlas_http_start(const atlas_http_params *p, atlas_http_dispatch di
         h->header_timeout_s = p->header_timeout_s;
         h->body_timeout_s = p->body_timeout_s;
         h->tls = cert != NULL;
+        h->access = p->log;
         st = atlas_http_conn_init(h, p->max_connections);
     }
     if (st == ATLAS_OK) st = start_daemon(h, p, &ss, v6, cert, key);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "atlas/status.h"
+#include "server/log.h"
 
 struct MHD_Connection;
 typedef struct atlas_http atlas_http;
@@ -36,6 +37,9 @@ typedef struct atlas_http_call {
     size_t dropped;  /* bytes discarded so far */
     bool answered;
     double t_start;  /* atlas_http_now() when the headers arrived */
+    /* the access log's line: method, path and client set here, the model, tokens and
+     * times by whoever answers (server.c, gen.c), written once the answer is made */
+    atlas_log_request log;
     /* the transport's own: the worker queue, the reply waiting for the connection to be
      * resumed, and a stream's pump */
     struct atlas_http_call *next_job;
@@ -85,6 +89,8 @@ typedef struct atlas_http_params {
     int body_timeout_s;   /* a request's body must be in this long after its headers */
     const char *cors;     /* "local", "*", "none" or a comma-separated list of origins */
     const char *cert_file, *key_file; /* PEM files: HTTPS (TLS 1.2 or 1.3); NULL: HTTP */
+    atlas_log *log;       /* for the requests the transport refuses itself (NULL: none);
+                             borrowed, it must outlive the daemon */
 } atlas_http_params;
 
 /* Starts listening; every request goes to dispatch(ctx, ...).  The strings in p are copied;

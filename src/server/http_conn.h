@@ -34,6 +34,7 @@ struct atlas_http {
     int port;
     bool tls;
     char log[256];     /* libmicrohttpd's last message, for a failed start */
+    atlas_log *access; /* atlas_http_params.log */
     /* connections and their deadlines (http_conn.c) */
     pthread_mutex_t cmu;
     pthread_cond_t ccv;

@@ -1,6 +1,7 @@
 /* server/server.c — starting and stopping the server (atlas/server.h), and the route table
  * that it hands the HTTP transport as its dispatch function: CORS preflights, the API key,
  * shutdown, body limits and JSON bodies, then the endpoint (api.c, api_misc.c). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,9 @@ atlas_server_params atlas_server_default_params(void) {
     p.body_timeout_s = 60;
     p.reasoning = true;
     p.cors = "local";
+    p.log_fd = -1;
+    p.log_format = ATLAS_LOG_TEXT;
+    p.log_level = ATLAS_LOG_INFO;
     return p;
 }
 
@@ -200,6 +204,13 @@ static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas
     return true;
 }
 
+/* The model a request names, for its log line: the route's (/v1/models/{id}) or the
+ * body's "model", as the client wrote it (it may name none that is served). */
+static void note_model(atlas_http_call *call, const char *arg, const json_t *body) {
+    const char *m = arg[0] ? arg : json_string_value(json_object_get(body, "model"));
+    if (m) snprintf(call->log.model, sizeof call->log.model, "%s", m);
+}
+
 static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_http_reply *r) {
     char arg[512];
     bool path_known = false;
@@ -218,7 +229,9 @@ static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_h
         path_known = true;
         if (strcmp(rt->method, call->method) != 0) continue;
         json_t *body;
-        if (admit(s, call, rt, r, &body)) {
+        bool admitted = admit(s, call, rt, r, &body);
+        note_model(call, arg, body);
+        if (admitted) {
             /* this thread served earlier requests: a failure must not report their message */
             atlas_error_clear();
             rt->fn(call, body, arg, r);
@@ -234,11 +247,25 @@ static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_h
     return ATLAS_ROUTE_OTHER;
 }
 
-/* The transport's dispatch function: route, answer, count. */
+/* The transport's dispatch function: route, answer, count, log (a stream's line is its
+ * own, written as it closes: gen.c). */
 static void dispatch(void *ctx, atlas_http_call *call, atlas_http_reply *r) {
     atlas_server *s = ctx;
+    atlas_log_request_start(s->log, &call->log, call->len + call->dropped);
     atlas_route_id id = route_call(s, call, r);
     atlas_server_metrics_request(&s->metrics, id, r->status);
+    if (r->stream.read) return;
+    call->log.status = r->status;
+    call->log.total_ms = (atlas_http_now() - call->t_start) * 1e3;
+    atlas_log_request_done(s->log, &call->log);
+}
+
+void atlas_server_log(atlas_server *s, atlas_log_level level, const char *fmt, ...) {
+    if (!s) return;
+    va_list ap;
+    va_start(ap, fmt);
+    atlas_log_vmessage(s->log, level, true, fmt, ap);
+    va_end(ap);
 }
 
 /* --- start and stop --------------------------------------------------------------------- */
@@ -269,6 +296,11 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     atomic_init(&s->stopping, false);
     atomic_init(&s->next_id, 1);
     atlas_server_metrics_init(&s->metrics);
+    atlas_status st = atlas_log_create(p.log_fd, p.log_format, p.log_level, &s->log);
+    if (st != ATLAS_OK) {
+        atlas_server_stop(s);
+        return st;
+    }
     if (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
         (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)) {
         atlas_server_stop(s);
@@ -284,8 +316,9 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
                             .body_timeout_s = p.body_timeout_s,
                             .cors = s->cors,
                             .cert_file = p.ssl_certfile,
-                            .key_file = p.ssl_keyfile};
-    atlas_status st = atlas_http_start(&hp, dispatch, s, &s->http);
+                            .key_file = p.ssl_keyfile,
+                            .log = s->log};
+    st = atlas_http_start(&hp, dispatch, s, &s->http);
     if (st != ATLAS_OK) {
         atlas_server_stop(s);
         return st;
@@ -315,6 +348,7 @@ void atlas_server_stop(atlas_server *s) {
         atlas_http_stop(s->http);
     }
     atlas_server_metrics_destroy(&s->metrics);
+    atlas_log_free(s->log);
     free(s->host);
     free(s->api_key);
     free(s->cors);

@@ -11,6 +11,7 @@
 
 #include "atlas/server.h"
 #include "server/http.h"
+#include "server/log.h"
 #include "server/metrics.h"
 
 struct atlas_server {
@@ -26,6 +27,7 @@ struct atlas_server {
     atomic_uint_fast64_t next_id; /* for "chatcmpl-..." ids */
     int64_t created;              /* unix time the server started: /v1/models "created" */
     atlas_server_metrics metrics;
+    atlas_log *log;               /* the access log and the server's own lines */
 };
 
 #endif

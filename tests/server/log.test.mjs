@@ -1,0 +1,163 @@
+// What atlas says on stderr: the start banner of `atlas serve` (models, device, memory, KV
+// capacity, URL), one access-log line per request in text and in JSON (--log-format), the
+// levels (--log-level), that no API key, Authorization header or prompt text reaches the
+// log, and the one line `atlas run` prints for a load when stderr is not a terminal.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { startServer, postJSON, getJSON, waitFor, BIN } from './lib.mjs';
+
+const KEY = 'sk-log-test-9f3c1a77e2';
+const PROMPT = 'zanzibar-quokka-prompt-4471';
+const auth = { authorization: `Bearer ${KEY}` };
+
+// One text access line: time level METHOD PATH model= status= tokens_in= tokens_out= ttft_ms= total_ms= client=
+const TEXT_LINE = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (info|warn|error) (GET|POST|OPTIONS) (\S+) model=(\S+) status=(\d{3}) tokens_in=(\d+) tokens_out=(\d+) ttft_ms=(\d+\.\d|-) total_ms=(\d+\.\d) client=(\S+)$/;
+
+function accessLines(log) {
+  return log.split('\n').filter((l) => / status=\d{3} /.test(l)).map((l) => {
+    const m = l.match(TEXT_LINE);
+    assert.ok(m, `access line of the wrong shape: ${JSON.stringify(l)}`);
+    return { time: m[1], level: m[2], method: m[3], path: m[4], model: m[5], status: Number(m[6]),
+      tokensIn: Number(m[7]), tokensOut: Number(m[8]), ttft: m[9], total: Number(m[10]), client: m[11] };
+  });
+}
+
+// A streamed chat: the SSE body read to its end.
+async function stream(base, content) {
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', ...auth },
+    body: JSON.stringify({ model: 'default', messages: [{ role: 'user', content }], max_tokens: 6, temperature: 0, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const text = await res.text();
+  assert.match(text, /data: \[DONE\]/);
+}
+
+// The same five requests against either format: a whole answer, a stream, a model not
+// served (404), a body that is not JSON (400), and the model list.
+async function requests(srv) {
+  const chat = await postJSON(srv.base, '/v1/chat/completions',
+    { model: 'default', messages: [{ role: 'user', content: PROMPT }], max_tokens: 6, temperature: 0 }, auth);
+  assert.equal(chat.status, 200, chat.text);
+  await stream(srv.base, `${PROMPT} streamed`);
+  const missing = await postJSON(srv.base, '/v1/chat/completions',
+    { model: 'no-such-model', messages: [{ role: 'user', content: PROMPT }] }, auth);
+  assert.equal(missing.status, 404, missing.text);
+  const bad = await postJSON(srv.base, '/v1/chat/completions', `{"model": "default", "messages": [${PROMPT}`, auth);
+  assert.equal(bad.status, 400, bad.text);
+  const models = await getJSON(srv.base, '/v1/models', auth);
+  assert.equal(models.status, 200);
+  return chat.json.choices[0].message.content;
+}
+
+function noSecrets(log, answer) {
+  assert.ok(!log.includes(KEY), 'the API key is in the log');
+  assert.ok(!/bearer/i.test(log), 'an Authorization header is in the log');
+  assert.ok(!log.includes(PROMPT), 'the prompt text is in the log');
+  if (answer.length >= 12) assert.ok(!log.includes(answer), 'the answer text is in the log');
+}
+
+test('text log: the start banner, one line per request, no secrets', async () => {
+  const srv = await startServer(['--api-key', KEY]);
+  try {
+    const banner = srv.log();
+    assert.match(banner, /^atlas: loaded default: \d+\.\d (MB|GB) in \d+\.\d+ s \(\d+\.\d GB\/s\), (cpu|cuda:\d+)$/m);
+    const model = banner.match(/ info model default: dir (\S+), (\w+ForCausalLM), (\d+\.\d+[MB]) parameters, (BF16|F16|F32|mixed), device (cpu|cuda:\d+), memory (\d+\.\d+) GiB \(weights (\d+\.\d+), kv (\d+\.\d+)\), kv (\d+) tokens, context (\d+) tokens/);
+    assert.ok(model, `no model line in the banner:\n${banner}`);
+    assert.equal(model[2], 'LlamaForCausalLM');
+    assert.ok(Number(model[9]) > 0 && Number(model[10]) > 0, model[0]);
+    assert.ok(Math.abs(Number(model[6]) - Number(model[7]) - Number(model[8])) < 0.02, model[0]);
+    assert.match(banner, / info device (cpu|cuda:\d+); memory used \d+\.\d+ GiB by 1 loaded model\(s\) of 1$/m);
+    assert.match(banner, new RegExp(` info listening on http://127\\.0\\.0\\.1:${srv.port} \\(API key required\\)$`, 'm'));
+
+    const answer = await requests(srv);
+    const lines = await waitFor(() => { const l = accessLines(srv.log()); return l.length >= 5 && l; });
+    assert.equal(lines.length, 5, srv.log());
+    const [whole, streamed, missing, bad, list] = lines; // a stream's line is written as it closes
+    for (const l of lines) {
+      assert.equal(l.client, '127.0.0.1');
+      assert.ok(Math.abs(Date.parse(l.time) - Date.now()) < 60000, l.time);
+      assert.ok(l.total >= 0 && l.total < 60000);
+    }
+    assert.deepEqual([whole.method, whole.path, whole.model, whole.status, whole.level], ['POST', '/v1/chat/completions', 'default', 200, 'info']);
+    assert.ok(whole.tokensIn > 0 && whole.tokensOut > 0 && whole.tokensOut <= 6, JSON.stringify(whole));
+    assert.ok(whole.ttft !== '-' && Number(whole.ttft) <= whole.total, JSON.stringify(whole));
+    assert.deepEqual([streamed.model, streamed.status], ['default', 200]);
+    assert.ok(streamed.tokensIn > whole.tokensIn && streamed.tokensOut > 0 && streamed.ttft !== '-', JSON.stringify(streamed));
+    assert.deepEqual([missing.model, missing.status, missing.level, missing.tokensOut, missing.ttft], ['no-such-model', 404, 'warn', 0, '-']);
+    assert.deepEqual([bad.model, bad.status, bad.level], ['-', 400, 'warn']);
+    assert.deepEqual([list.method, list.path, list.status], ['GET', '/v1/models', 200]);
+    noSecrets(srv.log(), answer);
+  } finally {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  }
+});
+
+test('JSON log: every line an object, requests with typed fields; --log-level warn', async () => {
+  const srv = await startServer(['--api-key', KEY, '--log-format', 'json']);
+  let log;
+  try {
+    const answer = await requests(srv);
+    await waitFor(() => (srv.log().match(/"status":/g) || []).length >= 5);
+    log = srv.log();
+    noSecrets(log, answer);
+  } finally {
+    const r = await srv.stop();
+    assert.equal(r.code, 0, srv.log());
+  }
+  const objs = srv.log().split('\n').filter((l) => l.length).map((l) => {
+    try { return JSON.parse(l); } catch { assert.fail(`not a JSON line: ${JSON.stringify(l)}`); }
+  });
+  for (const o of objs) {
+    assert.match(o.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    assert.ok(['error', 'warn', 'info', 'debug'].includes(o.level), JSON.stringify(o));
+  }
+  assert.ok(objs.some((o) => /^loaded default: /.test(o.msg)), log);
+  assert.ok(objs.some((o) => /^model default: dir \S+, LlamaForCausalLM, /.test(o.msg)), log);
+  assert.ok(objs.some((o) => o.msg === `listening on http://127.0.0.1:${srv.port} (API key required)`), log);
+  const reqs = objs.filter((o) => 'status' in o);
+  assert.equal(reqs.length, 5, log);
+  for (const o of reqs) {
+    assert.deepEqual(Object.keys(o), ['time', 'level', 'method', 'path', 'model', 'status', 'tokens_in', 'tokens_out', 'ttft_ms', 'total_ms', 'client']);
+    assert.ok(Number.isInteger(o.status) && Number.isInteger(o.tokens_in) && Number.isInteger(o.tokens_out));
+    assert.equal(typeof o.total_ms, 'number');
+    assert.ok(o.ttft_ms === null || typeof o.ttft_ms === 'number');
+    assert.equal(o.client, '127.0.0.1');
+  }
+  const by = (s) => reqs.filter((o) => o.status === s);
+  assert.equal(by(200).length, 3);
+  assert.ok(by(200).filter((o) => o.path === '/v1/chat/completions').every((o) => o.model === 'default' && o.tokens_out > 0 && o.ttft_ms > 0));
+  assert.deepEqual([by(404)[0].model, by(404)[0].level, by(404)[0].ttft_ms], ['no-such-model', 'warn', null]);
+  assert.deepEqual([by(400)[0].model, by(400)[0].level], [null, 'warn']);
+
+  // warn: the failures only
+  const quiet = await startServer(['--log-level', 'warn']);
+  try {
+    assert.equal((await getJSON(quiet.base, '/v1/models')).status, 200);
+    assert.equal((await getJSON(quiet.base, '/v1/nothing-here')).status, 404);
+    await waitFor(() => / status=404 /.test(quiet.log()));
+    const lines = accessLines(quiet.log());
+    assert.deepEqual(lines.map((l) => [l.path, l.status, l.level]), [['/v1/nothing-here', 404, 'warn']]);
+  } finally {
+    await quiet.stop();
+  }
+});
+
+test('bad --log-format and --log-level values are usage errors', () => {
+  for (const args of [['--log-format', 'xml'], ['--log-level', 'loud']]) {
+    const r = spawnSync(BIN, ['serve', '--port', '0', ...args], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, new RegExp(`${args[0]}: '${args[1]}'`));
+  }
+});
+
+test('atlas run, stderr not a terminal: one line for the load, no bar', () => {
+  const r = spawnSync(BIN, ['run', '-n', '2', '-p', 'hello'], { encoding: 'utf8', timeout: 30000 });
+  assert.equal(r.status, 0, r.stderr);
+  const loads = r.stderr.split('\n').filter((l) => l.startsWith('atlas: load'));
+  assert.equal(loads.length, 1, r.stderr);
+  assert.match(loads[0], /^atlas: loaded default: \d+\.\d (MB|GB) in \d+\.\d+ s \(\d+\.\d GB\/s\), (cpu|cuda:\d+)$/);
+  assert.ok(!r.stderr.includes('\r') && !r.stderr.includes('\x1b['), JSON.stringify(r.stderr));
+});
