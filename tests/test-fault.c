@@ -19,9 +19,21 @@
  * first, then prefill and decode; every N/12-th hit) fails that request cleanly, and the
  * next requests for both models, disarmed, are served with their clean tokens.
  *
- * Only the CPU sites run here: the device allocation and launch sites of the CUDA backend
- * run only on a GPU. The walk needs an ATLAS_FAULT build (.ci/run's ASan build is one);
- * elsewhere it is skipped (exit 77). */
+ * -d cuda (ctest's test-gpu-fault) runs both on the GPU, where the CUDA backend's sites join
+ * the walk: its device allocations (the registry's cuMemAlloc), the pinned memory of its
+ * batch staging and its kernel launches, those of decode steps captured into CUDA graphs
+ * too (the first, middle and last launch of each run of launches is failed besides the
+ * pairs). A clean warm-up of both models comes first (the driver grows the context lazily),
+ * then the device's free memory is the baseline: after every run, its engine freed, free
+ * memory must be back at it exactly, as after the 200 releases of test-gpu-host; in the
+ * swap, after each point with the first model resident again, at what it was in that state
+ * before the faults. The CUDA sites failed are listed; at least one device allocation and
+ * one launch must be among them. The host's pinned staging pool is allocated once a
+ * process, by the warm-up, so its site is not walked. Without a usable GPU (or a build
+ * without kernels) -d cuda is skipped (exit 77) with the reason.
+ *
+ * The walk needs an ATLAS_FAULT build (.ci/run's ASan build is one); elsewhere it is
+ * skipped (exit 77). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,16 +42,18 @@
 #include <unistd.h>
 
 #include "atlas/engine.h"
+#include "atlas/host.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "core/fault.h"
 #include "harness.h"
 
-enum { MAX_IDS = 64, N_DECODE = 4, SWAP_POINTS = 12, MAX_HITS = 4096, AROUND = 10 };
+enum { MAX_IDS = 64, N_DECODE = 4, SWAP_POINTS = 12, MAX_HITS = 16384, AROUND = 10 };
 
 static char default_dir[1024];
 static int verbose;  /* -v: each fault's site and outcome */
 static int walk_all; /* -a: fail every hit of the walk, not one of each pair of sites */
+static atlas_device device = ATLAS_DEVICE_CPU; /* -d cpu | cuda */
 static const char messages[] = "[{\"role\": \"user\", \"content\": \"The quick brown fox\"}]";
 
 /* ---- one request's events --------------------------------------------------------------- */
@@ -140,7 +154,7 @@ static atlas_engine_params engine_params(const atlas_engine_model *models, int n
     p.models = models;
     p.n_models = n;
     p.max_resident = 1;
-    p.device = ATLAS_DEVICE_CPU;
+    p.device = device;
     p.n_threads = 1; /* no workers: the sites are reached in one order, run after run */
     p.ctx_size = 64;
     p.kv_blocks = 8;
@@ -189,11 +203,18 @@ static int same_site(atlas_fault_site a, atlas_fault_site b) {
     return a.line == b.line && a.file && b.file && !strcmp(a.file, b.file);
 }
 
+static int is_launch(atlas_fault_site s) {
+    return s.file && strstr(s.file, "backend/cuda/ops_cuda.c") != NULL;
+}
+
 /* Which hits of a traced run to fail: the first hit of each pair (site, the site before it).
  * The rest repeat code already failed in the same context — the binding of each layer's
- * tensors, each token's steps — and are walked only with -a (all). */
+ * tensors, each token's steps — and are walked only with -a (all). Kernel launches come in
+ * runs of one site (one launch function for every kernel), where the pairs would fail only
+ * a run's first two: the first, middle and last launch of each run are failed too, so that
+ * a decode step's launches fail while it is captured into a graph. */
 static long pick_hits(const atlas_fault_site *trace, long n, long *picked) {
-    long k = 0;
+    long k = 0, run0 = -1, run1 = -1; /* the current run of launches, first and last hit */
     for (long h = 0; h < n; h++) {
         atlas_fault_site prev = h > 0 ? trace[h - 1] : (atlas_fault_site){NULL, 0};
         int seen = 0;
@@ -202,6 +223,11 @@ static long pick_hits(const atlas_fault_site *trace, long n, long *picked) {
             seen = same_site(trace[g], trace[h]) &&
                    (same_site(gprev, prev) || (!gprev.file && !prev.file));
         }
+        if (is_launch(trace[h]) && h > run1) { /* a run starts */
+            run0 = run1 = h;
+            while (run1 + 1 < n && is_launch(trace[run1 + 1])) run1++;
+        }
+        if (h <= run1 && (h == run0 || h == (run0 + run1) / 2 || h == run1)) seen = 0;
         if (!seen) picked[k++] = h + 1;
     }
     return k;
@@ -211,6 +237,87 @@ static void site_name(atlas_fault_site site, char *buf, size_t cap) {
     const char *base = strrchr(site.file, '/');
     snprintf(buf, cap, "%s:%d", base ? base + 1 : site.file, site.line);
 }
+
+/* ---- device memory and the CUDA sites (-d cuda) ------------------------------------------- */
+
+static atlas_host *host;     /* -d cuda: the process's GPU */
+static size_t mem_base;      /* free device memory after the warm-up */
+static long long mem_worst;  /* the largest difference from a baseline seen, in bytes */
+static long mem_checks, mem_off;
+
+/* Free device memory now must be `base` exactly: a run that left anything on the device
+ * (or freed what it did not own) shows as a difference. */
+static void mem_check(size_t base, const char *after, long n, const char *site) {
+    if (!host) return;
+    size_t free_b = 0, total = 0;
+    atlas_status st = atlas_host_mem_info(host, &free_b, &total);
+    CHECK_MSG(st == ATLAS_OK, "device memory after %s %ld: %s", after, n, atlas_last_error());
+    if (st != ATLAS_OK) return;
+    long long diff = (long long)base - (long long)free_b; /* > 0: less free than before */
+    mem_checks++;
+    if (llabs(diff) > llabs(mem_worst)) mem_worst = diff;
+    if (diff != 0) mem_off++;
+    CHECK_MSG(diff == 0, "device memory after %s %ld (%s): %lld bytes less free than the "
+              "baseline", after, n, site, diff);
+}
+
+/* The kinds of CUDA site, told by the call the injected failure names (atlas_cu_check's
+ * message) or by the status: a launch site is the only site of ops_cuda.c. */
+enum { KIND_HOST, KIND_DEVICE_ALLOC, KIND_PINNED, KIND_LAUNCH, N_KINDS };
+static const char *const kind_names[N_KINDS] = {"host allocation", "device allocation",
+                                                "pinned memory", "kernel launch"};
+typedef struct cuda_site {
+    char name[64];
+    int kind;
+} cuda_site;
+static cuda_site cuda_sites[256];
+static int n_cuda_sites;
+
+/* Records the site of a fired fault when it is the CUDA backend's. */
+static void note_cuda_site(atlas_fault_site at, const outcome *o) {
+    if (!at.file || !strstr(at.file, "backend/cuda/")) return;
+    char name[64];
+    site_name(at, name, sizeof name);
+    int kind = KIND_HOST;
+    if (is_launch(at) || strstr(o->msg, "cuLaunchKernel"))
+        kind = KIND_LAUNCH;
+    else if (strstr(o->msg, "cuMemAlloc (injected") ||
+             (strstr(name, "registry.c") && o->status == ATLAS_ERR_DEVICE_NOMEM))
+        kind = KIND_DEVICE_ALLOC;
+    else if (strstr(o->msg, "cuMemHostAlloc (injected") || o->status == ATLAS_ERR_DEVICE_NOMEM)
+        kind = KIND_PINNED;
+    for (int i = 0; i < n_cuda_sites; i++) {
+        if (strcmp(cuda_sites[i].name, name)) continue;
+        if (cuda_sites[i].kind == KIND_HOST) cuda_sites[i].kind = kind; /* an absorbed one */
+        return;
+    }
+    if (n_cuda_sites < (int)(sizeof cuda_sites / sizeof *cuda_sites)) {
+        snprintf(cuda_sites[n_cuda_sites].name, sizeof cuda_sites[0].name, "%s", name);
+        cuda_sites[n_cuda_sites++].kind = kind;
+    }
+}
+
+/* The CUDA sites failed: listed, and at least one device allocation and one launch. */
+static void report_cuda_sites(void) {
+    if (!host) return;
+    int per_kind[N_KINDS] = {0};
+    printf("cuda: %d distinct sites of backend/cuda failed:", n_cuda_sites);
+    for (int i = 0; i < n_cuda_sites; i++) {
+        per_kind[cuda_sites[i].kind]++;
+        printf(" %s (%s)%s", cuda_sites[i].name, kind_names[cuda_sites[i].kind],
+               i + 1 < n_cuda_sites ? "," : "");
+    }
+    printf("\ncuda: %d device allocation, %d pinned memory, %d launch, %d host allocation "
+           "sites\n", per_kind[KIND_DEVICE_ALLOC], per_kind[KIND_PINNED], per_kind[KIND_LAUNCH],
+           per_kind[KIND_HOST]);
+    CHECK_MSG(per_kind[KIND_DEVICE_ALLOC] > 0, "no device allocation site was failed");
+    CHECK_MSG(per_kind[KIND_LAUNCH] > 0, "no kernel launch site was failed");
+    printf("device memory: %ld checks against a baseline (%zu MiB free after the warm-up), "
+           "%ld off it; worst difference %lld bytes\n", mem_checks, mem_base >> 20, mem_off,
+           mem_worst);
+}
+
+/* ---- the walk ----------------------------------------------------------------------------- */
 
 /* The walk's record: the sites that failed, runs, how they ended. */
 typedef struct walk_log {
@@ -225,14 +332,32 @@ static int has_fired(const walk_log *w, const char *name) {
     return 0;
 }
 
+/* The sites of a run with a fault armed, so that the one that fired is known by its path. */
+static atlas_fault_site run_trace[MAX_HITS];
+
+/* Arms hit n with the run's sites traced. */
+static void arm_traced(long n) {
+    atlas_fault_trace(run_trace, MAX_HITS);
+    atlas_fault_arm(n);
+}
+
+/* Disarms; returns whether hit n fired, with its site's name and place. */
+static int disarm_traced(long n, char *site, size_t cap, atlas_fault_site *at) {
+    int fired = atlas_fault_fired(site, cap);
+    atlas_fault_arm(0);
+    atlas_fault_trace(NULL, 0);
+    *at = fired && n <= MAX_HITS ? run_trace[n - 1] : (atlas_fault_site){NULL, 0};
+    return fired;
+}
+
 /* One run with hit n failing; returns whether the failure fired at want (NULL: anywhere). */
 static int fail_hit(long n, const outcome *clean, walk_log *w, const char *want) {
-    atlas_fault_arm(n);
+    arm_traced(n);
     outcome o;
     walk_run(&o);
     char site[64];
-    int fired = atlas_fault_fired(site, sizeof site);
-    atlas_fault_arm(0);
+    atlas_fault_site at;
+    int fired = disarm_traced(n, site, sizeof site, &at);
     w->n_runs++;
     if (fired && !has_fired(w, site)) snprintf(w->fired[w->n_fired++], 64, "%s", site);
     if (verbose)
@@ -240,6 +365,8 @@ static int fail_hit(long n, const outcome *clean, walk_log *w, const char *want)
                o.msg);
     fflush(stdout);
     check_outcome(&o, clean, n, site, fired, &w->n_errors);
+    if (fired) note_cuda_site(at, &o);
+    mem_check(mem_base, "fault", n, fired ? site : "not reached");
     return fired && (!want || !strcmp(site, want));
 }
 
@@ -254,6 +381,7 @@ static void test_walk(void) {
     CHECK_MSG(clean.status == ATLAS_OK, "clean run: %s", clean.msg);
     CHECK(clean.n_ids == N_DECODE);
     CHECK(n_sites > 100 && n_sites <= MAX_HITS);
+    mem_check(mem_base, "the clean run", 0, "none");
     if (n_sites > MAX_HITS) n_sites = MAX_HITS;
     static long picked[MAX_HITS];
     static char fired[MAX_HITS][64];
@@ -324,15 +452,18 @@ static void test_swap(void) {
     long n_swap = atlas_fault_hits();
     CHECK_OK(request(e, "default", &a)); /* and back */
     CHECK(n_swap > 10);
+    size_t swap_base = 0, total = 0; /* the first model resident, having served */
+    if (host) CHECK_OK(atlas_host_mem_info(host, &swap_base, &total));
     long stride = n_swap / SWAP_POINTS > 1 ? n_swap / SWAP_POINTS : 1;
     int n_errors = 0, n_points = 0, waited = 0;
     for (long n = 1; n <= n_swap; n += stride, n_points++) {
         outcome o;
-        atlas_fault_arm(n);
+        arm_traced(n);
         request(e, "llama", &o);
         char site[256];
-        int fired = atlas_fault_fired(site, sizeof site);
-        atlas_fault_arm(0);
+        atlas_fault_site at;
+        int fired = disarm_traced(n, site, sizeof site, &at);
+        if (fired) note_cuda_site(at, &o);
         if (verbose)
             printf("swap %ld %s: %s %s\n", n, fired ? site : "(not reached)",
                    atlas_status_str(o.status), o.msg);
@@ -354,31 +485,92 @@ static void test_swap(void) {
                   "after fault %ld at %s: %s", n, site, again.msg);
         CHECK_MSG(request(e, "default", &again) == ATLAS_OK && same_ids(&again, &a),
                   "after fault %ld at %s: %s", n, site, again.msg);
+        mem_check(swap_base, "swap fault", n, fired ? site : "not reached");
     }
     printf("swap: %ld sites, every %ld-th failed (%d): %d ended in a clean error\n", n_swap,
            stride, n_points, n_errors);
     CHECK(n_errors > 0);
     atlas_engine_free(e);
+    mem_check(mem_base, "the swap's engine freed", 0, "none");
+}
+
+/* -d cuda: both models served once before the baseline is taken, so that what the driver
+ * sets up on first use (the staging pool, the context's growth) is not counted. */
+static void warm_up(void) {
+    char llama[1024];
+    snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
+    atlas_engine_model models[] = {{"default", default_dir}, {"llama", llama}};
+    atlas_engine_params p = engine_params(models, 2);
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    outcome o;
+    CHECK_MSG(request(e, "default", &o) == ATLAS_OK, "warm-up: %s", o.msg);
+    CHECK_MSG(request(e, "llama", &o) == ATLAS_OK, "warm-up: %s", o.msg);
+    atlas_engine_free(e);
+    size_t total = 0;
+    CHECK_OK(atlas_host_mem_info(host, &mem_base, &total));
+}
+
+/* -d cuda: the GPU, or why it cannot be used (the walk is then skipped). */
+static int cuda_usable(char *why, size_t cap) {
+    atlas_status st = atlas_host_get(0, &host);
+    if (st != ATLAS_OK) {
+        snprintf(why, cap, "no CUDA device: %s", atlas_last_error());
+        host = NULL;
+        return 0;
+    }
+#ifndef ATLAS_HAVE_KERNELS
+    snprintf(why, cap, "this build has no kernels (configured without nvcc)");
+    host = NULL;
+    return 0;
+#endif
+    const atlas_host_props *pr = atlas_host_properties(host);
+    printf("device: %s (cc %d.%d), %zu MiB\n", pr->name, pr->cc_major, pr->cc_minor,
+           pr->total_mem >> 20);
+    return 1;
 }
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         verbose |= !strcmp(argv[i], "-v");
         walk_all |= !strcmp(argv[i], "-a");
+        if (!strcmp(argv[i], "-d")) {
+            const char *d = i + 1 < argc ? argv[++i] : "";
+            if (!strcmp(d, "cuda")) {
+                device = ATLAS_DEVICE_CUDA;
+            } else if (strcmp(d, "cpu")) {
+                fprintf(stderr, "test-fault: -d %s: want cpu or cuda\n", d);
+                return 2;
+            }
+        }
     }
     if (!atlas_fault_available()) {
         printf("SKIP: fault injection is not compiled in (configure with -DATLAS_FAULT=ON)\n");
         return 77;
     }
+    char why[600];
+    if (device == ATLAS_DEVICE_CUDA && !cuda_usable(why, sizeof why)) {
+        printf("SKIP: %s\n", why);
+        return 77; /* ctest's skip (SKIP_RETURN_CODE): not a pass that ran nothing */
+    }
     const char *src = getenv("ATLAS_SOURCE_DIR");
     snprintf(default_dir, sizeof default_dir, "%s/models/default", src && *src ? src : ".");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (host) {
+        warm_up();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("warm-up: %.1f s\n",
+               (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+        t0 = t1;
+    }
     test_walk();
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("walk: %.1f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     test_swap();
     clock_gettime(CLOCK_MONOTONIC, &t0);
     printf("swap: %.1f s\n", (double)(t0.tv_sec - t1.tv_sec) + (t0.tv_nsec - t1.tv_nsec) * 1e-9);
+    report_cuda_sites();
     return harness_finish();
 }
