@@ -10,7 +10,8 @@
 #      through `pkg-config --cflags --libs atlas`, shared and static, and run on the model
 #      that `atlas export` writes out;
 #   4. the .deb: Depends covers every library the binaries need, `dpkg -i` installs it,
-#      /usr/bin/atlas runs, the example builds against /usr, `dpkg -r` removes every file.
+#      /usr/bin/atlas runs, the example builds against /usr, `dpkg -r` removes every file and
+#      `dpkg -P` the package's record.
 #      Needs root (or sudo) and dpkg; skipped with a message where neither is there.
 # Prints the seconds each phase took.  Exit status 0 when every check passed.
 set -euo pipefail
@@ -146,5 +147,8 @@ while read -r f; do
 done <<<"$files"
 [ -z "$left" ] || fail "dpkg -r left:$left"
 ! grep -q "libatlas.so.0 " <<<"$(ldconfig -p)" || fail "ldconfig still lists libatlas.so.0"
+# dpkg -r keeps the package's record (its postrm, for the ldconfig trigger) until a purge
+$sudo dpkg -P atlas >/dev/null
+! dpkg-query -W atlas >/dev/null 2>&1 || fail "dpkg -P left the package's record"
 phase "done"
 echo "PASS"
