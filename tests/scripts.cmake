@@ -11,7 +11,7 @@ foreach(script ${ATLAS_SERVER_SCRIPT_TESTS})
            COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/run.sh ${script}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests/server)
   set_tests_properties(${name} PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "ATLAS_BIN=$<TARGET_FILE:atlas>;ATLAS_TEST_DATA=${CMAKE_SOURCE_DIR}/tests/data;ATLAS_OLD_LIBCUDA=$<TARGET_FILE:old_libcuda>")
+    ENVIRONMENT "ATLAS_BIN=${ATLAS_TEST_BIN};ATLAS_TEST_DATA=${CMAKE_SOURCE_DIR}/tests/data;ATLAS_OLD_LIBCUDA=$<TARGET_FILE:old_libcuda>")
 endforeach()
 
 # The small-width conformance set (tools/conformance/shapes.py SMALL; checkpoints and
@@ -26,7 +26,7 @@ if(ATLAS_SMALL_MODELS)
   # the same prompts through atlas serve, 8 requests at once a model (no teacher forcing: a
   # position is compared while atlas's greedy tokens before it are the reference's)
   add_test(NAME small-refs-serve
-           COMMAND sh ${CMAKE_SOURCE_DIR}/bench/conformance/serve_local.sh $<TARGET_FILE:atlas>
+           COMMAND sh ${CMAKE_SOURCE_DIR}/bench/conformance/serve_local.sh ${ATLAS_TEST_BIN}
            2e-3 ${ATLAS_SMALL_MODELS})
   set_tests_properties(small-refs-serve PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT "SERVE_ARGS=--device cpu --batch-tokens 16 --parallel 8")
