@@ -36,7 +36,7 @@ export ATLAS_SOURCE_DIR=$PWD ATLAS_TEST_DATA=$PWD/tests/data
 step "build ($B: Release, ATLAS_FAULT, kernels)"
 # nvcc --threads 0: a file's eight targets compiled at once; only the walk's program is built
 { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DATLAS_FAULT=ON -DATLAS_CUDA=ON \
-    -DATLAS_NVCC_FLAGS="--threads 0" &&
+    "-DATLAS_NVCC_FLAGS=--threads;0" &&
   cmake --build "$B" -j"$(nproc)" --target test-fault; } > "$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; step "build failed"; exit 1; }
 grep -E "warning|CUDA kernels" "$OUT/build.log" | head -10

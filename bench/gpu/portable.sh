@@ -35,7 +35,7 @@ fi
 if has build; then
   step "build ($B)"
   # nvcc --threads 0: a file's eight targets compiled at once
-  { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DATLAS_CUDA=ON -DATLAS_NVCC_FLAGS="--threads 0" &&
+  { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DATLAS_CUDA=ON "-DATLAS_NVCC_FLAGS=--threads;0" &&
     cmake --build "$B" -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || { rc=1; tail -30 "$OUT/build.log"; }
   grep -E "warning|CUDA kernels" "$OUT/build.log" | head -10
 fi
