@@ -139,7 +139,10 @@ void atlas_engine_seq_emit_end(atlas_engine *e, seq *s) {
         .text_len = release ? s->n_pending : 0,
         .finish = s->finish,
         .status = s->finish == ATLAS_FINISH_ERROR ? s->status : ATLAS_OK,
-        .message = s->finish == ATLAS_FINISH_ERROR && s->message ? s->message : "",
+        /* no message kept (the copy of it failed for want of memory): the status's name */
+        .message = s->finish != ATLAS_FINISH_ERROR ? ""
+                   : s->message                    ? s->message
+                                                   : atlas_status_str(s->status),
         .stop_string = s->stop_string >= 0 ? s->stop[s->stop_string] : NULL,
         .stop_id = s->finish == ATLAS_FINISH_STOP ? s->stop_id : -1,
         .usage = {.prompt_tokens = s->n_prompt,
