@@ -46,8 +46,7 @@ typedef struct chat {
     /* the command line */
     const char *model; /* -m: a directory in process, a served model's name with --url */
     const char *url, *api_key;
-    atlas_device device;
-    int gpu, threads, ctx;
+    atlas_cli_device dev; /* --device, --threads, --ctx-size (in process) */
     /* sampling: what /set (or a flag) gave, over the model's generation_config.json */
     float temp, top_p, min_p;
     int top_k, max_tokens;
@@ -121,6 +120,7 @@ static void usage(FILE *f) {
             "                       generation_config.json; a new seed each answer; no limit)\n"
             "  --ctx-size N         tokens the conversation may hold (default: the model's)\n"
             "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU)\n"
+            "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             "  -h, --help           this help\n",
             atlas_cli_default_model());
@@ -373,15 +373,7 @@ static int local_answer(chat *c, answer *out) {
  * fails. SIGINT is blocked in the engine's threads so that it reaches this one. */
 static int load_dir(chat *c, const char *dir) {
     atlas_engine_model mod = {"chat", dir};
-    atlas_engine_params p = atlas_engine_default_params();
-    p.models = &mod;
-    p.n_models = 1;
-    p.parallel = 1;
-    p.queue_limit = 1;
-    p.ctx_size = c->ctx;
-    p.device = c->device;
-    p.gpu = c->gpu;
-    p.n_threads = c->threads;
+    atlas_engine_params p = atlas_cli_one_model(&mod, &c->dev);
     atlas_generation_defaults gen;
     if (atlas_model_generation_defaults(dir, &gen) != ATLAS_OK) {
         fprintf(stderr, "atlas chat: %s\n", atlas_last_error());
@@ -690,7 +682,8 @@ static int read_input(chat *c, char **text, int *single, int *empty) {
 
 static const char *const chat_options[] = {
     "-h", "--help", "-m", "--model", "--url", "--api-key", "--system", "--temp", "--top-p",
-    "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads", NULL};
+    "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads",
+    "--kernels", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
@@ -715,13 +708,18 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
         if (!(c->system = strdup(v))) return 1;
     } else if (!strcmp(a, "--ctx-size")) {
         if (parse_num(a, v, 0, INT32_MAX, &d, "atlas chat") || d != floor(d)) return 2;
-        c->ctx = (int)d;
+        c->dev.ctx = (int)d;
     } else if (!strcmp(a, "--threads")) {
         if (parse_num(a, v, 1, 1024, &d, "atlas chat") || d != floor(d)) return 2;
-        c->threads = (int)d;
+        c->dev.threads = (int)d;
     } else if (!strcmp(a, "--device")) {
-        if (atlas_cli_parse_device(v, &c->device, &c->gpu)) {
+        if (atlas_cli_parse_device(v, &c->dev.device, &c->dev.gpu)) {
             fprintf(stderr, "atlas chat: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--kernels")) {
+        if (atlas_cli_parse_kernels(v, &c->dev.kernels)) {
+            fprintf(stderr, "atlas chat: --kernels: '%s' (want native or portable)\n", v);
             return 2;
         }
     } else if (set_knob(c, a, v, "atlas chat")) {
@@ -784,7 +782,7 @@ static void chat_free(chat *c) {
 }
 
 int atlas_cli_chat(int argc, char **argv) {
-    chat c = {.device = ATLAS_DEVICE_AUTO};
+    chat c = {.dev.device = ATLAS_DEVICE_AUTO};
     for (int i = 1; i < argc; i++) {
         int rc = parse_opt(&c, argc, argv, &i);
         if (rc >= 0) {
@@ -792,7 +790,7 @@ int atlas_cli_chat(int argc, char **argv) {
             return rc;
         }
     }
-    if (c.url && (c.ctx || c.threads || c.device != ATLAS_DEVICE_AUTO))
+    if (c.url && (c.dev.ctx || c.dev.threads || c.dev.device != ATLAS_DEVICE_AUTO))
         fprintf(stderr, "atlas chat: --ctx-size, --threads and --device are the server's "
                 "with --url: ignored\n");
     if (!c.url && c.api_key) fprintf(stderr, "atlas chat: --api-key is for --url: ignored\n");

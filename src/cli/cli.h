@@ -3,6 +3,7 @@
 #ifndef ATLAS_CLI_H
 #define ATLAS_CLI_H
 
+#include "atlas/engine.h"
 #include "atlas/model.h"
 #include "cli/list.h"
 #include "cli/options.h"
@@ -26,5 +27,18 @@ int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu);
 /* Parses --kernels' value: "native" or "portable" (include/atlas/model.h).  0 on success, -1
  * (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
+
+/* Where a command that runs one model in process runs it (--device, --kernels, --threads,
+ * --ctx-size). */
+typedef struct atlas_cli_device {
+    atlas_device device;
+    int gpu; /* the ordinal of --device cuda:N */
+    atlas_kernels kernels;
+    int threads, ctx;
+} atlas_cli_device;
+
+/* An engine's params for the one model `mod` (which must outlive them): one sequence at a
+ * time, on d's device (cli/device.c). */
+atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atlas_cli_device *d);
 
 #endif

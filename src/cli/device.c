@@ -1,8 +1,10 @@
-/* cli/device.c — the --device and --kernels options, one spelling for every subcommand. */
+/* cli/device.c — the --device and --kernels options, one spelling for every subcommand, and
+ * the engine of one model that `run` and `chat` make from them. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/engine.h"
 #include "cli/cli.h"
 
 int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu) {
@@ -24,4 +26,18 @@ int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels) {
     if (!strcmp(v, "native")) return *kernels = ATLAS_KERNELS_NATIVE, 0;
     if (!strcmp(v, "portable")) return *kernels = ATLAS_KERNELS_PORTABLE, 0;
     return -1;
+}
+
+atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atlas_cli_device *d) {
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = mod;
+    p.n_models = 1;
+    p.parallel = 1;
+    p.queue_limit = 1;
+    p.ctx_size = d->ctx;
+    p.device = d->device;
+    p.gpu = d->gpu;
+    p.kernels = d->kernels;
+    p.n_threads = d->threads;
+    return p;
 }

@@ -30,10 +30,8 @@ typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
     const char *prompt_file; /* -f FILE, or "-" from -p - : read into prompt_buf */
     char *prompt_buf;
-    int n, threads, top_logprobs, json, tp, ctx, batch;
-    atlas_device device;
-    int gpu; /* the ordinal of --device cuda:N */
-    atlas_kernels kernels;
+    int n, top_logprobs, json, tp, batch;
+    atlas_cli_device dev; /* --device, --kernels, --threads, --ctx-size */
     atlas_sampler_params sp;
     int set_temp, set_top_k, set_top_p;
 } run_opts;
@@ -126,12 +124,12 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v, o->prompt = NULL;
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
     else if (!strcmp(a, "-n")) rc = parse_long(a, v, 0, 1 << 20, &l), o->n = (int)l;
-    else if (!strcmp(a, "--threads")) rc = parse_long(a, v, 1, 1024, &l), o->threads = (int)l;
+    else if (!strcmp(a, "--threads")) rc = parse_long(a, v, 1, 1024, &l), o->dev.threads = (int)l;
     else if (!strcmp(a, "--tensor-parallel")) rc = parse_long(a, v, 1, 64, &l), o->tp = (int)l;
     else if (!strcmp(a, "--top-logprobs"))
         rc = parse_long(a, v, 0, ATLAS_ENGINE_MAX_TOP_LOGPROBS, &l), o->top_logprobs = (int)l;
     else if (!strcmp(a, "--ctx-size") || !strcmp(a, "--max-model-len"))
-        rc = parse_long(a, v, 0, INT32_MAX, &l), o->ctx = (int)l;
+        rc = parse_long(a, v, 0, INT32_MAX, &l), o->dev.ctx = (int)l;
     else if (!strcmp(a, "--batch-tokens")) rc = parse_long(a, v, 1, 1 << 20, &l), o->batch = (int)l;
     else if (!strcmp(a, "--top-k")) rc = parse_long(a, v, 0, 1 << 30, &l), o->sp.top_k = (int)l, o->set_top_k = 1;
     else if (!strcmp(a, "--seed")) {
@@ -146,12 +144,12 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(a, "--top-p")) rc = parse_float(a, v, 0, 1, &o->sp.top_p), o->set_top_p = 1;
     else if (!strcmp(a, "--min-p")) rc = parse_float(a, v, 0, 1, &o->sp.min_p);
     else if (!strcmp(a, "--device")) {
-        if (atlas_cli_parse_device(v, &o->device, &o->gpu)) {
+        if (atlas_cli_parse_device(v, &o->dev.device, &o->dev.gpu)) {
             fprintf(stderr, "atlas run: --device: '%s' (want cpu, cuda, cuda:N or auto)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kernels")) {
-        if (atlas_cli_parse_kernels(v, &o->kernels)) {
+        if (atlas_cli_parse_kernels(v, &o->dev.kernels)) {
             fprintf(stderr, "atlas run: --kernels: '%s' (want native or portable)\n", v);
             return 2;
         }
@@ -334,7 +332,7 @@ static atlas_status load(const run_opts *o, atlas_engine *e, atlas_cli_progress 
     if (st == ATLAS_OK) {
         atlas_engine_model_status ms;
         atlas_engine_models(e, &ms, 1);
-        if (!strcmp(ms.backend, "cuda")) snprintf(device, sizeof device, "cuda:%d", o->gpu);
+        if (!strcmp(ms.backend, "cuda")) snprintf(device, sizeof device, "cuda:%d", o->dev.gpu);
         else snprintf(device, sizeof device, "%s", ms.backend);
     }
     atlas_cli_progress_end(pg, st == ATLAS_OK, device);
@@ -349,16 +347,7 @@ static int run_engine(run_opts *o) {
     }
     sampler_defaults(o, &gen);
     atlas_engine_model mod = {"run", o->dir};
-    atlas_engine_params p = atlas_engine_default_params();
-    p.models = &mod;
-    p.n_models = 1;
-    p.parallel = 1;
-    p.queue_limit = 1;
-    p.ctx_size = o->ctx;
-    p.device = o->device;
-    p.gpu = o->gpu;
-    p.kernels = o->kernels;
-    p.n_threads = o->threads;
+    atlas_engine_params p = atlas_cli_one_model(&mod, &o->dev);
     if (o->batch) p.batch_tokens = o->batch;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
     p.load_progress = atlas_cli_progress_report;
@@ -426,7 +415,7 @@ static int read_prompt(run_opts *o) {
 }
 
 int atlas_cli_run(int argc, char **argv) {
-    run_opts o = {.n = 32, .tp = 1, .device = ATLAS_DEVICE_AUTO,
+    run_opts o = {.n = 32, .tp = 1, .dev.device = ATLAS_DEVICE_AUTO,
                   .sp = atlas_sampler_default_params()};
     for (int i = 1; i < argc; i++) {
         int rc = parse_opt(&o, argc, argv, &i);
