@@ -42,3 +42,17 @@ if(ATLAS_PYTHON3)
 else()
   message(WARNING "atlas: no python3: the layers check (tools/layers.py) is not registered")
 endif()
+
+# README.md followed as written (tests/readme/walk.sh): its marked blocks run in order against
+# this build's atlas (export, run, serve in the background, chat, curl, the Node OpenAI SDK, a
+# swap), in a network namespace of their own; about 5 s. The GPU blocks only in
+# readme-walk-gpu. Not under an emulator (a cross build): the server there would run for
+# minutes under qemu-user and test nothing a native walk does not.
+if(NOT CMAKE_CROSSCOMPILING_EMULATOR)
+  add_test(NAME readme-walk COMMAND bash ${CMAKE_SOURCE_DIR}/tests/readme/walk.sh
+           $<TARGET_FILE:atlas>)
+  set_tests_properties(readme-walk PROPERTIES LABELS cpu TIMEOUT 120 SKIP_RETURN_CODE 77)
+  add_test(NAME readme-walk-gpu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/readme/walk.sh --gpu
+           $<TARGET_FILE:atlas>)
+  set_tests_properties(readme-walk-gpu PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -5,7 +5,7 @@ Reads the object files of the library and the CLI (their symbols, through `nm`) 
 sources' `#include "..."` lines, and fails when
   * a file includes a header of a higher layer, or calls a function defined in one;
   * files call each other in a cycle (of any length, within a layer too);
-  * src/ reads an ATLAS_* environment variable that README.md does not list, or more than
+  * src/ reads an ATLAS_* environment variable that docs/SERVER.md does not list, or more than
     MAX_ENV of them (options are flags and params, not environment switches);
   * src/cli, src/server or the `atlas bench` command (bench/cmd/bench.c) include a library
     header outside include/atlas/ and their own directory (the bench command may include
@@ -113,10 +113,10 @@ def env_problems(sources):
         if p.startswith(("src/", "bench/cmd/")):
             with open(os.path.join(ROOT, p), encoding="utf-8", errors="replace") as fh:
                 names.update(GETENV.findall(fh.read()))
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
-        readme = fh.read()
-    out = [f"{n} is read in src/ but README.md does not list it" for n in sorted(names)
-           if f"`{n}`" not in readme]
+    with open(os.path.join(ROOT, "docs", "SERVER.md"), encoding="utf-8") as fh:
+        listed = fh.read()
+    out = [f"{n} is read in src/ but docs/SERVER.md (\"Environment\") does not list it"
+           for n in sorted(names) if f"`{n}`" not in listed]
     if len(names) > MAX_ENV:
         out.append(f"{len(names)} ATLAS_* environment variables read ({', '.join(sorted(names))}); "
                    f"at most {MAX_ENV}: make it a flag")

@@ -303,7 +303,7 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
 /* Refuses a request whose body length is ambiguous (which proxies and servers could read
  * differently: request smuggling).  MHD_YES/MHD_NO when it answered, -1 when the request
  * may go on.  A first Content-Length that is not a number never comes here: libmicrohttpd
- * answers it itself (README, "HTTP"). */
+ * answers it itself (docs/SERVER.md, "HTTP framing"). */
 static int check_framing(atlas_http_call *c) {
     framing f = {0};
     MHD_get_connection_values(c->conn, MHD_HEADER_KIND, scan_header, &f);

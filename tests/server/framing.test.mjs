@@ -49,7 +49,7 @@ test('Content-Length with Transfer-Encoding, or an unknown coding: JSON 400', as
 });
 
 test('a negative Content-Length is refused with 400 and the connection closed', async () => {
-  // libmicrohttpd answers this one itself, before atlas sees the request (README, "HTTP")
+  // libmicrohttpd answers this one itself, before atlas sees the request (docs/SERVER.md, "HTTP framing")
   const r = await rawExchange(srv.port, [head('Content-Length: -1\r\n') + '{}']);
   assert.equal(statusOf(r.data), 400, r.data);
   assert.ok(r.closed, 'connection left open');
