@@ -36,14 +36,28 @@ if(ATLAS_CUDA STREQUAL "OFF")
   return()
 endif()
 
-find_program(ATLAS_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin
-             PATHS /usr/local/cuda/bin /usr/local/cuda)
-if(NOT ATLAS_NVCC)
-  if(ATLAS_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "atlas: ATLAS_CUDA=ON but nvcc was not found (set CUDA_HOME or PATH)")
+# The fatbins hold GPU code only, the same whatever the host CPU: a build for another host (a
+# cross build, cmake/aarch64-linux-gnu.cmake) can embed those of an existing build instead of
+# compiling them again.  cmake/kernels-prebuilt.sh then stands in for nvcc and copies them.
+set(ATLAS_KERNELS_FATBIN_DIR "" CACHE PATH
+    "The kernels/ directory of a build that compiled the kernels: embed its files, run no nvcc")
+if(ATLAS_KERNELS_FATBIN_DIR)
+  get_filename_component(_atlas_prebuilt "${ATLAS_KERNELS_FATBIN_DIR}" ABSOLUTE)
+  if(NOT EXISTS ${_atlas_prebuilt}/nvcc-version.txt)
+    message(FATAL_ERROR "atlas: ATLAS_KERNELS_FATBIN_DIR=${ATLAS_KERNELS_FATBIN_DIR} has no "
+            "nvcc-version.txt: name the kernels/ directory of a build that compiled the kernels")
   endif()
-  message(STATUS "atlas: CUDA kernels: OFF (no nvcc) — the build is CPU-only")
-  return()
+  set(ATLAS_NVCC sh ${CMAKE_CURRENT_LIST_DIR}/kernels-prebuilt.sh ${_atlas_prebuilt})
+else()
+  find_program(ATLAS_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin
+               PATHS /usr/local/cuda/bin /usr/local/cuda)
+  if(NOT ATLAS_NVCC)
+    if(ATLAS_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "atlas: ATLAS_CUDA=ON but nvcc was not found (set CUDA_HOME or PATH)")
+    endif()
+    message(STATUS "atlas: CUDA kernels: OFF (no nvcc) — the build is CPU-only")
+    return()
+  endif()
 endif()
 
 execute_process(COMMAND ${ATLAS_NVCC} --version OUTPUT_VARIABLE _atlas_nvcc_out
@@ -52,6 +66,8 @@ if(NOT _atlas_nvcc_rc EQUAL 0 OR NOT _atlas_nvcc_out MATCHES "release ([0-9]+)\\
   message(FATAL_ERROR "atlas: ${ATLAS_NVCC} --version failed or printed no release")
 endif()
 set(ATLAS_NVCC_VERSION "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+# Beside the fatbins, for a build that embeds them (ATLAS_KERNELS_FATBIN_DIR).
+file(WRITE ${CMAKE_BINARY_DIR}/kernels/nvcc-version.txt "${_atlas_nvcc_out}")
 # A driver must support at least this CUDA major version to load the fatbins.
 math(EXPR ATLAS_KERNELS_CUDA_VERSION "${CMAKE_MATCH_1} * 1000")
 
@@ -115,6 +131,18 @@ endforeach()
 if(_atlas_n EQUAL 0)
   message(STATUS "atlas: CUDA kernels: OFF (no kernels/*.cu) — the build is CPU-only")
   return()
+endif()
+
+# Embedded files taken from ATLAS_KERNELS_FATBIN_DIR are copied again when they change there.
+if(ATLAS_KERNELS_FATBIN_DIR)
+  foreach(out ${_atlas_fatbins})
+    get_filename_component(file ${out} NAME)
+    if(NOT EXISTS ${_atlas_prebuilt}/${file})
+      message(FATAL_ERROR "atlas: ${_atlas_prebuilt}/${file} is missing: build the kernels "
+              "there first (its build's target atlas_kernels)")
+    endif()
+    add_custom_command(OUTPUT ${out} APPEND DEPENDS ${_atlas_prebuilt}/${file})
+  endforeach()
 endif()
 
 set(_atlas_embed ${CMAKE_BINARY_DIR}/kernels/atlas_kernels_embed.c)
