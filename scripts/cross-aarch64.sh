@@ -88,6 +88,9 @@ excluded=(
   # RSS growth over swaps (qemu's translated code counts in the RSS), and 80 requests
   # completed within the soak's minute
   test-safetensors test-engine server-swap server-soak
+  # expects a served model to stay resident while its files are rewritten; under qemu it was
+  # once found reloading mid-rewrite ("header length ... runs past the end of the file")
+  server-vanish
   # float-heavy, minutes each under qemu with 2 cores (native: 0.5 to 19 s): measured 360 s,
   # 280 s, 200 s, 180 s, 75 s, and a constrained tool call past the SDK's 60 s timeout
   test-engine-constraint test-engine-release test-forward test-chat-pty test-sampler
