@@ -71,6 +71,31 @@ file(WRITE ${CMAKE_BINARY_DIR}/kernels/nvcc-version.txt "${_atlas_nvcc_out}")
 # A driver must support at least this CUDA major version to load the fatbins.
 math(EXPR ATLAS_KERNELS_CUDA_VERSION "${CMAKE_MATCH_1} * 1000")
 
+# An older nvcc lacks the newest targets (sm_100 and sm_120 came with CUDA 12.8, sm_121 with
+# 12.9): those it does not list are left out with a message, where they would fail the build.
+if(NOT ATLAS_KERNELS_FATBIN_DIR)
+  execute_process(COMMAND ${ATLAS_NVCC} --list-gpu-arch OUTPUT_VARIABLE _atlas_archs
+                  RESULT_VARIABLE _atlas_archs_rc ERROR_QUIET)
+  if(_atlas_archs_rc EQUAL 0)
+    set(_atlas_kept "")
+    set(_atlas_dropped "")
+    foreach(g ${ATLAS_CUDA_GENCODE})
+      if(g MATCHES "arch=compute_([0-9]+)[a-z]?,")
+        string(FIND "${_atlas_archs}\n" "compute_${CMAKE_MATCH_1}\n" _atlas_at)
+        if(_atlas_at EQUAL -1)
+          list(APPEND _atlas_dropped ${g})
+          continue()
+        endif()
+      endif()
+      list(APPEND _atlas_kept ${g})
+    endforeach()
+    if(_atlas_dropped)
+      message(STATUS "atlas: nvcc ${ATLAS_NVCC_VERSION} cannot build ${_atlas_dropped}: left out")
+      set(ATLAS_CUDA_GENCODE ${_atlas_kept})
+    endif()
+  endif()
+endif()
+
 file(GLOB ATLAS_KERNEL_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cu)
 file(GLOB ATLAS_KERNEL_HEADERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cuh)
 list(SORT ATLAS_KERNEL_SOURCES)
