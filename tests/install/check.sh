@@ -26,6 +26,10 @@ phase() { local now; now=$(date +%s); echo "== $1 ($((now - t0)) s so far)"; }
 # --- 1. clone, build, install, package, delete --------------------------------------------
 phase "clone and build (CPU-only, -j2)"
 git clone -q "$repo" "$T/src"
+# the soname carries the API version (include/atlas/version.h)
+SONAME=libatlas.so.$(sed -n 's/^#define ATLAS_API_VERSION \([0-9][0-9]*\).*/\1/p' \
+  "$T/src/include/atlas/version.h")
+[ "$SONAME" != libatlas.so. ] || fail "no ATLAS_API_VERSION in include/atlas/version.h"
 cmake -S "$T/src" -B "$T/build" -DATLAS_CUDA=OFF -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >"$T/configure.log" 2>&1 ||
   { cat "$T/configure.log"; fail "configure"; }
 cmake --build "$T/build" -j2 --target atlas atlas_shared atlas_lib >"$T/build.log" 2>&1 ||
@@ -53,7 +57,7 @@ grep -q "^architecture:  LlamaForCausalLM" "$T/info.txt" || fail "atlas info: ar
 
 phase "the libraries, headers, atlas.pc, man page, license"
 so=$(readelf -d "$P"/lib*/libatlas.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$so" = "libatlas.so.0" ] || fail "soname '$so'"
+[ "$so" = "$SONAME" ] || fail "soname '$so', want $SONAME (include/atlas/version.h)"
 for f in lib/libatlas.so lib/libatlas.a lib/pkgconfig/atlas.pc include/atlas/atlas.h \
          include/atlas/memdir.h share/man/man1/atlas.1 share/doc/atlas/LICENSE \
          share/doc/atlas/examples/embed.c; do
@@ -83,7 +87,7 @@ export PKG_CONFIG_PATH=$P/lib/pkgconfig
 flags=$(pkg-config --cflags --libs atlas)
 echo "pkg-config --cflags --libs atlas: $flags"
 cc -O1 -o "$T/embed" "$P/share/doc/atlas/examples/embed.c" $flags
-grep -q "libatlas.so.0 => not found" <<<"$(ldd "$T/embed")" || fail "embed found a libatlas elsewhere"
+grep -q "$SONAME => not found" <<<"$(ldd "$T/embed")" || fail "embed found a libatlas elsewhere"
 check_embed() { # BINARY [env...]
   local out
   out=$(env "${@:2}" "$1" "$T/model" "And it came to pass") || fail "$1 failed"
@@ -93,8 +97,8 @@ check_embed() { # BINARY [env...]
     fail "$1: no finish line"
 }
 check_embed "$T/embed" LD_LIBRARY_PATH="$P/lib"
-grep -q "libatlas.so.0 => $P/lib/libatlas.so.0" <<<"$(LD_LIBRARY_PATH=$P/lib ldd "$T/embed")" ||
-  fail "embed does not load $P/lib/libatlas.so.0"
+grep -q "$SONAME => $P/lib/$SONAME" <<<"$(LD_LIBRARY_PATH=$P/lib ldd "$T/embed")" ||
+  fail "embed does not load $P/lib/$SONAME"
 static=$(pkg-config --static --cflags --libs atlas | sed 's/-latlas\b/-l:libatlas.a/')
 cc -O1 -o "$T/embed-static" "$P/share/doc/atlas/examples/embed.c" $static
 ! grep -q libatlas <<<"$(ldd "$T/embed-static")" || fail "embed-static links libatlas.so"
@@ -137,7 +141,7 @@ cd "$T/elsewhere"
 [ "$(/usr/bin/atlas run -n 8 --temp 0 2>/dev/null | wc -w)" -ge 2 ] || fail "/usr/bin/atlas run"
 cc -O1 -o "$T/embed-usr" /usr/share/doc/atlas/examples/embed.c $(pkg-config --cflags --libs atlas)
 check_embed "$T/embed-usr"
-grep -q "libatlas.so.0 " <<<"$(ldconfig -p)" || fail "ldconfig does not know libatlas.so.0"
+grep -q "$SONAME " <<<"$(ldconfig -p)" || fail "ldconfig does not know $SONAME"
 $sudo dpkg -r atlas >/dev/null
 ! grep -q "ok installed" <<<"$(dpkg-query -W -f='${Status}' atlas 2>/dev/null)" || fail "still installed"
 left=""
@@ -146,7 +150,7 @@ while read -r f; do
   [ -e "$f" ] || [ -L "$f" ] && left="$left $f"
 done <<<"$files"
 [ -z "$left" ] || fail "dpkg -r left:$left"
-! grep -q "libatlas.so.0 " <<<"$(ldconfig -p)" || fail "ldconfig still lists libatlas.so.0"
+! grep -q "$SONAME " <<<"$(ldconfig -p)" || fail "ldconfig still lists $SONAME"
 # dpkg -r keeps the package's record (its postrm, for the ldconfig trigger) until a purge
 $sudo dpkg -P atlas >/dev/null
 ! dpkg-query -W atlas >/dev/null 2>&1 || fail "dpkg -P left the package's record"
