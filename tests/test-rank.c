@@ -237,6 +237,7 @@ static void test_world1(void) {
     atlas_rank_params p = {.world = 1};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     CHECK(atlas_rank_group_world(g) == 1 && atlas_rank_group_pid(g, 0) == 0);
     drive(g);
     CHECK_OK(atlas_rank_group_close(g, 1000));
@@ -248,6 +249,7 @@ static void test_world2_fork(void) {
     atlas_rank_params p = {.world = 2, .fn = fork_worker};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     CHECK(atlas_rank_group_pid(g, 1) > 0 && atlas_rank_group_ordinal(g, 1) == 1);
     drive(g);
     /* a worker's own error comes back with its status and message; the group goes on */
@@ -282,6 +284,7 @@ static void test_failure(int world, misbehave bad, int timeout_ms, const char *w
     atlas_rank_params p = {.world = world, .fn = fork_worker};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     double t0 = now_s();
     atlas_nccl_id id = test_id();
     const char *dir = harness_data_dir();
@@ -321,6 +324,7 @@ static void test_world3_exec(void) {
     atlas_rank_params p = {.world = 3, .ordinals = ordinals, .argv = argv};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     CHECK(atlas_rank_group_ordinal(g, 0) == 2 && atlas_rank_group_ordinal(g, 2) == 7);
     drive(g);
     CHECK_OK(atlas_rank_group_close(g, 5000));
@@ -428,6 +432,7 @@ static void test_tp_startup(void) {
     atlas_rank_params p = {.world = 3, .ordinals = ordinals, .fn = tp_worker, .user = &p};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     /* a command before INIT and JOIN is refused by name */
     atlas_status st = atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/m", 2, 5000);
     CHECK_MSG(st == ATLAS_ERR_INVALID && strstr(atlas_last_error(), "rank 1: rank worker: LOAD "
@@ -452,6 +457,7 @@ static void test_tp_startup(void) {
     /* a worker without a handler for LOAD says so */
     p.world = 2, p.user = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     CHECK_OK(atlas_tp_lead_start(g, &tp_fake, 5000, &tp));
     st = atlas_rank_group_call(g, ATLAS_RANK_CMD_LOAD, "/m", 2, 5000);
     CHECK_MSG(st == ATLAS_ERR_UNSUPPORTED && strstr(atlas_last_error(), "LOAD is not wired"),
@@ -463,6 +469,7 @@ static void test_tp_startup(void) {
     int bad[] = {4, 5, 13};
     p.world = 3, p.ordinals = bad;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     st = atlas_tp_lead_start(g, &tp_fake, 5000, &tp);
     CHECK_MSG(st == ATLAS_ERR_NO_DEVICE &&
                   strstr(atlas_last_error(), "rank 2: GPU 13: stand-in: no GPU 13") &&
@@ -481,6 +488,7 @@ static void test_tp_real(void) {
     atlas_rank_params p = {.world = 3, .ordinals = ordinals, .argv = argv};
     atlas_rank_group *g = NULL;
     CHECK_OK(atlas_rank_group_start(&p, &g));
+    if (!g) return; /* the failure is counted; nothing below can run without the group */
     atlas_tp_rank tp;
     double t0 = now_s();
     atlas_status st = atlas_tp_lead_start(g, NULL, 20000, &tp);
