@@ -451,13 +451,20 @@ static void wait_backoff(atlas_engine *e, int i) {
     }
 }
 
-static void test_swap(void) {
+/* An engine serving the default model and tiny-llama3 (engine_params: one resident at a
+ * time); NULL, counted as a failure, when it cannot be made. */
+static atlas_engine *two_models(void) {
     char llama[1024];
     snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
     atlas_engine_model models[] = {{"default", default_dir}, {"llama", llama}};
     atlas_engine_params p = engine_params(models, 2);
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));
+    return e;
+}
+
+static void test_swap(void) {
+    atlas_engine *e = two_models();
     if (!e) return;
     outcome a, b;
     CHECK_OK(request(e, "default", &a));
@@ -518,12 +525,7 @@ static void test_swap(void) {
 /* -d cuda: both models served once before the baseline is taken, so that what the driver
  * sets up on first use (the staging pool, the context's growth) is not counted. */
 static void warm_up(void) {
-    char llama[1024];
-    snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
-    atlas_engine_model models[] = {{"default", default_dir}, {"llama", llama}};
-    atlas_engine_params p = engine_params(models, 2);
-    atlas_engine *e = NULL;
-    CHECK_OK(atlas_engine_create(&p, &e));
+    atlas_engine *e = two_models();
     if (!e) return;
     outcome o;
     CHECK_MSG(request(e, "default", &o) == ATLAS_OK, "warm-up: %s", o.msg);
