@@ -21,20 +21,8 @@ foreach(name ${ATLAS_DEFAULT_MODEL_FILES})
   if(NOT EXISTS ${path})
     message(FATAL_ERROR "atlas: the default model's ${path} is missing")
   endif()
-  if(path MATCHES "[\"\\\\]")
-    message(FATAL_ERROR "atlas: cannot embed ${path}: a quote or backslash in the path")
-  endif()
   set(sym atlas_default_model_${_atlas_i})
-  string(APPEND _atlas_asm
-    "    \".balign 64\\n\"\n"
-    "    \".global ${sym}\\n\"\n"
-    "    \".hidden ${sym}\\n\"\n"
-    "    \"${sym}:\\n\"\n"
-    "    \".incbin \\\"${path}\\\"\\n\"\n"
-    "    \".global ${sym}_end\\n\"\n"
-    "    \".hidden ${sym}_end\\n\"\n"
-    "    \"${sym}_end:\\n\"\n")
-  string(APPEND _atlas_decl "extern const unsigned char ${sym}[], ${sym}_end[];\n")
+  atlas_incbin(_atlas_asm _atlas_decl ${sym} ${path})
   string(APPEND _atlas_rows
     "    files[${_atlas_i}] = (atlas_memdir_file){\"${name}\", ${sym}, (size_t)(${sym}_end - ${sym})};\n")
   list(APPEND _atlas_deps ${path})

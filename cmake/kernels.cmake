@@ -125,27 +125,8 @@ foreach(cu ${ATLAS_KERNEL_SOURCES})
     COMMENT "nvcc kernels/${name}.cu -> ${name}.ptx (${ATLAS_CUDA_PORTABLE_ARCH})"
     VERBATIM)
   list(APPEND _atlas_fatbins ${fatbin} ${ptx})
-  string(APPEND _atlas_asm
-    "    \".balign 64\\n\"\n"
-    "    \".global atlas_fatbin_${id}\\n\"\n"
-    "    \".hidden atlas_fatbin_${id}\\n\"\n"
-    "    \"atlas_fatbin_${id}:\\n\"\n"
-    "    \".incbin \\\"${fatbin}\\\"\\n\"\n"
-    "    \".global atlas_fatbin_${id}_end\\n\"\n"
-    "    \".hidden atlas_fatbin_${id}_end\\n\"\n"
-    "    \"atlas_fatbin_${id}_end:\\n\"\n"
-    "    \".balign 64\\n\"\n"
-    "    \".global atlas_ptx_${id}\\n\"\n"
-    "    \".hidden atlas_ptx_${id}\\n\"\n"
-    "    \"atlas_ptx_${id}:\\n\"\n"
-    "    \".incbin \\\"${ptx}\\\"\\n\"\n"
-    "    \".byte 0\\n\"\n"
-    "    \".global atlas_ptx_${id}_end\\n\"\n"
-    "    \".hidden atlas_ptx_${id}_end\\n\"\n"
-    "    \"atlas_ptx_${id}_end:\\n\"\n")
-  string(APPEND _atlas_decl
-    "extern const unsigned char atlas_fatbin_${id}[], atlas_fatbin_${id}_end[];\n"
-    "extern const unsigned char atlas_ptx_${id}[], atlas_ptx_${id}_end[];\n")
+  atlas_incbin(_atlas_asm _atlas_decl atlas_fatbin_${id} ${fatbin})
+  atlas_incbin(_atlas_asm _atlas_decl atlas_ptx_${id} ${ptx} NUL)
   string(APPEND _atlas_fill
     "    table[${_atlas_n}] = (atlas_kernel_image){\"${name}\", atlas_fatbin_${id},\n"
     "        (size_t)(atlas_fatbin_${id}_end - atlas_fatbin_${id}), atlas_ptx_${id},\n"
