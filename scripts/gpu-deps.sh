@@ -2,23 +2,44 @@
 # scripts/gpu-deps.sh — the Debian libraries atlas builds against, for a GPU machine that has
 # nvcc/cmake but not these -dev packages and cannot download (the device tool's machines).
 #   here:   scripts/gpu-deps.sh fetch            # apt-get download into .carry/debs (ignored)
-#   there:  source scripts/gpu-deps.sh install   # unpack into /tmp/dep, set PKG_CONFIG_PATH
-#                                                # and LD_LIBRARY_PATH (carry .carry/debs)
+#   there:  source scripts/gpu-deps.sh install   # unpack into /tmp/dep (once), set
+#                                                # PKG_CONFIG_PATH, LD_LIBRARY_PATH (with
+#                                                # cuBLASLt's directory) and PATH (nvcc)
+# Every bench/gpu script sources it, so the environment is set up in this one place.
 # libmicrohttpd's .pc requires gnutls's, which such machines lack: Requires.private is
 # dropped (atlas links dynamically and needs only the public flags).
 pkgs="libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
       libpcre2-posix3 libutf8proc-dev libutf8proc2 libmicrohttpd-dev libmicrohttpd12
-      libedit-dev libedit2"
+      libedit-dev libedit2 libbsd0 libmd0 libtinfo6"
 case "${1:-}" in
 fetch)
   mkdir -p .carry/debs && (cd .carry/debs && apt-get download $pkgs) ;;
 install)
   P=/tmp/dep
-  mkdir -p $P
-  for f in .carry/debs/*.deb; do dpkg -x "$f" $P; done
   PC=$P/usr/lib/x86_64-linux-gnu/pkgconfig
-  sed -i "s|^prefix=.*|prefix=$P/usr|; /^Requires.private/d" $PC/*.pc
-  export PKG_CONFIG_PATH=$PC LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # Without carried packages (a machine that has them installed) only the CUDA paths are set.
+  if [ ! -f $P/.unpacked ] && ls .carry/debs/*.deb > /dev/null 2>&1; then
+    mkdir -p $P
+    for f in .carry/debs/*.deb; do dpkg -x "$f" $P; done
+    sed -i "s|^prefix=.*|prefix=$P/usr|; /^Requires.private/d" $PC/*.pc
+    touch $P/.unpacked
+  fi
+  # Puts $2 in the path list named $1, at the front with a third argument, unless it is there
+  # already (so that sourcing twice is harmless).
+  gpu_deps_path_add() {
+    case ":${!1:-}:" in
+      *":$2:"*) ;;
+      *) if [ -n "${3:-}" ]; then export "$1=$2${!1:+:${!1}}"; else export "$1=${!1:+${!1}:}$2"; fi ;;
+    esac
+  }
+  if [ -f $P/.unpacked ]; then
+    export PKG_CONFIG_PATH=$PC
+    gpu_deps_path_add LD_LIBRARY_PATH $P/usr/lib/x86_64-linux-gnu front
+  fi
+  LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib \
+         -name 'libcublasLt.so.1[23]' 2> /dev/null | head -1)
+  if [ -n "$LT" ]; then gpu_deps_path_add LD_LIBRARY_PATH "$(dirname "$LT")"; fi
+  if [ -d /usr/local/cuda/bin ]; then gpu_deps_path_add PATH /usr/local/cuda/bin; fi
   ;;
 *) echo "usage: scripts/gpu-deps.sh fetch | source scripts/gpu-deps.sh install" >&2 ;;
 esac

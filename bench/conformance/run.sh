@@ -49,9 +49,7 @@ step() {  # closes the previous step's timing, opens the next
   [ -n "$cur" ] && echo "== $(date +%T) $*"
 }
 export PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=$PWD/.carry/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
-[ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT")
+source scripts/gpu-deps.sh install
 all_names() { python3 -c "import sys; sys.path.insert(0, 'tools/conformance'); import shapes; print(' '.join(shapes.BIG))"; }
 [ -n "${NAMES:-}" ] || NAMES=$(all_names)
 TOKS="--tok-llama3 tests/data/tiny-llama3/tokenizer.json --tok-qwen3 tests/data/tiny-qwen3/tokenizer.json"

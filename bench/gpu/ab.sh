@@ -4,9 +4,10 @@
 # both alike. The old tree comes as a tarball made here and carried:
 #   git archive OLD -- . ':!tests/data' ':!bench/conformance/refs' | gzip > .carry/old.tar.gz
 # It is built in /tmp/old/b (target atlas) unless that exists. Needs /tmp/llama8b
-# (tools/make_checkpoint.py --shape 8b) and the CUDA libraries on LD_LIBRARY_PATH.
+# (tools/make_checkpoint.py --shape 8b); the libraries come from scripts/gpu-deps.sh.
 #   OLD_TAR=.carry/old.tar.gz ATLAS_BUILD=build-gpu RUNS=3 bench/gpu/ab.sh
 set -u
+source scripts/gpu-deps.sh install
 B=${ATLAS_BUILD:-build-gpu}
 OLD_TAR=${OLD_TAR:-.carry/old.tar.gz}
 RUNS=${RUNS:-3}

@@ -28,9 +28,6 @@ for f in tests/data/tiny-llama3/tokenizer.json models/default/model.safetensors;
 done
 # shellcheck disable=SC1091
 source scripts/gpu-deps.sh install
-LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
-if [ -n "$LT" ]; then LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT"); export LD_LIBRARY_PATH; fi
-export PATH=$PATH:/usr/local/cuda/bin
 export ATLAS_SOURCE_DIR=$PWD ATLAS_TEST_DATA=$PWD/tests/data
 
 step "build ($B: Release, ATLAS_FAULT, kernels)"

@@ -24,9 +24,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu
 cat "$OUT/gpu.txt"
 # shellcheck disable=SC1091
 source scripts/gpu-deps.sh install
-LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
-[ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT")
-export PATH=$PATH:/usr/local/cuda/bin
 
 if has bench && [ ! -f /tmp/llama8b/config.json ]; then
   step "making the 8B checkpoint in the background"

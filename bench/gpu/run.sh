@@ -2,7 +2,7 @@
 # bench/gpu/run.sh — one session on the GPU machine (the device tool runs it in the repo root):
 # GPU tests, the random checkpoints (tools/make_checkpoint.py), `atlas bench` on the 8B shape
 # and transformers on the same checkpoint. Logs go to $OUT. Binaries come prebuilt in
-# $ATLAS_BUILD (default build-h6-gpu) with the shared libraries they need in .carry/libs.
+# $ATLAS_BUILD (default build-h6-gpu); the libraries they need come from scripts/gpu-deps.sh.
 #   STEPS="ops forward bench bench2 load profile attn batch hf serve" picks steps (default: ops
 #   forward bench hf serve); profile, attn and batch time kernels with Nsight Compute; load times
 #   the 8B checkpoint's swap load ($LOAD_RUNS processes).  "serve" is issue 6's
@@ -16,11 +16,10 @@ OUT=${OUT:-/tmp/atlas-out}
 mkdir -p "$OUT"
 B=${ATLAS_BUILD:-build-h6-gpu}
 STEPS=${STEPS:-"ops forward bench hf serve"}
-export LD_LIBRARY_PATH=$PWD/.carry/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ATLAS_TEST_DATA=$PWD/tests/data PYTHONUNBUFFERED=1
 # cuBLASLt (optional) is not on the loader's path in every image
-LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
-[ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT") && echo "cuBLASLt: $LT"
+source scripts/gpu-deps.sh install
+echo "cuBLASLt: ${LT:-not found}"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $(date +%T) $*"; }
 # waits up to $1 s for the 8B checkpoint being made in the background

@@ -42,9 +42,7 @@ declare -A SEED=([a]=1234 [b]=4321 [c]=777)
 # MODEL_DIRS="DIR_A DIR_B DIR_C": serve these instead of making the 8B checkpoints (e.g. the
 # fixtures with KV_GIB=0.25, to try the script on a machine without a GPU)
 if [ -n "${MODEL_DIRS:-}" ]; then read -r DIR[a] DIR[b] DIR[c] <<< "$MODEL_DIRS"; fi
-export LD_LIBRARY_PATH=$PWD/.carry/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib -name 'libcublasLt.so.1[23]' 2>/dev/null | head -1)
-[ -n "$LT" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$LT")
+source scripts/gpu-deps.sh install
 step() { echo "== $(date +%T) (+$(( $(date +%s) - T0 )) s) $*"; }
 die() { echo "soak.sh: $*" >&2; exit 2; }
 [ -x "$B/atlas" ] || die "no $B/atlas (build first, or set ATLAS_BUILD)"

@@ -22,16 +22,8 @@ for f in "$corpus/english.txt" "$corpus/code.txt" tests/data/tiny-llama3/tokeniz
          tests/data/tiny-qwen3/tokenizer.json; do
     [ -f "$f" ] || { echo "run-on-device.sh: missing $f (see the header of this script)" >&2; exit 1; }
 done
-# The GPU machine has no -dev packages: when .carry/debs holds them (see bench/RESULTS.md,
-# "CUDA host and registry"), unpack them into /tmp/dep and point pkg-config there.
-if ! pkg-config --exists jansson && [ -d .carry/debs ]; then
-    for d in .carry/debs/*.deb; do dpkg -x "$d" /tmp/dep; done
-    for pc in /tmp/dep/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc /tmp/dep/usr/share/pkgconfig/*.pc; do
-        [ -f "$pc" ] && sed -i "s|^prefix=.*|prefix=/tmp/dep/usr|; /^Requires.private/d" "$pc"
-    done
-    export PKG_CONFIG_PATH=/tmp/dep/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/dep/usr/share/pkgconfig
-    export LD_LIBRARY_PATH=/tmp/dep/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+# The GPU machine has no -dev packages: scripts/gpu-deps.sh unpacks the carried ones (if any).
+if ! pkg-config --exists jansson; then source scripts/gpu-deps.sh install; fi
 for m in jansson libpcre2-8 libutf8proc libmicrohttpd; do
     pkg-config --exists "$m" || { echo "run-on-device.sh: pkg-config cannot find $m (apt-get install the -dev package)" >&2; exit 1; }
 done
