@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu-deps.sh — the Debian libraries atlas builds against, for a GPU machine that has
 # nvcc/cmake but not these -dev packages and cannot download (the device tool's machines).
-#   here:   scripts/gpu-deps.sh fetch            # apt-get download into .carry/debs (ignored)
-#   there:  source scripts/gpu-deps.sh install   # unpack into /tmp/dep (once), set
+#   here:   scripts/gpu-deps.sh fetch            # apt-get download into .carry/debs (ignored),
+#                                                # the fixture tokenizers into .carry/tok.tar.xz
+#   there:  source scripts/gpu-deps.sh install   # unpack the tokenizers, the packages into
+#                                                # /tmp/dep (once), set
 #                                                # PKG_CONFIG_PATH, LD_LIBRARY_PATH (with
 #                                                # cuBLASLt's directory) and PATH (nvcc)
 # Every bench/gpu script sources it, so the environment is set up in this one place.
@@ -13,8 +15,15 @@ pkgs="libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre
       libedit-dev libedit2 libbsd0 libmd0 libtinfo6"
 case "${1:-}" in
 fetch)
-  mkdir -p .carry/debs && (cd .carry/debs && apt-get download $pkgs) ;;
+  mkdir -p .carry/debs && (cd .carry/debs && apt-get download $pkgs) || exit 1
+  # The fixture tokenizers (scripts/setup.sh fetches them; git ignores them) as one small
+  # archive: the raw files would push a carried tree past the device tool's 64 MiB.
+  toks=$(ls tests/data/tiny-*/tokenizer.json tests/data/spm/llama2/tokenizer*.json 2> /dev/null)
+  if [ -n "$toks" ]; then tar cJf .carry/tok.tar.xz $toks; else
+    echo "gpu-deps.sh: no tokenizer.json fixtures here (run scripts/setup.sh first)" >&2; fi
+  ;;
 install)
+  if [ -f .carry/tok.tar.xz ]; then tar xJf .carry/tok.tar.xz --skip-old-files; fi
   P=/tmp/dep
   PC=$P/usr/lib/x86_64-linux-gnu/pkgconfig
   # Without carried packages (a machine that has them installed) only the CUDA paths are set.

@@ -21,7 +21,7 @@
 # Each atlas step runs under a time limit (CUDA_TIMEOUT, CPU_TIMEOUT, SERVE_TIMEOUT seconds)
 # so that the table is written whatever happens. The commit: `git rev-parse` where the tree
 # is a checkout, else $ATLAS_COMMIT.
-# Tokenizers: the Llama 3 and Qwen3 tokenizer.json fetched by scripts/setup.sh (carry them),
+# Tokenizers: the Llama 3 and Qwen3 tokenizer.json (carry .carry/tok.tar.xz: gpu-deps.sh fetch),
 # tests/data/spm/llama2/tokenizer.json for the Llama 2 and Mistral shapes when it is there
 # (else a byte-level one: the suite feeds token ids).
 set -u
@@ -55,7 +55,7 @@ all_names() { python3 -c "import sys; sys.path.insert(0, 'tools/conformance'); i
 TOKS="--tok-llama3 tests/data/tiny-llama3/tokenizer.json --tok-qwen3 tests/data/tiny-qwen3/tokenizer.json"
 [ -f tests/data/spm/llama2/tokenizer.json ] && TOKS="$TOKS --tok-llama2 tests/data/spm/llama2/tokenizer.json"
 for t in tests/data/tiny-llama3/tokenizer.json tests/data/tiny-qwen3/tokenizer.json; do
-  [ -s "$t" ] || echo "note: $t missing (carry it): those models get a byte-level tokenizer"
+  [ -s "$t" ] || echo "note: $t missing (carry .carry/tok.tar.xz: scripts/gpu-deps.sh fetch): those models get a byte-level tokenizer"
 done
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null)${ATLAS_COMMIT:+ }${ATLAS_COMMIT:-}
 [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT (modified)"

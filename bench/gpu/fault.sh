@@ -23,11 +23,11 @@ step() { echo "== $(date +%T) (+$(elapsed) s) $*"; }
 rc=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-for f in tests/data/tiny-llama3/tokenizer.json models/default/model.safetensors; do
-  [ -s "$f" ] || { echo "missing $f: carry it (scripts/setup.sh fetches the tokenizers)"; exit 1; }
-done
 # shellcheck disable=SC1091
 source scripts/gpu-deps.sh install
+for f in tests/data/tiny-llama3/tokenizer.json models/default/model.safetensors; do
+  [ -s "$f" ] || { echo "missing $f: carry it (scripts/gpu-deps.sh fetch packs the tokenizers)"; exit 1; }
+done
 export ATLAS_SOURCE_DIR=$PWD ATLAS_TEST_DATA=$PWD/tests/data
 
 step "build ($B: Release, ATLAS_FAULT, kernels)"

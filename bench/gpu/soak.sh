@@ -9,11 +9,11 @@
 #
 #   OUT=/tmp/x [ATLAS_BUILD=build-gpu] bash bench/gpu/soak.sh
 #
-# Needs tests/data/tiny-llama3/tokenizer.json (fetched by scripts/setup.sh; carry it): the
-# random checkpoints have none and Llama 3's has their 128,256 ids. The driver is
-# bench/serve/soak.mjs under Node, else (or with DRIVER=py) its twin soak.py (standard
-# library). Knobs: SWAPS (200), WARM_SWAPS (15), STREAMS (64), DISCONNECT (0.15), MAX_TOKENS
-# (4-32), MAX_RESIDENT (1), KV_GIB (16: the KV pool per model; the default would take all the
+# Needs tests/data/tiny-llama3/tokenizer.json (scripts/gpu-deps.sh fetch packs it; carry
+# .carry/tok.tar.xz): the random checkpoints have none and Llama 3's has their 128,256 ids.
+# The driver is bench/serve/soak.mjs under Node, else (or with DRIVER=py) its twin soak.py
+# (standard library). Knobs: SWAPS (200), WARM_SWAPS (15), STREAMS (64), DISCONNECT (0.15),
+# MAX_TOKENS (4-32), MAX_RESIDENT (1), KV_GIB (16: the KV pool per model; the default would take all the
 # GPU share left after the weights), BUDGET_S (450: the whole script, checkpoints included,
 # stops the soak in time to end under 8 minutes), RSS_SLACK_MIB (256), DEV_SLACK_MIB (256),
 # MODEL_DIRS (below). About 60 s for the checkpoints (made at once on the GPU; kept in /tmp
@@ -47,7 +47,7 @@ step() { echo "== $(date +%T) (+$(( $(date +%s) - T0 )) s) $*"; }
 die() { echo "soak.sh: $*" >&2; exit 2; }
 [ -x "$B/atlas" ] || die "no $B/atlas (build first, or set ATLAS_BUILD)"
 TOK=tests/data/tiny-llama3
-[ -s "$TOK/tokenizer.json" ] || die "$TOK/tokenizer.json missing: run scripts/setup.sh here and carry it"
+[ -s "$TOK/tokenizer.json" ] || die "$TOK/tokenizer.json missing: scripts/gpu-deps.sh fetch packs it into .carry/tok.tar.xz: carry that"
 smi_used() { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' ' || echo 0; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
