@@ -173,9 +173,9 @@ static void check_turn(term *t, json_t *msgs, const char *keys, const char *last
 }
 
 /* Starts a long answer (up to 900 tokens) to "Hello there", Ctrl-C as soon as its first text
- * shows: the prompt must come back with the process alive, the text shown a strict prefix
- * of run's whole answer (the same 900 tokens: a slow machine may show hundreds of tokens
- * before the Ctrl-C is seen, but an answer that ran to its end was not stopped). */
+ * shows: the prompt must come back with the process alive, the text shown run's whole answer
+ * cut short (the same 900 tokens: a slow machine may show hundreds of tokens before the
+ * Ctrl-C is seen, but an answer that ran to its end was not stopped). */
 static void check_interrupt(term *t) {
     static char *full;
     if (!full) {
@@ -199,8 +199,17 @@ static void check_interrupt(term *t) {
     if (caret) memmove(caret, caret + 2, strlen(caret + 2) + 1); /* the terminal's echo */
     size_t n = strlen(shown);
     while (n && shown[n - 1] == '\n') shown[--n] = 0;
-    CHECK_MSG(n >= 8 && n < strlen(full) && !strncmp(shown, full, n),
-              "Ctrl-C: shown %zu bytes '%s', the full answer has %zu", n, shown, strlen(full));
+    /* A Ctrl-C makes the kernel drop what chat wrote and this side had not read yet (ISIG
+     * without NOFLSH, which libedit clears), as a real terminal does: under load the screen
+     * misses that one piece. So what shows must be run's answer from its start, at most one
+     * piece left out, and end before run's answer does. */
+    size_t p = 0;
+    while (p < n && shown[p] == full[p]) p++;
+    const char *rest = p < n ? strstr(full + p, shown + p) : full + p;
+    size_t stop = rest ? (size_t)(rest - full) + (n - p) : 0;
+    CHECK_MSG(p >= 8 && rest && stop < strlen(full),
+              "Ctrl-C: shown %zu bytes '%s', the full answer has %zu and starts '%.*s'", n, shown,
+              strlen(full), (int)(n + 16), full);
     CHECK_MSG(waitpid(t->pid, NULL, WNOHANG) == 0, "atlas chat ended on Ctrl-C");
     free(shown);
 }
