@@ -45,9 +45,12 @@ install)
     export PKG_CONFIG_PATH=$PC
     gpu_deps_path_add LD_LIBRARY_PATH $P/usr/lib/x86_64-linux-gnu front
   fi
-  LT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib \
+  # GPU_DEPS_CUBLASLT: the cuBLASLt found (empty if none), for the scripts' logs.
+  GPU_DEPS_CUBLASLT=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /opt /usr/lib \
          -name 'libcublasLt.so.1[23]' 2> /dev/null | head -1)
-  if [ -n "$LT" ]; then gpu_deps_path_add LD_LIBRARY_PATH "$(dirname "$LT")"; fi
+  if [ -n "$GPU_DEPS_CUBLASLT" ]; then
+    gpu_deps_path_add LD_LIBRARY_PATH "$(dirname "$GPU_DEPS_CUBLASLT")"
+  fi
   if [ -d /usr/local/cuda/bin ]; then gpu_deps_path_add PATH /usr/local/cuda/bin; fi
   ;;
 *) echo "usage: scripts/gpu-deps.sh fetch | source scripts/gpu-deps.sh install" >&2 ;;

@@ -19,7 +19,7 @@ STEPS=${STEPS:-"ops forward bench hf serve"}
 export ATLAS_TEST_DATA=$PWD/tests/data PYTHONUNBUFFERED=1
 # cuBLASLt (optional) is not on the loader's path in every image
 source scripts/gpu-deps.sh install
-echo "cuBLASLt: ${LT:-not found}"
+echo "cuBLASLt: ${GPU_DEPS_CUBLASLT:-not found}"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo "== $(date +%T) $*"; }
 # waits up to $1 s for the 8B checkpoint being made in the background
