@@ -19,6 +19,7 @@
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/params.h"
+#include "server/utf8.h"
 
 static int port;
 
@@ -117,6 +118,16 @@ static void test_params(void) {
     json_t *t = atlas_json_text("a\xff" "b\xc3\xa9", 5);
     CHECK(t && !strcmp(json_string_value(t), "a\xef\xbf\xbd" "b\xc3\xa9"));
     json_decref(t);
+    /* a cut falls before a character; overlong forms, surrogates and NUL are replaced */
+    char cut[8];
+    CHECK(atlas_utf8_clean(cut, sizeof cut, "abcde\xe2\x82\xac", 8) == 5 && !strcmp(cut, "abcde"));
+    CHECK(atlas_utf8_clean(cut, sizeof cut, "ab\xe2\x82\xac", 5) == 5 && !strcmp(cut, "ab\xe2\x82\xac"));
+    CHECK(atlas_utf8_clean(cut, sizeof cut, "a\xe2\x82", 3) == 7 &&
+          !strcmp(cut, "a\xef\xbf\xbd\xef\xbf\xbd"));
+    char wide[32];
+    CHECK(atlas_utf8_clean(wide, sizeof wide, "\xc0\xaf\xed\xa0\x80x\0y", 8) == 20 &&
+          !strcmp(wide, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx\xef\xbf\xbdy"));
+    CHECK(atlas_utf8_clean(wide, 1, "abc", 3) == 0 && wide[0] == '\0');
     const char *type;
     CHECK(atlas_api_error_http(ATLAS_ERR_NOT_FOUND, &type) == 404);
     CHECK(atlas_api_error_http(ATLAS_ERR_BUSY, &type) == 429 && !strcmp(type, "rate_limit_error"));

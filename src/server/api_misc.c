@@ -193,20 +193,26 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     return rc;
 }
 
-/* Per model: its context and its KV pool's capacity in tokens. */
+/* Per model: its context and its KV pool's capacity in tokens.  The model's name is a label
+ * value: a directory's name under --models-dir may hold a quote, a backslash or bytes that
+ * are not UTF-8, so it goes out escaped. */
 static int print_models(atlas_engine *engine, char **bp, size_t *lp, size_t *cp) {
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(engine, ms, MAX_MODELS), rc = 0;
     rc |= atlas_buf_printf(bp, lp, cp, "# HELP atlas_model_kv_capacity_tokens Tokens the "
                            "model's KV pool holds.\n# TYPE atlas_model_kv_capacity_tokens gauge\n");
-    for (int i = 0; i < n && i < MAX_MODELS; i++)
-        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_kv_capacity_tokens{model=\"%s\"} %ld\n",
-                               ms[i].name, ms[i].kv_tokens);
+    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_kv_capacity_tokens{model=\"");
+        rc |= atlas_metrics_print_label(bp, lp, cp, ms[i].name);
+        rc |= atlas_buf_printf(bp, lp, cp, "\"} %ld\n", ms[i].kv_tokens);
+    }
     rc |= atlas_buf_printf(bp, lp, cp, "# HELP atlas_model_context_tokens Tokens a sequence of "
                            "the model may hold.\n# TYPE atlas_model_context_tokens gauge\n");
-    for (int i = 0; i < n && i < MAX_MODELS; i++)
-        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_context_tokens{model=\"%s\"} %d\n",
-                               ms[i].name, ms[i].ctx_size);
+    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+        rc |= atlas_buf_printf(bp, lp, cp, "atlas_model_context_tokens{model=\"");
+        rc |= atlas_metrics_print_label(bp, lp, cp, ms[i].name);
+        rc |= atlas_buf_printf(bp, lp, cp, "\"} %d\n", ms[i].ctx_size);
+    }
     return rc;
 }
 

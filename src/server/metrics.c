@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/utf8.h"
+
 static const double e2e_bounds[ATLAS_HIST_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                        2.5,  5,     10,   20,  40,   80, 160};
 
@@ -76,6 +78,25 @@ int atlas_metrics_print_hist(char **b, size_t *l, size_t *c, const char *name, c
     cum += counts[n_bounds];
     rc |= atlas_buf_printf(b, l, c, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
                            name, (unsigned long long)cum, name, sum, name, (unsigned long long)n);
+    return rc;
+}
+
+int atlas_metrics_print_label(char **b, size_t *l, size_t *c, const char *v) {
+    size_t n = strlen(v);
+    char *clean = malloc(3 * n + 1), *esc = malloc(6 * n + 1);
+    int rc = -1;
+    if (clean && esc) {
+        size_t k = atlas_utf8_clean(clean, 3 * n + 1, v, n), o = 0;
+        for (size_t i = 0; i < k; i++) {
+            if (clean[i] == '\\' || clean[i] == '"') esc[o++] = '\\', esc[o++] = clean[i];
+            else if (clean[i] == '\n') esc[o++] = '\\', esc[o++] = 'n';
+            else esc[o++] = clean[i];
+        }
+        esc[o] = '\0';
+        rc = atlas_buf_printf(b, l, c, "%s", esc);
+    }
+    free(clean);
+    free(esc);
     return rc;
 }
 

@@ -45,6 +45,12 @@ int atlas_metrics_print_hist(char **b, size_t *l, size_t *c, const char *name, c
                              double sum, uint64_t n);
 int atlas_server_metrics_print(atlas_server_metrics *m, char **buf, size_t *len, size_t *cap);
 
+/* Appends v as the value of a label, between the quotes the caller writes: made valid
+ * UTF-8 (atlas_utf8_clean), then backslash, double quote and newline escaped as the
+ * Prometheus text format requires; a model's name may hold any of them. 0, or -1 when out
+ * of memory. */
+int atlas_metrics_print_label(char **b, size_t *l, size_t *c, const char *v);
+
 /* printf-append to a growing buffer; returns 0, or -1 when out of memory. */
 int atlas_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

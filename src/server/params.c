@@ -11,6 +11,7 @@
 #include "atlas/constraint.h"
 #include "atlas/tokenizer.h"
 #include "server/schema.h"
+#include "server/utf8.h"
 
 static const json_t *field(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);
@@ -310,44 +311,12 @@ void atlas_gen_params_free(atlas_gen_params *p) {
     p->stop = NULL;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), 0 when invalid (RFC 3629). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 json_t *atlas_json_text(const char *s, size_t len) {
     json_t *v = json_stringn(s, len);
     if (v || !s) return v ? v : json_string("");
     char *out = malloc(len * 3 + 1);
     if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
-        if (k == 0 || (k == 1 && s[i] == '\0')) { /* invalid byte or NUL: U+FFFD */
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        } else {
-            memcpy(out + o, s + i, k);
-            o += k;
-            i += k;
-        }
-    }
+    size_t o = atlas_utf8_clean(out, len * 3 + 1, s, len);
     v = json_stringn(out, o);
     free(out);
     return v;

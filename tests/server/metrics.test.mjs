@@ -1,0 +1,173 @@
+// /metrics in the Prometheus text exposition format (version 0.0.4), read by a strict parser:
+// every line must parse (HELP and TYPE included), so one model whose name holds a quote, a
+// backslash, a newline or bytes that are not UTF-8 cannot spoil the scrape of the whole page.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer, DATA } from './lib.mjs';
+
+const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+const LABEL = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
+const TYPES = new Set(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
+// Go's strconv.ParseFloat as Prometheus reads a value: a decimal or hex float, or Inf/NaN.
+const FLOAT = /^[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|0[xX][0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?(?:[pP][+-]?\d+)?|[Ii]nf(?:inity)?|NaN)$/;
+
+// A HELP docstring may escape only a backslash and a newline.
+function unescapeHelp(s, where) {
+  return s.replace(/\\(.?)/g, (m, c) => {
+    if (c === '\\') return '\\';
+    if (c === 'n') return '\n';
+    throw new Error(`${where}: bad escape ${JSON.stringify(m)} in a HELP text`);
+  });
+}
+
+// `{name="value",...}` from s[i] (which is '{'): returns [labels, index after '}'].
+function parseLabels(s, i, where) {
+  const labels = {};
+  i++;
+  for (;;) {
+    if (s[i] === '}') return [labels, i + 1];
+    const m = /^[a-zA-Z_][a-zA-Z0-9_]*/.exec(s.slice(i));
+    if (!m) throw new Error(`${where}: bad label name at ${i}`);
+    const name = m[0];
+    i += name.length;
+    if (s[i] !== '=' || s[i + 1] !== '"') throw new Error(`${where}: expected =" after ${name}`);
+    i += 2;
+    let v = '';
+    for (;;) {
+      const c = s[i];
+      if (c === undefined) throw new Error(`${where}: unterminated value of ${name}`);
+      if (c === '"') break;
+      if (c === '\n') throw new Error(`${where}: raw newline in ${name}`);
+      if (c === '\\') {
+        const e = s[i + 1];
+        if (e === '\\' || e === '"') v += e;
+        else if (e === 'n') v += '\n';
+        else throw new Error(`${where}: bad escape \\${e} in ${name}`);
+        i += 2;
+      } else {
+        v += c;
+        i++;
+      }
+    }
+    i++;
+    if (name in labels) throw new Error(`${where}: label ${name} twice`);
+    labels[name] = v;
+    if (s[i] === ',') i++;
+    else if (s[i] !== '}') throw new Error(`${where}: expected , or } after ${name}`);
+  }
+}
+
+// The whole page: bytes that must be UTF-8, lines that must each parse; families declared
+// (HELP/TYPE once each, before their samples), samples of one family together, no series
+// twice, histograms with their le label and _sum/_count.  Returns the samples.
+export function parseExposition(bytes) {
+  const text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  assert.ok(text.endsWith('\n'), 'the page does not end with a newline');
+  const types = new Map(), helps = new Map(), seen = new Set(), closed = new Set();
+  const samples = [];
+  let current = null;
+  const family = (name) => {
+    for (const suffix of ['_bucket', '_sum', '_count'])
+      if (name.endsWith(suffix) && types.get(name.slice(0, -suffix.length)) === 'histogram')
+        return name.slice(0, -suffix.length);
+    return name;
+  };
+  const enter = (fam, where) => {
+    if (fam === current) return;
+    if (closed.has(fam)) throw new Error(`${where}: family ${fam} split`);
+    if (current) closed.add(current);
+    current = fam;
+  };
+  text.slice(0, -1).split('\n').forEach((line, n) => {
+    const where = `line ${n + 1} ${JSON.stringify(line)}`;
+    if (line.startsWith('#')) {
+      const m = /^# (HELP|TYPE) (\S+) (.*)$/.exec(line);
+      if (!m) throw new Error(`${where}: a comment that is not HELP or TYPE`);
+      const [, kind, name, rest] = m;
+      if (!NAME.test(name)) throw new Error(`${where}: bad metric name`);
+      enter(name, where);
+      if (kind === 'HELP') {
+        if (helps.has(name)) throw new Error(`${where}: HELP twice`);
+        helps.set(name, unescapeHelp(rest, where));
+      } else {
+        if (types.has(name)) throw new Error(`${where}: TYPE twice`);
+        if (!TYPES.has(rest)) throw new Error(`${where}: unknown type`);
+        if (samples.some((s) => family(s.name) === name)) throw new Error(`${where}: TYPE after samples`);
+        types.set(name, rest);
+      }
+      return;
+    }
+    const m = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(line);
+    if (!m) throw new Error(`${where}: bad metric name`);
+    const name = m[0];
+    let labels = {}, i = name.length;
+    if (line[i] === '{') [labels, i] = parseLabels(line, i, where);
+    const rest = line.slice(i);
+    const v = /^ (\S+)(?: (-?\d+))?$/.exec(rest);
+    if (!v || !FLOAT.test(v[1])) throw new Error(`${where}: bad value`);
+    const fam = family(name);
+    if (!types.has(fam)) throw new Error(`${where}: no TYPE for ${fam}`);
+    enter(fam, where);
+    if (name.endsWith('_bucket') && fam !== name && !('le' in labels)) throw new Error(`${where}: bucket without le`);
+    const key = name + JSON.stringify(Object.entries(labels).sort());
+    if (seen.has(key)) throw new Error(`${where}: series twice`);
+    seen.add(key);
+    for (const l of Object.keys(labels)) if (!LABEL.test(l)) throw new Error(`${where}: bad label ${l}`);
+    samples.push({ name, labels, value: Number(v[1].replace(/^([+-]?)[Ii]nf(inity)?$/, '$1Infinity')) });
+  });
+  for (const [fam, type] of types)
+    if (type === 'histogram')
+      for (const s of ['_sum', '_count'])
+        assert.ok(samples.some((x) => x.name === fam + s), `histogram ${fam} lacks ${s}`);
+  return samples;
+}
+
+test('the strict parser refuses what a Prometheus scrape refuses', () => {
+  const ok = Buffer.from('# HELP a_b A \\\\ and \\n.\n# TYPE a_b gauge\na_b{m="q\\"x\\\\y\\nz"} 1.5e3\n');
+  assert.deepEqual(parseExposition(ok).map((s) => [s.labels.m, s.value]), [['q"x\\y\nz', 1500]]);
+  const bad = [
+    '# TYPE a gauge\na{m="q"uote"} 1\n', // an unescaped quote
+    '# TYPE a gauge\na{m="a\\qb"} 1\n', // an unknown escape
+    '# TYPE a gauge\na{m="x\n"} 1\n', // a raw newline
+    '# TYPE a gauge\na{m="x"} one\n', // not a float
+    '# TYPE a gauge\na 1\na 2\n', // a series twice
+    'a 1\n', // no TYPE
+    '# TYPE a gauge\na 1', // no final newline
+    '# HELP a x \\t\n# TYPE a gauge\na 1\n', // a bad HELP escape
+    '# HELP 1a x\n', // a bad name
+  ].map((s) => Buffer.from(s));
+  bad.push(Buffer.from([...Buffer.from('# TYPE a gauge\na{m="'), 0xff, ...Buffer.from('"} 1\n')]));
+  for (const b of bad) assert.throws(() => parseExposition(b), undefined, JSON.stringify(b.toString('latin1')));
+});
+
+test('/metrics with odd model names: every line parses, each name comes back', async () => {
+  const root = mkdtempSync(path.join(os.tmpdir(), 'atlas-odd-'));
+  const qwen = path.join(DATA, 'tiny-qwen3');
+  const quote = 'q"uote', slash = 'back\\slash', nl = 'new\nline';
+  for (const name of [quote, slash, nl]) symlinkSync(qwen, path.join(root, name));
+  // a name that is not UTF-8: two bytes that start no character
+  symlinkSync(qwen, Buffer.concat([Buffer.from(`${root}/bad`), Buffer.from([0xff, 0xfe]), Buffer.from('utf8')]));
+  // --models-dir skips a directory whose name holds a control character; --model may
+  // still name a model so
+  const srv = await startServer(['--models-dir', root, '--model', `line\nfeed=${qwen}`]);
+  try {
+    assert.match(srv.log(), /--models-dir .*: skipping a directory whose name has '=' or control characters/);
+    const res = await fetch(`${srv.base}/metrics`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
+    const samples = parseExposition(Buffer.from(await res.arrayBuffer()));
+    const want = [quote, slash, 'bad\uFFFD\uFFFDutf8', 'line\nfeed'].sort();
+    for (const metric of ['atlas_model_kv_capacity_tokens', 'atlas_model_context_tokens']) {
+      const of = samples.filter((s) => s.name === metric);
+      assert.deepEqual(of.map((s) => s.labels.model).sort(), want, metric);
+      assert.ok(of.every((s) => s.value > 0), JSON.stringify(of));
+    }
+    assert.ok(samples.some((s) => s.name === 'atlas_request_duration_seconds_count'));
+  } finally {
+    assert.equal((await srv.stop()).code, 0, srv.log());
+    rmSync(root, { recursive: true, force: true });
+  }
+});
