@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "server/http_conn.h"
+#include "server/utf8.h"
 
 double atlas_http_now(void) {
     struct timespec ts;
@@ -228,7 +229,8 @@ static atlas_http_call *call_new(atlas_http *h, struct MHD_Connection *conn, con
     c->fd = -1;
     c->t_start = atlas_http_now();
     snprintf(c->log.method, sizeof c->log.method, "%s", method);
-    snprintf(c->log.path, sizeof c->log.path, "%s", url);
+    /* the decoded path holds whatever bytes the client escaped: cut it on a character */
+    atlas_utf8_clean(c->log.path, sizeof c->log.path, url, strlen(url));
     client_addr(conn, c->log.client, sizeof c->log.client);
     c->log.ttft_ms = -1;
     if (!c->url || !c->reply) {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/utf8.h"
 
 struct atlas_log {
     int fd;
@@ -77,7 +78,9 @@ static void text_value(char *out, size_t cap, const char *v) {
         return;
     }
     out[n++] = '"';
-    for (const unsigned char *c = (const unsigned char *)v; *c && n + 6 < cap; c++) {
+    /* a cut falls before a character, never inside one: room is checked at its first byte */
+    for (const unsigned char *c = (const unsigned char *)v;
+         *c && ((*c & 0xC0) == 0x80 || n + 6 < cap); c++) {
         if (*c == '"' || *c == '\\') out[n++] = '\\', out[n++] = (char)*c;
         else if (*c < 0x20 || *c == 0x7f) n += (size_t)snprintf(out + n, cap - n, "\\x%02x", *c);
         else out[n++] = (char)*c;
@@ -111,15 +114,17 @@ static void emit_json(const atlas_log *l, atlas_log_level level, json_t *obj) {
 void atlas_log_vmessage(atlas_log *l, atlas_log_level level, bool always, const char *fmt,
                         va_list ap) {
     if (!atlas_log_enabled(l, always ? ATLAS_LOG_ERROR : level)) return;
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[2048], msg[3 * sizeof raw];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    /* a message may quote a name from the file system: JSON takes only valid UTF-8 */
+    atlas_utf8_clean(msg, sizeof msg, raw, strlen(raw));
     for (char *c = msg; *c; c++) /* one line whatever the message holds */
         if (*c == '\n' || *c == '\r') *c = ' ';
     if (l->format == ATLAS_LOG_JSON) {
         emit_json(l, level, json_pack("{s:s}", "msg", msg));
         return;
     }
-    char ts[40], line[2200];
+    char ts[40], line[sizeof msg + 64];
     timestamp(ts, sizeof ts);
     int n = snprintf(line, sizeof line, "%s %s %s\n", ts, level_names[level], msg);
     if (n > 0) emit(l, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
@@ -139,26 +144,49 @@ static atlas_log_level level_of(int status) {
     return status >= 500 ? ATLAS_LOG_ERROR : status >= 400 ? ATLAS_LOG_WARN : ATLAS_LOG_INFO;
 }
 
+/* A record's fields as valid UTF-8: the path and the model hold whatever bytes the client
+ * sent, and JSON takes no other (json_pack would refuse, and the line would be lost). */
+#define FIELD_CAP(f) (3 * sizeof ((atlas_log_request *)0)->f)
+typedef struct clean_record {
+    char method[FIELD_CAP(method)], path[FIELD_CAP(path)], model[FIELD_CAP(model)],
+        client[FIELD_CAP(client)];
+} clean_record;
+
+static void clean(const atlas_log_request *r, clean_record *c) {
+    atlas_utf8_clean(c->method, sizeof c->method, r->method, strlen(r->method));
+    atlas_utf8_clean(c->path, sizeof c->path, r->path, strlen(r->path));
+    atlas_utf8_clean(c->model, sizeof c->model, r->model, strlen(r->model));
+    atlas_utf8_clean(c->client, sizeof c->client, r->client, strlen(r->client));
+}
+
+/* Room for a text_value of a cleaned field: four bytes out for each byte of the record (an
+ * escape \xNN, or U+FFFD for a byte that is not UTF-8), the quotes and the NUL. */
+#define TEXT_CAP(f) (4 * sizeof ((atlas_log_request *)0)->f + 3)
+
 void atlas_log_request_done(atlas_log *l, const atlas_log_request *r) {
     atlas_log_level level = level_of(r->status);
     if (!atlas_log_enabled(l, level)) return;
+    clean_record c;
+    clean(r, &c);
     if (l->format == ATLAS_LOG_JSON) {
         json_t *o = json_pack("{s:s, s:s, s:o, s:i, s:I, s:I, s:o, s:f, s:s}", "method",
-                              r->method, "path", r->path, "model",
-                              r->model[0] ? json_string(r->model) : json_null(), "status",
+                              c.method, "path", c.path, "model",
+                              c.model[0] ? json_string(c.model) : json_null(), "status",
                               r->status, "tokens_in", (json_int_t)r->tokens_in, "tokens_out",
                               (json_int_t)r->tokens_out, "ttft_ms",
                               r->ttft_ms >= 0 ? json_real(tenth(r->ttft_ms)) : json_null(),
-                              "total_ms", tenth(r->total_ms), "client", r->client);
+                              "total_ms", tenth(r->total_ms), "client", c.client);
         if (o) emit_json(l, level, o);
         return;
     }
-    char ts[40], method[32], path[800], model[400], client[160], ttft[32], line[1600];
+    char ts[40], method[TEXT_CAP(method)], path[TEXT_CAP(path)], model[TEXT_CAP(model)],
+        client[TEXT_CAP(client)], ttft[32];
+    char line[sizeof method + sizeof path + sizeof model + sizeof client + 256];
     timestamp(ts, sizeof ts);
-    text_value(method, sizeof method, r->method);
-    text_value(path, sizeof path, r->path);
-    text_value(model, sizeof model, r->model[0] ? r->model : "-");
-    text_value(client, sizeof client, r->client);
+    text_value(method, sizeof method, c.method);
+    text_value(path, sizeof path, c.path);
+    text_value(model, sizeof model, c.model[0] ? c.model : "-");
+    text_value(client, sizeof client, c.client);
     if (r->ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
     else snprintf(ttft, sizeof ttft, "-");
     int n = snprintf(line, sizeof line, "%s %s %s %s model=%s status=%d tokens_in=%ld "
@@ -170,17 +198,19 @@ void atlas_log_request_done(atlas_log *l, const atlas_log_request *r) {
 
 void atlas_log_request_start(atlas_log *l, const atlas_log_request *r, size_t body_bytes) {
     if (!atlas_log_enabled(l, ATLAS_LOG_DEBUG)) return;
+    clean_record c;
+    clean(r, &c);
     if (l->format == ATLAS_LOG_JSON) {
         json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I}", "event", "request", "method",
-                              r->method, "path", r->path, "client", r->client, "body_bytes",
+                              c.method, "path", c.path, "client", c.client, "body_bytes",
                               (json_int_t)body_bytes);
         if (o) emit_json(l, ATLAS_LOG_DEBUG, o);
         return;
     }
-    char method[32], path[800], client[160];
-    text_value(method, sizeof method, r->method);
-    text_value(path, sizeof path, r->path);
-    text_value(client, sizeof client, r->client);
+    char method[TEXT_CAP(method)], path[TEXT_CAP(path)], client[TEXT_CAP(client)];
+    text_value(method, sizeof method, c.method);
+    text_value(path, sizeof path, c.path);
+    text_value(client, sizeof client, c.client);
     atlas_log_message(l, ATLAS_LOG_DEBUG, "request %s %s client=%s body_bytes=%zu", method,
                       path, client, body_bytes);
 }

@@ -4,7 +4,8 @@
  *
  * A request's line: method, path, model, status, tokens in and out, time to the first
  * token and in all (ms), the client's address.  What it is given is all it writes: no
- * header, key or text of a prompt or answer ever reaches it. */
+ * header, key or text of a prompt or answer ever reaches it.  Whatever bytes a field holds,
+ * the line is written: bytes that are not UTF-8 become U+FFFD. */
 #ifndef ATLAS_SERVER_LOG_H
 #define ATLAS_SERVER_LOG_H
 
@@ -19,9 +20,9 @@ typedef struct atlas_log atlas_log;
 /* What the line of one request says; filled as the request is answered. */
 typedef struct atlas_log_request {
     char method[8];
-    char path[256];     /* the URL's path (truncated); no query string */
+    char path[256];     /* the URL's path, no query string (atlas_utf8_clean: cut, UTF-8) */
     char client[48];    /* the client's address, "-" when unknown */
-    char model[128];    /* the model the request named ("" when none) */
+    char model[128];    /* the model the request named ("" when none), as path */
     int status;
     long tokens_in, tokens_out; /* prompt and generated tokens (0 when none) */
     double ttft_ms;     /* from arrival to the first generated token; < 0: none */

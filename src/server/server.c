@@ -11,6 +11,7 @@
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/state.h"
+#include "server/utf8.h"
 
 static const double STOP_GRACE_S = 3.0; /* for requests in flight to answer at shutdown */
 
@@ -205,10 +206,11 @@ static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas
 }
 
 /* The model a request names, for its log line: the route's (/v1/models/{id}) or the
- * body's "model", as the client wrote it (it may name none that is served). */
+ * body's "model", as the client wrote it (it may name none that is served), cut on a
+ * character and made valid UTF-8. */
 static void note_model(atlas_http_call *call, const char *arg, const json_t *body) {
     const char *m = arg[0] ? arg : json_string_value(json_object_get(body, "model"));
-    if (m) snprintf(call->log.model, sizeof call->log.model, "%s", m);
+    if (m) atlas_utf8_clean(call->log.model, sizeof call->log.model, m, strlen(m));
 }
 
 static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_http_reply *r) {

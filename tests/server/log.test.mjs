@@ -169,3 +169,73 @@ test('atlas run, stderr not a terminal: one line for the load, no bar', () => {
   assert.match(loads[0], /^atlas: loaded default: \d+\.\d (MB|GB) in \d+\.\d+ s \(\d+\.\d GB\/s\), (cpu|cuda:\d+)$/);
   assert.ok(!r.stderr.includes('\r') && !r.stderr.includes('\x1b['), JSON.stringify(r.stderr));
 });
+
+// Requests whose path or model hold bytes that are not UTF-8, or are cut inside a character
+// (the path is kept to 255 bytes, the model to 127): each must still leave its one line.
+// The expected path and model are what the line says, null for no model.
+const A126 = 'a'.repeat(126);
+async function oddRequests(base) {
+  const wrong = { authorization: 'Bearer sk-not-the-key' };
+  const cases = [
+    // a failed key on a model id of 126 bytes and a euro sign: the model's cut falls in it
+    [`/v1/models/${A126}%E2%82%AC`, 'GET', wrong, null, 401, `/v1/models/${A126}\u20ac`, A126],
+    [`/v1/models`, 'GET', {}, null, 401, '/v1/models', null], // no key at all
+    [`/v1/models%FF`, 'GET', auth, null, 404, '/v1/models\ufffd', null],
+    // a path of 254 bytes and a euro sign: its cut falls in the euro sign
+    [`/v1/models/${'a'.repeat(243)}%E2%82%AC`, 'GET', auth, null, 404, `/v1/models/${'a'.repeat(243)}`, 'a'.repeat(127)],
+    [`/v1/models/a%0Ab%22c`, 'GET', auth, null, 404, '/v1/models/a\nb"c', 'a\nb"c'],
+    ['/v1/chat/completions', 'POST', auth, JSON.stringify({ model: `${A126}\u20ac`, messages: [{ role: 'user', content: 'hi' }] }),
+      404, '/v1/chat/completions', A126],
+    ['/v1/chat/completions', 'POST', auth, Buffer.from([...Buffer.from('{"model": "'), 0xff, ...Buffer.from('"}')]),
+      400, '/v1/chat/completions', null],
+  ];
+  for (const [route, method, headers, body, status] of cases) {
+    const res = await fetch(base + route, { method, headers: { 'content-type': 'application/json', ...headers }, body });
+    await res.text();
+    assert.equal(res.status, status, `${method} ${route}`);
+  }
+  return cases.map(([, method, , , status, path, model]) => ({ method, status, path, model }));
+}
+
+// The log's bytes as they came (not decoded chunk by chunk): they must be UTF-8.
+function rawStderr(srv) {
+  const chunks = [];
+  srv.child.stderr.on('data', (d) => chunks.push(d));
+  return () => new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+}
+
+// A text-format value as written: plain, or quoted with \" \\ and \xNN escapes.
+function textValue(v) {
+  if (!v.startsWith('"')) return v;
+  assert.ok(v.endsWith('"') && v.length >= 2, v);
+  return v.slice(1, -1).replace(/\\(x[0-9a-f]{2}|["\\])/g, (m, e) => (e.length === 3 ? String.fromCharCode(parseInt(e.slice(1), 16)) : e));
+}
+
+test('odd bytes in the path or the model: one line each, JSON and text', async () => {
+  for (const format of ['json', 'text']) {
+    const srv = await startServer(['--api-key', KEY, '--log-format', format, '--log-level', format === 'json' ? 'debug' : 'info']);
+    const log = rawStderr(srv);
+    let want;
+    try {
+      want = await oddRequests(srv.base);
+      await waitFor(() => (log().match(/status[=":]+\d{3}/g) || []).length >= want.length);
+    } finally {
+      assert.equal((await srv.stop()).code, 0, srv.log());
+    }
+    const text = log();
+    let got, starts = [];
+    if (format === 'json') {
+      const objs = text.split('\n').filter((l) => l.length).map((l) => {
+        try { return JSON.parse(l); } catch { assert.fail(`not a JSON line: ${JSON.stringify(l)}`); }
+      });
+      got = objs.filter((o) => 'status' in o).map((o) => ({ method: o.method, status: o.status, path: o.path, model: o.model }));
+      starts = objs.filter((o) => o.event === 'request').map((o) => o.path);
+      assert.deepEqual(starts.sort(), want.map((w) => w.path).sort(), 'one debug line as each request arrives');
+    } else {
+      got = accessLines(text).map((l) => ({ method: l.method, status: l.status, path: textValue(l.path),
+        model: l.model === '-' ? null : textValue(l.model) }));
+    }
+    const key = (r) => JSON.stringify([r.method, r.status, r.path, r.model]);
+    assert.deepEqual(got.map(key).sort(), want.map(key).sort(), `${format}:\n${text}`);
+  }
+});
