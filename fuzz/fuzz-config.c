@@ -2,8 +2,9 @@
  * and the RoPE frequencies of whatever config parses: rope_scaling and rope_parameters of
  * every type (default, linear, llama3, yarn accepted; dynamic, longrope and per-layer-type
  * blocks refused), quantization_config blocks (not read: the corpus keeps them so that a
- * reader added later is fuzzed at once). An accepted config's frequencies must not be NaN
- * or negative, its attention factor must be positive. */
+ * reader added later is fuzzed at once), hidden_act. An accepted config's frequencies must
+ * not be NaN or negative, its attention factor must be positive, and the context it derives
+ * must be 1..INT32_MAX (a factor of 1e30 is refused at parse, not converted). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!(inv[i] >= 0)) abort();
     if (!(attn > 0)) abort();
     free(inv);
+    long ctx = atlas_config_max_context(&cfg);
+    if (ctx < 1 || ctx > INT32_MAX) abort();
     for (int l = 0; l < cfg.n_layers; l++) (void)atlas_config_layer_sliding(&cfg, l);
     /* The same bytes as a generation_config.json merged into it. */
     (void)atlas_config_parse_generation((const char *)data, size, "fuzz/generation_config.json",

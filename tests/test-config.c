@@ -231,6 +231,29 @@ static void test_architectures(void) {
     set(j, "head_dim", json_integer(12));
     c = load_ok(j, NULL);
     CHECK(c.qkv_bias && c.o_bias && c.mlp_bias && !c.tie_embeddings && c.head_dim == 12);
+    /* hidden_act: silu (and swish, transformers' other name for it) or absent; the MLP is
+     * SwiGLU, so any other activation is refused by name rather than computed as silu */
+    static const char *const acts_ok[] = {"silu", "swish"};
+    for (int i = 0; i < 2; i++) {
+        j = qwen3();
+        set(j, "hidden_act", json_string(acts_ok[i]));
+        load_ok(j, NULL);
+    }
+    j = qwen3();
+    json_object_del(j, "hidden_act");
+    load_ok(j, NULL);
+    static const char *const acts_bad[] = {"gelu", "gelu_pytorch_tanh", "relu", "SiLU"};
+    for (int i = 0; i < 4; i++) {
+        j = llama();
+        set(j, "hidden_act", json_string(acts_bad[i]));
+        load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "hidden_act");
+        char want[48];
+        snprintf(want, sizeof want, "\"%s\"", acts_bad[i]);
+        CHECK_MSG(strstr(atlas_last_error(), want) != NULL, "%s", atlas_last_error());
+    }
+    j = llama();
+    set(j, "hidden_act", json_integer(1));
+    load_fail(j, NULL, ATLAS_ERR_FORMAT, "config.json", "hidden_act");
 
 }
 
@@ -393,6 +416,68 @@ static void test_errors(void) {
     load_ok(j, NULL);
 }
 
+/* A factor whose derived context (atlas_config_max_context) is 0 or beyond an int is
+ * refused at load, naming the factor, in both spellings; the largest context that fits is
+ * not. (Such a config used to load and serve "a context of 0 tokens".) */
+static void test_errors_context(void) {
+    static const char *const keys[] = {"rope_scaling", "rope_parameters"};
+    static const double bad[] = {1e30, 1e300, 1e-30, 524289.0 /* * 4096 = 2^31 + 4096 */};
+    for (int k = 0; k < 2; k++) {
+        char fld[64];
+        snprintf(fld, sizeof fld, "%s.factor", keys[k]);
+        for (int i = 0; i < 4; i++) {
+            json_t *j = llama();
+            json_object_del(j, "rope_scaling");
+            set(j, "max_position_embeddings", json_integer(4096));
+            set(j, keys[k], json_pack("{s:s,s:f}", "rope_type", "linear", "factor", bad[i]));
+            load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", fld);
+            j = qwen3();
+            json_object_del(j, "rope_parameters");
+            set(j, keys[k], json_pack("{s:s,s:f,s:i}", "rope_type", "yarn", "factor", bad[i],
+                                      "original_max_position_embeddings", 4096));
+            load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", fld);
+        }
+    }
+    /* 2^31 - 1 itself: 4096 * 524287.99975585938 floors to it */
+    json_t *j = llama();
+    json_object_del(j, "rope_scaling");
+    set(j, "max_position_embeddings", json_integer(4096));
+    set(j, "rope_scaling", json_pack("{s:s,s:f}", "type", "linear", "factor",
+                                     2147483647.0 / 4096));
+    atlas_config c = load_ok(j, NULL);
+    CHECK_MSG(atlas_config_max_context(&c) == 2147483647L, "%ld", atlas_config_max_context(&c));
+    /* one past it is refused */
+    j = llama();
+    json_object_del(j, "rope_scaling");
+    set(j, "max_position_embeddings", json_integer(4096));
+    set(j, "rope_scaling", json_pack("{s:s,s:f}", "type", "linear", "factor",
+                                     2147483648.0 / 4096));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "rope_scaling.factor");
+    /* and through the parser alone (the fuzzer's entry), for the inputs of the issue */
+    static const char *const texts[] = {
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 100, \"hidden_size\": 16, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 32, "
+        "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 1e30, \"rope_theta\": "
+        "10000, \"original_max_position_embeddings\": 4096}}",
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 100, \"hidden_size\": 16, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"intermediate_size\": 32, "
+        "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 1e30}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        CHECK(atlas_config_parse(texts[i], strlen(texts[i]), "m/config.json", &c) ==
+              ATLAS_ERR_RANGE);
+        CHECK_MSG(strstr(atlas_last_error(), "factor") && strstr(atlas_last_error(), "1e+30"),
+                  "%s", atlas_last_error());
+    }
+    /* a config filled in by hand is clamped, never converted out of range */
+    c.rope.type = ATLAS_ROPE_LINEAR, c.rope.factor = 1e30, c.max_position = 4096;
+    CHECK(atlas_config_max_context(&c) == 2147483647L);
+    c.rope.factor = 1e-30;
+    CHECK(atlas_config_max_context(&c) == 1);
+    c.rope.type = ATLAS_ROPE_YARN, c.rope.factor = NAN, c.rope.original_max_position = 4096;
+    CHECK(atlas_config_max_context(&c) == 1);
+}
+
 static void test_errors_rope(void) {
     const atlas_status F = ATLAS_ERR_FORMAT;
     json_t *j = llama();
@@ -430,6 +515,7 @@ static void test_errors_rope(void) {
     set(j, "rope_parameters", json_pack("{s:s,s:f,s:i}", "rope_type", "yarn", "factor", 4.0,
                                         "beta_fast", -1));
     load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "rope_parameters");
+    test_errors_context();
 }
 
 /* Not JSON, not an object, and no file at all. */

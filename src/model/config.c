@@ -283,6 +283,29 @@ static atlas_status rope_scaling_params(const char *file, const char *pname, jso
     return ATLAS_OK;
 }
 
+/* The context atlas_config_max_context derives from the factor, checked in double before
+ * anything converts it: a factor of 1e30 (or 1e-30) would give a context no int holds (or 0
+ * tokens), which a server would advertise and then refuse every request against. */
+static atlas_status check_context(const char *file, const char *pname, const atlas_config *cfg) {
+    const atlas_rope *r = &cfg->rope;
+    double base;
+    const char *of;
+    if (r->type == ATLAS_ROPE_LINEAR) {
+        base = cfg->max_position;
+        of = "max_position_embeddings";
+    } else if (r->type == ATLAS_ROPE_YARN) {
+        base = r->original_max_position;
+        of = "original_max_position_embeddings";
+    } else {
+        return ATLAS_OK; /* llama3's max_position_embeddings is the scaled maximum already */
+    }
+    double ctx = floor(base * r->factor);
+    if (isfinite(r->factor) && ctx >= 1 && ctx <= INT32_MAX) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_RANGE,
+                      "%s: field \"%s.factor\": %g times %s %.0f gives a context of %g tokens "
+                      "(1 to %d are possible)", file, pname, r->factor, of, base, ctx, INT32_MAX);
+}
+
 /* rope_scaling (classic) wins over rope_parameters (transformers 5), as in transformers'
  * convert_rope_params_to_dict; rope_theta inside the dict wins over the top-level one. */
 static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg) {
@@ -318,6 +341,7 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
                               file, pname, partial);
         ATLAS_TRY(rope_type_of(file, pname, p, &r->type));
         ATLAS_TRY(rope_scaling_params(file, pname, p, cfg));
+        ATLAS_TRY(check_context(file, pname, cfg));
     }
     if (!(r->theta > 1.0))
         return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rope_theta\": %g must be above 1", file,
@@ -415,6 +439,19 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
     return ATLAS_OK;
 }
 
+/* The MLP is SwiGLU: silu(gate) * up. transformers' ACT2FN maps "swish" to the same SiLU;
+ * any other activation would be computed as SiLU without a word, so it is refused. */
+static atlas_status read_act(const char *file, json_t *root) {
+    json_t *v = field(root, "hidden_act");
+    if (!v) return ATLAS_OK; /* the default of all four config classes: silu */
+    if (!json_is_string(v)) return wrong_type(file, "hidden_act", "a string", v);
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "silu") || !strcmp(s, "swish")) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                      "%s: field \"hidden_act\": unsupported activation \"%.32s\" (silu is: "
+                      "the MLP is SwiGLU)", file, s);
+}
+
 static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg) {
     bool attn_bias = false;
     cfg->tie_embeddings = false; /* the default of all four config classes */
@@ -426,7 +463,7 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     cfg->qkv_bias = cfg->arch == ATLAS_ARCH_QWEN2 || attn_bias;
     cfg->o_bias = attn_bias;
     cfg->qk_norm = cfg->arch == ATLAS_ARCH_QWEN3;
-    return ATLAS_OK;
+    return read_act(file, root);
 }
 
 /* A quantized checkpoint (AWQ, GPTQ, FP8, bitsandbytes...) stores weights atlas cannot read
@@ -518,12 +555,14 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
 }
 
 long atlas_config_max_context(const atlas_config *cfg) {
-    long max = cfg->max_position > 0 ? cfg->max_position : 4096;
+    double max = cfg->max_position > 0 ? cfg->max_position : 4096;
     const atlas_rope *r = &cfg->rope;
-    if (r->type == ATLAS_ROPE_LINEAR) max = (long)((double)max * r->factor);
-    else if (r->type == ATLAS_ROPE_YARN)
-        max = (long)((double)r->original_max_position * r->factor);
-    return max;
+    if (r->type == ATLAS_ROPE_LINEAR) max = floor(max * r->factor);
+    else if (r->type == ATLAS_ROPE_YARN) max = floor((double)r->original_max_position * r->factor);
+    /* a parsed config is within 1..INT32_MAX (check_context); one filled in by hand is
+     * clamped, never converted out of range */
+    if (!(max >= 1)) return 1;
+    return max > INT32_MAX ? INT32_MAX : (long)max;
 }
 
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {

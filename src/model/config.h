@@ -7,7 +7,8 @@
  * sliding_window 4096. Qwen2/Qwen3 slide only with use_sliding_window, on layers >=
  * max_window_layers (or as layer_types says): ask atlas_config_layer_sliding per layer.
  * Biases: Llama's attention_bias covers q/k/v/o, Qwen3's too, Qwen2 has q/k/v always and
- * never o, Mistral none; mlp_bias is Llama's only. */
+ * never o, Mistral none; mlp_bias is Llama's only. hidden_act must be silu (or swish, its
+ * other name): the MLP is SwiGLU; another activation is refused by name. */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
 
@@ -93,7 +94,8 @@ void atlas_config_add_eos(atlas_config *cfg, int id);
 
 /* The longest sequence the model is meant for, as vLLM derives it: max_position_embeddings
  * (4096 when absent), times the factor for linear RoPE scaling; yarn's original maximum
- * times its factor; llama3 configs already give the scaled maximum. */
+ * times its factor; llama3 configs already give the scaled maximum. Always 1..INT32_MAX:
+ * atlas_config_parse refuses a factor that derives anything else, naming it. */
 long atlas_config_max_context(const atlas_config *cfg);
 
 /* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
