@@ -9,7 +9,11 @@
  * - batch invariance: every position's logits of several prompts are BITWISE equal whether a
  *   prompt runs alone or batched with the others (several groupings and chunkings), on 1 or
  *   3 threads.
- * Block tables hand out blocks in a scrambled order, so paging is exercised. */
+ * Block tables hand out blocks in a scrambled order, so paging is exercised.
+ * And the biases of o_proj and the MLP (Llama's attention_bias and mlp_bias, Qwen3's
+ * attention_bias) on checkpoints written here: logits equal to a float64 forward written out
+ * below from the formulas, with the biases and with them zeroed (which must differ), through
+ * the MLP whole and in chunks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,7 @@
 
 #include "atlas/model.h"
 #include "atlas/tokenizer.h"
+#include "ckpt.h"
 #include "greedy.h"
 #include "harness.h"
 #include "model/forward.h"
@@ -545,7 +550,184 @@ static void test_logit_chunks(void) {
     CHECK_OK(atlas_model_release(big));
 }
 
+/* ---- biases: a checkpoint written here against a float64 forward --------------------------- */
+
+typedef struct bias_fill {
+    int zero_bias; /* every .bias tensor 0 */
+} bias_fill;
+
+/* Deterministic values from the name and the index: norms near 1, biases up to 0.5, the
+ * rest in [-0.5, 0.5) (the embedding [-1, 1)). */
+static float bias_value(void *user, const char *name, int64_t i) {
+    const bias_fill *bf = user;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
+    float u = (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+    size_t len = strlen(name);
+    if (len > 5 && !strcmp(name + len - 5, ".bias")) return bf->zero_bias ? 0.0f : 0.5f * u;
+    if (strstr(name, "norm.weight")) return 1.0f + 0.25f * u;
+    if (strstr(name, "embed_tokens")) return u;
+    return 0.5f * u;
+}
+
+typedef struct ref_model {
+    const atlas_config *c;
+    bias_fill *fill;
+} ref_model;
+
+static double ref_val(const ref_model *r, const char *name, int64_t i) {
+    return ckpt_bf16(bias_value(r->fill, name, i));
+}
+
+/* out[rows] = W[rows, cols] @ in (+ bias), W and bias named after "model.layers.L." */
+static void ref_linear(const ref_model *r, int l, const char *w, const char *b, int rows,
+                       int cols, const double *in, double *out) {
+    char wn[128], bn[128];
+    snprintf(wn, sizeof wn, "model.layers.%d.%s", l, w);
+    snprintf(bn, sizeof bn, "model.layers.%d.%s", l, b ? b : "");
+    for (int i = 0; i < rows; i++) {
+        double acc = b ? ref_val(r, bn, i) : 0;
+        for (int j = 0; j < cols; j++) acc += ref_val(r, wn, (int64_t)i * cols + j) * in[j];
+        out[i] = acc;
+    }
+}
+
+static void ref_rmsnorm(const ref_model *r, const char *w, const double *x, int d, double *out) {
+    double ms = 0;
+    for (int j = 0; j < d; j++) ms += x[j] * x[j];
+    double inv = 1.0 / sqrt(ms / d + r->c->rms_eps);
+    for (int j = 0; j < d; j++) out[j] = x[j] * inv * ref_val(r, w, j);
+}
+
+/* The logits of one token at position 0: attention over that one position is its v. */
+static void ref_forward(const ref_model *r, int token, double *logits) {
+    const atlas_config *c = r->c;
+    enum { MAXW = 64 };
+    int d = c->hidden, H = c->n_heads, K = c->n_kv_heads, hd = c->head_dim, f = c->intermediate;
+    double x[MAXW], h[MAXW], v[MAXW], att[MAXW], o[MAXW], g[MAXW], u[MAXW];
+    char nm[128];
+    for (int j = 0; j < d; j++) x[j] = ref_val(r, "model.embed_tokens.weight", (int64_t)token * d + j);
+    for (int l = 0; l < c->n_layers; l++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        ref_rmsnorm(r, nm, x, d, h);
+        ref_linear(r, l, "self_attn.v_proj.weight", c->qkv_bias ? "self_attn.v_proj.bias" : NULL,
+                   K * hd, d, h, v);
+        for (int i = 0; i < H * hd; i++) att[i] = v[(i / hd) / (H / K) * hd + i % hd];
+        ref_linear(r, l, "self_attn.o_proj.weight", c->o_bias ? "self_attn.o_proj.bias" : NULL,
+                   d, H * hd, att, o);
+        for (int j = 0; j < d; j++) x[j] += o[j];
+        snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+        ref_rmsnorm(r, nm, x, d, h);
+        ref_linear(r, l, "mlp.gate_proj.weight", c->mlp_bias ? "mlp.gate_proj.bias" : NULL, f, d,
+                   h, g);
+        ref_linear(r, l, "mlp.up_proj.weight", c->mlp_bias ? "mlp.up_proj.bias" : NULL, f, d, h,
+                   u);
+        for (int i = 0; i < f; i++) g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        ref_linear(r, l, "mlp.down_proj.weight", c->mlp_bias ? "mlp.down_proj.bias" : NULL, d,
+                   f, g, o);
+        for (int j = 0; j < d; j++) x[j] += o[j];
+    }
+    ref_rmsnorm(r, "model.norm.weight", x, d, h);
+    const char *head = c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    for (int t = 0; t < c->vocab_size; t++) {
+        double acc = 0;
+        for (int j = 0; j < d; j++) acc += ref_val(r, head, (int64_t)t * d + j) * h[j];
+        logits[t] = acc;
+    }
+}
+
+enum { BIAS_SEQS = 3 };
+
+/* Logits of BIAS_SEQS one-token sequences in one batch (3 rows: the MLP in chunks of 2),
+ * then of the first alone (the MLP whole), each checked against ref_forward. */
+static void bias_forward(const char *dir, const char *what, bias_fill *fill, float *out) {
+    static const int32_t tokens[BIAS_SEQS] = {3, 7, 11};
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 1;
+    p.max_batch_tokens = 16;
+    p.mlp_chunk_tokens = 2;
+    p.kv_block_size = BLOCK;
+    p.kv_tokens = BIAS_SEQS * BLOCK;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return;
+    int V = m->cfg.vocab_size;
+    int32_t pos[BIAS_SEQS] = {0}, start[BIAS_SEQS + 1], ctx[BIAS_SEQS], table[BIAS_SEQS],
+            rows[BIAS_SEQS];
+    for (int s = 0; s < BIAS_SEQS; s++) start[s] = rows[s] = table[s] = s, ctx[s] = 1;
+    start[BIAS_SEQS] = BIAS_SEQS;
+    atlas_batch b = {.n_tokens = BIAS_SEQS, .tokens = tokens, .positions = pos,
+                     .n_seqs = BIAS_SEQS, .seq_start = start, .seq_ctx = ctx,
+                     .block_table = table, .max_blocks = 1, .n_logits = BIAS_SEQS,
+                     .logit_rows = rows};
+    float *alone = malloc(sizeof(float) * V), *want = malloc(sizeof(float) * V);
+    double *ref = malloc(sizeof(double) * V);
+    CHECK_OK(atlas_model_forward(m, &b, out));
+    b = (atlas_batch){.n_tokens = 1, .tokens = tokens, .positions = pos, .n_seqs = 1,
+                      .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                      .max_blocks = 1, .n_logits = 1, .logit_rows = rows};
+    CHECK_OK(atlas_model_forward(m, &b, alone));
+    ref_model r = {.c = &m->cfg, .fill = fill};
+    for (int s = 0; s <= BIAS_SEQS; s++) {
+        const float *got = s < BIAS_SEQS ? out + (size_t)s * V : alone;
+        ref_forward(&r, tokens[s < BIAS_SEQS ? s : 0], ref);
+        for (int t = 0; t < V; t++) want[t] = (float)ref[t];
+        double e = harness_rel_err(got, want, V);
+        CHECK_MSG(e <= 1e-5, "%s: token %d%s: logits error %.3g against the float64 forward",
+                  what, tokens[s < BIAS_SEQS ? s : 0], s < BIAS_SEQS ? " (batch)" : " (alone)",
+                  e);
+    }
+    free(alone);
+    free(want);
+    free(ref);
+    CHECK_OK(atlas_model_release(m));
+}
+
+static void test_biases(const char *what, const char *config) {
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "bias")) return;
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(config, strlen(config), what, &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    CHECK(c.o_bias && c.n_layers == 2 && c.hidden <= 64 && c.intermediate <= 64);
+    int V = c.vocab_size;
+    float *with = calloc((size_t)BIAS_SEQS * V, sizeof(float));
+    float *without = calloc((size_t)BIAS_SEQS * V, sizeof(float));
+    bias_fill fill = {0};
+    if (ckpt_write_text(dir, "config.json", config) &&
+        ckpt_write_model(dir, &g, NULL, NULL, 0, bias_value, &fill))
+        bias_forward(dir, what, &fill, with);
+    fill.zero_bias = 1; /* the same checkpoint, its biases zeroed */
+    if (ckpt_write_model(dir, &g, NULL, NULL, 0, bias_value, &fill))
+        bias_forward(dir, what, &fill, without);
+    double e = harness_rel_err(with, without, BIAS_SEQS * V);
+    CHECK_MSG(e > 0.05, "%s: biases nonzero and zeroed give logits within %.3g", what, e);
+    printf("%s: logits with the biases and without differ by %.3g (relative)\n", what, e);
+    free(with);
+    free(without);
+    harness_rm_rf(dir);
+}
+
 int main(void) {
+    test_biases("llama attention_bias + mlp_bias",
+                "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 8, "
+                "\"intermediate_size\": 12, \"num_attention_heads\": 2, "
+                "\"num_key_value_heads\": 1, \"num_hidden_layers\": 2, \"vocab_size\": 16, "
+                "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, "
+                "\"tie_word_embeddings\": false, \"attention_bias\": true, "
+                "\"mlp_bias\": true, \"hidden_act\": \"silu\"}");
+    test_biases("qwen3 attention_bias",
+                "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 8, "
+                "\"intermediate_size\": 12, \"num_attention_heads\": 4, "
+                "\"num_key_value_heads\": 2, \"head_dim\": 4, \"num_hidden_layers\": 2, "
+                "\"vocab_size\": 16, \"max_position_embeddings\": 64, "
+                "\"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": true, "
+                "\"attention_bias\": true}");
     test_model("tiny-llama3");
     test_model("tiny-qwen3");
     test_logit_chunks();

@@ -2,8 +2,10 @@
  * set, counted handles (release refused with ATLAS_ERR_BUSY and the count while another
  * handle is live, nothing unloaded, then released), and errors that name what is wrong:
  * a missing directory, a tensor of the wrong shape, a missing tensor, bad batches, a broken
- * tokenizer.json or weights file (the tokenizer loads in a thread of its own); `atlas info`
- * and `atlas bench --batch` on the CPU. */
+ * tokenizer.json or weights file (the tokenizer loads in a thread of its own); every
+ * tensor of a checkpoint accounted for (bound, or one its architecture may ignore; a stray
+ * one refused by name, on every tensor-parallel rank); `atlas info` and `atlas bench
+ * --batch` on the CPU. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include "atlas/model.h"
 #include "atlas/tokenizer.h"
+#include "ckpt.h"
 #include "harness.h"
 #include "model/forward.h"
 #include "format/safetensors.h"
@@ -431,6 +434,158 @@ static void test_cli_bench(void) {
     CHECK_MSG(rc == 2 && strstr(out, "--batch B"), "status %d: %s", rc, out);
 }
 
+/* ---- every tensor accounted for ------------------------------------------------------------ */
+
+static float small_value(void *user, const char *name, int64_t i) {
+    (void)user, (void)name;
+    return (float)((i * 7) % 13 - 6) / 64.0f;
+}
+
+/* A Llama-family config of 2 layers, 4 heads (2 KV) of 4, with the given architecture and
+ * extra fields ("" for none). */
+static const char *small_config(const char *arch, const char *extra) {
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"architectures\": [\"%s\"], \"hidden_size\": 16, \"intermediate_size\": 32, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 4, "
+             "\"num_hidden_layers\": 2, \"vocab_size\": 32, \"max_position_embeddings\": 64, "
+             "\"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0%s%s}", arch, *extra ? ", " : "",
+             extra);
+    return buf;
+}
+
+/* Writes config.json and the tensors the config calls for (less drop, plus extra), then
+ * loads as rank `rank` of `tp` (1: the whole model). The status; *n_params of the load. */
+static atlas_status load_variant(const char *dir, const char *config, const char *drop,
+                                 const ckpt_extra *extra, int n_extra, int rank, int tp,
+                                 int64_t *n_params) {
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(config, strlen(config), "variant", &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    if (!ckpt_write_text(dir, "config.json", config) ||
+        !ckpt_write_model(dir, &g, drop, extra, n_extra, small_value, NULL))
+        return ATLAS_ERR_IO;
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 1;
+    p.tp_rank = rank;
+    p.tp_size = tp;
+    atlas_model *m = NULL;
+    atlas_status st = atlas_model_load(dir, &p, &m);
+    if (m) {
+        atlas_model_info info;
+        atlas_model_get_info(m, &info);
+        if (n_params) *n_params = info.n_params;
+        CHECK_OK(atlas_model_release(m));
+    }
+    return st;
+}
+
+/* Refused, ATLAS_ERR_UNSUPPORTED, the message naming the file and tensor `first` (and
+ * `more`, e.g. "(and 1 more)", when given). */
+static void check_stray(const char *dir, const char *what, atlas_status st, const char *first,
+                        const char *more) {
+    const char *msg = atlas_last_error();
+    char file[700];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    CHECK_MSG(st == ATLAS_ERR_UNSUPPORTED && strstr(msg, file) && strstr(msg, first) &&
+                  (!more || strstr(msg, more)),
+              "%s: %s: %s", what, atlas_status_str(st), msg);
+}
+
+/* A tensor the architecture and config do not call for is refused, on any rank. */
+static void test_strays(void) {
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "strays")) return;
+    char llama_cfg[1024];
+    snprintf(llama_cfg, sizeof llama_cfg, "%s",
+             small_config("LlamaForCausalLM", "\"tie_word_embeddings\": false"));
+    CHECK_OK(load_variant(dir, llama_cfg, NULL, NULL, 0, 0, 1, NULL));
+
+    /* a bias the config does not call for: on the whole model and on either rank of two
+     * (rank 1 holds no o_proj bias, nor lm_head, and still checks them) */
+    const ckpt_extra o_bias = {"model.layers.1.self_attn.o_proj.bias", 16, 0};
+    static const int ranks[][2] = {{0, 1}, {0, 2}, {1, 2}}; /* rank, tp_size */
+    for (int i = 0; i < 3; i++) {
+        atlas_status st = load_variant(dir, llama_cfg, NULL, &o_bias, 1, ranks[i][0],
+                                       ranks[i][1], NULL);
+        check_stray(dir, "llama, no attention_bias, an o_proj bias", st, o_bias.name, NULL);
+    }
+    const ckpt_extra two[] = {{"model.layers.0.mlp.down_proj.bias", 16, 0},
+                              {"model.layers.0.mlp.experts.0.w1.weight", 32, 16}};
+    atlas_status st = load_variant(dir, llama_cfg, NULL, two, 2, 1, 2, NULL);
+    check_stray(dir, "llama, no mlp_bias, rank 1 of 2", st, "model.layers.0.mlp.down_proj.bias",
+                "(and 1 more)");
+    /* the untied lm_head is rank 0's only: rank 1 loads without it, nothing stray */
+    CHECK_OK(load_variant(dir, llama_cfg, NULL, NULL, 0, 1, 2, NULL));
+
+    /* the families' biases: Qwen3 has no MLP bias, Mistral none at all, Qwen2 no o bias */
+    const ckpt_extra gate = {"model.layers.0.mlp.gate_proj.bias", 32, 0};
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s", small_config("Qwen3ForCausalLM",
+                                                 "\"attention_bias\": true, \"mlp_bias\": true"));
+    st = load_variant(dir, cfg, NULL, &gate, 1, 0, 1, NULL);
+    check_stray(dir, "qwen3 with mlp_bias", st, gate.name, NULL);
+    snprintf(cfg, sizeof cfg, "%s", small_config("MistralForCausalLM", "\"attention_bias\": true"));
+    const ckpt_extra q_bias = {"model.layers.0.self_attn.q_proj.bias", 16, 0};
+    st = load_variant(dir, cfg, NULL, &q_bias, 1, 0, 1, NULL);
+    check_stray(dir, "mistral with a q_proj bias", st, q_bias.name, NULL);
+    snprintf(cfg, sizeof cfg, "%s", small_config("Qwen2ForCausalLM", ""));
+    st = load_variant(dir, cfg, NULL, &o_bias, 1, 0, 1, NULL);
+    check_stray(dir, "qwen2 with an o_proj bias", st, o_bias.name, NULL);
+    harness_rm_rf(dir);
+}
+
+/* The ignore table's tensors load (and are not bound); a bias the config calls for and the
+ * checkpoint lacks is missing, named. */
+static void test_ignored(void) {
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "ignored")) return;
+    char llama_cfg[1024];
+    snprintf(llama_cfg, sizeof llama_cfg, "%s",
+             small_config("LlamaForCausalLM", "\"tie_word_embeddings\": false"));
+    int64_t base = 0, n = 0;
+    CHECK_OK(load_variant(dir, llama_cfg, NULL, NULL, 0, 0, 1, &base));
+    /* RoPE tables an older transformers saved; lm_head.weight beside tied embeddings (not
+     * bound: n_params as without it) */
+    const ckpt_extra rope[] = {{"model.layers.0.self_attn.rotary_emb.inv_freq", 2, 0},
+                               {"model.layers.1.self_attn.rotary_emb.inv_freq", 2, 0},
+                               {"model.rotary_emb.inv_freq", 2, 0}};
+    CHECK_OK(load_variant(dir, llama_cfg, NULL, rope, 3, 0, 1, &n));
+    CHECK_MSG(n == base, "n_params %lld with the RoPE tables, %lld without", (long long)n,
+              (long long)base);
+    char tied[1024];
+    snprintf(tied, sizeof tied, "%s", small_config("Qwen3ForCausalLM",
+                                                   "\"tie_word_embeddings\": true"));
+    CHECK_OK(load_variant(dir, tied, NULL, NULL, 0, 0, 1, &base));
+    const ckpt_extra head = {"lm_head.weight", 32, 16};
+    CHECK_OK(load_variant(dir, tied, NULL, &head, 1, 0, 1, &n));
+    CHECK_MSG(n == base, "tied: n_params %lld with lm_head.weight, %lld without", (long long)n,
+              (long long)base);
+    CHECK_OK(load_variant(dir, tied, NULL, &head, 1, 1, 2, NULL));
+    /* the tied-only pattern covers nothing else */
+    const ckpt_extra o_bias = {"model.layers.1.self_attn.o_proj.bias", 16, 0};
+    atlas_status st = load_variant(dir, tied, NULL, &o_bias, 1, 0, 1, NULL);
+    check_stray(dir, "qwen3, no attention_bias, an o_proj bias", st, o_bias.name, NULL);
+
+    /* a bias the config calls for and the checkpoint lacks is missing, named */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s", small_config("LlamaForCausalLM",
+                                                 "\"attention_bias\": true, \"mlp_bias\": true"));
+    CHECK_OK(load_variant(dir, cfg, NULL, NULL, 0, 0, 1, &n));
+    static const char *const biases[] = {"model.layers.1.self_attn.o_proj.bias",
+                                         "model.layers.0.mlp.up_proj.bias",
+                                         "model.layers.1.mlp.down_proj.bias"};
+    for (int i = 0; i < 3; i++) {
+        st = load_variant(dir, cfg, biases[i], NULL, 0, 1, 2, NULL);
+        CHECK_MSG(st == ATLAS_ERR_NOT_FOUND && strstr(atlas_last_error(), biases[i]),
+                  "without %s: %s: %s", biases[i], atlas_status_str(st), atlas_last_error());
+    }
+    harness_rm_rf(dir);
+}
+
 int main(void) {
     test_info("tiny-llama3", "LlamaForCausalLM", 128001);
     test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
@@ -440,6 +595,8 @@ int main(void) {
     test_bad_checkpoints();
     test_broken_files();
     test_qwen2_binding();
+    test_strays();
+    test_ignored();
     test_cli_info();
     test_cli_bench();
     return harness_finish();

@@ -9,7 +9,9 @@
  * equal the whole model's within 1e-5 relative and transformers' within 1e-4; greedy
  * continuations agree with the whole model and the reference; the all-reduce runs twice a
  * layer at tp_size 2 and never at tp_size 1; local geometry (KV bytes) and the errors of
- * impossible splits. */
+ * impossible splits. Then a Llama checkpoint written here with every bias (q/k/v/o and the
+ * MLP's): tp_size 2 equals tp_size 1 (the o_proj and down_proj biases are rank 0's, added
+ * once before the sum; the gate/up biases split with their rows). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include <time.h>
 
 #include "atlas/model.h"
+#include "ckpt.h"
 #include "core/error.h"
 #include "harness.h"
 #include "model/forward.h"
@@ -312,8 +315,75 @@ static void test_model(const char *name, int kv_split) {
     atlas_st_free(ref);
 }
 
+static float bias_value(void *user, const char *name, int64_t i) {
+    (void)user;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 31, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 29;
+    float u = (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+    return strstr(name, "norm.weight") ? 1.0f + 0.25f * u : 0.5f * u;
+}
+
+static void test_biases(void) {
+    static const char config[] =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, "
+        "\"intermediate_size\": 32, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+        "\"num_hidden_layers\": 2, \"vocab_size\": 64, \"max_position_embeddings\": 256, "
+        "\"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": false, \"attention_bias\": true, "
+        "\"mlp_bias\": true}";
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "tp-bias")) return;
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(config, strlen(config), "tp-bias", &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    models ms = {0};
+    pthread_mutex_init(&ms.g.mu, NULL);
+    pthread_cond_init(&ms.g.cv, NULL);
+    if (ckpt_write_text(dir, "config.json", config) &&
+        ckpt_write_model(dir, &g, NULL, NULL, 0, bias_value, NULL)) {
+        CHECK_OK(load(dir, 0, 1, &ms.whole));
+        CHECK_OK(load(dir, 0, 2, &ms.r0));
+        CHECK_OK(load(dir, 1, 2, &ms.r1));
+    }
+    if (ms.whole && ms.r0 && ms.r1) {
+        for (int r = 0; r < WORLD; r++) ms.ctx[r] = (rank_ctx){.g = &ms.g, .rank = r};
+        atlas_model_set_all_reduce(ms.r0, sum_ranks, &ms.ctx[0]);
+        atlas_model_set_all_reduce(ms.r1, sum_ranks, &ms.ctx[1]);
+        enum { V = 64, N = 9, STEPS = 6 };
+        int32_t ids[N];
+        for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 17 + 5) % V);
+        seq q = {.ctx = 0};
+        for (int i = 0; i < MAX_BLOCKS; i++) q.table[i] = i;
+        step *s = malloc(sizeof *s);
+        float lw[V], lt[V];
+        make_step(s, &q, ids, N);
+        for (int i = 0; i <= STEPS; i++) {
+            CHECK_OK(atlas_model_forward(ms.whole, &s->b, lw));
+            CHECK_OK(tp_forward(ms.r0, ms.r1, &s->b, lt, NULL));
+            double e = harness_rel_err(lt, lw, V);
+            CHECK_MSG(e <= 1e-5, "biases, step %d: tp=2 vs tp=1 logits error %.3g", i, e);
+            if (i == STEPS) break;
+            q.ctx += s->b.n_tokens;
+            ids[0] = harness_argmax(lw, V);
+            make_step(s, &q, ids, 1);
+        }
+        printf("biases: tp=2 equals tp=1 over a %d-token prompt and %d steps\n", N, STEPS);
+        free(s);
+    }
+    CHECK_OK(atlas_model_release(ms.whole));
+    CHECK_OK(atlas_model_release(ms.r0));
+    CHECK_OK(atlas_model_release(ms.r1));
+    for (int r = 0; r < WORLD; r++) free(ms.ctx[r].scratch);
+    pthread_cond_destroy(&ms.g.cv);
+    pthread_mutex_destroy(&ms.g.mu);
+    harness_rm_rf(dir);
+}
+
 int main(void) {
     test_model("tiny-qwen3", 1);
     test_model("tiny-llama3", 0);
+    test_biases();
     return harness_finish();
 }

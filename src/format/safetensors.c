@@ -457,6 +457,14 @@ const atlas_tensor_view *atlas_st_at(const atlas_st *st, size_t i) {
     return st && i < st->n_tensors ? &st->tensors[i] : NULL;
 }
 
+size_t atlas_st_index(const atlas_st *st, const atlas_tensor_view *v) {
+    if (!st) return 0;
+    /* compared as addresses: v may point anywhere */
+    uintptr_t a = (uintptr_t)v, first = (uintptr_t)st->tensors;
+    if (!v || a < first || a >= first + st->n_tensors * sizeof *st->tensors) return st->n_tensors;
+    return (a - first) / sizeof *st->tensors;
+}
+
 const atlas_tensor_view *atlas_st_find(const atlas_st *st, const char *name) {
     if (!st || !st->by_name) return NULL;
     size_t lo = 0, hi = st->n_tensors;

@@ -53,6 +53,8 @@ atlas_status atlas_st_open_memory(const void *buf, size_t len, const char *name,
 
 size_t atlas_st_count(const atlas_st *st);
 const atlas_tensor_view *atlas_st_at(const atlas_st *st, size_t i);
+/* The i for which atlas_st_at(st, i) == v; atlas_st_count(st) when v is not one of st's. */
+size_t atlas_st_index(const atlas_st *st, const atlas_tensor_view *v);
 /* NULL when absent (no error set). */
 const atlas_tensor_view *atlas_st_find(const atlas_st *st, const char *name);
 /* Total bytes of tensor data over all shards. */

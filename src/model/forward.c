@@ -7,8 +7,9 @@
  *     qkv = h @ Wqkv^T (+ bias)                         [n, (H + 2K) * hd]
  *     qkv = q/k rmsnorm (Qwen3); rope(q, k); cache <- k, v
  *     att = attention(q, cache)                         [n, H * hd]
- *     x += att @ Wo^T;            h = rmsnorm(x) * mlp_norm[l]
- *     x += swiglu(h @ Wgate_up^T) @ Wdown^T;  h = rmsnorm(x) * (attn_norm[l+1] or norm)
+ *     x += att @ Wo^T (+ bias);   h = rmsnorm(x) * mlp_norm[l]
+ *     x += swiglu(h @ Wgate_up^T (+ bias)) @ Wdown^T (+ bias);
+ *                                 h = rmsnorm(x) * (attn_norm[l+1] or norm)
  *       (the MLP over mlp_chunk rows at a time: its [rows, 3f] buffers are the largest)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *
@@ -16,13 +17,16 @@
  * whose epilogue does rope + KV store of qkv, or swiglu of gate_up), each projection back to
  * d with its residual add (matmul_residual), which is deferred into the next norm of x
  * (backend.h's hand-off); a backend without those kernels runs them as the plain ops
- * (backend/expand.c), with the results of the plain ops.
+ * (backend/expand.c), with the results of the plain ops. A projection back to d with a bias
+ * (Llama's attention_bias and mlp_bias, Qwen3's attention_bias) runs as the plain matmul with
+ * its bias and the add: the ops every backend has, their bias the one the q/k/v biases take.
  *
  * Tensor parallelism (tp_size N > 1, docs/TENSOR_PARALLEL.md): the backend geometry holds
  * the rank's H/N heads, its KV heads and f/N MLP columns, so qkv, att, gate_up and act are
  * the rank's slices and the two projections back to d give partial sums; the all-reduce
- * after each adds them up over the ranks, which leaves x identical on every rank. Only
- * rank 0 computes logits. At N = 1 nothing here differs from the plain forward.
+ * after each adds them up over the ranks, which leaves x identical on every rank. Their
+ * biases are rank 0's only (model/shard.h), added once before the sum. Only rank 0 computes
+ * logits. At N = 1 nothing here differs from the plain forward.
  */
 #include "model/forward.h"
 
@@ -89,15 +93,16 @@ static atlas_status all_reduce(atlas_model *m, int n, int d) {
                       m->be->ops->name);
 }
 
-/* x += delta, after all_reduce has summed delta over the ranks (tp_size > 1); else by the
- * matmul itself (matmul_residual). */
+/* x += delta_in @ w^T (+ bias), after all_reduce has summed it over the ranks (tp_size > 1);
+ * else by the matmul itself (matmul_residual), or with a bias by matmul and add. */
 static atlas_status project_residual(atlas_model *m, void *delta_in, const atlas_weight *w,
-                                     int n, int d) {
+                                     const atlas_weight *bias, int n, int d) {
     atlas_backend *be = m->be;
     atlas_acts *a = &m->acts;
-    if (m->tp_size == 1) return atlas_op_matmul_residual(be, a->x, a->o, delta_in, w, n, d);
-    ATLAS_TRY(be->ops->matmul(be, a->o, delta_in, w, NULL, n));
-    ATLAS_TRY(all_reduce(m, n, d));
+    if (m->tp_size == 1 && !bias)
+        return atlas_op_matmul_residual(be, a->x, a->o, delta_in, w, n, d);
+    ATLAS_TRY(be->ops->matmul(be, a->o, delta_in, w, bias, n));
+    if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
     return be->ops->add(be, a->x, a->o, n, d);
 }
 
@@ -122,12 +127,12 @@ static atlas_status run_layers(atlas_model *m, int n) {
             ATLAS_TRY(atlas_op_rope_kv_store(be, a->qkv, m->kv, l, n));
         }
         ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
-        ATLAS_TRY(project_residual(m, a->att, lw->o, n, d));
+        ATLAS_TRY(project_residual(m, a->att, lw->o, lw->o_bias, n, d));
         atlas_epilogue swiglu = {.kind = ATLAS_EPI_SWIGLU, .act = a->act, .f = f};
         if (n <= m->mlp_chunk) {
             ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, a->x, lw->mlp_norm,
-                                              lw->gate_up, NULL, n, d, 0, &swiglu));
-            ATLAS_TRY(project_residual(m, a->act, lw->down, n, d));
+                                              lw->gate_up, lw->gate_up_bias, n, d, 0, &swiglu));
+            ATLAS_TRY(project_residual(m, a->act, lw->down, lw->down_bias, n, d));
             continue;
         }
         /* rows are independent in the MLP: mlp_chunk of them at a time bounds its buffers */
@@ -136,8 +141,8 @@ static atlas_status run_layers(atlas_model *m, int n) {
             int nr = n - r0 < m->mlp_chunk ? n - r0 : m->mlp_chunk;
             size_t off = (size_t)r0 * d * be->act_size;
             ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, NULL, NULL, lw->gate_up,
-                                              NULL, nr, d, r0, &swiglu));
-            ATLAS_TRY(op->matmul(be, (char *)a->o + off, a->act, lw->down, NULL, nr));
+                                              lw->gate_up_bias, nr, d, r0, &swiglu));
+            ATLAS_TRY(op->matmul(be, (char *)a->o + off, a->act, lw->down, lw->down_bias, nr));
         }
         if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         ATLAS_TRY(op->add(be, a->x, a->o, n, d));

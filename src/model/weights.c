@@ -1,6 +1,7 @@
 /* model/weights.c — see weights.h. */
 #include "model/weights.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,9 @@ typedef struct binder {
     atlas_weight_file *files;
     size_t n_files, cap_files;
     atlas_load_progress *progress; /* NULL: no progress reported */
-    bool count_only;               /* a first pass that sums the bytes to load, loads nothing */
+    bool count_only;               /* the first pass: finds every tensor (and sums the bytes
+                                      to load when progress is reported), loads nothing */
+    bool *used;                    /* [atlas_st_count]: found by the first pass */
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -28,6 +31,8 @@ static atlas_status find(binder *b, const char *name, int64_t rows, int64_t cols
     const atlas_tensor_view *v = atlas_st_find(b->st, name);
     *out = NULL;
     if (!v) return atlas_fail(ATLAS_ERR_NOT_FOUND, "tensor %s: missing from the checkpoint", name);
+    size_t i = atlas_st_index(b->st, v);
+    if (b->used && i < atlas_st_count(b->st)) b->used[i] = true;
     const char *file = v->file ? v->file : "?";
     if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 && v->dtype != ATLAS_DTYPE_F32)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s (want BF16, F16 or F32)",
@@ -107,7 +112,7 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     void *owned[4] = {0};
     bool present = true;
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
-    if (b->count_only) return count_views(b, views, n);
+    if (b->count_only) return b->progress ? count_views(b, views, n) : ATLAS_OK;
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     if (st == ATLAS_OK && present) {
         atlas_weight_src srcs[4];
@@ -170,14 +175,24 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
                         &lw->k_norm));
     }
     ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.o_proj.weight", l), d, H * hd, &lw->o));
+    if (c->o_bias)
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.o_proj.bias", l), d, 0,
+                        &lw->o_bias));
     ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.post_attention_layernorm.weight", l), d, 0,
                     &lw->mlp_norm));
     int64_t gu_rows[2] = {c->intermediate, c->intermediate};
-    names[0] = NAME(0, "model.layers.%d.mlp.gate_proj.weight", l);
-    names[1] = NAME(1, "model.layers.%d.mlp.up_proj.weight", l);
+    const char *gu[2] = {"gate_proj", "up_proj"};
+    for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
     ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
+    if (c->mlp_bias) {
+        for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.bias", l, gu[i]);
+        ATLAS_TRY(bind(b, names, gu_rows, 2, 0, &lw->gate_up_bias));
+    }
     ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.down_proj.weight", l), d, c->intermediate,
                     &lw->down));
+    if (c->mlp_bias)
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.down_proj.bias", l), d, 0,
+                        &lw->down_bias));
 #undef NAME
     return ATLAS_OK;
 }
@@ -204,16 +219,83 @@ atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atl
     return atlas_weights_load_shard(be, st, cfg, NULL, NULL, out);
 }
 
-/* progress->total: the bytes the binding will read, found by walking the names once without
- * loading (so that the first report already knows the total). */
-static atlas_status count_total(const atlas_st *st, const atlas_config *cfg,
-                                const atlas_shard_plan *plan, atlas_load_progress *progress) {
+/* ---- every tensor accounted for -------------------------------------------------------
+ * The tensors a checkpoint may carry that the forward does not use, on purpose. Any other
+ * tensor that bind_all does not find fails the load: a family or format added later adds
+ * its rows here (CONTRIBUTING.md, "How to add an architecture"). Patterns are fnmatch(3)'s,
+ * '*' matching dots too. */
+#define ALL_ARCHS (~0u)
+#define ARCH(a) (1u << (a))
+
+typedef enum ignore_when {
+    IGNORE_ALWAYS,
+    IGNORE_WHEN_TIED, /* only with tie_word_embeddings */
+} ignore_when;
+
+static const struct ignore_rule {
+    unsigned archs; /* ARCH() bits */
+    const char *pattern;
+    ignore_when when;
+} IGNORED[] = {
+    /* the RoPE table, a buffer older transformers saved (and ColossalAI's cos/sin caches,
+     * as vLLM skips them): atlas computes it from config.json */
+    {ALL_ARCHS, "model.layers.*.self_attn.rotary_emb.inv_freq", IGNORE_ALWAYS},
+    {ALL_ARCHS, "model.rotary_emb.inv_freq", IGNORE_ALWAYS},
+    {ALL_ARCHS, "model.layers.*.self_attn.rotary_emb.cos_cached", IGNORE_ALWAYS},
+    {ALL_ARCHS, "model.layers.*.self_attn.rotary_emb.sin_cached", IGNORE_ALWAYS},
+    /* tied: the embedding is the output head, whatever copy an export kept (transformers
+     * ties it over the file's) */
+    {ALL_ARCHS, "lm_head.weight", IGNORE_WHEN_TIED},
+};
+
+static bool ignored(const atlas_config *c, const char *name) {
+    for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
+        const struct ignore_rule *r = &IGNORED[i];
+        if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings))
+            continue;
+        if (fnmatch(r->pattern, name, 0) == 0) return true;
+    }
+    return false;
+}
+
+/* A tensor neither found nor ignored fails the load, the first one named, the rest counted. */
+static atlas_status check_unused(const atlas_st *st, const atlas_config *c, const bool *used) {
+    size_t n = atlas_st_count(st), strays = 0;
+    const atlas_tensor_view *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const atlas_tensor_view *v = atlas_st_at(st, i);
+        if (used[i] || ignored(c, v->name)) continue;
+        if (!first) first = v;
+        strays++;
+    }
+    if (!first) return ATLAS_OK;
+    char more[48] = "";
+    if (strays > 1) snprintf(more, sizeof more, " (and %zu more)", strays - 1);
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED,
+                      "%s: tensor %s%s: %s as config.json describes it has no such tensor, "
+                      "and it is not one atlas may ignore (left unused, the model computed "
+                      "would not be the checkpoint's)", first->file ? first->file : "?",
+                      first->name, more, c->architecture);
+}
+
+/* The first pass, before anything loads: finds every tensor the config calls for (shape and
+ * dtype checked) over the whole model, whatever this rank holds, checks that nothing else is
+ * in the checkpoint, and sets progress->total to the bytes this rank will read (so that the
+ * first report already knows it) when progress is reported. */
+static atlas_status check_all(const atlas_st *st, const atlas_config *cfg,
+                              const atlas_shard_plan *plan, atlas_load_progress *progress) {
     atlas_model_weights scratch;
     memset(&scratch, 0, sizeof scratch);
-    binder b = {.st = st, .w = &scratch, .plan = plan, .progress = progress, .count_only = true};
-    progress->total = 0;
+    size_t n = atlas_st_count(st);
+    bool *used = calloc(n ? n : 1, sizeof *used);
+    if (!used) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
+    binder b = {.st = st, .w = &scratch, .plan = plan, .progress = progress, .count_only = true,
+                .used = used};
+    if (progress) progress->total = 0;
     atlas_status s = bind_all(&b, cfg);
+    if (s == ATLAS_OK) s = check_unused(st, cfg, used);
     free(scratch.layers);
+    free(used);
     return s;
 }
 
@@ -223,7 +305,7 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     memset(out, 0, sizeof *out);
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
     if (progress && !progress->fn) progress = NULL;
-    if (progress) ATLAS_TRY(count_total(st, cfg, plan, progress));
+    ATLAS_TRY(check_all(st, cfg, plan, progress));
     binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st),
                 .progress = progress};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
@@ -246,8 +328,9 @@ void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
     if (wf) {
         for (int l = 0; l < w->n_layers; l++) {
             atlas_layer_weights *lw = &w->layers[l];
-            atlas_weight *all[] = {lw->attn_norm, lw->qkv, lw->qkv_bias, lw->q_norm, lw->k_norm,
-                                   lw->o, lw->mlp_norm, lw->gate_up, lw->down};
+            atlas_weight *all[] = {lw->attn_norm, lw->qkv,      lw->qkv_bias, lw->q_norm,
+                                   lw->k_norm,    lw->o,        lw->o_bias,   lw->mlp_norm,
+                                   lw->gate_up,   lw->gate_up_bias, lw->down, lw->down_bias};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wf(be, all[i]);
         }
         if (w->lm_head != w->embed) wf(be, w->lm_head);

@@ -2,8 +2,15 @@
  *
  * Names are those of Hugging Face's Llama/Mistral/Qwen2/Qwen3 (model.layers.N.self_attn.
  * q_proj.weight, ...). q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up
- * into one gate_up weight [2f, d] through the backend's weight_load. Every tensor's shape
- * and dtype is checked, and an error names the tensor. */
+ * into one gate_up weight [2f, d] through the backend's weight_load, their biases likewise.
+ * Every tensor's shape and dtype is checked, and an error names the tensor.
+ *
+ * Every tensor of the checkpoint is accounted for before anything loads: bound, or matched
+ * by a row of the ignore table in weights.c (tensors a family's checkpoints may carry that
+ * mean nothing to the forward: a saved RoPE table, lm_head.weight beside tied embeddings).
+ * Any other tensor fails the load, named: ignoring it would compute another model than the
+ * checkpoint's (a bias the config does not call for, a family atlas does not know). The
+ * check covers the whole model on every tensor-parallel rank, whatever the rank holds. */
 #ifndef ATLAS_MODEL_WEIGHTS_H
 #define ATLAS_MODEL_WEIGHTS_H
 
@@ -20,9 +27,12 @@ typedef struct atlas_layer_weights {
     atlas_weight *q_norm;    /* [hd] or NULL (Qwen3) */
     atlas_weight *k_norm;    /* [hd] or NULL (Qwen3) */
     atlas_weight *o;         /* [d, H * hd] */
+    atlas_weight *o_bias;    /* [d] or NULL (tensor parallel: rank 0's only) */
     atlas_weight *mlp_norm;  /* [d] post_attention_layernorm */
     atlas_weight *gate_up;   /* [2f, d] */
+    atlas_weight *gate_up_bias; /* [2f] or NULL (Llama's mlp_bias) */
     atlas_weight *down;      /* [d, f] */
+    atlas_weight *down_bias; /* [d] or NULL (tensor parallel: rank 0's only) */
 } atlas_layer_weights;
 
 typedef struct atlas_model_weights {

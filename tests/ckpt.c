@@ -1,0 +1,97 @@
+/* tests/ckpt.c — see ckpt.h. */
+#include "ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "harness.h"
+
+typedef struct entry {
+    char name[128];
+    int64_t rows, cols; /* cols 0: a vector */
+} entry;
+
+float ckpt_bf16(float x) { return atlas_bf16_to_f32(atlas_f32_to_bf16(x)); }
+
+static int64_t count_of(const entry *e) { return e->rows * (e->cols ? e->cols : 1); }
+
+/* The header: {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...}, padded
+ * with spaces to 8 bytes as the safetensors library does. NULL when out of memory. */
+static char *header_of(const entry *t, int n, size_t *len) {
+    size_t cap = 64 + (size_t)n * 256, used = 1;
+    char *h = malloc(cap);
+    if (!h) return NULL;
+    strcpy(h, "{");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = (uint64_t)count_of(&t[i]) * 2;
+        char shape[64];
+        if (t[i].cols) snprintf(shape, sizeof shape, "%lld,%lld", (long long)t[i].rows,
+                                (long long)t[i].cols);
+        else snprintf(shape, sizeof shape, "%lld", (long long)t[i].rows);
+        used += (size_t)snprintf(h + used, cap - used,
+                                 "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%s],"
+                                 "\"data_offsets\":[%llu,%llu]}", i ? "," : "", t[i].name, shape,
+                                 (unsigned long long)off, (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    strcpy(h + used++, "}");
+    while (used % 8) strcpy(h + used++, " ");
+    *len = used;
+    return h;
+}
+
+static int write_st(const char *dir, const entry *t, int n, ckpt_fill fill, void *user) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t len = 0;
+    char *h = header_of(t, n, &len);
+    FILE *f = h ? fopen(path, "wb") : NULL;
+    uint64_t hl = len;
+    int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(h, 1, len, f) == len;
+    for (int i = 0; ok && i < n; i++)
+        for (int64_t j = 0; ok && j < count_of(&t[i]); j++) {
+            uint16_t v = atlas_f32_to_bf16(fill(user, t[i].name, j));
+            ok = fwrite(&v, 2, 1, f) == 1;
+        }
+    if (f && fclose(f)) ok = 0;
+    free(h);
+    CHECK_MSG(ok, "writing %s", path);
+    return ok;
+}
+
+int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
+                     const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user) {
+    int n = atlas_shard_tensor_count(g), k = 0;
+    entry *t = calloc((size_t)(n + n_extra), sizeof *t);
+    if (!t) return 0;
+    for (int i = 0; i < n; i++) {
+        int ndim;
+        int64_t shape[2];
+        atlas_shard_tensor_info(g, i, t[k].name, sizeof t[k].name, &ndim, shape);
+        if (drop && !strcmp(drop, t[k].name)) continue;
+        t[k].rows = shape[0];
+        t[k].cols = ndim == 2 ? shape[1] : 0;
+        k++;
+    }
+    for (int i = 0; i < n_extra; i++, k++) {
+        snprintf(t[k].name, sizeof t[k].name, "%s", extra[i].name);
+        t[k].rows = extra[i].rows;
+        t[k].cols = extra[i].cols;
+    }
+    int ok = write_st(dir, t, k, fill, user);
+    free(t);
+    return ok;
+}
+
+int ckpt_write_text(const char *dir, const char *name, const char *text) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f)) ok = 0;
+    CHECK_MSG(ok, "writing %s", path);
+    return ok;
+}

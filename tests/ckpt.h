@@ -1,0 +1,32 @@
+/* tests/ckpt.h — small Llama-family checkpoints written at run time (config.json as given,
+ * model.safetensors in bf16), for the tests of binding and of the forward's arithmetic. The
+ * tensors a geometry calls for come from model/shard.h's list (checkpoint names and shapes,
+ * biases and q/k norms as the geometry's flags say); each element's value from a callback. */
+#ifndef ATLAS_TEST_CKPT_H
+#define ATLAS_TEST_CKPT_H
+
+#include <stdint.h>
+
+#include "model/shard.h"
+
+/* The value of element i (row-major) of tensor `name`; the file holds it rounded to bf16. */
+typedef float (*ckpt_fill)(void *user, const char *name, int64_t i);
+
+/* A tensor beyond the geometry's (a stray one, an ignored one). cols 0: a vector. */
+typedef struct ckpt_extra {
+    const char *name;
+    int64_t rows, cols;
+} ckpt_extra;
+
+/* DIR/model.safetensors with the tensors of g, less the one named `drop` (NULL: none), then
+ * the n_extra extra ones. Returns 1, or 0 after a CHECK failed. */
+int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
+                     const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user);
+
+/* DIR/NAME = text. Returns 1, or 0 after a CHECK failed. */
+int ckpt_write_text(const char *dir, const char *name, const char *text);
+
+/* x rounded to bf16 as the checkpoint holds it. */
+float ckpt_bf16(float x);
+
+#endif
