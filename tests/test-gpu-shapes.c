@@ -2,7 +2,8 @@
  * of every geometry the supported architectures publish or allow (written at run time into
  * a mkdtemp directory: config.json and model.safetensors, bf16): head_dim 64/80/96/128/256,
  * groups of 1 (MHA) to 64 (MQA) query heads a kv head, non-power-of-two groups (3, 5, 7),
- * qkv bias, q/k norm, tied and untied embeddings, sliding windows (Mistral on every layer,
+ * qkv bias, o_proj and MLP biases (Llama's attention_bias and mlp_bias, Qwen3's
+ * attention_bias), q/k norm, tied and untied embeddings, sliding windows (Mistral on every layer,
  * Qwen2 from max_window_layers on). Each prompt is prefilled as the engine does it, in chunks
  * of B tokens against the cache already written (every chunk but the last asks for no logit
  * row), at lengths 1, 7, B - 1, B, B + 1 and 2B + 3 (some shapes also at 2,600, 5,000 or
@@ -33,46 +34,53 @@ typedef struct shape {
     int B;           /* tokens a prefill chunk */
     int long_len;    /* 0, or a long prompt prefilled in chunks of long_B */
     int long_B;
+    int biases;      /* Llama: attention_bias and mlp_bias; Qwen3: attention_bias */
 } shape;
 
 /* Published shapes at reduced hidden/intermediate widths (the head layout is what selects the
  * kernels), and made-up ones for the features no listed model has. */
 static const shape SHAPES[] = {
     /* Qwen2.5-0.5B: hidden 896, 14 / 2 heads of 64, qkv bias, tied (the fused bias) */
-    {"qwen2.5-0.5b", "Qwen2ForCausalLM", 896, 14, 2, 64, 256, 1, 0, 0, 64, 5000, 512},
+    {"qwen2.5-0.5b", "Qwen2ForCausalLM", 896, 14, 2, 64, 256, 1, 0, 0, 64, 5000, 512, 0},
     /* Qwen2.5-7B heads: 28 / 4 of 128, qkv bias, untied */
-    {"qwen2.5-7b", "Qwen2ForCausalLM", 512, 28, 4, 128, 256, 0, 0, 0, 64, 0, 0},
+    {"qwen2.5-7b", "Qwen2ForCausalLM", 512, 28, 4, 128, 256, 0, 0, 0, 64, 0, 0, 0},
     /* Llama 3.1 8B heads (32 / 8 of 128), untied */
-    {"llama3-8b", "LlamaForCausalLM", 512, 32, 8, 128, 256, 0, 0, 0, 64, 0, 0},
+    {"llama3-8b", "LlamaForCausalLM", 512, 32, 8, 128, 256, 0, 0, 0, 64, 0, 0, 0},
     /* the same group and head_dim with fewer heads, long: cluster -> split at 4096 slots */
-    {"llama-g4-long", "LlamaForCausalLM", 256, 8, 2, 128, 256, 0, 0, 0, 64, 5000, 512},
+    {"llama-g4-long", "LlamaForCausalLM", 256, 8, 2, 128, 256, 0, 0, 0, 64, 5000, 512, 0},
     /* Llama 3.2 1B heads (32 / 8 of 64), tied */
-    {"llama3.2-1b", "LlamaForCausalLM", 512, 32, 8, 64, 256, 1, 0, 0, 64, 0, 0},
+    {"llama3.2-1b", "LlamaForCausalLM", 512, 32, 8, 64, 256, 1, 0, 0, 64, 0, 0, 0},
     /* Llama 3.2 3B heads (24 / 8 of 128: group 3) */
-    {"llama3.2-3b", "LlamaForCausalLM", 384, 24, 8, 128, 256, 1, 0, 0, 64, 0, 0},
+    {"llama3.2-3b", "LlamaForCausalLM", 384, 24, 8, 128, 256, 1, 0, 0, 64, 0, 0, 0},
     /* Llama 2 7B: MHA (group 1) */
-    {"llama2-mha", "LlamaForCausalLM", 256, 16, 16, 128, 256, 0, 0, 0, 64, 2600, 512},
+    {"llama2-mha", "LlamaForCausalLM", 256, 16, 16, 128, 256, 0, 0, 0, 64, 2600, 512, 0},
     /* Qwen3-0.6B heads (16 / 8 of 128), q/k norm, tied */
-    {"qwen3-0.6b", "Qwen3ForCausalLM", 256, 16, 8, 128, 256, 1, 0, 0, 64, 0, 0},
+    {"qwen3-0.6b", "Qwen3ForCausalLM", 256, 16, 8, 128, 256, 1, 0, 0, 64, 0, 0, 0},
     /* Qwen3 group 8 (32B: 64 / 8), untied */
-    {"qwen3-g8", "Qwen3ForCausalLM", 256, 16, 2, 128, 256, 0, 0, 0, 64, 0, 0},
+    {"qwen3-g8", "Qwen3ForCausalLM", 256, 16, 2, 128, 256, 0, 0, 0, 64, 0, 0, 0},
     /* made up: head_dim 80 (group 3) and 96 (group 5), 256 (q/k norm; MQA of 16 and 32) */
-    {"hd80-g3", "LlamaForCausalLM", 256, 12, 4, 80, 256, 0, 0, 0, 64, 2600, 512},
-    {"hd96-g5", "LlamaForCausalLM", 256, 10, 2, 96, 256, 1, 0, 0, 64, 0, 0},
-    {"hd256-g2", "Qwen3ForCausalLM", 256, 8, 4, 256, 256, 0, 0, 0, 64, 0, 0},
-    {"hd256-mqa16", "LlamaForCausalLM", 256, 16, 1, 256, 256, 0, 0, 0, 64, 0, 0},
-    {"hd256-mqa32", "LlamaForCausalLM", 256, 32, 1, 256, 256, 0, 0, 0, 64, 0, 0},
+    {"hd80-g3", "LlamaForCausalLM", 256, 12, 4, 80, 256, 0, 0, 0, 64, 2600, 512, 0},
+    {"hd96-g5", "LlamaForCausalLM", 256, 10, 2, 96, 256, 1, 0, 0, 64, 0, 0, 0},
+    {"hd256-g2", "Qwen3ForCausalLM", 256, 8, 4, 256, 256, 0, 0, 0, 64, 0, 0, 0},
+    {"hd256-mqa16", "LlamaForCausalLM", 256, 16, 1, 256, 256, 0, 0, 0, 64, 0, 0, 0},
+    {"hd256-mqa32", "LlamaForCausalLM", 256, 32, 1, 256, 256, 0, 0, 0, 64, 0, 0, 0},
     /* MQA: one kv head for 32 (hd 64 and 128) and 64 query heads */
-    {"mqa32-hd64", "LlamaForCausalLM", 256, 32, 1, 64, 256, 1, 0, 0, 64, 0, 0},
-    {"mqa32-hd128", "LlamaForCausalLM", 256, 32, 1, 128, 256, 0, 0, 0, 64, 0, 0},
-    {"mqa64-hd128", "LlamaForCausalLM", 256, 64, 1, 128, 256, 0, 0, 0, 64, 0, 0},
+    {"mqa32-hd64", "LlamaForCausalLM", 256, 32, 1, 64, 256, 1, 0, 0, 64, 0, 0, 0},
+    {"mqa32-hd128", "LlamaForCausalLM", 256, 32, 1, 128, 256, 0, 0, 0, 64, 0, 0, 0},
+    {"mqa64-hd128", "LlamaForCausalLM", 256, 64, 1, 128, 256, 0, 0, 0, 64, 0, 0, 0},
     /* group 7 at head_dim 128 with one kv head less: 7 / 1 */
-    {"g7-mqa", "LlamaForCausalLM", 256, 7, 1, 128, 256, 0, 0, 0, 64, 0, 0},
+    {"g7-mqa", "LlamaForCausalLM", 256, 7, 1, 128, 256, 0, 0, 0, 64, 0, 0, 0},
     /* sliding windows: Mistral on every layer, Qwen2 from layer 1 (max_window_layers) */
-    {"mistral-window32", "MistralForCausalLM", 256, 8, 2, 128, 256, 0, 32, 0, 64, 0, 0},
-    {"qwen2-window32", "Qwen2ForCausalLM", 256, 14, 2, 64, 256, 1, 32, 1, 64, 0, 0},
+    {"mistral-window32", "MistralForCausalLM", 256, 8, 2, 128, 256, 0, 32, 0, 64, 0, 0, 0},
+    {"qwen2-window32", "Qwen2ForCausalLM", 256, 14, 2, 64, 256, 1, 32, 1, 64, 0, 0, 0},
     /* Mistral v0.1: a 4,096-token window, run at 8,192 tokens */
-    {"mistral-v0.1", "MistralForCausalLM", 256, 4, 1, 128, 256, 0, 4096, 0, 64, 8192, 512},
+    {"mistral-v0.1", "MistralForCausalLM", 256, 4, 1, 128, 256, 0, 4096, 0, 64, 8192, 512, 0},
+    /* biases on every projection (q/k/v/o, gate/up/down): the plain matmul's bias behind o
+     * and down, the gate_up bias in the decode GEMV's swiglu epilogue and in the prefill
+     * matmuls (the bf16 prefill MLP chain takes no bias and steps aside) */
+    {"llama-biases", "LlamaForCausalLM", 256, 8, 2, 128, 384, 0, 0, 0, 64, 0, 0, 1},
+    /* Qwen3's attention_bias: q/k/v before the q/k norm, o after attention */
+    {"qwen3-attn-bias", "Qwen3ForCausalLM", 256, 16, 8, 128, 256, 1, 0, 0, 64, 0, 0, 1},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
 
@@ -104,10 +112,11 @@ static int add(tdesc *t, int n, const char *name, int64_t rows, int64_t cols, fl
     return n + 1;
 }
 
-/* The tensors of shape s (at most 16 a layer + 3). */
+/* The tensors of shape s (at most 20 a layer + 3). */
 static int tensors(const shape *s, tdesc *t) {
     int n = 0, d = s->hidden, hd = s->hd, q = s->H * hd, kv = s->K * hd, f = s->inter;
-    int bias = is_arch(s, "Qwen2ForCausalLM"), qk = is_arch(s, "Qwen3ForCausalLM");
+    int bias = is_arch(s, "Qwen2ForCausalLM") || s->biases, qk = is_arch(s, "Qwen3ForCausalLM");
+    int mlp_bias = s->biases && is_arch(s, "LlamaForCausalLM");
     float sd = sqrtf(3.0f / (float)d); /* projections: unit-variance outputs for unit inputs */
     n = add(t, n, "model.embed_tokens.weight", VOCAB, d, 1.0f, 0);
     n = add(t, n, "model.norm.weight", d, 0, 0.1f, 1.0f);
@@ -130,10 +139,16 @@ static int tensors(const shape *s, tdesc *t) {
             n = add(t, n, NM("self_attn.k_norm.weight"), hd, 0, 0.1f, 1.0f);
         }
         n = add(t, n, NM("self_attn.o_proj.weight"), d, q, sqrtf(3.0f / (float)q), 0);
+        if (s->biases) n = add(t, n, NM("self_attn.o_proj.bias"), d, 0, 0.5f, 0);
         n = add(t, n, NM("post_attention_layernorm.weight"), d, 0, 0.1f, 1.0f);
         n = add(t, n, NM("mlp.gate_proj.weight"), f, d, sd, 0);
         n = add(t, n, NM("mlp.up_proj.weight"), f, d, sd, 0);
         n = add(t, n, NM("mlp.down_proj.weight"), d, f, sqrtf(3.0f / (float)f), 0);
+        if (mlp_bias) {
+            n = add(t, n, NM("mlp.gate_proj.bias"), f, 0, 0.5f, 0);
+            n = add(t, n, NM("mlp.up_proj.bias"), f, 0, 0.5f, 0);
+            n = add(t, n, NM("mlp.down_proj.bias"), d, 0, 0.5f, 0);
+        }
 #undef NM
     }
     return n;
@@ -160,20 +175,25 @@ static int write_config(const char *dir, const shape *s) {
         snprintf(window, sizeof window, "\"use_sliding_window\": %s, \"sliding_window\": %d, "
                  "\"max_window_layers\": %d, ", s->window ? "true" : "false",
                  s->window ? s->window : 4096, s->window_from);
+    const char *biases = "";
+    if (s->biases && is_arch(s, "LlamaForCausalLM"))
+        biases = "\"attention_bias\": true, \"mlp_bias\": true, ";
+    else if (s->biases)
+        biases = "\"attention_bias\": true, ";
     snprintf(cfg, sizeof cfg,
              "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"num_hidden_layers\": %d, "
              "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
-             "\"intermediate_size\": %d, \"vocab_size\": %d, \"tie_word_embeddings\": %s, %s"
+             "\"intermediate_size\": %d, \"vocab_size\": %d, \"tie_word_embeddings\": %s, %s%s"
              "\"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
              "\"max_position_embeddings\": 32768, \"torch_dtype\": \"bfloat16\"}\n",
              s->arch, s->hidden, LAYERS, s->H, s->K, s->hd, s->inter, VOCAB,
-             s->tied ? "true" : "false", window);
+             s->tied ? "true" : "false", window, biases);
     return write_file(dir, "config.json", cfg);
 }
 
 /* model.safetensors: the tensors' header, then their bf16 values from the random stream. */
 static int write_weights(const char *dir, const shape *s) {
-    tdesc *t = calloc(3 + 16 * LAYERS, sizeof *t);
+    tdesc *t = calloc(3 + 20 * LAYERS, sizeof *t);
     int n = tensors(s, t);
     size_t cap = 256 + (size_t)n * 200, off = 0;
     char *hdr = malloc(cap), path[600];
@@ -402,10 +422,11 @@ static void test_shape(const shape *s, int index) {
     r.m[1] = load(dir, ATLAS_DEVICE_CUDA, batch + 1, r.n_blocks, &st);
     CHECK_MSG(st == ATLAS_OK, "%s on cuda: %s", s->name, atlas_last_error());
     if (r.m[0] && r.m[1]) {
-        printf("%s: %s, hidden %d, heads %d / %d of %d (group %d)%s%s, window %d\n", s->name,
+        printf("%s: %s, hidden %d, heads %d / %d of %d (group %d)%s%s%s, window %d\n", s->name,
                s->arch, s->hidden, s->H, s->K, s->hd, s->H / s->K,
                is_arch(s, "Qwen2ForCausalLM") ? ", qkv bias" : "",
-               is_arch(s, "Qwen3ForCausalLM") ? ", q/k norm" : "", s->window);
+               is_arch(s, "Qwen3ForCausalLM") ? ", q/k norm" : "",
+               s->biases ? ", attention/MLP biases" : "", s->window);
         r.logits[0] = malloc(2 * VOCAB * sizeof(float));
         r.logits[1] = malloc(2 * VOCAB * sizeof(float));
         int B = s->B, lens[] = {1, 7, B - 1, B, B + 1, 2 * B + 3};
@@ -424,7 +445,7 @@ static void test_shape(const shape *s, int index) {
 /* head_dim 12: the CPU runs it, the GPU's kernels move 8 bf16 at a time and refuse it at
  * load, naming the limit. */
 static void test_refused(void) {
-    static const shape s = {"hd12", "LlamaForCausalLM", 48, 4, 2, 12, 64, 0, 0, 0, 16, 0, 0};
+    static const shape s = {"hd12", "LlamaForCausalLM", 48, 4, 2, 12, 64, 0, 0, 0, 16, 0, 0, 0};
     char dir[512];
     if (!harness_mkdtemp(dir, sizeof dir, "shapes")) return;
     rng = 12345;

@@ -4,8 +4,10 @@
  * every tests/data/small model through the engine on the CPU against transformers' reference.
  * This test checks what that one takes for granted and what users meet first:
  * - every small model loads on the CPU without a tokenizer (load_tokenizer = 0: the suite
- *   feeds token ids), with the geometry its config.json gives, and carries a reference with
- *   prompts longer than the ctest's 16-token step budget;
+ *   feeds token ids), with the geometry its config.json gives, binds every tensor of its
+ *   checkpoint (the biases of llama-biases and qwen3-attn-bias included: a directory of
+ *   tests/data/small is picked up here and by the ctests as soon as make.py has made it),
+ *   and carries a reference with prompts longer than the ctest's 16-token step budget;
  * - RoPE types atlas does not compute (dynamic, longrope, Phi-3's older "su", anything
  *   unknown) are refused by atlas_model_load and by the engine, in the rope_scaling and the
  *   rope_parameters spellings, with the type and the file named — never run with plain RoPE;
@@ -44,6 +46,23 @@ static int write_text(const char *path, const char *text) {
     if (f && fclose(f)) ok = 0;
     CHECK_MSG(ok, "writing %s", path);
     return ok;
+}
+
+/* Elements of every tensor of DIR/model.safetensors; -1 when it cannot be opened. */
+static long long checkpoint_elements(const char *dir) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    atlas_st *st = NULL;
+    if (atlas_st_open_file(path, &st) != ATLAS_OK) return -1;
+    long long total = 0;
+    for (size_t i = 0; i < atlas_st_count(st); i++) {
+        const atlas_tensor_view *v = atlas_st_at(st, i);
+        long long n = 1;
+        for (int d = 0; d < v->n_dims; d++) n *= v->shape[d];
+        total += n;
+    }
+    atlas_st_free(st);
+    return total;
 }
 
 /* The largest prompt length L of the reference's L<L>.prompt entries; 0 when there is none. */
@@ -94,6 +113,9 @@ static void test_loads(void) {
                           !strcmp(info.backend, "cpu") && atlas_model_tokenizer(m) == NULL,
                       "%s: %d layers, vocab %d, hidden %d, %s", dir, info.n_layers,
                       info.vocab_size, info.hidden, info.backend);
+            long long elems = checkpoint_elements(dir);
+            CHECK_MSG(info.n_params == elems, "%s: %lld parameters bound, the checkpoint holds "
+                      "%lld", dir, (long long)info.n_params, elems);
             CHECK_OK(atlas_model_release(m));
         }
         int longest = longest_prompt(dir);

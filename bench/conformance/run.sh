@@ -17,7 +17,7 @@
 #           (bench/conformance/serve_local.sh, serve_check.py), bound 5e-2.
 #   small:  the small-width set and its references (tests/data/small in the repository)
 #           made again (small.tar.gz; weights compared with the committed ones), and
-#           checked on the CPU in 16-token steps, bound 2e-3.
+#           checked on the CPU in 16-token steps, bound 2e-3, and on the GPU, bound 5e-2.
 # Each atlas step runs under a time limit (CUDA_TIMEOUT, CPU_TIMEOUT, SERVE_TIMEOUT seconds)
 # so that the table is written whatever happens. The commit: `git rev-parse` where the tree
 # is a checkout, else $ATLAS_COMMIT.
@@ -121,6 +121,8 @@ if has small; then
   done
   timeout 120 "$B/atlas-conform" --device cpu --bound 2e-3 --batch-tokens 16 --parallel 4 \
     --markdown "$ROWS" "$W"/small/* 2>&1 | tee "$W/small.log" || rc=1
+  timeout 120 "$B/atlas-conform" --device cuda --markdown "$ROWS" "$W"/small/* 2>&1 \
+    | tee "$W/small-cuda.log" || rc=1
 fi
 step
 # a model a step ran without a row (it crashed, or the time limit stopped it) fails

@@ -5,7 +5,8 @@
     python3 tools/conformance/make.py --set small --out tests/data/small --refs tests/data/small
 
 For each shape of tools/conformance/shapes.py: a random-weight checkpoint (bf16 safetensors,
-2 layers, weights drawn from a fixed seed on the GPU), the config.json exactly as shapes.py
+2 layers, weights drawn from a fixed seed on the GPU; norms near 1, biases -- q/k/v, o_proj,
+the MLP's, as attention_bias and mlp_bias say -- small), the config.json exactly as shapes.py
 spells it (classic rope_scaling or transformers-5 rope_parameters), a generation_config.json
 and a tokenizer.json (--tok-llama3 / --tok-qwen3 files, else a byte-level one of 256 tokens
 that any vocabulary holds: the suite feeds token ids).  With --refs, the reference too:
@@ -66,6 +67,21 @@ def seed_of(name):
     return sum((i + 1) * ord(c) for i, c in enumerate(name)) % 100003
 
 
+def check_biases(name, spec, model):
+    """The biases the shape asks for are parameters of the model made: a transformers that
+    ignored attention_bias or mlp_bias would make checkpoint and reference without them."""
+    keys = set(model.state_dict())
+    want = []
+    if spec.get("attention_bias"):
+        want += [f"model.layers.0.self_attn.{p}_proj.bias" for p in "qkvo"]
+    if spec.get("mlp_bias"):
+        want += [f"model.layers.0.mlp.{p}_proj.bias" for p in ("gate", "up", "down")]
+    missing = [k for k in want if k not in keys]
+    if missing:
+        import transformers
+        sys.exit(f"{name}: transformers {transformers.__version__} made no {', '.join(missing)}")
+
+
 def make_model(name, spec, out, toks, keep):
     d = os.path.join(out, name)
     done = os.path.join(out, f".made-{name}")
@@ -79,6 +95,7 @@ def make_model(name, spec, out, toks, keep):
     torch.manual_seed(seed_of(name))
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    check_biases(name, spec, model)
     g = torch.Generator(device="cuda").manual_seed(seed_of(name))
     with torch.no_grad():
         for pname, p in model.named_parameters():

@@ -122,6 +122,18 @@ SMALL = {
                      num_attention_heads=6, num_key_value_heads=2, vocab_size=512,
                      max_position_embeddings=2048, rope_theta=1000000.0, rms_norm_eps=1e-6,
                      tie_word_embeddings=True, use_sliding_window=False),
+    # Llama with every bias: attention_bias (q/k/v and o_proj) and mlp_bias (gate/up/down),
+    # 6 / 2 heads of 8, untied
+    "llama-biases": dict(architectures=[LLAMA], hidden_size=48, intermediate_size=96,
+                         num_attention_heads=6, num_key_value_heads=2, vocab_size=512,
+                         max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
+                         attention_bias=True, mlp_bias=True, hidden_act="silu",
+                         tie_word_embeddings=False),
+    # Qwen3 with attention_bias: q/k/v biases before the q/k norm and o_proj's, tied
+    "qwen3-attn-bias": dict(architectures=[QWEN3], hidden_size=32, intermediate_size=64,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            vocab_size=512, max_position_embeddings=2048, rope_theta=1000000.0,
+                            rms_norm_eps=1e-6, attention_bias=True, tie_word_embeddings=True),
     # Qwen3: q/k norm, explicit head_dim 16 with hidden 32
     "qk-norm": dict(architectures=[QWEN3], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512,
