@@ -1,24 +1,36 @@
-/* tests/test-engine-kv.c — the KV block manager and its prefix cache against a shadow
- * model of what each block holds: random sequences over a small alphabet (so prefixes
- * repeat) take cached blocks, grow, and are released, many times over.  Every block a
- * sequence gets from the cache must hold exactly that sequence's tokens; no block is ever
- * held by two sequences unless it came from the cache; counts add up; all blocks come back. */
+/* tests/test-engine-kv.c — the KV block manager and its prefix cache.
+ *
+ * A shadow model of what each block holds: random sequences over a small alphabet (so
+ * prefixes repeat), each with one of a few salts, take cached blocks, grow, and are
+ * released, many times over.  Every block a sequence gets from the cache must hold exactly
+ * that sequence's tokens and have been written under its salt; no block is ever held by two
+ * sequences unless it came from the cache; counts add up; all blocks come back.  The walk
+ * runs under the default keyed hash and under injected hashes that collide all the time, as
+ * does a set of hand-made cases: blocks of the same hash (different tokens, or the same
+ * tokens after a different prefix or under a different salt) are told apart, and a block
+ * whose predecessor was evicted and reused is not taken after the new one. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/kv.h"
 #include "harness.h"
 
-enum { N_BLOCKS = 48, BS = 4, MAX_TOK = 40, N_SEQS = 6, ROUNDS = 20000 };
+enum { N_BLOCKS = 48, BS = 4, MAX_TOK = 40, N_SEQS = 6, ROUNDS = 40000, N_SALTS = 3 };
+
+/* The salts of the walk: none, and two that differ only after a NUL byte. */
+static const char *const salts[N_SALTS] = {NULL, "s\0a", "s\0b"};
+static const size_t salt_lens[N_SALTS] = {0, 3, 3};
 
 typedef struct shadow_seq {
     atlas_kv_table t;
+    int salt;
     int32_t tokens[MAX_TOK];
     int n, n_final, live;
     int own_from; /* blocks before this came from the cache */
 } shadow_seq;
 
 static int32_t content[N_BLOCKS][BS]; /* what the "model" wrote into each block */
+static int content_salt[N_BLOCKS];    /* the salt of the sequence that wrote it */
 static int writers[N_BLOCKS];         /* sequences that may write to it (must stay <= 1) */
 
 static uint64_t rng = 12345;
@@ -27,19 +39,49 @@ static int rnd(int n) {
     return (int)((rng >> 33) % (uint64_t)n);
 }
 
+/* ---- injected hashes -------------------------------------------------------------------- */
+
+/* Every block of every prefix and salt under one hash. */
+static uint64_t hash_const(void *ctx, uint64_t prev, const void *bytes, size_t n) {
+    (void)ctx, (void)prev, (void)bytes, (void)n;
+    return 42;
+}
+
+/* Four hashes in all (prev is ignored, so equal blocks after different prefixes collide
+ * too); counts its calls, to show that the hash is the one used. */
+static uint64_t hash_2bit(void *ctx, uint64_t prev, const void *bytes, size_t n) {
+    (void)prev;
+    ++*(long *)ctx;
+    const unsigned char *b = bytes;
+    unsigned s = 0;
+    for (size_t i = 0; i < n; i++) s += b[i];
+    return 1 + (s & 3);
+}
+
+/* ---- the shadow walk -------------------------------------------------------------------- */
+
 /* Writes positions [from, to) of s into its blocks, as a forward pass would. */
 static void write_tokens(shadow_seq *s, int from, int to) {
-    for (int p = from; p < to; p++) content[s->t.ids[p / BS]][p % BS] = s->tokens[p];
+    for (int p = from; p < to; p++) {
+        content[s->t.ids[p / BS]][p % BS] = s->tokens[p];
+        content_salt[s->t.ids[p / BS]] = s->salt;
+    }
 }
 
 static void start(atlas_kv_pool *pool, shadow_seq *s) {
+    atlas_kv_table_destroy(&s->t);
+    s->salt = rnd(N_SALTS);
+    CHECK_OK(atlas_kv_table_init(&s->t, MAX_TOK / BS, salts[s->salt], salt_lens[s->salt]));
     s->n = 1 + rnd(MAX_TOK - 8);
     for (int i = 0; i < s->n; i++) s->tokens[i] = rnd(3); /* few symbols: shared prefixes */
     int cached = atlas_kv_table_match(pool, &s->t, s->tokens, s->n);
     CHECK(cached % BS == 0 && cached < s->n && cached == s->t.n * BS);
-    for (int b = 0; b < s->t.n; b++)
+    for (int b = 0; b < s->t.n; b++) {
         CHECK_MSG(!memcmp(content[s->t.ids[b]], s->tokens + b * BS, sizeof content[0]),
                   "cached block %d holds other tokens", (int)s->t.ids[b]);
+        CHECK_MSG(content_salt[s->t.ids[b]] == s->salt, "cached block %d of salt %d taken "
+                  "under salt %d", (int)s->t.ids[b], content_salt[s->t.ids[b]], s->salt);
+    }
     if (!atlas_kv_table_reserve(pool, &s->t, s->n)) {
         atlas_kv_table_release(pool, &s->t, s->tokens, cached);
         return;
@@ -69,18 +111,23 @@ static void finish(atlas_kv_pool *pool, shadow_seq *s) {
     s->live = 0;
 }
 
-int main(void) {
+static void walk(const char *what, atlas_kv_hash_fn hash, void *ctx) {
+    memset(content, 0xff, sizeof content);
+    memset(content_salt, 0xff, sizeof content_salt);
+    memset(writers, 0, sizeof writers);
     atlas_kv_pool pool;
-    CHECK_OK(atlas_kv_pool_init(&pool, N_BLOCKS, BS));
+    CHECK_OK(atlas_kv_pool_init(&pool, &(atlas_kv_pool_params){.n_blocks = N_BLOCKS,
+                                                                .block_size = BS,
+                                                                .hash = hash,
+                                                                .hash_ctx = ctx}));
     shadow_seq seqs[N_SEQS];
     memset(seqs, 0, sizeof seqs);
-    for (int i = 0; i < N_SEQS; i++) CHECK_OK(atlas_kv_table_init(&seqs[i].t, MAX_TOK / BS));
-    int hits = 0;
+    int hits[N_SALTS] = {0};
     for (int r = 0; r < ROUNDS; r++) {
         shadow_seq *s = &seqs[rnd(N_SEQS)];
         if (!s->live) {
             start(&pool, s);
-            hits += s->live && s->own_from > 0;
+            hits[s->salt] += s->live && s->own_from > 0;
         } else if (rnd(4) == 0) {
             finish(&pool, s);
         } else {
@@ -88,7 +135,7 @@ int main(void) {
         }
         for (int b = 0; b < N_BLOCKS; b++)
             if (writers[b] > 1) {
-                CHECK_MSG(0, "block %d written by %d sequences", b, writers[b]);
+                CHECK_MSG(0, "%s: block %d written by %d sequences", what, b, writers[b]);
                 writers[b] = 1;
             }
         int held = 0;
@@ -100,9 +147,124 @@ int main(void) {
         if (seqs[i].live) finish(&pool, &seqs[i]);
     CHECK(atlas_kv_pool_used(&pool) == 0 && atlas_kv_pool_free(&pool) == N_BLOCKS);
     CHECK(atlas_kv_pool_cached(&pool) > 0);
-    CHECK_MSG(hits > 100, "only %d starts took cached blocks", hits);
+    for (int i = 0; i < N_SALTS; i++)
+        CHECK_MSG(hits[i] > 30, "%s: only %d starts of salt %d took cached blocks", what,
+                  hits[i], i);
     for (int i = 0; i < N_SEQS; i++) atlas_kv_table_destroy(&seqs[i].t);
     atlas_kv_pool_destroy(&pool);
     atlas_kv_pool_destroy(&pool); /* a destroyed pool is zeroed: destroying again is fine */
+}
+
+/* ---- hand-made cases -------------------------------------------------------------------- */
+
+/* A sequence of tokens tok[n] under salt[salt_len]: its table matched against the pool. */
+typedef struct hand_seq {
+    atlas_kv_table t;
+    int cached;
+} hand_seq;
+
+static void hand_match(atlas_kv_pool *p, hand_seq *h, const char *salt, size_t salt_len,
+                       const int32_t *tok, int n) {
+    CHECK_OK(atlas_kv_table_init(&h->t, 4, salt, salt_len));
+    h->cached = atlas_kv_table_match(p, &h->t, tok, n);
+}
+
+/* Computes the rest of tok[n] (reserves its blocks) and lets it go with all of it final. */
+static void hand_run(atlas_kv_pool *p, hand_seq *h, const int32_t *tok, int n) {
+    CHECK(atlas_kv_table_reserve(p, &h->t, n));
+    atlas_kv_table_release(p, &h->t, tok, n);
+    atlas_kv_table_destroy(&h->t);
+}
+
+/* Runs tok[n] from scratch (its own blocks) and returns how many tokens it found cached;
+ * the ids of the blocks it found go to ids[]. */
+static int run_seq(atlas_kv_pool *p, const char *salt, size_t salt_len, const int32_t *tok,
+                   int n, int32_t *ids) {
+    hand_seq h;
+    hand_match(p, &h, salt, salt_len, tok, n);
+    for (int i = 0; ids && i < h.t.n; i++) ids[i] = h.t.ids[i];
+    int cached = h.cached;
+    hand_run(p, &h, tok, n);
+    return cached;
+}
+
+/* Under a constant hash: two different blocks, each found by its own tokens; the same
+ * second block after different first blocks; a salted and an unsalted copy. */
+static void collisions(void) {
+    atlas_kv_pool p;
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 16, .block_size = BS,
+                                                             .hash = hash_const}));
+    const int32_t a[9] = {1, 2, 3, 4, 5, 6, 7, 8, 0}, b[9] = {9, 9, 9, 9, 5, 6, 7, 8, 0};
+    int32_t ia[2], ib[2], ja[2], jb[2];
+    CHECK(run_seq(&p, NULL, 0, a, 9, NULL) == 0);
+    /* b's blocks hash as a's do: the second (same tokens, other prefix) must miss too */
+    CHECK_MSG(run_seq(&p, NULL, 0, b, 9, NULL) == 0, "a block of another prefix was taken");
+    CHECK(run_seq(&p, NULL, 0, a, 9, ia) == 8);
+    CHECK(run_seq(&p, NULL, 0, b, 9, ib) == 8);
+    CHECK_MSG(ia[0] != ib[0] && ia[1] != ib[1], "a and b share blocks %d %d / %d %d",
+              (int)ia[0], (int)ia[1], (int)ib[0], (int)ib[1]);
+    /* found again, each its own, whatever the order */
+    CHECK(run_seq(&p, NULL, 0, b, 9, jb) == 8 && run_seq(&p, NULL, 0, a, 9, ja) == 8);
+    CHECK(!memcmp(ia, ja, sizeof ia) && !memcmp(ib, jb, sizeof ib));
+    /* a prompt that shares only a's first block takes that and computes the rest */
+    const int32_t c[9] = {1, 2, 3, 4, 9, 9, 9, 9, 0};
+    CHECK(run_seq(&p, NULL, 0, c, 9, ja) == 4 && ja[0] == ia[0]);
+    /* the same tokens under a salt: nothing shared, then its own blocks */
+    CHECK(run_seq(&p, "x", 1, a, 9, NULL) == 0);
+    CHECK(run_seq(&p, "x", 1, a, 9, ja) == 8 && ja[0] != ia[0] && ja[1] != ia[1]);
+    CHECK(run_seq(&p, "y", 1, a, 9, NULL) == 0);
+    CHECK(run_seq(&p, "xy", 2, a, 9, NULL) == 0);
+    CHECK(run_seq(&p, NULL, 0, a, 9, ja) == 8 && !memcmp(ia, ja, sizeof ia));
+    atlas_kv_pool_destroy(&p);
+}
+
+/* A block whose predecessor was evicted and its id reused for other tokens: the orphan
+ * must not be taken after the new block, though it has the same hash and tokens. */
+static void reused_parent(void) {
+    atlas_kv_pool p;
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 2, .block_size = BS,
+                                                             .hash = hash_const}));
+    const int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, d[4] = {7, 7, 7, 7};
+    const int32_t e[9] = {7, 7, 7, 7, 5, 6, 7, 8, 0};
+    CHECK(run_seq(&p, NULL, 0, a, 8, NULL) == 0); /* registers both blocks */
+    CHECK(run_seq(&p, NULL, 0, d, 4, NULL) == 0); /* evicts a's first block, reuses its id */
+    CHECK(atlas_kv_pool_cached(&p) == 2);         /* d's block, and a's second, orphaned */
+    hand_seq h;
+    hand_match(&p, &h, NULL, 0, e, 9);
+    CHECK_MSG(h.cached == 4, "cached %d: the orphaned block was taken", h.cached);
+    atlas_kv_table_release(&p, &h.t, e, h.cached);
+    atlas_kv_table_destroy(&h.t);
+    atlas_kv_pool_destroy(&p);
+}
+
+/* The salt at the kv level under the default keyed hash: the same prompt shares blocks
+ * only within a salt; a salt differing after a NUL byte is another salt. */
+static void salted(void) {
+    atlas_kv_pool p;
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 32, .block_size = BS}));
+    int32_t tok[13];
+    for (int i = 0; i < 13; i++) tok[i] = 100 + i;
+    CHECK(run_seq(&p, "tenant-a", 8, tok, 13, NULL) == 0);
+    CHECK(run_seq(&p, "tenant-b", 8, tok, 13, NULL) == 0);
+    CHECK(run_seq(&p, NULL, 0, tok, 13, NULL) == 0);
+    CHECK(run_seq(&p, "", 0, tok, 13, NULL) == 12); /* "" is no salt */
+    CHECK(run_seq(&p, "tenant-a", 8, tok, 13, NULL) == 12);
+    CHECK(run_seq(&p, "tenant-b", 8, tok, 13, NULL) == 12);
+    CHECK(run_seq(&p, "tenant-a\0x", 10, tok, 13, NULL) == 0);
+    CHECK(run_seq(&p, "tenant-a\0y", 10, tok, 13, NULL) == 0);
+    CHECK(run_seq(&p, "tenant-a\0x", 10, tok, 13, NULL) == 12);
+    CHECK(atlas_kv_pool_used(&p) == 0);
+    atlas_kv_pool_destroy(&p);
+}
+
+int main(void) {
+    long calls = 0;
+    walk("keyed hash", NULL, NULL);
+    walk("constant hash", hash_const, NULL);
+    walk("2-bit hash", hash_2bit, &calls);
+    CHECK_MSG(calls > ROUNDS, "the injected hash was called %ld times", calls);
+    collisions();
+    reused_parent();
+    salted();
     return harness_finish();
 }

@@ -151,9 +151,13 @@ typedef struct atlas_request {
      * vocabulary; eos and stop ids among them end the generation as a sample would. */
     const int32_t *forced;
     int n_forced;
+    /* NULL or "": none.  Else the prefix cache shares this request's KV blocks only with
+     * requests of the same salt, byte for byte (vLLM's cache_salt); a request without one
+     * shares only with others without one.  At most ATLAS_ENGINE_MAX_CACHE_SALT bytes. */
+    const char *cache_salt;
 } atlas_request;
 
-enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20 };
+enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20, ATLAS_ENGINE_MAX_CACHE_SALT = 256 };
 
 typedef enum atlas_event_type {
     ATLAS_EVENT_TOKEN = 0, /* one generated token */

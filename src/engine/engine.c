@@ -400,6 +400,9 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
                               "vocabulary (0..%d)", i, (int)r->sampling.logit_bias[i].id, V - 1);
     if (r->constraint && atlas_constraint_n_segments(r->constraint) == 0)
         return atlas_fail(ATLAS_ERR_INVALID, "request: the constraint program is empty");
+    if (r->cache_salt && strlen(r->cache_salt) > ATLAS_ENGINE_MAX_CACHE_SALT)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: cache_salt is %zu bytes long: at most "
+                          "%d", strlen(r->cache_salt), ATLAS_ENGINE_MAX_CACHE_SALT);
     if (r->top_logprobs < 0 || r->top_logprobs > ATLAS_ENGINE_MAX_TOP_LOGPROBS)
         return atlas_fail(ATLAS_ERR_INVALID, "request: top_logprobs %d outside 0..%d",
                           r->top_logprobs, ATLAS_ENGINE_MAX_TOP_LOGPROBS);
@@ -451,7 +454,8 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
         if (r->n_forced) memcpy(s->forced, r->forced, (size_t)r->n_forced * sizeof *s->forced);
         s->n_forced = r->n_forced;
         st = atlas_kv_table_init(&s->kv, (md->ctx + e->p.kv_block_size - 1) /
-                                             e->p.kv_block_size);
+                                             e->p.kv_block_size,
+                                 r->cache_salt, r->cache_salt ? strlen(r->cache_salt) : 0);
     }
     if (st == ATLAS_OK) st = atlas_sampler_create(&r->sampling, &s->sampler);
     if (st == ATLAS_OK) atlas_sampler_set_prompt_len(s->sampler, r->n_prompt);

@@ -2,34 +2,92 @@
 #include "engine/kv.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
 
 #include "core/error.h"
 
-#define HASH_SEED 0x6a09e667f3bcc909ULL
+/* ---- the prefix hash -------------------------------------------------------------------- */
 
-/* The prefix hash of a block: that of the blocks before it, then its tokens (FNV-1a over
- * the ids, then a final mix); never 0, which means "not registered". */
-static uint64_t chain(uint64_t h, const int32_t *tokens, int n) {
-    for (int i = 0; i < n; i++) {
-        h ^= (uint32_t)tokens[i];
-        h *= 0x100000001b3ULL;
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+static void sip_round(uint64_t v[4]) {
+    v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
+    v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
+    v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
+    v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
+}
+
+static void sip_word(uint64_t v[4], uint64_t m) {
+    v[3] ^= m;
+    sip_round(v);
+    sip_round(v);
+    v[0] ^= m;
+}
+
+/* SipHash-2-4 under key k of prev's 8 bytes then data[n] (words read in host order: the
+ * hash never leaves the process). */
+static uint64_t siphash(const uint64_t k[2], uint64_t prev, const void *data, size_t n) {
+    uint64_t v[4] = {k[0] ^ 0x736f6d6570736575ULL, k[1] ^ 0x646f72616e646f6dULL,
+                     k[0] ^ 0x6c7967656e657261ULL, k[1] ^ 0x7465646279746573ULL};
+    const unsigned char *s = data;
+    sip_word(v, prev);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t m;
+        memcpy(&m, s + i, 8);
+        sip_word(v, m);
     }
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 29;
+    uint64_t last = (uint64_t)((n + 8) & 0xff) << 56;
+    for (size_t j = 0; i + j < n; j++) last |= (uint64_t)s[i + j] << (8 * j);
+    sip_word(v, last);
+    v[2] ^= 0xff;
+    for (int r = 0; r < 4; r++) sip_round(v);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+/* prev continued over bytes[n]; never 0, which means "not registered". */
+static uint64_t hash_bytes(const atlas_kv_pool *p, uint64_t prev, const void *bytes, size_t n) {
+    uint64_t h = p->hash_fn ? p->hash_fn(p->hash_ctx, prev, bytes, n)
+                            : siphash(p->key, prev, bytes, n);
     return h ? h : 1;
+}
+
+/* The hash a table's chain starts from: its salt's, 0 without one. */
+static uint64_t root_hash(const atlas_kv_pool *p, const atlas_kv_table *t) {
+    return t->salt_len ? hash_bytes(p, 0, t->salt, t->salt_len) : 0;
+}
+
+static uint64_t block_hash(const atlas_kv_pool *p, uint64_t prev, const int32_t *tokens) {
+    return hash_bytes(p, prev, tokens, (size_t)p->block_size * sizeof *tokens);
+}
+
+/* Whether registered block id holds tokens[block_size] right after the registration parent
+ * (0: at the start of a sequence salted as t). */
+static bool holds(const atlas_kv_pool *p, int32_t id, uint64_t parent, const int32_t *tokens,
+                  const atlas_kv_table *t) {
+    const atlas_kv_block *b = &p->blk[id];
+    size_t bs = (size_t)p->block_size;
+    if (b->parent != parent || memcmp(p->toks + (size_t)id * bs, tokens, bs * sizeof *tokens))
+        return false;
+    return parent != 0 || (b->salt_len == t->salt_len &&
+                           (t->salt_len == 0 || !memcmp(b->salt, t->salt, t->salt_len)));
 }
 
 /* ---- the hash map: linear probing, deletion by backward shift --------------------------- */
 
 static int home(const atlas_kv_pool *p, uint64_t h) { return (int)(h & (uint64_t)(p->map_cap - 1)); }
 
-static int32_t map_find(const atlas_kv_pool *p, uint64_t h) {
+/* The registered block under hash h that holds tokens after parent (see holds); -1 if none.
+ * Every entry of that hash is a candidate: a collision is a miss, never a hit. */
+static int32_t map_find(const atlas_kv_pool *p, uint64_t h, uint64_t parent,
+                        const int32_t *tokens, const atlas_kv_table *t) {
     for (int i = home(p, h);; i = (i + 1) & (p->map_cap - 1)) {
         int32_t id = p->map[i];
         if (id < 0) return -1;
-        if (p->hash[id] == h) return id;
+        if (p->hash[id] == h && holds(p, id, parent, tokens, t)) return id;
     }
 }
 
@@ -77,21 +135,44 @@ static void lru_remove(atlas_kv_pool *p, int32_t id) {
 
 /* ---- the pool --------------------------------------------------------------------------- */
 
-atlas_status atlas_kv_pool_init(atlas_kv_pool *p, int n_blocks, int block_size) {
+/* A fresh key per pool: what a client may learn of one process's hashes helps it nowhere
+ * else, and the hash needs no stability across loads. */
+static atlas_status random_key(uint64_t key[2]) {
+    unsigned char *b = (unsigned char *)key;
+    size_t got = 0;
+    while (got < 2 * sizeof *key) {
+        ssize_t r = getrandom(b + got, 2 * sizeof *key - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return atlas_fail(ATLAS_ERR_IO, "kv pool: no random key for the prefix hash "
+                                            "(getrandom: %s)", strerror(errno));
+        got += (size_t)r;
+    }
+    return ATLAS_OK;
+}
+
+atlas_status atlas_kv_pool_init(atlas_kv_pool *p, const atlas_kv_pool_params *params) {
     *p = (atlas_kv_pool){.lru_head = -1, .lru_tail = -1};
+    int n_blocks = params->n_blocks, block_size = params->block_size;
     if (n_blocks <= 0 || block_size <= 0 || n_blocks > (1 << 28))
         return atlas_fail(ATLAS_ERR_INVALID, "kv pool: %d blocks of %d tokens", n_blocks,
                           block_size);
+    p->hash_fn = params->hash;
+    p->hash_ctx = params->hash_ctx;
+    if (!p->hash_fn) ATLAS_TRY(random_key(p->key));
     p->map_cap = 16;
     while (p->map_cap < 2 * n_blocks) p->map_cap *= 2;
     size_t n = (size_t)n_blocks;
     p->refs = calloc(n, sizeof *p->refs);
     p->hash = calloc(n, sizeof *p->hash);
+    p->blk = calloc(n, sizeof *p->blk);
+    p->toks = malloc(n * (size_t)block_size * sizeof *p->toks);
     p->plain = malloc(n * sizeof *p->plain);
     p->prev = malloc(n * sizeof *p->prev);
     p->next = malloc(n * sizeof *p->next);
     p->map = malloc((size_t)p->map_cap * sizeof *p->map);
-    if (!p->refs || !p->hash || !p->plain || !p->prev || !p->next || !p->map) {
+    if (!p->refs || !p->hash || !p->blk || !p->toks || !p->plain || !p->prev || !p->next ||
+        !p->map) {
         atlas_kv_pool_destroy(p);
         return atlas_fail(ATLAS_ERR_NOMEM, "kv pool: %d blocks", n_blocks);
     }
@@ -105,8 +186,11 @@ atlas_status atlas_kv_pool_init(atlas_kv_pool *p, int n_blocks, int block_size) 
 }
 
 void atlas_kv_pool_destroy(atlas_kv_pool *p) {
+    for (int i = 0; p->blk && i < p->n_blocks; i++) free(p->blk[i].salt);
     free(p->refs);
     free(p->hash);
+    free(p->blk);
+    free(p->toks);
     free(p->plain);
     free(p->prev);
     free(p->next);
@@ -123,7 +207,9 @@ int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens) {
 }
 
 /* A free block: a never-registered one, else the least recently freed cached one (its
- * prefix forgotten).  The caller made sure that there is one. */
+ * prefix forgotten; blocks registered after it become unreachable, as their parent's
+ * serial is never seen again, and age out in turn).  The caller made sure that there is
+ * one. */
 static int32_t take_block(atlas_kv_pool *p) {
     int32_t id;
     if (p->n_plain > 0) {
@@ -134,18 +220,56 @@ static int32_t take_block(atlas_kv_pool *p) {
         lru_remove(p, id);
         map_delete(p, id);
         p->hash[id] = 0;
+        free(p->blk[id].salt);
+        p->blk[id] = (atlas_kv_block){0};
     }
     assert(p->refs[id] == 0);
     p->refs[id] = 1;
     return id;
 }
 
+/* Registers block id as holding tokens[block_size] after the registration parent, under
+ * hash h, unless a registered block already holds that prefix.  Returns the serial of the
+ * block that holds it, 0 when none does (no memory for the salt's copy). */
+static uint64_t register_block(atlas_kv_pool *p, const atlas_kv_table *t, int32_t id,
+                               uint64_t h, uint64_t parent, const int32_t *tokens) {
+    /* a registered block in a table came from the cache at this very position */
+    if (p->hash[id]) {
+        assert(holds(p, id, parent, tokens, t));
+        return p->blk[id].serial;
+    }
+    int32_t had = map_find(p, h, parent, tokens, t);
+    if (had >= 0) return p->blk[had].serial;
+    atlas_kv_block *b = &p->blk[id];
+    if (parent == 0 && t->salt_len) {
+        if (!(b->salt = malloc(t->salt_len))) return 0;
+        memcpy(b->salt, t->salt, t->salt_len);
+        b->salt_len = t->salt_len;
+    }
+    b->serial = ++p->serials;
+    b->parent = parent;
+    memcpy(p->toks + (size_t)id * (size_t)p->block_size, tokens,
+           (size_t)p->block_size * sizeof *tokens);
+    p->hash[id] = h;
+    map_insert(p, id);
+    return b->serial;
+}
+
 /* ---- block tables ----------------------------------------------------------------------- */
 
-atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap) {
+atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap, const char *salt, size_t salt_len) {
     *t = (atlas_kv_table){0};
+    if (!salt) salt_len = 0;
     t->ids = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *t->ids);
-    if (!t->ids) return atlas_fail(ATLAS_ERR_NOMEM, "kv block table of %d blocks", cap);
+    t->salt = salt_len ? malloc(salt_len) : NULL;
+    if (!t->ids || (salt_len && !t->salt)) {
+        free(t->ids);
+        free(t->salt);
+        *t = (atlas_kv_table){0};
+        return atlas_fail(ATLAS_ERR_NOMEM, "kv block table of %d blocks", cap);
+    }
+    if (salt_len) memcpy(t->salt, salt, salt_len);
+    t->salt_len = salt_len;
     t->cap = cap;
     return ATLAS_OK;
 }
@@ -153,6 +277,7 @@ atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap) {
 void atlas_kv_table_destroy(atlas_kv_table *t) {
     assert(t->n == 0);
     free(t->ids);
+    free(t->salt);
     *t = (atlas_kv_table){0};
 }
 
@@ -160,14 +285,16 @@ int atlas_kv_table_match(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tok
     assert(t->n == 0);
     int bs = p->block_size, max = n > 0 ? (n - 1) / bs : 0;
     if (max > t->cap) max = t->cap;
-    uint64_t h = HASH_SEED;
+    uint64_t h = root_hash(p, t), parent = 0;
     for (int i = 0; i < max; i++) {
-        h = chain(h, tokens + (size_t)i * bs, bs);
-        int32_t id = map_find(p, h);
+        const int32_t *block = tokens + (size_t)i * bs;
+        h = block_hash(p, h, block);
+        int32_t id = map_find(p, h, parent, block, t);
         if (id < 0) break;
         if (p->refs[id] == 0) lru_remove(p, id);
         p->refs[id]++;
         t->ids[t->n++] = id;
+        parent = p->blk[id].serial;
     }
     return t->n * bs;
 }
@@ -184,17 +311,17 @@ bool atlas_kv_table_reserve(atlas_kv_pool *p, atlas_kv_table *t, int n_tokens) {
 void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
                             int n_final) {
     int bs = p->block_size;
-    uint64_t h = HASH_SEED;
+    uint64_t h = root_hash(p, t), parent = 0;
+    bool chain = true; /* every block so far is held by a registered one */
     for (int i = 0; i < t->n; i++) {
         int32_t id = t->ids[i];
         assert(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
-        if ((i + 1) * bs <= n_final) {
-            h = chain(h, tokens + (size_t)i * bs, bs);
-            /* Registered unless it already is, or another block holds the same prefix. */
-            if (p->hash[id] == 0 && map_find(p, h) < 0) {
-                p->hash[id] = h;
-                map_insert(p, id);
-            }
+        if (chain && (i + 1) * bs <= n_final) {
+            const int32_t *block = tokens + (size_t)i * bs;
+            h = block_hash(p, h, block);
+            parent = register_block(p, t, id, h, parent, block);
+            /* a block after an unregistered one would pass for a first block */
+            chain = parent != 0;
         }
         if (--p->refs[id] > 0) continue;
         if (p->hash[id]) lru_push(p, id);

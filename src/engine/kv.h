@@ -10,27 +10,64 @@
  * the same tokens takes those blocks (counted references: several sequences may share one)
  * instead of computing them.  Shared blocks are never written: a sequence writes only at
  * positions past its cached prefix.  Allocation takes never-registered free blocks first,
- * then evicts the least recently freed cached ones. */
+ * then evicts the least recently freed cached ones.
+ *
+ * The hash only finds candidates; a hit is proven, never trusted: a registered block keeps
+ * its tokens and the registration of the block before it (the first block: the sequence's
+ * salt), and a candidate must match all three, so by induction a hit holds exactly the
+ * sequence's tokens from position 0, whatever the hash does.  The default hash is SipHash
+ * under a key drawn per pool from the system's random source, so that no client can aim
+ * many blocks at one slot of the map.  A sequence's salt keeps its blocks apart: blocks are
+ * shared only between sequences of the same salt, byte for byte, and a sequence without one
+ * shares only with others without one. */
 #ifndef ATLAS_ENGINE_KV_H
 #define ATLAS_ENGINE_KV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "atlas/status.h"
+
+/* A prefix hash: prev continued over n bytes.  Correctness never depends on it (hits are
+ * checked); a poor one only makes the map's probes longer. */
+typedef uint64_t (*atlas_kv_hash_fn)(void *ctx, uint64_t prev, const void *bytes, size_t n);
+
+typedef struct atlas_kv_pool_params {
+    int n_blocks;
+    int block_size;
+    /* NULL (default): keyed SipHash-2-4, the key drawn per pool from getrandom.  A test
+     * injects its own to force collisions. */
+    atlas_kv_hash_fn hash;
+    void *hash_ctx;
+} atlas_kv_pool_params;
+
+/* What a registered block is checked against on every hit, beside its tokens. */
+typedef struct atlas_kv_block {
+    uint64_t serial; /* this registration, unique in the pool; 0: not registered */
+    uint64_t parent; /* serial of the block before it in its prefix; 0: it is the first */
+    char *salt;      /* a first block's salt (salt_len bytes, owned); NULL: none */
+    size_t salt_len;
+} atlas_kv_block;
 
 typedef struct atlas_kv_pool {
     int n_blocks;
     int block_size;
     int32_t *refs;     /* [n_blocks] sequences holding each block */
     uint64_t *hash;    /* [n_blocks] its prefix hash; 0: not registered */
+    atlas_kv_block *blk; /* [n_blocks] */
+    int32_t *toks;     /* [n_blocks * block_size] the tokens of each registered block */
+    uint64_t serials;  /* registrations so far */
     int32_t *plain;    /* [n_blocks] stack of free unregistered blocks */
     int n_plain;
     int32_t *prev, *next; /* [n_blocks] the cached free blocks, least recently freed first */
     int32_t lru_head, lru_tail;
     int n_cached;      /* free blocks that keep a registered prefix */
-    int32_t *map;      /* [map_cap] open addressing: hash -> block id, -1 empty, -2 deleted */
+    int32_t *map;      /* [map_cap] open addressing: hash -> block id, -1 empty */
     int map_cap;
+    atlas_kv_hash_fn hash_fn; /* NULL: SipHash under key */
+    void *hash_ctx;
+    uint64_t key[2];
 } atlas_kv_pool;
 
 /* A sequence's block table; cap is fixed at init (the context's blocks), so growing it
@@ -39,9 +76,12 @@ typedef struct atlas_kv_table {
     int32_t *ids; /* [cap] */
     int n;
     int cap;
+    char *salt;   /* owned copy; NULL: none */
+    size_t salt_len;
 } atlas_kv_table;
 
-atlas_status atlas_kv_pool_init(atlas_kv_pool *p, int n_blocks, int block_size);
+/* ATLAS_ERR_INVALID on bad sizes, ATLAS_ERR_IO when no random key can be had. */
+atlas_status atlas_kv_pool_init(atlas_kv_pool *p, const atlas_kv_pool_params *params);
 void atlas_kv_pool_destroy(atlas_kv_pool *p); /* safe on a zeroed pool */
 int atlas_kv_pool_used(const atlas_kv_pool *p);   /* blocks held by sequences */
 int atlas_kv_pool_free(const atlas_kv_pool *p);   /* blocks that can be handed out */
@@ -50,8 +90,11 @@ int atlas_kv_pool_cached(const atlas_kv_pool *p); /* free blocks that keep a pre
 /* Blocks needed to hold n_tokens tokens. */
 int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens);
 
-atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap);
-void atlas_kv_table_destroy(atlas_kv_table *t); /* blocks must have been released */
+/* salt[salt_len] is copied; salt_len 0 (or salt NULL): none.  A table shares blocks only
+ * with tables of the same salt. */
+atlas_status atlas_kv_table_init(atlas_kv_table *t, int cap, const char *salt, size_t salt_len);
+/* Blocks must have been released.  Safe on a zeroed table. */
+void atlas_kv_table_destroy(atlas_kv_table *t);
 
 /* For an empty table: takes the cached blocks that hold a prefix of tokens[n], leaving at
  * least one token to compute.  Returns the number of tokens covered (a multiple of

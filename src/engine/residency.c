@@ -225,7 +225,9 @@ static void load_model(atlas_engine *e, int model, double t0) {
     pthread_mutex_lock(&e->mu);
     md->loading = 0;
     if (st == ATLAS_OK) {
-        st = atlas_kv_pool_init(&md->pool, atlas_model_kv_blocks(m), atlas_model_kv_block_size(m));
+        atlas_kv_pool_params kp = {.n_blocks = atlas_model_kv_blocks(m),
+                                   .block_size = atlas_model_kv_block_size(m)};
+        st = atlas_kv_pool_init(&md->pool, &kp);
         if (st != ATLAS_OK) {
             snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, atlas_last_error());
             pthread_mutex_unlock(&e->mu);

@@ -30,6 +30,7 @@ void atlas_engine_seq_unref(seq *s) {
     atlas_constraint_matcher_free(s->matcher);
     free(s->allowed);
     free(s->kv.ids);
+    free(s->kv.salt);
     free(s->tokens);
     free(s->stop_ids);
     free(s->forced);

@@ -177,6 +177,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.top_logprobs = gp->top_logprobs;
     req.ignore_eos = gp->ignore_eos;
     req.constraint = gp->constraint; /* copied by submit */
+    req.cache_salt = gp->cache_salt;
     g->prompt_tokens = (int)n_ids;
     pthread_mutex_lock(&g->srv->metrics.mu);
     g->srv->metrics.active_requests++;

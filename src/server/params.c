@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "atlas/constraint.h"
+#include "atlas/engine.h"
 #include "atlas/tokenizer.h"
 #include "server/schema.h"
 #include "server/utf8.h"
@@ -242,6 +243,26 @@ static atlas_status parse_logprobs(const json_t *body, atlas_api_kind kind, atla
     return ATLAS_OK;
 }
 
+/* vLLM's "cache_salt": a non-empty string (vLLM refuses ""), whose bytes the engine
+ * compares, so a NUL in it would cut it short; bounded, as it is copied per request. */
+static atlas_status parse_cache_salt(const json_t *body, atlas_gen_params *p,
+                                     const char **param) {
+    const char *salt = NULL;
+    ATLAS_TRY(atlas_param_string(body, "cache_salt", &salt, param));
+    if (!salt) return ATLAS_OK;
+    *param = "cache_salt";
+    size_t len = strlen(salt);
+    if (len != json_string_length(json_object_get(body, "cache_salt")))
+        return atlas_fail(ATLAS_ERR_INVALID, "'cache_salt' holds a NUL character");
+    if (len == 0) return atlas_fail(ATLAS_ERR_INVALID, "'cache_salt' must not be empty");
+    if (len > ATLAS_ENGINE_MAX_CACHE_SALT)
+        return atlas_fail(ATLAS_ERR_INVALID, "'cache_salt' is %zu bytes long: at most %d", len,
+                          ATLAS_ENGINE_MAX_CACHE_SALT);
+    p->cache_salt = salt;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
 /* "response_format": {"type": "text"} (the default), {"type": "json_object"} (the text is
  * then one JSON object, by constrained decoding) or {"type": "json_schema"} (the subset of
  * schema.h; what it cannot enforce is refused by name rather than ignored). */
@@ -290,6 +311,7 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(atlas_param_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));
+    ATLAS_TRY(parse_cache_salt(body, p, param));
     const json_t *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so)) {

@@ -46,6 +46,8 @@ typedef struct atlas_gen_params {
                                    choice i samples with seed sp.seed + i */
     atlas_constraint *constraint; /* response_format json_object, or (chat, set by api.c) the
                                      forced tool call; NULL: none; owned, freed by _free */
+    const char *cache_salt;     /* vLLM's: prefix-cache blocks are shared only within one
+                                   salt; NULL: none; points into the body */
 } atlas_gen_params;
 
 /* Limits on what one request may ask for (each refused with a message naming it). */
