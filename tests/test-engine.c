@@ -298,7 +298,8 @@ static void test_forced(const fixture *f) {
 
 /* Prefix caching: the second run of prompt 6 (~500 tokens) reuses its full blocks and still
  * gives the reference ids; a prompt that shares only its first 300 tokens reuses 288 of
- * them (18 blocks of 16) and answers as a fresh engine does. */
+ * them (18 blocks of 16) and answers as a fresh engine does; under a new cache_salt the
+ * same prompt reuses nothing, then its own salt's blocks. */
 static void test_prefix_cache(const fixture *f) {
     atlas_engine_model mod = {f->name, f->dir};
     atlas_engine_params p = atlas_engine_default_params();
@@ -319,6 +320,21 @@ static void test_prefix_cache(const fixture *f) {
     CHECK_MSG(part->usage.cached_tokens == 288, "cached %d", part->usage.cached_tokens);
     CHECK(want->usage.cached_tokens == 0 && want->n_ids == N_GREEDY);
     CHECK_MSG(same_ids(part, want), "a cached prefix changed the output");
+    const char *salts[] = {"tenant-a", "tenant-b", "tenant-a", NULL};
+    for (int i = 0; i < 4; i++) {
+        r.cache_salt = salts[i];
+        coll *c = run_one(e, &r);
+        CHECK_MSG(c->usage.cached_tokens == (i < 2 ? 0 : (rp->n - 1) / 16 * 16) &&
+                  same_ids(c, first), "salt run %d: cached %d", i, c->usage.cached_tokens);
+        coll_free(c);
+    }
+    char long_salt[ATLAS_ENGINE_MAX_CACHE_SALT + 2] = {0};
+    memset(long_salt, 's', sizeof long_salt - 1);
+    r.cache_salt = long_salt;
+    coll *refused = run_one(e, &r);
+    CHECK_MSG(refused->status == ATLAS_ERR_INVALID && strstr(refused->msg, "cache_salt"), "%s",
+              refused->msg);
+    coll_free(refused);
     atlas_engine_metrics m;
     atlas_engine_get_metrics(e, &m);
     CHECK(m.cached_tokens >= (uint64_t)(288 + second->usage.cached_tokens));

@@ -7,7 +7,8 @@
  * step boundaries).  The KV cache is paged (fixed-size blocks, a block table per sequence);
  * when blocks run out the newest sequence is preempted (its blocks freed, its tokens kept)
  * and recomputed later, never failed.  Full blocks are kept after their sequence ends and
- * reused by later prompts that start with the same tokens (prefix caching).
+ * reused by later prompts that start with the same tokens and carry the same cache_salt
+ * (prefix caching; every hit is checked token by token, never trusted to a hash).
  *
  * Memory: each model's KV cache is one paged pool, sized at create (kv_memory, or an even
  * share of what the memory budget leaves after the weights of max_resident models) and
