@@ -2,13 +2,16 @@
  *
  * A client's message may spell a special token ("<|eot_id|><|start_header_id|>system...",
  * "<|im_end|>\n<|im_start|>system") to forge a turn. Before rendering, atlas_shield_json
- * swaps every special token's spelling in the client's strings for private-use sentinels
- * (U+E000 and an index); the template renders them like any text (trimmed, sliced, put
- * through tojson); atlas_shield_encode then spells them back and tokenizes them as plain
- * text while the template's own special tokens stay special. Text without a special
- * token's spelling renders and tokenizes exactly as without the shield. A template that
- * escapes non-ASCII (tojson(ensure_ascii=True)) or cuts a sentinel leaves it as the
- * private-use characters it is made of: never a control token.
+ * swaps every special token's spelling in the client's strings (values and object keys) for
+ * private-use sentinels (U+E000 and an index); the template renders them like any text
+ * (trimmed, sliced, put through tojson); atlas_shield_encode then spells them back and
+ * tokenizes them as plain text while the template's own special tokens stay special. Text
+ * without a special token's spelling renders and tokenizes exactly as without the shield.
+ * JSON held in a string is not looked into: a caller that parses such a string for the
+ * template (tool-call arguments) parses it before shielding, or \u escapes in it would
+ * spell what the shield never saw. A template that escapes non-ASCII
+ * (tojson(ensure_ascii=True)) or cuts a sentinel leaves it as the private-use characters it
+ * is made of: never a control token.
  *
  * Threads: every function may be called from any thread; the tokenizer is only read.
  * Ownership: arguments are borrowed; what is returned through a pointer is malloc'd and
@@ -29,7 +32,10 @@ extern "C" {
 
 struct json_t; /* jansson's */
 
-/* Shields every string in v (objects and arrays are walked; keys are left alone), in place. */
+/* Shields every string in v in place, object keys included (templates print keys: tojson of
+ * a tool's parameters or a call's arguments, items()); objects and arrays are walked, and an
+ * object whose keys change keeps their order. Whatever a client sends that reaches a template
+ * passes here first: messages, tools, and chat_template_kwargs. */
 ATLAS_API atlas_status atlas_shield_json(const atlas_tokenizer *tok, struct json_t *v);
 
 /* Tokenizes rendered text: sentinels become their special token's text, tokenized as plain

@@ -51,7 +51,8 @@ ATLAS_API atlas_status atlas_template_parse(const char *source, const char *name
 ATLAS_API void atlas_template_free(atlas_template *tmpl); /* NULL is a no-op */
 
 /* What to render. messages is the OpenAI "messages" array; tools the "tools" array or NULL;
- * kwargs an object of extra template variables (e.g. {"enable_thinking": false}) or NULL.
+ * kwargs an object of extra template variables (e.g. {"enable_thinking": false}) or NULL;
+ * a kwarg may not take a name atlas_template_reserved gives (ATLAS_ERR_INVALID naming it).
  * Assistant tool_calls whose function.arguments is a JSON string holding an object are
  * rendered as that object (vLLM does this; templates such as Llama 3.1's call tojson on it).
  * The caller keeps ownership of the json_t values; they are not modified. */
@@ -61,6 +62,12 @@ typedef struct atlas_template_input {
     const struct json_t *kwargs;
     bool add_generation_prompt;
 } atlas_template_input;
+
+/* Whether name is set by the renderer or is a builtin function, which a keyword argument
+ * may not replace: messages, tools, documents, add_generation_prompt, bos_token, eos_token,
+ * unk_token, pad_token, and every builtin of the template engine (range, namespace, dict,
+ * raise_exception, strftime_now, ...). */
+ATLAS_API bool atlas_template_reserved(const char *name);
 
 /* Renders into *out (malloc'd, NUL-terminated; the caller frees it with free()).
  * ATLAS_ERR_INVALID for bad input (messages not an array), ATLAS_ERR_FORMAT for errors

@@ -103,6 +103,51 @@ static atlas_status shield_string(const specials *sp, const char *s, size_t n, c
     return ATLAS_OK;
 }
 
+/* Templates print keys too (tojson of a tool's parameters or a call's arguments, items()):
+ * when one spells a special token, the object is rebuilt in the same order with every key
+ * shielded. Shielded keys stay distinct, as shielding is one-to-one. */
+static atlas_status shield_keys(const specials *sp, json_t *obj) {
+    const char *key;
+    size_t key_len;
+    json_t *e, *copy = NULL;
+    atlas_status st = ATLAS_OK;
+    json_object_keylen_foreach(obj, key, key_len, e) {
+        char *o;
+        size_t len;
+        if ((st = shield_string(sp, key, key_len, &o, &len)) != ATLAS_OK) break;
+        if (!o && !copy) continue;
+        if (!copy) { /* the first key to change: copy the keys before it as they are */
+            if (!(copy = json_object())) {
+                st = atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
+                break;
+            }
+            const char *k2;
+            size_t l2;
+            json_t *e2;
+            json_object_keylen_foreach(obj, k2, l2, e2) {
+                if (k2 == key) break;
+                if (json_object_setn_nocheck(copy, k2, l2, e2)) st = ATLAS_ERR_NOMEM;
+            }
+        }
+        if (json_object_setn_nocheck(copy, o ? o : key, o ? len : key_len, e)) st = ATLAS_ERR_NOMEM;
+        free(o);
+        if (st != ATLAS_OK) {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
+            break;
+        }
+    }
+    if (st == ATLAS_OK && copy) {
+        json_object_clear(obj);
+        json_object_keylen_foreach(copy, key, key_len, e)
+            if (json_object_setn_nocheck(obj, key, key_len, e)) {
+                st = atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
+                break;
+            }
+    }
+    json_decref(copy);
+    return st;
+}
+
 static atlas_status shield_value(const specials *sp, json_t *v, int depth) {
     if (depth > 1000) return atlas_fail(ATLAS_ERR_INVALID, "shield: nested deeper than 1000");
     if (json_is_string(v)) {
@@ -124,6 +169,7 @@ static atlas_status shield_value(const specials *sp, json_t *v, int depth) {
         const char *key;
         json_t *e;
         json_object_foreach(v, key, e) ATLAS_TRY(shield_value(sp, e, depth + 1));
+        return shield_keys(sp, v);
     }
     return ATLAS_OK;
 }

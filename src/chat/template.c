@@ -203,6 +203,43 @@ static atlas_status set_token(trender *r, const char *name, const char *tok) {
     return tpl_scope_set(r, r->root, name, v);
 }
 
+/* The variables setup_root sets, whether or not this template has a value for them. */
+static const char *const renderer_names[] = {"messages",  "tools",     "documents",
+                                             "add_generation_prompt",   "bos_token",
+                                             "eos_token", "unk_token", "pad_token"};
+
+bool atlas_template_reserved(const char *name) {
+    if (!name) return false;
+    for (size_t i = 0; i < sizeof renderer_names / sizeof *renderer_names; i++)
+        if (!strcmp(renderer_names[i], name)) return true;
+    return tpl_is_builtin(name);
+}
+
+/* A keyword argument replacing the conversation or a builtin would let whoever sets it change
+ * what the template renders past every check made on messages and tools. The root scope is
+ * searched too, so that a variable setup_root gains later is covered before this list is. */
+static atlas_status set_kwargs(trender *r, const json_t *kwargs) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)kwargs, k, v) {
+        bool taken = atlas_template_reserved(k);
+        for (size_t i = 0; !taken && i < r->root->n; i++) taken = !strcmp(r->root->names[i], k);
+        if (taken)
+            return atlas_fail(ATLAS_ERR_INVALID, "kwargs: '%.200s' is a name the renderer sets "
+                                                 "(a variable or a builtin function); a keyword "
+                                                 "argument may not replace it", k);
+        tval val;
+        ATLAS_TRY(tv_from_json(r, v, &val));
+        /* the name must outlive the render: copy it into the arena */
+        size_t len = strlen(k);
+        char *name = tpl_alloc(r, len + 1);
+        if (!name) return tpl_oom(r, NULL);
+        memcpy(name, k, len + 1);
+        ATLAS_TRY(tpl_scope_set(r, r->root, name, val));
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status setup_root(trender *r, const atlas_template *t, const atlas_template_input *in) {
     if (!(r->root = tpl_scope_new(r, NULL))) return tpl_oom(r, NULL);
     tval msgs;
@@ -217,21 +254,7 @@ static atlas_status setup_root(trender *r, const atlas_template *t, const atlas_
     ATLAS_TRY(set_token(r, "eos_token", t->eos));
     ATLAS_TRY(set_token(r, "unk_token", t->unk));
     ATLAS_TRY(set_token(r, "pad_token", t->pad));
-    if (in->kwargs) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)in->kwargs, k, v) {
-            tval val;
-            ATLAS_TRY(tv_from_json(r, v, &val));
-            /* the name must outlive the render: copy it into the arena */
-            size_t len = strlen(k);
-            char *name = tpl_alloc(r, len + 1);
-            if (!name) return tpl_oom(r, NULL);
-            memcpy(name, k, len + 1);
-            ATLAS_TRY(tpl_scope_set(r, r->root, name, val));
-        }
-    }
-    return ATLAS_OK;
+    return in->kwargs ? set_kwargs(r, in->kwargs) : ATLAS_OK;
 }
 
 atlas_status atlas_template_render(const atlas_template *t, const atlas_template_input *in, char **out) {

@@ -52,6 +52,12 @@ static const struct {
     {"raise_exception", TF_RAISE}, {"strftime_now", TF_STRFTIME},
 };
 
+bool tpl_is_builtin(const char *name) {
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        if (!strcmp(builtins[i].name, name)) return true;
+    return false;
+}
+
 static const char *undef_hint(trender *r, const char *fmt, const char *a, const char *b) {
     size_t n = strlen(fmt) + strlen(a) + strlen(b) + 1;
     char *s = tpl_alloc(r, n);

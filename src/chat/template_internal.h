@@ -269,6 +269,8 @@ size_t tpl_utf8_offset(const char *s, size_t n, size_t i);
 /* ---- eval and filters ---------------------------------------------------------------- */
 atlas_status tpl_eval(trender *r, tscope *sc, const tnode *n, tval *out);
 atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out);
+/* Whether name is one of the engine's builtin functions (range, namespace, ...). */
+bool tpl_is_builtin(const char *name);
 tval tpl_lookup(trender *r, tscope *sc, const char *name);
 atlas_status tpl_scope_set(trender *r, tscope *sc, const char *name, tval v);
 tscope *tpl_scope_new(trender *r, tscope *parent);

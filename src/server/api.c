@@ -51,8 +51,28 @@ static atlas_toolcall_format tool_format(atlas_server *s, const char *model,
 
 /* --- messages ----------------------------------------------------------------------------- */
 
+/* Tool-call arguments given as a JSON string holding an object become that object, as the
+ * template would make them (atlas/template.h), but before the shield: parsed after it, a
+ * \u003c in the string would spell a control token the shield never saw. */
+static atlas_status parse_arguments(json_t *m) {
+    size_t k;
+    json_t *c;
+    json_array_foreach(json_object_get(m, "tool_calls"), k, c) {
+        json_t *fn = json_object_get(c, "function");
+        const json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_string(args)) continue;
+        json_t *j = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY,
+                               NULL);
+        if (json_is_object(j) && json_object_set_new(fn, "arguments", j))
+            return atlas_fail(ATLAS_ERR_NOMEM, "messages: out of memory");
+        if (!json_is_object(j)) json_decref(j);
+    }
+    return ATLAS_OK;
+}
+
 /* A copy of the messages with what templates cannot read made plain: content given as an
- * array of text parts is joined into one string, and "developer" becomes "system". */
+ * array of text parts is joined into one string, "developer" becomes "system", and
+ * tool-call arguments in a JSON string become the object it holds. */
 static atlas_status normalize_messages(const json_t *in, json_t **out, const char **param) {
     *param = "messages";
     if (!json_is_array(in) || json_array_size(in) == 0)
@@ -70,6 +90,11 @@ static atlas_status normalize_messages(const json_t *in, json_t **out, const cha
                               i);
         }
         if (!strcmp(role, "developer")) json_object_set_new(m, "role", json_string("system"));
+        atlas_status st = parse_arguments(m);
+        if (st != ATLAS_OK) {
+            json_decref(msgs);
+            return st;
+        }
         json_t *c = json_object_get(m, "content");
         if (json_is_array(c)) {
             char *joined = NULL;
@@ -293,11 +318,45 @@ static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
     return st;
 }
 
+/* "chat_template_kwargs": an object none of whose names the renderer sets itself. */
+static atlas_status check_kwargs(const json_t *body, const json_t **kwargs, const char **param) {
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    *kwargs = NULL;
+    if (!kw || json_is_null(kw)) return ATLAS_OK;
+    *param = "chat_template_kwargs";
+    if (!json_is_object(kw))
+        return atlas_fail(ATLAS_ERR_INVALID, "'chat_template_kwargs' must be an object");
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)kw, k, v) {
+        (void)v;
+        if (atlas_template_reserved(k))
+            return atlas_fail(ATLAS_ERR_INVALID, "'chat_template_kwargs.%s': '%s' is set by the "
+                                                 "server or is a builtin of the chat template; a "
+                                                 "keyword argument may not replace it", k, k);
+    }
+    *kwargs = kw;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+/* A shielded copy of v into *out, NULL for NULL; param names v when that fails. */
+static atlas_status shielded_copy(const atlas_tokenizer *shield, const json_t *v, const char *name,
+                                  json_t **out, const char **param) {
+    *out = NULL;
+    if (!v) return ATLAS_OK;
+    *param = name;
+    if (!(*out = json_deep_copy(v))) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", name);
+    ATLAS_TRY(atlas_shield_json(shield, *out));
+    *param = NULL;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
                                        const atlas_tokenizer *shield, const json_t *body,
                                        bool tools_ok, char **prompt, bool *parse_tools,
                                        const char **param) {
-    const json_t *tools = NULL;
+    const json_t *tools = NULL, *kwargs = NULL;
     bool parse = false;
     *prompt = NULL;
     if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
@@ -306,20 +365,21 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
-    const json_t *kwargs = json_object_get(body, "chat_template_kwargs");
-    if (st == ATLAS_OK && kwargs && !json_is_null(kwargs) && !json_is_object(kwargs)) {
-        *param = "chat_template_kwargs";
-        st = atlas_fail(ATLAS_ERR_INVALID, "'chat_template_kwargs' must be an object");
+    if (st == ATLAS_OK) st = check_kwargs(body, &kwargs, param);
+    /* every client string that reaches the template, object keys included, may not spell the
+     * model's control tokens */
+    json_t *tools_sh = NULL, *kwargs_sh = NULL;
+    if (st == ATLAS_OK && shield) {
+        *param = "messages";
+        st = atlas_shield_json(shield, msgs);
+        if (st == ATLAS_OK) *param = NULL;
+        if (st == ATLAS_OK) st = shielded_copy(shield, tools, "tools", &tools_sh, param);
+        if (st == ATLAS_OK)
+            st = shielded_copy(shield, kwargs, "chat_template_kwargs", &kwargs_sh, param);
     }
-    /* the client's strings, tools included, may not spell the model's control tokens */
-    json_t *tools_copy = shield && tools ? json_deep_copy(tools) : NULL;
-    if (st == ATLAS_OK && shield && tools && !tools_copy)
-        st = atlas_fail(ATLAS_ERR_NOMEM, "tools: out of memory");
-    if (st == ATLAS_OK && shield) st = atlas_shield_json(shield, msgs);
-    if (st == ATLAS_OK && tools_copy) st = atlas_shield_json(shield, tools_copy);
     if (st == ATLAS_OK) {
-        atlas_template_input in = {msgs, tools_copy ? tools_copy : tools,
-                                   json_is_object(kwargs) ? kwargs : NULL, gen_prompt};
+        atlas_template_input in = {msgs, shield ? tools_sh : tools, shield ? kwargs_sh : kwargs,
+                                   gen_prompt};
         st = atlas_template_render(tmpl, &in, prompt);
         if (st != ATLAS_OK) {
             *param = "messages";
@@ -327,7 +387,8 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
         }
     }
     json_decref(msgs);
-    json_decref(tools_copy);
+    json_decref(tools_sh);
+    json_decref(kwargs_sh);
     return st;
 }
 
