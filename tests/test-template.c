@@ -395,6 +395,64 @@ static void test_variables(void) {
     free(out);
 }
 
+/* A keyword argument may not replace what the renderer sets or a builtin: the names listed
+ * are refused by name, and so is any name a template sees as defined without kwargs. */
+static void test_reserved_kwargs(void) {
+    static const char *const listed[] = {"messages",  "tools",           "documents",
+                                         "add_generation_prompt",      "bos_token",
+                                         "eos_token", "unk_token",       "pad_token",
+                                         "raise_exception", "strftime_now", "range",
+                                         "namespace", "dict"};
+    static const char *const others[] = {"lipsum", "cycler", "joiner", "loop", "caller",
+                                         "self", "varargs", "kwargs", "enable_thinking",
+                                         "date_string", "Messages"};
+    atlas_template *t = NULL;
+    char *out = NULL;
+    CHECK_OK(atlas_template_parse("{{ x }}", "t", "<s>", "</s>", &t));
+    if (!t) return;
+    for (size_t i = 0; i < sizeof listed / sizeof *listed; i++) {
+        char kw[96];
+        snprintf(kw, sizeof kw, "{\"x\": 1, \"%s\": \"evil\"}", listed[i]);
+        CHECK_MSG(atlas_template_reserved(listed[i]), "%s is not reserved", listed[i]);
+        CHECK(atlas_template_render_str(t, "[]", NULL, true, kw, &out) == ATLAS_ERR_INVALID);
+        CHECK(out == NULL);
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "'%s'", listed[i]);
+        CHECK_MSG(strstr(atlas_last_error(), quoted), "%s: %s", listed[i], atlas_last_error());
+    }
+    CHECK(!atlas_template_reserved(NULL));
+    /* whatever a template sees as defined before kwargs is reserved; the rest may be set */
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        char src[96];
+        snprintf(src, sizeof src, "{{ %s is defined }}", others[i]);
+        atlas_template *d = NULL;
+        CHECK_OK(atlas_template_parse(src, "d", "<s>", "</s>", &d));
+        if (d && atlas_template_render_str(d, "[]", NULL, true, NULL, &out) == ATLAS_OK)
+            CHECK_MSG(!strcmp(out, "True") == atlas_template_reserved(others[i]),
+                      "%s: defined %s, reserved %d", others[i], out, atlas_template_reserved(others[i]));
+        free(out);
+        out = NULL;
+        atlas_template_free(d);
+    }
+    for (size_t i = 0; i < sizeof listed / sizeof *listed; i++) {
+        char src[96];
+        snprintf(src, sizeof src, "{{ %s is defined }}", listed[i]);
+        atlas_template *d = NULL;
+        CHECK_OK(atlas_template_parse(src, "d", "<s>", "</s>", &d));
+        /* unk_token and pad_token are reserved even where this template has none */
+        if (d && atlas_template_render_str(d, "[]", NULL, true, NULL, &out) == ATLAS_OK)
+            CHECK_MSG(!strcmp(out, "True") || strstr(listed[i], "_token"), "%s undefined", listed[i]);
+        free(out);
+        out = NULL;
+        atlas_template_free(d);
+    }
+    out = NULL;
+    CHECK_OK(atlas_template_render_str(t, "[]", NULL, true, "{\"x\": \"ok\", \"date_string\": 1}", &out));
+    CHECK(out && !strcmp(out, "ok"));
+    free(out);
+    atlas_template_free(t);
+}
+
 /* `atlas template` end to end: the Qwen3 tool round of chat-qwen3.json through files and
  * the real binary, compared byte for byte. */
 static void test_cli(void) {
@@ -499,6 +557,7 @@ int main(void) {
     test_tests();
     test_errors();
     test_variables();
+    test_reserved_kwargs();
     test_threads();
     test_cli();
     return harness_finish();
