@@ -23,7 +23,8 @@ static void usage(FILE *f) {
             "  -m, --model DIR          model directory with tokenizer_config.json (default %s)\n"
             "  --no-generation-prompt   render without add_generation_prompt\n"
             "  --tools FILE             JSON file with the \"tools\" array\n"
-            "  --kwargs JSON            extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+            "  --kwargs JSON            extra template variables, e.g. '{\"enable_thinking\": false}';\n"
+            "                           not messages, tools, the special tokens or a builtin\n"
             "  --tool-format            print the tool-call format the server would parse, and exit\n"
             "  -h, --help               this help\n",
             atlas_cli_default_model());
