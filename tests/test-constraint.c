@@ -102,7 +102,8 @@ static void test_json_accept(void) {
     atlas_constraint *c = json_program();
     const char *good[] = {
         "{}",
-        " \n{ }",
+        "\n{ }",
+        "{\n  \"a\": [\n\t\t1,\n    2\n  ]\n}",
         "{\"a\":1}",
         "{\"\":\"\"}",
         "{\"a\": [1, -0.5e+10, 0, -0, 10.25E-3, true, false, null, \"x\"], \"b\": {\"c\": {}}}",
@@ -155,15 +156,20 @@ static void test_json_accept(void) {
     deep[n - 1] = 0;
     CHECK(prefix_ok(c, deep));
 
-    /* whitespace runs outside strings: at most 16 */
+    /* whitespace outside strings: none, one space, or a newline and an indent of at most 20
+     * spaces or tabs; no runs of spaces, no blank lines */
     char ws[64];
-    snprintf(ws, sizeof ws, "{\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS, "");
+    snprintf(ws, sizeof ws, "{\"a\":\n%*s1}", ATLAS_CONSTRAINT_MAX_INDENT, "");
     CHECK(MATCH(c, ws));
-    snprintf(ws, sizeof ws, "{\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS + 1, "");
+    snprintf(ws, sizeof ws, "{\"a\":\n%*s1}", ATLAS_CONSTRAINT_MAX_INDENT + 1, "");
     CHECK(!MATCH(c, ws));
-    snprintf(ws, sizeof ws, "{%*s\"a\":%*s1}", ATLAS_CONSTRAINT_MAX_WS, "",
-             ATLAS_CONSTRAINT_MAX_WS, ""); /* the count restarts after other bytes */
+    snprintf(ws, sizeof ws, "{\n%*s\"a\":\n%*s1}", ATLAS_CONSTRAINT_MAX_INDENT, "",
+             ATLAS_CONSTRAINT_MAX_INDENT, ""); /* the count restarts after other bytes */
     CHECK(MATCH(c, ws));
+    const char *runs[] = {"{\"a\":  1}", "{\"a\": \n1}", "{\"a\":\n\n1}", "{\"a\":\t1}",
+                          "{\"a\":\r\n1}", "{\"a\": 1 ,  \"b\": 2}", "{  }", "  {}"};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
+        CHECK_MSG(!MATCH(c, runs[i]), "runs[%zu] %s", i, runs[i]);
     atlas_constraint_free(c);
 
     /* JSON inside a tool-call program */
@@ -242,7 +248,7 @@ static void test_json_values(void) {
     /* strings, arrays and objects end by themselves */
     CHECK_OK(atlas_constraint_new(&c));
     CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_STRING));
-    CHECK(MATCH(c, "\"ab\"") && MATCH(c, "  \"\"") && !MATCH(c, "\"ab") && !MATCH(c, "ab"));
+    CHECK(MATCH(c, "\"ab\"") && MATCH(c, "\n  \"\"") && !MATCH(c, "\"ab") && !MATCH(c, "ab"));
     CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_ARRAY));
     CHECK(MATCH(c, "\"\"[1,[2]]") && !MATCH(c, "\"\"[1,[2]"));
     atlas_constraint_free(c);
@@ -424,6 +430,170 @@ static void test_hand_vocab(void) {
     atlas_constraint_vocab_free(v);
 }
 
+/* A program: a literal, a value of kind (-1: none), a literal. */
+static atlas_constraint *prog(const char *head, int kind, const char *tail) {
+    atlas_constraint *a = NULL;
+    CHECK_OK(atlas_constraint_new(&a));
+    CHECK_OK(atlas_constraint_add_literal(a, head, strlen(head)));
+    if (kind >= 0) CHECK_OK(atlas_constraint_add_json_value(a, kind));
+    CHECK_OK(atlas_constraint_add_literal(a, tail, strlen(tail)));
+    return a;
+}
+
+#define ALTS(c, keys, rest, n) \
+    atlas_constraint_add_alternatives((c), (keys), (const atlas_constraint *const *)(rest), (n))
+
+/* One of several programs, chosen by the key before each; the refused layouts. */
+static void test_alternatives(void) {
+    const char *keys[] = {"get_weather\"", "get_time\"", "get\""};
+    atlas_constraint *rest[3] = {
+        prog(", \"arguments\": {\"city\": ", ATLAS_CONSTRAINT_JSON_STRING, "}"),
+        prog(", \"arguments\": {\"utc\": ", ATLAS_CONSTRAINT_JSON_BOOLEAN, "}"),
+        NULL,
+    };
+    CHECK_OK(atlas_constraint_new(&rest[2]));
+    CHECK_OK(atlas_constraint_add_json_value(rest[2], ATLAS_CONSTRAINT_JSON_ANY));
+    CHECK_OK(atlas_constraint_add_literal(rest[2], "!", 1));
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_literal(c, "{\"name\": \"", 10));
+    CHECK_OK(ALTS(c, keys, rest, 3));
+    CHECK_OK(atlas_constraint_add_literal(c, "}", 1));
+    const char *good[] = {
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+        "{\"name\": \"get_time\", \"arguments\": {\"utc\": true}}",
+        "{\"name\": \"get\"-12.5e3!}",
+    };
+    for (size_t i = 0; i < 3; i++) CHECK_MSG(MATCH(c, good[i]), "good[%zu] %s", i, good[i]);
+    const char *bad[] = {
+        "{\"name\": \"get_weather\", \"arguments\": {\"utc\": true}}",
+        "{\"name\": \"get_time\", \"arguments\": {\"utc\": \"yes\"}}",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}",
+        "{\"name\": \"got\", \"arguments\": {}}",
+        "{\"name\": \"get\"1}",
+    };
+    for (size_t i = 0; i < 5; i++) CHECK_MSG(!MATCH(c, bad[i]), "bad[%zu] %s", i, bad[i]);
+    /* a copy matches the same (the engine keeps one per request) */
+    atlas_constraint *d = NULL;
+    CHECK_OK(atlas_constraint_copy(c, &d));
+    atlas_constraint_free(c);
+    CHECK(d && MATCH(d, good[1]) && !MATCH(d, bad[1]));
+    atlas_constraint_free(d);
+    /* alternatives nested in alternatives, an empty program after a key */
+    atlas_constraint *inner = NULL, *outer[2] = {NULL, NULL};
+    CHECK_OK(atlas_constraint_new(&inner));
+    CHECK_OK(ALTS(inner, keys, rest, 2));
+    CHECK_OK(atlas_constraint_add_literal(inner, ">", 1));
+    outer[0] = inner;
+    const char *okeys[] = {"<", "none"};
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(ALTS(c, okeys, outer, 2));
+    CHECK_OK(atlas_constraint_add_literal(c, "!", 1));
+    CHECK(MATCH(c, "<get_time\", \"arguments\": {\"utc\": false}>!"));
+    CHECK(MATCH(c, "none!"));
+    CHECK(!MATCH(c, "<get_time\", \"arguments\": {\"utc\": false}!"));
+    CHECK(!MATCH(c, "none.!"));
+    atlas_constraint_free(c);
+    /* refused: a key that begins another, an empty key, a number at a program's end, a
+     * number before keys that could continue it */
+    const char *pre[] = {"ab", "abc"}, *empty[] = {""}, *digit[] = {"1"}, *x[] = {"x"};
+    atlas_constraint *num[1] = {prog("n", ATLAS_CONSTRAINT_JSON_NUMBER, "")};
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK(ALTS(c, pre, NULL, 2) == ATLAS_ERR_INVALID);
+    CHECK(ALTS(c, empty, NULL, 1) == ATLAS_ERR_INVALID);
+    CHECK(ALTS(c, x, num, 1) == ATLAS_ERR_INVALID);
+    CHECK(ALTS(c, x, NULL, 0) == ATLAS_ERR_RANGE);
+    CHECK(atlas_constraint_n_segments(c) == 0); /* each failure left it as it was */
+    CHECK_OK(atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_INTEGER));
+    CHECK(ALTS(c, digit, NULL, 1) == ATLAS_ERR_INVALID);
+    CHECK_OK(ALTS(c, x, NULL, 1));
+    CHECK(MATCH(c, "-12x"));
+    atlas_constraint_free(c);
+    atlas_constraint_free(num[0]);
+    atlas_constraint_free(inner);
+    for (int i = 0; i < 3; i++) atlas_constraint_free(rest[i]);
+}
+
+/* Free text where a trigger (a strict tool's call, once named) starts a program; tokens
+ * without bytes and the end are allowed only in the free text; masks against the bytes. */
+static void test_free_text(void) {
+    const char *trig[] = {"<call>{\"name\": \"f\"", "<call>{\"name\": \"g\""};
+    atlas_constraint *rest[2] = {
+        prog(", \"args\": {\"n\": ", ATLAS_CONSTRAINT_JSON_INTEGER, "}}</call>"),
+        prog("}</call>", -1, ""),
+    };
+    atlas_constraint *c = NULL;
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_free_text(c, trig, (const atlas_constraint *const *)rest, 2));
+    CHECK(atlas_constraint_add_literal(c, "x", 1) == ATLAS_ERR_INVALID); /* nothing after */
+    CHECK(atlas_constraint_add_free_text(c, trig, NULL, 1) == ATLAS_ERR_INVALID);
+    const char *ok[] = {
+        "",
+        "any text at all <call> <b> {\"name\": \"f",
+        "I call <call>{\"name\": \"f\", \"args\": {\"n\": 42}}</call> and more text",
+        "<<call>{\"name\": \"g\"}</call><call>{\"name\": \"h\", \"x\": 1}",
+        "<call>{\"name\": <call>{\"name\": \"f\", \"args\": {\"n\": -1}}</call>",
+        "<call>{\"name\": \"ff\", \"args\": {\"n\": \"text\"}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        atlas_constraint_matcher *m = NULL;
+        CHECK_OK(atlas_constraint_matcher_new(c, NULL, &m));
+        CHECK_MSG(atlas_constraint_matcher_accept_bytes(m, ok[i], strlen(ok[i])) == ATLAS_OK &&
+                  atlas_constraint_matcher_can_end(m) && !atlas_constraint_matcher_done(m),
+                  "ok[%zu] %s", i, ok[i]);
+        atlas_constraint_matcher_free(m);
+    }
+    const char *refused[] = {
+        "text <call>{\"name\": \"f\", \"args\": {\"n\": \"x\"}}",
+        "<call>{\"name\": \"f\", \"args\": {\"n\": 1.5}}",
+        "<call>{\"name\": \"g\", \"args\": {}}",
+        "<ca<call>{\"name\": \"f\", \"x",
+        "<call>{\"name\": \"f\",\"args\"",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        CHECK_MSG(!prefix_ok(c, refused[i]), "refused[%zu] %s", i, refused[i]);
+    /* inside a call the text may not end */
+    atlas_constraint_matcher *m = NULL;
+    CHECK_OK(atlas_constraint_matcher_new(c, NULL, &m));
+    const char *open = "hi <call>{\"name\": \"f\", \"args\": {";
+    CHECK_OK(atlas_constraint_matcher_accept_bytes(m, open, strlen(open)));
+    CHECK(!atlas_constraint_matcher_can_end(m));
+    atlas_constraint_matcher_free(m);
+
+    /* masks: every token the bytes allow, the byteless ones only in free text */
+    const char *bytes[] = {"<", "call", ">", "<call>", "{\"", "name", "\": \"", "f", "\",",
+                           " \"args\": {\"n\": ", "7", "}}", "</call>", "x", NULL, "\"}",
+                           "g", "\"x\"", "<call>{\"name\": \"f\", \"args\": {\"n\": 1"};
+    enum { N = sizeof bytes / sizeof *bytes };
+    size_t lens[N];
+    for (int i = 0; i < N; i++) lens[i] = bytes[i] ? strlen(bytes[i]) : 0;
+    atlas_constraint_vocab *v = NULL;
+    CHECK_OK(atlas_constraint_vocab_new(bytes, lens, N, &v));
+    CHECK_OK(atlas_constraint_matcher_new(c, v, &m));
+    const int walk[] = {13, 14, 0, 13, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 18, 11, 12, 14};
+    char text[512];
+    size_t tl = 0;
+    uint8_t mask[N];
+    int ids[N], k = 0; /* check_mask knows no byteless tokens: they are checked here */
+    for (int id = 0; id < N; id++)
+        if (lens[id]) ids[k++] = id;
+    for (size_t i = 0; i < sizeof walk / sizeof *walk; i++) {
+        int na = atlas_constraint_matcher_allowed(m, mask, N);
+        CHECK_MSG(mask[14] == atlas_constraint_matcher_can_end(m), "step %zu: no bytes", i);
+        CHECK_MSG(check_mask(c, v, text, tl, bytes, lens, N, mask, ids, k) == 0, "step %zu", i);
+        CHECK(na > 0);
+        CHECK_MSG(mask[walk[i]], "step %zu: token %d", i, walk[i]);
+        CHECK_OK(atlas_constraint_matcher_accept(m, walk[i]));
+        memcpy(text + tl, bytes[walk[i]] ? bytes[walk[i]] : "", lens[walk[i]]);
+        tl += lens[walk[i]];
+    }
+    CHECK(atlas_constraint_matcher_can_end(m));
+    atlas_constraint_matcher_free(m);
+    atlas_constraint_vocab_free(v);
+    atlas_constraint_free(c);
+    for (int i = 0; i < 2; i++) atlas_constraint_free(rest[i]);
+}
+
 /* xorshift for the random walks */
 static uint64_t rnd(uint64_t *s) {
     *s ^= *s << 13;
@@ -593,6 +763,8 @@ static void test_tokenizer_vocab(void) {
 }
 
 int main(void) {
+    test_alternatives();
+    test_free_text();
     test_literal_choice();
     test_json_accept();
     test_toolcall_shapes();

@@ -6,15 +6,26 @@
  *   CHOICE       exactly one of n strings;
  *   JSON_OBJECT  one JSON object (RFC 8259), with limits so that a model cannot run away and
  *                every completed object parses with common parsers (jansson included):
- *                nesting at most ATLAS_CONSTRAINT_MAX_DEPTH, at most
- *                ATLAS_CONSTRAINT_MAX_WS whitespace bytes in a row outside strings, strings
- *                of valid UTF-8 with valid escapes (surrogates paired, no \u0000), integer
- *                parts of at most 18 digits and exponents of at most 2 (so that integers fit
- *                64 bits and reals a double).  Leading whitespace is allowed (within the
- *                same cap); the object ends at its closing brace.
+ *                nesting at most ATLAS_CONSTRAINT_MAX_DEPTH; whitespace outside strings as
+ *                llama.cpp's JSON grammar has it (none, one space, or one newline and at
+ *                most ATLAS_CONSTRAINT_MAX_INDENT spaces or tabs, between any two tokens),
+ *                strings of valid UTF-8 with valid escapes (surrogates paired, no \u0000),
+ *                integer parts of at most 18 digits and exponents of at most 2 (so that
+ *                integers fit 64 bits and reals a double).  Leading whitespace is allowed
+ *                (by the same rule); the object ends at its closing brace.
  *   JSON value   the same grammar for one value of a kind (atlas_constraint_json_kind):
  *                any value, an array, a string, a number, an integer, a boolean, an array
  *                of one of these four; null allowed or not.
+ *   ALTERNATIVES one of n keys (strings, no key a prefix of another), each followed by its
+ *                own program: the text goes on with the program of the key it starts with.
+ *   FREE TEXT    any bytes, in which each appearance of a trigger (one of n keys, as
+ *                above) goes on with that key's program, then free text again
+ *                (OpenAI's strict tools under tool_choice "auto": free text, but a call of
+ *                a strict tool, once its name is written, follows the tool's schema).  It
+ *                never completes: it is the last segment, and tokens without bytes (special
+ *                ones, eos) are allowed in it, so the sequence ends as unconstrained text
+ *                does (atlas_constraint_matcher_can_end).  A trigger is found in the text
+ *                whatever comes before it, overlapping starts included.
  * The program is complete when the last segment is.  Matching is deterministic: a CHOICE
  * where one option is a proper prefix of another must be followed by a LITERAL whose first
  * byte cannot continue the longer option, and a value that may be a number (ANY, NUMBER,
@@ -54,7 +65,7 @@ typedef struct atlas_tokenizer atlas_tokenizer; /* atlas/tokenizer.h */
 
 enum {
     ATLAS_CONSTRAINT_MAX_DEPTH = 32,    /* nesting of objects and arrays in a JSON_OBJECT */
-    ATLAS_CONSTRAINT_MAX_WS = 16,       /* whitespace bytes in a row outside strings */
+    ATLAS_CONSTRAINT_MAX_INDENT = 20,   /* spaces or tabs after a newline outside strings */
     ATLAS_CONSTRAINT_MAX_SEGMENTS = 4096, /* segments of one program */
     ATLAS_CONSTRAINT_MAX_OPTIONS = 1024,/* strings of one CHOICE */
     ATLAS_CONSTRAINT_MAX_BYTES = 65536, /* bytes of one LITERAL or CHOICE option */
@@ -97,6 +108,22 @@ enum { ATLAS_CONSTRAINT_JSON_NULLABLE = 0x100 };
 /* kind: an atlas_constraint_json_kind, possibly | ATLAS_CONSTRAINT_JSON_NULLABLE. */
 ATLAS_API atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind);
 
+/* One of n alternatives (n in 1 .. ATLAS_CONSTRAINT_MAX_OPTIONS): keys[i], a non-empty
+ * NUL-terminated string, then the program rest[i] (copied; rest or rest[i] NULL: nothing),
+ * which has no free text and may end where it ends (see above).  The keys must be
+ * prefix-free.  ATLAS_ERR_INVALID otherwise. */
+ATLAS_API atlas_status atlas_constraint_add_alternatives(atlas_constraint *c,
+                                                         const char *const *keys,
+                                                         const atlas_constraint *const *rest,
+                                                         int n);
+
+/* Free text with n triggers, each followed by its program, as for alternatives.  Nothing
+ * may be added after it (ATLAS_ERR_INVALID). */
+ATLAS_API atlas_status atlas_constraint_add_free_text(atlas_constraint *c,
+                                                      const char *const *triggers,
+                                                      const atlas_constraint *const *rest,
+                                                      int n);
+
 /* A deep copy (the engine keeps one per request). */
 ATLAS_API atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out);
 
@@ -129,8 +156,8 @@ ATLAS_API atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
 ATLAS_API void atlas_constraint_matcher_free(atlas_constraint_matcher *m); /* NULL: no-op */
 
 /* Sets allowed[id] to 1 for every token whose bytes are all accepted from the current state
- * and 0 for the others, for id in [0, n); ids at or beyond the vocabulary's size are 0.
- * Returns the number allowed (0 when the program is complete: nothing may follow). */
+ * and 0 for the others, for id in [0, n); ids at or beyond the vocabulary's size are 0; in
+ * free text, tokens without bytes too.  Returns the number allowed (0 when the program is complete: nothing may follow). */
 ATLAS_API int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed,
                                                int n);
 
@@ -145,6 +172,11 @@ ATLAS_API atlas_status atlas_constraint_matcher_accept_bytes(atlas_constraint_ma
 
 /* True once the program is complete (the last segment's last byte was accepted). */
 ATLAS_API bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m);
+
+/* True when the text may end here: the program is complete, or the matcher is in free text
+ * (not inside a triggered program).  Tokens without bytes are then allowed and accepted as
+ * nothing; elsewhere they are never allowed. */
+ATLAS_API bool atlas_constraint_matcher_can_end(const atlas_constraint_matcher *m);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
-/* engine/constraint.c — constraint programs, sorted token vocabularies and the matcher
- * (atlas/constraint.h).
+/* engine/constraint.c — sorted token vocabularies and the matcher (atlas/constraint.h);
+ * programs are built by constraint_program.c.
  *
  * The matcher is a byte automaton: one small state struct (which segment, where in it, and
  * for JSON the grammar state, a bit stack of open containers and a few counters), advanced
@@ -14,200 +14,7 @@
 
 #include "atlas/tokenizer.h"
 #include "core/error.h"
-
-/* ---- programs --------------------------------------------------------------------------- */
-
-typedef enum seg_kind { SEG_LITERAL = 0, SEG_CHOICE, SEG_JSON } seg_kind;
-
-typedef struct seg {
-    seg_kind kind;
-    char *lit;          /* LITERAL: [len] bytes */
-    size_t len;
-    char **opt;         /* CHOICE: [n_opt] NUL-terminated, sorted (bytewise), unique */
-    size_t *opt_len;
-    int n_opt;
-    int has_prefix;     /* some option is a proper prefix of another */
-    uint8_t cont[32];   /* bit b: some option continues another (that is its prefix) with b */
-    atlas_constraint_json_kind jkind; /* JSON */
-    int nullable;       /* JSON: null instead of the value */
-} seg;
-
-struct atlas_constraint {
-    seg *segs;
-    int n;
-};
-
-static void seg_clear(seg *s) {
-    free(s->lit);
-    for (int i = 0; i < s->n_opt; i++) free(s->opt[i]);
-    free(s->opt);
-    free(s->opt_len);
-    memset(s, 0, sizeof *s);
-}
-
-atlas_status atlas_constraint_new(atlas_constraint **out) {
-    *out = calloc(1, sizeof **out);
-    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-    return ATLAS_OK;
-}
-
-void atlas_constraint_free(atlas_constraint *c) {
-    if (!c) return;
-    for (int i = 0; i < c->n; i++) seg_clear(&c->segs[i]);
-    free(c->segs);
-    free(c);
-}
-
-int atlas_constraint_n_segments(const atlas_constraint *c) { return c->n; }
-
-static int bit_get(const uint8_t *set, unsigned b) { return set[b >> 3] >> (b & 7) & 1; }
-
-/* What may follow the last segment (next: the segment to add, NULL at the end): a CHOICE
- * whose options are prefixes of one another needs a LITERAL whose first byte no longer
- * option could take there, and a value that may be a number a LITERAL whose first byte
- * cannot continue a number (see the header). */
-static atlas_status check_after(const atlas_constraint *c, const seg *next) {
-    if (c->n == 0) return ATLAS_OK;
-    const seg *prev = &c->segs[c->n - 1];
-    int first = next && next->kind == SEG_LITERAL ? (unsigned char)next->lit[0] : -1;
-    if (prev->kind == SEG_CHOICE && prev->has_prefix &&
-        (first < 0 || bit_get(prev->cont, (unsigned)first)))
-        return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a choice whose options "
-                          "are prefixes of one another must be followed by a literal that "
-                          "tells them apart", c->n - 1);
-    int numeric = prev->jkind == ATLAS_CONSTRAINT_JSON_ANY ||
-                  prev->jkind == ATLAS_CONSTRAINT_JSON_NUMBER ||
-                  prev->jkind == ATLAS_CONSTRAINT_JSON_INTEGER;
-    if (prev->kind == SEG_JSON && numeric &&
-        (first < 0 || (first >= '0' && first <= '9') || strchr(".eE+-", first)))
-        return atlas_fail(ATLAS_ERR_INVALID, "constraint: segment %d: a value that may be a "
-                          "number must be followed by a literal that cannot continue it",
-                          c->n - 1);
-    return ATLAS_OK;
-}
-
-/* Appends *s (taking its memory on success; clearing it on failure). */
-static atlas_status push_seg(atlas_constraint *c, seg *s) {
-    atlas_status st = ATLAS_OK;
-    if (c->n >= ATLAS_CONSTRAINT_MAX_SEGMENTS)
-        st = atlas_fail(ATLAS_ERR_RANGE, "constraint: more than %d segments",
-                        ATLAS_CONSTRAINT_MAX_SEGMENTS);
-    if (st == ATLAS_OK) st = check_after(c, s);
-    seg *segs = st == ATLAS_OK ? realloc(c->segs, (size_t)(c->n + 1) * sizeof *segs) : NULL;
-    if (st == ATLAS_OK && !segs) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-    if (st != ATLAS_OK) {
-        seg_clear(s);
-        return st;
-    }
-    c->segs = segs;
-    c->segs[c->n++] = *s;
-    return ATLAS_OK;
-}
-
-atlas_status atlas_constraint_add_literal(atlas_constraint *c, const char *text, size_t len) {
-    if (len == 0) return ATLAS_OK;
-    seg *last = c->n > 0 ? &c->segs[c->n - 1] : NULL;
-    size_t have = last && last->kind == SEG_LITERAL ? last->len : 0;
-    if (len > ATLAS_CONSTRAINT_MAX_BYTES - have)
-        return atlas_fail(ATLAS_ERR_RANGE, "constraint: a literal of %zu bytes (at most %d)",
-                          have + len, ATLAS_CONSTRAINT_MAX_BYTES);
-    if (have) { /* merged into the literal before: nothing new to check */
-        char *lit = realloc(last->lit, have + len);
-        if (!lit) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-        memcpy(lit + have, text, len);
-        last->lit = lit;
-        last->len = have + len;
-        return ATLAS_OK;
-    }
-    seg s = {.kind = SEG_LITERAL, .len = len, .lit = malloc(len)};
-    if (!s.lit) return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-    memcpy(s.lit, text, len);
-    return push_seg(c, &s);
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorts and dedups the options, then finds which are prefixes of others. */
-static void choice_index(seg *s) {
-    qsort(s->opt, (size_t)s->n_opt, sizeof *s->opt, cmp_str);
-    int n = 0;
-    for (int i = 0; i < s->n_opt; i++) {
-        if (n > 0 && !strcmp(s->opt[n - 1], s->opt[i])) {
-            free(s->opt[i]);
-            continue;
-        }
-        s->opt[n++] = s->opt[i];
-    }
-    s->n_opt = n;
-    for (int i = 0; i < n; i++) s->opt_len[i] = strlen(s->opt[i]);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < j; i++) /* a prefix sorts before what it prefixes */
-            if (s->opt_len[i] < s->opt_len[j] && !memcmp(s->opt[i], s->opt[j], s->opt_len[i])) {
-                unsigned b = (unsigned char)s->opt[j][s->opt_len[i]];
-                s->has_prefix = 1;
-                s->cont[b >> 3] |= (uint8_t)(1u << (b & 7));
-            }
-}
-
-atlas_status atlas_constraint_add_choice(atlas_constraint *c, const char *const *options, int n) {
-    if (n < 1 || n > ATLAS_CONSTRAINT_MAX_OPTIONS || !options)
-        return atlas_fail(ATLAS_ERR_RANGE, "constraint: a choice of %d strings (1 to %d)", n,
-                          ATLAS_CONSTRAINT_MAX_OPTIONS);
-    for (int i = 0; i < n; i++)
-        if (!options[i] || strlen(options[i]) > ATLAS_CONSTRAINT_MAX_BYTES)
-            return atlas_fail(ATLAS_ERR_RANGE, "constraint: choice option %d is NULL or longer "
-                              "than %d bytes", i, ATLAS_CONSTRAINT_MAX_BYTES);
-    seg s = {.kind = SEG_CHOICE};
-    s.opt = calloc((size_t)n, sizeof *s.opt);
-    s.opt_len = calloc((size_t)n, sizeof *s.opt_len);
-    if (!s.opt || !s.opt_len) {
-        seg_clear(&s);
-        return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-    }
-    for (; s.n_opt < n; s.n_opt++)
-        if (!(s.opt[s.n_opt] = strdup(options[s.n_opt]))) {
-            seg_clear(&s);
-            return atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
-        }
-    choice_index(&s);
-    return push_seg(c, &s);
-}
-
-atlas_status atlas_constraint_add_json_value(atlas_constraint *c, int kind) {
-    int base = kind & ~ATLAS_CONSTRAINT_JSON_NULLABLE;
-    if (base < 0 || base > ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN)
-        return atlas_fail(ATLAS_ERR_RANGE, "constraint: JSON value kind %d", kind);
-    seg s = {.kind = SEG_JSON, .jkind = (atlas_constraint_json_kind)base,
-             .nullable = (kind & ATLAS_CONSTRAINT_JSON_NULLABLE) != 0};
-    return push_seg(c, &s);
-}
-
-atlas_status atlas_constraint_add_json_object(atlas_constraint *c) {
-    return atlas_constraint_add_json_value(c, ATLAS_CONSTRAINT_JSON_OBJECT);
-}
-
-atlas_status atlas_constraint_copy(const atlas_constraint *c, atlas_constraint **out) {
-    *out = NULL;
-    atlas_constraint *d;
-    ATLAS_TRY(atlas_constraint_new(&d));
-    atlas_status st = ATLAS_OK;
-    for (int i = 0; st == ATLAS_OK && i < c->n; i++) {
-        const seg *s = &c->segs[i];
-        if (s->kind == SEG_LITERAL) st = atlas_constraint_add_literal(d, s->lit, s->len);
-        else if (s->kind == SEG_JSON)
-            st = atlas_constraint_add_json_value(
-                d, (int)s->jkind | (s->nullable ? ATLAS_CONSTRAINT_JSON_NULLABLE : 0));
-        else st = atlas_constraint_add_choice(d, (const char *const *)s->opt, s->n_opt);
-    }
-    if (st != ATLAS_OK) {
-        atlas_constraint_free(d);
-        return st;
-    }
-    *out = d;
-    return ATLAS_OK;
-}
+#include "engine/constraint_internal.h"
 
 /* ---- vocabularies ----------------------------------------------------------------------- */
 
@@ -376,7 +183,8 @@ typedef struct cstate {
     uint16_t lo, hi;  /* CHOICE: options [lo, hi) still possible */
     uint8_t js;       /* JSON state */
     uint8_t depth;    /* containers open */
-    uint8_t ws;       /* whitespace run */
+    uint8_t ws;       /* whitespace before the next token: 0 none, 1 a space, 2 + k a newline
+                         and k spaces or tabs */
     uint8_t nlen;     /* digits in the number part being read */
     uint8_t u8need;   /* UTF-8 continuation bytes still due */
     uint8_t u8lo, u8hi; /* range of the next one */
@@ -390,13 +198,18 @@ typedef struct cstate {
 /* No padding: states are compared with memcmp (the mask cache below). */
 _Static_assert(sizeof(cstate) == 28, "cstate has padding");
 
-/* Enters segment i (or completion), skipping a CHOICE whose only option is "". */
+/* Enters segment i (or completion), following jumps and skipping a CHOICE whose only
+ * option is "". */
 static void enter(const atlas_constraint *c, cstate *s, int i) {
     for (;; i++) {
         memset(s, 0, sizeof *s);
         s->seg = i;
         if (i >= c->n) return;
         const seg *g = &c->segs[i];
+        if (g->kind == SEG_JUMP) {
+            i = g->jump - 1;
+            continue;
+        }
         if (g->kind == SEG_JSON) {
             static const uint8_t start[] = {
                 [ATLAS_CONSTRAINT_JSON_OBJECT] = J_START, [ATLAS_CONSTRAINT_JSON_ANY] = J_VALUE,
@@ -411,13 +224,25 @@ static void enter(const atlas_constraint *c, cstate *s, int i) {
                 [ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN] = J_START_ARR};
             s->js = start[g->jkind];
         }
-        if (g->kind != SEG_CHOICE) return;
+        if (g->kind == SEG_LITERAL || g->kind == SEG_JSON) return;
         s->hi = (uint16_t)g->n_opt;
-        if (!(g->n_opt == 1 && g->opt_len[0] == 0)) return;
+        if (!(g->kind == SEG_CHOICE && g->n_opt == 1 && g->opt_len[0] == 0)) return;
     }
 }
 
 static int is_ws(unsigned b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r'; }
+
+/* Whitespace outside strings, as llama.cpp's JSON grammar allows it: none, one space, or
+ * one newline and at most ATLAS_CONSTRAINT_MAX_INDENT spaces or tabs (a line of
+ * pretty-printed JSON), so that a model cannot pad its JSON without end. */
+static int json_ws(cstate *s, unsigned b) {
+    if (b == '\n' && s->ws == 0) s->ws = 2;
+    else if (b == ' ' && s->ws == 0) s->ws = 1;
+    else if ((b == ' ' || b == '\t') && s->ws >= 2 && s->ws < 2 + ATLAS_CONSTRAINT_MAX_INDENT)
+        s->ws++;
+    else return 0;
+    return 1;
+}
 
 static int hexval(unsigned b) {
     if (b >= '0' && b <= '9') return (int)(b - '0');
@@ -485,11 +310,7 @@ static int json_value_start(const atlas_constraint *c, cstate *s, unsigned b) {
 
 /* A byte outside strings, numbers and literals. */
 static int json_structural(const atlas_constraint *c, cstate *s, unsigned b) {
-    if (is_ws(b)) {
-        if (s->ws >= ATLAS_CONSTRAINT_MAX_WS) return 0;
-        s->ws++;
-        return 1;
-    }
+    if (is_ws(b)) return json_ws(s, b);
     s->ws = 0;
     switch (s->js) {
     case J_START:
@@ -686,6 +507,7 @@ static int step_json(const atlas_constraint *c, cstate *s, unsigned b) {
 }
 
 static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsigned b);
+static int step_keys(const atlas_constraint *c, cstate *s, const seg *g, unsigned b);
 
 /* Advances s by one byte; 0 (s then undefined) when the byte is refused. */
 static int step(const atlas_constraint *c, cstate *s, unsigned b) {
@@ -698,23 +520,68 @@ static int step(const atlas_constraint *c, cstate *s, unsigned b) {
         return 1;
     case SEG_CHOICE: return step_choice(c, s, g, b);
     case SEG_JSON: return step_json(c, s, b);
+    case SEG_SWITCH: case SEG_FREE: return step_keys(c, s, g, b);
+    case SEG_JUMP: break; /* enter() never stops at one */
     }
     return 0;
 }
 
-static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsigned b) {
+/* Narrows the options [lo, hi), which share pos bytes and are sorted, to those with b
+ * next; 0 when none has. */
+static int narrow(const seg *g, cstate *s, unsigned b) {
     int a = s->lo, z;
-    /* options of [lo, hi) share pos bytes and are sorted: those with b next are a run */
     while (a < s->hi && (g->opt_len[a] <= s->pos || (unsigned char)g->opt[a][s->pos] < b)) a++;
     for (z = a; z < s->hi && g->opt_len[z] > s->pos && (unsigned char)g->opt[z][s->pos] == b;)
         z++;
-    if (z > a) {
-        s->lo = (uint16_t)a, s->hi = (uint16_t)z;
-        s->pos++;
-        if (z - a == 1 && g->opt_len[a] == s->pos) enter(c, s, s->seg + 1);
+    if (z == a) return 0;
+    s->lo = (uint16_t)a, s->hi = (uint16_t)z;
+    s->pos++;
+    return 1;
+}
+
+/* Free text that failed to go on with a trigger: the text read of it, t[0 .. pos) then b,
+ * may still end in the start of one; the longest such end is kept. */
+static void free_restart(const seg *g, cstate *s, unsigned b) {
+    const char *t = g->opt[s->lo];
+    uint32_t pos = s->pos;
+    for (uint32_t k = 1; k <= pos; k++) {
+        unsigned lead = k < pos ? (unsigned char)t[k] : b;
+        if (!constraint_bit(g->cont, lead)) continue;
+        size_t len = pos - k; /* t[k .. pos), then b */
+        int a = 0;
+        while (a < g->n_opt && !(g->opt_len[a] > len && !memcmp(g->opt[a], t + k, len) &&
+                                 (unsigned char)g->opt[a][len] == b))
+            a++;
+        if (a == g->n_opt) continue;
+        int z = a;
+        while (z < g->n_opt && g->opt_len[z] > len && !memcmp(g->opt[z], t + k, len) &&
+               (unsigned char)g->opt[z][len] == b)
+            z++;
+        s->lo = (uint16_t)a, s->hi = (uint16_t)z, s->pos = (uint32_t)len + 1;
+        return;
+    }
+    s->lo = 0, s->hi = (uint16_t)g->n_opt, s->pos = 0;
+}
+
+/* SWITCH: b must go on with a key; FREE: any b, which may go on with a trigger.  A complete
+ * key (none is a prefix of another) goes on with its alternative. */
+static int step_keys(const atlas_constraint *c, cstate *s, const seg *g, unsigned b) {
+    if (!narrow(g, s, b)) {
+        if (g->kind == SEG_SWITCH) return 0;
+        free_restart(g, s, b);
+    }
+    if (s->pos && s->hi - s->lo == 1 && g->opt_len[s->lo] == s->pos)
+        enter(c, s, g->target[s->lo]);
+    return 1;
+}
+
+static int step_choice(const atlas_constraint *c, cstate *s, const seg *g, unsigned b) {
+    int lo = s->lo;
+    if (narrow(g, s, b)) {
+        if (s->hi - s->lo == 1 && g->opt_len[s->lo] == s->pos) enter(c, s, s->seg + 1);
         return 1;
     }
-    if (g->opt_len[s->lo] != s->pos) return 0;
+    if (g->opt_len[lo] != s->pos) return 0;
     enter(c, s, s->seg + 1); /* the shortest option is complete: b is the next segment's */
     return step(c, s, b);
 }
@@ -737,7 +604,7 @@ atlas_status atlas_constraint_matcher_new(const atlas_constraint *c,
                                           const atlas_constraint_vocab *v,
                                           atlas_constraint_matcher **out) {
     *out = NULL;
-    ATLAS_TRY(check_after(c, NULL));
+    ATLAS_TRY(constraint_check_end(c));
     atlas_constraint_matcher *m = calloc(1, sizeof *m);
     if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "constraint matcher");
     atlas_status st = atlas_constraint_copy(c, &m->c);
@@ -769,6 +636,14 @@ bool atlas_constraint_matcher_done(const atlas_constraint_matcher *m) {
     return m->s.seg >= m->c->n;
 }
 
+static bool in_free(const atlas_constraint_matcher *m) {
+    return m->s.seg < m->c->n && m->c->segs[m->s.seg].kind == SEG_FREE;
+}
+
+bool atlas_constraint_matcher_can_end(const atlas_constraint_matcher *m) {
+    return atlas_constraint_matcher_done(m) || in_free(m);
+}
+
 int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allowed, int n) {
     memset(allowed, 0, n > 0 ? (size_t)n : 0);
     const atlas_constraint_vocab *v = m->v;
@@ -797,6 +672,11 @@ int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allow
             if (st[d].js == J_STR && st[d].u8need == 0 && p[d] >= 0x20 && p[d] < 0x7F &&
                 p[d] != '"' && p[d] != '\\' && c->segs[st[d].seg].kind == SEG_JSON)
                 continue;
+            /* free text that no trigger starts at: the same, for every byte but a trigger's
+             * first */
+            if (st[d].pos == 0 && st[d].seg < c->n && c->segs[st[d].seg].kind == SEG_FREE &&
+                !constraint_bit(c->segs[st[d].seg].cont, p[d]))
+                continue;
             if (!step(c, &st[d + 1], p[d])) break;
         }
         valid = d;
@@ -805,6 +685,9 @@ int atlas_constraint_matcher_allowed(atlas_constraint_matcher *m, uint8_t *allow
             count++;
         }
     }
+    if (in_free(m)) /* tokens without bytes (special ones) leave the text as it was */
+        for (int id = 0; id < nv; id++)
+            if (v->off[id + 1] == v->off[id]) allowed[id] = 1, count++;
     if (nv == v->n) { /* a full mask: keep it */
         memcpy(m->cache, allowed, (size_t)nv);
         m->cache_s = m->s;
@@ -829,6 +712,7 @@ atlas_status atlas_constraint_matcher_accept(atlas_constraint_matcher *m, int32_
         return atlas_fail(ATLAS_ERR_RANGE, "constraint: token %d outside the vocabulary",
                           (int)id);
     size_t len = m->v->off[id + 1] - m->v->off[id];
+    if (len == 0 && in_free(m)) return ATLAS_OK;
     if (len == 0)
         return atlas_fail(ATLAS_ERR_INVALID, "constraint: token %d has no bytes", (int)id);
     atlas_status st = atlas_constraint_matcher_accept_bytes(m, m->v->blob + m->v->off[id], len);

@@ -100,16 +100,18 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
 /* ---- running a step --------------------------------------------------------------------- */
 
 /* A constrained sequence: gives the tokens its matcher does not allow -inf in logits (a copy
- * of the raw row), and its eos and stop ids too (they would end the text before the program
- * is complete; special tokens have no bytes for the matcher anyway, but a stop id may be a
- * plain token).  0 (s failed) when no token is allowed. */
+ * of the raw row), and its eos and stop ids too unless the text may end here (in free text:
+ * else they would end the text before the program is complete; special tokens have no bytes
+ * for the matcher anyway, but a stop id may be a plain token).  0 (s failed) when no token
+ * is allowed. */
 static int mask_row(const atlas_engine *e, seq *s, float *logits, int vocab) {
     int n = s->n_allowed; /* s->allowed: from compute_masks */
     const eng_model *md = &e->models[s->model];
-    for (int i = 0; !s->ignore_eos && i < md->n_eos; i++)
+    int keep = atlas_constraint_matcher_can_end(s->matcher);
+    for (int i = 0; !keep && !s->ignore_eos && i < md->n_eos; i++)
         if (md->eos[i] >= 0 && md->eos[i] < vocab && s->allowed[md->eos[i]])
             s->allowed[md->eos[i]] = 0, n--;
-    for (int i = 0; i < s->n_stop_ids; i++)
+    for (int i = 0; !keep && i < s->n_stop_ids; i++)
         if (s->allowed[s->stop_ids[i]]) s->allowed[s->stop_ids[i]] = 0, n--;
     if (n <= 0) {
         atlas_engine_seq_fail(s, ATLAS_ERR_INTERNAL, "constraint: no token of the vocabulary "
