@@ -170,6 +170,18 @@ static void test_json_accept(void) {
                           "{\"a\":\r\n1}", "{\"a\": 1 ,  \"b\": 2}", "{  }", "  {}"};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++)
         CHECK_MSG(!MATCH(c, runs[i]), "runs[%zu] %s", i, runs[i]);
+    /* a value after a literal that ends in a space (a schema's '"a": ') takes no more */
+    atlas_constraint *lc = NULL;
+    CHECK_OK(atlas_constraint_new(&lc));
+    CHECK_OK(atlas_constraint_add_literal(lc, "{\"a\": ", 6));
+    CHECK_OK(atlas_constraint_add_json_value(lc, ATLAS_CONSTRAINT_JSON_STRING));
+    CHECK_OK(atlas_constraint_add_literal(lc, ", \"b\":", 6));
+    CHECK_OK(atlas_constraint_add_json_value(lc, ATLAS_CONSTRAINT_JSON_STRING));
+    CHECK_OK(atlas_constraint_add_literal(lc, "}", 1));
+    CHECK(MATCH(lc, "{\"a\": \"x\", \"b\": \"y\"}") && MATCH(lc, "{\"a\": \"x\", \"b\":\"y\"}"));
+    CHECK(!MATCH(lc, "{\"a\":  \"x\", \"b\": \"y\"}") && !MATCH(lc, "{\"a\": \n\"x\", \"b\":\"y\"}"));
+    CHECK(MATCH(lc, "{\"a\": \"x\", \"b\":\n  \"y\"}"));
+    atlas_constraint_free(lc);
     atlas_constraint_free(c);
 
     /* JSON inside a tool-call program */

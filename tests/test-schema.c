@@ -54,7 +54,7 @@ static void test_instances(void) {
         "{\"city\": \"\", \"days\": -0, \"temp\": 2, \"sunny\": false, \"unit\": 12, "
         "\"v\": {\"x\":[1,\"\xc3\xa9\"]}, \"tags\": [], \"extra\": {}, "
         "\"any\": \"s\", \"nothing\": null, \"inner\": {\"a\": 5, \"b\\\"q\": {}}}",
-        "{\"city\":  \"x\", \"days\": 1, \"temp\": 0.5, \"sunny\": true, \"unit\": 1, "
+        "{\"city\": \"x\", \"days\": 1, \"temp\": 0.5, \"sunny\": true, \"unit\": 1, "
         "\"v\": {\"x\":[1,\"\xc3\xa9\"]}, \"tags\": [[]], \"extra\": {}, "
         "\"any\": {\"a\": 1}, \"nothing\": null, \"inner\": {\"a\": 5, \"b\\\"q\": 1}}",
     };
@@ -64,8 +64,11 @@ static void test_instances(void) {
         CHECK(json_is_object(j) && json_object_size(j) == 11);
         json_decref(j);
     }
-    /* each a small change of good[0] */
+    /* each a small change of good[0] (the first: a second space after a key's colon) */
     const char *bad[] = {
+        "{\"city\":  \"Paris\", \"days\": 3, \"temp\": -1.5e1, \"sunny\": true, \"unit\": \"C\", "
+        "\"v\": {\"x\":[1,\"\xc3\xa9\"]}, \"tags\": [1, \"a\"], \"extra\": {\"k\": {}}, "
+        "\"any\": 7, \"nothing\": null, \"inner\": {\"a\": 0, \"b\\\"q\": [null]}}",
         "{\"city\": 1, \"days\": 3, \"temp\": -1.5e1, \"sunny\": true, \"unit\": \"C\", "
         "\"v\": {\"x\":[1,\"\xc3\xa9\"]}, \"tags\": [1, \"a\"], \"extra\": {\"k\": {}}, "
         "\"any\": 7, \"nothing\": null, \"inner\": {\"a\": 0, \"b\\\"q\": [null]}}",

@@ -12,7 +12,8 @@
  *                strings of valid UTF-8 with valid escapes (surrogates paired, no \u0000),
  *                integer parts of at most 18 digits and exponents of at most 2 (so that
  *                integers fit 64 bits and reals a double).  Leading whitespace is allowed
- *                (by the same rule); the object ends at its closing brace.
+ *                (by the same rule), unless the literal before ends in whitespace ('"a": '
+ *                then a value: none more); the object ends at its closing brace.
  *   JSON value   the same grammar for one value of a kind (atlas_constraint_json_kind):
  *                any value, an array, a string, a number, an integer, a boolean, an array
  *                of one of these four; null allowed or not.

@@ -223,6 +223,7 @@ static void enter(const atlas_constraint *c, cstate *s, int i) {
                 [ATLAS_CONSTRAINT_JSON_ARRAY_OF_INTEGER] = J_START_ARR,
                 [ATLAS_CONSTRAINT_JSON_ARRAY_OF_BOOLEAN] = J_START_ARR};
             s->js = start[g->jkind];
+            s->ws = g->tight ? 1 : 0; /* as if its one space had been read */
         }
         if (g->kind == SEG_LITERAL || g->kind == SEG_JSON) return;
         s->hi = (uint16_t)g->n_opt;

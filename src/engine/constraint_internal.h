@@ -37,6 +37,8 @@ typedef struct seg {
                            some trigger starts with b */
     atlas_constraint_json_kind jkind; /* JSON */
     int nullable;       /* JSON: null instead of the value */
+    int tight;          /* JSON: no whitespace before the value (the literal before it ends
+                           in some) */
     int jump;           /* JUMP */
 } seg;
 

@@ -120,6 +120,10 @@ static atlas_status push_seg(atlas_constraint *c, seg *s) {
         st = atlas_fail(ATLAS_ERR_RANGE, "constraint: more than %d segments",
                         ATLAS_CONSTRAINT_MAX_SEGMENTS);
     if (st == ATLAS_OK) st = check_after(c, s);
+    const seg *prev = c->n ? &c->segs[c->n - 1] : NULL;
+    if (s->kind == SEG_JSON && prev && prev->kind == SEG_LITERAL &&
+        prev->lit[prev->len - 1] && strchr(" \t\n", prev->lit[prev->len - 1]))
+        s->tight = 1; /* ": " then a value: no more space before it */
     seg *segs = st == ATLAS_OK ? realloc(c->segs, (size_t)(c->n + 1) * sizeof *segs) : NULL;
     if (st == ATLAS_OK && !segs) st = atlas_fail(ATLAS_ERR_NOMEM, "constraint: out of memory");
     if (st != ATLAS_OK) {

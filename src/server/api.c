@@ -235,51 +235,97 @@ static void call_shape(atlas_toolcall_format f, const char **head, const char **
     }
 }
 
-/* args: the arguments' schema (a strict function's parameters), NULL: any object. */
-static atlas_status build_call_program(atlas_toolcall_format f, const char *const *names, int n,
-                                       const json_t *args, const char *args_path,
-                                       atlas_constraint **out) {
-    const char *head, *middle, *tail;
-    call_shape(f, &head, &middle, &tail);
-    atlas_constraint *c = NULL;
-    ATLAS_TRY(atlas_constraint_new(&c));
-    atlas_status st = atlas_constraint_add_literal(c, head, strlen(head));
-    if (st == ATLAS_OK) st = atlas_constraint_add_choice(c, names, n);
-    if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, middle, strlen(middle));
-    if (st == ATLAS_OK)
-        st = args ? atlas_schema_append(args, args_path, c) : atlas_constraint_add_json_object(c);
-    if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, tail, strlen(tail));
-    if (st != ATLAS_OK) {
-        atlas_constraint_free(c);
-        return st;
+/* The calls a reply may make: per tool (the first of each name), a key, lead then its name
+ * as the call writes it and the closing quote, and the program of the rest of the call: the
+ * arguments, which follow the function's parameters (schema.h) when it has "strict": true,
+ * else any object (its optional parameters stay optional). */
+typedef struct tool_calls {
+    int n;
+    char **keys;
+    atlas_constraint **rest;
+} tool_calls;
+
+static void tool_calls_free(tool_calls *t) {
+    for (int i = 0; i < t->n; i++) {
+        free(t->keys[i]);
+        atlas_constraint_free(t->rest[i]);
     }
-    *out = c;
-    return ATLAS_OK;
+    free(t->keys);
+    free(t->rest);
 }
 
-/* The tool named name: its index in tools (check_tools made sure it is there). */
-static size_t tool_index(const json_t *tools, const char *name) {
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
-                    name))
-            return i;
+static const char *tool_name(const json_t *tools, size_t i) {
+    return json_string_value(
+        json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"));
+}
+
+/* One tool's key and program, unless a tool of its name came before. */
+static atlas_status add_call(atlas_toolcall_format f, const json_t *tools, size_t i,
+                             const char *lead, tool_calls *t, const char **param) {
+    const char *head, *middle, *tail, *name = tool_name(tools, i);
+    call_shape(f, &head, &middle, &tail);
+    for (size_t k = 0; k < i; k++)
+        if (!strcmp(tool_name(tools, k), name)) return ATLAS_OK; /* the first one counts */
+    const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+    const json_t *args = json_is_true(json_object_get(fn, "strict"))
+                             ? json_object_get(fn, "parameters") : NULL;
+    char *esc = json_escaped(name), where[64];
+    snprintf(where, sizeof where, "tools[%zu].function.parameters", i);
+    atlas_constraint *c = NULL;
+    atlas_status st = esc ? atlas_constraint_new(&c) : atlas_fail(ATLAS_ERR_NOMEM, "tools");
+    if (st == ATLAS_OK) /* middle starts with the name's closing quote, which the key has */
+        st = atlas_constraint_add_literal(c, middle + 1, strlen(middle + 1));
+    if (st == ATLAS_OK) {
+        st = args ? atlas_schema_append(args, where, c) : atlas_constraint_add_json_object(c);
+        if (st != ATLAS_OK && args) *param = "tools";
     }
-    return 0;
+    if (st == ATLAS_OK) st = atlas_constraint_add_literal(c, tail, strlen(tail));
+    char *key = NULL;
+    if (st == ATLAS_OK && asprintf(&key, "%s%s\"", lead, esc) < 0)
+        key = NULL, st = atlas_fail(ATLAS_ERR_NOMEM, "tools");
+    if (st == ATLAS_OK) {
+        t->keys[t->n] = key;
+        t->rest[t->n++] = c;
+    } else {
+        atlas_constraint_free(c);
+    }
+    free(esc);
+    return st;
+}
+
+static atlas_status collect_calls(atlas_toolcall_format f, const json_t *tools, const char *only,
+                                  bool strict_only, const char *lead, tool_calls *t,
+                                  const char **param) {
+    size_t n = json_array_size(tools);
+    t->n = 0;
+    t->keys = calloc(n, sizeof *t->keys);
+    t->rest = calloc(n, sizeof *t->rest);
+    if (!t->keys || !t->rest) return atlas_fail(ATLAS_ERR_NOMEM, "tools");
+    atlas_status st = ATLAS_OK;
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
+        const json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        if (only && strcmp(tool_name(tools, i), only)) continue;
+        if (strict_only && !json_is_true(json_object_get(fn, "strict"))) continue;
+        st = add_call(f, tools, i, lead, t, param);
+    }
+    return st;
 }
 
 /* tool_choice "required" or a named function (checked by check_tools): the reply must be
- * exactly one call in the model's tool-call format, of that function or of any tool.  A named
- * function with "strict": true gets arguments that follow its parameters (schema.h); other
- * calls get any object (their optional parameters stay optional). */
-static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
-                                    const json_t *body, atlas_gen_params *gp,
+ * exactly one call in the model's tool-call format, of that function or of any tool.  Under
+ * "auto", when some tools are strict, the reply is free text in which a call of a strict
+ * tool, once its name is written, is held to its parameters (as OpenAI enforces strict
+ * tools either way); *lazy says so.  A response_format decides the reply alone. */
+static atlas_status tool_constraint(atlas_toolcall_format f, const char *model,
+                                    const json_t *body, atlas_gen_params *gp, bool *lazy,
                                     const char **param) {
     const json_t *choice = json_object_get(body, "tool_choice");
     const json_t *tools = json_object_get(body, "tools");
     bool required = json_is_string(choice) && !strcmp(json_string_value(choice), "required");
-    if ((!required && !json_is_object(choice)) || json_array_size(tools) == 0) return ATLAS_OK;
+    bool forced = required || json_is_object(choice);
+    *lazy = false;
+    if (json_array_size(tools) == 0 || (!forced && (gp->constraint || f == ATLAS_TOOLCALL_NONE)))
+        return ATLAS_OK;
     *param = "tool_choice";
     if (f == ATLAS_TOOLCALL_NONE)
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call, but the chat "
@@ -288,34 +334,32 @@ static atlas_status force_tool_call(atlas_toolcall_format f, const char *model,
     if (gp->constraint)
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call: it cannot be "
                                              "combined with a 'response_format' of JSON");
-    int n = required ? (int)json_array_size(tools) : 1;
-    char **names = calloc((size_t)n, sizeof *names);
-    atlas_status st = names ? ATLAS_OK : atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
-    for (int i = 0; st == ATLAS_OK && i < n; i++) {
-        const char *name = required ? json_string_value(json_object_get(
-                                          json_object_get(json_array_get(tools, (size_t)i),
-                                                          "function"), "name"))
-                                    : named_function(choice);
-        if (!(names[i] = json_escaped(name))) st = atlas_fail(ATLAS_ERR_NOMEM, "tool_choice");
+    const char *head, *middle, *tail;
+    call_shape(f, &head, &middle, &tail);
+    tool_calls t = {0};
+    atlas_constraint *c = NULL;
+    atlas_status st = collect_calls(f, tools, required || !forced ? NULL : named_function(choice),
+                                    !forced, forced ? "" : head, &t, param);
+    if (st == ATLAS_OK && t.n) st = atlas_constraint_new(&c);
+    if (st == ATLAS_OK && c && forced) {
+        st = atlas_constraint_add_literal(c, head, strlen(head));
+        if (st == ATLAS_OK)
+            st = atlas_constraint_add_alternatives(c, (const char *const *)t.keys,
+                                                   (const atlas_constraint *const *)t.rest, t.n);
+    } else if (st == ATLAS_OK && c) {
+        st = atlas_constraint_add_free_text(c, (const char *const *)t.keys,
+                                            (const atlas_constraint *const *)t.rest, t.n);
+        *lazy = true;
     }
-    const json_t *args = NULL;
-    char args_path[64] = "";
-    if (!required) {
-        size_t k = tool_index(tools, named_function(choice));
-        const json_t *fn = json_object_get(json_array_get(tools, k), "function");
-        if (json_is_true(json_object_get(fn, "strict"))) {
-            args = json_object_get(fn, "parameters");
-            snprintf(args_path, sizeof args_path, "tools[%zu].function.parameters", k);
-        }
+    tool_calls_free(&t);
+    if (st != ATLAS_OK) {
+        atlas_constraint_free(c);
+        *lazy = false;
+        return st;
     }
-    if (st == ATLAS_OK)
-        st = build_call_program(f, (const char *const *)names, n, args, args_path,
-                                &gp->constraint);
-    for (int i = 0; names && i < n; i++) free(names[i]);
-    free(names);
-    if (st == ATLAS_OK) *param = NULL;
-    else if (args) *param = "tools";
-    return st;
+    gp->constraint = c;
+    *param = NULL;
+    return ATLAS_OK;
 }
 
 /* "chat_template_kwargs": an object none of whose names the renderer sets itself. */
@@ -485,10 +529,11 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
                             .top_logprobs = gp.top_logprobs,
                             .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE};
         if (parse_tools) o.tools = tool_format(s, model, tmpl);
-        if (parse_tools) st = force_tool_call(o.tools, model, body, &gp, &param);
+        bool lazy = false; /* strict tools under "auto": the reply is free text still */
+        if (parse_tools) st = tool_constraint(o.tools, model, body, &gp, &lazy, &param);
         /* a thinking template's "<think>" block becomes reasoning_content, unless a
          * constraint (forced tool call, response_format) decides what the reply is */
-        if (s->p.reasoning && !gp.constraint && tmpl &&
+        if (s->p.reasoning && (!gp.constraint || lazy) && tmpl &&
             atlas_reasoning_template_thinks(atlas_template_source(tmpl))) {
             o.reasoning = true;
             o.reasoning_inside = atlas_reasoning_prompt_open(prompt);
