@@ -10,7 +10,9 @@
  *   requests carry a logit_bias towards a few closing tokens: the mask still decides
  *   which tokens are possible, the bias only makes the walks end;
  * - the Hermes (tiny-qwen3) and Llama 3 (tiny-llama3) tool-call programs give text that the
- *   tool-call parser turns into exactly one call of the named function. */
+ *   tool-call parser turns into exactly one call of the named function;
+ * - free text with a trigger: once the (forced) text reaches a strict tool's name, the rest
+ *   of its call follows the program, and the text may end after it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +293,55 @@ static void tool_call(atlas_engine *e, const char *model, const int32_t *prompt,
     atlas_constraint_free(c);
 }
 
+/* Free text with a trigger (a strict tool under tool_choice "auto"): the text is forced up to
+ * the call's name, then the program holds the rest of the call to its schema, then the text
+ * is free again (eos allowed). */
+static void test_free_text(atlas_engine *e, const atlas_tokenizer *tok, const int32_t *prompt,
+                           size_t n) {
+    const char *key = "<tool_call>\n{\"name\": \"get_time\"";
+    const char *lead = "Sure. <tool_call>\n{\"name\": \"get_time\"";
+    atlas_constraint *rest = NULL, *c = NULL;
+    CHECK_OK(atlas_constraint_new(&rest));
+    const char *args = ", \"arguments\": {\"utc\": ", *tail = "}}\n</tool_call>";
+    CHECK_OK(atlas_constraint_add_literal(rest, args, strlen(args)));
+    CHECK_OK(atlas_constraint_add_json_value(rest, ATLAS_CONSTRAINT_JSON_BOOLEAN));
+    CHECK_OK(atlas_constraint_add_literal(rest, tail, strlen(tail)));
+    CHECK_OK(atlas_constraint_new(&c));
+    CHECK_OK(atlas_constraint_add_free_text(c, &key, (const atlas_constraint *const *)&rest, 1));
+    int32_t *forced = NULL;
+    size_t nf = 0;
+    CHECK_OK(atlas_tokenizer_encode(tok, lead, strlen(lead), false, &forced, &nf));
+    for (uint64_t seed = 1; seed <= 2; seed++) {
+        atlas_request r = biased(request("qwen", prompt, n, (int)nf + 40, 1.0f, seed));
+        r.constraint = c;
+        r.forced = forced;
+        r.n_forced = (int)nf;
+        coll out;
+        CHECK_OK(run(e, &r, &out));
+        CHECK_MSG(out.finish == ATLAS_FINISH_STOP || out.finish == ATLAS_FINISH_LENGTH,
+                  "free text: finish %d: %s", out.finish, out.msg);
+        char *content = NULL;
+        json_t *calls = NULL;
+        CHECK_OK(atlas_toolcall_parse(ATLAS_TOOLCALL_HERMES, out.text, &content, &calls));
+        json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+        json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")) ?
+                                  json_string_value(json_object_get(fn, "arguments")) : "", 0,
+                                  NULL);
+        CHECK_MSG(json_array_size(calls) >= 1 &&
+                      !strcmp(json_string_value(json_object_get(fn, "name")), "get_time") &&
+                      json_is_boolean(json_object_get(args, "utc")) && json_object_size(args) == 1,
+                  "seed %llu: finish %d after %d tokens (%s): %s", (unsigned long long)seed,
+                  out.finish, out.n_tokens, out.msg, out.text);
+        CHECK(content && !strncmp(content, "Sure.", 5));
+        json_decref(args);
+        json_decref(calls);
+        free(content);
+    }
+    free(forced);
+    atlas_constraint_free(c);
+    atlas_constraint_free(rest);
+}
+
 int main(void) {
     char qdir[1024], ldir[1024];
     snprintf(qdir, sizeof qdir, "%s/tiny-qwen3", harness_data_dir());
@@ -317,6 +368,7 @@ int main(void) {
     test_literal(e, ids, n);
     test_json(e, ids, n);
     test_batch(e, ids, n);
+    test_free_text(e, tok, ids, n);
     tool_call(e, "qwen", ids, n, ATLAS_TOOLCALL_HERMES, "<tool_call>\n{\"name\": \"",
               "\", \"arguments\": ", "}\n</tool_call>");
     free(ids);
