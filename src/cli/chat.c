@@ -204,9 +204,7 @@ static atlas_sampler_params sampling(const chat *c) {
     if (c->set_top_k) sp.top_k = c->top_k;
     else if (c->gen.top_k > 0) sp.top_k = c->gen.top_k;
     if (c->set_min_p) sp.min_p = c->min_p;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    sp.seed = c->set_seed ? c->seed : (uint64_t)ts.tv_sec * 1000000007u + (uint64_t)ts.tv_nsec;
+    sp.seed = c->set_seed ? c->seed : atlas_cli_random_seed();
     return sp;
 }
 

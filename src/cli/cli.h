@@ -41,4 +41,8 @@ typedef struct atlas_cli_device {
  * time, on d's device (cli/device.c). */
 atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atlas_cli_device *d);
 
+/* A sampling seed from the OS's random source (getrandom), for a run or an answer that was
+ * given none: each one samples differently, as llama.cpp and Ollama do (cli/seed.c). */
+uint64_t atlas_cli_random_seed(void);
+
 #endif

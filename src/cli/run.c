@@ -33,7 +33,7 @@ typedef struct run_opts {
     int n, top_logprobs, json, tp, batch;
     atlas_cli_device dev; /* --device, --kernels, --threads, --ctx-size */
     atlas_sampler_params sp;
-    int set_temp, set_top_k, set_top_p;
+    int set_temp, set_top_k, set_top_p, set_seed;
 } run_opts;
 
 static void usage(FILE *f) {
@@ -52,9 +52,10 @@ static void usage(FILE *f) {
             "                       else 0)\n"
             "  --top-k K, --top-p P, --min-p P   sampling filters (default off, or\n"
             "                       generation_config.json's top_k / top_p)\n"
-            "  --seed S             random seed (default 0)\n"
+            "  --seed S             sampling seed (default: a new one each run, from the OS's\n"
+            "                       random source; the last line on stderr shows it)\n"
             "  --json               one JSON object per generated token: id, text, bytes,\n"
-            "                       logprob, top_logprobs\n"
+            "                       logprob, top_logprobs; then {\"seed\": S, \"finish_reason\"}\n"
             "  --top-logprobs K     with --json: the K most likely tokens (0..20, default 0)\n"
             "  --ctx-size N, --max-model-len N   tokens the sequence may hold, prompt and\n"
             "                       generated (default 0: the model's maximum)\n"
@@ -136,6 +137,7 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
         char *end;
         errno = 0;
         o->sp.seed = strtoull(v, &end, 10);
+        o->set_seed = 1;
         if (errno || end == v || *end || v[0] == '-') {
             fprintf(stderr, "atlas run: --seed: '%s' is not an unsigned integer\n", v);
             return 2;
@@ -301,6 +303,10 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     /* the text ends with a newline, so that a shell prompt or the next output starts on a
      * line of its own */
     if (!o->json) putchar('\n');
+    static const char *const finish[] = {"stop", "length", "cancelled", "error"};
+    if (o->json && r.done)
+        printf("{\"seed\":%llu,\"finish_reason\":\"%s\"}\n", (unsigned long long)o->sp.seed,
+               finish[r.end.finish & 3]);
     fflush(stdout);
     if (!rc) {
         atlas_engine_model_status ms;
@@ -309,9 +315,10 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         double t_gen = r.n_gen ? r.t_end - r.t_first : 0;
         /* the first token comes with the prompt: the decode rate counts the others */
         fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in "
-                "%.3f s (%.1f tok/s) [%s]\n", n, t_prompt, t_prompt > 0 ? n / t_prompt : 0.0,
-                r.n_gen, t_gen, t_gen > 0 && r.n_gen > 1 ? (r.n_gen - 1) / t_gen : 0.0,
-                ms.backend[0] ? ms.backend : "?");
+                "%.3f s (%.1f tok/s) [%s] seed %llu\n", n, t_prompt,
+                t_prompt > 0 ? n / t_prompt : 0.0, r.n_gen, t_gen,
+                t_gen > 0 && r.n_gen > 1 ? (r.n_gen - 1) / t_gen : 0.0,
+                ms.backend[0] ? ms.backend : "?", (unsigned long long)o->sp.seed);
     }
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
@@ -421,6 +428,7 @@ int atlas_cli_run(int argc, char **argv) {
         int rc = parse_opt(&o, argc, argv, &i);
         if (rc >= 0) return rc;
     }
+    if (!o.set_seed) o.sp.seed = atlas_cli_random_seed();
     if (atlas_tp_preflight(o.tp) != ATLAS_OK) { /* before anything touches a model */
         fprintf(stderr, "atlas run: --tensor-parallel %d: %s\n", o.tp, atlas_last_error());
         return 1;

@@ -22,6 +22,8 @@ test('run ends its text with a newline, also when piped', () => {
 });
 
 test('run -p - reads the prompt from stdin, -f FILE from a file', () => {
+  // one seed, so that the same prompt gives the same text however it came
+  const run = (args, input) => atlas(['run', '--device', 'cpu', '-n', '6', '--seed', '1', ...args], input);
   const prompt = 'The king said unto them';
   const direct = run(['-p', prompt]);
   assert.equal(direct.status, 0, direct.stderr);
@@ -120,4 +122,24 @@ test('a driver older than the toolkit needs is refused naming both versions', ()
   const r = atlas(['run', '--device', 'cuda', '-n', '2'], '', env);
   assert.equal(r.status, 1);
   assert.match(r.stderr, want);
+});
+
+test('run draws a seed when none is given: --json and stderr show it, --seed reproduces', () => {
+  const sampled = (extra) => atlas(['run', '--device', 'cpu', '--temp', '0.7', '-n', '24', ...extra]);
+  const json = (r) => r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  const a = sampled(['--json']), b = sampled(['--json']);
+  assert.equal(a.status, 0, a.stderr);
+  assert.equal(b.status, 0, b.stderr);
+  const [la, lb] = [json(a), json(b)];
+  const [sa, sb] = [la.at(-1), lb.at(-1)];
+  assert.ok(Number.isSafeInteger(sa.seed) && Number.isSafeInteger(sb.seed), a.stdout);
+  assert.notEqual(sa.seed, sb.seed);
+  const text = (lines) => lines.filter((l) => 'id' in l).map((l) => l.text).join('');
+  assert.notEqual(text(la), text(lb), 'two runs without a seed sample differently');
+  // the seed a run drew reproduces its text; stderr names it too
+  const again = sampled(['--json', '--seed', String(sa.seed)]);
+  assert.equal(text(json(again)), text(la));
+  const plain = sampled(['--seed', '42']), plain2 = sampled(['--seed', '42']);
+  assert.equal(plain.stdout, plain2.stdout);
+  assert.match(plain.stderr, / seed 42\n/);
 });
