@@ -58,6 +58,7 @@ typedef struct chat {
     json_t *turns; /* the user's and the model's messages, in order */
     int tty;       /* stdin is a terminal: prompts, libedit, a blank line after answers */
     int failed;    /* a turn failed (the exit status of a script) */
+    int n_prompt, ctx; /* the last fitted conversation's tokens and the context (0: unknown) */
     /* in process */
     char *dir;
     atlas_engine *engine;
@@ -435,7 +436,10 @@ static int http_answer(chat *c, answer *out) {
     if (c->set_top_k) json_object_set_new(body, "top_k", json_integer(c->top_k));
     if (c->set_min_p) json_object_set_new(body, "min_p", json_real(c->min_p));
     if (c->set_seed) json_object_set_new(body, "seed", json_integer((json_int_t)c->seed));
-    if (c->max_tokens > 0) json_object_set_new(body, "max_tokens", json_integer(c->max_tokens));
+    /* a limit past what the context leaves is the context's end (the server would refuse
+     * it) */
+    if (c->max_tokens > 0 && (!c->ctx || c->n_prompt + c->max_tokens <= c->ctx))
+        json_object_set_new(body, "max_tokens", json_integer(c->max_tokens));
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!s) {
@@ -453,8 +457,70 @@ static int http_answer(chat *c, answer *out) {
     return rc == 1;
 }
 
+/* --- fitting the conversation into the context ----------------------------------------------- */
+
+/* The tokens of the conversation as the next request renders it, and the context: 0, 1 on
+ * an error (said), 2 when a server cannot say (the request then goes as it is). */
+static int count_tokens(chat *c, int *n, int *ctx) {
+    if (!c->http) {
+        int32_t *ids = NULL;
+        size_t len = 0;
+        if (local_prompt(c, &ids, &len)) return 1;
+        free(ids);
+        *n = (int)len;
+        return atlas_engine_ctx_size(c->engine, "chat", ctx) == ATLAS_OK ? 0 : 2;
+    }
+    json_t *body = json_pack("{s:s, s:o}", "model", c->name, "messages", messages(c));
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL, err[512];
+    json_decref(body);
+    int rc = s ? chat_http_count(c->http, s, n, ctx, err, sizeof err) : 1;
+    free(s);
+    return rc ? 2 : 0;
+}
+
+/* Room an answer needs beside the prompt: its limit (/set max) when set, else a quarter of
+ * the context; at most half of it, so that a long limit does not empty the conversation. */
+static int answer_room(const chat *c, int ctx) {
+    int room = c->max_tokens > 0 ? c->max_tokens : ctx / 4;
+    return room < ctx / 2 ? room : ctx / 2;
+}
+
+/* Makes the conversation, its new user turn last, fit the context with room for an answer:
+ * the oldest exchanges (a user turn and its answer; the system prompt stays) are dropped,
+ * said in one line on stderr.  0 ready (c->n_prompt, c->ctx: its size, 0 when unknown), 1
+ * when the new turn alone does not fit (said; the conversation then stays as it was). */
+static int fit(chat *c) {
+    int n = 0, ctx = 0, dropped = 0, rc;
+    c->n_prompt = c->ctx = 0;
+    json_t *before = json_copy(c->turns); /* shallow: the same messages */
+    if (!before) return fprintf(stderr, "atlas chat: out of memory\n"), 1;
+    while ((rc = count_tokens(c, &n, &ctx)) == 0 && n + answer_room(c, ctx) > ctx) {
+        if (json_array_size(c->turns) < 3) break; /* the new turn alone */
+        json_array_remove(c->turns, 0);
+        json_array_remove(c->turns, 0);
+        dropped++;
+    }
+    if (rc == 0 && n >= ctx)
+        fprintf(stderr, "atlas chat: this message has %d tokens in the chat template%s; the "
+                "context holds %d: not sent\n", n, c->system ? " with the system prompt" : "",
+                ctx);
+    if (rc == 1 || (rc == 0 && n >= ctx)) {
+        json_decref(c->turns);
+        c->turns = before;
+        return 1;
+    }
+    json_decref(before);
+    if (dropped)
+        fprintf(stderr, "atlas chat: dropped the %d oldest turn%s (a message and its answer) to "
+                "fit the %d-token context (/clear forgets the conversation)\n", dropped,
+                dropped == 1 ? "" : "s", ctx);
+    if (rc == 0) c->n_prompt = n, c->ctx = ctx;
+    return 0;
+}
+
 /* Sends text as the user's turn and streams the answer; the answer joins the conversation
- * (cut where Ctrl-C stopped it); a failed turn leaves the conversation as it was. */
+ * (cut where Ctrl-C stopped it); a failed turn leaves the conversation as it was (less the
+ * exchanges dropped to fit it into the context). */
 static void turn(chat *c, const char *text) {
     if (!c->http && !c->engine) { /* a /load failed, and so did loading the model back */
         fprintf(stderr, "atlas chat: no model is loaded (/load DIR)\n");
@@ -463,6 +529,11 @@ static void turn(chat *c, const char *text) {
     }
     if (add_turn(c, "user", text, strlen(text))) {
         fprintf(stderr, "atlas chat: out of memory\n");
+        c->failed = 1;
+        return;
+    }
+    if (fit(c)) {
+        json_array_remove(c->turns, json_array_size(c->turns) - 1);
         c->failed = 1;
         return;
     }

@@ -389,6 +389,20 @@ int chat_http_stream(chat_http *h, const char *body, chat_http_text_fn fn, void 
     return rc;
 }
 
+int chat_http_count(chat_http *h, const char *body, int *count, int *ctx, char *err,
+                    size_t errcap) {
+    grow g = {0};
+    int rc = exchange(h, "POST", "/tokenize", body, NULL, grow_sink, &g, err, errcap);
+    json_t *j = rc == 0 && g.p ? json_loads(g.p, 0, NULL) : NULL;
+    const json_t *n = json_object_get(j, "count"), *m = json_object_get(j, "max_model_len");
+    if (rc == 0 && (!json_is_integer(n) || !json_is_integer(m) || json_integer_value(m) <= 0))
+        rc = fail(err, errcap, "POST /tokenize: no count and max_model_len");
+    if (rc == 0) *count = (int)json_integer_value(n), *ctx = (int)json_integer_value(m);
+    json_decref(j);
+    free(g.p);
+    return rc ? 1 : 0;
+}
+
 int chat_http_first_model(chat_http *h, char **name, char *err, size_t errcap) {
     grow g = {0};
     *name = NULL;

@@ -29,6 +29,13 @@ typedef void (*chat_http_text_fn)(void *user, int reasoning, const char *text, s
 int chat_http_stream(chat_http *h, const char *body, chat_http_text_fn fn, void *user,
                      volatile sig_atomic_t *cancel, char *err, size_t errcap);
 
+/* POSTs body (a /tokenize request with "messages", as vLLM and atlas take it) to
+ * PREFIX/tokenize: *count, the tokens of the conversation as the chat template renders it,
+ * and *ctx, the model's context ("max_model_len"). 0, or 1 when the server cannot say (an
+ * error, no such route: err says what). */
+int chat_http_count(chat_http *h, const char *body, int *count, int *ctx, char *err,
+                    size_t errcap);
+
 /* GETs PREFIX/v1/models and returns the id of the first model listed in *name (malloc'd,
  * the caller frees it): what chat talks to when --model is not given. 0 or 1 as above. */
 int chat_http_first_model(chat_http *h, char **name, char *err, size_t errcap);

@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { startServer, DEFAULT } from './lib.mjs';
 
 const BIN = process.env.ATLAS_BIN;
 const atlas = (args, input, env) =>
@@ -142,4 +143,36 @@ test('run draws a seed when none is given: --json and stderr show it, --seed rep
   const plain = sampled(['--seed', '42']), plain2 = sampled(['--seed', '42']);
   assert.equal(plain.stdout, plain2.stdout);
   assert.match(plain.stderr, / seed 42\n/);
+});
+
+// A conversation longer than the context (128 tokens here, 1,024 by default): the oldest
+// exchanges are dropped, said on stderr, and the chat goes on, in process and through a
+// server alike; a message that does not fit even alone is refused and changes nothing.
+test('chat drops its oldest turns when the conversation outgrows the context', async () => {
+  const turns = ['Hello there, tell me of the kings of old.', 'And then what happened to them?',
+                 'Tell me more of the story now.', 'What of the prophets?', 'And the people?'];
+  const long = Array(200).fill('word').join(' ');
+  const script = (lines) => ['/set temp 0', '/set max 24', ...lines].join('\n') + '\n';
+  const srv = await startServer(['--model', DEFAULT, '--device', 'cpu', '--ctx-size', '128']);
+  try {
+    for (const where of [['-m', DEFAULT.split('=')[1], '--device', 'cpu', '--ctx-size', '128'],
+                         ['--url', srv.base]]) {
+      const chat = (lines) => atlas(['chat', ...where], script(lines));
+      const r = chat(turns);
+      assert.equal(r.status, 0, r.stderr);
+      const notes = r.stderr.split('\n').filter((l) => l.startsWith('atlas chat:'));
+      assert.ok(notes.length >= 1, r.stderr);
+      for (const l of notes)
+        assert.match(l, /^atlas chat: dropped the \d+ oldest turns? \(a message and its answer\) to fit the 128-token context \(\/clear forgets the conversation\)$/);
+      assert.ok(r.stdout.trim().split('\n').length >= turns.length, r.stdout);
+      // a message too long alone: refused, the conversation kept, the next turn answered
+      // as if it had not been typed (greedy: the same text); the script then exits 1
+      const withLong = chat([...turns.slice(0, 3), long, ...turns.slice(3)]);
+      assert.equal(withLong.status, 1, withLong.stderr);
+      assert.match(withLong.stderr, /atlas chat: this message has \d+ tokens in the chat template; the context holds 128: not sent/);
+      assert.equal(withLong.stdout, r.stdout);
+    }
+  } finally {
+    await srv.stop();
+  }
 });
