@@ -87,7 +87,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
                       8192, 1, 0, 0, {0}};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
             atlas_cli_unknown_option("bench", a, bench_options);
             return usage();
@@ -313,8 +313,11 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.gpu = o.gpu;
     atlas_model *m = NULL;
     double t0 = now_s();
-    if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK)
-        return fail("loading the model");
+    if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK) {
+        fail("loading the model");
+        atlas_cli_device_hint("bench", o.device);
+        return 1;
+    }
     double first_s = now_s() - t0, load_s = first_s;
     atlas_model_info info;
     atlas_model_get_info(m, &info);

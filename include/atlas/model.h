@@ -85,6 +85,18 @@ ATLAS_API atlas_model_params atlas_model_default_params(void);
 ATLAS_API atlas_status atlas_model_load(const char *dir, const atlas_model_params *p,
                                         atlas_model **out);
 
+/* Whether dir is a model directory that atlas_model_load can read (config.json, and
+ * model.safetensors or model.safetensors.index.json), looking at file names and at most a
+ * file's first bytes, never the weights.  ATLAS_OK, or: ATLAS_ERR_UNSUPPORTED for a model in
+ * a form atlas does not read (a GGUF file or a directory of them, PyTorch .bin weights, a
+ * Hugging Face cache entry models--ORG--NAME, a directory of model directories), with a
+ * message naming the path and what to give instead (the cache entry's snapshots/<revision>,
+ * the `huggingface-cli download` command); ATLAS_ERR_IO for a path that holds no model (no
+ * such directory, a file, no config.json; a name that looks like a hub id ORG/NAME is told
+ * how to download it); ATLAS_ERR_NOT_FOUND for config.json without safetensors weights.
+ * Loads check this first.  Any thread; owns nothing. */
+ATLAS_API atlas_status atlas_model_check_layout(const char *dir);
+
 /* Another handle on m (returns m). */
 ATLAS_API atlas_model *atlas_model_ref(atlas_model *m);
 /* Drops a handle taken with atlas_model_ref. NULL does nothing. */

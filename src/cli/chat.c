@@ -61,6 +61,7 @@ typedef struct chat {
     int n_prompt, ctx; /* the last fitted conversation's tokens and the context (0: unknown) */
     /* in process */
     char *dir;
+    char local[128]; /* its model's name: the directory's last component */
     atlas_engine *engine;
     const atlas_tokenizer *tok;
     const atlas_template *tmpl;
@@ -335,9 +336,9 @@ static int local_answer(chat *c, answer *out) {
     pthread_cond_init(&w.cv, NULL);
     /* a limit past what the context leaves is the context's end, not an error */
     int ctx = 0, max = c->max_tokens;
-    if (atlas_engine_ctx_size(c->engine, "chat", &ctx) == ATLAS_OK && (size_t)max + n > (size_t)ctx)
+    if (atlas_engine_ctx_size(c->engine, c->local, &ctx) == ATLAS_OK && (size_t)max + n > (size_t)ctx)
         max = 0;
-    atlas_request req = {.model = "chat", .prompt = ids, .n_prompt = n,
+    atlas_request req = {.model = c->local, .prompt = ids, .n_prompt = n,
                          .sampling = sampling(c), .max_tokens = max};
     atlas_request_handle *h = NULL;
     int rc = 0;
@@ -371,7 +372,10 @@ static int local_answer(chat *c, answer *out) {
  * is freed first (its memory may be what the new one needs) and made again if the new one
  * fails. SIGINT is blocked in the engine's threads so that it reaches this one. */
 static int load_dir(chat *c, const char *dir) {
-    atlas_engine_model mod = {"chat", dir};
+    if (atlas_cli_check_model("chat", dir)) return 1;
+    char name[sizeof c->local];
+    atlas_cli_model_name(dir, name, sizeof name);
+    atlas_engine_model mod = {name, dir};
     atlas_engine_params p = atlas_cli_one_model(&mod, &c->dev);
     atlas_generation_defaults gen;
     if (atlas_model_generation_defaults(dir, &gen) != ATLAS_OK) {
@@ -389,14 +393,16 @@ static int load_dir(chat *c, const char *dir) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     const atlas_tokenizer *tok = NULL;
     const atlas_template *tmpl = NULL;
-    if (st == ATLAS_OK) st = atlas_engine_tokenizer(e, "chat", &tok);
-    if (st == ATLAS_OK) st = atlas_engine_template(e, "chat", &tmpl);
+    if (st == ATLAS_OK) st = atlas_engine_tokenizer(e, name, &tok);
+    if (st == ATLAS_OK) st = atlas_engine_template(e, name, &tmpl);
     if (st == ATLAS_ERR_NOT_FOUND)
         fprintf(stderr, "atlas chat: %s has no chat template (atlas run continues a prompt "
                 "without one)\n", dir);
-    else if (st == ATLAS_OK) st = atlas_engine_load(e, "chat");
-    if (st != ATLAS_OK && st != ATLAS_ERR_NOT_FOUND)
+    else if (st == ATLAS_OK) st = atlas_engine_load(e, name);
+    if (st != ATLAS_OK && st != ATLAS_ERR_NOT_FOUND) {
         fprintf(stderr, "atlas chat: %s\n", atlas_last_error());
+        atlas_cli_device_hint("chat", c->dev.device);
+    }
     if (st != ATLAS_OK) {
         atlas_engine_free(e);
         if (c->dir && strcmp(c->dir, dir)) load_dir(c, c->dir); /* back to the one we had */
@@ -413,6 +419,7 @@ static int load_dir(chat *c, const char *dir) {
     }
     free(c->dir);
     c->dir = d;
+    snprintf(c->local, sizeof c->local, "%s", name);
     c->engine = e, c->tok = tok, c->tmpl = tmpl, c->gen = gen;
     return 0;
 }
@@ -756,7 +763,7 @@ static const char *const chat_options[] = {
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
+    const char *a = atlas_cli_resolve_option(argv[*i], chat_options);
     if (!atlas_cli_known_option(a, chat_options))
         return atlas_cli_unknown_option("chat", a, chat_options);
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

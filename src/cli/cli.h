@@ -45,4 +45,15 @@ atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atl
  * given none: each one samples differently, as llama.cpp and Ollama do (cli/seed.c). */
 uint64_t atlas_cli_random_seed(void);
 
+/* Checks dir before anything loads it (atlas_model_check_layout: a GGUF file, .bin weights,
+ * a hub id or a cache entry, named with dir as the user gave it): 0 when it looks like a
+ * model, else 1 after one line "atlas CMD: MESSAGE" on stderr (cli/hints.c). */
+int atlas_cli_check_model(const char *cmd, const char *dir);
+/* The model's name in messages and in its engine: dir's last component ("kjv" for
+ * ~/models/kjv/), never a name of the command's own. */
+void atlas_cli_model_name(const char *dir, char *buf, size_t cap);
+/* After a failed load: with --device cuda where CUDA could not be used, one line on stderr
+ * that offers --device cpu; otherwise nothing. */
+void atlas_cli_device_hint(const char *cmd, atlas_device device);
+
 #endif

@@ -51,7 +51,7 @@ int atlas_cli_info(int argc, char **argv) {
     const char *dir = NULL;
     atlas_model_params p = atlas_model_default_params();
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = atlas_cli_resolve_option(argv[i], info_options);
         if (!atlas_cli_known_option(a, info_options))
             return atlas_cli_unknown_option("info", a, info_options);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -84,6 +84,7 @@ int atlas_cli_info(int argc, char **argv) {
     atlas_model *m = NULL;
     if (atlas_model_load(dir, &p, &m) != ATLAS_OK) {
         fprintf(stderr, "atlas info: %s\n", atlas_last_error());
+        atlas_cli_device_hint("info", p.device);
         return 1;
     }
     atlas_model_info info;

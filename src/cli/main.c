@@ -51,6 +51,41 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
+/* What other tools call their commands, when atlas has one that does the same, or says how
+ * it is done instead. */
+static const struct {
+    const char *name, *text;
+} command_hints[] = {
+    {"pull", "atlas downloads no model: `huggingface-cli download ORG/NAME --local-dir DIR`, "
+             "then atlas run -m DIR"},
+    {"download", "atlas downloads no model: `huggingface-cli download ORG/NAME --local-dir DIR`, "
+                 "then atlas run -m DIR"},
+    {"generate", "did you mean 'run'?"},
+    {"complete", "did you mean 'run'?"},
+    {"show", "did you mean 'info'?"},
+};
+
+/* An unknown command: the nearest one (`atlas runn`: run), or what does the job. */
+static int unknown_command(const char *cmd) {
+    for (size_t i = 0; i < sizeof command_hints / sizeof command_hints[0]; i++)
+        if (!strcmp(cmd, command_hints[i].name)) {
+            fprintf(stderr, "atlas: unknown command '%s': %s\n", cmd, command_hints[i].text);
+            return 2;
+        }
+    enum { N = sizeof commands / sizeof commands[0] };
+    const char *names[N + 1];
+    for (size_t i = 0; i < N; i++) names[i] = commands[i].name;
+    names[N] = NULL;
+    const char *near = cmd[0] != '-' ? atlas_cli_nearest_option(cmd, names) : NULL;
+    if (near) {
+        fprintf(stderr, "atlas: unknown command '%s'; did you mean '%s'?\n", cmd, near);
+        return 2;
+    }
+    fprintf(stderr, "atlas: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -64,7 +99,5 @@ int main(int argc, char **argv) {
         return version();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "atlas: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return unknown_command(argv[1]);
 }

@@ -30,6 +30,7 @@ typedef struct run_opts {
     const char *dir, *prompt, *prompt_ids;
     const char *prompt_file; /* -f FILE, or "-" from -p - : read into prompt_buf */
     char *prompt_buf;
+    char name[128]; /* the model's name: its directory's last component */
     int n, top_logprobs, json, tp, batch;
     atlas_cli_device dev; /* --device, --kernels, --threads, --ctx-size */
     atlas_sampler_params sp;
@@ -101,7 +102,7 @@ static const char *const run_options[] = {
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
+    const char *a = atlas_cli_resolve_option(argv[*i], run_options);
     if (!atlas_cli_known_option(a, run_options)) return atlas_cli_unknown_option("run", a, run_options);
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
         usage(stdout);
@@ -268,12 +269,12 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     run_out r = {.o = o, .tok = tok};
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
-    atlas_request req = {.model = "run", .prompt = ids, .n_prompt = n, .sampling = o->sp,
+    atlas_request req = {.model = o->name, .prompt = ids, .n_prompt = n, .sampling = o->sp,
                          .max_tokens = o->n, .logprobs = o->json,
                          .top_logprobs = o->json ? o->top_logprobs : 0};
     int ctx = 0; /* -n beyond the context: until it is full, as llama.cpp's -n does (the API
                   refuses such a request, as vLLM does) */
-    if (o->n > 0 && atlas_engine_ctx_size(e, "run", &ctx) == ATLAS_OK &&
+    if (o->n > 0 && atlas_engine_ctx_size(e, o->name, &ctx) == ATLAS_OK &&
         n + (size_t)o->n > (size_t)ctx) {
         fprintf(stderr, "atlas run: -n %d with a %zu-token prompt is more than the %d-token "
                 "context: generating until it is full\n", o->n, n, ctx);
@@ -286,7 +287,7 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         fflush(stdout);
     }
     r.t_submit = now_s();
-    int rc = 0;
+    int rc = 0, stopped_by_context = 0;
     if (atlas_engine_submit(e, &req, on_event, &r, NULL) != ATLAS_OK) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
         rc = 1;
@@ -297,6 +298,9 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         if (r.end.finish == ATLAS_FINISH_ERROR) {
             fprintf(stderr, "atlas run: %s\n", r.message);
             rc = 1;
+        } else if (r.end.finish == ATLAS_FINISH_LENGTH && req.max_tokens == 0 && o->n > 0) {
+            /* fewer tokens than -n asked for: say why, or it looks like a bug */
+            stopped_by_context = 1;
         }
         rc |= r.failed;
     }
@@ -308,6 +312,9 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         printf("{\"seed\":%llu,\"finish_reason\":\"%s\"}\n", (unsigned long long)o->sp.seed,
                finish[r.end.finish & 3]);
     fflush(stdout);
+    if (stopped_by_context)
+        fprintf(stderr, "atlas run: stopped after %d of -n %d tokens: the %d-token context is "
+                "full (--ctx-size; prompt and answer share it)\n", r.n_gen, o->n, ctx);
     if (!rc) {
         atlas_engine_model_status ms;
         atlas_engine_models(e, &ms, 1);
@@ -327,14 +334,8 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
 
 /* Loads the model now, showing its progress and then one line: what, how fast, where. */
 static atlas_status load(const run_opts *o, atlas_engine *e, atlas_cli_progress *pg) {
-    size_t n = strlen(o->dir);
-    while (n > 1 && o->dir[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && o->dir[b - 1] != '/') b--;
-    char name[128];
-    snprintf(name, sizeof name, "%.*s", (int)(n - b), o->dir + b);
-    atlas_cli_progress_begin(pg, name);
-    atlas_status st = atlas_engine_load(e, "run");
+    atlas_cli_progress_begin(pg, o->name);
+    atlas_status st = atlas_engine_load(e, o->name);
     char device[32] = "";
     if (st == ATLAS_OK) {
         atlas_engine_model_status ms;
@@ -353,7 +354,7 @@ static int run_engine(run_opts *o) {
         return 1;
     }
     sampler_defaults(o, &gen);
-    atlas_engine_model mod = {"run", o->dir};
+    atlas_engine_model mod = {o->name, o->dir};
     atlas_engine_params p = atlas_cli_one_model(&mod, &o->dev);
     if (o->batch) p.batch_tokens = o->batch;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
@@ -372,8 +373,9 @@ static int run_engine(run_opts *o) {
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;
-    if (atlas_engine_tokenizer(e, "run", &tok) != ATLAS_OK || load(o, e, pg) != ATLAS_OK) {
+    if (atlas_engine_tokenizer(e, o->name, &tok) != ATLAS_OK || load(o, e, pg) != ATLAS_OK) {
         fprintf(stderr, "atlas run: %s\n", atlas_last_error());
+        atlas_cli_device_hint("run", o->dev.device);
         rc = 1;
     }
     if (!rc) rc = prompt_ids(o, tok, &ids, &n);
@@ -439,6 +441,11 @@ int atlas_cli_run(int argc, char **argv) {
     }
     if (o.prompt_file && read_prompt(&o)) return 1;
     if (!o.dir) o.dir = atlas_cli_default_model();
+    if (atlas_cli_check_model("run", o.dir)) {
+        free(o.prompt_buf);
+        return 1;
+    }
+    atlas_cli_model_name(o.dir, o.name, sizeof o.name);
     int rc = run_engine(&o);
     free(o.prompt_buf);
     return rc;

@@ -195,13 +195,23 @@ static int add_models_dir(serve_args *a, const char *root) {
         return -1;
     }
     struct dirent *de;
-    int rc = 0, before = a->n_models;
+    int rc = 0, before = a->n_models, skipped = 0;
     while (rc == 0 && (de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
         char cfg[4096], spec[4096];
         struct stat st;
         int n = snprintf(cfg, sizeof cfg, "%s/%s/config.json", root, de->d_name);
-        if (n < 0 || (size_t)n >= sizeof cfg || stat(cfg, &st) != 0) continue;
+        if (n < 0 || (size_t)n >= sizeof cfg) continue;
+        if (stat(cfg, &st) != 0) {
+            /* a GGUF file, .bin weights, a cache entry: a model the user meant to serve,
+             * said so rather than skipped without a word */
+            cfg[n - sizeof "/config.json" + 1] = '\0';
+            if (atlas_model_check_layout(cfg) == ATLAS_ERR_UNSUPPORTED) {
+                fprintf(stderr, "atlas serve: --models-dir: skipping %s\n", atlas_last_error());
+                skipped++;
+            }
+            continue;
+        }
         /* the name becomes NAME of NAME=DIR and a model id in URLs and JSON: a '=' would
          * split it wrongly, control bytes have no business in ids */
         bool odd = false;
@@ -222,8 +232,8 @@ static int add_models_dir(serve_args *a, const char *root) {
     /* an empty root is a mistake (a wrong path, a mount not there): serving the default
      * model instead would hide it */
     if (rc == 0 && a->n_models == before) {
-        fprintf(stderr, "atlas serve: --models-dir %s: no subdirectory with a config.json\n",
-                root);
+        fprintf(stderr, "atlas serve: --models-dir %s: no subdirectory with a config.json%s\n",
+                root, skipped ? " (what it holds is said above)" : "");
         rc = -1;
     }
     return rc ? -2 : 0; /* reported */
@@ -240,7 +250,7 @@ static const char *const serve_options[] = {
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
     for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
+        const char *o = atlas_cli_resolve_option(argv[i], serve_options);
         if (!atlas_cli_known_option(o, serve_options))
             return atlas_cli_unknown_option("serve", o, serve_options);
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
@@ -352,9 +362,11 @@ static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progres
             device_name(a, ms[i].backend, device, sizeof device);
         }
         atlas_cli_progress_end(pg, st == ATLAS_OK, device);
-        if (st != ATLAS_OK)
+        if (st != ATLAS_OK) {
             atlas_cli_progress_say(pg, "model %s: not loaded: %s", a->models[i].name,
                                    atlas_last_error());
+            atlas_cli_device_hint("serve", a->ep.device);
+        }
     }
 }
 

@@ -50,7 +50,7 @@ static const char *const template_options[] = {"-h", "--help", "-m", "--model", 
 /* 0 ok, 1 done (help), 2 usage error */
 static int parse_args(int argc, char **argv, opts *o) {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = atlas_cli_resolve_option(argv[i], template_options);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 1;

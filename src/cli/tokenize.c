@@ -50,7 +50,7 @@ int atlas_cli_tokenize(int argc, char **argv) {
     const char *dir = NULL, *text = NULL;
     bool add_special = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = atlas_cli_resolve_option(argv[i], tokenize_options);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

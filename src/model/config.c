@@ -15,6 +15,7 @@
 #include "atlas/model.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "format/layout.h"
 
 /* Sizes are bounded so that products of two of them fit comfortably in 64 bits. */
 #define CFG_MAX_DIM (1 << 24)
@@ -542,8 +543,14 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
     char *text;
     size_t len;
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "config.json"));
-    ATLAS_TRY(atlas_file_read(path, &text, &len));
-    atlas_status s = atlas_config_parse(text, len, path, out);
+    atlas_status s = atlas_file_read(path, &text, &len);
+    /* "x.gguf/config.json: cannot open" says nothing to the user: say what x.gguf is */
+    if (s == ATLAS_ERR_IO && !atlas_file_exists(path)) {
+        atlas_status why = atlas_layout_check(dir);
+        if (why != ATLAS_OK) return why;
+    }
+    if (s != ATLAS_OK) return s;
+    s = atlas_config_parse(text, len, path, out);
     free(text);
     if (s != ATLAS_OK) return s;
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "generation_config.json"));

@@ -11,6 +11,7 @@
 
 #include "atlas/tokenizer.h"
 #include "core/error.h"
+#include "format/layout.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
 #include "model/shard.h"
@@ -272,6 +273,8 @@ atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
     if (!p) p = &defaults;
     if (!dir || !*dir) return atlas_fail(ATLAS_ERR_INVALID, "model load: no directory given");
     ATLAS_TRY(check_params(p));
+    /* a GGUF file, .bin weights, a cache entry: named as such, before anything is read */
+    ATLAS_TRY(atlas_layout_check(dir));
     atlas_model *m = calloc(1, sizeof *m);
     if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "model %s: out of memory", dir);
     atomic_init(&m->handles, 1);
@@ -292,6 +295,8 @@ atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
     *out = m;
     return ATLAS_OK;
 }
+
+atlas_status atlas_model_check_layout(const char *dir) { return atlas_layout_check(dir); }
 
 atlas_model *atlas_model_ref(atlas_model *m) {
     if (m) atomic_fetch_add(&m->handles, 1);
