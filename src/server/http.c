@@ -161,6 +161,7 @@ static void add_headers(atlas_http_call *call, atlas_http_reply *r, struct MHD_R
                                 want && *want ? want : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
+    if (r->allow[0]) MHD_add_response_header(resp, "Allow", r->allow);
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", r->retry_after);

@@ -71,6 +71,7 @@ typedef struct atlas_http_reply {
     int retry_after;           /* seconds for a Retry-After header; 0: none */
     atlas_http_stream stream;  /* read non-NULL: an SSE body; the reply owns ctx */
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
+    char allow[32];            /* a 405's Allow header: the methods the path takes ("" none) */
 } atlas_http_reply;
 
 /* Answers one request into r (which starts zeroed).  Runs on a worker thread, many at once,

@@ -213,23 +213,42 @@ static void note_model(atlas_http_call *call, const char *arg, const json_t *bod
     if (m) atlas_utf8_clean(call->log.model, sizeof call->log.model, m, strlen(m));
 }
 
-static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_http_reply *r) {
-    char arg[512];
-    bool path_known = false;
-    if (!strcmp(call->method, "OPTIONS")) {
-        for (int i = 0; i < N_ROUTES && !path_known; i++)
-            path_known = atlas_http_route_match(routes[i].path, call->url, arg, sizeof arg);
-        if (path_known) {
-            preflight(call, r);
-            return ATLAS_ROUTE_OTHER;
-        }
-    }
+/* The methods the routes of pattern take, as an Allow header lists them ("GET, POST"). */
+static void allowed_methods(const char *pattern, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < N_ROUTES; i++)
+        if (!strcmp(routes[i].path, pattern) && !strstr(out, routes[i].method))
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "",
+                                     routes[i].method);
+}
+
+/* The route of this method and URL.  The first route whose path matches names the resource
+ * (the table lists /v1/models/{}/load before /v1/models/{}, whose id could swallow
+ * "NAME/load"); *pattern is its path, for a 405's Allow when none of its methods is this. */
+static const route *find_route(const atlas_http_call *call, char *arg, size_t cap,
+                               const char **pattern) {
+    *pattern = NULL;
+    arg[0] = '\0'; /* an exact path leaves it empty; a path with {} fills it when it matches */
     for (int i = 0; i < N_ROUTES; i++) {
         const route *rt = &routes[i];
-        arg[0] = '\0';
-        if (!atlas_http_route_match(rt->path, call->url, arg, sizeof arg)) continue;
-        path_known = true;
-        if (strcmp(rt->method, call->method) != 0) continue;
+        if (*pattern && strcmp(rt->path, *pattern)) continue;
+        if (!atlas_http_route_match(rt->path, call->url, arg, cap)) continue;
+        *pattern = rt->path;
+        if (!strcmp(rt->method, call->method)) return rt;
+    }
+    return NULL;
+}
+
+static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_http_reply *r) {
+    char arg[512];
+    const char *pattern;
+    const route *rt = find_route(call, arg, sizeof arg, &pattern);
+    if (!strcmp(call->method, "OPTIONS") && pattern) {
+        preflight(call, r);
+        return ATLAS_ROUTE_OTHER;
+    }
+    if (rt) {
         json_t *body;
         bool admitted = admit(s, call, rt, r, &body);
         note_model(call, arg, body);
@@ -241,11 +260,16 @@ static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_h
         json_decref(body);
         return rt->id;
     }
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s %.120s: %s", call->method, call->url,
-             path_known ? "method not allowed" : "no such endpoint");
-    atlas_api_error_reply(r, path_known ? ATLAS_API_ERR_METHOD : ATLAS_API_ERR_NO_ROUTE,
-                          ATLAS_OK, NULL, msg);
+    char msg[240];
+    if (pattern) {
+        allowed_methods(pattern, r->allow, sizeof r->allow);
+        snprintf(msg, sizeof msg, "%s %.120s: method not allowed (it takes %s)", call->method,
+                 call->url, r->allow);
+    } else {
+        snprintf(msg, sizeof msg, "%s %.120s: no such endpoint", call->method, call->url);
+    }
+    atlas_api_error_reply(r, pattern ? ATLAS_API_ERR_METHOD : ATLAS_API_ERR_NO_ROUTE, ATLAS_OK,
+                          NULL, msg);
     return ATLAS_ROUTE_OTHER;
 }
 
