@@ -140,6 +140,16 @@ int atlas_cli_unknown_option(const char *cmd, const char *arg, const char *const
         return 2;
     }
     const char *near = atlas_cli_nearest_option(d, valid);
+    /* a typo of another tool's spelling (--temprature): the option that spelling means */
+    int best = near ? distance(d, near) : 1 << 20;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        const char *own = NULL;
+        for (int k = 0; k < 3 && aliases[i].means[k] && !own; k++)
+            own = find(aliases[i].means[k], valid);
+        int dist = own ? distance(d, aliases[i].spelling) : 1 << 20;
+        size_t len = strlen(d);
+        if (dist < best && dist * 3 <= (int)(len > 3 ? len : 3)) best = dist, near = own;
+    }
     if (near)
         fprintf(stderr, "atlas %s: unknown option '%s'; did you mean '%s'?\n", cmd, arg, near);
     else
