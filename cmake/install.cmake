@@ -1,7 +1,8 @@
 # cmake/install.cmake — what `cmake --install BUILD --prefix P` puts under P, and the Debian
 # package that CPack makes of the same files (`cpack -G DEB` in the build directory):
 #   bin/atlas                      the command, with the default model compiled in
-#   lib/libatlas.so.N.M.P, .so.N   the shared library (soname libatlas.so.ATLAS_API_VERSION)
+#   lib/libatlas.so.A.M.P, .so.A   the shared library: soname libatlas.so.A (A the
+#                                  ATLAS_API_VERSION), the file libatlas.so.A.MINOR.PATCH
 #   lib/libatlas.so, libatlas.a    for linking, shared or static
 #   include/atlas/*.h              the public headers
 #   lib/pkgconfig/atlas.pc         pkg-config: -latlas, the include directory, the static deps
@@ -28,7 +29,11 @@ install(FILES ${CMAKE_SOURCE_DIR}/examples/embed.c DESTINATION ${CMAKE_INSTALL_D
 # CMAKE_INSTALL_PREFIX is --prefix's value (or /usr in CPack's staging for the .deb).  The
 # static library needs what the shared one links, named in Libs.private rather than as
 # Requires.private, whose Cflags pkg-config would hand to every user of the headers.
+# Under a prefix other than /usr (~/.local, /opt/atlas, and /usr/local, whose lib the loader
+# finds only after an ldconfig), Libs carries an rpath: a program linked through pkg-config
+# finds libatlas.so.A where it was installed, with no LD_LIBRARY_PATH.
 set(_atlas_pc_prefix "@CMAKE_INSTALL_PREFIX@") # substituted at install time
+set(_atlas_pc_rpath "@ATLAS_PC_RPATH@")
 file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/atlas.pc.in @ONLY CONTENT [=[
 prefix=@_atlas_pc_prefix@
 libdir=${prefix}/@CMAKE_INSTALL_LIBDIR@
@@ -37,11 +42,17 @@ includedir=${prefix}/@CMAKE_INSTALL_INCLUDEDIR@
 Name: atlas
 Description: LLM inference engine and OpenAI-compatible server (C API)
 Version: @ATLAS_VERSION@
-Libs: -L${libdir} -latlas
+Libs: -L${libdir} @_atlas_pc_rpath@-latlas
 Libs.private: -ljansson -lpcre2-8 -lutf8proc -lmicrohttpd -lm -ldl -pthread
 Cflags: -I${includedir}
 ]=])
-install(CODE "configure_file(\"${CMAKE_BINARY_DIR}/atlas.pc.in\" \"${CMAKE_BINARY_DIR}/atlas.pc\" @ONLY)")
+install(CODE "
+  if(CMAKE_INSTALL_PREFIX MATCHES \"^/(usr/?)?$\")
+    set(ATLAS_PC_RPATH \"\")
+  else()
+    set(ATLAS_PC_RPATH \"-Wl,-rpath,\\\${libdir} \")
+  endif()
+  configure_file(\"${CMAKE_BINARY_DIR}/atlas.pc.in\" \"${CMAKE_BINARY_DIR}/atlas.pc\" @ONLY)")
 install(FILES ${CMAKE_BINARY_DIR}/atlas.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # --- the Debian package: one package with the command, the libraries and the headers -------

@@ -7,8 +7,9 @@
 #   2. from another directory: P/bin/atlas --version, `atlas run` and `atlas info` on the
 #      embedded default model; the soname, the headers, atlas.pc, the man page, the license;
 #   3. examples/embed.c (installed under P/share/doc/atlas/examples) compiled and linked
-#      through `pkg-config --cflags --libs atlas`, shared and static, and run on the model
-#      that `atlas export` writes out;
+#      through `pkg-config --cflags --libs atlas`, shared and static, and run with no
+#      LD_LIBRARY_PATH (atlas.pc's rpath finds P/lib, as README's Install says) on the model
+#      that `atlas export` writes out, twice into one directory (README's first block);
 #   4. the .deb: Depends covers every library the binaries need, `dpkg -i` installs it,
 #      /usr/bin/atlas runs, the example builds against /usr, `dpkg -r` removes every file and
 #      `dpkg -P` the package's record.
@@ -64,6 +65,12 @@ for f in lib/libatlas.so lib/libatlas.a lib/pkgconfig/atlas.pc include/atlas/atl
   [ -e "$P/$f" ] || fail "$P/$f is not installed"
 done
 [ -L "$P/lib/libatlas.so" ] && [ -L "$P/lib/$so" ] || fail "the .so links are not links"
+# the file behind the soname starts with it (libatlas.so.1 -> libatlas.so.1.M.P), as ldconfig
+# names the link it makes from the file's soname
+real=$(readlink "$P/lib/$so")
+[[ $real == "$SONAME".* ]] || fail "$so links to $real, a name that disagrees with the soname"
+[ "$(readelf -d "$P/lib/$real" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')" = "$SONAME" ] ||
+  fail "$real's soname is not $SONAME"
 grep -q "^MIT License" "$P/share/doc/atlas/LICENSE" || fail "LICENSE"
 # (outputs kept in variables: grep -q ending a pipe early fails it under pipefail)
 members=$(ar t "$P/lib/libatlas.a")
@@ -83,11 +90,11 @@ done
 
 phase "examples/embed.c through pkg-config, shared and static"
 "$P/bin/atlas" export "$T/model" >/dev/null
+"$P/bin/atlas" export "$T/model" >/dev/null || fail "atlas export into its own directory again"
 export PKG_CONFIG_PATH=$P/lib/pkgconfig
 flags=$(pkg-config --cflags --libs atlas)
 echo "pkg-config --cflags --libs atlas: $flags"
 cc -O1 -o "$T/embed" "$P/share/doc/atlas/examples/embed.c" $flags
-grep -q "$SONAME => not found" <<<"$(ldd "$T/embed")" || fail "embed found a libatlas elsewhere"
 check_embed() { # BINARY [env...]
   local out
   out=$(env "${@:2}" "$1" "$T/model" "And it came to pass") || fail "$1 failed"
@@ -96,9 +103,10 @@ check_embed() { # BINARY [env...]
   echo "$out" | grep -q '^\[finish: [a-z]*, prompt [0-9]* tokens, generated [1-9][0-9]*\]$' ||
     fail "$1: no finish line"
 }
-check_embed "$T/embed" LD_LIBRARY_PATH="$P/lib"
-grep -q "$SONAME => $P/lib/$SONAME" <<<"$(LD_LIBRARY_PATH=$P/lib ldd "$T/embed")" ||
-  fail "embed does not load $P/lib/$SONAME"
+# no extra setting: the rpath that atlas.pc adds under a prefix other than /usr
+check_embed "$T/embed" -u LD_LIBRARY_PATH
+grep -q "$SONAME => $P/lib/$SONAME" <<<"$(env -u LD_LIBRARY_PATH ldd "$T/embed")" ||
+  fail "embed does not load $P/lib/$SONAME by itself"
 static=$(pkg-config --static --cflags --libs atlas | sed 's/-latlas\b/-l:libatlas.a/')
 cc -O1 -o "$T/embed-static" "$P/share/doc/atlas/examples/embed.c" $static
 ! grep -q libatlas <<<"$(ldd "$T/embed-static")" || fail "embed-static links libatlas.so"
