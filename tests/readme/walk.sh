@@ -10,6 +10,8 @@
 #                                 later block: the Node SDK snippet)
 #   <!-- walk gpu -->             run it only with --gpu (the ctest readme-walk-gpu: a kernels
 #                                 build and a usable GPU, else skipped)
+#   <!-- walk twice -->           run it twice in a row, both must pass: a block a newcomer
+#                                 types again the next day (the first one, atlas export)
 # The blocks run in order, in one bash (so that a server started with `&` in one block is
 # there for the next, and `kill %1` stops it), with `set -e -o pipefail`, in an empty
 # directory with HOME pointing into it and stdin from /dev/null.  Only `./build/atlas` is
@@ -75,8 +77,9 @@ awk -v dir="$T/blocks" '
   state == 0 && /^<!-- walk[ >-]/ {
     m = $0
     if (m !~ /-->[ \t]*$/) fail("a walk marker must end its line with -->")
-    kind = "run"; expect = ""; file = ""
+    kind = "run"; expect = ""; file = ""; twice = 0
     if (m ~ / gpu( |-->)/) kind = "gpu"
+    if (m ~ / twice( |-->)/) twice = 1
     if (match(m, / file=[^ ]+/)) { file = substr(m, RSTART + 6, RLENGTH - 6); kind = "file" }
     if (index(m, " expect=\"")) {
       e = substr(m, index(m, " expect=\"") + 9)
@@ -91,6 +94,7 @@ awk -v dir="$T/blocks" '
     n++; body = dir "/" n ".body"; printf "" > body
     meta = dir "/" n ".meta"
     print NR + 1 > meta; print kind > meta; print expect > meta; print file > meta
+    print twice > meta
     close(meta)
     state = 2; next
   }
@@ -118,7 +122,8 @@ script=$T/walk-script.sh
 n=$(ls "$T/blocks" | grep -c '\.meta$')
 ran=0
 for i in $(seq 1 "$n"); do
-  { read -r line; read -r kind; IFS= read -r expect; IFS= read -r file; } <"$T/blocks/$i.meta"
+  { read -r line; read -r kind; IFS= read -r expect; IFS= read -r file; read -r twice; } \
+    <"$T/blocks/$i.meta"
   body=$(cat "$T/blocks/$i.body")
   case $kind in
     file)
@@ -132,17 +137,20 @@ for i in $(seq 1 "$n"); do
       fi ;;
   esac
   body=${body//.\/build\/atlas/$(printf %q "$bin")}
-  out=$T/out/$i.out err=$T/out/$i.err
-  {
-    printf 'walk_line=%s walk_out=%q walk_err=%q\n' "$line" "$out" "$err"
-    printf 'echo "== README.md line %s"\n' "$line"
-    printf '{\n%s\n} </dev/null >%q 2>%q\n' "$body" "$out" "$err"
-    printf 'head -n 8 %q | head -c 1500; echo\n' "$out"
-    if [ -n "$expect" ]; then
-      printf 'grep -qF -- %q %q || { echo "FAIL: README.md line %s: its output does not hold %s" >&2; exit 1; }\n' \
-        "$expect" "$out" "$line" "$(printf %q "$expect")"
-    fi
-  } >>"$script"
+  for rep in $(seq 1 $((twice == 1 ? 2 : 1))); do
+    out=$T/out/$i.$rep.out err=$T/out/$i.$rep.err again=""
+    [ "$rep" -eq 2 ] && again=" (again)"
+    {
+      printf 'walk_line=%q walk_out=%q walk_err=%q\n' "$line$again" "$out" "$err"
+      printf 'echo "== README.md line %s%s"\n' "$line" "$again"
+      printf '{\n%s\n} </dev/null >%q 2>%q\n' "$body" "$out" "$err"
+      printf 'head -n 8 %q | head -c 1500; echo\n' "$out"
+      if [ -n "$expect" ]; then
+        printf 'grep -qF -- %q %q || { echo "FAIL: README.md line %s: its output does not hold %s" >&2; exit 1; }\n' \
+          "$expect" "$out" "$line" "$(printf %q "$expect")"
+      fi
+    } >>"$script"
+  done
   ran=$((ran + 1))
 done
 # A server the README starts, the README stops.
