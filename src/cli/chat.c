@@ -475,7 +475,7 @@ static int count_tokens(chat *c, int *n, int *ctx) {
         if (local_prompt(c, &ids, &len)) return 1;
         free(ids);
         *n = (int)len;
-        return atlas_engine_ctx_size(c->engine, "chat", ctx) == ATLAS_OK ? 0 : 2;
+        return atlas_engine_ctx_size(c->engine, c->local, ctx) == ATLAS_OK ? 0 : 2;
     }
     json_t *body = json_pack("{s:s, s:o}", "model", c->name, "messages", messages(c));
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL, err[512];
