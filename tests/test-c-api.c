@@ -17,6 +17,7 @@
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
 #include "atlas/toolcall.h"
+#include "atlas/utf8.h"
 #include "atlas/version.h"
 
 #include <dirent.h>
@@ -29,7 +30,7 @@
 static const char *const included[] = {
     "atlas.h", "constraint.h", "engine.h", "host.h", "memdir.h", "model.h", "parallel.h", "reasoning.h", "shield.h",
     "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
-    "version.h",
+    "utf8.h", "version.h",
 };
 
 static void test_all_included(void) {
@@ -75,5 +76,8 @@ int main(void) {
     atlas_model *m = NULL;
     CHECK(atlas_model_load(NULL, &p, &m) == ATLAS_ERR_INVALID && m == NULL);
     CHECK(atlas_model_release(NULL) == ATLAS_OK);
+    char clean[16];
+    CHECK(atlas_utf8_clean(clean, sizeof clean, "a\xff\xc3\xa9", 4) == 6 &&
+          !strcmp(clean, "a\xef\xbf\xbd\xc3\xa9"));
     return harness_finish();
 }

@@ -15,11 +15,11 @@
 
 #include "atlas/engine.h"
 #include "atlas/server.h"
+#include "atlas/utf8.h"
 #include "harness.h"
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/params.h"
-#include "server/utf8.h"
 
 static int port;
 

@@ -9,6 +9,7 @@
  *   host.h        the process's GPU
  *   model.h       loading a model directory; counted handles
  *   memdir.h      a model directory held in memory (a model shipped inside a program)
+ *   utf8.h        others' bytes made valid UTF-8 for a log, JSON or a terminal
  *   tokenizer.h   tokenizer.json: encode, decode, streaming decode
  *   template.h    chat templates (Jinja), rendered as transformers does
  *   toolcall.h    tool calls found in generated text
@@ -38,6 +39,7 @@
 #include "atlas/host.h"
 #include "atlas/model.h"
 #include "atlas/memdir.h"
+#include "atlas/utf8.h"
 #include "atlas/tokenizer.h"
 #include "atlas/template.h"
 #include "atlas/toolcall.h"

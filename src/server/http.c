@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atlas/utf8.h"
 #include "server/http_conn.h"
-#include "server/utf8.h"
 
 double atlas_http_now(void) {
     struct timespec ts;

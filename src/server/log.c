@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/utf8.h"
+#include "atlas/utf8.h"
 
 struct atlas_log {
     int fd;

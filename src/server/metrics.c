@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/utf8.h"
+#include "atlas/utf8.h"
 
 static const double e2e_bounds[ATLAS_HIST_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                        2.5,  5,     10,   20,  40,   80, 160};

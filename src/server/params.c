@@ -11,8 +11,8 @@
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
+#include "atlas/utf8.h"
 #include "server/schema.h"
-#include "server/utf8.h"
 
 static const json_t *field(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);

@@ -8,10 +8,10 @@
 #include <strings.h>
 #include <time.h>
 
+#include "atlas/utf8.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/state.h"
-#include "server/utf8.h"
 
 static const double STOP_GRACE_S = 3.0; /* for requests in flight to answer at shutdown */
 

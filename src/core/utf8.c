@@ -1,5 +1,5 @@
-/* server/utf8.c — see utf8.h. */
-#include "server/utf8.h"
+/* core/utf8.c — see atlas/utf8.h. */
+#include "atlas/utf8.h"
 
 #include <string.h>
 #include <utf8proc.h>
