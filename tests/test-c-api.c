@@ -1,7 +1,7 @@
 /* test-c-api.c — every public header in include/atlas/ compiles as plain C11 (this file is
  * C) on its own and together, and the list below is complete: the test reads the directory
  * and fails when a header is missing from it. Also checks the few things of the API that
- * need no model: default params, status strings and the version. */
+ * need no model: default params, status strings, the version, UTF-8 and model names. */
 #include "atlas/atlas.h"
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
@@ -66,9 +66,40 @@ static void test_version(void) {
     CHECK(ATLAS_API_VERSION >= 0);
 }
 
+/* The rule of model names (UTF-8, no control characters, 1 to 127 bytes), which create
+ * checks before it reads any directory. */
+static void test_model_names(void) {
+    static const char *const bad[][2] = {
+        {"line\nfeed", "\"line\\nfeed\": control character U+000A at byte 4"},
+        {"caf\xc3\xa9\xff", "\"caf\xc3\xa9\\xFF\": not UTF-8 at byte 5"},
+        {"c1\xc2\x85", "\"c1\\u0085\": control character U+0085 at byte 2"},
+        {"over\xc0\xaflong", "not UTF-8 at byte 4"},
+        {"del\x7f", "control character U+007F at byte 3"},
+    };
+    atlas_engine_params p = atlas_engine_default_params();
+    p.n_models = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        atlas_engine_model m = {bad[i][0], "/nonexistent"};
+        atlas_engine *e = NULL;
+        p.models = &m;
+        CHECK(atlas_engine_create(&p, &e) == ATLAS_ERR_INVALID && !e);
+        CHECK_MSG(strstr(atlas_last_error(), bad[i][1]), "%s", atlas_last_error());
+    }
+    char name[ATLAS_ENGINE_NAME_MAX + 2];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    CHECK(atlas_engine_check_name(name) == ATLAS_ERR_INVALID);
+    CHECK_MSG(strstr(atlas_last_error(), "128 bytes long"), "%s", atlas_last_error());
+    name[ATLAS_ENGINE_NAME_MAX] = '\0';
+    CHECK_MSG(atlas_engine_check_name(name) == ATLAS_OK, "%s", atlas_last_error());
+    CHECK(atlas_engine_check_name("q\"uote back\\slash caf\xc3\xa9 \xe2\x82\xac") == ATLAS_OK);
+    CHECK(atlas_engine_check_name("") == ATLAS_ERR_INVALID);
+}
+
 int main(void) {
     test_all_included();
     test_version();
+    test_model_names();
     atlas_model_params p = atlas_model_default_params();
     CHECK(p.device == ATLAS_DEVICE_AUTO && p.kv_block_size > 0 && p.max_batch_tokens > 0 &&
           p.load_tokenizer == 1);

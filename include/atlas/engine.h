@@ -65,9 +65,21 @@ typedef struct atlas_constraint atlas_constraint; /* atlas/constraint.h */
 /* ---- creating an engine ----------------------------------------------------------------- */
 
 typedef struct atlas_engine_model {
-    const char *name; /* the id requests use, e.g. "qwen3-8b" */
+    const char *name; /* the id requests use, e.g. "qwen3-8b" (atlas_engine_check_name) */
     const char *dir;  /* Hugging Face model directory */
 } atlas_engine_model;
+
+/* The longest model name in bytes: what the server's access log and the load line hold
+ * whole. */
+enum { ATLAS_ENGINE_NAME_MAX = 127 };
+
+/* The rule every model name keeps, checked by atlas_engine_create: 1 to
+ * ATLAS_ENGINE_NAME_MAX bytes of valid UTF-8 without control characters (U+0000..U+001F,
+ * U+007F..U+009F).  A name is an id in URLs, JSON, log lines and Prometheus labels, so two
+ * names must never show as one there, and none may break a line.  ATLAS_OK, or
+ * ATLAS_ERR_INVALID with a message that shows the name escaped and says what breaks the
+ * rule and at which byte.  Any thread. */
+ATLAS_API atlas_status atlas_engine_check_name(const char *name);
 
 typedef struct atlas_engine_params {
     const atlas_engine_model *models; /* [n_models]; copied by create */

@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { BAR_WIDTH = 24 };
+#include "atlas/utf8.h"
+
+enum { BAR_WIDTH = 24, MSG_CAP = 1024 };
 static const double BAR_AFTER_S = 0.5, REDRAW_EVERY_S = 0.1;
 
 struct atlas_cli_progress {
@@ -43,9 +45,11 @@ void atlas_cli_progress_free(atlas_cli_progress *p) {
     free(p);
 }
 
-/* Under p->mu. */
+/* Under p->mu.  The name is made valid UTF-8 (a directory's name may not be), cut before
+ * a character that does not fit. */
 static void begin_locked(atlas_cli_progress *p, const char *name) {
-    snprintf(p->name, sizeof p->name, "%s", name ? name : "model");
+    if (!name) name = "model";
+    atlas_utf8_clean(p->name, sizeof p->name, name, strlen(name));
     p->t0 = now_s();
     p->active = true;
     p->drawn = false;
@@ -102,8 +106,11 @@ void atlas_cli_progress_report(void *user, const char *model, uint64_t done, uin
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Under p->mu: msg as a line of its own, in the chosen format. */
-static void say_locked(atlas_cli_progress *p, const char *msg) {
+/* Under p->mu: msg as a line of its own, in the chosen format; made valid UTF-8 first (it
+ * quotes names and directories), which json_pack requires and a terminal is owed. */
+static void say_locked(atlas_cli_progress *p, const char *raw) {
+    char msg[3 * MSG_CAP + 1];
+    atlas_utf8_clean(msg, sizeof msg, raw, strlen(raw));
     if (p->drawn) fputs("\r\033[K", p->out); /* the bar's line becomes this one */
     p->drawn = false;
     if (!p->json) {
@@ -128,7 +135,7 @@ static void say_locked(atlas_cli_progress *p, const char *msg) {
 
 void atlas_cli_progress_say(atlas_cli_progress *p, const char *fmt, ...) {
     if (!p) return;
-    char msg[1024];
+    char msg[MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -33,9 +33,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: atlas serve [--model [NAME=]DIR ...] [--models-dir ROOT] [options]\n"
             "  --model [NAME=]DIR   serve the Hugging Face model in DIR as NAME (default: DIR's\n"
-            "                       last component); repeat for several; none: the default model\n"
+            "                       last component; 1 to 127 bytes of UTF-8, no control\n"
+            "                       characters); repeat for several; none: the default model\n"
             "  --models-dir ROOT    serve every subdirectory of ROOT that has a config.json\n"
-            "                       (none there, or ROOT unreadable: an error)\n"
+            "                       (none there, or ROOT unreadable: an error; one whose name\n"
+            "                       is not a model name: skipped with a message)\n"
             "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
@@ -177,6 +179,13 @@ static int add_model(serve_args *a, const char *spec) {
         fprintf(stderr, "atlas serve: --model '%s': expected [NAME=]DIR\n", spec);
         return -1;
     }
+    /* the engine's rule, said here with the option that broke it (the message shows the
+     * name escaped, not raw) */
+    if (atlas_engine_check_name(name) != ATLAS_OK) {
+        fprintf(stderr, "atlas serve: --model: %s%s\n", atlas_last_error(),
+                eq ? "" : " (DIR's last component; give another with NAME=DIR)");
+        return -1;
+    }
     for (int i = 0; i < a->n_models; i++)
         if (!strcmp(a->models[i].name, name)) {
             fprintf(stderr, "atlas serve: two models are named '%s'\n", name);
@@ -212,14 +221,17 @@ static int add_models_dir(serve_args *a, const char *root) {
             }
             continue;
         }
-        /* the name becomes NAME of NAME=DIR and a model id in URLs and JSON: a '=' would
-         * split it wrongly, control bytes have no business in ids */
-        bool odd = false;
-        for (const unsigned char *c = (const unsigned char *)de->d_name; *c; c++)
-            odd |= *c == '=' || *c < 0x20 || *c == 0x7f;
-        if (odd) {
+        /* the name becomes NAME of NAME=DIR (a '=' would split it wrongly) and must keep
+         * the rule of every model name; one that breaks it is said and skipped, so that
+         * the other models are still served */
+        if (strchr(de->d_name, '=')) {
             fprintf(stderr, "atlas serve: --models-dir %s: skipping a directory whose name has "
-                            "'=' or control characters\n", root);
+                            "'='\n", root);
+            continue;
+        }
+        if (atlas_engine_check_name(de->d_name) != ATLAS_OK) {
+            fprintf(stderr, "atlas serve: --models-dir %s: skipping a directory: %s\n", root,
+                    atlas_last_error());
             continue;
         }
         n = snprintf(spec, sizeof spec, "%s=%s/%s", de->d_name, root, de->d_name);

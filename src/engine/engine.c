@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <stdint.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "atlas/host.h"
 #include "core/error.h"
@@ -30,6 +31,57 @@ atlas_engine_params atlas_engine_default_params(void) {
 }
 
 /* ---- create / free ---------------------------------------------------------------------- */
+
+/* A model name as a message shows it: what breaks the rule escaped (\n, \xFF, \u0085), so
+ * are a quote and a backslash; cut after 80 bytes. */
+static void name_shown(char *out, size_t cap, const char *name) {
+    size_t o = 0, n = strlen(name);
+    for (size_t i = 0; i < n && o + 16 < cap;) {
+        if (i >= 80) {
+            o += (size_t)snprintf(out + o, cap - o, "...");
+            break;
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)name + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) o += (size_t)snprintf(out + o, cap - o, "\\x%02X", (unsigned char)name[i]);
+        else if (cp == '\n') o += (size_t)snprintf(out + o, cap - o, "\\n");
+        else if (cp < 0x20 || cp == 0x7f) o += (size_t)snprintf(out + o, cap - o, "\\x%02X", cp);
+        else if (cp >= 0x80 && cp < 0xa0) o += (size_t)snprintf(out + o, cap - o, "\\u%04X", cp);
+        else if (cp == '"' || cp == '\\') o += (size_t)snprintf(out + o, cap - o, "\\%c", cp);
+        else o += (size_t)snprintf(out + o, cap - o, "%.*s", (int)k, name + i);
+        i += k > 0 ? (size_t)k : 1;
+    }
+    out[o] = '\0';
+}
+
+#define NAME_RULE "a model name is 1 to %d bytes of UTF-8 without control characters"
+
+atlas_status atlas_engine_check_name(const char *name) {
+    if (!name || !*name)
+        return atlas_fail(ATLAS_ERR_INVALID, "an empty model name: " NAME_RULE,
+                          ATLAS_ENGINE_NAME_MAX);
+    char shown[128];
+    name_shown(shown, sizeof shown, name);
+    size_t n = strlen(name);
+    if (n > ATLAS_ENGINE_NAME_MAX)
+        return atlas_fail(ATLAS_ERR_INVALID, "model name \"%s\": %zu bytes long: " NAME_RULE,
+                          shown, n, ATLAS_ENGINE_NAME_MAX);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)name + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0)
+            return atlas_fail(ATLAS_ERR_INVALID, "model name \"%s\": not UTF-8 at byte %zu: "
+                              NAME_RULE, shown, i, ATLAS_ENGINE_NAME_MAX);
+        if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0))
+            return atlas_fail(ATLAS_ERR_INVALID, "model name \"%s\": control character U+%04X "
+                              "at byte %zu: " NAME_RULE, shown, (unsigned)cp, i,
+                              ATLAS_ENGINE_NAME_MAX);
+        i += (size_t)k;
+    }
+    return ATLAS_OK;
+}
 
 static atlas_status params_check(const atlas_engine_params *p) {
     if (p->n_models < 1 || !p->models)
@@ -57,6 +109,8 @@ static atlas_status params_check(const atlas_engine_params *p) {
         const atlas_engine_model *m = &p->models[i];
         if (!m->name || !*m->name || !m->dir)
             return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name and dir required", i);
+        if (atlas_engine_check_name(m->name) != ATLAS_OK)
+            return atlas_fail_wrap(ATLAS_ERR_INVALID, "engine: models[%d]", i);
         for (int j = 0; j < i; j++)
             if (!strcmp(p->models[j].name, m->name))
                 return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name '%s' used twice",

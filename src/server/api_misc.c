@@ -27,13 +27,17 @@ static void model_state_json(json_t *v, const atlas_engine_model_status *m) {
     }
 }
 
+/* Strings from the engine are written through atlas_json_text: a name keeps the engine's
+ * rule (UTF-8), but a directory need not be UTF-8, and json_pack would fail on it.  NULL
+ * only when out of memory. */
 static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     int ctx = 0;
     if (atlas_engine_ctx_size(s->engine, m->name, &ctx) != ATLAS_OK) ctx = 0;
-    json_t *v = json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:i, s:i}", "id", m->name, "object",
-                          "model", "created", (json_int_t)s->created, "owned_by", "atlas", "root",
-                          m->dir, "resident", m->resident, "running", m->running, "waiting",
-                          m->waiting);
+    json_t *v = json_pack("{s:o, s:s, s:I, s:s, s:o, s:b, s:i, s:i}", "id",
+                          atlas_json_text(m->name, strlen(m->name)), "object", "model", "created",
+                          (json_int_t)s->created, "owned_by", "atlas", "root",
+                          atlas_json_text(m->dir, strlen(m->dir)), "resident", m->resident,
+                          "running", m->running, "waiting", m->waiting);
     if (v && ctx > 0) json_object_set_new(v, "max_model_len", json_integer(ctx));
     if (v && m->last_error[0])
         json_object_set_new(v, "last_error", atlas_json_text(m->last_error, strlen(m->last_error)));
@@ -41,13 +45,21 @@ static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     return v;
 }
 
+/* Every model or none: a list that silently lacks one would be read as the server not
+ * serving it. */
 void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(server_of(call)->engine, ms, MAX_MODELS);
     json_t *data = json_array();
-    for (int i = 0; i < n && i < MAX_MODELS; i++)
-        json_array_append_new(data, model_json(server_of(call), &ms[i]));
+    for (int i = 0; data && i < n && i < MAX_MODELS; i++)
+        if (json_array_append_new(data, model_json(server_of(call), &ms[i])) != 0)
+            json_decref(data), data = NULL;
+    if (!data) {
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOMEM, NULL,
+                              "/v1/models: out of memory");
+        return;
+    }
     atlas_http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -119,15 +131,22 @@ void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atla
     json_t *states = json_array();
     bool failed = false;
     for (int i = 0; i < n && i < MAX_MODELS; i++) {
-        json_t *v = json_pack("{s:s, s:i, s:i}", "id", ms[i].name, "running", ms[i].running,
-                              "waiting", ms[i].waiting);
-        if (!v) continue;
+        json_t *v = json_pack("{s:o, s:i, s:i}", "id",
+                              atlas_json_text(ms[i].name, strlen(ms[i].name)), "running",
+                              ms[i].running, "waiting", ms[i].waiting);
+        if (!v) break; /* out of memory: said below, never a model left out */
         model_state_json(v, &ms[i]);
         if (ms[i].last_error[0] && ms[i].failed_loads > 0)
             json_object_set_new(v, "last_error",
                                 atlas_json_text(ms[i].last_error, strlen(ms[i].last_error)));
         failed |= ms[i].failed_loads > 0;
-        json_array_append_new(states, v);
+        if (json_array_append_new(states, v) != 0) break;
+    }
+    if (!states || (int)json_array_size(states) < (n < MAX_MODELS ? n : MAX_MODELS)) {
+        json_decref(states);
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOMEM, NULL,
+                              "/health: out of memory");
+        return;
     }
     atlas_http_reply_json(r, 200,
                           json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "status",

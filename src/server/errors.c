@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/utf8.h"
 #include "server/errors.h"
 
 int atlas_api_error_http(atlas_status st, const char **type) {
@@ -47,17 +48,16 @@ static const char *status_code(atlas_status st) {
     }
 }
 
-/* Messages quote client input (a model name, a URL): bytes that are not UTF-8 become '?'
- * so that the error itself is valid JSON. */
+/* Messages quote client input (a model name, a URL): bytes that are not UTF-8 become
+ * U+FFFD so that the error itself is valid JSON, and every valid character is kept. */
 static json_t *utf8_string(const char *s) {
     json_t *v = json_string(s);
     if (v) return v;
     size_t n = strlen(s);
-    char *copy = malloc(n + 1);
+    char *copy = malloc(3 * n + 1);
     if (!copy) return json_string("(out of memory)");
-    for (size_t i = 0; i < n; i++) copy[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-    copy[n] = '\0';
-    v = json_string(copy);
+    size_t len = atlas_utf8_clean(copy, 3 * n + 1, s, n);
+    v = json_stringn(copy, len);
     free(copy);
     return v;
 }

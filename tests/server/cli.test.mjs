@@ -103,6 +103,35 @@ test('serve: an empty or unreadable --models-dir is an error', () => {
   }
 });
 
+test('serve: a --model name that breaks the rule of model names is refused at start', () => {
+  const dir = join(process.env.ATLAS_TEST_DATA, 'tiny-qwen3');
+  const cases = [
+    [`line\nfeed=${dir}`, /--model: model name "line\\nfeed": control character U\+000A at byte 4: a model name is 1 to 127 bytes of UTF-8 without control characters\n/],
+    [`${'x'.repeat(128)}=${dir}`, /--model: model name "x{80}\.\.\.": 128 bytes long: a model name is 1 to 127/],
+    [`tab\there=${dir}`, /--model: model name "tab\\x09here": control character U\+0009 at byte 3/],
+  ];
+  for (const [spec, want] of cases) {
+    const r = atlas(['serve', '--model', spec, '--port', '0', '--device', 'cpu']);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, want);
+  }
+  // bytes that are not UTF-8, in NAME and in DIR's last component (the name it defaults to);
+  // argv carries them only through a shell
+  const sh = (arg) => spawnSync('sh', ['-c', `exec "$ATLAS_BIN" serve --port 0 --device cpu --model "${arg}"`],
+                                { encoding: 'utf8', timeout: 30000 });
+  const named = sh(`$(printf 'caf\\303\\251\\377')=${dir}`);
+  assert.equal(named.status, 2, named.stderr);
+  assert.match(named.stderr, /--model: model name "café\\xFF": not UTF-8 at byte 5: .*characters\n/);
+  const root = mkdtempSync(join(tmpdir(), 'atlas-name-'));
+  try {
+    const last = sh(`${root}/$(printf 'bad\\377')`);
+    assert.equal(last.status, 2, last.stderr);
+    assert.match(last.stderr, /model name "bad\\xFF": not UTF-8 at byte 3: .* \(DIR's last component; give another with NAME=DIR\)/);
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
 test('template --tool-format says what the server will parse', () => {
   // the default model's template has no tool calls; the server then goes by its
   // architecture (LlamaForCausalLM: the Llama 3 format), and so must this

@@ -15,9 +15,13 @@ export const QWEN = `qwen=${path.join(DATA, 'tiny-qwen3')}`;
 export const DEFAULT = `default=${path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'models', 'default')}`;
 
 // Starts `atlas serve --port 0 ...args` and resolves once it prints the port it listens on.
-export async function startServer(args, { timeoutMs = 30000 } = {}) {
+// shellWords, when given, are added through sh -c: the only way to hand the server an
+// argument that is not UTF-8 (`"$(printf 'x\\377')"`).
+export async function startServer(args, { timeoutMs = 30000, shellWords = '' } = {}) {
   if (!BIN) throw new Error('ATLAS_BIN is not set (the path of the atlas binary)');
-  const child = spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = shellWords
+    ? spawn('sh', ['-c', `exec "$0" serve --port 0 "$@" ${shellWords}`, BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn(BIN, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start in time:\n${log}`)), timeoutMs);

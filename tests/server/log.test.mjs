@@ -5,7 +5,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { startServer, postJSON, getJSON, waitFor, BIN } from './lib.mjs';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startServer, postJSON, getJSON, waitFor, BIN, DATA } from './lib.mjs';
 
 const KEY = 'sk-log-test-9f3c1a77e2';
 const PROMPT = 'zanzibar-quokka-prompt-4471';
@@ -168,6 +171,21 @@ test('atlas run, stderr not a terminal: one line for the load, no bar', () => {
   assert.equal(loads.length, 1, r.stderr);
   assert.match(loads[0], /^atlas: loaded default: \d+\.\d (MB|GB) in \d+\.\d+ s \(\d+\.\d GB\/s\), (cpu|cuda:\d+)$/);
   assert.ok(!r.stderr.includes('\r') && !r.stderr.includes('\x1b['), JSON.stringify(r.stderr));
+});
+
+test('atlas run on a directory whose name is not UTF-8: the load line is UTF-8', () => {
+  const root = mkdtempSync(join(tmpdir(), 'atlas-run-name-'));
+  try {
+    symlinkSync(join(DATA, 'tiny-qwen3'), Buffer.concat([Buffer.from(`${root}/caf\u00e9`), Buffer.from([0xff])]));
+    // argv carries bytes that are not UTF-8 only through a shell
+    const r = spawnSync('sh', ['-c', `exec "$ATLAS_BIN" run --device cpu -n 1 -p hi -m "${root}/$(printf 'caf\\303\\251\\377')"`],
+                        { timeout: 30000 });
+    const stderr = new TextDecoder('utf-8', { fatal: true }).decode(r.stderr);
+    assert.equal(r.status, 0, stderr);
+    assert.match(stderr, /^atlas: loaded caf\u00e9\ufffd: \d+\.\d (MB|GB) in /m);
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
 });
 
 // Requests whose path or model hold bytes that are not UTF-8, or are cut inside a character

@@ -1,12 +1,13 @@
 // /metrics in the Prometheus text exposition format (version 0.0.4), read by a strict parser:
-// every line must parse (HELP and TYPE included), so one model whose name holds a quote, a
-// backslash, a newline or bytes that are not UTF-8 cannot spoil the scrape of the whole page.
+// every line must parse (HELP and TYPE included), so one model whose name holds a quote or a
+// backslash cannot spoil the scrape of the whole page; names that break the rule of model
+// names (a newline, bytes that are not UTF-8) are skipped at start, never served half-listed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, DATA } from './lib.mjs';
+import { startServer, getJSON, DATA } from './lib.mjs';
 
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
@@ -143,23 +144,41 @@ test('the strict parser refuses what a Prometheus scrape refuses', () => {
   for (const b of bad) assert.throws(() => parseExposition(b), undefined, JSON.stringify(b.toString('latin1')));
 });
 
-test('/metrics with odd model names: every line parses, each name comes back', async () => {
+// The names a --models-dir may hold: those that keep the rule of model names (UTF-8 without
+// control characters, at most 127 bytes) are served and listed everywhere, whatever they
+// hold; the others are said on stderr and skipped.
+test('odd model names: /metrics parses, /v1/models and /health list every model served', async () => {
   const root = mkdtempSync(path.join(os.tmpdir(), 'atlas-odd-'));
   const qwen = path.join(DATA, 'tiny-qwen3');
-  const quote = 'q"uote', slash = 'back\\slash', nl = 'new\nline';
-  for (const name of [quote, slash, nl]) symlinkSync(qwen, path.join(root, name));
+  const quote = 'q"uote', slash = 'back\\slash', accents = 'caf\u00e9-\u00fc', nl = 'new\nline';
+  for (const name of [quote, slash, accents, nl]) symlinkSync(qwen, path.join(root, name));
   // a name that is not UTF-8: two bytes that start no character
   symlinkSync(qwen, Buffer.concat([Buffer.from(`${root}/bad`), Buffer.from([0xff, 0xfe]), Buffer.from('utf8')]));
-  // --models-dir skips a directory whose name holds a control character; --model may
-  // still name a model so
-  const srv = await startServer(['--models-dir', root, '--model', `line\nfeed=${qwen}`]);
+  const longest = 'n'.repeat(127);
+  // a name that keeps the rule, in a directory whose path is not UTF-8
+  const srv = await startServer(['--models-dir', root, '--model', `${longest}=${qwen}`],
+                                { shellWords: `--model "bytes=${root}/$(printf 'bad\\377\\376utf8')"` });
   try {
-    assert.match(srv.log(), /--models-dir .*: skipping a directory whose name has '=' or control characters/);
+    const log = srv.log();
+    assert.match(log, /--models-dir .*: skipping a directory: model name "new\\nline": control character U\+000A at byte 3/);
+    assert.match(log, /--models-dir .*: skipping a directory: model name "bad\\xFF\\xFEutf8": not UTF-8 at byte 3/);
+    const want = [quote, slash, accents, longest, 'bytes'].sort();
+    const models = await getJSON(srv.base, '/v1/models');
+    assert.equal(models.status, 200, models.text);
+    assert.deepEqual(models.json.data.map((m) => m.id).sort(), want);
+    assert.equal(models.json.data.find((m) => m.id === 'bytes').root, `${root}/bad\ufffd\ufffdutf8`);
+    const health = await getJSON(srv.base, '/health');
+    assert.equal(health.status, 200, health.text);
+    assert.equal(health.json.models, want.length);
+    assert.deepEqual(health.json.model_states.map((m) => m.id).sort(), want);
+    // a model asked for by a name that is not UTF-8: the error keeps the valid characters
+    const missing = await getJSON(srv.base, '/v1/models/caf%C3%A9%FF');
+    assert.equal(missing.status, 404, missing.text);
+    assert.equal(missing.json.error.message, "the model 'caf\u00e9\ufffd' does not exist");
     const res = await fetch(`${srv.base}/metrics`);
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
     const samples = parseExposition(Buffer.from(await res.arrayBuffer()));
-    const want = [quote, slash, 'bad\uFFFD\uFFFDutf8', 'line\nfeed'].sort();
     for (const metric of ['atlas_model_kv_capacity_tokens', 'atlas_model_context_tokens']) {
       const of = samples.filter((s) => s.name === metric);
       assert.deepEqual(of.map((s) => s.labels.model).sort(), want, metric);
