@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "atlas/engine.h"
 #include "atlas/host.h"
 #include "atlas/model.h"
+#include "atlas/utf8.h"
 #include "cli/cli.h"
 
 int atlas_cli_check_model(const char *cmd, const char *dir) {
@@ -20,8 +22,16 @@ void atlas_cli_model_name(const char *dir, char *buf, size_t cap) {
     while (n > 1 && dir[n - 1] == '/') n--;
     size_t b = n;
     while (b > 0 && dir[b - 1] != '/') b--;
-    snprintf(buf, cap, "%.*s", (int)(n - b), dir + b);
-    if (!buf[0]) snprintf(buf, cap, "%s", dir[0] ? dir : "model");
+    if (n == b) { /* "/" or "": the path itself */
+        b = 0;
+        n = strlen(dir);
+    }
+    /* the name must keep the engine's rule for model names, whatever bytes the directory's
+     * name has: a run is not refused for the name of the folder it was given */
+    atlas_utf8_clean(buf, cap < 128 ? cap : 128, dir + b, n - b);
+    for (char *c = buf; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '_';
+    if (!buf[0] || atlas_engine_check_name(buf) != ATLAS_OK) snprintf(buf, cap, "model");
 }
 
 void atlas_cli_device_hint(const char *cmd, atlas_device device) {
