@@ -5,8 +5,14 @@
  *   message, the request goes on, the model admits no more and is released once the last
  *   one has ended (here: cancelled, as when the client goes away); a load before then
  *   takes the deferred unload back; an unload with nothing running is granted at once;
- * - a swap (max_resident 1) lets the running request of the old model finish before the
- *   other model is loaded: the refused release is counted, never an error;
+ * - a swap (max_resident 1) with drain_timeout_ms 0 lets the running request of the old
+ *   model finish before the other model is loaded: the refused release is counted, never an
+ *   error;
+ * - with a drain timeout the running requests are paused instead and resumed, recomputed,
+ *   when their model is back: two long requests on two models take turns and both end with
+ *   the ids they have alone, and a long request keeps its turns while short requests for
+ *   the other model keep coming (no starvation either way), and a timeout shorter than a
+ *   recompute still lets each paused sequence recompute and advance; the default is 30 s;
  * - a model too large for the memory budget evicts nothing: checked before any release. */
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +28,7 @@ typedef struct coll {
     pthread_cond_t cv;
     int n_tokens, done;
     int32_t ids[8]; /* the first generated ids */
+    uint64_t hash;  /* of every generated id, in order */
     atlas_finish finish;
     atlas_status status;
     char msg[512];
@@ -29,6 +36,7 @@ typedef struct coll {
 
 static void coll_init(coll *c) {
     memset(c, 0, sizeof *c);
+    c->hash = 1469598103934665603ull;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 }
@@ -44,6 +52,7 @@ static void on_event(const atlas_event *ev, void *user) {
     if (ev->type == ATLAS_EVENT_TOKEN) {
         if (c->n_tokens < 8) c->ids[c->n_tokens] = ev->id;
         c->n_tokens++;
+        c->hash = (c->hash ^ (uint32_t)ev->id) * 1099511628211ull;
     } else {
         c->done = 1;
         c->finish = ev->finish;
@@ -71,6 +80,12 @@ static int coll_tokens(coll *c, int *done) {
     return n;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -89,11 +104,12 @@ static atlas_request request(const char *model, int max) {
 }
 
 static atlas_engine *engine_new(const atlas_engine_model *models, int n, int max_resident,
-                                int ctx) {
+                                int ctx, int drain_ms) {
     atlas_engine_params p = atlas_engine_default_params();
     p.models = models;
     p.n_models = n;
     p.max_resident = max_resident;
+    p.drain_timeout_ms = drain_ms;
     p.ctx_size = ctx;
     p.parallel = 4;
     p.device = ATLAS_DEVICE_CPU;
@@ -127,7 +143,7 @@ static int wait_resident(atlas_engine *e, int i, int want) {
 
 static void test_unload_refused(const char *dir) {
     atlas_engine_model mod = {"a", dir};
-    atlas_engine *e = engine_new(&mod, 1, 1, 32768);
+    atlas_engine *e = engine_new(&mod, 1, 1, 32768, 0);
     if (!e) return;
 
     /* a request running until it is cancelled: the unload is refused, nothing changes */
@@ -197,11 +213,11 @@ static void test_unload_refused(const char *dir) {
     coll_destroy(&c3);
 }
 
-/* max_resident 1: a request for b while one runs on a waits until a's has finished (its
- * model's release is refused meanwhile), then b is swapped in. */
+/* max_resident 1, no drain timeout: a request for b while one runs on a waits until a's has
+ * finished (its model's release is refused meanwhile), then b is swapped in. */
 static void test_swap_drains(const char *dir_a, const char *dir_b) {
     atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
-    atlas_engine *e = engine_new(mods, 2, 1, 4096);
+    atlas_engine *e = engine_new(mods, 2, 1, 4096, 0);
     if (!e) return;
     CHECK_OK(atlas_engine_load(e, "a"));
     const atlas_tokenizer *tok = NULL;
@@ -304,6 +320,168 @@ static void test_budget_before_evict(const char *dir_a, const char *dir_b) {
     atlas_engine_free(e);
 }
 
+/* ---- pausing after a drain timeout ------------------------------------------------------ */
+
+enum { LONG = 2000, DRAIN_MS = 200 };
+
+static uint64_t pauses(atlas_engine *e) { return metrics(e).preemptions; }
+
+/* Two long requests, on a and on b, submitted together (max_resident 1): instead of b
+ * waiting for all of a, they take turns of at least the drain timeout, each paused (KV
+ * dropped with its model) and recomputed when its model is back; both end with the ids
+ * they have alone. */
+static void test_pause_turns(atlas_engine *e, const coll *alone_a, const coll *alone_b) {
+    atlas_engine_metrics m0 = metrics(e);
+    double t0 = now_s();
+    atlas_request ra = request("a", LONG), rb = request("b", LONG);
+    coll ca, cb;
+    coll_init(&ca);
+    coll_init(&cb);
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, NULL));
+    coll_wait_tokens(&ca, 2);
+    CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
+    coll_wait_tokens(&cb, 1);
+    int a_done = 0, n_a = coll_tokens(&ca, &a_done);
+    CHECK_MSG(!a_done, "b's first token came after a's request ended: a was not paused");
+    coll_wait(&ca);
+    coll_wait(&cb);
+    CHECK_MSG(ca.finish == ATLAS_FINISH_LENGTH && ca.n_tokens == LONG && ca.hash == alone_a->hash,
+              "a: finish %d, %d tokens, %s ids as alone (%s)", ca.finish, ca.n_tokens,
+              ca.hash == alone_a->hash ? "the same" : "other", ca.msg);
+    CHECK_MSG(cb.finish == ATLAS_FINISH_LENGTH && cb.n_tokens == LONG && cb.hash == alone_b->hash,
+              "b: finish %d, %d tokens, %s ids as alone (%s)", cb.finish, cb.n_tokens,
+              cb.hash == alone_b->hash ? "the same" : "other", cb.msg);
+    atlas_engine_metrics m = metrics(e);
+    uint64_t n_pauses = m.preemptions - m0.preemptions, n_loads = m.loads - m0.loads;
+    fprintf(stderr, "turns: a had %d tokens at b's first; %llu pauses, %llu loads in %.2f s\n",
+            n_a, (unsigned long long)n_pauses, (unsigned long long)n_loads, now_s() - t0);
+    CHECK_MSG(n_pauses >= 2 && n_loads >= 3 && m.finished_error == m0.finished_error,
+              "both should have been paused: %llu pauses, %llu loads",
+              (unsigned long long)n_pauses, (unsigned long long)n_loads);
+    coll_destroy(&ca);
+    coll_destroy(&cb);
+}
+
+/* Short requests for b keep coming, each as soon as the one before has ended, while a long
+ * one runs on a: each b is answered within the drain timeout plus the swaps, and a, paused
+ * again and again, still gets its turns (it is wanted first once b's model is loaded) and
+ * ends with the ids it has alone. */
+static void test_no_starvation(atlas_engine *e, const coll *alone_a) {
+    uint64_t p0 = pauses(e);
+    double t0 = now_s();
+    atlas_request ra = request("a", LONG), rb = request("b", 4);
+    coll ca;
+    coll_init(&ca);
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, NULL));
+    coll_wait_tokens(&ca, 2);
+    int n_b = 0, bad_b = 0, a_done = 0;
+    double worst = 0;
+    for (; n_b < 1000 && (coll_tokens(&ca, &a_done), !a_done); n_b++) {
+        double t0 = now_s();
+        coll cb;
+        run_one(e, &rb, &cb);
+        double dt = now_s() - t0;
+        if (dt > worst) worst = dt;
+        bad_b += cb.finish != ATLAS_FINISH_LENGTH || cb.n_tokens != 4;
+        coll_destroy(&cb);
+    }
+    coll_wait(&ca);
+    uint64_t n_pauses = pauses(e) - p0;
+    fprintf(stderr, "starvation: %d requests for b while a ran, the slowest %.3f s; %llu "
+            "pauses in %.2f s\n", n_b, worst, (unsigned long long)n_pauses, now_s() - t0);
+    CHECK_MSG(ca.finish == ATLAS_FINISH_LENGTH && ca.n_tokens == LONG && ca.hash == alone_a->hash,
+              "a: finish %d, %d tokens, %s ids as alone (%s)", ca.finish, ca.n_tokens,
+              ca.hash == alone_a->hash ? "the same" : "other", ca.msg);
+    CHECK_MSG(n_b >= 2 && bad_b == 0 && n_pauses >= 2, "%d requests for b (%d failed), a paused "
+              "%llu times", n_b, bad_b, (unsigned long long)n_pauses);
+    /* generous for a loaded machine: without the timeout b would wait for all of a */
+    CHECK_MSG(worst < DRAIN_MS / 1e3 + 2.0, "a request for b took %.3f s", worst);
+    coll_destroy(&ca);
+}
+
+static void test_pause(const char *dir_a, const char *dir_b) {
+    CHECK(atlas_engine_default_params().drain_timeout_ms == 30000);
+    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine *e = engine_new(mods, 2, 1, 4096, DRAIN_MS);
+    if (!e) return;
+    atlas_request ra = request("a", LONG), rb = request("b", LONG);
+    coll alone_a, alone_b;
+    double t0 = now_s();
+    run_one(e, &ra, &alone_a);
+    run_one(e, &rb, &alone_b);
+    fprintf(stderr, "alone: a and b in %.2f s\n", now_s() - t0);
+    CHECK(alone_a.finish == ATLAS_FINISH_LENGTH && alone_a.n_tokens == LONG);
+    CHECK(alone_b.finish == ATLAS_FINISH_LENGTH && alone_b.n_tokens == LONG);
+    test_pause_turns(e, &alone_a, &alone_b);
+    test_no_starvation(e, &alone_a);
+    atlas_engine_free(e);
+    coll_destroy(&alone_a);
+    coll_destroy(&alone_b);
+}
+
+/* Waits up to seconds for c's end; 1: it came. */
+static int coll_wait_for(coll *c, double seconds) {
+    double until = now_s() + seconds;
+    int done = 0;
+    while (coll_tokens(c, &done), !done && now_s() < until) sleep_ms(10);
+    return done;
+}
+
+/* A drain timeout shorter than a recompute: each turn must still let the paused sequences
+ * recompute and go on (the clock waits for their prompts), or neither model would ever
+ * advance.  Prompts of 1,000 tokens prefilled 64 at a time, a timeout of 2 ms. */
+static void test_pause_progress(const char *dir_a, const char *dir_b) {
+    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = mods;
+    p.n_models = 2;
+    p.max_resident = 1;
+    p.drain_timeout_ms = 2;
+    p.ctx_size = 2048;
+    p.parallel = 4;
+    p.batch_tokens = 64;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    static int32_t prompt[1000];
+    for (int i = 0; i < 1000; i++) prompt[i] = 100 + (i * 7) % 1000;
+    atlas_request r[2];
+    coll alone[2], c[2];
+    atlas_request_handle *h[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        r[k] = request(mods[k].name, 8);
+        r[k].prompt = prompt;
+        r[k].n_prompt = 1000;
+        run_one(e, &r[k], &alone[k]);
+        CHECK(alone[k].finish == ATLAS_FINISH_LENGTH && alone[k].n_tokens == 8);
+    }
+    uint64_t p0 = pauses(e);
+    double t0 = now_s();
+    for (int k = 0; k < 2; k++) { /* both at once: a is loaded, and b wants its turn */
+        coll_init(&c[k]);
+        CHECK_OK(atlas_engine_submit(e, &r[k], on_event, &c[k], &h[k]));
+    }
+    for (int k = 0; k < 2; k++) {
+        int ended = coll_wait_for(&c[k], 30);
+        CHECK_MSG(ended, "%s: %d of 8 tokens after 30 s: paused before it could advance",
+                  mods[k].name, c[k].n_tokens);
+        atlas_engine_cancel(h[k]);
+        coll_wait(&c[k]);
+        CHECK_MSG(!ended || (c[k].finish == ATLAS_FINISH_LENGTH && c[k].hash == alone[k].hash),
+                  "%s: finish %d, %d tokens (%s)", mods[k].name, c[k].finish, c[k].n_tokens,
+                  c[k].msg);
+        atlas_engine_handle_free(h[k]);
+        coll_destroy(&c[k]);
+        coll_destroy(&alone[k]);
+    }
+    fprintf(stderr, "progress: %llu pauses in %.2f s\n", (unsigned long long)(pauses(e) - p0),
+            now_s() - t0);
+    CHECK(pauses(e) - p0 >= 1);
+    atlas_engine_free(e);
+}
+
 int main(void) {
     char a[1024], b[1024];
     snprintf(a, sizeof a, "%s", harness_data_path("tiny-llama3"));
@@ -316,5 +494,7 @@ int main(void) {
     test_unload_refused(a);
     test_swap_drains(a, b);
     test_budget_before_evict(a, b);
+    test_pause(a, b);
+    test_pause_progress(a, b);
     return harness_finish();
 }

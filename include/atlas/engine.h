@@ -105,9 +105,13 @@ typedef struct atlas_engine_params {
     int kv_blocks;        /* blocks per model, overriding kv_memory; 0 (default): from it */
     int batch_tokens;     /* token budget of one step: decode tokens + prefill chunk
                              (default 512) */
-    int drain_timeout_ms; /* a model to be swapped out lets its running sequences finish;
-                             after this long they are paused instead (their KV freed, to be
-                             recomputed when the model is back).  0 (default): no limit */
+    int drain_timeout_ms; /* a model to be swapped out lets its running sequences go on
+                             this long (default 30000), counted from the later of the swap's
+                             request and the model's load, and held while one of them
+                             computes its prompt; then they are paused: their KV is freed and
+                             they wait, first in the queue, to be recomputed (prompt and
+                             tokens so far) when the model is back, their events simply
+                             resuming.  0: no limit, they finish first */
     atlas_device device;  /* default ATLAS_DEVICE_AUTO */
     int gpu;              /* the GPU ordinal (default 0); a process serves one GPU, so every
                              engine of a process names the same one */

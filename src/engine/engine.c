@@ -26,7 +26,7 @@ static void hist_init(atlas_engine_hist *h, const double *bounds) {
 atlas_engine_params atlas_engine_default_params(void) {
     return (atlas_engine_params){.max_resident = 1, .parallel = 32, .queue_limit = 256,
                                  .kv_block_size = 16, .batch_tokens = 512,
-                                 .gpu_memory_utilization = 0.9,
+                                 .drain_timeout_ms = 30000, .gpu_memory_utilization = 0.9,
                                  .device = ATLAS_DEVICE_AUTO};
 }
 

@@ -117,6 +117,8 @@ typedef struct eng_model {
     int loading;            /* its load runs (unlocked) */
     double drain_since;     /* when it began draining for a swap; 0: not */
     double loaded_at;       /* it serves at least drain_timeout_ms before being paused */
+    double computed_at;     /* draining: when a sequence was last seen computing its prompt
+                               (or recomputing); the pause waits drain_timeout_ms after it */
     int unload_asked;       /* an unload was refused: released once its requests end */
     uint64_t last_used;
     char last_error[256];

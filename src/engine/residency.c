@@ -81,6 +81,7 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     md->unload_asked = 0;
     md->draining = 0;
     md->drain_since = 0;
+    md->computed_at = 0;
     return ATLAS_OK;
 }
 
@@ -268,6 +269,24 @@ static void pause_all(atlas_engine *e, eng_model *md) {
     while (md->n_running > 0) atlas_engine_preempt(e, md, md->running[md->n_running - 1], &budget);
     atlas_engine_flush_done(e);
 }
+
+/* Whether md, draining for a swap, has had its turn: drain_timeout_ms (0: no limit) since
+ * the later of the drain's start and its load, so that two models wanted at once take turns
+ * instead of pausing each other at every step.  The clock is held while a running sequence
+ * computes its prompt or recomputes after a pause: pausing it then would throw that work
+ * away, and a turn shorter than a recompute would do so at every turn, so that the paused
+ * sequences never advanced.  Each turn thus gives them drain_timeout_ms of new tokens.
+ * Under e->mu. */
+static int pause_due(atlas_engine *e, eng_model *md) {
+    double now = atlas_engine_now();
+    if (md->drain_since == 0) md->drain_since = now;
+    for (int i = 0; i < md->n_running; i++)
+        if (md->running[i]->n_tokens - md->running[i]->n_computed > 1) md->computed_at = now;
+    double since = md->drain_since > md->loaded_at ? md->drain_since : md->loaded_at;
+    if (md->computed_at > since) since = md->computed_at;
+    return e->p.drain_timeout_ms > 0 && (now - since) * 1e3 >= e->p.drain_timeout_ms;
+}
+
 static int fits(const atlas_engine *e, int model) {
     int n = 0;
     size_t bytes = e->models[model].est_bytes;
@@ -378,14 +397,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
         vm->draining = 1;
         atlas_status st = atlas_engine_release_model(e, vm);
         if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */
-            double now = atlas_engine_now();
-            if (vm->drain_since == 0) vm->drain_since = now;
-            /* Timed from the later of the drain and the load, so that two models wanted at
-             * once take turns of at least drain_timeout_ms instead of pausing each other at
-             * every step. */
-            double since = vm->drain_since > vm->loaded_at ? vm->drain_since : vm->loaded_at;
-            if (e->p.drain_timeout_ms <= 0 || (now - since) * 1e3 < e->p.drain_timeout_ms)
-                return 0;
+            if (!pause_due(e, vm)) return 0;
             pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
             st = atlas_engine_release_model(e, vm);
         }
