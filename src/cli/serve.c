@@ -42,6 +42,10 @@ static void usage(FILE *f) {
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
             "  --max-resident N     models loaded at once (default 1)\n"
+            "  --drain-timeout S    a model to be swapped out lets its running requests go on\n"
+            "                       for S seconds (default 30; 0: until they end), then pauses\n"
+            "                       them: their streams wait and resume, recomputed, once the\n"
+            "                       model is back\n"
             "  --gpu-memory-utilization F   share of the GPU's memory for the resident\n"
             "                       models' weights and KV caches (default 0.9)\n"
             "  --kv-memory GIB      KV cache per model in GiB (default: an even share of what\n"
@@ -109,6 +113,20 @@ static int parse_fraction(const char *opt, const char *s, double *out) {
         return -2;
     }
     *out = v;
+    return 0;
+}
+
+/* S seconds in [0, 86400], fractions allowed, as milliseconds. */
+static int parse_ms(const char *opt, const char *s, int *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0 && v <= 86400)) {
+        fprintf(stderr, "atlas serve: %s: '%s' is not a number of seconds in 0..86400\n", opt, s);
+        return -2;
+    }
+    *out = (int)(v * 1000 + 0.5);
+    if (v > 0 && *out == 0) *out = 1; /* a tiny timeout is still one, never "none" */
     return 0;
 }
 
@@ -253,8 +271,9 @@ static int add_models_dir(serve_args *a, const char *root) {
 
 static const char *const serve_options[] = {
     "-h", "--help", "--model", "-m", "--models-dir", "--host", "--port", "--api-key",
-    "--max-resident", "--gpu-memory-utilization", "--kv-memory", "--ctx-size", "--max-model-len",
-    "--parallel", "--queue-limit", "--batch-tokens", "--threads", "--tensor-parallel",
+    "--max-resident", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
+    "--ctx-size", "--max-model-len", "--parallel", "--queue-limit", "--batch-tokens", "--threads",
+    "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", NULL};
@@ -281,6 +300,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
         else if (!strcmp(o, "--max-resident")) bad = parse_int(o, v, 1, 1024, &a->ep.max_resident);
+        else if (!strcmp(o, "--drain-timeout")) bad = parse_ms(o, v, &a->ep.drain_timeout_ms);
         else if (!strcmp(o, "--gpu-memory-utilization"))
             bad = parse_fraction(o, v, &a->ep.gpu_memory_utilization);
         else if (!strcmp(o, "--kv-memory")) bad = parse_gib(o, v, &a->ep.kv_memory);

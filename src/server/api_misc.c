@@ -187,7 +187,7 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     rc |= COUNTER("atlas_prompt_tokens_total", "Prompt tokens prefilled.", m->prompt_tokens);
     rc |= COUNTER("atlas_generation_tokens_total", "Tokens generated.", m->generated_tokens);
     rc |= COUNTER("atlas_steps_total", "Forward passes.", m->steps);
-    rc |= COUNTER("atlas_preemptions_total", "Sequences preempted for KV blocks.", m->preemptions);
+    rc |= COUNTER("atlas_preemptions_total", "Sequences preempted for KV blocks or paused for a swap.", m->preemptions);
     rc |= GAUGE("atlas_queue_length", "Requests waiting to start.", "%d", m->queue_len);
     rc |= GAUGE("atlas_running_sequences", "Sequences in the running batches.", "%d", m->running);
     rc |= GAUGE("atlas_batch_tokens", "Tokens in the last forward pass.", "%d", m->last_batch_tokens);

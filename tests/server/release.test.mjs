@@ -2,8 +2,9 @@
 // model"): every running request holds a handle on its model, so an unload while a stream
 // runs is refused with the count of requests in flight, the stream goes on, and the model
 // is released once the stream has ended (here its client goes away); an unload then is
-// granted.  With --max-resident 1 a request for another model waits, in the queue, until
-// the stream on the resident one has ended, and only then is the other model swapped in.
+// granted.  With --max-resident 1 and --drain-timeout 0 a request for another model waits,
+// in the queue, until the stream on the resident one has ended, and only then is the other
+// model swapped in (drain.test.mjs has the timeout).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, postJSON, getJSON, greedy, LLAMA, QWEN } from './lib.mjs';
@@ -71,8 +72,8 @@ test('unload while a stream runs: refused with the count, granted after the stre
   }
 });
 
-test('swap with --max-resident 1: the other model waits until the running stream ended', async () => {
-  const srv = await startServer(['--model', LLAMA, '--model', QWEN, '--max-resident', '1']);
+test('swap with --max-resident 1, no drain timeout: the other model waits until the running stream ended', async () => {
+  const srv = await startServer(['--model', LLAMA, '--model', QWEN, '--max-resident', '1', '--drain-timeout', '0']);
   try {
     const s = await openStream(srv, endless);
     let answered = false;
