@@ -80,6 +80,33 @@ enum { ATLAS_ENGINE_NAME_MAX = 127 };
  * ATLAS_ERR_INVALID with a message that shows the name escaped and says what breaks the
  * rule and at which byte.  Any thread. */
 ATLAS_API atlas_status atlas_engine_check_name(const char *name);
+/* What the scheduler did with a model's residency, told to atlas_engine_params.on_residency
+ * so that a server can log every load, release, swap and failed load (the engine itself
+ * never prints). */
+typedef enum atlas_residency_kind {
+    ATLAS_RESIDENCY_LOADED = 0, /* the model is resident */
+    ATLAS_RESIDENCY_LOAD_FAILED,/* its load failed, or was refused before it began (too large
+                                   for the budget, broken headers, no room could be made) */
+    ATLAS_RESIDENCY_RELEASED,   /* it was released (unloaded) */
+    ATLAS_RESIDENCY_DRAINING,   /* it is to be released and waits for its running requests */
+} atlas_residency_kind;
+
+typedef struct atlas_residency_event {
+    atlas_residency_kind kind;
+    const char *model;     /* the configured name */
+    /* Why, a word: LOADED "request" (a request waits for it) or "load" (atlas_engine_load);
+     * RELEASED and DRAINING "swap" (room for `other`), "unload" (atlas_engine_unload) or
+     * "shutdown" (atlas_engine_free).  LOAD_FAILED: the error, as its requests are told. */
+    const char *reason;
+    const char *other;     /* RELEASED, DRAINING "swap": the model it makes room for; LOADED:
+                              the model released last to make room for it; else NULL */
+    double seconds;        /* LOADED, LOAD_FAILED: the load's time; RELEASED: the release's */
+    double swap_seconds;   /* LOADED with other set: from the release to now; else 0 */
+    size_t bytes;          /* LOADED, RELEASED: its weights and KV cache */
+    int running;           /* DRAINING: requests still running on it */
+    const char *error;     /* RELEASED: what the release failed to free ("" when nothing; the
+                              model is gone either way) */
+} atlas_residency_event;
 
 typedef struct atlas_engine_params {
     const atlas_engine_model *models; /* [n_models]; copied by create */
@@ -122,6 +149,14 @@ typedef struct atlas_engine_params {
      * rules), with the configured name of the model loading. */
     void (*load_progress)(void *user, const char *model, uint64_t done, uint64_t total);
     void *load_progress_user; /* load_progress's first argument */
+    /* Optional (NULL, default: none): each residency event, on the scheduler thread (the
+     * releases of atlas_engine_free on its caller's) with no engine lock held; *ev and its
+     * strings live for the call.  It must return quickly and must not call
+     * atlas_engine_load, _unload or _free (the scheduler would wait on itself). */
+    void (*on_residency)(void *user, const atlas_residency_event *ev);
+    void *on_residency_user; /* on_residency's first argument */
+    int no_memory_check;  /* 1: load models even when the check before reading the weights
+                             finds too little memory (atlas_model_params.no_memory_check) */
 } atlas_engine_params;
 
 /* The defaults above (no models).  Pure. */

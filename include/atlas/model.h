@@ -75,6 +75,12 @@ typedef struct atlas_model_params {
      * must return quickly and not call into the model. */
     atlas_load_progress_fn progress;
     void *progress_user;  /* progress's first argument */
+    /* 0 (default): before any weight is read, the memory the weights and the KV cache need
+     * on the chosen backend is checked against what it has (CUDA: the GPU's free memory;
+     * CPU: MemAvailable, or the cgroup's memory limit when that leaves less), and a load that
+     * needs more fails with ATLAS_ERR_NOMEM (CPU) or ATLAS_ERR_DEVICE_NOMEM (CUDA) naming
+     * both figures.  1: load anyway (`--no-memory-check`). */
+    int no_memory_check;
 } atlas_model_params;
 
 /* The defaults above.  Pure; any thread. */
@@ -142,6 +148,38 @@ typedef struct atlas_model_info {
 
 /* Fills *info; valid while m is. */
 ATLAS_API void atlas_model_get_info(const atlas_model *m, atlas_model_info *info);
+
+/* What loading a directory with given params would take, found from its headers alone:
+ * config.json (and generation_config.json), the safetensors headers (every tensor the
+ * architecture calls for looked up, its shape and dtype checked, as a load does, with the
+ * same errors) and whether tokenizer.json is there.  No tensor data is read, so it takes
+ * milliseconds whatever the checkpoint's size. */
+typedef struct atlas_model_survey {
+    char architecture[64];      /* config.json's "architectures"[0] */
+    int vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate;
+    int max_position;
+    int tied_embeddings;
+    int has_tokenizer;          /* 1: tokenizer.json is there */
+    int64_t n_params;           /* elements of every tensor used (tied: counted once) */
+    char dtype[8];              /* of the big matrices: "BF16", "F16", "F32", "mixed" */
+    size_t weight_bytes;        /* tensor bytes the load reads (and keeps) */
+    char backend[8];            /* "cpu" or "cuda": where the params' device would load it */
+    char backend_why[256];      /* why that backend (the reason CUDA cannot be used) */
+    int kv_blocks, kv_block_size;
+    size_t kv_bytes;            /* the KV cache at the params' settings on that backend */
+    size_t needed_bytes;        /* weights + KV cache */
+    size_t available_bytes;     /* what the backend has now (0: not known) */
+    char available_what[200];   /* where that figure comes from, e.g. "MemAvailable
+                                   (/proc/meminfo)" or "free memory of cuda:0" */
+    int fits;                   /* 1: needed <= available (or available not known) */
+} atlas_model_survey;
+
+/* Fills *out for dir and p (NULL: defaults).  Errors are a load's (ATLAS_ERR_IO for a
+ * missing file, ATLAS_ERR_FORMAT, ATLAS_ERR_UNSUPPORTED for an architecture or dtype atlas
+ * does not run, ATLAS_ERR_NO_DEVICE for device CUDA without one), naming the file; a model
+ * that does not fit is not an error here (fits says so).  Any thread; owns nothing. */
+ATLAS_API atlas_status atlas_model_inspect(const char *dir, const atlas_model_params *p,
+                                           atlas_model_survey *out);
 
 /* The model's tokenizer, NULL when loaded with load_tokenizer = 0. Valid while m is. */
 ATLAS_API const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m);

@@ -45,7 +45,9 @@ typedef enum atlas_log_format {
 } atlas_log_format;
 
 typedef struct atlas_server_params {
-    const char *host;       /* numeric IPv4 or IPv6 address; default "127.0.0.1" */
+    const char *host;       /* address or name to listen on, resolved with getaddrinfo
+                               ("localhost", "::", "0.0.0.0"; IPv4 addresses tried first,
+                               the first that binds is kept); default "127.0.0.1" */
     int port;               /* 0: any free port (atlas_server_port says which); default 8080 */
     const char *api_key;    /* NULL: no key; else every route but /health needs
                                "Authorization: Bearer KEY" */
@@ -81,11 +83,27 @@ typedef struct atlas_server_params {
 /* The defaults above.  Pure; thread-safe. */
 ATLAS_API atlas_server_params atlas_server_default_params(void);
 
+/* The server in two steps, so that a port in use or a host that does not resolve is found
+ * before a model is loaded: atlas_server_create checks p, opens the log and binds the
+ * listening socket (connections then wait in its backlog, unanswered); atlas_server_serve
+ * starts answering them with engine (borrowed: it must outlive the server).  *out is the
+ * caller's (atlas_server_stop, in either state).  create fails as start does below (the
+ * socket's errors too); serve with ATLAS_ERR_INVALID when s already serves, or as the
+ * transport fails (HTTPS's certificate or key, ATLAS_ERR_IO). */
+ATLAS_API atlas_status atlas_server_create(const atlas_server_params *p, atlas_server **out);
+ATLAS_API atlas_status atlas_server_serve(atlas_server *s, atlas_engine *engine);
+
+/* The bound address, numeric ("127.0.0.1", "::1"), and whether it is a loopback one.
+ * Thread-safe while s lives (from create on). */
+ATLAS_API const char *atlas_server_address(const atlas_server *s);
+ATLAS_API bool atlas_server_loopback(const atlas_server *s);
+
 /* Starts listening and serving engine; *out is owned by the caller (atlas_server_stop).
  * engine is borrowed: it must outlive the server.  The strings in p are copied (p may be
  * freed after the call); NULL p: the defaults.  Fails with ATLAS_ERR_INVALID or
- * ATLAS_ERR_RANGE for a bad parameter, ATLAS_ERR_IO when the address cannot be bound; *out
- * stays NULL then. */
+ * ATLAS_ERR_RANGE for a bad parameter or a host that does not resolve, ATLAS_ERR_IO when the
+ * address cannot be bound; *out stays NULL then.  atlas_server_create, then
+ * atlas_server_serve. */
 ATLAS_API atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *p,
                                           atlas_server **out);
 
@@ -98,6 +116,15 @@ ATLAS_API void atlas_server_log(atlas_server *s, atlas_log_level level, const ch
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* Writes a model's residency event (atlas/engine.h: a load with its time and size, a
+ * release, a swap, a failed load with why, a drain) to the server's log, whatever
+ * log_level filters: what an engine's on_residency hands it.  In JSON the line has "event"
+ * ("model_loaded", "model_load_failed", "model_released", "model_draining"), "model",
+ * "reason", "for", "duration_ms", "swap_ms", "bytes", "running" and "error" where they
+ * apply.  Thread-safe while s lives (from create on). */
+typedef struct atlas_residency_event atlas_residency_event; /* atlas/engine.h */
+ATLAS_API void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev);
 
 /* The bound TCP port (useful after asking for port 0).  Thread-safe while s lives. */
 ATLAS_API int atlas_server_port(const atlas_server *s);

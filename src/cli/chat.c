@@ -124,6 +124,7 @@ static void usage(FILE *f) {
             "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU)\n"
             "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
+            "  --no-memory-check    load even when the model needs more memory than is free\n"
             "  -h, --help           this help\n",
             atlas_cli_default_model());
 }
@@ -759,7 +760,7 @@ static int read_input(chat *c, char **text, int *single, int *empty) {
 static const char *const chat_options[] = {
     "-h", "--help", "-m", "--model", "--url", "--api-key", "--system", "--temp", "--top-p",
     "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads",
-    "--kernels", NULL};
+    "--kernels", "--no-memory-check", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
@@ -769,6 +770,10 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
         usage(stdout);
         return 0;
+    }
+    if (!strcmp(a, "--no-memory-check")) {
+        c->dev.no_memory_check = 1;
+        return -1;
     }
     if (*i + 1 >= argc) {
         fprintf(stderr, "atlas chat: %s needs a value (see --help)\n", a);

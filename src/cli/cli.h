@@ -35,6 +35,7 @@ typedef struct atlas_cli_device {
     int gpu; /* the ordinal of --device cuda:N */
     atlas_kernels kernels;
     int threads, ctx;
+    int no_memory_check; /* --no-memory-check */
 } atlas_cli_device;
 
 /* An engine's params for the one model `mod` (which must outlive them): one sequence at a

@@ -39,5 +39,6 @@ atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atl
     p.gpu = d->gpu;
     p.kernels = d->kernels;
     p.n_threads = d->threads;
+    p.no_memory_check = d->no_memory_check;
     return p;
 }

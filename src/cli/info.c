@@ -1,4 +1,6 @@
-/* cli/info.c — `atlas info -m DIR`: what a model is and which backend would run it, and why. */
+/* cli/info.c — `atlas info -m DIR`: what a model is, which backend would run it and why, and
+ * whether it fits, from its headers alone (`--load` loads it too). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,47 +10,76 @@
 #include "cli/options.h"
 
 static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device",
-                                           "--kernels", NULL};
+                                           "--kernels", "--load", NULL};
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--kernels native|portable]\n"
-            "  Loads the model and prints its architecture, shapes, parameter count, dtypes,\n"
-            "  memory, and the backend that runs it and why.\n"
+            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--load]\n"
+            "  Prints a model's architecture, shapes, parameter count, dtypes and the memory\n"
+            "  a load would take (weights and KV cache) against what the backend has, from\n"
+            "  its headers alone: no weight is read.\n"
             "  -m, --model DIR   model directory (default %s)\n"
-            "  --device D        the device to try (default auto)\n"
-            "  --kernels K       native (default) or portable GPU code\n"
+            "  --device D        the device to consider (default auto)\n"
+            "  --load            also load it (reads every weight) and print what only the\n"
+            "                    loaded backend knows: the GPU kernels chosen, CPU threads\n"
+            "  --kernels K       with --load: native (default) or portable GPU code\n"
             "  -h, --help        this help\n",
             atlas_cli_default_model());
 }
 
-static void print_info(const atlas_model_info *i) {
-    if (atlas_cli_is_default_model(i->dir))
-        printf("model:         %s (the default model, embedded in this binary)\n", i->dir);
+static double mib(size_t b) { return b / 1048576.0; }
+
+static void print_survey(const char *dir, const atlas_model_survey *s) {
+    if (atlas_cli_is_default_model(dir))
+        printf("model:         %s (the default model, embedded in this binary)\n", dir);
     else
-        printf("model:         %s\n", i->dir);
-    printf("architecture:  %s\n", i->architecture);
-    printf("parameters:    %lld (%.1f M)\n", (long long)i->n_params, i->n_params / 1e6);
-    printf("weights:       %s, %.1f MiB\n", i->dtype, i->weight_bytes / 1048576.0);
-    printf("layers:        %d\n", i->n_layers);
-    printf("hidden:        %d\n", i->hidden);
-    printf("heads:         %d query, %d key/value (head_dim %d)\n", i->n_heads, i->n_kv_heads,
-           i->head_dim);
-    printf("intermediate:  %d\n", i->intermediate);
-    printf("vocabulary:    %d%s\n", i->vocab_size, i->tied_embeddings ? " (tied embeddings)" : "");
-    printf("context:       %d positions\n", i->max_position);
-    printf("backend:       %s (%s)\n", i->backend, i->backend_why);
-    if (i->kernels && *i->kernels) printf("kernels:       %s\n", i->kernels);
-    if (i->n_threads) printf("threads:       %d\n", i->n_threads);
-    printf("kv cache:      %d blocks of %d tokens, %.1f MiB (fp%d)\n", i->kv_blocks,
-           i->kv_block_size, i->kv_bytes / 1048576.0,
-           i->kv_blocks ? (int)(i->kv_bytes * 8 / ((size_t)2 * i->n_layers * i->kv_blocks *
-                                                   i->kv_block_size * i->n_kv_heads * i->head_dim))
-                        : 0);
+        printf("model:         %s\n", dir);
+    printf("architecture:  %s\n", s->architecture);
+    printf("parameters:    %lld (%.1f M)\n", (long long)s->n_params, s->n_params / 1e6);
+    printf("weights:       %s, %.1f MiB\n", s->dtype, mib(s->weight_bytes));
+    printf("layers:        %d\n", s->n_layers);
+    printf("hidden:        %d\n", s->hidden);
+    printf("heads:         %d query, %d key/value (head_dim %d)\n", s->n_heads, s->n_kv_heads,
+           s->head_dim);
+    printf("intermediate:  %d\n", s->intermediate);
+    printf("vocabulary:    %d%s\n", s->vocab_size, s->tied_embeddings ? " (tied embeddings)" : "");
+    printf("context:       %d positions\n", s->max_position);
+    printf("tokenizer:     %s\n", s->has_tokenizer ? "tokenizer.json" : "missing (tokenizer.json)");
+    printf("backend:       %s (%s)\n", s->backend, s->backend_why);
+    printf("kv cache:      %d blocks of %d tokens, %.1f MiB (%s)\n", s->kv_blocks,
+           s->kv_block_size, mib(s->kv_bytes), strcmp(s->backend, "cuda") ? "fp32" : "bf16");
+    if (!s->available_what[0])
+        printf("memory:        needs %.2f GiB; what is available cannot be known here\n",
+               s->needed_bytes / 1073741824.0);
+    else
+        printf("memory:        needs %.2f GiB of %.2f GiB available (%s)%s\n",
+               s->needed_bytes / 1073741824.0, s->available_bytes / 1073741824.0,
+               s->available_what, s->fits ? "" : ": does not fit, a load is refused "
+                                                 "(--no-memory-check loads anyway)");
+}
+
+/* --load: what the loaded backend knows beyond the headers. */
+static int print_loaded(const char *dir, const atlas_model_params *p) {
+    atlas_model *m = NULL;
+    if (atlas_model_load(dir, p, &m) != ATLAS_OK) {
+        fprintf(stderr, "atlas info: %s\n", atlas_last_error());
+        return 1;
+    }
+    atlas_model_info i;
+    atlas_model_get_info(m, &i);
+    printf("loaded:        %s (%s)\n", i.backend, i.backend_why);
+    if (i.kernels && *i.kernels) printf("kernels:       %s\n", i.kernels);
+    if (i.n_threads) printf("threads:       %d\n", i.n_threads);
+    if (atlas_model_release(m) != ATLAS_OK) {
+        fprintf(stderr, "atlas info: %s\n", atlas_last_error());
+        return 1;
+    }
+    return 0;
 }
 
 int atlas_cli_info(int argc, char **argv) {
     const char *dir = NULL;
+    bool load = false;
     atlas_model_params p = atlas_model_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], info_options);
@@ -57,6 +88,8 @@ int atlas_cli_info(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--load")) {
+            load = true;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") ||
                     !strcmp(a, "--kernels")) && i + 1 == argc) {
             fprintf(stderr, "atlas info: %s needs a value (see --help)\n", a);
@@ -81,18 +114,13 @@ int atlas_cli_info(int argc, char **argv) {
         }
     }
     if (!dir) dir = atlas_cli_default_model();
-    atlas_model *m = NULL;
-    if (atlas_model_load(dir, &p, &m) != ATLAS_OK) {
+    atlas_model_survey s;
+    if (atlas_model_inspect(dir, &p, &s) != ATLAS_OK) {
         fprintf(stderr, "atlas info: %s\n", atlas_last_error());
         atlas_cli_device_hint("info", p.device);
         return 1;
     }
-    atlas_model_info info;
-    atlas_model_get_info(m, &info);
-    print_info(&info);
-    if (atlas_model_release(m) != ATLAS_OK) {
-        fprintf(stderr, "atlas info: %s\n", atlas_last_error());
-        return 1;
-    }
-    return 0;
+    print_survey(dir, &s);
+    fflush(stdout);
+    return load ? print_loaded(dir, &p) : 0;
 }

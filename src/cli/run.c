@@ -66,6 +66,9 @@ static void usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
+            "  --no-memory-check    load even when the weights and KV cache need more memory\n"
+            "                       than the GPU or the machine has free (refused by default,\n"
+            "                       before any weight is read)\n"
             "  --tensor-parallel N  split the model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  -h, --help           this help\n",
@@ -99,7 +102,8 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, flo
 static const char *const run_options[] = {
     "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
     "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
-    "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels", NULL};
+    "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels",
+    "--no-memory-check", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
@@ -111,6 +115,10 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(a, "--json")) {
         o->json = 1;
+        return -1;
+    }
+    if (!strcmp(a, "--no-memory-check")) {
+        o->dev.no_memory_check = 1;
         return -1;
     }
     if (*i + 1 >= argc) {

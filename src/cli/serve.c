@@ -3,6 +3,7 @@
  * then stops accepting, ends the open requests and frees everything. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
@@ -38,7 +39,9 @@ static void usage(FILE *f) {
             "  --models-dir ROOT    serve every subdirectory of ROOT that has a config.json\n"
             "                       (none there, or ROOT unreadable: an error; one whose name\n"
             "                       is not a model name: skipped with a message)\n"
-            "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
+            "  --host ADDR          address or name to listen on (default 127.0.0.1; a name\n"
+            "                       such as localhost is resolved, IPv4 first); bound before\n"
+            "                       any model loads; not loopback without --api-key: warned\n"
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
             "  --max-resident N     models loaded at once (default 1)\n"
@@ -51,6 +54,9 @@ static void usage(FILE *f) {
             "  --kv-memory GIB      KV cache per model in GiB (default: an even share of what\n"
             "                       the GPU share leaves after the weights; CPU: a quarter of\n"
             "                       the RAM)\n"
+            "  --no-memory-check    load a model even when its weights and KV cache need more\n"
+            "                       memory than the GPU or the machine has free (checked\n"
+            "                       before any weight is read; refused by default)\n"
             "  --ctx-size N, --max-model-len N   tokens per sequence (default 0: the model's\n"
             "                       maximum; lowered, with a message, to what the KV pool holds)\n"
             "  --parallel N         sequences running at once per model (default 32)\n"
@@ -81,9 +87,11 @@ static void usage(FILE *f) {
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
             "                       none: left in content\n"
-            "  --log-format text|json  the log on stderr: one line a request (method, path,\n"
-            "                       model, status, tokens in/out, TTFT, total ms, client),\n"
-            "                       as text (default) or one JSON object a line\n"
+            "  --log-format text|json  the log on stderr: each model checked at start, every\n"
+            "                       load, release, swap and failed load (model, time, why),\n"
+            "                       one line a request (method, path, model, status, tokens\n"
+            "                       in/out, TTFT, total ms, client; a 5xx's reason), as text\n"
+            "                       (default) or one JSON object a line\n"
             "  --log-level error|warn|info|debug  error: 5xx only; warn: 4xx too; info\n"
             "                       (default): every request; debug: each also as it arrives\n");
 }
@@ -276,7 +284,8 @@ static const char *const serve_options[] = {
     "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", NULL};
+    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels",
+    "--no-memory-check", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -287,6 +296,10 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return 1;
+        }
+        if (!strcmp(o, "--no-memory-check")) {
+            a->ep.no_memory_check = 1;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "atlas serve: %s needs a value (see --help)\n", o);
@@ -402,6 +415,67 @@ static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progres
     }
 }
 
+/* The engine's residency events go to the server's log; the lock lets the main thread
+ * take the server away before it stops it, while the scheduler may still be telling. */
+typedef struct residency_log {
+    pthread_mutex_t mu;
+    atlas_server *server; /* NULL: no longer logged (the server is stopping) */
+} residency_log;
+
+static void on_residency(void *user, const atlas_residency_event *ev) {
+    residency_log *rl = user;
+    pthread_mutex_lock(&rl->mu);
+    if (rl->server) atlas_server_log_residency(rl->server, ev);
+    pthread_mutex_unlock(&rl->mu);
+}
+
+static void residency_log_to(residency_log *rl, atlas_server *server) {
+    pthread_mutex_lock(&rl->mu);
+    rl->server = server;
+    pthread_mutex_unlock(&rl->mu);
+}
+
+static void format_params(int64_t n, char *buf, size_t cap) {
+    if (n >= 1000000000) snprintf(buf, cap, "%.2fB", n / 1e9);
+    else snprintf(buf, cap, "%.1fM", n / 1e6);
+}
+
+/* Every model checked as far as it can be without loading it (atlas_model_inspect: its
+ * files, headers, architecture, and memory for its weights and the KV pool the engine gave
+ * it), one line each, so that a model that cannot load is found at start and not by its
+ * first request. */
+static void check_models(const serve_args *a, atlas_engine *engine, atlas_server *server) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS);
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = a->ep.device;
+    mp.gpu = a->ep.gpu;
+    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+        atlas_model_survey sv;
+        if (atlas_model_inspect(ms[i].dir, &mp, &sv) != ATLAS_OK) {
+            atlas_server_log(server, ATLAS_LOG_ERROR, "model %s: cannot load: %s", ms[i].name,
+                             atlas_last_error());
+            continue;
+        }
+        char params[32];
+        format_params(sv.n_params, params, sizeof params);
+        size_t need = sv.weight_bytes + ms[i].kv_bytes;
+        if (sv.available_what[0] && need > sv.available_bytes && !a->ep.no_memory_check) {
+            atlas_server_log(server, ATLAS_LOG_ERROR, "model %s: cannot load: it needs %.2f GiB "
+                             "(weights %.2f, KV cache %.2f) and %.2f GiB is available (%s); "
+                             "lower --kv-memory or --ctx-size, or pass --no-memory-check",
+                             ms[i].name, need / 1073741824.0, sv.weight_bytes / 1073741824.0,
+                             ms[i].kv_bytes / 1073741824.0, sv.available_bytes / 1073741824.0,
+                             sv.available_what);
+            continue;
+        }
+        atlas_server_log(server, ATLAS_LOG_INFO, "model %s: ok: %s, %s parameters, %s, %.2f GiB "
+                         "of weights%s", ms[i].name, sv.architecture, params, sv.dtype,
+                         sv.weight_bytes / 1073741824.0,
+                         sv.has_tokenizer ? "" : "; no tokenizer.json: its requests will fail");
+    }
+}
+
 /* The start banner: each model (directory, architecture, parameters, dtype, device, memory,
  * KV capacity, context), the memory of all that is loaded, then the URL. */
 static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server *server) {
@@ -440,10 +514,17 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
                                         : a->ep.device == ATLAS_DEVICE_CUDA ? "cuda" : "auto");
     atlas_server_log(server, ATLAS_LOG_INFO, "device %s; memory used %.2f GiB by %d loaded "
                      "model(s) of %d", dev, total, count_resident(ms, n), n);
-    bool v6 = strchr(a->sp.host, ':') != NULL;
-    atlas_server_log(server, ATLAS_LOG_INFO, "listening on %s://%s%s%s:%d%s",
-                     a->sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", a->sp.host,
-                     v6 ? "]" : "", atlas_server_port(server),
+    const char *addr = atlas_server_address(server);
+    bool v6 = strchr(addr, ':') != NULL;
+    if (!atlas_server_loopback(server) && !a->sp.api_key)
+        atlas_server_log(server, ATLAS_LOG_WARN, "%s is not a loopback address and no API key "
+                         "is set: anyone who can reach it can use the models (set --api-key or "
+                         "ATLAS_API_KEY, or listen on 127.0.0.1)", a->sp.host);
+    char named[300] = "";
+    if (strcmp(addr, a->sp.host)) snprintf(named, sizeof named, " (%s)", a->sp.host);
+    atlas_server_log(server, ATLAS_LOG_INFO, "listening on %s://%s%s%s:%d%s%s",
+                     a->sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", addr, v6 ? "]" : "",
+                     atlas_server_port(server), named,
                      a->sp.api_key ? " (API key required)" : "");
 }
 
@@ -471,18 +552,34 @@ int atlas_cli_serve(int argc, char **argv) {
     a.ep.n_models = a.n_models;
 
     raise_fd_limit(a.sp.max_connections);
+    /* The socket first: a port in use or a host that does not resolve ends the start at
+     * once, before a model is read (an 8B takes a minute on the CPU). */
+    atlas_server *server = NULL;
+    if (atlas_server_create(&a.sp, &server) != ATLAS_OK) {
+        fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
+        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        return 1;
+    }
+    static residency_log rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    rl.server = server;
+    a.ep.on_residency = on_residency;
+    a.ep.on_residency_user = &rl;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
     a.ep.load_progress = atlas_cli_progress_report;
     a.ep.load_progress_user = pg;
     if (a.sp.log_format == ATLAS_LOG_JSON) atlas_cli_progress_json(pg);
     atlas_engine *engine = NULL;
-    atlas_server *server = NULL;
     atlas_status st = atlas_engine_create(&a.ep, &engine);
-    if (st == ATLAS_OK) load_at_start(&a, engine, pg);
+    if (st == ATLAS_OK) {
+        check_models(&a, engine, server);
+        load_at_start(&a, engine, pg);
+    }
     atlas_cli_progress_mute(pg); /* stderr is the server's log from here on */
-    if (st == ATLAS_OK) st = atlas_server_start(engine, &a.sp, &server);
+    if (st == ATLAS_OK) st = atlas_server_serve(server, engine);
     if (st != ATLAS_OK) {
         fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
+        residency_log_to(&rl, NULL);
+        atlas_server_stop(server);
         atlas_engine_free(engine);
         atlas_cli_progress_free(pg);
         for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
@@ -502,6 +599,7 @@ int atlas_cli_serve(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     atlas_server_log(server, ATLAS_LOG_INFO, "stopping");
+    residency_log_to(&rl, NULL);
     atlas_server_stop(server);
     atlas_engine_free(engine);
     atlas_cli_progress_free(pg);

@@ -17,7 +17,6 @@
 
 #include "core/error.h"
 #include "engine/engine_internal.h"
-#include "format/safetensors.h"
 
 void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, const char *msg) {
     eng_cmd **p = &e->cmds;
@@ -38,6 +37,35 @@ static void cmds_complete(atlas_engine *e, cmd_kind kind, int model, atlas_statu
     }
 }
 
+/* Tells the engine's client of a residency event (atlas_engine_params.on_residency), with
+ * e->mu dropped for the call.  Under e->mu. */
+static void tell(atlas_engine *e, const atlas_residency_event *ev) {
+    if (!e->p.on_residency) return;
+    pthread_mutex_unlock(&e->mu);
+    e->p.on_residency(e->p.on_residency_user, ev);
+    pthread_mutex_lock(&e->mu);
+}
+
+static int has_cmd(const atlas_engine *e, cmd_kind kind, int model) {
+    for (const eng_cmd *c = e->cmds; c; c = c->next)
+        if (c->kind == kind && c->model == model) return 1;
+    return 0;
+}
+
+static int wanted_model(const atlas_engine *e);
+
+/* Why md is being released: the engine stops, it was asked to, or another model needs its
+ * room (*other: that one). */
+static const char *release_reason(const atlas_engine *e, const eng_model *md,
+                                  const char **other) {
+    *other = NULL;
+    if (e->stop) return "shutdown";
+    if (md->unload_asked || has_cmd(e, CMD_UNLOAD, (int)(md - e->models))) return "unload";
+    int w = wanted_model(e);
+    if (w >= 0) *other = e->models[w].name;
+    return "swap";
+}
+
 /* Why md cannot be released now (its release was refused).  Under e->mu. */
 static atlas_status refused(const eng_model *md, const atlas_model *m, const char *why) {
     int n = atlas_model_handles(m) - 1;
@@ -55,8 +83,11 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     /* md->releasing keeps it reported resident while the lock is dropped */
     md->m = NULL;
     md->releasing = m;
+    size_t bytes = md->est_bytes;
     pthread_mutex_unlock(&e->mu);
+    double t0 = atlas_engine_now();
     atlas_status st = atlas_model_release(m);
+    double dt = atlas_engine_now() - t0;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", st == ATLAS_OK ? "" : atlas_last_error());
     if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) /* room for the list */
@@ -78,10 +109,15 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
         e->metrics.unload_failures++;
         snprintf(md->last_error, sizeof md->last_error, "releasing: %.240s", msg);
     }
+    atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_RELEASED, .model = md->name,
+                                .seconds = dt, .bytes = bytes,
+                                .error = st == ATLAS_OK ? "" : md->last_error};
+    ev.reason = release_reason(e, md, &ev.other);
     md->unload_asked = 0;
     md->draining = 0;
     md->drain_since = 0;
     md->computed_at = 0;
+    tell(e, &ev);
     return ATLAS_OK;
 }
 
@@ -99,6 +135,12 @@ static void fail_model_requests(atlas_engine *e, int model, atlas_status st, con
     atlas_engine_end_waiting(e, model, ATLAS_FINISH_ERROR, st, msg);
     cmds_complete(e, CMD_LOAD, model, st, msg);
     atlas_engine_flush_done(e);
+}
+
+static void tell_failed(atlas_engine *e, const eng_model *md, double seconds, const char *msg) {
+    atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOAD_FAILED, .model = md->name,
+                                .reason = msg, .seconds = seconds};
+    tell(e, &ev);
 }
 
 /* The model's progress callback, naming the model for the engine's. */
@@ -125,6 +167,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.kv_block_size = e->p.kv_block_size;
     mp.max_batch_tokens = e->p.batch_tokens;
     mp.load_tokenizer = 0; /* the engine keeps its own, resident or not */
+    mp.no_memory_check = e->p.no_memory_check;
     load_progress lp = {&e->p, md->name};
     if (e->p.load_progress) mp.progress = on_load_progress, mp.progress_user = &lp;
     atlas_model *m = NULL;
@@ -206,22 +249,25 @@ void atlas_engine_strip_dir(char *s, const char *dir) {
     strcpy(s, out);
 }
 
-/* Loads model (room was made).  t0: when the swap began (the release before it).  Under
- * e->mu (dropped meanwhile). */
-static void load_model(atlas_engine *e, int model, double t0) {
+/* Loads model (room was made).  t0: when the swap began (the release before it); replaced:
+ * the model released last to make room for it, -1 if none.  Under e->mu (dropped
+ * meanwhile). */
+static void load_model(atlas_engine *e, int model, double t0, int replaced) {
     eng_model *md = &e->models[model];
     md->loading = 1; /* for the status (/health): the lock is dropped while it loads */
+    const char *why = has_cmd(e, CMD_LOAD, model) ? "load" : "request";
     pthread_mutex_unlock(&e->mu);
+    double t_load = atlas_engine_now();
     atlas_error_clear();
     atlas_model *m = NULL;
     int release_failed = 0;
     atlas_status st = load_checked(e, md, &m, &release_failed);
-    char msg[512], why[400];
+    char msg[512], err[400];
     /* clients see this message: it names the model and its files, never the server's paths */
-    snprintf(why, sizeof why, "%s", atlas_last_error());
-    atlas_engine_strip_dir(why, md->dir);
+    snprintf(err, sizeof err, "%s", atlas_last_error());
+    atlas_engine_strip_dir(err, md->dir);
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
-    const char *w = strncmp(why, wrapped, sizeof wrapped - 1) ? why : why + sizeof wrapped - 1;
+    const char *w = strncmp(err, wrapped, sizeof wrapped - 1) ? err : err + sizeof wrapped - 1;
     snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
     pthread_mutex_lock(&e->mu);
     md->loading = 0;
@@ -239,6 +285,7 @@ static void load_model(atlas_engine *e, int model, double t0) {
     e->metrics.unload_failures += (uint64_t)release_failed;
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
+        tell_failed(e, md, atlas_engine_now() - t_load, msg); /* said before its requests end */
         fail_model_requests(e, model, load_failure(st), msg);
         remember_failure(e, md);
         return;
@@ -257,6 +304,11 @@ static void load_model(atlas_engine *e, int model, double t0) {
     e->metrics.last_swap_s = dt;
     atlas_engine_hist_observe(&e->metrics.swap, dt);
     md->release_refused = 0;
+    atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
+                                .reason = why, .seconds = atlas_engine_now() - t_load,
+                                .bytes = md->est_bytes};
+    if (replaced >= 0) ev.other = e->models[replaced].name, ev.swap_seconds = dt;
+    tell(e, &ev); /* before the load command returns and the requests run */
     cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
 }
 
@@ -336,6 +388,12 @@ int atlas_engine_do_commands(atlas_engine *e) {
             atlas_status st = md->m ? atlas_engine_release_model(e, md) : ATLAS_OK;
             if (st == ATLAS_ERR_BUSY) md->unload_asked = md->draining = 1;
             atlas_engine_cmd_complete(e, c, st, st == ATLAS_OK ? NULL : atlas_last_error());
+            if (st == ATLAS_ERR_BUSY) {
+                atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_DRAINING,
+                                            .model = md->name, .reason = "unload",
+                                            .running = md->n_running};
+                tell(e, &ev);
+            }
             next = e->cmds; /* the list may have changed while unlocked */
             worked = 1;
         }
@@ -347,6 +405,32 @@ int atlas_engine_do_commands(atlas_engine *e) {
             worked = 1;
     }
     return worked;
+}
+
+/* What can be known of md's load before anything is evicted for it (atlas_model_inspect):
+ * its headers and tensors, and that its weights and KV pool fit in what the backend has
+ * free plus what releasing the resident models (freeable bytes) gives back.  Not under
+ * e->mu (reads only what does not change). */
+static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeable) {
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = e->p.device;
+    mp.gpu = e->p.gpu;
+    mp.kv_blocks = md->kv_blocks;
+    mp.kv_block_size = e->p.kv_block_size;
+    atlas_model_survey sv;
+    ATLAS_TRY(atlas_model_inspect(md->dir, &mp, &sv));
+    if (e->p.no_memory_check || !sv.available_what[0] ||
+        sv.needed_bytes <= sv.available_bytes + freeable)
+        return ATLAS_OK;
+    const double g = 1073741824.0;
+    return atlas_fail(strcmp(sv.backend, "cpu") ? ATLAS_ERR_DEVICE_NOMEM : ATLAS_ERR_NOMEM,
+                      "not enough memory: the weights and the KV cache need %.2f GiB (weights "
+                      "%.2f, KV cache %.2f) on the %s, and %.2f GiB is available with the "
+                      "resident models released (%s); nothing was evicted or read. Lower the KV "
+                      "cache (--kv-memory, --ctx-size) or load anyway with --no-memory-check",
+                      sv.needed_bytes / g, sv.weight_bytes / g, sv.kv_bytes / g,
+                      strcmp(sv.backend, "cpu") ? "GPU" : "CPU",
+                      (sv.available_bytes + freeable) / g, sv.available_what);
 }
 
 /* Makes the wanted model resident: loads it when it fits, else lets the least recently
@@ -367,29 +451,33 @@ int atlas_engine_do_residency(atlas_engine *e) {
                  wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
                  (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
         e->metrics.load_failures++;
+        tell_failed(e, wm, 0, msg);
         fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
         return 1;
     }
-    /* A model whose checkpoint is broken must not cost the resident ones their place: its
-     * files' headers are read and checked (no tensor data) before anything is evicted. */
+    /* A model whose checkpoint is broken, or that would not fit even with every resident
+     * model released, must not cost the resident ones their place: its files' headers are
+     * read and checked (no tensor data) before anything is evicted. */
     if (!fits(e, want)) {
+        size_t freeable = 0;
+        for (int i = 0; i < e->n_models; i++) freeable += e->models[i].m ? e->models[i].est_bytes : 0;
         pthread_mutex_unlock(&e->mu);
-        atlas_st *st = NULL;
-        atlas_status cst = atlas_st_open_dir(wm->dir, &st);
+        atlas_status cst = precheck(e, wm, freeable);
         char why[400], msg[512];
         snprintf(why, sizeof why, "%s", cst == ATLAS_OK ? "" : atlas_last_error());
-        atlas_st_free(st);
         pthread_mutex_lock(&e->mu);
         if (cst != ATLAS_OK) {
             atlas_engine_strip_dir(why, wm->dir);
             snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
             e->metrics.load_failures++;
+            tell_failed(e, wm, 0, msg);
             fail_model_requests(e, want, load_failure(cst), msg);
             remember_failure(e, wm);
             return 1;
         }
     }
     double t0 = atlas_engine_now();
+    int released = -1;
     while (!fits(e, want)) {
         int v = lru_victim(e, want);
         if (v < 0) return 0; /* cannot happen: max_resident >= 1 and the size fits alone */
@@ -397,6 +485,12 @@ int atlas_engine_do_residency(atlas_engine *e) {
         vm->draining = 1;
         atlas_status st = atlas_engine_release_model(e, vm);
         if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */
+            if (vm->drain_since == 0) { /* the drain begins: said once */
+                atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_DRAINING, .model = vm->name,
+                                            .reason = "swap", .other = wm->name,
+                                            .running = vm->n_running};
+                tell(e, &ev);
+            }
             if (!pause_due(e, vm)) return 0;
             pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
             st = atlas_engine_release_model(e, vm);
@@ -405,12 +499,14 @@ int atlas_engine_do_residency(atlas_engine *e) {
             char msg[512];
             snprintf(msg, sizeof msg, "cannot make room for model '%s': %s", wm->name,
                      atlas_last_error());
+            tell_failed(e, wm, 0, msg);
             fail_model_requests(e, want, st, msg);
             return 1;
         }
+        released = v;
         if (e->models[want].m) return 1; /* loaded by hand meanwhile: cannot, but be safe */
     }
-    load_model(e, want, t0);
+    load_model(e, want, t0, released);
     return 1;
 }
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "format/layout.h"
 #include "model/forward.h"
+#include "model/inspect.h"
 #include "model/model_internal.h"
 #include "model/shard.h"
 #include "model/weight_read.h"
@@ -140,10 +141,7 @@ static void *tok_job_run(void *arg) {
 
 static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
     m->kv_block_size = p->kv_block_size;
-    int tokens = p->kv_tokens;
-    if (!tokens) tokens = m->cfg.max_position > 0 && m->cfg.max_position < 4096
-                              ? m->cfg.max_position : 4096;
-    m->kv_blocks = p->kv_blocks ? p->kv_blocks : (tokens + m->kv_block_size - 1) / m->kv_block_size;
+    m->kv_blocks = atlas_model_kv_blocks_for(&m->cfg, p);
     m->kv_bytes = (size_t)2 * m->cfg.n_layers * m->kv_blocks * m->kv_block_size *
                   m->be->geom.n_kv_heads * m->cfg.head_dim * m->be->act_size;
     return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
@@ -177,6 +175,14 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
         g.intermediate = plan.n_mlp;
     }
     ATLAS_TRY(pick_backend(m, p, opts, &g));
+    /* Before any weight is read: a checkpoint larger than the memory would otherwise be
+     * copied in until the OOM killer (or a failed allocation, much later) ends it. */
+    atlas_weights_sum sum;
+    ATLAS_TRY(atlas_weights_survey(m->st, c, p->tp_size > 1 ? &plan : NULL, &sum));
+    bool cuda = strcmp(m->be->ops->name, "cpu") != 0;
+    size_t kv = atlas_model_kv_bytes_for(c, g.n_kv_heads, atlas_model_kv_blocks_for(c, p),
+                                         p->kv_block_size, cuda);
+    ATLAS_TRY(atlas_model_memory_check(cuda, p->gpu, sum.n_bytes, kv, p->no_memory_check));
     atlas_load_progress progress = {.fn = p->progress, .user = p->progress_user};
     pthread_mutex_init(&progress.mu, NULL);
     atlas_status st = atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL,

@@ -112,7 +112,10 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     void *owned[4] = {0};
     bool present = true;
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
-    if (b->count_only) return b->progress ? count_views(b, views, n) : ATLAS_OK;
+    if (b->count_only) {
+        for (int i = 0; i < n; i++) account(b, views[i], cols != 0);
+        return b->progress ? count_views(b, views, n) : ATLAS_OK;
+    }
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     if (st == ATLAS_OK && present) {
         atlas_weight_src srcs[4];
@@ -283,9 +286,11 @@ static atlas_status check_unused(const atlas_st *st, const atlas_config *c, cons
  * in the checkpoint, and sets progress->total to the bytes this rank will read (so that the
  * first report already knows it) when progress is reported. */
 static atlas_status check_all(const atlas_st *st, const atlas_config *cfg,
-                              const atlas_shard_plan *plan, atlas_load_progress *progress) {
+                              const atlas_shard_plan *plan, atlas_load_progress *progress,
+                              atlas_model_weights *sum) {
     atlas_model_weights scratch;
     memset(&scratch, 0, sizeof scratch);
+    scratch.dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
     size_t n = atlas_st_count(st);
     bool *used = calloc(n ? n : 1, sizeof *used);
     if (!used) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
@@ -296,7 +301,21 @@ static atlas_status check_all(const atlas_st *st, const atlas_config *cfg,
     if (s == ATLAS_OK) s = check_unused(st, cfg, used);
     free(scratch.layers);
     free(used);
+    if (sum) *sum = scratch, sum->layers = NULL;
     return s;
+}
+
+atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
+                                  const atlas_shard_plan *plan, atlas_weights_sum *out) {
+    memset(out, 0, sizeof *out);
+    atlas_load_progress progress;
+    memset(&progress, 0, sizeof progress);
+    atlas_model_weights sum;
+    ATLAS_TRY(check_all(st, cfg, plan, &progress, &sum));
+    out->n_params = sum.n_params;
+    out->n_bytes = (size_t)progress.total;
+    out->dtype = sum.dtype;
+    return ATLAS_OK;
 }
 
 atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
@@ -305,7 +324,7 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     memset(out, 0, sizeof *out);
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
     if (progress && !progress->fn) progress = NULL;
-    ATLAS_TRY(check_all(st, cfg, plan, progress));
+    ATLAS_TRY(check_all(st, cfg, plan, progress, NULL));
     binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st),
                 .progress = progress};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);

@@ -65,6 +65,18 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
                                       const struct atlas_shard_plan *plan,
                                       struct atlas_load_progress *progress,
                                       atlas_model_weights *out);
+/* What the binding would read, found from the headers alone (no tensor data): every
+ * tensor the config calls for is looked up and its shape and dtype checked, as a load
+ * does, with the same errors.  n_params counts every tensor bound (tied: once), n_bytes
+ * what this rank reads (plan NULL: the whole model), dtype that of the big matrices
+ * (ATLAS_DTYPE_COUNT: mixed). */
+typedef struct atlas_weights_sum {
+    int64_t n_params;
+    size_t n_bytes;
+    atlas_dtype dtype;
+} atlas_weights_sum;
+atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
+                                  const struct atlas_shard_plan *plan, atlas_weights_sum *out);
 /* Frees what atlas_weights_load bound; a zeroed struct is fine. */
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
 

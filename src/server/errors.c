@@ -2,6 +2,7 @@
  * JSON {"error": {"message", "type", "param", "code"}} (the types OpenAI's API returns:
  * invalid_request_error, authentication_error, not_found_error, rate_limit_error,
  * server_error). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,9 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
     atlas_http_reply_json(r, http, json_pack("{s:o}", "error", err));
     if (http == 429) r->retry_after = 1;
     if (http == 503) r->retry_after = 5;
+    /* the operator sees why in the access line (a 4xx's message may quote the request, a
+     * 5xx's is the server's own: a model that cannot load, a failure inside) */
+    if (http >= 500) snprintf(r->reason, sizeof r->reason, "%s", message);
 }
 
 void atlas_api_error_fail(atlas_http_reply *r, atlas_status st, const char *param) {

@@ -5,6 +5,7 @@
  * request means is the dispatch function's business. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -421,27 +422,6 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 
 /* --- start and stop --------------------------------------------------------------------- */
 
-static atlas_status bind_addr(const char *host, int port, struct sockaddr_storage *ss,
-                              bool *v6) {
-    memset(ss, 0, sizeof *ss);
-    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
-    if (port < 0 || port > 65535) return atlas_fail(ATLAS_ERR_RANGE, "port %d: not in 0..65535", port);
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *v6 = false;
-        return ATLAS_OK;
-    }
-    if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *v6 = true;
-        return ATLAS_OK;
-    }
-    return atlas_fail(ATLAS_ERR_INVALID, "host '%s': not a numeric IPv4 or IPv6 address", host);
-}
-
 static atlas_status bound_port(atlas_http *h) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_LISTEN_FD);
     struct sockaddr_storage ss;
@@ -491,12 +471,17 @@ static unsigned poll_threads(void) {
     return n < 1 ? 1u : n > 4 ? 4u : (unsigned)n;
 }
 
-static atlas_status start_daemon(atlas_http *h, const atlas_http_params *p,
-                                 struct sockaddr_storage *ss, bool v6, const char *cert,
+/* The daemon on p->listen_fd.  It is handed a duplicate, closed by MHD_stop_daemon; the
+ * caller's descriptor stays the caller's whether the start succeeds or not. */
+static atlas_status start_daemon(atlas_http *h, const atlas_http_params *p, const char *cert,
                                  const char *key) {
     unsigned flags = MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | (p->v6 ? MHD_USE_IPv6 : 0) |
                      (cert ? MHD_USE_TLS : 0);
+    int fd = fcntl(p->listen_fd, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        return atlas_fail(ATLAS_ERR_IO, "listening on %s port %d: dup: %s", p->host, p->port,
+                          strerror(errno));
     struct MHD_OptionItem tls[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key},
@@ -504,7 +489,7 @@ static atlas_status start_daemon(atlas_http *h, const atlas_http_params *p,
         {MHD_OPTION_END, 0, NULL},
     };
     h->mhd = MHD_start_daemon(
-        flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ss,
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_THREAD_POOL_SIZE, poll_threads(),
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(p->max_per_ip > 0 ? p->max_per_ip : 0),
@@ -515,6 +500,7 @@ static atlas_status start_daemon(atlas_http *h, const atlas_http_params *p,
         MHD_OPTION_ARRAY, cert ? tls : tls + 3, MHD_OPTION_END);
     if (h->mhd) return ATLAS_OK;
     int err = errno;
+    close(fd);
     if (cert)
         return atlas_fail(ATLAS_ERR_INVALID, "HTTPS on %s port %d failed: %s", p->host, p->port,
                           h->log[0] ? h->log : "the certificate or key was refused");
@@ -541,10 +527,9 @@ static atlas_status load_tls(const atlas_http_params *p, char **cert, char **key
 atlas_status atlas_http_start(const atlas_http_params *p, atlas_http_dispatch dispatch,
                               void *ctx, atlas_http **out) {
     *out = NULL;
-    struct sockaddr_storage ss;
-    bool v6 = false;
     char *cert = NULL, *key = NULL;
-    atlas_status st = bind_addr(p->host, p->port, &ss, &v6);
+    atlas_status st = p->listen_fd >= 0 ? ATLAS_OK
+                      : atlas_fail(ATLAS_ERR_INVALID, "server: no listening socket");
     if (st == ATLAS_OK) st = load_tls(p, &cert, &key);
     atlas_http *h = st == ATLAS_OK ? calloc(1, sizeof *h) : NULL;
     if (st == ATLAS_OK && (!h || !(h->cors = strdup(p->cors ? p->cors : "none"))))
@@ -560,7 +545,7 @@ atlas_status atlas_http_start(const atlas_http_params *p, atlas_http_dispatch di
         h->access = p->log;
         st = atlas_http_conn_init(h, p->max_connections);
     }
-    if (st == ATLAS_OK) st = start_daemon(h, p, &ss, v6, cert, key);
+    if (st == ATLAS_OK) st = start_daemon(h, p, cert, key);
     if (st == ATLAS_OK) st = bound_port(h);
     if (key) memset(key, 0, strlen(key)); /* the daemon keeps its own copy */
     free(cert);

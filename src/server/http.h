@@ -72,6 +72,7 @@ typedef struct atlas_http_reply {
     atlas_http_stream stream;  /* read non-NULL: an SSE body; the reply owns ctx */
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
     char allow[32];            /* a 405's Allow header: the methods the path takes ("" none) */
+    char reason[320];          /* a 5xx's message, for the access log ("" otherwise) */
 } atlas_http_reply;
 
 /* Answers one request into r (which starts zeroed).  Runs on a worker thread, many at once,
@@ -79,8 +80,11 @@ typedef struct atlas_http_reply {
 typedef void (*atlas_http_dispatch)(void *ctx, atlas_http_call *call, atlas_http_reply *r);
 
 typedef struct atlas_http_params {
-    const char *host;     /* numeric IPv4 or IPv6 address */
-    int port;             /* 0: any free port */
+    const char *host;     /* as given, for messages */
+    int port;             /* as given, for messages */
+    int listen_fd;        /* the listening socket (server/listen.h); the daemon serves a
+                             duplicate of it, the caller keeps and closes its own */
+    bool v6;              /* listen_fd is an IPv6 socket */
     size_t max_body;      /* bytes of a request body; larger ones are flagged too_large */
     int max_connections;
     int max_per_ip;       /* open connections from one source address (0: no cap) */

@@ -111,23 +111,48 @@ static void emit_json(const atlas_log *l, atlas_log_level level, json_t *obj) {
     free(nl);
 }
 
-void atlas_log_vmessage(atlas_log *l, atlas_log_level level, bool always, const char *fmt,
-                        va_list ap) {
-    if (!atlas_log_enabled(l, always ? ATLAS_LOG_ERROR : level)) return;
-    char raw[2048], msg[3 * sizeof raw];
-    vsnprintf(raw, sizeof raw, fmt, ap);
+/* One line of the server's own: msg (cleaned to valid UTF-8, on one line), in JSON with the
+ * fields of extra (taken, may be NULL). */
+static void write_msg(atlas_log *l, atlas_log_level level, const char *raw, json_t *extra) {
+    char msg[3 * 2048];
     /* a message may quote a name from the file system: JSON takes only valid UTF-8 */
     atlas_utf8_clean(msg, sizeof msg, raw, strlen(raw));
     for (char *c = msg; *c; c++) /* one line whatever the message holds */
         if (*c == '\n' || *c == '\r') *c = ' ';
     if (l->format == ATLAS_LOG_JSON) {
-        emit_json(l, level, json_pack("{s:s}", "msg", msg));
+        json_t *line = json_pack("{s:s}", "msg", msg);
+        if (line && extra) json_object_update(line, extra);
+        json_decref(extra);
+        emit_json(l, level, line);
         return;
     }
+    json_decref(extra);
     char ts[40], line[sizeof msg + 64];
     timestamp(ts, sizeof ts);
     int n = snprintf(line, sizeof line, "%s %s %s\n", ts, level_names[level], msg);
     if (n > 0) emit(l, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+void atlas_log_vmessage(atlas_log *l, atlas_log_level level, bool always, const char *fmt,
+                        va_list ap) {
+    if (!atlas_log_enabled(l, always ? ATLAS_LOG_ERROR : level)) return;
+    char raw[2048];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    write_msg(l, level, raw, NULL);
+}
+
+void atlas_log_fields(atlas_log *l, atlas_log_level level, bool always, json_t *obj,
+                      const char *fmt, ...) {
+    if (!atlas_log_enabled(l, always ? ATLAS_LOG_ERROR : level)) {
+        json_decref(obj);
+        return;
+    }
+    char raw[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    write_msg(l, level, raw, obj);
 }
 
 void atlas_log_message(atlas_log *l, atlas_log_level level, const char *fmt, ...) {
@@ -149,7 +174,7 @@ static atlas_log_level level_of(int status) {
 #define FIELD_CAP(f) (3 * sizeof ((atlas_log_request *)0)->f)
 typedef struct clean_record {
     char method[FIELD_CAP(method)], path[FIELD_CAP(path)], model[FIELD_CAP(model)],
-        client[FIELD_CAP(client)];
+        client[FIELD_CAP(client)], reason[FIELD_CAP(reason)];
 } clean_record;
 
 static void clean(const atlas_log_request *r, clean_record *c) {
@@ -157,6 +182,7 @@ static void clean(const atlas_log_request *r, clean_record *c) {
     atlas_utf8_clean(c->path, sizeof c->path, r->path, strlen(r->path));
     atlas_utf8_clean(c->model, sizeof c->model, r->model, strlen(r->model));
     atlas_utf8_clean(c->client, sizeof c->client, r->client, strlen(r->client));
+    atlas_utf8_clean(c->reason, sizeof c->reason, r->reason, strlen(r->reason));
 }
 
 /* Room for a text_value of a cleaned field: four bytes out for each byte of the record (an
@@ -176,23 +202,28 @@ void atlas_log_request_done(atlas_log *l, const atlas_log_request *r) {
                               (json_int_t)r->tokens_out, "ttft_ms",
                               r->ttft_ms >= 0 ? json_real(tenth(r->ttft_ms)) : json_null(),
                               "total_ms", tenth(r->total_ms), "client", c.client);
+        if (o && c.reason[0]) json_object_set_new(o, "reason", json_string(c.reason));
         if (o) emit_json(l, level, o);
         return;
     }
     char ts[40], method[TEXT_CAP(method)], path[TEXT_CAP(path)], model[TEXT_CAP(model)],
-        client[TEXT_CAP(client)], ttft[32];
-    char line[sizeof method + sizeof path + sizeof model + sizeof client + 256];
+        client[TEXT_CAP(client)], reason[TEXT_CAP(reason) + 8] = "", ttft[32];
+    char line[sizeof method + sizeof path + sizeof model + sizeof client + sizeof reason + 256];
     timestamp(ts, sizeof ts);
     text_value(method, sizeof method, c.method);
     text_value(path, sizeof path, c.path);
     text_value(model, sizeof model, c.model[0] ? c.model : "-");
     text_value(client, sizeof client, c.client);
+    if (c.reason[0]) {
+        memcpy(reason, " reason=", 8);
+        text_value(reason + 8, sizeof reason - 8, c.reason);
+    }
     if (r->ttft_ms >= 0) snprintf(ttft, sizeof ttft, "%.1f", r->ttft_ms);
     else snprintf(ttft, sizeof ttft, "-");
     int n = snprintf(line, sizeof line, "%s %s %s %s model=%s status=%d tokens_in=%ld "
-                     "tokens_out=%ld ttft_ms=%s total_ms=%.1f client=%s\n", ts,
+                     "tokens_out=%ld ttft_ms=%s total_ms=%.1f client=%s%s\n", ts,
                      level_names[level], method, path, model, r->status, r->tokens_in,
-                     r->tokens_out, ttft, r->total_ms, client);
+                     r->tokens_out, ttft, r->total_ms, client, reason);
     if (n > 0) emit(l, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 

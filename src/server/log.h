@@ -12,6 +12,8 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "atlas/server.h"
 #include "atlas/status.h"
 
@@ -27,6 +29,8 @@ typedef struct atlas_log_request {
     long tokens_in, tokens_out; /* prompt and generated tokens (0 when none) */
     double ttft_ms;     /* from arrival to the first generated token; < 0: none */
     double total_ms;    /* from arrival to the end of the answer */
+    char reason[320];   /* a 5xx's reason (the model could not load: why), "" otherwise; the
+                           engine's and loader's messages, which hold no request text */
 } atlas_log_request;
 
 /* A log writing to fd (-1: nowhere) lines of level and more severe. *out is the caller's
@@ -48,6 +52,15 @@ void atlas_log_message(atlas_log *l, atlas_log_level level, const char *fmt, ...
     ;
 void atlas_log_vmessage(atlas_log *l, atlas_log_level level, bool always, const char *fmt,
                         va_list ap);
+
+/* A line of free text with fields of its own: in JSON msg and the fields of obj (taken,
+ * may be NULL); as text the message alone.  Written whatever the log's level when always. */
+void atlas_log_fields(atlas_log *l, atlas_log_level level, bool always, json_t *obj,
+                      const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
 
 /* The line of an answered request, at ERROR for a 5xx, WARN for a 4xx, INFO otherwise. Any
  * thread. */

@@ -1,6 +1,7 @@
 /* server/server.c — starting and stopping the server (atlas/server.h), and the route table
  * that it hands the HTTP transport as its dispatch function: CORS preflights, the API key,
  * shutdown, body limits and JSON bodies, then the endpoint (api.c, api_misc.c). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "atlas/engine.h"
 #include "atlas/utf8.h"
 #include "server/api.h"
 #include "server/errors.h"
@@ -33,7 +35,6 @@ atlas_server_params atlas_server_default_params(void) {
     return p;
 }
 
-int atlas_server_port(const atlas_server *s) { return atlas_http_port(s->http); }
 
 /* --- routing --------------------------------------------------------------------------- */
 
@@ -151,9 +152,10 @@ static bool host_ok(const atlas_server *s, const char *host) {
         n = colon ? (size_t)(colon - host) : strlen(host);
     }
     if (host_listed(s->allowed_hosts, name, n)) return true;
-    size_t bn = strlen(s->host);
-    if (!is_loopback(s->host, bn)) return !s->allowed_hosts;
-    return is_loopback(name, n) || (n == bn && !strncasecmp(name, s->host, n));
+    size_t bn = strlen(s->host), an = strlen(s->listen.addr);
+    if (!s->listen.loopback) return !s->allowed_hosts;
+    return is_loopback(name, n) || (n == bn && !strncasecmp(name, s->host, n)) ||
+           (n == an && !strncasecmp(name, s->listen.addr, n));
 }
 
 /* The checks every route shares, then its handler; false when one of them answered. */
@@ -282,6 +284,7 @@ static void dispatch(void *ctx, atlas_http_call *call, atlas_http_reply *r) {
     atlas_server_metrics_request(&s->metrics, id, r->status);
     if (r->stream.read) return;
     call->log.status = r->status;
+    snprintf(call->log.reason, sizeof call->log.reason, "%s", r->reason);
     call->log.total_ms = (atlas_http_now() - call->t_start) * 1e3;
     atlas_log_request_done(s->log, &call->log);
 }
@@ -294,10 +297,68 @@ void atlas_server_log(atlas_server *s, atlas_log_level level, const char *fmt, .
     va_end(ap);
 }
 
+/* --- the models' residency in the log ------------------------------------------------- */
+
+static const char *why_text(const atlas_residency_event *ev, char *buf, size_t cap) {
+    const char *r = ev->reason ? ev->reason : "";
+    if (!strcmp(r, "request")) return "for a request";
+    if (!strcmp(r, "load")) return "asked to load";
+    if (!strcmp(r, "unload")) return "asked to unload";
+    if (!strcmp(r, "shutdown")) return "the server stops";
+    if (!strcmp(r, "swap")) {
+        snprintf(buf, cap, "to make room for %.200s", ev->other ? ev->other : "another model");
+        return buf;
+    }
+    return r;
+}
+
+void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev) {
+    if (!s || !ev || !ev->model) return;
+    static const char *const names[] = {"model_loaded", "model_load_failed", "model_released",
+                                        "model_draining"};
+    if ((unsigned)ev->kind > ATLAS_RESIDENCY_DRAINING) return;
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:s?}", "event", names[ev->kind], "model",
+                          ev->model, "reason", ev->reason, "for", ev->other);
+    double gib = ev->bytes / 1073741824.0;
+    char buf[256], swap[300] = "", err[400] = "";
+    const char *why = why_text(ev, buf, sizeof buf);
+    if (o && ev->kind != ATLAS_RESIDENCY_DRAINING)
+        json_object_set_new(o, "duration_ms", json_real(round(ev->seconds * 1e4) / 10));
+    if (o && ev->bytes) json_object_set_new(o, "bytes", json_integer((json_int_t)ev->bytes));
+    switch (ev->kind) {
+    case ATLAS_RESIDENCY_LOADED:
+        if (ev->other) {
+            snprintf(swap, sizeof swap, "; swapped in for %.200s in %.2f s (release and load)",
+                     ev->other, ev->swap_seconds);
+            if (o) json_object_set_new(o, "swap_ms", json_real(round(ev->swap_seconds * 1e4) / 10));
+        }
+        atlas_log_fields(s->log, ATLAS_LOG_INFO, true, o, "model %s: loaded in %.2f s (%.2f GiB "
+                         "of weights and KV cache), %s%s", ev->model, ev->seconds, gib, why, swap);
+        break;
+    case ATLAS_RESIDENCY_LOAD_FAILED:
+        atlas_log_fields(s->log, ATLAS_LOG_ERROR, true, o, "model %s: load failed after %.2f s: "
+                         "%s", ev->model, ev->seconds, why);
+        break;
+    case ATLAS_RESIDENCY_RELEASED:
+        if (ev->error && *ev->error) {
+            snprintf(err, sizeof err, "; it failed to free: %.300s", ev->error);
+            if (o) json_object_set_new(o, "error", json_string(ev->error));
+        }
+        atlas_log_fields(s->log, ev->error && *ev->error ? ATLAS_LOG_ERROR : ATLAS_LOG_INFO, true,
+                         o, "model %s: released in %.2f s (%.2f GiB), %s%s", ev->model,
+                         ev->seconds, gib, why, err);
+        break;
+    case ATLAS_RESIDENCY_DRAINING:
+        if (o) json_object_set_new(o, "running", json_integer(ev->running));
+        atlas_log_fields(s->log, ATLAS_LOG_INFO, true, o, "model %s: draining, %d request(s) "
+                         "still running, %s", ev->model, ev->running, why);
+        break;
+    }
+}
+
 /* --- start and stop --------------------------------------------------------------------- */
 
-atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *params,
-                                atlas_server **out) {
+atlas_status atlas_server_create(const atlas_server_params *params, atlas_server **out) {
     *out = NULL;
     atlas_server_params p = params ? *params : atlas_server_default_params();
     if (!p.host) p.host = "127.0.0.1";
@@ -307,7 +368,7 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
                                              "the timeouts must be positive");
     atlas_server *s = calloc(1, sizeof *s);
     if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
-    s->engine = engine;
+    s->listen.fd = -1;
     s->host = strdup(p.host);
     s->api_key = p.api_key && *p.api_key ? strdup(p.api_key) : NULL;
     s->api_key_len = s->api_key ? strlen(s->api_key) : 0;
@@ -323,28 +384,11 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     atomic_init(&s->next_id, 1);
     atlas_server_metrics_init(&s->metrics);
     atlas_status st = atlas_log_create(p.log_fd, p.log_format, p.log_level, &s->log);
-    if (st != ATLAS_OK) {
-        atlas_server_stop(s);
-        return st;
-    }
-    if (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
-        (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)) {
-        atlas_server_stop(s);
-        return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
-    }
-    atlas_http_params hp = {.host = s->host,
-                            .port = p.port,
-                            .max_body = p.max_body,
-                            .max_connections = p.max_connections,
-                            .max_per_ip = p.max_connections_per_ip,
-                            .timeout_s = p.timeout_s,
-                            .header_timeout_s = p.header_timeout_s,
-                            .body_timeout_s = p.body_timeout_s,
-                            .cors = s->cors,
-                            .cert_file = p.ssl_certfile,
-                            .key_file = p.ssl_keyfile,
-                            .log = s->log};
-    st = atlas_http_start(&hp, dispatch, s, &s->http);
+    if (st == ATLAS_OK &&
+        (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
+         (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)))
+        st = atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    if (st == ATLAS_OK) st = atlas_listen_open(s->host, p.port, &s->listen);
     if (st != ATLAS_OK) {
         atlas_server_stop(s);
         return st;
@@ -352,6 +396,53 @@ atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params 
     *out = s;
     return ATLAS_OK;
 }
+
+atlas_status atlas_server_serve(atlas_server *s, atlas_engine *engine) {
+    if (!s || !engine || s->http || s->listen.fd < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "server: serve needs a created server that does "
+                                             "not serve yet, and an engine");
+    s->engine = engine;
+    const atlas_server_params *p = &s->p;
+    atlas_http_params hp = {.host = s->host,
+                            .port = p->port,
+                            .listen_fd = s->listen.fd,
+                            .v6 = s->listen.v6,
+                            .max_body = p->max_body,
+                            .max_connections = p->max_connections,
+                            .max_per_ip = p->max_connections_per_ip,
+                            .timeout_s = p->timeout_s,
+                            .header_timeout_s = p->header_timeout_s,
+                            .body_timeout_s = p->body_timeout_s,
+                            .cors = s->cors,
+                            .cert_file = p->ssl_certfile,
+                            .key_file = p->ssl_keyfile,
+                            .log = s->log};
+    atlas_status st = atlas_http_start(&hp, dispatch, s, &s->http);
+    /* the daemon listens on its own descriptor: once it stops (or quiesces) nothing else
+     * may keep the socket open, or the kernel would go on accepting into its backlog */
+    atlas_listen_close(&s->listen);
+    if (st != ATLAS_OK) s->engine = NULL;
+    return st;
+}
+
+atlas_status atlas_server_start(atlas_engine *engine, const atlas_server_params *params,
+                                atlas_server **out) {
+    ATLAS_TRY(atlas_server_create(params, out));
+    atlas_status st = atlas_server_serve(*out, engine);
+    if (st != ATLAS_OK) {
+        atlas_server_stop(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int atlas_server_port(const atlas_server *s) {
+    return s->http ? atlas_http_port(s->http) : s->listen.port;
+}
+
+const char *atlas_server_address(const atlas_server *s) { return s->listen.addr; }
+
+bool atlas_server_loopback(const atlas_server *s) { return s->listen.loopback; }
 
 void atlas_server_stop(atlas_server *s) {
     if (!s) return;
@@ -373,6 +464,7 @@ void atlas_server_stop(atlas_server *s) {
         }
         atlas_http_stop(s->http);
     }
+    atlas_listen_close(&s->listen);
     atlas_server_metrics_destroy(&s->metrics);
     atlas_log_free(s->log);
     free(s->host);

@@ -11,6 +11,7 @@
 
 #include "atlas/server.h"
 #include "server/http.h"
+#include "server/listen.h"
 #include "server/log.h"
 #include "server/metrics.h"
 
@@ -28,6 +29,7 @@ struct atlas_server {
     int64_t created;              /* unix time the server started: /v1/models "created" */
     atlas_server_metrics metrics;
     atlas_log *log;               /* the access log and the server's own lines */
+    atlas_listen listen;          /* bound at create; handed to the daemon by serve */
 };
 
 #endif

@@ -1,0 +1,31 @@
+/* model/inspect.h — what a load will take, known before it reads a weight: the KV cache's
+ * size at given params and the check of weights plus KV against the memory the backend
+ * has.  Internal to src/model (model.c's load calls it; atlas_model_inspect is built on it). */
+#ifndef ATLAS_MODEL_INSPECT_H
+#define ATLAS_MODEL_INSPECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "atlas/model.h"
+#include "model/config.h"
+
+/* Blocks of the paged KV cache a load with p makes (p->kv_blocks, else enough for
+ * p->kv_tokens, else for min(max_position, 4096) tokens). */
+int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p);
+
+/* Bytes of KV cache for blocks of p->kv_block_size tokens, n_kv_heads of them (a rank's),
+ * as the backend stores it: fp32 on the CPU, bf16 on CUDA. */
+size_t atlas_model_kv_bytes_for(const atlas_config *c, int n_kv_heads, int blocks,
+                                int block_size, bool cuda);
+
+/* What the backend has now: the GPU's free memory, or the machine's (core/meminfo.h).
+ * 0 and what "" when it cannot be known. */
+void atlas_model_memory_room(bool cuda, int gpu, size_t *avail, char *what, size_t cap);
+
+/* ATLAS_ERR_NOMEM (CPU) or ATLAS_ERR_DEVICE_NOMEM (CUDA), naming both figures, when weights
+ * + kv exceed what the backend has and skip is 0; ATLAS_OK otherwise (and when the room
+ * cannot be known). */
+atlas_status atlas_model_memory_check(bool cuda, int gpu, size_t weights, size_t kv, int skip);
+
+#endif
