@@ -1,4 +1,4 @@
-/* model/inspect.c — see inspect.h, and atlas_model_inspect (include/atlas/model.h). */
+/* model/inspect.c — see inspect.h. */
 #include "model/inspect.h"
 
 #include <stdio.h>
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/meminfo.h"
+#include "format/layout.h"
 #include "format/safetensors.h"
 #include "model/shard.h"
 #include "model/weights.h"
@@ -125,15 +126,14 @@ static atlas_status survey_weights(const char *dir, const atlas_config *c,
     return ATLAS_OK;
 }
 
-atlas_status atlas_model_inspect(const char *dir, const atlas_model_params *p,
-                                 atlas_model_survey *out) {
+atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p,
+                                    atlas_model_survey *out) {
     memset(out, 0, sizeof *out);
-    atlas_model_params defaults = atlas_model_default_params();
-    if (!p) p = &defaults;
     if (!dir || !*dir) return atlas_fail(ATLAS_ERR_INVALID, "model inspect: no directory given");
     if (p->kv_block_size < 1 || p->tp_size < 1 || p->tp_rank < 0 || p->tp_rank >= p->tp_size)
         return atlas_fail(ATLAS_ERR_INVALID, "model inspect: kv_block_size %d, tp_rank %d, "
                           "tp_size %d", p->kv_block_size, p->tp_rank, p->tp_size);
+    ATLAS_TRY(atlas_layout_check(dir)); /* a GGUF file, .bin weights, a hub id: as a load says */
     atlas_config c;
     ATLAS_TRY(atlas_config_load(dir, &c));
     copy_config(&c, out);

@@ -1,6 +1,6 @@
 /* model/inspect.h — what a load will take, known before it reads a weight: the KV cache's
  * size at given params and the check of weights plus KV against the memory the backend
- * has.  Internal to src/model (model.c's load calls it; atlas_model_inspect is built on it). */
+ * has.  Internal to src/model (model.c's load and atlas_model_inspect call it). */
 #ifndef ATLAS_MODEL_INSPECT_H
 #define ATLAS_MODEL_INSPECT_H
 
@@ -27,5 +27,9 @@ void atlas_model_memory_room(bool cuda, int gpu, size_t *avail, char *what, size
  * + kv exceed what the backend has and skip is 0; ATLAS_OK otherwise (and when the room
  * cannot be known). */
 atlas_status atlas_model_memory_check(bool cuda, int gpu, size_t weights, size_t kv, int skip);
+
+/* atlas_model_inspect (include/atlas/model.h) for params p (not NULL). */
+atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p,
+                                    atlas_model_survey *out);
 
 #endif

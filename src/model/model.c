@@ -304,6 +304,12 @@ atlas_status atlas_model_load_opts(const char *dir, const atlas_model_params *p,
 
 atlas_status atlas_model_check_layout(const char *dir) { return atlas_layout_check(dir); }
 
+atlas_status atlas_model_inspect(const char *dir, const atlas_model_params *p,
+                                 atlas_model_survey *out) {
+    atlas_model_params defaults = atlas_model_default_params();
+    return atlas_model_survey_dir(dir, p ? p : &defaults, out);
+}
+
 atlas_model *atlas_model_ref(atlas_model *m) {
     if (m) atomic_fetch_add(&m->handles, 1);
     return m;

@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "atlas/status.h"
 
 /* One address: socket, SO_REUSEADDR (a restart binds while old connections linger in
  * TIME_WAIT), IPv6 only for an IPv6 address (as libmicrohttpd made it), bind, listen.
