@@ -18,6 +18,10 @@ endforeach()
 if(TEST server-slow)
   set_tests_properties(server-slow PROPERTIES RUN_SERIAL TRUE)
 endif()
+# server-preflight asserts that a taken port fails the start within a second: alone too.
+if(TEST server-preflight)
+  set_tests_properties(server-preflight PROPERTIES RUN_SERIAL TRUE)
+endif()
 
 # The small-width conformance set (tools/conformance/shapes.py SMALL; checkpoints and
 # transformers' references made on a GPU machine by tools/conformance/make.py --set small):

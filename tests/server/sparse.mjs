@@ -1,6 +1,7 @@
 // tests/server/sparse.mjs — a checkpoint far larger than this machine's memory that costs no
 // disk: a real config.json and tokenizer.json, and a model.safetensors whose header declares
-// every tensor of a 36B Llama (about 68 GiB of BF16) with the data left a hole (truncate), so
+// every tensor of a Llama of 36B parameters or more (68 GiB of BF16, or twice the machine's
+// memory where that is more) with the data left a hole (truncate), so
 // reading any weight would read zeros from nowhere and a load would need all of it in RAM.
 import { copyFileSync, mkdtempSync, openSync, closeSync, ftruncateSync, writeSync, writeFileSync, statSync } from 'node:fs';
 import os from 'node:os';
@@ -32,21 +33,28 @@ function header(c) {
       [`${p}.mlp.down_proj.weight`, [d, f]]);
   }
   const h = {};
-  let off = 0;
+  let off = 0, params = 0;
   for (const [name, shape] of shapes) {
-    const n = shape.reduce((a, b) => a * b, 1) * 2;
-    h[name] = { dtype: 'BF16', shape, data_offsets: [off, off + n] };
-    off += n;
+    const n = shape.reduce((a, b) => a * b, 1);
+    h[name] = { dtype: 'BF16', shape, data_offsets: [off, off + 2 * n] };
+    off += 2 * n;
+    params += n;
   }
-  return { h, bytes: off };
+  return { h, bytes: off, params };
 }
 
-// Makes the directory; returns {dir, bytes (declared tensor data), fileBytes, diskBytes}.
-export function sparseCheckpoint(config = SPARSE_CONFIG) {
+// Makes the directory, with layers enough for twice this machine's memory (40 at least: 36B
+// parameters, 68 GiB); returns {dir, config, bytes (declared tensor data), params,
+// fileBytes, diskBytes}.
+export function sparseCheckpoint(base = SPARSE_CONFIG) {
+  const config = { ...base };
+  const perLayer = (header({ ...config, num_hidden_layers: 2 }).bytes -
+                    header({ ...config, num_hidden_layers: 1 }).bytes);
+  config.num_hidden_layers = Math.max(config.num_hidden_layers, Math.ceil(2 * os.totalmem() / perLayer));
   const dir = mkdtempSync(path.join(os.tmpdir(), 'atlas-sparse-'));
   writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config, null, 2));
   copyFileSync(path.join(REPO, 'models', 'default', 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
-  const { h, bytes } = header(config);
+  const { h, bytes, params } = header(config);
   let json = Buffer.from(JSON.stringify(h));
   const pad = (8 - (json.length % 8)) % 8; // data 8-byte aligned, as the safetensors library writes
   json = Buffer.concat([json, Buffer.alloc(pad, 0x20)]);
@@ -59,5 +67,5 @@ export function sparseCheckpoint(config = SPARSE_CONFIG) {
   ftruncateSync(fd, 8 + json.length + bytes); // the data: a hole, no block on disk
   closeSync(fd);
   const st = statSync(file);
-  return { dir, bytes, fileBytes: st.size, diskBytes: st.blocks * 512 };
+  return { dir, config, bytes, params, fileBytes: st.size, diskBytes: st.blocks * 512 };
 }
