@@ -72,7 +72,7 @@ typedef struct atlas_http_reply {
     atlas_http_stream stream;  /* read non-NULL: an SSE body; the reply owns ctx */
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
     char allow[32];            /* a 405's Allow header: the methods the path takes ("" none) */
-    char reason[320];          /* a 5xx's message, for the access log ("" otherwise) */
+    char reason[512];          /* a 5xx's message, for the access log ("" otherwise) */
 } atlas_http_reply;
 
 /* Answers one request into r (which starts zeroed).  Runs on a worker thread, many at once,

@@ -29,7 +29,7 @@ typedef struct atlas_log_request {
     long tokens_in, tokens_out; /* prompt and generated tokens (0 when none) */
     double ttft_ms;     /* from arrival to the first generated token; < 0: none */
     double total_ms;    /* from arrival to the end of the answer */
-    char reason[320];   /* a 5xx's reason (the model could not load: why), "" otherwise; the
+    char reason[512];   /* a 5xx's reason (the model could not load: why), "" otherwise; the
                            engine's and loader's messages, which hold no request text */
 } atlas_log_request;
 
