@@ -107,7 +107,7 @@ static void cgroup_limits(const char *root, atlas_mem_avail *out) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2) continue;
-        *c2 = '\0';
+        *c1 = *c2 = '\0';
         const char *ctrls = c1 + 1, *rel = c2 + 1;
         bool v2 = !strcmp(line, "0") && !*ctrls;
         bool v1 = false;
