@@ -45,7 +45,7 @@ fi
 if has info; then
   step "atlas info, native and portable"
   for k in native portable; do
-    /usr/bin/time -f "%e s" "$B/atlas" info --device cuda --kernels $k 2>&1 | grep -E "kernels|backend|s$"
+    /usr/bin/time -f "%e s" "$B/atlas" info --load --device cuda --kernels $k 2>&1 | grep -E "kernels|backend|s$"
   done | tee "$OUT/info.log"
 fi
 if has conform; then

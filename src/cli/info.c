@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "  --device D        the device to consider (default auto)\n"
             "  --load            also load it (reads every weight) and print what only the\n"
             "                    loaded backend knows: the GPU kernels chosen, CPU threads\n"
-            "  --kernels K       with --load: native (default) or portable GPU code\n"
+            "  --kernels K       native (default) or portable GPU code; implies --load\n"
             "  -h, --help        this help\n",
             atlas_cli_default_model());
 }
@@ -108,6 +108,7 @@ int atlas_cli_info(int argc, char **argv) {
                 fprintf(stderr, "atlas info: --kernels: '%s' (want native or portable)\n", v);
                 return 2;
             }
+            load = true; /* the kernels are chosen when a model loads */
         } else {
             fprintf(stderr, "atlas info: unknown argument '%s' (see --help)\n", a);
             return 2;
