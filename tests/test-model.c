@@ -72,7 +72,46 @@ static void test_info(const char *name, const char *arch, int32_t eos) {
     CHECK_MSG(has_eos(m, eos), "%s: eos %d missing", name, eos);
     CHECK(atlas_model_is_eos(m, eos) && !atlas_model_is_eos(m, 5));
     CHECK(atlas_model_vocab_size(m) == info.vocab_size);
+    /* the headers alone say what the load found */
+    atlas_model_survey sv;
+    CHECK_OK(atlas_model_inspect(dir, NULL, &sv));
+    CHECK(!strcmp(sv.architecture, info.architecture) && !strcmp(sv.dtype, info.dtype));
+    CHECK_MSG(sv.n_params == info.n_params && sv.weight_bytes == info.weight_bytes,
+              "%s: inspect %lld params %zu bytes, load %lld %zu", name, (long long)sv.n_params,
+              sv.weight_bytes, (long long)info.n_params, info.weight_bytes);
+    CHECK(sv.n_layers == info.n_layers && sv.n_kv_heads == info.n_kv_heads &&
+          sv.vocab_size == info.vocab_size && sv.tied_embeddings == info.tied_embeddings);
+    CHECK(sv.kv_blocks == info.kv_blocks && sv.kv_bytes == info.kv_bytes);
+    CHECK(!strcmp(sv.backend, info.backend) && sv.has_tokenizer == 1);
+    CHECK(sv.needed_bytes == sv.weight_bytes + sv.kv_bytes && sv.fits == 1);
+    CHECK_MSG(sv.available_bytes > sv.needed_bytes && strstr(sv.available_what, "MemAvailable"),
+              "%zu: %s", sv.available_bytes, sv.available_what);
     CHECK_OK(atlas_model_release(m));
+}
+
+/* A load whose KV cache cannot fit is refused before it reads a weight, naming both figures;
+ * no_memory_check goes on past the check. */
+static void test_memory_check(void) {
+    const char *dir = harness_data_path("tiny-llama3");
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.kv_blocks = INT32_MAX; /* petabytes of KV cache */
+    atlas_model_survey sv;
+    CHECK_OK(atlas_model_inspect(dir, &p, &sv));
+    CHECK(sv.fits == 0 && sv.needed_bytes > sv.available_bytes && sv.available_bytes > 0);
+    atlas_model *m = NULL;
+    atlas_status st = atlas_model_load(dir, &p, &m);
+    CHECK_MSG(st == ATLAS_ERR_NOMEM && !m && strstr(atlas_last_error(), "not enough memory") &&
+                  strstr(atlas_last_error(), "GiB is available") &&
+                  strstr(atlas_last_error(), "nothing was read"),
+              "%s: %s", atlas_status_str(st), atlas_last_error());
+    p.no_memory_check = 1;
+    st = atlas_model_load(dir, &p, &m);
+    CHECK_MSG(!strstr(atlas_last_error(), "not enough memory"), "%s", atlas_last_error());
+    if (st == ATLAS_OK) CHECK_OK(atlas_model_release(m)); /* overcommit mapped it, untouched */
+    /* a directory without weights: the loader's error, from the headers alone */
+    CHECK(atlas_model_inspect(harness_data_path("."), NULL, &sv) != ATLAS_OK);
 }
 
 static void test_handles(void) {
@@ -589,6 +628,7 @@ static void test_ignored(void) {
 int main(void) {
     test_info("tiny-llama3", "LlamaForCausalLM", 128001);
     test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
+    test_memory_check();
     test_handles();
     test_unaligned();
     test_bad_batches();
