@@ -516,7 +516,8 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
                      "model(s) of %d", dev, total, count_resident(ms, n), n);
     const char *addr = atlas_server_address(server);
     bool v6 = strchr(addr, ':') != NULL;
-    if (!atlas_server_loopback(server) && !a->sp.api_key)
+    bool keyed = a->sp.api_key && *a->sp.api_key; /* the server takes "" for none */
+    if (!atlas_server_loopback(server) && !keyed)
         atlas_server_log(server, ATLAS_LOG_WARN, "%s is not a loopback address and no API key "
                          "is set: anyone who can reach it can use the models (set --api-key or "
                          "ATLAS_API_KEY, or listen on 127.0.0.1)", a->sp.host);
@@ -525,7 +526,7 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
     atlas_server_log(server, ATLAS_LOG_INFO, "listening on %s://%s%s%s:%d%s%s",
                      a->sp.ssl_certfile ? "https" : "http", v6 ? "[" : "", addr, v6 ? "]" : "",
                      atlas_server_port(server), named,
-                     a->sp.api_key ? " (API key required)" : "");
+                     keyed ? " (API key required)" : "");
 }
 
 int atlas_cli_serve(int argc, char **argv) {

@@ -110,14 +110,16 @@ test('swaps, loads, unloads and drains are logged with model, time and reason', 
 
 test('a non-loopback bind without an API key is warned about; with a key, or on loopback, not', async () => {
   const WARN = /warn 0\.0\.0\.0 is not a loopback address and no API key is set: anyone who can reach it can use the models/;
-  const open = await startServer(['--host', '0.0.0.0']);
-  try {
-    const log = open.log();
-    assert.match(log, new RegExp(`${T} ${WARN.source}`, 'm'));
-    assert.ok(log.search(WARN) < log.search(/listening on http:\/\/0\.0\.0\.0:/), log);
-    assert.equal((await fetch(`${open.base}/health`)).status, 200);
-  } finally {
-    await open.stop();
+  for (const args of [['--host', '0.0.0.0'], ['--host', '0.0.0.0', '--api-key', '']]) {
+    const open = await startServer(args); // an empty key is none
+    try {
+      const log = open.log();
+      assert.match(log, new RegExp(`${T} ${WARN.source}`, 'm'));
+      assert.ok(log.search(WARN) < log.search(/listening on http:\/\/0\.0\.0\.0:\d+$/m), log);
+      assert.equal((await fetch(`${open.base}/v1/models`)).status, 200);
+    } finally {
+      await open.stop();
+    }
   }
   for (const args of [['--host', '0.0.0.0', '--api-key', 'sk-operator-test'], []]) {
     const srv = await startServer(args);
