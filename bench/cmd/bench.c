@@ -42,6 +42,7 @@ typedef struct bench_opts {
     int load_only; /* --load-only N: N timed swaps, then exit (0: the whole bench) */
     int gpu;       /* --device cuda:N */
     atlas_backend_options backend; /* --no-graphs, --no-pdl, --no-cublaslt, --skip-ops */
+    int no_memory_check; /* --no-memory-check */
 } bench_opts;
 
 static double now_s(void) {
@@ -56,6 +57,7 @@ static int usage(void) {
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed swap loads, nothing else)\n"
                     "                   [--no-graphs] [--no-pdl] [--no-cublaslt] [--kernels native|portable]\n"
+                    "                   [--no-memory-check]   (load past the check of free memory)\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
                     "                     (those ops left out of every batch: wrong results, to\n"
                     "                      time what the others cost)\n"
@@ -80,7 +82,7 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    "--kernels", NULL};
+    "--kernels", "--no-memory-check", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -99,6 +101,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
         }
         if (!strcmp(a, "--no-pdl")) {
             o->backend.no_pdl = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-memory-check")) {
+            o->no_memory_check = 1;
             continue;
         }
         if (!strcmp(a, "--no-cublaslt")) {
@@ -311,6 +317,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.kv_tokens = (max_b * batch_blocks > max_blocks ? max_b * batch_blocks : max_blocks) * BLOCK;
     mp.load_tokenizer = 0;
     mp.gpu = o.gpu;
+    mp.no_memory_check = o.no_memory_check;
     atlas_model *m = NULL;
     double t0 = now_s();
     if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK) {
