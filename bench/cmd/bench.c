@@ -87,7 +87,7 @@ static const char *const bench_options[] = {
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}};
+                      8192, 1, 0, 0, {0}, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
