@@ -7,7 +7,8 @@
  * an idle or slow one holds no thread, and a worker thread answers each request whose body
  * is in, waiting on its own event queue, so a slow client never blocks the engine thread.
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages and
+ * /v1/messages/count_tokens (Anthropic's Messages), GET /v1/models,
  * GET /v1/models/{id}, POST /v1/models/{id}/load and /unload, GET /health, GET /metrics
  * (Prometheus), POST /tokenize, /detokenize and /apply-template.
  *
@@ -50,7 +51,7 @@ typedef struct atlas_server_params {
                                the first that binds is kept); default "127.0.0.1" */
     int port;               /* 0: any free port (atlas_server_port says which); default 8080 */
     const char *api_key;    /* NULL: no key; else every route but /health needs
-                               "Authorization: Bearer KEY" */
+                               "Authorization: Bearer KEY" or "x-api-key: KEY" */
     size_t max_body;        /* bytes of a request body; larger: 413 (default 4 MiB) */
     int max_connections;    /* open connections at once (default 2048) */
     int max_connections_per_ip; /* open connections from one source address (default 256:
@@ -71,6 +72,12 @@ typedef struct atlas_server_params {
                                Bound to loopback, any other Host is refused with 403 (a DNS
                                rebinding page); bound elsewhere, only these when given.
                                Default NULL */
+    const char *const *aliases; /* [n_aliases] "NAME=MODEL": a request naming NAME (or, for
+                               a NAME ending in '*', any name it begins) goes to the served
+                               model MODEL, as clients that ask for models of their own names
+                               (Claude Code: a main and a small one) need.  A served model's
+                               own name wins.  Default none */
+    int n_aliases;
     bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
                                "reasoning_content", not content (default true; llama.cpp's
                                --reasoning-format auto) */

@@ -42,8 +42,12 @@ static void usage(FILE *f) {
             "  --host ADDR          address or name to listen on (default 127.0.0.1; a name\n"
             "                       such as localhost is resolved, IPv4 first); bound before\n"
             "                       any model loads; not loopback without --api-key: warned\n"
+            "  --alias NAME=MODEL   requests naming NAME go to the served MODEL (repeatable;\n"
+            "                       a NAME ending in * takes every name it begins, e.g.\n"
+            "                       'claude-*=qwen' for Claude Code's two model names)\n"
             "  --port N             TCP port (default 8080; 0: any free port)\n"
-            "  --api-key KEY        require \"Authorization: Bearer KEY\" (also $ATLAS_API_KEY)\n"
+            "  --api-key KEY        require \"Authorization: Bearer KEY\" or \"x-api-key:\n"
+            "                       KEY\" (also $ATLAS_API_KEY)\n"
             "  --max-resident N     models loaded at once (default 1)\n"
             "  --drain-timeout S    a model to be swapped out lets its running requests go on\n"
             "                       for S seconds (default 30; 0: until they end), then pauses\n"
@@ -177,6 +181,7 @@ typedef struct serve_args {
     atlas_engine_params ep;
     atlas_server_params sp;
     int tp; /* --tensor-parallel */
+    const char *aliases[MAX_MODELS]; /* --alias NAME=MODEL, as given */
 } serve_args;
 
 static char *keep(serve_args *a, char *s) {
@@ -277,8 +282,24 @@ static int add_models_dir(serve_args *a, const char *root) {
     return rc ? -2 : 0; /* reported */
 }
 
+/* NAME=MODEL; that MODEL is served is checked when the server starts. */
+static int add_alias(serve_args *a, const char *spec) {
+    const char *eq = strchr(spec, '=');
+    if (!eq || eq == spec || !eq[1]) {
+        fprintf(stderr, "atlas serve: --alias '%s': expected NAME=MODEL\n", spec);
+        return -2;
+    }
+    if (a->sp.n_aliases == MAX_MODELS) {
+        fprintf(stderr, "atlas serve: more than %d aliases\n", MAX_MODELS);
+        return -2;
+    }
+    a->aliases[a->sp.n_aliases++] = spec;
+    a->sp.aliases = a->aliases;
+    return 0;
+}
+
 static const char *const serve_options[] = {
-    "-h", "--help", "--model", "-m", "--models-dir", "--host", "--port", "--api-key",
+    "-h", "--help", "--model", "-m", "--models-dir", "--alias", "--host", "--port", "--api-key",
     "--max-resident", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
     "--ctx-size", "--max-model-len", "--parallel", "--queue-limit", "--batch-tokens", "--threads",
     "--tensor-parallel",
@@ -309,6 +330,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         int bad = 0;
         if (!strcmp(o, "--model") || !strcmp(o, "-m")) bad = add_model(a, v) ? -2 : 0;
         else if (!strcmp(o, "--models-dir")) bad = add_models_dir(a, v);
+        else if (!strcmp(o, "--alias")) bad = add_alias(a, v);
         else if (!strcmp(o, "--host")) a->sp.host = v;
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;

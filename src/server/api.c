@@ -29,13 +29,27 @@ atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *na
         *name = ms[0].name;
         return ATLAS_OK;
     }
-    for (int i = 0; i < n; i++)
-        if (!strcmp(ms[i].name, want)) {
-            *name = ms[i].name; /* valid while the engine lives */
-            return ATLAS_OK;
-        }
+    const char *target = atlas_api_alias(s, want);
+    for (int pass = 0; pass < 2; pass++, want = target)
+        for (int i = 0; want && i < n; i++)
+            if (!strcmp(ms[i].name, want)) {
+                *name = ms[i].name; /* valid while the engine lives */
+                return ATLAS_OK;
+            }
+    want = name_or_null ? name_or_null : json_string_value(json_object_get(body, "model"));
     *param = "model";
     return atlas_fail(ATLAS_ERR_NOT_FOUND, "the model '%.200s' does not exist", want);
+}
+
+const char *atlas_api_alias(const atlas_server *s, const char *name) {
+    for (int i = 0; i < s->n_aliases; i++) {
+        const char *a = s->aliases[i], *eq = strchr(a, '=');
+        size_t k = (size_t)(eq - a);
+        bool prefix = k > 0 && a[k - 1] == '*'; /* "claude-*": every name it begins */
+        if (prefix ? !strncmp(name, a, k - 1) : strlen(name) == k && !strncmp(name, a, k))
+            return eq + 1;
+    }
+    return NULL;
 }
 
 /* The tool-call format of a model: from its template, else its architecture. */
@@ -455,9 +469,9 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
 
 /* --- the two generation endpoints ---------------------------------------------------------- */
 
-static void start_and_reply(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_params *gp,
-                            const atlas_tokenizer *tok, const int32_t *ids, size_t n,
-                            atlas_http_reply *r) {
+void atlas_api_start_and_reply(atlas_http_call *call, const atlas_gen_opts *o,
+                               const atlas_gen_params *gp, const atlas_tokenizer *tok,
+                               const int32_t *ids, size_t n, atlas_http_reply *r) {
     atlas_gen *g;
     atlas_status st = atlas_gen_start(call, o, gp, tok, ids, n, &g);
     if (st != ATLAS_OK) {
@@ -504,47 +518,51 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
     atlas_gen_reply(gs[0], r); /* the stream owns every member now */
 }
 
+atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_api_chat_req *q,
+                                    const char **param) {
+    memset(q, 0, sizeof *q);
+    const atlas_template *tmpl = NULL;
+    bool parse_tools = false;
+    ATLAS_TRY(atlas_api_model(s, body, NULL, &q->model, param));
+    ATLAS_TRY(atlas_engine_tokenizer(s->engine, q->model, &q->tok));
+    ATLAS_TRY(atlas_gen_params_parse(body, ATLAS_API_CHAT, q->tok, &q->gp, param));
+    ATLAS_TRY(atlas_api_render_chat(s, q->model, body, true, &q->prompt, &tmpl, &parse_tools,
+                                    param));
+    ATLAS_TRY(atlas_shield_encode(q->tok, q->prompt, strlen(q->prompt), false, &q->ids, &q->n));
+    atlas_gen_params *gp = &q->gp;
+    q->o = (atlas_gen_opts){.kind = ATLAS_API_CHAT, .model = q->model, .stream = gp->stream,
+                            .include_usage = gp->include_usage, .logprobs = gp->logprobs,
+                            .top_logprobs = gp->top_logprobs,
+                            .tokens_as_ids = gp->tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE};
+    if (parse_tools) q->o.tools = tool_format(s, q->model, tmpl);
+    bool lazy = false; /* strict tools under "auto": the reply is free text still */
+    if (parse_tools) ATLAS_TRY(tool_constraint(q->o.tools, q->model, body, gp, &lazy, param));
+    /* a thinking template's "<think>" block becomes reasoning_content, unless a constraint
+     * (forced tool call, response_format) decides what the reply is */
+    if (s->p.reasoning && (!gp->constraint || lazy) && tmpl &&
+        atlas_reasoning_template_thinks(atlas_template_source(tmpl))) {
+        q->o.reasoning = true;
+        q->o.reasoning_inside = atlas_reasoning_prompt_open(q->prompt);
+    }
+    return ATLAS_OK;
+}
+
+void atlas_api_chat_req_free(atlas_api_chat_req *q) {
+    free(q->ids);
+    free(q->prompt);
+    atlas_gen_params_free(&q->gp);
+    memset(q, 0, sizeof *q);
+}
+
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)arg;
-    atlas_server *s = call->ctx;
-    const char *param = NULL, *model;
-    const atlas_tokenizer *tok;
-    const atlas_template *tmpl = NULL;
-    atlas_gen_params gp = {0};
-    char *prompt = NULL;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    bool parse_tools = false;
-    atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
-    if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
-    if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_CHAT, tok, &gp, &param);
-    if (st == ATLAS_OK)
-        st = atlas_api_render_chat(s, model, body, true, &prompt, &tmpl, &parse_tools, &param);
-    if (st == ATLAS_OK) st = atlas_shield_encode(tok, prompt, strlen(prompt), false, &ids, &n);
-    if (st != ATLAS_OK) {
-        atlas_api_error_fail(r, st, param);
-    } else {
-        atlas_gen_opts o = {.kind = ATLAS_API_CHAT, .model = model, .stream = gp.stream,
-                            .include_usage = gp.include_usage, .logprobs = gp.logprobs,
-                            .top_logprobs = gp.top_logprobs,
-                            .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE};
-        if (parse_tools) o.tools = tool_format(s, model, tmpl);
-        bool lazy = false; /* strict tools under "auto": the reply is free text still */
-        if (parse_tools) st = tool_constraint(o.tools, model, body, &gp, &lazy, &param);
-        /* a thinking template's "<think>" block becomes reasoning_content, unless a
-         * constraint (forced tool call, response_format) decides what the reply is */
-        if (s->p.reasoning && (!gp.constraint || lazy) && tmpl &&
-            atlas_reasoning_template_thinks(atlas_template_source(tmpl))) {
-            o.reasoning = true;
-            o.reasoning_inside = atlas_reasoning_prompt_open(prompt);
-        }
-        if (st == ATLAS_OK && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids, n, r);
-        else if (st == ATLAS_OK) start_choices(call, &o, &gp, tok, &ids, &n, NULL, 1, r);
-        else atlas_api_error_fail(r, st, param);
-    }
-    free(ids);
-    free(prompt);
-    atlas_gen_params_free(&gp);
+    const char *param = NULL;
+    atlas_api_chat_req q;
+    atlas_status st = atlas_api_chat_prepare(call->ctx, body, &q, &param);
+    if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
+    else if (q.gp.n == 1) atlas_api_start_and_reply(call, &q.o, &q.gp, q.tok, q.ids, q.n, r);
+    else start_choices(call, &q.o, &q.gp, q.tok, &q.ids, &q.n, NULL, 1, r);
+    atlas_api_chat_req_free(&q);
 }
 
 /* One prompt: a string (tokenized with the special tokens; with split, special tokens'
@@ -643,7 +661,8 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                             .top_logprobs = gp.top_logprobs,
                             .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE,
                             .echo = echo[0]};
-        if (count == 1 && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
+        if (count == 1 && gp.n == 1)
+            atlas_api_start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
         else start_choices(call, &o, &gp, tok, ids, n, echo, count, r);
     }
     for (int i = 0; i < count; i++) {

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "server/gen.h"
 #include "server/http.h"
 #include "server/params.h"
 #include "server/state.h"
@@ -17,11 +18,14 @@
 typedef struct atlas_template atlas_template;
 typedef struct atlas_tokenizer atlas_tokenizer;
 
-/* The model a request names: name_or_null, else body's "model", else the first configured
- * model.  ATLAS_ERR_NOT_FOUND (param "model") for an unknown one.  *name stays valid while
+/* The model a request names: name_or_null, else body's "model" (a served name, else an
+ * alias's model), else the first configured model.  ATLAS_ERR_NOT_FOUND (param "model") for an unknown one.  *name stays valid while
  * the engine lives. */
 atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *name_or_null,
                              const char **name, const char **param);
+
+/* The model an alias (atlas_server_params.aliases) names for name, NULL when none does. */
+const char *atlas_api_alias(const atlas_server *s, const char *name);
 
 /* Renders body's "messages" (and "tools" when tools_ok; "add_generation_prompt",
  * "chat_template_kwargs") with the model's chat template into *prompt (malloc'd). The
@@ -38,6 +42,31 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
                                        const atlas_tokenizer *shield, const json_t *body,
                                        bool tools_ok, char **prompt, bool *parse_tools,
                                        const char **param);
+
+/* A chat request (OpenAI's chat/completions body) made ready for the engine: the model, its
+ * tokenizer, the generation parameters (with the constraint a forced tool call needs), the
+ * rendered prompt and its ids, and the formatting options (tool-call format, thinking).
+ * Every dialect's chat route translates its body to this one and goes through here. */
+typedef struct atlas_api_chat_req {
+    const char *model;
+    const atlas_tokenizer *tok;
+    atlas_gen_params gp;
+    char *prompt;
+    int32_t *ids;
+    size_t n;
+    atlas_gen_opts o;
+} atlas_api_chat_req;
+
+/* Fills *q from body; free it with atlas_api_chat_req_free, even after a failure. */
+atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_api_chat_req *q,
+                                    const char **param);
+void atlas_api_chat_req_free(atlas_api_chat_req *q);
+
+/* Starts one generation and answers with it (whole or streamed); a failure to start is
+ * answered as an error. */
+void atlas_api_start_and_reply(atlas_http_call *call, const atlas_gen_opts *o,
+                               const atlas_gen_params *gp, const atlas_tokenizer *tok,
+                               const int32_t *ids, size_t n, atlas_http_reply *r);
 
 enum { ATLAS_API_MAX_PROMPTS = 16 }; /* prompts in one /v1/completions request */
 

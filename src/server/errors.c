@@ -1,7 +1,7 @@
 /* server/errors.c — the one place where failures become HTTP statuses and OpenAI's error
  * JSON {"error": {"message", "type", "param", "code"}} (the types OpenAI's API returns:
  * invalid_request_error, authentication_error, not_found_error, rate_limit_error,
- * server_error). */
+ * server_error), and that JSON in Anthropic's shape for its routes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,4 +113,46 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
 
 void atlas_api_error_fail(atlas_http_reply *r, atlas_status st, const char *param) {
     atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, st, param, atlas_last_error());
+}
+
+/* Anthropic's type (and status, in *http) for an error of OpenAI's shape. */
+static const char *anthropic_type(int *http, const char *code) {
+    switch (*http) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: /* a model that failed to load is the server's fault, not a busy moment */
+        if (code && !strcmp(code, "model_unavailable")) break;
+        *http = 529;
+        return "overloaded_error";
+    default:
+        if (*http < 500) return "invalid_request_error"; /* 405, 409, 499 */
+        break;
+    }
+    *http = 500;
+    return "api_error";
+}
+
+void atlas_api_error_to_anthropic(atlas_http_reply *r) {
+    if (r->stream.read || r->status < 400 || !r->body) return;
+    json_t *v = json_loadb(r->body, r->len, 0, NULL);
+    json_t *err = json_object_get(v, "error");
+    const char *msg = json_string_value(json_object_get(err, "message"));
+    if (!msg) { /* not one of ours: leave it */
+        json_decref(v);
+        return;
+    }
+    int http = r->status, retry = r->retry_after;
+    const char *type = anthropic_type(&http, json_string_value(json_object_get(err, "code")));
+    json_t *out = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type,
+                            "message", utf8_string(msg));
+    json_decref(v);
+    if (!out) return;
+    free(r->body);
+    r->body = NULL;
+    atlas_http_reply_json(r, http, out);
+    r->retry_after = retry;
 }

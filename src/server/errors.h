@@ -29,6 +29,13 @@ void atlas_api_error_reply(atlas_http_reply *r, atlas_api_error kind, atlas_stat
                            const char *param, const char *message);
 /* The HTTP status and OpenAI "type" for an atlas_status. */
 int atlas_api_error_http(atlas_status st, const char **type);
+/* Rewrites r, an error answered by atlas_api_error_reply (OpenAI's shape), into Anthropic's
+ * {"type": "error", "error": {"type", "message"}}: 400, 401, 403, 404, 413 and 429 keep their
+ * status (invalid_request_error, authentication_error, permission_error, not_found_error,
+ * request_too_large, rate_limit_error); a 503 that coming back later cures (no room on the
+ * device, the server shutting down) is 529 overloaded_error; other 5xx are 500 api_error.
+ * Anything else (a success, a stream) is left as it is. */
+void atlas_api_error_to_anthropic(atlas_http_reply *r);
 /* Shorthand: kind STATUS with this thread's atlas_last_error() as the message. */
 void atlas_api_error_fail(atlas_http_reply *r, atlas_status st, const char *param);
 

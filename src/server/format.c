@@ -27,12 +27,14 @@ atlas_status atlas_gen_format_init(atlas_gen *g) {
 }
 
 void atlas_gen_format_free(atlas_gen *g) {
+    if (g->o.dialect && g->o.dialect->free_state) g->o.dialect->free_state(g->dialect_state);
     atlas_reasoning_free(g->rp);
     free(g->reasoning);
     atlas_toolcall_parser_free(g->tp);
     json_decref(g->calls);
     json_decref(g->lp);
     free(g->text);
+    free(g->stop_string);
     free(g->out);
 }
 
@@ -155,6 +157,13 @@ static void number_calls(atlas_gen *g, json_t *calls) {
     size_t i;
     json_t *c;
     json_array_foreach(calls, i, c) json_object_set_new(c, "index", json_integer(g->n_calls++));
+}
+
+atlas_status atlas_gen_format_split(atlas_gen *g, const char *text, size_t len, bool end,
+                                    char **reasoning, char **out, json_t *calls) {
+    ATLAS_TRY(split_text(g, text, len, end, reasoning, out, calls));
+    number_calls(g, calls);
+    return ATLAS_OK;
 }
 
 void atlas_gen_format_observe_end(atlas_gen *g) {
@@ -282,6 +291,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
 }
 
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
+    if (g->o.dialect) return g->o.dialect->event(g, e);
     if (!g->began) {
         g->began = true;
         if (g->o.kind == ATLAS_API_CHAT)
@@ -299,6 +309,10 @@ atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
 
 void atlas_gen_format_abort(atlas_gen *g, const char *why) {
     g->out_off = g->out_len = 0;
+    if (g->o.dialect) {
+        g->o.dialect->abort(g, why);
+        return;
+    }
     stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, why);
 }
 
@@ -332,6 +346,8 @@ atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
         if (g->o.kind == ATLAS_API_CHAT) json_array_append_new(g->lp, chat_logprob(g, e));
         else completion_logprob(g, g->lp, e, g->text_len);
     }
+    if (e->stop_string && !g->stop_string && !(g->stop_string = strdup(e->stop_string)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "response: out of memory");
     char *text = NULL, *reasoning = NULL;
     ATLAS_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
                          g->calls));
@@ -345,6 +361,7 @@ atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
 }
 
 json_t *atlas_gen_format_response(atlas_gen *g) {
+    if (g->o.dialect) return g->o.dialect->response(g);
     bool chat = g->o.kind == ATLAS_API_CHAT;
     number_calls(g, g->calls);
     json_t *ch;

@@ -66,10 +66,12 @@ static void gen_unref(atlas_gen *g) {
 
 static void on_event(const atlas_event *ev, void *user) {
     atlas_gen *g = user;
-    size_t msg_len = ev->type == ATLAS_EVENT_END && ev->message ? strlen(ev->message) : 0;
+    bool end = ev->type == ATLAS_EVENT_END;
+    size_t msg_len = end && ev->message ? strlen(ev->message) : 0;
+    size_t stop_len = end && ev->stop_string ? strlen(ev->stop_string) : 0;
     int n_top = ev->type == ATLAS_EVENT_TOKEN && ev->n_top > 0 ? ev->n_top : 0;
     atlas_gen_event *e = calloc(1, sizeof *e + (size_t)n_top * sizeof(atlas_top_logprob) +
-                                       ev->text_len + msg_len + 2);
+                                       ev->text_len + msg_len + stop_len + 3);
     if (e) {
         e->type = ev->type;
         e->id = ev->id;
@@ -81,6 +83,10 @@ static void on_event(const atlas_event *ev, void *user) {
         if (ev->text_len) memcpy(e->text, ev->text, ev->text_len);
         e->message = e->text + ev->text_len + 1;
         if (msg_len) memcpy(e->message, ev->message, msg_len);
+        if (end && ev->stop_string) { /* valid during the call only */
+            e->stop_string = e->message + msg_len + 1;
+            memcpy(e->stop_string, ev->stop_string, stop_len);
+        }
         e->finish = ev->finish;
         e->status = ev->status;
         e->usage = ev->usage;

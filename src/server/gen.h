@@ -23,6 +23,21 @@
 
 typedef struct atlas_tokenizer atlas_tokenizer;
 typedef struct atlas_gen atlas_gen;
+struct atlas_gen_event;
+
+/* Another API's shape for the same events (Anthropic's Messages, ...): what format.c does
+ * for OpenAI, the dialect does instead.  The text, reasoning and tool calls are split out as
+ * for OpenAI (atlas_gen_format_split, gen_internal.h); a dialect only shapes them. */
+typedef struct atlas_gen_dialect {
+    /* Streaming: appends the SSE bytes for e to g->out; sets g->done_sent after the last. */
+    atlas_status (*event)(atlas_gen *g, const struct atlas_gen_event *e);
+    /* Streaming: ends the stream with an error event (the server stops, memory ran out). */
+    void (*abort)(atlas_gen *g, const char *why);
+    /* Whole response, from what atlas_gen_format_collect gathered. */
+    json_t *(*response)(atlas_gen *g);
+    /* Frees g->dialect_state (may be NULL). */
+    void (*free_state)(void *state);
+} atlas_gen_dialect;
 
 /* What the formatting needs to know about the request. */
 typedef struct atlas_gen_opts {
@@ -36,6 +51,7 @@ typedef struct atlas_gen_opts {
     const char *echo;             /* /v1/completions echo: the prompt text (copied) or NULL */
     bool reasoning;               /* chat: split "<think>" out as reasoning_content */
     bool reasoning_inside;        /* the prompt already opened the block (reasoning.h) */
+    const atlas_gen_dialect *dialect; /* NULL: OpenAI's JSON and SSE (format.c) */
 } atlas_gen_opts;
 
 /* Submits the request to the engine and returns the gen (both references held: the engine's

@@ -25,6 +25,7 @@ typedef struct atlas_gen_event {
     char *text;
     size_t text_len;
     char *message;            /* NUL-terminated */
+    char *stop_string;        /* END by a stop string: which one (NUL-terminated); else NULL */
     int n_top;
     atlas_top_logprob top[];  /* [n_top] */
 } atlas_gen_event;
@@ -92,8 +93,10 @@ struct atlas_gen {
     size_t text_offset;       /* /v1/completions logprobs text_offset */
     atlas_usage usage;
     atlas_finish finish;
+    char *stop_string;        /* the stop string that ended it (malloc'd), else NULL */
     char *out;                /* SSE bytes ready to send */
     size_t out_len, out_off, out_cap;
+    void *dialect_state;      /* o.dialect's own (freed by its free_state) */
 };
 
 /* gen.c */
@@ -118,6 +121,11 @@ json_t *atlas_gen_format_response(atlas_gen *g);
 /* The one response of several collected gens gs[0..n): their choices in that order, usage
  * summed (a prompt's tokens once for its per_prompt choices). */
 json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt);
+/* Splits one piece of generated text (end: the last): *reasoning (NULL when the reasoning
+ * splitter is off) and *out (the content) malloc'd, tool calls completed by it appended to
+ * calls, each numbered with its "index" among the reply's calls. */
+atlas_status atlas_gen_format_split(atlas_gen *g, const char *text, size_t len, bool end,
+                                    char **reasoning, char **out, json_t *calls);
 /* Counts g's time from the request's arrival to now as its end-to-end latency. */
 void atlas_gen_format_observe_end(atlas_gen *g);
 

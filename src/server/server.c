@@ -11,6 +11,7 @@
 
 #include "atlas/engine.h"
 #include "atlas/utf8.h"
+#include "server/anthropic.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/state.h"
@@ -49,6 +50,8 @@ typedef struct route {
 static const route routes[] = {
     {"POST", "/v1/chat/completions", atlas_api_chat, ATLAS_ROUTE_CHAT, false},
     {"POST", "/v1/completions", atlas_api_completions, ATLAS_ROUTE_COMPLETIONS, false},
+    {"POST", "/v1/messages", atlas_api_messages, ATLAS_ROUTE_CHAT, false},
+    {"POST", "/v1/messages/count_tokens", atlas_api_count_tokens, ATLAS_ROUTE_TOKENIZE, false},
     {"GET", "/v1/models", atlas_api_models, ATLAS_ROUTE_MODELS, false},
     {"POST", "/v1/models/{}/load", atlas_api_model_load, ATLAS_ROUTE_MODEL_LOAD, false},
     {"POST", "/v1/models/{}/unload", atlas_api_model_unload, ATLAS_ROUTE_MODEL_UNLOAD, false},
@@ -61,12 +64,29 @@ static const route routes[] = {
 };
 enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
-/* The client's key against ours, in time that depends only on the lengths' maximum. */
-static bool key_ok(const atlas_server *s, const char *header) {
+/* Paths of another API's dialect: every error answered there (the key, the body, the route
+ * itself) is rewritten into that API's shape. */
+static const struct {
+    const char *prefix;
+    void (*reshape)(atlas_http_reply *r);
+} dialects[] = {
+    {"/v1/messages", atlas_api_error_to_anthropic},
+};
+
+static void reshape_errors(const atlas_http_call *call, atlas_http_reply *r) {
+    for (size_t i = 0; i < sizeof dialects / sizeof dialects[0]; i++)
+        if (!strncmp(call->url, dialects[i].prefix, strlen(dialects[i].prefix)))
+            dialects[i].reshape(r);
+}
+
+/* The client's key against ours, in time that depends only on the lengths' maximum: a
+ * bearer token, or Anthropic's x-api-key header. */
+static bool key_ok(const atlas_server *s, const char *header, const char *x_api_key) {
     if (!s->api_key) return true;
     static const char bearer[] = "Bearer ";
-    if (!header || strncmp(header, bearer, sizeof bearer - 1) != 0) return false;
-    const char *k = header + sizeof bearer - 1;
+    const char *k = x_api_key;
+    if (header && !strncmp(header, bearer, sizeof bearer - 1)) k = header + sizeof bearer - 1;
+    if (!k) return false;
     size_t n = strlen(k), m = s->api_key_len, longest = n > m ? n : m;
     unsigned diff = (unsigned)(n != m);
     for (size_t i = 0; i < longest; i++) {
@@ -182,10 +202,12 @@ static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas
         atlas_api_error_reply(r, ATLAS_API_ERR_FORBIDDEN, ATLAS_OK, NULL, msg);
         return false;
     }
-    if (!rt->open && !key_ok(s, auth)) {
+    const char *x_key = atlas_http_header(call, "x-api-key");
+    if (!rt->open && !key_ok(s, auth, x_key)) {
         atlas_api_error_reply(r, ATLAS_API_ERR_AUTH, ATLAS_OK, NULL,
-                              auth ? "invalid API key" : "missing API key: send "
-                                                         "\"Authorization: Bearer KEY\"");
+                              auth || x_key ? "invalid API key"
+                                            : "missing API key: send \"Authorization: Bearer "
+                                              "KEY\" or \"x-api-key: KEY\"");
         return false;
     }
     if (atomic_load(&s->stopping)) {
@@ -281,6 +303,7 @@ static void dispatch(void *ctx, atlas_http_call *call, atlas_http_reply *r) {
     atlas_server *s = ctx;
     atlas_log_request_start(s->log, &call->log, call->len + call->dropped);
     atlas_route_id id = route_call(s, call, r);
+    reshape_errors(call, r);
     atlas_server_metrics_request(&s->metrics, id, r->status);
     if (r->stream.read) return;
     call->log.status = r->status;
@@ -358,6 +381,39 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
 
 /* --- start and stop --------------------------------------------------------------------- */
 
+/* Copies the aliases ("NAME=MODEL"); atlas_server_serve checks that each names a model the
+ * engine serves. */
+static atlas_status copy_aliases(atlas_server *s, const char *const *a, int n) {
+    if (n <= 0) return ATLAS_OK;
+    if (!(s->aliases = calloc((size_t)n, sizeof *s->aliases)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    for (int i = 0; i < n; i++) {
+        const char *eq = a[i] ? strchr(a[i], '=') : NULL;
+        if (!eq || eq == a[i] || !eq[1])
+            return atlas_fail(ATLAS_ERR_INVALID, "alias '%s': expected NAME=MODEL",
+                              a[i] ? a[i] : "(null)");
+        if (!(s->aliases[i] = strdup(a[i])))
+            return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+        s->n_aliases = i + 1;
+    }
+    return ATLAS_OK;
+}
+
+/* Whether every alias names a model the engine serves. */
+static atlas_status check_aliases(const atlas_server *s, atlas_engine *engine) {
+    atlas_engine_model_status ms[64];
+    int k = atlas_engine_models(engine, ms, 64);
+    for (int i = 0; i < s->n_aliases; i++) {
+        const char *eq = strchr(s->aliases[i], '=');
+        bool served = false;
+        for (int j = 0; j < k && j < 64; j++) served |= !strcmp(ms[j].name, eq + 1);
+        if (!served)
+            return atlas_fail(ATLAS_ERR_INVALID, "alias '%s': no model '%s' is served",
+                              s->aliases[i], eq + 1);
+    }
+    return ATLAS_OK;
+}
+
 atlas_status atlas_server_create(const atlas_server_params *params, atlas_server **out) {
     *out = NULL;
     atlas_server_params p = params ? *params : atlas_server_default_params();
@@ -379,6 +435,8 @@ atlas_status atlas_server_create(const atlas_server_params *params, atlas_server
     s->p.host = s->host;
     s->p.api_key = s->api_key;
     s->p.cors = s->cors;
+    s->p.aliases = NULL;
+    s->p.n_aliases = 0;
     s->created = (int64_t)time(NULL);
     atomic_init(&s->stopping, false);
     atomic_init(&s->next_id, 1);
@@ -388,6 +446,7 @@ atlas_status atlas_server_create(const atlas_server_params *params, atlas_server
         (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
          (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)))
         st = atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    if (st == ATLAS_OK) st = copy_aliases(s, p.aliases, p.n_aliases);
     if (st == ATLAS_OK) st = atlas_listen_open(s->host, p.port, &s->listen);
     if (st != ATLAS_OK) {
         atlas_server_stop(s);
@@ -401,6 +460,7 @@ atlas_status atlas_server_serve(atlas_server *s, atlas_engine *engine) {
     if (!s || !engine || s->http || s->listen.fd < 0)
         return atlas_fail(ATLAS_ERR_INVALID, "server: serve needs a created server that does "
                                              "not serve yet, and an engine");
+    ATLAS_TRY(check_aliases(s, engine));
     s->engine = engine;
     const atlas_server_params *p = &s->p;
     atlas_http_params hp = {.host = s->host,
@@ -471,5 +531,7 @@ void atlas_server_stop(atlas_server *s) {
     free(s->api_key);
     free(s->cors);
     free(s->allowed_hosts);
+    for (int i = 0; i < s->n_aliases; i++) free(s->aliases[i]);
+    free(s->aliases);
     free(s);
 }

@@ -22,6 +22,8 @@ struct atlas_server {
     char *api_key;
     size_t api_key_len;
     char *cors;                   /* atlas_server_params.cors, copied */
+    char **aliases;               /* atlas_server_params.aliases, copied ("NAME=MODEL") */
+    int n_aliases;
     char *allowed_hosts;          /* atlas_server_params.allowed_hosts, copied (NULL: none) */
     atlas_server_params p;
     atomic_bool stopping;
