@@ -3,7 +3,7 @@
 # (ctest's SKIP) when node or the OpenAI SDK is missing (scripts/setup.sh installs both).
 dir=$(dirname "$0")
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not found"; exit 77; }
-[ -d "$dir/node_modules/openai" ] || { echo "SKIP: run scripts/setup.sh (npm install in tests/server)"; exit 77; }
+[ -d "$dir/node_modules/openai" ] && [ -d "$dir/node_modules/@anthropic-ai/sdk" ] || { echo "SKIP: run scripts/setup.sh (npm install in tests/server)"; exit 77; }
 [ -x "$ATLAS_BIN" ] || { echo "ATLAS_BIN ($ATLAS_BIN) is not an executable"; exit 1; }
 for m in tiny-llama3 tiny-qwen3; do
   [ -s "$ATLAS_TEST_DATA/$m/tokenizer.json" ] || { echo "SKIP: $m/tokenizer.json missing (scripts/setup.sh)"; exit 77; }
