@@ -52,7 +52,8 @@ v=tests/data/spm/llama2-metaspace
 [ -s $v/tokenizer.json ] || [ ! -f $v/tokenizer.json.gz ] || gzip -dc $v/tokenizer.json.gz > $v/tokenizer.json
 
 # The OpenAI Node SDK for the server tests (v6: v7 needs Node 22).
-if [ -f tests/server/package.json ] && [ ! -d tests/server/node_modules/openai ]; then
+if [ -f tests/server/package.json ] && { [ ! -d tests/server/node_modules/openai ] ||
+    [ ! -d tests/server/node_modules/@anthropic-ai/sdk ]; }; then
   (cd tests/server && npm install --silent --no-audit --no-fund >/dev/null)
 fi
 echo "setup: ok"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/server/run.sh SCRIPT — runs one server test file with node's test runner; exit 77
-# (ctest's SKIP) when node or the OpenAI SDK is missing (scripts/setup.sh installs both).
+# (ctest's SKIP) when node or the OpenAI and Anthropic SDKs are missing (scripts/setup.sh installs them).
 dir=$(dirname "$0")
 command -v node >/dev/null 2>&1 || { echo "SKIP: node not found"; exit 77; }
 [ -d "$dir/node_modules/openai" ] && [ -d "$dir/node_modules/@anthropic-ai/sdk" ] || { echo "SKIP: run scripts/setup.sh (npm install in tests/server)"; exit 77; }
