@@ -19,8 +19,8 @@ typedef struct atlas_template atlas_template;
 typedef struct atlas_tokenizer atlas_tokenizer;
 
 /* The model a request names: name_or_null, else body's "model" (a served name, else an
- * alias's model), else the first configured model.  ATLAS_ERR_NOT_FOUND (param "model") for an unknown one.  *name stays valid while
- * the engine lives. */
+ * alias's model), else the first configured model.  ATLAS_ERR_NOT_FOUND (param "model") for
+ * an unknown one.  *name stays valid while the engine lives. */
 atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *name_or_null,
                              const char **name, const char **param);
 
