@@ -386,7 +386,6 @@ static json_t *anthropic_response(atlas_gen *g) {
     size_t i;
     json_t *c;
     json_array_foreach(g->calls, i, c) json_array_append_new(content, tool_block(c, true));
-    g->n_calls = (int)json_array_size(g->calls);
     return message(g, content, false);
 }
 
@@ -459,76 +458,50 @@ static atlas_status tool_use(atlas_gen *g, anthropic_stream *a, const json_t *ca
     return sse(g, "content_block_stop", json_pack("{s:i}", "index", a->index++));
 }
 
-/* An error event ends the stream (Messages has no [DONE]). */
-static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_status st,
-                                 const char *why) {
-    atlas_http_reply r = {0};
-    atlas_api_error_reply(&r, kind, st, NULL, why);
-    atlas_api_error_to_anthropic(&r);
-    int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "event: error\ndata: %s\n\n",
-                              r.body ? r.body : "{}");
-    free(r.body);
-    g->done_sent = true;
-    return rc ? oom() : ATLAS_OK;
+/* The stream's start: the message with no content yet, then a ping, as Anthropic sends. */
+static atlas_status anthropic_begin(atlas_gen *g) {
+    ATLAS_TRY(sse(g, "message_start", json_pack("{s:o}", "message",
+                                                message(g, json_array(), true))));
+    return sse(g, "ping", json_object());
 }
 
-static atlas_status stream_end(atlas_gen *g, anthropic_stream *a, const atlas_gen_event *e) {
-    if (e->finish == ATLAS_FINISH_ERROR)
-        return stream_error(g, ATLAS_API_ERR_STATUS, e->status ? e->status : ATLAS_ERR_INTERNAL,
-                            e->message);
-    if (e->finish == ATLAS_FINISH_CANCELLED)
-        return stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK,
-                            "the request was cancelled: the server is shutting down");
-    ATLAS_TRY(close_block(g, a));
+static atlas_status anthropic_piece(atlas_gen *g, const atlas_gen_piece *p) {
+    anthropic_stream *a = g->o.dialect_ctx;
+    ATLAS_TRY(delta(g, a, BLOCK_THINKING, p->reasoning));
+    ATLAS_TRY(delta(g, a, BLOCK_TEXT, p->text));
+    size_t i;
+    json_t *c;
+    json_array_foreach(p->calls, i, c) ATLAS_TRY(tool_use(g, a, c));
+    return ATLAS_OK;
+}
+
+static atlas_status anthropic_end(atlas_gen *g) {
+    ATLAS_TRY(close_block(g, g->o.dialect_ctx));
     json_t *u = usage(g, g->usage.prompt_tokens, g->usage.cached_tokens);
     ATLAS_TRY(sse(g, "message_delta",
                   json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(g),
                             "stop_sequence",
                             g->stop_string ? json_string(g->stop_string) : json_null(),
                             "usage", u)));
-    ATLAS_TRY(sse(g, "message_stop", json_object()));
-    g->done_sent = true;
-    return ATLAS_OK;
+    return sse(g, "message_stop", json_object());
 }
 
-static atlas_status anthropic_event(atlas_gen *g, const atlas_gen_event *e) {
-    anthropic_stream *a = g->dialect_state;
-    if (!a) {
-        if (!(a = g->dialect_state = calloc(1, sizeof *a))) return oom();
-        ATLAS_TRY(sse(g, "message_start", json_pack("{s:o}", "message",
-                                                    message(g, json_array(), true))));
-        ATLAS_TRY(sse(g, "ping", json_object()));
-    }
-    bool end = e->type == ATLAS_EVENT_END;
-    if (end) {
-        g->usage = e->usage;
-        g->finish = e->finish;
-        if (e->stop_string && !(g->stop_string = strdup(e->stop_string))) return oom();
-        atlas_gen_format_observe_end(g);
-    }
-    json_t *calls = json_array();
-    char *text = NULL, *reasoning = NULL;
-    atlas_status st = calls ? atlas_gen_format_split(g, e->text, e->text_len, end, &reasoning,
-                                                     &text, calls)
-                            : oom();
-    if (st == ATLAS_OK && reasoning) st = delta(g, a, BLOCK_THINKING, reasoning);
-    if (st == ATLAS_OK) st = delta(g, a, BLOCK_TEXT, text);
-    size_t i;
-    json_t *c;
-    json_array_foreach(calls, i, c) if (st == ATLAS_OK) st = tool_use(g, a, c);
-    free(text);
-    free(reasoning);
-    json_decref(calls);
-    if (st == ATLAS_OK && end) st = stream_end(g, a, e);
-    return st;
+/* An error event ends the stream (Messages has no [DONE]). */
+static atlas_status anthropic_error(atlas_gen *g, atlas_http_reply *err, const char *why) {
+    (void)why;
+    atlas_api_error_to_anthropic(err);
+    return atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "event: error\ndata: %s\n\n",
+                            err->body ? err->body : "{}")
+               ? oom()
+               : ATLAS_OK;
 }
 
-static void anthropic_abort(atlas_gen *g, const char *why) {
-    stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, why);
-}
-
-static const atlas_gen_dialect anthropic = {anthropic_event, anthropic_abort,
-                                            anthropic_response, free};
+static const atlas_gen_dialect anthropic = {.begin = anthropic_begin,
+                                            .piece = anthropic_piece,
+                                            .end = anthropic_end,
+                                            .error = anthropic_error,
+                                            .response = anthropic_response,
+                                            .free = free};
 
 /* --- the routes ------------------------------------------------------------------------- */
 
@@ -544,7 +517,9 @@ void atlas_api_messages(atlas_http_call *call, json_t *body, const char *arg,
         atlas_api_error_fail(r, st, param);
     } else {
         q.o.dialect = &anthropic;
-        atlas_api_start_and_reply(call, &q.o, &q.gp, q.tok, q.ids, q.n, r);
+        if (!(q.o.dialect_ctx = calloc(1, sizeof(anthropic_stream))))
+            atlas_api_error_fail(r, oom(), NULL);
+        else atlas_api_chat_start(call, &q, r);
     }
     atlas_api_chat_req_free(&q);
     json_decref(chat);

@@ -469,9 +469,11 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
 
 /* --- the two generation endpoints ---------------------------------------------------------- */
 
-void atlas_api_start_and_reply(atlas_http_call *call, const atlas_gen_opts *o,
-                               const atlas_gen_params *gp, const atlas_tokenizer *tok,
-                               const int32_t *ids, size_t n, atlas_http_reply *r) {
+/* Starts one generation and answers with it (whole or streamed); a failure to start is
+ * answered as an error. */
+static void start_and_reply(atlas_http_call *call, const atlas_gen_opts *o,
+                            const atlas_gen_params *gp, const atlas_tokenizer *tok,
+                            const int32_t *ids, size_t n, atlas_http_reply *r) {
     atlas_gen *g;
     atlas_status st = atlas_gen_start(call, o, gp, tok, ids, n, &g);
     if (st != ATLAS_OK) {
@@ -548,10 +550,22 @@ atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_a
 }
 
 void atlas_api_chat_req_free(atlas_api_chat_req *q) {
+    if (q->o.dialect && q->o.dialect->free) q->o.dialect->free(q->o.dialect_ctx);
     free(q->ids);
     free(q->prompt);
     atlas_gen_params_free(&q->gp);
     memset(q, 0, sizeof *q);
+}
+
+void atlas_api_chat_start(atlas_http_call *call, atlas_api_chat_req *q, atlas_http_reply *r) {
+    if (!q->o.dialect && q->gp.n > 1) {
+        start_choices(call, &q->o, &q->gp, q->tok, &q->ids, &q->n, NULL, 1, r);
+        return;
+    }
+    if (q->gp.n > 1) /* a dialect tells one answer; their bodies have no "n" */
+        atlas_api_error_fail(r, atlas_fail(ATLAS_ERR_INVALID, "'n': one choice only here"), "n");
+    else start_and_reply(call, &q->o, &q->gp, q->tok, q->ids, q->n, r);
+    if (q->gp.n == 1) q->o.dialect_ctx = NULL; /* the gen's now, started or not */
 }
 
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
@@ -560,8 +574,7 @@ void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_
     atlas_api_chat_req q;
     atlas_status st = atlas_api_chat_prepare(call->ctx, body, &q, &param);
     if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
-    else if (q.gp.n == 1) atlas_api_start_and_reply(call, &q.o, &q.gp, q.tok, q.ids, q.n, r);
-    else start_choices(call, &q.o, &q.gp, q.tok, &q.ids, &q.n, NULL, 1, r);
+    else atlas_api_chat_start(call, &q, r);
     atlas_api_chat_req_free(&q);
 }
 
@@ -661,8 +674,7 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                             .top_logprobs = gp.top_logprobs,
                             .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE,
                             .echo = echo[0]};
-        if (count == 1 && gp.n == 1)
-            atlas_api_start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
+        if (count == 1 && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
         else start_choices(call, &o, &gp, tok, ids, n, echo, count, r);
     }
     for (int i = 0; i < count; i++) {

@@ -45,8 +45,9 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
 
 /* A chat request (OpenAI's chat/completions body) made ready for the engine: the model, its
  * tokenizer, the generation parameters (with the constraint a forced tool call needs), the
- * rendered prompt and its ids, and the formatting options (tool-call format, thinking).
- * Every dialect's chat route translates its body to this one and goes through here. */
+ * rendered and shielded prompt and its ids, and the formatting options (tool-call format,
+ * thinking).  Every dialect's chat route translates its body into this one and comes through
+ * here: prepare, set o.dialect (and o.dialect_ctx, which q then owns), start. */
 typedef struct atlas_api_chat_req {
     const char *model;
     const atlas_tokenizer *tok;
@@ -60,13 +61,11 @@ typedef struct atlas_api_chat_req {
 /* Fills *q from body; free it with atlas_api_chat_req_free, even after a failure. */
 atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_api_chat_req *q,
                                     const char **param);
+/* Frees q's strings and its dialect's context if no gen has taken it. */
 void atlas_api_chat_req_free(atlas_api_chat_req *q);
-
-/* Starts one generation and answers with it (whole or streamed); a failure to start is
- * answered as an error. */
-void atlas_api_start_and_reply(atlas_http_call *call, const atlas_gen_opts *o,
-                               const atlas_gen_params *gp, const atlas_tokenizer *tok,
-                               const int32_t *ids, size_t n, atlas_http_reply *r);
+/* Starts q in the engine and answers r with it (whole or streamed, in q->o's dialect; "n"
+ * choices for OpenAI's only); the gen takes q->o.dialect_ctx. */
+void atlas_api_chat_start(atlas_http_call *call, atlas_api_chat_req *q, atlas_http_reply *r);
 
 enum { ATLAS_API_MAX_PROMPTS = 16 }; /* prompts in one /v1/completions request */
 

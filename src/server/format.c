@@ -27,7 +27,7 @@ atlas_status atlas_gen_format_init(atlas_gen *g) {
 }
 
 void atlas_gen_format_free(atlas_gen *g) {
-    if (g->o.dialect && g->o.dialect->free_state) g->o.dialect->free_state(g->dialect_state);
+    if (g->o.dialect && g->o.dialect->free) g->o.dialect->free(g->o.dialect_ctx);
     atlas_reasoning_free(g->rp);
     free(g->reasoning);
     atlas_toolcall_parser_free(g->tp);
@@ -91,7 +91,7 @@ static void completion_logprob(const atlas_gen *g, json_t *lp, const atlas_gen_e
     json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
 }
 
-static json_t *usage_json(const atlas_gen *g) {
+json_t *atlas_gen_format_usage(const atlas_gen *g) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->usage.prompt_tokens,
                      "completion_tokens", g->usage.completion_tokens, "total_tokens",
                      g->usage.prompt_tokens + g->usage.completion_tokens,
@@ -159,13 +159,6 @@ static void number_calls(atlas_gen *g, json_t *calls) {
     json_array_foreach(calls, i, c) json_object_set_new(c, "index", json_integer(g->n_calls++));
 }
 
-atlas_status atlas_gen_format_split(atlas_gen *g, const char *text, size_t len, bool end,
-                                    char **reasoning, char **out, json_t *calls) {
-    ATLAS_TRY(split_text(g, text, len, end, reasoning, out, calls));
-    number_calls(g, calls);
-    return ATLAS_OK;
-}
-
 void atlas_gen_format_observe_end(atlas_gen *g) {
     atlas_server_metrics_observe(&g->srv->metrics, &g->srv->metrics.e2e,
                                  atlas_http_now() - g->t_start);
@@ -198,6 +191,12 @@ static json_t *chunk(const atlas_gen *g, json_t *choice) {
     return c;
 }
 
+atlas_status atlas_gen_write(atlas_gen *g, const char *s, size_t n) {
+    return atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "%.*s", (int)n, s)
+               ? atlas_fail(ATLAS_ERR_NOMEM, "stream: out of memory")
+               : ATLAS_OK;
+}
+
 static json_t *choice(const atlas_gen *g, json_t *delta_or_text, json_t *logprobs,
                       const char *finish) {
     bool chat = g->o.kind == ATLAS_API_CHAT;
@@ -216,6 +215,15 @@ static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool en
         return st;
     }
     size_t rn = reasoning ? strlen(reasoning) : 0;
+    if (g->o.dialect) { /* another dialect writes the same pieces its own way */
+        number_calls(g, calls);
+        atlas_gen_piece p = {reasoning ? reasoning : "", rn, text, strlen(text), calls};
+        if (rn || p.text_len || json_array_size(calls)) st = g->o.dialect->piece(g, &p);
+        free(text);
+        free(reasoning);
+        json_decref(calls);
+        return st;
+    }
     json_t *lp = NULL;
     if (e->type == ATLAS_EVENT_TOKEN && g->o.logprobs) {
         if (chat) {
@@ -248,6 +256,12 @@ static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_statu
                                  const char *msg) {
     atlas_http_reply r = {0};
     atlas_api_error_reply(&r, kind, status, NULL, msg);
+    if (g->o.dialect) {
+        g->done_sent = true;
+        atlas_status st = g->o.dialect->error(g, &r, msg && *msg ? msg : "request failed");
+        free(r.body);
+        return st;
+    }
     int rc = atlas_buf_printf(&g->out, &g->out_len, &g->out_cap, "data: %s\n\ndata: [DONE]\n\n",
                               r.body ? r.body : "{}");
     free(r.body);
@@ -259,6 +273,8 @@ static atlas_status stream_error(atlas_gen *g, atlas_api_error kind, atlas_statu
 static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     g->usage = e->usage;
     g->finish = e->finish;
+    if (e->stop_string && !g->stop_string && !(g->stop_string = strdup(e->stop_string)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "SSE: out of memory");
     atlas_gen_format_observe_end(g);
     ATLAS_TRY(stream_token(g, e, true));
     if (e->finish == ATLAS_FINISH_ERROR)
@@ -267,6 +283,10 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     if (e->finish == ATLAS_FINISH_CANCELLED)
         return stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK,
                             "the request was cancelled: the server is shutting down");
+    if (g->o.dialect) { /* one choice: no group */
+        g->done_sent = true;
+        return g->o.dialect->end(g);
+    }
     bool chat = g->o.kind == ATLAS_API_CHAT;
     ATLAS_TRY(emit(g, chunk(g, choice(g, chat ? json_object() : json_string(""), NULL,
                                       finish_name(g)))));
@@ -281,7 +301,7 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
     }
     if (g->o.include_usage) {
         json_t *c = chunk(g, NULL);
-        if (c) json_object_set_new(c, "usage", usage_json(g));
+        if (c) json_object_set_new(c, "usage", atlas_gen_format_usage(g));
         ATLAS_TRY(emit(g, c));
     }
     g->done_sent = true;
@@ -291,10 +311,11 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
 }
 
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
-    if (g->o.dialect) return g->o.dialect->event(g, e);
     if (!g->began) {
         g->began = true;
-        if (g->o.kind == ATLAS_API_CHAT)
+        if (g->o.dialect) {
+            if (g->o.dialect->begin) ATLAS_TRY(g->o.dialect->begin(g));
+        } else if (g->o.kind == ATLAS_API_CHAT)
             ATLAS_TRY(emit(g, chunk(g, choice(g, json_pack("{s:s, s:s}", "role", "assistant",
                                                            "content", ""),
                                               NULL, NULL))));
@@ -309,10 +330,6 @@ atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
 
 void atlas_gen_format_abort(atlas_gen *g, const char *why) {
     g->out_off = g->out_len = 0;
-    if (g->o.dialect) {
-        g->o.dialect->abort(g, why);
-        return;
-    }
     stream_error(g, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, why);
 }
 
@@ -361,9 +378,12 @@ atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
 }
 
 json_t *atlas_gen_format_response(atlas_gen *g) {
-    if (g->o.dialect) return g->o.dialect->response(g);
-    bool chat = g->o.kind == ATLAS_API_CHAT;
     number_calls(g, g->calls);
+    return g->o.dialect ? g->o.dialect->response(g) : atlas_gen_format_openai(g);
+}
+
+json_t *atlas_gen_format_openai(atlas_gen *g) {
+    bool chat = g->o.kind == ATLAS_API_CHAT;
     json_t *ch;
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
@@ -390,7 +410,7 @@ json_t *atlas_gen_format_response(atlas_gen *g) {
     return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->id, "object",
                      chat ? "chat.completion" : "text_completion", "created",
                      (json_int_t)g->created, "model", g->model, "choices", ch, "usage",
-                     usage_json(g));
+                     atlas_gen_format_usage(g));
 }
 
 json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt) {
@@ -409,6 +429,6 @@ json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt) {
         sum.cached_tokens += gs[i]->usage.cached_tokens;
     }
     gs[0]->usage = sum;
-    json_object_set_new(v, "usage", usage_json(gs[0]));
+    json_object_set_new(v, "usage", atlas_gen_format_usage(gs[0]));
     return v;
 }

@@ -142,7 +142,10 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
                              const int32_t *ids, size_t n_ids, atlas_gen **out) {
     *out = NULL;
     atlas_gen *g = calloc(1, sizeof *g);
-    if (!g) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    if (!g) {
+        if (o->dialect && o->dialect->free) o->dialect->free(o->dialect_ctx);
+        return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    }
     sync_init(&g->mu, &g->cv);
     g->refs = 2;
     g->srv = call->ctx;
@@ -500,5 +503,6 @@ void atlas_gen_reply(atlas_gen *g, atlas_http_reply *r) {
         return;
     }
     r->status = 200;
+    r->ctype = g->o.dialect ? g->o.dialect->stream_type : NULL;
     r->stream = (atlas_http_stream){sse_read, sse_close, g};
 }

@@ -23,20 +23,34 @@
 
 typedef struct atlas_tokenizer atlas_tokenizer;
 typedef struct atlas_gen atlas_gen;
-struct atlas_gen_event;
 
-/* Another API's shape for the same events (Anthropic's Messages, ...): what format.c does
- * for OpenAI, the dialect does instead.  The text, reasoning and tool calls are split out as
- * for OpenAI (atlas_gen_format_split, gen_internal.h); a dialect only shapes them. */
+/* What one step of a generation released to the client, after the reasoning splitter and
+ * the tool-call parser: reasoning and text (either may be empty; both NUL-terminated) and
+ * the tool calls it completed (OpenAI's shape: {"id", "type", "function": {"name",
+ * "arguments": "..."}, "index"}, index counting the reply's calls). */
+typedef struct atlas_gen_piece {
+    const char *reasoning;
+    size_t reasoning_len;
+    const char *text;
+    size_t text_len;
+    const json_t *calls;      /* array, possibly empty */
+} atlas_gen_piece;
+
+/* Another API's shape for the same generation (Anthropic's Messages, OpenAI's Responses,
+ * Ollama's): what format.c writes for OpenAI's chat, a dialect writes instead, from the same
+ * pieces.  Streaming hooks append their bytes to the stream (atlas_gen_write) and may read
+ * the gen's state (gen_internal.h: g->usage, g->finish, g->stop_string, g->o.dialect_ctx).
+ * One choice only: a dialect's request has no "n". */
 typedef struct atlas_gen_dialect {
-    /* Streaming: appends the SSE bytes for e to g->out; sets g->done_sent after the last. */
-    atlas_status (*event)(atlas_gen *g, const struct atlas_gen_event *e);
-    /* Streaming: ends the stream with an error event (the server stops, memory ran out). */
-    void (*abort)(atlas_gen *g, const char *why);
-    /* Whole response, from what atlas_gen_format_collect gathered. */
-    json_t *(*response)(atlas_gen *g);
-    /* Frees g->dialect_state (may be NULL). */
-    void (*free_state)(void *state);
+    const char *stream_type;  /* the stream's Content-Type; NULL: text/event-stream */
+    atlas_status (*begin)(atlas_gen *g);                          /* NULL: nothing first */
+    atlas_status (*piece)(atlas_gen *g, const atlas_gen_piece *p); /* something to tell */
+    atlas_status (*end)(atlas_gen *g);   /* the last: g's usage, finish and stop string set */
+    /* The stream ends with an error: err is OpenAI's answer for it (status and JSON body,
+     * which the hook may reshape in place), why its message. */
+    atlas_status (*error)(atlas_gen *g, atlas_http_reply *err, const char *why);
+    json_t *(*response)(atlas_gen *g);   /* the whole answer, from what was collected */
+    void (*free)(void *ctx);             /* drops atlas_gen_opts.dialect_ctx; NULL: none */
 } atlas_gen_dialect;
 
 /* What the formatting needs to know about the request. */
@@ -52,6 +66,8 @@ typedef struct atlas_gen_opts {
     bool reasoning;               /* chat: split "<think>" out as reasoning_content */
     bool reasoning_inside;        /* the prompt already opened the block (reasoning.h) */
     const atlas_gen_dialect *dialect; /* NULL: OpenAI's JSON and SSE (format.c) */
+    void *dialect_ctx;            /* the dialect's own, owned by the gen once atlas_gen_start
+                                     is called, whatever it returns */
 } atlas_gen_opts;
 
 /* Submits the request to the engine and returns the gen (both references held: the engine's

@@ -96,7 +96,6 @@ struct atlas_gen {
     char *stop_string;        /* the stop string that ended it (malloc'd), else NULL */
     char *out;                /* SSE bytes ready to send */
     size_t out_len, out_off, out_cap;
-    void *dialect_state;      /* o.dialect's own (freed by its free_state) */
 };
 
 /* gen.c */
@@ -111,6 +110,8 @@ atlas_status atlas_gen_format_init(atlas_gen *g);
 void atlas_gen_format_free(atlas_gen *g);
 /* Streaming: appends the SSE bytes for e to g->out. */
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e);
+/* Streaming: appends n bytes of s to what the stream sends next (a dialect's hooks). */
+atlas_status atlas_gen_write(atlas_gen *g, const char *s, size_t n);
 /* Streaming: ends the stream with an error event and [DONE]. */
 void atlas_gen_format_abort(atlas_gen *g, const char *why);
 /* Whole response: adds e's text (and logprobs) to g, after the echoed prompt (if any) on
@@ -121,11 +122,12 @@ json_t *atlas_gen_format_response(atlas_gen *g);
 /* The one response of several collected gens gs[0..n): their choices in that order, usage
  * summed (a prompt's tokens once for its per_prompt choices). */
 json_t *atlas_gen_format_batch(atlas_gen **gs, int n, int per_prompt);
-/* Splits one piece of generated text (end: the last): *reasoning (NULL when the reasoning
- * splitter is off) and *out (the content) malloc'd, tool calls completed by it appended to
- * calls, each numbered with its "index" among the reply's calls. */
-atlas_status atlas_gen_format_split(atlas_gen *g, const char *text, size_t len, bool end,
-                                    char **reasoning, char **out, json_t *calls);
+/* OpenAI's whole chat.completion (or text_completion) object for g, whatever its dialect:
+ * the one another dialect may translate. */
+json_t *atlas_gen_format_openai(atlas_gen *g);
+/* OpenAI's usage object for g ({prompt_tokens, completion_tokens, total_tokens,
+ * prompt_tokens_details}). */
+json_t *atlas_gen_format_usage(const atlas_gen *g);
 /* Counts g's time from the request's arrival to now as its end-to-end latency. */
 void atlas_gen_format_observe_end(atlas_gen *g);
 

@@ -182,7 +182,7 @@ static enum MHD_Result send_reply(atlas_http_call *call, atlas_http_reply *r) {
             atlas_http_pump_free(p); /* the worker sees it closed and ends the stream */
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Content-Type", r->ctype ? r->ctype : "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     } else {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);

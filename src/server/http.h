@@ -67,7 +67,7 @@ typedef struct atlas_http_reply {
     int status;
     char *body;                /* malloc'd; the reply owns it */
     size_t len;
-    const char *ctype;         /* static string */
+    const char *ctype;         /* static string; a stream's, NULL: text/event-stream */
     int retry_after;           /* seconds for a Retry-After header; 0: none */
     atlas_http_stream stream;  /* read non-NULL: an SSE body; the reply owns ctx */
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
