@@ -10,7 +10,8 @@
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/messages and
  * /v1/messages/count_tokens (Anthropic's Messages), GET /v1/models,
  * GET /v1/models/{id}, POST /v1/models/{id}/load and /unload, GET /health, GET /metrics
- * (Prometheus), POST /tokenize, /detokenize and /apply-template.
+ * (Prometheus), POST /tokenize, /detokenize and /apply-template; OpenAI's Responses API:
+ * POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items.
  *
  * Threads: start and stop one server from one thread (not concurrently with each other);
  * atlas_server_port may be called from any thread while the server lives.  The server's
@@ -81,6 +82,9 @@ typedef struct atlas_server_params {
     bool reasoning;         /* chat: a thinking template's "<think>...</think>" is answered as
                                "reasoning_content", not content (default true; llama.cpp's
                                --reasoning-format auto) */
+    int responses_max;      /* /v1/responses kept for previous_response_id and GET, newest
+                               first (default 1024; 0: none is stored) */
+    int responses_ttl_s;    /* seconds a stored response is kept (default 3600) */
     int log_fd;             /* where the log goes, one write(2) a line (e.g. 2: stderr);
                                -1 (default): nowhere */
     atlas_log_format log_format; /* default ATLAS_LOG_TEXT */

@@ -34,6 +34,10 @@ const char *atlas_http_header(const atlas_http_call *call, const char *name) {
     return MHD_lookup_connection_value(call->conn, MHD_HEADER_KIND, name);
 }
 
+const char *atlas_http_query(const atlas_http_call *call, const char *name) {
+    return MHD_lookup_connection_value(call->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 void atlas_http_reply_json(atlas_http_reply *r, int status, json_t *v) {
     free(r->body);
     r->body = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
@@ -157,7 +161,7 @@ static void add_headers(atlas_http_call *call, atlas_http_reply *r, struct MHD_R
     }
     if (r->preflight) {
         const char *want = atlas_http_header(call, "Access-Control-Request-Headers");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 want && *want ? want : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");

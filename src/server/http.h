@@ -112,6 +112,8 @@ void atlas_http_stop(atlas_http *h);
 
 /* A request header's value, NULL when absent. */
 const char *atlas_http_header(const atlas_http_call *call, const char *name);
+/* A query argument's value (?name=value), NULL when absent. */
+const char *atlas_http_query(const atlas_http_call *call, const char *name);
 /* Whether the page that sent call (its Origin header) may read the answer, by the daemon's
  * CORS rule: the value for Access-Control-Allow-Origin, or NULL. */
 const char *atlas_http_cors_allow(const atlas_http_call *call);

@@ -14,6 +14,8 @@
 #include "server/anthropic.h"
 #include "server/api.h"
 #include "server/errors.h"
+#include "server/respstore.h"
+#include "server/responses.h"
 #include "server/state.h"
 
 static const double STOP_GRACE_S = 3.0; /* for requests in flight to answer at shutdown */
@@ -30,6 +32,8 @@ atlas_server_params atlas_server_default_params(void) {
     p.body_timeout_s = 60;
     p.reasoning = true;
     p.cors = "local";
+    p.responses_max = 1024;
+    p.responses_ttl_s = 3600;
     p.log_fd = -1;
     p.log_format = ATLAS_LOG_TEXT;
     p.log_level = ATLAS_LOG_INFO;
@@ -56,6 +60,11 @@ static const route routes[] = {
     {"POST", "/v1/models/{}/load", atlas_api_model_load, ATLAS_ROUTE_MODEL_LOAD, false},
     {"POST", "/v1/models/{}/unload", atlas_api_model_unload, ATLAS_ROUTE_MODEL_UNLOAD, false},
     {"GET", "/v1/models/{}", atlas_api_model_get, ATLAS_ROUTE_MODELS, false},
+    {"POST", "/v1/responses", atlas_responses_create, ATLAS_ROUTE_RESPONSES, false},
+    {"GET", "/v1/responses/{}/input_items", atlas_responses_input_items, ATLAS_ROUTE_RESPONSES,
+     false},
+    {"GET", "/v1/responses/{}", atlas_responses_get, ATLAS_ROUTE_RESPONSES, false},
+    {"DELETE", "/v1/responses/{}", atlas_responses_delete, ATLAS_ROUTE_RESPONSES, false},
     {"GET", "/health", atlas_api_health, ATLAS_ROUTE_HEALTH, true},
     {"GET", "/metrics", atlas_api_metrics, ATLAS_ROUTE_METRICS, false},
     {"POST", "/tokenize", atlas_api_tokenize, ATLAS_ROUTE_TOKENIZE, false},
@@ -447,6 +456,8 @@ atlas_status atlas_server_create(const atlas_server_params *params, atlas_server
          (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)))
         st = atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
     if (st == ATLAS_OK) st = copy_aliases(s, p.aliases, p.n_aliases);
+    if (st == ATLAS_OK)
+        st = atlas_respstore_new(p.responses_max, p.responses_ttl_s, &s->responses);
     if (st == ATLAS_OK) st = atlas_listen_open(s->host, p.port, &s->listen);
     if (st != ATLAS_OK) {
         atlas_server_stop(s);
@@ -527,6 +538,7 @@ void atlas_server_stop(atlas_server *s) {
     atlas_listen_close(&s->listen);
     atlas_server_metrics_destroy(&s->metrics);
     atlas_log_free(s->log);
+    atlas_respstore_free(s->responses);
     free(s->host);
     free(s->api_key);
     free(s->cors);

@@ -32,6 +32,7 @@ struct atlas_server {
     atlas_server_metrics metrics;
     atlas_log *log;               /* the access log and the server's own lines */
     atlas_listen listen;          /* bound at create; handed to the daemon by serve */
+    struct atlas_respstore *responses; /* stored /v1/responses (respstore.h) */
 };
 
 #endif
