@@ -91,6 +91,9 @@ static void usage(FILE *f) {
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
             "                       none: left in content\n"
+            "  --responses-max N    /v1/responses kept for previous_response_id and GET\n"
+            "                       (default 1024; 0: none; the oldest goes first)\n"
+            "  --responses-ttl S    seconds a stored response is kept (default 3600)\n"
             "  --log-format text|json  the log on stderr: each model checked at start, every\n"
             "                       load, release, swap and failed load (model, time, why),\n"
             "                       one line a request (method, path, model, status, tokens\n"
@@ -306,7 +309,7 @@ static const char *const serve_options[] = {
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels",
-    "--no-memory-check", NULL};
+    "--no-memory-check", "--responses-max", "--responses-ttl", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -360,6 +363,10 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = parse_int(o, v, 1, 65536, &a->sp.max_connections);
         else if (!strcmp(o, "--cors-origin")) a->sp.cors = v;
         else if (!strcmp(o, "--allowed-hosts")) a->sp.allowed_hosts = v;
+        else if (!strcmp(o, "--responses-max"))
+            bad = parse_int(o, v, 0, 1 << 20, &a->sp.responses_max);
+        else if (!strcmp(o, "--responses-ttl"))
+            bad = parse_int(o, v, 1, 30 * 86400, &a->sp.responses_ttl_s);
         else if (!strcmp(o, "--reasoning-format")) {
             if (!strcmp(v, "auto")) a->sp.reasoning = true;
             else if (!strcmp(v, "none")) a->sp.reasoning = false;

@@ -125,6 +125,13 @@ static atlas_status input_items(const json_t *in, const char *rid, json_t **item
             return st;
         }
         if (!json_object_get(item, "type")) json_object_set_new(item, "type", json_string("message"));
+        const json_t *c = json_object_get(item, "content");
+        if (json_is_string(c)) /* listed as OpenAI lists them: as parts */
+            json_object_set_new(item, "content",
+                                json_pack("[{s:s, s:O}]", "type",
+                                          strcmp(json_string_value(json_object_get(item, "role")),
+                                                 "assistant") ? "input_text" : "output_text",
+                                          "text", c));
         if (!json_is_string(json_object_get(item, "id")))
             json_object_set_new(item, "id", json_sprintf("in_%s_%zu", rid + 5, i));
     }
