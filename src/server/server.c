@@ -242,7 +242,8 @@ static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas
  * body's "model", as the client wrote it (it may name none that is served), cut on a
  * character and made valid UTF-8. */
 static void note_model(atlas_http_call *call, const char *arg, const json_t *body) {
-    const char *m = arg[0] ? arg : json_string_value(json_object_get(body, "model"));
+    bool model_id = arg[0] && !strncmp(call->url, "/v1/models/", 11); /* not a response id */
+    const char *m = model_id ? arg : json_string_value(json_object_get(body, "model"));
     if (m) atlas_utf8_clean(call->log.model, sizeof call->log.model, m, strlen(m));
 }
 
