@@ -645,6 +645,11 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                            atlas_http_reply *r) {
     (void)arg;
+    atlas_api_completions_run(call, body, NULL, r);
+}
+
+void atlas_api_completions_run(atlas_http_call *call, const json_t *body,
+                               const atlas_gen_dialect *d, atlas_http_reply *r) {
     atlas_server *s = call->ctx;
     const char *param = NULL, *model;
     const atlas_tokenizer *tok;
@@ -673,7 +678,7 @@ void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                             .include_usage = gp.include_usage, .logprobs = gp.logprobs,
                             .top_logprobs = gp.top_logprobs,
                             .tokens_as_ids = gp.tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE,
-                            .echo = echo[0]};
+                            .echo = echo[0], .dialect = d};
         if (count == 1 && gp.n == 1) start_and_reply(call, &o, &gp, tok, ids[0], n[0], r);
         else start_choices(call, &o, &gp, tok, ids, n, echo, count, r);
     }

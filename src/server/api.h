@@ -88,6 +88,13 @@ typedef void (*atlas_api_handler)(atlas_http_call *call, json_t *body, const cha
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                            atlas_http_reply *r);
+
+/* The completion route's work on an OpenAI-shaped body, answered in dialect d's shape
+ * (NULL: OpenAI's): what another dialect's route calls once it has translated its request
+ * (one prompt, one choice: d's hooks know no "n").  Chat goes through atlas_api_chat_prepare
+ * and atlas_api_chat_start instead. */
+void atlas_api_completions_run(atlas_http_call *call, const json_t *body,
+                               const atlas_gen_dialect *d, atlas_http_reply *r);
 void atlas_api_models(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r);
 void atlas_api_model_get(atlas_http_call *call, json_t *body, const char *arg,
                          atlas_http_reply *r);

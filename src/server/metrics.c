@@ -14,7 +14,8 @@ static const double e2e_bounds[ATLAS_HIST_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.
 static const char *route_names[ATLAS_ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/load",
     "/v1/models/unload",    "/health",         "/metrics",   "/tokenize",
-    "/detokenize",          "/apply-template", "/v1/responses", "other"};
+    "/detokenize",          "/apply-template", "/v1/responses", "/api/chat",
+    "/api/generate",        "/api",            "other"};
 
 const char *atlas_route_name(atlas_route_id route) { return route_names[route]; }
 

@@ -14,6 +14,7 @@
 #include "server/anthropic.h"
 #include "server/api.h"
 #include "server/errors.h"
+#include "server/ollama.h"
 #include "server/respstore.h"
 #include "server/responses.h"
 #include "server/state.h"
@@ -70,22 +71,41 @@ static const route routes[] = {
     {"POST", "/tokenize", atlas_api_tokenize, ATLAS_ROUTE_TOKENIZE, false},
     {"POST", "/detokenize", atlas_api_detokenize, ATLAS_ROUTE_DETOKENIZE, false},
     {"POST", "/apply-template", atlas_api_apply_template, ATLAS_ROUTE_TEMPLATE, false},
+    /* Ollama's API (ollama.h); GET / is how its clients find a server, so it needs no key */
+    {"POST", "/api/chat", atlas_ollama_chat, ATLAS_ROUTE_OLLAMA_CHAT, false},
+    {"POST", "/api/generate", atlas_ollama_generate, ATLAS_ROUTE_OLLAMA_GENERATE, false},
+    {"GET", "/api/tags", atlas_ollama_tags, ATLAS_ROUTE_OLLAMA, false},
+    {"GET", "/api/ps", atlas_ollama_ps, ATLAS_ROUTE_OLLAMA, false},
+    {"POST", "/api/show", atlas_ollama_show, ATLAS_ROUTE_OLLAMA, false},
+    {"GET", "/api/version", atlas_ollama_version, ATLAS_ROUTE_OLLAMA, false},
+    {"POST", "/api/embed", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
+    {"POST", "/api/embeddings", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
+    {"GET", "/", atlas_ollama_root, ATLAS_ROUTE_OLLAMA, true},
+    {"HEAD", "/", atlas_ollama_root, ATLAS_ROUTE_OLLAMA, true},
 };
 enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
 /* Paths of another API's dialect: every error answered there (the key, the body, the route
  * itself) is rewritten into that API's shape. */
 static const struct {
-    const char *prefix;
+    const char *path;
+    bool prefix; /* every path it begins, else that path only */
     void (*reshape)(atlas_http_reply *r);
 } dialects[] = {
-    {"/v1/messages", atlas_api_error_to_anthropic},
+    {"/v1/messages", true, atlas_api_error_to_anthropic}, /* and count_tokens */
+    {"/api/", true, atlas_ollama_error_reshape},
+    {"/api", false, atlas_ollama_error_reshape},
+    {"/", false, atlas_ollama_error_reshape}, /* how Ollama's clients find a server */
 };
 
 static void reshape_errors(const atlas_http_call *call, atlas_http_reply *r) {
-    for (size_t i = 0; i < sizeof dialects / sizeof dialects[0]; i++)
-        if (!strncmp(call->url, dialects[i].prefix, strlen(dialects[i].prefix)))
+    for (size_t i = 0; i < sizeof dialects / sizeof dialects[0]; i++) {
+        const char *p = dialects[i].path;
+        if (dialects[i].prefix ? !strncmp(call->url, p, strlen(p)) : !strcmp(call->url, p)) {
             dialects[i].reshape(r);
+            return;
+        }
+    }
 }
 
 /* The client's key against ours, in time that depends only on the lengths' maximum: a
