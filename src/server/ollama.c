@@ -481,8 +481,8 @@ void atlas_ollama_chat(atlas_http_call *call, json_t *body, const char *arg,
     size_t n = 0;
     const json_t *msgs = json_object_get(body, "messages");
     atlas_status st = parse_common(s, body, true, &q, &param);
-    if (st == ATLAS_OK && json_is_array(msgs) && json_array_size(msgs) == 0) q.load_only = true;
-    else if (st == ATLAS_OK) st = translate_messages(msgs, q.oa, &param);
+    q.load_only = !msgs || json_is_null(msgs) || (json_is_array(msgs) && !json_array_size(msgs));
+    if (st == ATLAS_OK && !q.load_only) st = translate_messages(msgs, q.oa, &param);
     const json_t *tools = json_object_get(body, "tools");
     if (st == ATLAS_OK && tools && !json_is_null(tools))
         st = set_field(q.oa, "tools", json_deep_copy(tools));

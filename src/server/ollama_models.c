@@ -187,14 +187,15 @@ void atlas_ollama_show(atlas_http_call *call, json_t *body, const char *arg,
     int n = atlas_engine_models(s->engine, ms, MAX_MODELS);
     for (int i = 0; i < n && i < MAX_MODELS && !m; i++)
         if (!strcmp(ms[i].name, name)) m = &ms[i];
-    const atlas_template *tmpl = NULL;
-    if (!m || atlas_engine_template(s->engine, name, &tmpl) != ATLAS_OK) tmpl = NULL;
-    int ctx = 0;
-    if (m && atlas_engine_ctx_size(s->engine, name, &ctx) != ATLAS_OK) ctx = 0;
-    if (!m) {
-        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOT_FOUND, NULL, "not found");
+    if (!m) { /* past the first MAX_MODELS */
+        atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOT_FOUND, "model",
+                              "model not listed: the server serves too many to show it");
         return;
     }
+    const atlas_template *tmpl = NULL; /* none: a model for raw prompts only */
+    if (atlas_engine_template(s->engine, name, &tmpl) != ATLAS_OK) tmpl = NULL;
+    int ctx = 0;
+    if (atlas_engine_ctx_size(s->engine, name, &ctx) != ATLAS_OK) ctx = 0;
     char family[64], when[32], key[96];
     family_of(m->architecture, family, sizeof family);
     modified_at(m->dir, when);
