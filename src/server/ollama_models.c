@@ -126,6 +126,15 @@ static json_t *entry_json(const atlas_engine_model_status *m) {
                      "digest", digest, "details", details_json(m));
 }
 
+/* Every model or none: a list that silently lacks one would be read as the server not
+ * serving it. */
+static void reply_list(atlas_http_reply *r, json_t *list) {
+    json_t *v = list ? json_pack("{s:o}", "models", list) : NULL;
+    if (v) atlas_http_reply_json(r, 200, v);
+    else atlas_api_error_reply(r, ATLAS_API_ERR_STATUS, ATLAS_ERR_NOMEM, NULL,
+                               "the model list: out of memory");
+}
+
 void atlas_ollama_tags(atlas_http_call *call, json_t *body, const char *arg,
                        atlas_http_reply *r) {
     (void)body, (void)arg;
@@ -133,8 +142,9 @@ void atlas_ollama_tags(atlas_http_call *call, json_t *body, const char *arg,
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(s->engine, ms, MAX_MODELS);
     json_t *list = json_array();
-    for (int i = 0; i < n && i < MAX_MODELS; i++) json_array_append_new(list, entry_json(&ms[i]));
-    atlas_http_reply_json(r, 200, json_pack("{s:o}", "models", list));
+    for (int i = 0; list && i < n && i < MAX_MODELS; i++)
+        if (json_array_append_new(list, entry_json(&ms[i])) != 0) json_decref(list), list = NULL;
+    reply_list(r, list);
 }
 
 /* The resident models.  atlas keeps a model until a swap or an unload needs its place, not
@@ -145,7 +155,7 @@ void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(s->engine, ms, MAX_MODELS);
     json_t *list = json_array();
-    for (int i = 0; i < n && i < MAX_MODELS; i++) {
+    for (int i = 0; list && i < n && i < MAX_MODELS; i++) {
         if (!ms[i].resident) continue;
         json_t *v = entry_json(&ms[i]);
         json_int_t bytes = (json_int_t)(ms[i].weight_bytes + ms[i].kv_bytes);
@@ -154,9 +164,9 @@ void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas
                             json_integer(strcmp(ms[i].backend, "cuda") ? 0 : bytes));
         json_object_set_new(v, "expires_at", json_string("2318-01-01T00:00:00Z"));
         json_object_set_new(v, "context_length", json_integer(ms[i].ctx_size));
-        json_array_append_new(list, v);
+        if (json_array_append_new(list, v) != 0) json_decref(list), list = NULL;
     }
-    atlas_http_reply_json(r, 200, json_pack("{s:o}", "models", list));
+    reply_list(r, list);
 }
 
 /* What the model can do, as Ollama's "capabilities" says it. */
@@ -203,11 +213,14 @@ void atlas_ollama_show(atlas_http_call *call, json_t *body, const char *arg,
     json_t *info = json_pack("{s:s, s:i}", "general.architecture", family, key, ctx);
     if (m->n_params > 0)
         json_object_set_new(info, "general.parameter_count", json_integer(m->n_params));
+    char *mf = NULL; /* the directory need not be UTF-8: through atlas_json_text */
+    if (asprintf(&mf, "# served by atlas from %s\nFROM %s\n", m->dir, m->dir) < 0) mf = NULL;
     json_t *v = json_pack("{s:o, s:s, s:s, s:o, s:o, s:o, s:s}", "modelfile",
-                          json_sprintf("# served by atlas from %s\nFROM %s\n", m->dir, m->dir),
+                          mf ? atlas_json_text(mf, strlen(mf)) : NULL,
                           "parameters", "", "template", tmpl ? atlas_template_source(tmpl) : "",
                           "details", details_json(m), "model_info", info, "capabilities",
                           capabilities(m, tmpl), "modified_at", when);
+    free(mf);
     atlas_http_reply_json(r, 200, v);
 }
 
