@@ -418,7 +418,13 @@ static void load_only(atlas_server *s, const ollama_req *q, bool chat, atlas_htt
                                                            "content", ""));
     else json_object_set_new(v, "response", json_string(""));
     atlas_http_reply_json(r, 200, v);
-    if (q->stream && r->body) r->ctype = "application/x-ndjson"; /* one line */
+    char *line = q->stream && r->status == 200 ? realloc(r->body, r->len + 2) : NULL;
+    if (line) { /* a stream of one line */
+        memcpy(line + r->len, "\n", 2);
+        r->body = line;
+        r->len++;
+        r->ctype = "application/x-ndjson";
+    }
 }
 
 /* options.num_ctx below the model's context caps this request's: its prompt must fit, and
