@@ -283,3 +283,16 @@ test('the shield covers what Ollama clients send', async () => {
   assert.equal(r.prompt_eval_count, shielded.json.count);
   assert.notEqual(shielded.json.count, unshielded.json.count, 'spelt control tokens are text');
 });
+
+test('fields sent as null (as the Python client does) are absent; streams are NDJSON', async () => {
+  const res = await fetch(srv.base + '/api/chat', { method: 'POST', body: JSON.stringify({
+    model: 'default', messages: [{ role: 'user', content: 'Hi', images: null, tool_calls: null, thinking: null }],
+    tools: null, format: null, options: { num_predict: 3 }, keep_alive: null, think: null }) });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'application/x-ndjson');
+  const lines = (await res.text()).split('\n');
+  assert.equal(lines.pop(), '', 'every line ends with a newline');
+  const last = JSON.parse(lines.at(-1));
+  assert.equal(last.done, true);
+  assert.equal(last.eval_count, 3);
+});
