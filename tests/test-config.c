@@ -406,11 +406,14 @@ static void test_errors(void) {
     j = llama();
     set(j, "head_dim", json_integer(7));
     load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "head_dim");
-    /* a quantized checkpoint is refused by name, its method said */
+    /* a quantization method atlas does not read is refused by name, its method said and
+     * the supported ones listed (tests/test-quant.c covers the ones it reads) */
     j = llama();
-    set(j, "quantization_config", json_pack("{s:s, s:i}", "quant_method", "awq", "bits", 4));
+    set(j, "quantization_config", json_pack("{s:s, s:i}", "quant_method", "bitsandbytes",
+                                            "bits", 4));
     load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "quantization_config");
-    CHECK(strstr(atlas_last_error(), "awq") != NULL);
+    CHECK(strstr(atlas_last_error(), "bitsandbytes") != NULL);
+    CHECK(strstr(atlas_last_error(), "awq (version gemm") != NULL);
     j = llama();
     set(j, "quantization_config", json_null());
     load_ok(j, NULL);

@@ -34,6 +34,37 @@ typedef struct atlas_kv atlas_kv;         /* backend-owned paged KV cache */
 
 enum { ATLAS_WEIGHT_MAX_DIMS = 8 };
 
+/* A weight's format: a property of the weight, not of the model. Every format is a matrix
+ * w[rows, cols] ([out, in]) that the backend's matmul reads as it is stored, dequantizing a
+ * tile at a time; the model (model/quant.c) turns each checkpoint layout into one of these at
+ * load. docs/ARCHITECTURE.md, "Weight formats", says how a format is added. */
+typedef enum atlas_wformat {
+    ATLAS_WFMT_DENSE = 0, /* the source's dtype: BF16, F16 or F32 */
+    /* FP8 e4m3 codes [rows, cols], one byte each: w[r][c] = e4m3(code) *
+     * scales[r / block_rows][c / block_cols] */
+    ATLAS_WFMT_FP8_E4M3,
+    /* 4-bit integers [rows, cols / 2] bytes, column 2j in the low nibble of byte j and 2j+1 in
+     * the high one: w[r][c] = (q - zeros[r][g]) * scales[r][g], g = g_idx ? g_idx[c] :
+     * c / block_cols (block_rows 1) */
+    ATLAS_WFMT_INT4,
+    ATLAS_WFMT_COUNT
+} atlas_wformat;
+
+/* "FP8 e4m3", "INT4" */
+const char *atlas_wformat_name(atlas_wformat f);
+
+/* A quantized source's scales and zero points, float32, row-major over the scale grid
+ * [ceil(rows / block_rows), scale_cols]. Valid as long as the source's data. */
+typedef struct atlas_wquant {
+    atlas_wformat format;
+    int block_rows, block_cols; /* the rows and columns one scale covers */
+    int scale_cols;             /* columns of the scale grid (INT4 with g_idx: the groups) */
+    const float *scales;
+    const float *zeros;         /* INT4 only (NULL otherwise) */
+    const int32_t *g_idx;       /* INT4: [cols] the group of each column (GPTQ's act-order), or
+                                   NULL: c / block_cols */
+} atlas_wquant;
+
 /* Where one tensor of a weight comes from, as the model describes it to weight_load: its
  * bytes in memory, and a reader of the same bytes that the backend may prefer for bulk
  * copies (the model's reader preads its file: no page faults, bench/RESULTS.md). The
@@ -43,7 +74,12 @@ typedef struct atlas_weight_src {
     atlas_dtype dtype;
     int n_dims;
     int64_t shape[ATLAS_WEIGHT_MAX_DIMS];
-    size_t nbytes;     /* product(shape) * dtype size */
+    size_t nbytes;     /* product(shape) * dtype size; quantized: the packed bytes */
+    /* NULL: a dense tensor in dtype. Otherwise a 2-D weight of shape [rows, cols] stored in
+     * quant->format (dtype F8_E4M3, or U8 for INT4's packed nibbles). A fused weight's parts
+     * are all dense or all of one format; each part keeps its own scales (model/quant.h says
+     * when parts may be concatenated into one matrix). */
+    const atlas_wquant *quant;
     /* The tensor's bytes, row-major, at any alignment (the model's mapping, or a buffer it
      * owns). Valid until weights_done returns (for a weight loaded after it: the next
      * begin_batch) and no longer: a backend keeps its own copy, and reads through `read`

@@ -13,6 +13,7 @@ typedef enum atlas_dtype {
     ATLAS_DTYPE_I32,
     ATLAS_DTYPE_I64,
     ATLAS_DTYPE_U8,
+    ATLAS_DTYPE_F8_E4M3, /* OCP FP8 e4m3 ("fn": no infinities, NaN 0x7F / 0xFF) */
     ATLAS_DTYPE_COUNT
 } atlas_dtype;
 
@@ -21,14 +22,14 @@ static inline size_t atlas_dtype_size(atlas_dtype t) {
     case ATLAS_DTYPE_F32: case ATLAS_DTYPE_I32: return 4;
     case ATLAS_DTYPE_F16: case ATLAS_DTYPE_BF16: return 2;
     case ATLAS_DTYPE_I64: return 8;
-    case ATLAS_DTYPE_U8: return 1;
+    case ATLAS_DTYPE_U8: case ATLAS_DTYPE_F8_E4M3: return 1;
     default: return 0;
     }
 }
 
 /* "F32", "BF16", ... (the safetensors spelling). */
 static inline const char *atlas_dtype_name(atlas_dtype t) {
-    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I64", "U8"};
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I64", "U8", "F8_E4M3"};
     return (unsigned)t < ATLAS_DTYPE_COUNT ? names[t] : "?";
 }
 
@@ -69,6 +70,23 @@ static inline float atlas_f16_to_f32(uint16_t h) {
         u = sign | 0x7f800000u | (man << 13);
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* An OCP FP8 e4m3 code (bias 7, 3 mantissa bits, subnormals below 2^-6, no infinities:
+ * S.1111.111 is NaN and S.1111.110 = 448 the largest) as float32; exact. */
+static inline float atlas_e4m3_to_f32(uint8_t c) {
+    uint32_t sign = (uint32_t)(c & 0x80u) << 24, exp = (c >> 3) & 0xfu, man = c & 0x7u, u;
+    if (exp == 0xf && man == 0x7) {
+        u = sign | 0x7fc00000u;
+    } else if (exp == 0) { /* subnormal: man / 8 * 2^-6, a float32 normal */
+        float f = (float)man * 0.001953125f; /* 2^-9 */
+        return sign ? -f : f;
+    } else {
+        u = sign | ((exp + 127 - 7) << 23) | (man << 20);
     }
     float f;
     memcpy(&f, &u, 4);

@@ -51,7 +51,7 @@ static const struct {
     {"I32", ATLAS_DTYPE_I32},   {"I64", ATLAS_DTYPE_I64},      {"U8", ATLAS_DTYPE_U8},
     {"F64", -1},                {"I8", -1},                    {"I16", -1},
     {"U16", -1},                {"U32", -1},                   {"U64", -1},
-    {"BOOL", -1},               {"F8_E4M3", -1},               {"F8_E5M2", -1},
+    {"BOOL", -1},               {"F8_E4M3", ATLAS_DTYPE_F8_E4M3},               {"F8_E5M2", -1},
     {"F8_E8M0", -1},            {"F4", -1},                    {"F6_E2M3", -1},
     {"F6_E3M2", -1},            {"C64", -1},
 };
@@ -67,7 +67,7 @@ static atlas_status parse_dtype(const char *file, const char *tensor, json_t *v,
         if (st_dtypes[i].dtype < 0)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                               "%s: tensor '%s': dtype %s is not supported (F32, F16, BF16, I32, "
-                              "I64, U8 are)", file, tensor, s);
+                              "I64, U8, F8_E4M3 are)", file, tensor, s);
         *out = (atlas_dtype)st_dtypes[i].dtype;
         return ATLAS_OK;
     }

@@ -467,20 +467,9 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     return read_act(file, root);
 }
 
-/* A quantized checkpoint (AWQ, GPTQ, FP8, bitsandbytes...) stores weights atlas cannot read
- * yet: refused here by name, rather than failing later on an unknown tensor. */
-static atlas_status refuse_quantized(const char *file, json_t *root) {
-    json_t *q = json_object_get(root, "quantization_config");
-    if (!q || json_is_null(q)) return ATLAS_OK;
-    const char *method = json_string_value(json_object_get(q, "quant_method"));
-    return atlas_fail(ATLAS_ERR_UNSUPPORTED,
-                      "%s: field \"quantization_config\": quantized checkpoints (%s) are not "
-                      "supported yet; use the bf16, f16 or f32 weights", file,
-                      method ? method : "unknown method");
-}
-
 static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg) {
-    ATLAS_TRY(refuse_quantized(file, root));
+    ATLAS_TRY(atlas_quant_config_parse(file, json_object_get(root, "quantization_config"),
+                                       &cfg->quant));
     ATLAS_TRY(read_arch(file, root, cfg));
     class_defaults(cfg);
     ATLAS_TRY(read_sizes(file, root, cfg));

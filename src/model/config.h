@@ -17,6 +17,7 @@
 
 #include "atlas/status.h"
 #include "core/dtype.h"
+#include "model/quant.h"
 
 typedef enum atlas_arch {
     ATLAS_ARCH_LLAMA = 0, /* LlamaForCausalLM */
@@ -68,6 +69,7 @@ typedef struct atlas_config {
     int sliding_from_layer;    /* layers >= this use sliding_window (when it is not 0) */
     atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
     atlas_rope rope;
+    atlas_quant_config quant;  /* quantization_config (method NONE when absent) */
     int bos_id;                /* -1 when absent */
     int eos_ids[ATLAS_MAX_EOS];/* union of config.json and generation_config.json */
     int n_eos;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/quant.h"
 #include "model/shard.h"
 #include "model/weight_read.h"
 
@@ -23,6 +24,10 @@ typedef struct binder {
     bool count_only;               /* the first pass: finds every tensor (and sums the bytes
                                       to load when progress is reported), loads nothing */
     bool *used;                    /* [atlas_st_count]: found by the first pass */
+    const atlas_quant_config *quant;
+    /* quantized weights handed to weight_load: read until weights_done, freed after */
+    atlas_qweight *qw;
+    size_t n_qw, cap_qw;
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -54,7 +59,23 @@ static atlas_status find(binder *b, const char *name, int64_t rows, int64_t cols
     return ATLAS_OK;
 }
 
+static atlas_wgroup group_of(const char *name) {
+    if (strstr(name, "embed_tokens")) return ATLAS_WG_EMBED;
+    if (strstr(name, "lm_head")) return ATLAS_WG_HEAD;
+    if (strstr(name, "self_attn.") && !strstr(name, "_norm")) return ATLAS_WG_ATTN;
+    if (strstr(name, "mlp.")) return ATLAS_WG_MLP;
+    return ATLAS_WG_NORM;
+}
+
+static void group_add(binder *b, const char *name, const char *format, size_t bytes) {
+    atlas_wgroup_info *g = &b->w->groups[group_of(name)];
+    if (!g->format[0]) snprintf(g->format, sizeof g->format, "%s", format);
+    else if (strcmp(g->format, format)) snprintf(g->format, sizeof g->format, "mixed");
+    g->bytes += bytes;
+}
+
 static void account(binder *b, const atlas_tensor_view *v, int is_matrix) {
+    group_add(b, v->name, atlas_dtype_name(v->dtype), v->nbytes);
     int64_t n = 1;
     for (int i = 0; i < v->n_dims; i++) n *= v->shape[i];
     b->w->n_params += n;
@@ -105,8 +126,104 @@ static atlas_status count_views(binder *b, const atlas_tensor_view **views, int 
     return ATLAS_OK;
 }
 
+/* "FP8 e4m3 block 128x128", "INT4 group 128 act-order", ... */
+static void qformat(const atlas_qweight *q, char *buf, size_t cap) {
+    const atlas_wquant *w = &q->q;
+    if (w->format == ATLAS_WFMT_INT4)
+        snprintf(buf, cap, "INT4 group %d%s", w->block_cols, w->g_idx ? " act-order" : "");
+    else if (w->block_rows == q->rows && w->block_cols == q->cols)
+        snprintf(buf, cap, "FP8 e4m3 per-tensor");
+    else if (w->block_rows == 1 && w->block_cols == q->cols)
+        snprintf(buf, cap, "FP8 e4m3 per-channel");
+    else
+        snprintf(buf, cap, "FP8 e4m3 block %dx%d", w->block_rows, w->block_cols);
+}
+
+/* A linear layer stored quantized (model/quant.h): its n parts as weight sources of the
+ * backend's formats. The parts stay with the binder until the weights are loaded. */
+static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweight *qw, int n,
+                               atlas_weight **out) {
+    char fmt[48];
+    if (b->count_only) {
+        for (int i = 0; i < n; i++)
+            if (b->progress) b->progress->total += qw[i].file_bytes;
+        return ATLAS_OK;
+    }
+    if (b->plan)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "binding %s: quantized weights with tensor "
+                          "parallelism are not supported yet", names[0]);
+    if (b->cap_qw - b->n_qw < (size_t)n)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more quantized weights than the "
+                          "checkpoint's tensors", names[0]);
+    ATLAS_TRY(atlas_quant_fuse(qw, n));
+    atlas_weight_src srcs[4];
+    const atlas_weight_src *sp[4];
+    for (int i = 0; i < n; i++) {
+        atlas_qweight *q = &b->qw[b->n_qw++];
+        *q = qw[i];
+        memset(&qw[i], 0, sizeof qw[i]); /* the binder's now */
+        if (q->codes) {
+            atlas_weight_src_of_view_counted(q->codes, &b->files[b->n_files], b->progress,
+                                             &srcs[i]);
+            if (srcs[i].read) b->n_files++;
+        } else {
+            srcs[i] = (atlas_weight_src){.name = names[i], .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
+                                         .shape = {q->rows, q->cols}, .nbytes = q->packed_bytes,
+                                         .data = q->packed};
+        }
+        srcs[i].quant = &q->q;
+        sp[i] = &srcs[i];
+    }
+    atlas_status st = b->be->ops->weight_load(b->be, sp, n, out);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);
+    for (int i = 0; i < n; i++) {
+        const atlas_qweight *q = &b->qw[b->n_qw - n + i];
+        if (!srcs[i].read) atlas_load_progress_add(b->progress, q->file_bytes);
+        b->w->n_params += q->rows * q->cols;
+        b->w->n_bytes += q->file_bytes;
+        b->w->dtype = ATLAS_DTYPE_COUNT;
+        qformat(q, fmt, sizeof fmt);
+        group_add(b, names[i], fmt, q->file_bytes);
+    }
+    return ATLAS_OK;
+}
+
+/* Whether the linear layers names[n] (module.weight) are stored quantized: then they are
+ * bound through bind_quant and *done is set. */
+static atlas_status try_quant(binder *b, const char *const *names, const int64_t *rows, int n,
+                              int64_t cols, atlas_weight **out, bool *done) {
+    atlas_qweight qw[4];
+    int quantized = 0;
+    atlas_status st = ATLAS_OK;
+    *done = false;
+    memset(qw, 0, sizeof qw);
+    for (int i = 0; i < n && st == ATLAS_OK; i++) {
+        char module[128];
+        size_t len = strlen(names[i]) - strlen(".weight");
+        snprintf(module, sizeof module, "%.*s", (int)len, names[i]);
+        st = atlas_quant_bind(b->st, b->quant, module, rows[i], cols, !b->count_only, b->used,
+                              &qw[i]);
+        quantized += qw[i].quantized;
+    }
+    if (st == ATLAS_OK && quantized && quantized != n)
+        st = atlas_fail(ATLAS_ERR_FORMAT, "%s: %d of the %d weights it is fused with are "
+                        "quantized (one format a fused weight)", names[0], quantized, n);
+    if (st == ATLAS_OK && quantized) {
+        *done = true;
+        st = bind_quant(b, names, qw, n, out);
+    }
+    for (int i = 0; i < n; i++) atlas_qweight_free(&qw[i]);
+    return st;
+}
+
 static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
                          int64_t cols, atlas_weight **out) {
+    if (cols && b->quant && b->quant->method != ATLAS_QM_NONE &&
+        strcmp(names[0], "model.embed_tokens.weight")) {
+        bool done;
+        ATLAS_TRY(try_quant(b, names, rows, n, cols, out, &done));
+        if (done) return ATLAS_OK;
+    }
     const atlas_tensor_view *views[4] = {0};
     atlas_tensor_view parts[4];
     void *owned[4] = {0};
@@ -295,7 +412,7 @@ static atlas_status check_all(const atlas_st *st, const atlas_config *cfg,
     bool *used = calloc(n ? n : 1, sizeof *used);
     if (!used) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
     binder b = {.st = st, .w = &scratch, .plan = plan, .progress = progress, .count_only = true,
-                .used = used};
+                .used = used, .quant = &cfg->quant};
     if (progress) progress->total = 0;
     atlas_status s = bind_all(&b, cfg);
     if (s == ATLAS_OK) s = check_unused(st, cfg, used);
@@ -326,10 +443,11 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     if (progress && !progress->fn) progress = NULL;
     ATLAS_TRY(check_all(st, cfg, plan, progress, NULL));
     binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st),
-                .progress = progress};
+                .progress = progress, .quant = &cfg->quant, .cap_qw = atlas_st_count(st)};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
-    atlas_status s = b.files ? bind_all(&b, cfg)
-                             : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
+    b.qw = calloc(b.cap_qw ? b.cap_qw : 1, sizeof *b.qw);
+    atlas_status s = b.files && b.qw ? bind_all(&b, cfg)
+                                     : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
     if (s == ATLAS_OK && be->ops->weights_done) {
         s = be->ops->weights_done(be);
         if (s != ATLAS_OK) s = atlas_fail_wrap(s, "loading the weights");
@@ -338,6 +456,8 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     /* freeing a weight waits for its queued reads: the readers' contexts go after */
     if (s != ATLAS_OK) atlas_weights_free(be, out);
     free(b.files);
+    for (size_t i = 0; i < b.n_qw; i++) atlas_qweight_free(&b.qw[i]);
+    free(b.qw);
     return s;
 }
 

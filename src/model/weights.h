@@ -35,6 +35,16 @@ typedef struct atlas_layer_weights {
     atlas_weight *down_bias; /* [d] or NULL (tensor parallel: rank 0's only) */
 } atlas_layer_weights;
 
+/* The weight groups `atlas info` reports a format and bytes for. */
+typedef enum atlas_wgroup {
+    ATLAS_WG_EMBED, ATLAS_WG_ATTN, ATLAS_WG_MLP, ATLAS_WG_NORM, ATLAS_WG_HEAD, ATLAS_WG_COUNT
+} atlas_wgroup;
+
+typedef struct atlas_wgroup_info {
+    char format[48]; /* "BF16", "FP8 e4m3 block 128x128", "INT4 group 128", "mixed"; "" none */
+    size_t bytes;    /* in the files: packed weights, scales, zero points and indices */
+} atlas_wgroup_info;
+
 typedef struct atlas_model_weights {
     atlas_weight *embed;         /* [vocab, d] */
     atlas_weight *norm;          /* [d] */
@@ -44,6 +54,7 @@ typedef struct atlas_model_weights {
     int64_t n_params;            /* elements of the tensors bound (tied counted once) */
     size_t n_bytes;              /* their bytes in the files */
     atlas_dtype dtype;           /* of the big matrices; ATLAS_DTYPE_COUNT when mixed */
+    atlas_wgroup_info groups[ATLAS_WG_COUNT]; /* tied: lm_head is the embedding's */
     void **owned;                /* tensor parallel: gathered column bands the backend's
                                     weights may point into (o_proj, down_proj) */
     int n_owned, cap_owned;

@@ -24,6 +24,16 @@ static void cpu_free(atlas_backend *be, void *p) { free(p); }
 /* ---- weights ----------------------------------------------------------------------------- */
 
 static atlas_status check_src(const atlas_weight_src *v, const atlas_weight_src *first) {
+    if ((v->quant != NULL) != (first->quant != NULL) ||
+        (v->quant && v->quant->format != first->quant->format))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "%s: format differs from %s's in one fused weight",
+                          v->name, first->name);
+    if (v->quant) {
+        if (v->n_dims != 2 || v->shape[1] != first->shape[1] || (!v->data && v->nbytes))
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: a quantized weight is a matrix with the "
+                              "columns of %s", v->name, first->name);
+        return ATLAS_OK; /* sizes: cpu_quant_load */
+    }
     if (v->dtype != ATLAS_DTYPE_F32 && v->dtype != ATLAS_DTYPE_F16 && v->dtype != ATLAS_DTYPE_BF16)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: dtype %s (want BF16, F16 or F32)", v->name,
                           atlas_dtype_name(v->dtype));
@@ -44,7 +54,10 @@ static atlas_status check_src(const atlas_weight_src *v, const atlas_weight_src 
 
 static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
-    for (int i = 0; i < w->n_parts; i++) free(w->parts[i].copy);
+    for (int i = 0; i < w->n_parts; i++) {
+        free(w->parts[i].copy);
+        free(w->parts[i].owned);
+    }
     free(w->vec);
     free(w);
 }
@@ -68,10 +81,12 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
     for (int i = 0; i < n; i++) {
         const atlas_weight_src *v = srcs[i];
         int64_t r = v->shape[0];
-        w->parts[i] = (cpu_part){NULL, malloc(v->nbytes ? v->nbytes : 1), v->dtype, rows, r};
+        w->parts[i] = (cpu_part){.copy = malloc(v->nbytes ? v->nbytes : 1), .dtype = v->dtype,
+                                 .row0 = rows, .rows = r};
         rows += r;
         atlas_status st = w->parts[i].copy ? ATLAS_OK
                                            : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        if (st == ATLAS_OK && v->quant) st = cpu_quant_load(v, &w->parts[i]);
         if (st == ATLAS_OK && v->read) st = v->read(v->ctx, w->parts[i].copy, 0, v->nbytes);
         else if (st == ATLAS_OK) memcpy(w->parts[i].copy, v->data, v->nbytes);
         if (st != ATLAS_OK) {
@@ -98,7 +113,7 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
     for (int i = 0; i < n; i++) {
         tmp.cols = srcs[i]->shape[0];
         tmp.n_parts = 1;
-        tmp.parts[0] = (cpu_part){w->parts[i].data, NULL, srcs[i]->dtype, 0, 1};
+        tmp.parts[0] = (cpu_part){.data = w->parts[i].data, .dtype = srcs[i]->dtype, .rows = 1};
         cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
     }
     *out = w;

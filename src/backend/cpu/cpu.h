@@ -1,7 +1,8 @@
 /* backend/cpu/cpu.h — the CPU backend's shared state and kernels.  Internal to backend/cpu.
  *
- * Weights stay where the safetensors mapping put them (bf16/f16/f32) and are converted to
- * fp32 while multiplying; activations and the paged KV cache are fp32. */
+ * Weights are kept as the checkpoint stores them (bf16/f16/f32, or packed FP8/INT4 with their
+ * scales) and are converted to fp32 a tile of rows at a time while multiplying; activations
+ * and the paged KV cache are fp32. */
 #ifndef ATLAS_BACKEND_CPU_H
 #define ATLAS_BACKEND_CPU_H
 
@@ -16,10 +17,14 @@ enum { CPU_MAX_PARTS = 4, CPU_ROWS = 4 }; /* CPU_ROWS: weight rows per matmul ti
 
 /* One view of a (fused) weight: rows [row0, row0 + rows) of the fused matrix. */
 typedef struct cpu_part {
-    const void *data; /* [rows, cols] in dtype: copy's bytes */
+    const void *data; /* [rows, cols] in dtype (or packed as quant says): copy's bytes */
     void *copy;       /* owned: the weight's bytes, read at load (never the checkpoint's mapping) */
     atlas_dtype dtype;
     int64_t row0, rows;
+    /* quant.format ATLAS_WFMT_DENSE: dtype says. Otherwise its scales, zeros and g_idx
+     * point into owned (one allocation, freed with the weight). */
+    atlas_wquant quant;
+    void *owned;
 } cpu_part;
 
 struct atlas_weight {
@@ -53,6 +58,12 @@ typedef struct cpu_backend {
     int max_blocks;
     size_t cap_table;
 } cpu_backend;
+
+/* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
+void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst);
+/* Checks a quantized source's packed size and scale grid, and copies its scales, zeros and
+ * g_idx into part->owned (cpu_quant.c). */
+atlas_status cpu_quant_load(const atlas_weight_src *v, cpu_part *part);
 
 /* Row r of w converted to fp32 into dst[w->cols]. */
 void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst);

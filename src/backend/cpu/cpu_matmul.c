@@ -103,6 +103,10 @@ void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst) {
     for (int p = 0; p < w->n_parts; p++) {
         const cpu_part *part = &w->parts[p];
         if (r < part->row0 + part->rows) {
+            if (part->quant.format != ATLAS_WFMT_DENSE) {
+                cpu_dequant_row(part, r - part->row0, w->cols, dst);
+                return;
+            }
             size_t esz = atlas_dtype_size(part->dtype);
             const char *row = (const char *)part->data + (size_t)(r - part->row0) * w->cols * esz;
             convert_row(row, part->dtype, w->cols, dst);

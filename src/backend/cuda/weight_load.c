@@ -58,6 +58,12 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
         if (v->n_dims != dims || (dims != 1 && dims != 2) || (dims == 2 && v->shape[1] != cols))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: shape does not fuse with %s",
                               v->name, srcs[0]->name);
+        /* a quantized weight uploaded as bf16 would read 2-4x the bytes it should: refused
+         * until the kernels that read the packed bytes exist */
+        if (v->quant)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %s weights need the CUDA "
+                              "kernels for quantized formats, not built yet; run with "
+                              "--device cpu", v->name, atlas_wformat_name(v->quant->format));
         if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 &&
             v->dtype != ATLAS_DTYPE_F32)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: dtype %s", v->name,

@@ -1,0 +1,348 @@
+/* model/quant.c — a quantized linear layer's tensors into a backend weight format
+ * (model/quant.h). */
+#include "model/quant.h"
+
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/file.h"
+
+/* ---- the ignore list ----------------------------------------------------------------- */
+
+static bool ignored(const atlas_quant_config *qc, const char *module) {
+    for (int i = 0; i < qc->n_ignore; i++) {
+        const char *e = qc->ignore[i];
+        if (strncmp(e, "re:", 3)) {
+            if (strstr(module, e)) return true;
+            continue;
+        }
+        char full[160];
+        snprintf(full, sizeof full, "^(%s)$", e + 3);
+        regex_t re;
+        if (regcomp(&re, full, REG_EXTENDED | REG_NOSUB)) continue; /* checked at bind */
+        bool hit = regexec(&re, module, 0, NULL, 0) == 0;
+        regfree(&re);
+        if (hit) return true;
+    }
+    return false;
+}
+
+/* ---- finding and checking the tensors ------------------------------------------------ */
+
+typedef struct qfind {
+    const atlas_st *st;
+    const char *module;
+    bool *used;
+    size_t bytes;
+} qfind;
+
+static atlas_status shape_err(const atlas_tensor_view *v, const char *want) {
+    char got[96] = "[";
+    for (int i = 0; i < v->n_dims && i < 4; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                 (long long)v->shape[i]);
+    strncat(got, "]", sizeof got - strlen(got) - 1);
+    return atlas_fail(ATLAS_ERR_FORMAT, "%s: tensor %s: shape %s %s, want %s",
+                      v->file ? v->file : "?", v->name, got, atlas_dtype_name(v->dtype), want);
+}
+
+/* module.suffix, which must exist with one of the dtypes (mask of 1 << dtype) and, when
+ * n_dims > 0, that shape (a dimension of -1 matches any). */
+static atlas_status need(qfind *f, const char *suffix, unsigned dtypes, int n_dims,
+                         int64_t d0, int64_t d1, const atlas_tensor_view **out) {
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", f->module, suffix);
+    const atlas_tensor_view *v = atlas_st_find(f->st, name);
+    if (!v)
+        return atlas_fail(ATLAS_ERR_NOT_FOUND, "tensor %s: missing from the checkpoint (its "
+                          "quantization_config stores %s quantized)", name, f->module);
+    char want[96];
+    snprintf(want, sizeof want, "[%lld, %lld]", (long long)d0, (long long)d1);
+    if (n_dims == 1) snprintf(want, sizeof want, "[%lld]", (long long)d0);
+    if (!((dtypes >> v->dtype) & 1u) || (n_dims && v->n_dims != n_dims) ||
+        (n_dims >= 1 && d0 >= 0 && v->shape[0] != d0) ||
+        (n_dims == 2 && d1 >= 0 && v->shape[1] != d1))
+        return shape_err(v, want);
+    size_t i = atlas_st_index(f->st, v);
+    if (f->used && i < atlas_st_count(f->st)) f->used[i] = true;
+    f->bytes += v->nbytes;
+    *out = v;
+    return ATLAS_OK;
+}
+
+#define FLOATS ((1u << ATLAS_DTYPE_F32) | (1u << ATLAS_DTYPE_BF16) | (1u << ATLAS_DTYPE_F16))
+#define INT32 (1u << ATLAS_DTYPE_I32)
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static atlas_status read_view(const atlas_tensor_view *v, void *dst) {
+    if (v->fd >= 0) return atlas_file_read_at(v->fd, dst, v->nbytes, v->file_offset);
+    memcpy(dst, v->data, v->nbytes);
+    return ATLAS_OK;
+}
+
+/* A float tensor of n elements as float32 (owned; freed by the caller). */
+static atlas_status read_floats(const atlas_tensor_view *v, size_t n, float **out) {
+    *out = NULL;
+    void *raw = malloc(v->nbytes ? v->nbytes : 1);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    atlas_status st = raw && f ? read_view(v, raw) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
+        if (v->dtype == ATLAS_DTYPE_F32) memcpy(&f[i], (char *)raw + 4 * i, 4);
+        else if (v->dtype == ATLAS_DTYPE_BF16) f[i] = atlas_bf16_to_f32(((uint16_t *)raw)[i]);
+        else f[i] = atlas_f16_to_f32(((uint16_t *)raw)[i]);
+    }
+    free(raw);
+    if (st != ATLAS_OK) {
+        free(f);
+        return atlas_fail_wrap(st, "reading %s", v->name);
+    }
+    *out = f;
+    return ATLAS_OK;
+}
+
+static atlas_status read_ints(const atlas_tensor_view *v, int32_t **out) {
+    *out = malloc(v->nbytes ? v->nbytes : 1);
+    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "reading %s: out of memory", v->name);
+    atlas_status st = read_view(v, *out);
+    if (st != ATLAS_OK) {
+        free(*out);
+        *out = NULL;
+        return atlas_fail_wrap(st, "reading %s", v->name);
+    }
+    return ATLAS_OK;
+}
+
+/* ---- FP8 ----------------------------------------------------------------------------- */
+
+static atlas_status bind_fp8(qfind *f, const atlas_quant_config *qc, const atlas_tensor_view *w,
+                             bool read, atlas_qweight *out) {
+    int64_t rows = w->shape[0], cols = w->shape[1];
+    const atlas_tensor_view *s = NULL;
+    int64_t grow = 1, gcol = 1;
+    atlas_wquant *q = &out->q;
+    q->format = ATLAS_WFMT_FP8_E4M3;
+    if (qc->strategy == ATLAS_QS_BLOCK) {
+        grow = cdiv(rows, qc->block[0]);
+        gcol = cdiv(cols, qc->block[1]);
+        ATLAS_TRY(need(f, qc->method == ATLAS_QM_FP8 ? "weight_scale_inv" : "weight_scale",
+                       FLOATS, 2, grow, gcol, &s));
+        q->block_rows = qc->block[0];
+        q->block_cols = qc->block[1];
+    } else if (qc->strategy == ATLAS_QS_CHANNEL) {
+        grow = rows;
+        ATLAS_TRY(need(f, "weight_scale", FLOATS, 2, rows, 1, &s));
+        q->block_rows = 1;
+        q->block_cols = (int)cols;
+    } else {
+        ATLAS_TRY(need(f, "weight_scale", FLOATS, 0, 0, 0, &s));
+        if (s->nbytes != atlas_dtype_size(s->dtype) || s->n_dims > 1)
+            return shape_err(s, "[] or [1]");
+        q->block_rows = (int)rows;
+        q->block_cols = (int)cols;
+    }
+    q->scale_cols = (int)gcol;
+    out->codes = w;
+    if (read) ATLAS_TRY(read_floats(s, (size_t)(grow * gcol), &out->scales));
+    q->scales = out->scales;
+    return ATLAS_OK;
+}
+
+/* ---- INT4 ---------------------------------------------------------------------------- */
+
+static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* column 8j+k is in nibble AWQ_NIBBLE[k] */
+
+/* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out]. */
+static atlas_status repack_awq(const int32_t *qw, const int32_t *qz, atlas_qweight *o) {
+    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, w8 = rows / 8;
+    uint8_t *p = o->packed;
+    memset(p, 0, o->packed_bytes);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            uint32_t word = (uint32_t)qw[c * w8 + r / 8];
+            uint8_t v = (word >> (4 * AWQ_NIBBLE[r % 8])) & 0xf;
+            p[r * (cols / 2) + c / 2] |= (uint8_t)(v << ((c & 1) * 4));
+        }
+    float *zt = malloc((size_t)(rows * groups) * sizeof *zt);
+    if (!zt) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r = 0; r < rows; r++)
+            zt[r * groups + g] =
+                (float)(((uint32_t)qz[g * w8 + r / 8] >> (4 * AWQ_NIBBLE[r % 8])) & 0xf);
+    o->zeros = zt;
+    return ATLAS_OK;
+}
+
+/* GPTQ: qweight [in/8, out] (input 8i+k in nibble k), qzeros [groups, out/8] (output 8j+k in
+ * nibble k), zero - 1 stored unless v2. */
+static atlas_status repack_gptq(const int32_t *qw, const int32_t *qz, bool v2, atlas_qweight *o) {
+    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, w8 = rows / 8;
+    uint8_t *p = o->packed;
+    memset(p, 0, o->packed_bytes);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t v = ((uint32_t)qw[(c / 8) * rows + r] >> (4 * (c % 8))) & 0xf;
+            p[r * (cols / 2) + c / 2] |= (uint8_t)(v << ((c & 1) * 4));
+        }
+    float *zt = malloc((size_t)(rows * groups) * sizeof *zt);
+    if (!zt) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r = 0; r < rows; r++)
+            zt[r * groups + g] =
+                (float)(((uint32_t)qz[g * w8 + r / 8] >> (4 * (r % 8))) & 0xf) + (v2 ? 0.f : 1.f);
+    o->zeros = zt;
+    return ATLAS_OK;
+}
+
+/* scales [groups, rows] (the checkpoint's [in/g, out]) transposed to the grid [rows, groups]. */
+static void transpose(float *f, int64_t groups, int64_t rows, float *out) {
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r = 0; r < rows; r++) out[r * groups + g] = f[g * rows + r];
+}
+
+static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t rows,
+                              int64_t cols, bool read, atlas_qweight *out) {
+    bool awq = qc->method == ATLAS_QM_AWQ;
+    int64_t group = qc->group ? qc->group : cols;
+    if (rows % 8 || cols % 8 || cols % group)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: [%lld, %lld] does not pack into 4-bit words "
+                          "in groups of %lld (rows and columns multiples of 8, columns of "
+                          "the group)", f->module, (long long)rows, (long long)cols,
+                          (long long)group);
+    int64_t groups = cols / group;
+    const atlas_tensor_view *qw, *qz, *sc, *gi = NULL;
+    ATLAS_TRY(need(f, "qweight", INT32, 2, awq ? cols : cols / 8, awq ? rows / 8 : rows, &qw));
+    ATLAS_TRY(need(f, "qzeros", INT32, 2, groups, rows / 8, &qz));
+    ATLAS_TRY(need(f, "scales", FLOATS, 2, groups, rows, &sc));
+    char gname[256];
+    snprintf(gname, sizeof gname, "%s.g_idx", f->module);
+    if (!awq && atlas_st_find(f->st, gname)) ATLAS_TRY(need(f, "g_idx", INT32, 1, cols, 0, &gi));
+    out->q = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = (int)group,
+                            .scale_cols = (int)groups};
+    if (!read) return ATLAS_OK;
+    int32_t *w = NULL, *z = NULL;
+    float *s = NULL;
+    out->packed_bytes = (size_t)(rows * cols / 2);
+    out->packed = malloc(out->packed_bytes);
+    out->scales = malloc((size_t)(rows * groups) * sizeof(float));
+    atlas_status st = out->packed && out->scales ? ATLAS_OK
+                                                 : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    if (st == ATLAS_OK) st = read_ints(qw, &w);
+    if (st == ATLAS_OK) st = read_ints(qz, &z);
+    if (st == ATLAS_OK) st = read_floats(sc, (size_t)(rows * groups), &s);
+    if (st == ATLAS_OK && gi) st = read_ints(gi, &out->g_idx);
+    if (st == ATLAS_OK) st = awq ? repack_awq(w, z, out) : repack_gptq(w, z, qc->gptq_v2, out);
+    if (st == ATLAS_OK) transpose(s, groups, rows, out->scales);
+    /* a g_idx that is the plain i / group order is dropped: the tile reads groups in order */
+    bool plain = true;
+    for (int64_t i = 0; st == ATLAS_OK && out->g_idx && i < cols; i++) {
+        if (out->g_idx[i] < 0 || out->g_idx[i] >= groups)
+            st = atlas_fail(ATLAS_ERR_FORMAT, "%s: g_idx[%lld] = %d is not a group (0..%lld)",
+                            gi->name, (long long)i, out->g_idx[i], (long long)groups - 1);
+        plain &= out->g_idx[i] == i / group;
+    }
+    if (st == ATLAS_OK && out->g_idx && plain) {
+        free(out->g_idx);
+        out->g_idx = NULL;
+    }
+    free(w);
+    free(z);
+    free(s);
+    out->q.scales = out->scales;
+    out->q.zeros = out->zeros;
+    out->q.g_idx = out->g_idx;
+    return st;
+}
+
+/* ---- binding ------------------------------------------------------------------------- */
+
+atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
+                              const char *module, int64_t rows, int64_t cols, bool read,
+                              bool *used, atlas_qweight *out) {
+    memset(out, 0, sizeof *out);
+    out->rows = rows;
+    out->cols = cols;
+    if (qc->method == ATLAS_QM_NONE) return ATLAS_OK;
+    char name[256];
+    bool int4 = qc->method == ATLAS_QM_AWQ || qc->method == ATLAS_QM_GPTQ;
+    snprintf(name, sizeof name, "%s.%s", module, int4 ? "qweight" : "weight");
+    const atlas_tensor_view *w = atlas_st_find(st, name);
+    bool quantized = int4 ? w != NULL : (w && w->dtype == ATLAS_DTYPE_F8_E4M3);
+    bool skip = ignored(qc, module);
+    if (quantized && skip)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: tensor %s is quantized, but "
+                          "quantization_config's ignore list names %s", w->file, name, module);
+    if (!quantized) {
+        /* the output head is quantized only where the checkpoint says so (transformers leaves
+         * lm_head alone unless asked); a decoder layer's linear the config does not ignore
+         * must be quantized */
+        snprintf(name, sizeof name, "%s.weight", module);
+        if (!skip && strcmp(module, "lm_head") && atlas_st_find(st, name))
+            return atlas_fail(ATLAS_ERR_FORMAT, "tensor %s: stored unquantized, but "
+                              "quantization_config quantizes %s (it is not in its ignore list)",
+                              name, module);
+        return ATLAS_OK; /* dense: the caller finds module.weight */
+    }
+    qfind f = {st, module, used, 0};
+    out->quantized = true;
+    atlas_status s;
+    if (int4) {
+        s = bind_int4(&f, qc, rows, cols, read, out);
+    } else {
+        s = need(&f, "weight", 1u << ATLAS_DTYPE_F8_E4M3, 2, rows, cols, &w);
+        if (s == ATLAS_OK) s = bind_fp8(&f, qc, w, read, out);
+    }
+    out->file_bytes = f.bytes;
+    if (s != ATLAS_OK) atlas_qweight_free(out);
+    return s;
+}
+
+atlas_status atlas_quant_fuse(atlas_qweight *parts, int n) {
+    if (n < 2) return ATLAS_OK;
+    for (int i = 0; i < n; i++) {
+        atlas_qweight *p = &parts[i];
+        if (p->quantized != parts[0].quantized || p->q.format != parts[0].q.format)
+            return atlas_fail(ATLAS_ERR_FORMAT, "fused weight: part %d is stored %s, part 0 %s "
+                              "(one format a fused weight)", i,
+                              p->quantized ? atlas_wformat_name(p->q.format) : "unquantized",
+                              parts[0].quantized ? atlas_wformat_name(parts[0].q.format)
+                                                 : "unquantized");
+        if (!p->quantized || p->q.format != ATLAS_WFMT_FP8_E4M3 || p->q.block_rows != p->rows ||
+            p->q.block_cols != p->cols || p->rows == 1)
+            continue;
+        /* per-tensor -> per-channel: the same scale on every row, exactly */
+        float *ch = p->scales ? malloc((size_t)p->rows * sizeof *ch) : NULL;
+        if (p->scales && !ch) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        for (int64_t r = 0; ch && r < p->rows; r++) ch[r] = p->scales[0];
+        if (ch) {
+            free(p->scales);
+            p->scales = ch;
+        }
+        p->q.block_rows = 1;
+        p->q.scales = p->scales;
+    }
+    return ATLAS_OK;
+}
+
+bool atlas_quant_concatenable(const atlas_qweight *parts, int n) {
+    for (int i = 0; i < n; i++) {
+        const atlas_wquant *q = &parts[i].q;
+        if (!parts[i].quantized) continue;
+        if (q->block_rows != parts[0].q.block_rows || q->block_cols != parts[0].q.block_cols ||
+            q->scale_cols != parts[0].q.scale_cols || (i < n - 1 && parts[i].rows % q->block_rows))
+            return false;
+    }
+    return true;
+}
+
+void atlas_qweight_free(atlas_qweight *w) {
+    if (!w) return;
+    free(w->packed);
+    free(w->scales);
+    free(w->zeros);
+    free(w->g_idx);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,94 @@
+/* model/quant.h — quantized checkpoints: config.json's `quantization_config`, and the tensors
+ * of each quantized linear layer turned into a weight format of the backend's
+ * (backend/backend.h atlas_wquant).  Internal.
+ *
+ * Read, each as its published layout says:
+ * - `quant_method: fp8` (Qwen3-*-FP8, DeepSeek): e4m3 `weight` [out, in] and, with
+ *   `weight_block_size` [br, bc], float `weight_scale_inv` [ceil(out/br), ceil(in/bc)] that
+ *   multiplies (despite its name); without a block size, one float `weight_scale` a tensor.
+ * - `compressed-tensors`, format `float-quantized`: e4m3 `weight` and `weight_scale`, strategy
+ *   tensor ([] or [1]), channel ([out, 1]) or block ([ceil(out/br), ceil(in/bc)]).
+ * - `awq` version gemm: int32 `qweight` [in, out/8] and `qzeros` [in/g, out/8], eight 4-bit
+ *   values a word in AWQ's interleaved order (column 8j + [0,2,4,6,1,3,5,7][i] in nibble i),
+ *   float16 `scales` [in/g, out]; w = (q - z) * s.
+ * - `gptq` 4-bit: int32 `qweight` [in/8, out] (input row 8i + k in nibble k), `qzeros`
+ *   [groups, out/8] (column 8j + k in nibble k; checkpoint_format gptq stores zero - 1,
+ *   gptq_v2 the zero), float16 `scales` [groups, out], int32 `g_idx` [in] (desc_act: any
+ *   order; otherwise it must be i / group, and may be absent); w = (q - z) * s.
+ * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4.
+ * Weights are quantized, activations are not: the CPU multiplies in fp32 (weight-only), so
+ * a checkpoint asking for static activation scales is refused by name. */
+#ifndef ATLAS_MODEL_QUANT_H
+#define ATLAS_MODEL_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "atlas/status.h"
+#include "backend/backend.h"
+#include "format/safetensors.h"
+
+typedef enum atlas_qmethod {
+    ATLAS_QM_NONE = 0,
+    ATLAS_QM_FP8,    /* quant_method fp8 */
+    ATLAS_QM_CT_FP8, /* compressed-tensors float-quantized */
+    ATLAS_QM_AWQ,
+    ATLAS_QM_GPTQ,
+} atlas_qmethod;
+
+typedef enum atlas_qstrategy { ATLAS_QS_TENSOR, ATLAS_QS_CHANNEL, ATLAS_QS_BLOCK } atlas_qstrategy;
+
+enum { ATLAS_QUANT_MAX_IGNORE = 64 };
+
+typedef struct atlas_quant_config {
+    atlas_qmethod method;
+    atlas_qstrategy strategy; /* FP8 */
+    int block[2];             /* FP8 block: rows, columns */
+    int group;                /* AWQ / GPTQ: input columns a group; 0: the whole row (-1) */
+    bool gptq_v2;             /* GPTQ zeros stored as they are (not minus one) */
+    /* ignore / modules_to_not_convert / ignored_layers: "re:" entries are POSIX extended
+     * regular expressions matched against the whole module name; others match as a part
+     * of it (transformers' rule) */
+    int n_ignore;
+    char ignore[ATLAS_QUANT_MAX_IGNORE][128];
+} atlas_quant_config;
+
+/* Reads quantization_config (q NULL or JSON null: none) of config file `file`; a method,
+ * version or option atlas does not read is refused naming it and what is supported. q is a
+ * json_t (kept opaque here so that this header needs no jansson). */
+atlas_status atlas_quant_config_parse(const char *file, const void *q, atlas_quant_config *out);
+
+/* "fp8 (block 128x128)", "awq (INT4, group 128)", ...; "none". Into buf[cap]. */
+const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size_t cap);
+
+/* One linear layer's weight as the backend's weight_load takes it. */
+typedef struct atlas_qweight {
+    bool quantized;  /* false: the module's `weight` is dense; nothing else is set */
+    atlas_wquant q;
+    const atlas_tensor_view *codes; /* FP8: the e4m3 weight, read through its source */
+    void *packed;    /* INT4: [rows, cols/2] repacked (owned) */
+    size_t packed_bytes;
+    float *scales, *zeros; /* owned, the grid of q */
+    int32_t *g_idx;        /* owned or NULL */
+    int64_t rows, cols;
+    size_t file_bytes;     /* bytes of every tensor it came from */
+} atlas_qweight;
+
+/* Whether `module` (e.g. "model.layers.0.mlp.down_proj") is stored quantized, with the shape
+ * [rows, cols] and the tensors its method asks for (checked, not read), and whether that
+ * agrees with the ignore list. used (may be NULL) gets each tensor's atlas_st_index set.
+ * With read: reads and converts them into *out (free with atlas_qweight_free). */
+atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
+                              const char *module, int64_t rows, int64_t cols, bool read,
+                              bool *used, atlas_qweight *out);
+/* Makes the n parts of one fused weight (q|k|v, gate|up) share one scale layout where they
+ * can, exactly: per-tensor FP8 scales become per-channel. Block scales stay per part; the
+ * parts concatenate into one matrix only when each part's rows are a multiple of the block
+ * (atlas_quant_concatenable); otherwise a backend keeps the parts apart (the CPU always
+ * does). */
+atlas_status atlas_quant_fuse(atlas_qweight *parts, int n);
+bool atlas_quant_concatenable(const atlas_qweight *parts, int n);
+void atlas_qweight_free(atlas_qweight *w);
+
+#endif

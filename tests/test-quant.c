@@ -1,0 +1,346 @@
+/* tests/test-quant.c — quantized checkpoints (model/quant.h, backend formats of backend.h).
+ *
+ * - Known answers from each format's published rules: e4m3 codes (normals, subnormals, the
+ *   largest 448, NaN 0x7F / 0xFF, signed zero); AWQ's interleaved nibble order and GPTQ's
+ *   order and zero offset (gptq stores zero - 1, gptq_v2 the zero), read through
+ *   atlas_quant_bind from checkpoints written here word by word, and dequantized by the CPU
+ *   backend's matmul (one-hot inputs read back the weights' columns).
+ * - quantization_config: what is refused names the method (and lists what is read).
+ * - End to end: tools/quant/quantize.py (the published layouts, written from their specs, not
+ *   from atlas's code) quantizes a small checkpoint into every layout and writes the same
+ *   weights dequantized to float32; the engine's logits on the quantized directory must
+ *   equal those on the float one (the CPU dequantizes each weight to the value the float
+ *   file holds and multiplies it in the same order). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "atlas/model.h"
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "harness.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/quant.h"
+
+/* ---- e4m3 ---------------------------------------------------------------------------- */
+
+static void test_e4m3(void) {
+    static const struct { uint8_t code; float value; } known[] = {
+        {0x00, 0.0f},     {0x01, 0x1p-9f},  {0x07, 7 * 0x1p-9f}, {0x08, 0x1p-6f},
+        {0x0f, 1.875f * 0x1p-6f}, {0x38, 1.0f}, {0x39, 1.125f}, {0x40, 2.0f}, {0x7e, 448.0f},
+        {0x77, 240.0f},   {0xb8, -1.0f},    {0x81, -0x1p-9f},    {0xfe, -448.0f},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        CHECK_MSG(atlas_e4m3_to_f32(known[i].code) == known[i].value, "e4m3 0x%02x: %g, want %g",
+                  known[i].code, atlas_e4m3_to_f32(known[i].code), known[i].value);
+    CHECK(isnan(atlas_e4m3_to_f32(0x7f)) && isnan(atlas_e4m3_to_f32(0xff)));
+    CHECK(signbit(atlas_e4m3_to_f32(0x80)) && atlas_e4m3_to_f32(0x80) == 0.0f);
+    int nans = 0; /* only S.1111.111 is NaN: no infinities in the "fn" variant */
+    for (int c = 0; c < 256; c++) nans += isnan(atlas_e4m3_to_f32((uint8_t)c)) != 0;
+    CHECK(nans == 2);
+}
+
+/* ---- a checkpoint written word by word -------------------------------------------------- */
+
+typedef struct tensor {
+    const char *name, *dtype;
+    int n_dims;
+    int64_t shape[2];
+    const void *data;
+    size_t nbytes;
+} tensor;
+
+/* A safetensors file in memory: the caller frees *buf after atlas_st_free. */
+static atlas_st *st_of(const tensor *t, int n, char **buf) {
+    char head[4096] = "{";
+    size_t off = 0, total = 0;
+    for (int i = 0; i < n; i++) {
+        char shape[64];
+        if (t[i].n_dims == 2) snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)t[i].shape[0],
+                                       (long long)t[i].shape[1]);
+        else snprintf(shape, sizeof shape, "[%lld]", (long long)t[i].shape[0]);
+        snprintf(head + strlen(head), sizeof head - strlen(head),
+                 "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                 i ? "," : "", t[i].name, t[i].dtype, shape, off, off + t[i].nbytes);
+        off += t[i].nbytes;
+    }
+    strcat(head, "}");
+    while (strlen(head) % 8) strcat(head, " ");
+    uint64_t hl = strlen(head);
+    total = 8 + hl + off;
+    *buf = malloc(total);
+    memcpy(*buf, &hl, 8);
+    memcpy(*buf + 8, head, hl);
+    off = 8 + hl;
+    for (int i = 0; i < n; i++) {
+        memcpy(*buf + off, t[i].data, t[i].nbytes);
+        off += t[i].nbytes;
+    }
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_memory(*buf, total, "quant.safetensors", &st));
+    return st;
+}
+
+/* The weight through the CPU backend: column c of w = w @ e_c (one-hot rows). */
+static void read_back(const atlas_qweight *q, float *w) {
+    atlas_backend_geom g = {.hidden = 64, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 64, .vocab_size = 8, .n_layers = 1, .rms_eps = 1e-5,
+                            .max_position = 16};
+    double inv[4] = {1, 1, 1, 1};
+    g.rope_inv_freq = inv;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 1, &be));
+    if (!be) return;
+    atlas_weight_src src = {.name = "w", .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
+                            .shape = {q->rows, q->cols}, .nbytes = q->packed_bytes,
+                            .data = q->packed, .quant = &q->q};
+    const atlas_weight_src *sp = &src;
+    atlas_weight *w8 = NULL;
+    CHECK_OK(be->ops->weight_load(be, &sp, 1, &w8));
+    int64_t R = q->rows, C = q->cols;
+    float *x = calloc((size_t)(C * C), sizeof *x), *out = calloc((size_t)(C * R), sizeof *out);
+    for (int64_t c = 0; c < C; c++) x[c * C + c] = 1.0f;
+    if (w8) CHECK_OK(be->ops->matmul(be, out, x, w8, NULL, (int)C));
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) w[r * C + c] = out[c * R + r];
+    free(x);
+    free(out);
+    be->ops->weight_free(be, w8);
+    CHECK_OK(be->ops->destroy(be));
+}
+
+/* 16 outputs x 16 inputs, groups of 8 (two groups): q[r][c] = (r + 3c) % 16, zero[r][g] =
+ * (r + g) % 16, scale[g][r] = 0.5 + r + g / 4. */
+enum { R = 16, C = 16, G = 8 };
+static int qv(int r, int c) { return (r + 3 * c) % 16; }
+static int zv(int r, int g) { return (r + g + 1) % 15 + 1; }
+static float sv(int r, int g) { return 0.5f + (float)r + (float)g / 4; }
+
+static void check_int4(const char *what, const atlas_quant_config *qc, const tensor *t, int n,
+                       int zero_offset, const int32_t *g_idx) {
+    char *buf = NULL;
+    atlas_st *st = st_of(t, n, &buf);
+    atlas_qweight q;
+    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, NULL, &q));
+    CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
+    float w[R * C];
+    memset(w, 0, sizeof w);
+    if (q.quantized) read_back(&q, w);
+    int bad = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            int g = g_idx ? g_idx[c] : c / G;
+            float want = ((float)qv(r, c) - (float)(zv(r, g) + zero_offset)) * sv(r, g);
+            if (w[r * C + c] != want && bad++ < 3)
+                fprintf(stderr, "%s: w[%d][%d] = %g, want %g\n", what, r, c, w[r * C + c], want);
+        }
+    CHECK_MSG(bad == 0, "%s: %d weights differ", what, bad);
+    atlas_qweight_free(&q);
+    atlas_st_free(st);
+    free(buf);
+}
+
+static void test_awq_gptq(void) {
+    static const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7}; /* AutoAWQ's pack order */
+    int32_t awq_w[C][R / 8], awq_z[C / G][R / 8], gq_w[C / 8][R], gq_z[C / G][R / 8];
+    uint16_t sc[C / G][R];
+    for (int c = 0; c < C; c++) /* AWQ: [in, out/8], nibble i holds output 8j + order[i] */
+        for (int j = 0; j < R / 8; j++) {
+            uint32_t word = 0;
+            for (int i = 0; i < 8; i++) word |= (uint32_t)qv(8 * j + order[i], c) << (4 * i);
+            awq_w[c][j] = (int32_t)word;
+        }
+    for (int g = 0; g < C / G; g++)
+        for (int j = 0; j < R / 8; j++) {
+            uint32_t a = 0, b = 0;
+            for (int i = 0; i < 8; i++) {
+                a |= (uint32_t)zv(8 * j + order[i], g) << (4 * i);
+                b |= (uint32_t)(zv(8 * j + i, g) - 1) << (4 * i); /* gptq: zero - 1 */
+            }
+            awq_z[g][j] = (int32_t)a;
+            gq_z[g][j] = (int32_t)b;
+        }
+    for (int i = 0; i < C / 8; i++) /* GPTQ: [in/8, out], input 8i + k in nibble k */
+        for (int r = 0; r < R; r++) {
+            uint32_t word = 0;
+            for (int k = 0; k < 8; k++) word |= (uint32_t)qv(r, 8 * i + k) << (4 * k);
+            gq_w[i][r] = (int32_t)word;
+        }
+    for (int g = 0; g < C / G; g++)
+        for (int r = 0; r < R; r++) {
+            float s = sv(r, g);
+            uint32_t u;
+            memcpy(&u, &s, 4); /* exact in f16: small halves and quarters */
+            int e = (int)((u >> 23) & 0xff) - 127 + 15;
+            sc[g][r] = (uint16_t)((e << 10) | ((u >> 13) & 0x3ff));
+        }
+    atlas_quant_config awq = {.method = ATLAS_QM_AWQ, .group = G};
+    tensor ta[] = {{"m.qweight", "I32", 2, {C, R / 8}, awq_w, sizeof awq_w},
+                   {"m.qzeros", "I32", 2, {C / G, R / 8}, awq_z, sizeof awq_z},
+                   {"m.scales", "F16", 2, {C / G, R}, sc, sizeof sc}};
+    check_int4("awq gemm", &awq, ta, 3, 0, NULL);
+    atlas_quant_config gptq = {.method = ATLAS_QM_GPTQ, .group = G};
+    tensor tg[] = {{"m.qweight", "I32", 2, {C / 8, R}, gq_w, sizeof gq_w},
+                   {"m.qzeros", "I32", 2, {C / G, R / 8}, gq_z, sizeof gq_z},
+                   {"m.scales", "F16", 2, {C / G, R}, sc, sizeof sc}};
+    check_int4("gptq (zeros stored minus one)", &gptq, tg, 3, 0, NULL);
+    gptq.gptq_v2 = true; /* the same words read as v2: every zero one less */
+    check_int4("gptq_v2", &gptq, tg, 3, -1, NULL);
+    /* desc_act: a g_idx of the plain order reads the same; a permuted one moves the groups */
+    int32_t gi[C];
+    for (int c = 0; c < C; c++) gi[c] = c / G;
+    tensor tgi[] = {tg[0], tg[1], tg[2], {"m.g_idx", "I32", 1, {C}, gi, sizeof gi}};
+    gptq.gptq_v2 = false;
+    check_int4("gptq g_idx in order", &gptq, tgi, 4, 0, NULL);
+    for (int c = 0; c < C; c++) gi[c] = (c * 5 / 3) % 2; /* act-order: groups interleaved */
+    check_int4("gptq act-order g_idx", &gptq, tgi, 4, 0, gi);
+    gi[0] = 7; /* not a group: refused, named */
+    char *buf = NULL;
+    atlas_st *st = st_of(tgi, 4, &buf);
+    atlas_qweight q;
+    CHECK(atlas_quant_bind(st, &gptq, "m", R, C, true, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "g_idx") != NULL);
+    atlas_st_free(st);
+    free(buf);
+}
+
+/* ---- quantization_config ---------------------------------------------------------------- */
+
+static atlas_status parse(const char *qjson, atlas_quant_config *qc) {
+    json_error_t e;
+    json_t *q = json_loads(qjson, 0, &e);
+    CHECK_MSG(q != NULL, "bad test JSON %s", qjson);
+    atlas_status s = atlas_quant_config_parse("config.json", q, qc);
+    json_decref(q);
+    return s;
+}
+
+static void refused(const char *qjson, const char *name) {
+    atlas_quant_config qc;
+    atlas_status s = parse(qjson, &qc);
+    const char *msg = atlas_last_error();
+    CHECK_MSG(s == ATLAS_ERR_UNSUPPORTED && strstr(msg, name) && strstr(msg, "config.json") &&
+                  strstr(msg, "gptq (4-bit"), "%s: %s (%s)", qjson, atlas_status_str(s), msg);
+}
+
+static void test_config(void) {
+    atlas_quant_config qc;
+    CHECK_OK(parse("{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":\"dynamic\","
+                   "\"weight_block_size\":[128,128]}", &qc));
+    CHECK(qc.method == ATLAS_QM_FP8 && qc.strategy == ATLAS_QS_BLOCK && qc.block[0] == 128);
+    CHECK_OK(parse("{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":-1,\"desc_act\":true,"
+                   "\"checkpoint_format\":\"gptq_v2\",\"modules_to_not_convert\":[\"lm_head\"]}", &qc));
+    CHECK(qc.method == ATLAS_QM_GPTQ && qc.group == 0 && qc.gptq_v2 && qc.n_ignore == 1);
+    CHECK_OK(parse("{\"quant_method\":\"awq\",\"version\":\"GEMM\",\"bits\":4,\"group_size\":64}",
+                   &qc));
+    CHECK(qc.method == ATLAS_QM_AWQ && qc.group == 64);
+    refused("{\"quant_method\":\"bitsandbytes\",\"load_in_4bit\":true}", "bitsandbytes");
+    refused("{\"quant_method\":\"hqq\"}", "hqq");
+    refused("{\"quant_method\":\"exl2\"}", "exl2");
+    refused("{\"quant_method\":\"aqlm\"}", "aqlm");
+    refused("{\"quant_method\":\"awq\",\"version\":\"gemv\",\"bits\":4}", "gemv");
+    refused("{\"quant_method\":\"awq\",\"version\":\"gemv_fast\",\"bits\":4}", "gemv_fast");
+    refused("{\"quant_method\":\"gptq\",\"bits\":4,\"checkpoint_format\":\"marlin\"}", "marlin");
+    refused("{\"quant_method\":\"gptq\",\"bits\":8}", "8 bits");
+    refused("{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}", "static");
+    refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+            "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,"
+            "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"num_bits\":8,"
+            "\"type\":\"float\",\"dynamic\":false}}}}", "input_activations");
+    refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\"}",
+            "pack-quantized");
+}
+
+/* ---- end to end ------------------------------------------------------------------------ */
+
+enum { E2E_TOKENS = 24 };
+
+/* The logits of every position of one prompt, [E2E_TOKENS, vocab]; NULL after a failure. */
+static float *logits_of(const char *dir, int *vocab, char *info, size_t cap) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 1;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return NULL;
+    atlas_model_info mi;
+    atlas_model_get_info(m, &mi);
+    *vocab = mi.vocab_size;
+    if (info) snprintf(info, cap, "%s", mi.dtype);
+    int32_t tok[E2E_TOKENS], pos[E2E_TOKENS], rows[E2E_TOKENS], start[2] = {0, E2E_TOKENS};
+    int32_t ctx = E2E_TOKENS, table[4] = {0, 1, 2, 3};
+    for (int i = 0; i < E2E_TOKENS; i++) {
+        tok[i] = (i * 37 + 11) % mi.vocab_size;
+        pos[i] = rows[i] = i;
+    }
+    atlas_batch b = {.n_tokens = E2E_TOKENS, .tokens = tok, .positions = pos, .n_seqs = 1,
+                     .seq_start = start, .seq_ctx = &ctx, .block_table = table, .max_blocks = 4,
+                     .n_logits = E2E_TOKENS, .logit_rows = rows};
+    float *out = malloc(sizeof(float) * E2E_TOKENS * mi.vocab_size);
+    CHECK_OK(atlas_model_forward(m, &b, out));
+    CHECK_OK(atlas_model_release(m));
+    return out;
+}
+
+static void test_end_to_end(void) {
+    const char *src = getenv("ATLAS_SOURCE_DIR");
+    char tmp[512], cmd[4096], out[4096];
+    if (!src || !harness_mkdtemp(tmp, sizeof tmp, "quant")) {
+        printf("SKIP end to end: no ATLAS_SOURCE_DIR\n");
+        return;
+    }
+    static const struct { const char *layout, *model, *args; } cases[] = {
+        {"fp8-block", "qk-norm", ""},                       /* Qwen3-*-FP8's 128x128 */
+        {"ct-tensor", "odd-heads", "--lm-head"},            /* per-tensor, lm_head quantized */
+        {"ct-channel", "qk-norm", ""},
+        {"ct-block", "odd-heads", "--block 24 16"},        /* partial blocks; q|k|v unaligned */
+        {"awq", "qk-norm", "--group 32"},
+        {"gptq", "qk-norm", "--group 32 --sym --act-order"},
+        {"gptq", "odd-heads", "--group 16"},                /* asymmetric, zeros minus one */
+        {"gptq-v2", "qk-norm", "--group -1 --act-order"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");
+    if (harness_run(cmd, out, sizeof out) != 0) {
+        printf("SKIP end to end: no python3 to run tools/quant/quantize.py\n");
+        harness_rm_rf(tmp);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char q[600], f[700], info[64] = "";
+        snprintf(q, sizeof q, "%s/%d-%s", tmp, i, cases[i].layout);
+        snprintf(f, sizeof f, "%s-float", q);
+        snprintf(cmd, sizeof cmd, "python3 %s/tools/quant/quantize.py --layout %s --src "
+                 "%s/tests/data/small/%s --out %s --dequant %s %s 2>&1", src, cases[i].layout,
+                 src, cases[i].model, q, f, cases[i].args);
+        int rc = harness_run(cmd, out, sizeof out);
+        CHECK_MSG(rc == 0, "%s: %s", cmd, out);
+        if (rc) continue;
+        int vq = 0, vf = 0;
+        float *lq = logits_of(q, &vq, info, sizeof info), *lf = logits_of(f, &vf, NULL, 0);
+        if (lq && lf && vq == vf) {
+            double e = harness_rel_err(lq, lf, E2E_TOKENS * vq);
+            printf("%-10s %-9s %-22s %s: logits error %.3g against the float checkpoint\n",
+                   cases[i].layout, cases[i].model, cases[i].args, info, e);
+            CHECK_MSG(e <= 1e-6, "%s on %s: logits error %.3g", cases[i].layout, cases[i].model, e);
+        }
+        free(lq);
+        free(lf);
+    }
+    harness_rm_rf(tmp);
+}
+
+int main(void) {
+    test_e4m3();
+    test_awq_gptq();
+    test_config();
+    test_end_to_end();
+    return harness_finish();
+}
