@@ -435,7 +435,9 @@ static void test_cli_info(void) {
     CHECK_MSG(rc == 0, "%s: status %d", cmd, rc);
     CHECK_MSG(strstr(out, "architecture:  Qwen3ForCausalLM") && strstr(out, "parameters:    2443408") &&
               strstr(out, "heads:         4 query, 2 key/value (head_dim 16)") &&
-              strstr(out, "weights:       BF16") && strstr(out, "backend:       cpu (CUDA"),
+              strstr(out, "weights:       BF16") && strstr(out, "backend:       cpu (CUDA") &&
+              strstr(out, "formats:       embedding BF16 ") && !strstr(out, "quantization:") &&
+              strstr(out, "a token reads: ") && strstr(out, "KiB per token of context (KV)"),
               "atlas info printed:\n%s", out);
     snprintf(cmd, sizeof cmd, "'%s' info -m /nonexistent/dir 2>&1", bin);
     rc = harness_run(cmd, out, sizeof out);

@@ -10,7 +10,9 @@
  *   from atlas's code) quantizes a small checkpoint into every layout and writes the same
  *   weights dequantized to float32; the engine's logits on the quantized directory must
  *   equal those on the float one (the CPU dequantizes each weight to the value the float
- *   file holds and multiplies it in the same order). */
+ *   file holds and multiplies it in the same order), and atlas_model_inspect (atlas info from
+ *   the headers alone) must agree with the loaded model on the formats, the bytes a token
+ *   reads and the weights' stored size that the memory check counts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,8 +263,44 @@ static void test_config(void) {
 
 enum { E2E_TOKENS = 24 };
 
+/* The bytes of every tensor in dir's safetensors files: what a quantized checkpoint stores
+ * (packed codes, scales, zero points, indices), read from the headers here. */
+static size_t stored_bytes(const char *dir) {
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_dir(dir, &st));
+    size_t sum = 0;
+    for (size_t i = 0; st && i < atlas_st_count(st); i++) sum += atlas_st_at(st, i)->nbytes;
+    atlas_st_free(st);
+    return sum;
+}
+
+/* atlas info without --load (atlas_model_inspect, headers only) must say what the loaded
+ * model says of its formats and the bytes a token reads, and its memory check must count
+ * the weights as stored, not as the bf16 they would be. */
+static void check_survey(const char *dir, const atlas_model_params *p, const atlas_model_info *mi) {
+    atlas_model_survey s;
+    CHECK_OK(atlas_model_inspect(dir, p, &s));
+    CHECK_MSG(!strcmp(s.quantization, mi->quantization), "%s: survey says %s, load %s", dir,
+              s.quantization, mi->quantization);
+    CHECK_MSG(!strcmp(s.formats, mi->formats), "%s: survey's formats \"%s\", load's \"%s\"",
+              dir, s.formats, mi->formats);
+    CHECK_MSG(s.token_weight_bytes == mi->token_weight_bytes && s.token_weight_bytes > 0,
+              "%s: a token reads %zu bytes by the survey, %zu loaded", dir,
+              s.token_weight_bytes, mi->token_weight_bytes);
+    CHECK_MSG(s.kv_token_bytes == mi->kv_token_bytes && s.kv_token_bytes > 0,
+              "%s: KV a token %zu by the survey, %zu loaded", dir, s.kv_token_bytes,
+              mi->kv_token_bytes);
+    CHECK_MSG(s.n_params == mi->n_params && !strcmp(s.dtype, mi->dtype), "%s: survey %lld %s, "
+              "load %lld %s", dir, (long long)s.n_params, s.dtype, (long long)mi->n_params,
+              mi->dtype);
+    size_t stored = stored_bytes(dir);
+    CHECK_MSG(s.weight_bytes == stored && mi->weight_bytes == stored && s.needed_bytes ==
+              stored + s.kv_bytes, "%s: weights %zu by the survey (needs %zu), %zu loaded, "
+              "%zu stored", dir, s.weight_bytes, s.needed_bytes, mi->weight_bytes, stored);
+}
+
 /* The logits of every position of one prompt, [E2E_TOKENS, vocab]; NULL after a failure. */
-static float *logits_of(const char *dir, int *vocab, char *info, size_t cap) {
+static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, size_t *reads) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.load_tokenizer = 0;
@@ -273,7 +311,9 @@ static float *logits_of(const char *dir, int *vocab, char *info, size_t cap) {
     atlas_model_info mi;
     atlas_model_get_info(m, &mi);
     *vocab = mi.vocab_size;
-    if (info) snprintf(info, cap, "%s", mi.dtype);
+    check_survey(dir, &p, &mi);
+    if (info) snprintf(info, cap, "%s", mi.formats);
+    *reads = mi.token_weight_bytes;
     int32_t tok[E2E_TOKENS], pos[E2E_TOKENS], rows[E2E_TOKENS], start[2] = {0, E2E_TOKENS};
     int32_t ctx = E2E_TOKENS, table[4] = {0, 1, 2, 3};
     for (int i = 0; i < E2E_TOKENS; i++) {
@@ -296,15 +336,19 @@ static void test_end_to_end(void) {
         printf("SKIP end to end: no ATLAS_SOURCE_DIR\n");
         return;
     }
-    static const struct { const char *layout, *model, *args; } cases[] = {
-        {"fp8-block", "qk-norm", ""},                       /* Qwen3-*-FP8's 128x128 */
-        {"ct-tensor", "odd-heads", "--lm-head"},            /* per-tensor, lm_head quantized */
-        {"ct-channel", "qk-norm", ""},
-        {"ct-block", "odd-heads", "--block 24 16"},        /* partial blocks; q|k|v unaligned */
-        {"awq", "qk-norm", "--group 32"},
-        {"gptq", "qk-norm", "--group 32 --sym --act-order"},
-        {"gptq", "odd-heads", "--group 16"},                /* asymmetric, zeros minus one */
-        {"gptq-v2", "qk-norm", "--group -1 --act-order"},
+    static const struct { const char *layout, *model, *args, *format; } cases[] = {
+        /* Qwen3-*-FP8's 128x128 */
+        {"fp8-block", "qk-norm", "", "attention FP8 e4m3 block 128x128"},
+        /* per-tensor, lm_head quantized */
+        {"ct-tensor", "odd-heads", "--lm-head", "lm_head FP8 e4m3 per-tensor"},
+        {"ct-channel", "qk-norm", "", "mlp FP8 e4m3 per-channel"},
+        /* partial blocks; q|k|v parts not multiples of the block */
+        {"ct-block", "odd-heads", "--block 24 16", "attention FP8 e4m3 block 24x16"},
+        {"awq", "qk-norm", "--group 32", "mlp INT4 group 32"},
+        {"gptq", "qk-norm", "--group 16 --sym --act-order", "mlp INT4 group 16 act-order"},
+        /* asymmetric, zeros minus one */
+        {"gptq", "odd-heads", "--group 16", "attention INT4 group 16"},
+        {"gptq-v2", "qk-norm", "--group -1 --act-order", "attention INT4 one group a row"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");
@@ -314,7 +358,7 @@ static void test_end_to_end(void) {
         return;
     }
     for (int i = 0; i < n; i++) {
-        char q[600], f[700], info[64] = "";
+        char q[600], f[700], info[480] = "";
         snprintf(q, sizeof q, "%s/%d-%s", tmp, i, cases[i].layout);
         snprintf(f, sizeof f, "%s-float", q);
         snprintf(cmd, sizeof cmd, "python3 %s/tools/quant/quantize.py --layout %s --src "
@@ -324,11 +368,18 @@ static void test_end_to_end(void) {
         CHECK_MSG(rc == 0, "%s: %s", cmd, out);
         if (rc) continue;
         int vq = 0, vf = 0;
-        float *lq = logits_of(q, &vq, info, sizeof info), *lf = logits_of(f, &vf, NULL, 0);
+        size_t rq = 0, rf = 0;
+        float *lq = logits_of(q, &vq, info, sizeof info, &rq);
+        float *lf = logits_of(f, &vf, NULL, 0, &rf);
+        /* the packed weights and their scales read fewer bytes than float32 ones */
+        CHECK_MSG(rq > 0 && rq < rf, "%s: a token reads %zu bytes, %zu in float32",
+                  cases[i].layout, rq, rf);
         if (lq && lf && vq == vf) {
             double e = harness_rel_err(lq, lf, E2E_TOKENS * vq);
-            printf("%-10s %-9s %-22s %s: logits error %.3g against the float checkpoint\n",
-                   cases[i].layout, cases[i].model, cases[i].args, info, e);
+            printf("%-10s %-9s %-30s logits error %.3g against the float checkpoint\n",
+                   cases[i].layout, cases[i].model, cases[i].args, e);
+            CHECK_MSG(strstr(info, cases[i].format) != NULL, "%s: formats \"%s\", want %s",
+                      cases[i].layout, info, cases[i].format);
             CHECK_MSG(e <= 1e-6, "%s on %s: logits error %.3g", cases[i].layout, cases[i].model, e);
         }
         free(lq);

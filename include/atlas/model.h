@@ -144,6 +144,14 @@ typedef struct atlas_model_info {
     int kv_block_size;
     int max_batch_tokens;
     int n_threads;             /* CPU backend workers (0 on other backends) */
+    const char *quantization;  /* config.json's quantization_config, e.g. "awq (INT4, group
+                                  128)"; "none" */
+    const char *formats;       /* each weight group's format and bytes, e.g. "embedding BF16
+                                  1.0 MiB; attention FP8 e4m3 block 128x128 2.1 MiB; ..." */
+    size_t token_weight_bytes; /* the weight bytes a decode token reads: every layer's packed
+                                  weights with their scales, zero points and indices (norms
+                                  too), the lm_head as stored, one embedding row */
+    size_t kv_token_bytes;     /* and the KV it reads per token of its context (all layers) */
 } atlas_model_info;
 
 /* Fills *info; valid while m is. */
@@ -162,7 +170,12 @@ typedef struct atlas_model_survey {
     int has_tokenizer;          /* 1: tokenizer.json is there */
     int64_t n_params;           /* elements of every tensor used (tied: counted once) */
     char dtype[8];              /* of the big matrices: "BF16", "F16", "F32", "mixed" */
-    size_t weight_bytes;        /* tensor bytes the load reads (and keeps) */
+    size_t weight_bytes;        /* tensor bytes the load reads (and keeps): quantized
+                                   weights as stored, with their scales, zeros, indices */
+    char quantization[96];      /* as atlas_model_info.quantization */
+    char formats[480];          /* as atlas_model_info.formats */
+    size_t token_weight_bytes;  /* as atlas_model_info.token_weight_bytes */
+    size_t kv_token_bytes;      /* as atlas_model_info.kv_token_bytes, on that backend */
     char backend[8];            /* "cpu" or "cuda": where the params' device would load it */
     char backend_why[256];      /* why that backend (the reason CUDA cannot be used) */
     int kv_blocks, kv_block_size;

@@ -15,7 +15,8 @@ static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--d
 static void usage(FILE *f) {
     fprintf(f,
             "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--load]\n"
-            "  Prints a model's architecture, shapes, parameter count, dtypes and the memory\n"
+            "  Prints a model's architecture, shapes, parameter count, dtypes, each weight\n"
+            "  group's format (quantized ones too), the bytes a token reads and the memory\n"
             "  a load would take (weights and KV cache) against what the backend has, from\n"
             "  its headers alone: no weight is read.\n"
             "  -m, --model DIR   model directory (default %s)\n"
@@ -37,6 +38,10 @@ static void print_survey(const char *dir, const atlas_model_survey *s) {
     printf("architecture:  %s\n", s->architecture);
     printf("parameters:    %lld (%.1f M)\n", (long long)s->n_params, s->n_params / 1e6);
     printf("weights:       %s, %.1f MiB\n", s->dtype, mib(s->weight_bytes));
+    if (strcmp(s->quantization, "none")) printf("quantization:  %s\n", s->quantization);
+    if (s->formats[0]) printf("formats:       %s\n", s->formats);
+    printf("a token reads: %.2f MiB of weights + %.1f KiB per token of context (KV)\n",
+           mib(s->token_weight_bytes), s->kv_token_bytes / 1024.0);
     printf("layers:        %d\n", s->n_layers);
     printf("hidden:        %d\n", s->hidden);
     printf("heads:         %d query, %d key/value (head_dim %d)\n", s->n_heads, s->n_kv_heads,

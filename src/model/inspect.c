@@ -10,6 +10,7 @@
 #include "core/meminfo.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
+#include "model/quant.h"
 #include "model/shard.h"
 #include "model/weights.h"
 
@@ -123,6 +124,10 @@ static atlas_status survey_weights(const char *dir, const atlas_config *c,
     out->weight_bytes = sum.n_bytes;
     snprintf(out->dtype, sizeof out->dtype, "%s",
              sum.dtype == ATLAS_DTYPE_COUNT ? "mixed" : atlas_dtype_name(sum.dtype));
+    /* what a load's atlas_model_info says, from the same groups */
+    atlas_quant_config_str(&c->quant, out->quantization, sizeof out->quantization);
+    atlas_weights_formats(sum.groups, c, out->formats, sizeof out->formats);
+    out->token_weight_bytes = atlas_weights_token_bytes(sum.groups, c);
     return ATLAS_OK;
 }
 
@@ -147,6 +152,7 @@ atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p
     out->kv_block_size = p->kv_block_size;
     out->kv_blocks = atlas_model_kv_blocks_for(&c, p);
     out->kv_bytes = atlas_model_kv_bytes_for(&c, kv_heads, out->kv_blocks, p->kv_block_size, cuda);
+    out->kv_token_bytes = atlas_model_kv_bytes_for(&c, kv_heads, 1, 1, cuda);
     out->needed_bytes = out->weight_bytes + out->kv_bytes;
     atlas_model_memory_room(cuda, p->gpu, &out->available_bytes, out->available_what,
                             sizeof out->available_what);

@@ -189,6 +189,8 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                                &progress, &m->w);
     pthread_mutex_destroy(&progress.mu);
     ATLAS_TRY(st);
+    atlas_quant_config_str(&m->cfg.quant, m->quant_str, sizeof m->quant_str);
+    atlas_weights_formats(m->w.groups, &m->cfg, m->formats, sizeof m->formats);
     /* The weights are the backend's own copies now: the files are closed and unmapped, so a
      * checkpoint rewritten or truncated on disk (a re-download, a sync) cannot reach a model
      * being served (a read of a truncated mapping is SIGBUS, for the whole process). */
@@ -355,6 +357,11 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
         .max_batch_tokens = m->max_batch_tokens,
     };
     if (!strcmp(m->be->ops->name, "cpu")) info->n_threads = m->n_threads;
+    info->quantization = m->quant_str;
+    info->formats = m->formats;
+    info->token_weight_bytes = atlas_weights_token_bytes(m->w.groups, c);
+    size_t tokens = (size_t)m->kv_blocks * (size_t)m->kv_block_size;
+    info->kv_token_bytes = tokens ? m->kv_bytes / tokens : 0;
 }
 
 const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m) { return m->tok; }

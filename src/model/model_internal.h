@@ -42,6 +42,8 @@ struct atlas_model {
     atlas_tokenizer *tok;
     atlas_backend *be;
     char backend_why[512];
+    char quant_str[96];   /* atlas_model_info.quantization */
+    char formats[480];    /* atlas_model_info.formats */
     atlas_model_weights w;
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;

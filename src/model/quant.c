@@ -222,6 +222,7 @@ static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t ro
     if (!awq && atlas_st_find(f->st, gname)) ATLAS_TRY(need(f, "g_idx", INT32, 1, cols, 0, &gi));
     out->q = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = (int)group,
                             .scale_cols = (int)groups};
+    out->act_order = gi && qc->desc_act;
     if (!read) return ATLAS_OK;
     int32_t *w = NULL, *z = NULL;
     float *s = NULL;

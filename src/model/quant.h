@@ -47,6 +47,7 @@ typedef struct atlas_quant_config {
     int block[2];             /* FP8 block: rows, columns */
     int group;                /* AWQ / GPTQ: input columns a group; 0: the whole row (-1) */
     bool gptq_v2;             /* GPTQ zeros stored as they are (not minus one) */
+    bool desc_act;            /* GPTQ act-order: g_idx permutes the groups */
     /* ignore / modules_to_not_convert / ignored_layers: "re:" entries are POSIX extended
      * regular expressions matched against the whole module name; others match as a part
      * of it (transformers' rule) */
@@ -73,6 +74,7 @@ typedef struct atlas_qweight {
     int32_t *g_idx;        /* owned or NULL */
     int64_t rows, cols;
     size_t file_bytes;     /* bytes of every tensor it came from */
+    bool act_order;        /* desc_act with a g_idx (known from the headers) */
 } atlas_qweight;
 
 /* Whether `module` (e.g. "model.layers.0.mlp.down_proj") is stored quantized, with the shape

@@ -180,6 +180,7 @@ static atlas_status parse_gptq(const char *file, json_t *q, atlas_quant_config *
     }
     out->method = ATLAS_QM_GPTQ;
     out->gptq_v2 = !strcmp(fmt, "gptq_v2");
+    out->desc_act = json_is_true(json_object_get(q, "desc_act"));
     ATLAS_TRY(read_group(file, q, NULL, true, out));
     return read_ignore(file, json_object_get(q, "modules_to_not_convert"),
                        "modules_to_not_convert", out);

@@ -74,12 +74,13 @@ static void group_add(binder *b, const char *name, const char *format, size_t by
     g->bytes += bytes;
 }
 
-static void account(binder *b, const atlas_tensor_view *v, int is_matrix) {
-    group_add(b, v->name, atlas_dtype_name(v->dtype), v->nbytes);
+/* bytes: what this rank holds of v (all of it without a shard plan). */
+static void account(binder *b, const atlas_tensor_view *v, size_t bytes, int is_matrix) {
+    group_add(b, v->name, atlas_dtype_name(v->dtype), bytes);
     int64_t n = 1;
     for (int i = 0; i < v->n_dims; i++) n *= v->shape[i];
     b->w->n_params += n;
-    b->w->n_bytes += v->nbytes;
+    b->w->n_bytes += bytes;
     if (!is_matrix) return;
     if (b->w->dtype == ATLAS_DTYPE_I32) b->w->dtype = v->dtype; /* I32: none seen yet */
     else if (b->w->dtype != v->dtype) b->w->dtype = ATLAS_DTYPE_COUNT;
@@ -111,26 +112,30 @@ static atlas_status shard_views(binder *b, const atlas_tensor_view **views, int 
     return ATLAS_OK;
 }
 
-/* The count pass: adds the bytes this rank will read of the n views to the total. */
-static atlas_status count_views(binder *b, const atlas_tensor_view **views, int n) {
+/* The count pass: accounts the n views and adds the bytes this rank will read of them to
+ * the progress total (weight groups hold this rank's bytes, as after a load). */
+static atlas_status count_views(binder *b, const atlas_tensor_view **views, int n, int is_matrix) {
     for (int i = 0; i < n; i++) {
         const atlas_tensor_view *v = views[i];
-        if (!b->plan) {
-            b->progress->total += v->nbytes;
-            continue;
+        size_t bytes = v->nbytes;
+        if (b->plan) {
+            atlas_shard_slice s;
+            ATLAS_TRY(atlas_shard_tensor(b->plan, v->name, v->n_dims, v->shape, v->dtype, &s));
+            bytes = s.present ? (size_t)(s.n_rows * s.n_cols) * s.elem : 0;
         }
-        atlas_shard_slice s;
-        ATLAS_TRY(atlas_shard_tensor(b->plan, v->name, v->n_dims, v->shape, v->dtype, &s));
-        if (s.present) b->progress->total += (uint64_t)(s.n_rows * s.n_cols) * s.elem;
+        if (b->progress) b->progress->total += bytes;
+        account(b, v, bytes, is_matrix);
     }
     return ATLAS_OK;
 }
 
 /* "FP8 e4m3 block 128x128", "INT4 group 128 act-order", ... */
-static void qformat(const atlas_qweight *q, char *buf, size_t cap) {
+static void qformat(const atlas_qweight *q, const atlas_quant_config *qc, char *buf, size_t cap) {
     const atlas_wquant *w = &q->q;
-    if (w->format == ATLAS_WFMT_INT4)
-        snprintf(buf, cap, "INT4 group %d%s", w->block_cols, w->g_idx ? " act-order" : "");
+    if (w->format == ATLAS_WFMT_INT4 && qc->group == 0)
+        snprintf(buf, cap, "INT4 one group a row");
+    else if (w->format == ATLAS_WFMT_INT4)
+        snprintf(buf, cap, "INT4 group %d%s", w->block_cols, q->act_order ? " act-order" : "");
     else if (w->block_rows == q->rows && w->block_cols == q->cols)
         snprintf(buf, cap, "FP8 e4m3 per-tensor");
     else if (w->block_rows == 1 && w->block_cols == q->cols)
@@ -139,19 +144,30 @@ static void qformat(const atlas_qweight *q, char *buf, size_t cap) {
         snprintf(buf, cap, "FP8 e4m3 block %dx%d", w->block_rows, w->block_cols);
 }
 
+/* A quantized weight counts at its stored size: packed codes, scales, zeros, indices. */
+static void account_quant(binder *b, const char *name, const atlas_qweight *q, const char *fmt) {
+    b->w->n_params += q->rows * q->cols;
+    b->w->n_bytes += q->file_bytes;
+    b->w->dtype = ATLAS_DTYPE_COUNT;
+    group_add(b, name, fmt, q->file_bytes);
+}
+
 /* A linear layer stored quantized (model/quant.h): its n parts as weight sources of the
  * backend's formats. The parts stay with the binder until the weights are loaded. */
 static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweight *qw, int n,
                                atlas_weight **out) {
-    char fmt[48];
-    if (b->count_only) {
-        for (int i = 0; i < n; i++)
-            if (b->progress) b->progress->total += qw[i].file_bytes;
-        return ATLAS_OK;
-    }
-    if (b->plan)
+    if (b->plan) /* refused by the count pass too, so that a survey says it */
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "binding %s: quantized weights with tensor "
                           "parallelism are not supported yet", names[0]);
+    char fmts[4][48]; /* as the checkpoint stores them, before the fusion's changes */
+    for (int i = 0; i < n; i++) qformat(&qw[i], b->quant, fmts[i], sizeof fmts[i]);
+    if (b->count_only) {
+        for (int i = 0; i < n; i++) {
+            if (b->progress) b->progress->total += qw[i].file_bytes;
+            account_quant(b, names[i], &qw[i], fmts[i]);
+        }
+        return ATLAS_OK;
+    }
     if (b->cap_qw - b->n_qw < (size_t)n)
         return atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more quantized weights than the "
                           "checkpoint's tensors", names[0]);
@@ -178,12 +194,10 @@ static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweigh
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);
     for (int i = 0; i < n; i++) {
         const atlas_qweight *q = &b->qw[b->n_qw - n + i];
-        if (!srcs[i].read) atlas_load_progress_add(b->progress, q->file_bytes);
-        b->w->n_params += q->rows * q->cols;
-        b->w->n_bytes += q->file_bytes;
-        b->w->dtype = ATLAS_DTYPE_COUNT;
-        qformat(q, fmt, sizeof fmt);
-        group_add(b, names[i], fmt, q->file_bytes);
+        /* the reader counted the codes; the rest was read here */
+        atlas_load_progress_add(b->progress, srcs[i].read ? q->file_bytes - srcs[i].nbytes
+                                                          : q->file_bytes);
+        account_quant(b, names[i], q, fmts[i]);
     }
     return ATLAS_OK;
 }
@@ -229,10 +243,7 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     void *owned[4] = {0};
     bool present = true;
     for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
-    if (b->count_only) {
-        for (int i = 0; i < n; i++) account(b, views[i], cols != 0);
-        return b->progress ? count_views(b, views, n) : ATLAS_OK;
-    }
+    if (b->count_only) return count_views(b, views, n, cols != 0);
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     if (st == ATLAS_OK && present) {
         atlas_weight_src srcs[4];
@@ -262,7 +273,7 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
                 st = atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of memory", names[0]);
         }
     if (st != ATLAS_OK || !present) return st;
-    for (int i = 0; i < n; i++) account(b, views[i], cols != 0);
+    for (int i = 0; i < n; i++) account(b, views[i], views[i]->nbytes, cols != 0);
     return ATLAS_OK;
 }
 
@@ -432,7 +443,32 @@ atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
     out->n_params = sum.n_params;
     out->n_bytes = (size_t)progress.total;
     out->dtype = sum.dtype;
+    memcpy(out->groups, sum.groups, sizeof out->groups);
     return ATLAS_OK;
+}
+
+void atlas_weights_formats(const atlas_wgroup_info *groups, const atlas_config *c, char *buf,
+                           size_t cap) {
+    static const char *const names[ATLAS_WG_COUNT] = {"embedding", "attention", "mlp", "norms",
+                                                       "lm_head"};
+    size_t n = 0;
+    if (cap) buf[0] = '\0';
+    for (int g = 0; g < ATLAS_WG_COUNT && n < cap; g++) {
+        const atlas_wgroup_info *w = &groups[g];
+        if (!w->format[0]) {
+            if (g == ATLAS_WG_HEAD && c->tie_embeddings)
+                n += (size_t)snprintf(buf + n, cap - n, "%slm_head tied", n ? "; " : "");
+            continue;
+        }
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s %s %.1f MiB", n ? "; " : "", names[g],
+                              w->format, (double)w->bytes / 1048576.0);
+    }
+}
+
+size_t atlas_weights_token_bytes(const atlas_wgroup_info *g, const atlas_config *c) {
+    size_t head = c->tie_embeddings ? g[ATLAS_WG_EMBED].bytes : g[ATLAS_WG_HEAD].bytes;
+    size_t row = c->vocab_size > 0 ? g[ATLAS_WG_EMBED].bytes / (size_t)c->vocab_size : 0;
+    return g[ATLAS_WG_ATTN].bytes + g[ATLAS_WG_MLP].bytes + g[ATLAS_WG_NORM].bytes + head + row;
 }
 
 atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,

@@ -85,9 +85,18 @@ typedef struct atlas_weights_sum {
     int64_t n_params;
     size_t n_bytes;
     atlas_dtype dtype;
+    atlas_wgroup_info groups[ATLAS_WG_COUNT]; /* as atlas_model_weights.groups after a load */
 } atlas_weights_sum;
 atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
                                   const struct atlas_shard_plan *plan, atlas_weights_sum *out);
+/* "embedding BF16 1.0 MiB; attention INT4 group 128 2.0 MiB; ...; lm_head tied" of
+ * groups (a load's or a survey's), into buf[cap]. */
+void atlas_weights_formats(const atlas_wgroup_info *groups, const atlas_config *c, char *buf,
+                           size_t cap);
+/* The weight bytes a decode token reads: the layers' tensors as stored (packed weights with
+ * their scales, zero points and indices; norms too), the output head as stored (the
+ * embedding when tied) and one row of the embedding. */
+size_t atlas_weights_token_bytes(const atlas_wgroup_info *groups, const atlas_config *c);
 /* Frees what atlas_weights_load bound; a zeroed struct is fine. */
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
 
