@@ -242,6 +242,9 @@ static void test_config(void) {
     CHECK_OK(parse("{\"quant_method\":\"awq\",\"version\":\"GEMM\",\"bits\":4,\"group_size\":64}",
                    &qc));
     CHECK(qc.method == ATLAS_QM_AWQ && qc.group == 64);
+    CHECK(parse("{\"quant_method\":\"awq\",\"modules_to_not_convert\":[\"re:(\"]}", &qc) ==
+          ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "modules_to_not_convert[0]") != NULL);
     refused("{\"quant_method\":\"bitsandbytes\",\"load_in_4bit\":true}", "bitsandbytes");
     refused("{\"quant_method\":\"hqq\"}", "hqq");
     refused("{\"quant_method\":\"exl2\"}", "exl2");
@@ -329,6 +332,28 @@ static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, siz
     return out;
 }
 
+/* DIR/config.json's quantization_config.KEY = [entry]; then the load must fail naming what. */
+static void refuse_ignored(const char *dir, const char *key, const char *entry, const char *what) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t e;
+    json_t *cfg = json_load_file(path, 0, &e);
+    CHECK_MSG(cfg != NULL, "reading %s", path);
+    if (!cfg) return;
+    json_object_set_new(json_object_get(cfg, "quantization_config"), key, json_pack("[s]", entry));
+    CHECK(json_dump_file(cfg, path, 0) == 0);
+    json_decref(cfg);
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    atlas_model *m = NULL;
+    atlas_status st = atlas_model_load(dir, &p, &m);
+    CHECK_MSG(st == ATLAS_ERR_FORMAT && strstr(atlas_last_error(), what) &&
+                  strstr(atlas_last_error(), "ignore list"),
+              "%s with %s [%s]: %s: %s", dir, key, entry, atlas_status_str(st), atlas_last_error());
+    if (m) atlas_model_release(m);
+}
+
 static void test_end_to_end(void) {
     const char *src = getenv("ATLAS_SOURCE_DIR");
     char tmp[512], cmd[4096], out[4096];
@@ -384,6 +409,10 @@ static void test_end_to_end(void) {
         }
         free(lq);
         free(lf);
+        /* the ignore list is honoured: a module it names must not be stored quantized */
+        if (i == 1) refuse_ignored(q, "ignore", "lm_head", "lm_head");
+        if (i == 4) refuse_ignored(q, "modules_to_not_convert", "re:.*mlp\\.down_proj",
+                                   "model.layers.0.mlp.down_proj");
     }
     harness_rm_rf(tmp);
 }

@@ -22,7 +22,7 @@ static bool ignored(const atlas_quant_config *qc, const char *module) {
         char full[160];
         snprintf(full, sizeof full, "^(%s)$", e + 3);
         regex_t re;
-        if (regcomp(&re, full, REG_EXTENDED | REG_NOSUB)) continue; /* checked at bind */
+        if (regcomp(&re, full, REG_EXTENDED | REG_NOSUB)) continue; /* checked when parsed */
         bool hit = regexec(&re, module, 0, NULL, 0) == 0;
         regfree(&re);
         if (hit) return true;

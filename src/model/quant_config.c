@@ -1,5 +1,6 @@
 /* model/quant_config.c — config.json's quantization_config (model/quant.h). */
 #include <jansson.h>
+#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -30,6 +31,16 @@ static atlas_status read_ignore(const char *file, json_t *list, const char *fiel
             return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s[%zu]\": not "
                               "a string, longer than %zu bytes, or past %d entries", file, field,
                               i, sizeof out->ignore[0] - 1, ATLAS_QUANT_MAX_IGNORE);
+        if (!strncmp(s, "re:", 3)) { /* checked here, so that matching never meets a bad one */
+            char full[160];
+            regex_t re;
+            snprintf(full, sizeof full, "^(%s)$", s + 3);
+            if (regcomp(&re, full, REG_EXTENDED | REG_NOSUB))
+                return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s[%zu]\": "
+                                  "\"%s\" is not a regular expression atlas reads (POSIX "
+                                  "extended)", file, field, i, s);
+            regfree(&re);
+        }
         snprintf(out->ignore[out->n_ignore++], sizeof out->ignore[0], "%s", s);
     }
     return ATLAS_OK;

@@ -18,6 +18,16 @@ the KV cache, each feeding the reference's own greedy token (teacher forcing).  
 REFS/<name>/reference.safetensors: per length L, L<L>.prompt [seed, lo, hi], L<L>.forced
 [FORCED], L<L>.top_ids / L<L>.top_lp [FORCED + 1, TOPK] (log_softmax in float64, rounded to
 float32), L<L>.margin [FORCED + 1] (best minus second logit).
+
+Quantized layouts (--quant fp8-block,awq,...; each tools/quant/quantize.py layout, with its
+options after a colon: "gptq:--group 32 --act-order"): every checkpoint made is quantized
+into OUT/<name>-<layout> (its float32 dequantization into OUT/<name>-<layout>-float), and the
+reference is transformers' float32 forward of the dequantized weights, stored in the
+quantized directory (what atlas-conform compares atlas on the quantized files with). With
+--quant-native, layouts transformers loads itself (fp8-block: FineGrainedFP8, on the GPU)
+get a second reference from transformers' own reading of the quantized files,
+reference-native.safetensors: an independent reading of the format (it quantizes the
+activations too, so it is compared at the GPU's bound, not the CPU's).
 """
 import argparse
 import json
@@ -178,6 +188,18 @@ def make_refs(name, spec, d, refs, big):
                         "layers": str(LAYERS)})
 
 
+def quantize(d, spec_arg):
+    """d quantized as spec_arg says; returns (quantized dir, float dir)"""
+    import shlex
+    import subprocess
+    layout, _, args = spec_arg.partition(":")
+    q, f = d + "-" + layout, d + "-" + layout + "-float"
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "quant", "quantize.py")
+    subprocess.run([sys.executable, tool, "--layout", layout, "--src", d, "--out", q,
+                    "--dequant", f] + shlex.split(args), check=True)
+    return layout, q, f
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["big", "small"], required=True)
@@ -187,6 +209,9 @@ def main():
     ap.add_argument("--tok-llama3")
     ap.add_argument("--tok-qwen3")
     ap.add_argument("--tok-llama2")
+    ap.add_argument("--quant", help="comma-separated quantized layouts (tools/quant/quantize.py)")
+    ap.add_argument("--quant-native", action="store_true",
+                    help="also transformers' own loader on the quantized files, where it has one")
     a = ap.parse_args()
     big = a.set == "big"
     table = shapes.BIG if big else shapes.SMALL
@@ -200,6 +225,16 @@ def main():
             make_refs(name, table[name], d, a.refs, big)
             if os.path.abspath(a.refs) != os.path.abspath(a.out):
                 shutil.copy(os.path.join(a.refs, name, "reference.safetensors"), d)
+        for spec_arg in (a.quant.split(",") if a.quant else []):
+            layout, q, f = quantize(d, spec_arg)
+            qname = name + "-" + layout
+            refs = a.refs or a.out
+            make_refs(qname, table[name], f, refs, big)
+            shutil.copy(os.path.join(refs, qname, "reference.safetensors"), q)
+            if a.quant_native and layout == "fp8-block":
+                make_refs(qname + "-native", table[name], q, refs, big)
+                shutil.copy(os.path.join(refs, qname + "-native", "reference.safetensors"),
+                            os.path.join(q, "reference-native.safetensors"))
 
 
 if __name__ == "__main__":
