@@ -48,12 +48,34 @@ static void test_e4m3(void) {
     CHECK(nans == 2);
 }
 
+/* ---- e2m1 and e8m0 ------------------------------------------------------------------- */
+
+/* The OCP MX specification's tables (v1.0, FP4 E2M1 and E8M0), written out here. */
+static const float E2M1_SPEC[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+static void test_e2m1_e8m0(void) {
+    for (int c = 0; c < 16; c++) {
+        float v = atlas_e2m1_to_f32((uint8_t)c);
+        CHECK_MSG(v == E2M1_SPEC[c] && signbit(v) == signbit(E2M1_SPEC[c]),
+                  "e2m1 0x%x: %g, want %g", c, v, E2M1_SPEC[c]);
+    }
+    static const struct { uint8_t code; float value; } e8m0[] = {
+        {127, 1.0f}, {128, 2.0f}, {126, 0.5f}, {0, 0x1p-127f}, {1, 0x1p-126f}, {254, 0x1p127f},
+        {117, 0x1p-10f},
+    };
+    for (size_t i = 0; i < sizeof e8m0 / sizeof e8m0[0]; i++)
+        CHECK_MSG(atlas_e8m0_to_f32(e8m0[i].code) == e8m0[i].value, "e8m0 %d: %g, want %g",
+                  e8m0[i].code, atlas_e8m0_to_f32(e8m0[i].code), e8m0[i].value);
+    CHECK(isnan(atlas_e8m0_to_f32(0xff)));
+}
+
 /* ---- a checkpoint written word by word -------------------------------------------------- */
 
 typedef struct tensor {
     const char *name, *dtype;
     int n_dims;
-    int64_t shape[2];
+    int64_t shape[3];
     const void *data;
     size_t nbytes;
 } tensor;
@@ -64,7 +86,10 @@ static atlas_st *st_of(const tensor *t, int n, char **buf) {
     size_t off = 0, total = 0;
     for (int i = 0; i < n; i++) {
         char shape[64];
-        if (t[i].n_dims == 2) snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)t[i].shape[0],
+        if (t[i].n_dims == 3) snprintf(shape, sizeof shape, "[%lld,%lld,%lld]",
+                                       (long long)t[i].shape[0], (long long)t[i].shape[1],
+                                       (long long)t[i].shape[2]);
+        else if (t[i].n_dims == 2) snprintf(shape, sizeof shape, "[%lld,%lld]", (long long)t[i].shape[0],
                                        (long long)t[i].shape[1]);
         else snprintf(shape, sizeof shape, "[%lld]", (long long)t[i].shape[0]);
         snprintf(head + strlen(head), sizeof head - strlen(head),
@@ -231,6 +256,79 @@ static void refused(const char *qjson, const char *name) {
                   strstr(msg, "gptq (4-bit"), "%s: %s (%s)", qjson, atlas_status_str(s), msg);
 }
 
+/* FP4: 16 outputs x 32 inputs; code(r, c) = (3r + c) % 16, the even column in the low
+ * nibble of each byte (gpt-oss's and ModelOpt's packing). */
+enum { FR = 16, FC = 32 };
+static int fp4_code(int r, int c) { return (3 * r + c) % 16; }
+
+/* The weight through the CPU backend, its codes read from the checkpoint's view. */
+static void read_back_codes(atlas_qweight *q, float *w) {
+    q->packed = (void *)q->codes->data; /* borrowed: read_back's source */
+    q->packed_bytes = q->codes->nbytes;
+    read_back(q, w);
+    q->packed = NULL;
+}
+
+static void check_fp4(const char *what, atlas_qmethod method, const tensor *t, int n,
+                      float (*want_scale)(int r, int g)) {
+    atlas_quant_config qc = {.method = method, .group = method == ATLAS_QM_MXFP4 ? 32 : 16};
+    char *buf = NULL;
+    atlas_st *st = st_of(t, n, &buf);
+    atlas_qweight q;
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", FR, FC, true, NULL, &q));
+    CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_FP4_E2M1, "%s: not FP4", what);
+    float w[FR * FC];
+    memset(w, 0, sizeof w);
+    if (q.quantized && q.codes) read_back_codes(&q, w);
+    int bad = 0;
+    for (int r = 0; r < FR; r++)
+        for (int c = 0; c < FC; c++) {
+            float want = E2M1_SPEC[fp4_code(r, c)] * want_scale(r, c / qc.group);
+            if (w[r * FC + c] != want && bad++ < 3)
+                CHECK_MSG(0, "%s: w[%d][%d] = %g, want %g", what, r, c, w[r * FC + c], want);
+        }
+    CHECK_MSG(!bad, "%s: %d weights differ", what, bad);
+    atlas_qweight_free(&q);
+    atlas_st_free(st);
+    free(buf);
+}
+
+static uint8_t nv_scale_code(int r, int g) { return (uint8_t)(0x30 + (r + 3 * g) % 8); }
+/* ModelOpt: weight_scale_2 multiplies; compressed-tensors: weight_global_scale divides */
+static float nv_mul(int r, int g) { return atlas_e4m3_to_f32(nv_scale_code(r, g)) * 0.25f; }
+static float nv_div(int r, int g) { return atlas_e4m3_to_f32(nv_scale_code(r, g)) / 4.0f; }
+static float mx_scale(int r, int g) { (void)g; return ldexpf(1.0f, (r % 10) - 7); }
+
+static void test_fp4(void) {
+    uint8_t packed[FR * FC / 2], nv_s[FR * FC / 16], mx_s[FR];
+    for (int r = 0; r < FR; r++)
+        for (int j = 0; j < FC / 2; j++)
+            packed[r * FC / 2 + j] = (uint8_t)(fp4_code(r, 2 * j) | fp4_code(r, 2 * j + 1) << 4);
+    for (int r = 0; r < FR; r++) {
+        for (int g = 0; g < FC / 16; g++) nv_s[r * FC / 16 + g] = nv_scale_code(r, g);
+        mx_s[r] = (uint8_t)(127 + (r % 10) - 7);
+    }
+    float g2 = 0.25f, gg = 4.0f, in = 1.0f;
+    tensor mo[] = {
+        {"m.weight", "U8", 2, {FR, FC / 2}, packed, sizeof packed},
+        {"m.weight_scale", "F8_E4M3", 2, {FR, FC / 16}, nv_s, sizeof nv_s},
+        {"m.weight_scale_2", "F32", 1, {1}, &g2, 4},
+        {"m.input_scale", "F32", 1, {1}, &in, 4},
+    };
+    check_fp4("modelopt NVFP4", ATLAS_QM_NVFP4, mo, 4, nv_mul);
+    tensor ct[] = {
+        {"m.weight_packed", "U8", 2, {FR, FC / 2}, packed, sizeof packed},
+        {"m.weight_scale", "F8_E4M3", 2, {FR, FC / 16}, nv_s, sizeof nv_s},
+        {"m.weight_global_scale", "F32", 1, {1}, &gg, 4},
+    };
+    check_fp4("compressed-tensors NVFP4", ATLAS_QM_CT_NVFP4, ct, 3, nv_div);
+    tensor mx[] = {
+        {"m.weight_blocks", "U8", 3, {FR, FC / 32, 16}, packed, sizeof packed},
+        {"m.weight_scales", "U8", 2, {FR, FC / 32}, mx_s, sizeof mx_s},
+    };
+    check_fp4("mxfp4", ATLAS_QM_MXFP4, mx, 2, mx_scale);
+}
+
 static void test_config(void) {
     atlas_quant_config qc;
     CHECK_OK(parse("{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":\"dynamic\","
@@ -260,6 +358,9 @@ static void test_config(void) {
             "\"type\":\"float\",\"dynamic\":false}}}}", "input_activations");
     refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\"}",
             "pack-quantized");
+    refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A8_AWQ\"}", "W4A8_AWQ");
+    refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
+            "group_size 32");
 }
 
 /* ---- end to end ------------------------------------------------------------------------ */
@@ -374,6 +475,10 @@ static void test_end_to_end(void) {
         /* asymmetric, zeros minus one */
         {"gptq", "odd-heads", "--group 16", "attention INT4 group 16"},
         {"gptq-v2", "qk-norm", "--group -1 --act-order", "attention INT4 one group a row"},
+        /* gpt-oss's naming and glob ignore list; ModelOpt's and compressed-tensors' NVFP4 */
+        {"mxfp4", "qk-norm", "", "mlp MXFP4 e2m1 group 32"},
+        {"nvfp4", "odd-heads", "", "attention NVFP4 e2m1 group 16"},
+        {"ct-nvfp4", "qk-norm", "", "mlp NVFP4 e2m1 group 16"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");
@@ -420,6 +525,8 @@ static void test_end_to_end(void) {
 int main(void) {
     test_e4m3();
     test_awq_gptq();
+    test_e2m1_e8m0();
+    test_fp4();
     test_config();
     test_end_to_end();
     return harness_finish();

@@ -47,6 +47,10 @@ typedef enum atlas_wformat {
      * the high one: w[r][c] = (q - zeros[r][g]) * scales[r][g], g = g_idx ? g_idx[c] :
      * c / block_cols (block_rows 1) */
     ATLAS_WFMT_INT4,
+    /* OCP FP4 e2m1 codes [rows, cols / 2] bytes, column 2j in the low nibble of byte j and
+     * 2j+1 in the high one: w[r][c] = e2m1(code) * scales[r][c / block_cols] (block_rows 1;
+     * MXFP4's e8m0 and NVFP4's e4m3 x global scale are turned into float32 at load) */
+    ATLAS_WFMT_FP4_E2M1,
     ATLAS_WFMT_COUNT
 } atlas_wformat;
 

@@ -6,6 +6,7 @@ const char *atlas_wformat_name(atlas_wformat f) {
     case ATLAS_WFMT_DENSE: return "dense";
     case ATLAS_WFMT_FP8_E4M3: return "FP8 e4m3";
     case ATLAS_WFMT_INT4: return "INT4";
+    case ATLAS_WFMT_FP4_E2M1: return "FP4 e2m1";
     default: return "?";
     }
 }

@@ -93,4 +93,21 @@ static inline float atlas_e4m3_to_f32(uint8_t c) {
     return f;
 }
 
+/* An OCP FP4 e2m1 code (the low 4 bits: sign, 2 exponent bits with bias 1, 1 mantissa bit;
+ * no infinities or NaN): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; exact. */
+static inline float atlas_e2m1_to_f32(uint8_t c) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float f = mag[c & 7u];
+    return c & 8u ? -f : f;
+}
+
+/* An OCP e8m0 scale code (MX formats): 2^(c - 127); 0xFF is NaN; exact (2^-127 is a
+ * float32 subnormal). */
+static inline float atlas_e8m0_to_f32(uint8_t c) {
+    uint32_t u = c == 0xff ? 0x7fc00000u : c == 0 ? 0x00400000u : (uint32_t)c << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 #endif

@@ -2,6 +2,8 @@
  * (model/quant.h). */
 #include "model/quant.h"
 
+#include <fnmatch.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,13 @@
 static bool ignored(const atlas_quant_config *qc, const char *module) {
     for (int i = 0; i < qc->n_ignore; i++) {
         const char *e = qc->ignore[i];
+        if (strncmp(e, "re:", 3) && strchr(e, '*')) { /* a glob (gpt-oss's "model.layers.*.
+                                                        self_attn"): the module or a parent */
+            char parent[160];
+            snprintf(parent, sizeof parent, "%s.*", e);
+            if (!fnmatch(e, module, 0) || !fnmatch(parent, module, 0)) return true;
+            continue;
+        }
         if (strncmp(e, "re:", 3)) {
             if (strstr(module, e)) return true;
             continue;
@@ -64,7 +73,7 @@ static atlas_status need(qfind *f, const char *suffix, unsigned dtypes, int n_di
     if (n_dims == 1) snprintf(want, sizeof want, "[%lld]", (long long)d0);
     if (!((dtypes >> v->dtype) & 1u) || (n_dims && v->n_dims != n_dims) ||
         (n_dims >= 1 && d0 >= 0 && v->shape[0] != d0) ||
-        (n_dims == 2 && d1 >= 0 && v->shape[1] != d1))
+        (n_dims >= 2 && d1 >= 0 && v->shape[1] != d1))
         return shape_err(v, want);
     size_t i = atlas_st_index(f->st, v);
     if (f->used && i < atlas_st_count(f->st)) f->used[i] = true;
@@ -149,6 +158,60 @@ static atlas_status bind_fp8(qfind *f, const atlas_quant_config *qc, const atlas
     if (read) ATLAS_TRY(read_floats(s, (size_t)(grow * gcol), &out->scales));
     q->scales = out->scales;
     return ATLAS_OK;
+}
+
+/* ---- FP4 ----------------------------------------------------------------------------- */
+
+/* MXFP4 (e8m0 scales per 32) and NVFP4 (e4m3 scales per 16 times or over a float32 global
+ * scale): the codes stay as stored, each block's scale becomes one float32. */
+static atlas_status bind_fp4(qfind *f, const atlas_quant_config *qc, int64_t rows, int64_t cols,
+                             bool read, atlas_qweight *out) {
+    int64_t bs = qc->group, groups = cols / (bs ? bs : 1);
+    if (!bs || cols % bs)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: %lld columns are not whole blocks of %lld",
+                          f->module, (long long)cols, (long long)bs);
+    const atlas_tensor_view *w, *s, *g = NULL, *in = NULL;
+    bool mx = qc->method == ATLAS_QM_MXFP4, ct = qc->method == ATLAS_QM_CT_NVFP4;
+    if (mx) {
+        ATLAS_TRY(need(f, "weight_blocks", 1u << ATLAS_DTYPE_U8, 3, rows, groups, &w));
+        if (w->shape[2] != 16) return shape_err(w, "[out, in/32, 16]");
+        ATLAS_TRY(need(f, "weight_scales", 1u << ATLAS_DTYPE_U8, 2, rows, groups, &s));
+    } else {
+        ATLAS_TRY(need(f, ct ? "weight_packed" : "weight", 1u << ATLAS_DTYPE_U8, 2, rows,
+                       cols / 2, &w));
+        ATLAS_TRY(need(f, "weight_scale", 1u << ATLAS_DTYPE_F8_E4M3, 2, rows, groups, &s));
+        ATLAS_TRY(need(f, ct ? "weight_global_scale" : "weight_scale_2", 1u << ATLAS_DTYPE_F32,
+                       0, 0, 0, &g));
+        if (g->nbytes != 4 || g->n_dims > 1) return shape_err(g, "[] or [1]");
+        /* W4A4's activation scale: the CPU runs weight-only and leaves the activations be */
+        char name[256];
+        snprintf(name, sizeof name, "%s.%s", f->module, ct ? "input_global_scale" : "input_scale");
+        if (atlas_st_find(f->st, name))
+            ATLAS_TRY(need(f, ct ? "input_global_scale" : "input_scale", 1u << ATLAS_DTYPE_F32,
+                           0, 0, 0, &in));
+    }
+    out->q = (atlas_wquant){.format = ATLAS_WFMT_FP4_E2M1, .block_rows = 1,
+                            .block_cols = (int)bs, .scale_cols = (int)groups};
+    out->codes = w;
+    if (!read) return ATLAS_OK;
+    size_t n = (size_t)(rows * groups);
+    uint8_t *raw = malloc(n);
+    out->scales = malloc(n * sizeof(float));
+    float global = 1.0f;
+    atlas_status st = raw && out->scales ? read_view(s, raw)
+                                         : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    if (st == ATLAS_OK && g) st = read_view(g, &global);
+    if (st == ATLAS_OK && g && !(global > 0.0f && global < INFINITY))
+        st = atlas_fail(ATLAS_ERR_FORMAT, "%s: global scale %g (want a positive number)",
+                        g->name, (double)global);
+    /* one float32 rounding, in the order the publishers' dequantizers compute it */
+    for (size_t i = 0; st == ATLAS_OK && i < n; i++)
+        out->scales[i] = mx ? atlas_e8m0_to_f32(raw[i])
+                            : ct ? atlas_e4m3_to_f32(raw[i]) / global
+                                 : atlas_e4m3_to_f32(raw[i]) * global;
+    free(raw);
+    out->q.scales = out->scales;
+    return st == ATLAS_OK ? ATLAS_OK : atlas_fail_wrap(st, "reading %s", s->name);
 }
 
 /* ---- INT4 ---------------------------------------------------------------------------- */
@@ -269,9 +332,15 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
     if (qc->method == ATLAS_QM_NONE) return ATLAS_OK;
     char name[256];
     bool int4 = qc->method == ATLAS_QM_AWQ || qc->method == ATLAS_QM_GPTQ;
-    snprintf(name, sizeof name, "%s.%s", module, int4 ? "qweight" : "weight");
+    bool fp4 = qc->method == ATLAS_QM_MXFP4 || qc->method == ATLAS_QM_NVFP4 ||
+               qc->method == ATLAS_QM_CT_NVFP4;
+    const char *head = int4 ? "qweight" : qc->method == ATLAS_QM_MXFP4 ? "weight_blocks"
+                               : qc->method == ATLAS_QM_CT_NVFP4 ? "weight_packed" : "weight";
+    snprintf(name, sizeof name, "%s.%s", module, head);
     const atlas_tensor_view *w = atlas_st_find(st, name);
-    bool quantized = int4 ? w != NULL : (w && w->dtype == ATLAS_DTYPE_F8_E4M3);
+    bool quantized = int4 || (fp4 && strcmp(head, "weight")) ? w != NULL
+                     : fp4 ? (w && w->dtype == ATLAS_DTYPE_U8)
+                           : (w && w->dtype == ATLAS_DTYPE_F8_E4M3);
     bool skip = ignored(qc, module);
     if (quantized && skip)
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: tensor %s is quantized, but "
@@ -292,6 +361,8 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
     atlas_status s;
     if (int4) {
         s = bind_int4(&f, qc, rows, cols, read, out);
+    } else if (fp4) {
+        s = bind_fp4(&f, qc, rows, cols, read, out);
     } else {
         s = need(&f, "weight", 1u << ATLAS_DTYPE_F8_E4M3, 2, rows, cols, &w);
         if (s == ATLAS_OK) s = bind_fp8(&f, qc, w, read, out);

@@ -15,7 +15,17 @@
  *   [groups, out/8] (column 8j + k in nibble k; checkpoint_format gptq stores zero - 1,
  *   gptq_v2 the zero), float16 `scales` [groups, out], int32 `g_idx` [in] (desc_act: any
  *   order; otherwise it must be i / group, and may be absent); w = (q - z) * s.
- * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4.
+ * - `mxfp4` (gpt-oss's naming of a parameter P as P_blocks / P_scales, here P = weight):
+ *   uint8 `weight_blocks` [out, in/32, 16] (two e2m1 codes a byte, the even column in the low
+ *   nibble) and uint8 e8m0 `weight_scales` [out, in/32]; w = e2m1 * 2^(scale - 127).
+ * - NVFP4, ModelOpt (`modelopt`, quant_algo NVFP4): uint8 `weight` [out, in/2] (packed as
+ *   above), e4m3 `weight_scale` [out, in/16], float32 `weight_scale_2` that multiplies:
+ *   w = e2m1 * (e4m3(scale) * weight_scale_2); compressed-tensors `nvfp4-pack-quantized`:
+ *   `weight_packed`, `weight_scale` and a float32 `weight_global_scale` that divides:
+ *   w = e2m1 * (e4m3(scale) / weight_global_scale). Both are W4A4 as published: the CPU runs
+ *   them weight-only (the activations' `input_scale` / `input_global_scale` are not applied).
+ * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4; FP4
+ * codes are kept as stored, their scales turned into float32.
  * Weights are quantized, activations are not: the CPU multiplies in fp32 (weight-only), so
  * a checkpoint asking for static activation scales is refused by name. */
 #ifndef ATLAS_MODEL_QUANT_H
@@ -35,6 +45,9 @@ typedef enum atlas_qmethod {
     ATLAS_QM_CT_FP8, /* compressed-tensors float-quantized */
     ATLAS_QM_AWQ,
     ATLAS_QM_GPTQ,
+    ATLAS_QM_MXFP4,    /* quant_method mxfp4 (gpt-oss) */
+    ATLAS_QM_NVFP4,    /* quant_method modelopt, quant_algo NVFP4 */
+    ATLAS_QM_CT_NVFP4, /* compressed-tensors nvfp4-pack-quantized */
 } atlas_qmethod;
 
 typedef enum atlas_qstrategy { ATLAS_QS_TENSOR, ATLAS_QS_CHANNEL, ATLAS_QS_BLOCK } atlas_qstrategy;

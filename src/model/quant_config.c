@@ -10,7 +10,7 @@
 
 #define SUPPORTED "fp8 (e4m3, block or per-tensor), compressed-tensors (float-quantized FP8: " \
                   "tensor, channel or block), awq (version gemm, 4-bit), gptq (4-bit, gptq or " \
-                  "gptq_v2)"
+                  "gptq_v2), mxfp4, modelopt (NVFP4), compressed-tensors (nvfp4-pack-quantized)"
 
 static atlas_status refuse(const char *file, const char *what) {
     return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"quantization_config\": %s; atlas reads "
@@ -94,9 +94,70 @@ static atlas_status parse_fp8(const char *file, json_t *q, atlas_quant_config *o
 }
 
 /* compressed-tensors: one config group of FP8 weights over the Linear layers. */
+/* The one config group of compressed-tensors, or NULL after refusing. */
+static json_t *ct_group(json_t *q) {
+    json_t *groups = json_object_get(q, "config_groups");
+    if (!json_is_object(groups) || json_object_size(groups) != 1) return NULL;
+    json_t *g = json_object_iter_value(json_object_iter(groups));
+    json_t *targets = json_object_get(g, "targets");
+    bool linear = false;
+    for (size_t i = 0; json_is_array(targets) && i < json_array_size(targets); i++) {
+        const char *t = json_string_value(json_array_get(targets, i));
+        linear |= t && !strcmp(t, "Linear");
+    }
+    return linear ? g : NULL;
+}
+
+/* compressed-tensors NVFP4: e2m1 weights in groups of 16 with e4m3 scales and a float32
+ * global scale (strategy tensor_group). */
+static atlas_status parse_ct_nvfp4(const char *file, json_t *q, atlas_quant_config *out) {
+    json_t *g = ct_group(q), *w = g ? json_object_get(g, "weights") : NULL;
+    if (!g) return refuse(file, "compressed-tensors with other than one config group of "
+                          "targets [\"Linear\"]");
+    if (!json_is_object(w) || get_int(w, "num_bits", NULL, 0) != 4 ||
+        strcmp(get_str(w, "type", "?"), "float") ||
+        strcmp(get_str(w, "strategy", "?"), "tensor_group") || get_int(w, "group_size", NULL, 0) != 16)
+        return refuse(file, "compressed-tensors nvfp4-pack-quantized weights other than 4-bit "
+                      "floats, strategy tensor_group, group_size 16");
+    json_t *kv = json_object_get(q, "kv_cache_scheme");
+    if (kv && !json_is_null(kv))
+        return refuse(file, "compressed-tensors kv_cache_scheme (an FP8 KV cache) is not "
+                      "supported yet");
+    out->method = ATLAS_QM_CT_NVFP4;
+    out->group = 16;
+    return read_ignore(file, json_object_get(q, "ignore"), "ignore", out);
+}
+
+/* ModelOpt's export (quantization_config, or hf_quant_config.json's "quantization"). */
+static atlas_status parse_modelopt(const char *file, json_t *q, atlas_quant_config *out) {
+    const char *algo = get_str(q, "quant_algo", "?");
+    char why[200];
+    if (strcmp(algo, "NVFP4")) {
+        snprintf(why, sizeof why, "modelopt quant_algo %.32s (atlas reads NVFP4)", algo);
+        return refuse(file, why);
+    }
+    int group = get_int(q, "group_size", NULL, 16);
+    if (group != 16) {
+        snprintf(why, sizeof why, "modelopt NVFP4 with group_size %d (NVFP4's is 16)", group);
+        return refuse(file, why);
+    }
+    out->method = ATLAS_QM_NVFP4;
+    out->group = 16;
+    return read_ignore(file, json_object_get(q, "exclude_modules"), "exclude_modules", out);
+}
+
+/* gpt-oss's MXFP4: e2m1 in blocks of 32 with an e8m0 scale. */
+static atlas_status parse_mxfp4(const char *file, json_t *q, atlas_quant_config *out) {
+    out->method = ATLAS_QM_MXFP4;
+    out->group = 32;
+    return read_ignore(file, json_object_get(q, "modules_to_not_convert"),
+                       "modules_to_not_convert", out);
+}
+
 static atlas_status parse_ct(const char *file, json_t *q, atlas_quant_config *out) {
     const char *fmt = get_str(q, "format", "?");
     char why[200];
+    if (!strcmp(fmt, "nvfp4-pack-quantized")) return parse_ct_nvfp4(file, q, out);
     if (strcmp(fmt, "float-quantized")) {
         snprintf(why, sizeof why, "compressed-tensors format %.40s is not supported yet", fmt);
         return refuse(file, why);
@@ -210,6 +271,8 @@ atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_qu
     if (!strcmp(m, "compressed-tensors")) return parse_ct(file, q, out);
     if (!strcmp(m, "awq")) return parse_awq(file, q, out);
     if (!strcmp(m, "gptq")) return parse_gptq(file, q, out);
+    if (!strcmp(m, "mxfp4")) return parse_mxfp4(file, q, out);
+    if (!strcmp(m, "modelopt")) return parse_modelopt(file, q, out);
     char why[160];
     snprintf(why, sizeof why, "quant_method %.48s is not supported", m);
     return refuse(file, why);
@@ -234,6 +297,14 @@ const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size
         if (qc->group) snprintf(buf, cap, "gptq%s (INT4, group %d)", qc->gptq_v2 ? "_v2" : "",
                                 qc->group);
         else snprintf(buf, cap, "gptq%s (INT4, one group a row)", qc->gptq_v2 ? "_v2" : "");
+        break;
+    case ATLAS_QM_MXFP4:
+        snprintf(buf, cap, "mxfp4 (FP4 e2m1, e8m0 scales per 32)");
+        break;
+    case ATLAS_QM_NVFP4:
+    case ATLAS_QM_CT_NVFP4:
+        snprintf(buf, cap, "%s (NVFP4: FP4 e2m1, e4m3 scales per 16, weight-only)",
+                 qc->method == ATLAS_QM_NVFP4 ? "modelopt" : "compressed-tensors");
         break;
     default: snprintf(buf, cap, "none");
     }

@@ -136,6 +136,9 @@ static void qformat(const atlas_qweight *q, const atlas_quant_config *qc, char *
         snprintf(buf, cap, "INT4 one group a row");
     else if (w->format == ATLAS_WFMT_INT4)
         snprintf(buf, cap, "INT4 group %d%s", w->block_cols, q->act_order ? " act-order" : "");
+    else if (w->format == ATLAS_WFMT_FP4_E2M1)
+        snprintf(buf, cap, "%s e2m1 group %d", qc->method == ATLAS_QM_MXFP4 ? "MXFP4" : "NVFP4",
+                 w->block_cols);
     else if (w->block_rows == q->rows && w->block_cols == q->cols)
         snprintf(buf, cap, "FP8 e4m3 per-tensor");
     else if (w->block_rows == 1 && w->block_cols == q->cols)
@@ -182,6 +185,11 @@ static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweigh
             atlas_weight_src_of_view_counted(q->codes, &b->files[b->n_files], b->progress,
                                              &srcs[i]);
             if (srcs[i].read) b->n_files++;
+            /* the codes' tensor may be packed ([rows, cols/2]) or blocked ([rows, cols/32,
+             * 16]): the source is the weight's [rows, cols] */
+            srcs[i].n_dims = 2;
+            srcs[i].shape[0] = q->rows;
+            srcs[i].shape[1] = q->cols;
         } else {
             srcs[i] = (atlas_weight_src){.name = names[i], .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
                                          .shape = {q->rows, q->cols}, .nbytes = q->packed_bytes,

@@ -18,6 +18,16 @@ Layouts, each written as its published format says (not as atlas reads it):
               nibble k), qzeros [groups, out/8] holding zero - 1, float16 scales, int32 g_idx;
               --sym (zero 8) or asymmetric, --act-order (desc_act: a permuted g_idx)
   gptq-v2     the same with checkpoint_format gptq_v2 (zeros as they are)
+  mxfp4       quant_method mxfp4 (gpt-oss, OCP MX): uint8 weight_blocks [out, in/32, 16], two
+              e2m1 codes a byte (the even column in the low nibble), uint8 e8m0 weight_scales
+              [out, in/32] = floor(log2(amax)) - 2 + 127; w = e2m1 * 2^(scale - 127)
+  nvfp4       ModelOpt quant_algo NVFP4: uint8 weight [out, in/2] packed as above, e4m3
+              weight_scale [out, in/16] = amax(block) / 6 / weight_scale_2, float32
+              weight_scale_2 = amax(tensor) / (6 * 448), float32 input_scale (W4A4's, unused
+              weight-only); w = e2m1 * (e4m3(scale) * weight_scale_2)
+  ct-nvfp4    compressed-tensors nvfp4-pack-quantized: weight_packed, weight_scale and
+              weight_global_scale = 6 * 448 / amax(tensor), which divides:
+              w = e2m1 * (e4m3(scale) / weight_global_scale)
 Rounding is round-to-nearest (GPTQ's and AWQ's searches choose other values, not another
 layout). The dequantized checkpoint holds, in float32, exactly what each format's formula
 gives: e4m3(code) * scale, or (q - zero) * scale with the stored float16 scale. Pure Python
@@ -168,6 +178,64 @@ def int4_groups(w, rows, cols, gidx, n_groups, sym):
     return scale, zero, q, deq
 
 
+# ---- e2m1 (OCP FP4: sign, 2 exponent bits bias 1, 1 mantissa bit) -------------------------
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def e2m1_value(c):
+    return -E2M1[c & 7] if c & 8 else E2M1[c & 7]
+
+
+def e2m1_round(x):
+    """Nearest code, ties to the even code; saturates at 6."""
+    a = min(abs(x), 6.0)
+    i = bisect.bisect_left(E2M1, a)
+    if i == len(E2M1):
+        i -= 1
+    elif i > 0 and (a - E2M1[i - 1] < E2M1[i] - a or
+                    (a - E2M1[i - 1] == E2M1[i] - a and (i - 1) % 2 == 0)):
+        i -= 1
+    return i | 8 if x < 0 and i else i
+
+
+def fp4(w, rows, cols, layout):
+    """codes [rows*cols], raw block scales [rows * cols/bs], global scale (or None),
+    dequantized [rows*cols]"""
+    bs = 32 if layout == "mxfp4" else 16
+    amax_t = max(abs(v) for v in w) or 1.0
+    g = None
+    if layout == "nvfp4":
+        g = f32(amax_t / (6.0 * 448.0))
+    elif layout == "ct-nvfp4":
+        g = f32(6.0 * 448.0 / amax_t)
+    raw, block_scale = [], []
+    for r in range(rows):
+        for j in range(0, cols, bs):
+            amax = max(abs(w[r * cols + c]) for c in range(j, j + bs))
+            if layout == "mxfp4":
+                e = math.floor(math.log2(amax)) - 2 if amax > 0 else 0
+                e = max(-127, min(127, e))
+                raw.append(e + 127)
+                block_scale.append(2.0 ** e)
+                continue
+            code = e4m3_round(amax / 6.0 / g if layout == "nvfp4" else amax / 6.0 * g)
+            raw.append(code)
+            v = e4m3_value(code)
+            block_scale.append(f32(v * g) if layout == "nvfp4" else f32(v / g))
+    codes, deq = [], []
+    for r in range(rows):
+        for c in range(cols):
+            s = block_scale[r * (cols // bs) + c // bs]
+            code = e2m1_round(w[r * cols + c] / s) if s else 0
+            codes.append(code)
+            deq.append(f32(e2m1_value(code) * s))
+    return codes, raw, g, deq
+
+
+def pack_nibbles(codes):
+    return bytes(codes[i] | (codes[i + 1] << 4) for i in range(0, len(codes), 2))
+
+
 def words(nibbles):
     return [sum(n << (4 * i) for i, n in enumerate(nibbles[k:k + 8])) - (1 << 32)
             if nibbles[k + 7] >= 8 else sum(n << (4 * i) for i, n in enumerate(nibbles[k:k + 8]))
@@ -188,6 +256,22 @@ def awq_pack(mat, n_rows, n_cols):
 
 def quantize_linear(a, name, w, rows, cols, out, deq):
     L = a.layout
+    if L in ("mxfp4", "nvfp4", "ct-nvfp4"):
+        codes, raw, g, d = fp4(w, rows, cols, L)
+        deq[name + ".weight"] = d
+        if L == "mxfp4":
+            out[name + ".weight_blocks"] = ("U8", [rows, cols // 32, 16], pack_nibbles(codes))
+            out[name + ".weight_scales"] = ("U8", [rows, cols // 32], bytes(raw))
+            return
+        ct = L == "ct-nvfp4"
+        out[name + (".weight_packed" if ct else ".weight")] = ("U8", [rows, cols // 2],
+                                                               pack_nibbles(codes))
+        out[name + ".weight_scale"] = ("F8_E4M3", [rows, cols // 16], bytes(raw))
+        out[name + (".weight_global_scale" if ct else ".weight_scale_2")] = (
+            "F32", [1] if ct else [], pack("f", [g]))
+        out[name + (".input_global_scale" if ct else ".input_scale")] = (
+            "F32", [1] if ct else [], pack("f", [1.0]))
+        return
     if L.startswith("fp8") or L.startswith("ct-"):
         strategy = {"fp8-block": "block", "ct-block": "block", "ct-tensor": "tensor",
                     "ct-channel": "channel"}[L]
@@ -242,6 +326,22 @@ def quantize_linear(a, name, w, rows, cols, out, deq):
 
 def quant_config(a):
     L = a.layout
+    if L == "mxfp4":  # gpt-oss's, with a glob as it writes them
+        return {"quant_method": "mxfp4",
+                "modules_to_not_convert": ["model.layers.*.mlp.router", "model.embed_tokens",
+                                           "lm_head"]}
+    if L == "nvfp4":
+        return {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]}
+    if L == "ct-nvfp4":
+        w = {"num_bits": 4, "type": "float", "symmetric": True, "dynamic": False,
+             "strategy": "tensor_group", "group_size": 16}
+        i = dict(w, dynamic="local")
+        return {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
+                                              "input_activations": i}},
+                "ignore": ["lm_head"]}
     if L == "fp8-block":
         return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                 "weight_block_size": list(a.block)}
@@ -265,7 +365,8 @@ def quant_config(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", required=True, choices=["fp8-block", "ct-tensor", "ct-channel",
-                                                         "ct-block", "awq", "gptq", "gptq-v2"])
+                                                         "ct-block", "awq", "gptq", "gptq-v2",
+                                                         "mxfp4", "nvfp4", "ct-nvfp4"])
     ap.add_argument("--src", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dequant", required=True)

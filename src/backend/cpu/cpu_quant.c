@@ -1,9 +1,9 @@
 /* backend/cpu/cpu_quant.c — the quantized weight formats of backend.h on the CPU: a weight
- * stays packed as loaded (1 byte a weight for FP8, half a byte for INT4, plus its scales) and
- * one row at a time is dequantized to fp32 into the matmul's tile (cpu_matmul.c), so the CPU
- * never holds a float copy of a quantized model. Every dequantized value is one float32
- * rounding of the format's formula (FP8: code x scale; INT4: (q - zero) x scale), the value
- * the quantizers in tools/ write into their dequantized checkpoints. */
+ * stays packed as loaded (1 byte a weight for FP8, half a byte for INT4 and FP4, plus its
+ * scales) and one row at a time is dequantized to fp32 into the matmul's tile (cpu_matmul.c),
+ * so the CPU never holds a float copy of a quantized model. Every dequantized value is one
+ * float32 rounding of the format's formula (FP8 and FP4: code x scale; INT4: (q - zero) x
+ * scale), the value the quantizers in tools/ write into their dequantized checkpoints. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +14,11 @@
 static float e4m3_table[256];
 static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
 
+static float e2m1_table[16];
+
 static void e4m3_init(void) {
     for (int c = 0; c < 256; c++) e4m3_table[c] = atlas_e4m3_to_f32((uint8_t)c);
+    for (int c = 0; c < 16; c++) e2m1_table[c] = atlas_e2m1_to_f32((uint8_t)c);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -29,6 +32,19 @@ void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst) {
             int64_t j1 = j0 + q->block_cols < cols ? j0 + q->block_cols : cols;
             float sg = s[g];
             for (int64_t j = j0; j < j1; j++) dst[j] = e4m3_table[c[j]] * sg;
+        }
+        return;
+    }
+    if (q->format == ATLAS_WFMT_FP4_E2M1) { /* two codes a byte, the even column low */
+        const uint8_t *b = (const uint8_t *)p->data + r * (cols / 2);
+        for (int64_t j0 = 0, g = 0; j0 < cols; j0 += q->block_cols, g++) {
+            int64_t j1 = j0 + q->block_cols < cols ? j0 + q->block_cols : cols;
+            float sg = s[g];
+            for (int64_t j = j0; j < j1; j += 2) {
+                uint8_t v = b[j >> 1];
+                dst[j] = e2m1_table[v & 0xf] * sg;
+                dst[j + 1] = e2m1_table[v >> 4] * sg;
+            }
         }
         return;
     }
@@ -76,6 +92,14 @@ atlas_status cpu_quant_load(const atlas_weight_src *v, cpu_part *part) {
         if (cols % 2 || q->block_rows != 1 || !q->zeros ||
             (!q->g_idx && q->scale_cols != ceil_div(cols, q->block_cols)))
             return atlas_fail(ATLAS_ERR_INTERNAL, "%s: INT4 of %lld columns, groups of %d, "
+                              "%d scale columns", v->name, (long long)cols, q->block_cols,
+                              q->scale_cols);
+    } else if (q->format == ATLAS_WFMT_FP4_E2M1) {
+        want = (size_t)(rows * (cols / 2));
+        dt = ATLAS_DTYPE_U8;
+        if (cols % 2 || q->block_cols % 2 || q->block_rows != 1 || q->zeros || q->g_idx ||
+            q->scale_cols != ceil_div(cols, q->block_cols))
+            return atlas_fail(ATLAS_ERR_INTERNAL, "%s: FP4 of %lld columns, blocks of %d, "
                               "%d scale columns", v->name, (long long)cols, q->block_cols,
                               q->scale_cols);
     } else {
