@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     const char *prompt = argc > 2 ? argv[2] : "In the beginning";
     if (strcmp(atlas_version(), ATLAS_VERSION_STRING))
         fprintf(stderr, "note: headers %s, library %s\n", ATLAS_VERSION_STRING, atlas_version());
-    atlas_engine_model model = {"default", dir};
+    atlas_engine_model model = {.name = "default", .dir = dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = &model, p.n_models = 1, p.parallel = 1;
     atlas_engine *e = NULL;

@@ -79,7 +79,7 @@ static void test_model_names(void) {
     atlas_engine_params p = atlas_engine_default_params();
     p.n_models = 1;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        atlas_engine_model m = {bad[i][0], "/nonexistent"};
+        atlas_engine_model m = {.name = bad[i][0], .dir = "/nonexistent"};
         atlas_engine *e = NULL;
         p.models = &m;
         CHECK(atlas_engine_create(&p, &e) == ATLAS_ERR_INVALID && !e);

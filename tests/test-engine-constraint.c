@@ -346,7 +346,7 @@ int main(void) {
     char qdir[1024], ldir[1024];
     snprintf(qdir, sizeof qdir, "%s/tiny-qwen3", harness_data_dir());
     snprintf(ldir, sizeof ldir, "%s/tiny-llama3", harness_data_dir());
-    atlas_engine_model models[] = {{"qwen", qdir}, {"llama", ldir}};
+    atlas_engine_model models[] = {{.name = "qwen", .dir = qdir}, {.name = "llama", .dir = ldir}};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = models;
     p.n_models = 2;

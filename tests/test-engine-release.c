@@ -142,7 +142,7 @@ static int wait_resident(atlas_engine *e, int i, int want) {
 }
 
 static void test_unload_refused(const char *dir) {
-    atlas_engine_model mod = {"a", dir};
+    atlas_engine_model mod = {.name = "a", .dir = dir};
     atlas_engine *e = engine_new(&mod, 1, 1, 32768, 0);
     if (!e) return;
 
@@ -216,7 +216,7 @@ static void test_unload_refused(const char *dir) {
 /* max_resident 1, no drain timeout: a request for b while one runs on a waits until a's has
  * finished (its model's release is refused meanwhile), then b is swapped in. */
 static void test_swap_drains(const char *dir_a, const char *dir_b) {
-    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine *e = engine_new(mods, 2, 1, 4096, 0);
     if (!e) return;
     CHECK_OK(atlas_engine_load(e, "a"));
@@ -275,7 +275,7 @@ static size_t weights_size(const char *dir) {
  * the larger fails with DEVICE_NOMEM before anything is evicted: the smaller one stays
  * resident and serves on, its tokens as before. */
 static void test_budget_before_evict(const char *dir_a, const char *dir_b) {
-    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = mods;
     p.n_models = 2;
@@ -401,7 +401,7 @@ static void test_no_starvation(atlas_engine *e, const coll *alone_a) {
 
 static void test_pause(const char *dir_a, const char *dir_b) {
     CHECK(atlas_engine_default_params().drain_timeout_ms == 30000);
-    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine *e = engine_new(mods, 2, 1, 4096, DRAIN_MS);
     if (!e) return;
     atlas_request ra = request("a", LONG), rb = request("b", LONG);
@@ -431,7 +431,7 @@ static int coll_wait_for(coll *c, double seconds) {
  * recompute and go on (the clock waits for their prompts), or neither model would ever
  * advance.  Prompts of 1,000 tokens prefilled 64 at a time, a timeout of 2 ms. */
 static void test_pause_progress(const char *dir_a, const char *dir_b) {
-    atlas_engine_model mods[2] = {{"a", dir_a}, {"b", dir_b}};
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = mods;
     p.n_models = 2;

@@ -215,7 +215,7 @@ static void check_kv_empty(atlas_engine *e, const char *when) {
 
 /* An engine of f's model that prefills in chunks of 64 tokens, contexts of 1,024. */
 static atlas_engine *engine_chunked(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir}; /* copied by create */
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir}; /* copied by create */
     atlas_engine_params p = atlas_engine_default_params();
     p.batch_tokens = 64;
     p.ctx_size = 1024;
@@ -301,7 +301,7 @@ static void test_forced(const fixture *f) {
  * them (18 blocks of 16) and answers as a fresh engine does; under a new cache_salt the
  * same prompt reuses nothing, then its own salt's blocks. */
 static void test_prefix_cache(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.batch_tokens = 64;
     p.ctx_size = 1024;
@@ -371,7 +371,7 @@ static atlas_request batch_request(const fixture *f, int i) {
  * they give alone, and their KV blocks come back. */
 static void test_ahead(const fixture *f) {
     enum { N = 5 };
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.ctx_size = 1024;
     atlas_engine *e = engine_new(&mod, 1, &p);
@@ -413,7 +413,7 @@ static void test_ahead(const fixture *f) {
 
 static void test_batch_vs_alone(const fixture *f) {
     enum { N = 32 };
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine *e = engine_new(&mod, 1, NULL);
     if (!e) return;
     coll *alone[N], *batch[N];
@@ -470,7 +470,7 @@ static void test_batch_vs_alone(const fixture *f) {
  * every sequence must still give its reference continuation. */
 static void test_preemption(const fixture *f) {
     enum { N = 8 };
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.ctx_size = 128;
     p.kv_blocks = 10;
@@ -501,7 +501,7 @@ static void test_preemption(const fixture *f) {
 }
 
 static void test_cancel_and_errors(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.ctx_size = 2048;
     p.parallel = 1;
@@ -563,7 +563,7 @@ static void test_cancel_and_errors(const fixture *f) {
 /* Stop strings: the text ends right before the first one; held-back text that turns out not
  * to be a stop string is released. */
 static void test_stop_strings(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine *e = engine_new(&mod, 1, NULL);
     if (!e) return;
     atlas_request r = greedy_request(f->name, f->p[0].ids, f->p[0].n, 20);
@@ -680,7 +680,7 @@ static void swap_round(atlas_engine *e, const fixture *a, const fixture *b, int 
 }
 
 static void test_swaps(const fixture *a, const fixture *b) {
-    atlas_engine_model mods[2] = {{a->name, a->dir}, {b->name, b->dir}};
+    atlas_engine_model mods[2] = {{.name = a->name, .dir = a->dir}, {.name = b->name, .dir = b->dir}};
     atlas_engine_params p = atlas_engine_default_params();
     p.max_resident = 1;
     p.ctx_size = 1024;
@@ -745,7 +745,7 @@ static int resident(atlas_engine *e, int i) {
  * one leaves; unload is refused while a sequence runs and done after; a gpu_memory too
  * small for any model fails its requests with DEVICE_NOMEM. */
 static void test_residency(const fixture *a, const fixture *b) {
-    atlas_engine_model mods[3] = {{"a", a->dir}, {"b", b->dir}, {"c", a->dir}};
+    atlas_engine_model mods[3] = {{.name = "a", .dir = a->dir}, {.name = "b", .dir = b->dir}, {.name = "c", .dir = a->dir}};
     atlas_engine_params p = atlas_engine_default_params();
     p.max_resident = 2;
     p.ctx_size = 512;
@@ -794,7 +794,7 @@ static void test_residency(const fixture *a, const fixture *b) {
 /* drain_timeout_ms: a request for b while a long one runs on a (max_resident 1) pauses
  * a's sequence, serves b, then brings a back and recomputes: a's output is unchanged. */
 static void test_pause_swap(const fixture *a, const fixture *b) {
-    atlas_engine_model mods[2] = {{a->name, a->dir}, {b->name, b->dir}};
+    atlas_engine_model mods[2] = {{.name = a->name, .dir = a->dir}, {.name = b->name, .dir = b->dir}};
     atlas_engine_params p = atlas_engine_default_params();
     p.max_resident = 1;
     p.ctx_size = 1024;
@@ -844,7 +844,7 @@ static void make_bad_dir(const fixture *f, char *out, size_t cap) {
  * the model's maximum is refused at create; a request whose prompt and max_tokens exceed
  * the context is refused naming both. */
 static void test_memory(const fixture *f) {
-    atlas_engine_model mod = {f->name, f->dir};
+    atlas_engine_model mod = {.name = f->name, .dir = f->dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.parallel = 4;
     atlas_engine *e = engine_new(&mod, 1, &p);
@@ -895,7 +895,7 @@ static void test_memory(const fixture *f) {
 static void test_failed_load(const fixture *f) {
     char bad[256];
     make_bad_dir(f, bad, sizeof bad);
-    atlas_engine_model mods[2] = {{f->name, f->dir}, {"broken", bad}};
+    atlas_engine_model mods[2] = {{.name = f->name, .dir = f->dir}, {.name = "broken", .dir = bad}};
     atlas_engine_params p = atlas_engine_default_params();
     p.max_resident = 1;
     atlas_engine *e = engine_new(mods, 2, &p);
@@ -957,7 +957,7 @@ static void test_failed_load(const fixture *f) {
     atlas_engine *x = NULL;
     p = atlas_engine_default_params();
     CHECK(atlas_engine_create(&p, &x) == ATLAS_ERR_INVALID && !x);
-    atlas_engine_model missing = {"m", "/nonexistent/dir"};
+    atlas_engine_model missing = {.name = "m", .dir = "/nonexistent/dir"};
     p.models = &missing;
     p.n_models = 1;
     CHECK(atlas_engine_create(&p, &x) != ATLAS_OK && !x);

@@ -164,7 +164,7 @@ static atlas_engine_params engine_params(const atlas_engine_model *models, int n
 /* The walked run: engine, tokenizer, load, prefill, decode, free. */
 static void walk_run(outcome *o) {
     memset(o, 0, sizeof *o);
-    atlas_engine_model models[] = {{"default", default_dir}};
+    atlas_engine_model models[] = {{.name = "default", .dir = default_dir}};
     atlas_engine_params p = engine_params(models, 1);
     atlas_engine *e = NULL;
     atlas_status st = atlas_engine_create(&p, &e);
@@ -456,7 +456,7 @@ static void wait_backoff(atlas_engine *e, int i) {
 static atlas_engine *two_models(void) {
     char llama[1024];
     snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
-    atlas_engine_model models[] = {{"default", default_dir}, {"llama", llama}};
+    atlas_engine_model models[] = {{.name = "default", .dir = default_dir}, {.name = "llama", .dir = llama}};
     atlas_engine_params p = engine_params(models, 2);
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));

@@ -266,7 +266,7 @@ int main(void) {
     if (!harness_require_file(harness_data_path("tiny-llama3/tokenizer.json")) ||
         !harness_require_file(harness_data_path("tiny-qwen3/tokenizer.json")))
         return harness_finish();
-    atlas_engine_model models[] = {{"llama", llama}, {"qwen", qwen}};
+    atlas_engine_model models[] = {{.name = "llama", .dir = llama}, {.name = "qwen", .dir = qwen}};
     atlas_engine_params ep = atlas_engine_default_params();
     ep.models = models;
     ep.n_models = 2;

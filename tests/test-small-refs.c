@@ -176,7 +176,7 @@ static void test_refusals(void) {
             if (m) atlas_model_release(m);
 
             /* the engine (atlas serve, atlas run) says the same */
-            atlas_engine_model mod = {"refused", dir};
+            atlas_engine_model mod = {.name = "refused", .dir = dir};
             atlas_engine_params ep = atlas_engine_default_params();
             ep.models = &mod;
             ep.n_models = 1;

@@ -194,9 +194,41 @@ static void test_load(void) {
         free(out);
         atlas_template_free(t);
     }
+    /* both: chat_template.jinja wins, as in transformers */
+    char cfgpath[256];
+    snprintf(cfgpath, sizeof cfgpath, "%s/tokenizer_config.json", dir);
+    write_file(cfgpath, "{\"eos_token\": \"<E>\", \"chat_template\": \"old\"}");
+    CHECK_OK(atlas_template_load(dir, &t));
+    if (t) {
+        CHECK_OK(atlas_template_render_str(t, "[{\"content\": \"y\"}]", NULL, true, NULL, &out));
+        CHECK_MSG(out && !strcmp(out, "y<E>"), "got [%s]", out ? out : "(error)");
+        free(out);
+        atlas_template_free(t);
+    }
+    /* an operator's file: a Jinja file or a tokenizer_config.json, with the model's tokens */
+    char other[256];
+    snprintf(other, sizeof other, "%s/other.json", dir);
+    write_file(other, "{\"eos_token\": \"<X>\", \"chat_template\": \"J{{ eos_token }}\"}");
+    CHECK_OK(atlas_template_load_file(dir, other, &t));
+    if (t) {
+        CHECK_OK(atlas_template_render_str(t, "[]", NULL, true, NULL, &out));
+        CHECK_MSG(out && !strcmp(out, "J<E>"), "got [%s]", out ? out : "(error)");
+        free(out);
+        atlas_template_free(t);
+    }
+    CHECK_OK(atlas_template_load_file(dir, path, &t));
+    atlas_template_free(t);
+    write_file(other, "{\"eos_token\": \"<X>\"}");
+    CHECK(atlas_template_load_file(dir, other, &t) == ATLAS_ERR_NOT_FOUND);
+    remove(other);
+    CHECK(atlas_template_load_file(dir, other, &t) == ATLAS_ERR_NOT_FOUND);
+    CHECK(strstr(atlas_last_error(), "other.json") != NULL);
+    write_file(cfgpath, "{\"eos_token\": \"<E>\"}");
     /* a syntax error names the file and the line:column */
     write_file(path, "ok\n{% if %}");
     CHECK(atlas_template_load(dir, &t) == ATLAS_ERR_FORMAT);
+    CHECK_MSG(strstr(atlas_last_error(), "chat_template.jinja:2:7: expected an expression"), "%s", atlas_last_error());
+    CHECK(atlas_template_load_file(NULL, path, &t) == ATLAS_ERR_FORMAT);
     CHECK_MSG(strstr(atlas_last_error(), "chat_template.jinja:2:7: expected an expression"), "%s", atlas_last_error());
     remove(path);
     /* neither */

@@ -164,7 +164,7 @@ static int check_model(const opts *o, const char *dir) {
         if (len + j->n_forced + 1 > max_len) max_len = len + j->n_forced + 1;
     }
     qsort(jobs, (size_t)n, sizeof *jobs, by_len); /* the table's rows by length */
-    atlas_engine_model mod = {name, dir};
+    atlas_engine_model mod = {.name = name, .dir = dir};
     atlas_engine_params ep = atlas_engine_default_params();
     ep.models = &mod;
     ep.n_models = 1;

@@ -67,6 +67,15 @@ typedef struct atlas_constraint atlas_constraint; /* atlas/constraint.h */
 typedef struct atlas_engine_model {
     const char *name; /* the id requests use, e.g. "qwen3-8b" (atlas_engine_check_name) */
     const char *dir;  /* Hugging Face model directory */
+    /* NULL (default): the template of dir (atlas_template_load).  Else the operator's
+     * replacement (atlas_template_load_file: a Jinja file, a tokenizer_config.json, or a
+     * directory holding either), read and parsed by atlas_engine_create, which fails
+     * naming the file and line when it does not parse. */
+    const char *chat_template;
+    /* NULL or "" (default): the tool-call format is found from the template and the
+     * architecture.  Else one atlas_toolcall_format_parse knows ("hermes", "llama3",
+     * "mistral", "none"), checked by atlas_engine_create. */
+    const char *tool_call_format;
 } atlas_engine_model;
 
 /* The longest model name in bytes: what the server's access log and the load line hold
@@ -315,6 +324,8 @@ typedef struct atlas_engine_model_status {
     char note[256];         /* why ctx_size is below what was asked, "" if it is not */
     char backend[16];       /* "cpu", "cuda" while resident; "" otherwise */
     char architecture[64];  /* config.json's architectures[0], resident or not */
+    const char *chat_template;    /* atlas_engine_model's, copied: NULL when none */
+    const char *tool_call_format; /* likewise */
     /* While resident (else "" and 0), as atlas_model_get_info says: */
     char dtype[8];          /* of the weights in the files ("BF16", ..., "mixed") */
     int64_t n_params;

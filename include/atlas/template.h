@@ -36,11 +36,21 @@ extern "C" {
 typedef struct atlas_template atlas_template;
 struct json_t; /* jansson's */
 
-/* Loads DIR/tokenizer_config.json (chat_template, bos_token, eos_token) or, when it has no
- * chat_template, DIR/chat_template.jinja. Named templates are all kept; render picks
- * "tool_use" when tools are given and it exists, else "default" (as transformers does).
- * ATLAS_ERR_NOT_FOUND when the directory has no template. Free with atlas_template_free. */
+/* Loads DIR/chat_template.jinja or, when there is none, DIR/tokenizer_config.json's
+ * chat_template (the file wins, as in transformers), with the config's bos_token and
+ * eos_token. Named templates are all kept; render picks "tool_use" when tools are given and
+ * it exists, else "default" (as transformers does). ATLAS_ERR_NOT_FOUND when the directory
+ * has no template. Free with atlas_template_free. */
 ATLAS_API atlas_status atlas_template_load(const char *dir, atlas_template **out);
+
+/* An operator's replacement template for the model in dir: file is a Jinja file, a
+ * tokenizer_config.json (any name ending in ".json": its chat_template), or a directory
+ * holding either (as atlas_template_load reads one). The special tokens are still dir's
+ * tokenizer_config.json's (dir NULL: none). Errors name the file, and for a template that
+ * does not parse, its line:column (ATLAS_ERR_FORMAT); ATLAS_ERR_NOT_FOUND when file does
+ * not exist or holds no template. Free with atlas_template_free. */
+ATLAS_API atlas_status atlas_template_load_file(const char *dir, const char *file,
+                                                atlas_template **out);
 
 /* Parses one template from source. name is used in error messages (NULL: "template");
  * bos/eos may be NULL (then they render as ""). The strings are copied. */

@@ -46,6 +46,14 @@ ATLAS_API atlas_toolcall_format atlas_toolcall_format_detect(const char *templat
 /* "hermes", "llama3", ...: a static string. */
 ATLAS_API const char *atlas_toolcall_format_name(atlas_toolcall_format format);
 
+/* The names atlas_toolcall_format_parse knows, comma-separated: "hermes, llama3, mistral,
+ * none" (a static string, for usage messages). */
+ATLAS_API const char *atlas_toolcall_format_names(void);
+
+/* The format named name (as atlas_toolcall_format_name spells it) in *out;
+ * ATLAS_ERR_INVALID naming it and the known names otherwise. */
+ATLAS_API atlas_status atlas_toolcall_format_parse(const char *name, atlas_toolcall_format *out);
+
 typedef struct atlas_toolcall_parser atlas_toolcall_parser;
 
 /* A streaming parser in *out, the caller's until atlas_toolcall_parser_free. */

@@ -4,6 +4,7 @@
  * then the caller's extra keyword arguments. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -97,56 +98,131 @@ static atlas_status load_config_templates(atlas_template *t, const json_t *ct, c
     return ATLAS_OK;
 }
 
-static atlas_status load_dir(atlas_template *t, const char *dir) {
+/* tokenizer_config.json at path as a JSON object in *out, or NULL when there is no file. */
+static atlas_status read_config(const char *path, json_t **out) {
+    *out = NULL;
+    if (!atlas_file_exists(path)) return ATLAS_OK;
+    json_error_t err;
+    char *text;
+    size_t len;
+    ATLAS_TRY(atlas_file_read(path, &text, &len));
+    json_t *cfg = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &err); /* model_max_length can be 1e30 */
+    free(text);
+    if (!cfg) return atlas_fail(ATLAS_ERR_FORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: expected a JSON object", path);
+    }
+    *out = cfg;
+    return ATLAS_OK;
+}
+
+static atlas_status load_specials(atlas_template *t, const json_t *cfg, const char *path) {
+    ATLAS_TRY(special_token(cfg, "bos_token", path, &t->bos));
+    ATLAS_TRY(special_token(cfg, "eos_token", path, &t->eos));
+    ATLAS_TRY(special_token(cfg, "unk_token", path, &t->unk));
+    return special_token(cfg, "pad_token", path, &t->pad);
+}
+
+/* A Jinja file as the default template; its errors name the file. */
+static atlas_status load_jinja(atlas_template *t, const char *path) {
+    char *src;
+    size_t len;
+    ATLAS_TRY(atlas_file_read(path, &src, &len));
+    atlas_status st = add_source(t, "default", src, path);
+    free(src);
+    return st;
+}
+
+/* The templates of tokenizer_config.json at path (its "chat_template"), if it has any. */
+static atlas_status load_config_file(atlas_template *t, const char *path, bool specials) {
+    json_t *cfg = NULL;
+    ATLAS_TRY(read_config(path, &cfg));
+    atlas_status st = ATLAS_OK;
+    if (cfg && specials) st = load_specials(t, cfg, path);
+    const json_t *ct = json_object_get(cfg, "chat_template");
+    if (st == ATLAS_OK && ct && !json_is_null(ct)) st = load_config_templates(t, ct, path);
+    json_decref(cfg);
+    return st;
+}
+
+/* chat_template.jinja wins over tokenizer_config.json's chat_template, as in transformers
+ * (newer checkpoints ship the file and keep an older template in the config). specials:
+ * read bos/eos/unk/pad from the config too. */
+static atlas_status load_dir(atlas_template *t, const char *dir, bool specials) {
     char path[4096], jinja[4096];
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "tokenizer_config.json"));
     ATLAS_TRY(atlas_path_join(jinja, sizeof jinja, dir, "chat_template.jinja"));
-    json_t *cfg = NULL;
-    if (atlas_file_exists(path)) {
-        json_error_t err;
-        char *text;
-        size_t len;
-        ATLAS_TRY(atlas_file_read(path, &text, &len));
-        cfg = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &err); /* model_max_length can be 1e30 */
-        free(text);
-        if (!cfg) return atlas_fail(ATLAS_ERR_FORMAT, "%s:%d:%d: %s", path, err.line, err.column, err.text);
-        if (!json_is_object(cfg)) {
+    if (atlas_file_exists(jinja)) {
+        if (specials) {
+            json_t *cfg = NULL;
+            ATLAS_TRY(read_config(path, &cfg));
+            atlas_status st = cfg ? load_specials(t, cfg, path) : ATLAS_OK;
             json_decref(cfg);
-            return atlas_fail(ATLAS_ERR_FORMAT, "%s: expected a JSON object", path);
+            ATLAS_TRY(st);
         }
+        return load_jinja(t, jinja);
     }
-    atlas_status st = ATLAS_OK;
-    if (cfg) {
-        if (st == ATLAS_OK) st = special_token(cfg, "bos_token", path, &t->bos);
-        if (st == ATLAS_OK) st = special_token(cfg, "eos_token", path, &t->eos);
-        if (st == ATLAS_OK) st = special_token(cfg, "unk_token", path, &t->unk);
-        if (st == ATLAS_OK) st = special_token(cfg, "pad_token", path, &t->pad);
-        const json_t *ct = json_object_get(cfg, "chat_template");
-        if (st == ATLAS_OK && ct && !json_is_null(ct)) st = load_config_templates(t, ct, path);
-    }
-    json_decref(cfg);
-    if (st == ATLAS_OK && t->n == 0 && atlas_file_exists(jinja)) {
-        char *src;
-        size_t len;
-        st = atlas_file_read(jinja, &src, &len);
-        if (st == ATLAS_OK) {
-            st = add_source(t, "default", src, jinja);
-            free(src);
-        }
-    }
-    if (st == ATLAS_OK && t->n == 0)
-        st = atlas_fail(ATLAS_ERR_NOT_FOUND, "%s: no chat_template in tokenizer_config.json and no chat_template.jinja", dir);
-    return st;
+    ATLAS_TRY(load_config_file(t, path, specials));
+    if (t->n == 0)
+        return atlas_fail(ATLAS_ERR_NOT_FOUND, "%s: no chat_template in tokenizer_config.json and no chat_template.jinja", dir);
+    return ATLAS_OK;
 }
 
 atlas_status atlas_template_load(const char *dir, atlas_template **out) {
     *out = NULL;
     atlas_template *t = calloc(1, sizeof *t);
     if (!t) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    atlas_status st = load_dir(t, dir);
+    atlas_status st = load_dir(t, dir, true);
     if (st != ATLAS_OK) {
         atlas_template_free(t);
         return atlas_fail_wrap(st, "loading the chat template of %s", dir);
+    }
+    *out = t;
+    return ATLAS_OK;
+}
+
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+/* The special tokens stay the model's: a replacement template renders with the tokens its
+ * tokenizer really has. */
+static atlas_status load_override(atlas_template *t, const char *dir, const char *file) {
+    if (dir) {
+        char path[4096];
+        json_t *cfg = NULL;
+        ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "tokenizer_config.json"));
+        ATLAS_TRY(read_config(path, &cfg));
+        atlas_status st = cfg ? load_specials(t, cfg, path) : ATLAS_OK;
+        json_decref(cfg);
+        ATLAS_TRY(st);
+    }
+    if (!atlas_file_exists(file)) return atlas_fail(ATLAS_ERR_NOT_FOUND, "%s: no such file or directory", file);
+    if (is_dir(file)) return load_dir(t, file, false);
+    if (ends_with(file, ".json")) {
+        ATLAS_TRY(load_config_file(t, file, false));
+        if (t->n == 0) return atlas_fail(ATLAS_ERR_NOT_FOUND, "%s: no chat_template", file);
+        return ATLAS_OK;
+    }
+    return load_jinja(t, file);
+}
+
+atlas_status atlas_template_load_file(const char *dir, const char *file, atlas_template **out) {
+    *out = NULL;
+    if (!file || !*file) return atlas_fail(ATLAS_ERR_INVALID, "atlas_template_load_file: no file");
+    atlas_template *t = calloc(1, sizeof *t);
+    if (!t) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    atlas_status st = load_override(t, dir, file);
+    if (st != ATLAS_OK) {
+        atlas_template_free(t);
+        return atlas_fail_wrap(st, "loading the chat template %s", file);
     }
     *out = t;
     return ATLAS_OK;

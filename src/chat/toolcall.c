@@ -89,6 +89,17 @@ const char *atlas_toolcall_format_name(atlas_toolcall_format f) {
     }
 }
 
+const char *atlas_toolcall_format_names(void) { return "hermes, llama3, mistral, none"; }
+
+atlas_status atlas_toolcall_format_parse(const char *name, atlas_toolcall_format *out) {
+    static const atlas_toolcall_format all[] = {ATLAS_TOOLCALL_HERMES, ATLAS_TOOLCALL_LLAMA3,
+                                                ATLAS_TOOLCALL_MISTRAL, ATLAS_TOOLCALL_NONE};
+    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
+        if (!strcmp(name, atlas_toolcall_format_name(all[i]))) return *out = all[i], ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_INVALID, "tool-call format '%.100s': not one of %s",
+                      name ? name : "(null)", atlas_toolcall_format_names());
+}
+
 /* ---- calls --------------------------------------------------------------------------- */
 static uint64_t next_rand(atlas_toolcall_parser *p) { /* xorshift64* */
     p->rng ^= p->rng >> 12;

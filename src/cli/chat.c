@@ -376,7 +376,7 @@ static int load_dir(chat *c, const char *dir) {
     if (atlas_cli_check_model("chat", dir)) return 1;
     char name[sizeof c->local];
     atlas_cli_model_name(dir, name, sizeof name);
-    atlas_engine_model mod = {name, dir};
+    atlas_engine_model mod = {.name = name, .dir = dir};
     atlas_engine_params p = atlas_cli_one_model(&mod, &c->dev);
     atlas_generation_defaults gen;
     if (atlas_model_generation_defaults(dir, &gen) != ATLAS_OK) {

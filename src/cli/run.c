@@ -363,7 +363,7 @@ static int run_engine(run_opts *o) {
         return 1;
     }
     sampler_defaults(o, &gen);
-    atlas_engine_model mod = {o->name, o->dir};
+    atlas_engine_model mod = {.name = o->name, .dir = o->dir};
     atlas_engine_params p = atlas_cli_one_model(&mod, &o->dev);
     if (o->batch) p.batch_tokens = o->batch;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);

@@ -17,6 +17,7 @@
 #include "atlas/engine.h"
 #include "atlas/parallel.h"
 #include "atlas/server.h"
+#include "atlas/toolcall.h"
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "cli/progress.h"
@@ -88,6 +89,14 @@ static void usage(FILE *f) {
             "                       (not GET) from another origin is refused with 403\n"
             "  --allowed-hosts H    Host names answered besides localhost and the bound\n"
             "                       address (comma-separated, or *); others get 403\n"
+            "  --chat-template [NAME=]FILE  render chats with this template instead of the\n"
+            "                       model's (a Jinja file, a tokenizer_config.json, or a\n"
+            "                       directory holding chat_template.jinja or one): for every\n"
+            "                       model, or with NAME= for that model only (repeatable);\n"
+            "                       read at start, one that does not parse stops it\n"
+            "  --tool-call-format [NAME=]F  parse tool calls as F instead of the format found\n"
+            "                       from the template: hermes, llama3, mistral or none; every\n"
+            "                       model, or with NAME= that one (repeatable)\n"
             "  --reasoning-format auto|none  auto (default): a thinking template's\n"
             "                       <think>...</think> is answered as reasoning_content;\n"
             "                       none: left in content\n"
@@ -185,6 +194,8 @@ typedef struct serve_args {
     atlas_server_params sp;
     int tp; /* --tensor-parallel */
     const char *aliases[MAX_MODELS]; /* --alias NAME=MODEL, as given */
+    const char *templates[MAX_MODELS], *formats[MAX_MODELS]; /* [NAME=]VALUE, as given */
+    int n_templates, n_formats;
 } serve_args;
 
 static char *keep(serve_args *a, char *s) {
@@ -301,6 +312,67 @@ static int add_alias(serve_args *a, const char *spec) {
     return 0;
 }
 
+static int add_override(const char *opt, const char *spec, const char **list, int *n) {
+    if (*n == MAX_MODELS) {
+        fprintf(stderr, "atlas serve: %s: given more than %d times\n", opt, MAX_MODELS);
+        return -2;
+    }
+    list[(*n)++] = spec;
+    return 0;
+}
+
+/* The model [NAME=]VALUE names (NULL: every model, value the whole spec).  A spec whose
+ * NAME is not a served model is a FILE with '=' in it, if one exists by that name. */
+static atlas_engine_model *override_target(serve_args *a, const char *opt, const char *spec,
+                                           const char **value, bool file, int *bad) {
+    const char *eq = strchr(spec, '=');
+    *value = spec;
+    *bad = 0;
+    if (!eq) return NULL;
+    for (int i = 0; i < a->n_models; i++)
+        if (strlen(a->models[i].name) == (size_t)(eq - spec) &&
+            !strncmp(a->models[i].name, spec, (size_t)(eq - spec))) {
+            *value = eq + 1;
+            return &a->models[i];
+        }
+    struct stat sb;
+    if (file && stat(spec, &sb) == 0) return NULL;
+    fprintf(stderr, "atlas serve: %s '%s': no served model is named '%.*s'\n", opt, spec,
+            (int)(eq - spec), spec);
+    *bad = 1;
+    return NULL;
+}
+
+/* --chat-template and --tool-call-format onto the models, once all are known: a NAME=
+ * one wins over one for every model, whatever their order. */
+static int apply_overrides(serve_args *a) {
+    for (int pass = 0; pass < 2; pass++) {
+        bool file = pass == 0;
+        const char *opt = file ? "--chat-template" : "--tool-call-format";
+        const char **list = file ? a->templates : a->formats;
+        int n = file ? a->n_templates : a->n_formats, bad;
+        for (int k = 0; k < 2; k++) /* every model first, then NAME= ones over them */
+            for (int i = 0; i < n; i++) {
+                const char *v;
+                atlas_engine_model *m = override_target(a, opt, list[i], &v, file, &bad);
+                if (bad) return 2;
+                if ((m != NULL) != (k == 1)) continue;
+                atlas_toolcall_format f;
+                if (!file && atlas_toolcall_format_parse(v, &f) != ATLAS_OK) {
+                    fprintf(stderr, "atlas serve: %s: %s\n", opt, atlas_last_error());
+                    return 2;
+                }
+                for (int j = 0; j < a->n_models; j++) {
+                    atlas_engine_model *t = m ? m : &a->models[j];
+                    if (file) t->chat_template = v;
+                    else t->tool_call_format = v;
+                    if (m) break;
+                }
+            }
+    }
+    return 0;
+}
+
 static const char *const serve_options[] = {
     "-h", "--help", "--model", "-m", "--models-dir", "--alias", "--host", "--port", "--api-key",
     "--max-resident", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
@@ -309,7 +381,8 @@ static const char *const serve_options[] = {
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels",
-    "--no-memory-check", "--responses-max", "--responses-ttl", NULL};
+    "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
+    "--tool-call-format", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -334,6 +407,10 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (!strcmp(o, "--model") || !strcmp(o, "-m")) bad = add_model(a, v) ? -2 : 0;
         else if (!strcmp(o, "--models-dir")) bad = add_models_dir(a, v);
         else if (!strcmp(o, "--alias")) bad = add_alias(a, v);
+        else if (!strcmp(o, "--chat-template"))
+            bad = add_override(o, v, a->templates, &a->n_templates);
+        else if (!strcmp(o, "--tool-call-format"))
+            bad = add_override(o, v, a->formats, &a->n_formats);
         else if (!strcmp(o, "--host")) a->sp.host = v;
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
@@ -574,6 +651,7 @@ int atlas_cli_serve(int argc, char **argv) {
         return 1;
     }
     if (rc == 0 && a.n_models == 0) rc = add_model(&a, atlas_cli_default_model()) ? 2 : 0;
+    if (rc == 0) rc = apply_overrides(&a);
     if (rc) {
         for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
         return rc == 1 ? 0 : 2;

@@ -13,6 +13,7 @@
 #include <utf8proc.h>
 
 #include "atlas/host.h"
+#include "atlas/toolcall.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memdir.h"
@@ -111,6 +112,10 @@ static atlas_status params_check(const atlas_engine_params *p) {
             return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name and dir required", i);
         if (atlas_engine_check_name(m->name) != ATLAS_OK)
             return atlas_fail_wrap(ATLAS_ERR_INVALID, "engine: models[%d]", i);
+        atlas_toolcall_format f;
+        if (m->tool_call_format && *m->tool_call_format &&
+            atlas_toolcall_format_parse(m->tool_call_format, &f) != ATLAS_OK)
+            return atlas_fail_wrap(ATLAS_ERR_INVALID, "engine: model '%s'", m->name);
         for (int j = 0; j < i; j++)
             if (!strcmp(p->models[j].name, m->name))
                 return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name '%s' used twice",
@@ -149,6 +154,22 @@ static size_t weight_file_bytes(const char *dir) {
     return total;
 }
 
+/* The operator's template is read now, so that one that does not parse stops the start
+ * (naming its file and line) instead of failing every chat request later. */
+static atlas_status model_overrides(eng_model *md, const atlas_engine_model *src) {
+    if (src->tool_call_format && *src->tool_call_format &&
+        !(md->tool_call_format = strdup(src->tool_call_format)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
+    if (!src->chat_template) return ATLAS_OK;
+    if (!(md->chat_template = strdup(src->chat_template)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
+    atlas_status st = atlas_template_load_file(src->dir, src->chat_template, &md->tmpl);
+    if (st != ATLAS_OK) return atlas_fail_wrap(st, "engine: model '%s'", src->name);
+    md->tmpl_tried = 1;
+    md->tmpl_st = ATLAS_OK;
+    return ATLAS_OK;
+}
+
 static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model *src) {
     eng_model *md = &e->models[i];
     md->name = strdup(src->name);
@@ -165,7 +186,7 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
                           "model's maximum of %d tokens", src->name, e->p.ctx_size, md->max_ctx);
     md->ctx = e->p.ctx_size ? e->p.ctx_size : md->max_ctx;
     md->weight_bytes = weight_file_bytes(src->dir);
-    return ATLAS_OK;
+    return model_overrides(md, src);
 }
 
 static void format_bytes(char *buf, size_t cap, size_t b) {
@@ -258,6 +279,8 @@ static void model_destroy(eng_model *md) {
     atlas_template_free(md->tmpl);
     free(md->name);
     free(md->dir);
+    free(md->chat_template);
+    free(md->tool_call_format);
     free(md->running);
 }
 
@@ -643,6 +666,8 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         snprintf(out[i].note, sizeof out[i].note, "%s", md->ctx_note);
         model_state(md, &out[i]);
         snprintf(out[i].architecture, sizeof out[i].architecture, "%s", md->cfg.architecture);
+        out[i].chat_template = md->chat_template;
+        out[i].tool_call_format = md->tool_call_format;
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);

@@ -87,6 +87,8 @@ struct atlas_request_handle {
 
 typedef struct eng_model {
     char *name, *dir;
+    char *chat_template;    /* atlas_engine_model's, copied (NULL: none) */
+    char *tool_call_format; /* likewise */
     atlas_config cfg;
     int ctx;                /* tokens per sequence */
     int max_ctx;            /* the model's own maximum (atlas_config_max_context) */

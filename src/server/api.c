@@ -52,14 +52,20 @@ const char *atlas_api_alias(const atlas_server *s, const char *name) {
     return NULL;
 }
 
-/* The tool-call format of a model: from its template, else its architecture. */
+/* The tool-call format of a model: the operator's, else from its template, else its
+ * architecture. */
 static atlas_toolcall_format tool_format(atlas_server *s, const char *model,
                                          const atlas_template *tmpl) {
     atlas_engine_model_status ms[64];
     int n = atlas_engine_models(s->engine, ms, 64);
     const char *arch = NULL; /* config.json's, as the engine read it */
-    for (int i = 0; i < n && i < 64; i++)
-        if (!strcmp(ms[i].name, model) && ms[i].architecture[0]) arch = ms[i].architecture;
+    for (int i = 0; i < n && i < 64; i++) {
+        if (strcmp(ms[i].name, model)) continue;
+        atlas_toolcall_format f; /* checked by atlas_engine_create */
+        if (ms[i].tool_call_format && atlas_toolcall_format_parse(ms[i].tool_call_format, &f) == ATLAS_OK)
+            return f;
+        if (ms[i].architecture[0]) arch = ms[i].architecture;
+    }
     return atlas_toolcall_format_detect(tmpl ? atlas_template_source(tmpl) : NULL, arch);
 }
 

@@ -173,7 +173,10 @@ void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas
 static json_t *capabilities(const atlas_engine_model_status *m, const atlas_template *tmpl) {
     const char *src = tmpl ? atlas_template_source(tmpl) : NULL;
     json_t *caps = json_pack("[s]", "completion");
-    if (src && atlas_toolcall_format_detect(src, m->architecture) != ATLAS_TOOLCALL_NONE)
+    atlas_toolcall_format f = src ? atlas_toolcall_format_detect(src, m->architecture)
+                                  : ATLAS_TOOLCALL_NONE;
+    if (m->tool_call_format) atlas_toolcall_format_parse(m->tool_call_format, &f);
+    if (f != ATLAS_TOOLCALL_NONE)
         json_array_append_new(caps, json_string("tools"));
     if (src && atlas_reasoning_template_thinks(src))
         json_array_append_new(caps, json_string("thinking"));
