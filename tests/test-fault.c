@@ -456,7 +456,9 @@ static void wait_backoff(atlas_engine *e, int i) {
 static atlas_engine *two_models(void) {
     char llama[1024];
     snprintf(llama, sizeof llama, "%s", harness_data_path("tiny-llama3"));
-    atlas_engine_model models[] = {{.name = "default", .dir = default_dir}, {.name = "llama", .dir = llama}};
+    atlas_engine_model models[] = {
+        {.name = "default", .dir = default_dir},
+        {.name = "llama", .dir = llama}};
     atlas_engine_params p = engine_params(models, 2);
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));

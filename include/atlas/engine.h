@@ -18,8 +18,9 @@
  * Model residency: up to max_resident models (as many as fit the memory budget) stay
  * loaded; a request for a model that is not resident waits in the queue while the scheduler
  * lets the least recently used model's running sequences finish (or pauses them after
- * drain_timeout_ms), releases it, loads the requested one and goes on.  A failed load ends
- * the requests that wanted that model with an error and leaves the others served.
+ * drain_timeout_ms), releases it, loads the requested one and goes on (a pinned model is
+ * never the one released).  A model idle for its keep-alive is released too.  A failed
+ * load ends the requests that wanted that model with an error and leaves the others served.
  *
  * Releasing a model follows the handle contract of atlas/model.h: every running request
  * holds a handle on its model (atlas_model_ref when it is admitted, atlas_model_unref when it
@@ -64,6 +65,16 @@ typedef struct atlas_constraint atlas_constraint; /* atlas/constraint.h */
 
 /* ---- creating an engine ----------------------------------------------------------------- */
 
+/* Keep-alive, as Ollama means it: how long a model stays resident once no request runs on
+ * it or waits for it.  Milliseconds (> 0), or one of these. */
+enum {
+    ATLAS_KEEP_ALIVE_DEFAULT = 0,  /* the model's setting (in params: forever) */
+    ATLAS_KEEP_ALIVE_FOREVER = -1, /* until a swap or an unload needs its place */
+    ATLAS_KEEP_ALIVE_NONE = -2,    /* released as soon as its requests have ended */
+};
+
+/* A model and its own settings.  Every setting is 0 for the engine params' value, so a
+ * zero-initialised entry with a name and a directory is a model served as the params say. */
 typedef struct atlas_engine_model {
     const char *name; /* the id requests use, e.g. "qwen3-8b" (atlas_engine_check_name) */
     const char *dir;  /* Hugging Face model directory */
@@ -76,7 +87,19 @@ typedef struct atlas_engine_model {
      * architecture.  Else one atlas_toolcall_format_parse knows ("hermes", "llama3",
      * "mistral", "none"), checked by atlas_engine_create. */
     const char *tool_call_format;
+    int ctx_size;     /* tokens per sequence (params.ctx_size) */
+    int parallel;     /* most running sequences (params.parallel) */
+    size_t kv_memory; /* bytes of its KV pool (params.kv_memory) */
+    int batch_tokens; /* token budget of its steps (params.batch_tokens) */
+    int pinned;       /* 1: never released to make room for another model, nor by its
+                         keep-alive; only atlas_engine_unload releases it */
+    int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
 } atlas_engine_model;
+
+/* A keep-alive as Ollama takes it: a number of seconds, or a Go duration ("5m", "1h30m",
+ * "90s", "250ms"; a bare number is seconds); negative is forever, 0 is
+ * ATLAS_KEEP_ALIVE_NONE.  ATLAS_ERR_INVALID for anything else.  Pure. */
+ATLAS_API atlas_status atlas_engine_parse_keep_alive(const char *text, int64_t *out_ms);
 
 /* The longest model name in bytes: what the server's access log and the load line hold
  * whole. */
@@ -166,6 +189,8 @@ typedef struct atlas_engine_params {
     void *on_residency_user; /* on_residency's first argument */
     int no_memory_check;  /* 1: load models even when the check before reading the weights
                              finds too little memory (atlas_model_params.no_memory_check) */
+    int64_t keep_alive_ms; /* the models' keep-alive (atlas_engine_model.keep_alive_ms);
+                             0 (default): forever */
 } atlas_engine_params;
 
 /* The defaults above (no models).  Pure. */
@@ -216,6 +241,10 @@ typedef struct atlas_request {
      * requests of the same salt, byte for byte (vLLM's cache_salt); a request without one
      * shares only with others without one.  At most ATLAS_ENGINE_MAX_CACHE_SALT bytes. */
     const char *cache_salt;
+    /* 0: the model's keep-alive.  Else (ATLAS_KEEP_ALIVE_FOREVER, _NONE or milliseconds) the
+     * model's keep-alive from this request on, until a later request sets another, as
+     * Ollama's keep_alive does.  Has no effect on a pinned model. */
+    int64_t keep_alive_ms;
 } atlas_request;
 
 enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20, ATLAS_ENGINE_MAX_CACHE_SALT = 256 };
@@ -300,6 +329,11 @@ ATLAS_API void atlas_engine_handle_free(atlas_request_handle *h);
  * ATLAS_ERR_NOT_FOUND for an unknown name. */
 ATLAS_API atlas_status atlas_engine_load(atlas_engine *e, const char *name);
 
+/* Sets the model's keep-alive from now on, as a request's keep_alive_ms does (0: back to
+ * its setting); ATLAS_ERR_NOT_FOUND for an unknown name. */
+ATLAS_API atlas_status atlas_engine_keep_alive(atlas_engine *e, const char *name,
+                                               int64_t keep_alive_ms);
+
 /* Releases the model now when no request runs on it, and waits for that: ATLAS_OK (not
  * resident: ATLAS_OK too).  With requests running on it the release is refused:
  * ATLAS_ERR_BUSY, nothing released, and the message says how many ("model 'NAME' has N
@@ -336,6 +370,15 @@ typedef struct atlas_engine_model_status {
     double retry_in_s;      /* failed: seconds until a request tries to load it again
                                (sooner when its files change; 0: the next one does) */
     int failed_loads;       /* failed loads in a row (0 once one succeeds) */
+    /* Its settings (atlas_engine_model, the params' filled in): */
+    int parallel;
+    int batch_tokens;
+    int pinned;
+    int64_t keep_alive_ms;  /* as set, ATLAS_KEEP_ALIVE_FOREVER or _NONE or ms */
+    int64_t keep_alive_now_ms; /* what holds now (the last request's, else as set) */
+    double expires_in_s;    /* resident and idle with a timed keep-alive: seconds until its
+                               release; else -1 */
+    char kv_dtype[8];       /* its KV cache's element type: "bf16" (GPU), "f32" (CPU) */
 } atlas_engine_model_status;
 
 /* Fills the caller's out[0 .. min(cap, n)) and returns n, the number of configured models

@@ -84,6 +84,23 @@ atlas_status atlas_engine_check_name(const char *name) {
     return ATLAS_OK;
 }
 
+/* A model's own settings, each checked as the params' one is, naming the model. */
+static atlas_status model_settings_check(const atlas_engine_params *p,
+                                         const atlas_engine_model *m) {
+    int par = m->parallel ? m->parallel : p->parallel;
+    int bt = m->batch_tokens ? m->batch_tokens : p->batch_tokens;
+    if (m->parallel < 0 || m->ctx_size < 0 || m->batch_tokens < 0 ||
+        m->keep_alive_ms < ATLAS_KEEP_ALIVE_NONE)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': parallel %d, ctx_size %d, "
+                          "batch_tokens %d, keep_alive_ms %lld: out of range", m->name,
+                          m->parallel, m->ctx_size, m->batch_tokens,
+                          (long long)m->keep_alive_ms);
+    if (bt < par)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': batch_tokens %d must hold one "
+                          "decode token of each of the %d parallel sequences", m->name, bt, par);
+    return ATLAS_OK;
+}
+
 static atlas_status params_check(const atlas_engine_params *p) {
     if (p->n_models < 1 || !p->models)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: no models configured");
@@ -106,10 +123,14 @@ static atlas_status params_check(const atlas_engine_params *p) {
         return atlas_fail(ATLAS_ERR_INVALID, "engine: batch_tokens %d must hold one decode "
                           "token of each of the %d parallel sequences", p->batch_tokens,
                           p->parallel);
+    if (p->keep_alive_ms < ATLAS_KEEP_ALIVE_NONE)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: keep_alive_ms %lld: out of range",
+                          (long long)p->keep_alive_ms);
     for (int i = 0; i < p->n_models; i++) {
         const atlas_engine_model *m = &p->models[i];
         if (!m->name || !*m->name || !m->dir)
             return atlas_fail(ATLAS_ERR_INVALID, "engine: models[%d]: name and dir required", i);
+        ATLAS_TRY(model_settings_check(p, m));
         if (atlas_engine_check_name(m->name) != ATLAS_OK)
             return atlas_fail_wrap(ATLAS_ERR_INVALID, "engine: models[%d]", i);
         atlas_toolcall_format f;
@@ -174,17 +195,25 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
     eng_model *md = &e->models[i];
     md->name = strdup(src->name);
     md->dir = strdup(src->dir);
-    md->running = calloc((size_t)e->p.parallel, sizeof *md->running);
+    md->parallel = src->parallel ? src->parallel : e->p.parallel;
+    md->batch_tokens = src->batch_tokens ? src->batch_tokens : e->p.batch_tokens;
+    md->kv_memory = src->kv_memory ? src->kv_memory : e->p.kv_memory;
+    md->pinned = src->pinned != 0;
+    md->keep_ms = src->keep_alive_ms ? src->keep_alive_ms
+                  : e->p.keep_alive_ms ? e->p.keep_alive_ms : ATLAS_KEEP_ALIVE_FOREVER;
+    md->keep_now_ms = md->keep_ms;
+    md->running = calloc((size_t)md->parallel, sizeof *md->running);
     if (!md->name || !md->dir || !md->running)
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
     atlas_status st = atlas_config_load(src->dir, &md->cfg);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "engine: model '%s'", src->name);
     long max_ctx = atlas_config_max_context(&md->cfg);
     md->max_ctx = max_ctx < INT32_MAX / 2 ? (int)max_ctx : INT32_MAX / 2;
-    if (e->p.ctx_size > md->max_ctx)
+    int ctx = src->ctx_size ? src->ctx_size : e->p.ctx_size;
+    if (ctx > md->max_ctx)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': ctx_size %d exceeds the "
-                          "model's maximum of %d tokens", src->name, e->p.ctx_size, md->max_ctx);
-    md->ctx = e->p.ctx_size ? e->p.ctx_size : md->max_ctx;
+                          "model's maximum of %d tokens", src->name, ctx, md->max_ctx);
+    md->ctx = ctx ? ctx : md->max_ctx;
     md->weight_bytes = weight_file_bytes(src->dir);
     return model_overrides(md, src);
 }
@@ -242,11 +271,11 @@ static void size_pools(atlas_engine *e) {
         heavy += e->models[best].weight_bytes;
     }
     free(taken);
-    size_t share = e->p.kv_memory;
-    if (!share && e->budget) {
+    size_t share = 0;
+    if (e->budget) {
         size_t used = heavy + (size_t)k * WORKSPACE;
         share = e->budget > used ? (e->budget - used) / (size_t)k : 0;
-    } else if (!share) {
+    } else {
         share = ram_share / (size_t)k;
     }
     int bs = e->p.kv_block_size;
@@ -254,10 +283,12 @@ static void size_pools(atlas_engine *e) {
         eng_model *md = &e->models[i];
         md->kv_token_bytes = 2 * (gpu ? 2 : 4) * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
                              md->cfg.head_dim; /* bf16 on a GPU, fp32 on the CPU */
+        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", gpu ? "bf16" : "f32");
         long per_seq = (md->ctx + bs - 1) / bs;
+        size_t mine = md->kv_memory ? md->kv_memory : share;
         long blocks = e->p.kv_blocks ? e->p.kv_blocks
-                                     : (long)(share / (md->kv_token_bytes * (size_t)bs));
-        if (!e->p.kv_blocks && blocks > per_seq * e->p.parallel) blocks = per_seq * e->p.parallel;
+                                     : (long)(mine / (md->kv_token_bytes * (size_t)bs));
+        if (!e->p.kv_blocks && blocks > per_seq * md->parallel) blocks = per_seq * md->parallel;
         if (blocks > INT32_MAX / bs) blocks = INT32_MAX / bs;
         if (blocks < 1) blocks = 1; /* the load then fails: its weights leave no room */
         md->kv_blocks = (int)blocks;
@@ -480,6 +511,9 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
     if (r->cache_salt && strlen(r->cache_salt) > ATLAS_ENGINE_MAX_CACHE_SALT)
         return atlas_fail(ATLAS_ERR_INVALID, "request: cache_salt is %zu bytes long: at most "
                           "%d", strlen(r->cache_salt), ATLAS_ENGINE_MAX_CACHE_SALT);
+    if (r->keep_alive_ms < ATLAS_KEEP_ALIVE_NONE)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: keep_alive_ms %lld: out of range",
+                          (long long)r->keep_alive_ms);
     if (r->top_logprobs < 0 || r->top_logprobs > ATLAS_ENGINE_MAX_TOP_LOGPROBS)
         return atlas_fail(ATLAS_ERR_INVALID, "request: top_logprobs %d outside 0..%d",
                           r->top_logprobs, ATLAS_ENGINE_MAX_TOP_LOGPROBS);
@@ -514,6 +548,7 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->stop_id = -1;
     s->plan = -1;
     s->t_submit = atlas_engine_now();
+    s->keep_alive_ms = r->keep_alive_ms;
     s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
     s->stop_ids = malloc((size_t)(r->n_stop_ids + 1) * sizeof *s->stop_ids);
     s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
@@ -650,6 +685,21 @@ static void model_state(const eng_model *md, atlas_engine_model_status *out) {
     if (!md->m && md->fail_count > 0 && left > 0) out->retry_in_s = left;
 }
 
+/* Its settings and, while it waits out a timed keep-alive, the time left; under e->mu. */
+static void model_settings(const eng_model *md, atlas_engine_model_status *out) {
+    out->parallel = md->parallel;
+    out->batch_tokens = md->batch_tokens;
+    out->pinned = md->pinned;
+    out->keep_alive_ms = md->keep_ms;
+    out->keep_alive_now_ms = md->keep_now_ms;
+    snprintf(out->kv_dtype, sizeof out->kv_dtype, "%s", md->kv_dtype);
+    out->expires_in_s = -1;
+    if (md->m && !md->pinned && md->idle_since > 0 && md->keep_now_ms > 0) {
+        double left = md->idle_since + md->keep_now_ms / 1e3 - atlas_engine_now();
+        out->expires_in_s = left > 0 ? left : 0;
+    }
+}
+
 int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_models && i < cap; i++) {
@@ -668,6 +718,7 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         snprintf(out[i].architecture, sizeof out[i].architecture, "%s", md->cfg.architecture);
         out[i].chat_template = md->chat_template;
         out[i].tool_call_format = md->tool_call_format;
+        model_settings(md, &out[i]);
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);

@@ -83,6 +83,7 @@ struct atlas_request_handle {
     char *message;     /* ERROR; malloc'd */
     int stop_string;   /* index into stop, -1 */
     int32_t stop_id;
+    int64_t keep_alive_ms; /* atlas_request.keep_alive_ms */
 };
 
 typedef struct eng_model {
@@ -91,6 +92,12 @@ typedef struct eng_model {
     char *tool_call_format; /* likewise */
     atlas_config cfg;
     int ctx;                /* tokens per sequence */
+    int parallel;           /* most running sequences */
+    int batch_tokens;       /* token budget of one step */
+    size_t kv_memory;       /* bytes of KV pool asked (0: a share of the budget) */
+    int pinned;             /* never released for a swap nor by keep-alive */
+    int64_t keep_ms;        /* keep-alive as set (ATLAS_KEEP_ALIVE_FOREVER, _NONE or ms) */
+    char kv_dtype[8];       /* "bf16" or "f32" */
     int max_ctx;            /* the model's own maximum (atlas_config_max_context) */
     int kv_blocks;          /* pool size asked of the model */
     size_t weight_bytes;    /* of its files, before loading */
@@ -122,6 +129,12 @@ typedef struct eng_model {
     double computed_at;     /* draining: when a sequence was last seen computing its prompt
                                (or recomputing); the pause waits drain_timeout_ms after it */
     int unload_asked;       /* an unload was refused: released once its requests end */
+    int64_t keep_now_ms;    /* the keep-alive that holds now: the last admitted request's */
+    double idle_since;      /* resident with no request running or waiting: since when; 0
+                               while busy */
+    int expiring;           /* its release runs because its keep-alive ran out */
+    int served;             /* a request was admitted since its load (keep-alive "none"
+                               releases only after one) */
     uint64_t last_used;
     char last_error[256];
     /* a failed load is remembered: requests fail at once until fail_until (1, 2, 4 ... 60 s
@@ -207,6 +220,8 @@ void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, con
 int atlas_engine_do_commands(atlas_engine *e);
 /* Makes the model wanted next resident (draining and releasing another); 1: did something. */
 int atlas_engine_do_residency(atlas_engine *e);
+/* Releases the resident models idle for longer than their keep-alive; 1: released one. */
+int atlas_engine_do_keep_alive(atlas_engine *e);
 
 /* step.c */
 /* One step of md (nothing when it has no running sequence: returns 0).  Under e->mu,

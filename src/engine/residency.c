@@ -61,6 +61,7 @@ static const char *release_reason(const atlas_engine *e, const eng_model *md,
     *other = NULL;
     if (e->stop) return "shutdown";
     if (md->unload_asked || has_cmd(e, CMD_UNLOAD, (int)(md - e->models))) return "unload";
+    if (md->expiring) return "keep_alive";
     int w = wanted_model(e);
     if (w >= 0) *other = e->models[w].name;
     return "swap";
@@ -114,6 +115,9 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
                                 .error = st == ATLAS_OK ? "" : md->last_error};
     ev.reason = release_reason(e, md, &ev.other);
     md->unload_asked = 0;
+    md->expiring = 0;
+    md->served = 0;
+    md->idle_since = 0;
     md->draining = 0;
     md->drain_since = 0;
     md->computed_at = 0;
@@ -165,7 +169,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.n_threads = e->p.n_threads;
     mp.kv_blocks = md->kv_blocks;
     mp.kv_block_size = e->p.kv_block_size;
-    mp.max_batch_tokens = e->p.batch_tokens;
+    mp.max_batch_tokens = md->batch_tokens;
     mp.load_tokenizer = 0; /* the engine keeps its own, resident or not */
     mp.no_memory_check = e->p.no_memory_check;
     load_progress lp = {&e->p, md->name};
@@ -175,12 +179,12 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     int bs = atlas_model_kv_block_size(m), nb = atlas_model_kv_blocks(m);
     atlas_status st = ATLAS_OK;
     if (bs != e->p.kv_block_size || (long)nb * bs < md->ctx ||
-        atlas_model_max_batch_tokens(m) < e->p.batch_tokens ||
+        atlas_model_max_batch_tokens(m) < md->batch_tokens ||
         atlas_model_vocab_size(m) != md->cfg.vocab_size)
         st = atlas_fail(ATLAS_ERR_INTERNAL, "model gave %d KV blocks of %d tokens, batches of "
                         "%d, vocab %d; the engine asked %d of %d, %d, %d", nb, bs,
                         atlas_model_max_batch_tokens(m), atlas_model_vocab_size(m),
-                        md->kv_blocks, e->p.kv_block_size, e->p.batch_tokens,
+                        md->kv_blocks, e->p.kv_block_size, md->batch_tokens,
                         md->cfg.vocab_size);
     if (st != ATLAS_OK) {
         char msg[512];
@@ -364,7 +368,7 @@ static int lru_victim(const atlas_engine *e, int except) {
     int v = -1;
     for (int i = 0; i < e->n_models; i++) {
         const eng_model *md = &e->models[i];
-        if (i == except || !md->m) continue;
+        if (i == except || !md->m || md->pinned) continue;
         if (v < 0 || md->last_used < e->models[v].last_used) v = i;
     }
     return v;
@@ -480,7 +484,14 @@ int atlas_engine_do_residency(atlas_engine *e) {
     int released = -1;
     while (!fits(e, want)) {
         int v = lru_victim(e, want);
-        if (v < 0) return 0; /* cannot happen: max_resident >= 1 and the size fits alone */
+        if (v < 0) { /* every resident model is pinned: no room will come */
+            char msg[512];
+            snprintf(msg, sizeof msg, "cannot make room for model '%s': every resident model "
+                     "is pinned (unload one, or raise --max-resident)", wm->name);
+            tell_failed(e, wm, 0, msg);
+            fail_model_requests(e, want, ATLAS_ERR_UNAVAILABLE, msg);
+            return 1;
+        }
         eng_model *vm = &e->models[v];
         vm->draining = 1;
         atlas_status st = atlas_engine_release_model(e, vm);
@@ -510,3 +521,31 @@ int atlas_engine_do_residency(atlas_engine *e) {
     return 1;
 }
 
+
+/* ---- keep-alive ------------------------------------------------------------------------- */
+
+/* Whether md, resident and idle, has outlived its keep-alive (stamping when it became
+ * idle).  A pinned model has none; "none" releases once a request has run on it since its
+ * load, so a load by hand stays until its first request ends.  Under e->mu. */
+static int keep_alive_over(eng_model *md, double now) {
+    if (!md->m || md->pinned || md->draining || md->loading || md->n_running > 0 ||
+        md->n_waiting > 0) {
+        md->idle_since = 0;
+        return 0;
+    }
+    if (md->idle_since == 0) md->idle_since = now;
+    if (md->keep_now_ms == ATLAS_KEEP_ALIVE_NONE) return md->served;
+    return md->keep_now_ms > 0 && (now - md->idle_since) * 1e3 >= (double)md->keep_now_ms;
+}
+
+int atlas_engine_do_keep_alive(atlas_engine *e) {
+    double now = atlas_engine_now();
+    for (int i = 0; i < e->n_models; i++) {
+        eng_model *md = &e->models[i];
+        if (!keep_alive_over(md, now)) continue;
+        md->expiring = 1;
+        if (atlas_engine_release_model(e, md) == ATLAS_OK) return 1;
+        md->expiring = 0; /* refused: a handle is still out; tried again once it is back */
+    }
+    return 0;
+}

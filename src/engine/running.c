@@ -171,7 +171,7 @@ int atlas_engine_admit(atlas_engine *e) {
         seq *s = e->waiting[i];
         eng_model *md = &e->models[s->model];
         int need = md->m ? atlas_kv_blocks_for(&md->pool, s->n_tokens + 1) : 0;
-        if (!md->m || md->draining || blocked[s->model] || md->n_running >= e->p.parallel ||
+        if (!md->m || md->draining || blocked[s->model] || md->n_running >= md->parallel ||
             atlas_kv_pool_free(&md->pool) - reserved[s->model] < need) {
             if (md->m) blocked[s->model] = 1;
             i++;
@@ -184,6 +184,8 @@ int atlas_engine_admit(atlas_engine *e) {
         s->state = SEQ_RUNNING;
         s->order = ++e->clock;
         if (s->t_admit == 0) s->t_admit = atlas_engine_now();
+        md->keep_now_ms = s->keep_alive_ms ? s->keep_alive_ms : md->keep_ms;
+        md->served = 1;
         md->running[md->n_running++] = s;
         n++;
     }

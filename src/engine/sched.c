@@ -17,7 +17,10 @@
 /* ---- the thread ------------------------------------------------------------------------- */
 
 static atlas_status alloc_buffers(atlas_engine *e) {
-    size_t n = (size_t)e->p.batch_tokens + 1;
+    int most = 0; /* the largest step of any model */
+    for (int i = 0; i < e->n_models; i++)
+        if (e->models[i].batch_tokens > most) most = e->models[i].batch_tokens;
+    size_t n = (size_t)most + 1;
     e->plan = calloc(n, sizeof *e->plan);
     e->b_tokens = malloc(n * sizeof(int32_t));
     e->b_pos = malloc(n * sizeof(int32_t));
@@ -51,6 +54,7 @@ void *atlas_engine_sched_main(void *arg) {
         worked |= atlas_engine_do_commands(e);
         worked |= atlas_engine_do_residency(e);
         worked |= atlas_engine_admit(e);
+        worked |= atlas_engine_do_keep_alive(e);
         for (int k = 0; k < e->n_models && !e->stop; k++) {
             eng_model *md = &e->models[(rr + k) % e->n_models];
             worked |= atlas_engine_step(e, md);

@@ -20,7 +20,7 @@
  * runs out of blocks the newest sequence is preempted (possibly the one asking).
  * Under e->mu. */
 static void plan_step(atlas_engine *e, eng_model *md) {
-    int budget = e->p.batch_tokens;
+    int budget = md->batch_tokens;
     e->n_plan = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < md->n_running && budget > 0; i++) {
