@@ -21,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "cli/progress.h"
+#include "cli/serve_preset.h"
 
 enum { MAX_MODELS = 64 };
 
@@ -46,6 +47,14 @@ static void usage(FILE *f) {
             "  --alias NAME=MODEL   requests naming NAME go to the served MODEL (repeatable;\n"
             "                       a NAME ending in * takes every name it begins, e.g.\n"
             "                       'claude-*=qwen' for Claude Code's two model names)\n"
+            "  --models-preset FILE  models and their own settings from a JSON file:\n"
+            "                       {\"models\": [{\"name\", \"dir\", \"aliases\", \"ctx_size\",\n"
+            "                       \"parallel\", \"kv_memory\" (GiB), \"kv_dtype\" (\"auto\"),\n"
+            "                       \"batch_tokens\", \"pinned\", \"keep_alive\", \"load\"}]};\n"
+            "                       the flags are the defaults of what a model leaves out\n"
+            "  --keep-alive DUR     an idle model is released after DUR (seconds, or \"5m\",\n"
+            "                       \"1h30m\"; default 5m; negative: never; 0: once its\n"
+            "                       requests end); a request's \"keep_alive\" sets its model's\n"
             "  --port N             TCP port (default 8080; 0: any free port)\n"
             "  --api-key KEY        require \"Authorization: Bearer KEY\" or \"x-api-key:\n"
             "                       KEY\" (also $ATLAS_API_KEY)\n"
@@ -193,9 +202,12 @@ typedef struct serve_args {
     atlas_engine_params ep;
     atlas_server_params sp;
     int tp; /* --tensor-parallel */
-    const char *aliases[MAX_MODELS]; /* --alias NAME=MODEL, as given */
     const char *templates[MAX_MODELS], *formats[MAX_MODELS]; /* [NAME=]VALUE, as given */
     int n_templates, n_formats;
+    const char *aliases[MAX_MODELS * 2]; /* --alias NAME=MODEL, as given, and the models
+                                            file's */
+    int load[MAX_MODELS];  /* the models file's "load": 1, 0, or -1 not said */
+    serve_preset preset;   /* --models-preset FILE, read */
 } serve_args;
 
 static char *keep(serve_args *a, char *s) {
@@ -303,8 +315,8 @@ static int add_alias(serve_args *a, const char *spec) {
         fprintf(stderr, "atlas serve: --alias '%s': expected NAME=MODEL\n", spec);
         return -2;
     }
-    if (a->sp.n_aliases == MAX_MODELS) {
-        fprintf(stderr, "atlas serve: more than %d aliases\n", MAX_MODELS);
+    if (a->sp.n_aliases == MAX_MODELS * 2) {
+        fprintf(stderr, "atlas serve: more than %d aliases\n", MAX_MODELS * 2);
         return -2;
     }
     a->aliases[a->sp.n_aliases++] = spec;
@@ -373,6 +385,33 @@ static int apply_overrides(serve_args *a) {
     return 0;
 }
 
+/* --models-preset FILE: its models, settings and aliases join those of the flags. */
+static int add_preset(serve_args *a, const char *path) {
+    if (a->preset.n) {
+        fprintf(stderr, "atlas serve: --models-preset given twice\n");
+        return -2;
+    }
+    if (serve_preset_read(path, &a->preset)) return -2; /* reported */
+    for (int i = 0; i < a->preset.n; i++) {
+        const serve_preset_model *pm = &a->preset.models[i];
+        if (a->n_models == MAX_MODELS) {
+            fprintf(stderr, "atlas serve: more than %d models\n", MAX_MODELS);
+            return -2;
+        }
+        a->load[a->n_models] = pm->load;
+        a->models[a->n_models++] = pm->m;
+        for (int k = 0; k < pm->n_aliases; k++)
+            if (add_alias(a, pm->aliases[k])) return -2;
+    }
+    return 0;
+}
+
+static int parse_keep_alive(const char *v, int64_t *out) {
+    if (atlas_engine_parse_keep_alive(v, out) == ATLAS_OK) return 0;
+    fprintf(stderr, "atlas serve: --keep-alive: %s\n", atlas_last_error());
+    return -2;
+}
+
 static const char *const serve_options[] = {
     "-h", "--help", "--model", "-m", "--models-dir", "--alias", "--host", "--port", "--api-key",
     "--max-resident", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
@@ -382,7 +421,7 @@ static const char *const serve_options[] = {
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels",
     "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
-    "--tool-call-format", NULL};
+    "--tool-call-format", "--models-preset", "--keep-alive", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -411,6 +450,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = add_override(o, v, a->templates, &a->n_templates);
         else if (!strcmp(o, "--tool-call-format"))
             bad = add_override(o, v, a->formats, &a->n_formats);
+        else if (!strcmp(o, "--models-preset")) bad = add_preset(a, v);
+        else if (!strcmp(o, "--keep-alive")) bad = parse_keep_alive(v, &a->ep.keep_alive_ms);
         else if (!strcmp(o, "--host")) a->sp.host = v;
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
@@ -502,8 +543,11 @@ static void device_name(const serve_args *a, const char *backend, char *out, siz
  * its progress and its line; a model that fails is said and left to load on demand (its
  * requests then get the error, and a later one retries). */
 static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg) {
-    int n = a->n_models < a->ep.max_resident ? a->n_models : a->ep.max_resident;
-    for (int i = 0; i < n; i++) {
+    bool chosen = false; /* the models file names which: those with "load": true */
+    for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
+    for (int i = 0, n = 0; i < a->n_models && n < a->ep.max_resident; i++) {
+        if (chosen ? a->load[i] != 1 : a->load[i] == 0) continue;
+        n++;
         atlas_cli_progress_begin(pg, a->models[i].name);
         atlas_status st = atlas_engine_load(engine, a->models[i].name);
         char device[32] = "";
@@ -635,6 +679,11 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
                      keyed ? " (API key required)" : "");
 }
 
+static void release_args(serve_args *a) {
+    for (int i = 0; i < a->n_owned; i++) free(a->owned[i]);
+    serve_preset_free(&a->preset);
+}
+
 int atlas_cli_serve(int argc, char **argv) {
     static serve_args a; /* large; one per process */
     memset(&a, 0, sizeof a);
@@ -644,16 +693,18 @@ int atlas_cli_serve(int argc, char **argv) {
     if (env_key && *env_key) a.sp.api_key = env_key;
     a.tp = 1;
     a.sp.log_fd = 2; /* the log is stderr; stdout stays empty */
+    a.ep.keep_alive_ms = 5 * 60 * 1000; /* Ollama's default */
+    for (int i = 0; i < MAX_MODELS; i++) a.load[i] = -1;
     int rc = parse_args(argc, argv, &a);
     if (rc == 0 && atlas_tp_preflight(a.tp) != ATLAS_OK) { /* before any model loads */
         fprintf(stderr, "atlas serve: --tensor-parallel %d: %s\n", a.tp, atlas_last_error());
-        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        release_args(&a);
         return 1;
     }
     if (rc == 0 && a.n_models == 0) rc = add_model(&a, atlas_cli_default_model()) ? 2 : 0;
     if (rc == 0) rc = apply_overrides(&a);
     if (rc) {
-        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        release_args(&a);
         return rc == 1 ? 0 : 2;
     }
     a.ep.models = a.models;
@@ -665,7 +716,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server *server = NULL;
     if (atlas_server_create(&a.sp, &server) != ATLAS_OK) {
         fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
-        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        release_args(&a);
         return 1;
     }
     static residency_log rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -690,7 +741,7 @@ int atlas_cli_serve(int argc, char **argv) {
         atlas_server_stop(server);
         atlas_engine_free(engine);
         atlas_cli_progress_free(pg);
-        for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+        release_args(&a);
         return 1;
     }
     struct sigaction sa = {0};
@@ -711,7 +762,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server_stop(server);
     atlas_engine_free(engine);
     atlas_cli_progress_free(pg);
-    for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+    release_args(&a);
     if (a.sp.log_format == ATLAS_LOG_TEXT) fprintf(stderr, "atlas serve: stopped\n");
     return 0;
 }

@@ -2,6 +2,7 @@
  * unload), health, Prometheus metrics, and tokenize / detokenize / apply-template shaped as
  * vLLM's (/tokenize: {"count", "max_model_len", "tokens"}) and llama.cpp's
  * (/apply-template: {"prompt"}) servers shape them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,28 @@ static void model_state_json(json_t *v, const atlas_engine_model_status *m) {
     }
 }
 
+/* A keep-alive in seconds as Ollama writes it: -1 forever, 0 released after its requests. */
+static json_t *keep_json(int64_t ms) {
+    if (ms == ATLAS_KEEP_ALIVE_FOREVER) return json_integer(-1);
+    if (ms == ATLAS_KEEP_ALIVE_NONE) return json_integer(0);
+    return json_real((double)ms / 1e3);
+}
+
+/* What the model is served with (its own settings, the flags' filled in), and its
+ * keep-alive now: the last request's, and while it waits idle, the seconds left. */
+static json_t *settings_json(const atlas_engine_model_status *m) {
+    json_t *v = json_pack("{s:i, s:i, s:I, s:I, s:s, s:i, s:b}", "ctx_size", m->ctx_size,
+                          "parallel", m->parallel, "kv_tokens", (json_int_t)m->kv_tokens,
+                          "kv_memory", (json_int_t)m->kv_bytes, "kv_dtype", m->kv_dtype,
+                          "batch_tokens", m->batch_tokens, "pinned", m->pinned);
+    if (!v) return NULL;
+    json_object_set_new(v, "keep_alive", keep_json(m->keep_alive_ms));
+    json_object_set_new(v, "keep_alive_now", keep_json(m->keep_alive_now_ms));
+    if (m->expires_in_s >= 0)
+        json_object_set_new(v, "expires_in_s", json_real(round(m->expires_in_s * 10) / 10));
+    return v;
+}
+
 /* Strings from the engine are written through atlas_json_text: a name keeps the engine's
  * rule (UTF-8), but a directory need not be UTF-8, and json_pack would fail on it.  NULL
  * only when out of memory. */
@@ -42,6 +65,7 @@ static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     if (v && m->last_error[0])
         json_object_set_new(v, "last_error", atlas_json_text(m->last_error, strlen(m->last_error)));
     if (v) model_state_json(v, m);
+    if (v) json_object_set_new(v, "settings", settings_json(m));
     return v;
 }
 

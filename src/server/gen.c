@@ -187,6 +187,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.ignore_eos = gp->ignore_eos;
     req.constraint = gp->constraint; /* copied by submit */
     req.cache_salt = gp->cache_salt;
+    req.keep_alive_ms = gp->keep_alive_ms;
     g->prompt_tokens = (int)n_ids;
     pthread_mutex_lock(&g->srv->metrics.mu);
     g->srv->metrics.active_requests++;

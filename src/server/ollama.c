@@ -147,6 +147,7 @@ typedef struct ollama_req {
     json_t *oa;          /* the OpenAI-shaped body */
     const char *model;   /* the served model's name */
     bool stream;         /* Ollama's default: true */
+    int64_t keep_ms;     /* keep_alive (atlas_request.keep_alive_ms); 0: the model's */
     bool unload;         /* keep_alive 0: release the model once the request ends */
     bool load_only;      /* no prompt or messages: load (or, with keep_alive 0, unload) */
     int64_t num_ctx;     /* 0: the model's context */
@@ -280,42 +281,6 @@ static atlas_status parse_format(const json_t *body, json_t *oa, const char **pa
     return ATLAS_OK;
 }
 
-/* A Go duration ("5m", "1h30m", "10s", "-1m"): its sign, or whether it is zero. */
-static bool duration_zero(const char *s, bool *ok) {
-    const char *p = s;
-    bool zero = true;
-    *ok = false;
-    if (*p == '-' || *p == '+') p++;
-    if (!*p) return false;
-    while (*p) {
-        char *end;
-        double x = strtod(p, &end);
-        if (end == p || !isfinite(x)) return false;
-        if (x != 0) zero = false;
-        p = end;
-        size_t u = strspn(p, "nsuµmh");
-        if (u == 0 && !(x == 0 && !*p && p != s)) return false; /* "0" alone needs no unit */
-        p += u;
-    }
-    *ok = true;
-    return zero;
-}
-
-/* "keep_alive": a number of seconds or a duration; 0 releases the model when the request
- * ends.  Another value is taken: atlas keeps a model resident until a swap or an unload
- * needs its place, not for a time. */
-static atlas_status parse_keep_alive(const json_t *body, ollama_req *q, const char **param) {
-    const json_t *k = json_object_get(body, "keep_alive");
-    if (!k || json_is_null(k)) return ATLAS_OK;
-    bool ok = json_is_number(k);
-    if (ok) q->unload = json_number_value(k) == 0;
-    else if (json_is_string(k)) q->unload = duration_zero(json_string_value(k), &ok);
-    if (ok) return ATLAS_OK;
-    *param = "keep_alive";
-    return atlas_fail(ATLAS_ERR_INVALID, "'keep_alive' must be a number of seconds or a "
-                                         "duration such as \"5m\"");
-}
-
 /* "think": true or false (or "high", "medium", "low", taken as true) sets the template's
  * enable_thinking; true for a model whose template cannot think is refused, as Ollama
  * does.  Absent: the template's default. */
@@ -353,9 +318,14 @@ static atlas_status parse_common(atlas_server *s, const json_t *body, bool templ
     *param = NULL;
     q->stream = true;
     ATLAS_TRY(atlas_param_bool(body, "stream", &q->stream, param));
-    ATLAS_TRY(parse_keep_alive(body, q, param));
+    ATLAS_TRY(atlas_param_keep_alive(body, &q->keep_ms, param));
+    q->unload = q->keep_ms == ATLAS_KEEP_ALIVE_NONE;
     q->oa = json_pack("{s:s, s:b}", "model", q->model, "stream", q->stream);
     if (!q->oa) return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
+    /* the engine keeps the model as the request says, as on the OpenAI routes */
+    const json_t *keep = json_object_get(body, "keep_alive");
+    if (keep && !json_is_null(keep))
+        ATLAS_TRY(set_field(q->oa, "keep_alive", json_deep_copy(keep)));
     ATLAS_TRY(parse_options(body, q->oa, q, param));
     ATLAS_TRY(parse_format(body, q->oa, param));
     if (templated) return parse_think(s, body, q->oa, q->model, param);
@@ -406,6 +376,8 @@ static atlas_status translate_messages(const json_t *in, json_t *oa, const char 
 static void load_only(atlas_server *s, const ollama_req *q, bool chat, atlas_http_reply *r) {
     atlas_status st = q->unload ? atlas_engine_unload(s->engine, q->model)
                                 : atlas_engine_load(s->engine, q->model);
+    if (st == ATLAS_OK && q->keep_ms && !q->unload) /* kept as asked from the load on */
+        st = atlas_engine_keep_alive(s->engine, q->model, q->keep_ms);
     if (st != ATLAS_OK && !(q->unload && st == ATLAS_ERR_BUSY)) { /* busy: released at its end */
         atlas_api_error_fail(r, st, NULL);
         return;
@@ -459,8 +431,8 @@ static atlas_status chat_prompt_tokens(atlas_server *s, ollama_req *q, size_t *n
     return st;
 }
 
-/* Runs the translated request, then releases the model when keep_alive asked (after the
- * answer, or, for a stream, once it ends: the engine drains the model). */
+/* Runs the translated request; its keep_alive goes with it to the engine, which releases
+ * the model when it has been idle that long (0: once the request has ended). */
 static void run(atlas_http_call *call, ollama_req *q, bool chat, const atlas_gen_dialect *d,
                 atlas_http_reply *r) {
     atlas_server *s = call->ctx;
@@ -475,7 +447,6 @@ static void run(atlas_http_call *call, ollama_req *q, bool chat, const atlas_gen
     } else {
         atlas_api_completions_run(call, q->oa, d, r);
     }
-    if (q->unload) (void)atlas_engine_unload(s->engine, q->model); /* busy: drains */
 }
 
 void atlas_ollama_chat(atlas_http_call *call, json_t *body, const char *arg,

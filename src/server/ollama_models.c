@@ -147,8 +147,9 @@ void atlas_ollama_tags(atlas_http_call *call, json_t *body, const char *arg,
     reply_list(r, list);
 }
 
-/* The resident models.  atlas keeps a model until a swap or an unload needs its place, not
- * for a time, so "expires_at" is a date far ahead, as Ollama writes it for keep_alive -1. */
+/* The resident models.  "expires_at" is when an idle model's keep-alive runs out; a model
+ * kept until a swap or an unload needs its place (or still serving) has a date far ahead,
+ * as Ollama writes it for keep_alive -1. */
 void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_server *s = call->ctx;
@@ -162,7 +163,9 @@ void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas
         json_object_set_new(v, "size", json_integer(bytes));
         json_object_set_new(v, "size_vram",
                             json_integer(strcmp(ms[i].backend, "cuda") ? 0 : bytes));
-        json_object_set_new(v, "expires_at", json_string("2318-01-01T00:00:00Z"));
+        char at[32] = "2318-01-01T00:00:00Z";
+        if (ms[i].expires_in_s >= 0) iso_time(time(NULL) + (time_t)(ms[i].expires_in_s + 0.5), at);
+        json_object_set_new(v, "expires_at", json_string(at));
         json_object_set_new(v, "context_length", json_integer(ms[i].ctx_size));
         if (json_array_append_new(list, v) != 0) json_decref(list), list = NULL;
     }

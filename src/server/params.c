@@ -263,6 +263,19 @@ static atlas_status parse_cache_salt(const json_t *body, atlas_gen_params *p,
     return ATLAS_OK;
 }
 
+atlas_status atlas_param_keep_alive(const json_t *body, int64_t *out_ms, const char **param) {
+    *out_ms = 0;
+    const json_t *k = json_object_get(body, "keep_alive");
+    if (!k || json_is_null(k)) return ATLAS_OK;
+    char num[64];
+    const char *text = json_string_value(k);
+    if (json_is_number(k)) snprintf(num, sizeof num, "%.17g", json_number_value(k)), text = num;
+    if (text && atlas_engine_parse_keep_alive(text, out_ms) == ATLAS_OK) return ATLAS_OK;
+    *param = "keep_alive";
+    return atlas_fail(ATLAS_ERR_INVALID, "'keep_alive' must be a number of seconds or a "
+                                         "duration such as \"5m\" or \"1h30m\"");
+}
+
 /* "response_format": {"type": "text"} (the default), {"type": "json_object"} (the text is
  * then one JSON object, by constrained decoding) or {"type": "json_schema"} (the subset of
  * schema.h; what it cannot enforce is refused by name rather than ignored). */
@@ -312,6 +325,7 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));
     ATLAS_TRY(parse_cache_salt(body, p, param));
+    ATLAS_TRY(atlas_param_keep_alive(body, &p->keep_alive_ms, param));
     const json_t *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so)) {

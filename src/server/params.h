@@ -48,7 +48,14 @@ typedef struct atlas_gen_params {
                                      forced tool call; NULL: none; owned, freed by _free */
     const char *cache_salt;     /* vLLM's: prefix-cache blocks are shared only within one
                                    salt; NULL: none; points into the body */
+    int64_t keep_alive_ms;      /* Ollama's "keep_alive" (atlas_request.keep_alive_ms); 0:
+                                   the model's */
 } atlas_gen_params;
+
+/* "keep_alive" of body, as Ollama takes it: seconds, or a duration such as "5m"; negative is
+ * forever, 0 releases the model once the request has ended.  Absent or null: *out_ms 0 (the
+ * model's own).  Else ATLAS_ERR_INVALID with *param "keep_alive". */
+atlas_status atlas_param_keep_alive(const json_t *body, int64_t *out_ms, const char **param);
 
 /* Limits on what one request may ask for (each refused with a message naming it). */
 enum {

@@ -358,6 +358,7 @@ static const char *why_text(const atlas_residency_event *ev, char *buf, size_t c
     if (!strcmp(r, "load")) return "asked to load";
     if (!strcmp(r, "unload")) return "asked to unload";
     if (!strcmp(r, "shutdown")) return "the server stops";
+    if (!strcmp(r, "keep_alive")) return "idle past its keep-alive";
     if (!strcmp(r, "swap")) {
         snprintf(buf, cap, "to make room for %.200s", ev->other ? ev->other : "another model");
         return buf;
