@@ -256,7 +256,8 @@ test('num_ctx caps the request; keep_alive 0 releases the model', async () => {
   assert.ok((await ollama.ps()).models.some((m) => m.name === 'think:latest'));
   const once = await ollama.chat({ model: 'think', messages: HELLO, keep_alive: '0s', options: { num_predict: 2 } });
   assert.equal(once.eval_count, 2);
-  assert.ok(!(await ollama.ps()).models.some((m) => m.name === 'think:latest'));
+  // released by the engine's keep-alive once the request has ended: at its next loop
+  await waitFor(async () => !(await ollama.ps()).models.some((m) => m.name === 'think:latest'), { timeoutMs: 2000, everyMs: 20 });
   await refused(ollama.chat({ model: 'default', messages: HELLO, keep_alive: 'soon' }), 400, /keep_alive/);
 });
 
