@@ -43,6 +43,7 @@ typedef struct bench_opts {
     int gpu;       /* --device cuda:N */
     atlas_backend_options backend; /* --no-graphs, --no-pdl, --no-cublaslt, --skip-ops */
     int no_memory_check; /* --no-memory-check */
+    int threads;         /* --threads: CPU workers (0: one per core) */
 } bench_opts;
 
 static double now_s(void) {
@@ -54,8 +55,10 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
+                    "                   [--threads N]   (CPU threads; default one per core)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
-                    "                   [--load-only N]   (N timed swap loads, nothing else)\n"
+                    "                   [--load-only N]   (N timed loads again after the first, "
+                    "each printed; nothing else)\n"
                     "                   [--no-graphs] [--no-pdl] [--no-cublaslt] [--kernels native|portable]\n"
                     "                   [--no-memory-check]   (load past the check of free memory)\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
@@ -82,12 +85,12 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    "--kernels", "--no-memory-check", NULL};
+    "--kernels", "--no-memory-check", "--threads", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0};
+                      8192, 1, 0, 0, {0}, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
@@ -121,6 +124,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->n_batch = atlas_cli_parse_ints(v, o->batch, MAX_B);
         } else if (!strcmp(a, "-n")) {
             o->n = atoi(v);
+        } else if (!strcmp(a, "--threads")) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (end == v || *end || t < 1 || t > 1024) return usage();
+            o->threads = (int)t;
         } else if (!strcmp(a, "--reps")) {
             o->reps = atoi(v);
         } else if (!strcmp(a, "--read-gib")) {
@@ -318,6 +326,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.load_tokenizer = 0;
     mp.gpu = o.gpu;
     mp.no_memory_check = o.no_memory_check;
+    mp.n_threads = o.threads;
     atlas_model *m = NULL;
     double t0 = now_s();
     if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK) {
@@ -329,9 +338,9 @@ int atlas_cli_bench(int argc, char **argv) {
     atlas_model_info info;
     atlas_model_get_info(m, &info);
     int on_cuda = !strcmp(info.backend, "cuda"); /* what --device auto resolved to */
-    /* again, as a model swap: context and pinned pool kept (--load-only N: N times, the
-     * median reported) */
-    int swaps = !on_cuda ? 0 : o.load_only ? o.load_only : 1;
+    /* again, as a model swap: context and pinned pool kept (--load-only N: N times, on any
+     * backend, each printed and the median reported) */
+    int swaps = o.load_only ? o.load_only : on_cuda;
     double swap_s[100];
     for (int i = 0; i < swaps; i++) {
         if (atlas_model_release(m) != ATLAS_OK) return fail("releasing the model");
@@ -360,6 +369,7 @@ int atlas_cli_bench(int argc, char **argv) {
            o.dir, info.architecture, L, d, H, K, hd, f, V);
     printf("backend     %s%s%s\n", info.backend, info.backend_why && *info.backend_why ? ": " : "",
            info.backend_why ? info.backend_why : "");
+    if (info.n_threads) printf("threads     %d\n", info.n_threads);
     if (info.kernels && *info.kernels) printf("kernels     %s\n", info.kernels);
     printf("load        %.2f s, %.2f GB of weights in the files: %.1f GB/s (first load in the "
            "process, with driver, context and pinned pool: %.2f s)\n", load_s,
@@ -377,8 +387,12 @@ int atlas_cli_bench(int argc, char **argv) {
         int p = o.p[k];
         double t[16];
         int reps = o.reps < 16 ? o.reps : 16;
+        /* the first prefill, timed too: for the first size it is a fresh process's first
+         * request, which a user waits for and the warm runs would hide */
+        double s0 = now_s();
         if (forward_seq(m, tokens, 0, p, table, max_blocks, &id) != ATLAS_OK)
-            return fail("prefill (warm-up)");
+            return fail("prefill (the first)");
+        double first = now_s() - s0;
         for (int r = 0; r < reps; r++) {
             double s = now_s();
             if (forward_seq(m, tokens, 0, p, table, max_blocks, &id) != ATLAS_OK)
@@ -390,8 +404,10 @@ int atlas_cli_bench(int argc, char **argv) {
         double flop = 2.0 * p * L * layer_w + 4.0 * H * hd * ((double)p * (p + 1) / 2) * L +
                       2.0 * d * V;
         prefill_flops[k] = flop / ts;
-        printf("prefill     %5d tokens: %8.2f ms  %9.0f tok/s  %6.1f TFLOP/s (median of %d)\n", p,
-               ts * 1e3, p / ts, flop / ts / 1e12, reps);
+        printf("prefill     %5d tokens: %8.2f ms  %9.0f tok/s  %6.1f TFLOP/s (median of %d; "
+               "the first%s: %.2f ms, %.0f tok/s, %.0f%% of the median's rate)\n", p, ts * 1e3,
+               p / ts, flop / ts / 1e12, reps, k == 0 ? ", cold" : "", first * 1e3, p / first,
+               100.0 * ts / first);
     }
     /* decode after a prefill of p[0] tokens: 4 warm-up steps each way (the first captures
      * its graph), then 3 timed runs each way in turn over the same positions, medians */

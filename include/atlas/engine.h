@@ -281,7 +281,7 @@ typedef struct atlas_event {
      * tokens that end the generation (eos, stop ids) are not part of the text. */
     const char *text;
     size_t text_len;
-    /* TOKEN */
+    /* TOKEN; and END by an eos or stop id (stop_id >= 0): that token's logprobs */
     int32_t id;
     float logprob;                  /* when the request asked for logprobs */
     const atlas_top_logprob *top;   /* [n_top], most likely first */

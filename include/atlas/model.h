@@ -152,6 +152,10 @@ typedef struct atlas_model_info {
                                   weights with their scales, zero points and indices (norms
                                   too), the lm_head as stored, one embedding row */
     size_t kv_token_bytes;     /* and the KV it reads per token of its context (all layers) */
+    int queue_overlaps;        /* 1: atlas_model_forward_argmax_queue returns before the step
+                                  is computed (the device reduces it), so a step queued ahead
+                                  overlaps the host's work; 0: it computes the step then and
+                                  there, and queuing ahead only delays the step before's ids */
 } atlas_model_info;
 
 /* Fills *info; valid while m is. */

@@ -31,7 +31,7 @@ typedef struct run_opts {
     const char *prompt_file; /* -f FILE, or "-" from -p - : read into prompt_buf */
     char *prompt_buf;
     char name[128]; /* the model's name: its directory's last component */
-    int n, top_logprobs, json, tp, batch;
+    int n, top_logprobs, json, tp, batch, ignore_eos;
     atlas_cli_device dev; /* --device, --kernels, --threads, --ctx-size */
     atlas_sampler_params sp;
     int set_temp, set_top_k, set_top_p, set_seed;
@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "usage: atlas run [-m DIR] [-p TEXT | --prompt-ids 1,2,3] [options]\n"
             "  Generates a continuation of the prompt and streams it to stdout, ending with a\n"
             "  newline; prompt and generation speed go to stderr at the end. Stops at an\n"
-            "  end-of-sequence token.\n"
+            "  end-of-sequence token (unless --ignore-eos).\n"
             "  -m, --model DIR      model directory (default %s)\n"
             "  -p, --prompt TEXT    the prompt (default \"" DEFAULT_PROMPT "\"); -p - reads it\n"
             "                       from stdin\n"
@@ -59,6 +59,7 @@ static void usage(FILE *f) {
             "  --json               one JSON object per generated token: id, text, bytes,\n"
             "                       logprob, top_logprobs; then {\"seed\": S, \"finish_reason\"}\n"
             "  --top-logprobs K     with --json: the K most likely tokens (0..20, default 0)\n"
+            "  --ignore-eos         generate past end-of-sequence tokens, -n tokens in all\n"
             "  --ctx-size N, --max-model-len N   tokens the sequence may hold, prompt and\n"
             "                       generated (default 0: the model's maximum)\n"
             "  --batch-tokens N     prompt tokens prefilled a step (default 512)\n"
@@ -103,7 +104,7 @@ static const char *const run_options[] = {
     "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
     "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
     "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels",
-    "--no-memory-check", NULL};
+    "--no-memory-check", "--ignore-eos", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
@@ -119,6 +120,10 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(a, "--no-memory-check")) {
         o->dev.no_memory_check = 1;
+        return -1;
+    }
+    if (!strcmp(a, "--ignore-eos")) {
+        o->ignore_eos = 1;
         return -1;
     }
     if (*i + 1 >= argc) {
@@ -238,9 +243,10 @@ static void on_event(const atlas_event *ev, void *user) {
         return;
     }
     if (ev->text_len && !o->json) fwrite(ev->text, 1, ev->text_len, stdout);
-    if (ev->stop_id >= 0 && o->json) /* the end-of-sequence token: no text, no logprob */
-        r->failed |= print_json(r->tok, ev->stop_id, "", 0, NAN, NULL, 0);
-    if (ev->stop_id >= 0) r->n_gen++;
+    if (ev->stop_id >= 0 && r->n_gen++ == 0) /* the first token ends it: its time is the END's */
+        r->t_first = now_s();
+    if (ev->stop_id >= 0 && o->json) /* the end-of-sequence token: no text */
+        r->failed |= print_json(r->tok, ev->stop_id, "", 0, ev->logprob, ev->top, ev->n_top);
     fflush(stdout);
     pthread_mutex_lock(&r->mu);
     r->end = *ev;
@@ -272,6 +278,23 @@ static void sampler_defaults(run_opts *o, const atlas_generation_defaults *g) {
     if (!o->set_top_k && g->top_k > 0) o->sp.top_k = g->top_k;
 }
 
+/* The last line on stderr.  The first token comes out of the prompt's forward pass, so the
+ * prompt's time is the time to it, whatever token it is (an end-of-sequence one included),
+ * and the generation rate counts the tokens after it over the time after it. */
+static void print_speeds(const run_out *r, size_t n, const char *backend) {
+    double ttft = (r->n_gen ? r->t_first : r->t_end) - r->t_submit;
+    fprintf(stderr, "prompt: %zu tokens, first token after %.3f s (%.1f tok/s); ", n, ttft,
+            ttft > 0 ? n / ttft : 0.0);
+    double t_gen = r->t_end - r->t_first;
+    if (r->n_gen > 1)
+        fprintf(stderr, "generation: %d tokens, the %d after the first in %.3f s (%.1f tok/s)",
+                r->n_gen, r->n_gen - 1, t_gen, t_gen > 0 ? (r->n_gen - 1) / t_gen : 0.0);
+    else
+        fprintf(stderr, "generation: %d token%s, no rate (none after the first)", r->n_gen,
+                r->n_gen == 1 ? "" : "s");
+    fprintf(stderr, " [%s] seed %llu\n", backend, (unsigned long long)r->o->sp.seed);
+}
+
 /* Submits the prompt and waits for its END; prints the speeds. */
 static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, const int32_t *ids,
                     size_t n) {
@@ -280,7 +303,8 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     pthread_cond_init(&r.cv, NULL);
     atlas_request req = {.model = o->name, .prompt = ids, .n_prompt = n, .sampling = o->sp,
                          .max_tokens = o->n, .logprobs = o->json,
-                         .top_logprobs = o->json ? o->top_logprobs : 0};
+                         .top_logprobs = o->json ? o->top_logprobs : 0,
+                         .ignore_eos = o->ignore_eos};
     int ctx = 0; /* -n beyond the context: until it is full, as llama.cpp's -n does (the API
                   refuses such a request, as vLLM does) */
     if (o->n > 0 && atlas_engine_ctx_size(e, o->name, &ctx) == ATLAS_OK &&
@@ -327,14 +351,7 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
     if (!rc) {
         atlas_engine_model_status ms;
         atlas_engine_models(e, &ms, 1);
-        double t_prompt = r.n_gen ? r.t_first - r.t_submit : r.t_end - r.t_submit;
-        double t_gen = r.n_gen ? r.t_end - r.t_first : 0;
-        /* the first token comes with the prompt: the decode rate counts the others */
-        fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generation: %d tokens in "
-                "%.3f s (%.1f tok/s) [%s] seed %llu\n", n, t_prompt,
-                t_prompt > 0 ? n / t_prompt : 0.0, r.n_gen, t_gen,
-                t_gen > 0 && r.n_gen > 1 ? (r.n_gen - 1) / t_gen : 0.0,
-                ms.backend[0] ? ms.backend : "?", (unsigned long long)o->sp.seed);
+        print_speeds(&r, n, ms.backend[0] ? ms.backend : "?");
     }
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);

@@ -84,6 +84,9 @@ struct atlas_request_handle {
     int stop_string;   /* index into stop, -1 */
     int32_t stop_id;
     int64_t keep_alive_ms; /* atlas_request.keep_alive_ms */
+    float stop_logprob; /* stop_id's logprobs, for the END event (when the request asked) */
+    atlas_top_logprob stop_top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    int n_stop_top;
 };
 
 typedef struct eng_model {

@@ -86,6 +86,9 @@ int atlas_engine_seq_accept(atlas_engine *e, seq *s, int32_t id, float logprob,
     if (is_stop_id(e, s, id)) {
         s->finish = ATLAS_FINISH_STOP;
         s->stop_id = id;
+        s->stop_logprob = logprob;
+        s->n_stop_top = n_top < ATLAS_ENGINE_MAX_TOP_LOGPROBS ? n_top : ATLAS_ENGINE_MAX_TOP_LOGPROBS;
+        if (s->n_stop_top > 0) memcpy(s->stop_top, top, (size_t)s->n_stop_top * sizeof *top);
         return 1;
     }
     const char *piece = "";
@@ -145,6 +148,9 @@ void atlas_engine_seq_emit_end(atlas_engine *e, seq *s) {
                                                    : atlas_status_str(s->status),
         .stop_string = s->stop_string >= 0 ? s->stop[s->stop_string] : NULL,
         .stop_id = s->finish == ATLAS_FINISH_STOP ? s->stop_id : -1,
+        .logprob = s->finish == ATLAS_FINISH_STOP && s->stop_id >= 0 ? s->stop_logprob : 0,
+        .top = s->stop_top,
+        .n_top = s->finish == ATLAS_FINISH_STOP && s->stop_id >= 0 ? s->n_stop_top : 0,
         .usage = {.prompt_tokens = s->n_prompt,
                   .completion_tokens = s->n_tokens - s->n_prompt,
                   .cached_tokens = s->n_cached},

@@ -263,8 +263,13 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
  * waits to be admitted, a command or another model has work, or a sequence would need a KV
  * block that is not free. */
 
-static int ahead_eligible(const atlas_engine *e) {
+static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
     if (e->n_plan == 0) return 0;
+    /* a backend that computes a queued step at once gains nothing by it, and each token
+     * would be emitted a step late: the first one's time would include the second's */
+    atlas_model_info info;
+    atlas_model_get_info(md->m, &info);
+    if (!info.queue_overlaps) return 0;
     for (int i = 0; i < e->n_plan; i++) {
         const plan_entry *pe = &e->plan[i];
         if (pe->n != 1 || !pe->logits || !pe->s->plain_greedy ||
@@ -365,7 +370,7 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
     for (int i = 0; i < e->n_plan; i++)
         if (!e->plan[i].logits || e->plan[i].s->n_tokens - e->plan[i].s->n_computed > 1)
             prefill += e->plan[i].n;
-    int steps = 1, ahead = ahead_eligible(e);
+    int steps = 1, ahead = ahead_eligible(e, md);
     pthread_mutex_unlock(&e->mu);
     if (ahead)
         steps = run_ahead(e, md, &b);

@@ -355,6 +355,7 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
         .kernels = m->be->kernels,
         .kv_blocks = m->kv_blocks, .kv_block_size = m->kv_block_size,
         .max_batch_tokens = m->max_batch_tokens,
+        .queue_overlaps = m->be->ops->argmax_queue != NULL,
     };
     if (!strcmp(m->be->ops->name, "cpu")) info->n_threads = m->n_threads;
     info->quantization = m->quant_str;
