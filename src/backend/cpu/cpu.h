@@ -25,6 +25,7 @@ typedef struct cpu_part {
      * point into owned (one allocation, freed with the weight). */
     atlas_wquant quant;
     void *owned;
+    size_t mapped;    /* copy's mapping length (weight_bytes); 0: copy is malloc'd */
 } cpu_part;
 
 struct atlas_weight {
