@@ -39,8 +39,8 @@
  *
  * Ownership: the engine and the request handles are the caller's (atlas_engine_free,
  * atlas_engine_handle_free).  Everything passed in is copied by the call that takes it (the
- * params and model list by create, the request with its prompt, stop strings, constraint
- * and forced tokens by submit), so the caller may free it when the call returns.  What the
+ * params and model list by create, the request with its prompt, stop strings, constraint,
+ * forced tokens and think tags by submit), so the caller may free it when the call returns.  What the
  * engine hands out (tokenizers, templates, model names) belongs to the engine and lives
  * until atlas_engine_free; an event lives for its callback only. */
 #ifndef ATLAS_ENGINE_H
@@ -245,9 +245,29 @@ typedef struct atlas_request {
      * model's keep-alive from this request on, until a later request sets another, as
      * Ollama's keep_alive does.  Has no effect on a pinned model. */
     int64_t keep_alive_ms;
+    /* A budget on thinking (Anthropic's thinking.budget_tokens).  0 (default): none.  Else a
+     * think block opens when the generated tokens end with think_open[0 .. n_think_open)
+     * (0 to ATLAS_ENGINE_MAX_THINK_IDS ids), or at the start when think_inside is 1 (the
+     * prompt opened it), and closes when they end with think_close[0 .. n_think_close) (1 to
+     * ATLAS_ENGINE_MAX_THINK_IDS ids).  Once think_budget tokens have been generated inside
+     * blocks (over the whole reply; the tokens of the closing tag itself are counted until
+     * it is complete), the closing ids are forced next, as teacher forcing forces tokens, and
+     * the reply goes on after the block; a block opened after the budget is spent is closed
+     * at once.  Not with a constraint (ATLAS_ERR_INVALID: its program would refuse the
+     * tags).  Ids copied by submit. */
+    int think_budget;
+    const int32_t *think_open;
+    int n_think_open;
+    const int32_t *think_close;
+    int n_think_close;
+    int think_inside;
 } atlas_request;
 
-enum { ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20, ATLAS_ENGINE_MAX_CACHE_SALT = 256 };
+enum {
+    ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20,
+    ATLAS_ENGINE_MAX_CACHE_SALT = 256,
+    ATLAS_ENGINE_MAX_THINK_IDS = 8,
+};
 
 typedef enum atlas_event_type {
     ATLAS_EVENT_TOKEN = 0, /* one generated token */

@@ -469,6 +469,34 @@ atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out) 
 
 /* ---- requests --------------------------------------------------------------------------- */
 
+/* The thinking budget's fields (atlas_request.think_budget). */
+static atlas_status check_think(const atlas_request *r, int V) {
+    if (r->think_budget < 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: think_budget %d is negative",
+                          r->think_budget);
+    if (r->think_budget == 0) return ATLAS_OK;
+    if (r->constraint)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: think_budget with a constraint (its "
+                          "program would refuse the closing tag)");
+    if (r->n_think_open < 0 || r->n_think_open > ATLAS_ENGINE_MAX_THINK_IDS ||
+        (r->n_think_open > 0 && !r->think_open))
+        return atlas_fail(ATLAS_ERR_INVALID, "request: think_open has %d ids: 0..%d",
+                          r->n_think_open, ATLAS_ENGINE_MAX_THINK_IDS);
+    if (r->n_think_close < 1 || r->n_think_close > ATLAS_ENGINE_MAX_THINK_IDS ||
+        !r->think_close)
+        return atlas_fail(ATLAS_ERR_INVALID, "request: think_close has %d ids: 1..%d",
+                          r->n_think_close, ATLAS_ENGINE_MAX_THINK_IDS);
+    for (int i = 0; i < r->n_think_open + r->n_think_close; i++) {
+        int close = i >= r->n_think_open;
+        int32_t id = close ? r->think_close[i - r->n_think_open] : r->think_open[i];
+        if (id < 0 || id >= V)
+            return atlas_fail(ATLAS_ERR_RANGE, "request: %s[%d] = %d outside the vocabulary "
+                              "(0..%d)", close ? "think_close" : "think_open",
+                              close ? i - r->n_think_open : i, (int)id, V - 1);
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status check_request(const atlas_engine *e, const eng_model *md,
                                   const atlas_request *r) {
     int V = md->cfg.vocab_size;
@@ -518,7 +546,7 @@ static atlas_status check_request(const atlas_engine *e, const eng_model *md,
         return atlas_fail(ATLAS_ERR_INVALID, "request: top_logprobs %d outside 0..%d",
                           r->top_logprobs, ATLAS_ENGINE_MAX_TOP_LOGPROBS);
     (void)e;
-    return ATLAS_OK;
+    return check_think(r, V);
 }
 
 /* Copies the request into a new sequence (refs 1: the engine's). */
@@ -543,7 +571,20 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->plain_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
                       sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0 &&
-                      !r->constraint && !r->n_forced; /* masks need the logits */
+                      !r->constraint && !r->n_forced && /* masks need the logits */
+                      !r->think_budget; /* the closing tag is forced in sample_row */
+    s->think_budget = r->think_budget;
+    if (r->think_budget) {
+        if (r->n_think_open)
+            memcpy(s->think_open, r->think_open,
+                   (size_t)r->n_think_open * sizeof *r->think_open);
+        memcpy(s->think_close, r->think_close,
+               (size_t)r->n_think_close * sizeof *r->think_close);
+        s->n_think_open = r->n_think_open;
+        s->n_think_close = r->n_think_close;
+        s->think_in = r->think_inside != 0;
+    }
+    s->think_forcing = -1;
     s->stop_string = -1;
     s->stop_id = -1;
     s->plan = -1;

@@ -57,6 +57,13 @@ struct atlas_request_handle {
     int n_stop_ids;
     int32_t *forced;   /* [n_forced]: teacher forcing (atlas_request.forced) */
     int n_forced;
+    /* the thinking budget (atlas_request.think_budget; 0: none) and its tags */
+    int think_budget;
+    int32_t think_open[ATLAS_ENGINE_MAX_THINK_IDS], think_close[ATLAS_ENGINE_MAX_THINK_IDS];
+    int n_think_open, n_think_close;
+    int think_in;      /* 1: inside a think block */
+    int think_used;    /* tokens generated inside blocks so far */
+    int think_forcing; /* closing ids forced so far, -1: not forcing */
     char **stop;
     int n_stop;
     /* tokens[cap]: the prompt, then generated ones; KV holds tokens[0 .. n_computed) */

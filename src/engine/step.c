@@ -123,6 +123,37 @@ static int mask_row(const atlas_engine *e, seq *s, float *logits, int vocab) {
     return 1;
 }
 
+/* Whether s's generated tokens end with ids[0 .. n). */
+static int tokens_end_with(const seq *s, const int32_t *ids, int n) {
+    if (n < 1 || s->n_tokens - s->n_prompt < n) return 0;
+    return !memcmp(s->tokens + s->n_tokens - n, ids, (size_t)n * sizeof *ids);
+}
+
+/* The token forced next, -1 when s samples: teacher forcing's, or the closing tag of a think
+ * block whose budget is spent (starting it here). */
+static int32_t forced_next(seq *s) {
+    int g = s->n_tokens - s->n_prompt; /* generated so far */
+    if (g < s->n_forced) return s->forced[g];
+    if (!s->think_budget || !s->think_in) return -1;
+    if (s->think_forcing < 0 && s->think_used >= s->think_budget) s->think_forcing = 0;
+    return s->think_forcing >= 0 ? s->think_close[s->think_forcing] : -1;
+}
+
+/* Follows s's think blocks after its newest token: a closing tag forced or written ends
+ * the block, an opening tag starts one, and a token inside counts against the budget. */
+static void think_track(seq *s) {
+    if (s->think_forcing >= 0) {
+        if (++s->think_forcing < s->n_think_close) return;
+        s->think_forcing = -1;
+        s->think_in = 0;
+    } else if (s->think_in) {
+        if (tokens_end_with(s, s->think_close, s->n_think_close)) s->think_in = 0;
+        else s->think_used++;
+    } else if (tokens_end_with(s, s->think_open, s->n_think_open)) {
+        s->think_in = 1;
+    }
+}
+
 /* Samples s's next token from its logits row (and takes logprobs of the raw row first);
  * returns 1 when s ends. */
 static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
@@ -130,15 +161,12 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
     int32_t top_ids[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
     float top_lps[ATLAS_ENGINE_MAX_TOP_LOGPROBS], lp = 0;
     int n_top = 0;
-    int32_t id = -1;
-    atlas_status st;
-    if (s->logprobs || s->top_logprobs || s->matcher || s->n_forced) {
+    int32_t id = forced_next(s);
+    atlas_status st = ATLAS_OK;
+    if (s->logprobs || s->top_logprobs || s->matcher) {
         memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
         if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
-        int g = s->n_tokens - s->n_prompt; /* generated so far */
-        if (g < s->n_forced)
-            id = s->forced[g], st = ATLAS_OK;
-        else
+        if (id < 0)
             st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens,
                                       (size_t)s->n_tokens, &id);
         if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
@@ -146,7 +174,7 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
             st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
                                         &n_top);
         for (int i = 0; i < n_top; i++) top[i] = (atlas_top_logprob){top_ids[i], top_lps[i]};
-    } else {
+    } else if (id < 0) {
         st = atlas_sampler_sample(s->sampler, row, vocab, s->tokens, (size_t)s->n_tokens, &id);
     }
     if (st != ATLAS_OK) {
@@ -154,6 +182,7 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
         return 1;
     }
     int ended = atlas_engine_seq_accept(e, s, id, lp, top, n_top);
+    if (s->think_budget && !ended) think_track(s);
     /* a complete program ends the text (STOP also when max_tokens ran out at that token);
      * END then releases what was held back */
     if (s->matcher && atlas_constraint_matcher_done(s->matcher) &&
