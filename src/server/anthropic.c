@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/tokenizer.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/gen_internal.h"
@@ -302,6 +303,44 @@ atlas_status atlas_anthropic_to_chat(const json_t *body, bool count, json_t **ou
     return st;
 }
 
+/* A tag's ids as the tokenizer writes it (one id where the tag is an added token, as Qwen3's
+ * are); more than the engine follows leaves the budget unenforceable, an error here. */
+static atlas_status tag_ids(const atlas_tokenizer *tok, const char *tag, int32_t *out,
+                            int *n) {
+    int32_t *ids = NULL;
+    size_t k = 0;
+    ATLAS_TRY(atlas_tokenizer_encode(tok, tag, strlen(tag), false, &ids, &k));
+    atlas_status st = ATLAS_OK;
+    if (k < 1 || k > ATLAS_ENGINE_MAX_THINK_IDS)
+        st = atlas_fail(ATLAS_ERR_INVALID, "thinking.budget_tokens: the model writes '%s' as "
+                        "%zu tokens, at most %d can be followed", tag, k,
+                        ATLAS_ENGINE_MAX_THINK_IDS);
+    else memcpy(out, ids, k * sizeof *ids);
+    *n = (int)k;
+    free(ids);
+    return st;
+}
+
+/* thinking.budget_tokens (checked by thinking() above) as the engine's think budget, on a
+ * reply the reasoning splitter reads as a think block; where a constraint decides the reply
+ * there is no block to close. */
+static atlas_status think_budget(const json_t *body, atlas_api_chat_req *q,
+                                 const char **param) {
+    const json_t *t = json_object_get(body, "thinking");
+    json_int_t budget = json_integer_value(json_object_get(t, "budget_tokens"));
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!type || strcmp(type, "enabled") || budget < 1 || !q->o.reasoning || q->gp.constraint)
+        return ATLAS_OK;
+    *param = "thinking.budget_tokens";
+    atlas_gen_params *gp = &q->gp;
+    ATLAS_TRY(tag_ids(q->tok, "<think>", gp->think_open, &gp->n_think_open));
+    ATLAS_TRY(tag_ids(q->tok, "</think>", gp->think_close, &gp->n_think_close));
+    *param = NULL;
+    gp->think_budget = budget < INT32_MAX ? (int)budget : INT32_MAX;
+    gp->think_inside = q->o.reasoning_inside;
+    return ATLAS_OK;
+}
+
 /* --- the answer ------------------------------------------------------------------------- */
 
 enum { BLOCK_NONE, BLOCK_TEXT, BLOCK_THINKING };
@@ -513,6 +552,7 @@ void atlas_api_messages(atlas_http_call *call, json_t *body, const char *arg,
     atlas_api_chat_req q = {0};
     atlas_status st = atlas_anthropic_to_chat(body, false, &chat);
     if (st == ATLAS_OK) st = atlas_api_chat_prepare(call->ctx, chat, &q, &param);
+    if (st == ATLAS_OK) st = think_budget(body, &q, &param);
     if (st != ATLAS_OK) {
         atlas_api_error_fail(r, st, param);
     } else {

@@ -188,6 +188,12 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.constraint = gp->constraint; /* copied by submit */
     req.cache_salt = gp->cache_salt;
     req.keep_alive_ms = gp->keep_alive_ms;
+    req.think_budget = gp->think_budget;
+    req.think_open = gp->think_open;
+    req.n_think_open = gp->n_think_open;
+    req.think_close = gp->think_close;
+    req.n_think_close = gp->n_think_close;
+    req.think_inside = gp->think_inside;
     g->prompt_tokens = (int)n_ids;
     pthread_mutex_lock(&g->srv->metrics.mu);
     g->srv->metrics.active_requests++;

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "atlas/engine.h"
 #include "atlas/sampler.h"
 #include "atlas/status.h"
 
@@ -50,6 +51,13 @@ typedef struct atlas_gen_params {
                                    salt; NULL: none; points into the body */
     int64_t keep_alive_ms;      /* Ollama's "keep_alive" (atlas_request.keep_alive_ms); 0:
                                    the model's */
+    /* A thinking budget (atlas_request.think_budget, set by a dialect that has one, e.g.
+     * Messages' budget_tokens; 0: none) with its tags' ids and whether the prompt opened a
+     * block */
+    int think_budget;
+    int32_t think_open[ATLAS_ENGINE_MAX_THINK_IDS], think_close[ATLAS_ENGINE_MAX_THINK_IDS];
+    int n_think_open, n_think_close;
+    bool think_inside;
 } atlas_gen_params;
 
 /* "keep_alive" of body, as Ollama takes it: seconds, or a duration such as "5m"; negative is

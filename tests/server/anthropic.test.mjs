@@ -174,6 +174,47 @@ test('thinking blocks with signatures, streamed and whole; sent back and accepte
   assert.ok(off.input_tokens > on.input_tokens, `${off.input_tokens} > ${on.input_tokens}`);
 });
 
+test('budget_tokens closes the think block after that many tokens', async () => {
+  // The same biased, seeded runs as above: a budget changes nothing before it is spent (the
+  // tokens are the same seed's), so the thinking with a budget of B is the split of the first
+  // B tokens inside the block the free run opened, the closing tag forced after them; the
+  // reply then goes on as text. /v1/completions names the free run's tokens by id.
+  const messages = [{ role: 'user', content: 'Why is the sky blue?' }];
+  const logit_bias = { 151667: 11, 151668: 10 }; // opening a little likelier
+  const B = 3, max = 24;
+  const prompt = (await postJSON(srv.base, '/apply-template', { model: 'qwen', messages }, auth)).json.prompt;
+  const detok = async (tokens) => (await postJSON(srv.base, '/detokenize', { model: 'qwen', tokens }, auth)).json.prompt;
+  let cut = 0, whole = 0;
+  for (let seed = 1; seed <= 60 && (cut < 2 || whole < 1); seed++) {
+    const c = (await postJSON(srv.base, '/v1/completions', { model: 'qwen', prompt, max_tokens: max,
+      temperature: 1, seed, logit_bias, logprobs: 1, return_tokens_as_token_ids: true }, auth)).json.choices[0];
+    const ids = c.logprobs.tokens.map((t) => Number(t.slice(9)));
+    const free = split(c.text);
+    const open = ids.indexOf(151667);
+    if (!free.reasoning && !c.text.trimStart().startsWith('<think>')) continue; // no block
+    const inside = ids.slice(open + 1, open + 1 + B);
+    const forced = open + 1 + B < max && !inside.includes(151668);
+    const want = forced ? split(`${await detok(ids.slice(0, open + 1 + B))}</think>`).reasoning : free.reasoning;
+    const body = { model: 'small', max_tokens: max, temperature: 1, seed, logit_bias, messages,
+      thinking: { type: 'enabled', budget_tokens: B } };
+    for (const m of [await client.messages.create(body), await client.messages.stream(body).finalMessage()]) {
+      const th = m.content.filter((b) => b.type === 'thinking').map((b) => b.thinking).join('');
+      assert.equal(th, want, `seed ${seed}: ${JSON.stringify(c.text)}`);
+      assert.ok(free.reasoning.startsWith(th), `seed ${seed}: a prefix of the free thinking`);
+      if (!forced) continue;
+      assert.equal(m.content[0].type, 'thinking');
+      assert.equal(m.content.at(-1).type, 'text', `seed ${seed}: a text block follows`);
+      assert.ok(m.content.at(-1).text.length > 0);
+      const n = (await postJSON(srv.base, '/tokenize', { model: 'qwen', prompt: th, add_special_tokens: false }, auth)).json.tokens.length;
+      assert.ok(n <= B + 1, `seed ${seed}: ${n} tokens of thinking`); // re-encoding may split differently
+    }
+    if (forced && want !== free.reasoning) cut++;
+    else whole++;
+  }
+  assert.ok(cut >= 2, `some seed's thinking was cut (${cut})`);
+  assert.ok(whole >= 1, `some seed's thinking ended within the budget (${whole})`);
+});
+
 test('errors in Anthropic\'s shape, through the SDK and by hand', async () => {
   await assert.rejects(client.messages.create({ model: 'default', messages: [{ role: 'user', content: 'x' }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === 'error' &&
