@@ -627,7 +627,7 @@ static void test_rope(void) {
 /* RoPE types atlas does not compute are refused at load, the message naming the type, in
  * both spellings; and the context a config allows (vLLM's derivation). */
 static void test_rope_refusals(void) {
-    static const char *const types[] = {"dynamic", "longrope", "su", "ntk-magic"};
+    static const char *const types[] = {"dynamic", "su", "ntk-magic", "longrop"};
     static const char *const keys[] = {"rope_scaling", "rope_parameters"};
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 4; t++) {
@@ -654,6 +654,89 @@ static void test_rope_refusals(void) {
     CHECK(atlas_config_max_context(&c) == 131072);
 }
 
+/* Phi-4-mini's shape: head_dim 128 (3072 / 24), 8 KV heads, 3/4 of each head rotated,
+ * longrope over original_max 4096 of 131072, factors at the top level as Phi3Config keeps
+ * them (or in rope_parameters, transformers 5). */
+static json_t *phi4_mini(int rope_parameters) {
+    json_t *sf = json_array(), *lf = json_array();
+    for (int i = 0; i < 48; i++) {
+        json_array_append_new(sf, json_real(1.0 + 0.01 * i));
+        json_array_append_new(lf, json_real(1.0 + 0.5 * i));
+    }
+    json_t *j = json_pack("{s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:f}",
+                          "architectures", "Phi3ForCausalLM", "vocab_size", 200064,
+                          "hidden_size", 3072, "intermediate_size", 8192,
+                          "num_hidden_layers", 32, "num_attention_heads", 24,
+                          "num_key_value_heads", 8, "max_position_embeddings", 131072,
+                          "rope_theta", 10000.0, "tie_word_embeddings", 1, "hidden_act", "silu",
+                          "rms_norm_eps", 1e-5);
+    json_t *rope = json_pack("{s:s,s:o,s:o}", rope_parameters ? "rope_type" : "type", "longrope",
+                             "short_factor", sf, "long_factor", lf);
+    if (rope_parameters) {
+        set(rope, "partial_rotary_factor", json_real(0.75));
+        set(rope, "original_max_position_embeddings", json_integer(4096));
+        set(rope, "rope_theta", json_real(10000.0));
+        set(j, "rope_parameters", rope);
+    } else {
+        set(j, "partial_rotary_factor", json_real(0.75));
+        set(j, "original_max_position_embeddings", json_integer(4096));
+        set(j, "rope_scaling", rope);
+    }
+    return j;
+}
+
+static void test_phi3(void) {
+    for (int style = 0; style < 2; style++) {
+        atlas_config c = load_ok(phi4_mini(style), NULL);
+        CHECK(c.arch == ATLAS_ARCH_PHI3 && c.fused_proj && !c.qkv_bias && !c.o_bias);
+        CHECK(c.head_dim == 128 && c.rope_dim == 96 && c.n_kv_heads == 8 && c.rms_eps == 1e-5);
+        CHECK(c.rope.type == ATLAS_ROPE_LONGROPE && c.rope.n_factors == 48);
+        CHECK(c.rope.original_max_position == 4096 && c.rope.factor == 32.0);
+        CHECK(atlas_config_max_context(&c) == 131072);
+        double inv[64], inv_long[64], attn = 0;
+        atlas_rope_inv_freq(&c, inv, &attn);
+        CHECK(atlas_rope_inv_freq_long(&c, inv_long));
+        /* transformers: sqrt(1 + ln(131072 / 4096) / ln(4096)); 1 / (ext_i * 10000^(2i/96)) */
+        CHECK_MSG(fabs(attn - sqrt(1 + log(32.0) / log(4096.0))) < 1e-15, "attn %.17g", attn);
+        CHECK(inv[0] == 1.0 && inv_long[0] == 1.0);
+        for (int i = 1; i < 48; i++) {
+            double p = pow(10000.0, 2.0 * i / 96);
+            CHECK_MSG(fabs(inv[i] - (float)(1 / ((1 + 0.01 * i) * p))) <= 1e-7 * inv[i] &&
+                      fabs(inv_long[i] - (float)(1 / ((1 + 0.5 * i) * p))) <= 1e-7 * inv_long[i],
+                      "longrope frequency %d: %g, %g", i, inv[i], inv_long[i]);
+        }
+    }
+    /* Phi-4 (14B): no rope_scaling, the whole head rotates, no long set */
+    json_t *j = json_pack("{s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:n}", "architectures",
+                          "Phi3ForCausalLM", "vocab_size", 100352, "hidden_size", 5120,
+                          "intermediate_size", 17920, "num_hidden_layers", 40,
+                          "num_attention_heads", 40, "num_key_value_heads", 10,
+                          "max_position_embeddings", 16384,
+                          "original_max_position_embeddings", 16384, "rope_theta", 250000.0,
+                          "rope_scaling");
+    atlas_config c = load_ok(j, NULL);
+    double inv[64];
+    CHECK(c.head_dim == 128 && c.rope_dim == 128 && c.rope.type == ATLAS_ROPE_DEFAULT);
+    CHECK(!atlas_rope_inv_freq_long(&c, inv) && c.sliding_window == 0 && c.rms_eps == 1e-5);
+    /* factor lists of the wrong length, a bad factor, partial rotary elsewhere, odd dims */
+    j = phi4_mini(0);
+    json_array_remove(json_object_get(json_object_get(j, "rope_scaling"), "long_factor"), 0);
+    load_fail(j, NULL, ATLAS_ERR_FORMAT, "config.json", "rope_scaling.long_factor");
+    j = phi4_mini(1);
+    json_array_set_new(json_object_get(json_object_get(j, "rope_parameters"), "short_factor"),
+                       3, json_real(-1));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "rope_parameters.short_factor[3]");
+    j = llama();
+    set(j, "partial_rotary_factor", json_real(0.5));
+    json_object_del(j, "rope_scaling");
+    json_object_set_new(j, "rope_parameters", json_pack("{s:s,s:f}", "rope_type", "default",
+                                                        "partial_rotary_factor", 0.5));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
+    j = phi4_mini(0);
+    set(j, "partial_rotary_factor", json_real(0.7)); /* 89.6 -> 89 dims: odd */
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "partial_rotary_factor");
+}
+
 int main(void) {
     if (!harness_mkdtemp(tmpdir, sizeof tmpdir, "cfg")) return 2;
     test_rope_refusals();
@@ -666,6 +749,7 @@ int main(void) {
     test_errors_rope();
     test_errors_files();
     test_rope();
+    test_phi3();
     harness_rm_rf(tmpdir);
     return harness_finish();
 }

@@ -109,7 +109,14 @@ typedef struct atlas_backend_geom {
     int n_layers;
     float rms_eps;
     const double *rope_inv_freq; /* [hd/2]; copied at create */
-    double rope_attn_factor;     /* cos/sin are multiplied by this (yarn), 1 otherwise */
+    double rope_attn_factor;     /* cos/sin are multiplied by this (yarn, longrope), else 1 */
+    int rope_dim;                /* dims of each head that rotate (rotate-half over the first
+                                    rope_dim; the rest pass through); 0: head_dim */
+    /* longrope (NULL: none): [rope_dim/2] frequencies for the tokens of a sequence whose
+     * context after the batch (seq_ctx) is above rope_long_after; rope_inv_freq for the
+     * others. Chosen per sequence, so a token's rotation never depends on its batch. */
+    const double *rope_inv_freq_long;
+    int rope_long_after;
     int max_position;            /* positions beyond are still valid: tables grow or compute */
     int sliding_window;          /* 0: full causal attention */
     int sliding_from_layer;      /* layers >= this use sliding_window (0: all of them) */

@@ -139,6 +139,7 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
         {"MistralForCausalLM", "mistral", ATLAS_ARCH_MISTRAL},
         {"Qwen2ForCausalLM", "qwen2", ATLAS_ARCH_QWEN2},
         {"Qwen3ForCausalLM", "qwen3", ATLAS_ARCH_QWEN3},
+        {"Phi3ForCausalLM", "phi3", ATLAS_ARCH_PHI3},
     };
     json_t *list = field(root, "architectures");
     const char *name = NULL, *what = "architectures[0]";
@@ -162,7 +163,8 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
     }
     return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                       "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
-                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                      "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                      "Phi3ForCausalLM)",
                       file, what, name);
 }
 
@@ -216,15 +218,77 @@ static atlas_status rope_type_of(const char *file, const char *pname, json_t *p,
     char name[64];
     snprintf(name, sizeof name, "%s.%s", pname, key);
     if (!json_is_string(v)) return wrong_type(file, name, "a string", v);
-    static const char *const names[] = {"default", "linear", "llama3", "yarn"};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"default", "linear", "llama3", "yarn", "longrope"};
+    for (int i = 0; i < 5; i++)
         if (!strcmp(json_string_value(v), names[i])) {
             *out = (atlas_rope_type)i;
             return ATLAS_OK;
         }
     return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                       "%s: field \"%s\": unsupported RoPE type \"%.32s\" (default, linear, "
-                      "llama3, yarn are)", file, name, json_string_value(v));
+                      "llama3, yarn, longrope are)", file, name, json_string_value(v));
+}
+
+/* One of longrope's factor lists: rope_dim / 2 positive numbers, as transformers checks. */
+static atlas_status rope_factors(const char *file, const char *pname, json_t *p,
+                                 const char *key, int n, double *out) {
+    json_t *v = field(p, key);
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", pname, key);
+    if (!v) return atlas_fail(ATLAS_ERR_FORMAT, "%s: missing field \"%s\"", file, name);
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s\": expected a list of %d numbers "
+                          "(half the rotary dimension)", file, name, n);
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, (size_t)i);
+        double x = json_is_number(e) ? json_number_value(e) : -1;
+        if (!(x > 0) || !isfinite(x))
+            return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s[%d]\": want a positive number",
+                              file, name, i);
+        out[i] = x;
+    }
+    return ATLAS_OK;
+}
+
+/* transformers' _compute_longrope_parameters: with original_max_position_embeddings (the
+ * dict's, else the top level's, as Phi3Config keeps it) the factor is max_position_embeddings
+ * over it, whatever the dict's factor says; without, the dict's factor over
+ * max_position_embeddings. The attention factor, unless given, is sqrt(1 + ln(factor) /
+ * ln(original maximum)), 1 for a factor <= 1. r->original_max_position holds the top
+ * level's (0: absent) on entry. */
+static atlas_status longrope_params(const char *file, const char *pname, json_t *p,
+                                    atlas_config *cfg) {
+    atlas_rope *r = &cfg->rope;
+    int n = cfg->rope_dim / 2;
+    if (n > ATLAS_MAX_ROPE_FACTORS)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"%s\": longrope over %d "
+                          "frequencies (at most %d are supported)", file, pname, n,
+                          ATLAS_MAX_ROPE_FACTORS);
+    r->n_factors = n;
+    ATLAS_TRY(rope_factors(file, pname, p, "short_factor", n, r->short_factor));
+    ATLAS_TRY(rope_factors(file, pname, p, "long_factor", n, r->long_factor));
+    double omax = 0, factor = 0;
+    ATLAS_TRY(rope_num(file, pname, p, "original_max_position_embeddings", false, &omax));
+    ATLAS_TRY(rope_num(file, pname, p, "factor", false, &factor));
+    ATLAS_TRY(rope_num(file, pname, p, "attention_factor", false, &r->attention_factor));
+    if (omax == 0) omax = r->original_max_position;
+    if (omax != 0 && (omax < 1 || omax > INT32_MAX || omax != floor(omax)))
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s.original_max_position_embeddings\": "
+                          "%g is not a positive integer", file, pname, omax);
+    if (omax != 0) {
+        factor = (double)cfg->max_position / omax;
+    } else {
+        omax = cfg->max_position;
+        if (factor == 0) factor = 1;
+    }
+    if (!(factor > 0) || r->attention_factor < 0)
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\": factor %g and attention_factor "
+                          "%g must be positive", file, pname, factor, r->attention_factor);
+    r->original_max_position = (int)omax;
+    r->factor = factor;
+    if (r->attention_factor == 0)
+        r->attention_factor = factor <= 1 ? 1.0 : sqrt(1 + log(factor) / log(omax));
+    return ATLAS_OK;
 }
 
 /* The type-specific parameters, as transformers' validation requires them. */
@@ -245,6 +309,7 @@ static atlas_status rope_scaling_params(const char *file, const char *pname, jso
                               "%s: field \"%s\": need 0 < low_freq_factor < high_freq_factor",
                               file, pname);
         break;
+    case ATLAS_ROPE_LONGROPE: return longrope_params(file, pname, p, cfg);
     case ATLAS_ROPE_YARN:
         r->factor = 0;
         ATLAS_TRY(rope_num(file, pname, p, "factor", false, &r->factor));
@@ -307,6 +372,26 @@ static atlas_status check_context(const char *file, const char *pname, const atl
                       "(1 to %d are possible)", file, pname, r->factor, of, base, ctx, INT32_MAX);
 }
 
+/* The rotated part of a head: int(head_dim * partial_rotary_factor), as transformers takes
+ * it. Only Phi3 rotates part of a head (its attention passes the rest through); another
+ * family given a factor would compute a different model, so it is refused. */
+static atlas_status set_rope_dim(const char *file, const char *where, double partial,
+                                 atlas_config *cfg) {
+    const char *dot = strcmp(where, "partial_rotary_factor") ? "." : "";
+    const char *pre = *dot ? where : "";
+    if (partial != 1.0 && cfg->arch != ATLAS_ARCH_PHI3)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"%s%spartial_rotary_factor\": %g "
+                          "(only 1 is supported for %s)", file, pre, dot, partial,
+                          cfg->architecture);
+    double dim = floor(cfg->head_dim * partial);
+    if (!(partial > 0 && partial <= 1) || dim < 2 || fmod(dim, 2) != 0)
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s%spartial_rotary_factor\": %g of "
+                          "head_dim %d is not a positive even number of dimensions", file, pre,
+                          dot, partial, cfg->head_dim);
+    cfg->rope_dim = (int)dim;
+    return ATLAS_OK;
+}
+
 /* rope_scaling (classic) wins over rope_parameters (transformers 5), as in transformers'
  * convert_rope_params_to_dict; rope_theta inside the dict wins over the top-level one. */
 static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg) {
@@ -319,6 +404,15 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
     r->truncate = true;
     r->original_max_position = cfg->max_position;
     ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
+    /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict) */
+    double partial = 1.0;
+    if (cfg->arch == ATLAS_ARCH_PHI3) {
+        ATLAS_TRY(get_num(file, root, "partial_rotary_factor", &partial));
+        r->original_max_position = 0;
+        ATLAS_TRY(get_int(file, root, "original_max_position_embeddings", false, 1, INT32_MAX,
+                          &r->original_max_position));
+    }
+    ATLAS_TRY(set_rope_dim(file, "partial_rotary_factor", partial, cfg));
     const char *pname = "rope_scaling";
     json_t *p = field(root, pname);
     if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
@@ -334,16 +428,13 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
                               "%s: field \"%s\": per-layer-type RoPE parameters are not "
                               "supported", file, pname);
         ATLAS_TRY(rope_num(file, pname, p, "rope_theta", false, &r->theta));
-        double partial = 1.0;
         ATLAS_TRY(rope_num(file, pname, p, "partial_rotary_factor", false, &partial));
-        if (partial != 1.0)
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
-                              "%s: field \"%s.partial_rotary_factor\": %g (only 1 is supported)",
-                              file, pname, partial);
+        ATLAS_TRY(set_rope_dim(file, pname, partial, cfg));
         ATLAS_TRY(rope_type_of(file, pname, p, &r->type));
         ATLAS_TRY(rope_scaling_params(file, pname, p, cfg));
         ATLAS_TRY(check_context(file, pname, cfg));
     }
+    if (r->original_max_position == 0) r->original_max_position = cfg->max_position;
     if (!(r->theta > 1.0))
         return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rope_theta\": %g must be above 1", file,
                           r->theta);
@@ -398,10 +489,14 @@ static void class_defaults(atlas_config *cfg) {
         cfg->max_position = 32768;
         cfg->sliding_window = 4096; /* used only with use_sliding_window */
         break;
+    case ATLAS_ARCH_PHI3:
+        cfg->max_position = 4096;
+        cfg->rms_eps = 1e-5;
+        break;
     }
 }
 
-/* Mistral slides on every layer (MistralConfig ignores layer_types); Qwen2/3 only with
+/* Mistral and Phi3 slide on every layer (their configs have no layer_types); Qwen2/3 only with
  * use_sliding_window, from max_window_layers on, or layer by layer as layer_types says. */
 static atlas_status read_sliding(const char *file, json_t *root, atlas_config *cfg) {
     if (cfg->arch == ATLAS_ARCH_LLAMA) return ATLAS_OK;
@@ -416,7 +511,8 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
         if (!use) cfg->sliding_window = 0;
         cfg->sliding_from_layer = from;
     }
-    json_t *lt = cfg->arch == ATLAS_ARCH_MISTRAL ? NULL : field(root, "layer_types");
+    bool every = cfg->arch == ATLAS_ARCH_MISTRAL || cfg->arch == ATLAS_ARCH_PHI3;
+    json_t *lt = every ? NULL : field(root, "layer_types");
     if (!lt) return ATLAS_OK;
     if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
         return atlas_fail(ATLAS_ERR_FORMAT,
@@ -457,13 +553,14 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     bool attn_bias = false;
     cfg->tie_embeddings = false; /* the default of all four config classes */
     ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
-    if (cfg->arch != ATLAS_ARCH_MISTRAL && cfg->arch != ATLAS_ARCH_QWEN2)
+    if (cfg->arch == ATLAS_ARCH_LLAMA || cfg->arch == ATLAS_ARCH_QWEN3)
         ATLAS_TRY(get_bool(file, root, "attention_bias", &attn_bias));
     if (cfg->arch == ATLAS_ARCH_LLAMA)
         ATLAS_TRY(get_bool(file, root, "mlp_bias", &cfg->mlp_bias));
     cfg->qkv_bias = cfg->arch == ATLAS_ARCH_QWEN2 || attn_bias;
     cfg->o_bias = attn_bias;
     cfg->qk_norm = cfg->arch == ATLAS_ARCH_QWEN3;
+    cfg->fused_proj = cfg->arch == ATLAS_ARCH_PHI3;
     return read_act(file, root);
 }
 
@@ -621,11 +718,26 @@ static void rope_llama3(const atlas_rope *r, int dim, double *inv) {
     }
 }
 
+static void rope_longrope(const atlas_rope *r, const double *ext, int dim, double *inv) {
+    for (int i = 0; i < dim / 2; i++) inv[i] = 1.0 / (ext[i] * pow(r->theta, (double)(2 * i) / dim));
+}
+
+bool atlas_rope_inv_freq_long(const atlas_config *cfg, double *inv_freq) {
+    if (cfg->rope.type != ATLAS_ROPE_LONGROPE) return false;
+    int dim = cfg->rope_dim;
+    rope_longrope(&cfg->rope, cfg->rope.long_factor, dim, inv_freq);
+    for (int i = 0; i < dim / 2; i++) inv_freq[i] = (float)inv_freq[i];
+    return true;
+}
+
 void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor) {
     const atlas_rope *r = &cfg->rope;
-    int dim = cfg->head_dim;
+    int dim = cfg->rope_dim ? cfg->rope_dim : cfg->head_dim;
     double attn = 1.0;
-    if (r->type == ATLAS_ROPE_YARN) {
+    if (r->type == ATLAS_ROPE_LONGROPE) {
+        rope_longrope(r, r->short_factor, dim, inv_freq);
+        attn = r->attention_factor;
+    } else if (r->type == ATLAS_ROPE_YARN) {
         rope_yarn(r, dim, inv_freq, &attn);
     } else {
         for (int i = 0; i < dim / 2; i++)

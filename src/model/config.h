@@ -7,7 +7,10 @@
  * sliding_window 4096. Qwen2/Qwen3 slide only with use_sliding_window, on layers >=
  * max_window_layers (or as layer_types says): ask atlas_config_layer_sliding per layer.
  * Biases: Llama's attention_bias covers q/k/v/o, Qwen3's too, Qwen2 has q/k/v always and
- * never o, Mistral none; mlp_bias is Llama's only. hidden_act must be silu (or swish, its
+ * never o, Mistral none; mlp_bias is Llama's only. Phi3 (Phi3Config's defaults: rms_norm_eps
+ * 1e-5, max_position_embeddings 4096) has no biases, slides on every layer when
+ * sliding_window is set, and may rotate part of each head (partial_rotary_factor, top level
+ * or in the RoPE dict) with longrope. hidden_act must be silu (or swish, its
  * other name): the MLP is SwiGLU; another activation is refused by name. */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
@@ -24,6 +27,8 @@ typedef enum atlas_arch {
     ATLAS_ARCH_MISTRAL,   /* MistralForCausalLM */
     ATLAS_ARCH_QWEN2,     /* Qwen2ForCausalLM: q/k/v biases */
     ATLAS_ARCH_QWEN3,     /* Qwen3ForCausalLM: q/k RMSNorm, no biases */
+    ATLAS_ARCH_PHI3,      /* Phi3ForCausalLM (Phi-3, Phi-4, Phi-4-mini): fused qkv_proj and
+                             gate_up_proj, partial rotary, longrope */
 } atlas_arch;
 
 typedef enum atlas_rope_type {
@@ -31,7 +36,11 @@ typedef enum atlas_rope_type {
     ATLAS_ROPE_LINEAR,
     ATLAS_ROPE_LLAMA3,
     ATLAS_ROPE_YARN,
+    ATLAS_ROPE_LONGROPE, /* Phi-3/Phi-4: per-frequency short and long factors */
 } atlas_rope_type;
+
+/* longrope factors: one per rotated frequency (rope_dim / 2 of them). */
+enum { ATLAS_MAX_ROPE_FACTORS = 256 };
 
 typedef struct atlas_rope {
     atlas_rope_type type;
@@ -44,6 +53,10 @@ typedef struct atlas_rope {
     double mscale, mscale_all_dim; /* yarn (0 when absent) */
     double attention_factor;     /* yarn; 0 when absent (then derived from factor) */
     bool truncate;               /* yarn: transformers' "truncate" (default true) */
+    /* longrope: a sequence whose context is above original_max_position rotates with
+     * long_factor, else with short_factor (see atlas_rope_inv_freq_long) */
+    int n_factors;
+    double short_factor[ATLAS_MAX_ROPE_FACTORS], long_factor[ATLAS_MAX_ROPE_FACTORS];
 } atlas_rope;
 
 enum { ATLAS_MAX_EOS = 16 };
@@ -57,6 +70,8 @@ typedef struct atlas_config {
     int n_heads;               /* num_attention_heads */
     int n_kv_heads;            /* num_key_value_heads (defaults to n_heads) */
     int head_dim;              /* explicit or hidden / n_heads */
+    int rope_dim;              /* dims of a head that rotate: head_dim * partial_rotary_factor
+                                  (Phi-4-mini: 96 of 128); the rest pass through */
     int intermediate;          /* intermediate_size */
     int max_position;          /* max_position_embeddings */
     double rms_eps;            /* rms_norm_eps */
@@ -65,6 +80,7 @@ typedef struct atlas_config {
     bool o_bias;               /* o_proj bias: attention_bias for Llama and Qwen3 */
     bool mlp_bias;             /* gate/up/down biases: Llama's mlp_bias */
     bool qk_norm;              /* Qwen3 */
+    bool fused_proj;           /* Phi3: qkv_proj and gate_up_proj are single tensors */
     int sliding_window;        /* 0 when none */
     int sliding_from_layer;    /* layers >= this use sliding_window (when it is not 0) */
     atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
@@ -103,10 +119,13 @@ long atlas_config_max_context(const atlas_config *cfg);
 /* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);
 
-/* RoPE inverse frequencies for the config's rope type: inv_freq[head_dim/2], and the factor
+/* RoPE inverse frequencies for the config's rope type: inv_freq[rope_dim/2], and the factor
  * by which cos/sin are scaled (yarn's attention factor; 1 otherwise). Matches transformers'
  * ROPE_INIT_FUNCTIONS: the values are float32's (never the weights' dtype); the backends take
  * each angle as the float32 product inv_freq * position, as transformers does. */
 void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor);
+/* longrope's second set (long_factor), inv_freq[rope_dim/2]; returns false (nothing written)
+ * for the other types. atlas_rope_inv_freq gives the short set; both share its factor. */
+bool atlas_rope_inv_freq_long(const atlas_config *cfg, double *inv_freq);
 
 #endif

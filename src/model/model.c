@@ -152,15 +152,18 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                  const atlas_backend_options *opts) {
     ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
     const atlas_config *c = &m->cfg;
-    double inv_freq[1024], attn_factor = 1.0;
+    double inv_freq[1024], inv_long[1024], attn_factor = 1.0;
     if (c->head_dim < 2 || c->head_dim / 2 > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "config.json: head_dim %d", c->head_dim);
     atlas_rope_inv_freq(c, inv_freq, &attn_factor);
+    bool longrope = atlas_rope_inv_freq_long(c, inv_long);
     atlas_backend_geom g = {
         .hidden = c->hidden, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = c->head_dim, .intermediate = c->intermediate, .vocab_size = c->vocab_size,
         .n_layers = c->n_layers, .rms_eps = (float)c->rms_eps, .rope_inv_freq = inv_freq,
         .rope_attn_factor = attn_factor, .max_position = c->max_position,
+        .rope_dim = c->rope_dim, .rope_inv_freq_long = longrope ? inv_long : NULL,
+        .rope_long_after = c->rope.original_max_position,
         .sliding_window = c->sliding_window, .sliding_from_layer = c->sliding_from_layer,
     };
     atlas_shard_plan plan;

@@ -22,6 +22,7 @@ void atlas_shard_geom_from_config(const atlas_config *cfg, atlas_shard_geom *out
     out->o_bias = cfg->o_bias;
     out->mlp_bias = cfg->mlp_bias;
     out->qk_norm = cfg->qk_norm;
+    out->fused_proj = cfg->fused_proj;
 }
 
 static atlas_status check_geom(const atlas_shard_geom *g) {
@@ -58,6 +59,12 @@ atlas_status atlas_shard_plan_make(const atlas_shard_geom *g, int world, int ran
     if (f % world)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor parallel size %d does not divide the "
                           "%d MLP columns (intermediate_size)", world, f);
+    /* a rank's rows of a fused tensor are three (q|k|v) or two (gate|up) separate bands,
+     * which the one-rectangle slices here do not describe */
+    if (g->fused_proj && world > 1)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor parallel size %d: the fused qkv_proj "
+                          "and gate_up_proj tensors (Phi3ForCausalLM) are not split across "
+                          "ranks yet; run it on one GPU", world);
     out->g = *g;
     out->world = world;
     out->rank = rank;
@@ -86,8 +93,12 @@ size_t atlas_shard_kv_token_bytes(const atlas_shard_plan *p, size_t elem) {
 /* --- the tensors and their rules ------------------------------------------------------------ */
 
 typedef enum split_what { SPLIT_NONE, SPLIT_Q, SPLIT_KV, SPLIT_MLP } split_what;
-typedef enum dim_id { DIM_ONE, DIM_D, DIM_Q, DIM_KV, DIM_F, DIM_V, DIM_HD } dim_id;
-typedef enum flag_id { F_ALWAYS, F_QKV_BIAS, F_O_BIAS, F_MLP_BIAS, F_QK_NORM, F_UNTIED } flag_id;
+typedef enum dim_id { DIM_ONE, DIM_D, DIM_Q, DIM_KV, DIM_F, DIM_V, DIM_HD, DIM_QKV, DIM_2F } dim_id;
+typedef enum flag_id {
+    F_ALWAYS, F_QKV_BIAS, F_O_BIAS, F_MLP_BIAS, F_QK_NORM, F_UNTIED,
+    F_SPLIT, /* q/k/v_proj and gate/up_proj as separate tensors */
+    F_FUSED, /* Phi3's qkv_proj and gate_up_proj */
+} flag_id;
 
 typedef struct tensor_rule {
     const char *name;  /* after "model.layers.N." for layer tensors */
@@ -99,22 +110,24 @@ typedef struct tensor_rule {
 
 static const tensor_rule layer_rules[] = {
     {"input_layernorm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_D, DIM_ONE, F_ALWAYS},
-    {"self_attn.q_proj.weight", ATLAS_SHARD_ROWS, SPLIT_Q, DIM_Q, DIM_D, F_ALWAYS},
+    {"self_attn.q_proj.weight", ATLAS_SHARD_ROWS, SPLIT_Q, DIM_Q, DIM_D, F_SPLIT},
     {"self_attn.q_proj.bias", ATLAS_SHARD_ROWS, SPLIT_Q, DIM_Q, DIM_ONE, F_QKV_BIAS},
-    {"self_attn.k_proj.weight", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_D, F_ALWAYS},
+    {"self_attn.k_proj.weight", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_D, F_SPLIT},
     {"self_attn.k_proj.bias", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_ONE, F_QKV_BIAS},
-    {"self_attn.v_proj.weight", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_D, F_ALWAYS},
+    {"self_attn.v_proj.weight", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_D, F_SPLIT},
     {"self_attn.v_proj.bias", ATLAS_SHARD_ROWS, SPLIT_KV, DIM_KV, DIM_ONE, F_QKV_BIAS},
+    {"self_attn.qkv_proj.weight", ATLAS_SHARD_ROWS, SPLIT_NONE, DIM_QKV, DIM_D, F_FUSED},
     {"self_attn.q_norm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_HD, DIM_ONE, F_QK_NORM},
     {"self_attn.k_norm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_HD, DIM_ONE, F_QK_NORM},
     {"self_attn.o_proj.weight", ATLAS_SHARD_COLS, SPLIT_Q, DIM_D, DIM_Q, F_ALWAYS},
     {"self_attn.o_proj.bias", ATLAS_SHARD_LEAD, SPLIT_NONE, DIM_D, DIM_ONE, F_O_BIAS},
     {"post_attention_layernorm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_D, DIM_ONE,
      F_ALWAYS},
-    {"mlp.gate_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_ALWAYS},
+    {"mlp.gate_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_SPLIT},
     {"mlp.gate_proj.bias", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_ONE, F_MLP_BIAS},
-    {"mlp.up_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_ALWAYS},
+    {"mlp.up_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_SPLIT},
     {"mlp.up_proj.bias", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_ONE, F_MLP_BIAS},
+    {"mlp.gate_up_proj.weight", ATLAS_SHARD_ROWS, SPLIT_NONE, DIM_2F, DIM_D, F_FUSED},
     {"mlp.down_proj.weight", ATLAS_SHARD_COLS, SPLIT_MLP, DIM_D, DIM_F, F_ALWAYS},
     {"mlp.down_proj.bias", ATLAS_SHARD_LEAD, SPLIT_NONE, DIM_D, DIM_ONE, F_MLP_BIAS},
 };
@@ -135,6 +148,8 @@ static int64_t dim_value(const atlas_shard_geom *g, dim_id d) {
     case DIM_F: return g->intermediate;
     case DIM_V: return g->vocab_size;
     case DIM_HD: return g->head_dim;
+    case DIM_QKV: return (int64_t)(g->n_heads + 2 * g->n_kv_heads) * g->head_dim;
+    case DIM_2F: return 2 * (int64_t)g->intermediate;
     case DIM_ONE: return 1;
     }
     return 0;
@@ -148,6 +163,8 @@ static bool flag_on(const atlas_shard_geom *g, flag_id f) {
     case F_MLP_BIAS: return g->mlp_bias;
     case F_QK_NORM: return g->qk_norm;
     case F_UNTIED: return !g->tie_embeddings;
+    case F_SPLIT: return !g->fused_proj;
+    case F_FUSED: return g->fused_proj;
     }
     return false;
 }

@@ -299,9 +299,13 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
 #define NAME(i, ...) (snprintf(n[i], sizeof n[i], __VA_ARGS__), n[i])
     ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.input_layernorm.weight", l), d, 0,
                     &lw->attn_norm));
-    for (int i = 0; i < 3; i++)
+    /* Phi3 ships q|k|v and gate|up fused in the order the backend fuses them: bound as is */
+    if (c->fused_proj)
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.qkv_proj.weight", l),
+                        (H + 2 * K) * hd, d, &lw->qkv));
+    for (int i = 0; i < 3 && !c->fused_proj; i++)
         names[i] = NAME(i, "model.layers.%d.self_attn.%s.weight", l, proj[i]);
-    ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
+    if (!c->fused_proj) ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
     if (c->qkv_bias) {
         for (int i = 0; i < 3; i++)
             names[i] = NAME(i, "model.layers.%d.self_attn.%s.bias", l, proj[i]);
@@ -321,8 +325,14 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
                     &lw->mlp_norm));
     int64_t gu_rows[2] = {c->intermediate, c->intermediate};
     const char *gu[2] = {"gate_proj", "up_proj"};
-    for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
-    ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
+    if (c->fused_proj)
+        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.gate_up_proj.weight", l),
+                        2 * c->intermediate, d, &lw->gate_up));
+    else {
+        for (int i = 0; i < 2; i++)
+            names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
+        ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
+    }
     if (c->mlp_bias) {
         for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.bias", l, gu[i]);
         ATLAS_TRY(bind(b, names, gu_rows, 2, 0, &lw->gate_up_bias));

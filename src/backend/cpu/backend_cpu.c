@@ -238,17 +238,22 @@ static atlas_status grow_tokens(cpu_backend *cb, int n) {
     return ATLAS_OK;
 }
 
-/* cos/sin of every token's position; the angle in fp32 as transformers computes it. */
+/* cos/sin of every token's position; the angle in fp32 as transformers computes it.
+ * longrope: the long frequencies for a sequence whose context is past rope_long_after. */
 static void stage_rope(cpu_backend *cb) {
     const atlas_backend_geom *g = &cb->base.geom;
-    int half = g->head_dim / 2;
+    int half = g->head_dim / 2, rot = g->rope_dim / 2;
     float f = (float)g->rope_attn_factor;
-    for (int t = 0; t < cb->n_tokens; t++)
-        for (int i = 0; i < half; i++) {
-            float angle = (float)cb->inv_freq[i] * (float)cb->positions[t];
+    for (int t = 0; t < cb->n_tokens; t++) {
+        const double *inv = cb->inv_freq;
+        if (cb->inv_freq_long && cb->seq_ctx[cb->tok_seq[t]] > g->rope_long_after)
+            inv = cb->inv_freq_long;
+        for (int i = 0; i < rot; i++) {
+            float angle = (float)inv[i] * (float)cb->positions[t];
             cb->rope_cos[t * half + i] = (float)cos((double)angle) * f;
             cb->rope_sin[t * half + i] = (float)sin((double)angle) * f;
         }
+    }
 }
 
 /* memcpy with NULL is undefined even for 0 bytes (a batch may want no logits). */
@@ -378,13 +383,16 @@ static atlas_status cpu_qk_norm(atlas_backend *be, void *qkv, const atlas_weight
     return ATLAS_OK;
 }
 
+/* Rotate-half over the first rope_dim dims of each head (partial rotary: the rest stay). */
 static atlas_status cpu_rope(atlas_backend *be, void *qkv, int n) {
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
-    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, half = hd / 2;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, half = g->rope_dim / 2;
+    int stride = hd / 2; /* of the cos/sin rows */
     for (int t = 0; t < n; t++) {
         float *row = (float *)qkv + (size_t)t * (H + 2 * K) * hd;
-        const float *c = cb->rope_cos + (size_t)t * half, *s = cb->rope_sin + (size_t)t * half;
+        const float *c = cb->rope_cos + (size_t)t * stride;
+        const float *s = cb->rope_sin + (size_t)t * stride;
         for (int h = 0; h < H + K; h++) {
             float *x = row + h * hd;
             for (int i = 0; i < half; i++) {
@@ -500,10 +508,10 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     const atlas_backend_geom *g = geom;
     if (g->hidden < 1 || g->n_heads < 1 || g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads ||
         g->head_dim < 2 || g->head_dim % 2 || g->intermediate < 1 || g->vocab_size < 1 ||
-        g->n_layers < 1)
+        g->n_layers < 1 || g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2)
         return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: bad geometry (hidden %d, heads %d/%d, "
-                          "head_dim %d, intermediate %d, vocab %d, layers %d)", g->hidden,
-                          g->n_heads, g->n_kv_heads, g->head_dim, g->intermediate,
+                          "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d)", g->hidden,
+                          g->n_heads, g->n_kv_heads, g->head_dim, g->rope_dim, g->intermediate,
                           g->vocab_size, g->n_layers);
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
@@ -521,13 +529,20 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;
     cb->scratch_floats = (CPU_ROWS * k + 15) / 16 * 16;
     cb->scratch = malloc(cb->scratch_floats * cb->n_threads * sizeof(float));
-    cb->inv_freq = malloc((size_t)(g->head_dim / 2) * sizeof(double));
+    cb->inv_freq = malloc((size_t)g->head_dim * sizeof(double)); /* short and long sets */
     if (!cb->scratch || !cb->inv_freq) {
         cpu_destroy(&cb->base);
         return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
     }
-    for (int i = 0; i < g->head_dim / 2; i++) cb->inv_freq[i] = g->rope_inv_freq[i];
+    int half = g->head_dim / 2;
+    if (!g->rope_dim) cb->base.geom.rope_dim = g->head_dim;
+    for (int i = 0; i < cb->base.geom.rope_dim / 2; i++) {
+        cb->inv_freq[i] = g->rope_inv_freq[i];
+        if (g->rope_inv_freq_long) cb->inv_freq[half + i] = g->rope_inv_freq_long[i];
+    }
     cb->base.geom.rope_inv_freq = cb->inv_freq;
+    cb->inv_freq_long = g->rope_inv_freq_long ? cb->inv_freq + half : NULL;
+    cb->base.geom.rope_inv_freq_long = cb->inv_freq_long;
     *out = &cb->base;
     return ATLAS_OK;
 }

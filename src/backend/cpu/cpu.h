@@ -50,7 +50,8 @@ typedef struct cpu_backend {
     int n_threads;
     float *scratch;      /* [n_threads, scratch_floats]: per-thread row buffers */
     size_t scratch_floats;
-    double *inv_freq;    /* [hd/2] */
+    double *inv_freq;    /* [hd/2]; then longrope's long set at inv_freq + hd/2, or NULL */
+    double *inv_freq_long;
     /* the staged batch (begin_batch) */
     int n_tokens, n_seqs, n_logits, block_size, cap_tokens, cap_seqs, cap_logits;
     int32_t *tokens, *positions, *slots, *tok_seq, *seq_ctx, *logit_rows; /* owned copies */

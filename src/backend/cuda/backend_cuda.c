@@ -248,6 +248,12 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     if (g->head_dim % 8 || g->head_dim < 8 || g->head_dim > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: the kernels take multiples "
                           "of 8 from 8 to 1024", g->head_dim);
+    /* the rope kernels rotate whole heads with one frequency set */
+    if ((g->rope_dim && g->rope_dim != g->head_dim) || g->rope_inv_freq_long)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %s: the GPU kernels do not have it yet "
+                          "(the CPU backend does: --device cpu)",
+                          g->rope_inv_freq_long ? "longrope RoPE (short and long factors)"
+                                                : "partial rotary (partial_rotary_factor < 1)");
     if (g->hidden % 8 || g->intermediate % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
                           "take multiples of 8", g->hidden, g->intermediate);
