@@ -1,0 +1,272 @@
+/* test-families.c — the families beyond Llama's on checkpoints written here, through the CPU
+ * forward, against a forward written out below from the formulas in float64 (every position
+ * of every sequence, causal attention over all of them):
+ * - Phi3ForCausalLM in Phi-4-mini's form at a tiny scale: fused qkv_proj and gate_up_proj,
+ *   half of each head rotated (partial_rotary_factor 0.5), longrope with original_max 64 of
+ *   256. A sequence whose context is past 64 rotates with the long factors, one within it
+ *   with the short ones, chosen per sequence (docs/ENGINE.md): an 80-token prompt in one
+ *   prefill (all long), a 50-token prefill decoded token by token to 80 (short below 64, long
+ *   after, the cached keys kept as they were rotated), and a long and a short prompt in one
+ *   batch, each as it is alone. The two factor sets must give different logits.
+ * - Tensor parallelism refuses the fused tensors by name.
+ * The reference takes RoPE frequencies and angles in float32, as transformers does; the rest
+ * is float64. transformers' own references for these shapes are made on a GPU machine
+ * (tools/conformance/shapes.py). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/model.h"
+#include "ckpt.h"
+#include "harness.h"
+#include "model/model_internal.h"
+#include "model/shard.h"
+
+enum { BLOCK = 16, MAX_BLOCKS = 8, MAX_TOK = 96, MAXW = 64 };
+
+/* Deterministic values from the name and the index: norms near 1, the embedding in [-1, 1),
+ * the rest in [-0.5, 0.5) scaled down so that 80 positions stay well conditioned. */
+static float fill_value(void *user, const char *name, int64_t i) {
+    (void)user;
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
+    float u = (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+    if (strstr(name, "norm.weight")) return 1.0f + 0.25f * u;
+    if (strstr(name, "embed_tokens")) return u;
+    return 0.5f * u;
+}
+
+static double W(const char *name, int64_t i) { return ckpt_bf16(fill_value(NULL, name, i)); }
+
+/* out[rows] = W[rows, cols] @ in, W named "model.layers.L.<w>" */
+static void linear(int l, const char *w, int rows, int cols, const double *in, double *out) {
+    char n[128];
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, w);
+    for (int i = 0; i < rows; i++) {
+        double acc = 0;
+        for (int j = 0; j < cols; j++) acc += W(n, (int64_t)i * cols + j) * in[j];
+        out[i] = acc;
+    }
+}
+
+static void rmsnorm(const char *w, const double *x, int d, double eps, double *out) {
+    double ms = 0;
+    for (int j = 0; j < d; j++) ms += x[j] * x[j];
+    double inv = 1.0 / sqrt(ms / d + eps);
+    for (int j = 0; j < d; j++) out[j] = x[j] * inv * W(w, j);
+}
+
+/* transformers' Phi3 rotation of one head: rotate-half over the first rot dims, with the
+ * longrope frequencies 1 / (ext_i * theta^(2i/rot)) and cos/sin scaled by attn. */
+static void rotate(double *x, int rot, int pos, const double *ext, double theta, double attn) {
+    int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        float inv = (float)(1.0 / (ext[i] * pow(theta, 2.0 * i / rot)));
+        float angle = inv * (float)pos;
+        double c = (double)(float)cos((double)angle) * attn, s = (double)(float)sin((double)angle) * attn;
+        double x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * c - x2 * s;
+        x[i + half] = x2 * c + x1 * s;
+    }
+}
+
+typedef struct phi_ref {
+    const atlas_config *c;
+    const double *shorts, *longs;
+} phi_ref;
+
+/* Logits [n, V] of tokens[0..n) of one sequence; long_at[p]: position p was rotated with the
+ * long factors (its key in the cache too). */
+static void phi_forward(const phi_ref *r, const int32_t *tok, int n, const int *long_at,
+                        double *logits) {
+    const atlas_config *c = r->c;
+    int d = c->hidden, H = c->n_heads, K = c->n_kv_heads, hd = c->head_dim, f = c->intermediate;
+    int qkv_w = (H + 2 * K) * hd;
+    static double x[MAX_TOK][MAXW], qkv[MAX_TOK][3 * MAXW];
+    double h[MAXW], att[MAXW], o[MAXW], gu[2 * MAXW], a[MAXW], sc[MAX_TOK];
+    double attn = c->rope.attention_factor;
+    char nm[128];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < d; j++) x[t][j] = W("model.embed_tokens.weight", (int64_t)tok[t] * d + j);
+    for (int l = 0; l < c->n_layers; l++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        for (int t = 0; t < n; t++) {
+            rmsnorm(nm, x[t], d, c->rms_eps, h);
+            linear(l, "self_attn.qkv_proj.weight", qkv_w, d, h, qkv[t]);
+            for (int hh = 0; hh < H + K; hh++)
+                rotate(qkv[t] + hh * hd, c->rope_dim, t, long_at[t] ? r->longs : r->shorts,
+                       c->rope.theta, attn);
+        }
+        for (int t = 0; t < n; t++) {
+            for (int hh = 0; hh < H; hh++) {
+                const double *q = qkv[t] + hh * hd;
+                int kvh = hh / (H / K);
+                double mx = -1e300, sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    const double *k = qkv[s] + (H + kvh) * hd;
+                    double dot = 0;
+                    for (int i = 0; i < hd; i++) dot += q[i] * k[i];
+                    sc[s] = dot / sqrt((double)hd);
+                    if (sc[s] > mx) mx = sc[s];
+                }
+                for (int s = 0; s <= t; s++) sum += sc[s] = exp(sc[s] - mx);
+                for (int i = 0; i < hd; i++) {
+                    double acc = 0;
+                    for (int s = 0; s <= t; s++) acc += sc[s] * qkv[s][(H + K + kvh) * hd + i];
+                    att[hh * hd + i] = acc / sum;
+                }
+            }
+            linear(l, "self_attn.o_proj.weight", d, H * hd, att, o);
+            for (int j = 0; j < d; j++) x[t][j] += o[j];
+            snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+            rmsnorm(nm, x[t], d, c->rms_eps, h);
+            linear(l, "mlp.gate_up_proj.weight", 2 * f, d, h, gu);
+            for (int i = 0; i < f; i++) a[i] = gu[i] / (1 + exp(-gu[i])) * gu[f + i];
+            linear(l, "mlp.down_proj.weight", d, f, a, o);
+            for (int j = 0; j < d; j++) x[t][j] += o[j];
+            snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+        }
+    }
+    const char *head = c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    for (int t = 0; t < n; t++) {
+        rmsnorm("model.norm.weight", x[t], d, c->rms_eps, h);
+        for (int v = 0; v < c->vocab_size; v++) {
+            double acc = 0;
+            for (int j = 0; j < d; j++) acc += W(head, (int64_t)v * d + j) * h[j];
+            logits[(size_t)t * c->vocab_size + v] = acc;
+        }
+    }
+}
+
+/* One batch of n_seqs sequences, each continuing from ctx0[s] cached tokens with count[s]
+ * new ones (tokens of all of them back to back); logits of every new token. */
+static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
+                         const int *count, float *logits) {
+    int32_t pos[MAX_TOK * 2], start[3], ctx[2], table[2 * MAX_BLOCKS], rows[MAX_TOK * 2];
+    int t = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        start[s] = t;
+        for (int i = 0; i < count[s]; i++, t++) pos[t] = ctx0[s] + i, rows[t] = t;
+        ctx[s] = ctx0[s] + count[s];
+        for (int b = 0; b < MAX_BLOCKS; b++) /* blocks far apart, the second seq elsewhere */
+            table[s * MAX_BLOCKS + b] = (int32_t)((b * 5 + s * 3) % (2 * MAX_BLOCKS));
+    }
+    start[n_seqs] = t;
+    atlas_batch b = {.n_tokens = t, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                     .max_blocks = MAX_BLOCKS, .n_logits = t, .logit_rows = rows};
+    return atlas_model_forward(m, &b, logits);
+}
+
+/* got[n, V] against the reference's rows [from, from + n) */
+static void compare(const char *what, const float *got, const double *ref, int from, int n,
+                    int V) {
+    float *want = malloc(sizeof(float) * (size_t)n * V);
+    for (size_t i = 0; i < (size_t)n * V; i++) want[i] = (float)ref[(size_t)from * V + i];
+    double e = harness_rel_err(got, want, n * V);
+    CHECK_MSG(e <= 1e-5, "%s: logits error %.3g against the float64 forward", what, e);
+    printf("%s: %d positions, logits error %.2e\n", what, n, e);
+    free(want);
+}
+
+static const char *phi_config =
+    "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": 16, "
+    "\"intermediate_size\": 24, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+    "\"num_hidden_layers\": 2, \"vocab_size\": 32, \"max_position_embeddings\": 256, "
+    "\"original_max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, "
+    "\"tie_word_embeddings\": true, \"hidden_act\": \"silu\", \"rope_theta\": 10000.0, "
+    "\"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", "
+    "\"short_factor\": [1.0, 1.25], \"long_factor\": [3.0, 7.5]}}";
+
+static void test_phi3_runs(atlas_model *m) {
+    const atlas_config *c = &m->cfg;
+    static const double shorts[] = {1.0, 1.25}, longs[] = {3.0, 7.5};
+    phi_ref r = {c, shorts, longs};
+    int V = c->vocab_size, N = 80, P = 50, S = 40;
+    CHECK(c->rope_dim == 4 && c->rope.original_max_position == 64 && c->rope.factor == 4.0);
+    int32_t tok[MAX_TOK];
+    int long_at[MAX_TOK];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7 + 3) % V);
+    double *ref = malloc(sizeof(double) * MAX_TOK * V), *ref2 = malloc(sizeof(double) * MAX_TOK * V);
+    float *got = malloc(sizeof(float) * 2 * MAX_TOK * V);
+    /* one prefill of 80: context 80 > 64, every position long */
+    for (int i = 0; i < N; i++) long_at[i] = 1;
+    phi_forward(&r, tok, N, long_at, ref);
+    int zero = 0;
+    CHECK_OK(feed(m, 1, tok, &zero, &N, got));
+    compare("phi3 prefill of 80 (long factors)", got, ref, 0, N, V);
+    /* 50 in one prefill (short), then one token a step: long from position 64 on */
+    for (int i = 0; i < N; i++) long_at[i] = i < P ? 0 : i + 1 > 64;
+    phi_forward(&r, tok, N, long_at, ref2);
+    CHECK_OK(feed(m, 1, tok, &zero, &P, got));
+    compare("phi3 prefill of 50 (short factors)", got, ref2, 0, P, V);
+    for (int p = P, one = 1; p < N; p++)
+        CHECK_OK(feed(m, 1, tok + p, &p, &one, got + (size_t)(p - P) * V));
+    compare("phi3 decode 50..79 (short to 63, long after)", got, ref2, P, N - P, V);
+    float a[32], b[32];
+    for (int v = 0; v < V; v++) a[v] = (float)ref[(size_t)(N - 1) * V + v],
+                               b[v] = (float)ref2[(size_t)(N - 1) * V + v];
+    double e = harness_rel_err(a, b, V);
+    CHECK_MSG(e > 1e-2, "phi3: one prefill and step by step agree within %.3g at 80: the "
+              "factor sets make no difference", e);
+    /* the long and a short prompt in one batch: each as alone (per-sequence choice) */
+    int32_t both[2 * MAX_TOK];
+    memcpy(both, tok, sizeof(int32_t) * N);
+    memcpy(both + N, tok + 5, sizeof(int32_t) * S);
+    int ctx0[2] = {0, 0}, count[2] = {N, S};
+    CHECK_OK(feed(m, 2, both, ctx0, count, got));
+    compare("phi3 batch: the 80-token sequence", got, ref, 0, N, V);
+    for (int i = 0; i < S; i++) long_at[i] = 0;
+    phi_forward(&r, tok + 5, S, long_at, ref2);
+    compare("phi3 batch: the 40-token sequence (short factors)", got + (size_t)N * V, ref2, 0,
+            S, V);
+    free(ref);
+    free(ref2);
+    free(got);
+}
+
+static void test_phi3(void) {
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "phi3")) return;
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(phi_config, strlen(phi_config), "phi3", &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    CHECK(g.fused_proj);
+    if (!ckpt_write_text(dir, "config.json", phi_config) ||
+        !ckpt_write_model(dir, &g, NULL, NULL, 0, fill_value, NULL)) {
+        harness_rm_rf(dir);
+        return;
+    }
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 2;
+    p.max_batch_tokens = 2 * MAX_TOK;
+    p.kv_block_size = BLOCK;
+    p.kv_tokens = 2 * MAX_BLOCKS * BLOCK;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (m) test_phi3_runs(m);
+    if (m) CHECK_OK(atlas_model_release(m));
+    /* two ranks: refused, naming the fused tensors */
+    atlas_shard_plan plan;
+    CHECK(atlas_shard_plan_make(&g, 2, 0, &plan) == ATLAS_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(atlas_last_error(), "qkv_proj"), "%s", atlas_last_error());
+    /* separate q/k/v tensors where the family ships them fused: the load names the missing */
+    c.fused_proj = false;
+    atlas_shard_geom_from_config(&c, &g);
+    if (ckpt_write_model(dir, &g, NULL, NULL, 0, fill_value, NULL)) {
+        CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_NOT_FOUND);
+        CHECK_MSG(strstr(atlas_last_error(), "qkv_proj"), "%s", atlas_last_error());
+    }
+    harness_rm_rf(dir);
+}
+
+int main(void) {
+    test_phi3();
+    return harness_finish();
+}
