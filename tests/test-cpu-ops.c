@@ -187,7 +187,7 @@ static void test_elementwise(atlas_backend *be) {
     CHECK_OK(be->ops->weight_load(be, &tv, 1, &tw));
     int32_t tokens[N] = {7, 0, 49}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N},
             table_ids[1] = {0}, rows[2] = {2, 0};
-    atlas_batch b = {N, tokens, pos, 1, start, ctx, table_ids, 1, 2, rows};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table_ids, 1, 2, rows, NULL};
     CHECK_OK(be->ops->begin_batch(be, &b, 16));
     float x[N * D], g[2 * D], host[2 * D];
     double wx[N * D], wg[2 * D];
@@ -272,7 +272,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
         memcpy(table + s * MAXB, hs[s].table, sizeof hs[s].table);
     }
     start[NSEQ] = n;
-    atlas_batch b = {n, tokens, pos, NSEQ, start, ctx, table, MAXB, 0, NULL};
+    atlas_batch b = {n, tokens, pos, NSEQ, start, ctx, table, MAXB, 0, NULL, NULL};
     CHECK_OK(be->ops->begin_batch(be, &b, BS));
     /* the reference: q/k norm and rope of every row, the history, then attention */
     double *roped = malloc(sizeof(double) * n * QKV);
@@ -417,7 +417,7 @@ static void test_fused_expand(atlas_backend *be) {
     for (int i = 0; i < 2; i++) CHECK_OK(be->ops->kv_create(be, 4, BS, &kv[i]));
     int32_t tokens[N] = {0}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N};
     int32_t table[MAXB] = {1, 3};
-    atlas_batch b = {N, tokens, pos, 1, start, ctx, table, MAXB, 0, NULL};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL};
     CHECK_OK(be->ops->begin_batch(be, &b, BS));
     /* [0]: the plain ops, [1]: the fused ones */
     float x[2][N * D], h[2][N * D], o[2][N * D], qkv[2][N * QKV];

@@ -7,7 +7,9 @@
  *   with the short ones, chosen per sequence (docs/ENGINE.md): an 80-token prompt in one
  *   prefill (all long), a 50-token prefill decoded token by token to 80 (short below 64, long
  *   after, the cached keys kept as they were rotated), and a long and a short prompt in one
- *   batch, each as it is alone. The two factor sets must give different logits.
+ *   batch, each as it is alone; the 80 in chunks of 30 as in one prefill when the batch
+ *   gives the sequence's length (seq_rope_len, as the engine does), and not without. The
+ *   two factor sets must give different logits.
  * - Tensor parallelism refuses the fused tensors by name.
  * The reference takes RoPE frequencies and angles in float32, as transformers does; the rest
  * is float64. transformers' own references for these shapes are made on a GPU machine
@@ -141,10 +143,22 @@ static void phi_forward(const phi_ref *r, const int32_t *tok, int n, const int *
     }
 }
 
+/* got[n, V] against the reference's rows [from, from + n) */
+static void compare(const char *what, const float *got, const double *ref, int from, int n,
+                    int V) {
+    float *want = malloc(sizeof(float) * (size_t)n * V);
+    for (size_t i = 0; i < (size_t)n * V; i++) want[i] = (float)ref[(size_t)from * V + i];
+    double e = harness_rel_err(got, want, n * V);
+    CHECK_MSG(e <= 1e-5, "%s: logits error %.3g against the float64 forward", what, e);
+    printf("%s: %d positions, logits error %.2e\n", what, n, e);
+    free(want);
+}
+
 /* One batch of n_seqs sequences, each continuing from ctx0[s] cached tokens with count[s]
  * new ones (tokens of all of them back to back); logits of every new token. */
-static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
-                         const int *count, float *logits) {
+static atlas_status feed_len(atlas_model *m, int n_seqs, const int32_t *tokens,
+                             const int *ctx0, const int *count, const int32_t *rope_len,
+                             float *logits) {
     int32_t pos[MAX_TOK * 2], start[3], ctx[2], table[2 * MAX_BLOCKS], rows[MAX_TOK * 2];
     int t = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -156,20 +170,39 @@ static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, cons
     }
     start[n_seqs] = t;
     atlas_batch b = {.n_tokens = t, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
-                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
-                     .max_blocks = MAX_BLOCKS, .n_logits = t, .logit_rows = rows};
+                     .seq_start = start, .seq_ctx = ctx, .seq_rope_len = rope_len,
+                     .block_table = table, .max_blocks = MAX_BLOCKS, .n_logits = t,
+                     .logit_rows = rows};
     return atlas_model_forward(m, &b, logits);
 }
 
-/* got[n, V] against the reference's rows [from, from + n) */
-static void compare(const char *what, const float *got, const double *ref, int from, int n,
-                    int V) {
-    float *want = malloc(sizeof(float) * (size_t)n * V);
-    for (size_t i = 0; i < (size_t)n * V; i++) want[i] = (float)ref[(size_t)from * V + i];
-    double e = harness_rel_err(got, want, n * V);
-    CHECK_MSG(e <= 1e-5, "%s: logits error %.3g against the float64 forward", what, e);
-    printf("%s: %d positions, logits error %.2e\n", what, n, e);
+static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
+                         const int *count, float *logits) {
+    return feed_len(m, n_seqs, tokens, ctx0, count, NULL, logits);
+}
+
+/* The 80 tokens in chunks of 30 with seq_rope_len 80 (as the engine passes a prompt's
+ * length): every position as in one prefill. Without it the first two chunks (contexts 30
+ * and 60) rotate with the short factors. */
+static void test_phi3_chunks(atlas_model *m, const int32_t *tok, const double *ref, int V) {
+    enum { N = 80, C = 30 };
+    float *got = malloc(sizeof(float) * N * V);
+    int32_t len = N;
+    for (int a = 0; a < N; a += C) {
+        int n = N - a < C ? N - a : C;
+        CHECK_OK(feed_len(m, 1, tok + a, &a, &n, &len, got + (size_t)a * V));
+    }
+    compare("phi3 80 in chunks of 30, rope length 80", got, ref, 0, N, V);
+    for (int a = 0; a < N; a += C) {
+        int n = N - a < C ? N - a : C;
+        CHECK_OK(feed(m, 1, tok + a, &a, &n, got + (size_t)a * V));
+    }
+    float *want = malloc(sizeof(float) * N * V);
+    for (size_t i = 0; i < (size_t)N * V; i++) want[i] = (float)ref[i];
+    double e = harness_rel_err(got, want, N * V);
+    CHECK_MSG(e > 1e-2, "phi3 chunks without the rope length: within %.3g of one prefill", e);
     free(want);
+    free(got);
 }
 
 static const char *phi_config =
@@ -198,6 +231,7 @@ static void test_phi3_runs(atlas_model *m) {
     int zero = 0;
     CHECK_OK(feed(m, 1, tok, &zero, &N, got));
     compare("phi3 prefill of 80 (long factors)", got, ref, 0, N, V);
+    test_phi3_chunks(m, tok, ref, V);
     /* 50 in one prefill (short), then one token a step: long from position 64 on */
     for (int i = 0; i < N; i++) long_at[i] = i < P ? 0 : i + 1 > 64;
     phi_forward(&r, tok, N, long_at, ref2);

@@ -8,8 +8,7 @@
  *   checkpoint (the biases of llama-biases and qwen3-attn-bias included: a directory of
  *   tests/data/small is picked up here and by the ctests as soon as make.py has made it),
  *   and carries a reference with prompts longer than the ctest's 16-token step budget;
- * - RoPE types atlas does not compute (dynamic, longrope, Phi-3's older "su", anything
- *   unknown) are refused by atlas_model_load and by the engine, in the rope_scaling and the
+ * - RoPE types atlas does not compute (dynamic, Phi-3's older "su", anything unknown) are refused by atlas_model_load and by the engine, in the rope_scaling and the
  *   rope_parameters spellings, with the type and the file named — never run with plain RoPE;
  *   the same config with a type atlas computes loads (the refusal is the type's). */
 #include <dirent.h>
@@ -154,7 +153,7 @@ static void test_refusals(void) {
     static const char *const spellings[][2] = {{"rope_scaling", "type"},
                                                {"rope_scaling", "rope_type"},
                                                {"rope_parameters", "rope_type"}};
-    static const char *const refused[] = {"dynamic", "longrope", "su", "ntk-by-parts-v9"};
+    static const char *const refused[] = {"dynamic", "longrope2", "su", "ntk-by-parts-v9"};
     static const char *const computed[] = {"linear", "yarn", "llama3"};
     char json[1024];
     for (int s = 0; s < 3; s++) {

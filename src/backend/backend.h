@@ -113,7 +113,7 @@ typedef struct atlas_backend_geom {
     int rope_dim;                /* dims of each head that rotate (rotate-half over the first
                                     rope_dim; the rest pass through); 0: head_dim */
     /* longrope (NULL: none): [rope_dim/2] frequencies for the tokens of a sequence whose
-     * context after the batch (seq_ctx) is above rope_long_after; rope_inv_freq for the
+     * length (seq_ctx, or seq_rope_len when larger) is above rope_long_after; rope_inv_freq for the
      * others. Chosen per sequence, so a token's rotation never depends on its batch. */
     const double *rope_inv_freq_long;
     int rope_long_after;
@@ -136,6 +136,10 @@ typedef struct atlas_batch {
     int max_blocks;
     int n_logits;
     const int32_t *logit_rows;  /* [n_logits]: token indices whose logits are wanted */
+    const int32_t *seq_rope_len; /* [n_seqs] or NULL: the length by which longrope picks seq
+                                   s's factor set, max(this, seq_ctx[s]) (the engine: every
+                                   token it knows of the sequence, so that a prompt prefilled
+                                   in chunks rotates as in one prefill) */
 } atlas_batch;
 
 /* What rmsnorm_matmul does with its output out[n, m] after the matmul. */

@@ -201,6 +201,7 @@ struct atlas_engine {
     plan_entry *plan;
     int n_plan;
     int32_t *b_tokens, *b_pos, *b_start, *b_ctx, *b_table, *b_rows, *b_ids;
+    int32_t *b_rope; /* [n_plan]: each sequence's known tokens (atlas_batch.seq_rope_len) */
     size_t b_table_cap;
     float *logits;     /* [n_logits, vocab] */
     size_t logits_cap;

@@ -26,9 +26,10 @@ static atlas_status alloc_buffers(atlas_engine *e) {
     e->b_pos = malloc(n * sizeof(int32_t));
     e->b_start = malloc((n + 1) * sizeof(int32_t));
     e->b_ctx = malloc(n * sizeof(int32_t));
+    e->b_rope = malloc(n * sizeof(int32_t));
     e->b_rows = malloc(n * sizeof(int32_t));
     e->b_ids = malloc(n * sizeof(int32_t));
-    if (!e->plan || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx || !e->b_rows ||
+    if (!e->plan || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx || !e->b_rope || !e->b_rows ||
         !e->b_ids)
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: batch buffers");
     return ATLAS_OK;
@@ -98,6 +99,7 @@ void atlas_engine_sched_shutdown(atlas_engine *e) {
     free(e->b_pos);
     free(e->b_start);
     free(e->b_ctx);
+    free(e->b_rope);
     free(e->b_rows);
     free(e->b_ids);
     free(e->b_table);

@@ -88,11 +88,13 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
             e->b_pos[n] = s->n_computed + j;
         }
         e->b_ctx[i] = s->n_computed + pe->n;
+        e->b_rope[i] = s->n_tokens; /* a chunked prompt's whole length, as one prefill's */
         if (pe->logits) e->b_rows[n_logits++] = n - 1;
     }
     e->b_start[e->n_plan] = n;
     *b = (atlas_batch){.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_pos,
                        .n_seqs = e->n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
+                       .seq_rope_len = e->b_rope,
                        .n_logits = n_logits, .logit_rows = e->b_rows};
     return fill_tables(e, b);
 }

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes  # noqa: E402
 
 MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
-              shapes.QWEN3: "qwen3"}
+              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3"}
 LAYERS = 2
 
 

@@ -13,6 +13,7 @@ LLAMA = "LlamaForCausalLM"
 MISTRAL = "MistralForCausalLM"
 QWEN2 = "Qwen2ForCausalLM"
 QWEN3 = "Qwen3ForCausalLM"
+PHI3 = "Phi3ForCausalLM"
 
 BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
 FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
@@ -94,6 +95,26 @@ BIG = {
                 max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
                 tie_word_embeddings=False, rope_scaling=_llama3(8.0),
                 bos_token_id=128000, eos_token_id=128001, tok="llama3"),
+    # microsoft/phi-4: fused qkv_proj / gate_up_proj, 40 / 10 heads of 128, untied
+    "phi-4": dict(architectures=[PHI3], hidden_size=5120, intermediate_size=17920,
+                  num_attention_heads=40, num_key_value_heads=10, vocab_size=100352,
+                  max_position_embeddings=16384, original_max_position_embeddings=16384,
+                  rope_theta=250000.0, rms_norm_eps=1e-5, sliding_window=None,
+                  tie_word_embeddings=False, bos_token_id=100257, eos_token_id=100265,
+                  tok="llama3", lengths=[1, 7, 511, 513, 2600, 8192]),
+    # microsoft/Phi-4-mini-instruct: 3/4 of each head rotated, longrope past 4,096 (the
+    # factors below are made up, 48 of each: the published ones are in its config.json);
+    # lengths on both sides of 4,096, the forced steps of 4,095 crossing it while decoding
+    "phi-4-mini": dict(architectures=[PHI3], hidden_size=3072, intermediate_size=8192,
+                       num_attention_heads=24, num_key_value_heads=8, vocab_size=200064,
+                       max_position_embeddings=131072, original_max_position_embeddings=4096,
+                       partial_rotary_factor=0.75, rope_theta=10000.0, rms_norm_eps=1e-5,
+                       rope_scaling={"type": "longrope",
+                                     "short_factor": [1.0 + 0.02 * i for i in range(48)],
+                                     "long_factor": [1.0 + 1.5 * i for i in range(48)]},
+                       sliding_window=None, tie_word_embeddings=True,
+                       bos_token_id=199999, eos_token_id=199999, tok="llama3",
+                       lengths=[1, 7, 513, 4090, 4095, 4097, 8192]),
     # mistralai/Mistral-7B-v0.1: sliding window 4,096 (run at 8,192)
     "mistral-7b-v0.1-sw": dict(architectures=[MISTRAL], hidden_size=4096,
                                intermediate_size=14336, num_attention_heads=32,
@@ -184,6 +205,16 @@ SMALL = {
                                               "mscale_all_dim": 0.5, "truncate": False,
                                               "original_max_position_embeddings": 256},
                              tie_word_embeddings=False),
+    # Phi3: fused projections, half of each head rotated, longrope over 64 of 256 (prompts
+    # on both sides of 64; the forced steps after 63 and 64 cross it while decoding)
+    "phi3-longrope": dict(architectures=[PHI3], hidden_size=64, intermediate_size=96,
+                          num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                          max_position_embeddings=256, original_max_position_embeddings=64,
+                          partial_rotary_factor=0.5, rope_theta=10000.0, rms_norm_eps=1e-5,
+                          rope_scaling={"type": "longrope",
+                                        "short_factor": [1.0, 1.1, 1.2, 1.3],
+                                        "long_factor": [2.0, 3.0, 5.0, 8.0]},
+                          tie_word_embeddings=True),
     # Mistral's sliding window, prompts past it
     "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=512,

@@ -246,7 +246,7 @@ static void stage_rope(cpu_backend *cb) {
     float f = (float)g->rope_attn_factor;
     for (int t = 0; t < cb->n_tokens; t++) {
         const double *inv = cb->inv_freq;
-        if (cb->inv_freq_long && cb->seq_ctx[cb->tok_seq[t]] > g->rope_long_after)
+        if (cb->inv_freq_long && cb->seq_rope[cb->tok_seq[t]] > g->rope_long_after)
             inv = cb->inv_freq_long;
         for (int i = 0; i < rot; i++) {
             float angle = (float)inv[i] * (float)cb->positions[t];
@@ -264,6 +264,8 @@ static void copy_i32(int32_t *dst, const int32_t *src, size_t n) {
 static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cpu_backend *cb = (cpu_backend *)be;
     ATLAS_TRY(grow_tokens(cb, b->n_tokens));
+    int cap_seqs = cb->cap_seqs;
+    ATLAS_TRY(grow((void **)&cb->seq_rope, &cap_seqs, b->n_seqs, sizeof(int32_t)));
     ATLAS_TRY(grow((void **)&cb->seq_ctx, &cb->cap_seqs, b->n_seqs, sizeof(int32_t)));
     ATLAS_TRY(grow((void **)&cb->logit_rows, &cb->cap_logits, b->n_logits, sizeof(int32_t)));
     size_t table = (size_t)b->n_seqs * b->max_blocks;
@@ -281,6 +283,9 @@ static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int
     copy_i32(cb->tokens, b->tokens, (size_t)b->n_tokens);
     copy_i32(cb->positions, b->positions, (size_t)b->n_tokens);
     copy_i32(cb->seq_ctx, b->seq_ctx, (size_t)b->n_seqs);
+    for (int s = 0; s < b->n_seqs; s++)
+        cb->seq_rope[s] = b->seq_rope_len && b->seq_rope_len[s] > b->seq_ctx[s]
+                              ? b->seq_rope_len[s] : b->seq_ctx[s];
     copy_i32(cb->logit_rows, b->logit_rows, (size_t)b->n_logits);
     copy_i32(cb->block_table, b->block_table, table);
     for (int s = 0; s < b->n_seqs; s++)
@@ -469,6 +474,7 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->tok_seq);
     free(cb->seq_ctx);
     free(cb->logit_rows);
+    free(cb->seq_rope);
     free(cb->rope_cos);
     free(cb->rope_sin);
     free(cb->block_table);

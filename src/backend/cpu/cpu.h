@@ -55,6 +55,7 @@ typedef struct cpu_backend {
     /* the staged batch (begin_batch) */
     int n_tokens, n_seqs, n_logits, block_size, cap_tokens, cap_seqs, cap_logits;
     int32_t *tokens, *positions, *slots, *tok_seq, *seq_ctx, *logit_rows; /* owned copies */
+    int32_t *seq_rope;   /* [n_seqs]: the length longrope picks the factors by */
     float *rope_cos, *rope_sin; /* [n_tokens, hd/2] */
     int32_t *block_table;       /* [n_seqs * max_blocks] */
     int max_blocks;
