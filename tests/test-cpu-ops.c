@@ -1,7 +1,8 @@
 /* test-cpu-ops.c — every op of the CPU backend against a naive double-precision reference on
  * random inputs (normalised error: max |got - want| / max |want|), with shapes that are not
  * multiples of the SIMD width, fused weights of mixed dtypes, several threads, a paged KV
- * cache with scrambled block tables, GQA and a sliding window; and the thread pool itself. */
+ * cache with scrambled block tables, GQA and a sliding window; partial rotary with longrope's
+ * two frequency sets chosen per sequence; and the thread pool itself. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -474,6 +475,55 @@ static void test_fused_expand(atlas_backend *be) {
     }
 }
 
+/* Partial rotary (the first 6 of 10 dims of a head) with longrope's two frequency sets and
+ * an attention factor: a sequence whose length (seq_ctx, or seq_rope_len when larger) is
+ * past 5 rotates with the long set, the others with the short one; dims 6..9 pass. */
+static void test_rope_partial(void) {
+    static const double shorts[3] = {1.0, 0.3, 0.05}, longs[3] = {0.5, 0.1, 0.01};
+    atlas_backend_geom g = geom(0);
+    g.rope_dim = 6, g.rope_inv_freq = shorts, g.rope_inv_freq_long = longs;
+    g.rope_long_after = 5, g.rope_attn_factor = 1.2;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 1, &be));
+    if (!be) return;
+    enum { N = 5 };
+    int32_t tokens[N] = {0}, pos[N] = {0, 1, 2, 4, 5}, start[3] = {0, 3, N}, ctx[2] = {3, 6};
+    int32_t table[2 * MAXB] = {0}, rope_len[2] = {9, 0};
+    for (int pass = 0; pass < 2; pass++) { /* without seq_rope_len, then with it */
+        table[MAXB] = 1;
+        atlas_batch b = {N, tokens, pos, 2, start, ctx, table, MAXB, 0, NULL,
+                         pass ? rope_len : NULL};
+        CHECK_OK(be->ops->begin_batch(be, &b, BS));
+        float *qkv = malloc(sizeof(float) * N * QKV);
+        double *want = malloc(sizeof(double) * N * QKV);
+        fill(qkv, (size_t)N * QKV);
+        for (int t = 0; t < N; t++) {
+            int seq = t >= 3, len = pass && rope_len[seq] > ctx[seq] ? rope_len[seq] : ctx[seq];
+            const double *inv = len > 5 ? longs : shorts;
+            for (int hh = 0; hh < H + K; hh++) {
+                const float *x = qkv + t * QKV + hh * HD;
+                double *w = want + t * QKV + hh * HD;
+                for (int i = 0; i < HD; i++) w[i] = x[i];
+                for (int i = 0; i < 3; i++) {
+                    float angle = (float)inv[i] * (float)pos[t];
+                    double c = (float)cos(angle) * 1.2f, sn = (float)sin(angle) * 1.2f;
+                    w[i] = x[i] * c - x[i + 3] * sn;
+                    w[i + 3] = x[i + 3] * c + x[i] * sn;
+                }
+            }
+            for (int i = (H + K) * HD; i < QKV; i++) want[t * QKV + i] = qkv[t * QKV + i];
+        }
+        CHECK_OK(be->ops->rope(be, qkv, N));
+        CHECK_ERR(pass ? "partial longrope, seq_rope_len" : "partial longrope", qkv, want,
+                  (size_t)N * QKV);
+        free(qkv);
+        free(want);
+    }
+    be->ops->destroy(be);
+    g.rope_dim = 7; /* odd: refused */
+    CHECK(atlas_backend_cpu_create(&g, 1, &be) == ATLAS_ERR_INVALID && !be);
+}
+
 int main(void) {
     test_threadpool();
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -512,5 +562,6 @@ int main(void) {
     bad.n_kv_heads = 3;
     atlas_backend *be = NULL;
     CHECK(atlas_backend_cpu_create(&bad, 1, &be) == ATLAS_ERR_INVALID && !be);
+    test_rope_partial(); /* after the checks that share the random stream */
     return harness_finish();
 }
