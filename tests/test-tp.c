@@ -11,7 +11,9 @@
  * layer at tp_size 2 and never at tp_size 1; local geometry (KV bytes) and the errors of
  * impossible splits. Then a Llama checkpoint written here with every bias (q/k/v/o and the
  * MLP's): tp_size 2 equals tp_size 1 (the o_proj and down_proj biases are rank 0's, added
- * once before the sum; the gate/up biases split with their rows). */
+ * once before the sum; the gate/up biases split with their rows), and a Phi3 checkpoint whose
+ * fused qkv_proj and gate_up_proj each rank takes its bands of (with partial rotary and
+ * longrope crossed while decoding): tp_size 2 equals tp_size 1 again. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -325,13 +327,7 @@ static float bias_value(void *user, const char *name, int64_t i) {
     return strstr(name, "norm.weight") ? 1.0f + 0.25f * u : 0.5f * u;
 }
 
-static void test_biases(void) {
-    static const char config[] =
-        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, "
-        "\"intermediate_size\": 32, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
-        "\"num_hidden_layers\": 2, \"vocab_size\": 64, \"max_position_embeddings\": 256, "
-        "\"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": false, \"attention_bias\": true, "
-        "\"mlp_bias\": true}";
+static void test_written(const char *what, const char *config) {
     char dir[600];
     if (!harness_mkdtemp(dir, sizeof dir, "tp-bias")) return;
     atlas_config c;
@@ -363,13 +359,13 @@ static void test_biases(void) {
             CHECK_OK(atlas_model_forward(ms.whole, &s->b, lw));
             CHECK_OK(tp_forward(ms.r0, ms.r1, &s->b, lt, NULL));
             double e = harness_rel_err(lt, lw, V);
-            CHECK_MSG(e <= 1e-5, "biases, step %d: tp=2 vs tp=1 logits error %.3g", i, e);
+            CHECK_MSG(e <= 1e-5, "%s, step %d: tp=2 vs tp=1 logits error %.3g", what, i, e);
             if (i == STEPS) break;
             q.ctx += s->b.n_tokens;
             ids[0] = harness_argmax(lw, V);
             make_step(s, &q, ids, 1);
         }
-        printf("biases: tp=2 equals tp=1 over a %d-token prompt and %d steps\n", N, STEPS);
+        printf("%s: tp=2 equals tp=1 over a %d-token prompt and %d steps\n", what, N, STEPS);
         free(s);
     }
     CHECK_OK(atlas_model_release(ms.whole));
@@ -384,6 +380,22 @@ static void test_biases(void) {
 int main(void) {
     test_model("tiny-qwen3", 1);
     test_model("tiny-llama3", 0);
-    test_biases();
+    test_written("biases",
+                 "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, "
+                 "\"intermediate_size\": 32, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 64, "
+                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-5, "
+                 "\"tie_word_embeddings\": false, \"attention_bias\": true, "
+                 "\"mlp_bias\": true}");
+    /* Phi3's fused qkv_proj and gate_up_proj, each rank taking its bands of them; partial
+     * rotary and longrope past 12 tokens, which the decode steps cross */
+    test_written("phi3 fused",
+                 "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": 32, "
+                 "\"intermediate_size\": 32, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 64, "
+                 "\"max_position_embeddings\": 48, \"original_max_position_embeddings\": 12, "
+                 "\"partial_rotary_factor\": 0.5, \"tie_word_embeddings\": true, "
+                 "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0, 1.5], "
+                 "\"long_factor\": [4.0, 9.0]}}");
     return harness_finish();
 }

@@ -719,7 +719,8 @@ static void rope_llama3(const atlas_rope *r, int dim, double *inv) {
 }
 
 static void rope_longrope(const atlas_rope *r, const double *ext, int dim, double *inv) {
-    for (int i = 0; i < dim / 2; i++) inv[i] = 1.0 / (ext[i] * pow(r->theta, (double)(2 * i) / dim));
+    for (int i = 0; i < dim / 2; i++)
+        inv[i] = 1.0 / (ext[i] * pow(r->theta, (double)(2 * i) / dim));
 }
 
 bool atlas_rope_inv_freq_long(const atlas_config *cfg, double *inv_freq) {

@@ -59,12 +59,6 @@ atlas_status atlas_shard_plan_make(const atlas_shard_geom *g, int world, int ran
     if (f % world)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor parallel size %d does not divide the "
                           "%d MLP columns (intermediate_size)", world, f);
-    /* a rank's rows of a fused tensor are three (q|k|v) or two (gate|up) separate bands,
-     * which the one-rectangle slices here do not describe */
-    if (g->fused_proj && world > 1)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor parallel size %d: the fused qkv_proj "
-                          "and gate_up_proj tensors (Phi3ForCausalLM) are not split across "
-                          "ranks yet; run it on one GPU", world);
     out->g = *g;
     out->world = world;
     out->rank = rank;

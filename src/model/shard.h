@@ -49,7 +49,7 @@ typedef struct atlas_shard_geom {
     bool o_bias;         /* o_proj.bias */
     bool mlp_bias;       /* gate/up/down_proj.bias */
     bool qk_norm;        /* q_norm/k_norm.weight (Qwen3) */
-    bool fused_proj;     /* qkv_proj and gate_up_proj (Phi3): one rank only */
+    bool fused_proj;     /* qkv_proj and gate_up_proj (Phi3): split as the tensors they join */
 } atlas_shard_geom;
 
 void atlas_shard_geom_from_config(const atlas_config *cfg, atlas_shard_geom *out);

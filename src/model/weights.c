@@ -238,21 +238,20 @@ static atlas_status try_quant(binder *b, const char *const *names, const int64_t
     return st;
 }
 
-static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
-                         int64_t cols, atlas_weight **out) {
-    if (cols && b->quant && b->quant->method != ATLAS_QM_NONE &&
-        strcmp(names[0], "model.embed_tokens.weight")) {
-        bool done;
-        ATLAS_TRY(try_quant(b, names, rows, n, cols, out, &done));
-        if (done) return ATLAS_OK;
-    }
-    const atlas_tensor_view *views[4] = {0};
+/* Loads the n views (found and checked) as one weight, this rank's parts of them with a
+ * shard plan. src_name (NULL: the views' own) names the sources for the backend. */
+static atlas_status bind_views(binder *b, const char *const *names, const atlas_tensor_view **views,
+                               int n, int64_t cols, const char *src_name, atlas_weight **out) {
     atlas_tensor_view parts[4];
     void *owned[4] = {0};
     bool present = true;
-    for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
     if (b->count_only) return count_views(b, views, n, cols != 0);
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
+    for (int i = 0; src_name && st == ATLAS_OK && present && i < n; i++) {
+        parts[i] = *views[i]; /* shard_views pointed views at parts (or left them whole) */
+        parts[i].name = src_name;
+        views[i] = &parts[i];
+    }
     if (st == ATLAS_OK && present) {
         atlas_weight_src srcs[4];
         const atlas_weight_src *sp[4];
@@ -285,6 +284,50 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
     return ATLAS_OK;
 }
 
+static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
+                         int64_t cols, atlas_weight **out) {
+    if (cols && b->quant && b->quant->method != ATLAS_QM_NONE &&
+        strcmp(names[0], "model.embed_tokens.weight")) {
+        bool done;
+        ATLAS_TRY(try_quant(b, names, rows, n, cols, out, &done));
+        if (done) return ATLAS_OK;
+    }
+    const atlas_tensor_view *views[4] = {0};
+    for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
+    return bind_views(b, names, views, n, cols, NULL, out);
+}
+
+/* A fused tensor (Phi3's qkv_proj, gate_up_proj) that joins the n tensors parts[i] of
+ * rows[i] rows each, in the order the backend fuses them: bound as it is on one rank; with
+ * tensor parallelism as the views of those parts into its bytes, each split by its own
+ * rule (a rank's q, k and v heads are three bands of qkv_proj). */
+static atlas_status bind_fused(binder *b, const char *fused, const char *const *parts,
+                               const int64_t *rows, int n, int64_t cols, atlas_weight **out) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += rows[i];
+    if (!b->plan || b->plan->world == 1) return bind(b, &fused, &total, 1, cols, out);
+    if (b->quant && b->quant->method != ATLAS_QM_NONE)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "tensor %s: a quantized fused tensor is not "
+                          "split across tensor-parallel ranks yet; run it on one GPU", fused);
+    const atlas_tensor_view *v;
+    ATLAS_TRY(find(b, fused, total, cols, &v));
+    atlas_tensor_view sub[4];
+    const atlas_tensor_view *views[4];
+    size_t row_bytes = (size_t)cols * atlas_dtype_size(v->dtype);
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        sub[i] = *v;
+        sub[i].name = parts[i];
+        sub[i].shape[0] = rows[i];
+        sub[i].data = (const char *)v->data + (size_t)r0 * row_bytes;
+        sub[i].nbytes = (size_t)rows[i] * row_bytes;
+        sub[i].file_offset = v->file_offset + (uint64_t)r0 * row_bytes;
+        views[i] = &sub[i];
+        r0 += rows[i];
+    }
+    return bind_views(b, parts, views, n, cols, v->name, out);
+}
+
 static atlas_status bind1(binder *b, const char *name, int64_t rows, int64_t cols,
                           atlas_weight **out) {
     return bind(b, &name, &rows, 1, cols, out);
@@ -299,13 +342,13 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
 #define NAME(i, ...) (snprintf(n[i], sizeof n[i], __VA_ARGS__), n[i])
     ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.input_layernorm.weight", l), d, 0,
                     &lw->attn_norm));
-    /* Phi3 ships q|k|v and gate|up fused in the order the backend fuses them: bound as is */
-    if (c->fused_proj)
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.qkv_proj.weight", l),
-                        (H + 2 * K) * hd, d, &lw->qkv));
-    for (int i = 0; i < 3 && !c->fused_proj; i++)
+    for (int i = 0; i < 3; i++)
         names[i] = NAME(i, "model.layers.%d.self_attn.%s.weight", l, proj[i]);
-    if (!c->fused_proj) ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
+    if (c->fused_proj) /* Phi3 */
+        ATLAS_TRY(bind_fused(b, NAME(3, "model.layers.%d.self_attn.qkv_proj.weight", l), names,
+                             qkv_rows, 3, d, &lw->qkv));
+    else
+        ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
     if (c->qkv_bias) {
         for (int i = 0; i < 3; i++)
             names[i] = NAME(i, "model.layers.%d.self_attn.%s.bias", l, proj[i]);
@@ -325,14 +368,12 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
                     &lw->mlp_norm));
     int64_t gu_rows[2] = {c->intermediate, c->intermediate};
     const char *gu[2] = {"gate_proj", "up_proj"};
+    for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
     if (c->fused_proj)
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.gate_up_proj.weight", l),
-                        2 * c->intermediate, d, &lw->gate_up));
-    else {
-        for (int i = 0; i < 2; i++)
-            names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
+        ATLAS_TRY(bind_fused(b, NAME(3, "model.layers.%d.mlp.gate_up_proj.weight", l), names,
+                             gu_rows, 2, d, &lw->gate_up));
+    else
         ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
-    }
     if (c->mlp_bias) {
         for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.bias", l, gu[i]);
         ATLAS_TRY(bind(b, names, gu_rows, 2, 0, &lw->gate_up_bias));
@@ -496,8 +537,10 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     out->dtype = ATLAS_DTYPE_I32; /* marks "no matrix seen yet" */
     if (progress && !progress->fn) progress = NULL;
     ATLAS_TRY(check_all(st, cfg, plan, progress, NULL));
-    binder b = {.be = be, .st = st, .w = out, .plan = plan, .cap_files = atlas_st_count(st),
-                .progress = progress, .quant = &cfg->quant, .cap_qw = atlas_st_count(st)};
+    /* a tensor is one source, a fused one split over ranks up to three (bind_fused) */
+    binder b = {.be = be, .st = st, .w = out, .plan = plan,
+                .cap_files = 3 * atlas_st_count(st), .progress = progress,
+                .quant = &cfg->quant, .cap_qw = atlas_st_count(st)};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
     b.qw = calloc(b.cap_qw ? b.cap_qw : 1, sizeof *b.qw);
     atlas_status s = b.files && b.qw ? bind_all(&b, cfg)

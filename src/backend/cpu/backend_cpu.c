@@ -516,7 +516,8 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
         g->head_dim < 2 || g->head_dim % 2 || g->intermediate < 1 || g->vocab_size < 1 ||
         g->n_layers < 1 || g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2)
         return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: bad geometry (hidden %d, heads %d/%d, "
-                          "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d)", g->hidden,
+                          "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d)",
+                          g->hidden,
                           g->n_heads, g->n_kv_heads, g->head_dim, g->rope_dim, g->intermediate,
                           g->vocab_size, g->n_layers);
     cpu_backend *cb = calloc(1, sizeof *cb);
