@@ -22,6 +22,7 @@
 
 #include "atlas/model.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "format/safetensors.h"
@@ -237,7 +238,104 @@ static void test_awq_gptq(void) {
     free(buf);
 }
 
-/* ---- quantization_config ---------------------------------------------------------------- */
+/* ---- the INT4 kernels against the plain path --------------------------------------------- */
+
+static uint64_t krng = 0x9e3779b97f4a7c15ull;
+static uint32_t knext(void) {
+    krng ^= krng << 13;
+    krng ^= krng >> 7;
+    krng ^= krng << 17;
+    return (uint32_t)(krng >> 32);
+}
+
+/* An INT4 weight of two fused parts (rows0 + rows1 rows, k columns, groups of g) through the
+ * CPU backend's matmul and through its plain path (cpu_dequant_row, then the tile): the
+ * results must be the same bits for decode and prefill, with 1 and 2 threads. Zero points
+ * integer or not; k with and without a tail past the last 8-lane step. */
+static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
+    atlas_backend_geom geom = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                               .intermediate = 512, .vocab_size = 8, .n_layers = 1,
+                               .rms_eps = 1e-5, .max_position = 16};
+    double inv[4] = {1, 1, 1, 1};
+    geom.rope_inv_freq = inv;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&geom, threads, &be));
+    if (!be) return;
+    int64_t rows[2] = {rows0, rows1}, sc = (k + g - 1) / g, m = rows0 + rows1;
+    uint8_t *packed[2];
+    float *scales[2], *zeros[2];
+    atlas_wquant wq[2];
+    atlas_weight_src src[2];
+    const atlas_weight_src *sp[2] = {&src[0], &src[1]};
+    for (int p = 0; p < 2; p++) {
+        size_t nb = (size_t)(rows[p] * k / 2), ns = (size_t)(rows[p] * sc);
+        packed[p] = malloc(nb);
+        scales[p] = malloc(ns * sizeof(float));
+        zeros[p] = malloc(ns * sizeof(float));
+        for (size_t i = 0; i < nb; i++) packed[p][i] = (uint8_t)knext();
+        for (size_t i = 0; i < ns; i++) {
+            scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
+            zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
+        }
+        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL};
+        src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
+                                    .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
+                                    .data = packed[p], .quant = &wq[p]};
+    }
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, sp, 2, &w));
+#if defined(__AVX2__) && defined(__FMA__)
+    if (w) CHECK_MSG(g % 8 || cpu_int4_fast(&w->parts[0]), "groups of %d: no INT4 kernel", g);
+#endif
+    enum { NMAX = 5 };
+    float *x = malloc((size_t)(NMAX * k) * sizeof(float));
+    float *a = malloc((size_t)(NMAX * m) * sizeof(float)), *b = malloc((size_t)(NMAX * m) * sizeof(float));
+    for (int64_t i = 0; i < NMAX * k; i++) x[i] = (float)((int)(knext() % 2001) - 1000) / 1000.0f;
+    static const int ns[] = {1, 2, 3, NMAX};
+    for (size_t t = 0; w && t < sizeof ns / sizeof ns[0]; t++) {
+        memset(a, 0xff, (size_t)(NMAX * m) * sizeof(float));
+        memset(b, 0, (size_t)(NMAX * m) * sizeof(float));
+        CHECK_OK(be->ops->matmul(be, a, x, w, NULL, ns[t]));
+        CHECK_OK(cpu_matmul_plain(be, b, x, w, NULL, ns[t]));
+        int64_t bad = -1;
+        for (int64_t i = 0; i < ns[t] * m && bad < 0; i++)
+            if (memcmp(&a[i], &b[i], sizeof(float))) bad = i;
+        CHECK_MSG(bad < 0, "INT4 %lld+%lld x %lld, groups of %d, %d threads, %d tokens: "
+                  "out[%lld] = %.9g, the plain path %.9g", (long long)rows0, (long long)rows1,
+                  (long long)k, g, threads, ns[t], (long long)bad, bad < 0 ? 0 : a[bad],
+                  bad < 0 ? 0 : b[bad]);
+    }
+    /* one output against a double sum of the weights' values: the plain path itself */
+    if (w) {
+        double want = 0;
+        for (int64_t j = 0; j < k; j++) {
+            int q = (packed[0][j / 2] >> ((j & 1) * 4)) & 0xf;
+            want += (double)(((float)q - zeros[0][j / g]) * scales[0][j / g]) * x[j];
+        }
+        CHECK_MSG(fabs(b[0] - want) <= 1e-4 * (1 + fabs(want)), "out[0] = %g, want %g", b[0], want);
+    }
+    be->ops->weight_free(be, w);
+    CHECK_OK(be->ops->destroy(be));
+    for (int p = 0; p < 2; p++) {
+        free(packed[p]);
+        free(scales[p]);
+        free(zeros[p]);
+    }
+    free(x);
+    free(a);
+    free(b);
+}
+
+static void test_int4_kernels(void) {
+    check_int4_kernel(4, 8, 256, 128, 1);  /* whole 4-row blocks, k a multiple of the group */
+    check_int4_kernel(7, 5, 200, 32, 1);   /* odd rows; the last group short */
+    check_int4_kernel(9, 3, 70, 16, 2);    /* a 6-column tail past the last 8-lane step */
+    check_int4_kernel(200, 202, 512, 64, 2); /* enough rows to be split over the threads */
+    check_int4_kernel(5, 6, 130, 130, 1);  /* one group a row (GPTQ's -1) */
+    check_int4_kernel(6, 2, 48, 12, 1);    /* groups of 12: the plain path */
+}
+
+/* ---- quantization_config ------------------------------------------------------------------ */
 
 static atlas_status parse(const char *qjson, atlas_quant_config *qc) {
     json_error_t e;
@@ -527,6 +625,7 @@ int main(void) {
     test_awq_gptq();
     test_e2m1_e8m0();
     test_fp4();
+    test_int4_kernels();
     test_config();
     test_end_to_end();
     return harness_finish();

@@ -68,6 +68,16 @@ void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst);
  * g_idx into part->owned (cpu_quant.c). */
 atlas_status cpu_quant_load(const atlas_weight_src *v, cpu_part *part);
 
+/* INT4 straight from its nibbles (cpu_int4.c), bitwise the same as dequantizing the row with
+ * cpu_dequant_row and multiplying it in the matmul's order. cpu_int4_fast: whether part p
+ * can take these (INT4 without g_idx, groups of whole 8-lane steps, an AVX2 build). */
+int cpu_int4_fast(const cpu_part *p);
+/* out[r] = dot(row r of part p, x[k]) for its rows r0 <= r < r1 (decode). */
+void cpu_int4_gemv(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1,
+                   float *out);
+/* Row r of part p dequantized to fp32 into dst[k], as cpu_dequant_row (prefill's tiles). */
+void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
+
 /* Row r of w converted to fp32 into dst[w->cols]. */
 void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst);
 
@@ -77,6 +87,10 @@ float cpu_dot(const float *a, const float *b, int64_t n);
 
 atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
                         const atlas_weight *bias, int n);
+/* The same through the plain path every format has (each row dequantized by cpu_weight_row,
+ * then multiplied): the reference the format kernels are tested against, bit for bit. */
+atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
+                              const atlas_weight *w, const atlas_weight *bias, int n);
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                            int layer);
 

@@ -5,7 +5,8 @@
  * weight byte is read once per call). A tile of CPU_ROWS weight rows is converted to fp32
  * into the thread's scratch, then multiplied with the tokens CPU_TOKS at a time: in prefill
  * each weight row is read once for all tokens. With AVX2+FMA the inner loops use intrinsics;
- * elsewhere plain C that any compiler handles.
+ * elsewhere plain C that any compiler handles. One token over bf16 or INT4 (cpu_int4.c) is
+ * multiplied straight from the stored bytes, with no fp32 row in between.
  *
  * Batch invariance: every out[t, r] is summed in ONE order, whatever the tile, the batch
  * size, the token's place in it or the thread split (row_dot's order: with SIMD one 8-lane
@@ -15,24 +16,10 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_simd.h"
 #include "core/error.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define CPU_SIMD 1
-#endif
-
 enum { CPU_TOKS = 2 }; /* tokens per matmul tile */
-
-#ifdef CPU_SIMD
-static inline float hsum256(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-#endif
 
 float cpu_dot(const float *a, const float *b, int64_t n) {
     int64_t i = 0;
@@ -45,7 +32,7 @@ float cpu_dot(const float *a, const float *b, int64_t n) {
     }
     for (; i + 8 <= n; i += 8)
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    sum = hsum256(_mm256_add_ps(acc0, acc1));
+    sum = cpu_hsum256(_mm256_add_ps(acc0, acc1));
 #else
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* four chains: no reassociation needed */
     for (; i + 4 <= n; i += 4) {
@@ -67,7 +54,7 @@ static float row_dot(const float *w, const float *x, int64_t k) {
     __m256 a = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
-    float sum = hsum256(a);
+    float sum = cpu_hsum256(a);
     for (; i < k; i++) sum += w[i] * x[i];
     return sum;
 #else
@@ -141,8 +128,8 @@ static void tile(float *out, int64_t m, const float *x, int64_t k, const float *
             a30 = _mm256_fmadd_ps(w, v0, a30);
             a31 = _mm256_fmadd_ps(w, v1, a31);
         }
-        float s[CPU_ROWS][CPU_TOKS] = {{hsum256(a00), hsum256(a01)}, {hsum256(a10), hsum256(a11)},
-                                       {hsum256(a20), hsum256(a21)}, {hsum256(a30), hsum256(a31)}};
+        float s[CPU_ROWS][CPU_TOKS] = {{cpu_hsum256(a00), cpu_hsum256(a01)}, {cpu_hsum256(a10), cpu_hsum256(a11)},
+                                       {cpu_hsum256(a20), cpu_hsum256(a21)}, {cpu_hsum256(a30), cpu_hsum256(a31)}};
         for (; i < k; i++)
             for (int r = 0; r < CPU_ROWS; r++) {
                 s[r][0] += wrow[r * k + i] * x0[i];
@@ -163,7 +150,7 @@ static void tile(float *out, int64_t m, const float *x, int64_t k, const float *
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + 2 * k + i), v, a2);
             a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wrow + 3 * k + i), v, a3);
         }
-        float s[CPU_ROWS] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+        float s[CPU_ROWS] = {cpu_hsum256(a0), cpu_hsum256(a1), cpu_hsum256(a2), cpu_hsum256(a3)};
         for (; i < k; i++)
             for (int r = 0; r < CPU_ROWS; r++) s[r] += wrow[r * k + i] * x0[i];
         for (int r = 0; r < CPU_ROWS; r++) out[t0 * m + r0 + r] = s[r];
@@ -197,7 +184,7 @@ static void gemv_bf16(float *out, const uint16_t *w, const float *x, int64_t k, 
             a2 = _mm256_fmadd_ps(load_bf16(w2 + i), v, a2);
             a3 = _mm256_fmadd_ps(load_bf16(w3 + i), v, a3);
         }
-        float s[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+        float s[4] = {cpu_hsum256(a0), cpu_hsum256(a1), cpu_hsum256(a2), cpu_hsum256(a3)};
         for (; i < k; i++) {
             s[0] += atlas_bf16_to_f32(w0[i]) * x[i];
             s[1] += atlas_bf16_to_f32(w1[i]) * x[i];
@@ -211,7 +198,7 @@ static void gemv_bf16(float *out, const uint16_t *w, const float *x, int64_t k, 
         __m256 a = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 8 <= k; i += 8) a = _mm256_fmadd_ps(load_bf16(wr + i), _mm256_loadu_ps(x + i), a);
-        float sum = hsum256(a);
+        float sum = cpu_hsum256(a);
         for (; i < k; i++) sum += atlas_bf16_to_f32(wr[i]) * x[i];
         out[r] = sum;
     }
@@ -224,33 +211,60 @@ typedef struct matmul_job {
     const float *x;
     const atlas_weight *w, *bias;
     int n;
+    int plain; /* every row through cpu_weight_row: the reference path */
 } matmul_job;
+
+/* Decode straight from the stored bytes, part by part, when every part has such a kernel
+ * (bf16, or INT4 that cpu_int4_fast takes). Returns 0 when one has not. */
+static int decode_direct(const matmul_job *j, int64_t begin, int64_t end) {
+#ifdef CPU_SIMD
+    const atlas_weight *w = j->w;
+    if (j->n != 1 || j->plain) return 0;
+    for (int p = 0; p < w->n_parts; p++)
+        if (w->parts[p].dtype != ATLAS_DTYPE_BF16 && !cpu_int4_fast(&w->parts[p])) return 0;
+    for (int p = 0; p < w->n_parts; p++) {
+        const cpu_part *part = &w->parts[p];
+        int64_t lo = begin > part->row0 ? begin : part->row0;
+        int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
+        if (lo >= hi) continue;
+        if (part->dtype == ATLAS_DTYPE_BF16)
+            gemv_bf16(j->out + part->row0, part->data, j->x, w->cols, lo - part->row0,
+                      hi - part->row0);
+        else
+            cpu_int4_gemv(part, j->x, w->cols, lo - part->row0, hi - part->row0,
+                          j->out + part->row0);
+    }
+    if (j->bias)
+        for (int64_t r = begin; r < end; r++) j->out[r] += j->bias->vec[r];
+    return 1;
+#else
+    (void)j, (void)begin, (void)end;
+    return 0;
+#endif
+}
+
+/* Row r of w in fp32 for a tile: through a format's kernel where it has one. */
+static void tile_row(const atlas_weight *w, int64_t r, float *dst, int plain) {
+    for (int p = 0; !plain && p < w->n_parts; p++) {
+        const cpu_part *part = &w->parts[p];
+        if (r < part->row0 + part->rows) {
+            if (!cpu_int4_fast(part)) break;
+            cpu_int4_row(part, r - part->row0, w->cols, dst);
+            return;
+        }
+    }
+    cpu_weight_row(w, r, dst);
+}
 
 static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     matmul_job *j = ctx;
     const atlas_weight *w = j->w;
     int64_t k = w->cols, m = w->rows;
     float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
-#ifdef CPU_SIMD
-    int bf16 = 1; /* decode over bf16 only: straight from the mapping, no fp32 copy */
-    for (int p = 0; p < w->n_parts; p++) bf16 &= w->parts[p].dtype == ATLAS_DTYPE_BF16;
-    if (j->n == 1 && bf16) {
-        for (int p = 0; p < w->n_parts; p++) {
-            const cpu_part *part = &w->parts[p];
-            int64_t lo = begin > part->row0 ? begin : part->row0;
-            int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
-            if (lo < hi)
-                gemv_bf16(j->out + part->row0, part->data, j->x, k, lo - part->row0,
-                          hi - part->row0);
-        }
-        if (j->bias)
-            for (int64_t r = begin; r < end; r++) j->out[r] += j->bias->vec[r];
-        return;
-    }
-#endif
+    if (decode_direct(j, begin, end)) return;
     for (int64_t r0 = begin; r0 < end; r0 += CPU_ROWS) {
         int nr = end - r0 < CPU_ROWS ? (int)(end - r0) : CPU_ROWS;
-        for (int r = 0; r < nr; r++) cpu_weight_row(w, r0 + r, buf + r * k);
+        for (int r = 0; r < nr; r++) tile_row(w, r0 + r, buf + r * k, j->plain);
         for (int64_t t0 = 0; t0 < j->n; t0 += CPU_TOKS) {
             int nt = j->n - t0 < CPU_TOKS ? (int)(j->n - t0) : CPU_TOKS;
             tile(j->out, m, j->x, k, buf, nr, r0, t0, nt);
@@ -261,8 +275,8 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
-atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
-                        const atlas_weight *bias, int n) {
+static atlas_status matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                           const atlas_weight *bias, int n, int plain) {
     cpu_backend *cb = (cpu_backend *)be;
     if (w->n_dims != 2)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: weight is not a matrix");
@@ -272,10 +286,20 @@ atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas
     if (bias && (bias->n_dims != 1 || bias->cols != w->rows))
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
                           (long long)bias->cols, (long long)w->rows);
-    matmul_job j = {cb, out, x, w, bias, n};
+    matmul_job j = {cb, out, x, w, bias, n, plain};
     /* A thread's share must outweigh waking it (~10 us): at least 64k multiply-adds, and
      * 16 rows, so that small matrices stay on the calling thread. */
     int64_t min_rows = (int64_t)65536 / (w->cols * (int64_t)n);
     atlas_threadpool_for(cb->pool, w->rows, min_rows > 16 ? min_rows : 16, matmul_range, &j);
     return ATLAS_OK;
+}
+
+atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
+                        const atlas_weight *bias, int n) {
+    return matmul(be, out, x, w, bias, n, 0);
+}
+
+atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
+                              const atlas_weight *w, const atlas_weight *bias, int n) {
+    return matmul(be, out, x, w, bias, n, 1);
 }

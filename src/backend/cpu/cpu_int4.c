@@ -1,0 +1,112 @@
+/* backend/cpu/cpu_int4.c — INT4 weights (backend.h's ATLAS_WFMT_INT4) read straight from
+ * their packed nibbles with AVX2/FMA, where each group's columns are whole 8-lane steps (no
+ * g_idx, groups a multiple of 8 columns; the rest, and targets without AVX2, take
+ * cpu_quant.c's row dequantizer).
+ *
+ * Decode multiplies the packed bytes into the token as it reads them, four rows at a time
+ * sharing the loads of x: each byte is read once and no fp32 row is written. Prefill
+ * dequantizes a row eight columns a step into the matmul's tile. Both give, weight for weight,
+ * cpu_dequant_row's value ((q - zero) then x scale, two float32 roundings) and sum in the
+ * matmul's order (cpu_matmul.c's header), so the result is bitwise that of the plain path:
+ * tests/test-quant.c checks the two against each other. */
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_simd.h"
+
+int cpu_int4_fast(const cpu_part *p) {
+#ifdef CPU_SIMD
+    return p->quant.format == ATLAS_WFMT_INT4 && !p->quant.g_idx &&
+           p->quant.block_cols % 8 == 0;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+#ifdef CPU_SIMD
+/* Columns c .. c+7 (c a multiple of 8) as floats: column c + l is nibble l of the
+ * little-endian dword at byte c / 2 (the even column in the low nibble). */
+static inline __m256 nibbles8(const uint8_t *b) {
+    int32_t v;
+    memcpy(&v, b, 4);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    __m256i q = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
+    return _mm256_cvtepi32_ps(_mm256_and_si256(q, _mm256_set1_epi32(0xf)));
+}
+
+static inline __m256 deq8(const uint8_t *b, __m256 z, __m256 s) {
+    return _mm256_mul_ps(_mm256_sub_ps(nibbles8(b), z), s);
+}
+
+static inline float deq1(const uint8_t *b, int64_t j, float z, float s) {
+    return ((float)((b[j >> 1] >> ((j & 1) * 4)) & 0xf) - z) * s;
+}
+
+/* out[i] = dot(row r + i, x) for NR rows (a constant after inlining: the accumulators stay
+ * in registers). */
+static inline __attribute__((always_inline)) void
+gemv_rows(const cpu_part *p, const float *x, int64_t k, int64_t r, float *out, const int NR) {
+    const atlas_wquant *q = &p->quant;
+    const int64_t kb = k / 2, k8 = k & ~(int64_t)7, bc = q->block_cols, sc = q->scale_cols;
+    const uint8_t *b[4];
+    const float *s[4], *z[4];
+    __m256 a[4];
+    for (int i = 0; i < NR; i++) {
+        b[i] = (const uint8_t *)p->data + (r + i) * kb;
+        s[i] = q->scales + (r + i) * sc;
+        z[i] = q->zeros + (r + i) * sc;
+        a[i] = _mm256_setzero_ps();
+    }
+    for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {
+        int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;
+        __m256 sg[4], zg[4];
+        for (int i = 0; i < NR; i++) {
+            sg[i] = _mm256_set1_ps(s[i][g]);
+            zg[i] = _mm256_set1_ps(z[i][g]);
+        }
+        for (int64_t j = j0; j < j1; j += 8) {
+            __m256 xv = _mm256_loadu_ps(x + j);
+            for (int i = 0; i < NR; i++)
+                a[i] = _mm256_fmadd_ps(deq8(b[i] + j / 2, zg[i], sg[i]), xv, a[i]);
+        }
+    }
+    float sum[4];
+    for (int i = 0; i < NR; i++) sum[i] = cpu_hsum256(a[i]);
+    for (int64_t j = k8; j < k; j++)
+        for (int i = 0; i < NR; i++) {
+            float w = deq1(b[i], j, z[i][j / bc], s[i][j / bc]);
+            sum[i] += w * x[j];
+        }
+    for (int i = 0; i < NR; i++) out[i] = sum[i];
+}
+
+void cpu_int4_gemv(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1,
+                   float *out) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) gemv_rows(p, x, k, r, out + r, 4);
+    for (; r < r1; r++) gemv_rows(p, x, k, r, out + r, 1);
+}
+
+void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst) {
+    const atlas_wquant *q = &p->quant;
+    const int64_t k8 = k & ~(int64_t)7, bc = q->block_cols;
+    const uint8_t *b = (const uint8_t *)p->data + r * (k / 2);
+    const float *s = q->scales + r * q->scale_cols, *z = q->zeros + r * q->scale_cols;
+    for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {
+        int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;
+        __m256 sg = _mm256_set1_ps(s[g]), zg = _mm256_set1_ps(z[g]);
+        for (int64_t j = j0; j < j1; j += 8) _mm256_storeu_ps(dst + j, deq8(b + j / 2, zg, sg));
+    }
+    for (int64_t j = k8; j < k; j++) dst[j] = deq1(b, j, z[j / bc], s[j / bc]);
+}
+#else
+void cpu_int4_gemv(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1,
+                   float *out) {
+    (void)p, (void)x, (void)k, (void)r0, (void)r1, (void)out; /* cpu_int4_fast said no */
+}
+
+void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst) {
+    cpu_dequant_row(p, r, k, dst);
+}
+#endif
