@@ -58,17 +58,28 @@ gemv_rows(const cpu_part *p, const float *x, int64_t k, int64_t r, float *out, c
         z[i] = q->zeros + (r + i) * sc;
         a[i] = _mm256_setzero_ps();
     }
+    const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {
         int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;
-        __m256 sg[4], zg[4];
+        __m256 t_lo[4], t_hi[4];
         for (int i = 0; i < NR; i++) {
-            sg[i] = _mm256_set1_ps(s[i][g]);
-            zg[i] = _mm256_set1_ps(z[i][g]);
+            __m256 sg = _mm256_set1_ps(s[i][g]), zg = _mm256_set1_ps(z[i][g]);
+            t_lo[i] = _mm256_mul_ps(_mm256_sub_ps(q_lo, zg), sg);
+            t_hi[i] = _mm256_mul_ps(_mm256_sub_ps(q_hi, zg), sg);
         }
         for (int64_t j = j0; j < j1; j += 8) {
             __m256 xv = _mm256_loadu_ps(x + j);
-            for (int i = 0; i < NR; i++)
-                a[i] = _mm256_fmadd_ps(deq8(b[i] + j / 2, zg[i], sg[i]), xv, a[i]);
+            for (int i = 0; i < NR; i++) {
+                int32_t v;
+                memcpy(&v, b[i] + j / 2, 4);
+                __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
+                __m256 lo = _mm256_permutevar8x32_ps(t_lo[i], idx);
+                __m256 hi = _mm256_permutevar8x32_ps(t_hi[i], idx);
+                __m256 w = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+                a[i] = _mm256_fmadd_ps(w, xv, a[i]);
+            }
         }
     }
     float sum[4];
