@@ -364,7 +364,9 @@ int atlas_cli_bench(int argc, char **argv) {
     int V = info.vocab_size, d = info.hidden, L = info.n_layers, H = info.n_heads;
     int K = info.n_kv_heads, hd = info.head_dim, f = info.intermediate;
     double layer_w = (double)d * (H + 2 * K) * hd + (double)H * hd * d + 3.0 * f * d;
-    double bytes_tok = 2.0 * (L * layer_w + (double)V * d); /* bf16 on the device */
+    /* the bytes a decode token reads as stored (packed weights and their scales for a
+     * quantized checkpoint), the same figure atlas info prints */
+    double bytes_tok = (double)info.token_weight_bytes;
     printf("model       %s (%s, %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab %d)\n",
            o.dir, info.architecture, L, d, H, K, hd, f, V);
     printf("backend     %s%s%s\n", info.backend, info.backend_why && *info.backend_why ? ": " : "",
