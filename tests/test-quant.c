@@ -305,6 +305,17 @@ static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, in
                   (long long)k, g, threads, ns[t], (long long)bad, bad < 0 ? 0 : a[bad],
                   bad < 0 ? 0 : b[bad]);
     }
+    /* each decode kernel on its own (AVX2, AVX-512VL where the CPU has it), part by part */
+    for (int v = 0; w && v < 2; v++)
+        for (int p = 0; p < 2; p++) {
+            const cpu_part *part = &w->parts[p];
+            if (!cpu_int4_fast(part)) continue;
+            cpu_int4_gemv_at(part, x, k, 0, part->rows, a, v);
+            CHECK_MSG(!memcmp(a, b + part->row0, (size_t)part->rows * sizeof(float)),
+                      "INT4 kernel %s, part %d of %lld x %lld, groups of %d: not the plain "
+                      "path's bits", v ? "AVX-512VL" : "AVX2", p, (long long)part->rows,
+                      (long long)k, g);
+        }
     /* one output against a double sum of the weights' values: the plain path itself */
     if (w) {
         double want = 0;

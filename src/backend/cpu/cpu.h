@@ -72,9 +72,14 @@ atlas_status cpu_quant_load(const atlas_weight_src *v, cpu_part *part);
  * cpu_dequant_row and multiplying it in the matmul's order. cpu_int4_fast: whether part p
  * can take these (INT4 without g_idx, groups of whole 8-lane steps, an AVX2 build). */
 int cpu_int4_fast(const cpu_part *p);
-/* out[r] = dot(row r of part p, x[k]) for its rows r0 <= r < r1 (decode). */
+/* out[r] = dot(row r of part p, x[k]) for its rows r0 <= r < r1 (decode), with AVX-512VL
+ * where the CPU has it. */
 void cpu_int4_gemv(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1,
                    float *out);
+/* The same with AVX2 alone (avx512 0) or AVX-512VL where the CPU has it (1): the tests
+ * check each variant against the plain path. */
+void cpu_int4_gemv_at(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1,
+                      float *out, int avx512);
 /* Row r of part p dequantized to fp32 into dst[k], as cpu_dequant_row (prefill's tiles). */
 void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
 
