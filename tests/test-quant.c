@@ -588,6 +588,8 @@ static void test_end_to_end(void) {
         {"mxfp4", "qk-norm", "", "mlp MXFP4 e2m1 group 32"},
         {"nvfp4", "odd-heads", "", "attention NVFP4 e2m1 group 16"},
         {"ct-nvfp4", "qk-norm", "", "mlp NVFP4 e2m1 group 16"},
+        /* transformers' FbgemmFp8Config: float32 scales per channel, lm_head left alone */
+        {"fbgemm", "odd-heads", "", "mlp FP8 e4m3 per-channel"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");

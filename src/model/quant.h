@@ -48,6 +48,7 @@ typedef enum atlas_qmethod {
     ATLAS_QM_MXFP4,    /* quant_method mxfp4 (gpt-oss) */
     ATLAS_QM_NVFP4,    /* quant_method modelopt, quant_algo NVFP4 */
     ATLAS_QM_CT_NVFP4, /* compressed-tensors nvfp4-pack-quantized */
+    ATLAS_QM_FBGEMM_FP8, /* quant_method fbgemm_fp8: FP8 e4m3 per channel */
 } atlas_qmethod;
 
 typedef enum atlas_qstrategy { ATLAS_QS_TENSOR, ATLAS_QS_CHANNEL, ATLAS_QS_BLOCK } atlas_qstrategy;

@@ -10,7 +10,8 @@
 
 #define SUPPORTED "fp8 (e4m3, block or per-tensor), compressed-tensors (float-quantized FP8: " \
                   "tensor, channel or block), awq (version gemm, 4-bit), gptq (4-bit, gptq or " \
-                  "gptq_v2), mxfp4, modelopt (NVFP4), compressed-tensors (nvfp4-pack-quantized)"
+                  "gptq_v2), mxfp4, modelopt (NVFP4), compressed-tensors (nvfp4-pack-quantized), " \
+                  "fbgemm_fp8"
 
 static atlas_status refuse(const char *file, const char *what) {
     return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"quantization_config\": %s; atlas reads "
@@ -258,6 +259,20 @@ static atlas_status parse_gptq(const char *file, json_t *q, atlas_quant_config *
                        "modules_to_not_convert", out);
 }
 
+/* fbgemm_fp8 (transformers' FbgemmFp8Config): e4m3 weights with a scale per output channel
+ * (weight_scale [out, 1]); its activations are quantized per token at run time
+ * (activation_scale_ub bounds them), which atlas leaves in the compute type: weight-only. */
+static atlas_status parse_fbgemm(const char *file, json_t *q, atlas_quant_config *out) {
+    json_t *ub = json_object_get(q, "activation_scale_ub");
+    if (ub && !json_is_number(ub))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config."
+                          "activation_scale_ub\" is not a number", file);
+    out->method = ATLAS_QM_FBGEMM_FP8;
+    out->strategy = ATLAS_QS_CHANNEL;
+    return read_ignore(file, json_object_get(q, "modules_to_not_convert"),
+                       "modules_to_not_convert", out);
+}
+
 atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_quant_config *out) {
     json_t *q = (json_t *)qv;
     memset(out, 0, sizeof *out);
@@ -273,6 +288,7 @@ atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_qu
     if (!strcmp(m, "gptq")) return parse_gptq(file, q, out);
     if (!strcmp(m, "mxfp4")) return parse_mxfp4(file, q, out);
     if (!strcmp(m, "modelopt")) return parse_modelopt(file, q, out);
+    if (!strcmp(m, "fbgemm_fp8")) return parse_fbgemm(file, q, out);
     char why[160];
     snprintf(why, sizeof why, "quant_method %.48s is not supported", m);
     return refuse(file, why);
@@ -292,6 +308,7 @@ const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size
                      qc->method == ATLAS_QM_FP8 ? "fp8" : "compressed-tensors",
                      strategies[qc->strategy]);
         break;
+    case ATLAS_QM_FBGEMM_FP8: snprintf(buf, cap, "fbgemm_fp8 (FP8 e4m3, per-channel)"); break;
     case ATLAS_QM_AWQ: snprintf(buf, cap, "awq (INT4, group %d)", qc->group); break;
     case ATLAS_QM_GPTQ:
         if (qc->group) snprintf(buf, cap, "gptq%s (INT4, group %d)", qc->gptq_v2 ? "_v2" : "",

@@ -11,6 +11,8 @@ Layouts, each written as its published format says (not as atlas reads it):
   ct-tensor   compressed-tensors float-quantized, strategy tensor: weight_scale [1]
   ct-channel  ... strategy channel: weight_scale [out, 1] (bf16)
   ct-block    ... strategy block: weight_scale [ceil(out/br), ceil(in/bc)]
+  fbgemm      quant_method fbgemm_fp8 (FbgemmFp8Config): e4m3 weight, float32 weight_scale
+              [out, 1] = amax(row) / 448, multiplied; modules_to_not_convert ["lm_head"]
   awq         AutoAWQ version gemm: qweight int32 [in, out/8] and qzeros [in/g, out/8] with
               AWQ's nibble order (nibble i holds column 8j + [0,2,4,6,1,3,5,7][i]), float16
               scales [in/g, out]; asymmetric, w = (q - z) * s
@@ -272,9 +274,9 @@ def quantize_linear(a, name, w, rows, cols, out, deq):
         out[name + (".input_global_scale" if ct else ".input_scale")] = (
             "F32", [1] if ct else [], pack("f", [1.0]))
         return
-    if L.startswith("fp8") or L.startswith("ct-"):
+    if L.startswith("fp8") or L.startswith("ct-") or L == "fbgemm":
         strategy = {"fp8-block": "block", "ct-block": "block", "ct-tensor": "tensor",
-                    "ct-channel": "channel"}[L]
+                    "ct-channel": "channel", "fbgemm": "channel"}[L]
         br, bc = {"block": a.block, "tensor": (rows, cols), "channel": (1, cols)}[strategy]
         codes, scales, d = fp8(w, rows, cols, br, bc)
         out[name + ".weight"] = ("F8_E4M3", [rows, cols], bytes(codes))
@@ -283,6 +285,8 @@ def quantize_linear(a, name, w, rows, cols, out, deq):
                                                pack("f", scales))
         elif strategy == "tensor":
             out[name + ".weight_scale"] = ("F32", [1], pack("f", scales))
+        elif L == "fbgemm":  # FbgemmFp8Linear: weight_scale float32 [out, 1]
+            out[name + ".weight_scale"] = ("F32", [rows, 1], pack("f", scales))
         elif strategy == "channel":
             out[name + ".weight_scale"] = ("BF16", [rows, 1], pack_bf16(scales))
             # bf16 scales: the dequantized weights use the stored (rounded) scale
@@ -355,6 +359,9 @@ def quant_config(a):
                 "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
                                               "input_activations": None}},
                 "ignore": [] if a.lm_head else ["lm_head"]}
+    if L == "fbgemm":  # transformers' FbgemmFp8Config
+        return {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                "modules_to_not_convert": ["lm_head"]}
     if L == "awq":
         return {"quant_method": "awq", "version": "gemm", "bits": 4, "group_size": a.group,
                 "zero_point": True}
@@ -366,7 +373,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", required=True, choices=["fp8-block", "ct-tensor", "ct-channel",
                                                          "ct-block", "awq", "gptq", "gptq-v2",
-                                                         "mxfp4", "nvfp4", "ct-nvfp4"])
+                                                         "mxfp4", "nvfp4", "ct-nvfp4", "fbgemm"])
     ap.add_argument("--src", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dequant", required=True)
