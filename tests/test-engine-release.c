@@ -322,7 +322,9 @@ static void test_budget_before_evict(const char *dir_a, const char *dir_b) {
 
 /* ---- pausing after a drain timeout ------------------------------------------------------ */
 
-enum { LONG = 2000, DRAIN_MS = 200 };
+/* long enough for several turns of DRAIN_MS each, short enough that a sanitizer build's
+ * recomputes stay within the test's time */
+enum { LONG = 400, DRAIN_MS = 100 };
 
 static uint64_t pauses(atlas_engine *e) { return metrics(e).preemptions; }
 
@@ -429,7 +431,7 @@ static int coll_wait_for(coll *c, double seconds) {
 
 /* A drain timeout shorter than a recompute: each turn must still let the paused sequences
  * recompute and go on (the clock waits for their prompts), or neither model would ever
- * advance.  Prompts of 1,000 tokens prefilled 64 at a time, a timeout of 2 ms. */
+ * advance.  Prompts of 300 tokens prefilled 64 at a time, a timeout of 2 ms. */
 static void test_pause_progress(const char *dir_a, const char *dir_b) {
     atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine_params p = atlas_engine_default_params();
@@ -445,15 +447,15 @@ static void test_pause_progress(const char *dir_a, const char *dir_b) {
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));
     if (!e) return;
-    static int32_t prompt[1000];
-    for (int i = 0; i < 1000; i++) prompt[i] = 100 + (i * 7) % 1000;
+    static int32_t prompt[300];
+    for (int i = 0; i < 300; i++) prompt[i] = 100 + (i * 7) % 1000;
     atlas_request r[2];
     coll alone[2], c[2];
     atlas_request_handle *h[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
         r[k] = request(mods[k].name, 8);
         r[k].prompt = prompt;
-        r[k].n_prompt = 1000;
+        r[k].n_prompt = 300;
         run_one(e, &r[k], &alone[k]);
         CHECK(alone[k].finish == ATLAS_FINISH_LENGTH && alone[k].n_tokens == 8);
     }
