@@ -48,7 +48,7 @@ static void gen_params(const json_t *body) {
     for (int k = ATLAS_API_CHAT; k <= ATLAS_API_COMPLETION; k++) {
         atlas_gen_params gp;
         const char *param = NULL;
-        atlas_status st = atlas_gen_params_parse(body, (atlas_api_kind)k, tok, &gp, &param);
+        atlas_status st = atlas_gen_params_parse(body, (atlas_api_kind)k, tok, NULL, &gp, &param);
         check(st, param);
         if (st == ATLAS_OK) {
             size_t vocab = atlas_tokenizer_vocab_size(tok);

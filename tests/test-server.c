@@ -84,7 +84,7 @@ static void test_params(void) {
     const char *param = NULL;
     atlas_gen_params gp;
     json_t *b = json_loads("{\"temperature\": 3}", 0, NULL);
-    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param) == ATLAS_ERR_INVALID);
+    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, NULL, &gp, &param) == ATLAS_ERR_INVALID);
     CHECK(param && !strcmp(param, "temperature"));
     CHECK(strstr(atlas_last_error(), "temperature") != NULL);
     atlas_gen_params_free(&gp);
@@ -93,14 +93,14 @@ static void test_params(void) {
                    "\"logit_bias\": {\"42\": -100}, \"logprobs\": true, \"top_logprobs\": 2, "
                    "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
                    0, NULL);
-    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param));
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, NULL, &gp, &param));
     CHECK(gp.max_tokens == 7 && gp.n_stop == 2 && gp.sp.seed == 5);
     CHECK(gp.sp.n_logit_bias == 1 && gp.bias[0].id == 42 && gp.bias[0].bias == -100.0f);
     CHECK(gp.logprobs && gp.top_logprobs == 2 && gp.stream && gp.include_usage);
     atlas_gen_params_free(&gp);
     json_decref(b);
     b = json_loads("{\"n\": 3}", 0, NULL);
-    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param));
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, NULL, &gp, &param));
     CHECK(gp.n == 3);
     atlas_gen_params_free(&gp);
     json_decref(b);
@@ -108,7 +108,7 @@ static void test_params(void) {
                                   "{\"n\": \"2\"}"};
     for (size_t i = 0; i < sizeof bad_n / sizeof bad_n[0]; i++) {
         b = json_loads(bad_n[i], 0, NULL);
-        CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, &gp, &param) ==
+        CHECK(atlas_gen_params_parse(b, ATLAS_API_COMPLETION, NULL, NULL, &gp, &param) ==
               ATLAS_ERR_INVALID);
         CHECK_MSG(param && !strcmp(param, "n"), "%s: param %s", bad_n[i], param ? param : "-");
         atlas_gen_params_free(&gp);
@@ -141,7 +141,7 @@ static void expect_refused(const char *body, const char *field, const char *what
     atlas_gen_params gp;
     json_t *b = json_loads(body, JSON_ALLOW_NUL, NULL); /* the HTTP layer refuses NUL, but */
     CHECK(b != NULL);
-    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param) == ATLAS_ERR_INVALID);
+    CHECK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, NULL, &gp, &param) == ATLAS_ERR_INVALID);
     CHECK(param && !strcmp(param, field));
     CHECK(strstr(atlas_last_error(), what) != NULL);
     atlas_gen_params_free(&gp);
@@ -156,7 +156,7 @@ static void test_limits(void) {
     const char *param = NULL;
     atlas_gen_params gp;
     json_t *b = json_loads(body, 0, NULL);
-    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, &gp, &param)); /* at the limit */
+    CHECK_OK(atlas_gen_params_parse(b, ATLAS_API_CHAT, NULL, NULL, &gp, &param)); /* at the limit */
     CHECK(gp.n_stop == 1 && strlen(gp.stop[0]) == ATLAS_MAX_STOP_BYTES);
     atlas_gen_params_free(&gp);
     json_decref(b);

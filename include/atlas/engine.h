@@ -418,6 +418,11 @@ ATLAS_API atlas_status atlas_engine_template(atlas_engine *e, const char *name,
 /* The context size of a sequence of that model (ctx_size or the model's own limit). */
 ATLAS_API atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out);
 
+/* The sampling defaults of the model's generation_config.json, as read when the engine was
+ * made (atlas_model_generation_defaults; set 0 when it has none). */
+ATLAS_API atlas_status atlas_engine_generation_defaults(atlas_engine *e, const char *name,
+                                                        atlas_generation_defaults *out);
+
 /* ---- metrics -------------------------------------------------------------------------- */
 
 enum { ATLAS_ENGINE_HIST_BUCKETS = 16 };

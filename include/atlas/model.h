@@ -215,11 +215,23 @@ ATLAS_API int atlas_model_kv_block_size(const atlas_model *m);
 ATLAS_API int atlas_model_max_batch_tokens(const atlas_model *m);
 
 /* What a model directory's generation_config.json asks of sampling, read without loading
- * the model: 0 in a field it does not set. Thread-safe; owns nothing. */
+ * the model: 0 in a field it does not set, and set says which fields it names (ATLAS_GEN_*
+ * bits), since a default of 0 (greedy temperature) differs from none. Thread-safe; owns
+ * nothing. */
+enum {
+    ATLAS_GEN_TEMPERATURE = 1u << 0,
+    ATLAS_GEN_TOP_P = 1u << 1,
+    ATLAS_GEN_TOP_K = 1u << 2,
+    ATLAS_GEN_MIN_P = 1u << 3,
+    ATLAS_GEN_REPETITION_PENALTY = 1u << 4,
+};
 typedef struct atlas_generation_defaults {
     float temperature;
     float top_p;
     int top_k;
+    float min_p;
+    float repetition_penalty;
+    unsigned set;
 } atlas_generation_defaults;
 ATLAS_API atlas_status atlas_model_generation_defaults(const char *dir,
                                                        atlas_generation_defaults *out);

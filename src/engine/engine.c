@@ -467,6 +467,15 @@ atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out) 
     return ATLAS_OK;
 }
 
+atlas_status atlas_engine_generation_defaults(atlas_engine *e, const char *name,
+                                              atlas_generation_defaults *out) {
+    int i = -1;
+    *out = (atlas_generation_defaults){0};
+    ATLAS_TRY(find_model(e, name, &i));
+    atlas_config_generation_defaults(&e->models[i].cfg, out);
+    return ATLAS_OK;
+}
+
 /* ---- requests --------------------------------------------------------------------------- */
 
 /* The thinking budget's fields (atlas_request.think_budget). */

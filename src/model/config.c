@@ -614,6 +614,13 @@ atlas_status atlas_config_parse_generation(const char *json, size_t len, const c
     if (s == ATLAS_OK) s = get_num(file, root, "top_p", &c.gen_top_p);
     if (s == ATLAS_OK) s = get_int(file, root, "top_k", false, 0, INT32_MAX, &c.gen_top_k);
     if (s == ATLAS_OK) s = get_num(file, root, "repetition_penalty", &c.gen_repetition_penalty);
+    if (s == ATLAS_OK) s = get_num(file, root, "min_p", &c.gen_min_p);
+    static const struct { const char *key; unsigned bit; } present[] = {
+        {"temperature", ATLAS_GEN_TEMPERATURE}, {"top_p", ATLAS_GEN_TOP_P},
+        {"top_k", ATLAS_GEN_TOP_K}, {"min_p", ATLAS_GEN_MIN_P},
+        {"repetition_penalty", ATLAS_GEN_REPETITION_PENALTY}};
+    for (size_t i = 0; s == ATLAS_OK && i < sizeof present / sizeof *present; i++)
+        if (field(root, present[i].key)) c.gen_set |= present[i].bit;
     bool sample = false;
     if (s == ATLAS_OK && field(root, "do_sample")) {
         s = get_bool(file, root, "do_sample", &sample);
@@ -756,8 +763,16 @@ atlas_status atlas_model_generation_defaults(const char *dir, atlas_generation_d
     *out = (atlas_generation_defaults){0};
     atlas_config c;
     ATLAS_TRY(atlas_config_load(dir, &c));
-    out->temperature = c.gen_temperature > 0 ? (float)c.gen_temperature : 0;
-    out->top_p = c.gen_top_p > 0 ? (float)c.gen_top_p : 0;
-    out->top_k = c.gen_top_k > 0 ? c.gen_top_k : 0;
+    atlas_config_generation_defaults(&c, out);
     return ATLAS_OK;
+}
+
+void atlas_config_generation_defaults(const atlas_config *c, atlas_generation_defaults *out) {
+    *out = (atlas_generation_defaults){0};
+    out->temperature = c->gen_temperature > 0 ? (float)c->gen_temperature : 0;
+    out->top_p = c->gen_top_p > 0 ? (float)c->gen_top_p : 0;
+    out->top_k = c->gen_top_k > 0 ? c->gen_top_k : 0;
+    out->min_p = (float)c->gen_min_p;
+    out->repetition_penalty = (float)c->gen_repetition_penalty;
+    out->set = c->gen_set;
 }

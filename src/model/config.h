@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "atlas/model.h"
 #include "atlas/status.h"
 #include "core/dtype.h"
 #include "model/quant.h"
@@ -95,6 +96,8 @@ typedef struct atlas_config {
     int gen_top_k;
     double gen_repetition_penalty;
     int gen_do_sample;         /* -1 when absent, else 0 / 1 */
+    double gen_min_p;
+    unsigned gen_set;          /* ATLAS_GEN_* bits (atlas/model.h) of the fields present */
 } atlas_config;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. Errors name the file
@@ -106,6 +109,10 @@ atlas_status atlas_config_parse(const char *json, size_t len, const char *name, 
 /* Merges generation_config.json text into cfg (eos ids union, sampling defaults). */
 atlas_status atlas_config_parse_generation(const char *json, size_t len, const char *name,
                                            atlas_config *cfg);
+
+/* The sampling defaults of cfg's generation_config.json, as atlas_model_generation_defaults
+ * gives them. */
+void atlas_config_generation_defaults(const atlas_config *cfg, atlas_generation_defaults *out);
 
 /* Adds an eos id if not already present (used for the tokenizer's eos token). */
 void atlas_config_add_eos(atlas_config *cfg, int id);

@@ -533,7 +533,9 @@ atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_a
     bool parse_tools = false;
     ATLAS_TRY(atlas_api_model(s, body, NULL, &q->model, param));
     ATLAS_TRY(atlas_engine_tokenizer(s->engine, q->model, &q->tok));
-    ATLAS_TRY(atlas_gen_params_parse(body, ATLAS_API_CHAT, q->tok, &q->gp, param));
+    atlas_generation_defaults gen;
+    ATLAS_TRY(atlas_engine_generation_defaults(s->engine, q->model, &gen));
+    ATLAS_TRY(atlas_gen_params_parse(body, ATLAS_API_CHAT, q->tok, &gen, &q->gp, param));
     ATLAS_TRY(atlas_api_render_chat(s, q->model, body, true, &q->prompt, &tmpl, &parse_tools,
                                     param));
     ATLAS_TRY(atlas_shield_encode(q->tok, q->prompt, strlen(q->prompt), false, &q->ids, &q->n));
@@ -666,7 +668,10 @@ void atlas_api_completions_run(atlas_http_call *call, const json_t *body,
     int count = 0;
     atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
-    if (st == ATLAS_OK) st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gp, &param);
+    atlas_generation_defaults gen;
+    if (st == ATLAS_OK) st = atlas_engine_generation_defaults(s->engine, model, &gen);
+    if (st == ATLAS_OK)
+        st = atlas_gen_params_parse(body, ATLAS_API_COMPLETION, tok, &gen, &gp, &param);
     if (st == ATLAS_OK) st = atlas_api_completion_prompts(body, tok, ids, n, &count, &param);
     if (st == ATLAS_OK && count * gp.n > ATLAS_MAX_CHOICES) {
         param = "n";

@@ -180,7 +180,7 @@ static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, cons
         return atlas_fail(ATLAS_ERR_INVALID, "'top_p' must be in (0, 1], got 0");
     }
     p->sp.top_p = (float)x;
-    i = 0;
+    i = p->sp.top_k;
     ATLAS_TRY(atlas_param_int(body, "top_k", -1, INT32_MAX, &i, NULL, param));
     p->sp.top_k = i < 0 ? 0 : (int)i; /* vLLM: -1 means off */
     x = p->sp.min_p;
@@ -307,11 +307,25 @@ static atlas_status parse_response_format(const json_t *body, atlas_gen_params *
     return ATLAS_OK;
 }
 
+/* generation_config.json's defaults under the request's fields, as vLLM applies them; a
+ * value the sampler would refuse is left out rather than failing every request. */
+static void apply_defaults(const atlas_generation_defaults *g, atlas_sampler_params *sp) {
+    if (!g) return;
+    if ((g->set & ATLAS_GEN_TEMPERATURE) && g->temperature >= 0) sp->temperature = g->temperature;
+    if ((g->set & ATLAS_GEN_TOP_P) && g->top_p > 0 && g->top_p <= 1) sp->top_p = g->top_p;
+    if ((g->set & ATLAS_GEN_TOP_K) && g->top_k >= 0) sp->top_k = g->top_k;
+    if ((g->set & ATLAS_GEN_MIN_P) && g->min_p >= 0 && g->min_p <= 1) sp->min_p = g->min_p;
+    if ((g->set & ATLAS_GEN_REPETITION_PENALTY) && g->repetition_penalty > 0)
+        sp->repetition_penalty = g->repetition_penalty;
+}
+
 atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
-                                    const atlas_tokenizer *tok, atlas_gen_params *p,
+                                    const atlas_tokenizer *tok,
+                                    const atlas_generation_defaults *gen, atlas_gen_params *p,
                                     const char **param) {
     memset(p, 0, sizeof *p);
     p->sp = atlas_sampler_default_params();
+    apply_defaults(gen, &p->sp);
     *param = NULL;
     ATLAS_TRY(atlas_param_string(body, "model", &p->model, param));
     ATLAS_TRY(parse_sampling(body, p, param));

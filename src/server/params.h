@@ -76,9 +76,12 @@ enum {
 typedef enum atlas_api_kind { ATLAS_API_CHAT, ATLAS_API_COMPLETION } atlas_api_kind;
 
 /* Reads the common fields of body.  tok (may be NULL) checks logit_bias ids against the
- * vocabulary.  Free with atlas_gen_params_free even after a failure. */
+ * vocabulary.  gen (may be NULL): the model's generation_config.json defaults, for the
+ * sampling fields the body leaves out.  Free with atlas_gen_params_free even after a
+ * failure. */
 atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
-                                    const atlas_tokenizer *tok, atlas_gen_params *out,
+                                    const atlas_tokenizer *tok,
+                                    const atlas_generation_defaults *gen, atlas_gen_params *out,
                                     const char **param);
 void atlas_gen_params_free(atlas_gen_params *p);
 
