@@ -399,6 +399,9 @@ typedef struct atlas_engine_model_status {
     double expires_in_s;    /* resident and idle with a timed keep-alive: seconds until its
                                release; else -1 */
     char kv_dtype[8];       /* its KV cache's element type: "bf16" (GPU), "f32" (CPU) */
+    int kv_block_size;      /* tokens a KV block holds */
+    int kv_blocks;          /* blocks of its pool (kv_tokens / kv_block_size) */
+    int kv_blocks_used;     /* of them held by sequences now (0 while not resident) */
 } atlas_engine_model_status;
 
 /* Fills the caller's out[0 .. min(cap, n)) and returns n, the number of configured models

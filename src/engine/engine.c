@@ -769,6 +769,9 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         out[i].chat_template = md->chat_template;
         out[i].tool_call_format = md->tool_call_format;
         model_settings(md, &out[i]);
+        out[i].kv_block_size = e->p.kv_block_size;
+        out[i].kv_blocks = md->kv_blocks;
+        if (md->m || md->releasing) out[i].kv_blocks_used = atlas_kv_pool_used(&md->pool);
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);

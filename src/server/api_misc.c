@@ -193,7 +193,8 @@ static int print_ehist(char **b, size_t *l, size_t *c, const char *name, const c
 #define GAUGE(name, help, fmt, v)                                                              \
     atlas_buf_printf(&b, &l, &c, "# HELP " name " " help "\n# TYPE " name " gauge\n" name " " fmt "\n", v)
 
-static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, size_t *cp) {
+static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm, char **bp,
+                        size_t *lp, size_t *cp) {
     char *b = *bp;
     size_t l = *lp, c = *cp;
     int rc = 0;
@@ -228,8 +229,12 @@ static int print_engine(const atlas_engine_metrics *m, char **bp, size_t *lp, si
     rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);
+    rc |= atlas_server_metrics_print_models(sm, ATLAS_SERIES_TTFT,
+                                            "atlas_time_to_first_token_seconds", &b, &l, &c);
     rc |= print_ehist(&b, &l, &c, "atlas_inter_token_latency_seconds",
                       "Between consecutive tokens of a sequence.", &m->itl);
+    rc |= atlas_server_metrics_print_models(sm, ATLAS_SERIES_ITL,
+                                            "atlas_inter_token_latency_seconds", &b, &l, &c);
     rc |= print_ehist(&b, &l, &c, "atlas_swap_duration_seconds", "Each model swap or load.",
                       &m->swap);
     *bp = b, *lp = l, *cp = c;
@@ -259,14 +264,70 @@ static int print_models(atlas_engine *engine, char **bp, size_t *lp, size_t *cp)
     return rc;
 }
 
+/* `NAME{model_name="MODEL"} ` (the value follows). */
+static int model_sample(char **b, size_t *l, size_t *c, const char *name, const char *model) {
+    int rc = atlas_buf_printf(b, l, c, "%s{model_name=\"", name);
+    rc |= atlas_metrics_print_label(b, l, c, model);
+    return rc | atlas_buf_printf(b, l, c, "\"} ");
+}
+
+/* What a gateway's model-server protocol reads (the Gateway API Inference Extension): queued
+ * and running requests, the KV cache's use as a fraction, and its geometry; the totals
+ * unlabelled, then each model labelled model_name. */
+static int print_gateway(atlas_engine *engine, const atlas_engine_metrics *em, char **b,
+                         size_t *l, size_t *c) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS), rc = 0;
+    if (n > MAX_MODELS) n = MAX_MODELS;
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_num_requests_waiting Requests waiting to "
+                           "start.\n# TYPE atlas_num_requests_waiting gauge\n"
+                           "atlas_num_requests_waiting %d\n", em->queue_len);
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, "atlas_num_requests_waiting", ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "%d\n", ms[i].waiting);
+    }
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_num_requests_running Sequences running.\n"
+                           "# TYPE atlas_num_requests_running gauge\n"
+                           "atlas_num_requests_running %d\n", em->running);
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, "atlas_num_requests_running", ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "%d\n", ms[i].running);
+    }
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_kv_cache_usage_perc KV cache blocks in use, "
+                           "0 to 1.\n# TYPE atlas_kv_cache_usage_perc gauge\n"
+                           "atlas_kv_cache_usage_perc %.6f\n",
+                           em->kv_blocks_total ? (double)em->kv_blocks_used / em->kv_blocks_total
+                                               : 0.0);
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, "atlas_kv_cache_usage_perc", ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "%.6f\n", ms[i].kv_blocks
+                               ? (double)ms[i].kv_blocks_used / ms[i].kv_blocks : 0.0);
+    }
+    /* an info metric: the geometry is in the labels, the value is always 1 */
+    long blocks = 0;
+    for (int i = 0; i < n; i++) blocks += ms[i].kv_blocks;
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_cache_config_info The KV cache's geometry.\n"
+                           "# TYPE atlas_cache_config_info gauge\n"
+                           "atlas_cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%ld\"} 1\n",
+                           n ? ms[0].kv_block_size : 0, blocks);
+    for (int i = 0; i < n; i++) {
+        rc |= atlas_buf_printf(b, l, c, "atlas_cache_config_info{model_name=\"");
+        rc |= atlas_metrics_print_label(b, l, c, ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "\",block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n",
+                               ms[i].kv_block_size, ms[i].kv_blocks);
+    }
+    return rc;
+}
+
 void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_metrics em;
     atlas_engine_get_metrics(server_of(call)->engine, &em);
     char *b = NULL;
     size_t l = 0, c = 0;
-    int rc = print_engine(&em, &b, &l, &c);
+    int rc = print_engine(&em, &server_of(call)->metrics, &b, &l, &c);
     rc |= print_models(server_of(call)->engine, &b, &l, &c);
+    rc |= print_gateway(server_of(call)->engine, &em, &b, &l, &c);
     rc |= atlas_server_metrics_print(&server_of(call)->metrics, &b, &l, &c);
     if (rc) {
         free(b);

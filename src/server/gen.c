@@ -64,6 +64,16 @@ static void gen_unref(atlas_gen *g) {
     free(g);
 }
 
+/* The per-model series: each token's gap, and at the end what the request came to. */
+static void observe(atlas_gen *g, const atlas_event *ev, double t_first) {
+    double now = atlas_http_now();
+    if (ev->type == ATLAS_EVENT_TOKEN) atlas_itl_local_token(&g->itl, now);
+    if (ev->type != ATLAS_EVENT_END) return;
+    atlas_server_metrics_end(&g->srv->metrics, g->model, ev->queue_s, ev->ttft_s,
+                             t_first > 0 ? now - t_first : -1, ev->usage.prompt_tokens,
+                             ev->usage.cached_tokens, &g->itl);
+}
+
 static void on_event(const atlas_event *ev, void *user) {
     atlas_gen *g = user;
     bool end = ev->type == ATLAS_EVENT_END;
@@ -103,6 +113,7 @@ static void on_event(const atlas_event *ev, void *user) {
         else g->head = e;
         g->tail = e;
     }
+    observe(g, ev, g->t_first); /* before ended: g may be freed once it is seen */
     if (ev->type == ATLAS_EVENT_END) g->ended = true;
     pthread_cond_broadcast(&g->cv);
     atlas_gen_group *G = g->group;

@@ -190,3 +190,69 @@ test('odd model names: /metrics parses, /v1/models and /health list every model 
     rmSync(root, { recursive: true, force: true });
   }
 });
+
+// The series a gateway and dashboards read: the model-server protocol's gauges, the prefix
+// cache's queries and hits, and the latency histograms, each total unlabelled and each model
+// labelled model_name (a name with a quote, so the label goes out escaped); they move with
+// the requests.
+test('gateway gauges and per-model series exist, parse and move', async () => {
+  const MODEL = 'll"ama';
+  const srv = await startServer(['--device', 'cpu', '--model', `${MODEL}=${path.join(DATA, 'tiny-llama3')}`]);
+  const scrape = async () => {
+    const res = await fetch(`${srv.base}/metrics`);
+    assert.equal(res.status, 200);
+    return parseExposition(Buffer.from(await res.arrayBuffer()));
+  };
+  const one = (samples, name, labels = {}) => {
+    const of = samples.filter((s) => s.name === name &&
+      JSON.stringify(Object.entries(s.labels).filter(([k]) => k !== 'le').sort()) === JSON.stringify(Object.entries(labels).sort()));
+    assert.equal(of.length, 1, `${name} ${JSON.stringify(labels)}: ${JSON.stringify(of)}`);
+    return of[0].value;
+  };
+  const per = { model_name: MODEL };
+  try {
+    const s0 = await scrape();
+    for (const g of ['atlas_num_requests_waiting', 'atlas_num_requests_running']) {
+      assert.equal(one(s0, g), 0);
+      assert.equal(one(s0, g, per), 0);
+    }
+    const info = s0.filter((s) => s.name === 'atlas_cache_config_info');
+    const mine = info.find((s) => s.labels.model_name === MODEL);
+    assert.ok(mine && mine.value === 1 && Number(mine.labels.block_size) > 0 && Number(mine.labels.num_gpu_blocks) > 0, JSON.stringify(info));
+    assert.ok(info.some((s) => !('model_name' in s.labels) && s.labels.block_size === mine.labels.block_size));
+    for (const name of ['atlas_prefix_cache_queries_total', 'atlas_prefix_cache_hits_total', 'atlas_request_queue_time_seconds_count'])
+      assert.equal(one(s0, name), 0, name);
+    // a prompt of several blocks, asked twice: the second finds it in the prefix cache
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(12);
+    const ask = async () => {
+      const r = await fetch(`${srv.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, max_tokens: 4, temperature: 0, ignore_eos: true }) });
+      assert.equal(r.status, 200);
+      return (await r.json()).usage;
+    };
+    const u1 = await ask();
+    const s1 = await scrape();
+    for (const labels of [{}, per]) {
+      assert.equal(one(s1, 'atlas_request_queue_time_seconds_count', labels), 1);
+      assert.equal(one(s1, 'atlas_prefix_cache_queries_total', labels), u1.prompt_tokens);
+      assert.equal(one(s1, 'atlas_request_success_total', labels), 1);
+      assert.equal(one(s1, 'atlas_request_prefill_time_seconds_count', labels), 1);
+      assert.equal(one(s1, 'atlas_request_decode_time_seconds_count', labels), 1);
+    }
+    assert.equal(one(s1, 'atlas_time_to_first_token_seconds_count', per), 1);
+    assert.equal(one(s1, 'atlas_inter_token_latency_seconds_count', per), 3);
+    const usage = one(s1, 'atlas_kv_cache_usage_perc', per);
+    assert.ok(usage >= 0 && usage <= 1, String(usage));
+    const u2 = await ask();
+    assert.ok(u2.prompt_tokens_details.cached_tokens > 0, JSON.stringify(u2));
+    const s2 = await scrape();
+    for (const labels of [{}, per]) {
+      assert.equal(one(s2, 'atlas_prefix_cache_hits_total', labels),
+        one(s1, 'atlas_prefix_cache_hits_total', labels) + u2.prompt_tokens_details.cached_tokens);
+      assert.equal(one(s2, 'atlas_prefix_cache_queries_total', labels), u1.prompt_tokens + u2.prompt_tokens);
+      assert.equal(one(s2, 'atlas_request_queue_time_seconds_count', labels), 2);
+    }
+  } finally {
+    assert.equal((await srv.stop()).code, 0, srv.log());
+  }
+});
