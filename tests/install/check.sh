@@ -65,7 +65,7 @@ for f in lib/libatlas.so lib/libatlas.a lib/pkgconfig/atlas.pc include/atlas/atl
   [ -e "$P/$f" ] || fail "$P/$f is not installed"
 done
 [ -L "$P/lib/libatlas.so" ] && [ -L "$P/lib/$so" ] || fail "the .so links are not links"
-# the file behind the soname starts with it (libatlas.so.1 -> libatlas.so.1.M.P), as ldconfig
+# the file behind the soname starts with it (libatlas.so.N -> libatlas.so.N.M.P), as ldconfig
 # names the link it makes from the file's soname
 real=$(readlink "$P/lib/$so")
 [[ $real == "$SONAME".* ]] || fail "$so links to $real, a name that disagrees with the soname"
