@@ -48,101 +48,67 @@ static inline float deq1(const uint8_t *b, int64_t j, float z, float s) {
 }
 
 /* out[i] = dot(row r + i, x) for NR rows (a constant after inlining: the accumulators stay
- * in registers). */
-static inline __attribute__((always_inline)) void
-gemv_rows(const cpu_part *p, const float *x, int64_t k, int64_t r, float *out, const int NR) {
-    const atlas_wquant *q = &p->quant;
-    const int64_t kb = k / 2, k8 = k & ~(int64_t)7, bc = q->block_cols, sc = q->scale_cols;
-    const uint8_t *b[4];
-    const float *s[4], *z[4];
-    __m256 a[4];
-    for (int i = 0; i < NR; i++) {
-        b[i] = (const uint8_t *)p->data + (r + i) * kb;
-        s[i] = q->scales + (r + i) * sc;
-        z[i] = q->zeros + (r + i) * sc;
-        a[i] = _mm256_setzero_ps();
+ * in registers), each 8-column step's weights looked up from its group's sixteen values by
+ * LOOKUP(values 0-7, values 8-15, indices): one body for the AVX2 and the AVX-512VL kernels,
+ * which differ in that lookup and in the target they are compiled for. */
+#define GEMV_ROWS(NAME, ATTR, LOOKUP)                                                          \
+    static inline ATTR void NAME(const cpu_part *p, const float *x, int64_t k, int64_t r,      \
+                                 float *out, const int NR) {                                   \
+    const atlas_wquant *q = &p->quant;                                                      \
+    const int64_t kb = k / 2, k8 = k & ~(int64_t)7, bc = q->block_cols, sc = q->scale_cols; \
+    const uint8_t *b[4];                                                                    \
+    const float *s[4], *z[4];                                                               \
+    __m256 a[4];                                                                            \
+    for (int i = 0; i < NR; i++) {                                                          \
+        b[i] = (const uint8_t *)p->data + (r + i) * kb;                                     \
+        s[i] = q->scales + (r + i) * sc;                                                    \
+        z[i] = q->zeros + (r + i) * sc;                                                     \
+        a[i] = _mm256_setzero_ps();                                                         \
+    }                                                                                       \
+    const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);                             \
+    const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);                       \
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);                  \
+    for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {                                   \
+        int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;                                           \
+        __m256 t_lo[4], t_hi[4];                                                            \
+        for (int i = 0; i < NR; i++) {                                                      \
+            __m256 sg = _mm256_set1_ps(s[i][g]), zg = _mm256_set1_ps(z[i][g]);              \
+            t_lo[i] = _mm256_mul_ps(_mm256_sub_ps(q_lo, zg), sg);                           \
+            t_hi[i] = _mm256_mul_ps(_mm256_sub_ps(q_hi, zg), sg);                           \
+        }                                                                                   \
+        for (int64_t j = j0; j < j1; j += 8) {                                              \
+            __m256 xv = _mm256_loadu_ps(x + j);                                             \
+            for (int i = 0; i < NR; i++) {                                                  \
+                int32_t v;                                                                  \
+                memcpy(&v, b[i] + j / 2, 4);                                                \
+                __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);              \
+                __m256 w = LOOKUP(t_lo[i], t_hi[i], idx);                                   \
+                a[i] = _mm256_fmadd_ps(w, xv, a[i]);                                        \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+    float sum[4];                                                                           \
+    for (int i = 0; i < NR; i++) sum[i] = cpu_hsum256(a[i]);                                \
+    for (int64_t j = k8; j < k; j++)                                                        \
+        for (int i = 0; i < NR; i++) {                                                      \
+            float w = deq1(b[i], j, z[i][j / bc], s[i][j / bc]);                            \
+            sum[i] += w * x[j];                                                             \
+        }                                                                                   \
+    for (int i = 0; i < NR; i++) out[i] = sum[i];                                           \
     }
-    const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {
-        int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;
-        __m256 t_lo[4], t_hi[4];
-        for (int i = 0; i < NR; i++) {
-            __m256 sg = _mm256_set1_ps(s[i][g]), zg = _mm256_set1_ps(z[i][g]);
-            t_lo[i] = _mm256_mul_ps(_mm256_sub_ps(q_lo, zg), sg);
-            t_hi[i] = _mm256_mul_ps(_mm256_sub_ps(q_hi, zg), sg);
-        }
-        for (int64_t j = j0; j < j1; j += 8) {
-            __m256 xv = _mm256_loadu_ps(x + j);
-            for (int i = 0; i < NR; i++) {
-                int32_t v;
-                memcpy(&v, b[i] + j / 2, 4);
-                __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
-                __m256 lo = _mm256_permutevar8x32_ps(t_lo[i], idx);
-                __m256 hi = _mm256_permutevar8x32_ps(t_hi[i], idx);
-                __m256 w = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-                a[i] = _mm256_fmadd_ps(w, xv, a[i]);
-            }
-        }
-    }
-    float sum[4];
-    for (int i = 0; i < NR; i++) sum[i] = cpu_hsum256(a[i]);
-    for (int64_t j = k8; j < k; j++)
-        for (int i = 0; i < NR; i++) {
-            float w = deq1(b[i], j, z[i][j / bc], s[i][j / bc]);
-            sum[i] += w * x[j];
-        }
-    for (int i = 0; i < NR; i++) out[i] = sum[i];
-}
 
-/* The same with AVX-512VL where the CPU has it: one two-table permute (vpermt2ps) looks up
- * all sixteen values: two operations a step where the AVX2 lookup takes five. */
-#define CPU_T512 __attribute__((target("avx512f,avx512vl"), always_inline))
-static inline CPU_T512 void gemv_rows512(const cpu_part *p, const float *x, int64_t k, int64_t r,
-                                        float *out, const int NR) {
-    const atlas_wquant *q = &p->quant;
-    const int64_t kb = k / 2, k8 = k & ~(int64_t)7, bc = q->block_cols, sc = q->scale_cols;
-    const uint8_t *b[4];
-    const float *s[4], *z[4];
-    __m256 a[4];
-    for (int i = 0; i < NR; i++) {
-        b[i] = (const uint8_t *)p->data + (r + i) * kb;
-        s[i] = q->scales + (r + i) * sc;
-        z[i] = q->zeros + (r + i) * sc;
-        a[i] = _mm256_setzero_ps();
-    }
-    const __m256 q_lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 q_hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    for (int64_t j0 = 0, g = 0; j0 < k8; j0 += bc, g++) {
-        int64_t j1 = j0 + bc < k8 ? j0 + bc : k8;
-        __m256 t_lo[4], t_hi[4];
-        for (int i = 0; i < NR; i++) {
-            __m256 sg = _mm256_set1_ps(s[i][g]), zg = _mm256_set1_ps(z[i][g]);
-            t_lo[i] = _mm256_mul_ps(_mm256_sub_ps(q_lo, zg), sg);
-            t_hi[i] = _mm256_mul_ps(_mm256_sub_ps(q_hi, zg), sg);
-        }
-        for (int64_t j = j0; j < j1; j += 8) {
-            __m256 xv = _mm256_loadu_ps(x + j);
-            for (int i = 0; i < NR; i++) {
-                int32_t v;
-                memcpy(&v, b[i] + j / 2, 4);
-                __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
-                __m256 w = _mm256_permutex2var_ps(t_lo[i], idx, t_hi[i]);
-                a[i] = _mm256_fmadd_ps(w, xv, a[i]);
-            }
-        }
-    }
-    float sum[4];
-    for (int i = 0; i < NR; i++) sum[i] = cpu_hsum256(a[i]);
-    for (int64_t j = k8; j < k; j++)
-        for (int i = 0; i < NR; i++) {
-            float w = deq1(b[i], j, z[i][j / bc], s[i][j / bc]);
-            sum[i] += w * x[j];
-        }
-    for (int i = 0; i < NR; i++) out[i] = sum[i];
+/* AVX2: two permutes and a blend on the index's fourth bit. */
+static inline __m256 lookup_avx2(__m256 lo, __m256 hi, __m256i idx) {
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
+GEMV_ROWS(gemv_rows, __attribute__((always_inline)), lookup_avx2)
+
+/* AVX-512VL where the CPU has it: one two-table permute (vpermt2ps) looks up all sixteen
+ * values, two operations a step where the AVX2 lookup takes five. */
+#define CPU_T512 __attribute__((target("avx512f,avx512vl"), always_inline))
+#define LOOKUP512(lo, hi, idx) _mm256_permutex2var_ps(lo, idx, hi)
+GEMV_ROWS(gemv_rows512, CPU_T512, LOOKUP512)
 
 __attribute__((target("avx512f,avx512vl"))) static void
 gemv512(const cpu_part *p, const float *x, int64_t k, int64_t r0, int64_t r1, float *out) {
