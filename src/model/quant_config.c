@@ -1,6 +1,7 @@
 /* model/quant_config.c — config.json's quantization_config (model/quant.h). */
 #include <jansson.h>
 #include <regex.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -13,7 +14,13 @@
                   "gptq_v2), mxfp4, modelopt (NVFP4), compressed-tensors (nvfp4-pack-quantized), " \
                   "fbgemm_fp8"
 
-static atlas_status refuse(const char *file, const char *what) {
+__attribute__((format(printf, 2, 3))) static atlas_status refuse(const char *file,
+                                                                  const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"quantization_config\": %s; atlas reads "
                       SUPPORTED, file, what);
 }
@@ -72,15 +79,12 @@ static atlas_status read_block(const char *file, json_t *b, const char *field, i
 
 static atlas_status parse_fp8(const char *file, json_t *q, atlas_quant_config *out) {
     const char *fmt = get_str(q, "fmt", "e4m3"), *act = get_str(q, "activation_scheme", "dynamic");
-    char why[160];
     if (strcmp(fmt, "e4m3")) {
-        snprintf(why, sizeof why, "fp8 \"fmt\" %.32s (atlas reads e4m3)", fmt);
-        return refuse(file, why);
+        return refuse(file, "fp8 \"fmt\" %.32s (atlas reads e4m3)", fmt);
     }
     if (strcmp(act, "dynamic")) {
-        snprintf(why, sizeof why, "fp8 activation_scheme %.32s: static FP8 activation scales "
-                 "are not supported yet (weight-only: dynamic)", act);
-        return refuse(file, why);
+        return refuse(file, "fp8 activation_scheme %.32s: static FP8 activation scales "
+                      "are not supported yet (weight-only: dynamic)", act);
     }
     json_t *b = json_object_get(q, "weight_block_size");
     out->method = ATLAS_QM_FP8;
@@ -132,15 +136,12 @@ static atlas_status parse_ct_nvfp4(const char *file, json_t *q, atlas_quant_conf
 /* ModelOpt's export (quantization_config, or hf_quant_config.json's "quantization"). */
 static atlas_status parse_modelopt(const char *file, json_t *q, atlas_quant_config *out) {
     const char *algo = get_str(q, "quant_algo", "?");
-    char why[200];
     if (strcmp(algo, "NVFP4")) {
-        snprintf(why, sizeof why, "modelopt quant_algo %.32s (atlas reads NVFP4)", algo);
-        return refuse(file, why);
+        return refuse(file, "modelopt quant_algo %.32s (atlas reads NVFP4)", algo);
     }
     int group = get_int(q, "group_size", NULL, 16);
     if (group != 16) {
-        snprintf(why, sizeof why, "modelopt NVFP4 with group_size %d (NVFP4's is 16)", group);
-        return refuse(file, why);
+        return refuse(file, "modelopt NVFP4 with group_size %d (NVFP4's is 16)", group);
     }
     out->method = ATLAS_QM_NVFP4;
     out->group = 16;
@@ -157,11 +158,9 @@ static atlas_status parse_mxfp4(const char *file, json_t *q, atlas_quant_config 
 
 static atlas_status parse_ct(const char *file, json_t *q, atlas_quant_config *out) {
     const char *fmt = get_str(q, "format", "?");
-    char why[200];
     if (!strcmp(fmt, "nvfp4-pack-quantized")) return parse_ct_nvfp4(file, q, out);
     if (strcmp(fmt, "float-quantized")) {
-        snprintf(why, sizeof why, "compressed-tensors format %.40s is not supported yet", fmt);
-        return refuse(file, why);
+        return refuse(file, "compressed-tensors format %.40s is not supported yet", fmt);
     }
     json_t *kv = json_object_get(q, "kv_cache_scheme");
     if (kv && !json_is_null(kv))
@@ -197,9 +196,8 @@ static atlas_status parse_ct(const char *file, json_t *q, atlas_quant_config *ou
         ATLAS_TRY(read_block(file, json_object_get(w, "block_structure"),
                              "config_groups.*.weights.block_structure", out->block));
     } else {
-        snprintf(why, sizeof why, "compressed-tensors FP8 strategy %.32s (atlas reads tensor, "
-                 "channel, block)", strategy);
-        return refuse(file, why);
+        return refuse(file, "compressed-tensors FP8 strategy %.32s (atlas reads tensor, "
+                      "channel, block)", strategy);
     }
     return read_ignore(file, json_object_get(q, "ignore"), "ignore", out);
 }
@@ -217,16 +215,13 @@ static atlas_status read_group(const char *file, json_t *q, const char *alt, boo
 
 static atlas_status parse_awq(const char *file, json_t *q, atlas_quant_config *out) {
     const char *version = get_str(q, "version", "gemm");
-    char why[200];
     if (strcasecmp(version, "gemm")) {
-        snprintf(why, sizeof why, "awq version %.32s (atlas reads gemm's layout; gemv and "
-                 "gemv_fast pack differently)", version);
-        return refuse(file, why);
+        return refuse(file, "awq version %.32s (atlas reads gemm's layout; gemv and "
+                      "gemv_fast pack differently)", version);
     }
     int bits = get_int(q, "bits", "w_bit", 4);
     if (bits != 4) {
-        snprintf(why, sizeof why, "awq with %d bits (atlas reads 4)", bits);
-        return refuse(file, why);
+        return refuse(file, "awq with %d bits (atlas reads 4)", bits);
     }
     if (json_is_false(json_object_get(q, "zero_point")))
         return refuse(file, "awq without zero points (zero_point false)");
@@ -238,18 +233,15 @@ static atlas_status parse_awq(const char *file, json_t *q, atlas_quant_config *o
 
 static atlas_status parse_gptq(const char *file, json_t *q, atlas_quant_config *out) {
     const char *fmt = get_str(q, "checkpoint_format", "gptq");
-    char why[200];
     if (json_is_true(json_object_get(q, "is_marlin_format")) || !strcmp(fmt, "marlin"))
         return refuse(file, "gptq in marlin's checkpoint_format (repack it to gptq: marlin's "
                       "tile order is its kernels')");
     if (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2")) {
-        snprintf(why, sizeof why, "gptq checkpoint_format %.32s", fmt);
-        return refuse(file, why);
+        return refuse(file, "gptq checkpoint_format %.32s", fmt);
     }
     int bits = get_int(q, "bits", NULL, 4);
     if (bits != 4) {
-        snprintf(why, sizeof why, "gptq with %d bits (atlas reads 4-bit GPTQ only)", bits);
-        return refuse(file, why);
+        return refuse(file, "gptq with %d bits (atlas reads 4-bit GPTQ only)", bits);
     }
     out->method = ATLAS_QM_GPTQ;
     out->gptq_v2 = !strcmp(fmt, "gptq_v2");
@@ -289,9 +281,7 @@ atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_qu
     if (!strcmp(m, "mxfp4")) return parse_mxfp4(file, q, out);
     if (!strcmp(m, "modelopt")) return parse_modelopt(file, q, out);
     if (!strcmp(m, "fbgemm_fp8")) return parse_fbgemm(file, q, out);
-    char why[160];
-    snprintf(why, sizeof why, "quant_method %.48s is not supported", m);
-    return refuse(file, why);
+    return refuse(file, "quant_method %.48s is not supported", m);
 }
 
 const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size_t cap) {
