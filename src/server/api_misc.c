@@ -271,6 +271,27 @@ static int model_sample(char **b, size_t *l, size_t *c, const char *name, const 
     return rc | atlas_buf_printf(b, l, c, "\"} ");
 }
 
+static double waiting_of(const atlas_engine_model_status *m) { return m->waiting; }
+static double running_of(const atlas_engine_model_status *m) { return m->running; }
+static double usage_of(const atlas_engine_model_status *m) {
+    return m->kv_blocks ? (double)m->kv_blocks_used / m->kv_blocks : 0.0;
+}
+
+/* One gauge family: HELP, TYPE, the unlabelled total, then each model's value (fmt prints
+ * one double: "%.0f" for counts). */
+static int gauge(char **b, size_t *l, size_t *c, const char *name, const char *help,
+                 const char *fmt, double total, const atlas_engine_model_status *ms, int n,
+                 double (*value)(const atlas_engine_model_status *)) {
+    int rc = atlas_buf_printf(b, l, c, "# HELP %s %s\n# TYPE %s gauge\n%s ", name, help, name,
+                              name);
+    rc |= atlas_buf_printf(b, l, c, fmt, total);
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, name, ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, fmt, value(&ms[i]));
+    }
+    return rc;
+}
+
 /* What a gateway's model-server protocol reads (the Gateway API Inference Extension): queued
  * and running requests, the KV cache's use as a fraction, and its geometry; the totals
  * unlabelled, then each model labelled model_name. */
@@ -279,30 +300,14 @@ static int print_gateway(atlas_engine *engine, const atlas_engine_metrics *em, c
     atlas_engine_model_status ms[MAX_MODELS];
     int n = atlas_engine_models(engine, ms, MAX_MODELS), rc = 0;
     if (n > MAX_MODELS) n = MAX_MODELS;
-    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_num_requests_waiting Requests waiting to "
-                           "start.\n# TYPE atlas_num_requests_waiting gauge\n"
-                           "atlas_num_requests_waiting %d\n", em->queue_len);
-    for (int i = 0; i < n; i++) {
-        rc |= model_sample(b, l, c, "atlas_num_requests_waiting", ms[i].name);
-        rc |= atlas_buf_printf(b, l, c, "%d\n", ms[i].waiting);
-    }
-    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_num_requests_running Sequences running.\n"
-                           "# TYPE atlas_num_requests_running gauge\n"
-                           "atlas_num_requests_running %d\n", em->running);
-    for (int i = 0; i < n; i++) {
-        rc |= model_sample(b, l, c, "atlas_num_requests_running", ms[i].name);
-        rc |= atlas_buf_printf(b, l, c, "%d\n", ms[i].running);
-    }
-    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_kv_cache_usage_perc KV cache blocks in use, "
-                           "0 to 1.\n# TYPE atlas_kv_cache_usage_perc gauge\n"
-                           "atlas_kv_cache_usage_perc %.6f\n",
-                           em->kv_blocks_total ? (double)em->kv_blocks_used / em->kv_blocks_total
-                                               : 0.0);
-    for (int i = 0; i < n; i++) {
-        rc |= model_sample(b, l, c, "atlas_kv_cache_usage_perc", ms[i].name);
-        rc |= atlas_buf_printf(b, l, c, "%.6f\n", ms[i].kv_blocks
-                               ? (double)ms[i].kv_blocks_used / ms[i].kv_blocks : 0.0);
-    }
+    rc |= gauge(b, l, c, "atlas_num_requests_waiting", "Requests waiting to start.", "%.0f\n",
+                em->queue_len, ms, n, waiting_of);
+    rc |= gauge(b, l, c, "atlas_num_requests_running", "Sequences running.", "%.0f\n",
+                em->running, ms, n, running_of);
+    rc |= gauge(b, l, c, "atlas_kv_cache_usage_perc", "KV cache blocks in use, 0 to 1.",
+                "%.6f\n",
+                em->kv_blocks_total ? (double)em->kv_blocks_used / em->kv_blocks_total : 0.0,
+                ms, n, usage_of);
     /* an info metric: the geometry is in the labels, the value is always 1 */
     long blocks = 0;
     for (int i = 0; i < n; i++) blocks += ms[i].kv_blocks;
