@@ -37,9 +37,18 @@
 #include "backend/cuda/arch.h"
 #include "backend/cuda/registry.h"
 
+/* A weight: dense bf16, or quantized (fmt != ATLAS_WFMT_DENSE) as kernels/quant.cu reads it:
+ * the codes as stored (FP8 [rows, cols] bytes, INT4 / FP4 [rows, cols / 2]), float32 scales
+ * (and INT4's zeros) over the grid [ceil(rows / 2^rsh), scols], a scale covering 2^csh
+ * columns (shift 31: all), or with g_idx (GPTQ act-order) a column's group from
+ * g_idx[part][cols], the parts of a fused weight beginning at rows 0, p1, p2. */
 struct atlas_weight {
-    CUdeviceptr ptr; /* bf16 [rows, cols] (1-D: rows 1) */
+    CUdeviceptr ptr; /* bf16 [rows, cols] (1-D: rows 1), or the codes */
     int64_t rows, cols;
+    size_t bytes;    /* device bytes held (codes, scales, zeros, g_idx) */
+    int fmt;         /* atlas_wformat */
+    CUdeviceptr scales, zeros, g_idx;
+    int rsh, csh, scols, p1, p2;
 };
 
 struct atlas_kv {
@@ -88,6 +97,12 @@ typedef struct cuda_graph {
 
 enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 
+/* The quantized kernels' variants (kernels/quant.cu): a format, INT4 with or without g_idx. */
+typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } cuda_qkind;
+/* The most activation rows the quantized GEMVs take; more are dequantized into the scratch
+ * buffer (cuda_workspace.deq) for the bf16 matmuls. */
+enum { CUDA_QGEMV_MAX = 8 };
+
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
     CUfunction embed, gather_rows, add_rmsnorm, qk_norm, rope, kv_store, swiglu, argmax;
@@ -105,6 +120,8 @@ typedef struct cuda_fns {
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
     CUfunction attn_dcl[2];    /* clusters of 4-warp blocks, head_dim 64/128, a query head a
                                   block (sm_90+) */
+    /* quantized weights (kernels/quant.cu), by cuda_qkind: [kind][0] one row, [1] 2..8 */
+    CUfunction qgemv[CUDA_QKINDS][2], qdequant[CUDA_QKINDS];
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -139,6 +156,7 @@ typedef struct cuda_modules {
     atlas_registry *reg;
     cuda_fns fn;
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
+    bool quant_ready;       /* the quantized formats' kernels loaded (cuda_quant_ready) */
     bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     double *inv_freq;       /* [hd/2] host copy */
@@ -150,6 +168,7 @@ typedef struct cuda_modules {
 typedef struct cuda_weights {
     cuda_load load;
     size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
+    size_t deq_need; /* bytes of the largest quantized weight as bf16 (the scratch it needs) */
 } cuda_weights;
 
 /* The workspace: device and pinned buffers for the largest batch seen, grown by begin_batch
@@ -192,6 +211,9 @@ typedef struct cuda_workspace {
     size_t lt_ws_bytes;
     CUdeviceptr lt_h;       /* bf16 copy of the last RMSNorm's output [cap, d] (begin_batch) */
     size_t lt_h_bytes;
+    CUdeviceptr deq;        /* a quantized weight as bf16, for batches of more than
+                               CUDA_QGEMV_MAX rows (begin_batch) */
+    size_t deq_bytes;
 } cuda_workspace;
 
 /* The staged batch, set by begin_batch and read by its commands until the next one; and the
@@ -300,6 +322,9 @@ bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, 
 /* modules.c: loads the kernels and cuBLASLt on first use: before anything launches. */
 atlas_status cuda_ready(cuda_backend *cb);
 
+/* modules.c: loads the quantized formats' kernels (kernels/quant.cu) on first use. */
+atlas_status cuda_quant_ready(cuda_backend *cb);
+
 /* weight_load.c: the op table's weight_load, weight_free and weights_done. */
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                               atlas_weight **out);
@@ -324,6 +349,9 @@ void cuda_plan_drop_graphs(cuda_backend *cb);
 /* plan.c: at destroy, the graphs (when the registry was made) and the queue. */
 void cuda_plan_release(cuda_backend *cb);
 
+/* stage.c: the scratch buffer (cuda_workspace.deq) for the largest quantized weight loaded,
+ * made before the model's memory is measured (weights_done) and grown by begin_batch. */
+atlas_status cuda_deq_reserve(cuda_backend *cb);
 /* stage.c: the op table's begin_batch, download, argmax, argmax_queue, argmax_collect and
  * sync. */
 atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size);

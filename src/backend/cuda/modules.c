@@ -63,6 +63,26 @@ static atlas_status load_kernels(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
+/* The quantized formats' kernels, loaded with the first quantized weight (a dense model never
+ * loads their module: every lookup costs load time). */
+atlas_status cuda_quant_ready(cuda_backend *cb) {
+    if (cb->mod.quant_ready) return ATLAS_OK;
+    ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "quant"));
+    static const char *const qnames[CUDA_QKINDS] = {"fp8", "int4", "int4g", "fp4"};
+    cuda_fns *fn = &cb->mod.fn;
+    for (int q = 0; q < CUDA_QKINDS; q++) {
+        char name[48];
+        snprintf(name, sizeof name, "atlas_qgemv1_%s", qnames[q]);
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv[q][0]));
+        snprintf(name, sizeof name, "atlas_qgemv8_%s", qnames[q]);
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv[q][1]));
+        snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));
+    }
+    cb->mod.quant_ready = true;
+    return ATLAS_OK;
+}
+
 /* cb->base.kernels: the choices (arch.c) and the code the driver picked, read back from one
  * kernel: "running sm_90 code from compute_90 PTX" where the machine code was built for
  * sm_90a, compute_80 in portable mode. */

@@ -278,7 +278,7 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
         return false;
     const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
     int n = c[0].n, f = c[1].d, k = (int)gu->cols;
-    if (c[1].n != n || c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f ||
+    if (gu->fmt != ATLAS_WFMT_DENSE || down->fmt != ATLAS_WFMT_DENSE || c[1].n != n || c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f ||
         down->cols != f || f % 8 || !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
         return false;
     CUdeviceptr xb, g = CUDA_PTR(c[0].p[0]);
@@ -324,8 +324,9 @@ static atlas_status launch_rows(cuda_backend *cb, CUfunction single, CUfunction 
     return cuda_gemv_rows(cb, single, multi, groups, ng, a, na);
 }
 
-static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
-    const atlas_weight *w = c->p[2], *bias = c->p[3];
+/* The bf16 matmul of c with weight w (c's own, or a quantized one's bf16 scratch copy). */
+static atlas_status dense_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w) {
+    const atlas_weight *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), wp = w->ptr;
     CUdeviceptr bp = bias ? bias->ptr : 0;
@@ -355,6 +356,47 @@ static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
                   256, 0, a);
 }
 
+/* The variant of kernels/quant.cu that reads w. */
+static cuda_qkind qkind_of(const atlas_weight *w) {
+    return w->fmt == ATLAS_WFMT_FP8_E4M3 ? CUDA_Q_FP8
+           : w->fmt == ATLAS_WFMT_FP4_E2M1 ? CUDA_Q_FP4
+           : w->g_idx                      ? CUDA_Q_INT4G
+                                           : CUDA_Q_INT4;
+}
+
+/* A quantized weight: up to CUDA_QGEMV_MAX rows through the GEMVs that read the packed bytes;
+ * more through the bf16 matmuls, from the weight dequantized into the scratch buffer (a
+ * compute-bound batch reads the weight once either way). */
+static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_weight *w = c->p[2], *bias = c->p[3];
+    int n = c->n, m = (int)w->rows, k = (int)w->cols;
+    cuda_qkind q = qkind_of(w);
+    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    if (n <= CUDA_QGEMV_MAX) {
+        CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
+        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+        return launch(cb, cb->mod.fn.qgemv[q][n > 1], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+    }
+    if (cb->ws.deq_bytes < (size_t)m * k * 2)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
+                          "%d x %d", m, k);
+    CUdeviceptr deq = cb->ws.deq;
+    void *a[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    long long loads = (long long)m * k / (q == CUDA_Q_FP8 ? 16 : 32);
+    long long blocks = (loads + 255) / 256;
+    ATLAS_TRY(launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
+                     256, 0, a));
+    atlas_weight tmp = {.ptr = deq, .rows = w->rows, .cols = w->cols};
+    return dense_matmul(cb, c, &tmp);
+}
+
+static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
+    const atlas_weight *w = c->p[2];
+    if (w->fmt != ATLAS_WFMT_DENSE) return op_qmatmul(cb, c);
+    return dense_matmul(cb, c, w);
+}
+
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_backend_geom *g = &cb->base.geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, d = c->d;
@@ -368,6 +410,10 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return ATLAS_OK;
     case CUDA_OP_EMBED: {
         const atlas_weight *t = c->p[1];
+        if (t->fmt != ATLAS_WFMT_DENSE)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: an embedding stored %s: the CUDA "
+                              "backend reads dense embeddings; run with --device cpu",
+                              atlas_wformat_name(t->fmt));
         CUdeviceptr tok = c->p[2] ? CUDA_PTR(c->p[2]) : cuda_stage_ptr(cb, CUDA_STAGE_TOKENS),
                     tp = t->ptr;
         d = (int)t->cols;
@@ -499,7 +545,8 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
 /* A one-row matmul, which the fused GEMVs take. */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
     (void)cb;
-    return c->op == CUDA_OP_MATMUL && c->n == 1;
+    return c->op == CUDA_OP_MATMUL && c->n == 1 &&
+           ((const atlas_weight *)c->p[2])->fmt == ATLAS_WFMT_DENSE;
 }
 
 /* The tail that the commands next[0, n_next) after mm (a fusable matmul) give its epilogue, and how many of them it takes (0: none): the epilogue the model

@@ -173,6 +173,14 @@ static atlas_status attn_grow(cuda_backend *cb, int n, int cap, int *n_split_out
     return ATLAS_OK;
 }
 
+atlas_status cuda_deq_reserve(cuda_backend *cb) {
+    if (cb->wt.deq_need <= cb->ws.deq_bytes) return ATLAS_OK;
+    ATLAS_TRY(graphs_release(cb));
+    ATLAS_TRY(cuda_realloc(cb, &cb->ws.deq, cb->wt.deq_need, "dequantized weight"));
+    cb->ws.deq_bytes = cb->wt.deq_need;
+    return ATLAS_OK;
+}
+
 atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cuda_backend *cb = cuda_of(be);
     const atlas_backend_geom *g = &be->geom;
@@ -235,6 +243,7 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
                                "cublaslt norm input"));
         cb->ws.lt_h_bytes = (size_t)n * g->hidden * 2;
     }
+    ATLAS_TRY(cuda_deq_reserve(cb)); /* (weights loaded after weights_done) */
     cb->plan.deferring = 1;
     cb->plan.graphing = cb->plan.use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
     if (cb->plan.graphing) { /* the launch shapes that are not in the commands */

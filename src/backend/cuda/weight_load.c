@@ -1,9 +1,11 @@
 /* backend/cuda/weight_load.c — the weights' entries of the op table: weight_load queues each
  * weight's upload through the host's staging pool, weights_done waits for them; the state is
  * cuda_backend.wt (cuda_backend.h). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/weight_fill.h"
@@ -44,11 +46,174 @@ static atlas_status stage_srcs(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
     return atlas_host_upload_queue(cb->dev.host, dst, bytes, fill_queued, &q, sizeof q);
 }
 
+/* --- quantized weights (kernels/quant.cu) ---------------------------------------------------
+ * The codes go up as stored, the parts of a fused weight one after another (its rows stack);
+ * the scale grids (and INT4's zeros, and g_idx) likewise, as float32 / int32. Each is queued
+ * for the loader threads like a dense weight: the model keeps what they read until
+ * weights_done. */
+
+/* One queued upload of concatenated pieces: each the bytes of a source (read through it) or
+ * of memory the model keeps until weights_done. */
+typedef struct queued_parts {
+    atlas_weight_src srcs[CUDA_FUSE_MAX];
+    const void *mem[CUDA_FUSE_MAX];
+    size_t bytes[CUDA_FUSE_MAX];
+    int n;
+} queued_parts;
+
+static atlas_status fill_parts(void *dst, size_t offset, size_t bytes, void *user) {
+    const queued_parts *q = user;
+    size_t at = 0, end = offset + bytes;
+    for (int i = 0; i < q->n && at < end; at += q->bytes[i++]) {
+        size_t lo = offset > at ? offset : at, hi = end < at + q->bytes[i] ? end : at + q->bytes[i];
+        if (lo >= hi) continue;
+        char *d = (char *)dst + (lo - offset);
+        if (q->mem[i]) memcpy(d, (const char *)q->mem[i] + (lo - at), hi - lo);
+        else ATLAS_TRY(atlas_cuda_read_bytes(d, &q->srcs[i], lo - at, hi - lo));
+    }
+    return ATLAS_OK;
+}
+
+/* Allocates `bytes` for `what` of weight w and queues q's pieces into it. */
+static atlas_status quant_upload(cuda_backend *cb, atlas_weight *w, CUdeviceptr *ptr,
+                                 queued_parts *q, const char *name) {
+    size_t bytes = 0;
+    for (int i = 0; i < q->n; i++) bytes += q->bytes[i];
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, bytes, name, ptr));
+    w->bytes += bytes;
+    cb->wt.load.pending = true;
+    cb->wt.load.staged_bytes += bytes;
+    return atlas_host_upload_queue(cb->dev.host, *ptr, bytes, fill_parts, q, sizeof *q);
+}
+
+/* log2 of a power of two v, or -1. */
+static int shift_of(int64_t v) {
+    for (int s = 0; s < 62; s++)
+        if (v == (int64_t)1 << s) return s;
+    return -1;
+}
+
+static void quant_free_bufs(cuda_backend *cb, atlas_weight *w) {
+    CUdeviceptr *b[] = {&w->ptr, &w->scales, &w->zeros, &w->g_idx};
+    for (int i = 0; i < 4; i++)
+        if (*b[i]) atlas_registry_free(cb->mod.reg, *b[i]);
+}
+
+/* Refusals name the weight and what the kernels take; the CPU runs every layout. */
+static atlas_status quant_check(const atlas_weight_src *const *srcs, int n, int64_t rows,
+                                int64_t cols) {
+    const atlas_wquant *q0 = srcs[0]->quant;
+    const char *name = srcs[0]->name, *fmt = atlas_wformat_name(q0->format);
+    int e = q0->format == ATLAS_WFMT_FP8_E4M3 ? 16 : 32;
+    if (q0->format != ATLAS_WFMT_FP8_E4M3 && q0->format != ATLAS_WFMT_INT4 &&
+        q0->format != ATLAS_WFMT_FP4_E2M1)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: format %s", name, fmt);
+    if (cols % e)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s (%s): %lld columns, the "
+                          "kernels take multiples of %d; run with --device cpu", name, fmt,
+                          (long long)cols, e);
+    if (rows > INT_MAX / 2 || cols > INT_MAX / 2)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %lld x %lld", name,
+                          (long long)rows, (long long)cols);
+    for (int i = 0; i < n; i++) {
+        const atlas_wquant *q = srcs[i]->quant;
+        if (!q || q->format != q0->format || q->block_rows != q0->block_rows ||
+            q->block_cols != q0->block_cols || q->scale_cols != q0->scale_cols ||
+            !q->g_idx != !q0->g_idx)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: fused parts of different "
+                              "formats or scale layouts (%s)", name, srcs[i]->name);
+        if (q0->format == ATLAS_WFMT_INT4 && !q->zeros)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: INT4 without zeros", name);
+        /* a scale block that a part's rows do not fill would shift the next part's scales */
+        if (n > 1 && i < n - 1 && srcs[i]->shape[0] % q->block_rows)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: part %s of %lld rows "
+                              "in scale blocks of %d rows cannot be fused; run with --device "
+                              "cpu", name, srcs[i]->name, (long long)srcs[i]->shape[0],
+                              q->block_rows);
+    }
+    int cs = shift_of(q0->block_cols);
+    if (!q0->g_idx && q0->scale_cols > 1 && (cs < 4))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s (%s): scale groups of %d "
+                          "columns; the kernels take powers of two from 16; run with "
+                          "--device cpu", name, fmt, q0->block_cols);
+    if (q0->block_rows > 1 && shift_of(q0->block_rows) < 0 && (n > 1 || q0->block_rows < rows))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s (%s): scale blocks of %d "
+                          "rows; the kernels take powers of two", name, fmt, q0->block_rows);
+    return ATLAS_OK;
+}
+
+static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *srcs, int n,
+                               int64_t rows, int64_t cols, atlas_weight **out) {
+    ATLAS_TRY(quant_check(srcs, n, rows, cols));
+    ATLAS_TRY(atlas_host_make_current(cb->dev.host));
+    ATLAS_TRY(cuda_quant_ready(cb));
+    const atlas_wquant *q0 = srcs[0]->quant;
+    atlas_weight *w = calloc(1, sizeof *w);
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    w->rows = rows;
+    w->cols = cols;
+    w->fmt = q0->format;
+    w->scols = q0->scale_cols;
+    w->rsh = q0->block_rows >= rows && n == 1 ? 31 : shift_of(q0->block_rows);
+    w->csh = q0->scale_cols == 1 ? 31 : shift_of(q0->block_cols);
+    w->p1 = w->p2 = INT_MAX;
+    queued_parts codes = {.n = n}, sc = {.n = n}, zs = {.n = n}, gi = {.n = 1};
+    bool same_gidx = true;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const atlas_weight_src *v = srcs[i];
+        const atlas_wquant *q = v->quant;
+        int64_t grid_rows = (v->shape[0] + q->block_rows - 1) / q->block_rows;
+        codes.srcs[i] = *v;
+        codes.bytes[i] = v->nbytes;
+        sc.mem[i] = q->scales;
+        sc.bytes[i] = (size_t)grid_rows * q->scale_cols * sizeof(float);
+        zs.mem[i] = q->zeros;
+        zs.bytes[i] = sc.bytes[i];
+        if (q->g_idx && memcmp(q->g_idx, q0->g_idx, (size_t)cols * sizeof(int32_t)))
+            same_gidx = false;
+        if (i == 1) w->p1 = (int)at;
+        if (i == 2) w->p2 = (int)at;
+        at += v->shape[0];
+    }
+    if (q0->g_idx) { /* one g_idx, or one a part when they differ */
+        gi.n = same_gidx ? 1 : n;
+        for (int i = 0; i < gi.n; i++) {
+            gi.mem[i] = srcs[i]->quant->g_idx;
+            gi.bytes[i] = (size_t)cols * sizeof(int32_t);
+        }
+        if (same_gidx) w->p1 = w->p2 = INT_MAX;
+        else if (n > 3)
+            return free(w), atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %d fused parts "
+                                       "with their own g_idx (at most 3)", srcs[0]->name, n);
+    }
+    atlas_status st = quant_upload(cb, w, &w->ptr, &codes, srcs[0]->name);
+    if (st == ATLAS_OK) st = quant_upload(cb, w, &w->scales, &sc, "weight scales");
+    if (st == ATLAS_OK && q0->zeros) st = quant_upload(cb, w, &w->zeros, &zs, "weight zeros");
+    if (st == ATLAS_OK && q0->g_idx) st = quant_upload(cb, w, &w->g_idx, &gi, "weight g_idx");
+    if (st != ATLAS_OK) {
+        char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        if (cb->wt.load.pending) (void)atlas_host_upload_wait(cb->dev.host);
+        quant_free_bufs(cb, w);
+        free(w);
+        return atlas_fail(st, "cuda: loading weight %s: %s", srcs[0]->name, msg);
+    }
+    size_t deq = (size_t)rows * cols * 2;
+    if (deq > cb->wt.deq_need) cb->wt.deq_need = deq;
+    cb->wt.weight_bytes += w->bytes;
+    *out = w;
+    return ATLAS_OK;
+}
+
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                               atlas_weight **out) {
     cuda_backend *cb = cuda_of(be);
     *out = NULL;
     if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d tensors", n);
+    if (n > CUDA_FUSE_MAX) /* the model fuses at most qkv's 3 */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a weight fused from %d tensors (at "
+                          "most %d)", n, CUDA_FUSE_MAX);
     int dims = srcs[0]->n_dims;
     int64_t rows = 0, cols = dims == 2 ? srcs[0]->shape[1] : 0;
     for (int i = 0; i < n; i++) {
@@ -58,12 +223,13 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
         if (v->n_dims != dims || (dims != 1 && dims != 2) || (dims == 2 && v->shape[1] != cols))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: shape does not fuse with %s",
                               v->name, srcs[0]->name);
-        /* a quantized weight uploaded as bf16 would read 2-4x the bytes it should: refused
-         * until the kernels that read the packed bytes exist */
-        if (v->quant)
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %s weights need the CUDA "
-                              "kernels for quantized formats, not built yet; run with "
-                              "--device cpu", v->name, atlas_wformat_name(v->quant->format));
+        if (!v->quant != !srcs[0]->quant)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: quantized and dense "
+                              "parts fused", v->name);
+        if (v->quant) {
+            if (dims == 2) rows += v->shape[0];
+            continue;
+        }
         if (v->dtype != ATLAS_DTYPE_BF16 && v->dtype != ATLAS_DTYPE_F16 &&
             v->dtype != ATLAS_DTYPE_F32)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: dtype %s", v->name,
@@ -77,6 +243,12 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
         if (dims == 2) rows += v->shape[0];
         else cols += v->shape[0];
     }
+    if (srcs[0]->quant) {
+        if (dims != 2)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: quantized, %d dims",
+                              srcs[0]->name, dims);
+        return quant_load(cb, srcs, n, rows, cols, out);
+    }
     if (dims == 1) rows = 1; /* one row of all the sources' elements */
     if (dims == 2 && cols % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %lld columns, want a multiple "
@@ -86,6 +258,7 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
     w->rows = rows;
     w->cols = cols;
     size_t bytes = (size_t)rows * cols * 2;
+    w->bytes = bytes;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, srcs[0]->name, &w->ptr);
     if (st == ATLAS_OK) {
         cb->wt.load.pending = true;
@@ -110,8 +283,8 @@ void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     /* a failed load: the loader threads may still be writing to it.  The wait's own failure
      * is the upload's, which weights_done (or the next begin_batch) reported already. */
     if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->dev.host);
-    cuda_of(be)->wt.weight_bytes -= (size_t)w->rows * w->cols * 2;
-    atlas_registry_free(cuda_of(be)->mod.reg, w->ptr);
+    cuda_of(be)->wt.weight_bytes -= w->bytes;
+    quant_free_bufs(cuda_of(be), w); /* a dense weight has ptr alone */
     free(w);
 }
 
@@ -125,5 +298,6 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
-    return atlas_host_upload_wait(cb->dev.host);
+    ATLAS_TRY(atlas_host_upload_wait(cb->dev.host));
+    return cuda_deq_reserve(cb);
 }

@@ -1,0 +1,267 @@
+/* kernels/quant.cu — matmul of quantized weights (backend/backend.h, atlas_wformat):
+ *   atlas_qgemv_<fmt>     out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8 (decode): the packed
+ *                         bytes read once with streaming loads and dequantized in registers,
+ *                         in fp32 (weight-only: the activations are not rounded)
+ *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
+ *                         larger batches (prefill: compute-bound, so the extra pass is small)
+ * fmt: fp8 (e4m3 codes [m, k]), int4 ([m, k/2] bytes, column 2j in the low nibble of byte j;
+ * w = (q - zero) * scale), int4g (the same with GPTQ's act-order g_idx), fp4 (e2m1 codes packed
+ * as int4; w = e2m1 * scale). Scales (and zeros) are float32 over the grid
+ * [ceil(m / br), scols]: element (r, c) takes entry (r >> rsh) * scols + (c >> csh), a scale
+ * covering 2^rsh rows and 2^csh >= 16 columns (a shift of 31: all of them). int4g instead
+ * takes entry r * scols + g_idx[part(r) * k + c], where the rows of a fused weight's parts
+ * (each with its own g_idx) begin at 0, p1 and p2. k % 16 == 0 (fp8) or k % 32 == 0. */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+
+enum { QF_FP8 = 1, QF_INT4 = 2, QF_FP4 = 3 }; /* atlas_wformat's values */
+
+/* A block of QG_THREADS threads owns QG_ROWS weight rows and spans k, each thread QG_ROWS
+ * 16-byte loads a step, all issued before any is used; the activations a thread reads (its
+ * columns of x) serve all the rows. */
+enum { QG_ROWS = 4, QG_THREADS = 128, QG_WARPS = QG_THREADS / 32 };
+
+/* The value of each OCP e2m1 code. */
+__device__ __forceinline__ float e2m1_value(int c) {
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return c & 8 ? -mag[c & 7] : mag[c & 7];
+}
+
+/* 4 e4m3 codes (one 32-bit word, the first in the low byte) as floats: every e4m3 value is a
+ * half exactly, and sm_89+ converts two at a time in one instruction. */
+__device__ __forceinline__ void fp8x4(uint32_t v, float *f) {
+    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
+    float2 a = __half22float2(*reinterpret_cast<__half2 *>(&lo));
+    float2 b = __half22float2(*reinterpret_cast<__half2 *>(&hi));
+    f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+}
+
+/* Nibble i of v as a float 0..15: OR-ing it into the mantissa of 2^23 is exact. */
+__device__ __forceinline__ float nib(uint32_t v, int i) {
+    return __uint_as_float(0x4B000000u | ((v >> (4 * i)) & 15u)) - 8388608.0f;
+}
+
+/* The 16 codes of half h (columns 16h .. 16h + 15 of the load) as unscaled values: FP8 and
+ * FP4 their values, INT4 q (0..15). FP8's load holds one half, the 4-bit ones two. */
+template <int FMT>
+__device__ __forceinline__ void codes16(const uint4 &u, int h, float *f, const float *lut) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    if (FMT == QF_FP8) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) fp8x4(w[i], f + 4 * i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t v = w[2 * h + i];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                f[8 * i + j] = FMT == QF_FP4 ? lut[(v >> (4 * j)) & 15u] : nib(v, j);
+        }
+    }
+}
+
+/* x[c, c + E) as floats (16-byte aligned: k and c are multiples of 16). */
+template <int E>
+__device__ __forceinline__ void load_x(float *xf, const float *x) {
+#pragma unroll
+    for (int i = 0; i < E / 4; i++) {
+        float4 v = __ldg(reinterpret_cast<const float4 *>(x) + i);
+        xf[4 * i] = v.x; xf[4 * i + 1] = v.y; xf[4 * i + 2] = v.z; xf[4 * i + 3] = v.w;
+    }
+}
+
+struct qargs {
+    const float *scales, *zeros;
+    const int32_t *g_idx;
+    int rsh, csh, scols, p1, p2;
+};
+
+/* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx (a scale and zero looked up a
+ * column). */
+template <int FMT, int N, bool GIDX>
+__device__ __forceinline__ void qgemv_body(float *out, const float *x, const uint8_t *w,
+                                           const bf16_t *bias, int n, int m, int k, qargs q) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32; /* columns a 16-byte load holds */
+    constexpr int HALVES = E / 16;
+    __shared__ float lut[16];
+    __shared__ float red[QG_WARPS][QG_ROWS][N];
+    if (FMT == QF_FP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row0 = blockIdx.x * QG_ROWS;
+    const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
+    const uint8_t *wr[QG_ROWS];
+#pragma unroll
+    for (int r = 0; r < QG_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * rbytes;
+    float acc[QG_ROWS][N];
+#pragma unroll
+    for (int r = 0; r < QG_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
+
+    int c = tid * E;
+    uint4 cur[QG_ROWS];
+#pragma unroll
+    for (int r = 0; r < QG_ROWS; r++) /* the weights do not depend on the previous kernel */
+        cur[r] = c < k ? ld_stream16(wr[r] + (FMT == QF_FP8 ? c : c / 2)) : make_uint4(0, 0, 0, 0);
+    pdl_trigger();
+    pdl_wait();
+    for (; c < k; c += QG_THREADS * E) {
+        int cn = c + QG_THREADS * E;
+        uint4 nxt[QG_ROWS];
+#pragma unroll
+        for (int r = 0; r < QG_ROWS; r++)
+            nxt[r] = cn < k ? ld_stream16(wr[r] + (FMT == QF_FP8 ? cn : cn / 2))
+                            : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            if (j >= n) break;
+            float xf[E];
+            load_x<E>(xf, x + (size_t)j * k + c);
+            float sx[HALVES];
+#pragma unroll
+            for (int h = 0; h < HALVES; h++) {
+                sx[h] = 0.0f;
+                if (FMT == QF_INT4 && !GIDX)
+#pragma unroll
+                    for (int i = 0; i < 16; i++) sx[h] += xf[16 * h + i];
+            }
+#pragma unroll
+            for (int r = 0; r < QG_ROWS; r++) {
+                int row = min(row0 + r, m - 1);
+#pragma unroll
+                for (int h = 0; h < HALVES; h++) {
+                    float f[16];
+                    codes16<FMT>(cur[r], h, f, lut);
+                    int cc = c + 16 * h;
+                    if (GIDX) {
+                        int part = (row >= q.p1) + (row >= q.p2);
+                        const int32_t *gi = q.g_idx + (size_t)part * k + cc;
+                        const float *sr = q.scales + (size_t)row * q.scols;
+                        const float *zr = q.zeros + (size_t)row * q.scols;
+                        float d = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) {
+                            int g = __ldg(gi + i);
+                            d += (f[i] - __ldg(zr + g)) * __ldg(sr + g) * xf[16 * h + i];
+                        }
+                        acc[r][j] += d;
+                    } else {
+                        size_t si = (size_t)(row >> q.rsh) * q.scols + (cc >> q.csh);
+                        float d = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < 16; i++) d += f[i] * xf[16 * h + i];
+                        if (FMT == QF_INT4) d -= __ldg(q.zeros + si) * sx[h];
+                        acc[r][j] += __ldg(q.scales + si) * d;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < QG_ROWS; r++) cur[r] = nxt[r];
+    }
+#pragma unroll
+    for (int r = 0; r < QG_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            float s = warp_sum(acc[r][j]);
+            if (lane == 0) red[warp][r][j] = s;
+        }
+    __syncthreads();
+    if (tid < QG_ROWS * N) {
+        int r = tid / N, j = tid % N, row = row0 + r;
+        if (j < n && row < m) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < QG_WARPS; i++) s += red[i][r][j];
+            out[(size_t)j * m + row] = s + (bias ? bf2f(bias[row]) : 0.0f);
+        }
+    }
+}
+
+/* grid ceil(m / QG_ROWS), block QG_THREADS; N 1 for one row, else 8. */
+#define ATLAS_QGEMV(NAME, FMT, N, GIDX)                                                           \
+    extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2) {                                                 \
+        qgemv_body<FMT, N, GIDX>(out, x, w, bias, n, m, k,                                         \
+                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});            \
+    }
+ATLAS_QGEMV(atlas_qgemv1_fp8, QF_FP8, 1, false)
+ATLAS_QGEMV(atlas_qgemv8_fp8, QF_FP8, 8, false)
+ATLAS_QGEMV(atlas_qgemv1_int4, QF_INT4, 1, false)
+ATLAS_QGEMV(atlas_qgemv8_int4, QF_INT4, 8, false)
+ATLAS_QGEMV(atlas_qgemv1_int4g, QF_INT4, 1, true)
+ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true)
+ATLAS_QGEMV(atlas_qgemv1_fp4, QF_FP4, 1, false)
+ATLAS_QGEMV(atlas_qgemv8_fp4, QF_FP4, 8, false)
+
+/* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
+template <int FMT, bool GIDX>
+__device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int m, int k,
+                                             qargs q) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32;
+    constexpr int HALVES = E / 16;
+    __shared__ float lut[16];
+    if (FMT == QF_FP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    pdl_wait(); /* the scratch may still be read by the previous matmul */
+    const long long per_row = k / E, total = (long long)m * per_row;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        int row = (int)(i / per_row), c0 = (int)(i % per_row) * E;
+        uint4 u = ld_stream16(w + (size_t)row * (FMT == QF_FP8 ? k : k / 2) +
+                              (FMT == QF_FP8 ? c0 : c0 / 2));
+#pragma unroll
+        for (int h = 0; h < HALVES; h++) {
+            float f[16];
+            codes16<FMT>(u, h, f, lut);
+            int cc = c0 + 16 * h;
+            uint32_t o[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float v[2];
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    int i2 = 2 * j + t;
+                    if (GIDX) {
+                        int part = (row >= q.p1) + (row >= q.p2);
+                        int g = __ldg(q.g_idx + (size_t)part * k + cc + i2);
+                        size_t si = (size_t)row * q.scols + g;
+                        v[t] = (f[i2] - __ldg(q.zeros + si)) * __ldg(q.scales + si);
+                    } else {
+                        size_t si = (size_t)(row >> q.rsh) * q.scols + ((cc + i2) >> q.csh);
+                        float z = FMT == QF_INT4 ? __ldg(q.zeros + si) : 0.0f;
+                        v[t] = (f[i2] - z) * __ldg(q.scales + si);
+                    }
+                }
+                o[j] = pack_bf16x2(v[0], v[1]);
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)row * k + cc);
+            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+    }
+    pdl_trigger();
+}
+
+/* grid-stride; any grid, block 256. */
+#define ATLAS_QDEQUANT(NAME, FMT, GIDX)                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                             \
+        NAME(bf16_t *out, const uint8_t *w, int m, int k, const float *scales,                     \
+             const float *zeros, const int32_t *g_idx, int rsh, int csh, int scols, int p1,        \
+             int p2) {                                                                             \
+        dequant_body<FMT, GIDX>(out, w, m, k, qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2}); \
+    }
+ATLAS_QDEQUANT(atlas_qdequant_fp8, QF_FP8, false)
+ATLAS_QDEQUANT(atlas_qdequant_int4, QF_INT4, false)
+ATLAS_QDEQUANT(atlas_qdequant_int4g, QF_INT4, true)
+ATLAS_QDEQUANT(atlas_qdequant_fp4, QF_FP4, false)

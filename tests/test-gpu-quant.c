@@ -1,0 +1,212 @@
+/* test-gpu-quant.c — the CUDA backend's matmul of quantized weights (kernels/quant.cu) against
+ * the CPU backend's (the reference: each element dequantized exactly in fp32) on the same
+ * sources: every format and scale layout the kernels take (FP8 in 2-D blocks with short edge
+ * blocks, per channel and per tensor; INT4 in groups of 32/64/128 and one a row, with GPTQ's
+ * act-order g_idx, different in each fused part; FP4 with scales per 16 and per 32), fused
+ * parts, a bias, 1 to 8 rows (the GEMVs that read the packed bytes, fp32: bound 1e-5) and more
+ * (dequantized to bf16 for the bf16 matmuls: bound 2e-2), and refusals of what the kernels do
+ * not take. GPU outputs are poisoned with NaN first. Skips without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/status.h"
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/driver.h"
+#include "core/error.h"
+#include "harness.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float urand(void) { return (float)((int)(next() % 20001) - 10000) / 10000.0f; }
+
+static atlas_backend *cpu, *gpu;
+
+/* One part of a quantized weight: its source and the memory behind it. */
+typedef struct qpart {
+    atlas_weight_src src;
+    atlas_wquant q;
+    void *codes;
+    float *scales, *zeros;
+    int32_t *g_idx;
+} qpart;
+
+/* rows x k in format f, scale blocks br x bc (INT4 / FP4: br 1); gidx: INT4 act-order (groups
+ * of bc, columns assigned to them in a shuffled order). */
+static void qpart_make(qpart *p, const char *name, atlas_wformat f, int64_t rows, int64_t k,
+                       int br, int bc, bool gidx) {
+    memset(p, 0, sizeof *p);
+    bool fp8 = f == ATLAS_WFMT_FP8_E4M3;
+    size_t nb = fp8 ? (size_t)(rows * k) : (size_t)(rows * k / 2);
+    int scols = (int)((k + bc - 1) / bc);
+    int64_t grows = (rows + br - 1) / br;
+    uint8_t *c = malloc(nb);
+    for (size_t i = 0; i < nb; i++) {
+        c[i] = (uint8_t)next();
+        if (fp8 && (c[i] & 0x7f) == 0x7f) c[i] ^= 1; /* not e4m3's NaN */
+    }
+    p->codes = c;
+    p->scales = malloc((size_t)(grows * scols) * sizeof(float));
+    for (int64_t i = 0; i < grows * scols; i++)
+        p->scales[i] = (float)(next() % 1000 + 1) * (fp8 ? 1e-4f : 2e-3f);
+    if (f == ATLAS_WFMT_INT4) {
+        p->zeros = malloc((size_t)(grows * scols) * sizeof(float));
+        for (int64_t i = 0; i < grows * scols; i++) p->zeros[i] = (float)(next() % 16);
+    }
+    if (gidx) {
+        p->g_idx = malloc((size_t)k * sizeof(int32_t));
+        for (int64_t i = 0; i < k; i++) p->g_idx[i] = (int32_t)(i / bc);
+        for (int64_t i = k - 1; i > 0; i--) { /* shuffled: act-order */
+            int64_t j = next() % (uint32_t)(i + 1);
+            int32_t t = p->g_idx[i];
+            p->g_idx[i] = p->g_idx[j];
+            p->g_idx[j] = t;
+        }
+    }
+    p->q = (atlas_wquant){f, br, bc, scols, p->scales, p->zeros, p->g_idx};
+    p->src = (atlas_weight_src){.name = name, .dtype = fp8 ? ATLAS_DTYPE_F8_E4M3 : ATLAS_DTYPE_U8,
+                                .n_dims = 2, .shape = {rows, k}, .nbytes = nb, .data = c,
+                                .quant = &p->q};
+}
+
+static void qpart_free(qpart *p) {
+    free(p->codes);
+    free(p->scales);
+    free(p->zeros);
+    free(p->g_idx);
+}
+
+static double norm_err(const float *got, const float *want, size_t n) {
+    double md = 0, ma = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= md)) md = d; /* NaN wins */
+        if (fabs(want[i]) > ma) ma = fabs(want[i]);
+    }
+    return ma > 0 ? md / ma : md;
+}
+
+/* The parts fused (and a bias) on both backends, then out = x @ w^T for each row count. */
+static void check(const char *what, qpart *parts, int n_parts, bool with_bias) {
+    const atlas_weight_src *v[4];
+    int64_t m = 0, k = parts[0].src.shape[1];
+    for (int i = 0; i < n_parts; i++) {
+        v[i] = &parts[i].src;
+        m += parts[i].src.shape[0];
+    }
+    atlas_weight *wc = NULL, *wg = NULL, *bc = NULL, *bg = NULL;
+    CHECK_OK(cpu->ops->weight_load(cpu, v, n_parts, &wc));
+    CHECK_OK(gpu->ops->weight_load(gpu, v, n_parts, &wg));
+    uint16_t *bias = malloc((size_t)m * 2);
+    for (int64_t i = 0; i < m; i++) bias[i] = atlas_f32_to_bf16(urand());
+    atlas_weight_src bs = {.name = "bias", .dtype = ATLAS_DTYPE_BF16, .n_dims = 1,
+                           .shape = {m}, .nbytes = (size_t)m * 2, .data = bias};
+    const atlas_weight_src *bv[] = {&bs};
+    if (with_bias) {
+        CHECK_OK(cpu->ops->weight_load(cpu, bv, 1, &bc));
+        CHECK_OK(gpu->ops->weight_load(gpu, bv, 1, &bg));
+    }
+    CHECK_OK(gpu->ops->weights_done(gpu));
+    if (!wc || !wg) return;
+    enum { NMAX = 80 };
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 33, NMAX};
+    float *x = malloc((size_t)(NMAX * k) * 4), *want = malloc((size_t)(NMAX * m) * 4);
+    float *got = malloc((size_t)(NMAX * m) * 4);
+    for (int64_t i = 0; i < NMAX * k; i++) x[i] = urand();
+    void *dx = NULL, *dout = NULL;
+    CHECK_OK(gpu->ops->alloc(gpu, (size_t)(NMAX * k) * 4, &dx));
+    CHECK_OK(gpu->ops->alloc(gpu, (size_t)(NMAX * m) * 4, &dout));
+    CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(dx), x, (size_t)(NMAX * k) * 4));
+    CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
+        int n = ns[t];
+        CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(NMAX * m)));
+        CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+        CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, bc, n));
+        CHECK_OK(gpu->ops->matmul(gpu, dout, dx, wg, bg, n));
+        CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)(n * m)));
+        double e = norm_err(got, want, (size_t)(n * m)), bound = n <= CUDA_QGEMV_MAX ? 1e-5 : 2e-2;
+        CHECK_MSG(e <= bound, "%s, %d rows: normalised error %.3g > %.0e", what, n, e, bound);
+        if (n == 1 || n == 8 || n == NMAX) printf("  %-44s n=%-3d %.2e\n", what, n, e);
+    }
+    gpu->ops->free(gpu, dx);
+    gpu->ops->free(gpu, dout);
+    cpu->ops->weight_free(cpu, wc);
+    gpu->ops->weight_free(gpu, wg);
+    if (bc) cpu->ops->weight_free(cpu, bc);
+    if (bg) gpu->ops->weight_free(gpu, bg);
+    free(bias);
+    free(x);
+    free(want);
+    free(got);
+}
+
+/* One weight made and checked: rows of each part, columns, format, scale block, act-order. */
+static void one(const char *what, atlas_wformat f, const int64_t *rows, int n_parts, int64_t k,
+                int br, int bc, bool gidx, bool bias) {
+    qpart p[3];
+    for (int i = 0; i < n_parts; i++) qpart_make(&p[i], "w", f, rows[i], k, br, bc, gidx);
+    check(what, p, n_parts, bias);
+    for (int i = 0; i < n_parts; i++) qpart_free(&p[i]);
+}
+
+/* A weight the kernels do not take: refused with a message naming it. */
+static void refused(const char *what, atlas_wformat f, int64_t rows, int64_t k, int br, int bc,
+                    const char *want) {
+    qpart p;
+    qpart_make(&p, "w.refused", f, rows, k, br, bc, false);
+    const atlas_weight_src *v[] = {&p.src};
+    atlas_weight *w = NULL;
+    atlas_status st = gpu->ops->weight_load(gpu, v, 1, &w);
+    CHECK_MSG(st == ATLAS_ERR_UNSUPPORTED && strstr(atlas_last_error(), "w.refused") &&
+              strstr(atlas_last_error(), want), "%s: status %d, message %s", what, st,
+              atlas_last_error());
+    if (w) gpu->ops->weight_free(gpu, w);
+    qpart_free(&p);
+}
+
+int main(void) {
+    double inv_freq[4] = {1, 1, 1, 1};
+    atlas_backend_geom g = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 512, .vocab_size = 8, .n_layers = 1,
+                            .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
+                            .max_position = 16};
+    atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);
+    if (st == ATLAS_ERR_NO_DEVICE) {
+        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
+        return 77;
+    }
+    CHECK_OK(st);
+    if (st != ATLAS_OK) return harness_finish();
+    CHECK_OK(atlas_backend_cpu_create(&g, 2, &cpu));
+    const atlas_wformat F8 = ATLAS_WFMT_FP8_E4M3, I4 = ATLAS_WFMT_INT4, F4 = ATLAS_WFMT_FP4_E2M1;
+    int64_t r1[] = {200}, r3[] = {256, 128, 128}, r3b[] = {96, 32, 32}, r2[] = {130, 66};
+
+    one("fp8 block 128x128, edge blocks", F8, r1, 1, 320, 128, 128, false, false);
+    one("fp8 block 128x128, qkv fused, bias", F8, r3, 3, 4096, 128, 128, false, true);
+    one("fp8 per channel", F8, r1, 1, 1040, 1, 1040, false, true);
+    one("fp8 per tensor", F8, r1, 1, 512, 200, 512, false, false);
+    one("int4 group 128", I4, r1, 1, 4096, 1, 128, false, false);
+    one("int4 group 32, fused, bias", I4, r2, 2, 1024, 1, 32, false, true);
+    one("int4 group 64, 3 parts", I4, r3b, 3, 2048, 1, 64, false, false);
+    one("int4 one group a row", I4, r1, 1, 544, 1, 544, false, false);
+    one("int4 act-order g_idx", I4, r1, 1, 512, 1, 32, true, false);
+    one("int4 act-order, a g_idx a part", I4, r3b, 3, 256, 1, 64, true, true);
+    one("fp4 scales per 16 (nvfp4)", F4, r1, 1, 1024, 1, 16, false, false);
+    one("fp4 scales per 32 (mxfp4), fused", F4, r2, 2, 2880, 1, 32, false, true);
+
+    refused("fp8 of 40 columns", F8, 16, 40, 1, 40, "multiples of 16");
+    refused("int4 of 48 columns", I4, 16, 48, 1, 16, "multiples of 32");
+    refused("int4 groups of 96", I4, 16, 192, 1, 96, "groups of 96");
+
+    cpu->ops->destroy(cpu);
+    CHECK_OK(gpu->ops->destroy(gpu));
+    return harness_finish();
+}
