@@ -1,7 +1,9 @@
 /* kernels/quant.cu — matmul of quantized weights (backend/backend.h, atlas_wformat):
- *   atlas_qgemv_<fmt>     out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8 (decode): the packed
- *                         bytes read once with streaming loads and dequantized in registers,
- *                         in fp32 (weight-only: the activations are not rounded)
+ *   atlas_qgemv1_<fmt>    out[1, m] = x[1, k] @ w[m, k]^T (+ bias) (decode at batch 1): the
+ *                         packed bytes read once with streaming loads and dequantized in
+ *                         registers, in fp32 (weight-only: the activations are not rounded);
+ *                         atlas_qgemv8_int4g the same for 2..8 rows with act-order
+ *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
  * fmt: fp8 (e4m3 codes [m, k]), int4 ([m, k/2] bytes, column 2j in the low nibble of byte j;
@@ -194,13 +196,10 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});            \
     }
 ATLAS_QGEMV(atlas_qgemv1_fp8, QF_FP8, 1, false)
-ATLAS_QGEMV(atlas_qgemv8_fp8, QF_FP8, 8, false)
 ATLAS_QGEMV(atlas_qgemv1_int4, QF_INT4, 1, false)
-ATLAS_QGEMV(atlas_qgemv8_int4, QF_INT4, 8, false)
 ATLAS_QGEMV(atlas_qgemv1_int4g, QF_INT4, 1, true)
-ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true)
+ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no qmma for it) */
 ATLAS_QGEMV(atlas_qgemv1_fp4, QF_FP4, 1, false)
-ATLAS_QGEMV(atlas_qgemv8_fp4, QF_FP4, 8, false)
 
 /* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
 template <int FMT, bool GIDX>
@@ -265,3 +264,137 @@ ATLAS_QDEQUANT(atlas_qdequant_fp8, QF_FP8, false)
 ATLAS_QDEQUANT(atlas_qdequant_int4, QF_INT4, false)
 ATLAS_QDEQUANT(atlas_qdequant_int4g, QF_INT4, true)
 ATLAS_QDEQUANT(atlas_qdequant_fp4, QF_FP4, false)
+
+/* --- 2 to 64 rows on the tensor cores ----------------------------------------------------------
+ * atlas_qmma<NG>_<fmt>: out[n, m] = x[n, k] @ w^T (+ bias), n <= 8 NG, as atlas_gemv_mma
+ * (kernels/gemv.cu) does for bf16: a block owns 16 weight rows and its 4 warps share k; each
+ * lane loads 16 bytes of codes of rows g and g + 8 (g = lane / 4) a chunk, dequantizes them in
+ * registers (scale applied in fp32, then rounded to bf16 as a bf16 checkpoint's weights are)
+ * into the A fragments of mma.sync m16n8k16, and multiplies them with x rows g, g + 8, ... of
+ * the same columns (x split into hi + lo bf16, as there). The k order inside a lane's columns
+ * is permuted the same way for w and x. Every weight byte is read once whatever n is, so a
+ * serving step of 16 or 64 sequences reads the packed bytes, not a bf16 copy. */
+#include "mma.cuh"
+
+enum { QM_WARPS = 4 };
+
+/* (a, b) as bf16x2 hi and the rest lo, as kernels/gemv.cu's split_bf16x2. */
+__device__ __forceinline__ void qsplit(float a, float b, uint32_t &hi, uint32_t &lo) {
+    hi = pack_bf16x2(a, b);
+    lo = pack_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
+}
+
+/* The E dequantized weights of one lane's load of one row (E = 16 or 32), scaled. */
+template <int FMT>
+__device__ __forceinline__ void qrow(const uint4 &u, float *f, int row, int c, int k, qargs q,
+                                     const float *lut) {
+    constexpr int HALVES = FMT == QF_FP8 ? 1 : 2;
+#pragma unroll
+    for (int h = 0; h < HALVES; h++) {
+        codes16<FMT>(u, h, f + 16 * h, lut);
+        int cc = c + 16 * h;
+        size_t si = (size_t)(row >> q.rsh) * q.scols + ((cc < k ? cc : 0) >> q.csh);
+        float s = __ldg(q.scales + si), z = FMT == QF_INT4 ? __ldg(q.zeros + si) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) f[16 * h + i] = (f[16 * h + i] - z) * s;
+    }
+}
+
+template <int FMT, int NG>
+__device__ __forceinline__ void qmma_body(float *out, const float *x, const uint8_t *w,
+                                          const bf16_t *bias, int n, int m, int k, qargs q) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32;
+    constexpr int CH = 4 * E; /* columns a warp takes a chunk */
+    __shared__ float lut[16];
+    __shared__ float red[QM_WARPS][NG][4][32];
+    if (FMT == QF_FP4) {
+        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+        __syncthreads();
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
+    const int r0 = blockIdx.x * 16, rl = min(r0 + g, m - 1), rh = min(r0 + g + 8, m - 1);
+    const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
+    const uint8_t *wl = w + (size_t)rl * rbytes, *wh = w + (size_t)rh * rbytes;
+    const int nch = (k + CH - 1) / CH;
+    float c[NG][4], c2[NG][4];
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) c[j][i] = c2[j][i] = 0.0f;
+    auto col_of = [&](int ch) { return ch * CH + qq * E; };
+    auto load = [&](const uint8_t *wr, int ch) {
+        int cb = col_of(ch);
+        return ch < nch && cb < k ? ld_stream16(wr + (FMT == QF_FP8 ? cb : cb / 2))
+                                  : make_uint4(0, 0, 0, 0);
+    };
+    uint4 cl = load(wl, warp), chh = load(wh, warp);
+    pdl_trigger();
+    pdl_wait();
+    for (int ch = warp; ch < nch; ch += QM_WARPS) {
+        uint4 nl = load(wl, ch + QM_WARPS), nh = load(wh, ch + QM_WARPS);
+        /* mma.sync wants the whole warp: lanes past k multiply zeros of x */
+        int cb = col_of(ch);
+        bool in = cb < k;
+        {
+            float fl[E], fh[E];
+            qrow<FMT>(cl, fl, rl, cb, k, q, lut);
+            qrow<FMT>(chh, fh, rh, cb, k, q, lut);
+#pragma unroll
+            for (int s = 0; s < E / 4; s++) {
+                uint32_t a[4] = {pack_bf16x2(fl[4 * s], fl[4 * s + 1]),
+                                 pack_bf16x2(fh[4 * s], fh[4 * s + 1]),
+                                 pack_bf16x2(fl[4 * s + 2], fl[4 * s + 3]),
+                                 pack_bf16x2(fh[4 * s + 2], fh[4 * s + 3])};
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    int xr = j * 8 + g;
+                    if (j * 8 >= n) break;
+                    float4 xv = xr < n && in ? __ldg(reinterpret_cast<const float4 *>(
+                                             x + (size_t)xr * k + cb + 4 * s))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+                    uint32_t h0, l0, h1, l1;
+                    qsplit(xv.x, xv.y, h0, l0);
+                    qsplit(xv.z, xv.w, h1, l1);
+                    mma_bf16_16816(c[j], a, h0, h1);
+                    mma_bf16_16816(c2[j], a, l0, l1);
+                }
+            }
+        }
+        cl = nl;
+        chh = nh;
+    }
+    /* c[j][0..1]: row r0 + g, x rows 8j + 2qq, + 1; c[j][2..3]: row r0 + g + 8 */
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[warp][j][i][lane] = c[j][i] + c2[j][i];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < NG; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = red[0][j][i][lane] + red[1][j][i][lane] + red[2][j][i][lane] +
+                      red[3][j][i][lane];
+            int row = r0 + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * qq + (i & 1);
+            if (row < m && col < n) out[(size_t)col * m + row] = v + (bias ? bf2f(bias[row]) : 0.0f);
+        }
+}
+
+/* grid ceil(m / 16), block 128; the arguments of atlas_qgemv (g_idx, p1, p2 unused). */
+#define ATLAS_QMMA(NAME, FMT, NG)                                                                 \
+    extern "C" __global__ void __launch_bounds__(QM_WARPS * 32)                                   \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2) {                                                 \
+        qmma_body<FMT, NG>(out, x, w, bias, n, m, k,                                               \
+                           qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});                  \
+    }
+#define ATLAS_QMMA_ALL(FMTNAME, FMT)                                                              \
+    ATLAS_QMMA(atlas_qmma1_##FMTNAME, FMT, 1)                                                      \
+    ATLAS_QMMA(atlas_qmma2_##FMTNAME, FMT, 2)                                                      \
+    ATLAS_QMMA(atlas_qmma4_##FMTNAME, FMT, 4)                                                      \
+    ATLAS_QMMA(atlas_qmma8_##FMTNAME, FMT, 8)
+ATLAS_QMMA_ALL(fp8, QF_FP8)
+ATLAS_QMMA_ALL(int4, QF_INT4)
+ATLAS_QMMA_ALL(fp4, QF_FP4)

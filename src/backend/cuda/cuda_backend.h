@@ -99,9 +99,9 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 
 /* The quantized kernels' variants (kernels/quant.cu): a format, INT4 with or without g_idx. */
 typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } cuda_qkind;
-/* The most activation rows the quantized GEMVs take; more are dequantized into the scratch
- * buffer (cuda_workspace.deq) for the bf16 matmuls. */
-enum { CUDA_QGEMV_MAX = 8 };
+/* The most activation rows the quantized kernels take (CUDA_QGEMV_MAX with act-order); more
+ * are dequantized into the scratch buffer (cuda_workspace.deq) for the bf16 matmuls. */
+enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -120,8 +120,9 @@ typedef struct cuda_fns {
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
     CUfunction attn_dcl[2];    /* clusters of 4-warp blocks, head_dim 64/128, a query head a
                                   block (sm_90+) */
-    /* quantized weights (kernels/quant.cu), by cuda_qkind: [kind][0] one row, [1] 2..8 */
-    CUfunction qgemv[CUDA_QKINDS][2], qdequant[CUDA_QKINDS];
+    /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
+     * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
+    CUfunction qgemv1[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */

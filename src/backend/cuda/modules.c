@@ -70,14 +70,17 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "quant"));
     static const char *const qnames[CUDA_QKINDS] = {"fp8", "int4", "int4g", "fp4"};
     cuda_fns *fn = &cb->mod.fn;
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv8_int4g", &fn->qgemv8_g));
     for (int q = 0; q < CUDA_QKINDS; q++) {
         char name[48];
         snprintf(name, sizeof name, "atlas_qgemv1_%s", qnames[q]);
-        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv[q][0]));
-        snprintf(name, sizeof name, "atlas_qgemv8_%s", qnames[q]);
-        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv[q][1]));
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1[q]));
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));
+        for (int i = 0; i < 4 && q != CUDA_Q_INT4G; i++) {
+            snprintf(name, sizeof name, "atlas_qmma%d_%s", 1 << i, qnames[q]);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmma[q][i]));
+        }
     }
     cb->mod.quant_ready = true;
     return ATLAS_OK;

@@ -364,29 +364,34 @@ static cuda_qkind qkind_of(const atlas_weight *w) {
                                            : CUDA_Q_INT4;
 }
 
-/* A quantized weight: up to CUDA_QGEMV_MAX rows through the GEMVs that read the packed bytes;
- * more through the bf16 matmuls, from the weight dequantized into the scratch buffer (a
- * compute-bound batch reads the weight once either way). */
+/* A quantized weight: one row through the fp32 GEMV, up to CUDA_QMMA_MAX (CUDA_QGEMV_MAX with
+ * act-order) through the kernels that multiply on the tensor cores, both reading the packed
+ * bytes once; more through the bf16 matmuls, from the weight dequantized into the scratch
+ * buffer (a prefill is compute-bound: the extra pass is small beside its GEMM). */
 static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_weight *w = c->p[2], *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     cuda_qkind q = qkind_of(w);
     CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
     int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
-    if (n <= CUDA_QGEMV_MAX) {
-        CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
-        void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
-        return launch(cb, cb->mod.fn.qgemv[q][n > 1], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+    CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    if (n == 1 || (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX))
+        return launch(cb, n == 1 ? cb->mod.fn.qgemv1[q] : cb->mod.fn.qgemv8_g,
+                      (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+    if (q != CUDA_Q_INT4G && n <= CUDA_QMMA_MAX) {
+        int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
+        return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
     if (cb->ws.deq_bytes < (size_t)m * k * 2)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
                           "%d x %d", m, k);
     CUdeviceptr deq = cb->ws.deq;
-    void *a[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    void *d[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
     long long loads = (long long)m * k / (q == CUDA_Q_FP8 ? 16 : 32);
     long long blocks = (loads + 255) / 256;
     ATLAS_TRY(launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
-                     256, 0, a));
+                     256, 0, d));
     atlas_weight tmp = {.ptr = deq, .rows = w->rows, .cols = w->cols};
     return dense_matmul(cb, c, &tmp);
 }
