@@ -81,11 +81,24 @@ struct qargs {
     int rsh, csh, scols, p1, p2;
 };
 
+/* Decode's fusions around one-row GEMVs (ops_cuda.c cuda_exec_fused), as kernels/gemv.cu's
+ * for bf16, each on when its pointer is set: nw (with eps, h): the input is rmsnorm(x) * nw,
+ * x being the residual stream (the block sums x^2 and scales its dot products at the end;
+ * block 0 writes h, the norm's output); resid: the output is also added into resid; act: the
+ * block's rows are gate rows 2b, 2b + 1 and up rows f + 2b, f + 2b + 1 (m = 2f) and
+ * act[i] = silu(gate i) * up i is written beside the output. */
+struct qfuse {
+    const bf16_t *nw;
+    float eps;
+    float *h, *resid, *act;
+};
+
 /* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx (a scale and zero looked up a
  * column). */
 template <int FMT, int N, bool GIDX>
 __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uint8_t *w,
-                                           const bf16_t *bias, int n, int m, int k, qargs q) {
+                                           const bf16_t *bias, int n, int m, int k, qargs q,
+                                           qfuse fx = qfuse{0, 0.0f, 0, 0, 0}) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32; /* columns a 16-byte load holds */
     constexpr int HALVES = E / 16;
     __shared__ float lut[16];
@@ -95,11 +108,15 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
         __syncthreads();
     }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row0 = blockIdx.x * QG_ROWS;
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
+    int rows[QG_ROWS]; /* the block's weight rows */
+#pragma unroll
+    for (int r = 0; r < QG_ROWS; r++)
+        rows[r] = fx.act ? (r >> 1) * (m / 2) + 2 * blockIdx.x + (r & 1) : blockIdx.x * QG_ROWS + r;
     const uint8_t *wr[QG_ROWS];
 #pragma unroll
-    for (int r = 0; r < QG_ROWS; r++) wr[r] = w + (size_t)min(row0 + r, m - 1) * rbytes;
+    for (int r = 0; r < QG_ROWS; r++) wr[r] = w + (size_t)min(rows[r], m - 1) * rbytes;
+    float ss = 0.0f; /* the norm fusion's sum of x^2 */
     float acc[QG_ROWS][N];
 #pragma unroll
     for (int r = 0; r < QG_ROWS; r++)
@@ -125,6 +142,13 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
             if (j >= n) break;
             float xf[E];
             load_x<E>(xf, x + (size_t)j * k + c);
+            if (fx.nw) { /* n = 1 */
+#pragma unroll
+                for (int i = 0; i < E; i++) {
+                    ss += xf[i] * xf[i];
+                    xf[i] *= bf2f(fx.nw[c + i]);
+                }
+            }
             float sx[HALVES];
 #pragma unroll
             for (int h = 0; h < HALVES; h++) {
@@ -135,7 +159,7 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
             }
 #pragma unroll
             for (int r = 0; r < QG_ROWS; r++) {
-                int row = min(row0 + r, m - 1);
+                int row = min(rows[r], m - 1);
 #pragma unroll
                 for (int h = 0; h < HALVES; h++) {
                     float f[16];
@@ -167,6 +191,8 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
 #pragma unroll
         for (int r = 0; r < QG_ROWS; r++) cur[r] = nxt[r];
     }
+    /* rsqrt(mean(x^2) + eps) of the norm fusion (every thread gets it) */
+    float scale = fx.nw ? rsqrtf(block_sum(ss) / (float)k + fx.eps) : 1.0f;
 #pragma unroll
     for (int r = 0; r < QG_ROWS; r++)
 #pragma unroll
@@ -175,15 +201,30 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
             if (lane == 0) red[warp][r][j] = s;
         }
     __syncthreads();
-    if (tid < QG_ROWS * N) {
-        int r = tid / N, j = tid % N, row = row0 + r;
-        if (j < n && row < m) {
-            float s = 0.0f;
+    if (warp == 0) {
+        int r = lane / N, j = lane % N, row = r < QG_ROWS ? rows[r] : m;
+        float s = 0.0f;
+        if (lane < QG_ROWS * N) {
 #pragma unroll
             for (int i = 0; i < QG_WARPS; i++) s += red[i][r][j];
-            out[(size_t)j * m + row] = s + (bias ? bf2f(bias[row]) : 0.0f);
+            s = s * scale + (bias && row < m ? bf2f(bias[row]) : 0.0f);
+        }
+        if (lane < QG_ROWS * N && j < n && row < m) {
+            out[(size_t)j * m + row] = s;
+            if (fx.resid) fx.resid[row] += s;
+        }
+        if (fx.act) { /* N = 1: lanes 0, 1 hold gate rows 2b, 2b + 1; lanes 2, 3 their up rows */
+            float u = __shfl_down_sync(0xffffffffu, s, 2);
+            if (lane < 2 && rows[lane] < m / 2) fx.act[rows[lane]] = silu_mul(s, u);
         }
     }
+    if (fx.nw && fx.h && blockIdx.x == 0 && warp == 1) /* (warp 0 is busy above) */
+        for (int i = lane * 4; i < k; i += 32 * 4) {
+            float4 v = *reinterpret_cast<const float4 *>(x + i);
+            v.x *= scale * bf2f(fx.nw[i]); v.y *= scale * bf2f(fx.nw[i + 1]);
+            v.z *= scale * bf2f(fx.nw[i + 2]); v.w *= scale * bf2f(fx.nw[i + 3]);
+            *reinterpret_cast<float4 *>(fx.h + i) = v;
+        }
 }
 
 /* grid ceil(m / QG_ROWS), block QG_THREADS; N 1 for one row, else 8. */
@@ -195,11 +236,24 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
         qgemv_body<FMT, N, GIDX>(out, x, w, bias, n, m, k,                                         \
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});            \
     }
-ATLAS_QGEMV(atlas_qgemv1_fp8, QF_FP8, 1, false)
-ATLAS_QGEMV(atlas_qgemv1_int4, QF_INT4, 1, false)
-ATLAS_QGEMV(atlas_qgemv1_int4g, QF_INT4, 1, true)
 ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no qmma for it) */
-ATLAS_QGEMV(atlas_qgemv1_fp4, QF_FP4, 1, false)
+
+/* One row, with the fusions of qfuse (NULL pointers: off): the arguments of atlas_qgemv, then
+ * nw, eps, h, resid, act. grid ceil(m / QG_ROWS) (with act: m / QG_ROWS, m % 4 == 0). */
+#define ATLAS_QGEMV1(NAME, FMT, GIDX)                                                             \
+    extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2, const bf16_t *nw, float eps, float *h,            \
+             float *resid, float *act) {                                                           \
+        qgemv_body<FMT, 1, GIDX>(out, x, w, bias, 1, m, k,                                         \
+                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2},             \
+                                 qfuse{nw, eps, h, resid, act});                                   \
+    }
+ATLAS_QGEMV1(atlas_qgemv1_fp8, QF_FP8, false)
+ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)
+ATLAS_QGEMV1(atlas_qgemv1_int4g, QF_INT4, true)
+ATLAS_QGEMV1(atlas_qgemv1_fp4, QF_FP4, false)
 
 /* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
 template <int FMT, bool GIDX>

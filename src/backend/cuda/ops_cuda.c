@@ -375,7 +375,10 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
     int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
-    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    CUdeviceptr none = 0;
+    float eps = 0.0f;
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
+                 &none, &eps, &none, &none, &none}; /* the one-row kernel's fusions: off */
     if (n == 1 || (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX))
         return launch(cb, n == 1 ? cb->mod.fn.qgemv1[q] : cb->mod.fn.qgemv8_g,
                       (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
@@ -510,10 +513,32 @@ typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
  * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it. norm: the add_rmsnorm command whose output is the input
  * (its resid is read, its weight applied, its out written); resid: the residual stream to add
  * the output into; tail: what the epilogue does of the commands next[] after mm. */
+/* gemv_fused for a quantized weight (kernels/quant.cu atlas_qgemv1_<fmt>: the norm and
+ * residual fusions and the swiglu tail; no qkv tail, tail_of says). */
+static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
+                                CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
+    const atlas_weight *w = mm->p[2], *bias = mm->p[3];
+    int n = 1, m = (int)w->rows, k = (int)w->cols;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    float eps = cb->base.geom.rms_eps;
+    CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr, sc = w->scales;
+    CUdeviceptr zs = w->zeros, gi = w->g_idx, bp = bias ? bias->ptr : 0, nw = 0, h = 0, act = 0;
+    if (norm) {
+        x = CUDA_PTR(norm->p[0]);
+        nw = ((const atlas_weight *)norm->p[3])->ptr;
+        h = CUDA_PTR(norm->p[2]);
+    }
+    if (tail == TAIL_SWIGLU) act = CUDA_PTR(next[0].p[0]);
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
+                 &nw, &eps, &h, &resid, &act};
+    return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+}
+
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
     const atlas_backend_geom *g = &cb->base.geom;
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
+    if (w->fmt != ATLAS_WFMT_DENSE) return qgemv_fused(cb, mm, norm, resid, tail, next);
     int m = (int)w->rows, k = (int)w->cols;
     float eps = g->rms_eps;
     CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr;
@@ -550,8 +575,7 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
 /* A one-row matmul, which the fused GEMVs take. */
 static bool fusable_gemv(const cuda_backend *cb, const cuda_cmd *c) {
     (void)cb;
-    return c->op == CUDA_OP_MATMUL && c->n == 1 &&
-           ((const atlas_weight *)c->p[2])->fmt == ATLAS_WFMT_DENSE;
+    return c->op == CUDA_OP_MATMUL && c->n == 1;
 }
 
 /* The tail that the commands next[0, n_next) after mm (a fusable matmul) give its epilogue, and how many of them it takes (0: none): the epilogue the model
@@ -571,7 +595,7 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    if ((mm->link & CUDA_LINK_ROPE_KV) && n_next >= 2 && next[0].op == CUDA_OP_ROPE &&
+    if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 && next[0].op == CUDA_OP_ROPE &&
         next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 && hd % 4 == 0 &&
         w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
