@@ -114,6 +114,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias) {
         CHECK_OK(gpu->ops->weight_load(gpu, bv, 1, &bg));
     }
     CHECK_OK(gpu->ops->weights_done(gpu));
+    CHECK_OK(cuda_deq_reserve((cuda_backend *)gpu)); /* what begin_batch does: no batch here */
     if (!wc || !wg) return;
     enum { NMAX = 80 };
     static const int ns[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 64, 65, NMAX};

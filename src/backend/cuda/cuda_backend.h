@@ -351,7 +351,8 @@ void cuda_plan_drop_graphs(cuda_backend *cb);
 void cuda_plan_release(cuda_backend *cb);
 
 /* stage.c: the scratch buffer (cuda_workspace.deq) for the largest quantized weight loaded,
- * made before the model's memory is measured (weights_done) and grown by begin_batch. */
+ * made (or grown) by begin_batch, inside the workspace reserve the engine keeps beside the KV
+ * pool. */
 atlas_status cuda_deq_reserve(cuda_backend *cb);
 /* stage.c: the op table's begin_batch, download, argmax, argmax_queue, argmax_collect and
  * sync. */

@@ -243,7 +243,7 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
                                "cublaslt norm input"));
         cb->ws.lt_h_bytes = (size_t)n * g->hidden * 2;
     }
-    ATLAS_TRY(cuda_deq_reserve(cb)); /* (weights loaded after weights_done) */
+    ATLAS_TRY(cuda_deq_reserve(cb));
     cb->plan.deferring = 1;
     cb->plan.graphing = cb->plan.use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
     if (cb->plan.graphing) { /* the launch shapes that are not in the commands */

@@ -298,6 +298,5 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
-    ATLAS_TRY(atlas_host_upload_wait(cb->dev.host));
-    return cuda_deq_reserve(cb);
+    return atlas_host_upload_wait(cb->dev.host);
 }
