@@ -188,7 +188,7 @@ static void test_elementwise(atlas_backend *be) {
     CHECK_OK(be->ops->weight_load(be, &tv, 1, &tw));
     int32_t tokens[N] = {7, 0, 49}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N},
             table_ids[1] = {0}, rows[2] = {2, 0};
-    atlas_batch b = {N, tokens, pos, 1, start, ctx, table_ids, 1, 2, rows, NULL};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table_ids, 1, 2, rows, NULL, 0};
     CHECK_OK(be->ops->begin_batch(be, &b, 16));
     float x[N * D], g[2 * D], host[2 * D];
     double wx[N * D], wg[2 * D];
@@ -273,7 +273,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
         memcpy(table + s * MAXB, hs[s].table, sizeof hs[s].table);
     }
     start[NSEQ] = n;
-    atlas_batch b = {n, tokens, pos, NSEQ, start, ctx, table, MAXB, 0, NULL, NULL};
+    atlas_batch b = {n, tokens, pos, NSEQ, start, ctx, table, MAXB, 0, NULL, NULL, 0};
     CHECK_OK(be->ops->begin_batch(be, &b, BS));
     /* the reference: q/k norm and rope of every row, the history, then attention */
     double *roped = malloc(sizeof(double) * n * QKV);
@@ -418,7 +418,7 @@ static void test_fused_expand(atlas_backend *be) {
     for (int i = 0; i < 2; i++) CHECK_OK(be->ops->kv_create(be, 4, BS, &kv[i]));
     int32_t tokens[N] = {0}, pos[N] = {0, 1, 2}, start[2] = {0, N}, ctx[1] = {N};
     int32_t table[MAXB] = {1, 3};
-    atlas_batch b = {N, tokens, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL};
+    atlas_batch b = {N, tokens, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL, 0};
     CHECK_OK(be->ops->begin_batch(be, &b, BS));
     /* [0]: the plain ops, [1]: the fused ones */
     float x[2][N * D], h[2][N * D], o[2][N * D], qkv[2][N * QKV];
@@ -492,7 +492,7 @@ static void test_rope_partial(void) {
     for (int pass = 0; pass < 2; pass++) { /* without seq_rope_len, then with it */
         table[MAXB] = 1;
         atlas_batch b = {N, tokens, pos, 2, start, ctx, table, MAXB, 0, NULL,
-                         pass ? rope_len : NULL};
+                         pass ? rope_len : NULL, 0};
         CHECK_OK(be->ops->begin_batch(be, &b, BS));
         float *qkv = malloc(sizeof(float) * N * QKV);
         double *want = malloc(sizeof(double) * N * QKV);

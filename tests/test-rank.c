@@ -113,7 +113,7 @@ static atlas_nccl_id test_id(void) {
 static const int32_t b_tokens[] = {11, 12, 13, 500}, b_pos[] = {0, 1, 2, 17};
 static const int32_t b_start[] = {0, 3, 4}, b_ctx[] = {3, 18}, b_table[] = {4, -1, 7, 9};
 static const int32_t b_rows[] = {2, 3};
-static const atlas_batch test_batch = {4, b_tokens, b_pos, 2, b_start, b_ctx, b_table, 2, 2, b_rows, NULL};
+static const atlas_batch test_batch = {4, b_tokens, b_pos, 2, b_start, b_ctx, b_table, 2, 2, b_rows, NULL, 0};
 static const long long test_sum = (11 + 12 + 13 + 500) * 3 + (0 + 1 + 2 + 17) + (4 - 1 + 7 + 9);
 
 /* INIT, LOAD, FORWARD, RELEASE through g, checking every worker's note. */

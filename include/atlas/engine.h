@@ -94,6 +94,10 @@ typedef struct atlas_engine_model {
     int pinned;       /* 1: never released to make room for another model, nor by its
                          keep-alive; only atlas_engine_unload releases it */
     int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
+    /* An embedding model's Matryoshka widths (n > 0: these replace config.json's
+     * matryoshka_dimensions; each 1..hidden_size, checked by atlas_engine_create; copied). */
+    const int *matryoshka_dims;
+    int n_matryoshka_dims;
 } atlas_engine_model;
 
 /* A keep-alive as Ollama takes it: a number of seconds, or a Go duration ("5m", "1h30m",
@@ -261,6 +265,11 @@ typedef struct atlas_request {
     const int32_t *think_close;
     int n_think_close;
     int think_inside;
+    /* 1: an embedding request, for an embedding model (atlas_engine_embedding): the prompt
+     * (which may fill the whole context) is computed and pooled, no token is generated, and
+     * the END event carries the vector (atlas_event.embedding).  The generation fields above
+     * are ignored.  0 on an embedding model, or 1 on another: ATLAS_ERR_INVALID naming it. */
+    int embed;
 } atlas_request;
 
 enum {
@@ -315,6 +324,10 @@ typedef struct atlas_event {
     atlas_usage usage;
     double ttft_s;                  /* submit to first token; 0 when there was none */
     double queue_s;                 /* submit to the first step that computed it */
+    /* END of an embedding request that finished (STOP): the pooled vector, L2-normalised
+     * when the model says so; else NULL and 0 */
+    const float *embedding;
+    int n_embedding;
 } atlas_event;
 
 /* Called on the scheduler thread; everything *ev points to is valid during the call only. */
@@ -417,6 +430,23 @@ ATLAS_API atlas_status atlas_engine_tokenizer(atlas_engine *e, const char *name,
  * when the directory has none). */
 ATLAS_API atlas_status atlas_engine_template(atlas_engine *e, const char *name,
                                              const atlas_template **out);
+
+/* What an embedding model makes (sentence-transformers' modules.json and Pooling config,
+ * config.json's Matryoshka widths or the model's own setting), read at create. */
+typedef struct atlas_engine_embedding {
+    int is_embedding;     /* 0: a generative model (the rest is 0) */
+    const char *pooling;  /* "mean", "last" or "cls" (NULL when not an embedding model) */
+    int normalize;        /* 1: vectors are L2-normalised */
+    int dims;             /* a vector's width (hidden_size) */
+    const int *matryoshka; /* [n_matryoshka]: the widths a vector may be cut to; valid while
+                              the engine lives */
+    int n_matryoshka;
+    int matryoshka_any;   /* 1: any width 1..dims (is_matryoshka without a list) */
+} atlas_engine_embedding;
+
+/* Fills *out for the model NAME (ATLAS_ERR_NOT_FOUND for an unknown one). */
+ATLAS_API atlas_status atlas_engine_embedding_info(atlas_engine *e, const char *name,
+                                                   atlas_engine_embedding *out);
 
 /* The context size of a sequence of that model (ctx_size or the model's own limit). */
 ATLAS_API atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out);

@@ -140,6 +140,9 @@ typedef struct atlas_batch {
                                    s's factor set, max(this, seq_ctx[s]) (the engine: every
                                    token it knows of the sequence, so that a prompt prefilled
                                    in chunks rotates as in one prefill) */
+    int hidden;                 /* 1: the rows of logit_rows are wanted as the final-norm
+                                   hidden states h[n_logits, d] (an embedding model's), not
+                                   as logits */
 } atlas_batch;
 
 /* What rmsnorm_matmul does with its output out[n, m] after the matmul. */

@@ -18,6 +18,7 @@
 #include "core/file.h"
 #include "core/memdir.h"
 #include "engine/engine_internal.h"
+#include "model/pooling.h"
 
 static void hist_init(atlas_engine_hist *h, const double *bounds) {
     memset(h, 0, sizeof *h);
@@ -191,6 +192,28 @@ static atlas_status model_overrides(eng_model *md, const atlas_engine_model *src
     return ATLAS_OK;
 }
 
+/* The operator's Matryoshka widths replace the config's (an embedding model only). */
+static atlas_status model_matryoshka(eng_model *md, const atlas_engine_model *src) {
+    if (src->n_matryoshka_dims <= 0) return ATLAS_OK;
+    if (md->cfg.pooling == ATLAS_POOL_NONE)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': matryoshka dimensions for a "
+                          "model that is not an embedding model (no sentence-transformers "
+                          "modules.json)", src->name);
+    if (src->n_matryoshka_dims > ATLAS_MAX_MATRYOSHKA || !src->matryoshka_dims)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': %d matryoshka dimensions: "
+                          "1 to %d", src->name, src->n_matryoshka_dims, ATLAS_MAX_MATRYOSHKA);
+    for (int i = 0; i < src->n_matryoshka_dims; i++) {
+        int w = src->matryoshka_dims[i];
+        if (w < 1 || w > md->cfg.hidden)
+            return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': matryoshka dimension %d "
+                              "outside 1..%d (its hidden_size)", src->name, w, md->cfg.hidden);
+        md->cfg.matryoshka[i] = w;
+    }
+    md->cfg.n_matryoshka = src->n_matryoshka_dims;
+    md->cfg.matryoshka_any = false;
+    return ATLAS_OK;
+}
+
 static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model *src) {
     eng_model *md = &e->models[i];
     md->name = strdup(src->name);
@@ -215,6 +238,7 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
                           "model's maximum of %d tokens", src->name, ctx, md->max_ctx);
     md->ctx = ctx ? ctx : md->max_ctx;
     md->weight_bytes = weight_file_bytes(src->dir);
+    ATLAS_TRY(model_matryoshka(md, src));
     return model_overrides(md, src);
 }
 
@@ -460,6 +484,20 @@ atlas_status atlas_engine_template(atlas_engine *e, const char *name,
     return ATLAS_OK;
 }
 
+atlas_status atlas_engine_embedding_info(atlas_engine *e, const char *name,
+                                         atlas_engine_embedding *out) {
+    int i = 0;
+    *out = (atlas_engine_embedding){0};
+    ATLAS_TRY(find_model(e, name, &i));
+    const atlas_config *c = &e->models[i].cfg; /* read at create, never changed */
+    if (c->pooling == ATLAS_POOL_NONE) return ATLAS_OK;
+    *out = (atlas_engine_embedding){.is_embedding = 1, .pooling = atlas_pooling_name(c->pooling),
+                                    .normalize = c->normalize, .dims = c->hidden,
+                                    .matryoshka = c->matryoshka, .n_matryoshka = c->n_matryoshka,
+                                    .matryoshka_any = c->matryoshka_any};
+    return ATLAS_OK;
+}
+
 atlas_status atlas_engine_ctx_size(atlas_engine *e, const char *name, int *out) {
     int i = -1;
     ATLAS_TRY(find_model(e, name, &i));
@@ -506,12 +544,29 @@ static atlas_status check_think(const atlas_request *r, int V) {
     return ATLAS_OK;
 }
 
+/* An embedding model computes vectors and nothing else, and only an embedding model does. */
+static atlas_status check_embed(const eng_model *md, const atlas_request *r) {
+    bool model_embeds = md->cfg.pooling != ATLAS_POOL_NONE;
+    if (r->embed && !model_embeds)
+        return atlas_fail(ATLAS_ERR_INVALID, "model '%s' is not an embedding model (its "
+                          "directory has no sentence-transformers modules.json with a Pooling "
+                          "module): it generates text", md->name);
+    if (!r->embed && model_embeds)
+        return atlas_fail(ATLAS_ERR_INVALID, "model '%s' is an embedding model: it makes "
+                          "embeddings (/v1/embeddings, /api/embed), not text", md->name);
+    if (r->embed && r->n_prompt > (size_t)md->ctx)
+        return atlas_fail(ATLAS_ERR_RANGE, "request: the input has %zu tokens, the context "
+                          "of model '%s' holds %d", r->n_prompt, md->name, md->ctx);
+    return ATLAS_OK;
+}
+
 static atlas_status check_request(const atlas_engine *e, const eng_model *md,
                                   const atlas_request *r) {
     int V = md->cfg.vocab_size;
     if (r->n_prompt < 1 || !r->prompt)
         return atlas_fail(ATLAS_ERR_INVALID, "request: the prompt is empty");
-    if (r->n_prompt >= (size_t)md->ctx)
+    ATLAS_TRY(check_embed(md, r));
+    if (!r->embed && r->n_prompt >= (size_t)md->ctx)
         return atlas_fail(ATLAS_ERR_RANGE, "request: the prompt has %zu tokens, the context "
                           "of model '%s' holds %d (prompt and at least one generated token)",
                           r->n_prompt, md->name, md->ctx);
@@ -573,6 +628,11 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->n_prompt = s->n_tokens = (int)r->n_prompt;
     int room = md->ctx - s->n_prompt;
     s->max_tokens = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
+    s->embed = r->embed != 0;
+    if (s->embed) {
+        s->pool = calloc((size_t)md->cfg.hidden, sizeof *s->pool);
+        s->vec = calloc((size_t)md->cfg.hidden, sizeof *s->vec);
+    }
     s->logprobs = r->logprobs;
     s->top_logprobs = r->top_logprobs;
     s->ignore_eos = r->ignore_eos;
@@ -581,7 +641,8 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
                       sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
                       sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0 &&
                       !r->constraint && !r->n_forced && /* masks need the logits */
-                      !r->think_budget; /* the closing tag is forced in sample_row */
+                      !r->think_budget && /* the closing tag is forced in sample_row */
+                      !r->embed;
     s->think_budget = r->think_budget;
     if (r->think_budget) {
         if (r->n_think_open)
@@ -604,7 +665,8 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
     s->forced = malloc((size_t)(r->n_forced + 1) * sizeof *s->forced);
     atlas_status st = ATLAS_OK;
-    if (!s->tokens || !s->stop_ids || !s->stop || !s->forced)
+    if (!s->tokens || !s->stop_ids || !s->stop || !s->forced ||
+        (s->embed && !(s->pool && s->vec)))
         st = atlas_fail(ATLAS_ERR_NOMEM, "request");
     for (int i = 0; st == ATLAS_OK && i < r->n_stop; i++, s->n_stop++)
         if (!(s->stop[i] = strdup(r->stop[i]))) st = atlas_fail(ATLAS_ERR_NOMEM, "request");

@@ -94,6 +94,12 @@ struct atlas_request_handle {
     float stop_logprob; /* stop_id's logprobs, for the END event (when the request asked) */
     atlas_top_logprob stop_top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
     int n_stop_top;
+    /* an embedding request (atlas_request.embed): no token is generated; the pooled rows
+     * add up in pool[hidden] (double: a mean over thousands of rows) as its prompt is
+     * computed, and vec[hidden] is the vector its END carries */
+    int embed;
+    double *pool;
+    float *vec;
 };
 
 typedef struct eng_model {
@@ -177,6 +183,7 @@ typedef struct plan_entry {
     seq *s;
     int n;
     int logits; /* 1: the last of them needs logits (it reaches the sequence's end) */
+    int row0, rows; /* an embedding model's: its hidden-state rows in the step's output */
 } plan_entry;
 
 struct atlas_engine {

@@ -128,7 +128,6 @@ int atlas_engine_seq_accept(atlas_engine *e, seq *s, int32_t id, float logprob,
 }
 
 void atlas_engine_seq_emit_end(atlas_engine *e, seq *s) {
-    (void)e;
     int release = (s->finish == ATLAS_FINISH_STOP && s->stop_string < 0) ||
                   s->finish == ATLAS_FINISH_LENGTH;
     if (release && s->detok) {
@@ -156,7 +155,9 @@ void atlas_engine_seq_emit_end(atlas_engine *e, seq *s) {
                   .cached_tokens = s->n_cached},
         .ttft_s = s->t_first > 0 ? s->t_first - s->t_submit : 0,
         .queue_s = s->t_admit > 0 ? s->t_admit - s->t_submit : 0,
+        .embedding = s->finish == ATLAS_FINISH_STOP ? s->vec : NULL,
     };
+    if (ev.embedding) ev.n_embedding = e->models[s->model].cfg.hidden;
     if (!ev.text) ev.text = "";
     atomic_store(&s->ended, 1);
     s->cb(&ev, s->user);

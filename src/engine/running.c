@@ -157,6 +157,8 @@ void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget) {
  * after a preemption; the request's own count of cached tokens is that of the first. */
 static void match_prefix(atlas_engine *e, eng_model *md, seq *s) {
     if (s->kv.n != 0 || s->n_computed != 0) return;
+    /* mean and cls pooling need the hidden states of the first tokens: computed, not cached */
+    if (s->embed && md->cfg.pooling != ATLAS_POOL_LAST) return;
     s->n_computed = atlas_kv_table_match(&md->pool, &s->kv, s->tokens, s->n_tokens);
     if (s->t_admit == 0) s->n_cached = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
     e->metrics.cached_tokens += (uint64_t)s->n_computed;

@@ -37,6 +37,8 @@ void atlas_engine_seq_unref(seq *s) {
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->pending);
+    free(s->pool);
+    free(s->vec);
     free(s->message);
     free(s);
 }

@@ -74,10 +74,26 @@ static atlas_status fill_tables(atlas_engine *e, atlas_batch *b) {
     return ATLAS_OK;
 }
 
-/* Fills the batch arrays from the plan; returns the number of logit rows.  s->plan is
- * reset here: entries are then addressed by index. */
-static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
-    int n = 0, n_logits = 0;
+/* An embedding model's rows of entry pe, whose tokens are the batch's [first, first + n):
+ * the hidden states its pooling reads (mean: all; last: the sequence's last; cls: its
+ * first), appended to e->b_rows at *n_rows. */
+static void embed_rows(atlas_engine *e, const eng_model *md, plan_entry *pe, int first,
+                       int *n_rows) {
+    pe->row0 = *n_rows;
+    if (md->cfg.pooling == ATLAS_POOL_MEAN)
+        for (int j = 0; j < pe->n; j++) e->b_rows[(*n_rows)++] = first + j;
+    else if (md->cfg.pooling == ATLAS_POOL_LAST && pe->logits)
+        e->b_rows[(*n_rows)++] = first + pe->n - 1;
+    else if (md->cfg.pooling == ATLAS_POOL_CLS && pe->s->n_computed == 0)
+        e->b_rows[(*n_rows)++] = first;
+    pe->rows = *n_rows - pe->row0;
+}
+
+/* Fills the batch arrays from the plan; returns the number of logit rows (an embedding
+ * model's: the hidden-state rows its pooling reads).  s->plan is reset here: entries are
+ * then addressed by index. */
+static atlas_status fill_batch(atlas_engine *e, const eng_model *md, atlas_batch *b) {
+    int n = 0, n_logits = 0, embeds = md->cfg.pooling != ATLAS_POOL_NONE;
     for (int i = 0; i < e->n_plan; i++) {
         plan_entry *pe = &e->plan[i];
         seq *s = pe->s;
@@ -89,13 +105,14 @@ static atlas_status fill_batch(atlas_engine *e, atlas_batch *b) {
         }
         e->b_ctx[i] = s->n_computed + pe->n;
         e->b_rope[i] = s->n_tokens; /* a chunked prompt's whole length, as one prefill's */
-        if (pe->logits) e->b_rows[n_logits++] = n - 1;
+        if (embeds) embed_rows(e, md, pe, n - pe->n, &n_logits);
+        else if (pe->logits) e->b_rows[n_logits++] = n - 1;
     }
     e->b_start[e->n_plan] = n;
     *b = (atlas_batch){.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_pos,
                        .n_seqs = e->n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
                        .seq_rope_len = e->b_rope,
-                       .n_logits = n_logits, .logit_rows = e->b_rows};
+                       .n_logits = n_logits, .logit_rows = e->b_rows, .hidden = embeds};
     return fill_tables(e, b);
 }
 
@@ -285,6 +302,60 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
     }
 }
 
+/* ---- an embedding model's step -------------------------------------------------------------
+ * The forward gives the final-norm hidden states of the rows fill_batch asked for; each
+ * sequence adds its rows into its pool, and the one whose prompt is complete ends with its
+ * vector (mean: the sum over its tokens divided by their number; then L2-normalised when
+ * the model says so, as sentence-transformers' Normalize: x / max(|x|, 1e-12)). */
+
+static void pool_entry(const eng_model *md, const plan_entry *pe, const float *rows) {
+    seq *s = pe->s;
+    int d = md->cfg.hidden;
+    if (s->n_computed == 0) /* a first chunk (again, after a preemption): a new sum */
+        memset(s->pool, 0, (size_t)d * sizeof *s->pool);
+    for (int r = 0; r < pe->rows; r++) {
+        const float *h = rows + (size_t)(pe->row0 + r) * d;
+        for (int k = 0; k < d; k++)
+            s->pool[k] = md->cfg.pooling == ATLAS_POOL_MEAN ? s->pool[k] + h[k] : h[k];
+    }
+    if (!pe->logits) return; /* the prompt goes on in a later step */
+    double div = md->cfg.pooling == ATLAS_POOL_MEAN ? s->n_tokens : 1, norm = 0;
+    for (int k = 0; k < d; k++) norm += (s->pool[k] / div) * (s->pool[k] / div);
+    norm = md->cfg.normalize ? fmax(sqrt(norm), 1e-12) : 1;
+    for (int k = 0; k < d; k++) s->vec[k] = (float)(s->pool[k] / div / norm);
+}
+
+static void run_embed_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
+    size_t need = (size_t)b->n_logits * md->cfg.hidden;
+    atlas_status st = ATLAS_OK;
+    if (need > e->logits_cap) {
+        float *l = realloc(e->logits, need * sizeof *l);
+        if (l) {
+            e->logits = l;
+            e->logits_cap = need;
+        } else {
+            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: hidden states of %d rows", b->n_logits);
+        }
+    }
+    if (st == ATLAS_OK) st = atlas_model_forward(md->m, b, e->logits);
+    if (st != ATLAS_OK) {
+        char msg[512]; /* the forward's message names the model's directory */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        atlas_engine_strip_dir(msg, md->dir);
+        for (int i = 0; i < e->n_plan; i++) {
+            atlas_engine_seq_fail(e->plan[i].s, st, msg);
+            e->plan[i].s->state = SEQ_DONE;
+        }
+        return;
+    }
+    for (int i = 0; i < e->n_plan; i++) {
+        plan_entry *pe = &e->plan[i];
+        pool_entry(md, pe, e->logits);
+        pe->s->n_computed += pe->n;
+        if (pe->logits) pe->s->state = SEQ_DONE; /* finish STOP: the vector is made */
+    }
+}
+
 /* ---- greedy decode steps queued a step ahead ----------------------------------------------
  * When a step is only plain greedy decodes (one token a sequence, the argmax of the raw
  * logits) and nothing else waits, the next step is queued on the backend before this one is
@@ -386,7 +457,7 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
     atlas_engine_flush_done(e); /* a preempted sequence whose requeueing failed */
     if (e->n_plan == 0) return 1;
     atlas_batch b;
-    atlas_status st = fill_batch(e, &b);
+    atlas_status st = fill_batch(e, md, &b);
     if (st != ATLAS_OK) {
         for (int i = 0; i < e->n_plan; i++) {
             seq *s = e->plan[i].s;
@@ -403,7 +474,9 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
             prefill += e->plan[i].n;
     int steps = 1, ahead = ahead_eligible(e, md);
     pthread_mutex_unlock(&e->mu);
-    if (ahead)
+    if (b.hidden)
+        run_embed_step(e, md, &b);
+    else if (ahead)
         steps = run_ahead(e, md, &b);
     else
         run_step(e, md, &b);

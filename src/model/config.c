@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "format/layout.h"
+#include "model/pooling.h"
 
 /* Sizes are bounded so that products of two of them fit comfortably in 64 bits. */
 #define CFG_MAX_DIM (1 << 24)
@@ -139,6 +140,7 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
         {"MistralForCausalLM", "mistral", ATLAS_ARCH_MISTRAL},
         {"Qwen2ForCausalLM", "qwen2", ATLAS_ARCH_QWEN2},
         {"Qwen3ForCausalLM", "qwen3", ATLAS_ARCH_QWEN3},
+        {"Qwen3Model", "qwen3", ATLAS_ARCH_QWEN3}, /* Qwen3-Embedding saved without a head */
         {"Phi3ForCausalLM", "phi3", ATLAS_ARCH_PHI3},
     };
     json_t *list = field(root, "architectures");
@@ -164,6 +166,7 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
     return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                       "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                      "Qwen3Model, "
                       "Phi3ForCausalLM)",
                       file, what, name);
 }
@@ -564,6 +567,51 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     return read_act(file, root);
 }
 
+/* The forward attends causally: a checkpoint trained with bidirectional attention (gte-Qwen2
+ * and EmbeddingGemma-like embedders say so in config.json) would give other vectors with no
+ * error, so it is refused by name. */
+static atlas_status read_attention_kind(const char *file, json_t *root) {
+    bool causal = true, bidirectional = false;
+    ATLAS_TRY(get_bool(file, root, "is_causal", &causal));
+    ATLAS_TRY(get_bool(file, root, "use_bidirectional_attention", &bidirectional));
+    json_t *name = field(root, "_name_or_path");
+    const char *why = !causal ? "\"is_causal\": false"
+                      : bidirectional ? "\"use_bidirectional_attention\": true"
+                      : json_is_string(name) && strstr(json_string_value(name), "gte-Qwen2")
+                          ? "\"_name_or_path\" names gte-Qwen2"
+                          : NULL;
+    if (!why) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: %s: a model with bidirectional attention "
+                      "(gte-Qwen2 and the like) is not supported: atlas attends causally",
+                      file, why);
+}
+
+/* vLLM's is_matryoshka and matryoshka_dimensions: the widths a vector may be cut to. With
+ * is_matryoshka and no list, any width from 1 to hidden (vLLM's reading). */
+static atlas_status read_matryoshka(const char *file, json_t *root, atlas_config *cfg) {
+    bool on = false;
+    ATLAS_TRY(get_bool(file, root, "is_matryoshka", &on));
+    json_t *dims = field(root, "matryoshka_dimensions");
+    cfg->n_matryoshka = 0;
+    if (!dims) {
+        cfg->matryoshka_any = on;
+        return ATLAS_OK;
+    }
+    if (!json_is_array(dims) || json_array_size(dims) == 0 ||
+        json_array_size(dims) > ATLAS_MAX_MATRYOSHKA)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"matryoshka_dimensions\": expected a "
+                          "list of 1 to %d widths", file, ATLAS_MAX_MATRYOSHKA);
+    for (size_t i = 0; i < json_array_size(dims); i++) {
+        json_t *v = json_array_get(dims, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > cfg->hidden)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"matryoshka_dimensions\"[%zu]: "
+                              "expected a width in 1..%d (hidden_size)", file, i, cfg->hidden);
+        cfg->matryoshka[cfg->n_matryoshka++] = (int)json_integer_value(v);
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg) {
     ATLAS_TRY(atlas_quant_config_parse(file, json_object_get(root, "quantization_config"),
                                        &cfg->quant));
@@ -581,6 +629,8 @@ static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg
     ATLAS_TRY(read_dtype(file, root, cfg));
     ATLAS_TRY(read_rope(file, root, cfg));
     ATLAS_TRY(get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
+    ATLAS_TRY(read_attention_kind(file, root));
+    ATLAS_TRY(read_matryoshka(file, root, cfg));
     return read_eos(file, root, cfg);
 }
 
@@ -646,6 +696,7 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
     s = atlas_config_parse(text, len, path, out);
     free(text);
     if (s != ATLAS_OK) return s;
+    ATLAS_TRY(atlas_pooling_load(dir, out));
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "generation_config.json"));
     if (!atlas_file_exists(path)) return ATLAS_OK;
     ATLAS_TRY(atlas_file_read(path, &text, &len));

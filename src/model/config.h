@@ -62,6 +62,17 @@ typedef struct atlas_rope {
 
 enum { ATLAS_MAX_EOS = 16 };
 
+/* How an embedding model makes one vector of a sequence's final-norm hidden states
+ * (sentence-transformers' Pooling module); NONE: a generative model. */
+typedef enum atlas_pooling {
+    ATLAS_POOL_NONE = 0,
+    ATLAS_POOL_MEAN, /* the mean over the sequence's tokens */
+    ATLAS_POOL_LAST, /* the last token's (Qwen3-Embedding: the appended eos) */
+    ATLAS_POOL_CLS,  /* the first token's */
+} atlas_pooling;
+
+enum { ATLAS_MAX_MATRYOSHKA = 32 };
+
 typedef struct atlas_config {
     atlas_arch arch;
     char architecture[64];     /* as written in config.json */
@@ -98,6 +109,15 @@ typedef struct atlas_config {
     int gen_do_sample;         /* -1 when absent, else 0 / 1 */
     double gen_min_p;
     unsigned gen_set;          /* ATLAS_GEN_* bits (atlas/model.h) of the fields present */
+    /* An embedding model (model/pooling.h: modules.json, 1_Pooling/config.json): no output
+     * head is bound, its requests get a pooled vector instead of tokens. */
+    atlas_pooling pooling;
+    bool normalize;            /* a Normalize module follows the pooling: L2-normalised */
+    /* the widths the model was trained to be cut to (vLLM's matryoshka_dimensions, with
+     * is_matryoshka); none: a vector is never shortened */
+    int matryoshka[ATLAS_MAX_MATRYOSHKA];
+    int n_matryoshka;
+    bool matryoshka_any;       /* is_matryoshka without a list: any width 1..hidden */
 } atlas_config;
 
 /* Reads DIR/config.json and, when present, DIR/generation_config.json. Errors name the file

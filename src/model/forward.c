@@ -12,6 +12,7 @@
  *                                 h = rmsnorm(x) * (attn_norm[l+1] or norm)
  *       (the MLP over mlp_chunk rows at a time: its [rows, 3f] buffers are the largest)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
+ *     (an embedding model, batch.hidden: h[logit_rows] itself, [n_logits, d], for pooling)
  *
  * The fusions are said, not guessed: each norm goes with the matmul after it (rmsnorm_matmul,
  * whose epilogue does rope + KV store of qkv, or swiglu of gate_up), each projection back to
@@ -173,20 +174,50 @@ static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logi
     return op->sync(be);
 }
 
-/* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). */
+/* An embedding model's rows: the final-norm hidden states of the batch's logit rows,
+ * gathered and downloaded (the ops every backend has), hidden[n_logits, d]. */
+static atlas_status run_hidden(atlas_model *m, const atlas_batch *b, float *hidden) {
+    atlas_backend *be = m->be;
+    int d = m->cfg.hidden;
+    if (b->n_logits == 0) return be->ops->sync(be);
+    ATLAS_TRY(be->ops->gather_rows(be, m->acts.rows, m->acts.h, d));
+    ATLAS_TRY(be->ops->download(be, hidden, m->acts.rows, (size_t)b->n_logits * d));
+    return be->ops->sync(be);
+}
+
+/* Which outputs a batch may ask of the model: hidden rows one buffer of the whole width
+ * (one rank), logits the output head (which an embedding model has not; rank 0 of
+ * tensor parallelism holds it). */
+static atlas_status check_outputs(const atlas_model *m, const atlas_batch *b, float *logits,
+                                  int32_t *ids) {
+    if (b->hidden && (!logits || ids || m->tp_size > 1))
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): hidden-state rows go to one buffer "
+                          "(no argmax), on one rank", m->dir);
+    if (b->hidden || !(logits || ids)) return ATLAS_OK;
+    if (m->tp_rank == 0 && !m->w.lm_head)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): an embedding model has no output "
+                          "head: ask for hidden-state rows (atlas_batch.hidden)", m->dir);
+    if (m->tp_rank > 0)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): tensor parallel rank %d has no "
+                          "lm_head (rank 0 computes the logits): use the layers-only forward",
+                          m->dir, m->tp_rank);
+    return ATLAS_OK;
+}
+
+/* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). With
+ * b->hidden, logits receives the hidden-state rows instead. */
 static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits, int32_t *ids) {
     ATLAS_TRY(check_batch(m, b));
     if (!b->tokens)
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch without tokens (they "
                           "come from a queued step: atlas_model_forward_argmax_queue)", m->dir);
-    if ((logits || ids) && (m->tp_rank > 0 || !m->w.lm_head))
-        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): tensor parallel rank %d has no "
-                          "lm_head (rank 0 computes the logits): use the layers-only forward",
-                          m->dir, m->tp_rank);
+    ATLAS_TRY(check_outputs(m, b, logits, ids));
     pthread_mutex_lock(&m->forward_mu);
     atlas_status st = m->be->ops->begin_batch(m->be, b, m->kv_block_size);
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
-    if (st == ATLAS_OK) st = logits || ids ? run_logits(m, b, logits, ids) : m->be->ops->sync(m->be);
+    if (st == ATLAS_OK && b->hidden) st = run_hidden(m, b, logits);
+    else if (st == ATLAS_OK)
+        st = logits || ids ? run_logits(m, b, logits, ids) : m->be->ops->sync(m->be);
     pthread_mutex_unlock(&m->forward_mu);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s)", m->dir);
     return ATLAS_OK;
@@ -254,9 +285,10 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
     if (b->n_logits < 1 || b->n_logits > m->logit_chunk)
         return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued greedy step wants 1..%d "
                           "logit rows, not %d", m->dir, m->logit_chunk, b->n_logits);
-    if (m->tp_size > 1 || !m->w.lm_head)
+    if (m->tp_size > 1 || !m->w.lm_head || b->hidden)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "forward (%s): queued greedy steps run on "
-                          "one GPU only (tensor parallel size %d)", m->dir, m->tp_size);
+                          "one GPU only (tensor parallel size %d), with an output head",
+                          m->dir, m->tp_size);
     atlas_status st = m->be->ops->argmax_queue ? queue_on_device(m, b)
                                                : queue_on_host(m, b, slot);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s): queuing a greedy step", m->dir);

@@ -16,6 +16,8 @@
  * < vocab; every sequence's tokens are at consecutive positions ending at seq_ctx - 1.
  * Violations return ATLAS_ERR_RANGE / ATLAS_ERR_INVALID naming the field. */
 atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *logits);
+/* With b->hidden (an embedding model, which has no head), atlas_model_forward writes the
+ * final-norm hidden states of the logit rows instead: logits[b->n_logits, hidden]. */
 
 /* As atlas_model_forward, but only the argmax id of each logit row (greedy; no download of
  * the full logits). ids[b->n_logits]. */

@@ -25,6 +25,7 @@ typedef struct binder {
                                       to load when progress is reported), loads nothing */
     bool *used;                    /* [atlas_st_count]: found by the first pass */
     const atlas_quant_config *quant;
+    bool bare; /* the tensors are named without "model." (embed_tokens.weight, layers.0...) */
     /* quantized weights handed to weight_load: read until weights_done, freed after */
     atlas_qweight *qw;
     size_t n_qw, cap_qw;
@@ -34,6 +35,8 @@ typedef struct binder {
 static atlas_status find(binder *b, const char *name, int64_t rows, int64_t cols,
                          const atlas_tensor_view **out) {
     const atlas_tensor_view *v = atlas_st_find(b->st, name);
+    /* Qwen3-Embedding saves its Qwen3Model without the "model." prefix (as vLLM maps it) */
+    if (!v && !strncmp(name, "model.", 6) && b->bare) v = atlas_st_find(b->st, name + 6);
     *out = NULL;
     if (!v) return atlas_fail(ATLAS_ERR_NOT_FOUND, "tensor %s: missing from the checkpoint", name);
     size_t i = atlas_st_index(b->st, v);
@@ -392,8 +395,11 @@ static atlas_status bind_all(binder *b, const atlas_config *c) {
     ATLAS_TRY(bind1(b, "model.embed_tokens.weight", c->vocab_size, c->hidden, &w->embed));
     ATLAS_TRY(bind1(b, "model.norm.weight", c->hidden, 0, &w->norm));
     /* A checkpoint that says tied may still carry lm_head.weight (some exports do): the
-     * config decides, as in transformers. */
-    if (c->tie_embeddings)
+     * config decides, as in transformers. An embedding model has no head (Qwen3-Embedding
+     * ships none whatever its config says): its vectors come from the final norm. */
+    if (c->pooling != ATLAS_POOL_NONE)
+        w->lm_head = NULL;
+    else if (c->tie_embeddings)
         w->lm_head = w->embed;
     else
         ATLAS_TRY(bind1(b, "lm_head.weight", c->vocab_size, c->hidden, &w->lm_head));
@@ -420,6 +426,7 @@ atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atl
 typedef enum ignore_when {
     IGNORE_ALWAYS,
     IGNORE_WHEN_TIED, /* only with tie_word_embeddings */
+    IGNORE_WHEN_EMBEDDING, /* only in an embedding model (config.pooling) */
 } ignore_when;
 
 static const struct ignore_rule {
@@ -427,6 +434,8 @@ static const struct ignore_rule {
     const char *pattern;
     ignore_when when;
 } IGNORED[] = {
+    /* an embedding model's vectors come from the final norm: a head it carries is unused */
+    {ALL_ARCHS, "lm_head.weight", IGNORE_WHEN_EMBEDDING},
     /* the RoPE table, a buffer older transformers saved (and ColossalAI's cos/sin caches,
      * as vLLM skips them): atlas computes it from config.json */
     {ALL_ARCHS, "model.layers.*.self_attn.rotary_emb.inv_freq", IGNORE_ALWAYS},
@@ -441,7 +450,8 @@ static const struct ignore_rule {
 static bool ignored(const atlas_config *c, const char *name) {
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         const struct ignore_rule *r = &IGNORED[i];
-        if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings))
+        if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings) ||
+            (r->when == IGNORE_WHEN_EMBEDDING && c->pooling == ATLAS_POOL_NONE))
             continue;
         if (fnmatch(r->pattern, name, 0) == 0) return true;
     }
@@ -468,6 +478,11 @@ static atlas_status check_unused(const atlas_st *st, const atlas_config *c, cons
                       first->name, more, c->architecture);
 }
 
+/* Whether the checkpoint names its tensors without "model." (a Qwen3Model's export). */
+static bool bare_names(const atlas_st *st) {
+    return !atlas_st_find(st, "model.embed_tokens.weight") && atlas_st_find(st, "embed_tokens.weight");
+}
+
 /* The first pass, before anything loads: finds every tensor the config calls for (shape and
  * dtype checked) over the whole model, whatever this rank holds, checks that nothing else is
  * in the checkpoint, and sets progress->total to the bytes this rank will read (so that the
@@ -482,7 +497,7 @@ static atlas_status check_all(const atlas_st *st, const atlas_config *cfg,
     bool *used = calloc(n ? n : 1, sizeof *used);
     if (!used) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
     binder b = {.st = st, .w = &scratch, .plan = plan, .progress = progress, .count_only = true,
-                .used = used, .quant = &cfg->quant};
+                .used = used, .quant = &cfg->quant, .bare = bare_names(st)};
     if (progress) progress->total = 0;
     atlas_status s = bind_all(&b, cfg);
     if (s == ATLAS_OK) s = check_unused(st, cfg, used);
@@ -540,7 +555,7 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     /* a tensor is one source, a fused one split over ranks up to three (bind_fused) */
     binder b = {.be = be, .st = st, .w = out, .plan = plan,
                 .cap_files = 3 * atlas_st_count(st), .progress = progress,
-                .quant = &cfg->quant, .cap_qw = atlas_st_count(st)};
+                .quant = &cfg->quant, .cap_qw = atlas_st_count(st), .bare = bare_names(st)};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
     b.qw = calloc(b.cap_qw ? b.cap_qw : 1, sizeof *b.qw);
     atlas_status s = b.files && b.qw ? bind_all(&b, cfg)
