@@ -95,7 +95,8 @@ typedef struct atlas_engine_model {
                          keep-alive; only atlas_engine_unload releases it */
     int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
     /* An embedding model's Matryoshka widths (n > 0: these replace config.json's
-     * matryoshka_dimensions; each 1..hidden_size, checked by atlas_engine_create; copied). */
+     * matryoshka_dimensions; 1..ATLAS_ENGINE_MAX_MATRYOSHKA of them, each 1..hidden_size,
+     * checked by atlas_engine_create; copied). */
     const int *matryoshka_dims;
     int n_matryoshka_dims;
 } atlas_engine_model;
@@ -276,6 +277,7 @@ enum {
     ATLAS_ENGINE_MAX_TOP_LOGPROBS = 20,
     ATLAS_ENGINE_MAX_CACHE_SALT = 256,
     ATLAS_ENGINE_MAX_THINK_IDS = 8,
+    ATLAS_ENGINE_MAX_MATRYOSHKA = 32, /* atlas_engine_model.n_matryoshka_dims */
 };
 
 typedef enum atlas_event_type {

@@ -69,6 +69,21 @@ static int get_kv_dtype(const char *path, int i, const json_t *v) {
     return fail(path, i, "kv_dtype", what);
 }
 
+/* "matryoshka_dimensions": an embedding model's widths, as vLLM reads them from config.json
+ * (the engine checks them against the model's width). */
+static int get_matryoshka(const char *path, int i, const json_t *v, serve_preset_model *pm) {
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || n == 0 || n > ATLAS_ENGINE_MAX_MATRYOSHKA)
+        return fail(path, i, "matryoshka_dimensions", "must be an array of 1 to 32 widths");
+    for (size_t k = 0; k < n; k++)
+        if (get_int(path, i, "matryoshka_dimensions", json_array_get(v, k), 1, 1 << 20,
+                    &pm->matryoshka[k]))
+            return -1;
+    pm->m.matryoshka_dims = pm->matryoshka;
+    pm->m.n_matryoshka_dims = (int)n;
+    return 0;
+}
+
 static int get_setting(serve_preset *p, const char *path, int i, const char *key,
                        const json_t *v, serve_preset_model *pm) {
     atlas_engine_model *m = &pm->m;
@@ -78,6 +93,7 @@ static int get_setting(serve_preset *p, const char *path, int i, const char *key
     if (!strcmp(key, "batch_tokens"))
         return get_int(path, i, key, v, 1, 1 << 20, &m->batch_tokens);
     if (!strcmp(key, "kv_dtype")) return get_kv_dtype(path, i, v);
+    if (!strcmp(key, "matryoshka_dimensions")) return get_matryoshka(path, i, v, pm);
     if (!strcmp(key, "kv_memory")) {
         double g = json_number_value(v);
         if (!json_is_number(v) || !(g > 0 && g < 1e9))
@@ -103,7 +119,7 @@ static int get_setting(serve_preset *p, const char *path, int i, const char *key
     (void)p;
     return fail(path, i, key, "unknown setting (the settings: name, dir, aliases, ctx_size, "
                               "parallel, kv_memory, kv_dtype, batch_tokens, pinned, "
-                              "keep_alive, load)");
+                              "keep_alive, load, matryoshka_dimensions)");
 }
 
 /* The model's "dir", taken from the file's directory when relative. */

@@ -10,6 +10,7 @@ typedef struct serve_preset_model {
     const char **aliases;  /* [n_aliases] "ALIAS=NAME", as --alias takes them */
     int n_aliases;
     int load;              /* "load": 1 load at start, 0 not, -1 not said */
+    int matryoshka[ATLAS_ENGINE_MAX_MATRYOSHKA]; /* "matryoshka_dimensions" (m points here) */
 } serve_preset_model;
 
 typedef struct serve_preset {

@@ -199,9 +199,11 @@ static atlas_status model_matryoshka(eng_model *md, const atlas_engine_model *sr
         return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': matryoshka dimensions for a "
                           "model that is not an embedding model (no sentence-transformers "
                           "modules.json)", src->name);
-    if (src->n_matryoshka_dims > ATLAS_MAX_MATRYOSHKA || !src->matryoshka_dims)
+    if (src->n_matryoshka_dims > ATLAS_ENGINE_MAX_MATRYOSHKA ||
+        src->n_matryoshka_dims > ATLAS_MAX_MATRYOSHKA || !src->matryoshka_dims)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': %d matryoshka dimensions: "
-                          "1 to %d", src->name, src->n_matryoshka_dims, ATLAS_MAX_MATRYOSHKA);
+                          "1 to %d", src->name, src->n_matryoshka_dims,
+                          ATLAS_ENGINE_MAX_MATRYOSHKA);
     for (int i = 0; i < src->n_matryoshka_dims; i++) {
         int w = src->matryoshka_dims[i];
         if (w < 1 || w > md->cfg.hidden)

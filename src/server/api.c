@@ -526,12 +526,24 @@ static void start_choices(atlas_http_call *call, atlas_gen_opts *o, atlas_gen_pa
     atlas_gen_reply(gs[0], r); /* the stream owns every member now */
 }
 
+/* An embedding model makes vectors only: a generation on it is refused before its template
+ * (which it may lack) is looked at, naming what it is. */
+static atlas_status generative(atlas_server *s, const char *model, const char **param) {
+    atlas_engine_embedding info;
+    ATLAS_TRY(atlas_engine_embedding_info(s->engine, model, &info));
+    if (!info.is_embedding) return ATLAS_OK;
+    *param = "model";
+    return atlas_fail(ATLAS_ERR_INVALID, "model '%s' is an embedding model: it makes "
+                      "embeddings (POST /v1/embeddings, /api/embed), not text", model);
+}
+
 atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_api_chat_req *q,
                                     const char **param) {
     memset(q, 0, sizeof *q);
     const atlas_template *tmpl = NULL;
     bool parse_tools = false;
     ATLAS_TRY(atlas_api_model(s, body, NULL, &q->model, param));
+    ATLAS_TRY(generative(s, q->model, param));
     ATLAS_TRY(atlas_engine_tokenizer(s->engine, q->model, &q->tok));
     atlas_generation_defaults gen;
     ATLAS_TRY(atlas_engine_generation_defaults(s->engine, q->model, &gen));
@@ -667,6 +679,7 @@ void atlas_api_completions_run(atlas_http_call *call, const json_t *body,
     char *echo[ATLAS_API_MAX_PROMPTS] = {0};
     int count = 0;
     atlas_status st = atlas_api_model(s, body, NULL, &model, &param);
+    if (st == ATLAS_OK) st = generative(s, model, &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(s->engine, model, &tok);
     atlas_generation_defaults gen;
     if (st == ATLAS_OK) st = atlas_engine_generation_defaults(s->engine, model, &gen);

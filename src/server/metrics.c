@@ -17,8 +17,8 @@ static const double e2e_bounds[ATLAS_HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.025,
 static const char *route_names[ATLAS_ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/load",
     "/v1/models/unload",    "/health",         "/metrics",   "/tokenize",
-    "/detokenize",          "/apply-template", "/v1/responses", "/api/chat",
-    "/api/generate",        "/api",            "other"};
+    "/detokenize",          "/apply-template", "/v1/responses", "/v1/embeddings",
+    "/api/chat",            "/api/generate",   "/api",          "other"};
 
 /* the engine's own (atlas_time_to_first_token_seconds, atlas_inter_token_latency_seconds),
  * whose families the per-model series join */

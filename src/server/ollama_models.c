@@ -14,6 +14,7 @@
 #include "atlas/toolcall.h"
 #include "atlas/version.h"
 #include "server/api.h"
+#include "server/embed.h"
 #include "server/errors.h"
 #include "server/ollama.h"
 
@@ -173,7 +174,11 @@ void atlas_ollama_ps(atlas_http_call *call, json_t *body, const char *arg, atlas
 }
 
 /* What the model can do, as Ollama's "capabilities" says it. */
-static json_t *capabilities(const atlas_engine_model_status *m, const atlas_template *tmpl) {
+static json_t *capabilities(atlas_server *s, const atlas_engine_model_status *m,
+                            const atlas_template *tmpl) {
+    atlas_engine_embedding emb;
+    if (atlas_engine_embedding_info(s->engine, m->name, &emb) == ATLAS_OK && emb.is_embedding)
+        return json_pack("[s]", "embedding"); /* as Ollama names an embedding model */
     const char *src = tmpl ? atlas_template_source(tmpl) : NULL;
     json_t *caps = json_pack("[s]", "completion");
     atlas_toolcall_format f = src ? atlas_toolcall_format_detect(src, m->architecture)
@@ -225,7 +230,7 @@ void atlas_ollama_show(atlas_http_call *call, json_t *body, const char *arg,
                           mf ? atlas_json_text(mf, strlen(mf)) : NULL,
                           "parameters", "", "template", tmpl ? atlas_template_source(tmpl) : "",
                           "details", details_json(m), "model_info", info, "capabilities",
-                          capabilities(m, tmpl), "modified_at", when);
+                          capabilities(s, m, tmpl), "modified_at", when);
     free(mf);
     atlas_http_reply_json(r, 200, v);
 }
@@ -245,11 +250,56 @@ void atlas_ollama_root(atlas_http_call *call, json_t *body, const char *arg,
     atlas_http_reply_text(r, 200, "text/plain; charset=utf-8", text, text ? strlen(text) : 0);
 }
 
+/* POST /api/embed ({"model", "input", "truncate", "dimensions", "keep_alive", "options"}:
+ * {"model", "embeddings", "total_duration", "load_duration", "prompt_eval_count"}) and the
+ * older /api/embeddings ({"model", "prompt"}: {"embedding"}), on embed.h's request model.
+ * Ollama cuts an input longer than the context unless "truncate" is false. */
 void atlas_ollama_embed(atlas_http_call *call, json_t *body, const char *arg,
                         atlas_http_reply *r) {
-    (void)call, (void)body, (void)arg;
-    atlas_http_reply_json(r, 501, json_pack("{s:s}", "error", "embeddings are not served yet: "
-                                                              "this server generates text only"));
+    (void)arg;
+    atlas_server *s = call->ctx;
+    bool legacy = !strcmp(call->url, "/api/embeddings");
+    const char *want = NULL, *param = NULL;
+    atlas_embed_req q = {.truncate = true};
+    float *vecs = NULL;
+    long tokens = 0;
+    atlas_embed_end end = ATLAS_EMBED_DONE;
+    atlas_status st = atlas_param_string(body, "model", &want, &param);
+    if (st == ATLAS_OK && !want) {
+        param = "model";
+        st = atlas_fail(ATLAS_ERR_INVALID, "'model' is required");
+    }
+    if (st == ATLAS_OK) st = atlas_ollama_model(s, want, &q.model);
+    if (st == ATLAS_OK) st = atlas_param_bool(body, "truncate", &q.truncate, &param);
+    if (st == ATLAS_OK) st = atlas_param_keep_alive(body, &q.keep_alive_ms, &param);
+    if (st == ATLAS_OK && !legacy) st = atlas_embed_dimensions(s, body, &q, &param);
+    else if (st == ATLAS_OK) st = atlas_embed_dimensions(s, NULL, &q, &param);
+    if (st == ATLAS_OK && legacy && !json_is_string(json_object_get(body, "prompt"))) {
+        param = "prompt";
+        st = atlas_fail(ATLAS_ERR_INVALID, "'prompt' must be a string");
+    }
+    if (st == ATLAS_OK)
+        st = atlas_embed_inputs(s, body, legacy ? "prompt" : "input", &q, &param);
+    if (st == ATLAS_OK) st = atlas_embed_run(s, call, &q, &vecs, &tokens, &end, &param);
+    call->log.tokens_in = tokens;
+    json_t *v = NULL;
+    if (vecs && legacy) {
+        v = json_pack("{s:o}", "embedding", atlas_embed_floats(vecs, q.dims));
+    } else if (vecs) {
+        json_t *all = json_array();
+        for (int i = 0; all && i < q.count; i++)
+            if (json_array_append_new(all, atlas_embed_floats(vecs + (size_t)i * q.dims, q.dims)))
+                json_decref(all), all = NULL;
+        json_int_t ns = (json_int_t)((atlas_http_now() - call->t_start) * 1e9);
+        v = json_pack("{s:s,s:o,s:I,s:I,s:I}", "model", q.model, "embeddings", all,
+                      "total_duration", ns, "load_duration", (json_int_t)0,
+                      "prompt_eval_count", (json_int_t)tokens);
+    }
+    if (v) atlas_http_reply_json(r, 200, v);
+    else if (vecs) atlas_api_error_fail(r, atlas_fail(ATLAS_ERR_NOMEM, "out of memory"), NULL);
+    else atlas_embed_fail(r, st, end, param);
+    free(vecs);
+    atlas_embed_req_free(&q);
 }
 
 /* --- errors ------------------------------------------------------------------------------- */

@@ -14,6 +14,7 @@
 #include "server/anthropic.h"
 #include "server/api.h"
 #include "server/errors.h"
+#include "server/embed.h"
 #include "server/ollama.h"
 #include "server/respstore.h"
 #include "server/responses.h"
@@ -62,6 +63,7 @@ static const route routes[] = {
     {"POST", "/v1/models/{}/unload", atlas_api_model_unload, ATLAS_ROUTE_MODEL_UNLOAD, false},
     {"GET", "/v1/models/{}", atlas_api_model_get, ATLAS_ROUTE_MODELS, false},
     {"POST", "/v1/responses", atlas_responses_create, ATLAS_ROUTE_RESPONSES, false},
+    {"POST", "/v1/embeddings", atlas_api_embeddings, ATLAS_ROUTE_EMBEDDINGS, false},
     {"GET", "/v1/responses/{}/input_items", atlas_responses_input_items, ATLAS_ROUTE_RESPONSES,
      false},
     {"GET", "/v1/responses/{}", atlas_responses_get, ATLAS_ROUTE_RESPONSES, false},
