@@ -113,6 +113,7 @@ atlas_status atlas_embed_dimensions(atlas_server *s, const json_t *body, atlas_e
         size_t len = strlen(list);
         snprintf(list + len, sizeof list - len, "%s%d", i ? ", " : "", info.matryoshka[i]);
     }
+    *param = "dimensions";
     if (!ok)
         return atlas_fail(ATLAS_ERR_INVALID, "'dimensions' %lld is not one of model '%s''s "
                           "Matryoshka dimensions (%s)", (long long)want, q->model, list);
