@@ -10,7 +10,6 @@
 
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
-#include "core/error.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/params.h"

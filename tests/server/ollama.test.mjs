@@ -222,7 +222,7 @@ test('errors: Ollama\'s shape with the status the failure deserves', async () =>
   await refused(ollama.chat({ model: 'default', messages: [{ role: 'user', content: 'x', images: ['AAAA'] }] }), 400, /images/);
   await refused(ollama.generate({ model: 'default', prompt: 'x', suffix: 'y' }), 400, /'suffix'/);
   await refused(ollama.show({ model: 'nope' }), 404, /not found/);
-  await refused(ollama.embed({ model: 'default', input: 'x' }), 501, /embeddings are not served/);
+  await refused(ollama.embed({ model: 'default', input: 'x' }), 400, /'default' is not an embedding model/);
   const raw = await postJSON(srv.base, '/api/chat', '{"model": ');
   assert.equal(raw.status, 400);
   assert.deepEqual(Object.keys(raw.json), ['error']);
