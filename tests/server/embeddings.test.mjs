@@ -30,8 +30,9 @@ before(async () => {
   const models = ['emb', 'raw', 'mean', 'cls', 'mat'].map((name) => ({ name, dir: name }));
   models.push({ name: 'preset-mat', dir: 'emb', matryoshka_dimensions: [16] });
   writeFileSync(path.join(root, 'models.json'), JSON.stringify({ models }));
+  // a step of 24 tokens: an input of 64 is computed (and pooled) over three steps
   srv = await startServer(['--models-preset', path.join(root, 'models.json'), '--model', DEFAULT,
-    '--max-resident', '7', '--ctx-size', String(CTX)]);
+    '--max-resident', '7', '--ctx-size', String(CTX), '--batch-tokens', '24', '--parallel', '8']);
   openai = srv.client();
   ollama = new Ollama({ host: srv.base });
 });
@@ -115,11 +116,16 @@ test('pooling: mean, last and cls against the prefixes\' last hidden states', as
   close(l, lasts[S.length - 1], 0, 'last-token pooling');
   close(n, l.map((x) => x / norm(l)), 1e-6, 'normalised');
   assert.ok(maxDiff(m, l) > 1e-3 && maxDiff(c, l) > 1e-3 && maxDiff(m, c) > 1e-3, 'the poolings differ');
-  // a prompt longer than a step's budget is pooled over its chunks
+  // an input longer than a step's budget is pooled over its chunks, beside other inputs'
   const long = Array.from({ length: CTX }, (_, i) => (i * 37) % 256);
-  const [ml] = await vectors('mean', [long]);
+  const [ml, , mlShort] = await vectors('mean', [long, [1, 2, 3], S]);
+  const [cl] = await vectors('cls', [long]);
+  const [rl] = await vectors('raw', [long]);
   const ll = await vectors('raw', long.map((_, k) => long.slice(0, k + 1)));
   close(ml, ll[0].map((_, j) => ll.reduce((s, v) => s + v[j], 0) / ll.length), 1e-5 * scale, 'mean of 64');
+  close(cl, ll[0], 1e-5 * scale, 'cls of 64');
+  close(rl, ll[CTX - 1], 1e-5 * scale, 'last of 64');
+  close(mlShort, m, 1e-5 * scale, 'mean of 7 beside a long input');
 });
 
 test('dimensions: Matryoshka widths from config.json or the models file, else a 400', async () => {
