@@ -6,13 +6,17 @@
  *   cls, Normalize, Matryoshka widths, and each refusal by name: another pooling mode, two
  *   modes, include_prompt false, a Dense module, no Pooling module, a Qwen3Model without
  *   modules.json, bidirectional attention (is_causal false, use_bidirectional_attention, a
- *   gte-Qwen2 name).  The server's tests (tests/server/embeddings.test.mjs) run the pooling. */
+ *   gte-Qwen2 name).
+ * - The engine, before any load: embedding_info, the models file's Matryoshka widths (and
+ *   their refusals), and which requests each kind of model takes.
+ * The server's tests (tests/server/embeddings.test.mjs) run the pooling. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "atlas/engine.h"
 #include "atlas/model.h"
 #include "ckpt.h"
 #include "core/dtype.h"
@@ -160,8 +164,75 @@ static void test_layouts(void) {
                       "", POOL("lasttoken", ""), &c), ATLAS_ERR_UNSUPPORTED, "gte-Qwen2");
 }
 
+static void on_event(const atlas_event *ev, void *user) {
+    (void)ev, (void)user;
+}
+
+/* The engine's side, before any load: what an embedding model is (embedding_info, the models
+ * file's Matryoshka widths over config.json's) and which requests each kind of model takes. */
+static void test_engine(void) {
+    char emb[512], gen[1024];
+    snprintf(gen, sizeof gen, "%s/small/qk-norm", harness_data_dir());
+    if (!harness_mkdtemp(emb, sizeof emb, "embed-engine")) return;
+    char text[2048], sub[600];
+    snprintf(text, sizeof text, CONFIG, "Qwen3ForCausalLM", ", \"matryoshka_dimensions\": [8]");
+    ckpt_write_text(emb, "config.json", text);
+    snprintf(text, sizeof text, MODULES, "");
+    ckpt_write_text(emb, "modules.json", text);
+    snprintf(sub, sizeof sub, "%s/1_Pooling", emb);
+    CHECK(mkdir(sub, 0755) == 0);
+    ckpt_write_text(sub, "config.json", POOL("mean_tokens", ""));
+    static const int widths[] = {16, 32};
+    atlas_engine_model models[2] = {{.name = "emb", .dir = emb}, {.name = "gen", .dir = gen}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = models;
+    p.n_models = 2;
+    p.device = ATLAS_DEVICE_CPU;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    atlas_engine_embedding info;
+    if (e) {
+        CHECK_OK(atlas_engine_embedding_info(e, "emb", &info));
+        CHECK(info.is_embedding && !strcmp(info.pooling, "mean") && !info.normalize &&
+              info.dims == 32 && info.n_matryoshka == 1 && info.matryoshka[0] == 8);
+        CHECK_OK(atlas_engine_embedding_info(e, "gen", &info));
+        CHECK(!info.is_embedding && !info.pooling);
+        int32_t ids[3] = {1, 2, 3};
+        atlas_request r = {.model = "emb", .prompt = ids, .n_prompt = 3,
+                           .sampling = atlas_sampler_default_params()};
+        refused(atlas_engine_submit(e, &r, on_event, NULL, NULL), ATLAS_ERR_INVALID,
+                "'emb' is an embedding model");
+        r.model = "gen";
+        r.embed = 1;
+        refused(atlas_engine_submit(e, &r, on_event, NULL, NULL), ATLAS_ERR_INVALID,
+                "'gen' is not an embedding model");
+        atlas_engine_free(e);
+        e = NULL;
+    }
+    models[0].matryoshka_dims = widths; /* the models file's widths replace config.json's */
+    models[0].n_matryoshka_dims = 2;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (e) {
+        CHECK_OK(atlas_engine_embedding_info(e, "emb", &info));
+        CHECK(info.n_matryoshka == 2 && info.matryoshka[0] == 16 && info.matryoshka[1] == 32);
+        atlas_engine_free(e);
+        e = NULL;
+    }
+    static const int too_wide[] = {64};
+    models[0].matryoshka_dims = too_wide;
+    models[0].n_matryoshka_dims = 1;
+    refused(atlas_engine_create(&p, &e), ATLAS_ERR_INVALID, "matryoshka dimension 64 outside 1..32");
+    models[0].n_matryoshka_dims = 0;
+    models[1].matryoshka_dims = widths;
+    models[1].n_matryoshka_dims = 1;
+    refused(atlas_engine_create(&p, &e), ATLAS_ERR_INVALID, "not an embedding model");
+    atlas_engine_free(e);
+    harness_rm_rf(emb);
+}
+
 int main(void) {
     test_hidden_rows();
     test_layouts();
+    test_engine();
     return harness_finish();
 }
