@@ -4,8 +4,12 @@
  *   largest 448, NaN 0x7F / 0xFF, signed zero); AWQ's interleaved nibble order and GPTQ's
  *   order and zero offset (gptq stores zero - 1, gptq_v2 the zero), read through
  *   atlas_quant_bind from checkpoints written here word by word, and dequantized by the CPU
- *   backend's matmul (one-hot inputs read back the weights' columns).
- * - quantization_config: what is refused names the method (and lists what is read).
+ *   backend's matmul (one-hot inputs read back the weights' columns); the same for
+ *   compressed-tensors' pack_to_int32 (signed values plus 8, weights packed along the row,
+ *   zero points along the column, padded words at both ends).
+ * - quantization_config and hf_quant_config.json: what is refused names the method (and
+ *   lists what is read); what is read and not applied (static activation scales, an FP8 KV
+ *   cache) is said in the quantization string.
  * - End to end: tools/quant/quantize.py (the published layouts, written from their specs, not
  *   from atlas's code) quantizes a small checkpoint into every layout and writes the same
  *   weights dequantized to float32; the engine's logits on the quantized directory must
@@ -238,6 +242,88 @@ static void test_awq_gptq(void) {
     free(buf);
 }
 
+/* ---- compressed-tensors pack-quantized ------------------------------------------------ */
+
+/* 12 outputs x 20 inputs in groups of 10: neither a multiple of 8, so both packed tensors end
+ * in a padded word. Signed values q in [-8, 7], zero points z in [-8, 7]; the published rule
+ * (compressed-tensors' pack_to_int32) stores v + 8, eight a word, the first in the lowest
+ * nibble: weights along a row (column 8j+k in nibble k of word j), zero points along a
+ * column (row 8i+k in nibble k of word row i). w = (q - z) * s; symmetric: z = 0. */
+enum { CR = 12, CC = 20, CG = 10, CW = (CC + 7) / 8, CZ = (CR + 7) / 8 };
+static int ct_q(int r, int c) { return (r + 3 * c) % 16 - 8; }
+static int ct_z(int r, int g) { return (5 * r + g) % 16 - 8; }
+
+static uint16_t bf16_of(float f) { /* exact for the small quarters used here */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static void check_ct_int4(const char *what, bool sym, const tensor *t, int n) {
+    atlas_quant_config qc = {.method = ATLAS_QM_CT_INT4, .group = CG, .symmetric = sym};
+    char *buf = NULL;
+    atlas_st *st = st_of(t, n, &buf);
+    atlas_qweight q;
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q));
+    CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
+    float w[CR * CC];
+    memset(w, 0, sizeof w);
+    if (q.quantized && q.packed) read_back(&q, w);
+    int bad = 0;
+    for (int r = 0; r < CR; r++)
+        for (int c = 0; c < CC; c++) {
+            int g = c / CG;
+            float want = (float)(ct_q(r, c) - (sym ? 0 : ct_z(r, g))) * sv(r, g);
+            if (w[r * CC + c] != want && bad++ < 3)
+                fprintf(stderr, "%s: w[%d][%d] = %g, want %g\n", what, r, c, w[r * CC + c], want);
+        }
+    CHECK_MSG(bad == 0, "%s: %d weights differ", what, bad);
+    atlas_qweight_free(&q);
+    atlas_st_free(st);
+    free(buf);
+}
+
+static void test_ct_int4(void) {
+    int32_t packed[CR][CW], zp[CZ][CC / CG];
+    uint16_t sc[CR][CC / CG];
+    int64_t shape[2] = {CR, CC};
+    memset(packed, 0, sizeof packed); /* the padding nibbles are zero */
+    memset(zp, 0, sizeof zp);
+    for (int r = 0; r < CR; r++)
+        for (int c = 0; c < CC; c++)
+            packed[r][c / 8] = (int32_t)((uint32_t)packed[r][c / 8] |
+                                         (uint32_t)(ct_q(r, c) + 8) << (4 * (c % 8)));
+    for (int r = 0; r < CR; r++)
+        for (int g = 0; g < CC / CG; g++) {
+            zp[r / 8][g] = (int32_t)((uint32_t)zp[r / 8][g] |
+                                     (uint32_t)(ct_z(r, g) + 8) << (4 * (r % 8)));
+            sc[r][g] = bf16_of(sv(r, g));
+        }
+    tensor t[] = {{"m.weight_packed", "I32", 2, {CR, CW}, packed, sizeof packed},
+                  {"m.weight_scale", "BF16", 2, {CR, CC / CG}, sc, sizeof sc},
+                  {"m.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+                  {"m.weight_zero_point", "I32", 2, {CZ, CC / CG}, zp, sizeof zp}};
+    check_ct_int4("compressed-tensors INT4 symmetric", true, t, 3);
+    check_ct_int4("compressed-tensors INT4 with zero points", false, t, 4);
+    /* weight_shape must say the model's shape */
+    shape[1] = CC + 2;
+    char *buf = NULL;
+    atlas_st *st = st_of(t, 4, &buf);
+    atlas_quant_config qc = {.method = ATLAS_QM_CT_INT4, .group = CG};
+    atlas_qweight q;
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "weight_shape") != NULL);
+    atlas_st_free(st);
+    free(buf);
+    /* asymmetric without its zero points: the missing tensor is named */
+    shape[1] = CC;
+    st = st_of(t, 3, &buf);
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q) == ATLAS_ERR_NOT_FOUND);
+    CHECK(strstr(atlas_last_error(), "m.weight_zero_point") != NULL);
+    atlas_st_free(st);
+    free(buf);
+}
+
 /* ---- the INT4 kernels against the plain path --------------------------------------------- */
 
 static uint64_t krng = 0x9e3779b97f4a7c15ull;
@@ -459,15 +545,68 @@ static void test_config(void) {
     refused("{\"quant_method\":\"awq\",\"version\":\"gemv\",\"bits\":4}", "gemv");
     refused("{\"quant_method\":\"awq\",\"version\":\"gemv_fast\",\"bits\":4}", "gemv_fast");
     refused("{\"quant_method\":\"gptq\",\"bits\":4,\"checkpoint_format\":\"marlin\"}", "marlin");
-    refused("{\"quant_method\":\"gptq\",\"bits\":8}", "8 bits");
-    refused("{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}", "static");
-    refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
-            "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,"
-            "\"type\":\"float\",\"strategy\":\"tensor\"},\"input_activations\":{\"num_bits\":8,"
-            "\"type\":\"float\",\"dynamic\":false}}}}", "input_activations");
-    refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\"}",
-            "pack-quantized");
+    refused("{\"quant_method\":\"gptq\",\"bits\":8}", "gptq with 8 bits: only 4-bit GPTQ");
+    /* static activation scales: read, not applied (weight-only), and said */
+    char str[96];
+    CHECK_OK(parse("{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}", &qc));
+    CHECK(qc.method == ATLAS_QM_FP8 && qc.static_act &&
+          strstr(atlas_quant_config_str(&qc, str, sizeof str), "weight-only"));
+    CHECK_OK(parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"targets\":[\"Linear\"],\"weights\":{"
+                   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\"},"
+                   "\"input_activations\":{\"num_bits\":8,\"type\":\"float\",\"dynamic\":false}}}}",
+                   &qc));
+    CHECK(qc.method == ATLAS_QM_CT_FP8 && qc.static_act);
     refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"W4A8_AWQ\"}", "W4A8_AWQ");
+    refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"FP8_PB_WO\"}", "FP8_PB_WO");
+    refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"FP8\",\"kv_cache_scheme\":"
+            "{\"num_bits\":4,\"type\":\"float\"}}", "kv_cache_scheme");
+    /* ModelOpt FP8 in config.json: an FP8 KV cache (object or, older, string) is not applied */
+    CHECK_OK(parse("{\"quant_method\":\"modelopt\",\"quant_algo\":\"FP8\",\"ignore\":[\"lm_head\","
+                   "\"*.mlp.gate\"],\"kv_cache_scheme\":{\"dynamic\":false,\"num_bits\":8,\"type\":"
+                   "\"float\"}}", &qc));
+    CHECK(qc.method == ATLAS_QM_MODELOPT_FP8 && qc.kv_fp8 && qc.static_act && qc.n_ignore == 2);
+    CHECK(!strcmp(atlas_quant_config_str(&qc, str, sizeof str),
+                  "modelopt (FP8 e4m3, per-tensor, weight-only; KV cache unquantized)"));
+    CHECK_OK(parse("{\"quant_method\":\"modelopt\",\"quant_algo\":\"fp8\",\"kv_cache_scheme\":"
+                   "\"FP8\"}", &qc));
+    CHECK(qc.method == ATLAS_QM_MODELOPT_FP8 && qc.kv_fp8);
+    /* compressed-tensors pack-quantized: 4-bit integers only, weight-only */
+#define CT_INT4(w, in) "{\"quant_method\":\"compressed-tensors\",\"format\":\"pack-quantized\"," \
+    "\"config_groups\":{\"group_0\":{\"targets\":[\"Linear\"],\"weights\":{" w "}," \
+    "\"input_activations\":" in "}},\"ignore\":[\"lm_head\"]}"
+    CHECK_OK(parse(CT_INT4("\"num_bits\":4,\"type\":\"int\",\"symmetric\":true,\"strategy\":"
+                           "\"group\",\"group_size\":128,\"actorder\":\"group\"", "null"), &qc));
+    CHECK(qc.method == ATLAS_QM_CT_INT4 && qc.group == 128 && qc.symmetric && qc.desc_act &&
+          qc.n_ignore == 1);
+    CHECK_OK(parse(CT_INT4("\"num_bits\":4,\"type\":\"int\",\"symmetric\":false,\"strategy\":"
+                           "\"channel\",\"actorder\":\"weight\"", "null"), &qc));
+    CHECK(qc.method == ATLAS_QM_CT_INT4 && qc.group == 0 && !qc.symmetric && !qc.desc_act);
+    refused(CT_INT4("\"num_bits\":8,\"type\":\"int\",\"strategy\":\"channel\"", "null"),
+            "8-bit integers");
+    refused(CT_INT4("\"num_bits\":4,\"type\":\"int\",\"strategy\":\"group\",\"group_size\":128",
+                    "{\"num_bits\":8,\"type\":\"int\",\"dynamic\":true}"), "W4A8");
+    refused(CT_INT4("\"num_bits\":4,\"type\":\"int\",\"strategy\":\"tensor\"", "null"),
+            "strategy tensor");
+#undef CT_INT4
+    refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"int-quantized\"}",
+            "int-quantized (8-bit integers");
+    /* ModelOpt's hf_quant_config.json */
+    json_error_t e;
+    json_t *hf = json_loads("{\"producer\":{\"name\":\"modelopt\",\"version\":\"0.19.0\"},"
+                            "\"quantization\":{\"quant_algo\":\"FP8\",\"kv_cache_quant_algo\":"
+                            "\"FP8\",\"exclude_modules\":[\"lm_head\"]}}", 0, &e);
+    CHECK_OK(atlas_quant_config_parse_hf("m/hf_quant_config.json", hf, &qc));
+    CHECK(qc.method == ATLAS_QM_MODELOPT_FP8 && qc.kv_fp8 && qc.n_ignore == 1);
+    json_object_set_new(json_object_get(hf, "quantization"), "kv_cache_quant_algo",
+                        json_string("NVFP4"));
+    CHECK(atlas_quant_config_parse_hf("m/hf_quant_config.json", hf, &qc) == ATLAS_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(atlas_last_error(), "m/hf_quant_config.json: field \"quantization\": "
+                     "kv_cache_quant_algo NVFP4"), "%s", atlas_last_error());
+    json_object_set_new(json_object_get(hf, "producer"), "name", json_string("other"));
+    CHECK(atlas_quant_config_parse_hf("m/hf_quant_config.json", hf, &qc) == ATLAS_ERR_UNSUPPORTED);
+    CHECK(strstr(atlas_last_error(), "producer other") != NULL);
+    json_decref(hf);
     refused("{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\",\"group_size\":32}",
             "group_size 32");
 }
@@ -482,7 +621,14 @@ static size_t stored_bytes(const char *dir) {
     atlas_st *st = NULL;
     CHECK_OK(atlas_st_open_dir(dir, &st));
     size_t sum = 0;
-    for (size_t i = 0; st && i < atlas_st_count(st); i++) sum += atlas_st_at(st, i)->nbytes;
+    for (size_t i = 0; st && i < atlas_st_count(st); i++) {
+        const atlas_tensor_view *v = atlas_st_at(st, i);
+        size_t n = strlen(v->name);
+        /* an FP8 KV cache's scales are left unused (the KV stays in the compute type) */
+        if (n > 8 && (!strcmp(v->name + n - 8, ".k_scale") || !strcmp(v->name + n - 8, ".v_scale")))
+            continue;
+        sum += v->nbytes;
+    }
     atlas_st_free(st);
     return sum;
 }
@@ -590,6 +736,13 @@ static void test_end_to_end(void) {
         {"ct-nvfp4", "qk-norm", "", "mlp NVFP4 e2m1 group 16"},
         /* transformers' FbgemmFp8Config: float32 scales per channel, lm_head left alone */
         {"fbgemm", "odd-heads", "", "mlp FP8 e4m3 per-channel"},
+        /* ModelOpt FP8 in config.json, and in hf_quant_config.json with an FP8 KV cache's
+         * scales and a glob in exclude_modules (down_proj left unquantized) */
+        {"modelopt-fp8", "qk-norm", "", "mlp FP8 e4m3 per-tensor"},
+        {"modelopt-fp8-hf", "odd-heads", "", "attention FP8 e4m3 per-tensor"},
+        /* compressed-tensors pack-quantized: zero points and act-order; symmetric channel */
+        {"ct-int4", "qk-norm", "--group 8 --act-order", "attention INT4 group 8 act-order"},
+        {"ct-int4", "odd-heads", "--group -1 --sym", "mlp INT4 one group a row"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");
@@ -636,6 +789,7 @@ static void test_end_to_end(void) {
 int main(void) {
     test_e4m3();
     test_awq_gptq();
+    test_ct_int4();
     test_e2m1_e8m0();
     test_fp4();
     test_int4_kernels();

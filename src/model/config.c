@@ -681,6 +681,24 @@ atlas_status atlas_config_parse_generation(const char *json, size_t len, const c
     return s;
 }
 
+/* A ModelOpt export may keep its quantization in hf_quant_config.json beside config.json
+ * (read, as vLLM does, only where config.json has no quantization_config). */
+static atlas_status read_hf_quant(const char *dir, atlas_config *out) {
+    char path[4096];
+    char *text;
+    size_t len;
+    json_t *root;
+    ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "hf_quant_config.json"));
+    if (!atlas_file_exists(path)) return ATLAS_OK;
+    ATLAS_TRY(atlas_file_read(path, &text, &len));
+    atlas_status s = load_json(text, len, path, &root);
+    free(text);
+    if (s != ATLAS_OK) return s;
+    s = atlas_quant_config_parse_hf(path, root, &out->quant);
+    json_decref(root);
+    return s;
+}
+
 atlas_status atlas_config_load(const char *dir, atlas_config *out) {
     char path[4096];
     char *text;
@@ -696,6 +714,7 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
     s = atlas_config_parse(text, len, path, out);
     free(text);
     if (s != ATLAS_OK) return s;
+    if (out->quant.method == ATLAS_QM_NONE) ATLAS_TRY(read_hf_quant(dir, out));
     ATLAS_TRY(atlas_pooling_load(dir, out));
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "generation_config.json"));
     if (!atlas_file_exists(path)) return ATLAS_OK;

@@ -155,6 +155,12 @@ static atlas_status bind_fp8(qfind *f, const atlas_quant_config *qc, const atlas
     }
     q->scale_cols = (int)gcol;
     out->codes = w;
+    if (qc->static_act) { /* checked and left unused: the matmul runs weight-only */
+        const atlas_tensor_view *in;
+        ATLAS_TRY(need(f, "input_scale", FLOATS, 0, 0, 0, &in));
+        if (in->nbytes != atlas_dtype_size(in->dtype) || in->n_dims > 1)
+            return shape_err(in, "[] or [1]");
+    }
     if (read) ATLAS_TRY(read_floats(s, (size_t)(grow * gcol), &out->scales));
     q->scales = out->scales;
     return ATLAS_OK;
@@ -260,10 +266,50 @@ static atlas_status repack_gptq(const int32_t *qw, const int32_t *qz, bool v2, a
     return ATLAS_OK;
 }
 
+/* compressed-tensors pack-quantized: weight_packed [out, ceil(in/8)] (column 8j+k in nibble
+ * k), weight_zero_point [ceil(out/8), groups] (row 8i+k in nibble k); both store the signed
+ * 4-bit value plus 8, so w = (q - z) * s reads the nibbles as they are, and a symmetric
+ * layout's zero is 8. */
+static void repack_ct(const int32_t *qw, const int32_t *qz, atlas_qweight *o) {
+    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
+    uint8_t *p = o->packed;
+    memset(p, 0, o->packed_bytes);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            uint8_t v = ((uint32_t)qw[r * wpr + c / 8] >> (4 * (c % 8))) & 0xf;
+            p[r * (cols / 2) + c / 2] |= (uint8_t)(v << ((c & 1) * 4));
+        }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < groups; g++)
+            o->zeros[r * groups + g] =
+                qz ? (float)(((uint32_t)qz[(r / 8) * groups + g] >> (4 * (r % 8))) & 0xf) : 8.0f;
+}
+
 /* scales [groups, rows] (the checkpoint's [in/g, out]) transposed to the grid [rows, groups]. */
 static void transpose(float *f, int64_t groups, int64_t rows, float *out) {
     for (int64_t g = 0; g < groups; g++)
         for (int64_t r = 0; r < rows; r++) out[r * groups + g] = f[g * rows + r];
+}
+
+/* A g_idx out of range is refused; one in the plain i / group order is dropped (the tile
+ * reads groups in order). Then the grids are handed to the weight format. */
+static atlas_status check_g_idx(const atlas_tensor_view *gi, int64_t group, atlas_qweight *out) {
+    int64_t groups = out->q.scale_cols;
+    bool plain = true;
+    for (int64_t i = 0; out->g_idx && i < out->cols; i++) {
+        if (out->g_idx[i] < 0 || out->g_idx[i] >= groups)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s[%lld] = %d is not a group (0..%lld)",
+                              gi->name, (long long)i, out->g_idx[i], (long long)groups - 1);
+        plain &= out->g_idx[i] == i / group;
+    }
+    if (out->g_idx && plain) {
+        free(out->g_idx);
+        out->g_idx = NULL;
+    }
+    out->q.scales = out->scales;
+    out->q.zeros = out->zeros;
+    out->q.g_idx = out->g_idx;
+    return ATLAS_OK;
 }
 
 static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t rows,
@@ -300,24 +346,60 @@ static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t ro
     if (st == ATLAS_OK && gi) st = read_ints(gi, &out->g_idx);
     if (st == ATLAS_OK) st = awq ? repack_awq(w, z, out) : repack_gptq(w, z, qc->gptq_v2, out);
     if (st == ATLAS_OK) transpose(s, groups, rows, out->scales);
-    /* a g_idx that is the plain i / group order is dropped: the tile reads groups in order */
-    bool plain = true;
-    for (int64_t i = 0; st == ATLAS_OK && out->g_idx && i < cols; i++) {
-        if (out->g_idx[i] < 0 || out->g_idx[i] >= groups)
-            st = atlas_fail(ATLAS_ERR_FORMAT, "%s: g_idx[%lld] = %d is not a group (0..%lld)",
-                            gi->name, (long long)i, out->g_idx[i], (long long)groups - 1);
-        plain &= out->g_idx[i] == i / group;
-    }
-    if (st == ATLAS_OK && out->g_idx && plain) {
-        free(out->g_idx);
-        out->g_idx = NULL;
-    }
+    if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
     free(w);
     free(z);
     free(s);
-    out->q.scales = out->scales;
-    out->q.zeros = out->zeros;
-    out->q.g_idx = out->g_idx;
+    return st;
+}
+
+/* compressed-tensors pack-quantized (repack_ct): weight_packed, weight_scale [out, groups],
+ * weight_zero_point unless symmetric, weight_shape [2] = [out, in], weight_g_idx (actorder
+ * group). */
+static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t rows,
+                                 int64_t cols, bool read, atlas_qweight *out) {
+    int64_t group = qc->group ? qc->group : cols;
+    if (cols % 2 || cols % group)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: %lld columns are not whole groups of %lld "
+                          "(an even number)", f->module, (long long)cols, (long long)group);
+    int64_t groups = cols / group;
+    const atlas_tensor_view *qw, *sc, *shape, *qz = NULL, *gi = NULL;
+    ATLAS_TRY(need(f, "weight_packed", INT32, 2, rows, cdiv(cols, 8), &qw));
+    ATLAS_TRY(need(f, "weight_scale", FLOATS, 2, rows, groups, &sc));
+    ATLAS_TRY(need(f, "weight_shape", INT32 | (1u << ATLAS_DTYPE_I64), 1, 2, 0, &shape));
+    if (!qc->symmetric)
+        ATLAS_TRY(need(f, "weight_zero_point", INT32, 2, cdiv(rows, 8), groups, &qz));
+    char gname[256];
+    snprintf(gname, sizeof gname, "%s.weight_g_idx", f->module);
+    if (atlas_st_find(f->st, gname)) ATLAS_TRY(need(f, "weight_g_idx", INT32, 1, cols, 0, &gi));
+    out->q = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = (int)group,
+                            .scale_cols = (int)groups};
+    out->act_order = gi && qc->desc_act;
+    if (!read) return ATLAS_OK;
+    int64_t dims[2] = {0, 0};
+    int32_t *w = NULL, *z = NULL;
+    out->packed_bytes = (size_t)(rows * cols / 2);
+    out->packed = malloc(out->packed_bytes);
+    out->zeros = malloc((size_t)(rows * groups) * sizeof(float));
+    atlas_status st = out->packed && out->zeros ? read_view(shape, dims)
+                                                : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    if (st == ATLAS_OK && shape->dtype == ATLAS_DTYPE_I32) {
+        int32_t d32[2];
+        memcpy(d32, dims, sizeof d32);
+        dims[0] = d32[0], dims[1] = d32[1];
+    }
+    if (st == ATLAS_OK && (dims[0] != rows || dims[1] != cols))
+        st = atlas_fail(ATLAS_ERR_FORMAT, "%s: weight_shape [%lld, %lld], but the model's %s is "
+                        "[%lld, %lld]", shape->name, (long long)dims[0], (long long)dims[1],
+                        f->module, (long long)rows, (long long)cols);
+    if (st == ATLAS_OK) st = read_ints(qw, &w);
+    if (st == ATLAS_OK && qz) st = read_ints(qz, &z);
+    if (st == ATLAS_OK) st = read_floats(sc, (size_t)(rows * groups), &out->scales);
+    if (st == ATLAS_OK && gi) st = read_ints(gi, &out->g_idx);
+    if (st == ATLAS_OK) repack_ct(w, z, out);
+    if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
+    free(w);
+    free(z);
     return st;
 }
 
@@ -331,11 +413,13 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
     out->cols = cols;
     if (qc->method == ATLAS_QM_NONE) return ATLAS_OK;
     char name[256];
-    bool int4 = qc->method == ATLAS_QM_AWQ || qc->method == ATLAS_QM_GPTQ;
+    bool ct4 = qc->method == ATLAS_QM_CT_INT4;
+    bool int4 = qc->method == ATLAS_QM_AWQ || qc->method == ATLAS_QM_GPTQ || ct4;
     bool fp4 = qc->method == ATLAS_QM_MXFP4 || qc->method == ATLAS_QM_NVFP4 ||
                qc->method == ATLAS_QM_CT_NVFP4;
-    const char *head = int4 ? "qweight" : qc->method == ATLAS_QM_MXFP4 ? "weight_blocks"
-                               : qc->method == ATLAS_QM_CT_NVFP4 ? "weight_packed" : "weight";
+    const char *head = ct4 ? "weight_packed" : int4 ? "qweight"
+                       : qc->method == ATLAS_QM_MXFP4 ? "weight_blocks"
+                       : qc->method == ATLAS_QM_CT_NVFP4 ? "weight_packed" : "weight";
     snprintf(name, sizeof name, "%s.%s", module, head);
     const atlas_tensor_view *w = atlas_st_find(st, name);
     bool quantized = int4 || (fp4 && strcmp(head, "weight")) ? w != NULL
@@ -359,7 +443,9 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
     qfind f = {st, module, used, 0};
     out->quantized = true;
     atlas_status s;
-    if (int4) {
+    if (ct4) {
+        s = bind_ct_int4(&f, qc, rows, cols, read, out);
+    } else if (int4) {
         s = bind_int4(&f, qc, rows, cols, read, out);
     } else if (fp4) {
         s = bind_fp4(&f, qc, rows, cols, read, out);

@@ -24,10 +24,24 @@
  *   `weight_packed`, `weight_scale` and a float32 `weight_global_scale` that divides:
  *   w = e2m1 * (e4m3(scale) / weight_global_scale). Both are W4A4 as published: the CPU runs
  *   them weight-only (the activations' `input_scale` / `input_global_scale` are not applied).
+ * - ModelOpt FP8 (`modelopt`, quant_algo FP8, in quantization_config or in the
+ *   hf_quant_config.json beside config.json): e4m3 `weight` [out, in], float32 `weight_scale`
+ *   [] that multiplies, float32 `input_scale` [] (static activations).
+ * - compressed-tensors `pack-quantized`, 4-bit integers (W4A16), strategy group or channel:
+ *   int32 `weight_packed` [out, ceil(in/8)] (column 8j + k in nibble k), `weight_scale`
+ *   [out, groups], int `weight_shape` [2]; with zero points (symmetric false) int32
+ *   `weight_zero_point` [ceil(out/8), groups] (row 8i + k in nibble k); every nibble holds
+ *   the signed value plus 8, so w = (q - z) * s on the nibbles, z = 8 when symmetric;
+ *   actorder group adds int32 `weight_g_idx` [in].
  * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4; FP4
  * codes are kept as stored, their scales turned into float32.
- * Weights are quantized, activations are not: the CPU multiplies in fp32 (weight-only), so
- * a checkpoint asking for static activation scales is refused by name. */
+ * Refused by name: 8-bit GPTQ and 8-bit integer weights of any method (W8A8, W8A16): they
+ * would need a weight format of their own, and FP8 serves eight bits a weight.
+ * Weights are quantized, activations are not: every format runs weight-only (activations in
+ * the compute type). A checkpoint that asks for static activation scales (W8A8 FP8, W4A4
+ * NVFP4) has them checked and left unused, and atlas_quant_config_str says "weight-only";
+ * one that asks for an FP8 KV cache keeps its KV in the compute type and says "KV cache
+ * unquantized" (its k_scale / v_scale are left unused). */
 #ifndef ATLAS_MODEL_QUANT_H
 #define ATLAS_MODEL_QUANT_H
 
@@ -49,6 +63,8 @@ typedef enum atlas_qmethod {
     ATLAS_QM_NVFP4,    /* quant_method modelopt, quant_algo NVFP4 */
     ATLAS_QM_CT_NVFP4, /* compressed-tensors nvfp4-pack-quantized */
     ATLAS_QM_FBGEMM_FP8, /* quant_method fbgemm_fp8: FP8 e4m3 per channel */
+    ATLAS_QM_MODELOPT_FP8, /* quant_method modelopt, quant_algo FP8: e4m3 per tensor */
+    ATLAS_QM_CT_INT4,      /* compressed-tensors pack-quantized: 4-bit integers */
 } atlas_qmethod;
 
 typedef enum atlas_qstrategy { ATLAS_QS_TENSOR, ATLAS_QS_CHANNEL, ATLAS_QS_BLOCK } atlas_qstrategy;
@@ -62,6 +78,12 @@ typedef struct atlas_quant_config {
     int group;                /* AWQ / GPTQ: input columns a group; 0: the whole row (-1) */
     bool gptq_v2;             /* GPTQ zeros stored as they are (not minus one) */
     bool desc_act;            /* GPTQ act-order: g_idx permutes the groups */
+    bool symmetric;           /* compressed-tensors INT4: no zero points stored (zero 8) */
+    /* what the checkpoint asks for that atlas does not apply, said by atlas_quant_config_str:
+     * static activation scales (W8A8, W4A4: the matmul runs weight-only, activations in the
+     * compute type) and an FP8 KV cache (the KV stays in the compute type) */
+    bool static_act;
+    bool kv_fp8;
     /* ignore / modules_to_not_convert / ignored_layers: "re:" entries are POSIX extended
      * regular expressions matched against the whole module name; others match as a part
      * of it (transformers' rule) */
@@ -73,6 +95,12 @@ typedef struct atlas_quant_config {
  * version or option atlas does not read is refused naming it and what is supported. q is a
  * json_t (kept opaque here so that this header needs no jansson). */
 atlas_status atlas_quant_config_parse(const char *file, const void *q, atlas_quant_config *out);
+
+/* Reads hf_quant_config.json (root, a json_t), which a ModelOpt export writes beside a
+ * config.json without quantization_config: {"producer": {"name": "modelopt", ...},
+ * "quantization": {"quant_algo": ..., "kv_cache_quant_algo": ..., "exclude_modules": [...]}}. */
+atlas_status atlas_quant_config_parse_hf(const char *file, const void *root,
+                                         atlas_quant_config *out);
 
 /* "fp8 (block 128x128)", "awq (INT4, group 128)", ...; "none". Into buf[cap]. */
 const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size_t cap);

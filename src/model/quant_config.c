@@ -10,9 +10,17 @@
 #include "model/quant.h"
 
 #define SUPPORTED "fp8 (e4m3, block or per-tensor), compressed-tensors (float-quantized FP8: " \
-                  "tensor, channel or block), awq (version gemm, 4-bit), gptq (4-bit, gptq or " \
-                  "gptq_v2), mxfp4, modelopt (NVFP4), compressed-tensors (nvfp4-pack-quantized), " \
-                  "fbgemm_fp8"
+                  "tensor, channel or block; pack-quantized 4-bit integers: group or channel), " \
+                  "awq (version gemm, 4-bit), gptq (4-bit, gptq or gptq_v2), mxfp4, modelopt " \
+                  "(FP8, NVFP4), compressed-tensors (nvfp4-pack-quantized), fbgemm_fp8"
+
+/* The object read: config.json's "quantization_config", or the "quantization" of the
+ * hf_quant_config.json a ModelOpt export writes beside it. */
+static const char *qfield(const char *file) {
+    size_t n = strlen(file), k = strlen("hf_quant_config.json");
+    return n >= k && !strcmp(file + n - k, "hf_quant_config.json") ? "quantization"
+                                                                    : "quantization_config";
+}
 
 __attribute__((format(printf, 2, 3))) static atlas_status refuse(const char *file,
                                                                   const char *fmt, ...) {
@@ -21,32 +29,32 @@ __attribute__((format(printf, 2, 3))) static atlas_status refuse(const char *fil
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"quantization_config\": %s; atlas reads "
-                      SUPPORTED, file, what);
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"%s\": %s; atlas reads " SUPPORTED,
+                      file, qfield(file), what);
 }
 
 static atlas_status read_ignore(const char *file, json_t *list, const char *field,
                                 atlas_quant_config *out) {
     if (!list || json_is_null(list)) return ATLAS_OK;
     if (!json_is_array(list))
-        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s\" is not a list",
-                          file, field);
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s.%s\" is not a list", file,
+                          qfield(file), field);
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e) {
         const char *s = json_string_value(e);
         if (!s || strlen(s) >= sizeof out->ignore[0] || out->n_ignore == ATLAS_QUANT_MAX_IGNORE)
-            return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s[%zu]\": not "
-                              "a string, longer than %zu bytes, or past %d entries", file, field,
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s.%s[%zu]\": not a string, longer "
+                              "than %zu bytes, or past %d entries", file, qfield(file), field,
                               i, sizeof out->ignore[0] - 1, ATLAS_QUANT_MAX_IGNORE);
         if (!strncmp(s, "re:", 3)) { /* checked here, so that matching never meets a bad one */
             char full[160];
             regex_t re;
             snprintf(full, sizeof full, "^(%s)$", s + 3);
             if (regcomp(&re, full, REG_EXTENDED | REG_NOSUB))
-                return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s[%zu]\": "
-                                  "\"%s\" is not a regular expression atlas reads (POSIX "
-                                  "extended)", file, field, i, s);
+                return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s.%s[%zu]\": \"%s\" is not "
+                                  "a regular expression atlas reads (POSIX extended)", file,
+                                  qfield(file), field, i, s);
             regfree(&re);
         }
         snprintf(out->ignore[out->n_ignore++], sizeof out->ignore[0], "%s", s);
@@ -82,12 +90,12 @@ static atlas_status parse_fp8(const char *file, json_t *q, atlas_quant_config *o
     if (strcmp(fmt, "e4m3")) {
         return refuse(file, "fp8 \"fmt\" %.32s (atlas reads e4m3)", fmt);
     }
-    if (strcmp(act, "dynamic")) {
-        return refuse(file, "fp8 activation_scheme %.32s: static FP8 activation scales "
-                      "are not supported yet (weight-only: dynamic)", act);
+    if (strcmp(act, "dynamic") && strcmp(act, "static")) {
+        return refuse(file, "fp8 activation_scheme %.32s (atlas reads dynamic and static)", act);
     }
     json_t *b = json_object_get(q, "weight_block_size");
     out->method = ATLAS_QM_FP8;
+    out->static_act = !strcmp(act, "static");
     out->strategy = ATLAS_QS_TENSOR;
     if (b && !json_is_null(b)) {
         ATLAS_TRY(read_block(file, b, "weight_block_size", out->block));
@@ -98,7 +106,33 @@ static atlas_status parse_fp8(const char *file, json_t *q, atlas_quant_config *o
     return read_ignore(file, json_object_get(q, "ignored_layers"), "ignored_layers", out);
 }
 
-/* compressed-tensors: one config group of FP8 weights over the Linear layers. */
+/* An FP8 KV cache the checkpoint asks for (compressed-tensors' kv_cache_scheme, ModelOpt's
+ * kv_cache_quant_algo) is not applied: the KV cache stays in the compute type, closer to the
+ * unquantized model than the publisher's, and its k_scale / v_scale tensors are left unused
+ * (model/weights.c). Any other KV format is refused by name. */
+static atlas_status read_kv(const char *file, json_t *q, atlas_quant_config *out) {
+    json_t *scheme = json_object_get(q, "kv_cache_scheme"), *algo =
+        json_object_get(q, "kv_cache_quant_algo");
+    if (json_is_string(scheme)) { /* ModelOpt's config.json, before it wrote the object */
+        algo = scheme;
+        scheme = NULL;
+    }
+    if (scheme && !json_is_null(scheme)) {
+        if (!json_is_object(scheme) || get_int(scheme, "num_bits", NULL, 0) != 8 ||
+            strcmp(get_str(scheme, "type", "?"), "float"))
+            return refuse(file, "kv_cache_scheme other than 8-bit floats (FP8)");
+        out->kv_fp8 = true;
+    }
+    if (algo && !json_is_null(algo)) {
+        const char *a = json_string_value(algo);
+        if (!a || strcasecmp(a, "FP8"))
+            return refuse(file, "kv_cache_quant_algo %.32s (atlas reads FP8, not applied)",
+                          a ? a : "(not a string)");
+        out->kv_fp8 = true;
+    }
+    return ATLAS_OK;
+}
+
 /* The one config group of compressed-tensors, or NULL after refusing. */
 static json_t *ct_group(json_t *q) {
     json_t *groups = json_object_get(q, "config_groups");
@@ -124,27 +158,82 @@ static atlas_status parse_ct_nvfp4(const char *file, json_t *q, atlas_quant_conf
         strcmp(get_str(w, "strategy", "?"), "tensor_group") || get_int(w, "group_size", NULL, 0) != 16)
         return refuse(file, "compressed-tensors nvfp4-pack-quantized weights other than 4-bit "
                       "floats, strategy tensor_group, group_size 16");
-    json_t *kv = json_object_get(q, "kv_cache_scheme");
-    if (kv && !json_is_null(kv))
-        return refuse(file, "compressed-tensors kv_cache_scheme (an FP8 KV cache) is not "
-                      "supported yet");
+    ATLAS_TRY(read_kv(file, q, out));
     out->method = ATLAS_QM_CT_NVFP4;
     out->group = 16;
     return read_ignore(file, json_object_get(q, "ignore"), "ignore", out);
 }
 
-/* ModelOpt's export (quantization_config, or hf_quant_config.json's "quantization"). */
+/* compressed-tensors pack-quantized: 4-bit integer weights, weight-only (W4A16), in groups
+ * along the input or one group a row (strategy channel), symmetric or with zero points. */
+static atlas_status parse_ct_int4(const char *file, json_t *q, atlas_quant_config *out) {
+    json_t *g = ct_group(q), *w = g ? json_object_get(g, "weights") : NULL;
+    if (!g) return refuse(file, "compressed-tensors with other than one config group of "
+                          "targets [\"Linear\"]");
+    if (!json_is_object(w) || strcmp(get_str(w, "type", "?"), "int"))
+        return refuse(file, "compressed-tensors pack-quantized weights other than integers");
+    int bits = get_int(w, "num_bits", NULL, 0);
+    if (bits != 4)
+        return refuse(file, "compressed-tensors pack-quantized with %d-bit integers (atlas reads "
+                      "4-bit; W8A16 / W8A8 are not supported)", bits);
+    json_t *in = json_object_get(g, "input_activations");
+    if (in && !json_is_null(in))
+        return refuse(file, "compressed-tensors pack-quantized with input_activations (W4A8 and "
+                      "the like: atlas reads weight-only W4A16)");
+    if (json_is_true(json_object_get(w, "dynamic")))
+        return refuse(file, "compressed-tensors pack-quantized with dynamic weights");
+    const char *strategy = get_str(w, "strategy", "?");
+    out->method = ATLAS_QM_CT_INT4;
+    out->symmetric = !json_is_false(json_object_get(w, "symmetric"));
+    if (!strcmp(strategy, "channel")) {
+        out->group = 0;
+    } else if (!strcmp(strategy, "group")) {
+        int gs = get_int(w, "group_size", NULL, 0);
+        if (gs < 2 || gs % 2 || gs > 65536)
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s.config_groups.*.weights."
+                              "group_size\": %d (want an even group size)", file, qfield(file),
+                              gs);
+        out->group = gs;
+    } else {
+        return refuse(file, "compressed-tensors pack-quantized strategy %.32s (atlas reads group "
+                      "and channel)", strategy);
+    }
+    /* actorder "group" (alias "dynamic"): weight_g_idx gives each column's group; "weight"
+     * (alias "static") reorders only the quantizer's visits, the columns keep their groups */
+    json_t *ao = json_object_get(w, "actorder");
+    const char *aos = json_string_value(ao);
+    bool by_group = aos && (!strcmp(aos, "group") || !strcmp(aos, "dynamic"));
+    if (aos && !by_group && strcmp(aos, "weight") && strcmp(aos, "static"))
+        return refuse(file, "compressed-tensors actorder %.32s (atlas reads group, weight and "
+                      "their aliases dynamic, static)", aos);
+    out->desc_act = by_group || json_is_true(ao);
+    ATLAS_TRY(read_kv(file, q, out));
+    return read_ignore(file, json_object_get(q, "ignore"), "ignore", out);
+}
+
+/* ModelOpt's export: config.json's quantization_config (its list "ignore", an FP8 KV as
+ * kv_cache_scheme) or hf_quant_config.json's "quantization" (the list "exclude_modules", an
+ * FP8 KV as kv_cache_quant_algo). FP8 is e4m3 with one float32 scale a tensor; NVFP4 is as
+ * model/quant.h says. Both quantize the activations with static scales (input_scale), which
+ * atlas does not apply. */
 static atlas_status parse_modelopt(const char *file, json_t *q, atlas_quant_config *out) {
     const char *algo = get_str(q, "quant_algo", "?");
-    if (strcmp(algo, "NVFP4")) {
-        return refuse(file, "modelopt quant_algo %.32s (atlas reads NVFP4)", algo);
+    if (!strcasecmp(algo, "FP8")) {
+        out->method = ATLAS_QM_MODELOPT_FP8;
+        out->strategy = ATLAS_QS_TENSOR;
+    } else if (!strcasecmp(algo, "NVFP4")) {
+        int group = get_int(q, "group_size", NULL, 16);
+        if (group != 16) {
+            return refuse(file, "modelopt NVFP4 with group_size %d (NVFP4's is 16)", group);
+        }
+        out->method = ATLAS_QM_NVFP4;
+        out->group = 16;
+    } else {
+        return refuse(file, "modelopt quant_algo %.32s (atlas reads FP8 and NVFP4)", algo);
     }
-    int group = get_int(q, "group_size", NULL, 16);
-    if (group != 16) {
-        return refuse(file, "modelopt NVFP4 with group_size %d (NVFP4's is 16)", group);
-    }
-    out->method = ATLAS_QM_NVFP4;
-    out->group = 16;
+    out->static_act = true;
+    ATLAS_TRY(read_kv(file, q, out));
+    ATLAS_TRY(read_ignore(file, json_object_get(q, "ignore"), "ignore", out));
     return read_ignore(file, json_object_get(q, "exclude_modules"), "exclude_modules", out);
 }
 
@@ -159,13 +248,14 @@ static atlas_status parse_mxfp4(const char *file, json_t *q, atlas_quant_config 
 static atlas_status parse_ct(const char *file, json_t *q, atlas_quant_config *out) {
     const char *fmt = get_str(q, "format", "?");
     if (!strcmp(fmt, "nvfp4-pack-quantized")) return parse_ct_nvfp4(file, q, out);
+    if (!strcmp(fmt, "pack-quantized")) return parse_ct_int4(file, q, out);
+    if (!strcmp(fmt, "int-quantized") || !strcmp(fmt, "naive-quantized"))
+        return refuse(file, "compressed-tensors format %s (8-bit integers: W8A8 / W8A16 are not "
+                      "supported)", fmt);
     if (strcmp(fmt, "float-quantized")) {
         return refuse(file, "compressed-tensors format %.40s is not supported yet", fmt);
     }
-    json_t *kv = json_object_get(q, "kv_cache_scheme");
-    if (kv && !json_is_null(kv))
-        return refuse(file, "compressed-tensors kv_cache_scheme (an FP8 KV cache) is not "
-                      "supported yet");
+    ATLAS_TRY(read_kv(file, q, out));
     json_t *groups = json_object_get(q, "config_groups");
     if (!json_is_object(groups) || json_object_size(groups) != 1)
         return refuse(file, "compressed-tensors with other than one config group");
@@ -184,9 +274,7 @@ static atlas_status parse_ct(const char *file, json_t *q, atlas_quant_config *ou
         json_is_true(json_object_get(w, "dynamic")))
         return refuse(file, "compressed-tensors weights other than static symmetric 8-bit "
                       "floats");
-    if (in && !json_is_null(in) && !json_is_true(json_object_get(in, "dynamic")))
-        return refuse(file, "compressed-tensors static input_activations (input_scale): static "
-                      "FP8 activation scales are not supported yet (weight-only)");
+    out->static_act = in && !json_is_null(in) && !json_is_true(json_object_get(in, "dynamic"));
     const char *strategy = get_str(w, "strategy", "?");
     out->method = ATLAS_QM_CT_FP8;
     if (!strcmp(strategy, "tensor")) out->strategy = ATLAS_QS_TENSOR;
@@ -241,7 +329,9 @@ static atlas_status parse_gptq(const char *file, json_t *q, atlas_quant_config *
     }
     int bits = get_int(q, "bits", NULL, 4);
     if (bits != 4) {
-        return refuse(file, "gptq with %d bits (atlas reads 4-bit GPTQ only)", bits);
+        /* an 8-bit GPTQ would need a weight format of its own in every backend; FP8
+         * checkpoints serve eight bits a weight */
+        return refuse(file, "gptq with %d bits: only 4-bit GPTQ is supported", bits);
     }
     out->method = ATLAS_QM_GPTQ;
     out->gptq_v2 = !strcmp(fmt, "gptq_v2");
@@ -284,20 +374,48 @@ atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_qu
     return refuse(file, "quant_method %.48s is not supported", m);
 }
 
+atlas_status atlas_quant_config_parse_hf(const char *file, const void *rv,
+                                         atlas_quant_config *out) {
+    json_t *root = (json_t *)rv;
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(root))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: not a JSON object", file);
+    const char *producer = json_string_value(json_object_get(json_object_get(root, "producer"),
+                                                             "name"));
+    if (producer && strcmp(producer, "modelopt"))
+        return refuse(file, "producer %.48s (atlas reads ModelOpt's hf_quant_config.json)",
+                      producer);
+    json_t *q = json_object_get(root, "quantization");
+    if (!json_is_object(q))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization\" is missing or not an "
+                          "object", file);
+    return parse_modelopt(file, q, out);
+}
+
+/* What the checkpoint asks for and atlas does not apply, after the format. */
+static const char *notes(const atlas_quant_config *qc) {
+    if (qc->static_act && qc->kv_fp8) return ", weight-only; KV cache unquantized";
+    if (qc->static_act) return ", weight-only";
+    if (qc->kv_fp8) return "; KV cache unquantized";
+    return "";
+}
+
 const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size_t cap) {
     static const char *const strategies[] = {"per-tensor", "per-channel", "block"};
+    const char *n = notes(qc);
     switch (qc->method) {
     case ATLAS_QM_FP8:
     case ATLAS_QM_CT_FP8:
         if (qc->strategy == ATLAS_QS_BLOCK)
-            snprintf(buf, cap, "%s (FP8 e4m3, block %dx%d)",
+            snprintf(buf, cap, "%s (FP8 e4m3, block %dx%d%s)",
                      qc->method == ATLAS_QM_FP8 ? "fp8" : "compressed-tensors", qc->block[0],
-                     qc->block[1]);
+                     qc->block[1], n);
         else
-            snprintf(buf, cap, "%s (FP8 e4m3, %s)",
+            snprintf(buf, cap, "%s (FP8 e4m3, %s%s)",
                      qc->method == ATLAS_QM_FP8 ? "fp8" : "compressed-tensors",
-                     strategies[qc->strategy]);
+                     strategies[qc->strategy], n);
         break;
+    case ATLAS_QM_MODELOPT_FP8: snprintf(buf, cap, "modelopt (FP8 e4m3, per-tensor%s)", n); break;
     case ATLAS_QM_FBGEMM_FP8: snprintf(buf, cap, "fbgemm_fp8 (FP8 e4m3, per-channel)"); break;
     case ATLAS_QM_AWQ: snprintf(buf, cap, "awq (INT4, group %d)", qc->group); break;
     case ATLAS_QM_GPTQ:
@@ -305,13 +423,20 @@ const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size
                                 qc->group);
         else snprintf(buf, cap, "gptq%s (INT4, one group a row)", qc->gptq_v2 ? "_v2" : "");
         break;
+    case ATLAS_QM_CT_INT4:
+        if (qc->group) snprintf(buf, cap, "compressed-tensors (INT4, group %d, %s%s)", qc->group,
+                                qc->symmetric ? "symmetric" : "zero points", n);
+        else snprintf(buf, cap, "compressed-tensors (INT4, one group a row, %s%s)",
+                      qc->symmetric ? "symmetric" : "zero points", n);
+        break;
     case ATLAS_QM_MXFP4:
         snprintf(buf, cap, "mxfp4 (FP4 e2m1, e8m0 scales per 32)");
         break;
     case ATLAS_QM_NVFP4:
     case ATLAS_QM_CT_NVFP4:
-        snprintf(buf, cap, "%s (NVFP4: FP4 e2m1, e4m3 scales per 16, weight-only)",
-                 qc->method == ATLAS_QM_NVFP4 ? "modelopt" : "compressed-tensors");
+        snprintf(buf, cap, "%s (NVFP4: FP4 e2m1, e4m3 scales per 16, weight-only%s)",
+                 qc->method == ATLAS_QM_NVFP4 ? "modelopt" : "compressed-tensors",
+                 qc->kv_fp8 ? "; KV cache unquantized" : "");
         break;
     default: snprintf(buf, cap, "none");
     }

@@ -30,12 +30,30 @@ Layouts, each written as its published format says (not as atlas reads it):
   ct-nvfp4    compressed-tensors nvfp4-pack-quantized: weight_packed, weight_scale and
               weight_global_scale = 6 * 448 / amax(tensor), which divides:
               w = e2m1 * (e4m3(scale) / weight_global_scale)
+  modelopt-fp8     ModelOpt quant_algo FP8 in config.json's quantization_config (the form
+              ModelOpt's convert_hf_quant_config_format writes: config_groups, "ignore",
+              quant_method modelopt): e4m3 weight, float32 weight_scale [] = amax(tensor) /
+              448, multiplied, and float32 input_scale [] (static activations, W8A8)
+  modelopt-fp8-hf  the same tensors with config.json untouched and hf_quant_config.json
+              beside it: {"producer": {"name": "modelopt"}, "quantization": {"quant_algo":
+              "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head",
+              "*.mlp.down_proj"]}} (fnmatch patterns: down_proj stays unquantized), with the
+              FP8 KV cache's float32 self_attn.k_proj.k_scale and v_proj.v_scale []
+  ct-int4     compressed-tensors pack-quantized, 4-bit integers (W4A16): signed values q in
+              [-8, 7] stored as q + 8, eight to an int32, weight_packed [out, ceil(in/8)]
+              (column 8j+k in nibble k), bf16 weight_scale [out, groups], int64 weight_shape
+              [2]; asymmetric: weight_zero_point [ceil(out/8), groups] packed the same way
+              along the output rows (row 8i+k in nibble k); symmetric scale = amax / 7.5,
+              asymmetric (max - min) / 15 with zero round(-min / scale) - 8;
+              w = (q - zero) * scale; --group -1: strategy channel; --act-order: actorder
+              group with int32 weight_g_idx [in]
 Rounding is round-to-nearest (GPTQ's and AWQ's searches choose other values, not another
 layout). The dequantized checkpoint holds, in float32, exactly what each format's formula
 gives: e4m3(code) * scale, or (q - zero) * scale with the stored float16 scale. Pure Python
 (struct): meant for small widths (CI); it takes seconds on the tests' models."""
 import argparse
 import bisect
+import fnmatch
 import json
 import math
 import os
@@ -256,8 +274,81 @@ def awq_pack(mat, n_rows, n_cols):
     return out
 
 
+def ct_int4(w, rows, cols, gidx, n_groups, sym):
+    """compressed-tensors' calculate_qparams for 4-bit integers (range [-8, 7]): per (row,
+    group) a bf16 scale and a signed zero; signed q [rows*cols]; dequantized"""
+    scale, zero = [[0.0] * n_groups for _ in range(rows)], [[0] * n_groups for _ in range(rows)]
+    for r in range(rows):
+        for g in range(n_groups):
+            vals = [w[r * cols + c] for c in range(cols) if gidx[c] == g]
+            lo, hi = min(min(vals), 0.0), max(max(vals), 0.0)
+            if sym:
+                s, z = bf16(max(max(-lo, hi) / 7.5, 2.0 ** -23)), 0
+            else:
+                s = bf16(max((hi - lo) / 15.0, 2.0 ** -23))
+                z = min(7, max(-8, round(-8 - lo / s)))
+            scale[r][g], zero[r][g] = s, z
+    q, deq = [], []
+    for r in range(rows):
+        for c in range(cols):
+            g = gidx[c]
+            v = min(7, max(-8, round(w[r * cols + c] / scale[r][g] + zero[r][g])))
+            q.append(v)
+            deq.append(f32((v - zero[r][g]) * scale[r][g]))
+    return scale, zero, q, deq
+
+
+def pack_int32(mat, n_rows, n_cols, dim):
+    """compressed-tensors' pack_to_int32: signed 4-bit mat[i][j] + 8, eight to a word along
+    dim (1: the columns of a row, 0: the rows of a column), zero-padded"""
+    out = []
+    if dim == 1:
+        for i in range(n_rows):
+            row = [mat[i][j] + 8 for j in range(n_cols)] + [0] * (-n_cols % 8)
+            out += words(row)
+        return out
+    padded = [[mat[i][j] + 8 for j in range(n_cols)] for i in range(n_rows)]
+    padded += [[0] * n_cols] * (-n_rows % 8)
+    for i in range(0, len(padded), 8):
+        for j in range(n_cols):
+            out += words([padded[i + k][j] for k in range(8)])
+    return out
+
+
+def quantize_ct_int4(a, name, w, rows, cols, out, deq):
+    g = a.group if a.group > 0 else cols
+    n_groups = cols // g
+    gidx = [c // g for c in range(cols)]
+    if a.act_order:
+        perm = list(range(cols))
+        random.Random(name).shuffle(perm)
+        for pos, c in enumerate(perm):
+            gidx[c] = pos // g
+        out[name + ".weight_g_idx"] = ("I32", [cols], pack("i", gidx))
+    scale, zero, q, d = ct_int4(w, rows, cols, gidx, n_groups, a.sym)
+    deq[name + ".weight"] = d
+    qm = [[q[r * cols + c] for c in range(cols)] for r in range(rows)]
+    out[name + ".weight_packed"] = ("I32", [rows, -(-cols // 8)],
+                                    pack("i", pack_int32(qm, rows, cols, 1)))
+    flat = [scale[r][gg] for r in range(rows) for gg in range(n_groups)]
+    out[name + ".weight_scale"] = ("BF16", [rows, n_groups], pack_bf16(flat))
+    out[name + ".weight_shape"] = ("I64", [2], pack("q", [rows, cols]))
+    if not a.sym:
+        out[name + ".weight_zero_point"] = ("I32", [-(-rows // 8), n_groups],
+                                            pack("i", pack_int32(zero, rows, n_groups, 0)))
+
+
 def quantize_linear(a, name, w, rows, cols, out, deq):
     L = a.layout
+    if L == "ct-int4":
+        return quantize_ct_int4(a, name, w, rows, cols, out, deq)
+    if L.startswith("modelopt-fp8"):  # one float32 scale a tensor, static input scale
+        codes, scales, d = fp8(w, rows, cols, rows, cols)
+        out[name + ".weight"] = ("F8_E4M3", [rows, cols], bytes(codes))
+        out[name + ".weight_scale"] = ("F32", [], pack("f", scales))
+        out[name + ".input_scale"] = ("F32", [], pack("f", [f32(4.0 / 448.0)]))
+        deq[name + ".weight"] = d
+        return
     if L in ("mxfp4", "nvfp4", "ct-nvfp4"):
         codes, raw, g, d = fp4(w, rows, cols, L)
         deq[name + ".weight"] = d
@@ -328,8 +419,29 @@ def quantize_linear(a, name, w, rows, cols, out, deq):
     out[name + ".g_idx"] = ("I32", [cols], pack("i", gidx))
 
 
+MODELOPT_PRODUCER = {"name": "modelopt", "version": "0.29.0"}
+MODELOPT_HF_EXCLUDE = ["lm_head", "*.mlp.down_proj"]
+
+
 def quant_config(a):
     L = a.layout
+    if L == "modelopt-fp8":  # ModelOpt's convert_hf_quant_config_format
+        f8 = {"dynamic": False, "num_bits": 8, "type": "float"}
+        return {"config_groups": {"group_0": {"input_activations": f8, "weights": f8,
+                                              "targets": ["Linear"]}},
+                "ignore": ["lm_head"], "quant_algo": "FP8", "producer": MODELOPT_PRODUCER,
+                "quant_method": "modelopt"}
+    if L == "ct-int4":
+        w = {"num_bits": 4, "type": "int", "symmetric": a.sym, "dynamic": False,
+             "strategy": "group" if a.group > 0 else "channel",
+             "group_size": a.group if a.group > 0 else None,
+             "actorder": "group" if a.act_order else None, "observer": "minmax"}
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "quantization_status": "compressed", "kv_cache_scheme": None,
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
+                                              "input_activations": None,
+                                              "output_activations": None}},
+                "ignore": ["lm_head"]}
     if L == "mxfp4":  # gpt-oss's, with a glob as it writes them
         return {"quant_method": "mxfp4",
                 "modules_to_not_convert": ["model.layers.*.mlp.router", "model.embed_tokens",
@@ -373,13 +485,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", required=True, choices=["fp8-block", "ct-tensor", "ct-channel",
                                                          "ct-block", "awq", "gptq", "gptq-v2",
-                                                         "mxfp4", "nvfp4", "ct-nvfp4", "fbgemm"])
+                                                         "mxfp4", "nvfp4", "ct-nvfp4", "fbgemm",
+                                                         "modelopt-fp8", "modelopt-fp8-hf",
+                                                         "ct-int4"])
     ap.add_argument("--src", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dequant", required=True)
     ap.add_argument("--block", type=int, nargs=2, default=(128, 128))
     ap.add_argument("--group", type=int, default=128, help="INT4 group (-1: one a row)")
-    ap.add_argument("--sym", action="store_true", help="GPTQ: symmetric (zero 8)")
+    ap.add_argument("--sym", action="store_true",
+                    help="GPTQ, ct-int4: symmetric (no zero points stored)")
     ap.add_argument("--act-order", action="store_true", help="GPTQ: desc_act with a g_idx")
     ap.add_argument("--lm-head", action="store_true",
                     help="compressed-tensors: quantize lm_head too (untied models)")
@@ -390,12 +505,20 @@ def main():
     for name, (shape, vals) in src.items():
         module = name[:-len(".weight")] if name.endswith(".weight") else None
         lin = module and (module.split(".")[-1] in LINEARS or (module == "lm_head" and a.lm_head))
+        if lin and a.layout == "modelopt-fp8-hf":  # exclude_modules: fnmatch patterns
+            lin = not any(fnmatch.fnmatchcase(module, p) for p in MODELOPT_HF_EXCLUDE)
         if lin and len(shape) == 2:
             quantize_linear(a, module, vals, shape[0], shape[1], out, deq)
         else:
             dense[name] = (shape, vals)
     for name, (shape, vals) in dense.items():
         out[name] = ("F32", shape, pack("f", vals))
+    if a.layout == "modelopt-fp8-hf":  # the FP8 KV cache's scales, per layer
+        for name in list(out):
+            if name.endswith(".self_attn.k_proj.weight"):
+                attn = name[:-len(".k_proj.weight")]
+                out[attn + ".k_proj.k_scale"] = ("F32", [], pack("f", [f32(2.0 / 448.0)]))
+                out[attn + ".v_proj.v_scale"] = ("F32", [], pack("f", [f32(3.0 / 448.0)]))
     for d in (a.out, a.dequant):
         os.makedirs(d, exist_ok=True)
         for f in os.listdir(a.src):
@@ -407,7 +530,13 @@ def main():
         full[n] = ("F32", src[n][0], pack("f", v))
     write_st(os.path.join(a.dequant, "model.safetensors"), full)
     json.dump(cfg, open(os.path.join(a.dequant, "config.json"), "w"), indent=1)
-    cfg["quantization_config"] = quant_config(a)
+    if a.layout == "modelopt-fp8-hf":  # ModelOpt's older export: config.json untouched
+        hf = {"producer": MODELOPT_PRODUCER,
+              "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+                               "exclude_modules": MODELOPT_HF_EXCLUDE}}
+        json.dump(hf, open(os.path.join(a.out, "hf_quant_config.json"), "w"), indent=4)
+    else:
+        cfg["quantization_config"] = quant_config(a)
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=1)
 
 
