@@ -7,7 +7,7 @@ real-width conformance checks need, by the same published rules, vectorised.
       [--dequant DIR] [--group 128] [--sym] [--block 128 128]
 
 Layouts (each as quantize.py's docstring says): fp8-block, awq, gptq, gptq-v2 (no act-order
-here), mxfp4, nvfp4. The q/k/v/o and gate/up/down projections are quantized; the embeddings,
+here), mxfp4, nvfp4, modelopt-fp8, ct-int4 (no act-order here). The q/k/v/o and gate/up/down projections are quantized; the embeddings,
 norms and lm_head are kept as they are. Rounding is round-to-nearest-even as in quantize.py
 (arithmetic in float32 rather than Python's double: a code can differ where a value falls
 within a rounding error of a boundary, which changes no format rule). --dequant writes the
@@ -85,6 +85,31 @@ def int4(w, g, sym):
     return q.view(rows, cols).to(torch.int64), s, z.to(torch.int64), deq
 
 
+def ct_int4(w, g, sym):
+    """compressed-tensors' 4-bit integers: signed q, bf16 scale, signed zero in [-8, 7]"""
+    rows, cols = w.shape
+    wg = w.view(rows, cols // g, g)
+    lo = wg.amin(-1).clamp(max=0.0)
+    hi = wg.amax(-1).clamp(min=0.0)
+    if sym:
+        s = (torch.maximum(-lo, hi) / 7.5).clamp(min=2.0 ** -23).bfloat16().float()
+        z = torch.zeros_like(s)
+    else:
+        s = ((hi - lo) / 15.0).clamp(min=2.0 ** -23).bfloat16().float()
+        z = torch.round(-8 - lo / s).clamp(-8, 7)
+    q = torch.round(wg / s[..., None] + z[..., None]).clamp(-8, 7)
+    deq = ((q - z[..., None]) * s[..., None]).view(rows, cols)
+    return q.view(rows, cols).to(torch.int64), s, z.to(torch.int64), deq
+
+
+def pack_rows(v):
+    """[r, c] values 0..15 -> int32 [r, ceil(c/8)], column 8j + k in nibble k (zero-padded)"""
+    r, c = v.shape
+    p = torch.zeros(r, -(-c // 8) * 8, dtype=torch.int64, device=v.device)
+    p[:, :c] = v
+    return words(p.view(r, -1, 8))
+
+
 def fp4(w, layout):
     rows, cols = w.shape
     bs = 32 if layout == "mxfp4" else 16
@@ -116,6 +141,19 @@ def quantize_linear(a, name, w, out, deq):
         codes, s, d = fp8_block(w, *a.block)
         out[name + ".weight"] = codes
         out[name + ".weight_scale_inv"] = s
+    elif L == "modelopt-fp8":  # one float32 scale a tensor, static input scale
+        codes, s, d = fp8_block(w, rows, cols)
+        out[name + ".weight"] = codes
+        out[name + ".weight_scale"] = s.reshape(())
+        out[name + ".input_scale"] = torch.tensor(4.0 / 448.0, dtype=torch.float32)
+    elif L == "ct-int4":  # values plus 8: weights along the row, zero points along the column
+        g = a.group if a.group > 0 else cols
+        q, s, z, d = ct_int4(w, g, a.sym)
+        out[name + ".weight_packed"] = pack_rows(q + 8)
+        out[name + ".weight_scale"] = s.bfloat16()
+        out[name + ".weight_shape"] = torch.tensor([rows, cols], dtype=torch.int64)
+        if not a.sym:
+            out[name + ".weight_zero_point"] = pack_rows((z + 8).t().contiguous()).t().contiguous()
     elif L in ("mxfp4", "nvfp4"):
         codes, raw, g, d = fp4(w, L)
         if L == "mxfp4":
@@ -149,7 +187,8 @@ def quantize_linear(a, name, w, out, deq):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", required=True,
-                    choices=["fp8-block", "awq", "gptq", "gptq-v2", "mxfp4", "nvfp4"])
+                    choices=["fp8-block", "awq", "gptq", "gptq-v2", "mxfp4", "nvfp4",
+                             "modelopt-fp8", "ct-int4"])
     ap.add_argument("--src", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dequant")
