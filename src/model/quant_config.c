@@ -217,7 +217,7 @@ static atlas_status parse_ct_int4(const char *file, json_t *q, atlas_quant_confi
  * model/quant.h says. Both quantize the activations with static scales (input_scale), which
  * atlas does not apply. */
 static atlas_status parse_modelopt(const char *file, json_t *q, atlas_quant_config *out) {
-    const char *algo = get_str(q, "quant_algo", "?");
+    const char *algo = get_str(q, "quant_algo", "none (a KV cache only export)");
     if (!strcasecmp(algo, "FP8")) {
         out->method = ATLAS_QM_MODELOPT_FP8;
         out->strategy = ATLAS_QS_TENSOR;
@@ -229,7 +229,7 @@ static atlas_status parse_modelopt(const char *file, json_t *q, atlas_quant_conf
         out->method = ATLAS_QM_NVFP4;
         out->group = 16;
     } else {
-        return refuse(file, "modelopt quant_algo %.32s (atlas reads FP8 and NVFP4)", algo);
+        return refuse(file, "modelopt quant_algo %.40s (atlas reads FP8 and NVFP4)", algo);
     }
     out->static_act = true;
     ATLAS_TRY(read_kv(file, q, out));
