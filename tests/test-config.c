@@ -737,6 +737,132 @@ static void test_phi3(void) {
     load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "partial_rotary_factor");
 }
 
+
+/* ---- Gemma 3 ------------------------------------------------------------------------------ */
+
+/* google/gemma-3-1b-it's config.json as published (transformers 4 spelling). */
+static json_t *gemma3_1b(void) {
+    json_error_t err;
+    json_t *j = json_loads(
+        "{\"architectures\": [\"Gemma3ForCausalLM\"], \"attention_bias\": false, "
+        "\"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"eos_token_id\": [1, 106], "
+        "\"final_logit_softcapping\": null, \"head_dim\": 256, \"hidden_activation\": "
+        "\"gelu_pytorch_tanh\", \"hidden_size\": 1152, \"intermediate_size\": 6912, "
+        "\"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\", "
+        "\"num_attention_heads\": 4, \"num_hidden_layers\": 26, \"num_key_value_heads\": 1, "
+        "\"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, \"rope_local_base_freq\": "
+        "10000, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": 512, "
+        "\"sliding_window_pattern\": 6, \"torch_dtype\": \"bfloat16\", \"vocab_size\": 262144}",
+        0, &err);
+    if (!j) fprintf(stderr, "gemma3_1b: %s\n", err.text), exit(2);
+    return j;
+}
+
+static void test_gemma3_causal(void) {
+    atlas_config c = load_ok(gemma3_1b(), NULL);
+    CHECK(c.arch == ATLAS_ARCH_GEMMA3 && !c.nested_text && c.act == ATLAS_ACT_GELU_TANH);
+    CHECK(c.tie_embeddings && c.norm_plus_one && c.post_norms && c.qk_norm && !c.qkv_bias);
+    CHECK(c.head_dim == 256 && c.n_kv_heads == 1 && c.sliding_window == 512);
+    CHECK(c.embed_scale == (double)(float)sqrt(1152.0) && c.attn_scale == 1.0 / 16);
+    CHECK(c.rope.theta == 1e6 && c.has_rope_local && c.rope_local.theta == 1e4);
+    CHECK(atlas_config_max_context(&c) == 32768 && has_eos(&c, 106) && c.bos_id == 2);
+    /* five sliding layers (local RoPE), the sixth full (global), and so on */
+    for (int l = 0; l < 26; l++) {
+        int full = (l + 1) % 6 == 0;
+        CHECK_MSG(atlas_config_layer_sliding(&c, l) == !full &&
+                  atlas_config_layer_rope_set(&c, l) == !full, "layer %d", l);
+    }
+    double g[128], lo[128], a = 0;
+    atlas_rope_inv_freq(&c, g, &a);
+    CHECK(atlas_rope_inv_freq_local(&c, lo, &a) && a == 1.0);
+    CHECK(g[1] == (float)pow(1e6, -2.0 / 256) && lo[1] == (float)pow(1e4, -2.0 / 256));
+    /* a null window: the sliding layers attend to everything, still with the local RoPE */
+    json_t *j = gemma3_1b();
+    set(j, "sliding_window", json_null());
+    c = load_ok(j, NULL);
+    CHECK(!atlas_config_layer_sliding(&c, 0) && atlas_config_layer_rope_set(&c, 0) == 1);
+    /* transformers 5: rope_parameters per layer type, layer_types spelled out */
+    j = gemma3_1b();
+    json_object_del(j, "rope_theta");
+    json_object_del(j, "rope_local_base_freq");
+    json_object_del(j, "rope_scaling");
+    set(j, "num_hidden_layers", json_integer(3));
+    set(j, "layer_types", json_pack("[s,s,s]", "full_attention", "sliding_attention",
+                                    "full_attention"));
+    set(j, "rope_parameters", json_pack("{s:{s:s,s:f},s:{s:s,s:f,s:f}}", "sliding_attention",
+                                        "rope_type", "default", "rope_theta", 5000.0,
+                                        "full_attention", "rope_type", "linear", "rope_theta",
+                                        2e6, "factor", 8.0));
+    c = load_ok(j, NULL);
+    CHECK(c.rope_local.theta == 5000 && c.rope_local.type == ATLAS_ROPE_DEFAULT);
+    CHECK(c.rope.theta == 2e6 && c.rope.type == ATLAS_ROPE_LINEAR && c.rope.factor == 8);
+    CHECK(atlas_config_layer_rope_set(&c, 0) == 0 && atlas_config_layer_rope_set(&c, 1) == 1 &&
+          atlas_config_layer_rope_set(&c, 2) == 0 && atlas_config_layer_sliding(&c, 1));
+    CHECK(atlas_config_max_context(&c) == 32768); /* the linear factor is in it already */
+    /* what Gemma 3 does not have, refused by name */
+    j = gemma3_1b();
+    set(j, "final_logit_softcapping", json_real(30.0));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "final_logit_softcapping");
+    j = gemma3_1b();
+    set(j, "attn_logit_softcapping", json_real(50.0));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "attn_logit_softcapping");
+    j = gemma3_1b();
+    set(j, "hidden_activation", json_string("gelu"));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "hidden_activation");
+    j = gemma3_1b();
+    set(j, "use_bidirectional_attention", json_true());
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "use_bidirectional_attention");
+    j = gemma3_1b();
+    set(j, "rope_parameters", json_pack("{s:s,s:f}", "rope_type", "default", "rope_theta", 1e6));
+    load_fail(j, NULL, ATLAS_ERR_FORMAT, "config.json", "sliding_attention");
+    j = gemma3_1b();
+    set(j, "query_pre_attn_scalar", json_integer(0));
+    load_fail(j, NULL, ATLAS_ERR_RANGE, "config.json", "query_pre_attn_scalar");
+}
+
+/* google/gemma-3-4b-it's config.json, vision_config cut short: text_config omits most fields
+ * (Gemma3TextConfig's defaults), eos and the dtype are at the top. */
+static void test_gemma3_nested(void) {
+    json_t *j = json_pack("{s:[s],s:s,s:[i,i],s:s,s:{s:i,s:i,s:s,s:i,s:{s:f,s:s},s:i},"
+                          "s:{s:i,s:s}}",
+                          "architectures", "Gemma3ForConditionalGeneration", "model_type",
+                          "gemma3", "eos_token_id", 1, 106, "torch_dtype", "float16",
+                          "text_config", "hidden_size", 2560, "intermediate_size", 10240,
+                          "model_type", "gemma3_text", "num_hidden_layers", 34, "rope_scaling",
+                          "factor", 8.0, "rope_type", "linear", "sliding_window", 1024,
+                          "vision_config", "hidden_size", 1152, "model_type",
+                          "siglip_vision_model");
+    atlas_config c = load_ok(j, NULL);
+    CHECK(c.arch == ATLAS_ARCH_GEMMA3 && c.nested_text && c.hidden == 2560 && c.n_layers == 34);
+    CHECK(c.n_heads == 8 && c.n_kv_heads == 4 && c.head_dim == 256 && c.vocab_size == 262208);
+    CHECK(c.rope.type == ATLAS_ROPE_LINEAR && c.rope.factor == 8 && c.rope.theta == 1e6);
+    CHECK(c.rope_local.type == ATLAS_ROPE_DEFAULT && c.rope_local.theta == 1e4);
+    CHECK(c.dtype == ATLAS_DTYPE_F16 && has_eos(&c, 106) && c.tie_embeddings);
+    CHECK(c.sliding_window == 1024 && atlas_config_max_context(&c) == 131072);
+    CHECK(c.attn_scale == 1.0 / 16 && c.embed_scale == (double)(float)sqrt(2560.0));
+    /* no text_config at all: every default */
+    c = load_ok(json_pack("{s:[s]}", "architectures", "Gemma3ForConditionalGeneration"), NULL);
+    CHECK(c.hidden == 2304 && c.intermediate == 9216 && c.n_layers == 26 && c.rms_eps == 1e-6);
+    CHECK(c.max_position == 131072 && c.sliding_window == 4096 && c.act == ATLAS_ACT_GELU_TANH);
+    /* an error inside it names text_config */
+    j = json_pack("{s:[s],s:{s:s}}", "architectures", "Gemma3ForConditionalGeneration",
+                  "text_config", "hidden_size", "big");
+    load_fail(j, NULL, ATLAS_ERR_FORMAT, "config.json: text_config", "hidden_size");
+}
+
+/* Qwen2's layer_types may put full layers after sliding ones now that the kinds are per
+ * layer. */
+static void test_layer_kinds(void) {
+    json_t *j = qwen3();
+    set(j, "architectures", json_pack("[s]", "Qwen2ForCausalLM"));
+    set(j, "use_sliding_window", json_true());
+    set(j, "sliding_window", json_integer(64));
+    set(j, "layer_types", json_pack("[s,s]", "sliding_attention", "full_attention"));
+    atlas_config c = load_ok(j, NULL);
+    CHECK(atlas_config_layer_sliding(&c, 0) && !atlas_config_layer_sliding(&c, 1));
+    CHECK(atlas_config_layer_rope_set(&c, 0) == 0 && !c.has_rope_local);
+}
+
 int main(void) {
     if (!harness_mkdtemp(tmpdir, sizeof tmpdir, "cfg")) return 2;
     test_rope_refusals();
@@ -750,6 +876,9 @@ int main(void) {
     test_errors_files();
     test_rope();
     test_phi3();
+    test_gemma3_causal();
+    test_gemma3_nested();
+    test_layer_kinds();
     harness_rm_rf(tmpdir);
     return harness_finish();
 }

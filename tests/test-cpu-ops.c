@@ -291,7 +291,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
         for (int i = 0; i < count[s]; i++, t2++)
             ref_attention(want + t2 * H * HD, roped + t2 * QKV, &hs[s], pos[t2], window);
     if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, qn, kn, n));
-    CHECK_OK(be->ops->rope(be, qkv, n));
+    CHECK_OK(be->ops->rope(be, qkv, n, 0));
     CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
     CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
     CHECK_OK(be->ops->attention(be, out, qkv, kv, 1));
@@ -428,7 +428,7 @@ static void test_fused_expand(atlas_backend *be) {
     /* norm + qkv (+ bias) + rope + kv_store, then attention of each cache */
     CHECK_OK(be->ops->rmsnorm(be, h[0], x[0], w[0], N, D));
     CHECK_OK(be->ops->matmul(be, qkv[0], h[0], w[1], w[2], N));
-    CHECK_OK(be->ops->rope(be, qkv[0], N));
+    CHECK_OK(be->ops->rope(be, qkv[0], N, 0));
     CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 0));
     CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 0));
     atlas_epilogue rk = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv[1], .layer = 0};
@@ -437,7 +437,7 @@ static void test_fused_expand(atlas_backend *be) {
     CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(qkv[0], qkv[1], sizeof qkv[0]) &&
           !memcmp(a2[0], a2[1], sizeof a2[0]));
     /* rope_kv_store alone (qk_norm between the matmul and it) into layer 1 */
-    CHECK_OK(be->ops->rope(be, qkv[0], N));
+    CHECK_OK(be->ops->rope(be, qkv[0], N, 0));
     CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 1));
     CHECK_OK(atlas_op_rope_kv_store(be, qkv[1], kv[1], 1, N));
     CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 1));
@@ -513,7 +513,7 @@ static void test_rope_partial(void) {
             }
             for (int i = (H + K) * HD; i < QKV; i++) want[t * QKV + i] = qkv[t * QKV + i];
         }
-        CHECK_OK(be->ops->rope(be, qkv, N));
+        CHECK_OK(be->ops->rope(be, qkv, N, 0));
         CHECK_ERR(pass ? "partial longrope, seq_rope_len" : "partial longrope", qkv, want,
                   (size_t)N * QKV);
         free(qkv);

@@ -219,8 +219,8 @@ static void test_layer_ops(atlas_kv *kc, atlas_kv *kg, int n0, int n1, int start
     CHECK_OK(gpu->ops->qk_norm(gpu, qkv.gpu, qn->gpu, kn->gpu, n));
     snprintf(what, sizeof what, "%s qk_norm", tag);
     buf_check(what, &qkv, (size_t)n * QKV, 1e-5, gpu);
-    CHECK_OK(cpu->ops->rope(cpu, qkv.cpu, n));
-    CHECK_OK(gpu->ops->rope(gpu, qkv.gpu, n));
+    CHECK_OK(cpu->ops->rope(cpu, qkv.cpu, n, 0));
+    CHECK_OK(gpu->ops->rope(gpu, qkv.gpu, n, 0));
     snprintf(what, sizeof what, "%s rope", tag);
     buf_check(what, &qkv, (size_t)n * QKV, 1e-5, gpu);
     for (int l = 0; l < LAYERS; l++) {

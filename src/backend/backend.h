@@ -90,6 +90,9 @@ typedef struct atlas_weight_src {
      * when there is one, so that no byte comes from a mapping of a file that may be cut
      * short under it. */
     const void *data;
+    /* A 1-D dense weight only: added to every element in float32 as it loads (Gemma's norms
+     * are used as 1 + w); 0 otherwise. */
+    float offset;
     /* Optional (NULL: the backend copies from data): fills dst with bytes
      * [offset, offset + n) of the tensor's data. Called with ctx from any thread (CUDA: the
      * host's loader threads, concurrently) until data's first limit above. On a failure the
@@ -97,6 +100,20 @@ typedef struct atlas_weight_src {
     atlas_status (*read)(void *ctx, void *dst, uint64_t offset, size_t n);
     void *ctx;
 } atlas_weight_src;
+
+/* One set of RoPE frequencies and the factor its cos/sin are scaled by. */
+typedef struct atlas_rope_set {
+    const double *inv_freq; /* [rope_dim/2] */
+    double attn_factor;
+} atlas_rope_set;
+
+enum { ATLAS_MAX_ROPE_SETS = 2 };
+
+/* The MLP's gate activation (the epilogue ATLAS_EPI_GLU applies it): act(gate) * up. */
+typedef enum atlas_glu_kind {
+    ATLAS_GLU_SILU = 0,  /* SwiGLU: silu(g) = g / (1 + exp(-g)) */
+    ATLAS_GLU_GELU_TANH, /* GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+} atlas_glu_kind;
 
 /* What the ops need to know about the model; fixed for the backend's lifetime. */
 typedef struct atlas_backend_geom {
@@ -120,7 +137,32 @@ typedef struct atlas_backend_geom {
     int max_position;            /* positions beyond are still valid: tables grow or compute */
     int sliding_window;          /* 0: full causal attention */
     int sliding_from_layer;      /* layers >= this use sliding_window (0: all of them) */
+    /* Per layer, as data (NULL: none of it). layer_window[l]: layer l's sliding window (0:
+     * full), instead of sliding_window / sliding_from_layer. layer_rope_set[l]: the RoPE set
+     * layer l rotates with, 0 (rope_inv_freq, rope_attn_factor and longrope's long set) or
+     * i >= 1 (rope_sets[i - 1]): Gemma 3's local layers rotate with a base of their own.
+     * Copied at create. */
+    const int32_t *layer_window;
+    const uint8_t *layer_rope_set;
+    int n_rope_sets;             /* sets beyond set 0: 0 .. ATLAS_MAX_ROPE_SETS - 1 */
+    atlas_rope_set rope_sets[ATLAS_MAX_ROPE_SETS - 1];
+    float attn_scale;            /* scores are q.k times it; 0: 1/sqrt(head_dim) */
+    float embed_scale;           /* embed multiplies the rows by it; 0: 1 (Gemma: sqrt(d)) */
+    atlas_glu_kind glu;          /* the activation of ATLAS_EPI_GLU and the glu op */
+    int post_norms;              /* the model norms projections' outputs before their residual
+                                    adds (Gemma 3): rmsnorm then add, the plain ops */
 } atlas_backend_geom;
+
+/* Layer l's sliding window (0: full causal attention). */
+static inline int atlas_geom_window(const atlas_backend_geom *g, int layer) {
+    if (g->layer_window) return g->layer_window[layer];
+    return layer >= g->sliding_from_layer ? g->sliding_window : 0;
+}
+
+/* The factor of the attention scores. */
+static inline float atlas_geom_attn_scale(const atlas_backend_geom *g) {
+    return g->attn_scale > 0 ? g->attn_scale : 1.0f / __builtin_sqrtf((float)g->head_dim);
+}
 
 typedef struct atlas_batch {
     int n_tokens;
@@ -150,12 +192,13 @@ typedef enum atlas_epi_kind {
     ATLAS_EPI_NONE,
     ATLAS_EPI_SWIGLU,  /* act[n, f] = swiglu(out) (m = 2f) */
     ATLAS_EPI_ROPE_KV, /* rope(out) then kv_store(out, kv, layer) (out: qkv) */
+    ATLAS_EPI_GLU,     /* act[n, f] = glu(out) with geom.glu's activation (m = 2f) */
 } atlas_epi_kind;
 
 typedef struct atlas_epilogue {
     atlas_epi_kind kind;
-    void *act;    /* SWIGLU */
-    int f;        /* SWIGLU */
+    void *act;    /* SWIGLU, GLU */
+    int f;        /* SWIGLU, GLU */
     atlas_kv *kv; /* ROPE_KV */
     int layer;    /* ROPE_KV */
 } atlas_epilogue;
@@ -187,7 +230,7 @@ typedef struct atlas_backend_ops {
 
     atlas_status (*begin_batch)(atlas_backend *be, const atlas_batch *b, int block_size);
 
-    /* x[n, d] = table[tokens] */
+    /* x[n, d] = table[tokens] (* geom.embed_scale when it is not 0) */
     atlas_status (*embed)(atlas_backend *be, void *x, const atlas_weight *table);
     /* out[rows, d] = rmsnorm(x[rows, d]) * w[d] */
     atlas_status (*rmsnorm)(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
@@ -202,17 +245,21 @@ typedef struct atlas_backend_ops {
     atlas_status (*qk_norm)(atlas_backend *be, void *qkv, const atlas_weight *q_norm,
                             const atlas_weight *k_norm, int n);
     /* Rotary embedding (rotate-half convention) of q and k heads of qkv[n] at the batch's
-     * positions. */
-    atlas_status (*rope)(atlas_backend *be, void *qkv, int n);
+     * positions, with layer's RoPE set (geom.layer_rope_set). */
+    atlas_status (*rope)(atlas_backend *be, void *qkv, int n, int layer);
     /* Writes the k and v heads of qkv[n] into the layer's cache slots. */
     atlas_status (*kv_store)(atlas_backend *be, const void *qkv, atlas_kv *kv, int layer);
-    /* out[n, H*hd]: causal softmax(q k^T / sqrt(hd)) v of each token against its sequence's
-     * cached context up to and including its own position (GQA: q head h uses kv head
+    /* out[n, H*hd]: causal softmax(q k^T * atlas_geom_attn_scale) v of each token against its
+     * sequence's cached context up to and including its own position, the last
+     * atlas_geom_window(layer) positions of it when that is not 0 (GQA: q head h uses kv head
      * h / (H/K)). */
     atlas_status (*attention)(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                               int layer);
     /* out[n, f] = silu(gate_up[n, :f]) * gate_up[n, f:] */
     atlas_status (*swiglu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
+    /* Optional (NULL: only SwiGLU, through swiglu): out[n, f] = act(gate_up[n, :f]) *
+     * gate_up[n, f:] with geom.glu's activation. */
+    atlas_status (*glu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
     /* resid[n, d] += delta[n, d]. The add may be deferred (CUDA: no kernel of its own) into
      * the next op, which the model guarantees is a norm of resid (rmsnorm or rmsnorm_matmul
      * with norm) over the same n rows; nothing writes delta until then. */

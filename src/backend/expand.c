@@ -20,8 +20,13 @@ atlas_status atlas_op_rmsnorm_matmul(atlas_backend *be, void *out, void *h, cons
     case ATLAS_EPI_SWIGLU:
         return op->swiglu(be, epi->act, out, n, epi->f);
     case ATLAS_EPI_ROPE_KV:
-        ATLAS_TRY(op->rope(be, out, n));
+        ATLAS_TRY(op->rope(be, out, n, epi->layer));
         return op->kv_store(be, out, epi->kv, epi->layer);
+    case ATLAS_EPI_GLU:
+        if (!op->glu)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s backend: no gated activation but "
+                              "SwiGLU (run with --device cpu)", op->name);
+        return op->glu(be, epi->act, out, n, epi->f);
     }
     return atlas_fail(ATLAS_ERR_INTERNAL, "rmsnorm_matmul: epilogue %d", (int)epi->kind);
 }
@@ -38,6 +43,6 @@ atlas_status atlas_op_rope_kv_store(atlas_backend *be, void *qkv, atlas_kv *kv, 
                                     int n) {
     const atlas_backend_ops *op = be->ops;
     if (op->rope_kv_store) return op->rope_kv_store(be, qkv, kv, layer, n);
-    ATLAS_TRY(op->rope(be, qkv, n));
+    ATLAS_TRY(op->rope(be, qkv, n, layer));
     return op->kv_store(be, qkv, kv, layer);
 }

@@ -142,6 +142,8 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
         {"Qwen3ForCausalLM", "qwen3", ATLAS_ARCH_QWEN3},
         {"Qwen3Model", "qwen3", ATLAS_ARCH_QWEN3}, /* Qwen3-Embedding saved without a head */
         {"Phi3ForCausalLM", "phi3", ATLAS_ARCH_PHI3},
+        {"Gemma3ForCausalLM", "gemma3_text", ATLAS_ARCH_GEMMA3},
+        {"Gemma3ForConditionalGeneration", "gemma3", ATLAS_ARCH_GEMMA3},
     };
     json_t *list = field(root, "architectures");
     const char *name = NULL, *what = "architectures[0]";
@@ -160,14 +162,15 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         if (strcmp(name, list ? archs[i].cls : archs[i].model_type) != 0) continue;
         cfg->arch = archs[i].arch;
+        cfg->nested_text = !strcmp(archs[i].cls, "Gemma3ForConditionalGeneration");
         snprintf(cfg->architecture, sizeof cfg->architecture, "%s", archs[i].cls);
         return ATLAS_OK;
     }
     return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                       "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                      "Qwen3Model, "
-                      "Phi3ForCausalLM)",
+                      "Qwen3Model, Phi3ForCausalLM, Gemma3ForCausalLM, "
+                      "Gemma3ForConditionalGeneration)",
                       file, what, name);
 }
 
@@ -395,17 +398,82 @@ static atlas_status set_rope_dim(const char *file, const char *where, double par
     return ATLAS_OK;
 }
 
+/* The parameters of one RoPE dict p (named pname in messages) into cfg->rope: rope_theta
+ * inside it wins over what cfg->rope holds. */
+static atlas_status rope_dict(const char *file, const char *pname, json_t *p, double *partial,
+                              atlas_config *cfg) {
+    atlas_rope *r = &cfg->rope;
+    ATLAS_TRY(rope_num(file, pname, p, "rope_theta", false, &r->theta));
+    ATLAS_TRY(rope_num(file, pname, p, "partial_rotary_factor", false, partial));
+    ATLAS_TRY(set_rope_dim(file, pname, *partial, cfg));
+    ATLAS_TRY(rope_type_of(file, pname, p, &r->type));
+    ATLAS_TRY(rope_scaling_params(file, pname, p, cfg));
+    return check_context(file, pname, cfg);
+}
+
+static void rope_defaults(atlas_rope *r, double theta, int max_position) {
+    memset(r, 0, sizeof *r);
+    r->theta = theta, r->factor = 1.0, r->beta_fast = 32, r->beta_slow = 1;
+    r->truncate = true, r->original_max_position = max_position;
+}
+
+static atlas_status check_theta(const char *file, const char *what, double theta) {
+    if (theta > 1.0) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\": %g must be above 1", file, what,
+                      theta);
+}
+
+/* An optional object field; *out NULL when absent or null. */
+static atlas_status get_object(const char *file, json_t *obj, const char *key, json_t **out) {
+    *out = field(obj, key);
+    if (*out && !json_is_object(*out)) return wrong_type(file, key, "an object", *out);
+    return ATLAS_OK;
+}
+
+/* Gemma 3: full-attention layers rotate with rope_theta (default 1e6) and rope_scaling,
+ * sliding ones with rope_local_base_freq (default 1e4) and no scaling, as transformers'
+ * Gemma3TextConfig sets them up; transformers 5 spells both as rope_parameters with a
+ * "full_attention" and a "sliding_attention" entry (rope_theta inside each). */
+static atlas_status read_rope_gemma3(const char *file, json_t *root, atlas_config *cfg) {
+    json_t *rs, *rp, *full = NULL, *slide = NULL;
+    double local = 10000.0, partial = 1.0;
+    ATLAS_TRY(get_num(file, root, "rope_local_base_freq", &local));
+    ATLAS_TRY(get_object(file, root, "rope_scaling", &rs));
+    ATLAS_TRY(get_object(file, root, "rope_parameters", &rp));
+    if (rp) {
+        full = json_object_get(rp, "full_attention");
+        slide = json_object_get(rp, "sliding_attention");
+        if ((!full && !slide) || (full && !json_is_object(full)) ||
+            (slide && !json_is_object(slide)))
+            return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"rope_parameters\": expected the "
+                              "per-layer-type objects \"full_attention\" and "
+                              "\"sliding_attention\" (%s)", file, cfg->architecture);
+    }
+    if (rs && json_object_size(rs) > 0)
+        ATLAS_TRY(rope_dict(file, "rope_scaling", rs, &partial, cfg));
+    else if (full)
+        ATLAS_TRY(rope_dict(file, "rope_parameters.full_attention", full, &partial, cfg));
+    atlas_config *tmp = malloc(sizeof *tmp); /* the sliding layers' set, read as the other */
+    if (!tmp) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", file);
+    *tmp = *cfg;
+    rope_defaults(&tmp->rope, local, cfg->max_position);
+    atlas_status st = slide ? rope_dict(file, "rope_parameters.sliding_attention", slide,
+                                        &partial, tmp) : ATLAS_OK;
+    cfg->rope_local = tmp->rope;
+    free(tmp);
+    ATLAS_TRY(st);
+    cfg->has_rope_local = true;
+    if (cfg->rope_local.original_max_position == 0)
+        cfg->rope_local.original_max_position = cfg->max_position;
+    return check_theta(file, slide ? "rope_parameters.sliding_attention.rope_theta"
+                                   : "rope_local_base_freq", cfg->rope_local.theta);
+}
+
 /* rope_scaling (classic) wins over rope_parameters (transformers 5), as in transformers'
  * convert_rope_params_to_dict; rope_theta inside the dict wins over the top-level one. */
 static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg) {
     atlas_rope *r = &cfg->rope;
-    memset(r, 0, sizeof *r);
-    r->theta = 10000.0;
-    r->factor = 1.0;
-    r->beta_fast = 32;
-    r->beta_slow = 1;
-    r->truncate = true;
-    r->original_max_position = cfg->max_position;
+    rope_defaults(r, cfg->arch == ATLAS_ARCH_GEMMA3 ? 1000000.0 : 10000.0, cfg->max_position);
     ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
     /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict) */
     double partial = 1.0;
@@ -416,56 +484,59 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
                           &r->original_max_position));
     }
     ATLAS_TRY(set_rope_dim(file, "partial_rotary_factor", partial, cfg));
-    const char *pname = "rope_scaling";
-    json_t *p = field(root, pname);
-    if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
-    if (!p || json_object_size(p) == 0) {
-        pname = "rope_parameters";
-        p = field(root, pname);
+    if (cfg->arch == ATLAS_ARCH_GEMMA3) {
+        ATLAS_TRY(read_rope_gemma3(file, root, cfg));
+    } else {
+        const char *pname = "rope_scaling";
+        json_t *p = field(root, pname);
         if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
-    }
-    if (p) {
-        json_t *inner = json_object_get(p, "full_attention");
-        if (json_is_object(inner))
+        if (!p || json_object_size(p) == 0) {
+            pname = "rope_parameters";
+            p = field(root, pname);
+            if (p && !json_is_object(p)) return wrong_type(file, pname, "an object", p);
+        }
+        if (p && json_is_object(json_object_get(p, "full_attention")))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED,
                               "%s: field \"%s\": per-layer-type RoPE parameters are not "
-                              "supported", file, pname);
-        ATLAS_TRY(rope_num(file, pname, p, "rope_theta", false, &r->theta));
-        ATLAS_TRY(rope_num(file, pname, p, "partial_rotary_factor", false, &partial));
-        ATLAS_TRY(set_rope_dim(file, pname, partial, cfg));
-        ATLAS_TRY(rope_type_of(file, pname, p, &r->type));
-        ATLAS_TRY(rope_scaling_params(file, pname, p, cfg));
-        ATLAS_TRY(check_context(file, pname, cfg));
+                              "supported for %s", file, pname, cfg->architecture);
+        if (p) ATLAS_TRY(rope_dict(file, pname, p, &partial, cfg));
     }
     if (r->original_max_position == 0) r->original_max_position = cfg->max_position;
-    if (!(r->theta > 1.0))
-        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rope_theta\": %g must be above 1", file,
-                          r->theta);
-    return ATLAS_OK;
+    return check_theta(file, "rope_theta", r->theta);
 }
 
 /* ---- the whole config ------------------------------------------------------------------ */
 
 static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg) {
-    ATLAS_TRY(get_int(file, root, "vocab_size", true, 1, INT32_MAX, &cfg->vocab_size));
-    ATLAS_TRY(get_int(file, root, "hidden_size", true, 1, CFG_MAX_DIM, &cfg->hidden));
-    ATLAS_TRY(get_int(file, root, "intermediate_size", true, 1, CFG_MAX_DIM, &cfg->intermediate));
-    ATLAS_TRY(get_int(file, root, "num_hidden_layers", true, 1, 4096, &cfg->n_layers));
-    ATLAS_TRY(get_int(file, root, "num_attention_heads", true, 1, 4096, &cfg->n_heads));
-    /* Absent: the class default (Mistral 8, Qwen2/Qwen3 32); null or Llama: the heads. */
+    /* Gemma3TextConfig gives every size a default (a published text_config omits most) */
+    bool gemma = cfg->arch == ATLAS_ARCH_GEMMA3, need = !gemma;
+    if (gemma) {
+        cfg->vocab_size = 262208, cfg->hidden = 2304, cfg->intermediate = 9216;
+        cfg->n_layers = 26, cfg->n_heads = 8;
+    }
+    ATLAS_TRY(get_int(file, root, "vocab_size", need, 1, INT32_MAX, &cfg->vocab_size));
+    ATLAS_TRY(get_int(file, root, "hidden_size", need, 1, CFG_MAX_DIM, &cfg->hidden));
+    ATLAS_TRY(get_int(file, root, "intermediate_size", need, 1, CFG_MAX_DIM, &cfg->intermediate));
+    ATLAS_TRY(get_int(file, root, "num_hidden_layers", need, 1, ATLAS_MAX_LAYERS,
+                      &cfg->n_layers));
+    ATLAS_TRY(get_int(file, root, "num_attention_heads", need, 1, 4096, &cfg->n_heads));
+    /* Absent: the class default (Mistral 8, Qwen2/Qwen3 32, Gemma3 4); null or Llama: the
+     * heads. */
     json_t *kv = json_object_get(root, "num_key_value_heads");
     cfg->n_kv_heads = cfg->n_heads;
     if (!kv && cfg->arch == ATLAS_ARCH_MISTRAL) cfg->n_kv_heads = 8;
     if (!kv && (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3))
         cfg->n_kv_heads = 32;
+    if (!kv && gemma) cfg->n_kv_heads = 4;
     ATLAS_TRY(get_int(file, root, "num_key_value_heads", false, 1, 4096, &cfg->n_kv_heads));
     if (cfg->n_heads % cfg->n_kv_heads != 0)
         return atlas_fail(ATLAS_ERR_RANGE,
                           "%s: field \"num_key_value_heads\": %d does not divide "
                           "num_attention_heads %d", file, cfg->n_kv_heads, cfg->n_heads);
-    /* Qwen3Config defaults head_dim to 128; the others derive it. */
-    bool derived = !field(root, "head_dim") && cfg->arch != ATLAS_ARCH_QWEN3;
-    cfg->head_dim = cfg->arch == ATLAS_ARCH_QWEN3 ? 128 : cfg->hidden / cfg->n_heads;
+    /* Qwen3Config defaults head_dim to 128, Gemma3TextConfig to 256; the others derive it. */
+    bool fixed = cfg->arch == ATLAS_ARCH_QWEN3 || gemma;
+    bool derived = !field(root, "head_dim") && !fixed;
+    cfg->head_dim = fixed ? (gemma ? 256 : 128) : cfg->hidden / cfg->n_heads;
     ATLAS_TRY(get_int(file, root, "head_dim", false, 2, 65536, &cfg->head_dim));
     if (derived && cfg->hidden % cfg->n_heads != 0)
         return atlas_fail(ATLAS_ERR_RANGE,
@@ -496,11 +567,26 @@ static void class_defaults(atlas_config *cfg) {
         cfg->max_position = 4096;
         cfg->rms_eps = 1e-5;
         break;
+    case ATLAS_ARCH_GEMMA3:
+        cfg->max_position = 131072;
+        cfg->sliding_window = 4096;
+        break;
     }
 }
 
+/* Gemma3TextConfig without layer_types: every sliding_window_pattern-th layer (1-based) is
+ * a full one, the others slide. */
+static atlas_status gemma3_pattern(const char *file, json_t *root, atlas_config *cfg) {
+    int pattern = 6;
+    ATLAS_TRY(get_int(file, root, "sliding_window_pattern", false, 1, INT32_MAX, &pattern));
+    cfg->layer_kinds = true;
+    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
+    return ATLAS_OK;
+}
+
 /* Mistral and Phi3 slide on every layer (their configs have no layer_types); Qwen2/3 only with
- * use_sliding_window, from max_window_layers on, or layer by layer as layer_types says. */
+ * use_sliding_window, from max_window_layers on, or layer by layer as layer_types says; Gemma3
+ * as layer_types or its pattern says. */
 static atlas_status read_sliding(const char *file, json_t *root, atlas_config *cfg) {
     if (cfg->arch == ATLAS_ARCH_LLAMA) return ATLAS_OK;
     json_t *sw = json_object_get(root, "sliding_window");
@@ -516,6 +602,7 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
     }
     bool every = cfg->arch == ATLAS_ARCH_MISTRAL || cfg->arch == ATLAS_ARCH_PHI3;
     json_t *lt = every ? NULL : field(root, "layer_types");
+    if (!lt && cfg->arch == ATLAS_ARCH_GEMMA3) return gemma3_pattern(file, root, cfg);
     if (!lt) return ATLAS_OK;
     if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
         return atlas_fail(ATLAS_ERR_FORMAT,
@@ -530,33 +617,60 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
                               "%s: field \"layer_types[%d]\": expected \"full_attention\" or "
                               "\"sliding_attention\"", file, i);
         if (sliding && first == cfg->n_layers) first = i;
-        if (!sliding && first < i)
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED,
-                              "%s: field \"layer_types[%d]\": full attention after sliding layers "
-                              "is not supported", file, i);
+        cfg->layer_sliding[i] = sliding;
     }
+    cfg->layer_kinds = true;
     cfg->sliding_from_layer = first;
     return ATLAS_OK;
 }
 
-/* The MLP is SwiGLU: silu(gate) * up. transformers' ACT2FN maps "swish" to the same SiLU;
- * any other activation would be computed as SiLU without a word, so it is refused. */
-static atlas_status read_act(const char *file, json_t *root) {
-    json_t *v = field(root, "hidden_act");
-    if (!v) return ATLAS_OK; /* the default of all four config classes: silu */
-    if (!json_is_string(v)) return wrong_type(file, "hidden_act", "a string", v);
+/* The MLP is act(gate) * up. transformers' ACT2FN maps "swish" to the same SiLU; Gemma 3
+ * reads hidden_activation (its hidden_act is ignored there, as transformers does) and gates
+ * with gelu_pytorch_tanh. Any other activation would be computed as another without a word,
+ * so it is refused. */
+static atlas_status read_act(const char *file, json_t *root, atlas_config *cfg) {
+    bool gemma = cfg->arch == ATLAS_ARCH_GEMMA3;
+    const char *key = gemma ? "hidden_activation" : "hidden_act";
+    cfg->act = gemma ? ATLAS_ACT_GELU_TANH : ATLAS_ACT_SILU; /* the classes' defaults */
+    json_t *v = field(root, key);
+    if (!v) return ATLAS_OK;
+    if (!json_is_string(v)) return wrong_type(file, key, "a string", v);
     const char *s = json_string_value(v);
-    if (!strcmp(s, "silu") || !strcmp(s, "swish")) return ATLAS_OK;
+    if (!gemma && (!strcmp(s, "silu") || !strcmp(s, "swish"))) return ATLAS_OK;
+    if (gemma && !strcmp(s, "gelu_pytorch_tanh")) return ATLAS_OK;
     return atlas_fail(ATLAS_ERR_UNSUPPORTED,
-                      "%s: field \"hidden_act\": unsupported activation \"%.32s\" (silu is: "
-                      "the MLP is SwiGLU)", file, s);
+                      "%s: field \"%s\": unsupported activation \"%.32s\" (%s is: the MLP "
+                      "is %s)", file, key, s, gemma ? "gelu_pytorch_tanh" : "silu",
+                      gemma ? "GeGLU" : "SwiGLU");
+}
+
+/* Gemma 3's own fields: query_pre_attn_scalar, and Gemma 2's soft-capping refused by name
+ * (computed without it, the model would be another; EmbeddingGemma's bidirectional attention
+ * is refused with every family's, read_attention_kind). */
+static atlas_status read_gemma3(const char *file, json_t *root, atlas_config *cfg) {
+    static const char *const capping[] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int i = 0; i < 2; i++)
+        if (field(root, capping[i]))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: field \"%s\": soft-capping (Gemma 2) "
+                              "is not supported; Gemma 3 has it null", file, capping[i]);
+    double q = 256;
+    ATLAS_TRY(get_num(file, root, "query_pre_attn_scalar", &q));
+    if (!(q > 0))
+        return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"query_pre_attn_scalar\": %g is not "
+                          "positive", file, q);
+    cfg->attn_scale = 1.0 / sqrt(q);
+    cfg->embed_scale = (float)sqrt((double)cfg->hidden);
+    cfg->norm_plus_one = true;
+    cfg->post_norms = true;
+    cfg->qk_norm = true;
+    return ATLAS_OK;
 }
 
 static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg) {
-    bool attn_bias = false;
-    cfg->tie_embeddings = false; /* the default of all four config classes */
+    bool attn_bias = false, gemma = cfg->arch == ATLAS_ARCH_GEMMA3;
+    cfg->tie_embeddings = gemma; /* Gemma3TextConfig ties; the other classes do not */
     ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
-    if (cfg->arch == ATLAS_ARCH_LLAMA || cfg->arch == ATLAS_ARCH_QWEN3)
+    if (cfg->arch == ATLAS_ARCH_LLAMA || cfg->arch == ATLAS_ARCH_QWEN3 || gemma)
         ATLAS_TRY(get_bool(file, root, "attention_bias", &attn_bias));
     if (cfg->arch == ATLAS_ARCH_LLAMA)
         ATLAS_TRY(get_bool(file, root, "mlp_bias", &cfg->mlp_bias));
@@ -564,7 +678,9 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     cfg->o_bias = attn_bias;
     cfg->qk_norm = cfg->arch == ATLAS_ARCH_QWEN3;
     cfg->fused_proj = cfg->arch == ATLAS_ARCH_PHI3;
-    return read_act(file, root);
+    cfg->embed_scale = 1.0;
+    if (gemma) ATLAS_TRY(read_gemma3(file, root, cfg));
+    return read_act(file, root, cfg);
 }
 
 /* The forward attends causally: a checkpoint trained with bidirectional attention (gte-Qwen2
@@ -612,10 +728,9 @@ static atlas_status read_matryoshka(const char *file, json_t *root, atlas_config
     return ATLAS_OK;
 }
 
-static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg) {
-    ATLAS_TRY(atlas_quant_config_parse(file, json_object_get(root, "quantization_config"),
-                                       &cfg->quant));
-    ATLAS_TRY(read_arch(file, root, cfg));
+/* The model's own fields: config.json's top level, or Gemma3ForConditionalGeneration's
+ * text_config (named in messages as "FILE: text_config"). */
+static atlas_status parse_text(const char *file, json_t *root, atlas_config *cfg) {
     class_defaults(cfg);
     ATLAS_TRY(read_sizes(file, root, cfg));
     ATLAS_TRY(get_int(file, root, "max_position_embeddings", false, 1, INT32_MAX,
@@ -628,9 +743,39 @@ static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg
     ATLAS_TRY(read_sliding(file, root, cfg));
     ATLAS_TRY(read_dtype(file, root, cfg));
     ATLAS_TRY(read_rope(file, root, cfg));
-    ATLAS_TRY(get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
     ATLAS_TRY(read_attention_kind(file, root));
-    ATLAS_TRY(read_matryoshka(file, root, cfg));
+    return read_matryoshka(file, root, cfg);
+}
+
+/* Gemma3ForConditionalGeneration: the text model's fields in text_config (absent: every
+ * default), the dtype there or at the top level; the top level's tie_word_embeddings, bos and
+ * eos (Gemma3Config's) join the text_config's. */
+static atlas_status parse_nested(const char *file, json_t *root, atlas_config *cfg) {
+    json_t *text;
+    ATLAS_TRY(get_object(file, root, "text_config", &text));
+    json_t *empty = json_object();
+    if (!empty) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", file);
+    char tfile[1200];
+    snprintf(tfile, sizeof tfile, "%s: text_config", file);
+    atlas_status st = parse_text(tfile, text ? text : empty, cfg);
+    json_decref(empty);
+    ATLAS_TRY(st);
+    if (!text || (!field(text, "dtype") && !field(text, "torch_dtype")))
+        ATLAS_TRY(read_dtype(file, root, cfg));
+    ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
+    if (text) {
+        ATLAS_TRY(get_int(tfile, text, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
+        ATLAS_TRY(read_eos(tfile, text, cfg));
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg) {
+    ATLAS_TRY(atlas_quant_config_parse(file, json_object_get(root, "quantization_config"),
+                                       &cfg->quant));
+    ATLAS_TRY(read_arch(file, root, cfg));
+    ATLAS_TRY(cfg->nested_text ? parse_nested(file, root, cfg) : parse_text(file, root, cfg));
+    ATLAS_TRY(get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
     return read_eos(file, root, cfg);
 }
 
@@ -727,7 +872,10 @@ atlas_status atlas_config_load(const char *dir, atlas_config *out) {
 long atlas_config_max_context(const atlas_config *cfg) {
     double max = cfg->max_position > 0 ? cfg->max_position : 4096;
     const atlas_rope *r = &cfg->rope;
-    if (r->type == ATLAS_ROPE_LINEAR) max = floor(max * r->factor);
+    /* Gemma 3's max_position_embeddings is the scaled length already (vLLM skips its linear
+     * factor too) */
+    if (r->type == ATLAS_ROPE_LINEAR && cfg->arch != ATLAS_ARCH_GEMMA3)
+        max = floor(max * r->factor);
     else if (r->type == ATLAS_ROPE_YARN) max = floor((double)r->original_max_position * r->factor);
     /* a parsed config is within 1..INT32_MAX (check_context); one filled in by hand is
      * clamped, never converted out of range */
@@ -735,8 +883,18 @@ long atlas_config_max_context(const atlas_config *cfg) {
     return max > INT32_MAX ? INT32_MAX : (long)max;
 }
 
+static bool sliding_kind(const atlas_config *cfg, int layer) {
+    if (!cfg->layer_kinds) return layer >= cfg->sliding_from_layer;
+    return layer >= 0 && layer < cfg->n_layers && layer < ATLAS_MAX_LAYERS &&
+           cfg->layer_sliding[layer];
+}
+
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {
-    return cfg->sliding_window > 0 && layer >= cfg->sliding_from_layer;
+    return cfg->sliding_window > 0 && sliding_kind(cfg, layer);
+}
+
+int atlas_config_layer_rope_set(const atlas_config *cfg, int layer) {
+    return cfg->has_rope_local && sliding_kind(cfg, layer) ? 1 : 0;
 }
 
 /* ---- RoPE inverse frequencies (transformers' modeling_rope_utils.py) --------------------
@@ -808,9 +966,7 @@ bool atlas_rope_inv_freq_long(const atlas_config *cfg, double *inv_freq) {
     return true;
 }
 
-void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor) {
-    const atlas_rope *r = &cfg->rope;
-    int dim = cfg->rope_dim ? cfg->rope_dim : cfg->head_dim;
+static void inv_freq_of(const atlas_rope *r, int dim, double *inv_freq, double *attn_factor) {
     double attn = 1.0;
     if (r->type == ATLAS_ROPE_LONGROPE) {
         rope_longrope(r, r->short_factor, dim, inv_freq);
@@ -827,6 +983,18 @@ void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn
     }
     for (int i = 0; i < dim / 2; i++) inv_freq[i] = (float)inv_freq[i];
     if (attn_factor) *attn_factor = attn;
+}
+
+void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor) {
+    inv_freq_of(&cfg->rope, cfg->rope_dim ? cfg->rope_dim : cfg->head_dim, inv_freq,
+                attn_factor);
+}
+
+bool atlas_rope_inv_freq_local(const atlas_config *cfg, double *inv_freq, double *attn_factor) {
+    if (!cfg->has_rope_local) return false;
+    inv_freq_of(&cfg->rope_local, cfg->rope_dim ? cfg->rope_dim : cfg->head_dim, inv_freq,
+                attn_factor);
+    return true;
 }
 
 atlas_status atlas_model_generation_defaults(const char *dir, atlas_generation_defaults *out) {

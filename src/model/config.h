@@ -11,7 +11,15 @@
  * 1e-5, max_position_embeddings 4096) has no biases, slides on every layer when
  * sliding_window is set, and may rotate part of each head (partial_rotary_factor, top level
  * or in the RoPE dict) with longrope. hidden_act must be silu (or swish, its
- * other name): the MLP is SwiGLU; another activation is refused by name. */
+ * other name): the MLP is SwiGLU; another activation is refused by name.
+ * Gemma 3 (Gemma3ForCausalLM, and the text model of Gemma3ForConditionalGeneration, whose
+ * text_config may omit any field: Gemma3TextConfig's defaults are built in) uses every norm
+ * weight as (1 + w), norms the attention and MLP outputs before their residual adds, gates
+ * with GeLU-tanh, scales the embedding by sqrt(hidden) and the scores by
+ * query_pre_attn_scalar^-0.5, and interleaves sliding layers (their own RoPE base,
+ * rope_local_base_freq) with full ones (rope_theta and rope_scaling) as layer_types or
+ * sliding_window_pattern says: ask atlas_config_layer_rope_set per layer. Gemma 2's
+ * soft-capping is refused by name. */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
 
@@ -30,7 +38,16 @@ typedef enum atlas_arch {
     ATLAS_ARCH_QWEN3,     /* Qwen3ForCausalLM: q/k RMSNorm, no biases */
     ATLAS_ARCH_PHI3,      /* Phi3ForCausalLM (Phi-3, Phi-4, Phi-4-mini): fused qkv_proj and
                              gate_up_proj, partial rotary, longrope */
+    ATLAS_ARCH_GEMMA3,    /* Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text model */
 } atlas_arch;
+
+/* The MLP's gate activation: act(gate) * up. */
+typedef enum atlas_act {
+    ATLAS_ACT_SILU = 0,  /* SwiGLU */
+    ATLAS_ACT_GELU_TANH, /* GeGLU with the tanh approximation (gelu_pytorch_tanh) */
+} atlas_act;
+
+enum { ATLAS_MAX_LAYERS = 4096 };
 
 typedef enum atlas_rope_type {
     ATLAS_ROPE_DEFAULT = 0,
@@ -94,9 +111,26 @@ typedef struct atlas_config {
     bool qk_norm;              /* Qwen3 */
     bool fused_proj;           /* Phi3: qkv_proj and gate_up_proj are single tensors */
     int sliding_window;        /* 0 when none */
-    int sliding_from_layer;    /* layers >= this use sliding_window (when it is not 0) */
+    int sliding_from_layer;    /* layers >= this use sliding_window (when it is not 0), unless
+                                  layer_kinds */
+    bool layer_kinds;          /* layer_sliding says each layer's kind (layer_types, Gemma 3's
+                                  sliding_window_pattern) */
+    unsigned char layer_sliding[ATLAS_MAX_LAYERS]; /* 1: a sliding_attention layer */
+    atlas_act act;             /* hidden_act / Gemma 3's hidden_activation */
+    bool norm_plus_one;        /* Gemma 3: every RMSNorm weight w is used as (1 + w) */
+    bool post_norms;           /* Gemma 3: pre_feedforward_layernorm before the MLP, and
+                                  post_attention_layernorm / post_feedforward_layernorm on the
+                                  attention and MLP outputs before their residual adds */
+    double embed_scale;        /* the embedding rows are multiplied by it (Gemma 3: sqrt(hidden)
+                                  rounded to float32); 1 otherwise */
+    double attn_scale;         /* the scores are q.k times it: Gemma 3's
+                                  query_pre_attn_scalar^-0.5; 0: 1/sqrt(head_dim) */
+    bool nested_text;          /* Gemma3ForConditionalGeneration: the text model's weights
+                                  under language_model.model. or model.language_model. */
     atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
-    atlas_rope rope;
+    atlas_rope rope;           /* every layer's, or the full-attention layers' with rope_local */
+    bool has_rope_local;       /* sliding layers rotate with rope_local (Gemma 3) */
+    atlas_rope rope_local;
     atlas_quant_config quant;  /* quantization_config (method NONE when absent) */
     int bos_id;                /* -1 when absent */
     int eos_ids[ATLAS_MAX_EOS];/* union of config.json and generation_config.json */
@@ -145,12 +179,17 @@ long atlas_config_max_context(const atlas_config *cfg);
 
 /* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);
+/* The RoPE set layer `layer` rotates with: 0 (cfg->rope), or 1 (cfg->rope_local: a sliding
+ * layer of a config with per-layer-type RoPE). */
+int atlas_config_layer_rope_set(const atlas_config *cfg, int layer);
 
 /* RoPE inverse frequencies for the config's rope type: inv_freq[rope_dim/2], and the factor
  * by which cos/sin are scaled (yarn's attention factor; 1 otherwise). Matches transformers'
  * ROPE_INIT_FUNCTIONS: the values are float32's (never the weights' dtype); the backends take
  * each angle as the float32 product inv_freq * position, as transformers does. */
 void atlas_rope_inv_freq(const atlas_config *cfg, double *inv_freq, double *attn_factor);
+/* The same for cfg->rope_local; returns false (nothing written) without one. */
+bool atlas_rope_inv_freq_local(const atlas_config *cfg, double *inv_freq, double *attn_factor);
 /* longrope's second set (long_factor), inv_freq[rope_dim/2]; returns false (nothing written)
  * for the other types. atlas_rope_inv_freq gives the short set; both share its factor. */
 bool atlas_rope_inv_freq_long(const atlas_config *cfg, double *inv_freq);

@@ -1,5 +1,5 @@
-/* model/forward.c — the Llama-family forward pass (Llama, Mistral, Qwen2, Qwen3), written
- * once against the op table; the CPU and CUDA backends both run it.
+/* model/forward.c — the forward pass of every family (Llama, Mistral, Qwen2, Qwen3, Phi3,
+ * Gemma 3), written once against the op table; the CPU and CUDA backends both run it.
  *
  *   x = embed(tokens)                                   x[n, d]: the residual stream
  *   h = rmsnorm(x) * attn_norm[0]
@@ -13,6 +13,12 @@
  *       (the MLP over mlp_chunk rows at a time: its [rows, 3f] buffers are the largest)
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *     (an embedding model, batch.hidden: h[logit_rows] itself, [n_logits, d], for pooling)
+ *
+ * Gemma 3 (post_norms) norms each projection's output before its residual add,
+ *     x += rmsnorm(att @ Wo^T) * attn_out_norm[l];  x += rmsnorm(mlp) * mlp_out_norm[l]
+ * (mlp_norm is its pre_feedforward_layernorm), gates with GeLU-tanh (the GLU epilogue), and
+ * its embedding scale, per-layer windows and RoPE sets and attention scale are the backend
+ * geometry's: data, not ops. Its norm weights arrive as 1 + w (model/weights.c).
  *
  * The fusions are said, not guessed: each norm goes with the matmul after it (rmsnorm_matmul,
  * whose epilogue does rope + KV store of qkv, or swiglu of gate_up), each projection back to
@@ -107,6 +113,19 @@ static atlas_status project_residual(atlas_model *m, void *delta_in, const atlas
     return be->ops->add(be, a->x, a->o, n, d);
 }
 
+/* x += rmsnorm(delta_in @ w^T (+ bias)) * norm (Gemma 3's post-norms): the sum over ranks
+ * comes before the norm. */
+static atlas_status normed_residual(atlas_model *m, void *delta_in, const atlas_weight *w,
+                                   const atlas_weight *bias, const atlas_weight *norm, int n,
+                                   int d) {
+    atlas_backend *be = m->be;
+    atlas_acts *a = &m->acts;
+    if (delta_in) ATLAS_TRY(be->ops->matmul(be, a->o, delta_in, w, bias, n));
+    if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
+    ATLAS_TRY(be->ops->rmsnorm(be, a->h, a->o, norm, n, d));
+    return be->ops->add(be, a->x, a->h, n, d);
+}
+
 /* Every residual add (matmul_residual, add) is followed by a norm of x over the same rows,
  * and every swiglu epilogue by the down matmul of its act, as backend.h's hand-off wants. */
 static atlas_status run_layers(atlas_model *m, int n) {
@@ -128,12 +147,20 @@ static atlas_status run_layers(atlas_model *m, int n) {
             ATLAS_TRY(atlas_op_rope_kv_store(be, a->qkv, m->kv, l, n));
         }
         ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
-        ATLAS_TRY(project_residual(m, a->att, lw->o, lw->o_bias, n, d));
-        atlas_epilogue swiglu = {.kind = ATLAS_EPI_SWIGLU, .act = a->act, .f = f};
+        if (lw->attn_out_norm)
+            ATLAS_TRY(normed_residual(m, a->att, lw->o, lw->o_bias, lw->attn_out_norm, n, d));
+        else
+            ATLAS_TRY(project_residual(m, a->att, lw->o, lw->o_bias, n, d));
+        atlas_epilogue glu = {.kind = c->act == ATLAS_ACT_SILU ? ATLAS_EPI_SWIGLU : ATLAS_EPI_GLU,
+                              .act = a->act, .f = f};
         if (n <= m->mlp_chunk) {
             ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, a->x, lw->mlp_norm,
-                                              lw->gate_up, lw->gate_up_bias, n, d, 0, &swiglu));
-            ATLAS_TRY(project_residual(m, a->act, lw->down, lw->down_bias, n, d));
+                                              lw->gate_up, lw->gate_up_bias, n, d, 0, &glu));
+            if (lw->mlp_out_norm)
+                ATLAS_TRY(normed_residual(m, a->act, lw->down, lw->down_bias, lw->mlp_out_norm,
+                                          n, d));
+            else
+                ATLAS_TRY(project_residual(m, a->act, lw->down, lw->down_bias, n, d));
             continue;
         }
         /* rows are independent in the MLP: mlp_chunk of them at a time bounds its buffers */
@@ -142,8 +169,12 @@ static atlas_status run_layers(atlas_model *m, int n) {
             int nr = n - r0 < m->mlp_chunk ? n - r0 : m->mlp_chunk;
             size_t off = (size_t)r0 * d * be->act_size;
             ATLAS_TRY(atlas_op_rmsnorm_matmul(be, a->gate_up, a->h, NULL, NULL, lw->gate_up,
-                                              lw->gate_up_bias, nr, d, r0, &swiglu));
+                                              lw->gate_up_bias, nr, d, r0, &glu));
             ATLAS_TRY(op->matmul(be, (char *)a->o + off, a->act, lw->down, lw->down_bias, nr));
+        }
+        if (lw->mlp_out_norm) {
+            ATLAS_TRY(normed_residual(m, NULL, NULL, NULL, lw->mlp_out_norm, n, d));
+            continue;
         }
         if (m->tp_size > 1) ATLAS_TRY(all_reduce(m, n, d));
         ATLAS_TRY(op->add(be, a->x, a->o, n, d));

@@ -147,14 +147,38 @@ static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
     return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
 }
 
+/* The per-layer part of the geometry: each layer's window and RoPE set, as the config says
+ * (inv_local[hd/2], window[n_layers] and set[n_layers] are the caller's). */
+static void layer_geom(const atlas_config *c, atlas_backend_geom *g, double *inv_local,
+                       int32_t *window, uint8_t *set) {
+    for (int l = 0; l < c->n_layers; l++) {
+        window[l] = atlas_config_layer_sliding(c, l) ? c->sliding_window : 0;
+        set[l] = (uint8_t)atlas_config_layer_rope_set(c, l);
+    }
+    g->layer_window = window;
+    double attn = 1.0;
+    if (atlas_rope_inv_freq_local(c, inv_local, &attn)) {
+        g->n_rope_sets = 1;
+        g->rope_sets[0] = (atlas_rope_set){.inv_freq = inv_local, .attn_factor = attn};
+        g->layer_rope_set = set;
+    }
+    g->attn_scale = (float)c->attn_scale;
+    g->embed_scale = (float)c->embed_scale;
+    g->glu = c->act == ATLAS_ACT_GELU_TANH ? ATLAS_GLU_GELU_TANH : ATLAS_GLU_SILU;
+    g->post_norms = c->post_norms;
+}
+
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */
 static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                  const atlas_backend_options *opts) {
     ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
     const atlas_config *c = &m->cfg;
-    double inv_freq[1024], inv_long[1024], attn_factor = 1.0;
+    double inv_freq[1024], inv_long[1024], inv_local[1024], attn_factor = 1.0;
     if (c->head_dim < 2 || c->head_dim / 2 > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "config.json: head_dim %d", c->head_dim);
+    if (p->tp_size > 1 && (c->post_norms || c->nested_text))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: tensor parallelism is not supported for "
+                          "%s yet; run it on one device", m->dir, c->architecture);
     atlas_rope_inv_freq(c, inv_freq, &attn_factor);
     bool longrope = atlas_rope_inv_freq_long(c, inv_long);
     atlas_backend_geom g = {
@@ -177,7 +201,18 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
         g.n_kv_heads = plan.n_kv_heads;
         g.intermediate = plan.n_mlp;
     }
-    ATLAS_TRY(pick_backend(m, p, opts, &g));
+    int32_t *window = malloc((size_t)c->n_layers * sizeof *window);
+    uint8_t *set = malloc((size_t)c->n_layers);
+    if (!window || !set) {
+        free(window);
+        free(set);
+        return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", m->dir);
+    }
+    layer_geom(c, &g, inv_local, window, set);
+    atlas_status picked = pick_backend(m, p, opts, &g);
+    free(window); /* the backend keeps copies */
+    free(set);
+    ATLAS_TRY(picked);
     /* Before any weight is read: a checkpoint larger than the memory would otherwise be
      * copied in until the OOM killer (or a failed allocation, much later) ends it. */
     atlas_weights_sum sum;

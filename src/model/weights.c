@@ -29,6 +29,11 @@ typedef struct binder {
     /* quantized weights handed to weight_load: read until weights_done, freed after */
     atlas_qweight *qw;
     size_t n_qw, cap_qw;
+    /* where the text model's tensors are: "model." and "lm_head.weight", or a vision-language
+     * checkpoint's (text_prefix) */
+    const char *pre, *head;
+    char embed[96];
+    float offset; /* of the 1-D weights being bound (norm_plus_one's norms) */
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -267,6 +272,7 @@ static atlas_status bind_views(binder *b, const char *const *names, const atlas_
             atlas_weight_src_of_view_counted(views[i], &b->files[b->n_files], b->progress,
                                              &srcs[i]);
             if (srcs[i].read) b->n_files++; /* the entry is its reader's context now */
+            if (!cols) srcs[i].offset = b->offset;
             sp[i] = &srcs[i];
         }
         if (st == ATLAS_OK) st = b->be->ops->weight_load(b->be, sp, n, out);
@@ -289,8 +295,7 @@ static atlas_status bind_views(binder *b, const char *const *names, const atlas_
 
 static atlas_status bind(binder *b, const char *const *names, const int64_t *rows, int n,
                          int64_t cols, atlas_weight **out) {
-    if (cols && b->quant && b->quant->method != ATLAS_QM_NONE &&
-        strcmp(names[0], "model.embed_tokens.weight")) {
+    if (cols && b->quant && b->quant->method != ATLAS_QM_NONE && strcmp(names[0], b->embed)) {
         bool done;
         ATLAS_TRY(try_quant(b, names, rows, n, cols, out, &done));
         if (done) return ATLAS_OK;
@@ -336,64 +341,121 @@ static atlas_status bind1(binder *b, const char *name, int64_t rows, int64_t col
     return bind(b, &name, &rows, 1, cols, out);
 }
 
-static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
-    char n[6][128];
+/* A norm's weight: 1 + w where the family says so (Gemma). */
+static atlas_status bind_norm(binder *b, const atlas_config *c, const char *name, int64_t rows,
+                              atlas_weight **out) {
+    b->offset = c->norm_plus_one ? 1.0f : 0.0f;
+    atlas_status st = bind1(b, name, rows, 0, out);
+    b->offset = 0;
+    return st;
+}
+
+static atlas_status bind_attn(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
+    char n[4][160];
     int64_t d = c->hidden, hd = c->head_dim, H = c->n_heads, K = c->n_kv_heads;
-    const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
+    const char *proj[3] = {"q_proj", "k_proj", "v_proj"}, *pre = b->pre;
     int64_t qkv_rows[3] = {H * hd, K * hd, K * hd};
     const char *names[3];
 #define NAME(i, ...) (snprintf(n[i], sizeof n[i], __VA_ARGS__), n[i])
-    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.input_layernorm.weight", l), d, 0,
-                    &lw->attn_norm));
     for (int i = 0; i < 3; i++)
-        names[i] = NAME(i, "model.layers.%d.self_attn.%s.weight", l, proj[i]);
+        names[i] = NAME(i, "%slayers.%d.self_attn.%s.weight", pre, l, proj[i]);
     if (c->fused_proj) /* Phi3 */
-        ATLAS_TRY(bind_fused(b, NAME(3, "model.layers.%d.self_attn.qkv_proj.weight", l), names,
+        ATLAS_TRY(bind_fused(b, NAME(3, "%slayers.%d.self_attn.qkv_proj.weight", pre, l), names,
                              qkv_rows, 3, d, &lw->qkv));
     else
         ATLAS_TRY(bind(b, names, qkv_rows, 3, d, &lw->qkv));
     if (c->qkv_bias) {
         for (int i = 0; i < 3; i++)
-            names[i] = NAME(i, "model.layers.%d.self_attn.%s.bias", l, proj[i]);
+            names[i] = NAME(i, "%slayers.%d.self_attn.%s.bias", pre, l, proj[i]);
         ATLAS_TRY(bind(b, names, qkv_rows, 3, 0, &lw->qkv_bias));
     }
     if (c->qk_norm) {
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.q_norm.weight", l), hd, 0,
-                        &lw->q_norm));
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.k_norm.weight", l), hd, 0,
-                        &lw->k_norm));
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.self_attn.q_norm.weight", pre, l), hd,
+                            &lw->q_norm));
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.self_attn.k_norm.weight", pre, l), hd,
+                            &lw->k_norm));
     }
-    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.o_proj.weight", l), d, H * hd, &lw->o));
+    ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.self_attn.o_proj.weight", pre, l), d, H * hd,
+                    &lw->o));
     if (c->o_bias)
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.self_attn.o_proj.bias", l), d, 0,
+        ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.self_attn.o_proj.bias", pre, l), d, 0,
                         &lw->o_bias));
-    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.post_attention_layernorm.weight", l), d, 0,
-                    &lw->mlp_norm));
+#undef NAME
+    return ATLAS_OK;
+}
+
+static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
+    char n[4][160];
+    int64_t d = c->hidden;
+    const char *pre = b->pre, *names[2];
+#define NAME(i, ...) (snprintf(n[i], sizeof n[i], __VA_ARGS__), n[i])
+    ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.input_layernorm.weight", pre, l), d,
+                        &lw->attn_norm));
+    ATLAS_TRY(bind_attn(b, c, l, lw));
+    /* Gemma 3: post_attention_layernorm norms the attention's output, and
+     * pre_feedforward_layernorm the MLP's input */
+    if (c->post_norms) {
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.post_attention_layernorm.weight", pre, l),
+                            d, &lw->attn_out_norm));
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.pre_feedforward_layernorm.weight", pre,
+                                       l), d, &lw->mlp_norm));
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.post_feedforward_layernorm.weight", pre,
+                                       l), d, &lw->mlp_out_norm));
+    } else {
+        ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.post_attention_layernorm.weight", pre, l),
+                            d, &lw->mlp_norm));
+    }
     int64_t gu_rows[2] = {c->intermediate, c->intermediate};
     const char *gu[2] = {"gate_proj", "up_proj"};
-    for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.weight", l, gu[i]);
+    for (int i = 0; i < 2; i++) names[i] = NAME(i, "%slayers.%d.mlp.%s.weight", pre, l, gu[i]);
     if (c->fused_proj)
-        ATLAS_TRY(bind_fused(b, NAME(3, "model.layers.%d.mlp.gate_up_proj.weight", l), names,
+        ATLAS_TRY(bind_fused(b, NAME(3, "%slayers.%d.mlp.gate_up_proj.weight", pre, l), names,
                              gu_rows, 2, d, &lw->gate_up));
     else
         ATLAS_TRY(bind(b, names, gu_rows, 2, d, &lw->gate_up));
     if (c->mlp_bias) {
-        for (int i = 0; i < 2; i++) names[i] = NAME(i, "model.layers.%d.mlp.%s.bias", l, gu[i]);
+        for (int i = 0; i < 2; i++) names[i] = NAME(i, "%slayers.%d.mlp.%s.bias", pre, l, gu[i]);
         ATLAS_TRY(bind(b, names, gu_rows, 2, 0, &lw->gate_up_bias));
     }
-    ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.down_proj.weight", l), d, c->intermediate,
+    ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.mlp.down_proj.weight", pre, l), d, c->intermediate,
                     &lw->down));
     if (c->mlp_bias)
-        ATLAS_TRY(bind1(b, NAME(0, "model.layers.%d.mlp.down_proj.bias", l), d, 0,
+        ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.mlp.down_proj.bias", pre, l), d, 0,
                         &lw->down_bias));
 #undef NAME
     return ATLAS_OK;
 }
 
+/* Where the text model's tensors are: a vision-language checkpoint (Gemma3ForConditional-
+ * Generation) keeps them under language_model.model. as published, under
+ * model.language_model. as transformers has saved it since; found by the embedding. */
+static atlas_status text_prefix(binder *b, const atlas_config *c) {
+    b->pre = "model.";
+    b->head = "lm_head.weight";
+    if (c->nested_text) {
+        if (atlas_st_find(b->st, "model.language_model.embed_tokens.weight")) {
+            b->pre = "model.language_model.";
+        } else if (atlas_st_find(b->st, "language_model.model.embed_tokens.weight")) {
+            b->pre = "language_model.model.";
+            b->head = "language_model.lm_head.weight";
+        } else {
+            return atlas_fail(ATLAS_ERR_NOT_FOUND, "%s: neither "
+                              "language_model.model.embed_tokens.weight nor "
+                              "model.language_model.embed_tokens.weight is in the checkpoint: "
+                              "where is its text model?", c->architecture);
+        }
+    }
+    snprintf(b->embed, sizeof b->embed, "%sembed_tokens.weight", b->pre);
+    return ATLAS_OK;
+}
+
 static atlas_status bind_all(binder *b, const atlas_config *c) {
     atlas_model_weights *w = b->w;
-    ATLAS_TRY(bind1(b, "model.embed_tokens.weight", c->vocab_size, c->hidden, &w->embed));
-    ATLAS_TRY(bind1(b, "model.norm.weight", c->hidden, 0, &w->norm));
+    char norm[96];
+    ATLAS_TRY(text_prefix(b, c));
+    snprintf(norm, sizeof norm, "%snorm.weight", b->pre);
+    ATLAS_TRY(bind1(b, b->embed, c->vocab_size, c->hidden, &w->embed));
+    ATLAS_TRY(bind_norm(b, c, norm, c->hidden, &w->norm));
     /* A checkpoint that says tied may still carry lm_head.weight (some exports do): the
      * config decides, as in transformers. An embedding model has no head (Qwen3-Embedding
      * ships none whatever its config says): its vectors come from the final norm. */
@@ -402,7 +464,7 @@ static atlas_status bind_all(binder *b, const atlas_config *c) {
     else if (c->tie_embeddings)
         w->lm_head = w->embed;
     else
-        ATLAS_TRY(bind1(b, "lm_head.weight", c->vocab_size, c->hidden, &w->lm_head));
+        ATLAS_TRY(bind1(b, b->head, c->vocab_size, c->hidden, &w->lm_head));
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers) return atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
     w->n_layers = c->n_layers;
@@ -425,9 +487,10 @@ atlas_status atlas_weights_load(atlas_backend *be, const atlas_st *st, const atl
 
 typedef enum ignore_when {
     IGNORE_ALWAYS,
-    IGNORE_WHEN_TIED, /* only with tie_word_embeddings */
+    IGNORE_WHEN_TIED,      /* only with tie_word_embeddings */
     IGNORE_WHEN_EMBEDDING, /* only in an embedding model (config.pooling) */
     IGNORE_WHEN_KV_FP8, /* only where quantization_config asks for an FP8 KV cache */
+    IGNORE_WHEN_NESTED,    /* only in a vision-language checkpoint (its text model runs) */
 } ignore_when;
 
 static const struct ignore_rule {
@@ -453,6 +516,13 @@ static const struct ignore_rule {
     {ALL_ARCHS, "model.layers.*.self_attn.k_proj.k_scale", IGNORE_WHEN_KV_FP8},
     {ALL_ARCHS, "model.layers.*.self_attn.v_proj.v_scale", IGNORE_WHEN_KV_FP8},
     {ALL_ARCHS, "model.layers.*.self_attn.[kv]_proj.output_scale", IGNORE_WHEN_KV_FP8},
+    {ARCH(ATLAS_ARCH_GEMMA3), "language_model.lm_head.weight", IGNORE_WHEN_TIED},
+    /* Gemma3ForConditionalGeneration's image encoder and projector, in both spellings: atlas
+     * runs the text model (image input is refused by the server) */
+    {ARCH(ATLAS_ARCH_GEMMA3), "vision_tower.*", IGNORE_WHEN_NESTED},
+    {ARCH(ATLAS_ARCH_GEMMA3), "multi_modal_projector.*", IGNORE_WHEN_NESTED},
+    {ARCH(ATLAS_ARCH_GEMMA3), "model.vision_tower.*", IGNORE_WHEN_NESTED},
+    {ARCH(ATLAS_ARCH_GEMMA3), "model.multi_modal_projector.*", IGNORE_WHEN_NESTED},
 };
 
 static bool ignored(const atlas_config *c, const char *name) {
@@ -460,7 +530,8 @@ static bool ignored(const atlas_config *c, const char *name) {
         const struct ignore_rule *r = &IGNORED[i];
         if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings) ||
             (r->when == IGNORE_WHEN_EMBEDDING && c->pooling == ATLAS_POOL_NONE) ||
-            (r->when == IGNORE_WHEN_KV_FP8 && !c->quant.kv_fp8))
+            (r->when == IGNORE_WHEN_KV_FP8 && !c->quant.kv_fp8) ||
+            (r->when == IGNORE_WHEN_NESTED && !c->nested_text))
             continue;
         if (fnmatch(r->pattern, name, 0) == 0) return true;
     }
@@ -590,7 +661,8 @@ void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
             atlas_layer_weights *lw = &w->layers[l];
             atlas_weight *all[] = {lw->attn_norm, lw->qkv,      lw->qkv_bias, lw->q_norm,
                                    lw->k_norm,    lw->o,        lw->o_bias,   lw->mlp_norm,
-                                   lw->gate_up,   lw->gate_up_bias, lw->down, lw->down_bias};
+                                   lw->gate_up,   lw->gate_up_bias, lw->down, lw->down_bias,
+                                   lw->attn_out_norm, lw->mlp_out_norm};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wf(be, all[i]);
         }
         if (w->lm_head != w->embed) wf(be, w->lm_head);

@@ -1,7 +1,9 @@
 /* model/weights.h — binding a checkpoint's tensors to the forward pass's weights.  Internal.
  *
  * Names are those of Hugging Face's Llama/Mistral/Qwen2/Qwen3 (model.layers.N.self_attn.
- * q_proj.weight, ...). q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up
+ * q_proj.weight, ...); Gemma3ForConditionalGeneration's text model is under
+ * language_model.model. (as published) or model.language_model. (as newer transformers save
+ * it), found by its embedding. A Gemma norm is loaded as 1 + w (the source's offset). q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up
  * into one gate_up weight [2f, d] through the backend's weight_load, their biases likewise.
  * Every tensor's shape and dtype is checked, and an error names the tensor.
  *
@@ -28,7 +30,9 @@ typedef struct atlas_layer_weights {
     atlas_weight *k_norm;    /* [hd] or NULL (Qwen3) */
     atlas_weight *o;         /* [d, H * hd] */
     atlas_weight *o_bias;    /* [d] or NULL (tensor parallel: rank 0's only) */
-    atlas_weight *mlp_norm;  /* [d] post_attention_layernorm */
+    atlas_weight *mlp_norm;  /* [d] post_attention_layernorm (Gemma 3: pre_feedforward_layernorm) */
+    atlas_weight *attn_out_norm; /* [d] Gemma 3's post_attention_layernorm, or NULL */
+    atlas_weight *mlp_out_norm;  /* [d] Gemma 3's post_feedforward_layernorm, or NULL */
     atlas_weight *gate_up;   /* [2f, d] */
     atlas_weight *gate_up_bias; /* [2f] or NULL (Llama's mlp_bias) */
     atlas_weight *down;      /* [d, f] */

@@ -160,6 +160,8 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
         tmp.n_parts = 1;
         tmp.parts[0] = (cpu_part){.data = w->parts[i].data, .dtype = srcs[i]->dtype, .rows = 1};
         cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
+        for (int64_t j = 0; srcs[i]->offset != 0 && j < tmp.cols; j++)
+            w->vec[w->parts[i].row0 + j] += srcs[i]->offset;
     }
     *out = w;
     return ATLAS_OK;
@@ -229,29 +231,35 @@ static atlas_status grow_tokens(cpu_backend *cb, int n) {
         if (!q) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging %d tokens", n);
         *arrays[i] = q;
     }
-    float *c = realloc(cb->rope_cos, (size_t)n * half * sizeof(float));
+    size_t table = (size_t)cb->n_sets * n * half * sizeof(float);
+    float *c = realloc(cb->rope_cos, table);
     if (c) cb->rope_cos = c;
-    float *s = realloc(cb->rope_sin, (size_t)n * half * sizeof(float));
+    float *s = realloc(cb->rope_sin, table);
     if (s) cb->rope_sin = s;
     if (!c || !s) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: staging %d tokens", n);
     cb->cap_tokens = n;
     return ATLAS_OK;
 }
 
-/* cos/sin of every token's position; the angle in fp32 as transformers computes it.
- * longrope: the long frequencies for a sequence whose context is past rope_long_after. */
+/* cos/sin of every token's position, for each RoPE set; the angle in fp32 as transformers
+ * computes it. longrope: the long frequencies for a sequence whose context is past
+ * rope_long_after (set 0's). */
 static void stage_rope(cpu_backend *cb) {
     const atlas_backend_geom *g = &cb->base.geom;
     int half = g->head_dim / 2, rot = g->rope_dim / 2;
-    float f = (float)g->rope_attn_factor;
-    for (int t = 0; t < cb->n_tokens; t++) {
-        const double *inv = cb->inv_freq;
-        if (cb->inv_freq_long && cb->seq_rope[cb->tok_seq[t]] > g->rope_long_after)
-            inv = cb->inv_freq_long;
-        for (int i = 0; i < rot; i++) {
-            float angle = (float)inv[i] * (float)cb->positions[t];
-            cb->rope_cos[t * half + i] = (float)cos((double)angle) * f;
-            cb->rope_sin[t * half + i] = (float)sin((double)angle) * f;
+    for (int set = 0; set < cb->n_sets; set++) {
+        size_t base = (size_t)set * cb->cap_tokens * half;
+        float f = (float)(set ? g->rope_sets[set - 1].attn_factor : g->rope_attn_factor);
+        for (int t = 0; t < cb->n_tokens; t++) {
+            const double *inv = cb->inv_freq + (size_t)(set ? set + 1 : 0) * half;
+            if (!set && cb->inv_freq_long && cb->seq_rope[cb->tok_seq[t]] > g->rope_long_after)
+                inv = cb->inv_freq_long;
+            float *c = cb->rope_cos + base + (size_t)t * half, *s = cb->rope_sin + base + (size_t)t * half;
+            for (int i = 0; i < rot; i++) {
+                float angle = (float)inv[i] * (float)cb->positions[t];
+                c[i] = (float)cos((double)angle) * f;
+                s[i] = (float)sin((double)angle) * f;
+            }
         }
     }
 }
@@ -303,8 +311,12 @@ static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int
 
 static atlas_status cpu_embed(atlas_backend *be, void *x, const atlas_weight *table) {
     cpu_backend *cb = (cpu_backend *)be;
-    for (int t = 0; t < cb->n_tokens; t++)
-        cpu_weight_row(table, cb->tokens[t], (float *)x + (size_t)t * table->cols);
+    float scale = be->geom.embed_scale;
+    for (int t = 0; t < cb->n_tokens; t++) {
+        float *row = (float *)x + (size_t)t * table->cols;
+        cpu_weight_row(table, cb->tokens[t], row);
+        for (int64_t i = 0; scale != 0 && i < table->cols; i++) row[i] *= scale;
+    }
     return ATLAS_OK;
 }
 
@@ -388,16 +400,21 @@ static atlas_status cpu_qk_norm(atlas_backend *be, void *qkv, const atlas_weight
     return ATLAS_OK;
 }
 
-/* Rotate-half over the first rope_dim dims of each head (partial rotary: the rest stay). */
-static atlas_status cpu_rope(atlas_backend *be, void *qkv, int n) {
+/* Rotate-half over the first rope_dim dims of each head (partial rotary: the rest stay),
+ * with the layer's RoPE set. */
+static atlas_status cpu_rope(atlas_backend *be, void *qkv, int n, int layer) {
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, half = g->rope_dim / 2;
     int stride = hd / 2; /* of the cos/sin rows */
+    if (layer < 0 || layer >= g->n_layers)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu rope: layer %d of %d", layer, g->n_layers);
+    size_t base = (size_t)(cb->layer_rope_set ? cb->layer_rope_set[layer] : 0) *
+                  cb->cap_tokens * stride;
     for (int t = 0; t < n; t++) {
         float *row = (float *)qkv + (size_t)t * (H + 2 * K) * hd;
-        const float *c = cb->rope_cos + (size_t)t * stride;
-        const float *s = cb->rope_sin + (size_t)t * stride;
+        const float *c = cb->rope_cos + base + (size_t)t * stride;
+        const float *s = cb->rope_sin + base + (size_t)t * stride;
         for (int h = 0; h < H + K; h++) {
             float *x = row + h * hd;
             for (int i = 0; i < half; i++) {
@@ -430,6 +447,22 @@ static atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up
         const float *gt = (const float *)gate_up + (size_t)t * 2 * f, *up = gt + f;
         float *o = (float *)out + (size_t)t * f;
         for (int i = 0; i < f; i++) o[i] = gt[i] / (1.0f + expf(-gt[i])) * up[i];
+    }
+    return ATLAS_OK;
+}
+
+/* gelu_pytorch_tanh in float32, as torch computes it */
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static atlas_status cpu_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
+    if (be->geom.glu == ATLAS_GLU_SILU) return cpu_swiglu(be, out, gate_up, n, f);
+    for (int t = 0; t < n; t++) {
+        const float *gt = (const float *)gate_up + (size_t)t * 2 * f, *up = gt + f;
+        float *o = (float *)out + (size_t)t * f;
+        for (int i = 0; i < f; i++) o[i] = gelu_tanh(gt[i]) * up[i];
     }
     return ATLAS_OK;
 }
@@ -468,6 +501,8 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     atlas_threadpool_free(cb->pool);
     free(cb->scratch);
     free(cb->inv_freq);
+    free(cb->layer_window);
+    free(cb->layer_rope_set);
     free(cb->tokens);
     free(cb->positions);
     free(cb->slots);
@@ -501,6 +536,7 @@ static const atlas_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .glu = cpu_glu,
     .gather_rows = cpu_gather_rows,
     .download = cpu_download,
     .argmax = cpu_argmax,
@@ -508,18 +544,39 @@ static const atlas_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+/* The geometry's per-layer arrays, copied (the caller's are not kept). */
+static atlas_status copy_layers(cpu_backend *cb, const atlas_backend_geom *g) {
+    size_t n = (size_t)g->n_layers;
+    if (g->layer_window) {
+        if (!(cb->layer_window = malloc(n * sizeof *cb->layer_window))) return ATLAS_ERR_NOMEM;
+        memcpy(cb->layer_window, g->layer_window, n * sizeof *cb->layer_window);
+    }
+    if (g->layer_rope_set) {
+        if (!(cb->layer_rope_set = malloc(n))) return ATLAS_ERR_NOMEM;
+        memcpy(cb->layer_rope_set, g->layer_rope_set, n);
+    }
+    cb->base.geom.layer_window = cb->layer_window;
+    cb->base.geom.layer_rope_set = cb->layer_rope_set;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_threads,
                                       atlas_backend **out) {
     *out = NULL;
     const atlas_backend_geom *g = geom;
     if (g->hidden < 1 || g->n_heads < 1 || g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads ||
         g->head_dim < 2 || g->head_dim % 2 || g->intermediate < 1 || g->vocab_size < 1 ||
-        g->n_layers < 1 || g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2)
+        g->n_layers < 1 || g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2 ||
+        g->n_rope_sets < 0 || g->n_rope_sets >= ATLAS_MAX_ROPE_SETS)
         return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: bad geometry (hidden %d, heads %d/%d, "
                           "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d)",
                           g->hidden,
                           g->n_heads, g->n_kv_heads, g->head_dim, g->rope_dim, g->intermediate,
                           g->vocab_size, g->n_layers);
+    for (int l = 0; g->layer_rope_set && l < g->n_layers; l++)
+        if (g->layer_rope_set[l] > g->n_rope_sets)
+            return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: layer %d rotates with RoPE set "
+                              "%d of %d", l, g->layer_rope_set[l], 1 + g->n_rope_sets);
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
     cb->base.ops = &cpu_ops;
@@ -536,8 +593,10 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;
     cb->scratch_floats = (CPU_ROWS * k + 15) / 16 * 16;
     cb->scratch = malloc(cb->scratch_floats * cb->n_threads * sizeof(float));
-    cb->inv_freq = malloc((size_t)g->head_dim * sizeof(double)); /* short and long sets */
-    if (!cb->scratch || !cb->inv_freq) {
+    cb->n_sets = 1 + g->n_rope_sets;
+    /* set 0, longrope's long set, then the further sets */
+    cb->inv_freq = malloc((size_t)(cb->n_sets + 1) * g->head_dim / 2 * sizeof(double));
+    if (!cb->scratch || !cb->inv_freq || copy_layers(cb, g) != ATLAS_OK) {
         cpu_destroy(&cb->base);
         return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: out of memory");
     }
@@ -546,10 +605,14 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     for (int i = 0; i < cb->base.geom.rope_dim / 2; i++) {
         cb->inv_freq[i] = g->rope_inv_freq[i];
         if (g->rope_inv_freq_long) cb->inv_freq[half + i] = g->rope_inv_freq_long[i];
+        for (int s = 1; s < cb->n_sets; s++)
+            cb->inv_freq[(size_t)(s + 1) * half + i] = g->rope_sets[s - 1].inv_freq[i];
     }
     cb->base.geom.rope_inv_freq = cb->inv_freq;
     cb->inv_freq_long = g->rope_inv_freq_long ? cb->inv_freq + half : NULL;
     cb->base.geom.rope_inv_freq_long = cb->inv_freq_long;
+    for (int s = 1; s < cb->n_sets; s++)
+        cb->base.geom.rope_sets[s - 1].inv_freq = cb->inv_freq + (size_t)(s + 1) * half;
     *out = &cb->base;
     return ATLAS_OK;
 }

@@ -50,13 +50,17 @@ typedef struct cpu_backend {
     int n_threads;
     float *scratch;      /* [n_threads, scratch_floats]: per-thread row buffers */
     size_t scratch_floats;
-    double *inv_freq;    /* [hd/2]; then longrope's long set at inv_freq + hd/2, or NULL */
+    double *inv_freq;    /* [hd/2]; then longrope's long set at inv_freq + hd/2, or NULL; then
+                            geom.rope_sets' frequencies, hd/2 each */
     double *inv_freq_long;
+    int n_sets;          /* RoPE sets: 1 + geom.n_rope_sets */
+    int32_t *layer_window;   /* owned copies of the geometry's per-layer arrays, or NULL */
+    uint8_t *layer_rope_set;
     /* the staged batch (begin_batch) */
     int n_tokens, n_seqs, n_logits, block_size, cap_tokens, cap_seqs, cap_logits;
     int32_t *tokens, *positions, *slots, *tok_seq, *seq_ctx, *logit_rows; /* owned copies */
     int32_t *seq_rope;   /* [n_seqs]: the length longrope picks the factors by */
-    float *rope_cos, *rope_sin; /* [n_tokens, hd/2] */
+    float *rope_cos, *rope_sin; /* [n_sets, cap_tokens, hd/2] */
     int32_t *block_table;       /* [n_seqs * max_blocks] */
     int max_blocks;
     size_t cap_table;

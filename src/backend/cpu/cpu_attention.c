@@ -23,7 +23,7 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
     const atlas_backend_geom *g = &cb->base.geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
     int group = H / K, bs = cb->block_size;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = atlas_geom_attn_scale(g);
     float *acc = cb->scratch + (size_t)thread * cb->scratch_floats; /* [hd] */
     for (int64_t item = begin; item < end; item++) {
         int t = (int)(item / H), h = (int)(item % H), kvh = h / group;
@@ -61,7 +61,7 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
     if (layer < 0 || layer >= kv->n_layers)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: layer %d of %d", layer,
                           kv->n_layers);
-    int window = layer >= be->geom.sliding_from_layer ? be->geom.sliding_window : 0;
+    int window = atlas_geom_window(&be->geom, layer);
     attn_job j = {cb, window, out, qkv, kv->k + layer * kv->layer_floats,
                   kv->v + layer * kv->layer_floats};
     /* An item costs about 2 * context * hd multiply-adds: split only 32k or more a thread. */

@@ -127,6 +127,8 @@ static atlas_status cuda_rmsnorm_matmul(atlas_backend *be, void *out, void *h, c
                                   NULL));
         return cmd4(be, CUDA_OP_KV_STORE, cb->batch.n_tokens, 0, epi->layer, out, epi->kv,
                     NULL, NULL);
+    case ATLAS_EPI_GLU: /* GeGLU: refused at create (check_missing) */
+        break;
     }
     return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: rmsnorm_matmul epilogue %d", (int)kind);
 }
@@ -160,8 +162,8 @@ static atlas_status cuda_qk_norm(atlas_backend *be, void *qkv, const atlas_weigh
     return cmd4(be, CUDA_OP_QK_NORM, n, 0, 0, qkv, q_norm, k_norm, NULL);
 }
 
-static atlas_status cuda_rope(atlas_backend *be, void *qkv, int n) {
-    return cmd4(be, CUDA_OP_ROPE, n, 0, 0, qkv, NULL, NULL, NULL);
+static atlas_status cuda_rope(atlas_backend *be, void *qkv, int n, int layer) {
+    return cmd4(be, CUDA_OP_ROPE, n, 0, layer, qkv, NULL, NULL, NULL);
 }
 
 static atlas_status cuda_kv_store(atlas_backend *be, const void *qkv, atlas_kv *kv, int layer) {
@@ -195,6 +197,7 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     atlas_registry_keep(reg, cuda_lt_free(cb->mod.lt));
     cuda_workspace_release(cb);
     free(cb->mod.inv_freq);
+    free(cb->mod.layer_window);
     free(cb);
     atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
     if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
@@ -234,6 +237,28 @@ static const atlas_backend_ops cuda_ops = {
     .rope_kv_store = cuda_rope_kv_store,
 };
 
+/* What the CPU backend computes and the GPU kernels do not have yet, all of it named in one
+ * refusal at load. The windows and the attention scale are arguments of the attention
+ * kernels, per layer: those are not here. */
+static atlas_status check_missing(const atlas_backend_geom *g) {
+    const char *what[8];
+    int n = 0;
+    if (g->rope_dim && g->rope_dim != g->head_dim)
+        what[n++] = "partial rotary (partial_rotary_factor < 1)";
+    if (g->rope_inv_freq_long) what[n++] = "longrope RoPE (short and long factors)";
+    if (g->n_rope_sets > 0) what[n++] = "per-layer RoPE sets (Gemma 3's local and global layers)";
+    if (g->glu != ATLAS_GLU_SILU) what[n++] = "GeLU-tanh gating (GeGLU)";
+    if (g->embed_scale != 0 && g->embed_scale != 1) what[n++] = "a scaled embedding";
+    if (g->post_norms) what[n++] = "norms of the attention and MLP outputs (post-norms)";
+    if (n == 0) return ATLAS_OK;
+    char list[512] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", what[i]);
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %s: the GPU kernels do not have %s yet "
+                      "(the CPU backend does: run with --device cpu)", list,
+                      n > 1 ? "these" : "it");
+}
+
 /* The shapes the kernels take; a model the CPU runs and these refuse fails its load with the
  * limit named. Every tuned kernel falls back to a general one inside them (ops_cuda.c): the
  * tiled prefill attention (head_dim 64/80/96/128) to the split kernel, the cluster decode
@@ -248,12 +273,7 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     if (g->head_dim % 8 || g->head_dim < 8 || g->head_dim > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: the kernels take multiples "
                           "of 8 from 8 to 1024", g->head_dim);
-    /* the rope kernels rotate whole heads with one frequency set */
-    if ((g->rope_dim && g->rope_dim != g->head_dim) || g->rope_inv_freq_long)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %s: the GPU kernels do not have it yet "
-                          "(the CPU backend does: --device cpu)",
-                          g->rope_inv_freq_long ? "longrope RoPE (short and long factors)"
-                                                : "partial rotary (partial_rotary_factor < 1)");
+    ATLAS_TRY(check_missing(g));
     if (g->hidden % 8 || g->intermediate % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
                           "take multiples of 8", g->hidden, g->intermediate);
@@ -286,6 +306,14 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
     if (!cb->mod.inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     memcpy(cb->mod.inv_freq, g->rope_inv_freq, (size_t)half * sizeof(double));
     cb->base.geom.rope_inv_freq = cb->mod.inv_freq; /* the caller's array is not kept */
+    cb->base.geom.layer_rope_set = NULL; /* one set: check_missing */
+    if (g->layer_window) {
+        size_t bytes = (size_t)g->n_layers * sizeof(int32_t);
+        if (!(cb->mod.layer_window = malloc(bytes)))
+            return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+        memcpy(cb->mod.layer_window, g->layer_window, bytes);
+        cb->base.geom.layer_window = cb->mod.layer_window;
+    }
     float inv_f[512];
     if (half > 512) return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d", g->head_dim);
     for (int i = 0; i < half; i++) inv_f[i] = (float)cb->mod.inv_freq[i];

@@ -161,6 +161,7 @@ typedef struct cuda_modules {
     bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     double *inv_freq;       /* [hd/2] host copy */
+    int32_t *layer_window;  /* [n_layers] host copy of geom.layer_window, or NULL */
     CUdeviceptr d_inv_freq; /* [hd/2] float */
 } cuda_modules;
 

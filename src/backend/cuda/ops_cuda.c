@@ -150,8 +150,8 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_kv *kv = c->p[2];
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
     int bs = kv->block_size, max_blocks = cb->batch.max_blocks;
-    int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
-    float qscale = 1.4426950408889634f / __builtin_sqrtf((float)hd);
+    int window = atlas_geom_window(g, c->layer);
+    float qscale = 1.4426950408889634f * atlas_geom_attn_scale(g);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr tiles = cuda_stage_ptr(cb, CUDA_STAGE_TILES), seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ);
@@ -178,9 +178,9 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     if (cb->mod.fn.attn_prefill && c->n >= 16 && c->n >= 8 * cb->batch.n_tiles)
         return op_attention_tiles(cb, c);
     int n = c->n, bs = kv->block_size, max_blocks = cb->batch.max_blocks;
-    int window = c->layer >= g->sliding_from_layer ? g->sliding_window : 0; /* per-layer (Qwen2/3) */
+    int window = atlas_geom_window(g, c->layer);
     int chunk = cb->batch.chunk, tile;
-    float scale = 1.0f / __builtin_sqrtf((float)hd);
+    float scale = atlas_geom_attn_scale(g);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
