@@ -62,8 +62,9 @@ static int write_st(const char *dir, const entry *t, int n, ckpt_fill fill, void
     return ok;
 }
 
-int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
-                     const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user) {
+static int write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
+                       const char *prefix, const ckpt_extra *extra, int n_extra, ckpt_fill fill,
+                       void *user) {
     int n = atlas_shard_tensor_count(g), k = 0;
     entry *t = calloc((size_t)(n + n_extra), sizeof *t);
     if (!t) return 0;
@@ -72,6 +73,11 @@ int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *dro
         int64_t shape[2];
         atlas_shard_tensor_info(g, i, t[k].name, sizeof t[k].name, &ndim, shape);
         if (drop && !strcmp(drop, t[k].name)) continue;
+        if (prefix && !strncmp(t[k].name, "model.", 6)) {
+            char rest[128];
+            snprintf(rest, sizeof rest, "%s", t[k].name + 6);
+            snprintf(t[k].name, sizeof t[k].name, "%s%s", prefix, rest);
+        }
         t[k].rows = shape[0];
         t[k].cols = ndim == 2 ? shape[1] : 0;
         k++;
@@ -84,6 +90,16 @@ int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *dro
     int ok = write_st(dir, t, k, fill, user);
     free(t);
     return ok;
+}
+
+int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
+                     const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user) {
+    return write_model(dir, g, drop, NULL, extra, n_extra, fill, user);
+}
+
+int ckpt_write_model_prefixed(const char *dir, const atlas_shard_geom *g, const char *prefix,
+                              const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user) {
+    return write_model(dir, g, NULL, prefix, extra, n_extra, fill, user);
 }
 
 int ckpt_write_text(const char *dir, const char *name, const char *text) {

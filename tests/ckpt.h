@@ -23,6 +23,12 @@ typedef struct ckpt_extra {
 int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
                      const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user);
 
+/* The same with every name the geometry gives as "model.X" written as "<prefix>X" (a
+ * vision-language checkpoint's text model: "language_model.model."); fill sees the names as
+ * written. */
+int ckpt_write_model_prefixed(const char *dir, const atlas_shard_geom *g, const char *prefix,
+                              const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user);
+
 /* DIR/NAME = text. Returns 1, or 0 after a CHECK failed. */
 int ckpt_write_text(const char *dir, const char *name, const char *text);
 

@@ -524,6 +524,73 @@ static void test_rope_partial(void) {
     CHECK(atlas_backend_cpu_create(&g, 1, &be) == ATLAS_ERR_INVALID && !be);
 }
 
+/* Gemma 3's additions, on values small enough to check by hand: GeGLU (tanh), a norm weight
+ * loaded as 1 + w, the scaled embedding, and a layer's own RoPE set and window. */
+static void test_gemma_ops(void) {
+    static const double set1[5] = {0.5, 0.125, 0.03125, 0.0078125, 0.001953125};
+    static const int32_t window[2] = {0, 2};
+    static const uint8_t sets[2] = {0, 1};
+    atlas_backend_geom g = geom(0);
+    g.glu = ATLAS_GLU_GELU_TANH, g.embed_scale = 2.5f, g.layer_window = window;
+    g.n_rope_sets = 1, g.rope_sets[0] = (atlas_rope_set){set1, 1.0}, g.layer_rope_set = sets;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 1, &be));
+    if (!be) return;
+    /* gelu_tanh(1) * 3 and gelu_tanh(-2) * 0.5 (torch's gelu(approximate="tanh")) */
+    float gu[4] = {1.0f, -2.0f, 3.0f, 0.5f}, act[2];
+    CHECK_OK(be->ops->glu(be, act, gu, 1, 2));
+    CHECK_MSG(fabs(act[0] - 2.5235759718248305) < 1e-6 && fabs(act[1] + 0.02270115295611247) < 1e-7,
+              "geglu: %.9g %.9g", act[0], act[1]);
+    /* rmsnorm([3, 4]) * (1 + [0.5, -0.25]) */
+    float wv[2] = {0.5f, -0.25f}, x[2] = {3.0f, 4.0f}, out[2];
+    atlas_weight_src ws = {.name = "norm", .dtype = ATLAS_DTYPE_F32, .n_dims = 1, .shape = {2},
+                           .data = wv, .nbytes = sizeof wv, .offset = 1.0f};
+    const atlas_weight_src *wp = &ws;
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, &wp, 1, &w));
+    if (w) {
+        CHECK_OK(be->ops->rmsnorm(be, out, x, w, 1, 2));
+        double r = 1.0 / sqrt(12.5 + 1e-5);
+        CHECK_MSG(fabs(out[0] - 3 * r * 1.5) < 1e-6 && fabs(out[1] - 4 * r * 0.75) < 1e-6,
+                  "1 + w norm: %.9g %.9g", out[0], out[1]);
+        be->ops->weight_free(be, w);
+    }
+    /* the layers' windows, and layer 1 rotating with set 1 */
+    CHECK(atlas_geom_window(&be->geom, 0) == 0 && atlas_geom_window(&be->geom, 1) == 2);
+    int32_t tok[1] = {0}, pos[1] = {3}, start[2] = {0, 1}, ctx[1] = {4}, table[MAXB] = {0};
+    atlas_batch b = {1, tok, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL};
+    CHECK_OK(be->ops->begin_batch(be, &b, BS));
+    for (int layer = 0; layer < 2; layer++) {
+        float *qkv = calloc(QKV, sizeof(float));
+        qkv[0] = 1.0f; /* (x0, x5) = (1, 0) of head 0 turns by inv[0] * 3 */
+        CHECK_OK(be->ops->rope(be, qkv, 1, layer));
+        float angle = (float)(layer ? set1[0] : inv_freq[0]) * 3.0f;
+        CHECK_MSG(fabs(qkv[0] - cosf(angle)) < 1e-6 && fabs(qkv[HD / 2] - sinf(angle)) < 1e-6,
+                  "rope of layer %d: %g %g", layer, qkv[0], qkv[HD / 2]);
+        free(qkv);
+    }
+    /* the embedding times 2.5 */
+    float table_v[2 * 20];
+    for (int i = 0; i < 40; i++) table_v[i] = (float)i / 8;
+    atlas_weight_src es = {.name = "embed", .dtype = ATLAS_DTYPE_F32, .n_dims = 2,
+                           .shape = {2, 20}, .data = table_v, .nbytes = sizeof table_v};
+    const atlas_weight_src *ep = &es;
+    atlas_weight *e = NULL;
+    tok[0] = 1;
+    CHECK_OK(be->ops->begin_batch(be, &b, BS));
+    CHECK_OK(be->ops->weight_load(be, &ep, 1, &e));
+    float row[20];
+    if (e) {
+        CHECK_OK(be->ops->embed(be, row, e));
+        CHECK(row[0] == 2.5f * 20 / 8 && row[19] == 2.5f * 39 / 8);
+        be->ops->weight_free(be, e);
+    }
+    be->ops->destroy(be);
+    uint8_t bad[2] = {0, 2}; /* a set the geometry does not have */
+    g.layer_rope_set = bad;
+    CHECK(atlas_backend_cpu_create(&g, 1, &be) == ATLAS_ERR_INVALID && !be);
+}
+
 int main(void) {
     test_threadpool();
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -563,5 +630,6 @@ int main(void) {
     atlas_backend *be = NULL;
     CHECK(atlas_backend_cpu_create(&bad, 1, &be) == ATLAS_ERR_INVALID && !be);
     test_rope_partial(); /* after the checks that share the random stream */
+    test_gemma_ops();
     return harness_finish();
 }

@@ -110,6 +110,15 @@ static void test_backend(const char *dir) {
                             .rope_inv_freq = inv_freq, .rope_attn_factor = 1};
     atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = 1};
     atlas_backend *be = NULL;
+    /* Gemma 3's geometry: what the kernels lack is refused at create, every part named */
+    atlas_backend_geom gemma = g;
+    gemma.glu = ATLAS_GLU_GELU_TANH, gemma.embed_scale = 2.0f, gemma.post_norms = 1;
+    gemma.n_rope_sets = 1, gemma.rope_sets[0] = (atlas_rope_set){inv_freq, 1.0};
+    CHECK(atlas_backend_cuda_create(&gemma, &o, &be) == ATLAS_ERR_UNSUPPORTED && !be);
+    const char *why = atlas_last_error();
+    CHECK_MSG(strstr(why, "GeLU-tanh") && strstr(why, "scaled embedding") &&
+              strstr(why, "post-norms") && strstr(why, "per-layer RoPE") &&
+              strstr(why, "run with --device cpu"), "%s", why);
     CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
     if (!st || !be) goto out;
     static const char *const names[N_SRC] = {"a", "b", "c", "n", "m", "big"};
@@ -143,6 +152,14 @@ static void test_backend(const char *dir) {
     qsrc.quant = &fp8;
     const atlas_weight_src *qs[] = {&qsrc};
     atlas_weight *w_q = NULL;
+    CHECK(be->ops->weight_load(be, qs, 1, &w_q) == ATLAS_ERR_UNSUPPORTED && !w_q);
+    /* a norm used as 1 + w (Gemma) would be rounded to bf16 here: refused, named */
+    atlas_weight_src osrc = *n;
+    osrc.offset = 1.0f;
+    const atlas_weight_src *os[] = {&osrc};
+    CHECK(be->ops->weight_load(be, os, 1, &w_q) == ATLAS_ERR_UNSUPPORTED && !w_q);
+    CHECK_MSG(strstr(atlas_last_error(), "1 + w") && strstr(atlas_last_error(), "--device cpu"),
+              "%s", atlas_last_error());
     CHECK(be->ops->weight_load(be, qs, 1, &w_q) == ATLAS_ERR_UNSUPPORTED && !w_q);
     CHECK_MSG(strstr(atlas_last_error(), "FP8 e4m3") &&
               strstr(atlas_last_error(), "multiples of 16") &&

@@ -12,6 +12,13 @@
  *   two factor sets must give different logits.
  * - Separate q/k/v tensors where the family ships them fused fail the load, named.
  * (tests/test-tp.c runs this family over two ranks.)
+ * - Gemma3ForCausalLM at a tiny scale: norms as 1 + w, q/k norms, post-norms around attention
+ *   and MLP, GeGLU (tanh), the embedding scaled by sqrt(hidden), query_pre_attn_scalar not
+ *   head_dim, and two sliding layers (window 4, local RoPE base 10,000) before a full one
+ *   (base 1e6): a 20-token prefill and a 9-token one decoded step by step to 20. The same
+ *   weights as a Gemma3ForConditionalGeneration in both key spellings (a vision tower and
+ *   projector beside them, ignored) give the same logits; a vision tensor in a
+ *   Gemma3ForCausalLM checkpoint fails the load, named; tensor parallelism is refused.
  * The reference takes RoPE frequencies and angles in float32, as transformers does; the rest
  * is float64. transformers' own references for these shapes are made on a GPU machine
  * (tools/conformance/shapes.py). */
@@ -300,7 +307,252 @@ static void test_phi3(void) {
     harness_rm_rf(dir);
 }
 
+/* ---- Gemma 3 ------------------------------------------------------------------------------ */
+
+/* Gemma's weights: norms near 0 (used as 1 + w), the rest as fill_value. The name is the
+ * text model's ("model.X") whatever prefix the checkpoint writes it under. */
+static float gemma_value(void *user, const char *name, int64_t i) {
+    const char *prefix = user;
+    char n[160];
+    if (prefix && !strncmp(name, prefix, strlen(prefix)))
+        snprintf(n, sizeof n, "model.%s", name + strlen(prefix));
+    else
+        snprintf(n, sizeof n, "%s", name);
+    float v = fill_value(NULL, n, i);
+    return strstr(n, "norm.weight") ? v - 1.0f : v;
+}
+
+static double GW(const char *name, int64_t i) { return ckpt_bf16(gemma_value(NULL, name, i)); }
+
+/* rmsnorm(x) * (1 + w) of d values, w named `w` (j0: its first element) */
+static void gnorm(const char *w, int64_t j0, const double *x, int d, double eps, double *out) {
+    double ms = 0;
+    for (int j = 0; j < d; j++) ms += x[j] * x[j];
+    double inv = 1.0 / sqrt(ms / d + eps);
+    for (int j = 0; j < d; j++) out[j] = x[j] * inv * (1.0 + GW(w, j0 + j));
+}
+
+static void glinear(int l, const char *w, int rows, int cols, const double *in, double *out) {
+    char n[128];
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, w);
+    for (int i = 0; i < rows; i++) {
+        double acc = 0;
+        for (int j = 0; j < cols; j++) acc += GW(n, (int64_t)i * cols + j) * in[j];
+        out[i] = acc;
+    }
+}
+
+static double gelu_tanh(double g) {
+    return 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
+/* One layer's attention of tokens [0, n): q/k normed, rotated with the layer's base, softmax
+ * over the window (0: all) scaled by scale; out[t] = att[H * hd]. */
+static void gemma_attention(const atlas_config *c, int l, double (*qkv)[3 * MAXW], int n,
+                            double (*att)[MAXW]) {
+    int H = c->n_heads, K = c->n_kv_heads, hd = c->head_dim;
+    int sliding = atlas_config_layer_rope_set(c, l), W = sliding ? c->sliding_window : 0;
+    double theta = sliding ? c->rope_local.theta : c->rope.theta, one = 1.0, sc[MAX_TOK];
+    double ext[MAXW];
+    char qn[96], kn[96];
+    snprintf(qn, sizeof qn, "model.layers.%d.self_attn.q_norm.weight", l);
+    snprintf(kn, sizeof kn, "model.layers.%d.self_attn.k_norm.weight", l);
+    for (int i = 0; i < MAXW; i++) ext[i] = one;
+    for (int t = 0; t < n; t++)
+        for (int hh = 0; hh < H + K; hh++) {
+            double *x = qkv[t] + hh * hd;
+            gnorm(hh < H ? qn : kn, 0, x, hd, c->rms_eps, x);
+            rotate(x, hd, t, ext, theta, 1.0);
+        }
+    for (int t = 0; t < n; t++)
+        for (int hh = 0; hh < H; hh++) {
+            const double *q = qkv[t] + hh * hd;
+            int kvh = hh / (H / K), s0 = W && t - W + 1 > 0 ? t - W + 1 : 0;
+            double mx = -1e300, sum = 0;
+            for (int s = s0; s <= t; s++) {
+                double dot = 0;
+                for (int i = 0; i < hd; i++) dot += q[i] * qkv[s][(H + kvh) * hd + i];
+                sc[s] = dot * (double)(float)c->attn_scale;
+                if (sc[s] > mx) mx = sc[s];
+            }
+            for (int s = s0; s <= t; s++) sum += sc[s] = exp(sc[s] - mx);
+            for (int i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int s = s0; s <= t; s++) acc += sc[s] * qkv[s][(H + K + kvh) * hd + i];
+                att[t][hh * hd + i] = acc / sum;
+            }
+        }
+}
+
+/* transformers' Gemma3ForCausalLM written out in float64: logits [n, V]. */
+static void gemma_forward(const atlas_config *c, const int32_t *tok, int n, double *logits) {
+    int d = c->hidden, H = c->n_heads, K = c->n_kv_heads, hd = c->head_dim, f = c->intermediate;
+    static double x[MAX_TOK][MAXW], qkv[MAX_TOK][3 * MAXW], att[MAX_TOK][MAXW];
+    double h[MAXW], o[MAXW], g[MAXW], u[MAXW], a[MAXW];
+    char nm[128];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < d; j++)
+            x[t][j] = GW("model.embed_tokens.weight", (int64_t)tok[t] * d + j) * c->embed_scale;
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int t = 0; t < n; t++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+            gnorm(nm, 0, x[t], d, c->rms_eps, h);
+            glinear(l, "self_attn.q_proj.weight", H * hd, d, h, qkv[t]);
+            glinear(l, "self_attn.k_proj.weight", K * hd, d, h, qkv[t] + H * hd);
+            glinear(l, "self_attn.v_proj.weight", K * hd, d, h, qkv[t] + (H + K) * hd);
+        }
+        gemma_attention(c, l, qkv, n, att);
+        for (int t = 0; t < n; t++) {
+            glinear(l, "self_attn.o_proj.weight", d, H * hd, att[t], o);
+            snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+            gnorm(nm, 0, o, d, c->rms_eps, o);
+            for (int j = 0; j < d; j++) x[t][j] += o[j];
+            snprintf(nm, sizeof nm, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            gnorm(nm, 0, x[t], d, c->rms_eps, h);
+            glinear(l, "mlp.gate_proj.weight", f, d, h, g);
+            glinear(l, "mlp.up_proj.weight", f, d, h, u);
+            for (int i = 0; i < f; i++) a[i] = gelu_tanh(g[i]) * u[i];
+            glinear(l, "mlp.down_proj.weight", d, f, a, o);
+            snprintf(nm, sizeof nm, "model.layers.%d.post_feedforward_layernorm.weight", l);
+            gnorm(nm, 0, o, d, c->rms_eps, o);
+            for (int j = 0; j < d; j++) x[t][j] += o[j];
+        }
+    }
+    for (int t = 0; t < n; t++) {
+        gnorm("model.norm.weight", 0, x[t], d, c->rms_eps, h);
+        for (int v = 0; v < c->vocab_size; v++) {
+            double acc = 0;
+            for (int j = 0; j < d; j++) acc += GW("model.embed_tokens.weight", (int64_t)v * d + j) * h[j];
+            logits[(size_t)t * c->vocab_size + v] = acc;
+        }
+    }
+}
+
+#define GEMMA_TEXT                                                                                 \
+    "\"hidden_size\": 16, \"intermediate_size\": 24, \"num_attention_heads\": 2, "                 \
+    "\"num_key_value_heads\": 1, \"head_dim\": 8, \"num_hidden_layers\": 3, \"vocab_size\": 32, " \
+    "\"max_position_embeddings\": 256, \"query_pre_attn_scalar\": 6, \"sliding_window\": 4, "     \
+    "\"sliding_window_pattern\": 3, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, " \
+    "\"rms_norm_eps\": 1e-06, \"final_logit_softcapping\": null, \"attn_logit_softcapping\": null"
+
+static const char *gemma_config = "{\"architectures\": [\"Gemma3ForCausalLM\"], " GEMMA_TEXT "}";
+static const char *gemma_vl_config =
+    "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\", "
+    "\"text_config\": {\"model_type\": \"gemma3_text\", " GEMMA_TEXT "}, "
+    "\"vision_config\": {\"hidden_size\": 8}, \"mm_tokens_per_image\": 4}";
+
+static atlas_model_params gemma_params(void) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 2;
+    p.max_batch_tokens = 2 * MAX_TOK;
+    p.kv_block_size = BLOCK;
+    p.kv_tokens = 2 * MAX_BLOCKS * BLOCK;
+    return p;
+}
+
+/* A 20-token prefill, and 9 then one a step to 20: both against the float64 forward. */
+static void test_gemma3_runs(atlas_model *m, float *got) {
+    const atlas_config *c = &m->cfg;
+    enum { N = 20, P = 9 };
+    int V = c->vocab_size, zero = 0, n = N, p = P;
+    CHECK(atlas_config_layer_rope_set(c, 0) == 1 && atlas_config_layer_rope_set(c, 2) == 0);
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 11 + 5) % V);
+    double *ref = malloc(sizeof(double) * N * V);
+    gemma_forward(c, tok, N, ref);
+    CHECK_OK(feed(m, 1, tok, &zero, &n, got));
+    compare("gemma3 prefill of 20 (window 4)", got, ref, 0, N, V);
+    CHECK_OK(feed(m, 1, tok, &zero, &p, got));
+    for (int q = P, one = 1; q < N; q++)
+        CHECK_OK(feed(m, 1, tok + q, &q, &one, got + (size_t)q * V));
+    compare("gemma3 prefill of 9, decode to 20", got, ref, 0, N, V);
+    free(ref);
+}
+
+/* dir holds a Gemma3ForConditionalGeneration with the text weights under prefix: its logits
+ * for the 20 tokens must be want's, bit for bit. */
+static void gemma3_vl(const char *dir, const char *prefix, const char *vision, const float *want) {
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(gemma_vl_config, strlen(gemma_vl_config), "vl", &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    char t1[96], t2[96];
+    snprintf(t1, sizeof t1, "%svision_model.embeddings.patch_embedding.weight", vision);
+    snprintf(t2, sizeof t2, "%smm_input_projection_weight", vision[0] == 'm' ?
+             "model.multi_modal_projector." : "multi_modal_projector.");
+    ckpt_extra extra[] = {{t1, 8, 12}, {t2, 8, 16}};
+    if (!ckpt_write_text(dir, "config.json", gemma_vl_config) ||
+        !ckpt_write_model_prefixed(dir, &g, prefix, extra, 2, gemma_value, (void *)prefix))
+        return;
+    atlas_model_params p = gemma_params();
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return;
+    enum { N = 20 };
+    float *got = malloc(sizeof(float) * N * 32);
+    int32_t tok[N];
+    int zero = 0, n = N;
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 11 + 5) % 32);
+    CHECK_OK(feed(m, 1, tok, &zero, &n, got));
+    CHECK_MSG(!memcmp(got, want, sizeof(float) * N * 32), "%s: logits differ from "
+              "Gemma3ForCausalLM's", prefix);
+    CHECK_OK(atlas_model_release(m));
+    free(got);
+}
+
+static void test_gemma3(void) {
+    char dir[600];
+    if (!harness_mkdtemp(dir, sizeof dir, "gemma3")) return;
+    atlas_config c;
+    CHECK_OK(atlas_config_parse(gemma_config, strlen(gemma_config), "gemma3", &c));
+    atlas_shard_geom g;
+    atlas_shard_geom_from_config(&c, &g);
+    CHECK(g.post_norms && g.qk_norm && g.tie_embeddings);
+    if (!ckpt_write_text(dir, "config.json", gemma_config) ||
+        !ckpt_write_model(dir, &g, NULL, NULL, 0, gemma_value, NULL)) {
+        harness_rm_rf(dir);
+        return;
+    }
+    atlas_model_params p = gemma_params();
+    atlas_model *m = NULL;
+    float *got = malloc(sizeof(float) * MAX_TOK * 32), *first = malloc(sizeof(float) * 20 * 32);
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (m) {
+        test_gemma3_runs(m, got);
+        int32_t tok[20];
+        int zero = 0, n = 20;
+        for (int i = 0; i < 20; i++) tok[i] = (int32_t)((i * 11 + 5) % 32);
+        CHECK_OK(feed(m, 1, tok, &zero, &n, first));
+        CHECK_OK(atlas_model_release(m));
+    }
+    p.tp_size = 2;
+    CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(atlas_last_error(), "Gemma3ForCausalLM"), "%s", atlas_last_error());
+    /* a vision tensor where no vision tower belongs */
+    ckpt_extra stray = {"vision_tower.vision_model.post_layernorm.weight", 8, 0};
+    if (ckpt_write_model(dir, &g, NULL, &stray, 1, gemma_value, NULL)) {
+        p = gemma_params();
+        CHECK(atlas_model_load(dir, &p, &m) == ATLAS_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(atlas_last_error(), "vision_tower"), "%s", atlas_last_error());
+    }
+    harness_rm_rf(dir);
+    /* the vision-language checkpoint's text model, as published and as re-saved */
+    if (harness_mkdtemp(dir, sizeof dir, "gemma3-vl")) {
+        gemma3_vl(dir, "language_model.model.", "vision_tower.", first);
+        harness_rm_rf(dir);
+    }
+    if (harness_mkdtemp(dir, sizeof dir, "gemma3-vl2")) {
+        gemma3_vl(dir, "model.language_model.", "model.vision_tower.", first);
+        harness_rm_rf(dir);
+    }
+    free(got);
+    free(first);
+}
+
 int main(void) {
     test_phi3();
+    test_gemma3();
     return harness_finish();
 }

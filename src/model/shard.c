@@ -23,6 +23,7 @@ void atlas_shard_geom_from_config(const atlas_config *cfg, atlas_shard_geom *out
     out->mlp_bias = cfg->mlp_bias;
     out->qk_norm = cfg->qk_norm;
     out->fused_proj = cfg->fused_proj;
+    out->post_norms = cfg->post_norms;
 }
 
 static atlas_status check_geom(const atlas_shard_geom *g) {
@@ -92,6 +93,7 @@ typedef enum flag_id {
     F_ALWAYS, F_QKV_BIAS, F_O_BIAS, F_MLP_BIAS, F_QK_NORM, F_UNTIED,
     F_SPLIT, /* q/k/v_proj and gate/up_proj as separate tensors */
     F_FUSED, /* Phi3's qkv_proj and gate_up_proj */
+    F_POST_NORMS, /* Gemma 3's norms around the MLP */
 } flag_id;
 
 typedef struct tensor_rule {
@@ -117,6 +119,10 @@ static const tensor_rule layer_rules[] = {
     {"self_attn.o_proj.bias", ATLAS_SHARD_LEAD, SPLIT_NONE, DIM_D, DIM_ONE, F_O_BIAS},
     {"post_attention_layernorm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_D, DIM_ONE,
      F_ALWAYS},
+    {"pre_feedforward_layernorm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_D, DIM_ONE,
+     F_POST_NORMS},
+    {"post_feedforward_layernorm.weight", ATLAS_SHARD_REPLICATED, SPLIT_NONE, DIM_D, DIM_ONE,
+     F_POST_NORMS},
     {"mlp.gate_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_SPLIT},
     {"mlp.gate_proj.bias", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_ONE, F_MLP_BIAS},
     {"mlp.up_proj.weight", ATLAS_SHARD_ROWS, SPLIT_MLP, DIM_F, DIM_D, F_SPLIT},
@@ -159,6 +165,7 @@ static bool flag_on(const atlas_shard_geom *g, flag_id f) {
     case F_UNTIED: return !g->tie_embeddings;
     case F_SPLIT: return !g->fused_proj;
     case F_FUSED: return g->fused_proj;
+    case F_POST_NORMS: return g->post_norms;
     }
     return false;
 }

@@ -50,6 +50,7 @@ typedef struct atlas_shard_geom {
     bool mlp_bias;       /* gate/up/down_proj.bias */
     bool qk_norm;        /* q_norm/k_norm.weight (Qwen3) */
     bool fused_proj;     /* qkv_proj and gate_up_proj (Phi3): split as the tensors they join */
+    bool post_norms;     /* pre_ and post_feedforward_layernorm (Gemma 3) */
 } atlas_shard_geom;
 
 void atlas_shard_geom_from_config(const atlas_config *cfg, atlas_shard_geom *out);
