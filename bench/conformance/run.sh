@@ -54,6 +54,7 @@ all_names() { python3 -c "import sys; sys.path.insert(0, 'tools/conformance'); i
 [ -n "${NAMES:-}" ] || NAMES=$(all_names)
 TOKS="--tok-llama3 tests/data/tiny-llama3/tokenizer.json --tok-qwen3 tests/data/tiny-qwen3/tokenizer.json"
 [ -f tests/data/spm/llama2/tokenizer.json ] && TOKS="$TOKS --tok-llama2 tests/data/spm/llama2/tokenizer.json"
+[ -f tests/data/spm/gemma3/tokenizer.json ] && TOKS="$TOKS --tok-gemma3 tests/data/spm/gemma3/tokenizer.json"
 for t in tests/data/tiny-llama3/tokenizer.json tests/data/tiny-qwen3/tokenizer.json; do
   [ -s "$t" ] || echo "note: $t missing (carry .carry/tok.tar.xz: scripts/gpu-deps.sh fetch): those models get a byte-level tokenizer"
 done

@@ -5,10 +5,11 @@
     python3 tools/conformance/make.py --set small --out tests/data/small --refs tests/data/small
 
 For each shape of tools/conformance/shapes.py: a random-weight checkpoint (bf16 safetensors,
-2 layers, weights drawn from a fixed seed on the GPU; norms near 1, biases -- q/k/v, o_proj,
-the MLP's, as attention_bias and mlp_bias say -- small), the config.json exactly as shapes.py
+2 layers or the entry's num_hidden_layers, weights drawn from a fixed seed on the GPU; norms
+near 1 (Gemma 3's near 0: it uses them as 1 + w), biases -- q/k/v, o_proj, the MLP's, as
+attention_bias and mlp_bias say -- small), the config.json exactly as shapes.py
 spells it (classic rope_scaling or transformers-5 rope_parameters), a generation_config.json
-and a tokenizer.json (--tok-llama3 / --tok-qwen3 files, else a byte-level one of 256 tokens
+and a tokenizer.json (--tok-llama3 / --tok-qwen3 / --tok-llama2 / --tok-gemma3 files, else a byte-level one of 256 tokens
 that any vocabulary holds: the suite feeds token ids).  With --refs, the reference too:
 `AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32, attn_implementation="sdpa")`
 (the bf16 weights upcast, the RoPE table in float32 as transformers keeps it; TF32 off), for
@@ -45,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes  # noqa: E402
 
 MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
-              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3"}
+              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3", shapes.GEMMA3: "gemma3_text"}
 LAYERS = 2
 
 
@@ -98,8 +99,10 @@ def make_model(name, spec, out, toks, keep):
     if keep and os.path.exists(done):
         return d
     os.makedirs(d, exist_ok=True)
-    cfg_json = dict(shapes.config_json(spec), num_hidden_layers=LAYERS, torch_dtype="bfloat16",
+    cfg_json = dict(shapes.config_json(spec), torch_dtype="bfloat16",
                     model_type=MODEL_TYPE[spec["architectures"][0]])
+    cfg_json.setdefault("num_hidden_layers", LAYERS)
+    one_plus_w = spec["architectures"][0] == shapes.GEMMA3
     kw = {k: v for k, v in cfg_json.items() if k not in ("architectures", "model_type")}
     config = AutoConfig.for_model(cfg_json["model_type"], **kw)
     torch.manual_seed(seed_of(name))
@@ -109,8 +112,8 @@ def make_model(name, spec, out, toks, keep):
     g = torch.Generator(device="cuda").manual_seed(seed_of(name))
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if p.dim() == 1:  # norms near 1, biases small
-                base = 0.0 if pname.endswith("bias") else 1.0
+            if p.dim() == 1:  # norms near 1 (as used), biases small
+                base = 0.0 if pname.endswith("bias") or one_plus_w else 1.0
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g, device="cuda"))
             else:
                 # a tied embedding is also the output head: scaled like one, so that logits
@@ -185,7 +188,7 @@ def make_refs(name, spec, d, refs, big):
     import transformers
     save_file(out, os.path.join(refs, name, "reference.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__,
-                        "layers": str(LAYERS)})
+                        "layers": str(spec.get("num_hidden_layers", LAYERS))})
 
 
 def quantize(d, spec_arg):
@@ -209,13 +212,15 @@ def main():
     ap.add_argument("--tok-llama3")
     ap.add_argument("--tok-qwen3")
     ap.add_argument("--tok-llama2")
+    ap.add_argument("--tok-gemma3", help="e.g. tests/data/spm/gemma3/tokenizer.json")
     ap.add_argument("--quant", help="comma-separated quantized layouts (tools/quant/quantize.py)")
     ap.add_argument("--quant-native", action="store_true",
                     help="also transformers' own loader on the quantized files, where it has one")
     a = ap.parse_args()
     big = a.set == "big"
     table = shapes.BIG if big else shapes.SMALL
-    toks = {"llama3": a.tok_llama3, "qwen3": a.tok_qwen3, "llama2": a.tok_llama2}
+    toks = {"llama3": a.tok_llama3, "qwen3": a.tok_qwen3, "llama2": a.tok_llama2,
+            "gemma3": a.tok_gemma3}
     names = a.only.split(",") if a.only else list(table)
     for name in names:
         t0 = time.time()

@@ -1,7 +1,8 @@
 """The model shapes of the conformance suite (issue 23, parts 5 and 7) and its prompts.
 
 BIG: published shapes at their real widths (hidden size, heads, head_dim, vocabulary, RoPE)
-with 2 layers, plus made-up ones where no listed model has the feature.  SMALL: small widths
+with 2 layers (num_hidden_layers where an entry gives it: enough for every layer type), plus
+made-up ones where no listed model has the feature.  SMALL: small widths
 kept in tests/data/small/ for the CPU tests in CI.  Each entry is a transformers config (as the
 model's config.json has it, with either RoPE spelling), the prompt lengths it is checked at,
 and the tokenizer it is served with.
@@ -14,6 +15,7 @@ MISTRAL = "MistralForCausalLM"
 QWEN2 = "Qwen2ForCausalLM"
 QWEN3 = "Qwen3ForCausalLM"
 PHI3 = "Phi3ForCausalLM"
+GEMMA3 = "Gemma3ForCausalLM"
 
 BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
 FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
@@ -115,6 +117,30 @@ BIG = {
                        sliding_window=None, tie_word_embeddings=True,
                        bos_token_id=199999, eos_token_id=199999, tok="llama3",
                        lengths=[1, 7, 513, 4090, 4095, 4097, 8192]),
+    # google/gemma-3-1b-it: six layers, five local (window 512, base 10,000) and one global
+    # (base 1e6); 4 / 1 heads of 256, GeGLU, (1 + w) norms and post-norms, tied
+    "gemma3-1b": dict(architectures=[GEMMA3], hidden_size=1152, intermediate_size=6912,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                      num_hidden_layers=6, vocab_size=262144, max_position_embeddings=32768,
+                      rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=512,
+                      sliding_window_pattern=6, query_pre_attn_scalar=256, rms_norm_eps=1e-6,
+                      hidden_activation="gelu_pytorch_tanh", rope_scaling=None,
+                      final_logit_softcapping=None, attn_logit_softcapping=None,
+                      tie_word_embeddings=True, bos_token_id=2, eos_token_id=[1, 106],
+                      tok="gemma3", lengths=[1, 7, 511, 513, 2600, 8192]),
+    # google/gemma-3-27b-it's text model (published as Gemma3ForConditionalGeneration, whose
+    # nesting tests/test-families.c covers): 32 / 16 heads of 128 with query_pre_attn_scalar
+    # 168, window 1,024, linear factor 8 on the global layer only; six layers, five local
+    "gemma3-27b": dict(architectures=[GEMMA3], hidden_size=5376, intermediate_size=21504,
+                       num_attention_heads=32, num_key_value_heads=16, head_dim=128,
+                       num_hidden_layers=6, vocab_size=262208, max_position_embeddings=131072,
+                       rope_theta=1000000.0, rope_local_base_freq=10000.0, sliding_window=1024,
+                       sliding_window_pattern=6, query_pre_attn_scalar=168, rms_norm_eps=1e-6,
+                       hidden_activation="gelu_pytorch_tanh",
+                       rope_scaling={"rope_type": "linear", "factor": 8.0},
+                       final_logit_softcapping=None, attn_logit_softcapping=None,
+                       tie_word_embeddings=True, bos_token_id=2, eos_token_id=[1, 106],
+                       tok="gemma3", lengths=[1, 7, 1023, 1025, 2600, 8192]),
     # mistralai/Mistral-7B-v0.1: sliding window 4,096 (run at 8,192)
     "mistral-7b-v0.1-sw": dict(architectures=[MISTRAL], hidden_size=4096,
                                intermediate_size=14336, num_attention_heads=32,
@@ -215,6 +241,16 @@ SMALL = {
                                         "short_factor": [1.0, 1.1, 1.2, 1.3],
                                         "long_factor": [2.0, 3.0, 5.0, 8.0]},
                           tie_word_embeddings=True),
+    # Gemma 3: 7 layers (five local with a 16-token window and base 10,000, one global with
+    # base 1e6 and linear factor 2, one local again), 4 / 2 heads of 32 scaled by
+    # query_pre_attn_scalar 24, GeGLU, (1 + w) norms, post-norms, tied
+    "gemma3": dict(architectures=[GEMMA3], hidden_size=64, intermediate_size=128,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                   num_hidden_layers=7, vocab_size=512, max_position_embeddings=2048,
+                   rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                   rope_scaling={"rope_type": "linear", "factor": 2.0}, sliding_window=16,
+                   sliding_window_pattern=6, query_pre_attn_scalar=24, rms_norm_eps=1e-6,
+                   hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
     # Mistral's sliding window, prompts past it
     "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
