@@ -125,12 +125,20 @@ static atlas_status normalize_messages(const json_t *in, json_t **out, const cha
                 const char *type = json_string_value(json_object_get(part, "type"));
                 const char *text = json_string_value(json_object_get(part, "text"));
                 if (!type || strcmp(type, "text") != 0 || !text) {
+                    /* an image for a vision-language checkpoint (Gemma 3) says so: only its
+                     * text model runs */
+                    atlas_status st =
+                        type && (!strncmp(type, "image", 5) || !strncmp(type, "input_", 6))
+                            ? atlas_fail(ATLAS_ERR_INVALID, "'messages[%zu].content[%zu]': "
+                                         "\"%.32s\" parts are not supported: atlas runs text "
+                                         "models (a vision-language checkpoint's text model "
+                                         "only)", i, k, type)
+                            : atlas_fail(ATLAS_ERR_INVALID, "'messages[%zu].content[%zu]': only "
+                                         "{\"type\": \"text\", \"text\": ...} parts are "
+                                         "supported", i, k);
                     free(joined);
-                    json_decref(msgs);
-                    return atlas_fail(ATLAS_ERR_INVALID,
-                                      "'messages[%zu].content[%zu]': only {\"type\": \"text\", "
-                                      "\"text\": ...} parts are supported",
-                                      i, k);
+                    json_decref(msgs); /* type was in it */
+                    return st;
                 }
                 if (atlas_buf_printf(&joined, &len, &cap, "%s%s", k ? "\n" : "", text)) {
                     free(joined);

@@ -58,6 +58,8 @@ test('wrong types and values name the field', async () => {
   await expectError({ model: 'llama', messages: msg, top_logprobs: 3 }, 400, 'top_logprobs');
   await expectError({ model: 'llama', messages: msg, response_format: { type: 'json_schema' } }, 400, 'response_format');
   await expectError({ model: 'llama', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400, 'messages');
+  const img = await expectError({ model: 'llama', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: 'x' } }] }] }, 400, /content\[1\]': "image_url" parts are not supported/);
+  assert.equal(img.json.error.param, 'messages');
   const c = await postJSON(srv.base, '/v1/completions', { model: 'llama', prompt: [1, -4] });
   assert.equal(c.status, 400);
   assert.equal(c.json.error.param, 'prompt');
