@@ -844,6 +844,7 @@ static void test_gemma3_nested(void) {
     c = load_ok(json_pack("{s:[s]}", "architectures", "Gemma3ForConditionalGeneration"), NULL);
     CHECK(c.hidden == 2304 && c.intermediate == 9216 && c.n_layers == 26 && c.rms_eps == 1e-6);
     CHECK(c.max_position == 131072 && c.sliding_window == 4096 && c.act == ATLAS_ACT_GELU_TANH);
+    CHECK(c.bos_id == 2 && c.n_eos == 1 && has_eos(&c, 1)); /* Gemma3TextConfig's ids */
     /* an error inside it names text_config */
     j = json_pack("{s:[s],s:{s:s}}", "architectures", "Gemma3ForConditionalGeneration",
                   "text_config", "hidden_size", "big");

@@ -449,6 +449,7 @@ static atlas_model_params gemma_params(void) {
     p.max_batch_tokens = 2 * MAX_TOK;
     p.kv_block_size = BLOCK;
     p.kv_tokens = 2 * MAX_BLOCKS * BLOCK;
+    p.mlp_chunk_tokens = 7; /* prefills take the MLP 7 rows at a time, decode steps at once */
     return p;
 }
 

@@ -776,7 +776,10 @@ static atlas_status parse_root(const char *file, json_t *root, atlas_config *cfg
     ATLAS_TRY(read_arch(file, root, cfg));
     ATLAS_TRY(cfg->nested_text ? parse_nested(file, root, cfg) : parse_text(file, root, cfg));
     ATLAS_TRY(get_int(file, root, "bos_token_id", false, 0, INT32_MAX, &cfg->bos_id));
-    return read_eos(file, root, cfg);
+    ATLAS_TRY(read_eos(file, root, cfg));
+    if (cfg->arch == ATLAS_ARCH_GEMMA3 && cfg->bos_id < 0) cfg->bos_id = 2; /* its defaults */
+    if (cfg->arch == ATLAS_ARCH_GEMMA3 && cfg->n_eos == 0) atlas_config_add_eos(cfg, 1);
+    return ATLAS_OK;
 }
 
 static void config_init(atlas_config *cfg) {
