@@ -558,7 +558,7 @@ static void test_gemma_ops(void) {
     /* the layers' windows, and layer 1 rotating with set 1 */
     CHECK(atlas_geom_window(&be->geom, 0) == 0 && atlas_geom_window(&be->geom, 1) == 2);
     int32_t tok[1] = {0}, pos[1] = {3}, start[2] = {0, 1}, ctx[1] = {4}, table[MAXB] = {0};
-    atlas_batch b = {1, tok, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL};
+    atlas_batch b = {1, tok, pos, 1, start, ctx, table, MAXB, 0, NULL, NULL, 0};
     CHECK_OK(be->ops->begin_batch(be, &b, BS));
     for (int layer = 0; layer < 2; layer++) {
         float *qkv = calloc(QKV, sizeof(float));

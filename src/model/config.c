@@ -418,9 +418,8 @@ static void rope_defaults(atlas_rope *r, double theta, int max_position) {
 }
 
 static atlas_status check_theta(const char *file, const char *what, double theta) {
-    if (theta > 1.0) return ATLAS_OK;
-    return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\": %g must be above 1", file, what,
-                      theta);
+    return theta > 1.0 ? ATLAS_OK : atlas_fail(ATLAS_ERR_RANGE, "%s: field \"%s\": %g must be "
+                                               "above 1", file, what, theta);
 }
 
 /* An optional object field; *out NULL when absent or null. */
