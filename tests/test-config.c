@@ -16,6 +16,7 @@
 #include "atlas/status.h"
 #include "harness.h"
 #include "model/config.h"
+#include "model/rope.h"
 
 static char tmpdir[256];
 static int variant_no;

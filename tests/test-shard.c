@@ -17,6 +17,7 @@
 #include "core/file.h"
 #include "harness.h"
 #include "model/config.h"
+#include "model/rope.h"
 #include "format/safetensors.h"
 #include "model/shard.h"
 

@@ -15,6 +15,7 @@
 #include "model/forward.h"
 #include "model/inspect.h"
 #include "model/model_internal.h"
+#include "model/rope.h"
 #include "model/shard.h"
 #include "model/weight_read.h"
 
