@@ -119,6 +119,13 @@ static void test_backend(const char *dir) {
     CHECK_MSG(strstr(why, "GeLU-tanh") && strstr(why, "scaled embedding") &&
               strstr(why, "post-norms") && strstr(why, "per-layer RoPE") &&
               strstr(why, "run with --device cpu"), "%s", why);
+    /* a mixture-of-experts geometry (Qwen3-MoE, Mixtral) likewise, by name */
+    atlas_backend_geom moe = g;
+    moe.n_experts = 4, moe.n_experts_used = 2, moe.expert_ffn = 8;
+    CHECK(atlas_backend_cuda_create(&moe, &o, &be) == ATLAS_ERR_UNSUPPORTED && !be);
+    why = atlas_last_error();
+    CHECK_MSG(strstr(why, "mixture-of-experts") && strstr(why, "run with --device cpu"), "%s",
+              why);
     CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
     if (!st || !be) goto out;
     static const char *const names[N_SRC] = {"a", "b", "c", "n", "m", "big"};

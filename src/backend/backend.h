@@ -151,6 +151,13 @@ typedef struct atlas_backend_geom {
     atlas_glu_kind glu;          /* the activation of ATLAS_EPI_GLU and the glu op */
     int post_norms;              /* the model norms projections' outputs before their residual
                                     adds (Gemma 3): rmsnorm then add, the plain ops */
+    /* Mixture-of-experts layers (0 experts: none; which layers are MoE is the model's): E
+     * experts of expert_ffn columns each, k chosen a token, their weights renormalised to
+     * sum 1 when moe_norm_topk (moe_route, moe_experts). */
+    int n_experts;               /* E */
+    int n_experts_used;          /* k */
+    int expert_ffn;              /* f of one expert (the dense layers keep intermediate) */
+    int moe_norm_topk;
 } atlas_backend_geom;
 
 /* Layer l's sliding window (0: full causal attention). */
@@ -264,6 +271,24 @@ typedef struct atlas_backend_ops {
      * the next op, which the model guarantees is a norm of resid (rmsnorm or rmsnorm_matmul
      * with norm) over the same n rows; nothing writes delta until then. */
     atlas_status (*add)(atlas_backend *be, void *resid, const void *delta, int n, int d);
+    /* Mixture of experts (optional, NULL: none; the model refuses an MoE checkpoint on a
+     * backend without them). A layer is route then experts, then add's residual add.
+     * moe_route: logits = h[n, d] @ router[E, d]^T in float32, p = softmax(logits) over all
+     * E, the k = geom.n_experts_used largest p in decreasing order (equal p: the lower
+     * expert index first, as torch.topk returns them), divided by their sum when
+     * geom.moe_norm_topk: ids[n, k] (int32) and wts[n, k] (float32), backend memory. */
+    atlas_status (*moe_route)(atlas_backend *be, int32_t *ids, float *wts, const void *h,
+                              const atlas_weight *router, int n);
+    /* out[n, d] = sum over j < k of wts[t, j] * down_e(act(gate_e h[t]) * up_e h[t]),
+     * e = ids[t, j], act geom.glu's. The E experts are one stacked weight each, row blocks
+     * of one expert after another (each expert's view is its block): gate_up[E * 2f, d]
+     * (expert e's gate rows e * 2f .. e * 2f + f - 1, its up rows the next f) and down[E * d,
+     * f], f = geom.expert_ffn; so a backend may group the rows by expert and run each
+     * group's matmuls (the CPU), or all groups in one grouped launch. Each token's experts
+     * are summed in increasing expert index. */
+    atlas_status (*moe_experts)(atlas_backend *be, void *out, const void *h,
+                                const atlas_weight *gate_up, const atlas_weight *down,
+                                const int32_t *ids, const float *wts, int n);
     /* out[n_logits, d] = x[logit_rows, d] */
     atlas_status (*gather_rows)(atlas_backend *be, void *out, const void *x, int d);
     /* host[count] = (float)x[count]; waits */

@@ -101,6 +101,7 @@ static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
         weight_bytes_free(w->parts[i].copy, w->parts[i].mapped);
         free(w->parts[i].owned);
     }
+    free(w->parts);
     free(w->vec);
     free(w);
 }
@@ -119,6 +120,11 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
     atlas_weight *w = calloc(1, sizeof *w);
     if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[0]->name);
     w->n_dims = srcs[0]->n_dims;
+    w->parts = calloc((size_t)n, sizeof *w->parts);
+    if (!w->parts) {
+        free(w);
+        return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[0]->name);
+    }
     w->n_parts = n;
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
@@ -155,10 +161,12 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
         return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", srcs[0]->name);
     }
     atlas_weight tmp = *w;
+    cpu_part one;
     for (int i = 0; i < n; i++) {
         tmp.cols = srcs[i]->shape[0];
         tmp.n_parts = 1;
-        tmp.parts[0] = (cpu_part){.data = w->parts[i].data, .dtype = srcs[i]->dtype, .rows = 1};
+        tmp.parts = &one;
+        one = (cpu_part){.data = w->parts[i].data, .dtype = srcs[i]->dtype, .rows = 1};
         cpu_weight_row(&tmp, 0, w->vec + w->parts[i].row0);
         for (int64_t j = 0; srcs[i]->offset != 0 && j < tmp.cols; j++)
             w->vec[w->parts[i].row0 + j] += srcs[i]->offset;
@@ -442,31 +450,6 @@ static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *k
     return ATLAS_OK;
 }
 
-static atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
-    for (int t = 0; t < n; t++) {
-        const float *gt = (const float *)gate_up + (size_t)t * 2 * f, *up = gt + f;
-        float *o = (float *)out + (size_t)t * f;
-        for (int i = 0; i < f; i++) o[i] = gt[i] / (1.0f + expf(-gt[i])) * up[i];
-    }
-    return ATLAS_OK;
-}
-
-/* gelu_pytorch_tanh in float32, as torch computes it */
-static float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-static atlas_status cpu_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
-    if (be->geom.glu == ATLAS_GLU_SILU) return cpu_swiglu(be, out, gate_up, n, f);
-    for (int t = 0; t < n; t++) {
-        const float *gt = (const float *)gate_up + (size_t)t * 2 * f, *up = gt + f;
-        float *o = (float *)out + (size_t)t * f;
-        for (int i = 0; i < f; i++) o[i] = gelu_tanh(gt[i]) * up[i];
-    }
-    return ATLAS_OK;
-}
-
 static atlas_status cpu_gather_rows(atlas_backend *be, void *out, const void *x, int d) {
     cpu_backend *cb = (cpu_backend *)be;
     for (int i = 0; i < cb->n_logits; i++)
@@ -513,6 +496,8 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->rope_cos);
     free(cb->rope_sin);
     free(cb->block_table);
+    free(cb->moe_buf);
+    free(cb->moe_list);
     free(cb);
     return ATLAS_OK;
 }
@@ -537,6 +522,8 @@ static const atlas_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .glu = cpu_glu,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
     .gather_rows = cpu_gather_rows,
     .download = cpu_download,
     .argmax = cpu_argmax,
@@ -567,12 +554,15 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     if (g->hidden < 1 || g->n_heads < 1 || g->n_kv_heads < 1 || g->n_heads % g->n_kv_heads ||
         g->head_dim < 2 || g->head_dim % 2 || g->intermediate < 1 || g->vocab_size < 1 ||
         g->n_layers < 1 || g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2 ||
-        g->n_rope_sets < 0 || g->n_rope_sets >= ATLAS_MAX_ROPE_SETS)
+        g->n_rope_sets < 0 || g->n_rope_sets >= ATLAS_MAX_ROPE_SETS ||
+        (g->n_experts && (g->n_experts < 1 || g->n_experts_used < 1 ||
+                          g->n_experts_used > g->n_experts || g->expert_ffn < 1)))
         return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: bad geometry (hidden %d, heads %d/%d, "
-                          "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d)",
-                          g->hidden,
+                          "head_dim %d (rope_dim %d), intermediate %d, vocab %d, layers %d, "
+                          "experts %d (top %d, ffn %d))", g->hidden,
                           g->n_heads, g->n_kv_heads, g->head_dim, g->rope_dim, g->intermediate,
-                          g->vocab_size, g->n_layers);
+                          g->vocab_size, g->n_layers, g->n_experts, g->n_experts_used,
+                          g->expert_ffn);
     for (int l = 0; g->layer_rope_set && l < g->n_layers; l++)
         if (g->layer_rope_set[l] > g->n_rope_sets)
             return atlas_fail(ATLAS_ERR_INVALID, "cpu backend: layer %d rotates with RoPE set "
@@ -591,6 +581,7 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     size_t k = (size_t)g->hidden;
     if ((size_t)g->n_heads * g->head_dim > k) k = (size_t)g->n_heads * g->head_dim;
     if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;
+    if ((size_t)g->expert_ffn > k) k = (size_t)g->expert_ffn;
     cb->scratch_floats = (CPU_ROWS * k + 15) / 16 * 16;
     cb->scratch = malloc(cb->scratch_floats * cb->n_threads * sizeof(float));
     cb->n_sets = 1 + g->n_rope_sets;

@@ -13,7 +13,9 @@
 #include "core/dtype.h"
 #include "core/threadpool.h"
 
-enum { CPU_MAX_PARTS = 4, CPU_ROWS = 4 }; /* CPU_ROWS: weight rows per matmul tile */
+/* CPU_MAX_PARTS: sources of one weight (a stacked MoE layer's experts: 2 a expert for
+ * gate|up); CPU_ROWS: weight rows per matmul tile */
+enum { CPU_MAX_PARTS = 4096, CPU_ROWS = 4 };
 
 /* One view of a (fused) weight: rows [row0, row0 + rows) of the fused matrix. */
 typedef struct cpu_part {
@@ -33,7 +35,7 @@ struct atlas_weight {
     int64_t rows;    /* 2-D: fused rows (out); 1-D: 1 */
     int64_t cols;    /* 2-D: in; 1-D: the length */
     int n_parts;
-    cpu_part parts[CPU_MAX_PARTS];
+    cpu_part *parts; /* [n_parts], owned (a view's: its weight's) */
     float *vec;      /* 1-D weights: fp32 copy [cols] (small: norms, biases) */
 };
 
@@ -64,6 +66,12 @@ typedef struct cpu_backend {
     int32_t *block_table;       /* [n_seqs * max_blocks] */
     int max_blocks;
     size_t cap_table;
+    /* mixture of experts (cpu_moe.c): a layer's router logits, grouped rows and their
+     * token lists, grown on demand */
+    float *moe_buf;
+    size_t moe_cap;
+    int32_t *moe_list;
+    size_t moe_list_cap;
 } cpu_backend;
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
@@ -100,6 +108,16 @@ atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas
  * then multiplied): the reference the format kernels are tested against, bit for bit. */
 atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
                               const atlas_weight *w, const atlas_weight *bias, int n);
+/* out[n, f] = act(gate_up[n, :f]) * gate_up[n, f:]: SwiGLU, and geom.glu's activation
+ * (cpu_glu.c). */
+atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
+atlas_status cpu_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
+/* The mixture-of-experts ops of backend.h (cpu_moe.c). */
+atlas_status cpu_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
+                           const atlas_weight *router, int n);
+atlas_status cpu_moe_experts(atlas_backend *be, void *out, const void *h,
+                             const atlas_weight *gate_up, const atlas_weight *down,
+                             const int32_t *ids, const float *wts, int n);
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                            int layer);
 

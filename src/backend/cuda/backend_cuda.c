@@ -250,6 +250,7 @@ static atlas_status check_missing(const atlas_backend_geom *g) {
     if (g->glu != ATLAS_GLU_SILU) what[n++] = "GeLU-tanh gating (GeGLU)";
     if (g->embed_scale != 0 && g->embed_scale != 1) what[n++] = "a scaled embedding";
     if (g->post_norms) what[n++] = "norms of the attention and MLP outputs (post-norms)";
+    if (g->n_experts) what[n++] = "mixture-of-experts layers (routing, grouped expert GEMMs)";
     if (n == 0) return ATLAS_OK;
     char list[512] = "";
     for (int i = 0; i < n; i++)
