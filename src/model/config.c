@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "format/layout.h"
+#include "model/config_moe.h"
 #include "model/pooling.h"
 
 /* Sizes are bounded so that products of two of them fit comfortably in 64 bits. */
@@ -144,6 +145,8 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
         {"Phi3ForCausalLM", "phi3", ATLAS_ARCH_PHI3},
         {"Gemma3ForCausalLM", "gemma3_text", ATLAS_ARCH_GEMMA3},
         {"Gemma3ForConditionalGeneration", "gemma3", ATLAS_ARCH_GEMMA3},
+        {"Qwen3MoeForCausalLM", "qwen3_moe", ATLAS_ARCH_QWEN3_MOE},
+        {"MixtralForCausalLM", "mixtral", ATLAS_ARCH_MIXTRAL},
     };
     json_t *list = field(root, "architectures");
     const char *name = NULL, *what = "architectures[0]";
@@ -170,7 +173,7 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
                       "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                       "Qwen3Model, Phi3ForCausalLM, Gemma3ForCausalLM, "
-                      "Gemma3ForConditionalGeneration)",
+                      "Gemma3ForConditionalGeneration, Qwen3MoeForCausalLM, MixtralForCausalLM)",
                       file, what, name);
 }
 
@@ -472,7 +475,8 @@ static atlas_status read_rope_gemma3(const char *file, json_t *root, atlas_confi
  * convert_rope_params_to_dict; rope_theta inside the dict wins over the top-level one. */
 static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg) {
     atlas_rope *r = &cfg->rope;
-    rope_defaults(r, cfg->arch == ATLAS_ARCH_GEMMA3 ? 1000000.0 : 10000.0, cfg->max_position);
+    bool big_theta = cfg->arch == ATLAS_ARCH_GEMMA3 || cfg->arch == ATLAS_ARCH_MIXTRAL;
+    rope_defaults(r, big_theta ? 1000000.0 : 10000.0, cfg->max_position);
     ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
     /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict) */
     double partial = 1.0;
@@ -523,7 +527,9 @@ static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg
      * heads. */
     json_t *kv = json_object_get(root, "num_key_value_heads");
     cfg->n_kv_heads = cfg->n_heads;
-    if (!kv && cfg->arch == ATLAS_ARCH_MISTRAL) cfg->n_kv_heads = 8;
+    if (!kv && (cfg->arch == ATLAS_ARCH_MISTRAL || cfg->arch == ATLAS_ARCH_MIXTRAL))
+        cfg->n_kv_heads = 8;
+    if (!kv && cfg->arch == ATLAS_ARCH_QWEN3_MOE) cfg->n_kv_heads = 4;
     if (!kv && (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3))
         cfg->n_kv_heads = 32;
     if (!kv && gemma) cfg->n_kv_heads = 4;
@@ -532,7 +538,8 @@ static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg
         return atlas_fail(ATLAS_ERR_RANGE,
                           "%s: field \"num_key_value_heads\": %d does not divide "
                           "num_attention_heads %d", file, cfg->n_kv_heads, cfg->n_heads);
-    /* Qwen3Config defaults head_dim to 128, Gemma3TextConfig to 256; the others derive it. */
+    /* Qwen3Config defaults head_dim to 128, Gemma3TextConfig to 256; the others (Qwen3-MoE
+     * too: Qwen3MoeConfig has no default) derive it. */
     bool fixed = cfg->arch == ATLAS_ARCH_QWEN3 || gemma;
     bool derived = !field(root, "head_dim") && !fixed;
     cfg->head_dim = fixed ? (gemma ? 256 : 128) : cfg->hidden / cfg->n_heads;
@@ -557,8 +564,13 @@ static void class_defaults(atlas_config *cfg) {
         cfg->max_position = 4096 * 32;
         cfg->sliding_window = 4096;
         break;
+    case ATLAS_ARCH_MIXTRAL: /* MixtralConfig: sliding_window None */
+        cfg->max_position = 4096 * 32;
+        cfg->rms_eps = 1e-5;
+        break;
     case ATLAS_ARCH_QWEN2:
     case ATLAS_ARCH_QWEN3:
+    case ATLAS_ARCH_QWEN3_MOE:
         cfg->max_position = 32768;
         cfg->sliding_window = 4096; /* used only with use_sliding_window */
         break;
@@ -583,23 +595,27 @@ static atlas_status gemma3_pattern(const char *file, json_t *root, atlas_config 
     return ATLAS_OK;
 }
 
-/* Mistral and Phi3 slide on every layer (their configs have no layer_types); Qwen2/3 only with
- * use_sliding_window, from max_window_layers on, or layer by layer as layer_types says; Gemma3
- * as layer_types or its pattern says. */
+/* Mistral, Mixtral and Phi3 slide on every layer (their configs have no layer_types);
+ * Qwen2/3 only with use_sliding_window, from max_window_layers on, or layer by layer as
+ * layer_types says (Qwen3-MoE: every layer, as Qwen3MoeAttention has it); Gemma3 as
+ * layer_types or its pattern says. */
 static atlas_status read_sliding(const char *file, json_t *root, atlas_config *cfg) {
     if (cfg->arch == ATLAS_ARCH_LLAMA) return ATLAS_OK;
     json_t *sw = json_object_get(root, "sliding_window");
     if (json_is_null(sw)) cfg->sliding_window = 0;
     ATLAS_TRY(get_int(file, root, "sliding_window", false, 0, INT32_MAX, &cfg->sliding_window));
-    if (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3) {
+    bool qwen3_moe = cfg->arch == ATLAS_ARCH_QWEN3_MOE;
+    if (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3 || qwen3_moe) {
         bool use = false;
-        int from = 28;
+        int from = qwen3_moe ? 0 : 28;
         ATLAS_TRY(get_bool(file, root, "use_sliding_window", &use));
-        ATLAS_TRY(get_int(file, root, "max_window_layers", false, 0, INT32_MAX, &from));
+        if (!qwen3_moe)
+            ATLAS_TRY(get_int(file, root, "max_window_layers", false, 0, INT32_MAX, &from));
         if (!use) cfg->sliding_window = 0;
         cfg->sliding_from_layer = from;
     }
-    bool every = cfg->arch == ATLAS_ARCH_MISTRAL || cfg->arch == ATLAS_ARCH_PHI3;
+    bool every = cfg->arch == ATLAS_ARCH_MISTRAL || cfg->arch == ATLAS_ARCH_PHI3 ||
+                 cfg->arch == ATLAS_ARCH_MIXTRAL || qwen3_moe;
     json_t *lt = every ? NULL : field(root, "layer_types");
     if (!lt && cfg->arch == ATLAS_ARCH_GEMMA3) return gemma3_pattern(file, root, cfg);
     if (!lt) return ATLAS_OK;
@@ -669,13 +685,14 @@ static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg
     bool attn_bias = false, gemma = cfg->arch == ATLAS_ARCH_GEMMA3;
     cfg->tie_embeddings = gemma; /* Gemma3TextConfig ties; the other classes do not */
     ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
-    if (cfg->arch == ATLAS_ARCH_LLAMA || cfg->arch == ATLAS_ARCH_QWEN3 || gemma)
+    bool qwen3 = cfg->arch == ATLAS_ARCH_QWEN3 || cfg->arch == ATLAS_ARCH_QWEN3_MOE;
+    if (cfg->arch == ATLAS_ARCH_LLAMA || qwen3 || gemma)
         ATLAS_TRY(get_bool(file, root, "attention_bias", &attn_bias));
     if (cfg->arch == ATLAS_ARCH_LLAMA)
         ATLAS_TRY(get_bool(file, root, "mlp_bias", &cfg->mlp_bias));
     cfg->qkv_bias = cfg->arch == ATLAS_ARCH_QWEN2 || attn_bias;
     cfg->o_bias = attn_bias;
-    cfg->qk_norm = cfg->arch == ATLAS_ARCH_QWEN3;
+    cfg->qk_norm = qwen3;
     cfg->fused_proj = cfg->arch == ATLAS_ARCH_PHI3;
     cfg->embed_scale = 1.0;
     if (gemma) ATLAS_TRY(read_gemma3(file, root, cfg));
@@ -739,6 +756,7 @@ static atlas_status parse_text(const char *file, json_t *root, atlas_config *cfg
         return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"rms_norm_eps\": %g is not in (0, 1)",
                           file, cfg->rms_eps);
     ATLAS_TRY(read_flags(file, root, cfg));
+    ATLAS_TRY(atlas_config_read_moe(file, root, cfg));
     ATLAS_TRY(read_sliding(file, root, cfg));
     ATLAS_TRY(read_dtype(file, root, cfg));
     ATLAS_TRY(read_rope(file, root, cfg));
@@ -889,6 +907,11 @@ static bool sliding_kind(const atlas_config *cfg, int layer) {
     if (!cfg->layer_kinds) return layer >= cfg->sliding_from_layer;
     return layer >= 0 && layer < cfg->n_layers && layer < ATLAS_MAX_LAYERS &&
            cfg->layer_sliding[layer];
+}
+
+bool atlas_config_layer_moe(const atlas_config *cfg, int layer) {
+    return cfg->n_experts > 0 && layer >= 0 && layer < cfg->n_layers &&
+           layer < ATLAS_MAX_LAYERS && cfg->layer_moe[layer];
 }
 
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer) {

@@ -39,7 +39,12 @@ typedef enum atlas_arch {
     ATLAS_ARCH_PHI3,      /* Phi3ForCausalLM (Phi-3, Phi-4, Phi-4-mini): fused qkv_proj and
                              gate_up_proj, partial rotary, longrope */
     ATLAS_ARCH_GEMMA3,    /* Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text model */
+    ATLAS_ARCH_QWEN3_MOE, /* Qwen3MoeForCausalLM: Qwen3's attention, mixture-of-experts MLPs */
+    ATLAS_ARCH_MIXTRAL,   /* MixtralForCausalLM: Mistral's attention, mixture-of-experts MLPs */
 } atlas_arch;
+
+/* A mixture-of-experts model's layers: the experts of each MoE layer (model/config_moe.c). */
+enum { ATLAS_MAX_EXPERTS = 1024, ATLAS_MAX_EXPERTS_USED = 64 };
 
 /* The MLP's gate activation: act(gate) * up. */
 typedef enum atlas_act {
@@ -125,6 +130,16 @@ typedef struct atlas_config {
                                   rounded to float32); 1 otherwise */
     double attn_scale;         /* the scores are q.k times it: Gemma 3's
                                   query_pre_attn_scalar^-0.5; 0: 1/sqrt(head_dim) */
+    /* Mixture of experts (n_experts 0: a dense model): a MoE layer routes each token to
+     * n_experts_used of its n_experts SwiGLU experts of expert_ffn columns (Qwen3-MoE's
+     * moe_intermediate_size, Mixtral's intermediate_size), their weights renormalised to
+     * sum 1 when moe_norm_topk (Qwen3-MoE's norm_topk_prob; Mixtral always); the other
+     * layers keep the dense MLP of intermediate columns. */
+    int n_experts;
+    int n_experts_used;
+    int expert_ffn;
+    bool moe_norm_topk;
+    unsigned char layer_moe[ATLAS_MAX_LAYERS]; /* 1: layer l's MLP is a MoE layer */
     bool nested_text;          /* Gemma3ForConditionalGeneration: the text model's weights
                                   under language_model.model. or model.language_model. */
     atlas_dtype dtype;         /* torch_dtype / dtype (BF16 when absent) */
@@ -176,6 +191,9 @@ void atlas_config_add_eos(atlas_config *cfg, int id);
  * times its factor; llama3 configs already give the scaled maximum. Always 1..INT32_MAX:
  * atlas_config_parse refuses a factor that derives anything else, naming it. */
 long atlas_config_max_context(const atlas_config *cfg);
+
+/* Whether layer `layer`'s MLP is a mixture of experts. */
+bool atlas_config_layer_moe(const atlas_config *cfg, int layer);
 
 /* Whether layer `layer` attends over a sliding window (of cfg->sliding_window tokens). */
 bool atlas_config_layer_sliding(const atlas_config *cfg, int layer);

@@ -14,6 +14,12 @@
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *     (an embedding model, batch.hidden: h[logit_rows] itself, [n_logits, d], for pooling)
  *
+ * A mixture-of-experts layer (Qwen3-MoE, Mixtral; lw->router set) replaces the MLP with
+ *     h = rmsnorm(x) * mlp_norm[l];  ids, wts = moe_route(h, router)   (top k of E, [n, k])
+ *     x += moe_experts(h, experts_gate_up, experts_down, ids, wts)
+ * ops of their own that each backend runs its way (backend.h); its dense layers
+ * (mlp_only_layers, decoder_sparse_step) keep the MLP above.
+ *
  * Gemma 3 (post_norms) norms each projection's output before its residual add,
  *     x += rmsnorm(att @ Wo^T) * attn_out_norm[l];  x += rmsnorm(mlp) * mlp_out_norm[l]
  * (mlp_norm is its pre_feedforward_layernorm), gates with GeLU-tanh (the GLU epilogue), and
@@ -128,6 +134,18 @@ static atlas_status normed_residual(atlas_model *m, void *delta_in, const atlas_
     return be->ops->add(be, a->x, a->h, n, d);
 }
 
+/* A mixture-of-experts MLP: the norm of x (which takes the attention's deferred add), the
+ * routing, the experts into o, and o's add, which the next norm of x follows. */
+static atlas_status moe_layer(atlas_model *m, const atlas_layer_weights *lw, int n, int d) {
+    atlas_backend *be = m->be;
+    atlas_acts *a = &m->acts;
+    ATLAS_TRY(be->ops->rmsnorm(be, a->h, a->x, lw->mlp_norm, n, d));
+    ATLAS_TRY(be->ops->moe_route(be, a->moe_ids, a->moe_wts, a->h, lw->router, n));
+    ATLAS_TRY(be->ops->moe_experts(be, a->o, a->h, lw->experts_gate_up, lw->experts_down,
+                                   a->moe_ids, a->moe_wts, n));
+    return be->ops->add(be, a->x, a->o, n, d);
+}
+
 /* Every residual add (matmul_residual, add) is followed by a norm of x over the same rows,
  * and every swiglu epilogue by the down matmul of its act, as backend.h's hand-off wants. */
 static atlas_status run_layers(atlas_model *m, int n) {
@@ -153,6 +171,10 @@ static atlas_status run_layers(atlas_model *m, int n) {
             ATLAS_TRY(normed_residual(m, a->att, lw->o, lw->o_bias, lw->attn_out_norm, n, d));
         else
             ATLAS_TRY(project_residual(m, a->att, lw->o, lw->o_bias, n, d));
+        if (lw->router) {
+            ATLAS_TRY(moe_layer(m, lw, n, d));
+            continue;
+        }
         atlas_epilogue glu = {.kind = c->act == ATLAS_ACT_SILU ? ATLAS_EPI_SWIGLU : ATLAS_EPI_GLU,
                               .act = a->act, .f = f};
         if (n <= m->mlp_chunk) {

@@ -108,6 +108,11 @@ static atlas_status alloc_acts(atlas_model *m) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i].n) ATLAS_TRY(m->be->ops->alloc(m->be, bufs[i].n * e, bufs[i].p));
+    if (c->n_experts) { /* the routing: int32 ids and float32 weights, whatever e is */
+        size_t routes = T * (size_t)c->n_experts_used;
+        ATLAS_TRY(m->be->ops->alloc(m->be, routes * sizeof(int32_t), (void **)&m->acts.moe_ids));
+        ATLAS_TRY(m->be->ops->alloc(m->be, routes * sizeof(float), (void **)&m->acts.moe_wts));
+    }
     if (rows_in_gate_up) m->acts.rows = m->acts.gate_up;
     if (logits_in_gate_up) m->acts.logits = (char *)m->acts.gate_up + T * d * e;
     return ATLAS_OK;
@@ -167,6 +172,10 @@ static void layer_geom(const atlas_config *c, atlas_backend_geom *g, double *inv
     g->embed_scale = (float)c->embed_scale;
     g->glu = c->act == ATLAS_ACT_GELU_TANH ? ATLAS_GLU_GELU_TANH : ATLAS_GLU_SILU;
     g->post_norms = c->post_norms;
+    g->n_experts = c->n_experts;
+    g->n_experts_used = c->n_experts_used;
+    g->expert_ffn = c->expert_ffn;
+    g->moe_norm_topk = c->moe_norm_topk;
 }
 
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */
@@ -177,7 +186,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     double inv_freq[1024], inv_long[1024], inv_local[1024], attn_factor = 1.0;
     if (c->head_dim < 2 || c->head_dim / 2 > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "config.json: head_dim %d", c->head_dim);
-    if (p->tp_size > 1 && (c->post_norms || c->nested_text))
+    if (p->tp_size > 1 && (c->post_norms || c->nested_text || c->n_experts))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: tensor parallelism is not supported for "
                           "%s yet; run it on one device", m->dir, c->architecture);
     atlas_rope_inv_freq(c, inv_freq, &attn_factor);
@@ -214,6 +223,9 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     free(window); /* the backend keeps copies */
     free(set);
     ATLAS_TRY(picked);
+    if (c->n_experts && (!m->be->ops->moe_route || !m->be->ops->moe_experts))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: mixture-of-experts layers: not on the %s "
+                          "backend yet; run with --device cpu", m->dir, m->be->ops->name);
     /* Before any weight is read: a checkpoint larger than the memory would otherwise be
      * copied in until the OOM killer (or a failed allocation, much later) ends it. */
     atlas_weights_sum sum;
@@ -289,7 +301,7 @@ static atlas_status unload(atlas_model *m) {
         atlas_acts *a = &m->acts;
         void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act,
                         m->logits_in_gate_up ? NULL : a->logits,
-                        a->rows != a->gate_up ? a->rows : NULL};
+                        a->rows != a->gate_up ? a->rows : NULL, a->moe_ids, a->moe_wts};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);
         m->be->ops->kv_free(m->be, m->kv);
         atlas_weights_free(m->be, &m->w);

@@ -28,6 +28,8 @@ typedef struct atlas_acts {
     void *act;     /* [C, f] */
     void *rows;    /* [T, d] the rows whose logits are wanted; gate_up's memory when it fits */
     void *logits;  /* [logit_chunk, vocab]; in gate_up's memory after rows when it fits */
+    int32_t *moe_ids; /* [T, k] a mixture-of-experts layer's routing (NULL: a dense model) */
+    float *moe_wts;   /* [T, k] float32 */
 } atlas_acts;
 
 /* Logit rows computed at once when they have a buffer of their own (gate_up too small). */

@@ -71,7 +71,8 @@ static atlas_wgroup group_of(const char *name) {
     if (strstr(name, "embed_tokens")) return ATLAS_WG_EMBED;
     if (strstr(name, "lm_head")) return ATLAS_WG_HEAD;
     if (strstr(name, "self_attn.") && !strstr(name, "_norm")) return ATLAS_WG_ATTN;
-    if (strstr(name, "mlp.")) return ATLAS_WG_MLP;
+    if (strstr(name, ".experts.")) return ATLAS_WG_EXPERTS;
+    if (strstr(name, "mlp.") || strstr(name, "block_sparse_moe.")) return ATLAS_WG_MLP;
     return ATLAS_WG_NORM;
 }
 
@@ -163,6 +164,32 @@ static void account_quant(binder *b, const char *name, const atlas_qweight *q, c
     group_add(b, name, fmt, q->file_bytes);
 }
 
+/* The per-part arrays of a weight of n parts (a stacked MoE layer's: two an expert). */
+typedef struct part_bufs {
+    char (*fmts)[48];
+    atlas_weight_src *srcs;
+    const atlas_weight_src **sp;
+    atlas_tensor_view *parts;
+    void **owned;
+} part_bufs;
+
+static void part_bufs_free(part_bufs *p) {
+    free(p->fmts), free(p->srcs), free(p->sp), free(p->parts), free(p->owned);
+}
+
+static atlas_status part_bufs_make(int n, const char *name, part_bufs *p) {
+    size_t m = n > 0 ? (size_t)n : 1;
+    *p = (part_bufs){calloc(m, sizeof *p->fmts), calloc(m, sizeof *p->srcs),
+                     calloc(m, sizeof *p->sp), calloc(m, sizeof *p->parts),
+                     calloc(m, sizeof *p->owned)};
+    if (p->fmts && p->srcs && p->sp && p->parts && p->owned) return ATLAS_OK;
+    part_bufs_free(p);
+    return atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of memory", name);
+}
+
+static atlas_status bind_quant_with(binder *b, const char *const *names, atlas_qweight *qw,
+                                    int n, atlas_weight **out, part_bufs *pb);
+
 /* A linear layer stored quantized (model/quant.h): its n parts as weight sources of the
  * backend's formats. The parts stay with the binder until the weights are loaded. */
 static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweight *qw, int n,
@@ -170,7 +197,16 @@ static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweigh
     if (b->plan) /* refused by the count pass too, so that a survey says it */
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "binding %s: quantized weights with tensor "
                           "parallelism are not supported yet", names[0]);
-    char fmts[4][48]; /* as the checkpoint stores them, before the fusion's changes */
+    part_bufs pb;
+    ATLAS_TRY(part_bufs_make(n, names[0], &pb));
+    atlas_status st = bind_quant_with(b, names, qw, n, out, &pb);
+    part_bufs_free(&pb);
+    return st;
+}
+
+static atlas_status bind_quant_with(binder *b, const char *const *names, atlas_qweight *qw,
+                                    int n, atlas_weight **out, part_bufs *pb) {
+    char (*fmts)[48] = pb->fmts; /* as the checkpoint stores them, before the fusion's changes */
     for (int i = 0; i < n; i++) qformat(&qw[i], b->quant, fmts[i], sizeof fmts[i]);
     if (b->count_only) {
         for (int i = 0; i < n; i++) {
@@ -183,8 +219,8 @@ static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweigh
         return atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more quantized weights than the "
                           "checkpoint's tensors", names[0]);
     ATLAS_TRY(atlas_quant_fuse(qw, n));
-    atlas_weight_src srcs[4];
-    const atlas_weight_src *sp[4];
+    atlas_weight_src *srcs = pb->srcs;
+    const atlas_weight_src **sp = pb->sp;
     for (int i = 0; i < n; i++) {
         atlas_qweight *q = &b->qw[b->n_qw++];
         *q = qw[i];
@@ -222,11 +258,11 @@ static atlas_status bind_quant(binder *b, const char *const *names, atlas_qweigh
  * bound through bind_quant and *done is set. */
 static atlas_status try_quant(binder *b, const char *const *names, const int64_t *rows, int n,
                               int64_t cols, atlas_weight **out, bool *done) {
-    atlas_qweight qw[4];
+    atlas_qweight *qw = calloc((size_t)n, sizeof *qw);
     int quantized = 0;
-    atlas_status st = ATLAS_OK;
     *done = false;
-    memset(qw, 0, sizeof qw);
+    if (!qw) return atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of memory", names[0]);
+    atlas_status st = ATLAS_OK;
     for (int i = 0; i < n && st == ATLAS_OK; i++) {
         char module[128];
         size_t len = strlen(names[i]) - strlen(".weight");
@@ -243,17 +279,32 @@ static atlas_status try_quant(binder *b, const char *const *names, const int64_t
         st = bind_quant(b, names, qw, n, out);
     }
     for (int i = 0; i < n; i++) atlas_qweight_free(&qw[i]);
+    free(qw);
     return st;
 }
 
 /* Loads the n views (found and checked) as one weight, this rank's parts of them with a
  * shard plan. src_name (NULL: the views' own) names the sources for the backend. */
+static atlas_status bind_views_with(binder *b, const char *const *names,
+                                    const atlas_tensor_view **views, int n, int64_t cols,
+                                    const char *src_name, atlas_weight **out, part_bufs *pb);
+
 static atlas_status bind_views(binder *b, const char *const *names, const atlas_tensor_view **views,
                                int n, int64_t cols, const char *src_name, atlas_weight **out) {
-    atlas_tensor_view parts[4];
-    void *owned[4] = {0};
-    bool present = true;
     if (b->count_only) return count_views(b, views, n, cols != 0);
+    part_bufs pb;
+    ATLAS_TRY(part_bufs_make(n, names[0], &pb));
+    atlas_status st = bind_views_with(b, names, views, n, cols, src_name, out, &pb);
+    part_bufs_free(&pb);
+    return st;
+}
+
+static atlas_status bind_views_with(binder *b, const char *const *names,
+                                    const atlas_tensor_view **views, int n, int64_t cols,
+                                    const char *src_name, atlas_weight **out, part_bufs *pb) {
+    atlas_tensor_view *parts = pb->parts;
+    void **owned = pb->owned;
+    bool present = true;
     atlas_status st = b->plan ? shard_views(b, views, n, parts, owned, &present) : ATLAS_OK;
     for (int i = 0; src_name && st == ATLAS_OK && present && i < n; i++) {
         parts[i] = *views[i]; /* shard_views pointed views at parts (or left them whole) */
@@ -261,8 +312,8 @@ static atlas_status bind_views(binder *b, const char *const *names, const atlas_
         views[i] = &parts[i];
     }
     if (st == ATLAS_OK && present) {
-        atlas_weight_src srcs[4];
-        const atlas_weight_src *sp[4];
+        atlas_weight_src *srcs = pb->srcs;
+        const atlas_weight_src **sp = pb->sp;
         for (int i = 0; i < n && st == ATLAS_OK; i++) {
             if (b->n_files == b->cap_files) { /* each tensor is bound once: cannot happen */
                 st = atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more tensors than the "
@@ -300,9 +351,13 @@ static atlas_status bind(binder *b, const char *const *names, const int64_t *row
         ATLAS_TRY(try_quant(b, names, rows, n, cols, out, &done));
         if (done) return ATLAS_OK;
     }
-    const atlas_tensor_view *views[4] = {0};
-    for (int i = 0; i < n; i++) ATLAS_TRY(find(b, names[i], rows[i], cols, &views[i]));
-    return bind_views(b, names, views, n, cols, NULL, out);
+    const atlas_tensor_view **views = calloc((size_t)n, sizeof *views);
+    if (!views) return atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of memory", names[0]);
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < n && st == ATLAS_OK; i++) st = find(b, names[i], rows[i], cols, &views[i]);
+    if (st == ATLAS_OK) st = bind_views(b, names, views, n, cols, NULL, out);
+    free(views);
+    return st;
 }
 
 /* A fused tensor (Phi3's qkv_proj, gate_up_proj) that joins the n tensors parts[i] of
@@ -384,6 +439,47 @@ static atlas_status bind_attn(binder *b, const atlas_config *c, int l, atlas_lay
     return ATLAS_OK;
 }
 
+/* A mixture-of-experts layer: the router [E, d], and the experts as two stacked weights of
+ * one part a tensor, expert after expert (backend.h's moe_experts): gate_up [E * 2f, d]
+ * (gate_proj then up_proj of each; Mixtral's w1 then w3) and down [E * d, f] (down_proj,
+ * Mixtral's w2). */
+static atlas_status bind_moe(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
+    int E = c->n_experts;
+    int64_t d = c->hidden, f = c->expert_ffn;
+    bool mixtral = c->arch == ATLAS_ARCH_MIXTRAL;
+    const char *block = mixtral ? "block_sparse_moe" : "mlp";
+    const char *proj[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj",
+                           mixtral ? "w2" : "down_proj"};
+    char router[160];
+    snprintf(router, sizeof router, "%slayers.%d.%s.gate.weight", b->pre, l, block);
+    if (b->plan && b->plan->world > 1)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "binding %s: mixture-of-experts layers are not "
+                          "split across tensor-parallel ranks yet; run on one device", router);
+    ATLAS_TRY(bind1(b, router, E, d, &lw->router));
+    char (*nm)[160] = calloc((size_t)2 * E, sizeof *nm);
+    const char **names = calloc((size_t)2 * E, sizeof *names);
+    int64_t *rows = calloc((size_t)2 * E, sizeof *rows);
+    atlas_status st = nm && names && rows ? ATLAS_OK
+                                          : atlas_fail(ATLAS_ERR_NOMEM, "binding %s: out of "
+                                                       "memory", router);
+    for (int i = 0; st == ATLAS_OK && i < 2 * E; i++) {
+        snprintf(nm[i], sizeof nm[i], "%slayers.%d.%s.experts.%d.%s.weight", b->pre, l, block,
+                 i / 2, proj[i % 2]);
+        names[i] = nm[i];
+        rows[i] = f;
+    }
+    if (st == ATLAS_OK) st = bind(b, names, rows, 2 * E, d, &lw->experts_gate_up);
+    for (int e = 0; st == ATLAS_OK && e < E; e++) {
+        snprintf(nm[e], sizeof nm[e], "%slayers.%d.%s.experts.%d.%s.weight", b->pre, l, block,
+                 e, proj[2]);
+        names[e] = nm[e];
+        rows[e] = d;
+    }
+    if (st == ATLAS_OK) st = bind(b, names, rows, E, f, &lw->experts_down);
+    free(nm), free(names), free(rows);
+    return st;
+}
+
 static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_layer_weights *lw) {
     char n[4][160];
     int64_t d = c->hidden;
@@ -405,6 +501,7 @@ static atlas_status bind_layer(binder *b, const atlas_config *c, int l, atlas_la
         ATLAS_TRY(bind_norm(b, c, NAME(0, "%slayers.%d.post_attention_layernorm.weight", pre, l),
                             d, &lw->mlp_norm));
     }
+    if (atlas_config_layer_moe(c, l)) return bind_moe(b, c, l, lw);
     int64_t gu_rows[2] = {c->intermediate, c->intermediate};
     const char *gu[2] = {"gate_proj", "up_proj"};
     for (int i = 0; i < 2; i++) names[i] = NAME(i, "%slayers.%d.mlp.%s.weight", pre, l, gu[i]);
@@ -603,8 +700,8 @@ atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
 
 void atlas_weights_formats(const atlas_wgroup_info *groups, const atlas_config *c, char *buf,
                            size_t cap) {
-    static const char *const names[ATLAS_WG_COUNT] = {"embedding", "attention", "mlp", "norms",
-                                                       "lm_head"};
+    static const char *const names[ATLAS_WG_COUNT] = {"embedding", "attention", "mlp",
+                                                       "experts", "norms", "lm_head"};
     size_t n = 0;
     if (cap) buf[0] = '\0';
     for (int g = 0; g < ATLAS_WG_COUNT && n < cap; g++) {
@@ -622,7 +719,11 @@ void atlas_weights_formats(const atlas_wgroup_info *groups, const atlas_config *
 size_t atlas_weights_token_bytes(const atlas_wgroup_info *g, const atlas_config *c) {
     size_t head = c->tie_embeddings ? g[ATLAS_WG_EMBED].bytes : g[ATLAS_WG_HEAD].bytes;
     size_t row = c->vocab_size > 0 ? g[ATLAS_WG_EMBED].bytes / (size_t)c->vocab_size : 0;
-    return g[ATLAS_WG_ATTN].bytes + g[ATLAS_WG_MLP].bytes + g[ATLAS_WG_NORM].bytes + head + row;
+    /* every MoE layer's experts are alike: a token reads k of each layer's E */
+    size_t experts = c->n_experts > 0 ? (size_t)((double)g[ATLAS_WG_EXPERTS].bytes *
+                                                 c->n_experts_used / c->n_experts) : 0;
+    return g[ATLAS_WG_ATTN].bytes + g[ATLAS_WG_MLP].bytes + g[ATLAS_WG_NORM].bytes + head + row +
+           experts;
 }
 
 atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
@@ -662,7 +763,8 @@ void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
             atlas_weight *all[] = {lw->attn_norm, lw->qkv,      lw->qkv_bias, lw->q_norm,
                                    lw->k_norm,    lw->o,        lw->o_bias,   lw->mlp_norm,
                                    lw->gate_up,   lw->gate_up_bias, lw->down, lw->down_bias,
-                                   lw->attn_out_norm, lw->mlp_out_norm};
+                                   lw->attn_out_norm, lw->mlp_out_norm, lw->router,
+                                   lw->experts_gate_up, lw->experts_down};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wf(be, all[i]);
         }
         if (w->lm_head != w->embed) wf(be, w->lm_head);

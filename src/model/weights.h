@@ -37,11 +37,16 @@ typedef struct atlas_layer_weights {
     atlas_weight *gate_up_bias; /* [2f] or NULL (Llama's mlp_bias) */
     atlas_weight *down;      /* [d, f] */
     atlas_weight *down_bias; /* [d] or NULL (tensor parallel: rank 0's only) */
+    /* a mixture-of-experts layer (gate_up and down NULL; backend.h's moe ops): */
+    atlas_weight *router;          /* [E, d] mlp.gate (Mixtral: block_sparse_moe.gate) */
+    atlas_weight *experts_gate_up; /* [E * 2f, d]: expert e's gate rows then its up rows */
+    atlas_weight *experts_down;    /* [E * d, f] */
 } atlas_layer_weights;
 
 /* The weight groups `atlas info` reports a format and bytes for. */
-typedef enum atlas_wgroup {
-    ATLAS_WG_EMBED, ATLAS_WG_ATTN, ATLAS_WG_MLP, ATLAS_WG_NORM, ATLAS_WG_HEAD, ATLAS_WG_COUNT
+typedef enum atlas_wgroup { /* MLP: the dense MLPs and the MoE routers */
+    ATLAS_WG_EMBED, ATLAS_WG_ATTN, ATLAS_WG_MLP, ATLAS_WG_EXPERTS, ATLAS_WG_NORM, ATLAS_WG_HEAD,
+    ATLAS_WG_COUNT
 } atlas_wgroup;
 
 typedef struct atlas_wgroup_info {
@@ -98,8 +103,9 @@ atlas_status atlas_weights_survey(const atlas_st *st, const atlas_config *cfg,
 void atlas_weights_formats(const atlas_wgroup_info *groups, const atlas_config *c, char *buf,
                            size_t cap);
 /* The weight bytes a decode token reads: the layers' tensors as stored (packed weights with
- * their scales, zero points and indices; norms too), the output head as stored (the
- * embedding when tied) and one row of the embedding. */
+ * their scales, zero points and indices; norms too), of a mixture-of-experts layer's experts
+ * only the k a token is routed to (k / E of them, the routers whole), the output head as
+ * stored (the embedding when tied) and one row of the embedding. */
 size_t atlas_weights_token_bytes(const atlas_wgroup_info *groups, const atlas_config *c);
 /* Frees what atlas_weights_load bound; a zeroed struct is fine. */
 void atlas_weights_free(atlas_backend *be, atlas_model_weights *w);
