@@ -65,7 +65,7 @@ static int write_st(const char *dir, const entry *t, int n, ckpt_fill fill, void
 static int write_model(const char *dir, const atlas_shard_geom *g, const char *drop,
                        const char *prefix, const ckpt_extra *extra, int n_extra, ckpt_fill fill,
                        void *user) {
-    int n = atlas_shard_tensor_count(g), k = 0;
+    int n = g ? atlas_shard_tensor_count(g) : 0, k = 0;
     entry *t = calloc((size_t)(n + n_extra), sizeof *t);
     if (!t) return 0;
     for (int i = 0; i < n; i++) {
@@ -100,6 +100,10 @@ int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *dro
 int ckpt_write_model_prefixed(const char *dir, const atlas_shard_geom *g, const char *prefix,
                               const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user) {
     return write_model(dir, g, NULL, prefix, extra, n_extra, fill, user);
+}
+
+int ckpt_write_tensors(const char *dir, const ckpt_extra *t, int n, ckpt_fill fill, void *user) {
+    return write_model(dir, NULL, NULL, NULL, t, n, fill, user);
 }
 
 int ckpt_write_text(const char *dir, const char *name, const char *text) {

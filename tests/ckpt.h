@@ -29,6 +29,10 @@ int ckpt_write_model(const char *dir, const atlas_shard_geom *g, const char *dro
 int ckpt_write_model_prefixed(const char *dir, const atlas_shard_geom *g, const char *prefix,
                               const ckpt_extra *extra, int n_extra, ckpt_fill fill, void *user);
 
+/* DIR/model.safetensors with exactly the n tensors t (a family the shard list does not
+ * describe: a mixture-of-experts model's). Returns 1, or 0 after a CHECK failed. */
+int ckpt_write_tensors(const char *dir, const ckpt_extra *t, int n, ckpt_fill fill, void *user);
+
 /* DIR/NAME = text. Returns 1, or 0 after a CHECK failed. */
 int ckpt_write_text(const char *dir, const char *name, const char *text);
 
