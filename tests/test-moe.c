@@ -406,6 +406,8 @@ static void test_qwen3_moe(void) {
     CHECK_MSG(s.token_weight_bytes == all - embed + row - experts + experts * 2 / 6,
               "a token reads %zu of %zu bytes", s.token_weight_bytes, all);
     CHECK_MSG(strstr(s.formats, "experts BF16"), "%s", s.formats);
+    CHECK(s.n_experts == 6 && s.n_experts_used == 2 && s.expert_ffn == 12 &&
+          s.n_moe_layers == 2 && s.intermediate == 24);
     free(on), free(off);
     harness_rm_rf(dir);
 }

@@ -171,6 +171,10 @@ typedef struct atlas_model_survey {
     int vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate;
     int max_position;
     int tied_embeddings;
+    /* a mixture-of-experts model (0 experts: dense): n_experts of expert_ffn columns in each
+     * of its n_moe_layers MoE layers, n_experts_used a token (token_weight_bytes counts
+     * those); intermediate is the dense layers' */
+    int n_experts, n_experts_used, expert_ffn, n_moe_layers;
     int has_tokenizer;          /* 1: tokenizer.json is there */
     int64_t n_params;           /* elements of every tensor used (tied: counted once) */
     char dtype[8];              /* of the big matrices: "BF16", "F16", "F32", "mixed" */

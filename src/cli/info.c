@@ -16,9 +16,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--load]\n"
             "  Prints a model's architecture, shapes, parameter count, dtypes, each weight\n"
-            "  group's format (quantized ones too), the bytes a token reads and the memory\n"
-            "  a load would take (weights and KV cache) against what the backend has, from\n"
-            "  its headers alone: no weight is read.\n"
+            "  group's format (quantized ones too), a mixture-of-experts model's experts, the\n"
+            "  bytes a token reads (of a MoE layer's experts, the ones it is routed to) and the\n"
+            "  memory a load would take (weights and KV cache) against what the backend has,\n"
+            "  from its headers alone: no weight is read.\n"
             "  -m, --model DIR   model directory (default %s)\n"
             "  --device D        the device to consider (default auto)\n"
             "  --load            also load it (reads every weight) and print what only the\n"
@@ -40,13 +41,24 @@ static void print_survey(const char *dir, const atlas_model_survey *s) {
     printf("weights:       %s, %.1f MiB\n", s->dtype, mib(s->weight_bytes));
     if (strcmp(s->quantization, "none")) printf("quantization:  %s\n", s->quantization);
     if (s->formats[0]) printf("formats:       %s\n", s->formats);
-    printf("a token reads: %.2f MiB of weights + %.1f KiB per token of context (KV)\n",
-           mib(s->token_weight_bytes), s->kv_token_bytes / 1024.0);
+    char routed[64] = "";
+    if (s->n_experts)
+        snprintf(routed, sizeof routed, " (%d of %d experts a MoE layer)", s->n_experts_used,
+                 s->n_experts);
+    printf("a token reads: %.2f MiB of weights%s + %.1f KiB per token of context (KV)\n",
+           mib(s->token_weight_bytes), routed, s->kv_token_bytes / 1024.0);
     printf("layers:        %d\n", s->n_layers);
     printf("hidden:        %d\n", s->hidden);
     printf("heads:         %d query, %d key/value (head_dim %d)\n", s->n_heads, s->n_kv_heads,
            s->head_dim);
-    printf("intermediate:  %d\n", s->intermediate);
+    if (s->n_experts) {
+        printf("experts:       %d a layer, %d a token, each an MLP of %d (%d of %d layers)\n",
+               s->n_experts, s->n_experts_used, s->expert_ffn, s->n_moe_layers, s->n_layers);
+        if (s->n_moe_layers < s->n_layers) printf("intermediate:  %d (the dense layers)\n",
+                                                  s->intermediate);
+    } else {
+        printf("intermediate:  %d\n", s->intermediate);
+    }
     printf("vocabulary:    %d%s\n", s->vocab_size, s->tied_embeddings ? " (tied embeddings)" : "");
     printf("context:       %d positions\n", s->max_position);
     printf("tokenizer:     %s\n", s->has_tokenizer ? "tokenizer.json" : "missing (tokenizer.json)");

@@ -100,6 +100,10 @@ static void copy_config(const atlas_config *c, atlas_model_survey *out) {
     out->intermediate = c->intermediate;
     out->max_position = c->max_position;
     out->tied_embeddings = c->tie_embeddings;
+    out->n_experts = c->n_experts;
+    out->n_experts_used = c->n_experts_used;
+    out->expert_ffn = c->expert_ffn;
+    for (int l = 0; l < c->n_layers; l++) out->n_moe_layers += atlas_config_layer_moe(c, l);
 }
 
 /* The weights of this rank: every tensor looked up and checked, none read. */
