@@ -7,7 +7,9 @@
 For each shape of tools/conformance/shapes.py: a random-weight checkpoint (bf16 safetensors,
 2 layers or the entry's num_hidden_layers, weights drawn from a fixed seed on the GPU; norms
 near 1 (Gemma 3's near 0: it uses them as 1 + w), biases -- q/k/v, o_proj, the MLP's, as
-attention_bias and mlp_bias say -- small), the config.json exactly as shapes.py
+attention_bias and mlp_bias say -- small, MoE routers wide (ROUTER_STD), a MoE model's
+experts written one tensor an expert as the Hub has them, whatever layout transformers keeps
+them in), the config.json exactly as shapes.py
 spells it (classic rope_scaling or transformers-5 rope_parameters), a generation_config.json
 and a tokenizer.json (--tok-llama3 / --tok-qwen3 / --tok-llama2 / --tok-gemma3 files, else a byte-level one of 256 tokens
 that any vocabulary holds: the suite feeds token ids).  With --refs, the reference too:
@@ -34,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -46,7 +49,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes  # noqa: E402
 
 MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
-              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3", shapes.GEMMA3: "gemma3_text"}
+              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3", shapes.GEMMA3: "gemma3_text",
+              shapes.QWEN3_MOE: "qwen3_moe", shapes.MIXTRAL: "mixtral"}
+MOE = (shapes.QWEN3_MOE, shapes.MIXTRAL)
+# A router's weights drawn with this std times 1/sqrt(hidden): logits spread over ~8, so the
+# probability of the k-th expert is small beside the first's wherever the k-th and the next
+# are near a tie that bf16 may flip, and a flip moves the output by that small weight only.
+ROUTER_STD = 8.0
 LAYERS = 2
 
 
@@ -93,6 +102,37 @@ def check_biases(name, spec, model):
         sys.exit(f"{name}: transformers {transformers.__version__} made no {', '.join(missing)}")
 
 
+def hub_layout(spec, sd):
+    """A MoE model's state dict as the Hub publishes it: one tensor an expert's projection
+    (Qwen3-MoE mlp.experts.E.gate_proj/up_proj/down_proj, Mixtral
+    block_sparse_moe.experts.E.w1/w3/w2, its router block_sparse_moe.gate). transformers 5
+    keeps a layer's experts fused in memory ([E, 2f, d] gate|up, [E, d, f] down) and names
+    Mixtral's block mlp; transformers 4 has the published names already."""
+    mixtral = spec["architectures"][0] == shapes.MIXTRAL
+    block = "block_sparse_moe" if mixtral else "mlp"
+    proj = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    out = {}
+    for k, v in sd.items():
+        if spec.get("tie_word_embeddings") and k == "lm_head.weight":
+            continue
+        m = re.match(r"(model\.layers\.\d+)\.(?:mlp|block_sparse_moe)\.(experts\.(?:gate_up|down)_proj"
+                     r"|gate\.weight)$", k)
+        if m and m.group(2) == "gate.weight":
+            out[f"{m.group(1)}.{block}.gate.weight"] = v.contiguous()
+        elif m:
+            for e in range(v.shape[0]):
+                pre = f"{m.group(1)}.{block}.experts.{e}"
+                if m.group(2).endswith("gate_up_proj"):
+                    gate, up = v[e].chunk(2, dim=0)
+                    out[f"{pre}.{proj[0]}.weight"] = gate.contiguous()
+                    out[f"{pre}.{proj[1]}.weight"] = up.contiguous()
+                else:
+                    out[f"{pre}.{proj[2]}.weight"] = v[e].contiguous()
+        else:
+            out[k] = v.contiguous()
+    return out
+
+
 def make_model(name, spec, out, toks, keep):
     d = os.path.join(out, name)
     done = os.path.join(out, f".made-{name}")
@@ -117,11 +157,18 @@ def make_model(name, spec, out, toks, keep):
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g, device="cuda"))
             else:
                 # a tied embedding is also the output head: scaled like one, so that logits
-                # stay O(1) as in real models (std 1 gave logit gaps of ~1,000)
+                # stay O(1) as in real models (std 1 gave logit gaps of ~1,000); fused experts
+                # [E, out, in] by their in-features too
                 tied = spec.get("tie_word_embeddings")
-                std = 1.0 if "embed_tokens" in pname and not tied else 1.0 / math.sqrt(p.shape[1])
+                std = 1.0 if "embed_tokens" in pname and not tied else 1.0 / math.sqrt(p.shape[-1])
+                if re.search(r"\.(mlp|block_sparse_moe)\.gate\.weight$", pname):
+                    std *= ROUTER_STD
                 p.copy_(torch.randn(p.shape, generator=g, device="cuda") * std)
-    model.save_pretrained(d, safe_serialization=True, max_shard_size="20GB")
+    if spec["architectures"][0] in MOE:  # the Hub's per-expert tensors, written directly
+        save_file(hub_layout(spec, model.state_dict()), os.path.join(d, "model.safetensors"),
+                  metadata={"format": "pt"})
+    else:
+        model.save_pretrained(d, safe_serialization=True, max_shard_size="20GB")
     del model
     torch.cuda.empty_cache()
     with open(os.path.join(d, "config.json"), "w") as f:  # the spelling shapes.py chose

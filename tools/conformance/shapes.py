@@ -16,6 +16,8 @@ QWEN2 = "Qwen2ForCausalLM"
 QWEN3 = "Qwen3ForCausalLM"
 PHI3 = "Phi3ForCausalLM"
 GEMMA3 = "Gemma3ForCausalLM"
+QWEN3_MOE = "Qwen3MoeForCausalLM"
+MIXTRAL = "MixtralForCausalLM"
 
 BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
 FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
@@ -141,6 +143,23 @@ BIG = {
                        final_logit_softcapping=None, attn_logit_softcapping=None,
                        tie_word_embeddings=True, bos_token_id=2, eos_token_id=[1, 106],
                        tok="gemma3", lengths=[1, 7, 1023, 1025, 2600, 8192]),
+    # Qwen/Qwen3-30B-A3B: 32 / 4 heads of 128, q/k norm, 128 experts of 768, top 8
+    # renormalised, every layer a MoE layer (its dense intermediate_size unused), untied
+    "qwen3-30b-a3b": dict(architectures=[QWEN3_MOE], hidden_size=2048, intermediate_size=6144,
+                          moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                          norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                          vocab_size=151936, max_position_embeddings=40960,
+                          rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=False,
+                          sliding_window=None, tie_word_embeddings=False,
+                          bos_token_id=151643, eos_token_id=151645, tok="qwen3"),
+    # mistralai/Mixtral-8x7B-v0.1: 32 / 8 heads of 128, 8 experts of 14,336, top 2
+    "mixtral-8x7b": dict(architectures=[MIXTRAL], hidden_size=4096, intermediate_size=14336,
+                         num_local_experts=8, num_experts_per_tok=2, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768,
+                         rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None,
+                         router_jitter_noise=0.0, tie_word_embeddings=False, bos_token_id=1,
+                         eos_token_id=2, tok="llama2"),
     # mistralai/Mistral-7B-v0.1: sliding window 4,096 (run at 8,192)
     "mistral-7b-v0.1-sw": dict(architectures=[MISTRAL], hidden_size=4096,
                                intermediate_size=14336, num_attention_heads=32,
@@ -251,6 +270,20 @@ SMALL = {
                    rope_scaling={"rope_type": "linear", "factor": 2.0}, sliding_window=16,
                    sliding_window_pattern=6, query_pre_attn_scalar=24, rms_norm_eps=1e-6,
                    hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
+    # Qwen3-MoE: 8 experts of 16, top 2 renormalised, three layers with the middle one
+    # dense (mlp_only_layers: a MoE, a dense and a MoE layer), 4 / 2 heads of 16, untied
+    "qwen3-moe": dict(architectures=[QWEN3_MOE], hidden_size=32, intermediate_size=64,
+                      moe_intermediate_size=16, num_experts=8, num_experts_per_tok=2,
+                      norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      num_hidden_layers=3, vocab_size=512, max_position_embeddings=2048,
+                      rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False),
+    # Mixtral: 8 experts of 48, top 2, block_sparse_moe's w1/w3/w2, 4 / 2 heads of 8
+    "mixtral": dict(architectures=[MIXTRAL], hidden_size=32, intermediate_size=48,
+                    num_local_experts=8, num_experts_per_tok=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048,
+                    rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None,
+                    tie_word_embeddings=False),
     # Mistral's sliding window, prompts past it
     "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
