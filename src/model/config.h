@@ -19,7 +19,10 @@
  * query_pre_attn_scalar^-0.5, and interleaves sliding layers (their own RoPE base,
  * rope_local_base_freq) with full ones (rope_theta and rope_scaling) as layer_types or
  * sliding_window_pattern says: ask atlas_config_layer_rope_set per layer. Gemma 2's
- * soft-capping is refused by name. */
+ * soft-capping is refused by name. Qwen3-MoE (Qwen3's attention, head_dim derived when
+ * absent) and Mixtral (Mistral's, rms_norm_eps 1e-5, rope_theta 1e6, no window) route each
+ * token to experts in their MoE layers (model/config_moe.h; docs/MODELS.md): ask
+ * atlas_config_layer_moe per layer. */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
 
