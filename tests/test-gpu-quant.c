@@ -177,8 +177,10 @@ static void refused(const char *what, atlas_wformat f, int64_t rows, int64_t k, 
 
 int main(void) {
     double inv_freq[4] = {1, 1, 1, 1};
-    atlas_backend_geom g = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
-                            .intermediate = 512, .vocab_size = 8, .n_layers = 1,
+    /* the CPU backend's matmul scratch is sized by the widest of hidden and intermediate:
+     * the widest k below */
+    atlas_backend_geom g = {.hidden = 4096, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 4096, .vocab_size = 8, .n_layers = 1,
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 16};
     atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);

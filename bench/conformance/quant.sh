@@ -42,9 +42,13 @@ for spec in "fp8-block:--block 16 16" "gptq-v2:--group 32" "awq:--group 32" mxfp
 import sys
 from safetensors.torch import load_file
 a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+# float32 against Python's double can put a value on the other side of a rounding boundary:
+# a code one step off here and there is expected, a layout misread is not
+n = sum(a[k].numel() for k in a)
+off = sum(int(((a[k].float() - b[k].float()).abs() > 1e-6 * a[k].float().abs().max()).sum()) for k in a)
 worst = max(float((a[k].float() - b[k].float()).abs().max() / (a[k].float().abs().max() + 1e-30)) for k in a)
-print(f"{sys.argv[2]}: dequantized weights vs quantize.py's: max normalised difference {worst:.2e}")
-sys.exit(worst > 1e-2)
+print(f"{sys.argv[2]}: dequantized weights vs quantize.py's: {off} of {n} differ, largest by {worst:.2e} of the tensor's largest")
+sys.exit(off > n // 200)
 EOF
 done
 # shellcheck disable=SC2086

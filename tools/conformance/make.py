@@ -282,7 +282,8 @@ def main():
             qname = name + "-" + layout
             refs = a.refs or a.out
             make_refs(qname, table[name], f, refs, big)
-            shutil.copy(os.path.join(refs, qname, "reference.safetensors"), q)
+            if os.path.abspath(os.path.join(refs, qname)) != os.path.abspath(q):
+                shutil.copy(os.path.join(refs, qname, "reference.safetensors"), q)
             if a.quant_native and layout == "fp8-block":
                 make_refs(qname + "-native", table[name], q, refs, big)
                 shutil.copy(os.path.join(refs, qname + "-native", "reference.safetensors"),

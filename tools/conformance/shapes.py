@@ -259,7 +259,8 @@ SMALL = {
                           rope_scaling={"type": "longrope",
                                         "short_factor": [1.0, 1.1, 1.2, 1.3],
                                         "long_factor": [2.0, 3.0, 5.0, 8.0]},
-                          tie_word_embeddings=True),
+                          tie_word_embeddings=True,
+                          pad_token_id=0),  # Phi3Config's default, 32000, is past the vocabulary
     # Gemma 3: 7 layers (five local with a 16-token window and base 10,000, one global with
     # base 1e6 and linear factor 2, one local again), 4 / 2 heads of 32 scaled by
     # query_pre_attn_scalar 24, GeGLU, (1 + w) norms, post-norms, tied
