@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/expand.h"
 #include "core/threadpool.h"
 #include "harness.h"
@@ -134,6 +135,55 @@ static void test_matmul(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t
     free(x);
     free(out);
     free(want);
+}
+
+/* A weight of two bf16 parts (r0 + r1 rows of k) times n tokens through each bf16 kernel this
+ * CPU runs (the AVX2 / plain tiles, AVX-512): against a double sum and the plain path
+ * (cpu_matmul_plain) within 2e-6, and each token alone bitwise its row of the batch. */
+static void test_bf16_kernels(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t r1) {
+    tensor p[2];
+    int64_t rows[2] = {r0, r1}, m = r0 + r1;
+    const atlas_weight_src *pv[2];
+    for (int i = 0; i < 2; i++) {
+        tensor_make(&p[i], "w", ATLAS_DTYPE_BF16, rows[i], k);
+        pv[i] = &p[i].src;
+    }
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, pv, 2, &w));
+    float *x = malloc(sizeof(float) * n * k), *out = malloc(sizeof(float) * n * m);
+    float *plain = malloc(sizeof(float) * n * m), *one = malloc(sizeof(float) * m);
+    double *want = malloc(sizeof(double) * n * m), *dplain = malloc(sizeof(double) * n * m);
+    fill(x, (size_t)n * k);
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < m; r++) {
+            const double *wv = r < r0 ? p[0].vals + r * k : p[1].vals + (r - r0) * k;
+            double s = 0;
+            for (int64_t i = 0; i < k; i++) s += wv[i] * x[t * k + i];
+            want[t * m + r] = s;
+        }
+    cpu_backend *cb = (cpu_backend *)be;
+    cpu_bf16_kind saved = cb->bf16;
+    if (w) CHECK_OK(cpu_matmul_plain(be, plain, x, w, NULL, n));
+    for (size_t i = 0; i < (size_t)n * m; i++) dplain[i] = plain[i];
+    for (int kind = CPU_BF16_NONE; w && kind <= CPU_BF16_F32; kind++) {
+        if (kind != CPU_BF16_NONE && !cpu_bf16_kind_supported((cpu_bf16_kind)kind)) continue;
+        cb->bf16 = (cpu_bf16_kind)kind;
+        char what[96];
+        snprintf(what, sizeof what, "bf16 kind %d, n=%d k=%lld m=%lld+%lld", kind, n,
+                 (long long)k, (long long)r0, (long long)r1);
+        CHECK_OK(be->ops->matmul(be, out, x, w, NULL, n));
+        CHECK_ERR(what, out, want, (size_t)n * m);
+        CHECK_ERR(what, out, dplain, (size_t)n * m);
+        for (int t = 0; t < n; t++) {
+            CHECK_OK(be->ops->matmul(be, one, x + (size_t)t * k, w, NULL, 1));
+            CHECK_MSG(!memcmp(one, out + (size_t)t * m, sizeof(float) * m),
+                      "%s: token %d alone is not its row of the batch", what, t);
+        }
+    }
+    cb->bf16 = saved;
+    be->ops->weight_free(be, w);
+    for (int i = 0; i < 2; i++) tensor_free(&p[i]);
+    free(x), free(out), free(plain), free(one), free(want), free(dplain);
 }
 
 static void ref_rmsnorm(double *out, const double *x, const double *w, int d, double eps) {
@@ -630,6 +680,23 @@ int main(void) {
     atlas_backend *be = NULL;
     CHECK(atlas_backend_cpu_create(&bad, 1, &be) == ATLAS_ERR_INVALID && !be);
     test_rope_partial(); /* after the checks that share the random stream */
+    for (int threads = 1; threads <= 3; threads += 2) {
+        atlas_backend_geom g = geom(0);
+        g.intermediate = 1100; /* the scratch: rows up to 1,100 columns */
+        atlas_backend *bb = NULL;
+        CHECK_OK(atlas_backend_cpu_create(&g, threads, &bb));
+        if (!bb) continue;
+        /* k: under, at, over and far from the 32-column chunk; odd rows; tokens past 4x4
+         * tiles and, at k 1,100, past one block of packed tokens (60) */
+        test_bf16_kernels(bb, 1, 1, 1, 2);
+        test_bf16_kernels(bb, 1, 31, 7, 9);
+        test_bf16_kernels(bb, 3, 32, 8, 5);
+        test_bf16_kernels(bb, 5, 33, 13, 4);
+        test_bf16_kernels(bb, 9, 100, 37, 11);
+        test_bf16_kernels(bb, 1, 1100, 301, 299);
+        test_bf16_kernels(bb, 70, 1100, 21, 6);
+        bb->ops->destroy(bb);
+    }
     test_gemma_ops();
     return harness_finish();
 }

@@ -497,6 +497,7 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->rope_sin);
     free(cb->block_table);
     free(cb->moe_buf);
+    free(cb->xpack);
     free(cb->moe_list);
     free(cb);
     return ATLAS_OK;
@@ -578,6 +579,7 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
         return st;
     }
     cb->n_threads = atlas_threadpool_size(cb->pool);
+    cb->bf16 = cpu_bf16_best();
     size_t k = (size_t)g->hidden;
     if ((size_t)g->n_heads * g->head_dim > k) k = (size_t)g->n_heads * g->head_dim;
     if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;

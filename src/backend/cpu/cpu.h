@@ -46,6 +46,13 @@ struct atlas_kv {
     size_t bytes;        /* of each of k and v */
 };
 
+/* bf16 weights with AVX-512 (cpu_bf16.c), chosen at run time: F32 widens the weights and
+ * keeps fp32 products (AVX-512F and BW). */
+typedef enum cpu_bf16_kind {
+    CPU_BF16_NONE, /* the AVX2 / plain C tiles of cpu_matmul.c */
+    CPU_BF16_F32,
+} cpu_bf16_kind;
+
 typedef struct cpu_backend {
     atlas_backend base; /* first: the op table sees this */
     atlas_threadpool *pool;
@@ -72,6 +79,10 @@ typedef struct cpu_backend {
     size_t moe_cap;
     int32_t *moe_list;
     size_t moe_list_cap;
+    /* bf16 matmuls (cpu_bf16.c): the kernel, and the packed activations, grown on demand */
+    cpu_bf16_kind bf16;
+    void *xpack;
+    size_t xpack_cap;
 } cpu_backend;
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
@@ -94,6 +105,17 @@ void cpu_int4_gemv_at(const cpu_part *p, const float *x, int64_t k, int64_t r0, 
                       float *out, int avx512);
 /* Row r of part p dequantized to fp32 into dst[k], as cpu_dequant_row (prefill's tiles). */
 void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
+
+/* Whether this CPU runs kind; the kind the backend takes by default (NONE: no AVX-512). */
+int cpu_bf16_kind_supported(cpu_bf16_kind kind);
+cpu_bf16_kind cpu_bf16_best(void);
+/* Bytes of one token's packed activations for a k-column weight, and the packing. */
+size_t cpu_bf16_pack_bytes(cpu_bf16_kind kind, int64_t k);
+void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst);
+/* out[t * ldo + r] = dot(row r of w[., k], token t) for r0 <= r < r1 and n packed tokens xp
+ * (64-byte aligned, cpu_bf16_pack_bytes apart). */
+void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
+                   const void *xp, int n, float *out, int64_t ldo);
 
 /* Row r of w converted to fp32 into dst[w->cols]. */
 void cpu_weight_row(const atlas_weight *w, int64_t r, float *dst);

@@ -13,6 +13,7 @@
  * FMA accumulator over the 8-aligned head, its lanes added by hsum256, then the tail one
  * product at a time; without, cpu_dot's). So a token's logits are bitwise the same alone or
  * batched, with 1 or N threads, and seeded sampling reproduces. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -212,7 +213,24 @@ typedef struct matmul_job {
     const atlas_weight *w, *bias;
     int n;
     int plain; /* every row through cpu_weight_row: the reference path */
+    cpu_bf16_kind bf16; /* not NONE: every part bf16, x packed in cb->xpack for this kernel */
 } matmul_job;
+
+/* Every part bf16 through cpu_bf16.c's kernel: rows [begin, end) of each part. */
+static void bf16_range(const matmul_job *j, int64_t begin, int64_t end) {
+    const atlas_weight *w = j->w;
+    for (int p = 0; p < w->n_parts; p++) {
+        const cpu_part *part = &w->parts[p];
+        int64_t lo = begin > part->row0 ? begin : part->row0;
+        int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
+        if (lo < hi)
+            cpu_bf16_gemm(j->bf16, part->data, w->cols, lo - part->row0, hi - part->row0,
+                          j->cb->xpack, j->n, j->out + part->row0, w->rows);
+    }
+    if (j->bias)
+        for (int64_t t = 0; t < j->n; t++)
+            for (int64_t r = begin; r < end; r++) j->out[t * w->rows + r] += j->bias->vec[r];
+}
 
 /* Decode straight from the stored bytes, part by part, when every part has such a kernel
  * (bf16, or INT4 that cpu_int4_fast takes). Returns 0 when one has not. */
@@ -261,6 +279,10 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     const atlas_weight *w = j->w;
     int64_t k = w->cols, m = w->rows;
     float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
+    if (j->bf16 != CPU_BF16_NONE) {
+        bf16_range(j, begin, end);
+        return;
+    }
     if (decode_direct(j, begin, end)) return;
     for (int64_t r0 = begin; r0 < end; r0 += CPU_ROWS) {
         int nr = end - r0 < CPU_ROWS ? (int)(end - r0) : CPU_ROWS;
@@ -275,6 +297,32 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* Chooses cpu_bf16.c's kernel when the backend has one and every part is bf16, and packs the
+ * tokens for it once, here, for all threads. */
+static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j) {
+    if (j->plain || cb->bf16 == CPU_BF16_NONE) return ATLAS_OK;
+    for (int p = 0; p < j->w->n_parts; p++)
+        if (j->w->parts[p].dtype != ATLAS_DTYPE_BF16 ||
+            j->w->parts[p].quant.format != ATLAS_WFMT_DENSE)
+            return ATLAS_OK;
+    int64_t k = j->w->cols;
+    size_t xs = cpu_bf16_pack_bytes(cb->bf16, k), need = xs * (size_t)j->n;
+    if (need > cb->xpack_cap) {
+        size_t cap = need > 2 * cb->xpack_cap ? need : 2 * cb->xpack_cap;
+        void *buf = aligned_alloc(64, (cap + 63) / 64 * 64);
+        if (!buf)
+            return atlas_fail(ATLAS_ERR_NOMEM, "cpu matmul: no memory for %zu bytes of packed "
+                              "activations", cap);
+        free(cb->xpack);
+        cb->xpack = buf;
+        cb->xpack_cap = cap;
+    }
+    for (int t = 0; t < j->n; t++)
+        cpu_bf16_pack(cb->bf16, j->x + (size_t)t * k, k, (char *)cb->xpack + xs * t);
+    j->bf16 = cb->bf16;
+    return ATLAS_OK;
+}
+
 static atlas_status matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
                            const atlas_weight *bias, int n, int plain) {
     cpu_backend *cb = (cpu_backend *)be;
@@ -286,7 +334,8 @@ static atlas_status matmul(atlas_backend *be, void *out, const void *x, const at
     if (bias && (bias->n_dims != 1 || bias->cols != w->rows))
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
                           (long long)bias->cols, (long long)w->rows);
-    matmul_job j = {cb, out, x, w, bias, n, plain};
+    matmul_job j = {cb, out, x, w, bias, n, plain, CPU_BF16_NONE};
+    ATLAS_TRY(bf16_prepare(cb, &j));
     /* A thread's share must outweigh waking it (~10 us): at least 64k multiply-adds, and
      * 16 rows, so that small matrices stay on the calling thread. */
     int64_t min_rows = (int64_t)65536 / (w->cols * (int64_t)n);
