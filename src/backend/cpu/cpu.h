@@ -110,8 +110,8 @@ void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
 int cpu_bf16_kind_supported(cpu_bf16_kind kind);
 cpu_bf16_kind cpu_bf16_best(void);
 /* Bytes of one token's packed activations for a k-column weight, and the packing. */
-size_t cpu_bf16_pack_bytes(cpu_bf16_kind kind, int64_t k);
-void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst);
+size_t cpu_bf16_pack_bytes(int64_t k);
+void cpu_bf16_pack(const float *x, int64_t k, void *dst);
 /* out[t * ldo + r] = dot(row r of w[., k], token t) for r0 <= r < r1 and n packed tokens xp
  * (64-byte aligned, cpu_bf16_pack_bytes apart). */
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,

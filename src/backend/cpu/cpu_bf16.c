@@ -16,8 +16,6 @@
  * one order in all of these (one 16-lane accumulator over the chunks in order, the
  * same steps, then _mm512_reduce_add_ps), so a token's result is bitwise the same alone or
  * batched, with any thread split. */
-#include <string.h>
-
 #include "backend/cpu/cpu.h"
 
 int cpu_bf16_kind_supported(cpu_bf16_kind kind) {
@@ -35,15 +33,13 @@ cpu_bf16_kind cpu_bf16_best(void) {
     return CPU_BF16_NONE;
 }
 
-size_t cpu_bf16_pack_bytes(cpu_bf16_kind kind, int64_t k) {
-    (void)kind;
+size_t cpu_bf16_pack_bytes(int64_t k) {
     return (size_t)((k + 31) / 32) * 32 * sizeof(float);
 }
 
 /* One token's x[k] into dst[cpu_bf16_pack_bytes]: per chunk, its 16 even columns then its
  * 16 odd ones. */
-void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst) {
-    (void)kind;
+void cpu_bf16_pack(const float *x, int64_t k, void *dst) {
     float *d = dst;
     for (int64_t c = 0; c < (k + 31) / 32; c++, d += 32)
         for (int j = 0; j < 32; j++) {
@@ -102,7 +98,7 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
 __attribute__((target(T512))) static void gemm_f32(const uint16_t *w, int64_t k, int64_t r0,
                                                    int64_t r1, const float *xp, int n,
                                                    float *out, int64_t ldo) {
-    int64_t xs = (int64_t)cpu_bf16_pack_bytes(CPU_BF16_F32, k) / 4;
+    int64_t xs = (int64_t)cpu_bf16_pack_bytes(k) / 4;
     int nb = (int)((256 * 1024 / 4) / xs) & ~3;
     if (nb < 4) nb = 4;
     for (int t0 = 0; t0 < n; t0 += nb) {

@@ -8,11 +8,15 @@
  * elsewhere plain C that any compiler handles. One token over bf16 or INT4 (cpu_int4.c) is
  * multiplied straight from the stored bytes, with no fp32 row in between.
  *
+ * Weights all of bf16 take cpu_bf16.c's AVX-512 kernels instead where the CPU has them
+ * (chosen at backend creation), for one token and many alike.
+ *
  * Batch invariance: every out[t, r] is summed in ONE order, whatever the tile, the batch
  * size, the token's place in it or the thread split (row_dot's order: with SIMD one 8-lane
  * FMA accumulator over the 8-aligned head, its lanes added by hsum256, then the tail one
- * product at a time; without, cpu_dot's). So a token's logits are bitwise the same alone or
- * batched, with 1 or N threads, and seeded sampling reproduces. */
+ * product at a time; without, cpu_dot's; cpu_bf16.c keeps its own, one for all its tiles).
+ * So a token's logits are bitwise the same alone or batched, with 1 or N threads, and
+ * seeded sampling reproduces. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,7 +310,7 @@ static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j) {
             j->w->parts[p].quant.format != ATLAS_WFMT_DENSE)
             return ATLAS_OK;
     int64_t k = j->w->cols;
-    size_t xs = cpu_bf16_pack_bytes(cb->bf16, k), need = xs * (size_t)j->n;
+    size_t xs = cpu_bf16_pack_bytes(k), need = xs * (size_t)j->n;
     if (need > cb->xpack_cap) {
         size_t cap = need > 2 * cb->xpack_cap ? need : 2 * cb->xpack_cap;
         void *buf = aligned_alloc(64, (cap + 63) / 64 * 64);
@@ -318,7 +322,7 @@ static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j) {
         cb->xpack_cap = cap;
     }
     for (int t = 0; t < j->n; t++)
-        cpu_bf16_pack(cb->bf16, j->x + (size_t)t * k, k, (char *)cb->xpack + xs * t);
+        cpu_bf16_pack(j->x + (size_t)t * k, k, (char *)cb->xpack + xs * t);
     j->bf16 = cb->bf16;
     return ATLAS_OK;
 }
