@@ -245,6 +245,18 @@ static int masks_begin(atlas_engine *e, int vocab, mask_work *w, pthread_t *th) 
     return 0;
 }
 
+/* A failed forward fails every sequence of the step with its message (the model's directory
+ * taken out of it). */
+static void fail_plan(atlas_engine *e, const eng_model *md, atlas_status st) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", atlas_last_error());
+    atlas_engine_strip_dir(msg, md->dir);
+    for (int i = 0; i < e->n_plan; i++) {
+        atlas_engine_seq_fail(e->plan[i].s, st, msg);
+        e->plan[i].s->state = SEQ_DONE;
+    }
+}
+
 /* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu. */
 static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
     int vocab = md->cfg.vocab_size, greedy = 1;
@@ -278,13 +290,7 @@ static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
                     : atlas_model_forward(md->m, b, e->logits);
     if (masking) pthread_join(th, NULL);
     if (st != ATLAS_OK) {
-        char msg[512]; /* the forward's message names the model's directory */
-        snprintf(msg, sizeof msg, "%s", atlas_last_error());
-        atlas_engine_strip_dir(msg, md->dir);
-        for (int i = 0; i < e->n_plan; i++) {
-            atlas_engine_seq_fail(e->plan[i].s, st, msg);
-            e->plan[i].s->state = SEQ_DONE;
-        }
+        fail_plan(e, md, st);
         return;
     }
     for (int i = 0, row = 0; i < e->n_plan; i++) {
@@ -339,13 +345,7 @@ static void run_embed_step(atlas_engine *e, eng_model *md, const atlas_batch *b)
     }
     if (st == ATLAS_OK) st = atlas_model_forward(md->m, b, e->logits);
     if (st != ATLAS_OK) {
-        char msg[512]; /* the forward's message names the model's directory */
-        snprintf(msg, sizeof msg, "%s", atlas_last_error());
-        atlas_engine_strip_dir(msg, md->dir);
-        for (int i = 0; i < e->n_plan; i++) {
-            atlas_engine_seq_fail(e->plan[i].s, st, msg);
-            e->plan[i].s->state = SEQ_DONE;
-        }
+        fail_plan(e, md, st);
         return;
     }
     for (int i = 0; i < e->n_plan; i++) {
