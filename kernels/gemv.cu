@@ -497,12 +497,6 @@ ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
  * (near the fp32 kernels' results) at no cost that shows: the tensor cores are idle anyway. */
 enum { GM_WARPS = 4, GM_U = 4 };
 
-/* (a, b) as bf16x2 hi and the rest lo: a ~ hi.lo16 + lo.lo16 to ~16 bits. */
-__device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uint32_t &lo) {
-    hi = pack_bf16x2(a, b);
-    lo = pack_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
-}
-
 /* One 32-column block: rows g, g + 8 of the tile (wl, wh: 8 bf16 at column q * 8 each) times
  * x row g (xa, xb: the same 8 columns). Step s covers physical columns q*8 + s*4 + 0..3,
  * as logical k (2q, 2q+1) and (2q+8, 2q+9) of the m16n8k16 fragments. */

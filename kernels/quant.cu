@@ -16,7 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "common.cuh"
+#include "mma.cuh"
 
 enum { QF_FP8 = 1, QF_INT4 = 2, QF_FP4 = 3 }; /* atlas_wformat's values */
 
@@ -29,6 +29,13 @@ enum { QG_ROWS = 4, QG_THREADS = 128, QG_WARPS = QG_THREADS / 32 };
 __device__ __forceinline__ float e2m1_value(int c) {
     const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     return c & 8 ? -mag[c & 7] : mag[c & 7];
+}
+
+/* The e2m1 values in shared memory for the block (FP4 only; one barrier). */
+template <int FMT> __device__ __forceinline__ void lut_init(float *lut) {
+    if (FMT != QF_FP4) return;
+    if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
+    __syncthreads();
 }
 
 /* 4 e4m3 codes (one 32-bit word, the first in the low byte) as floats: every e4m3 value is a
@@ -103,10 +110,7 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
     constexpr int HALVES = E / 16;
     __shared__ float lut[16];
     __shared__ float red[QG_WARPS][QG_ROWS][N];
-    if (FMT == QF_FP4) {
-        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-        __syncthreads();
-    }
+    lut_init<FMT>(lut);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
     int rows[QG_ROWS]; /* the block's weight rows */
@@ -255,90 +259,7 @@ ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4g, QF_INT4, true)
 ATLAS_QGEMV1(atlas_qgemv1_fp4, QF_FP4, false)
 
-/* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
-template <int FMT, bool GIDX>
-__device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int m, int k,
-                                             qargs q) {
-    constexpr int E = FMT == QF_FP8 ? 16 : 32;
-    constexpr int HALVES = E / 16;
-    __shared__ float lut[16];
-    if (FMT == QF_FP4) {
-        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-        __syncthreads();
-    }
-    pdl_wait(); /* the scratch may still be read by the previous matmul */
-    const long long per_row = k / E, total = (long long)m * per_row;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        int row = (int)(i / per_row), c0 = (int)(i % per_row) * E;
-        uint4 u = ld_stream16(w + (size_t)row * (FMT == QF_FP8 ? k : k / 2) +
-                              (FMT == QF_FP8 ? c0 : c0 / 2));
-#pragma unroll
-        for (int h = 0; h < HALVES; h++) {
-            float f[16];
-            codes16<FMT>(u, h, f, lut);
-            int cc = c0 + 16 * h;
-            uint32_t o[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float v[2];
-#pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    int i2 = 2 * j + t;
-                    if (GIDX) {
-                        int part = (row >= q.p1) + (row >= q.p2);
-                        int g = __ldg(q.g_idx + (size_t)part * k + cc + i2);
-                        size_t si = (size_t)row * q.scols + g;
-                        v[t] = (f[i2] - __ldg(q.zeros + si)) * __ldg(q.scales + si);
-                    } else {
-                        size_t si = (size_t)(row >> q.rsh) * q.scols + ((cc + i2) >> q.csh);
-                        float z = FMT == QF_INT4 ? __ldg(q.zeros + si) : 0.0f;
-                        v[t] = (f[i2] - z) * __ldg(q.scales + si);
-                    }
-                }
-                o[j] = pack_bf16x2(v[0], v[1]);
-            }
-            uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)row * k + cc);
-            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-        }
-    }
-    pdl_trigger();
-}
-
-/* grid-stride; any grid, block 256. */
-#define ATLAS_QDEQUANT(NAME, FMT, GIDX)                                                           \
-    extern "C" __global__ void __launch_bounds__(256)                                             \
-        NAME(bf16_t *out, const uint8_t *w, int m, int k, const float *scales,                     \
-             const float *zeros, const int32_t *g_idx, int rsh, int csh, int scols, int p1,        \
-             int p2) {                                                                             \
-        dequant_body<FMT, GIDX>(out, w, m, k, qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2}); \
-    }
-ATLAS_QDEQUANT(atlas_qdequant_fp8, QF_FP8, false)
-ATLAS_QDEQUANT(atlas_qdequant_int4, QF_INT4, false)
-ATLAS_QDEQUANT(atlas_qdequant_int4g, QF_INT4, true)
-ATLAS_QDEQUANT(atlas_qdequant_fp4, QF_FP4, false)
-
-/* --- 2 to 64 rows on the tensor cores ----------------------------------------------------------
- * atlas_qmma<NG>_<fmt>: out[n, m] = x[n, k] @ w^T (+ bias), n <= 8 NG, as atlas_gemv_mma
- * (kernels/gemv.cu) does for bf16: a block owns 16 weight rows and its 4 warps share k; each
- * lane loads 16 bytes of codes of rows g and g + 8 (g = lane / 4) a chunk, dequantizes them in
- * registers (scale applied in fp32, then rounded to bf16 as a bf16 checkpoint's weights are)
- * into the A fragments of mma.sync m16n8k16, and multiplies them with x rows g, g + 8, ... of
- * the same columns (x split into hi + lo bf16, as there). The k order inside a lane's columns
- * is permuted the same way for w and x. Every weight byte is read once whatever n is, so a
- * serving step of 16 or 64 sequences reads the packed bytes, not a bf16 copy. */
-#include "mma.cuh"
-
-enum { QM_WARPS = 4 };
-
-/* (a, b) as bf16x2 hi and the rest lo, as kernels/gemv.cu's split_bf16x2. */
-__device__ __forceinline__ void qsplit(float a, float b, uint32_t &hi, uint32_t &lo) {
-    hi = pack_bf16x2(a, b);
-    lo = pack_bf16x2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
-}
-
-/* The E dequantized weights of one lane's load of one row (E = 16 or 32), scaled. */
+/* The E (16 or 32) weights of one 16-byte load of row `row` from column c, dequantized. */
 template <int FMT>
 __device__ __forceinline__ void qrow(const uint4 &u, float *f, int row, int c, int k, qargs q,
                                      const float *lut) {
@@ -354,6 +275,70 @@ __device__ __forceinline__ void qrow(const uint4 &u, float *f, int row, int c, i
     }
 }
 
+/* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
+template <int FMT, bool GIDX>
+__device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int m, int k,
+                                             qargs q) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32;
+    constexpr int HALVES = E / 16;
+    __shared__ float lut[16];
+    lut_init<FMT>(lut);
+    pdl_wait(); /* the scratch may still be read by the previous matmul */
+    const long long per_row = k / E, total = (long long)m * per_row;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        int row = (int)(i / per_row), c0 = (int)(i % per_row) * E;
+        uint4 u = ld_stream16(w + (size_t)row * (FMT == QF_FP8 ? k : k / 2) +
+                              (FMT == QF_FP8 ? c0 : c0 / 2));
+        float f[E];
+        if (GIDX) { /* a scale and zero a column */
+            const int32_t *gi = q.g_idx + (size_t)((row >= q.p1) + (row >= q.p2)) * k + c0;
+#pragma unroll
+            for (int h = 0; h < HALVES; h++) codes16<FMT>(u, h, f + 16 * h, lut);
+#pragma unroll
+            for (int j = 0; j < E; j++) {
+                size_t si = (size_t)row * q.scols + __ldg(gi + j);
+                f[j] = (f[j] - __ldg(q.zeros + si)) * __ldg(q.scales + si);
+            }
+        } else {
+            qrow<FMT>(u, f, row, c0, k, q, lut);
+        }
+        uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)row * k + c0);
+#pragma unroll
+        for (int j = 0; j < E / 8; j++)
+            dst[j] = make_uint4(pack_bf16x2(f[8 * j], f[8 * j + 1]),
+                                pack_bf16x2(f[8 * j + 2], f[8 * j + 3]),
+                                pack_bf16x2(f[8 * j + 4], f[8 * j + 5]),
+                                pack_bf16x2(f[8 * j + 6], f[8 * j + 7]));
+    }
+    pdl_trigger();
+}
+
+/* grid-stride; any grid, block 256. */
+#define ATLAS_QDEQUANT(NAME, FMT, GIDX)                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                             \
+        NAME(bf16_t *out, const uint8_t *w, int m, int k, const float *scales,                     \
+             const float *zeros, const int32_t *g_idx, int rsh, int csh, int scols, int p1,        \
+             int p2) {                                                                             \
+        dequant_body<FMT, GIDX>(out, w, m, k,                                                      \
+                                qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});             \
+    }
+ATLAS_QDEQUANT(atlas_qdequant_fp8, QF_FP8, false)
+ATLAS_QDEQUANT(atlas_qdequant_int4, QF_INT4, false)
+ATLAS_QDEQUANT(atlas_qdequant_int4g, QF_INT4, true)
+ATLAS_QDEQUANT(atlas_qdequant_fp4, QF_FP4, false)
+
+/* --- 2 to 64 rows on the tensor cores ----------------------------------------------------------
+ * atlas_qmma<NG>_<fmt>: out[n, m] = x[n, k] @ w^T (+ bias), n <= 8 NG, as atlas_gemv_mma
+ * (kernels/gemv.cu) does for bf16: a block owns 16 weight rows and its 4 warps share k; each
+ * lane loads 16 bytes of codes of rows g and g + 8 (g = lane / 4) a chunk, dequantizes them in
+ * registers (scale applied in fp32, then rounded to bf16 as a bf16 checkpoint's weights are)
+ * into the A fragments of mma.sync m16n8k16, and multiplies them with x rows g, g + 8, ... of
+ * the same columns (x split into hi + lo bf16, as there). The k order inside a lane's columns
+ * is permuted the same way for w and x. Every weight byte is read once whatever n is, so a
+ * serving step of 16 or 64 sequences reads the packed bytes, not a bf16 copy. */
+enum { QM_WARPS = 4 };
+
 template <int FMT, int NG>
 __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint8_t *w,
                                           const bf16_t *bias, int n, int m, int k, qargs q) {
@@ -361,10 +346,7 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
     constexpr int CH = 4 * E; /* columns a warp takes a chunk */
     __shared__ float lut[16];
     __shared__ float red[QM_WARPS][NG][4][32];
-    if (FMT == QF_FP4) {
-        if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-        __syncthreads();
-    }
+    lut_init<FMT>(lut);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
     const int r0 = blockIdx.x * 16, rl = min(r0 + g, m - 1), rh = min(r0 + g + 8, m - 1);
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
@@ -407,8 +389,8 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
                                              x + (size_t)xr * k + cb + 4 * s))
                                        : make_float4(0.f, 0.f, 0.f, 0.f);
                     uint32_t h0, l0, h1, l1;
-                    qsplit(xv.x, xv.y, h0, l0);
-                    qsplit(xv.z, xv.w, h1, l1);
+                    split_bf16x2(xv.x, xv.y, h0, l0);
+                    split_bf16x2(xv.z, xv.w, h1, l1);
                     mma_bf16_16816(c[j], a, h0, h1);
                     mma_bf16_16816(c2[j], a, l0, l1);
                 }
@@ -431,7 +413,8 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
             float v = red[0][j][i][lane] + red[1][j][i][lane] + red[2][j][i][lane] +
                       red[3][j][i][lane];
             int row = r0 + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * qq + (i & 1);
-            if (row < m && col < n) out[(size_t)col * m + row] = v + (bias ? bf2f(bias[row]) : 0.0f);
+            if (row < m && col < n)
+                out[(size_t)col * m + row] = v + (bias ? bf2f(bias[row]) : 0.0f);
         }
 }
 

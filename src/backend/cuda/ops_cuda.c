@@ -278,8 +278,9 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
         return false;
     const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
     int n = c[0].n, f = c[1].d, k = (int)gu->cols;
-    if (gu->fmt != ATLAS_WFMT_DENSE || down->fmt != ATLAS_WFMT_DENSE || c[1].n != n || c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f ||
-        down->cols != f || f % 8 || !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
+    if (gu->fmt != ATLAS_WFMT_DENSE || down->fmt != ATLAS_WFMT_DENSE || c[1].n != n ||
+        c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f || down->cols != f || f % 8 ||
+        !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
         return false;
     CUdeviceptr xb, g = CUDA_PTR(c[0].p[0]);
     *st = lt_input(cb, &c[0], k, &xb);
@@ -364,6 +365,32 @@ static cuda_qkind qkind_of(const atlas_weight *w) {
                                            : CUDA_Q_INT4;
 }
 
+/* What a one-row GEMV's epilogue takes over from the commands after it (kernels/gemv.cu
+ * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
+typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
+
+/* One row of a quantized weight through kernels/quant.cu's atlas_qgemv1_<fmt>, with the
+ * fusions gemv_fused (below) gives it: the norm and residual fusions and the swiglu tail; no
+ * qkv tail (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. */
+static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
+                                CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
+    const atlas_weight *w = mm->p[2], *bias = mm->p[3];
+    int n = 1, m = (int)w->rows, k = (int)w->cols;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    float eps = cb->base.geom.rms_eps;
+    CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr, sc = w->scales;
+    CUdeviceptr zs = w->zeros, gi = w->g_idx, bp = bias ? bias->ptr : 0, nw = 0, h = 0, act = 0;
+    if (norm) {
+        x = CUDA_PTR(norm->p[0]);
+        nw = ((const atlas_weight *)norm->p[3])->ptr;
+        h = CUDA_PTR(norm->p[2]);
+    }
+    if (tail == TAIL_SWIGLU) act = CUDA_PTR(next[0].p[0]);
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
+                 &nw, &eps, &h, &resid, &act};
+    return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+}
+
 /* A quantized weight: one row through the fp32 GEMV, up to CUDA_QMMA_MAX (CUDA_QGEMV_MAX with
  * act-order) through the kernels that multiply on the tensor cores, both reading the packed
  * bytes once; more through the bf16 matmuls, from the weight dequantized into the scratch
@@ -374,14 +401,11 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     cuda_qkind q = qkind_of(w);
     CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
     int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    if (n == 1) return qgemv_fused(cb, c, NULL, 0, TAIL_NONE, NULL);
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
-    CUdeviceptr none = 0;
-    float eps = 0.0f;
-    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
-                 &none, &eps, &none, &none, &none}; /* the one-row kernel's fusions: off */
-    if (n == 1 || (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX))
-        return launch(cb, n == 1 ? cb->mod.fn.qgemv1[q] : cb->mod.fn.qgemv8_g,
-                      (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    if (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX)
+        return launch(cb, cb->mod.fn.qgemv8_g, (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
     if (q != CUDA_Q_INT4G && n <= CUDA_QMMA_MAX) {
         int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
         return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
@@ -505,35 +529,10 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
 }
 
-/* What a one-row GEMV's epilogue takes over from the commands after it (kernels/gemv.cu
- * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
-typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
-
 /* One row through a fused GEMV (kernels/gemv.cu "Decode's fusions around RMSNorm" and
  * ATLAS_GEMV1B_EPI): the block kernel as op_matmul takes it. norm: the add_rmsnorm command whose output is the input
  * (its resid is read, its weight applied, its out written); resid: the residual stream to add
  * the output into; tail: what the epilogue does of the commands next[] after mm. */
-/* gemv_fused for a quantized weight (kernels/quant.cu atlas_qgemv1_<fmt>: the norm and
- * residual fusions and the swiglu tail; no qkv tail, tail_of says). */
-static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
-                                CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
-    const atlas_weight *w = mm->p[2], *bias = mm->p[3];
-    int n = 1, m = (int)w->rows, k = (int)w->cols;
-    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
-    float eps = cb->base.geom.rms_eps;
-    CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr, sc = w->scales;
-    CUdeviceptr zs = w->zeros, gi = w->g_idx, bp = bias ? bias->ptr : 0, nw = 0, h = 0, act = 0;
-    if (norm) {
-        x = CUDA_PTR(norm->p[0]);
-        nw = ((const atlas_weight *)norm->p[3])->ptr;
-        h = CUDA_PTR(norm->p[2]);
-    }
-    if (tail == TAIL_SWIGLU) act = CUDA_PTR(next[0].p[0]);
-    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
-                 &nw, &eps, &h, &resid, &act};
-    return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
-}
-
 static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
     const atlas_backend_geom *g = &cb->base.geom;
@@ -595,9 +594,9 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 && next[0].op == CUDA_OP_ROPE &&
-        next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE && next[1].n == 1 && hd % 4 == 0 &&
-        w->rows == (int64_t)(H + 2 * K) * hd) {
+    if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 &&
+        next[0].op == CUDA_OP_ROPE && next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE &&
+        next[1].n == 1 && hd % 4 == 0 && w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
         return 2;
     }

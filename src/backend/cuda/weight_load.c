@@ -131,6 +131,10 @@ static atlas_status quant_check(const atlas_weight_src *const *srcs, int n, int6
                               "cpu", name, srcs[i]->name, (long long)srcs[i]->shape[0],
                               q->block_rows);
     }
+    for (int i = 1; q0->g_idx && n > 3 && i < n; i++) /* the kernels tell 3 g_idx apart */
+        if (memcmp(srcs[i]->quant->g_idx, q0->g_idx, (size_t)cols * sizeof(int32_t)))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %d fused parts with "
+                              "their own g_idx (at most 3)", name, n);
     int cs = shift_of(q0->block_cols);
     if (!q0->g_idx && q0->scale_cols > 1 && (cs < 4))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s (%s): scale groups of %d "
@@ -159,7 +163,7 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
     w->p1 = w->p2 = INT_MAX;
     queued_parts codes = {.n = n}, sc = {.n = n}, zs = {.n = n}, gi = {.n = 1};
     bool same_gidx = true;
-    int64_t at = 0;
+    int64_t at = 0, part_row[CUDA_FUSE_MAX];
     for (int i = 0; i < n; i++) {
         const atlas_weight_src *v = srcs[i];
         const atlas_wquant *q = v->quant;
@@ -172,20 +176,19 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
         zs.bytes[i] = sc.bytes[i];
         if (q->g_idx && memcmp(q->g_idx, q0->g_idx, (size_t)cols * sizeof(int32_t)))
             same_gidx = false;
-        if (i == 1) w->p1 = (int)at;
-        if (i == 2) w->p2 = (int)at;
+        part_row[i] = at;
         at += v->shape[0];
     }
-    if (q0->g_idx) { /* one g_idx, or one a part when they differ */
+    if (q0->g_idx) { /* one g_idx, or one a part when they differ (quant_check: <= 3 parts) */
         gi.n = same_gidx ? 1 : n;
         for (int i = 0; i < gi.n; i++) {
             gi.mem[i] = srcs[i]->quant->g_idx;
             gi.bytes[i] = (size_t)cols * sizeof(int32_t);
         }
-        if (same_gidx) w->p1 = w->p2 = INT_MAX;
-        else if (n > 3)
-            return free(w), atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: %d fused parts "
-                                       "with their own g_idx (at most 3)", srcs[0]->name, n);
+        if (!same_gidx) {
+            w->p1 = n > 1 ? (int)part_row[1] : INT_MAX;
+            w->p2 = n > 2 ? (int)part_row[2] : INT_MAX;
+        }
     }
     atlas_status st = quant_upload(cb, w, &w->ptr, &codes, srcs[0]->name);
     if (st == ATLAS_OK) st = quant_upload(cb, w, &w->scales, &sc, "weight scales");
