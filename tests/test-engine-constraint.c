@@ -13,7 +13,6 @@
  *   tool-call parser turns into exactly one call of the named function;
  * - free text with a trigger: once the (forced) text reaches a strict tool's name, the rest
  *   of its call follows the program, and the text may end after it. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +23,13 @@
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
 #include "atlas/toolcall.h"
+#include "engine_wait.h"
 #include "harness.h"
 
 typedef struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     char text[16384];
     size_t n_text;
-    int n_tokens, done;
+    int n_tokens;
     float logprob_min;
     atlas_finish finish;
     char msg[512];
@@ -41,7 +39,6 @@ typedef struct coll {
 
 static void on_event(const atlas_event *ev, void *user) {
     coll *c = user;
-    pthread_mutex_lock(&c->mu);
     if (c->n_text + ev->text_len < sizeof c->text) {
         memcpy(c->text + c->n_text, ev->text, ev->text_len);
         c->n_text += ev->text_len;
@@ -51,31 +48,18 @@ static void on_event(const atlas_event *ev, void *user) {
         c->n_tokens++;
         if (ev->logprob < c->logprob_min) c->logprob_min = ev->logprob;
     } else {
-        c->done = 1;
         c->finish = ev->finish;
         c->stop_id = ev->stop_id;
         snprintf(c->msg, sizeof c->msg, "%s", ev->message);
         snprintf(c->stop_string, sizeof c->stop_string, "%s",
                  ev->stop_string ? ev->stop_string : "");
     }
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* Submits r and waits for its end into *c. */
 static atlas_status run(atlas_engine *e, const atlas_request *r, coll *c) {
     memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    atlas_status st = atlas_engine_submit(e, r, on_event, c, NULL);
-    if (st == ATLAS_OK) {
-        pthread_mutex_lock(&c->mu);
-        while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
-        pthread_mutex_unlock(&c->mu);
-    }
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    return st;
+    return engine_wait_run(e, r, on_event, c);
 }
 
 static atlas_request request(const char *model, const int32_t *ids, size_t n, int max_tokens,
@@ -205,25 +189,20 @@ static void test_batch(atlas_engine *e, const int32_t *prompt, size_t n) {
     coll alone[N];
     for (int i = 0; i < N; i++) CHECK_OK(run(e, &r[i], &alone[i]));
     static coll together[N];
+    static engine_wait waits[N];
     for (int i = 0; i < N; i++) {
         memset(&together[i], 0, sizeof together[i]);
-        pthread_mutex_init(&together[i].mu, NULL);
-        pthread_cond_init(&together[i].cv, NULL);
-        CHECK_OK(atlas_engine_submit(e, &r[i], on_event, &together[i], NULL));
+        CHECK_OK(engine_wait_submit(&waits[i], e, &r[i], on_event, &together[i]));
     }
     atlas_constraint_free(json); /* copied by submit */
     atlas_constraint_free(lit);
     for (int i = 0; i < N; i++) {
         coll *c = &together[i];
-        pthread_mutex_lock(&c->mu);
-        while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
-        pthread_mutex_unlock(&c->mu);
+        engine_wait_end(&waits[i]);
         CHECK_MSG(c->finish == alone[i].finish && !strcmp(c->text, alone[i].text),
                   "request %d: '%s' in the batch, '%s' alone", i, c->text, alone[i].text);
         if (i % 3 != 2) CHECK(c->finish == ATLAS_FINISH_STOP);
         if (i % 3 == 1) CHECK(!strcmp(c->text, "{\"ok\": true}"));
-        pthread_mutex_destroy(&c->mu);
-        pthread_cond_destroy(&c->cv);
     }
 }
 

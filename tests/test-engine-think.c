@@ -10,7 +10,6 @@
  *   budget with a constraint).
  * Random weights never write "</think>" by themselves (one id of 151k), so a closing tag
  * where the budget ends is the budget's doing. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,44 +17,29 @@
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
+#include "engine_wait.h"
 #include "harness.h"
 
 enum { MAX_IDS = 64 };
 
 typedef struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     int32_t ids[MAX_IDS];
-    int n, done;
+    int n;
     atlas_finish finish;
 } coll;
 
 static void on_event(const atlas_event *ev, void *user) {
     coll *c = user;
-    pthread_mutex_lock(&c->mu);
     if (ev->type == ATLAS_EVENT_TOKEN && c->n < MAX_IDS) c->ids[c->n++] = ev->id;
     if (ev->type == ATLAS_EVENT_END) {
-        c->done = 1;
         c->finish = ev->finish;
     }
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* Submits r and waits for its end into *c. */
 static atlas_status run(atlas_engine *e, const atlas_request *r, coll *c) {
     memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    atlas_status st = atlas_engine_submit(e, r, on_event, c, NULL);
-    if (st == ATLAS_OK) {
-        pthread_mutex_lock(&c->mu);
-        while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
-        pthread_mutex_unlock(&c->mu);
-    }
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-    return st;
+    return engine_wait_run(e, r, on_event, c);
 }
 
 static const int32_t *prompt;
