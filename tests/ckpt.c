@@ -1,6 +1,7 @@
 /* tests/ckpt.c — see ckpt.h. */
 #include "ckpt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,32 @@ typedef struct entry {
 } entry;
 
 float ckpt_bf16(float x) { return atlas_bf16_to_f32(atlas_f32_to_bf16(x)); }
+
+float ckpt_unit(const char *name, int64_t i) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    h ^= (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
+    return (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+}
+
+void ckpt_ref_linear(ckpt_fill fill, void *user, const char *name, int rows, int cols,
+                     const double *in, double *out) {
+    for (int i = 0; i < rows; i++) {
+        double acc = 0;
+        for (int j = 0; j < cols; j++)
+            acc += ckpt_bf16(fill(user, name, (int64_t)i * cols + j)) * in[j];
+        out[i] = acc;
+    }
+}
+
+void ckpt_ref_rmsnorm(ckpt_fill fill, void *user, const char *name, int64_t j0, double add,
+                      const double *x, int d, double eps, double *out) {
+    double ms = 0;
+    for (int j = 0; j < d; j++) ms += x[j] * x[j];
+    double inv = 1.0 / sqrt(ms / d + eps);
+    for (int j = 0; j < d; j++) out[j] = x[j] * inv * (add + ckpt_bf16(fill(user, name, j0 + j)));
+}
 
 static int64_t count_of(const entry *e) { return e->rows * (e->cols ? e->cols : 1); }
 

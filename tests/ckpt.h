@@ -39,4 +39,16 @@ int ckpt_write_text(const char *dir, const char *name, const char *text);
 /* x rounded to bf16 as the checkpoint holds it. */
 float ckpt_bf16(float x);
 
+/* A deterministic value in [-1, 1) from a tensor's name and an element's index, for fills. */
+float ckpt_unit(const char *name, int64_t i);
+
+/* The float64 references of the family tests, weights as the checkpoint holds them (fill's
+ * values in bf16): out[rows] = W[rows, cols] @ in for the tensor `name`; and
+ * out[d] = x * rsqrt(mean(x^2) + eps) * (add + w[j0 + j]) for the norm weight `name` (add 1:
+ * Gemma's (1 + w)). */
+void ckpt_ref_linear(ckpt_fill fill, void *user, const char *name, int rows, int cols,
+                     const double *in, double *out);
+void ckpt_ref_rmsnorm(ckpt_fill fill, void *user, const char *name, int64_t j0, double add,
+                      const double *x, int d, double eps, double *out);
+
 #endif

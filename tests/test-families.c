@@ -39,11 +39,7 @@ enum { BLOCK = 16, MAX_BLOCKS = 8, MAX_TOK = 96, MAXW = 64 };
  * the rest in [-0.5, 0.5) scaled down so that 80 positions stay well conditioned. */
 static float fill_value(void *user, const char *name, int64_t i) {
     (void)user;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    h ^= (uint64_t)i * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
-    float u = (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+    float u = ckpt_unit(name, i);
     if (strstr(name, "norm.weight")) return 1.0f + 0.25f * u;
     if (strstr(name, "embed_tokens")) return u;
     return 0.5f * u;
@@ -55,18 +51,11 @@ static double W(const char *name, int64_t i) { return ckpt_bf16(fill_value(NULL,
 static void linear(int l, const char *w, int rows, int cols, const double *in, double *out) {
     char n[128];
     snprintf(n, sizeof n, "model.layers.%d.%s", l, w);
-    for (int i = 0; i < rows; i++) {
-        double acc = 0;
-        for (int j = 0; j < cols; j++) acc += W(n, (int64_t)i * cols + j) * in[j];
-        out[i] = acc;
-    }
+    ckpt_ref_linear(fill_value, NULL, n, rows, cols, in, out);
 }
 
 static void rmsnorm(const char *w, const double *x, int d, double eps, double *out) {
-    double ms = 0;
-    for (int j = 0; j < d; j++) ms += x[j] * x[j];
-    double inv = 1.0 / sqrt(ms / d + eps);
-    for (int j = 0; j < d; j++) out[j] = x[j] * inv * W(w, j);
+    ckpt_ref_rmsnorm(fill_value, NULL, w, 0, 0.0, x, d, eps, out);
 }
 
 /* transformers' Phi3 rotation of one head: rotate-half over the first rot dims, with the
@@ -326,20 +315,13 @@ static double GW(const char *name, int64_t i) { return ckpt_bf16(gemma_value(NUL
 
 /* rmsnorm(x) * (1 + w) of d values, w named `w` (j0: its first element) */
 static void gnorm(const char *w, int64_t j0, const double *x, int d, double eps, double *out) {
-    double ms = 0;
-    for (int j = 0; j < d; j++) ms += x[j] * x[j];
-    double inv = 1.0 / sqrt(ms / d + eps);
-    for (int j = 0; j < d; j++) out[j] = x[j] * inv * (1.0 + GW(w, j0 + j));
+    ckpt_ref_rmsnorm(gemma_value, NULL, w, j0, 1.0, x, d, eps, out);
 }
 
 static void glinear(int l, const char *w, int rows, int cols, const double *in, double *out) {
     char n[128];
     snprintf(n, sizeof n, "model.layers.%d.%s", l, w);
-    for (int i = 0; i < rows; i++) {
-        double acc = 0;
-        for (int j = 0; j < cols; j++) acc += GW(n, (int64_t)i * cols + j) * in[j];
-        out[i] = acc;
-    }
+    ckpt_ref_linear(gemma_value, NULL, n, rows, cols, in, out);
 }
 
 static double gelu_tanh(double g) {

@@ -38,11 +38,7 @@ enum { BLOCK = 16, MAX_BLOCKS = 4, MAX_TOK = 24, MAXW = 32, MAXE = 8, MAX_T = 64
  * routers in [-3, 3) (clear margins between experts), the rest in [-0.5, 0.5). */
 static float fill_value(void *user, const char *name, int64_t i) {
     (void)user;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    h ^= (uint64_t)i * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 29, h *= 0xBF58476D1CE4E5B9ull, h ^= h >> 32;
-    float u = (float)((double)(h >> 11) / (double)(1ull << 53)) * 2.0f - 1.0f;
+    float u = ckpt_unit(name, i);
     if (strstr(name, "norm.weight")) return 1.0f + 0.25f * u;
     if (strstr(name, "embed_tokens")) return u;
     if (strstr(name, ".gate.weight")) return 3.0f * u;
@@ -52,18 +48,11 @@ static float fill_value(void *user, const char *name, int64_t i) {
 static double W(const char *name, int64_t i) { return ckpt_bf16(fill_value(NULL, name, i)); }
 
 static void linear(const char *name, int rows, int cols, const double *in, double *out) {
-    for (int i = 0; i < rows; i++) {
-        double acc = 0;
-        for (int j = 0; j < cols; j++) acc += W(name, (int64_t)i * cols + j) * in[j];
-        out[i] = acc;
-    }
+    ckpt_ref_linear(fill_value, NULL, name, rows, cols, in, out);
 }
 
 static void rmsnorm(const char *w, const double *x, int d, double eps, double *out) {
-    double ms = 0;
-    for (int j = 0; j < d; j++) ms += x[j] * x[j];
-    double inv = 1.0 / sqrt(ms / d + eps);
-    for (int j = 0; j < d; j++) out[j] = x[j] * inv * W(w, j);
+    ckpt_ref_rmsnorm(fill_value, NULL, w, 0, 0.0, x, d, eps, out);
 }
 
 /* rotate-half of one head, frequencies and angles in float32 as transformers has them */
