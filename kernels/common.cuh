@@ -66,16 +66,26 @@ __device__ __forceinline__ float block_sum(float v) {
 /* SwiGLU of one (gate, up) pair: silu(g) * u, as every kernel that computes it does. */
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-/* One rotate-half pair of a q or k head (rope): x[i], x[i + half] = (a, b) rotated by
- * r = (cos, sin); kr, when not NULL (a k head's row in the cache), gets the result in bf16. */
-__device__ __forceinline__ void rope_pair(float *x, bf16_t *kr, int i, int half, float a,
+/* The gated activation of one (gate, up) pair by atlas_glu_kind (backend.h): 0 SwiGLU, 1 GeGLU
+ * with gelu_pytorch_tanh, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), in float32 as the
+ * CPU backend (cpu_glu.c) and torch compute it. The kind is the same for every thread. */
+__device__ __forceinline__ float glu_mul(float g, float u, int gelu) {
+    if (!gelu) return silu_mul(g, u);
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
+}
+
+/* One rotate-half pair of a q or k head (rope): x[i], x[i + rot] = (a, b) rotated by
+ * r = (cos, sin), rot the rotated dimensions' half (hd/2, or less with partial rotary); kr,
+ * when not NULL (a k head's row in the cache), gets the result in bf16. */
+__device__ __forceinline__ void rope_pair(float *x, bf16_t *kr, int i, int rot, float a,
                                           float b, float2 r) {
     float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
     x[i] = ra;
-    x[i + half] = rb;
+    x[i + rot] = rb;
     if (kr) {
         kr[i] = f2bf(ra);
-        kr[i + half] = f2bf(rb);
+        kr[i + rot] = f2bf(rb);
     }
 }
 

@@ -1,8 +1,10 @@
 /* kernels/embed.cu — token embedding lookup and row gather. */
 #include "common.cuh"
 
-/* x[n, d] (fp32) = table[tokens[i], :] (bf16). grid n, d % 8 == 0. */
-extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int *tokens, int d) {
+/* x[n, d] (fp32) = table[tokens[i], :] (bf16) * scale (geom.embed_scale, Gemma's sqrt(d) in
+ * float32 as the CPU backend multiplies it; 1 exactly otherwise). grid n, d % 8 == 0. */
+extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int *tokens, int d,
+                                       float scale) {
     pdl_trigger();
     pdl_wait();
     int row = blockIdx.x;
@@ -11,6 +13,8 @@ extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int 
     for (int c = threadIdx.x * 8; c < d; c += blockDim.x * 8) {
         float f[8];
         unpack8(*(const uint4 *)(src + c), f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) f[j] *= scale;
         *(float4 *)(dst + c) = make_float4(f[0], f[1], f[2], f[3]);
         *(float4 *)(dst + c + 4) = make_float4(f[4], f[5], f[6], f[7]);
     }

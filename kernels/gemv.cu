@@ -189,12 +189,24 @@ struct gb_rows {
 
 /* Two pairs of rows dist apart, for epilogues that combine row i with row i + dist: rows
  * base + {0, 1, dist, dist + 1}, base = (b / per) * span + (b % per) * 2. swiglu: gate rows
- * i, i + 1 with up rows f + i, f + i + 1 (per f/2, dist f); rope: rows j, j + 1 of a head with
- * j + hd/2, j + 1 + hd/2 (per hd/4, span hd, dist hd/2). */
+ * i, i + 1 with up rows f + i, f + i + 1 (per f/2, dist f). */
 struct gb_pairs {
     int per, span, dist;
     __device__ int operator()(int b, int r) const {
         return (b / per) * span + (b % per) * 2 + (r & 1) + (r >> 1) * dist;
+    }
+};
+
+/* The rows of heads of hd rows for rope, hd / 4 blocks a head: the first rot / 2 take rows
+ * j, j + 1 with j + rot, j + 1 + rot (j = 2 * (b % (hd / 4)) < rot: the pairs that rotate),
+ * the rest 4 consecutive rows from 2 * rot on (partial rotary's dimensions that pass
+ * through; none when 2 * rot = hd). rot even. */
+struct gb_heads {
+    int hd, rot;
+    __device__ int operator()(int b, int r) const {
+        int per = hd / 4, head = b / per, j = b - head * per, pairs = rot / 2;
+        if (j < pairs) return head * hd + 2 * j + (r & 1) + (r >> 1) * rot;
+        return head * hd + 2 * rot + (j - pairs) * 4 + r;
     }
 };
 
@@ -211,39 +223,42 @@ struct gb_store { /* out[row] = v, resid[row] += v when resid */
     }
 };
 
-struct gb_swiglu { /* gu[row] = v; act[i] = silu(gate i) * up i as kernels/swiglu.cu */
+struct gb_swiglu { /* gu[row] = v; act[i] = act(gate i) * up i as kernels/swiglu.cu */
     float *gu, *act;
+    int gelu;
     __device__ void operator()(float v, int row, int lane) const {
         float u = __shfl_down_sync(0xffffffffu, v, 2); /* lanes 0, 1: their up row's result */
         if (lane < GB_ROWS) gu[row] = v;
-        if (lane < 2) act[row] = silu_mul(v, u);
+        if (lane < 2) act[row] = glu_mul(v, u, gelu);
     }
 };
 
-/* rope + kv_store of one token as kernels/kv.cu atlas_rope_kv_store: lanes 0, 1 hold x[i] and
- * (from lane + 2) x[i + hd/2] of one head: q and k heads rotated into qkv, k heads' also
- * into the cache at slots[0], v heads' copied there unrotated. */
+/* rope + kv_store of one token as kernels/kv.cu atlas_rope_kv_store, by the rows of gb_heads:
+ * in a block of rotating rows, lanes 0, 1 hold x[i] and (from lane + 2) x[i + rot] of a q or
+ * k head, rotated into qkv and, for a k head, into the cache at slots[0]; every other row
+ * (v heads', and the dimensions partial rotary passes through) is its lane's own, copied
+ * into qkv and, for k and v heads, into the cache unrotated. cs: the layer's rope table. */
 struct gb_rope_kv {
     float *qkv;
     bf16_t *kc, *vc;
     const int *slots;
     const float2 *cs;
-    int H, K, hd;
+    int H, K, hd, rot;
     __device__ void operator()(float v, int row, int lane) const {
         float b = __shfl_down_sync(0xffffffffu, v, 2);
-        if (lane >= 2) return;
-        int half = hd / 2, head = row / hd, i = row - head * hd;
+        if (lane >= GB_ROWS) return;
+        int head = row / hd, i = row - head * hd;
         size_t dst = (size_t)slots[0] * K * hd;
         float *x = qkv + (size_t)head * hd;
-        if (head >= H + K) {
-            x[i] = v;
-            x[i + half] = b;
-            bf16_t *p = vc + dst + (size_t)(head - H - K) * hd + i;
-            p[0] = f2bf(v);
-            p[half] = f2bf(b);
+        if (head < H + K && i < 2 * rot) { /* lanes 2, 3: the rows lanes 0, 1 rotate */
+            if (lane < 2)
+                rope_pair(x, head >= H ? kc + dst + (size_t)(head - H) * hd : NULL, i, rot, v, b,
+                          cs[i]);
             return;
         }
-        rope_pair(x, head >= H ? kc + dst + (size_t)(head - H) * hd : NULL, i, half, v, b, cs[i]);
+        x[i] = v;
+        if (head >= H + K) vc[dst + (size_t)(head - H - K) * hd + i] = f2bf(v);
+        else if (head >= H) kc[dst + (size_t)(head - H) * hd + i] = f2bf(v);
     }
 };
 
@@ -460,8 +475,9 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
  * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
  * Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for gemv1c. grid m / 4
  * (gemv1b), ceil(m / 4 / ng) (gemv1c).
- *   swiglu  out = gate_up [2f] (kept), act[f] = silu(gate) * up
- *   qkv     out = qkv [(H + 2K) hd] roped, and its k and v heads into the cache (hd % 4 == 0) */
+ *   swiglu  out = gate_up [2f] (kept), act[f] = act(gate) * up (gelu: GeLU-tanh, else silu)
+ *   qkv     out = qkv [(H + 2K) hd] roped over 2 * rot dimensions a head (rot even), and its
+ *           k and v heads into the cache (hd % 4 == 0) */
 #define ATLAS_GEMV_EPI1(NAME, BODY, ...)                                                          \
     extern "C" __global__ void __launch_bounds__(GB_THREADS) NAME(                                 \
         float *out, const float *x, const bf16_t *w, const bf16_t *bias, int m, int k,             \
@@ -480,10 +496,11 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
     ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
     ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
     ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
-ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act}), float *act)
-ATLAS_GEMV_EPI(qkv, (gb_pairs{hd / 4, hd, hd / 2}),
-               (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd}), bf16_t *kc, bf16_t *vc,
-               const int *slots, const float2 *cs, int H, int K, int hd)
+ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act, gelu}), float *act,
+               int gelu)
+ATLAS_GEMV_EPI(qkv, (gb_heads{hd, rot}), (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd, rot}),
+               bf16_t *kc, bf16_t *vc, const int *slots, const float2 *cs, int H, int K, int hd,
+               int rot)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

@@ -18,10 +18,11 @@ extern "C" __global__ void atlas_kv_store(const float *qkv, bf16_t *kc, bf16_t *
 
 /* Decode's rope + kv_store in one launch (the qkv fusion does the same in the qkv GEMV's
  * epilogue: kernels/gemv.cu gb_rope_kv). grid (n, H + 2K): blocks of the q and k heads
- * rotate them in place (as kernels/rope.cu), those of k heads also store the rotated k, those
- * of v heads store v. */
+ * rotate their first 2 * rot dimensions in place (as kernels/rope.cu), those of k heads also
+ * store the rotated k and its dimensions past 2 * rot, those of v heads store v. cs: the
+ * layer's rope table. */
 extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *vc, const int *slots,
-                                               const float2 *cs, int H, int K, int hd) {
+                                               const float2 *cs, int H, int K, int hd, int rot) {
     pdl_trigger();
     pdl_wait();
     int half = hd / 2, t = blockIdx.x, h = blockIdx.y;
@@ -32,6 +33,8 @@ extern "C" __global__ void atlas_rope_kv_store(float *qkv, bf16_t *kc, bf16_t *v
         return;
     }
     bf16_t *kr = h >= H ? kc + dst + (size_t)(h - H) * hd : NULL;
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-        rope_pair(x, kr, i, half, x[i], x[i + half], cs[(size_t)t * half + i]);
+    for (int i = threadIdx.x; i < rot; i += blockDim.x)
+        rope_pair(x, kr, i, rot, x[i], x[i + rot], cs[(size_t)t * half + i]);
+    if (kr) /* partial rotary: the dimensions that pass through */
+        for (int i = 2 * rot + threadIdx.x; i < hd; i += blockDim.x) kr[i] = f2bf(x[i]);
 }

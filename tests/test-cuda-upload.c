@@ -110,15 +110,41 @@ static void test_backend(const char *dir) {
                             .rope_inv_freq = inv_freq, .rope_attn_factor = 1};
     atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = 1};
     atlas_backend *be = NULL;
-    /* Gemma 3's geometry: what the kernels lack is refused at create, every part named */
+    /* Gemma 3's geometry (GeGLU, a scaled embedding, post-norms, a second RoPE set chosen by
+     * layer) and Phi-4-mini's (partial rotary, longrope) are taken, their arrays copied; a
+     * layer's set that is not one and an odd rope_dim are refused by name */
     atlas_backend_geom gemma = g;
+    uint8_t sets[1] = {1};
+    double local[4] = {1, 0.5, 0.25, 0.125};
     gemma.glu = ATLAS_GLU_GELU_TANH, gemma.embed_scale = 2.0f, gemma.post_norms = 1;
-    gemma.n_rope_sets = 1, gemma.rope_sets[0] = (atlas_rope_set){inv_freq, 1.0};
-    CHECK(atlas_backend_cuda_create(&gemma, &o, &be) == ATLAS_ERR_UNSUPPORTED && !be);
+    gemma.n_rope_sets = 1, gemma.rope_sets[0] = (atlas_rope_set){local, 1.0};
+    gemma.layer_rope_set = sets;
+    CHECK_OK(atlas_backend_cuda_create(&gemma, &o, &be));
+    if (be) {
+        const atlas_backend_geom *kept = &be->geom;
+        CHECK(kept->layer_rope_set && kept->layer_rope_set != sets &&
+              kept->layer_rope_set[0] == 1 && kept->rope_dim == 8);
+        CHECK(kept->rope_sets[0].inv_freq != local && kept->rope_sets[0].inv_freq[3] == 0.125);
+        CHECK_OK(be->ops->destroy(be));
+        be = NULL;
+    }
+    sets[0] = 2;
+    CHECK(atlas_backend_cuda_create(&gemma, &o, &be) == ATLAS_ERR_INVALID && !be);
     const char *why = atlas_last_error();
-    CHECK_MSG(strstr(why, "GeLU-tanh") && strstr(why, "scaled embedding") &&
-              strstr(why, "post-norms") && strstr(why, "per-layer RoPE") &&
-              strstr(why, "run with --device cpu"), "%s", why);
+    CHECK_MSG(strstr(why, "layer 0 rotates with RoPE set 2"), "%s", why);
+    atlas_backend_geom phi = g;
+    double inv_long[2] = {0.5, 0.05};
+    phi.rope_dim = 4, phi.rope_inv_freq_long = inv_long, phi.rope_long_after = 16;
+    CHECK_OK(atlas_backend_cuda_create(&phi, &o, &be));
+    if (be) {
+        CHECK(be->geom.rope_inv_freq_long != inv_long && be->geom.rope_inv_freq_long[1] == 0.05);
+        CHECK_OK(be->ops->destroy(be));
+        be = NULL;
+    }
+    phi.rope_dim = 5;
+    CHECK(atlas_backend_cuda_create(&phi, &o, &be) == ATLAS_ERR_INVALID && !be);
+    why = atlas_last_error();
+    CHECK_MSG(strstr(why, "rope_dim 5"), "%s", why);
     /* a mixture-of-experts geometry (Qwen3-MoE, Mixtral) likewise, by name */
     atlas_backend_geom moe = g;
     moe.n_experts = 4, moe.n_experts_used = 2, moe.expert_ffn = 8;

@@ -92,7 +92,12 @@ static atlas_status cuda_rmsnorm(atlas_backend *be, void *out, const void *x, co
     return norm_cmd(be, out, x, w, rows, d, 0);
 }
 
-/* Deferred into the next norm (backend.h): no kernel of its own. */
+/* Deferred into the next norm (backend.h): no kernel of its own. That norm may write delta
+ * (Gemma 3's post-norms: the delta is the norm output h that the next norm writes again):
+ * atlas_add_rmsnorm reads each row's delta before its block barrier and writes that row's
+ * output after it, a row a block, so the sum is taken before h is overwritten; the decode
+ * fusions never take such a norm (the one after a residual GEMV adds that GEMV's output, and
+ * the on-the-fly norm GEMV takes only a norm without a delta). */
 static atlas_status cuda_add(atlas_backend *be, void *resid, const void *delta, int n, int d) {
     (void)resid; (void)n; (void)d;
     cuda_of(be)->plan.pending_delta = delta;
@@ -111,7 +116,8 @@ static atlas_status cuda_rmsnorm_matmul(atlas_backend *be, void *out, void *h, c
         ATLAS_TRY(norm_cmd(be, h, x, norm, n, d, CUDA_LINK_FEEDS));
         row0 = 0;
     }
-    int link = CUDA_LINK_MIRROR | (kind == ATLAS_EPI_SWIGLU    ? CUDA_LINK_SWIGLU
+    bool glu = kind == ATLAS_EPI_SWIGLU || kind == ATLAS_EPI_GLU;
+    int link = CUDA_LINK_MIRROR | (glu                         ? CUDA_LINK_SWIGLU
                                    : kind == ATLAS_EPI_ROPE_KV ? CUDA_LINK_ROPE_KV
                                                                : 0);
     const char *in = (const char *)h + (size_t)row0 * d * sizeof(float);
@@ -119,16 +125,16 @@ static atlas_status cuda_rmsnorm_matmul(atlas_backend *be, void *out, void *h, c
     switch (kind) {
     case ATLAS_EPI_NONE:
         return ATLAS_OK;
-    case ATLAS_EPI_SWIGLU:
-        return cuda_cmd_linked(cb, CUDA_OP_SWIGLU, n, epi->f, 0, CUDA_LINK_CHAIN, 0, epi->act,
-                               out, NULL, NULL);
+    case ATLAS_EPI_SWIGLU: /* the command's layer is its activation (cuda_cmd) */
+    case ATLAS_EPI_GLU:
+        return cuda_cmd_linked(cb, CUDA_OP_SWIGLU, n, epi->f,
+                               kind == ATLAS_EPI_GLU ? (int)be->geom.glu : ATLAS_GLU_SILU,
+                               CUDA_LINK_CHAIN, 0, epi->act, out, NULL, NULL);
     case ATLAS_EPI_ROPE_KV:
-        ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, 0, CUDA_LINK_KV, 0, out, NULL, NULL,
-                                  NULL));
+        ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, epi->layer, CUDA_LINK_KV, 0, out, NULL,
+                                  NULL, NULL));
         return cmd4(be, CUDA_OP_KV_STORE, cb->batch.n_tokens, 0, epi->layer, out, epi->kv,
                     NULL, NULL);
-    case ATLAS_EPI_GLU: /* GeGLU: refused at create (check_missing) */
-        break;
     }
     return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: rmsnorm_matmul epilogue %d", (int)kind);
 }
@@ -143,7 +149,8 @@ static atlas_status cuda_matmul_residual(atlas_backend *be, void *resid, void *t
 static atlas_status cuda_rope_kv_store(atlas_backend *be, void *qkv, atlas_kv *kv, int layer,
                                        int n) {
     cuda_backend *cb = cuda_of(be);
-    ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, 0, CUDA_LINK_KV, 0, qkv, NULL, NULL, NULL));
+    ATLAS_TRY(cuda_cmd_linked(cb, CUDA_OP_ROPE, n, 0, layer, CUDA_LINK_KV, 0, qkv, NULL, NULL,
+                              NULL));
     return cmd4(be, CUDA_OP_KV_STORE, cb->batch.n_tokens, 0, layer, qkv, kv, NULL, NULL);
 }
 
@@ -175,8 +182,13 @@ static atlas_status cuda_attention(atlas_backend *be, void *out, const void *qkv
     return cmd4(be, CUDA_OP_ATTENTION, cuda_of(be)->batch.n_tokens, 0, layer, out, qkv, kv, NULL);
 }
 
+/* The command's layer is its gate activation (cuda_cmd). */
 static atlas_status cuda_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
-    return cmd4(be, CUDA_OP_SWIGLU, n, f, 0, out, gate_up, NULL, NULL);
+    return cmd4(be, CUDA_OP_SWIGLU, n, f, ATLAS_GLU_SILU, out, gate_up, NULL, NULL);
+}
+
+static atlas_status cuda_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f) {
+    return cmd4(be, CUDA_OP_SWIGLU, n, f, (int)be->geom.glu, out, gate_up, NULL, NULL);
 }
 
 static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x, int d) {
@@ -198,6 +210,7 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     cuda_workspace_release(cb);
     free(cb->mod.inv_freq);
     free(cb->mod.layer_window);
+    free(cb->mod.layer_rope_set);
     free(cb);
     atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
     if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
@@ -224,6 +237,7 @@ static const atlas_backend_ops cuda_ops = {
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
+    .glu = cuda_glu,
     .add = cuda_add,
     .gather_rows = cuda_gather_rows,
     .download = cuda_download,
@@ -238,18 +252,12 @@ static const atlas_backend_ops cuda_ops = {
 };
 
 /* What the CPU backend computes and the GPU kernels do not have yet, all of it named in one
- * refusal at load. The windows and the attention scale are arguments of the attention
- * kernels, per layer: those are not here. */
+ * refusal at load. The windows, the attention scale, the RoPE sets (partial rotary, longrope,
+ * per-layer sets), the gate activation, the embedding's scale and the post-norms are
+ * arguments of the kernels: those are not here. */
 static atlas_status check_missing(const atlas_backend_geom *g) {
     const char *what[8];
     int n = 0;
-    if (g->rope_dim && g->rope_dim != g->head_dim)
-        what[n++] = "partial rotary (partial_rotary_factor < 1)";
-    if (g->rope_inv_freq_long) what[n++] = "longrope RoPE (short and long factors)";
-    if (g->n_rope_sets > 0) what[n++] = "per-layer RoPE sets (Gemma 3's local and global layers)";
-    if (g->glu != ATLAS_GLU_SILU) what[n++] = "GeLU-tanh gating (GeGLU)";
-    if (g->embed_scale != 0 && g->embed_scale != 1) what[n++] = "a scaled embedding";
-    if (g->post_norms) what[n++] = "norms of the attention and MLP outputs (post-norms)";
     if (g->n_experts) what[n++] = "mixture-of-experts layers (routing, grouped expert GEMMs)";
     if (n == 0) return ATLAS_OK;
     char list[512] = "";
@@ -258,6 +266,21 @@ static atlas_status check_missing(const atlas_backend_geom *g) {
     return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %s: the GPU kernels do not have %s yet "
                       "(the CPU backend does: run with --device cpu)", list,
                       n > 1 ? "these" : "it");
+}
+
+/* The RoPE geometry: rotated dimensions, the sets and each layer's set (as the CPU checks). */
+static atlas_status check_rope(const atlas_backend_geom *g) {
+    if (g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: rope_dim %d of head_dim %d: want an even "
+                          "count up to head_dim", g->rope_dim, g->head_dim);
+    if (g->n_rope_sets < 0 || g->n_rope_sets >= ATLAS_MAX_ROPE_SETS)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: %d RoPE sets beyond the first (at most %d)",
+                          g->n_rope_sets, ATLAS_MAX_ROPE_SETS - 1);
+    for (int l = 0; g->layer_rope_set && l < g->n_layers; l++)
+        if (g->layer_rope_set[l] > g->n_rope_sets)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: layer %d rotates with RoPE set %d of %d",
+                              l, g->layer_rope_set[l], 1 + g->n_rope_sets);
+    return ATLAS_OK;
 }
 
 /* The shapes the kernels take; a model the CPU runs and these refuse fails its load with the
@@ -269,12 +292,13 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     if (g->n_kv_heads < 1 || g->n_heads < 1 || g->n_heads % g->n_kv_heads)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %d query heads for %d kv heads: want "
                           "whole groups", g->n_heads, g->n_kv_heads);
-    /* K/V rows, weight rows and activations move 8 bf16 (16 bytes) at a time; the rope table
-     * is made from a stack copy of hd/2 <= 512 frequencies (cuda_setup) */
+    /* K/V rows, weight rows and activations move 8 bf16 (16 bytes) at a time; the rope
+     * tables are made from a stack copy of 3 x hd/2 <= 512 frequencies (rope_setup) */
     if (g->head_dim % 8 || g->head_dim < 8 || g->head_dim > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: the kernels take multiples "
                           "of 8 from 8 to 1024", g->head_dim);
     ATLAS_TRY(check_missing(g));
+    ATLAS_TRY(check_rope(g));
     if (g->hidden % 8 || g->intermediate % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
                           "take multiples of 8", g->hidden, g->intermediate);
@@ -298,16 +322,48 @@ static unsigned skip_bits(unsigned skip) {
     return out;
 }
 
+/* atlas_stage (kernels/rope.cu) makes set 0's table and set 1's. */
+_Static_assert(ATLAS_MAX_ROPE_SETS == 2, "the rope tables: sets 0 and 1");
+
+/* The RoPE sets, copied (the caller's arrays are not kept; geom points at the copies): the
+ * frequencies as [3][hd/2] (set 0, longrope's long set, set 1; zeros past rope_dim/2) on the
+ * host and, in float, on the device (atlas_stage makes the tables from them), and each
+ * layer's set. rope_dim 0 becomes head_dim. */
+static atlas_status rope_setup(cuda_backend *cb) {
+    atlas_backend_geom *g = &cb->base.geom;
+    int half = g->head_dim / 2; /* <= 512: check_geom */
+    if (!g->rope_dim) g->rope_dim = g->head_dim;
+    int rot = g->rope_dim / 2;
+    cb->mod.inv_freq = calloc((size_t)3 * half, sizeof(double));
+    if (!cb->mod.inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    double *f = cb->mod.inv_freq;
+    memcpy(f, g->rope_inv_freq, (size_t)rot * sizeof(double));
+    if (g->rope_inv_freq_long)
+        memcpy(f + half, g->rope_inv_freq_long, (size_t)rot * sizeof(double));
+    if (g->n_rope_sets > 0)
+        memcpy(f + 2 * half, g->rope_sets[0].inv_freq, (size_t)rot * sizeof(double));
+    g->rope_inv_freq = f;
+    g->rope_inv_freq_long = g->rope_inv_freq_long ? f + half : NULL;
+    if (g->n_rope_sets > 0) g->rope_sets[0].inv_freq = f + 2 * half;
+    if (g->layer_rope_set) {
+        if (!(cb->mod.layer_rope_set = malloc((size_t)g->n_layers)))
+            return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+        memcpy(cb->mod.layer_rope_set, g->layer_rope_set, (size_t)g->n_layers);
+    }
+    g->layer_rope_set = cb->mod.layer_rope_set;
+    float inv_f[3 * 512];
+    for (int i = 0; i < 3 * half; i++) inv_f[i] = (float)f[i];
+    size_t bytes = (size_t)3 * half * sizeof(float);
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, bytes, "rope", &cb->mod.d_inv_freq));
+    ATLAS_CU_TRY(cuMemcpyHtoD, cb->mod.d_inv_freq, inv_f, bytes);
+    return ATLAS_OK;
+}
+
 static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o) {
     const atlas_backend_geom *g = &cb->base.geom;
     ATLAS_TRY(atlas_registry_create(cb->dev.host, &cb->mod.reg));
     cb->dev.stream = atlas_host_stream(cb->dev.host);
-    int half = g->head_dim / 2;
-    cb->mod.inv_freq = malloc((size_t)half * sizeof(double));
-    if (!cb->mod.inv_freq) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
-    memcpy(cb->mod.inv_freq, g->rope_inv_freq, (size_t)half * sizeof(double));
-    cb->base.geom.rope_inv_freq = cb->mod.inv_freq; /* the caller's array is not kept */
-    cb->base.geom.layer_rope_set = NULL; /* one set: check_missing */
+    ATLAS_TRY(rope_setup(cb));
     if (g->layer_window) {
         size_t bytes = (size_t)g->n_layers * sizeof(int32_t);
         if (!(cb->mod.layer_window = malloc(bytes)))
@@ -315,12 +371,6 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
         memcpy(cb->mod.layer_window, g->layer_window, bytes);
         cb->base.geom.layer_window = cb->mod.layer_window;
     }
-    float inv_f[512];
-    if (half > 512) return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d", g->head_dim);
-    for (int i = 0; i < half; i++) inv_f[i] = (float)cb->mod.inv_freq[i];
-    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, (size_t)half * sizeof(float), "rope",
-                                   &cb->mod.d_inv_freq));
-    ATLAS_CU_TRY(cuMemcpyHtoD, cb->mod.d_inv_freq, inv_f, (size_t)half * sizeof(float));
     cb->plan.use_graphs = !o->no_graphs;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape

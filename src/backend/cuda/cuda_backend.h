@@ -60,7 +60,7 @@ struct atlas_kv {
 typedef enum cuda_op {
     CUDA_OP_EMBED = 1, CUDA_OP_ADD_RMSNORM, CUDA_OP_MATMUL, CUDA_OP_QK_NORM, CUDA_OP_ROPE,
     CUDA_OP_KV_STORE, CUDA_OP_ATTENTION, CUDA_OP_SWIGLU, CUDA_OP_GATHER, CUDA_OP_ARGMAX,
-    CUDA_OP_STAGE, /* the batch's staged ints to the device, and its rope table (begin_batch) */
+    CUDA_OP_STAGE, /* the batch's staged ints to the device, and its rope tables (begin_batch) */
 } cuda_op;
 
 /* How a command goes with its neighbours, as the model said it through a fused op of
@@ -83,7 +83,7 @@ enum {
 /* One recorded op. Zero-filled before use so that lists compare with memcmp. */
 typedef struct cuda_cmd {
     int op;
-    int n, d, layer;
+    int n, d, layer;  /* layer: SWIGLU's gate activation instead (atlas_glu_kind) */
     int link, row0;   /* CUDA_LINK_* bits; MIRROR's first row */
     const void *p[4]; /* device pointers (activations) and weights/kv handles */
 } cuda_cmd;
@@ -160,9 +160,11 @@ typedef struct cuda_modules {
     bool quant_ready;       /* the quantized formats' kernels loaded (cuda_quant_ready) */
     bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
-    double *inv_freq;       /* [hd/2] host copy */
+    double *inv_freq;       /* [3][hd/2] host copy: set 0's frequencies, longrope's long ones,
+                               set 1's (geom's pointers point here; zeros past rope_dim/2) */
     int32_t *layer_window;  /* [n_layers] host copy of geom.layer_window, or NULL */
-    CUdeviceptr d_inv_freq; /* [hd/2] float */
+    uint8_t *layer_rope_set; /* [n_layers] host copy of geom.layer_rope_set, or NULL */
+    CUdeviceptr d_inv_freq; /* [3][hd/2] float, as inv_freq */
 } cuda_modules;
 
 /* The weights and KV caches the caller holds (it frees each handle before destroy): the
@@ -179,8 +181,10 @@ typedef struct cuda_weights {
  * cuBLASLt handle at create; freed at destroy. */
 typedef struct cuda_workspace {
     int cap_tok, cap_table; /* tokens and block-table ints the staging buffers take */
-    CUdeviceptr d_rope;     /* [cap_tok, hd/2] (cos, sin) of the batch's positions */
-    int32_t *h_stage[2];    /* pinned and mapped, [7 * cap_tok + cap_table] each: a batch's
+    CUdeviceptr d_rope;     /* [1 + n_rope_sets][cap_tok, hd/2] (cos, sin) of the batch's
+                               positions, a table a RoPE set (cuda_rope_table) */
+    int32_t *h_stage[2];    /* pinned and mapped, [CUDA_STAGE_TABLE * cap_tok + cap_table]
+                               each: a batch's
                                CUDA_OP_STAGE command (the first of its list, so the first node
                                of a decode graph) reads it; batches take turns only when the
                                last one's may still be read (a queued step), so plain steps
@@ -190,7 +194,8 @@ typedef struct cuda_workspace {
                                the stream was waited for */
     CUdeviceptr d_stage;    /* same layout, regions of stage_stride ints: tokens, positions,
                                slots, tok_seq, logit_rows, tiles (first token, count) [2 x],
-                               then block_table */
+                               longrope's choice a token (1: the long set), then
+                               block_table */
     CUdeviceptr d_ids;      /* [cap_tok] argmax results, then the wide argmax's scratch
                                (cuda_ids_bytes) */
     /* the argmax kernels write their ids into h_ids too (pinned and mapped, [3][ids_cap]):
@@ -293,7 +298,14 @@ static inline CUdeviceptr cuda_stage_ptr(const cuda_backend *cb, int which) {
     return cb->ws.d_stage + (size_t)which * cb->batch.stage_stride * sizeof(int32_t);
 }
 enum { CUDA_STAGE_TOKENS, CUDA_STAGE_POS, CUDA_STAGE_SLOTS, CUDA_STAGE_SEQ, CUDA_STAGE_ROWS,
-       CUDA_STAGE_TILES, CUDA_STAGE_TABLE = 7 };
+       CUDA_STAGE_TILES, CUDA_STAGE_LONG = 7, CUDA_STAGE_TABLE = 8 };
+
+/* The rope table of layer's RoPE set (geom.layer_rope_set) in d_rope. */
+static inline CUdeviceptr cuda_rope_table(const cuda_backend *cb, int layer) {
+    const uint8_t *set = cb->base.geom.layer_rope_set;
+    return cb->ws.d_rope + (size_t)(set ? set[layer] : 0) * cb->ws.cap_tok *
+                               (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
+}
 
 static inline cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
 

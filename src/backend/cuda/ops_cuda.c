@@ -288,7 +288,8 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     if (*st == ATLAS_OK) {
         long long total = (long long)n * f;
         unsigned blocks = (unsigned)((total / 8 + 255) / 256);
-        void *a[] = {&cb->ws.lt_a, &g, &f, &total};
+        int gelu = c[1].layer; /* the gate activation (cuda_cmd) */
+        void *a[] = {&cb->ws.lt_a, &g, &f, &total, &gelu};
         *st = launch(cb, cb->mod.fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
     if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->ws.lt_a, down, c[2].p[3], n);
@@ -385,9 +386,13 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
         nw = ((const atlas_weight *)norm->p[3])->ptr;
         h = CUDA_PTR(norm->p[2]);
     }
-    if (tail == TAIL_SWIGLU) act = CUDA_PTR(next[0].p[0]);
+    int gelu = 0;
+    if (tail == TAIL_SWIGLU) {
+        act = CUDA_PTR(next[0].p[0]);
+        gelu = next[0].layer; /* the gate activation (cuda_cmd) */
+    }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
-                 &nw, &eps, &h, &resid, &act};
+                 &nw, &eps, &h, &resid, &act, &gelu};
     return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
 }
 
@@ -449,7 +454,8 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         CUdeviceptr tok = c->p[2] ? CUDA_PTR(c->p[2]) : cuda_stage_ptr(cb, CUDA_STAGE_TOKENS),
                     tp = t->ptr;
         d = (int)t->cols;
-        void *a[] = {&p0, &tp, &tok, &d};
+        float scale = g->embed_scale != 0 ? g->embed_scale : 1.0f;
+        void *a[] = {&p0, &tp, &tok, &d, &scale};
         return launch(cb, cb->mod.fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
     }
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */
@@ -475,9 +481,11 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         return launch(cb, cb->mod.fn.qk_norm, (unsigned)c->n, (unsigned)(H + K), 1, 32, 0, a);
     }
     case CUDA_OP_ROPE: {
-        void *a[] = {&p0, &cb->ws.d_rope, &H, &K, &hd};
+        CUdeviceptr cs = cuda_rope_table(cb, c->layer);
+        int rot = g->rope_dim / 2;
+        void *a[] = {&p0, &cs, &H, &K, &hd, &rot};
         return launch(cb, cb->mod.fn.rope, (unsigned)c->n, (unsigned)(H + K), 1,
-                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
+                      rot < 32 ? 32 : rot, 0, a);
     }
     case CUDA_OP_KV_STORE: {
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
@@ -487,10 +495,11 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
     case CUDA_OP_ATTENTION:
         return op_attention(cb, c);
-    case CUDA_OP_SWIGLU: {
+    case CUDA_OP_SWIGLU: { /* layer: the gate activation (cuda_cmd) */
         long long total = (long long)c->n * d;
         unsigned blocks = (unsigned)((total + 255) / 256);
-        void *a[] = {&p0, &p1, &d, &total};
+        int gelu = c->layer;
+        void *a[] = {&p0, &p1, &d, &total, &gelu};
         return launch(cb, cb->mod.fn.swiglu, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
     case CUDA_OP_GATHER: {
@@ -511,12 +520,15 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         void *a[] = {&p0, &p2, &p1, &d};
         return launch(cb, cb->mod.fn.argmax, (unsigned)c->n, 1, 1, 1024, 0, a);
     }
-    case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the
-                           * positions' offset in ints */
-        int half = hd / 2, pos_off = c->layer;
-        float fa = (float)g->rope_attn_factor;
-        void *a[] = {&cb->ws.d_stage, &p0, &d, &pos_off, &cb->ws.d_rope, &cb->mod.d_inv_freq,
-                     &half, &fa};
+    case CUDA_OP_STAGE: { /* p0 the host buffer (mapped), n tokens, d ints, layer the staged
+                           * regions' stride in ints */
+        int half = hd / 2, rot = g->rope_dim / 2, pos_off = CUDA_STAGE_POS * c->layer;
+        int long_off = g->rope_inv_freq_long ? CUDA_STAGE_LONG * c->layer : -1;
+        int n_sets = 1 + g->n_rope_sets, set_stride = cb->ws.cap_tok * half;
+        float f0 = (float)g->rope_attn_factor;
+        float f1 = n_sets > 1 ? (float)g->rope_sets[0].attn_factor : 1.0f;
+        void *a[] = {&cb->ws.d_stage, &p0, &d, &pos_off, &long_off, &cb->ws.d_rope,
+                     &cb->mod.d_inv_freq, &half, &rot, &n_sets, &set_stride, &f0, &f1};
         atlas_status st = launch(cb, cb->mod.fn.stage, (unsigned)c->n, 1, 1,
                                  128 /* STAGE_THREADS */, 0, a);
         /* the next kernel starts after this one ends: kernels read staged ints before their
@@ -549,18 +561,20 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     }
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
+        int gelu = next[0].layer; /* the gate activation (cuda_cmd) */
         /* the last, ng, is set by launch_rows (as in every a[] it is given) */
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, NULL};
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &gelu, NULL};
         return launch_rows(cb, cb->mod.fn.gemv1b_swiglu[norm != NULL],
                            norm ? cb->mod.fn.gemv1c_norm[1] : cb->mod.fn.gemv1c[1],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
     }
-    if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0 (tail_of) */
-        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    if (tail == TAIL_QKV) { /* m = (H + 2K) hd rows, hd % 4 == 0, rot even (tail_of) */
+        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, rot = g->rope_dim / 2;
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
+        CUdeviceptr cs = cuda_rope_table(cb, next[0].layer);
         kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cb->ws.d_rope,
-                     &H, &K, &hd, NULL};
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cs,
+                     &H, &K, &hd, &rot, NULL};
         return launch_rows(cb, cb->mod.fn.gemv1b_qkv[norm != NULL],
                            norm ? cb->mod.fn.gemv1c_norm[2] : cb->mod.fn.gemv1c[2],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
@@ -596,7 +610,8 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
     if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 &&
         next[0].op == CUDA_OP_ROPE && next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE &&
-        next[1].n == 1 && hd % 4 == 0 && w->rows == (int64_t)(H + 2 * K) * hd) {
+        next[1].n == 1 && hd % 4 == 0 && g->rope_dim % 4 == 0 &&
+        w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
         return 2;
     }
@@ -640,11 +655,11 @@ int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st
     if (prefill_mlp(cb, c, n, st)) return 3; /* prefill: gate_up -> swiglu -> down in bf16 */
     if (n >= 2 && c[0].op == CUDA_OP_ROPE && (c[0].link & CUDA_LINK_KV) &&
         c[1].op == CUDA_OP_KV_STORE && c[1].n == c[0].n) {
-        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-        CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc;
+        int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, rot = g->rope_dim / 2;
+        CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc, cs = cuda_rope_table(cb, c[0].layer);
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         kv_pools(c[1].p[1], c[1].layer, &kc, &vc);
-        void *a[] = {&qkv, &kc, &vc, &slots, &cb->ws.d_rope, &H, &K, &hd};
+        void *a[] = {&qkv, &kc, &vc, &slots, &cs, &H, &K, &hd, &rot};
         *st = launch(cb, cb->mod.fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
                      hd / 2 < 32 ? 32 : hd / 2, 0, a);
         return fused(cb, 2, 1);

@@ -97,31 +97,39 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
     int ct = n_tokens > cb->ws.cap_tok ? n_tokens : cb->ws.cap_tok;
     if (ct < 64) ct = 64;
     int cbt = table > cb->ws.cap_table ? table : cb->ws.cap_table;
-    ATLAS_TRY(pinned_grow(cb, ct, (size_t)(7 * ct + cbt)));
-    ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_stage, (size_t)(7 * ct + cbt) * 4, "batch"));
+    ATLAS_TRY(pinned_grow(cb, ct, (size_t)CUDA_STAGE_TABLE * ct + cbt));
+    ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_stage, ((size_t)CUDA_STAGE_TABLE * ct + cbt) * 4,
+                           "batch"));
     /* argmax ids [ct], then atlas_argmax_wide's best [ct] (u64) and count [ct], zero */
     ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_ids, cuda_ids_bytes(ct), "argmax ids"));
     ATLAS_CU_TRY(cuMemsetD8, cb->ws.d_ids, 0, cuda_ids_bytes(ct));
-    size_t rope = (size_t)ct * (cb->base.geom.head_dim / 2) * 2 * sizeof(float);
+    size_t rope = (size_t)(1 + cb->base.geom.n_rope_sets) * ct *
+                  (cb->base.geom.head_dim / 2) * 2 * sizeof(float); /* a table a set */
     ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_rope, rope, "rope cos/sin"));
     cb->ws.cap_tok = ct;
     cb->ws.cap_table = cbt;
     return ATLAS_OK;
 }
 
-/* The batch's positions, slots, sequences, logit rows, prefill tiles and block table (rows
- * of mb ints) into the host mirror h, in regions of stride ints (the tokens are the
- * caller's). */
+/* The batch's positions, slots, sequences, logit rows, prefill tiles, longrope's choices and
+ * block table (rows of mb ints) into the host mirror h, in regions of stride ints (the tokens
+ * are the caller's). longrope, as the CPU backend: the long set for every token of a sequence
+ * whose length (seq_ctx, or seq_rope_len when larger) is past rope_long_after. */
 static void stage_write(cuda_backend *cb, const atlas_batch *b, int block_size, int32_t *h,
                         int stride, int mb) {
     int n = b->n_tokens;
     memcpy(h + stride, b->positions, (size_t)n * 4);
+    const atlas_backend_geom *g = &cb->base.geom;
     for (int s = 0; s < b->n_seqs; s++) {
         const int32_t *bt = b->block_table + (size_t)s * b->max_blocks;
+        int len = b->seq_rope_len && b->seq_rope_len[s] > b->seq_ctx[s] ? b->seq_rope_len[s]
+                                                                        : b->seq_ctx[s];
+        int use_long = g->rope_inv_freq_long && len > g->rope_long_after;
         for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++) {
             int p = b->positions[t];
             h[2 * stride + t] = bt[p / block_size] * block_size + p % block_size;
             h[3 * stride + t] = s;
+            h[CUDA_STAGE_LONG * stride + t] = use_long;
         }
     }
     memcpy(h + 4 * stride, b->logit_rows, (size_t)b->n_logits * 4);
@@ -134,7 +142,7 @@ static void stage_write(cuda_backend *cb, const atlas_batch *b, int block_size, 
         }
     cb->batch.n_tiles = tiles;
     for (int s = 0; s < b->n_seqs; s++) {
-        int32_t *row = h + 7 * stride + (size_t)s * mb;
+        int32_t *row = h + CUDA_STAGE_TABLE * stride + (size_t)s * mb;
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)b->max_blocks * 4);
         memset(row + b->max_blocks, 0, (size_t)(mb - b->max_blocks) * 4);
     }
@@ -254,10 +262,10 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
         key.layer = chunk;
         ATLAS_TRY(cuda_submit(cb, &key));
     }
-    /* the staged ints to the device and the rope table, as the list's first kernel (a graph's
+    /* the staged ints to the device and the rope tables, as the list's first kernel (a graph's
      * first node: no copy or launch of their own a step) */
     cb->batch.stage_busy[k] = true;
-    return cuda_cmd4(cb, CUDA_OP_STAGE, n, 7 * stride + table, CUDA_STAGE_POS * stride,
+    return cuda_cmd4(cb, CUDA_OP_STAGE, n, CUDA_STAGE_TABLE * stride + table, stride,
                      (const void *)(uintptr_t)cb->ws.m_stage[k], NULL, NULL, NULL);
 }
 
