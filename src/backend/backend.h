@@ -269,7 +269,9 @@ typedef struct atlas_backend_ops {
     atlas_status (*glu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
     /* resid[n, d] += delta[n, d]. The add may be deferred (CUDA: no kernel of its own) into
      * the next op, which the model guarantees is a norm of resid (rmsnorm or rmsnorm_matmul
-     * with norm) over the same n rows; nothing writes delta until then. */
+     * with norm) over the same n rows; nothing writes delta until then but that norm, whose
+     * output may be delta (post-norms: a backend reads each row's delta before it writes
+     * that row's output). */
     atlas_status (*add)(atlas_backend *be, void *resid, const void *delta, int n, int d);
     /* Mixture of experts (optional, NULL: none; the model refuses an MoE checkpoint on a
      * backend without them). A layer is route then experts, then add's residual add.
@@ -320,7 +322,8 @@ typedef struct atlas_backend_ops {
      * - an ATLAS_EPI_SWIGLU epilogue's act is read by the next op, which the model
      *   guarantees is a matmul of act over the same rows, and by no other; nor is its out
      *   (gate_up) read after (gate_up -> swiglu -> down: a backend may hand act over in its
-     *   own form, and leave act and out unwritten or holding its own form). */
+     *   own form, and leave act and out unwritten or holding its own form). The same for an
+     *   ATLAS_EPI_GLU epilogue. */
 
     /* h[n, d] = rmsnorm(x[n, d]) * norm[d]; out[n, m] = h @ w[m, d]^T (+ bias[m]); then the
      * epilogue. norm NULL: out = h[row0 .. row0 + n) @ w^T (x unused). Expands to rmsnorm,

@@ -122,7 +122,7 @@ static atlas_status project_residual(atlas_model *m, void *delta_in, const atlas
 /* x += rmsnorm(delta_in @ w^T (+ bias)) * norm (Gemma 3's post-norms): the sum over ranks
  * comes before the norm. The add's delta is h, which the next norm writes: a backend that
  * defers the add into that norm must read each row's delta before writing its h (the CPU
- * adds at once; the CUDA backend refuses post-norms until its kernels have them). */
+ * adds at once; the CUDA backend's norm kernel reads a row before it writes it). */
 static atlas_status normed_residual(atlas_model *m, void *delta_in, const atlas_weight *w,
                                    const atlas_weight *bias, const atlas_weight *norm, int n,
                                    int d) {
