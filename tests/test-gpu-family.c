@@ -89,14 +89,16 @@ static void *side_of(const buf *b, int side) { return side ? b->gpu : (void *)b-
 /* A bf16 weight [rows, cols] (cols 0: 1-D) of uniform values around offset, on both sides. */
 typedef struct weight {
     atlas_weight *w[2]; /* cpu, gpu */
-    uint16_t *data;
+    void *data;         /* the source's bytes (and scales), kept while the weights are */
+    float *scales;
 } weight;
 
 static weight weight_make(const char *name, int64_t rows, int64_t cols, float offset) {
-    weight w = {{NULL, NULL}, NULL};
+    weight w = {{NULL, NULL}, NULL, NULL};
     size_t n = (size_t)rows * (cols ? cols : 1);
-    w.data = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) w.data[i] = atlas_f32_to_bf16(urand() * 0.5f + offset);
+    uint16_t *data = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) data[i] = atlas_f32_to_bf16(urand() * 0.5f + offset);
+    w.data = data;
     atlas_weight_src src = {.name = name, .dtype = ATLAS_DTYPE_BF16, .n_dims = cols ? 2 : 1,
                             .shape = {rows, cols}, .data = w.data, .nbytes = n * 2};
     const atlas_weight_src *v[1] = {&src};
@@ -105,10 +107,33 @@ static weight weight_make(const char *name, int64_t rows, int64_t cols, float of
     return w;
 }
 
+/* The same in FP8 (e4m3) with a float32 scale a row: the quantized GEMV's epilogue. */
+static weight weight_fp8(const char *name, int64_t rows, int64_t cols) {
+    weight w = {{NULL, NULL}, NULL, NULL};
+    size_t n = (size_t)(rows * cols);
+    uint8_t *codes = malloc(n);
+    float *scales = malloc((size_t)rows * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        codes[i] = (uint8_t)((urand() + 1.0f) * 127.5f);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1; /* not e4m3's NaN */
+    }
+    for (int64_t r = 0; r < rows; r++) scales[r] = 1e-3f * (1.5f + urand());
+    atlas_wquant q = {ATLAS_WFMT_FP8_E4M3, 1, (int)cols, 1, scales, NULL, NULL};
+    atlas_weight_src src = {.name = name, .dtype = ATLAS_DTYPE_F8_E4M3, .n_dims = 2,
+                            .shape = {rows, cols}, .data = codes, .nbytes = n, .quant = &q};
+    const atlas_weight_src *v[1] = {&src};
+    CHECK_OK(cpu->ops->weight_load(cpu, v, 1, &w.w[0]));
+    CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &w.w[1]));
+    w.data = codes;
+    w.scales = scales;
+    return w;
+}
+
 static void weight_free(weight *w) {
     cpu->ops->weight_free(cpu, w->w[0]);
     gpu->ops->weight_free(gpu, w->w[1]);
     free(w->data);
+    free(w->scales);
 }
 
 /* A batch of seq 0 (n0 tokens from start0) and seq 1 (n1 from start1; none when 0);
@@ -167,7 +192,7 @@ static void check_attention(atlas_kv **kv, buf *qkv, buf *att, int n, int l, con
 }
 
 /* Every place RoPE is applied, per layer: the plain op on a prefill of both sequences (seq 0
- * at 40 positions, seq 1 at 100: longrope's short and long sets in one batch), rope +
+ * of 40 tokens, seq 1 of 70: longrope's short and long sets in one batch), rope +
  * kv_store of a decode step of both (one kernel, in a graph, twice: a replay), and the qkv
  * GEMV's epilogue (rmsnorm_matmul) of one sequence, its long set chosen by seq_rope_len
  * (5000) and then its short one; attention over what each wrote. */
@@ -175,21 +200,21 @@ static void test_rope(atlas_kv **kv, const char *tag) {
     const atlas_backend_geom *g = &gpu->geom;
     int q = (g->n_heads + 2 * g->n_kv_heads) * g->head_dim;
     char what[96];
-    buf qkv = buf_make((size_t)100 * q), att = buf_make((size_t)100 * g->n_heads * g->head_dim);
+    buf qkv = buf_make((size_t)110 * q), att = buf_make((size_t)110 * g->n_heads * g->head_dim);
     buf x = buf_make(D), h = buf_make(D);
     weight norm = weight_make("norm", D, 0, 1.0f), wqkv = weight_make("wqkv", q, D, 0);
     for (int l = 0; l < LAYERS; l++) {
-        begin(40, 60, 0, 40, 0);
+        begin(40, 70, 0, 0, 0);
         buf_random(&qkv, 2.0f);
-        CHECK_OK(cpu->ops->rope(cpu, qkv.cpu, 100, l));
-        CHECK_OK(gpu->ops->rope(gpu, qkv.gpu, 100, l));
-        snprintf(what, sizeof what, "%s layer %d: rope, prefill 40 + 60", tag, l);
-        buf_check(what, &qkv, (size_t)100 * q, 1e-5);
+        CHECK_OK(cpu->ops->rope(cpu, qkv.cpu, 110, l));
+        CHECK_OK(gpu->ops->rope(gpu, qkv.gpu, 110, l));
+        snprintf(what, sizeof what, "%s layer %d: rope, prefill 40 + 70", tag, l);
+        buf_check(what, &qkv, (size_t)110 * q, 1e-5);
         CHECK_OK(cpu->ops->kv_store(cpu, qkv.cpu, kv[0], l));
         CHECK_OK(gpu->ops->kv_store(gpu, qkv.gpu, kv[1], l));
-        check_attention(kv, &qkv, &att, 100, l, tag);
+        check_attention(kv, &qkv, &att, 110, l, tag);
         for (int rep = 0; rep < 2; rep++) {
-            begin(1, 1, 40 + rep, 100 + rep, 0);
+            begin(1, 1, 40 + rep, 70 + rep, 0);
             buf_random(&qkv, 2.0f);
             for (int i = 0; i < 2; i++)
                 CHECK_OK(atlas_op_rope_kv_store(i ? gpu : cpu, side_of(&qkv, i), kv[i], l, 2));
@@ -221,24 +246,25 @@ static void test_rope(atlas_kv **kv, const char *tag) {
 }
 
 /* The gated activation: the glu op over 37 rows; the gate_up epilogue of one row (the fused
- * GEMVs: with the norm, then without) and of 150 rows (prefill), each followed by the down
- * matmul that reads its act, as the model runs them. */
+ * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), each
+ * followed by the down matmul that reads its act, as the model runs them. */
 static void test_glu(void) {
     char what[96];
     buf gu = buf_make((size_t)150 * 2 * F), act = buf_make((size_t)150 * F);
     buf x = buf_make((size_t)150 * D), h = buf_make((size_t)150 * D);
     buf out = buf_make((size_t)150 * D);
     weight norm = weight_make("norm", D, 0, 1.0f), wgu = weight_make("wgu", 2 * F, D, 0);
-    weight wdn = weight_make("wdown", D, F, 0);
+    weight wdn = weight_make("wdown", D, F, 0), wq = weight_fp8("wgu.fp8", 2 * F, D);
     begin(37, 0, 0, 0, 0);
     buf_random(&gu, 3.0f);
     buf_poison(&act);
     CHECK_OK(cpu->ops->glu(cpu, act.cpu, gu.cpu, 37, F));
     CHECK_OK(gpu->ops->glu(gpu, act.gpu, gu.gpu, 37, F));
     buf_check("glu op, 37 rows", &act, (size_t)37 * F, 1e-5);
-    int ns[] = {1, 1, 150};
-    for (int c = 0; c < 3; c++) {
+    int ns[] = {1, 1, 1, 150};
+    for (int c = 0; c < 4; c++) {
         int n = ns[c], with_norm = c != 1;
+        weight *w = c == 2 ? &wq : &wgu;
         begin(n, 0, 0, 0, 0);
         buf_random(&x, 2.0f);
         buf *outs[] = {&gu, &act, &out};
@@ -249,19 +275,19 @@ static void test_glu(void) {
             if (!with_norm) CHECK_OK(be->ops->rmsnorm(be, side_of(&h, i), side_of(&x, i),
                                                       norm.w[i], n, D));
             CHECK_OK(atlas_op_rmsnorm_matmul(be, side_of(&gu, i), side_of(&h, i), side_of(&x, i),
-                                             with_norm ? norm.w[i] : NULL, wgu.w[i], NULL, n, D,
+                                             with_norm ? norm.w[i] : NULL, w->w[i], NULL, n, D,
                                              0, &epi));
             CHECK_OK(be->ops->matmul(be, side_of(&out, i), side_of(&act, i), wdn.w[i], NULL, n));
         }
         double tol = n == 1 ? 1e-4 : 1e-2;
+        const char *how = c == 0 ? ", norm" : c == 1 ? "" : c == 2 ? ", norm, fp8" : "";
         snprintf(what, sizeof what, "GeGLU epilogue, %d row%s%s: down", n, n > 1 ? "s" : "",
-                 with_norm ? ", norm" : "");
+                 how);
         buf_check(what, &out, (size_t)n * D, tol);
         if (n == 1) { /* prefill's bf16 chain leaves gate_up and act its own (backend.h) */
-            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: act", with_norm ? ", norm" : "");
+            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: act", how);
             buf_check(what, &act, F, tol);
-            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: gate_up",
-                     with_norm ? ", norm" : "");
+            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: gate_up", how);
             buf_check(what, &gu, 2 * F, tol);
         }
     }
@@ -270,6 +296,7 @@ static void test_glu(void) {
     weight_free(&norm);
     weight_free(&wgu);
     weight_free(&wdn);
+    weight_free(&wq);
 }
 
 /* Gemma 3's layer tail as forward.c's normed_residual runs it, twice (attention's output
