@@ -1,0 +1,473 @@
+/* kernels/moe.cu — mixture-of-experts layers (src/backend/cuda/ops_moe.c; the op contract is
+ * src/backend/backend.h's moe_route and moe_experts).
+ *
+ * Routing: atlas_moe_logits (h @ router^T: fp32 inputs, bf16 weights, fp32 products and sums,
+ * a warp an expert) then atlas_moe_topk (a block a token: softmax over all E, the k largest in
+ * decreasing order, an equal probability keeping the lower index, renormalised on request),
+ * as src/backend/cpu/cpu_moe.c computes them.
+ *
+ * Experts, few rows (decode): each (token, choice) slot reads only its expert's rows:
+ * atlas_moe_gu_slots (a warp the gate row i and the up row i of the slot's expert, SwiGLU in
+ * the epilogue, fp32 out), atlas_moe_down_slots (a warp an output row, the token's k choices
+ * summed in increasing expert index, each times its routing weight).
+ *
+ * Experts, many rows (prefill, large decode batches): the slots are grouped by expert on the
+ * device, so no host sync breaks a captured graph: atlas_moe_plan (counts, prefix sums, each
+ * slot's row in the permuted order and a table of 64-row tiles, one expert a tile), then one
+ * grouped GEMM for every expert's gate|up (atlas_moe_gu_grouped: mma.sync, the A rows
+ * gathered from h by the permutation, SwiGLU in the epilogue, bf16 out), one for down
+ * (atlas_moe_down_grouped, fp32 out), and atlas_moe_combine (each token's rows times their
+ * weights, summed in increasing expert index). The grids are sized for the most tiles n * k
+ * slots can make; blocks past the table's count return at once. */
+#include "mma.cuh"
+
+enum { MOE_MAX_E = 1024, MOE_MAX_K = 64 };
+
+/* The dot product of 8 bf16 weights (one 16-byte load) with 8 inputs (a, b). */
+__device__ __forceinline__ float moe_dot8(uint4 wv, float4 a, float4 b) {
+    float f[8];
+    unpack8(wv, f);
+    return f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y +
+           f[6] * b.z + f[7] * b.w;
+}
+
+/* A warp's dot products of x[0, len) with weight rows w0 and w1 (w1 NULL: one row), 8
+ * elements a lane a step, U steps of loads issued before any is used. len % 8 == 0. */
+template <int U>
+__device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, const float *x,
+                                          int len, float &s0, float &s1) {
+    int lane = threadIdx.x & 31;
+    s0 = s1 = 0.0f;
+    for (int base = lane * 8; base < len; base += 256 * U) {
+        uint4 a[U], b[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = base + u * 256;
+            a[u] = kk < len ? ld_stream16(w0 + kk) : make_uint4(0, 0, 0, 0);
+            b[u] = kk < len && w1 ? ld_stream16(w1 + kk) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = base + u * 256;
+            if (kk < len) {
+                float4 xa = __ldg((const float4 *)(x + kk)), xb = __ldg((const float4 *)(x + kk + 4));
+                s0 += moe_dot8(a[u], xa, xb);
+                s1 += moe_dot8(b[u], xa, xb);
+            }
+        }
+    }
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+}
+
+/* --- routing ------------------------------------------------------------------------------ */
+
+enum { RL_WARPS = 8, RL_TOK = 16 };
+
+/* logits[n, E] = h[n, d] @ router[E, d]^T. grid (ceil(E / 8), ceil(n / 16)), block 256: a
+ * warp an expert over 16 tokens (its router row stays in L1). d % 8 == 0. */
+extern "C" __global__ void __launch_bounds__(RL_WARPS * 32)
+atlas_moe_logits(float *logits, const float *h, const bf16_t *router, int n, int E, int d) {
+    pdl_trigger();
+    pdl_wait();
+    int lane = threadIdx.x & 31, e = blockIdx.x * RL_WARPS + (threadIdx.x >> 5);
+    int t0 = blockIdx.y * RL_TOK, t1 = min(t0 + RL_TOK, n);
+    if (e >= E) return;
+    const bf16_t *w = router + (size_t)e * d;
+    for (int t = t0; t < t1; t++) {
+        const float *x = h + (size_t)t * d;
+        float s = 0.0f;
+        for (int kk = lane * 8; kk < d; kk += 256) {
+            uint4 wv = __ldg((const uint4 *)(w + kk));
+            s += moe_dot8(wv, __ldg((const float4 *)(x + kk)), __ldg((const float4 *)(x + kk + 4)));
+        }
+        s = warp_sum(s);
+        if (lane == 0) logits[(size_t)t * E + e] = s;
+    }
+}
+
+/* ids[n, k], wts[n, k] from logits[n, E]: p = softmax over all E (expf, the sum divided as the
+ * CPU divides it), the k largest p in decreasing order, an equal p keeping the lower index,
+ * divided by their sum when norm. grid n, block 128. E <= 1024, k <= 64, k <= E. */
+extern "C" __global__ void __launch_bounds__(128)
+atlas_moe_topk(int *ids, float *wts, const float *logits, int E, int k, int norm) {
+    __shared__ float p[MOE_MAX_E];
+    __shared__ float red[4];
+    __shared__ float cw[MOE_MAX_K];
+    __shared__ int ci[MOE_MAX_K];
+    pdl_trigger();
+    pdl_wait();
+    int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *l = logits + (size_t)t * E;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = l[e];
+        p[e] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    float s = 0.0f;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) s += (p[e] = expf(p[e] - mx));
+    s = block_sum(s);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = p[e] / s;
+    __syncthreads();
+    if (warp != 0) return;
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = -1.0f;
+        int bi = 0x7fffffff;
+        for (int e = lane; e < E; e += 32) /* increasing e: only a larger value displaces */
+            if (p[e] > bv) bv = p[e], bi = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) {
+            cw[j] = bv;
+            ci[j] = bi;
+            p[bi] = -1.0f; /* taken: below every probability */
+        }
+        __syncwarp();
+        sum += bv;
+    }
+    for (int j = lane; j < k; j += 32) {
+        ids[(size_t)t * k + j] = ci[j];
+        wts[(size_t)t * k + j] = norm ? cw[j] / sum : cw[j];
+    }
+}
+
+/* --- experts, one slot at a time (decode) ------------------------------------------------ */
+
+/* The order of the token's k choices by increasing expert index (ties: choice order), into
+ * order[k]; by the first k threads, then a barrier. */
+__device__ __forceinline__ void moe_order(int *order, const int *id, int k) {
+    if ((int)threadIdx.x < k) {
+        int j = threadIdx.x, e = id[j], r = 0;
+        for (int i = 0; i < k; i++) r += id[i] < e || (id[i] == e && i < j);
+        order[r] = j;
+    }
+    __syncthreads();
+}
+
+/* act[s, f] = silu(gate_e . h[s / k]) * (up_e . h[s / k]), e = ids[s], for the n * k slots.
+ * grid (ceil(f / 8), n * k), block 256: a warp the gate row i and up row i of the slot's
+ * expert (rows e * 2f + i and e * 2f + f + i of gu). */
+extern "C" __global__ void __launch_bounds__(256)
+atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const int *ids, int k, int d,
+                   int f, int E) {
+    pdl_trigger();
+    pdl_wait(); /* the expert ids come from the routing kernel */
+    int s = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), e = ids[s];
+    if (i >= f) return;
+    float g = 0.0f, u = 0.0f;
+    if (e >= 0 && e < E) {
+        const bf16_t *wg = gu + ((size_t)e * 2 * f + i) * d;
+        warp_dot2<4>(wg, wg + (size_t)f * d, h + (size_t)(s / k) * d, d, g, u);
+    }
+    if ((threadIdx.x & 31) == 0) act[(size_t)s * f + i] = silu_mul(g, u);
+}
+
+/* out[t, r] = sum over the token's choices j, in increasing expert index, of
+ * wts[t, j] * (down_e[r] . act[t * k + j]). grid (ceil(d / 8), n), block 256: a warp a row. */
+extern "C" __global__ void __launch_bounds__(256)
+atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const int *ids,
+                     const float *wts, int k, int d, int f, int E) {
+    __shared__ int order[MOE_MAX_K];
+    pdl_trigger();
+    pdl_wait();
+    int t = blockIdx.y, r = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int *id = ids + (size_t)t * k;
+    moe_order(order, id, k);
+    if (r >= d) return;
+    float acc = 0.0f, s, unused;
+    for (int q = 0; q < k; q++) {
+        int j = order[q], e = id[j];
+        if (e < 0 || e >= E) continue;
+        warp_dot2<4>(down + ((size_t)e * d + r) * f, NULL, act + ((size_t)t * k + j) * f, f, s,
+                     unused);
+        acc += s * wts[(size_t)t * k + j];
+    }
+    if ((threadIdx.x & 31) == 0) out[(size_t)t * d + r] = acc;
+}
+
+/* --- experts grouped by expert (prefill) --------------------------------------------------- */
+
+/* The slots s = t * k + j (`slots` of them) grouped by expert: pos[s] is the slot's row in
+ * the permuted order (-1: an id out of range), rows[p] the slot of row p; and the tiles of
+ * at most bm rows of one expert: tiles[0] their count, tile i at tiles[1 + 3i] as (expert,
+ * first row, the expert's end row). One block of 1024 threads; E <= 1024. Rows within an
+ * expert's group come in any order: each row's products do not depend on its neighbours. */
+extern "C" __global__ void __launch_bounds__(1024)
+atlas_moe_plan(int *pos, int *rows, int *tiles, const int *ids, int slots, int E, int bm) {
+    __shared__ int cnt[MOE_MAX_E], rsum[MOE_MAX_E], tsum[MOE_MAX_E];
+    pdl_trigger();
+    pdl_wait();
+    int tid = threadIdx.x;
+    cnt[tid] = 0;
+    __syncthreads();
+    for (int s = tid; s < slots; s += 1024) {
+        int e = ids[s];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    int c = cnt[tid], tc = (c + bm - 1) / bm;
+    rsum[tid] = c;
+    tsum[tid] = tc;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) { /* inclusive scans (Hillis-Steele) */
+        int a = tid >= off ? rsum[tid - off] : 0, b = tid >= off ? tsum[tid - off] : 0;
+        __syncthreads();
+        rsum[tid] += a;
+        tsum[tid] += b;
+        __syncthreads();
+    }
+    int r0 = rsum[tid] - c, t0 = tsum[tid] - tc;
+    if (tid == 1023) tiles[0] = tsum[1023];
+    for (int i = 0; i < tc; i++) {
+        int *ti = tiles + 1 + 3 * (t0 + i);
+        ti[0] = tid;
+        ti[1] = r0 + i * bm;
+        ti[2] = r0 + c;
+    }
+    cnt[tid] = r0; /* now the next free row of each group */
+    __syncthreads();
+    for (int s = tid; s < slots; s += 1024) {
+        int e = ids[s], p = e >= 0 && e < E ? atomicAdd(&cnt[e], 1) : -1;
+        pos[s] = p;
+        if (p >= 0) rows[p] = s;
+    }
+}
+
+/* Grouped GEMM tiles: 64 permuted rows x 128 weight rows x 32 columns, 8 warps of 32 x 32;
+ * rows padded to 40 bf16 so that ldmatrix reads are free of bank conflicts (as gemm.cu). */
+enum { GM = 64, GN = 128, GK = 32, GLDS = GK + 8, G_THREADS = 256 };
+
+/* acc += the A tile (64 rows) x the B tile (128 rows) over GK columns; warp (wm, wn) owns
+ * rows wm * 32 .. + 32 and columns wn * 32 .. + 32 of the output tile. */
+__device__ __forceinline__ void moe_mma_tile(float (&acc)[2][4][4], const bf16_t *as,
+                                             const bf16_t *bs, int wm, int wn) {
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int ks = 0; ks < GK; ks += 16) {
+        uint32_t a[2][4], b[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            ldmatrix_x4(a[mt], as + (wm * 32 + mt * 16 + (lane & 15)) * GLDS + ks + (lane >> 4) * 8);
+#pragma unroll
+        for (int p = 0; p < 2; p++)
+            ldmatrix_x4(b[p], bs + (wn * 32 + p * 16 + (lane & 7) + (lane >> 4) * 8) * GLDS + ks +
+                                  ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+                mma_bf16_16816(acc[mt][nt], a[mt], b[nt >> 1][(nt & 1) * 2],
+                               b[nt >> 1][(nt & 1) * 2 + 1]);
+    }
+}
+
+/* The tile of blockIdx.y in the plan's table: false when past its count. */
+__device__ __forceinline__ bool moe_tile(const int *tiles, int &e, int &r0, int &r1) {
+    if ((int)blockIdx.y >= tiles[0]) return false;
+    const int *ti = tiles + 1 + 3 * blockIdx.y;
+    e = ti[0];
+    r0 = ti[1];
+    r1 = min(ti[2], r0 + GM);
+    return true;
+}
+
+/* The gate_up B tile: tile row r (warp column block wn = r / 32, c = r % 32) is the gate row
+ * i = f0 + wn * 16 + c % 16 of expert e when c < 16, else its up row (f + i), so that each
+ * warp's accumulators hold a gate column and its up column in the same thread (n-tiles nt
+ * and nt + 2). Rows past f read zeros. */
+__device__ __forceinline__ void gu_load_b(bf16_t *bs, const bf16_t *w, int f, int d, int f0,
+                                          int k0) {
+#pragma unroll
+    for (int it = 0; it < 2; it++) {
+        int idx = threadIdx.x + it * G_THREADS, r = idx >> 2, c = (idx & 3) * 8;
+        int i = f0 + (r >> 5) * 16 + (r & 15), row = (r & 16) ? f + i : i;
+        bool ok = i < f && k0 + c < d;
+        cp_async16(bs + r * GLDS + c, ok ? w + (size_t)row * d + k0 + c : w, ok ? 16 : 0);
+    }
+}
+
+/* The gate_up A tile: permuted rows r0 .. r0 + 63 (the token of each in tok[], -1 past the
+ * group) of h, fp32 -> bf16 through registers. */
+__device__ __forceinline__ void gu_load_a(float4 (&ra)[2], const float *h, const int *tok, int d,
+                                          int k0) {
+#pragma unroll
+    for (int it = 0; it < 2; it++) {
+        int idx = threadIdx.x + it * G_THREADS, r = idx >> 3, c = k0 + (idx & 7) * 4;
+        ra[it] = tok[r] >= 0 && c < d ? *(const float4 *)(h + (size_t)tok[r] * d + c)
+                                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+__device__ __forceinline__ void gu_store_a(bf16_t *as, const float4 (&ra)[2]) {
+#pragma unroll
+    for (int it = 0; it < 2; it++) {
+        int idx = threadIdx.x + it * G_THREADS, r = idx >> 3, c = (idx & 7) * 4;
+        *(uint2 *)(as + r * GLDS + c) =
+            make_uint2(pack_bf16x2(ra[it].x, ra[it].y), pack_bf16x2(ra[it].z, ra[it].w));
+    }
+}
+
+__device__ __forceinline__ void acc_zero(float (&acc)[2][4][4]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+}
+
+/* act[p, f] (bf16) = silu(gate_e . h[tok]) * (up_e . h[tok]) for the permuted rows p of each
+ * tile (expert e, token rows[p] / k). grid (ceil(f / 64), the most tiles), block 256.
+ * d % 8 == 0, f % 8 == 0. */
+extern "C" __global__ void __launch_bounds__(G_THREADS)
+atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const int *tiles,
+                     const int *rows, int k, int d, int f) {
+    __shared__ __align__(16) bf16_t As[2][GM * GLDS];
+    __shared__ __align__(16) bf16_t Bs[2][GN * GLDS];
+    __shared__ int tok[GM];
+    pdl_trigger();
+    pdl_wait();
+    int e, r0, r1;
+    if (!moe_tile(tiles, e, r0, r1)) return;
+    int f0 = blockIdx.x * 64, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = warp >> 2, wn = warp & 3;
+    if (threadIdx.x < GM) tok[threadIdx.x] = r0 + (int)threadIdx.x < r1 ? rows[r0 + threadIdx.x] / k : -1;
+    __syncthreads();
+    const bf16_t *w = gu + (size_t)e * 2 * f * d;
+    float acc[2][4][4];
+    acc_zero(acc);
+    float4 ra[2];
+    gu_load_b(Bs[0], w, f, d, f0, 0);
+    asm volatile("cp.async.commit_group;");
+    gu_load_a(ra, h, tok, d, 0);
+    gu_store_a(As[0], ra);
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+    int kt_count = (d + GK - 1) / GK;
+    for (int kt = 0; kt < kt_count; kt++) {
+        int cur = kt & 1;
+        bool more = kt + 1 < kt_count;
+        if (more) {
+            gu_load_b(Bs[cur ^ 1], w, f, d, f0, (kt + 1) * GK);
+            asm volatile("cp.async.commit_group;");
+            gu_load_a(ra, h, tok, d, (kt + 1) * GK);
+        }
+        moe_mma_tile(acc, As[cur], Bs[cur], wm, wn);
+        if (more) {
+            gu_store_a(As[cur ^ 1], ra);
+            asm volatile("cp.async.wait_all;");
+        }
+        __syncthreads();
+    }
+    int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int p = r0 + wm * 32 + mt * 16 + g + hh * 8, i = f0 + wn * 16 + nt * 8 + q * 2;
+                if (p >= r1 || i >= f) continue; /* f % 8 == 0: i + 1 < f too */
+                float a0 = silu_mul(acc[mt][nt][hh * 2], acc[mt][nt + 2][hh * 2]);
+                float a1 = silu_mul(acc[mt][nt][hh * 2 + 1], acc[mt][nt + 2][hh * 2 + 1]);
+                *(uint32_t *)(act + (size_t)p * f + i) = pack_bf16x2(a0, a1);
+            }
+}
+
+/* The down tiles: A = act rows r0 .. r0 + 63 (zeros past r1), B = down rows e * d + m0 ..
+ * + 127 (zeros past d), GK columns from k0 of f, by cp.async. */
+__device__ __forceinline__ void dn_load(bf16_t *as, bf16_t *bs, const bf16_t *act,
+                                        const bf16_t *w, int r0, int r1, int m0, int d, int f,
+                                        int k0) {
+    {
+        int r = threadIdx.x >> 2, c = (threadIdx.x & 3) * 8;
+        bool ok = r0 + r < r1 && k0 + c < f;
+        cp_async16(as + r * GLDS + c, ok ? act + (size_t)(r0 + r) * f + k0 + c : act, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int it = 0; it < 2; it++) {
+        int idx = threadIdx.x + it * G_THREADS, r = idx >> 2, c = (idx & 3) * 8;
+        bool ok = m0 + r < d && k0 + c < f;
+        cp_async16(bs + r * GLDS + c, ok ? w + (size_t)(m0 + r) * f + k0 + c : w, ok ? 16 : 0);
+    }
+    asm volatile("cp.async.commit_group;");
+}
+
+/* y[p, d] (fp32) = act[p, :f] @ down_e^T for the permuted rows p of each tile. grid
+ * (ceil(d / 128), the most tiles), block 256. f % 8 == 0. */
+extern "C" __global__ void __launch_bounds__(G_THREADS)
+atlas_moe_down_grouped(float *y, const bf16_t *act, const bf16_t *down, const int *tiles, int d,
+                       int f) {
+    __shared__ __align__(16) bf16_t As[2][GM * GLDS];
+    __shared__ __align__(16) bf16_t Bs[2][GN * GLDS];
+    pdl_trigger();
+    pdl_wait();
+    int e, r0, r1;
+    if (!moe_tile(tiles, e, r0, r1)) return;
+    int m0 = blockIdx.x * GN, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = warp >> 2, wn = warp & 3;
+    const bf16_t *w = down + (size_t)e * d * f;
+    float acc[2][4][4];
+    acc_zero(acc);
+    dn_load(As[0], Bs[0], act, w, r0, r1, m0, d, f, 0);
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+    int kt_count = (f + GK - 1) / GK;
+    for (int kt = 0; kt < kt_count; kt++) {
+        int cur = kt & 1;
+        bool more = kt + 1 < kt_count;
+        if (more) dn_load(As[cur ^ 1], Bs[cur ^ 1], act, w, r0, r1, m0, d, f, (kt + 1) * GK);
+        moe_mma_tile(acc, As[cur], Bs[cur], wm, wn);
+        if (more) asm volatile("cp.async.wait_all;");
+        __syncthreads();
+    }
+    int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int p = r0 + wm * 32 + mt * 16 + g + hh * 8, c = m0 + wn * 32 + nt * 8 + q * 2;
+                if (p >= r1 || c >= d) continue; /* d % 8 == 0: c + 1 < d too */
+                *(float2 *)(y + (size_t)p * d + c) =
+                    make_float2(acc[mt][nt][hh * 2], acc[mt][nt][hh * 2 + 1]);
+            }
+}
+
+/* out[t, :] = sum over the token's choices j, in increasing expert index, of
+ * wts[t, j] * y[pos[t * k + j], :]. grid n, block 256. d % 4 == 0. */
+extern "C" __global__ void __launch_bounds__(256)
+atlas_moe_combine(float *out, const float *y, const int *ids, const float *wts, const int *pos,
+                  int k, int d) {
+    __shared__ int order[MOE_MAX_K];
+    pdl_trigger();
+    pdl_wait();
+    int t = blockIdx.x;
+    const int *id = ids + (size_t)t * k;
+    moe_order(order, id, k);
+    for (int c = threadIdx.x * 4; c < d; c += blockDim.x * 4) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < k; q++) {
+            int j = order[q], p = pos[(size_t)t * k + j];
+            if (p < 0) continue;
+            float w = wts[(size_t)t * k + j];
+            float4 v = *(const float4 *)(y + (size_t)p * d + c);
+            acc.x += v.x * w;
+            acc.y += v.y * w;
+            acc.z += v.z * w;
+            acc.w += v.w * w;
+        }
+        *(float4 *)(out + (size_t)t * d + c) = acc;
+    }
+}
