@@ -239,6 +239,8 @@ static const atlas_backend_ops cuda_ops = {
     .swiglu = cuda_swiglu,
     .glu = cuda_glu,
     .add = cuda_add,
+    .moe_route = cuda_moe_route,
+    .moe_experts = cuda_moe_experts,
     .gather_rows = cuda_gather_rows,
     .download = cuda_download,
     .argmax = cuda_argmax,
@@ -258,7 +260,7 @@ static const atlas_backend_ops cuda_ops = {
 static atlas_status check_missing(const atlas_backend_geom *g) {
     const char *what[8];
     int n = 0;
-    if (g->n_experts) what[n++] = "mixture-of-experts layers (routing, grouped expert GEMMs)";
+    (void)g; /* every geometry the CPU backend takes has its kernels now */
     if (n == 0) return ATLAS_OK;
     char list[512] = "";
     for (int i = 0; i < n; i++)
@@ -302,6 +304,15 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     if (g->hidden % 8 || g->intermediate % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "
                           "take multiples of 8", g->hidden, g->intermediate);
+    /* kernels/moe.cu: a block's shared arrays hold every expert and a token's choices; the
+     * expert weights' rows move 16 bytes at a time */
+    if (g->n_experts && (g->n_experts > 1024 || g->n_experts_used < 1 ||
+                         g->n_experts_used > 64 || g->n_experts_used > g->n_experts ||
+                         g->expert_ffn % 8 || g->expert_ffn < 8))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %d experts, %d a token, %d columns "
+                          "each: the kernels take up to 1024 experts, 1 to 64 a token, "
+                          "columns a multiple of 8", g->n_experts, g->n_experts_used,
+                          g->expert_ffn);
     int G = g->n_heads / g->n_kv_heads;
     if (cuda_attn_split_heads(G, g->head_dim, CUDA_ARCH_ATTN_SMEM_MIN) < 1)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: one query head of the split "
@@ -387,7 +398,8 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
      * where made while the loader threads read they took 80-227 ms of a core the loaders
      * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
      * 2026-12-03) */
-    return cuda_ready(cb);
+    ATLAS_TRY(cuda_ready(cb));
+    return g->n_experts ? cuda_moe_ready(cb) : ATLAS_OK;
 }
 
 atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,

@@ -8,6 +8,7 @@
  *                   download/argmax/sync
  *   plan.c          the command queue, the exec list and CUDA-graph capture and replay
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice), the fusions
+ *   ops_moe.c       the mixture-of-experts ops (routing, experts: kernels/moe.cu)
  *   arch.c          the choices by compute capability and shared memory (portable mode)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
@@ -61,6 +62,7 @@ typedef enum cuda_op {
     CUDA_OP_EMBED = 1, CUDA_OP_ADD_RMSNORM, CUDA_OP_MATMUL, CUDA_OP_QK_NORM, CUDA_OP_ROPE,
     CUDA_OP_KV_STORE, CUDA_OP_ATTENTION, CUDA_OP_SWIGLU, CUDA_OP_GATHER, CUDA_OP_ARGMAX,
     CUDA_OP_STAGE, /* the batch's staged ints to the device, and its rope tables (begin_batch) */
+    CUDA_OP_MOE_ROUTE, CUDA_OP_MOE_EXPERTS, /* ops_moe.c */
 } cuda_op;
 
 /* How a command goes with its neighbours, as the model said it through a fused op of
@@ -85,7 +87,7 @@ typedef struct cuda_cmd {
     int op;
     int n, d, layer;  /* layer: SWIGLU's gate activation instead (atlas_glu_kind) */
     int link, row0;   /* CUDA_LINK_* bits; MIRROR's first row */
-    const void *p[4]; /* device pointers (activations) and weights/kv handles */
+    const void *p[6]; /* device pointers (activations) and weights/kv handles */
 } cuda_cmd;
 
 typedef struct cuda_graph {
@@ -123,6 +125,9 @@ typedef struct cuda_fns {
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
+    CUfunction moe_logits, moe_topk, moe_gu_slots, moe_down_slots, moe_plan, moe_gu_grouped,
+        moe_down_grouped, moe_combine;
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -221,6 +226,11 @@ typedef struct cuda_workspace {
     CUdeviceptr deq;        /* a quantized weight as bf16, for batches of more than
                                CUDA_QGEMV_MAX rows (begin_batch) */
     size_t deq_bytes;
+    CUdeviceptr moe;        /* mixture-of-experts routing and expert buffers (ops_moe.c
+                               cuda_moe_ws_bytes; begin_batch) */
+    size_t moe_bytes;
+    int moe_chunk;          /* tokens of one grouped expert pass; 0: as many as fit
+                               CUDA_MOE_WS_MAX (tests set it, to reach the chunking) */
 } cuda_workspace;
 
 /* The staged batch, set by begin_batch and read by its commands until the next one; and the
@@ -324,6 +334,10 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
 /* ops_cuda.c: the row groups a block when `groups` are spread over a grid of bps blocks an
  * SM. */
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
+/* ops_cuda.c: launches f on the backend's stream as every op does (PDL when it is on; an
+ * empty grid does nothing). */
+atlas_status cuda_launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned block, unsigned smem, void **args);
 /* ops_cuda.c: cuLaunchKernelEx from the loaded driver, or NULL. */
 void *cuda_pdl_resolve(void);
 /* ops_cuda.c: query heads a block of the split attention kernel for groups of G heads of
@@ -332,6 +346,20 @@ int cuda_attn_split_heads(int G, int hd, int smem_budget);
 /* ops_cuda.c: split count and chunk for attention over `cap` positions with n tokens;
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
+
+/* ops_moe.c: the op table's moe_route and moe_experts (recorded as commands), the commands
+ * run (cuda_exec), the workspace bytes a batch of n tokens needs (begin_batch reserves them:
+ * nothing is allocated inside a captured graph), and the kernels loaded at create for a
+ * model with experts. */
+enum { CUDA_MOE_WS_MAX = 256 << 20 };
+atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
+                            const atlas_weight *router, int n);
+atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h,
+                              const atlas_weight *gate_up, const atlas_weight *down,
+                              const int32_t *ids, const float *wts, int n);
+atlas_status cuda_moe_exec(cuda_backend *cb, const cuda_cmd *c);
+size_t cuda_moe_ws_bytes(const cuda_backend *cb, int n);
+atlas_status cuda_moe_ready(cuda_backend *cb);
 
 /* modules.c: loads the kernels and cuBLASLt on first use: before anything launches. */
 atlas_status cuda_ready(cuda_backend *cb);

@@ -56,6 +56,11 @@ static atlas_status launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned
     return ATLAS_CU(cuLaunchKernel, f, gx, gy, gz, block, 1, 1, smem, cb->dev.stream, args, NULL);
 }
 
+atlas_status cuda_launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned block, unsigned smem, void **args) {
+    return launch(cb, f, gx, gy, gz, block, smem, args);
+}
+
 /* A grid of clusters of (1, 1, cz) blocks (sm_90+), with PDL when it is on. */
 enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4 };
 static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy,
@@ -536,6 +541,9 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         cb->plan.pdl_fence = true;
         return st;
     }
+    case CUDA_OP_MOE_ROUTE:
+    case CUDA_OP_MOE_EXPERTS:
+        return cuda_moe_exec(cb, c);
     default:
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: unknown command %d", c->op);
     }

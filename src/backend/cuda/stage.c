@@ -252,6 +252,12 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
         cb->ws.lt_h_bytes = (size_t)n * g->hidden * 2;
     }
     ATLAS_TRY(cuda_deq_reserve(cb));
+    size_t moe = cuda_moe_ws_bytes(cb, n); /* the experts' buffers (ops_moe.c) */
+    if (moe > cb->ws.moe_bytes) {
+        ATLAS_TRY(graphs_release(cb));
+        ATLAS_TRY(cuda_realloc(cb, &cb->ws.moe, moe, "mixture-of-experts buffers"));
+        cb->ws.moe_bytes = moe;
+    }
     cb->plan.deferring = 1;
     cb->plan.graphing = cb->plan.use_graphs && n == b->n_seqs && n <= CUDA_GRAPH_MAX_TOKENS;
     if (cb->plan.graphing) { /* the launch shapes that are not in the commands */

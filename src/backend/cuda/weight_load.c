@@ -209,14 +209,32 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
     return ATLAS_OK;
 }
 
+/* Whether srcs are a mixture-of-experts layer's stacked experts (backend.h moe_experts):
+ * gate|up of 2E parts [f, d], or down of E parts [d, f]. */
+static bool expert_stack(const atlas_backend_geom *g, const atlas_weight_src *const *srcs,
+                         int n) {
+    int64_t E = g->n_experts, f = g->expert_ffn, d = g->hidden, rows, cols;
+    if (E < 1 || (n != 2 * E && n != E)) return false;
+    rows = n == 2 * E ? f : d;
+    cols = n == 2 * E ? d : f;
+    for (int i = 0; i < n; i++)
+        if (srcs[i]->n_dims != 2 || srcs[i]->shape[0] != rows || srcs[i]->shape[1] != cols)
+            return false;
+    return true;
+}
+
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
                               atlas_weight **out) {
     cuda_backend *cb = cuda_of(be);
     *out = NULL;
     if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d tensors", n);
-    if (n > CUDA_FUSE_MAX) /* the model fuses at most qkv's 3 */
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a weight fused from %d tensors (at "
-                          "most %d)", n, CUDA_FUSE_MAX);
+    if (srcs[0]->quant && expert_stack(&be->geom, srcs, n))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: quantized mixture-of-experts "
+                          "weights (%s): the GPU kernels read bf16 experts; run with --device "
+                          "cpu", srcs[0]->name, atlas_wformat_name(srcs[0]->quant->format));
+    if (n > CUDA_FUSE_MAX && srcs[0]->quant) /* quant_load keeps a fused weight's parts apart */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a quantized weight fused from %d "
+                          "tensors (at most %d)", n, CUDA_FUSE_MAX);
     int dims = srcs[0]->n_dims;
     int64_t rows = 0, cols = dims == 2 ? srcs[0]->shape[1] : 0;
     for (int i = 0; i < n; i++) {
@@ -267,9 +285,17 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
     size_t bytes = (size_t)rows * cols * 2;
     w->bytes = bytes;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, srcs[0]->name, &w->ptr);
-    if (st == ATLAS_OK) {
-        cb->wt.load.pending = true;
-        st = stage_srcs(cb, w->ptr, bytes, srcs, n); /* the fused weight at once */
+    if (st == ATLAS_OK) cb->wt.load.pending = true;
+    /* a fused weight at once; the stacked experts of a mixture-of-experts layer (E or 2E
+     * parts) a few parts at a time, each group at its rows */
+    size_t at = 0;
+    for (int i = 0; st == ATLAS_OK && i < n; i += CUDA_FUSE_MAX) {
+        int m = n - i < CUDA_FUSE_MAX ? n - i : CUDA_FUSE_MAX;
+        size_t part = 0;
+        for (int j = i; j < i + m; j++)
+            part += (size_t)srcs[j]->shape[0] * (dims == 2 ? (size_t)cols : 1) * 2;
+        st = stage_srcs(cb, w->ptr + at, part, srcs + i, m);
+        at += part;
     }
     if (st != ATLAS_OK) {
         char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
