@@ -195,6 +195,42 @@ static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x
     return cmd4(be, CUDA_OP_GATHER, cuda_of(be)->batch.n_logits, d, 0, out, x, NULL, NULL);
 }
 
+/* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices. */
+static atlas_status moe_weight(const char *what, const atlas_weight *w, int64_t rows,
+                               int64_t cols) {
+    if (w && w->fmt == ATLAS_WFMT_DENSE && w->rows == rows && w->cols == cols) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of [%lld, %lld]%s, want [%lld, %lld] "
+                      "bf16", what, w ? (long long)w->rows : 0LL, w ? (long long)w->cols : 0LL,
+                      w && w->fmt != ATLAS_WFMT_DENSE ? " quantized" : "", (long long)rows,
+                      (long long)cols);
+}
+
+static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p[6]) {
+    cuda_cmd c;
+    memset(&c, 0, sizeof c);
+    c.op = op;
+    c.n = n;
+    memcpy(c.p, p, sizeof c.p);
+    return cuda_submit(cb, &c);
+}
+
+static atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
+                                   const atlas_weight *router, int n) {
+    ATLAS_TRY(moe_weight("router", router, be->geom.n_experts, be->geom.hidden));
+    const void *p[6] = {ids, wts, h, router, NULL, NULL};
+    return moe_cmd(cuda_of(be), CUDA_OP_MOE_ROUTE, n, p);
+}
+
+static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h,
+                                     const atlas_weight *gate_up, const atlas_weight *down,
+                                     const int32_t *ids, const float *wts, int n) {
+    int64_t E = be->geom.n_experts, f = be->geom.expert_ffn, d = be->geom.hidden;
+    ATLAS_TRY(moe_weight("experts' gate_up", gate_up, E * 2 * f, d));
+    ATLAS_TRY(moe_weight("experts' down", down, E * d, f));
+    const void *p[6] = {out, h, gate_up, down, ids, wts};
+    return moe_cmd(cuda_of(be), CUDA_OP_MOE_EXPERTS, n, p);
+}
+
 /* --- create / destroy ------------------------------------------------------------------------- */
 
 /* Every failure of the teardown goes to the registry (the graphs', the workspace's, the

@@ -8,7 +8,7 @@
  *                   download/argmax/sync
  *   plan.c          the command queue, the exec list and CUDA-graph capture and replay
  *   ops_cuda.c      one launch function per op (grid shapes, kernel choice), the fusions
- *   ops_moe.c       the mixture-of-experts ops (routing, experts: kernels/moe.cu)
+ *   ops_moe.c       the mixture-of-experts commands run (routing, experts: kernels/moe.cu)
  *   arch.c          the choices by compute capability and shared memory (portable mode)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
@@ -347,16 +347,11 @@ int cuda_attn_split_heads(int G, int hd, int smem_budget);
  * false when the kernel merges its splits without the partials buffers (clusters). */
 bool cuda_attn_split_plan(const cuda_backend *cb, int n, int cap, int *n_split, int *chunk);
 
-/* ops_moe.c: the op table's moe_route and moe_experts (recorded as commands), the commands
- * run (cuda_exec), the workspace bytes a batch of n tokens needs (begin_batch reserves them:
- * nothing is allocated inside a captured graph), and the kernels loaded at create for a
- * model with experts. */
+/* ops_moe.c: a mixture-of-experts command run (backend_cuda.c records moe_route and
+ * moe_experts as CUDA_OP_MOE_*; plan.c runs them here, never fused), the workspace bytes a
+ * batch of n tokens needs (begin_batch reserves them: nothing is allocated inside a captured
+ * graph), and the kernels, loaded at create for a model with experts. */
 enum { CUDA_MOE_WS_MAX = 256 << 20 };
-atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                            const atlas_weight *router, int n);
-atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h,
-                              const atlas_weight *gate_up, const atlas_weight *down,
-                              const int32_t *ids, const float *wts, int n);
 atlas_status cuda_moe_exec(cuda_backend *cb, const cuda_cmd *c);
 size_t cuda_moe_ws_bytes(const cuda_backend *cb, int n);
 atlas_status cuda_moe_ready(cuda_backend *cb);

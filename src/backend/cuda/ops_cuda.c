@@ -541,9 +541,6 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         cb->plan.pdl_fence = true;
         return st;
     }
-    case CUDA_OP_MOE_ROUTE:
-    case CUDA_OP_MOE_EXPERTS:
-        return cuda_moe_exec(cb, c);
     default:
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: unknown command %d", c->op);
     }

@@ -1,5 +1,6 @@
-/* backend/cuda/ops_moe.c — the mixture-of-experts ops on the GPU (backend.h moe_route and
- * moe_experts; the kernels and what each computes are kernels/moe.cu's).
+/* backend/cuda/ops_moe.c — the mixture-of-experts commands on the GPU (backend.h moe_route
+ * and moe_experts, which backend_cuda.c records and plan.c runs here; the kernels and what
+ * each computes are kernels/moe.cu's).
  *
  * Both ops are recorded as commands like every other op, so a decode step with MoE layers is
  * still one CUDA graph: every launch shape depends on the batch's token count only, and the
@@ -15,7 +16,6 @@
  * (fp32 for the GEMVs, bf16 grouped), and grouped the slots' rows, the permutation, the tile
  * table and the down products [S, d] fp32. */
 #include <stdbool.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -39,8 +39,8 @@ static int max_tiles(int slots, int E) {
 static size_t pass_layout(const atlas_backend_geom *g, int c, bool grouped, size_t at,
                           moe_ws *L) {
     size_t S = (size_t)c * g->n_experts_used;
-    L->act = at;
-    at += up256(S * g->expert_ffn * sizeof(float));
+    L->act = at; /* fp32 for the GEMVs, bf16 grouped */
+    at += up256(S * g->expert_ffn * (grouped ? 2 : sizeof(float)));
     if (!grouped) return at;
     L->pos = at;
     at += up256(S * sizeof(int32_t));
@@ -73,48 +73,6 @@ static moe_ws moe_layout(const cuda_backend *cb, int n) {
 
 size_t cuda_moe_ws_bytes(const cuda_backend *cb, int n) {
     return cb->base.geom.n_experts > 0 && n > 0 ? moe_layout(cb, n).total : 0;
-}
-
-/* --- the ops, recorded ------------------------------------------------------------------- */
-
-static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p[6]) {
-    cuda_cmd c;
-    memset(&c, 0, sizeof c);
-    c.op = op;
-    c.n = n;
-    for (int i = 0; i < 6; i++) c.p[i] = p[i];
-    return cuda_submit(cb, &c);
-}
-
-/* A weight the kernels read as a bf16 [rows, cols] matrix. */
-static atlas_status check_weight(const char *what, const atlas_weight *w, int64_t rows,
-                                 int64_t cols) {
-    if (!w || w->fmt != ATLAS_WFMT_DENSE || w->rows != rows || w->cols != cols)
-        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of [%lld, %lld]%s, want [%lld, %lld] "
-                          "bf16", what, w ? (long long)w->rows : 0LL,
-                          w ? (long long)w->cols : 0LL,
-                          w && w->fmt != ATLAS_WFMT_DENSE ? " quantized" : "", (long long)rows,
-                          (long long)cols);
-    return ATLAS_OK;
-}
-
-atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                            const atlas_weight *router, int n) {
-    const atlas_backend_geom *g = &be->geom;
-    ATLAS_TRY(check_weight("router", router, g->n_experts, g->hidden));
-    const void *p[6] = {ids, wts, h, router, NULL, NULL};
-    return moe_cmd(cuda_of(be), CUDA_OP_MOE_ROUTE, n, p);
-}
-
-atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h,
-                              const atlas_weight *gate_up, const atlas_weight *down,
-                              const int32_t *ids, const float *wts, int n) {
-    const atlas_backend_geom *g = &be->geom;
-    int64_t E = g->n_experts, f = g->expert_ffn, d = g->hidden;
-    ATLAS_TRY(check_weight("experts' gate_up", gate_up, E * 2 * f, d));
-    ATLAS_TRY(check_weight("experts' down", down, E * d, f));
-    const void *p[6] = {out, h, gate_up, down, ids, wts};
-    return moe_cmd(cuda_of(be), CUDA_OP_MOE_EXPERTS, n, p);
 }
 
 /* --- the commands, run ------------------------------------------------------------------- */

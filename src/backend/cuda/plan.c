@@ -9,9 +9,15 @@
 
 /* --- the queue -------------------------------------------------------------------------------- */
 
+/* One command now: the mixture-of-experts ones are ops_moe.c's, the rest ops_cuda.c's. */
+static atlas_status exec_one(cuda_backend *cb, const cuda_cmd *c) {
+    if (c->op == CUDA_OP_MOE_ROUTE || c->op == CUDA_OP_MOE_EXPERTS) return cuda_moe_exec(cb, c);
+    return cuda_exec(cb, c);
+}
+
 /* Inside a batch (deferring) the command waits in the queue for the next flush. */
 atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c) {
-    if (!cb->plan.deferring) return cuda_exec(cb, c);
+    if (!cb->plan.deferring) return exec_one(cb, c);
     if (cb->plan.n_queue == cb->plan.cap_queue) {
         int cap = cb->plan.cap_queue ? cb->plan.cap_queue * 2 : 256;
         cuda_cmd *q = realloc(cb->plan.queue, (size_t)cap * sizeof *q);
@@ -52,6 +58,10 @@ atlas_status cuda_exec_list(cuda_backend *cb, const cuda_cmd *c, int n) {
         if (cb->plan.skip_ops & (1u << c[i].op)) { /* skip_ops: timing only */
             if (c[i].op == CUDA_OP_ADD_RMSNORM) cb->plan.mirror_rows = 0; /* no copy made */
             i++;
+            continue;
+        }
+        if (c[i].op == CUDA_OP_MOE_ROUTE || c[i].op == CUDA_OP_MOE_EXPERTS) { /* no fusions */
+            st = exec_one(cb, &c[i++]);
             continue;
         }
         i += cuda_exec_fused(cb, c + i, n - i, &st);
