@@ -31,9 +31,15 @@ __device__ __forceinline__ float moe_dot8(uint4 wv, float4 a, float4 b) {
            f[6] * b.z + f[7] * b.w;
 }
 
+/* A 16-byte weight load: streamed past L1 (read once a step), or through it (the router's
+ * rows, read again for each token of a block). */
+template <bool STREAM> __device__ __forceinline__ uint4 moe_ld16(const bf16_t *p) {
+    return STREAM ? ld_stream16(p) : __ldg((const uint4 *)p);
+}
+
 /* A warp's dot products of x[0, len) with weight rows w0 and w1 (w1 NULL: one row), 8
  * elements a lane a step, U steps of loads issued before any is used. len % 8 == 0. */
-template <int U>
+template <int U, bool STREAM = true>
 __device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, const float *x,
                                           int len, float &s0, float &s1) {
     int lane = threadIdx.x & 31;
@@ -43,8 +49,8 @@ __device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, co
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int kk = base + u * 256;
-            a[u] = kk < len ? ld_stream16(w0 + kk) : make_uint4(0, 0, 0, 0);
-            b[u] = kk < len && w1 ? ld_stream16(w1 + kk) : make_uint4(0, 0, 0, 0);
+            a[u] = kk < len ? moe_ld16<STREAM>(w0 + kk) : make_uint4(0, 0, 0, 0);
+            b[u] = kk < len && w1 ? moe_ld16<STREAM>(w1 + kk) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -62,27 +68,23 @@ __device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, co
 
 /* --- routing ------------------------------------------------------------------------------ */
 
-enum { RL_WARPS = 8, RL_TOK = 16 };
+enum { RL_WARPS = 4, RL_TOK = 16 };
 
-/* logits[n, E] = h[n, d] @ router[E, d]^T. grid (ceil(E / 8), ceil(n / 16)), block 256: a
- * warp an expert over 16 tokens (its router row stays in L1). d % 8 == 0. */
+/* logits[n, E] = h[n, d] @ router[E, d]^T. grid (ceil(E / 4), ceil(n / 16)), block 128: a
+ * warp an expert over 16 tokens (its router row stays in L1; small blocks spread a decode
+ * step's router over more SMs). d % 8 == 0. */
 extern "C" __global__ void __launch_bounds__(RL_WARPS * 32)
 atlas_moe_logits(float *logits, const float *h, const bf16_t *router, int n, int E, int d) {
     pdl_trigger();
     pdl_wait();
-    int lane = threadIdx.x & 31, e = blockIdx.x * RL_WARPS + (threadIdx.x >> 5);
+    int e = blockIdx.x * RL_WARPS + (threadIdx.x >> 5);
     int t0 = blockIdx.y * RL_TOK, t1 = min(t0 + RL_TOK, n);
     if (e >= E) return;
     const bf16_t *w = router + (size_t)e * d;
     for (int t = t0; t < t1; t++) {
-        const float *x = h + (size_t)t * d;
-        float s = 0.0f;
-        for (int kk = lane * 8; kk < d; kk += 256) {
-            uint4 wv = __ldg((const uint4 *)(w + kk));
-            s += moe_dot8(wv, __ldg((const float4 *)(x + kk)), __ldg((const float4 *)(x + kk + 4)));
-        }
-        s = warp_sum(s);
-        if (lane == 0) logits[(size_t)t * E + e] = s;
+        float s, unused;
+        warp_dot2<4, false>(w, NULL, h + (size_t)t * d, d, s, unused);
+        if ((threadIdx.x & 31) == 0) logits[(size_t)t * E + e] = s;
     }
 }
 

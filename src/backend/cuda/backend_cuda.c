@@ -195,14 +195,18 @@ static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x
     return cmd4(be, CUDA_OP_GATHER, cuda_of(be)->batch.n_logits, d, 0, out, x, NULL, NULL);
 }
 
-/* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices. */
+/* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices (a
+ * quantized router, which weight_load cannot tell from another weight, is refused here). */
 static atlas_status moe_weight(const char *what, const atlas_weight *w, int64_t rows,
                                int64_t cols) {
-    if (w && w->fmt == ATLAS_WFMT_DENSE && w->rows == rows && w->cols == cols) return ATLAS_OK;
-    return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of [%lld, %lld]%s, want [%lld, %lld] "
-                      "bf16", what, w ? (long long)w->rows : 0LL, w ? (long long)w->cols : 0LL,
-                      w && w->fmt != ATLAS_WFMT_DENSE ? " quantized" : "", (long long)rows,
-                      (long long)cols);
+    if (w && w->fmt != ATLAS_WFMT_DENSE)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a mixture-of-experts %s stored %s: the "
+                          "GPU kernels read bf16; run with --device cpu", what,
+                          atlas_wformat_name(w->fmt));
+    if (w && w->rows == rows && w->cols == cols) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of [%lld, %lld], want [%lld, %lld]",
+                      what, w ? (long long)w->rows : 0LL, w ? (long long)w->cols : 0LL,
+                      (long long)rows, (long long)cols);
 }
 
 static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p[6]) {

@@ -85,8 +85,8 @@ static atlas_status exec_route(cuda_backend *cb, const cuda_cmd *c, const moe_ws
     CUdeviceptr ids = CUDA_PTR(c->p[0]), wts = CUDA_PTR(c->p[1]), h = CUDA_PTR(c->p[2]);
     CUdeviceptr router = ((const atlas_weight *)c->p[3])->ptr, logits = cb->ws.moe + L->logits;
     void *a[] = {&logits, &h, &router, &n, &E, &d};
-    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_logits, (unsigned)((E + 7) / 8),
-                          (unsigned)((n + 15) / 16), 1, 256, 0, a));
+    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_logits, (unsigned)((E + 3) / 4),
+                          (unsigned)((n + 15) / 16), 1, 128, 0, a));
     void *b[] = {&ids, &wts, &logits, &E, &k, &norm};
     return cuda_launch(cb, cb->mod.fn.moe_topk, (unsigned)n, 1, 1, 128, 0, b);
 }
@@ -138,8 +138,12 @@ static atlas_status exec_experts(cuda_backend *cb, const cuda_cmd *c, const moe_
 }
 
 atlas_status cuda_moe_exec(cuda_backend *cb, const cuda_cmd *c) {
+    if (c->n <= 0) return ATLAS_OK;
+    if (!cb->mod.fn.moe_topk)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: the kernels were not loaded (a "
+                          "geometry without experts)");
     moe_ws L = moe_layout(cb, c->n);
-    if (!cb->mod.fn.moe_topk || L.total > cb->ws.moe_bytes)
+    if (L.total > cb->ws.moe_bytes)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %d tokens want %zu bytes of workspace "
                           "and %zu are reserved (begin_batch reserves them)", c->n, L.total,
                           cb->ws.moe_bytes);
