@@ -46,6 +46,22 @@ static atlas_status stage_srcs(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
     return atlas_host_upload_queue(cb->dev.host, dst, bytes, fill_queued, &q, sizeof q);
 }
 
+/* Queues srcs (any number of them) to land at dst: a fused weight at once, the stacked experts
+ * of a mixture-of-experts layer (E or 2E parts) CUDA_FUSE_MAX parts at a time, each group at
+ * its rows; row: the elements of a source's row (1 for 1-D sources). */
+static atlas_status stage_all(cuda_backend *cb, CUdeviceptr dst,
+                              const atlas_weight_src *const *srcs, int n, size_t row) {
+    size_t at = 0;
+    for (int i = 0; i < n; i += CUDA_FUSE_MAX) {
+        int m = n - i < CUDA_FUSE_MAX ? n - i : CUDA_FUSE_MAX;
+        size_t part = 0;
+        for (int j = i; j < i + m; j++) part += (size_t)srcs[j]->shape[0] * row * 2;
+        ATLAS_TRY(stage_srcs(cb, dst + at, part, srcs + i, m));
+        at += part;
+    }
+    return ATLAS_OK;
+}
+
 /* --- quantized weights (kernels/quant.cu) ---------------------------------------------------
  * The codes go up as stored, the parts of a fused weight one after another (its rows stack);
  * the scale grids (and INT4's zeros, and g_idx) likewise, as float32 / int32. Each is queued
@@ -285,17 +301,9 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
     size_t bytes = (size_t)rows * cols * 2;
     w->bytes = bytes;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, srcs[0]->name, &w->ptr);
-    if (st == ATLAS_OK) cb->wt.load.pending = true;
-    /* a fused weight at once; the stacked experts of a mixture-of-experts layer (E or 2E
-     * parts) a few parts at a time, each group at its rows */
-    size_t at = 0;
-    for (int i = 0; st == ATLAS_OK && i < n; i += CUDA_FUSE_MAX) {
-        int m = n - i < CUDA_FUSE_MAX ? n - i : CUDA_FUSE_MAX;
-        size_t part = 0;
-        for (int j = i; j < i + m; j++)
-            part += (size_t)srcs[j]->shape[0] * (dims == 2 ? (size_t)cols : 1) * 2;
-        st = stage_srcs(cb, w->ptr + at, part, srcs + i, m);
-        at += part;
+    if (st == ATLAS_OK) {
+        cb->wt.load.pending = true;
+        st = stage_all(cb, w->ptr, srcs, n, dims == 2 ? (size_t)cols : 1);
     }
     if (st != ATLAS_OK) {
         char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
