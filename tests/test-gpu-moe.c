@@ -10,7 +10,9 @@
  * margins among its k + 1 largest (else fp32 rounding in another order could swap two
  * near-equal experts and the test would say nothing about the kernels). Also: every token
  * routed to the same two experts (many tiles of one expert), and passes of 100 tokens
- * (cuda_workspace.moe_chunk). GPU outputs are poisoned with NaN first. Skips without a GPU. */
+ * (cuda_workspace.moe_chunk). After the experts, the residual add and the next norm as the
+ * model's layer goes on (the GPU defers the add into that norm's kernel). GPU outputs are
+ * poisoned with NaN first. Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,19 @@ static weight weight_make(int parts, int64_t rows, int64_t cols, float scale) {
     CHECK_OK(gpu->ops->weights_done(gpu));
     free(src);
     free(v);
+    return w;
+}
+
+/* A norm weight [n] near 1, on both backends. */
+static weight weight_make_1d(int n) {
+    weight w = {NULL, NULL, malloc((size_t)n * 2)};
+    for (int i = 0; i < n; i++) w.data[i] = atlas_f32_to_bf16(1.0f + 0.25f * urand());
+    atlas_weight_src src = {.name = "norm", .dtype = ATLAS_DTYPE_BF16, .n_dims = 1,
+                            .shape = {n}, .data = w.data, .nbytes = (size_t)n * 2};
+    const atlas_weight_src *v[] = {&src};
+    CHECK_OK(cpu->ops->weight_load(cpu, v, 1, &w.cpu));
+    CHECK_OK(gpu->ops->weight_load(gpu, v, 1, &w.gpu));
+    CHECK_OK(gpu->ops->weights_done(gpu));
     return w;
 }
 
@@ -129,9 +144,10 @@ static void draw_h(float *h, int n, const weight *router, int E, int k) {
 }
 
 typedef struct bufs {
-    float *h_cpu, *o_cpu, *w_cpu;
+    float *h_cpu, *o_cpu, *w_cpu, *x_cpu, *n_cpu;
     int32_t *i_cpu;
-    void *h_gpu, *o_gpu, *w_gpu, *i_gpu;
+    void *h_gpu, *o_gpu, *w_gpu, *i_gpu, *x_gpu, *n_gpu;
+    weight norm; /* [D] */
 } bufs;
 
 /* The GPU's ids and weights against the CPU's, then its experts' output. */
@@ -159,7 +175,22 @@ static void poison(const bufs *b, int n, int k) {
     CHECK_OK(ATLAS_CU(cuCtxSynchronize));
 }
 
-/* One step of n tokens: route and experts on both backends, compared. */
+/* After the experts, as the model's layer goes on: x += out (the add, which the GPU defers
+ * into the next norm), then the next norm of x; its output compared. */
+static void add_norm(const char *what, const bufs *b, int n, double tol) {
+    static float got[MAXN * D];
+    CHECK_OK(cpu->ops->add(cpu, b->x_cpu, b->o_cpu, n, D));
+    CHECK_OK(cpu->ops->rmsnorm(cpu, b->n_cpu, b->x_cpu, b->norm.cpu, n, D));
+    CHECK_OK(gpu->ops->add(gpu, b->x_gpu, b->o_gpu, n, D));
+    CHECK_OK(gpu->ops->rmsnorm(gpu, b->n_gpu, b->x_gpu, b->norm.gpu, n, D));
+    from_gpu(got, b->n_gpu, (size_t)n * D * 4);
+    double e = norm_err(got, b->n_cpu, (size_t)n * D);
+    CHECK_MSG(e <= tol, "%s: the next norm after the residual add: normalised error %.3g", what,
+              e);
+}
+
+/* One step of n tokens: route and experts on both backends, compared, then the residual add
+ * and the next norm (all of it one graph up to 64 tokens). */
 static void step(const bufs *b, const weight *router, const weight *gu, const weight *dn, int n,
                  int E, int k, const char *tag) {
     char what[96];
@@ -173,9 +204,13 @@ static void step(const bufs *b, const weight *router, const weight *gu, const we
     CHECK_OK(gpu->ops->moe_route(gpu, b->i_gpu, b->w_gpu, b->h_gpu, router->gpu, n));
     CHECK_OK(gpu->ops->moe_experts(gpu, b->o_gpu, b->h_gpu, gu->gpu, dn->gpu, b->i_gpu, b->w_gpu,
                                    n));
+    for (size_t i = 0; i < (size_t)n * D; i++) b->x_cpu[i] = urand();
+    to_gpu(b->x_gpu, b->x_cpu, (size_t)n * D * 4);
     snprintf(what, sizeof what, "E=%d k=%d n=%d %s", E, k, n, tag);
     /* a GEMV a slot reads h in fp32 (1e-4); grouped, h and the activations are bf16 */
-    compare(what, b, n, k, (size_t)n * k <= 16 ? 1e-4 : 1.5e-2);
+    double tol = (size_t)n * k <= 16 ? 1e-4 : 1.5e-2;
+    add_norm(what, b, n, tol); /* queued behind the experts: one flush, one graph */
+    compare(what, b, n, k, tol);
 }
 
 /* Every token to experts 3 and 5 (weights 0.75, 0.25): 300 rows of one expert, many tiles. */
@@ -212,6 +247,11 @@ static void run_config(int E, int k, int norm) {
     weight router = weight_make(1, E, D, 0.5f), gu = weight_make(2 * E, F, D, 0.25f),
            dn = weight_make(E, D, F, 0.25f);
     bufs b;
+    b.norm = weight_make_1d(D);
+    CHECK_OK(cpu->ops->alloc(cpu, MAXN * D * 4, (void **)&b.x_cpu));
+    CHECK_OK(cpu->ops->alloc(cpu, MAXN * D * 4, (void **)&b.n_cpu));
+    CHECK_OK(gpu->ops->alloc(gpu, MAXN * D * 4, &b.x_gpu));
+    CHECK_OK(gpu->ops->alloc(gpu, MAXN * D * 4, &b.n_gpu));
     CHECK_OK(cpu->ops->alloc(cpu, MAXN * D * 4, (void **)&b.h_cpu));
     CHECK_OK(cpu->ops->alloc(cpu, MAXN * D * 4, (void **)&b.o_cpu));
     CHECK_OK(cpu->ops->alloc(cpu, MAXN * MAXK * 4, (void **)&b.w_cpu));
@@ -238,6 +278,9 @@ static void run_config(int E, int k, int norm) {
     cpu->ops->free(cpu, b.w_cpu), cpu->ops->free(cpu, b.i_cpu);
     gpu->ops->free(gpu, b.h_gpu), gpu->ops->free(gpu, b.o_gpu);
     gpu->ops->free(gpu, b.w_gpu), gpu->ops->free(gpu, b.i_gpu);
+    cpu->ops->free(cpu, b.x_cpu), cpu->ops->free(cpu, b.n_cpu);
+    gpu->ops->free(gpu, b.x_gpu), gpu->ops->free(gpu, b.n_gpu);
+    weight_free(&b.norm);
     weight_free(&router), weight_free(&gu), weight_free(&dn);
     CHECK_OK(cpu->ops->destroy(cpu));
     CHECK_OK(gpu->ops->destroy(gpu));
