@@ -6,7 +6,10 @@
  *   LLAMA3  (Llama 3.1-3.3): the whole reply is JSON {"name": N, "parameters": {...}} (or
  *           "arguments"), possibly after <|python_tag|>; several joined by ';' or newlines;
  *   MISTRAL: [TOOL_CALLS][{"name": N, "arguments": {...}}, ...], or the newer
- *           [TOOL_CALLS]N[ARGS]{...} form.
+ *           [TOOL_CALLS]N[ARGS]{...} form;
+ *   HARMONY (gpt-oss): calls on the commentary channel to=functions.N, ending at <|call|>.
+ *           Its markers are special tokens the text leaves out, so it is read from token
+ *           ids by atlas/harmony.h; the text parser below refuses it.
  * Each completed call becomes an OpenAI tool call:
  *   {"id": "call_...", "type": "function", "function": {"name": N, "arguments": "<JSON text>"}}
  * A malformed call (bad JSON, no name) is given back as plain text, never an error.
@@ -36,10 +39,12 @@ typedef enum atlas_toolcall_format {
     ATLAS_TOOLCALL_HERMES,
     ATLAS_TOOLCALL_LLAMA3,
     ATLAS_TOOLCALL_MISTRAL,
+    ATLAS_TOOLCALL_HARMONY,
 } atlas_toolcall_format;
 
-/* Chooses the format from a chat template's source text (e.g. it mentions "<tool_call>"),
- * else from a model family / architecture name ("qwen3", "LlamaForCausalLM", "mistral"),
+/* Chooses the format from a chat template's source text (e.g. it mentions "<tool_call>", or
+ * Harmony's "<|channel|>"), else from a model family / architecture name ("qwen3",
+ * "LlamaForCausalLM", "mistral", "GptOssForCausalLM"),
  * either may be NULL. ATLAS_TOOLCALL_NONE when nothing matches. */
 ATLAS_API atlas_toolcall_format atlas_toolcall_format_detect(const char *template_source,
                                                              const char *family);
@@ -47,7 +52,7 @@ ATLAS_API atlas_toolcall_format atlas_toolcall_format_detect(const char *templat
 ATLAS_API const char *atlas_toolcall_format_name(atlas_toolcall_format format);
 
 /* The names atlas_toolcall_format_parse knows, comma-separated: "hermes, llama3, mistral,
- * none" (a static string, for usage messages). */
+ * harmony, none" (a static string, for usage messages). */
 ATLAS_API const char *atlas_toolcall_format_names(void);
 
 /* The format named name (as atlas_toolcall_format_name spells it) in *out;
@@ -56,7 +61,8 @@ ATLAS_API atlas_status atlas_toolcall_format_parse(const char *name, atlas_toolc
 
 typedef struct atlas_toolcall_parser atlas_toolcall_parser;
 
-/* A streaming parser in *out, the caller's until atlas_toolcall_parser_free. */
+/* A streaming parser in *out, the caller's until atlas_toolcall_parser_free.  HARMONY is
+ * ATLAS_ERR_INVALID (atlas/harmony.h reads it from token ids). */
 ATLAS_API atlas_status atlas_toolcall_parser_new(atlas_toolcall_format format,
                                                  atlas_toolcall_parser **out);
 ATLAS_API void atlas_toolcall_parser_free(atlas_toolcall_parser *p); /* NULL is a no-op */

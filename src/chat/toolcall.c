@@ -69,11 +69,14 @@ static bool has_ci(const char *s, const char *needle) { return s && strcasestr(s
 
 atlas_toolcall_format atlas_toolcall_format_detect(const char *tmpl, const char *family) {
     if (tmpl) {
+        if (strstr(tmpl, "<|channel|>") && strstr(tmpl, "<|message|>")) return ATLAS_TOOLCALL_HARMONY;
         if (strstr(tmpl, HERMES_OPEN)) return ATLAS_TOOLCALL_HERMES;
         if (strstr(tmpl, MISTRAL_MARK)) return ATLAS_TOOLCALL_MISTRAL;
         if (strstr(tmpl, PYTHON_TAG) || (strstr(tmpl, "\"parameters\"") && strstr(tmpl, "<|start_header_id|>")))
             return ATLAS_TOOLCALL_LLAMA3;
     }
+    if (has_ci(family, "gptoss") || has_ci(family, "gpt_oss") || has_ci(family, "gpt-oss"))
+        return ATLAS_TOOLCALL_HARMONY;
     if (has_ci(family, "qwen") || has_ci(family, "hermes")) return ATLAS_TOOLCALL_HERMES;
     if (has_ci(family, "mistral") || has_ci(family, "mixtral")) return ATLAS_TOOLCALL_MISTRAL;
     if (has_ci(family, "llama")) return ATLAS_TOOLCALL_LLAMA3;
@@ -85,15 +88,17 @@ const char *atlas_toolcall_format_name(atlas_toolcall_format f) {
     case ATLAS_TOOLCALL_HERMES: return "hermes";
     case ATLAS_TOOLCALL_LLAMA3: return "llama3";
     case ATLAS_TOOLCALL_MISTRAL: return "mistral";
+    case ATLAS_TOOLCALL_HARMONY: return "harmony";
     default: return "none";
     }
 }
 
-const char *atlas_toolcall_format_names(void) { return "hermes, llama3, mistral, none"; }
+const char *atlas_toolcall_format_names(void) { return "hermes, llama3, mistral, harmony, none"; }
 
 atlas_status atlas_toolcall_format_parse(const char *name, atlas_toolcall_format *out) {
     static const atlas_toolcall_format all[] = {ATLAS_TOOLCALL_HERMES, ATLAS_TOOLCALL_LLAMA3,
-                                                ATLAS_TOOLCALL_MISTRAL, ATLAS_TOOLCALL_NONE};
+                                                ATLAS_TOOLCALL_MISTRAL, ATLAS_TOOLCALL_HARMONY,
+                                                ATLAS_TOOLCALL_NONE};
     for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
         if (!strcmp(name, atlas_toolcall_format_name(all[i]))) return *out = all[i], ATLAS_OK;
     return atlas_fail(ATLAS_ERR_INVALID, "tool-call format '%.100s': not one of %s",
@@ -294,6 +299,9 @@ static bool parse_mistral(atlas_toolcall_parser *p, const char *s, size_t n, jso
 /* ---- streaming ----------------------------------------------------------------------- */
 atlas_status atlas_toolcall_parser_new(atlas_toolcall_format format, atlas_toolcall_parser **out) {
     *out = NULL;
+    if (format == ATLAS_TOOLCALL_HARMONY)
+        return atlas_fail(ATLAS_ERR_INVALID, "tool-call parser: harmony replies are read from "
+                                             "token ids (atlas/harmony.h), not from text");
     if (format < ATLAS_TOOLCALL_NONE || format > ATLAS_TOOLCALL_MISTRAL)
         return atlas_fail(ATLAS_ERR_INVALID, "tool-call parser: unknown format %d", (int)format);
     atlas_toolcall_parser *p = calloc(1, sizeof *p);
