@@ -77,8 +77,18 @@ static void test_fixtures(const char *fixture, const char *model_dir) {
     json_decref(root);
 }
 
-/* Other families' real templates (tests/data/templates/, from npm packages), against what
- * jinja2 renders for them (expected.json, written by make_expected.py there). */
+/* gpt-oss's template writes today's date (strftime_now, which it calls whatever the
+ * variables say): the date of the render and the expected text's become one placeholder. */
+static void mask_date(char *s) {
+    static const char key[] = "Current date: ";
+    for (char *p = s ? strstr(s, key) : NULL; p; p = strstr(p + 1, key)) {
+        char *d = p + sizeof key - 1;
+        if (strlen(d) >= 10 && d[4] == '-' && d[7] == '-') memcpy(d, "YYYY-MM-DD", 10);
+    }
+}
+
+/* Other families' real templates (tests/data/templates/, from npm packages and llama.cpp),
+ * against what jinja2 renders for them (expected.json, written by make_expected.py there). */
 static void test_families(const char *file) {
     json_error_t err;
     char rel_file[128];
@@ -105,7 +115,11 @@ static void test_families(const char *file) {
         };
         char *out = NULL;
         atlas_status st = atlas_template_render(t, &in, &out);
-        const char *want = json_string_value(json_object_get(c, "expected"));
+        char *want = json_string_value(json_object_get(c, "expected"))
+                         ? strdup(json_string_value(json_object_get(c, "expected")))
+                         : NULL;
+        mask_date(want);
+        if (st == ATLAS_OK) mask_date(out);
         total++;
         if (want) {
             CHECK_MSG(st == ATLAS_OK && !strcmp(out, want), "%s/%s: %s\n  got:      [%s]\n  expected: [%s]", family, name,
@@ -117,6 +131,7 @@ static void test_families(const char *file) {
             if (st == ATLAS_ERR_FORMAT) passed++;
         }
         free(out);
+        free(want);
         atlas_template_free(t);
     }
     printf("%s: %d/%d renderings as jinja2\n", rel_file, passed, total);

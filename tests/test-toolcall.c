@@ -268,6 +268,7 @@ static void test_detect(void) {
         {"templates/llama3_2", NULL, ATLAS_TOOLCALL_LLAMA3},
         {"tiny-llama3", "LlamaForCausalLM", ATLAS_TOOLCALL_LLAMA3},
         {"templates/gemma3", "Gemma3ForCausalLM", ATLAS_TOOLCALL_NONE},
+        {"templates/gpt_oss", NULL, ATLAS_TOOLCALL_HARMONY},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         atlas_template *t = NULL;
@@ -280,6 +281,12 @@ static void test_detect(void) {
     CHECK(atlas_toolcall_format_detect(NULL, "Qwen2ForCausalLM") == ATLAS_TOOLCALL_HERMES);
     CHECK(atlas_toolcall_format_detect(NULL, "MistralForCausalLM") == ATLAS_TOOLCALL_MISTRAL);
     CHECK(atlas_toolcall_format_detect(NULL, NULL) == ATLAS_TOOLCALL_NONE);
+    CHECK(atlas_toolcall_format_detect(NULL, "GptOssForCausalLM") == ATLAS_TOOLCALL_HARMONY);
+    atlas_toolcall_format hf = ATLAS_TOOLCALL_NONE;
+    CHECK_OK(atlas_toolcall_format_parse("harmony", &hf));
+    CHECK(hf == ATLAS_TOOLCALL_HARMONY);
+    atlas_toolcall_parser *hp = NULL; /* read from ids (atlas/harmony.h), not from text */
+    CHECK(atlas_toolcall_parser_new(ATLAS_TOOLCALL_HARMONY, &hp) == ATLAS_ERR_INVALID && hp == NULL);
     CHECK(!strcmp(atlas_toolcall_format_name(ATLAS_TOOLCALL_HERMES), "hermes"));
     atlas_toolcall_parser *p = NULL;
     CHECK(atlas_toolcall_parser_new((atlas_toolcall_format)42, &p) == ATLAS_ERR_INVALID && p == NULL);

@@ -106,7 +106,29 @@ CASES = [
         {"role": "user", "content": "What's the weather in Paris?"}]}),
     ("tool-round-object-args", {"tools": [WEATHER], "messages": tool_round({"city": "Paris", "unit": "celsius"})}),
     ("tool-round-string-args", {"tools": [WEATHER], "messages": tool_round("{\"city\": \"Paris\"}")}),
+    ("thinking-effort", {"tools": [WEATHER], "extra": {"reasoning_effort": "high"}, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "thinking": "Need the weather tool.", "tool_calls": [
+            {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "tool_call_id": "call12345", "content": "{\"temperature\": 22}"},
+        {"role": "assistant", "content": "It is 22 degrees."},
+        {"role": "user", "content": "Thanks"}]}),
 ]
+
+
+def load(d):
+    """(template source, tokenizer_config) of a directory: chat_template.jinja wins over the
+    config's chat_template, as in transformers."""
+    cfg = {}
+    path = os.path.join(d, "tokenizer_config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    jinja = os.path.join(d, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read(), cfg
+    return cfg.get("chat_template"), cfg
 
 
 def main():
@@ -114,14 +136,14 @@ def main():
     env = environment()
     out = []
     for family in sorted(os.listdir(here)):
-        path = os.path.join(here, family, "tokenizer_config.json")
-        if not os.path.isfile(path):
+        if not os.path.isdir(os.path.join(here, family)):
             continue
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-        tmpl = env.from_string(cfg["chat_template"])
+        source, cfg = load(os.path.join(here, family))
+        if not source:
+            continue
+        tmpl = env.from_string(source)
         for name, case in CASES:
-            extra = {"date_string": "26 Jul 2024"}
+            extra = {"date_string": "26 Jul 2024", **case.get("extra", {})}
             kwargs = {k: token(cfg, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if token(cfg, k)}
             messages = convert_arguments(json.loads(json.dumps(case["messages"])))
             entry = {"family": family, "case": name, "messages": case["messages"], "gen": case.get("gen", True), "extra": extra}
@@ -222,14 +244,15 @@ def random_conversations(env, here, seed=7, per_template=16):
     dirs = ["../tiny-llama3", "../tiny-qwen3"] + sorted(d for d in os.listdir(here) if os.path.isdir(os.path.join(here, d)))
     out = []
     for d in dirs:
-        with open(os.path.join(here, d, "tokenizer_config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
-        tmpl = env.from_string(cfg["chat_template"])
+        source, cfg = load(os.path.join(here, d))
+        tmpl = env.from_string(source)
         kwargs = {k: token(cfg, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token") if token(cfg, k)}
         for _ in range(per_template):
             extra = {"date_string": "26 Jul 2024"}
             if rnd.random() < 0.5:
                 extra["enable_thinking"] = rnd.random() < 0.5
+            if d == "gpt_oss" and rnd.random() < 0.5:  # a draw only here: the others' stay as they were
+                extra["reasoning_effort"] = rnd.choice(["low", "medium", "high"])
             entry = {"family": d, "messages": conversation(), "gen": rnd.random() < 0.7, "extra": extra}
             if rnd.random() < 0.4:
                 entry["tools"] = [WEATHER]
