@@ -47,6 +47,10 @@ struct json_t; /* jansson's */
 typedef struct atlas_tokenizer atlas_tokenizer;
 typedef struct atlas_harmony atlas_harmony;
 
+/* Whether a chat template (its source, borrowed; NULL: false) writes Harmony: it has both
+ * "<|channel|>" and "<|message|>".  Pure: any thread. */
+ATLAS_API bool atlas_harmony_template(const char *template_source);
+
 /* Whether tok has the Harmony markers (<|start|>, <|end|>, <|message|>, <|channel|>,
  * <|call|>, <|return|>; <|constrain|> is optional).  Pure: any thread. */
 ATLAS_API bool atlas_harmony_supported(const atlas_tokenizer *tok);

@@ -75,6 +75,10 @@ static void marks(const atlas_tokenizer *tok, int32_t m[M_N]) {
     for (int i = 0; i < M_N; i++) m[i] = atlas_tokenizer_token_id(tok, MARK[i]);
 }
 
+bool atlas_harmony_template(const char *src) {
+    return src && strstr(src, MARK[M_CHANNEL]) && strstr(src, MARK[M_MESSAGE]);
+}
+
 bool atlas_harmony_supported(const atlas_tokenizer *tok) {
     if (!tok) return false;
     int32_t m[M_N];

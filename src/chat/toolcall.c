@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "atlas/harmony.h"
 #include "atlas/toolcall.h"
 #include "core/error.h"
 
@@ -69,7 +70,7 @@ static bool has_ci(const char *s, const char *needle) { return s && strcasestr(s
 
 atlas_toolcall_format atlas_toolcall_format_detect(const char *tmpl, const char *family) {
     if (tmpl) {
-        if (strstr(tmpl, "<|channel|>") && strstr(tmpl, "<|message|>")) return ATLAS_TOOLCALL_HARMONY;
+        if (atlas_harmony_template(tmpl)) return ATLAS_TOOLCALL_HARMONY;
         if (strstr(tmpl, HERMES_OPEN)) return ATLAS_TOOLCALL_HERMES;
         if (strstr(tmpl, MISTRAL_MARK)) return ATLAS_TOOLCALL_MISTRAL;
         if (strstr(tmpl, PYTHON_TAG) || (strstr(tmpl, "\"parameters\"") && strstr(tmpl, "<|start_header_id|>")))

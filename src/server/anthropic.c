@@ -322,19 +322,24 @@ static atlas_status tag_ids(const atlas_tokenizer *tok, const char *tag, int32_t
 }
 
 /* thinking.budget_tokens (checked by thinking() above) as the engine's think budget, on a
- * reply the reasoning splitter reads as a think block; where a constraint decides the reply
+ * reply the reasoning splitter reads as a think block, or on a Harmony reply's analysis
+ * message (closed by the header of the final one); where a constraint decides the reply
  * there is no block to close. */
 static atlas_status think_budget(const json_t *body, atlas_api_chat_req *q,
                                  const char **param) {
     const json_t *t = json_object_get(body, "thinking");
     json_int_t budget = json_integer_value(json_object_get(t, "budget_tokens"));
     const char *type = json_string_value(json_object_get(t, "type"));
-    if (!type || strcmp(type, "enabled") || budget < 1 || !q->o.reasoning || q->gp.constraint)
+    bool harmony = q->o.harmony;
+    if (!type || strcmp(type, "enabled") || budget < 1 || !(q->o.reasoning || harmony) ||
+        q->gp.constraint)
         return ATLAS_OK;
     *param = "thinking.budget_tokens";
     atlas_gen_params *gp = &q->gp;
-    ATLAS_TRY(tag_ids(q->tok, "<think>", gp->think_open, &gp->n_think_open));
-    ATLAS_TRY(tag_ids(q->tok, "</think>", gp->think_close, &gp->n_think_close));
+    ATLAS_TRY(tag_ids(q->tok, harmony ? "<|channel|>analysis<|message|>" : "<think>",
+                      gp->think_open, &gp->n_think_open));
+    ATLAS_TRY(tag_ids(q->tok, harmony ? "<|end|><|start|>assistant<|channel|>final<|message|>"
+                                      : "</think>", gp->think_close, &gp->n_think_close));
     *param = NULL;
     gp->think_budget = budget < INT32_MAX ? (int)budget : INT32_MAX;
     gp->think_inside = q->o.reasoning_inside;

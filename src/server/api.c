@@ -6,6 +6,7 @@
 
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
+#include "atlas/harmony.h"
 #include "atlas/reasoning.h"
 #include "atlas/shield.h"
 #include "atlas/template.h"
@@ -354,7 +355,14 @@ static atlas_status tool_constraint(atlas_toolcall_format f, const char *model,
     *lazy = false;
     if (json_array_size(tools) == 0 || (!forced && (gp->constraint || f == ATLAS_TOOLCALL_NONE)))
         return ATLAS_OK;
+    if (f == ATLAS_TOOLCALL_HARMONY && !forced) /* strict tools: the calls' frame is tokens */
+        return ATLAS_OK;
     *param = "tool_choice";
+    if (f == ATLAS_TOOLCALL_HARMONY)
+        return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call, which the "
+                                             "harmony format of '%s' cannot do: its calls are "
+                                             "framed by special tokens a constraint does not "
+                                             "write; use \"auto\"", model);
     if (f == ATLAS_TOOLCALL_NONE)
         return atlas_fail(ATLAS_ERR_INVALID, "'tool_choice' forces a tool call, but the chat "
                                              "template of '%s' has no tool-call format atlas "
@@ -412,6 +420,54 @@ static atlas_status check_kwargs(const json_t *body, const json_t **kwargs, cons
     return ATLAS_OK;
 }
 
+/* "reasoning_effort" (OpenAI's: "low", "medium" or "high") reaches the template as its
+ * keyword argument of that name, as vLLM and llama.cpp pass it (gpt-oss's system message
+ * says "Reasoning: high"); a chat_template_kwargs that says otherwise is refused.  *merged:
+ * a new object (kwargs and the effort) or NULL when the body has none. */
+static atlas_status effort_kwargs(const json_t *body, const json_t *kwargs, json_t **merged,
+                                  const char **param) {
+    *merged = NULL;
+    const char *effort = NULL;
+    ATLAS_TRY(atlas_param_string(body, "reasoning_effort", &effort, param));
+    if (!effort) return ATLAS_OK;
+    *param = "reasoning_effort";
+    if (strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high"))
+        return atlas_fail(ATLAS_ERR_INVALID, "'reasoning_effort' must be \"low\", \"medium\" or "
+                                             "\"high\", not '%.40s'", effort);
+    const char *kw = json_string_value(json_object_get(kwargs, "reasoning_effort"));
+    if (json_object_get(kwargs, "reasoning_effort") && (!kw || strcmp(kw, effort)))
+        return atlas_fail(ATLAS_ERR_INVALID, "'reasoning_effort' is '%s' but "
+                                             "'chat_template_kwargs.reasoning_effort' says otherwise",
+                          effort);
+    *merged = kwargs ? json_deep_copy(kwargs) : json_object();
+    if (!*merged || json_object_set_new(*merged, "reasoning_effort", json_string(effort))) {
+        json_decref(*merged);
+        *merged = NULL;
+        return atlas_fail(ATLAS_ERR_NOMEM, "reasoning_effort: out of memory");
+    }
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+/* A Harmony template (gpt-oss's) reads an assistant turn's reasoning as "thinking": it comes
+ * from "reasoning_content" (what atlas answers) or "reasoning" (vLLM's newer name) when the
+ * message has no "thinking" of its own.  The template refuses a turn with tool calls that
+ * has both content and thinking; there the content is dropped, as llama.cpp does, the
+ * reasoning being what the model wrote before its call. */
+static void harmony_thinking(json_t *msgs) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "assistant") || json_object_get(m, "thinking")) continue;
+        json_t *r = json_object_get(m, "reasoning_content");
+        if (!json_is_string(r)) r = json_object_get(m, "reasoning");
+        if (!json_is_string(r) || json_string_length(r) == 0) continue;
+        json_object_set(m, "thinking", r);
+        if (json_array_size(json_object_get(m, "tool_calls"))) json_object_del(m, "content");
+    }
+}
+
 /* A shielded copy of v into *out, NULL for NULL; param names v when that fails. */
 static atlas_status shielded_copy(const atlas_tokenizer *shield, const json_t *v, const char *name,
                                   json_t **out, const char **param) {
@@ -436,8 +492,12 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
     bool gen_prompt = true;
+    json_t *effort = NULL; /* kwargs with reasoning_effort, when the body has one */
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
     if (st == ATLAS_OK) st = check_kwargs(body, &kwargs, param);
+    if (st == ATLAS_OK) st = effort_kwargs(body, kwargs, &effort, param);
+    if (effort) kwargs = effort;
+    if (st == ATLAS_OK && atlas_harmony_template(atlas_template_source(tmpl))) harmony_thinking(msgs);
     /* every client string that reaches the template, object keys included, may not spell the
      * model's control tokens */
     json_t *tools_sh = NULL, *kwargs_sh = NULL;
@@ -461,6 +521,7 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     json_decref(msgs);
     json_decref(tools_sh);
     json_decref(kwargs_sh);
+    json_decref(effort);
     return st;
 }
 
@@ -564,12 +625,23 @@ atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_a
                             .include_usage = gp->include_usage, .logprobs = gp->logprobs,
                             .top_logprobs = gp->top_logprobs,
                             .tokens_as_ids = gp->tokens_as_ids, .tools = ATLAS_TOOLCALL_NONE};
-    if (parse_tools) q->o.tools = tool_format(s, q->model, tmpl);
+    atlas_toolcall_format format = tool_format(s, q->model, tmpl);
+    if (parse_tools) q->o.tools = format;
+    /* a Harmony reply is read from its ids, whatever the request (its channels are not
+     * text), unless a response_format holds the reply to JSON text, which has no markers */
+    if (format == ATLAS_TOOLCALL_HARMONY && !gp->constraint && atlas_harmony_supported(q->tok)) {
+        q->o.harmony = true;
+        atlas_harmony_stop_ids(q->tok, gp->stop_ids, &gp->n_stop_ids);
+    } else if (format == ATLAS_TOOLCALL_HARMONY && parse_tools) {
+        *param = "tools";
+        return atlas_fail(ATLAS_ERR_INVALID, "the tool-call format of '%s' is harmony, but its "
+                                             "tokenizer lacks Harmony's special tokens", q->model);
+    }
     bool lazy = false; /* strict tools under "auto": the reply is free text still */
     if (parse_tools) ATLAS_TRY(tool_constraint(q->o.tools, q->model, body, gp, &lazy, param));
     /* a thinking template's "<think>" block becomes reasoning_content, unless a constraint
      * (forced tool call, response_format) decides what the reply is */
-    if (s->p.reasoning && (!gp->constraint || lazy) && tmpl &&
+    if (s->p.reasoning && !q->o.harmony && (!gp->constraint || lazy) && tmpl &&
         atlas_reasoning_template_thinks(atlas_template_source(tmpl))) {
         q->o.reasoning = true;
         q->o.reasoning_inside = atlas_reasoning_prompt_open(q->prompt);

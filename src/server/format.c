@@ -9,10 +9,14 @@
 #include "server/errors.h"
 #include "server/gen_internal.h"
 
-atlas_status atlas_gen_format_init(atlas_gen *g) {
-    if (g->o.reasoning && g->o.kind == ATLAS_API_CHAT)
+atlas_status atlas_gen_format_init(atlas_gen *g, const int32_t *ids, size_t n_ids) {
+    if (g->o.harmony && g->o.kind == ATLAS_API_CHAT) {
+        ATLAS_TRY(atlas_harmony_new(g->tok, ids, n_ids, &g->hp));
+        g->calls = json_array();
+    } else if (g->o.reasoning && g->o.kind == ATLAS_API_CHAT) {
         ATLAS_TRY(atlas_reasoning_new(g->o.reasoning_inside, &g->rp));
-    if (g->o.tools != ATLAS_TOOLCALL_NONE) {
+    }
+    if (g->o.tools != ATLAS_TOOLCALL_NONE && !g->hp) {
         ATLAS_TRY(atlas_toolcall_parser_new(g->o.tools, &g->tp));
         g->calls = json_array();
     }
@@ -21,7 +25,7 @@ atlas_status atlas_gen_format_init(atlas_gen *g) {
                     ? json_array()
                     : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
                                 "top_logprobs", "text_offset");
-    if ((g->o.tools && !g->calls) || (g->o.logprobs && !g->lp))
+    if (((g->o.tools || g->hp) && !g->calls) || (g->o.logprobs && !g->lp))
         return atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory");
     return ATLAS_OK;
 }
@@ -29,6 +33,7 @@ atlas_status atlas_gen_format_init(atlas_gen *g) {
 void atlas_gen_format_free(atlas_gen *g) {
     if (g->o.dialect && g->o.dialect->free) g->o.dialect->free(g->o.dialect_ctx);
     atlas_reasoning_free(g->rp);
+    atlas_harmony_free(g->hp);
     free(g->reasoning);
     atlas_toolcall_parser_free(g->tp);
     json_decref(g->calls);
@@ -135,11 +140,68 @@ static atlas_status release_text(atlas_gen *g, const char *text, size_t len, boo
     return ATLAS_OK;
 }
 
+/* Appends each call's arguments to *content (a malloc'd string): calls of a request that
+ * asked for none are text, as in the formats read from text. */
+static atlas_status calls_as_text(json_t *calls, char **content) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        const char *a = json_string_value(json_object_get(json_object_get(c, "function"), "arguments"));
+        size_t n = strlen(*content), k = a ? strlen(a) : 0;
+        char *grown = realloc(*content, n + k + 1);
+        if (!grown) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        memcpy(grown + n, a ? a : "", k + 1);
+        *content = grown;
+    }
+    json_array_clear(calls);
+    return ATLAS_OK;
+}
+
+/* A Harmony reply: e's id (or the id that ended it) through the parser, its text counted as
+ * released.  Calls go to calls when the request has tools, else to the content. */
+static atlas_status split_harmony(atlas_gen *g, const atlas_gen_event *e, bool end,
+                                  char **reasoning, char **out, json_t *calls) {
+    *reasoning = *out = NULL;
+    g->released += e->text_len;
+    json_t *got = json_array();
+    if (!got) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    atlas_status st = ATLAS_OK;
+    int32_t id = end ? e->stop_id : e->id;
+    if (id >= 0) st = atlas_harmony_feed(g->hp, id, g->released, reasoning, out, got);
+    if (st == ATLAS_OK && end) {
+        char *a = NULL, *b = NULL;
+        st = atlas_harmony_finish(g->hp, g->released, &a, &b, got);
+        if (st == ATLAS_OK && (!*reasoning || !*out)) { /* no id fed before */
+            free(*reasoning), free(*out);
+            *reasoning = a, *out = b, a = b = NULL;
+        } else if (st == ATLAS_OK) {
+            char *r2 = NULL, *o2 = NULL;
+            if (asprintf(&r2, "%s%s", *reasoning, a) < 0) r2 = NULL;
+            if (asprintf(&o2, "%s%s", *out, b) < 0) o2 = NULL;
+            free(*reasoning), free(*out);
+            *reasoning = r2, *out = o2;
+            if (!r2 || !o2) st = atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+        }
+        free(a), free(b);
+    }
+    if (st == ATLAS_OK && g->o.tools != ATLAS_TOOLCALL_HARMONY) st = calls_as_text(got, out);
+    if (st == ATLAS_OK && json_array_extend(calls, got)) st = atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    json_decref(got);
+    if (st != ATLAS_OK) {
+        free(*reasoning), free(*out);
+        *reasoning = *out = NULL;
+    }
+    return st;
+}
+
 /* The reasoning splitter first (when on), then the tool-call parser over the content:
  * *reasoning (NULL when the splitter is off) and *out are malloc'd. */
-static atlas_status split_text(atlas_gen *g, const char *text, size_t len, bool end,
+static atlas_status split_text(atlas_gen *g, const atlas_gen_event *e, bool end,
                                char **reasoning, char **out, json_t *calls) {
+    const char *text = e->text;
+    size_t len = e->text_len;
     *reasoning = NULL;
+    if (g->hp) return split_harmony(g, e, end, reasoning, out, calls);
     if (!g->rp) return release_text(g, text, len, end, out, calls);
     char *content = NULL;
     ATLAS_TRY(atlas_reasoning_feed(g->rp, text, len, end, reasoning, &content));
@@ -209,7 +271,7 @@ static atlas_status stream_token(atlas_gen *g, const atlas_gen_event *e, bool en
     bool chat = g->o.kind == ATLAS_API_CHAT;
     json_t *calls = json_array();
     char *text = NULL, *reasoning = NULL;
-    atlas_status st = split_text(g, e->text, e->text_len, end, &reasoning, &text, calls);
+    atlas_status st = split_text(g, e, end, &reasoning, &text, calls);
     if (st != ATLAS_OK) {
         json_decref(calls);
         return st;
@@ -366,8 +428,7 @@ atlas_status atlas_gen_format_collect(atlas_gen *g, const atlas_gen_event *e) {
     if (e->stop_string && !g->stop_string && !(g->stop_string = strdup(e->stop_string)))
         return atlas_fail(ATLAS_ERR_NOMEM, "response: out of memory");
     char *text = NULL, *reasoning = NULL;
-    ATLAS_TRY(split_text(g, e->text, e->text_len, e->type == ATLAS_EVENT_END, &reasoning, &text,
-                         g->calls));
+    ATLAS_TRY(split_text(g, e, e->type == ATLAS_EVENT_END, &reasoning, &text, g->calls));
     atlas_status st = append_text(g, text, strlen(text));
     if (st == ATLAS_OK && reasoning && *reasoning)
         st = append_to(&g->reasoning, &g->reasoning_len, &g->reasoning_cap, reasoning,

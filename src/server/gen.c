@@ -98,6 +98,7 @@ static void on_event(const atlas_event *ev, void *user) {
             memcpy(e->stop_string, ev->stop_string, stop_len);
         }
         e->finish = ev->finish;
+        e->stop_id = end ? ev->stop_id : -1;
         e->status = ev->status;
         e->usage = ev->usage;
         e->ttft_s = ev->ttft_s;
@@ -179,7 +180,7 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
              (unsigned long long)((uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec));
     atlas_status st = !g->model || (o->echo && !g->echo)
                           ? atlas_fail(ATLAS_ERR_NOMEM, "request: out of memory")
-                          : atlas_gen_format_init(g);
+                          : atlas_gen_format_init(g, ids, n_ids);
     if (st != ATLAS_OK) {
         g->refs = 1;
         gen_unref(g);
@@ -192,6 +193,8 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.sampling = gp->sp;
     req.max_tokens = (int)gp->max_tokens;
     req.stop = gp->stop;
+    req.stop_ids = gp->stop_ids;
+    req.n_stop_ids = gp->n_stop_ids;
     req.n_stop = gp->n_stop;
     req.logprobs = gp->logprobs;
     req.top_logprobs = gp->top_logprobs;

@@ -65,6 +65,9 @@ typedef struct atlas_gen_opts {
     const char *echo;             /* /v1/completions echo: the prompt text (copied) or NULL */
     bool reasoning;               /* chat: split "<think>" out as reasoning_content */
     bool reasoning_inside;        /* the prompt already opened the block (reasoning.h) */
+    bool harmony;                 /* chat: the reply is Harmony (atlas/harmony.h), read from
+                                     its ids: analysis is reasoning, and tool calls are taken
+                                     when tools is ATLAS_TOOLCALL_HARMONY (else content) */
     const atlas_gen_dialect *dialect; /* NULL: OpenAI's JSON and SSE (format.c) */
     void *dialect_ctx;            /* the dialect's own, owned by the gen once atlas_gen_start
                                      is called, whatever it returns */

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "atlas/engine.h"
+#include "atlas/harmony.h"
 #include "atlas/reasoning.h"
 #include "server/gen.h"
 #include "server/state.h"
@@ -26,6 +27,7 @@ typedef struct atlas_gen_event {
     size_t text_len;
     char *message;            /* NUL-terminated */
     char *stop_string;        /* END by a stop string: which one (NUL-terminated); else NULL */
+    int32_t stop_id;          /* END by an eos or stop id: which; else -1 */
     int n_top;
     atlas_top_logprob top[];  /* [n_top] */
 } atlas_gen_event;
@@ -84,6 +86,8 @@ struct atlas_gen {
     char *reasoning;          /* the whole reasoning so far (non-streaming) */
     size_t reasoning_len, reasoning_cap;
     atlas_toolcall_parser *tp;
+    atlas_harmony *hp;        /* o.harmony: the reply read from its token ids */
+    size_t released;          /* o.harmony: bytes of text the engine has released */
     json_t *calls;            /* completed tool calls, for the whole response */
     int n_calls;
     bool began;               /* the first event was formatted (role chunk or echo) */
@@ -107,7 +111,8 @@ bool atlas_gen_has_event(atlas_gen *g);
 bool atlas_gen_wait_first(atlas_gen *g);
 
 /* format.c: formatting only, it never waits on the queue (gen.c does, and calls it) */
-atlas_status atlas_gen_format_init(atlas_gen *g);
+/* ids[0..n_ids): the prompt (where a Harmony reply starts) */
+atlas_status atlas_gen_format_init(atlas_gen *g, const int32_t *ids, size_t n_ids);
 void atlas_gen_format_free(atlas_gen *g);
 /* Streaming: appends the SSE bytes for e to g->out. */
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e);

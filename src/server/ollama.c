@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "atlas/engine.h"
+#include "atlas/harmony.h"
 #include "atlas/reasoning.h"
 #include "atlas/shield.h"
 #include "atlas/template.h"
@@ -283,7 +284,8 @@ static atlas_status parse_format(const json_t *body, json_t *oa, const char **pa
 
 /* "think": true or false (or "high", "medium", "low", taken as true) sets the template's
  * enable_thinking; true for a model whose template cannot think is refused, as Ollama
- * does.  Absent: the template's default. */
+ * does.  Absent: the template's default.  A Harmony model (gpt-oss) always reasons: a level
+ * is its reasoning_effort, and a boolean changes nothing, as in Ollama. */
 static atlas_status parse_think(atlas_server *s, const json_t *body, json_t *oa,
                                 const char *model, const char **param) {
     const json_t *t = json_object_get(body, "think");
@@ -296,8 +298,13 @@ static atlas_status parse_think(atlas_server *s, const json_t *body, json_t *oa,
                                              "or \"low\"");
     bool on = !json_is_false(t);
     const atlas_template *tmpl = NULL;
-    if (on && (atlas_engine_template(s->engine, model, &tmpl) != ATLAS_OK ||
-               !atlas_reasoning_template_thinks(atlas_template_source(tmpl))))
+    if (atlas_engine_template(s->engine, model, &tmpl) == ATLAS_OK &&
+        atlas_harmony_template(atlas_template_source(tmpl))) {
+        if (level) ATLAS_TRY(set_field(oa, "reasoning_effort", json_string(level)));
+        *param = NULL;
+        return ATLAS_OK;
+    }
+    if (on && (!tmpl || !atlas_reasoning_template_thinks(atlas_template_source(tmpl))))
         return atlas_fail(ATLAS_ERR_INVALID, "'%s' does not support thinking", model);
     ATLAS_TRY(set_field(oa, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on)));
     *param = NULL;

@@ -35,6 +35,9 @@ typedef struct atlas_gen_params {
     int64_t max_tokens;         /* 0: until the context is full */
     const char **stop;          /* [n_stop], strings point into the body */
     int n_stop;
+    int32_t stop_ids[2];        /* ids that end the reply beside the model's eos (set by
+                                   api.c: Harmony's <|call|> and <|return|>) */
+    int n_stop_ids;
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
     bool logprobs;
