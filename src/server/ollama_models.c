@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "atlas/engine.h"
+#include "atlas/harmony.h"
 #include "atlas/reasoning.h"
 #include "atlas/template.h"
 #include "atlas/toolcall.h"
@@ -186,7 +187,7 @@ static json_t *capabilities(atlas_server *s, const atlas_engine_model_status *m,
     if (m->tool_call_format) atlas_toolcall_format_parse(m->tool_call_format, &f);
     if (f != ATLAS_TOOLCALL_NONE)
         json_array_append_new(caps, json_string("tools"));
-    if (src && atlas_reasoning_template_thinks(src))
+    if (src && (atlas_reasoning_template_thinks(src) || atlas_harmony_template(src)))
         json_array_append_new(caps, json_string("thinking"));
     return caps;
 }

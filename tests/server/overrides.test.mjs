@@ -72,10 +72,10 @@ test('a template that does not parse, an unknown format or model: refused at sta
   const run = (args) => spawnSync(BIN, ['serve', '--port', '0', '--model', QWEN, ...args], { encoding: 'utf8' });
   const f = run(['--tool-call-format', 'xml']);
   assert.equal(f.status, 2);
-  assert.match(f.stderr, /'xml': not one of hermes, llama3, mistral, none/);
+  assert.match(f.stderr, /'xml': not one of hermes, llama3, mistral, harmony, none/);
   const m = run(['--chat-template', `nosuch=${jinja}`]);
   assert.equal(m.status, 2);
   assert.match(m.stderr, /no served model is named 'nosuch'/);
   const h = spawnSync(BIN, ['serve', '--help'], { encoding: 'utf8' });
-  assert.match(h.stdout, /--tool-call-format \[NAME=\]F[\s\S]*hermes, llama3, mistral or none/);
+  assert.match(h.stdout, /--tool-call-format \[NAME=\]F[\s\S]*hermes, llama3, mistral, harmony or\s+none/);
 });
