@@ -344,7 +344,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
     CHECK_OK(be->ops->rope(be, qkv, n, 0));
     CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
     CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
-    CHECK_OK(be->ops->attention(be, out, qkv, kv, 1));
+    CHECK_OK(be->ops->attention(be, out, qkv, kv, 1, NULL));
     free(roped);
     char what[64];
     snprintf(what, sizeof what, "attention (window %d, qk_norm %d, %d tokens)", window,
@@ -480,18 +480,18 @@ static void test_fused_expand(atlas_backend *be) {
     CHECK_OK(be->ops->matmul(be, qkv[0], h[0], w[1], w[2], N));
     CHECK_OK(be->ops->rope(be, qkv[0], N, 0));
     CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 0));
-    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 0));
+    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 0, NULL));
     atlas_epilogue rk = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv[1], .layer = 0};
     CHECK_OK(atlas_op_rmsnorm_matmul(be, qkv[1], h[1], x[1], w[0], w[1], w[2], N, D, 0, &rk));
-    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 0));
+    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 0, NULL));
     CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(qkv[0], qkv[1], sizeof qkv[0]) &&
           !memcmp(a2[0], a2[1], sizeof a2[0]));
     /* rope_kv_store alone (qk_norm between the matmul and it) into layer 1 */
     CHECK_OK(be->ops->rope(be, qkv[0], N, 0));
     CHECK_OK(be->ops->kv_store(be, qkv[0], kv[0], 1));
     CHECK_OK(atlas_op_rope_kv_store(be, qkv[1], kv[1], 1, N));
-    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 1));
-    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 1));
+    CHECK_OK(be->ops->attention(be, a2[0], qkv[0], kv[0], 1, NULL));
+    CHECK_OK(be->ops->attention(be, a2[1], qkv[1], kv[1], 1, NULL));
     CHECK(!memcmp(qkv[0], qkv[1], sizeof qkv[0]) && !memcmp(a2[0], a2[1], sizeof a2[0]));
     /* matmul + add_rmsnorm against matmul_residual then the norm (add, then rmsnorm) */
     CHECK_OK(be->ops->matmul(be, o[0], a2[0], w[4], NULL, N));

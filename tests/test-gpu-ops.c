@@ -227,8 +227,8 @@ static void test_layer_ops(atlas_kv *kc, atlas_kv *kg, int n0, int n1, int start
         CHECK_OK(cpu->ops->kv_store(cpu, qkv.cpu, kc, l));
         CHECK_OK(gpu->ops->kv_store(gpu, qkv.gpu, kg, l));
         buf_poison(&att);
-        CHECK_OK(cpu->ops->attention(cpu, att.cpu, qkv.cpu, kc, l));
-        CHECK_OK(gpu->ops->attention(gpu, att.gpu, qkv.gpu, kg, l));
+        CHECK_OK(cpu->ops->attention(cpu, att.cpu, qkv.cpu, kc, l, NULL));
+        CHECK_OK(gpu->ops->attention(gpu, att.gpu, qkv.gpu, kg, l, NULL));
         snprintf(what, sizeof what, "%s attention layer %d", tag, l);
         buf_check(what, &att, (size_t)n * H * HD, 1e-2, gpu);
     }
@@ -275,7 +275,7 @@ static void test_graph(atlas_kv *kc, atlas_kv *kg, weight *norm, weight *wqkv, i
             atlas_epilogue epi = {.kind = ATLAS_EPI_ROPE_KV, .kv = kv, .layer = 0};
             CHECK_OK(atlas_op_rmsnorm_matmul(be, qb, hb, xb, w_of(norm, i), w_of(wqkv, i), NULL,
                                              2, D, 0, &epi));
-            CHECK_OK(be->ops->attention(be, ab, qb, kv, 0));
+            CHECK_OK(be->ops->attention(be, ab, qb, kv, 0, NULL));
         }
         char what[64];
         /* 2e-2: the GPU's cache is bf16, the CPU's fp32, and these scores are peaked enough

@@ -508,7 +508,7 @@ static void test_route_ties(void) {
         int32_t ids[4];
         float wts[4];
         CHECK_OK(be->ops->weight_load(be, &sp, 1, &w));
-        if (w) CHECK_OK(be->ops->moe_route(be, ids, wts, h, w, 2));
+        if (w) CHECK_OK(be->ops->moe_route(be, ids, wts, h, w, NULL, 2));
         for (int t = 0; w && t < 2; t++) {
             double l1 = 0, l2 = 0, l0 = 0, sum;
             for (int j = 0; j < D; j++)

@@ -113,7 +113,18 @@ enum { ATLAS_MAX_ROPE_SETS = 2 };
 typedef enum atlas_glu_kind {
     ATLAS_GLU_SILU = 0,  /* SwiGLU: silu(g) = g / (1 + exp(-g)) */
     ATLAS_GLU_GELU_TANH, /* GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+    /* gpt-oss's clamped SwiGLU, on g = min(gate, L) and u = clamp(up, -L, L):
+     * (u + 1) * g * sigmoid(alpha * g), L = geom.glu_limit, alpha = geom.glu_alpha */
+    ATLAS_GLU_SWIGLU_CLAMP,
 } atlas_glu_kind;
+
+/* How moe_route turns a router's logits into a token's k experts and their weights. */
+typedef enum atlas_moe_route_kind {
+    ATLAS_ROUTE_SOFTMAX_TOPK = 0, /* softmax over all E, the k largest (renormalised when
+                                     moe_norm_topk): Qwen3-MoE, Mixtral */
+    ATLAS_ROUTE_TOPK_SOFTMAX,     /* the k largest logits, then a softmax over those k:
+                                     gpt-oss */
+} atlas_moe_route_kind;
 
 /* What the ops need to know about the model; fixed for the backend's lifetime. */
 typedef struct atlas_backend_geom {
@@ -149,6 +160,8 @@ typedef struct atlas_backend_geom {
     float attn_scale;            /* scores are q.k times it; 0: 1/sqrt(head_dim) */
     float embed_scale;           /* embed multiplies the rows by it; 0: 1 (Gemma: sqrt(d)) */
     atlas_glu_kind glu;          /* the activation of ATLAS_EPI_GLU and the glu op */
+    float glu_alpha, glu_limit;  /* ATLAS_GLU_SWIGLU_CLAMP's gain and clamp */
+    int attn_sinks;              /* 1: attention is given each layer's sinks (gpt-oss) */
     int post_norms;              /* the model norms projections' outputs before their residual
                                     adds (Gemma 3): rmsnorm then add, the plain ops */
     /* Mixture-of-experts layers (0 experts: none; which layers are MoE is the model's): E
@@ -158,6 +171,7 @@ typedef struct atlas_backend_geom {
     int n_experts_used;          /* k */
     int expert_ffn;              /* f of one expert (the dense layers keep intermediate) */
     int moe_norm_topk;
+    atlas_moe_route_kind moe_route; /* the routing's order of top-k and softmax */
 } atlas_backend_geom;
 
 /* Layer l's sliding window (0: full causal attention). */
@@ -229,7 +243,8 @@ typedef struct atlas_backend_ops {
     void (*weight_free)(atlas_backend *be, atlas_weight *w);
     /* Optional (NULL: none): every weight of the model was loaded; returns when they are on
      * the device (CUDA: weight_load may only queue a weight's copy; the queued copies run
-     * here, in file order). Weights loaded after it are finished by the next begin_batch. */
+     * here, in file order). Weights loaded after it are finished by the next begin_batch.
+     * A backend without it has read a weight's sources when weight_load returns. */
     atlas_status (*weights_done)(atlas_backend *be);
 
     atlas_status (*kv_create)(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out);
@@ -259,9 +274,11 @@ typedef struct atlas_backend_ops {
     /* out[n, H*hd]: causal softmax(q k^T * atlas_geom_attn_scale) v of each token against its
      * sequence's cached context up to and including its own position, the last
      * atlas_geom_window(layer) positions of it when that is not 0 (GQA: q head h uses kv head
-     * h / (H/K)). */
+     * h / (H/K)). sinks (NULL: none; geom.attn_sinks says whether the model has them): a
+     * logit per q head [H] that joins each softmax's denominator and adds no value, so
+     * the weights of the positions sum to less than 1 (gpt-oss). */
     atlas_status (*attention)(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
-                              int layer);
+                              int layer, const atlas_weight *sinks);
     /* out[n, f] = silu(gate_up[n, :f]) * gate_up[n, f:] */
     atlas_status (*swiglu)(atlas_backend *be, void *out, const void *gate_up, int n, int f);
     /* Optional (NULL: only SwiGLU, through swiglu): out[n, f] = act(gate_up[n, :f]) *
@@ -275,21 +292,27 @@ typedef struct atlas_backend_ops {
     atlas_status (*add)(atlas_backend *be, void *resid, const void *delta, int n, int d);
     /* Mixture of experts (optional, NULL: none; the model refuses an MoE checkpoint on a
      * backend without them). A layer is route then experts, then add's residual add.
-     * moe_route: logits = h[n, d] @ router[E, d]^T in float32, p = softmax(logits) over all
-     * E, the k = geom.n_experts_used largest p in decreasing order (equal p: the lower
-     * expert index first, as torch.topk returns them), divided by their sum when
-     * geom.moe_norm_topk: ids[n, k] (int32) and wts[n, k] (float32), backend memory. */
+     * moe_route: logits = h[n, d] @ router[E, d]^T (+ bias[E]) in float32; then as
+     * geom.moe_route says: ATLAS_ROUTE_SOFTMAX_TOPK: p = softmax(logits) over all E, the
+     * k = geom.n_experts_used largest p in decreasing order (equal p: the lower expert index
+     * first, as torch.topk returns them), divided by their sum when geom.moe_norm_topk;
+     * ATLAS_ROUTE_TOPK_SOFTMAX: the k largest logits (in that order, ties likewise), their
+     * softmax over the k as the weights. ids[n, k] (int32) and wts[n, k] (float32), backend
+     * memory. */
     atlas_status (*moe_route)(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                              const atlas_weight *router, int n);
-    /* out[n, d] = sum over j < k of wts[t, j] * down_e(act(gate_e h[t]) * up_e h[t]),
-     * e = ids[t, j], act geom.glu's. The E experts are one stacked weight each, row blocks
-     * of one expert after another (each expert's view is its block): gate_up[E * 2f, d]
-     * (expert e's gate rows e * 2f .. e * 2f + f - 1, its up rows the next f) and down[E * d,
-     * f], f = geom.expert_ffn; so a backend may group the rows by expert and run each
-     * group's matmuls (the CPU), or all groups in one grouped launch. Each token's experts
-     * are summed in increasing expert index. */
+                              const atlas_weight *router, const atlas_weight *bias, int n);
+    /* out[n, d] = sum over j < k of wts[t, j] * down_e(glu(gate_up_e h[t])), e = ids[t, j],
+     * the glu geom.glu's. The E experts are one stacked weight each, row blocks of one
+     * expert after another (each expert's view is its block): gate_up[E * 2f, d] (expert
+     * e's gate rows e * 2f .. e * 2f + f - 1, its up rows the next f) and down[E * d, f],
+     * f = geom.expert_ffn; so a backend may group the rows by expert and run each group's
+     * matmuls (the CPU), or all groups in one grouped launch. Their biases (NULL: none,
+     * gpt-oss has them) stack likewise: gate_up_bias[E * 2f], down_bias[E * d], each
+     * expert's added to its own matmul's output. Each token's experts are summed in
+     * increasing expert index. */
     atlas_status (*moe_experts)(atlas_backend *be, void *out, const void *h,
-                                const atlas_weight *gate_up, const atlas_weight *down,
+                                const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
+                                const atlas_weight *down, const atlas_weight *down_bias,
                                 const int32_t *ids, const float *wts, int n);
     /* out[n_logits, d] = x[logit_rows, d] */
     atlas_status (*gather_rows)(atlas_backend *be, void *out, const void *x, int d);

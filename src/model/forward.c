@@ -1,5 +1,6 @@
 /* model/forward.c — the forward pass of every family (Llama, Mistral, Qwen2, Qwen3, Phi3,
- * Gemma 3), written once against the op table; the CPU and CUDA backends both run it.
+ * Gemma 3, Qwen3-MoE, Mixtral, gpt-oss), written once against the op table; the CPU and
+ * CUDA backends both run it.
  *
  *   x = embed(tokens)                                   x[n, d]: the residual stream
  *   h = rmsnorm(x) * attn_norm[0]
@@ -14,11 +15,13 @@
  *   logits = h[logit_rows] @ lm_head^T                  [n_logits, vocab]
  *     (an embedding model, batch.hidden: h[logit_rows] itself, [n_logits, d], for pooling)
  *
- * A mixture-of-experts layer (Qwen3-MoE, Mixtral; lw->router set) replaces the MLP with
+ * A mixture-of-experts layer (Qwen3-MoE, Mixtral, gpt-oss; lw->router set) replaces the MLP
  *     h = rmsnorm(x) * mlp_norm[l];  ids, wts = moe_route(h, router)   (top k of E, [n, k])
  *     x += moe_experts(h, experts_gate_up, experts_down, ids, wts)
  * ops of their own that each backend runs its way (backend.h); its dense layers
- * (mlp_only_layers, decoder_sparse_step) keep the MLP above.
+ * (mlp_only_layers, decoder_sparse_step) keep the MLP above. gpt-oss adds biases to the
+ * router and the experts (the ops' bias arguments), routes and gates as the geometry says,
+ * and gives attention each layer's sinks.
  *
  * Gemma 3 (post_norms) norms each projection's output before its residual add,
  *     x += rmsnorm(att @ Wo^T) * attn_out_norm[l];  x += rmsnorm(mlp) * mlp_out_norm[l]
@@ -140,9 +143,11 @@ static atlas_status moe_layer(atlas_model *m, const atlas_layer_weights *lw, int
     atlas_backend *be = m->be;
     atlas_acts *a = &m->acts;
     ATLAS_TRY(be->ops->rmsnorm(be, a->h, a->x, lw->mlp_norm, n, d));
-    ATLAS_TRY(be->ops->moe_route(be, a->moe_ids, a->moe_wts, a->h, lw->router, n));
-    ATLAS_TRY(be->ops->moe_experts(be, a->o, a->h, lw->experts_gate_up, lw->experts_down,
-                                   a->moe_ids, a->moe_wts, n));
+    ATLAS_TRY(be->ops->moe_route(be, a->moe_ids, a->moe_wts, a->h, lw->router, lw->router_bias,
+                                 n));
+    ATLAS_TRY(be->ops->moe_experts(be, a->o, a->h, lw->experts_gate_up, lw->experts_gate_up_bias,
+                                   lw->experts_down, lw->experts_down_bias, a->moe_ids,
+                                   a->moe_wts, n));
     return be->ops->add(be, a->x, a->o, n, d);
 }
 
@@ -166,7 +171,7 @@ static atlas_status run_layers(atlas_model *m, int n) {
             ATLAS_TRY(op->qk_norm(be, a->qkv, lw->q_norm, lw->k_norm, n));
             ATLAS_TRY(atlas_op_rope_kv_store(be, a->qkv, m->kv, l, n));
         }
-        ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l));
+        ATLAS_TRY(op->attention(be, a->att, a->qkv, m->kv, l, lw->sinks));
         if (lw->attn_out_norm)
             ATLAS_TRY(normed_residual(m, a->att, lw->o, lw->o_bias, lw->attn_out_norm, n, d));
         else

@@ -764,7 +764,8 @@ void atlas_weights_free(atlas_backend *be, atlas_model_weights *w) {
                                    lw->k_norm,    lw->o,        lw->o_bias,   lw->mlp_norm,
                                    lw->gate_up,   lw->gate_up_bias, lw->down, lw->down_bias,
                                    lw->attn_out_norm, lw->mlp_out_norm, lw->router,
-                                   lw->experts_gate_up, lw->experts_down};
+                                   lw->experts_gate_up, lw->experts_down, lw->router_bias,
+                                   lw->experts_gate_up_bias, lw->experts_down_bias, lw->sinks};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) wf(be, all[i]);
         }
         if (w->lm_head != w->embed) wf(be, w->lm_head);

@@ -39,9 +39,14 @@ typedef struct atlas_layer_weights {
     atlas_weight *down;      /* [d, f] */
     atlas_weight *down_bias; /* [d] or NULL (tensor parallel: rank 0's only) */
     /* a mixture-of-experts layer (gate_up and down NULL; backend.h's moe ops): */
-    atlas_weight *router;          /* [E, d] mlp.gate (Mixtral: block_sparse_moe.gate) */
+    atlas_weight *router;          /* [E, d] mlp.gate (Mixtral: block_sparse_moe.gate;
+                                      gpt-oss: mlp.router) */
+    atlas_weight *router_bias;     /* [E] or NULL (gpt-oss) */
     atlas_weight *experts_gate_up; /* [E * 2f, d]: expert e's gate rows then its up rows */
+    atlas_weight *experts_gate_up_bias; /* [E * 2f] or NULL (gpt-oss) */
     atlas_weight *experts_down;    /* [E * d, f] */
+    atlas_weight *experts_down_bias;    /* [E * d] or NULL (gpt-oss) */
+    atlas_weight *sinks;           /* [H] self_attn.sinks or NULL (gpt-oss) */
 } atlas_layer_weights;
 
 /* The weight groups `atlas info` reports a format and bytes for. */

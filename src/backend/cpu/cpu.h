@@ -130,17 +130,18 @@ atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas
  * then multiplied): the reference the format kernels are tested against, bit for bit. */
 atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
                               const atlas_weight *w, const atlas_weight *bias, int n);
-/* out[n, f] = act(gate_up[n, :f]) * gate_up[n, f:]: SwiGLU, and geom.glu's activation
- * (cpu_glu.c). */
+/* out[n, f] = act(gate_up[n, :f]) * gate_up[n, f:]: SwiGLU, and geom.glu's gating
+ * (cpu_glu.c; gpt-oss's clamps both halves first). */
 atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
 atlas_status cpu_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
 /* The mixture-of-experts ops of backend.h (cpu_moe.c). */
 atlas_status cpu_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                           const atlas_weight *router, int n);
+                           const atlas_weight *router, const atlas_weight *bias, int n);
 atlas_status cpu_moe_experts(atlas_backend *be, void *out, const void *h,
-                             const atlas_weight *gate_up, const atlas_weight *down,
+                             const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
+                             const atlas_weight *down, const atlas_weight *down_bias,
                              const int32_t *ids, const float *wts, int n);
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
-                           int layer);
+                           int layer, const atlas_weight *sinks);
 
 #endif

@@ -1,8 +1,9 @@
 /* backend/cpu/cpu_attention.c — causal attention of the batch's q heads over the paged KV
- * cache (GQA, optional sliding window), fp32.
+ * cache (GQA, optional sliding window, optional sinks), fp32.
  *
  * One work item is one (token, q head). Softmax is computed online (running maximum and
- * rescaled sum), so no score buffer of context length is needed. */
+ * rescaled sum), so no score buffer of context length is needed. A sink (gpt-oss) is one
+ * more logit with no value: the running maximum starts at it and the sum at its exp(0). */
 #include <math.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ typedef struct attn_job {
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
     const float *k, *v;  /* this layer's pools [slots, K, hd] */
+    const float *sinks;  /* [H] or NULL */
 } attn_job;
 
 static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -32,7 +34,7 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
         const int32_t *table = cb->block_table + (size_t)s * cb->max_blocks;
         int start = 0;
         if (j->window > 0 && pos - j->window + 1 > 0) start = pos - j->window + 1;
-        float mx = -INFINITY, sum = 0.0f;
+        float mx = j->sinks ? j->sinks[h] : -INFINITY, sum = j->sinks ? 1.0f : 0.0f;
         memset(acc, 0, (size_t)hd * sizeof *acc);
         for (int p = start; p <= pos; p++) {
             size_t slot = (size_t)table[p / bs] * bs + p % bs;
@@ -56,14 +58,17 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
-                           int layer) {
+                           int layer, const atlas_weight *sinks) {
     cpu_backend *cb = (cpu_backend *)be;
     if (layer < 0 || layer >= kv->n_layers)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: layer %d of %d", layer,
                           kv->n_layers);
+    if (sinks && (sinks->n_dims != 1 || sinks->cols != be->geom.n_heads))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: %lld sinks for %d heads",
+                          (long long)sinks->cols, be->geom.n_heads);
     int window = atlas_geom_window(&be->geom, layer);
     attn_job j = {cb, window, out, qkv, kv->k + layer * kv->layer_floats,
-                  kv->v + layer * kv->layer_floats};
+                  kv->v + layer * kv->layer_floats, sinks ? sinks->vec : NULL};
     /* An item costs about 2 * context * hd multiply-adds: split only 32k or more a thread. */
     int64_t max_pos = 0;
     for (int t = 0; t < cb->n_tokens; t++)

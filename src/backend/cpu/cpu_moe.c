@@ -1,10 +1,11 @@
 /* backend/cpu/cpu_moe.c — the mixture-of-experts ops (backend.h: moe_route, moe_experts).
  *
- * Routing: the router's logits through the CPU matmul (fp32, as every CPU matmul), a
- * float32 softmax over all experts, then the k largest probabilities picked one at a time
- * by a scan in increasing expert index that only a strictly larger value displaces, so an
- * equal probability keeps the lower index (what torch.topk gives on CPU and GPU for the
- * sizes a router has).
+ * Routing: the router's logits (with its bias, gpt-oss) through the CPU matmul (fp32, as
+ * every CPU matmul), a float32 softmax over all experts, then the k largest probabilities
+ * picked one at a time by a scan in increasing expert index that only a strictly larger
+ * value displaces, so an equal probability keeps the lower index (what torch.topk gives on
+ * CPU and GPU for the sizes a router has). gpt-oss's order picks the k largest logits the
+ * same way first, then takes the softmax of those k as their weights.
  *
  * Experts: the rows are grouped by expert, and each expert's group goes through the CPU
  * matmul on that expert's view of the stacked weights (its block of whole parts), MOE_ROWS
@@ -58,8 +59,16 @@ static void top_k(const float *p, int E, int k, int norm, int32_t *ids, float *w
     for (int j = 0; j < k; j++) wts[j] /= sum;
 }
 
+/* The k largest logits, then their softmax over the k (the first is the largest). */
+static void top_k_softmax(const float *logits, int E, int k, int32_t *ids, float *wts) {
+    top_k(logits, E, k, 0, ids, wts);
+    float mx = wts[0], sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += (wts[j] = expf(wts[j] - mx));
+    for (int j = 0; j < k; j++) wts[j] /= sum;
+}
+
 atlas_status cpu_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                           const atlas_weight *router, int n) {
+                           const atlas_weight *router, const atlas_weight *bias, int n) {
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
     int E = g->n_experts, k = g->n_experts_used;
@@ -69,8 +78,12 @@ atlas_status cpu_moe_route(atlas_backend *be, int32_t *ids, float *wts, const vo
                           (long long)router->cols, E, g->hidden);
     ATLAS_TRY(grow_buf(cb, (size_t)n * E));
     float *logits = cb->moe_buf;
-    ATLAS_TRY(cpu_matmul(be, logits, h, router, NULL, n));
+    ATLAS_TRY(cpu_matmul(be, logits, h, router, bias, n));
     for (int t = 0; t < n; t++) {
+        if (g->moe_route == ATLAS_ROUTE_TOPK_SOFTMAX) {
+            top_k_softmax(logits + (size_t)t * E, E, k, ids + (size_t)t * k, wts + (size_t)t * k);
+            continue;
+        }
         float *p = logits + (size_t)t * E, max = p[0], sum = 0.0f;
         for (int e = 1; e < E; e++) max = p[e] > max ? p[e] : max;
         for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - max));
@@ -116,10 +129,19 @@ typedef struct moe_group {
     int k, d, f;
 } moe_group;
 
+/* Expert e's slice of a stacked bias [E * rows] (NULL: none), as a 1-D weight view. */
+static const atlas_weight *bias_view(const atlas_weight *b, int e, int64_t rows,
+                                     atlas_weight *v) {
+    if (!b) return NULL;
+    *v = (atlas_weight){.n_dims = 1, .rows = 1, .cols = rows, .vec = b->vec + e * rows};
+    return v;
+}
+
 /* One expert's rows list[0 .. cnt) (each t * k + j: token t's j-th choice), MOE_ROWS at a
  * time, through its views gu and dn; buf holds [MOE_ROWS, d + 2f + f + d]. */
 static atlas_status run_expert(atlas_backend *be, const moe_group *m, const atlas_weight *gu,
-                               const atlas_weight *dn, const int32_t *list, int cnt,
+                               const atlas_weight *gu_bias, const atlas_weight *dn,
+                               const atlas_weight *dn_bias, const int32_t *list, int cnt,
                                float *buf) {
     int d = m->d, f = m->f;
     float *xg = buf, *gate_up = xg + (size_t)MOE_ROWS * d, *act = gate_up + (size_t)MOE_ROWS * 2 * f,
@@ -129,9 +151,9 @@ static atlas_status run_expert(atlas_backend *be, const moe_group *m, const atla
         for (int i = 0; i < nb; i++)
             memcpy(xg + (size_t)i * d, m->h + (size_t)(list[i0 + i] / m->k) * d,
                    (size_t)d * sizeof *xg);
-        ATLAS_TRY(cpu_matmul(be, gate_up, xg, gu, NULL, nb));
+        ATLAS_TRY(cpu_matmul(be, gate_up, xg, gu, gu_bias, nb));
         ATLAS_TRY(cpu_glu(be, act, gate_up, nb, f));
-        ATLAS_TRY(cpu_matmul(be, y, act, dn, NULL, nb));
+        ATLAS_TRY(cpu_matmul(be, y, act, dn, dn_bias, nb));
         for (int i = 0; i < nb; i++) {
             int slot = list[i0 + i];
             float w = m->wts[slot], *o = m->out + (size_t)(slot / m->k) * d;
@@ -143,8 +165,15 @@ static atlas_status run_expert(atlas_backend *be, const moe_group *m, const atla
 }
 
 static atlas_status check_experts(const atlas_backend_geom *g, const atlas_weight *gate_up,
-                                  const atlas_weight *down) {
+                                  const atlas_weight *gu_bias, const atlas_weight *down,
+                                  const atlas_weight *dn_bias) {
     int64_t E = g->n_experts, f = g->expert_ffn, d = g->hidden;
+    if ((gu_bias && (gu_bias->n_dims != 1 || gu_bias->cols != E * 2 * f)) ||
+        (dn_bias && (dn_bias->n_dims != 1 || dn_bias->cols != E * d)))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu moe_experts: biases of %lld and %lld for "
+                          "%lld experts of [%lld, %lld]", gu_bias ? (long long)gu_bias->cols : 0,
+                          dn_bias ? (long long)dn_bias->cols : 0, (long long)E, (long long)f,
+                          (long long)d);
     if (E > 0 && gate_up->n_dims == 2 && down->n_dims == 2 && gate_up->rows == E * 2 * f &&
         gate_up->cols == d && down->rows == E * d && down->cols == f)
         return ATLAS_OK;
@@ -155,12 +184,13 @@ static atlas_status check_experts(const atlas_backend_geom *g, const atlas_weigh
 }
 
 atlas_status cpu_moe_experts(atlas_backend *be, void *out, const void *h,
-                             const atlas_weight *gate_up, const atlas_weight *down,
+                             const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
+                             const atlas_weight *down, const atlas_weight *down_bias,
                              const int32_t *ids, const float *wts, int n) {
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
     int E = g->n_experts, k = g->n_experts_used, d = g->hidden, f = g->expert_ffn;
-    ATLAS_TRY(check_experts(g, gate_up, down));
+    ATLAS_TRY(check_experts(g, gate_up, gate_up_bias, down, down_bias));
     size_t slots = (size_t)n * k;
     for (size_t s = 0; s < slots; s++)
         if (ids[s] < 0 || ids[s] >= E)
@@ -182,10 +212,12 @@ atlas_status cpu_moe_experts(atlas_backend *be, void *out, const void *h,
     for (int e = 0; e < E; e++) {
         int cnt = start[e + 1] - start[e];
         if (cnt == 0) continue;
-        atlas_weight gu, dn;
+        atlas_weight gu, dn, gub, dnb;
         ATLAS_TRY(view_rows(gate_up, (int64_t)e * 2 * f, 2 * (int64_t)f, gp, 8, &gu));
         ATLAS_TRY(view_rows(down, (int64_t)e * d, d, dp, 8, &dn));
-        ATLAS_TRY(run_expert(be, &m, &gu, &dn, list + start[e], cnt, cb->moe_buf));
+        ATLAS_TRY(run_expert(be, &m, &gu, bias_view(gate_up_bias, e, 2 * (int64_t)f, &gub), &dn,
+                             bias_view(down_bias, e, d, &dnb), list + start[e], cnt,
+                             cb->moe_buf));
     }
     return ATLAS_OK;
 }

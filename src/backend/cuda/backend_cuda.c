@@ -178,7 +178,9 @@ static atlas_status cuda_kv_store(atlas_backend *be, const void *qkv, atlas_kv *
 }
 
 static atlas_status cuda_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
-                                   int layer) {
+                                   int layer, const atlas_weight *sinks) {
+    if (sinks) /* refused at create too (check_missing) */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda attention: sinks are not supported yet");
     return cmd4(be, CUDA_OP_ATTENTION, cuda_of(be)->batch.n_tokens, 0, layer, out, qkv, kv, NULL);
 }
 
@@ -298,9 +300,12 @@ static const atlas_backend_ops cuda_ops = {
  * per-layer sets), the gate activation, the embedding's scale and the post-norms are
  * arguments of the kernels: those are not here. */
 static atlas_status check_missing(const atlas_backend_geom *g) {
-    const char *what[8];
+    const char *what[12];
     int n = 0;
-    (void)g; /* every geometry the CPU backend takes has its kernels now */
+    if (g->glu == ATLAS_GLU_SWIGLU_CLAMP) what[n++] = "gpt-oss's clamped SwiGLU (swiglu_limit)";
+    if (g->attn_sinks) what[n++] = "attention sinks (gpt-oss)";
+    if (g->n_experts && g->moe_route == ATLAS_ROUTE_TOPK_SOFTMAX)
+        what[n++] = "top-k-then-softmax routing with router and expert biases (gpt-oss)";
     if (n == 0) return ATLAS_OK;
     char list[512] = "";
     for (int i = 0; i < n; i++)
