@@ -147,6 +147,7 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
         {"Gemma3ForConditionalGeneration", "gemma3", ATLAS_ARCH_GEMMA3},
         {"Qwen3MoeForCausalLM", "qwen3_moe", ATLAS_ARCH_QWEN3_MOE},
         {"MixtralForCausalLM", "mixtral", ATLAS_ARCH_MIXTRAL},
+        {"GptOssForCausalLM", "gpt_oss", ATLAS_ARCH_GPT_OSS},
     };
     json_t *list = field(root, "architectures");
     const char *name = NULL, *what = "architectures[0]";
@@ -173,7 +174,8 @@ static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg)
                       "%s: field \"%s\": unsupported architecture \"%.64s\" (supported: "
                       "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                       "Qwen3Model, Phi3ForCausalLM, Gemma3ForCausalLM, "
-                      "Gemma3ForConditionalGeneration, Qwen3MoeForCausalLM, MixtralForCausalLM)",
+                      "Gemma3ForConditionalGeneration, Qwen3MoeForCausalLM, MixtralForCausalLM, "
+                      "GptOssForCausalLM)",
                       file, what, name);
 }
 
@@ -477,6 +479,7 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
     atlas_rope *r = &cfg->rope;
     bool big_theta = cfg->arch == ATLAS_ARCH_GEMMA3 || cfg->arch == ATLAS_ARCH_MIXTRAL;
     rope_defaults(r, big_theta ? 1000000.0 : 10000.0, cfg->max_position);
+    if (cfg->arch == ATLAS_ARCH_GPT_OSS) atlas_config_gpt_oss_rope(r);
     ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
     /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict) */
     double partial = 1.0;
@@ -533,6 +536,7 @@ static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg
     if (!kv && (cfg->arch == ATLAS_ARCH_QWEN2 || cfg->arch == ATLAS_ARCH_QWEN3))
         cfg->n_kv_heads = 32;
     if (!kv && gemma) cfg->n_kv_heads = 4;
+    if (!kv && cfg->arch == ATLAS_ARCH_GPT_OSS) cfg->n_kv_heads = 8;
     ATLAS_TRY(get_int(file, root, "num_key_value_heads", false, 1, 4096, &cfg->n_kv_heads));
     if (cfg->n_heads % cfg->n_kv_heads != 0)
         return atlas_fail(ATLAS_ERR_RANGE,
@@ -540,9 +544,9 @@ static atlas_status read_sizes(const char *file, json_t *root, atlas_config *cfg
                           "num_attention_heads %d", file, cfg->n_kv_heads, cfg->n_heads);
     /* Qwen3Config defaults head_dim to 128, Gemma3TextConfig to 256; the others (Qwen3-MoE
      * too: Qwen3MoeConfig has no default) derive it. */
-    bool fixed = cfg->arch == ATLAS_ARCH_QWEN3 || gemma;
-    bool derived = !field(root, "head_dim") && !fixed;
-    cfg->head_dim = fixed ? (gemma ? 256 : 128) : cfg->hidden / cfg->n_heads;
+    bool oss = cfg->arch == ATLAS_ARCH_GPT_OSS, fixed = cfg->arch == ATLAS_ARCH_QWEN3 || gemma;
+    bool derived = !field(root, "head_dim") && !fixed && !oss;
+    cfg->head_dim = oss ? 64 : fixed ? (gemma ? 256 : 128) : cfg->hidden / cfg->n_heads;
     ATLAS_TRY(get_int(file, root, "head_dim", false, 2, 65536, &cfg->head_dim));
     if (derived && cfg->hidden % cfg->n_heads != 0)
         return atlas_fail(ATLAS_ERR_RANGE,
@@ -582,6 +586,11 @@ static void class_defaults(atlas_config *cfg) {
         cfg->max_position = 131072;
         cfg->sliding_window = 4096;
         break;
+    case ATLAS_ARCH_GPT_OSS:
+        cfg->max_position = 131072;
+        cfg->rms_eps = 1e-5;
+        cfg->sliding_window = 128;
+        break;
     }
 }
 
@@ -618,6 +627,11 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
                  cfg->arch == ATLAS_ARCH_MIXTRAL || qwen3_moe;
     json_t *lt = every ? NULL : field(root, "layer_types");
     if (!lt && cfg->arch == ATLAS_ARCH_GEMMA3) return gemma3_pattern(file, root, cfg);
+    if (!lt && cfg->arch == ATLAS_ARCH_GPT_OSS) { /* GptOssConfig: even layers slide */
+        cfg->layer_kinds = true;
+        for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = i % 2 == 0;
+        return ATLAS_OK;
+    }
     if (!lt) return ATLAS_OK;
     if (!json_is_array(lt) || json_array_size(lt) != (size_t)cfg->n_layers)
         return atlas_fail(ATLAS_ERR_FORMAT,
@@ -646,6 +660,10 @@ static atlas_status read_sliding(const char *file, json_t *root, atlas_config *c
 static atlas_status read_act(const char *file, json_t *root, atlas_config *cfg) {
     bool gemma = cfg->arch == ATLAS_ARCH_GEMMA3;
     const char *key = gemma ? "hidden_activation" : "hidden_act";
+    if (cfg->arch == ATLAS_ARCH_GPT_OSS) { /* its experts gate their own way, whatever it says */
+        cfg->act = ATLAS_ACT_SWIGLU_CLAMP;
+        return ATLAS_OK;
+    }
     cfg->act = gemma ? ATLAS_ACT_GELU_TANH : ATLAS_ACT_SILU; /* the classes' defaults */
     json_t *v = field(root, key);
     if (!v) return ATLAS_OK;
@@ -682,11 +700,11 @@ static atlas_status read_gemma3(const char *file, json_t *root, atlas_config *cf
 }
 
 static atlas_status read_flags(const char *file, json_t *root, atlas_config *cfg) {
-    bool attn_bias = false, gemma = cfg->arch == ATLAS_ARCH_GEMMA3;
+    bool gemma = cfg->arch == ATLAS_ARCH_GEMMA3, attn_bias = cfg->arch == ATLAS_ARCH_GPT_OSS;
     cfg->tie_embeddings = gemma; /* Gemma3TextConfig ties; the other classes do not */
     ATLAS_TRY(get_bool(file, root, "tie_word_embeddings", &cfg->tie_embeddings));
     bool qwen3 = cfg->arch == ATLAS_ARCH_QWEN3 || cfg->arch == ATLAS_ARCH_QWEN3_MOE;
-    if (cfg->arch == ATLAS_ARCH_LLAMA || qwen3 || gemma)
+    if (cfg->arch == ATLAS_ARCH_LLAMA || qwen3 || gemma || cfg->arch == ATLAS_ARCH_GPT_OSS)
         ATLAS_TRY(get_bool(file, root, "attention_bias", &attn_bias));
     if (cfg->arch == ATLAS_ARCH_LLAMA)
         ATLAS_TRY(get_bool(file, root, "mlp_bias", &cfg->mlp_bias));

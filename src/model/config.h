@@ -22,7 +22,10 @@
  * soft-capping is refused by name. Qwen3-MoE (Qwen3's attention, head_dim derived when
  * absent) and Mixtral (Mistral's, rms_norm_eps 1e-5, rope_theta 1e6, no window) route each
  * token to experts in their MoE layers (model/config_moe.h; docs/MODELS.md): ask
- * atlas_config_layer_moe per layer. */
+ * atlas_config_layer_moe per layer. gpt-oss (GptOssConfig's defaults: head_dim 64, 8 kv
+ * heads, rms_norm_eps 1e-5, sliding_window 128 on the even layers unless layer_types says,
+ * YaRN with factor 32 over 4096 positions and rope_theta 150000, attention_bias true) has
+ * biases on q/k/v/o, attention sinks, and MoE layers everywhere (config_moe.h). */
 #ifndef ATLAS_MODEL_CONFIG_H
 #define ATLAS_MODEL_CONFIG_H
 
@@ -44,6 +47,8 @@ typedef enum atlas_arch {
     ATLAS_ARCH_GEMMA3,    /* Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text model */
     ATLAS_ARCH_QWEN3_MOE, /* Qwen3MoeForCausalLM: Qwen3's attention, mixture-of-experts MLPs */
     ATLAS_ARCH_MIXTRAL,   /* MixtralForCausalLM: Mistral's attention, mixture-of-experts MLPs */
+    ATLAS_ARCH_GPT_OSS,   /* GptOssForCausalLM: biases, attention sinks, sliding and full
+                             layers, MoE with top-k-then-softmax routing and a clamped SwiGLU */
 } atlas_arch;
 
 /* A mixture-of-experts model's layers: the experts of each MoE layer (model/config_moe.c). */
@@ -53,6 +58,8 @@ enum { ATLAS_MAX_EXPERTS = 1024, ATLAS_MAX_EXPERTS_USED = 64 };
 typedef enum atlas_act {
     ATLAS_ACT_SILU = 0,  /* SwiGLU */
     ATLAS_ACT_GELU_TANH, /* GeGLU with the tanh approximation (gelu_pytorch_tanh) */
+    ATLAS_ACT_SWIGLU_CLAMP, /* gpt-oss's experts: (clamp(up) + 1) * g * sigmoid(alpha * g),
+                               g = min(gate, swiglu_limit) */
 } atlas_act;
 
 enum { ATLAS_MAX_LAYERS = 4096 };
@@ -142,6 +149,13 @@ typedef struct atlas_config {
     int n_experts_used;
     int expert_ffn;
     bool moe_norm_topk;
+    /* gpt-oss: the router takes the top k of its logits (with its bias), then a softmax over
+     * the k; the experts have biases and gate with swiglu_alpha and swiglu_limit; each
+     * attention head has a sink (self_attn.sinks) */
+    bool moe_topk_softmax;
+    bool moe_bias;
+    double swiglu_alpha, swiglu_limit;
+    bool attn_sinks;
     unsigned char layer_moe[ATLAS_MAX_LAYERS]; /* 1: layer l's MLP is a MoE layer */
     bool nested_text;          /* Gemma3ForConditionalGeneration: the text model's weights
                                   under language_model.model. or model.language_model. */

@@ -6,10 +6,15 @@
  * multiple of decoder_sparse_step (1), as Qwen3MoeDecoderLayer decides; the others keep the
  * dense MLP of intermediate_size. MixtralConfig: num_local_experts 8, num_experts_per_tok 2,
  * every layer a MoE layer of intermediate_size experts, the top two renormalised.
+ * GptOssConfig: num_local_experts 128, num_experts_per_tok 4 (the original release's
+ * experts_per_token, when present, must agree), every layer a MoE layer of
+ * intermediate_size experts, swiglu_alpha 1.702 and swiglu_limit 7.0, biases on the router
+ * and the experts, sinks in attention.
  * router_aux_loss_coef, output_router_logits and router_jitter_noise are training's and
  * change nothing here. */
 #include "model/config_moe.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,12 +82,50 @@ static atlas_status read_mixtral(const char *file, json_t *root, atlas_config *c
     return ATLAS_OK;
 }
 
+/* A positive finite number; *out left alone when absent or null. */
+static atlas_status moe_num(const char *file, json_t *root, const char *key, double *out) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return ATLAS_OK;
+    if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"%s\": expected a positive number",
+                          file, key);
+    *out = json_number_value(v);
+    return ATLAS_OK;
+}
+
+static atlas_status read_gpt_oss(const char *file, json_t *root, atlas_config *cfg) {
+    int alias = 0;
+    cfg->n_experts = 128, cfg->n_experts_used = 4, cfg->expert_ffn = cfg->intermediate;
+    cfg->moe_topk_softmax = cfg->moe_bias = cfg->attn_sinks = true;
+    cfg->swiglu_alpha = 1.702, cfg->swiglu_limit = 7.0;
+    ATLAS_TRY(moe_int(file, root, "num_local_experts", 1, ATLAS_MAX_EXPERTS, &cfg->n_experts));
+    ATLAS_TRY(moe_int(file, root, "num_experts_per_tok", 1, ATLAS_MAX_EXPERTS_USED,
+                      &cfg->n_experts_used));
+    alias = cfg->n_experts_used;
+    ATLAS_TRY(moe_int(file, root, "experts_per_token", 1, ATLAS_MAX_EXPERTS_USED, &alias));
+    if (alias != cfg->n_experts_used)
+        return atlas_fail(ATLAS_ERR_FORMAT, "%s: fields \"experts_per_token\" (%d) and "
+                          "\"num_experts_per_tok\" (%d) disagree", file, alias,
+                          cfg->n_experts_used);
+    ATLAS_TRY(moe_num(file, root, "swiglu_alpha", &cfg->swiglu_alpha));
+    ATLAS_TRY(moe_num(file, root, "swiglu_limit", &cfg->swiglu_limit));
+    for (int l = 0; l < cfg->n_layers; l++) cfg->layer_moe[l] = 1;
+    return ATLAS_OK;
+}
+
+void atlas_config_gpt_oss_rope(atlas_rope *r) {
+    r->type = ATLAS_ROPE_YARN;
+    r->theta = 150000.0, r->factor = 32.0, r->beta_fast = 32.0, r->beta_slow = 1.0;
+    r->truncate = false, r->original_max_position = 4096;
+}
+
 atlas_status atlas_config_read_moe(const char *file, json_t *root, atlas_config *cfg) {
     cfg->n_experts = cfg->n_experts_used = cfg->expert_ffn = 0;
-    cfg->moe_norm_topk = false;
+    cfg->moe_norm_topk = cfg->moe_topk_softmax = cfg->moe_bias = cfg->attn_sinks = false;
     memset(cfg->layer_moe, 0, sizeof cfg->layer_moe);
     if (cfg->arch == ATLAS_ARCH_QWEN3_MOE) ATLAS_TRY(read_qwen3_moe(file, root, cfg));
     else if (cfg->arch == ATLAS_ARCH_MIXTRAL) ATLAS_TRY(read_mixtral(file, root, cfg));
+    else if (cfg->arch == ATLAS_ARCH_GPT_OSS) ATLAS_TRY(read_gpt_oss(file, root, cfg));
     else return ATLAS_OK;
     if (cfg->n_experts_used > cfg->n_experts)
         return atlas_fail(ATLAS_ERR_RANGE, "%s: field \"num_experts_per_tok\": %d experts a "

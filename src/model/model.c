@@ -170,12 +170,18 @@ static void layer_geom(const atlas_config *c, atlas_backend_geom *g, double *inv
     }
     g->attn_scale = (float)c->attn_scale;
     g->embed_scale = (float)c->embed_scale;
-    g->glu = c->act == ATLAS_ACT_GELU_TANH ? ATLAS_GLU_GELU_TANH : ATLAS_GLU_SILU;
+    g->glu = c->act == ATLAS_ACT_GELU_TANH      ? ATLAS_GLU_GELU_TANH
+             : c->act == ATLAS_ACT_SWIGLU_CLAMP ? ATLAS_GLU_SWIGLU_CLAMP
+                                                : ATLAS_GLU_SILU;
+    g->glu_alpha = (float)c->swiglu_alpha;
+    g->glu_limit = (float)c->swiglu_limit;
+    g->attn_sinks = c->attn_sinks;
     g->post_norms = c->post_norms;
     g->n_experts = c->n_experts;
     g->n_experts_used = c->n_experts_used;
     g->expert_ffn = c->expert_ffn;
     g->moe_norm_topk = c->moe_norm_topk;
+    g->moe_route = c->moe_topk_softmax ? ATLAS_ROUTE_TOPK_SOFTMAX : ATLAS_ROUTE_SOFTMAX_TOPK;
 }
 
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/experts_oss.h"
 #include "model/quant.h"
 #include "model/shard.h"
 #include "model/weight_read.h"
@@ -34,6 +35,10 @@ typedef struct binder {
     const char *pre, *head;
     char embed[96];
     float offset; /* of the 1-D weights being bound (norm_plus_one's norms) */
+    /* gpt-oss's experts, copied at load: read until weights_done, freed after (at once by a
+     * backend without weights_done, which has read them when weight_load returns) */
+    atlas_oss_experts *oss;
+    int n_oss, cap_oss;
 } binder;
 
 /* Finds name and checks its shape ([rows] when cols is 0, else [rows, cols]) and dtype. */
@@ -435,8 +440,61 @@ static atlas_status bind_attn(binder *b, const atlas_config *c, int l, atlas_lay
     if (c->o_bias)
         ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.self_attn.o_proj.bias", pre, l), d, 0,
                         &lw->o_bias));
+    if (c->attn_sinks)
+        ATLAS_TRY(bind1(b, NAME(0, "%slayers.%d.self_attn.sinks", pre, l), H, 0, &lw->sinks));
 #undef NAME
     return ATLAS_OK;
+}
+
+/* gpt-oss's experts counted at their stored size (MXFP4: codes and scales); the group's
+ * format is its matrices' (its biases' bytes count, their dtype does not make it "mixed"). */
+static void account_oss(binder *b, const atlas_oss_experts *x) {
+    for (int p = 0; p < ATLAS_OSS_N; p++) {
+        b->w->n_params += x->params[p];
+        b->w->n_bytes += x->file_bytes[p];
+        if (p != ATLAS_OSS_GATE_UP && p != ATLAS_OSS_DOWN) {
+            b->w->groups[ATLAS_WG_EXPERTS].bytes += x->file_bytes[p];
+            continue;
+        }
+        group_add(b, x->v[p]->name, x->format[p], x->file_bytes[p]);
+        if (x->mxfp4 || (b->w->dtype != ATLAS_DTYPE_I32 && b->w->dtype != x->v[p]->dtype))
+            b->w->dtype = ATLAS_DTYPE_COUNT;
+        else if (b->w->dtype == ATLAS_DTYPE_I32) b->w->dtype = x->v[p]->dtype;
+    }
+}
+
+/* gpt-oss: mlp.router's weight and bias, and the four stacked expert tensors of
+ * model/experts_oss.h, each loaded as one weight of E parts. */
+static atlas_status bind_oss_moe(binder *b, const atlas_config *c, int l,
+                                 atlas_layer_weights *lw) {
+    char name[160];
+    int E = c->n_experts;
+    snprintf(name, sizeof name, "%slayers.%d.mlp.router.weight", b->pre, l);
+    ATLAS_TRY(bind1(b, name, E, c->hidden, &lw->router));
+    snprintf(name, sizeof name, "%slayers.%d.mlp.router.bias", b->pre, l);
+    ATLAS_TRY(bind1(b, name, E, 0, &lw->router_bias));
+    atlas_oss_experts x;
+    atlas_status st = atlas_oss_experts_find(b->st, c, b->pre, l, b->used, &x);
+    if (st != ATLAS_OK || b->count_only) {
+        for (int p = 0; st == ATLAS_OK && p < ATLAS_OSS_N && b->progress; p++)
+            b->progress->total += x.file_bytes[p];
+        if (st == ATLAS_OK) account_oss(b, &x);
+        return st;
+    }
+    if (b->n_oss == b->cap_oss)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "binding %s: more MoE layers than layers", name);
+    st = atlas_oss_experts_read(&x);
+    atlas_weight **outs[ATLAS_OSS_N] = {&lw->experts_gate_up, &lw->experts_gate_up_bias,
+                                        &lw->experts_down, &lw->experts_down_bias};
+    for (int p = 0; st == ATLAS_OK && p < ATLAS_OSS_N; p++) {
+        st = b->be->ops->weight_load(b->be, x.sp + p * E, E, outs[p]);
+        if (st != ATLAS_OK) st = atlas_fail_wrap(st, "binding %s", x.v[p]->name);
+        else atlas_load_progress_add(b->progress, x.file_bytes[p]);
+    }
+    if (st == ATLAS_OK) account_oss(b, &x);
+    if (st == ATLAS_OK && b->be->ops->weights_done) b->oss[b->n_oss++] = x;
+    else atlas_oss_experts_free(&x);
+    return st;
 }
 
 /* A mixture-of-experts layer: the router [E, d], and the experts as two stacked weights of
@@ -455,6 +513,7 @@ static atlas_status bind_moe(binder *b, const atlas_config *c, int l, atlas_laye
     if (b->plan && b->plan->world > 1)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "binding %s: mixture-of-experts layers are not "
                           "split across tensor-parallel ranks yet; run on one device", router);
+    if (c->arch == ATLAS_ARCH_GPT_OSS) return bind_oss_moe(b, c, l, lw);
     ATLAS_TRY(bind1(b, router, E, d, &lw->router));
     char (*nm)[160] = calloc((size_t)2 * E, sizeof *nm);
     const char **names = calloc((size_t)2 * E, sizeof *names);
@@ -739,8 +798,11 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
                 .quant = &cfg->quant, .cap_qw = atlas_st_count(st), .bare = bare_names(st)};
     b.files = calloc(b.cap_files ? b.cap_files : 1, sizeof *b.files);
     b.qw = calloc(b.cap_qw ? b.cap_qw : 1, sizeof *b.qw);
-    atlas_status s = b.files && b.qw ? bind_all(&b, cfg)
-                                     : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of memory");
+    b.cap_oss = cfg->arch == ATLAS_ARCH_GPT_OSS ? cfg->n_layers : 0;
+    b.oss = calloc(b.cap_oss ? (size_t)b.cap_oss : 1, sizeof *b.oss);
+    atlas_status s = b.files && b.qw && b.oss ? bind_all(&b, cfg)
+                                              : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of "
+                                                           "memory");
     if (s == ATLAS_OK && be->ops->weights_done) {
         s = be->ops->weights_done(be);
         if (s != ATLAS_OK) s = atlas_fail_wrap(s, "loading the weights");
@@ -751,6 +813,8 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     free(b.files);
     for (size_t i = 0; i < b.n_qw; i++) atlas_qweight_free(&b.qw[i]);
     free(b.qw);
+    for (int i = 0; i < b.n_oss; i++) atlas_oss_experts_free(&b.oss[i]);
+    free(b.oss);
     return s;
 }
 
