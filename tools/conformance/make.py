@@ -9,14 +9,19 @@ For each shape of tools/conformance/shapes.py: a random-weight checkpoint (bf16 
 near 1 (Gemma 3's near 0: it uses them as 1 + w), biases -- q/k/v, o_proj, the MLP's, as
 attention_bias and mlp_bias say -- small, MoE routers wide (ROUTER_STD), a MoE model's
 experts written one tensor an expert as the Hub has them, whatever layout transformers keeps
-them in), the config.json exactly as shapes.py
+them in; gpt-oss's every tensor drawn and written by name as the Hub has it, gpt_oss.py, its
+MXFP4 entries with their bf16 dequantization beside them in NAME-float), the config.json
+exactly as shapes.py
 spells it (classic rope_scaling or transformers-5 rope_parameters), a generation_config.json
 and a tokenizer.json (--tok-llama3 / --tok-qwen3 / --tok-llama2 / --tok-gemma3 files, else a byte-level one of 256 tokens
 that any vocabulary holds: the suite feeds token ids).  With --refs, the reference too:
 `AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32, attn_implementation="sdpa")`
-(the bf16 weights upcast, the RoPE table in float32 as transformers keeps it; TF32 off), for
-each prompt length the prompt's forward (prefilled in pieces of at most 8,192 tokens against
-the cache for long prompts, logits of the last position only), then FORCED greedy steps with
+(the bf16 weights upcast, the RoPE table in float32 as transformers keeps it; TF32 off;
+gpt-oss "eager", the one attention of transformers' that has its sinks, on the NAME-float
+weights for MXFP4), for each prompt length the prompt's forward (prefilled in pieces of at
+most 8,192 tokens against the cache for long prompts -- the entry's "chunk" where it gives
+one: eager attention holds [heads, piece, context] scores -- logits of the last position
+only), then FORCED greedy steps with
 the KV cache, each feeding the reference's own greedy token (teacher forcing).  Stored in
 REFS/<name>/reference.safetensors: per length L, L<L>.prompt [seed, lo, hi], L<L>.forced
 [FORCED], L<L>.top_ids / L<L>.top_lp [FORCED + 1, TOPK] (log_softmax in float64, rounded to
@@ -46,11 +51,12 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_oss  # noqa: E402
 import shapes  # noqa: E402
 
 MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
               shapes.QWEN3: "qwen3", shapes.PHI3: "phi3", shapes.GEMMA3: "gemma3_text",
-              shapes.QWEN3_MOE: "qwen3_moe", shapes.MIXTRAL: "mixtral"}
+              shapes.QWEN3_MOE: "qwen3_moe", shapes.MIXTRAL: "mixtral", shapes.GPT_OSS: "gpt_oss"}
 MOE = (shapes.QWEN3_MOE, shapes.MIXTRAL)
 # A router's weights drawn with this std times 1/sqrt(hidden): logits spread over ~8, so the
 # probability of the k-th expert is small beside the first's wherever the k-th and the next
@@ -133,6 +139,46 @@ def hub_layout(spec, sd):
     return out
 
 
+def write_side_files(d, spec, cfg_json, toks):
+    """config.json as shapes.py spells it, generation_config.json and tokenizer.json."""
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg_json, f, indent=2)
+    gen = {k: spec[k] for k in ("bos_token_id", "eos_token_id") if k in spec}
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(gen, f)
+    tok = toks.get(spec.get("tok"))
+    if tok:
+        shutil.copy(tok, os.path.join(d, "tokenizer.json"))
+    else:
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(byte_level_tokenizer(), f)
+
+
+def float_dir(out, name, spec):
+    """Where an MXFP4 gpt-oss entry's bf16 dequantization goes (OUT-float/NAME, outside the
+    set: tests/data/small holds only what atlas-conform runs); None for the others."""
+    if spec["architectures"][0] != shapes.GPT_OSS or spec.get("experts") != "mxfp4":
+        return None
+    out = os.path.abspath(out)
+    return os.path.join(os.path.dirname(out), os.path.basename(out) + "-float", name)
+
+
+def make_gpt_oss(name, spec, d, cfg_json, toks, fd):
+    """gpt-oss written by name in the Hub's layout (gpt_oss.py); MXFP4 experts (the entry's
+    experts="mxfp4") with their bf16 dequantization in fd for the reference."""
+    sd = gpt_oss.tensors(cfg_json, seed_of(name), ROUTER_STD)
+    if spec.get("experts") != "mxfp4":
+        save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        write_side_files(d, spec, cfg_json, toks)
+        return
+    q, dq = gpt_oss.mxfp4(sd)
+    save_file(q, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    write_side_files(d, spec, dict(cfg_json, quantization_config=gpt_oss.MXFP4_CONFIG), toks)
+    os.makedirs(fd, exist_ok=True)
+    save_file(dq, os.path.join(fd, "model.safetensors"), metadata={"format": "pt"})
+    write_side_files(fd, spec, cfg_json, toks)
+
+
 def make_model(name, spec, out, toks, keep):
     d = os.path.join(out, name)
     done = os.path.join(out, f".made-{name}")
@@ -142,6 +188,11 @@ def make_model(name, spec, out, toks, keep):
     cfg_json = dict(shapes.config_json(spec), torch_dtype="bfloat16",
                     model_type=MODEL_TYPE[spec["architectures"][0]])
     cfg_json.setdefault("num_hidden_layers", LAYERS)
+    if spec["architectures"][0] == shapes.GPT_OSS:
+        make_gpt_oss(name, spec, d, cfg_json, toks, float_dir(out, name, spec))
+        if keep:
+            open(done, "w").close()
+        return d
     one_plus_w = spec["architectures"][0] == shapes.GEMMA3
     kw = {k: v for k, v in cfg_json.items() if k not in ("architectures", "model_type")}
     config = AutoConfig.for_model(cfg_json["model_type"], **kw)
@@ -171,17 +222,7 @@ def make_model(name, spec, out, toks, keep):
         model.save_pretrained(d, safe_serialization=True, max_shard_size="20GB")
     del model
     torch.cuda.empty_cache()
-    with open(os.path.join(d, "config.json"), "w") as f:  # the spelling shapes.py chose
-        json.dump(cfg_json, f, indent=2)
-    gen = {k: spec[k] for k in ("bos_token_id", "eos_token_id") if k in spec}
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump(gen, f)
-    tok = toks.get(spec.get("tok"))
-    if tok:
-        shutil.copy(tok, os.path.join(d, "tokenizer.json"))
-    else:
-        with open(os.path.join(d, "tokenizer.json"), "w") as f:
-            json.dump(byte_level_tokenizer(), f)
+    write_side_files(d, spec, cfg_json, toks)  # the spelling shapes.py chose
     if keep:
         open(done, "w").close()
     return d
@@ -196,10 +237,18 @@ def top(logits, k):
 
 @torch.no_grad()
 def make_refs(name, spec, d, refs, big):
+    """d's references (an MXFP4 gpt-oss entry: d is its float_dir, the same weights
+    dequantized; transformers' own MXFP4 path needs triton kernels or dequantizes anyway)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
-                                                 attn_implementation="sdpa").cuda().eval()
+    oss = spec["architectures"][0] == shapes.GPT_OSS
+    model, info = AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager" if oss else "sdpa",
+        output_loading_info=True)
+    if oss:
+        gpt_oss.check_loaded(name, info)
+    model = model.cuda().eval()
+    chunk = spec.get("chunk", 8192)
     lo, hi = shapes.prompt_range(spec)
     out = {}
     for n in shapes.lengths(name, spec, big):
@@ -207,8 +256,8 @@ def make_refs(name, spec, d, refs, big):
         seed = n * 7 + 1
         ids = torch.tensor([shapes.prompt_ids(n, seed, lo, hi)], device="cuda")
         past, logits = None, None
-        for a in range(0, n, 8192):
-            r = model(input_ids=ids[:, a:a + 8192], past_key_values=past, use_cache=True,
+        for a in range(0, n, chunk):
+            r = model(input_ids=ids[:, a:a + chunk], past_key_values=past, use_cache=True,
                       logits_to_keep=1)
             past, logits = r.past_key_values, r.logits[0, -1]
         tids, tlps, margins, forced = [], [], [], []
@@ -273,10 +322,16 @@ def main():
         t0 = time.time()
         d = make_model(name, table[name], a.out, toks, keep=big)
         print(f"{name}: checkpoint {time.time() - t0:.1f} s", flush=True)
+        fd = float_dir(a.out, name, table[name])
         if a.refs:
-            make_refs(name, table[name], d, a.refs, big)
+            make_refs(name, table[name], fd or d, a.refs, big)
             if os.path.abspath(a.refs) != os.path.abspath(a.out):
                 shutil.copy(os.path.join(a.refs, name, "reference.safetensors"), d)
+        if fd and not big:
+            shutil.rmtree(fd)
+        if a.quant and table[name]["architectures"][0] == shapes.GPT_OSS:
+            print(f"{name}: --quant skipped (gpt-oss has its MXFP4 entries)", flush=True)
+            continue
         for spec_arg in (a.quant.split(",") if a.quant else []):
             layout, q, f = quantize(d, spec_arg)
             qname = name + "-" + layout

@@ -18,10 +18,30 @@ PHI3 = "Phi3ForCausalLM"
 GEMMA3 = "Gemma3ForCausalLM"
 QWEN3_MOE = "Qwen3MoeForCausalLM"
 MIXTRAL = "MixtralForCausalLM"
+GPT_OSS = "GptOssForCausalLM"
 
 BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
 FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
 TOPK = 64    # reference log-probs stored per position
+
+
+def _gpt_oss_yarn(omax):
+    """gpt-oss's YaRN: factor 32, not truncated (its config.json spells it so)."""
+    return {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": False, "original_max_position_embeddings": omax}
+
+
+def _gpt_oss(**kw):
+    """A gpt-oss entry: GptOssConfig's fields as openai/gpt-oss-20b's config.json has them,
+    a sliding (first) and a full layer; experts="mxfp4" writes its experts in MXFP4
+    (tools/conformance/gpt_oss.py), "chunk" bounds the reference's eager attention."""
+    base = dict(architectures=[GPT_OSS], num_hidden_layers=2,
+                layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+                rope_theta=150000.0, rms_norm_eps=1e-5, swiglu_limit=7.0, hidden_act="silu",
+                router_aux_loss_coef=0.9, output_router_logits=False, tie_word_embeddings=False,
+                chunk=512)
+    base.update(kw)
+    return base
 
 
 def _llama3(factor, omax=8192):
@@ -160,6 +180,25 @@ BIG = {
                          rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None,
                          router_jitter_noise=0.0, tie_word_embeddings=False, bos_token_id=1,
                          eos_token_id=2, tok="llama2"),
+    # openai/gpt-oss-20b: 64 / 8 heads of 64 on hidden 2,880 (not a multiple of 128), 32
+    # experts of 2,880, top 4 then softmax, sinks, a 128-token window on the first layer and
+    # full attention on the second, YaRN factor 32 over 4,096; its experts in MXFP4 as
+    # published, and in bf16
+    "gpt-oss-20b": _gpt_oss(hidden_size=2880, intermediate_size=2880, num_local_experts=32,
+                            num_experts_per_tok=4, experts_per_token=4, num_attention_heads=64,
+                            num_key_value_heads=8, head_dim=64, vocab_size=201088,
+                            max_position_embeddings=131072, sliding_window=128,
+                            rope_scaling=_gpt_oss_yarn(4096), initial_context_length=4096,
+                            pad_token_id=199999, eos_token_id=200002, tok="llama3",
+                            experts="mxfp4", lengths=[1, 7, 127, 129, 2600, 8192, 32768]),
+    "gpt-oss-20b-bf16": _gpt_oss(hidden_size=2880, intermediate_size=2880,
+                                 num_local_experts=32, num_experts_per_tok=4,
+                                 experts_per_token=4, num_attention_heads=64,
+                                 num_key_value_heads=8, head_dim=64, vocab_size=201088,
+                                 max_position_embeddings=131072, sliding_window=128,
+                                 rope_scaling=_gpt_oss_yarn(4096), initial_context_length=4096,
+                                 pad_token_id=199999, eos_token_id=200002, tok="llama3",
+                                 lengths=[1, 7, 127, 129, 2600, 8192, 32768]),
     # mistralai/Mistral-7B-v0.1: sliding window 4,096 (run at 8,192)
     "mistral-7b-v0.1-sw": dict(architectures=[MISTRAL], hidden_size=4096,
                                intermediate_size=14336, num_attention_heads=32,
@@ -285,6 +324,19 @@ SMALL = {
                     num_key_value_heads=2, vocab_size=512, max_position_embeddings=2048,
                     rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None,
                     tie_word_embeddings=False),
+    # gpt-oss: 8 / 1 heads of 16 (the published 8:1), hidden 64, 8 experts of 64 with top 4
+    # then softmax, biases everywhere, sinks, a 16-token window on the first layer and full
+    # attention on the second, YaRN factor 32 over 64 (not truncated); its experts in bf16,
+    # and in MXFP4
+    "gpt-oss": _gpt_oss(hidden_size=64, intermediate_size=64, num_local_experts=8,
+                        num_experts_per_tok=4, num_attention_heads=8, num_key_value_heads=1,
+                        head_dim=16, vocab_size=512, max_position_embeddings=2048,
+                        sliding_window=16, rope_scaling=_gpt_oss_yarn(64)),
+    "gpt-oss-mxfp4": _gpt_oss(hidden_size=64, intermediate_size=64, num_local_experts=8,
+                              num_experts_per_tok=4, num_attention_heads=8,
+                              num_key_value_heads=1, head_dim=16, vocab_size=512,
+                              max_position_embeddings=2048, sliding_window=16,
+                              rope_scaling=_gpt_oss_yarn(64), experts="mxfp4"),
     # Mistral's sliding window, prompts past it
     "sliding": dict(architectures=[MISTRAL], hidden_size=32, intermediate_size=64,
                     num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
@@ -316,4 +368,4 @@ def prompt_range(cfg):
 
 def config_json(cfg):
     """The config.json dict: the entry without the suite's own keys."""
-    return {k: v for k, v in cfg.items() if k not in ("tok", "lengths")}
+    return {k: v for k, v in cfg.items() if k not in ("tok", "lengths", "experts", "chunk")}
