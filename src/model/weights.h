@@ -3,9 +3,12 @@
  * Names are those of Hugging Face's Llama/Mistral/Qwen2/Qwen3 (model.layers.N.self_attn.
  * q_proj.weight, ...); Gemma3ForConditionalGeneration's text model is under
  * language_model.model. (as published) or model.language_model. (as newer transformers save
- * it), found by its embedding. A Gemma norm is loaded as 1 + w (the source's offset). A mixture-of-experts layer binds its router and
- * its experts' per-expert tensors as two stacked weights (docs/MODELS.md). q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up
- * into one gate_up weight [2f, d] through the backend's weight_load, their biases likewise.
+ * it), found by its embedding. A Gemma norm is loaded as 1 + w (the source's offset). A
+ * mixture-of-experts layer binds its router and its experts' per-expert tensors as two
+ * stacked weights (docs/MODELS.md); gpt-oss's stacked expert tensors become the same parts
+ * (model/experts_oss.h), with its router's and experts' biases and its attention sinks.
+ * q|k|v are fused into one qkv weight [(H + 2K) * hd, d] and gate|up into one gate_up weight
+ * [2f, d] through the backend's weight_load, their biases likewise.
  * Every tensor's shape and dtype is checked, and an error names the tensor.
  *
  * Every tensor of the checkpoint is accounted for before anything loads: bound, or matched
