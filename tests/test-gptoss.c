@@ -12,16 +12,24 @@
  *   a 20-token prefill, a 9-token one decoded step by step to 20, and two sequences in one
  *   batch, each as alone. Every routing has a clear margin at its k-th expert and the tokens
  *   do not all take the same experts (else the test would say nothing).
+ * - the route op alone: the router's bias counts, equal logits take the lower expert index,
+ *   the weights are the softmax of the k chosen logits.
  * - GptOssConfig's defaults, and what is refused: experts_per_token disagreeing, MXFP4
  *   experts without quantization_config, a missing sink.
+ * - its tokenizer's shape: o200k's Split regex before a byte-level BPE loads, and the Harmony
+ *   tokens (<|start|>, <|channel|>, <|message|>, <|end|>, <|call|>, <|return|>) marked special
+ *   are matched in text as one id each and dropped by a decode that skips special tokens.
  * transformers' own references for these shapes are made on a GPU machine
  * (tools/conformance/shapes.py: gpt-oss, gpt-oss-mxfp4, gpt-oss-20b). */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "atlas/model.h"
+#include "atlas/tokenizer.h"
+#include "backend/backend.h"
 #include "ckpt.h"
 #include "core/dtype.h"
 #include "harness.h"
@@ -511,7 +519,138 @@ static void test_refusals(void) {
     harness_rm_rf(dir);
 }
 
+/* ---- the route op alone ----------------------------------------------------------------- */
+
+/* One token of ones through a router whose experts 2 and 3 are alike: with bias b, logits
+ * 8 * row + b. want: the two ids chosen, and the logits whose softmax are their weights. */
+static void route_case(atlas_backend *be, const atlas_weight *router, const float *bias,
+                       const int *want, const double *logit) {
+    atlas_weight_src src = {.name = "bias", .dtype = ATLAS_DTYPE_F32, .n_dims = 1,
+                            .shape = {4}, .nbytes = 4 * sizeof(float), .data = bias};
+    const atlas_weight_src *sp = &src;
+    atlas_weight *b = NULL;
+    float h[8] = {1, 1, 1, 1, 1, 1, 1, 1}, wts[2];
+    int32_t ids[2];
+    CHECK_OK(be->ops->weight_load(be, &sp, 1, &b));
+    if (b) CHECK_OK(be->ops->moe_route(be, ids, wts, h, router, b, 1));
+    double w0 = 1 / (1 + exp(logit[1] - logit[0]));
+    CHECK_MSG(b && ids[0] == want[0] && ids[1] == want[1], "experts %d, %d; want %d, %d",
+              ids[0], ids[1], want[0], want[1]);
+    CHECK_MSG(b && fabs(wts[0] - w0) < 1e-6 && fabs(wts[1] - (1 - w0)) < 1e-6,
+              "weights %g %g, want %g %g", wts[0], wts[1], w0, 1 - w0);
+    be->ops->weight_free(be, b);
+}
+
+static void test_route(void) {
+    double inv[4] = {1, 0.1, 0.01, 0.001};
+    atlas_backend_geom g = {.hidden = 8, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 8, .vocab_size = 4, .n_layers = 1, .rms_eps = 1e-6f,
+                            .rope_inv_freq = inv, .rope_attn_factor = 1, .n_experts = 4,
+                            .n_experts_used = 2, .expert_ffn = 4,
+                            .moe_route = ATLAS_ROUTE_TOPK_SOFTMAX};
+    float router[4 * 8];
+    for (int j = 0; j < 8; j++)
+        router[j] = -0.5f, router[8 + j] = 0.75f, router[16 + j] = router[24 + j] = 0.25f;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 1, &be));
+    if (!be) return;
+    atlas_weight_src src = {.name = "router", .dtype = ATLAS_DTYPE_F32, .n_dims = 2,
+                            .shape = {4, 8}, .nbytes = sizeof router, .data = router};
+    const atlas_weight_src *sp = &src;
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, &sp, 1, &w));
+    if (w) { /* logits -4, 6, 2.1, 2.1: the tie goes to expert 2; then the bias lifts 0 */
+        route_case(be, w, (const float[]){0, 0, 0.1f, 0.1f}, (const int[]){1, 2},
+                   (const double[]){6, 2.0 + 0.1f});
+        route_case(be, w, (const float[]){7, 0, 0.1f, 0.1f}, (const int[]){1, 0},
+                   (const double[]){6, 3});
+    }
+    be->ops->weight_free(be, w);
+    CHECK_OK(be->ops->destroy(be));
+}
+
+/* ---- the tokenizer ----------------------------------------------------------------------- */
+
+/* GPT-2's byte-level alphabet: byte b's character, as UTF-8. */
+static void byte_char(int b, char out[3]) {
+    int printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae, cp = b;
+    for (int i = 0, n = 0; !printable && i <= b; i++) {
+        bool p = (i >= 0x21 && i <= 0x7e) || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
+        if (i == b) cp = 0x100 + n;
+        n += !p;
+    }
+    if (cp < 0x80) out[0] = (char)cp, out[1] = 0;
+    else out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3f)), out[2] = 0;
+}
+
+/* o200k's pre-tokenizer, as gpt-oss's tokenizer.json has it. */
+static const char O200K[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}"
+    "\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}"
+    "\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const char *const HARMONY[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                      "<|call|>", "<|return|>"};
+
+static void test_harmony_tokens(void) {
+    char dir[600], path[700];
+    if (!harness_mkdtemp(dir, sizeof dir, "gptoss-tok")) return;
+    json_t *vocab = json_object(), *added = json_array();
+    for (int b = 0; b < 256; b++) {
+        char c[3];
+        byte_char(b, c);
+        json_object_set_new(vocab, c, json_integer(b));
+    }
+    for (int i = 0; i < 6; i++)
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                               256 + i, "content", HARMONY[i], "single_word", 0,
+                                               "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                               "special", 1));
+    json_t *pre = json_pack(
+        "{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type", "Sequence",
+        "pretokenizers", "type", "Split", "pattern", "Regex", O200K, "behavior", "Isolated",
+        "invert", 0, "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1,
+        "use_regex", 0);
+    json_t *root = json_pack("{s:s, s:o, s:n, s:o, s:n, s:{s:s}, s:{s:s, s:o, s:[], s:b}}",
+                             "version", "1.0", "added_tokens", added, "normalizer",
+                             "pre_tokenizer", pre, "post_processor", "decoder", "type",
+                             "ByteLevel", "model", "type", "BPE", "vocab", vocab, "merges",
+                             "ignore_merges", 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    CHECK(root && json_dump_file(root, path, 0) == 0);
+    json_decref(root);
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load_files(path, NULL, &tok));
+    const char *text = "<|start|>assistant<|channel|>final<|message|>Hi 42's<|return|>";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tok) CHECK_OK(atlas_tokenizer_encode(tok, text, strlen(text), false, &ids, &n));
+    static const int32_t want[] = {256, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', 257, 'f',
+                                   'i', 'n', 'a', 'l', 258, 'H', 'i', ' ', '4', '2', '\'', 's',
+                                   261};
+    CHECK_MSG(n == sizeof want / sizeof *want && !memcmp(ids, want, sizeof want),
+              "the Harmony tokens are not one id each (%zu ids)", n);
+    for (size_t i = 0; tok && i < atlas_tokenizer_added_count(tok); i++) {
+        const char *t;
+        size_t len;
+        int32_t id;
+        bool special = false;
+        CHECK_OK(atlas_tokenizer_added_token(tok, i, &t, &len, &id, &special));
+        CHECK_MSG(special, "%.*s is not special", (int)len, t);
+    }
+    char *out = NULL;
+    size_t len = 0;
+    if (n) CHECK_OK(atlas_tokenizer_decode(tok, ids, n, true, &out, &len));
+    CHECK_MSG(out && !strcmp(out, "assistantfinalHi 42's"), "decoded '%s'", out ? out : "");
+    free(out), free(ids);
+    atlas_tokenizer_free(tok);
+    harness_rm_rf(dir);
+}
+
 int main(void) {
+    test_route();
+    test_harmony_tokens();
     test_config();
     test_model(0);
     test_model(1);
