@@ -184,8 +184,8 @@ static void check_attention(atlas_kv **kv, buf *qkv, buf *att, int n, int l, con
     const atlas_backend_geom *g = &gpu->geom;
     char what[96];
     buf_poison(att);
-    CHECK_OK(cpu->ops->attention(cpu, att->cpu, qkv->cpu, kv[0], l));
-    CHECK_OK(gpu->ops->attention(gpu, att->gpu, qkv->gpu, kv[1], l));
+    CHECK_OK(cpu->ops->attention(cpu, att->cpu, qkv->cpu, kv[0], l, NULL));
+    CHECK_OK(gpu->ops->attention(gpu, att->gpu, qkv->gpu, kv[1], l, NULL));
     snprintf(what, sizeof what, "%s layer %d: attention", tag, l);
     /* the GPU's cache is bf16, the CPU's fp32 */
     buf_check(what, att, (size_t)n * g->n_heads * g->head_dim, 2e-2);
