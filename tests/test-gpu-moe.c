@@ -198,12 +198,12 @@ static void step(const bufs *b, const weight *router, const weight *gu, const we
     draw_h(b->h_cpu, n, router, E, k);
     to_gpu(b->h_gpu, b->h_cpu, (size_t)n * D * 4);
     poison(b, n, k);
-    CHECK_OK(cpu->ops->moe_route(cpu, b->i_cpu, b->w_cpu, b->h_cpu, router->cpu, n));
-    CHECK_OK(cpu->ops->moe_experts(cpu, b->o_cpu, b->h_cpu, gu->cpu, dn->cpu, b->i_cpu, b->w_cpu,
-                                   n));
-    CHECK_OK(gpu->ops->moe_route(gpu, b->i_gpu, b->w_gpu, b->h_gpu, router->gpu, n));
-    CHECK_OK(gpu->ops->moe_experts(gpu, b->o_gpu, b->h_gpu, gu->gpu, dn->gpu, b->i_gpu, b->w_gpu,
-                                   n));
+    CHECK_OK(cpu->ops->moe_route(cpu, b->i_cpu, b->w_cpu, b->h_cpu, router->cpu, NULL, n));
+    CHECK_OK(cpu->ops->moe_experts(cpu, b->o_cpu, b->h_cpu, gu->cpu, NULL, dn->cpu, NULL,
+                                   b->i_cpu, b->w_cpu, n));
+    CHECK_OK(gpu->ops->moe_route(gpu, b->i_gpu, b->w_gpu, b->h_gpu, router->gpu, NULL, n));
+    CHECK_OK(gpu->ops->moe_experts(gpu, b->o_gpu, b->h_gpu, gu->gpu, NULL, dn->gpu, NULL,
+                                   b->i_gpu, b->w_gpu, n));
     for (size_t i = 0; i < (size_t)n * D; i++) b->x_cpu[i] = urand();
     to_gpu(b->x_gpu, b->x_cpu, (size_t)n * D * 4);
     snprintf(what, sizeof what, "E=%d k=%d n=%d %s", E, k, n, tag);
@@ -226,10 +226,10 @@ static void skewed(const bufs *b, const weight *gu, const weight *dn, int n, int
     poison(b, n, k);
     to_gpu(b->i_gpu, b->i_cpu, (size_t)n * k * 4);
     to_gpu(b->w_gpu, b->w_cpu, (size_t)n * k * 4);
-    CHECK_OK(cpu->ops->moe_experts(cpu, b->o_cpu, b->h_cpu, gu->cpu, dn->cpu, b->i_cpu, b->w_cpu,
-                                   n));
-    CHECK_OK(gpu->ops->moe_experts(gpu, b->o_gpu, b->h_gpu, gu->gpu, dn->gpu, b->i_gpu, b->w_gpu,
-                                   n));
+    CHECK_OK(cpu->ops->moe_experts(cpu, b->o_cpu, b->h_cpu, gu->cpu, NULL, dn->cpu, NULL,
+                                   b->i_cpu, b->w_cpu, n));
+    CHECK_OK(gpu->ops->moe_experts(gpu, b->o_gpu, b->h_gpu, gu->gpu, NULL, dn->gpu, NULL,
+                                   b->i_gpu, b->w_gpu, n));
     compare("every token to experts 5 and 3", b, n, k, 1.5e-2);
 }
 

@@ -220,16 +220,26 @@ static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p
     return cuda_submit(cb, &c);
 }
 
+/* The biases (gpt-oss's) are refused at create (check_missing): here a second guard. */
+static atlas_status no_moe_bias(const atlas_weight *a, const atlas_weight *b) {
+    if (!a && !b) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda moe: router and expert biases are not "
+                      "supported yet (run with --device cpu)");
+}
+
 static atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
-                                   const atlas_weight *router, int n) {
+                                   const atlas_weight *router, const atlas_weight *bias, int n) {
+    ATLAS_TRY(no_moe_bias(bias, NULL));
     ATLAS_TRY(moe_weight("router", router, be->geom.n_experts, be->geom.hidden));
     const void *p[6] = {ids, wts, h, router, NULL, NULL};
     return moe_cmd(cuda_of(be), CUDA_OP_MOE_ROUTE, n, p);
 }
 
 static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h,
-                                     const atlas_weight *gate_up, const atlas_weight *down,
+                                     const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
+                                     const atlas_weight *down, const atlas_weight *down_bias,
                                      const int32_t *ids, const float *wts, int n) {
+    ATLAS_TRY(no_moe_bias(gate_up_bias, down_bias));
     int64_t E = be->geom.n_experts, f = be->geom.expert_ffn, d = be->geom.hidden;
     ATLAS_TRY(moe_weight("experts' gate_up", gate_up, E * 2 * f, d));
     ATLAS_TRY(moe_weight("experts' down", down, E * d, f));
