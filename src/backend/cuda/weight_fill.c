@@ -75,6 +75,10 @@ atlas_status atlas_cuda_fill_weight(const atlas_weight_src *const *srcs, int n, 
                 ATLAS_TRY(atlas_cuda_read_bytes(out, v, k * 2, cnt * 2));
             else
                 ATLAS_TRY(convert(v, k, cnt, out));
+            /* Gemma's 1 + w, added in float32 and rounded once to bf16: the kernels read bf16
+             * norm weights (a rounding of 2^-9 at most, as the activations' own) */
+            for (size_t j = 0; v->offset != 0 && j < cnt; j++)
+                out[j] = atlas_f32_to_bf16(atlas_bf16_to_f32(out[j]) + v->offset);
         }
         e0 += ne;
     }

@@ -263,10 +263,10 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
         if (!v->quant != !srcs[0]->quant)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: quantized and dense "
                               "parts fused", v->name);
-        if (v->offset != 0) /* bf16 would round 1 + w: the norm wants float32 */
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: a norm used as 1 + w "
-                              "(Gemma): the GPU kernels do not have it yet (the CPU backend "
-                              "does: run with --device cpu)", v->name);
+        if (v->offset != 0 && (v->quant || dims != 1)) /* weight_fill adds it to 1-D ones */
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: an offset on a %s weight "
+                              "(only norms, 1-D and dense, take one)", v->name,
+                              v->quant ? "quantized" : "2-D");
         if (v->quant) {
             if (dims == 2) rows += v->shape[0];
             continue;
