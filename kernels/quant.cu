@@ -6,13 +6,22 @@
  *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
+ *   atlas_qrowscale       out[j, r] = out[j, r] * rowscale[r] (+ bias[r]) after such a matmul
  * fmt: fp8 (e4m3 codes [m, k]), int4 ([m, k/2] bytes, column 2j in the low nibble of byte j;
  * w = (q - zero) * scale), int4g (the same with GPTQ's act-order g_idx), fp4 (e2m1 codes packed
  * as int4; w = e2m1 * scale). Scales (and zeros) are float32 over the grid
  * [ceil(m / br), scols]: element (r, c) takes entry (r >> rsh) * scols + (c >> csh), a scale
  * covering 2^rsh rows and 2^csh >= 16 columns (a shift of 31: all of them). int4g instead
  * takes entry r * scols + g_idx[part(r) * k + c], where the rows of a fused weight's parts
- * (each with its own g_idx) begin at 0, p1 and p2. k % 16 == 0 (fp8) or k % 32 == 0. */
+ * (each with its own g_idx) begin at 0, p1 and p2. rowscale, when not NULL, multiplies row r
+ * of the product in fp32 (NVFP4's global scale, kept out of the scale grid so that a code
+ * times its e4m3 scale is exact in bf16). k % 16 == 0 (fp8) or k % 32 == 0.
+ *
+ * The codes are dequantized with bit operations, not tables or integer conversions: a 4-bit
+ * q placed in the top of a float's mantissa is 1 + q / 16 in one AND-OR (the 1 and the 16
+ * folded into a sum of x a group), an e2m1 code placed in a half's exponent and mantissa is
+ * its value times 2^-14 (subnormals included; the 2^14 folded into the scale), and e4m3 goes
+ * through the two-at-a-time conversion of sm_89+. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -25,19 +34,6 @@ enum { QF_FP8 = 1, QF_INT4 = 2, QF_FP4 = 3 }; /* atlas_wformat's values */
  * columns of x) serve all the rows. */
 enum { QG_ROWS = 4, QG_THREADS = 128, QG_WARPS = QG_THREADS / 32 };
 
-/* The value of each OCP e2m1 code. */
-__device__ __forceinline__ float e2m1_value(int c) {
-    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return c & 8 ? -mag[c & 7] : mag[c & 7];
-}
-
-/* The e2m1 values in shared memory for the block (FP4 only; one barrier). */
-template <int FMT> __device__ __forceinline__ void lut_init(float *lut) {
-    if (FMT != QF_FP4) return;
-    if (threadIdx.x < 16) lut[threadIdx.x] = e2m1_value(threadIdx.x);
-    __syncthreads();
-}
-
 /* 4 e4m3 codes (one 32-bit word, the first in the low byte) as floats: every e4m3 value is a
  * half exactly, and sm_89+ converts two at a time in one instruction. */
 __device__ __forceinline__ void fp8x4(uint32_t v, float *f) {
@@ -48,15 +44,32 @@ __device__ __forceinline__ void fp8x4(uint32_t v, float *f) {
     f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
 }
 
-/* Nibble i of v as a float 0..15: OR-ing it into the mantissa of 2^23 is exact. */
-__device__ __forceinline__ float nib(uint32_t v, int i) {
-    return __uint_as_float(0x4B000000u | ((v >> (4 * i)) & 15u)) - 8388608.0f;
+/* 1 + q / 16 for nibble j of v (q in mantissa bits 19..22 of 1.0f: exact): a shift and one
+ * AND-OR. */
+__device__ __forceinline__ float nib1q(uint32_t v, int j) {
+    uint32_t t = j < 5 ? v << (19 - 4 * j) : v >> (4 * j - 19);
+    return __uint_as_float((t & 0x00780000u) | 0x3F800000u);
 }
 
-/* The 16 codes of half h (columns 16h .. 16h + 15 of the load) as unscaled values: FP8 and
- * FP4 their values, INT4 q (0..15). FP8's load holds one half, the 4-bit ones two. */
-template <int FMT>
-__device__ __forceinline__ void codes16(const uint4 &u, int h, float *f, const float *lut) {
+/* The 8 e2m1 codes of v (nibble j: column j) times 2^-14: nibbles j and j + 4 at once as a
+ * half2, the magnitude (e1 e0 m) in bits 9..11 (the half's two low exponent bits and its top
+ * mantissa bit; e = 0 a subnormal, as e2m1's 0 and 0.5 are) and the sign in bit 15. */
+__device__ __forceinline__ void fp4x8(uint32_t v, float *f) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t u = v >> (4 * j);
+        uint32_t h = ((u << 9) & 0x0E000E00u) | ((u << 12) & 0x80008000u);
+        float2 p = __half22float2(*reinterpret_cast<__half2 *>(&h));
+        f[j] = p.x;
+        f[j + 4] = p.y;
+    }
+}
+enum { FP4_UNIT_LOG2 = 14 }; /* fp4x8's values are the codes' times 2^-14 */
+
+/* The 16 codes of half h (columns 16h .. 16h + 15 of the load) in the encoding the fp32 GEMV
+ * multiplies: FP8 their values, INT4 1 + q / 16, FP4 the value times 2^-14. FP8's load holds
+ * one half, the 4-bit ones two. */
+template <int FMT> __device__ __forceinline__ void raw16(const uint4 &u, int h, float *f) {
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
     if (FMT == QF_FP8) {
 #pragma unroll
@@ -65,20 +78,47 @@ __device__ __forceinline__ void codes16(const uint4 &u, int h, float *f, const f
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             uint32_t v = w[2 * h + i];
+            if (FMT == QF_FP4) {
+                fp4x8(v, f + 8 * i);
+            } else {
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                f[8 * i + j] = FMT == QF_FP4 ? lut[(v >> (4 * j)) & 15u] : nib(v, j);
+                for (int j = 0; j < 8; j++) f[8 * i + j] = nib1q(v, j);
+            }
         }
     }
 }
 
-/* x[c, c + E) as floats (16-byte aligned: k and c are multiples of 16). */
+/* The same codes as values: FP8 and FP4 their values, INT4 q (0..15), all exact. */
+template <int FMT> __device__ __forceinline__ void codes16(const uint4 &u, int h, float *f) {
+    raw16<FMT>(u, h, f);
+    if (FMT == QF_INT4)
+#pragma unroll
+        for (int i = 0; i < 16; i++) f[i] = fmaf(f[i], 16.0f, -16.0f);
+    if (FMT == QF_FP4)
+#pragma unroll
+        for (int i = 0; i < 16; i++) f[i] *= (float)(1 << FP4_UNIT_LOG2);
+}
+
+/* x[c, c + E) as floats (16-byte aligned: k and c are multiples of 16), times nw[c, c + E)
+ * when nw is set (the norm fusion; ss gets the sum of x^2). */
 template <int E>
-__device__ __forceinline__ void load_x(float *xf, const float *x) {
+__device__ __forceinline__ void load_x(float *xf, const float *x, const bf16_t *nw, float &ss) {
 #pragma unroll
     for (int i = 0; i < E / 4; i++) {
         float4 v = __ldg(reinterpret_cast<const float4 *>(x) + i);
         xf[4 * i] = v.x; xf[4 * i + 1] = v.y; xf[4 * i + 2] = v.z; xf[4 * i + 3] = v.w;
+    }
+    if (!nw) return;
+#pragma unroll
+    for (int i = 0; i < E / 8; i++) {
+        uint4 u = __ldg(reinterpret_cast<const uint4 *>(nw) + i);
+        float g[8];
+        unpack8(u, g);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            ss += xf[8 * i + j] * xf[8 * i + j];
+            xf[8 * i + j] *= g[j];
+        }
     }
 }
 
@@ -86,7 +126,12 @@ struct qargs {
     const float *scales, *zeros;
     const int32_t *g_idx;
     int rsh, csh, scols, p1, p2;
+    const float *rowscale;
 };
+
+__device__ __forceinline__ float row_factor(const qargs &q, int row) {
+    return q.rowscale ? __ldg(q.rowscale + row) : 1.0f;
+}
 
 /* Decode's fusions around one-row GEMVs (ops_cuda.c cuda_exec_fused), as kernels/gemv.cu's
  * for bf16, each on when its pointer is set: nw (with eps, h): the input is rmsnorm(x) * nw,
@@ -102,17 +147,74 @@ struct qfuse {
     int gelu;
 };
 
-/* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx (a scale and zero looked up a
- * column). */
+/* One row's share of one load (E columns from c) against x's: acc += scale * dot, in fp32.
+ * INT4's raw values are 1 + q / 16, so sum (q - z) x = 16 dot - (16 + z) sum x; FP4's are
+ * the values times 2^-14. A scale covering 32 columns is read once for both halves. */
+template <int FMT>
+__device__ __forceinline__ float qdot(const uint4 &u, const float *xf, const float *sx, int row,
+                                      int c, const qargs &q) {
+    constexpr int HALVES = FMT == QF_FP8 ? 1 : 2;
+    float d[HALVES];
+#pragma unroll
+    for (int h = 0; h < HALVES; h++) {
+        float f[16];
+        raw16<FMT>(u, h, f);
+        float a = 0.0f, b = 0.0f; /* two chains: the FMAs' latency */
+#pragma unroll
+        for (int i = 0; i < 16; i += 2) {
+            a = fmaf(f[i], xf[16 * h + i], a);
+            b = fmaf(f[i + 1], xf[16 * h + i + 1], b);
+        }
+        d[h] = a + b;
+    }
+    const float unit = FMT == QF_FP4 ? (float)(1 << FP4_UNIT_LOG2) : 1.0f;
+    size_t base = (size_t)(row >> q.rsh) * q.scols;
+    if (HALVES == 1 || q.csh >= 5) {
+        size_t si = base + (c >> q.csh);
+        float s = __ldg(q.scales + si) * unit, dd = d[0] + (HALVES == 2 ? d[HALVES - 1] : 0.0f);
+        if (FMT == QF_INT4)
+            dd = 16.0f * dd - (16.0f + __ldg(q.zeros + si)) * (sx[0] + sx[HALVES - 1]);
+        return s * dd;
+    }
+    float r = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HALVES; h++) {
+        size_t si = base + ((c + 16 * h) >> q.csh);
+        float dd = d[h];
+        if (FMT == QF_INT4) dd = 16.0f * dd - (16.0f + __ldg(q.zeros + si)) * sx[h];
+        r = fmaf(__ldg(q.scales + si) * unit, dd, r);
+    }
+    return r;
+}
+
+/* The same with act-order (INT4): a scale and zero looked up a column. */
+__device__ __forceinline__ float qdot_gidx(const uint4 &u, const float *xf, int row, int c,
+                                           int k, const qargs &q) {
+    int part = (row >= q.p1) + (row >= q.p2);
+    const int32_t *gi = q.g_idx + (size_t)part * k + c;
+    const float *sr = q.scales + (size_t)row * q.scols, *zr = q.zeros + (size_t)row * q.scols;
+    float d = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float f[16];
+        codes16<QF_INT4>(u, h, f);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int g = __ldg(gi + 16 * h + i);
+            d += (f[i] - __ldg(zr + g)) * __ldg(sr + g) * xf[16 * h + i];
+        }
+    }
+    return d;
+}
+
+/* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx. */
 template <int FMT, int N, bool GIDX>
 __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uint8_t *w,
                                            const bf16_t *bias, int n, int m, int k, qargs q,
                                            qfuse fx = qfuse{0, 0.0f, 0, 0, 0, 0}) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32; /* columns a 16-byte load holds */
     constexpr int HALVES = E / 16;
-    __shared__ float lut[16];
     __shared__ float red[QG_WARPS][QG_ROWS][N];
-    lut_init<FMT>(lut);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
     int rows[QG_ROWS]; /* the block's weight rows */
@@ -147,51 +249,24 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
         for (int j = 0; j < N; j++) {
             if (j >= n) break;
             float xf[E];
-            load_x<E>(xf, x + (size_t)j * k + c);
-            if (fx.nw) { /* n = 1 */
-#pragma unroll
-                for (int i = 0; i < E; i++) {
-                    ss += xf[i] * xf[i];
-                    xf[i] *= bf2f(fx.nw[c + i]);
-                }
-            }
+            load_x<E>(xf, x + (size_t)j * k + c, fx.nw ? fx.nw + c : nullptr, ss); /* nw: n 1 */
             float sx[HALVES];
 #pragma unroll
             for (int h = 0; h < HALVES; h++) {
-                sx[h] = 0.0f;
+                float a = 0.0f, b = 0.0f;
                 if (FMT == QF_INT4 && !GIDX)
 #pragma unroll
-                    for (int i = 0; i < 16; i++) sx[h] += xf[16 * h + i];
+                    for (int i = 0; i < 16; i += 2) {
+                        a += xf[16 * h + i];
+                        b += xf[16 * h + i + 1];
+                    }
+                sx[h] = a + b;
             }
 #pragma unroll
             for (int r = 0; r < QG_ROWS; r++) {
                 int row = min(rows[r], m - 1);
-#pragma unroll
-                for (int h = 0; h < HALVES; h++) {
-                    float f[16];
-                    codes16<FMT>(cur[r], h, f, lut);
-                    int cc = c + 16 * h;
-                    if (GIDX) {
-                        int part = (row >= q.p1) + (row >= q.p2);
-                        const int32_t *gi = q.g_idx + (size_t)part * k + cc;
-                        const float *sr = q.scales + (size_t)row * q.scols;
-                        const float *zr = q.zeros + (size_t)row * q.scols;
-                        float d = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < 16; i++) {
-                            int g = __ldg(gi + i);
-                            d += (f[i] - __ldg(zr + g)) * __ldg(sr + g) * xf[16 * h + i];
-                        }
-                        acc[r][j] += d;
-                    } else {
-                        size_t si = (size_t)(row >> q.rsh) * q.scols + (cc >> q.csh);
-                        float d = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < 16; i++) d += f[i] * xf[16 * h + i];
-                        if (FMT == QF_INT4) d -= __ldg(q.zeros + si) * sx[h];
-                        acc[r][j] += __ldg(q.scales + si) * d;
-                    }
-                }
+                if (GIDX) acc[r][j] += qdot_gidx(cur[r], xf, row, c, k, q);
+                else acc[r][j] += qdot<FMT>(cur[r], xf, sx, row, c, q);
             }
         }
 #pragma unroll
@@ -213,7 +288,8 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
         if (lane < QG_ROWS * N) {
 #pragma unroll
             for (int i = 0; i < QG_WARPS; i++) s += red[i][r][j];
-            s = s * scale + (bias && row < m ? bf2f(bias[row]) : 0.0f);
+            s = s * scale * (row < m ? row_factor(q, row) : 1.0f) +
+                (bias && row < m ? bf2f(bias[row]) : 0.0f);
         }
         if (lane < QG_ROWS * N && j < n && row < m) {
             out[(size_t)j * m + row] = s;
@@ -238,9 +314,9 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
     extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
              int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
-             int csh, int scols, int p1, int p2) {                                                 \
+             int csh, int scols, int p1, int p2, const float *rowscale) {                          \
         qgemv_body<FMT, N, GIDX>(out, x, w, bias, n, m, k,                                         \
-                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});            \
+                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale});  \
     }
 ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no qmma for it) */
 
@@ -250,10 +326,10 @@ ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no q
     extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
              int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
-             int csh, int scols, int p1, int p2, const bf16_t *nw, float eps, float *h,            \
-             float *resid, float *act, int gelu) {                                                 \
+             int csh, int scols, int p1, int p2, const float *rowscale, const bf16_t *nw,          \
+             float eps, float *h, float *resid, float *act, int gelu) {                            \
         qgemv_body<FMT, 1, GIDX>(out, x, w, bias, 1, m, k,                                         \
-                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2},             \
+                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
                                  qfuse{nw, eps, h, resid, act, gelu});                             \
     }
 ATLAS_QGEMV1(atlas_qgemv1_fp8, QF_FP8, false)
@@ -261,30 +337,40 @@ ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4g, QF_INT4, true)
 ATLAS_QGEMV1(atlas_qgemv1_fp4, QF_FP4, false)
 
-/* The E (16 or 32) weights of one 16-byte load of row `row` from column c, dequantized. */
+/* (lo, hi) rounded to nearest even into one bf16x2 register (lo in the low half), in one
+ * instruction (sm_80+). */
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* The E (16 or 32) weights of one 16-byte load of row `row` from column c: the codes minus
+ * INT4's zero (exact in bf16 for the integral zeros the formats store), times the scale when
+ * `scaled`. */
 template <int FMT>
-__device__ __forceinline__ void qrow(const uint4 &u, float *f, int row, int c, int k, qargs q,
-                                     const float *lut) {
+__device__ __forceinline__ void qrow(const uint4 &u, float *f, int row, int c, int k,
+                                     const qargs &q, bool scaled) {
     constexpr int HALVES = FMT == QF_FP8 ? 1 : 2;
 #pragma unroll
     for (int h = 0; h < HALVES; h++) {
-        codes16<FMT>(u, h, f + 16 * h, lut);
+        codes16<FMT>(u, h, f + 16 * h);
         int cc = c + 16 * h;
         size_t si = (size_t)(row >> q.rsh) * q.scols + ((cc < k ? cc : 0) >> q.csh);
-        float s = __ldg(q.scales + si), z = FMT == QF_INT4 ? __ldg(q.zeros + si) : 0.0f;
+        float s = scaled ? __ldg(q.scales + si) : 1.0f;
+        float z = FMT == QF_INT4 ? __ldg(q.zeros + si) : 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; i++) f[16 * h + i] = (f[16 * h + i] - z) * s;
     }
 }
 
-/* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). */
+/* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). A rowscale is left to
+ * atlas_qrowscale after the matmul. */
 template <int FMT, bool GIDX>
 __device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int m, int k,
                                              qargs q) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32;
     constexpr int HALVES = E / 16;
-    __shared__ float lut[16];
-    lut_init<FMT>(lut);
     pdl_wait(); /* the scratch may still be read by the previous matmul */
     const long long per_row = k / E, total = (long long)m * per_row;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -296,22 +382,22 @@ __device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int 
         if (GIDX) { /* a scale and zero a column */
             const int32_t *gi = q.g_idx + (size_t)((row >= q.p1) + (row >= q.p2)) * k + c0;
 #pragma unroll
-            for (int h = 0; h < HALVES; h++) codes16<FMT>(u, h, f + 16 * h, lut);
+            for (int h = 0; h < HALVES; h++) codes16<FMT>(u, h, f + 16 * h);
 #pragma unroll
             for (int j = 0; j < E; j++) {
                 size_t si = (size_t)row * q.scols + __ldg(gi + j);
                 f[j] = (f[j] - __ldg(q.zeros + si)) * __ldg(q.scales + si);
             }
         } else {
-            qrow<FMT>(u, f, row, c0, k, q, lut);
+            qrow<FMT>(u, f, row, c0, k, q, true);
         }
         uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)row * k + c0);
 #pragma unroll
         for (int j = 0; j < E / 8; j++)
-            dst[j] = make_uint4(pack_bf16x2(f[8 * j], f[8 * j + 1]),
-                                pack_bf16x2(f[8 * j + 2], f[8 * j + 3]),
-                                pack_bf16x2(f[8 * j + 4], f[8 * j + 5]),
-                                pack_bf16x2(f[8 * j + 6], f[8 * j + 7]));
+            dst[j] = make_uint4(cvt_bf16x2(f[8 * j], f[8 * j + 1]),
+                                cvt_bf16x2(f[8 * j + 2], f[8 * j + 3]),
+                                cvt_bf16x2(f[8 * j + 4], f[8 * j + 5]),
+                                cvt_bf16x2(f[8 * j + 6], f[8 * j + 7]));
     }
     pdl_trigger();
 }
@@ -323,22 +409,40 @@ __device__ __forceinline__ void dequant_body(bf16_t *out, const uint8_t *w, int 
              const float *zeros, const int32_t *g_idx, int rsh, int csh, int scols, int p1,        \
              int p2) {                                                                             \
         dequant_body<FMT, GIDX>(out, w, m, k,                                                      \
-                                qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});             \
+                                qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, nullptr});    \
     }
 ATLAS_QDEQUANT(atlas_qdequant_fp8, QF_FP8, false)
 ATLAS_QDEQUANT(atlas_qdequant_int4, QF_INT4, false)
 ATLAS_QDEQUANT(atlas_qdequant_int4g, QF_INT4, true)
 ATLAS_QDEQUANT(atlas_qdequant_fp4, QF_FP4, false)
 
+/* out[j, r] = out[j, r] * rowscale[r] + bias[r] (bias may be NULL) over [n, m]: the rowscale
+ * of a weight multiplied through its bf16 scratch copy. grid-stride, block 256. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_qrowscale(float *out, const float *rowscale, const bf16_t *bias, int n, int m) {
+    pdl_wait();
+    long long total = (long long)n * m;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        int r = (int)(i % m);
+        out[i] = out[i] * __ldg(rowscale + r) + (bias ? bf2f(bias[r]) : 0.0f);
+    }
+    pdl_trigger();
+}
+
 /* --- 2 to 64 rows on the tensor cores ----------------------------------------------------------
  * atlas_qmma<NG>_<fmt>: out[n, m] = x[n, k] @ w^T (+ bias), n <= 8 NG, as atlas_gemv_mma
  * (kernels/gemv.cu) does for bf16: a block owns 16 weight rows and its 4 warps share k; each
  * lane loads 16 bytes of codes of rows g and g + 8 (g = lane / 4) a chunk, dequantizes them in
- * registers (scale applied in fp32, then rounded to bf16 as a bf16 checkpoint's weights are)
- * into the A fragments of mma.sync m16n8k16, and multiplies them with x rows g, g + 8, ... of
- * the same columns (x split into hi + lo bf16, as there). The k order inside a lane's columns
- * is permuted the same way for w and x. Every weight byte is read once whatever n is, so a
- * serving step of 16 or 64 sequences reads the packed bytes, not a bf16 copy. */
+ * registers into the A fragments of mma.sync m16n8k16, and multiplies them with x rows g,
+ * g + 8, ... of the same columns (x split into hi + lo bf16, as there). The k order inside a
+ * lane's columns is permuted the same way for w and x, so a chunk's k steps mix its CH
+ * columns. When one scale covers a whole chunk (groups of CH columns or more: FP8 blocks of
+ * 128, INT4 groups of 128, per channel), the codes go into the fragments unscaled (exact in
+ * bf16: e4m3, e2m1, q - zero) and the chunk's fp32 partial sums are scaled, as block-scaled
+ * GEMMs do, so the product is as exact as the fp32 GEMV's but for x's split; smaller groups
+ * round code x scale to bf16 (exact for MXFP4's powers of two and NVFP4's e4m3 scales, whose
+ * fp32 global factor is the rowscale). Every weight byte is read once whatever n is. */
 enum { QM_WARPS = 4 };
 
 template <int FMT, int NG>
@@ -346,19 +450,19 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
                                           const bf16_t *bias, int n, int m, int k, qargs q) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32;
     constexpr int CH = 4 * E; /* columns a warp takes a chunk */
-    __shared__ float lut[16];
+    constexpr int CH_LOG2 = FMT == QF_FP8 ? 6 : 7;
     __shared__ float red[QM_WARPS][NG][4][32];
-    lut_init<FMT>(lut);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
     const int r0 = blockIdx.x * 16, rl = min(r0 + g, m - 1), rh = min(r0 + g + 8, m - 1);
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
     const uint8_t *wl = w + (size_t)rl * rbytes, *wh = w + (size_t)rh * rbytes;
     const int nch = (k + CH - 1) / CH;
-    float c[NG][4], c2[NG][4];
+    const bool chunk_scaled = q.csh >= CH_LOG2; /* one scale a chunk and row (31: a row) */
+    float c[NG][4];
 #pragma unroll
     for (int j = 0; j < NG; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) c[j][i] = c2[j][i] = 0.0f;
+        for (int i = 0; i < 4; i++) c[j][i] = 0.0f;
     auto col_of = [&](int ch) { return ch * CH + qq * E; };
     auto load = [&](const uint8_t *wr, int ch) {
         int cb = col_of(ch);
@@ -373,30 +477,45 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
         /* mma.sync wants the whole warp: lanes past k multiply zeros of x */
         int cb = col_of(ch);
         bool in = cb < k;
-        {
-            float fl[E], fh[E];
-            qrow<FMT>(cl, fl, rl, cb, k, q, lut);
-            qrow<FMT>(chh, fh, rh, cb, k, q, lut);
+        float fl[E], fh[E], t[NG][4];
+        qrow<FMT>(cl, fl, rl, cb, k, q, !chunk_scaled);
+        qrow<FMT>(chh, fh, rh, cb, k, q, !chunk_scaled);
 #pragma unroll
-            for (int s = 0; s < E / 4; s++) {
-                uint32_t a[4] = {pack_bf16x2(fl[4 * s], fl[4 * s + 1]),
-                                 pack_bf16x2(fh[4 * s], fh[4 * s + 1]),
-                                 pack_bf16x2(fl[4 * s + 2], fl[4 * s + 3]),
-                                 pack_bf16x2(fh[4 * s + 2], fh[4 * s + 3])};
+        for (int j = 0; j < NG; j++)
 #pragma unroll
-                for (int j = 0; j < NG; j++) {
-                    int xr = j * 8 + g;
-                    if (j * 8 >= n) break;
-                    float4 xv = xr < n && in ? __ldg(reinterpret_cast<const float4 *>(
-                                             x + (size_t)xr * k + cb + 4 * s))
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-                    uint32_t h0, l0, h1, l1;
-                    split_bf16x2(xv.x, xv.y, h0, l0);
-                    split_bf16x2(xv.z, xv.w, h1, l1);
-                    mma_bf16_16816(c[j], a, h0, h1);
-                    mma_bf16_16816(c2[j], a, l0, l1);
-                }
+            for (int i = 0; i < 4; i++) t[j][i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < E / 4; s++) {
+            uint32_t a[4] = {cvt_bf16x2(fl[4 * s], fl[4 * s + 1]),
+                             cvt_bf16x2(fh[4 * s], fh[4 * s + 1]),
+                             cvt_bf16x2(fl[4 * s + 2], fl[4 * s + 3]),
+                             cvt_bf16x2(fh[4 * s + 2], fh[4 * s + 3])};
+#pragma unroll
+            for (int j = 0; j < NG; j++) {
+                int xr = j * 8 + g;
+                if (j * 8 >= n) break;
+                float4 xv = xr < n && in ? __ldg(reinterpret_cast<const float4 *>(
+                                               x + (size_t)xr * k + cb + 4 * s))
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+                uint32_t h0, l0, h1, l1;
+                split_bf16x2(xv.x, xv.y, h0, l0);
+                split_bf16x2(xv.z, xv.w, h1, l1);
+                mma_bf16_16816(t[j], a, h0, h1);
+                mma_bf16_16816(t[j], a, l0, l1);
             }
+        }
+        float sl = 1.0f, sh = 1.0f; /* the chunk's scales of rows g and g + 8 */
+        if (chunk_scaled) {
+            int cs = in ? cb : 0;
+            sl = __ldg(q.scales + (size_t)(rl >> q.rsh) * q.scols + (cs >> q.csh));
+            sh = __ldg(q.scales + (size_t)(rh >> q.rsh) * q.scols + (cs >> q.csh));
+        }
+#pragma unroll
+        for (int j = 0; j < NG; j++) {
+            c[j][0] = fmaf(sl, t[j][0], c[j][0]);
+            c[j][1] = fmaf(sl, t[j][1], c[j][1]);
+            c[j][2] = fmaf(sh, t[j][2], c[j][2]);
+            c[j][3] = fmaf(sh, t[j][3], c[j][3]);
         }
         cl = nl;
         chh = nh;
@@ -405,7 +524,7 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
 #pragma unroll
     for (int j = 0; j < NG; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) red[warp][j][i][lane] = c[j][i] + c2[j][i];
+        for (int i = 0; i < 4; i++) red[warp][j][i][lane] = c[j][i];
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll
@@ -416,7 +535,8 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
                       red[3][j][i][lane];
             int row = r0 + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * qq + (i & 1);
             if (row < m && col < n)
-                out[(size_t)col * m + row] = v + (bias ? bf2f(bias[row]) : 0.0f);
+                out[(size_t)col * m + row] =
+                    v * row_factor(q, row) + (bias ? bf2f(bias[row]) : 0.0f);
         }
 }
 
@@ -425,9 +545,9 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
     extern "C" __global__ void __launch_bounds__(QM_WARPS * 32)                                   \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
              int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
-             int csh, int scols, int p1, int p2) {                                                 \
+             int csh, int scols, int p1, int p2, const float *rowscale) {                          \
         qmma_body<FMT, NG>(out, x, w, bias, n, m, k,                                               \
-                           qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2});                  \
+                           qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale});        \
     }
 #define ATLAS_QMMA_ALL(FMTNAME, FMT)                                                              \
     ATLAS_QMMA(atlas_qmma1_##FMTNAME, FMT, 1)                                                      \

@@ -3,9 +3,9 @@
  * sources: every format and scale layout the kernels take (FP8 in 2-D blocks with short edge
  * blocks, per channel and per tensor; INT4 in groups of 32/64/128 and one a row, with GPTQ's
  * act-order g_idx, different in each fused part; FP4 with scales per 16 and per 32), fused
- * parts, a bias, 1 row (the fp32 GEMV: bound 1e-5), 2 to 64 (the tensor-core kernels, w
- * rounded to bf16: 2e-2; act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the
- * bf16 matmuls: 2e-2), and refusals of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a GPU. */
+ * parts (NVFP4's with their own global factors), a bias, 1 row (the fp32 GEMV: bound 1e-5),
+ * 2 to 64 (the tensor-core kernels: 1e-4 where their bf16 weights are exact, else 2e-2;
+ * act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the bf16 matmuls: 2e-2), and refusals of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +39,10 @@ typedef struct qpart {
 } qpart;
 
 /* rows x k in format f, scale blocks br x bc (INT4 / FP4: br 1); gidx: INT4 act-order (groups
- * of bc, columns assigned to them in a shuffled order). */
-static void qpart_make(qpart *p, const char *name, atlas_wformat f, int64_t rows, int64_t k,
-                       int br, int bc, bool gidx) {
+ * of bc, columns assigned to them in a shuffled order); global > 0: NVFP4's scales, e4m3
+ * values times that float32 factor (as model/quant.c makes them). */
+static void qpart_make_g(qpart *p, const char *name, atlas_wformat f, int64_t rows, int64_t k,
+                         int br, int bc, bool gidx, float global) {
     memset(p, 0, sizeof *p);
     bool fp8 = f == ATLAS_WFMT_FP8_E4M3;
     size_t nb = fp8 ? (size_t)(rows * k) : (size_t)(rows * k / 2);
@@ -55,7 +56,9 @@ static void qpart_make(qpart *p, const char *name, atlas_wformat f, int64_t rows
     p->codes = c;
     p->scales = malloc((size_t)(grows * scols) * sizeof(float));
     for (int64_t i = 0; i < grows * scols; i++)
-        p->scales[i] = (float)(next() % 1000 + 1) * (fp8 ? 1e-4f : 2e-3f);
+        p->scales[i] = global > 0.0f ? ldexpf((float)(8 + next() % 8) / 8.0f,
+                                              (int)(next() % 8) - 4) * global
+                                     : (float)(next() % 1000 + 1) * (fp8 ? 1e-4f : 2e-3f);
     if (f == ATLAS_WFMT_INT4) {
         p->zeros = malloc((size_t)(grows * scols) * sizeof(float));
         for (int64_t i = 0; i < grows * scols; i++) p->zeros[i] = (float)(next() % 16);
@@ -70,10 +73,15 @@ static void qpart_make(qpart *p, const char *name, atlas_wformat f, int64_t rows
             p->g_idx[j] = t;
         }
     }
-    p->q = (atlas_wquant){f, br, bc, scols, p->scales, p->zeros, p->g_idx};
+    p->q = (atlas_wquant){f, br, bc, scols, p->scales, p->zeros, p->g_idx, global};
     p->src = (atlas_weight_src){.name = name, .dtype = fp8 ? ATLAS_DTYPE_F8_E4M3 : ATLAS_DTYPE_U8,
                                 .n_dims = 2, .shape = {rows, k}, .nbytes = nb, .data = c,
                                 .quant = &p->q};
+}
+
+static void qpart_make(qpart *p, const char *name, atlas_wformat f, int64_t rows, int64_t k,
+                       int br, int bc, bool gidx) {
+    qpart_make_g(p, name, f, rows, k, br, bc, gidx, 0.0f);
 }
 
 static void qpart_free(qpart *p) {
@@ -93,8 +101,11 @@ static double norm_err(const float *got, const float *want, size_t n) {
     return ma > 0 ? md / ma : md;
 }
 
-/* The parts fused (and a bias) on both backends, then out = x @ w^T for each row count. */
-static void check(const char *what, qpart *parts, int n_parts, bool with_bias) {
+/* The parts fused (and a bias) on both backends, then out = x @ w^T for each row count.
+ * mma_bound: the bound of the tensor-core kernels (2 .. CUDA_QMMA_MAX rows): 1e-4 where
+ * their bf16 weights are exact (a scale a chunk applied to fp32 partial sums, or NVFP4's
+ * e4m3 scales with the global factor a rowscale), else 2e-2 (code x scale rounded). */
+static void check(const char *what, qpart *parts, int n_parts, bool with_bias, double mma_bound) {
     const atlas_weight_src *v[4];
     int64_t m = 0, k = parts[0].src.shape[1];
     for (int i = 0; i < n_parts; i++) {
@@ -135,7 +146,9 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias) {
         CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)(n * m)));
         /* fp32 GEMVs: 1e-5; the tensor-core kernels and the scratch copy round w to bf16 */
         bool fp32 = n == 1 || (parts[0].q.g_idx && n <= CUDA_QGEMV_MAX);
-        double e = norm_err(got, want, (size_t)(n * m)), bound = fp32 ? 1e-5 : 2e-2;
+        bool mma = !parts[0].q.g_idx && n <= CUDA_QMMA_MAX;
+        double e = norm_err(got, want, (size_t)(n * m));
+        double bound = fp32 ? 1e-5 : mma ? mma_bound : 2e-2;
         CHECK_MSG(e <= bound, "%s, %d rows: normalised error %.3g > %.0e", what, n, e, bound);
         if (n == 1 || n == 8 || n == NMAX) printf("  %-44s n=%-3d %.2e\n", what, n, e);
     }
@@ -156,7 +169,20 @@ static void one(const char *what, atlas_wformat f, const int64_t *rows, int n_pa
                 int br, int bc, bool gidx, bool bias) {
     qpart p[3];
     for (int i = 0; i < n_parts; i++) qpart_make(&p[i], "w", f, rows[i], k, br, bc, gidx);
-    check(what, p, n_parts, bias);
+    /* one scale a tensor-core chunk (64 columns of FP8, 128 of INT4) and row: exact */
+    int chunk = f == ATLAS_WFMT_FP8_E4M3 ? 64 : 128;
+    bool exact = !gidx && f != ATLAS_WFMT_FP4_E2M1 && (bc >= k || bc % chunk == 0);
+    check(what, p, n_parts, bias, exact ? 1e-4 : 2e-2);
+    for (int i = 0; i < n_parts; i++) qpart_free(&p[i]);
+}
+
+/* NVFP4 fused from parts with their own global factors (q|k|v, gate|up as published). */
+static void nvfp4(const char *what, const int64_t *rows, int n_parts, int64_t k, bool bias) {
+    qpart p[3];
+    static const float globals[3] = {3.0e-4f, 1.7e-3f, 7.1e-5f};
+    for (int i = 0; i < n_parts; i++)
+        qpart_make_g(&p[i], "w", ATLAS_WFMT_FP4_E2M1, rows[i], k, 1, 16, false, globals[i]);
+    check(what, p, n_parts, bias, 1e-4);
     for (int i = 0; i < n_parts; i++) qpart_free(&p[i]);
 }
 
@@ -202,10 +228,13 @@ int main(void) {
     one("int4 group 32, fused, bias", I4, r2, 2, 1024, 1, 32, false, true);
     one("int4 group 64, 3 parts", I4, r3b, 3, 2048, 1, 64, false, false);
     one("int4 one group a row", I4, r1, 1, 544, 1, 544, false, false);
-    one("int4 act-order g_idx", I4, r1, 1, 512, 1, 32, true, false);
+    one("int4 group 128, qkv fused, bias", I4, r3, 3, 1024, 1, 128, false, true);
+    one("int4 act-order g_idx", I4, r1, 1, 1056, 1, 32, true, false);
     one("int4 act-order, a g_idx a part", I4, r3b, 3, 256, 1, 64, true, true);
     one("fp4 scales per 16 (nvfp4)", F4, r1, 1, 1024, 1, 16, false, false);
     one("fp4 scales per 32 (mxfp4), fused", F4, r2, 2, 2880, 1, 32, false, true);
+    nvfp4("nvfp4 qkv fused, a global scale a part", r3, 3, 1024, true);
+    nvfp4("nvfp4 gate|up fused", r2, 2, 2048, false);
 
     refused("fp8 of 40 columns", F8, 16, 40, 1, 40, "multiples of 16");
     refused("int4 of 48 columns", I4, 16, 48, 1, 16, "multiples of 32");

@@ -363,7 +363,7 @@ static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, in
             scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
             zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
         }
-        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL};
+        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL, 0.0f};
         src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
                                     .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
                                     .data = packed[p], .quant = &wq[p]};

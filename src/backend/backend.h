@@ -67,6 +67,10 @@ typedef struct atlas_wquant {
     const float *zeros;         /* INT4 only (NULL otherwise) */
     const int32_t *g_idx;       /* INT4: [cols] the group of each column (GPTQ's act-order), or
                                    NULL: c / block_cols */
+    /* NVFP4: the float32 factor every scale includes (each an e4m3 value times it: ModelOpt's
+     * weight_scale_2, compressed-tensors' 1 / weight_global_scale), so that a backend may keep
+     * it apart from the codes (e2m1 x e4m3 is exact in bf16); 0 for the other formats. */
+    float global;
 } atlas_wquant;
 
 /* Where one tensor of a weight comes from, as the model describes it to weight_load: its

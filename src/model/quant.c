@@ -217,6 +217,7 @@ static atlas_status bind_fp4(qfind *f, const atlas_quant_config *qc, int64_t row
                                  : atlas_e4m3_to_f32(raw[i]) * global;
     free(raw);
     out->q.scales = out->scales;
+    out->q.global = mx ? 0.0f : ct ? 1.0f / global : global;
     return st == ATLAS_OK ? ATLAS_OK : atlas_fail_wrap(st, "reading %s", s->name);
 }
 

@@ -42,14 +42,16 @@
  * the codes as stored (FP8 [rows, cols] bytes, INT4 / FP4 [rows, cols / 2]), float32 scales
  * (and INT4's zeros) over the grid [ceil(rows / 2^rsh), scols], a scale covering 2^csh
  * columns (shift 31: all), or with g_idx (GPTQ act-order) a column's group from
- * g_idx[part][cols], the parts of a fused weight beginning at rows 0, p1, p2. */
+ * g_idx[part][cols], the parts of a fused weight beginning at rows 0, p1, p2. rowscale
+ * (NVFP4: each part's global factor, taken out of its scales) multiplies the product's rows. */
 struct atlas_weight {
     CUdeviceptr ptr; /* bf16 [rows, cols] (1-D: rows 1), or the codes */
     int64_t rows, cols;
-    size_t bytes;    /* device bytes held (codes, scales, zeros, g_idx) */
+    size_t bytes;    /* device bytes held (codes, scales, zeros, g_idx, rowscale) */
     int fmt;         /* atlas_wformat */
-    CUdeviceptr scales, zeros, g_idx;
+    CUdeviceptr scales, zeros, g_idx, rowscale;
     int rsh, csh, scols, p1, p2;
+    float *host;     /* the scales and rowscale made at load, kept until the upload is done */
 };
 
 struct atlas_kv {
@@ -125,6 +127,7 @@ typedef struct cuda_fns {
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_gu_slots, moe_down_slots, moe_plan, moe_gu_grouped,
         moe_down_grouped, moe_combine;
@@ -274,6 +277,9 @@ typedef struct cuda_plan {
                                a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
                                group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
                                so that their small shapes reach gemv1c */
+    int qmma_max;           /* rows above which a quantized weight's matmul goes through its
+                               bf16 scratch copy: 0 (every model) CUDA_QMMA_MAX; set by `atlas
+                               bench` to time both ways */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:
@@ -334,6 +340,9 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
 /* ops_cuda.c: the row groups a block when `groups` are spread over a grid of bps blocks an
  * SM. */
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
+/* ops_cuda.c: the most rows a quantized weight's tensor-core kernels take (cuda_plan.qmma_max,
+ * else CUDA_QMMA_MAX); more go through its bf16 scratch copy. */
+int cuda_qmma_max(const cuda_backend *cb);
 /* ops_cuda.c: launches f on the backend's stream as every op does (PDL when it is on; an
  * empty grid does nothing). */
 atlas_status cuda_launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy, unsigned gz,

@@ -386,6 +386,7 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
     float eps = cb->base.geom.rms_eps;
     CUdeviceptr out = CUDA_PTR(mm->p[0]), x = CUDA_PTR(mm->p[1]), wp = w->ptr, sc = w->scales;
     CUdeviceptr zs = w->zeros, gi = w->g_idx, bp = bias ? bias->ptr : 0, nw = 0, h = 0, act = 0;
+    CUdeviceptr rs = w->rowscale;
     if (norm) {
         x = CUDA_PTR(norm->p[0]);
         nw = ((const atlas_weight *)norm->p[3])->ptr;
@@ -397,11 +398,34 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
         gelu = next[0].layer; /* the gate activation (cuda_cmd) */
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
-                 &nw, &eps, &h, &resid, &act, &gelu};
+                 &rs, &nw, &eps, &h, &resid, &act, &gelu};
     return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
 }
 
-/* A quantized weight: one row through the fp32 GEMV, up to CUDA_QMMA_MAX (CUDA_QGEMV_MAX with
+/* The most rows a quantized weight's tensor-core kernels take (more: the scratch copy). */
+int cuda_qmma_max(const cuda_backend *cb) {
+    return cb->plan.qmma_max > 0 && cb->plan.qmma_max < CUDA_QMMA_MAX ? cb->plan.qmma_max
+                                                                        : CUDA_QMMA_MAX;
+}
+
+/* The bf16 matmul of c from w's scratch copy deq, then w's rowscale (and the bias after it). */
+static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w,
+                                    CUdeviceptr deq) {
+    atlas_weight tmp = {.ptr = deq, .rows = w->rows, .cols = w->cols};
+    if (!w->rowscale) return dense_matmul(cb, c, &tmp);
+    const atlas_weight *bias = c->p[3];
+    cuda_cmd plain = *c;
+    plain.p[3] = NULL;
+    ATLAS_TRY(dense_matmul(cb, &plain, &tmp));
+    CUdeviceptr out = CUDA_PTR(c->p[0]), rs = w->rowscale, bp = bias ? bias->ptr : 0;
+    int n = c->n, m = (int)w->rows;
+    long long blocks = ((long long)n * m + 255) / 256;
+    void *a[] = {&out, &rs, &bp, &n, &m};
+    return launch(cb, cb->mod.fn.qrowscale, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1,
+                  256, 0, a);
+}
+
+/* A quantized weight: one row through the fp32 GEMV, up to cuda_qmma_max (CUDA_QGEMV_MAX with
  * act-order) through the kernels that multiply on the tensor cores, both reading the packed
  * bytes once; more through the bf16 matmuls, from the weight dequantized into the scratch
  * buffer (a prefill is compute-bound: the extra pass is small beside its GEMM). */
@@ -409,14 +433,15 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     const atlas_weight *w = c->p[2], *bias = c->p[3];
     int n = c->n, m = (int)w->rows, k = (int)w->cols;
     cuda_qkind q = qkind_of(w);
-    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
+    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx, rs = w->rowscale;
     int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
     if (n == 1) return qgemv_fused(cb, c, NULL, 0, TAIL_NONE, NULL);
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
-    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
+                 &rs};
     if (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX)
         return launch(cb, cb->mod.fn.qgemv8_g, (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
-    if (q != CUDA_Q_INT4G && n <= CUDA_QMMA_MAX) {
+    if (q != CUDA_Q_INT4G && n <= cuda_qmma_max(cb)) {
         int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
         return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
@@ -429,8 +454,7 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     long long blocks = (loads + 255) / 256;
     ATLAS_TRY(launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
                      256, 0, d));
-    atlas_weight tmp = {.ptr = deq, .rows = w->rows, .cols = w->cols};
-    return dense_matmul(cb, c, &tmp);
+    return qscratch_matmul(cb, c, w, deq);
 }
 
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {

@@ -74,8 +74,20 @@ typedef struct queued_parts {
     atlas_weight_src srcs[CUDA_FUSE_MAX];
     const void *mem[CUDA_FUSE_MAX];
     size_t bytes[CUDA_FUSE_MAX];
+    float div[CUDA_FUSE_MAX]; /* > 0: mem is float32, each divided by it and rounded to bf16 */
     int n;
 } queued_parts;
+
+/* Bytes [from, from + n) of the floats src[i] / div, each rounded to bf16 (an NVFP4 scale
+ * without its global factor: the e4m3 value it was, exactly). */
+static void copy_divided(char *d, const float *src, size_t from, size_t n, float div) {
+    for (size_t b = from; b < from + n;) {
+        size_t o = b % 4, take = 4 - o < from + n - b ? 4 - o : from + n - b;
+        float v = atlas_bf16_to_f32(atlas_f32_to_bf16(src[b / 4] / div));
+        memcpy(d + (b - from), (const char *)&v + o, take);
+        b += take;
+    }
+}
 
 static atlas_status fill_parts(void *dst, size_t offset, size_t bytes, void *user) {
     const queued_parts *q = user;
@@ -84,7 +96,8 @@ static atlas_status fill_parts(void *dst, size_t offset, size_t bytes, void *use
         size_t lo = offset > at ? offset : at, hi = end < at + q->bytes[i] ? end : at + q->bytes[i];
         if (lo >= hi) continue;
         char *d = (char *)dst + (lo - offset);
-        if (q->mem[i]) memcpy(d, (const char *)q->mem[i] + (lo - at), hi - lo);
+        if (q->mem[i] && q->div[i] > 0.0f) copy_divided(d, q->mem[i], lo - at, hi - lo, q->div[i]);
+        else if (q->mem[i]) memcpy(d, (const char *)q->mem[i] + (lo - at), hi - lo);
         else ATLAS_TRY(atlas_cuda_read_bytes(d, &q->srcs[i], lo - at, hi - lo));
     }
     return ATLAS_OK;
@@ -110,9 +123,31 @@ static int shift_of(int64_t v) {
 }
 
 static void quant_free_bufs(cuda_backend *cb, atlas_weight *w) {
-    CUdeviceptr *b[] = {&w->ptr, &w->scales, &w->zeros, &w->g_idx};
-    for (int i = 0; i < 4; i++)
+    CUdeviceptr *b[] = {&w->ptr, &w->scales, &w->zeros, &w->g_idx, &w->rowscale};
+    for (int i = 0; i < 5; i++)
         if (*b[i]) atlas_registry_free(cb->mod.reg, *b[i]);
+    free(w->host);
+}
+
+/* NVFP4 (parts with a global factor): the scales go up without it (copy_divided) and each
+ * part's factor becomes its rows' rowscale (1 for a part without one), so that the tensor-core
+ * kernels multiply exact bf16 weights and apply the factor to the fp32 product. */
+static atlas_status quant_rowscale(cuda_backend *cb, atlas_weight *w,
+                                   const atlas_weight_src *const *srcs, int n, queued_parts *sc) {
+    bool any = false;
+    for (int i = 0; i < n; i++) any |= srcs[i]->quant->global > 0.0f;
+    if (!any) return ATLAS_OK;
+    w->host = malloc((size_t)w->rows * sizeof(float));
+    if (!w->host) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        float f = srcs[i]->quant->global > 0.0f ? srcs[i]->quant->global : 1.0f;
+        sc->div[i] = srcs[i]->quant->global;
+        for (int64_t r = 0; r < srcs[i]->shape[0]; r++) w->host[at + r] = f;
+        at += srcs[i]->shape[0];
+    }
+    queued_parts rs = {.n = 1, .mem = {w->host}, .bytes = {(size_t)w->rows * sizeof(float)}};
+    return quant_upload(cb, w, &w->rowscale, &rs, "weight rowscale");
 }
 
 /* Refusals name the weight and what the kernels take; the CPU runs every layout. */
@@ -207,6 +242,8 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
         }
     }
     atlas_status st = quant_upload(cb, w, &w->ptr, &codes, srcs[0]->name);
+    if (st == ATLAS_OK && q0->format == ATLAS_WFMT_FP4_E2M1)
+        st = quant_rowscale(cb, w, srcs, n, &sc);
     if (st == ATLAS_OK) st = quant_upload(cb, w, &w->scales, &sc, "weight scales");
     if (st == ATLAS_OK && q0->zeros) st = quant_upload(cb, w, &w->zeros, &zs, "weight zeros");
     if (st == ATLAS_OK && q0->g_idx) st = quant_upload(cb, w, &w->g_idx, &gi, "weight g_idx");
