@@ -466,6 +466,11 @@ int atlas_cli_bench(int argc, char **argv) {
             printf("gemv        %-8s %6d x %-6d  n=1: block %4.0f GB/s   n=8: warp %4.0f  mma %4.0f "
                    "GB/s\n", prof.name[i], prof.m[i], prof.k[i], prof.gbps[0][i],
                    prof.gbps[1][i], prof.gbps[2][i]);
+        for (int i = 0; prof.qfmt && i < 4; i++)
+            printf("qmatmul     %-8s %6d x %-6d  %s/%d  n=1: %4.0f GB/s   n=16: mma %4.0f  scratch "
+                   "%4.0f   n=64: mma %4.0f  scratch %4.0f GB/s\n", prof.name[i], prof.m[i],
+                   prof.k[i], prof.qfmt, prof.q_bc, prof.qgbps[0][i], prof.qgbps[1][i],
+                   prof.qgbps[3][i], prof.qgbps[2][i], prof.qgbps[4][i]);
         for (int c = 0; c < 2; c++) {
             int i = prof.chain_shape[c];
             double mb = (double)prof.m[i] * prof.k[i] * 2 / 1e6;

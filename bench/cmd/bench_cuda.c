@@ -270,6 +270,87 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     return st;
 }
 
+typedef struct qmm_ctx {
+    cuda_backend *cb;
+    void *out, *x;
+    atlas_weight *w;
+    int n;
+} qmm_ctx;
+
+static atlas_status run_qmm(cuda_backend *cb, void *ctx) {
+    qmm_ctx *q = ctx;
+    return cb->base.ops->matmul(&cb->base, q->out, q->x, q->w, NULL, q->n);
+}
+
+/* One synthetic weight of rows x cols in layout l (codes of every value but FP8's NaN). */
+static atlas_status qweight_make(cuda_backend *cb, const atlas_wquant *l, int rows, int cols,
+                                 atlas_weight **w) {
+    bool fp8 = l->format == ATLAS_WFMT_FP8_E4M3, gidx = l->scale_cols < 0;
+    int bc = l->block_cols > 0 && l->block_cols < cols ? l->block_cols : cols;
+    int br = l->block_rows > 0 && l->block_rows < rows ? l->block_rows : rows;
+    int scols = (cols + bc - 1) / bc, grows = (rows + br - 1) / br;
+    size_t nb = fp8 ? (size_t)rows * cols : (size_t)rows * cols / 2, ns = (size_t)grows * scols;
+    uint8_t *codes = malloc(nb);
+    float *sc = malloc(ns * 4), *zs = malloc(ns * 4);
+    int32_t *gi = malloc((size_t)cols * 4);
+    atlas_status st = codes && sc && zs && gi ? ATLAS_OK : atlas_fail(ATLAS_ERR_NOMEM, "bench: "
+                                                                      "out of memory");
+    for (size_t i = 0; st == ATLAS_OK && i < nb; i++) codes[i] = (uint8_t)((i * 2654435761u) >> 13) & 0x77;
+    for (size_t i = 0; st == ATLAS_OK && i < ns; i++) {
+        sc[i] = 1e-3f;
+        zs[i] = 8.0f;
+    }
+    for (int i = 0; st == ATLAS_OK && i < cols; i++) gi[i] = i / bc;
+    atlas_wquant q = {l->format, br, bc, scols, sc, l->format == ATLAS_WFMT_INT4 ? zs : NULL,
+                      gidx ? gi : NULL, l->global};
+    atlas_weight_src src = {.name = "bench qweight", .dtype = fp8 ? ATLAS_DTYPE_F8_E4M3 : ATLAS_DTYPE_U8,
+                            .n_dims = 2, .shape = {rows, cols}, .nbytes = nb, .data = codes,
+                            .quant = &q};
+    const atlas_weight_src *v[] = {&src};
+    if (st == ATLAS_OK) st = cb->base.ops->weight_load(&cb->base, v, 1, w);
+    if (st == ATLAS_OK) st = cb->base.ops->weights_done(&cb->base);
+    free(codes);
+    free(sc);
+    free(zs);
+    free(gi);
+    return st;
+}
+
+/* The quantized matmuls of the model's layout on its first four shapes (profile's qgbps). */
+static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
+    const atlas_wquant *l = &cb->wt.qlayout;
+    out->qfmt = l->format == ATLAS_WFMT_FP8_E4M3 ? "fp8"
+                : l->format == ATLAS_WFMT_INT4   ? (l->scale_cols < 0 ? "int4-actorder" : "int4")
+                : l->global > 0.0f               ? "nvfp4"
+                                                 : "fp4";
+    out->q_bc = l->block_cols;
+    size_t kmax = 0, mmax = 0;
+    for (int i = 0; i < 4; i++) {
+        kmax = (size_t)out->k[i] > kmax ? (size_t)out->k[i] : kmax;
+        mmax = (size_t)out->m[i] > mmax ? (size_t)out->m[i] : mmax;
+    }
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, 64 * kmax * 4, "qprofile x", &bufs[0]));
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, 64 * mmax * 4, "qprofile out", &bufs[1]));
+    ATLAS_TRY(ATLAS_CU(cuMemsetD32, bufs[0], 0x3c000000u, 64 * kmax)); /* x = 2^-7 */
+    static const int ns[5] = {1, 16, 64, 16, 64};
+    for (int i = 0; i < 4; i++) {
+        atlas_weight *w = NULL;
+        atlas_status st = qweight_make(cb, l, out->m[i], out->k[i], &w);
+        if (st == ATLAS_OK) st = cuda_deq_reserve(cb);
+        for (int v = 0; v < 5 && st == ATLAS_OK; v++) {
+            qmm_ctx c = {cb, (void *)(uintptr_t)bufs[1], (void *)(uintptr_t)bufs[0], w, ns[v]};
+            cb->plan.qmma_max = v >= 3 ? 1 : 0; /* 1: every n > 1 through the scratch copy */
+            double t = 0;
+            st = time_median(cb, run_qmm, &c, &t);
+            out->qgbps[v][i] = t > 0 ? (double)w->bytes / (t * 1e6) : 0.0;
+        }
+        cb->plan.qmma_max = 0;
+        if (w) cb->base.ops->weight_free(&cb->base, w);
+        ATLAS_TRY(st);
+    }
+    return ATLAS_OK;
+}
+
 static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     const atlas_backend_geom *g = &cb->base.geom;
     int d = g->hidden, qd = g->n_heads * g->head_dim, f = g->intermediate;
@@ -322,7 +403,7 @@ static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdevice
         ATLAS_TRY(time_median(cb, run_graph, last, &out->graph_ms));
         out->graph_nodes = last->n_cmds;
     }
-    return ATLAS_OK;
+    return cb->wt.has_q ? qprofile(cb, out, bufs + 3) : ATLAS_OK;
 }
 
 atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out) {
@@ -331,10 +412,10 @@ atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out
     ATLAS_TRY(bench_backend(m, "the profile needs", &cb));
     ATLAS_TRY(cuda_ready(cb));
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "bench"));
-    CUdeviceptr bufs[3] = {0};
+    CUdeviceptr bufs[5] = {0};
     atlas_status st = profile(cb, out, bufs);
     if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         atlas_status fs = atlas_registry_free(cb->mod.reg, bufs[i]);
         if (st == ATLAS_OK) st = fs;
     }

@@ -82,6 +82,13 @@ typedef struct atlas_bench_profile {
     double chain_us[ATLAS_BENCH_CHAINS][2];
     double graph_ms;                     /* one replay of the last decode graph (0: none) */
     int graph_nodes;                     /* commands in it */
+    /* A quantized model: its layout (qfmt NULL: none) on synthetic weights of the first four
+     * shapes, packed bytes (codes, scales, zeros) / time of one matmul: [0] n = 1, [1] n = 16
+     * and [2] n = 64 on the tensor-core kernels, [3] n = 16 and [4] n = 64 through the bf16
+     * scratch copy (dequantize, then the bf16 matmul) */
+    const char *qfmt;
+    int q_bc;
+    double qgbps[5][ATLAS_BENCH_SHAPES];
 } atlas_bench_profile;
 
 atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out);

@@ -181,6 +181,9 @@ typedef struct cuda_weights {
     cuda_load load;
     size_t weight_bytes, kv_bytes; /* held now, for `atlas bench` */
     size_t deq_need; /* bytes of the largest quantized weight as bf16 (the scratch it needs) */
+    bool has_q;      /* a quantized weight was loaded: qlayout is the first one's layout (its
+                        pointers not kept), which `atlas bench` times on the model's shapes */
+    atlas_wquant qlayout;
 } cuda_weights;
 
 /* The workspace: device and pinned buffers for the largest batch seen, grown by begin_batch

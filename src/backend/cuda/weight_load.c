@@ -255,6 +255,14 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
         free(w);
         return atlas_fail(st, "cuda: loading weight %s: %s", srcs[0]->name, msg);
     }
+    if (!cb->wt.has_q) {
+        cb->wt.has_q = true;
+        cb->wt.qlayout = *q0;
+        cb->wt.qlayout.scales = cb->wt.qlayout.zeros = NULL;
+        cb->wt.qlayout.g_idx = NULL;
+        cb->wt.qlayout.global = q0->global > 0.0f ? 1.0f : 0.0f;
+        if (q0->g_idx) cb->wt.qlayout.scale_cols = -1; /* act-order: groups of block_cols */
+    }
     size_t deq = (size_t)rows * cols * 2;
     if (deq > cb->wt.deq_need) cb->wt.deq_need = deq;
     cb->wt.weight_bytes += w->bytes;
