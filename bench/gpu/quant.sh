@@ -42,7 +42,7 @@ for L in bf16 $LAYOUTS; do
   echo "== $L" | tee -a "$LOG"
   timeout 300 "$B/atlas" bench -m $M/$L -p 2048 -n 128 --batch 1,16,64 --read-gib 4 2>&1 \
     | tee /tmp/qb.log >> "$LOG"
-  g() { grep -m1 "$1" /tmp/qb.log | sed -E "$2"; }
+  g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }
   gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
   tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
