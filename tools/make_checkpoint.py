@@ -39,10 +39,15 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--shard", default="5GB", help="max shard size for save_pretrained")
+    ap.add_argument("--layers", type=int, help="num_hidden_layers instead of the shape's (a "
+                    "shape's matrices at a few layers: quick to make, for timing kernels)")
     a = ap.parse_args()
 
     t0 = time.time()
-    cfg = LlamaConfig(bos_token_id=128000, eos_token_id=128001, **SHAPES[a.shape])
+    shape = dict(SHAPES[a.shape])
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
+    cfg = LlamaConfig(bos_token_id=128000, eos_token_id=128001, **shape)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(a.seed)
     with torch.device(dev):
