@@ -353,7 +353,9 @@ static atlas_status dense_matmul(cuda_backend *cb, const cuda_cmd *c, const atla
         void *a[] = {&out, &x, &wp, &bp, &n, &m, &k};
         return launch(cb, f, (unsigned)((m + 7) / 8), 1, 1, 128, 0, a);
     }
-    if (lt_fits(cb, n, k)) {
+    /* 9+ rows through cuBLASLt: the mma.sync GEMM's 128-row tiles gave a 16-row step of the
+     * 8B shape 32 blocks a matmul, 38 ms against 17 ms at 64 rows (bench/RESULTS.md) */
+    if (cb->mod.lt && (size_t)n * k * 2 <= cb->ws.lt_a_bytes) {
         CUdeviceptr xb;
         ATLAS_TRY(lt_input(cb, c, k, &xb));
         return lt_gemm(cb, out, 0, xb, w, bias, n);
