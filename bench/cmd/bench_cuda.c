@@ -277,9 +277,18 @@ typedef struct qmm_ctx {
     int n;
 } qmm_ctx;
 
+/* The matmul command run at once: the op table's matmul only records it (launched at the
+ * next flush), which timed nothing but the recording. */
 static atlas_status run_qmm(cuda_backend *cb, void *ctx) {
     qmm_ctx *q = ctx;
-    return cb->base.ops->matmul(&cb->base, q->out, q->x, q->w, NULL, q->n);
+    cuda_cmd c;
+    memset(&c, 0, sizeof c);
+    c.op = CUDA_OP_MATMUL;
+    c.n = q->n;
+    c.p[0] = q->out;
+    c.p[1] = q->x;
+    c.p[2] = q->w;
+    return cuda_exec(cb, &c);
 }
 
 /* One synthetic weight of rows x cols in layout l (codes of every value but FP8's NaN). */
