@@ -5,6 +5,7 @@
 #include "atlas/atlas.h"
 #include "atlas/constraint.h"
 #include "atlas/engine.h"
+#include "atlas/harmony.h"
 #include "atlas/host.h"
 #include "atlas/memdir.h"
 #include "atlas/model.h"
@@ -28,8 +29,8 @@
 #include "harness.h"
 
 static const char *const included[] = {
-    "atlas.h", "constraint.h", "engine.h", "host.h", "memdir.h", "model.h", "parallel.h", "reasoning.h", "shield.h",
-    "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
+    "atlas.h", "constraint.h", "engine.h", "harmony.h", "host.h", "memdir.h", "model.h",
+    "parallel.h", "reasoning.h", "shield.h", "sampler.h", "server.h", "status.h", "template.h", "tokenizer.h", "toolcall.h",
     "utf8.h", "version.h",
 };
 
