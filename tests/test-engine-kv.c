@@ -1,14 +1,16 @@
 /* tests/test-engine-kv.c — the KV block manager and its prefix cache.
  *
  * A shadow model of what each block holds: random sequences over a small alphabet (so
- * prefixes repeat), each with one of a few salts, take cached blocks, grow, and are
- * released, many times over.  Every block a sequence gets from the cache must hold exactly
+ * prefixes repeat), each with one of a few salts, take cached blocks, grow (registering
+ * their full blocks as they go), and are released, many times over.  Every block a sequence gets from the cache must hold exactly
  * that sequence's tokens and have been written under its salt; no block is ever held by two
  * sequences unless it came from the cache; counts add up; all blocks come back.  The walk
  * runs under the default keyed hash and under injected hashes that collide all the time, as
  * does a set of hand-made cases: blocks of the same hash (different tokens, or the same
  * tokens after a different prefix or under a different salt) are told apart, and a block
- * whose predecessor was evicted and reused is not taken after the new one. */
+ * whose predecessor was evicted and reused is not taken after the new one; chains are
+ * evicted from their tails; blocks are shared while their sequence still runs, once the
+ * step that wrote them ran. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,7 +101,12 @@ static void grow(atlas_kv_pool *pool, shadow_seq *s) {
     if (!atlas_kv_table_reserve(pool, &s->t, s->n + 1)) return;
     for (int b = old_blocks; b < s->t.n; b++) writers[s->t.ids[b]]++;
     s->tokens[s->n] = rnd(3);
+    /* its full blocks are registered while it runs: planned (pending) then written, or
+     * written already; a pending one may last until its release, which forgets it */
+    bool pending = rnd(2);
+    atlas_kv_table_commit(pool, &s->t, s->tokens, s->n + 1, pending);
     write_tokens(s, s->n, s->n + 1);
+    if (!pending || rnd(2)) atlas_kv_table_written(pool, &s->t);
     s->n++;
     s->n_final = s->n;
 }
@@ -219,21 +226,105 @@ static void collisions(void) {
 }
 
 /* A block whose predecessor was evicted and its id reused for other tokens: the orphan
- * must not be taken after the new block, though it has the same hash and tokens. */
+ * must not be taken after the new block, though it has the same hash and tokens.  Chains
+ * are evicted from their tails, so the orphan is made as two sequences that computed the
+ * same first blocks side by side leave it: the second's third block is registered after
+ * the first's second, which is freed (and evicted) before it. */
 static void reused_parent(void) {
     atlas_kv_pool p;
-    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 2, .block_size = BS,
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 5, .block_size = BS,
                                                              .hash = hash_const}));
-    const int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, d[4] = {7, 7, 7, 7};
-    const int32_t e[9] = {7, 7, 7, 7, 5, 6, 7, 8, 0};
-    CHECK(run_seq(&p, NULL, 0, a, 8, NULL) == 0); /* registers both blocks */
-    CHECK(run_seq(&p, NULL, 0, d, 4, NULL) == 0); /* evicts a's first block, reuses its id */
-    CHECK(atlas_kv_pool_cached(&p) == 2);         /* d's block, and a's second, orphaned */
+    const int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[12] = {1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 8};
+    const int32_t d[4] = {7, 7, 7, 7}, e[9] = {7, 7, 7, 7, 5, 6, 7, 8, 0};
+    atlas_kv_table ta, tb, hold;
+    CHECK_OK(atlas_kv_table_init(&ta, 4, NULL, 0));
+    CHECK_OK(atlas_kv_table_init(&tb, 4, NULL, 0));
+    CHECK_OK(atlas_kv_table_init(&hold, 4, NULL, 0));
+    CHECK(atlas_kv_table_reserve(&p, &ta, 8) && atlas_kv_table_reserve(&p, &tb, 12));
+    int32_t a1 = ta.ids[1];
+    atlas_kv_table_release(&p, &ta, a, 8);  /* registers a's two blocks */
+    atlas_kv_table_release(&p, &tb, b, 12); /* its first two are twins: only the third */
+    CHECK(atlas_kv_pool_cached(&p) == 3);
+    CHECK(atlas_kv_table_reserve(&p, &hold, 8)); /* the two free unregistered blocks */
+    CHECK(run_seq(&p, NULL, 0, d, 4, NULL) == 0); /* evicts a's second, reuses its id */
     hand_seq h;
     hand_match(&p, &h, NULL, 0, e, 9);
-    CHECK_MSG(h.cached == 4, "cached %d: the orphaned block was taken", h.cached);
+    CHECK_MSG(h.cached == 4 && h.t.ids[0] == a1, "cached %d: the orphaned block was taken",
+              h.cached);
     atlas_kv_table_release(&p, &h.t, e, h.cached);
     atlas_kv_table_destroy(&h.t);
+    atlas_kv_table_release(&p, &hold, NULL, 0);
+    atlas_kv_table_destroy(&hold);
+    atlas_kv_table_destroy(&ta);
+    atlas_kv_table_destroy(&tb);
+    atlas_kv_pool_destroy(&p);
+}
+
+/* A chain is evicted from its tail: after one block is taken back from a cached chain of
+ * four, the first three are still found. */
+static void tail_first(void) {
+    atlas_kv_pool p;
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 4, .block_size = BS}));
+    int32_t tok[17];
+    for (int i = 0; i < 17; i++) tok[i] = 10 + i;
+    CHECK(run_seq(&p, NULL, 0, tok, 16, NULL) == 0);
+    CHECK(atlas_kv_pool_cached(&p) == 4);
+    int32_t other[4] = {99, 99, 99, 99};
+    CHECK(run_seq(&p, NULL, 0, other, 4, NULL) == 0); /* takes one cached block */
+    hand_seq h;
+    hand_match(&p, &h, NULL, 0, tok, 17);
+    CHECK_MSG(h.cached == 12, "cached %d of 12: the chain was evicted from its head",
+              h.cached);
+    atlas_kv_table_release(&p, &h.t, tok, h.cached);
+    atlas_kv_table_destroy(&h.t);
+    CHECK(atlas_kv_pool_used(&p) == 0);
+    atlas_kv_pool_destroy(&p);
+}
+
+/* Shared while it fills: blocks registered for a step are pending (another sequence at
+ * that point waits), shareable once the step ran, forgotten if it never did; a sequence
+ * that reserved blocks ahead gives them back for the shared ones. */
+static void while_filling(void) {
+    atlas_kv_pool p;
+    CHECK_OK(atlas_kv_pool_init(&p, &(atlas_kv_pool_params){.n_blocks = 8, .block_size = BS}));
+    int32_t tok[13];
+    for (int i = 0; i < 13; i++) tok[i] = 50 + i;
+    atlas_kv_table a, b;
+    CHECK_OK(atlas_kv_table_init(&a, 4, NULL, 0));
+    CHECK_OK(atlas_kv_table_init(&b, 4, NULL, 0));
+    /* a plans its first 8 tokens; b, planned after it in the same step, must wait */
+    CHECK(atlas_kv_table_reserve(&p, &a, 8));
+    atlas_kv_table_commit(&p, &a, tok, 8, true);
+    bool wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 0, &wait) == 0 && wait && b.n == 0);
+    /* the step never ran (a was preempted): nothing of it may be found */
+    atlas_kv_table_release(&p, &a, tok, 0);
+    wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 0, &wait) == 0 && !wait);
+    CHECK(atlas_kv_pool_cached(&p) == 0);
+    /* again, and it ran: b, holding a block reserved ahead, takes both of a's, a still
+     * running, and gives its own back */
+    CHECK(atlas_kv_table_reserve(&p, &a, 8) && atlas_kv_table_reserve(&p, &b, 4));
+    atlas_kv_table_commit(&p, &a, tok, 8, true);
+    atlas_kv_table_written(&p, &a);
+    int free_before = atlas_kv_pool_free(&p);
+    wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 0, &wait) == 8 && !wait && b.n == 2);
+    CHECK(b.ids[0] == a.ids[0] && b.ids[1] == a.ids[1]);
+    CHECK(atlas_kv_pool_free(&p) == free_before + 1);
+    /* b computes on from 8; a's third block is pending when b reaches it */
+    CHECK(atlas_kv_table_reserve(&p, &a, 12));
+    atlas_kv_table_commit(&p, &a, tok, 12, true);
+    wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 8, &wait) == 8 && wait);
+    atlas_kv_table_written(&p, &a);
+    wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 8, &wait) == 12 && !wait && b.n == 3);
+    atlas_kv_table_release(&p, &a, tok, 12);
+    atlas_kv_table_release(&p, &b, tok, 12);
+    CHECK(atlas_kv_pool_used(&p) == 0 && atlas_kv_pool_cached(&p) == 3);
+    atlas_kv_table_destroy(&a);
+    atlas_kv_table_destroy(&b);
     atlas_kv_pool_destroy(&p);
 }
 
@@ -265,6 +356,8 @@ int main(void) {
     CHECK_MSG(calls > ROUNDS, "the injected hash was called %ld times", calls);
     collisions();
     reused_parent();
+    tail_first();
+    while_filling();
     salted();
     return harness_finish();
 }

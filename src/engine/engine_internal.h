@@ -69,7 +69,8 @@ struct atlas_request_handle {
     /* tokens[cap]: the prompt, then generated ones; KV holds tokens[0 .. n_computed) */
     int32_t *tokens;
     int n_tokens, n_prompt, cap, n_computed;
-    int n_cached;      /* prompt tokens found in the prefix cache at its first admission */
+    int n_cached;      /* prompt tokens found in the prefix cache before its first preemption */
+    int requeued;      /* preempted at least once */
     atlas_kv_table kv;
     atlas_model *model_ref; /* a handle on its model while RUNNING (running.c), else NULL */
     atlas_sampler *sampler;
@@ -207,6 +208,7 @@ struct atlas_engine {
     /* the scheduler thread's buffers */
     plan_entry *plan;
     int n_plan;
+    int step_failed;   /* the forward pass of the step being run failed */
     int32_t *b_tokens, *b_pos, *b_start, *b_ctx, *b_table, *b_rows, *b_ids;
     int32_t *b_rope; /* [n_plan]: each sequence's known tokens (atlas_batch.seq_rope_len) */
     size_t b_table_cap;
@@ -259,6 +261,11 @@ void atlas_engine_end_running(atlas_engine *e, eng_model *md, seq *s);
  * queue: it will be recomputed (prompt and generated tokens) when there is room again.
  * *budget gets back the tokens it had in the step being planned. */
 void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget);
+/* Before s's next prompt chunk is planned: takes the blocks that other sequences have
+ * written since for the tokens after its own (prefix cache), counting them as cached.
+ * Returns 0 when s should wait a step, the next of its blocks being written by another
+ * sequence in the step being planned. */
+int atlas_engine_share_prefix(atlas_engine *e, eng_model *md, seq *s);
 /* Ends every waiting request of model (-1: of every model) with finish (ERROR: st and msg);
  * their ENDs are queued. */
 void atlas_engine_end_waiting(atlas_engine *e, int model, atlas_finish finish,

@@ -206,10 +206,18 @@ int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens) {
     return (n_tokens + p->block_size - 1) / p->block_size;
 }
 
+/* Forgets block id's registration (it keeps its refs). */
+static void unregister(atlas_kv_pool *p, int32_t id) {
+    map_delete(p, id);
+    p->hash[id] = 0;
+    free(p->blk[id].salt);
+    p->blk[id] = (atlas_kv_block){0};
+}
+
 /* A free block: a never-registered one, else the least recently freed cached one (its
  * prefix forgotten; blocks registered after it become unreachable, as their parent's
- * serial is never seen again, and age out in turn).  The caller made sure that there is
- * one. */
+ * serial is never seen again, and age out in turn: release frees a chain tail first, so
+ * its tail is the older).  The caller made sure that there is one. */
 static int32_t take_block(atlas_kv_pool *p) {
     int32_t id;
     if (p->n_plain > 0) {
@@ -218,10 +226,7 @@ static int32_t take_block(atlas_kv_pool *p) {
         id = p->lru_head;
         assert(id >= 0);
         lru_remove(p, id);
-        map_delete(p, id);
-        p->hash[id] = 0;
-        free(p->blk[id].salt);
-        p->blk[id] = (atlas_kv_block){0};
+        unregister(p, id);
     }
     assert(p->refs[id] == 0);
     p->refs[id] = 1;
@@ -232,7 +237,8 @@ static int32_t take_block(atlas_kv_pool *p) {
  * hash h, unless a registered block already holds that prefix.  Returns the serial of the
  * block that holds it, 0 when none does (no memory for the salt's copy). */
 static uint64_t register_block(atlas_kv_pool *p, const atlas_kv_table *t, int32_t id,
-                               uint64_t h, uint64_t parent, const int32_t *tokens) {
+                               uint64_t h, uint64_t parent, const int32_t *tokens,
+                               bool pending) {
     /* a registered block in a table came from the cache at this very position */
     if (p->hash[id]) {
         assert(holds(p, id, parent, tokens, t));
@@ -248,6 +254,7 @@ static uint64_t register_block(atlas_kv_pool *p, const atlas_kv_table *t, int32_
     }
     b->serial = ++p->serials;
     b->parent = parent;
+    b->pending = pending;
     memcpy(p->toks + (size_t)id * (size_t)p->block_size, tokens,
            (size_t)p->block_size * sizeof *tokens);
     p->hash[id] = h;
@@ -281,22 +288,52 @@ void atlas_kv_table_destroy(atlas_kv_table *t) {
     *t = (atlas_kv_table){0};
 }
 
-int atlas_kv_table_match(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n) {
-    assert(t->n == 0);
+/* Where t's chain starts: its salt's hash, no parent. */
+static void chain_reset(const atlas_kv_pool *p, atlas_kv_table *t) {
+    t->n_reg = t->n_written = 0;
+    t->h = root_hash(p, t);
+    t->parent = 0;
+    t->broken = false;
+}
+
+int atlas_kv_table_extend(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n,
+                          int n_computed, bool *wait) {
     int bs = p->block_size, max = n > 0 ? (n - 1) / bs : 0;
     if (max > t->cap) max = t->cap;
-    uint64_t h = root_hash(p, t), parent = 0;
-    for (int i = 0; i < max; i++) {
+    if (t->n_reg == 0) chain_reset(p, t);
+    if (t->broken || n_computed != t->n_reg * bs || t->n_written != t->n_reg) return n_computed;
+    while (t->n_reg < max) {
+        int i = t->n_reg;
         const int32_t *block = tokens + (size_t)i * bs;
-        h = block_hash(p, h, block);
-        int32_t id = map_find(p, h, parent, block, t);
+        uint64_t h = block_hash(p, t->h, block);
+        int32_t id = map_find(p, h, t->parent, block, t);
         if (id < 0) break;
+        if (p->blk[id].pending) {
+            *wait = true;
+            break;
+        }
+        if (i < t->n) { /* reserved, never written: back to the pool */
+            int32_t own = t->ids[i];
+            assert(p->refs[own] == 1 && !p->hash[own]);
+            p->refs[own] = 0;
+            p->plain[p->n_plain++] = own;
+        } else {
+            t->n++;
+        }
         if (p->refs[id] == 0) lru_remove(p, id);
         p->refs[id]++;
-        t->ids[t->n++] = id;
-        parent = p->blk[id].serial;
+        t->ids[i] = id;
+        t->h = h;
+        t->parent = p->blk[id].serial;
+        t->n_written = ++t->n_reg;
     }
-    return t->n * bs;
+    return t->n_reg * bs > n_computed ? t->n_reg * bs : n_computed;
+}
+
+int atlas_kv_table_match(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n) {
+    assert(t->n == 0);
+    bool wait = false;
+    return atlas_kv_table_extend(p, t, tokens, n, 0, &wait);
 }
 
 bool atlas_kv_table_reserve(atlas_kv_pool *p, atlas_kv_table *t, int n_tokens) {
@@ -308,24 +345,49 @@ bool atlas_kv_table_reserve(atlas_kv_pool *p, atlas_kv_table *t, int n_tokens) {
     return true;
 }
 
-void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
-                            int n_final) {
+void atlas_kv_table_commit(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
+                           int n_final, bool pending) {
     int bs = p->block_size;
-    uint64_t h = root_hash(p, t), parent = 0;
-    bool chain = true; /* every block so far is held by a registered one */
-    for (int i = 0; i < t->n; i++) {
+    if (t->n_reg == 0) chain_reset(p, t);
+    while (!t->broken && t->n_reg < t->n && (t->n_reg + 1) * bs <= n_final) {
+        int i = t->n_reg;
         int32_t id = t->ids[i];
         assert(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
-        if (chain && (i + 1) * bs <= n_final) {
-            const int32_t *block = tokens + (size_t)i * bs;
-            h = block_hash(p, h, block);
-            parent = register_block(p, t, id, h, parent, block);
-            /* a block after an unregistered one would pass for a first block */
-            chain = parent != 0;
+        const int32_t *block = tokens + (size_t)i * bs;
+        uint64_t h = block_hash(p, t->h, block);
+        uint64_t serial = register_block(p, t, id, h, t->parent, block, pending);
+        /* a block after an unregistered one would pass for a first block */
+        if (serial == 0) {
+            t->broken = true;
+            break;
+        }
+        t->h = h;
+        t->parent = serial;
+        t->n_reg++;
+        if (!pending && t->n_written == i) t->n_written = t->n_reg;
+    }
+}
+
+void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t) {
+    for (int i = t->n_written; i < t->n_reg; i++) p->blk[t->ids[i]].pending = false;
+    t->n_written = t->n_reg;
+}
+
+void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
+                            int n_final) {
+    atlas_kv_table_commit(p, t, tokens, n_final, false);
+    for (int i = t->n - 1; i >= 0; i--) {
+        int32_t id = t->ids[i];
+        assert(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
+        /* registered for a step that never ran: its K/V was never written */
+        if (p->blk[id].pending) {
+            assert(p->refs[id] == 1);
+            unregister(p, id);
         }
         if (--p->refs[id] > 0) continue;
         if (p->hash[id]) lru_push(p, id);
         else p->plain[p->n_plain++] = id;
     }
     t->n = 0;
+    chain_reset(p, t);
 }

@@ -4,13 +4,19 @@
  * hands out block ids.  A sequence's block table lists its blocks in position order: the
  * token at position p lives in block table[p / block_size], slot p % block_size.
  *
- * Prefix caching: a full block whose K/V is final is registered under a hash of all the
- * tokens up to its end (chained block by block).  When its sequence lets it go it keeps
- * its contents, on a list of cached free blocks; a new sequence whose prompt starts with
- * the same tokens takes those blocks (counted references: several sequences may share one)
- * instead of computing them.  Shared blocks are never written: a sequence writes only at
- * positions past its cached prefix.  Allocation takes never-registered free blocks first,
- * then evicts the least recently freed cached ones.
+ * Prefix caching: a full block is registered under a hash of all the tokens up to its end
+ * (chained block by block) as soon as the step that writes it is planned; it is "pending"
+ * until that step has run (atlas_kv_table_written), and shareable from then on, while its
+ * sequence still runs.  When its sequence lets it go it keeps its contents, on a list of
+ * cached free blocks; another sequence whose tokens start the same way takes those blocks
+ * (counted references: several sequences may share one) instead of computing them, at its
+ * admission or later, whenever it stands at a block boundary (atlas_kv_table_extend).  A
+ * pending block is never taken: the sequence that finds one waits a step rather than
+ * compute the same tokens beside its writer.  Shared blocks are never written: a sequence
+ * writes only at positions past its cached prefix.  Allocation takes never-registered free
+ * blocks first, then evicts the least recently freed cached ones; a sequence gives its
+ * blocks back last block first, so that a chain is evicted from its tail and its first
+ * blocks, which every longer prefix needs, go last.
  *
  * The hash only finds candidates; a hit is proven, never trusted: a registered block keeps
  * its tokens and the registration of the block before it (the first block: the sequence's
@@ -48,6 +54,7 @@ typedef struct atlas_kv_block {
     uint64_t parent; /* serial of the block before it in its prefix; 0: it is the first */
     char *salt;      /* a first block's salt (salt_len bytes, owned); NULL: none */
     size_t salt_len;
+    bool pending;    /* registered by a step not yet run: its K/V is not written */
 } atlas_kv_block;
 
 typedef struct atlas_kv_pool {
@@ -78,6 +85,13 @@ typedef struct atlas_kv_table {
     int cap;
     char *salt;   /* owned copy; NULL: none */
     size_t salt_len;
+    /* the chain registered so far: blocks [0, n_reg) are registered (or held by a
+     * registered twin), the last n_reg - n_written of them pending; h is the prefix hash
+     * after them and parent the serial of the last; broken when a registration failed (no
+     * later block may be registered after a gap) */
+    int n_reg, n_written;
+    uint64_t h, parent;
+    bool broken;
 } atlas_kv_table;
 
 /* ATLAS_ERR_INVALID on bad sizes, ATLAS_ERR_IO when no random key can be had. */
@@ -101,12 +115,31 @@ void atlas_kv_table_destroy(atlas_kv_table *t);
  * block_size). */
 int atlas_kv_table_match(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n);
 
+/* For a table whose K/V covers tokens[0, n_computed): when n_computed ends its registered
+ * chain, takes the written registered blocks that continue it along tokens[n], leaving at
+ * least one token to compute (the table's own blocks there, reserved but unwritten, go
+ * back to the pool).  Returns the tokens now covered (n_computed when nothing was taken);
+ * *wait is set when the next block is pending (another sequence writes it in the step
+ * being planned). */
+int atlas_kv_table_extend(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens, int n,
+                          int n_computed, bool *wait);
+
+/* Registers the full blocks of tokens[0, n_final) not registered yet.  pending: their K/V
+ * is written by the step being planned (atlas_kv_table_written once it ran; released
+ * before that, they are forgotten); else it is written already. */
+void atlas_kv_table_commit(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
+                           int n_final, bool pending);
+
+/* The step that wrote t's pending blocks ran: they may be shared now. */
+void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t);
+
 /* Grows t so that it covers n_tokens tokens.  Returns false, taking nothing, when the
  * pool has too few free blocks.  n_tokens beyond the table's cap is a programming error. */
 bool atlas_kv_table_reserve(atlas_kv_pool *p, atlas_kv_table *t, int n_tokens);
 
-/* Gives all of t's blocks back; t is then empty.  tokens[n_final] are the tokens whose K/V
- * is in the blocks and final: the full blocks among them are registered for reuse. */
+/* Gives all of t's blocks back, the last first; t is then empty.  tokens[n_final] are the
+ * tokens whose K/V is in the blocks and final: the full blocks among them are registered
+ * for reuse; pending blocks (their step never ran) are forgotten. */
 void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
                             int n_final);
 

@@ -143,6 +143,7 @@ void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget) {
     }
     atlas_kv_table_release(&md->pool, &s->kv, s->tokens, s->n_computed);
     s->n_computed = 0;
+    s->requeued = 1;
     running_remove(md, s);
     e->metrics.preemptions++;
     s->state = SEQ_WAITING;
@@ -153,15 +154,37 @@ void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget) {
     }
 }
 
+/* Whether s may take cached blocks: mean and cls pooling need the hidden states of the
+ * first tokens, computed, not cached. */
+static int may_share(const eng_model *md, const seq *s) {
+    return !s->embed || md->cfg.pooling == ATLAS_POOL_LAST;
+}
+
+/* n more of s's tokens came from the prefix cache; the request's own count is that of its
+ * life before a preemption (a recompute is not what the client asked of the cache). */
+static void count_cached(atlas_engine *e, seq *s, int n) {
+    e->metrics.cached_tokens += (uint64_t)n;
+    if (s->requeued) return;
+    s->n_cached += n;
+    if (s->n_cached > s->n_prompt) s->n_cached = s->n_prompt;
+}
+
 /* Blocks that already hold a prefix of s's tokens (prefix cache), at its first admission and
- * after a preemption; the request's own count of cached tokens is that of the first. */
+ * after a preemption. */
 static void match_prefix(atlas_engine *e, eng_model *md, seq *s) {
-    if (s->kv.n != 0 || s->n_computed != 0) return;
-    /* mean and cls pooling need the hidden states of the first tokens: computed, not cached */
-    if (s->embed && md->cfg.pooling != ATLAS_POOL_LAST) return;
+    if (s->kv.n != 0 || s->n_computed != 0 || !may_share(md, s)) return;
     s->n_computed = atlas_kv_table_match(&md->pool, &s->kv, s->tokens, s->n_tokens);
-    if (s->t_admit == 0) s->n_cached = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
-    e->metrics.cached_tokens += (uint64_t)s->n_computed;
+    count_cached(e, s, s->n_computed);
+}
+
+int atlas_engine_share_prefix(atlas_engine *e, eng_model *md, seq *s) {
+    if (!may_share(md, s)) return 1;
+    bool wait = false;
+    int at = atlas_kv_table_extend(&md->pool, &s->kv, s->tokens, s->n_tokens, s->n_computed,
+                                   &wait);
+    count_cached(e, s, at - s->n_computed);
+    s->n_computed = at;
+    return !wait;
 }
 
 int atlas_engine_admit(atlas_engine *e) {

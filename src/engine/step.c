@@ -27,6 +27,8 @@ static void plan_step(atlas_engine *e, eng_model *md) {
             seq *s = md->running[i];
             int remaining = s->n_tokens - s->n_computed;
             if ((remaining == 1) != (pass == 0) || s->plan >= 0) continue;
+            if (pass == 1 && !atlas_engine_share_prefix(e, md, s)) continue;
+            remaining = s->n_tokens - s->n_computed;
             int take = remaining < budget ? remaining : budget;
             int self = 0;
             while (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + take)) {
@@ -46,6 +48,9 @@ static void plan_step(atlas_engine *e, eng_model *md) {
             e->plan[e->n_plan++] =
                 (plan_entry){.s = s, .n = take, .logits = s->n_computed + take == s->n_tokens};
             budget -= take;
+            /* the blocks this step completes: found by the sequences planned after s, which
+             * then wait for them rather than compute them too */
+            atlas_kv_table_commit(&md->pool, &s->kv, s->tokens, s->n_computed + take, true);
         }
     }
 }
@@ -248,6 +253,7 @@ static int masks_begin(atlas_engine *e, int vocab, mask_work *w, pthread_t *th) 
 /* A failed forward fails every sequence of the step with its message (the model's directory
  * taken out of it). */
 static void fail_plan(atlas_engine *e, const eng_model *md, atlas_status st) {
+    e->step_failed = 1;
     char msg[512];
     snprintf(msg, sizeof msg, "%s", atlas_last_error());
     atlas_engine_strip_dir(msg, md->dir);
@@ -440,6 +446,7 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
         atlas_engine_strip_dir(msg, md->dir);
+        e->step_failed = 1;
         while (q-- > 0) (void)atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
         for (int i = 0; i < e->n_plan; i++) {
             if (e->plan[i].s->state == SEQ_DONE) continue;
@@ -473,6 +480,7 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
         if (!e->plan[i].logits || e->plan[i].s->n_tokens - e->plan[i].s->n_computed > 1)
             prefill += e->plan[i].n;
     int steps = 1, ahead = ahead_eligible(e, md);
+    e->step_failed = 0;
     pthread_mutex_unlock(&e->mu);
     if (b.hidden)
         run_embed_step(e, md, &b);
@@ -485,6 +493,10 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
     e->metrics.last_batch_tokens = b.n_tokens;
     e->metrics.prompt_tokens += (uint64_t)prefill;
     if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */
+    /* after a failed pass every planned sequence ends, and its release forgets the blocks
+     * registered for this step */
+    for (int i = 0; i < e->n_plan && !e->step_failed; i++)
+        atlas_kv_table_written(&md->pool, &e->plan[i].s->kv);
     for (int i = 0; i < e->n_plan; i++)
         if (e->plan[i].s->state == SEQ_DONE) atlas_engine_end_running(e, md, e->plan[i].s);
     e->n_plan = 0;

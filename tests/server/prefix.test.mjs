@@ -2,6 +2,8 @@
 // (usage.prompt_tokens_details.cached_tokens, and /metrics counts only the rest as
 // prefilled), and vLLM's `cache_salt` keeps requests of different salts apart: the same
 // prompt under another salt, or none, reuses nothing.  Bad salts are a 400 naming the field.
+// Requests that arrive together with one long prefix share it while it is computed: the
+// prefix is prefilled once, and the gateway's hit-rate counters on /metrics say so.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, postJSON, LLAMA } from './lib.mjs';
@@ -85,5 +87,44 @@ test('a cache_salt that is not a sane string is a 400 naming it', async () => {
     }
     const ok = await postJSON(srv.base, route, { model: 'llama', ...base, max_tokens: 1, cache_salt: 's'.repeat(256) });
     assert.equal(ok.status, 200, ok.text);
+  }
+});
+
+test('requests arriving together compute their shared prefix once', async () => {
+  const wide = await startServer(['--model', LLAMA, '--parallel', '16', '--batch-tokens', '256']);
+  try {
+    const c = wide.client();
+    const metric = async (name) => {
+      const m = await (await fetch(`${wide.base}/metrics`)).text();
+      return Number(m.match(new RegExp(`^${name} (\\d+)$`, 'm'))[1]);
+    };
+    const prefix = `${PROMPT} `.repeat(12);
+    const ask = (i, salt) => c.completions.create({
+      model: 'llama', prompt: `${prefix}Request number ${i} asks:`, max_tokens: 3, temperature: 0,
+      ...(salt ? { cache_salt: salt } : {}),
+    });
+    const [p0, h0] = [await metric('atlas_prompt_tokens_total'), await metric('atlas_prefix_cache_hits_total')];
+    const together = await Promise.all(Array.from({ length: 16 }, (_, i) => ask(i)));
+    const computed = (await metric('atlas_prompt_tokens_total')) - p0;
+    const hits = (await metric('atlas_prefix_cache_hits_total')) - h0;
+    const cached = together.map((r) => r.usage.prompt_tokens_details.cached_tokens);
+    const shared = Math.min(...together.map((r) => r.usage.prompt_tokens)) - 16;
+    assert.ok(shared > 400, `a shared prefix of about ${shared} tokens`);
+    const total = together.reduce((n, r) => n + r.usage.prompt_tokens, 0);
+    const sum = cached.reduce((a, b) => a + b, 0);
+    // computed once, the rest of each prompt on its own, and at most a step's budget more
+    assert.ok(computed <= total - 15 * shared + 256, `${computed} prompt tokens computed of ${total}`);
+    assert.ok(computed <= total - sum, 'only what was not cached was computed');
+    assert.equal(hits, sum, 'atlas_prefix_cache_hits_total counts the cached tokens');
+    assert.ok(cached.filter((n) => n >= shared - 16).length >= 15, JSON.stringify(cached));
+    // and each answers as it does alone, under a salt of its own
+    for (const i of [0, 7, 15]) {
+      const alone = await ask(i, `alone-${i}`);
+      assert.equal(alone.usage.prompt_tokens_details.cached_tokens, 0);
+      assert.equal(alone.choices[0].text, together[i].choices[0].text, `request ${i}`);
+    }
+  } finally {
+    const r = await wide.stop();
+    assert.equal(r.code, 0, `server exit ${JSON.stringify(r)}\n${wide.log()}`);
   }
 });

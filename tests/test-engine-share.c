@@ -1,0 +1,125 @@
+/* tests/test-engine-share.c — the prefix cache shared while it fills, on the CPU backend with
+ * tests/data/tiny-llama3: 64 requests submitted together with one 2,000-token prefix and a
+ * suffix each compute at most the prefix once, their suffixes and one step's budget of
+ * prompt tokens (the engine's prompt_tokens counter), report the prefix as cached, and
+ * answer greedily token for token as each does alone (under its own cache_salt, nothing
+ * shared); every block is back in the pool afterwards. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "atlas/engine.h"
+#include "engine_wait.h"
+#include "harness.h"
+
+enum { N_REQ = 64, PREFIX = 2000, MAX_SUFFIX = 12, N_OUT = 4, BUDGET = 512 };
+
+typedef struct answer {
+    int32_t ids[N_OUT];
+    int n_ids, cached, done;
+    atlas_finish finish;
+    char msg[256];
+} answer;
+
+static void on_event(const atlas_event *ev, void *user) {
+    answer *a = user;
+    if (ev->type == ATLAS_EVENT_TOKEN) {
+        if (a->n_ids < N_OUT) a->ids[a->n_ids++] = ev->id;
+        return;
+    }
+    a->done = 1;
+    a->finish = ev->finish;
+    a->cached = ev->usage.cached_tokens;
+    snprintf(a->msg, sizeof a->msg, "%s", ev->message);
+}
+
+/* Request i's prompt: the shared prefix, then its own suffix (its first token differs from
+ * every other request's), of 3 to MAX_SUFFIX tokens. */
+static int prompt_of(int i, int32_t *out) {
+    for (int k = 0; k < PREFIX; k++) out[k] = 1000 + (k * 7919) % 20000;
+    int n = 3 + i % (MAX_SUFFIX - 2);
+    for (int k = 0; k < n; k++) out[PREFIX + k] = 30000 + i * 50 + k;
+    return PREFIX + n;
+}
+
+static atlas_request request_of(const int32_t *ids, int n, const char *salt) {
+    atlas_request r = {.model = "tiny", .prompt = ids, .n_prompt = (size_t)n,
+                       .max_tokens = N_OUT, .ignore_eos = 1, .cache_salt = salt};
+    r.sampling = atlas_sampler_default_params();
+    r.sampling.temperature = 0;
+    return r;
+}
+
+int main(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
+    char path[1100];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!harness_require_file(path)) return harness_finish();
+    atlas_engine_model mod = {.name = "tiny", .dir = dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = &mod;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    p.parallel = N_REQ;
+    p.queue_limit = 4 * N_REQ;
+    p.ctx_size = 2048;
+    p.batch_tokens = BUDGET;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return harness_finish();
+    CHECK_OK(atlas_engine_load(e, "tiny")); /* nothing is admitted while it loads */
+
+    static int32_t prompts[N_REQ][PREFIX + MAX_SUFFIX];
+    static answer together[N_REQ], alone[N_REQ];
+    static engine_wait w[N_REQ];
+    int n[N_REQ], suffixes = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        n[i] = prompt_of(i, prompts[i]);
+        suffixes += n[i] - PREFIX;
+    }
+    atlas_engine_metrics m0, m1;
+    atlas_engine_get_metrics(e, &m0);
+    for (int i = 0; i < N_REQ; i++) {
+        atlas_request r = request_of(prompts[i], n[i], NULL);
+        CHECK_OK(engine_wait_submit(&w[i], e, &r, on_event, &together[i]));
+    }
+    for (int i = 0; i < N_REQ; i++) engine_wait_end(&w[i]);
+    atlas_engine_get_metrics(e, &m1);
+    uint64_t computed = m1.prompt_tokens - m0.prompt_tokens;
+    printf("%d requests sharing a %d-token prefix: %llu prompt tokens computed (bound %d)\n",
+           N_REQ, PREFIX, (unsigned long long)computed, PREFIX + suffixes + BUDGET);
+    CHECK_MSG(computed <= (uint64_t)(PREFIX + suffixes + BUDGET),
+              "%llu prompt tokens computed for a %d-token prefix and %d of suffixes",
+              (unsigned long long)computed, PREFIX, suffixes);
+    int sharing = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        CHECK_MSG(together[i].finish == ATLAS_FINISH_LENGTH && together[i].n_ids == N_OUT,
+                  "request %d: finish %d, %d ids (%s)", i, together[i].finish,
+                  together[i].n_ids, together[i].msg);
+        /* blocks of 16: the whole prefix, or nothing for the one that computed it */
+        CHECK_MSG(together[i].cached == 0 || together[i].cached == PREFIX, "request %d: %d cached",
+                  i, together[i].cached);
+        sharing += together[i].cached == PREFIX;
+    }
+    CHECK_MSG(sharing >= N_REQ - 1, "%d of %d requests found the prefix cached", sharing, N_REQ);
+    CHECK(m1.kv_blocks_used == 0);
+
+    /* each alone, under a salt of its own: nothing cached, the same answer */
+    for (int i = 0; i < N_REQ; i++) {
+        char salt[32];
+        snprintf(salt, sizeof salt, "alone-%d", i);
+        atlas_request r = request_of(prompts[i], n[i], salt);
+        CHECK_OK(engine_wait_run(e, &r, on_event, &alone[i]));
+        CHECK(alone[i].cached == 0 && alone[i].n_ids == N_OUT);
+        CHECK_MSG(!memcmp(alone[i].ids, together[i].ids, sizeof alone[i].ids),
+                  "request %d answers otherwise alone than among the others", i);
+    }
+    atlas_engine_metrics m2;
+    atlas_engine_get_metrics(e, &m2);
+    CHECK(m2.kv_blocks_used == 0);
+    atlas_engine_free(e);
+    return harness_finish();
+}
