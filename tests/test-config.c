@@ -346,6 +346,15 @@ static void test_generation(void) {
               "generation_config.json", "eos_token_id[1]");
     load_fail(llama(), json_pack("{s:i}", "do_sample", 1), ATLAS_ERR_FORMAT,
               "generation_config.json", "do_sample");
+    load_fail(llama(), json_pack("{s:f}", "max_new_tokens", 2.5), ATLAS_ERR_FORMAT,
+              "generation_config.json", "max_new_tokens");
+    load_fail(llama(), json_pack("{s:i}", "max_new_tokens", -1), ATLAS_ERR_RANGE,
+              "generation_config.json", "max_new_tokens");
+    c = load_ok(llama(), json_pack("{s:i}", "max_new_tokens", 256));
+    CHECK(c.gen_max_new_tokens == 256 && (c.gen_set & ATLAS_GEN_MAX_NEW_TOKENS));
+    atlas_generation_defaults d;
+    atlas_config_generation_defaults(&c, &d);
+    CHECK(d.max_new_tokens == 256 && (d.set & ATLAS_GEN_MAX_NEW_TOKENS));
     atlas_config before = c;
     const char *bad = "{\"top_k\": 3, \"top_p\": \"x\"}";
     CHECK(atlas_config_parse_generation(bad, strlen(bad), "g.json", &c) == ATLAS_ERR_FORMAT);

@@ -228,6 +228,7 @@ enum {
     ATLAS_GEN_TOP_K = 1u << 2,
     ATLAS_GEN_MIN_P = 1u << 3,
     ATLAS_GEN_REPETITION_PENALTY = 1u << 4,
+    ATLAS_GEN_MAX_NEW_TOKENS = 1u << 5,
 };
 typedef struct atlas_generation_defaults {
     float temperature;
@@ -236,6 +237,7 @@ typedef struct atlas_generation_defaults {
     float min_p;
     float repetition_penalty;
     unsigned set;
+    int max_new_tokens; /* the default max_tokens of a request that sets none */
 } atlas_generation_defaults;
 ATLAS_API atlas_status atlas_model_generation_defaults(const char *dir,
                                                        atlas_generation_defaults *out);

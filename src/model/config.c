@@ -848,10 +848,13 @@ atlas_status atlas_config_parse_generation(const char *json, size_t len, const c
     if (s == ATLAS_OK) s = get_int(file, root, "top_k", false, 0, INT32_MAX, &c.gen_top_k);
     if (s == ATLAS_OK) s = get_num(file, root, "repetition_penalty", &c.gen_repetition_penalty);
     if (s == ATLAS_OK) s = get_num(file, root, "min_p", &c.gen_min_p);
+    if (s == ATLAS_OK)
+        s = get_int(file, root, "max_new_tokens", false, 0, INT32_MAX, &c.gen_max_new_tokens);
     static const struct { const char *key; unsigned bit; } present[] = {
         {"temperature", ATLAS_GEN_TEMPERATURE}, {"top_p", ATLAS_GEN_TOP_P},
         {"top_k", ATLAS_GEN_TOP_K}, {"min_p", ATLAS_GEN_MIN_P},
-        {"repetition_penalty", ATLAS_GEN_REPETITION_PENALTY}};
+        {"repetition_penalty", ATLAS_GEN_REPETITION_PENALTY},
+        {"max_new_tokens", ATLAS_GEN_MAX_NEW_TOKENS}};
     for (size_t i = 0; s == ATLAS_OK && i < sizeof present / sizeof *present; i++)
         if (field(root, present[i].key)) c.gen_set |= present[i].bit;
     bool sample = false;
@@ -955,5 +958,6 @@ void atlas_config_generation_defaults(const atlas_config *c, atlas_generation_de
     out->top_k = c->gen_top_k > 0 ? c->gen_top_k : 0;
     out->min_p = (float)c->gen_min_p;
     out->repetition_penalty = (float)c->gen_repetition_penalty;
+    out->max_new_tokens = c->gen_max_new_tokens;
     out->set = c->gen_set;
 }

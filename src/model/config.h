@@ -174,6 +174,7 @@ typedef struct atlas_config {
     double gen_repetition_penalty;
     int gen_do_sample;         /* -1 when absent, else 0 / 1 */
     double gen_min_p;
+    int gen_max_new_tokens;    /* 0 when absent */
     unsigned gen_set;          /* ATLAS_GEN_* bits (atlas/model.h) of the fields present */
     /* An embedding model (model/pooling.h: modules.json, 1_Pooling/config.json): no output
      * head is bound, its requests get a pooled vector instead of tokens. */

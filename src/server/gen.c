@@ -192,6 +192,11 @@ atlas_status atlas_gen_start(atlas_http_call *call, const atlas_gen_opts *o,
     req.n_prompt = n_ids;
     req.sampling = gp->sp;
     req.max_tokens = (int)gp->max_tokens;
+    int ctx = 0; /* vLLM cuts the file's default to what the context leaves, too */
+    if (gp->max_tokens_default &&
+        atlas_engine_ctx_size(g->srv->engine, o->model, &ctx) == ATLAS_OK &&
+        (size_t)ctx < n_ids + (size_t)req.max_tokens)
+        req.max_tokens = (size_t)ctx > n_ids ? ctx - (int)n_ids : 0;
     req.stop = gp->stop;
     req.stop_ids = gp->stop_ids;
     req.n_stop_ids = gp->n_stop_ids;

@@ -207,7 +207,8 @@ static atlas_status parse_sampling(const json_t *body, atlas_gen_params *p, cons
     return ATLAS_OK;
 }
 
-static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind, atlas_gen_params *p,
+static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind,
+                                  const atlas_generation_defaults *gen, atlas_gen_params *p,
                                   const char **param) {
     int64_t n = 1;
     ATLAS_TRY(atlas_param_int(body, "n", 1, ATLAS_MAX_CHOICES, &n, NULL, param));
@@ -221,6 +222,9 @@ static atlas_status parse_lengths(const json_t *body, atlas_api_kind kind, atlas
     if (!has)
         ATLAS_TRY(atlas_param_int(body, "max_tokens", 1, INT32_MAX, &p->max_tokens, &has, param));
     if (!has && kind == ATLAS_API_COMPLETION) p->max_tokens = 16; /* OpenAI's default there */
+    /* generation_config.json's max_new_tokens stands for an absent field, as in vLLM */
+    if (!has && gen && (gen->set & ATLAS_GEN_MAX_NEW_TOKENS) && gen->max_new_tokens > 0)
+        p->max_tokens = gen->max_new_tokens, p->max_tokens_default = true;
     return ATLAS_OK;
 }
 
@@ -329,7 +333,7 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     *param = NULL;
     ATLAS_TRY(atlas_param_string(body, "model", &p->model, param));
     ATLAS_TRY(parse_sampling(body, p, param));
-    ATLAS_TRY(parse_lengths(body, kind, p, param));
+    ATLAS_TRY(parse_lengths(body, kind, gen, p, param));
     ATLAS_TRY(parse_logprobs(body, kind, p, param));
     ATLAS_TRY(parse_stop(body, p, param));
     ATLAS_TRY(parse_logit_bias(body, tok, p, param));

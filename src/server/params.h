@@ -33,6 +33,8 @@ typedef struct atlas_gen_params {
     atlas_sampler_params sp;    /* sp.logit_bias points to bias below */
     atlas_logit_bias *bias;     /* [sp.n_logit_bias], malloc'd */
     int64_t max_tokens;         /* 0: until the context is full */
+    bool max_tokens_default;    /* max_tokens is generation_config.json's max_new_tokens: cut
+                                   to the context's room, never a reason to refuse */
     const char **stop;          /* [n_stop], strings point into the body */
     int n_stop;
     int32_t stop_ids[2];        /* ids that end the reply beside the model's eos (set by

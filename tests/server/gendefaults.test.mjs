@@ -1,5 +1,6 @@
 // A model directory's generation_config.json gives the sampling defaults of the requests to
 // it that leave those fields out, as vLLM applies them; a request's own field overrides them.
+// Its max_new_tokens is the max_tokens of a request that sets none, cut to the context.
 // Three copies of one model differ only in that file, so equal draws mean equal settings.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,10 +23,12 @@ function copy(name, sampling) {
 
 let srv;
 before(async () => {
-  srv = await startServer(['--device', 'cpu', '--max-resident', '3',
+  srv = await startServer(['--device', 'cpu', '--max-resident', '5',
     '--model', copy('cold', { temperature: 0 }),
     '--model', copy('hot', { temperature: 2.0 }),
-    '--model', copy('k1', { temperature: 2.0, top_k: 1 })]);
+    '--model', copy('k1', { temperature: 2.0, top_k: 1 }),
+    '--model', copy('rep', { temperature: 0, repetition_penalty: 1.5 }),
+    '--model', copy('short', { temperature: 0, max_new_tokens: 5 })]);
 });
 after(async () => {
   const r = await srv.stop();
@@ -68,4 +71,44 @@ test('top_k from the file applies, and top_k -1 in the request turns it off', as
   const greedy = await complete({ model: 'cold' });
   assert.equal(await complete({ model: 'k1', seed: 5 }), greedy);
   assert.equal(await complete({ model: 'k1', seed: 5, top_k: -1 }), await complete({ model: 'hot', seed: 5 }));
+});
+
+test('repetition_penalty from the file applies as the request\'s field does', async () => {
+  const plain = await complete({ model: 'cold', max_tokens: 24 });
+  const penalised = await complete({ model: 'cold', max_tokens: 24, repetition_penalty: 1.5 });
+  assert.notEqual(penalised, plain, 'the penalty changes this prompt\'s greedy text');
+  assert.equal(await complete({ model: 'rep', max_tokens: 24 }), penalised);
+  assert.equal(await complete({ model: 'rep', max_tokens: 24, repetition_penalty: 1 }), plain);
+});
+
+test('max_new_tokens from the file is the max_tokens of requests without one', async () => {
+  const usage = async (route, body) => {
+    const r = await postJSON(srv.base, route, { model: 'short', ignore_eos: true, ...body });
+    assert.equal(r.status, 200, r.text);
+    return r.json.usage.completion_tokens;
+  };
+  assert.equal(await usage('/v1/completions', { prompt: 'Once upon a time' }), 5);
+  assert.equal(await usage('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }] }), 5);
+  assert.equal(await usage('/v1/completions', { prompt: 'Once upon a time', max_tokens: 7 }), 7);
+  assert.equal(await usage('/v1/chat/completions',
+    { messages: [{ role: 'user', content: 'Hi' }], max_completion_tokens: 3 }), 3);
+});
+
+test('a max_new_tokens beyond the context is cut to it, not refused', async () => {
+  const small = await startServer(['--device', 'cpu', '--ctx-size', '32',
+    '--model', copy('huge', { temperature: 0, max_new_tokens: 100000 })]);
+  try {
+    const r = await postJSON(small.base, '/v1/completions',
+      { model: 'huge', prompt: 'Once upon a time', ignore_eos: true });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.usage.prompt_tokens + r.json.usage.completion_tokens, 32, r.text);
+    assert.equal(r.json.choices[0].finish_reason, 'length');
+    // a request's own max_tokens past the context is still refused
+    const over = await postJSON(small.base, '/v1/completions',
+      { model: 'huge', prompt: 'Once upon a time', max_tokens: 100 });
+    assert.equal(over.status, 400, over.text);
+  } finally {
+    const r = await small.stop();
+    assert.equal(r.code, 0, `server exit ${JSON.stringify(r)}\n${small.log()}`);
+  }
 });
