@@ -98,6 +98,9 @@ excluded=(
   # the same kind, added since: dequantizing every layout end to end (17 s native), and
   # constrained tool calls and JSON over several seeds
   test-quant server-strict
+  # 64 and 16 requests through the engine sharing a prefix, preempted and cancelled (13 s
+  # native)
+  test-engine-share
   # wall-clock bounds that hold natively only: a refusal or a taken port within a second,
   # an answer within the drain timeout plus a swap, a keep-alive release within 3 s, swaps
   # timed into the operator's log
