@@ -66,11 +66,25 @@ __device__ __forceinline__ float block_sum(float v) {
 /* SwiGLU of one (gate, up) pair: silu(g) * u, as every kernel that computes it does. */
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-/* The gated activation of one (gate, up) pair by atlas_glu_kind (backend.h): 0 SwiGLU, 1 GeGLU
- * with gelu_pytorch_tanh, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), in float32 as the
- * CPU backend (cpu_glu.c) and torch compute it. The kind is the same for every thread. */
-__device__ __forceinline__ float glu_mul(float g, float u, int gelu) {
-    if (!gelu) return silu_mul(g, u);
+/* A gate activation as the kernels take it (by value, a kernel argument; the host's
+ * cuda_glu_act, cuda_backend.h, has the same layout): kind is atlas_glu_kind (backend.h),
+ * alpha and limit are ATLAS_GLU_SWIGLU_CLAMP's gain and clamp (unused by the others). */
+struct glu_act {
+    int kind;
+    float alpha, limit;
+};
+
+/* The gated activation of one (gate, up) pair, in float32 as the CPU backend (cpu_glu.c) and
+ * torch compute it: 0 SwiGLU; 1 GeGLU with gelu_pytorch_tanh, 0.5 g (1 + tanh(sqrt(2/pi)
+ * (g + 0.044715 g^3))); 2 gpt-oss's clamped SwiGLU, (clamp(u, -L, L) + 1) * x * sigmoid(alpha
+ * x) with x = min(g, L). The kind is the same for every thread. */
+__device__ __forceinline__ float glu_mul(float g, float u, glu_act a) {
+    if (a.kind == 0) return silu_mul(g, u);
+    if (a.kind == 2) {
+        float x = fminf(g, a.limit);
+        u = fminf(fmaxf(u, -a.limit), a.limit);
+        return (u + 1.0f) * (x * (1.0f / (1.0f + __expf(-(x * a.alpha)))));
+    }
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
 }

@@ -225,11 +225,11 @@ struct gb_store { /* out[row] = v, resid[row] += v when resid */
 
 struct gb_swiglu { /* gu[row] = v; act[i] = act(gate i) * up i as kernels/swiglu.cu */
     float *gu, *act;
-    int gelu;
+    glu_act ga;
     __device__ void operator()(float v, int row, int lane) const {
         float u = __shfl_down_sync(0xffffffffu, v, 2); /* lanes 0, 1: their up row's result */
         if (lane < GB_ROWS) gu[row] = v;
-        if (lane < 2) act[row] = glu_mul(v, u, gelu);
+        if (lane < 2) act[row] = glu_mul(v, u, ga);
     }
 };
 
@@ -475,7 +475,7 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
  * as in atlas_gemv1b_norm, atlas_gemv1[bc]_norm_NAME (the norm fusion's second GEMV).
  * Arguments: atlas_gemv1b_norm's up to h, then the epilogue's, then ng for gemv1c. grid m / 4
  * (gemv1b), ceil(m / 4 / ng) (gemv1c).
- *   swiglu  out = gate_up [2f] (kept), act[f] = act(gate) * up (gelu: GeLU-tanh, else silu)
+ *   swiglu  out = gate_up [2f] (kept), act[f] = act(gate) * up (ga: glu_mul's)
  *   qkv     out = qkv [(H + 2K) hd] roped over 2 * rot dimensions a head (rot even), and its
  *           k and v heads into the cache (hd % 4 == 0) */
 #define ATLAS_GEMV_EPI1(NAME, BODY, ...)                                                          \
@@ -496,8 +496,8 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
     ATLAS_GEMV_EPI_B(atlas_gemv1b_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)                      \
     ATLAS_GEMV_EPI_C(atlas_gemv1c_##NAME, false, ROWS, EPI, __VA_ARGS__)                          \
     ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
-ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act, gelu}), float *act,
-               int gelu)
+ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act, ga}), float *act,
+               glu_act ga)
 ATLAS_GEMV_EPI(qkv, (gb_heads{hd, rot}), (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd, rot}),
                bf16_t *kc, bf16_t *vc, const int *slots, const float2 *cs, int H, int K, int hd,
                int rot)

@@ -138,13 +138,13 @@ __device__ __forceinline__ float row_factor(const qargs &q, int row) {
  * x being the residual stream (the block sums x^2 and scales its dot products at the end;
  * block 0 writes h, the norm's output); resid: the output is also added into resid; act: the
  * block's rows are gate rows 2b, 2b + 1 and up rows f + 2b, f + 2b + 1 (m = 2f) and
- * act[i] = act(gate i) * up i (gelu: GeLU-tanh, else silu; glu_mul) is written beside the
+ * act[i] = act(gate i) * up i (ga: glu_mul's) is written beside the
  * output. */
 struct qfuse {
     const bf16_t *nw;
     float eps;
     float *h, *resid, *act;
-    int gelu;
+    glu_act ga;
 };
 
 /* One row's share of one load (E columns from c) against x's: acc += scale * dot, in fp32.
@@ -297,7 +297,7 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
         }
         if (fx.act) { /* N = 1: lanes 0, 1 hold gate rows 2b, 2b + 1; lanes 2, 3 their up rows */
             float u = __shfl_down_sync(0xffffffffu, s, 2);
-            if (lane < 2 && rows[lane] < m / 2) fx.act[rows[lane]] = glu_mul(s, u, fx.gelu);
+            if (lane < 2 && rows[lane] < m / 2) fx.act[rows[lane]] = glu_mul(s, u, fx.ga);
         }
     }
     if (fx.nw && fx.h && blockIdx.x == 0 && warp == 1) /* (warp 0 is busy above) */
@@ -321,16 +321,16 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
 ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no qmma for it) */
 
 /* One row, with the fusions of qfuse (NULL pointers: off): the arguments of atlas_qgemv, then
- * nw, eps, h, resid, act, gelu. grid ceil(m / QG_ROWS) (with act: m / QG_ROWS, m % 4 == 0). */
+ * nw, eps, h, resid, act, ga. grid ceil(m / QG_ROWS) (with act: m / QG_ROWS, m % 4 == 0). */
 #define ATLAS_QGEMV1(NAME, FMT, GIDX)                                                             \
     extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
              int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
              int csh, int scols, int p1, int p2, const float *rowscale, const bf16_t *nw,          \
-             float eps, float *h, float *resid, float *act, int gelu) {                            \
+             float eps, float *h, float *resid, float *act, glu_act ga) {                          \
         qgemv_body<FMT, 1, GIDX>(out, x, w, bias, 1, m, k,                                         \
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
-                                 qfuse{nw, eps, h, resid, act, gelu});                             \
+                                 qfuse{nw, eps, h, resid, act, ga});                               \
     }
 ATLAS_QGEMV1(atlas_qgemv1_fp8, QF_FP8, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)

@@ -1,17 +1,17 @@
 /* kernels/swiglu.cu — the gated activations: out[n, f] = act(gu[n, :f]) * gu[n, f:], act
- * silu (SwiGLU) or, gelu 1, GeLU-tanh (GeGLU) (glu_mul, common.cuh, also used by decode's
- * swiglu fusion in the gate_up GEMV's epilogue, kernels/gemv.cu). */
+ * act's (glu_mul, common.cuh: SwiGLU, GeGLU or gpt-oss's clamped SwiGLU; also used by decode's
+ * swiglu fusion in the gate_up GEMV's epilogue, kernels/gemv.cu, and the MoE kernels). */
 #include "common.cuh"
 
 extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long long total,
-                                        int gelu) {
+                                        glu_act act) {
     pdl_trigger();
     pdl_wait();
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         long long r = i / f, c = i - r * f;
         float g = gu[r * 2 * f + c], u = gu[r * 2 * f + f + c];
-        out[i] = glu_mul(g, u, gelu);
+        out[i] = glu_mul(g, u, act);
     }
 }
 
@@ -20,7 +20,7 @@ extern "C" __global__ void atlas_swiglu(float *out, const float *gu, int f, long
  * gate_up rows (2f floats a token) nor an fp32 out and its conversion pass cross memory.
  * 8 outputs a thread, f % 8 == 0. */
 extern "C" __global__ void atlas_swiglu_bf16(bf16_t *out, const bf16_t *gu, int f, long long total,
-                                             int gelu) {
+                                             glu_act act) {
     pdl_trigger();
     pdl_wait();
     for (long long i = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * 8; i < total;
@@ -32,8 +32,8 @@ extern "C" __global__ void atlas_swiglu_bf16(bf16_t *out, const bf16_t *gu, int 
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            o[j] = pack_bf16x2(glu_mul(g[2 * j], u[2 * j], gelu),
-                               glu_mul(g[2 * j + 1], u[2 * j + 1], gelu));
+            o[j] = pack_bf16x2(glu_mul(g[2 * j], u[2 * j], act),
+                               glu_mul(g[2 * j + 1], u[2 * j + 1], act));
         *(uint4 *)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
     }
 }

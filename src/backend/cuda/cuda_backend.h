@@ -328,6 +328,18 @@ static inline CUdeviceptr cuda_rope_table(const cuda_backend *cb, int layer) {
 
 static inline cuda_backend *cuda_of(atlas_backend *be) { return (cuda_backend *)be; }
 
+/* A gate activation as the kernels take it, by value (kernels/common.cuh glu_act, the same
+ * layout): kind (atlas_glu_kind, a command's layer for SWIGLU) with the model's clamp
+ * parameters, which only ATLAS_GLU_SWIGLU_CLAMP reads. */
+typedef struct cuda_glu_act {
+    int kind;
+    float alpha, limit;
+} cuda_glu_act;
+
+static inline cuda_glu_act cuda_glu_of(const cuda_backend *cb, int kind) {
+    return (cuda_glu_act){kind, cb->base.geom.glu_alpha, cb->base.geom.glu_limit};
+}
+
 /* ops_cuda.c: runs one command now (on the stream; captured when capturing). */
 atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c);
 /* ops_cuda.c: runs the head of the list c[0, n), fusing neighbours where it can (decode

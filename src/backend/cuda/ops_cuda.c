@@ -293,8 +293,8 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
     if (*st == ATLAS_OK) {
         long long total = (long long)n * f;
         unsigned blocks = (unsigned)((total / 8 + 255) / 256);
-        int gelu = c[1].layer; /* the gate activation (cuda_cmd) */
-        void *a[] = {&cb->ws.lt_a, &g, &f, &total, &gelu};
+        cuda_glu_act ga = cuda_glu_of(cb, c[1].layer); /* the gate activation (cuda_cmd) */
+        void *a[] = {&cb->ws.lt_a, &g, &f, &total, &ga};
         *st = launch(cb, cb->mod.fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
     if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->ws.lt_a, down, c[2].p[3], n);
@@ -394,13 +394,13 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
         nw = ((const atlas_weight *)norm->p[3])->ptr;
         h = CUDA_PTR(norm->p[2]);
     }
-    int gelu = 0;
+    cuda_glu_act ga = cuda_glu_of(cb, ATLAS_GLU_SILU);
     if (tail == TAIL_SWIGLU) {
         act = CUDA_PTR(next[0].p[0]);
-        gelu = next[0].layer; /* the gate activation (cuda_cmd) */
+        ga = cuda_glu_of(cb, next[0].layer); /* the gate activation (cuda_cmd) */
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
-                 &rs, &nw, &eps, &h, &resid, &act, &gelu};
+                 &rs, &nw, &eps, &h, &resid, &act, &ga};
     return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
 }
 
@@ -529,8 +529,8 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     case CUDA_OP_SWIGLU: { /* layer: the gate activation (cuda_cmd) */
         long long total = (long long)c->n * d;
         unsigned blocks = (unsigned)((total + 255) / 256);
-        int gelu = c->layer;
-        void *a[] = {&p0, &p1, &d, &total, &gelu};
+        cuda_glu_act ga = cuda_glu_of(cb, c->layer);
+        void *a[] = {&p0, &p1, &d, &total, &ga};
         return launch(cb, cb->mod.fn.swiglu, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
     case CUDA_OP_GATHER: {
@@ -592,9 +592,9 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
     }
     if (tail == TAIL_SWIGLU) { /* m = 2f rows, m % 4 == 0 (tail_of) */
         CUdeviceptr act = CUDA_PTR(next[0].p[0]);
-        int gelu = next[0].layer; /* the gate activation (cuda_cmd) */
+        cuda_glu_act ga = cuda_glu_of(cb, next[0].layer); /* the gate activation (cuda_cmd) */
         /* the last, ng, is set by launch_rows (as in every a[] it is given) */
-        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &gelu, NULL};
+        void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &act, &ga, NULL};
         return launch_rows(cb, cb->mod.fn.gemv1b_swiglu[norm != NULL],
                            norm ? cb->mod.fn.gemv1c_norm[1] : cb->mod.fn.gemv1c[1],
                            m / 4, a, (int)(sizeof a / sizeof a[0]));
