@@ -9,19 +9,29 @@
  * a token's context exit at once.
  *
  * Token t of sequence s = tok_seq[t] at position p attends to positions [p - window + 1, p]
- * (window 0: [0, p]), each at slot block_table[s * max_blocks + q / bs] * bs + q % bs. */
+ * (window 0: [0, p]), each at slot block_table[s * max_blocks + q / bs] * bs + q % bs.
+ *
+ * Sinks (gpt-oss; NULL: none): a logit per query head, sinks[H] (bf16, in the units of the
+ * scaled scores), that joins each softmax's denominator and adds no value. Every kernel adds
+ * it where it normalises: with the running max M and sum L of the keys, the output is
+ * o / (L + exp(sink - M)) (sink_sum); an exp that overflows gives 0, the limit. */
 #include "common.cuh"
 
 #include <cooperative_groups.h>
 
 enum { ATTN_THREADS = 128 };
 
+/* The denominator L of a head whose keys' max is M, with head h's sink (natural log units). */
+__device__ __forceinline__ float sink_sum(float L, float M, const bf16_t *sinks, int h) {
+    return sinks ? L + __expf(bf2f(sinks[h]) - M) : L;
+}
+
 /* The last split of (t, kv head g) to finish merges all of them into out (the counters
  * return to 0 for the next launch). Called by every thread of each split's block after its
  * part_o / part_ml are written. */
 __device__ void merge_last_split(const float *part_o, const float *part_ml, float *out,
                                  int *counters, int t, int g, int H, int K, int G, int hd,
-                                 int n_split) {
+                                 int n_split, const bf16_t *sinks) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -56,6 +66,7 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
                 L += sums[h * n_split + x] * e;
                 wgt[h * n_split + x] = e;
             }
+            L = sink_sum(L, M, sinks, g * G + h);
             norm[h] = L > 0.0f ? 1.0f / L : 0.0f;
         }
         __syncthreads();
@@ -82,6 +93,7 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
             L += __ldcg(part_ml + (b + x) * 2 + 1) * e;
             acc += __ldcg(part_o + (b + x) * hd + i) * e;
         }
+        L = sink_sum(L, M, sinks, g * G + h);
         out[((size_t)t * H + (size_t)g * G + h) * hd + i] = L > 0.0f ? acc / L : 0.0f;
     }
 }
@@ -96,7 +108,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
 atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
                  const bf16_t *vc, const int *tok_seq, const int *positions,
                  const int *block_table, int max_blocks, int bs, int H, int K, int hd, int GB,
-                 int window, int chunk, int tile, float scale, float *out, int *counters) {
+                 int window, int chunk, int tile, float scale, float *out, int *counters,
+                 const bf16_t *sinks) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
@@ -181,12 +194,12 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
     /* merge_last_split's (kv head g of K, G heads) are this block's (head group y of H / GB) */
     if (counters)
         merge_last_split(part_o, part_ml, out, counters, t, blockIdx.y, H, gridDim.y, G, hd,
-                         n_split);
+                         n_split, sinks);
 }
 
 /* out[t, h*hd + i] = merged chunks. grid (n, H), block >= 32. */
 extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, const float *part_ml,
-                                              int H, int hd, int n_split) {
+                                              int H, int hd, int n_split, const bf16_t *sinks) {
     pdl_trigger();
     pdl_wait();
     int t = blockIdx.x, h = blockIdx.y;
@@ -198,6 +211,7 @@ extern "C" __global__ void atlas_attn_combine(float *out, const float *part_o, c
         float m = part_ml[(base + s) * 2];
         if (m > -INFINITY) L += part_ml[(base + s) * 2 + 1] * __expf(m - M);
     }
+    L = sink_sum(L, M, sinks, h);
     float inv = L > 0.0f ? 1.0f / L : 0.0f;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         float o = 0.0f;
@@ -303,7 +317,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
                                                  const int *tok_seq, const int *positions,
                                                  const int *block_table, int max_blocks, int bs,
                                                  int H, int K, int window, int chunk, float scale,
-                                                 float *out, int *counters, int early) {
+                                                 float *out, int *counters, int early,
+                                                 const bf16_t *sinks) {
     constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
@@ -425,6 +440,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
             }
         }
         if (n_split == 1) {
+            L = sink_sum(L, M, sinks, g * G + h);
             out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
         } else {
             part_o[(po + (size_t)h * n_split) * HD + i] = o;
@@ -435,7 +451,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         }
     }
     if (n_split > 1 && counters)
-        merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split);
+        merge_last_split(part_o, part_ml, out, counters, t, g, H, K, G, HD, n_split, sinks);
 }
 
 /* atlas_attn_dec<HD>_g<GM>: grid (n, K, n_split), block 128, up to GM query heads a kv head,
@@ -447,10 +463,10 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
-        int early) {                                                                             \
+        int early, const bf16_t *sinks) {                                                        \
         attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
                                  max_blocks, bs, H, K, window, chunk, scale, out, counters,     \
-                                 early);                                                         \
+                                 early, sinks);                                                  \
     }
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)
@@ -474,7 +490,8 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
                                               const bf16_t *vc, const int *tok_seq,
                                               const int *positions, const int *block_table,
                                               int max_blocks, int bs, int H, int K, int window,
-                                              float scale, float *out, int early) {
+                                              float scale, float *out, int early,
+                                              const bf16_t *sinks) {
     constexpr int LG = 8, NG = 32 / LG, DL = HD / LG, NV = DL / 8, KP = NG * UK;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
@@ -658,6 +675,8 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
             L += lr[r] * e;
             o += orr[r] * e;
         }
+        if (sinks) /* M is in log2 units here */
+            L += exp2f(bf2f(sinks[hb + h]) * 1.4426950408889634f - M);
         out[((size_t)t * H + (size_t)hb + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
     }
     cluster.sync(); /* no block leaves while another may still read its shared memory */
@@ -674,10 +693,11 @@ __device__ __forceinline__ void attn_dcl_body(const float *qkv, const bf16_t *kc
         float *part_o, float *part_ml, const float *qkv, const bf16_t *kc, const bf16_t *vc,     \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
-        int early) {                                                                             \
+        int early, const bf16_t *sinks) {                                                        \
         (void)part_o, (void)part_ml, (void)chunk, (void)counters;                                \
         attn_dcl_body<HD, GM, UK, WARPS>(qkv, kc, vc, tok_seq, positions, block_table,          \
-                                         max_blocks, bs, H, K, window, scale, out, early);      \
+                                         max_blocks, bs, H, K, window, scale, out, early,       \
+                                         sinks);                                                 \
     }
 ATLAS_ATTN_DCL(64, 1, 5, 4, _w4)
 ATLAS_ATTN_DCL(128, 1, 5, 4, _w4)

@@ -5,10 +5,11 @@
  * and one query head; 4 warps of 16 query rows. Keys are walked in tiles of 64 (K and V
  * tiles gathered from their cache slots by cp.async); scores get the causal / sliding-window
  * mask, an online softmax in base 2 (the scale and log2(e) are folded into Q), and P (bf16)
- * multiplies V through ldmatrix.trans. Q is staged through the K buffer once and kept in
- * registers. head_dim 64, 80, 96 or 128 (template: a multiple of 16, whose rows of HD + 8
- * bf16 stay 16-byte aligned for ldmatrix); others (256: its registers and 67 KiB of shared
- * memory) use kernels/attention.cu. */
+ * multiplies V through ldmatrix.trans. A head's sink (gpt-oss; sinks NULL: none) joins the
+ * denominator at the end, as in kernels/attention.cu. Q is staged through the K buffer once
+ * and kept in registers. head_dim 64, 80, 96 or 128 (template: a multiple of 16, whose rows
+ * of HD + 8 bf16 stay 16-byte aligned for ldmatrix); others (256: its registers and 67 KiB
+ * of shared memory) use kernels/attention.cu. */
 #include "mma.cuh"
 
 enum { PF_Q = 64, PF_K = 64, PF_THREADS = 128 };
@@ -33,7 +34,7 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
                                         const bf16_t *vc, const int *tiles, const int *tok_seq,
                                         const int *positions, const int *block_table,
                                         int max_blocks, int bs, int H, int K, int window,
-                                        float qscale) {
+                                        float qscale, const bf16_t *sinks) {
     constexpr int LD = HD + 8, KS = HD / 16, NT = HD / 8;
     extern __shared__ __align__(16) bf16_t pf_smem[];
     bf16_t *ks = pf_smem, *vs = pf_smem + PF_K * LD;
@@ -151,6 +152,8 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (sinks) /* m is in log2 units (log2 e is folded into qscale) */
+            l[r] += exp2f(bf2f(sinks[h]) * 1.4426950408889634f - m[r]);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -170,10 +173,10 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     extern "C" __global__ void __launch_bounds__(PF_THREADS) atlas_attn_prefill##HD(             \
         float *out, const float *qkv, const bf16_t *kc, const bf16_t *vc, const int *tiles,       \
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
-        int H, int K, int window, float qscale) {                                                \
+        int H, int K, int window, float qscale, const bf16_t *sinks) {                           \
         pdl_trigger();                                                                           \
         pdl_wait();                                                                              \
         pf_body<HD>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, \
-                    K, window, qscale);                                                          \
+                    K, window, qscale, sinks);                                                   \
     }
 ATLAS_ATTN_PREFILL(64) ATLAS_ATTN_PREFILL(80) ATLAS_ATTN_PREFILL(96) ATLAS_ATTN_PREFILL(128)

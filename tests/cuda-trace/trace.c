@@ -114,25 +114,26 @@ static void drop(uintptr_t p) {
 }
 
 /* --- kernel arguments: the signature of each kernel as the host passes it --------------------
- * P pointer (8 bytes, named), i int, f float, l long long. A kernel missing here is logged
- * with "args ?" (add it: a launch whose arguments are not compared proves less). */
+ * P pointer (8 bytes, named), i int, f float, l long long, g a gate activation
+ * (cuda_glu_act). A kernel missing here is logged with "args ?" (add it: a launch whose
+ * arguments are not compared proves less). */
 static const struct { const char *name, *sig; } sigs[] = {
     {"atlas_embed", "PPPif"}, {"atlas_gather_rows", "PPPi"}, {"atlas_add_rmsnorm", "PPPPifP"},
     {"atlas_qk_norm", "PPPiiif"}, {"atlas_rope", "PPiiii"}, {"atlas_kv_store", "PPPPiii"},
-    {"atlas_swiglu", "PPili"}, {"atlas_swiglu_bf16", "PPili"}, {"atlas_argmax", "PPPi"},
+    {"atlas_swiglu", "PPilg"}, {"atlas_swiglu_bf16", "PPilg"}, {"atlas_argmax", "PPPi"},
     {"atlas_argmax_wide", "PPPPPi"}, {"atlas_stage", "PPiiiPPiiiiff"},
     {"atlas_rope_kv_store", "PPPPPiiii"}, {"atlas_gemv1b", "PPPPiii"}, {"atlas_gemv1c", "PPPPiiii"},
     {"atlas_gemv_mma", "PPPPiii"}, {"atlas_gemv4", "PPPPiii"}, {"atlas_gemv8", "PPPPiii"},
     {"atlas_gemm", "PPPPiii"}, {"atlas_f32_to_bf16", "PPl"}, {"atlas_add_bias", "PPil"},
-    {"atlas_gemv1b_swiglu", "PPPPiiPfPPi"}, {"atlas_gemv1b_norm_swiglu", "PPPPiiPfPPi"},
-    {"atlas_gemv1c_swiglu", "PPPPiiPfPPii"}, {"atlas_gemv1c_norm_swiglu", "PPPPiiPfPPii"},
+    {"atlas_gemv1b_swiglu", "PPPPiiPfPPg"}, {"atlas_gemv1b_norm_swiglu", "PPPPiiPfPPg"},
+    {"atlas_gemv1c_swiglu", "PPPPiiPfPPgi"}, {"atlas_gemv1c_norm_swiglu", "PPPPiiPfPPgi"},
     {"atlas_gemv1b_qkv", "PPPPiiPfPPPPPiiii"}, {"atlas_gemv1b_norm_qkv", "PPPPiiPfPPPPPiiii"},
     {"atlas_gemv1c_qkv", "PPPPiiPfPPPPPiiiii"}, {"atlas_gemv1c_norm_qkv", "PPPPiiPfPPPPPiiiii"},
     {"atlas_gemv1b_norm", "PPPPiiPfPP"}, {"atlas_gemv1b_resid", "PPPPiiPfPP"},
     {"atlas_gemv1c_norm", "PPPPiiPfPPi"}, {"atlas_gemv1c_resid", "PPPPiiPfPPi"},
-    {"atlas_attn_split", "PPPPPPPPiiiiiiiiifPP"}, {"atlas_attn_combine", "PPPiii"},
-    {"atlas_attn_prefill*", "PPPPPPPPiiiiif"}, {"atlas_attn_dec*", "PPPPPPPPiiiiiifPPi"},
-    {"atlas_attn_dcl*", "PPPPPPPPiiiiiifPPi"},
+    {"atlas_attn_split", "PPPPPPPPiiiiiiiiifPPP"}, {"atlas_attn_combine", "PPPiiiP"},
+    {"atlas_attn_prefill*", "PPPPPPPPiiiiifP"}, {"atlas_attn_dec*", "PPPPPPPPiiiiiifPPiP"},
+    {"atlas_attn_dcl*", "PPPPPPPPiiiiiifPPiP"},
 };
 
 static const char *sig_of(const char *fn) {
@@ -156,6 +157,12 @@ static void fmt_args(char *b, size_t cap, const char *fn, void **params) {
         case 'i': o += (size_t)snprintf(b + o, cap - o, " %d", *(const int *)a); break;
         case 'f': o += (size_t)snprintf(b + o, cap - o, " %.9g", (double)*(const float *)a); break;
         case 'l': o += (size_t)snprintf(b + o, cap - o, " %lld", *(const long long *)a); break;
+        case 'g': {
+            const cuda_glu_act *g = a;
+            o += (size_t)snprintf(b + o, cap - o, " glu(%d %.9g %.9g)", g->kind, (double)g->alpha,
+                                  (double)g->limit);
+            break;
+        }
         }
     }
 }

@@ -177,11 +177,14 @@ static atlas_status cuda_kv_store(atlas_backend *be, const void *qkv, atlas_kv *
     return cmd4(be, CUDA_OP_KV_STORE, cuda_of(be)->batch.n_tokens, 0, layer, qkv, kv, NULL, NULL);
 }
 
+/* p[3]: the sinks (NULL: none), one bf16 logit a query head. */
 static atlas_status cuda_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                                    int layer, const atlas_weight *sinks) {
-    if (sinks) /* refused at create too (check_missing) */
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda attention: sinks are not supported yet");
-    return cmd4(be, CUDA_OP_ATTENTION, cuda_of(be)->batch.n_tokens, 0, layer, out, qkv, kv, NULL);
+    if (sinks && (sinks->fmt != ATLAS_WFMT_DENSE || sinks->rows * sinks->cols != be->geom.n_heads))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda attention: sinks of %lld elements (%s) for "
+                          "%d heads", (long long)(sinks->rows * sinks->cols),
+                          atlas_wformat_name(sinks->fmt), be->geom.n_heads);
+    return cmd4(be, CUDA_OP_ATTENTION, cuda_of(be)->batch.n_tokens, 0, layer, out, qkv, kv, sinks);
 }
 
 /* The command's layer is its gate activation (cuda_cmd). */

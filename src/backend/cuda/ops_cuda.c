@@ -148,6 +148,11 @@ int cuda_attn_split_heads(int G, int hd, int budget) {
     return 0;
 }
 
+/* The attention command's sinks (p[3], NULL: none): a bf16 [H] weight's pointer, or 0. */
+static CUdeviceptr attn_sinks(const cuda_cmd *c) {
+    return c->p[3] ? ((const atlas_weight *)c->p[3])->ptr : 0;
+}
+
 /* Tensor-core flash attention over tiles of 64 queries (prefill; head_dim 64, 80, 96, 128:
  * cb->mod.fn.attn_prefill). */
 static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
@@ -161,8 +166,9 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr tiles = cuda_stage_ptr(cb, CUDA_STAGE_TILES), seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ);
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
+    CUdeviceptr sinks = attn_sinks(c);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
-                 &window, &qscale};
+                 &window, &qscale, &sinks};
     return launch(cb, cb->mod.fn.attn_prefill, (unsigned)cb->batch.n_tiles, (unsigned)H, 1, 128,
                   2 * 64 * (hd + 8) * 2, a);
 }
@@ -191,12 +197,14 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->ws.attn_counters; /* the splits merged by the last one */
+    CUdeviceptr sinks = attn_sinks(c);
     CUfunction dec = attn_dec_kernel(cb, hd, G);
     /* every token its own sequence: keys before a token's own are older than this batch, and
      * the decode kernels load them before waiting for the previous kernel */
     int early = n == cb->batch.n_seqs;
     void *da[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early}; /* decode kernels */
+                  &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early,
+                  &sinks}; /* decode kernels */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
     if (dec && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
@@ -211,19 +219,19 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
         ATLAS_TRY(launch(cb, dec, (unsigned)n, (unsigned)K, (unsigned)cb->batch.n_split, 128, 0,
                          da));
         if (counters || cb->batch.n_split == 1) return ATLAS_OK; /* merged in the kernel */
-        void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split};
+        void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split, &sinks};
         return launch(cb, cb->mod.fn.attn_combine, (unsigned)n, (unsigned)H, 1, 128, 0, b);
     }
     int budget = cb->dev.arch.attn_split_smem;
     int gb = cuda_attn_split_heads(G, hd, budget); /* >= 1: check_geom */
     tile = attn_tile(gb, hd, budget);
     void *a[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                 &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters};
+                 &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters, &sinks};
     unsigned smem = (unsigned)attn_split_smem(gb, hd, tile);
     ATLAS_TRY(launch(cb, cb->mod.fn.attn_split, (unsigned)n, (unsigned)(H / gb),
                      (unsigned)cb->batch.n_split, 128, smem, a));
     if (counters) return ATLAS_OK; /* the last split of each (token, kv head) merged them */
-    void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split};
+    void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split, &sinks};
     return launch(cb, cb->mod.fn.attn_combine, (unsigned)n, (unsigned)H, 1, hd < 32 ? 32 : 128,
                   0, b);
 }
