@@ -1,10 +1,15 @@
 /* kernels/moe.cu — mixture-of-experts layers (src/backend/cuda/ops_moe.c; the op contract is
  * src/backend/backend.h's moe_route and moe_experts).
  *
- * Routing: atlas_moe_logits (h @ router^T: fp32 inputs, bf16 weights, fp32 products and sums,
- * a warp an expert) then atlas_moe_topk (a block a token: softmax over all E, the k largest in
- * decreasing order, an equal probability keeping the lower index, renormalised on request),
- * as src/backend/cpu/cpu_moe.c computes them.
+ * Routing: atlas_moe_logits (h @ router^T (+ bias): fp32 inputs, bf16 weights, fp32 products
+ * and sums, a warp an expert) then atlas_moe_topk (a block a token: softmax over all E, the k
+ * largest in decreasing order, an equal probability keeping the lower index, renormalised on
+ * request; or gpt-oss's order, the k largest logits then their softmax), as
+ * src/backend/cpu/cpu_moe.c computes them.
+ *
+ * The experts' biases (gpt-oss; NULL: none) are added to each expert's products before the
+ * gate activation (gate_up's) and before the routing weight (down's), and the activation is
+ * glu_mul's (common.cuh) of the model's kind.
  *
  * Experts, few rows (decode): each (token, choice) slot reads only its expert's rows:
  * atlas_moe_gu_slots (a warp the gate row i and the up row i of the slot's expert, SwiGLU in
@@ -70,29 +75,33 @@ __device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, co
 
 enum { RL_WARPS = 4, RL_TOK = 16 };
 
-/* logits[n, E] = h[n, d] @ router[E, d]^T. grid (ceil(E / 4), ceil(n / 16)), block 128: a
- * warp an expert over 16 tokens (its router row stays in L1; small blocks spread a decode
- * step's router over more SMs). d % 8 == 0. */
+/* logits[n, E] = h[n, d] @ router[E, d]^T (+ bias[E], NULL: none). grid (ceil(E / 4),
+ * ceil(n / 16)), block 128: a warp an expert over 16 tokens (its router row stays in L1;
+ * small blocks spread a decode step's router over more SMs). d % 8 == 0. */
 extern "C" __global__ void __launch_bounds__(RL_WARPS * 32)
-atlas_moe_logits(float *logits, const float *h, const bf16_t *router, int n, int E, int d) {
+atlas_moe_logits(float *logits, const float *h, const bf16_t *router, const bf16_t *bias, int n,
+                 int E, int d) {
     pdl_trigger();
     pdl_wait();
     int e = blockIdx.x * RL_WARPS + (threadIdx.x >> 5);
     int t0 = blockIdx.y * RL_TOK, t1 = min(t0 + RL_TOK, n);
     if (e >= E) return;
     const bf16_t *w = router + (size_t)e * d;
+    float b = bias ? bf2f(bias[e]) : 0.0f;
     for (int t = t0; t < t1; t++) {
         float s, unused;
         warp_dot2<4, false>(w, NULL, h + (size_t)t * d, d, s, unused);
-        if ((threadIdx.x & 31) == 0) logits[(size_t)t * E + e] = s;
+        if ((threadIdx.x & 31) == 0) logits[(size_t)t * E + e] = s + b;
     }
 }
 
-/* ids[n, k], wts[n, k] from logits[n, E]: p = softmax over all E (expf, the sum divided as the
- * CPU divides it), the k largest p in decreasing order, an equal p keeping the lower index,
- * divided by their sum when norm. grid n, block 128. E <= 1024, k <= 64, k <= E. */
+/* ids[n, k], wts[n, k] from logits[n, E] as atlas_moe_route_kind (backend.h) `order` says:
+ * 0: p = softmax over all E (expf, the sum divided as the CPU divides it), the k largest p in
+ * decreasing order, an equal p keeping the lower index, divided by their sum when norm;
+ * 1: the k largest logits picked the same way, then their softmax over the k as the weights.
+ * grid n, block 128. E <= 1024, k <= 64, k <= E. */
 extern "C" __global__ void __launch_bounds__(128)
-atlas_moe_topk(int *ids, float *wts, const float *logits, int E, int k, int norm) {
+atlas_moe_topk(int *ids, float *wts, const float *logits, int E, int k, int norm, int order) {
     __shared__ float p[MOE_MAX_E];
     __shared__ float red[4];
     __shared__ float cw[MOE_MAX_K];
@@ -111,15 +120,17 @@ atlas_moe_topk(int *ids, float *wts, const float *logits, int E, int k, int norm
     if (lane == 0) red[warp] = mx;
     __syncthreads();
     mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-    float s = 0.0f;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) s += (p[e] = expf(p[e] - mx));
-    s = block_sum(s);
-    for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = p[e] / s;
+    if (order == 0) { /* (block-uniform) */
+        float s = 0.0f;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) s += (p[e] = expf(p[e] - mx));
+        s = block_sum(s);
+        for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = p[e] / s;
+    }
     __syncthreads();
     if (warp != 0) return;
     float sum = 0.0f;
     for (int j = 0; j < k; j++) {
-        float bv = -1.0f;
+        float bv = -INFINITY;
         int bi = 0x7fffffff;
         for (int e = lane; e < E; e += 32) /* increasing e: only a larger value displaces */
             if (p[e] > bv) bv = p[e], bi = e;
@@ -132,14 +143,20 @@ atlas_moe_topk(int *ids, float *wts, const float *logits, int E, int k, int norm
         if (lane == 0) {
             cw[j] = bv;
             ci[j] = bi;
-            p[bi] = -1.0f; /* taken: below every probability */
+            p[bi] = -INFINITY; /* taken: below every probability and logit */
         }
         __syncwarp();
         sum += bv;
     }
+    if (order == 1) { /* the softmax of the k logits, summed in choice order as the CPU */
+        sum = 0.0f;
+        for (int j = 0; j < k; j++) sum += expf(cw[j] - cw[0]);
+    }
     for (int j = lane; j < k; j += 32) {
         ids[(size_t)t * k + j] = ci[j];
-        wts[(size_t)t * k + j] = norm ? cw[j] / sum : cw[j];
+        wts[(size_t)t * k + j] = order == 1 ? expf(cw[j] - cw[0]) / sum
+                                 : norm     ? cw[j] / sum
+                                            : cw[j];
     }
 }
 
@@ -156,12 +173,13 @@ __device__ __forceinline__ void moe_order(int *order, const int *id, int k) {
     __syncthreads();
 }
 
-/* act[s, f] = silu(gate_e . h[s / k]) * (up_e . h[s / k]), e = ids[s], for the n * k slots.
- * grid (ceil(f / 8), n * k), block 256: a warp the gate row i and up row i of the slot's
- * expert (rows e * 2f + i and e * 2f + f + i of gu). */
+/* act[s, f] = glu(gate_e . h[s / k] + gb, up_e . h[s / k] + ub), e = ids[s], for the n * k
+ * slots (gb, ub: the expert's gate_up bias, gub[E * 2f], or 0). grid (ceil(f / 8), n * k),
+ * block 256: a warp the gate row i and up row i of the slot's expert (rows e * 2f + i and
+ * e * 2f + f + i of gu). */
 extern "C" __global__ void __launch_bounds__(256)
-atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const int *ids, int k, int d,
-                   int f, int E) {
+atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const bf16_t *gub,
+                   const int *ids, int k, int d, int f, int E, glu_act ga) {
     pdl_trigger();
     pdl_wait(); /* the expert ids come from the routing kernel */
     int s = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), e = ids[s];
@@ -170,15 +188,20 @@ atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const int *ids,
     if (e >= 0 && e < E) {
         const bf16_t *wg = gu + ((size_t)e * 2 * f + i) * d;
         warp_dot2<4>(wg, wg + (size_t)f * d, h + (size_t)(s / k) * d, d, g, u);
+        if (gub) {
+            g += bf2f(gub[(size_t)e * 2 * f + i]);
+            u += bf2f(gub[(size_t)e * 2 * f + f + i]);
+        }
     }
-    if ((threadIdx.x & 31) == 0) act[(size_t)s * f + i] = silu_mul(g, u);
+    if ((threadIdx.x & 31) == 0) act[(size_t)s * f + i] = glu_mul(g, u, ga);
 }
 
 /* out[t, r] = sum over the token's choices j, in increasing expert index, of
- * wts[t, j] * (down_e[r] . act[t * k + j]). grid (ceil(d / 8), n), block 256: a warp a row. */
+ * wts[t, j] * (down_e[r] . act[t * k + j] + db[e * d + r]) (db NULL: no bias). grid
+ * (ceil(d / 8), n), block 256: a warp a row. */
 extern "C" __global__ void __launch_bounds__(256)
-atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const int *ids,
-                     const float *wts, int k, int d, int f, int E) {
+atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const bf16_t *db,
+                     const int *ids, const float *wts, int k, int d, int f, int E) {
     __shared__ int order[MOE_MAX_K];
     pdl_trigger();
     pdl_wait();
@@ -192,6 +215,7 @@ atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const int
         if (e < 0 || e >= E) continue;
         warp_dot2<4>(down + ((size_t)e * d + r) * f, NULL, act + ((size_t)t * k + j) * f, f, s,
                      unused);
+        if (db) s += bf2f(db[(size_t)e * d + r]);
         acc += s * wts[(size_t)t * k + j];
     }
     if ((threadIdx.x & 31) == 0) out[(size_t)t * d + r] = acc;
@@ -328,12 +352,12 @@ __device__ __forceinline__ void acc_zero(float (&acc)[2][4][4]) {
             for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
 }
 
-/* act[p, f] (bf16) = silu(gate_e . h[tok]) * (up_e . h[tok]) for the permuted rows p of each
- * tile (expert e, token rows[p] / k). grid (ceil(f / 64), the most tiles), block 256.
- * d % 8 == 0, f % 8 == 0. */
+/* act[p, f] (bf16) = glu(gate_e . h[tok] + gb, up_e . h[tok] + ub) for the permuted rows p
+ * of each tile (expert e, token rows[p] / k; gb, ub from gub[E * 2f] as atlas_moe_gu_slots).
+ * grid (ceil(f / 64), the most tiles), block 256. d % 8 == 0, f % 8 == 0. */
 extern "C" __global__ void __launch_bounds__(G_THREADS)
-atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const int *tiles,
-                     const int *rows, int k, int d, int f) {
+atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const bf16_t *gub,
+                     const int *tiles, const int *rows, int k, int d, int f, glu_act ga) {
     __shared__ __align__(16) bf16_t As[2][GM * GLDS];
     __shared__ __align__(16) bf16_t Bs[2][GN * GLDS];
     __shared__ int tok[GM];
@@ -372,6 +396,7 @@ atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const int *t
         __syncthreads();
     }
     int g = lane >> 2, q = lane & 3;
+    const bf16_t *be = gub ? gub + (size_t)e * 2 * f : NULL;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -380,8 +405,13 @@ atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const int *t
             for (int hh = 0; hh < 2; hh++) {
                 int p = r0 + wm * 32 + mt * 16 + g + hh * 8, i = f0 + wn * 16 + nt * 8 + q * 2;
                 if (p >= r1 || i >= f) continue; /* f % 8 == 0: i + 1 < f too */
-                float a0 = silu_mul(acc[mt][nt][hh * 2], acc[mt][nt + 2][hh * 2]);
-                float a1 = silu_mul(acc[mt][nt][hh * 2 + 1], acc[mt][nt + 2][hh * 2 + 1]);
+                float g0 = acc[mt][nt][hh * 2], g1 = acc[mt][nt][hh * 2 + 1];
+                float u0 = acc[mt][nt + 2][hh * 2], u1 = acc[mt][nt + 2][hh * 2 + 1];
+                if (be) {
+                    g0 += bf2f(be[i]), g1 += bf2f(be[i + 1]);
+                    u0 += bf2f(be[f + i]), u1 += bf2f(be[f + i + 1]);
+                }
+                float a0 = glu_mul(g0, u0, ga), a1 = glu_mul(g1, u1, ga);
                 *(uint32_t *)(act + (size_t)p * f + i) = pack_bf16x2(a0, a1);
             }
 }
@@ -448,10 +478,11 @@ atlas_moe_down_grouped(float *y, const bf16_t *act, const bf16_t *down, const in
 }
 
 /* out[t, :] = sum over the token's choices j, in increasing expert index, of
- * wts[t, j] * y[pos[t * k + j], :]. grid n, block 256. d % 4 == 0. */
+ * wts[t, j] * (y[pos[t * k + j], :] + db[e * d, :]), e = ids[t, j] (db NULL: no bias). grid
+ * n, block 256. d % 4 == 0. */
 extern "C" __global__ void __launch_bounds__(256)
-atlas_moe_combine(float *out, const float *y, const int *ids, const float *wts, const int *pos,
-                  int k, int d) {
+atlas_moe_combine(float *out, const float *y, const bf16_t *db, const int *ids, const float *wts,
+                  const int *pos, int k, int d) {
     __shared__ int order[MOE_MAX_K];
     pdl_trigger();
     pdl_wait();
@@ -465,6 +496,10 @@ atlas_moe_combine(float *out, const float *y, const int *ids, const float *wts, 
             if (p < 0) continue;
             float w = wts[(size_t)t * k + j];
             float4 v = *(const float4 *)(y + (size_t)p * d + c);
+            if (db) {
+                const bf16_t *b = db + (size_t)id[j] * d + c;
+                v.x += bf2f(b[0]), v.y += bf2f(b[1]), v.z += bf2f(b[2]), v.w += bf2f(b[3]);
+            }
             acc.x += v.x * w;
             acc.y += v.y * w;
             acc.z += v.z * w;

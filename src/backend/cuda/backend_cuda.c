@@ -201,7 +201,8 @@ static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x
 }
 
 /* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices (a
- * quantized router, which weight_load cannot tell from another weight, is refused here). */
+ * quantized router, which weight_load cannot tell from another weight, is refused here);
+ * the biases (gpt-oss; NULL: none) bf16 vectors of rows * cols elements. */
 static atlas_status moe_weight(const char *what, const atlas_weight *w, int64_t rows,
                                int64_t cols) {
     if (w && w->fmt != ATLAS_WFMT_DENSE)
@@ -214,7 +215,14 @@ static atlas_status moe_weight(const char *what, const atlas_weight *w, int64_t 
                       (long long)rows, (long long)cols);
 }
 
-static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p[6]) {
+static atlas_status moe_bias(const char *what, const atlas_weight *b, int64_t elems) {
+    if (!b || (b->fmt == ATLAS_WFMT_DENSE && b->rows * b->cols == elems)) return ATLAS_OK;
+    return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of %lld elements (%s), want %lld bf16",
+                      what, (long long)(b->rows * b->cols), atlas_wformat_name(b->fmt),
+                      (long long)elems);
+}
+
+static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p[8]) {
     cuda_cmd c;
     memset(&c, 0, sizeof c);
     c.op = op;
@@ -223,18 +231,11 @@ static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p
     return cuda_submit(cb, &c);
 }
 
-/* The biases (gpt-oss's) are refused at create (check_missing): here a second guard. */
-static atlas_status no_moe_bias(const atlas_weight *a, const atlas_weight *b) {
-    if (!a && !b) return ATLAS_OK;
-    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda moe: router and expert biases are not "
-                      "supported yet (run with --device cpu)");
-}
-
 static atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
                                    const atlas_weight *router, const atlas_weight *bias, int n) {
-    ATLAS_TRY(no_moe_bias(bias, NULL));
     ATLAS_TRY(moe_weight("router", router, be->geom.n_experts, be->geom.hidden));
-    const void *p[6] = {ids, wts, h, router, NULL, NULL};
+    ATLAS_TRY(moe_bias("router bias", bias, be->geom.n_experts));
+    const void *p[8] = {ids, wts, h, router, bias, NULL, NULL, NULL};
     return moe_cmd(cuda_of(be), CUDA_OP_MOE_ROUTE, n, p);
 }
 
@@ -242,11 +243,12 @@ static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h
                                      const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
                                      const atlas_weight *down, const atlas_weight *down_bias,
                                      const int32_t *ids, const float *wts, int n) {
-    ATLAS_TRY(no_moe_bias(gate_up_bias, down_bias));
     int64_t E = be->geom.n_experts, f = be->geom.expert_ffn, d = be->geom.hidden;
     ATLAS_TRY(moe_weight("experts' gate_up", gate_up, E * 2 * f, d));
     ATLAS_TRY(moe_weight("experts' down", down, E * d, f));
-    const void *p[6] = {out, h, gate_up, down, ids, wts};
+    ATLAS_TRY(moe_bias("experts' gate_up bias", gate_up_bias, E * 2 * f));
+    ATLAS_TRY(moe_bias("experts' down bias", down_bias, E * d));
+    const void *p[8] = {out, h, gate_up, down, ids, wts, gate_up_bias, down_bias};
     return moe_cmd(cuda_of(be), CUDA_OP_MOE_EXPERTS, n, p);
 }
 
@@ -308,26 +310,6 @@ static const atlas_backend_ops cuda_ops = {
     .rope_kv_store = cuda_rope_kv_store,
 };
 
-/* What the CPU backend computes and the GPU kernels do not have yet, all of it named in one
- * refusal at load. The windows, the attention scale, the RoPE sets (partial rotary, longrope,
- * per-layer sets), the gate activation, the embedding's scale and the post-norms are
- * arguments of the kernels: those are not here. */
-static atlas_status check_missing(const atlas_backend_geom *g) {
-    const char *what[12];
-    int n = 0;
-    if (g->glu == ATLAS_GLU_SWIGLU_CLAMP) what[n++] = "gpt-oss's clamped SwiGLU (swiglu_limit)";
-    if (g->attn_sinks) what[n++] = "attention sinks (gpt-oss)";
-    if (g->n_experts && g->moe_route == ATLAS_ROUTE_TOPK_SOFTMAX)
-        what[n++] = "top-k-then-softmax routing with router and expert biases (gpt-oss)";
-    if (n == 0) return ATLAS_OK;
-    char list[512] = "";
-    for (int i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", what[i]);
-    return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: %s: the GPU kernels do not have %s yet "
-                      "(the CPU backend does: run with --device cpu)", list,
-                      n > 1 ? "these" : "it");
-}
-
 /* The RoPE geometry: rotated dimensions, the sets and each layer's set (as the CPU checks). */
 static atlas_status check_rope(const atlas_backend_geom *g) {
     if (g->rope_dim < 0 || g->rope_dim > g->head_dim || g->rope_dim % 2)
@@ -357,7 +339,6 @@ static atlas_status check_geom(const atlas_backend_geom *g) {
     if (g->head_dim % 8 || g->head_dim < 8 || g->head_dim > 1024)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: head_dim %d: the kernels take multiples "
                           "of 8 from 8 to 1024", g->head_dim);
-    ATLAS_TRY(check_missing(g));
     ATLAS_TRY(check_rope(g));
     if (g->hidden % 8 || g->intermediate % 8)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: hidden %d, intermediate %d: the kernels "

@@ -89,7 +89,7 @@ typedef struct cuda_cmd {
     int op;
     int n, d, layer;  /* layer: SWIGLU's gate activation instead (atlas_glu_kind) */
     int link, row0;   /* CUDA_LINK_* bits; MIRROR's first row */
-    const void *p[6]; /* device pointers (activations) and weights/kv handles */
+    const void *p[8]; /* device pointers (activations) and weights/kv handles */
 } cuda_cmd;
 
 typedef struct cuda_graph {

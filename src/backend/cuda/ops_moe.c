@@ -77,62 +77,71 @@ size_t cuda_moe_ws_bytes(const cuda_backend *cb, int n) {
 
 /* --- the commands, run ------------------------------------------------------------------- */
 
-/* p: ids, wts, h, router */
+/* A weight's device pointer, 0 for none (the biases). */
+static CUdeviceptr wptr(const void *w) { return w ? ((const atlas_weight *)w)->ptr : 0; }
+
+/* p: ids, wts, h, router, router bias (NULL: none) */
 static atlas_status exec_route(cuda_backend *cb, const cuda_cmd *c, const moe_ws *L) {
     const atlas_backend_geom *g = &cb->base.geom;
     int n = c->n, E = g->n_experts, k = g->n_experts_used, d = g->hidden;
-    int norm = g->moe_norm_topk != 0;
+    int norm = g->moe_norm_topk != 0, order = g->moe_route == ATLAS_ROUTE_TOPK_SOFTMAX;
     CUdeviceptr ids = CUDA_PTR(c->p[0]), wts = CUDA_PTR(c->p[1]), h = CUDA_PTR(c->p[2]);
-    CUdeviceptr router = ((const atlas_weight *)c->p[3])->ptr, logits = cb->ws.moe + L->logits;
-    void *a[] = {&logits, &h, &router, &n, &E, &d};
+    CUdeviceptr router = wptr(c->p[3]), bias = wptr(c->p[4]), logits = cb->ws.moe + L->logits;
+    void *a[] = {&logits, &h, &router, &bias, &n, &E, &d};
     ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_logits, (unsigned)((E + 3) / 4),
                           (unsigned)((n + 15) / 16), 1, 128, 0, a));
-    void *b[] = {&ids, &wts, &logits, &E, &k, &norm};
+    void *b[] = {&ids, &wts, &logits, &E, &k, &norm, &order};
     return cuda_launch(cb, cb->mod.fn.moe_topk, (unsigned)n, 1, 1, 128, 0, b);
 }
 
+/* The experts' weights and biases (0: none) of one command. */
+typedef struct moe_w {
+    CUdeviceptr gu, gub, dn, db;
+} moe_w;
+
 /* One grouped pass over nc tokens: their slots planned, gate|up, down, the combine. */
 static atlas_status grouped_pass(cuda_backend *cb, const moe_ws *L, CUdeviceptr out,
-                                 CUdeviceptr h, CUdeviceptr gu, CUdeviceptr dn, CUdeviceptr ids,
-                                 CUdeviceptr wts, int nc) {
+                                 CUdeviceptr h, moe_w w, CUdeviceptr ids, CUdeviceptr wts,
+                                 int nc) {
     const atlas_backend_geom *g = &cb->base.geom;
     int E = g->n_experts, k = g->n_experts_used, d = g->hidden, f = g->expert_ffn;
+    cuda_glu_act ga = cuda_glu_of(cb, (int)g->glu);
     int S = nc * k, bm = MOE_BM, tiles_n = max_tiles(S, E);
     CUdeviceptr ws = cb->ws.moe, act = ws + L->act, pos = ws + L->pos, rows = ws + L->rows;
     CUdeviceptr tiles = ws + L->tiles, y = ws + L->y;
     void *pa[] = {&pos, &rows, &tiles, &ids, &S, &E, &bm};
     ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_plan, 1, 1, 1, 1024, 0, pa));
-    void *ga[] = {&act, &h, &gu, &tiles, &rows, &k, &d, &f};
+    void *gua[] = {&act, &h, &w.gu, &w.gub, &tiles, &rows, &k, &d, &f, &ga};
     ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_grouped, (unsigned)((f + 63) / 64),
-                          (unsigned)tiles_n, 1, 256, 0, ga));
-    void *da[] = {&y, &act, &dn, &tiles, &d, &f};
+                          (unsigned)tiles_n, 1, 256, 0, gua));
+    void *da[] = {&y, &act, &w.dn, &tiles, &d, &f};
     ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_down_grouped, (unsigned)((d + 127) / 128),
                           (unsigned)tiles_n, 1, 256, 0, da));
-    void *ca[] = {&out, &y, &ids, &wts, &pos, &k, &d};
+    void *ca[] = {&out, &y, &w.db, &ids, &wts, &pos, &k, &d};
     return cuda_launch(cb, cb->mod.fn.moe_combine, (unsigned)nc, 1, 1, 256, 0, ca);
 }
 
-/* p: out, h, gate_up, down, ids, wts */
+/* p: out, h, gate_up, down, ids, wts, gate_up bias, down bias (biases NULL: none) */
 static atlas_status exec_experts(cuda_backend *cb, const cuda_cmd *c, const moe_ws *L) {
     const atlas_backend_geom *g = &cb->base.geom;
     int n = c->n, E = g->n_experts, k = g->n_experts_used, d = g->hidden, f = g->expert_ffn;
     CUdeviceptr out = CUDA_PTR(c->p[0]), h = CUDA_PTR(c->p[1]);
-    CUdeviceptr gu = ((const atlas_weight *)c->p[2])->ptr, dn = ((const atlas_weight *)c->p[3])->ptr;
+    moe_w w = {wptr(c->p[2]), wptr(c->p[6]), wptr(c->p[3]), wptr(c->p[7])};
     CUdeviceptr ids = CUDA_PTR(c->p[4]), wts = CUDA_PTR(c->p[5]);
     if (!L->grouped) {
         CUdeviceptr act = cb->ws.moe + L->act;
-        void *a[] = {&act, &h, &gu, &ids, &k, &d, &f, &E};
+        cuda_glu_act ga = cuda_glu_of(cb, (int)g->glu);
+        void *a[] = {&act, &h, &w.gu, &w.gub, &ids, &k, &d, &f, &E, &ga};
         ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_slots, (unsigned)((f + 7) / 8),
                               (unsigned)(n * k), 1, 256, 0, a));
-        void *b[] = {&out, &act, &dn, &ids, &wts, &k, &d, &f, &E};
+        void *b[] = {&out, &act, &w.dn, &w.db, &ids, &wts, &k, &d, &f, &E};
         return cuda_launch(cb, cb->mod.fn.moe_down_slots, (unsigned)((d + 7) / 8), (unsigned)n,
                            1, 256, 0, b);
     }
     for (int t0 = 0; t0 < n; t0 += L->chunk) {
         int nc = n - t0 < L->chunk ? n - t0 : L->chunk;
         size_t slot0 = (size_t)t0 * k * 4, row0 = (size_t)t0 * d * 4;
-        ATLAS_TRY(grouped_pass(cb, L, out + row0, h + row0, gu, dn, ids + slot0, wts + slot0,
-                               nc));
+        ATLAS_TRY(grouped_pass(cb, L, out + row0, h + row0, w, ids + slot0, wts + slot0, nc));
     }
     return ATLAS_OK;
 }
