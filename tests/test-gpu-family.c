@@ -11,7 +11,12 @@
  * - GeGLU: the glu op, the gate_up epilogue in decode (the fused GEMVs, with and without the
  *   norm) and in prefill (cuBLASLt's bf16 chain where present);
  * - the scaled embedding; post-norms: x += rmsnorm(o) * w, whose add is deferred into the
- *   next norm although that norm writes the add's delta (h), in decode and prefill.
+ *   next norm although that norm writes the add's delta (h), in decode and prefill;
+ * - gpt-oss (hidden 2880, head_dim 64, layer 0 sliding over 128 keys, layer 1 full): attention
+ *   sinks on every attention kernel the backend picks — the tiled prefill, the cluster and the
+ *   warp decode kernels (split and merged, and one split writing the output itself), the
+ *   decode kernels on a short prefill, and with 16 query heads a kv head the split kernel —
+ *   and its clamped SwiGLU (a limit of 1.5, which most inputs pass) wherever GeGLU runs above.
  * Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -32,10 +37,12 @@ static float urand(void) { /* uniform in [-1, 1) */
     return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
 }
 
-enum { D = 256, F = 192, V = 500, LAYERS = 2, BS = 16, NBLK = 64, MAXB = 24, LONG_AFTER = 64 };
+enum { F = 192, V = 500, LAYERS = 2, BS = 16, NBLK = 64, MAXB = 24, LONG_AFTER = 64 };
 
 static atlas_backend *cpu, *gpu;
 static int32_t tables[2][MAXB];
+static int D = 256;             /* hidden: gpt-oss's 2880 for its part */
+static int batch_blocks = MAXB; /* the batches' max_blocks (a short one: one attention split) */
 
 typedef struct buf {
     float *cpu;
@@ -155,7 +162,7 @@ static void begin(int n0, int n1, int start0, int start1, int rope_len0) {
     rows[0] = n - 1;
     atlas_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = n1 ? 2 : 1,
                      .seq_start = start, .seq_ctx = ctx, .block_table = &tables[0][0],
-                     .max_blocks = MAXB, .n_logits = 1, .logit_rows = rows,
+                     .max_blocks = batch_blocks, .n_logits = 1, .logit_rows = rows,
                      .seq_rope_len = rope_len0 > 0 ? rope_len : NULL};
     CHECK_OK(cpu->ops->begin_batch(cpu, &b, BS));
     CHECK_OK(gpu->ops->begin_batch(gpu, &b, BS));
@@ -179,16 +186,22 @@ static void pair_free(atlas_kv **kv) {
     cpu = gpu = NULL;
 }
 
-/* Attention of the batch's n tokens at layer l over the cache, compared. */
-static void check_attention(atlas_kv **kv, buf *qkv, buf *att, int n, int l, const char *tag) {
+/* Attention of the batch's n tokens at layer l over the cache, compared; sinks (NULL: none)
+ * a weight [H] of logits. */
+static void check_attention_sinks(atlas_kv **kv, buf *qkv, buf *att, int n, int l,
+                                  const char *tag, const weight *sinks) {
     const atlas_backend_geom *g = &gpu->geom;
-    char what[96];
+    char what[200];
     buf_poison(att);
-    CHECK_OK(cpu->ops->attention(cpu, att->cpu, qkv->cpu, kv[0], l, NULL));
-    CHECK_OK(gpu->ops->attention(gpu, att->gpu, qkv->gpu, kv[1], l, NULL));
+    CHECK_OK(cpu->ops->attention(cpu, att->cpu, qkv->cpu, kv[0], l, sinks ? sinks->w[0] : NULL));
+    CHECK_OK(gpu->ops->attention(gpu, att->gpu, qkv->gpu, kv[1], l, sinks ? sinks->w[1] : NULL));
     snprintf(what, sizeof what, "%s layer %d: attention", tag, l);
     /* the GPU's cache is bf16, the CPU's fp32 */
     buf_check(what, att, (size_t)n * g->n_heads * g->head_dim, 2e-2);
+}
+
+static void check_attention(atlas_kv **kv, buf *qkv, buf *att, int n, int l, const char *tag) {
+    check_attention_sinks(kv, qkv, att, n, l, tag, NULL);
 }
 
 /* Every place RoPE is applied, per layer: the plain op on a prefill of both sequences (seq 0
@@ -245,6 +258,10 @@ static void test_rope(atlas_kv **kv, const char *tag) {
     weight_free(&wqkv);
 }
 
+static const char *act_name(void) {
+    return gpu->geom.glu == ATLAS_GLU_SWIGLU_CLAMP ? "clamped SwiGLU" : "GeGLU";
+}
+
 /* The gated activation: the glu op over 37 rows; the gate_up epilogue of one row (the fused
  * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), each
  * followed by the down matmul that reads its act, as the model runs them. */
@@ -260,7 +277,8 @@ static void test_glu(void) {
     buf_poison(&act);
     CHECK_OK(cpu->ops->glu(cpu, act.cpu, gu.cpu, 37, F));
     CHECK_OK(gpu->ops->glu(gpu, act.gpu, gu.gpu, 37, F));
-    buf_check("glu op, 37 rows", &act, (size_t)37 * F, 1e-5);
+    snprintf(what, sizeof what, "%s: glu op, 37 rows", act_name());
+    buf_check(what, &act, (size_t)37 * F, 1e-5);
     int ns[] = {1, 1, 1, 150};
     for (int c = 0; c < 4; c++) {
         int n = ns[c], with_norm = c != 1;
@@ -281,13 +299,13 @@ static void test_glu(void) {
         }
         double tol = n == 1 ? 1e-4 : 1e-2;
         const char *how = c == 0 ? ", norm" : c == 1 ? "" : c == 2 ? ", norm, fp8" : "";
-        snprintf(what, sizeof what, "GeGLU epilogue, %d row%s%s: down", n, n > 1 ? "s" : "",
-                 how);
+        snprintf(what, sizeof what, "%s epilogue, %d row%s%s: down", act_name(), n,
+                 n > 1 ? "s" : "", how);
         buf_check(what, &out, (size_t)n * D, tol);
         if (n == 1) { /* prefill's bf16 chain leaves gate_up and act its own (backend.h) */
-            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: act", how);
+            snprintf(what, sizeof what, "%s epilogue, 1 row%s: act", act_name(), how);
             buf_check(what, &act, F, tol);
-            snprintf(what, sizeof what, "GeGLU epilogue, 1 row%s: gate_up", how);
+            snprintf(what, sizeof what, "%s epilogue, 1 row%s: gate_up", act_name(), how);
             buf_check(what, &gu, 2 * F, tol);
         }
     }
@@ -407,6 +425,80 @@ static void gemma3(void) {
     pair_free(kv);
 }
 
+/* Random q, k, v for the batch's n tokens, k and v into the cache, then attention with the
+ * sinks (what: the batch, for the message). */
+static void sinks_step(atlas_kv **kv, buf *qkv, buf *att, const weight *sinks, int n, int l,
+                       const char *what) {
+    char tag[128];
+    buf_random(qkv, 2.0f);
+    CHECK_OK(cpu->ops->kv_store(cpu, qkv->cpu, kv[0], l));
+    CHECK_OK(gpu->ops->kv_store(gpu, qkv->gpu, kv[1], l));
+    snprintf(tag, sizeof tag, "gpt-oss G=%d, %s,", gpu->geom.n_heads / gpu->geom.n_kv_heads, what);
+    check_attention_sinks(kv, qkv, att, n, l, tag, sinks);
+}
+
+/* Attention sinks per layer (0 sliding over 128 keys, 1 full) on each kernel the backend
+ * picks: a prefill of 200 + 70 tokens (the tiled kernel; seq 0's late queries see only their
+ * window), a decode step of both sequences on the cluster kernel (where the device has
+ * clusters) and on the warp kernel (the split kernel at G = 16), a prefill of 5 + 5 (the
+ * decode kernels over 10 tokens), and a decode step of a 21-key context whose batch has one
+ * split (its kernel writes the output itself). The sinks, 2.5 to 3.5, weigh as much as tens
+ * of keys. */
+static void test_sinks(atlas_kv **kv) {
+    const atlas_backend_geom *g = &gpu->geom;
+    cuda_backend *cb = (cuda_backend *)gpu;
+    void *cluster = cb->dev.cluster_ex;
+    int q = (g->n_heads + 2 * g->n_kv_heads) * g->head_dim;
+    buf qkv = buf_make((size_t)270 * q), att = buf_make((size_t)270 * g->n_heads * g->head_dim);
+    weight sinks = weight_make("sinks", g->n_heads, 0, 3.0f);
+    for (int l = 0; l < LAYERS; l++) {
+        begin(200, 70, 0, 0, 0);
+        sinks_step(kv, &qkv, &att, &sinks, 270, l, "prefill 200 + 70");
+        for (int rep = 0; rep < 2; rep++) {
+            cb->dev.cluster_ex = rep ? NULL : cluster; /* read by begin_batch's split plan */
+            begin(1, 1, 200, 70, 0);
+            sinks_step(kv, &qkv, &att, &sinks, 2, l,
+                       rep ? "decode, no cluster kernel" : "decode");
+        }
+        cb->dev.cluster_ex = cluster;
+        begin(5, 5, 201, 71, 0);
+        sinks_step(kv, &qkv, &att, &sinks, 10, l, "prefill 5 + 5");
+        batch_blocks = 2; /* 32 slots: one split */
+        begin(1, 0, 20, 0, 0);
+        sinks_step(kv, &qkv, &att, &sinks, 1, l, "decode, one split");
+        batch_blocks = MAXB;
+    }
+    buf_free(&qkv);
+    buf_free(&att);
+    weight_free(&sinks);
+}
+
+/* gpt-oss-20b's attention shape at hidden 2880: 64-dim heads, 8 (then 16) query heads a kv
+ * head, layer 0 sliding over 128 keys and layer 1 full, YaRN's factor on the tables; its
+ * clamped SwiGLU through test_glu (the dense MLP paths: gpt-oss's own MLPs are experts,
+ * test-gpu-moe.c, but the activation is one kind of the glu op wherever it runs). */
+static void gpt_oss(int G) {
+    enum { HD = 64 };
+    double inv[HD / 2];
+    for (int i = 0; i < HD / 2; i++) inv[i] = pow(150000.0, -2.0 * i / HD);
+    int32_t window[LAYERS] = {128, 0};
+    D = 2880;
+    atlas_backend_geom g = {.hidden = D, .n_heads = 2 * G, .n_kv_heads = 2, .head_dim = HD,
+                            .intermediate = F, .vocab_size = V, .n_layers = LAYERS,
+                            .rms_eps = 1e-5f, .rope_inv_freq = inv, .rope_attn_factor = 1.35,
+                            .max_position = 4096, .layer_window = window,
+                            .glu = ATLAS_GLU_SWIGLU_CLAMP, .glu_alpha = 1.702f,
+                            .glu_limit = 1.5f, .attn_sinks = 1};
+    atlas_kv *kv[2] = {NULL, NULL};
+    printf("gpt-oss: hidden %d, head_dim %d, %d query heads a kv head, sinks\n", D, HD, G);
+    if (pair_make(&g, kv)) {
+        test_sinks(kv);
+        if (G == 8) test_glu();
+    }
+    pair_free(kv);
+    D = 256;
+}
+
 int main(void) {
     atlas_host *host = NULL;
     atlas_status st = atlas_host_get(0, &host);
@@ -421,5 +513,7 @@ int main(void) {
     }
     phi4_mini();
     gemma3();
+    gpt_oss(8);
+    gpt_oss(16);
     return harness_finish();
 }
