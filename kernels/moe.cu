@@ -11,6 +11,14 @@
  * gate activation (gate_up's) and before the routing weight (down's), and the activation is
  * glu_mul's (common.cuh) of the model's kind.
  *
+ * MXFP4 experts (gpt-oss as published; the _fp4 instances of the expert kernels): the codes
+ * stay packed as the dense FP4 path keeps them (kernels/quant.cu: e2m1 nibbles, column 2j in
+ * the low nibble of byte j, [rows, cols / 2] bytes a stacked weight) with a float32 scale a
+ * row's 32 columns ([rows, cols / 32]); the GEMVs dequantize 32 columns a lane-load in
+ * registers, the grouped kernels dequantize their weight tiles into bf16 in shared memory
+ * (exact: an e2m1 value times a power of two). Every expert kernel takes the scales (sc;
+ * NULL and unused for bf16 weights).
+ *
  * Experts, few rows (decode): each (token, choice) slot reads only its expert's rows:
  * atlas_moe_gu_slots (a warp the gate row i and the up row i of the slot's expert, SwiGLU in
  * the epilogue, fp32 out), atlas_moe_down_slots (a warp an output row, the token's k choices
@@ -69,6 +77,76 @@ __device__ __forceinline__ void warp_dot2(const bf16_t *w0, const bf16_t *w1, co
     }
     s0 = warp_sum(s0);
     s1 = warp_sum(s1);
+}
+
+/* The e2m1 code in the low 4 bits of c as a float (sign, 2 exponent bits, 1 mantissa bit:
+ * 0, 0.5, 1, 1.5, 2, 3, 4, 6), built from its bits without a table or a subnormal. */
+__device__ __forceinline__ float e2m1(uint32_t c) {
+    uint32_t m = c & 7u, b = m == 0 ? 0u : m == 1 ? 0x3f000000u : (m << 22) + (126u << 23);
+    return __uint_as_float(b | ((c & 8u) << 28));
+}
+
+/* The dot product of 32 e2m1 codes (one 16-byte load) with x[0, 32), times their scale. */
+__device__ __forceinline__ float moe_dot32q(uint4 wv, float scale, const float *x) {
+    const uint32_t w[4] = {wv.x, wv.y, wv.z, wv.w};
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float4 a = __ldg((const float4 *)(x + 8 * i)), b = __ldg((const float4 *)(x + 8 * i + 4));
+        acc += e2m1(w[i]) * a.x + e2m1(w[i] >> 4) * a.y + e2m1(w[i] >> 8) * a.z +
+               e2m1(w[i] >> 12) * a.w + e2m1(w[i] >> 16) * b.x + e2m1(w[i] >> 20) * b.y +
+               e2m1(w[i] >> 24) * b.z + e2m1(w[i] >> 28) * b.w;
+    }
+    return acc * scale;
+}
+
+/* warp_dot2 of MXFP4 rows: rows r0 and r1 (r1 < 0: one row) of codes w [.., len / 2] bytes
+ * with scales sc [.., len / 32], 32 columns a lane a step. len % 32 == 0. */
+template <int U>
+__device__ __forceinline__ void warp_dot2q(const uint8_t *w, const float *sc, long long r0,
+                                           long long r1, const float *x, int len, float &s0,
+                                           float &s1) {
+    int lane = threadIdx.x & 31;
+    long long r1s = r1 >= 0 ? r1 : r0; /* (a row's pointers; r1 < 0 reads nothing) */
+    const uint8_t *w0 = w + r0 * (len / 2), *w1 = w + r1s * (len / 2);
+    const float *c0 = sc + r0 * (len / 32), *c1 = sc + r1s * (len / 32);
+    s0 = s1 = 0.0f;
+    for (int base = lane * 32; base < len; base += 1024 * U) {
+        uint4 a[U], b[U];
+        float sa[U], sb[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = base + u * 1024;
+            bool ok = kk < len, two = ok && r1 >= 0;
+            a[u] = ok ? ld_stream16(w0 + kk / 2) : make_uint4(0, 0, 0, 0);
+            sa[u] = ok ? __ldg(c0 + kk / 32) : 0.0f;
+            b[u] = two ? ld_stream16(w1 + kk / 2) : make_uint4(0, 0, 0, 0);
+            sb[u] = two ? __ldg(c1 + kk / 32) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int kk = base + u * 1024;
+            if (kk < len) {
+                s0 += moe_dot32q(a[u], sa[u], x + kk);
+                if (r1 >= 0) s1 += moe_dot32q(b[u], sb[u], x + kk);
+            }
+        }
+    }
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+}
+
+/* Rows r0 and r1 (r1 < 0: one) of an expert weight, bf16 [.., len] or (Q) MXFP4, against x. */
+template <bool Q>
+__device__ __forceinline__ void row_dot2(const void *w, const float *sc, long long r0,
+                                         long long r1, const float *x, int len, float &s0,
+                                         float &s1) {
+    if (Q) {
+        warp_dot2q<2>((const uint8_t *)w, sc, r0, r1, x, len, s0, s1);
+    } else {
+        const bf16_t *b = (const bf16_t *)w;
+        warp_dot2<4>(b + r0 * len, r1 >= 0 ? b + r1 * len : NULL, x, len, s0, s1);
+    }
 }
 
 /* --- routing ------------------------------------------------------------------------------ */
@@ -177,17 +255,18 @@ __device__ __forceinline__ void moe_order(int *order, const int *id, int k) {
  * slots (gb, ub: the expert's gate_up bias, gub[E * 2f], or 0). grid (ceil(f / 8), n * k),
  * block 256: a warp the gate row i and up row i of the slot's expert (rows e * 2f + i and
  * e * 2f + f + i of gu). */
-extern "C" __global__ void __launch_bounds__(256)
-atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const bf16_t *gub,
-                   const int *ids, int k, int d, int f, int E, glu_act ga) {
+template <bool Q>
+__device__ __forceinline__ void gu_slots(float *act, const float *h, const void *gu,
+                                         const float *sc, const bf16_t *gub, const int *ids,
+                                         int k, int d, int f, int E, glu_act ga) {
     pdl_trigger();
     pdl_wait(); /* the expert ids come from the routing kernel */
     int s = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), e = ids[s];
     if (i >= f) return;
     float g = 0.0f, u = 0.0f;
     if (e >= 0 && e < E) {
-        const bf16_t *wg = gu + ((size_t)e * 2 * f + i) * d;
-        warp_dot2<4>(wg, wg + (size_t)f * d, h + (size_t)(s / k) * d, d, g, u);
+        long long r = (long long)e * 2 * f + i;
+        row_dot2<Q>(gu, sc, r, r + f, h + (size_t)(s / k) * d, d, g, u);
         if (gub) {
             g += bf2f(gub[(size_t)e * 2 * f + i]);
             u += bf2f(gub[(size_t)e * 2 * f + f + i]);
@@ -199,9 +278,10 @@ atlas_moe_gu_slots(float *act, const float *h, const bf16_t *gu, const bf16_t *g
 /* out[t, r] = sum over the token's choices j, in increasing expert index, of
  * wts[t, j] * (down_e[r] . act[t * k + j] + db[e * d + r]) (db NULL: no bias). grid
  * (ceil(d / 8), n), block 256: a warp a row. */
-extern "C" __global__ void __launch_bounds__(256)
-atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const bf16_t *db,
-                     const int *ids, const float *wts, int k, int d, int f, int E) {
+template <bool Q>
+__device__ __forceinline__ void down_slots(float *out, const float *act, const void *down,
+                                           const float *sc, const bf16_t *db, const int *ids,
+                                           const float *wts, int k, int d, int f, int E) {
     __shared__ int order[MOE_MAX_K];
     pdl_trigger();
     pdl_wait();
@@ -213,13 +293,28 @@ atlas_moe_down_slots(float *out, const float *act, const bf16_t *down, const bf1
     for (int q = 0; q < k; q++) {
         int j = order[q], e = id[j];
         if (e < 0 || e >= E) continue;
-        warp_dot2<4>(down + ((size_t)e * d + r) * f, NULL, act + ((size_t)t * k + j) * f, f, s,
-                     unused);
+        row_dot2<Q>(down, sc, (long long)e * d + r, -1, act + ((size_t)t * k + j) * f, f, s,
+                    unused);
         if (db) s += bf2f(db[(size_t)e * d + r]);
         acc += s * wts[(size_t)t * k + j];
     }
     if ((threadIdx.x & 31) == 0) out[(size_t)t * d + r] = acc;
 }
+
+/* The slot kernels, bf16 and MXFP4 (sc: the scales; unused by the bf16 ones). */
+#define ATLAS_MOE_SLOTS(SFX, Q)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256) atlas_moe_gu_slots##SFX(                   \
+        float *act, const float *h, const void *gu, const float *sc, const bf16_t *gub,         \
+        const int *ids, int k, int d, int f, int E, glu_act ga) {                               \
+        gu_slots<Q>(act, h, gu, sc, gub, ids, k, d, f, E, ga);                                 \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256) atlas_moe_down_slots##SFX(                 \
+        float *out, const float *act, const void *down, const float *sc, const bf16_t *db,      \
+        const int *ids, const float *wts, int k, int d, int f, int E) {                         \
+        down_slots<Q>(out, act, down, sc, db, ids, wts, k, d, f, E);                           \
+    }
+ATLAS_MOE_SLOTS(, false)
+ATLAS_MOE_SLOTS(_fp4, true)
 
 /* --- experts grouped by expert (prefill) --------------------------------------------------- */
 
@@ -343,6 +438,37 @@ __device__ __forceinline__ void gu_store_a(bf16_t *as, const float4 (&ra)[2]) {
     }
 }
 
+/* An MXFP4 B tile through registers: thread t holds tile row t / 2's 16 codes from column
+ * (t % 2) * 16 (8 bytes) and the scale of their 32, for the weight row `row` of an expert's
+ * codes w [.., len / 2] and scales sc [.., len / 32] (ok false: zeros). len % 32 == 0 and k0
+ * a multiple of GK = 32, so a load never crosses a row or a scale group. */
+struct qtile {
+    uint2 c;
+    float s;
+};
+
+__device__ __forceinline__ void q_load(qtile &t, const uint8_t *w, const float *sc,
+                                       long long row, bool ok, int len, int k0) {
+    int c = k0 + (threadIdx.x & 1) * 16;
+    t.c = ok ? __ldg((const uint2 *)(w + row * (len / 2) + c / 2)) : make_uint2(0, 0);
+    t.s = ok ? __ldg(sc + row * (len / 32) + k0 / 32) : 0.0f;
+}
+
+/* The tile's codes times their scale into bf16 (exact: an e2m1 value times a power of two). */
+__device__ __forceinline__ void q_store(bf16_t *bs, const qtile &t) {
+    int r = threadIdx.x >> 1, c = (threadIdx.x & 1) * 16;
+    const uint32_t v[2] = {t.c.x, t.c.y};
+    uint32_t o[8];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            o[4 * i + j] =
+                pack_bf16x2(e2m1(v[i] >> (8 * j)) * t.s, e2m1(v[i] >> (8 * j + 4)) * t.s);
+    *(uint4 *)(bs + r * GLDS + c) = make_uint4(o[0], o[1], o[2], o[3]);
+    *(uint4 *)(bs + r * GLDS + c + 8) = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
 __device__ __forceinline__ void acc_zero(float (&acc)[2][4][4]) {
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -354,10 +480,11 @@ __device__ __forceinline__ void acc_zero(float (&acc)[2][4][4]) {
 
 /* act[p, f] (bf16) = glu(gate_e . h[tok] + gb, up_e . h[tok] + ub) for the permuted rows p
  * of each tile (expert e, token rows[p] / k; gb, ub from gub[E * 2f] as atlas_moe_gu_slots).
- * grid (ceil(f / 64), the most tiles), block 256. d % 8 == 0, f % 8 == 0. */
-extern "C" __global__ void __launch_bounds__(G_THREADS)
-atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const bf16_t *gub,
-                     const int *tiles, const int *rows, int k, int d, int f, glu_act ga) {
+ * grid (ceil(f / 64), the most tiles), block 256. d % 8 == 0, f % 8 == 0 (Q: d % 32 == 0). */
+template <bool Q>
+__device__ __forceinline__ void gu_grouped(bf16_t *act, const float *h, const void *gu,
+                                           const float *sc, const bf16_t *gub, const int *tiles,
+                                           const int *rows, int k, int d, int f, glu_act ga) {
     __shared__ __align__(16) bf16_t As[2][GM * GLDS];
     __shared__ __align__(16) bf16_t Bs[2][GN * GLDS];
     __shared__ int tok[GM];
@@ -369,11 +496,21 @@ atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const bf16_t
     int wm = warp >> 2, wn = warp & 3;
     if (threadIdx.x < GM) tok[threadIdx.x] = r0 + (int)threadIdx.x < r1 ? rows[r0 + threadIdx.x] / k : -1;
     __syncthreads();
-    const bf16_t *w = gu + (size_t)e * 2 * f * d;
+    const bf16_t *w = (const bf16_t *)gu + (size_t)e * 2 * f * d;
+    const uint8_t *wq = (const uint8_t *)gu + (size_t)e * 2 * f * (d / 2);
+    const float *sq = Q ? sc + (size_t)e * 2 * f * (d / 32) : NULL;
+    int qr = threadIdx.x >> 1, qi = f0 + (qr >> 5) * 16 + (qr & 15); /* as gu_load_b's rows */
+    long long qrow = (qr & 16) ? f + qi : qi;
+    qtile qt;
     float acc[2][4][4];
     acc_zero(acc);
     float4 ra[2];
-    gu_load_b(Bs[0], w, f, d, f0, 0);
+    if (Q) {
+        q_load(qt, wq, sq, qrow, qi < f, d, 0);
+        q_store(Bs[0], qt);
+    } else {
+        gu_load_b(Bs[0], w, f, d, f0, 0);
+    }
     asm volatile("cp.async.commit_group;");
     gu_load_a(ra, h, tok, d, 0);
     gu_store_a(As[0], ra);
@@ -384,13 +521,15 @@ atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const bf16_t
         int cur = kt & 1;
         bool more = kt + 1 < kt_count;
         if (more) {
-            gu_load_b(Bs[cur ^ 1], w, f, d, f0, (kt + 1) * GK);
+            if (Q) q_load(qt, wq, sq, qrow, qi < f, d, (kt + 1) * GK);
+            else gu_load_b(Bs[cur ^ 1], w, f, d, f0, (kt + 1) * GK);
             asm volatile("cp.async.commit_group;");
             gu_load_a(ra, h, tok, d, (kt + 1) * GK);
         }
         moe_mma_tile(acc, As[cur], Bs[cur], wm, wn);
         if (more) {
             gu_store_a(As[cur ^ 1], ra);
+            if (Q) q_store(Bs[cur ^ 1], qt);
             asm volatile("cp.async.wait_all;");
         }
         __syncthreads();
@@ -416,30 +555,30 @@ atlas_moe_gu_grouped(bf16_t *act, const float *h, const bf16_t *gu, const bf16_t
             }
 }
 
-/* The down tiles: A = act rows r0 .. r0 + 63 (zeros past r1), B = down rows e * d + m0 ..
- * + 127 (zeros past d), GK columns from k0 of f, by cp.async. */
-__device__ __forceinline__ void dn_load(bf16_t *as, bf16_t *bs, const bf16_t *act,
-                                        const bf16_t *w, int r0, int r1, int m0, int d, int f,
-                                        int k0) {
-    {
-        int r = threadIdx.x >> 2, c = (threadIdx.x & 3) * 8;
-        bool ok = r0 + r < r1 && k0 + c < f;
-        cp_async16(as + r * GLDS + c, ok ? act + (size_t)(r0 + r) * f + k0 + c : act, ok ? 16 : 0);
-    }
+/* The down tiles by cp.async, GK columns from k0 of f: A = act rows r0 .. r0 + 63 (zeros
+ * past r1), B = down rows e * d + m0 .. + 127 (zeros past d). The caller commits. */
+__device__ __forceinline__ void dn_load_a(bf16_t *as, const bf16_t *act, int r0, int r1, int f,
+                                          int k0) {
+    int r = threadIdx.x >> 2, c = (threadIdx.x & 3) * 8;
+    bool ok = r0 + r < r1 && k0 + c < f;
+    cp_async16(as + r * GLDS + c, ok ? act + (size_t)(r0 + r) * f + k0 + c : act, ok ? 16 : 0);
+}
+
+__device__ __forceinline__ void dn_load_b(bf16_t *bs, const bf16_t *w, int m0, int d, int f,
+                                          int k0) {
 #pragma unroll
     for (int it = 0; it < 2; it++) {
         int idx = threadIdx.x + it * G_THREADS, r = idx >> 2, c = (idx & 3) * 8;
         bool ok = m0 + r < d && k0 + c < f;
         cp_async16(bs + r * GLDS + c, ok ? w + (size_t)(m0 + r) * f + k0 + c : w, ok ? 16 : 0);
     }
-    asm volatile("cp.async.commit_group;");
 }
 
 /* y[p, d] (fp32) = act[p, :f] @ down_e^T for the permuted rows p of each tile. grid
- * (ceil(d / 128), the most tiles), block 256. f % 8 == 0. */
-extern "C" __global__ void __launch_bounds__(G_THREADS)
-atlas_moe_down_grouped(float *y, const bf16_t *act, const bf16_t *down, const int *tiles, int d,
-                       int f) {
+ * (ceil(d / 128), the most tiles), block 256. f % 8 == 0 (Q: f % 32 == 0). */
+template <bool Q>
+__device__ __forceinline__ void down_grouped(float *y, const bf16_t *act, const void *down,
+                                             const float *sc, const int *tiles, int d, int f) {
     __shared__ __align__(16) bf16_t As[2][GM * GLDS];
     __shared__ __align__(16) bf16_t Bs[2][GN * GLDS];
     pdl_trigger();
@@ -448,19 +587,38 @@ atlas_moe_down_grouped(float *y, const bf16_t *act, const bf16_t *down, const in
     if (!moe_tile(tiles, e, r0, r1)) return;
     int m0 = blockIdx.x * GN, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int wm = warp >> 2, wn = warp & 3;
-    const bf16_t *w = down + (size_t)e * d * f;
+    const bf16_t *w = (const bf16_t *)down + (size_t)e * d * f;
+    const uint8_t *wq = (const uint8_t *)down + (size_t)e * d * (f / 2);
+    const float *sq = Q ? sc + (size_t)e * d * (f / 32) : NULL;
+    int qrow = m0 + (threadIdx.x >> 1);
+    qtile qt;
     float acc[2][4][4];
     acc_zero(acc);
-    dn_load(As[0], Bs[0], act, w, r0, r1, m0, d, f, 0);
+    dn_load_a(As[0], act, r0, r1, f, 0);
+    if (Q) {
+        q_load(qt, wq, sq, qrow, qrow < d, f, 0);
+        q_store(Bs[0], qt);
+    } else {
+        dn_load_b(Bs[0], w, m0, d, f, 0);
+    }
+    asm volatile("cp.async.commit_group;");
     asm volatile("cp.async.wait_all;");
     __syncthreads();
     int kt_count = (f + GK - 1) / GK;
     for (int kt = 0; kt < kt_count; kt++) {
-        int cur = kt & 1;
+        int cur = kt & 1, k1 = (kt + 1) * GK;
         bool more = kt + 1 < kt_count;
-        if (more) dn_load(As[cur ^ 1], Bs[cur ^ 1], act, w, r0, r1, m0, d, f, (kt + 1) * GK);
+        if (more) {
+            dn_load_a(As[cur ^ 1], act, r0, r1, f, k1);
+            if (Q) q_load(qt, wq, sq, qrow, qrow < d, f, k1);
+            else dn_load_b(Bs[cur ^ 1], w, m0, d, f, k1);
+            asm volatile("cp.async.commit_group;");
+        }
         moe_mma_tile(acc, As[cur], Bs[cur], wm, wn);
-        if (more) asm volatile("cp.async.wait_all;");
+        if (more) {
+            if (Q) q_store(Bs[cur ^ 1], qt);
+            asm volatile("cp.async.wait_all;");
+        }
         __syncthreads();
     }
     int g = lane >> 2, q = lane & 3;
@@ -476,6 +634,21 @@ atlas_moe_down_grouped(float *y, const bf16_t *act, const bf16_t *down, const in
                     make_float2(acc[mt][nt][hh * 2], acc[mt][nt][hh * 2 + 1]);
             }
 }
+
+/* The grouped GEMMs, bf16 and MXFP4 (sc: the scales; unused by the bf16 ones). */
+#define ATLAS_MOE_GROUPED(SFX, Q)                                                                 \
+    extern "C" __global__ void __launch_bounds__(G_THREADS) atlas_moe_gu_grouped##SFX(           \
+        bf16_t *act, const float *h, const void *gu, const float *sc, const bf16_t *gub,        \
+        const int *tiles, const int *rows, int k, int d, int f, glu_act ga) {                   \
+        gu_grouped<Q>(act, h, gu, sc, gub, tiles, rows, k, d, f, ga);                          \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(G_THREADS) atlas_moe_down_grouped##SFX(         \
+        float *y, const bf16_t *act, const void *down, const float *sc, const int *tiles, int d, \
+        int f) {                                                                                \
+        down_grouped<Q>(y, act, down, sc, tiles, d, f);                                        \
+    }
+ATLAS_MOE_GROUPED(, false)
+ATLAS_MOE_GROUPED(_fp4, true)
 
 /* out[t, :] = sum over the token's choices j, in increasing expert index, of
  * wts[t, j] * (y[pos[t * k + j], :] + db[e * d, :]), e = ids[t, j] (db NULL: no bias). grid

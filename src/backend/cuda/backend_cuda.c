@@ -200,14 +200,15 @@ static atlas_status cuda_gather_rows(atlas_backend *be, void *out, const void *x
     return cmd4(be, CUDA_OP_GATHER, cuda_of(be)->batch.n_logits, d, 0, out, x, NULL, NULL);
 }
 
-/* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices (a
+/* Mixture of experts (run by ops_moe.c): the weights are bf16 [rows, cols] matrices, the
+ * experts' also MXFP4 (fp4: weight_load took them as quant_load_experts lays them out; a
  * quantized router, which weight_load cannot tell from another weight, is refused here);
  * the biases (gpt-oss; NULL: none) bf16 vectors of rows * cols elements. */
 static atlas_status moe_weight(const char *what, const atlas_weight *w, int64_t rows,
-                               int64_t cols) {
-    if (w && w->fmt != ATLAS_WFMT_DENSE)
+                               int64_t cols, bool fp4) {
+    if (w && w->fmt != ATLAS_WFMT_DENSE && !(fp4 && w->fmt == ATLAS_WFMT_FP4_E2M1))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a mixture-of-experts %s stored %s: the "
-                          "GPU kernels read bf16; run with --device cpu", what,
+                          "GPU kernels read bf16 (and MXFP4 experts); run with --device cpu", what,
                           atlas_wformat_name(w->fmt));
     if (w && w->rows == rows && w->cols == cols) return ATLAS_OK;
     return atlas_fail(ATLAS_ERR_INTERNAL, "cuda moe: %s of [%lld, %lld], want [%lld, %lld]",
@@ -233,7 +234,7 @@ static atlas_status moe_cmd(cuda_backend *cb, int op, int n, const void *const p
 
 static atlas_status cuda_moe_route(atlas_backend *be, int32_t *ids, float *wts, const void *h,
                                    const atlas_weight *router, const atlas_weight *bias, int n) {
-    ATLAS_TRY(moe_weight("router", router, be->geom.n_experts, be->geom.hidden));
+    ATLAS_TRY(moe_weight("router", router, be->geom.n_experts, be->geom.hidden, false));
     ATLAS_TRY(moe_bias("router bias", bias, be->geom.n_experts));
     const void *p[8] = {ids, wts, h, router, bias, NULL, NULL, NULL};
     return moe_cmd(cuda_of(be), CUDA_OP_MOE_ROUTE, n, p);
@@ -244,8 +245,12 @@ static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h
                                      const atlas_weight *down, const atlas_weight *down_bias,
                                      const int32_t *ids, const float *wts, int n) {
     int64_t E = be->geom.n_experts, f = be->geom.expert_ffn, d = be->geom.hidden;
-    ATLAS_TRY(moe_weight("experts' gate_up", gate_up, E * 2 * f, d));
-    ATLAS_TRY(moe_weight("experts' down", down, E * d, f));
+    ATLAS_TRY(moe_weight("experts' gate_up", gate_up, E * 2 * f, d, true));
+    ATLAS_TRY(moe_weight("experts' down", down, E * d, f, true));
+    if (gate_up->fmt != down->fmt) /* the kernels are picked for both at once (ops_moe.c) */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: experts' gate_up stored %s and down "
+                          "%s: the GPU kernels take both in one format; run with --device cpu",
+                          atlas_wformat_name(gate_up->fmt), atlas_wformat_name(down->fmt));
     ATLAS_TRY(moe_bias("experts' gate_up bias", gate_up_bias, E * 2 * f));
     ATLAS_TRY(moe_bias("experts' down bias", down_bias, E * d));
     const void *p[8] = {out, h, gate_up, down, ids, wts, gate_up_bias, down_bias};

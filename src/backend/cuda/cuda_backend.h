@@ -129,8 +129,9 @@ typedef struct cuda_fns {
     CUfunction qgemv1[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
     CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
-    CUfunction moe_logits, moe_topk, moe_gu_slots, moe_down_slots, moe_plan, moe_gu_grouped,
-        moe_down_grouped, moe_combine;
+    CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
+    /* the expert kernels, [0] bf16 and [1] MXFP4 experts (kernels/moe.cu) */
+    CUfunction moe_gu_slots[2], moe_down_slots[2], moe_gu_grouped[2], moe_down_grouped[2];
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */

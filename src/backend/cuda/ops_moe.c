@@ -9,7 +9,9 @@
  * up to 8 of Mixtral's k = 2) runs each slot's expert as GEMVs, which read only the chosen
  * experts' rows; a larger one runs grouped, one launch for all experts' gate|up and one for
  * down, in passes of at most cuda_workspace.moe_chunk tokens whose buffers fit
- * CUDA_MOE_WS_MAX (one pass for every prefill chunk of the shapes in the issue).
+ * CUDA_MOE_WS_MAX (one pass for every prefill chunk of the shapes in the issue). MXFP4
+ * experts (weight_load's quant_load_experts) run the kernels' _fp4 instances on the same
+ * arguments plus the scales, so the workspace and the launch shapes are the same.
  *
  * Workspace (cuda_workspace.moe, reserved by begin_batch for its token count): the router's
  * logits [n, E] fp32; then for one pass of c tokens (S = c * k slots) the activations [S, f]
@@ -94,10 +96,18 @@ static atlas_status exec_route(cuda_backend *cb, const cuda_cmd *c, const moe_ws
     return cuda_launch(cb, cb->mod.fn.moe_topk, (unsigned)n, 1, 1, 128, 0, b);
 }
 
-/* The experts' weights and biases (0: none) of one command. */
+/* The experts' weights, their scales (MXFP4; 0: bf16) and biases (0: none) of one command;
+ * q picks the kernels (1: MXFP4, backend_cuda.c lets both weights through in one format). */
 typedef struct moe_w {
-    CUdeviceptr gu, gub, dn, db;
+    CUdeviceptr gu, gsc, gub, dn, dsc, db;
+    int q;
 } moe_w;
+
+static moe_w weights_of(const cuda_cmd *c) {
+    const atlas_weight *gu = c->p[2], *dn = c->p[3];
+    return (moe_w){.gu = gu->ptr, .gsc = gu->scales, .gub = wptr(c->p[6]), .dn = dn->ptr,
+                   .dsc = dn->scales, .db = wptr(c->p[7]), .q = gu->fmt == ATLAS_WFMT_FP4_E2M1};
+}
 
 /* One grouped pass over nc tokens: their slots planned, gate|up, down, the combine. */
 static atlas_status grouped_pass(cuda_backend *cb, const moe_ws *L, CUdeviceptr out,
@@ -111,11 +121,11 @@ static atlas_status grouped_pass(cuda_backend *cb, const moe_ws *L, CUdeviceptr 
     CUdeviceptr tiles = ws + L->tiles, y = ws + L->y;
     void *pa[] = {&pos, &rows, &tiles, &ids, &S, &E, &bm};
     ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_plan, 1, 1, 1, 1024, 0, pa));
-    void *gua[] = {&act, &h, &w.gu, &w.gub, &tiles, &rows, &k, &d, &f, &ga};
-    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_grouped, (unsigned)((f + 63) / 64),
+    void *gua[] = {&act, &h, &w.gu, &w.gsc, &w.gub, &tiles, &rows, &k, &d, &f, &ga};
+    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_grouped[w.q], (unsigned)((f + 63) / 64),
                           (unsigned)tiles_n, 1, 256, 0, gua));
-    void *da[] = {&y, &act, &w.dn, &tiles, &d, &f};
-    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_down_grouped, (unsigned)((d + 127) / 128),
+    void *da[] = {&y, &act, &w.dn, &w.dsc, &tiles, &d, &f};
+    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_down_grouped[w.q], (unsigned)((d + 127) / 128),
                           (unsigned)tiles_n, 1, 256, 0, da));
     void *ca[] = {&out, &y, &w.db, &ids, &wts, &pos, &k, &d};
     return cuda_launch(cb, cb->mod.fn.moe_combine, (unsigned)nc, 1, 1, 256, 0, ca);
@@ -126,16 +136,16 @@ static atlas_status exec_experts(cuda_backend *cb, const cuda_cmd *c, const moe_
     const atlas_backend_geom *g = &cb->base.geom;
     int n = c->n, E = g->n_experts, k = g->n_experts_used, d = g->hidden, f = g->expert_ffn;
     CUdeviceptr out = CUDA_PTR(c->p[0]), h = CUDA_PTR(c->p[1]);
-    moe_w w = {wptr(c->p[2]), wptr(c->p[6]), wptr(c->p[3]), wptr(c->p[7])};
+    moe_w w = weights_of(c);
     CUdeviceptr ids = CUDA_PTR(c->p[4]), wts = CUDA_PTR(c->p[5]);
     if (!L->grouped) {
         CUdeviceptr act = cb->ws.moe + L->act;
         cuda_glu_act ga = cuda_glu_of(cb, (int)g->glu);
-        void *a[] = {&act, &h, &w.gu, &w.gub, &ids, &k, &d, &f, &E, &ga};
-        ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_slots, (unsigned)((f + 7) / 8),
+        void *a[] = {&act, &h, &w.gu, &w.gsc, &w.gub, &ids, &k, &d, &f, &E, &ga};
+        ATLAS_TRY(cuda_launch(cb, cb->mod.fn.moe_gu_slots[w.q], (unsigned)((f + 7) / 8),
                               (unsigned)(n * k), 1, 256, 0, a));
-        void *b[] = {&out, &act, &w.dn, &w.db, &ids, &wts, &k, &d, &f, &E};
-        return cuda_launch(cb, cb->mod.fn.moe_down_slots, (unsigned)((d + 7) / 8), (unsigned)n,
+        void *b[] = {&out, &act, &w.dn, &w.dsc, &w.db, &ids, &wts, &k, &d, &f, &E};
+        return cuda_launch(cb, cb->mod.fn.moe_down_slots[w.q], (unsigned)((d + 7) / 8), (unsigned)n,
                            1, 256, 0, b);
     }
     for (int t0 = 0; t0 < n; t0 += L->chunk) {
@@ -164,10 +174,16 @@ atlas_status cuda_moe_ready(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "moe"));
     cuda_fns *fn = &cb->mod.fn;
     struct { CUfunction *f; const char *name; } fns[] = {
-        {&fn->moe_logits, "atlas_moe_logits"}, {&fn->moe_gu_slots, "atlas_moe_gu_slots"},
-        {&fn->moe_down_slots, "atlas_moe_down_slots"}, {&fn->moe_plan, "atlas_moe_plan"},
-        {&fn->moe_gu_grouped, "atlas_moe_gu_grouped"},
-        {&fn->moe_down_grouped, "atlas_moe_down_grouped"}, {&fn->moe_combine, "atlas_moe_combine"},
+        {&fn->moe_logits, "atlas_moe_logits"}, {&fn->moe_plan, "atlas_moe_plan"},
+        {&fn->moe_combine, "atlas_moe_combine"},
+        {&fn->moe_gu_slots[0], "atlas_moe_gu_slots"},
+        {&fn->moe_gu_slots[1], "atlas_moe_gu_slots_fp4"},
+        {&fn->moe_down_slots[0], "atlas_moe_down_slots"},
+        {&fn->moe_down_slots[1], "atlas_moe_down_slots_fp4"},
+        {&fn->moe_gu_grouped[0], "atlas_moe_gu_grouped"},
+        {&fn->moe_gu_grouped[1], "atlas_moe_gu_grouped_fp4"},
+        {&fn->moe_down_grouped[0], "atlas_moe_down_grouped"},
+        {&fn->moe_down_grouped[1], "atlas_moe_down_grouped_fp4"},
         {&fn->moe_topk, "atlas_moe_topk"}, /* last: it says all are loaded */
     };
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)

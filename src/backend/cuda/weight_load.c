@@ -271,17 +271,82 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
 }
 
 /* Whether srcs are a mixture-of-experts layer's stacked experts (backend.h moe_experts):
- * gate|up of 2E parts [f, d], or down of E parts [d, f]. */
+ * gate|up of 2E parts [f, d] (or E parts [2f, d]: gpt-oss's, each expert's gate then up
+ * rows), or down of E parts [d, f]. */
 static bool expert_stack(const atlas_backend_geom *g, const atlas_weight_src *const *srcs,
                          int n) {
-    int64_t E = g->n_experts, f = g->expert_ffn, d = g->hidden, rows, cols;
-    if (E < 1 || (n != 2 * E && n != E)) return false;
-    rows = n == 2 * E ? f : d;
-    cols = n == 2 * E ? d : f;
+    int64_t E = g->n_experts, f = g->expert_ffn, d = g->hidden;
+    if (E < 1 || (n != 2 * E && n != E) || srcs[0]->n_dims != 2) return false;
+    int64_t rows = srcs[0]->shape[0], cols = srcs[0]->shape[1];
+    bool ok = n == 2 * E ? rows == f && cols == d
+                         : (rows == 2 * f && cols == d) || (rows == d && cols == f);
+    if (!ok) return false;
     for (int i = 0; i < n; i++)
         if (srcs[i]->n_dims != 2 || srcs[i]->shape[0] != rows || srcs[i]->shape[1] != cols)
             return false;
     return true;
+}
+
+/* A stacked expert weight in MXFP4 (gpt-oss as published): the parts' codes one after
+ * another ([rows, cols / 2] bytes) and their float32 scales likewise ([rows, cols / 32]),
+ * CUDA_FUSE_MAX parts a queued piece, read packed by the MoE kernels (kernels/moe.cu): no
+ * bf16 scratch copy is planned for them. Other quantized experts are refused by name. */
+static atlas_status quant_load_experts(cuda_backend *cb, const atlas_weight_src *const *srcs,
+                                       int n, atlas_weight **out) {
+    const atlas_wquant *q0 = srcs[0]->quant;
+    int64_t rows = 0, cols = srcs[0]->shape[1];
+    for (int i = 0; i < n; i++) rows += srcs[i]->shape[0];
+    if (q0->format != ATLAS_WFMT_FP4_E2M1 || q0->block_rows != 1 || q0->block_cols != 32 ||
+        q0->scale_cols != cols / 32 || q0->global > 0.0f)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: quantized mixture-of-experts "
+                          "weights (%s, scale blocks of %d x %d): the GPU kernels read bf16 or "
+                          "MXFP4 experts; run with --device cpu", srcs[0]->name,
+                          atlas_wformat_name(q0->format), q0->block_rows, q0->block_cols);
+    ATLAS_TRY(quant_check(srcs, n, rows, cols));
+    for (int i = 0; i < n; i++)
+        if (srcs[i]->nbytes != (size_t)(srcs[i]->shape[0] * cols / 2))
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: %zu bytes of codes for "
+                              "[%lld, %lld]", srcs[i]->name, srcs[i]->nbytes,
+                              (long long)srcs[i]->shape[0], (long long)cols);
+    ATLAS_TRY(atlas_host_make_current(cb->dev.host));
+    atlas_weight *w = calloc(1, sizeof *w);
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+    *w = (atlas_weight){.rows = rows, .cols = cols, .fmt = q0->format, .scols = q0->scale_cols,
+                        .rsh = 0, .csh = 5, .p1 = INT_MAX, .p2 = INT_MAX};
+    size_t cbytes = (size_t)rows * cols / 2, sbytes = (size_t)rows * (cols / 32) * sizeof(float);
+    atlas_status st = atlas_registry_alloc(cb->mod.reg, cbytes, srcs[0]->name, &w->ptr);
+    if (st == ATLAS_OK) st = atlas_registry_alloc(cb->mod.reg, sbytes, "weight scales", &w->scales);
+    size_t cat = 0, sat = 0;
+    for (int i = 0; st == ATLAS_OK && i < n; i += CUDA_FUSE_MAX) {
+        queued_parts c = {.n = n - i < CUDA_FUSE_MAX ? n - i : CUDA_FUSE_MAX}, s = {.n = c.n};
+        size_t cb_ = 0, sb = 0;
+        for (int j = 0; j < c.n; j++) {
+            const atlas_weight_src *v = srcs[i + j];
+            c.srcs[j] = *v;
+            cb_ += c.bytes[j] = v->nbytes;
+            s.mem[j] = v->quant->scales;
+            sb += s.bytes[j] = (size_t)v->shape[0] * (cols / 32) * sizeof(float);
+        }
+        cb->wt.load.pending = true;
+        cb->wt.load.staged_bytes += cb_ + sb;
+        st = atlas_host_upload_queue(cb->dev.host, w->ptr + cat, cb_, fill_parts, &c, sizeof c);
+        if (st == ATLAS_OK)
+            st = atlas_host_upload_queue(cb->dev.host, w->scales + sat, sb, fill_parts, &s,
+                                         sizeof s);
+        cat += cb_, sat += sb;
+    }
+    if (st != ATLAS_OK) {
+        char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        if (cb->wt.load.pending) (void)atlas_host_upload_wait(cb->dev.host);
+        quant_free_bufs(cb, w);
+        free(w);
+        return atlas_fail(st, "cuda: loading weight %s: %s", srcs[0]->name, msg);
+    }
+    w->bytes = cbytes + sbytes;
+    cb->wt.weight_bytes += w->bytes;
+    *out = w;
+    return ATLAS_OK;
 }
 
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,
@@ -290,9 +355,7 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
     *out = NULL;
     if (n < 1) return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight_load of %d tensors", n);
     if (srcs[0]->quant && expert_stack(&be->geom, srcs, n))
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: quantized mixture-of-experts "
-                          "weights (%s): the GPU kernels read bf16 experts; run with --device "
-                          "cpu", srcs[0]->name, atlas_wformat_name(srcs[0]->quant->format));
+        return quant_load_experts(cb, srcs, n, out);
     if (n > CUDA_FUSE_MAX && srcs[0]->quant) /* quant_load keeps a fused weight's parts apart */
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a quantized weight fused from %d "
                           "tensors (at most %d)", n, CUDA_FUSE_MAX);
