@@ -16,7 +16,9 @@
  * experts at its hidden 2880 (not a multiple of the grouped kernels' 128-row tiles) with
  * E = 32, k = 4: a router bias and top-k-then-softmax routing, gate_up and down biases, and
  * the clamped SwiGLU with a limit of 3 so that many gate and up values pass it on both
- * sides. GPU outputs are poisoned with NaN first. Skips without a GPU. */
+ * sides; the same with the experts in MXFP4 as gpt-oss publishes them (e2m1 codes, a
+ * power-of-two scale a row's 32 columns, gate_up as one part an expert), which the GPU reads
+ * packed. GPU outputs are poisoned with NaN first. Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +50,12 @@ static const uint16_t *rbias; /* the router's bias (bf16 [E]) while one is in us
 typedef struct weight {
     atlas_weight *cpu, *gpu;
     uint16_t *data;
+    float *scales;    /* MXFP4's, or NULL */
+    atlas_wquant *q;  /* MXFP4's, one a part, or NULL */
 } weight;
 
 static weight weight_make(int parts, int64_t rows, int64_t cols, float scale) {
-    weight w = {NULL, NULL, NULL};
+    weight w = {NULL, NULL, NULL, NULL, NULL};
     size_t per = (size_t)rows * cols;
     w.data = malloc(per * parts * 2);
     for (size_t i = 0; i < per * parts; i++) w.data[i] = atlas_f32_to_bf16(urand() * scale);
@@ -71,9 +75,41 @@ static weight weight_make(int parts, int64_t rows, int64_t cols, float scale) {
     return w;
 }
 
+/* `parts` MXFP4 tensors [rows, cols] (random e2m1 codes, scales 2^-4 .. 2^-6 a row's 32
+ * columns: products near the bf16 experts' at hidden 2880), loaded on both backends.
+ * cols % 32 == 0. */
+static weight weight_make_fp4(int parts, int64_t rows, int64_t cols) {
+    weight w = {NULL, NULL, NULL, NULL, NULL};
+    size_t per = (size_t)rows * cols / 2, groups = (size_t)rows * (cols / 32);
+    uint8_t *codes = malloc(per * parts);
+    w.data = (uint16_t *)codes;
+    w.scales = malloc(groups * parts * sizeof(float));
+    w.q = calloc((size_t)parts, sizeof *w.q);
+    for (size_t i = 0; i < per * parts; i++) codes[i] = (uint8_t)((urand() + 1.0f) * 128.0f);
+    for (size_t i = 0; i < groups * parts; i++)
+        w.scales[i] = ldexpf(1.0f, -4 - (int)((urand() + 1.0f) * 1.5f));
+    atlas_weight_src *src = calloc((size_t)parts, sizeof *src);
+    const atlas_weight_src **v = calloc((size_t)parts, sizeof *v);
+    for (int p = 0; p < parts; p++) {
+        w.q[p] = (atlas_wquant){.format = ATLAS_WFMT_FP4_E2M1, .block_rows = 1,
+                                .block_cols = 32, .scale_cols = (int)(cols / 32),
+                                .scales = w.scales + groups * p};
+        src[p] = (atlas_weight_src){.name = "expert.fp4", .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
+                                    .shape = {rows, cols}, .data = codes + per * p,
+                                    .nbytes = per, .quant = &w.q[p]};
+        v[p] = &src[p];
+    }
+    CHECK_OK(cpu->ops->weight_load(cpu, v, parts, &w.cpu));
+    CHECK_OK(gpu->ops->weight_load(gpu, v, parts, &w.gpu));
+    CHECK_OK(gpu->ops->weights_done(gpu));
+    free(src);
+    free(v);
+    return w;
+}
+
 /* A vector [n] of offset + scale * U(-1, 1) (a norm's near 1, a bias), on both backends. */
 static weight weight_make_1d(int n, float offset, float scale) {
-    weight w = {NULL, NULL, malloc((size_t)n * 2)};
+    weight w = {NULL, NULL, malloc((size_t)n * 2), NULL, NULL};
     for (int i = 0; i < n; i++) w.data[i] = atlas_f32_to_bf16(offset + scale * urand());
     atlas_weight_src src = {.name = "norm", .dtype = ATLAS_DTYPE_BF16, .n_dims = 1,
                             .shape = {n}, .data = w.data, .nbytes = (size_t)n * 2};
@@ -88,6 +124,8 @@ static void weight_free(weight *w) {
     cpu->ops->weight_free(cpu, w->cpu);
     gpu->ops->weight_free(gpu, w->gpu);
     free(w->data);
+    free(w->scales);
+    free(w->q);
 }
 
 /* n sequences of one token each: a decode step (graphed up to 64 tokens). */
@@ -252,7 +290,7 @@ static void skewed(const bufs *b, const layer *L, int n, int k) {
     compare("every token to experts 5 and 3", b, n, k, 1.5e-2);
 }
 
-/* oss: gpt-oss's experts (biases, top-k-then-softmax, the clamped SwiGLU). */
+/* oss: gpt-oss's experts (biases, top-k-then-softmax, the clamped SwiGLU); 2: in MXFP4. */
 static void run_config(int d, int f, int E, int k, int norm, int oss) {
     double inv_freq[4] = {1, 1, 1, 1};
     D = d, F = f;
@@ -269,10 +307,17 @@ static void run_config(int d, int f, int E, int k, int norm, int oss) {
     CHECK_OK(atlas_backend_cuda_create(&g, NULL, &gpu));
     CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
     if (!gpu || !cpu) return;
-    printf("d=%d f=%d E=%d k=%d norm_topk %d%s\n", D, F, E, k, norm,
-           oss ? ", gpt-oss's biases, routing and clamped SwiGLU" : "");
-    layer L = {.router = weight_make(1, E, D, 0.5f), .gu = weight_make(2 * E, F, D, 0.25f),
-               .dn = weight_make(E, D, F, 0.25f)};
+    printf("d=%d f=%d E=%d k=%d norm_topk %d%s%s\n", D, F, E, k, norm,
+           oss ? ", gpt-oss's biases, routing and clamped SwiGLU" : "",
+           oss == 2 ? ", MXFP4 experts" : "");
+    layer L = {.router = weight_make(1, E, D, 0.5f)};
+    if (oss == 2) {
+        L.gu = weight_make_fp4(E, 2 * F, D);
+        L.dn = weight_make_fp4(E, D, F);
+    } else {
+        L.gu = weight_make(2 * E, F, D, 0.25f);
+        L.dn = weight_make(E, D, F, 0.25f);
+    }
     if (oss) {
         L.rb = weight_make_1d(E, 0, 1.0f);
         L.gub = weight_make_1d(E * 2 * F, 0, 1.0f);
@@ -342,5 +387,6 @@ int main(void) {
     run_config(264, 136, 128, 8, 0, 0); /* Qwen3-30B-A3B's, norm_topk_prob off */
     run_config(264, 136, 128, 8, 1, 0); /* and on */
     run_config(2880, 200, 32, 4, 0, 1); /* gpt-oss-20b's hidden, experts and routing */
+    run_config(2880, 224, 32, 4, 0, 2); /* and its MXFP4 experts */
     return harness_finish();
 }
