@@ -134,6 +134,10 @@ static const struct { const char *name, *sig; } sigs[] = {
     {"atlas_attn_split", "PPPPPPPPiiiiiiiiifPPP"}, {"atlas_attn_combine", "PPPiiiP"},
     {"atlas_attn_prefill*", "PPPPPPPPiiiiifP"}, {"atlas_attn_dec*", "PPPPPPPPiiiiiifPPiP"},
     {"atlas_attn_dcl*", "PPPPPPPPiiiiiifPPiP"},
+    {"atlas_moe_logits", "PPPPiii"}, {"atlas_moe_topk", "PPPiiii"}, {"atlas_moe_plan", "PPPPiii"},
+    {"atlas_moe_gu_slots*", "PPPPPPiiiig"}, {"atlas_moe_down_slots*", "PPPPPPPiiii"},
+    {"atlas_moe_gu_grouped*", "PPPPPPPiiig"}, {"atlas_moe_down_grouped*", "PPPPPii"},
+    {"atlas_moe_combine", "PPPPPPii"},
 };
 
 static const char *sig_of(const char *fn) {
