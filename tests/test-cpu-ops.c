@@ -286,16 +286,19 @@ static void ref_rope(double *x, int pos) {
     }
 }
 
-static void ref_attention(double *out, const double *q, const hist *h, int pos, int window) {
+/* sinks: a logit per head joining the denominator (NULL: none). */
+static void ref_attention(double *out, const double *q, const hist *h, int pos, int window,
+                          const double *sinks) {
     for (int hh = 0; hh < H; hh++) {
         int kv = hh / (H / K), start = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
-        double sc[MAXCTX], mx = -INFINITY, sum = 0;
+        double sc[MAXCTX], mx = sinks ? sinks[hh] : -INFINITY, sum = 0;
         for (int p = start; p <= pos; p++) {
             double s = 0;
             for (int i = 0; i < HD; i++) s += q[hh * HD + i] * h->k[p][kv * HD + i];
             sc[p] = s / sqrt(HD);
             if (sc[p] > mx) mx = sc[p];
         }
+        if (sinks) sum = exp(sinks[hh] - mx);
         for (int p = start; p <= pos; p++) sum += (sc[p] = exp(sc[p] - mx));
         for (int i = 0; i < HD; i++) {
             double a = 0;
@@ -306,9 +309,16 @@ static void ref_attention(double *out, const double *q, const hist *h, int pos, 
 }
 
 /* One batch: count[s] new tokens of each sequence after what it has cached. */
+typedef struct attn_case {
+    int window, with_qk_norm;
+    atlas_weight *qn, *kn, *sinks;
+    const double *qn_vals, *kn_vals, *sink_vals;
+} attn_case;
+
 static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int *count,
-                           int window, int with_qk_norm, atlas_weight *qn, atlas_weight *kn,
-                           const double *qn_vals, const double *kn_vals) {
+                           const attn_case *c) {
+    int window = c->window, with_qk_norm = c->with_qk_norm;
+    const double *qn_vals = c->qn_vals, *kn_vals = c->kn_vals;
     int n = 0;
     for (int s = 0; s < NSEQ; s++) n += count[s];
     int32_t tokens[64] = {0}, pos[64], start[NSEQ + 1], ctx[NSEQ], table[NSEQ * MAXB];
@@ -339,54 +349,90 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
         }
     for (int s = 0, t2 = 0; s < NSEQ; s++)
         for (int i = 0; i < count[s]; i++, t2++)
-            ref_attention(want + t2 * H * HD, roped + t2 * QKV, &hs[s], pos[t2], window);
-    if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, qn, kn, n));
+            ref_attention(want + t2 * H * HD, roped + t2 * QKV, &hs[s], pos[t2], window,
+                          c->sink_vals);
+    if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, c->qn, c->kn, n));
     CHECK_OK(be->ops->rope(be, qkv, n, 0));
     CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
     CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
-    CHECK_OK(be->ops->attention(be, out, qkv, kv, 1, NULL));
+    CHECK_OK(be->ops->attention(be, out, qkv, kv, 1, c->sinks));
     free(roped);
-    char what[64];
-    snprintf(what, sizeof what, "attention (window %d, qk_norm %d, %d tokens)", window,
-             with_qk_norm, n);
+    cpu_backend *cb = (cpu_backend *)be;
+    char what[128];
+    snprintf(what, sizeof what, "attention (kind %d, rows %d, window %d, qk_norm %d, sinks %d, "
+             "%d tokens)", (int)cb->attn, cb->attn_rows, window, with_qk_norm, !!c->sinks, n);
     CHECK_ERR(what, out, want, (size_t)n * H * HD);
+    /* and against the plain path */
+    cpu_attn_kind kind = cb->attn;
+    cb->attn = CPU_ATTN_PLAIN;
+    float *plain = malloc(sizeof(float) * n * H * HD);
+    CHECK_OK(be->ops->attention(be, plain, qkv, kv, 1, c->sinks));
+    cb->attn = kind;
+    for (size_t i = 0; i < (size_t)n * H * HD; i++) want[i] = plain[i];
+    CHECK_ERR(what, out, want, (size_t)n * H * HD);
+    free(plain);
     for (int s = 0; s < NSEQ; s++) hs[s].ctx = ctx[s];
     free(qkv);
     free(out);
     free(want);
 }
 
-/* The test runs layer 1: from_layer 2 means that layer does not slide. */
-static void test_attention(int window, int from_layer, int with_qk_norm, int threads) {
+/* The test runs layer 1: from_layer 2 means that layer does not slide. kind and rows: the
+ * attention path and its tile rows (small ones: several query blocks a sequence). */
+static void test_attention(int window, int from_layer, int with_qk_norm, int threads,
+                           cpu_attn_kind kind, int rows, int with_sinks) {
     atlas_backend_geom g = geom(window);
     g.sliding_from_layer = from_layer;
     if (from_layer > 1) window = 0;
     atlas_backend *be = NULL;
     CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
     if (!be) return;
+    ((cpu_backend *)be)->attn = kind;
+    ((cpu_backend *)be)->attn_rows = rows;
     atlas_kv *kv = NULL;
     CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
-    tensor qn, kn;
+    tensor qn, kn, sk;
     tensor_make(&qn, "q_norm", ATLAS_DTYPE_BF16, HD, 0);
     tensor_make(&kn, "k_norm", ATLAS_DTYPE_F32, HD, 0);
-    const atlas_weight_src *qv = &qn.src, *kvv = &kn.src;
-    atlas_weight *qw = NULL, *kw = NULL;
+    tensor_make(&sk, "sinks", ATLAS_DTYPE_F32, H, 0);
+    const atlas_weight_src *qv = &qn.src, *kvv = &kn.src, *sv = &sk.src;
+    atlas_weight *qw = NULL, *kw = NULL, *sw = NULL;
     CHECK_OK(be->ops->weight_load(be, &qv, 1, &qw));
     CHECK_OK(be->ops->weight_load(be, &kvv, 1, &kw));
+    CHECK_OK(be->ops->weight_load(be, &sv, 1, &sw));
+    attn_case c = {window, with_qk_norm, qw, kw, with_sinks ? sw : NULL, qn.vals, kn.vals,
+                   with_sinks ? sk.vals : NULL};
     static hist hs[NSEQ];
     memset(hs, 0, sizeof hs);
     for (int s = 0; s < NSEQ; s++) /* blocks 39, 16, 33, 10, ...: scattered, all distinct */
         for (int i = 0; i < MAXB; i++) hs[s].table[i] = (int32_t)((NBLK - 1 + (s * MAXB + i) * 17) % NBLK);
     /* the last step is big enough (160 items) to be split over threads */
     int steps[5][NSEQ] = {{5, 3, 1}, {1, 4, 2}, {9, 1, 1}, {1, 1, 7}, {16, 12, 12}};
-    for (int i = 0; i < 5 && kv && qw && kw; i++)
-        attention_step(be, kv, hs, steps[i], window, with_qk_norm, qw, kw, qn.vals, kn.vals);
+    for (int i = 0; i < 5 && kv && qw && kw && sw; i++)
+        attention_step(be, kv, hs, steps[i], &c);
     be->ops->weight_free(be, qw);
     be->ops->weight_free(be, kw);
+    be->ops->weight_free(be, sw);
     tensor_free(&qn);
     tensor_free(&kn);
+    tensor_free(&sk);
     be->ops->kv_free(be, kv);
     be->ops->destroy(be);
+}
+
+/* Each attention path this CPU runs, with tiles of 64 rows and of 3 (query blocks of one
+ * token and of several, key blocks cut anywhere), windows, qk norms and sinks. */
+static void test_attention_paths(int threads) {
+    for (int kind = CPU_ATTN_PLAIN; kind <= CPU_ATTN_AVX512; kind++) {
+        if (!cpu_attn_kind_supported((cpu_attn_kind)kind)) continue;
+        for (int rows = 64; rows >= 3; rows = rows == 64 ? 5 : rows - 2) {
+            test_attention(0, 0, 0, threads, (cpu_attn_kind)kind, rows, 0);
+            test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1);
+            test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0);
+            test_attention(5, 1, 1, threads, (cpu_attn_kind)kind, rows, 1);
+            test_attention(3, 2, 0, threads, (cpu_attn_kind)kind, rows, 0);
+        }
+    }
 }
 
 static void test_weight_errors(atlas_backend *be) {
@@ -661,11 +707,7 @@ int main(void) {
         test_elementwise(be);
         test_weight_errors(be);
         be->ops->destroy(be);
-        test_attention(0, 0, 0, threads);
-        test_attention(0, 0, 1, threads);
-        test_attention(3, 0, 0, threads);
-        test_attention(5, 1, 1, threads);
-        test_attention(3, 2, 0, threads);
+        test_attention_paths(threads);
     }
     for (int threads = 1; threads <= 3; threads += 2) { /* last: the random stream above */
         atlas_backend_geom g = geom(0);

@@ -499,6 +499,8 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->moe_buf);
     free(cb->xpack);
     free(cb->moe_list);
+    free(cb->attn_blocks);
+    free(cb->attn_buf);
     free(cb);
     return ATLAS_OK;
 }
@@ -580,6 +582,8 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     }
     cb->n_threads = atlas_threadpool_size(cb->pool);
     cb->bf16 = cpu_bf16_best();
+    cb->attn = cpu_attn_best();
+    cb->attn_rows = 64; /* a tile's q, output and key block stay in L2 at head_dim 128 */
     size_t k = (size_t)g->hidden;
     if ((size_t)g->n_heads * g->head_dim > k) k = (size_t)g->n_heads * g->head_dim;
     if ((size_t)g->intermediate > k) k = (size_t)g->intermediate;

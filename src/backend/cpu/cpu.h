@@ -53,6 +53,14 @@ typedef enum cpu_bf16_kind {
     CPU_BF16_F32,
 } cpu_bf16_kind;
 
+/* The attention's path (cpu_attention.c), chosen at run time: PLAIN one (token, head) at a
+ * time in C, the reference; AVX2 and AVX512 tiles of queries times keys. */
+typedef enum cpu_attn_kind {
+    CPU_ATTN_PLAIN,
+    CPU_ATTN_AVX2,
+    CPU_ATTN_AVX512,
+} cpu_attn_kind;
+
 typedef struct cpu_backend {
     atlas_backend base; /* first: the op table sees this */
     atlas_threadpool *pool;
@@ -83,6 +91,14 @@ typedef struct cpu_backend {
     cpu_bf16_kind bf16;
     void *xpack;
     size_t xpack_cap;
+    /* attention (cpu_attention.c): the path, the rows of a tile (a query block's tokens times
+     * a kv head's q heads), the batch's query blocks and the threads' tiles, grown on demand */
+    cpu_attn_kind attn;
+    int attn_rows;
+    int32_t *attn_blocks;
+    size_t attn_blocks_cap;
+    float *attn_buf;
+    size_t attn_buf_cap;
 } cpu_backend;
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
@@ -141,6 +157,9 @@ atlas_status cpu_moe_experts(atlas_backend *be, void *out, const void *h,
                              const atlas_weight *gate_up, const atlas_weight *gate_up_bias,
                              const atlas_weight *down, const atlas_weight *down_bias,
                              const int32_t *ids, const float *wts, int n);
+/* Whether this CPU runs kind; the fastest it runs. */
+int cpu_attn_kind_supported(cpu_attn_kind kind);
+cpu_attn_kind cpu_attn_best(void);
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                            int layer, const atlas_weight *sinks);
 

@@ -1,10 +1,16 @@
 /* backend/cpu/cpu_attention.c — causal attention of the batch's q heads over the paged KV
  * cache (GQA, optional sliding window, optional sinks), fp32.
  *
- * One work item is one (token, q head). Softmax is computed online (running maximum and
- * rescaled sum), so no score buffer of context length is needed. A sink (gpt-oss) is one
- * more logit with no value: the running maximum starts at it and the sum at its exp(0). */
+ * Two paths, chosen at run time (cb->attn). The tiled one (cpu_attn_tile.h, AVX-512 or AVX2)
+ * takes a block of up to cb->attn_rows rows, a sequence's consecutive tokens times the q
+ * heads of one kv head, through blocks of keys with an online softmax, so each key and value
+ * is read once a block instead of once a (token, head); the items are (query block, kv head),
+ * ordered so that contiguous ranges mix early (short) and late (long) blocks of a causal
+ * prefill. The plain path, the reference the tests check the tiled ones against, takes one
+ * (token, q head) at a time with the same online softmax. A sink (gpt-oss) is one more logit
+ * with no value: the running maximum starts at it and the sum at its exp(0). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -12,14 +18,17 @@
 
 typedef struct attn_job {
     cpu_backend *cb;
+    cpu_attn_kind kind;
     int window;          /* this layer's sliding window; 0: none */
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
     const float *k, *v;  /* this layer's pools [slots, K, hd] */
     const float *sinks;  /* [H] or NULL */
+    int n_blocks;        /* query blocks: cb->attn_blocks[2b] first token, [2b+1] count */
+    size_t buf_floats;   /* a thread's share of cb->attn_buf */
 } attn_job;
 
-static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
+static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
     attn_job *j = ctx;
     cpu_backend *cb = j->cb;
     const atlas_backend_geom *g = &cb->base.geom;
@@ -57,6 +66,245 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* One tiled item: nq consecutive tokens (positions pos0 ..) of one sequence times the group
+ * of q heads of kv head kvh; row m is token m / group, head m % group of the group. */
+typedef struct attn_item {
+    int nq, group, hd, pos0, window, kvh, n_kv, bs;
+    float scale;
+    const float *q;      /* the first token's first q head of the group */
+    size_t q_stride;     /* floats from one token's q to the next */
+    float *out;          /* the same for the output */
+    size_t out_stride;
+    const float *k, *v;  /* the layer's pools */
+    const int32_t *table;
+    const float *sinks;  /* the group's [group], or NULL */
+} attn_item;
+
+/* Floats of one thread's tile buffers for rows rows (the widest vector: 16, keys 32). */
+static size_t attn_buf_floats(int rows, int hd) {
+    size_t hdp = (size_t)(hd + 15) / 16 * 16;
+    return (2 * rows * hdp + rows * 32 + hd * 32 + 32 * hdp + 2 * rows + 15) / 16 * 16;
+}
+
+static int attn_first_key(const attn_item *it, int pos) {
+    return it->window > 0 && pos - it->window + 1 > 0 ? pos - it->window + 1 : 0;
+}
+
+/* The rows' q times the scale, zero-padded to hdp; outputs, maxima and sums started. */
+static void attn_load_q(const attn_item *it, float *qs, int hdp, float *o, float *mrow,
+                        float *lrow) {
+    for (int i = 0; i < it->nq; i++)
+        for (int g = 0; g < it->group; g++) {
+            int m = i * it->group + g;
+            const float *q = it->q + i * it->q_stride + (size_t)g * it->hd;
+            float *d = qs + (size_t)m * hdp;
+            for (int x = 0; x < hdp; x++) d[x] = x < it->hd ? q[x] * it->scale : 0.0f;
+            memset(o + (size_t)m * hdp, 0, sizeof(float) * hdp);
+            mrow[m] = it->sinks ? it->sinks[g] : -INFINITY;
+            lrow[m] = it->sinks ? 1.0f : 0.0f;
+        }
+}
+
+/* Keys j0 .. j0+nk-1 into kt[hd][kb] (columns past nk zero) and their values into
+ * vs[nk][hdp] (zero-padded). */
+static void attn_gather(const attn_item *it, int j0, int nk, int kb, float *kt, float *vs,
+                        int hdp) {
+    int hd = it->hd;
+    for (int j = 0; j < kb; j++) {
+        if (j >= nk) {
+            for (int d = 0; d < hd; d++) kt[d * kb + j] = 0.0f;
+            continue;
+        }
+        int p = j0 + j;
+        size_t slot = (size_t)it->table[p / it->bs] * it->bs + p % it->bs;
+        size_t off = (slot * it->n_kv + it->kvh) * hd;
+        const float *kp = it->k + off;
+        for (int d = 0; d < hd; d++) kt[d * kb + j] = kp[d];
+        memcpy(vs + (size_t)j * hdp, it->v + off, sizeof(float) * hd);
+        memset(vs + (size_t)j * hdp + hd, 0, sizeof(float) * (hdp - hd));
+    }
+}
+
+/* Scores of keys a row may not see (after its position, before its window, past the block's
+ * last key) become -inf; a key block inside every row's range is left as it is. */
+static void attn_mask(const attn_item *it, int j0, int kb, float *s) {
+    for (int i = 0; i < it->nq; i++) {
+        int pos = it->pos0 + i, lo = attn_first_key(it, pos);
+        if (j0 >= lo && j0 + kb - 1 <= pos) continue;
+        for (int g = 0; g < it->group; g++) {
+            float *row = s + (size_t)(i * it->group + g) * kb;
+            for (int j = 0; j < kb; j++)
+                if (j0 + j < lo || j0 + j > pos) row[j] = -INFINITY;
+        }
+    }
+}
+
+static void attn_store(const attn_item *it, const float *o, int hdp, const float *lrow) {
+    for (int i = 0; i < it->nq; i++)
+        for (int g = 0; g < it->group; g++) {
+            int m = i * it->group + g;
+            float *d = it->out + i * it->out_stride + (size_t)g * it->hd;
+            float inv = 1.0f / lrow[m];
+            for (int x = 0; x < it->hd; x++) d[x] = o[(size_t)m * hdp + x] * inv;
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_TILED 1
+
+#define VW 16
+#define VEC __m512
+#define TGT __attribute__((target("avx512f")))
+#define F(name) name##_512
+#define vzero() _mm512_setzero_ps()
+#define vset1(x) _mm512_set1_ps(x)
+#define vload(p) _mm512_loadu_ps(p)
+#define vstore(p, x) _mm512_storeu_ps(p, x)
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vmul(a, b) _mm512_mul_ps(a, b)
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define vsub(a, b) _mm512_sub_ps(a, b)
+#define vmax(a, b) _mm512_max_ps(a, b)
+#define vmin(a, b) _mm512_min_ps(a, b)
+#define vround(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define vpow2(n) _mm512_castsi512_ps(_mm512_slli_epi32( \
+    _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#define vhmax(x) _mm512_reduce_max_ps(x)
+#define vhsum(x) _mm512_reduce_add_ps(x)
+#include "backend/cpu/cpu_attn_tile.h"
+#undef VW
+#undef VEC
+#undef TGT
+#undef F
+#undef vzero
+#undef vset1
+#undef vload
+#undef vstore
+#undef vfma
+#undef vmul
+#undef vadd
+#undef vsub
+#undef vmax
+#undef vmin
+#undef vround
+#undef vpow2
+#undef vhmax
+#undef vhsum
+
+__attribute__((target("avx2,fma"))) static inline float hmax256(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+#define VW 8
+#define VEC __m256
+#define TGT __attribute__((target("avx2,fma")))
+#define F(name) name##_256
+#define vzero() _mm256_setzero_ps()
+#define vset1(x) _mm256_set1_ps(x)
+#define vload(p) _mm256_loadu_ps(p)
+#define vstore(p, x) _mm256_storeu_ps(p, x)
+#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define vmul(a, b) _mm256_mul_ps(a, b)
+#define vadd(a, b) _mm256_add_ps(a, b)
+#define vsub(a, b) _mm256_sub_ps(a, b)
+#define vmax(a, b) _mm256_max_ps(a, b)
+#define vmin(a, b) _mm256_min_ps(a, b)
+#define vround(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define vpow2(n) _mm256_castsi256_ps(_mm256_slli_epi32( \
+    _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define vhmax(x) hmax256(x)
+#define vhsum(x) hsum256(x)
+#include "backend/cpu/cpu_attn_tile.h"
+#endif
+
+int cpu_attn_kind_supported(cpu_attn_kind kind) {
+    if (kind == CPU_ATTN_PLAIN) return 1;
+#ifdef HAVE_TILED
+    __builtin_cpu_init();
+    if (kind == CPU_ATTN_AVX2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (kind == CPU_ATTN_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+    return 0;
+}
+
+cpu_attn_kind cpu_attn_best(void) {
+    if (cpu_attn_kind_supported(CPU_ATTN_AVX512)) return CPU_ATTN_AVX512;
+    if (cpu_attn_kind_supported(CPU_ATTN_AVX2)) return CPU_ATTN_AVX2;
+    return CPU_ATTN_PLAIN;
+}
+
+static void tiled_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    attn_job *j = ctx;
+    cpu_backend *cb = j->cb;
+    const atlas_backend_geom *g = &cb->base.geom;
+    int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, nb = j->n_blocks;
+    float *buf = cb->attn_buf + (size_t)thread * j->buf_floats;
+    for (int64_t item = begin; item < end; item++) {
+        int bi = (int)(item / K), kvh = (int)(item % K);
+        int b = bi % 2 == 0 ? bi / 2 : nb - 1 - bi / 2; /* 0, nb-1, 1, nb-2, ... */
+        int t0 = cb->attn_blocks[2 * b], s = cb->tok_seq[t0];
+        attn_item it = {
+            .nq = cb->attn_blocks[2 * b + 1], .group = H / K, .hd = hd,
+            .pos0 = cb->positions[t0], .window = j->window, .kvh = kvh, .n_kv = K,
+            .bs = cb->block_size, .scale = atlas_geom_attn_scale(g),
+            .q = j->qkv + (size_t)t0 * (H + 2 * K) * hd + (size_t)kvh * (H / K) * hd,
+            .q_stride = (size_t)(H + 2 * K) * hd,
+            .out = j->out + (size_t)t0 * H * hd + (size_t)kvh * (H / K) * hd,
+            .out_stride = (size_t)H * hd, .k = j->k, .v = j->v,
+            .table = cb->block_table + (size_t)s * cb->max_blocks,
+            .sinks = j->sinks ? j->sinks + kvh * (H / K) : NULL};
+#ifdef HAVE_TILED
+        if (j->kind == CPU_ATTN_AVX512) attn_item_512(&it, buf);
+        else attn_item_256(&it, buf);
+#else
+        (void)it, (void)buf;
+#endif
+    }
+}
+
+/* The batch's query blocks: runs of at most qb tokens of one sequence at consecutive
+ * positions, into cb->attn_blocks; and each thread's tile buffers. */
+static atlas_status tiled_prepare(cpu_backend *cb, int qb, attn_job *j) {
+    int n = cb->n_tokens, hd = cb->base.geom.head_dim;
+    int group = cb->base.geom.n_heads / cb->base.geom.n_kv_heads;
+    if ((size_t)n * 2 > cb->attn_blocks_cap) {
+        int32_t *nbk = realloc(cb->attn_blocks, sizeof(int32_t) * 2 * n);
+        if (!nbk) return atlas_fail(ATLAS_ERR_NOMEM, "cpu attention: %d query blocks", n);
+        cb->attn_blocks = nbk, cb->attn_blocks_cap = (size_t)n * 2;
+    }
+    j->n_blocks = 0;
+    for (int t = 0; t < n;) {
+        int len = 1;
+        while (t + len < n && len < qb && cb->tok_seq[t + len] == cb->tok_seq[t] &&
+               cb->positions[t + len] == cb->positions[t] + len)
+            len++;
+        cb->attn_blocks[2 * j->n_blocks] = t, cb->attn_blocks[2 * j->n_blocks + 1] = len;
+        j->n_blocks++, t += len;
+    }
+    j->buf_floats = attn_buf_floats(qb * group, hd);
+    size_t need = j->buf_floats * cb->n_threads;
+    if (need > cb->attn_buf_cap) {
+        free(cb->attn_buf);
+        cb->attn_buf = aligned_alloc(64, need * sizeof(float));
+        cb->attn_buf_cap = cb->attn_buf ? need : 0;
+        if (!cb->attn_buf)
+            return atlas_fail(ATLAS_ERR_NOMEM, "cpu attention: %zu floats of tiles", need);
+    }
+    return ATLAS_OK;
+}
+
 atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const atlas_kv *kv,
                            int layer, const atlas_weight *sinks) {
     cpu_backend *cb = (cpu_backend *)be;
@@ -67,14 +315,26 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: %lld sinks for %d heads",
                           (long long)sinks->cols, be->geom.n_heads);
     int window = atlas_geom_window(&be->geom, layer);
-    attn_job j = {cb, window, out, qkv, kv->k + layer * kv->layer_floats,
-                  kv->v + layer * kv->layer_floats, sinks ? sinks->vec : NULL};
-    /* An item costs about 2 * context * hd multiply-adds: split only 32k or more a thread. */
+    attn_job j = {cb, cb->attn, window, out, qkv, kv->k + layer * kv->layer_floats,
+                  kv->v + layer * kv->layer_floats, sinks ? sinks->vec : NULL, 0, 0};
     int64_t max_pos = 0;
     for (int t = 0; t < cb->n_tokens; t++)
         if (cb->positions[t] > max_pos) max_pos = cb->positions[t];
-    int64_t min_items = 32768 / (2 * (max_pos + 1) * be->geom.head_dim) + 1;
-    atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, min_items,
-                         attn_range, &j);
+    int64_t hd = be->geom.head_dim;
+    if (j.kind == CPU_ATTN_PLAIN) {
+        /* An item costs about 2 * context * hd multiply-adds: split only 32k or more a thread. */
+        int64_t min_items = 32768 / (2 * (max_pos + 1) * hd) + 1;
+        atlas_threadpool_for(cb->pool, (int64_t)cb->n_tokens * be->geom.n_heads, min_items,
+                             plain_range, &j);
+        return ATLAS_OK;
+    }
+    int group = be->geom.n_heads / be->geom.n_kv_heads;
+    int qb = cb->attn_rows / group > 1 ? cb->attn_rows / group : 1;
+    atlas_status st = tiled_prepare(cb, qb, &j);
+    if (st != ATLAS_OK) return st;
+    int64_t items = (int64_t)j.n_blocks * be->geom.n_kv_heads;
+    /* Under about 64k multiply-adds in all, waking the workers costs more than it saves. */
+    int64_t work = (int64_t)cb->n_tokens * be->geom.n_heads * (max_pos + 1) * hd * 2;
+    atlas_threadpool_for(cb->pool, items, work < 65536 ? items : 1, tiled_range, &j);
     return ATLAS_OK;
 }
