@@ -165,7 +165,7 @@ static void test_bf16_kernels(atlas_backend *be, int n, int64_t k, int64_t r0, i
     cpu_bf16_kind saved = cb->bf16;
     if (w) CHECK_OK(cpu_matmul_plain(be, plain, x, w, NULL, n));
     for (size_t i = 0; i < (size_t)n * m; i++) dplain[i] = plain[i];
-    for (int kind = CPU_BF16_NONE; w && kind <= CPU_BF16_F32; kind++) {
+    for (int kind = CPU_BF16_NONE; w && kind <= CPU_BF16_NEON; kind++) {
         if (kind != CPU_BF16_NONE && !cpu_bf16_kind_supported((cpu_bf16_kind)kind)) continue;
         cb->bf16 = (cpu_bf16_kind)kind;
         char what[96];
@@ -423,7 +423,7 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
 /* Each attention path this CPU runs, the tiled ones with tiles of 64, 5 and 3 rows (query
  * blocks of one token and of several, key blocks cut anywhere), windows, qk norms and sinks. */
 static void test_attention_paths(int threads) {
-    for (int kind = CPU_ATTN_PLAIN; kind <= CPU_ATTN_AVX512; kind++) {
+    for (int kind = CPU_ATTN_PLAIN; kind <= CPU_ATTN_NEON; kind++) {
         if (!cpu_attn_kind_supported((cpu_attn_kind)kind)) continue;
         static const int tile_rows[3] = {64, 5, 3}; /* the plain path has no tiles */
         for (int ri = 0; ri < (kind == CPU_ATTN_PLAIN ? 1 : 3); ri++) {

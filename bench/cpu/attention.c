@@ -1,5 +1,5 @@
 /* bench/cpu/attention.c — the CPU backend's prefill attention, one thread, each path this CPU
- * has (plain, AVX2 tiles, AVX-512 tiles) on the same cache and queries (Qwen3-0.6B's heads:
+ * has (plain, AVX2, AVX-512 or NEON tiles) on the same cache and queries (Qwen3-0.6B's heads:
  * 16 q / 8 kv of 128), one sequence of N tokens from position 0, runs interleaved, each timed
  * in the thread's CPU time, median of 5; and each path's largest difference from the plain
  * one, relative to the largest output.
@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu.h"
 
 enum { H = 16, K = 8, HD = 128, QKV = (H + 2 * K) * HD, BS = 16 };
+static const char *names[] = {"plain", "avx2", "avx512", "neon"}; /* by cpu_attn_kind */
 
 static double cpu_ms(void) {
     struct timespec t;
@@ -40,16 +41,16 @@ int main(int argc, char **argv) {
     int32_t start[2] = {0, n}, ctx = n, row = n - 1;
     for (int i = 0; i < n; i++) pos[i] = i;
     for (int i = 0; i < nb; i++) table[i] = i;
-    float *qkv = malloc(sizeof(float) * n * QKV), *out[3], *plain = NULL;
+    float *qkv = malloc(sizeof(float) * n * QKV), *out[4], *plain = NULL;
     srand(1);
     for (size_t i = 0; i < (size_t)n * QKV; i++) qkv[i] = (float)rand() / RAND_MAX * 4 - 2;
     atlas_batch b = {n, tok, pos, 1, start, &ctx, table, nb, 1, &row, NULL, 0};
     if (be->ops->begin_batch(be, &b, BS) || be->ops->kv_store(be, qkv, kv, 0))
         return fprintf(stderr, "%s\n", atlas_last_error()), 1;
     cpu_backend *cb = (cpu_backend *)be;
-    double ms[3][5];
+    double ms[4][5];
     for (int r = 0; r < 5; r++)
-        for (int kind = 0; kind < 3; kind++) {
+        for (int kind = 0; kind < 4; kind++) {
             if (!cpu_attn_kind_supported((cpu_attn_kind)kind)) continue;
             if (!r) out[kind] = malloc(sizeof(float) * n * H * HD);
             cb->attn = (cpu_attn_kind)kind;
@@ -59,7 +60,7 @@ int main(int argc, char **argv) {
             ms[kind][r] = cpu_ms() - t0;
         }
     plain = out[CPU_ATTN_PLAIN];
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         if (!cpu_attn_kind_supported((cpu_attn_kind)kind)) continue;
         double md = 0, mx = 0;
         for (size_t i = 0; i < (size_t)n * H * HD; i++) {
@@ -68,7 +69,7 @@ int main(int argc, char **argv) {
         }
         qsort(ms[kind], 5, sizeof(double), cmp);
         printf("%-6s %d tokens: %8.2f ms (%.2f-%.2f), %.2f GFLOP/s, vs plain %.2g\n",
-               kind == 0 ? "plain" : kind == 1 ? "avx2" : "avx512", n, ms[kind][2], ms[kind][0],
+               names[kind], n, ms[kind][2], ms[kind][0],
                ms[kind][4], 4.0 * H * HD * n * (n + 1) / 2 / ms[kind][2] / 1e6, md / mx);
     }
     return 0;

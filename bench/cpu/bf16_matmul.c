@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     double t[2][5] = {{0}}, err[2] = {0};
     cpu_backend *cb = (cpu_backend *)be;
     for (int rep = 0; rep < 5; rep++)
-        for (int kd = 0; kd <= CPU_BF16_F32; kd++) {
+        for (int kd = 0; kd <= CPU_BF16_NEON; kd++) {
             if (kd && !cpu_bf16_kind_supported((cpu_bf16_kind)kd)) continue;
             cb->bf16 = (cpu_bf16_kind)kd;
             double t0 = cpu_ms();
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         }
     printf("%lld x %lld, %d token(s), one thread, CPU ms a matmul (median of 5 interleaved):\n",
            (long long)rows, (long long)cols, n);
-    for (int kd = 0; kd <= CPU_BF16_F32; kd++) {
+    for (int kd = 0; kd <= CPU_BF16_NEON; kd++) {
         if (kd && !cpu_bf16_kind_supported((cpu_bf16_kind)kd)) continue;
         qsort(t[kd], 5, sizeof(double), cmp);
         double gmacs = (double)rows * cols * n / (t[kd][2] * 1e6);

@@ -46,19 +46,21 @@ struct atlas_kv {
     size_t bytes;        /* of each of k and v */
 };
 
-/* bf16 weights with AVX-512 (cpu_bf16.c), chosen at run time: F32 widens the weights and
- * keeps fp32 products (AVX-512F and BW). */
+/* bf16 weights with AVX-512 or NEON (cpu_bf16.c), chosen at run time: F32 widens the weights
+ * and keeps fp32 products (AVX-512F and BW); NEON does the same on aarch64. */
 typedef enum cpu_bf16_kind {
     CPU_BF16_NONE, /* the AVX2 / plain C tiles of cpu_matmul.c */
     CPU_BF16_F32,
+    CPU_BF16_NEON,
 } cpu_bf16_kind;
 
 /* The attention's path (cpu_attention.c), chosen at run time: PLAIN one (token, head) at a
- * time in C, the reference; AVX2 and AVX512 tiles of queries times keys. */
+ * time in C, the reference; AVX2, AVX512 and NEON (aarch64) tiles of queries times keys. */
 typedef enum cpu_attn_kind {
     CPU_ATTN_PLAIN,
     CPU_ATTN_AVX2,
     CPU_ATTN_AVX512,
+    CPU_ATTN_NEON,
 } cpu_attn_kind;
 
 typedef struct cpu_backend {

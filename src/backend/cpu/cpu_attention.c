@@ -1,7 +1,8 @@
 /* backend/cpu/cpu_attention.c — causal attention of the batch's q heads over the paged KV
  * cache (GQA, optional sliding window, optional sinks), fp32.
  *
- * Two paths, chosen at run time (cb->attn). The tiled one (cpu_attn_tile.h, AVX-512 or AVX2)
+ * Two paths, chosen at run time (cb->attn). The tiled one (cpu_attn_tile.h: AVX-512 or AVX2,
+ * NEON on aarch64)
  * takes a block of up to cb->attn_rows rows, a sequence's consecutive tokens times the q
  * heads of one kv head, through blocks of keys with an online softmax, so each key and value
  * is read once a block instead of once a (token, head); the items are (query block, kv head),
@@ -226,11 +227,37 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
 #define vhmax(x) hmax256(x)
 #define vhsum(x) hsum256(x)
 #include "backend/cpu/cpu_attn_tile.h"
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define HAVE_TILED 1
+
+#define VW 4
+#define VEC float32x4_t
+#define TGT
+#define F(name) name##_neon
+#define vzero() vdupq_n_f32(0.0f)
+#define vset1(x) vdupq_n_f32(x)
+#define vload(p) vld1q_f32(p)
+#define vstore(p, x) vst1q_f32(p, x)
+#define vfma(a, b, c) vfmaq_f32(c, a, b)
+#define vmul(a, b) vmulq_f32(a, b)
+#define vadd(a, b) vaddq_f32(a, b)
+#define vsub(a, b) vsubq_f32(a, b)
+#define vmax(a, b) vmaxq_f32(a, b)
+#define vmin(a, b) vminq_f32(a, b)
+#define vround(x) vrndnq_f32(x)
+#define vpow2(n) vreinterpretq_f32_s32(vshlq_n_s32( \
+    vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23))
+#define vhmax(x) vmaxvq_f32(x)
+#define vhsum(x) vaddvq_f32(x)
+#include "backend/cpu/cpu_attn_tile.h"
 #endif
 
 int cpu_attn_kind_supported(cpu_attn_kind kind) {
     if (kind == CPU_ATTN_PLAIN) return 1;
-#ifdef HAVE_TILED
+#if defined(__aarch64__)
+    return kind == CPU_ATTN_NEON; /* Advanced SIMD is part of every ARMv8-A core */
+#elif defined(HAVE_TILED)
     __builtin_cpu_init();
     if (kind == CPU_ATTN_AVX2)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -240,6 +267,7 @@ int cpu_attn_kind_supported(cpu_attn_kind kind) {
 }
 
 cpu_attn_kind cpu_attn_best(void) {
+    if (cpu_attn_kind_supported(CPU_ATTN_NEON)) return CPU_ATTN_NEON;
     if (cpu_attn_kind_supported(CPU_ATTN_AVX512)) return CPU_ATTN_AVX512;
     if (cpu_attn_kind_supported(CPU_ATTN_AVX2)) return CPU_ATTN_AVX2;
     return CPU_ATTN_PLAIN;
@@ -265,7 +293,9 @@ static void tiled_range(void *ctx, int64_t begin, int64_t end, int thread) {
             .out_stride = (size_t)H * hd, .k = j->k, .v = j->v,
             .table = cb->block_table + (size_t)s * cb->max_blocks,
             .sinks = j->sinks ? j->sinks + kvh * (H / K) : NULL};
-#ifdef HAVE_TILED
+#if defined(__aarch64__)
+        attn_item_neon(&it, buf);
+#elif defined(HAVE_TILED)
         if (j->kind == CPU_ATTN_AVX512) attn_item_512(&it, buf);
         else attn_item_256(&it, buf);
 #else

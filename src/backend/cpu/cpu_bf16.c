@@ -1,6 +1,7 @@
 /* backend/cpu/cpu_bf16.c — bf16 weights times fp32 activations with AVX-512, chosen at run
  * time (the functions carry their own target attributes, so the build's baseline stays what
- * it is and a CPU without AVX-512 never runs them).
+ * it is and a CPU without AVX-512 never runs them), and with NEON on aarch64 (every core has
+ * it), in the same layout, blocks and tiles.
  *
  * The activations are packed once a call (cpu_bf16_pack), in 32-column chunks laid out for the
  * kernel, the last chunk zero-padded; weights are read as stored, the last chunk of a row
@@ -23,6 +24,8 @@ int cpu_bf16_kind_supported(cpu_bf16_kind kind) {
     __builtin_cpu_init();
     if (kind == CPU_BF16_F32)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#elif defined(__aarch64__)
+    if (kind == CPU_BF16_NEON) return 1; /* Advanced SIMD is part of every ARMv8-A core */
 #endif
     (void)kind;
     return 0;
@@ -30,6 +33,7 @@ int cpu_bf16_kind_supported(cpu_bf16_kind kind) {
 
 cpu_bf16_kind cpu_bf16_best(void) {
     if (cpu_bf16_kind_supported(CPU_BF16_F32)) return CPU_BF16_F32;
+    if (cpu_bf16_kind_supported(CPU_BF16_NEON)) return CPU_BF16_NEON;
     return CPU_BF16_NONE;
 }
 
@@ -125,10 +129,91 @@ void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0,
                    const void *xp, int n, float *out, int64_t ldo) {
     if (kind == CPU_BF16_F32) gemm_f32(w, k, r0, r1, xp, n, out, ldo);
 }
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#include <string.h>
+
+enum { PREFETCH = 2048 };
+
+/* The NEON tile: as the AVX-512 one, each chunk's 32 bf16 as four vectors of 8, each widened
+ * to its 4 even columns (shifted up) and 4 odd ones (masked), against the packed x's matching
+ * quarter of the even and of the odd half. A row's last, partial chunk is read from a
+ * zero-padded copy (NEON has no masked load, and the bytes past a row may not be numbers). */
+static inline __attribute__((always_inline)) void
+tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int64_t ldo,
+     const int MR, const int NR) {
+    const int64_t nch = (k + 31) / 32, full = k / 32;
+    const uint32x4_t hi = vdupq_n_u32(0xffff0000u);
+    float32x4_t acc[8][4];
+    uint16_t last[8][32];
+    for (int r = 0; r < MR; r++)
+        for (int t = 0; t < NR; t++) acc[r][t] = vdupq_n_f32(0.0f);
+    for (int64_t c = 0; c < nch; c++) {
+        const uint16_t *wp[8];
+        for (int r = 0; r < MR; r++) {
+            wp[r] = w + r * k + c * 32;
+            if (NR == 1) __builtin_prefetch((const char *)wp[r] + PREFETCH);
+            if (c == full) {
+                memset(last[r], 0, sizeof last[r]);
+                memcpy(last[r], wp[r], sizeof(uint16_t) * (size_t)(k % 32));
+                wp[r] = last[r];
+            }
+        }
+        for (int q = 0; q < 4; q++) {
+            float32x4_t we[8], wo[8];
+            for (int r = 0; r < MR; r++) {
+                uint32x4_t v = vreinterpretq_u32_u16(vld1q_u16(wp[r] + 8 * q));
+                we[r] = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));
+                wo[r] = vreinterpretq_f32_u32(vandq_u32(v, hi));
+            }
+            for (int t = 0; t < NR; t++) {
+                const float *x = xp + t * xs + c * 32;
+                float32x4_t xe = vld1q_f32(x + 4 * q), xo = vld1q_f32(x + 16 + 4 * q);
+                for (int r = 0; r < MR; r++) {
+                    acc[r][t] = vfmaq_f32(acc[r][t], we[r], xe);
+                    acc[r][t] = vfmaq_f32(acc[r][t], wo[r], xo);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int t = 0; t < NR; t++) out[t * ldo + r] = vaddvq_f32(acc[r][t]);
+}
+
+/* The same blocks, strips and tiles as the AVX-512 driver. */
+static void gemm_neon(const uint16_t *w, int64_t k, int64_t r0, int64_t r1, const float *xp,
+                      int n, float *out, int64_t ldo) {
+    int64_t xs = (int64_t)cpu_bf16_pack_bytes(k) / 4;
+    int nb = (int)((256 * 1024 / 4) / xs) & ~3;
+    if (nb < 4) nb = 4;
+    for (int t0 = 0; t0 < n; t0 += nb) {
+        int t1 = t0 + nb < n ? t0 + nb : n;
+        int64_t r = r0;
+        if (t1 - t0 == 1)
+            for (; r + 8 <= r1; r += 8) tile(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo,
+                                              8, 1);
+        for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+            const uint16_t *wr = w + r * k;
+            int t = t0;
+            if (r + 4 <= r1) {
+                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 4);
+                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 1);
+            } else {
+                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 4);
+                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 1);
+            }
+        }
+    }
+}
+
+void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
+                   const void *xp, int n, float *out, int64_t ldo) {
+    if (kind == CPU_BF16_NEON) gemm_neon(w, k, r0, r1, xp, n, out, ldo);
+}
 #else
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
                    const void *xp, int n, float *out, int64_t ldo) {
     (void)kind, (void)w, (void)k, (void)r0, (void)r1, (void)xp, (void)n, (void)out, (void)ldo;
-    /* never called: cpu_bf16_kind_supported says no off x86-64 */
+    /* never called: cpu_bf16_kind_supported says no off x86-64 and aarch64 */
 }
 #endif

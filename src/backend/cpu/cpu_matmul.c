@@ -8,8 +8,8 @@
  * elsewhere plain C that any compiler handles. One token over bf16 or INT4 (cpu_int4.c) is
  * multiplied straight from the stored bytes, with no fp32 row in between.
  *
- * Weights all of bf16 take cpu_bf16.c's AVX-512 kernels instead where the CPU has them
- * (chosen at backend creation), for one token and many alike.
+ * Weights all of bf16 take cpu_bf16.c's AVX-512 kernels instead where the CPU has them, and
+ * its NEON ones on aarch64 (chosen at backend creation), for one token and many alike.
  *
  * Batch invariance: every out[t, r] is summed in ONE order, whatever the tile, the batch
  * size, the token's place in it or the thread split (row_dot's order: with SIMD one 8-lane
