@@ -51,6 +51,7 @@ static void usage(FILE *f) {
             "                       {\"models\": [{\"name\", \"dir\", \"aliases\", \"ctx_size\",\n"
             "                       \"parallel\", \"kv_memory\" (GiB), \"kv_dtype\" (\"auto\"),\n"
             "                       \"batch_tokens\", \"pinned\", \"keep_alive\", \"load\",\n"
+            "                       \"chat_template\", \"tool_call_format\",\n"
             "                       \"matryoshka_dimensions\" (an embedding model's)}]};\n"
             "                       the flags are the defaults of what a model leaves out\n"
             "  --keep-alive DUR     an idle model is released after DUR (seconds, or \"5m\",\n"
@@ -357,8 +358,15 @@ static atlas_engine_model *override_target(serve_args *a, const char *opt, const
 }
 
 /* --chat-template and --tool-call-format onto the models, once all are known: a NAME=
- * one wins over one for every model, whatever their order. */
+ * one wins over one for every model, whatever their order; the models file's own value
+ * wins over one for every model too, since the flags are the defaults of what it leaves
+ * out. */
 static int apply_overrides(serve_args *a) {
+    bool own_tmpl[MAX_MODELS], own_fmt[MAX_MODELS]; /* set by the models file */
+    for (int j = 0; j < a->n_models; j++) {
+        own_tmpl[j] = a->models[j].chat_template != NULL;
+        own_fmt[j] = a->models[j].tool_call_format != NULL;
+    }
     for (int pass = 0; pass < 2; pass++) {
         bool file = pass == 0;
         const char *opt = file ? "--chat-template" : "--tool-call-format";
@@ -377,6 +385,7 @@ static int apply_overrides(serve_args *a) {
                 }
                 for (int j = 0; j < a->n_models; j++) {
                     atlas_engine_model *t = m ? m : &a->models[j];
+                    if (!m && (file ? own_tmpl[j] : own_fmt[j])) continue;
                     if (file) t->chat_template = v;
                     else t->tool_call_format = v;
                     if (m) break;

@@ -3,9 +3,11 @@
  *   {"models": [{"name": "small", "dir": "tiny", "ctx_size": 2048, "keep_alive": "10m"}, ...]}
  *
  * Each key is checked by name and type; an unknown key is refused rather than ignored, so
- * a misspelt setting is never silently the default.  A relative "dir" is taken from the
- * file's own directory, so a file and its models move together. */
+ * a misspelt setting is never silently the default.  A relative "dir" or "chat_template" is
+ * taken from the file's own directory, so a file and its models move together. */
 #include "cli/serve_preset.h"
+
+#include "atlas/toolcall.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -58,6 +60,24 @@ static int get_aliases(serve_preset *p, const char *path, int i, const json_t *v
     return 0;
 }
 
+/* PATH as given, or taken from the models file's directory when relative. */
+static char *beside(const char *file, const char *path) {
+    const char *slash = strrchr(file, '/');
+    char *full = NULL;
+    if (path[0] == '/' || !slash) return strdup(path);
+    return asprintf(&full, "%.*s/%s", (int)(slash - file), file, path) < 0 ? NULL : full;
+}
+
+/* "chat_template": as --chat-template NAME=FILE takes it (a Jinja file, a
+ * tokenizer_config.json or a directory holding either), read when the engine starts. */
+static int get_template(serve_preset *p, const char *path, int i, const json_t *v,
+                        serve_preset_model *pm) {
+    const char *s = json_string_value(v);
+    if (!s || !*s) return fail(path, i, "chat_template", "must be the path of a template");
+    pm->m.chat_template = own(p, beside(path, s));
+    return pm->m.chat_template ? 0 : fail(path, i, "chat_template", "out of memory");
+}
+
 /* "kv_dtype": the KV cache's element type is fixed by the backend today (bf16 on a GPU, f32
  * on the CPU), so "auto" alone is taken and any other type is refused by name. */
 static int get_kv_dtype(const char *path, int i, const json_t *v) {
@@ -107,6 +127,15 @@ static int get_setting(serve_preset *p, const char *path, int i, const char *key
         else pm->load = json_is_true(v);
         return 0;
     }
+    if (!strcmp(key, "chat_template")) return get_template(p, path, i, v, pm);
+    if (!strcmp(key, "tool_call_format")) {
+        atlas_toolcall_format f;
+        const char *s = json_string_value(v);
+        if (!s || atlas_toolcall_format_parse(s, &f) != ATLAS_OK)
+            return fail(path, i, key, s ? atlas_last_error() : "must be a string");
+        m->tool_call_format = own(p, strdup(s));
+        return m->tool_call_format ? 0 : fail(path, i, key, "out of memory");
+    }
     if (!strcmp(key, "keep_alive")) {
         char num[64];
         const char *text = json_string_value(v);
@@ -116,10 +145,10 @@ static int get_setting(serve_preset *p, const char *path, int i, const char *key
                                       "\"5m\" or \"1h30m\" (negative: forever)");
         return 0;
     }
-    (void)p;
     return fail(path, i, key, "unknown setting (the settings: name, dir, aliases, ctx_size, "
                               "parallel, kv_memory, kv_dtype, batch_tokens, pinned, "
-                              "keep_alive, load, matryoshka_dimensions)");
+                              "keep_alive, load, chat_template, tool_call_format, "
+                              "matryoshka_dimensions)");
 }
 
 /* The model's "dir", taken from the file's directory when relative. */
@@ -127,11 +156,7 @@ static int get_dir(serve_preset *p, const char *path, int i, const json_t *o,
                    serve_preset_model *pm) {
     const char *dir = json_string_value(json_object_get(o, "dir"));
     if (!dir || !*dir) return fail(path, i, "dir", "required: the model's directory");
-    const char *slash = strrchr(path, '/');
-    char *full = NULL;
-    if (dir[0] == '/' || !slash) full = strdup(dir);
-    else if (asprintf(&full, "%.*s/%s", (int)(slash - path), path, dir) < 0) full = NULL;
-    if (!(pm->m.dir = own(p, full))) return fail(path, i, "dir", "out of memory");
+    if (!(pm->m.dir = own(p, beside(path, dir)))) return fail(path, i, "dir", "out of memory");
     const char *name = json_string_value(json_object_get(o, "name"));
     if (json_object_get(o, "name") && !name) return fail(path, i, "name", "must be a string");
     if (!name) { /* the directory's last component, as --model DIR names it */

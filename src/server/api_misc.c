@@ -47,6 +47,12 @@ static json_t *settings_json(const atlas_engine_model_status *m) {
     json_object_set_new(v, "keep_alive_now", keep_json(m->keep_alive_now_ms));
     if (m->expires_in_s >= 0)
         json_object_set_new(v, "expires_in_s", json_real(round(m->expires_in_s * 10) / 10));
+    /* whose template and which tool-call format; the template's path is the server's, so it
+     * is not shown */
+    json_object_set_new(v, "chat_template", json_string(m->chat_template ? "operator" : "model"));
+    json_object_set_new(v, "tool_call_format", json_string(m->tool_call_format &&
+                                                           *m->tool_call_format
+                                                               ? m->tool_call_format : "auto"));
     return v;
 }
 

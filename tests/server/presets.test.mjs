@@ -1,5 +1,6 @@
 // --models-preset: three models with different settings in one server; each setting must
-// take effect (context, keep-alive from the file, a request and Ollama's route, pinned,
+// take effect (context, KV memory, template and tool-call format over the flags', keep-alive
+// from the file, a request and Ollama's route, pinned,
 // load at start), and a bad file must stop the start naming what is wrong.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,16 +16,23 @@ const preset = (models) => {
   writeFileSync(f, JSON.stringify({ models }));
   return f;
 };
+// a template of the file's own (named relative to it) and one the flag gives every model
+writeFileSync(path.join(tmp, 'plain.jinja'), '{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}');
+const flagTemplate = path.join(tmp, 'flag.jinja');
+writeFileSync(flagTemplate, 'FLAG {{ messages[0].content }}');
 const MODELS = [
   { name: 'small', dir: path.join(DATA, 'tiny-llama3'), aliases: ['gpt-small'], ctx_size: 64,
-    parallel: 2, keep_alive: '1s', kv_dtype: 'auto' },
-  { name: 'big', dir: path.join(DATA, 'tiny-qwen3'), ctx_size: 512, pinned: true, load: true },
-  { name: 'def', dir: DEFAULT.split('=')[1], ctx_size: 256, batch_tokens: 64, load: false },
+    parallel: 2, keep_alive: '1s', kv_dtype: 'auto', chat_template: 'plain.jinja' },
+  { name: 'big', dir: path.join(DATA, 'tiny-qwen3'), ctx_size: 512, pinned: true, load: true,
+    tool_call_format: 'hermes' },
+  { name: 'def', dir: DEFAULT.split('=')[1], ctx_size: 256, batch_tokens: 64, load: false,
+    kv_memory: 8 / 1024 },
 ];
 
 let srv;
 before(async () => {
-  srv = await startServer(['--models-preset', preset(MODELS), '--max-resident', '2', '--keep-alive', '-1']);
+  srv = await startServer(['--models-preset', preset(MODELS), '--max-resident', '2', '--keep-alive', '-1',
+    '--chat-template', flagTemplate, '--tool-call-format', 'none']);
 });
 after(async () => {
   const r = await srv.stop();
@@ -43,11 +51,27 @@ test('each model is served with its own settings, shown by /v1/models', async ()
   assert.equal(m.def.settings.batch_tokens, 64);
   assert.equal(m.big.settings.pinned, true);
   assert.equal(m.small.settings.kv_dtype, 'f32');
+  // def's 8 MiB of KV at 8 KiB a token (f32, 8 layers, 4 KV heads of 32): 1,024 tokens
+  assert.equal(m.def.settings.kv_memory, 8 << 20);
+  assert.equal(m.def.settings.kv_tokens, 1024);
+  assert.equal(m.small.settings.kv_tokens, 128, 'parallel 2 x ctx 64 caps the pool');
+  assert.deepEqual([m.small.settings.tool_call_format, m.big.settings.tool_call_format,
+    m.def.settings.tool_call_format], ['none', 'hermes', 'none'], 'the file wins over the flag');
+  assert.deepEqual([m.small.settings.chat_template, m.big.settings.chat_template], ['operator', 'operator']);
   // load at start: only the model whose "load" is true
   assert.equal(m.big.state, 'resident');
   assert.equal(m.small.state, 'unloaded');
   assert.equal(m.def.state, 'unloaded');
   assert.match(srv.log(), /model big: loaded in/);
+});
+
+test('a template from the file wins over the flag\'s, which the other models render', async () => {
+  const messages = [{ role: 'user', content: 'Hi' }];
+  const small = await postJSON(srv.base, '/apply-template', { model: 'small', messages });
+  assert.equal(small.status, 200, small.text);
+  assert.equal(small.json.prompt, '<<user>>Hi');
+  const big = await postJSON(srv.base, '/apply-template', { model: 'big', messages });
+  assert.equal(big.json.prompt, 'FLAG Hi');
 });
 
 test('a request past one model\'s smaller context is a 400; the larger one takes it', async () => {
@@ -113,4 +137,10 @@ test('a bad models file stops the start, naming the model and the setting', () =
   r = run([{ name: 'x', dir: MODELS[0].dir, keep_alive: 'soon' }]);
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[0\]\.keep_alive/);
+  r = run([{ name: 'x', dir: MODELS[0].dir, tool_call_format: 'xml' }]);
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /models\[0\]\.tool_call_format: .*xml.*hermes/);
+  r = run([{ name: 'x', dir: MODELS[0].dir, chat_template: 'missing.jinja' }]);
+  assert.notEqual(r.status, 0, r.stderr);
+  assert.match(r.stderr, /missing\.jinja/);
 });
