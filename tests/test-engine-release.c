@@ -431,7 +431,9 @@ static int coll_wait_for(coll *c, double seconds) {
 
 /* A drain timeout shorter than a recompute: each turn must still let the paused sequences
  * recompute and go on (the clock waits for their prompts), or neither model would ever
- * advance.  Prompts of 300 tokens prefilled 64 at a time, a timeout of 2 ms. */
+ * advance.  Prompts of 300 tokens prefilled 64 at a time, a timeout of 2 ms; the replies are
+ * long enough to outlast a turn, which is at least twice a load. */
+enum { TOKENS = 160 };
 static void test_pause_progress(const char *dir_a, const char *dir_b) {
     atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine_params p = atlas_engine_default_params();
@@ -453,11 +455,11 @@ static void test_pause_progress(const char *dir_a, const char *dir_b) {
     coll alone[2], c[2];
     atlas_request_handle *h[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
-        r[k] = request(mods[k].name, 8);
+        r[k] = request(mods[k].name, TOKENS);
         r[k].prompt = prompt;
         r[k].n_prompt = 300;
         run_one(e, &r[k], &alone[k]);
-        CHECK(alone[k].finish == ATLAS_FINISH_LENGTH && alone[k].n_tokens == 8);
+        CHECK(alone[k].finish == ATLAS_FINISH_LENGTH && alone[k].n_tokens == TOKENS);
     }
     uint64_t p0 = pauses(e);
     double t0 = now_s();
@@ -467,8 +469,8 @@ static void test_pause_progress(const char *dir_a, const char *dir_b) {
     }
     for (int k = 0; k < 2; k++) {
         int ended = coll_wait_for(&c[k], 30);
-        CHECK_MSG(ended, "%s: %d of 8 tokens after 30 s: paused before it could advance",
-                  mods[k].name, c[k].n_tokens);
+        CHECK_MSG(ended, "%s: %d of %d tokens after 30 s: paused before it could advance",
+                  mods[k].name, c[k].n_tokens, TOKENS);
         atlas_engine_cancel(h[k]);
         coll_wait(&c[k]);
         CHECK_MSG(!ended || (c[k].finish == ATLAS_FINISH_LENGTH && c[k].hash == alone[k].hash),

@@ -11,16 +11,22 @@
  * (prefix caching; every hit is checked token by token, never trusted to a hash).
  *
  * Memory: each model's KV cache is one paged pool, sized at create (kv_memory, or an even
- * share of what the memory budget leaves after the weights of max_resident models) and
- * never larger than parallel sequences of the full context; a context that one sequence
- * cannot hold in the pool is lowered to what it can (atlas_engine_models says so).
+ * share of what the memory budget leaves after the weights of max_resident models; with
+ * ATLAS_MAX_RESIDENT_AUTO, of the most of the largest models whose weights fit the budget
+ * together) and never larger than parallel sequences of the full context; a context that
+ * one sequence cannot hold in the pool is lowered to what it can (atlas_engine_models says
+ * so).
  *
- * Model residency: up to max_resident models (as many as fit the memory budget) stay
- * loaded; a request for a model that is not resident waits in the queue while the scheduler
- * lets the least recently used model's running sequences finish (or pauses them after
- * drain_timeout_ms), releases it, loads the requested one and goes on (a pinned model is
- * never the one released).  A model idle for its keep-alive is released too.  A failed
- * load ends the requests that wanted that model with an error and leaves the others served.
+ * Model residency: up to max_resident models (as many as fit the memory budget; with
+ * ATLAS_MAX_RESIDENT_AUTO the budget alone counts) stay loaded; a request for a model that is
+ * not resident waits in the queue while the scheduler releases the least recently used idle
+ * model, or, when every resident one is busy, lets the least recently used one's running
+ * sequences finish (or pauses them after its turn), releases it, loads the requested one and
+ * goes on (a pinned model is never the one released).  A model with work serves a turn of at
+ * least max(drain_timeout_ms, twice its last load) from its load before it is paused or
+ * released, so that two models wanted at once never spend more time swapping than serving.
+ * A model idle for its keep-alive is released too.  A failed load ends the requests that
+ * wanted that model with an error and leaves the others served.
  *
  * Releasing a model follows the handle contract of atlas/model.h: every running request
  * holds a handle on its model (atlas_model_ref when it is admitted, atlas_model_unref when it
@@ -148,11 +154,15 @@ typedef struct atlas_residency_event {
 typedef struct atlas_engine_params {
     const atlas_engine_model *models; /* [n_models]; copied by create */
     int n_models;
-    int max_resident;     /* models loaded at once (default 1) */
+    int max_resident;     /* models loaded at once (default 1), or ATLAS_MAX_RESIDENT_AUTO:
+                             as many as the memory budget holds */
     double gpu_memory_utilization; /* share of the GPU's total memory the resident models
                              (weights and KV) may use, as vLLM's flag (default 0.9) */
-    size_t gpu_memory;    /* the memory budget in bytes instead (0, default: the share above
-                             of the GPU's memory; without a GPU no limit) */
+    size_t gpu_memory;    /* the memory budget in bytes instead, on either backend (0,
+                             default: the share above of the GPU's memory; without a GPU no
+                             limit, except with ATLAS_MAX_RESIDENT_AUTO: 90% of the memory
+                             the host has available at create, MemAvailable lowered by the
+                             cgroup's limit as the load check reads it) */
     size_t kv_memory;     /* bytes of KV cache per model; 0 (default): on a GPU an even share of
                              what the budget leaves after the weights of the max_resident
                              largest models (less a workspace reserve), on the CPU a quarter
@@ -170,7 +180,8 @@ typedef struct atlas_engine_params {
     int batch_tokens;     /* token budget of one step: decode tokens + prefill chunk
                              (default 512) */
     int drain_timeout_ms; /* a model to be swapped out lets its running sequences go on
-                             this long (default 30000), counted from the later of the swap's
+                             this long, or twice its last load when that is longer (default
+                             30000), counted from the later of the swap's
                              request and the model's load, and held while one of them
                              computes its prompt; then they are paused: their KV is freed and
                              they wait, first in the queue, to be recomputed (prompt and
@@ -197,6 +208,8 @@ typedef struct atlas_engine_params {
     int64_t keep_alive_ms; /* the models' keep-alive (atlas_engine_model.keep_alive_ms);
                              0 (default): forever */
 } atlas_engine_params;
+
+enum { ATLAS_MAX_RESIDENT_AUTO = -1 }; /* atlas_engine_params.max_resident */
 
 /* The defaults above (no models).  Pure. */
 ATLAS_API atlas_engine_params atlas_engine_default_params(void);
@@ -417,6 +430,10 @@ typedef struct atlas_engine_model_status {
     int kv_block_size;      /* tokens a KV block holds */
     int kv_blocks;          /* blocks of its pool (kv_tokens / kv_block_size) */
     int kv_blocks_used;     /* of them held by sequences now (0 while not resident) */
+    size_t resident_bytes;  /* its weights and KV pool while resident (else 0) */
+    size_t memory_bytes;    /* what it takes resident: estimated from its files until its
+                               first load, then as loaded */
+    double last_load_s;     /* its last load's seconds (0: never loaded) */
 } atlas_engine_model_status;
 
 /* Fills the caller's out[0 .. min(cap, n)) and returns n, the number of configured models
@@ -491,6 +508,9 @@ typedef struct atlas_engine_metrics {
     uint64_t unload_failures;   /* releases that failed to free something (the model is gone
                                    all the same; atlas_engine_models' last_error says what) */
     double last_swap_s;         /* release of the old model + load of the new one */
+    uint64_t swaps;             /* loads that released another model to make room */
+    double swap_seconds;        /* their time, from the first release to the load's end */
+    size_t memory_budget;       /* bytes the resident models may take (0: no limit) */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
     atlas_engine_hist swap;     /* each swap (or load) */

@@ -22,6 +22,7 @@
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/serve_preset.h"
+#include "cli/serve_usage.h"
 
 enum { MAX_MODELS = 64 };
 
@@ -30,97 +31,6 @@ static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) {
     (void)sig;
     stop_requested = 1;
-}
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: atlas serve [--model [NAME=]DIR ...] [--models-dir ROOT] [options]\n"
-            "  --model [NAME=]DIR   serve the Hugging Face model in DIR as NAME (default: DIR's\n"
-            "                       last component; 1 to 127 bytes of UTF-8, no control\n"
-            "                       characters); repeat for several; none: the default model\n"
-            "  --models-dir ROOT    serve every subdirectory of ROOT that has a config.json\n"
-            "                       (none there, or ROOT unreadable: an error; one whose name\n"
-            "                       is not a model name: skipped with a message)\n"
-            "  --host ADDR          address or name to listen on (default 127.0.0.1; a name\n"
-            "                       such as localhost is resolved, IPv4 first); bound before\n"
-            "                       any model loads; not loopback without --api-key: warned\n"
-            "  --alias NAME=MODEL   requests naming NAME go to the served MODEL (repeatable;\n"
-            "                       a NAME ending in * takes every name it begins, e.g.\n"
-            "                       'claude-*=qwen' for Claude Code's two model names)\n"
-            "  --models-preset FILE  models and their own settings from a JSON file:\n"
-            "                       {\"models\": [{\"name\", \"dir\", \"aliases\", \"ctx_size\",\n"
-            "                       \"parallel\", \"kv_memory\" (GiB), \"kv_dtype\" (\"auto\"),\n"
-            "                       \"batch_tokens\", \"pinned\", \"keep_alive\", \"load\",\n"
-            "                       \"chat_template\", \"tool_call_format\",\n"
-            "                       \"matryoshka_dimensions\" (an embedding model's)}]};\n"
-            "                       the flags are the defaults of what a model leaves out\n"
-            "  --keep-alive DUR     an idle model is released after DUR (seconds, or \"5m\",\n"
-            "                       \"1h30m\"; default 5m; negative: never; 0: once its\n"
-            "                       requests end); a request's \"keep_alive\" sets its model's\n"
-            "  --port N             TCP port (default 8080; 0: any free port)\n"
-            "  --api-key KEY        require \"Authorization: Bearer KEY\" or \"x-api-key:\n"
-            "                       KEY\" (also $ATLAS_API_KEY)\n"
-            "  --max-resident N     models loaded at once (default 1)\n"
-            "  --drain-timeout S    a model to be swapped out lets its running requests go on\n"
-            "                       for S seconds (default 30; 0: until they end), then pauses\n"
-            "                       them: their streams wait and resume, recomputed, once the\n"
-            "                       model is back\n"
-            "  --gpu-memory-utilization F   share of the GPU's memory for the resident\n"
-            "                       models' weights and KV caches (default 0.9)\n"
-            "  --kv-memory GIB      KV cache per model in GiB (default: an even share of what\n"
-            "                       the GPU share leaves after the weights; CPU: a quarter of\n"
-            "                       the RAM)\n"
-            "  --no-memory-check    load a model even when its weights and KV cache need more\n"
-            "                       memory than the GPU or the machine has free (checked\n"
-            "                       before any weight is read; refused by default)\n"
-            "  --ctx-size N, --max-model-len N   tokens per sequence (default 0: the model's\n"
-            "                       maximum; lowered, with a message, to what the KV pool holds)\n"
-            "  --parallel N         sequences running at once per model (default 32)\n"
-            "  --queue-limit N      requests waiting to start; beyond: 429 (default 256)\n"
-            "  --batch-tokens N     token budget of one engine step (default 512)\n"
-            "  --device auto|cpu|cuda[:N]  backend (default auto); N: the GPU ordinal (one a process)\n"
-            "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
-            "                       compiled by the driver, with an RTX card's kernel choices)\n"
-            "  --threads N          CPU backend threads (default: one per core)\n"
-            "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
-            "                       GPUs and libnccl.so.2, and is not wired yet)\n"
-            "  --timeout S          seconds before an idle connection is closed (30)\n"
-            "  --header-timeout S   a request's headers must be in within S seconds of the\n"
-            "                       connection opening, however slowly they come (default 10)\n"
-            "  --body-timeout S     its body within S seconds of its headers (default 60)\n"
-            "  --max-body BYTES     largest request body; larger: 413 (default 4M)\n"
-            "  --max-connections N  open connections at once (default 2048)\n"
-            "  --max-connections-per-ip N  open connections from one address (default 256;\n"
-            "                       0: no cap)\n"
-            "  --ssl-certfile PEM   serve HTTPS (TLS 1.2 or 1.3) with this certificate (chain)\n"
-            "  --ssl-keyfile PEM    and this private key (both or neither)\n"
-            "  --cors-origin O      browser pages that may call the API: local (default:\n"
-            "                       http(s)://localhost, 127.0.0.1, [::1], any port), *, none,\n"
-            "                       or a comma-separated list of exact origins; a request\n"
-            "                       (not GET) from another origin is refused with 403\n"
-            "  --allowed-hosts H    Host names answered besides localhost and the bound\n"
-            "                       address (comma-separated, or *); others get 403\n"
-            "  --chat-template [NAME=]FILE  render chats with this template instead of the\n"
-            "                       model's (a Jinja file, a tokenizer_config.json, or a\n"
-            "                       directory holding chat_template.jinja or one): for every\n"
-            "                       model, or with NAME= for that model only (repeatable);\n"
-            "                       read at start, one that does not parse stops it\n"
-            "  --tool-call-format [NAME=]F  parse tool calls as F instead of the format found\n"
-            "                       from the template: hermes, llama3, mistral, harmony or\n"
-            "                       none; every model, or with NAME= that one (repeatable)\n"
-            "  --reasoning-format auto|none  auto (default): a thinking template's\n"
-            "                       <think>...</think> is answered as reasoning_content;\n"
-            "                       none: left in content\n"
-            "  --responses-max N    /v1/responses kept for previous_response_id and GET\n"
-            "                       (default 1024; 0: none; the oldest goes first)\n"
-            "  --responses-ttl S    seconds a stored response is kept (default 3600)\n"
-            "  --log-format text|json  the log on stderr: each model checked at start, every\n"
-            "                       load, release, swap and failed load (model, time, why),\n"
-            "                       one line a request (method, path, model, status, tokens\n"
-            "                       in/out, TTFT, total ms, client; a 5xx's reason), as text\n"
-            "                       (default) or one JSON object a line\n"
-            "  --log-level error|warn|info|debug  error: 5xx only; warn: 4xx too; info\n"
-            "                       (default): every request; debug: each also as it arrives\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -188,6 +98,18 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out) {
     }
     *out = (int)v;
     return 0;
+}
+
+/* N in 1..1024, or auto. */
+static int parse_max_resident(const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!strcmp(v, "auto")) return *out = ATLAS_MAX_RESIDENT_AUTO, 0;
+    if (!errno && end != v && !*end && n >= 1 && n <= 1024) return *out = (int)n, 0;
+    fprintf(stderr, "atlas serve: --max-resident: '%s' is neither a count in 1..1024 nor "
+            "auto\n", v);
+    return -2;
 }
 
 static int parse_level(const char *v, atlas_log_level *out) {
@@ -424,7 +346,7 @@ static int parse_keep_alive(const char *v, int64_t *out) {
 
 static const char *const serve_options[] = {
     "-h", "--help", "--model", "-m", "--models-dir", "--alias", "--host", "--port", "--api-key",
-    "--max-resident", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
+    "--max-resident", "--memory-budget", "--drain-timeout", "--gpu-memory-utilization", "--kv-memory",
     "--ctx-size", "--max-model-len", "--parallel", "--queue-limit", "--batch-tokens", "--threads",
     "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
@@ -440,7 +362,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         if (!atlas_cli_known_option(o, serve_options))
             return atlas_cli_unknown_option("serve", o, serve_options);
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
+            atlas_cli_serve_usage(stdout);
             return 1;
         }
         if (!strcmp(o, "--no-memory-check")) {
@@ -465,7 +387,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--host")) a->sp.host = v;
         else if (!strcmp(o, "--port")) bad = parse_int(o, v, 0, 65535, &a->sp.port);
         else if (!strcmp(o, "--api-key")) a->sp.api_key = v;
-        else if (!strcmp(o, "--max-resident")) bad = parse_int(o, v, 1, 1024, &a->ep.max_resident);
+        else if (!strcmp(o, "--max-resident")) bad = parse_max_resident(v, &a->ep.max_resident);
+        else if (!strcmp(o, "--memory-budget")) bad = parse_gib(o, v, &a->ep.gpu_memory);
         else if (!strcmp(o, "--drain-timeout")) bad = parse_ms(o, v, &a->ep.drain_timeout_ms);
         else if (!strcmp(o, "--gpu-memory-utilization"))
             bad = parse_fraction(o, v, &a->ep.gpu_memory_utilization);
@@ -511,7 +434,7 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = atlas_cli_parse_kernels(v, &a->ep.kernels);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
-            usage(stderr);
+            atlas_cli_serve_usage(stderr);
             return 2;
         }
         if (bad) {
@@ -549,14 +472,33 @@ static void device_name(const serve_args *a, const char *backend, char *out, siz
     else snprintf(out, cap, "%s", backend[0] ? backend : "-");
 }
 
+/* Whether model i fits beside those resident now under --max-resident auto: a load at start
+ * never evicts one loaded before it. */
+static bool fits_now(atlas_engine *engine, int i) {
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS);
+    atlas_engine_metrics em;
+    atlas_engine_get_metrics(engine, &em);
+    size_t used = ms[i].memory_bytes;
+    for (int j = 0; j < n && j < MAX_MODELS; j++) used += ms[j].resident_bytes;
+    return em.memory_budget == 0 || used <= em.memory_budget;
+}
+
 /* Loads the first models (as many as may be resident) before the server answers, each with
  * its progress and its line; a model that fails is said and left to load on demand (its
  * requests then get the error, and a later one retries). */
 static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg) {
     bool chosen = false; /* the models file names which: those with "load": true */
     for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
-    for (int i = 0, n = 0; i < a->n_models && n < a->ep.max_resident; i++) {
+    bool by_memory = a->ep.max_resident == ATLAS_MAX_RESIDENT_AUTO;
+    for (int i = 0, n = 0; i < a->n_models && (by_memory || n < a->ep.max_resident); i++) {
         if (chosen ? a->load[i] != 1 : a->load[i] == 0) continue;
+        if (by_memory && !fits_now(engine, i)) {
+            atlas_cli_progress_say(pg, "model %s: not loaded at start: it does not fit the "
+                                   "memory budget beside those loaded before it (it loads "
+                                   "on its first request)", a->models[i].name);
+            continue;
+        }
         n++;
         atlas_cli_progress_begin(pg, a->models[i].name);
         atlas_status st = atlas_engine_load(engine, a->models[i].name);

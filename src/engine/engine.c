@@ -9,10 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <stdint.h>
-#include <unistd.h>
 #include <utf8proc.h>
 
-#include "atlas/host.h"
 #include "atlas/toolcall.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -105,9 +103,9 @@ static atlas_status model_settings_check(const atlas_engine_params *p,
 static atlas_status params_check(const atlas_engine_params *p) {
     if (p->n_models < 1 || !p->models)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: no models configured");
-    if (p->max_resident < 1)
-        return atlas_fail(ATLAS_ERR_INVALID, "engine: max_resident %d: must be >= 1",
-                          p->max_resident);
+    if (p->max_resident < 1 && p->max_resident != ATLAS_MAX_RESIDENT_AUTO)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: max_resident %d: must be >= 1, or "
+                          "ATLAS_MAX_RESIDENT_AUTO", p->max_resident);
     if (p->parallel < 1 || p->queue_limit < 1 || p->kv_block_size < 1 || p->ctx_size < 0 ||
         p->kv_blocks < 0)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: parallel %d, queue_limit %d, "
@@ -244,92 +242,6 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
     return model_overrides(md, src);
 }
 
-static void format_bytes(char *buf, size_t cap, size_t b) {
-    snprintf(buf, cap, "%.2f GiB", (double)b / (1024.0 * 1024 * 1024));
-}
-
-/* The memory budget of the resident models: gpu_memory, else the share of the GPU's memory,
- * else none (the CPU: RAM is the system's to manage).  *gpu: a GPU is there. */
-static size_t memory_budget(atlas_engine *e, int *gpu, size_t *ram_share) {
-    *gpu = 0;
-    size_t total = 0;
-    if (e->p.device != ATLAS_DEVICE_CPU) {
-        atlas_host *h = NULL;
-        if (atlas_host_get(e->p.gpu, &h) == ATLAS_OK) {
-            *gpu = 1;
-            total = atlas_host_properties(h)->total_mem;
-        } else {
-            atlas_error_clear(); /* no GPU: the CPU serves, as the models will find too */
-        }
-    }
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    *ram_share = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 : (size_t)1 << 30;
-    char t[32];
-    if (e->p.gpu_memory) {
-        format_bytes(t, sizeof t, e->p.gpu_memory);
-        snprintf(e->budget_what, sizeof e->budget_what, "gpu_memory is %s", t);
-        return e->p.gpu_memory;
-    }
-    if (!*gpu) return 0;
-    size_t b = (size_t)(e->p.gpu_memory_utilization * (double)total);
-    format_bytes(t, sizeof t, b);
-    snprintf(e->budget_what, sizeof e->budget_what, "%.2f of the GPU's memory is %s",
-             e->p.gpu_memory_utilization, t);
-    return b;
-}
-
-/* Each model's KV pool and context (engine.h, "Memory").  A workspace reserve is kept per
- * resident model for activations and the matmul library's scratch. */
-static void size_pools(atlas_engine *e) {
-    enum { WORKSPACE = 1 << 30 };
-    int gpu = 0;
-    size_t ram_share = 0;
-    e->budget = memory_budget(e, &gpu, &ram_share);
-    int k = e->p.max_resident < e->n_models ? e->p.max_resident : e->n_models;
-    size_t heavy = 0; /* the weights of the k largest models */
-    char *taken = calloc((size_t)e->n_models, 1);
-    for (int j = 0; j < k && taken; j++) {
-        int best = -1;
-        for (int i = 0; i < e->n_models; i++)
-            if (!taken[i] && (best < 0 || e->models[i].weight_bytes > e->models[best].weight_bytes))
-                best = i;
-        taken[best] = 1;
-        heavy += e->models[best].weight_bytes;
-    }
-    free(taken);
-    size_t share = 0;
-    if (e->budget) {
-        size_t used = heavy + (size_t)k * WORKSPACE;
-        share = e->budget > used ? (e->budget - used) / (size_t)k : 0;
-    } else {
-        share = ram_share / (size_t)k;
-    }
-    int bs = e->p.kv_block_size;
-    for (int i = 0; i < e->n_models; i++) {
-        eng_model *md = &e->models[i];
-        md->kv_token_bytes = 2 * (gpu ? 2 : 4) * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
-                             md->cfg.head_dim; /* bf16 on a GPU, fp32 on the CPU */
-        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", gpu ? "bf16" : "f32");
-        long per_seq = (md->ctx + bs - 1) / bs;
-        size_t mine = md->kv_memory ? md->kv_memory : share;
-        long blocks = e->p.kv_blocks ? e->p.kv_blocks
-                                     : (long)(mine / (md->kv_token_bytes * (size_t)bs));
-        if (!e->p.kv_blocks && blocks > per_seq * md->parallel) blocks = per_seq * md->parallel;
-        if (blocks > INT32_MAX / bs) blocks = INT32_MAX / bs;
-        if (blocks < 1) blocks = 1; /* the load then fails: its weights leave no room */
-        md->kv_blocks = (int)blocks;
-        if (blocks < per_seq) {
-            char t[32];
-            format_bytes(t, sizeof t, (size_t)blocks * bs * md->kv_token_bytes);
-            snprintf(md->ctx_note, sizeof md->ctx_note, "context lowered from %d to %ld tokens: "
-                     "the KV pool (%s) holds no more for one sequence", md->ctx,
-                     blocks * bs, t);
-            md->ctx = (int)(blocks * bs);
-        }
-        md->est_bytes = md->weight_bytes + (size_t)blocks * bs * md->kv_token_bytes;
-    }
-}
-
 static void model_destroy(eng_model *md) {
     atlas_constraint_vocab_free(md->cvocab);
     atlas_tokenizer_free(md->tok);
@@ -374,7 +286,7 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
             return st;
         }
     }
-    size_pools(e);
+    atlas_engine_size_pools(e);
     if (pthread_create(&e->thread, NULL, atlas_engine_sched_main, e) != 0) {
         atlas_engine_free(e);
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: cannot start the scheduler thread");
@@ -836,6 +748,9 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
         out[i].kv_block_size = e->p.kv_block_size;
         out[i].kv_blocks = md->kv_blocks;
         if (md->m || md->releasing) out[i].kv_blocks_used = atlas_kv_pool_used(&md->pool);
+        out[i].memory_bytes = md->est_bytes;
+        out[i].last_load_s = md->last_load_s;
+        if (md->m || md->releasing) out[i].resident_bytes = md->est_bytes;
         if (md->m) {
             atlas_model_info info;
             atlas_model_get_info(md->m, &info);
@@ -852,6 +767,7 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
 void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->metrics;
+    out->memory_budget = e->budget;
     out->queue_len = e->n_waiting;
     out->running = 0;
     out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;

@@ -142,7 +142,8 @@ typedef struct eng_model {
     int draining;           /* no admissions: it is to be released */
     int loading;            /* its load runs (unlocked) */
     double drain_since;     /* when it began draining for a swap; 0: not */
-    double loaded_at;       /* it serves at least drain_timeout_ms before being paused */
+    double loaded_at;       /* it serves a turn from here before being paused (residency.c) */
+    double last_load_s;     /* its last load's seconds, 0 before one */
     double computed_at;     /* draining: when a sequence was last seen computing its prompt
                                (or recomputing); the pause waits drain_timeout_ms after it */
     int unload_asked;       /* an unload was refused: released once its requests end */
@@ -167,6 +168,10 @@ uint64_t atlas_engine_dir_sig(const char *dir);
  * holds at least 400 bytes): a message for clients names the model's files, never the
  * server's paths. */
 void atlas_engine_strip_dir(char *s, const char *dir);
+
+/* pools.c: the memory budget (e->budget, e->budget_what) and each model's KV pool, context
+ * and estimated bytes, once the models' configs are read. */
+void atlas_engine_size_pools(atlas_engine *e);
 
 typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
 

@@ -301,6 +301,7 @@ static void load_model(atlas_engine *e, int model, double t0, int replaced) {
     md->est_bytes = info.weight_bytes + info.kv_bytes;
     md->m = m;
     md->loaded_at = atlas_engine_now();
+    md->last_load_s = md->loaded_at - t_load;
     md->last_used = ++e->clock;
     md->last_error[0] = 0;
     double dt = atlas_engine_now() - t0;
@@ -311,7 +312,11 @@ static void load_model(atlas_engine *e, int model, double t0, int replaced) {
     atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
                                 .reason = why, .seconds = atlas_engine_now() - t_load,
                                 .bytes = md->est_bytes};
-    if (replaced >= 0) ev.other = e->models[replaced].name, ev.swap_seconds = dt;
+    if (replaced >= 0) {
+        ev.other = e->models[replaced].name, ev.swap_seconds = dt;
+        e->metrics.swaps++;
+        e->metrics.swap_seconds += dt;
+    }
     tell(e, &ev); /* before the load command returns and the requests run */
     cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
 }
@@ -326,9 +331,18 @@ static void pause_all(atlas_engine *e, eng_model *md) {
     atlas_engine_flush_done(e);
 }
 
-/* Whether md, draining for a swap, has had its turn: drain_timeout_ms (0: no limit) since
- * the later of the drain's start and its load, so that two models wanted at once take turns
- * instead of pausing each other at every step.  The clock is held while a running sequence
+/* A model's turn: what it serves from its load before its work may be paused or it be
+ * released for another, max(drain_timeout_ms, twice its last load), so that two models
+ * wanted at once spend at most a third of the time swapping.  0: no limit. */
+static double turn_s(const atlas_engine *e, const eng_model *md) {
+    if (e->p.drain_timeout_ms == 0) return 0;
+    double d = e->p.drain_timeout_ms / 1e3, twice = 2 * md->last_load_s;
+    return d > twice ? d : twice;
+}
+
+/* Whether md, draining for a swap, has had its turn (turn_s) since the later of the drain's
+ * start and its load, so that two models wanted at once take turns instead of pausing each
+ * other at every step.  The clock is held while a running sequence
  * computes its prompt or recomputes after a pause: pausing it then would throw that work
  * away, and a turn shorter than a recompute would do so at every turn, so that the paused
  * sequences never advanced.  Each turn thus gives them drain_timeout_ms of new tokens.
@@ -340,7 +354,7 @@ static int pause_due(atlas_engine *e, eng_model *md) {
         if (md->running[i]->n_tokens - md->running[i]->n_computed > 1) md->computed_at = now;
     double since = md->drain_since > md->loaded_at ? md->drain_since : md->loaded_at;
     if (md->computed_at > since) since = md->computed_at;
-    return e->p.drain_timeout_ms > 0 && (now - since) * 1e3 >= e->p.drain_timeout_ms;
+    return e->p.drain_timeout_ms > 0 && now - since >= turn_s(e, md);
 }
 
 static int fits(const atlas_engine *e, int model) {
@@ -351,7 +365,8 @@ static int fits(const atlas_engine *e, int model) {
             n++;
             bytes += e->models[i].est_bytes;
         }
-    return n < e->p.max_resident && (e->budget == 0 || bytes <= e->budget);
+    return (e->p.max_resident == ATLAS_MAX_RESIDENT_AUTO || n < e->p.max_resident) &&
+           (e->budget == 0 || bytes <= e->budget);
 }
 
 /* The model that should be loaded next: that of the oldest load command, else that of the
@@ -364,12 +379,18 @@ static int wanted_model(const atlas_engine *e) {
     return -1;
 }
 
+static int busy(const eng_model *md) { return md->n_running > 0 || md->n_waiting > 0; }
+
+/* The model to release for another: the least recently used idle one, which may go at once,
+ * else the least recently used busy one, which drains; never a pinned one. */
 static int lru_victim(const atlas_engine *e, int except) {
     int v = -1;
     for (int i = 0; i < e->n_models; i++) {
         const eng_model *md = &e->models[i];
         if (i == except || !md->m || md->pinned) continue;
-        if (v < 0 || md->last_used < e->models[v].last_used) v = i;
+        if (v < 0 || busy(&e->models[v]) > busy(md) ||
+            (busy(&e->models[v]) == busy(md) && md->last_used < e->models[v].last_used))
+            v = i;
     }
     return v;
 }
@@ -493,6 +514,11 @@ int atlas_engine_do_residency(atlas_engine *e) {
             return 1;
         }
         eng_model *vm = &e->models[v];
+        /* queued work and nothing running (its admissions were held by the drain): it
+         * serves them until its turn is over rather than going with work left */
+        if (vm->n_running == 0 && vm->n_waiting > 0 &&
+            atlas_engine_now() - vm->loaded_at < turn_s(e, vm))
+            return 0;
         vm->draining = 1;
         atlas_status st = atlas_engine_release_model(e, vm);
         if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */

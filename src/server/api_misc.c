@@ -71,6 +71,12 @@ static json_t *model_json(atlas_server *s, const atlas_engine_model_status *m) {
     if (v && m->last_error[0])
         json_object_set_new(v, "last_error", atlas_json_text(m->last_error, strlen(m->last_error)));
     if (v) model_state_json(v, m);
+    if (v) { /* what it takes: resident now, and when resident (estimated before a load) */
+        json_object_set_new(v, "resident_bytes", json_integer((json_int_t)m->resident_bytes));
+        json_object_set_new(v, "memory_bytes", json_integer((json_int_t)m->memory_bytes));
+        if (m->last_load_s > 0)
+            json_object_set_new(v, "last_load_s", json_real(round(m->last_load_s * 1e3) / 1e3));
+    }
     if (v) json_object_set_new(v, "settings", settings_json(m));
     return v;
 }
@@ -233,6 +239,12 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= COUNTER("atlas_model_unload_failures_total", "Model releases that failed to free something (the model is gone all the same).", m->unload_failures);
     rc |= COUNTER("atlas_model_release_refused_total", "Model releases refused while requests ran on the model (it drained first; not an error).", m->release_busy);
     rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
+    rc |= COUNTER("atlas_model_swaps_total", "Loads that released another model to make room.", m->swaps);
+    rc |= atlas_buf_printf(&b, &l, &c, "# HELP atlas_model_swap_seconds_total Seconds spent "
+                           "swapping, from the first release to the load's end.\n# TYPE "
+                           "atlas_model_swap_seconds_total counter\natlas_model_swap_seconds_total "
+                           "%.6f\n", m->swap_seconds);
+    rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);
     rc |= atlas_server_metrics_print_models(sm, ATLAS_SERIES_TTFT,
@@ -330,6 +342,38 @@ static int print_gateway(atlas_engine *engine, const atlas_engine_metrics *em, c
     return rc;
 }
 
+/* Each model's residency: its state, one series a state with 1 on the one it is in (as
+ * an enum is exported), the bytes it holds resident, and its last load's seconds. */
+static int print_residency(atlas_engine *engine, char **b, size_t *l, size_t *c) {
+    static const char *const states[] = {"resident", "draining", "loading", "unloaded",
+                                         "failed"};
+    atlas_engine_model_status ms[MAX_MODELS];
+    int n = atlas_engine_models(engine, ms, MAX_MODELS), rc = 0;
+    if (n > MAX_MODELS) n = MAX_MODELS;
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_model_state The model's residency state "
+                           "(1: the one it is in).\n# TYPE atlas_model_state gauge\n");
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof states / sizeof states[0]; k++) {
+            rc |= atlas_buf_printf(b, l, c, "atlas_model_state{model_name=\"");
+            rc |= atlas_metrics_print_label(b, l, c, ms[i].name);
+            rc |= atlas_buf_printf(b, l, c, "\",state=\"%s\"} %d\n", states[k],
+                                   !strcmp(ms[i].state, states[k]));
+        }
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_model_resident_bytes Weights and KV pool "
+                           "the model holds resident.\n# TYPE atlas_model_resident_bytes gauge\n");
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, "atlas_model_resident_bytes", ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "%zu\n", ms[i].resident_bytes);
+    }
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_model_last_load_seconds The model's last "
+                           "load.\n# TYPE atlas_model_last_load_seconds gauge\n");
+    for (int i = 0; i < n; i++) {
+        rc |= model_sample(b, l, c, "atlas_model_last_load_seconds", ms[i].name);
+        rc |= atlas_buf_printf(b, l, c, "%.6f\n", ms[i].last_load_s);
+    }
+    return rc;
+}
+
 void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)body, (void)arg;
     atlas_engine_metrics em;
@@ -339,6 +383,7 @@ void atlas_api_metrics(atlas_http_call *call, json_t *body, const char *arg, atl
     int rc = print_engine(&em, &server_of(call)->metrics, &b, &l, &c);
     rc |= print_models(server_of(call)->engine, &b, &l, &c);
     rc |= print_gateway(server_of(call)->engine, &em, &b, &l, &c);
+    rc |= print_residency(server_of(call)->engine, &b, &l, &c);
     rc |= atlas_server_metrics_print(&server_of(call)->metrics, &b, &l, &c);
     if (rc) {
         free(b);
