@@ -100,6 +100,11 @@ typedef struct atlas_engine_model {
     int pinned;       /* 1: never released to make room for another model, nor by its
                          keep-alive; only atlas_engine_unload releases it */
     int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
+    /* NULL, "" or "auto" (default): its KV cache's element type is the backend's, bf16 on a
+     * GPU and f32 on the CPU, the only ones there are today.  Else "bf16" or "f32", which
+     * must be the backend's: atlas_engine_create refuses another (ATLAS_ERR_UNSUPPORTED
+     * naming the model) rather than serve a type not asked for. */
+    const char *kv_dtype;
     /* An embedding model's Matryoshka widths (n > 0: these replace config.json's
      * matryoshka_dimensions; 1..ATLAS_ENGINE_MAX_MATRYOSHKA of them, each 1..hidden_size,
      * checked by atlas_engine_create; copied). */

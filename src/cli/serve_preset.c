@@ -79,13 +79,19 @@ static int get_template(serve_preset *p, const char *path, int i, const json_t *
 }
 
 /* "kv_dtype": the KV cache's element type is fixed by the backend today (bf16 on a GPU, f32
- * on the CPU), so "auto" alone is taken and any other type is refused by name. */
-static int get_kv_dtype(const char *path, int i, const json_t *v) {
+ * on the CPU), so "auto" and those two are taken (the engine checks that the one named is
+ * the backend's) and any other type is refused by name. */
+static int get_kv_dtype(serve_preset *p, const char *path, int i, const json_t *v,
+                        serve_preset_model *pm) {
     const char *s = json_string_value(v);
-    if (s && !strcmp(s, "auto")) return 0;
+    if (s && (!strcmp(s, "auto") || !strcmp(s, "bf16") || !strcmp(s, "f32"))) {
+        pm->m.kv_dtype = own(p, strdup(s));
+        return pm->m.kv_dtype ? 0 : fail(path, i, "kv_dtype", "out of memory");
+    }
     char what[200];
     snprintf(what, sizeof what, "'%.40s' is not a KV cache type atlas has: it is bf16 on a GPU "
-             "and f32 on the CPU; give \"auto\" or leave it out", s ? s : "(not a string)");
+             "and f32 on the CPU; give \"auto\", \"bf16\" or \"f32\", or leave it out",
+             s ? s : "(not a string)");
     return fail(path, i, "kv_dtype", what);
 }
 
@@ -112,7 +118,7 @@ static int get_setting(serve_preset *p, const char *path, int i, const char *key
     if (!strcmp(key, "parallel")) return get_int(path, i, key, v, 1, 4096, &m->parallel);
     if (!strcmp(key, "batch_tokens"))
         return get_int(path, i, key, v, 1, 1 << 20, &m->batch_tokens);
-    if (!strcmp(key, "kv_dtype")) return get_kv_dtype(path, i, v);
+    if (!strcmp(key, "kv_dtype")) return get_kv_dtype(p, path, i, v, pm);
     if (!strcmp(key, "matryoshka_dimensions")) return get_matryoshka(path, i, v, pm);
     if (!strcmp(key, "kv_memory")) {
         double g = json_number_value(v);

@@ -222,6 +222,12 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
     md->batch_tokens = src->batch_tokens ? src->batch_tokens : e->p.batch_tokens;
     md->kv_memory = src->kv_memory ? src->kv_memory : e->p.kv_memory;
     md->pinned = src->pinned != 0;
+    if (src->kv_dtype && strcmp(src->kv_dtype, "auto")) {
+        if (strlen(src->kv_dtype) >= sizeof md->kv_dtype_asked)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype '%.40s' is "
+                              "not a KV cache type atlas has", src->name, src->kv_dtype);
+        snprintf(md->kv_dtype_asked, sizeof md->kv_dtype_asked, "%s", src->kv_dtype);
+    }
     md->keep_ms = src->keep_alive_ms ? src->keep_alive_ms
                   : e->p.keep_alive_ms ? e->p.keep_alive_ms : ATLAS_KEEP_ALIVE_FOREVER;
     md->keep_now_ms = md->keep_ms;
@@ -286,7 +292,11 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
             return st;
         }
     }
-    atlas_engine_size_pools(e);
+    atlas_status pst = atlas_engine_size_pools(e);
+    if (pst != ATLAS_OK) {
+        atlas_engine_free(e);
+        return pst;
+    }
     if (pthread_create(&e->thread, NULL, atlas_engine_sched_main, e) != 0) {
         atlas_engine_free(e);
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: cannot start the scheduler thread");

@@ -115,6 +115,7 @@ typedef struct eng_model {
     int pinned;             /* never released for a swap nor by keep-alive */
     int64_t keep_ms;        /* keep-alive as set (ATLAS_KEEP_ALIVE_FOREVER, _NONE or ms) */
     char kv_dtype[8];       /* "bf16" or "f32" */
+    char kv_dtype_asked[8]; /* atlas_engine_model.kv_dtype ("" for the backend's) */
     int max_ctx;            /* the model's own maximum (atlas_config_max_context) */
     int kv_blocks;          /* pool size asked of the model */
     size_t weight_bytes;    /* of its files, before loading */
@@ -171,7 +172,7 @@ void atlas_engine_strip_dir(char *s, const char *dir);
 
 /* pools.c: the memory budget (e->budget, e->budget_what) and each model's KV pool, context
  * and estimated bytes, once the models' configs are read. */
-void atlas_engine_size_pools(atlas_engine *e);
+atlas_status atlas_engine_size_pools(atlas_engine *e);
 
 typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
 

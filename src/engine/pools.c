@@ -2,6 +2,7 @@
  * (atlas/engine.h, "Memory"), fixed when the engine is made. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "atlas/host.h"
@@ -89,7 +90,7 @@ static int sharers(const atlas_engine *e, size_t workspace, size_t *heavy) {
     return j > 0 ? j : 1;
 }
 
-void atlas_engine_size_pools(atlas_engine *e) {
+atlas_status atlas_engine_size_pools(atlas_engine *e) {
     int gpu = 0;
     size_t ram_share = 0;
     e->budget = memory_budget(e, &gpu, &ram_share);
@@ -111,6 +112,10 @@ void atlas_engine_size_pools(atlas_engine *e) {
         md->kv_token_bytes = 2 * (gpu ? 2 : 4) * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
                              md->cfg.head_dim; /* bf16 on a GPU, fp32 on the CPU */
         snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", gpu ? "bf16" : "f32");
+        if (md->kv_dtype_asked[0] && strcmp(md->kv_dtype_asked, md->kv_dtype))
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype %s: the KV "
+                              "cache on the %s is %s, the only type atlas has there", md->name,
+                              md->kv_dtype_asked, gpu ? "GPU" : "CPU", md->kv_dtype);
         long per_seq = (md->ctx + bs - 1) / bs;
         size_t mine = md->kv_memory ? md->kv_memory : share;
         long blocks = e->p.kv_blocks ? e->p.kv_blocks
@@ -129,4 +134,5 @@ void atlas_engine_size_pools(atlas_engine *e) {
         }
         md->est_bytes = md->weight_bytes + (size_t)blocks * bs * md->kv_token_bytes;
     }
+    return ATLAS_OK;
 }

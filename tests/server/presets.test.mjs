@@ -24,7 +24,7 @@ const MODELS = [
   { name: 'small', dir: path.join(DATA, 'tiny-llama3'), aliases: ['gpt-small'], ctx_size: 64,
     parallel: 2, keep_alive: '1s', kv_dtype: 'auto', chat_template: 'plain.jinja' },
   { name: 'big', dir: path.join(DATA, 'tiny-qwen3'), ctx_size: 512, pinned: true, load: true,
-    tool_call_format: 'hermes' },
+    tool_call_format: 'hermes', kv_dtype: 'f32' },
   { name: 'def', dir: DEFAULT.split('=')[1], ctx_size: 256, batch_tokens: 64, load: false,
     kv_memory: 8 / 1024 },
 ];
@@ -51,6 +51,7 @@ test('each model is served with its own settings, shown by /v1/models', async ()
   assert.equal(m.def.settings.batch_tokens, 64);
   assert.equal(m.big.settings.pinned, true);
   assert.equal(m.small.settings.kv_dtype, 'f32');
+  assert.equal(m.big.settings.kv_dtype, 'f32', 'named, and the backend\'s');
   // def's 8 MiB of KV at 8 KiB a token (f32, 8 layers, 4 KV heads of 32): 1,024 tokens
   assert.equal(m.def.settings.kv_memory, 8 << 20);
   assert.equal(m.def.settings.kv_tokens, 1024);
@@ -131,6 +132,11 @@ test('a bad models file stops the start, naming the model and the setting', () =
   let r = run([{ ...MODELS[0], kv_dtype: 'q8_0' }]);
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[0\]\.kv_dtype: 'q8_0' is not a KV cache type/);
+  // a type atlas has, but not on this backend: refused naming the model, not served as f32
+  r = spawnSync(BIN, ['serve', '--port', '0', '--device', 'cpu', '--models-preset',
+    preset([{ ...MODELS[0], kv_dtype: 'bf16' }])], { encoding: 'utf8', timeout: 10000 });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /model 'small': kv_dtype bf16: the KV cache on the CPU is f32/);
   r = run([MODELS[1], { dir: MODELS[0].dir, ctx: 5 }]);
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[1\]\.ctx: unknown setting/);
