@@ -614,8 +614,13 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
     if (!dev[0])
         snprintf(dev, sizeof dev, "%s", a->ep.device == ATLAS_DEVICE_CPU ? "cpu"
                                         : a->ep.device == ATLAS_DEVICE_CUDA ? "cuda" : "auto");
+    atlas_engine_metrics em;
+    atlas_engine_get_metrics(engine, &em);
+    char budget[64] = "";
+    if (em.memory_budget)
+        snprintf(budget, sizeof budget, ", budget %.2f GiB", em.memory_budget / 1073741824.0);
     atlas_server_log(server, ATLAS_LOG_INFO, "device %s; memory used %.2f GiB by %d loaded "
-                     "model(s) of %d", dev, total, count_resident(ms, n), n);
+                     "model(s) of %d%s", dev, total, count_resident(ms, n), n, budget);
     const char *addr = atlas_server_address(server);
     bool v6 = strchr(addr, ':') != NULL;
     bool keyed = a->sp.api_key && *a->sp.api_key; /* the server takes "" for none */

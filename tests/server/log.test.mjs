@@ -71,7 +71,7 @@ test('text log: the start banner, one line per request, no secrets', async () =>
     assert.equal(model[2], 'LlamaForCausalLM');
     assert.ok(Number(model[9]) > 0 && Number(model[10]) > 0, model[0]);
     assert.ok(Math.abs(Number(model[6]) - Number(model[7]) - Number(model[8])) < 0.02, model[0]);
-    assert.match(banner, / info device (cpu|cuda:\d+); memory used \d+\.\d+ GiB by 1 loaded model\(s\) of 1$/m);
+    assert.match(banner, / info device (cpu|cuda:\d+); memory used \d+\.\d+ GiB by 1 loaded model\(s\) of 1(, budget \d+\.\d+ GiB)?$/m);
     assert.match(banner, new RegExp(` info listening on http://127\\.0\\.0\\.1:${srv.port} \\(API key required\\)$`, 'm'));
 
     const answer = await requests(srv);

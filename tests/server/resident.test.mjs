@@ -66,6 +66,7 @@ test('a pool not set is an even share of what the budget leaves after the weight
 test('as many load at start as fit; the one that does not waits for its first request', async () => {
   assert.deepEqual(await states(), { small: 'resident', qwen: 'resident', def: 'unloaded' });
   assert.match(srv.log(), /model def: not loaded at start: it does not fit the memory budget/);
+  assert.match(srv.log(), /memory used [\d.]+ GiB by 2 loaded model\(s\) of 3, budget 0\.38 GiB$/m);
   const text = (await getJSON(srv.base, '/metrics')).text;
   assert.equal(metric(text, 'atlas_memory_budget_bytes'), BUDGET);
   assert.equal(metric(text, 'atlas_model_state{model_name="def",state="unloaded"}'), 1);
