@@ -486,6 +486,50 @@ static void test_pause_progress(const char *dir_a, const char *dir_b) {
     atlas_engine_free(e);
 }
 
+/* A model to be swapped out that has requests queued and none running (its one slot just
+ * freed) serves them within its turn instead of going with work left, and goes as soon as
+ * it is idle: b's request ends after every one of a's, with one load (b's) and no pause.
+ * Without the turn, a would go between its requests and come back for the rest. */
+static void test_queued_turn(const char *dir_a, const char *dir_b) {
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a, .parallel = 1},
+                                  {.name = "b", .dir = dir_b}};
+    atlas_engine *e = engine_new(mods, 2, 1, 256, 2000);
+    if (!e) return;
+    CHECK_OK(atlas_engine_load(e, "a"));
+    const atlas_tokenizer *tok = NULL; /* read now: b's first submit would wait for it */
+    CHECK_OK(atlas_engine_tokenizer(e, "b", &tok));
+    atlas_engine_metrics m0 = metrics(e);
+    enum { QUEUED = 3 };
+    atlas_request ra = request("a", 32), rb = request("b", 4);
+    coll ca[QUEUED], cb;
+    for (int k = 0; k < QUEUED; k++) {
+        coll_init(&ca[k]);
+        CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca[k], NULL));
+    }
+    coll_init(&cb);
+    CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
+    coll_wait(&cb);
+    int ended = 0;
+    for (int k = 0; k < QUEUED; k++) {
+        int done = 0;
+        coll_tokens(&ca[k], &done);
+        ended += done;
+    }
+    CHECK_MSG(ended == QUEUED, "%d of a's %d requests had ended when b's did", ended, QUEUED);
+    CHECK(cb.finish == ATLAS_FINISH_LENGTH);
+    atlas_engine_metrics m1 = metrics(e);
+    CHECK_MSG(m1.loads - m0.loads == 1 && m1.preemptions == m0.preemptions,
+              "%llu loads, %llu pauses", (unsigned long long)(m1.loads - m0.loads),
+              (unsigned long long)(m1.preemptions - m0.preemptions));
+    for (int k = 0; k < QUEUED; k++) {
+        coll_wait(&ca[k]);
+        CHECK(ca[k].finish == ATLAS_FINISH_LENGTH);
+        coll_destroy(&ca[k]);
+    }
+    coll_destroy(&cb);
+    atlas_engine_free(e);
+}
+
 int main(void) {
     char a[1024], b[1024];
     snprintf(a, sizeof a, "%s", harness_data_path("tiny-llama3"));
@@ -500,5 +544,6 @@ int main(void) {
     test_budget_before_evict(a, b);
     test_pause(a, b);
     test_pause_progress(a, b);
+    test_queued_turn(a, b);
     return harness_finish();
 }
