@@ -458,6 +458,19 @@ static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeab
                       (sv.available_bytes + freeable) / g, sv.available_what);
 }
 
+/* Fails the requests for a model larger than the whole budget; returns 1 (worked). */
+static int fail_too_large(atlas_engine *e, int want) {
+    eng_model *wm = &e->models[want];
+    char msg[512];
+    snprintf(msg, sizeof msg, "model '%s' needs %.2f GiB (weights %.2f, KV cache %.2f); %s",
+             wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
+             (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
+    e->metrics.load_failures++;
+    tell_failed(e, wm, 0, msg);
+    fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
+    return 1;
+}
+
 /* Makes the wanted model resident: loads it when it fits, else lets the least recently
  * used model drain (no admissions) and releases it once its release is no longer refused
  * (its sequences are done, or paused after drain_timeout_ms).
@@ -470,16 +483,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
         return 0;
     }
     eng_model *wm = &e->models[want];
-    if (e->budget && wm->est_bytes > e->budget) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "model '%s' needs %.2f GiB (weights %.2f, KV cache %.2f); %s",
-                 wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
-                 (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
-        e->metrics.load_failures++;
-        tell_failed(e, wm, 0, msg);
-        fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
-        return 1;
-    }
+    if (e->budget && wm->est_bytes > e->budget) return fail_too_large(e, want);
     /* A model whose checkpoint is broken, or that would not fit even with every resident
      * model released, must not cost the resident ones their place: its files' headers are
      * read and checked (no tensor data) before anything is evicted. */
