@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/error.h"
+#include "model/forward.h"
 #include "harness.h"
 
 typedef struct entry {
@@ -141,4 +143,43 @@ int ckpt_write_text(const char *dir, const char *name, const char *text) {
     if (f && fclose(f)) ok = 0;
     CHECK_MSG(ok, "writing %s", path);
     return ok;
+}
+
+atlas_model_params ckpt_params(int max_t, int block, int max_blocks) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.n_threads = 2;
+    p.max_batch_tokens = max_t;
+    p.kv_block_size = block;
+    p.kv_tokens = 2 * max_blocks * block;
+    return p;
+}
+
+atlas_status ckpt_feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
+                       const int *count, const int32_t *rope_len, int max_blocks, bool spread,
+                       float *logits) {
+    int total = 0;
+    for (int s = 0; s < n_seqs; s++) total += count[s];
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(2 * total + 2 * max_blocks)), *rows;
+    if (!pos) return atlas_fail(ATLAS_ERR_NOMEM, "ckpt_feed: out of memory");
+    int32_t *table = pos + total, start[3], ctx[2];
+    rows = table + 2 * max_blocks;
+    int t = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        start[s] = t;
+        for (int i = 0; i < count[s]; i++, t++) pos[t] = ctx0[s] + i, rows[t] = t;
+        ctx[s] = ctx0[s] + count[s];
+        for (int b = 0; b < max_blocks; b++)
+            table[s * max_blocks + b] =
+                spread ? (int32_t)((b * 5 + s * 3) % (2 * max_blocks)) : s * max_blocks + b;
+    }
+    start[n_seqs] = t;
+    atlas_batch b = {.n_tokens = t, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
+                     .seq_start = start, .seq_ctx = ctx, .seq_rope_len = rope_len,
+                     .block_table = table, .max_blocks = max_blocks, .n_logits = t,
+                     .logit_rows = rows};
+    atlas_status st = atlas_model_forward(m, &b, logits);
+    free(pos);
+    return st;
 }

@@ -5,8 +5,10 @@
 #ifndef ATLAS_TEST_CKPT_H
 #define ATLAS_TEST_CKPT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "atlas/model.h"
 #include "model/shard.h"
 
 /* The value of element i (row-major) of tensor `name`; the file holds it rounded to bf16. */
@@ -50,5 +52,18 @@ void ckpt_ref_linear(ckpt_fill fill, void *user, const char *name, int rows, int
                      const double *in, double *out);
 void ckpt_ref_rmsnorm(ckpt_fill fill, void *user, const char *name, int64_t j0, double add,
                       const double *x, int d, double eps, double *out);
+
+/* The CPU parameters of those tests: 2 threads, no tokenizer, batches of up to max_t tokens,
+ * a KV pool of 2 * max_blocks blocks of block tokens. */
+atlas_model_params ckpt_params(int max_t, int block, int max_blocks);
+
+/* One batch of n_seqs (1 or 2) sequences through m: sequence s continues from ctx0[s] cached
+ * tokens with count[s] new ones (tokens: theirs in order), the logits of every new token into
+ * logits. Its KV takes max_blocks blocks of its own: block b at s * max_blocks + b, or with
+ * spread at (b * 5 + s * 3) % (2 * max_blocks) (blocks far apart, the second sequence's
+ * elsewhere). rope_len: the batch's seq_rope_len, or NULL. */
+atlas_status ckpt_feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
+                       const int *count, const int32_t *rope_len, int max_blocks, bool spread,
+                       float *logits);
 
 #endif

@@ -158,21 +158,7 @@ static void compare(const char *what, const float *got, const double *ref, int f
 static atlas_status feed_len(atlas_model *m, int n_seqs, const int32_t *tokens,
                              const int *ctx0, const int *count, const int32_t *rope_len,
                              float *logits) {
-    int32_t pos[MAX_TOK * 2], start[3], ctx[2], table[2 * MAX_BLOCKS], rows[MAX_TOK * 2];
-    int t = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        start[s] = t;
-        for (int i = 0; i < count[s]; i++, t++) pos[t] = ctx0[s] + i, rows[t] = t;
-        ctx[s] = ctx0[s] + count[s];
-        for (int b = 0; b < MAX_BLOCKS; b++) /* blocks far apart, the second seq elsewhere */
-            table[s * MAX_BLOCKS + b] = (int32_t)((b * 5 + s * 3) % (2 * MAX_BLOCKS));
-    }
-    start[n_seqs] = t;
-    atlas_batch b = {.n_tokens = t, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
-                     .seq_start = start, .seq_ctx = ctx, .seq_rope_len = rope_len,
-                     .block_table = table, .max_blocks = MAX_BLOCKS, .n_logits = t,
-                     .logit_rows = rows};
-    return atlas_model_forward(m, &b, logits);
+    return ckpt_feed(m, n_seqs, tokens, ctx0, count, rope_len, MAX_BLOCKS, true, logits);
 }
 
 static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,

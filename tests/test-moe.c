@@ -269,36 +269,12 @@ static int write_model(const char *dir, const char *config, atlas_config *c, con
            ckpt_write_tensors(dir, t, k, fill_value, NULL);
 }
 
-static atlas_model_params params(void) {
-    atlas_model_params p = atlas_model_default_params();
-    p.device = ATLAS_DEVICE_CPU;
-    p.load_tokenizer = 0;
-    p.n_threads = 2;
-    p.max_batch_tokens = MAX_T;
-    p.kv_block_size = BLOCK;
-    p.kv_tokens = 2 * MAX_BLOCKS * BLOCK;
-    return p;
-}
-
 /* ---- runs ----------------------------------------------------------------------------- */
 
-/* One batch of n_seqs sequences, each continuing from ctx0[s] cached tokens with count[s]
- * new ones; logits of every new token. */
+/* One batch of n_seqs sequences (tests/ckpt.h's ckpt_feed, blocks in order). */
 static atlas_status feed(atlas_model *m, int n_seqs, const int32_t *tokens, const int *ctx0,
                          const int *count, float *logits) {
-    int32_t pos[MAX_T], start[3], ctx[2], table[2 * MAX_BLOCKS], rows[MAX_T];
-    int t = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        start[s] = t;
-        for (int i = 0; i < count[s]; i++, t++) pos[t] = ctx0[s] + i, rows[t] = t;
-        ctx[s] = ctx0[s] + count[s];
-        for (int b = 0; b < MAX_BLOCKS; b++) table[s * MAX_BLOCKS + b] = s * MAX_BLOCKS + b;
-    }
-    start[n_seqs] = t;
-    atlas_batch b = {.n_tokens = t, .tokens = tokens, .positions = pos, .n_seqs = n_seqs,
-                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
-                     .max_blocks = MAX_BLOCKS, .n_logits = t, .logit_rows = rows};
-    return atlas_model_forward(m, &b, logits);
+    return ckpt_feed(m, n_seqs, tokens, ctx0, count, NULL, MAX_BLOCKS, false, logits);
 }
 
 static double compare(const char *what, const float *got, const double *ref, int n, int V) {
@@ -368,7 +344,7 @@ static void test_qwen3_moe(void) {
     char dir[600];
     if (!harness_mkdtemp(dir, sizeof dir, "qwen3-moe")) return;
     atlas_config c;
-    atlas_model_params p = params();
+    atlas_model_params p = ckpt_params(MAX_T, BLOCK, MAX_BLOCKS);
     atlas_model *m = NULL;
     float *on = malloc(sizeof(float) * N * 32), *off = malloc(sizeof(float) * N * 32);
     if (write_model(dir, QWEN3_MOE("true"), &c, NULL, NULL)) {
@@ -433,7 +409,7 @@ static void test_refusals(void) {
     char dir[600];
     if (!harness_mkdtemp(dir, sizeof dir, "moe-bad")) return;
     atlas_config c;
-    atlas_model_params p = params();
+    atlas_model_params p = ckpt_params(MAX_T, BLOCK, MAX_BLOCKS);
     atlas_model *m = NULL;
     const char *gone = "model.layers.2.mlp.experts.5.up_proj.weight";
     if (write_model(dir, QWEN3_MOE("true"), &c, gone, NULL)) {
@@ -463,7 +439,7 @@ static void test_mixtral(void) {
     char dir[600];
     if (!harness_mkdtemp(dir, sizeof dir, "mixtral")) return;
     atlas_config c;
-    atlas_model_params p = params();
+    atlas_model_params p = ckpt_params(MAX_T, BLOCK, MAX_BLOCKS);
     atlas_model *m = NULL;
     float *got = malloc(sizeof(float) * N * 32);
     if (write_model(dir, mixtral_config, &c, NULL, NULL)) {
