@@ -1,29 +1,23 @@
 /* tests/test-engine.c — the engine on the CPU backend with the fixture models
- * (tests/data/tiny-llama3, tiny-qwen3):
- * - greedy output matches transformers' reference ids (reference.safetensors), prompt 6
- *   (~500 tokens) prefilled in chunks of 64;
- * - at temperature 0 (and seeded sampling) a request's output is identical alone and in a
- *   batch of 32 concurrent requests;
- * - a deliberately tiny KV pool preempts sequences and still completes every one right;
- * - cancel ends a running and a queued request and frees their blocks at once;
- * - stop strings cut the text before them; submit's errors (unknown model, prompt longer
- *   than the context, full queue);
- * - 50 swaps alternating two models with max_resident 1 while requests for both arrive from
- *   two threads: every answer right, none failed, RSS stable;
- * - a model that fails to load errors its requests only; load/unload by hand;
- * - prefix caching: reused blocks give the same answers; LRU residency with three models;
- *   unload refused while a sequence runs, done once it ended; gpu_memory; drain_timeout_ms
- *   pauses a victim. */
+ * (tests/data/tiny-llama3, tiny-qwen3): greedy output matches transformers' reference ids
+ * (prompt 6, ~500 tokens, prefilled in chunks of 64); at temperature 0 (and seeded sampling)
+ * a request's output is identical alone and in a batch of 32; a tiny KV pool preempts and
+ * still completes every sequence right; cancel frees a running and a queued request's blocks
+ * at once; stop strings; submit's errors (unknown model, prompt past the context, full queue);
+ * swaps of two models with max_resident 1 under requests from two threads, every answer
+ * right, RSS stable, swapping a bounded share of the time; a failed load errors its requests
+ * only; load/unload by hand; prefix caching; LRU residency with three models; unload refused
+ * while a sequence runs; gpu_memory; drain_timeout_ms pausing a victim. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "atlas/engine.h"
 #include "atlas/tokenizer.h"
+#include "core/clock.h"
 #include "harness.h"
 #include "format/safetensors.h"
 
@@ -104,12 +98,6 @@ static void coll_wait_tokens(coll *c, int n) {
     pthread_mutex_lock(&c->mu);
     while (!c->done && c->n_ids < n) pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---- fixtures --------------------------------------------------------------------------- */
@@ -417,13 +405,13 @@ static void test_batch_vs_alone(const fixture *f) {
     atlas_engine *e = engine_new(&mod, 1, NULL);
     if (!e) return;
     coll *alone[N], *batch[N];
-    double t0 = now_s();
+    double t0 = (atlas_now_ms() / 1e3);
     for (int i = 0; i < N; i++) {
         atlas_request r = batch_request(f, i);
         alone[i] = run_one(e, &r);
     }
-    double t_alone = now_s() - t0;
-    t0 = now_s();
+    double t_alone = (atlas_now_ms() / 1e3) - t0;
+    t0 = (atlas_now_ms() / 1e3);
     atlas_request_handle *h[N];
     for (int i = 0; i < N; i++) {
         atlas_request r = batch_request(f, i);
@@ -450,7 +438,7 @@ static void test_batch_vs_alone(const fixture *f) {
         }
         atlas_engine_handle_free(h[i]);
     }
-    double t_batch = now_s() - t0;
+    double t_batch = (atlas_now_ms() / 1e3) - t0;
     CHECK(same == N && n_greedy == 24);
     fprintf(stderr, "%s: 32 requests one at a time %.3f s, all at once %.3f s\n", f->name,
             t_alone, t_batch);
@@ -691,9 +679,9 @@ static void test_swaps(const fixture *a, const fixture *b) {
     atlas_engine_metrics m0, m1;
     atlas_engine_get_metrics(e, &m0);
     long rss0 = rss_kb();
-    double t0 = now_s();
+    double t0 = (atlas_now_ms() / 1e3);
     swap_round(e, a, b, 30);
-    double elapsed = now_s() - t0;
+    double elapsed = (atlas_now_ms() / 1e3) - t0;
     long rss1 = rss_kb();
     atlas_engine_get_metrics(e, &m1);
     uint64_t swaps = m1.loads - m0.loads;
@@ -976,9 +964,9 @@ static void test_failed_load(const fixture *f) {
 
 #define TIMED(call)                                                                        \
     do {                                                                                   \
-        double t0_ = now_s();                                                              \
+        double t0_ = (atlas_now_ms() / 1e3);                                                              \
         call;                                                                              \
-        fprintf(stderr, "%-40s %6.2f s\n", #call, now_s() - t0_);                          \
+        fprintf(stderr, "%-40s %6.2f s\n", #call, (atlas_now_ms() / 1e3) - t0_);                          \
     } while (0)
 
 int main(void) {
