@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "model/config.h"
+#include "model/rope.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

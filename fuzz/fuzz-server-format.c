@@ -74,7 +74,7 @@ static atlas_gen *gen_new(uint8_t flags) {
     g->o.reasoning = flags & 64; /* the <think> splitter (chat only) */
     g->o.reasoning_inside = flags & 128;
     snprintf(g->id, sizeof g->id, "chatcmpl-fuzz");
-    if (atlas_gen_format_init(g) != ATLAS_OK) abort();
+    if (atlas_gen_format_init(g, NULL, 0) != ATLAS_OK) abort();
     return g;
 }
 
