@@ -10,20 +10,10 @@
 #include <time.h>
 
 #include "backend/cpu/cpu.h"
+#include "cpu_time.h"
 
 enum { H = 16, K = 8, HD = 128, QKV = (H + 2 * K) * HD, BS = 16 };
 static const char *names[] = {"plain", "avx2", "avx512", "neon"}; /* by cpu_attn_kind */
-
-static double cpu_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 512, nb = (n + BS - 1) / BS;

@@ -9,17 +9,7 @@
 #include <time.h>
 
 #include "backend/cpu/cpu.h"
-
-static double cpu_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "cpu_time.h"
 
 int main(int argc, char **argv) {
     int64_t rows = argc > 1 ? atoll(argv[1]) : 3072, cols = argc > 2 ? atoll(argv[2]) : 1024;
