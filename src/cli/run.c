@@ -226,6 +226,7 @@ typedef struct run_out {
     const run_opts *o;
     const atlas_tokenizer *tok;
     int done, failed, n_gen;
+    char last; /* the last byte of text printed, so that the closing newline is not doubled */
     double t_submit, t_first, t_end;
     atlas_event end; /* the END event's fields (its pointers are not kept) */
     char message[512];
@@ -239,10 +240,16 @@ static void on_event(const atlas_event *ev, void *user) {
         if (r->n_gen++ == 0) r->t_first = now_s();
         if (o->json) r->failed |= print_json(r->tok, ev->id, ev->text, ev->text_len,
                                              ev->logprob, ev->top, ev->n_top);
-        else if (ev->text_len) fwrite(ev->text, 1, ev->text_len, stdout), fflush(stdout);
+        else if (ev->text_len) {
+            fwrite(ev->text, 1, ev->text_len, stdout), fflush(stdout);
+            r->last = ev->text[ev->text_len - 1];
+        }
         return;
     }
-    if (ev->text_len && !o->json) fwrite(ev->text, 1, ev->text_len, stdout);
+    if (ev->text_len && !o->json) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        r->last = ev->text[ev->text_len - 1];
+    }
     if (ev->stop_id >= 0 && r->n_gen++ == 0) /* the first token ends it: its time is the END's */
         r->t_first = now_s();
     if (ev->stop_id >= 0 && o->json) /* the end-of-sequence token: no text */
@@ -338,8 +345,8 @@ static int generate(run_opts *o, atlas_engine *e, const atlas_tokenizer *tok, co
         rc |= r.failed;
     }
     /* the text ends with a newline, so that a shell prompt or the next output starts on a
-     * line of its own */
-    if (!o->json) putchar('\n');
+     * line of its own; a text that already ends with one gets no second */
+    if (!o->json && r.last != '\n') putchar('\n');
     static const char *const finish[] = {"stop", "length", "cancelled", "error"};
     if (o->json && r.done)
         printf("{\"seed\":%llu,\"finish_reason\":\"%s\"}\n", (unsigned long long)o->sp.seed,

@@ -14,12 +14,21 @@ const atlas = (args, input, env) =>
                          env: { ...process.env, ...env } });
 const run = (args, input) => atlas(['run', '--device', 'cpu', '-n', '6', ...args], input);
 
-test('run ends its text with a newline, also when piped', () => {
-  const r = run(['-p', 'Once upon a time']);
-  assert.equal(r.status, 0, r.stderr);
-  assert.ok(r.stdout.length > 1, 'generated something');
-  assert.ok(r.stdout.endsWith('\n'), JSON.stringify(r.stdout));
-  assert.ok(!r.stdout.endsWith('\n\n'), 'one newline, not two');
+test('run ends its text with a newline, also when piped, and never with a second one', () => {
+  // the piped text is the tokens' text (as --json gives it) and one newline, unless that
+  // text already ends with one: seed 10 makes this prompt's first token ".\n"
+  for (const [prompt, seed, n] of [['Once upon a time', '1', '6'], ['Chapter 1', '10', '1']]) {
+    const args = ['run', '--device', 'cpu', '-n', n, '--seed', seed, '-p', prompt];
+    const r = atlas(args);
+    assert.equal(r.status, 0, r.stderr);
+    const j = atlas([...args, '--json']);
+    assert.equal(j.status, 0, j.stderr);
+    const text = j.stdout.trim().split('\n').map((l) => JSON.parse(l))
+      .filter((e) => 'text' in e).map((e) => e.text).join('');
+    assert.ok(text.length > 0, 'generated something');
+    assert.equal(r.stdout, text.endsWith('\n') ? text : text + '\n', JSON.stringify(r.stdout));
+    if (seed === '10') assert.ok(text.endsWith('\n'), `the case under test: ${JSON.stringify(text)}`);
+  }
 });
 
 test('run -p - reads the prompt from stdin, -f FILE from a file', () => {
