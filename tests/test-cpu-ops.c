@@ -138,8 +138,9 @@ static void test_matmul(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t
 }
 
 /* A weight of two bf16 parts (r0 + r1 rows of k) times n tokens through each bf16 kernel this
- * CPU runs (the AVX2 / plain tiles, AVX-512): against a double sum and the plain path
- * (cpu_matmul_plain) within 2e-6, and each token alone bitwise its row of the batch. */
+ * CPU runs (the AVX2 / plain tiles, AVX-512, NEON): against a double sum and the plain path
+ * (cpu_matmul_plain) within 2e-6, and each token alone bitwise its row of the batch. The
+ * kernel with bf16 activations (DOT) is held to the double sum over x rounded to bf16. */
 static void test_bf16_kernels(atlas_backend *be, int n, int64_t k, int64_t r0, int64_t r1) {
     tensor p[2];
     int64_t rows[2] = {r0, r1}, m = r0 + r1;
@@ -153,37 +154,52 @@ static void test_bf16_kernels(atlas_backend *be, int n, int64_t k, int64_t r0, i
     float *x = malloc(sizeof(float) * n * k), *out = malloc(sizeof(float) * n * m);
     float *plain = malloc(sizeof(float) * n * m), *one = malloc(sizeof(float) * m);
     double *want = malloc(sizeof(double) * n * m), *dplain = malloc(sizeof(double) * n * m);
+    double *want_bx = malloc(sizeof(double) * n * m);
     fill(x, (size_t)n * k);
     for (int t = 0; t < n; t++)
         for (int64_t r = 0; r < m; r++) {
             const double *wv = r < r0 ? p[0].vals + r * k : p[1].vals + (r - r0) * k;
-            double s = 0;
-            for (int64_t i = 0; i < k; i++) s += wv[i] * x[t * k + i];
+            double s = 0, sb = 0;
+            for (int64_t i = 0; i < k; i++) {
+                s += wv[i] * x[t * k + i];
+                sb += wv[i] * atlas_bf16_to_f32(atlas_f32_to_bf16(x[t * k + i]));
+            }
             want[t * m + r] = s;
+            want_bx[t * m + r] = sb;
         }
     cpu_backend *cb = (cpu_backend *)be;
     cpu_bf16_kind saved = cb->bf16;
     if (w) CHECK_OK(cpu_matmul_plain(be, plain, x, w, NULL, n));
     for (size_t i = 0; i < (size_t)n * m; i++) dplain[i] = plain[i];
-    for (int kind = CPU_BF16_NONE; w && kind <= CPU_BF16_NEON; kind++) {
+    for (int kind = CPU_BF16_NONE; w && kind <= CPU_BF16_DOT; kind++) {
         if (kind != CPU_BF16_NONE && !cpu_bf16_kind_supported((cpu_bf16_kind)kind)) continue;
         cb->bf16 = (cpu_bf16_kind)kind;
         char what[96];
         snprintf(what, sizeof what, "bf16 kind %d, n=%d k=%lld m=%lld+%lld", kind, n,
                  (long long)k, (long long)r0, (long long)r1);
         CHECK_OK(be->ops->matmul(be, out, x, w, NULL, n));
-        CHECK_ERR(what, out, want, (size_t)n * m);
-        CHECK_ERR(what, out, dplain, (size_t)n * m);
+        if (kind == CPU_BF16_DOT) {
+            CHECK_ERR(what, out, want_bx, (size_t)n * m);
+        } else {
+            CHECK_ERR(what, out, want, (size_t)n * m);
+            CHECK_ERR(what, out, dplain, (size_t)n * m);
+        }
         for (int t = 0; t < n; t++) {
             CHECK_OK(be->ops->matmul(be, one, x + (size_t)t * k, w, NULL, 1));
             CHECK_MSG(!memcmp(one, out + (size_t)t * m, sizeof(float) * m),
                       "%s: token %d alone is not its row of the batch", what, t);
         }
+        if (kind != CPU_BF16_DOT) { /* bf16 activations without DOT: x rounded, this kernel */
+            cb->round_x = 1;
+            CHECK_OK(be->ops->matmul(be, out, x, w, NULL, n));
+            cb->round_x = 0;
+            CHECK_ERR(what, out, want_bx, (size_t)n * m);
+        }
     }
     cb->bf16 = saved;
     be->ops->weight_free(be, w);
     for (int i = 0; i < 2; i++) tensor_free(&p[i]);
-    free(x), free(out), free(plain), free(one), free(want), free(dplain);
+    free(x), free(out), free(plain), free(one), free(want), free(dplain), free(want_bx);
 }
 
 static void ref_rmsnorm(double *out, const double *x, const double *w, int d, double eps) {

@@ -44,6 +44,7 @@ typedef struct bench_opts {
     atlas_backend_options backend; /* --no-graphs, --no-pdl, --no-cublaslt, --skip-ops */
     int no_memory_check; /* --no-memory-check */
     int threads;         /* --threads: CPU workers (0: one per core) */
+    atlas_cpu_activations cpu_act; /* --cpu-activations */
 } bench_opts;
 
 static double now_s(void) {
@@ -56,6 +57,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
+                    "                   [--cpu-activations fp32|bf16]   (the CPU's bf16 matmuls)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
                     "each printed; nothing else)\n"
@@ -85,12 +87,12 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    "--kernels", "--no-memory-check", "--threads", NULL};
+    "--kernels", "--no-memory-check", "--threads", "--cpu-activations", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0, 0};
+                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_FP32};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
@@ -153,6 +155,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             atlas_kernels k;
             if (atlas_cli_parse_kernels(v, &k)) return usage();
             o->backend.portable = k == ATLAS_KERNELS_PORTABLE;
+        } else if (!strcmp(a, "--cpu-activations")) {
+            if (atlas_cli_parse_cpu_activations(v, &o->cpu_act)) return usage();
         } else {
             return usage();
         }
@@ -327,6 +331,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.gpu = o.gpu;
     mp.no_memory_check = o.no_memory_check;
     mp.n_threads = o.threads;
+    mp.cpu_activations = o.cpu_act;
     atlas_model *m = NULL;
     double t0 = now_s();
     if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK) {

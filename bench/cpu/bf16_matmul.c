@@ -1,7 +1,7 @@
 /* bench/cpu/bf16_matmul.c — the CPU backend's bf16 matmul, one thread, each kernel this CPU
- * has (AVX2 tiles, AVX-512 F32) on the same weight and tokens, runs
+ * has (AVX2 tiles, AVX-512 F32, NEON, AVX512_BF16 dot products) on the same weight and tokens, runs
  * interleaved, each timed in the thread's CPU time, median of 5; and each kernel's largest
- * error against a double sum, relative to the largest output.
+ * error against a double sum over the fp32 activations, relative to the largest output.
  *   cc ... -Isrc bench/cpu/bf16_matmul.c build/libatlas.a ... && ./bf16_matmul ROWS COLS N ITERS */
 #include <math.h>
 #include <stdio.h>
@@ -39,11 +39,11 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < cols; i++) want[r] += (double)atlas_bf16_to_f32(wb[r * cols + i]) * x[i];
         if (fabs(want[r]) > wmax) wmax = fabs(want[r]);
     }
-    const char *names[] = {"avx2", "f32"};
-    double t[2][5] = {{0}}, err[2] = {0};
+    const char *names[] = {"avx2", "f32", "neon", "dot"};
+    double t[4][5] = {{0}}, err[4] = {0};
     cpu_backend *cb = (cpu_backend *)be;
     for (int rep = 0; rep < 5; rep++)
-        for (int kd = 0; kd <= CPU_BF16_NEON; kd++) {
+        for (int kd = 0; kd <= CPU_BF16_DOT; kd++) {
             if (kd && !cpu_bf16_kind_supported((cpu_bf16_kind)kd)) continue;
             cb->bf16 = (cpu_bf16_kind)kd;
             double t0 = cpu_ms();
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         }
     printf("%lld x %lld, %d token(s), one thread, CPU ms a matmul (median of 5 interleaved):\n",
            (long long)rows, (long long)cols, n);
-    for (int kd = 0; kd <= CPU_BF16_NEON; kd++) {
+    for (int kd = 0; kd <= CPU_BF16_DOT; kd++) {
         if (kd && !cpu_bf16_kind_supported((cpu_bf16_kind)kd)) continue;
         qsort(t[kd], 5, sizeof(double), cmp);
         double gmacs = (double)rows * cols * n / (t[kd][2] * 1e6);

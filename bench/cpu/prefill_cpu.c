@@ -2,7 +2,7 @@
  * work: wall time there measures the neighbours, while the CPU time of the process (all its
  * threads) divided by the thread count is what the prefill costs on cores of its own.
  *
- *   prefill_cpu DIR THREADS REPS N...
+ *   prefill_cpu [--cpu-activations fp32|bf16] DIR THREADS REPS N...
  * loads the checkpoint in DIR on the CPU backend, runs one untimed prefill of the first N,
  * then REPS rounds of a prefill of each N (one sequence of random ids from position 0) and
  * prints, a length a line, the median over rounds of N / (CPU seconds / THREADS) and of the
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "atlas/model.h"
@@ -40,8 +41,13 @@ static atlas_status prefill(atlas_model *m, const int32_t *ids, int n, int32_t *
 }
 
 int main(int argc, char **argv) {
+    atlas_cpu_activations act = ATLAS_CPU_ACT_FP32;
+    if (argc > 2 && !strcmp(argv[1], "--cpu-activations")) {
+        act = !strcmp(argv[2], "bf16") ? ATLAS_CPU_ACT_BF16 : ATLAS_CPU_ACT_FP32;
+        argc -= 2, argv += 2;
+    }
     if (argc < 5) {
-        fprintf(stderr, "usage: prefill_cpu DIR THREADS REPS N...\n");
+        fprintf(stderr, "usage: prefill_cpu [--cpu-activations fp32|bf16] DIR THREADS REPS N...\n");
         return 2;
     }
     int threads = atoi(argv[2]), reps = atoi(argv[3]), nl = argc - 4, most = 0;
@@ -53,6 +59,7 @@ int main(int argc, char **argv) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.n_threads = threads;
+    p.cpu_activations = act;
     p.load_tokenizer = 0;
     p.kv_tokens = most + 16;
     atlas_model *m = NULL;

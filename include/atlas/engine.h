@@ -212,6 +212,8 @@ typedef struct atlas_engine_params {
                              finds too little memory (atlas_model_params.no_memory_check) */
     int64_t keep_alive_ms; /* the models' keep-alive (atlas_engine_model.keep_alive_ms);
                              0 (default): forever */
+    atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (include/atlas/model.h;
+                                              default fp32) */
 } atlas_engine_params;
 
 enum { ATLAS_MAX_RESIDENT_AUTO = -1 }; /* atlas_engine_params.max_resident */

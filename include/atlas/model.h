@@ -45,6 +45,15 @@ typedef enum atlas_kernels {
                                  kernels run on Ampere and Ada, reproduced on a newer GPU */
 } atlas_kernels;
 
+/* What the CPU multiplies a bf16 weight with (`--cpu-activations`). */
+typedef enum atlas_cpu_activations {
+    ATLAS_CPU_ACT_FP32 = 0, /* fp32 activations, every product exact: the reference */
+    ATLAS_CPU_ACT_BF16,     /* activations rounded to bf16 first, as a GPU's tensor cores and
+                               llama.cpp take them: AVX512_BF16 dot products where the CPU has
+                               them (about twice the prefill rate), logits within the GPU's
+                               tolerance of the reference; other weight formats are unchanged */
+} atlas_cpu_activations;
+
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */
 typedef void (*atlas_load_progress_fn)(void *user, uint64_t done, uint64_t total);
 
@@ -81,6 +90,8 @@ typedef struct atlas_model_params {
      * needs more fails with ATLAS_ERR_NOMEM (CPU) or ATLAS_ERR_DEVICE_NOMEM (CUDA) naming
      * both figures.  1: load anyway (`--no-memory-check`). */
     int no_memory_check;
+    atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (default fp32); other
+                                              backends ignore it */
 } atlas_model_params;
 
 /* The defaults above.  Pure; any thread. */

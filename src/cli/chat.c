@@ -124,6 +124,7 @@ static void usage(FILE *f) {
             "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU)\n"
             "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
+            "  --cpu-activations fp32|bf16  the CPU's bf16 matmuls (see atlas run --help)\n"
             "  --no-memory-check    load even when the model needs more memory than is free\n"
             "  -h, --help           this help\n",
             atlas_cli_default_model());
@@ -760,7 +761,7 @@ static int read_input(chat *c, char **text, int *single, int *empty) {
 static const char *const chat_options[] = {
     "-h", "--help", "-m", "--model", "--url", "--api-key", "--system", "--temp", "--top-p",
     "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads",
-    "--kernels", "--no-memory-check", NULL};
+    "--kernels", "--no-memory-check", "--cpu-activations", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
@@ -801,6 +802,11 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--kernels")) {
         if (atlas_cli_parse_kernels(v, &c->dev.kernels)) {
             fprintf(stderr, "atlas chat: --kernels: '%s' (want native or portable)\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--cpu-activations")) {
+        if (atlas_cli_parse_cpu_activations(v, &c->dev.cpu_act)) {
+            fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want fp32 or bf16)\n", v);
             return 2;
         }
     } else if (set_knob(c, a, v, "atlas chat")) {

@@ -27,6 +27,9 @@ int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu);
 /* Parses --kernels' value: "native" or "portable" (include/atlas/model.h).  0 on success, -1
  * (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
+/* Parses --cpu-activations' value: "fp32" or "bf16" (include/atlas/model.h).  0 on success,
+ * -1 (nothing set) on anything else (cli/device.c). */
+int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act);
 
 /* Where a command that runs one model in process runs it (--device, --kernels, --threads,
  * --ctx-size). */
@@ -34,6 +37,7 @@ typedef struct atlas_cli_device {
     atlas_device device;
     int gpu; /* the ordinal of --device cuda:N */
     atlas_kernels kernels;
+    atlas_cpu_activations cpu_act; /* --cpu-activations */
     int threads, ctx;
     int no_memory_check; /* --no-memory-check */
 } atlas_cli_device;

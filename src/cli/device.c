@@ -1,4 +1,4 @@
-/* cli/device.c — the --device and --kernels options, one spelling for every subcommand, and
+/* cli/device.c — the --device, --kernels and --cpu-activations options, one spelling for every subcommand, and
  * the engine of one model that `run` and `chat` make from them. */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +28,12 @@ int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels) {
     return -1;
 }
 
+int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act) {
+    if (!strcmp(v, "fp32")) return *act = ATLAS_CPU_ACT_FP32, 0;
+    if (!strcmp(v, "bf16")) return *act = ATLAS_CPU_ACT_BF16, 0;
+    return -1;
+}
+
 atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atlas_cli_device *d) {
     atlas_engine_params p = atlas_engine_default_params();
     p.models = mod;
@@ -39,6 +45,7 @@ atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atl
     p.gpu = d->gpu;
     p.kernels = d->kernels;
     p.n_threads = d->threads;
+    p.cpu_activations = d->cpu_act;
     p.no_memory_check = d->no_memory_check;
     return p;
 }

@@ -351,7 +351,7 @@ static const char *const serve_options[] = {
     "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels",
+    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations",
     "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
     "--tool-call-format", "--models-preset", "--keep-alive", NULL};
 
@@ -432,6 +432,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = atlas_cli_parse_device(v, &a->ep.device, &a->ep.gpu);
         } else if (!strcmp(o, "--kernels")) {
             bad = atlas_cli_parse_kernels(v, &a->ep.kernels);
+        } else if (!strcmp(o, "--cpu-activations")) {
+            bad = atlas_cli_parse_cpu_activations(v, &a->ep.cpu_activations);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
             atlas_cli_serve_usage(stderr);

@@ -3,6 +3,7 @@
  * attention live in cpu_matmul.c and cpu_attention.c. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -498,6 +499,7 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->block_table);
     free(cb->moe_buf);
     free(cb->xpack);
+    free(cb->xround);
     free(cb->moe_list);
     free(cb->attn_blocks);
     free(cb->attn_buf);
@@ -611,5 +613,19 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     for (int s = 1; s < cb->n_sets; s++)
         cb->base.geom.rope_sets[s - 1].inv_freq = cb->inv_freq + (size_t)(s + 1) * half;
     *out = &cb->base;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int bf16) {
+    if (strcmp(be->ops->name, "cpu"))
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cpu activations: the backend is %s", be->ops->name);
+    cpu_backend *cb = (cpu_backend *)be;
+    cb->round_x = bf16 != 0;
+    cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
+    snprintf(be->kernels, sizeof be->kernels, "%s",
+             !bf16 ? "" : cb->bf16 == CPU_BF16_DOT
+                             ? "bf16 weights: activations rounded to bf16, AVX512_BF16 dot products"
+                             : "bf16 weights: activations rounded to bf16 (no bf16 dot products "
+                               "on this CPU: the fp32 kernels)");
     return ATLAS_OK;
 }

@@ -47,11 +47,14 @@ struct atlas_kv {
 };
 
 /* bf16 weights with AVX-512 or NEON (cpu_bf16.c), chosen at run time: F32 widens the weights
- * and keeps fp32 products (AVX-512F and BW); NEON does the same on aarch64. */
+ * and keeps fp32 products (AVX-512F and BW); NEON does the same on aarch64; DOT rounds the
+ * activations to bf16 and multiplies with AVX512_BF16's dot products, only when the model
+ * asks for bf16 activations (atlas_model_params.cpu_matmul). */
 typedef enum cpu_bf16_kind {
     CPU_BF16_NONE, /* the AVX2 / plain C tiles of cpu_matmul.c */
     CPU_BF16_F32,
     CPU_BF16_NEON,
+    CPU_BF16_DOT,
 } cpu_bf16_kind;
 
 /* The attention's path (cpu_attention.c), chosen at run time: PLAIN one (token, head) at a
@@ -93,6 +96,11 @@ typedef struct cpu_backend {
     cpu_bf16_kind bf16;
     void *xpack;
     size_t xpack_cap;
+    /* activations rounded to bf16 before they multiply a bf16 weight (bf16 DOT where the CPU
+     * has it, else a rounded copy, xround, through the kernel it has) */
+    int round_x;
+    float *xround;
+    size_t xround_cap;
     /* attention (cpu_attention.c): the path, the rows of a tile (a query block's tokens times
      * a kv head's q heads), the batch's query blocks and the threads' tiles, grown on demand */
     cpu_attn_kind attn;
@@ -127,9 +135,9 @@ void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
 /* Whether this CPU runs kind; the kind the backend takes by default (NONE: no AVX-512). */
 int cpu_bf16_kind_supported(cpu_bf16_kind kind);
 cpu_bf16_kind cpu_bf16_best(void);
-/* Bytes of one token's packed activations for a k-column weight, and the packing. */
-size_t cpu_bf16_pack_bytes(int64_t k);
-void cpu_bf16_pack(const float *x, int64_t k, void *dst);
+/* Bytes of one token's packed activations for a k-column weight, and the packing, for kind. */
+size_t cpu_bf16_pack_bytes(cpu_bf16_kind kind, int64_t k);
+void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst);
 /* out[t * ldo + r] = dot(row r of w[., k], token t) for r0 <= r < r1 and n packed tokens xp
  * (64-byte aligned, cpu_bf16_pack_bytes apart). */
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
@@ -147,6 +155,10 @@ atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas
 /* The same through the plain path every format has (each row dequantized by cpu_weight_row,
  * then multiplied): the reference the format kernels are tested against, bit for bit. */
 atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
+                              const atlas_weight *w, const atlas_weight *bias, int n);
+/* cpu_matmul with fp32 activations even when the backend rounds them to bf16 (round_x): for
+ * an MoE router, whose top-k a rounding would flip, and which the GPU computes in fp32 too. */
+atlas_status cpu_matmul_exact(atlas_backend *be, void *out, const void *x,
                               const atlas_weight *w, const atlas_weight *bias, int n);
 /* out[n, f] = act(gate_up[n, :f]) * gate_up[n, f:]: SwiGLU, and geom.glu's gating
  * (cpu_glu.c; gpt-oss's clamps both halves first). */

@@ -22,8 +22,9 @@
 int cpu_bf16_kind_supported(cpu_bf16_kind kind) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (kind == CPU_BF16_F32)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    if (kind == CPU_BF16_F32) return avx512;
+    if (kind == CPU_BF16_DOT) return avx512 && __builtin_cpu_supports("avx512bf16");
 #elif defined(__aarch64__)
     if (kind == CPU_BF16_NEON) return 1; /* Advanced SIMD is part of every ARMv8-A core */
 #endif
@@ -37,20 +38,58 @@ cpu_bf16_kind cpu_bf16_best(void) {
     return CPU_BF16_NONE;
 }
 
-size_t cpu_bf16_pack_bytes(int64_t k) {
-    return (size_t)((k + 31) / 32) * 32 * sizeof(float);
+size_t cpu_bf16_pack_bytes(cpu_bf16_kind kind, int64_t k) {
+    return (size_t)((k + 31) / 32) * 32 * (kind == CPU_BF16_DOT ? sizeof(uint16_t) : sizeof(float));
 }
 
-/* One token's x[k] into dst[cpu_bf16_pack_bytes]: per chunk, its 16 even columns then its
- * 16 odd ones. */
-void cpu_bf16_pack(const float *x, int64_t k, void *dst) {
+/* One token's x[k] into dst[cpu_bf16_pack_bytes]: for DOT, x rounded to bf16 in column
+ * order (vdpbf16ps pairs neighbouring columns, as the weight row stores them); else per chunk,
+ * its 16 even columns then its 16 odd ones. */
+void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst) {
+    int64_t padded = (k + 31) / 32 * 32;
+    if (kind == CPU_BF16_DOT) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < padded; i++) d[i] = i < k ? atlas_f32_to_bf16(x[i]) : 0;
+        return;
+    }
     float *d = dst;
-    for (int64_t c = 0; c < (k + 31) / 32; c++, d += 32)
+    for (int64_t c = 0; c < padded / 32; c++, d += 32)
         for (int j = 0; j < 32; j++) {
             int64_t i = c * 32 + j;
             d[(j & 1) * 16 + j / 2] = i < k ? x[i] : 0.0f;
         }
 }
+
+/* Blocks of tokens whose packed x fits in about 256 KB (L2); in each, 8-row strips for one
+ * token, 4x4 tiles for more, then the odd rows and tokens. One driver for each tile kind
+ * (ATTR: its target attribute, X: the packed element's type, TILE: the tile). */
+#define BF16_DRIVER(NAME, ATTR, X, TILE)                                                      \
+    ATTR static void NAME(const uint16_t *w, int64_t k, int64_t r0,  \
+                                                     int64_t r1, const X *xp, int n, float *out, \
+                                                     int64_t ldo, int64_t xs) {                 \
+        int nb = (int)((256 * 1024 / sizeof(X)) / xs) & ~3;                                      \
+        if (nb < 4) nb = 4;                                                                      \
+        for (int t0 = 0; t0 < n; t0 += nb) {                                                     \
+            int t1 = t0 + nb < n ? t0 + nb : n;                                                  \
+            int64_t r = r0;                                                                      \
+            if (t1 - t0 == 1)                                                                    \
+                for (; r + 8 <= r1; r += 8)                                                      \
+                    TILE(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo, 8, 1);         \
+            for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {                                           \
+                const uint16_t *wr = w + r * k;                                                  \
+                int t = t0, mr = r + 4 <= r1 ? 4 : 1;                                            \
+                if (mr == 4) {                                                                   \
+                    for (; t + 4 <= t1; t += 4)                                                  \
+                        TILE(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 4);              \
+                    for (; t < t1; t++) TILE(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 1); \
+                } else {                                                                         \
+                    for (; t + 4 <= t1; t += 4)                                                  \
+                        TILE(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 4);              \
+                    for (; t < t1; t++) TILE(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 1); \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -97,37 +136,42 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
         for (int t = 0; t < NR; t++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* Blocks of tokens whose packed x fits in about 256 KB (L2); in each, 8-row strips for one
- * token, 4x4 tiles for more, then the odd rows and tokens. */
-__attribute__((target(T512))) static void gemm_f32(const uint16_t *w, int64_t k, int64_t r0,
-                                                   int64_t r1, const float *xp, int n,
-                                                   float *out, int64_t ldo) {
-    int64_t xs = (int64_t)cpu_bf16_pack_bytes(k) / 4;
-    int nb = (int)((256 * 1024 / 4) / xs) & ~3;
-    if (nb < 4) nb = 4;
-    for (int t0 = 0; t0 < n; t0 += nb) {
-        int t1 = t0 + nb < n ? t0 + nb : n;
-        int64_t r = r0;
-        if (t1 - t0 == 1)
-            for (; r + 8 <= r1; r += 8) tile(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo,
-                                              8, 1);
-        for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
-            const uint16_t *wr = w + r * k;
-            int t = t0;
-            if (r + 4 <= r1) {
-                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 4);
-                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 1);
-            } else {
-                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 4);
-                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 1);
-            }
+/* The same with x rounded to bf16 (CPU_BF16_DOT): one vdpbf16ps a chunk multiplies 32 weight
+ * columns into 32 of x and adds neighbouring pairs into the 16 fp32 lanes, twice the
+ * multiply-adds of the widening path's two FMAs and no widening. */
+__attribute__((target(T512 ",avx512bf16"), always_inline)) static inline void
+tile_dot(const uint16_t *w, int64_t k, const uint16_t *xp, int64_t xs, float *out, int64_t ldo,
+         const int MR, const int NR) {
+    const int64_t nch = (k + 31) / 32;
+    const __mmask32 tail = k % 32 ? (__mmask32)((1u << (k % 32)) - 1) : ~(__mmask32)0;
+    __m512 acc[8][4];
+    for (int r = 0; r < MR; r++)
+        for (int t = 0; t < NR; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nch; c++) {
+        __mmask32 mk = c + 1 < nch ? ~(__mmask32)0 : tail;
+        __m512bh wv[8];
+        for (int r = 0; r < MR; r++) {
+            const uint16_t *p = w + r * k + c * 32;
+            if (NR == 1) _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+            wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mk, p);
+        }
+        for (int t = 0; t < NR; t++) {
+            __m512bh xv = (__m512bh)_mm512_load_si512(xp + t * xs + c * 32);
+            for (int r = 0; r < MR; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
         }
     }
+    for (int r = 0; r < MR; r++)
+        for (int t = 0; t < NR; t++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
+
+BF16_DRIVER(gemm_f32, __attribute__((target(T512))), float, tile)
+BF16_DRIVER(gemm_dot, __attribute__((target(T512 ",avx512bf16"))), uint16_t, tile_dot)
 
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
                    const void *xp, int n, float *out, int64_t ldo) {
-    if (kind == CPU_BF16_F32) gemm_f32(w, k, r0, r1, xp, n, out, ldo);
+    int64_t padded = (k + 31) / 32 * 32;
+    if (kind == CPU_BF16_F32) gemm_f32(w, k, r0, r1, xp, n, out, ldo, padded);
+    if (kind == CPU_BF16_DOT) gemm_dot(w, k, r0, r1, xp, n, out, ldo, padded);
 }
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -181,34 +225,11 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
 }
 
 /* The same blocks, strips and tiles as the AVX-512 driver. */
-static void gemm_neon(const uint16_t *w, int64_t k, int64_t r0, int64_t r1, const float *xp,
-                      int n, float *out, int64_t ldo) {
-    int64_t xs = (int64_t)cpu_bf16_pack_bytes(k) / 4;
-    int nb = (int)((256 * 1024 / 4) / xs) & ~3;
-    if (nb < 4) nb = 4;
-    for (int t0 = 0; t0 < n; t0 += nb) {
-        int t1 = t0 + nb < n ? t0 + nb : n;
-        int64_t r = r0;
-        if (t1 - t0 == 1)
-            for (; r + 8 <= r1; r += 8) tile(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo,
-                                              8, 1);
-        for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
-            const uint16_t *wr = w + r * k;
-            int t = t0;
-            if (r + 4 <= r1) {
-                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 4);
-                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 4, 1);
-            } else {
-                for (; t + 4 <= t1; t += 4) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 4);
-                for (; t < t1; t++) tile(wr, k, xp + t * xs, xs, out + t * ldo + r, ldo, 1, 1);
-            }
-        }
-    }
-}
+BF16_DRIVER(gemm_neon, , float, tile)
 
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,
                    const void *xp, int n, float *out, int64_t ldo) {
-    if (kind == CPU_BF16_NEON) gemm_neon(w, k, r0, r1, xp, n, out, ldo);
+    if (kind == CPU_BF16_NEON) gemm_neon(w, k, r0, r1, xp, n, out, ldo, (k + 31) / 32 * 32);
 }
 #else
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,

@@ -301,34 +301,52 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
-/* Chooses cpu_bf16.c's kernel when the backend has one and every part is bf16, and packs the
- * tokens for it once, here, for all threads. */
-static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j) {
-    if (j->plain || cb->bf16 == CPU_BF16_NONE) return ATLAS_OK;
-    for (int p = 0; p < j->w->n_parts; p++)
-        if (j->w->parts[p].dtype != ATLAS_DTYPE_BF16 ||
-            j->w->parts[p].quant.format != ATLAS_WFMT_DENSE)
-            return ATLAS_OK;
-    int64_t k = j->w->cols;
-    size_t xs = cpu_bf16_pack_bytes(k), need = xs * (size_t)j->n;
-    if (need > cb->xpack_cap) {
-        size_t cap = need > 2 * cb->xpack_cap ? need : 2 * cb->xpack_cap;
-        void *buf = aligned_alloc(64, (cap + 63) / 64 * 64);
-        if (!buf)
-            return atlas_fail(ATLAS_ERR_NOMEM, "cpu matmul: no memory for %zu bytes of packed "
-                              "activations", cap);
-        free(cb->xpack);
-        cb->xpack = buf;
-        cb->xpack_cap = cap;
-    }
-    for (int t = 0; t < j->n; t++)
-        cpu_bf16_pack(j->x + (size_t)t * k, k, (char *)cb->xpack + xs * t);
-    j->bf16 = cb->bf16;
+static int all_dense_bf16(const atlas_weight *w) {
+    for (int p = 0; p < w->n_parts; p++)
+        if (w->parts[p].dtype != ATLAS_DTYPE_BF16 || w->parts[p].quant.format != ATLAS_WFMT_DENSE)
+            return 0;
+    return 1;
+}
+
+/* Grows *buf to hold need bytes, 64-byte aligned (its contents are not kept). */
+static atlas_status grow(void **buf, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap) return ATLAS_OK;
+    size_t c = need > 2 * *cap ? need : 2 * *cap;
+    void *b = aligned_alloc(64, (c + 63) / 64 * 64);
+    if (!b) return atlas_fail(ATLAS_ERR_NOMEM, "cpu matmul: no memory for %zu bytes of %s", c, what);
+    free(*buf);
+    *buf = b;
+    *cap = c;
     return ATLAS_OK;
 }
 
+/* bf16 activations without the DOT kernel: j's tokens rounded to bf16 into cb->xround, which
+ * the kernel this CPU has then multiplies (every product still exact). */
+static atlas_status round_x(cpu_backend *cb, matmul_job *j) {
+    size_t nx = (size_t)j->n * j->w->cols;
+    ATLAS_TRY(grow((void **)&cb->xround, &cb->xround_cap, nx * sizeof(float), "rounded activations"));
+    for (size_t i = 0; i < nx; i++) cb->xround[i] = atlas_bf16_to_f32(atlas_f32_to_bf16(j->x[i]));
+    j->x = cb->xround;
+    return ATLAS_OK;
+}
+
+/* Chooses cpu_bf16.c's kernel when the backend has one and every part is bf16, and packs the
+ * tokens for it once, here, for all threads. */
+static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j, int exact) {
+    cpu_bf16_kind kind = exact && cb->bf16 == CPU_BF16_DOT ? cpu_bf16_best() : cb->bf16;
+    if (j->plain || kind == CPU_BF16_NONE || !all_dense_bf16(j->w)) return ATLAS_OK;
+    int64_t k = j->w->cols;
+    size_t xs = cpu_bf16_pack_bytes(kind, k);
+    ATLAS_TRY(grow(&cb->xpack, &cb->xpack_cap, xs * (size_t)j->n, "packed activations"));
+    for (int t = 0; t < j->n; t++)
+        cpu_bf16_pack(kind, j->x + (size_t)t * k, k, (char *)cb->xpack + xs * t);
+    j->bf16 = kind;
+    return ATLAS_OK;
+}
+
+/* plain: the reference path; exact: fp32 activations whatever the backend's setting. */
 static atlas_status matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
-                           const atlas_weight *bias, int n, int plain) {
+                           const atlas_weight *bias, int n, int plain, int exact) {
     cpu_backend *cb = (cpu_backend *)be;
     if (w->n_dims != 2)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: weight is not a matrix");
@@ -339,7 +357,9 @@ static atlas_status matmul(atlas_backend *be, void *out, const void *x, const at
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
                           (long long)bias->cols, (long long)w->rows);
     matmul_job j = {cb, out, x, w, bias, n, plain, CPU_BF16_NONE};
-    ATLAS_TRY(bf16_prepare(cb, &j));
+    if (!plain && !exact && cb->round_x && cb->bf16 != CPU_BF16_DOT && all_dense_bf16(w))
+        ATLAS_TRY(round_x(cb, &j));
+    ATLAS_TRY(bf16_prepare(cb, &j, plain || exact));
     /* A thread's share must outweigh waking it (~10 us): at least 64k multiply-adds, and
      * 16 rows, so that small matrices stay on the calling thread. */
     int64_t min_rows = (int64_t)65536 / (w->cols * (int64_t)n);
@@ -349,10 +369,15 @@ static atlas_status matmul(atlas_backend *be, void *out, const void *x, const at
 
 atlas_status cpu_matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
                         const atlas_weight *bias, int n) {
-    return matmul(be, out, x, w, bias, n, 0);
+    return matmul(be, out, x, w, bias, n, 0, 0);
+}
+
+atlas_status cpu_matmul_exact(atlas_backend *be, void *out, const void *x,
+                              const atlas_weight *w, const atlas_weight *bias, int n) {
+    return matmul(be, out, x, w, bias, n, 0, 1);
 }
 
 atlas_status cpu_matmul_plain(atlas_backend *be, void *out, const void *x,
                               const atlas_weight *w, const atlas_weight *bias, int n) {
-    return matmul(be, out, x, w, bias, n, 1);
+    return matmul(be, out, x, w, bias, n, 1, 1);
 }

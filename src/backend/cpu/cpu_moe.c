@@ -1,7 +1,7 @@
 /* backend/cpu/cpu_moe.c — the mixture-of-experts ops (backend.h: moe_route, moe_experts).
  *
- * Routing: the router's logits (with its bias, gpt-oss) through the CPU matmul (fp32, as
- * every CPU matmul), a float32 softmax over all experts, then the k largest probabilities
+ * Routing: the router's logits (with its bias, gpt-oss) through the CPU matmul in fp32 (also
+ * when the backend rounds other activations to bf16, as the GPU's router does), a float32 softmax over all experts, then the k largest probabilities
  * picked one at a time by a scan in increasing expert index that only a strictly larger
  * value displaces, so an equal probability keeps the lower index (what torch.topk gives on
  * CPU and GPU for the sizes a router has). gpt-oss's order picks the k largest logits the
@@ -78,7 +78,7 @@ atlas_status cpu_moe_route(atlas_backend *be, int32_t *ids, float *wts, const vo
                           (long long)router->cols, E, g->hidden);
     ATLAS_TRY(grow_buf(cb, (size_t)n * E));
     float *logits = cb->moe_buf;
-    ATLAS_TRY(cpu_matmul(be, logits, h, router, bias, n));
+    ATLAS_TRY(cpu_matmul_exact(be, logits, h, router, bias, n));
     for (int t = 0; t < n; t++) {
         if (g->moe_route == ATLAS_ROUTE_TOPK_SOFTMAX) {
             top_k_softmax(logits + (size_t)t * E, E, k, ids + (size_t)t * k, wts + (size_t)t * k);
