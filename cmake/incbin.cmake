@@ -1,7 +1,7 @@
 # cmake/incbin.cmake — atlas_incbin: the assembler lines and C declaration that embed one file
 # in a generated C file's `__asm__` block as hidden symbols SYM[] and SYM_end[] (.rodata, 64-byte
-# aligned), shared by the kernels (cmake/kernels.cmake) and the default model
-# (cmake/embed_model.cmake).
+# aligned), shared by the kernels (cmake/kernels.cmake), the chat page (cmake/embed_page.cmake)
+# and the default model (cmake/embed_model.cmake).
 #
 #   atlas_incbin(ASM_VAR DECL_VAR SYM PATH [NUL])
 #

@@ -130,6 +130,13 @@ const char *atlas_http_cors_allow(const atlas_http_call *call) {
     return cors_allow(call->http->cors, atlas_http_header(call, "Origin"));
 }
 
+bool atlas_http_origin_is_host(const atlas_http_call *call) {
+    const char *origin = atlas_http_header(call, "Origin"), *host = atlas_http_header(call, "Host");
+    const char *scheme = call->http->tls ? "https://" : "http://";
+    size_t n = strlen(scheme);
+    return origin && host && *host && !strncmp(origin, scheme, n) && !strcasecmp(origin + n, host);
+}
+
 
 /* A body over max_body is read and dropped, so that the client, still writing it, sees the
  * 413 (most clients do not read before they finish writing); one that declares more than
@@ -167,6 +174,8 @@ static void add_headers(atlas_http_call *call, atlas_http_reply *r, struct MHD_R
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     if (r->allow[0]) MHD_add_response_header(resp, "Allow", r->allow);
+    for (size_t i = 0; i + 1 < sizeof r->headers / sizeof r->headers[0] && r->headers[i]; i += 2)
+        MHD_add_response_header(resp, r->headers[i], r->headers[i + 1]);
     if (r->retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", r->retry_after);

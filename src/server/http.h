@@ -73,6 +73,7 @@ typedef struct atlas_http_reply {
     bool preflight;            /* a CORS preflight's 204: the Allow-Methods/Headers too */
     char allow[32];            /* a 405's Allow header: the methods the path takes ("" none) */
     char reason[512];          /* a 5xx's message, for the access log ("" otherwise) */
+    const char *headers[16];   /* more headers: static name, value pairs, NULL after the last */
 } atlas_http_reply;
 
 /* Answers one request into r (which starts zeroed).  Runs on a worker thread, many at once,
@@ -117,6 +118,10 @@ const char *atlas_http_query(const atlas_http_call *call, const char *name);
 /* Whether the page that sent call (its Origin header) may read the answer, by the daemon's
  * CORS rule: the value for Access-Control-Allow-Origin, or NULL. */
 const char *atlas_http_cors_allow(const atlas_http_call *call);
+/* Whether the call's Origin header names the origin the call was sent to: this server's
+ * scheme and the Host header (a page the server served, or one on another server that the
+ * same name reaches: the caller decides which names to trust). */
+bool atlas_http_origin_is_host(const atlas_http_call *call);
 
 /* Sets r to a JSON body (takes ownership of v: it is decref'd). */
 void atlas_http_reply_json(atlas_http_reply *r, int status, json_t *v);

@@ -1,6 +1,7 @@
 /* server/server.c — starting and stopping the server (atlas/server.h), and the route table
  * that it hands the HTTP transport as its dispatch function: CORS preflights, the API key,
  * shutdown, body limits and JSON bodies, then the endpoint (api.c, api_misc.c). */
+#include <arpa/inet.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "server/errors.h"
 #include "server/embed.h"
 #include "server/ollama.h"
+#include "server/page.h"
 #include "server/respstore.h"
 #include "server/responses.h"
 #include "server/state.h"
@@ -45,6 +47,13 @@ atlas_server_params atlas_server_default_params(void) {
 
 /* --- routing --------------------------------------------------------------------------- */
 
+/* GET /: the chat page for a browser (its Accept asks for HTML), else what Ollama answers
+ * there, which is how its clients find a server. */
+static void root(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
+    if (atlas_page_wanted(call)) atlas_page_get(call, body, arg, r);
+    else atlas_ollama_root(call, body, arg, r);
+}
+
 typedef struct route {
     const char *method;
     const char *path;   /* exact, or with one "{}" segment for a model id */
@@ -73,7 +82,8 @@ static const route routes[] = {
     {"POST", "/tokenize", atlas_api_tokenize, ATLAS_ROUTE_TOKENIZE, false},
     {"POST", "/detokenize", atlas_api_detokenize, ATLAS_ROUTE_DETOKENIZE, false},
     {"POST", "/apply-template", atlas_api_apply_template, ATLAS_ROUTE_TEMPLATE, false},
-    /* Ollama's API (ollama.h); GET / is how its clients find a server, so it needs no key */
+    /* Ollama's API (ollama.h); GET / is how its clients find a server (and where a browser
+     * finds the chat page), so it needs no key */
     {"POST", "/api/chat", atlas_ollama_chat, ATLAS_ROUTE_OLLAMA_CHAT, false},
     {"POST", "/api/generate", atlas_ollama_generate, ATLAS_ROUTE_OLLAMA_GENERATE, false},
     {"GET", "/api/tags", atlas_ollama_tags, ATLAS_ROUTE_OLLAMA, false},
@@ -82,8 +92,11 @@ static const route routes[] = {
     {"GET", "/api/version", atlas_ollama_version, ATLAS_ROUTE_OLLAMA, false},
     {"POST", "/api/embed", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
     {"POST", "/api/embeddings", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
-    {"GET", "/", atlas_ollama_root, ATLAS_ROUTE_OLLAMA, true},
-    {"HEAD", "/", atlas_ollama_root, ATLAS_ROUTE_OLLAMA, true},
+    {"GET", "/", root, ATLAS_ROUTE_OLLAMA, true},
+    {"HEAD", "/", root, ATLAS_ROUTE_OLLAMA, true},
+    /* the chat page's scripts and styles (page.h): a page loads them without a key */
+    {"GET", "/ui/{}", atlas_page_get, ATLAS_ROUTE_OTHER, true},
+    {"HEAD", "/ui/{}", atlas_page_get, ATLAS_ROUTE_OTHER, true},
 };
 enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
@@ -185,28 +198,57 @@ static bool is_loopback(const char *name, size_t n) {
            (n >= 4 && !strncmp(name, "127.", 4));
 }
 
+/* The name of a Host header (n bytes at *name): its port and an IPv6 address's brackets
+ * removed; false when it is malformed. */
+static bool host_name(const char *host, const char **name, size_t *n) {
+    *name = host;
+    if (*host == '[') { /* [::1]:8080 */
+        const char *close = strchr(host, ']');
+        if (!close) return false;
+        *name = host + 1;
+        *n = (size_t)(close - *name);
+    } else {
+        const char *colon = strchr(host, ':');
+        *n = colon ? (size_t)(colon - host) : strlen(host);
+    }
+    return true;
+}
+
 /* The Host header against the allow-list: a page on another site that rebinds its DNS name
  * to this machine sends its own name. Loopback binds answer the loopback names and the bound
  * address; other binds any name unless allowed_hosts lists them. No Host (HTTP/1.0): allowed,
  * as a browser always sends one. */
 static bool host_ok(const atlas_server *s, const char *host) {
     if (!host) return true;
-    const char *name = host;
+    const char *name;
     size_t n;
-    if (*host == '[') { /* [::1]:8080 */
-        const char *close = strchr(host, ']');
-        if (!close) return false;
-        name = host + 1;
-        n = (size_t)(close - name);
-    } else {
-        const char *colon = strchr(host, ':');
-        n = colon ? (size_t)(colon - host) : strlen(host);
-    }
+    if (!host_name(host, &name, &n)) return false;
     if (host_listed(s->allowed_hosts, name, n)) return true;
     size_t bn = strlen(s->host), an = strlen(s->listen.addr);
     if (!s->listen.loopback) return !s->allowed_hosts;
     return is_loopback(name, n) || (n == bn && !strncasecmp(name, s->host, n)) ||
            (n == an && !strncasecmp(name, s->listen.addr, n));
+}
+
+/* Whether a request comes from a page of this server's own origin (the chat page): its Origin
+ * is the scheme and Host it was sent to, by a name that a rebinding site cannot have. A
+ * loopback bind answers only such names (host_ok); other binds trust an address, the name
+ * they were bound by and the names --allowed-hosts lists, not any name at all, as a site
+ * whose DNS name is made to point here would be its own origin too. */
+static bool own_origin(const atlas_server *s, const atlas_http_call *call) {
+    const char *host = atlas_http_header(call, "Host"), *name;
+    size_t n;
+    if (!atlas_http_origin_is_host(call) || !host_name(host, &name, &n)) return false;
+    if (s->listen.loopback || host_listed(s->allowed_hosts, name, n)) return true;
+    char buf[64];
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (n < sizeof buf) {
+        memcpy(buf, name, n);
+        buf[n] = '\0';
+        if (inet_pton(AF_INET, buf, addr) == 1 || inet_pton(AF_INET6, buf, addr) == 1)
+            return true;
+    }
+    return n == strlen(s->host) && !strncasecmp(name, s->host, n);
 }
 
 /* The checks every route shares, then its handler; false when one of them answered. */
@@ -226,7 +268,7 @@ static bool admit(atlas_server *s, atlas_http_call *call, const route *rt, atlas
      * every state-changing request from an origin the CORS rule does not allow */
     const char *origin = atlas_http_header(call, "Origin");
     if (origin && strcmp(call->method, "GET") && strcmp(call->method, "HEAD") &&
-        !atlas_http_cors_allow(call)) {
+        !atlas_http_cors_allow(call) && !own_origin(s, call)) {
         char msg[200];
         snprintf(msg, sizeof msg, "cross-origin requests from '%.100s' are not allowed "
                                   "(atlas serve --cors-origin)", origin);
