@@ -1,10 +1,10 @@
 // The chat page at /, in Debian's chromium driven by puppeteer-core: it loads with its
 // Content-Security-Policy, lists the models with their state, streams an answer from the
 // default model, stops one midway (the server frees the sequence and serves the next),
-// switches models, keeps conversations in localStorage, and shows a model answer that holds
-// markup as text. Without Accept: text/html, / is still Ollama's answer; with --api-key the
-// page loads without the key and asks for it. The server refuses other origins
-// (--cors-origin none) yet takes the page's own.
+// switches models with the system prompt and sampling settings, keeps conversations in
+// localStorage, and shows a model answer that holds markup as text. Without Accept:
+// text/html, / is still Ollama's answer; with --api-key the page loads without the key and
+// asks for it. The server refuses other origins (--cors-origin none) yet takes the page's own.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -181,10 +181,13 @@ test('in chromium: stream, stop, switch models, conversations, markup as text', 
   const tok = await postJSON(srv.base, '/tokenize', { model: 'default', prompt: stopped.stored.content, add_special_tokens: false });
   assert.ok(tok.json.tokens.length < 550, `the stopped answer ran to ${tok.json.tokens.length} tokens`);
 
-  // switch models: the next request goes to the other one, with the whole conversation
+  // switch models: the next request goes to the other one, with the whole conversation and
+  // the settings (a system prompt, top_p)
   await page.select('#model', 'llama');
   assert.match(await page.$eval('#model-state', (e) => e.textContent), /^(resident|loading|unloaded|draining|failed)/);
   await setField(page, 'max_tokens', '8');
+  await setField(page, 'system', 'Answer in one word.');
+  await setField(page, 'top_p', '0.9');
   await ask(page, 'And now?');
   await ready(page);
   const third = await lastAnswer(page);
@@ -192,8 +195,11 @@ test('in chromium: stream, stop, switch models, conversations, markup as text', 
   assert.equal(third.who, 'llama');
   const body2 = posted[2];
   assert.equal(body2.model, 'llama');
-  assert.deepEqual(body2.messages.map((m) => m.role), ['user', 'assistant', 'user', 'assistant', 'user']);
-  assert.equal(body2.messages[3].content, stopped.stored.content);
+  assert.deepEqual(body2.messages.map((m) => m.role), ['system', 'user', 'assistant', 'user', 'assistant', 'user']);
+  assert.equal(body2.messages[0].content, 'Answer in one word.');
+  assert.equal(body2.messages[4].content, stopped.stored.content);
+  assert.equal(body2.top_p, 0.9);
+  assert.equal(body2.max_tokens, 8);
   const direct2 = await srv.client().chat.completions.create({ ...body2, stream: false });
   assert.equal(third.stored.content, direct2.choices[0].message.content);
 
