@@ -18,14 +18,17 @@ enum { POLL_MS = 50 }; /* how often a waiting thread looks at its client and the
 /* --- the access log ------------------------------------------------------------------- */
 
 /* Tokens and the time to the first token of gs[0..n) (choices of one request: their usage
- * already summed into gs[0]'s by the formatting when there are several) into rec. */
+ * already summed into gs[0]'s by the formatting when there are several) into rec. A stream
+ * whose client left before the END has no usage: its prompt and the tokens made so far. */
 static void note_usage(atlas_gen **gs, int n, const atlas_usage *u, atlas_log_request *rec) {
-    rec->tokens_in = u->prompt_tokens;
-    rec->tokens_out = u->completion_tokens;
+    bool none = !u->prompt_tokens && !u->completion_tokens;
+    rec->tokens_in = none ? gs[0]->prompt_tokens : u->prompt_tokens;
+    rec->tokens_out = none ? 0 : u->completion_tokens;
     double first = 0;
     for (int i = 0; i < n; i++) {
         pthread_mutex_lock(&gs[i]->mu);
         double t = gs[i]->t_first;
+        if (none) rec->tokens_out += gs[i]->n_generated;
         pthread_mutex_unlock(&gs[i]->mu);
         if (t > 0 && (first == 0 || t < first)) first = t;
     }
@@ -110,6 +113,7 @@ static void on_event(const atlas_event *ev, void *user) {
     } else {
         e->t = atlas_http_now();
         if (ev->type == ATLAS_EVENT_TOKEN && g->t_first == 0) g->t_first = e->t;
+        if (ev->type == ATLAS_EVENT_TOKEN) g->n_generated++;
         if (g->tail) g->tail->next = e;
         else g->head = e;
         g->tail = e;

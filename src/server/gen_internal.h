@@ -73,6 +73,8 @@ struct atlas_gen {
     int prompt_tokens;
     double t_start;           /* the HTTP request's arrival */
     double t_first;           /* when its first token was queued (0: none yet), under mu */
+    int n_generated;          /* its TOKEN events queued so far, under mu: the access log's
+                                 tokens_out when the client leaves before the END */
     atlas_itl_local itl;      /* gaps between its tokens; the engine's thread only */
     atlas_log_request log;    /* the request's access-log line, copied at start: a stream
                                  writes it as it closes, the call being gone by then */

@@ -106,6 +106,32 @@ test('text log: the start banner, one line per request, no secrets', async () =>
   }
 });
 
+test('a stream the client leaves: its line counts the prompt and the tokens sent', async () => {
+  const srv = await startServer([]);
+  try {
+    const messages = [{ role: 'user', content: 'Tell me a long story' }];
+    const whole = await postJSON(srv.base, '/v1/chat/completions', { model: 'default', messages, max_tokens: 1 });
+    assert.equal(whole.status, 200, whole.text);
+    const ctl = new AbortController();
+    const res = await fetch(`${srv.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, signal: ctl.signal,
+      body: JSON.stringify({ model: 'default', messages, max_tokens: 200, ignore_eos: true, stream: true }),
+    });
+    assert.equal(res.status, 200, await (res.status === 200 ? '' : res.text()));
+    const reader = res.body.getReader();
+    let got = '';
+    while ((got.match(/"content":"[^"]/g) || []).length < 3) got += new TextDecoder().decode((await reader.read()).value);
+    ctl.abort();
+    // the second chat line: the whole answer's has tokens_out 1
+    const line = await waitFor(() => accessLines(srv.log()).find((l) => l.path === '/v1/chat/completions' && l.tokensOut !== 1));
+    assert.equal(line.status, 200, srv.log());
+    assert.equal(line.tokensIn, whole.json.usage.prompt_tokens, JSON.stringify(line));
+    assert.ok(line.tokensOut >= 3 && line.tokensOut < 200, JSON.stringify(line));
+  } finally {
+    await srv.stop();
+  }
+});
+
 test('JSON log: every line an object, requests with typed fields; --log-level warn', async () => {
   const srv = await startServer(['--api-key', KEY, '--log-format', 'json']);
   let log;
