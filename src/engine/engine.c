@@ -236,6 +236,7 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: model '%s'", src->name);
     atlas_status st = atlas_config_load(src->dir, &md->cfg);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "engine: model '%s'", src->name);
+    atlas_step_cost_init(&md->cost, &md->cfg);
     long max_ctx = atlas_config_max_context(&md->cfg);
     md->max_ctx = max_ctx < INT32_MAX / 2 ? (int)max_ctx : INT32_MAX / 2;
     int ctx = src->ctx_size ? src->ctx_size : e->p.ctx_size;

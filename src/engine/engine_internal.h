@@ -34,6 +34,7 @@
 #include "atlas/sampler.h"
 #include "atlas/template.h"
 #include "atlas/tokenizer.h"
+#include "engine/budget.h"
 #include "engine/kv.h"
 #include "model/config.h"
 
@@ -111,6 +112,7 @@ typedef struct eng_model {
     int ctx;                /* tokens per sequence */
     int parallel;           /* most running sequences */
     int batch_tokens;       /* token budget of one step */
+    atlas_step_cost cost;   /* what its tokens cost of it (engine/budget.h) */
     size_t kv_memory;       /* bytes of KV pool asked (0: a share of the budget) */
     int pinned;             /* never released for a swap nor by keep-alive */
     int64_t keep_ms;        /* keep-alive as set (ATLAS_KEEP_ALIVE_FOREVER, _NONE or ms) */
@@ -189,6 +191,7 @@ typedef struct eng_cmd {
 typedef struct plan_entry {
     seq *s;
     int n;
+    double cost; /* of the step's budget (engine/budget.h) */
     int logits; /* 1: the last of them needs logits (it reaches the sequence's end) */
     int row0, rows; /* an embedding model's: its hidden-state rows in the step's output */
 } plan_entry;
@@ -266,7 +269,7 @@ void atlas_engine_end_running(atlas_engine *e, eng_model *md, seq *s);
 /* Frees the sequence's blocks, drops its model handle and puts it back at the front of the
  * queue: it will be recomputed (prompt and generated tokens) when there is room again.
  * *budget gets back the tokens it had in the step being planned. */
-void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget);
+void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, double *budget);
 /* Before s's next prompt chunk is planned: takes the blocks that other sequences have
  * written since for the tokens after its own (prefix cache), counting them as cached.
  * Returns 0 when s should wait a step, the next of its blocks being written by another

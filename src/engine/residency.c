@@ -327,7 +327,7 @@ static void load_model(atlas_engine *e, int model, double t0, int replaced) {
 /* Pauses every running sequence of md (newest first, so that the oldest ends up at the
  * front of the queue); each drops its handle on the model.  Under e->mu. */
 static void pause_all(atlas_engine *e, eng_model *md) {
-    int budget = 0;
+    double budget = 0;
     while (md->n_running > 0) atlas_engine_preempt(e, md, md->running[md->n_running - 1], &budget);
     atlas_engine_flush_done(e);
 }

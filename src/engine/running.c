@@ -136,9 +136,9 @@ static void unplan(atlas_engine *e, seq *s) {
     s->plan = -1;
 }
 
-void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, int *budget) {
+void atlas_engine_preempt(atlas_engine *e, eng_model *md, seq *s, double *budget) {
     if (s->plan >= 0) {
-        *budget += e->plan[s->plan].n;
+        *budget += e->plan[s->plan].cost;
         unplan(e, s);
     }
     atlas_kv_table_release(&md->pool, &s->kv, s->tokens, s->n_computed);

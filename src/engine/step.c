@@ -16,11 +16,13 @@
 #include "model/forward.h"
 
 /* Plans the step for md: first one decode token for every sequence that has finished its
- * prompt, then prompt chunks in admission order, within the token budget.  When the pool
+ * prompt, then prompt chunks in admission order, within the step's budget, where a prompt
+ * token costs its attention over the keys before it too (engine/budget.h; a decode token
+ * costs one, so that no decode is ever left out of a step for its context).  When the pool
  * runs out of blocks the newest sequence is preempted (possibly the one asking).
  * Under e->mu. */
 static void plan_step(atlas_engine *e, eng_model *md) {
-    int budget = md->batch_tokens;
+    double budget = md->batch_tokens;
     e->n_plan = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < md->n_running && budget > 0; i++) {
@@ -29,7 +31,9 @@ static void plan_step(atlas_engine *e, eng_model *md) {
             if ((remaining == 1) != (pass == 0) || s->plan >= 0) continue;
             if (pass == 1 && !atlas_engine_share_prefix(e, md, s)) continue;
             remaining = s->n_tokens - s->n_computed;
-            int take = remaining < budget ? remaining : budget;
+            int take = pass == 0 ? 1 : atlas_step_cost_take(&md->cost, s->n_computed, remaining, budget);
+            if (take == 0 && e->n_plan == 0) take = 1; /* a step computes something */
+            if (take == 0) continue;
             int self = 0;
             while (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + take)) {
                 seq *v = md->running[md->n_running - 1]; /* the newest */
@@ -44,10 +48,11 @@ static void plan_step(atlas_engine *e, eng_model *md) {
                 i--;
                 continue;
             }
+            double cost = pass == 0 ? 1.0 : atlas_step_cost_of(&md->cost, s->n_computed, take);
             s->plan = e->n_plan;
-            e->plan[e->n_plan++] =
-                (plan_entry){.s = s, .n = take, .logits = s->n_computed + take == s->n_tokens};
-            budget -= take;
+            e->plan[e->n_plan++] = (plan_entry){.s = s, .n = take, .cost = cost,
+                                                .logits = s->n_computed + take == s->n_tokens};
+            budget -= cost;
             /* the blocks this step completes: found by the sequences planned after s, which
              * then wait for them rather than compute them too */
             atlas_kv_table_commit(&md->pool, &s->kv, s->tokens, s->n_computed + take, true);
