@@ -486,9 +486,27 @@ static bool fits_now(atlas_engine *engine, int i) {
     return em.memory_budget == 0 || used <= em.memory_budget;
 }
 
+/* A model's tokenizer and chat template, read while its weights load: the engine reads them
+ * on first use, which would otherwise make the first request wait for a parse (a 128k-token
+ * tokenizer.json is a few hundred ms).  A failure is left for that request to report. */
+typedef struct warm_job {
+    atlas_engine *engine;
+    const char *name;
+} warm_job;
+
+static void *warm_main(void *arg) {
+    warm_job *w = arg;
+    const atlas_tokenizer *tok;
+    const atlas_template *tmpl;
+    if (atlas_engine_tokenizer(w->engine, w->name, &tok) == ATLAS_OK)
+        (void)atlas_engine_template(w->engine, w->name, &tmpl);
+    return NULL;
+}
+
 /* Loads the first models (as many as may be resident) before the server answers, each with
- * its progress and its line; a model that fails is said and left to load on demand (its
- * requests then get the error, and a later one retries). */
+ * its progress and its line, its tokenizer and template read beside it; a model that fails
+ * is said and left to load on demand (its requests then get the error, and a later one
+ * retries). */
 static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg) {
     bool chosen = false; /* the models file names which: those with "load": true */
     for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
@@ -503,7 +521,11 @@ static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progres
         }
         n++;
         atlas_cli_progress_begin(pg, a->models[i].name);
+        warm_job w = {engine, a->models[i].name};
+        pthread_t warm;
+        bool warming = pthread_create(&warm, NULL, warm_main, &w) == 0;
         atlas_status st = atlas_engine_load(engine, a->models[i].name);
+        if (warming) pthread_join(warm, NULL);
         char device[32] = "";
         if (st == ATLAS_OK) {
             atlas_engine_model_status ms[MAX_MODELS];
