@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "core/error.h"
 #include "core/file.h"
 
 _Static_assert((int)ATLAS_WEIGHT_MAX_DIMS >= (int)ATLAS_MAX_DIMS, "a view's shape fits a source's");
@@ -27,6 +28,7 @@ void atlas_load_progress_finish(atlas_load_progress *p) {
 atlas_status atlas_weight_file_read(void *ctx, void *dst, uint64_t offset, size_t n) {
     const atlas_weight_file *f = ctx;
     atlas_status st = atlas_file_read_at(f->fd, dst, n, f->offset + offset);
+    if (st != ATLAS_OK && f->path) return atlas_fail_wrap(st, "%s", f->path);
     if (st == ATLAS_OK) atlas_load_progress_add(f->progress, n);
     return st;
 }
@@ -46,7 +48,8 @@ void atlas_weight_src_of_view_counted(const atlas_tensor_view *v, atlas_weight_f
     src->nbytes = v->nbytes;
     src->data = v->data;
     if (v->fd >= 0) {
-        *file = (atlas_weight_file){.fd = v->fd, .offset = v->file_offset, .progress = progress};
+        *file = (atlas_weight_file){.fd = v->fd, .path = v->file, .offset = v->file_offset,
+                                    .progress = progress};
         src->read = atlas_weight_file_read;
         src->ctx = file;
     }

@@ -34,12 +34,14 @@ void atlas_load_progress_finish(atlas_load_progress *p);
 /* Where a tensor's data lies in a file: the reader's context. */
 typedef struct atlas_weight_file {
     int fd;          /* the shard's descriptor (the atlas_st's: open until atlas_st_free) */
+    const char *path; /* the shard's, for errors (the atlas_st's); NULL: none said */
     uint64_t offset; /* where the tensor's data starts in it */
     atlas_load_progress *progress; /* counts the bytes read; NULL: none */
 } atlas_weight_file;
 
 /* atlas_weight_src's reader, ctx an atlas_weight_file: bytes [offset, offset + n) of the
- * tensor with one atlas_file_read_at (pread, retried on short reads). Any thread. */
+ * tensor with one atlas_file_read_at (pread, retried on short reads); a failure names the
+ * shard and the offset in it. Any thread. */
 atlas_status atlas_weight_file_read(void *ctx, void *dst, uint64_t offset, size_t n);
 
 /* The source of view v (a whole tensor, or a rank's part of one: model/shard.h). With a

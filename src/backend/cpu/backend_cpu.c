@@ -98,6 +98,7 @@ static void weight_bytes_free(void *p, size_t mapped) {
 
 static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
+    cpu_read_cancel((cpu_backend *)be, w);
     for (int i = 0; i < w->n_parts; i++) {
         weight_bytes_free(w->parts[i].copy, w->parts[i].mapped);
         free(w->parts[i].owned);
@@ -110,7 +111,9 @@ static void cpu_weight_free(atlas_backend *be, atlas_weight *w) {
 /* Copies each source into memory the weight owns, through the source's reader when it has
  * one (the model's pread). Reading the checkpoint's mapping in place would tie the served
  * model to files another process may truncate or rewrite (a re-download, a sync), and a
- * read past a truncated mapping's end is SIGBUS: the whole server. */
+ * read past a truncated mapping's end is SIGBUS: the whole server. A matrix's reads are
+ * queued for weights_done, which runs them on every thread (cpu_read.c); a vector is read
+ * here, as it is converted to fp32 at once. */
 static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs,
                                     int n, atlas_weight **out) {
     *out = NULL;
@@ -139,7 +142,10 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
         atlas_status st = w->parts[i].copy ? ATLAS_OK
                                            : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
         if (st == ATLAS_OK && v->quant) st = cpu_quant_load(v, &w->parts[i]);
-        if (st == ATLAS_OK && v->read) st = v->read(v->ctx, w->parts[i].copy, 0, v->nbytes);
+        if (st == ATLAS_OK && v->read && w->n_dims == 2)
+            st = cpu_read_queue((cpu_backend *)be, w, v, w->parts[i].copy);
+        else if (st == ATLAS_OK && v->read)
+            st = v->read(v->ctx, w->parts[i].copy, 0, v->nbytes);
         else if (st == ATLAS_OK) memcpy(w->parts[i].copy, v->data, v->nbytes);
         if (st != ATLAS_OK) {
             cpu_weight_free(be, w);
@@ -278,8 +284,13 @@ static void copy_i32(int32_t *dst, const int32_t *src, size_t n) {
     if (n) memcpy(dst, src, n * sizeof(int32_t));
 }
 
+static atlas_status cpu_weights_done(atlas_backend *be) {
+    return cpu_read_run((cpu_backend *)be);
+}
+
 static atlas_status cpu_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size) {
     cpu_backend *cb = (cpu_backend *)be;
+    ATLAS_TRY(cpu_read_run(cb)); /* weights loaded after weights_done (backend.h) */
     ATLAS_TRY(grow_tokens(cb, b->n_tokens));
     int cap_seqs = cb->cap_seqs;
     ATLAS_TRY(grow((void **)&cb->seq_rope, &cap_seqs, b->n_seqs, sizeof(int32_t)));
@@ -503,6 +514,7 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->moe_list);
     free(cb->attn_blocks);
     free(cb->attn_buf);
+    free(cb->reads);
     free(cb);
     return ATLAS_OK;
 }
@@ -513,6 +525,7 @@ static const atlas_backend_ops cpu_ops = {
     .free = cpu_free,
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
+    .weights_done = cpu_weights_done,
     .kv_create = cpu_kv_create,
     .kv_free = cpu_kv_free,
     .begin_batch = cpu_begin_batch,

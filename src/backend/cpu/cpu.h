@@ -66,6 +66,8 @@ typedef enum cpu_attn_kind {
     CPU_ATTN_NEON,
 } cpu_attn_kind;
 
+typedef struct cpu_read cpu_read;
+
 typedef struct cpu_backend {
     atlas_backend base; /* first: the op table sees this */
     atlas_threadpool *pool;
@@ -109,7 +111,20 @@ typedef struct cpu_backend {
     size_t attn_blocks_cap;
     float *attn_buf;
     size_t attn_buf_cap;
+    /* weights' reads queued by weight_load, run by weights_done (cpu_read.c) */
+    cpu_read *reads;
+    size_t n_reads, cap_reads;
 } cpu_backend;
+
+/* Queues the read of source v (which has a reader) into dst, in pieces, for cpu_read_run;
+ * owner: the weight dst belongs to. v->ctx must stay valid until the run (backend.h). */
+atlas_status cpu_read_queue(cpu_backend *cb, const atlas_weight *owner,
+                            const atlas_weight_src *v, void *dst);
+/* Drops owner's queued reads (a weight freed before they ran). */
+void cpu_read_cancel(cpu_backend *cb, const atlas_weight *owner);
+/* Runs every queued read on all the pool's threads and empties the queue; the first
+ * failure, with the tensor's name, once all have stopped. */
+atlas_status cpu_read_run(cpu_backend *cb);
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
 void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst);
