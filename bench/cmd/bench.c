@@ -288,6 +288,27 @@ static void print_load_path(atlas_model *m, double load_s) {
            mem.staged_bytes / 1e9, mem.staged_bytes / 1e9 / load_s);
 }
 
+/* The CPU's ceiling for a load: the same shards read from the page cache into warm buffers
+ * by as many threads as the backend's readers, beside the loads' rates. */
+static void print_read_probe(const char *dir, int threads, double load_gbps, double first_gbps,
+                             int swaps) {
+    atlas_bench_read rp;
+    if (atlas_bench_read_measure(dir, threads, 3, &rp) != ATLAS_OK) {
+        printf("read probe  not measured: %s\n", atlas_last_error());
+        return;
+    }
+    printf("read probe  %.1f GB/s: %d thread(s) pread the same %d file(s) (%.2f GB) from the "
+           "page cache in %zu MiB pieces into buffers of their own (median of 3)\n", rp.gbps,
+           rp.threads, rp.files, rp.bytes / 1e9, rp.piece_bytes >> 20);
+    if (swaps)
+        printf("ratio       load %.1f%% of the read probe (median of %d loads again), the "
+               "first load in the process %.1f%%\n", 100.0 * load_gbps / rp.gbps, swaps,
+               100.0 * first_gbps / rp.gbps);
+    else
+        printf("ratio       load %.1f%% of the read probe (the first load in the process)\n",
+               100.0 * first_gbps / rp.gbps);
+}
+
 /* The reference loader over the model's shards, beside our load rate. */
 static void print_load_reference(atlas_model *m, const char *dir, double load_gbps) {
     atlas_bench_file_load fl;
@@ -379,10 +400,14 @@ int atlas_cli_bench(int argc, char **argv) {
     if (info.n_threads) printf("threads     %d\n", info.n_threads);
     if (info.kernels && *info.kernels) printf("kernels     %s\n", info.kernels);
     printf("load        %.2f s, %.2f GB of weights in the files: %.1f GB/s (first load in the "
-           "process, with driver, context and pinned pool: %.2f s)\n", load_s,
-           info.weight_bytes / 1e9, info.weight_bytes / 1e9 / load_s, first_s);
+           "process%s: %.2f s)\n", load_s, info.weight_bytes / 1e9,
+           info.weight_bytes / 1e9 / load_s, on_cuda ? ", with driver, context and pinned pool" :
+           ", into memory new to it", first_s);
     print_load_path(m, load_s);
     if (on_cuda) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
+    if (!strcmp(info.backend, "cpu"))
+        print_read_probe(o.dir, info.n_threads, info.weight_bytes / 1e9 / load_s,
+                         info.weight_bytes / 1e9 / first_s, swaps);
     if (o.load_only) return atlas_model_release(m) == ATLAS_OK ? 0 : fail("releasing the model");
 
     int32_t *table = malloc(sizeof(int32_t) * max_blocks), *tokens = malloc(sizeof(int32_t) * ctx_max);

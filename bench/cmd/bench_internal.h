@@ -63,6 +63,20 @@ typedef struct atlas_bench_file_load {
 atlas_status atlas_bench_file_load_measure(atlas_model *m, const char *dir, int threads,
                                            atlas_bench_file_load *out);
 
+/* The page cache's rate, which the CPU backend's load is judged against: `threads`
+ * threads take the next 4 MiB piece of the model's shards in turn (as the backend's readers
+ * do) and pread it into a buffer of their own, written before the clock starts; the median
+ * of `passes` passes over every shard. Run it after a load, when the files are cached. */
+typedef struct atlas_bench_read {
+    size_t bytes;      /* of the files */
+    int files, threads;
+    double seconds, gbps;
+    size_t piece_bytes;
+} atlas_bench_read;
+
+atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
+                                      atlas_bench_read *out);
+
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
 enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6 };
