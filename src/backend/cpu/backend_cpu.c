@@ -13,11 +13,40 @@
 
 /* ---- memory ------------------------------------------------------------------------------ */
 
+enum { CPU_HUGE = 2 << 20, CPU_PAGE = 4096 };
+
+/* Activations of 2 MiB or more lie in huge pages: a fresh process's first request would
+ * otherwise fault them in 4 KiB at a time (on this kind of VM ~15 us a page, in the
+ * request's time), and the matmuls that stream them miss the TLB less. What is never
+ * touched stays unbacked, as before. */
 static atlas_status cpu_alloc(atlas_backend *be, size_t bytes, void **out) {
     size_t rounded = (bytes + 63) / 64 * 64;
-    *out = aligned_alloc(64, rounded ? rounded : 64);
+    if (rounded >= CPU_HUGE) {
+        rounded = (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE;
+        *out = aligned_alloc(CPU_HUGE, rounded);
+#ifdef MADV_HUGEPAGE
+        if (*out) (void)madvise(*out, rounded, MADV_HUGEPAGE); /* advice: 4 KiB pages without */
+#endif
+    } else {
+        *out = aligned_alloc(64, rounded ? rounded : 64);
+    }
     if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: allocating %zu bytes", bytes);
     return ATLAS_OK;
+}
+
+/* len bytes (a whole number of pages) of zeroed memory at a 2 MiB boundary, advised as
+ * transparent huge pages; NULL when the mapping fails. */
+static char *map_huge(size_t len) {
+    char *raw = mmap(NULL, len + CPU_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + CPU_HUGE - 1) & ~(uintptr_t)(CPU_HUGE - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    munmap(p + len, (size_t)(raw + CPU_HUGE - p));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages as before */
+#endif
+    return p;
 }
 
 static void cpu_free(atlas_backend *be, void *p) { free(p); }
@@ -63,8 +92,6 @@ static atlas_status check_src(const atlas_weight_src *v, const atlas_weight_src 
  * TLB less.  The tail past the last whole 2 MiB, and smaller weights, keep 4 KiB pages,
  * touched here from user space before the read fills them: the load pays their first
  * touch instead of the first request. */
-enum { CPU_HUGE = 2 << 20, CPU_PAGE = 4096 };
-
 static void touch_pages(char *p, size_t from, size_t to) {
     for (size_t o = from; o < to; o += CPU_PAGE) ((volatile char *)p)[o] = 0;
 }
@@ -77,15 +104,8 @@ static void *weight_bytes(size_t bytes, size_t *mapped) {
         return p;
     }
     size_t len = (bytes + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE;
-    char *raw = mmap(NULL, len + CPU_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    char *p = (char *)(((uintptr_t)raw + CPU_HUGE - 1) & ~(uintptr_t)(CPU_HUGE - 1));
-    if (p > raw) munmap(raw, (size_t)(p - raw));
-    munmap(p + len, (size_t)(raw + CPU_HUGE - p));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, len, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages as before */
-#endif
+    char *p = map_huge(len);
+    if (!p) return NULL;
     touch_pages(p, len / CPU_HUGE * CPU_HUGE, len);
     *mapped = len;
     return p;
@@ -187,10 +207,12 @@ static atlas_status cpu_weight_load(atlas_backend *be, const atlas_weight_src *c
 /* The cache is mapped, not calloc'd: its pages are zero on first touch, so a pool sized for
  * every sequence costs nothing until used, and unmapping returns it at once. calloc put a
  * pool under glibc's (dynamic, up to 32 MiB) mmap threshold on the heap and zeroed all of it
- * at every load: +100 ms to each swap back to tiny-llama3 with --parallel 64. */
+ * at every load: +100 ms to each swap back to tiny-llama3 with --parallel 64. In huge pages
+ * (the layout keeps a sequence's blocks together, cpu.h): in 4 KiB pages a fresh process's
+ * first prefill faulted ~7,000 of them at 128 tokens, and the attention, whose keys lie 4 KiB
+ * apart, missed the TLB at every key. */
 static float *kv_map(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return (float *)map_huge((bytes + CPU_PAGE - 1) / CPU_PAGE * CPU_PAGE);
 }
 
 static void cpu_kv_free(atlas_backend *be, atlas_kv *kv) {
@@ -212,8 +234,9 @@ static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_siz
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_layers = g->n_layers;
-    kv->layer_floats = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
-    size_t bytes = kv->layer_floats * g->n_layers * sizeof(float);
+    kv->block_floats = (size_t)block_size * g->n_kv_heads * g->head_dim;
+    kv->stride = kv->block_floats * g->n_layers;
+    size_t bytes = kv->stride * n_blocks * sizeof(float);
     kv->bytes = bytes;
     kv->k = kv_map(bytes);
     kv->v = kv_map(bytes);
@@ -452,12 +475,12 @@ static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *k
     const atlas_backend_geom *g = &be->geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
     size_t width = (size_t)K * hd;
-    float *kl = kv->k + layer * kv->layer_floats, *vl = kv->v + layer * kv->layer_floats;
+    float *kl = kv->k + layer * kv->block_floats, *vl = kv->v + layer * kv->block_floats;
     for (int t = 0; t < cb->n_tokens; t++) {
         const float *row = (const float *)qkv + (size_t)t * (H + 2 * K) * hd;
-        memcpy(kl + (size_t)cb->slots[t] * width, row + (size_t)H * hd, width * sizeof(float));
-        memcpy(vl + (size_t)cb->slots[t] * width, row + (size_t)(H + K) * hd,
-               width * sizeof(float));
+        size_t at = cpu_kv_row(kv, (size_t)cb->slots[t], width);
+        memcpy(kl + at, row + (size_t)H * hd, width * sizeof(float));
+        memcpy(vl + at, row + (size_t)(H + K) * hd, width * sizeof(float));
     }
     return ATLAS_OK;
 }

@@ -39,12 +39,22 @@ struct atlas_weight {
     float *vec;      /* 1-D weights: fp32 copy [cols] (small: norms, biases) */
 };
 
+/* Block by block: a block holds its tokens of every layer, so a sequence's cache is a run
+ * of whole blocks that huge pages cover with at most one partly used page (laid out layer by
+ * layer, each layer's first tokens would take a huge page of their own). */
 struct atlas_kv {
     int n_blocks, block_size, n_layers;
-    size_t layer_floats; /* n_blocks * block_size * K * hd */
-    float *k, *v;        /* [n_layers, n_blocks * block_size, K, hd], mmap'd */
+    size_t block_floats; /* one layer's share of a block: block_size * K * hd */
+    size_t stride;       /* floats from a block to the next: n_layers * block_floats */
+    float *k, *v;        /* [n_blocks, n_layers, block_size, K, hd], mmap'd */
     size_t bytes;        /* of each of k and v */
 };
+
+/* Floats from a layer's base (k + layer * block_floats) to slot's [K, hd] row. */
+static inline size_t cpu_kv_row(const atlas_kv *kv, size_t slot, size_t width) {
+    size_t bs = (size_t)kv->block_size;
+    return slot / bs * kv->stride + slot % bs * width;
+}
 
 /* bf16 weights with AVX-512 or NEON (cpu_bf16.c), chosen at run time: F32 widens the weights
  * and keeps fp32 products (AVX-512F and BW); NEON does the same on aarch64; DOT rounds the

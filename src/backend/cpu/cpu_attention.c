@@ -23,7 +23,8 @@ typedef struct attn_job {
     int window;          /* this layer's sliding window; 0: none */
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
-    const float *k, *v;  /* this layer's pools [slots, K, hd] */
+    const float *k, *v;  /* this layer's base in the pools (cpu_kv_row) */
+    const atlas_kv *kv;
     const float *sinks;  /* [H] or NULL */
     int n_blocks;        /* query blocks: cb->attn_blocks[2b] first token, [2b+1] count */
     size_t buf_floats;   /* a thread's share of cb->attn_buf */
@@ -48,7 +49,7 @@ static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
         memset(acc, 0, (size_t)hd * sizeof *acc);
         for (int p = start; p <= pos; p++) {
             size_t slot = (size_t)table[p / bs] * bs + p % bs;
-            size_t off = (slot * K + kvh) * hd;
+            size_t off = cpu_kv_row(j->kv, slot, (size_t)K * hd) + (size_t)kvh * hd;
             float score = cpu_dot(q, j->k + off, hd) * scale;
             const float *vv = j->v + off;
             if (score > mx) {
@@ -76,7 +77,8 @@ typedef struct attn_item {
     size_t q_stride;     /* floats from one token's q to the next */
     float *out;          /* the same for the output */
     size_t out_stride;
-    const float *k, *v;  /* the layer's pools */
+    const float *k, *v;  /* the layer's base in the pools (cpu_kv_row) */
+    const atlas_kv *kv;
     const int32_t *table;
     const float *sinks;  /* the group's [group], or NULL */
 } attn_item;
@@ -118,7 +120,7 @@ static void attn_gather(const attn_item *it, int j0, int nk, int kb, float *kt, 
         }
         int p = j0 + j;
         size_t slot = (size_t)it->table[p / it->bs] * it->bs + p % it->bs;
-        size_t off = (slot * it->n_kv + it->kvh) * hd;
+        size_t off = cpu_kv_row(it->kv, slot, (size_t)it->n_kv * hd) + (size_t)it->kvh * hd;
         const float *kp = it->k + off;
         for (int d = 0; d < hd; d++) kt[d * kb + j] = kp[d];
         memcpy(vs + (size_t)j * hdp, it->v + off, sizeof(float) * hd);
@@ -290,7 +292,7 @@ static void tiled_range(void *ctx, int64_t begin, int64_t end, int thread) {
             .q = j->qkv + (size_t)t0 * (H + 2 * K) * hd + (size_t)kvh * (H / K) * hd,
             .q_stride = (size_t)(H + 2 * K) * hd,
             .out = j->out + (size_t)t0 * H * hd + (size_t)kvh * (H / K) * hd,
-            .out_stride = (size_t)H * hd, .k = j->k, .v = j->v,
+            .out_stride = (size_t)H * hd, .k = j->k, .v = j->v, .kv = j->kv,
             .table = cb->block_table + (size_t)s * cb->max_blocks,
             .sinks = j->sinks ? j->sinks + kvh * (H / K) : NULL};
 #if defined(__aarch64__)
@@ -345,8 +347,8 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: %lld sinks for %d heads",
                           (long long)sinks->cols, be->geom.n_heads);
     int window = atlas_geom_window(&be->geom, layer);
-    attn_job j = {cb, cb->attn, window, out, qkv, kv->k + layer * kv->layer_floats,
-                  kv->v + layer * kv->layer_floats, sinks ? sinks->vec : NULL, 0, 0};
+    attn_job j = {cb, cb->attn, window, out, qkv, kv->k + layer * kv->block_floats,
+                  kv->v + layer * kv->block_floats, kv, sinks ? sinks->vec : NULL, 0, 0};
     int64_t max_pos = 0;
     for (int t = 0; t < cb->n_tokens; t++)
         if (cb->positions[t] > max_pos) max_pos = cb->positions[t];
