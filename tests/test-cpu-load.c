@@ -4,8 +4,8 @@
  * weights_done reads them on every thread of the pool into the weights' own memory, byte for
  * byte; a weight freed before weights_done is never read; a weight loaded after it is read
  * by the next begin_batch. A file truncated after it was opened fails weights_done with an
- * I/O error that names the tensor, the file and the offset, and no read touches the mapping
- * (past the new end that would be SIGBUS). */
+ * I/O error that names the tensor, the file and the offset, and the batches after it until
+ * the weights are freed; no read touches the mapping (past the new end: SIGBUS). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,6 +157,8 @@ int main(void) {
     snprintf(at, sizeof at, "end of file at %llu", (unsigned long long)cut);
     CHECK_MSG(s == ATLAS_ERR_IO && strstr(e, "reading weight big") && strstr(e, path) &&
               strstr(e, at), "truncated: status %d: %s", s, e);
+    /* the weights read in part are never taken as read: a batch fails the same way */
+    CHECK(be->ops->begin_batch(be, &b, 16) == ATLAS_ERR_IO);
     free_all(be, w);
     atlas_error_clear();
     CHECK_OK(be->ops->weights_done(be)); /* nothing left queued */

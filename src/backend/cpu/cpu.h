@@ -133,7 +133,8 @@ atlas_status cpu_read_queue(cpu_backend *cb, const atlas_weight *owner,
 /* Drops owner's queued reads (a weight freed before they ran). */
 void cpu_read_cancel(cpu_backend *cb, const atlas_weight *owner);
 /* Runs every queued read on all the pool's threads and empties the queue; the first
- * failure, with the tensor's name, once all have stopped. */
+ * failure, with the tensor's name, once all have stopped (the queue then stays as it was:
+ * the next run reads it again, and fails again, until the weights are freed). */
 atlas_status cpu_read_run(cpu_backend *cb);
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */

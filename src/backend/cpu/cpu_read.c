@@ -87,7 +87,9 @@ atlas_status cpu_read_run(cpu_backend *cb) {
     atomic_init(&j.next, 0);
     atomic_init(&j.failed, 0);
     atlas_threadpool_for(cb->pool, cb->n_threads, 1, read_pieces, &j);
-    cb->n_reads = 0;
+    /* after a failure every read stays queued: a weight read in part is never used, each
+     * later run fails again until the weights are freed (which drops their reads) */
     if (j.st != ATLAS_OK) return atlas_fail(j.st, "%s", j.why);
+    cb->n_reads = 0;
     return ATLAS_OK;
 }
