@@ -90,6 +90,8 @@ class Client:
         if resp_headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
                 line = await self.r.readline()
+                if not line:
+                    raise ConnectionError("the server closed the connection mid-response")
                 n = int(line.split(b";")[0].strip() or b"0", 16)
                 if n == 0:
                     await self.r.readline()  # the blank line after the last chunk
@@ -127,6 +129,7 @@ class Client:
             k, _, v = line.decode("latin-1").partition(":")
             hdrs[k.strip().lower()] = v.strip()
         buf, first, last, tokens, ptoks, failed, itl, raw = b"", 0.0, 0.0, 0, None, None, [], b""
+        done = False
         async for piece in self._read_body(hdrs):
             if status != 200:
                 raw += piece
@@ -134,7 +137,9 @@ class Client:
             buf += piece
             while b"\n\n" in buf:
                 ev, buf = buf.split(b"\n\n", 1)
-                if not ev.startswith(b"data: ") or ev == b"data: [DONE]":
+                if ev == b"data: [DONE]":
+                    done = True
+                if not ev.startswith(b"data: ") or done:
                     continue
                 # A plain token chunk is told apart without parsing it (one a token, at up to
                 # tens of thousands a second: the client must not be what limits the rate).
@@ -163,6 +168,8 @@ class Client:
             raise RuntimeError(f"HTTP {status}: {raw.decode(errors='replace')[:300]}")
         if failed:
             raise RuntimeError(failed)
+        if not done:
+            raise RuntimeError("the stream ended without data: [DONE]")
         end = time.perf_counter()
         return {"ttft": first - t0 if first else float("nan"), "itl": itl, "e2e": end - t0,
                 "end": end, "tokens": tokens, "prompt_tokens": ptoks if ptoks is not None else len(prompt)}
@@ -251,39 +258,57 @@ async def run_share(lv, k, nproc):
         r["i"] = i
         out.append(r)
 
-    delay = lv["start"] - time.perf_counter()
-    if delay > 0:
-        await asyncio.sleep(delay)
-    if lv["arrivals"] is None:
+    made = []
+
+    def client():
+        made.append(Client(host, port, headers))
+        return made[-1]
+
+    async def closed_loop():
         conc = lv["conc"]
-        clients = [Client(host, port, headers) for _ in range(conc // nproc + (k < conc % nproc))]
 
         async def worker(c):
             while (i := lv["counter"].next()) < len(reqs):
                 await one(c, i)
 
-        try:
-            await asyncio.gather(*(worker(c) for c in clients))
-        finally:
-            for c in clients:
-                await c.close()
-    else:
+        await asyncio.gather(*(worker(client()) for _ in range(conc // nproc + (k < conc % nproc))))
+
+    async def poisson():
         idle, tasks = [], []
 
         async def open_one(i):
-            c = idle.pop() if idle else Client(host, port, headers)
+            c = idle.pop() if idle else client()
             await one(c, i)
             idle.append(c)
 
-        for i in range(k, len(reqs), nproc):
-            delay = lv["start"] + lv["arrivals"][i] - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(open_one(i)))
-        await asyncio.gather(*tasks)
-        for c in idle:
+        try:
+            for i in range(k, len(reqs), nproc):
+                delay = lv["start"] + lv["arrivals"][i] - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(open_one(i)))
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:  # cut while still sending: the requests out go too
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    delay = lv["start"] - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    drive, cut = closed_loop() if lv["arrivals"] is None else poisson(), False
+    try:
+        if lv["deadline"] is None:
+            await drive
+        else:  # past the deadline, requests still running are dropped and the level marked cut
+            await asyncio.wait_for(drive, max(0.0, lv["deadline"] - time.perf_counter()))
+    except asyncio.TimeoutError:
+        cut = True
+    finally:
+        for c in made:
             await c.close()
-    return out
+    return {"recs": out, "cut": cut}
 
 
 def child(lv, k, nproc, conn):
@@ -299,9 +324,10 @@ def run_records(lv, nproc):
     lv["counter"] = Counter(nproc > 1)
     lv["start"] = time.perf_counter() + (0.3 if nproc > 1 else 0.0)  # the processes start together
     if nproc == 1:
-        return asyncio.run(run_share(lv, 0, 1))
+        got = asyncio.run(run_share(lv, 0, 1))
+        return got["recs"], got["cut"]
     ctx = multiprocessing.get_context("fork")
-    pipes, procs, recs = [], [], []
+    pipes, procs, recs, cut = [], [], [], False
     for k in range(nproc):
         rd, wr = ctx.Pipe(False)
         p = ctx.Process(target=child, args=(lv, k, nproc, wr))
@@ -313,10 +339,11 @@ def run_records(lv, nproc):
         got = rd.recv()
         if isinstance(got, BaseException):
             raise got
-        recs += got
+        recs += got["recs"]
+        cut = cut or got["cut"]
     for p in procs:
         p.join()
-    return recs
+    return recs, cut
 
 
 # ---- /metrics and the roofline --------------------------------------------------------------
@@ -377,12 +404,17 @@ def summarize(a, lv, recs, before, after, roof):
     itl = [x for r in ok for x in r["itl"]]
     ttft = [r["ttft"] for r in ok if r["ttft"] == r["ttft"]]
     e2e = [r["e2e"] for r in ok]
+    # a stream's own pace once it runs: tokens after the first over the time after it
+    dec_t = sum(r["e2e"] - r["ttft"] for r in ok if r["tokens"] > 1 and r["ttft"] == r["ttft"])
+    dec_n = sum(r["tokens"] - 1 for r in ok if r["tokens"] > 1 and r["ttft"] == r["ttft"])
     q = lambda xs: {"p50": ms(pct(xs, 50)), "p90": ms(pct(xs, 90)), "p99": ms(pct(xs, 99))}
     d = lambda k: after[k] - before[k] if k in after and k in before else None
     qs, hits = d("atlas_prefix_cache_queries_total"), d("atlas_prefix_cache_hits_total")
     out = {"workload": a.workload, "mode": lv["mode"], "requests": len(recs), "failed": len(bad),
+           "requests_planned": len(lv["reqs"]),
            "wall_s": wall, "prompt_tokens": ptoks, "output_tokens": toks,
            "output_tok_s": toks / wall, "total_tok_s": (toks + ptoks) / wall, "req_s": len(ok) / wall,
+           "stream_decode_tok_s": dec_n / dec_t if dec_t > 0 else None,
            "ttft_ms": q(ttft), "itl_ms": q(itl), "e2e_ms": q(e2e),
            "preemptions": d("atlas_preemptions_total"),
            "prefix_queries": qs, "prefix_hits": hits,
@@ -411,6 +443,8 @@ def print_level(r, header=False):
           + f"{i['p50']}/{i['p99']}".ljust(17) + f"{pre:>7}  {hit:>10}  {roof}", flush=True)
     for f in r["failures"]:
         print(f"    failed: {f}", flush=True)
+    if r.get("cut"):
+        print("    cut at --deadline: requests still running were dropped", flush=True)
 
 
 # ---- options and the run ---------------------------------------------------------------------
@@ -438,8 +472,8 @@ def roofline_of(a):
 
 
 def options():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 epilog=__doc__.split("\n", 1)[1],
+    head, _, rest = __doc__.partition("\n\n")
+    ap = argparse.ArgumentParser(description=head.replace("\n", " "), epilog=rest,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", required=True)
@@ -447,8 +481,9 @@ def options():
     ap.add_argument("--rate", help="Poisson levels in requests/s, e.g. 10,20,40 (instead of --concurrency)")
     ap.add_argument("--rate-seconds", type=float, default=10.0,
                     help="a Poisson level's default length: requests = rate x this (default 10)")
-    ap.add_argument("--requests", type=int,
-                    help="requests a level (default: closed loop 2 x concurrency, at least 8)")
+    ap.add_argument("--requests",
+                    help="requests a level, or one a level: N1,N2,... (default: closed loop "
+                         "2 x concurrency, at least 8; Poisson rate x --rate-seconds)")
     ap.add_argument("--workload", choices=("fixed", "mixed", "shared-prefix"), default="fixed")
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
@@ -471,6 +506,9 @@ def options():
     ap.add_argument("--roofline-from", help="roofline: a JSON with params, lm_head, layers, "
                     "attn_dim, matrix_tflops (this script's --json output has it as 'roofline')")
     ap.add_argument("--label", help="a name for the run, kept in the JSON")
+    ap.add_argument("--deadline", type=float,
+                    help="seconds from the start: no level starts after it, and a level running "
+                         "then is cut (its running requests dropped, the level marked cut)")
     ap.add_argument("--swap-model")
     ap.add_argument("--swaps", type=int, default=3)
     ap.add_argument("--api-key")
@@ -506,7 +544,9 @@ def main():
               "workload_text": wl.describe(), "mode": mode, "sampling": sampling,
               "input_len": a.input_len, "output_len": a.output_len, "seed": a.seed,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "levels": [],
-              "roofline": roof, "roofline_formula": ROOFLINE_TEXT, "client": "bench/serve/loadgen.py"}
+              "roofline": roof, "roofline_formula": ROOFLINE_TEXT, "skipped": [],
+              "client": "bench/serve/loadgen.py"}
+    deadline = time.perf_counter() + a.deadline if a.deadline else None
     asyncio.run(solo(a.model, 2))  # warm-up: load the model
     print(f"# {wl.describe()}; {mode}" + (f" {sampling}" if sampling else ""))
     if roof:
@@ -514,9 +554,17 @@ def main():
               f"layers {roof['layers']}, attn_dim {roof['attn_dim']}, matrix {roof['matrix_tflops']:g} TFLOP/s")
     levels = ([("rate", float(x)) for x in a.rate.split(",")] if a.rate
               else [("conc", int(x)) for x in a.concurrency.split(",")])
+    counts = [int(x) for x in a.requests.split(",")] if a.requests else []
+    if len(counts) > 1 and len(counts) != len(levels):
+        sys.exit(f"loadgen: --requests has {len(counts)} counts for {len(levels)} levels")
     for n, (kind, v) in enumerate(levels):
-        count = a.requests or (max(int(v) * 2, 8) if kind == "conc" else max(8, round(v * a.rate_seconds)))
-        lv = {"a": a, "addr": addr, "sampling": sampling, "mode": mode,
+        count = (counts[n if len(counts) > 1 else 0] if counts else
+                 max(int(v) * 2, 8) if kind == "conc" else max(8, round(v * a.rate_seconds)))
+        if deadline is not None and time.perf_counter() >= deadline:
+            report["skipped"].append(f"{kind} {v:g}")
+            print(f"skipped {kind} {v:g}: past --deadline", flush=True)
+            continue
+        lv = {"a": a, "addr": addr, "sampling": sampling, "mode": mode, "deadline": deadline,
               "reqs": [wl.one() for _ in range(count)], "conc": int(v) if kind == "conc" else None,
               "rate": v if kind == "rate" else None, "arrivals": None}
         if kind == "rate":
@@ -528,11 +576,14 @@ def main():
         nproc = a.procs or (min(8, max(1, cores // 2)) if busy else 1)
         nproc = max(1, min(nproc, int(v) if kind == "conc" else count))
         before = scrape(a.url, headers)
-        recs = run_records(lv, nproc)
+        recs, cut = run_records(lv, nproc)
         r = summarize(a, lv, recs, before, scrape(a.url, headers), roof)
-        r["client_procs"] = nproc
+        r["client_procs"], r["cut"] = nproc, cut
         report["levels"].append(r)
         print_level(r, header=n == 0)
+        if a.json:  # after every level: a run stopped from outside keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(report, f, indent=2)
     if a.swap_model:
         report["swaps"] = []
         asyncio.run(solo(a.model, 1))  # A resident
