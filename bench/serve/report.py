@@ -29,7 +29,9 @@ def fmt(x, spec=".0f", none="-"):
 
 
 def where(lv):
-    return f"c={lv['concurrency']}" if "concurrency" in lv else f"{lv['rate']:g} req/s"
+    w = f"c={lv['concurrency']}" if "concurrency" in lv else f"{lv['rate']:g} req/s"
+    # a level cut at the deadline: its running requests were dropped, its figures partial
+    return w + (f" (cut: {lv['requests']} of {lv.get('requests_planned', '?')} ended)" if lv.get("cut") else "")
 
 
 def find(runs, label, conc=None):
@@ -155,6 +157,10 @@ def main():
                 f"{fmt(lv.get('roofline_output_tok_s'))} | "
                 f"{fmt(None if 'roofline_ratio' not in lv else 100 * lv['roofline_ratio'], '.1f')}"
                 f"{'%' if 'roofline_ratio' in lv else ''} |")
+    for r in runs:
+        for sk in r.get("skipped", []):
+            lines.append(f"| {r.get('label') or '-'} | {r.get('workload_text', '')} | {r.get('mode', '')} | "
+                         f"{sk}: skipped, past the deadline |" + " |" * 10)
     tg = targets(runs, ceil)
     if tg:
         if "smoke" in str(ceil.get("device", "")):
