@@ -20,8 +20,9 @@
 #   --fp8            also an FP8 (fp8-block) checkpoint of it (tools/quant/quantize_torch.py;
 #                    /dev/shm/q8b/fp8-block from bench/gpu/quant.sh when there) through
 #                    128/128 at 1 and 512, for the FP8 / bf16 row; about 90 s more
-#   --budget S       a workload that would end past S s from the start is skipped and named
-#                    in the summary (default 500: the call stays under 9 minutes)
+#   --budget S       a workload with less than half its estimate left of S s from the start
+#                    is skipped, one running at S is cut, both named in the summary (default
+#                    500: the call stays under 9 minutes)
 #   --parallel N     the server's --parallel (default 512, the largest level; CPU 16)
 #   --batch-tokens N the server's step budget (default 2048: 512 decodes leave 1,536 for
 #                    prefill chunks; CPU 512)
@@ -131,19 +132,20 @@ unserve() {  # unserve TAG: the server's counters kept, then stopped
   kill -TERM $SRV; wait $SRV
   tail -2 "$OUT/serve-$1.log"
 }
-# run LABEL SECONDS SEED ARGS...: one loadgen.py report, unless its estimate (SECONDS, an H200's
-# guess) would take the call past --budget
+# run LABEL SECONDS SEED ARGS...: one loadgen.py report. SECONDS is an H200's guess: the run
+# is skipped when less than half of it is left of --budget, and cut (--deadline: the level
+# running then marked cut, the levels after it skipped) at twice it or at the budget
 run() {
   local label=$1 est=$2 seed=$3; shift 3
   local left=$(( BUDGET - RESERVE - ($(date +%s) - T0) ))
-  if [ "$left" -lt "$est" ]; then
+  if [ $(( left * 2 )) -lt "$est" ]; then
     echo "skipped $label: ${left} s left, it takes about $est"; SKIPPED+=("$label ($left s left, about $est s needed)")
     return
   fi
-  step "$label (about $est s)"
-  # --deadline: a level still running at the budget is cut (marked so), the levels after it skipped
-  timeout $(( left + 60 )) $LG --url "$URL" --model "$MODEL" --label "$label" --seed "$seed" \
-    --deadline "$left" --id-range "$IDS" "${ROOF[@]}" --json "$OUT/run-$label.json" "$@" 2>&1 \
+  local cap=$(( est * 2 < left ? est * 2 : left ))
+  step "$label (about $est s, cut at $cap s)"
+  timeout $(( cap + 60 )) $LG --url "$URL" --model "$MODEL" --label "$label" --seed "$seed" \
+    --deadline "$cap" --id-range "$IDS" "${ROOF[@]}" --json "$OUT/run-$label.json" "$@" 2>&1 \
     | tee "$OUT/run-$label.log" | grep -v "^#"
 }
 # the Poisson rates: fractions of the request rate of the closed-loop level named
@@ -165,14 +167,14 @@ if [ "$DEVICE" = cuda ]; then
   [ -n "$M8" ] && RESERVE=50
   serve bf16 --model "llama=$M"
   run fixed-greedy 45 11 --concurrency 1,16,64,256,512 --requests 16,32,128,512,1024
+  # sampled: the target's level first; while sampling is done on the host it can be many
+  # times slower, and then it is cut at twice its estimate
+  run fixed-sampled 40 12 --concurrency 512,256,64,16,1 --requests 1024,512,128,32,16 "${SAMPLED[@]}"
   run long-prompt 35 13 --input-len 1024 --output-len 128 --concurrency 64,256 --requests 128,256
   run long-answer 45 14 --input-len 128 --output-len 1024 --concurrency 64,256 --requests 64,256
   run mixed 25 15 --workload mixed --concurrency 256 --requests 512
   run shared-prefix 30 16 --workload shared-prefix --prefix-len 2000 --concurrency 256 --requests 512
   run poisson 35 17 --rate "$(rates 60)" --rate-seconds 10
-  # sampled last, the target's level first: while sampling is done on the host it can be
-  # many times slower, and then it has what is left of the budget
-  run fixed-sampled 40 12 --concurrency 512,256,64,16,1 --requests 1024,512,128,32,16 "${SAMPLED[@]}"
   unserve bf16
   if [ -n "$M8" ]; then
     RESERVE=0
@@ -185,13 +187,13 @@ else
   MODEL=default IDS=100-4000
   serve cpu
   run fixed-greedy 15 11 --input-len 32 --output-len 16 --concurrency 1,4,16 --requests 4,8,32
+  run fixed-sampled 15 12 --input-len 32 --output-len 16 --concurrency 16,4,1 --requests 32,8,4 "${SAMPLED[@]}"
   run long-prompt 10 13 --input-len 256 --output-len 16 --concurrency 4 --requests 8
   run long-answer 10 14 --input-len 16 --output-len 128 --concurrency 4 --requests 8
   run mixed 10 15 --workload mixed --mixed-input 16-512 --mixed-output 4-128 --concurrency 8 --requests 16
   run shared-prefix 10 16 --workload shared-prefix --prefix-len 200 --input-len 16 --output-len 16 \
     --concurrency 8 --requests 16
   run poisson 15 17 --rate "$(rates 4)" --rate-seconds 3 --input-len 32 --output-len 16
-  run fixed-sampled 15 12 --input-len 32 --output-len 16 --concurrency 16,4,1 --requests 32,8,4 "${SAMPLED[@]}"
   unserve cpu
 fi
 
