@@ -54,9 +54,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_oss  # noqa: E402
 import shapes  # noqa: E402
 
-MODEL_TYPE = {shapes.LLAMA: "llama", shapes.MISTRAL: "mistral", shapes.QWEN2: "qwen2",
-              shapes.QWEN3: "qwen3", shapes.PHI3: "phi3", shapes.GEMMA3: "gemma3_text",
-              shapes.QWEN3_MOE: "qwen3_moe", shapes.MIXTRAL: "mixtral", shapes.GPT_OSS: "gpt_oss"}
 MOE = (shapes.QWEN3_MOE, shapes.MIXTRAL)
 # A router's weights drawn with this std times 1/sqrt(hidden): logits spread over ~8, so the
 # probability of the k-th expert is small beside the first's wherever the k-th and the next
@@ -186,7 +183,7 @@ def make_model(name, spec, out, toks, keep):
         return d
     os.makedirs(d, exist_ok=True)
     cfg_json = dict(shapes.config_json(spec), torch_dtype="bfloat16",
-                    model_type=MODEL_TYPE[spec["architectures"][0]])
+                    model_type=shapes.MODEL_TYPE[spec["architectures"][0]])
     cfg_json.setdefault("num_hidden_layers", LAYERS)
     if spec["architectures"][0] == shapes.GPT_OSS:
         make_gpt_oss(name, spec, d, cfg_json, toks, float_dir(out, name, spec))

@@ -20,6 +20,10 @@ QWEN3_MOE = "Qwen3MoeForCausalLM"
 MIXTRAL = "MixtralForCausalLM"
 GPT_OSS = "GptOssForCausalLM"
 
+# config.json's model_type of each architecture
+MODEL_TYPE = {LLAMA: "llama", MISTRAL: "mistral", QWEN2: "qwen2", QWEN3: "qwen3", PHI3: "phi3",
+              GEMMA3: "gemma3_text", QWEN3_MOE: "qwen3_moe", MIXTRAL: "mixtral", GPT_OSS: "gpt_oss"}
+
 BIG_LENGTHS = [1, 7, 511, 512, 513, 2600, 8192, 32768]
 FORCED = 16  # decode steps after the prompt, the reference's greedy tokens fed in turn
 TOPK = 64    # reference log-probs stored per position
