@@ -7,9 +7,9 @@
 # ratio, target and met/missed (that script says how each figure is computed). A checkpoint is
 # deleted after its run (KEEP=1 keeps it for a second call on the same machine).
 #
-# Default shapes and depths, with the time each piece should take on an H100/H200 (writing
-# measured at ~2-5 GB/s when this was written: not yet; the make.json of each shape records
-# it, and the table's notes print it):
+# Default shapes and depths, with the time each piece should take on an H100/H200 (estimates:
+# the writing rate, taken as 2-5 GB/s, is not measured yet; each shape's make.json records it
+# and the table's notes print it):
 #   gpt-oss-20b    MXFP4 experts, full depth (24), 13.8 GB: make ~5-10 s, bench ~30 s
 #   qwen3-30b-a3b  full depth (48), 61.1 GB: make ~15-40 s, bench ~40 s (fewer layers when
 #                  /dev/shm or the GPU cannot hold it: the table says "cut from 48 to N")
@@ -28,13 +28,14 @@
 #   SHAPES="gpt-oss-20b phi-4"   a subset (any shape of tools/make_checkpoint.py); NAME=DIR
 #                                uses the checkpoint in DIR as NAME (not made, not deleted:
 #                                a dry run on the CPU with tests/data's small checkpoints)
-#   STEP=make                    only makes the checkpoints (kept), e.g. in a call before
+#   STEP=make                    only makes the checkpoints and keeps them all (room allowing:
+#                                later shapes are cut to fit), e.g. in a call before
 #   DEPTH=full                   every shape at its published depth; LAYERS_<name> (name
 #                                with - and . as _, e.g. LAYERS_gemma3_27b=62) one shape's
 #   SERVE=1                      the serving rows (SERVE_SHAPES, default qwen3-30b-a3b
 #                                llama3.1-8b); DEVICE=cpu passes --device cpu to both tools
 #   MAKE_ARGS="--fill zeros"    sparse all-zero checkpoints (no torch: the make path on a CPU)
-#   BENCH_ARGS, MAKE_TIMEOUT (240 s), BENCH_TIMEOUT (240 s), SERVE_TIMEOUT (150 s) a shape,
+#   BENCH_ARGS, MAKE_TIMEOUT (200 s), BENCH_TIMEOUT (150 s), SERVE_TIMEOUT (150 s) a shape,
 #   ATLAS_BUILD (build-gpu), CKPT_ROOT (/dev/shm/fam), OUT (/tmp/atlas-out)
 # Out: $OUT/families.md; $OUT/families/NAME.{bench.log,config.json,make.json,serve.json,...}.
 set -u
@@ -133,14 +134,14 @@ for s in $SHAPES; do
     if [ "${KEEP:-0}" != 1 ] && [ "${STEP:-}" != make ]; then  # room for this one
       for o in "$M"/*/; do [ "$o" = "$dir/" ] || rm -rf "$o" "${o%/}.make.json"; done
     fi
-    make_one "$n" $((left - 40 < ${MAKE_TIMEOUT:-240} ? left - 40 : ${MAKE_TIMEOUT:-240})) || continue
+    make_one "$n" $((left - 40 < ${MAKE_TIMEOUT:-200} ? left - 40 : ${MAKE_TIMEOUT:-200})) || continue
   fi
   [ "${STEP:-}" = make ] && continue
   cp "$dir/config.json" "$D/$n.config.json"
   left=$((BUDGET_S - SECONDS))
   step "atlas bench $n ($(grep -o '"num_hidden_layers": [0-9]*' "$dir/config.json"))"
   # shellcheck disable=SC2086
-  timeout $((left - 10 < ${BENCH_TIMEOUT:-240} ? left - 10 : ${BENCH_TIMEOUT:-240})) \
+  timeout $((left - 10 < ${BENCH_TIMEOUT:-150} ? left - 10 : ${BENCH_TIMEOUT:-150})) \
     "$B/atlas" bench -m "$dir" $BENCH_ARGS "${DEV[@]}" > "$D/$n.bench.log" 2>&1
   echo "rc $?"
   grep -E "^(decode  |decode b|prefill|read bw|matrix|ratio)" "$D/$n.bench.log"
