@@ -55,6 +55,11 @@ if(ATLAS_PYTHON3)
   add_test(NAME layers COMMAND ${ATLAS_PYTHON3} ${CMAKE_SOURCE_DIR}/tools/layers.py
            ${CMAKE_BINARY_DIR})
   set_tests_properties(layers PROPERTIES LABELS cpu TIMEOUT 120)
+  # bench/gpu/families.sh's checkpoints: every published shape's tensors as atlas loads them,
+  # and the active bytes a token its table computes equal to atlas's (sparse files, seconds)
+  add_test(NAME bench-checkpoints COMMAND ${ATLAS_PYTHON3}
+           ${CMAKE_SOURCE_DIR}/tests/bench/checkpoints.py $<TARGET_FILE:atlas>)
+  set_tests_properties(bench-checkpoints PROPERTIES LABELS cpu TIMEOUT 120)
 else()
   message(WARNING "atlas: no python3: the layers check (tools/layers.py) is not registered")
 endif()
