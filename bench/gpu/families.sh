@@ -13,16 +13,16 @@
 #   gpt-oss-20b    MXFP4 experts, full depth (24), 13.8 GB: make ~5-10 s, bench ~30 s
 #   qwen3-30b-a3b  full depth (48), 61.1 GB: make ~15-40 s, bench ~40 s (fewer layers when
 #                  /dev/shm or the GPU cannot hold it: the table says "cut from 48 to N")
-#   phi-4          10 of 40 layers, 8.0 GB: make ~4 s, bench ~25 s
-#   gemma3-27b     12 of 62 (two of each six layers' pattern: 10 local, 2 global), 13.0 GB:
+#   phi-4          10 of 40 layers, 8.9 GB: make ~4 s, bench ~25 s
+#   gemma3-27b     12 of 62 (two of each six layers' pattern: 10 local, 2 global), 12.7 GB:
 #                  make ~5 s, bench ~25 s
-#   gemma3-12b     12 of 48 (10 local, 2 global), 7.6 GB: make ~3 s, bench ~25 s
+#   gemma3-12b     12 of 48 (10 local, 2 global), 7.4 GB: make ~3 s, bench ~25 s
 #   gemma3-1b      full depth (26), 2.0 GB: make ~2 s, bench ~20 s
 #   llama3.1-8b    full depth (32), 16.1 GB, the dense 8B beside the MoE for the b64 and
 #                  serving rows: make ~6 s, bench ~25 s
 #   SERVE=1: qwen3-30b-a3b and llama3.1-8b each under `atlas serve --parallel 64`, driven by
 #            bench/serve/loadgen.py at 64 streams, 128 in / 128 out, 128 requests: ~30 s each
-# In all ~5-6 min after the build; BUDGET_S (default 500) stops starting new shapes when the
+# In all ~5-6 min after the build; BUDGET_S (default 480) stops starting new shapes when the
 # call's time runs short (their rows say "not run: time budget").
 #
 #   SHAPES="gpt-oss-20b phi-4"   a subset (any shape of tools/make_checkpoint.py); NAME=DIR
@@ -45,7 +45,7 @@ M=${CKPT_ROOT:-/dev/shm/fam}
 SHAPES=${SHAPES:-"gpt-oss-20b qwen3-30b-a3b phi-4 gemma3-27b gemma3-12b gemma3-1b llama3.1-8b"}
 BENCH_ARGS=${BENCH_ARGS:-"-p 128,2048 -n 128 --batch 64 --read-gib 4"}
 SERVE_SHAPES=${SERVE_SHAPES:-"qwen3-30b-a3b llama3.1-8b"}
-BUDGET_S=${BUDGET_S:-500}
+BUDGET_S=${BUDGET_S:-480}
 DEV=()
 [ -n "${DEVICE:-}" ] && DEV=(--device "$DEVICE")
 export PYTHONUNBUFFERED=1
