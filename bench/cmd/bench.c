@@ -5,7 +5,9 @@
  *   decode ratio  = decode tok/s x bytes of weights read per token / read bandwidth
  *   prefill ratio = prefill FLOP/s / bf16 matrix rate (best GEMM the backend has)
  * Weights read per token: every linear layer and the output head (an untied embedding
- * table is not read). Prefill FLOPs: 2 x tokens x linear weights + causal attention
+ * table is not read). Prefill FLOPs: 2 x tokens x linear weights (in an MoE layer the
+ * router and the experts a token is routed to) + causal attention (over every key, also in
+ * sliding-window layers: an overcount there)
  * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row.
  * --no-graphs, --no-pdl, --no-cublaslt and --skip-ops make the model with that part of the
  * CUDA backend off (atlas_backend_options), to measure what it gives.
@@ -399,7 +401,13 @@ int atlas_cli_bench(int argc, char **argv) {
     atlas_model_get_info(m, &info);
     int V = info.vocab_size, d = info.hidden, L = info.n_layers, H = info.n_heads;
     int K = info.n_kv_heads, hd = info.head_dim, f = info.intermediate;
-    double layer_w = (double)d * (H + 2 * K) * hd + (double)H * hd * d + 3.0 * f * d;
+    /* the weights a token multiplies a layer, on average: attention, and the MLP or, in an
+     * MoE layer, the router and the experts it is routed to (not all of them) */
+    atlas_model_survey sv = {0};
+    if (atlas_model_inspect(o.dir, &mp, &sv) != ATLAS_OK) return fail("inspecting the model");
+    double moe_w = (double)sv.n_experts_used * 3.0 * sv.expert_ffn * d + (double)sv.n_experts * d;
+    double layer_w = (double)d * (H + 2 * K) * hd + (double)H * hd * d +
+                     ((double)(L - sv.n_moe_layers) * 3.0 * f * d + sv.n_moe_layers * moe_w) / L;
     /* the bytes a decode token reads as stored (packed weights and their scales for a
      * quantized checkpoint), the same figure atlas info prints */
     double bytes_tok = (double)info.token_weight_bytes;
