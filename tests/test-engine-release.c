@@ -322,9 +322,10 @@ static void test_budget_before_evict(const char *dir_a, const char *dir_b) {
 
 /* ---- pausing after a drain timeout ------------------------------------------------------ */
 
-/* long enough for several turns of DRAIN_MS each, short enough that a sanitizer build's
- * recomputes stay within the test's time */
-enum { LONG = 400, DRAIN_MS = 100 };
+/* long enough for several turns of DRAIN_MS each (a model being swapped out goes on while
+ * the other loads beside it, and a turn is at least twice a load), short enough that a
+ * sanitizer build's recomputes stay within the test's time */
+enum { LONG = 1000, DRAIN_MS = 100 };
 
 static uint64_t pauses(atlas_engine *e) { return metrics(e).preemptions; }
 
@@ -432,8 +433,9 @@ static int coll_wait_for(coll *c, double seconds) {
 /* A drain timeout shorter than a recompute: each turn must still let the paused sequences
  * recompute and go on (the clock waits for their prompts), or neither model would ever
  * advance.  Prompts of 300 tokens prefilled 64 at a time, a timeout of 2 ms; the replies are
- * long enough to outlast a turn, which is at least twice a load. */
-enum { TOKENS = 160 };
+ * long enough to outlast a turn, which is at least twice a load, and the other model's load,
+ * which runs beside it. */
+enum { TOKENS = 1000 };
 static void test_pause_progress(const char *dir_a, const char *dir_b) {
     atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
     atlas_engine_params p = atlas_engine_default_params();
@@ -495,9 +497,9 @@ static void test_queued_turn(const char *dir_a, const char *dir_b) {
                                   {.name = "b", .dir = dir_b}};
     atlas_engine *e = engine_new(mods, 2, 1, 256, 2000);
     if (!e) return;
-    CHECK_OK(atlas_engine_load(e, "a"));
     const atlas_tokenizer *tok = NULL; /* read now: b's first submit would wait for it */
     CHECK_OK(atlas_engine_tokenizer(e, "b", &tok));
+    CHECK_OK(atlas_engine_load(e, "a")); /* after: a's turn counts from its load */
     atlas_engine_metrics m0 = metrics(e);
     enum { QUEUED = 3 };
     atlas_request ra = request("a", 32), rb = request("b", 4);

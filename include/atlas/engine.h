@@ -154,6 +154,8 @@ typedef struct atlas_residency_event {
     int running;           /* DRAINING: requests still running on it */
     const char *error;     /* RELEASED: what the release failed to free ("" when nothing; the
                               model is gone either way) */
+    int beside;            /* LOADED, LOAD_FAILED: models resident while it loaded, which kept
+                              stepping (a load runs on the engine's loader thread) */
 } atlas_residency_event;
 
 typedef struct atlas_engine_params {

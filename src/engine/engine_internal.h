@@ -3,17 +3,20 @@
  * The files call down only, never back up (tools/layers.py checks it):
  *   engine.c     the public calls; starts the scheduler thread
  *   sched.c      the scheduler thread's loop and the shutdown
- *   residency.c  load/unload commands, loading, releasing, swapping
+ *   residency.c  load/unload commands, loading (on the loader thread), releasing, swapping
  *   step.c       one step of a model: plan, batch, forward, sampling
  *   running.c    admission, running lists, ending and preempting sequences, END delivery
  *   output.c     from a sampled token to TOKEN and END events
  *   seq.c        a sequence's memory and failure, the waiting queue, the clock
  *
  * Locking: e->mu guards the waiting queue, the commands, every model's residency and
- * running list, the KV pools and e->metrics.  The scheduler thread is the only one that
- * changes residency, running lists and sequences' compute state; it drops e->mu around
- * forward passes, loads, releases and callbacks.  Tokenizers and templates load under
- * e->tok_mu.  A sequence's cancel flag and reference count are atomics.
+ * running list, the KV pools, e->load and e->metrics.  The scheduler thread is the only one
+ * that changes residency, running lists and sequences' compute state; it drops e->mu around
+ * forward passes, releases and callbacks.  A model's load runs on the loader thread
+ * (residency.c), which reads only what atlas_engine_create fixed (the model's directory,
+ * name and sizes, e->p) and writes only e->load's result, handed over under e->mu; the
+ * scheduler installs what it loaded.  Tokenizers and templates load under e->tok_mu.  A
+ * sequence's cancel flag and reference count are atomics.
  *
  * A sequence's life:
  *   submit -> WAITING -> (admitted) RUNNING -> ... -> DONE (END emitted, engine ref dropped)
@@ -143,7 +146,9 @@ typedef struct eng_model {
     int n_running;
     int n_waiting;
     int draining;           /* no admissions: it is to be released */
-    int loading;            /* its load runs (unlocked) */
+    int loading;            /* its load runs on the loader thread */
+    int held;               /* loaded while the model making room for it drains: admits
+                               nothing until that one is released (e->load.victim) */
     double drain_since;     /* when it began draining for a swap; 0: not */
     double loaded_at;       /* it serves a turn from here before being paused (residency.c) */
     double last_load_s;     /* its last load's seconds, 0 before one */
@@ -187,6 +192,27 @@ typedef struct eng_cmd {
     struct eng_cmd *next;
 } eng_cmd;
 
+/* The load in flight, one at a time, on the loader thread (residency.c), while the scheduler
+ * goes on stepping the resident models.  Under e->mu; the result fields are the thread's
+ * until it sets done. */
+typedef struct eng_load {
+    int active;           /* its thread was started and is not joined yet */
+    int done;             /* the thread has handed over its result */
+    pthread_t thread;
+    int model;            /* loading, or loaded and held; -1: none */
+    int victim;           /* a model draining for it meanwhile, released once drained; -1 */
+    int replaced;         /* the model released last to make room for it; -1: none */
+    int beside;           /* models resident when it began: they kept stepping */
+    double t0, t_start;   /* when the swap began (its first release), when the load did */
+    const char *why;      /* "load" (a command) or "request" */
+    /* the thread's result */
+    atlas_model *m;
+    atlas_status st;
+    char msg[512];        /* the failure as clients see it */
+    int release_failed;   /* releases of a refused model that failed to free something */
+    double t_end;
+} eng_load;
+
 /* One entry of the batch being built: n tokens of s from s->n_computed on. */
 typedef struct plan_entry {
     seq *s;
@@ -210,6 +236,7 @@ struct atlas_engine {
     seq **waiting;           /* FIFO; preempted sequences go back to the front */
     int n_waiting, waiting_cap;
     eng_cmd *cmds;
+    eng_load load;
     uint64_t clock;          /* LRU stamps and admission order */
     atlas_engine_metrics metrics;
     size_t budget;           /* bytes the resident models may take, 0: no limit */
@@ -251,6 +278,8 @@ int atlas_engine_do_commands(atlas_engine *e);
 int atlas_engine_do_residency(atlas_engine *e);
 /* Releases the resident models idle for longer than their keep-alive; 1: released one. */
 int atlas_engine_do_keep_alive(atlas_engine *e);
+/* At shutdown: waits for the load in flight, if any, and releases what it loaded. */
+void atlas_engine_load_abandon(atlas_engine *e);
 
 /* step.c */
 /* One step of md (nothing when it has no running sequence: returns 0).  Under e->mu,

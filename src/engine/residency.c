@@ -62,7 +62,7 @@ static const char *release_reason(const atlas_engine *e, const eng_model *md,
     if (e->stop) return "shutdown";
     if (md->unload_asked || has_cmd(e, CMD_UNLOAD, (int)(md - e->models))) return "unload";
     if (md->expiring) return "keep_alive";
-    int w = wanted_model(e);
+    int w = e->load.victim == (int)(md - e->models) ? e->load.model : wanted_model(e);
     if (w >= 0) *other = e->models[w].name;
     return "swap";
 }
@@ -254,28 +254,116 @@ void atlas_engine_strip_dir(char *s, const char *dir) {
     strcpy(s, out);
 }
 
-/* Loads model (room was made).  t0: when the swap began (the release before it); replaced:
- * the model released last to make room for it, -1 if none.  Under e->mu (dropped
- * meanwhile). */
-static void load_model(atlas_engine *e, int model, double t0, int replaced) {
-    eng_model *md = &e->models[model];
-    md->loading = 1; /* for the status (/health): the lock is dropped while it loads */
-    const char *why = has_cmd(e, CMD_LOAD, model) ? "load" : "request";
+/* ---- the loader thread ------------------------------------------------------------------ */
+
+/* A load runs on a thread of its own, one at a time, while the scheduler goes on stepping the
+ * resident models; the loading model's requests wait in the queue (admission skips a model
+ * that is not resident).  The thread reads only what atlas_engine_create fixed (the model's
+ * directory, name and sizes, e->p) and writes only e->load's result, then hands it over
+ * under e->mu and wakes the scheduler, which installs the model (finish_load): residency,
+ * pools, metrics and events stay the scheduler's alone. */
+static void *loader_main(void *arg) {
+    atlas_engine *e = arg;
+    eng_load *ld = &e->load;
+    pthread_mutex_lock(&e->mu);
+    eng_model *md = &e->models[ld->model];
     pthread_mutex_unlock(&e->mu);
-    double t_load = atlas_engine_now();
     atlas_error_clear();
     atlas_model *m = NULL;
     int release_failed = 0;
     atlas_status st = load_checked(e, md, &m, &release_failed);
-    char msg[512], err[400];
+    char err[400];
     /* clients see this message: it names the model and its files, never the server's paths */
     snprintf(err, sizeof err, "%s", atlas_last_error());
     atlas_engine_strip_dir(err, md->dir);
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
     const char *w = strncmp(err, wrapped, sizeof wrapped - 1) ? err : err + sizeof wrapped - 1;
-    snprintf(msg, sizeof msg, "loading model '%s': %s", md->name, w);
+    double t_end = atlas_engine_now();
     pthread_mutex_lock(&e->mu);
+    snprintf(ld->msg, sizeof ld->msg, "loading model '%s': %s", md->name, w);
+    ld->m = m;
+    ld->st = st;
+    ld->release_failed = release_failed;
+    ld->t_end = t_end;
+    ld->done = 1;
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* e->load is over once its thread is joined and no victim drains for it. */
+static void load_settle(atlas_engine *e) {
+    if (!e->load.active && e->load.victim < 0) e->load.model = -1;
+}
+
+/* Starts loading model (room was made, or is being made by victim, draining) on the loader
+ * thread.  t0: when the swap began (the release before it); replaced: the model released
+ * last to make room for it, -1 if none.  Returns 1 (worked).  Under e->mu. */
+static int start_load(atlas_engine *e, int model, double t0, int replaced, int victim) {
+    eng_model *md = &e->models[model];
+    eng_load *ld = &e->load;
+    *ld = (eng_load){.model = model, .victim = victim, .replaced = replaced, .t0 = t0,
+                     .why = has_cmd(e, CMD_LOAD, model) ? "load" : "request",
+                     .t_start = atlas_engine_now()};
+    for (int i = 0; i < e->n_models; i++) ld->beside += i != model && e->models[i].m;
+    md->loading = 1; /* for the status (/health) */
+    if (pthread_create(&ld->thread, NULL, loader_main, e) == 0) {
+        ld->active = 1;
+        return 1;
+    }
     md->loading = 0;
+    ld->victim = -1;
+    load_settle(e);
+    char msg[512];
+    snprintf(msg, sizeof msg, "loading model '%s': cannot start the loader thread", md->name);
+    e->metrics.load_failures++;
+    tell_failed(e, md, 0, msg);
+    fail_model_requests(e, model, ATLAS_ERR_UNAVAILABLE, msg);
+    return 1;
+}
+
+/* The model of e->load, loaded, may serve from now (its victim, if any, is gone): its turn
+ * starts, the swap is counted from the victim's release to now, the LOADED event is told
+ * and its load commands return.  Under e->mu (dropped for the event). */
+static void announce_loaded(atlas_engine *e) {
+    eng_load *ld = &e->load;
+    int model = ld->model;
+    eng_model *md = &e->models[model];
+    md->held = 0;
+    md->loaded_at = atlas_engine_now();
+    md->last_used = ++e->clock;
+    double dt = md->loaded_at - ld->t0;
+    e->metrics.last_swap_s = dt;
+    atlas_engine_hist_observe(&e->metrics.swap, dt);
+    atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
+                                .reason = ld->why, .seconds = md->last_load_s,
+                                .bytes = md->est_bytes, .beside = ld->beside};
+    if (ld->replaced >= 0) {
+        ev.other = e->models[ld->replaced].name, ev.swap_seconds = dt;
+        e->metrics.swaps++;
+        e->metrics.swap_seconds += dt;
+    }
+    load_settle(e);
+    tell(e, &ev); /* before the load command returns and the requests run */
+    cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
+}
+
+/* Installs what the loader thread loaded (its thread has handed over: e->load.done), or
+ * fails the model's requests with its error.  A failed load stops its victim's drain: the
+ * victim admits again, having lost nothing.  Under e->mu (dropped meanwhile). */
+static void finish_load(atlas_engine *e) {
+    eng_load *ld = &e->load;
+    pthread_join(ld->thread, NULL); /* it has handed over: only its return is left */
+    ld->active = 0;
+    int model = ld->model;
+    eng_model *md = &e->models[model];
+    md->loading = 0;
+    atlas_model *m = ld->m;
+    atlas_status st = ld->st;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ld->msg);
+    int release_failed = ld->release_failed;
+    ld->m = NULL;
     if (st == ATLAS_OK) {
         atlas_kv_pool_params kp = {.n_blocks = atlas_model_kv_blocks(m),
                                    .block_size = atlas_model_kv_block_size(m)};
@@ -290,9 +378,14 @@ static void load_model(atlas_engine *e, int model, double t0, int replaced) {
     e->metrics.unload_failures += (uint64_t)release_failed;
     if (st != ATLAS_OK) {
         e->metrics.load_failures++;
-        tell_failed(e, md, atlas_engine_now() - t_load, msg); /* said before its requests end */
+        atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOAD_FAILED, .model = md->name,
+                                    .reason = msg, .seconds = ld->t_end - ld->t_start,
+                                    .beside = ld->beside};
+        tell(e, &ev); /* said before its requests end */
         fail_model_requests(e, model, load_failure(st), msg);
         remember_failure(e, md);
+        ld->victim = -1;
+        load_settle(e);
         return;
     }
     md->fail_count = 0;
@@ -301,25 +394,31 @@ static void load_model(atlas_engine *e, int model, double t0, int replaced) {
     atlas_model_get_info(m, &info);
     md->est_bytes = info.weight_bytes + info.kv_bytes;
     md->m = m;
-    md->loaded_at = atlas_engine_now();
-    md->last_load_s = md->loaded_at - t_load;
-    md->last_used = ++e->clock;
+    md->last_load_s = ld->t_end - ld->t_start;
     md->last_error[0] = 0;
-    double dt = atlas_engine_now() - t0;
-    e->metrics.loads++;
-    e->metrics.last_swap_s = dt;
-    atlas_engine_hist_observe(&e->metrics.swap, dt);
     md->release_refused = 0;
-    atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
-                                .reason = why, .seconds = atlas_engine_now() - t_load,
-                                .bytes = md->est_bytes};
-    if (replaced >= 0) {
-        ev.other = e->models[replaced].name, ev.swap_seconds = dt;
-        e->metrics.swaps++;
-        e->metrics.swap_seconds += dt;
-    }
-    tell(e, &ev); /* before the load command returns and the requests run */
-    cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
+    e->metrics.loads++;
+    md->held = ld->victim >= 0;
+    if (!md->held) announce_loaded(e); /* else once its victim is released (drive_victim) */
+}
+
+void atlas_engine_load_abandon(atlas_engine *e) {
+    eng_load *ld = &e->load;
+    if (!ld->active) return;
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(ld->thread, NULL);
+    pthread_mutex_lock(&e->mu);
+    ld->active = 0;
+    e->models[ld->model].loading = 0;
+    atlas_model *m = ld->m;
+    ld->m = NULL;
+    ld->victim = -1;
+    load_settle(e);
+    if (!m) return;
+    pthread_mutex_unlock(&e->mu);
+    int failed = atlas_model_release(m) != ATLAS_OK;
+    pthread_mutex_lock(&e->mu);
+    e->metrics.unload_failures += (uint64_t)failed;
 }
 
 /* ---- residency -------------------------------------------------------------------------- */
@@ -410,7 +509,7 @@ int atlas_engine_do_commands(atlas_engine *e) {
             md->unload_asked = 0;
             atlas_engine_cmd_complete(e, c, ATLAS_OK, NULL);
             worked = 1;
-        } else if (c->kind == CMD_UNLOAD) {
+        } else if (c->kind == CMD_UNLOAD && !md->loading) { /* after its load, if loading */
             atlas_status st = md->m ? atlas_engine_release_model(e, md) : ATLAS_OK;
             if (st == ATLAS_ERR_BUSY) md->unload_asked = md->draining = 1;
             atlas_engine_cmd_complete(e, c, st, st == ATLAS_OK ? NULL : atlas_last_error());
@@ -435,9 +534,12 @@ int atlas_engine_do_commands(atlas_engine *e) {
 
 /* What can be known of md's load before anything is evicted for it (atlas_model_inspect):
  * its headers and tensors, and that its weights and KV pool fit in what the backend has
- * free plus what releasing the resident models (freeable bytes) gives back.  Not under
- * e->mu (reads only what does not change). */
-static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeable) {
+ * free plus what releasing the resident models (freeable bytes) gives back; *room_now: they
+ * fit in what it has free now, beside the resident models.  Not under e->mu (reads only
+ * what does not change). */
+static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeable,
+                             int *room_now) {
+    *room_now = 0;
     atlas_model_params mp = atlas_model_default_params();
     mp.device = e->p.device;
     mp.gpu = e->p.gpu;
@@ -445,6 +547,8 @@ static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeab
     mp.kv_block_size = e->p.kv_block_size;
     atlas_model_survey sv;
     ATLAS_TRY(atlas_model_inspect(md->dir, &mp, &sv));
+    *room_now = !e->p.no_memory_check && sv.available_what[0] &&
+                sv.needed_bytes <= sv.available_bytes;
     if (e->p.no_memory_check || !sv.available_what[0] ||
         sv.needed_bytes <= sv.available_bytes + freeable)
         return ATLAS_OK;
@@ -472,27 +576,85 @@ static int fail_too_large(atlas_engine *e, int want) {
     return 1;
 }
 
+/* Drains and releases the model making room for the load in flight (e->load.victim), as
+ * the swap below would; once it is gone the newcomer, if loaded, serves.  Its release
+ * refused with none of its requests running (a leaked handle) fails the newcomer's requests
+ * and unloads the newcomer, which may not stay beside it.  1: did something.  Under e->mu
+ * (dropped while releasing). */
+static int drive_victim(atlas_engine *e) {
+    eng_load *ld = &e->load;
+    eng_model *vm = &e->models[ld->victim], *wm = &e->models[ld->model];
+    double t_rel = atlas_engine_now();
+    atlas_status st = ATLAS_OK;
+    if (vm->m) {
+        /* queued work and nothing running: it serves them until its turn is over */
+        if (vm->n_running == 0 && vm->n_waiting > 0 && t_rel - vm->loaded_at < turn_s(e, vm))
+            return 0;
+        vm->draining = 1;
+        st = atlas_engine_release_model(e, vm);
+        if (st == ATLAS_ERR_BUSY) {
+            if (!pause_due(e, vm)) return 0;
+            pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
+            st = atlas_engine_release_model(e, vm);
+        }
+    }
+    if (st != ATLAS_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot make room for model '%s': %s", wm->name,
+                 atlas_last_error());
+        tell_failed(e, wm, 0, msg);
+        fail_model_requests(e, ld->model, st, msg);
+        wm->unload_asked = 1;
+    } else {
+        ld->replaced = ld->victim;
+        ld->t0 = t_rel; /* the swap's own time runs from this release */
+    }
+    ld->victim = -1;
+    if (wm->held) announce_loaded(e); /* loaded already: it serves from now */
+    else load_settle(e);
+    return 1;
+}
+
+/* Whether the wanted model's load may run while its victim drains: the backend has room for
+ * it now (room_now, from precheck) and so has the memory budget, beside every resident
+ * model. */
+static int room_beside(const atlas_engine *e, int want, int room_now) {
+    size_t bytes = e->models[want].est_bytes;
+    for (int i = 0; i < e->n_models; i++) bytes += e->models[i].m ? e->models[i].est_bytes : 0;
+    return room_now && (e->budget == 0 || bytes <= e->budget);
+}
+
 /* Makes the wanted model resident: loads it when it fits, else lets the least recently
  * used model drain (no admissions) and releases it once its release is no longer refused
- * (its sequences are done, or paused after drain_timeout_ms).
- * Under e->mu (dropped while loading or releasing). */
+ * (its sequences are done, or paused after drain_timeout_ms).  The load runs on the loader
+ * thread; where memory allows it beside the draining model, it starts at once and the
+ * newcomer admits once that one is released, else after the release.  One load or swap at a
+ * time: while one is in flight, it alone moves on.  Under e->mu (dropped while releasing). */
 int atlas_engine_do_residency(atlas_engine *e) {
     for (int i = 0; i < e->n_models; i++) e->models[i].draining = e->models[i].unload_asked;
+    int worked = 0;
+    if (e->load.active && e->load.done) {
+        finish_load(e);
+        worked = 1;
+    }
+    if (e->load.victim >= 0) worked |= drive_victim(e);
+    if (e->load.active || e->load.victim >= 0) return worked;
     int want = wanted_model(e);
     if (want < 0) {
         for (int i = 0; i < e->n_models; i++) e->models[i].drain_since = 0;
-        return 0;
+        return worked;
     }
     eng_model *wm = &e->models[want];
     if (e->budget && wm->est_bytes > e->budget) return fail_too_large(e, want);
     /* A model whose checkpoint is broken, or that would not fit even with every resident
      * model released, must not cost the resident ones their place: its files' headers are
      * read and checked (no tensor data) before anything is evicted. */
+    int room_now = 0;
     if (!fits(e, want)) {
         size_t freeable = 0;
         for (int i = 0; i < e->n_models; i++) freeable += e->models[i].m ? e->models[i].est_bytes : 0;
         pthread_mutex_unlock(&e->mu);
-        atlas_status cst = precheck(e, wm, freeable);
+        atlas_status cst = precheck(e, wm, freeable, &room_now);
         char why[400], msg[512];
         snprintf(why, sizeof why, "%s", cst == ATLAS_OK ? "" : atlas_last_error());
         pthread_mutex_lock(&e->mu);
@@ -523,7 +685,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
          * serves them until its turn is over rather than going with work left */
         if (vm->n_running == 0 && vm->n_waiting > 0 &&
             atlas_engine_now() - vm->loaded_at < turn_s(e, vm))
-            return 0;
+            return worked;
         vm->draining = 1;
         atlas_status st = atlas_engine_release_model(e, vm);
         if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */
@@ -533,7 +695,9 @@ int atlas_engine_do_residency(atlas_engine *e) {
                                             .running = vm->n_running};
                 tell(e, &ev);
             }
-            if (!pause_due(e, vm)) return 0;
+            if (!pause_due(e, vm)) /* it drains: the newcomer loads meanwhile if it can */
+                return room_beside(e, want, room_now) ? start_load(e, want, t0, released, v)
+                                                      : worked;
             pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
             st = atlas_engine_release_model(e, vm);
         }
@@ -548,10 +712,8 @@ int atlas_engine_do_residency(atlas_engine *e) {
         released = v;
         if (e->models[want].m) return 1; /* loaded by hand meanwhile: cannot, but be safe */
     }
-    load_model(e, want, t0, released);
-    return 1;
+    return start_load(e, want, t0, released, -1);
 }
-
 
 /* ---- keep-alive ------------------------------------------------------------------------- */
 
@@ -559,7 +721,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
  * idle).  A pinned model has none; "none" releases once a request has run on it since its
  * load, so a load by hand stays until its first request ends.  Under e->mu. */
 static int keep_alive_over(eng_model *md, double now) {
-    if (!md->m || md->pinned || md->draining || md->loading || md->n_running > 0 ||
+    if (!md->m || md->pinned || md->draining || md->held || md->n_running > 0 ||
         md->n_waiting > 0) {
         md->idle_since = 0;
         return 0;

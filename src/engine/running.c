@@ -196,7 +196,7 @@ int atlas_engine_admit(atlas_engine *e) {
         seq *s = e->waiting[i];
         eng_model *md = &e->models[s->model];
         int need = md->m ? atlas_kv_blocks_for(&md->pool, s->n_tokens + 1) : 0;
-        if (!md->m || md->draining || blocked[s->model] || md->n_running >= md->parallel ||
+        if (!md->m || md->draining || md->held || blocked[s->model] || md->n_running >= md->parallel ||
             atlas_kv_pool_free(&md->pool) - reserved[s->model] < need) {
             if (md->m) blocked[s->model] = 1;
             i++;

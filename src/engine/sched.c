@@ -3,9 +3,10 @@
  * shutdown that ends what is left.  The top of the scheduler: it calls residency.c,
  * step.c and running.c, none of which calls back up.
  *
- * The loop holds e->mu except around forward passes, model loads and releases, and
- * callbacks.  Only this thread changes residency, running lists, KV pools and sequences'
- * compute state, so what it reads without the lock cannot change under it. */
+ * The loop holds e->mu except around forward passes, releases and callbacks; a model loads
+ * on the loader thread meanwhile (residency.c), which hands its result over under e->mu.
+ * Only this thread changes residency, running lists, KV pools and sequences' compute state,
+ * so what it reads without the lock cannot change under it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,7 @@ void atlas_engine_sched_shutdown(atlas_engine *e) {
     atlas_engine_flush_done(e);
     for (eng_cmd *c = e->cmds; c; c = e->cmds)
         atlas_engine_cmd_complete(e, c, ATLAS_ERR_INVALID, "the engine is shutting down");
+    atlas_engine_load_abandon(e); /* a load in flight ends first: it cannot be stopped */
     /* no sequence runs any more, so no handle but the owner's is left to refuse these */
     for (int m = 0; m < e->n_models; m++)
         if (e->models[m].m) (void)atlas_engine_release_model(e, &e->models[m]);

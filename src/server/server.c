@@ -418,10 +418,15 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
     json_t *o = json_pack("{s:s, s:s, s:s?, s:s?}", "event", names[ev->kind], "model",
                           ev->model, "reason", ev->reason, "for", ev->other);
     double gib = ev->bytes / 1073741824.0;
-    char buf[256], swap[300] = "", err[400] = "";
+    char buf[256], swap[300] = "", err[400] = "", beside[80] = "";
     const char *why = why_text(ev, buf, sizeof buf);
     if (o && ev->kind != ATLAS_RESIDENCY_DRAINING)
         json_object_set_new(o, "duration_ms", json_real(round(ev->seconds * 1e4) / 10));
+    if (ev->beside > 0 && ev->kind <= ATLAS_RESIDENCY_LOAD_FAILED) { /* they kept serving */
+        snprintf(beside, sizeof beside, "; beside %d serving model%s", ev->beside,
+                 ev->beside == 1 ? "" : "s");
+        if (o) json_object_set_new(o, "serving_beside", json_integer(ev->beside));
+    }
     if (o && ev->bytes) json_object_set_new(o, "bytes", json_integer((json_int_t)ev->bytes));
     switch (ev->kind) {
     case ATLAS_RESIDENCY_LOADED:
@@ -431,11 +436,12 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
             if (o) json_object_set_new(o, "swap_ms", json_real(round(ev->swap_seconds * 1e4) / 10));
         }
         atlas_log_fields(s->log, ATLAS_LOG_INFO, true, o, "model %s: loaded in %.2f s (%.2f GiB "
-                         "of weights and KV cache), %s%s", ev->model, ev->seconds, gib, why, swap);
+                         "of weights and KV cache), %s%s%s", ev->model, ev->seconds, gib, why,
+                         swap, beside);
         break;
     case ATLAS_RESIDENCY_LOAD_FAILED:
         atlas_log_fields(s->log, ATLAS_LOG_ERROR, true, o, "model %s: load failed after %.2f s: "
-                         "%s", ev->model, ev->seconds, why);
+                         "%s%s", ev->model, ev->seconds, why, beside);
         break;
     case ATLAS_RESIDENCY_RELEASED:
         if (ev->error && *ev->error) {
