@@ -26,7 +26,10 @@
  * least max(drain_timeout_ms, twice its last load) from its load before it is paused or
  * released, so that two models wanted at once never spend more time swapping than serving.
  * A model idle for its keep-alive is released too.  A failed load ends the requests that
- * wanted that model with an error and leaves the others served.
+ * wanted that model with an error and leaves the others served.  A load runs on the
+ * engine's loader thread, one at a time, while the resident models go on stepping; where
+ * memory allows it beside the model it replaces, it runs while that one drains, and the
+ * newcomer admits once that one is released.
  *
  * Releasing a model follows the handle contract of atlas/model.h: every running request
  * holds a handle on its model (atlas_model_ref when it is admitted, atlas_model_unref when it
@@ -201,7 +204,8 @@ typedef struct atlas_engine_params {
     int n_threads;        /* CPU backend workers; 0: one per core */
     /* Optional (NULL, default: none): each model load's progress, as
      * atlas_model_params.progress reports it (include/atlas/model.h: the same threads and
-     * rules), with the configured name of the model loading. */
+     * rules; the load runs on the engine's loader thread), with the configured name of the
+     * model loading. */
     void (*load_progress)(void *user, const char *model, uint64_t done, uint64_t total);
     void *load_progress_user; /* load_progress's first argument */
     /* Optional (NULL, default: none): each residency event, on the scheduler thread (the

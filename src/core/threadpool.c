@@ -66,6 +66,11 @@ int atlas_cores(int most) {
     return cores < 1 ? 1 : cores > most ? most : (int)cores;
 }
 
+int atlas_cores_spare(int most) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    return cores < 1 ? 1 : cores > most ? most : (int)cores;
+}
+
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out) {
     *out = NULL;
     if (n_threads < 0) return atlas_fail(ATLAS_ERR_INVALID, "thread pool: %d threads", n_threads);

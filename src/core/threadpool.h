@@ -18,6 +18,9 @@ typedef void (*atlas_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thr
 
 /* The online cores, at least 1 and at most `most` (a pool or loader's thread count). */
 int atlas_cores(int most);
+/* The same less one core, left to the engine's scheduler while a model loads beside the
+ * resident ones: at least 1 and at most `most` (a loader's reader threads). */
+int atlas_cores_spare(int most);
 
 /* n_threads counts the caller: n_threads - 1 workers are started. 0: one per online core. */
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out);

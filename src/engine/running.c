@@ -189,6 +189,9 @@ int atlas_engine_share_prefix(atlas_engine *e, eng_model *md, seq *s) {
 
 int atlas_engine_admit(atlas_engine *e) {
     if (e->n_waiting == 0) return 0; /* the idle loop allocates nothing */
+    int any = 0; /* nor the loop while the waiting requests' models load (fault walks count) */
+    for (int i = 0; i < e->n_waiting && !any; i++) any = e->models[e->waiting[i]->model].m != NULL;
+    if (!any) return 0;
     int *reserved = calloc((size_t)e->n_models * 2, sizeof *reserved);
     if (!reserved) return 0;
     int *blocked = reserved + e->n_models, n = 0;

@@ -20,7 +20,8 @@
  * one thread's memcpy (~6 GB/s measured on the H200 machine) is far below the copy engine. */
 #define HOST_COPY_THREADS 8
 #define HOST_COPY_PIECE ((size_t)2 << 20)
-/* loader threads for queued uploads: the reference loader used 16 on 16 cores */
+/* loader threads for queued uploads (the reference loader used 16 on 16 cores; one core is
+ * left to the scheduler) */
 #define HOST_LOADERS_MAX 16
 
 struct atlas_host {
@@ -266,12 +267,13 @@ static atlas_status host_staging_ensure(atlas_host *h) {
     h->free_head = 0;
     h->free_n = h->staging_n;
     pthread_mutex_unlock(&h->q_lock);
-    int threads = atlas_cores(HOST_COPY_THREADS);
+    /* the copiers and readers leave the scheduler a core: a load runs beside serving */
+    int threads = atlas_cores_spare(HOST_COPY_THREADS);
     if (threads > 1 && atlas_threadpool_create(threads, &h->copy_pool) != ATLAS_OK)
         h->copy_pool = NULL; /* copies still work, on the calling thread */
-    /* loader threads: one a core up to HOST_LOADERS_MAX (8 / 12 / 16 of them on the 16-core
-     * H200 machine: 27 / 34 / 38 GB/s; bench/RESULTS.md) */
-    int loaders = atlas_cores(HOST_LOADERS_MAX);
+    /* loader threads: one a core but the scheduler's, up to HOST_LOADERS_MAX (8 / 12 / 16 of
+     * them on the 16-core H200 machine: 27 / 34 / 38 GB/s; bench/RESULTS.md) */
+    int loaders = atlas_cores_spare(HOST_LOADERS_MAX);
     for (int i = 0; i < loaders; i++) {
         pthread_t t;
         if (pthread_create(&t, NULL, host_loader_main, h) != 0) break;
