@@ -624,6 +624,29 @@ static int room_beside(const atlas_engine *e, int want, int room_now) {
     return room_now && (e->budget == 0 || bytes <= e->budget);
 }
 
+/* A model whose checkpoint is broken, or that would not fit even with every resident model
+ * released, must not cost the resident ones their place: its files' headers are read and
+ * checked (no tensor data) before anything is evicted.  0: it failed (its requests are
+ * ended); *room_now as precheck's.  Under e->mu (dropped meanwhile). */
+static int checked_before_evict(atlas_engine *e, int want, int *room_now) {
+    eng_model *wm = &e->models[want];
+    size_t freeable = 0;
+    for (int i = 0; i < e->n_models; i++) freeable += e->models[i].m ? e->models[i].est_bytes : 0;
+    pthread_mutex_unlock(&e->mu);
+    atlas_status cst = precheck(e, wm, freeable, room_now);
+    char why[400], msg[512];
+    snprintf(why, sizeof why, "%s", cst == ATLAS_OK ? "" : atlas_last_error());
+    pthread_mutex_lock(&e->mu);
+    if (cst == ATLAS_OK) return 1;
+    atlas_engine_strip_dir(why, wm->dir);
+    snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
+    e->metrics.load_failures++;
+    tell_failed(e, wm, 0, msg);
+    fail_model_requests(e, want, load_failure(cst), msg);
+    remember_failure(e, wm);
+    return 0;
+}
+
 /* Makes the wanted model resident: loads it when it fits, else lets the least recently
  * used model drain (no admissions) and releases it once its release is no longer refused
  * (its sequences are done, or paused after drain_timeout_ms).  The load runs on the loader
@@ -646,28 +669,8 @@ int atlas_engine_do_residency(atlas_engine *e) {
     }
     eng_model *wm = &e->models[want];
     if (e->budget && wm->est_bytes > e->budget) return fail_too_large(e, want);
-    /* A model whose checkpoint is broken, or that would not fit even with every resident
-     * model released, must not cost the resident ones their place: its files' headers are
-     * read and checked (no tensor data) before anything is evicted. */
     int room_now = 0;
-    if (!fits(e, want)) {
-        size_t freeable = 0;
-        for (int i = 0; i < e->n_models; i++) freeable += e->models[i].m ? e->models[i].est_bytes : 0;
-        pthread_mutex_unlock(&e->mu);
-        atlas_status cst = precheck(e, wm, freeable, &room_now);
-        char why[400], msg[512];
-        snprintf(why, sizeof why, "%s", cst == ATLAS_OK ? "" : atlas_last_error());
-        pthread_mutex_lock(&e->mu);
-        if (cst != ATLAS_OK) {
-            atlas_engine_strip_dir(why, wm->dir);
-            snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
-            e->metrics.load_failures++;
-            tell_failed(e, wm, 0, msg);
-            fail_model_requests(e, want, load_failure(cst), msg);
-            remember_failure(e, wm);
-            return 1;
-        }
-    }
+    if (!fits(e, want) && !checked_before_evict(e, want, &room_now)) return 1;
     double t0 = atlas_engine_now();
     int released = -1;
     while (!fits(e, want)) {

@@ -423,8 +423,8 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
     if (o && ev->kind != ATLAS_RESIDENCY_DRAINING)
         json_object_set_new(o, "duration_ms", json_real(round(ev->seconds * 1e4) / 10));
     if (ev->beside > 0 && ev->kind <= ATLAS_RESIDENCY_LOAD_FAILED) { /* they kept serving */
-        snprintf(beside, sizeof beside, "; beside %d serving model%s", ev->beside,
-                 ev->beside == 1 ? "" : "s");
+        snprintf(beside, sizeof beside, "; beside %d resident model%s that kept serving",
+                 ev->beside, ev->beside == 1 ? "" : "s");
         if (o) json_object_set_new(o, "serving_beside", json_integer(ev->beside));
     }
     if (o && ev->bytes) json_object_set_new(o, "bytes", json_integer((json_int_t)ev->bytes));

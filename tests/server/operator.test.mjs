@@ -108,6 +108,27 @@ test('swaps, loads, unloads and drains are logged with model, time and reason', 
   }
 });
 
+test('a load beside a model that streams: its line says the other kept serving', async () => {
+  // llama and qwen load at start; default then takes idle qwen's place while llama streams
+  const srv = await startServer(['--model', LLAMA, '--model', QWEN, '--model', DEFAULT, '--max-resident', '2', '--parallel', '4']);
+  try {
+    const res = await fetch(`${srv.base}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'llama', prompt: 'stream', max_tokens: 2000, ignore_eos: true, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read(); // the stream runs
+    const r = await postJSON(srv.base, '/v1/completions', { model: 'default', prompt: 'beside', max_tokens: 2, temperature: 0 });
+    assert.equal(r.status, 200);
+    const load = lines(srv.log(), /model default: loaded/);
+    assert.match(load[0], new RegExp(`${T} info model default: loaded in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\), for a request; swapped in for qwen in \\d+\\.\\d\\d s \\(release and load\\); beside 1 resident model that kept serving$`), srv.log());
+    await reader.cancel();
+  } finally {
+    await srv.stop();
+  }
+});
+
 test('a non-loopback bind without an API key is warned about; with a key, or on loopback, not', async () => {
   const WARN = /warn 0\.0\.0\.0 is not a loopback address and no API key is set: anyone who can reach it can use the models/;
   for (const args of [['--host', '0.0.0.0'], ['--host', '0.0.0.0', '--api-key', '']]) {
