@@ -10,7 +10,8 @@
  *   its error, and a serves on;
  * - with room for one model (max_resident 1) but memory for both, b loads while a drains:
  *   a's running request keeps producing tokens during the load, b admits nothing until a
- *   is released, and the swap's own time (from a's release) is a small part of the load. */
+ *   is released, and the swap's own time (from a's release) is a small part of the load;
+ * - the engine freed while a model loads waits for the load and frees what it loaded. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,6 +399,36 @@ static void test_load_while_draining(const char *dir_a, const char *dir_b) {
     atlas_engine_free(e);
 }
 
+/* The engine freed while a model loads: the free waits for the load, which cannot be
+ * stopped, releases what it loaded, and the request that waited for it ends cancelled. */
+static void test_free_while_loading(const char *dir_a, const char *dir_b) {
+    watch w = {.mu = PTHREAD_MUTEX_INITIALIZER, .slow = "b"};
+    atlas_engine_model mods[2] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b}};
+    atlas_engine *e = engine_new(mods, 2, 2, 30000, &w);
+    if (!e) return;
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, "b", &tok));
+    coll cb;
+    coll_init(&cb);
+    atlas_request rb = request("b", 4);
+    CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
+    int loading = 0;
+    for (int k = 0; k < 500 && !loading; k++) {
+        loading = !strcmp(state_of(e, 1), "loading");
+        if (!loading) sleep_ms(2);
+    }
+    CHECK(loading);
+    double t0 = now_s();
+    atlas_engine_free(e);
+    double dt = now_s() - t0;
+    watch got = watch_get(&w);
+    fprintf(stderr, "free while loading: %.3f s\n", dt);
+    CHECK_MSG(cb.done && cb.finish == ATLAS_FINISH_CANCELLED && cb.n_tokens == 0,
+              "b: done %d, finish %d, %d tokens", cb.done, cb.finish, cb.n_tokens);
+    CHECK_MSG(got.loaded_at == 0 && got.n_failed == 0, "b was said loaded or failed");
+    coll_destroy(&cb);
+}
+
 int main(void) {
     char a[1024], b[1024];
     snprintf(a, sizeof a, "%s", harness_data_path("tiny-qwen3"));
@@ -405,5 +436,6 @@ int main(void) {
     test_tokens_during_load(a, b);
     test_failed_load(a, b);
     test_load_while_draining(a, b);
+    test_free_while_loading(a, b);
     return harness_finish();
 }
