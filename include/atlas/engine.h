@@ -152,7 +152,8 @@ typedef struct atlas_residency_event {
     const char *other;     /* RELEASED, DRAINING "swap": the model it makes room for; LOADED:
                               the model released last to make room for it; else NULL */
     double seconds;        /* LOADED, LOAD_FAILED: the load's time; RELEASED: the release's */
-    double swap_seconds;   /* LOADED with other set: from the release to now; else 0 */
+    double swap_seconds;   /* LOADED with other set: from the release to now (a load that ran
+                              while `other` drained counts from its release); else 0 */
     size_t bytes;          /* LOADED, RELEASED: its weights and KV cache */
     int running;           /* DRAINING: requests still running on it */
     const char *error;     /* RELEASED: what the release failed to free ("" when nothing; the
@@ -520,9 +521,11 @@ typedef struct atlas_engine_metrics {
                                    or an unload's drain; not an error) */
     uint64_t unload_failures;   /* releases that failed to free something (the model is gone
                                    all the same; atlas_engine_models' last_error says what) */
-    double last_swap_s;         /* release of the old model + load of the new one */
+    double last_swap_s;         /* release of the old model to the new one serving (a load
+                                   beside the draining old one: only what is left of it) */
     uint64_t swaps;             /* loads that released another model to make room */
-    double swap_seconds;        /* their time, from the first release to the load's end */
+    double swap_seconds;        /* their time, from the first release to the new model
+                                   serving (a load beside the old one's drain not counted) */
     size_t memory_budget;       /* bytes the resident models may take (0: no limit) */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */

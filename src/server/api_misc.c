@@ -238,10 +238,10 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= COUNTER("atlas_model_unloads_total", "Model releases.", m->unloads);
     rc |= COUNTER("atlas_model_unload_failures_total", "Model releases that failed to free something (the model is gone all the same).", m->unload_failures);
     rc |= COUNTER("atlas_model_release_refused_total", "Model releases refused while requests ran on the model (it drained first; not an error).", m->release_busy);
-    rc |= GAUGE("atlas_last_swap_seconds", "Release of the old model plus load of the new one.", "%.6f", m->last_swap_s);
+    rc |= GAUGE("atlas_last_swap_seconds", "From the old model's release to the new one serving.", "%.6f", m->last_swap_s);
     rc |= COUNTER("atlas_model_swaps_total", "Loads that released another model to make room.", m->swaps);
     rc |= atlas_buf_printf(&b, &l, &c, "# HELP atlas_model_swap_seconds_total Seconds spent "
-                           "swapping, from the first release to the load's end.\n# TYPE "
+                           "swapping, from the first release to the new model serving.\n# TYPE "
                            "atlas_model_swap_seconds_total counter\natlas_model_swap_seconds_total "
                            "%.6f\n", m->swap_seconds);
     rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
