@@ -264,7 +264,7 @@ void *atlas_engine_sched_main(void *arg);
 /* Ends every request (CANCELLED) and releases every model; after the thread has stopped. */
 void atlas_engine_sched_shutdown(atlas_engine *e);
 
-/* residency.c (under e->mu, which the calls drop while a model loads or is released) */
+/* residency.c (under e->mu, which the calls drop while a model is released or told of) */
 /* Releases md (resident) through atlas_model_release.  ATLAS_OK: released (a failure to
  * free something is kept in md->last_error: the model is gone either way).  ATLAS_ERR_BUSY:
  * requests run on it, the message gives their number, nothing changed; until one of them
