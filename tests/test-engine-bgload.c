@@ -1,7 +1,7 @@
 /* tests/test-engine-bgload.c — a model loads beside the resident ones, on the CPU with the
  * fixture models (tests/data/tiny-qwen3 as a, tiny-llama3 as b).  b's load is made slow the
  * way a slow disk would make it: the engine's load progress callback, which the loader
- * calls after each tensor it reads, sleeps for b.  So:
+ * calls as it reads, sleeps for b so that its reads take half a second.  So:
  * - with a resident and streaming, b's load runs while a keeps producing tokens: a's tokens
  *   arrive all through the load and its largest gap there is a small part of the load's
  *   time; b's requests queue meanwhile (b shows as loading) and are answered once it has
@@ -23,7 +23,7 @@
 #include "atlas/engine.h"
 #include "harness.h"
 
-enum { SLOW_MS = 25, MAX_STAMPS = 1 << 16 };
+enum { SLOW_MS = 500, MAX_STAMPS = 1 << 16 };
 
 static double now_s(void) {
     struct timespec ts;
@@ -122,14 +122,17 @@ typedef struct watch {
     char other[64], failed[512];
 } watch;
 
+/* A slow disk: b's reads take SLOW_MS in all, spread over them, whatever the number of
+ * progress calls; it waits, the scheduler must not. */
 static void on_progress(void *user, const char *model, uint64_t done, uint64_t total) {
     watch *w = user;
-    (void)done, (void)total;
     if (strcmp(model, w->slow)) return;
     pthread_mutex_lock(&w->mu);
     if (w->load_begin == 0) w->load_begin = now_s();
+    double due = w->load_begin + SLOW_MS / 1e3 * (total ? (double)done / (double)total : 1);
     pthread_mutex_unlock(&w->mu);
-    sleep_ms(SLOW_MS); /* a slow disk: the loader waits, the scheduler must not */
+    double left = due - now_s();
+    if (left > 0) sleep_ms((int)(left * 1e3) + 1);
 }
 
 static void on_residency(void *user, const atlas_residency_event *ev) {
