@@ -6,9 +6,9 @@
  *   prefill ratio = prefill FLOP/s / bf16 matrix rate (best GEMM the backend has)
  * Weights read per token: every linear layer and the output head (an untied embedding
  * table is not read). Prefill FLOPs: 2 x tokens x linear weights (in an MoE layer the
- * router and the experts a token is routed to) + causal attention (over every key, also in
- * sliding-window layers: an overcount there)
- * (4 x H x hd x tokens x (tokens + 1) / 2 a layer) + the output head for one row.
+ * router and the experts a token is routed to) + causal attention (4 x H x hd x tokens x
+ * (tokens + 1) / 2 a layer; over every key, also in sliding-window layers: an overcount
+ * there) + the output head for one row.
  * --no-graphs, --no-pdl, --no-cublaslt and --skip-ops make the model with that part of the
  * CUDA backend off (atlas_backend_options), to measure what it gives.
  * Built into the `atlas` program (src/cli/main.c dispatches here); it includes public headers
