@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # bench/cpu/vs_llama.sh [--rounds N] [--threads T] [--cache DIR] [--build DIR]
+# bench/cpu/vs_llama.sh --table RUNS.tsv   (the table again from a run's raw figures, or
+#                                           from the rounds an interrupted run finished)
 #
 # atlas against llama.cpp on the CPU, same weights, side by side: a benchmark, not a test.
 # Builds llama.cpp from a pinned source, makes one random checkpoint of Qwen3-0.6B's shape
@@ -30,13 +32,14 @@
 # The machine should be otherwise idle: on a shared one the figures say only that it works.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-rounds=5 threads=2 cache=/tmp/atlas-vs-llama build=$root/build
+rounds=5 threads=2 cache=/tmp/atlas-vs-llama build=$root/build table=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --table) table=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_llama.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -44,6 +47,45 @@ done
 PKG=node-llama-cpp PKG_VERSION=3.22.1
 PIN=de3ff815ea7d559ee917f063901b8986f038abc6
 py=/usr/bin/python3  # Debian's Python, where python3-numpy installs
+# the medians (min-max) of each run's figures in a runs-*.tsv, and atlas / llama.cpp
+print_table() {
+"$py" - "$1" <<'EOF'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    r, name, fig, v = line.split("\t")
+    runs.setdefault((name, fig), []).append(float(v))
+figs = [("pp128", "prefill 128 tok/s"), ("pp512", "prefill 512 tok/s"),
+        ("tg128", "decode tg128 tok/s"), ("rss", "peak RSS MiB")]
+def cell(name, fig):
+    v = runs.get((name, fig))
+    if not v:
+        return None, "-"
+    m = statistics.median(v)
+    return m, "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
+rows = [("llama-bf16", None), ("atlas-bf16", "llama-bf16"), ("atlas-bf16-bf16act", "llama-bf16"),
+        ("llama-q4_0", None), ("atlas-gptq", "llama-q4_0"), ("atlas-gptq-bf16act", "llama-q4_0")]
+print("| run | " + " | ".join(t for _, t in figs) + " |")
+print("|---" * (len(figs) + 1) + "|")
+for name, ref in rows:
+    cells = []
+    for fig, _ in figs:
+        m, text = cell(name, fig)
+        if ref and m is not None:
+            b, _ = cell(ref, fig)
+            text += " **%.2fx**" % (m / b) if b else ""
+        cells.append(text)
+    print("| %s | %s |" % (name, " | ".join(cells)))
+rounds = len({line.split("\t")[0] for line in open(sys.argv[1])})
+print("\n%d rounds; ratios atlas / llama.cpp on the same weights (bf16 / bf16; GPTQ INT4 g128 /"
+      " Q4_0): above 1 is atlas faster, or for RSS larger" % rounds)
+EOF
+}
+if [ -n "$table" ]; then
+  [ -s "$table" ] || { echo "vs_llama.sh: $table: no figures" >&2; exit 1; }
+  print_table "$table"
+  exit 0
+fi
 atlas=$build/atlas
 lc=$cache/llama.cpp bins=$cache/llama.cpp/build/bin
 log() { echo "vs_llama: $*" >&2; }
@@ -146,32 +188,4 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "atlas $(git -C "$root" rev-parse --short HEAD) against llama.cpp $(git -C "$lc" rev-parse --short HEAD)" \
      "($PKG@$PKG_VERSION), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores: $cpu"
 echo "$threads threads, $rounds rounds alternated, medians (min-max); load average before $load0, after $load1"
-"$py" - "$tsv" <<'EOF'
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    r, name, fig, v = line.split("\t")
-    runs.setdefault((name, fig), []).append(float(v))
-figs = [("pp128", "prefill 128 tok/s"), ("pp512", "prefill 512 tok/s"),
-        ("tg128", "decode tg128 tok/s"), ("rss", "peak RSS MiB")]
-def cell(name, fig):
-    v = runs.get((name, fig))
-    if not v:
-        return None, "-"
-    m = statistics.median(v)
-    return m, "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
-rows = [("llama-bf16", None), ("atlas-bf16", "llama-bf16"), ("atlas-bf16-bf16act", "llama-bf16"),
-        ("llama-q4_0", None), ("atlas-gptq", "llama-q4_0"), ("atlas-gptq-bf16act", "llama-q4_0")]
-print("| run | " + " | ".join(t for _, t in figs) + " |")
-print("|---" * (len(figs) + 1) + "|")
-for name, ref in rows:
-    cells = []
-    for fig, _ in figs:
-        m, text = cell(name, fig)
-        if ref and m is not None:
-            b, _ = cell(ref, fig)
-            text += " **%.2fx**" % (m / b) if b else ""
-        cells.append(text)
-    print("| %s | %s |" % (name, " | ".join(cells)))
-print("\nratios: atlas / llama.cpp on the same weights (bf16 / bf16; GPTQ INT4 g128 / Q4_0)")
-EOF
+print_table "$tsv"
