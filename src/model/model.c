@@ -3,6 +3,7 @@
 #include "atlas/model.h"
 
 #include <assert.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,6 +326,12 @@ static atlas_status unload(atlas_model *m) {
     snprintf(dir, sizeof dir, "%s", m->dir ? m->dir : "?");
     free(m->dir);
     free(m);
+#ifdef __GLIBC__
+    /* a model loaded on another thread (the engine's loader) has its smaller buffers in that
+     * thread's malloc arena, which glibc keeps after they are freed: give them back, so that
+     * host memory is at its baseline after a release */
+    malloc_trim(0);
+#endif
     if (rep.count == 0) return ATLAS_OK;
     /* the model is gone: never BUSY, which would tell the caller that nothing was unloaded */
     atlas_status st = rep.first == ATLAS_ERR_BUSY ? ATLAS_ERR_INTERNAL : rep.first;
