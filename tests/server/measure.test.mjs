@@ -89,7 +89,7 @@ test('bench --threads sets the CPU workers; a bad count is refused', () => {
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /\nthreads +1\n/);
   // the first, cold prefill beside the warm median
-  assert.match(r.stdout, /\nprefill +16 tokens: .*\(median of 1; the first, cold: [\d.]+ ms, \d+ tok\/s, \d+% of the median's rate\)\n/);
+  assert.match(r.stdout, /\nprefill +16 tokens: .*\(median of 1; the first, cold: [\d.]+ ms, \d+ tok\/s, \d+% of the median's rate; CPU time [\d.]+ s, the first [\d.]+ s\)\n/);
   for (const bad of ['0', 'two']) {
     const b = atlas(['bench', '--device', 'cpu', '--threads', bad]);
     assert.equal(b.status, 2, bad);
