@@ -119,6 +119,7 @@ typedef struct watch {
     double loaded_at, released_at; /* LOADED of slow, RELEASED of the other */
     double load_s, swap_s;
     int beside, failed_beside, n_failed;
+    int read_all;          /* its last progress call (done == total) has returned */
     char other[64], failed[512];
 } watch;
 
@@ -133,6 +134,11 @@ static void on_progress(void *user, const char *model, uint64_t done, uint64_t t
     pthread_mutex_unlock(&w->mu);
     double left = due - now_s();
     if (left > 0) sleep_ms((int)(left * 1e3) + 1);
+    if (done == total) {
+        pthread_mutex_lock(&w->mu);
+        w->read_all = 1;
+        pthread_mutex_unlock(&w->mu);
+    }
 }
 
 static void on_residency(void *user, const atlas_residency_event *ev) {
@@ -359,14 +365,16 @@ static void test_load_while_draining(const char *dir_a, const char *dir_b) {
     CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, &ha));
     coll_wait_tokens(&ca, 5);
     CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
-    /* b's weights are in (its files all read, it shows resident) while a still drains */
+    /* b's weights are in (its files all read) while a still drains; b shows "loading" until
+     * it may serve, so that no more than max_resident models show resident */
     int both = 0;
     for (int k = 0; k < 2500 && !both; k++) {
-        both = !strcmp(state_of(e, 1), "resident");
+        both = watch_get(&w).read_all;
         if (!both) sleep_ms(2);
     }
-    CHECK_MSG(both && !strcmp(state_of(e, 0), "draining"), "b %s, a %s", state_of(e, 1),
-              state_of(e, 0));
+    sleep_ms(50); /* the loader hands the model over */
+    CHECK_MSG(both && !strcmp(state_of(e, 1), "loading") && !strcmp(state_of(e, 0), "draining"),
+              "b %s (files read: %d), a %s", state_of(e, 1), both, state_of(e, 0));
     sleep_ms(100);
     int b_tokens = coll_count(&cb);
     watch got = watch_get(&w);

@@ -426,8 +426,10 @@ typedef struct atlas_engine_model_status {
     char dtype[8];          /* of the weights in the files ("BF16", ..., "mixed") */
     int64_t n_params;
     size_t weight_bytes;    /* the weights' bytes in the files */
-    /* "resident", "draining" (to be released once its requests end), "loading",
-     * "unloaded", or "failed" (its last load failed: last_error says why) */
+    /* "resident", "draining" (to be released once its requests end), "loading" (also
+     * once loaded beside the model draining for it, until that one is released: resident
+     * is 0 then, resident_bytes counts it), "unloaded", or "failed" (its last load failed:
+     * last_error says why) */
     const char *state;
     double retry_in_s;      /* failed: seconds until a request tries to load it again
                                (sooner when its files change; 0: the next one does) */

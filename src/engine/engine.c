@@ -715,7 +715,8 @@ atlas_status atlas_engine_unload(atlas_engine *e, const char *name) {
 static void model_state(const eng_model *md, atlas_engine_model_status *out) {
     out->failed_loads = md->fail_count;
     out->retry_in_s = 0;
-    if (md->m || md->releasing) out->state = md->draining ? "draining" : "resident";
+    if (md->m && md->held) out->state = "loading"; /* loaded, serving once its victim goes */
+    else if (md->m || md->releasing) out->state = md->draining ? "draining" : "resident";
     else if (md->loading) out->state = "loading";
     else if (md->fail_count > 0) out->state = "failed";
     else out->state = "unloaded";
@@ -743,7 +744,7 @@ int atlas_engine_models(atlas_engine *e, atlas_engine_model_status *out, int cap
     for (int i = 0; i < e->n_models && i < cap; i++) {
         const eng_model *md = &e->models[i];
         out[i] = (atlas_engine_model_status){.name = md->name, .dir = md->dir,
-                                             .resident = md->m || md->releasing,
+                                             .resident = (md->m && !md->held) || md->releasing,
                                              .running = md->n_running,
                                              .waiting = md->n_waiting,
                                              .ctx_size = md->ctx, .max_ctx = md->max_ctx,
