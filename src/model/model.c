@@ -3,7 +3,6 @@
 #include "atlas/model.h"
 
 #include <assert.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -330,6 +329,8 @@ static atlas_status unload(atlas_model *m) {
     /* a model loaded on another thread (the engine's loader) has its smaller buffers in that
      * thread's malloc arena, which glibc keeps after they are freed: give them back, so that
      * host memory is at its baseline after a release */
+    extern int malloc_trim(size_t pad); /* glibc's <malloc.h>, which the fault build's
+                                           allocator macros would rewrite */
     malloc_trim(0);
 #endif
     if (rep.count == 0) return ATLAS_OK;
