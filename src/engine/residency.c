@@ -147,6 +147,13 @@ static void tell_failed(atlas_engine *e, const eng_model *md, double seconds, co
     tell(e, &ev);
 }
 
+/* A load of model that did not happen: counted, told, and its requests failed with msg. */
+static void refuse_load(atlas_engine *e, int model, atlas_status st, const char *msg) {
+    e->metrics.load_failures++;
+    tell_failed(e, &e->models[model], 0, msg);
+    fail_model_requests(e, model, st, msg);
+}
+
 /* The model's progress callback, naming the model for the engine's. */
 typedef struct load_progress {
     const atlas_engine_params *p;
@@ -316,9 +323,7 @@ static int start_load(atlas_engine *e, int model, double t0, int replaced, int v
     load_settle(e);
     char msg[512];
     snprintf(msg, sizeof msg, "loading model '%s': cannot start the loader thread", md->name);
-    e->metrics.load_failures++;
-    tell_failed(e, md, 0, msg);
-    fail_model_requests(e, model, ATLAS_ERR_UNAVAILABLE, msg);
+    refuse_load(e, model, ATLAS_ERR_UNAVAILABLE, msg);
     return 1;
 }
 
@@ -570,9 +575,7 @@ static int fail_too_large(atlas_engine *e, int want) {
     snprintf(msg, sizeof msg, "model '%s' needs %.2f GiB (weights %.2f, KV cache %.2f); %s",
              wm->name, wm->est_bytes / 1073741824.0, wm->weight_bytes / 1073741824.0,
              (wm->est_bytes - wm->weight_bytes) / 1073741824.0, e->budget_what);
-    e->metrics.load_failures++;
-    tell_failed(e, wm, 0, msg);
-    fail_model_requests(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
+    refuse_load(e, want, ATLAS_ERR_DEVICE_NOMEM, msg);
     return 1;
 }
 
@@ -640,9 +643,7 @@ static int checked_before_evict(atlas_engine *e, int want, int *room_now) {
     if (cst == ATLAS_OK) return 1;
     atlas_engine_strip_dir(why, wm->dir);
     snprintf(msg, sizeof msg, "loading model '%s': %s", wm->name, why);
-    e->metrics.load_failures++;
-    tell_failed(e, wm, 0, msg);
-    fail_model_requests(e, want, load_failure(cst), msg);
+    refuse_load(e, want, load_failure(cst), msg);
     remember_failure(e, wm);
     return 0;
 }
