@@ -423,6 +423,111 @@ static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, in
     free(b);
 }
 
+/* The same weight with int8 activations (`--cpu-activations int8`): each kernel this CPU runs
+ * against the plain C one (the same integer sums; only the fp32 summation order differs),
+ * and the backend's matmul against the fp32 result within what rounding x to int8 can move it:
+ * each block's step max|x| / 127, half of it a value, times the weights' magnitudes. */
+static void check_q8_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
+    atlas_backend_geom geom = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                               .intermediate = 512, .vocab_size = 8, .n_layers = 1,
+                               .rms_eps = 1e-5, .max_position = 16};
+    double inv[4] = {1, 1, 1, 1};
+    geom.rope_inv_freq = inv;
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&geom, threads, &be));
+    if (!be) return;
+    int64_t rows[2] = {rows0, rows1}, sc = (k + g - 1) / g, m = rows0 + rows1;
+    uint8_t *packed[2];
+    float *scales[2], *zeros[2];
+    atlas_wquant wq[2];
+    atlas_weight_src src[2];
+    const atlas_weight_src *sp[2] = {&src[0], &src[1]};
+    for (int p = 0; p < 2; p++) {
+        size_t nb = (size_t)(rows[p] * k / 2), ns = (size_t)(rows[p] * sc);
+        packed[p] = malloc(nb);
+        scales[p] = malloc(ns * sizeof(float));
+        zeros[p] = malloc(ns * sizeof(float));
+        for (size_t i = 0; i < nb; i++) packed[p][i] = (uint8_t)knext();
+        for (size_t i = 0; i < ns; i++) {
+            scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
+            zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
+        }
+        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL, 0.0f};
+        src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
+                                    .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
+                                    .data = packed[p], .quant = &wq[p]};
+    }
+    atlas_weight *w = NULL;
+    CHECK_OK(be->ops->weight_load(be, sp, 2, &w));
+    CHECK_MSG(!w || cpu_q8_fits(w), "INT4 %lld x %lld, groups of %d: no int8 kernel",
+              (long long)m, (long long)k, g);
+    enum { NMAX = 5 };
+    float *x = malloc((size_t)(NMAX * k) * sizeof(float));
+    float *a = malloc((size_t)(NMAX * m) * sizeof(float)), *b = malloc((size_t)(NMAX * m) * sizeof(float));
+    for (int64_t i = 0; i < NMAX * k; i++) x[i] = (float)((int)(knext() % 2001) - 1000) / 1000.0f;
+    x[7] = 0;
+    for (int64_t i = 32; i < 64 && i < k; i++) x[i] = 0; /* a block of zeros: scale 0 */
+    size_t xs = (cpu_q8_pack_bytes(k, g) + 63) / 64 * 64;
+    void *xp = aligned_alloc(64, xs * NMAX);
+    float *ref = malloc((size_t)(NMAX * m) * sizeof(float));
+    for (int t = 0; t < NMAX; t++) cpu_q8_pack(x + t * k, k, g, (char *)xp + xs * t);
+    /* the plain C kernel, then each kernel this CPU has, on both parts, 1 and NMAX tokens */
+    for (int kind = CPU_Q8_PLAIN; w && kind <= CPU_Q8_VNNI; kind++) {
+        if (!cpu_q8_kind_supported((cpu_q8_kind)kind)) continue;
+        float *o = kind == CPU_Q8_PLAIN ? ref : a;
+        for (int p = 0; p < 2; p++) {
+            const cpu_part *part = &w->parts[p];
+            cpu_q8_gemm((cpu_q8_kind)kind, part, k, 0, part->rows, xp, xs, NMAX, o + part->row0, m);
+        }
+        for (int64_t i = 0; kind != CPU_Q8_PLAIN && i < NMAX * m; i++)
+            CHECK_MSG(fabsf(a[i] - ref[i]) <= 1e-5f * (1 + fabsf(ref[i])),
+                      "int8 kernel %d, %lld x %lld, groups of %d: out[%lld] = %.9g, plain C %.9g",
+                      kind, (long long)m, (long long)k, g, (long long)i, a[i], ref[i]);
+    }
+    /* through the backend: the best kernel, every token count, against fp32 */
+    CHECK_OK(atlas_backend_cpu_set_activations(be, ATLAS_CPU_ACT_INT8));
+    static const int ns[] = {1, 2, NMAX};
+    for (size_t t = 0; w && t < sizeof ns / sizeof ns[0]; t++) {
+        CHECK_OK(be->ops->matmul(be, a, x, w, NULL, ns[t]));
+        CHECK_OK(cpu_matmul_plain(be, b, x, w, NULL, ns[t]));
+        for (int64_t i = 0; i < ns[t] * m; i++) {
+            int64_t tok = i / m, r = i % m;
+            int p = r >= rows0;
+            int64_t pr = r - (p ? rows0 : 0);
+            const float *xt = x + tok * k;
+            double bound = 1e-5 * (1 + fabs(b[i]));
+            for (int64_t blk = 0; blk < k / 32; blk++) {
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xt[blk * 32 + j]));
+                for (int j = 0; j < 32; j++) {
+                    int64_t c = blk * 32 + j;
+                    int q = (packed[p][(pr * k + c) / 2] >> ((c & 1) * 4)) & 0xf;
+                    double wv = ((double)q - zeros[p][pr * sc + c / g]) * scales[p][pr * sc + c / g];
+                    bound += fabs(wv) * amax / 254.0 * 1.0001;
+                }
+            }
+            CHECK_MSG(fabs(a[i] - b[i]) <= bound && fabsf(a[i] - ref[(size_t)tok * m + r]) <=
+                                                      1e-5f * (1 + fabsf(b[i])) + 1e-4f * (float)bound,
+                      "int8 matmul %lld x %lld, groups of %d, %d threads, %d tokens: out[%lld] "
+                      "= %.9g, fp32 %.9g (bound %.3g), the int8 reference %.9g", (long long)m,
+                      (long long)k, g, threads, ns[t], (long long)i, a[i], b[i], bound,
+                      ref[(size_t)tok * m + r]);
+        }
+    }
+    be->ops->weight_free(be, w);
+    CHECK_OK(be->ops->destroy(be));
+    for (int p = 0; p < 2; p++) {
+        free(packed[p]);
+        free(scales[p]);
+        free(zeros[p]);
+    }
+    free(x);
+    free(a);
+    free(b);
+    free(ref);
+    free(xp);
+}
+
 static void test_int4_kernels(void) {
     check_int4_kernel(4, 8, 256, 128, 1);  /* whole 4-row blocks, k a multiple of the group */
     check_int4_kernel(7, 5, 200, 32, 1);   /* odd rows; the last group short */
@@ -430,6 +535,12 @@ static void test_int4_kernels(void) {
     check_int4_kernel(200, 202, 512, 64, 2); /* enough rows to be split over the threads */
     check_int4_kernel(5, 6, 130, 130, 1);  /* one group a row (GPTQ's -1) */
     check_int4_kernel(6, 2, 48, 12, 1);    /* groups of 12: the plain path */
+    check_q8_kernel(4, 8, 256, 128, 1);    /* whole chunks and groups */
+    check_q8_kernel(7, 5, 352, 32, 1);     /* groups of 32; a chunk cut at 96 columns */
+    check_q8_kernel(9, 3, 352, 64, 2);     /* groups of 64, the last one short */
+    check_q8_kernel(200, 202, 512, 128, 2); /* rows split over the threads */
+    check_q8_kernel(5, 6, 160, 160, 1);    /* one group a row, not a whole number of chunks */
+    check_q8_kernel(3, 2, 512, 256, 1);    /* groups of two chunks */
 }
 
 /* ---- quantization_config ------------------------------------------------------------------ */

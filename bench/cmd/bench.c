@@ -69,7 +69,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
-                    "                   [--cpu-activations fp32|bf16]   (the CPU's bf16 matmuls)\n"
+                    "                   [--cpu-activations fp32|bf16|int8]   (the CPU's matmuls)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
                     "each printed; nothing else)\n"

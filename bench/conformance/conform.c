@@ -1,6 +1,6 @@
 /* bench/conformance/conform.c — atlas against transformers' reference, through the engine.
  *
- *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--cpu-activations fp32|bf16] [--bound B]
+ *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--cpu-activations fp32|bf16|int8] [--bound B]
  *                 [--batch-tokens N] [--parallel N] [--max-len N] [--markdown FILE] DIR...
  *
  * DIR is a model directory holding reference.safetensors as tools/conformance/make.py
@@ -86,7 +86,9 @@ struct opts {
 /* The table's device column: "cpu", "cpu-bf16" (--cpu-activations bf16), "cuda", or
  * "cuda-portable" (--kernels portable). */
 static const char *dev_name(const opts *o) {
-    if (o->device == ATLAS_DEVICE_CPU) return o->cpu_act == ATLAS_CPU_ACT_BF16 ? "cpu-bf16" : "cpu";
+    if (o->device == ATLAS_DEVICE_CPU) return o->cpu_act == ATLAS_CPU_ACT_BF16   ? "cpu-bf16"
+                                                  : o->cpu_act == ATLAS_CPU_ACT_INT8 ? "cpu-int8"
+                                                                                     : "cpu";
     return o->kernels == ATLAS_KERNELS_PORTABLE ? "cuda-portable" : "cuda";
 }
 
@@ -234,7 +236,7 @@ static int check_model(const opts *o, const char *dir) {
 
 static void usage(void) {
     fprintf(stderr, "usage: atlas-conform [--device cpu|cuda] [--kernels native|portable] "
-                    "[--cpu-activations fp32|bf16] [--bound B] [--batch-tokens N] "
+                    "[--cpu-activations fp32|bf16|int8] [--bound B] [--batch-tokens N] "
                     "[--parallel N] [--max-len N] [--markdown FILE] DIR...\n");
 }
 
@@ -257,8 +259,12 @@ int main(int argc, char **argv) {
                                                                                   : ATLAS_DEVICE_AUTO;
         else if (!strcmp(a, "--kernels") && (!strcmp(v, "native") || !strcmp(v, "portable")))
             o.kernels = !strcmp(v, "portable") ? ATLAS_KERNELS_PORTABLE : ATLAS_KERNELS_NATIVE;
-        else if (!strcmp(a, "--cpu-activations") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-            o.cpu_act = !strcmp(v, "bf16") ? ATLAS_CPU_ACT_BF16 : ATLAS_CPU_ACT_FP32;
+        else if (!strcmp(a, "--cpu-activations") && !strcmp(v, "fp32"))
+            o.cpu_act = ATLAS_CPU_ACT_FP32;
+        else if (!strcmp(a, "--cpu-activations") && !strcmp(v, "bf16"))
+            o.cpu_act = ATLAS_CPU_ACT_BF16;
+        else if (!strcmp(a, "--cpu-activations") && !strcmp(v, "int8"))
+            o.cpu_act = ATLAS_CPU_ACT_INT8;
         else if (!strcmp(a, "--bound")) o.bound = atof(v);
         else if (!strcmp(a, "--batch-tokens")) o.batch = atoi(v);
         else if (!strcmp(a, "--parallel")) o.parallel = atoi(v);

@@ -45,13 +45,18 @@ typedef enum atlas_kernels {
                                  kernels run on Ampere and Ada, reproduced on a newer GPU */
 } atlas_kernels;
 
-/* What the CPU multiplies a bf16 weight with (`--cpu-activations`). */
+/* What the CPU multiplies weights with (`--cpu-activations`). */
 typedef enum atlas_cpu_activations {
     ATLAS_CPU_ACT_FP32 = 0, /* fp32 activations, every product exact: the reference */
-    ATLAS_CPU_ACT_BF16,     /* activations rounded to bf16 first, as a GPU's tensor cores and
-                               llama.cpp take them: AVX512_BF16 dot products where the CPU has
-                               them (about twice the prefill rate), logits within the GPU's
-                               tolerance of the reference; other weight formats are unchanged */
+    ATLAS_CPU_ACT_BF16,     /* activations a bf16 weight multiplies rounded to bf16 first, as a
+                               GPU's tensor cores and llama.cpp take them: AVX512_BF16 dot
+                               products where the CPU has them (about twice the prefill rate),
+                               logits within the GPU's tolerance of the reference; other weight
+                               formats are unchanged */
+    ATLAS_CPU_ACT_INT8,     /* BF16's, and the activations an INT4 weight multiplies quantized
+                               to int8 in blocks of 32 (llama.cpp's scheme for its 4-bit
+                               formats) for integer dot products (AVX512-VNNI, AVX2): about
+                               three times the INT4 decode rate */
 } atlas_cpu_activations;
 
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */

@@ -386,10 +386,11 @@ struct atlas_backend {
 /* Creates the CPU backend with n_threads workers (0: one per core). */
 atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_threads,
                                       atlas_backend **out);
-/* bf16 1: the activations a bf16 weight multiplies are rounded to bf16 first (as a GPU's
- * tensor cores take them), with AVX512_BF16 dot products where the CPU has them, about twice
- * the rate of the exact fp32 products; 0 (the default): fp32 activations, the reference. */
-atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int bf16);
+/* What the CPU multiplies weights with, act one of include/atlas/model.h's values:
+ * FP32 (the default, the reference); BF16: the activations a bf16 weight multiplies rounded
+ * to bf16 first (as a GPU's tensor cores take them), with AVX512_BF16 dot products where the
+ * CPU has them; INT8: that, and INT4 weights times activations quantized to int8 (cpu_q8.c). */
+atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act);
 /* Ops that atlas_backend_options.skip_ops can leave out (bits). */
 enum {
     ATLAS_SKIP_NORM = 1 << 0,      /* rmsnorm and add_rmsnorm */

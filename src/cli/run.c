@@ -67,9 +67,11 @@ static void usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
-            "  --cpu-activations fp32|bf16  what the CPU multiplies bf16 weights with (default\n"
-            "                       fp32, exact; bf16: rounded as a GPU does, AVX512_BF16 dot\n"
-            "                       products where the CPU has them, about 2x the prefill)\n"
+            "  --cpu-activations fp32|bf16|int8  what the CPU multiplies weights with (default\n"
+            "                       fp32, exact; bf16: rounded as a GPU does for bf16 weights,\n"
+            "                       AVX512_BF16 dot products where the CPU has them, about 2x\n"
+            "                       the prefill; int8: that, and INT4 weights times int8\n"
+            "                       activations as llama.cpp takes them, about 3x the decode)\n"
             "  --no-memory-check    load even when the weights and KV cache need more memory\n"
             "                       than the GPU or the machine has free (refused by default,\n"
             "                       before any weight is read)\n"
@@ -175,7 +177,7 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
         }
     } else if (!strcmp(a, "--cpu-activations")) {
         if (atlas_cli_parse_cpu_activations(v, &o->dev.cpu_act)) {
-            fprintf(stderr, "atlas run: --cpu-activations: '%s' (want fp32 or bf16)\n", v);
+            fprintf(stderr, "atlas run: --cpu-activations: '%s' (want fp32, bf16 or int8)\n", v);
             return 2;
         }
     } else {

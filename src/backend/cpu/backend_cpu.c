@@ -652,16 +652,26 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     return ATLAS_OK;
 }
 
-atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int bf16) {
+atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     if (strcmp(be->ops->name, "cpu"))
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu activations: the backend is %s", be->ops->name);
+    if (act < 0 || act > 2)
+        return atlas_fail(ATLAS_ERR_INVALID, "cpu activations: mode %d", act);
     cpu_backend *cb = (cpu_backend *)be;
-    cb->round_x = bf16 != 0;
+    int bf16 = act != 0;
+    cb->round_x = bf16;
     cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
-    snprintf(be->kernels, sizeof be->kernels, "%s",
-             !bf16 ? "" : cb->bf16 == CPU_BF16_DOT
-                             ? "bf16 weights: activations rounded to bf16, AVX512_BF16 dot products"
-                             : "bf16 weights: activations rounded to bf16 (no bf16 dot products "
-                               "on this CPU: the fp32 kernels)");
+    cb->q8 = act == 2 ? cpu_q8_best() : CPU_Q8_OFF;
+    static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI"};
+    if (!bf16)
+        be->kernels[0] = 0;
+    else
+        snprintf(be->kernels, sizeof be->kernels, "%s%s%s%s",
+                 cb->bf16 == CPU_BF16_DOT
+                     ? "bf16 weights: activations rounded to bf16, AVX512_BF16 dot products"
+                     : "bf16 weights: activations rounded to bf16 (no bf16 dot products on "
+                       "this CPU: the fp32 kernels)",
+                 cb->q8 != CPU_Q8_OFF ? "; INT4 weights: int8 activations, " : "",
+                 q8_name[cb->q8], cb->q8 != CPU_Q8_OFF ? " integer dot products" : "");
     return ATLAS_OK;
 }

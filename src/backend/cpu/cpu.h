@@ -76,6 +76,15 @@ typedef enum cpu_attn_kind {
     CPU_ATTN_NEON,
 } cpu_attn_kind;
 
+/* INT4 weights times int8 activations (cpu_q8.c, `--cpu-activations int8`), chosen at run
+ * time: OFF the fp32 paths; PLAIN the C reference; AVX2 vpmaddubsw; VNNI AVX512-VNNI. */
+typedef enum cpu_q8_kind {
+    CPU_Q8_OFF,
+    CPU_Q8_PLAIN,
+    CPU_Q8_AVX2,
+    CPU_Q8_VNNI,
+} cpu_q8_kind;
+
 typedef struct cpu_read cpu_read;
 
 typedef struct cpu_backend {
@@ -113,6 +122,8 @@ typedef struct cpu_backend {
     int round_x;
     float *xround;
     size_t xround_cap;
+    /* INT4 weights times int8 activations (cpu_q8.c), packed into xpack; OFF: fp32 */
+    cpu_q8_kind q8;
     /* attention (cpu_attention.c): the path, the rows of a tile (a query block's tokens times
      * a kv head's q heads), the batch's query blocks and the threads' tiles, grown on demand */
     cpu_attn_kind attn;
@@ -157,6 +168,21 @@ void cpu_int4_gemv_at(const cpu_part *p, const float *x, int64_t k, int64_t r0, 
                       float *out, int avx512);
 /* Row r of part p dequantized to fp32 into dst[k], as cpu_dequant_row (prefill's tiles). */
 void cpu_int4_row(const cpu_part *p, int64_t r, int64_t k, float *dst);
+
+/* Whether this CPU runs kind (PLAIN everywhere); the fastest it runs. */
+int cpu_q8_kind_supported(cpu_q8_kind kind);
+cpu_q8_kind cpu_q8_best(void);
+/* Whether weight w can take int8 activations: every part INT4 without g_idx, one group size
+ * of 32, 64, a multiple of 128 or the whole row, and cols a multiple of 32. */
+int cpu_q8_fits(const atlas_weight *w);
+/* Bytes of one token's packed int8 activations for k columns and groups of bc, and the
+ * packing (blocks of 32 quantized to int8 with an fp32 scale each, and each group's sum). */
+size_t cpu_q8_pack_bytes(int64_t k, int64_t bc);
+void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst);
+/* out[t * ldo + r] = row r of part p times packed token t (xs bytes apart), r0 <= r < r1,
+ * with kind's kernel (not OFF). */
+void cpu_q8_gemm(cpu_q8_kind kind, const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
+                 const void *xp, size_t xs, int n, float *out, int64_t ldo);
 
 /* Whether this CPU runs kind; the kind the backend takes by default (NONE: no AVX-512). */
 int cpu_bf16_kind_supported(cpu_bf16_kind kind);

@@ -218,7 +218,25 @@ typedef struct matmul_job {
     int n;
     int plain; /* every row through cpu_weight_row: the reference path */
     cpu_bf16_kind bf16; /* not NONE: every part bf16, x packed in cb->xpack for this kernel */
+    cpu_q8_kind q8;     /* not OFF: every part INT4, x packed as int8 in cb->xpack */
+    size_t q8_xs;       /* bytes from one packed token to the next */
 } matmul_job;
+
+/* Every part INT4 through cpu_q8.c's kernel: rows [begin, end) of each part. */
+static void q8_range(const matmul_job *j, int64_t begin, int64_t end) {
+    const atlas_weight *w = j->w;
+    for (int p = 0; p < w->n_parts; p++) {
+        const cpu_part *part = &w->parts[p];
+        int64_t lo = begin > part->row0 ? begin : part->row0;
+        int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
+        if (lo < hi)
+            cpu_q8_gemm(j->q8, part, w->cols, lo - part->row0, hi - part->row0, j->cb->xpack,
+                        j->q8_xs, j->n, j->out + part->row0, w->rows);
+    }
+    if (j->bias)
+        for (int64_t t = 0; t < j->n; t++)
+            for (int64_t r = begin; r < end; r++) j->out[t * w->rows + r] += j->bias->vec[r];
+}
 
 /* Every part bf16 through cpu_bf16.c's kernel: rows [begin, end) of each part. */
 static void bf16_range(const matmul_job *j, int64_t begin, int64_t end) {
@@ -287,6 +305,10 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
         bf16_range(j, begin, end);
         return;
     }
+    if (j->q8 != CPU_Q8_OFF) {
+        q8_range(j, begin, end);
+        return;
+    }
     if (decode_direct(j, begin, end)) return;
     for (int64_t r0 = begin; r0 < end; r0 += CPU_ROWS) {
         int nr = end - r0 < CPU_ROWS ? (int)(end - r0) : CPU_ROWS;
@@ -344,6 +366,18 @@ static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j, int exact) {
     return ATLAS_OK;
 }
 
+/* INT4 weights with int8 activations (the backend's q8 kind): the tokens quantized and packed
+ * once, here, for all threads. */
+static atlas_status q8_prepare(cpu_backend *cb, matmul_job *j) {
+    int64_t k = j->w->cols, bc = j->w->parts[0].quant.block_cols;
+    size_t xs = (cpu_q8_pack_bytes(k, bc) + 63) / 64 * 64;
+    ATLAS_TRY(grow(&cb->xpack, &cb->xpack_cap, xs * (size_t)j->n, "int8 activations"));
+    for (int t = 0; t < j->n; t++) cpu_q8_pack(j->x + (size_t)t * k, k, bc, (char *)cb->xpack + xs * t);
+    j->q8 = cb->q8;
+    j->q8_xs = xs;
+    return ATLAS_OK;
+}
+
 /* plain: the reference path; exact: fp32 activations whatever the backend's setting. */
 static atlas_status matmul(atlas_backend *be, void *out, const void *x, const atlas_weight *w,
                            const atlas_weight *bias, int n, int plain, int exact) {
@@ -356,10 +390,11 @@ static atlas_status matmul(atlas_backend *be, void *out, const void *x, const at
     if (bias && (bias->n_dims != 1 || bias->cols != w->rows))
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu matmul: bias length %lld for %lld rows",
                           (long long)bias->cols, (long long)w->rows);
-    matmul_job j = {cb, out, x, w, bias, n, plain, CPU_BF16_NONE};
+    matmul_job j = {cb, out, x, w, bias, n, plain, CPU_BF16_NONE, CPU_Q8_OFF, 0};
     if (!plain && !exact && cb->round_x && cb->bf16 != CPU_BF16_DOT && all_dense_bf16(w))
         ATLAS_TRY(round_x(cb, &j));
     ATLAS_TRY(bf16_prepare(cb, &j, plain || exact));
+    if (!plain && !exact && cb->q8 != CPU_Q8_OFF && cpu_q8_fits(w)) ATLAS_TRY(q8_prepare(cb, &j));
     /* A thread's share must outweigh waking it (~10 us): at least 64k multiply-adds, and
      * 16 rows, so that small matrices stay on the calling thread. */
     int64_t min_rows = (int64_t)65536 / (w->cols * (int64_t)n);

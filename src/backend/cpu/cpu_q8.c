@@ -1,0 +1,313 @@
+/* backend/cpu/cpu_q8.c — INT4 weights times activations quantized to int8 (`--cpu-activations
+ * int8`), the scheme llama.cpp runs its 4-bit formats with: each token's x in blocks of 32
+ * columns, a block's values round(x / d) with d = max |x| / 127, and the products summed as
+ * integers (AVX512-VNNI's vpdpbusd, AVX2's vpmaddubsw: unsigned nibble times signed byte), a
+ * 32-bit sum a weight group and block scaled once in fp32. The fp32 path spends five
+ * operations on eight weights and is bound by them, not by the bytes; this one spends about
+ * ten on 128.
+ *
+ * A weight row of group g, zero z and scale s gives, for block b of x:
+ *   s * sum_j (q_j - z) * d_b * xq_j = s * d_b * sum_j q_j * xq_j - s * z * (d_b * sum_j xq_j)
+ * so the kernel sums q * xq in integers and subtracts, once a row, sum_g s_g z_g X_g, where X_g
+ * (the packed token's sum of its dequantized values over group g) is computed at packing.
+ *
+ * Packed token layout (cpu_q8_pack), for k rounded up to kp, a multiple of 128: per 128-column
+ * chunk its 64 even columns then its 64 odd ones as int8 (a weight byte's low and high
+ * nibbles, so one mask and one shift give the bytes vpdpbusd pairs with them); then kp / 32
+ * fp32 block scales d_b; then the group sums X_g, zero-padded to a multiple of 16. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_simd.h"
+
+int cpu_q8_kind_supported(cpu_q8_kind kind) {
+#if defined(__x86_64__) && defined(__GNUC__) && defined(CPU_SIMD)
+    __builtin_cpu_init();
+    if (kind == CPU_Q8_AVX2) return 1;
+    if (kind == CPU_Q8_VNNI)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+    return kind == CPU_Q8_PLAIN;
+}
+
+cpu_q8_kind cpu_q8_best(void) {
+    if (cpu_q8_kind_supported(CPU_Q8_VNNI)) return CPU_Q8_VNNI;
+    if (cpu_q8_kind_supported(CPU_Q8_AVX2)) return CPU_Q8_AVX2;
+    return CPU_Q8_PLAIN;
+}
+
+/* Groups the kernels' lane scales handle: 32 or 64 columns (a fixed pattern in a chunk) or
+ * whole chunks (one scale a chunk). */
+static int group_ok(int64_t bc) { return bc == 32 || bc == 64 || (bc > 0 && bc % 128 == 0); }
+
+int cpu_q8_fits(const atlas_weight *w) {
+    if (w->n_dims != 2 || w->cols % 32 || w->n_parts < 1) return 0;
+    int bc = w->parts[0].quant.block_cols;
+    for (int p = 0; p < w->n_parts; p++) {
+        const atlas_wquant *q = &w->parts[p].quant;
+        if (q->format != ATLAS_WFMT_INT4 || q->g_idx || q->block_cols != bc) return 0;
+    }
+    /* one group a row (per channel) is a group of cols columns */
+    return group_ok(bc) || bc >= w->cols;
+}
+
+static int64_t padded(int64_t k) { return (k + 127) / 128 * 128; }
+
+/* Groups as the packing sums them: a per-channel weight's block_cols may exceed k. */
+static int64_t n_groups(int64_t k, int64_t bc) { return (k + bc - 1) / bc; }
+
+size_t cpu_q8_pack_bytes(int64_t k, int64_t bc) {
+    int64_t kp = padded(k), g = (n_groups(k, bc) + 15) / 16 * 16;
+    return (size_t)kp + (size_t)(kp / 32) * sizeof(float) + (size_t)g * sizeof(float);
+}
+
+void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) {
+    int64_t kp = padded(k), ng = n_groups(k, bc);
+    int8_t *q = dst;
+    float *d = (float *)(q + kp), *xg = d + kp / 32;
+    memset(dst, 0, cpu_q8_pack_bytes(k, bc));
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int64_t j = b * 32 + i, c = j / 128, jj = j % 128;
+            int v = (int)nearbyintf(xb[i] * inv);
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            q[c * 128 + (jj & 1) * 64 + jj / 2] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        xg[(b * 32) / bc] += db * (float)sum;
+    }
+    (void)ng;
+}
+
+/* The zero points' share of a row: sum over groups of s_g * z_g * X_g. */
+static float zero_term(const float *s, const float *z, const float *xg, int64_t ng) {
+    float t = 0;
+    for (int64_t g = 0; g < ng; g++) t += s[g] * z[g] * xg[g];
+    return t;
+}
+
+/* The reference every kernel is checked against: a block's integer sum, then scaled. */
+static void rows_plain(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out) {
+    const atlas_wquant *qw = &p->quant;
+    int64_t kp = padded(k), bc = qw->block_cols, ng = qw->scale_cols;
+    const int8_t *q = xp;
+    const float *d = (const float *)(q + kp), *xg = d + kp / 32;
+    const uint8_t *b = (const uint8_t *)p->data + r * (k / 2);
+    const float *s = qw->scales + r * qw->scale_cols, *z = qw->zeros + r * qw->scale_cols;
+    float acc = 0;
+    for (int64_t blk = 0; blk < k / 32; blk++) {
+        int isum = 0;
+        for (int i = 0; i < 32; i++) {
+            int64_t j = blk * 32 + i, c = j / 128, jj = j % 128;
+            int w = (b[j / 2] >> ((j & 1) * 4)) & 0xf;
+            isum += w * q[c * 128 + (jj & 1) * 64 + jj / 2];
+        }
+        acc += (float)isum * (d[blk] * s[(blk * 32) / bc]);
+    }
+    *out = acc - zero_term(s, z, xg, ng);
+}
+
+#ifdef CPU_SIMD
+/* A row's chunks as the kernels read them: whole ones in place; the last, when k stops
+ * inside it, through a zeroed copy (its bytes past the row are the next row's). */
+static inline const uint8_t *chunk_tail(const uint8_t *row, int64_t c, int64_t kb,
+                                        uint8_t *tmp) {
+    int64_t off = c * 64;
+    memset(tmp, 0, 64);
+    memcpy(tmp, row + off, (size_t)(kb - off));
+    return tmp;
+}
+
+/* Chunk c's group scale index for groups of whole chunks (bc a multiple of 128, or one
+ * group a row): kept as a counter, for a division a chunk costs more than the chunk. */
+typedef struct grp_walk {
+    int64_t g, left, per; /* the group, its chunks left, chunks a group (0: one group) */
+} grp_walk;
+
+static inline grp_walk grp_start(int64_t bc, int64_t k) {
+    grp_walk w = {0, 0, bc >= k ? 0 : bc / 128};
+    w.left = w.per;
+    return w;
+}
+
+static inline void grp_next(grp_walk *w) {
+    if (w->per && --w->left == 0) {
+        w->g++;
+        w->left = w->per;
+    }
+}
+
+#define T_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* Rows ahead of the ones being multiplied that the kernels ask the caches for: the hardware
+ * prefetchers lose four interleaved row streams, and a 4-row step is shorter than a read. */
+enum { Q8_PREFETCH_ROWS = 16 };
+
+/* Chunk c of NR rows (<= 4) into acc: the weights' bytes at wb[i], x's even and odd bytes,
+ * the blocks' scales dv, each row's lane scales from s[i] (one a chunk when whole, else
+ * groups of 32 or 64 from g0 under mask gm). */
+static inline T_VNNI __attribute__((always_inline)) void
+chunk_vnni(__m512 *acc, const uint8_t *const *wb, const float *const *s, __m512i xe, __m512i xo,
+           __m512 dv, int whole, int64_t g, int64_t g0, __mmask16 gm, __m512i lane_grp,
+           const int NR) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < NR; i++) {
+        __m512i w = _mm512_loadu_si512(wb[i]);
+        __m512i lo = _mm512_and_si512(w, m0f);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
+        __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe);
+        t = _mm512_dpbusd_epi32(t, hi, xo);
+        __m512 sv = whole ? _mm512_set1_ps(s[i][g])
+                          : _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s[i] + g0));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, sv), acc[i]);
+    }
+}
+
+/* NR rows (<= 4) of part p against one packed token: out[i] for row r + i. */
+static inline T_VNNI __attribute__((always_inline)) void
+rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
+    const atlas_wquant *qw = &p->quant;
+    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
+    const int64_t sc = qw->scale_cols, nfull = kb / 64;
+    const int whole = bc % 128 == 0 || bc >= k;
+    const int8_t *q = xp;
+    const float *d = (const float *)(q + kp), *xg = d + kp / 32;
+    const uint8_t *row[4], *wb[4];
+    const float *s[4];
+    __m512 acc[4];
+    for (int i = 0; i < NR; i++) {
+        row[i] = (const uint8_t *)p->data + (r + i) * kb;
+        s[i] = qw->scales + (r + i) * sc;
+        acc[i] = _mm512_setzero_ps();
+    }
+    /* lane l covers columns 8l .. 8l + 7 of a chunk: block l / 4, group (8l) / bc */
+    const __m512i lane_blk = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i lane_grp = bc == 32 ? lane_blk : _mm512_srli_epi32(lane_blk, 1);
+    const int64_t g_shift = bc == 32 ? 2 : 1; /* groups of 32 / 64: chunk c starts group c << */
+    grp_walk gw = grp_start(bc, k);
+    for (int64_t c = 0; c < nch; c++) {
+        const __m512i xe = _mm512_loadu_si512(q + c * 128), xo = _mm512_loadu_si512(q + c * 128 + 64);
+        const __m512 dv = _mm512_permutexvar_ps(lane_blk, _mm512_castps128_ps512(_mm_loadu_ps(d + c * 4)));
+        const int64_t g0 = c << g_shift, left = sc - g0;
+        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
+        if (c < nfull) {
+            for (int i = 0; i < NR; i++) {
+                wb[i] = row[i] + c * 64;
+                _mm_prefetch((const char *)wb[i] + Q8_PREFETCH_ROWS * kb, _MM_HINT_T0);
+            }
+            chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
+        } else {
+            __attribute__((aligned(64))) uint8_t tmp[4][64];
+            for (int i = 0; i < NR; i++) wb[i] = chunk_tail(row[i], c, kb, tmp[i]);
+            chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
+        }
+        grp_next(&gw);
+    }
+    for (int i = 0; i < NR; i++)
+        out[i] = _mm512_reduce_add_ps(acc[i]) -
+                 zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+}
+
+T_VNNI static void gemm_vnni(const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
+                             const void *xp, size_t xs, int n, float *out, int64_t ldo) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        for (int t = 0; t < n; t++)
+            rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 4);
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
+}
+
+/* AVX2: vpmaddubsw pairs each nibble with its byte of x into 16 bits (at most 2 x 15 x 127,
+ * and the low and high sums added stay below 32,767), vpmaddwd widens to eight 32-bit lanes,
+ * lane l again columns 8l .. 8l + 7 of a 64-column half chunk. */
+static inline __attribute__((always_inline)) void
+rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
+    const atlas_wquant *qw = &p->quant;
+    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
+    const int64_t sc = qw->scale_cols, nfull = kb / 64;
+    const int whole = bc % 128 == 0 || bc >= k;
+    const int8_t *q = xp;
+    const float *d = (const float *)(q + kp), *xg = d + kp / 32;
+    const uint8_t *row[4];
+    const float *s[4];
+    __m256 acc[4];
+    uint8_t tmp[4][64];
+    for (int i = 0; i < NR; i++) {
+        row[i] = (const uint8_t *)p->data + (r + i) * kb;
+        s[i] = qw->scales + (r + i) * sc;
+        acc[i] = _mm256_setzero_ps();
+    }
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    grp_walk gw = grp_start(bc, k);
+    for (int64_t c = 0; c < nch; grp_next(&gw), c++)
+        for (int h = 0; h < 2; h++) {
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
+            const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
+            const int64_t b0 = c * 4 + h * 2; /* first block of this half */
+            const __m256 dv = _mm256_permutevar8x32_ps(
+                _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd((const double *)(d + b0)))),
+                lane_blk);
+            for (int i = 0; i < NR; i++) {
+                const uint8_t *wb =
+                    (c < nfull ? row[i] + c * 64 : chunk_tail(row[i], c, kb, tmp[i])) + h * 32;
+                __m256i w = _mm256_loadu_si256((const __m256i *)wb);
+                __m256i lo = _mm256_and_si256(w, m0f);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
+                __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+                __m256i t = _mm256_madd_epi16(t16, ones);
+                __m256 sv;
+                if (whole)
+                    sv = _mm256_set1_ps(s[i][gw.g]);
+                else if (bc == 64)
+                    sv = _mm256_set1_ps(s[i][b0 / 2]);
+                else { /* groups of 32: this half's two blocks */
+                    float s1 = b0 + 1 < sc ? s[i][b0 + 1] : 0.0f;
+                    sv = _mm256_setr_ps(s[i][b0], s[i][b0], s[i][b0], s[i][b0], s1, s1, s1, s1);
+                }
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, sv), acc[i]);
+            }
+        }
+    for (int i = 0; i < NR; i++)
+        out[i] = cpu_hsum256(acc[i]) - zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+}
+
+static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp,
+                      size_t xs, int n, float *out, int64_t ldo) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        for (int t = 0; t < n; t++)
+            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 4);
+    for (; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
+}
+#endif
+
+void cpu_q8_gemm(cpu_q8_kind kind, const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
+                 const void *xp, size_t xs, int n, float *out, int64_t ldo) {
+#ifdef CPU_SIMD
+    if (kind == CPU_Q8_VNNI) {
+        gemm_vnni(p, k, r0, r1, xp, xs, n, out, ldo);
+        return;
+    }
+    if (kind == CPU_Q8_AVX2) {
+        gemm_avx2(p, k, r0, r1, xp, xs, n, out, ldo);
+        return;
+    }
+#endif
+    (void)kind;
+    for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < n; t++)
+            rows_plain(p, k, r, (const char *)xp + xs * t, out + t * ldo + r);
+}
