@@ -770,9 +770,11 @@ static void check_survey(const char *dir, const atlas_model_params *p, const atl
 }
 
 /* The logits of every position of one prompt, [E2E_TOKENS, vocab]; NULL after a failure. */
-static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, size_t *reads) {
+static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, size_t *reads,
+                        atlas_cpu_activations act) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
+    p.cpu_activations = act;
     p.load_tokenizer = 0;
     p.n_threads = 1;
     atlas_model *m = NULL;
@@ -851,32 +853,32 @@ static void test_end_to_end(void) {
         printf("SKIP end to end: no ATLAS_SOURCE_DIR\n");
         return;
     }
-    static const struct { const char *layout, *model, *args, *format; } cases[] = {
+    static const struct { const char *layout, *model, *args, *format; int int8; } cases[] = {
         /* Qwen3-*-FP8's 128x128 */
-        {"fp8-block", "qk-norm", "", "attention FP8 e4m3 block 128x128"},
+        {"fp8-block", "qk-norm", "", "attention FP8 e4m3 block 128x128", 0},
         /* per-tensor, lm_head quantized */
-        {"ct-tensor", "odd-heads", "--lm-head", "lm_head FP8 e4m3 per-tensor"},
-        {"ct-channel", "qk-norm", "", "mlp FP8 e4m3 per-channel"},
+        {"ct-tensor", "odd-heads", "--lm-head", "lm_head FP8 e4m3 per-tensor", 0},
+        {"ct-channel", "qk-norm", "", "mlp FP8 e4m3 per-channel", 0},
         /* partial blocks; q|k|v parts not multiples of the block */
-        {"ct-block", "odd-heads", "--block 24 16", "attention FP8 e4m3 block 24x16"},
-        {"awq", "qk-norm", "--group 32", "mlp INT4 group 32"},
-        {"gptq", "qk-norm", "--group 16 --sym --act-order", "mlp INT4 group 16 act-order"},
+        {"ct-block", "odd-heads", "--block 24 16", "attention FP8 e4m3 block 24x16", 0},
+        {"awq", "qk-norm", "--group 32", "mlp INT4 group 32", 1},
+        {"gptq", "qk-norm", "--group 16 --sym --act-order", "mlp INT4 group 16 act-order", 0},
         /* asymmetric, zeros minus one */
-        {"gptq", "odd-heads", "--group 16", "attention INT4 group 16"},
-        {"gptq-v2", "qk-norm", "--group -1 --act-order", "attention INT4 one group a row"},
+        {"gptq", "odd-heads", "--group 16", "attention INT4 group 16", 0},
+        {"gptq-v2", "qk-norm", "--group -1 --act-order", "attention INT4 one group a row", 0},
         /* gpt-oss's naming and glob ignore list; ModelOpt's and compressed-tensors' NVFP4 */
-        {"mxfp4", "qk-norm", "", "mlp MXFP4 e2m1 group 32"},
-        {"nvfp4", "odd-heads", "", "attention NVFP4 e2m1 group 16"},
-        {"ct-nvfp4", "qk-norm", "", "mlp NVFP4 e2m1 group 16"},
+        {"mxfp4", "qk-norm", "", "mlp MXFP4 e2m1 group 32", 0},
+        {"nvfp4", "odd-heads", "", "attention NVFP4 e2m1 group 16", 0},
+        {"ct-nvfp4", "qk-norm", "", "mlp NVFP4 e2m1 group 16", 0},
         /* transformers' FbgemmFp8Config: float32 scales per channel, lm_head left alone */
-        {"fbgemm", "odd-heads", "", "mlp FP8 e4m3 per-channel"},
+        {"fbgemm", "odd-heads", "", "mlp FP8 e4m3 per-channel", 0},
         /* ModelOpt FP8 in config.json, and in hf_quant_config.json with an FP8 KV cache's
          * scales and a glob in exclude_modules (down_proj left unquantized) */
-        {"modelopt-fp8", "qk-norm", "", "mlp FP8 e4m3 per-tensor"},
-        {"modelopt-fp8-hf", "odd-heads", "", "attention FP8 e4m3 per-tensor"},
+        {"modelopt-fp8", "qk-norm", "", "mlp FP8 e4m3 per-tensor", 0},
+        {"modelopt-fp8-hf", "odd-heads", "", "attention FP8 e4m3 per-tensor", 0},
         /* compressed-tensors pack-quantized: zero points and act-order; symmetric channel */
-        {"ct-int4", "qk-norm", "--group 8 --act-order", "attention INT4 group 8 act-order"},
-        {"ct-int4", "odd-heads", "--group -1 --sym", "mlp INT4 one group a row"},
+        {"ct-int4", "qk-norm", "--group 8 --act-order", "attention INT4 group 8 act-order", 0},
+        {"ct-int4", "odd-heads", "--group -1 --sym", "mlp INT4 one group a row", 1},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null 2>&1");
@@ -897,8 +899,8 @@ static void test_end_to_end(void) {
         if (rc) continue;
         int vq = 0, vf = 0;
         size_t rq = 0, rf = 0;
-        float *lq = logits_of(q, &vq, info, sizeof info, &rq);
-        float *lf = logits_of(f, &vf, NULL, 0, &rf);
+        float *lq = logits_of(q, &vq, info, sizeof info, &rq, ATLAS_CPU_ACT_FP32);
+        float *lf = logits_of(f, &vf, NULL, 0, &rf, ATLAS_CPU_ACT_FP32);
         /* the packed weights and their scales read fewer bytes than float32 ones */
         CHECK_MSG(rq > 0 && rq < rf, "%s: a token reads %zu bytes, %zu in float32",
                   cases[i].layout, rq, rf);
@@ -909,6 +911,21 @@ static void test_end_to_end(void) {
             CHECK_MSG(strstr(info, cases[i].format) != NULL, "%s: formats \"%s\", want %s",
                       cases[i].layout, info, cases[i].format);
             CHECK_MSG(e <= 1e-6, "%s on %s: logits error %.3g", cases[i].layout, cases[i].model, e);
+        }
+        /* INT4 with int8 activations: off the fp32 result (the int8 kernels ran), by no more
+         * than the GPU's tolerance (these random models' logits move about 3% with it) */
+        if (lf && cases[i].int8) {
+            int v8 = 0;
+            size_t r8 = 0;
+            float *l8 = logits_of(q, &v8, NULL, 0, &r8, ATLAS_CPU_ACT_INT8);
+            if (l8 && v8 == vf) {
+                double e = harness_rel_err(l8, lf, E2E_TOKENS * vf);
+                printf("%-10s %-9s %-30s int8 activations: logits error %.3g\n", cases[i].layout,
+                       cases[i].model, cases[i].args, e);
+                CHECK_MSG(e > 1e-6 && e <= 6e-2, "%s on %s, int8 activations: logits error %.3g",
+                          cases[i].layout, cases[i].model, e);
+            }
+            free(l8);
         }
         free(lq);
         free(lf);

@@ -7,14 +7,16 @@
 # Builds llama.cpp from a pinned source, makes one random checkpoint of Qwen3-0.6B's shape
 # (bench/cpu/make_qwen3.py) in four forms, then runs, alternated, N rounds (default 5) of
 #   llama-bench -m X.gguf -t T -p 128,512 -n 128 -r 1 -o jsonl
-#   atlas bench -m DIR --device cpu --threads T -p 128,512 -n 128 --reps 1 [--cpu-activations bf16]
+#   atlas bench -m DIR --device cpu --threads T -p 128,512 -n 128 --reps 1 [--cpu-activations A]
 # each under /usr/bin/time for its peak RSS, and prints the medians (with ranges) and the
 # ratios atlas / llama.cpp (above 1 is atlas faster; for RSS, above 1 is atlas larger):
 #   bf16 weights: llama.cpp's BF16 GGUF against atlas's bf16 safetensors, fp32 and bf16
 #     activations;
-#   INT4 weights: llama-quantize's Q4_0 (its default for a tied embedding: Q6_K) against
-#     AutoGPTQ's 4-bit layout, group 128, asymmetric (bench/cpu/to_gptq.py; the embedding
-#     and tied lm_head stay bf16, as published GPTQ checkpoints keep them).
+#   INT4 weights: llama-quantize's Q4_0 (its default for a tied embedding: Q6_K), and Q4_0
+#     with the embedding and output head left bf16 (the same bytes a token as the GPTQ
+#     checkpoint) against AutoGPTQ's 4-bit layout, group 128, asymmetric
+#     (bench/cpu/to_gptq.py; the embedding and tied lm_head stay bf16, as published GPTQ
+#     checkpoints keep them), with fp32 and int8 activations (llama.cpp's Q8_0 scheme).
 # atlas's decode is the median of 3 runs of 124 steps after its first prompt (128 tokens);
 # llama-bench's tg128 is 128 steps from an empty context.
 #
@@ -64,10 +66,13 @@ def cell(name, fig):
     m = statistics.median(v)
     return m, "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
 rows = [("llama-bf16", None), ("atlas-bf16", "llama-bf16"), ("atlas-bf16-bf16act", "llama-bf16"),
-        ("llama-q4_0", None), ("atlas-gptq", "llama-q4_0"), ("atlas-gptq-bf16act", "llama-q4_0")]
+        ("llama-q4_0", None), ("llama-q4_0-bf16head", None), ("atlas-gptq", "llama-q4_0"),
+        ("atlas-gptq-int8act", "llama-q4_0"), ("atlas-gptq-int8act", "llama-q4_0-bf16head")]
 print("| run | " + " | ".join(t for _, t in figs) + " |")
 print("|---" * (len(figs) + 1) + "|")
 for name, ref in rows:
+    if not any(k[0] == name for k in runs):
+        continue
     cells = []
     for fig, _ in figs:
         m, text = cell(name, fig)
@@ -75,7 +80,8 @@ for name, ref in rows:
             b, _ = cell(ref, fig)
             text += " **%.2fx**" % (m / b) if b else ""
         cells.append(text)
-    print("| %s | %s |" % (name, " | ".join(cells)))
+    print("| %s | %s |" % (name + (" vs " + ref if ref and ref.endswith("head") else ""),
+                           " | ".join(cells)))
 rounds = len({line.split("\t")[0] for line in open(sys.argv[1])})
 print("\n%d rounds; ratios atlas / llama.cpp on the same weights (bf16 / bf16; GPTQ INT4 g128 /"
       " Q4_0): above 1 is atlas faster, or for RSS larger" % rounds)
@@ -134,6 +140,7 @@ fi
 
 # ---- the checkpoint in four forms ---------------------------------------------------------
 bf16=$cache/qwen3-bf16 gguf=$cache/qwen3-bf16.gguf q40=$cache/qwen3-q4_0.gguf gptq=$cache/qwen3-gptq
+q40h=$cache/qwen3-q4_0-bf16head.gguf
 if [ ! -s "$bf16/config.json" ]; then
   rm -rf "$bf16.tmp"; "$py" "$root/bench/cpu/make_qwen3.py" "$bf16.tmp" >&2 && mv "$bf16.tmp" "$bf16"
 fi
@@ -144,6 +151,12 @@ if [ ! -s "$q40" ]; then
   "$bins/llama-quantize" "$gguf" "$q40.tmp" Q4_0 "$threads" >"$cache/quantize.log" 2>&1 ||
     die "llama-quantize failed: $cache/quantize.log"
   mv "$q40.tmp" "$q40"
+fi
+if [ ! -s "$q40h" ]; then
+  "$bins/llama-quantize" --token-embedding-type bf16 --output-tensor-type bf16 "$gguf" "$q40h.tmp" \
+    Q4_0 "$threads" >"$cache/quantize-bf16head.log" 2>&1 ||
+    die "llama-quantize failed: $cache/quantize-bf16head.log"
+  mv "$q40h.tmp" "$q40h"
 fi
 if [ ! -s "$gptq/config.json" ]; then
   rm -rf "$gptq.tmp"; "$py" "$root/bench/cpu/to_gptq.py" "$bf16" "$gptq.tmp" >&2 && mv "$gptq.tmp" "$gptq"
@@ -172,14 +185,15 @@ lb=("$bins/llama-bench" -t "$threads" -p 128,512 -n 128 -r 1 -o jsonl -m)
 ab=("$atlas" bench --device cpu --threads "$threads" -p 128,512 -n 128 --reps 1 -m)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-log "$rounds rounds of 6 runs, $threads threads; raw figures in $tsv"
+log "$rounds rounds of 7 runs, $threads threads; raw figures in $tsv"
 for r in $(seq 1 "$rounds"); do
   run llama-bf16 "${lb[@]}" "$gguf"
   run atlas-bf16 "${ab[@]}" "$bf16"
   run atlas-bf16-bf16act "${ab[@]}" "$bf16" --cpu-activations bf16
   run llama-q4_0 "${lb[@]}" "$q40"
   run atlas-gptq "${ab[@]}" "$gptq"
-  run atlas-gptq-bf16act "${ab[@]}" "$gptq" --cpu-activations bf16
+  run llama-q4_0-bf16head "${lb[@]}" "$q40h"
+  run atlas-gptq-int8act "${ab[@]}" "$gptq" --cpu-activations int8
   log "round $r of $rounds done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
