@@ -472,7 +472,7 @@ static void check_q8_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int 
     float *ref = malloc((size_t)(NMAX * m) * sizeof(float));
     for (int t = 0; t < NMAX; t++) cpu_q8_pack(x + t * k, k, g, (char *)xp + xs * t);
     /* the plain C kernel, then each kernel this CPU has, on both parts, 1 and NMAX tokens */
-    for (int kind = CPU_Q8_PLAIN; w && kind <= CPU_Q8_VNNI; kind++) {
+    for (int kind = CPU_Q8_PLAIN; w && kind <= CPU_Q8_NEON; kind++) {
         if (!cpu_q8_kind_supported((cpu_q8_kind)kind)) continue;
         float *o = kind == CPU_Q8_PLAIN ? ref : a;
         for (int p = 0; p < 2; p++) {

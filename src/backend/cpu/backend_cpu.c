@@ -474,13 +474,14 @@ static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *k
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    size_t width = (size_t)K * hd;
     float *kl = kv->k + layer * kv->block_floats, *vl = kv->v + layer * kv->block_floats;
     for (int t = 0; t < cb->n_tokens; t++) {
         const float *row = (const float *)qkv + (size_t)t * (H + 2 * K) * hd;
-        size_t at = cpu_kv_row(kv, (size_t)cb->slots[t], width);
-        memcpy(kl + at, row + (size_t)H * hd, width * sizeof(float));
-        memcpy(vl + at, row + (size_t)(H + K) * hd, width * sizeof(float));
+        for (int h = 0; h < K; h++) {
+            size_t at = cpu_kv_at(kv, (size_t)cb->slots[t], (size_t)h, (size_t)hd);
+            memcpy(kl + at, row + (size_t)(H + h) * hd, (size_t)hd * sizeof(float));
+            memcpy(vl + at, row + (size_t)(H + K + h) * hd, (size_t)hd * sizeof(float));
+        }
     }
     return ATLAS_OK;
 }
@@ -662,7 +663,7 @@ atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     cb->round_x = bf16;
     cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
     cb->q8 = act == 2 ? cpu_q8_best() : CPU_Q8_OFF;
-    static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI"};
+    static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI", "NEON dot-product"};
     if (!bf16)
         be->kernels[0] = 0;
     else

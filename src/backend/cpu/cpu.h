@@ -41,19 +41,22 @@ struct atlas_weight {
 
 /* Block by block: a block holds its tokens of every layer, so a sequence's cache is a run
  * of whole blocks that huge pages cover with at most one partly used page (laid out layer by
- * layer, each layer's first tokens would take a huge page of their own). */
+ * layer, each layer's first tokens would take a huge page of their own). Within a layer's
+ * share, head by head: attention reads one kv head's keys in order, and they are then one
+ * run of block_size rows, where rows of all heads token by token put each key in a page of
+ * its own, which the hardware prefetchers do not follow. */
 struct atlas_kv {
     int n_blocks, block_size, n_layers;
-    size_t block_floats; /* one layer's share of a block: block_size * K * hd */
+    size_t block_floats; /* one layer's share of a block: K * block_size * hd */
     size_t stride;       /* floats from a block to the next: n_layers * block_floats */
-    float *k, *v;        /* [n_blocks, n_layers, block_size, K, hd], mmap'd */
+    float *k, *v;        /* [n_blocks, n_layers, K, block_size, hd], mmap'd */
     size_t bytes;        /* of each of k and v */
 };
 
-/* Floats from a layer's base (k + layer * block_floats) to slot's [K, hd] row. */
-static inline size_t cpu_kv_row(const atlas_kv *kv, size_t slot, size_t width) {
+/* Floats from a layer's base (k + layer * block_floats) to slot's row of kv head h. */
+static inline size_t cpu_kv_at(const atlas_kv *kv, size_t slot, size_t h, size_t hd) {
     size_t bs = (size_t)kv->block_size;
-    return slot / bs * kv->stride + slot % bs * width;
+    return slot / bs * kv->stride + (h * bs + slot % bs) * hd;
 }
 
 /* bf16 weights with AVX-512 or NEON (cpu_bf16.c), chosen at run time: F32 widens the weights
@@ -77,12 +80,14 @@ typedef enum cpu_attn_kind {
 } cpu_attn_kind;
 
 /* INT4 weights times int8 activations (cpu_q8.c, `--cpu-activations int8`), chosen at run
- * time: OFF the fp32 paths; PLAIN the C reference; AVX2 vpmaddubsw; VNNI AVX512-VNNI. */
+ * time: OFF the fp32 paths; PLAIN the C reference; AVX2 vpmaddubsw; VNNI AVX512-VNNI; NEON
+ * aarch64's dot-product extension. */
 typedef enum cpu_q8_kind {
     CPU_Q8_OFF,
     CPU_Q8_PLAIN,
     CPU_Q8_AVX2,
     CPU_Q8_VNNI,
+    CPU_Q8_NEON,
 } cpu_q8_kind;
 
 typedef struct cpu_read cpu_read;

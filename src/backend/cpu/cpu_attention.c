@@ -23,7 +23,7 @@ typedef struct attn_job {
     int window;          /* this layer's sliding window; 0: none */
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
-    const float *k, *v;  /* this layer's base in the pools (cpu_kv_row) */
+    const float *k, *v;  /* this layer's base in the pools (cpu_kv_at) */
     const atlas_kv *kv;
     const float *sinks;  /* [H] or NULL */
     int n_blocks;        /* query blocks: cb->attn_blocks[2b] first token, [2b+1] count */
@@ -49,7 +49,7 @@ static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
         memset(acc, 0, (size_t)hd * sizeof *acc);
         for (int p = start; p <= pos; p++) {
             size_t slot = (size_t)table[p / bs] * bs + p % bs;
-            size_t off = cpu_kv_row(j->kv, slot, (size_t)K * hd) + (size_t)kvh * hd;
+            size_t off = cpu_kv_at(j->kv, slot, (size_t)kvh, (size_t)hd);
             float score = cpu_dot(q, j->k + off, hd) * scale;
             const float *vv = j->v + off;
             if (score > mx) {
@@ -77,7 +77,7 @@ typedef struct attn_item {
     size_t q_stride;     /* floats from one token's q to the next */
     float *out;          /* the same for the output */
     size_t out_stride;
-    const float *k, *v;  /* the layer's base in the pools (cpu_kv_row) */
+    const float *k, *v;  /* the layer's base in the pools (cpu_kv_at) */
     const atlas_kv *kv;
     const int32_t *table;
     const float *sinks;  /* the group's [group], or NULL */
@@ -86,7 +86,7 @@ typedef struct attn_item {
 /* Floats of one thread's tile buffers for rows rows (the widest vector: 16, keys 32). */
 static size_t attn_buf_floats(int rows, int hd) {
     size_t hdp = (size_t)(hd + 15) / 16 * 16;
-    return (2 * rows * hdp + rows * 32 + hd * 32 + 32 * hdp + 2 * rows + 15) / 16 * 16;
+    return (2 * rows * hdp + rows * 32 + 2 * 32 * hdp + 2 * rows + 15) / 16 * 16;
 }
 
 static int attn_first_key(const attn_item *it, int pos) {
@@ -108,21 +108,15 @@ static void attn_load_q(const attn_item *it, float *qs, int hdp, float *o, float
         }
 }
 
-/* Keys j0 .. j0+nk-1 into kt[hd][kb] (columns past nk zero) and their values into
- * vs[nk][hdp] (zero-padded). */
-static void attn_gather(const attn_item *it, int j0, int nk, int kb, float *kt, float *vs,
-                        int hdp) {
+/* Keys j0 .. j0+nk-1 into ks[nk][hdp] and their values into vs[nk][hdp] (zero-padded). */
+static void attn_gather(const attn_item *it, int j0, int nk, float *ks, float *vs, int hdp) {
     int hd = it->hd;
-    for (int j = 0; j < kb; j++) {
-        if (j >= nk) {
-            for (int d = 0; d < hd; d++) kt[d * kb + j] = 0.0f;
-            continue;
-        }
+    for (int j = 0; j < nk; j++) {
         int p = j0 + j;
         size_t slot = (size_t)it->table[p / it->bs] * it->bs + p % it->bs;
-        size_t off = cpu_kv_row(it->kv, slot, (size_t)it->n_kv * hd) + (size_t)it->kvh * hd;
-        const float *kp = it->k + off;
-        for (int d = 0; d < hd; d++) kt[d * kb + j] = kp[d];
+        size_t off = cpu_kv_at(it->kv, slot, (size_t)it->kvh, (size_t)hd);
+        memcpy(ks + (size_t)j * hdp, it->k + off, sizeof(float) * hd);
+        memset(ks + (size_t)j * hdp + hd, 0, sizeof(float) * (hdp - hd));
         memcpy(vs + (size_t)j * hdp, it->v + off, sizeof(float) * hd);
         memset(vs + (size_t)j * hdp + hd, 0, sizeof(float) * (hdp - hd));
     }

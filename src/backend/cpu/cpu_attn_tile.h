@@ -4,11 +4,10 @@
  * target attribute), F(name) (the name with the set's suffix) and the v* operations.
  * Internal to backend/cpu; no include guard on purpose.
  *
- * Per block of KB keys: the keys are gathered from the paged cache transposed (kt[d][j]) and
- * the values as rows padded to hdp floats, so both products run along contiguous vectors;
- * scores S = (q * scale) k^T, then the online softmax of each row (running maximum m and
- * sum l, the output rescaled when m grows), then O += P V. Rows are (token, head of the
- * group): the group's heads share each gathered block. */
+ * Per block of KB keys: the keys and values are gathered from the paged cache as rows padded
+ * to hdp floats; scores S = (q * scale) k^T, then the online softmax of each row (running
+ * maximum m and sum l, the output rescaled when m grows), then O += P V. Rows are (token, head
+ * of the group): the group's heads share each gathered block. */
 
 #define KB (2 * VW)
 
@@ -29,30 +28,31 @@ TGT static inline VEC F(vexp)(VEC x) {
     return vmul(y, vpow2(n));
 }
 
-/* s[r][0..KB) = q row r . kt for MR rows (a constant after inlining: the 2 x MR
- * accumulators stay in registers). */
+/* s[r][j] = q row r . key row k[j] for MR rows (a constant after inlining) and keys j < nk:
+ * the lanes summed over the head's vectors in order from zero, then vhsum. Every score is
+ * computed this one way, in the tiled path and in decode's direct one, so that a token's
+ * logits are the same bits alone or in a batch. */
 TGT __attribute__((always_inline)) static inline void
-F(score_rows)(const float *q, int hdp, int hd, const float *kt, float *s, const int MR) {
-    VEC a[4][2];
-    for (int r = 0; r < MR; r++) a[r][0] = a[r][1] = vzero();
-    for (int d = 0; d < hd; d++) {
-        VEC k0 = vload(kt + d * KB), k1 = vload(kt + d * KB + VW);
-        for (int r = 0; r < MR; r++) {
-            VEC qb = vset1(q[r * hdp + d]);
-            a[r][0] = vfma(qb, k0, a[r][0]);
-            a[r][1] = vfma(qb, k1, a[r][1]);
+F(score_rows)(const float *q, int hdp, const float *const *k, int nk, float *s, const int MR) {
+    const int nv = hdp / VW;
+    for (int j = 0; j < nk; j++) {
+        VEC a[4];
+        for (int r = 0; r < MR; r++) a[r] = vzero();
+        for (int c = 0; c < nv; c++) {
+            VEC kv = vload(k[j] + c * VW);
+            for (int r = 0; r < MR; r++) a[r] = vfma(vload(q + r * hdp + c * VW), kv, a[r]);
         }
-    }
-    for (int r = 0; r < MR; r++) {
-        vstore(s + r * KB, a[r][0]);
-        vstore(s + r * KB + VW, a[r][1]);
+        for (int r = 0; r < MR; r++) s[r * KB + j] = vhsum(a[r]);
     }
 }
 
-TGT static void F(scores)(const float *qs, int M, int hdp, int hd, const float *kt, float *s) {
+TGT static void F(scores)(const float *qs, int M, int hdp, const float *const *k, int nk,
+                          float *s) {
     int m = 0;
-    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, hd, kt, s + m * KB, 4);
-    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, hd, kt, s + m * KB, 1);
+    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 4);
+    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 1);
+    for (m = 0; m < M; m++)
+        for (int j = nk; j < KB; j++) s[m * KB + j] = -INFINITY;
 }
 
 /* Each row's scores become its weights under the new running maximum; the row's sum and
@@ -120,18 +120,81 @@ TGT static void F(pv)(const float *s, int M, int nk, const float *vs, int hdp, f
     }
 }
 
+/* o[0 .. NC vectors) += sum over j < nk of p[j] * v[j][..] (NC a constant after inlining:
+ * the accumulators stay in registers). */
+TGT __attribute__((always_inline)) static inline void
+F(pv_direct)(const float *p, int nk, const float *const *v, int c0, float *o, const int NC) {
+    VEC a[4];
+    for (int x = 0; x < NC; x++) a[x] = vload(o + (c0 + x) * VW);
+    for (int j = 0; j < nk; j++) {
+        VEC pb = vset1(p[j]);
+        for (int x = 0; x < NC; x++) a[x] = vfma(pb, vload(v[j] + (c0 + x) * VW), a[x]);
+    }
+    for (int x = 0; x < NC; x++) vstore(o + (c0 + x) * VW, a[x]);
+}
+
+/* The rows of keys j0 .. j0+nk-1 (kv head it->kvh) in the paged cache, by block and offset
+ * counted up: cpu_kv_at's divisions, per key, cost as much as reading it. */
+static inline void F(direct_rows)(const attn_item *it, int j0, int nk, const float **kp,
+                                  const float **vp) {
+    int blk = j0 / it->bs, in = j0 % it->bs;
+    const size_t head = (size_t)it->kvh * it->bs * it->hd;
+    for (int j = 0; j < nk; j++) {
+        size_t off = (size_t)it->table[blk] * it->kv->stride + head + (size_t)in * it->hd;
+        kp[j] = it->k + off;
+        vp[j] = it->v + off;
+        if (++in == it->bs) in = 0, blk++;
+    }
+}
+
+/* Decode's item (one token, hd a whole number of vectors, at most 8 q heads): each key's
+ * row is read in place from the paged cache, scored against every q head of the group with
+ * a dot product, and each value row added in place, where a block of keys would be gathered
+ * and transposed first (that copy cost more than the products for one query). The same
+ * online softmax over blocks of KB keys as the tiled path. */
+TGT static void F(attn_direct)(const attn_item *it, float *buf) {
+    const int hd = it->hd, M = it->group, nv = hd / VW;
+    float *qs = buf, *o = qs + (size_t)M * hd, *s = o + (size_t)M * hd, *mrow = s + (size_t)M * KB;
+    float *lrow = mrow + M;
+    const float *kp[2][KB], *vp[2][KB];
+    attn_load_q(it, qs, hd, o, mrow, lrow);
+    const int pos = it->pos0, first = attn_first_key(it, pos);
+    int cur = 0;
+    F(direct_rows)(it, first, pos + 1 - first < KB ? pos + 1 - first : KB, kp[0], vp[0]);
+    for (int j0 = first; j0 <= pos; j0 += KB, cur ^= 1) {
+        int nk = pos + 1 - j0 < KB ? pos + 1 - j0 : KB;
+        int j1 = j0 + KB, nk1 = pos + 1 - j1 < KB ? pos + 1 - j1 : KB;
+        if (j1 <= pos) F(direct_rows)(it, j1, nk1, kp[cur ^ 1], vp[cur ^ 1]);
+        const float *const *vc = vp[cur];
+        F(scores)(qs, M, hd, kp[cur], nk, s);
+        F(softmax)(s, M, hd, o, mrow, lrow);
+        for (int m = 0; m < M; m++) {
+            int c = 0;
+            for (; c + 4 <= nv; c += 4) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 4);
+            for (; c < nv; c++) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 1);
+        }
+    }
+    attn_store(it, o, hd, lrow);
+}
+
 /* One item into its output rows; buf: attn_buf_floats(rows, hd) floats. */
 TGT static void F(attn_item)(const attn_item *it, float *buf) {
+    if (it->nq == 1 && it->hd % VW == 0 && it->group <= 8) {
+        F(attn_direct)(it, buf);
+        return;
+    }
     const int hd = it->hd, hdp = (hd + VW - 1) / VW * VW, M = it->nq * it->group;
     float *qs = buf, *o = qs + (size_t)M * hdp, *s = o + (size_t)M * hdp;
-    float *kt = s + (size_t)M * KB, *vs = kt + (size_t)hd * KB, *mrow = vs + (size_t)KB * hdp;
+    float *ks = s + (size_t)M * KB, *vs = ks + (size_t)KB * hdp, *mrow = vs + (size_t)KB * hdp;
     float *lrow = mrow + M;
+    const float *kr[KB];
+    for (int j = 0; j < KB; j++) kr[j] = ks + (size_t)j * hdp;
     attn_load_q(it, qs, hdp, o, mrow, lrow);
     int hi = it->pos0 + it->nq - 1;
     for (int j0 = attn_first_key(it, it->pos0); j0 <= hi; j0 += KB) {
         int nk = hi + 1 - j0 < KB ? hi + 1 - j0 : KB;
-        attn_gather(it, j0, nk, KB, kt, vs, hdp);
-        F(scores)(qs, M, hdp, hd, kt, s);
+        attn_gather(it, j0, nk, ks, vs, hdp);
+        F(scores)(qs, M, hdp, kr, nk, s);
         attn_mask(it, j0, KB, s);
         F(softmax)(s, M, hdp, o, mrow, lrow);
         F(pv)(s, M, nk, vs, hdp, o);

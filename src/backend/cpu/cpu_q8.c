@@ -21,6 +21,15 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_simd.h"
 
+#if defined(__aarch64__) && defined(__GNUC__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#define CPU_Q8_HAVE_NEON 1
+#endif
+
 int cpu_q8_kind_supported(cpu_q8_kind kind) {
 #if defined(__x86_64__) && defined(__GNUC__) && defined(CPU_SIMD)
     __builtin_cpu_init();
@@ -29,12 +38,16 @@ int cpu_q8_kind_supported(cpu_q8_kind kind) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
+#ifdef CPU_Q8_HAVE_NEON
+    if (kind == CPU_Q8_NEON) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
     return kind == CPU_Q8_PLAIN;
 }
 
 cpu_q8_kind cpu_q8_best(void) {
     if (cpu_q8_kind_supported(CPU_Q8_VNNI)) return CPU_Q8_VNNI;
     if (cpu_q8_kind_supported(CPU_Q8_AVX2)) return CPU_Q8_AVX2;
+    if (cpu_q8_kind_supported(CPU_Q8_NEON)) return CPU_Q8_NEON;
     return CPU_Q8_PLAIN;
 }
 
@@ -87,6 +100,16 @@ void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) {
     (void)ng;
 }
 
+/* A row's last chunk, when k stops inside it, as a zeroed copy (its bytes past the row are
+ * the next row's). */
+static inline const uint8_t *chunk_tail_plain(const uint8_t *row, int64_t c, int64_t kb,
+                                              uint8_t *tmp) {
+    int64_t off = c * 64;
+    memset(tmp, 0, 64);
+    memcpy(tmp, row + off, (size_t)(kb - off));
+    return tmp;
+}
+
 /* The zero points' share of a row: sum over groups of s_g * z_g * X_g. */
 static float zero_term(const float *s, const float *z, const float *xg, int64_t ng) {
     float t = 0;
@@ -116,16 +139,6 @@ static void rows_plain(const cpu_part *p, int64_t k, int64_t r, const void *xp, 
 }
 
 #ifdef CPU_SIMD
-/* A row's chunks as the kernels read them: whole ones in place; the last, when k stops
- * inside it, through a zeroed copy (its bytes past the row are the next row's). */
-static inline const uint8_t *chunk_tail(const uint8_t *row, int64_t c, int64_t kb,
-                                        uint8_t *tmp) {
-    int64_t off = c * 64;
-    memset(tmp, 0, 64);
-    memcpy(tmp, row + off, (size_t)(kb - off));
-    return tmp;
-}
-
 /* Chunk c's group scale index for groups of whole chunks (bc a multiple of 128, or one
  * group a row): kept as a counter, for a division a chunk costs more than the chunk. */
 typedef struct grp_walk {
@@ -206,7 +219,7 @@ rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
             chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
         } else {
             __attribute__((aligned(64))) uint8_t tmp[4][64];
-            for (int i = 0; i < NR; i++) wb[i] = chunk_tail(row[i], c, kb, tmp[i]);
+            for (int i = 0; i < NR; i++) wb[i] = chunk_tail_plain(row[i], c, kb, tmp[i]);
             chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
         }
         grp_next(&gw);
@@ -216,12 +229,76 @@ rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
                  zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
 }
 
+/* Prefill's tile: 4 rows times Q8_TILE_TOKENS tokens, each chunk's nibbles unpacked once for
+ * all of them (the 4 rows stay in L1 while every token's packed x streams from L2); the same
+ * sums, in the same order, as rows_vnni gives each token alone. */
+enum { Q8_TILE_TOKENS = 3 };
+
+static inline T_VNNI __attribute__((always_inline)) void
+tile_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, float *out,
+          int64_t ldo) {
+    enum { NT = Q8_TILE_TOKENS };
+    const atlas_wquant *qw = &p->quant;
+    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
+    const int64_t sc = qw->scale_cols, nfull = kb / 64;
+    const int whole = bc % 128 == 0 || bc >= k;
+    const uint8_t *row[4];
+    const float *s[4];
+    __m512 acc[4][NT];
+    for (int i = 0; i < 4; i++) {
+        row[i] = (const uint8_t *)p->data + (r + i) * kb;
+        s[i] = qw->scales + (r + i) * sc;
+        for (int t = 0; t < NT; t++) acc[i][t] = _mm512_setzero_ps();
+    }
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    const __m512i lane_blk = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i lane_grp = bc == 32 ? lane_blk : _mm512_srli_epi32(lane_blk, 1);
+    const int64_t g_shift = bc == 32 ? 2 : 1;
+    grp_walk gw = grp_start(bc, k);
+    for (int64_t c = 0; c < nch; c++) {
+        __attribute__((aligned(64))) uint8_t tmp[4][64];
+        __m512i lo[4], hi[4];
+        __m512 sv[4];
+        const int64_t g0 = c << g_shift, left = sc - g0;
+        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
+        for (int i = 0; i < 4; i++) {
+            __m512i w = _mm512_loadu_si512(c < nfull ? row[i] + c * 64 : chunk_tail_plain(row[i], c, kb, tmp[i]));
+            lo[i] = _mm512_and_si512(w, m0f);
+            hi[i] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
+            sv[i] = whole ? _mm512_set1_ps(s[i][gw.g])
+                          : _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s[i] + g0));
+        }
+        for (int t = 0; t < NT; t++) {
+            const int8_t *q = (const int8_t *)xp + xs * t;
+            const float *d = (const float *)(q + kp);
+            const __m512i xe = _mm512_loadu_si512(q + c * 128), xo = _mm512_loadu_si512(q + c * 128 + 64);
+            const __m512 dv = _mm512_permutexvar_ps(lane_blk, _mm512_castps128_ps512(_mm_loadu_ps(d + c * 4)));
+            for (int i = 0; i < 4; i++) {
+                __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], xe);
+                v = _mm512_dpbusd_epi32(v, hi[i], xo);
+                acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dv, sv[i]), acc[i][t]);
+            }
+        }
+        grp_next(&gw);
+    }
+    for (int t = 0; t < NT; t++) {
+        const float *xg = (const float *)((const int8_t *)xp + xs * t + kp) + kp / 32;
+        for (int i = 0; i < 4; i++)
+            out[t * ldo + i] = _mm512_reduce_add_ps(acc[i][t]) -
+                               zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+    }
+}
+
 T_VNNI static void gemm_vnni(const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
                              const void *xp, size_t xs, int n, float *out, int64_t ldo) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        for (int t = 0; t < n; t++)
+    for (; r + 4 <= r1; r += 4) {
+        int t = 0;
+        for (; t + Q8_TILE_TOKENS <= n; t += Q8_TILE_TOKENS)
+            tile_vnni(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
+        for (; t < n; t++)
             rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 4);
+    }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
             rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
@@ -260,7 +337,7 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
                 lane_blk);
             for (int i = 0; i < NR; i++) {
                 const uint8_t *wb =
-                    (c < nfull ? row[i] + c * 64 : chunk_tail(row[i], c, kb, tmp[i])) + h * 32;
+                    (c < nfull ? row[i] + c * 64 : chunk_tail_plain(row[i], c, kb, tmp[i])) + h * 32;
                 __m256i w = _mm256_loadu_si256((const __m256i *)wb);
                 __m256i lo = _mm256_and_si256(w, m0f);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
@@ -294,6 +371,44 @@ static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, cons
 }
 #endif
 
+#ifdef CPU_Q8_HAVE_NEON
+/* aarch64 with the dot-product extension (ARMv8.2's sdot, in most cores since Cortex-A55 and
+ * in Grace's Neoverse V2): each 16 bytes of a chunk are one block of 32 columns, the low
+ * and high nibbles against the block's even and odd bytes of x, a row at a time. */
+__attribute__((target("arch=armv8.2-a+dotprod"))) static void
+gemm_neon(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp, size_t xs,
+          int n, float *out, int64_t ldo) {
+    const atlas_wquant *qw = &p->quant;
+    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
+    const int64_t sc = qw->scale_cols, nfull = kb / 64;
+    const uint8x16_t m0f = vdupq_n_u8(0x0f);
+    uint8_t tmp[64];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)p->data + r * kb;
+        const float *s = qw->scales + r * sc, *z = qw->zeros + r * sc;
+        for (int t = 0; t < n; t++) {
+            const int8_t *q = (const int8_t *)xp + xs * t;
+            const float *d = (const float *)(q + kp), *xg = d + kp / 32;
+            float32x4_t acc = vdupq_n_f32(0);
+            for (int64_t c = 0; c < nch; c++) {
+                const uint8_t *wb = c < nfull ? row + c * 64 : chunk_tail_plain(row, c, kb, tmp);
+                for (int pc = 0; pc < 4; pc++) {
+                    int64_t blk = c * 4 + pc, g = bc >= k ? 0 : (blk * 32) / bc;
+                    if (g >= sc) g = sc - 1; /* a zero-padded block past k: its sum is 0 */
+                    uint8x16_t w = vld1q_u8(wb + 16 * pc);
+                    int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(w, m0f));
+                    int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(w, 4));
+                    int32x4_t v = vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(q + c * 128 + 16 * pc));
+                    v = vdotq_s32(v, hi, vld1q_s8(q + c * 128 + 64 + 16 * pc));
+                    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(v), d[blk] * s[g]);
+                }
+            }
+            out[t * ldo + r] = vaddvq_f32(acc) - zero_term(s, z, xg, sc);
+        }
+    }
+}
+#endif
+
 void cpu_q8_gemm(cpu_q8_kind kind, const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
                  const void *xp, size_t xs, int n, float *out, int64_t ldo) {
 #ifdef CPU_SIMD
@@ -303,6 +418,12 @@ void cpu_q8_gemm(cpu_q8_kind kind, const cpu_part *p, int64_t k, int64_t r0, int
     }
     if (kind == CPU_Q8_AVX2) {
         gemm_avx2(p, k, r0, r1, xp, xs, n, out, ldo);
+        return;
+    }
+#endif
+#ifdef CPU_Q8_HAVE_NEON
+    if (kind == CPU_Q8_NEON) {
+        gemm_neon(p, k, r0, r1, xp, xs, n, out, ldo);
         return;
     }
 #endif
