@@ -381,6 +381,11 @@ struct atlas_backend {
     atlas_backend_geom geom;
     size_t act_size; /* bytes per activation element */
     char kernels[320]; /* what runs, for `atlas info` ("" where there is nothing to say) */
+    /* 1: weight_load has copied every source's bytes in memory (`data` without a reader) and
+     * its quantization's arrays when it returns, so the model may free them then, not at
+     * weights_done (the CPU: a 4-bit model's repacked bytes would otherwise double its peak
+     * memory); 0: they stay valid until weights_done (CUDA's queued copies). */
+    int copies_at_load;
 };
 
 /* Creates the CPU backend with n_threads workers (0: one per core). */

@@ -9,6 +9,14 @@
 
 #include "core/error.h"
 
+void atlas_mem_trim(void) {
+#ifdef __GLIBC__
+    extern int malloc_trim(size_t pad); /* glibc's <malloc.h>, which the fault build's
+                                           allocator macros would rewrite */
+    malloc_trim(0);
+#endif
+}
+
 /* A limit at or above this is "none" (v1 writes 2^63 rounded down to a page). */
 #define NO_LIMIT ((uint64_t)1 << 60)
 

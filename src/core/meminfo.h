@@ -27,4 +27,9 @@ atlas_status atlas_mem_available(atlas_mem_avail *out);
  * holds proc/meminfo, proc/self/cgroup and sys/fs/cgroup/... of the tests' own making. */
 atlas_status atlas_mem_available_at(const char *root, atlas_mem_avail *out);
 
+/* Hands the heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere):
+ * a load's and a release's transient buffers, freed between blocks that stay, would
+ * otherwise stay in the process's resident memory. */
+void atlas_mem_trim(void);
+
 #endif

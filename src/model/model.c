@@ -11,6 +11,7 @@
 
 #include "atlas/tokenizer.h"
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "format/layout.h"
 #include "model/forward.h"
 #include "model/inspect.h"
@@ -325,14 +326,10 @@ static atlas_status unload(atlas_model *m) {
     snprintf(dir, sizeof dir, "%s", m->dir ? m->dir : "?");
     free(m->dir);
     free(m);
-#ifdef __GLIBC__
     /* a model loaded on another thread (the engine's loader) has its smaller buffers in that
      * thread's malloc arena, which glibc keeps after they are freed: give them back, so that
      * host memory is at its baseline after a release */
-    extern int malloc_trim(size_t pad); /* glibc's <malloc.h>, which the fault build's
-                                           allocator macros would rewrite */
-    malloc_trim(0);
-#endif
+    atlas_mem_trim();
     if (rep.count == 0) return ATLAS_OK;
     /* the model is gone: never BUSY, which would tell the caller that nothing was unloaded */
     atlas_status st = rep.first == ATLAS_ERR_BUSY ? ATLAS_ERR_INTERNAL : rep.first;

@@ -649,6 +649,7 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     cb->base.geom.rope_inv_freq_long = cb->inv_freq_long;
     for (int s = 1; s < cb->n_sets; s++)
         cb->base.geom.rope_sets[s - 1].inv_freq = cb->inv_freq + (size_t)(s + 1) * half;
+    cb->base.copies_at_load = 1;
     *out = &cb->base;
     return ATLAS_OK;
 }
