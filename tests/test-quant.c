@@ -938,7 +938,13 @@ static void test_end_to_end(void) {
     harness_rm_rf(tmp);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* --kernels: the CPU kernels alone, seconds under qemu where the whole test takes minutes
+     * (the aarch64 step runs this, and the NEON kernels with it) */
+    if (argc > 1 && !strcmp(argv[1], "--kernels")) {
+        test_int4_kernels();
+        return harness_finish();
+    }
     test_e4m3();
     test_awq_gptq();
     test_ct_int4();
