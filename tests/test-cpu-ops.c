@@ -329,7 +329,10 @@ typedef struct attn_case {
     int window, with_qk_norm;
     atlas_weight *qn, *kn, *sinks;
     const double *qn_vals, *kn_vals, *sink_vals;
+    int kv_bf16; /* the cache holds bf16: the reference's history is rounded the same way */
 } attn_case;
+
+static double round_bf16(double x) { return atlas_bf16_to_f32(atlas_f32_to_bf16((float)x)); }
 
 static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int *count,
                            const attn_case *c) {
@@ -363,20 +366,29 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
             memcpy(hs[s].k[pos[t2]], r + H * HD, sizeof hs[s].k[0]);
             memcpy(hs[s].v[pos[t2]], r + (H + K) * HD, sizeof hs[s].v[0]);
         }
+    if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, c->qn, c->kn, n));
+    CHECK_OK(be->ops->rope(be, qkv, n, 0));
+    CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
+    /* a bf16 cache rounds the backend's fp32 k and v: the reference's history takes those
+     * (rounding its own, a hair off them, would now and then round the other way) */
+    for (int s = 0, t2 = 0; c->kv_bf16 && s < NSEQ; s++)
+        for (int i = 0; i < count[s]; i++, t2++)
+            for (int x = 0; x < K * HD; x++) {
+                hs[s].k[pos[t2]][x] = round_bf16(qkv[t2 * QKV + H * HD + x]);
+                hs[s].v[pos[t2]][x] = round_bf16(qkv[t2 * QKV + (H + K) * HD + x]);
+            }
     for (int s = 0, t2 = 0; s < NSEQ; s++)
         for (int i = 0; i < count[s]; i++, t2++)
             ref_attention(want + t2 * H * HD, roped + t2 * QKV, &hs[s], pos[t2], window,
                           c->sink_vals);
-    if (with_qk_norm) CHECK_OK(be->ops->qk_norm(be, qkv, c->qn, c->kn, n));
-    CHECK_OK(be->ops->rope(be, qkv, n, 0));
-    CHECK_ERR(with_qk_norm ? "qk_norm + rope" : "rope", qkv, roped, (size_t)n * QKV);
     CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
     CHECK_OK(be->ops->attention(be, out, qkv, kv, 1, c->sinks));
     free(roped);
     cpu_backend *cb = (cpu_backend *)be;
     char what[128];
     snprintf(what, sizeof what, "attention (kind %d, rows %d, window %d, qk_norm %d, sinks %d, "
-             "%d tokens)", (int)cb->attn, cb->attn_rows, window, with_qk_norm, !!c->sinks, n);
+             "%d tokens, kv %s)", (int)cb->attn, cb->attn_rows, window, with_qk_norm, !!c->sinks,
+             n, c->kv_bf16 ? "bf16" : "fp32");
     CHECK_ERR(what, out, want, (size_t)n * H * HD);
     /* and against the plain path */
     cpu_attn_kind kind = cb->attn;
@@ -396,7 +408,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
 /* The test runs layer 1: from_layer 2 means that layer does not slide. kind and rows: the
  * attention path and its tile rows (small ones: several query blocks a sequence). */
 static void test_attention(int window, int from_layer, int with_qk_norm, int threads,
-                           cpu_attn_kind kind, int rows, int with_sinks) {
+                           cpu_attn_kind kind, int rows, int with_sinks, int kv_bf16) {
     atlas_backend_geom g = geom(window);
     g.sliding_from_layer = from_layer;
     if (from_layer > 1) window = 0;
@@ -405,6 +417,7 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
     if (!be) return;
     ((cpu_backend *)be)->attn = kind;
     ((cpu_backend *)be)->attn_rows = rows;
+    ((cpu_backend *)be)->kv_bf16 = kv_bf16;
     atlas_kv *kv = NULL;
     CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
     tensor qn, kn, sk;
@@ -417,7 +430,7 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
     CHECK_OK(be->ops->weight_load(be, &kvv, 1, &kw));
     CHECK_OK(be->ops->weight_load(be, &sv, 1, &sw));
     attn_case c = {window, with_qk_norm, qw, kw, with_sinks ? sw : NULL, qn.vals, kn.vals,
-                   with_sinks ? sk.vals : NULL};
+                   with_sinks ? sk.vals : NULL, kv_bf16};
     static hist hs[NSEQ];
     memset(hs, 0, sizeof hs);
     for (int s = 0; s < NSEQ; s++) /* blocks 39, 16, 33, 10, ...: scattered, all distinct */
@@ -444,11 +457,14 @@ static void test_attention_paths(int threads) {
         static const int tile_rows[3] = {64, 5, 3}; /* the plain path has no tiles */
         for (int ri = 0; ri < (kind == CPU_ATTN_PLAIN ? 1 : 3); ri++) {
             int rows = tile_rows[ri];
-            test_attention(0, 0, 0, threads, (cpu_attn_kind)kind, rows, 0);
-            test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1);
-            test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0);
-            test_attention(5, 1, 1, threads, (cpu_attn_kind)kind, rows, 1);
-            test_attention(3, 2, 0, threads, (cpu_attn_kind)kind, rows, 0);
+            test_attention(0, 0, 0, threads, (cpu_attn_kind)kind, rows, 0, 0);
+            test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1, 0);
+            test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0, 0);
+            test_attention(5, 1, 1, threads, (cpu_attn_kind)kind, rows, 1, 0);
+            test_attention(3, 2, 0, threads, (cpu_attn_kind)kind, rows, 0, 0);
+            /* a bf16 cache (the bf16 and int8 activation modes) */
+            test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1, 1);
+            test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0, 1);
         }
     }
 }

@@ -253,9 +253,10 @@ static void feed_schedule(atlas_model *m, const prompt *const *ps, int n, int V,
  * the logits of every position of up to 4 short prompts, compared with memcmp against the
  * prompt run alone in one prefill on 1 thread. */
 static void test_invariance(const char *dir, const char *model, const prompt *pr, int n_pr,
-                            atlas_model *m1) {
+                            atlas_model *m1, atlas_cpu_activations act) {
     atlas_model_params params = atlas_model_default_params();
     params.device = ATLAS_DEVICE_CPU;
+    params.cpu_activations = act;
     params.n_threads = 3;
     params.max_batch_tokens = 1024;
     params.load_tokenizer = 0;
@@ -314,8 +315,9 @@ static void test_invariance(const char *dir, const char *model, const prompt *pr
                       model, v[k].what, i, bad);
         }
     }
-    printf("%s: logits of %d prompts bitwise equal in %zu groupings\n", model, n,
-           sizeof v / sizeof v[0] + 1);
+    printf("%s: logits of %d prompts bitwise equal in %zu groupings (%s)\n", model, n,
+           sizeof v / sizeof v[0] + 1,
+           act == ATLAS_CPU_ACT_FP32 ? "fp32 activations" : "bf16 activations, bf16 KV");
     for (int i = 0; i < n; i++) {
         free(ref[i]);
         free(got[i]);
@@ -491,7 +493,16 @@ static void test_model(const char *name) {
     }
     next_block = 0;
     test_batch(m, name, pr, n, V);
-    test_invariance(dir, name, pr, n, m);
+    test_invariance(dir, name, pr, n, m, ATLAS_CPU_ACT_FP32);
+    /* bf16 activations and a bf16 KV cache: decode's direct attention and the bf16 kernels
+     * keep the same property */
+    params.cpu_activations = ATLAS_CPU_ACT_BF16;
+    atlas_model *mb = NULL;
+    CHECK_OK(atlas_model_load(dir, &params, &mb));
+    if (mb) {
+        test_invariance(dir, name, pr, n, mb, ATLAS_CPU_ACT_BF16);
+        CHECK_OK(atlas_model_release(mb));
+    }
     test_queued(m, name, &pr[0]);
     test_cli(name, &pr[0], "Hello, world!");
     CHECK_OK(atlas_model_release(m));

@@ -104,9 +104,9 @@ typedef struct atlas_engine_model {
                          keep-alive; only atlas_engine_unload releases it */
     int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
     /* NULL, "" or "auto" (default): its KV cache's element type is the backend's, bf16 on a
-     * GPU and f32 on the CPU, the only ones there are today.  Else "bf16" or "f32", which
-     * must be the backend's: atlas_engine_create refuses another (ATLAS_ERR_UNSUPPORTED
-     * naming the model) rather than serve a type not asked for. */
+     * GPU; on the CPU f32, or bf16 with bf16 or int8 activations (cpu_activations).  Else
+     * "bf16" or "f32", which must be that: atlas_engine_create refuses another
+     * (ATLAS_ERR_UNSUPPORTED naming the model) rather than serve a type not asked for. */
     const char *kv_dtype;
     /* An embedding model's Matryoshka widths (n > 0: these replace config.json's
      * matryoshka_dimensions; 1..ATLAS_ENGINE_MAX_MATRYOSHKA of them, each 1..hidden_size,
@@ -442,7 +442,8 @@ typedef struct atlas_engine_model_status {
     int64_t keep_alive_now_ms; /* what holds now (the last request's, else as set) */
     double expires_in_s;    /* resident and idle with a timed keep-alive: seconds until its
                                release; else -1 */
-    char kv_dtype[8];       /* its KV cache's element type: "bf16" (GPU), "f32" (CPU) */
+    char kv_dtype[8];       /* its KV cache's element type: "bf16" (GPU, and the CPU with bf16
+                               or int8 activations), "f32" (the CPU's fp32) */
     int kv_block_size;      /* tokens a KV block holds */
     int kv_blocks;          /* blocks of its pool (kv_tokens / kv_block_size) */
     int kv_blocks_used;     /* of them held by sequences now (0 while not resident) */

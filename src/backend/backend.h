@@ -386,6 +386,7 @@ struct atlas_backend {
      * weights_done (the CPU: a 4-bit model's repacked bytes would otherwise double its peak
      * memory); 0: they stay valid until weights_done (CUDA's queued copies). */
     int copies_at_load;
+    size_t kv_size; /* bytes of a KV cache element (2: bf16; the CPU's fp32: 4) */
 };
 
 /* Creates the CPU backend with n_threads workers (0: one per core). */

@@ -78,9 +78,10 @@ static int get_template(serve_preset *p, const char *path, int i, const json_t *
     return pm->m.chat_template ? 0 : fail(path, i, "chat_template", "out of memory");
 }
 
-/* "kv_dtype": the KV cache's element type is fixed by the backend today (bf16 on a GPU, f32
- * on the CPU), so "auto" and those two are taken (the engine checks that the one named is
- * the backend's) and any other type is refused by name. */
+/* "kv_dtype": the KV cache's element type follows the backend (bf16 on a GPU; on the CPU
+ * f32 with fp32 activations, bf16 with bf16 or int8 ones), so "auto" and those two are
+ * taken (the engine checks that the one named is what the model gets) and any other type is
+ * refused by name. */
 static int get_kv_dtype(serve_preset *p, const char *path, int i, const json_t *v,
                         serve_preset_model *pm) {
     const char *s = json_string_value(v);
@@ -90,7 +91,8 @@ static int get_kv_dtype(serve_preset *p, const char *path, int i, const json_t *
     }
     char what[200];
     snprintf(what, sizeof what, "'%.40s' is not a KV cache type atlas has: it is bf16 on a GPU "
-             "and f32 on the CPU; give \"auto\", \"bf16\" or \"f32\", or leave it out",
+             "and on the CPU f32 or bf16 (--cpu-activations); give \"auto\", \"bf16\" or "
+             "\"f32\", or leave it out",
              s ? s : "(not a string)");
     return fail(path, i, "kv_dtype", what);
 }

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "engine/engine_internal.h"
+#include "model/inspect.h"
 
 static void format_bytes(char *buf, size_t cap, size_t b) {
     snprintf(buf, cap, "%.2f GiB", (double)b / (1024.0 * 1024 * 1024));
@@ -109,13 +110,17 @@ atlas_status atlas_engine_size_pools(atlas_engine *e) {
     int bs = e->p.kv_block_size;
     for (int i = 0; i < e->n_models; i++) {
         eng_model *md = &e->models[i];
-        md->kv_token_bytes = 2 * (gpu ? 2 : 4) * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
-                             md->cfg.head_dim; /* bf16 on a GPU, fp32 on the CPU */
-        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", gpu ? "bf16" : "f32");
+        /* bf16 on a GPU and with the CPU's bf16 or int8 activations, fp32 on its reference */
+        size_t elem = atlas_model_kv_elem(gpu, e->p.cpu_activations);
+        md->kv_token_bytes = 2 * elem * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
+                             md->cfg.head_dim;
+        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", elem == 2 ? "bf16" : "f32");
         if (md->kv_dtype_asked[0] && strcmp(md->kv_dtype_asked, md->kv_dtype))
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype %s: the KV "
-                              "cache on the %s is %s, the only type atlas has there", md->name,
-                              md->kv_dtype_asked, gpu ? "GPU" : "CPU", md->kv_dtype);
+                              "cache on the %s is %s%s", md->name, md->kv_dtype_asked,
+                              gpu ? "GPU" : "CPU", md->kv_dtype,
+                              gpu ? ", the only type atlas has there"
+                                  : " (f32 with --cpu-activations fp32, bf16 with bf16 or int8)");
         long per_seq = (md->ctx + bs - 1) / bs;
         size_t mine = md->kv_memory ? md->kv_memory : share;
         long blocks = e->p.kv_blocks ? e->p.kv_blocks

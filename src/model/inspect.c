@@ -21,9 +21,13 @@ int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p
     return (tokens + p->kv_block_size - 1) / p->kv_block_size;
 }
 
+size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act) {
+    return cuda || act != ATLAS_CPU_ACT_FP32 ? 2 : 4;
+}
+
 size_t atlas_model_kv_bytes_for(const atlas_config *c, int n_kv_heads, int blocks,
-                                int block_size, bool cuda) {
-    return (size_t)2 * (cuda ? 2 : 4) * (size_t)c->n_layers * (size_t)blocks *
+                                int block_size, size_t elem) {
+    return (size_t)2 * elem * (size_t)c->n_layers * (size_t)blocks *
            (size_t)block_size * (size_t)n_kv_heads * (size_t)c->head_dim;
 }
 
@@ -155,8 +159,9 @@ atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p
     bool cuda = !strcmp(out->backend, "cuda");
     out->kv_block_size = p->kv_block_size;
     out->kv_blocks = atlas_model_kv_blocks_for(&c, p);
-    out->kv_bytes = atlas_model_kv_bytes_for(&c, kv_heads, out->kv_blocks, p->kv_block_size, cuda);
-    out->kv_token_bytes = atlas_model_kv_bytes_for(&c, kv_heads, 1, 1, cuda);
+    size_t elem = atlas_model_kv_elem(cuda, p->cpu_activations);
+    out->kv_bytes = atlas_model_kv_bytes_for(&c, kv_heads, out->kv_blocks, p->kv_block_size, elem);
+    out->kv_token_bytes = atlas_model_kv_bytes_for(&c, kv_heads, 1, 1, elem);
     out->needed_bytes = out->weight_bytes + out->kv_bytes;
     atlas_model_memory_room(cuda, p->gpu, &out->available_bytes, out->available_what,
                             sizeof out->available_what);

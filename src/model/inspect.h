@@ -14,10 +14,14 @@
  * p->kv_tokens, else for min(max_position, 4096) tokens). */
 int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p);
 
-/* Bytes of KV cache for blocks of p->kv_block_size tokens, n_kv_heads of them (a rank's),
- * as the backend stores it: fp32 on the CPU, bf16 on CUDA. */
+/* Bytes of a KV cache element as the backend stores it: bf16 on CUDA, and on the CPU with
+ * bf16 or int8 activations (as a GPU keeps it); fp32 on the CPU's reference path. */
+size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act);
+
+/* Bytes of KV cache for blocks of block_size tokens, n_kv_heads of them (a rank's), elem
+ * bytes an element (atlas_model_kv_elem). */
 size_t atlas_model_kv_bytes_for(const atlas_config *c, int n_kv_heads, int blocks,
-                                int block_size, bool cuda);
+                                int block_size, size_t elem);
 
 /* What the backend has now: the GPU's free memory, or the machine's (core/meminfo.h).
  * 0 and what "" when it cannot be known. */

@@ -153,8 +153,8 @@ static void *tok_job_run(void *arg) {
 static atlas_status load_kv(atlas_model *m, const atlas_model_params *p) {
     m->kv_block_size = p->kv_block_size;
     m->kv_blocks = atlas_model_kv_blocks_for(&m->cfg, p);
-    m->kv_bytes = (size_t)2 * m->cfg.n_layers * m->kv_blocks * m->kv_block_size *
-                  m->be->geom.n_kv_heads * m->cfg.head_dim * m->be->act_size;
+    m->kv_bytes = atlas_model_kv_bytes_for(&m->cfg, m->be->geom.n_kv_heads, m->kv_blocks,
+                                           m->kv_block_size, m->be->kv_size);
     return m->be->ops->kv_create(m->be, m->kv_blocks, m->kv_block_size, &m->kv);
 }
 
@@ -243,7 +243,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     ATLAS_TRY(atlas_weights_survey(m->st, c, p->tp_size > 1 ? &plan : NULL, &sum));
     bool cuda = strcmp(m->be->ops->name, "cpu") != 0;
     size_t kv = atlas_model_kv_bytes_for(c, g.n_kv_heads, atlas_model_kv_blocks_for(c, p),
-                                         p->kv_block_size, cuda);
+                                         p->kv_block_size, m->be->kv_size);
     ATLAS_TRY(atlas_model_memory_check(cuda, p->gpu, sum.n_bytes, kv, p->no_memory_check));
     atlas_load_progress progress = {.fn = p->progress, .user = p->progress_user};
     pthread_mutex_init(&progress.mu, NULL);

@@ -234,9 +234,10 @@ static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_siz
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_layers = g->n_layers;
+    kv->bf16 = ((cpu_backend *)be)->kv_bf16;
     kv->block_floats = (size_t)block_size * g->n_kv_heads * g->head_dim;
     kv->stride = kv->block_floats * g->n_layers;
-    size_t bytes = kv->stride * n_blocks * sizeof(float);
+    size_t bytes = kv->stride * n_blocks * (kv->bf16 ? sizeof(uint16_t) : sizeof(float));
     kv->bytes = bytes;
     kv->k = kv_map(bytes);
     kv->v = kv_map(bytes);
@@ -474,13 +475,22 @@ static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *k
     cpu_backend *cb = (cpu_backend *)be;
     const atlas_backend_geom *g = &be->geom;
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    float *kl = kv->k + layer * kv->block_floats, *vl = kv->v + layer * kv->block_floats;
+    void *kl = cpu_kv_layer(kv, kv->k, layer), *vl = cpu_kv_layer(kv, kv->v, layer);
     for (int t = 0; t < cb->n_tokens; t++) {
         const float *row = (const float *)qkv + (size_t)t * (H + 2 * K) * hd;
         for (int h = 0; h < K; h++) {
             size_t at = cpu_kv_at(kv, (size_t)cb->slots[t], (size_t)h, (size_t)hd);
-            memcpy(kl + at, row + (size_t)(H + h) * hd, (size_t)hd * sizeof(float));
-            memcpy(vl + at, row + (size_t)(H + K + h) * hd, (size_t)hd * sizeof(float));
+            const float *ks = row + (size_t)(H + h) * hd, *vs = row + (size_t)(H + K + h) * hd;
+            if (kv->bf16) {
+                uint16_t *kd = (uint16_t *)kl + at, *vd = (uint16_t *)vl + at;
+                for (int d = 0; d < hd; d++) {
+                    kd[d] = atlas_f32_to_bf16(ks[d]);
+                    vd[d] = atlas_f32_to_bf16(vs[d]);
+                }
+            } else {
+                memcpy((float *)kl + at, ks, (size_t)hd * sizeof(float));
+                memcpy((float *)vl + at, vs, (size_t)hd * sizeof(float));
+            }
         }
     }
     return ATLAS_OK;
@@ -650,6 +660,7 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     for (int s = 1; s < cb->n_sets; s++)
         cb->base.geom.rope_sets[s - 1].inv_freq = cb->inv_freq + (size_t)(s + 1) * half;
     cb->base.copies_at_load = 1;
+    cb->base.kv_size = sizeof(float);
     *out = &cb->base;
     return ATLAS_OK;
 }
@@ -664,6 +675,8 @@ atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     cb->round_x = bf16;
     cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
     cb->q8 = act == 2 ? cpu_q8_best() : CPU_Q8_OFF;
+    cb->kv_bf16 = bf16;
+    be->kv_size = bf16 ? 2 : 4;
     static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI", "NEON dot-product"};
     if (!bf16)
         be->kernels[0] = 0;

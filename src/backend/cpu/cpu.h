@@ -47,13 +47,19 @@ struct atlas_weight {
  * its own, which the hardware prefetchers do not follow. */
 struct atlas_kv {
     int n_blocks, block_size, n_layers;
-    size_t block_floats; /* one layer's share of a block: K * block_size * hd */
-    size_t stride;       /* floats from a block to the next: n_layers * block_floats */
-    float *k, *v;        /* [n_blocks, n_layers, K, block_size, hd], mmap'd */
+    int bf16;            /* elements bf16 (the bf16 and int8 activation modes), else fp32 */
+    size_t block_floats; /* one layer's share of a block, in elements: K * block_size * hd */
+    size_t stride;       /* elements from a block to the next: n_layers * block_floats */
+    void *k, *v;         /* [n_blocks, n_layers, K, block_size, hd], mmap'd */
     size_t bytes;        /* of each of k and v */
 };
 
-/* Floats from a layer's base (k + layer * block_floats) to slot's row of kv head h. */
+/* Layer l's base in pool p (k or v) of kv. */
+static inline void *cpu_kv_layer(const atlas_kv *kv, void *p, int l) {
+    return (char *)p + (size_t)l * kv->block_floats * (kv->bf16 ? 2 : 4);
+}
+
+/* Elements from a layer's base (cpu_kv_layer) to slot's row of kv head h. */
 static inline size_t cpu_kv_at(const atlas_kv *kv, size_t slot, size_t h, size_t hd) {
     size_t bs = (size_t)kv->block_size;
     return slot / bs * kv->stride + (h * bs + slot % bs) * hd;
@@ -129,6 +135,8 @@ typedef struct cpu_backend {
     size_t xround_cap;
     /* INT4 weights times int8 activations (cpu_q8.c), packed into xpack; OFF: fp32 */
     cpu_q8_kind q8;
+    /* the KV caches kv_create makes hold bf16 (the bf16 and int8 modes: as a GPU keeps it) */
+    int kv_bf16;
     /* attention (cpu_attention.c): the path, the rows of a tile (a query block's tokens times
      * a kv head's q heads), the batch's query blocks and the threads' tiles, grown on demand */
     cpu_attn_kind attn;

@@ -23,12 +23,17 @@ typedef struct attn_job {
     int window;          /* this layer's sliding window; 0: none */
     float *out;          /* [n, H*hd] */
     const float *qkv;    /* [n, (H+2K)*hd] */
-    const float *k, *v;  /* this layer's base in the pools (cpu_kv_at) */
+    const void *k, *v;   /* this layer's base in the pools (cpu_kv_layer, cpu_kv_at) */
     const atlas_kv *kv;
     const float *sinks;  /* [H] or NULL */
     int n_blocks;        /* query blocks: cb->attn_blocks[2b] first token, [2b+1] count */
     size_t buf_floats;   /* a thread's share of cb->attn_buf */
 } attn_job;
+
+/* A bf16 cache's row as fp32 (exact). */
+static void kv_widen(const uint16_t *src, float *dst, int n) {
+    for (int i = 0; i < n; i++) dst[i] = atlas_bf16_to_f32(src[i]);
+}
 
 static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
     attn_job *j = ctx;
@@ -38,6 +43,7 @@ static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
     int group = H / K, bs = cb->block_size;
     float scale = atlas_geom_attn_scale(g);
     float *acc = cb->scratch + (size_t)thread * cb->scratch_floats; /* [hd] */
+    float *krow = acc + hd, *vrow = krow + hd; /* a bf16 cache's rows widened */
     for (int64_t item = begin; item < end; item++) {
         int t = (int)(item / H), h = (int)(item % H), kvh = h / group;
         int s = cb->tok_seq[t], pos = cb->positions[t];
@@ -50,8 +56,13 @@ static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
         for (int p = start; p <= pos; p++) {
             size_t slot = (size_t)table[p / bs] * bs + p % bs;
             size_t off = cpu_kv_at(j->kv, slot, (size_t)kvh, (size_t)hd);
-            float score = cpu_dot(q, j->k + off, hd) * scale;
-            const float *vv = j->v + off;
+            const float *kk = (const float *)j->k + off, *vv = (const float *)j->v + off;
+            if (j->kv->bf16) {
+                kv_widen((const uint16_t *)j->k + off, krow, hd);
+                kv_widen((const uint16_t *)j->v + off, vrow, hd);
+                kk = krow, vv = vrow;
+            }
+            float score = cpu_dot(q, kk, hd) * scale;
             if (score > mx) {
                 float c = expf(mx - score); /* rescale what was summed so far */
                 sum *= c;
@@ -77,7 +88,7 @@ typedef struct attn_item {
     size_t q_stride;     /* floats from one token's q to the next */
     float *out;          /* the same for the output */
     size_t out_stride;
-    const float *k, *v;  /* the layer's base in the pools (cpu_kv_at) */
+    const void *k, *v;   /* the layer's base in the pools (cpu_kv_layer, cpu_kv_at) */
     const atlas_kv *kv;
     const int32_t *table;
     const float *sinks;  /* the group's [group], or NULL */
@@ -115,9 +126,14 @@ static void attn_gather(const attn_item *it, int j0, int nk, float *ks, float *v
         int p = j0 + j;
         size_t slot = (size_t)it->table[p / it->bs] * it->bs + p % it->bs;
         size_t off = cpu_kv_at(it->kv, slot, (size_t)it->kvh, (size_t)hd);
-        memcpy(ks + (size_t)j * hdp, it->k + off, sizeof(float) * hd);
+        if (it->kv->bf16) {
+            kv_widen((const uint16_t *)it->k + off, ks + (size_t)j * hdp, hd);
+            kv_widen((const uint16_t *)it->v + off, vs + (size_t)j * hdp, hd);
+        } else {
+            memcpy(ks + (size_t)j * hdp, (const float *)it->k + off, sizeof(float) * hd);
+            memcpy(vs + (size_t)j * hdp, (const float *)it->v + off, sizeof(float) * hd);
+        }
         memset(ks + (size_t)j * hdp + hd, 0, sizeof(float) * (hdp - hd));
-        memcpy(vs + (size_t)j * hdp, it->v + off, sizeof(float) * hd);
         memset(vs + (size_t)j * hdp + hd, 0, sizeof(float) * (hdp - hd));
     }
 }
@@ -169,6 +185,8 @@ static void attn_store(const attn_item *it, const float *o, int hdp, const float
     _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
 #define vhmax(x) _mm512_reduce_max_ps(x)
 #define vhsum(x) _mm512_reduce_add_ps(x)
+#define vloadbf(p) _mm512_castsi512_ps(_mm512_slli_epi32( \
+    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #include "backend/cpu/cpu_attn_tile.h"
 #undef VW
 #undef VEC
@@ -188,6 +206,7 @@ static void attn_store(const attn_item *it, const float *o, int hdp, const float
 #undef vpow2
 #undef vhmax
 #undef vhsum
+#undef vloadbf
 
 __attribute__((target("avx2,fma"))) static inline float hmax256(__m256 x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -222,6 +241,8 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
     _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define vhmax(x) hmax256(x)
 #define vhsum(x) hsum256(x)
+#define vloadbf(p) _mm256_castsi256_ps(_mm256_slli_epi32( \
+    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #include "backend/cpu/cpu_attn_tile.h"
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -246,6 +267,7 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
     vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23))
 #define vhmax(x) vmaxvq_f32(x)
 #define vhsum(x) vaddvq_f32(x)
+#define vloadbf(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p)), 16))
 #include "backend/cpu/cpu_attn_tile.h"
 #endif
 
@@ -341,8 +363,8 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu attention: %lld sinks for %d heads",
                           (long long)sinks->cols, be->geom.n_heads);
     int window = atlas_geom_window(&be->geom, layer);
-    attn_job j = {cb, cb->attn, window, out, qkv, kv->k + layer * kv->block_floats,
-                  kv->v + layer * kv->block_floats, kv, sinks ? sinks->vec : NULL, 0, 0};
+    attn_job j = {cb, cb->attn, window, out, qkv, cpu_kv_layer(kv, kv->k, layer),
+                  cpu_kv_layer(kv, kv->v, layer), kv, sinks ? sinks->vec : NULL, 0, 0};
     int64_t max_pos = 0;
     for (int t = 0; t < cb->n_tokens; t++)
         if (cb->positions[t] > max_pos) max_pos = cb->positions[t];

@@ -32,25 +32,32 @@ TGT static inline VEC F(vexp)(VEC x) {
  * the lanes summed over the head's vectors in order from zero, then vhsum. Every score is
  * computed this one way, in the tiled path and in decode's direct one, so that a token's
  * logits are the same bits alone or in a batch. */
+TGT __attribute__((always_inline)) static inline VEC F(kvload)(const void *row, int c,
+                                                               const int BF) {
+    return BF ? vloadbf((const uint16_t *)row + c * VW) : vload((const float *)row + c * VW);
+}
+
+/* BF (a constant after inlining): the key rows k[j] are bf16, widened as they load. */
 TGT __attribute__((always_inline)) static inline void
-F(score_rows)(const float *q, int hdp, const float *const *k, int nk, float *s, const int MR) {
+F(score_rows)(const float *q, int hdp, const void *const *k, int nk, float *s, const int MR,
+              const int BF) {
     const int nv = hdp / VW;
     for (int j = 0; j < nk; j++) {
         VEC a[4];
         for (int r = 0; r < MR; r++) a[r] = vzero();
         for (int c = 0; c < nv; c++) {
-            VEC kv = vload(k[j] + c * VW);
+            VEC kv = F(kvload)(k[j], c, BF);
             for (int r = 0; r < MR; r++) a[r] = vfma(vload(q + r * hdp + c * VW), kv, a[r]);
         }
         for (int r = 0; r < MR; r++) s[r * KB + j] = vhsum(a[r]);
     }
 }
 
-TGT static void F(scores)(const float *qs, int M, int hdp, const float *const *k, int nk,
-                          float *s) {
+TGT __attribute__((always_inline)) static inline void
+F(scores)(const float *qs, int M, int hdp, const void *const *k, int nk, float *s, const int BF) {
     int m = 0;
-    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 4);
-    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 1);
+    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 4, BF);
+    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 1, BF);
     for (m = 0; m < M; m++)
         for (int j = nk; j < KB; j++) s[m * KB + j] = -INFINITY;
 }
@@ -123,26 +130,27 @@ TGT static void F(pv)(const float *s, int M, int nk, const float *vs, int hdp, f
 /* o[0 .. NC vectors) += sum over j < nk of p[j] * v[j][..] (NC a constant after inlining:
  * the accumulators stay in registers). */
 TGT __attribute__((always_inline)) static inline void
-F(pv_direct)(const float *p, int nk, const float *const *v, int c0, float *o, const int NC) {
+F(pv_direct)(const float *p, int nk, const void *const *v, int c0, float *o, const int NC,
+             const int BF) {
     VEC a[4];
     for (int x = 0; x < NC; x++) a[x] = vload(o + (c0 + x) * VW);
     for (int j = 0; j < nk; j++) {
         VEC pb = vset1(p[j]);
-        for (int x = 0; x < NC; x++) a[x] = vfma(pb, vload(v[j] + (c0 + x) * VW), a[x]);
+        for (int x = 0; x < NC; x++) a[x] = vfma(pb, F(kvload)(v[j], c0 + x, BF), a[x]);
     }
     for (int x = 0; x < NC; x++) vstore(o + (c0 + x) * VW, a[x]);
 }
 
 /* The rows of keys j0 .. j0+nk-1 (kv head it->kvh) in the paged cache, by block and offset
  * counted up: cpu_kv_at's divisions, per key, cost as much as reading it. */
-static inline void F(direct_rows)(const attn_item *it, int j0, int nk, const float **kp,
-                                  const float **vp) {
+static inline void F(direct_rows)(const attn_item *it, int j0, int nk, const void **kp,
+                                  const void **vp) {
     int blk = j0 / it->bs, in = j0 % it->bs;
-    const size_t head = (size_t)it->kvh * it->bs * it->hd;
+    const size_t head = (size_t)it->kvh * it->bs * it->hd, es = it->kv->bf16 ? 2 : 4;
     for (int j = 0; j < nk; j++) {
-        size_t off = (size_t)it->table[blk] * it->kv->stride + head + (size_t)in * it->hd;
-        kp[j] = it->k + off;
-        vp[j] = it->v + off;
+        size_t off = ((size_t)it->table[blk] * it->kv->stride + head + (size_t)in * it->hd) * es;
+        kp[j] = (const char *)it->k + off;
+        vp[j] = (const char *)it->v + off;
         if (++in == it->bs) in = 0, blk++;
     }
 }
@@ -152,11 +160,12 @@ static inline void F(direct_rows)(const attn_item *it, int j0, int nk, const flo
  * a dot product, and each value row added in place, where a block of keys would be gathered
  * and transposed first (that copy cost more than the products for one query). The same
  * online softmax over blocks of KB keys as the tiled path. */
-TGT static void F(attn_direct)(const attn_item *it, float *buf) {
+TGT __attribute__((always_inline)) static inline void
+F(attn_direct_t)(const attn_item *it, float *buf, const int BF) {
     const int hd = it->hd, M = it->group, nv = hd / VW;
     float *qs = buf, *o = qs + (size_t)M * hd, *s = o + (size_t)M * hd, *mrow = s + (size_t)M * KB;
     float *lrow = mrow + M;
-    const float *kp[2][KB], *vp[2][KB];
+    const void *kp[2][KB], *vp[2][KB];
     attn_load_q(it, qs, hd, o, mrow, lrow);
     const int pos = it->pos0, first = attn_first_key(it, pos);
     int cur = 0;
@@ -165,16 +174,21 @@ TGT static void F(attn_direct)(const attn_item *it, float *buf) {
         int nk = pos + 1 - j0 < KB ? pos + 1 - j0 : KB;
         int j1 = j0 + KB, nk1 = pos + 1 - j1 < KB ? pos + 1 - j1 : KB;
         if (j1 <= pos) F(direct_rows)(it, j1, nk1, kp[cur ^ 1], vp[cur ^ 1]);
-        const float *const *vc = vp[cur];
-        F(scores)(qs, M, hd, kp[cur], nk, s);
+        const void *const *vc = vp[cur];
+        F(scores)(qs, M, hd, kp[cur], nk, s, BF);
         F(softmax)(s, M, hd, o, mrow, lrow);
         for (int m = 0; m < M; m++) {
             int c = 0;
-            for (; c + 4 <= nv; c += 4) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 4);
-            for (; c < nv; c++) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 1);
+            for (; c + 4 <= nv; c += 4) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 4, BF);
+            for (; c < nv; c++) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 1, BF);
         }
     }
     attn_store(it, o, hd, lrow);
+}
+
+TGT static void F(attn_direct)(const attn_item *it, float *buf) {
+    if (it->kv->bf16) F(attn_direct_t)(it, buf, 1);
+    else F(attn_direct_t)(it, buf, 0);
 }
 
 /* One item into its output rows; buf: attn_buf_floats(rows, hd) floats. */
@@ -187,14 +201,14 @@ TGT static void F(attn_item)(const attn_item *it, float *buf) {
     float *qs = buf, *o = qs + (size_t)M * hdp, *s = o + (size_t)M * hdp;
     float *ks = s + (size_t)M * KB, *vs = ks + (size_t)KB * hdp, *mrow = vs + (size_t)KB * hdp;
     float *lrow = mrow + M;
-    const float *kr[KB];
+    const void *kr[KB];
     for (int j = 0; j < KB; j++) kr[j] = ks + (size_t)j * hdp;
     attn_load_q(it, qs, hdp, o, mrow, lrow);
     int hi = it->pos0 + it->nq - 1;
     for (int j0 = attn_first_key(it, it->pos0); j0 <= hi; j0 += KB) {
         int nk = hi + 1 - j0 < KB ? hi + 1 - j0 : KB;
         attn_gather(it, j0, nk, ks, vs, hdp);
-        F(scores)(qs, M, hdp, kr, nk, s);
+        F(scores)(qs, M, hdp, kr, nk, s, 0);
         attn_mask(it, j0, KB, s);
         F(softmax)(s, M, hdp, o, mrow, lrow);
         F(pv)(s, M, nk, vs, hdp, o);

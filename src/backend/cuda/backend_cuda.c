@@ -460,6 +460,7 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     cb->base.ops = &cuda_ops;
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
+    cb->base.kv_size = 2; /* bf16 */
     cb->dev.host = host;
     atlas_status st = cuda_setup(cb, o);
     if (st != ATLAS_OK) {
