@@ -52,11 +52,11 @@ typedef enum atlas_cpu_activations {
                                GPU's tensor cores and llama.cpp take them: AVX512_BF16 dot
                                products where the CPU has them (about twice the prefill rate),
                                logits within the GPU's tolerance of the reference; other weight
-                               formats are unchanged */
+                               formats are unchanged; the KV cache in bf16, as on a GPU */
     ATLAS_CPU_ACT_INT8,     /* BF16's, and the activations an INT4 weight multiplies quantized
                                to int8 in blocks of 32 (llama.cpp's scheme for its 4-bit
-                               formats) for integer dot products (AVX512-VNNI, AVX2): about
-                               three times the INT4 decode rate */
+                               formats) for integer dot products (AVX512-VNNI, AVX2, aarch64's
+                               sdot): about twice the INT4 decode rate */
 } atlas_cpu_activations;
 
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */
