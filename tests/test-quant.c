@@ -334,42 +334,73 @@ static uint32_t knext(void) {
     return (uint32_t)(krng >> 32);
 }
 
-/* An INT4 weight of two fused parts (rows0 + rows1 rows, k columns, groups of g) through the
- * CPU backend's matmul and through its plain path (cpu_dequant_row, then the tile): the
- * results must be the same bits for decode and prefill, with 1 and 2 threads. Zero points
- * integer or not; k with and without a tail past the last 8-lane step. */
-static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
+/* A random INT4 weight of two fused parts (rows0 + rows1 rows, k columns, groups of g; part
+ * 0's zero points fractional, part 1's integer) loaded on a new CPU backend of n threads. */
+typedef struct int4_case {
+    atlas_backend *be;
+    atlas_weight *w;
+    uint8_t *packed[2];
+    float *scales[2], *zeros[2];
+    int64_t sc; /* groups a row */
+} int4_case;
+
+static void int4_make(int4_case *c, int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
+    memset(c, 0, sizeof *c);
     atlas_backend_geom geom = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
                                .intermediate = 512, .vocab_size = 8, .n_layers = 1,
                                .rms_eps = 1e-5, .max_position = 16};
     double inv[4] = {1, 1, 1, 1};
     geom.rope_inv_freq = inv;
-    atlas_backend *be = NULL;
-    CHECK_OK(atlas_backend_cpu_create(&geom, threads, &be));
-    if (!be) return;
-    int64_t rows[2] = {rows0, rows1}, sc = (k + g - 1) / g, m = rows0 + rows1;
-    uint8_t *packed[2];
-    float *scales[2], *zeros[2];
+    CHECK_OK(atlas_backend_cpu_create(&geom, threads, &c->be));
+    if (!c->be) return;
+    int64_t rows[2] = {rows0, rows1}, sc = (k + g - 1) / g;
+    c->sc = sc;
     atlas_wquant wq[2];
     atlas_weight_src src[2];
     const atlas_weight_src *sp[2] = {&src[0], &src[1]};
     for (int p = 0; p < 2; p++) {
         size_t nb = (size_t)(rows[p] * k / 2), ns = (size_t)(rows[p] * sc);
-        packed[p] = malloc(nb);
-        scales[p] = malloc(ns * sizeof(float));
-        zeros[p] = malloc(ns * sizeof(float));
-        for (size_t i = 0; i < nb; i++) packed[p][i] = (uint8_t)knext();
+        c->packed[p] = malloc(nb);
+        c->scales[p] = malloc(ns * sizeof(float));
+        c->zeros[p] = malloc(ns * sizeof(float));
+        for (size_t i = 0; i < nb; i++) c->packed[p][i] = (uint8_t)knext();
         for (size_t i = 0; i < ns; i++) {
-            scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
-            zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
+            c->scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
+            c->zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
         }
-        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL, 0.0f};
+        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, c->scales[p], c->zeros[p], NULL, 0.0f};
         src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
                                     .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
-                                    .data = packed[p], .quant = &wq[p]};
+                                    .data = c->packed[p], .quant = &wq[p]};
     }
-    atlas_weight *w = NULL;
-    CHECK_OK(be->ops->weight_load(be, sp, 2, &w));
+    CHECK_OK(c->be->ops->weight_load(c->be, sp, 2, &c->w));
+}
+
+static void int4_free(int4_case *c) {
+    if (c->be) {
+        c->be->ops->weight_free(c->be, c->w);
+        CHECK_OK(c->be->ops->destroy(c->be));
+    }
+    for (int p = 0; p < 2; p++) {
+        free(c->packed[p]);
+        free(c->scales[p]);
+        free(c->zeros[p]);
+    }
+}
+
+/* An INT4 weight of two fused parts (rows0 + rows1 rows, k columns, groups of g) through the
+ * CPU backend's matmul and through its plain path (cpu_dequant_row, then the tile): the
+ * results must be the same bits for decode and prefill, with 1 and 2 threads. Zero points
+ * integer or not; k with and without a tail past the last 8-lane step. */
+static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
+    int4_case c;
+    int4_make(&c, rows0, rows1, k, g, threads);
+    if (!c.be) return;
+    atlas_backend *be = c.be;
+    atlas_weight *w = c.w;
+    int64_t m = rows0 + rows1;
+    uint8_t **packed = c.packed;
+    float **scales = c.scales, **zeros = c.zeros;
 #if defined(__AVX2__) && defined(__FMA__)
     if (w) CHECK_MSG(g % 8 || cpu_int4_fast(&w->parts[0]), "groups of %d: no INT4 kernel", g);
 #endif
@@ -411,13 +442,7 @@ static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, in
         }
         CHECK_MSG(fabs(b[0] - want) <= 1e-4 * (1 + fabs(want)), "out[0] = %g, want %g", b[0], want);
     }
-    be->ops->weight_free(be, w);
-    CHECK_OK(be->ops->destroy(be));
-    for (int p = 0; p < 2; p++) {
-        free(packed[p]);
-        free(scales[p]);
-        free(zeros[p]);
-    }
+    int4_free(&c);
     free(x);
     free(a);
     free(b);
@@ -428,37 +453,14 @@ static void check_int4_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, in
  * and the backend's matmul against the fp32 result within what rounding x to int8 can move it:
  * each block's step max|x| / 127, half of it a value, times the weights' magnitudes. */
 static void check_q8_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int threads) {
-    atlas_backend_geom geom = {.hidden = 512, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
-                               .intermediate = 512, .vocab_size = 8, .n_layers = 1,
-                               .rms_eps = 1e-5, .max_position = 16};
-    double inv[4] = {1, 1, 1, 1};
-    geom.rope_inv_freq = inv;
-    atlas_backend *be = NULL;
-    CHECK_OK(atlas_backend_cpu_create(&geom, threads, &be));
-    if (!be) return;
-    int64_t rows[2] = {rows0, rows1}, sc = (k + g - 1) / g, m = rows0 + rows1;
-    uint8_t *packed[2];
-    float *scales[2], *zeros[2];
-    atlas_wquant wq[2];
-    atlas_weight_src src[2];
-    const atlas_weight_src *sp[2] = {&src[0], &src[1]};
-    for (int p = 0; p < 2; p++) {
-        size_t nb = (size_t)(rows[p] * k / 2), ns = (size_t)(rows[p] * sc);
-        packed[p] = malloc(nb);
-        scales[p] = malloc(ns * sizeof(float));
-        zeros[p] = malloc(ns * sizeof(float));
-        for (size_t i = 0; i < nb; i++) packed[p][i] = (uint8_t)knext();
-        for (size_t i = 0; i < ns; i++) {
-            scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
-            zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
-        }
-        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, scales[p], zeros[p], NULL, 0.0f};
-        src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
-                                    .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
-                                    .data = packed[p], .quant = &wq[p]};
-    }
-    atlas_weight *w = NULL;
-    CHECK_OK(be->ops->weight_load(be, sp, 2, &w));
+    int4_case c;
+    int4_make(&c, rows0, rows1, k, g, threads);
+    if (!c.be) return;
+    atlas_backend *be = c.be;
+    atlas_weight *w = c.w;
+    int64_t sc = c.sc, m = rows0 + rows1;
+    uint8_t **packed = c.packed;
+    float **scales = c.scales, **zeros = c.zeros;
     CHECK_MSG(!w || cpu_q8_fits(w), "INT4 %lld x %lld, groups of %d: no int8 kernel",
               (long long)m, (long long)k, g);
     enum { NMAX = 5 };
@@ -514,13 +516,7 @@ static void check_q8_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int 
                       ref[(size_t)tok * m + r]);
         }
     }
-    be->ops->weight_free(be, w);
-    CHECK_OK(be->ops->destroy(be));
-    for (int p = 0; p < 2; p++) {
-        free(packed[p]);
-        free(scales[p]);
-        free(zeros[p]);
-    }
+    int4_free(&c);
     free(x);
     free(a);
     free(b);

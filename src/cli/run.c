@@ -67,12 +67,7 @@ static void usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
-            "  --cpu-activations fp32|bf16|int8  what the CPU multiplies weights with (default\n"
-            "                       fp32, exact; bf16: rounded as a GPU does for bf16 weights,\n"
-            "                       AVX512_BF16 dot products where the CPU has them, about 2x\n"
-            "                       the prefill; int8: that, and INT4 weights times int8\n"
-            "                       activations as llama.cpp takes them, about 2x the decode;\n"
-            "                       both keep the KV cache in bf16)\n"
+            ATLAS_CLI_CPU_ACT_HELP
             "  --no-memory-check    load even when the weights and KV cache need more memory\n"
             "                       than the GPU or the machine has free (refused by default,\n"
             "                       before any weight is read)\n"

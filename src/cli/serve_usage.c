@@ -2,6 +2,8 @@
  * same as docs/SERVER.md and man/atlas.1 say). */
 #include "cli/serve_usage.h"
 
+#include "cli/cli.h"
+
 void atlas_cli_serve_usage(FILE *f) {
     fprintf(f,
             "usage: atlas serve [--model [NAME=]DIR ...] [--models-dir ROOT] [options]\n"
@@ -59,12 +61,7 @@ void atlas_cli_serve_usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; portable: the compute_80 PTX\n"
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
-            "  --cpu-activations fp32|bf16|int8  what the CPU multiplies weights with (default\n"
-            "                       fp32, exact; bf16: rounded as a GPU does for bf16 weights,\n"
-            "                       AVX512_BF16 dot products where the CPU has them, about 2x\n"
-            "                       the prefill; int8: that, and INT4 weights times int8\n"
-            "                       activations as llama.cpp takes them, about 2x the decode;\n"
-            "                       both keep the KV cache in bf16)\n"
+            ATLAS_CLI_CPU_ACT_HELP
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  --timeout S          seconds before an idle connection is closed (30)\n"

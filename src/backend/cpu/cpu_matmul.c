@@ -222,30 +222,19 @@ typedef struct matmul_job {
     size_t q8_xs;       /* bytes from one packed token to the next */
 } matmul_job;
 
-/* Every part INT4 through cpu_q8.c's kernel: rows [begin, end) of each part. */
-static void q8_range(const matmul_job *j, int64_t begin, int64_t end) {
+/* Rows [begin, end) of each part through the packed-token kernel the job chose (cpu_q8.c's
+ * for INT4, cpu_bf16.c's for bf16), then the bias. */
+static void packed_range(const matmul_job *j, int64_t begin, int64_t end) {
     const atlas_weight *w = j->w;
     for (int p = 0; p < w->n_parts; p++) {
         const cpu_part *part = &w->parts[p];
         int64_t lo = begin > part->row0 ? begin : part->row0;
         int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
-        if (lo < hi)
+        if (lo >= hi) continue;
+        if (j->q8 != CPU_Q8_OFF)
             cpu_q8_gemm(j->q8, part, w->cols, lo - part->row0, hi - part->row0, j->cb->xpack,
                         j->q8_xs, j->n, j->out + part->row0, w->rows);
-    }
-    if (j->bias)
-        for (int64_t t = 0; t < j->n; t++)
-            for (int64_t r = begin; r < end; r++) j->out[t * w->rows + r] += j->bias->vec[r];
-}
-
-/* Every part bf16 through cpu_bf16.c's kernel: rows [begin, end) of each part. */
-static void bf16_range(const matmul_job *j, int64_t begin, int64_t end) {
-    const atlas_weight *w = j->w;
-    for (int p = 0; p < w->n_parts; p++) {
-        const cpu_part *part = &w->parts[p];
-        int64_t lo = begin > part->row0 ? begin : part->row0;
-        int64_t hi = end < part->row0 + part->rows ? end : part->row0 + part->rows;
-        if (lo < hi)
+        else
             cpu_bf16_gemm(j->bf16, part->data, w->cols, lo - part->row0, hi - part->row0,
                           j->cb->xpack, j->n, j->out + part->row0, w->rows);
     }
@@ -301,12 +290,8 @@ static void matmul_range(void *ctx, int64_t begin, int64_t end, int thread) {
     const atlas_weight *w = j->w;
     int64_t k = w->cols, m = w->rows;
     float *buf = j->cb->scratch + (size_t)thread * j->cb->scratch_floats; /* [CPU_ROWS, k] */
-    if (j->bf16 != CPU_BF16_NONE) {
-        bf16_range(j, begin, end);
-        return;
-    }
-    if (j->q8 != CPU_Q8_OFF) {
-        q8_range(j, begin, end);
+    if (j->bf16 != CPU_BF16_NONE || j->q8 != CPU_Q8_OFF) {
+        packed_range(j, begin, end);
         return;
     }
     if (decode_direct(j, begin, end)) return;
