@@ -122,7 +122,10 @@ test(`soak: ${STREAMS} streams over ${MODELS.length} models, --max-resident 1, $
   assert.equal(r.server.errors, 0, 'requests finished with an error');
   assert.equal(r.server.rejected, 0, 'requests refused (queue full)');
   // A client gone before its first event is answered (to nobody) 499, a client's doing: no
-  // request may count as a server error.
+  // request may count as a server error. The server's lines for any 5xx are printed first,
+  // so that a failure says which status and route it was.
+  if (r.server.http_5xx)
+    for (const l of srv.log().split('\n')) if (/status=5\d\d /.test(l)) console.log(`server: ${l.slice(0, 400)}`);
   assert.equal(r.server.http_5xx, 0,
     `${r.server.http_5xx} 5xx (${r.hangups.before_response} hang-ups before the response)`);
   assert.ok(r.server.cancelled >= r.hangups.mid_stream / 2,
