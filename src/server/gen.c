@@ -460,6 +460,18 @@ static void sse_close(void *ctx) {
 
 /* --- whole responses -------------------------------------------------------------------- */
 
+/* Whether g's request was cancelled because its client left, not because the server stops:
+ * the socket says so, or the cancel was the one atlas_gen_next sends when it sees the client
+ * gone (a stream's first wait can see that, cancel, and leave the END it called back with
+ * for collect_all): answered 499, to nobody, a client's doing. */
+static bool client_left(atlas_gen *g) {
+    if (atomic_load(&g->srv->stopping)) return false;
+    pthread_mutex_lock(&g->mu);
+    bool ours = g->cancel_sent && !g->lost;
+    pthread_mutex_unlock(&g->mu);
+    return ours || atlas_http_client_gone(g->fd);
+}
+
 /* Waits for g's END, collecting its text; false (with r set to the error) when it failed. */
 static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
     atlas_status st = ATLAS_OK;
@@ -486,6 +498,9 @@ static bool collect_all(atlas_gen *g, atlas_http_reply *r) {
         if (e->finish == ATLAS_FINISH_ERROR)
             atlas_api_error_reply(r, ATLAS_API_ERR_STATUS,
                                   e->status ? e->status : ATLAS_ERR_INTERNAL, NULL, e->message);
+        else if (e->finish == ATLAS_FINISH_CANCELLED && client_left(g))
+            atlas_api_error_reply(r, ATLAS_API_ERR_CLIENT_GONE, ATLAS_OK, NULL,
+                                  "the client closed the connection");
         else if (e->finish == ATLAS_FINISH_CANCELLED)
             atlas_api_error_reply(r, ATLAS_API_ERR_SHUTDOWN, ATLAS_OK, NULL,
                                   "the request was cancelled: the server is shutting down");
