@@ -71,13 +71,28 @@ static int64_t padded(int64_t k) { return (k + 127) / 128 * 128; }
 /* Groups as the packing sums them: a per-channel weight's block_cols may exceed k. */
 static int64_t n_groups(int64_t k, int64_t bc) { return (k + bc - 1) / bc; }
 
+/* What every kernel derives from a part and k: bytes a row (kb), k padded to whole chunks
+ * (kp, nch of them), the group (bc), scales a row (sc), the chunks inside the row (nfull),
+ * and whether each chunk has one scale (whole: groups of whole chunks or one a row). */
+typedef struct q8_shape {
+    int64_t kb, kp, nch, bc, sc, nfull;
+    int whole;
+} q8_shape;
+
+static inline q8_shape q8_shape_of(const cpu_part *p, int64_t k) {
+    q8_shape g = {k / 2, padded(k), padded(k) / 128, p->quant.block_cols, p->quant.scale_cols,
+                  k / 2 / 64, 0};
+    g.whole = g.bc % 128 == 0 || g.bc >= k;
+    return g;
+}
+
 size_t cpu_q8_pack_bytes(int64_t k, int64_t bc) {
     int64_t kp = padded(k), g = (n_groups(k, bc) + 15) / 16 * 16;
     return (size_t)kp + (size_t)(kp / 32) * sizeof(float) + (size_t)g * sizeof(float);
 }
 
 void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) {
-    int64_t kp = padded(k), ng = n_groups(k, bc);
+    int64_t kp = padded(k);
     int8_t *q = dst;
     float *d = (float *)(q + kp), *xg = d + kp / 32;
     memset(dst, 0, cpu_q8_pack_bytes(k, bc));
@@ -97,7 +112,6 @@ void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) {
         d[b] = db;
         xg[(b * 32) / bc] += db * (float)sum;
     }
-    (void)ng;
 }
 
 /* A row's last chunk, when k stops inside it, as a zeroed copy (its bytes past the row are
@@ -188,9 +202,9 @@ chunk_vnni(__m512 *acc, const uint8_t *const *wb, const float *const *s, __m512i
 static inline T_VNNI __attribute__((always_inline)) void
 rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
     const atlas_wquant *qw = &p->quant;
-    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
-    const int64_t sc = qw->scale_cols, nfull = kb / 64;
-    const int whole = bc % 128 == 0 || bc >= k;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
+    const int whole = sh.whole;
     const int8_t *q = xp;
     const float *d = (const float *)(q + kp), *xg = d + kp / 32;
     const uint8_t *row[4], *wb[4];
@@ -239,9 +253,9 @@ tile_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
           int64_t ldo) {
     enum { NT = Q8_TILE_TOKENS };
     const atlas_wquant *qw = &p->quant;
-    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
-    const int64_t sc = qw->scale_cols, nfull = kb / 64;
-    const int whole = bc % 128 == 0 || bc >= k;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
+    const int whole = sh.whole;
     const uint8_t *row[4];
     const float *s[4];
     __m512 acc[4][NT];
@@ -310,9 +324,9 @@ T_VNNI static void gemm_vnni(const cpu_part *p, int64_t k, int64_t r0, int64_t r
 static inline __attribute__((always_inline)) void
 rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
     const atlas_wquant *qw = &p->quant;
-    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
-    const int64_t sc = qw->scale_cols, nfull = kb / 64;
-    const int whole = bc % 128 == 0 || bc >= k;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
+    const int whole = sh.whole;
     const int8_t *q = xp;
     const float *d = (const float *)(q + kp), *xg = d + kp / 32;
     const uint8_t *row[4];
@@ -379,8 +393,8 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) static void
 gemm_neon(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp, size_t xs,
           int n, float *out, int64_t ldo) {
     const atlas_wquant *qw = &p->quant;
-    const int64_t kb = k / 2, kp = padded(k), nch = kp / 128, bc = qw->block_cols;
-    const int64_t sc = qw->scale_cols, nfull = kb / 64;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
     const uint8x16_t m0f = vdupq_n_u8(0x0f);
     uint8_t tmp[64];
     for (int64_t r = r0; r < r1; r++) {
