@@ -3,6 +3,10 @@
  * directory on disk does; a name the directory lacks does not exist (no fallback to disk);
  * bad registrations are refused with a message; the weights' memfd is sealed. */
 #include <fcntl.h>
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +115,7 @@ int main(void) {
     CHECK_OK(atlas_file_read_at(map.fd, head, sizeof head, 0));
     CHECK_OK(atlas_file_read_at(map.fd, tail, sizeof tail, map.size - sizeof tail));
     CHECK(!memcmp(head, bufs[4], 64) && !memcmp(tail, bufs[4] + map.size - 64, 64));
-    CHECK((fcntl(map.fd, F_GET_SEALS) & F_SEAL_WRITE) != 0); /* nothing can change them */
+    CHECK((fcntl(map.fd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE) != 0); /* nothing can change them */
     CHECK(write(map.fd, "x", 1) < 0);
     atlas_file_map_close(&map);
 

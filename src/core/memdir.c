@@ -12,6 +12,10 @@
 
 #include "core/error.h"
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+
 typedef struct memdir {
     struct memdir *next;
     char *dir;
@@ -124,7 +128,11 @@ atlas_status atlas_memdir_open_fd(const atlas_memdir_file *f, const char *path, 
         }
         p += w, left -= (size_t)w;
     }
-    if (fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    /* F_SEAL_FUTURE_WRITE, not F_SEAL_WRITE: the latter fails with EBUSY while a page just
+     * written still holds a reference in another CPU's LRU batch, and no writable mapping of
+     * this memfd exists for the former to leave behind. */
+    if (fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
+        0) {
         int e = errno;
         close(m);
         return atlas_fail(ATLAS_ERR_IO, "%s: sealing its memfd: %s", path, strerror(e));
