@@ -1,6 +1,7 @@
 /* backend/cpu/backend_cpu.c — the CPU implementation of the op table (backend/backend.h):
  * memory, weights, the paged KV cache, batch staging and the element-wise ops. Matmul and
  * attention live in cpu_matmul.c and cpu_attention.c. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,22 +16,35 @@
 
 enum { CPU_HUGE = 2 << 20, CPU_PAGE = 4096 };
 
+static char *map_huge(size_t len);
+
 /* Activations of 2 MiB or more lie in huge pages: a fresh process's first request would
  * otherwise fault them in 4 KiB at a time (on this kind of VM ~15 us a page, in the
  * request's time), and the matmuls that stream them miss the TLB less. What is never
- * touched stays unbacked, as before. */
+ * touched stays unbacked, as before. They are mappings of their own, not heap memory: advice
+ * on the heap would outlive the buffer, and khugepaged would fill the free arena around it
+ * with huge pages that no free or malloc_trim gives back. */
 static atlas_status cpu_alloc(atlas_backend *be, size_t bytes, void **out) {
+    cpu_backend *cb = (cpu_backend *)be;
     size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded >= CPU_HUGE) {
-        rounded = (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE;
-        *out = aligned_alloc(CPU_HUGE, rounded);
-#ifdef MADV_HUGEPAGE
-        if (*out) (void)madvise(*out, rounded, MADV_HUGEPAGE); /* advice: 4 KiB pages without */
-#endif
-    } else {
+    if (rounded < CPU_HUGE) {
         *out = aligned_alloc(64, rounded ? rounded : 64);
+        if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: allocating %zu bytes", bytes);
+        return ATLAS_OK;
     }
-    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: allocating %zu bytes", bytes);
+    rounded = (rounded + CPU_HUGE - 1) / CPU_HUGE * CPU_HUGE;
+    *out = NULL;
+    if (cb->n_maps == cb->cap_maps) {
+        int cap = cb->cap_maps ? 2 * cb->cap_maps : 8;
+        cpu_mapping *m = realloc(cb->maps, (size_t)cap * sizeof *m);
+        if (!m) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: a list of %d buffers", cap);
+        cb->maps = m, cb->cap_maps = cap;
+    }
+    char *p = map_huge(rounded);
+    if (!p) return atlas_fail(ATLAS_ERR_NOMEM, "cpu backend: mapping %zu bytes: %s", bytes,
+                              strerror(errno));
+    cb->maps[cb->n_maps++] = (cpu_mapping){p, rounded};
+    *out = p;
     return ATLAS_OK;
 }
 
@@ -49,7 +63,16 @@ static char *map_huge(size_t len) {
     return p;
 }
 
-static void cpu_free(atlas_backend *be, void *p) { free(p); }
+static void cpu_free(atlas_backend *be, void *p) {
+    cpu_backend *cb = (cpu_backend *)be;
+    for (int i = 0; p && i < cb->n_maps; i++)
+        if (cb->maps[i].p == p) {
+            munmap(p, cb->maps[i].len);
+            cb->maps[i] = cb->maps[--cb->n_maps];
+            return;
+        }
+    free(p);
+}
 
 /* ---- weights ----------------------------------------------------------------------------- */
 
@@ -528,6 +551,8 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     if (!cb) return ATLAS_OK;
     atlas_threadpool_free(cb->pool);
+    for (int i = 0; i < cb->n_maps; i++) munmap(cb->maps[i].p, cb->maps[i].len);
+    free(cb->maps);
     free(cb->scratch);
     free(cb->inv_freq);
     free(cb->layer_window);

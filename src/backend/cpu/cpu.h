@@ -98,6 +98,11 @@ typedef enum cpu_q8_kind {
 
 typedef struct cpu_read cpu_read;
 
+typedef struct cpu_mapping {
+    void *p;
+    size_t len;
+} cpu_mapping;
+
 typedef struct cpu_backend {
     atlas_backend base; /* first: the op table sees this */
     atlas_threadpool *pool;
@@ -108,6 +113,8 @@ typedef struct cpu_backend {
                             geom.rope_sets' frequencies, hd/2 each */
     double *inv_freq_long;
     int n_sets;          /* RoPE sets: 1 + geom.n_rope_sets */
+    struct cpu_mapping *maps; /* the buffers of 2 MiB or more alloc mapped: [n_maps] */
+    int n_maps, cap_maps;
     int32_t *layer_window;   /* owned copies of the geometry's per-layer arrays, or NULL */
     uint8_t *layer_rope_set;
     /* the staged batch (begin_batch) */
