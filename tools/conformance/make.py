@@ -18,7 +18,7 @@ that any vocabulary holds: the suite feeds token ids).  With --refs, the referen
 `AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32, attn_implementation="sdpa")`
 (the bf16 weights upcast, the RoPE table in float32 as transformers keeps it; TF32 off;
 gpt-oss "eager", the one attention of transformers' that has its sinks, on the NAME-float
-weights for MXFP4), for each prompt length the prompt's forward (prefilled in pieces of at
+weights for MXFP4; "eager" also for one KV head: see EAGER_KV_HEADS), for each prompt length the prompt's forward (prefilled in pieces of at
 most 8,192 tokens against the cache for long prompts -- the entry's "chunk" where it gives
 one: eager attention holds [heads, piece, context] scores -- logits of the last position
 only), then FORCED greedy steps with
@@ -60,6 +60,13 @@ MOE = (shapes.QWEN3_MOE, shapes.MIXTRAL)
 # are near a tie that bf16 may flip, and a flip moves the output by that small weight only.
 ROUTER_STD = 8.0
 LAYERS = 2
+# Shapes with this many KV heads get eager attention: PyTorch's efficient SDPA kernel reads a
+# single KV head broadcast to every query head (a stride-0 view) wrong when the key length is
+# 1 mod 32 and a mask is given (pytorch/pytorch#191937): gemma3-1b's sdpa reference at 513
+# tokens (a sliding-window mask) was no model's output. Eager's pieces are bounded to
+# EAGER_CHUNK tokens, as its scores are [heads, piece, context].
+EAGER_KV_HEADS = 1
+EAGER_CHUNK = 4096
 
 
 def byte_level_tokenizer():
@@ -239,13 +246,14 @@ def make_refs(name, spec, d, refs, big):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     oss = spec["architectures"][0] == shapes.GPT_OSS
+    eager = oss or spec.get("num_key_value_heads") == EAGER_KV_HEADS
     model, info = AutoModelForCausalLM.from_pretrained(
-        d, dtype=torch.float32, attn_implementation="eager" if oss else "sdpa",
+        d, dtype=torch.float32, attn_implementation="eager" if eager else "sdpa",
         output_loading_info=True)
     if oss:
         gpt_oss.check_loaded(name, info)
     model = model.cuda().eval()
-    chunk = spec.get("chunk", 8192)
+    chunk = spec.get("chunk", EAGER_CHUNK if eager else 8192)
     lo, hi = shapes.prompt_range(spec)
     out = {}
     for n in shapes.lengths(name, spec, big):
