@@ -45,7 +45,7 @@ if(ATLAS_SMALL_MODELS)
            COMMAND sh ${CMAKE_SOURCE_DIR}/bench/conformance/serve_local.sh ${ATLAS_TEST_BIN}
            2e-3 ${ATLAS_SMALL_MODELS})
   set_tests_properties(small-refs-serve PROPERTIES LABELS cpu TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "SERVE_ARGS=--device cpu --batch-tokens 16 --parallel 8")
+    ENVIRONMENT "SERVE_ARGS=--device cpu --cpu-activations fp32 --batch-tokens 16 --parallel 8")
 endif()
 
 # The house rules (tools/layers.py): no include or call to a higher layer, no cycle of files

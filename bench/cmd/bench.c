@@ -69,7 +69,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
-                    "                   [--cpu-activations fp32|bf16|int8]   (the CPU's matmuls)\n"
+                    "                   [--cpu-activations auto|fp32|bf16|int8]   (the CPU's matmuls)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
                     "each printed; nothing else)\n"
@@ -104,7 +104,7 @@ static const char *const bench_options[] = {
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_FP32};
+                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {

@@ -188,10 +188,10 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 log "$rounds rounds of 7 runs, $threads threads; raw figures in $tsv"
 for r in $(seq 1 "$rounds"); do
   run llama-bf16 "${lb[@]}" "$gguf"
-  run atlas-bf16 "${ab[@]}" "$bf16"
+  run atlas-bf16 "${ab[@]}" "$bf16" --cpu-activations fp32
   run atlas-bf16-bf16act "${ab[@]}" "$bf16" --cpu-activations bf16
   run llama-q4_0 "${lb[@]}" "$q40"
-  run atlas-gptq "${ab[@]}" "$gptq"
+  run atlas-gptq "${ab[@]}" "$gptq" --cpu-activations fp32
   run llama-q4_0-bf16head "${lb[@]}" "$q40h"
   run atlas-gptq-int8act "${ab[@]}" "$gptq" --cpu-activations int8
   log "round $r of $rounds done (load average $(cut -d' ' -f1 /proc/loadavg))"

@@ -57,6 +57,9 @@ typedef enum atlas_cpu_activations {
                                to int8 in blocks of 32 (llama.cpp's scheme for its 4-bit
                                formats) for integer dot products (AVX512-VNNI, AVX2, aarch64's
                                sdot): about twice the INT4 decode rate */
+    ATLAS_CPU_ACT_AUTO,     /* INT8's where the CPU has bf16 dot products (where BF16 and INT8
+                               gain their speed, as llama.cpp computes), else FP32; the
+                               command line's default */
 } atlas_cpu_activations;
 
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */

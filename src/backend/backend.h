@@ -397,6 +397,8 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
  * to bf16 first (as a GPU's tensor cores take them), with AVX512_BF16 dot products where the
  * CPU has them; INT8: that, and INT4 weights times activations quantized to int8 (cpu_q8.c). */
 atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act);
+/* Whether this CPU has the bf16 dot products (AVX512_BF16) that BF16 and INT8 are fast with. */
+int atlas_backend_cpu_bf16_dot(void);
 /* Ops that atlas_backend_options.skip_ops can leave out (bits). */
 enum {
     ATLAS_SKIP_NORM = 1 << 0,      /* rmsnorm and add_rmsnorm */

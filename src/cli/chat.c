@@ -869,7 +869,7 @@ static void chat_free(chat *c) {
 }
 
 int atlas_cli_chat(int argc, char **argv) {
-    chat c = {.dev.device = ATLAS_DEVICE_AUTO};
+    chat c = {.dev.device = ATLAS_DEVICE_AUTO, .dev.cpu_act = ATLAS_CPU_ACT_AUTO};
     for (int i = 1; i < argc; i++) {
         int rc = parse_opt(&c, argc, argv, &i);
         if (rc >= 0) {

@@ -27,17 +27,18 @@ int atlas_cli_parse_device(const char *v, atlas_device *device, int *gpu);
 /* Parses --kernels' value: "native" or "portable" (include/atlas/model.h).  0 on success, -1
  * (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
-/* Parses --cpu-activations' value: "fp32" or "bf16" (include/atlas/model.h).  0 on success,
- * -1 (nothing set) on anything else (cli/device.c). */
+/* Parses --cpu-activations' value: "auto", "fp32", "bf16" or "int8" (include/atlas/model.h).
+ * 0 on success, -1 (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act);
 /* Its lines in `run --help` and `serve --help`. */
 #define ATLAS_CLI_CPU_ACT_HELP                                                                 \
-    "  --cpu-activations fp32|bf16|int8  what the CPU multiplies weights with (default\n"       \
-    "                       fp32, exact; bf16: rounded as a GPU does for bf16 weights,\n"        \
-    "                       AVX512_BF16 dot products where the CPU has them, about 2x\n"         \
-    "                       the prefill; int8: that, and INT4 weights times int8\n"              \
-    "                       activations as llama.cpp takes them, about 2x the decode;\n"         \
-    "                       both keep the KV cache in bf16)\n"
+    "  --cpu-activations auto|fp32|bf16|int8  what the CPU multiplies weights with\n"        \
+    "                       (fp32: exact, the reference; bf16: rounded as a GPU does for\n"      \
+    "                       bf16 weights, AVX512_BF16 dot products where the CPU has\n"          \
+    "                       them, about 2x the prefill; int8: that, and INT4 weights\n"          \
+    "                       times int8 activations as llama.cpp takes them, about 2x the\n"     \
+    "                       decode; both keep the KV cache in bf16; default auto: int8\n"        \
+    "                       where the CPU has bf16 dot products, else fp32)\n"
 
 /* Where a command that runs one model in process runs it (--device, --kernels, --threads,
  * --ctx-size). */

@@ -32,6 +32,7 @@ int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act) {
     if (!strcmp(v, "fp32")) return *act = ATLAS_CPU_ACT_FP32, 0;
     if (!strcmp(v, "bf16")) return *act = ATLAS_CPU_ACT_BF16, 0;
     if (!strcmp(v, "int8")) return *act = ATLAS_CPU_ACT_INT8, 0;
+    if (!strcmp(v, "auto")) return *act = ATLAS_CPU_ACT_AUTO, 0;
     return -1;
 }
 

@@ -464,6 +464,7 @@ static int read_prompt(run_opts *o) {
 
 int atlas_cli_run(int argc, char **argv) {
     run_opts o = {.n = 32, .tp = 1, .dev.device = ATLAS_DEVICE_AUTO,
+                  .dev.cpu_act = ATLAS_CPU_ACT_AUTO,
                   .sp = atlas_sampler_default_params()};
     for (int i = 1; i < argc; i++) {
         int rc = parse_opt(&o, argc, argv, &i);

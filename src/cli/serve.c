@@ -669,6 +669,7 @@ int atlas_cli_serve(int argc, char **argv) {
     static serve_args a; /* large; one per process */
     memset(&a, 0, sizeof a);
     a.ep = atlas_engine_default_params();
+    a.ep.cpu_activations = ATLAS_CPU_ACT_AUTO;
     a.sp = atlas_server_default_params();
     const char *env_key = getenv("ATLAS_API_KEY");
     if (env_key && *env_key) a.sp.api_key = env_key;

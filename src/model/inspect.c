@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "atlas/host.h"
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/meminfo.h"
@@ -21,8 +22,13 @@ int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p
     return (tokens + p->kv_block_size - 1) / p->kv_block_size;
 }
 
+atlas_cpu_activations atlas_model_cpu_act(atlas_cpu_activations act) {
+    if (act != ATLAS_CPU_ACT_AUTO) return act;
+    return atlas_backend_cpu_bf16_dot() ? ATLAS_CPU_ACT_INT8 : ATLAS_CPU_ACT_FP32;
+}
+
 size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act) {
-    return cuda || act != ATLAS_CPU_ACT_FP32 ? 2 : 4;
+    return cuda || atlas_model_cpu_act(act) != ATLAS_CPU_ACT_FP32 ? 2 : 4;
 }
 
 size_t atlas_model_kv_bytes_for(const atlas_config *c, int n_kv_heads, int blocks,

@@ -14,6 +14,9 @@
  * p->kv_tokens, else for min(max_position, 4096) tokens). */
 int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p);
 
+/* What act means on this machine's CPU: AUTO resolved by its features, any other as it is. */
+atlas_cpu_activations atlas_model_cpu_act(atlas_cpu_activations act);
+
 /* Bytes of a KV cache element as the backend stores it: bf16 on CUDA, and on the CPU with
  * bf16 or int8 activations (as a GPU keeps it); fp32 on the CPU's reference path. */
 size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act);

@@ -38,7 +38,7 @@ static atlas_status check_params(const atlas_model_params *p) {
         return atlas_fail(ATLAS_ERR_INVALID, "model params: device %d", (int)p->device);
     if (p->kernels < ATLAS_KERNELS_NATIVE || p->kernels > ATLAS_KERNELS_PORTABLE)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: kernels %d", (int)p->kernels);
-    if (p->cpu_activations < ATLAS_CPU_ACT_FP32 || p->cpu_activations > ATLAS_CPU_ACT_INT8)
+    if (p->cpu_activations < ATLAS_CPU_ACT_FP32 || p->cpu_activations > ATLAS_CPU_ACT_AUTO)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: cpu_activations %d",
                           (int)p->cpu_activations);
     if (p->n_threads < 0 || p->n_threads > 1024)
@@ -83,7 +83,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
         snprintf(m->backend_why, sizeof m->backend_why, "requested");
     }
     ATLAS_TRY(atlas_backend_cpu_create(g, p->n_threads, &m->be));
-    ATLAS_TRY(atlas_backend_cpu_set_activations(m->be, p->cpu_activations));
+    ATLAS_TRY(atlas_backend_cpu_set_activations(m->be, atlas_model_cpu_act(p->cpu_activations)));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->n_threads = p->n_threads ? p->n_threads : (cores > 0 ? (int)(cores < 256 ? cores : 256) : 1);
     return ATLAS_OK;

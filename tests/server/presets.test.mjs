@@ -31,8 +31,9 @@ const MODELS = [
 
 let srv;
 before(async () => {
+  // fp32 activations: the CPU's KV cache in f32, which the models' kv_dtype settings name
   srv = await startServer(['--models-preset', preset(MODELS), '--max-resident', '2', '--keep-alive', '-1',
-    '--chat-template', flagTemplate, '--tool-call-format', 'none']);
+    '--chat-template', flagTemplate, '--tool-call-format', 'none', '--cpu-activations', 'fp32']);
 });
 after(async () => {
   const r = await srv.stop();
@@ -133,7 +134,7 @@ test('a bad models file stops the start, naming the model and the setting', () =
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[0\]\.kv_dtype: 'q8_0' is not a KV cache type/);
   // a type atlas has, but not on this backend: refused naming the model, not served as f32
-  r = spawnSync(BIN, ['serve', '--port', '0', '--device', 'cpu', '--models-preset',
+  r = spawnSync(BIN, ['serve', '--port', '0', '--device', 'cpu', '--cpu-activations', 'fp32', '--models-preset',
     preset([{ ...MODELS[0], kv_dtype: 'bf16' }])], { encoding: 'utf8', timeout: 10000 });
   assert.equal(r.status, 1, r.stderr);
   assert.match(r.stderr, /model 'small': kv_dtype bf16: the KV cache on the CPU is f32/);

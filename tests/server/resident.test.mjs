@@ -14,7 +14,7 @@ const BUDGET = 384 * MiB;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'atlas-resident-'));
 const file = path.join(tmp, 'models.json');
 const DEF = DEFAULT.split('=')[1];
-// KV bytes a token (f32 on the CPU): tiny-llama3 128, tiny-qwen3 512, the default model 8192
+// KV bytes a token (f32 on the CPU with --cpu-activations fp32): tiny-llama3 128, tiny-qwen3 512, the default model 8192
 const MODELS = [
   { name: 'small', dir: path.join(DATA, 'tiny-llama3'), ctx_size: 65536, parallel: 32, kv_memory: 0.22 },
   { name: 'qwen', dir: path.join(DATA, 'tiny-qwen3'), ctx_size: 4096, parallel: 64, kv_memory: 0.1 },
@@ -29,7 +29,7 @@ const weights = (dir) => readdirSync(dir).filter((f) => f.endsWith('.safetensors
 let srv;
 before(async () => {
   srv = await startServer(['--models-preset', file, '--max-resident', 'auto', '--memory-budget',
-    String(BUDGET / (1 << 30)), '--keep-alive', '-1', '--device', 'cpu']);
+    String(BUDGET / (1 << 30)), '--keep-alive', '-1', '--device', 'cpu', '--cpu-activations', 'fp32']);
 });
 after(async () => {
   const r = await srv.stop();

@@ -690,6 +690,8 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     return ATLAS_OK;
 }
 
+int atlas_backend_cpu_bf16_dot(void) { return cpu_bf16_kind_supported(CPU_BF16_DOT); }
+
 atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     if (strcmp(be->ops->name, "cpu"))
         return atlas_fail(ATLAS_ERR_INTERNAL, "cpu activations: the backend is %s", be->ops->name);
