@@ -89,6 +89,51 @@ static void test_info(const char *name, const char *arch, int32_t eos) {
     CHECK_OK(atlas_model_release(m));
 }
 
+#if defined(__x86_64__)
+/* Whether /proc/cpuinfo lists flag (x86's "flags" line): an oracle apart from the backend's
+ * own CPUID probe. */
+static int cpuinfo_has(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[8192];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5))
+            for (char *t = strtok(line, " \t\n"); t && !found; t = strtok(NULL, " \t\n"))
+                found = !strcmp(t, flag);
+    fclose(f);
+    return found;
+}
+#endif
+
+/* The command line's default, AUTO: int8 (bf16 dot products, a bf16 KV cache) on an x86 CPU
+ * with AVX512_BF16, fp32 on one without; the kernels line and the KV bytes say which. */
+static void test_auto_activations(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    p.cpu_activations = ATLAS_CPU_ACT_AUTO;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return;
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    int rounded = info.kernels[0] != '\0';
+    size_t elem = rounded ? 2 : sizeof(float);
+    CHECK_MSG(info.kv_bytes == (size_t)2 * info.n_layers * info.kv_blocks * info.kv_block_size *
+                                   info.n_kv_heads * info.head_dim * elem,
+              "kernels '%s', kv_bytes %zu", info.kernels, info.kv_bytes);
+#if defined(__x86_64__)
+    int bf16 = cpuinfo_has("avx512_bf16");
+    CHECK_MSG(rounded == bf16, "avx512_bf16 %d, kernels '%s'", bf16, info.kernels);
+    if (bf16) CHECK_MSG(strstr(info.kernels, "AVX512_BF16") && strstr(info.kernels, "int8"),
+                        "kernels '%s'", info.kernels);
+#endif
+    CHECK_OK(atlas_model_release(m));
+}
+
 /* A load whose KV cache cannot fit is refused before it reads a weight, naming both figures;
  * no_memory_check goes on past the check. */
 static void test_memory_check(void) {
@@ -630,6 +675,7 @@ static void test_ignored(void) {
 int main(void) {
     test_info("tiny-llama3", "LlamaForCausalLM", 128001);
     test_info("tiny-qwen3", "Qwen3ForCausalLM", 151645);
+    test_auto_activations();
     test_memory_check();
     test_handles();
     test_unaligned();

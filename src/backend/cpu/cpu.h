@@ -113,7 +113,8 @@ typedef struct cpu_backend {
                             geom.rope_sets' frequencies, hd/2 each */
     double *inv_freq_long;
     int n_sets;          /* RoPE sets: 1 + geom.n_rope_sets */
-    struct cpu_mapping *maps; /* the buffers of 2 MiB or more alloc mapped: [n_maps] */
+    cpu_mapping *maps;   /* the buffers of 2 MiB or more alloc mapped: [n_maps]; alloc and free
+                            come from the model's one thread (its load, its release) */
     int n_maps, cap_maps;
     int32_t *layer_window;   /* owned copies of the geometry's per-layer arrays, or NULL */
     uint8_t *layer_rope_set;
