@@ -417,7 +417,7 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
     if (!be) return;
     ((cpu_backend *)be)->attn = kind;
     ((cpu_backend *)be)->attn_rows = rows;
-    ((cpu_backend *)be)->kv_bf16 = kv_bf16;
+    be->kv_size = kv_bf16 ? sizeof(uint16_t) : sizeof(float);
     atlas_kv *kv = NULL;
     CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
     tensor qn, kn, sk;

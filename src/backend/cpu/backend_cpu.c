@@ -257,7 +257,7 @@ static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_siz
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_layers = g->n_layers;
-    kv->bf16 = ((cpu_backend *)be)->kv_bf16;
+    kv->bf16 = be->kv_size == sizeof(uint16_t); /* set_activations chose it */
     kv->block_floats = (size_t)block_size * g->n_kv_heads * g->head_dim;
     kv->stride = kv->block_floats * g->n_layers;
     size_t bytes = kv->stride * n_blocks * (kv->bf16 ? sizeof(uint16_t) : sizeof(float));
@@ -702,8 +702,7 @@ atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     cb->round_x = bf16;
     cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
     cb->q8 = act == 2 ? cpu_q8_best() : CPU_Q8_OFF;
-    cb->kv_bf16 = bf16;
-    be->kv_size = bf16 ? 2 : 4;
+    be->kv_size = bf16 ? sizeof(uint16_t) : sizeof(float); /* the KV caches kv_create makes */
     static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI", "NEON dot-product"};
     if (!bf16)
         be->kernels[0] = 0;

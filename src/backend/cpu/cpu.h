@@ -143,8 +143,6 @@ typedef struct cpu_backend {
     size_t xround_cap;
     /* INT4 weights times int8 activations (cpu_q8.c), packed into xpack; OFF: fp32 */
     cpu_q8_kind q8;
-    /* the KV caches kv_create makes hold bf16 (the bf16 and int8 modes: as a GPU keeps it) */
-    int kv_bf16;
     /* attention (cpu_attention.c): the path, the rows of a tile (a query block's tokens times
      * a kv head's q heads), the batch's query blocks and the threads' tiles, grown on demand */
     cpu_attn_kind attn;
