@@ -3,6 +3,7 @@
  *                         packed bytes read once with streaming loads and dequantized in
  *                         registers, in fp32 (weight-only: the activations are not rounded);
  *                         atlas_qgemv8_int4g the same for 2..8 rows with act-order
+ *   atlas_qgemv1c_<fmt>   the same one row with several row groups a block (not act-order)
  *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
@@ -336,6 +337,136 @@ ATLAS_QGEMV1(atlas_qgemv1_fp8, QF_FP8, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4g, QF_INT4, true)
 ATLAS_QGEMV1(atlas_qgemv1_fp4, QF_FP4, false)
+
+/* --- several row groups a block (the default for one row, not act-order) ---------------------
+ * One group's work is small in 4 bits (the 8B shape's o rows: 2 KB each, one 16-byte load a
+ * thread), so a block that ends after one group leaves the memory idle while the next wave of
+ * blocks starts, and a kernel boundary costs more than the bytes it reads. As gemv.cu's
+ * gemv1c: a block owns ng groups of QG_ROWS rows and walks (group, QG_THREADS * E columns)
+ * items from two register buffers used in turn, each item's loads issued two items ahead and
+ * the first two before the wait for the previous kernel.  With the norm fusion the squares
+ * are summed over the first group's items (every group reads the same x) and the scale kept
+ * for the later ones; block 0 writes h at the end. */
+template <int FMT>
+__device__ __forceinline__ void qgemv1c_body(float *out, const float *x, const uint8_t *w,
+                                             const bf16_t *bias, int m, int k, qargs q,
+                                             qfuse fx, int groups, int ng) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32, HALVES = E / 16, CH = QG_THREADS * E;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
+    const int nch = (k + CH - 1) / CH, b0 = blockIdx.x * ng;
+    const int items = max(0, min(ng, groups - b0)) * nch;
+    __shared__ float part[2][QG_WARPS][QG_ROWS + 1];
+    __shared__ float scale_s;
+    /* row r of group b: with act, gate rows 2b, 2b + 1 and their up rows m/2 + 2b, + 1 */
+    auto row_of = [&](int b, int r) {
+        return fx.act ? (r >> 1) * (m / 2) + 2 * b + (r & 1) : b * QG_ROWS + r;
+    };
+    auto load = [&](uint4 (&buf)[QG_ROWS], int it) {
+        int b = b0 + it / nch, c = (it % nch) * CH + tid * E;
+#pragma unroll
+        for (int r = 0; r < QG_ROWS; r++) {
+            const uint8_t *wr = w + (size_t)min(row_of(b, r), m - 1) * rbytes;
+            buf[r] = c < k ? ld_stream16(wr + (FMT == QF_FP8 ? c : c / 2)) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    float acc[QG_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f, scale = 1.0f;
+    auto item = [&](uint4 (&buf)[QG_ROWS], int it) {
+        int j = it / nch, b = b0 + j, c = (it % nch) * CH + tid * E;
+        if (c < k) {
+            float xf[E], ss_item = 0.0f;
+            load_x<E>(xf, x + c, fx.nw ? fx.nw + c : nullptr, ss_item);
+            if (j == 0) ss += ss_item; /* every group reads the same x: count it once */
+            float sx[HALVES];
+#pragma unroll
+            for (int h = 0; h < HALVES; h++) {
+                float a = 0.0f, bb = 0.0f;
+                if (FMT == QF_INT4)
+#pragma unroll
+                    for (int i = 0; i < 16; i += 2) {
+                        a += xf[16 * h + i];
+                        bb += xf[16 * h + i + 1];
+                    }
+                sx[h] = a + bb;
+            }
+#pragma unroll
+            for (int r = 0; r < QG_ROWS; r++)
+                acc[r] += qdot<FMT>(buf[r], xf, sx, min(row_of(b, r), m - 1), c, q);
+        }
+        if (it + 2 < items) load(buf, it + 2);
+        if (it % nch != nch - 1) return;
+        /* the group's last item: its rows' sums, then the epilogue by warp 0 */
+        float (*pp)[QG_ROWS + 1] = part[j & 1]; /* by parity: one barrier a group */
+#pragma unroll
+        for (int r = 0; r < QG_ROWS; r++) {
+            float v = warp_sum(acc[r]);
+            if (lane == 0) pp[warp][r] = v;
+            acc[r] = 0.0f;
+        }
+        if (fx.nw && j == 0) {
+            float v = warp_sum(ss);
+            if (lane == 0) pp[warp][QG_ROWS] = v;
+        }
+        __syncthreads();
+        if (warp != 0) return;
+        if (fx.nw && j == 0) {
+            float t = 0.0f;
+#pragma unroll
+            for (int i = 0; i < QG_WARPS; i++) t += pp[i][QG_ROWS];
+            scale = rsqrtf(t / (float)k + fx.eps);
+            if (lane == 0) scale_s = scale;
+        }
+        int r = lane & (QG_ROWS - 1), row = row_of(b, r);
+        bool mine = lane < QG_ROWS && row < m;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < QG_WARPS; i++) s += pp[i][r];
+        s = s * scale * (mine ? row_factor(q, row) : 1.0f) + (bias && mine ? bf2f(bias[row]) : 0.0f);
+        if (mine) {
+            out[row] = s;
+            if (fx.resid) fx.resid[row] += s;
+        }
+        if (fx.act) { /* lanes 0, 1 hold gate rows 2b, 2b + 1; lanes 2, 3 their up rows */
+            float u = __shfl_down_sync(0xffffffffu, s, 2);
+            if (lane < 2 && row < m / 2) fx.act[row] = glu_mul(s, u, fx.ga);
+        }
+    };
+    uint4 wa[QG_ROWS], wb[QG_ROWS];
+    if (items > 0) load(wa, 0); /* before the wait: weights only */
+    if (items > 1) load(wb, 1);
+    pdl_trigger();
+    pdl_wait();
+    for (int it = 0; it < items; it += 2) {
+        item(wa, it);
+        if (it + 1 < items) item(wb, it + 1);
+    }
+    if (fx.nw && fx.h && blockIdx.x == 0) {
+        __syncthreads();
+        float sc = scale_s;
+        for (int i = tid * 4; i < k; i += QG_THREADS * 4) {
+            float4 v = *reinterpret_cast<const float4 *>(x + i);
+            v.x *= sc * bf2f(fx.nw[i]); v.y *= sc * bf2f(fx.nw[i + 1]);
+            v.z *= sc * bf2f(fx.nw[i + 2]); v.w *= sc * bf2f(fx.nw[i + 3]);
+            *reinterpret_cast<float4 *>(fx.h + i) = v;
+        }
+    }
+}
+
+/* The arguments of atlas_qgemv1_<fmt>, then groups (ceil(m / QG_ROWS), with act m / QG_ROWS)
+ * and ng; grid ceil(groups / ng), block QG_THREADS. */
+#define ATLAS_QGEMV1C(NAME, FMT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(QG_THREADS)                                      \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2, const float *rowscale, const bf16_t *nw,          \
+             float eps, float *h, float *resid, float *act, glu_act ga, int groups, int ng) {      \
+        qgemv1c_body<FMT>(out, x, w, bias, m, k,                                                   \
+                          qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},          \
+                          qfuse{nw, eps, h, resid, act, ga}, groups, ng);                          \
+    }
+ATLAS_QGEMV1C(atlas_qgemv1c_fp8, QF_FP8)
+ATLAS_QGEMV1C(atlas_qgemv1c_int4, QF_INT4)
+ATLAS_QGEMV1C(atlas_qgemv1c_fp4, QF_FP4)
 
 /* (lo, hi) rounded to nearest even into one bf16x2 register (lo in the low half), in one
  * instruction (sm_80+). */

@@ -5,8 +5,8 @@
  *   reference up to the first step whose margin is < 1e-2 (GPU_MARGIN); all prompts as one batch and their
  *   continuations decoded together; the same greedy run with graphs off gives the same ids;
  *   every prompt again on a model made the other way (ALT: no programmatic dependent
- *   launch, no cuBLASLt, the one-row GEMVs on gemv1c with 3 row groups a block, which these
- *   small shapes do not take by default);
+ *   launch, no cuBLASLt, the one-row GEMVs on gemv1c / qgemv1c with 3 row groups a block,
+ *   which these small shapes do not take by default);
  *   greedy steps queued a step ahead (tokens read on the GPU) equal to token-by-token
  *   argmax over 300 steps, across a growth of the staged block table.
  * - a larger random model when ATLAS_TEST_BIG_MODEL names one (tools/make_checkpoint.py,
@@ -28,8 +28,8 @@
 
 enum { MAX_SEQS = 8, MAX_BLOCKS = 48, BLOCK = 16, N_GREEDY = 24 };
 
-/* The second GPU model's backend: the diagnostics off, and its one-row GEMVs fixed at 3 row
- * groups a block (gemv1c; set after the load, read at each launch). */
+/* The second GPU model's backend: the diagnostics off, and its one-row GEMVs (bf16 and
+ * quantized) fixed at 3 row groups a block (set after the load, read at each launch). */
 static const atlas_backend_options ALT = {.no_pdl = 1, .no_cublaslt = 1};
 enum { ALT_NG = 3 };
 #define ALT_NAME "no PDL, no cuBLASLt, gemv1c ng 3"
@@ -91,7 +91,10 @@ static atlas_model *load_with(const char *dir, atlas_device dev, int kv_tokens,
     atlas_status st = atlas_model_load_opts(dir, &p, opts, &m);
     CHECK_MSG(st == ATLAS_OK, "loading %s on %s: %s", dir, dev == ATLAS_DEVICE_CPU ? "cpu" : "cuda",
               atlas_last_error());
-    if (m && opts == &ALT) ((cuda_backend *)atlas_model_backend(m))->plan.gemv_ng = ALT_NG;
+    if (m && opts == &ALT) {
+        ((cuda_backend *)atlas_model_backend(m))->plan.gemv_ng = ALT_NG;
+        ((cuda_backend *)atlas_model_backend(m))->plan.qgemv_ng = ALT_NG;
+    }
     return m;
 }
 

@@ -5,7 +5,10 @@
  * act-order g_idx, different in each fused part; FP4 with scales per 16 and per 32), fused
  * parts (NVFP4's with their own global factors), a bias, 1 row (the fp32 GEMV: bound 1e-5),
  * 2 to 64 (the tensor-core kernels: 1e-4 where their bf16 weights are exact, else 2e-2;
- * act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the bf16 matmuls: 2e-2), and refusals of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a GPU. */
+ * act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the bf16 matmuls: 2e-2),
+ * one row again through each one-row kernel (one row group a block, several), and refusals
+ * of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a
+ * GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +155,18 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
         CHECK_MSG(e <= bound, "%s, %d rows: normalised error %.3g > %.0e", what, n, e, bound);
         if (n == 1 || n == 8 || n == NMAX) printf("  %-44s n=%-3d %.2e\n", what, n, e);
     }
+    /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
+     * block (3: the last block short, groups of more than one item where k is long enough),
+     * and the decode's default; no bias (cuda_qgemv1 takes none) */
+    CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, NULL, 1));
+    static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS};
+    for (size_t t = 0; t < sizeof ngs / sizeof *ngs; t++) {
+        CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)m));
+        CHECK_OK(cuda_qgemv1((cuda_backend *)gpu, wg, CUDA_PTR(dout), CUDA_PTR(dx), ngs[t]));
+        CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)m));
+        double e = norm_err(got, want, (size_t)m);
+        CHECK_MSG(e <= 1e-5, "%s, one row, ng %d: normalised error %.3g > 1e-5", what, ngs[t], e);
+    }
     gpu->ops->free(gpu, dx);
     gpu->ops->free(gpu, dout);
     cpu->ops->weight_free(cpu, wc);
@@ -205,8 +220,8 @@ int main(void) {
     double inv_freq[4] = {1, 1, 1, 1};
     /* the CPU backend's matmul scratch is sized by the widest of hidden and intermediate:
      * the widest k below */
-    atlas_backend_geom g = {.hidden = 4096, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
-                            .intermediate = 4096, .vocab_size = 8, .n_layers = 1,
+    atlas_backend_geom g = {.hidden = 6144, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 6144, .vocab_size = 8, .n_layers = 1,
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 16};
     atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);
@@ -225,6 +240,7 @@ int main(void) {
     one("fp8 per channel", F8, r1, 1, 1040, 1, 1040, false, true);
     one("fp8 per tensor", F8, r1, 1, 512, 200, 512, false, false);
     one("int4 group 128", I4, r1, 1, 4096, 1, 128, false, false);
+    one("int4 group 128, two items a row group", I4, r2, 2, 6144, 1, 128, false, false);
     one("int4 group 32, fused, bias", I4, r2, 2, 1024, 1, 32, false, true);
     one("int4 group 64, 3 parts", I4, r3b, 3, 2048, 1, 64, false, false);
     one("int4 one group a row", I4, r1, 1, 544, 1, 544, false, false);

@@ -325,6 +325,49 @@ static atlas_status qweight_make(cuda_backend *cb, const atlas_wquant *l, int ro
     return st;
 }
 
+/* len one-row matmuls of quantized weights ws[len] (ng as cuda_qgemv1 takes it) captured in
+ * one graph; *us: a replay's time / len. */
+static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len, CUdeviceptr out,
+                                CUdeviceptr x, int ng, double *us) {
+    const atlas_driver *d = atlas_driver_get();
+    ATLAS_CU_TRY(cuStreamBeginCapture, cb->dev.stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < len && st == ATLAS_OK; i++) st = cuda_qgemv1(cb, ws[i], out, x, ng);
+    CUgraph graph = NULL;
+    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->dev.stream, &graph);
+    if (st == ATLAS_OK) st = end;
+    cuda_graph g;
+    memset(&g, 0, sizeof g);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuGraphInstantiateWithFlags, &g.exec, graph, 0);
+    if (graph) d->cuGraphDestroy(graph);
+    double ms = 0;
+    if (st == ATLAS_OK) st = time_median(cb, run_graph, &g, &ms);
+    if (g.exec) d->cuGraphExecDestroy(g.exec);
+    *us = ms * 1e3 / len;
+    return st;
+}
+
+/* profile's qchain: the o and gate_up shapes, 8 weights each (more than L2 holds of o). */
+static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
+    enum { LEN = 8 };
+    static const int ngs[ATLAS_BENCH_QCHAINS] = {0, -2, -4, -8};
+    for (int c = 0; c < 2; c++) {
+        atlas_weight *ws[LEN] = {0};
+        atlas_status st = ATLAS_OK;
+        int len = 0;
+        for (; len < LEN && st == ATLAS_OK; len++)
+            st = qweight_make(cb, &cb->wt.qlayout, out->m[1 + c], out->k[1 + c], &ws[len]);
+        out->qchain_len[c] = len;
+        out->qchain_bytes[c] = ws[0] ? (double)ws[0]->bytes : 0.0;
+        for (int v = 0; v < ATLAS_BENCH_QCHAINS && st == ATLAS_OK; v++)
+            st = qgemv_chain(cb, ws, len, bufs[1], bufs[0], ngs[v], &out->qchain_us[v][c]);
+        for (int i = 0; i < LEN; i++)
+            if (ws[i]) cb->base.ops->weight_free(&cb->base, ws[i]);
+        ATLAS_TRY(st);
+    }
+    return ATLAS_OK;
+}
+
 /* The quantized matmuls of the model's layout on its first four shapes (profile's qgbps). */
 static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     const atlas_wquant *l = &cb->wt.qlayout;
@@ -357,7 +400,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
         if (w) cb->base.ops->weight_free(&cb->base, w);
         ATLAS_TRY(st);
     }
-    return ATLAS_OK;
+    return qchains(cb, out, bufs);
 }
 
 static atlas_status profile(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {

@@ -79,7 +79,7 @@ atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
 
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
-enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6 };
+enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 4 };
 
 typedef struct atlas_bench_profile {
     const char *name[ATLAS_BENCH_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
@@ -103,6 +103,12 @@ typedef struct atlas_bench_profile {
     const char *qfmt;
     int q_bc;
     double qgbps[5][ATLAS_BENCH_SHAPES];
+    /* One row of the same layout as a decode graph runs it: qchain_len[c] matmuls of shape
+     * 1 + c (o, gate_up), each on its own weights, in one graph; microseconds a matmul, [0]
+     * the one-group kernel, [1..3] several groups a block from a grid of 2 / 4 / 8 blocks an
+     * SM (the decode's: 4), and each matmul's packed bytes */
+    int qchain_len[2];
+    double qchain_us[ATLAS_BENCH_QCHAINS][2], qchain_bytes[2];
 } atlas_bench_profile;
 
 atlas_status atlas_bench_profile_decode(atlas_model *m, atlas_bench_profile *out);

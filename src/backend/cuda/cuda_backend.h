@@ -105,7 +105,7 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } cuda_qkind;
 /* The most activation rows the quantized kernels take (CUDA_QGEMV_MAX with act-order); more
  * are dequantized into the scratch buffer (cuda_workspace.deq) for the bf16 matmuls. */
-enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64 };
+enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QGEMV_BPS = 4 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -126,7 +126,7 @@ typedef struct cuda_fns {
                                   block (sm_90+) */
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
-    CUfunction qgemv1[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
     CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
@@ -281,6 +281,9 @@ typedef struct cuda_plan {
                                a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
                                group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
                                so that their small shapes reach gemv1c */
+    int qgemv_ng;           /* row groups a block of the quantized one-row GEMVs (cuda_qgemv1):
+                               0 (every model) from a grid of CUDA_QGEMV_BPS blocks an SM;
+                               set by tests and `atlas bench` only */
     int qmma_max;           /* rows above which a quantized weight's matmul goes through its
                                bf16 scratch copy: 0 (every model) CUDA_QMMA_MAX; set by `atlas
                                bench` to time both ways */
@@ -359,6 +362,11 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: the most rows a quantized weight's tensor-core kernels take (cuda_plan.qmma_max,
  * else CUDA_QMMA_MAX); more go through its bf16 scratch copy. */
 int cuda_qmma_max(const cuda_backend *cb);
+/* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
+ * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng
+ * from a grid of B blocks an SM.  Act-order weights always take the one-group kernel. */
+atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
+                         int ng);
 /* ops_cuda.c: launches f on the backend's stream as every op does (PDL when it is on; an
  * empty grid does nothing). */
 atlas_status cuda_launch(cuda_backend *cb, CUfunction f, unsigned gx, unsigned gy, unsigned gz,

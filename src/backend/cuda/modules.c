@@ -76,6 +76,10 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
         char name[48];
         snprintf(name, sizeof name, "atlas_qgemv1_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1[q]));
+        if (q != CUDA_Q_INT4G) {
+            snprintf(name, sizeof name, "atlas_qgemv1c_%s", qnames[q]);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1c[q]));
+        }
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));
         for (int i = 0; i < 4 && q != CUDA_Q_INT4G; i++) {

@@ -385,9 +385,26 @@ static cuda_qkind qkind_of(const atlas_weight *w) {
  * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
-/* One row of a quantized weight through kernels/quant.cu's atlas_qgemv1_<fmt>, with the
- * fusions gemv_fused (below) gives it: the norm and residual fusions and the swiglu tail; no
- * qkv tail (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. */
+/* A quantized one-row GEMV's 22 kernel arguments (atlas_qgemv1_<fmt>) launched with ng as
+ * cuda_qgemv1 takes it; atlas_qgemv1c_<fmt> gets groups and ng after them. */
+static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void **a, int ng) {
+    cuda_qkind q = qkind_of(w);
+    int m = (int)w->rows, groups = (m + 3) / 4;
+    if (ng < 0) ng = cuda_gemv_ng_for_grid(cb, groups, -ng);
+    if (ng == 0 || q == CUDA_Q_INT4G)
+        return launch(cb, cb->mod.fn.qgemv1[q], (unsigned)groups, 1, 1, 128, 0, a);
+    void *b[24];
+    memcpy(b, a, sizeof(void *) * 22);
+    b[22] = &groups;
+    b[23] = &ng;
+    return launch(cb, cb->mod.fn.qgemv1c[q], (unsigned)((groups + ng - 1) / ng), 1, 1, 128, 0, b);
+}
+
+/* One row of a quantized weight through kernels/quant.cu's one-row kernels, with the fusions
+ * gemv_fused (below) gives it: the norm and residual fusions and the swiglu tail; no qkv tail
+ * (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. Several row
+ * groups a block by default: on the 8B shape a 4-bit group is one 16-byte load a thread, and
+ * a block that ends after it leaves the memory idle across each kernel boundary. */
 static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                 CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
@@ -409,7 +426,20 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs, &nw, &eps, &h, &resid, &act, &ga};
-    return launch(cb, cb->mod.fn.qgemv1[qkind_of(w)], (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
+    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng ? cb->plan.qgemv_ng : -CUDA_QGEMV_BPS);
+}
+
+atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
+                         int ng) {
+    int n = 1, m = (int)w->rows, k = (int)w->cols;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    float eps = 0.0f;
+    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx, rs = w->rowscale;
+    CUdeviceptr none = 0;
+    cuda_glu_act ga = cuda_glu_of(cb, ATLAS_GLU_SILU);
+    void *a[] = {&out, &x, &wp, &none, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
+                 &rs, &none, &eps, &none, &none, &none, &ga};
+    return qgemv_launch(cb, w, a, ng);
 }
 
 /* The most rows a quantized weight's tensor-core kernels take (more: the scratch copy). */
