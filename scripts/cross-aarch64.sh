@@ -109,6 +109,10 @@ excluded=(
   # architecture changes, 111, 53, 29 and 76 s under qemu (3.7, 6.2, 4.2 and 3 s native),
   # run natively and under ASan
   server-anthropic server-responses server-ollama server-reasoning
+  # the same for the command's messages and exits, generation_config.json's defaults and
+  # several choices a request: 100, 28 and 26 s under qemu (6.8, 4.1 and 1.9 s native), each
+  # of them generating text through the CPU forward that the tests above run here
+  server-cli server-gendefaults server-choices
   # the chat page in a browser: the host's chromium drives the page, and the page only the
   # server's HTTP routes, which run natively and under ASan; a server answering under qemu
   # would test nothing more, slowly
