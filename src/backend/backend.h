@@ -253,6 +253,16 @@ typedef struct atlas_backend_ops {
 
     atlas_status (*kv_create)(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out);
     void (*kv_free)(atlas_backend *be, atlas_kv *kv);
+    /* Optional (NULL: the backend cannot): copies whole blocks of the cache, every layer's K
+     * and V, between the cache and host memory: block ids[i] to or from an image of
+     * kv_bytes / n_blocks bytes at host[i] (the cache's own layout and element type, for the
+     * same backend, geometry and element type to read back).  kv_save returns once the
+     * images are written; kv_restore is ordered before every later op that reads the cache
+     * and has read the images when it returns. */
+    atlas_status (*kv_save)(atlas_backend *be, const atlas_kv *kv, const int32_t *ids, int n,
+                            void *const *host);
+    atlas_status (*kv_restore)(atlas_backend *be, atlas_kv *kv, const int32_t *ids, int n,
+                               const void *const *host);
 
     atlas_status (*begin_batch)(atlas_backend *be, const atlas_batch *b, int block_size);
 

@@ -53,6 +53,19 @@ atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b);
 /* The parsed config.json / generation_config.json (sampling defaults). Valid while m is. */
 const atlas_config *atlas_model_config(const atlas_model *m);
 
+/* Bytes of one KV block's image in host memory: every layer's K and V of block_size tokens,
+ * in the cache's element type (kv_bytes / kv_blocks).  0 when the backend cannot copy blocks
+ * out and back (kv_save / kv_restore absent) or the model is split over ranks. */
+size_t atlas_model_kv_block_bytes(const atlas_model *m);
+/* Copies KV blocks ids[n] out to the images host[n] (each atlas_model_kv_block_bytes), and
+ * back in: restore writes the blocks before the next forward reads them.  The images are only
+ * for a model loaded the same way (same files, backend, KV element type and block size).
+ * ATLAS_ERR_UNSUPPORTED where atlas_model_kv_block_bytes is 0; ATLAS_ERR_RANGE for a block
+ * id out of the cache.  Not beside a forward (it takes the forward's lock). */
+atlas_status atlas_model_kv_save(atlas_model *m, const int32_t *ids, int n, void *const *host);
+atlas_status atlas_model_kv_restore(atlas_model *m, const int32_t *ids, int n,
+                                    const void *const *host);
+
 /* The backend the model runs on. Valid while m is. */
 atlas_backend *atlas_model_backend(atlas_model *m);
 

@@ -450,3 +450,31 @@ int atlas_model_kv_block_size(const atlas_model *m) { return m->kv_block_size; }
 int atlas_model_max_batch_tokens(const atlas_model *m) { return m->max_batch_tokens; }
 const atlas_config *atlas_model_config(const atlas_model *m) { return &m->cfg; }
 atlas_backend *atlas_model_backend(atlas_model *m) { return m->be; }
+
+size_t atlas_model_kv_block_bytes(const atlas_model *m) {
+    if (!m->be->ops->kv_save || !m->be->ops->kv_restore || m->tp_size > 1 || !m->kv_blocks)
+        return 0;
+    return m->kv_bytes / (size_t)m->kv_blocks;
+}
+
+/* save: host written from the cache; else the cache from host. */
+static atlas_status kv_copy(atlas_model *m, const int32_t *ids, int n, void *const *out,
+                            const void *const *in) {
+    if (!atlas_model_kv_block_bytes(m))
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "model: the %s backend cannot copy KV blocks "
+                          "to host memory", m->be->ops->name);
+    pthread_mutex_lock(&m->forward_mu);
+    atlas_status st = out ? m->be->ops->kv_save(m->be, m->kv, ids, n, out)
+                          : m->be->ops->kv_restore(m->be, m->kv, ids, n, in);
+    pthread_mutex_unlock(&m->forward_mu);
+    return st;
+}
+
+atlas_status atlas_model_kv_save(atlas_model *m, const int32_t *ids, int n, void *const *host) {
+    return kv_copy(m, ids, n, host, NULL);
+}
+
+atlas_status atlas_model_kv_restore(atlas_model *m, const int32_t *ids, int n,
+                                    const void *const *host) {
+    return kv_copy(m, ids, n, NULL, host);
+}

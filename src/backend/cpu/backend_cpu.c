@@ -272,6 +272,35 @@ static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_siz
     return ATLAS_OK;
 }
 
+/* A block's image is its K (every layer's share, as the cache lays it out: one run) then its
+ * V, so each block is two copies. */
+static atlas_status cpu_kv_save(atlas_backend *be, const atlas_kv *kv, const int32_t *ids,
+                                int n, void *const *host) {
+    (void)be;
+    size_t b = kv->bytes / (size_t)kv->n_blocks;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= kv->n_blocks)
+            return atlas_fail(ATLAS_ERR_RANGE, "kv save: block %d of %d", ids[i], kv->n_blocks);
+        memcpy(host[i], (const char *)kv->k + (size_t)ids[i] * b, b);
+        memcpy((char *)host[i] + b, (const char *)kv->v + (size_t)ids[i] * b, b);
+    }
+    return ATLAS_OK;
+}
+
+static atlas_status cpu_kv_restore(atlas_backend *be, atlas_kv *kv, const int32_t *ids, int n,
+                                   const void *const *host) {
+    (void)be;
+    size_t b = kv->bytes / (size_t)kv->n_blocks;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= kv->n_blocks)
+            return atlas_fail(ATLAS_ERR_RANGE, "kv restore: block %d of %d", ids[i],
+                              kv->n_blocks);
+        memcpy((char *)kv->k + (size_t)ids[i] * b, host[i], b);
+        memcpy((char *)kv->v + (size_t)ids[i] * b, (const char *)host[i] + b, b);
+    }
+    return ATLAS_OK;
+}
+
 /* ---- batch staging ----------------------------------------------------------------------- */
 
 static atlas_status grow(void **p, int *cap, int need, size_t elem) {
@@ -586,6 +615,8 @@ static const atlas_backend_ops cpu_ops = {
     .weight_free = cpu_weight_free,
     .weights_done = cpu_weights_done,
     .kv_create = cpu_kv_create,
+    .kv_save = cpu_kv_save,
+    .kv_restore = cpu_kv_restore,
     .kv_free = cpu_kv_free,
     .begin_batch = cpu_begin_batch,
     .embed = cpu_embed,

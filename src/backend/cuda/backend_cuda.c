@@ -62,6 +62,73 @@ static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
     free(kv);
 }
 
+/* Block b's rows in the cache: one a (layer, K or V), rows = 2 * n_layers of row bytes each,
+ * pitch bytes apart; the host image keeps them in that order, back to back. */
+typedef struct kv_rows {
+    size_t row, pitch;
+    int rows;
+} kv_rows;
+
+static kv_rows kv_rows_of(atlas_backend *be, const atlas_kv *kv) {
+    size_t per_block = kv->layer_elems / (size_t)kv->n_blocks;
+    return (kv_rows){.row = per_block * be->kv_size, .pitch = kv->layer_elems * be->kv_size,
+                     .rows = 2 * be->geom.n_layers};
+}
+
+/* One block's rows between device and host: a strided copy where the driver has it (pitch
+ * within its limit), else a copy a row. */
+static atlas_status kv_copy_block(atlas_backend *be, const atlas_kv *kv, int32_t id,
+                                  void *dst_host, const void *src_host) {
+    const atlas_driver *d = atlas_driver_get();
+    cuda_backend *cb = cuda_of(be);
+    kv_rows r = kv_rows_of(be, kv);
+    if (id < 0 || id >= kv->n_blocks)
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: kv block %d of %d", id, kv->n_blocks);
+    CUdeviceptr at = kv->base + (size_t)id * r.row;
+    if (d->cuMemcpy2DAsync && r.pitch <= (size_t)1 << 31) {
+        ATLAS_CUDA_MEMCPY2D c = {.WidthInBytes = r.row, .Height = (size_t)r.rows};
+        if (dst_host) {
+            c.srcMemoryType = ATLAS_CU_MEMORYTYPE_DEVICE, c.srcDevice = at, c.srcPitch = r.pitch;
+            c.dstMemoryType = ATLAS_CU_MEMORYTYPE_HOST, c.dstHost = dst_host, c.dstPitch = r.row;
+        } else {
+            c.srcMemoryType = ATLAS_CU_MEMORYTYPE_HOST, c.srcHost = src_host, c.srcPitch = r.row;
+            c.dstMemoryType = ATLAS_CU_MEMORYTYPE_DEVICE, c.dstDevice = at, c.dstPitch = r.pitch;
+        }
+        ATLAS_CU_TRY(cuMemcpy2DAsync, &c, cb->dev.stream);
+        return ATLAS_OK;
+    }
+    for (int i = 0; i < r.rows; i++) {
+        CUdeviceptr dev = at + (size_t)i * r.pitch;
+        if (dst_host)
+            ATLAS_CU_TRY(cuMemcpyDtoHAsync, (char *)dst_host + (size_t)i * r.row, dev, r.row,
+                         cb->dev.stream);
+        else
+            ATLAS_CU_TRY(cuMemcpyHtoDAsync, dev, (const char *)src_host + (size_t)i * r.row,
+                         r.row, cb->dev.stream);
+    }
+    return ATLAS_OK;
+}
+
+/* The queued commands run first: the copies follow them on the stream. */
+static atlas_status cuda_kv_save(atlas_backend *be, const atlas_kv *kv, const int32_t *ids,
+                                 int n, void *const *host) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_flush(cb));
+    for (int i = 0; i < n; i++) ATLAS_TRY(kv_copy_block(be, kv, ids[i], host[i], NULL));
+    ATLAS_CU_TRY(cuStreamSynchronize, cb->dev.stream);
+    return ATLAS_OK;
+}
+
+/* Pageable host memory: the driver has taken each row's bytes when its call returns, and
+ * the copies run before the next op on the stream. */
+static atlas_status cuda_kv_restore(atlas_backend *be, atlas_kv *kv, const int32_t *ids, int n,
+                                    const void *const *host) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_flush(cb));
+    for (int i = 0; i < n; i++) ATLAS_TRY(kv_copy_block(be, kv, ids[i], NULL, host[i]));
+    return ATLAS_OK;
+}
+
 /* --- ops: recorded as commands ---------------------------------------------------------------- */
 
 static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, const void *p0,
@@ -289,6 +356,8 @@ static const atlas_backend_ops cuda_ops = {
     .weights_done = cuda_weights_done,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
+    .kv_save = cuda_kv_save,
+    .kv_restore = cuda_kv_restore,
     .begin_batch = cuda_begin_batch,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,

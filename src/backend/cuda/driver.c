@@ -72,6 +72,7 @@ static const driver_symbol driver_symbols[] = {
     SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
     SYM(cuMemcpyDtoD, "cuMemcpyDtoD_v2"),
     SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+    SYM_OPT(cuMemcpy2DAsync, "cuMemcpy2DAsync_v2"),
     SYM(cuMemsetD8, "cuMemsetD8_v2"),
     SYM(cuMemsetD32, "cuMemsetD32_v2"),
     SYM(cuMemsetD8Async, "cuMemsetD8Async"),

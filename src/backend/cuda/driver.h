@@ -40,6 +40,26 @@ typedef int CUfunction_attribute;
 typedef int CUstreamCaptureMode;
 typedef int CUstreamCaptureStatus;
 
+/* cuMemcpy2D's description (CUDA_MEMCPY2D_v2): Height rows of WidthInBytes, each side with
+ * its own pitch; a memory type is 1 host, 2 device. */
+typedef struct ATLAS_CUDA_MEMCPY2D {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} ATLAS_CUDA_MEMCPY2D;
+#define ATLAS_CU_MEMORYTYPE_HOST 1
+#define ATLAS_CU_MEMORYTYPE_DEVICE 2
+
 /* CUresult values atlas looks at (the rest are named by cuGetErrorName). */
 #define ATLAS_CUDA_SUCCESS 0
 #define ATLAS_CUDA_ERROR_INVALID_VALUE 1
@@ -144,6 +164,8 @@ typedef struct atlas_driver {
     CUresult (*cuMemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
     CUresult (*cuMemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, size_t bytes);
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+    /* optional: strided copies (a KV block's rows of every layer in one call) */
+    CUresult (*cuMemcpy2DAsync)(const ATLAS_CUDA_MEMCPY2D *copy, CUstream s);
     CUresult (*cuMemsetD8)(CUdeviceptr dst, unsigned char value, size_t count);
     CUresult (*cuMemsetD32)(CUdeviceptr dst, unsigned int value, size_t count);
     CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t count, CUstream s);
