@@ -221,6 +221,10 @@ typedef struct atlas_engine_params {
                              0 (default): forever */
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (include/atlas/model.h;
                                               default fp32) */
+    size_t host_cache;    /* bytes of host memory for what released models leave behind: their
+                             cached prefix KV blocks, least recently used out, copied back when
+                             a request that continues one arrives after the model returns
+                             (docs/ENGINE.md); 0 (default): none kept */
 } atlas_engine_params;
 
 enum { ATLAS_MAX_RESIDENT_AUTO = -1 }; /* atlas_engine_params.max_resident */
@@ -530,6 +534,12 @@ typedef struct atlas_engine_metrics {
     double swap_seconds;        /* their time, from the first release to the new model
                                    serving (a load beside the old one's drain not counted) */
     size_t memory_budget;       /* bytes the resident models may take (0: no limit) */
+    /* released models' prefix KV in host memory (atlas_engine_params.host_cache) */
+    uint64_t kv_host_saved_blocks, kv_host_saved_bytes;       /* copied out at releases */
+    uint64_t kv_host_restored_blocks, kv_host_restored_bytes; /* copied back for requests */
+    uint64_t kv_host_dropped_blocks; /* evicted for room, or their model came back changed */
+    size_t kv_host_bytes;       /* held now */
+    int kv_host_blocks;
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
     atlas_engine_hist swap;     /* each swap (or load) */

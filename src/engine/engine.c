@@ -299,6 +299,13 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
         atlas_engine_free(e);
         return pst;
     }
+    if (p->host_cache) {
+        atlas_status hst = atlas_kv_host_create(p->host_cache, p->n_models, &e->kv_host);
+        if (hst != ATLAS_OK) {
+            atlas_engine_free(e);
+            return hst;
+        }
+    }
     if (pthread_create(&e->thread, NULL, atlas_engine_sched_main, e) != 0) {
         atlas_engine_free(e);
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: cannot start the scheduler thread");
@@ -319,6 +326,7 @@ void atlas_engine_free(atlas_engine *e) {
     }
     atlas_engine_sched_shutdown(e);
     for (int i = 0; i < e->n_models; i++) model_destroy(&e->models[i]);
+    atlas_kv_host_free(e->kv_host);
     free(e->models);
     free(e->waiting);
     pthread_mutex_destroy(&e->mu);

@@ -39,6 +39,7 @@
 #include "atlas/tokenizer.h"
 #include "engine/budget.h"
 #include "engine/kv.h"
+#include "engine/kv_host.h"
 #include "model/config.h"
 
 typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -142,6 +143,9 @@ typedef struct eng_model {
     int release_refused;    /* its last release was refused (requests hold handles) and
                                none of its sequences has left since: no new attempt yet */
     atlas_kv_pool pool;
+    atlas_kv_host_ident kv_ident; /* how it was loaded last: what its blocks in e->kv_host
+                                     are good for (set at each load) */
+    int kv_ident_set;
     seq **running;          /* [e->p.parallel], admission order */
     int n_running;
     int n_waiting;
@@ -177,6 +181,9 @@ uint64_t atlas_engine_dir_sig(const char *dir);
  * server's paths. */
 void atlas_engine_strip_dir(char *s, const char *dir);
 
+/* residency.c: adds what the host KV store did to e->metrics.  Under e->mu. */
+void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored);
+
 /* pools.c: the memory budget (e->budget, e->budget_what) and each model's KV pool, context
  * and estimated bytes, once the models' configs are read. */
 atlas_status atlas_engine_size_pools(atlas_engine *e);
@@ -207,6 +214,7 @@ typedef struct eng_load {
     const char *why;      /* "load" (a command) or "request" */
     /* the thread's result */
     atlas_model *m;
+    uint64_t files;       /* the model's files as it read them (atlas_engine_dir_sig) */
     atlas_status st;
     char msg[512];        /* the failure as clients see it */
     int release_failed;   /* releases of a refused model that failed to free something */
@@ -240,6 +248,7 @@ struct atlas_engine {
     uint64_t clock;          /* LRU stamps and admission order */
     atlas_engine_metrics metrics;
     size_t budget;           /* bytes the resident models may take, 0: no limit */
+    atlas_kv_host *kv_host;  /* released models' prefix KV (the scheduler's; NULL: none) */
     char budget_what[96];    /* where the budget comes from, for messages */
     /* the scheduler thread's buffers */
     plan_entry *plan;

@@ -48,6 +48,10 @@ static uint64_t siphash(const uint64_t k[2], uint64_t prev, const void *data, si
     return v[0] ^ v[1] ^ v[2] ^ v[3];
 }
 
+uint64_t atlas_kv_siphash(const uint64_t key[2], uint64_t prev, const void *bytes, size_t n) {
+    return siphash(key, prev, bytes, n);
+}
+
 /* prev continued over bytes[n]; never 0, which means "not registered". */
 static uint64_t hash_bytes(const atlas_kv_pool *p, uint64_t prev, const void *bytes, size_t n) {
     uint64_t h = p->hash_fn ? p->hash_fn(p->hash_ctx, prev, bytes, n)
@@ -137,7 +141,7 @@ static void lru_remove(atlas_kv_pool *p, int32_t id) {
 
 /* A fresh key per pool: what a client may learn of one process's hashes helps it nowhere
  * else, and the hash needs no stability across loads. */
-static atlas_status random_key(uint64_t key[2]) {
+atlas_status atlas_kv_random_key(uint64_t key[2]) {
     unsigned char *b = (unsigned char *)key;
     size_t got = 0;
     while (got < 2 * sizeof *key) {
@@ -159,7 +163,7 @@ atlas_status atlas_kv_pool_init(atlas_kv_pool *p, const atlas_kv_pool_params *pa
                           block_size);
     p->hash_fn = params->hash;
     p->hash_ctx = params->hash_ctx;
-    if (!p->hash_fn) ATLAS_TRY(random_key(p->key));
+    if (!p->hash_fn) ATLAS_TRY(atlas_kv_random_key(p->key));
     p->map_cap = 16;
     while (p->map_cap < 2 * n_blocks) p->map_cap *= 2;
     size_t n = (size_t)n_blocks;
@@ -390,4 +394,35 @@ void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *
     }
     t->n = 0;
     chain_reset(p, t);
+}
+
+/* Serials grow with each registration and a block is registered after the one before it
+ * in its prefix, so in serial order every parent comes before its children. */
+static int by_serial(const void *a, const void *b, void *blk) {
+    uint64_t x = ((const atlas_kv_block *)blk)[*(const int32_t *)a].serial,
+             y = ((const atlas_kv_block *)blk)[*(const int32_t *)b].serial;
+    return (x > y) - (x < y);
+}
+
+int atlas_kv_pool_chains(const atlas_kv_pool *p, int32_t *ids, int32_t *parent) {
+    int n = 0;
+    for (int32_t id = 0; id < p->n_blocks; id++)
+        if (p->hash[id] && !p->blk[id].pending) ids[n++] = id;
+    qsort_r(ids, (size_t)n, sizeof *ids, by_serial, p->blk);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t want = p->blk[ids[i]].parent;
+        int32_t at = -1;
+        for (int lo = 0, hi = kept - 1; want && lo <= hi;) { /* among those kept */
+            int mid = (lo + hi) / 2;
+            uint64_t s = p->blk[ids[mid]].serial;
+            if (s == want) { at = mid; break; }
+            if (s < want) lo = mid + 1;
+            else hi = mid - 1;
+        }
+        if (want && at < 0) continue; /* its parent was evicted: no hit can reach it */
+        ids[kept] = ids[i];
+        parent[kept++] = at;
+    }
+    return kept;
 }

@@ -101,6 +101,17 @@ int atlas_kv_pool_used(const atlas_kv_pool *p);   /* blocks held by sequences */
 int atlas_kv_pool_free(const atlas_kv_pool *p);   /* blocks that can be handed out */
 int atlas_kv_pool_cached(const atlas_kv_pool *p); /* free blocks that keep a prefix */
 
+/* The written registered blocks that a hit can still reach, parents first: ids[i] and the
+ * index in ids of the block before it in its prefix (parent[i], -1: a first block).  ids and
+ * parent hold n_blocks.  Returns their number.  Their tokens are p->toks[id * block_size ..],
+ * a first block's salt p->blk[id].salt. */
+int atlas_kv_pool_chains(const atlas_kv_pool *p, int32_t *ids, int32_t *parent);
+
+/* The pool's hash (keyed SipHash-2-4) and its key, for a store beside the pool
+ * (engine/kv_host.c). */
+uint64_t atlas_kv_siphash(const uint64_t key[2], uint64_t prev, const void *bytes, size_t n);
+atlas_status atlas_kv_random_key(uint64_t key[2]);
+
 /* Blocks needed to hold n_tokens tokens. */
 int atlas_kv_blocks_for(const atlas_kv_pool *p, int n_tokens);
 

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "engine/engine_internal.h"
+#include "model/forward.h"
 
 void atlas_engine_cmd_complete(atlas_engine *e, eng_cmd *c, atlas_status st, const char *msg) {
     eng_cmd **p = &e->cmds;
@@ -85,7 +86,13 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     md->m = NULL;
     md->releasing = m;
     size_t bytes = md->est_bytes;
+    /* its prefix cache goes to host memory when the release will go through: no request
+     * holds a handle (handles are taken on this thread alone) */
+    int save = e->kv_host && !e->stop && md->kv_ident_set && atlas_model_handles(m) == 1;
+    atlas_kv_host_moved saved = {0};
     pthread_mutex_unlock(&e->mu);
+    if (save) atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool,
+                                 &saved);
     double t0 = atlas_engine_now();
     atlas_status st = atlas_model_release(m);
     double dt = atlas_engine_now() - t0;
@@ -95,6 +102,7 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
         atlas_engine_strip_dir(msg, md->dir);
     pthread_mutex_lock(&e->mu);
     md->releasing = NULL;
+    atlas_engine_kv_host_count(e, &saved, 0);
     if (st == ATLAS_ERR_BUSY) {
         md->m = m;
         md->release_refused = 1;
@@ -276,6 +284,7 @@ static void *loader_main(void *arg) {
     eng_model *md = &e->models[ld->model];
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
+    uint64_t files = atlas_engine_dir_sig(md->dir); /* before reading them */
     atlas_model *m = NULL;
     int release_failed = 0;
     atlas_status st = load_checked(e, md, &m, &release_failed);
@@ -289,6 +298,7 @@ static void *loader_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     snprintf(ld->msg, sizeof ld->msg, "loading model '%s': %s", md->name, w);
     ld->m = m;
+    ld->files = files;
     ld->st = st;
     ld->release_failed = release_failed;
     ld->t_end = t_end;
@@ -353,6 +363,32 @@ static void announce_loaded(atlas_engine *e) {
     cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
 }
 
+void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored) {
+    atlas_engine_metrics *x = &e->metrics;
+    *(restored ? &x->kv_host_restored_blocks : &x->kv_host_saved_blocks) += mv->blocks;
+    *(restored ? &x->kv_host_restored_bytes : &x->kv_host_saved_bytes) += mv->bytes;
+    x->kv_host_dropped_blocks += mv->dropped;
+    x->kv_host_bytes = atlas_kv_host_bytes(e->kv_host);
+    x->kv_host_blocks = atlas_kv_host_blocks(e->kv_host);
+}
+
+/* What md's KV blocks are good for as just loaded (m, from files); its blocks kept in host
+ * memory from a load of other files or settings are dropped.  Under e->mu. */
+static void kv_host_ident(atlas_engine *e, eng_model *md, atlas_model *m,
+                          const atlas_model_info *info, uint64_t files) {
+    atlas_kv_host_ident id = {.files = files, .block_bytes = atlas_model_kv_block_bytes(m),
+                              .block_size = atlas_model_kv_block_size(m),
+                              .n_layers = info->n_layers, .n_kv_heads = info->n_kv_heads,
+                              .head_dim = info->head_dim};
+    snprintf(id.kv_dtype, sizeof id.kv_dtype, "%s", md->kv_dtype);
+    snprintf(id.backend, sizeof id.backend, "%s", info->backend ? info->backend : "");
+    md->kv_ident = id;
+    md->kv_ident_set = 1;
+    atlas_kv_host_moved mv;
+    atlas_kv_host_check(e->kv_host, (int)(md - e->models), &id, &mv);
+    atlas_engine_kv_host_count(e, &mv, 0);
+}
+
 /* Installs what the loader thread loaded (its thread has handed over: e->load.done), or
  * fails the model's requests with its error.  A failed load stops its victim's drain: the
  * victim admits again, having lost nothing.  Under e->mu (dropped meanwhile). */
@@ -398,6 +434,7 @@ static void finish_load(atlas_engine *e) {
     atlas_model_info info;
     atlas_model_get_info(m, &info);
     md->est_bytes = info.weight_bytes + info.kv_bytes;
+    kv_host_ident(e, md, m, &info, ld->files);
     md->m = m;
     md->last_load_s = ld->t_end - ld->t_start;
     md->last_error[0] = 0;

@@ -174,6 +174,12 @@ static void count_cached(atlas_engine *e, seq *s, int n) {
 static void match_prefix(atlas_engine *e, eng_model *md, seq *s) {
     if (s->kv.n != 0 || s->n_computed != 0 || !may_share(md, s)) return;
     s->n_computed = atlas_kv_table_match(&md->pool, &s->kv, s->tokens, s->n_tokens);
+    if (e->kv_host) { /* what the pool lacks may be in host memory since a release */
+        atlas_kv_host_moved mv;
+        s->n_computed = atlas_kv_host_restore(e->kv_host, s->model, md->m, &md->pool, &s->kv,
+                                              s->tokens, s->n_tokens, &mv);
+        atlas_engine_kv_host_count(e, &mv, 1);
+    }
     count_cached(e, s, s->n_computed);
 }
 
