@@ -353,7 +353,7 @@ static const char *const serve_options[] = {
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations",
     "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
-    "--tool-call-format", "--models-preset", "--keep-alive", NULL};
+    "--tool-call-format", "--models-preset", "--keep-alive", "--host-cache", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, serve_args *a) {
@@ -393,6 +393,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
         else if (!strcmp(o, "--gpu-memory-utilization"))
             bad = parse_fraction(o, v, &a->ep.gpu_memory_utilization);
         else if (!strcmp(o, "--kv-memory")) bad = parse_gib(o, v, &a->ep.kv_memory);
+        else if (!strcmp(o, "--host-cache")) /* 0: keep nothing */
+            bad = strcmp(v, "0") ? parse_gib(o, v, &a->ep.host_cache) : 0;
         else if (!strcmp(o, "--ctx-size") || !strcmp(o, "--max-model-len"))
             bad = parse_int(o, v, 0, INT32_MAX, &a->ep.ctx_size);
         else if (!strcmp(o, "--parallel")) bad = parse_int(o, v, 1, 4096, &a->ep.parallel);

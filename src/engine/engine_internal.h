@@ -181,9 +181,6 @@ uint64_t atlas_engine_dir_sig(const char *dir);
  * server's paths. */
 void atlas_engine_strip_dir(char *s, const char *dir);
 
-/* residency.c: adds what the host KV store did to e->metrics.  Under e->mu. */
-void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored);
-
 /* pools.c: the memory budget (e->budget, e->budget_what) and each model's KV pool, context
  * and estimated bytes, once the models' configs are read. */
 atlas_status atlas_engine_size_pools(atlas_engine *e);
@@ -344,5 +341,7 @@ atlas_status atlas_engine_queue_back(atlas_engine *e, seq *s);
 atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s);
 /* Removes the i-th waiting request.  Under e->mu. */
 void atlas_engine_queue_remove_at(atlas_engine *e, int i);
+/* Adds what the host KV store did (a save or check: restored 0) to e->metrics.  Under e->mu. */
+void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored);
 
 #endif

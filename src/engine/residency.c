@@ -363,15 +363,6 @@ static void announce_loaded(atlas_engine *e) {
     cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
 }
 
-void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored) {
-    atlas_engine_metrics *x = &e->metrics;
-    *(restored ? &x->kv_host_restored_blocks : &x->kv_host_saved_blocks) += mv->blocks;
-    *(restored ? &x->kv_host_restored_bytes : &x->kv_host_saved_bytes) += mv->bytes;
-    x->kv_host_dropped_blocks += mv->dropped;
-    x->kv_host_bytes = atlas_kv_host_bytes(e->kv_host);
-    x->kv_host_blocks = atlas_kv_host_blocks(e->kv_host);
-}
-
 /* What md's KV blocks are good for as just loaded (m, from files); its blocks kept in host
  * memory from a load of other files or settings are dropped.  Under e->mu. */
 static void kv_host_ident(atlas_engine *e, eng_model *md, atlas_model *m,

@@ -81,3 +81,12 @@ void atlas_engine_queue_remove_at(atlas_engine *e, int i) {
     memmove(e->waiting + i, e->waiting + i + 1, (size_t)(e->n_waiting - i - 1) * sizeof *e->waiting);
     e->n_waiting--;
 }
+
+void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored) {
+    atlas_engine_metrics *x = &e->metrics;
+    *(restored ? &x->kv_host_restored_blocks : &x->kv_host_saved_blocks) += mv->blocks;
+    *(restored ? &x->kv_host_restored_bytes : &x->kv_host_saved_bytes) += mv->bytes;
+    x->kv_host_dropped_blocks += mv->dropped;
+    x->kv_host_bytes = atlas_kv_host_bytes(e->kv_host);
+    x->kv_host_blocks = atlas_kv_host_blocks(e->kv_host);
+}

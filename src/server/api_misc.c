@@ -244,6 +244,13 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
                            "swapping, from the first release to the new model serving.\n# TYPE "
                            "atlas_model_swap_seconds_total counter\natlas_model_swap_seconds_total "
                            "%.6f\n", m->swap_seconds);
+    rc |= COUNTER("atlas_kv_host_saved_blocks_total", "Prefix KV blocks copied to host memory at model releases.", m->kv_host_saved_blocks);
+    rc |= COUNTER("atlas_kv_host_saved_bytes_total", "Bytes of prefix KV copied to host memory.", m->kv_host_saved_bytes);
+    rc |= COUNTER("atlas_kv_host_restored_blocks_total", "Prefix KV blocks copied back from host memory for requests.", m->kv_host_restored_blocks);
+    rc |= COUNTER("atlas_kv_host_restored_bytes_total", "Bytes of prefix KV copied back from host memory.", m->kv_host_restored_bytes);
+    rc |= COUNTER("atlas_kv_host_dropped_blocks_total", "Prefix KV blocks dropped from host memory (for room, or their model came back changed).", m->kv_host_dropped_blocks);
+    rc |= GAUGE("atlas_kv_host_blocks", "Prefix KV blocks held in host memory.", "%d", m->kv_host_blocks);
+    rc |= GAUGE("atlas_kv_host_bytes", "Bytes of host memory the prefix KV blocks take.", "%zu", m->kv_host_bytes);
     rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);
