@@ -309,8 +309,9 @@ static int scratch_alloc(save_scratch *s, int n) {
     if (!b) return 0;
     int32_t **arr[] = {&s->ids, &s->parent, &s->depth, &s->count, &s->order, &s->ent,
                        &s->kept, &s->copy_ids, &s->copy_ent};
-    for (int i = 0; i < 9; i++) *arr[i] = (int32_t *)(b + (size_t)i * i32);
-    s->dst = (void **)(b + 9 * i32);
+    s->dst = (void **)b; /* first: the pointers' alignment */
+    size_t at = (size_t)(n + 1) * sizeof(void *);
+    for (int i = 0; i < 9; i++) *arr[i] = (int32_t *)(b + at + (size_t)i * i32);
     return 1;
 }
 
@@ -362,7 +363,7 @@ void atlas_kv_host_save(atlas_kv_host *h, int model, const atlas_kv_host_ident *
     touch(h, s.kept, k);
     out->blocks = (uint64_t)nc;
     out->bytes = (uint64_t)nc * bb;
-    free(s.ids);
+    free(s.dst);
 }
 
 int atlas_kv_host_restore(atlas_kv_host *h, int model, atlas_model *m, atlas_kv_pool *p,
