@@ -8,6 +8,10 @@
  * - a request of another cache_salt takes nothing from the store;
  * - with no host cache nothing is saved and the turn computes its whole prompt;
  * - A's files changed while it was out: its blocks are dropped at its next load;
+ * - the store alone, on tiny-llama3's cache: a chain's K/V comes back byte for byte into
+ *   another pool; a store short of room keeps a chain's first blocks; saving again copies
+ *   nothing new; room for another chain is made from the old one's last blocks; another
+ *   salt or first block finds nothing; another identity (KV type, geometry) drops it all;
  * the store's memory goes with the engine (LeakSanitizer in CI). */
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,8 +21,10 @@
 #include <unistd.h>
 
 #include "atlas/engine.h"
+#include "engine/kv_host.h"
 #include "engine_wait.h"
 #include "harness.h"
+#include "model/forward.h"
 
 enum { TURN1 = 70, EXTRA = 9, N_OUT = 12, MAX_OUT = 32 };
 
@@ -99,12 +105,124 @@ static answer converse(atlas_engine *e, const int32_t *t1, const char *salt1,
     return run(e, "a", t2, n2, salt2);
 }
 
+enum { SB = 16 }; /* tokens a block */
+
+/* A chain of n blocks of tokens toks in pool p, its K/V the images img (written through the
+ * model's restore), released: registered and cached. */
+static void chain_into(atlas_model *m, atlas_kv_pool *p, const int32_t *toks, int n,
+                       void **img) {
+    atlas_kv_table t;
+    CHECK_OK(atlas_kv_table_init(&t, 16, NULL, 0));
+    CHECK(atlas_kv_table_reserve(p, &t, n * SB));
+    CHECK_OK(atlas_model_kv_restore(m, t.ids, n, (const void *const *)img));
+    atlas_kv_table_release(p, &t, toks, n * SB);
+    atlas_kv_table_destroy(&t);
+}
+
+/* Restores what h has of toks[n] into a fresh pool; checks the bytes against img; returns
+ * the blocks restored. */
+static int restored(atlas_kv_host *h, atlas_model *m, const int32_t *toks, int n,
+                    const char *salt, void **img, size_t bb) {
+    atlas_kv_pool q;
+    atlas_kv_pool_params kp = {.n_blocks = 16, .block_size = SB};
+    CHECK_OK(atlas_kv_pool_init(&q, &kp));
+    atlas_kv_table t;
+    CHECK_OK(atlas_kv_table_init(&t, 16, salt, salt ? strlen(salt) : 0));
+    atlas_kv_host_moved mv;
+    int got = atlas_kv_host_restore(h, 0, m, &q, &t, toks, n, &mv) / SB;
+    CHECK(mv.blocks == (uint64_t)got && t.n == got);
+    unsigned char *back = malloc(bb);
+    for (int i = 0; i < got && back; i++) {
+        CHECK_OK(atlas_model_kv_save(m, &t.ids[i], 1, (void *[]){back}));
+        CHECK_MSG(!memcmp(back, img[i], bb), "block %d", i);
+    }
+    free(back);
+    atlas_kv_table_release(&q, &t, toks, t.n * SB);
+    atlas_kv_table_destroy(&t);
+    atlas_kv_pool_destroy(&q);
+    return got;
+}
+
+static void test_store(const char *dir) {
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = ATLAS_DEVICE_CPU;
+    mp.kv_blocks = 16;
+    mp.kv_block_size = SB;
+    mp.n_threads = 1;
+    mp.load_tokenizer = 0;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &mp, &m));
+    if (!m) return;
+    size_t bb = atlas_model_kv_block_bytes(m), entry = bb + SB * sizeof(int32_t);
+    CHECK(bb > 0);
+    enum { NB = 5 };
+    unsigned char *imgs = malloc(2 * NB * bb);
+    void *img[NB], *img2[NB];
+    for (size_t i = 0; i < 2 * NB * bb; i++) imgs[i] = (unsigned char)(i * 131 + i / bb);
+    for (int i = 0; i < NB; i++) img[i] = imgs + i * bb, img2[i] = imgs + (NB + i) * bb;
+    int32_t toks[NB * SB + 1], other[NB * SB + 1];
+    for (int i = 0; i <= NB * SB; i++) toks[i] = 100 + i, other[i] = 900 + i;
+    atlas_kv_pool p;
+    atlas_kv_pool_params kp = {.n_blocks = 16, .block_size = SB};
+    CHECK_OK(atlas_kv_pool_init(&p, &kp));
+    chain_into(m, &p, toks, NB, img);
+    atlas_kv_host_ident id = {.files = 1, .block_bytes = bb, .block_size = SB, .n_layers = 2,
+                              .n_kv_heads = 2, .head_dim = 64, .kv_dtype = "f32",
+                              .backend = "cpu"};
+    atlas_kv_host_moved mv;
+
+    atlas_kv_host *h = NULL; /* room for two blocks and a half: the first two */
+    CHECK_OK(atlas_kv_host_create(2 * entry + entry / 2, 1, &h));
+    atlas_kv_host_save(h, 0, &id, m, &p, &mv);
+    CHECK(mv.blocks == 2 && atlas_kv_host_blocks(h) == 2 && mv.bytes == 2 * bb);
+    CHECK(restored(h, m, toks, NB * SB + 1, NULL, img, bb) == 2);
+    atlas_kv_host_free(h);
+
+    CHECK_OK(atlas_kv_host_create(NB * entry, 1, &h));
+    atlas_kv_host_save(h, 0, &id, m, &p, &mv);
+    CHECK(mv.blocks == NB && atlas_kv_host_blocks(h) == NB);
+    atlas_kv_host_save(h, 0, &id, m, &p, &mv); /* the same blocks: nothing copied */
+    CHECK(mv.blocks == 0 && mv.dropped == 0 && atlas_kv_host_blocks(h) == NB);
+    /* a whole chain back, but a token left to compute: 4 blocks of an 80-token prompt */
+    CHECK(restored(h, m, toks, NB * SB + 1, NULL, img, bb) == NB);
+    CHECK(restored(h, m, toks, NB * SB, NULL, img, bb) == NB - 1);
+    CHECK(restored(h, m, toks, NB * SB + 1, "tenant", img, bb) == 0);
+    CHECK(restored(h, m, other, NB * SB + 1, NULL, img, bb) == 0);
+    /* another chain of 3 takes the room of the first one's last 3 blocks */
+    atlas_kv_pool_destroy(&p);
+    CHECK_OK(atlas_kv_pool_init(&p, &kp));
+    chain_into(m, &p, other, 3, img2);
+    atlas_kv_host_save(h, 0, &id, m, &p, &mv);
+    CHECK(mv.blocks == 3 && mv.dropped == 3 && atlas_kv_host_blocks(h) == NB);
+    CHECK(restored(h, m, toks, NB * SB + 1, NULL, img, bb) == 2);
+    CHECK(restored(h, m, other, NB * SB + 1, NULL, img2, bb) == 3);
+    /* the same model: kept; another KV type, block or geometry: dropped */
+    atlas_kv_host_check(h, 0, &id, &mv);
+    CHECK(mv.dropped == 0 && atlas_kv_host_blocks(h) == NB);
+    atlas_kv_host_ident f16 = id;
+    snprintf(f16.kv_dtype, sizeof f16.kv_dtype, "bf16");
+    atlas_kv_host_check(h, 0, &f16, &mv);
+    CHECK(mv.dropped == NB && atlas_kv_host_blocks(h) == 0 && atlas_kv_host_bytes(h) == 0);
+    chain_into(m, &p, toks, 1, img);
+    atlas_kv_host_save(h, 0, &id, m, &p, &mv); /* saved as id again: f16's go */
+    CHECK(mv.blocks >= 1 && atlas_kv_host_blocks(h) >= 1);
+    atlas_kv_host_ident deeper = id;
+    deeper.n_layers = 3;
+    atlas_kv_host_check(h, 0, &deeper, &mv);
+    CHECK(mv.dropped >= 1 && atlas_kv_host_blocks(h) == 0);
+    atlas_kv_host_free(h);
+    atlas_kv_pool_destroy(&p);
+    free(imgs);
+    CHECK_OK(atlas_model_release(m));
+}
+
 int main(void) {
     char dir_a[4096]; /* absolute: the links below point at it */
     if (!realpath(harness_data_path("tiny-llama3"), dir_a)) {
         fprintf(stderr, "no tests/data/tiny-llama3\n");
         return 1;
     }
+    test_store(dir_a);
     int32_t t1[TURN1];
     for (int i = 0; i < TURN1; i++) t1[i] = 1000 + (i * 7919) % 20000;
 
