@@ -8,6 +8,8 @@
  *   running.c    admission, running lists, ending and preempting sequences, END delivery
  *   output.c     from a sampled token to TOKEN and END events
  *   seq.c        a sequence's memory and failure, the waiting queue, the clock
+ *   kv_host.c    released models' prefix KV in host memory (kv_host.h), called by
+ *                residency.c (save at a release, check at a load) and running.c (restore)
  *
  * Locking: e->mu guards the waiting queue, the commands, every model's residency and
  * running list, the KV pools, e->load and e->metrics.  The scheduler thread is the only one
