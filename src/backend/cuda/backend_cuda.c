@@ -75,8 +75,8 @@ static kv_rows kv_rows_of(atlas_backend *be, const atlas_kv *kv) {
                      .rows = 2 * be->geom.n_layers};
 }
 
-/* One block's rows between device and host: a strided copy where the driver has it (pitch
- * within its limit), else a copy a row. */
+/* One block's rows between device and host: a strided copy where the driver has it and the
+ * pitch is within its limit (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2^31 - 1), else a copy a row. */
 static atlas_status kv_copy_block(atlas_backend *be, const atlas_kv *kv, int32_t id,
                                   void *dst_host, const void *src_host) {
     const atlas_driver *d = atlas_driver_get();
@@ -85,7 +85,7 @@ static atlas_status kv_copy_block(atlas_backend *be, const atlas_kv *kv, int32_t
     if (id < 0 || id >= kv->n_blocks)
         return atlas_fail(ATLAS_ERR_RANGE, "cuda: kv block %d of %d", id, kv->n_blocks);
     CUdeviceptr at = kv->base + (size_t)id * r.row;
-    if (d->cuMemcpy2DAsync && r.pitch <= (size_t)1 << 31) {
+    if (d->cuMemcpy2DAsync && r.pitch <= (size_t)INT32_MAX) {
         ATLAS_CUDA_MEMCPY2D c = {.WidthInBytes = r.row, .Height = (size_t)r.rows};
         if (dst_host) {
             c.srcMemoryType = ATLAS_CU_MEMORYTYPE_DEVICE, c.srcDevice = at, c.srcPitch = r.pitch;
