@@ -17,7 +17,9 @@
  * The swap: an engine with max_resident 1 and two models; with the first resident, a fault
  * armed at one of the sites of a request for the second (its load, which first releases the
  * first, then prefill and decode; every N/12-th hit) fails that request cleanly, and the
- * next requests for both models, disarmed, are served with their clean tokens.
+ * next requests for both models, disarmed, are served with their clean tokens.  The engine
+ * keeps released models' prefix KV in host memory (host_cache), so a swap's sites include
+ * the store's: saving at a release, copying back at the next request.
  *
  * -d cuda (ctest's test-gpu-fault) runs both on the GPU, where the CUDA backend's sites join
  * the walk: its device allocations (the registry's cuMemAlloc), the pinned memory of its
@@ -460,6 +462,7 @@ static atlas_engine *two_models(void) {
         {.name = "default", .dir = default_dir},
         {.name = "llama", .dir = llama}};
     atlas_engine_params p = engine_params(models, 2);
+    p.host_cache = (size_t)16 << 20; /* a release saves its prefix KV, a request restores it */
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));
     return e;
