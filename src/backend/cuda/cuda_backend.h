@@ -281,9 +281,9 @@ typedef struct cuda_plan {
                                a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
                                group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
                                so that their small shapes reach gemv1c */
-    int qgemv_ng;           /* row groups a block of the quantized one-row GEMVs (cuda_qgemv1):
-                               0 (every model) from a grid of CUDA_QGEMV_BPS blocks an SM;
-                               set by tests and `atlas bench` only */
+    int qgemv_ng;           /* the quantized one-row GEMVs' ng as cuda_qgemv1 takes it: 0
+                               (every model) the one-group kernel; set by tests only, while
+                               the several-group kernel waits to be timed on a GPU */
     int qmma_max;           /* rows above which a quantized weight's matmul goes through its
                                bf16 scratch copy: 0 (every model) CUDA_QMMA_MAX; set by `atlas
                                bench` to time both ways */

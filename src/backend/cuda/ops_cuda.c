@@ -402,9 +402,10 @@ static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void *
 
 /* One row of a quantized weight through kernels/quant.cu's one-row kernels, with the fusions
  * gemv_fused (below) gives it: the norm and residual fusions and the swiglu tail; no qkv tail
- * (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. Several row
- * groups a block by default: on the 8B shape a 4-bit group is one 16-byte load a thread, and
- * a block that ends after it leaves the memory idle across each kernel boundary. */
+ * (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. The kernel
+ * of several row groups a block (on the 8B shape a 4-bit group is one 16-byte load a thread,
+ * and a block that ends after it leaves the memory idle across each kernel boundary) runs
+ * only where plan.qgemv_ng asks for it until it has been timed on a GPU (atlas bench). */
 static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                 CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
@@ -426,7 +427,7 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs, &nw, &eps, &h, &resid, &act, &ga};
-    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng ? cb->plan.qgemv_ng : -CUDA_QGEMV_BPS);
+    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng);
 }
 
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
