@@ -33,6 +33,7 @@
 #include "harness.h"
 #include "model/config.h"
 #include "model/forward.h"
+#include "model/kv_scale.h"
 #include "model/quant.h"
 
 /* ---- e4m3 ---------------------------------------------------------------------------- */
@@ -51,6 +52,55 @@ static void test_e4m3(void) {
     int nans = 0; /* only S.1111.111 is NaN: no infinities in the "fn" variant */
     for (int c = 0; c < 256; c++) nans += isnan(atlas_e4m3_to_f32((uint8_t)c)) != 0;
     CHECK(nans == 2);
+}
+
+/* The nearest code to x by search over every finite code, ties to the even code (the one
+ * whose lowest mantissa bit is 0), saturating past 448: the encoder's definition, written the
+ * slow way. */
+static uint8_t e4m3_nearest(float x) {
+    if (x >= 448.0f) return 0x7e;
+    if (x <= -448.0f) return 0xfe;
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        float v = atlas_e4m3_to_f32((uint8_t)c);
+        if (isnan(v) || (signbit(v) != signbit(x))) continue;
+        double d = fabs((double)v - (double)x);
+        if (d < bd || (d == bd && !(c & 1))) bd = d, best = c;
+    }
+    return (uint8_t)best;
+}
+
+/* The encoder the FP8 KV cache stores with: every finite code round-trips, ties go to even,
+ * values past 448 (and infinities) saturate, NaN stays NaN, and random values over the whole
+ * range (subnormals included) agree with the search above. */
+static void test_e4m3_encode(void) {
+    for (int c = 0; c < 256; c++) {
+        float v = atlas_e4m3_to_f32((uint8_t)c);
+        if (isnan(v)) continue;
+        CHECK_MSG(atlas_f32_to_e4m3(v) == c, "e4m3 0x%02x (%g) encodes to 0x%02x", c, v,
+                  atlas_f32_to_e4m3(v));
+    }
+    static const struct { float x; uint8_t code; } known[] = {
+        {1.0625f, 0x38},  {1.1875f, 0x3a}, {1.0626f, 0x39}, {0.5f * 0x1p-9f, 0x00},
+        {1.5f * 0x1p-9f, 0x02}, {7.5f * 0x1p-9f, 0x08}, {0x1p-12f, 0x00}, {440.0f, 0x7e},
+        {448.0f, 0x7e}, {464.0f, 0x7e}, {1e9f, 0x7e}, {-1e9f, 0xfe}, {INFINITY, 0x7e},
+        {-INFINITY, 0xfe}, {-1.0625f, 0xb8}, {-0.0f, 0x80}, {239.0f, 0x77}, {1e-30f, 0x00},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        CHECK_MSG(atlas_f32_to_e4m3(known[i].x) == known[i].code, "e4m3 of %a: 0x%02x, want "
+                  "0x%02x", known[i].x, atlas_f32_to_e4m3(known[i].x), known[i].code);
+    CHECK((atlas_f32_to_e4m3(NAN) & 0x7f) == 0x7f);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    int bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        /* magnitudes 2^-12 .. 2^9: subnormals, normals and past the saturation */
+        float x = ldexpf(1.0f + (float)((r >> 40) & 0xffffff) / 16777216.0f, (int)((r >> 20) % 22) - 12);
+        if (r & 1) x = -x;
+        bad += atlas_f32_to_e4m3(x) != e4m3_nearest(x);
+    }
+    CHECK_MSG(bad == 0, "%d of 20000 random values encode off the nearest code", bad);
 }
 
 /* ---- e2m1 and e8m0 ------------------------------------------------------------------- */
@@ -731,7 +781,7 @@ static size_t stored_bytes(const char *dir) {
     for (size_t i = 0; st && i < atlas_st_count(st); i++) {
         const atlas_tensor_view *v = atlas_st_at(st, i);
         size_t n = strlen(v->name);
-        /* an FP8 KV cache's scales are left unused (the KV stays in the compute type) */
+        /* an FP8 KV cache's scales are not weights (model/kv_scale.c reads them) */
         if (n > 8 && (!strcmp(v->name + n - 8, ".k_scale") || !strcmp(v->name + n - 8, ".v_scale")))
             continue;
         sum += v->nbytes;
@@ -819,27 +869,61 @@ static void refuse_ignored(const char *dir, const char *key, const char *entry, 
     if (m) atlas_model_release(m);
 }
 
-/* The FP8 KV cache's scales are left unused only where the checkpoint asks for an FP8 KV
- * cache: without kv_cache_quant_algo in DIR's hf_quant_config.json they fail the load. */
-static void refuse_kv_strays(const char *dir) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
-    json_error_t e;
-    json_t *hf = json_load_file(path, 0, &e);
-    CHECK_MSG(hf != NULL, "reading %s", path);
-    if (!hf) return;
-    json_object_del(json_object_get(hf, "quantization"), "kv_cache_quant_algo");
-    CHECK(json_dump_file(hf, path, 0) == 0);
-    json_decref(hf);
+/* Loads dir on the CPU with kv's cache and checks what its info says of the cache and of the
+ * checkpoint's scales (want: a piece of kv_scales). */
+static void kv_info(const char *dir, atlas_kv_dtype kv, const char *dtype, const char *want,
+                    size_t *kv_bytes) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.load_tokenizer = 0;
+    p.kv_dtype = kv;
     atlas_model *m = NULL;
-    atlas_status st = atlas_model_load(dir, &p, &m);
-    CHECK_MSG(st == ATLAS_ERR_UNSUPPORTED && strstr(atlas_last_error(), "_scale"),
-              "%s without kv_cache_quant_algo: %s: %s", dir, atlas_status_str(st),
-              atlas_last_error());
-    if (m) atlas_model_release(m);
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return;
+    atlas_model_info mi;
+    atlas_model_get_info(m, &mi);
+    CHECK_MSG(!strcmp(mi.kv_dtype, dtype) && strstr(mi.kv_scales, want), "%s, kv %s: cache %s, "
+              "scales \"%s\"; want %s, \"%s\"", dir, atlas_model_kv_dtype_name(kv), mi.kv_dtype,
+              mi.kv_scales, dtype, want);
+    *kv_bytes = mi.kv_bytes;
+    CHECK_OK(atlas_model_release(m));
+}
+
+/* An FP8 KV cache's scales (quantize.py writes k_proj.k_scale 2/448 and v_proj.v_scale 3/448
+ * a layer) are read: used by an FP8 cache, said unused by another; a checkpoint that carries
+ * them without asking for an FP8 KV cache (no kv_cache_quant_algo) loads the same way. */
+static void check_kv_scales(const char *dir) {
+    atlas_config c;
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_config_load(dir, &c));
+    CHECK_OK(atlas_st_open_dir(dir, &st));
+    if (!st) return;
+    float sc[2 * 64];
+    int found = -1;
+    CHECK(c.n_layers <= 64);
+    CHECK_OK(atlas_kv_scales_read(st, c.n_layers, sc, &found));
+    atlas_st_free(st);
+    CHECK_MSG(found == 2 * c.n_layers, "%s: %d scale tensors of %d layers", dir, found, c.n_layers);
+    for (int l = 0; l < c.n_layers; l++)
+        CHECK_MSG(sc[2 * l] == 2.0f / 448.0f && sc[2 * l + 1] == 3.0f / 448.0f,
+                  "layer %d: scales %g %g", l, sc[2 * l], sc[2 * l + 1]);
+    for (int drop = 0; drop < 2; drop++) {
+        if (drop) {
+            char path[700];
+            snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
+            json_error_t e;
+            json_t *hf = json_load_file(path, 0, &e);
+            CHECK_MSG(hf != NULL, "reading %s", path);
+            if (!hf) return;
+            json_object_del(json_object_get(hf, "quantization"), "kv_cache_quant_algo");
+            CHECK(json_dump_file(hf, path, 0) == 0);
+            json_decref(hf);
+        }
+        size_t f32 = 0, fp8 = 0;
+        kv_info(dir, ATLAS_KV_DTYPE_AUTO, "f32", "unused", &f32);
+        kv_info(dir, ATLAS_KV_DTYPE_FP8, "fp8", "scale tensors of the checkpoint, used", &fp8);
+        CHECK_MSG(fp8 * 4 == f32 && fp8 > 0, "KV bytes: fp8 %zu, f32 %zu", fp8, f32);
+    }
 }
 
 static void test_end_to_end(void) {
@@ -929,7 +1013,7 @@ static void test_end_to_end(void) {
         if (i == 1) refuse_ignored(q, "ignore", "lm_head", "lm_head");
         if (i == 4) refuse_ignored(q, "modules_to_not_convert", "re:.*mlp\\.down_proj",
                                    "model.layers.0.mlp.down_proj");
-        if (!strcmp(cases[i].layout, "modelopt-fp8-hf")) refuse_kv_strays(q);
+        if (!strcmp(cases[i].layout, "modelopt-fp8-hf")) check_kv_scales(q);
     }
     harness_rm_rf(tmp);
 }
@@ -942,6 +1026,7 @@ int main(int argc, char **argv) {
         return harness_finish();
     }
     test_e4m3();
+    test_e4m3_encode();
     test_awq_gptq();
     test_ct_int4();
     test_e2m1_e8m0();

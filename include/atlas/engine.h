@@ -103,10 +103,14 @@ typedef struct atlas_engine_model {
     int pinned;       /* 1: never released to make room for another model, nor by its
                          keep-alive; only atlas_engine_unload releases it */
     int64_t keep_alive_ms; /* ATLAS_KEEP_ALIVE_* or milliseconds (params.keep_alive_ms) */
-    /* NULL, "" or "auto" (default): its KV cache's element type is the backend's, bf16 on a
-     * GPU; on the CPU f32, or bf16 with bf16 or int8 activations (cpu_activations).  Else
-     * "bf16" or "f32", which must be that: atlas_engine_create refuses another
-     * (ATLAS_ERR_UNSUPPORTED naming the model) rather than serve a type not asked for. */
+    /* NULL or "" (default): params.kv_dtype.  "auto": its KV cache's element type is the
+     * backend's, bf16 on a GPU; on the CPU f32, or bf16 with bf16 or int8 activations
+     * (cpu_activations).  "bf16", "fp8" (FP8 e4m3; "fp8_e4m3" is the same) as
+     * atlas_model_kv_dtype_parse reads them: an FP8 pool holds twice the tokens of a bf16
+     * one in the same kv_memory.  "f32" must be what auto gives (the CPU's fp32 activations):
+     * atlas_engine_create refuses another value (ATLAS_ERR_INVALID naming the model and the
+     * accepted ones) and a type the device lacks (ATLAS_ERR_UNSUPPORTED) rather than serve
+     * a type not asked for. */
     const char *kv_dtype;
     /* An embedding model's Matryoshka widths (n > 0: these replace config.json's
      * matryoshka_dimensions; 1..ATLAS_ENGINE_MAX_MATRYOSHKA of them, each 1..hidden_size,
@@ -225,6 +229,8 @@ typedef struct atlas_engine_params {
                              cached prefix KV blocks, least recently used out, copied back when
                              a request that continues one arrives after the model returns
                              (docs/ENGINE.md); 0 (default): none kept */
+    atlas_kv_dtype kv_dtype; /* the models' KV cache type (atlas_engine_model.kv_dtype
+                                overrides it; default auto) */
 } atlas_engine_params;
 
 enum { ATLAS_MAX_RESIDENT_AUTO = -1 }; /* atlas_engine_params.max_resident */
@@ -447,7 +453,8 @@ typedef struct atlas_engine_model_status {
     double expires_in_s;    /* resident and idle with a timed keep-alive: seconds until its
                                release; else -1 */
     char kv_dtype[8];       /* its KV cache's element type: "bf16" (GPU, and the CPU with bf16
-                               or int8 activations), "f32" (the CPU's fp32) */
+                               or int8 activations), "f32" (the CPU's fp32), "fp8" (e4m3,
+                               asked for) */
     int kv_block_size;      /* tokens a KV block holds */
     int kv_blocks;          /* blocks of its pool (kv_tokens / kv_block_size) */
     int kv_blocks_used;     /* of them held by sequences now (0 while not resident) */

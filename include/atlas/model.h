@@ -62,6 +62,20 @@ typedef enum atlas_cpu_activations {
                                command line's default */
 } atlas_cpu_activations;
 
+/* The KV cache's element type (`--kv-cache-dtype`, vLLM's flag and values). */
+typedef enum atlas_kv_dtype {
+    ATLAS_KV_DTYPE_AUTO = 0, /* the backend's: bf16 on a GPU; on the CPU fp32, or bf16 with
+                                bf16 or int8 activations */
+    ATLAS_KV_DTYPE_BF16,     /* bf16 on every backend (the CPU too, whatever its activations) */
+    ATLAS_KV_DTYPE_FP8,      /* FP8 e4m3, one byte an element: twice the tokens of bf16 in
+                                the same memory. As vLLM: K (after RoPE) and V are stored as
+                                e4m3(x / scale), ties to even, saturating at +-448, and read as
+                                code * scale, with each layer's scales the checkpoint's
+                                self_attn.k_scale / v_scale where it has them, else 1.0. The
+                                CPU backend has it; the CUDA backend refuses it at load
+                                (ATLAS_ERR_UNSUPPORTED) */
+} atlas_kv_dtype;
+
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */
 typedef void (*atlas_load_progress_fn)(void *user, uint64_t done, uint64_t total);
 
@@ -100,7 +114,15 @@ typedef struct atlas_model_params {
     int no_memory_check;
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (default fp32); other
                                               backends ignore it */
+    atlas_kv_dtype kv_dtype; /* the KV cache's element type (default auto: the backend's) */
 } atlas_model_params;
+
+/* text as a KV cache type: "auto", "bf16", "fp8" or its alias "fp8_e4m3" (vLLM's names).
+ * ATLAS_ERR_INVALID for anything else, with a message naming the value and the accepted ones
+ * (vLLM's "fp8_e5m2" included: atlas has no e5m2 cache).  Pure; any thread. */
+ATLAS_API atlas_status atlas_model_kv_dtype_parse(const char *text, atlas_kv_dtype *out);
+/* "auto", "bf16", "fp8" (the canonical name; "?" for a value not of the enum).  Pure. */
+ATLAS_API const char *atlas_model_kv_dtype_name(atlas_kv_dtype t);
 
 /* The defaults above.  Pure; any thread. */
 ATLAS_API atlas_model_params atlas_model_default_params(void);
@@ -171,6 +193,10 @@ typedef struct atlas_model_info {
                                   weights with their scales, zero points and indices (norms
                                   too), the lm_head as stored, one embedding row */
     size_t kv_token_bytes;     /* and the KV it reads per token of its context (all layers) */
+    const char *kv_dtype;      /* the KV cache's elements: "f32", "bf16" or "fp8" (e4m3) */
+    const char *kv_scales;     /* what became of an FP8 KV cache's scales: those of the
+                                  checkpoint used, unused (a cache not FP8), or 1.0; "" for a
+                                  cache not FP8 with a checkpoint that has none */
     int queue_overlaps;        /* 1: atlas_model_forward_argmax_queue returns before the step
                                   is computed (the device reduces it), so a step queued ahead
                                   overlaps the host's work; 0: it computes the step then and

@@ -176,6 +176,11 @@ typedef struct atlas_backend_geom {
     int expert_ffn;              /* f of one expert (the dense layers keep intermediate) */
     int moe_norm_topk;
     atlas_moe_route_kind moe_route; /* the routing's order of top-k and softmax */
+    /* An FP8 KV cache's scales (kv_size 1), NULL: all 1. kv_scales[2l] is layer l's K scale,
+     * kv_scales[2l + 1] its V scale: a row x is stored as e4m3(x / scale) (ties to even,
+     * saturating at +-448) and read as the code's value times scale, as vLLM's FP8 KV cache
+     * (a checkpoint's self_attn.k_scale / v_scale). Copied at create. */
+    const float *kv_scales;
 } atlas_backend_geom;
 
 /* Layer l's sliding window (0: full causal attention). */
@@ -251,6 +256,8 @@ typedef struct atlas_backend_ops {
      * A backend without it has read a weight's sources when weight_load returns. */
     atlas_status (*weights_done)(atlas_backend *be);
 
+    /* The cache's element type is be->kv_size's (ATLAS_ERR_UNSUPPORTED for one the backend
+     * does not have). */
     atlas_status (*kv_create)(atlas_backend *be, int n_blocks, int block_size, atlas_kv **out);
     void (*kv_free)(atlas_backend *be, atlas_kv *kv);
     /* Optional (NULL: the backend cannot): copies whole blocks of the cache, every layer's K
@@ -396,7 +403,11 @@ struct atlas_backend {
      * weights_done (the CPU: a 4-bit model's repacked bytes would otherwise double its peak
      * memory); 0: they stay valid until weights_done (CUDA's queued copies). */
     int copies_at_load;
-    size_t kv_size; /* bytes of a KV cache element (2: bf16; the CPU's fp32: 4) */
+    /* bytes of a KV cache element, what kv_create makes: 4 fp32 (the CPU's reference), 2
+     * bf16, 1 FP8 e4m3 with geom.kv_scales. The backend sets its default at create (and the
+     * CPU's set_activations); the model may set it to 1 (or 2 on the CPU) before kv_create,
+     * and a backend without that cache type refuses it there. */
+    size_t kv_size;
 };
 
 /* Creates the CPU backend with n_threads workers (0: one per core). */

@@ -93,6 +93,31 @@ static inline float atlas_e4m3_to_f32(uint8_t c) {
     return f;
 }
 
+/* float32 as the nearest OCP FP8 e4m3 code (ties to even), saturating: anything of magnitude
+ * 448 or more, infinities included, becomes +-448; NaN becomes NaN (S.1111.111). What CUDA's
+ * __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) and vLLM's FP8 KV cache write. */
+static inline uint8_t atlas_f32_to_e4m3(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7fu;
+    if (a >= 0x43e00000u) return sign | 0x7eu; /* 448 */
+    if (a < 0x3c800000u) { /* under 2^-6: a subnormal, a multiple m of 2^-9 (m = 8 is 2^-6) */
+        float x;
+        memcpy(&x, &a, 4);
+        x *= 512.0f; /* exact: a power of two */
+        uint32_t m = (uint32_t)x;
+        float rem = x - (float)m; /* exact: x < 8 */
+        if (rem > 0.5f || (rem == 0.5f && (m & 1u))) m++;
+        return sign | (uint8_t)m;
+    }
+    /* normal: the exponent and the top 3 mantissa bits, rounded at bit 20 to even */
+    uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+    uint32_t code = r - ((127u - 7u) << 3);
+    return sign | (uint8_t)(code > 0x7eu ? 0x7eu : code);
+}
+
 /* An OCP FP4 e2m1 code (the low 4 bits: sign, 2 exponent bits with bias 1, 1 mantissa bit;
  * no infinities or NaN): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; exact. */
 static inline float atlas_e2m1_to_f32(uint8_t c) {

@@ -122,6 +122,9 @@ static atlas_status params_check(const atlas_engine_params *p) {
         return atlas_fail(ATLAS_ERR_INVALID, "engine: batch_tokens %d must hold one decode "
                           "token of each of the %d parallel sequences", p->batch_tokens,
                           p->parallel);
+    if (p->kv_dtype < ATLAS_KV_DTYPE_AUTO || p->kv_dtype > ATLAS_KV_DTYPE_FP8)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: kv_dtype %d: not an atlas_kv_dtype",
+                          (int)p->kv_dtype);
     if (p->keep_alive_ms < ATLAS_KEEP_ALIVE_NONE)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: keep_alive_ms %lld: out of range",
                           (long long)p->keep_alive_ms);
@@ -222,11 +225,14 @@ static atlas_status model_init(atlas_engine *e, int i, const atlas_engine_model 
     md->batch_tokens = src->batch_tokens ? src->batch_tokens : e->p.batch_tokens;
     md->kv_memory = src->kv_memory ? src->kv_memory : e->p.kv_memory;
     md->pinned = src->pinned != 0;
-    if (src->kv_dtype && strcmp(src->kv_dtype, "auto")) {
-        if (strlen(src->kv_dtype) >= sizeof md->kv_dtype_asked)
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype '%.40s' is "
-                              "not a KV cache type atlas has", src->name, src->kv_dtype);
-        snprintf(md->kv_dtype_asked, sizeof md->kv_dtype_asked, "%s", src->kv_dtype);
+    md->kv_type = e->p.kv_dtype;
+    if (src->kv_dtype && *src->kv_dtype) {
+        md->kv_f32_asked = !strcmp(src->kv_dtype, "f32");
+        if (md->kv_f32_asked) md->kv_type = ATLAS_KV_DTYPE_AUTO;
+        else if (atlas_model_kv_dtype_parse(src->kv_dtype, &md->kv_type) != ATLAS_OK)
+            return atlas_fail(ATLAS_ERR_INVALID, "engine: model '%s': kv_dtype '%.40s': not "
+                              "a KV cache type atlas has (auto, bf16, fp8, fp8_e4m3, f32)",
+                              src->name, src->kv_dtype);
     }
     md->keep_ms = src->keep_alive_ms ? src->keep_alive_ms
                   : e->p.keep_alive_ms ? e->p.keep_alive_ms : ATLAS_KEEP_ALIVE_FOREVER;

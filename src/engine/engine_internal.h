@@ -122,8 +122,9 @@ typedef struct eng_model {
     size_t kv_memory;       /* bytes of KV pool asked (0: a share of the budget) */
     int pinned;             /* never released for a swap nor by keep-alive */
     int64_t keep_ms;        /* keep-alive as set (ATLAS_KEEP_ALIVE_FOREVER, _NONE or ms) */
-    char kv_dtype[8];       /* "bf16" or "f32" */
-    char kv_dtype_asked[8]; /* atlas_engine_model.kv_dtype ("" for the backend's) */
+    char kv_dtype[8];       /* "bf16", "f32" or "fp8" */
+    atlas_kv_dtype kv_type; /* what the model's loads ask for (atlas_model_params.kv_dtype) */
+    bool kv_f32_asked;      /* atlas_engine_model.kv_dtype "f32": must be what auto gives */
     int max_ctx;            /* the model's own maximum (atlas_config_max_context) */
     int kv_blocks;          /* pool size asked of the model */
     size_t weight_bytes;    /* of its files, before loading */

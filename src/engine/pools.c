@@ -110,17 +110,23 @@ atlas_status atlas_engine_size_pools(atlas_engine *e) {
     int bs = e->p.kv_block_size;
     for (int i = 0; i < e->n_models; i++) {
         eng_model *md = &e->models[i];
-        /* bf16 on a GPU and with the CPU's bf16 or int8 activations, fp32 on its reference */
-        size_t elem = atlas_model_kv_elem(gpu, e->p.cpu_activations);
+        /* auto: bf16 on a GPU and with the CPU's bf16 or int8 activations, fp32 on its
+         * reference; FP8 one byte, so the same memory holds twice bf16's tokens */
+        size_t elem = atlas_model_kv_elem(gpu, e->p.cpu_activations, md->kv_type);
         md->kv_token_bytes = 2 * elem * (size_t)md->cfg.n_layers * md->cfg.n_kv_heads *
                              md->cfg.head_dim;
-        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s", elem == 2 ? "bf16" : "f32");
-        if (md->kv_dtype_asked[0] && strcmp(md->kv_dtype_asked, md->kv_dtype))
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype %s: the KV "
-                              "cache on the %s is %s%s", md->name, md->kv_dtype_asked,
-                              gpu ? "GPU" : "CPU", md->kv_dtype,
-                              gpu ? ", the only type atlas has there"
+        snprintf(md->kv_dtype, sizeof md->kv_dtype, "%s",
+                 elem == 1 ? "fp8" : elem == 2 ? "bf16" : "f32");
+        if (md->kv_f32_asked && elem != 4)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype f32: the KV "
+                              "cache on the %s is %s%s", md->name, gpu ? "GPU" : "CPU",
+                              md->kv_dtype,
+                              gpu ? " (bf16 or fp8 there)"
                                   : " (f32 with --cpu-activations fp32, bf16 with bf16 or int8)");
+        if (gpu && md->kv_type == ATLAS_KV_DTYPE_FP8)
+            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype fp8: the "
+                              "CUDA backend has a bf16 KV cache only (--kv-cache-dtype fp8 "
+                              "runs on the CPU: --device cpu)", md->name);
         long per_seq = (md->ctx + bs - 1) / bs;
         size_t mine = md->kv_memory ? md->kv_memory : share;
         long blocks = e->p.kv_blocks ? e->p.kv_blocks

@@ -183,6 +183,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.kernels = e->p.kernels;
     mp.n_threads = e->p.n_threads;
     mp.cpu_activations = e->p.cpu_activations;
+    mp.kv_dtype = md->kv_type;
     mp.kv_blocks = md->kv_blocks;
     mp.kv_block_size = e->p.kv_block_size;
     mp.max_batch_tokens = md->batch_tokens;

@@ -27,7 +27,9 @@ atlas_cpu_activations atlas_model_cpu_act(atlas_cpu_activations act) {
     return atlas_backend_cpu_bf16_dot() ? ATLAS_CPU_ACT_INT8 : ATLAS_CPU_ACT_FP32;
 }
 
-size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act) {
+size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act, atlas_kv_dtype kv) {
+    if (kv == ATLAS_KV_DTYPE_FP8) return 1;
+    if (kv == ATLAS_KV_DTYPE_BF16) return 2;
     return cuda || atlas_model_cpu_act(act) != ATLAS_CPU_ACT_FP32 ? 2 : 4;
 }
 
@@ -165,7 +167,7 @@ atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p
     bool cuda = !strcmp(out->backend, "cuda");
     out->kv_block_size = p->kv_block_size;
     out->kv_blocks = atlas_model_kv_blocks_for(&c, p);
-    size_t elem = atlas_model_kv_elem(cuda, p->cpu_activations);
+    size_t elem = atlas_model_kv_elem(cuda, p->cpu_activations, p->kv_dtype);
     out->kv_bytes = atlas_model_kv_bytes_for(&c, kv_heads, out->kv_blocks, p->kv_block_size, elem);
     out->kv_token_bytes = atlas_model_kv_bytes_for(&c, kv_heads, 1, 1, elem);
     out->needed_bytes = out->weight_bytes + out->kv_bytes;

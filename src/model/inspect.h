@@ -17,9 +17,10 @@ int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p
 /* What act means on this machine's CPU: AUTO resolved by its features, any other as it is. */
 atlas_cpu_activations atlas_model_cpu_act(atlas_cpu_activations act);
 
-/* Bytes of a KV cache element as the backend stores it: bf16 on CUDA, and on the CPU with
- * bf16 or int8 activations (as a GPU keeps it); fp32 on the CPU's reference path. */
-size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act);
+/* Bytes of a KV cache element as the backend stores it: 1 for FP8 and 2 for bf16 where kv
+ * asks for them; under AUTO bf16 on CUDA, and on the CPU with bf16 or int8 activations (as a
+ * GPU keeps it); fp32 on the CPU's reference path. */
+size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act, atlas_kv_dtype kv);
 
 /* Bytes of KV cache for blocks of block_size tokens, n_kv_heads of them (a rank's), elem
  * bytes an element (atlas_model_kv_elem). */

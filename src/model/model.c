@@ -15,6 +15,7 @@
 #include "format/layout.h"
 #include "model/forward.h"
 #include "model/inspect.h"
+#include "model/kv_scale.h"
 #include "model/model_internal.h"
 #include "model/rope.h"
 #include "model/shard.h"
@@ -38,6 +39,8 @@ static atlas_status check_params(const atlas_model_params *p) {
         return atlas_fail(ATLAS_ERR_INVALID, "model params: device %d", (int)p->device);
     if (p->kernels < ATLAS_KERNELS_NATIVE || p->kernels > ATLAS_KERNELS_PORTABLE)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: kernels %d", (int)p->kernels);
+    if (p->kv_dtype < ATLAS_KV_DTYPE_AUTO || p->kv_dtype > ATLAS_KV_DTYPE_FP8)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: kv_dtype %d", (int)p->kv_dtype);
     if (p->cpu_activations < ATLAS_CPU_ACT_FP32 || p->cpu_activations > ATLAS_CPU_ACT_AUTO)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: cpu_activations %d",
                           (int)p->cpu_activations);
@@ -189,6 +192,38 @@ static void layer_geom(const atlas_config *c, atlas_backend_geom *g, double *inv
     g->moe_route = c->moe_topk_softmax ? ATLAS_ROUTE_TOPK_SOFTMAX : ATLAS_ROUTE_SOFTMAX_TOPK;
 }
 
+/* The checkpoint's FP8 KV scales into scales[2 * n_layers] and the geometry (the backend
+ * copies them); m->kv_note says what became of them. */
+static atlas_status read_kv_scales(atlas_model *m, const atlas_model_params *p, float *scales,
+                                   atlas_backend_geom *g) {
+    int found = 0;
+    ATLAS_TRY(atlas_kv_scales_read(m->st, m->cfg.n_layers, scales, &found));
+    g->kv_scales = scales;
+    bool fp8 = p->kv_dtype == ATLAS_KV_DTYPE_FP8;
+    if (found)
+        snprintf(m->kv_note, sizeof m->kv_note, "%d K/V scale tensors of the checkpoint, %s",
+                 found, fp8 ? "used (1.0 for any layer without)"
+                            : "unused: the cache is not FP8 (--kv-cache-dtype fp8 uses them)");
+    else if (fp8)
+        snprintf(m->kv_note, sizeof m->kv_note, "scales 1.0 (the checkpoint has no k_scale / "
+                 "v_scale)");
+    return ATLAS_OK;
+}
+
+/* The KV cache type p asks for, on the backend just made: a type it does not have is
+ * refused now, before any weight is read, by making (and freeing) a one-block cache. */
+static atlas_status set_kv_dtype(atlas_model *m, const atlas_model_params *p) {
+    if (p->kv_dtype == ATLAS_KV_DTYPE_AUTO) return ATLAS_OK;
+    m->be->kv_size = p->kv_dtype == ATLAS_KV_DTYPE_FP8 ? 1 : sizeof(uint16_t);
+    atlas_kv *probe = NULL;
+    atlas_status st = m->be->ops->kv_create(m->be, 1, p->kv_block_size, &probe);
+    if (st != ATLAS_OK)
+        return atlas_fail_wrap(st, "%s: --kv-cache-dtype %s", m->dir,
+                               atlas_model_kv_dtype_name(p->kv_dtype));
+    m->be->ops->kv_free(m->be, probe);
+    return ATLAS_OK;
+}
+
 /* Everything but the config and the tokenizer; reads neither m->tok nor the eos set. */
 static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                  const atlas_backend_options *opts) {
@@ -230,10 +265,15 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
         return atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", m->dir);
     }
     layer_geom(c, &g, inv_local, window, set);
-    atlas_status picked = pick_backend(m, p, opts, &g);
+    float *kv_scales = malloc((size_t)2 * c->n_layers * sizeof *kv_scales);
+    atlas_status picked = kv_scales ? read_kv_scales(m, p, kv_scales, &g)
+                                    : atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory", m->dir);
+    if (picked == ATLAS_OK) picked = pick_backend(m, p, opts, &g);
     free(window); /* the backend keeps copies */
     free(set);
+    free(kv_scales);
     ATLAS_TRY(picked);
+    ATLAS_TRY(set_kv_dtype(m, p));
     if (c->n_experts && (!m->be->ops->moe_route || !m->be->ops->moe_experts))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: mixture-of-experts layers: not on the %s "
                           "backend yet; run with --device cpu", m->dir, m->be->ops->name);
@@ -429,6 +469,8 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
     info->token_weight_bytes = atlas_weights_token_bytes(m->w.groups, c);
     size_t tokens = (size_t)m->kv_blocks * (size_t)m->kv_block_size;
     info->kv_token_bytes = tokens ? m->kv_bytes / tokens : 0;
+    info->kv_dtype = m->be->kv_size == 1 ? "fp8" : m->be->kv_size == 2 ? "bf16" : "f32";
+    info->kv_scales = m->kv_note;
 }
 
 const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m) { return m->tok; }

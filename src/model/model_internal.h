@@ -46,6 +46,7 @@ struct atlas_model {
     char backend_why[512];
     char quant_str[96];   /* atlas_model_info.quantization */
     char formats[480];    /* atlas_model_info.formats */
+    char kv_note[128];    /* atlas_model_info.kv_scales */
     atlas_model_weights w;
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;

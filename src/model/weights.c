@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "model/experts_oss.h"
+#include "model/kv_scale.h"
 #include "model/quant.h"
 #include "model/shard.h"
 #include "model/weight_read.h"
@@ -650,7 +651,6 @@ typedef enum ignore_when {
     IGNORE_ALWAYS,
     IGNORE_WHEN_TIED,      /* only with tie_word_embeddings */
     IGNORE_WHEN_EMBEDDING, /* only in an embedding model (config.pooling) */
-    IGNORE_WHEN_KV_FP8, /* only where quantization_config asks for an FP8 KV cache */
     IGNORE_WHEN_NESTED,    /* only in a vision-language checkpoint (its text model runs) */
 } ignore_when;
 
@@ -670,13 +670,6 @@ static const struct ignore_rule {
     /* tied: the embedding is the output head, whatever copy an export kept (transformers
      * ties it over the file's) */
     {ALL_ARCHS, "lm_head.weight", IGNORE_WHEN_TIED},
-    /* an FP8 KV cache's scales (model/quant.h: atlas keeps the KV in the compute type), as
-     * ModelOpt (k_proj.k_scale, or self_attn.k_scale) and llm-compressor (self_attn.k_scale,
-     * formerly k_proj.output_scale) name them */
-    {ALL_ARCHS, "model.layers.*.self_attn.[kv]_scale", IGNORE_WHEN_KV_FP8},
-    {ALL_ARCHS, "model.layers.*.self_attn.k_proj.k_scale", IGNORE_WHEN_KV_FP8},
-    {ALL_ARCHS, "model.layers.*.self_attn.v_proj.v_scale", IGNORE_WHEN_KV_FP8},
-    {ALL_ARCHS, "model.layers.*.self_attn.[kv]_proj.output_scale", IGNORE_WHEN_KV_FP8},
     {ARCH(ATLAS_ARCH_GEMMA3), "language_model.lm_head.weight", IGNORE_WHEN_TIED},
     /* Gemma3ForConditionalGeneration's image encoder and projector, in both spellings: atlas
      * runs the text model (image input is refused by the server) */
@@ -687,11 +680,13 @@ static const struct ignore_rule {
 };
 
 static bool ignored(const atlas_config *c, const char *name) {
+    /* an FP8 KV cache's scales: read by model/kv_scale.c (used by an FP8 cache, unused by
+     * another), never bound as weights */
+    if (atlas_kv_scale_name(name)) return true;
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         const struct ignore_rule *r = &IGNORED[i];
         if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings) ||
             (r->when == IGNORE_WHEN_EMBEDDING && c->pooling == ATLAS_POOL_NONE) ||
-            (r->when == IGNORE_WHEN_KV_FP8 && !c->quant.kv_fp8) ||
             (r->when == IGNORE_WHEN_NESTED && !c->nested_text))
             continue;
         if (fnmatch(r->pattern, name, 0) == 0) return true;

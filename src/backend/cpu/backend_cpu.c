@@ -242,6 +242,7 @@ static void cpu_kv_free(atlas_backend *be, atlas_kv *kv) {
     if (!kv) return;
     if (kv->k) munmap(kv->k, kv->bytes);
     if (kv->v) munmap(kv->v, kv->bytes);
+    free(kv->scales);
     free(kv);
 }
 
@@ -257,10 +258,24 @@ static atlas_status cpu_kv_create(atlas_backend *be, int n_blocks, int block_siz
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
     kv->n_layers = g->n_layers;
-    kv->bf16 = be->kv_size == sizeof(uint16_t); /* set_activations chose it */
+    if (be->kv_size != 1 && be->kv_size != sizeof(uint16_t) && be->kv_size != sizeof(float)) {
+        free(kv);
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "kv cache: %zu-byte elements (the CPU has "
+                          "fp32, bf16 and FP8 e4m3)", be->kv_size);
+    }
+    kv->bf16 = be->kv_size == sizeof(uint16_t); /* set_activations or the model chose it */
+    kv->fp8 = be->kv_size == 1;
+    if (kv->fp8) {
+        if (!(kv->scales = malloc((size_t)2 * g->n_layers * sizeof *kv->scales))) {
+            free(kv);
+            return atlas_fail(ATLAS_ERR_NOMEM, "kv cache: out of memory");
+        }
+        for (int i = 0; i < 2 * g->n_layers; i++)
+            kv->scales[i] = g->kv_scales ? g->kv_scales[i] : 1.0f;
+    }
     kv->block_floats = (size_t)block_size * g->n_kv_heads * g->head_dim;
     kv->stride = kv->block_floats * g->n_layers;
-    size_t bytes = kv->stride * n_blocks * (kv->bf16 ? sizeof(uint16_t) : sizeof(float));
+    size_t bytes = kv->stride * n_blocks * cpu_kv_es(kv);
     kv->bytes = bytes;
     kv->k = kv_map(bytes);
     kv->v = kv_map(bytes);
@@ -533,7 +548,14 @@ static atlas_status cpu_kv_store(atlas_backend *be, const void *qkv, atlas_kv *k
         for (int h = 0; h < K; h++) {
             size_t at = cpu_kv_at(kv, (size_t)cb->slots[t], (size_t)h, (size_t)hd);
             const float *ks = row + (size_t)(H + h) * hd, *vs = row + (size_t)(H + K + h) * hd;
-            if (kv->bf16) {
+            if (kv->fp8) { /* as vLLM: x / scale in fp32, then the nearest code */
+                uint8_t *kd = (uint8_t *)kl + at, *vd = (uint8_t *)vl + at;
+                float ks_ = kv->scales[2 * layer], vs_ = kv->scales[2 * layer + 1];
+                for (int d = 0; d < hd; d++) {
+                    kd[d] = atlas_f32_to_e4m3(ks[d] / ks_);
+                    vd[d] = atlas_f32_to_e4m3(vs[d] / vs_);
+                }
+            } else if (kv->bf16) {
                 uint16_t *kd = (uint16_t *)kl + at, *vd = (uint16_t *)vl + at;
                 for (int d = 0; d < hd; d++) {
                     kd[d] = atlas_f32_to_bf16(ks[d]);
@@ -586,6 +608,7 @@ static atlas_status cpu_destroy(atlas_backend *be) {
     free(cb->inv_freq);
     free(cb->layer_window);
     free(cb->layer_rope_set);
+    free(cb->kv_scales);
     free(cb->tokens);
     free(cb->positions);
     free(cb->slots);
@@ -650,8 +673,13 @@ static atlas_status copy_layers(cpu_backend *cb, const atlas_backend_geom *g) {
         if (!(cb->layer_rope_set = malloc(n))) return ATLAS_ERR_NOMEM;
         memcpy(cb->layer_rope_set, g->layer_rope_set, n);
     }
+    if (g->kv_scales) {
+        if (!(cb->kv_scales = malloc(2 * n * sizeof *cb->kv_scales))) return ATLAS_ERR_NOMEM;
+        memcpy(cb->kv_scales, g->kv_scales, 2 * n * sizeof *cb->kv_scales);
+    }
     cb->base.geom.layer_window = cb->layer_window;
     cb->base.geom.layer_rope_set = cb->layer_rope_set;
+    cb->base.geom.kv_scales = cb->kv_scales;
     return ATLAS_OK;
 }
 

@@ -2,7 +2,7 @@
  *
  * Weights are kept as the checkpoint stores them (bf16/f16/f32, or packed FP8/INT4 with their
  * scales) and are converted to fp32 a tile of rows at a time while multiplying; activations
- * and the paged KV cache are fp32. */
+ * are fp32, the paged KV cache fp32, bf16 or FP8 e4m3 (atlas_backend.kv_size). */
 #ifndef ATLAS_BACKEND_CPU_H
 #define ATLAS_BACKEND_CPU_H
 
@@ -48,15 +48,20 @@ struct atlas_weight {
 struct atlas_kv {
     int n_blocks, block_size, n_layers;
     int bf16;            /* elements bf16 (the bf16 and int8 activation modes), else fp32 */
+    int fp8;             /* elements FP8 e4m3 codes of x / scale (kv_size 1), else as bf16 says */
+    float *scales;       /* fp8: [2 * n_layers], layer l's K scale at 2l, V at 2l + 1; owned */
     size_t block_floats; /* one layer's share of a block, in elements: K * block_size * hd */
     size_t stride;       /* elements from a block to the next: n_layers * block_floats */
     void *k, *v;         /* [n_blocks, n_layers, K, block_size, hd], mmap'd */
     size_t bytes;        /* of each of k and v */
 };
 
+/* Bytes of one element of kv. */
+static inline size_t cpu_kv_es(const atlas_kv *kv) { return kv->fp8 ? 1 : kv->bf16 ? 2 : 4; }
+
 /* Layer l's base in pool p (k or v) of kv. */
 static inline void *cpu_kv_layer(const atlas_kv *kv, void *p, int l) {
-    return (char *)p + (size_t)l * kv->block_floats * (kv->bf16 ? 2 : 4);
+    return (char *)p + (size_t)l * kv->block_floats * cpu_kv_es(kv);
 }
 
 /* Elements from a layer's base (cpu_kv_layer) to slot's row of kv head h. */
@@ -118,6 +123,7 @@ typedef struct cpu_backend {
     int n_maps, cap_maps;
     int32_t *layer_window;   /* owned copies of the geometry's per-layer arrays, or NULL */
     uint8_t *layer_rope_set;
+    float *kv_scales;        /* [2 * n_layers] or NULL */
     /* the staged batch (begin_batch) */
     int n_tokens, n_seqs, n_logits, block_size, cap_tokens, cap_seqs, cap_logits;
     int32_t *tokens, *positions, *slots, *tok_seq, *seq_ctx, *logit_rows; /* owned copies */
@@ -166,6 +172,10 @@ void cpu_read_cancel(cpu_backend *cb, const atlas_weight *owner);
  * failure, with the tensor's name, once all have stopped (the queue then stays as it was:
  * the next run reads it again, and fails again, until the weights are freed). */
 atlas_status cpu_read_run(cpu_backend *cb);
+
+/* The 256 e4m3 codes' values as fp32, the table the FP8 weights dequantize with
+ * (cpu_quant.c); the FP8 KV cache reads its codes through it too. */
+const float *cpu_e4m3_table(void);
 
 /* Row r of part p (its own numbering) dequantized to fp32 into dst[cols] (cpu_quant.c). */
 void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst);

@@ -28,11 +28,18 @@ typedef struct attn_job {
     const float *sinks;  /* [H] or NULL */
     int n_blocks;        /* query blocks: cb->attn_blocks[2b] first token, [2b+1] count */
     size_t buf_floats;   /* a thread's share of cb->attn_buf */
+    float k_scale, v_scale; /* an FP8 cache's scales of this layer */
 } attn_job;
 
 /* A bf16 cache's row as fp32 (exact). */
 static void kv_widen(const uint16_t *src, float *dst, int n) {
     for (int i = 0; i < n; i++) dst[i] = atlas_bf16_to_f32(src[i]);
+}
+
+/* An FP8 cache's row as fp32: each code's value times the layer's scale (one rounding). */
+static void kv_widen_fp8(const uint8_t *src, float scale, float *dst, int n) {
+    const float *tab = cpu_e4m3_table();
+    for (int i = 0; i < n; i++) dst[i] = tab[src[i]] * scale;
 }
 
 static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -57,7 +64,11 @@ static void plain_range(void *ctx, int64_t begin, int64_t end, int thread) {
             size_t slot = (size_t)table[p / bs] * bs + p % bs;
             size_t off = cpu_kv_at(j->kv, slot, (size_t)kvh, (size_t)hd);
             const float *kk = (const float *)j->k + off, *vv = (const float *)j->v + off;
-            if (j->kv->bf16) {
+            if (j->kv->fp8) {
+                kv_widen_fp8((const uint8_t *)j->k + off, j->k_scale, krow, hd);
+                kv_widen_fp8((const uint8_t *)j->v + off, j->v_scale, vrow, hd);
+                kk = krow, vv = vrow;
+            } else if (j->kv->bf16) {
                 kv_widen((const uint16_t *)j->k + off, krow, hd);
                 kv_widen((const uint16_t *)j->v + off, vrow, hd);
                 kk = krow, vv = vrow;
@@ -92,6 +103,7 @@ typedef struct attn_item {
     const atlas_kv *kv;
     const int32_t *table;
     const float *sinks;  /* the group's [group], or NULL */
+    float k_scale, v_scale; /* an FP8 cache's scales of this layer */
 } attn_item;
 
 /* Floats of one thread's tile buffers for rows rows (the widest vector: 16, keys 32). */
@@ -126,7 +138,10 @@ static void attn_gather(const attn_item *it, int j0, int nk, float *ks, float *v
         int p = j0 + j;
         size_t slot = (size_t)it->table[p / it->bs] * it->bs + p % it->bs;
         size_t off = cpu_kv_at(it->kv, slot, (size_t)it->kvh, (size_t)hd);
-        if (it->kv->bf16) {
+        if (it->kv->fp8) {
+            kv_widen_fp8((const uint8_t *)it->k + off, it->k_scale, ks + (size_t)j * hdp, hd);
+            kv_widen_fp8((const uint8_t *)it->v + off, it->v_scale, vs + (size_t)j * hdp, hd);
+        } else if (it->kv->bf16) {
             kv_widen((const uint16_t *)it->k + off, ks + (size_t)j * hdp, hd);
             kv_widen((const uint16_t *)it->v + off, vs + (size_t)j * hdp, hd);
         } else {
@@ -310,7 +325,8 @@ static void tiled_range(void *ctx, int64_t begin, int64_t end, int thread) {
             .out = j->out + (size_t)t0 * H * hd + (size_t)kvh * (H / K) * hd,
             .out_stride = (size_t)H * hd, .k = j->k, .v = j->v, .kv = j->kv,
             .table = cb->block_table + (size_t)s * cb->max_blocks,
-            .sinks = j->sinks ? j->sinks + kvh * (H / K) : NULL};
+            .sinks = j->sinks ? j->sinks + kvh * (H / K) : NULL,
+            .k_scale = j->k_scale, .v_scale = j->v_scale};
 #if defined(__aarch64__)
         attn_item_neon(&it, buf);
 #elif defined(HAVE_TILED)
@@ -364,7 +380,8 @@ atlas_status cpu_attention(atlas_backend *be, void *out, const void *qkv, const 
                           (long long)sinks->cols, be->geom.n_heads);
     int window = atlas_geom_window(&be->geom, layer);
     attn_job j = {cb, cb->attn, window, out, qkv, cpu_kv_layer(kv, kv->k, layer),
-                  cpu_kv_layer(kv, kv->v, layer), kv, sinks ? sinks->vec : NULL, 0, 0};
+                  cpu_kv_layer(kv, kv->v, layer), kv, sinks ? sinks->vec : NULL, 0, 0,
+                  kv->fp8 ? kv->scales[2 * layer] : 1.0f, kv->fp8 ? kv->scales[2 * layer + 1] : 1.0f};
     int64_t max_pos = 0;
     for (int t = 0; t < cb->n_tokens; t++)
         if (cb->positions[t] > max_pos) max_pos = cb->positions[t];

@@ -146,7 +146,7 @@ F(pv_direct)(const float *p, int nk, const void *const *v, int c0, float *o, con
 static inline void F(direct_rows)(const attn_item *it, int j0, int nk, const void **kp,
                                   const void **vp) {
     int blk = j0 / it->bs, in = j0 % it->bs;
-    const size_t head = (size_t)it->kvh * it->bs * it->hd, es = it->kv->bf16 ? 2 : 4;
+    const size_t head = (size_t)it->kvh * it->bs * it->hd, es = cpu_kv_es(it->kv);
     for (int j = 0; j < nk; j++) {
         size_t off = ((size_t)it->table[blk] * it->kv->stride + head + (size_t)in * it->hd) * es;
         kp[j] = (const char *)it->k + off;
@@ -193,7 +193,8 @@ TGT static void F(attn_direct)(const attn_item *it, float *buf) {
 
 /* One item into its output rows; buf: attn_buf_floats(rows, hd) floats. */
 TGT static void F(attn_item)(const attn_item *it, float *buf) {
-    if (it->nq == 1 && it->hd % VW == 0 && it->group <= 8) {
+    /* an FP8 cache's rows are widened by the gather (a table and the scale), not in place */
+    if (it->nq == 1 && it->hd % VW == 0 && it->group <= 8 && !it->kv->fp8) {
         F(attn_direct)(it, buf);
         return;
     }

@@ -21,6 +21,11 @@ static void e4m3_init(void) {
     for (int c = 0; c < 16; c++) e2m1_table[c] = atlas_e2m1_to_f32((uint8_t)c);
 }
 
+const float *cpu_e4m3_table(void) {
+    pthread_once(&e4m3_once, e4m3_init);
+    return e4m3_table;
+}
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void cpu_dequant_row(const cpu_part *p, int64_t r, int64_t cols, float *dst) {

@@ -34,6 +34,11 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     if (n_blocks < 1 || block_size < 1)
         return atlas_fail(ATLAS_ERR_INVALID, "cuda: kv cache of %d blocks of %d", n_blocks,
                           block_size);
+    if (be->kv_size != 2) /* the kernels read and write bf16 rows */
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a KV cache of %zu-byte elements: the "
+                          "CUDA backend has a bf16 KV cache only (--kv-cache-dtype fp8 runs "
+                          "on the CPU backend: --device cpu; or --kv-cache-dtype auto)",
+                          be->kv_size);
     atlas_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     kv->n_blocks = n_blocks;
@@ -530,6 +535,7 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
     cb->base.kv_size = 2; /* bf16 */
+    cb->base.geom.kv_scales = NULL; /* the caller's, not kept: no FP8 cache here (kv_create) */
     cb->dev.host = host;
     atlas_status st = cuda_setup(cb, o);
     if (st != ATLAS_OK) {
