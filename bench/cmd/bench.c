@@ -48,6 +48,7 @@ typedef struct bench_opts {
     int no_memory_check; /* --no-memory-check */
     int threads;         /* --threads: CPU workers (0: one per core) */
     atlas_cpu_activations cpu_act; /* --cpu-activations */
+    atlas_kv_dtype kv_dtype;       /* --kv-cache-dtype */
 } bench_opts;
 
 static double now_s(void) {
@@ -70,6 +71,7 @@ static int usage(void) {
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
                     "                   [--cpu-activations auto|fp32|bf16|int8]   (the CPU's matmuls)\n"
+                    "                   [--kv-cache-dtype auto|bf16|fp8]   (the KV cache's elements)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
                     "each printed; nothing else)\n"
@@ -99,12 +101,12 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    "--kernels", "--no-memory-check", "--threads", "--cpu-activations", NULL};
+    "--kernels", "--no-memory-check", "--threads", "--cpu-activations", "--kv-cache-dtype", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO};
+                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO, ATLAS_KV_DTYPE_AUTO};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
@@ -169,6 +171,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->backend.portable = k == ATLAS_KERNELS_PORTABLE;
         } else if (!strcmp(a, "--cpu-activations")) {
             if (atlas_cli_parse_cpu_activations(v, &o->cpu_act)) return usage();
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (atlas_cli_parse_kv_dtype("bench", v, &o->kv_dtype)) return 2;
         } else {
             return usage();
         }
@@ -365,6 +369,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.no_memory_check = o.no_memory_check;
     mp.n_threads = o.threads;
     mp.cpu_activations = o.cpu_act;
+    mp.kv_dtype = o.kv_dtype;
     atlas_model *m = NULL;
     double t0 = now_s();
     if (atlas_model_load_opts(o.dir, &mp, &o.backend, &m) != ATLAS_OK) {

@@ -125,6 +125,7 @@ static void usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             "  --cpu-activations fp32|bf16|int8  the CPU's matmuls (see atlas run --help)\n"
+            "  --kv-cache-dtype auto|bf16|fp8  the KV cache's elements (see atlas run --help)\n"
             "  --no-memory-check    load even when the model needs more memory than is free\n"
             "  -h, --help           this help\n",
             atlas_cli_default_model());
@@ -761,7 +762,7 @@ static int read_input(chat *c, char **text, int *single, int *empty) {
 static const char *const chat_options[] = {
     "-h", "--help", "-m", "--model", "--url", "--api-key", "--system", "--temp", "--top-p",
     "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads",
-    "--kernels", "--no-memory-check", "--cpu-activations", NULL};
+    "--kernels", "--no-memory-check", "--cpu-activations", "--kv-cache-dtype", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
@@ -809,6 +810,8 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
             fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want fp32, bf16 or int8)\n", v);
             return 2;
         }
+    } else if (!strcmp(a, "--kv-cache-dtype")) {
+        if (atlas_cli_parse_kv_dtype("chat", v, &c->dev.kv_dtype)) return 2;
     } else if (set_knob(c, a, v, "atlas chat")) {
         return 2;
     }

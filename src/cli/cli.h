@@ -30,6 +30,18 @@ int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
 /* Parses --cpu-activations' value: "auto", "fp32", "bf16" or "int8" (include/atlas/model.h).
  * 0 on success, -1 (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act);
+/* Parses --kv-cache-dtype's value (atlas_model_kv_dtype_parse: auto, bf16, fp8, fp8_e4m3):
+ * 0 on success; else one line "atlas CMD: --kv-cache-dtype: MESSAGE" on stderr and -2
+ * (cli/device.c). */
+int atlas_cli_parse_kv_dtype(const char *cmd, const char *v, atlas_kv_dtype *out);
+/* Its lines in `run --help`, `serve --help` and `bench`'s usage. */
+#define ATLAS_CLI_KV_DTYPE_HELP                                                                \
+    "  --kv-cache-dtype auto|bf16|fp8  the KV cache's elements (vLLM's flag; fp8_e4m3 is\n"   \
+    "                       fp8): fp8 stores e4m3 with the checkpoint's k_scale / v_scale\n"  \
+    "                       (else 1.0), twice the tokens of bf16 in the same memory; CPU\n"   \
+    "                       only for now (default auto: bf16 on a GPU; on the CPU fp32,\n"    \
+    "                       or bf16 with --cpu-activations bf16 or int8)\n"
+
 /* Its lines in `run --help` and `serve --help`. */
 #define ATLAS_CLI_CPU_ACT_HELP                                                                 \
     "  --cpu-activations auto|fp32|bf16|int8  what the CPU multiplies weights with\n"        \
@@ -47,6 +59,7 @@ typedef struct atlas_cli_device {
     int gpu; /* the ordinal of --device cuda:N */
     atlas_kernels kernels;
     atlas_cpu_activations cpu_act; /* --cpu-activations */
+    atlas_kv_dtype kv_dtype;       /* --kv-cache-dtype */
     int threads, ctx;
     int no_memory_check; /* --no-memory-check */
 } atlas_cli_device;

@@ -68,6 +68,7 @@ static void usage(FILE *f) {
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             ATLAS_CLI_CPU_ACT_HELP
+            ATLAS_CLI_KV_DTYPE_HELP
             "  --no-memory-check    load even when the weights and KV cache need more memory\n"
             "                       than the GPU or the machine has free (refused by default,\n"
             "                       before any weight is read)\n"
@@ -105,7 +106,7 @@ static const char *const run_options[] = {
     "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
     "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
     "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels",
-    "--no-memory-check", "--ignore-eos", "--cpu-activations", NULL};
+    "--no-memory-check", "--ignore-eos", "--cpu-activations", "--kv-cache-dtype", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
@@ -176,6 +177,8 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
             fprintf(stderr, "atlas run: --cpu-activations: '%s' (want fp32, bf16 or int8)\n", v);
             return 2;
         }
+    } else if (!strcmp(a, "--kv-cache-dtype")) {
+        if (atlas_cli_parse_kv_dtype("run", v, &o->dev.kv_dtype)) return 2;
     } else {
         fprintf(stderr, "atlas run: unknown option '%s' (see --help)\n", a);
         return 2;

@@ -351,7 +351,7 @@ static const char *const serve_options[] = {
     "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations",
+    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations", "--kv-cache-dtype",
     "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
     "--tool-call-format", "--models-preset", "--keep-alive", "--host-cache", NULL};
 
@@ -436,6 +436,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = atlas_cli_parse_kernels(v, &a->ep.kernels);
         } else if (!strcmp(o, "--cpu-activations")) {
             bad = atlas_cli_parse_cpu_activations(v, &a->ep.cpu_activations);
+        } else if (!strcmp(o, "--kv-cache-dtype")) {
+            bad = atlas_cli_parse_kv_dtype("serve", v, &a->ep.kv_dtype);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
             atlas_cli_serve_usage(stderr);
@@ -614,8 +616,8 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
         const atlas_engine_model_status *m = &ms[i];
         if (!m->resident) {
             atlas_server_log(server, ATLAS_LOG_INFO, "model %s: dir %s, not loaded (loads on "
-                             "its first request), kv %ld tokens, context %d tokens", m->name,
-                             m->dir, m->kv_tokens, m->ctx_size);
+                             "its first request), kv %ld tokens of %s, context %d tokens",
+                             m->name, m->dir, m->kv_tokens, m->kv_dtype, m->ctx_size);
         } else {
             char device[32];
             device_name(a, m->backend, device, sizeof device);
@@ -626,10 +628,10 @@ static void print_banner(const serve_args *a, atlas_engine *engine, atlas_server
             else snprintf(params, sizeof params, "%.1fM", m->n_params / 1e6);
             atlas_server_log(server, ATLAS_LOG_INFO, "model %s: dir %s, %s, %s parameters, "
                              "%s, device %s, memory %.2f GiB (weights %.2f, kv %.2f), kv %ld "
-                             "tokens, context %d tokens (model maximum %d)", m->name, m->dir,
-                             m->architecture, params, m->dtype, device, gib,
+                             "tokens of %s, context %d tokens (model maximum %d)", m->name,
+                             m->dir, m->architecture, params, m->dtype, device, gib,
                              m->weight_bytes / 1073741824.0, m->kv_bytes / 1073741824.0,
-                             m->kv_tokens, m->ctx_size, m->max_ctx);
+                             m->kv_tokens, m->kv_dtype, m->ctx_size, m->max_ctx);
         }
         if (m->note[0]) atlas_server_log(server, ATLAS_LOG_INFO, "model %s: %s", m->name, m->note);
     }

@@ -78,22 +78,21 @@ static int get_template(serve_preset *p, const char *path, int i, const json_t *
     return pm->m.chat_template ? 0 : fail(path, i, "chat_template", "out of memory");
 }
 
-/* "kv_dtype": the KV cache's element type follows the backend (bf16 on a GPU; on the CPU
- * f32 with fp32 activations, bf16 with bf16 or int8 ones), so "auto" and those two are
- * taken (the engine checks that the one named is what the model gets) and any other type is
- * refused by name. */
+/* "kv_dtype": --kv-cache-dtype's values ("auto", "bf16", "fp8", "fp8_e4m3"), or "f32", the
+ * CPU's cache with fp32 activations (the engine checks that the model gets it); any other
+ * type is refused by name. */
 static int get_kv_dtype(serve_preset *p, const char *path, int i, const json_t *v,
                         serve_preset_model *pm) {
     const char *s = json_string_value(v);
-    if (s && (!strcmp(s, "auto") || !strcmp(s, "bf16") || !strcmp(s, "f32"))) {
+    atlas_kv_dtype t;
+    if (s && (!strcmp(s, "f32") || atlas_model_kv_dtype_parse(s, &t) == ATLAS_OK)) {
         pm->m.kv_dtype = own(p, strdup(s));
         return pm->m.kv_dtype ? 0 : fail(path, i, "kv_dtype", "out of memory");
     }
     char what[200];
-    snprintf(what, sizeof what, "'%.40s' is not a KV cache type atlas has: it is bf16 on a GPU "
-             "and on the CPU f32 or bf16 (--cpu-activations); give \"auto\", \"bf16\" or "
-             "\"f32\", or leave it out",
-             s ? s : "(not a string)");
+    snprintf(what, sizeof what, "'%.40s' is not a KV cache type atlas has: give \"auto\", "
+             "\"bf16\", \"fp8\" (e4m3; \"fp8_e4m3\"), \"f32\" (the CPU's with fp32 "
+             "activations), or leave it out", s ? s : "(not a string)");
     return fail(path, i, "kv_dtype", what);
 }
 

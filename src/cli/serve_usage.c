@@ -21,9 +21,9 @@ void atlas_cli_serve_usage(FILE *f) {
             "                       'claude-*=qwen' for Claude Code's two model names)\n"
             "  --models-preset FILE  models and their own settings from a JSON file:\n"
             "                       {\"models\": [{\"name\", \"dir\", \"aliases\", \"ctx_size\",\n"
-            "                       \"parallel\", \"kv_memory\" (GiB), \"kv_dtype\" (\"auto\",\n"
-            "                       \"bf16\" on a GPU, \"f32\" or with --cpu-activations bf16\n"
-            "                       or int8 \"bf16\" on the CPU), \"batch_tokens\", \"pinned\",\n"
+            "                       \"parallel\", \"kv_memory\" (GiB), \"kv_dtype\" (as\n"
+            "                       --kv-cache-dtype: \"auto\", \"bf16\", \"fp8\"; or \"f32\",\n"
+            "                       the CPU's with fp32 activations), \"batch_tokens\", \"pinned\",\n"
             "                       \"keep_alive\", \"load\",\n"
             "                       \"chat_template\", \"tool_call_format\",\n"
             "                       \"matryoshka_dimensions\" (an embedding model's)}]};\n"
@@ -66,6 +66,7 @@ void atlas_cli_serve_usage(FILE *f) {
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
             ATLAS_CLI_CPU_ACT_HELP
+            ATLAS_CLI_KV_DTYPE_HELP
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"
             "  --timeout S          seconds before an idle connection is closed (30)\n"

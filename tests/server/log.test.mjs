@@ -66,10 +66,10 @@ test('text log: the start banner, one line per request, no secrets', async () =>
   try {
     const banner = srv.log();
     assert.match(banner, /^atlas: loaded default: \d+\.\d (MB|GB) in \d+\.\d+ s \(\d+\.\d GB\/s\), (cpu|cuda:\d+)$/m);
-    const model = banner.match(/ info model default: dir (\S+), (\w+ForCausalLM), (\d+\.\d+[MB]) parameters, (BF16|F16|F32|mixed), device (cpu|cuda:\d+), memory (\d+\.\d+) GiB \(weights (\d+\.\d+), kv (\d+\.\d+)\), kv (\d+) tokens, context (\d+) tokens/);
+    const model = banner.match(/ info model default: dir (\S+), (\w+ForCausalLM), (\d+\.\d+[MB]) parameters, (BF16|F16|F32|mixed), device (cpu|cuda:\d+), memory (\d+\.\d+) GiB \(weights (\d+\.\d+), kv (\d+\.\d+)\), kv (\d+) tokens of (f32|bf16|fp8), context (\d+) tokens/);
     assert.ok(model, `no model line in the banner:\n${banner}`);
     assert.equal(model[2], 'LlamaForCausalLM');
-    assert.ok(Number(model[9]) > 0 && Number(model[10]) > 0, model[0]);
+    assert.ok(Number(model[9]) > 0 && Number(model[11]) > 0, model[0]);
     assert.ok(Math.abs(Number(model[6]) - Number(model[7]) - Number(model[8])) < 0.02, model[0]);
     assert.match(banner, / info device (cpu|cuda:\d+); memory used \d+\.\d+ GiB by 1 loaded model\(s\) of 1(, budget \d+\.\d+ GiB)?$/m);
     assert.match(banner, new RegExp(` info listening on http://127\\.0\\.0\\.1:${srv.port} \\(API key required\\)$`, 'm'));
