@@ -133,11 +133,14 @@ test('a bad models file stops the start, naming the model and the setting', () =
   let r = run([{ ...MODELS[0], kv_dtype: 'q8_0' }]);
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[0\]\.kv_dtype: 'q8_0' is not a KV cache type/);
-  // a type atlas has, but not on this backend: refused naming the model, not served as f32
-  r = spawnSync(BIN, ['serve', '--port', '0', '--device', 'cpu', '--cpu-activations', 'fp32', '--models-preset',
-    preset([{ ...MODELS[0], kv_dtype: 'bf16' }])], { encoding: 'utf8', timeout: 10000 });
+  // f32, which only the CPU's fp32 activations give: refused naming the model, not served as bf16
+  r = spawnSync(BIN, ['serve', '--port', '0', '--device', 'cpu', '--cpu-activations', 'bf16', '--models-preset',
+    preset([{ ...MODELS[0], kv_dtype: 'f32' }])], { encoding: 'utf8', timeout: 10000 });
   assert.equal(r.status, 1, r.stderr);
-  assert.match(r.stderr, /model 'small': kv_dtype bf16: the KV cache on the CPU is f32/);
+  assert.match(r.stderr, /model 'small': kv_dtype f32: the KV cache on the CPU is bf16/);
+  r = run([{ ...MODELS[0], kv_dtype: 'fp8_e5m2' }]);
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /models\[0\]\.kv_dtype: 'fp8_e5m2' is not a KV cache type/);
   r = run([MODELS[1], { dir: MODELS[0].dir, ctx: 5 }]);
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /models\[1\]\.ctx: unknown setting/);
