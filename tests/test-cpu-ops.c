@@ -329,10 +329,21 @@ typedef struct attn_case {
     int window, with_qk_norm;
     atlas_weight *qn, *kn, *sinks;
     const double *qn_vals, *kn_vals, *sink_vals;
-    int kv_bf16; /* the cache holds bf16: the reference's history is rounded the same way */
+    int kv_bf16; /* the cache holds bf16 (1) or FP8 e4m3 (2): the reference's history is
+                    rounded the same way */
 } attn_case;
 
 static double round_bf16(double x) { return atlas_bf16_to_f32(atlas_f32_to_bf16((float)x)); }
+
+/* The FP8 cache's scales of the test's two layers (k, v of layer 0, then of layer 1, the one
+ * the test runs): K's small enough that some keys saturate at 448, V's large enough that some
+ * values are subnormal codes. */
+static const float FP8_SCALES[4] = {0.5f, 0.25f, 0.002f, 1.9f};
+
+/* e4m3(x / scale) * scale in float64: what an FP8 cache gives back for x (vLLM's rule). */
+static double round_fp8(float x, float scale) {
+    return (double)atlas_e4m3_to_f32(atlas_f32_to_e4m3(x / scale)) * (double)scale;
+}
 
 static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int *count,
                            const attn_case *c) {
@@ -374,8 +385,9 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
     for (int s = 0, t2 = 0; c->kv_bf16 && s < NSEQ; s++)
         for (int i = 0; i < count[s]; i++, t2++)
             for (int x = 0; x < K * HD; x++) {
-                hs[s].k[pos[t2]][x] = round_bf16(qkv[t2 * QKV + H * HD + x]);
-                hs[s].v[pos[t2]][x] = round_bf16(qkv[t2 * QKV + (H + K) * HD + x]);
+                float kx = qkv[t2 * QKV + H * HD + x], vx = qkv[t2 * QKV + (H + K) * HD + x];
+                hs[s].k[pos[t2]][x] = c->kv_bf16 == 2 ? round_fp8(kx, FP8_SCALES[2]) : round_bf16(kx);
+                hs[s].v[pos[t2]][x] = c->kv_bf16 == 2 ? round_fp8(vx, FP8_SCALES[3]) : round_bf16(vx);
             }
     for (int s = 0, t2 = 0; s < NSEQ; s++)
         for (int i = 0; i < count[s]; i++, t2++)
@@ -388,7 +400,7 @@ static void attention_step(atlas_backend *be, atlas_kv *kv, hist *hs, const int 
     char what[128];
     snprintf(what, sizeof what, "attention (kind %d, rows %d, window %d, qk_norm %d, sinks %d, "
              "%d tokens, kv %s)", (int)cb->attn, cb->attn_rows, window, with_qk_norm, !!c->sinks,
-             n, c->kv_bf16 ? "bf16" : "fp32");
+             n, c->kv_bf16 == 2 ? "fp8" : c->kv_bf16 ? "bf16" : "fp32");
     CHECK_ERR(what, out, want, (size_t)n * H * HD);
     /* and against the plain path */
     cpu_attn_kind kind = cb->attn;
@@ -411,13 +423,14 @@ static void test_attention(int window, int from_layer, int with_qk_norm, int thr
                            cpu_attn_kind kind, int rows, int with_sinks, int kv_bf16) {
     atlas_backend_geom g = geom(window);
     g.sliding_from_layer = from_layer;
+    if (kv_bf16 == 2) g.kv_scales = FP8_SCALES;
     if (from_layer > 1) window = 0;
     atlas_backend *be = NULL;
     CHECK_OK(atlas_backend_cpu_create(&g, threads, &be));
     if (!be) return;
     ((cpu_backend *)be)->attn = kind;
     ((cpu_backend *)be)->attn_rows = rows;
-    be->kv_size = kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    be->kv_size = kv_bf16 == 2 ? 1 : kv_bf16 ? sizeof(uint16_t) : sizeof(float);
     atlas_kv *kv = NULL;
     CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
     tensor qn, kn, sk;
@@ -465,6 +478,9 @@ static void test_attention_paths(int threads) {
             /* a bf16 cache (the bf16 and int8 activation modes) */
             test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1, 1);
             test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0, 1);
+            /* an FP8 cache (--kv-cache-dtype fp8), with the layer's scales */
+            test_attention(0, 0, 1, threads, (cpu_attn_kind)kind, rows, 1, 2);
+            test_attention(3, 0, 0, threads, (cpu_attn_kind)kind, rows, 0, 2);
         }
     }
 }

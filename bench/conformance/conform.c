@@ -1,10 +1,13 @@
 /* bench/conformance/conform.c — atlas against transformers' reference, through the engine.
  *
  *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--cpu-activations fp32|bf16|int8] [--bound B]
+ *                 [--kv-cache-dtype auto|bf16|fp8] [--reference FILE]
  *                 [--batch-tokens N] [--parallel N] [--max-len N] [--markdown FILE] DIR...
  *
- * DIR is a model directory holding reference.safetensors as tools/conformance/make.py
- * writes it: for each prompt length L, `L<L>.prompt` (int32 [3]: the LCG seed and the id range
+ * DIR is a model directory holding reference.safetensors (--reference: another file name in
+ * it; with --kv-cache-dtype fp8 the default is reference-kvfp8.safetensors, the reference
+ * make.py --kv fp8 computes with K and V rounded to e4m3 as the FP8 cache rounds them) as
+ * tools/conformance/make.py writes it: for each prompt length L, `L<L>.prompt` (int32 [3]: the LCG seed and the id range
  * [lo, hi) of tools/conformance/shapes.py prompt_ids), `L<L>.forced` (int32 [F]: the
  * reference's greedy tokens), `L<L>.top_ids` / `L<L>.top_lp` (int32 / f32 [F + 1, K]: its top K
  * ids and log-probs at the first generated position and after each forced token).
@@ -78,6 +81,8 @@ struct opts {
     atlas_device device;
     atlas_kernels kernels;
     atlas_cpu_activations cpu_act;
+    atlas_kv_dtype kv;     /* --kv-cache-dtype */
+    const char *reference; /* --reference: the file in each DIR (NULL: by the KV type) */
     double bound;
     int batch, parallel, max_len;
     FILE *md;
@@ -86,6 +91,11 @@ struct opts {
 /* The table's device column: "cpu", "cpu-bf16" (--cpu-activations bf16), "cuda", or
  * "cuda-portable" (--kernels portable). */
 static const char *dev_name(const opts *o) {
+    if (o->kv == ATLAS_KV_DTYPE_FP8) /* an FP8 KV cache: the device's name, then "-kvfp8" */
+        return o->device == ATLAS_DEVICE_CPU ? (o->cpu_act == ATLAS_CPU_ACT_BF16   ? "cpu-bf16-kvfp8"
+                                                : o->cpu_act == ATLAS_CPU_ACT_INT8 ? "cpu-int8-kvfp8"
+                                                                                   : "cpu-kvfp8")
+                                             : "cuda-kvfp8";
     if (o->device == ATLAS_DEVICE_CPU) return o->cpu_act == ATLAS_CPU_ACT_BF16   ? "cpu-bf16"
                                                   : o->cpu_act == ATLAS_CPU_ACT_INT8 ? "cpu-int8"
                                                                                      : "cpu";
@@ -128,7 +138,9 @@ static const atlas_tensor_view *find(const atlas_st *st, const char *fmt, int le
  * the model cannot be checked at all). */
 static int check_model(const opts *o, const char *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    snprintf(path, sizeof path, "%s/%s", dir,
+             o->reference ? o->reference
+             : o->kv == ATLAS_KV_DTYPE_FP8 ? "reference-kvfp8.safetensors" : "reference.safetensors");
     atlas_st *st = NULL;
     if (atlas_st_open_file(path, &st) != ATLAS_OK) {
         fprintf(stderr, "atlas-conform: %s\n", atlas_last_error());
@@ -175,6 +187,7 @@ static int check_model(const opts *o, const char *dir) {
     ep.device = o->device;
     ep.kernels = o->kernels;
     ep.cpu_activations = o->cpu_act;
+    ep.kv_dtype = o->kv;
     ep.parallel = o->parallel;
     ep.batch_tokens = o->batch;
     ep.ctx_size = max_len;
@@ -236,8 +249,9 @@ static int check_model(const opts *o, const char *dir) {
 
 static void usage(void) {
     fprintf(stderr, "usage: atlas-conform [--device cpu|cuda] [--kernels native|portable] "
-                    "[--cpu-activations fp32|bf16|int8] [--bound B] [--batch-tokens N] "
-                    "[--parallel N] [--max-len N] [--markdown FILE] DIR...\n");
+                    "[--cpu-activations fp32|bf16|int8] [--bound B] [--kv-cache-dtype "
+                    "auto|bf16|fp8] [--reference FILE] [--batch-tokens N] [--parallel N] "
+                    "[--max-len N] [--markdown FILE] DIR...\n");
 }
 
 int main(int argc, char **argv) {
@@ -266,6 +280,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cpu-activations") && !strcmp(v, "int8"))
             o.cpu_act = ATLAS_CPU_ACT_INT8;
         else if (!strcmp(a, "--bound")) o.bound = atof(v);
+        else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (atlas_model_kv_dtype_parse(v, &o.kv) != ATLAS_OK) {
+                fprintf(stderr, "atlas-conform: --kv-cache-dtype: %s\n", atlas_last_error());
+                return 2;
+            }
+        } else if (!strcmp(a, "--reference")) o.reference = v;
         else if (!strcmp(a, "--batch-tokens")) o.batch = atoi(v);
         else if (!strcmp(a, "--parallel")) o.parallel = atoi(v);
         else if (!strcmp(a, "--max-len")) o.max_len = atoi(v);
