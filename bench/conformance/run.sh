@@ -18,6 +18,13 @@
 #   small:  the small-width set and its references (tests/data/small in the repository)
 #           made again (small.tar.gz; weights compared with the committed ones), and
 #           checked on the CPU in 16-token steps, bound 2e-3, and on the GPU, bound 5e-2.
+# KV=fp8: every step with an FP8 KV cache (--kv-cache-dtype fp8) against the references made
+#   with K and V rounded the same way (reference-kvfp8.safetensors, make.py --kv fp8): the
+#   models step makes them (stored ones from bench/conformance/refs/NAME/ where there are, else
+#   make.py --kv-only computes them; MAKE_REFS=1 makes both kinds), the small step makes them
+#   beside the small set's. The rows' device column ends in -kvfp8. CPU_BOUND (default 2e-3)
+#   and GPU_BOUND (5e-2) set the bounds: a rounding that a hair's difference in K flips moves a
+#   key by one e4m3 step, which the bf16 GPU path meets more often than the fp32 CPU.
 # Each atlas step runs under a time limit (CUDA_TIMEOUT, CPU_TIMEOUT, SERVE_TIMEOUT seconds)
 # so that the table is written whatever happens. The commit: `git rev-parse` where the tree
 # is a checkout, else $ATLAS_COMMIT.
@@ -29,6 +36,14 @@ OUT=${OUT:-/tmp/atlas-out}
 B=${ATLAS_BUILD:-build-gpu}
 CONF=${CONF:-/tmp/conf}
 STEPS=${STEPS:-"models cuda cpu serve small"}
+KV=${KV:-auto}
+case $KV in
+  auto) KVARG='' SUF='' REF=reference.safetensors MAKEKV='' ;;
+  fp8) KVARG="--kv-cache-dtype fp8" SUF=-kvfp8 REF=reference-kvfp8.safetensors MAKEKV="--kv fp8" ;;
+  *) echo "KV=$KV: auto or fp8"; exit 2 ;;
+esac
+CPU_BOUND=${CPU_BOUND:-2e-3}
+GPU_BOUND=${GPU_BOUND:-5e-2}
 W=${WORK:-/tmp/conf-work}  # logs and made files; packed into $OUT at the end (the device tool
 rm -rf "$W"                # brings back 8 files at most)
 MD=$W/conformance.md
@@ -65,52 +80,66 @@ rc=0
 
 if has models; then
   step models "checkpoints (MAKE_REFS=${MAKE_REFS:-0}: 1 makes the references too)"
-  refs=; [ "${MAKE_REFS:-0}" = 1 ] && refs="--refs $W/refs"
+  refs=; [ "${MAKE_REFS:-0}" = 1 ] && refs="--refs $W/refs $MAKEKV"
   # shellcheck disable=SC2086
   python3 tools/conformance/make.py --set big --out "$CONF" --only "${NAMES// /,}" $TOKS $refs \
     2>&1 | tee "$W/make.log" | grep -vE "^  " || rc=1
   if [ "${MAKE_REFS:-0}" != 1 ]; then
-    for n in $NAMES; do cp "bench/conformance/refs/$n/reference.safetensors" "$CONF/$n/" || rc=1; done
+    need=
+    for n in $NAMES; do
+      cp "bench/conformance/refs/$n/reference.safetensors" "$CONF/$n/" || rc=1
+      if [ "$KV" = fp8 ]; then
+        cp "bench/conformance/refs/$n/$REF" "$CONF/$n/" 2>/dev/null || need="$need,$n"
+      fi
+    done
+    if [ -n "$need" ]; then  # no stored FP8 references: transformers makes them here
+      mkdir -p "$W/refs"
+      # shellcheck disable=SC2086
+      python3 tools/conformance/make.py --set big --out "$CONF" --only "${need#,}" $TOKS \
+        --refs "$W/refs" --kv fp8 --kv-only 2>&1 | tee "$W/make-kv.log" | grep -vE "^  " || rc=1
+    fi
   fi
   cat "$CONF"/*/*.safetensors > /dev/null
 fi
-dirs=; for n in $NAMES; do [ -f "$CONF/$n/reference.safetensors" ] && dirs="$dirs $CONF/$n"; done
+dirs=; for n in $NAMES; do [ -f "$CONF/$n/$REF" ] && dirs="$dirs $CONF/$n"; done
 if has cuda; then
   step cuda "atlas-conform --device cuda"
   # shellcheck disable=SC2086
-  timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --markdown "$ROWS" $dirs 2>&1 \
-    | tee "$W/cuda.log" || rc=1
+  timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --bound "$GPU_BOUND" $KVARG \
+    --markdown "$ROWS" $dirs 2>&1 | tee "$W/cuda.log" || rc=1
 fi
 if has cuda-portable; then
   step cuda-portable "atlas-conform --device cuda --kernels portable"
   # shellcheck disable=SC2086
   timeout "${CUDA_TIMEOUT:-240}" "$B/atlas-conform" --device cuda --kernels portable \
-    --markdown "$ROWS" $dirs 2>&1 | tee "$W/cuda-portable.log" || rc=1
+    --bound "$GPU_BOUND" $KVARG --markdown "$ROWS" $dirs 2>&1 | tee "$W/cuda-portable.log" || rc=1
 fi
 if has cpu; then
   step cpu "atlas-conform --device cpu, up to ${CPU_MAX_LEN:-2600} tokens"
   # shellcheck disable=SC2086
-  timeout "${CPU_TIMEOUT:-240}" "$B/atlas-conform" --device cpu --bound 2e-3 \
+  timeout "${CPU_TIMEOUT:-240}" "$B/atlas-conform" --device cpu --bound "$CPU_BOUND" $KVARG \
     --max-len "${CPU_MAX_LEN:-2600}" --markdown "$ROWS" $dirs 2>&1 | tee "$W/cpu.log" || rc=1
 fi
 if has serve; then
   step serve "atlas serve, 8 requests at once a model"
   # shellcheck disable=SC2086
-  SERVE_ARGS="--timeout 600 ${SERVE_ARGS:-}" SERVE_LOG=$W/serve.log MARKDOWN=$ROWS \
-    timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" 5e-2 $dirs \
-    2>&1 | tee "$W/serve-check.log" || rc=1
+  SERVE_ARGS="--timeout 600 $KVARG ${SERVE_ARGS:-}" SERVE_LOG=$W/serve.log MARKDOWN=$ROWS \
+    LABEL=serve$SUF REFERENCE=$REF \
+    timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" "$GPU_BOUND" \
+    $dirs 2>&1 | tee "$W/serve-check.log" || rc=1
 fi
 if has serve-portable; then
   step serve-portable "atlas serve --kernels portable, 8 requests at once a model"
   # shellcheck disable=SC2086
-  SERVE_ARGS="--timeout 600 --kernels portable ${SERVE_ARGS:-}" SERVE_LOG=$W/serve-portable.log \
-    MARKDOWN=$ROWS LABEL=serve-portable \
-    timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" 5e-2 $dirs \
-    2>&1 | tee "$W/serve-portable-check.log" || rc=1
+  SERVE_ARGS="--timeout 600 --kernels portable $KVARG ${SERVE_ARGS:-}" \
+    SERVE_LOG=$W/serve-portable.log MARKDOWN=$ROWS LABEL=serve-portable$SUF REFERENCE=$REF \
+    timeout "${SERVE_TIMEOUT:-240}" bash bench/conformance/serve_local.sh "$B/atlas" "$GPU_BOUND" \
+    $dirs 2>&1 | tee "$W/serve-portable-check.log" || rc=1
 fi
 if has small; then
   step small "the small set: checkpoints and references made again, then the CPU"
-  python3 tools/conformance/make.py --set small --out "$W/small" --refs "$W/small" \
+  # shellcheck disable=SC2086
+  python3 tools/conformance/make.py --set small --out "$W/small" --refs "$W/small" $MAKEKV \
     > "$W/small-make.log" 2>&1 || { rc=1; tail -5 "$W/small-make.log"; }
   for d in "$W"/small/*; do
     n=$(basename "$d")
@@ -120,22 +149,25 @@ if has small; then
       echo "small/$n: weights DIFFER from tests/data/small/$n"; rc=1
     fi
   done
-  timeout 120 "$B/atlas-conform" --device cpu --bound 2e-3 --batch-tokens 16 --parallel 4 \
-    --markdown "$ROWS" "$W"/small/* 2>&1 | tee "$W/small.log" || rc=1
-  timeout 120 "$B/atlas-conform" --device cuda --markdown "$ROWS" "$W"/small/* 2>&1 \
-    | tee "$W/small-cuda.log" || rc=1
+  # shellcheck disable=SC2086
+  timeout 120 "$B/atlas-conform" --device cpu --bound "$CPU_BOUND" --batch-tokens 16 --parallel 4 \
+    $KVARG --markdown "$ROWS" "$W"/small/* 2>&1 | tee "$W/small.log" || rc=1
+  # shellcheck disable=SC2086
+  timeout 120 "$B/atlas-conform" --device cuda --bound "$GPU_BOUND" $KVARG --markdown "$ROWS" \
+    "$W"/small/* 2>&1 | tee "$W/small-cuda.log" || rc=1
 fi
 step
 # a model a step ran without a row (it crashed, or the time limit stopped it) fails
 for dev in cuda cpu serve cuda-portable serve-portable; do
   has "$dev" || continue
   for n in $NAMES; do
-    grep -q "^| $n | $dev |" "$ROWS" || echo "| $n | $dev | - | no result (see $dev.log) | **fail** |" >> "$ROWS"
+    grep -q "^| $n | $dev$SUF |" "$ROWS" || echo "| $n | $dev$SUF | - | no result (see $dev.log) | **fail** |" >> "$ROWS"
   done
 done
 grep -q "fail" "$ROWS" && rc=1
 {
   echo "Conformance suite (issue 23): commit ${COMMIT:-unknown}, $(date -u '+%Y-%m-%d %H:%M UTC'), ${GPU:-no GPU}, $(nproc) CPU cores."
+  [ "$KV" = fp8 ] && echo "KV=fp8: an FP8 (e4m3) KV cache against references with K and V rounded the same way; bounds $CPU_BOUND (CPU) and $GPU_BOUND (GPU, serve)."
   echo "Each cell: the largest |atlas logprob - transformers float32 logprob| over atlas's top 8"
   echo "ids at the first generated position and after each of 16 forced reference tokens"
   echo "(serve: no forcing, positions compared while the greedy tokens agree); bound 5e-2 on"

@@ -81,13 +81,16 @@ def main():
     ap.add_argument("--bound", type=float, default=5e-2)
     ap.add_argument("--markdown")
     ap.add_argument("--label", default="serve", help="the rows' device column")
+    ap.add_argument("--reference", default="reference.safetensors",
+                    help="the file in each DIR (reference-kvfp8.safetensors for a server run "
+                         "with --kv-cache-dtype fp8)")
     ap.add_argument("models", nargs="+", help="NAME=DIR")
     a = ap.parse_args()
     bad = 0
     md = open(a.markdown, "a") if a.markdown else None
     for spec in a.models:
         name, d = spec.split("=", 1)
-        ref = read_safetensors(d + "/reference.safetensors")
+        ref = read_safetensors(os.path.join(d, a.reference))
         lengths = sorted(int(key[1:].split(".")[0]) for key in ref if key.endswith(".prompt"))
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             rows = list(pool.map(lambda n: check(a.url, name, ref, n, a.bound), lengths))

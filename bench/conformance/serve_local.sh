@@ -6,7 +6,9 @@
 # SERVE_ARGS: more `atlas serve` options (e.g. "--device cpu --batch-tokens 16 --parallel 8");
 # MARKDOWN: a file the result rows are appended to (LABEL: their device column, default
 # serve); SERVE_LOG: the server's log (default a
-# temporary file, printed when the check fails). Exit 77 (ctest's SKIP) without python3.
+# temporary file, printed when the check fails); REFERENCE: the reference file in each DIR
+# (default reference.safetensors; reference-kvfp8.safetensors with --kv-cache-dtype fp8 in
+# SERVE_ARGS). Exit 77 (ctest's SKIP) without python3.
 set -u
 atlas=$1 bound=$2
 shift 2
@@ -42,7 +44,8 @@ fi
 md=
 [ -n "${MARKDOWN:-}" ] && md="--markdown $MARKDOWN --label ${LABEL:-serve}"
 # shellcheck disable=SC2086
-python3 "$here/serve_check.py" --url "$url" --bound "$bound" $md $pairs &
+python3 "$here/serve_check.py" --url "$url" --bound "$bound" \
+  --reference "${REFERENCE:-reference.safetensors}" $md $pairs &
 chk=$!
 wait $chk
 rc=$?

@@ -36,6 +36,16 @@ quantized directory (what atlas-conform compares atlas on the quantized files wi
 get a second reference from transformers' own reading of the quantized files,
 reference-native.safetensors: an independent reading of the format (it quantizes the
 activations too, so it is compared at the GPU's bound, not the CPU's).
+
+An FP8 KV cache (--kv fp8): a second reference beside each one, reference-kvfp8.safetensors,
+made the same way with every key (after RoPE) and value rounded as vLLM's and atlas's FP8
+cache stores them, where transformers' cache takes them (Cache.update, so the tokens of the
+piece being computed attend to their own rounded K/V, as atlas reads them back from its
+cache): e4m3(x / scale) * scale in float32, clamped to +-448 first (torch's cast does not
+saturate), ties to even, with each layer's scale the checkpoint's self_attn.k_scale /
+v_scale (or k_proj.k_scale, k_proj.output_scale) where it has one, else 1.0.
+atlas-conform --kv-cache-dtype fp8 reads it (bench/conformance/run.sh KV=fp8). --kv-only
+makes only those, for checkpoints (and their references) already in --out.
 """
 import argparse
 import json
@@ -47,6 +57,7 @@ import sys
 import time
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -232,6 +243,69 @@ def make_model(name, spec, out, toks, keep):
     return d
 
 
+def kv_scales(d):
+    """{(layer, "k" | "v"): scale} from d's safetensors: an FP8 KV cache's scalar scales in the
+    spellings model/kv_scale.c reads; the layers without one are left out (1.0)."""
+    pat = re.compile(r"model\.layers\.(\d+)\.self_attn\.(?:([kv])_scale|([kv])_proj\.\3_scale"
+                     r"|([kv])_proj\.output_scale)$")
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".safetensors") or f.startswith("reference"):
+            continue
+        with safe_open(os.path.join(d, f), "pt") as st:
+            for key in st.keys():
+                m = pat.match(key)
+                if m:
+                    kv = m.group(2) or m.group(3) or m.group(4)
+                    out[(int(m.group(1)), kv)] = float(st.get_tensor(key).float().reshape(-1)[0])
+    return out
+
+
+def fp8_round(x, scale):
+    """x as an FP8 e4m3 KV cache gives it back: e4m3(x / scale) * scale, the division in
+    float32, saturating at +-448 (torch.float8_e4m3fn's cast rounds to nearest even but
+    makes NaN past 448), in x's dtype."""
+    y = (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return (y.float() * scale).to(x.dtype)
+
+
+class Fp8KvCache:
+    """While active, every transformers cache rounds the keys and values it is given (after
+    RoPE: the attention layers hand them over rotated) as fp8_round does, with scales. Each
+    Cache class of transformers.cache_utils that defines update is wrapped; a subclass's update
+    that calls its parent's rounds twice, which changes nothing (a rounded value is a code
+    times the scale)."""
+
+    def __init__(self, scales):
+        self.scales, self.saved = scales, []
+
+    def __enter__(self):
+        import transformers.cache_utils as cu
+        scales = self.scales
+        for cls in vars(cu).values():
+            # the Cache classes' update(key, value, layer_idx, ...), which the attention layers
+            # call; not their layers' (transformers >= 4.56), whose update has no layer index
+            if not (isinstance(cls, type) and issubclass(cls, cu.Cache) and "update" in vars(cls)):
+                continue
+            orig = vars(cls)["update"]
+
+            def update(self_, key_states, value_states, layer_idx, *args, _orig=orig, **kw):
+                k = fp8_round(key_states, scales.get((layer_idx, "k"), 1.0))
+                v = fp8_round(value_states, scales.get((layer_idx, "v"), 1.0))
+                return _orig(self_, k, v, layer_idx, *args, **kw)
+
+            self.saved.append((cls, orig))
+            cls.update = update
+        if not self.saved:
+            sys.exit("transformers.cache_utils has no update to round the KV cache in")
+        return self
+
+    def __exit__(self, *exc):
+        for cls, orig in self.saved:
+            cls.update = orig
+        self.saved = []
+
+
 def top(logits, k):
     lp = torch.log_softmax(logits.double(), dim=-1)
     v, i = torch.topk(lp, k)
@@ -239,10 +313,21 @@ def top(logits, k):
     return i.int().cpu(), v.float().cpu(), float(l2[0] - l2[1])
 
 
-@torch.no_grad()
-def make_refs(name, spec, d, refs, big):
+def make_refs(name, spec, d, refs, big, kv=None, scales_dir=None):
     """d's references (an MXFP4 gpt-oss entry: d is its float_dir, the same weights
-    dequantized; transformers' own MXFP4 path needs triton kernels or dequantizes anyway)."""
+    dequantized; transformers' own MXFP4 path needs triton kernels or dequantizes anyway).
+    kv "fp8": with an FP8 KV cache's rounding, the scales read from scales_dir (default d),
+    into reference-kvfp8.safetensors."""
+    if kv != "fp8":
+        return make_refs_in(name, spec, d, refs, big, "reference.safetensors")
+    scales = kv_scales(scales_dir or d)
+    print(f"  {name}: FP8 KV cache, {len(scales)} scale tensors of the checkpoint", flush=True)
+    with Fp8KvCache(scales):
+        make_refs_in(name, spec, d, refs, big, "reference-kvfp8.safetensors")
+
+
+@torch.no_grad()
+def make_refs_in(name, spec, d, refs, big, file):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     oss = spec["architectures"][0] == shapes.GPT_OSS
@@ -287,7 +372,7 @@ def make_refs(name, spec, d, refs, big):
     torch.cuda.empty_cache()
     os.makedirs(os.path.join(refs, name), exist_ok=True)
     import transformers
-    save_file(out, os.path.join(refs, name, "reference.safetensors"),
+    save_file(out, os.path.join(refs, name, file),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                         "layers": str(spec.get("num_hidden_layers", LAYERS))})
 
@@ -304,6 +389,23 @@ def quantize(d, spec_arg):
     return layout, q, f
 
 
+def kv_only(name, spec, a, big):
+    """--kv-only: the FP8 KV references of a checkpoint made before (OUT/NAME), beside its
+    reference.safetensors; an MXFP4 gpt-oss entry needs its float copy, which only a run that
+    makes the checkpoint has."""
+    d = os.path.join(a.out, name)
+    if not os.path.exists(os.path.join(d, "config.json")):
+        sys.exit(f"{name}: no checkpoint in {d} (--kv-only takes the ones made before)")
+    fd = float_dir(a.out, name, spec)
+    if fd and not os.path.isdir(fd):
+        print(f"{name}: skipped (MXFP4: its float copy {fd} is not there)", flush=True)
+        return
+    refs = a.refs or a.out
+    make_refs(name, spec, fd or d, refs, big, a.kv, d)
+    if os.path.abspath(os.path.join(refs, name)) != os.path.abspath(d):
+        shutil.copy(os.path.join(refs, name, "reference-kvfp8.safetensors"), d)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["big", "small"], required=True)
@@ -317,7 +419,13 @@ def main():
     ap.add_argument("--quant", help="comma-separated quantized layouts (tools/quant/quantize.py)")
     ap.add_argument("--quant-native", action="store_true",
                     help="also transformers' own loader on the quantized files, where it has one")
+    ap.add_argument("--kv", choices=["fp8"],
+                    help="also references with an FP8 KV cache (reference-kvfp8.safetensors)")
+    ap.add_argument("--kv-only", action="store_true",
+                    help="with --kv: only those, for the checkpoints already in --out")
     a = ap.parse_args()
+    if a.kv_only and not a.kv:
+        sys.exit("--kv-only needs --kv fp8")
     big = a.set == "big"
     table = shapes.BIG if big else shapes.SMALL
     toks = {"llama3": a.tok_llama3, "qwen3": a.tok_qwen3, "llama2": a.tok_llama2,
@@ -325,13 +433,19 @@ def main():
     names = a.only.split(",") if a.only else list(table)
     for name in names:
         t0 = time.time()
+        if a.kv_only:
+            kv_only(name, table[name], a, big)
+            continue
         d = make_model(name, table[name], a.out, toks, keep=big)
         print(f"{name}: checkpoint {time.time() - t0:.1f} s", flush=True)
         fd = float_dir(a.out, name, table[name])
         if a.refs:
             make_refs(name, table[name], fd or d, a.refs, big)
-            if os.path.abspath(a.refs) != os.path.abspath(a.out):
-                shutil.copy(os.path.join(a.refs, name, "reference.safetensors"), d)
+            if a.kv:
+                make_refs(name, table[name], fd or d, a.refs, big, a.kv, d)
+            for f in ["reference.safetensors"] + (["reference-kvfp8.safetensors"] if a.kv else []):
+                if os.path.abspath(a.refs) != os.path.abspath(a.out):
+                    shutil.copy(os.path.join(a.refs, name, f), d)
         if fd and not big:
             shutil.rmtree(fd)
         if a.quant and table[name]["architectures"][0] == shapes.GPT_OSS:
@@ -342,8 +456,11 @@ def main():
             qname = name + "-" + layout
             refs = a.refs or a.out
             make_refs(qname, table[name], f, refs, big)
-            if os.path.abspath(os.path.join(refs, qname)) != os.path.abspath(q):
-                shutil.copy(os.path.join(refs, qname, "reference.safetensors"), q)
+            if a.kv:  # the quantized checkpoint's KV scales (the float copy has none)
+                make_refs(qname, table[name], f, refs, big, a.kv, q)
+            for fn in ["reference.safetensors"] + (["reference-kvfp8.safetensors"] if a.kv else []):
+                if os.path.abspath(os.path.join(refs, qname)) != os.path.abspath(q):
+                    shutil.copy(os.path.join(refs, qname, fn), q)
             if a.quant_native and layout == "fp8-block":
                 make_refs(qname + "-native", table[name], q, refs, big)
                 shutil.copy(os.path.join(refs, qname + "-native", "reference.safetensors"),
