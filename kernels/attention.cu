@@ -14,8 +14,14 @@
  * Sinks (gpt-oss; NULL: none): a logit per query head, sinks[H] (bf16, in the units of the
  * scaled scores), that joins each softmax's denominator and adds no value. Every kernel adds
  * it where it normalises: with the running max M and sum L of the keys, the output is
- * o / (L + exp(sink - M)) (sink_sum); an exp that overflows gives 0, the limit. */
+ * o / (L + exp(sink - M)) (sink_sum); an exp that overflows gives 0, the limit.
+ *
+ * An FP8 cache (the _fp8 kernels of atlas_attn_split and atlas_attn_dec, kv8.cuh): K and V are
+ * e4m3 codes read into floats; the layer's K scale comes folded into the scale of q (the host
+ * multiplies them) and its V scale, vscale, multiplies each split's output before it is
+ * written (the merges are linear in it). The cluster kernels take bf16 only. */
 #include "common.cuh"
+#include "kv8.cuh"
 
 #include <cooperative_groups.h>
 
@@ -104,12 +110,25 @@ __device__ void merge_last_split(const float *part_o, const float *part_ml, floa
  * context positions [start + s*chunk, ..), walked in tiles of `tile` keys with an online
  * softmax. grid (n, H / GB, n_split); counters [n, H / GB].
  * smem: q[GB*hd], o[GB*hd], scores[GB*tile], slots[tile] (int), m[GB], l[GB], alpha[GB]. */
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
-                 const bf16_t *vc, const int *tok_seq, const int *positions,
-                 const int *block_table, int max_blocks, int bs, int H, int K, int hd, int GB,
-                 int window, int chunk, int tile, float scale, float *out, int *counters,
-                 const bf16_t *sinks) {
+/* 8 elements of a cache row at p as floats: bf16 (one 16-byte load) or e4m3 (8 bytes). */
+__device__ __forceinline__ void kv_row8(const bf16_t *p, float f[8]) {
+    unpack8(*(const uint4 *)p, f);
+}
+__device__ __forceinline__ void kv_row8(const fp8_t *p, float f[8]) {
+    float (&g)[8] = *reinterpret_cast<float (*)[8]>(f);
+    load_fp8<8>(p, g);
+}
+__device__ __forceinline__ float kv_elem(const bf16_t *p) { return bf2f(*p); }
+__device__ __forceinline__ float kv_elem(const fp8_t *p) { return fp8x2(*p).x; }
+
+template <class KT>
+__device__ __forceinline__ void attn_split_body(float *part_o, float *part_ml, const float *qkv,
+                                                const KT *kc, const KT *vc, const int *tok_seq,
+                                                const int *positions, const int *block_table,
+                                                int max_blocks, int bs, int H, int K, int hd,
+                                                int GB, int window, int chunk, int tile,
+                                                float scale, float *out, int *counters,
+                                                const bf16_t *sinks, float vscale) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
@@ -142,13 +161,13 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
         __syncthreads();
         for (int idx = tid; idx < G * len; idx += ATTN_THREADS) { /* scores[h][j] = q_h . k_j */
             int h = idx / len, j = idx - h * len;
-            const bf16_t *kr = kc + ((size_t)slots[j] * K + g) * hd;
+            const KT *kr = kc + ((size_t)slots[j] * K + g) * hd;
             const float *qh = q + h * hd;
             float d = 0.0f;
 #pragma unroll 4
             for (int i = 0; i < hd; i += 8) {
                 float f[8];
-                unpack8(*(const uint4 *)(kr + i), f);
+                kv_row8(kr + i, f);
 #pragma unroll
                 for (int e = 0; e < 8; e++) d += f[e] * qh[i + e];
             }
@@ -177,16 +196,16 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
         for (int idx = tid; idx < G * hd; idx += ATTN_THREADS) { /* o = o*alpha + p v */
             int h = idx / hd, i = idx - h * hd;
             const float *p = sc + h * tile;
-            const bf16_t *vb = vc + (size_t)g * hd + i;
+            const KT *vb = vc + (size_t)g * hd + i;
             float acc = 0.0f;
 #pragma unroll 8
-            for (int j = 0; j < len; j++) acc += p[j] * bf2f(vb[(size_t)slots[j] * K * hd]);
+            for (int j = 0; j < len; j++) acc += p[j] * kv_elem(vb + (size_t)slots[j] * K * hd);
             o[idx] = o[idx] * alpha[h] + acc;
         }
     }
     __syncthreads();
     for (int idx = tid; idx < G * hd; idx += ATTN_THREADS)
-        part_o[(po + (size_t)(idx / hd) * n_split) * hd + idx % hd] = o[idx];
+        part_o[(po + (size_t)(idx / hd) * n_split) * hd + idx % hd] = o[idx] * vscale;
     for (int h = tid; h < G; h += ATTN_THREADS) {
         part_ml[(po + (size_t)h * n_split) * 2] = mrun[h];
         part_ml[(po + (size_t)h * n_split) * 2 + 1] = lrun[h];
@@ -195,6 +214,29 @@ atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *
     if (counters)
         merge_last_split(part_o, part_ml, out, counters, t, blockIdx.y, H, gridDim.y, G, hd,
                          n_split, sinks);
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+atlas_attn_split(float *part_o, float *part_ml, const float *qkv, const bf16_t *kc,
+                 const bf16_t *vc, const int *tok_seq, const int *positions,
+                 const int *block_table, int max_blocks, int bs, int H, int K, int hd, int GB,
+                 int window, int chunk, int tile, float scale, float *out, int *counters,
+                 const bf16_t *sinks) {
+    attn_split_body<bf16_t>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,
+                            max_blocks, bs, H, K, hd, GB, window, chunk, tile, scale, out,
+                            counters, sinks, 1.0f);
+}
+
+/* atlas_attn_split over an FP8 cache: scale holds the layer's K scale, vscale its V scale. */
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+atlas_attn_split_fp8(float *part_o, float *part_ml, const float *qkv, const fp8_t *kc,
+                     const fp8_t *vc, const int *tok_seq, const int *positions,
+                     const int *block_table, int max_blocks, int bs, int H, int K, int hd, int GB,
+                     int window, int chunk, int tile, float scale, float *out, int *counters,
+                     const bf16_t *sinks, float vscale) {
+    attn_split_body<fp8_t>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,
+                           max_blocks, bs, H, K, hd, GB, window, chunk, tile, scale, out,
+                           counters, sinks, vscale);
 }
 
 /* out[t, h*hd + i] = merged chunks. grid (n, H), block >= 32. */
@@ -311,14 +353,20 @@ __device__ __forceinline__ void load_bf16(const bf16_t *p, float (&f)[D]) {
     }
 }
 
-template <int HD, int GM>
+/* D elements of a cache row into floats, as the cache holds them. */
+template <int D>
+__device__ __forceinline__ void load_kv(const bf16_t *p, float (&f)[D]) { load_bf16<D>(p, f); }
+template <int D>
+__device__ __forceinline__ void load_kv(const fp8_t *p, float (&f)[D]) { load_fp8<D>(p, f); }
+
+template <int HD, int GM, class KT>
 __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, const float *qkv,
-                                                 const bf16_t *kc, const bf16_t *vc,
+                                                 const KT *kc, const KT *vc,
                                                  const int *tok_seq, const int *positions,
                                                  const int *block_table, int max_blocks, int bs,
                                                  int H, int K, int window, int chunk, float scale,
                                                  float *out, int *counters, int early,
-                                                 const bf16_t *sinks) {
+                                                 const bf16_t *sinks, float vscale) {
     constexpr int D = HD / 32, U = HD >= 256 ? 4 : 8;
     pdl_trigger();
     int t = blockIdx.x, s = blockIdx.z, n_split = gridDim.z;
@@ -332,7 +380,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
     dec_warp_keys(pos, window, s, n_split, warp, DEC_WARPS, &a0, &a1);
 
     size_t row = (size_t)K * HD; /* elements between consecutive slots */
-    const bf16_t *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
+    const KT *kbase = kc + (size_t)g * HD + lane * D, *vbase = vc + (size_t)g * HD + lane * D;
     dec_slots keys(block_table + (size_t)tok_seq[t] * max_blocks, bs, a0, a1);
 
     /* K and V rows of keys [a, a + U) with lo <= p < hi into kf, vf (0 past a1) */
@@ -342,8 +390,8 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         keys.load<U>(
             a1, lo, hi, [&](int u) { return a + u; },
             [&](int u, size_t slot) {
-                load_bf16<D>(kbase + slot * row, kf[u]);
-                load_bf16<D>(vbase + slot * row, vf[u]);
+                load_kv<D>(kbase + slot * row, kf[u]);
+                load_kv<D>(vbase + slot * row, vf[u]);
             },
             [&](int u) {
 #pragma unroll
@@ -439,6 +487,7 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
                 o += so[w][h][i] * e;
             }
         }
+        o *= vscale; /* an FP8 cache's V scale (1 for bf16) */
         if (n_split == 1) {
             L = sink_sum(L, M, sinks, g * G + h);
             out[((size_t)t * H + (size_t)g * G + h) * HD + i] = L > 0.0f ? o / L : 0.0f;
@@ -464,9 +513,20 @@ __device__ __forceinline__ void attn_decode_body(float *part_o, float *part_ml, 
         const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
         int H, int K, int window, int chunk, float scale, float *out, int *counters,            \
         int early, const bf16_t *sinks) {                                                        \
-        attn_decode_body<HD, GM>(part_o, part_ml, qkv, kc, vc, tok_seq, positions, block_table,  \
-                                 max_blocks, bs, H, K, window, chunk, scale, out, counters,     \
-                                 early, sinks);                                                  \
+        attn_decode_body<HD, GM, bf16_t>(part_o, part_ml, qkv, kc, vc, tok_seq, positions,     \
+                                         block_table, max_blocks, bs, H, K, window, chunk, scale, \
+                                         out, counters, early, sinks, 1.0f);                    \
+    }                                                                                            \
+    /* over an FP8 cache: scale holds the K scale, vscale is the V scale */                     \
+    extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32)                                 \
+        atlas_attn_dec##HD##_g##GM##_fp8(                                                        \
+            float *part_o, float *part_ml, const float *qkv, const fp8_t *kc, const fp8_t *vc,   \
+            const int *tok_seq, const int *positions, const int *block_table, int max_blocks,    \
+            int bs, int H, int K, int window, int chunk, float scale, float *out, int *counters, \
+            int early, const bf16_t *sinks, float vscale) {                                      \
+        attn_decode_body<HD, GM, fp8_t>(part_o, part_ml, qkv, kc, vc, tok_seq, positions,      \
+                                        block_table, max_blocks, bs, H, K, window, chunk, scale, \
+                                        out, counters, early, sinks, vscale);                    \
     }
 ATLAS_ATTN_DEC(64, 1) ATLAS_ATTN_DEC(64, 2) ATLAS_ATTN_DEC(64, 4) ATLAS_ATTN_DEC(64, 8)
 ATLAS_ATTN_DEC(128, 1) ATLAS_ATTN_DEC(128, 2) ATLAS_ATTN_DEC(128, 4) ATLAS_ATTN_DEC(128, 8)

@@ -9,7 +9,14 @@
  * denominator at the end, as in kernels/attention.cu. Q is staged through the K buffer once
  * and kept in registers. head_dim 64, 80, 96 or 128 (template: a multiple of 16, whose rows
  * of HD + 8 bf16 stay 16-byte aligned for ldmatrix); others (256: its registers and 67 KiB
- * of shared memory) use kernels/attention.cu. */
+ * of shared memory) use kernels/attention.cu.
+ *
+ * An FP8 cache (atlas_attn_prefill<HD>_fp8, kv8.cuh): a K or V tile's e4m3 codes are loaded
+ * and widened to bf16 (exact) into the same shared tiles, with plain loads instead of
+ * cp.async (a tile is written where the bf16 kernel issues its copy, after the barrier that
+ * frees the buffer, and read after the next barrier); the layer's K scale comes folded into
+ * qscale and the V scale, vscale, multiplies the output. */
+#include "kv8.cuh"
 #include "mma.cuh"
 
 enum { PF_Q = 64, PF_K = 64, PF_THREADS = 128 };
@@ -29,12 +36,27 @@ __device__ __forceinline__ void pf_load_kv(bf16_t *s, const bf16_t *cache, const
     asm volatile("cp.async.commit_group;");
 }
 
+/* The same from an FP8 cache: 8 codes a thread's load, widened to bf16 into s. */
 template <int HD>
-__device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16_t *kc,
-                                        const bf16_t *vc, const int *tiles, const int *tok_seq,
+__device__ __forceinline__ void pf_load_kv(bf16_t *s, const fp8_t *cache, const int *bt, int bs,
+                                           int K, int g, int k0, int kend) {
+    constexpr int CH = HD / 8, LD = HD + 8;
+    for (int c = threadIdx.x; c < PF_K * CH; c += PF_THREADS) {
+        int r = c / CH, col = (c % CH) * 8, kp = k0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (kp <= kend)
+            v = fp8x8_to_bf16(*(const uint2 *)(cache + ((size_t)(bt[kp / bs] * bs + kp % bs) * K + g) * HD + col));
+        *(uint4 *)(s + r * LD + col) = v;
+    }
+    asm volatile("cp.async.commit_group;"); /* an empty group: the waits count as for bf16 */
+}
+
+template <int HD, class KT>
+__device__ __forceinline__ void pf_body(float *out, const float *qkv, const KT *kc,
+                                        const KT *vc, const int *tiles, const int *tok_seq,
                                         const int *positions, const int *block_table,
                                         int max_blocks, int bs, int H, int K, int window,
-                                        float qscale, const bf16_t *sinks) {
+                                        float qscale, const bf16_t *sinks, float vscale) {
     constexpr int LD = HD + 8, KS = HD / 16, NT = HD / 8;
     extern __shared__ __align__(16) bf16_t pf_smem[];
     bf16_t *ks = pf_smem, *vs = pf_smem + PF_K * LD;
@@ -159,7 +181,7 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
     for (int r = 0; r < 2; r++) {
         int row = warp * 16 + qr + r * 8;
         if (row >= cnt) continue;
-        float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        float inv = l[r] > 0.f ? vscale / l[r] : 0.f; /* vscale: an FP8 cache's V scale */
         float *dst = out + (size_t)(t0 + row) * H * HD + (size_t)h * HD;
 #pragma unroll
         for (int i = 0; i < NT; i++)
@@ -176,7 +198,17 @@ __device__ __forceinline__ void pf_body(float *out, const float *qkv, const bf16
         int H, int K, int window, float qscale, const bf16_t *sinks) {                           \
         pdl_trigger();                                                                           \
         pdl_wait();                                                                              \
-        pf_body<HD>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table, max_blocks, bs, H, \
-                    K, window, qscale, sinks);                                                   \
+        pf_body<HD, bf16_t>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table,          \
+                            max_blocks, bs, H, K, window, qscale, sinks, 1.0f);                  \
+    }                                                                                            \
+    /* over an FP8 cache: qscale holds the K scale, vscale is the V scale */                    \
+    extern "C" __global__ void __launch_bounds__(PF_THREADS) atlas_attn_prefill##HD##_fp8(       \
+        float *out, const float *qkv, const fp8_t *kc, const fp8_t *vc, const int *tiles,         \
+        const int *tok_seq, const int *positions, const int *block_table, int max_blocks, int bs, \
+        int H, int K, int window, float qscale, const bf16_t *sinks, float vscale) {             \
+        pdl_trigger();                                                                           \
+        pdl_wait();                                                                              \
+        pf_body<HD, fp8_t>(out, qkv, kc, vc, tiles, tok_seq, positions, block_table,           \
+                           max_blocks, bs, H, K, window, qscale, sinks, vscale);                 \
     }
 ATLAS_ATTN_PREFILL(64) ATLAS_ATTN_PREFILL(80) ATLAS_ATTN_PREFILL(96) ATLAS_ATTN_PREFILL(128)

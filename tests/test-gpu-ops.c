@@ -2,7 +2,8 @@
  * random inputs, by normalised error (max |gpu - cpu| / max |cpu|): shapes that are not
  * multiples of the tiles, fused weights of mixed dtypes, GEMV (n <= 8) and tensor-core GEMM
  * paths (own kernel and cuBLASLt when present), a paged KV cache with scrambled block tables,
- * GQA, prefill and decode batches, and decode replayed through a CUDA graph. GPU outputs are
+ * GQA, prefill and decode batches, decode replayed through a CUDA graph, and an FP8 KV cache
+ * with per-layer scales. GPU outputs are
  * poisoned with NaN first, so an element left unwritten fails. Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -664,6 +665,49 @@ static void test_no_logit_rows_and_gqa_bias(void) {
     free(bq.data); free(bk.data); free(bv.data); free(wq.data);
 }
 
+/* An FP8 KV cache (--kv-cache-dtype fp8) on both backends, with per-layer scales (layer 0's
+ * K scale small enough that some keys saturate at 448): the GPU's stores (kv_store and the
+ * fused rope + kv_store of the graph step), its prefill tiles, split and decode kernels
+ * against the CPU's, which tests/test-cpu-ops.c holds to float64 attention over the rounded
+ * history. */
+static void test_kv_fp8(const atlas_backend_geom *g0, tensor *tn, tensor *tq, tensor *tk,
+                        tensor *twq) {
+    static const float scales[2 * LAYERS] = {0.004f, 0.5f, 0.7f, 1.3f};
+    atlas_backend_geom g = *g0;
+    g.kv_scales = scales;
+    atlas_backend *keep_cpu = cpu, *keep_gpu = gpu;
+    cpu = gpu = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));
+    CHECK_OK(atlas_backend_cuda_create(&g, NULL, &gpu));
+    if (cpu && gpu) {
+        cpu->kv_size = gpu->kv_size = 1;
+        tensor *pn[] = {tn}, *pq[] = {tq}, *pk[] = {tk}, *pw[] = {twq};
+        weight norm = weight_load(pn, 1), qn = weight_load(pq, 1), kn = weight_load(pk, 1);
+        weight wqkv = weight_load(pw, 1);
+        atlas_kv *kc = NULL, *kg = NULL;
+        CHECK_OK(cpu->ops->kv_create(cpu, NBLK, BS, &kc));
+        CHECK_OK(gpu->ops->kv_create(gpu, NBLK, BS, &kg));
+        if (kc && kg) {
+            test_layer_ops(kc, kg, 40, 100, 0, 0, "fp8 prefill 40+100", &norm, &qn, &kn);
+            test_layer_ops(kc, kg, 23, 1, 40, 100, "fp8 chunk 23+1", &norm, &qn, &kn);
+            test_layer_ops(kc, kg, 1, 1, 63, 101, "fp8 decode 1+1", &norm, &qn, &kn);
+            test_graph(kc, kg, &norm, &wqkv, 64, 102);
+            test_layer_ops(kc, kg, 300, 0, 150, 0, "fp8 prefill 300 (150..449)", &norm, &qn, &kn);
+            test_layer_ops(kc, kg, 1, 1, 449, 150, "fp8 decode 1+1 at 449", &norm, &qn, &kn);
+        }
+        cpu->ops->kv_free(cpu, kc);
+        gpu->ops->kv_free(gpu, kg);
+        weight *ws[] = {&norm, &qn, &kn, &wqkv};
+        for (int i = 0; i < 4; i++) {
+            cpu->ops->weight_free(cpu, ws[i]->cpu);
+            gpu->ops->weight_free(gpu, ws[i]->gpu);
+        }
+    }
+    if (cpu) cpu->ops->destroy(cpu);
+    if (gpu) gpu->ops->destroy(gpu);
+    cpu = keep_cpu, gpu = keep_gpu;
+}
+
 int main(void) {
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = pow(10000.0, -2.0 * i / HD);
@@ -804,6 +848,7 @@ int main(void) {
      * (new draws before it gave 3.2e-2 against 2e-2, H200) */
     matmul_with(&g, &own, 3, "ng3 last");
     test_no_logit_rows_and_gqa_bias();
+    test_kv_fp8(&g, &tn, &tq, &tk, &twq);
     weight *ws[] = {&norm, &qn, &kn, &wqkv, &we};
     for (int i = 0; i < 5; i++) {
         cpu->ops->weight_free(cpu, ws[i]->cpu);

@@ -71,9 +71,9 @@ typedef enum atlas_kv_dtype {
                                 the same memory. As vLLM: K (after RoPE) and V are stored as
                                 e4m3(x / scale), ties to even, saturating at +-448, and read as
                                 code * scale, with each layer's scales the checkpoint's
-                                self_attn.k_scale / v_scale where it has them, else 1.0. The
-                                CPU backend has it; the CUDA backend refuses it at load
-                                (ATLAS_ERR_UNSUPPORTED) */
+                                self_attn.k_scale / v_scale where it has them, else 1.0. Both
+                                backends have it (a backend without it refuses it at load
+                                with ATLAS_ERR_UNSUPPORTED, before reading a weight) */
 } atlas_kv_dtype;
 
 /* A load's progress: bytes of the weights read so far, and the bytes it reads in all. */

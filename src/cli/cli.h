@@ -38,9 +38,9 @@ int atlas_cli_parse_kv_dtype(const char *cmd, const char *v, atlas_kv_dtype *out
 #define ATLAS_CLI_KV_DTYPE_HELP                                                                \
     "  --kv-cache-dtype auto|bf16|fp8  the KV cache's elements (vLLM's flag; fp8_e4m3 is\n"   \
     "                       fp8): fp8 stores e4m3 with the checkpoint's k_scale / v_scale\n"  \
-    "                       (else 1.0), twice the tokens of bf16 in the same memory; CPU\n"   \
-    "                       only for now (default auto: bf16 on a GPU; on the CPU fp32,\n"    \
-    "                       or bf16 with --cpu-activations bf16 or int8)\n"
+    "                       (else 1.0), twice the tokens of bf16 in the same memory\n"        \
+    "                       (default auto: bf16 on a GPU; on the CPU fp32, or bf16 with\n"   \
+    "                       --cpu-activations bf16 or int8)\n"
 
 /* Its lines in `run --help` and `serve --help`. */
 #define ATLAS_CLI_CPU_ACT_HELP                                                                 \

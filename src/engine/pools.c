@@ -123,10 +123,6 @@ atlas_status atlas_engine_size_pools(atlas_engine *e) {
                               md->kv_dtype,
                               gpu ? " (bf16 or fp8 there)"
                                   : " (f32 with --cpu-activations fp32, bf16 with bf16 or int8)");
-        if (gpu && md->kv_type == ATLAS_KV_DTYPE_FP8)
-            return atlas_fail(ATLAS_ERR_UNSUPPORTED, "engine: model '%s': kv_dtype fp8: the "
-                              "CUDA backend has a bf16 KV cache only (--kv-cache-dtype fp8 "
-                              "runs on the CPU: --device cpu)", md->name);
         long per_seq = (md->ctx + bs - 1) / bs;
         size_t mine = md->kv_memory ? md->kv_memory : share;
         long blocks = e->p.kv_blocks ? e->p.kv_blocks

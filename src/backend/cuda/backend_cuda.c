@@ -34,17 +34,17 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     if (n_blocks < 1 || block_size < 1)
         return atlas_fail(ATLAS_ERR_INVALID, "cuda: kv cache of %d blocks of %d", n_blocks,
                           block_size);
-    if (be->kv_size != 2) /* the kernels read and write bf16 rows */
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a KV cache of %zu-byte elements: the "
-                          "CUDA backend has a bf16 KV cache only (--kv-cache-dtype fp8 runs "
-                          "on the CPU backend: --device cpu; or --kv-cache-dtype auto)",
-                          be->kv_size);
+    if (be->kv_size != 2 && be->kv_size != 1)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: a KV cache of %zu-byte elements (the "
+                          "CUDA backend has bf16 and FP8 e4m3)", be->kv_size);
+    if (be->kv_size == 1) ATLAS_TRY(cuda_kv8_ready(cb)); /* the FP8 cache's kernels */
     atlas_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
+    kv->es = (int)be->kv_size;
     kv->layer_elems = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
-    size_t bytes = kv->layer_elems * 2 * 2 * (size_t)g->n_layers;
+    size_t bytes = kv->layer_elems * 2 * (size_t)kv->es * (size_t)g->n_layers;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, "kv cache", &kv->base);
     if (st == ATLAS_OK) st = ATLAS_CU(cuMemsetD8, kv->base, 0, bytes);
     if (st != ATLAS_OK) {
@@ -59,10 +59,14 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     return ATLAS_OK;
 }
 
+float cuda_kv_scale(const cuda_backend *cb, int layer, int v) {
+    return cb->mod.kv_scales ? cb->mod.kv_scales[2 * layer + v] : 1.0f;
+}
+
 /* A failed free is kept by the registry: destroy reports it (backend.h). */
 static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
     if (!kv) return;
-    cuda_of(be)->wt.kv_bytes -= kv->layer_elems * 2 * 2 * (size_t)be->geom.n_layers;
+    cuda_of(be)->wt.kv_bytes -= kv->layer_elems * 2 * (size_t)kv->es * (size_t)be->geom.n_layers;
     atlas_registry_free(cuda_of(be)->mod.reg, kv->base);
     free(kv);
 }
@@ -345,6 +349,7 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     free(cb->mod.inv_freq);
     free(cb->mod.layer_window);
     free(cb->mod.layer_rope_set);
+    free(cb->mod.kv_scales);
     free(cb);
     atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
     if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
@@ -488,7 +493,9 @@ static atlas_status rope_setup(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
-static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o) {
+/* scales: the caller's geom.kv_scales (NULL: none), copied. */
+static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
+                               const float *scales) {
     const atlas_backend_geom *g = &cb->base.geom;
     ATLAS_TRY(atlas_registry_create(cb->dev.host, &cb->mod.reg));
     cb->dev.stream = atlas_host_stream(cb->dev.host);
@@ -499,6 +506,13 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o)
             return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
         memcpy(cb->mod.layer_window, g->layer_window, bytes);
         cb->base.geom.layer_window = cb->mod.layer_window;
+    }
+    if (scales) { /* an FP8 cache's, read by its kernels' launches (cuda_kv_scale) */
+        size_t bytes = (size_t)2 * g->n_layers * sizeof(float);
+        if (!(cb->mod.kv_scales = malloc(bytes)))
+            return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+        memcpy(cb->mod.kv_scales, scales, bytes);
+        cb->base.geom.kv_scales = cb->mod.kv_scales;
     }
     cb->plan.use_graphs = !o->no_graphs;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
@@ -535,9 +549,9 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
     cb->base.kv_size = 2; /* bf16 */
-    cb->base.geom.kv_scales = NULL; /* the caller's, not kept: no FP8 cache here (kv_create) */
+    cb->base.geom.kv_scales = NULL; /* cuda_setup keeps a copy */
     cb->dev.host = host;
-    atlas_status st = cuda_setup(cb, o);
+    atlas_status st = cuda_setup(cb, o, geom->kv_scales);
     if (st != ATLAS_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());

@@ -55,9 +55,10 @@ struct atlas_weight {
 };
 
 struct atlas_kv {
-    CUdeviceptr base;  /* [n_layers][2][n_blocks * block_size, K, hd] bf16 */
+    CUdeviceptr base;  /* [n_layers][2][n_blocks * block_size, K, hd] bf16, or FP8 e4m3 codes */
     int n_blocks, block_size;
     size_t layer_elems; /* n_blocks * block_size * K * hd */
+    int es;             /* bytes an element: 2 bf16, 1 FP8 (kv_size at kv_create) */
 };
 
 typedef enum cuda_op {
@@ -124,6 +125,10 @@ typedef struct cuda_fns {
     CUfunction attn_dec[3][4]; /* head_dim 64/128/256 x up to 1/2/4/8 query heads a kv head */
     CUfunction attn_dcl[2];    /* clusters of 4-warp blocks, head_dim 64/128, a query head a
                                   block (sm_90+) */
+    /* an FP8 KV cache's kernels (the _fp8 ones; looked up by its first kv_create): the
+     * stores, the split and prefill attention, the decode kernels as attn_dec (no cluster
+     * kernel: the dec kernels run there) */
+    CUfunction kv_store8, rope_kv8, attn_split8, attn_prefill8, attn_dec8[3][4];
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
@@ -167,12 +172,14 @@ typedef struct cuda_modules {
     cuda_fns fn;
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
     bool quant_ready;       /* the quantized formats' kernels loaded (cuda_quant_ready) */
+    bool kv8_ready;         /* the FP8 KV cache's kernels looked up (cuda_kv8_ready) */
     bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     double *inv_freq;       /* [3][hd/2] host copy: set 0's frequencies, longrope's long ones,
                                set 1's (geom's pointers point here; zeros past rope_dim/2) */
     int32_t *layer_window;  /* [n_layers] host copy of geom.layer_window, or NULL */
     uint8_t *layer_rope_set; /* [n_layers] host copy of geom.layer_rope_set, or NULL */
+    float *kv_scales;       /* [2 * n_layers] host copy of geom.kv_scales, or NULL (all 1) */
     CUdeviceptr d_inv_freq; /* [3][hd/2] float, as inv_freq */
 } cuda_modules;
 
@@ -394,6 +401,10 @@ atlas_status cuda_ready(cuda_backend *cb);
 
 /* modules.c: loads the quantized formats' kernels (kernels/quant.cu) on first use. */
 atlas_status cuda_quant_ready(cuda_backend *cb);
+/* modules.c: looks up the FP8 KV cache's kernels (cuda_fns.kv_store8 ...) on first use. */
+atlas_status cuda_kv8_ready(cuda_backend *cb);
+/* An FP8 cache's scale of layer l: K (v 0) or V (v 1); 1 without scales (backend_cuda.c). */
+float cuda_kv_scale(const cuda_backend *cb, int layer, int v);
 
 /* weight_load.c: the op table's weight_load, weight_free and weights_done. */
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,

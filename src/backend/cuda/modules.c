@@ -63,6 +63,28 @@ static atlas_status load_kernels(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
+atlas_status cuda_kv8_ready(cuda_backend *cb) {
+    if (cb->mod.kv8_ready) return ATLAS_OK;
+    cuda_fns *fn = &cb->mod.fn;
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_kv_store_fp8", &fn->kv_store8));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_rope_kv_store_fp8", &fn->rope_kv8));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_attn_split_fp8", &fn->attn_split8));
+    int hd = cb->base.geom.head_dim;
+    char name[48];
+    fn->attn_prefill8 = NULL;
+    if (fn->attn_prefill) { /* the same head_dims as the bf16 kernel */
+        snprintf(name, sizeof name, "atlas_attn_prefill%d_fp8", hd);
+        ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_prefill8));
+    }
+    for (int h = 0; h < 3; h++)
+        for (int q = 0; q < 4 && (64 << h) == hd; q++) {
+            snprintf(name, sizeof name, "atlas_attn_dec%d_g%d_fp8", 64 << h, 1 << q);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->attn_dec8[h][q]));
+        }
+    cb->mod.kv8_ready = true;
+    return ATLAS_OK;
+}
+
 /* The quantized formats' kernels, loaded with the first quantized weight (a dense model never
  * loads their module: every lookup costs load time). */
 atlas_status cuda_quant_ready(cuda_backend *cb) {

@@ -86,8 +86,8 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
 
 /* One layer's K and V pools in the cache (cuda_backend.h). */
 static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr *vc) {
-    *kc = kv->base + (size_t)layer * 2 * kv->layer_elems * 2;
-    *vc = *kc + kv->layer_elems * 2;
+    *kc = kv->base + (size_t)layer * 2 * kv->layer_elems * (size_t)kv->es;
+    *vc = *kc + kv->layer_elems * (size_t)kv->es;
 }
 
 enum { ATTN_MIN_CHUNK = 64 };
@@ -167,19 +167,23 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr tiles = cuda_stage_ptr(cb, CUDA_STAGE_TILES), seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ);
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr sinks = attn_sinks(c);
+    bool fp8 = kv->es == 1; /* its K scale folded into q, its V scale the kernel's last argument */
+    float vscale = cuda_kv_scale(cb, c->layer, 1);
+    if (fp8) qscale *= cuda_kv_scale(cb, c->layer, 0);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
-                 &window, &qscale, &sinks};
-    return launch(cb, cb->mod.fn.attn_prefill, (unsigned)cb->batch.n_tiles, (unsigned)H, 1, 128,
-                  2 * 64 * (hd + 8) * 2, a);
+                 &window, &qscale, &sinks, &vscale};
+    return launch(cb, fp8 ? cb->mod.fn.attn_prefill8 : cb->mod.fn.attn_prefill,
+                  (unsigned)cb->batch.n_tiles, (unsigned)H, 1, 128, 2 * 64 * (hd + 8) * 2, a);
 }
 
-/* The warp-per-key decode kernel for this shape, or NULL (the split kernel then). */
-static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G) {
+/* The warp-per-key decode kernel for this shape and cache type, or NULL (the split kernel
+ * then). */
+static CUfunction attn_dec_kernel(const cuda_backend *cb, int hd, int G, bool fp8) {
     if (G > 8) return NULL;
     int h = hd == 64 ? 0 : hd == 128 ? 1 : hd == 256 ? 2 : -1;
     if (h < 0) return NULL;
     int q = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
-    return cb->mod.fn.attn_dec[h][q];
+    return fp8 ? cb->mod.fn.attn_dec8[h][q] : cb->mod.fn.attn_dec[h][q];
 }
 
 static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
@@ -192,22 +196,26 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     int window = atlas_geom_window(g, c->layer);
     int chunk = cb->batch.chunk, tile;
     float scale = atlas_geom_attn_scale(g);
+    /* an FP8 cache: its K scale folded into q's, its V scale the kernels' last argument */
+    bool fp8 = kv->es == 1;
+    float vscale = cuda_kv_scale(cb, c->layer, 1);
+    if (fp8) scale *= cuda_kv_scale(cb, c->layer, 0);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
     CUdeviceptr table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr counters = cb->ws.attn_counters; /* the splits merged by the last one */
     CUdeviceptr sinks = attn_sinks(c);
-    CUfunction dec = attn_dec_kernel(cb, hd, G);
+    CUfunction dec = attn_dec_kernel(cb, hd, G, fp8);
     /* every token its own sequence: keys before a token's own are older than this batch, and
      * the decode kernels load them before waiting for the previous kernel */
     int early = n == cb->batch.n_seqs;
     void *da[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
                   &bs, &H, &K, &window, &chunk, &scale, &out, &counters, &early,
-                  &sinks}; /* decode kernels */
+                  &sinks, &vscale}; /* decode kernels (vscale: the FP8 ones') */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
-    if (dec && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
+    if (dec && !fp8 && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
         cb->batch.n_split <= ATTN_CLUSTER) {
         /* a query head a 4-warp block (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 /
          * 3.950 with 2, and 3.950 against 3.987 with 8 warps a block; bench/RESULTS.md) */
@@ -226,9 +234,10 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     int gb = cuda_attn_split_heads(G, hd, budget); /* >= 1: check_geom */
     tile = attn_tile(gb, hd, budget);
     void *a[] = {&cb->ws.part_o, &cb->ws.part_ml, &qkv, &kc, &vc, &seq, &pos, &table, &max_blocks,
-                 &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters, &sinks};
+                 &bs, &H, &K, &hd, &gb, &window, &chunk, &tile, &scale, &out, &counters, &sinks,
+                 &vscale};
     unsigned smem = (unsigned)attn_split_smem(gb, hd, tile);
-    ATLAS_TRY(launch(cb, cb->mod.fn.attn_split, (unsigned)n, (unsigned)(H / gb),
+    ATLAS_TRY(launch(cb, fp8 ? cb->mod.fn.attn_split8 : cb->mod.fn.attn_split, (unsigned)n, (unsigned)(H / gb),
                      (unsigned)cb->batch.n_split, 128, smem, a));
     if (counters) return ATLAS_OK; /* the last split of each (token, kv head) merged them */
     void *b[] = {&out, &cb->ws.part_o, &cb->ws.part_ml, &H, &hd, &cb->batch.n_split, &sinks};
@@ -559,9 +568,12 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
     }
     case CUDA_OP_KV_STORE: {
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
-        kv_pools(c->p[1], c->layer, &kc, &vc);
-        void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd};
-        return launch(cb, cb->mod.fn.kv_store, (unsigned)c->n, 1, 1, 256, 0, a);
+        const atlas_kv *kv = c->p[1];
+        kv_pools(kv, c->layer, &kc, &vc);
+        float ks = cuda_kv_scale(cb, c->layer, 0), vs = cuda_kv_scale(cb, c->layer, 1);
+        void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd, &ks, &vs}; /* ks, vs: FP8's */
+        return launch(cb, kv->es == 1 ? cb->mod.fn.kv_store8 : cb->mod.fn.kv_store,
+                      (unsigned)c->n, 1, 1, 256, 0, a);
     }
     case CUDA_OP_ATTENTION:
         return op_attention(cb, c);
@@ -678,8 +690,10 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
+    /* (the GEMV's epilogue writes a bf16 cache only: an FP8 one takes the rope_kv kernel) */
     if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 &&
         next[0].op == CUDA_OP_ROPE && next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE &&
+        ((const atlas_kv *)next[1].p[1])->es == 2 &&
         next[1].n == 1 && hd % 4 == 0 && g->rope_dim % 4 == 0 &&
         w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
@@ -728,10 +742,12 @@ int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, rot = g->rope_dim / 2;
         CUdeviceptr qkv = CUDA_PTR(c[0].p[0]), kc, vc, cs = cuda_rope_table(cb, c[0].layer);
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
-        kv_pools(c[1].p[1], c[1].layer, &kc, &vc);
-        void *a[] = {&qkv, &kc, &vc, &slots, &cs, &H, &K, &hd, &rot};
-        *st = launch(cb, cb->mod.fn.rope_kv, (unsigned)c[0].n, (unsigned)(H + 2 * K), 1,
-                     hd / 2 < 32 ? 32 : hd / 2, 0, a);
+        const atlas_kv *kv = c[1].p[1];
+        kv_pools(kv, c[1].layer, &kc, &vc);
+        float ks = cuda_kv_scale(cb, c[1].layer, 0), vs = cuda_kv_scale(cb, c[1].layer, 1);
+        void *a[] = {&qkv, &kc, &vc, &slots, &cs, &H, &K, &hd, &rot, &ks, &vs}; /* ks, vs: FP8's */
+        *st = launch(cb, kv->es == 1 ? cb->mod.fn.rope_kv8 : cb->mod.fn.rope_kv,
+                     (unsigned)c[0].n, (unsigned)(H + 2 * K), 1, hd / 2 < 32 ? 32 : hd / 2, 0, a);
         return fused(cb, 2, 1);
     }
     /* matmul -> o; add_rmsnorm(x += o, h = norm(x)); matmul(h), as matmul_residual then
