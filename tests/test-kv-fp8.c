@@ -1,5 +1,8 @@
 /* tests/test-kv-fp8.c — the FP8 (e4m3) KV cache end to end on the CPU (--kv-cache-dtype fp8).
  *
+ * - The encoder the cache stores with (core/dtype.h atlas_f32_to_e4m3): every finite code
+ *   round-trips, ties go to even, 448 and beyond saturate, and random values agree with the
+ *   nearest code found by search.
  * - The names: atlas_model_kv_dtype_parse takes vLLM's auto, bf16, fp8 and fp8_e4m3, and
  *   refuses fp8_e5m2 and anything else naming what it takes.
  * - The trained default model (models/default), teacher-forced over a passage of its own
@@ -18,6 +21,7 @@
 
 #include "atlas/model.h"
 #include "atlas/tokenizer.h"
+#include "core/dtype.h"
 #include "harness.h"
 #include "model/forward.h"
 
@@ -31,6 +35,55 @@ static const char *TEXT =
     "Judah, concerning the words of this book that is found: for great is the wrath of the "
     "LORD that is kindled against us, because our fathers have not hearkened unto the words "
     "of this book, to do according unto all that which is written concerning us.";
+
+/* The nearest code to x by search over every finite code, ties to the even code (the one
+ * whose lowest mantissa bit is 0), saturating past 448: the encoder's definition, written the
+ * slow way. */
+static uint8_t e4m3_nearest(float x) {
+    if (x >= 448.0f) return 0x7e;
+    if (x <= -448.0f) return 0xfe;
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        float v = atlas_e4m3_to_f32((uint8_t)c);
+        if (isnan(v) || (signbit(v) != signbit(x))) continue;
+        double d = fabs((double)v - (double)x);
+        if (d < bd || (d == bd && !(c & 1))) bd = d, best = c;
+    }
+    return (uint8_t)best;
+}
+
+/* The encoder the FP8 KV cache stores with: every finite code round-trips, ties go to even,
+ * values past 448 (and infinities) saturate, NaN stays NaN, and random values over the whole
+ * range (subnormals included) agree with the search above. */
+static void test_e4m3_encode(void) {
+    for (int c = 0; c < 256; c++) {
+        float v = atlas_e4m3_to_f32((uint8_t)c);
+        if (isnan(v)) continue;
+        CHECK_MSG(atlas_f32_to_e4m3(v) == c, "e4m3 0x%02x (%g) encodes to 0x%02x", c, v,
+                  atlas_f32_to_e4m3(v));
+    }
+    static const struct { float x; uint8_t code; } known[] = {
+        {1.0625f, 0x38},  {1.1875f, 0x3a}, {1.0626f, 0x39}, {0.5f * 0x1p-9f, 0x00},
+        {1.5f * 0x1p-9f, 0x02}, {7.5f * 0x1p-9f, 0x08}, {0x1p-12f, 0x00}, {440.0f, 0x7e},
+        {448.0f, 0x7e}, {464.0f, 0x7e}, {1e9f, 0x7e}, {-1e9f, 0xfe}, {INFINITY, 0x7e},
+        {-INFINITY, 0xfe}, {-1.0625f, 0xb8}, {-0.0f, 0x80}, {239.0f, 0x77}, {1e-30f, 0x00},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        CHECK_MSG(atlas_f32_to_e4m3(known[i].x) == known[i].code, "e4m3 of %a: 0x%02x, want "
+                  "0x%02x", known[i].x, atlas_f32_to_e4m3(known[i].x), known[i].code);
+    CHECK((atlas_f32_to_e4m3(NAN) & 0x7f) == 0x7f);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    int bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        /* magnitudes 2^-12 .. 2^9: subnormals, normals and past the saturation */
+        float x = ldexpf(1.0f + (float)((r >> 40) & 0xffffff) / 16777216.0f, (int)((r >> 20) % 22) - 12);
+        if (r & 1) x = -x;
+        bad += atlas_f32_to_e4m3(x) != e4m3_nearest(x);
+    }
+    CHECK_MSG(bad == 0, "%d of 20000 random values encode off the nearest code", bad);
+}
 
 static void test_names(void) {
     static const struct { const char *text; atlas_kv_dtype want; } ok[] = {
@@ -163,6 +216,7 @@ static void test_default_model(void) {
 }
 
 int main(void) {
+    test_e4m3_encode();
     test_names();
     test_default_model();
     return harness_finish();

@@ -59,10 +59,6 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     return ATLAS_OK;
 }
 
-float cuda_kv_scale(const cuda_backend *cb, int layer, int v) {
-    return cb->mod.kv_scales ? cb->mod.kv_scales[2 * layer + v] : 1.0f;
-}
-
 /* A failed free is kept by the registry: destroy reports it (backend.h). */
 static void cuda_kv_free(atlas_backend *be, atlas_kv *kv) {
     if (!kv) return;

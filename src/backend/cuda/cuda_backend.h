@@ -403,8 +403,6 @@ atlas_status cuda_ready(cuda_backend *cb);
 atlas_status cuda_quant_ready(cuda_backend *cb);
 /* modules.c: looks up the FP8 KV cache's kernels (cuda_fns.kv_store8 ...) on first use. */
 atlas_status cuda_kv8_ready(cuda_backend *cb);
-/* An FP8 cache's scale of layer l: K (v 0) or V (v 1); 1 without scales (backend_cuda.c). */
-float cuda_kv_scale(const cuda_backend *cb, int layer, int v);
 
 /* weight_load.c: the op table's weight_load, weight_free and weights_done. */
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,

@@ -84,6 +84,11 @@ static atlas_status launch_cluster(cuda_backend *cb, CUfunction f, unsigned gx, 
 }
 
 
+/* An FP8 cache's scale of a layer: K (v 0) or V (v 1); 1 without scales. */
+static float kv_scale(const cuda_backend *cb, int layer, int v) {
+    return cb->mod.kv_scales ? cb->mod.kv_scales[2 * layer + v] : 1.0f;
+}
+
 /* One layer's K and V pools in the cache (cuda_backend.h). */
 static void kv_pools(const atlas_kv *kv, int layer, CUdeviceptr *kc, CUdeviceptr *vc) {
     *kc = kv->base + (size_t)layer * 2 * kv->layer_elems * (size_t)kv->es;
@@ -168,8 +173,8 @@ static atlas_status op_attention_tiles(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr pos = cuda_stage_ptr(cb, CUDA_STAGE_POS), table = cuda_stage_ptr(cb, CUDA_STAGE_TABLE);
     CUdeviceptr sinks = attn_sinks(c);
     bool fp8 = kv->es == 1; /* its K scale folded into q, its V scale the kernel's last argument */
-    float vscale = cuda_kv_scale(cb, c->layer, 1);
-    if (fp8) qscale *= cuda_kv_scale(cb, c->layer, 0);
+    float vscale = kv_scale(cb, c->layer, 1);
+    if (fp8) qscale *= kv_scale(cb, c->layer, 0);
     void *a[] = {&out, &qkv, &kc, &vc, &tiles, &seq, &pos, &table, &max_blocks, &bs, &H, &K,
                  &window, &qscale, &sinks, &vscale};
     return launch(cb, fp8 ? cb->mod.fn.attn_prefill8 : cb->mod.fn.attn_prefill,
@@ -198,8 +203,8 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
     float scale = atlas_geom_attn_scale(g);
     /* an FP8 cache: its K scale folded into q's, its V scale the kernels' last argument */
     bool fp8 = kv->es == 1;
-    float vscale = cuda_kv_scale(cb, c->layer, 1);
-    if (fp8) scale *= cuda_kv_scale(cb, c->layer, 0);
+    float vscale = kv_scale(cb, c->layer, 1);
+    if (fp8) scale *= kv_scale(cb, c->layer, 0);
     CUdeviceptr out = CUDA_PTR(c->p[0]), qkv = CUDA_PTR(c->p[1]), kc, vc;
     kv_pools(kv, c->layer, &kc, &vc);
     CUdeviceptr seq = cuda_stage_ptr(cb, CUDA_STAGE_SEQ), pos = cuda_stage_ptr(cb, CUDA_STAGE_POS);
@@ -570,7 +575,7 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         const atlas_kv *kv = c->p[1];
         kv_pools(kv, c->layer, &kc, &vc);
-        float ks = cuda_kv_scale(cb, c->layer, 0), vs = cuda_kv_scale(cb, c->layer, 1);
+        float ks = kv_scale(cb, c->layer, 0), vs = kv_scale(cb, c->layer, 1);
         void *a[] = {&p0, &kc, &vc, &slots, &H, &K, &hd, &ks, &vs}; /* ks, vs: FP8's */
         return launch(cb, kv->es == 1 ? cb->mod.fn.kv_store8 : cb->mod.fn.kv_store,
                       (unsigned)c->n, 1, 1, 256, 0, a);
@@ -744,7 +749,7 @@ int cuda_exec_fused(cuda_backend *cb, const cuda_cmd *c, int n, atlas_status *st
         CUdeviceptr slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         const atlas_kv *kv = c[1].p[1];
         kv_pools(kv, c[1].layer, &kc, &vc);
-        float ks = cuda_kv_scale(cb, c[1].layer, 0), vs = cuda_kv_scale(cb, c[1].layer, 1);
+        float ks = kv_scale(cb, c[1].layer, 0), vs = kv_scale(cb, c[1].layer, 1);
         void *a[] = {&qkv, &kc, &vc, &slots, &cs, &H, &K, &hd, &rot, &ks, &vs}; /* ks, vs: FP8's */
         *st = launch(cb, kv->es == 1 ? cb->mod.fn.rope_kv8 : cb->mod.fn.rope_kv,
                      (unsigned)c[0].n, (unsigned)(H + 2 * K), 1, hd / 2 < 32 ? 32 : hd / 2, 0, a);
