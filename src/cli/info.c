@@ -10,11 +10,11 @@
 #include "cli/options.h"
 
 static const char *const info_options[] = {"-h", "--help", "-m", "--model", "--device",
-                                           "--kernels", "--load", NULL};
+                                           "--kernels", "--load", "--kv-cache-dtype", NULL};
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--load]\n"
+            "usage: atlas info [-m DIR] [--device cpu|cuda[:N]|auto] [--kv-cache-dtype T] [--load]\n"
             "  Prints a model's architecture, shapes, parameter count, dtypes, each weight\n"
             "  group's format (quantized ones too), a mixture-of-experts model's experts, the\n"
             "  bytes a token reads (of a MoE layer's experts, the ones it is routed to) and the\n"
@@ -25,6 +25,8 @@ static void usage(FILE *f) {
             "  --load            also load it (reads every weight) and print what only the\n"
             "                    loaded backend knows: the GPU kernels chosen, CPU threads\n"
             "  --kernels K       native (default) or portable GPU code; implies --load\n"
+            "  --kv-cache-dtype T  auto (default), bf16 or fp8: the KV cache to size (with\n"
+            "                    --load: what became of the checkpoint's k_scale / v_scale)\n"
             "  -h, --help        this help\n",
             atlas_cli_default_model());
 }
@@ -63,8 +65,10 @@ static void print_survey(const char *dir, const atlas_model_survey *s) {
     printf("context:       %d positions\n", s->max_position);
     printf("tokenizer:     %s\n", s->has_tokenizer ? "tokenizer.json" : "missing (tokenizer.json)");
     printf("backend:       %s (%s)\n", s->backend, s->backend_why);
+    size_t elems = (size_t)2 * s->n_layers * s->n_kv_heads * s->head_dim; /* a token's K and V */
+    size_t es = elems ? s->kv_token_bytes / elems : 0;
     printf("kv cache:      %d blocks of %d tokens, %.1f MiB (%s)\n", s->kv_blocks,
-           s->kv_block_size, mib(s->kv_bytes), strcmp(s->backend, "cuda") ? "fp32" : "bf16");
+           s->kv_block_size, mib(s->kv_bytes), es == 1 ? "fp8 e4m3" : es == 2 ? "bf16" : "fp32");
     if (!s->available_what[0])
         printf("memory:        needs %.2f GiB; what is available cannot be known here\n",
                s->needed_bytes / 1073741824.0);
@@ -87,6 +91,7 @@ static int print_loaded(const char *dir, const atlas_model_params *p) {
     printf("loaded:        %s (%s)\n", i.backend, i.backend_why);
     if (i.kernels && *i.kernels) printf("kernels:       %s\n", i.kernels);
     if (i.n_threads) printf("threads:       %d\n", i.n_threads);
+    if (i.kv_scales && *i.kv_scales) printf("kv scales:     %s\n", i.kv_scales);
     if (atlas_model_release(m) != ATLAS_OK) {
         fprintf(stderr, "atlas info: %s\n", atlas_last_error());
         return 1;
@@ -108,7 +113,7 @@ int atlas_cli_info(int argc, char **argv) {
         } else if (!strcmp(a, "--load")) {
             load = true;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--device") ||
-                    !strcmp(a, "--kernels")) && i + 1 == argc) {
+                    !strcmp(a, "--kernels") || !strcmp(a, "--kv-cache-dtype")) && i + 1 == argc) {
             fprintf(stderr, "atlas info: %s needs a value (see --help)\n", a);
             return 2;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -126,6 +131,8 @@ int atlas_cli_info(int argc, char **argv) {
                 return 2;
             }
             load = true; /* the kernels are chosen when a model loads */
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (atlas_cli_parse_kv_dtype("info", argv[++i], &p.kv_dtype)) return 2;
         } else {
             fprintf(stderr, "atlas info: unknown argument '%s' (see --help)\n", a);
             return 2;

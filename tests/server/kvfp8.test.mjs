@@ -54,3 +54,19 @@ test('the flag refuses fp8_e5m2 and unknown types, naming what it takes', () => 
     assert.match(r.stderr, new RegExp(`--kv-cache-dtype: KV cache dtype '${v}'.*auto, bf16, fp8, fp8_e4m3`));
   }
 });
+
+test('atlas info sizes the cache the flag asks for', () => {
+  const info = (kv) => {
+    const r = spawnSync(BIN, ['info', '-m', dir, '--device', 'cpu', '--kv-cache-dtype', kv], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 0, r.stderr);
+    const m = r.stdout.match(/^kv cache: +(\d+) blocks of (\d+) tokens, ([\d.]+) MiB \(([^)]+)\)$/m);
+    assert.ok(m, r.stdout);
+    return m;
+  };
+  const b = info('bf16'), f = info('fp8');
+  assert.equal(b[4], 'bf16');
+  assert.equal(f[4], 'fp8 e4m3');
+  assert.equal(f[1], b[1], 'the same blocks');
+  // MiB with one decimal: half the bytes, to the printed precision
+  assert.ok(Number(f[3]) > 0 && Math.abs(Number(f[3]) * 2 - Number(b[3])) <= 0.1, `${f[0]} / ${b[0]}`);
+});
