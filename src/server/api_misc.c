@@ -343,8 +343,10 @@ static int print_gateway(atlas_engine *engine, const atlas_engine_metrics *em, c
     for (int i = 0; i < n; i++) {
         rc |= atlas_buf_printf(b, l, c, "atlas_cache_config_info{model_name=\"");
         rc |= atlas_metrics_print_label(b, l, c, ms[i].name);
-        rc |= atlas_buf_printf(b, l, c, "\",block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n",
-                               ms[i].kv_block_size, ms[i].kv_blocks);
+        /* cache_dtype: vLLM's label ("auto" there for the model's type; here what it is) */
+        rc |= atlas_buf_printf(b, l, c, "\",block_size=\"%d\",num_gpu_blocks=\"%d\","
+                               "cache_dtype=\"%s\"} 1\n", ms[i].kv_block_size, ms[i].kv_blocks,
+                               ms[i].kv_dtype);
     }
     return rc;
 }

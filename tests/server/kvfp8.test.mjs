@@ -39,6 +39,12 @@ test('an FP8 pool holds twice the tokens of a bf16 one in the same memory', asyn
   assert.match(banner, new RegExp(`model b: dir .*kv ${m.b.settings.kv_tokens} tokens of bf16, context`));
 });
 
+test('/metrics labels each pool with its element type', async () => {
+  const text = await (await fetch(`${srv.base}/metrics`)).text();
+  assert.match(text, /^atlas_cache_config_info\{model_name="f",block_size="\d+",num_gpu_blocks="\d+",cache_dtype="fp8"\} 1$/m, text);
+  assert.match(text, /^atlas_cache_config_info\{model_name="b",block_size="\d+",num_gpu_blocks="\d+",cache_dtype="bf16"\} 1$/m);
+});
+
 test('the FP8 model answers', async () => {
   for (const model of ['b', 'f']) {
     const r = await postJSON(srv.base, '/v1/completions', { model, prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
