@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu/long.sh — long prompts, atlas run's speed and the KV pool under load, on the GPU
 # machine (the device tool runs it in the repo root after the build; logs under $OUT).
-#   STEPS="prompt speed stress" picks steps (default: all three).
+#   STEPS="prompt speed stress kvfp8" picks steps (default: the first three).
 #   prompt: a 2,600- and an 8,192-token prompt on the 8B checkpoint through `atlas run` and
 #           through `atlas serve` (default --batch-tokens 512: prefilled in chunks), greedy;
 #           run and serve must give the same tokens.
@@ -10,6 +10,10 @@
 #   stress: `atlas serve` on the 8B checkpoint at its default context (131,072) and
 #           --gpu-memory-utilization, 256 concurrent requests of 8,000-token prompts and 16
 #           tokens out (far more than the KV pool holds): every request must be answered.
+#   kvfp8:  `atlas bench` decode at batch 1 after a 32,768-token prompt with the KV cache in
+#           bf16 and in FP8 (--kv-cache-dtype fp8), one after the other in the same call, and
+#           their ratio (issue target: FP8 >= 1.08x bf16 with bf16 weights); KV_MODEL names
+#           another checkpoint (an FP8-weight one for the 1.15x target).
 # Needs $ATLAS_BUILD/atlas and /tmp/llama8b (tools/make_checkpoint.py --shape 8b, made here
 # when absent) with the Llama 3 tokenizer copied beside it.
 set -u
@@ -82,5 +86,20 @@ if has stress; then
     --json "$OUT/stress.json" 2>&1 | tail -8 | tee "$OUT/stress.log"
   get http://127.0.0.1:18082/metrics | grep -E "finished_total|preemptions|kv_capacity|context_tokens|kv_blocks_total|swap_seconds" | tee "$OUT/stress-metrics.txt"
   kill $srv; wait $srv 2>/dev/null; tail -3 "$OUT/serve-stress.log"
+fi
+if has kvfp8; then
+  KM=${KV_MODEL:-$M}
+  for kv in bf16 fp8; do
+    step "atlas bench, decode after 32,768 tokens, KV cache $kv ($KM)"
+    timeout 300 "$B/atlas" bench -m "$KM" --device cuda -p 32768 -n 64 --reps 3 \
+      --kv-cache-dtype $kv > "$OUT/kv-$kv.log" 2>&1; echo "rc $?"
+    grep -E "^decode  " "$OUT/kv-$kv.log" | tee "$OUT/kv-$kv.decode"
+  done
+  python3 - "$OUT/kv-bf16.decode" "$OUT/kv-fp8.decode" <<'PY' | tee "$OUT/kvfp8.txt"
+import re, sys
+rate = lambda f: float(re.search(r"([\d.]+) tok/s", open(f).read()).group(1))
+b, f = rate(sys.argv[1]), rate(sys.argv[2])
+print(f"decode after 32,768 tokens: bf16 KV {b:.1f} tok/s, fp8 KV {f:.1f} tok/s, ratio {f / b:.3f}")
+PY
 fi
 step done
