@@ -823,7 +823,7 @@ static void refuse_ignored(const char *dir, const char *key, const char *entry, 
 /* Loads dir on the CPU with kv's cache and checks what its info says of the cache and of the
  * checkpoint's scales (want: a piece of kv_scales). */
 static void kv_info(const char *dir, atlas_kv_dtype kv, const char *dtype, const char *want,
-                    size_t *kv_bytes) {
+                    const char *quant, size_t *kv_bytes) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.load_tokenizer = 0;
@@ -836,6 +836,12 @@ static void kv_info(const char *dir, atlas_kv_dtype kv, const char *dtype, const
     CHECK_MSG(!strcmp(mi.kv_dtype, dtype) && strstr(mi.kv_scales, want), "%s, kv %s: cache %s, "
               "scales \"%s\"; want %s, \"%s\"", dir, atlas_model_kv_dtype_name(kv), mi.kv_dtype,
               mi.kv_scales, dtype, want);
+    /* the quantization line says whether the FP8 KV cache the checkpoint asks for is applied,
+     * from the headers (atlas info) as loaded */
+    CHECK_MSG(quant ? strstr(mi.quantization, quant) != NULL : !strstr(mi.quantization, "KV"),
+              "%s, kv %s: quantization \"%s\", want %s", dir, atlas_model_kv_dtype_name(kv),
+              mi.quantization, quant ? quant : "no KV note");
+    check_survey(dir, &p, &mi);
     *kv_bytes = mi.kv_bytes;
     CHECK_OK(atlas_model_release(m));
 }
@@ -871,8 +877,10 @@ static void check_kv_scales(const char *dir) {
             json_decref(hf);
         }
         size_t f32 = 0, fp8 = 0;
-        kv_info(dir, ATLAS_KV_DTYPE_AUTO, "f32", "unused", &f32);
-        kv_info(dir, ATLAS_KV_DTYPE_FP8, "fp8", "scale tensors of the checkpoint, used", &fp8);
+        kv_info(dir, ATLAS_KV_DTYPE_AUTO, "f32", "unused", drop ? NULL : "; KV cache unquantized",
+                &f32);
+        kv_info(dir, ATLAS_KV_DTYPE_FP8, "fp8", "scale tensors of the checkpoint, used",
+                drop ? NULL : "; FP8 KV cache", &fp8);
         CHECK_MSG(fp8 * 4 == f32 && fp8 > 0, "KV bytes: fp8 %zu, f32 %zu", fp8, f32);
     }
 }

@@ -157,6 +157,7 @@ atlas_status atlas_model_survey_dir(const char *dir, const atlas_model_params *p
     ATLAS_TRY(atlas_layout_check(dir)); /* a GGUF file, .bin weights, a hub id: as a load says */
     atlas_config c;
     ATLAS_TRY(atlas_config_load(dir, &c));
+    c.quant.kv_fp8_on = p->kv_dtype == ATLAS_KV_DTYPE_FP8; /* the quantization string's */
     copy_config(&c, out);
     int kv_heads;
     ATLAS_TRY(survey_weights(dir, &c, p, out, &kv_heads));

@@ -41,7 +41,8 @@
  * the compute type). A checkpoint that asks for static activation scales (W8A8 FP8, W4A4
  * NVFP4) has them checked and left unused, and atlas_quant_config_str says "weight-only";
  * one that asks for an FP8 KV cache keeps its KV in the compute type and says "KV cache
- * unquantized" (its k_scale / v_scale are left unused). */
+ * unquantized" (its k_scale / v_scale are left unused) unless the load's cache is FP8
+ * (--kv-cache-dtype fp8, kv_fp8_on): then "FP8 KV cache", with those scales. */
 #ifndef ATLAS_MODEL_QUANT_H
 #define ATLAS_MODEL_QUANT_H
 
@@ -84,6 +85,8 @@ typedef struct atlas_quant_config {
      * compute type) and an FP8 KV cache (the KV stays in the compute type) */
     bool static_act;
     bool kv_fp8;
+    bool kv_fp8_on;           /* not the checkpoint's: the load's cache is FP8 (--kv-cache-dtype
+                                 fp8), so an FP8 KV cache asked for is said applied */
     /* ignore / modules_to_not_convert / ignored_layers: "re:" entries are POSIX extended
      * regular expressions matched against the whole module name; others match as a part
      * of it (transformers' rule) */

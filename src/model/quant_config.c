@@ -394,9 +394,10 @@ atlas_status atlas_quant_config_parse_hf(const char *file, const void *rv,
 
 /* What the checkpoint asks for and atlas does not apply, after the format. */
 static const char *notes(const atlas_quant_config *qc) {
-    if (qc->static_act && qc->kv_fp8) return ", weight-only; KV cache unquantized";
+    if (qc->static_act && qc->kv_fp8)
+        return qc->kv_fp8_on ? ", weight-only; FP8 KV cache" : ", weight-only; KV cache unquantized";
     if (qc->static_act) return ", weight-only";
-    if (qc->kv_fp8) return "; KV cache unquantized";
+    if (qc->kv_fp8) return qc->kv_fp8_on ? "; FP8 KV cache" : "; KV cache unquantized";
     return "";
 }
 
@@ -436,7 +437,7 @@ const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size
     case ATLAS_QM_CT_NVFP4:
         snprintf(buf, cap, "%s (NVFP4: FP4 e2m1, e4m3 scales per 16, weight-only%s)",
                  qc->method == ATLAS_QM_NVFP4 ? "modelopt" : "compressed-tensors",
-                 qc->kv_fp8 ? "; KV cache unquantized" : "");
+                 !qc->kv_fp8 ? "" : qc->kv_fp8_on ? "; FP8 KV cache" : "; KV cache unquantized");
         break;
     default: snprintf(buf, cap, "none");
     }
