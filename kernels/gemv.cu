@@ -12,6 +12,7 @@
  *                         their epilogue (decode fusions)
  *   atlas_gemv_mma        2..8 rows on the tensor cores
  * k % 8 == 0 (k % 32 for the mma kernel). */
+#include "kv8.cuh"
 #include "mma.cuh"
 
 enum { GEMV_WARPS = 4, GEMV_U = 4 };
@@ -262,6 +263,41 @@ struct gb_rope_kv {
     }
 };
 
+/* gb_rope_kv for an FP8 cache: the same rows, the cache's copies e4m3 codes of x / ks (k
+ * heads) and x / vs (v heads). */
+struct gb_rope_kv8 {
+    float *qkv;
+    fp8_t *kc, *vc;
+    const int *slots;
+    const float2 *cs;
+    int H, K, hd, rot;
+    float ks, vs;
+    __device__ void operator()(float v, int row, int lane) const {
+        float b = __shfl_down_sync(0xffffffffu, v, 2);
+        if (lane >= GB_ROWS) return;
+        int head = row / hd, i = row - head * hd;
+        size_t dst = (size_t)slots[0] * K * hd;
+        float *x = qkv + (size_t)head * hd;
+        if (head < H + K && i < 2 * rot) {
+            if (lane < 2) { /* as rope_pair */
+                float2 r = cs[i];
+                float ra = v * r.x - b * r.y, rb = b * r.x + v * r.y;
+                x[i] = ra;
+                x[i + rot] = rb;
+                if (head >= H) {
+                    fp8_t *kr = kc + dst + (size_t)(head - H) * hd;
+                    kr[i] = f2fp8(ra, ks);
+                    kr[i + rot] = f2fp8(rb, ks);
+                }
+            }
+            return;
+        }
+        x[i] = v;
+        if (head >= H + K) vc[dst + (size_t)(head - H - K) * hd + i] = f2fp8(v, vs);
+        else if (head >= H) kc[dst + (size_t)(head - H) * hd + i] = f2fp8(v, ks);
+    }
+};
+
 /* The block's 4 row sums: each warp's into part[warp][0..3] (lane 0 writes; column 4 is
  * free for the norm's sum of squares). */
 typedef float gb_part[GB_ROWS + 1];
@@ -501,6 +537,11 @@ ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act, ga}), f
 ATLAS_GEMV_EPI(qkv, (gb_heads{hd, rot}), (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd, rot}),
                bf16_t *kc, bf16_t *vc, const int *slots, const float2 *cs, int H, int K, int hd,
                int rot)
+/*   qkv_fp8 qkv's, into an FP8 cache: ks, vs the layer's K and V scales */
+ATLAS_GEMV_EPI(qkv_fp8, (gb_heads{hd, rot}),
+               (gb_rope_kv8{out, kc, vc, slots, cs, H, K, hd, rot, ks, vs}), fp8_t *kc,
+               fp8_t *vc, const int *slots, const float2 *cs, int H, int K, int hd, int rot,
+               float ks, float vs)
 
 /* --- small batches on the tensor cores ----------------------------------------------------------
  * atlas_gemv_mma: out[n, m] = x[n, k] @ w[m, k]^T (+ bias), n <= 8, k % 32 == 0. Still bound by

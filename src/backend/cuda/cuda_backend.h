@@ -129,6 +129,7 @@ typedef struct cuda_fns {
      * stores, the split and prefill attention, the decode kernels as attn_dec (no cluster
      * kernel: the dec kernels run there) */
     CUfunction kv_store8, rope_kv8, attn_split8, attn_prefill8, attn_dec8[3][4];
+    CUfunction gemv1b_qkv8[2], gemv1c_qkv8[2]; /* [norm]: the qkv epilogue into FP8 */
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];

@@ -69,6 +69,12 @@ atlas_status cuda_kv8_ready(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_kv_store_fp8", &fn->kv_store8));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_rope_kv_store_fp8", &fn->rope_kv8));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_attn_split_fp8", &fn->attn_split8));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_gemv1b_qkv_fp8", &fn->gemv1b_qkv8[0]));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_gemv1b_norm_qkv_fp8",
+                                      &fn->gemv1b_qkv8[1]));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_gemv1c_qkv_fp8", &fn->gemv1c_qkv8[0]));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_gemv1c_norm_qkv_fp8",
+                                      &fn->gemv1c_qkv8[1]));
     int hd = cb->base.geom.head_dim;
     char name[48];
     fn->attn_prefill8 = NULL;

@@ -659,7 +659,16 @@ static atlas_status gemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_
         int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim, rot = g->rope_dim / 2;
         CUdeviceptr kc, vc, slots = cuda_stage_ptr(cb, CUDA_STAGE_SLOTS);
         CUdeviceptr cs = cuda_rope_table(cb, next[0].layer);
-        kv_pools(next[1].p[1], next[1].layer, &kc, &vc);
+        const atlas_kv *kv = next[1].p[1];
+        kv_pools(kv, next[1].layer, &kc, &vc);
+        if (kv->es == 1) { /* an FP8 cache: its layer's scales, then ng */
+            float ks = kv_scale(cb, next[1].layer, 0), vs = kv_scale(cb, next[1].layer, 1);
+            void *a8[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cs,
+                          &H, &K, &hd, &rot, &ks, &vs, NULL};
+            return launch_rows(cb, cb->mod.fn.gemv1b_qkv8[norm != NULL],
+                               cb->mod.fn.gemv1c_qkv8[norm != NULL], m / 4, a8,
+                               (int)(sizeof a8 / sizeof a8[0]));
+        }
         void *a[] = {&out, &x, &wp, &bp, &m, &k, &nw, &eps, &h, &kc, &vc, &slots, &cs,
                      &H, &K, &hd, &rot, NULL};
         return launch_rows(cb, cb->mod.fn.gemv1b_qkv[norm != NULL],
@@ -695,10 +704,8 @@ static int tail_of(const cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *n
         return 1;
     }
     int H = g->n_heads, K = g->n_kv_heads, hd = g->head_dim;
-    /* (the GEMV's epilogue writes a bf16 cache only: an FP8 one takes the rope_kv kernel) */
     if ((mm->link & CUDA_LINK_ROPE_KV) && w->fmt == ATLAS_WFMT_DENSE && n_next >= 2 &&
         next[0].op == CUDA_OP_ROPE && next[0].n == 1 && next[1].op == CUDA_OP_KV_STORE &&
-        ((const atlas_kv *)next[1].p[1])->es == 2 &&
         next[1].n == 1 && hd % 4 == 0 && g->rope_dim % 4 == 0 &&
         w->rows == (int64_t)(H + 2 * K) * hd) {
         *tail = TAIL_QKV;
