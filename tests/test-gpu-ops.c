@@ -483,7 +483,7 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
     buf o = buf_make(d), q1 = buf_make(nq), q2 = buf_make(nq), gu1 = buf_make(2 * f);
     buf a1 = buf_make(f), gu2 = buf_make(2 * f), a2 = buf_make(f), dn = buf_make(d);
     buf h3 = buf_make(d), dn1 = buf_make(d);
-    float *got = malloc((size_t)nq * 4), *cache = malloc((size_t)kw * 4);
+    float *got = malloc((size_t)nq * 4), *cache = malloc((size_t)kw * 2 * 4);
     uint16_t *bits = malloc((size_t)kw * 2);
     for (int rep = 0; rep < 2; rep++) { /* the second is a replay */
         int pos = start + rep, slot = tables[0][pos / BS] * BS + pos % BS;
@@ -492,11 +492,13 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
         buf_random(&att, 1.0f);
         buf *outs[] = {&h1, &h, &o, &q1, &q2, &gu1, &a1, &gu2, &a2, &dn, &h3, &dn1};
         for (int i = 0; i < 12; i++) buf_poison(outs[i]);
-        for (int l = 0; l < 2; l++) /* k and v rows of the slot: bf16 NaN */
-            for (int kv = 0; kv < 2; kv++)
-                CHECK_OK(ATLAS_CU(cuMemsetD32, kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
-                                                           (size_t)slot * kw) * 2,
-                                  0x7fc07fc0u, (size_t)kw / 2));
+        for (int l = 0; l < 2; l++) /* k and v rows of the slot: NaN (bf16 or e4m3) */
+            for (int kv = 0; kv < 2; kv++) {
+                CUdeviceptr row = kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
+                                              (size_t)slot * kw) * (size_t)kg->es;
+                if (kg->es == 1) CHECK_OK(ATLAS_CU(cuMemsetD8, row, 0x7f, (size_t)kw));
+                else CHECK_OK(ATLAS_CU(cuMemsetD32, row, 0x7fc07fc0u, (size_t)kw / 2));
+            }
         CHECK_OK(ATLAS_CU(cuCtxSynchronize));
         uint64_t away = cb->plan.fused_away;
         atlas_backend *bes[] = {cpu, gpu};
@@ -542,20 +544,31 @@ static void test_fused_tails(atlas_kv *kc, atlas_kv *kg, int start, uint64_t wan
             CHECK_OK(gpu->ops->download(gpu, got, qb->gpu, (size_t)nq));
             for (int kv = 0; kv < 2; kv++) { /* the CPU's cache row is its roped k / v */
                 const float *want = qb->cpu + nh * hd + kv * kw, *mine = got + nh * hd + kv * kw;
+                int es = kg->es; /* an FP8 cache: e4m3 codes of x / the layer's scale */
+                float sc = cb->mod.kv_scales ? cb->mod.kv_scales[2 * l + kv] : 1.0f;
                 CHECK_OK(ATLAS_CU(cuMemcpyDtoH, bits,
                                   kg->base + ((size_t)(2 * l + kv) * kg->layer_elems +
-                                              (size_t)slot * kw) * 2,
-                                  (size_t)kw * 2));
+                                              (size_t)slot * kw) * (size_t)es,
+                                  (size_t)kw * (size_t)es));
                 int exact = 1;
                 for (int j = 0; j < kw; j++) {
-                    cache[j] = atlas_bf16_to_f32(bits[j]);
-                    exact &= bits[j] == atlas_f32_to_bf16(mine[j]);
+                    uint8_t code = ((const uint8_t *)bits)[j];
+                    cache[j] = es == 1 ? atlas_e4m3_to_f32(code) * sc : atlas_bf16_to_f32(bits[j]);
+                    exact &= es == 1 ? code == atlas_f32_to_e4m3(mine[j] / sc)
+                                     : bits[j] == atlas_f32_to_bf16(mine[j]);
                 }
-                double e = norm_err(cache, want, (size_t)kw);
-                CHECK_MSG(e <= 4e-3, "tails hd %d step %d: layer %d %s cache row: normalised "
-                          "error %.3g > 4e-3", hd, rep, l, kv ? "v" : "k", e);
-                CHECK_MSG(exact, "tails hd %d step %d: layer %d %s cache row is not the bf16 of "
-                          "the GPU's qkv", hd, rep, l, kv ? "v" : "k");
+                /* FP8: against the CPU's row rounded the same way (keys past 448 x scale
+                 * saturate), where a rounding that the two rows' last bits flip moves one
+                 * element by a step of at most 1/8 of it */
+                float *wr = cache + kw;
+                for (int j = 0; j < kw; j++)
+                    wr[j] = es == 1 ? atlas_e4m3_to_f32(atlas_f32_to_e4m3(want[j] / sc)) * sc
+                                    : want[j];
+                double e = norm_err(cache, wr, (size_t)kw), tol = es == 1 ? 0.13 : 4e-3;
+                CHECK_MSG(e <= tol, "tails hd %d step %d: layer %d %s cache row: normalised "
+                          "error %.3g > %g", hd, rep, l, kv ? "v" : "k", e, tol);
+                CHECK_MSG(exact, "tails hd %d step %d: layer %d %s cache row is not the %s of "
+                          "the GPU's qkv", hd, rep, l, kv ? "v" : "k", es == 1 ? "e4m3" : "bf16");
                 printf("  tails hd %d step %d: layer %d %s cache row   %.2e\n", hd, rep, l,
                        kv ? "v" : "k", e);
             }
@@ -694,6 +707,8 @@ static void test_kv_fp8(const atlas_backend_geom *g0, tensor *tn, tensor *tq, te
             test_graph(kc, kg, &norm, &wqkv, 64, 102);
             test_layer_ops(kc, kg, 300, 0, 150, 0, "fp8 prefill 300 (150..449)", &norm, &qn, &kn);
             test_layer_ops(kc, kg, 1, 1, 449, 150, "fp8 decode 1+1 at 449", &norm, &qn, &kn);
+            /* the qkv GEMV's epilogue into the FP8 cache: 9 commands fused away, as bf16 */
+            test_fused_tails(kc, kg, 460, 9);
         }
         cpu->ops->kv_free(cpu, kc);
         gpu->ops->kv_free(gpu, kg);
