@@ -11,6 +11,8 @@
  *   bf16, int8). The log-probability of each next token with FP8 must stay within a bound
  *   of bf16's (and differ from it: the codes were used), and the greedy choice must agree at
  *   nearly every position.
+ * - The CPU attention's paths with an FP8 cache against its plain path on the same codes
+ *   (prefill tiles, and decode tokens whose rows are read in place).
  * - The pool: the same KV memory makes twice the blocks of bf16 (the load's kv_bytes a token
  *   halves), and a CPU load reports the type and what became of the scales. */
 #include <math.h>
@@ -22,6 +24,7 @@
 #include "atlas/model.h"
 #include "atlas/tokenizer.h"
 #include "core/dtype.h"
+#include "backend/cpu/cpu.h"
 #include "harness.h"
 #include "model/forward.h"
 
@@ -118,8 +121,9 @@ static void test_names(void) {
 /* log p(ids[i + 1]) at each position i < n - 1 into lp, and each position's argmax, with
  * kv's cache and act's activations; the first half in one batch, then one token a batch.
  * *kv_token: the KV bytes a token of the load's cache takes. */
-static int run(const char *dir, atlas_kv_dtype kv, atlas_cpu_activations act, const int32_t *ids,
-               int n, double *lp, int32_t *best, size_t *kv_token, char *note, size_t cap) {
+static int run(const char *dir, atlas_kv_dtype kv, atlas_cpu_activations act,
+               const int32_t *ids, int n, double *lp, int32_t *best, size_t *kv_token,
+               char *note, size_t cap) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.cpu_activations = act;
@@ -162,6 +166,75 @@ static int run(const char *dir, atlas_kv_dtype kv, atlas_cpu_activations act, co
     free(logits);
     CHECK_OK(atlas_model_release(m));
     return ok;
+}
+
+/* Normalised error of got against want: max |got - want| / max |want|. */
+static double norm_err(const float *got, const float *want, size_t n) {
+    double md = 0, ma = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= md)) md = d; /* NaN wins */
+        if (fabs(want[i]) > ma) ma = fabs(want[i]);
+    }
+    return ma > 0 ? md / ma : md;
+}
+
+/* An FP8 cache's attention through every path this CPU runs against the plain one (one
+ * (token, head) at a time through the code table) on the same stored codes: a prefill of
+ * 40 + 13 tokens (the tiles gather and widen the rows), then decode tokens of both
+ * sequences (the vector paths read the rows in place and widen the codes in registers:
+ * head_dim 32 is whole vectors), GQA 2, scales that saturate some keys. */
+static void test_attention_paths(void) {
+    enum { H = 4, K = 2, HD = 32, BS = 8, NB = 16, MAXB = 8, QKV = (H + 2 * K) * HD };
+    static const float scales[4] = {0.5f, 0.25f, 0.004f, 0.3f}; /* layer 1's K saturates */
+    double inv[HD / 2];
+    for (int i = 0; i < HD / 2; i++) inv[i] = pow(10000.0, -2.0 * i / HD);
+    atlas_backend_geom g = {.hidden = 64, .n_heads = H, .n_kv_heads = K, .head_dim = HD,
+                            .intermediate = 64, .vocab_size = 16, .n_layers = 2,
+                            .rms_eps = 1e-5f, .rope_inv_freq = inv, .rope_attn_factor = 1.0,
+                            .max_position = 4096, .kv_scales = scales};
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 2, &be));
+    if (!be) return;
+    be->kv_size = 1;
+    atlas_kv *kv = NULL;
+    CHECK_OK(be->ops->kv_create(be, NB, BS, &kv));
+    cpu_backend *cb = (cpu_backend *)be;
+    int32_t table[2 * MAXB];
+    for (int i = 0; i < 2 * MAXB; i++) table[i] = (int32_t)((i * 5 + 3) % NB); /* scattered */
+    static float qkv[53 * QKV], ref[53 * H * HD], out[53 * H * HD];
+    uint64_t r = 88172645463325252ull;
+    int steps[2][2] = {{40, 13}, {1, 1}}, ctx[2] = {0, 0};
+    for (int st = 0; kv && st < 2; st++) {
+        int n0 = steps[st][0], n1 = steps[st][1], n = n0 + n1;
+        int32_t tokens[53] = {0}, pos[53], start[3] = {0, n0, n}, sctx[2] = {ctx[0] + n0, ctx[1] + n1};
+        for (int t = 0; t < n; t++) pos[t] = t < n0 ? ctx[0] + t : ctx[1] + t - n0;
+        for (int i = 0; i < n * QKV; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            qkv[i] = (float)((double)(r >> 11) / 4503599627370496.0 - 1.0);
+        }
+        atlas_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = 2,
+                         .seq_start = start, .seq_ctx = sctx, .block_table = table,
+                         .max_blocks = MAXB};
+        CHECK_OK(be->ops->begin_batch(be, &b, BS));
+        CHECK_OK(be->ops->kv_store(be, qkv, kv, 1));
+        cb->attn = CPU_ATTN_PLAIN;
+        CHECK_OK(be->ops->attention(be, ref, qkv, kv, 1, NULL));
+        for (int kind = CPU_ATTN_AVX2; kind <= CPU_ATTN_NEON; kind++) {
+            if (!cpu_attn_kind_supported((cpu_attn_kind)kind)) continue;
+            cb->attn = (cpu_attn_kind)kind;
+            memset(out, 0xff, sizeof out); /* NaN: a row left unwritten fails */
+            CHECK_OK(be->ops->attention(be, out, qkv, kv, 1, NULL));
+            double e = norm_err(out, ref, (size_t)n * H * HD);
+            printf("FP8 cache, attention path %d, %d + %d tokens: %.3g off the plain path\n",
+                   kind, n0, n1, e);
+            CHECK_MSG(e <= 2e-6, "FP8 cache, attention path %d, %d + %d tokens: normalised "
+                      "error %.3g against the plain path", kind, n0, n1, e);
+        }
+        ctx[0] += n0, ctx[1] += n1;
+    }
+    be->ops->kv_free(be, kv);
+    be->ops->destroy(be);
 }
 
 static void test_default_model(void) {
@@ -218,6 +291,7 @@ static void test_default_model(void) {
 int main(void) {
     test_e4m3_encode();
     test_names();
+    test_attention_paths();
     test_default_model();
     return harness_finish();
 }

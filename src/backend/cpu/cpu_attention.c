@@ -181,6 +181,36 @@ static void attn_store(const attn_item *it, const float *o, int hdp, const float
 #include <immintrin.h>
 #define HAVE_TILED 1
 
+/* e4m3 codes as floats, exactly cpu_e4m3_table's values, for the decode path that reads an
+ * FP8 cache's rows in place: a normal code's exponent and mantissa bits shifted into a
+ * float's, its exponent rebased (+120), a subnormal m as m * 2^-9, NaN (S.1111.111) as NaN,
+ * then the sign. 16 codes (AVX-512), 8 (AVX2). */
+__attribute__((target("avx512f"))) static inline __m512 fp8x16_512(const uint8_t *p) {
+    __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+    __m512 v = _mm512_castsi512_ps(
+        _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+    v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), v, sub);
+    v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), v,
+                             _mm512_set1_ps(__builtin_nanf("")));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 fp8x8_256(const uint8_t *p) {
+    __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    __m256 v = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    v = _mm256_blendv_ps(v, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+    v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f))));
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+
 #define VW 16
 #define VEC __m512
 #define TGT __attribute__((target("avx512f")))
@@ -202,6 +232,7 @@ static void attn_store(const attn_item *it, const float *o, int hdp, const float
 #define vhsum(x) _mm512_reduce_add_ps(x)
 #define vloadbf(p) _mm512_castsi512_ps(_mm512_slli_epi32( \
     _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define vloadfp8(p) fp8x16_512(p)
 #include "backend/cpu/cpu_attn_tile.h"
 #undef VW
 #undef VEC
@@ -222,6 +253,7 @@ static void attn_store(const attn_item *it, const float *o, int hdp, const float
 #undef vhmax
 #undef vhsum
 #undef vloadbf
+#undef vloadfp8
 
 __attribute__((target("avx2,fma"))) static inline float hmax256(__m256 x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -258,10 +290,25 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
 #define vhsum(x) hsum256(x)
 #define vloadbf(p) _mm256_castsi256_ps(_mm256_slli_epi32( \
     _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define vloadfp8(p) fp8x8_256(p)
 #include "backend/cpu/cpu_attn_tile.h"
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #define HAVE_TILED 1
+
+/* 4 e4m3 codes as floats, as the x86 fp8x16_512 makes them. */
+static inline float32x4_t fp8x4_neon(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    uint32x4_t c = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(w)))));
+    uint32x4_t mag = vandq_u32(c, vdupq_n_u32(0x7f));
+    uint32x4_t sign = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(0x80)), 24);
+    float32x4_t v = vreinterpretq_f32_u32(vaddq_u32(vshlq_n_u32(mag, 20), vdupq_n_u32(120u << 23)));
+    float32x4_t sub = vmulq_f32(vcvtq_f32_u32(mag), vdupq_n_f32(0x1p-9f));
+    v = vbslq_f32(vcltq_u32(mag, vdupq_n_u32(8)), sub, v);
+    v = vbslq_f32(vceqq_u32(mag, vdupq_n_u32(0x7f)), vdupq_n_f32(__builtin_nanf("")), v);
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(v), sign));
+}
 
 #define VW 4
 #define VEC float32x4_t
@@ -283,6 +330,7 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 x) {
 #define vhmax(x) vmaxvq_f32(x)
 #define vhsum(x) vaddvq_f32(x)
 #define vloadbf(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p)), 16))
+#define vloadfp8(p) fp8x4_neon(p)
 #include "backend/cpu/cpu_attn_tile.h"
 #endif
 

@@ -33,20 +33,23 @@ TGT static inline VEC F(vexp)(VEC x) {
  * computed this one way, in the tiled path and in decode's direct one, so that a token's
  * logits are the same bits alone or in a batch. */
 TGT __attribute__((always_inline)) static inline VEC F(kvload)(const void *row, int c,
-                                                               const int BF) {
+                                                               const int BF, float sc) {
+    if (BF == 2) return vmul(vloadfp8((const uint8_t *)row + c * VW), vset1(sc));
     return BF ? vloadbf((const uint16_t *)row + c * VW) : vload((const float *)row + c * VW);
 }
 
-/* BF (a constant after inlining): the key rows k[j] are bf16, widened as they load. */
+/* BF (a constant after inlining): the key rows k[j] are fp32 (0), bf16 (1) or FP8 e4m3 codes
+ * (2) times sc, widened as they load: an FP8 row is the value the gathered tiles hold (the
+ * code's value times the scale, one rounding), so both paths score the same keys. */
 TGT __attribute__((always_inline)) static inline void
 F(score_rows)(const float *q, int hdp, const void *const *k, int nk, float *s, const int MR,
-              const int BF) {
+              const int BF, float sc) {
     const int nv = hdp / VW;
     for (int j = 0; j < nk; j++) {
         VEC a[4];
         for (int r = 0; r < MR; r++) a[r] = vzero();
         for (int c = 0; c < nv; c++) {
-            VEC kv = F(kvload)(k[j], c, BF);
+            VEC kv = F(kvload)(k[j], c, BF, sc);
             for (int r = 0; r < MR; r++) a[r] = vfma(vload(q + r * hdp + c * VW), kv, a[r]);
         }
         for (int r = 0; r < MR; r++) s[r * KB + j] = vhsum(a[r]);
@@ -54,10 +57,11 @@ F(score_rows)(const float *q, int hdp, const void *const *k, int nk, float *s, c
 }
 
 TGT __attribute__((always_inline)) static inline void
-F(scores)(const float *qs, int M, int hdp, const void *const *k, int nk, float *s, const int BF) {
+F(scores)(const float *qs, int M, int hdp, const void *const *k, int nk, float *s, const int BF,
+          float sc) {
     int m = 0;
-    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 4, BF);
-    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 1, BF);
+    for (; m + 4 <= M; m += 4) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 4, BF, sc);
+    for (; m < M; m++) F(score_rows)(qs + m * hdp, hdp, k, nk, s + m * KB, 1, BF, sc);
     for (m = 0; m < M; m++)
         for (int j = nk; j < KB; j++) s[m * KB + j] = -INFINITY;
 }
@@ -131,12 +135,12 @@ TGT static void F(pv)(const float *s, int M, int nk, const float *vs, int hdp, f
  * the accumulators stay in registers). */
 TGT __attribute__((always_inline)) static inline void
 F(pv_direct)(const float *p, int nk, const void *const *v, int c0, float *o, const int NC,
-             const int BF) {
+             const int BF, float sc) {
     VEC a[4];
     for (int x = 0; x < NC; x++) a[x] = vload(o + (c0 + x) * VW);
     for (int j = 0; j < nk; j++) {
         VEC pb = vset1(p[j]);
-        for (int x = 0; x < NC; x++) a[x] = vfma(pb, F(kvload)(v[j], c0 + x, BF), a[x]);
+        for (int x = 0; x < NC; x++) a[x] = vfma(pb, F(kvload)(v[j], c0 + x, BF, sc), a[x]);
     }
     for (int x = 0; x < NC; x++) vstore(o + (c0 + x) * VW, a[x]);
 }
@@ -175,26 +179,28 @@ F(attn_direct_t)(const attn_item *it, float *buf, const int BF) {
         int j1 = j0 + KB, nk1 = pos + 1 - j1 < KB ? pos + 1 - j1 : KB;
         if (j1 <= pos) F(direct_rows)(it, j1, nk1, kp[cur ^ 1], vp[cur ^ 1]);
         const void *const *vc = vp[cur];
-        F(scores)(qs, M, hd, kp[cur], nk, s, BF);
+        F(scores)(qs, M, hd, kp[cur], nk, s, BF, it->k_scale);
         F(softmax)(s, M, hd, o, mrow, lrow);
         for (int m = 0; m < M; m++) {
             int c = 0;
-            for (; c + 4 <= nv; c += 4) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 4, BF);
-            for (; c < nv; c++) F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 1, BF);
+            for (; c + 4 <= nv; c += 4)
+                F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 4, BF, it->v_scale);
+            for (; c < nv; c++)
+                F(pv_direct)(s + m * KB, nk, vc, c, o + (size_t)m * hd, 1, BF, it->v_scale);
         }
     }
     attn_store(it, o, hd, lrow);
 }
 
 TGT static void F(attn_direct)(const attn_item *it, float *buf) {
-    if (it->kv->bf16) F(attn_direct_t)(it, buf, 1);
+    if (it->kv->fp8) F(attn_direct_t)(it, buf, 2);
+    else if (it->kv->bf16) F(attn_direct_t)(it, buf, 1);
     else F(attn_direct_t)(it, buf, 0);
 }
 
 /* One item into its output rows; buf: attn_buf_floats(rows, hd) floats. */
 TGT static void F(attn_item)(const attn_item *it, float *buf) {
-    /* an FP8 cache's rows are widened by the gather (a table and the scale), not in place */
-    if (it->nq == 1 && it->hd % VW == 0 && it->group <= 8 && !it->kv->fp8) {
+    if (it->nq == 1 && it->hd % VW == 0 && it->group <= 8) {
         F(attn_direct)(it, buf);
         return;
     }
@@ -209,7 +215,7 @@ TGT static void F(attn_item)(const attn_item *it, float *buf) {
     for (int j0 = attn_first_key(it, it->pos0); j0 <= hi; j0 += KB) {
         int nk = hi + 1 - j0 < KB ? hi + 1 - j0 : KB;
         attn_gather(it, j0, nk, ks, vs, hdp);
-        F(scores)(qs, M, hdp, kr, nk, s, 0);
+        F(scores)(qs, M, hdp, kr, nk, s, 0, 1.0f);
         attn_mask(it, j0, KB, s);
         F(softmax)(s, M, hdp, o, mrow, lrow);
         F(pv)(s, M, nk, vs, hdp, o);
