@@ -98,6 +98,9 @@ excluded=(
   # the same kind, added since: dequantizing every layout end to end (17 s native), and
   # constrained tool calls and JSON over several seeds
   test-quant server-strict
+  # the FP8 KV cache's teacher-forced runs of the default model (test-kv-fp8-paths, its
+  # encoder and attention paths, runs here)
+  test-kv-fp8
   # 64 and 16 requests through the engine sharing a prefix, preempted and cancelled (13 s
   # native)
   test-engine-share
