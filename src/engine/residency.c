@@ -579,6 +579,9 @@ static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeab
     mp.gpu = e->p.gpu;
     mp.kv_blocks = md->kv_blocks;
     mp.kv_block_size = e->p.kv_block_size;
+    /* the KV pool's element type, as the load will make it (FP8: half bf16's bytes) */
+    mp.cpu_activations = e->p.cpu_activations;
+    mp.kv_dtype = md->kv_type;
     atlas_model_survey sv;
     ATLAS_TRY(atlas_model_inspect(md->dir, &mp, &sv));
     *room_now = !e->p.no_memory_check && sv.available_what[0] &&
