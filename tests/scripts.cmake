@@ -39,6 +39,20 @@ if(ATLAS_SMALL_MODELS)
   add_test(NAME small-refs-bf16 COMMAND atlas-conform --device cpu --cpu-activations bf16
            --bound 5e-2 --batch-tokens 16 --parallel 4 ${ATLAS_SMALL_BF16})
   set_tests_properties(small-refs-bf16 PROPERTIES LABELS cpu TIMEOUT 300)
+  # with an FP8 KV cache, against the references transformers made with K and V rounded as
+  # the cache rounds them (tools/conformance/make.py --kv fp8: reference-kvfp8.safetensors),
+  # for the models that have them
+  file(GLOB ATLAS_SMALL_KVFP8 ${CMAKE_SOURCE_DIR}/tests/data/small/*/reference-kvfp8.safetensors)
+  if(ATLAS_SMALL_KVFP8)
+    set(ATLAS_SMALL_KVFP8_DIRS)
+    foreach(f ${ATLAS_SMALL_KVFP8})
+      get_filename_component(d ${f} DIRECTORY)
+      list(APPEND ATLAS_SMALL_KVFP8_DIRS ${d})
+    endforeach()
+    add_test(NAME small-refs-kvfp8 COMMAND atlas-conform --device cpu --kv-cache-dtype fp8
+             --bound 2e-3 --batch-tokens 16 --parallel 4 ${ATLAS_SMALL_KVFP8_DIRS})
+    set_tests_properties(small-refs-kvfp8 PROPERTIES LABELS cpu TIMEOUT 300)
+  endif()
   # the same prompts through atlas serve, 8 requests at once a model (no teacher forcing: a
   # position is compared while atlas's greedy tokens before it are the reference's)
   add_test(NAME small-refs-serve
