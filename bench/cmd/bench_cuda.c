@@ -240,22 +240,14 @@ static atlas_status run_graph(cuda_backend *cb, void *ctx) {
     return ATLAS_CU(cuGraphLaunch, ((cuda_graph *)ctx)->exec, cb->dev.stream);
 }
 
-/* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
- * time / len. ng 0: the block kernel (atlas_gemv1b), > 0 gemv1c with ng row groups a block,
- * -B gemv1c with ng from a grid of B blocks an SM (the decode's: B = 2). */
-static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
-                               int ng, double *us) {
+/* What record launches on the stream, captured in one graph and replayed; *us: a replay's
+ * time / len (the launches it holds). */
+typedef atlas_status (*record_fn)(cuda_backend *cb, void *ctx);
+static atlas_status time_captured(cuda_backend *cb, record_fn record, void *ctx, int len,
+                                  double *us) {
     const atlas_driver *d = atlas_driver_get();
     ATLAS_CU_TRY(cuStreamBeginCapture, cb->dev.stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    atlas_status st = ATLAS_OK;
-    CUdeviceptr bias = 0, out = bufs[2], x = bufs[1];
-    int n = 1, groups = (m + 3) / 4;
-    if (ng < 0) ng = cuda_gemv_ng_for_grid(cb, groups, -ng);
-    for (int i = 0; i < len && st == ATLAS_OK; i++) {
-        CUdeviceptr w = bufs[0] + (size_t)i * m * k * 2;
-        void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};
-        st = cuda_gemv_rows(cb, cb->mod.fn.gemv1b, cb->mod.fn.gemv1c[0], groups, ng, a, 8);
-    }
+    atlas_status st = record(cb, ctx);
     CUgraph graph = NULL;
     atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->dev.stream, &graph);
     if (st == ATLAS_OK) st = end;
@@ -268,6 +260,35 @@ static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m,
     if (g.exec) d->cuGraphExecDestroy(g.exec);
     *us = ms * 1e3 / len;
     return st;
+}
+
+typedef struct chain_ctx {
+    const CUdeviceptr *bufs;
+    atlas_weight **ws; /* the quantized chain's weights */
+    int m, k, len, ng;
+} chain_ctx;
+
+static atlas_status record_gemvs(cuda_backend *cb, void *ctx) {
+    chain_ctx *c = ctx;
+    CUdeviceptr bias = 0, out = c->bufs[2], x = c->bufs[1];
+    int n = 1, m = c->m, k = c->k, groups = (m + 3) / 4, ng = c->ng;
+    if (ng < 0) ng = cuda_gemv_ng_for_grid(cb, groups, -ng);
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < c->len && st == ATLAS_OK; i++) {
+        CUdeviceptr w = c->bufs[0] + (size_t)i * m * k * 2;
+        void *a[] = {&out, &x, &w, &bias, &n, &m, &k, NULL};
+        st = cuda_gemv_rows(cb, cb->mod.fn.gemv1b, cb->mod.fn.gemv1c[0], groups, ng, a, 8);
+    }
+    return st;
+}
+
+/* len GEMVs of one shape, each on its own slice of w, captured in one graph; *us: a replay's
+ * time / len. ng 0: the block kernel (atlas_gemv1b), > 0 gemv1c with ng row groups a block,
+ * -B gemv1c with ng from a grid of B blocks an SM (the decode's: B = 2). */
+static atlas_status gemv_chain(cuda_backend *cb, const CUdeviceptr *bufs, int m, int k, int len,
+                               int ng, double *us) {
+    chain_ctx c = {bufs, NULL, m, k, len, ng};
+    return time_captured(cb, record_gemvs, &c, len, us);
 }
 
 typedef struct qmm_ctx {
@@ -325,26 +346,20 @@ static atlas_status qweight_make(cuda_backend *cb, const atlas_wquant *l, int ro
     return st;
 }
 
+static atlas_status record_qgemvs(cuda_backend *cb, void *ctx) {
+    chain_ctx *c = ctx; /* bufs[0]: x, bufs[1]: out */
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; i < c->len && st == ATLAS_OK; i++)
+        st = cuda_qgemv1(cb, c->ws[i], c->bufs[1], c->bufs[0], c->ng);
+    return st;
+}
+
 /* len one-row matmuls of quantized weights ws[len] (ng as cuda_qgemv1 takes it) captured in
  * one graph; *us: a replay's time / len. */
-static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len, CUdeviceptr out,
-                                CUdeviceptr x, int ng, double *us) {
-    const atlas_driver *d = atlas_driver_get();
-    ATLAS_CU_TRY(cuStreamBeginCapture, cb->dev.stream, ATLAS_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    atlas_status st = ATLAS_OK;
-    for (int i = 0; i < len && st == ATLAS_OK; i++) st = cuda_qgemv1(cb, ws[i], out, x, ng);
-    CUgraph graph = NULL;
-    atlas_status end = ATLAS_CU(cuStreamEndCapture, cb->dev.stream, &graph);
-    if (st == ATLAS_OK) st = end;
-    cuda_graph g;
-    memset(&g, 0, sizeof g);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuGraphInstantiateWithFlags, &g.exec, graph, 0);
-    if (graph) d->cuGraphDestroy(graph);
-    double ms = 0;
-    if (st == ATLAS_OK) st = time_median(cb, run_graph, &g, &ms);
-    if (g.exec) d->cuGraphExecDestroy(g.exec);
-    *us = ms * 1e3 / len;
-    return st;
+static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len,
+                                const CUdeviceptr *bufs, int ng, double *us) {
+    chain_ctx c = {bufs, ws, 0, 0, len, ng};
+    return time_captured(cb, record_qgemvs, &c, len, us);
 }
 
 /* profile's qchain: the o and gate_up shapes, 8 weights each (more than L2 holds of o). */
@@ -360,7 +375,7 @@ static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdevice
         out->qchain_len[c] = len;
         out->qchain_bytes[c] = ws[0] ? (double)ws[0]->bytes : 0.0;
         for (int v = 0; v < ATLAS_BENCH_QCHAINS && st == ATLAS_OK; v++)
-            st = qgemv_chain(cb, ws, len, bufs[1], bufs[0], ngs[v], &out->qchain_us[v][c]);
+            st = qgemv_chain(cb, ws, len, bufs, ngs[v], &out->qchain_us[v][c]);
         for (int i = 0; i < LEN; i++)
             if (ws[i]) cb->base.ops->weight_free(&cb->base, ws[i]);
         ATLAS_TRY(st);
