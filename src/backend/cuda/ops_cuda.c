@@ -102,7 +102,9 @@ enum { ATTN_CLUSTER = 8, ATTN_CLUSTER_CAP = 4096 };
 
 static bool attn_cluster(const cuda_backend *cb, int cap) {
     const atlas_backend_geom *g = &cb->base.geom;
-    return cb->dev.cluster_ex && cap <= ATTN_CLUSTER_CAP &&
+    /* (bf16 caches only: an FP8 cache's decode kernels write partials, which the split plan
+     * must then reserve) */
+    return cb->dev.cluster_ex && cb->base.kv_size == 2 && cap <= ATTN_CLUSTER_CAP &&
            (g->head_dim == 64 || g->head_dim == 128) && g->n_heads / g->n_kv_heads <= 8;
 }
 
@@ -220,7 +222,7 @@ static atlas_status op_attention(cuda_backend *cb, const cuda_cmd *c) {
                   &sinks, &vscale}; /* decode kernels (vscale: the FP8 ones') */
     /* (one split: the kernel below, 4 warps a block, writes the output itself, as it did in
      * the 64- and 256-sequence steps measured at 7883bc9) */
-    if (dec && !fp8 && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
+    if (dec && attn_cluster(cb, cb->batch.max_blocks * bs) && cb->batch.n_split > 1 &&
         cb->batch.n_split <= ATTN_CLUSTER) {
         /* a query head a 4-warp block (8B decode replay 3.843 / 3.935 ms against 3.864-3.872 /
          * 3.950 with 2, and 3.950 against 3.987 with 8 warps a block; bench/RESULTS.md) */
