@@ -3,7 +3,7 @@
 // the start banner, and answers; vLLM's alias fp8_e4m3 means fp8, and fp8_e5m2 is refused.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -24,6 +24,7 @@ before(async () => {
 });
 after(async () => {
   const r = await srv.stop();
+  rmSync(tmp, { recursive: true, force: true });
   assert.equal(r.code, 0, `server exit ${JSON.stringify(r)}\n${srv.log()}`);
 });
 

@@ -4,7 +4,7 @@
 // load at start), and a bad file must stop the start naming what is wrong.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -37,6 +37,7 @@ before(async () => {
 });
 after(async () => {
   const r = await srv.stop();
+  rmSync(tmp, { recursive: true, force: true });
   assert.equal(r.code, 0, `server exit ${JSON.stringify(r)}\n${srv.log()}`);
 });
 
