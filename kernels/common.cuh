@@ -89,20 +89,6 @@ __device__ __forceinline__ float glu_mul(float g, float u, glu_act a) {
     return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * u;
 }
 
-/* One rotate-half pair of a q or k head (rope): x[i], x[i + rot] = (a, b) rotated by
- * r = (cos, sin), rot the rotated dimensions' half (hd/2, or less with partial rotary); kr,
- * when not NULL (a k head's row in the cache), gets the result in bf16. */
-__device__ __forceinline__ void rope_pair(float *x, bf16_t *kr, int i, int rot, float a,
-                                          float b, float2 r) {
-    float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
-    x[i] = ra;
-    x[i + rot] = rb;
-    if (kr) {
-        kr[i] = f2bf(ra);
-        kr[i + rot] = f2bf(rb);
-    }
-}
-
 /* Programmatic dependent launch (sm_90+; launches with the attribute, see ops_cuda.c): a
  * kernel lets the next one start early (pdl_trigger) and waits for the previous one's
  * results (pdl_wait) before it reads them or writes anything the previous one reads.

@@ -239,35 +239,10 @@ struct gb_swiglu { /* gu[row] = v; act[i] = act(gate i) * up i as kernels/swiglu
  * k head, rotated into qkv and, for a k head, into the cache at slots[0]; every other row
  * (v heads', and the dimensions partial rotary passes through) is its lane's own, copied
  * into qkv and, for k and v heads, into the cache unrotated. cs: the layer's rope table. */
+template <class T> /* the cache's element: bf16, or e4m3 codes of x / ks (k) and x / vs (v) */
 struct gb_rope_kv {
     float *qkv;
-    bf16_t *kc, *vc;
-    const int *slots;
-    const float2 *cs;
-    int H, K, hd, rot;
-    __device__ void operator()(float v, int row, int lane) const {
-        float b = __shfl_down_sync(0xffffffffu, v, 2);
-        if (lane >= GB_ROWS) return;
-        int head = row / hd, i = row - head * hd;
-        size_t dst = (size_t)slots[0] * K * hd;
-        float *x = qkv + (size_t)head * hd;
-        if (head < H + K && i < 2 * rot) { /* lanes 2, 3: the rows lanes 0, 1 rotate */
-            if (lane < 2)
-                rope_pair(x, head >= H ? kc + dst + (size_t)(head - H) * hd : NULL, i, rot, v, b,
-                          cs[i]);
-            return;
-        }
-        x[i] = v;
-        if (head >= H + K) vc[dst + (size_t)(head - H - K) * hd + i] = f2bf(v);
-        else if (head >= H) kc[dst + (size_t)(head - H) * hd + i] = f2bf(v);
-    }
-};
-
-/* gb_rope_kv for an FP8 cache: the same rows, the cache's copies e4m3 codes of x / ks (k
- * heads) and x / vs (v heads). */
-struct gb_rope_kv8 {
-    float *qkv;
-    fp8_t *kc, *vc;
+    T *kc, *vc;
     const int *slots;
     const float2 *cs;
     int H, K, hd, rot;
@@ -278,23 +253,15 @@ struct gb_rope_kv8 {
         int head = row / hd, i = row - head * hd;
         size_t dst = (size_t)slots[0] * K * hd;
         float *x = qkv + (size_t)head * hd;
-        if (head < H + K && i < 2 * rot) {
-            if (lane < 2) { /* as rope_pair */
-                float2 r = cs[i];
-                float ra = v * r.x - b * r.y, rb = b * r.x + v * r.y;
-                x[i] = ra;
-                x[i + rot] = rb;
-                if (head >= H) {
-                    fp8_t *kr = kc + dst + (size_t)(head - H) * hd;
-                    kr[i] = f2fp8(ra, ks);
-                    kr[i + rot] = f2fp8(rb, ks);
-                }
-            }
+        if (head < H + K && i < 2 * rot) { /* lanes 2, 3: the rows lanes 0, 1 rotate */
+            if (lane < 2)
+                rope_pair(x, head >= H ? kc + dst + (size_t)(head - H) * hd : (T *)NULL, i, rot,
+                          v, b, cs[i], ks);
             return;
         }
         x[i] = v;
-        if (head >= H + K) vc[dst + (size_t)(head - H - K) * hd + i] = f2fp8(v, vs);
-        else if (head >= H) kc[dst + (size_t)(head - H) * hd + i] = f2fp8(v, ks);
+        if (head >= H + K) kv_put(vc + dst + (size_t)(head - H - K) * hd + i, v, vs);
+        else if (head >= H) kv_put(kc + dst + (size_t)(head - H) * hd + i, v, ks);
     }
 };
 
@@ -534,12 +501,13 @@ ATLAS_GEMV1C_FX(atlas_gemv1c_resid, false, (gb_store{out, resid, m}))
     ATLAS_GEMV_EPI_C(atlas_gemv1c_norm_##NAME, true, ROWS, EPI, __VA_ARGS__)
 ATLAS_GEMV_EPI(swiglu, (gb_pairs{m / 4, 0, m / 2}), (gb_swiglu{out, act, ga}), float *act,
                glu_act ga)
-ATLAS_GEMV_EPI(qkv, (gb_heads{hd, rot}), (gb_rope_kv{out, kc, vc, slots, cs, H, K, hd, rot}),
+ATLAS_GEMV_EPI(qkv, (gb_heads{hd, rot}),
+               (gb_rope_kv<bf16_t>{out, kc, vc, slots, cs, H, K, hd, rot, 1.0f, 1.0f}),
                bf16_t *kc, bf16_t *vc, const int *slots, const float2 *cs, int H, int K, int hd,
                int rot)
 /*   qkv_fp8 qkv's, into an FP8 cache: ks, vs the layer's K and V scales */
 ATLAS_GEMV_EPI(qkv_fp8, (gb_heads{hd, rot}),
-               (gb_rope_kv8{out, kc, vc, slots, cs, H, K, hd, rot, ks, vs}), fp8_t *kc,
+               (gb_rope_kv<fp8_t>{out, kc, vc, slots, cs, H, K, hd, rot, ks, vs}), fp8_t *kc,
                fp8_t *vc, const int *slots, const float2 *cs, int H, int K, int hd, int rot,
                float ks, float vs)
 

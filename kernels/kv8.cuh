@@ -3,7 +3,9 @@
  * (__nv_cvt_float_to_fp8 with __NV_SATFINITE: what vLLM writes, and the CPU backend's
  * atlas_f32_to_e4m3), and read back as the code's value; the kernels apply each layer's scale
  * once, folded into q for K and into the output for V. Every e4m3 value is a half exactly,
- * and sm_89+ converts two codes at a time in one instruction (cuda_fp8.h emulates it below). */
+ * and sm_89+ converts two codes at a time in one instruction (cuda_fp8.h emulates it below).
+ * kv_put and rope_pair write an element of either cache (bf16 or e4m3), for the store
+ * kernels' templates. */
 #ifndef ATLAS_KERNELS_KV8_CUH
 #define ATLAS_KERNELS_KV8_CUH
 
@@ -16,6 +18,27 @@ typedef uint8_t fp8_t; /* raw e4m3 bits */
 
 __device__ __forceinline__ fp8_t f2fp8(float x, float scale) {
     return (fp8_t)__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* A cache element from x: bf16 rounds it (the scale is e4m3's alone), e4m3 codes x / scale.
+ * The store kernels are templates over the element, so each exists once for both caches. */
+__device__ __forceinline__ void kv_put(bf16_t *p, float x, float) { *p = f2bf(x); }
+__device__ __forceinline__ void kv_put(fp8_t *p, float x, float scale) { *p = f2fp8(x, scale); }
+
+/* One rotate-half pair of a q or k head (rope): x[i], x[i + rot] = (a, b) rotated by
+ * r = (cos, sin), rot the rotated dimensions' half (hd/2, or less with partial rotary); kr,
+ * when not NULL (a k head's row in the cache), gets the result as the cache holds it (ks:
+ * an FP8 cache's K scale). */
+template <class T>
+__device__ __forceinline__ void rope_pair(float *x, T *kr, int i, int rot, float a, float b,
+                                          float2 r, float ks = 1.0f) {
+    float ra = a * r.x - b * r.y, rb = b * r.x + a * r.y;
+    x[i] = ra;
+    x[i + rot] = rb;
+    if (kr) {
+        kv_put(kr + i, ra, ks);
+        kv_put(kr + i + rot, rb, ks);
+    }
 }
 
 /* 2 codes (the first in the low byte) as floats. */

@@ -4,6 +4,7 @@
  * backend and transformers do: angle = (float)inv_freq * (float)pos, scaled by the set's
  * attn_factor); the host passes the table of the layer's set. */
 #include "common.cuh"
+#include "kv8.cuh" /* rope_pair */
 
 /* x[i] = x[i] c - x[i + rot] s;  x[i + rot] = x[i + rot] c + x[i] s (i < rot) for the q and k
  * heads of qkv[n, (H+2K)*hd]. grid (n, H + K), threads over the rot pairs. */
@@ -14,7 +15,7 @@ extern "C" __global__ void atlas_rope(float *qkv, const float2 *cs, int H, int K
     int half = hd / 2, t = blockIdx.x;
     float *x = qkv + (size_t)t * (H + 2 * K) * hd + (size_t)blockIdx.y * hd;
     for (int i = threadIdx.x; i < rot; i += blockDim.x)
-        rope_pair(x, NULL, i, rot, x[i], x[i + rot], cs[(size_t)t * half + i]);
+        rope_pair<bf16_t>(x, NULL, i, rot, x[i], x[i + rot], cs[(size_t)t * half + i]);
 }
 
 /* The batch's staging, first in its command list (and so in a decode step's graph): src is
