@@ -164,6 +164,11 @@ typedef struct atlas_residency_event {
                               model is gone either way) */
     int beside;            /* LOADED, LOAD_FAILED: models resident while it loaded, which kept
                               stepping (a load runs on the engine's loader thread) */
+    const char *source;    /* LOADED: where its weights came from: "host" (the host tier of
+                              atlas_engine_params.host_cache: no file read), "page_cache" or
+                              "disk" (atlas_model_info.load_source); else NULL */
+    const char *tier_off;  /* LOADED: why the host tier kept no copy of it on this GPU (an
+                              integrated one); NULL or "" when it could */
 } atlas_residency_event;
 
 typedef struct atlas_engine_params {
@@ -225,10 +230,13 @@ typedef struct atlas_engine_params {
                              0 (default): forever */
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (include/atlas/model.h;
                                               default fp32) */
-    size_t host_cache;    /* bytes of host memory for what released models leave behind: their
-                             cached prefix KV blocks, least recently used out, copied back when
-                             a request that continues one arrives after the model returns
-                             (docs/ENGINE.md); 0 (default): none kept */
+    size_t host_cache;    /* bytes of host memory for what released models leave behind: on
+                             CUDA their weights, pinned and laid out as on the GPU, copied
+                             back when the model loads again (atlas_model_params.host_cache),
+                             and their cached prefix KV blocks, copied back when a request
+                             that continues one arrives after the model returns; one budget,
+                             the weights first, the KV in what they leave, least recently
+                             used out of each (docs/ENGINE.md); 0 (default): none kept */
     atlas_kv_dtype kv_dtype; /* the models' KV cache type (atlas_engine_model.kv_dtype
                                 overrides it; default auto) */
 } atlas_engine_params;
@@ -547,6 +555,14 @@ typedef struct atlas_engine_metrics {
     uint64_t kv_host_dropped_blocks; /* evicted for room, or their model came back changed */
     size_t kv_host_bytes;       /* held now */
     int kv_host_blocks;
+    /* where loads read the weights from (atlas_model_info.load_source) and their bytes */
+    uint64_t loads_host, loads_page_cache, loads_disk;
+    uint64_t load_bytes_host, load_bytes_page_cache, load_bytes_disk;
+    /* the weights' host tier (the process's, atlas_engine_params.host_cache) */
+    size_t host_tier_bytes;     /* the images kept */
+    size_t host_tier_pinned;    /* pinned memory it holds, free chunks included */
+    int host_tier_models;       /* images kept */
+    uint64_t host_tier_evicted; /* images evicted for room */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
     atlas_engine_hist swap;     /* each swap (or load) */

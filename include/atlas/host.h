@@ -35,6 +35,9 @@ typedef struct atlas_host_props {
     int smem_per_block_optin; /* shared memory a block may opt in to (cuFuncSetAttribute) */
     int smem_per_sm;          /* shared memory per multiprocessor */
     int integrated;           /* 1 when the GPU shares the host's memory (GB10) */
+    int host_page_tables;     /* 1 when the GPU reads pageable host memory through the host's
+                                 page tables (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_
+                                 HOST_PAGE_TABLES: GB10, Grace Hopper) */
     int driver_version;       /* 13000 = CUDA 13.0 */
     double init_ms;           /* time to load the driver and create the context (first use) */
 } atlas_host_props;

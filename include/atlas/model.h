@@ -115,6 +115,12 @@ typedef struct atlas_model_params {
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (default fp32); other
                                               backends ignore it */
     atlas_kv_dtype kv_dtype; /* the KV cache's element type (default auto: the backend's) */
+    /* Bytes of pinned host memory the process keeps released models' weights in, as they lie
+     * on the GPU, so that the next load of the same files copies them back and reads no file
+     * (0, default: none).  The store is the process's, least recently used out: give every
+     * load of the process the same value (the engine does).  CUDA only, and not on a GPU
+     * that shares the host's memory (atlas_model_info.host_tier says why). */
+    size_t host_cache;
 } atlas_model_params;
 
 /* text as a KV cache type: "auto", "bf16", "fp8" or its alias "fp8_e4m3" (vLLM's names).
@@ -197,6 +203,14 @@ typedef struct atlas_model_info {
     const char *kv_scales;     /* what became of an FP8 KV cache's scales: those of the
                                   checkpoint used, unused (a cache not FP8), or 1.0; "" for a
                                   cache not FP8 with a checkpoint that has none */
+    const char *load_source;   /* where the last load read the weights from: "host" (the host
+                                  tier, atlas_model_params.host_cache: no file read),
+                                  "page_cache" (every page of the files was cached before the
+                                  load) or "disk" */
+    size_t load_cached_bytes;  /* bytes of the weights' files found in the page cache before
+                                  the load read them (all of them for "host") */
+    const char *host_tier;     /* why this load kept no copy in the host tier ("" when it did
+                                  or none was asked for), e.g. on an integrated GPU */
     int queue_overlaps;        /* 1: atlas_model_forward_argmax_queue returns before the step
                                   is computed (the device reduces it), so a step queued ahead
                                   overlaps the host's work; 0: it computes the step then and

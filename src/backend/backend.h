@@ -255,6 +255,14 @@ typedef struct atlas_backend_ops {
      * here, in file order). Weights loaded after it are finished by the next begin_batch.
      * A backend without it has read a weight's sources when weight_load returns. */
     atlas_status (*weights_done)(atlas_backend *be);
+    /* Optional (NULL: none; the CPU's weights are the files' pages or its own host memory
+     * already): before the first weight_load, keeps this load's weights in host memory for
+     * the next load of the same key (key: the model's identity; budget: bytes the process
+     * may keep; expect: about the weights' bytes), or loads them from there when it holds
+     * them: *hit 1, and weight_load reads no source's bytes (CUDA: backend/cuda/host_tier.h).
+     * *off: why the backend keeps none on this device ("" when it may). */
+    atlas_status (*host_tier)(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
+                              int *hit, const char **off);
 
     /* The cache's element type is be->kv_size's (ATLAS_ERR_UNSUPPORTED for one the backend
      * does not have). */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,4 +140,25 @@ atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char 
     if (n < 0 || (size_t)n >= cap)
         return atlas_fail(ATLAS_ERR_RANGE, "path too long: %s/%s", dir, name);
     return ATLAS_OK;
+}
+
+size_t atlas_mem_resident(const void *p, size_t n) {
+    if (!p || !n) return 0;
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1), e = (uintptr_t)p + n;
+    size_t pages = (e - a + page - 1) / page, in = 0;
+    unsigned char vec[4096];
+    for (size_t i = 0; i < pages; i += sizeof vec) { /* 16 MiB of 4 KiB pages a call */
+        size_t k = pages - i < sizeof vec ? pages - i : sizeof vec;
+        if (mincore((void *)(a + i * page), k * page, vec) != 0) return 0;
+        for (size_t j = 0; j < k; j++) {
+            if (!(vec[j] & 1)) continue;
+            uintptr_t lo = a + (i + j) * page, hi = lo + page;
+            lo = lo < (uintptr_t)p ? (uintptr_t)p : lo;
+            hi = hi > e ? e : hi;
+            in += hi - lo;
+        }
+    }
+    return in;
 }

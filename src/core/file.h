@@ -32,6 +32,10 @@ atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off);
 
 bool atlas_file_exists(const char *path);
 
+/* Bytes of [p, p + n) of a mapping whose pages are in memory now (mincore: for a file
+ * mapping, in the page cache), whole pages counted within the range; 0 when mincore fails. */
+size_t atlas_mem_resident(const void *p, size_t n);
+
 /* Joins dir and name into buf ("dir/name"); fails with ATLAS_ERR_RANGE if it does not fit. */
 atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char *name);
 

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memdir.h"
+#include "backend/cuda/host_tier.h"
 #include "engine/engine_internal.h"
 #include "model/pooling.h"
 
@@ -796,6 +797,12 @@ void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     *out = e->metrics;
     out->memory_budget = e->budget;
     out->queue_len = e->n_waiting;
+    atlas_tier_stats ts;
+    atlas_host_tier_stats(&ts);
+    out->host_tier_bytes = ts.held;
+    out->host_tier_pinned = ts.pinned;
+    out->host_tier_models = ts.entries;
+    out->host_tier_evicted = ts.evicted;
     out->running = 0;
     out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;
     out->kv_blocks_cached = 0;

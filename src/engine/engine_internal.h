@@ -149,6 +149,8 @@ typedef struct eng_model {
     atlas_kv_host_ident kv_ident; /* how it was loaded last: what its blocks in e->kv_host
                                      are good for (set at each load) */
     int kv_ident_set;
+    const char *load_source; /* its last load's (atlas_model_info.load_source, static text) */
+    const char *tier_off;    /* and why the host tier kept no copy ("": it could) */
     seq **running;          /* [e->p.parallel], admission order */
     int n_running;
     int n_waiting;
@@ -346,5 +348,8 @@ atlas_status atlas_engine_queue_front(atlas_engine *e, seq *s);
 void atlas_engine_queue_remove_at(atlas_engine *e, int i);
 /* Adds what the host KV store did (a save or check: restored 0) to e->metrics.  Under e->mu. */
 void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored);
+/* The KV store's share of host_cache: what the weights' host tier holds, and `coming` more
+ * bytes of it, leave (residency.c).  Under e->mu, on the scheduler thread. */
+void atlas_engine_kv_host_share(atlas_engine *e, size_t coming);
 
 #endif

@@ -251,6 +251,14 @@ static int make_room(atlas_kv_host *h, size_t need, uint64_t pass, uint64_t *dro
     return 1;
 }
 
+uint64_t atlas_kv_host_set_budget(atlas_kv_host *h, size_t budget) {
+    uint64_t dropped = 0;
+    if (!h) return 0;
+    h->budget = budget;
+    make_room(h, 0, UINT64_MAX, &dropped); /* no save's pass: any entry may go */
+    return dropped;
+}
+
 /* A new entry for the block ids of p, after parent (-1: first), its image allocated; -1 when
  * no memory. */
 static int32_t add_entry(atlas_kv_host *h, int model, int32_t parent, const atlas_kv_pool *p,

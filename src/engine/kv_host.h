@@ -51,6 +51,10 @@ typedef struct atlas_kv_host_moved {
 atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_kv_host **out);
 void atlas_kv_host_free(atlas_kv_host *h); /* NULL: nothing */
 
+/* Sets the budget (the engine's share of --host-cache that the weights' host tier leaves),
+ * evicting the least recently used entries down to it; returns how many went. */
+uint64_t atlas_kv_host_set_budget(atlas_kv_host *h, size_t budget);
+
 /* Bytes and entries held now. */
 size_t atlas_kv_host_bytes(const atlas_kv_host *h);
 int atlas_kv_host_blocks(const atlas_kv_host *h);

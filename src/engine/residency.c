@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "backend/cuda/host_tier.h"
 #include "engine/engine_internal.h"
 #include "model/forward.h"
 
@@ -90,6 +91,7 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
      * holds a handle (handles are taken on this thread alone) */
     int save = e->kv_host && !e->stop && md->kv_ident_set && atlas_model_handles(m) == 1;
     atlas_kv_host_moved saved = {0};
+    if (save) atlas_engine_kv_host_share(e, 0);
     pthread_mutex_unlock(&e->mu);
     if (save) atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool,
                                  &saved);
@@ -189,6 +191,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.max_batch_tokens = md->batch_tokens;
     mp.load_tokenizer = 0; /* the engine keeps its own, resident or not */
     mp.no_memory_check = e->p.no_memory_check;
+    mp.host_cache = e->p.host_cache;
     load_progress lp = {&e->p, md->name};
     if (e->p.load_progress) mp.progress = on_load_progress, mp.progress_user = &lp;
     atlas_model *m = NULL;
@@ -324,6 +327,9 @@ static int start_load(atlas_engine *e, int model, double t0, int replaced, int v
                      .why = has_cmd(e, CMD_LOAD, model) ? "load" : "request",
                      .t_start = atlas_engine_now()};
     for (int i = 0; i < e->n_models; i++) ld->beside += i != model && e->models[i].m;
+    /* room for the image it may fill (none when it came from the tier last time) */
+    atlas_engine_kv_host_share(e, md->load_source && !strcmp(md->load_source, "host")
+                                      ? 0 : md->weight_bytes);
     md->loading = 1; /* for the status (/health) */
     if (pthread_create(&ld->thread, NULL, loader_main, e) == 0) {
         ld->active = 1;
@@ -353,7 +359,8 @@ static void announce_loaded(atlas_engine *e) {
     atlas_engine_hist_observe(&e->metrics.swap, dt);
     atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
                                 .reason = ld->why, .seconds = md->last_load_s,
-                                .bytes = md->est_bytes, .beside = ld->beside};
+                                .bytes = md->est_bytes, .beside = ld->beside,
+                                .source = md->load_source, .tier_off = md->tier_off};
     if (ld->replaced >= 0) {
         ev.other = e->models[ld->replaced].name, ev.swap_seconds = dt;
         e->metrics.swaps++;
@@ -379,6 +386,30 @@ static void kv_host_ident(atlas_engine *e, eng_model *md, atlas_model *m,
     atlas_kv_host_moved mv;
     atlas_kv_host_check(e->kv_host, (int)(md - e->models), &id, &mv);
     atlas_engine_kv_host_count(e, &mv, 0);
+}
+
+void atlas_engine_kv_host_share(atlas_engine *e, size_t coming) {
+    if (!e->kv_host) return;
+    atlas_tier_stats ts;
+    atlas_host_tier_stats(&ts);
+    size_t held = ts.pinned + coming, cap = e->p.host_cache;
+    atlas_kv_host_moved mv = {.dropped = atlas_kv_host_set_budget(e->kv_host,
+                                                                  held < cap ? cap - held : 0)};
+    atlas_engine_kv_host_count(e, &mv, 0);
+}
+
+/* Where md's load read its weights from, counted; the KV store's share follows the tier's
+ * new image.  Under e->mu. */
+static void count_source(atlas_engine *e, eng_model *md, const atlas_model_info *info) {
+    md->load_source = info->load_source;
+    md->tier_off = info->host_tier;
+    atlas_engine_metrics *x = &e->metrics;
+    int host = !strcmp(info->load_source, "host"), cached = !strcmp(info->load_source,
+                                                                     "page_cache");
+    *(host ? &x->loads_host : cached ? &x->loads_page_cache : &x->loads_disk) += 1;
+    *(host ? &x->load_bytes_host : cached ? &x->load_bytes_page_cache : &x->load_bytes_disk) +=
+        info->weight_bytes;
+    atlas_engine_kv_host_share(e, 0);
 }
 
 /* Installs what the loader thread loaded (its thread has handed over: e->load.done), or
@@ -427,6 +458,7 @@ static void finish_load(atlas_engine *e) {
     atlas_model_get_info(m, &info);
     md->est_bytes = info.weight_bytes + info.kv_bytes;
     kv_host_ident(e, md, m, &info, ld->files);
+    count_source(e, md, &info);
     md->m = m;
     md->last_load_s = ld->t_end - ld->t_start;
     md->last_error[0] = 0;

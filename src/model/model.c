@@ -285,6 +285,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     size_t kv = atlas_model_kv_bytes_for(c, g.n_kv_heads, atlas_model_kv_blocks_for(c, p),
                                          p->kv_block_size, m->be->kv_size);
     ATLAS_TRY(atlas_model_memory_check(cuda, p->gpu, sum.n_bytes, kv, p->no_memory_check));
+    ATLAS_TRY(atlas_model_load_source(m, p, sum.n_bytes));
     atlas_load_progress progress = {.fn = p->progress, .user = p->progress_user};
     pthread_mutex_init(&progress.mu, NULL);
     atlas_status st = atlas_weights_load_shard(m->be, m->st, c, p->tp_size > 1 ? &plan : NULL,
@@ -472,6 +473,9 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
     info->kv_token_bytes = tokens ? m->kv_bytes / tokens : 0;
     info->kv_dtype = m->be->kv_size == 1 ? "fp8" : m->be->kv_size == 2 ? "bf16" : "f32";
     info->kv_scales = m->kv_note;
+    info->load_source = m->load_source ? m->load_source : "";
+    info->load_cached_bytes = m->load_cached;
+    info->host_tier = m->tier_off ? m->tier_off : "";
 }
 
 const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m) { return m->tok; }

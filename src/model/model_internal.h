@@ -47,6 +47,9 @@ struct atlas_model {
     char quant_str[96];   /* atlas_model_info.quantization */
     char formats[480];    /* atlas_model_info.formats */
     char kv_note[128];    /* atlas_model_info.kv_scales */
+    const char *load_source; /* atlas_model_info.load_source (static text) */
+    size_t load_cached;   /* atlas_model_info.load_cached_bytes */
+    const char *tier_off; /* atlas_model_info.host_tier (static text) */
     atlas_model_weights w;
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;
@@ -66,5 +69,11 @@ struct atlas_model {
     int q_head, q_n, q_rows[2];
     int32_t *q_ids;
 };
+
+/* Before the weights load (model/load_source.c): asks the backend for the host tier
+ * (p->host_cache, the files' identity; expect: the weights' bytes) and sets m->load_source
+ * (host, page_cache or disk: whether every page of the files was cached) and m->tier_off. */
+atlas_status atlas_model_load_source(atlas_model *m, const atlas_model_params *p,
+                                     size_t expect);
 
 #endif

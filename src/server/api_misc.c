@@ -199,6 +199,27 @@ static int print_ehist(char **b, size_t *l, size_t *c, const char *name, const c
                                     ATLAS_ENGINE_HIST_BUCKETS, h->sum, h->n);
 }
 
+/* Loads and their weights' bytes by where they read them from: the host tier, the page
+ * cache (every page of the files cached before the load) or the disk. */
+static int print_sources(char **b, size_t *l, size_t *c, const atlas_engine_metrics *m) {
+    const char *src[3] = {"host", "page_cache", "disk"};
+    uint64_t n[3] = {m->loads_host, m->loads_page_cache, m->loads_disk};
+    uint64_t bytes[3] = {m->load_bytes_host, m->load_bytes_page_cache, m->load_bytes_disk};
+    int rc = atlas_buf_printf(b, l, c, "# HELP atlas_model_loads_by_source_total Model loads "
+                              "by where their weights were read from.\n# TYPE "
+                              "atlas_model_loads_by_source_total counter\n");
+    for (int i = 0; i < 3; i++)
+        rc |= atlas_buf_printf(b, l, c, "atlas_model_loads_by_source_total{source=\"%s\"} "
+                               "%llu\n", src[i], (unsigned long long)n[i]);
+    rc |= atlas_buf_printf(b, l, c, "# HELP atlas_model_load_bytes_total Weight bytes loaded, "
+                           "by where they were read from.\n# TYPE atlas_model_load_bytes_total "
+                           "counter\n");
+    for (int i = 0; i < 3; i++)
+        rc |= atlas_buf_printf(b, l, c, "atlas_model_load_bytes_total{source=\"%s\"} %llu\n",
+                               src[i], (unsigned long long)bytes[i]);
+    return rc;
+}
+
 #define COUNTER(name, help, v)                                                                 \
     atlas_buf_printf(&b, &l, &c, "# HELP " name " " help "\n# TYPE " name " counter\n" name " %llu\n", \
                      (unsigned long long)(v))
@@ -251,6 +272,11 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= COUNTER("atlas_kv_host_dropped_blocks_total", "Prefix KV blocks dropped from host memory (for room, or their model came back changed).", m->kv_host_dropped_blocks);
     rc |= GAUGE("atlas_kv_host_blocks", "Prefix KV blocks held in host memory.", "%d", m->kv_host_blocks);
     rc |= GAUGE("atlas_kv_host_bytes", "Bytes of host memory the prefix KV blocks take.", "%zu", m->kv_host_bytes);
+    rc |= print_sources(&b, &l, &c, m);
+    rc |= GAUGE("atlas_host_tier_bytes", "Bytes of released models' weights kept in pinned host memory.", "%zu", m->host_tier_bytes);
+    rc |= GAUGE("atlas_host_tier_pinned_bytes", "Pinned host memory the weights' host tier holds, free chunks included.", "%zu", m->host_tier_pinned);
+    rc |= GAUGE("atlas_host_tier_models", "Models whose weights the host tier keeps.", "%d", m->host_tier_models);
+    rc |= COUNTER("atlas_host_tier_evicted_total", "Weight images evicted from the host tier for room.", m->host_tier_evicted);
     rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);

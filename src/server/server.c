@@ -396,6 +396,14 @@ void atlas_server_log(atlas_server *s, atlas_log_level level, const char *fmt, .
 
 /* --- the models' residency in the log ------------------------------------------------- */
 
+/* Where a load read its weights from, as the log says it. */
+static const char *source_text(const char *source) {
+    if (!source) return "?";
+    if (!strcmp(source, "host")) return "the host tier (no file read)";
+    if (!strcmp(source, "page_cache")) return "the page cache";
+    return source;
+}
+
 static const char *why_text(const atlas_residency_event *ev, char *buf, size_t cap) {
     const char *r = ev->reason ? ev->reason : "";
     if (!strcmp(r, "request")) return "for a request";
@@ -435,9 +443,14 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
                      ev->other, ev->swap_seconds);
             if (o) json_object_set_new(o, "swap_ms", json_real(round(ev->swap_seconds * 1e4) / 10));
         }
+        if (ev->source && o) json_object_set_new(o, "source", json_string(ev->source));
+        if (ev->tier_off && *ev->tier_off) {
+            snprintf(err, sizeof err, "; no host tier: %.300s", ev->tier_off);
+            if (o) json_object_set_new(o, "host_tier_off", json_string(ev->tier_off));
+        }
         atlas_log_fields(s->log, ATLAS_LOG_INFO, true, o, "model %s: loaded in %.2f s (%.2f GiB "
-                         "of weights and KV cache), %s%s%s", ev->model, ev->seconds, gib, why,
-                         swap, beside);
+                         "of weights and KV cache) from %s, %s%s%s%s", ev->model, ev->seconds,
+                         gib, source_text(ev->source), why, swap, beside, err);
         break;
     case ATLAS_RESIDENCY_LOAD_FAILED:
         atlas_log_fields(s->log, ATLAS_LOG_ERROR, true, o, "model %s: load failed after %.2f s: "

@@ -71,7 +71,7 @@ test('swaps, loads, unloads and drains are logged with model, time and reason', 
     assert.equal(rel.length, 1, log);
     assert.match(rel[0], new RegExp(`${T} info model llama: released in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB\\), to make room for qwen$`));
     const load = lines(log, /model qwen: loaded/);
-    assert.match(load[0], new RegExp(`${T} info model qwen: loaded in (\\d+\\.\\d\\d) s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\), for a request; swapped in for llama in (\\d+\\.\\d\\d) s \\(release and load\\)$`));
+    assert.match(load[0], new RegExp(`${T} info model qwen: loaded in (\\d+\\.\\d\\d) s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\) from (?:the page cache|disk), for a request; swapped in for llama in (\\d+\\.\\d\\d) s \\(release and load\\)$`));
     const [, loadS, swapS] = load[0].match(/loaded in (\S+) s.* in (\S+) s/);
     assert.ok(Number(swapS) >= Number(loadS), load[0]);
     assert.ok(log.indexOf(rel[0]) < log.indexOf(load[0]));
@@ -81,7 +81,15 @@ test('swaps, loads, unloads and drains are logged with model, time and reason', 
     assert.equal((await postJSON(srv.base, '/v1/models/llama/load', {})).status, 200);
     log = srv.log();
     assert.match(log, new RegExp(`${T} info model qwen: released in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB\\), asked to unload$`, 'm'));
-    assert.match(log, new RegExp(`${T} info model llama: loaded in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\), asked to load$`, 'm'));
+    assert.match(log, new RegExp(`${T} info model llama: loaded in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\) from (?:the page cache|disk), asked to load$`, 'm'));
+
+    // /metrics says where each load read its weights from: the CPU keeps no host tier
+    const metrics = await (await fetch(`${srv.base}/metrics`)).text();
+    const num = (re) => Number((metrics.match(re) || [, 'NaN'])[1]);
+    const bySource = ['host', 'page_cache', 'disk'].map((s) => num(new RegExp(`^atlas_model_loads_by_source_total\\{source="${s}"\\} (\\d+)$`, 'm')));
+    assert.equal(bySource[0], 0, metrics);
+    assert.equal(bySource[1] + bySource[2], num(/^atlas_model_loads_total (\d+)$/m), metrics);
+    assert.ok(num(/^atlas_model_load_bytes_total\{source="page_cache"\} (\d+)$/m) + num(/^atlas_model_load_bytes_total\{source="disk"\} (\d+)$/m) > 0, metrics);
 
     // a swap that waits for a running request: the drain is said, then the release
     const res = await fetch(`${srv.base}/v1/completions`, {
@@ -122,7 +130,7 @@ test('a load beside a model that streams: its line says the other kept serving',
     const r = await postJSON(srv.base, '/v1/completions', { model: 'default', prompt: 'beside', max_tokens: 2, temperature: 0 });
     assert.equal(r.status, 200);
     const load = lines(srv.log(), /model default: loaded/);
-    assert.match(load[0], new RegExp(`${T} info model default: loaded in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\), for a request; swapped in for qwen in \\d+\\.\\d\\d s \\(release and load\\); beside 1 resident model that kept serving$`), srv.log());
+    assert.match(load[0], new RegExp(`${T} info model default: loaded in \\d+\\.\\d\\d s \\(\\d+\\.\\d\\d GiB of weights and KV cache\\) from (?:the page cache|disk), for a request; swapped in for qwen in \\d+\\.\\d\\d s \\(release and load\\); beside 1 resident model that kept serving$`), srv.log());
     await reader.cancel();
   } finally {
     await srv.stop();

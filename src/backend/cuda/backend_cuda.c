@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_tier.h"
 #include "core/error.h"
 
 /* --- memory ----------------------------------------------------------------------------------- */
@@ -339,6 +340,10 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     atlas_registry *reg = cb->mod.reg;
     /* a context that cannot be made current fails the calls below: release reports it */
     if (cb->dev.host) atlas_host_make_current(cb->dev.host);
+    if (cb->wt.load.tier) { /* a load that failed: its fill is dropped once its copies end */
+        (void)atlas_host_upload_wait(cb->dev.host); /* the load's failure, reported already */
+        atlas_tier_close(cb->wt.load.tier, 0);
+    }
     cuda_plan_release(cb);
     atlas_registry_keep(reg, cuda_lt_free(cb->mod.lt));
     cuda_workspace_release(cb);
@@ -360,6 +365,7 @@ static const atlas_backend_ops cuda_ops = {
     .weight_load = cuda_weight_load,
     .weight_free = cuda_weight_free,
     .weights_done = cuda_weights_done,
+    .host_tier = cuda_host_tier,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
     .kv_save = cuda_kv_save,

@@ -148,6 +148,8 @@ typedef struct cuda_load {
                                  backend's count of what it uploaded (atlas bench prints it) */
     bool pending;             /* weights queued since the last weights_done: some may be in
                                  flight (wait before freeing one) */
+    struct atlas_tier_use *tier; /* this load's use of the host tier (host_tier.h), until
+                                    weights_done or destroy; NULL: none */
 } cuda_load;
 
 /* The most sources weight_load fuses into one queued upload (qkv: 3). */
@@ -410,6 +412,8 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
                               atlas_weight **out);
 void cuda_weight_free(atlas_backend *be, atlas_weight *w);
 atlas_status cuda_weights_done(atlas_backend *be);
+atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
+                            int *hit, const char **off);
 
 /* plan.c: runs the queued commands (a decode step's as a CUDA graph). */
 atlas_status cuda_flush(cuda_backend *cb);

@@ -82,6 +82,8 @@ static atlas_status host_read_props(atlas_host *h, int ordinal) {
                         &p->smem_per_block_optin));
     ATLAS_TRY(host_attr(h, ATLAS_CU_ATTR_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, &p->smem_per_sm));
     ATLAS_TRY(host_attr(h, ATLAS_CU_ATTR_INTEGRATED, &p->integrated));
+    ATLAS_TRY(host_attr(h, ATLAS_CU_ATTR_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+                        &p->host_page_tables));
     ATLAS_CU_TRY(cuDeviceTotalMem, &p->total_mem, h->dev);
     p->driver_version = atlas_driver_version();
     return ATLAS_OK;
@@ -201,6 +203,9 @@ typedef struct host_job {
     CUdeviceptr dst;
     size_t bytes, next_off;   /* next_off: first byte no loader has taken */
     int pieces_busy;          /* taken and not yet queued on the copy stream */
+    char *via;                /* pinned memory the pieces are filled in and copied from
+                                 (atlas_host_upload_queue_at); NULL: the staging buffers */
+    size_t base;              /* offset of the job's first byte in the caller's upload */
     atlas_host_fill_fn fill;
     max_align_t ctx[];        /* the caller's context, copied */
 } host_job;
@@ -309,6 +314,13 @@ atlas_status atlas_host_upload(atlas_host *host, CUdeviceptr dst, size_t bytes,
     return ATLAS_OK;
 }
 
+/* Fills piece [off, off + n) of a job in its own pinned memory and queues its copy: nothing
+ * is reused before the job's wait, so no buffer is waited for. */
+static atlas_status host_via_send(atlas_host *h, host_job *j, size_t off, size_t n) {
+    ATLAS_TRY(j->fill(j->via + off, j->base + off, n, j->ctx));
+    return ATLAS_CU(cuMemcpyHtoDAsync, j->dst + off, j->via + off, n, h->copy_stream);
+}
+
 /* A loader thread: takes the next piece of the first queued upload, a free buffer, fills it
  * and queues its copy, so that every thread reads while the copy engine drains (a fork-join
  * a buffer left threads idle at each join). */
@@ -334,8 +346,9 @@ static void *host_loader_main(void *arg) {
 
         atlas_status st = cur;
         int i = -1;
-        if (st == ATLAS_OK) st = host_buf_take(h, &i);
-        if (st == ATLAS_OK) st = host_buf_send(h, i, j->dst, off, n, j->fill, j->ctx);
+        if (st == ATLAS_OK && j->via) st = host_via_send(h, j, off, n);
+        else if (st == ATLAS_OK) st = host_buf_take(h, &i);
+        if (st == ATLAS_OK && !j->via) st = host_buf_send(h, i, j->dst, off, n, j->fill, j->ctx);
         if (st != ATLAS_OK && cur == ATLAS_OK) snprintf(why, sizeof why, "%s", atlas_last_error());
         if (i >= 0) host_buf_give(h, i);
 
@@ -351,21 +364,26 @@ static void *host_loader_main(void *arg) {
     return NULL;
 }
 
-atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
-                                     atlas_host_fill_fn fill, const void *ctx,
-                                     size_t ctx_bytes) {
+static atlas_status host_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                               atlas_host_fill_fn fill, const void *ctx, size_t ctx_bytes,
+                               void *via, size_t base) {
     if (bytes == 0) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(host));
     pthread_mutex_lock(&host->staging_lock);
     atlas_status st = host_staging_ensure(host);
     pthread_mutex_unlock(&host->staging_lock);
-    if (st == ATLAS_OK && host->loaders == 0) /* no thread could be started: fill here */
+    if (st == ATLAS_OK && host->loaders == 0 && !via) /* no thread could be started: fill here */
         return atlas_host_upload(host, dst, bytes, fill, (void *)ctx);
     host_job *j = st == ATLAS_OK ? malloc(sizeof *j + ctx_bytes) : NULL;
     if (st == ATLAS_OK && !j) st = atlas_fail(ATLAS_ERR_NOMEM, "host: out of memory");
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "host: queuing an upload of %zu bytes", bytes);
-    *j = (host_job){.dst = dst, .bytes = bytes, .fill = fill};
+    *j = (host_job){.dst = dst, .bytes = bytes, .fill = fill, .via = via, .base = base};
     memcpy(j->ctx, ctx, ctx_bytes);
+    if (via && host->loaders == 0) { /* no loader thread: the caller fills it */
+        st = host_via_send(host, j, 0, bytes);
+        free(j);
+        return st;
+    }
     pthread_mutex_lock(&host->q_lock);
     if (host->jobs_tail)
         host->jobs_tail->next = j;
@@ -375,6 +393,18 @@ atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t b
     pthread_cond_broadcast(&host->q_job_cv);
     pthread_mutex_unlock(&host->q_lock);
     return ATLAS_OK;
+}
+
+atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                                     atlas_host_fill_fn fill, const void *ctx,
+                                     size_t ctx_bytes) {
+    return host_queue(host, dst, bytes, fill, ctx, ctx_bytes, NULL, 0);
+}
+
+atlas_status atlas_host_upload_queue_at(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                                        atlas_host_fill_fn fill, const void *ctx,
+                                        size_t ctx_bytes, void *pinned, size_t base) {
+    return host_queue(host, dst, bytes, fill, ctx, ctx_bytes, pinned, base);
 }
 
 typedef struct host_copy {

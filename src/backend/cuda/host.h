@@ -49,6 +49,13 @@ atlas_status atlas_host_upload(atlas_host *host, CUdeviceptr dst, size_t bytes,
 atlas_status atlas_host_upload_queue(atlas_host *host, CUdeviceptr dst, size_t bytes,
                                      atlas_host_fill_fn fill, const void *ctx,
                                      size_t ctx_bytes);
+/* The same, with the pieces filled in pinned memory of the caller's (`pinned`, `bytes` long,
+ * valid until atlas_host_upload_wait) instead of the staging buffers and copied from there:
+ * what a load reads stays there, for the host tier (host_tier.h).  fill is told offsets
+ * from base on (a part of a larger upload). */
+atlas_status atlas_host_upload_queue_at(atlas_host *host, CUdeviceptr dst, size_t bytes,
+                                        atlas_host_fill_fn fill, const void *ctx,
+                                        size_t ctx_bytes, void *pinned, size_t base);
 /* atlas_host_upload with memcpy from src; src may be freed or changed once it returns
  * (it is copied into staging memory before the call returns). */
 atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const void *src,

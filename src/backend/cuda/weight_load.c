@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_tier.h"
 #include "backend/cuda/weight_fill.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -43,7 +44,7 @@ static atlas_status stage_srcs(cuda_backend *cb, CUdeviceptr dst, size_t bytes,
     queued_fill q = {.n = n};
     for (int i = 0; i < n; i++) q.srcs[i] = *srcs[i];
     cb->wt.load.staged_bytes += bytes;
-    return atlas_host_upload_queue(cb->dev.host, dst, bytes, fill_queued, &q, sizeof q);
+    return atlas_tier_upload(cb->dev.host, cb->wt.load.tier, dst, bytes, fill_queued, &q, sizeof q);
 }
 
 /* Queues srcs (any number of them) to land at dst: a fused weight at once, the stacked experts
@@ -112,7 +113,8 @@ static atlas_status quant_upload(cuda_backend *cb, atlas_weight *w, CUdeviceptr 
     w->bytes += bytes;
     cb->wt.load.pending = true;
     cb->wt.load.staged_bytes += bytes;
-    return atlas_host_upload_queue(cb->dev.host, *ptr, bytes, fill_parts, q, sizeof *q);
+    return atlas_tier_upload(cb->dev.host, cb->wt.load.tier, *ptr, bytes, fill_parts, q,
+                             sizeof *q);
 }
 
 /* log2 of a power of two v, or -1. */
@@ -329,10 +331,11 @@ static atlas_status quant_load_experts(cuda_backend *cb, const atlas_weight_src 
         }
         cb->wt.load.pending = true;
         cb->wt.load.staged_bytes += cb_ + sb;
-        st = atlas_host_upload_queue(cb->dev.host, w->ptr + cat, cb_, fill_parts, &c, sizeof c);
+        st = atlas_tier_upload(cb->dev.host, cb->wt.load.tier, w->ptr + cat, cb_, fill_parts,
+                               &c, sizeof c);
         if (st == ATLAS_OK)
-            st = atlas_host_upload_queue(cb->dev.host, w->scales + sat, sb, fill_parts, &s,
-                                         sizeof s);
+            st = atlas_tier_upload(cb->dev.host, cb->wt.load.tier, w->scales + sat, sb,
+                                   fill_parts, &s, sizeof s);
         cat += cb_, sat += sb;
     }
     if (st != ATLAS_OK) {
@@ -447,5 +450,21 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
-    return atlas_host_upload_wait(cb->dev.host);
+    atlas_status st = atlas_host_upload_wait(cb->dev.host);
+    atlas_tier_close(ld->tier, st == ATLAS_OK); /* the image is whole once its copies are */
+    ld->tier = NULL;
+    return st;
+}
+
+atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
+                            int *hit, const char **off) {
+    cuda_backend *cb = cuda_of(be);
+    *hit = 0;
+    *off = atlas_host_tier_off_reason(cb->dev.host);
+    if (cb->wt.load.tier || cb->wt.load.pending)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: the host tier is chosen before the first "
+                          "weight loads");
+    ATLAS_TRY(atlas_host_tier_open(cb->dev.host, key, budget, expect, &cb->wt.load.tier));
+    *hit = atlas_tier_use_hit(cb->wt.load.tier);
+    return ATLAS_OK;
 }

@@ -1,0 +1,301 @@
+/* backend/cuda/host_tier.c — released models' weights in pinned host memory (host_tier.h).
+ *
+ * Globals (docs/ARCHITECTURE.md, "Globals"): the tier itself under tier_lock, process-wide
+ * as the host and its staging pool are: pinned chunks outlive the models that filled them. */
+#include "backend/cuda/host_tier.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/fault.h"
+
+#define TIER_CHUNK_MIN ((size_t)1 << 20)
+#define TIER_CHUNK_MAX ((size_t)256 << 20)
+
+typedef struct tier_entry {
+    struct tier_entry *next;
+    uint64_t key;
+    char **chunks;       /* [n_chunks] of `chunk` bytes each: the image, end to end */
+    int n_chunks, cap_chunks;
+    size_t chunk;
+    size_t used;         /* the image's bytes */
+    size_t *rec;         /* [n_rec] each upload's bytes, in order */
+    int n_rec, cap_rec;
+    int users;           /* loads reading or filling it: never evicted meanwhile */
+    int complete;        /* a fill that ended well: hits may read it */
+    uint64_t last_use;
+} tier_entry;
+
+struct atlas_tier_use {
+    tier_entry *e;
+    int hit;
+    int bad;             /* a hit whose sizes differed: dropped at close */
+    int given_up;        /* a fill out of room: uploads go through staging, dropped at close */
+    int next_rec;        /* a hit's next upload */
+    size_t at;           /* a hit's next byte */
+};
+
+static pthread_mutex_t tier_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    tier_entry *entries;
+    char **free;         /* chunks of free_chunk bytes kept for the next fill */
+    int n_free, cap_free;
+    size_t free_chunk;
+    size_t budget, pinned;
+    uint64_t clock;
+    atlas_tier_stats st;
+} tier;
+
+size_t atlas_host_tier_chunk_for(size_t budget) {
+    size_t c = budget / 16 & ~(TIER_CHUNK_MIN - 1);
+    return c < TIER_CHUNK_MIN ? TIER_CHUNK_MIN : c > TIER_CHUNK_MAX ? TIER_CHUNK_MAX : c;
+}
+
+const char *atlas_host_tier_off_reason(const atlas_host *host) {
+    const atlas_host_props *p = atlas_host_properties(host);
+    if (p->integrated)
+        return "the GPU is integrated: it shares the host's memory, and a host copy of the "
+               "weights would be a second copy in the same DRAM";
+    if (p->host_page_tables)
+        return "the GPU reads host memory through the host's page tables (unified memory): a "
+               "host copy of the weights would be a second copy in the same DRAM";
+    return "";
+}
+
+/* ---- chunks and entries (under tier_lock) ----------------------------------------------- */
+
+static void chunk_release(char *c, size_t bytes) {
+    if (!c) return;
+    atlas_driver_get()->cuMemFreeHost(c); /* a failure leaks pinned memory: nothing to undo */
+    tier.pinned -= bytes;
+}
+
+/* An entry's chunks go to the free list (its chunk size the list's) or are freed. */
+static void entry_drop(tier_entry *e) {
+    for (tier_entry **p = &tier.entries; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    for (int i = 0; i < e->n_chunks; i++) {
+        int keep = e->chunk == tier.free_chunk && tier.n_free < tier.cap_free;
+        if (keep) tier.free[tier.n_free++] = e->chunks[i];
+        else chunk_release(e->chunks[i], e->chunk);
+    }
+    if (e->complete) tier.st.held -= e->used, tier.st.entries--;
+    free(e->chunks);
+    free(e->rec);
+    free(e);
+}
+
+/* The least recently used entry nobody reads or fills, or NULL. */
+static tier_entry *lru_victim(void) {
+    tier_entry *v = NULL;
+    for (tier_entry *e = tier.entries; e; e = e->next)
+        if (e->complete && !e->users && (!v || e->last_use < v->last_use)) v = e;
+    return v;
+}
+
+/* Frees free chunks, then evicts whole entries, until the pinned bytes fit `room` less. */
+static int make_room(size_t room) {
+    while (tier.pinned + room > tier.budget) {
+        if (tier.n_free > 0) {
+            chunk_release(tier.free[--tier.n_free], tier.free_chunk);
+            continue;
+        }
+        tier_entry *v = lru_victim();
+        if (!v) return 0;
+        tier.st.evicted++;
+        entry_drop(v);
+    }
+    return 1;
+}
+
+/* A chunk for e: a free one, else a new one within the budget. */
+static atlas_status chunk_take(tier_entry *e, char **out) {
+    *out = NULL;
+    if (tier.n_free > 0 && tier.free_chunk == e->chunk) {
+        *out = tier.free[--tier.n_free];
+        return ATLAS_OK;
+    }
+    if (!make_room(e->chunk)) return ATLAS_ERR_NOMEM;
+    void *p = NULL;
+    /* a fault site (core/fault.h): pinned memory short, as the driver would say */
+    atlas_status st = ATLAS_FAULT_HERE()
+                          ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
+                                           "cuMemHostAlloc (injected fault)", __FILE__, __LINE__)
+                          : ATLAS_CU(cuMemHostAlloc, &p, e->chunk, ATLAS_CU_MEMHOSTALLOC_PORTABLE);
+    if (st != ATLAS_OK) return st;
+    tier.pinned += e->chunk;
+    *out = p;
+    return ATLAS_OK;
+}
+
+/* Sets the budget and the chunk size that goes with it: free chunks of another size, and
+ * whatever no longer fits, go. */
+static void set_budget(size_t budget) {
+    size_t chunk = atlas_host_tier_chunk_for(budget);
+    tier.budget = budget;
+    tier.st.budget = budget;
+    if (chunk != tier.free_chunk) {
+        while (tier.n_free > 0) chunk_release(tier.free[--tier.n_free], tier.free_chunk);
+        tier.free_chunk = chunk;
+        free(tier.free);
+        tier.cap_free = budget ? (int)(budget / chunk) + 1 : 0;
+        tier.free = tier.cap_free ? malloc((size_t)tier.cap_free * sizeof *tier.free) : NULL;
+        if (!tier.free) tier.cap_free = 0; /* evicted chunks are freed instead */
+    }
+    make_room(0);
+}
+
+static tier_entry *find(uint64_t key) {
+    for (tier_entry *e = tier.entries; e; e = e->next)
+        if (e->key == key) return e;
+    return NULL;
+}
+
+/* ---- a load's use ----------------------------------------------------------------------- */
+
+static atlas_status open_locked(uint64_t key, size_t expect, atlas_tier_use *u) {
+    tier_entry *e = find(key);
+    if (e && (!e->complete || e->users)) return ATLAS_ERR_BUSY; /* being filled, or read */
+    if (e) {
+        e->users++;
+        e->last_use = ++tier.clock;
+        u->e = e;
+        u->hit = 1;
+        tier.st.hits++;
+        return ATLAS_OK;
+    }
+    if (expect > tier.budget) return ATLAS_ERR_BUSY;
+    e = calloc(1, sizeof *e);
+    if (!e) return atlas_fail(ATLAS_ERR_NOMEM, "host tier: out of memory");
+    *e = (tier_entry){.next = tier.entries, .key = key, .chunk = tier.free_chunk, .users = 1};
+    tier.entries = e;
+    u->e = e;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_host_tier_open(atlas_host *host, uint64_t key, size_t budget, size_t expect,
+                                  atlas_tier_use **out) {
+    *out = NULL;
+    if (*atlas_host_tier_off_reason(host)) budget = 0;
+    atlas_tier_use *u = calloc(1, sizeof *u);
+    if (!u) return atlas_fail(ATLAS_ERR_NOMEM, "host tier: out of memory");
+    pthread_mutex_lock(&tier_lock);
+    set_budget(budget);
+    atlas_status st = budget && key ? open_locked(key, expect, u) : ATLAS_ERR_BUSY;
+    pthread_mutex_unlock(&tier_lock);
+    if (st == ATLAS_OK) {
+        *out = u;
+        return ATLAS_OK;
+    }
+    free(u);
+    return st == ATLAS_ERR_BUSY ? ATLAS_OK : st; /* no tier for this load */
+}
+
+int atlas_tier_use_hit(const atlas_tier_use *u) { return u && u->hit; }
+
+/* A hit: the next recorded upload, copied chunk by chunk from the image. */
+static atlas_status replay(atlas_host *host, atlas_tier_use *u, CUdeviceptr dst, size_t bytes) {
+    tier_entry *e = u->e;
+    if (u->bad || u->next_rec >= e->n_rec || e->rec[u->next_rec] != bytes) {
+        u->bad = 1;
+        return atlas_fail(ATLAS_ERR_INTERNAL, "host tier: upload %d of %zu bytes, the kept "
+                          "image recorded %zu: the image is dropped; load again", u->next_rec,
+                          bytes, u->next_rec < e->n_rec ? e->rec[u->next_rec] : 0);
+    }
+    CUstream s = atlas_host_copy_stream(host);
+    for (size_t done = 0; done < bytes;) {
+        size_t at = u->at + done, in = at % e->chunk;
+        size_t n = e->chunk - in < bytes - done ? e->chunk - in : bytes - done;
+        ATLAS_CU_TRY(cuMemcpyHtoDAsync, dst + done, e->chunks[at / e->chunk] + in, n, s);
+        done += n;
+    }
+    u->at += bytes;
+    u->next_rec++;
+    return ATLAS_OK;
+}
+
+/* A fill: room for bytes more at the image's end (chunks taken as needed) and its record. */
+static atlas_status reserve(tier_entry *e, size_t bytes) {
+    size_t need = (e->used + bytes + e->chunk - 1) / e->chunk;
+    pthread_mutex_lock(&tier_lock);
+    atlas_status st = ATLAS_OK;
+    if (e->n_rec == e->cap_rec) {
+        int cap = e->cap_rec ? 2 * e->cap_rec : 256;
+        size_t *r = realloc(e->rec, (size_t)cap * sizeof *r);
+        if (r) e->rec = r, e->cap_rec = cap;
+        else st = ATLAS_ERR_NOMEM;
+    }
+    while (st == ATLAS_OK && (size_t)e->n_chunks < need) {
+        if (e->n_chunks == e->cap_chunks) {
+            int cap = e->cap_chunks ? 2 * e->cap_chunks : 64;
+            char **c = realloc(e->chunks, (size_t)cap * sizeof *c);
+            if (!c) {
+                st = ATLAS_ERR_NOMEM;
+                break;
+            }
+            e->chunks = c, e->cap_chunks = cap;
+        }
+        st = chunk_take(e, &e->chunks[e->n_chunks]);
+        if (st == ATLAS_OK) e->n_chunks++;
+    }
+    if (st == ATLAS_OK) e->rec[e->n_rec++] = bytes;
+    pthread_mutex_unlock(&tier_lock);
+    return st;
+}
+
+atlas_status atlas_tier_upload(atlas_host *host, atlas_tier_use *u, CUdeviceptr dst,
+                               size_t bytes, atlas_host_fill_fn fill, const void *ctx,
+                               size_t ctx_bytes) {
+    if (!u || u->given_up || bytes == 0)
+        return atlas_host_upload_queue(host, dst, bytes, fill, ctx, ctx_bytes);
+    if (u->hit) return replay(host, u, dst, bytes);
+    tier_entry *e = u->e;
+    if (reserve(e, bytes) != ATLAS_OK) { /* out of room: this load goes on without the tier */
+        atlas_error_clear();
+        u->given_up = 1;
+        return atlas_host_upload_queue(host, dst, bytes, fill, ctx, ctx_bytes);
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t at = e->used + done, in = at % e->chunk;
+        size_t n = e->chunk - in < bytes - done ? e->chunk - in : bytes - done;
+        ATLAS_TRY(atlas_host_upload_queue_at(host, dst + done, n, fill, ctx, ctx_bytes,
+                                             e->chunks[at / e->chunk] + in, done));
+        done += n;
+    }
+    e->used += bytes;
+    return ATLAS_OK;
+}
+
+void atlas_tier_close(atlas_tier_use *u, int ok) {
+    if (!u) return;
+    pthread_mutex_lock(&tier_lock);
+    tier_entry *e = u->e;
+    e->users--;
+    e->last_use = ++tier.clock;
+    if (u->hit && u->bad) {
+        entry_drop(e);
+    } else if (!u->hit && (!ok || u->given_up)) {
+        tier.st.abandoned += u->given_up;
+        entry_drop(e);
+    } else if (!u->hit) {
+        e->complete = 1;
+        tier.st.held += e->used;
+        tier.st.entries++;
+        tier.st.fills++;
+    }
+    make_room(0); /* a budget lowered while it was read */
+    pthread_mutex_unlock(&tier_lock);
+    free(u);
+}
+
+void atlas_host_tier_stats(atlas_tier_stats *out) {
+    pthread_mutex_lock(&tier_lock);
+    *out = tier.st;
+    out->pinned = tier.pinned;
+    pthread_mutex_unlock(&tier_lock);
+}

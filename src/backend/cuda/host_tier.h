@@ -1,0 +1,71 @@
+/* backend/cuda/host_tier.h — the host tier: released models' weights kept in pinned host
+ * memory exactly as they lie on the device, so that loading one again is a stream of large
+ * host-to-device copies and reads no file.  Internal.
+ *
+ * Filled by the load itself: a load that the tier does not hold has its loader threads fill
+ * each piece in the tier's pinned memory instead of a staging buffer and copy it on from
+ * there (atlas_host_upload_queue_at), so the image costs no copy and nothing at the release,
+ * which stays off the swap's critical path.  An entry is one model's uploads in order, laid
+ * end to end over chunks of pinned memory, with each upload's size; a hit replays them in the
+ * same order, each checked against its recorded size.
+ *
+ * Least recently used out, whole entries only: an evicted entry's chunks stay pinned in a free
+ * list for the next fill (cuMemHostAlloc of many GB is slow), and every chunk, held or free,
+ * counts against the budget.  An entry is keyed by the model's identity (model.c: its files'
+ * names, sizes, times and inodes, the tensor-parallel rank, the layout), so a changed file
+ * is read from the files again.  Off on a GPU that shares the host's memory (integrated, or
+ * reading pageable memory through the host's page tables: GB10): a host copy there would be a
+ * second copy of the same DRAM (atlas_host_tier_off_reason).
+ *
+ * Process-wide, as the host is: a lock guards the entries; a use belongs to one load. */
+#ifndef ATLAS_CUDA_HOST_TIER_H
+#define ATLAS_CUDA_HOST_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/host.h"
+
+typedef struct atlas_tier_use atlas_tier_use; /* one load's use of the tier */
+
+typedef struct atlas_tier_stats {
+    size_t budget;  /* bytes of pinned memory it may hold (the last load's) */
+    size_t pinned;  /* held now: the entries' chunks and free ones kept for the next fill */
+    size_t held;    /* the entries' bytes */
+    int entries;
+    uint64_t hits, fills, evicted; /* loads served, images kept, entries evicted for room */
+    uint64_t abandoned;            /* fills given up (no room, pinned memory short) */
+} atlas_tier_stats;
+
+/* Why the tier is off on host's GPU ("" when it is on).  Static text. */
+const char *atlas_host_tier_off_reason(const atlas_host *host);
+
+/* Starts a load's use: sets the tier's budget (every chunk past it freed, least recently used
+ * entries evicted), then a hit when a complete entry has key, else a fill of an entry for key
+ * when expect (the weights' bytes, about) fits the budget.  *out NULL (ATLAS_OK): the load
+ * goes without the tier (budget 0, key 0, the tier off on this GPU, too large, or the same
+ * key being filled by another load).  ATLAS_ERR_NOMEM. */
+atlas_status atlas_host_tier_open(atlas_host *host, uint64_t key, size_t budget, size_t expect,
+                                  atlas_tier_use **out);
+
+/* 1 when u replays a kept image (no fill is called). */
+int atlas_tier_use_hit(const atlas_tier_use *u);
+
+/* One upload of the load, as atlas_host_upload_queue (u NULL: that): a hit copies the
+ * image's bytes from pinned memory (ATLAS_ERR_INTERNAL when the upload's size is not the one
+ * recorded: the image is dropped at close); a fill queues the pieces into the entry's chunks,
+ * or, out of room or pinned memory, gives the fill up and uploads through staging. */
+atlas_status atlas_tier_upload(atlas_host *host, atlas_tier_use *u, CUdeviceptr dst,
+                               size_t bytes, atlas_host_fill_fn fill, const void *ctx,
+                               size_t ctx_bytes);
+
+/* Ends the use once its uploads were waited for: ok keeps a fill as the most recent entry
+ * (or refreshes a hit's); else a fill is dropped.  Frees u (NULL: nothing). */
+void atlas_tier_close(atlas_tier_use *u, int ok);
+
+void atlas_host_tier_stats(atlas_tier_stats *out);
+
+/* Tests: the size of a chunk for a budget (1 MiB to 256 MiB, a sixteenth of it). */
+size_t atlas_host_tier_chunk_for(size_t budget);
+
+#endif
