@@ -134,9 +134,14 @@ static CUresult f_dev_name(char *name, int len, CUdevice d) {
     snprintf(name, (size_t)len, "Fake GPU %d", d);
     return 0;
 }
+/* fake_cuda_set_unified: the device reports itself integrated, reading host memory through
+ * the host's page tables (GB10) */
+static int fk_unified;
 static CUresult f_dev_attr(int *v, CUdevice_attribute a, CUdevice d) {
     (void)d;
     switch (a) {
+    case ATLAS_CU_ATTR_INTEGRATED: *v = fk_unified; break;
+    case ATLAS_CU_ATTR_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: *v = fk_unified; break;
     case ATLAS_CU_ATTR_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case ATLAS_CU_ATTR_MULTIPROCESSOR_COUNT: *v = 132; break;
     case ATLAS_CU_ATTR_L2_CACHE_SIZE: *v = 50 << 20; break;
@@ -429,6 +434,8 @@ atlas_driver fake_cuda_table(void) {
     d.cuGraphDestroy = f_graph_destroy;
     return d;
 }
+
+void fake_cuda_set_unified(int on) { fk_unified = on; }
 
 atlas_status fake_cuda_install(int device_count) {
     pthread_mutex_lock(&fk.mu);

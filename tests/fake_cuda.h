@@ -48,6 +48,10 @@ typedef struct fake_cuda_stats {
 atlas_driver fake_cuda_table(void);
 atlas_status fake_cuda_install(int device_count);
 
+/* Before the host is bound: the device says it is integrated and reads pageable host memory
+ * through the host's page tables (GB10's unified memory); 0 (default): a discrete GPU. */
+void fake_cuda_set_unified(int on);
+
 fake_cuda_stats fake_cuda_get_stats(void);
 
 /* Calls of c made, and failed, since the last fake_cuda_disarm. */

@@ -1,0 +1,291 @@
+/* tests/test-host-tier.c — the host tier of released models' weights (backend/cuda/
+ * host_tier.h) through the fake driver (tests/fake_cuda.h: "device" memory is host memory,
+ * copies are memcpy; CI has no GPU).  A load's uploads fill an image in pinned memory as they
+ * pass; a second load of the same key replays it and calls no fill (no file read), and the
+ * device bytes are the same; a size that differs from the image's is an error and drops it;
+ * the budget evicts least recently used whole entries and keeps their chunks for the next
+ * fill; a fill out of room gives up and the load still lands; budget 0 and a GPU that shares
+ * the host's memory (a child process, the host bound there as integrated) keep nothing.  With
+ * kernels in the binary, tests/data/tiny-qwen3 is loaded, released and loaded again from the
+ * tier with its file changed in place (same size and time): the weights are the first
+ * load's, so nothing was read; a new time makes it read the files again. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "atlas/model.h"
+#include "backend/cuda/cuda_backend.h"
+#include "format/safetensors.h"
+#include "model/model_internal.h"
+#include "backend/cuda/host_tier.h"
+#include "fake_cuda.h"
+#include "harness.h"
+
+#define MIB ((size_t)1 << 20)
+
+static atomic_long fills; /* bytes the fill function wrote: the "file reads" */
+
+/* Byte i of upload `seed`: seed + i * 7 (mod 256). */
+static atlas_status fill_pattern(void *dst, size_t offset, size_t bytes, void *user) {
+    int seed = *(const int *)user;
+    for (size_t i = 0; i < bytes; i++) ((unsigned char *)dst)[i] = (unsigned char)(seed + (offset + i) * 7);
+    atomic_fetch_add(&fills, (long)bytes);
+    return ATLAS_OK;
+}
+
+static int device_is(CUdeviceptr p, size_t bytes, int seed) {
+    const unsigned char *d = (const unsigned char *)(uintptr_t)p;
+    for (size_t i = 0; i < bytes; i++)
+        if (d[i] != (unsigned char)(seed + i * 7)) return 0;
+    return 1;
+}
+
+/* One "load": uploads of sizes[n] (seeds base + i) through the tier for key; returns 1 when
+ * it was a hit.  Checks the device bytes and frees them. */
+static int load(atlas_host *h, uint64_t key, size_t budget, const size_t *sizes, int n,
+                int base) {
+    size_t expect = 0;
+    for (int i = 0; i < n; i++) expect += sizes[i];
+    atlas_tier_use *u = NULL;
+    CHECK_OK(atlas_host_tier_open(h, key, budget, expect, &u));
+    int hit = atlas_tier_use_hit(u);
+    CUdeviceptr d[8] = {0};
+    for (int i = 0; i < n; i++) {
+        CHECK_OK(ATLAS_CU(cuMemAlloc, &d[i], sizes[i]));
+        int seed = base + i;
+        CHECK_OK(atlas_tier_upload(h, u, d[i], sizes[i], fill_pattern, &seed, sizeof seed));
+    }
+    atlas_status st = atlas_host_upload_wait(h);
+    CHECK_OK(st);
+    atlas_tier_close(u, st == ATLAS_OK);
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(device_is(d[i], sizes[i], base + i), "upload %d of key %llu", i,
+                  (unsigned long long)key);
+        atlas_driver_get()->cuMemFree(d[i]);
+    }
+    return hit;
+}
+
+static void test_tier(atlas_host *h) {
+    size_t budget = 16 * MIB, chunk = atlas_host_tier_chunk_for(budget);
+    CHECK(chunk == MIB);
+    CHECK(*atlas_host_tier_off_reason(h) == '\0');
+    /* sizes that straddle chunks (3.5 MiB in three uploads: 4 chunks) */
+    const size_t a[3] = {MIB + 4096, 2 * MIB - 8192, MIB / 2 + 4096};
+    atomic_store(&fills, 0);
+    CHECK(!load(h, 11, budget, a, 3, 1)); /* a miss: filled, the image kept */
+    long first = atomic_load(&fills);
+    CHECK(first == (long)(a[0] + a[1] + a[2]));
+    atlas_tier_stats ts;
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.entries == 1 && ts.held == a[0] + a[1] + a[2] && ts.pinned == 4 * MIB);
+    CHECK(fake_cuda_get_stats().bad_copies == 0); /* every copy from pinned memory */
+    /* the same key: replayed, no fill called, the same bytes (seeds 1.. checked in load) */
+    CHECK(load(h, 11, budget, a, 3, 1));
+    CHECK(atomic_load(&fills) == first);
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.hits == 1);
+
+    /* a size the image did not record: an error, and the image dropped */
+    atlas_tier_use *u = NULL;
+    CHECK_OK(atlas_host_tier_open(h, 11, budget, 0, &u));
+    CHECK(atlas_tier_use_hit(u));
+    CUdeviceptr d = 0;
+    CHECK_OK(ATLAS_CU(cuMemAlloc, &d, a[0] + 2));
+    int seed = 1;
+    CHECK(atlas_tier_upload(h, u, d, a[0] + 2, fill_pattern, &seed, sizeof seed) ==
+          ATLAS_ERR_INTERNAL);
+    CHECK_MSG(strstr(atlas_last_error(), "recorded"), "%s", atlas_last_error());
+    (void)atlas_host_upload_wait(h);
+    atlas_tier_close(u, 0);
+    atlas_driver_get()->cuMemFree(d);
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.entries == 0 && ts.pinned == 4 * MIB); /* its chunks kept for the next fill */
+    CHECK(!load(h, 11, budget, a, 3, 1));
+
+    /* room for three images of 4 MiB and a half: a fourth evicts the least recently used */
+    const size_t b[2] = {2 * MIB, 2 * MIB + 4096};
+    CHECK(!load(h, 12, budget, b, 2, 20));
+    CHECK(!load(h, 13, budget, b, 2, 30));
+    CHECK(load(h, 11, budget, a, 3, 1)); /* 11 used: 12 is now the least recent */
+    long before = atomic_load(&fills);
+    CHECK(!load(h, 14, budget, b, 2, 40));
+    atlas_host_tier_stats(&ts);
+    CHECK_MSG(ts.entries == 3 && ts.evicted == 1 && ts.pinned <= budget, "%d entries, %llu "
+              "evicted, %zu pinned", ts.entries, (unsigned long long)ts.evicted, ts.pinned);
+    CHECK(load(h, 11, budget, a, 3, 1) && load(h, 13, budget, b, 2, 30) &&
+          load(h, 14, budget, b, 2, 40));
+    CHECK(atomic_load(&fills) == before + (long)(b[0] + b[1]));
+    CHECK(!load(h, 12, budget, b, 2, 20)); /* evicted whole: read again */
+
+    /* a load larger than it said: the fill gives up, the load lands through staging */
+    const size_t big[2] = {8 * MIB, 9 * MIB};
+    atlas_tier_stats t0;
+    atlas_host_tier_stats(&t0);
+    atlas_tier_use *v = NULL;
+    CHECK_OK(atlas_host_tier_open(h, 16, budget, MIB, &v));
+    CHECK(v && !atlas_tier_use_hit(v));
+    CUdeviceptr dd[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ATLAS_CU(cuMemAlloc, &dd[i], big[i]));
+        int s = 60 + i;
+        CHECK_OK(atlas_tier_upload(h, v, dd[i], big[i], fill_pattern, &s, sizeof s));
+    }
+    CHECK_OK(atlas_host_upload_wait(h));
+    atlas_tier_close(v, 1);
+    for (int i = 0; i < 2; i++) {
+        CHECK(device_is(dd[i], big[i], 60 + i));
+        atlas_driver_get()->cuMemFree(dd[i]);
+    }
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.abandoned == t0.abandoned + 1 && ts.pinned <= budget);
+    CHECK(!load(h, 16, budget, big, 2, 60)); /* nothing was kept of it */
+
+    /* budget 0: off, and the pinned chunks go back */
+    CHECK_OK(atlas_host_tier_open(h, 11, 0, 0, &u));
+    CHECK(!u);
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.pinned == 0 && ts.entries == 0);
+    CHECK(!load(h, 11, 0, a, 3, 1));
+    CHECK(fake_cuda_get_stats().bad_copies == 0);
+}
+
+/* A GPU that shares the host's memory: no tier, the load still lands. */
+static void unified(void) {
+    fake_cuda_set_unified(1);
+    CHECK_OK(fake_cuda_install(1));
+    atlas_host *h = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    if (!h) return;
+    CHECK(atlas_host_properties(h)->integrated == 1 &&
+          atlas_host_properties(h)->host_page_tables == 1);
+    const char *why = atlas_host_tier_off_reason(h);
+    CHECK_MSG(strstr(why, "integrated") && strstr(why, "same DRAM"), "%s", why);
+    atlas_tier_use *u = NULL;
+    CHECK_OK(atlas_host_tier_open(h, 11, 64 * MIB, MIB, &u));
+    CHECK(!u);
+    const size_t a[1] = {MIB + 12};
+    atomic_store(&fills, 0);
+    CHECK(!load(h, 11, 64 * MIB, a, 1, 3));
+    CHECK(!load(h, 11, 64 * MIB, a, 1, 3)); /* read again: nothing was kept */
+    CHECK(atomic_load(&fills) == (long)(2 * a[0]));
+    atlas_tier_stats ts;
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.pinned == 0 && ts.entries == 0);
+#ifdef ATLAS_HAVE_KERNELS
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CUDA;
+    p.load_tokenizer = 0;
+    p.kv_tokens = 256;
+    p.host_cache = 64 * MIB;
+    atlas_model *m = NULL;
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(atlas_model_load(harness_data_path("tiny-qwen3"), &p, &m));
+        if (!m) return;
+        atlas_model_info info;
+        atlas_model_get_info(m, &info);
+        CHECK(strcmp(info.load_source, "host") != 0 && strstr(info.host_tier, "integrated"));
+        CHECK_OK(atlas_model_release(m));
+    }
+#endif
+}
+
+#ifdef ATLAS_HAVE_KERNELS
+static atlas_model *load_model(const char *dir, const char *want) {
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CUDA;
+    p.load_tokenizer = 0;
+    p.kv_tokens = 256;
+    p.host_cache = 256 * MIB;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(dir, &p, &m));
+    if (!m) return NULL;
+    atlas_model_info info;
+    atlas_model_get_info(m, &info);
+    CHECK_MSG(want ? !strcmp(info.load_source, want) : strcmp(info.load_source, "host") != 0,
+              "loaded from %s", info.load_source);
+    return m;
+}
+
+/* The embedding as the device holds it (malloc'd). */
+static unsigned char *embed_bytes(const atlas_model *m, size_t *n) {
+    const atlas_weight *w = m->w.embed;
+    *n = w->bytes;
+    unsigned char *b = malloc(w->bytes);
+    memcpy(b, (const void *)(uintptr_t)w->ptr, w->bytes);
+    return b;
+}
+
+/* Rewrites the embedding's bytes in dir's checkpoint in place, its size, inode and times
+ * kept (touch: a new modification time instead). */
+static void rewrite_embedding(const char *dir, int touch) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat before;
+    CHECK(stat(path, &before) == 0);
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_file(path, &st));
+    if (!st) return;
+    const atlas_tensor_view *v = atlas_st_find(st, "model.embed_tokens.weight");
+    CHECK(v != NULL);
+    size_t off = v ? (size_t)v->file_offset : 0, n = v ? v->nbytes : 0;
+    atlas_st_free(st);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fseek(f, (long)off, SEEK_SET) == 0);
+    for (size_t i = 0; f && i < n; i++) fputc((int)(i * 13 + 5) & 0x3f, f);
+    if (f) fclose(f);
+    struct timespec t[2] = {before.st_atim, before.st_mtim};
+    if (touch) t[1].tv_sec += 10;
+    CHECK(utimensat(AT_FDCWD, path, t, 0) == 0);
+}
+
+static void test_model(void) {
+    char dir[600], cmd[1400], out[256];
+    if (!harness_mkdtemp(dir, sizeof dir, "tier")) return;
+    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir);
+    CHECK(harness_run(cmd, out, sizeof out) == 0);
+    atlas_model *m = load_model(dir, NULL); /* fills the image */
+    if (!m) return;
+    size_t n = 0, n2 = 0;
+    unsigned char *first = embed_bytes(m, &n);
+    CHECK_OK(atlas_model_release(m));
+    rewrite_embedding(dir, 0); /* the same identity: the tier's image is what loads */
+    m = load_model(dir, "host");
+    if (m) {
+        unsigned char *again = embed_bytes(m, &n2);
+        CHECK(n2 == n && !memcmp(first, again, n)); /* not a byte read from the file */
+        free(again);
+        CHECK_OK(atlas_model_release(m));
+    }
+    rewrite_embedding(dir, 1); /* a new time: the files are read again */
+    m = load_model(dir, NULL);
+    if (m) {
+        unsigned char *changed = embed_bytes(m, &n2);
+        CHECK(n2 == n && memcmp(first, changed, n) != 0);
+        free(changed);
+        CHECK_OK(atlas_model_release(m));
+    }
+    free(first);
+    harness_rm_rf(dir);
+}
+#else
+static void test_model(void) {
+    printf("model: skipped (built without kernels: no CUDA backend to create)\n");
+}
+#endif
+
+int main(void) {
+    harness_in_child("a GPU sharing the host's memory", unified);
+    CHECK_OK(fake_cuda_install(1));
+    atlas_host *h = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    if (!h) return harness_finish();
+    test_tier(h);
+    test_model();
+    return harness_finish();
+}
