@@ -232,6 +232,7 @@ static CUresult f_mem_info(size_t *free_b, size_t *total) {
 }
 static CUresult f_host_alloc(void **p, size_t bytes, unsigned int flags) {
     (void)flags;
+    if (fk_fails(FAKE_CU_HOST_ALLOC, 0)) return FAKE_CUDA_OUT_OF_MEMORY;
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return FAKE_CUDA_OUT_OF_MEMORY;
     pthread_mutex_lock(&fk.mu);

@@ -18,8 +18,8 @@
 #define FAKE_CUDA_TOTAL_MEM ((size_t)80 << 30)
 
 /* The calls a test can count and fail.  A failed free leaves what it was asked to free live
- * (as the real driver may); a failed cuMemAlloc is out of memory, a failed context retain
- * too; the others fail with CUDA_ERROR_ILLEGAL_ADDRESS. */
+ * (as the real driver may); a failed cuMemAlloc or cuMemHostAlloc is out of memory, a failed
+ * context retain too; the others fail with CUDA_ERROR_ILLEGAL_ADDRESS. */
 typedef enum fake_cuda_call {
     FAKE_CU_ALLOC,          /* cuMemAlloc */
     FAKE_CU_FREE,           /* cuMemFree */
@@ -30,6 +30,7 @@ typedef enum fake_cuda_call {
     FAKE_CU_SYNC,           /* cuCtxSynchronize */
     FAKE_CU_HTOD_ASYNC,     /* cuMemcpyHtoDAsync */
     FAKE_CU_GET_FUNCTION,   /* cuModuleGetFunction (counted; a missing kernel is NOT_FOUND) */
+    FAKE_CU_HOST_ALLOC,     /* cuMemHostAlloc (fails as out of memory) */
     FAKE_CU_CALLS
 } fake_cuda_call;
 

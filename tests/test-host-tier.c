@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "atlas/engine.h"
 #include "atlas/model.h"
 #include "backend/cuda/cuda_backend.h"
 #include "format/safetensors.h"
@@ -152,6 +153,27 @@ static void test_tier(atlas_host *h) {
     atlas_host_tier_stats(&ts);
     CHECK(ts.pinned == 0 && ts.entries == 0);
     CHECK(!load(h, 11, 0, a, 3, 1));
+    /* nothing pinned now; pinned memory short: the fill gives up, the load lands through
+     * staging */
+    atlas_host_tier_stats(&t0);
+    fake_cuda_disarm();
+    fake_cuda_fail(FAKE_CU_HOST_ALLOC, 1);
+    const size_t c[2] = {3 * MIB, 3 * MIB};
+    CHECK(!load(h, 17, budget, c, 2, 70));
+    CHECK(fake_cuda_failed(FAKE_CU_HOST_ALLOC) == 1);
+    fake_cuda_disarm();
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.abandoned == t0.abandoned + 1 && ts.entries == t0.entries);
+    CHECK(!load(h, 17, budget, c, 2, 70) && load(h, 17, budget, c, 2, 70)); /* kept now */
+
+    /* two loads read one image together */
+    atlas_tier_use *r1 = NULL, *r2 = NULL;
+    CHECK_OK(atlas_host_tier_open(h, 17, budget, 0, &r1));
+    CHECK_OK(atlas_host_tier_open(h, 17, budget, 0, &r2));
+    CHECK(atlas_tier_use_hit(r1) && atlas_tier_use_hit(r2));
+    atlas_tier_close(r1, 1);
+    atlas_tier_close(r2, 1);
+
     CHECK(fake_cuda_get_stats().bad_copies == 0);
 }
 
@@ -244,6 +266,57 @@ static void rewrite_embedding(const char *dir, int touch) {
     CHECK(utimensat(AT_FDCWD, path, t, 0) == 0);
 }
 
+/* The LOADED events' sources, in order. */
+static char sources[8][16];
+static int n_sources;
+static void on_residency(void *user, const atlas_residency_event *ev) {
+    (void)user;
+    if (ev->kind == ATLAS_RESIDENCY_LOADED && n_sources < 8)
+        snprintf(sources[n_sources++], sizeof sources[0], "%s", ev->source ? ev->source : "");
+}
+
+/* Two models swapped through the engine, one resident at a time, --host-cache on: "a" (kept
+ * by test_model's last load) and its load again come from the tier, "b" from its files, and
+ * the events and counts say so. */
+static void test_engine(const char *dir) {
+    char dir2[600], cmd[1400], out[256];
+    if (!harness_mkdtemp(dir2, sizeof dir2, "tier2")) return;
+    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir2);
+    CHECK(harness_run(cmd, out, sizeof out) == 0);
+    atlas_engine_model em[2] = {{.name = "a", .dir = dir}, {.name = "b", .dir = dir2}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = em;
+    p.n_models = 2;
+    p.max_resident = 1;
+    p.device = ATLAS_DEVICE_CUDA;
+    p.ctx_size = 256;
+    p.parallel = 1;
+    p.kv_blocks = 16;
+    p.batch_tokens = 32;
+    p.host_cache = 256 * MIB;
+    p.on_residency = on_residency;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (e) {
+        CHECK_OK(atlas_engine_load(e, "a"));
+        CHECK_OK(atlas_engine_load(e, "b"));
+        CHECK_OK(atlas_engine_load(e, "a"));
+        atlas_engine_metrics mt;
+        atlas_engine_get_metrics(e, &mt);
+        /* the process's tier kept "a" from test_model's last load: only "b" reads files */
+        CHECK_MSG(mt.loads == 3 && mt.loads_host == 2 && mt.loads_page_cache + mt.loads_disk == 1,
+                  "%llu loads: %llu host, %llu page cache, %llu disk",
+                  (unsigned long long)mt.loads, (unsigned long long)mt.loads_host,
+                  (unsigned long long)mt.loads_page_cache, (unsigned long long)mt.loads_disk);
+        CHECK(mt.load_bytes_host > 0 && mt.host_tier_models >= 2 && mt.host_tier_bytes > 0 &&
+              mt.host_tier_pinned <= p.host_cache);
+        CHECK(n_sources == 3 && !strcmp(sources[0], "host") && strcmp(sources[1], "host") &&
+              !strcmp(sources[2], "host"));
+        atlas_engine_free(e);
+    }
+    harness_rm_rf(dir2);
+}
+
 static void test_model(void) {
     char dir[600], cmd[1400], out[256];
     if (!harness_mkdtemp(dir, sizeof dir, "tier")) return;
@@ -271,6 +344,7 @@ static void test_model(void) {
         CHECK_OK(atlas_model_release(m));
     }
     free(first);
+    test_engine(dir);
     harness_rm_rf(dir);
 }
 #else

@@ -160,7 +160,7 @@ static tier_entry *find(uint64_t key) {
 
 static atlas_status open_locked(uint64_t key, size_t expect, atlas_tier_use *u) {
     tier_entry *e = find(key);
-    if (e && (!e->complete || e->users)) return ATLAS_ERR_BUSY; /* being filled, or read */
+    if (e && !e->complete) return ATLAS_ERR_BUSY; /* being filled by another load */
     if (e) {
         e->users++;
         e->last_use = ++tier.clock;

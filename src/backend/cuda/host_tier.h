@@ -44,7 +44,7 @@ const char *atlas_host_tier_off_reason(const atlas_host *host);
  * entries evicted), then a hit when a complete entry has key, else a fill of an entry for key
  * when expect (the weights' bytes, about) fits the budget.  *out NULL (ATLAS_OK): the load
  * goes without the tier (budget 0, key 0, the tier off on this GPU, too large, or the same
- * key being filled by another load).  ATLAS_ERR_NOMEM. */
+ * key being filled by another load; loads may read one image together).  ATLAS_ERR_NOMEM. */
 atlas_status atlas_host_tier_open(atlas_host *host, uint64_t key, size_t budget, size_t expect,
                                   atlas_tier_use **out);
 
