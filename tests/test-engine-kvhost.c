@@ -270,6 +270,15 @@ int main(void) {
     CHECK(!memcmp(z2.ids, r2.ids, sizeof z2.ids));
     atlas_engine_free(e);
 
+    /* a budget below the weights' bytes: on the CPU no weights are kept (no host tier), so
+     * a load leaves the KV blocks their whole budget */
+    e = engine_new(dir_a, (size_t)2 << 20);
+    answer w2 = converse(e, t1, NULL, NULL);
+    m = metrics(e);
+    CHECK_MSG(w2.cached == blocks * 16 && m.host_tier_pinned == 0, "cached %d, want %d",
+              w2.cached, blocks * 16);
+    atlas_engine_free(e);
+
     /* A's files change while it is out: its blocks are dropped when it is back */
     char tmp[1024], path[4200], src[4200];
     if (!harness_mkdtemp(tmp, sizeof tmp, "kvhost")) return harness_finish();

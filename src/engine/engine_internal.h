@@ -349,7 +349,8 @@ void atlas_engine_queue_remove_at(atlas_engine *e, int i);
 /* Adds what the host KV store did (a save or check: restored 0) to e->metrics.  Under e->mu. */
 void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, int restored);
 /* The KV store's share of host_cache: what the weights' host tier holds, and `coming` more
- * bytes of it, leave (residency.c).  Under e->mu, on the scheduler thread. */
+ * bytes of it (counted only where a load has used the tier), leave (residency.c).  Under
+ * e->mu, on the scheduler thread. */
 void atlas_engine_kv_host_share(atlas_engine *e, size_t coming);
 
 #endif
