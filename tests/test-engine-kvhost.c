@@ -172,13 +172,13 @@ static void test_store(const char *dir) {
     atlas_kv_host_moved mv;
 
     atlas_kv_host *h = NULL; /* room for two blocks and a half: the first two */
-    CHECK_OK(atlas_kv_host_create(2 * entry + entry / 2, 1, &h));
+    CHECK_OK(atlas_kv_host_create(2 * entry + entry / 2, 1, NULL, &h));
     atlas_kv_host_save(h, 0, &id, m, &p, &mv);
     CHECK(mv.blocks == 2 && atlas_kv_host_blocks(h) == 2 && mv.bytes == 2 * bb);
     CHECK(restored(h, m, toks, NB * SB + 1, NULL, img, bb) == 2);
     atlas_kv_host_free(h);
 
-    CHECK_OK(atlas_kv_host_create(NB * entry, 1, &h));
+    CHECK_OK(atlas_kv_host_create(NB * entry, 1, NULL, &h));
     atlas_kv_host_save(h, 0, &id, m, &p, &mv);
     CHECK(mv.blocks == NB && atlas_kv_host_blocks(h) == NB);
     atlas_kv_host_save(h, 0, &id, m, &p, &mv); /* the same blocks: nothing copied */

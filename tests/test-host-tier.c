@@ -353,6 +353,24 @@ static void test_model(void) {
 }
 #endif
 
+/* The KV store's pinned images (engine/kv_host.c): atlas_host_alloc_pinned asks the driver
+ * for page-locked memory, frees it back, and says out of memory as such. */
+static void test_pinned(atlas_host *h) {
+    long before = fake_cuda_calls(FAKE_CU_HOST_ALLOC), freed = fake_cuda_calls(FAKE_CU_FREE_HOST);
+    void *p = NULL;
+    CHECK_OK(atlas_host_alloc_pinned(h, 2 * MIB, &p));
+    CHECK(p != NULL && fake_cuda_calls(FAKE_CU_HOST_ALLOC) == before + 1);
+    if (p) memset(p, 0x5a, 2 * MIB); /* host memory the process may write */
+    atlas_host_free_pinned(h, p);
+    atlas_host_free_pinned(h, NULL);
+    CHECK(fake_cuda_calls(FAKE_CU_FREE_HOST) == freed + 1);
+    fake_cuda_fail_next(FAKE_CU_HOST_ALLOC);
+    p = (void *)1;
+    CHECK(atlas_host_alloc_pinned(h, 2 * MIB, &p) == ATLAS_ERR_NOMEM && p == NULL);
+    CHECK_MSG(strstr(atlas_last_error(), "pinned memory") != NULL, "%s", atlas_last_error());
+    atlas_error_clear();
+}
+
 int main(void) {
     harness_in_child("a GPU sharing the host's memory", unified);
     CHECK_OK(fake_cuda_install(1));
@@ -360,6 +378,7 @@ int main(void) {
     CHECK_OK(atlas_host_get(0, &h));
     if (!h) return harness_finish();
     test_tier(h);
+    test_pinned(h);
     test_model();
     return harness_finish();
 }

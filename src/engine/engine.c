@@ -16,6 +16,7 @@
 #include "core/file.h"
 #include "core/memdir.h"
 #include "backend/cuda/host_tier.h"
+#include "atlas/host.h"
 #include "engine/engine_internal.h"
 #include "model/pooling.h"
 
@@ -307,7 +308,13 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
         return pst;
     }
     if (p->host_cache) {
-        atlas_status hst = atlas_kv_host_create(p->host_cache, p->n_models, &e->kv_host);
+        /* with a GPU the store's images are pinned memory (kv_host.h) */
+        atlas_host *host = NULL;
+        if (p->device != ATLAS_DEVICE_CPU && atlas_host_get(p->gpu, &host) != ATLAS_OK) {
+            host = NULL;
+            atlas_error_clear(); /* no GPU: the models will find that too */
+        }
+        atlas_status hst = atlas_kv_host_create(p->host_cache, p->n_models, host, &e->kv_host);
         if (hst != ATLAS_OK) {
             atlas_engine_free(e);
             return hst;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atlas/host.h"
 #include "core/error.h"
 #include "model/forward.h"
 
@@ -17,9 +18,15 @@ typedef struct kvh_entry {
     int32_t *toks;      /* [block_size] */
     char *salt;         /* a first block's (salt_len bytes); NULL: none */
     size_t salt_len;
-    void *kv;           /* [block_bytes] the K/V image */
+    void *kv;           /* [kv_bytes] the K/V image */
+    size_t kv_bytes;
     size_t bytes;       /* what it counts against the budget */
 } kvh_entry;
+
+typedef struct kvh_spare {
+    void *p;
+    size_t bytes;
+} kvh_spare;
 
 typedef struct kvh_model {
     int set;            /* ident holds the identity its entries were saved under */
@@ -39,7 +46,63 @@ struct atlas_kv_host {
     uint64_t key[2], passes;
     kvh_model *models;  /* [n_models] */
     int n_models;
+    /* with a GPU the images are pinned memory, whose copies run at the bus's rate; a dropped
+     * entry's image is kept as a spare for the next save (pinning costs more than the copy),
+     * never more of them than the budget leaves beside the entries */
+    atlas_host *host;   /* NULL: plain memory */
+    kvh_spare *spare;   /* [cap_spare] */
+    int n_spare, cap_spare;
+    size_t spare_bytes;
 };
+
+/* ---- images ----------------------------------------------------------------------------- */
+
+static void *image_alloc(atlas_kv_host *h, size_t bytes) {
+    if (!h->host) return malloc(bytes);
+    for (int i = h->n_spare - 1; i >= 0; i--)
+        if (h->spare[i].bytes == bytes) {
+            void *p = h->spare[i].p;
+            h->spare[i] = h->spare[--h->n_spare];
+            h->spare_bytes -= bytes;
+            return p;
+        }
+    void *p = NULL;
+    if (atlas_host_alloc_pinned(h->host, bytes, &p) != ATLAS_OK) {
+        atlas_error_clear(); /* the save keeps what it has (kv_host.h) */
+        return NULL;
+    }
+    return p;
+}
+
+/* Frees spares until the entries and they fit the budget. */
+static void spares_trim(atlas_kv_host *h) {
+    while (h->n_spare && h->bytes + h->spare_bytes > h->budget) {
+        kvh_spare x = h->spare[--h->n_spare];
+        atlas_host_free_pinned(h->host, x.p);
+        h->spare_bytes -= x.bytes;
+    }
+}
+
+static void image_free(atlas_kv_host *h, void *p, size_t bytes) {
+    if (!p) return;
+    if (!h->host) {
+        free(p);
+        return;
+    }
+    if (h->n_spare == h->cap_spare) {
+        int cap = h->cap_spare ? 2 * h->cap_spare : 64;
+        kvh_spare *grown = realloc(h->spare, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            atlas_host_free_pinned(h->host, p);
+            return;
+        }
+        h->spare = grown;
+        h->cap_spare = cap;
+    }
+    h->spare[h->n_spare++] = (kvh_spare){p, bytes};
+    h->spare_bytes += bytes;
+    spares_trim(h);
+}
 
 /* ---- keys and the map ------------------------------------------------------------------- */
 
@@ -161,7 +224,7 @@ static void drop(atlas_kv_host *h, int32_t id) {
     h->bytes -= x->bytes;
     free(x->toks);
     free(x->salt);
-    free(x->kv);
+    image_free(h, x->kv, x->kv_bytes);
     *x = (kvh_entry){.model = -1};
     h->free_ids[h->n_free++] = id;
     h->n_live--;
@@ -169,7 +232,8 @@ static void drop(atlas_kv_host *h, int32_t id) {
 
 /* ---- the store -------------------------------------------------------------------------- */
 
-atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_kv_host **out) {
+atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_host *host,
+                                  atlas_kv_host **out) {
     *out = NULL;
     atlas_kv_host *h = calloc(1, sizeof *h);
     if (!h || !(h->models = calloc((size_t)(n_models > 0 ? n_models : 1), sizeof *h->models))) {
@@ -178,6 +242,7 @@ atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_kv_host **o
     }
     h->budget = budget;
     h->n_models = n_models;
+    h->host = host;
     h->head = h->tail = -1;
     atlas_status st = atlas_kv_random_key(h->key);
     if (st != ATLAS_OK) {
@@ -194,8 +259,11 @@ void atlas_kv_host_free(atlas_kv_host *h) {
         if (h->e[i].model >= 0) {
             free(h->e[i].toks);
             free(h->e[i].salt);
-            free(h->e[i].kv);
+            if (h->host) atlas_host_free_pinned(h->host, h->e[i].kv);
+            else free(h->e[i].kv);
         }
+    for (int i = 0; i < h->n_spare; i++) atlas_host_free_pinned(h->host, h->spare[i].p);
+    free(h->spare);
     free(h->e);
     free(h->free_ids);
     free(h->map);
@@ -256,6 +324,7 @@ uint64_t atlas_kv_host_set_budget(atlas_kv_host *h, size_t budget) {
     if (!h) return 0;
     h->budget = budget;
     make_room(h, 0, UINT64_MAX, &dropped); /* no save's pass: any entry may go */
+    spares_trim(h);
     return dropped;
 }
 
@@ -268,14 +337,14 @@ static int32_t add_entry(atlas_kv_host *h, int model, int32_t parent, const atla
     const atlas_kv_block *b = &p->blk[block];
     size_t salt_len = parent < 0 ? b->salt_len : 0;
     kvh_entry x = {.model = model, .parent = parent, .pass = pass, .bytes = need,
-                   .salt_len = salt_len};
+                   .salt_len = salt_len, .kv_bytes = block_bytes};
     x.toks = malloc(bs * sizeof *x.toks);
     x.salt = salt_len ? malloc(salt_len) : NULL;
-    x.kv = malloc(block_bytes);
+    x.kv = image_alloc(h, block_bytes);
     if (!x.toks || !x.kv || (salt_len && !x.salt)) {
         free(x.toks);
         free(x.salt);
-        free(x.kv);
+        image_free(h, x.kv, block_bytes);
         return -1;
     }
     memcpy(x.toks, p->toks + (size_t)block * bs, bs * sizeof *x.toks);
@@ -289,6 +358,7 @@ static int32_t add_entry(atlas_kv_host *h, int model, int32_t parent, const atla
     h->models[model].n++;
     h->bytes += need;
     h->n_live++;
+    spares_trim(h);
     return id;
 }
 

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "atlas/host.h"
 #include "atlas/model.h"
 #include "atlas/status.h"
 #include "engine/kv.h"
@@ -47,8 +48,11 @@ typedef struct atlas_kv_host_moved {
 } atlas_kv_host_moved;
 
 /* budget: bytes of host memory the entries may take (images, tokens, salts); 0 keeps
- * nothing.  n_models: the engine's.  ATLAS_ERR_NOMEM, or ATLAS_ERR_IO when no hash key. */
-atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_kv_host **out);
+ * nothing.  n_models: the engine's.  host: the process's GPU, whose pinned memory then holds
+ * the images (a restore of 250 2 MiB blocks: 10 ms against 63 from plain memory on an
+ * H100), or NULL: plain memory.  ATLAS_ERR_NOMEM, or ATLAS_ERR_IO when no hash key. */
+atlas_status atlas_kv_host_create(size_t budget, int n_models, atlas_host *host,
+                                  atlas_kv_host **out);
 void atlas_kv_host_free(atlas_kv_host *h); /* NULL: nothing */
 
 /* Sets the budget (the engine's share of --host-cache that the weights' host tier leaves),

@@ -175,6 +175,25 @@ atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *t
     return ATLAS_CU(cuMemGetInfo, free_bytes, total_bytes);
 }
 
+atlas_status atlas_host_alloc_pinned(atlas_host *host, size_t bytes, void **out) {
+    *out = NULL;
+    ATLAS_TRY(atlas_host_make_current(host));
+    /* a fault site (core/fault.h): out of pinned memory, without asking the driver */
+    atlas_status st = ATLAS_FAULT_HERE()
+                          ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
+                                           "cuMemHostAlloc (injected fault)", __FILE__, __LINE__)
+                          : ATLAS_CU(cuMemHostAlloc, out, bytes, 0);
+    if (st != ATLAS_OK)
+        return atlas_fail_wrap(ATLAS_ERR_NOMEM, "host: allocating %zu bytes of pinned memory",
+                               bytes);
+    return ATLAS_OK;
+}
+
+void atlas_host_free_pinned(atlas_host *host, void *p) {
+    if (!p || atlas_host_make_current(host) != ATLAS_OK) return;
+    (void)atlas_driver_get()->cuMemFreeHost(p);
+}
+
 CUcontext atlas_host_context(const atlas_host *host) { return host->ctx; }
 CUdevice atlas_host_device(const atlas_host *host) { return host->dev; }
 CUstream atlas_host_stream(const atlas_host *host) { return host->stream; }
