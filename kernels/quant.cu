@@ -208,8 +208,77 @@ __device__ __forceinline__ float qdot_gidx(const uint4 &u, const float *xf, int 
     return d;
 }
 
-/* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx. */
-template <int FMT, int N, bool GIDX>
+/* x's 32 columns of one load as int8 (X8: the INT4 kernel with int8 activations): q = round(x
+ * * 127 / amax), x ~ d * q with d = amax / 127, packed as the weights' nibbles lie (word i of
+ * a load holds columns 8i .. 8i + 7, byte t's low nibble column 8i + 2t, its high one 8i + 2t
+ * + 1): xe[i] the even columns' bytes, xo[i] the odd ones'; sq[h] the sum of half h's q.
+ * Each 4-bit dot product is then 8 dp4a where it was 32 conversions and FMAs. */
+struct qx8 {
+    int xe[4], xo[4], sq[2];
+    float d;
+};
+
+__device__ __forceinline__ qx8 quantize_x8(const float *xf) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xf[i]));
+    qx8 r;
+    r.d = amax * (1.0f / 127.0f);
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __float2int_rn(xf[8 * i + j] * inv);
+        r.xe[i] = (int)__byte_perm(__byte_perm(v[0], v[2], 0x0040), __byte_perm(v[4], v[6], 0x0040),
+                                   0x5410);
+        r.xo[i] = (int)__byte_perm(__byte_perm(v[1], v[3], 0x0040), __byte_perm(v[5], v[7], 0x0040),
+                                   0x5410);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int t = __dp4a(r.xe[2 * h], 0x01010101, 0);
+        t = __dp4a(r.xo[2 * h], 0x01010101, t);
+        t = __dp4a(r.xe[2 * h + 1], 0x01010101, t);
+        r.sq[h] = __dp4a(r.xo[2 * h + 1], 0x01010101, t);
+    }
+    return r;
+}
+
+/* qdot for INT4 against int8 x: sum (q - z) x = d (sum q xq - z sum xq), a scale (and zero)
+ * for both halves or one each, as qdot. */
+__device__ __forceinline__ float qdot_x8(const uint4 &u, const qx8 &x, int row, int c,
+                                         const qargs &q) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    int dq[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int t = 0;
+#pragma unroll
+        for (int i = 2 * h; i < 2 * h + 2; i++) {
+            t = __dp4a((int)(w[i] & 0x0F0F0F0Fu), x.xe[i], t);
+            t = __dp4a((int)((w[i] >> 4) & 0x0F0F0F0Fu), x.xo[i], t);
+        }
+        dq[h] = t;
+    }
+    size_t base = (size_t)(row >> q.rsh) * q.scols;
+    if (q.csh >= 5) {
+        size_t si = base + (c >> q.csh);
+        float z = __ldg(q.zeros + si);
+        return __ldg(q.scales + si) * x.d * ((float)(dq[0] + dq[1]) - z * (float)(x.sq[0] + x.sq[1]));
+    }
+    float r = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        size_t si = base + ((c + 16 * h) >> q.csh);
+        r = fmaf(__ldg(q.scales + si) * x.d, (float)dq[h] - __ldg(q.zeros + si) * (float)x.sq[h], r);
+    }
+    return r;
+}
+
+/* N: the most activation rows (n <= N). GIDX: INT4 with a g_idx. X8: INT4 against int8 x
+ * (quantize_x8; one row, no g_idx). */
+template <int FMT, int N, bool GIDX, bool X8 = false>
 __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uint8_t *w,
                                            const bf16_t *bias, int n, int m, int k, qargs q,
                                            qfuse fx = qfuse{0, 0.0f, 0, 0, 0, 0}) {
@@ -251,23 +320,30 @@ __device__ __forceinline__ void qgemv_body(float *out, const float *x, const uin
             if (j >= n) break;
             float xf[E];
             load_x<E>(xf, x + (size_t)j * k + c, fx.nw ? fx.nw + c : nullptr, ss); /* nw: n 1 */
-            float sx[HALVES];
+            if constexpr (X8) {
+                qx8 xq = quantize_x8(xf);
 #pragma unroll
-            for (int h = 0; h < HALVES; h++) {
-                float a = 0.0f, b = 0.0f;
-                if (FMT == QF_INT4 && !GIDX)
+                for (int r = 0; r < QG_ROWS; r++)
+                    acc[r][j] += qdot_x8(cur[r], xq, min(rows[r], m - 1), c, q);
+            } else {
+                float sx[HALVES];
 #pragma unroll
-                    for (int i = 0; i < 16; i += 2) {
-                        a += xf[16 * h + i];
-                        b += xf[16 * h + i + 1];
-                    }
-                sx[h] = a + b;
-            }
+                for (int h = 0; h < HALVES; h++) {
+                    float a = 0.0f, b = 0.0f;
+                    if (FMT == QF_INT4 && !GIDX)
 #pragma unroll
-            for (int r = 0; r < QG_ROWS; r++) {
-                int row = min(rows[r], m - 1);
-                if (GIDX) acc[r][j] += qdot_gidx(cur[r], xf, row, c, k, q);
-                else acc[r][j] += qdot<FMT>(cur[r], xf, sx, row, c, q);
+                        for (int i = 0; i < 16; i += 2) {
+                            a += xf[16 * h + i];
+                            b += xf[16 * h + i + 1];
+                        }
+                    sx[h] = a + b;
+                }
+#pragma unroll
+                for (int r = 0; r < QG_ROWS; r++) {
+                    int row = min(rows[r], m - 1);
+                    if (GIDX) acc[r][j] += qdot_gidx(cur[r], xf, row, c, k, q);
+                    else acc[r][j] += qdot<FMT>(cur[r], xf, sx, row, c, q);
+                }
             }
         }
 #pragma unroll
@@ -333,6 +409,17 @@ ATLAS_QGEMV(atlas_qgemv8_int4g, QF_INT4, 8, true) /* act-order's 2..8 rows (no q
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
                                  qfuse{nw, eps, h, resid, act, ga});                               \
     }
+/* atlas_qgemv1x_int4: atlas_qgemv1_int4 with x rounded to int8 a 32 columns (quantize_x8) */
+extern "C" __global__ void __launch_bounds__(QG_THREADS)
+    atlas_qgemv1x_int4(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n,
+                       int m, int k, const float *scales, const float *zeros,
+                       const int32_t *g_idx, int rsh, int csh, int scols, int p1, int p2,
+                       const float *rowscale, const bf16_t *nw, float eps, float *h, float *resid,
+                       float *act, glu_act ga) {
+    qgemv_body<QF_INT4, 1, false, true>(out, x, w, bias, 1, m, k,
+                                        qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},
+                                        qfuse{nw, eps, h, resid, act, ga});
+}
 ATLAS_QGEMV1(atlas_qgemv1_fp8, QF_FP8, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4, QF_INT4, false)
 ATLAS_QGEMV1(atlas_qgemv1_int4g, QF_INT4, true)

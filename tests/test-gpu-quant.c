@@ -159,13 +159,19 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
      * block (3: the last block short, groups of more than one item where k is long enough),
      * and the decode's default; no bias (cuda_qgemv1 takes none) */
     CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, NULL, 1));
-    static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS};
+    static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS, CUDA_QGEMV_X8};
     for (size_t t = 0; t < sizeof ngs / sizeof *ngs; t++) {
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)m));
         CHECK_OK(cuda_qgemv1((cuda_backend *)gpu, wg, CUDA_PTR(dout), CUDA_PTR(dx), ngs[t]));
         CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)m));
         double e = norm_err(got, want, (size_t)m);
-        CHECK_MSG(e <= 1e-5, "%s, one row, ng %d: normalised error %.3g > 1e-5", what, ngs[t], e);
+        /* INT4 against int8 x (X8): x rounded to 1/254 of its 32 columns' largest value */
+        bool x8 = ngs[t] == CUDA_QGEMV_X8 && parts[0].q.format == ATLAS_WFMT_INT4 &&
+                  !parts[0].q.g_idx;
+        double bound = x8 ? 1e-2 : 1e-5;
+        CHECK_MSG(e <= bound, "%s, one row, ng %d: normalised error %.3g > %.0e", what, ngs[t], e,
+                  bound);
+        if (x8) printf("  %-44s int8 x %.2e\n", what, e);
     }
     gpu->ops->free(gpu, dx);
     gpu->ops->free(gpu, dout);

@@ -365,7 +365,7 @@ static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len,
 /* profile's qchain: the o and gate_up shapes, 8 weights each (more than L2 holds of o). */
 static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     enum { LEN = 8 };
-    static const int ngs[ATLAS_BENCH_QCHAINS] = {0, -2, -4, -8};
+    static const int ngs[ATLAS_BENCH_QCHAINS] = {0, CUDA_QGEMV_X8, -4, -8};
     for (int c = 0; c < 2; c++) {
         atlas_weight *ws[LEN] = {0};
         atlas_status st = ATLAS_OK;

@@ -107,6 +107,9 @@ typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } 
 /* The most activation rows the quantized kernels take (CUDA_QGEMV_MAX with act-order); more
  * are dequantized into the scratch buffer (cuda_workspace.deq) for the bf16 matmuls. */
 enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QGEMV_BPS = 4 };
+/* cuda_qgemv1's ng for atlas_qgemv1x_int4: INT4 against x rounded to int8 (other formats and
+ * act-order take the one-group kernel) */
+enum { CUDA_QGEMV_X8 = 1 << 30 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -132,7 +135,7 @@ typedef struct cuda_fns {
     CUfunction gemv1b_qkv8[2], gemv1c_qkv8[2]; /* [norm]: the qkv epilogue into FP8 */
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
-    CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
     CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
@@ -374,7 +377,8 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 int cuda_qmma_max(const cuda_backend *cb);
 /* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
  * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng
- * from a grid of B blocks an SM.  Act-order weights always take the one-group kernel. */
+ * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4.  Act-order weights always
+ * take the one-group kernel. */
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
                          int ng);
 /* ops_cuda.c: launches f on the backend's stream as every op does (PDL when it is on; an

@@ -100,6 +100,7 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
     cuda_fns *fn = &cb->mod.fn;
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv8_int4g", &fn->qgemv8_g));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qrowscale", &fn->qrowscale));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv1x_int4", &fn->qgemv1x));
     for (int q = 0; q < CUDA_QKINDS; q++) {
         char name[48];
         snprintf(name, sizeof name, "atlas_qgemv1_%s", qnames[q]);

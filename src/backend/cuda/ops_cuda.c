@@ -406,6 +406,9 @@ typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void **a, int ng) {
     cuda_qkind q = qkind_of(w);
     int m = (int)w->rows, groups = (m + 3) / 4;
+    if (ng == CUDA_QGEMV_X8 && q == CUDA_Q_INT4)
+        return launch(cb, cb->mod.fn.qgemv1x, (unsigned)groups, 1, 1, 128, 0, a);
+    if (ng == CUDA_QGEMV_X8) ng = 0;
     if (ng < 0) ng = cuda_gemv_ng_for_grid(cb, groups, -ng);
     if (ng == 0 || q == CUDA_Q_INT4G)
         return launch(cb, cb->mod.fn.qgemv1[q], (unsigned)groups, 1, 1, 128, 0, a);
