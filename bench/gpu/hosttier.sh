@@ -15,12 +15,7 @@ mkdir -p "$OUT"
 B=${ATLAS_BUILD:-build-gpu}
 SWAPS=${SWAPS:-6}
 source scripts/gpu-deps.sh install
-for d in /tmp/llama8b:1234 /tmp/llama8b-b:4321; do
-  [ -f "${d%:*}/config.json" ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b \
-    --seed "${d#*:}" --out "${d%:*}" > "$OUT/make-$(basename "${d%:*}").log" 2>&1
-  cp -n tests/data/tiny-llama3/tokenizer.json tests/data/tiny-llama3/tokenizer_config.json "${d%:*}/"
-  cat "${d%:*}"/*.safetensors > /dev/null
-done
+source bench/gpu/pair8b.sh
 # B's weights as the device holds them are its safetensors' tensor bytes (bf16 as stored)
 COPY_S=$(python3 - /tmp/llama8b-b <<'PY'
 import glob, os, sys, time, torch

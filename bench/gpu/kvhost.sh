@@ -13,12 +13,7 @@ B=${ATLAS_BUILD:-build-gpu}
 WORDS=${WORDS:-4000}
 source scripts/gpu-deps.sh install
 "$B/test-gpu-kvcopy" 2>&1 | tee "$OUT/kvcopy.log" | grep -E "blocks|CHECK|ok:"
-for d in /tmp/llama8b:1234 /tmp/llama8b-b:4321; do
-  [ -f "${d%:*}/config.json" ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b \
-    --seed "${d#*:}" --out "${d%:*}" > "$OUT/make-$(basename "${d%:*}").log" 2>&1
-  cp -n tests/data/tiny-llama3/tokenizer.json tests/data/tiny-llama3/tokenizer_config.json "${d%:*}/"
-  cat "${d%:*}"/*.safetensors > /dev/null
-done
+source bench/gpu/pair8b.sh
 for cache in 8 0; do
   "$B/atlas" serve --model a=/tmp/llama8b --model b=/tmp/llama8b-b --max-resident 1 \
     --ctx-size 8192 --parallel 8 --host-cache "$cache" --port 18095 > "$OUT/serve-$cache.log" 2>&1 &
