@@ -68,7 +68,7 @@ def layer_of(path):
 # Public headers declare functions of one layer each.
 PUBLIC_LAYER = {
     "status.h": 0, "host.h": 4, "tokenizer.h": 2, "template.h": 3, "toolcall.h": 3,
-    "reasoning.h": 3, "harmony.h": 3, "shield.h": 3, "model.h": 5, "sampler.h": 6, "constraint.h": 6, "engine.h": 6,
+    "reasoning.h": 3, "harmony.h": 3, "shield.h": 3, "model.h": 5, "sampler.h": 4, "constraint.h": 6, "engine.h": 6,
     "parallel.h": 6, "server.h": 7, "atlas.h": 7, "version.h": 0, "memdir.h": 0, "utf8.h": 0,
 }
 

@@ -2,7 +2,12 @@
  *
  * A sampler belongs to one sequence: it owns that sequence's random-number generator
  * (seeded from the params, no global state), so the same seed and the same logits give
- * the same tokens on any thread.
+ * the same tokens on any thread.  atlas_sampler_sample_at draws from a counter-based
+ * stream instead (Philox-4x32-10 keyed by the seed, the counter the token's position), which
+ * the engine uses: a draw then depends on the seed and the position only, never on what
+ * was drawn before or beside it.  The GPU's sample op uses the same uniform, but orders its
+ * candidates otherwise, so the CPU and the GPU pick different tokens for one seed (each
+ * from the same distribution).
  *
  * Threads: a sampler belongs to one thread at a time; atlas_sampler_default_params and
  * atlas_sampler_logprobs are pure and may be called from any thread.  Ownership: create
@@ -54,6 +59,11 @@ ATLAS_API atlas_status atlas_sampler_create(const atlas_sampler_params *params,
                                             atlas_sampler **out);
 ATLAS_API void atlas_sampler_free(atlas_sampler *s); /* NULL: no-op */
 
+/* Gives s new params (checked as create does; its prompt length back to 0), keeping its
+ * scratch buffers: one sampler may serve many rows of different params in turn. On an
+ * error s is unchanged. */
+ATLAS_API atlas_status atlas_sampler_reset(atlas_sampler *s, const atlas_sampler_params *params);
+
 /* Tells the sampler that the first n tokens of every history passed to sample are the
  * prompt: they count for the repetition penalty (as HF and vLLM do) but not for presence
  * and frequency (OpenAI counts generated tokens only). Default 0. */
@@ -66,6 +76,20 @@ ATLAS_API void atlas_sampler_set_prompt_len(atlas_sampler *s, size_t n);
 ATLAS_API atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
                                             const int32_t *history, size_t n_history,
                                             int32_t *out_id);
+
+/* As atlas_sampler_sample, but the draw's uniform is atlas_sampler_uniform(seed, counter)
+ * (the sampler's own stream is left alone): the engine passes the position of the token
+ * drawn, so that a sequence's tokens depend on its seed, never on its batch-mates. */
+ATLAS_API atlas_status atlas_sampler_sample_at(atlas_sampler *s, float *logits, int vocab,
+                                               const int32_t *history, size_t n_history,
+                                               uint64_t counter, int32_t *out_id);
+
+/* The counter-based stream: ctr[4] becomes Philox-4x32-10 of (ctr, key[2]) (Random123's
+ * philox4x32 with 10 rounds); and the uniform in [0, 1) that the samplers draw with, from
+ * the output of counter (counter's low and high words, 0, 0) under the key (seed's low and
+ * high words): (x0 * 2^21 ^ x1 / 2^11) / 2^53.  Pure; any thread. */
+ATLAS_API void atlas_sampler_philox(uint32_t ctr[4], const uint32_t key[2]);
+ATLAS_API double atlas_sampler_uniform(uint64_t seed, uint64_t counter);
 
 /* Log-softmax of the raw logits[vocab]: *logprob of id (pass NULL to skip), and the n_top
  * most likely ids with their logprobs, most likely first (ties: lower id first), into

@@ -233,6 +233,57 @@ typedef struct atlas_epilogue {
     int layer;    /* ROPE_KV */
 } atlas_epilogue;
 
+/* The sample op's rows (backend_ops.sample): one row's parameters as atlas/sampler.h's
+ * params say (the same checks, the same order of transforms), the seed with the counter
+ * of its draw, and what it wants back. The layout is the CUDA kernel's too
+ * (kernels/sample.cu): fixed-width fields, 64 bytes. */
+typedef struct atlas_sample_row {
+    uint64_t seed;
+    uint64_t counter;     /* the draw's uniform is atlas_sampler_uniform(seed, counter): the
+                             engine passes the drawn token's position */
+    float temperature;    /* 0: the argmax of the transformed row */
+    float top_p, min_p;
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    int32_t top_k;        /* 0: off */
+    int32_t adj0, n_adj;  /* the row's adjustments: adj[adj0 .. adj0 + n_adj) */
+    int32_t n_top;        /* the most likely ids of the raw row wanted, 0..ATLAS_SAMPLE_MAX_TOP */
+    int32_t flags;        /* ATLAS_SAMPLE_* */
+    int32_t pad_;         /* 0 */
+} atlas_sample_row;
+
+enum {
+    ATLAS_SAMPLE_LOGPROB = 1, /* the drawn id's logprob in the raw row is wanted */
+    ATLAS_SAMPLE_SKIP = 2,    /* not sampled: its logits and out are left alone */
+    ATLAS_SAMPLE_MAX_TOP = 20,
+};
+
+/* One token a row's transforms touch: its history (prompt and generated tokens, as the
+ * sampler's history and prompt length) and its logit_bias, merged. A row's entries are in
+ * increasing id, each id once. */
+typedef struct atlas_sample_adj {
+    int32_t id;
+    int32_t seen;  /* 1: in the history: the repetition penalty applies (once) */
+    int32_t count; /* times among the generated tokens: presence and frequency; > 0 only
+                      with seen */
+    float bias;    /* logit_bias's (0: none), added first */
+} atlas_sample_adj;
+
+/* What the sample op gives back for one row. */
+typedef struct atlas_sample_out {
+    int32_t id;
+    float logprob; /* of id in the raw row (ATLAS_SAMPLE_LOGPROB), else 0 */
+    int32_t n_top; /* min(row's n_top, vocab) */
+    int32_t top_ids[ATLAS_SAMPLE_MAX_TOP];     /* most likely first; ties: the lower id */
+    float top_logprobs[ATLAS_SAMPLE_MAX_TOP];
+} atlas_sample_out;
+
+/* Checks the sample op's arguments (every backend's op calls it first): each row's params
+ * as the sampler checks them, its adjustments (in range, increasing ids below vocab, a
+ * count only with seen), n_top and flags. ATLAS_ERR_INVALID / ATLAS_ERR_RANGE naming the
+ * row and field. */
+atlas_status atlas_sample_check(const atlas_sample_row *p, int rows, const atlas_sample_adj *adj,
+                                int n_adj, int vocab);
+
 typedef struct atlas_backend_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -357,6 +408,19 @@ typedef struct atlas_backend_ops {
      * waits for the oldest one and writes its ids[rows]. */
     atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int rows, int vocab);
     atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
+    /* Samples each row r of logits[rows, vocab] with p[r] and its adjustments into out[r]:
+     * the transforms of atlas/sampler.h in its order (logit_bias, repetition, presence and
+     * frequency penalties; temperature 0: the argmax; else / temperature, top-k, top-p,
+     * min-p) and one draw by the uniform atlas_sampler_uniform(seed, counter); then the
+     * drawn id's logprob and the n_top most likely ids of the raw row (atlas_sampler_logprobs's
+     * log-softmax). What logits hold after is undefined (CUDA transforms them in place);
+     * rows flagged ATLAS_SAMPLE_SKIP are left alone. Waits. The CPU calls the sampler
+     * (atlas_sampler_sample_at: the reference); CUDA's kernel draws from the same
+     * distribution with the same uniform but walks its candidates in another order, so
+     * the two pick different ids for one seed. */
+    atlas_status (*sample)(atlas_backend *be, atlas_sample_out *out, void *logits, int rows,
+                           int vocab, const atlas_sample_row *p, const atlas_sample_adj *adj,
+                           int n_adj);
     atlas_status (*sync)(atlas_backend *be);
 
     /* Fused ops: the model says which ops go together (model/forward.c calls them through

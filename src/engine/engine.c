@@ -631,6 +631,7 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     }
     if (st == ATLAS_OK) st = atlas_sampler_create(&r->sampling, &s->sampler);
     if (st == ATLAS_OK) atlas_sampler_set_prompt_len(s->sampler, r->n_prompt);
+    if (st == ATLAS_OK) st = atlas_engine_seq_sampling(s, &r->sampling);
     if (st == ATLAS_OK) st = atlas_detok_create(md->tok, true, &s->detok);
     if (st == ATLAS_OK && r->constraint) {
         const atlas_constraint_vocab *v = NULL;

@@ -42,6 +42,7 @@
 #include "engine/budget.h"
 #include "engine/kv.h"
 #include "engine/kv_host.h"
+#include "backend/backend.h"
 #include "model/config.h"
 
 typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -81,6 +82,10 @@ struct atlas_request_handle {
     atlas_kv_table kv;
     atlas_model *model_ref; /* a handle on its model while RUNNING (running.c), else NULL */
     atlas_sampler *sampler;
+    atlas_sampler_params sp; /* the request's, for the backend's sample op (logit_bias: NULL;
+                                bias below holds it) */
+    atlas_sample_adj *bias;  /* [n_bias]: logit_bias by increasing id, repeated ids summed */
+    int n_bias;
     atlas_detok *detok;
     atlas_constraint_matcher *matcher; /* NULL: unconstrained */
     uint8_t *allowed;  /* [vocab]: the matcher's mask, for the scheduler thread */
@@ -263,6 +268,15 @@ struct atlas_engine {
     size_t logits_cap;
     float *row;        /* [vocab]: a copy that sampling may overwrite */
     size_t row_cap;
+    /* a sampled step's rows for the backend's sample op (sample_rows.c), [smp_cap] each;
+     * their adjustments, and the sorted history keys they are counted from */
+    atlas_sample_row *smp_rows;
+    atlas_sample_out *smp_out;
+    int smp_cap;
+    atlas_sample_adj *smp_adj;
+    size_t smp_adj_cap;
+    uint32_t *smp_keys;
+    size_t smp_keys_cap;
     seq **done;        /* sequences whose END is due (removed from every list) */
     int n_done, done_cap;
 };
@@ -339,6 +353,16 @@ double atlas_engine_now(void);
 void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds);
 /* Drops a reference; the last one frees the sequence. */
 void atlas_engine_seq_unref(seq *s);
+
+/* sample_rows.c: s->sp and s->bias from the request's sampling params (at submit). */
+atlas_status atlas_engine_seq_sampling(seq *s, const atlas_sampler_params *sp);
+/* Whether s's next token is chosen on the host (sample_row): a constraint's mask, a forced
+ * token (teacher forcing, a spent thinking budget's closing tag). */
+int atlas_engine_seq_on_host(const seq *s);
+/* The sample op's rows of the planned step's n_logits logit rows into e->smp_rows, their
+ * adjustments into e->smp_adj[*n_adj]; rows chosen on the host are flagged
+ * ATLAS_SAMPLE_SKIP (*n_host of them). */
+atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj, int *n_host);
 /* Marks s as ending with an error; the message is copied. */
 void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg);
 /* Appends s to the waiting queue, or puts it at the front (preemption).  Under e->mu. */

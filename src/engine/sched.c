@@ -107,5 +107,9 @@ void atlas_engine_sched_shutdown(atlas_engine *e) {
     free(e->b_table);
     free(e->logits);
     free(e->row);
+    free(e->smp_rows);
+    free(e->smp_out);
+    free(e->smp_adj);
+    free(e->smp_keys);
     free(e->done);
 }

@@ -26,6 +26,7 @@ void atlas_engine_hist_observe(atlas_engine_hist *h, double seconds) {
 void atlas_engine_seq_unref(seq *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
     atlas_sampler_free(s->sampler);
+    free(s->bias);
     atlas_detok_free(s->detok);
     atlas_constraint_matcher_free(s->matcher);
     free(s->allowed);

@@ -183,33 +183,9 @@ static void think_track(seq *s) {
     }
 }
 
-/* Samples s's next token from its logits row (and takes logprobs of the raw row first);
- * returns 1 when s ends. */
-static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
-    atlas_top_logprob top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
-    int32_t top_ids[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
-    float top_lps[ATLAS_ENGINE_MAX_TOP_LOGPROBS], lp = 0;
-    int n_top = 0;
-    int32_t id = forced_next(s);
-    atlas_status st = ATLAS_OK;
-    if (s->logprobs || s->top_logprobs || s->matcher) {
-        memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
-        if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
-        if (id < 0)
-            st = atlas_sampler_sample(s->sampler, e->row, vocab, s->tokens,
-                                      (size_t)s->n_tokens, &id);
-        if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
-        if (st == ATLAS_OK && (s->logprobs || s->top_logprobs))
-            st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
-                                        &n_top);
-        for (int i = 0; i < n_top; i++) top[i] = (atlas_top_logprob){top_ids[i], top_lps[i]};
-    } else if (id < 0) {
-        st = atlas_sampler_sample(s->sampler, row, vocab, s->tokens, (size_t)s->n_tokens, &id);
-    }
-    if (st != ATLAS_OK) {
-        atlas_engine_seq_fail(s, st, atlas_last_error());
-        return 1;
-    }
+/* s takes id (with its logprobs); returns 1 when s ends. */
+static int take_token(atlas_engine *e, seq *s, int32_t id, float lp, const atlas_top_logprob *top,
+                      int n_top) {
     int ended = atlas_engine_seq_accept(e, s, id, lp, top, n_top);
     if (s->think_budget && !ended) think_track(s);
     /* a complete program ends the text (STOP also when max_tokens ran out at that token);
@@ -220,6 +196,47 @@ static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
         ended = 1;
     }
     return ended;
+}
+
+/* Samples s's next token on the host from its logits row (and takes logprobs of the raw row
+ * first), drawing at its position as the backend's sample op does; returns 1 when s ends. */
+static int sample_row(atlas_engine *e, seq *s, float *row, int vocab) {
+    atlas_top_logprob top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    int32_t top_ids[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    float top_lps[ATLAS_ENGINE_MAX_TOP_LOGPROBS], lp = 0;
+    int n_top = 0;
+    int32_t id = forced_next(s);
+    uint64_t at = (uint64_t)s->n_tokens;
+    atlas_status st = ATLAS_OK;
+    if (s->logprobs || s->top_logprobs || s->matcher) {
+        memcpy(e->row, row, (size_t)vocab * sizeof *row); /* sampling overwrites it */
+        if (s->matcher && !mask_row(e, s, e->row, vocab)) return 1;
+        if (id < 0)
+            st = atlas_sampler_sample_at(s->sampler, e->row, vocab, s->tokens,
+                                         (size_t)s->n_tokens, at, &id);
+        if (st == ATLAS_OK && s->matcher) st = atlas_constraint_matcher_accept(s->matcher, id);
+        if (st == ATLAS_OK && (s->logprobs || s->top_logprobs))
+            st = atlas_sampler_logprobs(row, vocab, id, &lp, s->top_logprobs, top_ids, top_lps,
+                                        &n_top);
+        for (int i = 0; i < n_top; i++) top[i] = (atlas_top_logprob){top_ids[i], top_lps[i]};
+    } else if (id < 0) {
+        st = atlas_sampler_sample_at(s->sampler, row, vocab, s->tokens, (size_t)s->n_tokens, at,
+                                     &id);
+    }
+    if (st != ATLAS_OK) {
+        atlas_engine_seq_fail(s, st, atlas_last_error());
+        return 1;
+    }
+    return take_token(e, s, id, lp, top, n_top);
+}
+
+/* s takes what the backend's sample op drew for it; returns 1 when s ends. */
+static int take_sampled(atlas_engine *e, seq *s, const atlas_sample_out *o) {
+    _Static_assert((int)ATLAS_SAMPLE_MAX_TOP == (int)ATLAS_ENGINE_MAX_TOP_LOGPROBS,
+                   "the sample op returns every top logprob a request may ask");
+    atlas_top_logprob top[ATLAS_ENGINE_MAX_TOP_LOGPROBS];
+    for (int i = 0; i < o->n_top; i++) top[i] = (atlas_top_logprob){o->top_ids[i], o->top_logprobs[i]};
+    return take_token(e, s, o->id, o->logprob, top, o->n_top);
 }
 
 /* The masks of the constrained sequences that sample this step.  They depend only on the
@@ -268,52 +285,61 @@ static void fail_plan(atlas_engine *e, const eng_model *md, atlas_status st) {
     }
 }
 
-/* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu. */
+/* Host buffers for n rows of logits chosen on the host and the copy that sampling one
+ * overwrites. */
+static atlas_status host_rows(atlas_engine *e, int n, int vocab) {
+    size_t need = (size_t)n * vocab;
+    if (need > e->logits_cap) {
+        float *l = realloc(e->logits, need * sizeof *l);
+        if (!l) return atlas_fail(ATLAS_ERR_NOMEM, "engine: logits of %d rows", n);
+        e->logits = l;
+        e->logits_cap = need;
+    }
+    if ((size_t)vocab > e->row_cap) { /* models differ in vocabulary */
+        float *r = realloc(e->row, (size_t)vocab * sizeof *r);
+        if (!r) return atlas_fail(ATLAS_ERR_NOMEM, "engine: a logits row of %d", vocab);
+        e->row = r;
+        e->row_cap = (size_t)vocab;
+    }
+    return ATLAS_OK;
+}
+
+/* Runs the planned batch and samples; marks ended sequences SEQ_DONE.  Outside e->mu.
+ * Plain greedy steps take the backend's argmax.  Other steps sample on the backend (the
+ * sample op: only the ids and logprobs come back), but for the rows whose token is chosen
+ * on the host (a constraint's mask, a forced token): the op skips those, and only their
+ * rows of logits are downloaded, each on its own, since such rows are few and a whole
+ * step's logits are large (256 rows of a 128k vocabulary: 131 MB). */
 static void run_step(atlas_engine *e, eng_model *md, const atlas_batch *b) {
-    int vocab = md->cfg.vocab_size, greedy = 1;
+    int vocab = md->cfg.vocab_size, greedy = 1, n_adj = 0, n_host = 0;
     for (int i = 0; i < e->n_plan; i++)
         if (e->plan[i].logits && !e->plan[i].s->plain_greedy) greedy = 0;
     atlas_status st = ATLAS_OK;
-    size_t need = (size_t)b->n_logits * vocab;
-    if (!greedy && need > e->logits_cap) {
-        float *l = realloc(e->logits, need * sizeof *l);
-        if (l) {
-            e->logits = l;
-            e->logits_cap = need;
-        } else {
-            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: logits of %d rows", b->n_logits);
-        }
-    }
-    if (!greedy && (size_t)vocab > e->row_cap) { /* models differ in vocabulary */
-        float *r = realloc(e->row, (size_t)vocab * sizeof *r);
-        if (r) {
-            e->row = r;
-            e->row_cap = (size_t)vocab;
-        } else {
-            st = atlas_fail(ATLAS_ERR_NOMEM, "engine: a logits row of %d", vocab);
-        }
-    }
+    if (!greedy) st = atlas_engine_sample_rows(e, b->n_logits, &n_adj, &n_host);
+    if (st == ATLAS_OK && n_host > 0) st = host_rows(e, n_host, vocab);
     mask_work w;
     pthread_t th;
     int masking = st == ATLAS_OK && masks_begin(e, vocab, &w, &th);
+    atlas_model_sampling smp = {e->smp_rows, e->smp_adj, n_adj, e->smp_out, e->logits};
     if (st == ATLAS_OK)
         st = greedy ? atlas_model_forward_argmax(md->m, b, e->b_ids)
-                    : atlas_model_forward(md->m, b, e->logits);
+                    : atlas_model_forward_sample(md->m, b, &smp);
     if (masking) pthread_join(th, NULL);
     if (st != ATLAS_OK) {
         fail_plan(e, md, st);
         return;
     }
-    for (int i = 0, row = 0; i < e->n_plan; i++) {
+    for (int i = 0, row = 0, k = 0; i < e->n_plan; i++) {
         seq *s = e->plan[i].s;
         s->n_computed += e->plan[i].n;
         if (!e->plan[i].logits) continue;
         int ended;
-        if (greedy) {
+        if (greedy)
             ended = atlas_engine_seq_accept(e, s, e->b_ids[row], 0, NULL, 0);
-        } else {
-            ended = sample_row(e, s, e->logits + (size_t)row * vocab, vocab);
-        }
+        else if (e->smp_rows[row].flags & ATLAS_SAMPLE_SKIP)
+            ended = sample_row(e, s, e->logits + (size_t)k++ * vocab, vocab);
+        else
+            ended = take_sampled(e, s, &e->smp_out[row]);
         row++;
         if (ended) s->state = SEQ_DONE;
     }

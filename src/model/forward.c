@@ -211,13 +211,35 @@ static atlas_status run_layers(atlas_model *m, int n) {
     return op->rmsnorm(be, a->h, a->x, m->w.norm, n, d);
 }
 
+/* What a forward gives back of its logit rows: logits downloaded, argmax ids, or the rows
+ * sampled on the backend (smp, with the raw logits of its skipped rows downloaded). */
+typedef struct fwd_out {
+    float *logits;
+    int32_t *ids;
+    const atlas_model_sampling *smp;
+} fwd_out;
+
+/* A chunk's sampled rows (the skipped ones downloaded first: the op transforms in place). */
+static atlas_status sample_chunk(atlas_model *m, const atlas_model_sampling *smp, int r0,
+                                 int nr, int *n_host) {
+    atlas_backend *be = m->be;
+    int V = m->cfg.vocab_size;
+    for (int r = r0; r < r0 + nr; r++) {
+        if (!(smp->rows[r].flags & ATLAS_SAMPLE_SKIP)) continue;
+        const char *src = (const char *)m->acts.logits + (size_t)(r - r0) * V * be->act_size;
+        ATLAS_TRY(be->ops->download(be, smp->host + (size_t)(*n_host)++ * V, src, (size_t)V));
+    }
+    return be->ops->sample(be, smp->out + r0, m->acts.logits, nr, V, smp->rows + r0, smp->adj,
+                           smp->n_adj);
+}
+
 /* Logits of the batch's logit rows, logit_chunk rows at a time (a [T, vocab] buffer would be
- * hundreds of MB for a 150k vocabulary; model.c alloc_acts); downloaded or reduced to argmax. */
-static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logits,
-                               int32_t *ids) {
+ * hundreds of MB for a 150k vocabulary; model.c alloc_acts); downloaded, reduced to argmax
+ * or sampled. */
+static atlas_status run_logits(atlas_model *m, const atlas_batch *b, const fwd_out *o) {
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
-    int d = m->cfg.hidden, V = m->cfg.vocab_size;
+    int d = m->cfg.hidden, V = m->cfg.vocab_size, n_host = 0;
     /* a chunk of a long prompt that is not its last wants no logits (and a kernel of no
      * rows is no launch: CUDA refuses a grid of 0) */
     if (b->n_logits == 0) return op->sync(be);
@@ -226,10 +248,13 @@ static atlas_status run_logits(atlas_model *m, const atlas_batch *b, float *logi
         int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
         const char *rows = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
         ATLAS_TRY(op->matmul(be, m->acts.logits, rows, m->w.lm_head, NULL, nr));
-        if (logits)
-            ATLAS_TRY(op->download(be, logits + (size_t)r0 * V, m->acts.logits, (size_t)nr * V));
+        if (o->logits)
+            ATLAS_TRY(op->download(be, o->logits + (size_t)r0 * V, m->acts.logits,
+                                   (size_t)nr * V));
+        else if (o->smp)
+            ATLAS_TRY(sample_chunk(m, o->smp, r0, nr, &n_host));
         else
-            ATLAS_TRY(op->argmax(be, ids + r0, m->acts.logits, nr, V));
+            ATLAS_TRY(op->argmax(be, o->ids + r0, m->acts.logits, nr, V));
     }
     return op->sync(be);
 }
@@ -248,12 +273,11 @@ static atlas_status run_hidden(atlas_model *m, const atlas_batch *b, float *hidd
 /* Which outputs a batch may ask of the model: hidden rows one buffer of the whole width
  * (one rank), logits the output head (which an embedding model has not; rank 0 of
  * tensor parallelism holds it). */
-static atlas_status check_outputs(const atlas_model *m, const atlas_batch *b, float *logits,
-                                  int32_t *ids) {
-    if (b->hidden && (!logits || ids || m->tp_size > 1))
+static atlas_status check_outputs(const atlas_model *m, const atlas_batch *b, const fwd_out *o) {
+    if (b->hidden && (!o->logits || o->ids || o->smp || m->tp_size > 1))
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): hidden-state rows go to one buffer "
                           "(no argmax), on one rank", m->dir);
-    if (b->hidden || !(logits || ids)) return ATLAS_OK;
+    if (b->hidden || !(o->logits || o->ids || o->smp)) return ATLAS_OK;
     if (m->tp_rank == 0 && !m->w.lm_head)
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): an embedding model has no output "
                           "head: ask for hidden-state rows (atlas_batch.hidden)", m->dir);
@@ -266,18 +290,18 @@ static atlas_status check_outputs(const atlas_model *m, const atlas_batch *b, fl
 
 /* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). With
  * b->hidden, logits receives the hidden-state rows instead. */
-static atlas_status forward(atlas_model *m, const atlas_batch *b, float *logits, int32_t *ids) {
+static atlas_status forward(atlas_model *m, const atlas_batch *b, const fwd_out *o) {
     ATLAS_TRY(check_batch(m, b));
     if (!b->tokens)
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch without tokens (they "
                           "come from a queued step: atlas_model_forward_argmax_queue)", m->dir);
-    ATLAS_TRY(check_outputs(m, b, logits, ids));
+    ATLAS_TRY(check_outputs(m, b, o));
     pthread_mutex_lock(&m->forward_mu);
     atlas_status st = m->be->ops->begin_batch(m->be, b, m->kv_block_size);
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
-    if (st == ATLAS_OK && b->hidden) st = run_hidden(m, b, logits);
+    if (st == ATLAS_OK && b->hidden) st = run_hidden(m, b, o->logits);
     else if (st == ATLAS_OK)
-        st = logits || ids ? run_logits(m, b, logits, ids) : m->be->ops->sync(m->be);
+        st = o->logits || o->ids || o->smp ? run_logits(m, b, o) : m->be->ops->sync(m->be);
     pthread_mutex_unlock(&m->forward_mu);
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s)", m->dir);
     return ATLAS_OK;
@@ -291,17 +315,30 @@ static atlas_status not_queued(const atlas_model *m) {
 
 atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *logits) {
     ATLAS_TRY(not_queued(m));
-    return forward(m, b, logits, NULL);
+    return forward(m, b, &(fwd_out){.logits = logits});
 }
 
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids) {
     ATLAS_TRY(not_queued(m));
-    return forward(m, b, NULL, ids);
+    return forward(m, b, &(fwd_out){.ids = ids});
+}
+
+atlas_status atlas_model_forward_sample(atlas_model *m, const atlas_batch *b,
+                                        const atlas_model_sampling *smp) {
+    ATLAS_TRY(not_queued(m));
+    if (!smp || !smp->rows || !smp->out || b->hidden)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): sampling wants its rows and out, "
+                          "and logits (not hidden states)", m->dir);
+    for (int r = 0; r < b->n_logits; r++)
+        if ((smp->rows[r].flags & ATLAS_SAMPLE_SKIP) && !smp->host)
+            return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): logit row %d is skipped and "
+                              "there is no host buffer for its logits", m->dir, r);
+    return forward(m, b, &(fwd_out){.smp = smp});
 }
 
 atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b) {
     ATLAS_TRY(not_queued(m));
-    return forward(m, b, NULL, NULL);
+    return forward(m, b, &(fwd_out){0});
 }
 
 /* The backend's device path: the forward and the argmax queued, nothing waited for. */
@@ -328,7 +365,7 @@ static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot
         return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
     atlas_batch bb = *b;
     if (!b->tokens) bb.tokens = m->q_ids + (size_t)(1 - slot) * cap; /* the step before */
-    return forward(m, &bb, NULL, m->q_ids + (size_t)slot * cap);
+    return forward(m, &bb, &(fwd_out){.ids = m->q_ids + (size_t)slot * cap});
 }
 
 atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b) {

@@ -23,6 +23,23 @@ atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *lo
  * the full logits). ids[b->n_logits]. */
 atlas_status atlas_model_forward_argmax(atlas_model *m, const atlas_batch *b, int32_t *ids);
 
+/* The rows of a forward sampled on the backend (the sample op, backend.h): rows[n_logits]
+ * their parameters, with adj[n_adj] their adjustments, and out[n_logits] what each drew.
+ * A row flagged ATLAS_SAMPLE_SKIP is not sampled: its raw logits go to host[k * vocab], k
+ * its index among the skipped rows (host NULL when none is; the caller samples it). */
+typedef struct atlas_model_sampling {
+    const atlas_sample_row *rows;
+    const atlas_sample_adj *adj;
+    int n_adj;
+    atlas_sample_out *out;
+    float *host;
+} atlas_model_sampling;
+
+/* As atlas_model_forward, but the logit rows are sampled on the backend and only the ids
+ * and logprobs come back (and the skipped rows' logits). */
+atlas_status atlas_model_forward_sample(atlas_model *m, const atlas_batch *b,
+                                        const atlas_model_sampling *smp);
+
 /* Greedy decoding a step ahead of the host: queues b's forward and the argmax of its logit
  * rows and returns without waiting for them, so that the next step is queued while this one
  * runs and the GPU never idles between steps. b->tokens may be NULL: the tokens are then the

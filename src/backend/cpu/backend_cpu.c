@@ -658,6 +658,7 @@ static const atlas_backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .download = cpu_download,
     .argmax = cpu_argmax,
+    .sample = cpu_sample,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
 };

@@ -243,6 +243,10 @@ atlas_status cpu_matmul_exact(atlas_backend *be, void *out, const void *x,
                               const atlas_weight *w, const atlas_weight *bias, int n);
 /* out[n, f] = act(gate_up[n, :f]) * gate_up[n, f:]: SwiGLU, and geom.glu's gating
  * (cpu_glu.c; gpt-oss's clamps both halves first). */
+/* backend.h's sample op, through atlas/sampler.h (cpu_sample.c). */
+atlas_status cpu_sample(atlas_backend *be, atlas_sample_out *out, void *logits, int rows,
+                        int vocab, const atlas_sample_row *p, const atlas_sample_adj *adj,
+                        int n_adj);
 atlas_status cpu_swiglu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
 atlas_status cpu_glu(atlas_backend *be, void *out, const void *gate_up, int n, int f);
 /* The mixture-of-experts ops of backend.h (cpu_moe.c). */

@@ -1,4 +1,6 @@
-/* engine/sampler.c — logit transforms, seeded draws and logprobs (see atlas/sampler.h).
+/* backend/sampler.c — logit transforms, seeded draws and logprobs (see atlas/sampler.h).
+ * The reference of the backends' sample op (backend.h): the CPU backend's op calls it, and
+ * the CUDA kernel (kernels/sample.cu) is held to its distribution.
  *
  * Sorting the whole vocabulary (128k-152k ids) for every token would cost more than a
  * small model's forward, so nothing here sorts more than it must: top-k is a quickselect,
@@ -54,6 +56,32 @@ static uint64_t rng_next(uint64_t s[4]) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
+/* ---- the counter-based stream: Philox-4x32-10 (Salmon et al., SC'11) ------------------- */
+
+static void philox_round(uint32_t c[4], const uint32_t k[2]) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k[0], n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k[1];
+    c[1] = (uint32_t)p1;
+    c[3] = (uint32_t)p0;
+    c[0] = n0;
+    c[2] = n2;
+}
+
+void atlas_sampler_philox(uint32_t ctr[4], const uint32_t key[2]) {
+    uint32_t k[2] = {key[0], key[1]};
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) k[0] += 0x9E3779B9u, k[1] += 0xBB67AE85u;
+        philox_round(ctr, k);
+    }
+}
+
+double atlas_sampler_uniform(uint64_t seed, uint64_t counter) {
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+    atlas_sampler_philox(c, key);
+    return (double)(((uint64_t)c[0] << 21) ^ (c[1] >> 11)) * 0x1.0p-53;
+}
+
 /* ---- create / free ---------------------------------------------------------------------- */
 
 atlas_sampler_params atlas_sampler_default_params(void) {
@@ -95,24 +123,41 @@ static atlas_status params_check(const atlas_sampler_params *p) {
     return ATLAS_OK;
 }
 
+/* Takes params (checked) into s: its bias copied, its generator seeded. */
+static atlas_status set_params(atlas_sampler *s, const atlas_sampler_params *params) {
+    atlas_logit_bias *bias = NULL;
+    if (params->n_logit_bias > 0) {
+        bias = malloc((size_t)params->n_logit_bias * sizeof *bias);
+        if (!bias) return atlas_fail(ATLAS_ERR_NOMEM, "sampler: out of memory");
+        memcpy(bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *bias);
+    }
+    free(s->bias);
+    s->bias = bias;
+    s->p = *params;
+    s->p.logit_bias = s->bias;
+    uint64_t x = params->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    return ATLAS_OK;
+}
+
 atlas_status atlas_sampler_create(const atlas_sampler_params *params, atlas_sampler **out) {
     *out = NULL;
     ATLAS_TRY(params_check(params));
     atlas_sampler *s = calloc(1, sizeof *s);
     if (!s) return atlas_fail(ATLAS_ERR_NOMEM, "sampler: out of memory");
-    s->p = *params;
-    if (params->n_logit_bias > 0) {
-        s->bias = malloc((size_t)params->n_logit_bias * sizeof *s->bias);
-        if (!s->bias) {
-            free(s);
-            return atlas_fail(ATLAS_ERR_NOMEM, "sampler: out of memory");
-        }
-        memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *s->bias);
+    atlas_status st = set_params(s, params);
+    if (st != ATLAS_OK) {
+        free(s);
+        return st;
     }
-    s->p.logit_bias = s->bias;
-    uint64_t x = params->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
     *out = s;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_sampler_reset(atlas_sampler *s, const atlas_sampler_params *params) {
+    ATLAS_TRY(params_check(params));
+    ATLAS_TRY(set_params(s, params));
+    s->prompt_len = 0;
     return ATLAS_OK;
 }
 
@@ -291,8 +336,10 @@ static int32_t argmax(const float *logits, int vocab) {
 
 /* ---- sample ----------------------------------------------------------------------------- */
 
-atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
-                                  const int32_t *history, size_t n_history, int32_t *out_id) {
+/* The draw of atlas_sampler_sample with the uniform u in [0, 1) (NAN: the sampler's own
+ * stream, taken only when the row is not greedy). */
+static atlas_status sample_u(atlas_sampler *s, float *logits, int vocab, const int32_t *history,
+                             size_t n_history, double u, int32_t *out_id) {
     if (vocab <= 0) return atlas_fail(ATLAS_ERR_INVALID, "sampler: vocab %d", vocab);
     for (int i = 0; i < s->p.n_logit_bias; i++) {
         if (s->bias[i].id >= vocab)
@@ -324,16 +371,28 @@ atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
     if (s->p.min_p > 0.0f) n = apply_min_p(c, n, s->p.min_p, pmax);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += c[i].v;
-    double u = rng_uniform(s->rng) * sum, acc = 0;
+    double x = (isnan(u) ? rng_uniform(s->rng) : u) * sum, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += c[i].v;
-        if (u < acc) {
+        if (x < acc) {
             *out_id = c[i].id;
             return ATLAS_OK;
         }
     }
-    *out_id = c[n - 1].id; /* rounding left u at the very top */
+    *out_id = c[n - 1].id; /* rounding left x at the very top */
     return ATLAS_OK;
+}
+
+atlas_status atlas_sampler_sample(atlas_sampler *s, float *logits, int vocab,
+                                  const int32_t *history, size_t n_history, int32_t *out_id) {
+    return sample_u(s, logits, vocab, history, n_history, NAN, out_id);
+}
+
+atlas_status atlas_sampler_sample_at(atlas_sampler *s, float *logits, int vocab,
+                                     const int32_t *history, size_t n_history, uint64_t counter,
+                                     int32_t *out_id) {
+    return sample_u(s, logits, vocab, history, n_history,
+                    atlas_sampler_uniform(s->p.seed, counter), out_id);
 }
 
 /* ---- logprobs --------------------------------------------------------------------------- */
