@@ -389,6 +389,7 @@ static const atlas_backend_ops cuda_ops = {
     .argmax = cuda_argmax,
     .argmax_queue = cuda_argmax_queue,
     .argmax_collect = cuda_argmax_collect,
+    .sample = cuda_sample,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .rmsnorm_matmul = cuda_rmsnorm_matmul,

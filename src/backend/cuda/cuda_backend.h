@@ -12,6 +12,7 @@
  *   arch.c          the choices by compute capability and shared memory (portable mode)
  *   cublaslt.c      optional cuBLASLt (dlopen) for large prefill matmuls
  *   weight_fill.c   the bytes of a fused bf16 weight for the staging buffers (pread, convert)
+ *   sample_cuda.c   the sample op: its arguments up, kernels/sample.cu, its results down
  *
  * The state (cuda_backend) is a sub-struct a lifetime: dev (from the process host), mod (the
  * module set, made at create), wt (the weights' upload), ws (the workspace, grown for the
@@ -141,6 +142,7 @@ typedef struct cuda_fns {
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
     /* the expert kernels, [0] bf16 and [1] MXFP4 experts (kernels/moe.cu) */
     CUfunction moe_gu_slots[2], moe_down_slots[2], moe_gu_grouped[2], moe_down_grouped[2];
+    CUfunction sample;         /* the sample op (kernels/sample.cu; looked up at its first use) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -179,6 +181,7 @@ typedef struct cuda_modules {
     bool ready;             /* kernels and cuBLASLt loaded (cuda_ready) */
     bool quant_ready;       /* the quantized formats' kernels loaded (cuda_quant_ready) */
     bool kv8_ready;         /* the FP8 KV cache's kernels looked up (cuda_kv8_ready) */
+    bool sample_ready;      /* the sample op's kernel loaded (cuda_sample_ready) */
     bool want_lt;           /* cuBLASLt wanted (not atlas_backend_options.no_cublaslt) */
     cuda_lt *lt;            /* NULL when cuBLASLt is absent or disabled */
     double *inv_freq;       /* [3][hd/2] host copy: set 0's frequencies, longrope's long ones,
@@ -251,6 +254,11 @@ typedef struct cuda_workspace {
     size_t moe_bytes;
     int moe_chunk;          /* tokens of one grouped expert pass; 0: as many as fit
                                CUDA_MOE_WS_MAX (tests set it, to reach the chunking) */
+    /* the sample op's arguments and results (sample_cuda.c): rows and adjustments in, the
+     * raw values of the adjusted logits, outputs; on the device and pinned on the host */
+    CUdeviceptr d_smp;
+    void *h_smp;
+    size_t smp_bytes;
 } cuda_workspace;
 
 /* The staged batch, set by begin_batch and read by its commands until the next one; and the
@@ -410,6 +418,13 @@ atlas_status cuda_ready(cuda_backend *cb);
 atlas_status cuda_quant_ready(cuda_backend *cb);
 /* modules.c: looks up the FP8 KV cache's kernels (cuda_fns.kv_store8 ...) on first use. */
 atlas_status cuda_kv8_ready(cuda_backend *cb);
+/* modules.c: loads the sample op's kernel (kernels/sample.cu) on first use: a model that
+ * only decodes greedily never pays for its lookup. */
+atlas_status cuda_sample_ready(cuda_backend *cb);
+/* sample_cuda.c: backend.h's sample op. */
+atlas_status cuda_sample(atlas_backend *be, atlas_sample_out *out, void *logits, int rows,
+                         int vocab, const atlas_sample_row *p, const atlas_sample_adj *adj,
+                         int n_adj);
 
 /* weight_load.c: the op table's weight_load, weight_free and weights_done. */
 atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *srcs, int n,

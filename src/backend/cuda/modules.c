@@ -120,6 +120,14 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
+atlas_status cuda_sample_ready(cuda_backend *cb) {
+    if (cb->mod.sample_ready) return ATLAS_OK;
+    ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "sample"));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_sample", &cb->mod.fn.sample));
+    cb->mod.sample_ready = true;
+    return ATLAS_OK;
+}
+
 /* cb->base.kernels: the choices (arch.c) and the code the driver picked, read back from one
  * kernel: "running sm_90 code from compute_90 PTX" where the machine code was built for
  * sm_90a, compute_80 in portable mode. */

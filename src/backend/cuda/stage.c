@@ -349,6 +349,7 @@ atlas_status cuda_sync(atlas_backend *be) {
 void cuda_workspace_release(cuda_backend *cb) {
     atlas_registry *r = cb->mod.reg; /* keeps each failure for its release's report */
     if (cb->ws.h_ids) ATLAS_REGISTRY_KEEP(r, "argmax ids (pinned)", cuMemFreeHost, cb->ws.h_ids);
+    if (cb->ws.h_smp) ATLAS_REGISTRY_KEEP(r, "sampling (pinned)", cuMemFreeHost, cb->ws.h_smp);
     for (int s = 0; s < 2; s++) {
         if (cb->ws.h_stage[s])
             ATLAS_REGISTRY_KEEP(r, "batch staging (pinned)", cuMemFreeHost, cb->ws.h_stage[s]);
