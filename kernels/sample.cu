@@ -162,14 +162,15 @@ __device__ sel radix_select(const view &v, bool count, float want, bool relative
             unsigned any = __ballot_sync(0xffffffffu, sum > 0.0f);
             int owner = hit ? __ffs(hit) - 1 : 31 - __clz(any);
             if (l == owner) {
-                float acc = inc - sum;
-                int pick = -1;
-                for (int j = 0; j < 8; j++) {
+                float acc = inc - sum; /* then: the weight above bin pick */
+                int pick = 0;
+                bool found = false;
+                for (int j = 0; j < 8 && !found; j++) {
                     if (w[j] > 0.0f) pick = j;
-                    if (w[j] > 0.0f && (hit && acc + w[j] >= need)) break;
-                    acc += w[j];
+                    found = hit && w[j] > 0.0f && acc + w[j] >= need;
+                    if (!found) acc += w[j];
                 }
-                if (!hit) acc -= w[pick];
+                if (!found) acc -= w[pick]; /* no bin reached it (rounding): the last one */
                 s_prefix = prefix | ((unsigned)(255 - 8 * l - pick) << shift);
                 s_above += acc;
             }

@@ -245,7 +245,8 @@ typedef struct atlas_sample_row {
     float top_p, min_p;
     float repetition_penalty, presence_penalty, frequency_penalty;
     int32_t top_k;        /* 0: off */
-    int32_t adj0, n_adj;  /* the row's adjustments: adj[adj0 .. adj0 + n_adj) */
+    int32_t adj0, n_adj;  /* the row's adjustments: adj[adj0 .. adj0 + n_adj), after the
+                             rows' before (no two rows share one) */
     int32_t n_top;        /* the most likely ids of the raw row wanted, 0..ATLAS_SAMPLE_MAX_TOP */
     int32_t flags;        /* ATLAS_SAMPLE_* */
     int32_t pad_;         /* 0 */

@@ -40,9 +40,15 @@ atlas_status atlas_sample_check(const atlas_sample_row *p, int rows, const atlas
     if (rows < 0 || vocab <= 0 || n_adj < 0 || (n_adj > 0 && !adj))
         return atlas_fail(ATLAS_ERR_INVALID, "sample: %d rows of %d, %d adjustments", rows,
                           vocab, n_adj);
+    int end = 0; /* rows' adjustments follow each other without overlap (CUDA keeps each
+                    adjusted logit's raw value beside its entry) */
     for (int r = 0; r < rows; r++) {
         if (p[r].flags & ATLAS_SAMPLE_SKIP) continue;
         ATLAS_TRY(row_check(&p[r], r, n_adj));
+        if (p[r].n_adj > 0 && p[r].adj0 < end)
+            return atlas_fail(ATLAS_ERR_INVALID, "sample: row %d: adjustments from %d overlap "
+                              "the rows' before (up to %d)", r, (int)p[r].adj0, end);
+        if (p[r].n_adj > 0) end = p[r].adj0 + p[r].n_adj;
         const atlas_sample_adj *a = adj + p[r].adj0;
         for (int j = 0; j < p[r].n_adj; j++) {
             if (a[j].id < 0 || a[j].id >= vocab || (j > 0 && a[j].id <= a[j - 1].id))
