@@ -16,8 +16,8 @@ const run = (args, input) => atlas(['run', '--device', 'cpu', '-n', '6', ...args
 
 test('run ends its text with a newline, also when piped, and never with a second one', () => {
   // the piped text is the tokens' text (as --json gives it) and one newline, unless that
-  // text already ends with one: seed 10 makes this prompt's first token ".\n"
-  for (const [prompt, seed, n] of [['Once upon a time', '1', '6'], ['Chapter 1', '10', '1']]) {
+  // text already ends with one: seed 12 makes this prompt's first token ".\n"
+  for (const [prompt, seed, n] of [['Once upon a time', '1', '6'], ['Chapter 1', '12', '1']]) {
     const args = ['run', '--device', 'cpu', '-n', n, '--seed', seed, '-p', prompt];
     const r = atlas(args);
     assert.equal(r.status, 0, r.stderr);
@@ -27,7 +27,7 @@ test('run ends its text with a newline, also when piped, and never with a second
       .filter((e) => 'text' in e).map((e) => e.text).join('');
     assert.ok(text.length > 0, 'generated something');
     assert.equal(r.stdout, text.endsWith('\n') ? text : text + '\n', JSON.stringify(r.stdout));
-    if (seed === '10') assert.ok(text.endsWith('\n'), `the case under test: ${JSON.stringify(text)}`);
+    if (seed === '12') assert.ok(text.endsWith('\n'), `the case under test: ${JSON.stringify(text)}`);
   }
 });
 
