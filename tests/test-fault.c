@@ -5,7 +5,8 @@
  * (models/default) — engine create, the chat template's load and render, the tokenizer's
  * load and an encode, the model's load
  * (config, tokenizer, weights, KV cache), prefill and a few greedy decode steps with the
- * sampler and the detokenizer, engine free. A clean run records its N hits (about 400, 82
+ * sampler and the detokenizer, then a seeded sampled request with logprobs (the backend's
+ * sample op), engine free. A clean run records its N hits (about 400, 82
  * distinct sites); then the hits are failed one per run: the run must end in success with
  * the clean run's tokens (the failure was absorbed) or in a clean error, a status with a
  * message, never a crash or a hang; everything is freed each time (LeakSanitizer checks it
@@ -100,8 +101,9 @@ static atlas_status failed(outcome *o, atlas_status st, const char *where) {
     return st;
 }
 
-/* Submits a greedy request for model name with the messages and waits for its end. */
-static atlas_status request(atlas_engine *e, const char *name, outcome *o) {
+/* Submits a request for model name with the messages and waits for its end: greedy, or
+ * (sampled) seeded sampling with a penalty, logprobs and top logprobs. */
+static atlas_status request(atlas_engine *e, const char *name, int sampled, outcome *o) {
     const atlas_tokenizer *tok = NULL;
     atlas_status st = atlas_engine_tokenizer(e, name, &tok);
     if (st != ATLAS_OK) return failed(o, st, "tokenizer");
@@ -125,6 +127,11 @@ static atlas_status request(atlas_engine *e, const char *name, outcome *o) {
     r.sampling.temperature = 0;
     r.max_tokens = N_DECODE;
     r.ignore_eos = 1;
+    if (sampled) {
+        r.sampling.temperature = 0.8f, r.sampling.top_p = 0.9f, r.sampling.seed = 11;
+        r.sampling.repetition_penalty = 1.1f;
+        r.logprobs = 1, r.top_logprobs = 2;
+    }
     coll c = {0};
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
@@ -178,8 +185,18 @@ static void walk_run(outcome *o) {
     /* A command the scheduler thread answers: its start (the batch buffers) is over before
      * this thread goes on, so the two reach their sites in one order. */
     st = atlas_engine_unload(e, "default");
-    if (st != ATLAS_OK) failed(o, st, "unload");
-    else request(e, "default", o);
+    if (st != ATLAS_OK) {
+        failed(o, st, "unload");
+    } else if (request(e, "default", 0, o) == ATLAS_OK) { /* then a sampled one, appended */
+        outcome s;
+        memset(&s, 0, sizeof s);
+        if (request(e, "default", 1, &s) != ATLAS_OK) {
+            o->status = s.status;
+            snprintf(o->msg, sizeof o->msg, "%s", s.msg);
+        }
+        memcpy(o->ids + o->n_ids, s.ids, (size_t)s.n_ids * sizeof *s.ids);
+        o->n_ids += s.n_ids;
+    }
     atlas_engine_free(e);
 }
 
@@ -395,7 +412,7 @@ static void test_walk(void) {
     long n_sites = atlas_fault_hits();
     atlas_fault_trace(NULL, 0);
     CHECK_MSG(clean.status == ATLAS_OK, "clean run: %s", clean.msg);
-    CHECK(clean.n_ids == N_DECODE);
+    CHECK(clean.n_ids == 2 * N_DECODE);
     CHECK(n_sites > 100 && n_sites <= MAX_HITS);
     mem_check(mem_base, "the clean run", 0, "none");
     if (n_sites > MAX_HITS) n_sites = MAX_HITS;
@@ -472,7 +489,7 @@ static void test_swap(void) {
     atlas_engine *e = two_models();
     if (!e) return;
     outcome a, b;
-    CHECK_OK(request(e, "default", &a));
+    CHECK_OK(request(e, "default", 0, &a));
     /* loaded once and kept: not part of a swap */
     const atlas_tokenizer *tok = NULL;
     const atlas_template *tpl = NULL;
@@ -481,9 +498,9 @@ static void test_swap(void) {
     /* The sites of a swap to the second model: the first's release, the second's load, its
      * prefill and decode. */
     atlas_fault_arm(0);
-    CHECK_OK(request(e, "llama", &b));
+    CHECK_OK(request(e, "llama", 0, &b));
     long n_swap = atlas_fault_hits();
-    CHECK_OK(request(e, "default", &a)); /* and back */
+    CHECK_OK(request(e, "default", 0, &a)); /* and back */
     CHECK(n_swap > 10);
     size_t swap_base = 0, total = 0; /* the first model resident, having served */
     if (host) CHECK_OK(atlas_host_mem_info(host, &swap_base, &total));
@@ -492,7 +509,7 @@ static void test_swap(void) {
     for (long n = 1; n <= n_swap; n += stride, n_points++) {
         outcome o;
         arm_traced(n);
-        request(e, "llama", &o);
+        request(e, "llama", 0, &o);
         char site[256];
         atlas_fault_site at;
         int fired = disarm_traced(n, site, sizeof site, &at);
@@ -514,9 +531,9 @@ static void test_swap(void) {
         }
         /* the server still serves: both models, disarmed */
         outcome again;
-        CHECK_MSG(request(e, "llama", &again) == ATLAS_OK && same_ids(&again, &b),
+        CHECK_MSG(request(e, "llama", 0, &again) == ATLAS_OK && same_ids(&again, &b),
                   "after fault %ld at %s: %s", n, site, again.msg);
-        CHECK_MSG(request(e, "default", &again) == ATLAS_OK && same_ids(&again, &a),
+        CHECK_MSG(request(e, "default", 0, &again) == ATLAS_OK && same_ids(&again, &a),
                   "after fault %ld at %s: %s", n, site, again.msg);
         mem_check(swap_base, "swap fault", n, fired ? site : "not reached");
     }
@@ -533,8 +550,8 @@ static void warm_up(void) {
     atlas_engine *e = two_models();
     if (!e) return;
     outcome o;
-    CHECK_MSG(request(e, "default", &o) == ATLAS_OK, "warm-up: %s", o.msg);
-    CHECK_MSG(request(e, "llama", &o) == ATLAS_OK, "warm-up: %s", o.msg);
+    CHECK_MSG(request(e, "default", 0, &o) == ATLAS_OK, "warm-up: %s", o.msg);
+    CHECK_MSG(request(e, "llama", 0, &o) == ATLAS_OK, "warm-up: %s", o.msg);
     atlas_engine_free(e);
     size_t total = 0;
     CHECK_OK(atlas_host_mem_info(host, &mem_base, &total));

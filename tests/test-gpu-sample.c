@@ -11,6 +11,7 @@
  *   float64 log-softmax; greedy draws the reference's argmax every time;
  * - a launch mixing every configuration gives each row the id it gets alone (a row's draw
  *   depends on its seed and counter only).
+ * It prints what a launch of 256 rows of 151,936 takes (a figure to read, not a check).
  * Skips without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/driver.h"
+#include "core/clock.h"
 #include "harness.h"
 #include "sample_ref.h"
 
@@ -162,6 +164,27 @@ static void check_mixed(int v, const int32_t *top8) {
     CHECK_MSG(differ == 0, "vocab %d: %d rows drew otherwise beside other rows", v, differ);
 }
 
+/* Milliseconds the op takes for R rows of case c (the copy of the rows excluded). */
+static double time_launch(int v, int c, const int32_t *top8) {
+    atlas_sample_adj one[8];
+    double ms = 0;
+    for (int it = 0; it < 6; it++) {
+        int n_adj = 0;
+        for (int r = 0; r < R; r++) {
+            sref_case(c, top8, &q[r], one);
+            q[r].counter = (uint64_t)r, q[r].adj0 = n_adj;
+            memcpy(adj + n_adj, one, sizeof *one * (size_t)q[r].n_adj);
+            n_adj += q[r].n_adj;
+        }
+        CHECK_OK(ATLAS_CU(cuMemcpyDtoD, work, pristine, sizeof(float) * (size_t)R * v));
+        CHECK_OK(ATLAS_CU(cuCtxSynchronize));
+        double t0 = atlas_now_ms();
+        CHECK_OK(gpu->ops->sample(gpu, out, (void *)(uintptr_t)work, R, v, q, adj, n_adj));
+        if (it > 0) ms += (atlas_now_ms() - t0) / 5; /* the first one loads the module */
+    }
+    return ms;
+}
+
 int main(void) {
     double inv_freq[4] = {1, 0.1, 0.01, 0.001};
     atlas_backend_geom g = {.hidden = 64, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
@@ -195,6 +218,12 @@ int main(void) {
             for (int c = 0; c < SREF_CASES; c++)
                 run_case(row, v, peaked ? "peaked" : "flat", c, lp, top8, p, unsure, &t);
             if (peaked) check_mixed(v, top8);
+            if (peaked && v == MAX_V) {
+                printf("the op on %d rows of %d:", R, v);
+                for (int c = 0; c < SREF_CASES; c++)
+                    printf(" %s %.3f ms", sref_case_name[c], time_launch(v, c, top8));
+                printf("\n");
+            }
         }
     }
     free(row), free(p), free(lp), free(unsure), free(t.obs);

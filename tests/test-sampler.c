@@ -338,7 +338,74 @@ static void test_logprobs(void) {
     CHECK(n == 0 && fabs(lp - (-2.0 - lse)) < 1e-6);
 }
 
+/* The counter-based stream: Philox-4x32-10's known answers (Random123's kat_vectors), the
+ * uniform it gives, draws at a counter that never touch the sampler's own stream, and reset. */
+static void test_counter_stream(void) {
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {~0u, ~0u, ~0u, ~0u, ~0u, ~0u, 0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1}};
+    for (int i = 0; i < 3; i++) {
+        uint32_t c[4] = {kat[i][0], kat[i][1], kat[i][2], kat[i][3]}, k[2] = {kat[i][4], kat[i][5]};
+        atlas_sampler_philox(c, k);
+        CHECK_MSG(!memcmp(c, kat[i] + 6, sizeof c), "philox known answer %d", i);
+    }
+    uint32_t c[4] = {7, 0, 0, 0}, k[2] = {42, 0};
+    atlas_sampler_philox(c, k);
+    double u = atlas_sampler_uniform(42, 7);
+    CHECK(u == (double)(((uint64_t)c[0] << 21) ^ (c[1] >> 11)) * 0x1.0p-53);
+    double sum = 0;
+    for (uint64_t n = 0; n < 4000; n++) {
+        double x = atlas_sampler_uniform(9, n);
+        CHECK(x >= 0 && x < 1);
+        sum += x;
+    }
+    CHECK(fabs(sum / 4000 - 0.5) < 0.02);
+    CHECK(atlas_sampler_uniform(9, 1) != atlas_sampler_uniform(9, 2) &&
+          atlas_sampler_uniform(9, 1) != atlas_sampler_uniform(10, 1));
+    float l[6] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}, w[6];
+    atlas_sampler_params p = atlas_sampler_default_params();
+    p.seed = 5;
+    atlas_sampler *a = make(p), *b = make(p);
+    int32_t at[64], plain_a, plain_b, again;
+    for (int i = 0; i < 64; i++) { /* at counter i: the id the uniform picks in id order */
+        memcpy(w, l, sizeof l);
+        CHECK_OK(atlas_sampler_sample_at(a, w, 6, NULL, 0, (uint64_t)i, &at[i]));
+        double x = atlas_sampler_uniform(5, (uint64_t)i), z = 0, acc = 0;
+        for (int j = 0; j < 6; j++) z += exp(l[j] - 0.6);
+        int want = 5;
+        for (int j = 0; j < 6; j++)
+            if (x * z < (acc += exp(l[j] - 0.6))) {
+                want = j;
+                break;
+            }
+        CHECK_MSG(at[i] == want, "counter %d: %d, want %d", i, at[i], want);
+    }
+    memcpy(w, l, sizeof l);
+    CHECK_OK(atlas_sampler_sample_at(a, w, 6, NULL, 0, 17, &again));
+    CHECK(again == at[17]);
+    memcpy(w, l, sizeof l);
+    CHECK_OK(atlas_sampler_sample(a, w, 6, NULL, 0, &plain_a)); /* its own stream: untouched */
+    memcpy(w, l, sizeof l);
+    CHECK_OK(atlas_sampler_sample(b, w, 6, NULL, 0, &plain_b));
+    CHECK(plain_a == plain_b);
+    p.temperature = 0, p.seed = 6;
+    CHECK_OK(atlas_sampler_reset(a, &p));
+    memcpy(w, l, sizeof l);
+    CHECK_OK(atlas_sampler_sample_at(a, w, 6, NULL, 0, 3, &again));
+    CHECK(again == 5);
+    p.top_p = 2;
+    CHECK(atlas_sampler_reset(a, &p) == ATLAS_ERR_INVALID);
+    memcpy(w, l, sizeof l);
+    CHECK_OK(atlas_sampler_sample_at(a, w, 6, NULL, 0, 3, &again)); /* unchanged: greedy */
+    CHECK(again == 5);
+    atlas_sampler_free(a);
+    atlas_sampler_free(b);
+}
+
 int main(void) {
+    test_counter_stream();
     test_params();
     test_greedy_and_bias();
     test_penalties();

@@ -63,8 +63,9 @@ static atlas_status sample_one(sample_scratch *x, const atlas_sample_row *q,
     ATLAS_TRY(atlas_sampler_sample_at(x->s, x->row, vocab, x->hist, n_hist, q->counter, &o->id));
     int n_top = 0;
     float lp = 0;
-    ATLAS_TRY(atlas_sampler_logprobs(raw, vocab, o->id, &lp, q->n_top, o->top_ids,
-                                     o->top_logprobs, &n_top));
+    if ((q->flags & ATLAS_SAMPLE_LOGPROB) || q->n_top > 0) /* a pass over the row in double */
+        ATLAS_TRY(atlas_sampler_logprobs(raw, vocab, o->id, &lp, q->n_top, o->top_ids,
+                                         o->top_logprobs, &n_top));
     o->logprob = (q->flags & ATLAS_SAMPLE_LOGPROB) ? lp : 0.0f;
     o->n_top = n_top;
     return ATLAS_OK;
