@@ -115,21 +115,63 @@ __device__ __forceinline__ float weight(const view &v, float y) {
 
 /* Radix selection, largest keys first: the key at which the candidates' cumulative weight
  * (1 each when count, else exp(y - mx)) first reaches want (times the total when relative),
- * the weight above it, and the count and weight of the candidates with that key. */
+ * the weight still wanted at that key, and the count and weight of the candidates with it.
+ * Weights add up in fixed point (2^32 for exp(0) = 1, rounded), so that the sums, and with
+ * them a row's draw, do not depend on the order the threads' atomics land in. */
+typedef unsigned long long u64;
+
 struct sel {
     unsigned key;
-    float left, eq_w; /* left: the weight still wanted at key (want - the weight above) */
+    u64 left, eq_w; /* left: the weight still wanted at key (want - the weight above) */
     int eq_c;
 };
 
-__device__ sel radix_select(const view &v, bool count, float want, bool relative) {
-    __shared__ float hw[256];
+__device__ __forceinline__ u64 fixed_weight(const view &v, float y, bool count) {
+    return count ? 1ull : (u64)__float2ll_rn(weight(v, y) * 4294967296.0f);
+}
+
+/* Warp 0: the bin of this digit where the running weight reaches the want, from the top
+ * (lane l holds bins 255 - 8l down to 248 - 8l); the prefix and the weight above updated. */
+__device__ void pick_bin(const u64 *hw, int shift, bool first, double want, unsigned *prefix,
+                         u64 *above, u64 *need_total) {
+    int l = threadIdx.x;
+    u64 w[8], sum = 0;
+    for (int j = 0; j < 8; j++) sum += w[j] = hw[255 - 8 * l - j];
+    u64 inc = sum;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (l >= o) inc += y;
+    }
+    u64 total = __shfl_sync(0xffffffffu, inc, 31);
+    if (first) *need_total = want < 0 ? (u64)(-want * (double)total) : (u64)want;
+    __syncwarp();
+    u64 need = *need_total > *above ? *need_total - *above : 1;
+    unsigned hit = __ballot_sync(0xffffffffu, inc >= need && sum > 0);
+    /* nothing reaches it (rounding of the relative want): the lowest non-empty bin */
+    unsigned any = __ballot_sync(0xffffffffu, sum > 0);
+    int owner = hit ? __ffs(hit) - 1 : 31 - __clz(any);
+    if (l != owner) return;
+    u64 acc = inc - sum; /* then: the weight above bin pick */
+    int pick = 0;
+    bool found = false;
+    for (int j = 0; j < 8 && !found; j++) {
+        if (w[j] > 0) pick = j;
+        found = hit && w[j] > 0 && acc + w[j] >= need;
+        if (!found) acc += w[j];
+    }
+    if (!found) acc -= w[pick];
+    *prefix |= (unsigned)(255 - 8 * l - pick) << shift;
+    *above += acc;
+}
+
+/* want < 0: -want times the candidates' total weight. */
+__device__ sel radix_select(const view &v, bool count, double want) {
+    __shared__ u64 hw[256], s_above, s_need;
     __shared__ int hc[256];
     __shared__ unsigned s_prefix;
-    __shared__ float s_above, s_need;
-    if (threadIdx.x == 0) s_prefix = 0, s_above = 0.0f;
+    if (threadIdx.x == 0) s_prefix = 0, s_above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < 256; b += blockDim.x) hw[b] = 0.0f, hc[b] = 0;
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hw[b] = 0, hc[b] = 0;
         __syncthreads();
         unsigned prefix = s_prefix, hi = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
         for (int i = threadIdx.x; i < v.n; i += blockDim.x) {
@@ -138,47 +180,14 @@ __device__ sel radix_select(const view &v, bool count, float want, bool relative
             if ((key & hi) != (prefix & hi) || !in_topk(v, key, i)) continue;
             int b = (key >> shift) & 255;
             atomicAdd(&hc[b], 1);
-            if (!count) atomicAdd(&hw[b], weight(v, y));
+            atomicAdd(&hw[b], fixed_weight(v, y, count));
         }
         __syncthreads();
-        if (threadIdx.x < 32) { /* lane l: bins 255 - 8l down to 248 - 8l */
-            int l = threadIdx.x;
-            float w[8], sum = 0.0f;
-            for (int j = 0; j < 8; j++) {
-                int b = 255 - 8 * l - j;
-                w[j] = count ? (float)hc[b] : hw[b];
-                sum += w[j];
-            }
-            float inc = sum;
-            for (int o = 1; o < 32; o <<= 1) {
-                float y = __shfl_up_sync(0xffffffffu, inc, o);
-                if (l >= o) inc += y;
-            }
-            if (shift == 24 && l == 31) s_need = relative ? want * inc : want;
-            __syncwarp();
-            float need = s_need - s_above;
-            unsigned hit = __ballot_sync(0xffffffffu, inc >= need && sum > 0.0f);
-            /* rounding left the want above everything: the lowest non-empty bin, all kept */
-            unsigned any = __ballot_sync(0xffffffffu, sum > 0.0f);
-            int owner = hit ? __ffs(hit) - 1 : 31 - __clz(any);
-            if (l == owner) {
-                float acc = inc - sum; /* then: the weight above bin pick */
-                int pick = 0;
-                bool found = false;
-                for (int j = 0; j < 8 && !found; j++) {
-                    if (w[j] > 0.0f) pick = j;
-                    found = hit && w[j] > 0.0f && acc + w[j] >= need;
-                    if (!found) acc += w[j];
-                }
-                if (!found) acc -= w[pick]; /* no bin reached it (rounding): the last one */
-                s_prefix = prefix | ((unsigned)(255 - 8 * l - pick) << shift);
-                s_above += acc;
-            }
-        }
+        if (threadIdx.x < 32) pick_bin(hw, shift, shift == 24, want, &s_prefix, &s_above, &s_need);
         __syncthreads();
     }
     int b = s_prefix & 255;
-    sel r = {s_prefix, s_need - s_above, count ? (float)hc[b] : hw[b], hc[b]};
+    sel r = {s_prefix, s_need > s_above ? s_need - s_above : 1, hw[b], hc[b]};
     __syncthreads();
     return r;
 }
@@ -293,10 +302,10 @@ __device__ int draw(const view &v, unsigned pkey, int pid, float min_p, double u
  * bound on their ids (all of them: no bound). */
 __device__ int tie_bound(const view &v, const sel &s) {
     int need = s.eq_c;
-    if (s.eq_c > 1 && s.eq_w > 0.0f) {
-        float each = s.eq_w / (float)s.eq_c;
-        need = (int)ceilf(s.left / each);
-        need = max(1, min(need, s.eq_c));
+    if (s.eq_c > 1 && s.eq_w > 0) {
+        double each = (double)s.eq_w / s.eq_c;
+        need = (int)fmin(ceil((double)s.left / each), (double)s.eq_c);
+        need = max(1, need);
     }
     return need >= s.eq_c ? 0x7fffffff : nth_equal(v, s.key, need);
 }
@@ -312,14 +321,14 @@ __device__ int sample_id(float *x, int n, const sample_row &q) {
     if (q.temperature == 0.0f || am == 0x7fffffff) return am == 0x7fffffff ? 0 : am;
     view v = {x, n, 0x7fffffff, inv_t, x[am] * inv_t, 0u};
     if (q.top_k > 0 && q.top_k < n) {
-        sel s = radix_select(v, true, (float)q.top_k, false);
+        sel s = radix_select(v, true, (double)q.top_k);
         v.kid = tie_bound(v, s);
         v.kkey = s.key;
     }
     unsigned pkey = 0u;
     int pid = 0x7fffffff;
     if (q.top_p < 1.0f) {
-        sel s = radix_select(v, false, q.top_p, true);
+        sel s = radix_select(v, false, -(double)q.top_p);
         pid = tie_bound(v, s);
         pkey = s.key;
     }
