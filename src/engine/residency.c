@@ -327,9 +327,11 @@ static int start_load(atlas_engine *e, int model, double t0, int replaced, int v
                      .why = has_cmd(e, CMD_LOAD, model) ? "load" : "request",
                      .t_start = atlas_engine_now()};
     for (int i = 0; i < e->n_models; i++) ld->beside += i != model && e->models[i].m;
-    /* room for the image it may fill (none when it came from the tier last time) */
-    atlas_engine_kv_host_share(e, md->load_source && !strcmp(md->load_source, "host")
-                                      ? 0 : md->weight_bytes);
+    /* room for the image it may fill: none when it came from the tier last time, or when
+     * its weights are larger than the whole budget (the tier then keeps no image of them) */
+    int fills = !(md->load_source && !strcmp(md->load_source, "host")) &&
+                md->weight_bytes <= e->p.host_cache;
+    atlas_engine_kv_host_share(e, fills ? md->weight_bytes : 0);
     md->loading = 1; /* for the status (/health) */
     if (pthread_create(&ld->thread, NULL, loader_main, e) == 0) {
         ld->active = 1;
