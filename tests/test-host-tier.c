@@ -310,6 +310,10 @@ static void test_engine(const char *dir) {
                   (unsigned long long)mt.loads_page_cache, (unsigned long long)mt.loads_disk);
         CHECK(mt.load_bytes_host > 0 && mt.host_tier_models >= 2 && mt.host_tier_bytes > 0 &&
               mt.host_tier_pinned <= p.host_cache);
+        /* the KV store gets what the tier's pinned memory leaves */
+        CHECK_MSG(mt.kv_host_budget == p.host_cache - mt.host_tier_pinned,
+                  "kv host budget %zu, host cache %zu, tier pinned %zu", mt.kv_host_budget,
+                  p.host_cache, (size_t)mt.host_tier_pinned);
         CHECK(n_sources == 3 && !strcmp(sources[0], "host") && strcmp(sources[1], "host") &&
               !strcmp(sources[2], "host"));
         atlas_engine_free(e);

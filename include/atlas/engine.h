@@ -555,6 +555,8 @@ typedef struct atlas_engine_metrics {
     uint64_t kv_host_dropped_blocks; /* evicted for room, or their model came back changed */
     size_t kv_host_bytes;       /* held now */
     int kv_host_blocks;
+    size_t kv_host_budget;      /* what the store may hold now: --host-cache less what the
+                                   weights' host tier holds or a coming load may fill */
     /* where loads read the weights from (atlas_model_info.load_source) and their bytes */
     uint64_t loads_host, loads_page_cache, loads_disk;
     uint64_t load_bytes_host, load_bytes_page_cache, load_bytes_disk;

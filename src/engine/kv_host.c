@@ -272,6 +272,7 @@ void atlas_kv_host_free(atlas_kv_host *h) {
 }
 
 size_t atlas_kv_host_bytes(const atlas_kv_host *h) { return h ? h->bytes : 0; }
+size_t atlas_kv_host_budget(const atlas_kv_host *h) { return h ? h->budget : 0; }
 int atlas_kv_host_blocks(const atlas_kv_host *h) { return h ? h->n_live : 0; }
 
 static int same_ident(const atlas_kv_host_ident *a, const atlas_kv_host_ident *b) {

@@ -59,8 +59,9 @@ void atlas_kv_host_free(atlas_kv_host *h); /* NULL: nothing */
  * evicting the least recently used entries down to it; returns how many went. */
 uint64_t atlas_kv_host_set_budget(atlas_kv_host *h, size_t budget);
 
-/* Bytes and entries held now. */
+/* Bytes and entries held now, and the budget. */
 size_t atlas_kv_host_bytes(const atlas_kv_host *h);
+size_t atlas_kv_host_budget(const atlas_kv_host *h);
 int atlas_kv_host_blocks(const atlas_kv_host *h);
 
 /* A model was loaded as id: its entries stay if they were saved from a model loaded the same

@@ -90,4 +90,5 @@ void atlas_engine_kv_host_count(atlas_engine *e, const atlas_kv_host_moved *mv, 
     x->kv_host_dropped_blocks += mv->dropped;
     x->kv_host_bytes = atlas_kv_host_bytes(e->kv_host);
     x->kv_host_blocks = atlas_kv_host_blocks(e->kv_host);
+    x->kv_host_budget = atlas_kv_host_budget(e->kv_host);
 }

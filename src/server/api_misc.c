@@ -272,6 +272,7 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= COUNTER("atlas_kv_host_dropped_blocks_total", "Prefix KV blocks dropped from host memory (for room, or their model came back changed).", m->kv_host_dropped_blocks);
     rc |= GAUGE("atlas_kv_host_blocks", "Prefix KV blocks held in host memory.", "%d", m->kv_host_blocks);
     rc |= GAUGE("atlas_kv_host_bytes", "Bytes of host memory the prefix KV blocks take.", "%zu", m->kv_host_bytes);
+    rc |= GAUGE("atlas_kv_host_budget_bytes", "Bytes of host memory the prefix KV blocks may take now (--host-cache less the weights' host tier).", "%zu", m->kv_host_budget);
     rc |= print_sources(&b, &l, &c, m);
     rc |= GAUGE("atlas_host_tier_bytes", "Bytes of released models' weights kept in pinned host memory.", "%zu", m->host_tier_bytes);
     rc |= GAUGE("atlas_host_tier_pinned_bytes", "Pinned host memory the weights' host tier holds, free chunks included.", "%zu", m->host_tier_pinned);
