@@ -192,7 +192,7 @@ static atlas_status hist_sorted(atlas_sampler *s, const int32_t *ids, size_t n, 
                               i, (int)ids[i], vocab);
         s->hist[i] = ids[i];
     }
-    qsort(s->hist, n, sizeof *s->hist, cmp_i32);
+    if (n > 1) qsort(s->hist, n, sizeof *s->hist, cmp_i32); /* (none: no buffer yet) */
     return ATLAS_OK;
 }
 

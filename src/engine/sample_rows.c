@@ -73,7 +73,7 @@ static atlas_status history_keys(atlas_engine *e, const seq *s, size_t *n_keys) 
         int t = from + (int)i;
         e->smp_keys[i] = (uint32_t)s->tokens[t] * 2u + (t >= s->n_prompt);
     }
-    qsort(e->smp_keys, n, sizeof *e->smp_keys, cmp_u32);
+    if (n > 1) qsort(e->smp_keys, n, sizeof *e->smp_keys, cmp_u32); /* (none: no buffer yet) */
     *n_keys = n;
     return ATLAS_OK;
 }
