@@ -8,7 +8,8 @@
  *   launch, no cuBLASLt, the one-row GEMVs on gemv1c / qgemv1c with 3 row groups a block,
  *   which these small shapes do not take by default);
  *   greedy steps queued a step ahead (tokens read on the GPU) equal to token-by-token
- *   argmax over 300 steps, across a growth of the staged block table.
+ *   argmax over 300 steps, across a growth of the staged block table; two queued steps of
+ *   more logit rows than the logits buffer holds equal to the same steps run at once.
  * - a larger random model when ATLAS_TEST_BIG_MODEL names one (tools/make_checkpoint.py,
  *   made on the GPU machine): CPU and GPU logits within 2e-2 after a prefill and at every
  *   decode step, greedy ids equal where the CPU's margin is clear; the same for a GPU model
@@ -213,6 +214,39 @@ static void run_queued(atlas_model *g, const char *name, const int32_t *prompt, 
     free(got);
 }
 
+/* A queued step of more logit rows than the logits buffer holds (model.c's logit_chunk: 16
+ * for the tiny fixtures), computed a chunk at a time: W one-token sequences, two steps queued
+ * (the second's tokens the first's ids, read on the GPU), the same ids as the two steps run
+ * one by one. */
+static void run_queued_wide(atlas_model *g, const char *name, int V) {
+    enum { W = 40 };
+    int32_t tok[W], pos[W], start[W + 1], ctx[W], rows[W], table[W], a[W], b2[W], qa[W], qb[W];
+    for (int i = 0; i < W; i++) {
+        tok[i] = (int32_t)((i * 7919 + 13) % V);
+        start[i] = rows[i] = table[i] = i;
+        pos[i] = 0, ctx[i] = 1;
+    }
+    start[W] = W;
+    atlas_batch b = {.n_tokens = W, .tokens = tok, .positions = pos, .n_seqs = W,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                     .max_blocks = 1, .n_logits = W, .logit_rows = rows};
+    CHECK_OK(atlas_model_forward_argmax(g, &b, a));
+    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
+    b.tokens = a;
+    CHECK_OK(atlas_model_forward_argmax(g, &b, b2));
+    for (int i = 0; i < W; i++) pos[i] = 0, ctx[i] = 1;
+    b.tokens = tok;
+    CHECK_OK(atlas_model_forward_argmax_queue(g, &b));
+    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
+    b.tokens = NULL;
+    CHECK_OK(atlas_model_forward_argmax_queue(g, &b));
+    CHECK_OK(atlas_model_argmax_collect(g, qa, W));
+    CHECK_OK(atlas_model_argmax_collect(g, qb, W));
+    CHECK_MSG(!memcmp(a, qa, sizeof a) && !memcmp(b2, qb, sizeof b2),
+              "%s: a queued step of %d rows differs from the same step run at once", name, W);
+    printf("%s: two queued steps of %d logit rows equal the steps run at once\n", name, W);
+}
+
 static void test_fixture(const char *name) {
     char dir[512], ref[600];
     snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
@@ -248,6 +282,7 @@ static void test_fixture(const char *name) {
     atlas_model_release(g);
     g = load(dir, ATLAS_DEVICE_CUDA, kv);
     if (g) run_queued(g, name, pr[0].ids, pr[0].n, 300);
+    if (g) run_queued_wide(g, name, V);
     /* graphs off: the same greedy ids (same kernels, so the same logits) */
     atlas_model_release(g);
     const atlas_backend_options no_graphs = {.no_graphs = 1};

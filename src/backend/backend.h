@@ -406,8 +406,11 @@ typedef struct atlas_backend_ops {
      * argmax of each row of logits[rows, vocab] and their copy to the host, and returns
      * without waiting; the next batch may take them as its tokens (tokens NULL) on the
      * device, so that it is queued while this one runs. At most 2 queued; argmax_collect
-     * waits for the oldest one and writes its ids[rows]. */
-    atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int rows, int vocab);
+     * waits for the oldest one and writes its ids[rows]. A step of more rows than the logits
+     * buffer holds is queued a chunk at a time: row0 0 starts a step, a call with row0 at
+     * the rows queued so far adds logits[rows, vocab] as the step's rows row0.. */
+    atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int row0, int rows,
+                                 int vocab);
     atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
     /* Samples each row r of logits[rows, vocab] with p[r] and its adjustments into out[r]:
      * the transforms of atlas/sampler.h in its order (logit_bias, repetition, presence and

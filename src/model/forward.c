@@ -350,10 +350,14 @@ static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b) {
     atlas_status st = op->begin_batch(be, b, m->kv_block_size);
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
     if (st == ATLAS_OK) st = op->gather_rows(be, m->acts.rows, m->acts.h, d);
-    if (st == ATLAS_OK) st = op->matmul(be, m->acts.logits, m->acts.rows, m->w.lm_head, NULL,
-                                        b->n_logits);
-    if (st == ATLAS_OK) st = op->argmax_queue(be, m->acts.logits, b->n_logits,
-                                              m->cfg.vocab_size);
+    /* logit_chunk rows at a time, as run_logits computes them: one queued step either way */
+    for (int r0 = 0; st == ATLAS_OK && r0 < b->n_logits; r0 += m->logit_chunk) {
+        int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
+        const char *rows = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
+        st = op->matmul(be, m->acts.logits, rows, m->w.lm_head, NULL, nr);
+        if (st == ATLAS_OK)
+            st = op->argmax_queue(be, m->acts.logits, r0, nr, m->cfg.vocab_size);
+    }
     pthread_mutex_unlock(&m->forward_mu);
     return st;
 }
@@ -379,9 +383,9 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
                           "the step before, which %s", m->dir, b->n_tokens,
                           m->q_n == 0 ? "is not queued (or was collected)"
                                       : "has another number of logit rows");
-    if (b->n_logits < 1 || b->n_logits > m->logit_chunk)
-        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued greedy step wants 1..%d "
-                          "logit rows, not %d", m->dir, m->logit_chunk, b->n_logits);
+    if (b->n_logits < 1)
+        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued greedy step wants a logit "
+                          "row at least", m->dir);
     if (m->tp_size > 1 || !m->w.lm_head || b->hidden)
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "forward (%s): queued greedy steps run on "
                           "one GPU only (tensor parallel size %d), with an output head",

@@ -462,7 +462,8 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
 atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count);
 atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
                          int vocab);
-atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows, int vocab);
+atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab);
 atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows);
 atlas_status cuda_sync(atlas_backend *be);
 /* stage.c: at destroy, the workspace's pinned buffers and events (the registry's release

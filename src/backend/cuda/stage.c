@@ -284,12 +284,15 @@ atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t
     return stream_wait(cb);
 }
 
-/* The argmax command (ids to d_ids and to h_ids' slot), and the batch's commands run. */
-static atlas_status argmax_run(atlas_backend *be, const void *logits, int rows, int vocab,
-                               int slot) {
+/* The argmax command (ids of rows row0.. to d_ids and to h_ids' slot), and the batch's
+ * commands run. */
+static atlas_status argmax_run(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab, int slot) {
     cuda_backend *cb = cuda_of(be);
-    ATLAS_TRY(cuda_cmd4(cb, CUDA_OP_ARGMAX, rows, vocab, 0, (void *)(uintptr_t)cb->ws.d_ids,
-                        logits, ids_mapped(cb, slot), NULL));
+    size_t off = (size_t)row0 * sizeof(int32_t);
+    ATLAS_TRY(cuda_cmd4(cb, CUDA_OP_ARGMAX, rows, vocab, 0,
+                        (void *)(uintptr_t)(cb->ws.d_ids + off), logits,
+                        (const char *)ids_mapped(cb, slot) + off, NULL));
     return cuda_flush(cb);
 }
 
@@ -300,26 +303,37 @@ atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, in
     if (rows > cb->ws.cap_tok)
         return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (at most %d)", rows,
                           cb->ws.cap_tok);
-    ATLAS_TRY(argmax_run(be, logits, rows, vocab, IDS_PLAIN));
+    ATLAS_TRY(argmax_run(be, logits, 0, rows, vocab, IDS_PLAIN));
     cb->batch.ids_queued = false;
     ATLAS_TRY(stream_wait(cb));
     memcpy(ids, ids_host(cb, IDS_PLAIN), (size_t)rows * 4);
     return ATLAS_OK;
 }
 
-atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int rows, int vocab) {
+atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab) {
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(cuda_ready(cb));
-    if (rows < 1 || rows > cb->ws.cap_tok)
-        return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of %d rows (1..%d)", rows,
-                          cb->ws.cap_tok);
-    if (cb->batch.aq_n == 2)
-        return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
-    int slot = (cb->batch.aq_head + cb->batch.aq_n) % 2;
-    ATLAS_TRY(argmax_run(be, logits, rows, vocab, slot));
+    if (row0 < 0 || rows < 1 || rows > cb->ws.cap_tok - row0)
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of rows %d..%d (at most %d)", row0,
+                          row0 + rows - 1, cb->ws.cap_tok);
+    int slot;
+    if (row0 == 0) {
+        if (cb->batch.aq_n == 2)
+            return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
+        slot = (cb->batch.aq_head + cb->batch.aq_n) % 2;
+    } else { /* more rows of the step queued last */
+        slot = (cb->batch.aq_head + cb->batch.aq_n + 1) % 2;
+        if (cb->batch.aq_n == 0 || cb->batch.aq_rows[slot] != row0)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: argmax rows from %d, but the step "
+                              "queued last has %d", row0,
+                              cb->batch.aq_n ? cb->batch.aq_rows[slot] : 0);
+    }
+    ATLAS_TRY(argmax_run(be, logits, row0, rows, vocab, slot));
+    /* recorded again after each chunk: collect waits for the last */
     ATLAS_CU_TRY(cuEventRecord, cb->ws.aq_done[slot], cb->dev.stream);
-    cb->batch.aq_rows[slot] = rows;
-    cb->batch.aq_n++;
+    cb->batch.aq_rows[slot] = row0 + rows;
+    if (row0 == 0) cb->batch.aq_n++;
     cb->batch.ids_queued = true;
     return ATLAS_OK;
 }
