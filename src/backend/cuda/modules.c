@@ -109,6 +109,15 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
             snprintf(name, sizeof name, "atlas_qgemv1c_%s", qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1c[q]));
         }
+        /* the streaming kernels: 8 stages of every format but act-order; 4 stages and
+         * int8 x of INT4 */
+        static const char *const snames[CUDA_QSTREAMS] = {"s", "s4", "sx"};
+        for (int i = 0; i < CUDA_QSTREAMS; i++) {
+            fn->qgemv1s[q][i] = NULL;
+            if (q == CUDA_Q_INT4G || (i > 0 && q != CUDA_Q_INT4)) continue;
+            snprintf(name, sizeof name, "atlas_qgemv1%s_%s", snames[i], qnames[q]);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1s[q][i]));
+        }
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));
         for (int i = 0; i < 4 && q != CUDA_Q_INT4G; i++) {
