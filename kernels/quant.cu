@@ -4,6 +4,9 @@
  *                         registers, in fp32 (weight-only: the activations are not rounded);
  *                         atlas_qgemv8_int4g the same for 2..8 rows with act-order
  *   atlas_qgemv1c_<fmt>   the same one row with several row groups a block (not act-order)
+ *   atlas_qgemv1s_<fmt>   the same one row streamed: x held in registers, each row's codes and
+ *                         scales loaded rows ahead through a ring of register stages, one wave
+ *                         of blocks (opt-in: cuda_qgemv1's CUDA_QGEMV_S, _S4, _SX)
  *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)

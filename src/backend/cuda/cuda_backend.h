@@ -145,7 +145,7 @@ typedef struct cuda_fns {
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
     /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
-     * blocks an SM by warps a block (0: not asked yet; -1: the block does not fit) */
+     * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
     int qgemv1s_bps[CUDA_QKINDS][CUDA_QSTREAMS][17];
     CUfunction qrowscale;

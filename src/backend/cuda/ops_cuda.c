@@ -403,8 +403,8 @@ typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
 /* The streaming kernel CUDA_QGEMV_S + v of w's kind with the 22 arguments a, where it takes
  * w (*done: launched; else the caller launches another): one wave of blocks of 32 ceil(k /
- * 32E) threads (E columns a load), blocks an SM from the occupancy (asked once a kernel and
- * block size), no more blocks than rows (act: gate_up's row pairs, which a block keeps). */
+ * 32E) threads (E columns a load), blocks an SM from the occupancy (cuda_quant_ready asks
+ * it), no more blocks than rows (act: gate_up's row pairs, which a block keeps). */
 static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int v, bool act,
                                    void **a, bool *done) {
     cuda_qkind q = qkind_of(w);
@@ -413,16 +413,10 @@ static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int 
     int warps = (k + (32 << e_log2) - 1) / (32 << e_log2);
     *done = false;
     if (!f || w->csh < e_log2 || warps > 16) return ATLAS_OK; /* one scale a load; 512 threads */
-    int *bps = &cb->mod.fn.qgemv1s_bps[q][v][warps];
-    if (*bps == 0) {
-        int b = 1; /* a driver without the query: one block an SM */
-        if (atlas_driver_get()->cuOccupancyMaxActiveBlocksPerMultiprocessor)
-            ATLAS_CU_TRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, &b, f, 32 * warps, 0);
-        *bps = b > 0 ? b : -1;
-    }
-    if (*bps < 0) return ATLAS_OK;
+    int bps = cb->mod.fn.qgemv1s_bps[q][v][warps];
+    if (bps <= 0) return ATLAS_OK;
     long long units = act ? m / 2 : m;
-    long long wave = (long long)*bps * atlas_host_properties(cb->dev.host)->sm_count;
+    long long wave = (long long)bps * atlas_host_properties(cb->dev.host)->sm_count;
     *done = true;
     return launch(cb, f, (unsigned)(units < wave ? units : wave), 1, 1, 32u * (unsigned)warps, 0,
                   a);
