@@ -263,8 +263,9 @@ static const char *act_name(void) {
 }
 
 /* The gated activation: the glu op over 37 rows; the gate_up epilogue of one row (the fused
- * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), each
- * followed by the down matmul that reads its act, as the model runs them. */
+ * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), then
+ * of the FP8 gate_up on the streaming one-row kernel, each followed by the down matmul that
+ * reads its act, as the model runs them. */
 static void test_glu(void) {
     char what[96];
     buf gu = buf_make((size_t)150 * 2 * F), act = buf_make((size_t)150 * F);
@@ -279,14 +280,16 @@ static void test_glu(void) {
     CHECK_OK(gpu->ops->glu(gpu, act.gpu, gu.gpu, 37, F));
     snprintf(what, sizeof what, "%s: glu op, 37 rows", act_name());
     buf_check(what, &act, (size_t)37 * F, 1e-5);
-    int ns[] = {1, 1, 1, 150};
-    for (int c = 0; c < 4; c++) {
+    int ns[] = {1, 1, 1, 150, 1};
+    for (int c = 0; c < 5; c++) {
         int n = ns[c], with_norm = c != 1;
-        weight *w = c == 2 ? &wq : &wgu;
+        weight *w = c == 2 || c == 4 ? &wq : &wgu;
+        /* the last: the FP8 gate_up on the streaming kernel (norm and GLU in it) */
+        ((cuda_backend *)gpu)->plan.qgemv_ng = c == 4 ? CUDA_QGEMV_S : 0;
         begin(n, 0, 0, 0, 0);
         buf_random(&x, 2.0f);
-        buf *outs[] = {&gu, &act, &out};
-        for (int i = 0; i < 3; i++) buf_poison(outs[i]);
+        buf *outs[] = {&gu, &act, &out, &h}; /* h: every case writes it (norm or the GEMV) */
+        for (int i = 0; i < 4; i++) buf_poison(outs[i]);
         for (int i = 0; i < 2; i++) {
             atlas_backend *be = i ? gpu : cpu;
             atlas_epilogue epi = {.kind = ATLAS_EPI_GLU, .act = side_of(&act, i), .f = F};
@@ -298,7 +301,11 @@ static void test_glu(void) {
             CHECK_OK(be->ops->matmul(be, side_of(&out, i), side_of(&act, i), wdn.w[i], NULL, n));
         }
         double tol = n == 1 ? 1e-4 : 1e-2;
-        const char *how = c == 0 ? ", norm" : c == 1 ? "" : c == 2 ? ", norm, fp8" : "";
+        const char *how = c == 0   ? ", norm"
+                          : c == 1 ? ""
+                          : c == 2 ? ", norm, fp8"
+                          : c == 4 ? ", norm, fp8 streamed"
+                                   : "";
         snprintf(what, sizeof what, "%s epilogue, %d row%s%s: down", act_name(), n,
                  n > 1 ? "s" : "", how);
         buf_check(what, &out, (size_t)n * D, tol);
@@ -308,7 +315,12 @@ static void test_glu(void) {
             snprintf(what, sizeof what, "%s epilogue, 1 row%s: gate_up", act_name(), how);
             buf_check(what, &gu, 2 * F, tol);
         }
+        if (c == 4) { /* the norm's output, which the GEMV's block 0 writes */
+            snprintf(what, sizeof what, "%s epilogue, 1 row%s: h", act_name(), how);
+            buf_check(what, &h, D, tol);
+        }
     }
+    ((cuda_backend *)gpu)->plan.qgemv_ng = 0;
     buf *all[] = {&gu, &act, &x, &h, &out};
     for (int i = 0; i < 5; i++) buf_free(all[i]);
     weight_free(&norm);

@@ -6,7 +6,8 @@
  * parts (NVFP4's with their own global factors), a bias, 1 row (the fp32 GEMV: bound 1e-5),
  * 2 to 64 (the tensor-core kernels: 1e-4 where their bf16 weights are exact, else 2e-2;
  * act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the bf16 matmuls: 2e-2),
- * one row again through each one-row kernel (one row group a block, several), and refusals
+ * one row again through each one-row kernel (one row group a block, several, the streaming
+ * kernels), and refusals
  * of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a
  * GPU. */
 #include <math.h>
@@ -157,17 +158,20 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     }
     /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
      * block (3: the last block short, groups of more than one item where k is long enough),
-     * and the decode's default; no bias (cuda_qgemv1 takes none) */
+     * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x;
+     * the one-group kernel where they do not take the layout); no bias (cuda_qgemv1 takes
+     * none) */
     CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, NULL, 1));
-    static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS, CUDA_QGEMV_X8};
+    static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS, CUDA_QGEMV_X8, CUDA_QGEMV_S, CUDA_QGEMV_S4,
+                              CUDA_QGEMV_SX};
     for (size_t t = 0; t < sizeof ngs / sizeof *ngs; t++) {
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)m));
         CHECK_OK(cuda_qgemv1((cuda_backend *)gpu, wg, CUDA_PTR(dout), CUDA_PTR(dx), ngs[t]));
         CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)m));
         double e = norm_err(got, want, (size_t)m);
-        /* INT4 against int8 x (X8): x rounded to 1/254 of its 32 columns' largest value */
-        bool x8 = ngs[t] == CUDA_QGEMV_X8 && parts[0].q.format == ATLAS_WFMT_INT4 &&
-                  !parts[0].q.g_idx;
+        /* INT4 against int8 x (X8, SX): x rounded to 1/254 of its 32 columns' largest value */
+        bool x8 = (ngs[t] == CUDA_QGEMV_X8 || ngs[t] == CUDA_QGEMV_SX) &&
+                  parts[0].q.format == ATLAS_WFMT_INT4 && !parts[0].q.g_idx;
         double bound = x8 ? 1e-2 : 1e-5;
         CHECK_MSG(e <= bound, "%s, one row, ng %d: normalised error %.3g > %.0e", what, ngs[t], e,
                   bound);
@@ -251,6 +255,10 @@ int main(void) {
     one("int4 group 64, 3 parts", I4, r3b, 3, 2048, 1, 64, false, false);
     one("int4 one group a row", I4, r1, 1, 544, 1, 544, false, false);
     one("int4 group 128, qkv fused, bias", I4, r3, 3, 1024, 1, 128, false, true);
+    /* rows enough that a streaming kernel's block walks several turns of its ring, the last
+     * one short (one warp a block: about 16 blocks an SM) */
+    int64_t rmany[] = {40003};
+    one("int4 group 128, 40,003 rows", I4, rmany, 1, 128, 1, 128, false, false);
     one("int4 act-order g_idx", I4, r1, 1, 1056, 1, 32, true, false);
     one("int4 act-order, a g_idx a part", I4, r3b, 3, 256, 1, 64, true, true);
     one("fp4 scales per 16 (nvfp4)", F4, r1, 1, 1024, 1, 16, false, false);

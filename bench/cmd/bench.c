@@ -527,10 +527,10 @@ int atlas_cli_bench(int argc, char **argv) {
                    "%4.0f   n=64: mma %4.0f  scratch %4.0f GB/s\n", prof.name[i], prof.m[i],
                    prof.k[i], prof.qfmt, prof.q_bc, prof.qgbps[0][i], prof.qgbps[1][i],
                    prof.qgbps[3][i], prof.qgbps[2][i], prof.qgbps[4][i]);
-        for (int c = 0; prof.qfmt && c < 2; c++) {
+        for (int c = 0; prof.qfmt && c < 3; c++) {
             printf("qgemv graph %-8s %d in one graph, us each (GB/s):", prof.name[1 + c],
                    prof.qchain_len[c]);
-            const char *vn[] = {"one-group", "x8", "w4", "w8"};
+            const char *vn[] = {"one-group", "x8", "s8", "s4", "sx8"};
             for (int v = 0; v < ATLAS_BENCH_QCHAINS; v++)
                 printf("  %s %.2f (%.0f)", vn[v], prof.qchain_us[v][c],
                        prof.qchain_us[v][c] > 0 ? prof.qchain_bytes[c] / prof.qchain_us[v][c] / 1e3

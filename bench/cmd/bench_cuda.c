@@ -362,11 +362,12 @@ static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len,
     return time_captured(cb, record_qgemvs, &c, len, us);
 }
 
-/* profile's qchain: the o and gate_up shapes, 8 weights each (more than L2 holds of o). */
+/* profile's qchain: the o, gate_up and down shapes, 8 weights each (more than L2 holds of o). */
 static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     enum { LEN = 8 };
-    static const int ngs[ATLAS_BENCH_QCHAINS] = {0, CUDA_QGEMV_X8, -4, -8};
-    for (int c = 0; c < 2; c++) {
+    static const int ngs[ATLAS_BENCH_QCHAINS] = {0, CUDA_QGEMV_X8, CUDA_QGEMV_S, CUDA_QGEMV_S4,
+                                                 CUDA_QGEMV_SX};
+    for (int c = 0; c < 3; c++) {
         atlas_weight *ws[LEN] = {0};
         atlas_status st = ATLAS_OK;
         int len = 0;

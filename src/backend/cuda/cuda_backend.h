@@ -111,6 +111,13 @@ enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QGEMV_BPS = 4 };
 /* cuda_qgemv1's ng for atlas_qgemv1x_int4: INT4 against x rounded to int8 (other formats and
  * act-order take the one-group kernel) */
 enum { CUDA_QGEMV_X8 = 1 << 30 };
+/* cuda_qgemv1's ng for the streaming kernels (kernels/quant.cu atlas_qgemv1s*: one wave of
+ * blocks spanning k, each row's codes and scales loaded rows ahead through a ring of register
+ * stages): S 8 stages (FP8, INT4, FP4), S4 4 stages, SX 8 stages with x rounded to int8
+ * (INT4). A weight they do not take (act-order, a scale group narrower than a load: INT4 and
+ * FP4 groups under 32 columns; more than 512 loads a row; a block that does not fit an SM)
+ * takes the one-group kernel. */
+enum { CUDA_QGEMV_S = 1 << 29, CUDA_QGEMV_S4, CUDA_QGEMV_SX, CUDA_QSTREAMS = 3 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -137,6 +144,10 @@ typedef struct cuda_fns {
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
+     * blocks an SM by warps a block (-1: the block does not fit) */
+    CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
+    int qgemv1s_bps[CUDA_QKINDS][CUDA_QSTREAMS][17];
     CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
@@ -385,8 +396,9 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 int cuda_qmma_max(const cuda_backend *cb);
 /* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
  * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng
- * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4.  Act-order weights always
- * take the one-group kernel. */
+ * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4; CUDA_QGEMV_S, _S4, _SX:
+ * the streaming kernels (atlas_qgemv1s*) where they take w.  Act-order weights always take
+ * the one-group kernel. */
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
                          int ng);
 /* ops_cuda.c: launches f on the backend's stream as every op does (PDL when it is on; an

@@ -91,6 +91,19 @@ atlas_status cuda_kv8_ready(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
+/* bps[w]: blocks of w warps an SM of streaming kernel f (-1: none fits; 1 where the driver
+ * cannot tell), asked here rather than at the launch, which a graph capture may record. */
+static atlas_status stream_occupancy(CUfunction f, int *bps) {
+    const atlas_driver *d = atlas_driver_get();
+    for (int w = 1; w <= 16; w++) {
+        int b = 1;
+        if (d->cuOccupancyMaxActiveBlocksPerMultiprocessor)
+            ATLAS_CU_TRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, &b, f, 32 * w, 0);
+        bps[w] = b > 0 ? b : -1;
+    }
+    return ATLAS_OK;
+}
+
 /* The quantized formats' kernels, loaded with the first quantized weight (a dense model never
  * loads their module: every lookup costs load time). */
 atlas_status cuda_quant_ready(cuda_backend *cb) {
@@ -108,6 +121,16 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
         if (q != CUDA_Q_INT4G) {
             snprintf(name, sizeof name, "atlas_qgemv1c_%s", qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1c[q]));
+        }
+        /* the streaming kernels: 8 stages of every format but act-order; 4 stages and
+         * int8 x of INT4 */
+        static const char *const snames[CUDA_QSTREAMS] = {"s", "s4", "sx"};
+        for (int i = 0; i < CUDA_QSTREAMS; i++) {
+            fn->qgemv1s[q][i] = NULL;
+            if (q == CUDA_Q_INT4G || (i > 0 && q != CUDA_Q_INT4)) continue;
+            snprintf(name, sizeof name, "atlas_qgemv1%s_%s", snames[i], qnames[q]);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1s[q][i]));
+            ATLAS_TRY(stream_occupancy(fn->qgemv1s[q][i], fn->qgemv1s_bps[q][i]));
         }
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));

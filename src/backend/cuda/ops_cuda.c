@@ -401,11 +401,40 @@ static cuda_qkind qkind_of(const atlas_weight *w) {
  * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
+/* The streaming kernel CUDA_QGEMV_S + v of w's kind with the 22 arguments a, where it takes
+ * w (*done: launched; else the caller launches another): one wave of blocks of 32 ceil(k /
+ * 32E) threads (E columns a load), blocks an SM from the occupancy (cuda_quant_ready asks
+ * it), no more blocks than rows (act: gate_up's row pairs, which a block keeps). */
+static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int v, bool act,
+                                   void **a, bool *done) {
+    cuda_qkind q = qkind_of(w);
+    CUfunction f = cb->mod.fn.qgemv1s[q][v];
+    int e_log2 = q == CUDA_Q_FP8 ? 4 : 5, m = (int)w->rows, k = (int)w->cols;
+    int warps = (k + (32 << e_log2) - 1) / (32 << e_log2);
+    *done = false;
+    if (!f || w->csh < e_log2 || warps > 16) return ATLAS_OK; /* one scale a load; 512 threads */
+    int bps = cb->mod.fn.qgemv1s_bps[q][v][warps];
+    if (bps <= 0) return ATLAS_OK;
+    long long units = act ? m / 2 : m;
+    long long wave = (long long)bps * atlas_host_properties(cb->dev.host)->sm_count;
+    *done = true;
+    return launch(cb, f, (unsigned)(units < wave ? units : wave), 1, 1, 32u * (unsigned)warps, 0,
+                  a);
+}
+
 /* A quantized one-row GEMV's 22 kernel arguments (atlas_qgemv1_<fmt>) launched with ng as
- * cuda_qgemv1 takes it; atlas_qgemv1c_<fmt> gets groups and ng after them. */
-static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void **a, int ng) {
+ * cuda_qgemv1 takes it (act: the swiglu tail's, a[20], is set); atlas_qgemv1c_<fmt> gets
+ * groups and ng after them. */
+static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void **a, int ng,
+                                 bool act) {
     cuda_qkind q = qkind_of(w);
     int m = (int)w->rows, groups = (m + 3) / 4;
+    if (ng >= CUDA_QGEMV_S && ng < CUDA_QGEMV_S + CUDA_QSTREAMS) {
+        bool done = false;
+        ATLAS_TRY(qstream_launch(cb, w, ng - CUDA_QGEMV_S, act, a, &done));
+        if (done) return ATLAS_OK;
+        ng = 0;
+    }
     if (ng == CUDA_QGEMV_X8 && q == CUDA_Q_INT4)
         return launch(cb, cb->mod.fn.qgemv1x, (unsigned)groups, 1, 1, 128, 0, a);
     if (ng == CUDA_QGEMV_X8) ng = 0;
@@ -446,7 +475,7 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs, &nw, &eps, &h, &resid, &act, &ga};
-    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng);
+    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng, tail == TAIL_SWIGLU);
 }
 
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
@@ -459,7 +488,7 @@ atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr ou
     cuda_glu_act ga = cuda_glu_of(cb, ATLAS_GLU_SILU);
     void *a[] = {&out, &x, &wp, &none, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs, &none, &eps, &none, &none, &none, &ga};
-    return qgemv_launch(cb, w, a, ng);
+    return qgemv_launch(cb, w, a, ng, false);
 }
 
 /* The most rows a quantized weight's tensor-core kernels take (more: the scratch copy). */
