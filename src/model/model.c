@@ -304,7 +304,8 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
                                                              : p->max_batch_tokens;
     ATLAS_TRY(load_kv(m, p));
-    return alloc_acts(m);
+    ATLAS_TRY(alloc_acts(m));
+    return m->be->ops->loaded ? m->be->ops->loaded(m->be) : ATLAS_OK;
 }
 
 static atlas_status load_all(atlas_model *m, const atlas_model_params *p,

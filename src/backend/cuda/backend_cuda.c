@@ -47,7 +47,9 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     kv->layer_elems = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
     size_t bytes = kv->layer_elems * 2 * (size_t)kv->es * (size_t)g->n_layers;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, "kv cache", &kv->base);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuMemsetD8, kv->base, 0, bytes);
+    /* in stream order after the allocation, on the load's stream: no host wait */
+    if (st == ATLAS_OK)
+        st = ATLAS_CU(cuMemsetD8Async, kv->base, 0, bytes, atlas_registry_stream(cb->mod.reg));
     if (st != ATLAS_OK) {
         char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
@@ -366,6 +368,7 @@ static const atlas_backend_ops cuda_ops = {
     .weight_free = cuda_weight_free,
     .weights_done = cuda_weights_done,
     .host_tier = cuda_host_tier,
+    .loaded = cuda_loaded,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
     .kv_save = cuda_kv_save,
@@ -492,8 +495,9 @@ static atlas_status rope_setup(cuda_backend *cb) {
     for (int i = 0; i < 3 * half; i++) inv_f[i] = (float)f[i];
     size_t bytes = (size_t)3 * half * sizeof(float);
     ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, bytes, "rope", &cb->mod.d_inv_freq));
-    ATLAS_CU_TRY(cuMemcpyHtoD, cb->mod.d_inv_freq, inv_f, bytes);
-    return ATLAS_OK;
+    /* through the staging pool on the copy stream, in stream order after the allocation (a
+     * plain cuMemcpyHtoD, on no stream of the pool's, would not be) */
+    return atlas_host_upload_copy(cb->dev.host, cb->mod.d_inv_freq, inv_f, bytes);
 }
 
 /* scales: the caller's geom.kv_scales (NULL: none), copied. */
