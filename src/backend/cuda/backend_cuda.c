@@ -335,7 +335,12 @@ static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h
 /* --- create / destroy ------------------------------------------------------------------------- */
 
 /* Every failure of the teardown goes to the registry (the graphs', the workspace's, the
- * frees' before), whose release reports them all with its own. */
+ * frees' before), whose release reports them all with its own.  What here may wait beyond
+ * the serving stream, on a release beside serving: cuMemFreeHost of the workspace's pinned
+ * buffers and the registry's cuModuleUnload may synchronise the device (the driver does not
+ * say); by then the model's unload has waited for the serving stream (its sync), so at most a
+ * load's copies in flight are waited for, bounded by the staging pool (32 x 16 MiB, about
+ * 10 ms at 55 GB/s).  Device memory itself is freed in stream order (registry.c). */
 static atlas_status cuda_destroy(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     if (!cb) return ATLAS_OK;
@@ -533,7 +538,10 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
     if (cb->dev.arch.clusters) cb->dev.cluster_ex = cuda_pdl_resolve(); /* cluster attention */
     cb->plan.skip_ops = skip_bits(o->skip_ops);
     cb->mod.want_lt = !o->no_cublaslt; /* read by cuda_ready */
-    /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
+    /* A load's kernel modules (cuModuleLoadData, and each kernel at cuModuleGetFunction where
+     * the driver loads them lazily) may need a context synchronise: on the loader thread that
+     * waits for the serving stream's queued steps, a step or two, and blocks no step.
+     * The kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
      * where made while the loader threads read they took 80-227 ms of a core the loaders
      * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
      * 2026-12-03) */
