@@ -13,7 +13,9 @@
 # every load starts from the page cache.  `--device cpu` serves the tiny fixtures
 # instead (tests/data/tiny-llama3 under three names): a smoke run of the script on a machine
 # without a GPU, its figures meaningless.  Knobs: REPS (5), STREAMS (4: A's streams),
-# MAX_TOKENS (128 a request), KV_GIB (8 a model), BUDGET_S (330: the whole script; the
+# MAX_TOKENS (128 a request), KV_GIB (8 a model), HOST_CACHE (0 GiB: every load reads the
+# files from the page cache; 40 puts B's and C's weights in the host tier, so that a load is
+# one stream of copies), BUDGET_S (330: the whole script; the
 # measuring stops in time and what it has is written).  About 2 minutes with the
 # checkpoints in /tmp, 5 with them made.  Results (4 files): $OUT/beside.md (the summary,
 # also printed), $OUT/beside.json, $OUT/beside-serve.log (the server's JSON log: each load,
@@ -27,6 +29,7 @@ REPS=${REPS:-5}
 STREAMS=${STREAMS:-4}
 MAX_TOKENS=${MAX_TOKENS:-128}
 KV_GIB=${KV_GIB:-8}
+HOST_CACHE=${HOST_CACHE:-0}
 BUDGET_S=${BUDGET_S:-330}
 PORT=${PORT:-18097}
 DEVICE=cuda
@@ -66,7 +69,8 @@ fi
 LEFT=$(( BUDGET_S - ($(date +%s) - T0) - 20 ))
 [ "$LEFT" -gt 30 ] || die "no time left to measure after making the checkpoints"
 "$B/atlas" serve --device "$DEVICE" --model a="$DIR_A" --model b="$DIR_B" --model c="$DIR_C" \
-  --max-resident 2 --kv-memory "$KV_GIB" --ctx-size 1024 --parallel "$STREAMS" \
+  --max-resident 2 --kv-memory "$KV_GIB" --host-cache "$HOST_CACHE" --ctx-size 1024 \
+  --parallel "$STREAMS" \
   --log-format json --port "$PORT" > "$OUT/beside-serve.log" 2>&1 &
 SRV=$!
 # the measure stops itself in time (--budget); timeout is the backstop: its TERM makes it
