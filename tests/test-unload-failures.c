@@ -16,6 +16,7 @@
 #include "atlas/engine.h"
 #include "atlas/model.h"
 #include "backend/backend.h"
+#include "backend/cuda/host.h"
 #include "backend/cuda/registry.h"
 #include "fake_cuda.h"
 #include "harness.h"
@@ -139,7 +140,16 @@ static void test_model(void) {
     /* a clean unload first: how many frees it makes, and that it leaves nothing */
     m = load_tiny();
     if (!m) return;
+    atlas_host *h = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    if (pools && h) { /* the load allocated on the copy stream, then handed the model over */
+        CHECK(stats().last_alloc_stream == atlas_host_copy_stream(h));
+        CHECK(stats().last_wait_stream == atlas_host_stream(h) &&
+              stats().last_wait_after == atlas_host_copy_stream(h));
+    }
     stage_one(m);
+    if (pools && h) /* serving: the workspace on the serving stream */
+        CHECK(stats().last_alloc_stream == atlas_host_stream(h));
     long allocs = stats().live_allocs - allocs0, modules = stats().live_modules;
     long hosts = stats().live_hosts - hosts0; /* the workspace's (the staging pool stays) */
     fake_cuda_disarm();

@@ -521,6 +521,10 @@ typedef struct atlas_backend_options {
                          sm_86's choices and shared memory (backend/cuda/arch.h) */
     unsigned skip_ops; /* ATLAS_SKIP_* bits: those ops are left out of every batch, to time
                           what the others cost inside a decode graph; the results are wrong */
+    int load;         /* made by a model's load, which calls the op `loaded` when it is over:
+                         until then the device memory is ordered on the load's side (the copy
+                         stream, beside the models serving); 0: on the serving stream from
+                         creation, as a backend used directly (tests, atlas bench) wants it */
 } atlas_backend_options;
 
 /* Creates the CUDA backend on the process host (ATLAS_ERR_NO_DEVICE when there is none,

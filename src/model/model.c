@@ -73,6 +73,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
         atlas_backend_options o = opts ? *opts : (atlas_backend_options){0};
         o.gpu = p->gpu;
         o.portable = o.portable || p->kernels == ATLAS_KERNELS_PORTABLE;
+        o.load = 1; /* load_weights ends with the op `loaded` */
         atlas_status st = atlas_backend_cuda_create(g, &o, &m->be);
         if (st == ATLAS_OK) {
             snprintf(m->backend_why, sizeof m->backend_why, "%s",

@@ -546,7 +546,10 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
      * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
      * 2026-12-03) */
     ATLAS_TRY(cuda_ready(cb));
-    return g->n_experts ? cuda_moe_ready(cb) : ATLAS_OK;
+    if (g->n_experts) ATLAS_TRY(cuda_moe_ready(cb));
+    /* no load to hand it over: what was made so far is ordered before the serving stream's
+     * work, and what comes later goes there */
+    return o->load ? ATLAS_OK : cuda_serving(cb);
 }
 
 atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
