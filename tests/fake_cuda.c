@@ -35,10 +35,14 @@ static struct {
     uintptr_t fail_on[FAKE_CU_CALLS][FK_MAX_ARMED]; /* handles; 0: none */
     long events;
     int streams;
-} fk = {.mu = PTHREAD_MUTEX_INITIALIZER, .device_count = 1};
+    int no_pools;                 /* fake_cuda_set_pools(0) */
+    long seq;                     /* orders frees and waits (fake_cuda_stats) */
+    CUstream recorded_on[1024];   /* the stream each event was last recorded on */
+} fk = {.mu = PTHREAD_MUTEX_INITIALIZER, .device_count = 1,
+        .st = {.pool_threshold = -1, .pool_internal_deps = -1}};
 
 static _Thread_local CUcontext fk_current;
-static char fk_ctx, fk_stream[2], fk_graph, fk_graph_exec;
+static char fk_ctx, fk_stream[2], fk_graph, fk_graph_exec, fk_pool;
 
 /* Counts a call of c (on handle h, 0 for none); 1 when the test picked it to fail. */
 static int fk_fails_locked(fake_cuda_call c, uintptr_t h) {
@@ -146,6 +150,7 @@ static CUresult f_dev_attr(int *v, CUdevice_attribute a, CUdevice d) {
     case ATLAS_CU_ATTR_MULTIPROCESSOR_COUNT: *v = 132; break;
     case ATLAS_CU_ATTR_L2_CACHE_SIZE: *v = 50 << 20; break;
     case ATLAS_CU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; break;
+    case ATLAS_CU_ATTR_MEMORY_POOLS_SUPPORTED: *v = !fk.no_pools; break;
     default: *v = 0;
     }
     return 0;
@@ -188,8 +193,17 @@ static CUresult f_stream_create(CUstream *s, unsigned int flags) {
     return 0;
 }
 static CUresult f_stream(CUstream s) { (void)s; return 0; }
+/* An event's slot in recorded_on: fake events are 0x1000 + 16 * n. */
+static size_t fk_event_slot(CUevent e) {
+    return ((uintptr_t)e - 0x1000) / 16 % (sizeof fk.recorded_on / sizeof fk.recorded_on[0]);
+}
 static CUresult f_stream_wait(CUstream s, CUevent e, unsigned int flags) {
-    (void)s, (void)e, (void)flags;
+    (void)flags;
+    pthread_mutex_lock(&fk.mu);
+    fk.st.last_wait_seq = ++fk.seq;
+    fk.st.last_wait_stream = s;
+    fk.st.last_wait_after = fk.recorded_on[fk_event_slot(e)];
+    pthread_mutex_unlock(&fk.mu);
     return 0;
 }
 static CUresult f_event_create(CUevent *e, unsigned int flags) {
@@ -199,7 +213,12 @@ static CUresult f_event_create(CUevent *e, unsigned int flags) {
     pthread_mutex_unlock(&fk.mu);
     return 0;
 }
-static CUresult f_event_record(CUevent e, CUstream s) { (void)e, (void)s; return 0; }
+static CUresult f_event_record(CUevent e, CUstream s) {
+    pthread_mutex_lock(&fk.mu);
+    fk.recorded_on[fk_event_slot(e)] = s;
+    pthread_mutex_unlock(&fk.mu);
+    return 0;
+}
 static CUresult f_event(CUevent e) { (void)e; return 0; }
 static CUresult f_event_destroy(CUevent e) {
     return fk_fails(FAKE_CU_EVENT_DESTROY, (uintptr_t)e) ? FAKE_CUDA_ILLEGAL_ADDRESS : 0;
@@ -223,6 +242,73 @@ static CUresult f_alloc(CUdeviceptr *p, size_t bytes) {
     return 0;
 }
 static CUresult f_free(CUdeviceptr p) { return fk_free(FAKE_CU_FREE, (uintptr_t)p, FK_DEVICE); }
+
+/* --- memory pools: one pool; every stream is idle, so an ordered free is done at once ------ */
+
+static CUresult f_pool_create(CUmemoryPool *pool, const ATLAS_CUMEMPOOLPROPS *props) {
+    if (props->allocType != ATLAS_CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != ATLAS_CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= fk.device_count)
+        return 1;
+    pthread_mutex_lock(&fk.mu);
+    fk.st.live_pools++;
+    pthread_mutex_unlock(&fk.mu);
+    *pool = (CUmemoryPool)&fk_pool;
+    return 0;
+}
+static CUresult f_pool_destroy(CUmemoryPool pool) {
+    if (pool != (CUmemoryPool)&fk_pool) return 1;
+    pthread_mutex_lock(&fk.mu);
+    fk.st.live_pools--;
+    pthread_mutex_unlock(&fk.mu);
+    return 0;
+}
+static CUresult f_pool_set(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    if (pool != (CUmemoryPool)&fk_pool) return 1;
+    pthread_mutex_lock(&fk.mu);
+    if (a == ATLAS_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        fk.st.pool_threshold = (long long)*(unsigned long long *)v;
+    if (a == ATLAS_CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+        fk.st.pool_internal_deps = *(int *)v;
+    pthread_mutex_unlock(&fk.mu);
+    return 0;
+}
+static CUresult f_pool_get(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    if (pool != (CUmemoryPool)&fk_pool) return 1;
+    pthread_mutex_lock(&fk.mu);
+    if (a == ATLAS_CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+        *(unsigned long long *)v = fk.st.live_bytes;
+    pthread_mutex_unlock(&fk.mu);
+    return 0;
+}
+static CUresult f_pool_trim(CUmemoryPool pool, size_t keep) {
+    (void)keep;
+    if (pool != (CUmemoryPool)&fk_pool) return 1;
+    pthread_mutex_lock(&fk.mu);
+    fk.st.pool_trims++;
+    pthread_mutex_unlock(&fk.mu);
+    return 0;
+}
+static CUresult f_alloc_async(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s) {
+    if (pool != (CUmemoryPool)&fk_pool || !s) return 1;
+    CUresult r = f_alloc(p, bytes);
+    pthread_mutex_lock(&fk.mu);
+    fk.st.pool_allocs += r == 0;
+    fk.st.last_alloc_stream = s;
+    pthread_mutex_unlock(&fk.mu);
+    return r;
+}
+static CUresult f_free_async(CUdeviceptr p, CUstream s) {
+    if (!s) return 1;
+    CUresult r = fk_free(FAKE_CU_FREE, (uintptr_t)p, FK_DEVICE);
+    pthread_mutex_lock(&fk.mu);
+    fk.st.last_free_seq = ++fk.seq;
+    if (!fk.st.first_free_seq) fk.st.first_free_seq = fk.st.last_free_seq;
+    fk.st.last_free_stream = s;
+    fk.st.pool_frees += r == 0;
+    pthread_mutex_unlock(&fk.mu);
+    return r;
+}
 static CUresult f_mem_info(size_t *free_b, size_t *total) {
     pthread_mutex_lock(&fk.mu);
     *free_b = FAKE_CUDA_TOTAL_MEM - fk.st.live_bytes;
@@ -416,6 +502,13 @@ atlas_driver fake_cuda_table(void) {
     d.cuMemsetD8 = f_memset8;
     d.cuMemsetD8Async = f_memset8_async;
     d.cuMemsetD32Async = f_memset32_async;
+    d.cuMemPoolCreate = f_pool_create;
+    d.cuMemPoolDestroy = f_pool_destroy;
+    d.cuMemPoolSetAttribute = f_pool_set;
+    d.cuMemPoolGetAttribute = f_pool_get;
+    d.cuMemPoolTrimTo = f_pool_trim;
+    d.cuMemAllocFromPoolAsync = f_alloc_async;
+    d.cuMemFreeAsync = f_free_async;
     d.cuMemHostAlloc = f_host_alloc;
     d.cuMemFreeHost = f_free_host;
     d.cuMemHostGetDevicePointer = f_host_dptr;
@@ -437,6 +530,7 @@ atlas_driver fake_cuda_table(void) {
 }
 
 void fake_cuda_set_unified(int on) { fk_unified = on; }
+void fake_cuda_set_pools(int on) { fk.no_pools = !on; }
 
 atlas_status fake_cuda_install(int device_count) {
     pthread_mutex_lock(&fk.mu);
@@ -507,6 +601,7 @@ void fake_cuda_disarm(void) {
     memset(fk.fail_on, 0, sizeof fk.fail_on);
     memset(fk.calls, 0, sizeof fk.calls);
     memset(fk.failed, 0, sizeof fk.failed);
+    fk.st.first_free_seq = 0;
     pthread_mutex_unlock(&fk.mu);
 }
 

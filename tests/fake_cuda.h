@@ -3,8 +3,10 @@
  * kernels and graphs do nothing.  The fake counts what is live (allocations and their bytes,
  * pinned buffers, modules), counts the calls of the functions a test can fail, and fails the
  * calls a test picks.  A module image "FAKEMOD:a,b" holds kernels a and b; an embedded fatbin
- * holds every kernel; any other image is CUDA_ERROR_INVALID_IMAGE.  All of it is safe to call
- * from any thread. */
+ * holds every kernel; any other image is CUDA_ERROR_INVALID_IMAGE.  It has memory pools
+ * (cuMemAllocFromPoolAsync and cuMemFreeAsync run at once, as if every stream were idle) unless
+ * fake_cuda_set_pools(0) says the device has none.  All of it is safe to call from any
+ * thread. */
 #ifndef ATLAS_TESTS_FAKE_CUDA_H
 #define ATLAS_TESTS_FAKE_CUDA_H
 
@@ -21,8 +23,8 @@
  * (as the real driver may); a failed cuMemAlloc or cuMemHostAlloc is out of memory, a failed
  * context retain too; the others fail with CUDA_ERROR_ILLEGAL_ADDRESS. */
 typedef enum fake_cuda_call {
-    FAKE_CU_ALLOC,          /* cuMemAlloc */
-    FAKE_CU_FREE,           /* cuMemFree */
+    FAKE_CU_ALLOC,          /* cuMemAlloc or cuMemAllocFromPoolAsync */
+    FAKE_CU_FREE,           /* cuMemFree or cuMemFreeAsync */
     FAKE_CU_FREE_HOST,      /* cuMemFreeHost */
     FAKE_CU_MODULE_UNLOAD,  /* cuModuleUnload */
     FAKE_CU_EVENT_DESTROY,  /* cuEventDestroy */
@@ -42,6 +44,17 @@ typedef struct fake_cuda_stats {
     long modules_loaded, modules_unloaded;
     long bad_copies;                  /* cuMemcpyHtoDAsync from memory that is not pinned */
     CUmodule last_module;             /* the last one loaded */
+    /* memory pools: pools made and not destroyed; the last pool's release threshold and
+     * whether it allows internal dependencies (-1 until set); stream-ordered allocations
+     * and frees that succeeded; trims */
+    long live_pools, pool_allocs, pool_frees, pool_trims;
+    long long pool_threshold;
+    int pool_internal_deps;
+    /* the order of stream-ordered frees and waits (a counter shared by both, from 1): the
+     * last cuStreamWaitEvent (the waiting stream and the stream its event was recorded on),
+     * the first cuMemFreeAsync since fake_cuda_disarm and the last one, and its stream */
+    long last_wait_seq, first_free_seq, last_free_seq;
+    CUstream last_wait_stream, last_wait_after, last_free_stream, last_alloc_stream;
 } fake_cuda_stats;
 
 /* The fake's driver table, and that table installed (atlas_driver_install_for_test, which
@@ -52,6 +65,10 @@ atlas_status fake_cuda_install(int device_count);
 /* Before the host is bound: the device says it is integrated and reads pageable host memory
  * through the host's page tables (GB10's unified memory); 0 (default): a discrete GPU. */
 void fake_cuda_set_unified(int on);
+/* Before the host is bound: 0 makes the device say it has no memory pools
+ * (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), so atlas falls back to cuMemAlloc/cuMemFree;
+ * 1 (default): it has them. */
+void fake_cuda_set_pools(int on);
 
 fake_cuda_stats fake_cuda_get_stats(void);
 

@@ -69,6 +69,9 @@ int main(void) {
     atlas_kv *kv = NULL;
     CHECK_OK(atlas_backend_cuda_create(&g, NULL, &be));
     if (be) CHECK_OK(be->ops->kv_create(be, NBLK, BS, &kv));
+    /* the cache's zeroing runs in stream order on the backend's stream: done before the
+     * plain cuMemcpyHtoD below (stream 0 does not wait for it) */
+    if (kv) CHECK_OK(be->ops->sync(be));
     if (!kv) {
         if (be) be->ops->destroy(be);
         return harness_finish();

@@ -1,8 +1,10 @@
 /* tests/test-registry.c — the host and the per-model registry through the fake driver
  * (tests/fake_cuda.h): CI has no GPU.  The fake counts contexts, modules and allocations
  * (backed by malloc, so that copies are real) and injects failures; tests/test-gpu-host.c
- * runs the same paths on a real GPU. */
+ * runs the same paths on a real GPU.  The registry's tests run with the fake's memory pools
+ * (stream-ordered allocation) and again, in a child, on a device without them. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,14 @@
 static void install_fake(int device_count) { CHECK_OK(fake_cuda_install(device_count)); }
 
 static fake_cuda_stats stats(void) { return fake_cuda_get_stats(); }
+
+/* Whether the device has memory pools (the fake's default), and the calls messages name. */
+static int pools = 1;
+static const char *free_call(void) { return pools ? "cuMemFreeAsync" : "cuMemFree"; }
+
+/* HAS of a+b. */
+#define HAS2(a, b) do { char want_[256]; snprintf(want_, sizeof want_, "%s%s", (a), (b)); \
+                        HAS(want_); } while (0)
 
 /* The thread's current context, through the driver as atlas sees it. */
 static CUcontext current(void) {
@@ -180,7 +190,8 @@ static void test_allocations(atlas_host *h) {
     CHECK(atlas_registry_alloc(r, (size_t)200 << 30, "layers.7.gate_up", &x) ==
           ATLAS_ERR_DEVICE_NOMEM);
     CHECK(x == 0);
-    HAS("for layers.7.gate_up: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+    HAS2(pools ? "for layers.7.gate_up: cuMemAllocFromPoolAsync" : "for layers.7.gate_up: cuMemAlloc",
+         " failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
     CHECK(atlas_registry_alloc_count(r) == 2);
 
     /* handles: release refused while another is live, and nothing is unloaded */
@@ -223,13 +234,15 @@ static void test_release_failures(atlas_host *h) {
     fake_cuda_fail_handle(FAKE_CU_FREE, a);
     fake_cuda_fail_handle(FAKE_CU_FREE, c);
     fake_cuda_fail_handle(FAKE_CU_MODULE_UNLOAD, (uintptr_t)attention);
-    fake_cuda_fail_next(FAKE_CU_SYNC);
+    fake_cuda_fail_next(FAKE_CU_SYNC); /* the context synchronise, made without pools only */
     atlas_status st = atlas_registry_release(r);
     CHECK(st == ATLAS_ERR_DEVICE);
-    HAS("registry release (3 allocation(s), 2 module(s)): 4 failure(s)");
-    HAS("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS");
-    HAS("cuMemFree 'embed_tokens' (64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
-    HAS("cuMemFree 'kv cache' (256 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS(pools ? "registry release (3 allocation(s), 2 module(s)): 3 failure(s)"
+              : "registry release (3 allocation(s), 2 module(s)): 4 failure(s)");
+    if (!pools) HAS("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS");
+    CHECK(fake_cuda_failed(FAKE_CU_SYNC) == !pools);
+    HAS2(free_call(), " 'embed_tokens' (64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS2(free_call(), " 'kv cache' (256 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
     HAS("cuModuleUnload 'attention': CUDA_ERROR_ILLEGAL_ADDRESS");
     CHECK(strstr(atlas_last_error(), "lm_head") == NULL); /* it was freed */
     CHECK(strstr(atlas_last_error(), "'norm'") == NULL);
@@ -252,9 +265,14 @@ static void test_release_many_failures(atlas_host *h) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
         CHECK_OK(atlas_registry_alloc(r, 16, name, &p[i]));
     }
-    fake_cuda_fail_next(FAKE_CU_SYNC); /* sync fails; frees of everything else work */
+    /* the context synchronise fails (without pools), or the last free (with them); every
+     * other free works */
+    if (pools) fake_cuda_fail_handle(FAKE_CU_FREE, p[39]);
+    else fake_cuda_fail_next(FAKE_CU_SYNC);
     CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
     HAS("1 failure(s)");
+    fake_cuda_disarm();
+    if (pools) CHECK(atlas_driver_get()->cuMemFree(p[39]) == 0);
     CHECK_OK(atlas_registry_create(h, &r));
     for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", i);
@@ -268,6 +286,86 @@ static void test_release_many_failures(atlas_host *h) {
     HAS("model.layers.3.self_attn");
     fake_cuda_disarm();
     for (int i = 0; i < 4; i++) CHECK(atlas_driver_get()->cuMemFree(p[i]) == 0);
+}
+
+/* Stream-ordered allocation: a registry allocates and frees on the copy stream while it
+ * loads, after the serving stream's work; on the serving stream once handed over; a release
+ * synchronises no context, frees in stream order and trims the pool. */
+static void test_pool_order(atlas_host *h) {
+    CUstream serving = atlas_host_stream(h), copy = atlas_host_copy_stream(h);
+    CHECK(atlas_host_pool(h) != NULL && serving != copy);
+    CHECK(stats().live_pools == 1 && stats().pool_threshold == 0 &&
+          stats().pool_internal_deps == 0);
+    fake_cuda_disarm();
+    long allocs0 = stats().pool_allocs, frees0 = stats().pool_frees;
+
+    /* a load: the copy stream waits for the serving stream (whose frees it may reuse) */
+    atlas_registry *r = NULL;
+    CHECK_OK(atlas_registry_create(h, &r));
+    if (!r) return;
+    CHECK(atlas_registry_stream(r) == copy);
+    CHECK(stats().last_wait_stream == copy && stats().last_wait_after == serving);
+    CUdeviceptr a = 0, b = 0, c = 0;
+    CHECK_OK(atlas_registry_alloc(r, 4096, "layers.0.qkv", &a));
+    CHECK_OK(atlas_registry_alloc(r, 8192, "kv cache", &b));
+    CHECK(stats().pool_allocs == allocs0 + 2 && stats().last_alloc_stream == copy);
+    /* a free while loading: on the copy stream, after a wait for the serving stream */
+    long wait0 = stats().last_wait_seq;
+    CHECK_OK(atlas_registry_free(r, a));
+    CHECK(stats().last_free_stream == copy && stats().pool_frees == frees0 + 1);
+    CHECK(stats().last_wait_seq > wait0 && stats().last_wait_seq < stats().last_free_seq);
+    CHECK(stats().last_wait_stream == copy && stats().last_wait_after == serving);
+
+    /* handed over: the serving stream waits for the load's work, and serves from now */
+    CHECK_OK(atlas_registry_set_stream(r, serving));
+    CHECK(atlas_registry_stream(r) == serving);
+    CHECK(stats().last_wait_stream == serving && stats().last_wait_after == copy);
+    wait0 = stats().last_wait_seq;
+    CHECK_OK(atlas_registry_alloc(r, 512, "workspace", &c));
+    CHECK(stats().last_alloc_stream == serving);
+    CHECK_OK(atlas_registry_free(r, c)); /* ordered after the serving stream's work: no wait */
+    CHECK(stats().last_free_stream == serving && stats().last_wait_seq == wait0);
+    CHECK_OK(atlas_registry_set_stream(r, serving)); /* again: nothing */
+    CHECK(stats().last_wait_seq == wait0);
+
+    /* the release: no context synchronise, ordered frees, the pool trimmed */
+    long trims0 = stats().pool_trims;
+    CHECK_OK(atlas_registry_alloc(r, 256, "activations", &c));
+    CHECK_OK(atlas_registry_release(r));
+    CHECK(fake_cuda_calls(FAKE_CU_SYNC) == 0);
+    CHECK(stats().pool_frees == frees0 + 4 && stats().last_free_stream == serving);
+    CHECK(stats().pool_trims == trims0 + 1);
+
+    /* a load that fails: released from the copy stream, after the serving stream's work */
+    CHECK_OK(atlas_registry_create(h, &r));
+    CHECK_OK(atlas_registry_alloc(r, 100, "embed_tokens", &a));
+    fake_cuda_disarm(); /* first_free_seq counts from here */
+    wait0 = stats().last_wait_seq;
+    CHECK_OK(atlas_registry_release(r));
+    CHECK(stats().last_free_stream == copy && stats().last_wait_seq > wait0 &&
+          stats().last_wait_seq < stats().first_free_seq);
+    CHECK(stats().last_wait_stream == copy && stats().last_wait_after == serving);
+    CHECK(fake_cuda_calls(FAKE_CU_SYNC) == 0 && stats().pool_trims == trims0 + 2);
+
+    /* memory info gives back what the pool holds first */
+    size_t free_b = 0, total = 0;
+    CHECK_OK(atlas_host_mem_info(h, &free_b, &total));
+    CHECK(stats().pool_trims == trims0 + 3 && free_b == total - stats().live_bytes);
+}
+
+/* A device without memory pools: the registry's paths with cuMemAlloc and cuMemFree. */
+static void scenario_no_pools(void) {
+    pools = 0;
+    fake_cuda_set_pools(0);
+    install_fake(1);
+    atlas_host *h = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    if (!h) return;
+    CHECK(atlas_host_pool(h) == NULL && stats().live_pools == 0);
+    test_allocations(h);
+    test_release_failures(h);
+    test_release_many_failures(h);
+    CHECK(stats().pool_allocs == 0 && stats().pool_frees == 0 && stats().live_bytes == 0);
 }
 
 /* Weight uploads through the pinned staging pool, packed and chunked. */
@@ -385,6 +483,7 @@ static void test_upload_queue(atlas_host *h) {
 int main(void) {
     harness_in_child("no device", scenario_no_device);
     harness_in_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
+    harness_in_child("no memory pools", scenario_no_pools);
 
     install_fake(2);
     atlas_host *h = NULL;
@@ -393,6 +492,7 @@ int main(void) {
     test_allocations(h);
     test_release_failures(h);
     test_release_many_failures(h);
+    test_pool_order(h);
     test_upload(h);
     test_upload_queue(h);
 

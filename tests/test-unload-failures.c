@@ -5,7 +5,9 @@
  * the registry's release, atlas_model_release and the engine's metrics report each one, and
  * that every other free still happened.  The model and engine
  * parts load tests/data/tiny-qwen3 onto the CUDA backend, so they need a build with kernels
- * (nothing is launched). */
+ * (nothing is launched).  It runs twice: with the fake's memory pools (stream-ordered
+ * cuMemAllocFromPoolAsync / cuMemFreeAsync) and, given --no-pools, without (cuMemAlloc /
+ * cuMemFree after a context synchronise). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "atlas/engine.h"
 #include "atlas/model.h"
 #include "backend/backend.h"
+#include "backend/cuda/host.h"
 #include "backend/cuda/registry.h"
 #include "fake_cuda.h"
 #include "harness.h"
@@ -35,6 +38,19 @@ static void arm(fake_cuda_call c, long a, long b) {
 #define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
                          atlas_last_error())
 
+/* The driver's free and allocation as the messages name them (main sets them). */
+static int pools = 1;
+static const char *FREE_CALL = "cuMemFreeAsync", *ALLOC_CALL = "cuMemAllocFromPoolAsync";
+
+/* HAS of "CALL" followed by rest. */
+static const char *with_call(const char *call, const char *rest) {
+    static char buf[4][256];
+    static int next;
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s%s", call, rest);
+    return b;
+}
+
 /* --- the registry: failed frees before the release are kept for its message --------------- */
 
 static void test_registry(atlas_host *h) {
@@ -53,7 +69,7 @@ static void test_registry(atlas_host *h) {
     arm(FAKE_CU_FREE, 1, 0);
     CHECK(atlas_registry_free(r, a) == ATLAS_ERR_DEVICE);
     HAS("freeing layers.0.qkv");
-    HAS("cuMemFree failed: CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS(with_call(FREE_CALL, " failed: CUDA_ERROR_ILLEGAL_ADDRESS"));
     CHECK(atlas_registry_alloc_count(r) == 2 && atlas_registry_alloc_bytes(r) == 384);
     /* a failure outside the registry's own memory (an event of the model's), kept */
     CHECK(atlas_registry_keep_cu(r, FAKE_CUDA_ILLEGAL_ADDRESS, "cuEventDestroy", "staging event",
@@ -68,9 +84,9 @@ static void test_registry(atlas_host *h) {
     CHECK(atlas_registry_release(r) == ATLAS_ERR_DEVICE);
     printf("registry: %s\n", atlas_last_error());
     HAS("registry release (2 allocation(s), 2 module(s)): 4 failure(s): ");
-    HAS("cuMemFree 'layers.0.qkv' (64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS (registry.c:");
+    HAS(with_call(FREE_CALL, " 'layers.0.qkv' (64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS (registry.c:"));
     HAS("cuEventDestroy 'staging event': CUDA_ERROR_ILLEGAL_ADDRESS (test-unload-failures.c:");
-    HAS("cuMemFree 'kv cache' (128 bytes): CUDA_ERROR_ILLEGAL_ADDRESS");
+    HAS(with_call(FREE_CALL, " 'kv cache' (128 bytes): CUDA_ERROR_ILLEGAL_ADDRESS"));
     HAS("cuModuleUnload 'gemv': CUDA_ERROR_ILLEGAL_ADDRESS");
     CHECK(strstr(atlas_last_error(), "argmax event") == NULL);
     CHECK(strstr(atlas_last_error(), "'activations'") == NULL); /* it was freed */
@@ -124,7 +140,16 @@ static void test_model(void) {
     /* a clean unload first: how many frees it makes, and that it leaves nothing */
     m = load_tiny();
     if (!m) return;
+    atlas_host *h = NULL;
+    CHECK_OK(atlas_host_get(0, &h));
+    if (pools && h) { /* the load allocated on the copy stream, then handed the model over */
+        CHECK(stats().last_alloc_stream == atlas_host_copy_stream(h));
+        CHECK(stats().last_wait_stream == atlas_host_stream(h) &&
+              stats().last_wait_after == atlas_host_copy_stream(h));
+    }
     stage_one(m);
+    if (pools && h) /* serving: the workspace on the serving stream */
+        CHECK(stats().last_alloc_stream == atlas_host_stream(h));
     long allocs = stats().live_allocs - allocs0, modules = stats().live_modules;
     long hosts = stats().live_hosts - hosts0; /* the workspace's (the staging pool stays) */
     fake_cuda_disarm();
@@ -135,6 +160,11 @@ static void test_model(void) {
               "%ld live", frees, allocs, stats().live_allocs - allocs0);
     CHECK(stats().live_modules == 0 && fake_cuda_calls(FAKE_CU_MODULE_UNLOAD) == modules);
     CHECK(host_frees == hosts && stats().live_hosts == hosts0 && events > 0);
+    /* with pools, nothing synchronised the device: stream-ordered frees, then the pool
+     * trimmed; without, the registry's release synchronised the context once */
+    CHECK_MSG(fake_cuda_calls(FAKE_CU_SYNC) == (pools ? 0 : 1), "%ld cuCtxSynchronize calls",
+              fake_cuda_calls(FAKE_CU_SYNC));
+    CHECK(!pools || (stats().pool_frees > 0 && stats().pool_trims > 0));
     printf("model: %ld allocations, %ld modules, %ld pinned buffers, %ld events\n", allocs,
            modules, hosts, events);
 
@@ -154,8 +184,8 @@ static void test_model(void) {
     CHECK(st == ATLAS_ERR_DEVICE);
     HAS("releasing model ");
     HAS("5 failure(s): ");
-    HAS("cuMemFree 'activations' (");
-    CHECK_MSG(count_of(msg, "cuMemFree '") == 2, "two cuMemFree failures in: %s", msg);
+    HAS(with_call(FREE_CALL, " 'activations' ("));
+    CHECK_MSG(count_of(msg, with_call(FREE_CALL, " '")) == 2, "two free failures in: %s", msg);
     CHECK_MSG(count_of(msg, "cuModuleUnload '") == 1, "one cuModuleUnload in: %s", msg);
     HAS("cuMemFreeHost '");
     HAS("cuEventDestroy '");
@@ -186,9 +216,9 @@ static void test_model(void) {
     CHECK(atlas_model_load_opts(harness_data_path("tiny-qwen3"), &p, &o, &m) ==
           ATLAS_ERR_DEVICE_NOMEM && !m);
     printf("failed load: %s\n", atlas_last_error());
-    HAS("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY");
+    HAS(with_call(ALLOC_CALL, " failed: CUDA_ERROR_OUT_OF_MEMORY"));
     HAS("; and then releasing model ");
-    HAS("1 failure(s): cuMemFree '");
+    HAS(with_call(pools ? "1 failure(s): cuMemFreeAsync" : "1 failure(s): cuMemFree", " '"));
     CHECK(fake_cuda_failed(FAKE_CU_ALLOC) == 1 && fake_cuda_failed(FAKE_CU_FREE) == 1);
     CHECK_MSG(stats().live_allocs == allocs0 + 1 && stats().live_modules == 0,
               "%ld allocations live, want the 1 that failed", stats().live_allocs - allocs0);
@@ -225,7 +255,7 @@ static void test_engine(void) {
     CHECK(atlas_engine_models(e, &ms, 1) == 1);
     CHECK(!ms.resident);
     CHECK_MSG(strstr(ms.last_error, "releasing: ") && strstr(ms.last_error, "1 failure(s)") &&
-              strstr(ms.last_error, "cuMemFree '"), "last_error: %s", ms.last_error);
+              strstr(ms.last_error, with_call(FREE_CALL, " '")), "last_error: %s", ms.last_error);
     printf("engine: %s\n", ms.last_error);
     CHECK(stats().live_allocs == allocs0 + 1); /* the one that failed; every other was freed */
     fake_cuda_disarm();
@@ -252,7 +282,13 @@ static void test_model(void) {
 static void test_engine(void) {}
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--no-pools")) {
+        pools = 0;
+        FREE_CALL = "cuMemFree";
+        ALLOC_CALL = "cuMemAlloc";
+        fake_cuda_set_pools(0);
+    }
     CHECK_OK(fake_cuda_install(1));
     atlas_host *h = NULL;
     CHECK_OK(atlas_host_get(0, &h));
@@ -261,5 +297,7 @@ int main(void) {
     test_model();
     test_engine();
     CHECK(stats().live_allocs == 0 && stats().live_modules == 0);
+    /* every device allocation went through the pool, or none did */
+    CHECK(stats().live_pools == pools && (stats().pool_allocs > 0) == pools);
     return harness_finish();
 }

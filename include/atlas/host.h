@@ -63,7 +63,9 @@ ATLAS_API const atlas_host_props *atlas_host_properties(const atlas_host *host);
 ATLAS_API atlas_status atlas_host_alloc_pinned(atlas_host *host, size_t bytes, void **out);
 ATLAS_API void atlas_host_free_pinned(atlas_host *host, void *p);
 
-/* Free and total device memory now (cuMemGetInfo), into the caller's two size_t. */
+/* Free and total device memory now (cuMemGetInfo), into the caller's two size_t; memory the
+ * process's allocator holds freed and unused is given back to the driver first, so it counts
+ * as free. */
 ATLAS_API atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes,
                                            size_t *total_bytes);
 

@@ -315,6 +315,11 @@ typedef struct atlas_backend_ops {
      * *off: why the backend keeps none on this device ("" when it may). */
     atlas_status (*host_tier)(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
                               int *hit, const char **off);
+    /* Optional (NULL: none): the model's load is over (its weights, KV cache and activations
+     * are made), called on the loading thread before the model is handed to the thread that
+     * serves it.  CUDA: what the load queued on the copy stream comes before the serving
+     * stream's work, and later allocations are ordered on the serving stream (registry.h). */
+    atlas_status (*loaded)(atlas_backend *be);
 
     /* The cache's element type is be->kv_size's (ATLAS_ERR_UNSUPPORTED for one the backend
      * does not have). */
@@ -519,6 +524,10 @@ typedef struct atlas_backend_options {
                          sm_86's choices and shared memory (backend/cuda/arch.h) */
     unsigned skip_ops; /* ATLAS_SKIP_* bits: those ops are left out of every batch, to time
                           what the others cost inside a decode graph; the results are wrong */
+    int load;         /* made by a model's load, which calls the op `loaded` when it is over:
+                         until then the device memory is ordered on the load's side (the copy
+                         stream, beside the models serving); 0: on the serving stream from
+                         creation, as a backend used directly (tests, atlas bench) wants it */
 } atlas_backend_options;
 
 /* Creates the CUDA backend on the process host (ATLAS_ERR_NO_DEVICE when there is none,

@@ -73,6 +73,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
         atlas_backend_options o = opts ? *opts : (atlas_backend_options){0};
         o.gpu = p->gpu;
         o.portable = o.portable || p->kernels == ATLAS_KERNELS_PORTABLE;
+        o.load = 1; /* load_weights ends with the op `loaded` */
         atlas_status st = atlas_backend_cuda_create(g, &o, &m->be);
         if (st == ATLAS_OK) {
             snprintf(m->backend_why, sizeof m->backend_why, "%s",
@@ -304,7 +305,8 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
                                                              : p->max_batch_tokens;
     ATLAS_TRY(load_kv(m, p));
-    return alloc_acts(m);
+    ATLAS_TRY(alloc_acts(m));
+    return m->be->ops->loaded ? m->be->ops->loaded(m->be) : ATLAS_OK;
 }
 
 static atlas_status load_all(atlas_model *m, const atlas_model_params *p,

@@ -265,6 +265,11 @@ static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s) {
     return 0;
 }
 static CUresult f_memset8(CUdeviceptr dst, unsigned char v, size_t n) { LOG("cuMemsetD8 %s %u %zu", nm(dst), v, n); return 0; }
+static CUresult f_memset8a(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+    (void)s;
+    LOG("cuMemsetD8Async %s %u %zu", nm(dst), v, n);
+    return 0;
+}
 static CUresult f_memset32a(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
     (void)s;
     LOG("cuMemsetD32Async %s %u %zu", nm(dst), v, n);
@@ -351,7 +356,7 @@ static void install(void) {
     d.cuMemHostAlloc = f_host_alloc; d.cuMemFreeHost = f_free_host; d.cuMemHostGetDevicePointer = f_host_devptr;
     d.cuModuleLoadData = f_module_load; d.cuModuleUnload = f_module_unload; d.cuModuleGetFunction = f_get_function;
     d.cuMemAlloc = f_alloc; d.cuMemFree = f_free; d.cuMemcpyHtoD = f_htod; d.cuMemsetD8 = f_memset8;
-    d.cuMemsetD32Async = f_memset32a; d.cuMemGetInfo = f_mem_info; d.cuLaunchKernel = f_launch;
+    d.cuMemsetD8Async = f_memset8a; d.cuMemsetD32Async = f_memset32a; d.cuMemGetInfo = f_mem_info; d.cuLaunchKernel = f_launch;
     d.cuMemcpyDtoHAsync = f_dtoh_async; d.cuStreamBeginCapture = f_begin; d.cuStreamEndCapture = f_end;
     d.cuGraphInstantiateWithFlags = f_inst; d.cuGraphLaunch = f_glaunch; d.cuGraphExecDestroy = f_gxdestroy;
     d.cuGraphDestroy = f_gdestroy;

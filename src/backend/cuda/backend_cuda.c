@@ -47,7 +47,9 @@ static atlas_status cuda_kv_create(atlas_backend *be, int n_blocks, int block_si
     kv->layer_elems = (size_t)n_blocks * block_size * g->n_kv_heads * g->head_dim;
     size_t bytes = kv->layer_elems * 2 * (size_t)kv->es * (size_t)g->n_layers;
     atlas_status st = atlas_registry_alloc(cb->mod.reg, bytes, "kv cache", &kv->base);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuMemsetD8, kv->base, 0, bytes);
+    /* in stream order after the allocation, on the load's stream: no host wait */
+    if (st == ATLAS_OK)
+        st = ATLAS_CU(cuMemsetD8Async, kv->base, 0, bytes, atlas_registry_stream(cb->mod.reg));
     if (st != ATLAS_OK) {
         char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
@@ -333,7 +335,12 @@ static atlas_status cuda_moe_experts(atlas_backend *be, void *out, const void *h
 /* --- create / destroy ------------------------------------------------------------------------- */
 
 /* Every failure of the teardown goes to the registry (the graphs', the workspace's, the
- * frees' before), whose release reports them all with its own. */
+ * frees' before), whose release reports them all with its own.  What here may wait beyond
+ * the serving stream, on a release beside serving: cuMemFreeHost of the workspace's pinned
+ * buffers and the registry's cuModuleUnload may synchronise the device (the driver does not
+ * say); by then the model's unload has waited for the serving stream (its sync), so at most a
+ * load's copies in flight are waited for, bounded by the staging pool (32 x 16 MiB, about
+ * 10 ms at 55 GB/s).  Device memory itself is freed in stream order (registry.c). */
 static atlas_status cuda_destroy(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     if (!cb) return ATLAS_OK;
@@ -366,6 +373,7 @@ static const atlas_backend_ops cuda_ops = {
     .weight_free = cuda_weight_free,
     .weights_done = cuda_weights_done,
     .host_tier = cuda_host_tier,
+    .loaded = cuda_loaded,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
     .kv_save = cuda_kv_save,
@@ -492,8 +500,9 @@ static atlas_status rope_setup(cuda_backend *cb) {
     for (int i = 0; i < 3 * half; i++) inv_f[i] = (float)f[i];
     size_t bytes = (size_t)3 * half * sizeof(float);
     ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, bytes, "rope", &cb->mod.d_inv_freq));
-    ATLAS_CU_TRY(cuMemcpyHtoD, cb->mod.d_inv_freq, inv_f, bytes);
-    return ATLAS_OK;
+    /* through the staging pool on the copy stream, in stream order after the allocation (a
+     * plain cuMemcpyHtoD, on no stream of the pool's, would not be) */
+    return atlas_host_upload_copy(cb->dev.host, cb->mod.d_inv_freq, inv_f, bytes);
 }
 
 /* scales: the caller's geom.kv_scales (NULL: none), copied. */
@@ -529,12 +538,18 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
     if (cb->dev.arch.clusters) cb->dev.cluster_ex = cuda_pdl_resolve(); /* cluster attention */
     cb->plan.skip_ops = skip_bits(o->skip_ops);
     cb->mod.want_lt = !o->no_cublaslt; /* read by cuda_ready */
-    /* the kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
+    /* A load's kernel modules (cuModuleLoadData, and each kernel at cuModuleGetFunction where
+     * the driver loads them lazily) may need a context synchronise: on the loader thread that
+     * waits for the serving stream's queued steps, a step or two, and blocks no step.
+     * The kernels and cuBLASLt are made here, before any weight is queued: 3-4 ms alone,
      * where made while the loader threads read they took 80-227 ms of a core the loaders
      * wanted; swaps 34.5-35.8 GB/s against 33.1-34.7 on the same machine (bench/RESULTS.md,
      * 2026-12-03) */
     ATLAS_TRY(cuda_ready(cb));
-    return g->n_experts ? cuda_moe_ready(cb) : ATLAS_OK;
+    if (g->n_experts) ATLAS_TRY(cuda_moe_ready(cb));
+    /* no load to hand it over: what was made so far is ordered before the serving stream's
+     * work, and what comes later goes there */
+    return o->load ? ATLAS_OK : cuda_serving(cb);
 }
 
 atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,

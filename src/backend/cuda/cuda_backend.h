@@ -443,6 +443,11 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
                               atlas_weight **out);
 void cuda_weight_free(atlas_backend *be, atlas_weight *w);
 atlas_status cuda_weights_done(atlas_backend *be);
+/* The load is over: the registry's stream becomes the serving stream (backend.h's loaded);
+ * the first op or batch does it where no load called it (tests, atlas bench).  Cheap once
+ * done. */
+atlas_status cuda_loaded(atlas_backend *be);
+atlas_status cuda_serving(cuda_backend *cb);
 atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
                             int *hit, const char **off);
 

@@ -25,6 +25,9 @@
  * has the same signature at 12.8 and 13.0). */
 #define ATLAS_DRIVER_ABI_VERSION 12080
 
+/* cuMemPoolCreate reads the whole CUmemPoolProps_v1 */
+_Static_assert(sizeof(ATLAS_CUMEMPOOLPROPS) == 88, "CUmemPoolProps_v1 is 88 bytes");
+
 typedef CUresult (*get_proc_fn)(const char *symbol, void **pfn, int cuda_version,
                                 unsigned long long flags, int *symbol_status);
 
@@ -77,6 +80,13 @@ static const driver_symbol driver_symbols[] = {
     SYM(cuMemsetD32, "cuMemsetD32_v2"),
     SYM(cuMemsetD8Async, "cuMemsetD8Async"),
     SYM(cuMemsetD32Async, "cuMemsetD32Async"),
+    SYM_OPT(cuMemPoolCreate, "cuMemPoolCreate"),
+    SYM_OPT(cuMemPoolDestroy, "cuMemPoolDestroy"),
+    SYM_OPT(cuMemPoolSetAttribute, "cuMemPoolSetAttribute"),
+    SYM_OPT(cuMemPoolGetAttribute, "cuMemPoolGetAttribute"),
+    SYM_OPT(cuMemPoolTrimTo, "cuMemPoolTrimTo"),
+    SYM_OPT(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"),
+    SYM_OPT(cuMemFreeAsync, "cuMemFreeAsync"),
     SYM(cuMemHostAlloc, "cuMemHostAlloc"),
     SYM(cuMemFreeHost, "cuMemFreeHost"),
     SYM(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),

@@ -39,6 +39,31 @@ typedef int CUdevice_attribute;
 typedef int CUfunction_attribute;
 typedef int CUstreamCaptureMode;
 typedef int CUstreamCaptureStatus;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef int CUmemPool_attribute;
+
+/* cuMemPoolCreate's description (CUmemPoolProps_v1, 88 bytes): atlas makes a pool of pinned
+ * device memory on one device, exportable by no handle; the rest stays zero. */
+typedef struct ATLAS_CUMEMPOOLPROPS {
+    int allocType;   /* CUmemAllocationType: 1 pinned */
+    int handleTypes; /* CUmemAllocationHandleType: 0 none */
+    struct {
+        int type; /* CUmemLocationType: 1 device */
+        int id;   /* the device's ordinal */
+    } location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} ATLAS_CUMEMPOOLPROPS;
+#define ATLAS_CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define ATLAS_CU_MEM_LOCATION_TYPE_DEVICE 1
+/* CUmemPool_attribute values (the threshold's value is a cuuint64_t, the others an int) */
+#define ATLAS_CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES 1
+#define ATLAS_CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC 2
+#define ATLAS_CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES 3
+#define ATLAS_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+#define ATLAS_CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
 
 /* cuMemcpy2D's description (CUDA_MEMCPY2D_v2): Height rows of WidthInBytes, each side with
  * its own pitch; a memory type is 1 host, 2 device. */
@@ -96,6 +121,7 @@ typedef struct ATLAS_CUDA_MEMCPY2D {
 #define ATLAS_CU_ATTR_PAGEABLE_MEMORY_ACCESS 88
 #define ATLAS_CU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
 #define ATLAS_CU_ATTR_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 100
+#define ATLAS_CU_ATTR_MEMORY_POOLS_SUPPORTED 115
 
 /* CUfunction_attribute values */
 #define ATLAS_CU_FUNC_ATTR_MAX_THREADS_PER_BLOCK 0
@@ -171,6 +197,17 @@ typedef struct atlas_driver {
     CUresult (*cuMemsetD32)(CUdeviceptr dst, unsigned int value, size_t count);
     CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t count, CUstream s);
     CUresult (*cuMemsetD32Async)(CUdeviceptr dst, unsigned int value, size_t count, CUstream s);
+
+    /* optional, all or none (CUDA 11.2): stream-ordered allocation from a memory pool, which
+     * never synchronises the device as cuMemFree does (registry.c) */
+    CUresult (*cuMemPoolCreate)(CUmemoryPool *pool, const ATLAS_CUMEMPOOLPROPS *props);
+    CUresult (*cuMemPoolDestroy)(CUmemoryPool pool);
+    CUresult (*cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*cuMemPoolTrimTo)(CUmemoryPool pool, size_t min_bytes_to_keep);
+    CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *ptr, size_t bytes, CUmemoryPool pool,
+                                        CUstream s);
+    CUresult (*cuMemFreeAsync)(CUdeviceptr ptr, CUstream s);
 
     /* pinned host memory */
     CUresult (*cuMemHostAlloc)(void **ptr, size_t bytes, unsigned int flags);

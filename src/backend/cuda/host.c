@@ -30,6 +30,7 @@ struct atlas_host {
     CUcontext ctx;
     CUstream stream;      /* kernels */
     CUstream copy_stream; /* weight uploads */
+    CUmemoryPool pool;    /* device memory in stream order; NULL: cuMemAlloc (host.h) */
     int ctx_retains;
 
     /* pinned staging pool, allocated on the first upload.  staging_lock serialises the
@@ -89,9 +90,44 @@ static atlas_status host_read_props(atlas_host *h, int ordinal) {
     return ATLAS_OK;
 }
 
+/* Makes the host's memory pool where the driver and the device have them; h->pool stays
+ * NULL (cuMemAlloc and cuMemFree) where they do not or it cannot be made as atlas wants it. */
+static void host_pool_init(atlas_host *h) {
+    const atlas_driver *d = atlas_driver_get();
+    int supported = 0;
+    if (!d->cuMemPoolCreate || !d->cuMemPoolDestroy || !d->cuMemPoolSetAttribute ||
+        !d->cuMemPoolTrimTo || !d->cuMemAllocFromPoolAsync || !d->cuMemFreeAsync ||
+        d->cuDeviceGetAttribute(&supported, ATLAS_CU_ATTR_MEMORY_POOLS_SUPPORTED, h->dev) !=
+            ATLAS_CUDA_SUCCESS || !supported)
+        return;
+    ATLAS_CUMEMPOOLPROPS props = {.allocType = ATLAS_CU_MEM_ALLOCATION_TYPE_PINNED,
+                                  .location = {ATLAS_CU_MEM_LOCATION_TYPE_DEVICE, h->dev}};
+    if (d->cuMemPoolCreate(&h->pool, &props) != ATLAS_CUDA_SUCCESS) {
+        h->pool = NULL;
+        return;
+    }
+    /* threshold 0: what is freed and unused goes back to the driver at every synchronise,
+     * so the pool never keeps a released model's memory from the next model or another
+     * process; the cost is that an allocation after it maps memory again, as cuMemAlloc
+     * does.  No internal dependencies: memory freed on the serving stream is reused by a
+     * load on the copy stream only in stream order (the registry makes the copy stream wait
+     * for the serving stream when a load begins), never by a wait the driver would add */
+    unsigned long long threshold = 0;
+    int internal = 0;
+    if (d->cuMemPoolSetAttribute(h->pool, ATLAS_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                 &threshold) != ATLAS_CUDA_SUCCESS ||
+        d->cuMemPoolSetAttribute(h->pool, ATLAS_CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                                 &internal) != ATLAS_CUDA_SUCCESS) {
+        d->cuMemPoolDestroy(h->pool);
+        h->pool = NULL;
+    }
+}
+
 /* Undoes a partial host_init so that a later call can try again. */
 static void host_undo(atlas_host *h) {
     const atlas_driver *d = atlas_driver_get();
+    if (h->pool) d->cuMemPoolDestroy(h->pool);
+    h->pool = NULL;
     if (h->copy_stream) d->cuStreamDestroy(h->copy_stream);
     if (h->stream) d->cuStreamDestroy(h->stream);
     if (h->ctx) {
@@ -126,6 +162,7 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
         host_undo(h);
         return st;
     }
+    host_pool_init(h);
     /* 32 x 16 MiB: 8 x 64 and 24 x 32 MiB measured the same (bench/RESULTS.md) */
     h->staging_count = ATLAS_HOST_STAGING_COUNT;
     h->staging_size = ATLAS_HOST_STAGING_BYTES;
@@ -172,6 +209,8 @@ atlas_status atlas_host_make_current(atlas_host *host) {
 
 atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes) {
     ATLAS_TRY(atlas_host_make_current(host));
+    /* what the pool holds unused is free for any model: given back before it is counted */
+    if (host->pool) ATLAS_CU_TRY(cuMemPoolTrimTo, host->pool, 0);
     return ATLAS_CU(cuMemGetInfo, free_bytes, total_bytes);
 }
 
@@ -198,6 +237,7 @@ CUcontext atlas_host_context(const atlas_host *host) { return host->ctx; }
 CUdevice atlas_host_device(const atlas_host *host) { return host->dev; }
 CUstream atlas_host_stream(const atlas_host *host) { return host->stream; }
 CUstream atlas_host_copy_stream(const atlas_host *host) { return host->copy_stream; }
+CUmemoryPool atlas_host_pool(const atlas_host *host) { return host->pool; }
 int atlas_host_context_retains(const atlas_host *host) { return host->ctx_retains; }
 
 /* --- staging pool ------------------------------------------------------------------------ */

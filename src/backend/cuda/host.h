@@ -20,6 +20,17 @@ CUstream atlas_host_stream(const atlas_host *host);
 /* The stream weight uploads run on, so that they overlap host-side copies. */
 CUstream atlas_host_copy_stream(const atlas_host *host);
 
+/* The pool device memory is allocated from in stream order (cuMemAllocFromPoolAsync,
+ * cuMemFreeAsync: neither synchronises the device, as cuMemFree does, so a release or a failed
+ * load beside serving does not stall the resident models' steps), or NULL where the driver
+ * or the device has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED): then the
+ * registry allocates with cuMemAlloc and frees with cuMemFree.  The host owns it: its release
+ * threshold is 0 (memory a release frees goes back to the driver at the next synchronise,
+ * and the registry trims it at once: device memory is back at its baseline after every
+ * release) and it inserts no dependency between streams of its own (a load's allocation
+ * never makes the copy stream wait for the serving stream, nor the other way round). */
+CUmemoryPool atlas_host_pool(const atlas_host *host);
+
 /* How many times the host retained the primary context: 1 for the life of the process
  * (tests check that model swaps never create a context). */
 int atlas_host_context_retains(const atlas_host *host);

@@ -17,6 +17,7 @@ static atlas_status exec_one(cuda_backend *cb, const cuda_cmd *c) {
 
 /* Inside a batch (deferring) the command waits in the queue for the next flush. */
 atlas_status cuda_submit(cuda_backend *cb, const cuda_cmd *c) {
+    ATLAS_TRY(cuda_serving(cb)); /* ops run on the serving stream: after the load's work */
     if (!cb->plan.deferring) return exec_one(cb, c);
     if (cb->plan.n_queue == cb->plan.cap_queue) {
         int cap = cb->plan.cap_queue ? cb->plan.cap_queue * 2 : 256;

@@ -35,6 +35,8 @@ typedef struct release_report {
 
 struct atlas_registry {
     atlas_host *host;
+    CUmemoryPool pool;     /* the host's (stream-ordered allocation); NULL: cuMemAlloc */
+    CUstream stream;       /* allocations and frees are ordered on it (registry.h) */
     int handles; /* the owner's + atlas_registry_ref's */
     registry_module *modules;
     int n_modules, cap_modules;
@@ -74,6 +76,19 @@ static char *registry_strdup(const char *s) {
     return p;
 }
 
+/* Makes `waiter` wait (on the device, not the host) for what is queued on `after` now. */
+static atlas_status registry_fence(atlas_registry *r, CUstream after, CUstream waiter) {
+    (void)r;
+    if (after == waiter) return ATLAS_OK;
+    CUevent ev = NULL;
+    ATLAS_CU_TRY(cuEventCreate, &ev, ATLAS_CU_EVENT_DISABLE_TIMING);
+    atlas_status st = ATLAS_CU(cuEventRecord, ev, after);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamWaitEvent, waiter, ev, 0);
+    /* destroyed at once: the driver keeps it until the wait has been satisfied */
+    atlas_status des = ATLAS_CU(cuEventDestroy, ev);
+    return st != ATLAS_OK ? st : des;
+}
+
 atlas_status atlas_registry_create(atlas_host *host, atlas_registry **out) {
     *out = NULL;
     ATLAS_TRY(atlas_host_make_current(host));
@@ -81,9 +96,31 @@ atlas_status atlas_registry_create(atlas_host *host, atlas_registry **out) {
     if (!r) return atlas_fail(ATLAS_ERR_NOMEM, "registry: out of host memory");
     r->host = host;
     r->handles = 1;
+    r->pool = atlas_host_pool(host);
+    r->stream = atlas_host_copy_stream(host);
+    /* a load allocates on the copy stream: what the serving stream freed before it (the
+     * model it replaces) is reused in stream order, instead of the pool mapping more memory
+     * beside memory whose free has not run yet */
+    atlas_status st = r->pool ? registry_fence(r, atlas_host_stream(host), r->stream)
+                              : ATLAS_OK;
+    if (st != ATLAS_OK) {
+        free(r);
+        return atlas_fail_wrap(st, "registry: ordering the load after the serving stream");
+    }
     *out = r;
     return ATLAS_OK;
 }
+
+atlas_status atlas_registry_set_stream(atlas_registry *r, CUstream stream) {
+    if (stream == r->stream) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(r->host));
+    /* the allocations made so far, and what was queued on them, come before stream's work */
+    if (r->pool) ATLAS_TRY(registry_fence(r, r->stream, stream));
+    r->stream = stream;
+    return ATLAS_OK;
+}
+
+CUstream atlas_registry_stream(const atlas_registry *r) { return r->stream; }
 
 static const registry_module *registry_find_module(const atlas_registry *r, const char *name) {
     for (int i = 0; i < r->n_modules; i++)
@@ -238,6 +275,34 @@ atlas_status atlas_registry_keep(atlas_registry *r, atlas_status st) {
 int atlas_registry_module_count(const atlas_registry *r) { return r->n_modules; }
 int atlas_registry_function_count(const atlas_registry *r) { return r->n_functions; }
 
+/* The driver's allocation: from the pool on r->stream, else cuMemAlloc; *call names it. */
+static CUresult registry_dev_alloc(atlas_registry *r, size_t bytes, CUdeviceptr *p,
+                                   const char **call) {
+    const atlas_driver *d = atlas_driver_get();
+    *call = r->pool ? "cuMemAllocFromPoolAsync" : "cuMemAlloc";
+    return r->pool ? d->cuMemAllocFromPoolAsync(p, bytes, r->pool, r->stream)
+                   : d->cuMemAlloc(p, bytes);
+}
+
+/* The driver's free of one allocation, reported into rep.  In stream order on r->stream:
+ * after the serving stream's work queued so far when that is another stream (a failed load,
+ * on the copy stream), since the model's kernels may read the memory until they end. */
+static atlas_status registry_dev_free(atlas_registry *r, const registry_alloc *a, bool fence) {
+    const atlas_driver *d = atlas_driver_get();
+    release_report *rep = &r->failed;
+    if (!r->pool)
+        return report_add(rep, d->cuMemFree(a->ptr), __FILE__, __LINE__, "cuMemFree", a->what,
+                          a->bytes);
+    CUstream serving = atlas_host_stream(r->host);
+    if (fence && r->stream != serving) {
+        atlas_status st = registry_fence(r, serving, r->stream);
+        /* not freed: the memory may still be read; it stays the pool's (reported) */
+        if (st != ATLAS_OK) return atlas_registry_keep(r, st);
+    }
+    return report_add(rep, d->cuMemFreeAsync(a->ptr, r->stream), __FILE__, __LINE__,
+                      "cuMemFreeAsync", a->what, a->bytes);
+}
+
 atlas_status atlas_registry_alloc(atlas_registry *r, size_t bytes, const char *what,
                                   CUdeviceptr *out) {
     *out = 0;
@@ -250,11 +315,17 @@ atlas_status atlas_registry_alloc(atlas_registry *r, size_t bytes, const char *w
     char *copy = registry_strdup(what);
     if (!copy) return atlas_fail(ATLAS_ERR_NOMEM, "registry: out of host memory");
     CUdeviceptr p = 0;
+    const char *call = r->pool ? "cuMemAllocFromPoolAsync (injected fault)"
+                               : "cuMemAlloc (injected fault)";
     /* a fault site (core/fault.h): the driver's out of memory, without asking the driver */
-    atlas_status st = ATLAS_FAULT_HERE() ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
-                                                          "cuMemAlloc (injected fault)",
-                                                          __FILE__, __LINE__)
-                                         : ATLAS_CU(cuMemAlloc, &p, bytes);
+    atlas_status st = ATLAS_FAULT_HERE()
+                          ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY, call, __FILE__,
+                                           __LINE__)
+                          : ATLAS_OK;
+    if (st == ATLAS_OK) {
+        CUresult res = registry_dev_alloc(r, bytes, &p, &call);
+        st = atlas_cu_check(res, call, __FILE__, __LINE__);
+    }
     if (st != ATLAS_OK) {
         free(copy);
         return atlas_fail_wrap(st, "registry: allocating %zu bytes of device memory for %s",
@@ -278,8 +349,7 @@ atlas_status atlas_registry_free(atlas_registry *r, CUdeviceptr ptr) {
     /* A failed free is not tried again (what the driver did with the memory is unknown: it
      * may even have been handed out again) and is dropped from the live list; it stays in
      * the release's report, since that memory did not come back. */
-    atlas_status st = report_add(&r->failed, atlas_driver_get()->cuMemFree(ptr), __FILE__,
-                                 __LINE__, "cuMemFree", a.what, a.bytes);
+    atlas_status st = registry_dev_free(r, &a, true);
     if (st != ATLAS_OK) st = atlas_fail_wrap(st, "registry: freeing %s", a.what);
     r->allocs[i] = r->allocs[--r->n_allocs];
     r->alloc_bytes -= a.bytes;
@@ -304,6 +374,40 @@ void atlas_registry_unref(atlas_registry *r) {
 
 int atlas_registry_handles(const atlas_registry *r) { return r->handles; }
 
+/* Release's frees in stream order: after the serving stream's work (the model's last
+ * kernels), on r->stream, then a wait for that stream alone (no device-wide synchronise: a
+ * load on the copy stream goes on), so that the modules may be unloaded and the pool gives
+ * the memory back to the driver now.  Every failure goes to r->failed. */
+static void registry_release_pool(atlas_registry *r) {
+    const atlas_driver *d = atlas_driver_get();
+    release_report *rep = &r->failed;
+    CUstream serving = atlas_host_stream(r->host);
+    atlas_status fenced = registry_fence(r, serving, r->stream);
+    if (fenced != ATLAS_OK) { /* the wait could not be queued: the host waits instead */
+        atlas_registry_keep(r, fenced);
+        report_add(rep, d->cuStreamSynchronize(serving), __FILE__, __LINE__,
+                   "cuStreamSynchronize", NULL, 0);
+    }
+    /* a failure frees the rest all the same: one bad pointer must not leak the model */
+    for (int i = r->n_allocs - 1; i >= 0; i--) registry_dev_free(r, &r->allocs[i], false);
+    /* the stream's wait covers the serving stream's work when fenced: both done after it */
+    CUevent ev = NULL;
+    CUresult res = d->cuEventCreate(&ev, ATLAS_CU_EVENT_DISABLE_TIMING);
+    if (res == ATLAS_CUDA_SUCCESS) res = d->cuEventRecord(ev, r->stream);
+    if (res == ATLAS_CUDA_SUCCESS) {
+        report_add(rep, d->cuEventSynchronize(ev), __FILE__, __LINE__, "cuEventSynchronize",
+                   NULL, 0);
+    } else {
+        report_add(rep, res, __FILE__, __LINE__, "cuEventRecord", NULL, 0);
+        report_add(rep, d->cuStreamSynchronize(r->stream), __FILE__, __LINE__,
+                   "cuStreamSynchronize", NULL, 0);
+    }
+    if (ev) report_add(rep, d->cuEventDestroy(ev), __FILE__, __LINE__, "cuEventDestroy", NULL, 0);
+    /* the frees have run and the host has seen it: the memory goes back to the driver */
+    report_add(rep, d->cuMemPoolTrimTo(r->pool, 0), __FILE__, __LINE__, "cuMemPoolTrimTo",
+               NULL, 0);
+}
+
 atlas_status atlas_registry_release(atlas_registry *r) {
     if (!r) return ATLAS_OK;
     if (r->handles > 1)
@@ -314,14 +418,16 @@ atlas_status atlas_registry_release(atlas_registry *r) {
     if (atlas_host_make_current(r->host) != ATLAS_OK)
         report_add(rep, d->cuCtxSetCurrent(atlas_host_context(r->host)), __FILE__, __LINE__,
                    "cuCtxSetCurrent", NULL, 0);
-    /* kernels still running may use the memory: wait for them first */
-    report_add(rep, d->cuCtxSynchronize(), __FILE__, __LINE__, "cuCtxSynchronize", NULL, 0);
-    /* a failure frees the rest all the same: one bad pointer must not leak the model */
-    for (int i = r->n_allocs - 1; i >= 0; i--) {
-        report_add(rep, d->cuMemFree(r->allocs[i].ptr), __FILE__, __LINE__, "cuMemFree",
-                   r->allocs[i].what, r->allocs[i].bytes);
-        free(r->allocs[i].what);
+    if (r->pool) {
+        registry_release_pool(r);
+    } else {
+        /* kernels still running may use the memory: wait for them first (cuMemFree would
+         * synchronise the device all the same) */
+        report_add(rep, d->cuCtxSynchronize(), __FILE__, __LINE__, "cuCtxSynchronize", NULL, 0);
+        /* a failure frees the rest all the same: one bad pointer must not leak the model */
+        for (int i = r->n_allocs - 1; i >= 0; i--) registry_dev_free(r, &r->allocs[i], false);
     }
+    for (int i = r->n_allocs - 1; i >= 0; i--) free(r->allocs[i].what);
     for (int i = r->n_modules - 1; i >= 0; i--) {
         report_add(rep, d->cuModuleUnload(r->modules[i].mod), __FILE__, __LINE__,
                    "cuModuleUnload", r->modules[i].name, 0);

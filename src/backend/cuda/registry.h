@@ -16,6 +16,16 @@
  * atlas_registry_load_module loads the fatbin (the driver picks the SASS for the device or
  * JIT-compiles the PTX) or, in a portable registry, the PTX (the driver compiles it).
  *
+ * Device memory: where the host has a memory pool (atlas_host_pool), allocations and frees
+ * are stream-ordered (cuMemAllocFromPoolAsync, cuMemFreeAsync) on the registry's stream: the
+ * host's copy stream from create on (the load's side: its copies are ordered after the
+ * allocations, and create makes that stream wait for the serving stream, whose frees it may
+ * then reuse), the serving stream once atlas_registry_set_stream hands the model over.  A
+ * free on the copy stream waits (on the device) for the serving stream's work queued so far,
+ * which may still read the memory.  Nothing here synchronises the device: a release or a
+ * failed load beside serving leaves the resident models' steps running.  Without a pool:
+ * cuMemAlloc and cuMemFree, and release synchronises the context first.
+ *
  * Not thread-safe: one registry is used by one thread at a time (the model's).  The host's
  * context must be current (atlas_host_make_current) on that thread. */
 #ifndef ATLAS_CUDA_REGISTRY_H
@@ -66,12 +76,22 @@ atlas_status atlas_registry_function(atlas_registry *r, const char *name, CUfunc
 int atlas_registry_module_count(const atlas_registry *r);
 int atlas_registry_function_count(const atlas_registry *r);
 
+/* The stream later allocations and frees are ordered on: the work queued on the current one
+ * so far (the load's allocations, copies and memsets) comes before `stream`'s later work (an
+ * event, waited for on the device).  Called once the load is over, on the loading thread,
+ * with the serving stream (atlas_host_stream), before another load can queue work on the copy
+ * stream.  Does nothing without a pool but note the stream. */
+atlas_status atlas_registry_set_stream(atlas_registry *r, CUstream stream);
+/* The stream allocations are ordered on now: a memset or copy into new memory goes there. */
+CUstream atlas_registry_stream(const atlas_registry *r);
+
 /* Allocates device memory owned by this registry; `what` (copied) names it in messages
  * ("layers.3.qkv", "kv cache").  ATLAS_ERR_DEVICE_NOMEM when the device is full. */
 atlas_status atlas_registry_alloc(atlas_registry *r, size_t bytes, const char *what,
                                   CUdeviceptr *out);
-/* Frees one allocation made by atlas_registry_alloc (0 does nothing).  ATLAS_ERR_INVALID
- * when ptr was not allocated here.  A failed cuMemFree is returned and kept: the allocation
+/* Frees one allocation made by atlas_registry_alloc (0 does nothing); with a pool, in stream
+ * order (the memory may be read until the work queued before on the serving stream ends).
+ * ATLAS_ERR_INVALID when ptr was not allocated here.  A failed free is returned and kept: the allocation
  * leaves the live list (never freed twice) and atlas_registry_release reports the failure
  * again with its own, as that memory did not come back; so a caller that cannot pass a
  * status on (the op table's void frees) loses nothing. */
@@ -100,11 +120,13 @@ void atlas_registry_unref(atlas_registry *r);
 int atlas_registry_handles(const atlas_registry *r);
 
 /* The owner's release: ATLAS_ERR_BUSY ("N other handle(s) live") and nothing changes while
- * other handles are live.  Otherwise synchronises the context, frees every allocation,
- * unloads every module and frees r — each one even when others failed.  The status is then
+ * other handles are live.  Otherwise frees every allocation (with a pool: in stream order
+ * after the serving stream's work, then waits for the registry's stream alone and trims the
+ * pool, so the memory is back with the driver on return; without one: after synchronising
+ * the context), unloads every module and frees r — each one even when others failed.  The status is then
  * the first failure's, counting the kept ones (atlas_registry_free, _keep) first, and the
  * message counts and lists every failure: "registry release (N allocation(s), M
- * module(s)): K failure(s): cuMemFree 'kv cache' (256 bytes): CUDA_ERROR_... (registry.c:
+ * module(s)): K failure(s): cuMemFreeAsync 'kv cache' (256 bytes): CUDA_ERROR_... (registry.c:
  * 123); ..." (bounded: "; and J more").  NULL: ATLAS_OK. */
 atlas_status atlas_registry_release(atlas_registry *r);
 

@@ -102,7 +102,7 @@ static atlas_status stage_grow(cuda_backend *cb, int n_tokens, int table) {
                            "batch"));
     /* argmax ids [ct], then atlas_argmax_wide's best [ct] (u64) and count [ct], zero */
     ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_ids, cuda_ids_bytes(ct), "argmax ids"));
-    ATLAS_CU_TRY(cuMemsetD8, cb->ws.d_ids, 0, cuda_ids_bytes(ct));
+    ATLAS_CU_TRY(cuMemsetD8Async, cb->ws.d_ids, 0, cuda_ids_bytes(ct), cb->dev.stream);
     size_t rope = (size_t)(1 + cb->base.geom.n_rope_sets) * ct *
                   (cb->base.geom.head_dim / 2) * 2 * sizeof(float); /* a table a set */
     ATLAS_TRY(cuda_realloc(cb, &cb->ws.d_rope, rope, "rope cos/sin"));
@@ -194,6 +194,7 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
     const atlas_backend_geom *g = &be->geom;
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     ATLAS_TRY(cuda_weights_done(be)); /* weights are on the device before use */
+    ATLAS_TRY(cuda_serving(cb));
     cb->plan.n_queue = 0; /* commands of an abandoned batch never ran */
     /* the staged block table's row length: the batch's rounded up to a power of two, so that
      * a decode graph (keyed by it) is replayed while sequences grow instead of captured again

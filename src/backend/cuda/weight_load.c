@@ -456,6 +456,17 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     return st;
 }
 
+atlas_status cuda_serving(cuda_backend *cb) {
+    if (atlas_registry_stream(cb->mod.reg) == cb->dev.stream) return ATLAS_OK;
+    return atlas_registry_set_stream(cb->mod.reg, cb->dev.stream);
+}
+
+atlas_status cuda_loaded(atlas_backend *be) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(atlas_host_make_current(cb->dev.host));
+    return cuda_serving(cb);
+}
+
 atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
                             int *hit, const char **off) {
     cuda_backend *cb = cuda_of(be);
