@@ -169,6 +169,8 @@ typedef struct atlas_residency_event {
                               "disk" (atlas_model_info.load_source); else NULL */
     const char *tier_off;  /* LOADED: why the host tier kept no copy of it on this GPU (an
                               integrated one); NULL or "" when it could */
+    const atlas_model_load_times *times; /* LOADED: when each step of the load ended
+                              (atlas_model_info.times), valid during the call; else NULL */
 } atlas_residency_event;
 
 typedef struct atlas_engine_params {

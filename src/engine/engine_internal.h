@@ -156,6 +156,7 @@ typedef struct eng_model {
     int kv_ident_set;
     const char *load_source; /* its last load's (atlas_model_info.load_source, static text) */
     const char *tier_off;    /* and why the host tier kept no copy ("": it could) */
+    atlas_model_load_times load_times; /* and when its steps ended (the LOADED event's) */
     seq **running;          /* [e->p.parallel], admission order */
     int n_running;
     int n_waiting;
