@@ -397,7 +397,7 @@ void atlas_engine_kv_host_share(atlas_engine *e, size_t coming) {
     atlas_host_tier_stats(&ts);
     /* a tier with no budget is one no load used (the CPU) or one off on this GPU: nothing
      * coming for it */
-    size_t held = ts.pinned + (ts.budget ? coming : 0), cap = e->p.host_cache;
+    size_t held = ts.pinned + ts.filling + (ts.budget ? coming : 0), cap = e->p.host_cache;
     atlas_kv_host_moved mv = {.dropped = atlas_kv_host_set_budget(e->kv_host,
                                                                   held < cap ? cap - held : 0)};
     atlas_engine_kv_host_count(e, &mv, 0);
