@@ -511,6 +511,19 @@ static void *warm_main(void *arg) {
     return NULL;
 }
 
+/* Whether model i is one load_at_start may load (whether it fits aside): its tokenizer and
+ * template are read from the engine's create on (atlas_engine_model.warm). */
+static void mark_warm(serve_args *a) {
+    bool chosen = false;
+    for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
+    bool by_memory = a->ep.max_resident == ATLAS_MAX_RESIDENT_AUTO;
+    for (int i = 0, n = 0; i < a->n_models && (by_memory || n < a->ep.max_resident); i++) {
+        if (chosen ? a->load[i] != 1 : a->load[i] == 0) continue;
+        a->models[i].warm = 1;
+        n++;
+    }
+}
+
 /* Loads the first models (as many as may be resident) before the server answers, each with
  * its progress and its line, its tokenizer and template read beside it; a model that fails
  * is said and left to load on demand (its requests then get the error, and a later one
@@ -704,6 +717,7 @@ int atlas_cli_serve(int argc, char **argv) {
     }
     a.ep.models = a.models;
     a.ep.n_models = a.n_models;
+    mark_warm(&a);
     /* The GPU's set-up (driver, context, staging, cuBLASLt: about half a second) on threads
      * of its own from here, beside the socket, the models' checks and the first load's file
      * work; whatever needs the host waits for it there.  With tensor parallelism the ranks
