@@ -87,6 +87,9 @@ static void scenario_start_missing(void) {
     atlas_host_times t;
     atlas_host_get_times(&t);
     CHECK(t.begin > 0 && t.context == 0 && t.streams == 0 && t.staging == 0);
+    atlas_host_start_wait(); /* both threads end: no driver, so no cuBLASLt either */
+    atlas_host_get_times(&t);
+    CHECK(t.cublaslt == 0 && t.driver == 0);
 }
 
 int main(void) {

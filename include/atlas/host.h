@@ -58,6 +58,11 @@ ATLAS_API atlas_status atlas_host_get(int ordinal, atlas_host **out);
  * Thread-safe; nothing to free. */
 ATLAS_API void atlas_host_start(int ordinal);
 
+/* Waits until atlas_host_start's threads have ended (at once if none runs): a process that
+ * exits early (a port in use, a bad model) calls it first, so that it does not unload the
+ * driver under them.  Thread-safe. */
+ATLAS_API void atlas_host_start_wait(void);
+
 /* When each part of the host's set-up ended, in milliseconds of CLOCK_MONOTONIC (clock_gettime's
  * clock; 0: not done, or a test's fake driver), for a start-up's log.  With atlas_host_start
  * the parts overlap: cuBLASLt's library and the staging pool are made beside the rest. */

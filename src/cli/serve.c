@@ -733,6 +733,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server *server = NULL;
     if (atlas_server_create(&a.sp, &server) != ATLAS_OK) {
         fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
+        atlas_host_start_wait(); /* exit only once the set-up's threads are done */
         release_args(&a);
         return 1;
     }
@@ -759,6 +760,7 @@ int atlas_cli_serve(int argc, char **argv) {
         atlas_server_stop(server);
         atlas_engine_free(engine);
         atlas_cli_progress_free(pg);
+        atlas_host_start_wait();
         release_args(&a);
         return 1;
     }
@@ -785,6 +787,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server_stop(server);
     atlas_engine_free(engine);
     atlas_cli_progress_free(pg);
+    atlas_host_start_wait(); /* a stop within the set-up's first second */
     release_args(&a);
     if (a.sp.log_format == ATLAS_LOG_TEXT) fprintf(stderr, "atlas serve: stopped\n");
     return 0;
