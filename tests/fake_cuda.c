@@ -360,6 +360,20 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t n) {
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return 0;
 }
+/* Likewise a copy not into a pinned buffer. */
+static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+    (void)s;
+    uintptr_t a = (uintptr_t)dst, b = a + n;
+    pthread_mutex_lock(&fk.mu);
+    int pinned = 0;
+    for (int i = 0; i < fk.n_objs; i++) {
+        const fk_obj *o = &fk.objs[i];
+        pinned |= o->kind == FK_HOST && o->p <= a && b <= o->p + o->bytes;
+    }
+    fk.st.bad_copies += !pinned;
+    pthread_mutex_unlock(&fk.mu);
+    return f_dtoh(dst, src, n);
+}
 static CUresult f_memset8(CUdeviceptr dst, unsigned char v, size_t n) {
     memset((void *)(uintptr_t)dst, v, n);
     return 0;
@@ -499,6 +513,7 @@ atlas_driver fake_cuda_table(void) {
     d.cuMemcpyHtoD = f_htod;
     d.cuMemcpyHtoDAsync = f_htod_async;
     d.cuMemcpyDtoH = f_dtoh;
+    d.cuMemcpyDtoHAsync = f_dtoh_async;
     d.cuMemsetD8 = f_memset8;
     d.cuMemsetD8Async = f_memset8_async;
     d.cuMemsetD32Async = f_memset32_async;

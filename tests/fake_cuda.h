@@ -42,7 +42,8 @@ typedef struct fake_cuda_stats {
     size_t live_bytes;                /* of the live allocations */
     long retains, releases;           /* primary context */
     long modules_loaded, modules_unloaded;
-    long bad_copies;                  /* cuMemcpyHtoDAsync from memory that is not pinned */
+    long bad_copies;                  /* cuMemcpyHtoDAsync from, or DtoHAsync into, memory
+                                         that is not pinned */
     CUmodule last_module;             /* the last one loaded */
     /* memory pools: pools made and not destroyed; the last pool's release threshold and
      * whether it allows internal dependencies (-1 until set); stream-ordered allocations

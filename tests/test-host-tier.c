@@ -1,8 +1,9 @@
 /* tests/test-host-tier.c — the host tier of released models' weights (backend/cuda/
  * host_tier.h) through the fake driver (tests/fake_cuda.h: "device" memory is host memory,
- * copies are memcpy; CI has no GPU).  A load's uploads fill an image in pinned memory as they
- * pass; a second load of the same key replays it and calls no fill (no file read), and the
- * device bytes are the same; a size that differs from the image's is an error and drops it;
+ * copies are memcpy; CI has no GPU).  A load's uploads go through staging and pin nothing;
+ * after it, the fill pins the image and copies the uploads back from the device; a second
+ * load of the same key replays it and calls no fill (no file read), and the device bytes are
+ * the same; a fill stopped by its model's release keeps nothing; a size that differs from the image's is an error and drops it;
  * the budget evicts least recently used whole entries and keeps their chunks for the next
  * fill; a fill out of room gives up and the load still lands; budget 0 and a GPU that shares
  * the host's memory (a child process, the host bound there as integrated) keep nothing.  With
@@ -55,6 +56,8 @@ static int load(atlas_host *h, uint64_t key, size_t budget, const size_t *sizes,
     atlas_tier_use *u = NULL;
     CHECK_OK(atlas_host_tier_open(h, key, budget, expect, &u));
     int hit = atlas_tier_use_hit(u);
+    atlas_tier_stats t0, t1;
+    atlas_host_tier_stats(&t0);
     CUdeviceptr d[8] = {0};
     for (int i = 0; i < n; i++) {
         CHECK_OK(ATLAS_CU(cuMemAlloc, &d[i], sizes[i]));
@@ -63,7 +66,9 @@ static int load(atlas_host *h, uint64_t key, size_t budget, const size_t *sizes,
     }
     atlas_status st = atlas_host_upload_wait(h);
     CHECK_OK(st);
-    atlas_tier_close(u, st == ATLAS_OK);
+    atlas_host_tier_stats(&t1);
+    CHECK_MSG(t1.pinned == t0.pinned, "the load pinned %zu bytes", t1.pinned - t0.pinned);
+    atlas_tier_fill_end(atlas_tier_close(h, u, st == ATLAS_OK), 1); /* the fill, waited for */
     for (int i = 0; i < n; i++) {
         CHECK_MSG(device_is(d[i], sizes[i], base + i), "upload %d of key %llu", i,
                   (unsigned long long)key);
@@ -103,7 +108,7 @@ static void test_tier(atlas_host *h) {
           ATLAS_ERR_INTERNAL);
     CHECK_MSG(strstr(atlas_last_error(), "recorded"), "%s", atlas_last_error());
     (void)atlas_host_upload_wait(h);
-    atlas_tier_close(u, 0);
+    CHECK(atlas_tier_close(h, u, 0) == NULL);
     atlas_driver_get()->cuMemFree(d);
     atlas_host_tier_stats(&ts);
     CHECK(ts.entries == 0 && ts.pinned == 4 * MIB); /* its chunks kept for the next fill */
@@ -138,7 +143,7 @@ static void test_tier(atlas_host *h) {
         CHECK_OK(atlas_tier_upload(h, v, dd[i], big[i], fill_pattern, &s, sizeof s));
     }
     CHECK_OK(atlas_host_upload_wait(h));
-    atlas_tier_close(v, 1);
+    CHECK(atlas_tier_close(h, v, 1) == NULL); /* given up: no fill goes on */
     for (int i = 0; i < 2; i++) {
         CHECK(device_is(dd[i], big[i], 60 + i));
         atlas_driver_get()->cuMemFree(dd[i]);
@@ -171,8 +176,28 @@ static void test_tier(atlas_host *h) {
     CHECK_OK(atlas_host_tier_open(h, 17, budget, 0, &r1));
     CHECK_OK(atlas_host_tier_open(h, 17, budget, 0, &r2));
     CHECK(atlas_tier_use_hit(r1) && atlas_tier_use_hit(r2));
-    atlas_tier_close(r1, 1);
-    atlas_tier_close(r2, 1);
+    CHECK(atlas_tier_close(h, r1, 1) == NULL && atlas_tier_close(h, r2, 1) == NULL);
+
+    /* a fill its model's release stops: whatever it reached, nothing half-kept, and its
+     * pinned chunks within the budget */
+    atlas_host_tier_stats(&t0);
+    CHECK_OK(atlas_host_tier_open(h, 18, budget, 0, &u));
+    CHECK(u && !atlas_tier_use_hit(u));
+    CUdeviceptr s1 = 0;
+    CHECK_OK(ATLAS_CU(cuMemAlloc, &s1, 5 * MIB));
+    int s18 = 90;
+    CHECK_OK(atlas_tier_upload(h, u, s1, 5 * MIB, fill_pattern, &s18, sizeof s18));
+    CHECK_OK(atlas_host_upload_wait(h));
+    atlas_tier_use *running = atlas_tier_close(h, u, 1);
+    CHECK(running != NULL);
+    atlas_tier_fill_end(running, 0);
+    atlas_driver_get()->cuMemFree(s1);
+    atlas_host_tier_stats(&ts);
+    CHECK_MSG((ts.entries == t0.entries && ts.held == t0.held) ||
+              (ts.entries == t0.entries + 1 && ts.held == t0.held + 5 * MIB),
+              "%d entries holding %zu bytes, before %d holding %zu", ts.entries, ts.held,
+              t0.entries, t0.held);
+    CHECK(ts.pinned <= budget && ts.abandoned == t0.abandoned);
 
     CHECK(fake_cuda_get_stats().bad_copies == 0);
 }
@@ -218,6 +243,24 @@ static void unified(void) {
 }
 
 #ifdef ATLAS_HAVE_KERNELS
+/* Waits (10 s at most) for a fill after the load to be kept: fills past `before`. */
+static void wait_fill(uint64_t before) {
+    atlas_tier_stats ts;
+    for (int i = 0; i < 1000; i++) {
+        atlas_host_tier_stats(&ts);
+        if (ts.fills > before) return;
+        struct timespec t = {0, 10 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    CHECK_MSG(0, "no fill kept after 10 s");
+}
+
+static uint64_t fills_now(void) {
+    atlas_tier_stats ts;
+    atlas_host_tier_stats(&ts);
+    return ts.fills;
+}
+
 static atlas_model *load_model(const char *dir, const char *want) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CUDA;
@@ -299,7 +342,9 @@ static void test_engine(const char *dir) {
     CHECK_OK(atlas_engine_create(&p, &e));
     if (e) {
         CHECK_OK(atlas_engine_load(e, "a"));
+        uint64_t f0 = fills_now();
         CHECK_OK(atlas_engine_load(e, "b"));
+        wait_fill(f0); /* b's image, filled after its load while it serves */
         CHECK_OK(atlas_engine_load(e, "a"));
         atlas_engine_metrics mt;
         atlas_engine_get_metrics(e, &mt);
@@ -326,8 +371,10 @@ static void test_model(void) {
     if (!harness_mkdtemp(dir, sizeof dir, "tier")) return;
     snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir);
     CHECK(harness_run(cmd, out, sizeof out) == 0);
-    atlas_model *m = load_model(dir, NULL); /* fills the image */
+    uint64_t f0 = fills_now();
+    atlas_model *m = load_model(dir, NULL); /* fills the image after the load */
     if (!m) return;
+    wait_fill(f0);
     size_t n = 0, n2 = 0;
     unsigned char *first = embed_bytes(m, &n);
     CHECK_OK(atlas_model_release(m));
@@ -340,8 +387,10 @@ static void test_model(void) {
         CHECK_OK(atlas_model_release(m));
     }
     rewrite_embedding(dir, 1); /* a new time: the files are read again */
+    f0 = fills_now();
     m = load_model(dir, NULL);
     if (m) {
+        wait_fill(f0); /* kept for test_engine's first load */
         unsigned char *changed = embed_bytes(m, &n2);
         CHECK(n2 == n && memcmp(first, changed, n) != 0);
         free(changed);
@@ -375,12 +424,31 @@ static void test_pinned(atlas_host *h) {
     atlas_error_clear();
 }
 
+/* After atlas_host_start: one context, the times in order, and the staging pool made by
+ * its thread (atlas_host_prepare_staging waits for it and makes no second one). */
+static void test_start(atlas_host *h) {
+    CHECK(atlas_host_context_retains(h) == 1);
+    CHECK_OK(atlas_host_prepare_staging(h));
+    CHECK(atlas_host_staging_bytes(h) == (size_t)ATLAS_HOST_STAGING_COUNT *
+                                             ATLAS_HOST_STAGING_BYTES);
+    atlas_host_start_wait(); /* cuBLASLt's thread too (it opens the real library, if any) */
+    atlas_host_times t;
+    atlas_host_get_times(&t);
+    CHECK(t.cublaslt >= t.begin);
+    CHECK_MSG(t.begin > 0 && t.begin <= t.context && t.context <= t.streams &&
+              t.streams <= t.staging, "begin %.3f, context %.3f, streams %.3f, staging %.3f",
+              t.begin, t.context, t.streams, t.staging);
+}
+
 int main(void) {
     harness_in_child("a GPU sharing the host's memory", unified);
     CHECK_OK(fake_cuda_install(1));
+    /* bound by atlas_host_start's threads, as `atlas serve` binds it */
+    atlas_host_start(0);
     atlas_host *h = NULL;
     CHECK_OK(atlas_host_get(0, &h));
     if (!h) return harness_finish();
+    test_start(h);
     test_tier(h);
     test_pinned(h);
     test_model();

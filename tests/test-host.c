@@ -74,10 +74,29 @@ static void scenario_not_a_driver(void) {
               atlas_host_unavailable_reason());
 }
 
+/* atlas_host_start with no driver: the set-up fails on its thread, and the next
+ * atlas_host_get says why on the caller's, as without it. */
+static void scenario_start_missing(void) {
+    const char *path = "/nonexistent/atlas-test/libcuda.so.1";
+    setenv("ATLAS_LIBCUDA", path, 1);
+    atlas_host_start(0);
+    atlas_host *h = (atlas_host *)&h;
+    atlas_status st = atlas_host_get(0, &h);
+    CHECK(st == ATLAS_ERR_NO_DEVICE && h == NULL);
+    CHECK_MSG(strstr(atlas_last_error(), path) != NULL, "%s", atlas_last_error());
+    atlas_host_times t;
+    atlas_host_get_times(&t);
+    CHECK(t.begin > 0 && t.context == 0 && t.streams == 0 && t.staging == 0);
+    atlas_host_start_wait(); /* both threads end: no driver, so no cuBLASLt either */
+    atlas_host_get_times(&t);
+    CHECK(t.cublaslt == 0 && t.driver == 0);
+}
+
 int main(void) {
     harness_in_child("default driver", scenario_default);
     harness_in_child("missing library", scenario_missing);
     harness_in_child("not a driver", scenario_not_a_driver);
+    harness_in_child("started with a missing library", scenario_start_missing);
 
     /* atlas_cu_check without a driver: still names the call, the code and where */
     atlas_status st = atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__);

@@ -43,10 +43,11 @@ for cache in 40 0; do
     --ctx-size 4096 --parallel 4 --host-cache "$cache" --port 18096 > "$OUT/hosttier-serve-$cache.log" 2>&1 &
   srv=$!
   for i in $(seq 1 120); do curl -sf localhost:18096/health > /dev/null && break; sleep 0.5; done
-  echo "host cache $cache GiB: $(python3 bench/gpu/hosttier.py http://localhost:18096 "$COPY_S" "$SWAPS")" |
+  fills=0; [ "$cache" != 0 ] && fills=1 # wait for each first load's image (filled after it)
+  echo "host cache $cache GiB: $(python3 bench/gpu/hosttier.py http://localhost:18096 "$COPY_S" "$SWAPS" "$fills")" |
     tee -a "$OUT/hosttier.json"
   curl -s localhost:18096/metrics | grep -E "^atlas_(model_load|host_tier|model_swap)" > "$OUT/hosttier-metrics-$cache.txt"
-  # the first two loads fill the images (and pay for the pinned chunks); the rest are swaps
+  # the first two loads (their images filled after them, beside serving); the rest are swaps
   grep -E "loaded in" "$OUT/hosttier-serve-$cache.log" | sed -n '1,2p;$p' 
   kill "$srv"; wait "$srv"
 done

@@ -117,6 +117,12 @@ typedef struct atlas_engine_model {
      * checked by atlas_engine_create; copied). */
     const int *matryoshka_dims;
     int n_matryoshka_dims;
+    /* 1: its tokenizer and chat template are read from atlas_engine_create on, on a thread
+     * of the engine's, beside the rest of the create (which may wait for the GPU's set-up,
+     * atlas_host_start) and the model's load, so that neither its load at start nor its
+     * first request waits for the parse (a 128k-token tokenizer.json takes a few hundred
+     * ms); a failure is left for the first use to report.  0 (default): read on first use. */
+    int warm;
 } atlas_engine_model;
 
 /* A keep-alive as Ollama takes it: a number of seconds, or a Go duration ("5m", "1h30m",
@@ -169,6 +175,8 @@ typedef struct atlas_residency_event {
                               "disk" (atlas_model_info.load_source); else NULL */
     const char *tier_off;  /* LOADED: why the host tier kept no copy of it on this GPU (an
                               integrated one); NULL or "" when it could */
+    const atlas_model_load_times *times; /* LOADED: when each step of the load ended
+                              (atlas_model_info.times), valid during the call; else NULL */
 } atlas_residency_event;
 
 typedef struct atlas_engine_params {

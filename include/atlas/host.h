@@ -48,6 +48,37 @@ typedef struct atlas_host_props {
  * does atlas_host_unavailable_reason()).  Thread-safe.  The host is never freed. */
 ATLAS_API atlas_status atlas_host_get(int ordinal, atlas_host **out);
 
+/* Starts binding the process to GPU `ordinal` on threads of its own and returns at once: the
+ * driver, cuInit, the primary context and the streams, then the pinned staging pool with its
+ * loader threads, and beside them cuBLASLt's library, which the first model load would
+ * otherwise make one after another.  A caller that needs the host meanwhile
+ * (atlas_host_get, a model load) waits for what it needs; a set-up that fails is tried again
+ * by the next atlas_host_get, which reports the error on its caller's thread as ever.  Call it
+ * first thing (`atlas serve` does, unless --device cpu), then do the load's file work.
+ * Thread-safe; nothing to free. */
+ATLAS_API void atlas_host_start(int ordinal);
+
+/* Waits until atlas_host_start's threads have ended (at once if none runs): a process that
+ * exits early (a port in use, a bad model) calls it first, so that it does not unload the
+ * driver under them.  Thread-safe. */
+ATLAS_API void atlas_host_start_wait(void);
+
+/* When each part of the host's set-up ended, in milliseconds of CLOCK_MONOTONIC (clock_gettime's
+ * clock; 0: not done, or a test's fake driver), for a start-up's log.  With atlas_host_start
+ * the parts overlap: cuBLASLt's library and the staging pool are made beside the rest. */
+typedef struct atlas_host_times {
+    double begin;    /* the set-up began (atlas_host_start, or the first atlas_host_get) */
+    double driver;   /* libcuda.so.1 opened and its entry points found */
+    double cuinit;   /* cuInit returned */
+    double context;  /* the primary context retained and current */
+    double streams;  /* the streams made: the host is bound */
+    double staging;  /* the pinned staging pool allocated and its loader threads started */
+    double cublaslt; /* cuBLASLt's library opened (or found absent) */
+} atlas_host_times;
+
+/* The process's set-up times so far, into *out.  Thread-safe. */
+ATLAS_API void atlas_host_get_times(atlas_host_times *out);
+
 /* Why the last atlas_host_get failed with ATLAS_ERR_NO_DEVICE ("" if it has not), e.g.
  * "libcuda.so.1: cannot open shared object file: No such file or directory".  A static
  * buffer, rewritten only by a failing atlas_host_get on another thread. */

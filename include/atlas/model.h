@@ -167,6 +167,22 @@ ATLAS_API int atlas_model_handles(const atlas_model *m);
  * cuModuleUnload 'gemm': ..." (bounded: "; and N more").  NULL returns ATLAS_OK. */
 ATLAS_API atlas_status atlas_model_release(atlas_model *m);
 
+/* When each step of a load ended, in milliseconds of CLOCK_MONOTONIC (clock_gettime's clock;
+ * 0: the load had no such step), for a start-up's log. */
+typedef struct atlas_model_load_times {
+    double begin;     /* atlas_model_load was called */
+    double config;    /* config.json read */
+    double files;     /* the checkpoint's files opened and their headers read */
+    double backend;   /* the backend made: on CUDA the host bound, the kernel modules loaded,
+                         cuBLASLt's handle made */
+    double weights;   /* every weight read from its file (or the host tier) and on the backend:
+                         the uploads waited for */
+    double kv;        /* the KV cache allocated */
+    double tokenizer; /* tokenizer.json parsed beside the weights (0: not loaded with the model,
+                         as in the engine, which keeps its own) */
+    double end;       /* the model ready */
+} atlas_model_load_times;
+
 /* What `atlas info` prints. Strings are owned by the model. */
 typedef struct atlas_model_info {
     const char *dir;
@@ -211,6 +227,7 @@ typedef struct atlas_model_info {
                                   the load read them (all of them for "host") */
     const char *host_tier;     /* why this load kept no copy in the host tier ("" when it did
                                   or none was asked for), e.g. on an integrated GPU */
+    atlas_model_load_times times; /* its load's steps */
     int queue_overlaps;        /* 1: atlas_model_forward_argmax_queue returns before the step
                                   is computed (the device reduces it), so a step queued ahead
                                   overlaps the host's work; 0: it computes the step then and

@@ -89,6 +89,9 @@ typedef struct atlas_server_params {
                                -1 (default): nowhere */
     atlas_log_format log_format; /* default ATLAS_LOG_TEXT */
     atlas_log_level log_level;   /* lines of this level and more severe (default INFO) */
+    double start_ms;        /* when the process started, in ms of CLOCK_MONOTONIC: the first
+                               answer to a request for a model is logged ("start: first answer
+                               ...") with the seconds since; 0 (default): no such line */
 } atlas_server_params;
 
 /* The defaults above.  Pure; thread-safe. */

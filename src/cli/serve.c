@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "atlas/engine.h"
+#include "atlas/host.h"
 #include "atlas/parallel.h"
 #include "atlas/server.h"
 #include "atlas/toolcall.h"
@@ -23,6 +24,7 @@
 #include "cli/progress.h"
 #include "cli/serve_preset.h"
 #include "cli/serve_usage.h"
+#include "cli/startup.h"
 
 enum { MAX_MODELS = 64 };
 
@@ -496,22 +498,38 @@ static bool fits_now(atlas_engine *engine, int i) {
 typedef struct warm_job {
     atlas_engine *engine;
     const char *name;
+    double *done;  /* when both were read (the start's log) */
 } warm_job;
 
 static void *warm_main(void *arg) {
     warm_job *w = arg;
     const atlas_tokenizer *tok;
     const atlas_template *tmpl;
-    if (atlas_engine_tokenizer(w->engine, w->name, &tok) == ATLAS_OK)
-        (void)atlas_engine_template(w->engine, w->name, &tmpl);
+    if (atlas_engine_tokenizer(w->engine, w->name, &tok) == ATLAS_OK &&
+        atlas_engine_template(w->engine, w->name, &tmpl) == ATLAS_OK)
+        *w->done = atlas_cli_now_ms();
     return NULL;
+}
+
+/* Whether model i is one load_at_start may load (whether it fits aside): its tokenizer and
+ * template are read from the engine's create on (atlas_engine_model.warm). */
+static void mark_warm(serve_args *a) {
+    bool chosen = false;
+    for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
+    bool by_memory = a->ep.max_resident == ATLAS_MAX_RESIDENT_AUTO;
+    for (int i = 0, n = 0; i < a->n_models && (by_memory || n < a->ep.max_resident); i++) {
+        if (chosen ? a->load[i] != 1 : a->load[i] == 0) continue;
+        a->models[i].warm = 1;
+        n++;
+    }
 }
 
 /* Loads the first models (as many as may be resident) before the server answers, each with
  * its progress and its line, its tokenizer and template read beside it; a model that fails
  * is said and left to load on demand (its requests then get the error, and a later one
  * retries). */
-static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg) {
+static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progress *pg,
+                          atlas_cli_startup *su) {
     bool chosen = false; /* the models file names which: those with "load": true */
     for (int i = 0; i < a->n_models; i++) chosen |= a->load[i] == 1;
     bool by_memory = a->ep.max_resident == ATLAS_MAX_RESIDENT_AUTO;
@@ -525,7 +543,7 @@ static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progres
         }
         n++;
         atlas_cli_progress_begin(pg, a->models[i].name);
-        warm_job w = {engine, a->models[i].name};
+        warm_job w = {engine, a->models[i].name, &su->tokenizer[i]};
         pthread_t warm;
         bool warming = pthread_create(&warm, NULL, warm_main, &w) == 0;
         atlas_status st = atlas_engine_load(engine, a->models[i].name);
@@ -550,11 +568,13 @@ static void load_at_start(serve_args *a, atlas_engine *engine, atlas_cli_progres
 typedef struct residency_log {
     pthread_mutex_t mu;
     atlas_server *server; /* NULL: no longer logged (the server is stopping) */
+    atlas_cli_startup *startup; /* the models' first loads' times, for the start's log */
 } residency_log;
 
 static void on_residency(void *user, const atlas_residency_event *ev) {
     residency_log *rl = user;
     pthread_mutex_lock(&rl->mu);
+    if (rl->startup) atlas_cli_startup_note(rl->startup, ev);
     if (rl->server) atlas_server_log_residency(rl->server, ev);
     pthread_mutex_unlock(&rl->mu);
 }
@@ -671,7 +691,9 @@ static void release_args(serve_args *a) {
 
 int atlas_cli_serve(int argc, char **argv) {
     static serve_args a; /* large; one per process */
+    static atlas_cli_startup su;
     memset(&a, 0, sizeof a);
+    su.t0 = atlas_cli_process_start_ms();
     a.ep = atlas_engine_default_params();
     a.ep.cpu_activations = ATLAS_CPU_ACT_AUTO;
     a.sp = atlas_server_default_params();
@@ -695,6 +717,15 @@ int atlas_cli_serve(int argc, char **argv) {
     }
     a.ep.models = a.models;
     a.ep.n_models = a.n_models;
+    mark_warm(&a);
+    /* The GPU's set-up (driver, context, staging, cuBLASLt: about half a second) on threads
+     * of its own from here, beside the socket, the models' checks and the first load's file
+     * work; whatever needs the host waits for it there.  With tensor parallelism the ranks
+     * bind their own. */
+    if (a.ep.device != ATLAS_DEVICE_CPU && a.tp == 1) atlas_host_start(a.ep.gpu);
+    a.sp.start_ms = su.t0;
+    su.n_models = a.n_models < ATLAS_CLI_STARTUP_MODELS ? a.n_models : ATLAS_CLI_STARTUP_MODELS;
+    for (int i = 0; i < su.n_models; i++) su.names[i] = a.models[i].name;
 
     raise_fd_limit(a.sp.max_connections);
     /* The socket first: a port in use or a host that does not resolve ends the start at
@@ -702,11 +733,13 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server *server = NULL;
     if (atlas_server_create(&a.sp, &server) != ATLAS_OK) {
         fprintf(stderr, "atlas serve: %s\n", atlas_last_error());
+        atlas_host_start_wait(); /* exit only once the set-up's threads are done */
         release_args(&a);
         return 1;
     }
     static residency_log rl = {.mu = PTHREAD_MUTEX_INITIALIZER};
     rl.server = server;
+    rl.startup = &su;
     a.ep.on_residency = on_residency;
     a.ep.on_residency_user = &rl;
     atlas_cli_progress *pg = atlas_cli_progress_new(stderr);
@@ -717,7 +750,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_status st = atlas_engine_create(&a.ep, &engine);
     if (st == ATLAS_OK) {
         check_models(&a, engine, server);
-        load_at_start(&a, engine, pg);
+        load_at_start(&a, engine, pg, &su);
     }
     atlas_cli_progress_mute(pg); /* stderr is the server's log from here on */
     if (st == ATLAS_OK) st = atlas_server_serve(server, engine);
@@ -727,6 +760,7 @@ int atlas_cli_serve(int argc, char **argv) {
         atlas_server_stop(server);
         atlas_engine_free(engine);
         atlas_cli_progress_free(pg);
+        atlas_host_start_wait();
         release_args(&a);
         return 1;
     }
@@ -737,7 +771,12 @@ int atlas_cli_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    double listening = atlas_cli_now_ms();
     print_banner(&a, engine, server);
+    pthread_mutex_lock(&rl.mu); /* loads from here on are not the start's */
+    rl.startup = NULL;
+    pthread_mutex_unlock(&rl.mu);
+    atlas_cli_startup_log(&su, server, listening);
 
     while (!stop_requested) {
         struct timespec ts = {0, 100 * 1000 * 1000};
@@ -748,6 +787,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_server_stop(server);
     atlas_engine_free(engine);
     atlas_cli_progress_free(pg);
+    atlas_host_start_wait(); /* a stop within the set-up's first second */
     release_args(&a);
     if (a.sp.log_format == ATLAS_LOG_TEXT) fprintf(stderr, "atlas serve: stopped\n");
     return 0;

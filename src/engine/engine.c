@@ -270,6 +270,8 @@ static void model_destroy(eng_model *md) {
 
 void atlas_engine_free(atlas_engine *e);
 
+static void *warm_main(void *arg);
+
 atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **out) {
     *out = NULL;
     ATLAS_TRY(params_check(p));
@@ -295,13 +297,17 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
     }
     e->n_models = p->n_models;
     e->load.model = e->load.victim = e->load.replaced = -1;
+    int warm = 0;
     for (int i = 0; i < p->n_models; i++) {
         atlas_status st = model_init(e, i, &p->models[i]);
         if (st != ATLAS_OK) {
             atlas_engine_free(e);
             return st;
         }
+        warm |= e->models[i].warm = p->models[i].warm != 0;
     }
+    /* before the pools, which may wait for the GPU's set-up */
+    if (warm) e->warm_started = pthread_create(&e->warm_thread, NULL, warm_main, e) == 0;
     atlas_status pst = atlas_engine_size_pools(e);
     if (pst != ATLAS_OK) {
         atlas_engine_free(e);
@@ -331,6 +337,7 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
 
 void atlas_engine_free(atlas_engine *e) {
     if (!e) return;
+    if (e->warm_started) pthread_join(e->warm_thread, NULL);
     if (e->thread_started) {
         pthread_mutex_lock(&e->mu);
         e->stop = 1;
@@ -351,6 +358,19 @@ void atlas_engine_free(atlas_engine *e) {
 }
 
 /* ---- lookups ---------------------------------------------------------------------------- */
+
+/* The tokenizers and templates of the models with warm, read in order (atlas_engine_model.warm);
+ * each is kept under tok_mu, so a request that needs one meanwhile waits for its parse. */
+static void *warm_main(void *arg) {
+    atlas_engine *e = arg;
+    for (int i = 0; i < e->n_models; i++) {
+        const atlas_template *t;
+        if (e->models[i].warm && atlas_engine_ensure_tokenizer(e, i) == ATLAS_OK)
+            (void)atlas_engine_template(e, e->models[i].name, &t);
+    }
+    atlas_error_clear(); /* a failure is the first use's to report */
+    return NULL;
+}
 
 static atlas_status find_model(const atlas_engine *e, const char *name, int *out) {
     for (int i = 0; name && i < e->n_models; i++)

@@ -156,6 +156,8 @@ typedef struct eng_model {
     int kv_ident_set;
     const char *load_source; /* its last load's (atlas_model_info.load_source, static text) */
     const char *tier_off;    /* and why the host tier kept no copy ("": it could) */
+    int warm;                /* atlas_engine_model.warm */
+    atlas_model_load_times load_times; /* and when its steps ended (the LOADED event's) */
     seq **running;          /* [e->p.parallel], admission order */
     int n_running;
     int n_waiting;
@@ -243,6 +245,8 @@ struct atlas_engine {
     int n_models;
     pthread_t thread;
     int thread_started;
+    pthread_t warm_thread;   /* reads the tokenizers and templates of models with warm */
+    int warm_started;
     pthread_mutex_t mu;
     pthread_cond_t wake;     /* the scheduler waits on it when idle */
     pthread_cond_t cmd_done; /* load/unload callers wait on it */

@@ -362,7 +362,8 @@ static void announce_loaded(atlas_engine *e) {
     atlas_residency_event ev = {.kind = ATLAS_RESIDENCY_LOADED, .model = md->name,
                                 .reason = ld->why, .seconds = md->last_load_s,
                                 .bytes = md->est_bytes, .beside = ld->beside,
-                                .source = md->load_source, .tier_off = md->tier_off};
+                                .source = md->load_source, .tier_off = md->tier_off,
+                                .times = &md->load_times};
     if (ld->replaced >= 0) {
         ev.other = e->models[ld->replaced].name, ev.swap_seconds = dt;
         e->metrics.swaps++;
@@ -396,7 +397,7 @@ void atlas_engine_kv_host_share(atlas_engine *e, size_t coming) {
     atlas_host_tier_stats(&ts);
     /* a tier with no budget is one no load used (the CPU) or one off on this GPU: nothing
      * coming for it */
-    size_t held = ts.pinned + (ts.budget ? coming : 0), cap = e->p.host_cache;
+    size_t held = ts.pinned + ts.filling + (ts.budget ? coming : 0), cap = e->p.host_cache;
     atlas_kv_host_moved mv = {.dropped = atlas_kv_host_set_budget(e->kv_host,
                                                                   held < cap ? cap - held : 0)};
     atlas_engine_kv_host_count(e, &mv, 0);
@@ -407,6 +408,7 @@ void atlas_engine_kv_host_share(atlas_engine *e, size_t coming) {
 static void count_source(atlas_engine *e, eng_model *md, const atlas_model_info *info) {
     md->load_source = info->load_source;
     md->tier_off = info->host_tier;
+    md->load_times = info->times;
     atlas_engine_metrics *x = &e->metrics;
     int host = !strcmp(info->load_source, "host"), cached = !strcmp(info->load_source,
                                                                      "page_cache");

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "atlas/tokenizer.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "format/layout.h"
@@ -137,6 +138,7 @@ typedef struct tok_job {
     atlas_tokenizer *tok; /* NULL after a failure */
     int32_t eos;
     atlas_status st;
+    double done_ms;       /* atlas_now_ms when parsed */
     char msg[1024]; /* the failure's message: atlas_last_error() is per thread */
 } tok_job;
 
@@ -145,6 +147,7 @@ static void *tok_job_run(void *arg) {
     j->st = atlas_tokenizer_load(j->dir, &j->tok);
     if (j->st == ATLAS_OK) j->st = atlas_tokenizer_set_vocab_size(j->tok, j->vocab_size);
     if (j->st == ATLAS_OK) {
+        j->done_ms = atlas_now_ms();
         j->eos = atlas_tokenizer_eos_id(j->tok);
     } else {
         snprintf(j->msg, sizeof j->msg, "%s", atlas_last_error());
@@ -229,6 +232,7 @@ static atlas_status set_kv_dtype(atlas_model *m, const atlas_model_params *p) {
 static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                  const atlas_backend_options *opts) {
     ATLAS_TRY(atlas_st_open_dir(m->dir, &m->st));
+    m->times.files = atlas_now_ms();
     const atlas_config *c = &m->cfg;
     double inv_freq[1024], inv_long[1024], inv_local[1024], attn_factor = 1.0;
     if (c->head_dim < 2 || c->head_dim / 2 > 1024)
@@ -275,6 +279,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     free(kv_scales);
     ATLAS_TRY(picked);
     ATLAS_TRY(set_kv_dtype(m, p));
+    m->times.backend = atlas_now_ms();
     if (c->n_experts && (!m->be->ops->moe_route || !m->be->ops->moe_experts))
         return atlas_fail(ATLAS_ERR_UNSUPPORTED, "%s: mixture-of-experts layers: not on the %s "
                           "backend yet; run with --device cpu", m->dir, m->be->ops->name);
@@ -293,6 +298,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
                                                &progress, &m->w);
     pthread_mutex_destroy(&progress.mu);
     ATLAS_TRY(st);
+    m->times.weights = atlas_now_ms();
     m->cfg.quant.kv_fp8_on = m->be->kv_size == 1;
     atlas_quant_config_str(&m->cfg.quant, m->quant_str, sizeof m->quant_str);
     atlas_weights_formats(m->w.groups, &m->cfg, m->formats, sizeof m->formats);
@@ -305,13 +311,16 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     m->mlp_chunk = p->mlp_chunk_tokens < p->max_batch_tokens ? p->mlp_chunk_tokens
                                                              : p->max_batch_tokens;
     ATLAS_TRY(load_kv(m, p));
+    m->times.kv = atlas_now_ms();
     ATLAS_TRY(alloc_acts(m));
     return m->be->ops->loaded ? m->be->ops->loaded(m->be) : ATLAS_OK;
 }
 
 static atlas_status load_all(atlas_model *m, const atlas_model_params *p,
                              const atlas_backend_options *opts) {
+    m->times.begin = atlas_now_ms();
     ATLAS_TRY(atlas_config_load(m->dir, &m->cfg));
+    m->times.config = atlas_now_ms();
     tok_job job = {.dir = m->dir, .vocab_size = (size_t)m->cfg.vocab_size, .eos = -1};
     pthread_t th;
     bool threaded = p->load_tokenizer && pthread_create(&th, NULL, tok_job_run, &job) == 0;
@@ -320,12 +329,14 @@ static atlas_status load_all(atlas_model *m, const atlas_model_params *p,
     if (threaded || job.st == ATLAS_OK) st = load_weights(m, p, opts); /* job.st: not while it runs */
     if (threaded) pthread_join(th, NULL);
     m->tok = job.tok; /* unload frees it when the weights failed */
+    m->times.tokenizer = job.done_ms;
     /* both failed: the tokenizer's error, as when it loaded first */
     if (job.st != ATLAS_OK) return atlas_fail(job.st, "%s", job.msg);
     if (st != ATLAS_OK) return st;
     if (job.eos >= 0) atlas_config_add_eos(&m->cfg, job.eos);
     m->n_eos = m->cfg.n_eos;
     for (int i = 0; i < m->n_eos; i++) m->eos[i] = m->cfg.eos_ids[i];
+    m->times.end = atlas_now_ms();
     return ATLAS_OK;
 }
 
@@ -478,6 +489,7 @@ void atlas_model_get_info(const atlas_model *m, atlas_model_info *info) {
     info->load_source = m->load_source ? m->load_source : "";
     info->load_cached_bytes = m->load_cached;
     info->host_tier = m->tier_off ? m->tier_off : "";
+    info->times = m->times;
 }
 
 const atlas_tokenizer *atlas_model_tokenizer(const atlas_model *m) { return m->tok; }

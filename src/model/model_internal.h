@@ -50,6 +50,7 @@ struct atlas_model {
     const char *load_source; /* atlas_model_info.load_source (static text) */
     size_t load_cached;   /* atlas_model_info.load_cached_bytes */
     const char *tier_off; /* atlas_model_info.host_tier (static text) */
+    atlas_model_load_times times; /* atlas_model_info.times */
     atlas_model_weights w;
     atlas_kv *kv;
     int kv_blocks, kv_block_size, max_batch_tokens, n_threads;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@ struct atlas_log {
     int fd;
     atlas_log_format format;
     atlas_log_level level;
+    double start_ms;   /* the process's start (CLOCK_MONOTONIC ms); 0: no first-answer line */
+    atomic_bool told;  /* the first answer was logged */
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -37,6 +40,21 @@ atlas_status atlas_log_create(int fd, atlas_log_format format, atlas_log_level l
 }
 
 void atlas_log_free(atlas_log *l) { free(l); }
+
+void atlas_log_set_start(atlas_log *l, double start_ms) {
+    if (l) l->start_ms = start_ms;
+}
+
+/* The process's start to its first answer, the end of a start-up (bench/gpu/start.sh reads
+ * it). */
+static void first_answer(atlas_log *l, const atlas_log_request *r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double s = (ts.tv_sec * 1e3 + ts.tv_nsec / 1e6 - l->start_ms) / 1e3;
+    json_t *o = json_pack("{s:f}", "since_start_s", round(s * 1e3) / 1e3);
+    atlas_log_fields(l, ATLAS_LOG_INFO, false, o, "start: first answer %.3f s after the process "
+                     "started (its request took %.1f ms)", s, r->total_ms);
+}
 
 bool atlas_log_enabled(const atlas_log *l, atlas_log_level level) {
     return l && l->fd >= 0 && level <= l->level;
@@ -190,6 +208,9 @@ static void clean(const atlas_log_request *r, clean_record *c) {
 #define TEXT_CAP(f) (4 * sizeof ((atlas_log_request *)0)->f + 3)
 
 void atlas_log_request_done(atlas_log *l, const atlas_log_request *r) {
+    if (l && l->start_ms > 0 && r->status >= 200 && r->status < 300 && r->model[0] &&
+        !atomic_exchange(&l->told, true))
+        first_answer(l, r);
     atlas_log_level level = level_of(r->status);
     if (!atlas_log_enabled(l, level)) return;
     clean_record c;

@@ -39,6 +39,10 @@ atlas_status atlas_log_create(int fd, atlas_log_format format, atlas_log_level l
                               atlas_log **out);
 void atlas_log_free(atlas_log *l);
 
+/* start_ms (atlas_server_params.start_ms, 0: none): the first 2xx answer to a request naming
+ * a model writes a line of its own, the seconds since, once. */
+void atlas_log_set_start(atlas_log *l, double start_ms);
+
 /* Whether a line of level would be written (l NULL: no). Any thread. */
 bool atlas_log_enabled(const atlas_log *l, atlas_log_level level);
 

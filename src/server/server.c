@@ -536,6 +536,7 @@ atlas_status atlas_server_create(const atlas_server_params *params, atlas_server
     atomic_init(&s->next_id, 1);
     atlas_server_metrics_init(&s->metrics);
     atlas_status st = atlas_log_create(p.log_fd, p.log_format, p.log_level, &s->log);
+    if (st == ATLAS_OK) atlas_log_set_start(s->log, p.start_ms);
     if (st == ATLAS_OK &&
         (!s->host || !s->cors || (p.api_key && *p.api_key && !s->api_key) ||
          (p.allowed_hosts && *p.allowed_hosts && !s->allowed_hosts)))

@@ -349,8 +349,9 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     if (cb->dev.host) atlas_host_make_current(cb->dev.host);
     if (cb->wt.load.tier) { /* a load that failed: its fill is dropped once its copies end */
         (void)atlas_host_upload_wait(cb->dev.host); /* the load's failure, reported already */
-        atlas_tier_close(cb->wt.load.tier, 0);
+        atlas_tier_close(cb->dev.host, cb->wt.load.tier, 0);
     }
+    atlas_tier_fill_end(cb->wt.load.tier_fill, 0); /* a model with no weight freed */
     cuda_plan_release(cb);
     atlas_registry_keep(reg, cuda_lt_free(cb->mod.lt));
     cuda_workspace_release(cb);

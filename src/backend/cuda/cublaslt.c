@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 typedef int lt_status;
@@ -69,12 +71,18 @@ static atlas_status lt_library(void **out) {
         const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
         for (size_t i = 0; i < 3 && !lt_lib; i++) lt_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!lt_lib) snprintf(lt_lib_error, sizeof lt_lib_error, "%s", dlerror());
+        atlas_host_mark_cublaslt(atlas_now_ms()); /* for the start's log (atlas_host_times) */
     }
     *out = lt_lib;
     atlas_status st = lt_lib ? ATLAS_OK
                              : atlas_fail(ATLAS_ERR_NOT_FOUND, "cuBLASLt: %s", lt_lib_error);
     pthread_mutex_unlock(&lt_lib_lock);
     return st;
+}
+
+atlas_status cuda_lt_open_library(void) {
+    void *dl;
+    return lt_library(&dl);
 }
 
 atlas_status cuda_lt_create(cuda_lt **out) {

@@ -166,6 +166,8 @@ typedef struct cuda_load {
                                  flight (wait before freeing one) */
     struct atlas_tier_use *tier; /* this load's use of the host tier (host_tier.h), until
                                     weights_done or destroy; NULL: none */
+    struct atlas_tier_use *tier_fill; /* the image's fill after the load (atlas_tier_close),
+                                    ended before the first weight is freed; NULL: none */
 } cuda_load;
 
 /* The most sources weight_load fuses into one queued upload (qkv: 3). */
@@ -489,6 +491,9 @@ void cuda_workspace_release(cuda_backend *cb);
 
 /* cublaslt.c (optional; every function is safe with lt NULL). */
 atlas_status cuda_lt_create(cuda_lt **out); /* ATLAS_ERR_NOT_FOUND when absent */
+/* Opens the library once for the process (what cuda_lt_create would at the first load: 100-300
+ * ms), so that atlas_host_start can do it beside the first load; ATLAS_ERR_NOT_FOUND. */
+atlas_status cuda_lt_open_library(void);
 atlas_status cuda_lt_free(cuda_lt *lt); /* ATLAS_ERR_DEVICE when cublasLtDestroy fails */
 /* out[n, m] (fp32, or bf16 with out_bf16) = a[n, k] (bf16) @ w[m, k]^T (bf16) on stream. */
 atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,

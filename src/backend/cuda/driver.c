@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+
 /* The oldest driver atlas accepts: the kernels are built by the nvcc whose version
  * cmake/kernels.cmake passes in (a driver older than that toolkit cannot load its fatbins);
  * without kernels, CUDA 12.0 (the ABI this table mirrors). */
@@ -118,6 +120,7 @@ static int driver_ver;
 static atlas_status driver_status;   /* outcome of the attempt */
 static char driver_reason[512];      /* why it failed */
 static void *driver_lib;             /* never closed: the table points into it */
+static double driver_t_loaded, driver_t_init; /* atlas_now_ms when opened and after cuInit */
 
 /* POSIX guarantees that a dlsym'd void * converts to a function pointer. */
 static void driver_set_field(const driver_symbol *s, void *fn) {
@@ -174,7 +177,9 @@ static atlas_status driver_open(void) {
         driver_set_field(s, fn);
     }
     driver_ver = version;
+    driver_t_loaded = atlas_now_ms();
     CUresult res = driver_table.cuInit(0);
+    driver_t_init = atlas_now_ms();
     if (res != ATLAS_CUDA_SUCCESS) {
         const char *name = NULL;
         if (driver_table.cuGetErrorName(res, &name) != ATLAS_CUDA_SUCCESS || !name)
@@ -203,6 +208,13 @@ atlas_status atlas_driver_load(const atlas_driver **out) {
 const atlas_driver *atlas_driver_get(void) { return driver_loaded; }
 
 int atlas_driver_version(void) { return driver_loaded ? driver_ver : 0; }
+
+void atlas_driver_times(double *loaded, double *init) {
+    pthread_mutex_lock(&driver_lock);
+    *loaded = driver_t_loaded;
+    *init = driver_t_init;
+    pthread_mutex_unlock(&driver_lock);
+}
 
 atlas_status atlas_driver_install_for_test(const atlas_driver *fake, int version) {
     pthread_mutex_lock(&driver_lock);

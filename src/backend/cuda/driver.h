@@ -253,6 +253,10 @@ const atlas_driver *atlas_driver_get(void);
 /* The driver's version (e.g. 13000), 0 before a successful load. */
 int atlas_driver_version(void);
 
+/* When the driver was opened (its entry points found) and when its cuInit returned, in
+ * atlas_now_ms (0: not yet, or a fake driver installed). */
+void atlas_driver_times(double *loaded, double *init);
+
 /* Tests only: makes `fake` (copied) the driver table, as if libcuda had been loaded, with
  * version `version`.  Must precede every other use of the driver (ATLAS_ERR_INVALID after);
  * NULL entries in `fake` are programmer errors when called.  The one place a fake is used:

@@ -65,6 +65,30 @@ static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER,
 static int host_bound;
 static char host_reason[512];
 static _Thread_local CUcontext thread_ctx;
+/* when each part of binding ended (atlas_host_times), under its own lock: the staging pool's
+ * is written under staging_lock, the others under host_lock */
+static pthread_mutex_t times_lock = PTHREAD_MUTEX_INITIALIZER;
+static atlas_host_times host_times;
+
+static void host_mark(double *field, double t) {
+    pthread_mutex_lock(&times_lock);
+    if (field == &host_times.begin && host_times.begin) t = host_times.begin; /* the first */
+    *field = t;
+    pthread_mutex_unlock(&times_lock);
+}
+
+void atlas_host_mark_begin(void) { host_mark(&host_times.begin, atlas_now_ms()); }
+void atlas_host_mark_cublaslt(double t) { host_mark(&host_times.cublaslt, t); }
+
+void atlas_host_get_times(atlas_host_times *out) {
+    double loaded, init;
+    atlas_driver_times(&loaded, &init);
+    pthread_mutex_lock(&times_lock);
+    *out = host_times;
+    pthread_mutex_unlock(&times_lock);
+    out->driver = loaded;
+    out->cuinit = init;
+}
 
 static atlas_status host_attr(atlas_host *h, int attr, int *out) {
     return ATLAS_CU(cuDeviceGetAttribute, out, attr, h->dev);
@@ -142,6 +166,7 @@ static void host_undo(atlas_host *h) {
 
 static atlas_status host_init(atlas_host *h, int ordinal) {
     double t0 = atlas_now_ms();
+    host_mark(&host_times.begin, t0);
     ATLAS_TRY(atlas_driver_load(NULL));
     int count = 0;
     ATLAS_CU_TRY(cuDeviceGetCount, &count);
@@ -155,6 +180,7 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
     h->ctx_retains++;
     atlas_status st = ATLAS_CU(cuCtxSetCurrent, h->ctx);
     if (st == ATLAS_OK) thread_ctx = h->ctx;
+    if (st == ATLAS_OK) host_mark(&host_times.context, atlas_now_ms());
     if (st == ATLAS_OK) st = ATLAS_CU(cuStreamCreate, &h->stream, ATLAS_CU_STREAM_NON_BLOCKING);
     if (st == ATLAS_OK)
         st = ATLAS_CU(cuStreamCreate, &h->copy_stream, ATLAS_CU_STREAM_NON_BLOCKING);
@@ -163,6 +189,7 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
         return st;
     }
     host_pool_init(h);
+    host_mark(&host_times.streams, atlas_now_ms());
     /* 32 x 16 MiB: 8 x 64 and 24 x 32 MiB measured the same (bench/RESULTS.md) */
     h->staging_count = ATLAS_HOST_STAGING_COUNT;
     h->staging_size = ATLAS_HOST_STAGING_BYTES;
@@ -344,7 +371,16 @@ static atlas_status host_staging_ensure(atlas_host *h) {
         pthread_detach(t); /* process-lived, like the host */
         h->loaders++;
     }
+    host_mark(&host_times.staging, atlas_now_ms());
     return ATLAS_OK;
+}
+
+atlas_status atlas_host_prepare_staging(atlas_host *host) {
+    ATLAS_TRY(atlas_host_make_current(host));
+    pthread_mutex_lock(&host->staging_lock);
+    atlas_status st = host_staging_ensure(host);
+    pthread_mutex_unlock(&host->staging_lock);
+    return st;
 }
 
 /* Uploads synchronously: the caller fills each buffer (its fill may use its own threads). */

@@ -79,6 +79,16 @@ atlas_status atlas_host_upload_wait(atlas_host *host);
  * (ATLAS_ERR_BUSY after): for tests and for hosts short of pinned memory. */
 atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes);
 
+/* Allocates the staging pool and starts its loader threads now rather than at the first
+ * upload (atlas_host_start runs it beside the first load's file work); a failure leaves the
+ * first upload to try again and report it. */
+atlas_status atlas_host_prepare_staging(atlas_host *host);
+
+/* The times of atlas_host_times (atlas/host.h): the set-up began (the first call wins), and
+ * cuBLASLt's library was opened (cuda_lt_open_library, by host_start.c). */
+void atlas_host_mark_begin(void);
+void atlas_host_mark_cublaslt(double t);
+
 /* Tests only: the pinned bytes the staging pool holds (0 until the first upload). */
 size_t atlas_host_staging_bytes(const atlas_host *host);
 

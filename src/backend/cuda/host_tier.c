@@ -5,6 +5,7 @@
 #include "backend/cuda/host_tier.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,12 +30,20 @@ typedef struct tier_entry {
 } tier_entry;
 
 struct atlas_tier_use {
-    tier_entry *e;
+    tier_entry *e;       /* NULL once a fill's thread has ended it (kept or dropped) */
     int hit;
     int bad;             /* a hit whose sizes differed: dropped at close */
-    int given_up;        /* a fill out of room: uploads go through staging, dropped at close */
+    int given_up;        /* a fill out of room: nothing kept, dropped at close */
     int next_rec;        /* a hit's next upload */
     size_t at;           /* a hit's next byte */
+    /* a fill: the device address of each recorded upload, copied back after the load */
+    CUdeviceptr *dst;
+    int cap_dst;
+    atlas_host *host;
+    pthread_t thread;
+    int started;         /* the copy thread runs (join it) */
+    atomic_int stop;     /* the model goes: the copy ends at its next chunk */
+    size_t reserve;      /* of tier.filling: this fill's chunks not yet taken */
 };
 
 static pthread_mutex_t tier_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,7 +52,7 @@ static struct {
     char **free;         /* chunks of free_chunk bytes kept for the next fill */
     int n_free, cap_free;
     size_t free_chunk;
-    size_t budget, pinned;
+    size_t budget, pinned, filling;
     uint64_t clock;
     atlas_tier_stats st;
 } tier;
@@ -111,26 +120,6 @@ static int make_room(size_t room) {
         entry_drop(v);
     }
     return 1;
-}
-
-/* A chunk for e: a free one, else a new one within the budget. */
-static atlas_status chunk_take(tier_entry *e, char **out) {
-    *out = NULL;
-    if (tier.n_free > 0 && tier.free_chunk == e->chunk) {
-        *out = tier.free[--tier.n_free];
-        return ATLAS_OK;
-    }
-    if (!make_room(e->chunk)) return ATLAS_ERR_NOMEM;
-    void *p = NULL;
-    /* a fault site (core/fault.h): pinned memory short, as the driver would say */
-    atlas_status st = ATLAS_FAULT_HERE()
-                          ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
-                                           "cuMemHostAlloc (injected fault)", __FILE__, __LINE__)
-                          : ATLAS_CU(cuMemHostAlloc, &p, e->chunk, ATLAS_CU_MEMHOSTALLOC_PORTABLE);
-    if (st != ATLAS_OK) return st;
-    tier.pinned += e->chunk;
-    *out = p;
-    return ATLAS_OK;
 }
 
 /* Sets the budget and the chunk size that goes with it: free chunks of another size, and
@@ -219,83 +208,190 @@ static atlas_status replay(atlas_host *host, atlas_tier_use *u, CUdeviceptr dst,
     return ATLAS_OK;
 }
 
-/* A fill: room for bytes more at the image's end (chunks taken as needed) and its record. */
-static atlas_status reserve(tier_entry *e, size_t bytes) {
-    size_t need = (e->used + bytes + e->chunk - 1) / e->chunk;
-    pthread_mutex_lock(&tier_lock);
-    atlas_status st = ATLAS_OK;
+/* A fill's load: records the upload (its size in the entry, its device address in u), within
+ * the budget; the bytes go to the device through the staging pool as in any load, and come
+ * back into pinned memory after it (fill_main). */
+static atlas_status record(atlas_tier_use *u, CUdeviceptr dst, size_t bytes) {
+    tier_entry *e = u->e;
+    if (e->used + bytes > tier.budget) return ATLAS_ERR_NOMEM;
     if (e->n_rec == e->cap_rec) {
         int cap = e->cap_rec ? 2 * e->cap_rec : 256;
         size_t *r = realloc(e->rec, (size_t)cap * sizeof *r);
-        if (r) e->rec = r, e->cap_rec = cap;
-        else st = ATLAS_ERR_NOMEM;
+        if (!r) return ATLAS_ERR_NOMEM;
+        e->rec = r, e->cap_rec = cap;
     }
-    while (st == ATLAS_OK && (size_t)e->n_chunks < need) {
-        if (e->n_chunks == e->cap_chunks) {
-            int cap = e->cap_chunks ? 2 * e->cap_chunks : 64;
-            char **c = realloc(e->chunks, (size_t)cap * sizeof *c);
-            if (!c) {
-                st = ATLAS_ERR_NOMEM;
-                break;
-            }
-            e->chunks = c, e->cap_chunks = cap;
-        }
-        st = chunk_take(e, &e->chunks[e->n_chunks]);
-        if (st == ATLAS_OK) e->n_chunks++;
+    if (e->n_rec == u->cap_dst) {
+        int cap = u->cap_dst ? 2 * u->cap_dst : 256;
+        CUdeviceptr *d = realloc(u->dst, (size_t)cap * sizeof *d);
+        if (!d) return ATLAS_ERR_NOMEM;
+        u->dst = d, u->cap_dst = cap;
     }
-    if (st == ATLAS_OK) e->rec[e->n_rec++] = bytes;
-    pthread_mutex_unlock(&tier_lock);
-    return st;
+    u->dst[e->n_rec] = dst;
+    e->rec[e->n_rec++] = bytes;
+    e->used += bytes;
+    return ATLAS_OK;
 }
 
 atlas_status atlas_tier_upload(atlas_host *host, atlas_tier_use *u, CUdeviceptr dst,
                                size_t bytes, atlas_host_fill_fn fill, const void *ctx,
                                size_t ctx_bytes) {
-    if (!u || u->given_up || bytes == 0)
-        return atlas_host_upload_queue(host, dst, bytes, fill, ctx, ctx_bytes);
-    if (u->hit) return replay(host, u, dst, bytes);
+    if (u && u->hit && !u->given_up && bytes) return replay(host, u, dst, bytes);
+    if (u && !u->hit && !u->given_up && bytes && record(u, dst, bytes) != ATLAS_OK)
+        u->given_up = 1; /* out of room: this load keeps no image */
+    return atlas_host_upload_queue(host, dst, bytes, fill, ctx, ctx_bytes);
+}
+
+/* The fill's chunks, one at a time: a free one, else room made and a new one pinned outside
+ * the lock (pinning runs at about 1.5 GB/s: the tier's other users must not wait on it). */
+static atlas_status fill_chunks(atlas_tier_use *u) {
     tier_entry *e = u->e;
-    if (reserve(e, bytes) != ATLAS_OK) { /* out of room: this load goes on without the tier */
-        atlas_error_clear();
-        u->given_up = 1;
-        return atlas_host_upload_queue(host, dst, bytes, fill, ctx, ctx_bytes);
+    size_t need = (e->used + e->chunk - 1) / e->chunk;
+    while ((size_t)e->n_chunks < need) {
+        if (atomic_load(&u->stop)) return ATLAS_ERR_BUSY;
+        char *c = NULL;
+        atlas_status st = ATLAS_OK;
+        pthread_mutex_lock(&tier_lock);
+        if (e->n_chunks == e->cap_chunks) {
+            int cap = e->cap_chunks ? 2 * e->cap_chunks : 64;
+            char **cs = realloc(e->chunks, (size_t)cap * sizeof *cs);
+            if (cs) e->chunks = cs, e->cap_chunks = cap;
+            else st = ATLAS_ERR_NOMEM;
+        }
+        if (st == ATLAS_OK && tier.n_free > 0 && tier.free_chunk == e->chunk)
+            c = tier.free[--tier.n_free];
+        else if (st == ATLAS_OK && make_room(e->chunk))
+            tier.pinned += e->chunk; /* the new chunk's room, taken before it is pinned */
+        else
+            st = ATLAS_ERR_NOMEM;
+        pthread_mutex_unlock(&tier_lock);
+        if (st == ATLAS_OK && !c) {
+            void *p = NULL;
+            /* a fault site (core/fault.h): pinned memory short, as the driver would say */
+            st = ATLAS_FAULT_HERE()
+                     ? atlas_cu_check(ATLAS_CUDA_ERROR_OUT_OF_MEMORY,
+                                      "cuMemHostAlloc (injected fault)", __FILE__, __LINE__)
+                     : ATLAS_CU(cuMemHostAlloc, &p, e->chunk, ATLAS_CU_MEMHOSTALLOC_PORTABLE);
+            c = p;
+            if (st != ATLAS_OK) {
+                pthread_mutex_lock(&tier_lock);
+                tier.pinned -= e->chunk;
+                pthread_mutex_unlock(&tier_lock);
+            }
+        }
+        if (st != ATLAS_OK) return st;
+        pthread_mutex_lock(&tier_lock);
+        e->chunks[e->n_chunks++] = c;
+        size_t less = u->reserve < e->chunk ? u->reserve : e->chunk;
+        u->reserve -= less;
+        tier.filling -= less;
+        pthread_mutex_unlock(&tier_lock);
     }
-    for (size_t done = 0; done < bytes;) {
-        size_t at = e->used + done, in = at % e->chunk;
-        size_t n = e->chunk - in < bytes - done ? e->chunk - in : bytes - done;
-        ATLAS_TRY(atlas_host_upload_queue_at(host, dst + done, n, fill, ctx, ctx_bytes,
-                                             e->chunks[at / e->chunk] + in, done));
-        done += n;
-    }
-    e->used += bytes;
     return ATLAS_OK;
 }
 
-void atlas_tier_close(atlas_tier_use *u, int ok) {
-    if (!u) return;
+/* Copies each recorded upload back from the device into the image, end to end, on a stream
+ * of its own (beside the copy stream's uploads and the model's kernels). */
+static atlas_status fill_copy(atlas_tier_use *u) {
+    tier_entry *e = u->e;
+    CUstream s = NULL;
+    ATLAS_CU_TRY(cuStreamCreate, &s, ATLAS_CU_STREAM_NON_BLOCKING);
+    atlas_status st = ATLAS_OK;
+    size_t at = 0;
+    for (int i = 0; st == ATLAS_OK && i < e->n_rec; i++) {
+        for (size_t done = 0; st == ATLAS_OK && done < e->rec[i];) {
+            size_t in = at % e->chunk, n = e->chunk - in;
+            if (n > e->rec[i] - done) n = e->rec[i] - done;
+            st = atomic_load(&u->stop) ? ATLAS_ERR_BUSY
+                 : ATLAS_CU(cuMemcpyDtoHAsync, e->chunks[at / e->chunk] + in, u->dst[i] + done,
+                            n, s);
+            if (st == ATLAS_OK && in + n == e->chunk) /* a chunk a wait: stop stays prompt */
+                st = ATLAS_CU(cuStreamSynchronize, s);
+            done += n, at += n;
+        }
+    }
+    atlas_status sync = ATLAS_CU(cuStreamSynchronize, s);
+    atlas_driver_get()->cuStreamDestroy(s);
+    return st != ATLAS_OK ? st : sync;
+}
+
+/* The fill after its load: chunks, then the copies; the entry is kept whole or dropped (its
+ * chunks kept free for the next fill), and the use no longer holds it. */
+static void *fill_main(void *arg) {
+    atlas_tier_use *u = arg;
+    atlas_status st = atlas_host_make_current(u->host);
+    if (st == ATLAS_OK) st = fill_chunks(u);
+    if (st == ATLAS_OK) st = fill_copy(u);
+    atlas_error_clear(); /* an image not kept is no error: the next load reads the files */
     pthread_mutex_lock(&tier_lock);
     tier_entry *e = u->e;
     e->users--;
     e->last_use = ++tier.clock;
-    if (u->hit && u->bad) {
-        entry_drop(e);
-    } else if (!u->hit && (!ok || u->given_up)) {
-        tier.st.abandoned += u->given_up;
-        entry_drop(e);
-    } else if (!u->hit) {
+    if (st == ATLAS_OK) {
         e->complete = 1;
         tier.st.held += e->used;
         tier.st.entries++;
         tier.st.fills++;
+    } else {
+        tier.st.abandoned += !atomic_load(&u->stop);
+        entry_drop(e);
+    }
+    u->e = NULL;
+    tier.filling -= u->reserve;
+    u->reserve = 0;
+    make_room(0);
+    pthread_mutex_unlock(&tier_lock);
+    return NULL;
+}
+
+static void use_free(atlas_tier_use *u) {
+    free(u->dst);
+    free(u);
+}
+
+atlas_tier_use *atlas_tier_close(atlas_host *host, atlas_tier_use *u, int ok) {
+    if (!u) return NULL;
+    u->host = host;
+    if (!u->hit && ok && !u->given_up && u->e->n_rec > 0) {
+        pthread_mutex_lock(&tier_lock);
+        u->reserve = (u->e->used + u->e->chunk - 1) / u->e->chunk * u->e->chunk;
+        tier.filling += u->reserve;
+        pthread_mutex_unlock(&tier_lock);
+        if (pthread_create(&u->thread, NULL, fill_main, u) == 0) {
+            u->started = 1;
+            return u; /* the fill goes on: atlas_tier_fill_end */
+        }
+        pthread_mutex_lock(&tier_lock);
+        tier.filling -= u->reserve;
+        u->reserve = 0;
+        pthread_mutex_unlock(&tier_lock);
+    }
+    pthread_mutex_lock(&tier_lock);
+    tier_entry *e = u->e;
+    e->users--;
+    e->last_use = ++tier.clock;
+    if (!u->hit) {
+        tier.st.abandoned += u->given_up;
+        entry_drop(e); /* a failed load, one out of room, or nothing to keep */
+    } else if (u->bad) {
+        entry_drop(e);
     }
     make_room(0); /* a budget lowered while it was read */
     pthread_mutex_unlock(&tier_lock);
-    free(u);
+    use_free(u);
+    return NULL;
+}
+
+void atlas_tier_fill_end(atlas_tier_use *u, int wait) {
+    if (!u) return;
+    if (!wait) atomic_store(&u->stop, 1);
+    if (u->started) pthread_join(u->thread, NULL);
+    use_free(u);
 }
 
 void atlas_host_tier_stats(atlas_tier_stats *out) {
     pthread_mutex_lock(&tier_lock);
     *out = tier.st;
     out->pinned = tier.pinned;
+    out->filling = tier.filling;
     pthread_mutex_unlock(&tier_lock);
 }

@@ -432,6 +432,9 @@ atlas_status cuda_weight_load(atlas_backend *be, const atlas_weight_src *const *
 void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     if (!w) return;
     cuda_load *ld = &cuda_of(be)->wt.load;
+    /* the host tier's fill copies the weights back while they last: it stops here */
+    atlas_tier_fill_end(ld->tier_fill, 0);
+    ld->tier_fill = NULL;
     /* a failed load: the loader threads may still be writing to it.  The wait's own failure
      * is the upload's, which weights_done (or the next begin_batch) reported already. */
     if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->dev.host);
@@ -451,7 +454,8 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
     atlas_status st = atlas_host_upload_wait(cb->dev.host);
-    atlas_tier_close(ld->tier, st == ATLAS_OK); /* the image is whole once its copies are */
+    /* a fill goes on from here, copying the weights back beside serving */
+    ld->tier_fill = atlas_tier_close(cb->dev.host, ld->tier, st == ATLAS_OK);
     ld->tier = NULL;
     return st;
 }
@@ -472,7 +476,7 @@ atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size
     cuda_backend *cb = cuda_of(be);
     *hit = 0;
     *off = atlas_host_tier_off_reason(cb->dev.host);
-    if (cb->wt.load.tier || cb->wt.load.pending)
+    if (cb->wt.load.tier || cb->wt.load.tier_fill || cb->wt.load.pending)
         return atlas_fail(ATLAS_ERR_INVALID, "cuda: the host tier is chosen before the first "
                           "weight loads");
     ATLAS_TRY(atlas_host_tier_open(cb->dev.host, key, budget, expect, &cb->wt.load.tier));
