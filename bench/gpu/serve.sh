@@ -155,7 +155,8 @@ import json, sys
 try:
     lv = json.load(open(sys.argv[1]))['levels'][-1]; r = lv['req_s']
 except (OSError, ValueError, KeyError, IndexError):
-    r = float(sys.argv[2])
+    r = 0
+r = r or float(sys.argv[2])  # a level whose every request failed has no rate to sweep under
 print(','.join(f'{f * r:.3g}' for f in (0.25, 0.5, 0.75)))" "$OUT/run-fixed-greedy.json" "$1"
 }
 

@@ -51,7 +51,7 @@ def targets(runs, ceil):
         out.append(("128/128 at 512 concurrent, greedy: share of the roofline",
                     f"{100 * g512['roofline_ratio']:.1f}% ({g512['output_tok_s']:.0f} of "
                     f"{g512['roofline_output_tok_s']:.0f} output tok/s)", ">= 60%", g512["roofline_ratio"] >= 0.6))
-    if g512 and s512:
+    if g512 and s512 and g512["output_tok_s"] > 0:
         q = s512["output_tok_s"] / g512["output_tok_s"]
         out.append(("128/128 at 512 concurrent: sampled / greedy",
                     f"{100 * q:.1f}% ({s512['output_tok_s']:.0f} / {g512['output_tok_s']:.0f})", ">= 95%", q >= 0.95))
