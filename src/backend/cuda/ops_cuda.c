@@ -632,8 +632,13 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
         /* slices of 4096 (256 threads x 16 loads in flight) a block, up to 64 blocks a row */
         unsigned slices = (unsigned)((d + 4095) / 4096);
         if (slices > 1) {
-            CUdeviceptr best = p0 + cuda_ids_best(cb->ws.cap_tok);
-            CUdeviceptr count = best + (size_t)cb->ws.cap_tok * 8;
+            /* p0 is d_ids at a chunk's first row (argmax_queue a chunk at a time): its rows'
+             * partials are that far into theirs, 8-byte aligned whatever the row */
+            CUdeviceptr ids0 = cb->ws.d_ids;
+            size_t row0 = (size_t)(p0 - ids0) / sizeof(int32_t);
+            CUdeviceptr best = ids0 + cuda_ids_best(cb->ws.cap_tok) + row0 * 8;
+            CUdeviceptr count = ids0 + cuda_ids_best(cb->ws.cap_tok) +
+                                (size_t)cb->ws.cap_tok * 8 + row0 * sizeof(int32_t);
             void *a[] = {&p0, &p2, &best, &count, &p1, &d};
             return launch(cb, cb->mod.fn.argmax_wide, (unsigned)c->n, slices > 64 ? 64 : slices, 1,
                           256, 0, a);
