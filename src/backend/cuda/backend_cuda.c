@@ -528,6 +528,9 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
         cb->base.geom.kv_scales = cb->mod.kv_scales;
     }
     cb->plan.use_graphs = !o->no_graphs;
+    /* the streaming one-row kernels: 1.5-1.8x the one-group kernel's rate at the 8B decode
+     * shapes (bench/RESULTS.md); layouts they do not take fall back to it */
+    cb->plan.qgemv_ng = CUDA_QGEMV_S;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
      * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention

@@ -315,9 +315,10 @@ typedef struct cuda_plan {
                                a grid of 2 blocks an SM (gemv1c, or gemv1b when that gives one
                                group a block: bench/RESULTS.md); > 0 fixed, set by tests only,
                                so that their small shapes reach gemv1c */
-    int qgemv_ng;           /* the quantized one-row GEMVs' ng as cuda_qgemv1 takes it: 0
-                               (every model) the one-group kernel; set by tests only, while
-                               the several-group kernel waits to be timed on a GPU */
+    int qgemv_ng;           /* the quantized one-row GEMVs' ng as cuda_qgemv1 takes it:
+                               CUDA_QGEMV_S (every model) the streaming kernel where the
+                               layout has one scale a load, else the one-group kernel; other
+                               values set by tests only */
     int qmma_max;           /* rows above which a quantized weight's matmul goes through its
                                bf16 scratch copy: 0 (every model) CUDA_QMMA_MAX; set by `atlas
                                bench` to time both ways */

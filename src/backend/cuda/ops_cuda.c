@@ -451,9 +451,9 @@ static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void *
 /* One row of a quantized weight through kernels/quant.cu's one-row kernels, with the fusions
  * gemv_fused (below) gives it: the norm and residual fusions and the swiglu tail; no qkv tail
  * (tail_of says). Plain (norm NULL, resid 0, TAIL_NONE): op_qmatmul's one row. The kernel
- * of several row groups a block (on the 8B shape a 4-bit group is one 16-byte load a thread,
- * and a block that ends after it leaves the memory idle across each kernel boundary) runs
- * only where plan.qgemv_ng asks for it until it has been timed on a GPU (atlas bench). */
+ * plan.qgemv_ng picks the kernel: the streaming one by default (its loads eight rows ahead
+ * keep the memory busy at decode shapes, where one group a block left it idle across each
+ * block's round trips: bench/RESULTS.md). */
 static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda_cmd *norm,
                                 CUdeviceptr resid, gemv_tail tail, const cuda_cmd *next) {
     const atlas_weight *w = mm->p[2], *bias = mm->p[3];
