@@ -2,11 +2,19 @@
 # scripts/gpu-deps.sh — the Debian libraries atlas builds against, for a GPU machine that has
 # nvcc/cmake but not these -dev packages and cannot download (the device tool's machines).
 #   here:   scripts/gpu-deps.sh fetch            # apt-get download into .carry/debs (ignored),
-#                                                # the fixture tokenizers into .carry/tok.tar.xz
+#                                                # the same files less static libraries and
+#                                                # docs into .carry/dev.tar.xz, the fixture
+#                                                # tokenizers into .carry/tok.tar.xz, Node.js
+#                                                # and the SDKs into .carry/node*.tar.xz
 #   there:  source scripts/gpu-deps.sh install   # unpack the tokenizers, the packages into
 #                                                # /tmp/dep (once), set
 #                                                # PKG_CONFIG_PATH, LD_LIBRARY_PATH (with
-#                                                # cuBLASLt's directory) and PATH (nvcc)
+#                                                # cuBLASLt's directory) and PATH (nvcc, node)
+# Carry .carry/debs, or .carry/dev.tar.xz (0.8 MiB instead of 2.7) where room is short: beside
+# the checkout (49 MiB) and the device tool's 64 MiB a call, .carry/node.tar.xz (13 MiB) fits
+# only with the latter. Node (scripts/gpu-node.sh): node.tar.xz, and node-ssl.tar.xz on a
+# machine without OpenSSL 3; install puts node on PATH only if it runs, and the SDKs into
+# tests/server/node_modules (where tests/readme/walk.sh and tests/server/run.sh look).
 # Every bench/gpu script sources it, so the environment is set up in this one place.
 # libmicrohttpd's .pc requires gnutls's, which such machines lack: Requires.private is
 # dropped (atlas links dynamically and needs only the public flags).
@@ -21,6 +29,10 @@ fetch)
   toks=$(ls tests/data/tiny-*/tokenizer.json tests/data/spm/llama2/tokenizer*.json 2> /dev/null)
   if [ -n "$toks" ]; then tar cJf .carry/tok.tar.xz $toks; else
     echo "gpu-deps.sh: no tokenizer.json fixtures here (run scripts/setup.sh first)" >&2; fi
+  d=$(mktemp -d) && for f in .carry/debs/*.deb; do dpkg -x "$f" "$d"; done &&
+    tar -C "$d" -cf - --sort=name --exclude='*.a' --exclude=./usr/share . |
+    xz -9e -T1 >.carry/dev.tar.xz && rm -rf "$d" || exit 1
+  scripts/gpu-node.sh pack .carry || exit 1
   ;;
 install)
   if [ -f .carry/tok.tar.xz ]; then tar xJf .carry/tok.tar.xz --skip-old-files; fi
@@ -30,8 +42,29 @@ install)
   if [ ! -f $P/.unpacked ] && ls .carry/debs/*.deb > /dev/null 2>&1; then
     mkdir -p $P
     for f in .carry/debs/*.deb; do dpkg -x "$f" $P; done
+  elif [ ! -f $P/.unpacked ] && [ -f .carry/dev.tar.xz ]; then
+    mkdir -p $P && tar -C $P -xJf .carry/dev.tar.xz
+  fi
+  if [ ! -f $P/.unpacked ] && [ -d $PC ]; then
     sed -i "s|^prefix=.*|prefix=$P/usr|; /^Requires.private/d" $PC/*.pc
     touch $P/.unpacked
+  fi
+  # Node: libnode reads its builtins from $P/node/lib (scripts/gpu-node.sh), so it goes there.
+  if [ -f .carry/node.tar.xz ] && ! command -v node > /dev/null; then
+    if [ ! -x $P/node/bin/node ]; then mkdir -p $P && tar -C $P -xJf .carry/node.tar.xz node; fi
+    if [ -f .carry/node-ssl.tar.xz ] && [ ! -f $P/node/lib/libssl.so.3 ]; then
+      tar -C $P -xJf .carry/node-ssl.tar.xz
+    fi
+    if [ ! -d tests/server/node_modules/openai ]; then
+      mkdir -p tests/server && tar -C tests/server -xJf .carry/node.tar.xz node_modules
+    fi
+    if v=$($P/node/bin/node -e 'process.stdout.write(process.version)' 2>&1); then
+      export PATH=$P/node/bin:$PATH
+    else
+      echo "gpu-deps.sh: the carried node does not run, left off PATH: $v" >&2
+      case $v in *libssl*|*libcrypto*)
+        echo "gpu-deps.sh: no OpenSSL 3 here: carry .carry/node-ssl.tar.xz too" >&2 ;; esac
+    fi
   fi
   # Puts $2 in the path list named $1, at the front with a third argument, unless it is there
   # already (so that sourcing twice is harmless).

@@ -48,7 +48,8 @@ if [ $gpu -eq 1 ]; then
   case $v in *"cuda: found"*) ;; *) echo "SKIP: $(echo "$v" | grep '^cuda:')"; exit 77 ;; esac
 fi
 command -v curl >/dev/null || { echo "SKIP: curl not found (scripts/setup.sh)"; exit 77; }
-command -v node >/dev/null || { echo "SKIP: node not found (scripts/setup.sh)"; exit 77; }
+command -v node >/dev/null ||
+  { echo "SKIP: node not found (scripts/setup.sh; a GPU machine: scripts/gpu-deps.sh's node)"; exit 77; }
 [ -d "$src/tests/server/node_modules/openai" ] ||
   { echo "SKIP: no OpenAI SDK in tests/server/node_modules (scripts/setup.sh)"; exit 77; }
 
