@@ -4,17 +4,20 @@
 #   here:   scripts/gpu-deps.sh fetch            # apt-get download into .carry/debs (ignored),
 #                                                # the same files less static libraries and
 #                                                # docs into .carry/dev.tar.xz, the fixture
-#                                                # tokenizers into .carry/tok.tar.xz, Node.js
-#                                                # and the SDKs into .carry/node*.tar.xz
+#                                                # tokenizers into .carry/tok.tar.xz
+#   here:   scripts/gpu-deps.sh fetch-node       # Node.js and the SDKs into .carry-node/
+#                                                # (scripts/gpu-node.sh)
 #   there:  source scripts/gpu-deps.sh install   # unpack the tokenizers, the packages into
 #                                                # /tmp/dep (once), set
 #                                                # PKG_CONFIG_PATH, LD_LIBRARY_PATH (with
 #                                                # cuBLASLt's directory) and PATH (nvcc, node)
-# Carry .carry/debs, or .carry/dev.tar.xz (0.8 MiB instead of 2.7) where room is short: beside
-# the checkout (49 MiB) and the device tool's 64 MiB a call, .carry/node.tar.xz (13 MiB) fits
-# only with the latter. Node (scripts/gpu-node.sh): node.tar.xz, and node-ssl.tar.xz on a
-# machine without OpenSSL 3; install puts node on PATH only if it runs, and the SDKs into
-# tests/server/node_modules (where tests/readme/walk.sh and tests/server/run.sh look).
+# Carry .carry (the checkout's 49 MiB and it stay under the device tool's 64 MiB a call), or for
+# the README's walk .carry/dev.tar.xz (0.8 MiB: the packages less static libraries and docs)
+# and .carry-node (13 MiB), which do not fit beside .carry/debs and the tokenizers: Node kept
+# out of .carry so that carrying .carry stays small. Node (scripts/gpu-node.sh): node.tar.xz,
+# and node-ssl.tar.xz on a machine without OpenSSL 3; install puts node on PATH only if it
+# runs, and the SDKs into tests/server/node_modules (where tests/readme/walk.sh and
+# tests/server/run.sh look).
 # Every bench/gpu script sources it, so the environment is set up in this one place.
 # libmicrohttpd's .pc requires gnutls's, which such machines lack: Requires.private is
 # dropped (atlas links dynamically and needs only the public flags).
@@ -32,7 +35,9 @@ fetch)
   d=$(mktemp -d) && for f in .carry/debs/*.deb; do dpkg -x "$f" "$d"; done &&
     tar -C "$d" -cf - --sort=name --exclude='*.a' --exclude=./usr/share . |
     xz -9e -T1 >.carry/dev.tar.xz && rm -rf "$d" || exit 1
-  scripts/gpu-node.sh pack .carry || exit 1
+  ;;
+fetch-node)
+  mkdir -p .carry-node && scripts/gpu-node.sh pack .carry-node || exit 1
   ;;
 install)
   if [ -f .carry/tok.tar.xz ]; then tar xJf .carry/tok.tar.xz --skip-old-files; fi
@@ -50,20 +55,20 @@ install)
     touch $P/.unpacked
   fi
   # Node: libnode reads its builtins from $P/node/lib (scripts/gpu-node.sh), so it goes there.
-  if [ -f .carry/node.tar.xz ] && ! command -v node > /dev/null; then
-    if [ ! -x $P/node/bin/node ]; then mkdir -p $P && tar -C $P -xJf .carry/node.tar.xz node; fi
-    if [ -f .carry/node-ssl.tar.xz ] && [ ! -f $P/node/lib/libssl.so.3 ]; then
-      tar -C $P -xJf .carry/node-ssl.tar.xz
+  if [ -f .carry-node/node.tar.xz ] && ! command -v node > /dev/null; then
+    if [ ! -x $P/node/bin/node ]; then mkdir -p $P && tar -C $P -xJf .carry-node/node.tar.xz node; fi
+    if [ -f .carry-node/node-ssl.tar.xz ] && [ ! -f $P/node/lib/libssl.so.3 ]; then
+      tar -C $P -xJf .carry-node/node-ssl.tar.xz
     fi
     if [ ! -d tests/server/node_modules/openai ]; then
-      mkdir -p tests/server && tar -C tests/server -xJf .carry/node.tar.xz node_modules
+      mkdir -p tests/server && tar -C tests/server -xJf .carry-node/node.tar.xz node_modules
     fi
     if v=$($P/node/bin/node -e 'process.stdout.write(process.version)' 2>&1); then
       export PATH=$P/node/bin:$PATH
     else
       echo "gpu-deps.sh: the carried node does not run, left off PATH: $v" >&2
       case $v in *libssl*|*libcrypto*)
-        echo "gpu-deps.sh: no OpenSSL 3 here: carry .carry/node-ssl.tar.xz too" >&2 ;; esac
+        echo "gpu-deps.sh: no OpenSSL 3 here: carry .carry-node/node-ssl.tar.xz too" >&2 ;; esac
     fi
   fi
   # Puts $2 in the path list named $1, at the front with a third argument, unless it is there

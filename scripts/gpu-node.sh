@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu-node.sh pack DIR — Debian 12's Node.js and the Node SDKs the README calls, packed
 # for the GPU machine (no node, no apt, no npm registry there) into DIR/node.tar.xz and
-# DIR/node-ssl.tar.xz (scripts/gpu-deps.sh fetch makes them in .carry; its install unpacks them).
+# DIR/node-ssl.tar.xz (scripts/gpu-deps.sh fetch-node makes them in .carry-node; its install
+# unpacks them).
 #
 # The packages as they are would be 23 MB, and the device tool's 64 MiB a call leaves about 15
 # next to the 49 MiB checkout, so node.tar.xz (about 13 MiB) holds only the files node runs
@@ -18,7 +19,7 @@
 #   node_modules/               openai, @anthropic-ai/sdk, ollama and their dependencies from
 #                               tests/server/package-lock.json (npm ci), JavaScript and JSON only
 # node-ssl.tar.xz (1.5 MiB) holds Debian's libssl.so.3 and libcrypto.so.3 (node/lib), for a
-# machine without OpenSSL 3: carried both do not fit beside .carry/debs.
+# machine without OpenSSL 3: carried both do not fit beside the checkout and .carry/dev.tar.xz.
 # Needs apt-get, npm, node, gcc, python3 and xz here (Debian 12, x86-64).
 set -euo pipefail
 [ "${1:-}" = pack ] && [ $# -eq 2 ] || { echo "usage: scripts/gpu-node.sh pack DIR" >&2; exit 2; }
