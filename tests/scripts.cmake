@@ -41,10 +41,11 @@ if(ATLAS_SMALL_MODELS)
   set_tests_properties(small-refs-bf16 PROPERTIES LABELS cpu TIMEOUT 300)
   # with an FP8 KV cache, against the references transformers made with K and V rounded as
   # the cache rounds them (tools/conformance/make.py --kv fp8: reference-kvfp8.safetensors),
-  # for the models that have them. Bound 5e-3: a K or V value that fp32 summation order puts
-  # on the other side of an e4m3 rounding boundary changes by a whole code step; on these
-  # shapes that moves a logprob by up to 4e-3 (qwen3-moe at 40 and 63 tokens, 3.96e-3 and
-  # 2.06e-3; every other cell under 9e-4: bench/RESULTS.md)
+  # for the models that have them. Bound 2e-2: a K or V value that fp32 summation order puts
+  # on the other side of an e4m3 rounding boundary changes by a whole code step, which moves
+  # a logprob by up to 4e-3 on these shapes with the AVX-512 kernels (qwen3-moe at 40 and 63
+  # tokens) and by 1.6e-2 with the AVX2 ones (gemma3 at 200 tokens, one position; every
+  # other cell under 4e-3 on both); a wrong scale or layout moves 1e-1 and more
   file(GLOB ATLAS_SMALL_KVFP8 ${CMAKE_SOURCE_DIR}/tests/data/small/*/reference-kvfp8.safetensors)
   if(ATLAS_SMALL_KVFP8)
     set(ATLAS_SMALL_KVFP8_DIRS)
@@ -53,7 +54,7 @@ if(ATLAS_SMALL_MODELS)
       list(APPEND ATLAS_SMALL_KVFP8_DIRS ${d})
     endforeach()
     add_test(NAME small-refs-kvfp8 COMMAND atlas-conform --device cpu --kv-cache-dtype fp8
-             --bound 5e-3 --batch-tokens 16 --parallel 4 ${ATLAS_SMALL_KVFP8_DIRS})
+             --bound 2e-2 --batch-tokens 16 --parallel 4 ${ATLAS_SMALL_KVFP8_DIRS})
     set_tests_properties(small-refs-kvfp8 PROPERTIES LABELS cpu TIMEOUT 300)
   endif()
   # the same prompts through atlas serve, 8 requests at once a model (no teacher forcing: a
