@@ -84,8 +84,9 @@ dev_used() {
   local v
   v=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
       awk -F', *' -v p="${SRV:-0}" '$1 == p {print $2}')
-  [ -n "$v" ] && { echo "$v"; return; }
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' '
+  case $v in ''|*[!0-9]*) ;; *) echo "$v"; return ;; esac  # none yet, or "[N/A]"
+  v=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' ')
+  case $v in ''|*[!0-9]*) echo 0 ;; *) echo "$v" ;; esac
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
@@ -180,7 +181,7 @@ tail -1 "$OUT/warmup.log"
 unload_all
 sleep 2
 DEV_BASE=$(dev_used); RSS_BASE=$(rss_kib $SRV); FDS_BASE=$(fds $SRV); HELD_BASE=$(held_kib)
-echo "device memory: $DEV0 MiB before the server, $DEV1 MiB after its start, $DEV_BASE MiB after the warm-up; RSS $((RSS1 / 1024)) -> $((RSS_BASE / 1024)) MiB (host cache $((HELD_BASE / 1024)) MiB of it); fds $FDS_BASE"
+echo "device memory: the GPU's $DEV0 MiB used before the server; the server's $DEV1 MiB after its start, $DEV_BASE MiB after the warm-up; RSS $((RSS1 / 1024)) -> $((RSS_BASE / 1024)) MiB (host cache $((HELD_BASE / 1024)) MiB of it); fds $FDS_BASE"
 # the pinned model back, as at start: no swap may take it
 echo "$PINNED: $(post "$URL/v1/models/$PINNED/load" | grep -o '"load_s":[0-9.e-]*\| [0-9]*$' | paste -sd' ')"
 PIN_REL0=$(grep -c "model $PINNED: released in" "$OUT/serve.log")
@@ -272,7 +273,7 @@ lines += [
         "$ACTIVE" == "0" and "$RUNNING" == "0" and "$RESIDENT" == "0"),
 ]
 if gpu:
-    lines.append(row("device memory (the server's), MiB", f"{$DEV0} before the server, {$DEV1} started, {dev_base} after the warm-up "
+    lines.append(row("device memory (the server's), MiB", f"(the GPU's {$DEV0} used before the server) {$DEV1} started, {dev_base} after the warm-up "
         f"(all unloaded), GPU peak {'$DEV_PEAK' or '?'}, {dev_end} at the end, all unloaded ({dev_end - dev_base:+d})",
         dev_end - dev_base <= $DEV_SLACK_MIB))
 lines += [
