@@ -359,6 +359,8 @@ static void test_engine(const char *dir) {
         CHECK_MSG(mt.kv_host_budget == p.host_cache - mt.host_tier_pinned,
                   "kv host budget %zu, host cache %zu, tier pinned %zu", mt.kv_host_budget,
                   p.host_cache, (size_t)mt.host_tier_pinned);
+        /* three loads and two releases later, still the one context of the process */
+        CHECK_MSG(mt.device_contexts == 1, "%llu contexts", (unsigned long long)mt.device_contexts);
         CHECK(n_sources == 3 && !strcmp(sources[0], "host") && strcmp(sources[1], "host") &&
               !strcmp(sources[2], "host"));
         atlas_engine_free(e);

@@ -89,6 +89,7 @@ static void test_host(atlas_host **out) {
     CHECK_OK(atlas_host_get(0, &h2));
     CHECK(h2 == h);
     CHECK(stats().retains == 1 && atlas_host_context_retains(h) == 1);
+    CHECK(atlas_host_contexts_created() == 1);
 
     /* another ordinal: refused, naming both, and nothing changes */
     h2 = (atlas_host *)&h2;
@@ -500,6 +501,7 @@ int main(void) {
     CHECK(stats().modules_loaded == stats().modules_unloaded);
     CHECK(stats().live_bytes == 0);
     CHECK(stats().retains == 1 && stats().releases == 0);
+    CHECK(atlas_host_contexts_created() == 1); /* what /metrics counts */
     CHECK(atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__) == ATLAS_ERR_DEVICE_NOMEM);
     CHECK(atlas_cu_check(12345, "cuLaunchKernel", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
     HAS("cuLaunchKernel failed: CUDA_ERROR_12345 (fake error) (tests/test-registry.c:");

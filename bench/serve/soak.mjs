@@ -2,7 +2,9 @@
 // bench/serve/soak.mjs — a soak of a running `atlas serve` with several models: --streams
 // clients stream at once, each request for a model drawn at random (so a server run with
 // --max-resident 1 swaps all the time), a share of them hanging up mid-stream at a random
-// point, until --swaps swaps happened (counted in /metrics) or --duration seconds passed.
+// point, until --swaps swaps happened (atlas_model_swaps_total in /metrics: loads that
+// released another model to make room; a server without it counts its loads) or --duration
+// seconds passed.
 // Every request not hung up on must succeed and its stream be well-formed.  Node 18+, no
 // dependencies; tests/server/soak.test.mjs imports soak() (the bounded CPU form in CI) and
 // bench/gpu/soak.sh runs it, or its twin soak.py where there is no Node, on the H200.
@@ -83,6 +85,9 @@ export function procStats(pid) {
   } catch { return null; }
 }
 
+// Swaps so far: loads that released another model (under --max-resident auto a load into free
+// room is no swap), or all loads on a server that does not count swaps.
+const swapsOf = (m) => ('atlas_model_swaps_total' in m ? m.atlas_model_swaps_total : m.atlas_model_loads_total);
 const finished = (m, reason) => m[`atlas_requests_finished_total{reason="${reason}"}`] || 0;
 const http5xx = (m) => Object.entries(m).filter(([k]) => k.startsWith('atlas_http_requests_total{') &&
   k.includes('code="5xx"')).reduce((a, [, v]) => a + v, 0);
@@ -240,7 +245,7 @@ export async function soak(opts) {
       await new Promise((res) => setTimeout(res, 250));
       try {
         const m = await metrics(o.url, auth);
-        swaps = m.atlas_model_loads_total - m0.atlas_model_loads_total;
+        swaps = swapsOf(m) - swapsOf(m0);
         metricsDown = 0;
       } catch (e) {
         fail({ model: '/metrics', chat: false }, e.message);
@@ -262,18 +267,25 @@ export async function soak(opts) {
   agent.destroy();
   let m1;
   try { m1 = await metrics(o.url, auth); } catch (e) { fail({ model: '/metrics', chat: false }, e.message); m1 = m0; }
-  r.swaps = m1.atlas_model_loads_total - m0.atlas_model_loads_total;
+  const d = (k) => (m1[k] || 0) - (m0[k] || 0);
+  r.swaps = swapsOf(m1) - swapsOf(m0);
   r.swaps_target_met = !(o.swaps > 0) || r.swaps >= o.swaps;
+  const src = (s) => d(`atlas_model_loads_by_source_total{source="${s}"}`);
   r.server = {
-    loads: r.swaps, unloads: m1.atlas_model_unloads_total - m0.atlas_model_unloads_total,
+    loads: d('atlas_model_loads_total'), unloads: m1.atlas_model_unloads_total - m0.atlas_model_unloads_total,
     load_failures: m1.atlas_model_load_failures_total - m0.atlas_model_load_failures_total,
     submitted: m1.atlas_requests_submitted_total - m0.atlas_requests_submitted_total,
     cancelled: finished(m1, 'cancelled') - finished(m0, 'cancelled'),
+    preempted: d('atlas_preemptions_total'), // paused for a swap, or for KV blocks
     errors: finished(m1, 'error') - finished(m0, 'error'),
     rejected: m1.atlas_requests_rejected_total - m0.atlas_requests_rejected_total,
     http_5xx: http5xx(m1) - http5xx(m0),
     swap_s_mean: (m1.atlas_swap_duration_seconds_sum - m0.atlas_swap_duration_seconds_sum) /
       Math.max(1, m1.atlas_swap_duration_seconds_count - m0.atlas_swap_duration_seconds_count),
+    // where the loads read the weights from, and the released models' prefix KV in host memory
+    loads_by_source: { host: src('host'), page_cache: src('page_cache'), disk: src('disk') },
+    kv_host: { saved_blocks: d('atlas_kv_host_saved_blocks_total'), restored_blocks: d('atlas_kv_host_restored_blocks_total'),
+      dropped_blocks: d('atlas_kv_host_dropped_blocks_total') },
   };
   if (o.pid) {
     const p1 = procStats(o.pid);
@@ -281,7 +293,9 @@ export async function soak(opts) {
       fds_start: p0 && p0.fds, fds_end: p1 && p1.fds, alive: p1 !== null };
   }
   r.hung_up = Object.values(r.hangups).reduce((a, b) => a + b, 0);
+  const ls = r.server.loads_by_source;
   log(`soak: ${r.wall_s.toFixed(1)} s, ${r.swaps} swaps (${(r.server.swap_s_mean * 1000).toFixed(1)} ms each), ` +
+    `${r.server.loads} loads (${ls.host} from the host tier, ${ls.page_cache} the page cache, ${ls.disk} disk), ` +
     `${r.started} requests: ${r.completed} completed, ${r.failed} failed, ${r.hung_up} hung up ` +
     `(${r.hangups.before_response} before the response, ${r.hangups.after_headers} after the headers, ` +
     `${r.hangups.mid_stream} mid-stream; ${r.hangups_outlived} planned ones ended first), ${r.tokens} tokens; ` +

@@ -9,7 +9,7 @@ options, requests, checks, output and exit status, on Python's standard library 
 
 --streams clients stream at once, each request for a model drawn at random, a share of them
 (--disconnect) hanging up before the response, after its headers or after a random number of
-events, until --swaps swaps happened (atlas_model_loads_total in /metrics) or --duration
+events, until --swaps swaps happened (atlas_model_swaps_total in /metrics, else its loads) or --duration
 seconds passed.  Every request not hung up on must be well-formed (soak.mjs says what that
 means).  Exit status 0 when none failed and the swap target (if any) was met.
 """
@@ -94,6 +94,12 @@ def proc_stats(pid):
         return {"rssKiB": get("VmRSS"), "threads": get("Threads"), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
     except (OSError, IndexError, ValueError):
         return None
+
+
+def swaps_of(m):
+    """Loads that released another model (under --max-resident auto a load into free room is
+    no swap), or all loads on a server that does not count swaps."""
+    return m.get("atlas_model_swaps_total", m.get("atlas_model_loads_total", 0))
 
 
 def finished(m, reason):
@@ -325,7 +331,7 @@ async def soak(a):
             await asyncio.sleep(0.25)
             try:
                 m = await metrics(host, port, auth)
-                state["swaps"] = m["atlas_model_loads_total"] - m0["atlas_model_loads_total"]
+                state["swaps"] = swaps_of(m) - swaps_of(m0)
                 down = 0
             except (OSError, RuntimeError, ValueError, asyncio.TimeoutError) as e:
                 fail("/metrics", False, repr(e))
@@ -353,17 +359,24 @@ async def soak(a):
         fail("/metrics", False, repr(e))
         m1 = m0
     d = lambda k: m1.get(k, 0) - m0.get(k, 0)
-    r["swaps"] = int(d("atlas_model_loads_total"))
+    r["swaps"] = int(swaps_of(m1) - swaps_of(m0))
     r["swaps_target_met"] = not a.swaps > 0 or r["swaps"] >= a.swaps
+    src = lambda s: int(d(f'atlas_model_loads_by_source_total{{source="{s}"}}'))
     r["server"] = {
-        "loads": r["swaps"], "unloads": int(d("atlas_model_unloads_total")),
+        "loads": int(d("atlas_model_loads_total")), "unloads": int(d("atlas_model_unloads_total")),
         "load_failures": int(d("atlas_model_load_failures_total")),
         "submitted": int(d("atlas_requests_submitted_total")),
         "cancelled": int(finished(m1, "cancelled") - finished(m0, "cancelled")),
+        "preempted": int(d("atlas_preemptions_total")),  # paused for a swap, or for KV blocks
         "errors": int(finished(m1, "error") - finished(m0, "error")),
         "rejected": int(d("atlas_requests_rejected_total")),
         "http_5xx": int(http5xx(m1) - http5xx(m0)),
         "swap_s_mean": d("atlas_swap_duration_seconds_sum") / max(1, d("atlas_swap_duration_seconds_count")),
+        # where the loads read the weights from, and the released models' prefix KV in host memory
+        "loads_by_source": {"host": src("host"), "page_cache": src("page_cache"), "disk": src("disk")},
+        "kv_host": {"saved_blocks": int(d("atlas_kv_host_saved_blocks_total")),
+                    "restored_blocks": int(d("atlas_kv_host_restored_blocks_total")),
+                    "dropped_blocks": int(d("atlas_kv_host_dropped_blocks_total"))},
     }
     if a.pid:
         p1 = proc_stats(a.pid)
@@ -372,7 +385,9 @@ async def soak(a):
                        "fds_end": p1 and p1["fds"], "alive": p1 is not None}
     r["hung_up"] = sum(r["hangups"].values())
     h, s = r["hangups"], r["server"]
+    ls = s["loads_by_source"]
     print(f"soak: {r['wall_s']:.1f} s, {r['swaps']} swaps ({s['swap_s_mean'] * 1000:.1f} ms each), "
+          f"{s['loads']} loads ({ls['host']} from the host tier, {ls['page_cache']} the page cache, {ls['disk']} disk), "
           f"{r['started']} requests: {r['completed']} completed, {r['failed']} failed, {r['hung_up']} hung up "
           f"({h['before_response']} before the response, {h['after_headers']} after the headers, "
           f"{h['mid_stream']} mid-stream; {r['hangups_outlived']} planned ones ended first), {r['tokens']} tokens; "

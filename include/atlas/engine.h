@@ -573,6 +573,8 @@ typedef struct atlas_engine_metrics {
     size_t host_tier_pinned;    /* pinned memory it holds, free chunks included */
     int host_tier_models;       /* images kept */
     uint64_t host_tier_evicted; /* images evicted for room */
+    uint64_t device_contexts;   /* GPU contexts the process created: 1 once it used the GPU,
+                                   for its life (a swap never makes another) */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
     atlas_engine_hist swap;     /* each swap (or load) */

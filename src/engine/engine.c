@@ -831,6 +831,7 @@ void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     out->host_tier_pinned = ts.pinned;
     out->host_tier_models = ts.entries;
     out->host_tier_evicted = ts.evicted;
+    out->device_contexts = atlas_host_contexts_created();
     out->running = 0;
     out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;
     out->kv_blocks_cached = 0;

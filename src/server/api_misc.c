@@ -278,6 +278,7 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= GAUGE("atlas_host_tier_pinned_bytes", "Pinned host memory the weights' host tier holds, free chunks included.", "%zu", m->host_tier_pinned);
     rc |= GAUGE("atlas_host_tier_models", "Models whose weights the host tier keeps.", "%d", m->host_tier_models);
     rc |= COUNTER("atlas_host_tier_evicted_total", "Weight images evicted from the host tier for room.", m->host_tier_evicted);
+    rc |= COUNTER("atlas_device_contexts_created_total", "GPU contexts the process created: 1 once it used the GPU, for its life (no swap makes another).", m->device_contexts);
     rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);

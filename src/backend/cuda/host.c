@@ -63,6 +63,7 @@ static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .q_job_cv = PTHREAD_COND_INITIALIZER,
                                   .q_idle_cv = PTHREAD_COND_INITIALIZER};
 static int host_bound;
+static uint64_t host_contexts; /* contexts retained, never decremented (under host_lock) */
 static char host_reason[512];
 static _Thread_local CUcontext thread_ctx;
 /* when each part of binding ended (atlas_host_times), under its own lock: the staging pool's
@@ -178,6 +179,7 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
     ATLAS_TRY(host_read_props(h, ordinal));
     ATLAS_CU_TRY(cuDevicePrimaryCtxRetain, &h->ctx, h->dev);
     h->ctx_retains++;
+    host_contexts++;
     atlas_status st = ATLAS_CU(cuCtxSetCurrent, h->ctx);
     if (st == ATLAS_OK) thread_ctx = h->ctx;
     if (st == ATLAS_OK) host_mark(&host_times.context, atlas_now_ms());
@@ -266,6 +268,13 @@ CUstream atlas_host_stream(const atlas_host *host) { return host->stream; }
 CUstream atlas_host_copy_stream(const atlas_host *host) { return host->copy_stream; }
 CUmemoryPool atlas_host_pool(const atlas_host *host) { return host->pool; }
 int atlas_host_context_retains(const atlas_host *host) { return host->ctx_retains; }
+
+uint64_t atlas_host_contexts_created(void) {
+    pthread_mutex_lock(&host_lock);
+    uint64_t n = host_contexts;
+    pthread_mutex_unlock(&host_lock);
+    return n;
+}
 
 /* --- staging pool ------------------------------------------------------------------------ */
 

@@ -7,6 +7,8 @@
 #ifndef ATLAS_CUDA_HOST_H
 #define ATLAS_CUDA_HOST_H
 
+#include <stdint.h>
+
 #include "atlas/host.h"
 #include "backend/cuda/driver.h"
 
@@ -34,6 +36,11 @@ CUmemoryPool atlas_host_pool(const atlas_host *host);
 /* How many times the host retained the primary context: 1 for the life of the process
  * (tests check that model swaps never create a context). */
 int atlas_host_context_retains(const atlas_host *host);
+
+/* How many times this process created its GPU context (retained the primary context): 0
+ * before its first use of the GPU, then 1 for its life; a swap that made another would count
+ * here.  Binds nothing, so /metrics may read it on a CPU-only server.  Any thread. */
+uint64_t atlas_host_contexts_created(void);
 
 /* --- weight uploads through the pinned staging pool ---------------------------------------
  * The pool (ATLAS_HOST_STAGING_COUNT buffers of ATLAS_HOST_STAGING_BYTES, pinned, allocated on
