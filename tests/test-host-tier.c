@@ -485,6 +485,24 @@ static void test_start(atlas_host *h) {
     CHECK_MSG(t.begin > 0 && t.begin <= t.context && t.context <= t.streams &&
               t.streams <= t.staging, "begin %.3f, context %.3f, streams %.3f, staging %.3f",
               t.begin, t.context, t.streams, t.staging);
+    /* the free memory at bind, taken before anything was allocated: what `atlas serve`'s
+     * start checks read instead of asking the driver while the staging pool is pinned */
+    const atlas_host_props *hp = atlas_host_properties(h);
+    CHECK_MSG(hp->free_at_bind > 0 && hp->free_at_bind <= hp->total_mem, "free at bind %zu of "
+              "%zu", hp->free_at_bind, hp->total_mem);
+    /* a survey with no_memory_check asks the device nothing (atlas_host_mem_info trims the
+     * pool first: counted); without it, it does */
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = ATLAS_DEVICE_CUDA;
+    mp.no_memory_check = 1;
+    atlas_model_survey sv;
+    long trims = fake_cuda_get_stats().pool_trims;
+    CHECK_OK(atlas_model_inspect(harness_data_path("tiny-qwen3"), &mp, &sv));
+    CHECK(!strcmp(sv.backend, "cuda") && sv.available_what[0] == '\0' &&
+          sv.available_bytes == 0 && fake_cuda_get_stats().pool_trims == trims);
+    mp.no_memory_check = 0;
+    CHECK_OK(atlas_model_inspect(harness_data_path("tiny-qwen3"), &mp, &sv));
+    CHECK(strstr(sv.available_what, "cuda:0") && fake_cuda_get_stats().pool_trims > trims);
 }
 
 int main(void) {

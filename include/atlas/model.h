@@ -273,7 +273,8 @@ typedef struct atlas_model_survey {
     int kv_blocks, kv_block_size;
     size_t kv_bytes;            /* the KV cache at the params' settings on that backend */
     size_t needed_bytes;        /* weights + KV cache */
-    size_t available_bytes;     /* what the backend has now (0: not known) */
+    size_t available_bytes;     /* what the backend has now (0: not known; not asked with
+                                   atlas_model_params.no_memory_check) */
     char available_what[200];   /* where that figure comes from, e.g. "MemAvailable
                                    (/proc/meminfo)" or "free memory of cuda:0" */
     int fits;                   /* 1: needed <= available (or available not known) */
