@@ -153,7 +153,7 @@ ATLAS_API atlas_status atlas_model_check_layout(const char *dir);
 /* The model serves: work its load left for later starts now, beside serving, so that it
  * delays neither the load nor the first answer.  On CUDA with atlas_model_params.host_cache,
  * the fill of the host tier's image of the weights (pinning host memory holds the driver's
- * other calls for up to about 45 ms a chunk while it runs); a model that never calls it keeps
+ * other calls for up to about 21 ms, a 32 MiB chunk, while it runs); a model that never calls it keeps
  * no image.  Once, after atlas_model_load returned, from the owner's thread (the engine calls
  * it after the model's LOADED event); a second call does nothing. */
 ATLAS_API void atlas_model_start_tier_fill(atlas_model *m);

@@ -8,15 +8,20 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/fault.h"
 
 #define TIER_CHUNK_MIN ((size_t)1 << 20)
 /* A chunk is one cuMemHostAlloc, and the driver runs no other call of the context while it
- * pins (about 1.5 GB/s): 64 MiB holds a serving step's launch or a load's allocation about
- * 45 ms at most, where 256 MiB held each one 170 ms. */
-#define TIER_CHUNK_MAX ((size_t)64 << 20)
+ * pins (about 1.5 GB/s): 32 MiB holds a serving step's launch about 21 ms at most, where
+ * 256 MiB held it 170 ms; the staging pool pins 16 MiB a call at the same rate, so smaller
+ * calls cost no throughput.  Between two chunks the fill pauses TIER_PIN_GAP_NS: a thread
+ * that waits for the driver gets it then (at start, one waited through all 32 of the staging
+ * pool's calls made back to back), so the wait is one chunk, not the whole fill. */
+#define TIER_CHUNK_MAX ((size_t)32 << 20)
+#define TIER_PIN_GAP_NS (1000 * 1000)
 
 typedef struct tier_entry {
     struct tier_entry *next;
@@ -280,6 +285,8 @@ static atlas_status fill_chunks(atlas_tier_use *u) {
                 tier.pinned -= e->chunk;
                 pthread_mutex_unlock(&tier_lock);
             }
+            struct timespec gap = {0, TIER_PIN_GAP_NS}; /* the driver free for a waiter */
+            nanosleep(&gap, NULL);
         }
         if (st != ATLAS_OK) return st;
         pthread_mutex_lock(&tier_lock);

@@ -10,8 +10,9 @@
  * them) and copies the weights back from the device into them.  The driver runs no other
  * call of the context while cuMemHostAlloc pins, so a fill that ran during the load held each
  * of the load's later driver calls (the KV cache, the activations, the modules) for a chunk:
- * 9.6 s more for an 8B.  After the load, a chunk of at most 64 MiB holds a serving step's
- * driver calls about 45 ms at most, once a chunk, while the image fills.  A model released
+ * 9.6 s more for an 8B.  After the load, a chunk of at most 32 MiB, with a pause after each,
+ * holds a serving step's driver calls about 21 ms at most while the image fills (16 GB:
+ * about 500 chunks over some 11 s).  A model released
  * before its fill ends keeps no image (the chunks pinned so far stay free for the next fill),
  * so the release waits at most for one chunk.  An entry is one model's uploads in order, laid
  * end to end over chunks of pinned memory, with each upload's size; a hit replays them in the
@@ -88,7 +89,7 @@ void atlas_tier_fill_end(atlas_tier_use *u, int wait);
 
 void atlas_host_tier_stats(atlas_tier_stats *out);
 
-/* Tests: the size of a chunk for a budget (1 MiB to 64 MiB, a sixteenth of it). */
+/* Tests: the size of a chunk for a budget (1 MiB to 32 MiB, a sixteenth of it). */
 size_t atlas_host_tier_chunk_for(size_t budget);
 
 #endif
