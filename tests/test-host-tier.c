@@ -1,7 +1,8 @@
 /* tests/test-host-tier.c — the host tier of released models' weights (backend/cuda/
  * host_tier.h) through the fake driver (tests/fake_cuda.h: "device" memory is host memory,
  * copies are memcpy; CI has no GPU).  A load's uploads go through staging and pin nothing;
- * after it, the fill pins the image and copies the uploads back from the device; a second
+ * once its model serves (atlas_tier_fill_start; the engine's LOADED event comes first), the
+ * fill pins the image and copies the uploads back from the device; a second
  * load of the same key replays it and calls no fill (no file read), and the device bytes are
  * the same; a fill stopped by its model's release keeps nothing; a size that differs from the image's is an error and drops it;
  * the budget evicts least recently used whole entries and keeps their chunks for the next
@@ -190,6 +191,7 @@ static void test_tier(atlas_host *h) {
     CHECK_OK(atlas_host_upload_wait(h));
     atlas_tier_use *running = atlas_tier_close(h, u, 1);
     CHECK(running != NULL);
+    atlas_tier_fill_start(running);
     atlas_tier_fill_end(running, 0);
     atlas_driver_get()->cuMemFree(s1);
     atlas_host_tier_stats(&ts);
@@ -198,6 +200,39 @@ static void test_tier(atlas_host *h) {
               "%d entries holding %zu bytes, before %d holding %zu", ts.entries, ts.held,
               t0.entries, t0.held);
     CHECK(ts.pinned <= budget && ts.abandoned == t0.abandoned);
+
+    /* a fill waits for atlas_tier_fill_start (the model serves): closed, it pins nothing;
+     * its model released before that keeps nothing and gives nothing up */
+    atlas_host_tier_stats(&t0);
+    long pins = fake_cuda_calls(FAKE_CU_HOST_ALLOC);
+    CHECK_OK(atlas_host_tier_open(h, 19, budget, 0, &u));
+    CHECK_OK(ATLAS_CU(cuMemAlloc, &s1, 3 * MIB));
+    CHECK_OK(atlas_tier_upload(h, u, s1, 3 * MIB, fill_pattern, &s18, sizeof s18));
+    CHECK_OK(atlas_host_upload_wait(h));
+    running = atlas_tier_close(h, u, 1);
+    CHECK(running != NULL);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    atlas_host_tier_stats(&ts);
+    CHECK_MSG(ts.filling == t0.filling + 3 * chunk && ts.pinned == t0.pinned &&
+              fake_cuda_calls(FAKE_CU_HOST_ALLOC) == pins, "filling %zu, pinned %zu (before "
+              "%zu, %zu): the fill ran before it was started", ts.filling, ts.pinned,
+              t0.filling, t0.pinned);
+    atlas_tier_fill_end(running, 0);
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.filling == t0.filling && ts.entries == t0.entries && ts.held == t0.held &&
+          ts.abandoned == t0.abandoned && ts.fills == t0.fills);
+    /* and started, it fills */
+    CHECK_OK(atlas_host_tier_open(h, 19, budget, 0, &u));
+    CHECK(u && !atlas_tier_use_hit(u));
+    CHECK_OK(atlas_tier_upload(h, u, s1, 3 * MIB, fill_pattern, &s18, sizeof s18));
+    CHECK_OK(atlas_host_upload_wait(h));
+    running = atlas_tier_close(h, u, 1);
+    atlas_tier_fill_start(running);
+    atlas_tier_fill_end(running, 1);
+    atlas_driver_get()->cuMemFree(s1);
+    atlas_host_tier_stats(&ts);
+    CHECK(ts.fills == t0.fills + 1 && ts.filling == t0.filling);
 
     CHECK(fake_cuda_get_stats().bad_copies == 0);
 }
@@ -274,6 +309,17 @@ static atlas_model *load_model(const char *dir, const char *want) {
     atlas_model_get_info(m, &info);
     CHECK_MSG(want ? !strcmp(info.load_source, want) : strcmp(info.load_source, "host") != 0,
               "loaded from %s", info.load_source);
+    if (!want) { /* a fill: it waits for the model to serve, its room reserved */
+        atlas_tier_stats t0, t1;
+        atlas_host_tier_stats(&t0);
+        struct timespec t = {0, 50 * 1000 * 1000};
+        nanosleep(&t, NULL);
+        atlas_host_tier_stats(&t1);
+        CHECK_MSG(t1.filling > 0 && t1.filling == t0.filling && t1.fills == t0.fills,
+                  "filling %zu then %zu before the fill was started", t0.filling, t1.filling);
+    }
+    atlas_model_start_tier_fill(m);
+    atlas_model_start_tier_fill(m); /* once: a second call does nothing */
     return m;
 }
 
@@ -344,7 +390,7 @@ static void test_engine(const char *dir) {
         CHECK_OK(atlas_engine_load(e, "a"));
         uint64_t f0 = fills_now();
         CHECK_OK(atlas_engine_load(e, "b"));
-        wait_fill(f0); /* b's image, filled after its load while it serves */
+        wait_fill(f0); /* b's image, filled once its load was announced (the engine starts it) */
         CHECK_OK(atlas_engine_load(e, "a"));
         atlas_engine_metrics mt;
         atlas_engine_get_metrics(e, &mt);
@@ -363,6 +409,7 @@ static void test_engine(const char *dir) {
         CHECK_MSG(mt.device_contexts == 1, "%llu contexts", (unsigned long long)mt.device_contexts);
         CHECK(n_sources == 3 && !strcmp(sources[0], "host") && strcmp(sources[1], "host") &&
               !strcmp(sources[2], "host"));
+
         atlas_engine_free(e);
     }
     harness_rm_rf(dir2);
@@ -440,6 +487,24 @@ static void test_start(atlas_host *h) {
     CHECK_MSG(t.begin > 0 && t.begin <= t.context && t.context <= t.streams &&
               t.streams <= t.staging, "begin %.3f, context %.3f, streams %.3f, staging %.3f",
               t.begin, t.context, t.streams, t.staging);
+    /* the free memory at bind, taken before anything was allocated: what `atlas serve`'s
+     * start checks read instead of asking the driver while the staging pool is pinned */
+    const atlas_host_props *hp = atlas_host_properties(h);
+    CHECK_MSG(hp->free_at_bind > 0 && hp->free_at_bind <= hp->total_mem, "free at bind %zu of "
+              "%zu", hp->free_at_bind, hp->total_mem);
+    /* a survey with no_memory_check asks the device nothing (atlas_host_mem_info trims the
+     * pool first: counted); without it, it does */
+    atlas_model_params mp = atlas_model_default_params();
+    mp.device = ATLAS_DEVICE_CUDA;
+    mp.no_memory_check = 1;
+    atlas_model_survey sv;
+    long trims = fake_cuda_get_stats().pool_trims;
+    CHECK_OK(atlas_model_inspect(harness_data_path("tiny-qwen3"), &mp, &sv));
+    CHECK(!strcmp(sv.backend, "cuda") && sv.available_what[0] == '\0' &&
+          sv.available_bytes == 0 && fake_cuda_get_stats().pool_trims == trims);
+    mp.no_memory_check = 0;
+    CHECK_OK(atlas_model_inspect(harness_data_path("tiny-qwen3"), &mp, &sv));
+    CHECK(strstr(sv.available_what, "cuda:0") && fake_cuda_get_stats().pool_trims > trims);
 }
 
 int main(void) {

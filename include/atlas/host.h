@@ -40,6 +40,10 @@ typedef struct atlas_host_props {
                                  HOST_PAGE_TABLES: GB10, Grace Hopper) */
     int driver_version;       /* 13000 = CUDA 13.0 */
     double init_ms;           /* time to load the driver and create the context (first use) */
+    size_t free_at_bind;      /* bytes of device memory free when the host bound, before the
+                                 process allocated any (0: unknown): what a start's checks
+                                 compare with, since asking the driver (atlas_host_mem_info)
+                                 while atlas_host_start pins the staging pool waits for it */
 } atlas_host_props;
 
 /* The process host on GPU `ordinal`.  The first successful call binds it; the same ordinal

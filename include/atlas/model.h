@@ -150,6 +150,14 @@ ATLAS_API atlas_status atlas_model_load(const char *dir, const atlas_model_param
  * Loads check this first.  Any thread; owns nothing. */
 ATLAS_API atlas_status atlas_model_check_layout(const char *dir);
 
+/* The model serves: work its load left for later starts now, beside serving, so that it
+ * delays neither the load nor the first answer.  On CUDA with atlas_model_params.host_cache,
+ * the fill of the host tier's image of the weights (pinning host memory holds the driver's
+ * other calls for up to about 21 ms, a 32 MiB chunk, while it runs); a model that never calls it keeps
+ * no image.  Once, after atlas_model_load returned, from the owner's thread (the engine calls
+ * it after the model's LOADED event); a second call does nothing. */
+ATLAS_API void atlas_model_start_tier_fill(atlas_model *m);
+
 /* Another handle on m (returns m). */
 ATLAS_API atlas_model *atlas_model_ref(atlas_model *m);
 /* Drops a handle taken with atlas_model_ref. NULL does nothing. */
@@ -265,7 +273,8 @@ typedef struct atlas_model_survey {
     int kv_blocks, kv_block_size;
     size_t kv_bytes;            /* the KV cache at the params' settings on that backend */
     size_t needed_bytes;        /* weights + KV cache */
-    size_t available_bytes;     /* what the backend has now (0: not known) */
+    size_t available_bytes;     /* what the backend has now (0: not known; not asked with
+                                   atlas_model_params.no_memory_check) */
     char available_what[200];   /* where that figure comes from, e.g. "MemAvailable
                                    (/proc/meminfo)" or "free memory of cuda:0" */
     int fits;                   /* 1: needed <= available (or available not known) */

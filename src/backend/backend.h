@@ -320,6 +320,11 @@ typedef struct atlas_backend_ops {
      * serves it.  CUDA: what the load queued on the copy stream comes before the serving
      * stream's work, and later allocations are ordered on the serving stream (registry.h). */
     atlas_status (*loaded)(atlas_backend *be);
+    /* Optional (NULL: none): the model serves (its load is over and was announced): starts
+     * the host tier's fill of this load's weights that host_tier chose, off the load's
+     * critical path, since pinning host memory holds the driver's other calls (CUDA:
+     * backend/cuda/host_tier.h).  Never called: no image is kept.  The owner's thread. */
+    void (*tier_fill)(atlas_backend *be);
 
     /* The cache's element type is be->kv_size's (ATLAS_ERR_UNSUPPORTED for one the backend
      * does not have). */

@@ -600,9 +600,26 @@ static void check_models(const serve_args *a, atlas_engine *engine, atlas_server
     atlas_model_params mp = atlas_model_default_params();
     mp.device = a->ep.device;
     mp.gpu = a->ep.gpu;
+    /* The GPU's free memory as it was when the host bound (nothing allocated since): asking
+     * the driver now (cuMemGetInfo) would wait while atlas_host_start pins the staging pool,
+     * about 0.3 s, and the first load, which starts after these checks, with it. */
+    atlas_host *host = NULL;
+    size_t at_bind = 0;
+    if (a->ep.device != ATLAS_DEVICE_CPU && a->tp == 1) {
+        if (atlas_host_get(a->ep.gpu, &host) == ATLAS_OK)
+            at_bind = atlas_host_properties(host)->free_at_bind;
+        atlas_error_clear(); /* no GPU: the models say so on the CPU's figures */
+    }
     for (int i = 0; i < n && i < MAX_MODELS; i++) {
         atlas_model_survey sv;
-        if (atlas_model_inspect(ms[i].dir, &mp, &sv) != ATLAS_OK) {
+        mp.no_memory_check = at_bind > 0; /* the survey asks the device nothing */
+        atlas_status st = atlas_model_inspect(ms[i].dir, &mp, &sv);
+        if (st == ATLAS_OK && at_bind) { /* bound: the survey chose the GPU */
+            sv.available_bytes = at_bind;
+            snprintf(sv.available_what, sizeof sv.available_what, "free memory of cuda:%d at "
+                     "start", a->ep.gpu);
+        }
+        if (st != ATLAS_OK) {
             atlas_server_log(server, ATLAS_LOG_ERROR, "model %s: cannot load: %s", ms[i].name,
                              atlas_last_error());
             continue;
@@ -750,6 +767,7 @@ int atlas_cli_serve(int argc, char **argv) {
     atlas_status st = atlas_engine_create(&a.ep, &engine);
     if (st == ATLAS_OK) {
         check_models(&a, engine, server);
+        su.checked = atlas_cli_now_ms();
         load_at_start(&a, engine, pg, &su);
     }
     atlas_cli_progress_mute(pg); /* stderr is the server's log from here on */

@@ -67,6 +67,7 @@ void atlas_cli_startup_log(const atlas_cli_startup *su, atlas_server *server, do
         const atlas_model_load_times *t = &su->load[i];
         line[0] = '\0';
         if (su->loaded[i]) {
+            put(line, sizeof line, t0, "checked", su->checked);
             put(line, sizeof line, t0, "begin", t->begin);
             put(line, sizeof line, t0, "config", t->config);
             put(line, sizeof line, t0, "files", t->files);

@@ -3,8 +3,11 @@
  * count), so that a slow start says where its time went.  The lines, at INFO:
  *   start: host: driver 0.041 s, cuInit 0.118 s, context 0.231 s, streams 0.232 s,
  *     cuBLASLt 0.170 s, staging 0.402 s
- *   start: model NAME: config 0.012 s, files 0.013 s, backend 0.241 s, weights 0.720 s,
- *     kv 0.731 s, ready 0.733 s, tokenizer 0.350 s
+ *   start: model NAME: checked 0.011 s, begin 0.012 s, config 0.012 s, files 0.013 s,
+ *     backend 0.241 s, weights 0.720 s, kv 0.731 s, ready 0.733 s, tokenizer 0.350 s
+ * ("checked": the models' checks were over and the start's loads were asked for; "tokenizer":
+ * the model's tokenizer and template were there for its first request, never before
+ * "checked", since the thread that waits for them starts with the load)
  *   start: listening 0.760 s
  * and the server's own "start: first answer 1.020 s after the process started" at the first
  * request answered (atlas_server_params.start_ms).  bench/gpu/start.sh reads them. */
@@ -23,6 +26,7 @@ typedef struct atlas_cli_startup {
     int loaded[ATLAS_CLI_STARTUP_MODELS];               /* its first load's times are in */
     atlas_model_load_times load[ATLAS_CLI_STARTUP_MODELS];
     double tokenizer[ATLAS_CLI_STARTUP_MODELS];         /* tokenizer and template parsed */
+    double checked;   /* the models' checks ended: the start's loads are asked for */
 } atlas_cli_startup;
 
 /* The process's start in ms of CLOCK_MONOTONIC: /proc/self/stat's start time (clock ticks

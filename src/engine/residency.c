@@ -372,6 +372,9 @@ static void announce_loaded(atlas_engine *e) {
     load_settle(e);
     tell(e, &ev); /* before the load command returns and the requests run */
     cmds_complete(e, CMD_LOAD, model, ATLAS_OK, NULL);
+    /* the host tier's image fills from here, beside serving: its pinning holds the driver's
+     * other calls, which the load's own (the KV cache, the activations) must not wait for */
+    atlas_model_start_tier_fill(md->m);
 }
 
 /* What md's KV blocks are good for as just loaded (m, from files); its blocks kept in host

@@ -433,6 +433,10 @@ atlas_status atlas_model_inspect(const char *dir, const atlas_model_params *p,
     return atlas_model_survey_dir(dir, p ? p : &defaults, out);
 }
 
+void atlas_model_start_tier_fill(atlas_model *m) {
+    if (m && m->be && m->be->ops->tier_fill) m->be->ops->tier_fill(m->be);
+}
+
 atlas_model *atlas_model_ref(atlas_model *m) {
     if (m) atomic_fetch_add(&m->handles, 1);
     return m;

@@ -375,6 +375,7 @@ static const atlas_backend_ops cuda_ops = {
     .weights_done = cuda_weights_done,
     .host_tier = cuda_host_tier,
     .loaded = cuda_loaded,
+    .tier_fill = cuda_tier_fill,
     .kv_create = cuda_kv_create,
     .kv_free = cuda_kv_free,
     .kv_save = cuda_kv_save,

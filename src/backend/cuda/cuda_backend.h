@@ -167,7 +167,8 @@ typedef struct cuda_load {
     struct atlas_tier_use *tier; /* this load's use of the host tier (host_tier.h), until
                                     weights_done or destroy; NULL: none */
     struct atlas_tier_use *tier_fill; /* the image's fill after the load (atlas_tier_close),
-                                    ended before the first weight is freed; NULL: none */
+                                    started by the op tier_fill once the model serves, ended
+                                    before the first weight is freed; NULL: none */
 } cuda_load;
 
 /* The most sources weight_load fuses into one queued upload (qkv: 3). */
@@ -450,6 +451,7 @@ atlas_status cuda_weights_done(atlas_backend *be);
  * the first op or batch does it where no load called it (tests, atlas bench).  Cheap once
  * done. */
 atlas_status cuda_loaded(atlas_backend *be);
+void cuda_tier_fill(atlas_backend *be);
 atlas_status cuda_serving(cuda_backend *cb);
 atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
                             int *hit, const char **off);

@@ -191,6 +191,9 @@ static atlas_status host_init(atlas_host *h, int ordinal) {
         return st;
     }
     host_pool_init(h);
+    size_t total = 0; /* nothing allocated yet: the start's checks read this, not the driver */
+    if (atlas_driver_get()->cuMemGetInfo(&h->props.free_at_bind, &total) != 0)
+        h->props.free_at_bind = 0;
     host_mark(&host_times.streams, atlas_now_ms());
     /* 32 x 16 MiB: 8 x 64 and 24 x 32 MiB measured the same (bench/RESULTS.md) */
     h->staging_count = ATLAS_HOST_STAGING_COUNT;

@@ -8,12 +8,20 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/fault.h"
 
 #define TIER_CHUNK_MIN ((size_t)1 << 20)
-#define TIER_CHUNK_MAX ((size_t)256 << 20)
+/* A chunk is one cuMemHostAlloc, and the driver runs no other call of the context while it
+ * pins (about 1.5 GB/s): 32 MiB holds a serving step's launch about 21 ms at most, where
+ * 256 MiB held it 170 ms; the staging pool pins 16 MiB a call at the same rate, so smaller
+ * calls cost no throughput.  Between two chunks the fill pauses TIER_PIN_GAP_NS: a thread
+ * that waits for the driver gets it then (at start, one waited through all 32 of the staging
+ * pool's calls made back to back), so the wait is one chunk, not the whole fill. */
+#define TIER_CHUNK_MAX ((size_t)32 << 20)
+#define TIER_PIN_GAP_NS (1000 * 1000)
 
 typedef struct tier_entry {
     struct tier_entry *next;
@@ -277,6 +285,8 @@ static atlas_status fill_chunks(atlas_tier_use *u) {
                 tier.pinned -= e->chunk;
                 pthread_mutex_unlock(&tier_lock);
             }
+            struct timespec gap = {0, TIER_PIN_GAP_NS}; /* the driver free for a waiter */
+            nanosleep(&gap, NULL);
         }
         if (st != ATLAS_OK) return st;
         pthread_mutex_lock(&tier_lock);
@@ -314,14 +324,9 @@ static atlas_status fill_copy(atlas_tier_use *u) {
     return st != ATLAS_OK ? st : sync;
 }
 
-/* The fill after its load: chunks, then the copies; the entry is kept whole or dropped (its
- * chunks kept free for the next fill), and the use no longer holds it. */
-static void *fill_main(void *arg) {
-    atlas_tier_use *u = arg;
-    atlas_status st = atlas_host_make_current(u->host);
-    if (st == ATLAS_OK) st = fill_chunks(u);
-    if (st == ATLAS_OK) st = fill_copy(u);
-    atlas_error_clear(); /* an image not kept is no error: the next load reads the files */
+/* The end of a fill (st: how it went): the entry is kept whole or dropped (its chunks kept
+ * free for the next fill), and the use no longer holds it. */
+static void fill_finish(atlas_tier_use *u, atlas_status st) {
     pthread_mutex_lock(&tier_lock);
     tier_entry *e = u->e;
     e->users--;
@@ -340,6 +345,16 @@ static void *fill_main(void *arg) {
     u->reserve = 0;
     make_room(0);
     pthread_mutex_unlock(&tier_lock);
+}
+
+/* The fill after its model's load: chunks, then the copies. */
+static void *fill_main(void *arg) {
+    atlas_tier_use *u = arg;
+    atlas_status st = atlas_host_make_current(u->host);
+    if (st == ATLAS_OK) st = fill_chunks(u);
+    if (st == ATLAS_OK) st = fill_copy(u);
+    atlas_error_clear(); /* an image not kept is no error: the next load reads the files */
+    fill_finish(u, st);
     return NULL;
 }
 
@@ -356,14 +371,7 @@ atlas_tier_use *atlas_tier_close(atlas_host *host, atlas_tier_use *u, int ok) {
         u->reserve = (u->e->used + u->e->chunk - 1) / u->e->chunk * u->e->chunk;
         tier.filling += u->reserve;
         pthread_mutex_unlock(&tier_lock);
-        if (pthread_create(&u->thread, NULL, fill_main, u) == 0) {
-            u->started = 1;
-            return u; /* the fill goes on: atlas_tier_fill_end */
-        }
-        pthread_mutex_lock(&tier_lock);
-        tier.filling -= u->reserve;
-        u->reserve = 0;
-        pthread_mutex_unlock(&tier_lock);
+        return u; /* the fill waits for atlas_tier_fill_start */
     }
     pthread_mutex_lock(&tier_lock);
     tier_entry *e = u->e;
@@ -381,10 +389,18 @@ atlas_tier_use *atlas_tier_close(atlas_host *host, atlas_tier_use *u, int ok) {
     return NULL;
 }
 
+void atlas_tier_fill_start(atlas_tier_use *u) {
+    if (!u || u->started || !u->e) return;
+    if (pthread_create(&u->thread, NULL, fill_main, u) == 0) u->started = 1;
+    else fill_finish(u, ATLAS_ERR_NOMEM); /* no thread: no image, counted as abandoned */
+}
+
 void atlas_tier_fill_end(atlas_tier_use *u, int wait) {
     if (!u) return;
     if (!wait) atomic_store(&u->stop, 1);
     if (u->started) pthread_join(u->thread, NULL);
+    else if (u->e && wait) fill_main(u); /* never started: it runs here */
+    else if (u->e) fill_finish(u, ATLAS_ERR_BUSY); /* never started: nothing kept */
     use_free(u);
 }
 

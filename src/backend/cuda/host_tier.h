@@ -4,13 +4,19 @@
  *
  * Filled after the load, off its critical path: a load that the tier does not hold uploads
  * through the staging pool as any load does and records each upload's size and device
- * address; once its uploads are done, a thread of the fill pins the image's chunks (about
- * 1.5 GB/s: 16 GB took 10.8 s when the load itself pinned them) and copies the weights back
- * from the device into them, while the model serves.  A model released before its fill ends
- * keeps no image (the chunks pinned so far stay free for the next fill), so the release waits
- * at most for one chunk.  An entry is one model's uploads in order, laid end to end over
- * chunks of pinned memory, with each upload's size; a hit replays them in the same order,
- * each checked against its recorded size.
+ * address; once the model's load is over and the model serves (atlas_tier_fill_start, through
+ * the backend op tier_fill: the engine calls it after the LOADED event), a thread of the fill
+ * pins the image's chunks (about 1.5 GB/s: 16 GB took 10.8 s when the load itself pinned
+ * them) and copies the weights back from the device into them.  The driver runs no other
+ * call of the context while cuMemHostAlloc pins, so a fill that ran during the load held each
+ * of the load's later driver calls (the KV cache, the activations, the modules) for a chunk:
+ * 9.6 s more for an 8B.  After the load, a chunk of at most 32 MiB, with a pause after each,
+ * holds a serving step's driver calls about 21 ms at most while the image fills (16 GB:
+ * about 500 chunks over some 11 s).  A model released
+ * before its fill ends keeps no image (the chunks pinned so far stay free for the next fill),
+ * so the release waits at most for one chunk.  An entry is one model's uploads in order, laid
+ * end to end over chunks of pinned memory, with each upload's size; a hit replays them in the
+ * same order, each checked against its recorded size.
  *
  * Least recently used out, whole entries only: an evicted entry's chunks stay pinned in a free
  * list for the next fill (cuMemHostAlloc of many GB is slow), and every chunk, held or free,
@@ -67,19 +73,23 @@ atlas_status atlas_tier_upload(atlas_host *host, atlas_tier_use *u, CUdeviceptr 
 
 /* Ends the load's part of the use once its uploads were waited for (ok: they all landed).  A
  * hit is refreshed (dropped when bad), a failed fill dropped: u is freed, NULL returned.  A
- * fill that went well goes on, on a thread of its own: the image's chunks pinned, the
- * uploads copied back from the device; u is returned, for atlas_tier_fill_end before the
- * device memory is freed.  NULL: nothing. */
+ * fill that went well is returned, not yet started (its room reserved): atlas_tier_fill_start
+ * once the model serves, and atlas_tier_fill_end before the device memory is freed.  NULL:
+ * nothing. */
 atlas_tier_use *atlas_tier_close(atlas_host *host, atlas_tier_use *u, int ok);
 
-/* Ends a fill atlas_tier_close left running, and frees u (NULL: nothing).  wait: until it is
- * done (kept, or dropped if it failed); else it stops at its next chunk and, unless it was
- * done, keeps nothing (the device memory is about to go). */
+/* Starts the fill atlas_tier_close returned, on a thread of its own: the image's chunks
+ * pinned, the uploads copied back from the device (NULL, or started already: nothing). */
+void atlas_tier_fill_start(atlas_tier_use *u);
+
+/* Ends a fill atlas_tier_close returned, and frees u (NULL: nothing).  wait: until it is done
+ * (kept, or dropped if it failed; one never started runs here); else it stops at its next
+ * chunk and, unless it was done, keeps nothing (the device memory is about to go). */
 void atlas_tier_fill_end(atlas_tier_use *u, int wait);
 
 void atlas_host_tier_stats(atlas_tier_stats *out);
 
-/* Tests: the size of a chunk for a budget (1 MiB to 256 MiB, a sixteenth of it). */
+/* Tests: the size of a chunk for a budget (1 MiB to 32 MiB, a sixteenth of it). */
 size_t atlas_host_tier_chunk_for(size_t budget);
 
 #endif

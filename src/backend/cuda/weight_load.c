@@ -454,7 +454,7 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
     atlas_status st = atlas_host_upload_wait(cb->dev.host);
-    /* a fill goes on from here, copying the weights back beside serving */
+    /* a fill waits for the model to serve (cuda_tier_fill), then copies the weights back */
     ld->tier_fill = atlas_tier_close(cb->dev.host, ld->tier, st == ATLAS_OK);
     ld->tier = NULL;
     return st;
@@ -470,6 +470,8 @@ atlas_status cuda_loaded(atlas_backend *be) {
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
     return cuda_serving(cb);
 }
+
+void cuda_tier_fill(atlas_backend *be) { atlas_tier_fill_start(cuda_of(be)->wt.load.tier_fill); }
 
 atlas_status cuda_host_tier(atlas_backend *be, uint64_t key, size_t budget, size_t expect,
                             int *hit, const char **off) {
