@@ -474,6 +474,15 @@ static void check_q8_kernel(int64_t rows0, int64_t rows1, int64_t k, int g, int 
     void *xp = aligned_alloc(64, xs * NMAX);
     float *ref = malloc((size_t)(NMAX * m) * sizeof(float));
     for (int t = 0; t < NMAX; t++) cpu_q8_pack(x + t * k, k, g, (char *)xp + xs * t);
+    /* the SIMD packing writes the plain C one's bytes */
+    void *xq = aligned_alloc(64, xs);
+    for (int t = 0; t < NMAX; t++) {
+        cpu_q8_pack_at(x + t * k, k, g, xq, 0);
+        CHECK_MSG(!memcmp(xq, (char *)xp + xs * t, cpu_q8_pack_bytes(k, g)),
+                  "int8 packing of %lld columns, groups of %d, token %d: SIMD differs from C",
+                  (long long)k, g, t);
+    }
+    free(xq);
     /* the plain C kernel, then each kernel this CPU has, on both parts, 1 and NMAX tokens */
     for (int kind = CPU_Q8_PLAIN; w && kind <= CPU_Q8_NEON; kind++) {
         if (!cpu_q8_kind_supported((cpu_q8_kind)kind)) continue;

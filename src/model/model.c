@@ -98,7 +98,9 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
  * logit rows (gathered h) and as many rows of logits as fit behind them live there when
  * they fit, which is the usual case. Each chunk of logit rows reads all of lm_head, so the
  * more rows a chunk the better: 16 a chunk made the lm_head 11 of a 25 ms step of 256
- * sequences on the H200 (bench/RESULTS.md). */
+ * sequences on the H200 (bench/RESULTS.md). The MLP's act lives in qkv's memory when it
+ * fits (a small model's MLP, such as Qwen3-0.6B's: 6 MiB at 512 tokens): qkv is dead from
+ * the attention's end to the next layer's qkv projection, and the MLP runs in between. */
 static atlas_status alloc_acts(atlas_model *m) {
     const atlas_backend_geom *c = &m->be->geom; /* the rank's local widths */
     size_t T = (size_t)m->max_batch_tokens, C = (size_t)m->mlp_chunk, e = m->be->act_size;
@@ -110,10 +112,13 @@ static atlas_status alloc_acts(atlas_model *m) {
     bool logits_in_gate_up = fit >= ATLAS_LOGIT_CHUNK;
     m->logits_in_gate_up = logits_in_gate_up;
     m->logit_chunk = logits_in_gate_up ? (int)(fit < T ? fit : T) : ATLAS_LOGIT_CHUNK;
+    bool act_in_qkv = C * f <= T * (H + 2 * K) * hd;
+    m->act_in_qkv = act_in_qkv;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
         {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, G},
-        {&m->acts.act, C * f}, {&m->acts.logits, logits_in_gate_up ? 0 : ATLAS_LOGIT_CHUNK * V},
+        {&m->acts.act, act_in_qkv ? 0 : C * f},
+        {&m->acts.logits, logits_in_gate_up ? 0 : ATLAS_LOGIT_CHUNK * V},
         {&m->acts.rows, rows_in_gate_up ? 0 : T * d},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -124,6 +129,7 @@ static atlas_status alloc_acts(atlas_model *m) {
         ATLAS_TRY(m->be->ops->alloc(m->be, routes * sizeof(float), (void **)&m->acts.moe_wts));
     }
     if (rows_in_gate_up) m->acts.rows = m->acts.gate_up;
+    if (act_in_qkv) m->acts.act = m->acts.qkv;
     if (logits_in_gate_up) m->acts.logits = (char *)m->acts.gate_up + T * d * e;
     return ATLAS_OK;
 }
@@ -365,7 +371,8 @@ static atlas_status unload(atlas_model *m) {
     if (m->be) {
         unload_add(&rep, m->be->ops->sync(m->be), "sync");
         atlas_acts *a = &m->acts;
-        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up, a->act,
+        void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up,
+                        m->act_in_qkv ? NULL : a->act,
                         m->logits_in_gate_up ? NULL : a->logits,
                         a->rows != a->gate_up ? a->rows : NULL, a->moe_ids, a->moe_wts};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);

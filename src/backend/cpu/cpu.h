@@ -208,6 +208,9 @@ int cpu_q8_fits(const atlas_weight *w);
  * packing (blocks of 32 quantized to int8 with an fp32 scale each, and each group's sum). */
 size_t cpu_q8_pack_bytes(int64_t k, int64_t bc);
 void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst);
+/* The same in plain C (simd 0) or with AVX2 where the build has it (1): the tests check
+ * that both write the same bytes. */
+void cpu_q8_pack_at(const float *x, int64_t k, int64_t bc, void *dst, int simd);
 /* out[t * ldo + r] = row r of part p times packed token t (xs bytes apart), r0 <= r < r1,
  * with kind's kernel (not OFF). */
 void cpu_q8_gemm(cpu_q8_kind kind, const cpu_part *p, int64_t k, int64_t r0, int64_t r1,

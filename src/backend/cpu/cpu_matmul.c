@@ -351,15 +351,26 @@ static atlas_status bf16_prepare(cpu_backend *cb, matmul_job *j, int exact) {
     return ATLAS_OK;
 }
 
+/* Tokens [begin, end) of a job quantized into cb->xpack (q8_prepare's parallel part). */
+static void q8_pack_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    const matmul_job *j = ctx;
+    int64_t k = j->w->cols, bc = j->w->parts[0].quant.block_cols;
+    (void)thread;
+    for (int64_t t = begin; t < end; t++)
+        cpu_q8_pack(j->x + (size_t)t * k, k, bc, (char *)j->cb->xpack + j->q8_xs * t);
+}
+
 /* INT4 weights with int8 activations (the backend's q8 kind): the tokens quantized and packed
- * once, here, for all threads. */
+ * once, here, for all threads, split over them by tokens (a prefill's packing on one thread
+ * would leave the others waiting). */
 static atlas_status q8_prepare(cpu_backend *cb, matmul_job *j) {
     int64_t k = j->w->cols, bc = j->w->parts[0].quant.block_cols;
     size_t xs = (cpu_q8_pack_bytes(k, bc) + 63) / 64 * 64;
     ATLAS_TRY(grow(&cb->xpack, &cb->xpack_cap, xs * (size_t)j->n, "int8 activations"));
-    for (int t = 0; t < j->n; t++) cpu_q8_pack(j->x + (size_t)t * k, k, bc, (char *)cb->xpack + xs * t);
-    j->q8 = cb->q8;
     j->q8_xs = xs;
+    /* a thread's share at least 16k columns, the wake-up's worth */
+    atlas_threadpool_for(cb->pool, j->n, 1 + 16384 / k, q8_pack_range, j);
+    j->q8 = cb->q8;
     return ATLAS_OK;
 }
 

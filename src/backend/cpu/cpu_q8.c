@@ -91,28 +91,82 @@ size_t cpu_q8_pack_bytes(int64_t k, int64_t bc) {
     return (size_t)kp + (size_t)(kp / 32) * sizeof(float) + (size_t)g * sizeof(float);
 }
 
-void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) {
+/* One block of 32 columns: its int8 values into the chunk's even and odd halves, its scale
+ * into *d; returns the sum of its values. */
+static int pack_block_plain(const float *xb, int64_t b, int8_t *q, float *d) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+    float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+        int64_t j = b * 32 + i, c = j / 128, jj = j % 128;
+        int v = (int)nearbyintf(xb[i] * inv);
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        q[c * 128 + (jj & 1) * 64 + jj / 2] = (int8_t)v;
+        sum += v;
+    }
+    *d = amax / 127.0f;
+    return sum;
+}
+
+#ifdef CPU_SIMD
+/* The same with AVX2, value for value: the same products, rounded to nearest even and
+ * clamped in fp32 (exact: |x * inv| stays near 127), then packed to bytes and split into
+ * the even and odd columns. Prefill packs every token of every matmul: in plain C (fmaxf a
+ * libm call) that was 4.5% of an INT4 prefill's CPU time, on one thread (bench/RESULTS.md). */
+static int pack_block_avx2(const float *xb, int64_t b, int8_t *q, float *d) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], m;
+    for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    const __m256 vi = _mm256_set1_ps(inv), lim = _mm256_set1_ps(127.0f), nlim = _mm256_set1_ps(-127.0f);
+    __m256i n[4], acc = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) {
+        __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        n[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, lim), nlim));
+        acc = _mm256_add_epi32(acc, n[i]);
+    }
+    /* bytes in dword order: columns 0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31 */
+    __m256i p8 = _mm256_packs_epi16(_mm256_packs_epi32(n[0], n[1]), _mm256_packs_epi32(n[2], n[3]));
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    /* in each 16 columns the even ones, then the odd ones; then evens 0-31, odds 0-31 */
+    const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                        0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    p8 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(p8, eo), 0xd8);
+    int8_t *dst = q + (b / 4) * 128 + (b % 4) * 16;
+    _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(p8));
+    _mm_storeu_si128((__m128i *)(dst + 64), _mm256_extracti128_si256(p8, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    *d = amax / 127.0f;
+    return _mm_cvtsi128_si32(s);
+}
+#endif
+
+void cpu_q8_pack_at(const float *x, int64_t k, int64_t bc, void *dst, int simd) {
     int64_t kp = padded(k);
     int8_t *q = dst;
     float *d = (float *)(q + kp), *xg = d + kp / 32;
     memset(dst, 0, cpu_q8_pack_bytes(k, bc));
     for (int64_t b = 0; b < k / 32; b++) {
-        const float *xb = x + b * 32;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float db = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (int i = 0; i < 32; i++) {
-            int64_t j = b * 32 + i, c = j / 128, jj = j % 128;
-            int v = (int)nearbyintf(xb[i] * inv);
-            v = v > 127 ? 127 : v < -127 ? -127 : v;
-            q[c * 128 + (jj & 1) * 64 + jj / 2] = (int8_t)v;
-            sum += v;
-        }
-        d[b] = db;
-        xg[(b * 32) / bc] += db * (float)sum;
+#ifdef CPU_SIMD
+        int sum = simd ? pack_block_avx2(x + b * 32, b, q, d + b) : pack_block_plain(x + b * 32, b, q, d + b);
+#else
+        (void)simd;
+        int sum = pack_block_plain(x + b * 32, b, q, d + b);
+#endif
+        xg[(b * 32) / bc] += d[b] * (float)sum;
     }
 }
+
+void cpu_q8_pack(const float *x, int64_t k, int64_t bc, void *dst) { cpu_q8_pack_at(x, k, bc, dst, 1); }
 
 /* A row's last chunk, when k stops inside it, as a zeroed copy (its bytes past the row are
  * the next row's). */
@@ -170,6 +224,20 @@ static inline void grp_next(grp_walk *w) {
         w->g++;
         w->left = w->per;
     }
+}
+
+/* zero_term with AVX2, eight groups a step, for each x86 kernel's one-token rows and tiles
+ * alike (a token's sum must not depend on which of the two took it): in scalar code a
+ * row's groups cost about a fifth of its integer work at k = 1024. */
+static inline float zero_term_avx2(const float *s, const float *z, const float *xg, int64_t ng) {
+    __m256 a = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8)
+        a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(s + g), _mm256_loadu_ps(z + g)),
+                            _mm256_loadu_ps(xg + g), a);
+    float t = cpu_hsum256(a);
+    for (; g < ng; g++) t += s[g] * z[g] * xg[g];
+    return t;
 }
 
 #define T_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -240,7 +308,7 @@ rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
     }
     for (int i = 0; i < NR; i++)
         out[i] = _mm512_reduce_add_ps(acc[i]) -
-                 zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+                 zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
 }
 
 /* Prefill's tile: 4 rows times Q8_TILE_TOKENS tokens, each chunk's nibbles unpacked once for
@@ -299,7 +367,7 @@ tile_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
         const float *xg = (const float *)((const int8_t *)xp + xs * t + kp) + kp / 32;
         for (int i = 0; i < 4; i++)
             out[t * ldo + i] = _mm512_reduce_add_ps(acc[i][t]) -
-                               zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+                               zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
     }
 }
 
@@ -370,15 +438,89 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
             }
         }
     for (int i = 0; i < NR; i++)
-        out[i] = cpu_hsum256(acc[i]) - zero_term(s[i], qw->zeros + (r + i) * sc, xg, sc);
+        out[i] = cpu_hsum256(acc[i]) - zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
+}
+
+/* Prefill's tile with AVX2: Q8_ROWS_AVX2 rows times Q8_TILE_AVX2 tokens, each half chunk's
+ * nibbles unpacked once for all of them (rows_avx2 unpacks them again for every token); the
+ * same sums, in the same order, as rows_avx2 gives each token alone. Two rows by four tokens
+ * keep the eight accumulators and four unpacked halves in the sixteen registers (4 x 2
+ * spilled the accumulators): 1.5-1.7x the untiled kernel's rate (bench/RESULTS.md). */
+enum { Q8_ROWS_AVX2 = 2, Q8_TILE_AVX2 = 4 };
+
+static inline __attribute__((always_inline)) void
+tile_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, float *out,
+          int64_t ldo) {
+    enum { NT = Q8_TILE_AVX2, NR = Q8_ROWS_AVX2 };
+    const atlas_wquant *qw = &p->quant;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
+    const int whole = sh.whole;
+    const uint8_t *row[NR];
+    const float *s[NR];
+    __m256 acc[NR][NT];
+    __attribute__((aligned(32))) uint8_t tmp[NR][64];
+    for (int i = 0; i < NR; i++) {
+        row[i] = (const uint8_t *)p->data + (r + i) * kb;
+        s[i] = qw->scales + (r + i) * sc;
+        for (int t = 0; t < NT; t++) acc[i][t] = _mm256_setzero_ps();
+    }
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    grp_walk gw = grp_start(bc, k);
+    for (int64_t c = 0; c < nch; grp_next(&gw), c++) {
+        const uint8_t *wc[NR];
+        for (int i = 0; i < NR; i++) wc[i] = c < nfull ? row[i] + c * 64 : chunk_tail_plain(row[i], c, kb, tmp[i]);
+        for (int h = 0; h < 2; h++) {
+            const int64_t b0 = c * 4 + h * 2;
+            __m256i lo[NR], hi[NR];
+            __m256 sv[NR];
+            for (int i = 0; i < NR; i++) {
+                __m256i w = _mm256_loadu_si256((const __m256i *)(wc[i] + h * 32));
+                lo[i] = _mm256_and_si256(w, m0f);
+                hi[i] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
+                if (whole)
+                    sv[i] = _mm256_set1_ps(s[i][gw.g]);
+                else if (bc == 64)
+                    sv[i] = _mm256_set1_ps(s[i][b0 / 2]);
+                else {
+                    float s1 = b0 + 1 < sc ? s[i][b0 + 1] : 0.0f;
+                    sv[i] = _mm256_setr_ps(s[i][b0], s[i][b0], s[i][b0], s[i][b0], s1, s1, s1, s1);
+                }
+            }
+            for (int t = 0; t < NT; t++) {
+                const int8_t *q = (const int8_t *)xp + xs * t;
+                const float *d = (const float *)(q + kp);
+                const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
+                const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
+                const __m256 dv = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd((const double *)(d + b0)))),
+                    lane_blk);
+                for (int i = 0; i < NR; i++) {
+                    __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xe), _mm256_maddubs_epi16(hi[i], xo));
+                    __m256i t32 = _mm256_madd_epi16(t16, ones);
+                    acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t32), _mm256_mul_ps(dv, sv[i]), acc[i][t]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        const float *xg = (const float *)((const int8_t *)xp + xs * t + kp) + kp / 32;
+        for (int i = 0; i < NR; i++)
+            out[t * ldo + i] = cpu_hsum256(acc[i][t]) - zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
+    }
 }
 
 static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp,
                       size_t xs, int n, float *out, int64_t ldo) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        for (int t = 0; t < n; t++)
-            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 4);
+    for (; r + Q8_ROWS_AVX2 <= r1; r += Q8_ROWS_AVX2) {
+        int t = 0;
+        for (; t + Q8_TILE_AVX2 <= n; t += Q8_TILE_AVX2)
+            tile_avx2(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
+        for (; t < n; t++)
+            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, Q8_ROWS_AVX2);
+    }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
             rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
