@@ -98,9 +98,9 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
  * logit rows (gathered h) and as many rows of logits as fit behind them live there when
  * they fit, which is the usual case. Each chunk of logit rows reads all of lm_head, so the
  * more rows a chunk the better: 16 a chunk made the lm_head 11 of a 25 ms step of 256
- * sequences on the H200 (bench/RESULTS.md). The MLP's act lives in qkv's memory when it
- * fits (a small model's MLP, such as Qwen3-0.6B's: 6 MiB at 512 tokens): qkv is dead from
- * the attention's end to the next layer's qkv projection, and the MLP runs in between. */
+ * sequences on the H200 (bench/RESULTS.md). On the CPU the MLP's act lives in qkv's memory
+ * when it fits (a small model's MLP, such as Qwen3-0.6B's: 6 MiB at 512 tokens): qkv is dead
+ * from the attention's end to the next layer's qkv projection, and the MLP runs in between. */
 static atlas_status alloc_acts(atlas_model *m) {
     const atlas_backend_geom *c = &m->be->geom; /* the rank's local widths */
     size_t T = (size_t)m->max_batch_tokens, C = (size_t)m->mlp_chunk, e = m->be->act_size;
@@ -112,7 +112,9 @@ static atlas_status alloc_acts(atlas_model *m) {
     bool logits_in_gate_up = fit >= ATLAS_LOGIT_CHUNK;
     m->logits_in_gate_up = logits_in_gate_up;
     m->logit_chunk = logits_in_gate_up ? (int)(fit < T ? fit : T) : ATLAS_LOGIT_CHUNK;
-    bool act_in_qkv = C * f <= T * (H + 2 * K) * hd;
+    /* on the CPU only, where it was measured (peak RSS); a device keeps the layout its
+     * kernels were checked with */
+    bool act_in_qkv = !strcmp(m->be->ops->name, "cpu") && C * f <= T * (H + 2 * K) * hd;
     m->act_in_qkv = act_in_qkv;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
