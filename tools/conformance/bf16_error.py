@@ -98,12 +98,7 @@ def run_dir(d, kv, max_len):
             continue
         seed, lo, hi = ref[f"L{n}.prompt"].tolist()
         forced = ref[f"L{n}.forced"].tolist()
-        ids = torch.tensor([shapes.prompt_ids(n, seed, lo, hi)], device="cuda")
-        past, logits = None, None
-        for a in range(0, n, chunk):
-            r = model(input_ids=ids[:, a:a + chunk], past_key_values=past, use_cache=True,
-                      logits_to_keep=1)
-            past, logits = r.past_key_values, r.logits[0, -1]
+        past, logits = make.prefill(model, shapes.prompt_ids(n, seed, lo, hi), chunk)
         worst = 0.0
         for j in range(len(forced) + 1):
             worst = max(worst, cell_error(logits, ref[f"L{n}.top_ids"][j],

@@ -326,6 +326,18 @@ def make_refs(name, spec, d, refs, big, kv=None, scales_dir=None):
         make_refs_in(name, spec, d, refs, big, "reference-kvfp8.safetensors")
 
 
+def prefill(model, prompt, chunk):
+    """The prompt's forward in pieces of at most chunk tokens against the cache: (the cache,
+    the last position's logits)."""
+    ids = torch.tensor([prompt], device="cuda")
+    past, logits = None, None
+    for a in range(0, len(prompt), chunk):
+        r = model(input_ids=ids[:, a:a + chunk], past_key_values=past, use_cache=True,
+                  logits_to_keep=1)
+        past, logits = r.past_key_values, r.logits[0, -1]
+    return past, logits
+
+
 @torch.no_grad()
 def make_refs_in(name, spec, d, refs, big, file):
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -344,12 +356,7 @@ def make_refs_in(name, spec, d, refs, big, file):
     for n in shapes.lengths(name, spec, big):
         t0 = time.time()
         seed = n * 7 + 1
-        ids = torch.tensor([shapes.prompt_ids(n, seed, lo, hi)], device="cuda")
-        past, logits = None, None
-        for a in range(0, n, chunk):
-            r = model(input_ids=ids[:, a:a + chunk], past_key_values=past, use_cache=True,
-                      logits_to_keep=1)
-            past, logits = r.past_key_values, r.logits[0, -1]
+        past, logits = prefill(model, shapes.prompt_ids(n, seed, lo, hi), chunk)
         tids, tlps, margins, forced = [], [], [], []
         for j in range(shapes.FORCED + 1):
             i, v, m = top(logits, shapes.TOPK)
