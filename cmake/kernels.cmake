@@ -14,15 +14,14 @@
 # and compute_120 PTX that later GPUs JIT-compile.  The kernels need nothing newer than
 # mma.sync and cp.async (sm_80); clusters and programmatic dependent launch are used under
 # __CUDA_ARCH__ >= 900 and chosen at run time by compute capability (backend/cuda/arch.c).
+# The machine codes of one family share a virtual architecture, so that nvcc runs its front
+# end once for them (the code differs by no __CUDA_ARCH__ test below 900 or above 1200): a
+# third less compile time than a front end per target.
 set(ATLAS_CUDA_GENCODE
-    -gencode=arch=compute_80,code=sm_80
-    -gencode=arch=compute_86,code=sm_86
-    -gencode=arch=compute_89,code=sm_89
+    "-gencode=arch=compute_80,code=[sm_80,sm_86,sm_89]"
     -gencode=arch=compute_90a,code=sm_90a
     -gencode=arch=compute_100,code=sm_100
-    -gencode=arch=compute_120,code=sm_120
-    -gencode=arch=compute_121,code=sm_121
-    -gencode=arch=compute_120,code=compute_120
+    "-gencode=arch=compute_120,code=[sm_120,sm_121,compute_120]"
     CACHE STRING "nvcc -gencode options of the fatbins (e.g. only the GPU at hand, for a quicker build)")
 # The portable image of each module: compute_80 PTX alone, which `--kernels portable` loads
 # so that the driver compiles it at run time (the nearest an H200 comes to running what an
@@ -72,27 +71,52 @@ file(WRITE ${CMAKE_BINARY_DIR}/kernels/nvcc-version.txt "${_atlas_nvcc_out}")
 math(EXPR ATLAS_KERNELS_CUDA_VERSION "${CMAKE_MATCH_1} * 1000")
 
 # An older nvcc lacks the newest targets (sm_100 and sm_120 came with CUDA 12.8, sm_121 with
-# 12.9): those it does not list are left out with a message, where they would fail the build.
+# 12.9): the codes it does not list are left out with a message, where they would fail the
+# build, and a -gencode none of whose codes it lists goes whole.
 if(NOT ATLAS_KERNELS_FATBIN_DIR)
   execute_process(COMMAND ${ATLAS_NVCC} --list-gpu-arch OUTPUT_VARIABLE _atlas_archs
                   RESULT_VARIABLE _atlas_archs_rc ERROR_QUIET)
-  if(_atlas_archs_rc EQUAL 0)
+  execute_process(COMMAND ${ATLAS_NVCC} --list-gpu-code OUTPUT_VARIABLE _atlas_codes
+                  RESULT_VARIABLE _atlas_codes_rc ERROR_QUIET)
+  if(_atlas_archs_rc EQUAL 0 AND _atlas_codes_rc EQUAL 0)
     set(_atlas_kept "")
     set(_atlas_dropped "")
     foreach(g ${ATLAS_CUDA_GENCODE})
-      if(g MATCHES "arch=compute_([0-9]+)[a-z]?,")
-        string(FIND "${_atlas_archs}\n" "compute_${CMAKE_MATCH_1}\n" _atlas_at)
-        if(_atlas_at EQUAL -1)
-          list(APPEND _atlas_dropped ${g})
-          continue()
-        endif()
+      if(NOT g MATCHES "^-gencode=arch=(compute_[0-9]+)([a-z]?),code=\\[?([a-z_0-9,]+)\\]?$")
+        list(APPEND _atlas_kept ${g}) # a form this does not read: nvcc judges it
+        continue()
       endif()
-      list(APPEND _atlas_kept ${g})
+      set(_arch ${CMAKE_MATCH_1})
+      set(_suffix ${CMAKE_MATCH_2})
+      string(REPLACE "," ";" _want "${CMAKE_MATCH_3}")
+      string(FIND "${_atlas_archs}\n" "${_arch}\n" _atlas_at)
+      set(_have "")
+      foreach(c ${_want})
+        string(REGEX REPLACE "[a-z]$" "" _plain "${c}") # sm_90a is listed as sm_90
+        string(REGEX REPLACE "^sm_" "compute_" _as_arch "${_plain}")
+        if(_atlas_at EQUAL -1)
+          set(_found -1)
+        elseif(c MATCHES "^compute_")
+          string(FIND "${_atlas_archs}\n" "${_as_arch}\n" _found)
+        else()
+          string(FIND "${_atlas_codes}\n" "${_plain}\n" _found)
+        endif()
+        if(_found EQUAL -1)
+          list(APPEND _atlas_dropped ${c})
+        else()
+          list(APPEND _have ${c})
+        endif()
+      endforeach()
+      if(_have)
+        list(JOIN _have "," _have)
+        list(APPEND _atlas_kept "-gencode=arch=${_arch}${_suffix},code=[${_have}]")
+      endif()
     endforeach()
     if(_atlas_dropped)
+      list(JOIN _atlas_dropped " " _atlas_dropped)
       message(STATUS "atlas: nvcc ${ATLAS_NVCC_VERSION} cannot build ${_atlas_dropped}: left out")
-      set(ATLAS_CUDA_GENCODE ${_atlas_kept})
     endif()
+    set(ATLAS_CUDA_GENCODE ${_atlas_kept})
   endif()
 endif()
 

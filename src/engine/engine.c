@@ -776,8 +776,12 @@ static void model_settings(const eng_model *md, atlas_engine_model_status *out) 
     out->keep_alive_now_ms = md->keep_now_ms;
     snprintf(out->kv_dtype, sizeof out->kv_dtype, "%s", md->kv_dtype);
     out->expires_in_s = -1;
-    if (md->m && !md->pinned && md->idle_since > 0 && md->keep_now_ms > 0) {
-        double left = md->idle_since + md->keep_now_ms / 1e3 - atlas_engine_now();
+    /* The keep-alive loop stamps idle_since on its next round; a model that went idle since
+     * then counts from now, so a client asking right after its answer sees its keep-alive. */
+    int idle = !md->draining && !md->held && md->n_running == 0 && md->n_waiting == 0;
+    if (md->m && !md->pinned && idle && md->keep_now_ms > 0) {
+        double now = atlas_engine_now(), since = md->idle_since > 0 ? md->idle_since : now;
+        double left = since + md->keep_now_ms / 1e3 - now;
         out->expires_in_s = left > 0 ? left : 0;
     }
 }
