@@ -119,6 +119,7 @@ static CUresult f_err_name(CUresult e, const char **name) {
     case 200: *name = "CUDA_ERROR_INVALID_IMAGE"; return 0;
     case 500: *name = "CUDA_ERROR_NOT_FOUND"; return 0;
     case 700: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; return 0;
+    case 719: *name = "CUDA_ERROR_LAUNCH_FAILED"; return 0;
     }
     *name = NULL;
     return 1;

@@ -481,12 +481,32 @@ static void test_upload_queue(atlas_host *h) {
     CHECK_OK(atlas_registry_release(r));
 }
 
+/* A sticky error (a kernel's fault: the context can run nothing more) is kept, the first
+ * one, for /health and the metrics; out of memory and other failures are not sticky. */
+static void test_lost(void) {
+    atlas_cu_lost_clear_for_test();
+    char msg[512] = "x";
+    CHECK(atlas_cu_check(2, "cuMemAlloc", __FILE__, __LINE__) == ATLAS_ERR_DEVICE_NOMEM);
+    CHECK(atlas_cu_check(1, "cuMemcpyHtoDAsync", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    CHECK(!atlas_cu_lost(msg, sizeof msg) && msg[0] == 0);
+    CHECK(atlas_cu_check(719, "cuStreamSynchronize", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    CHECK(atlas_cu_check(700, "cuMemFreeAsync", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    HAS("cuMemFreeAsync failed: CUDA_ERROR_ILLEGAL_ADDRESS"); /* each call says its own */
+    CHECK(atlas_cu_lost(msg, sizeof msg));
+    CHECK_MSG(strstr(msg, "cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED") &&
+              strstr(msg, "tests/test-registry.c:"), "the first: %s", msg);
+    CHECK(atlas_cu_lost(NULL, 0));
+    atlas_cu_lost_clear_for_test();
+    CHECK(!atlas_cu_lost(NULL, 0));
+}
+
 int main(void) {
     harness_in_child("no device", scenario_no_device);
     harness_in_child("bad ordinal, retain failure", scenario_bad_ordinal_then_retain_failure);
     harness_in_child("no memory pools", scenario_no_pools);
 
     install_fake(2);
+    test_lost();
     atlas_host *h = NULL;
     test_host(&h);
     test_modules(h);

@@ -282,6 +282,31 @@ static void test_model(void) {
 static void test_engine(void) {}
 #endif
 
+/* A sticky error, as a kernel's fault gives (here returned by hand): the engine's metrics,
+ * which /health and /metrics read, say the GPU is lost and why, whatever the device of the
+ * engine's models. */
+static void test_device_lost(void) {
+    atlas_engine_model em = {.name = "tiny", .dir = harness_data_path("tiny-qwen3")};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = &em;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CPU;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (!e) return;
+    atlas_cu_lost_clear_for_test(); /* the failures armed above returned sticky errors too */
+    atlas_engine_metrics mt;
+    atlas_engine_get_metrics(e, &mt);
+    CHECK(!mt.device_lost && !mt.device_error[0]);
+    CHECK(atlas_cu_check(700, "cuStreamSynchronize", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    atlas_engine_get_metrics(e, &mt);
+    CHECK_MSG(mt.device_lost && strstr(mt.device_error, "cuStreamSynchronize failed: "
+                                                        "CUDA_ERROR_ILLEGAL_ADDRESS"),
+              "%d: %s", mt.device_lost, mt.device_error);
+    atlas_cu_lost_clear_for_test();
+    atlas_engine_free(e);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--no-pools")) {
         pools = 0;
@@ -296,6 +321,7 @@ int main(int argc, char **argv) {
     test_registry(h);
     test_model();
     test_engine();
+    test_device_lost();
     CHECK(stats().live_allocs == 0 && stats().live_modules == 0);
     /* every device allocation went through the pool, or none did */
     CHECK(stats().live_pools == pools && (stats().pool_allocs > 0) == pools);

@@ -575,6 +575,10 @@ typedef struct atlas_engine_metrics {
     uint64_t host_tier_evicted; /* images evicted for room */
     uint64_t device_contexts;   /* GPU contexts the process created: 1 once it used the GPU,
                                    for its life (a swap never makes another) */
+    int device_lost;            /* 1 once the GPU returned one of CUDA's sticky errors (a
+                                   kernel's illegal address, an uncorrectable ECC error...):
+                                   every GPU model fails from then on, until a restart */
+    char device_error[512];     /* the first such error, "" while there is none */
     atlas_engine_hist ttft;     /* submit to first token */
     atlas_engine_hist itl;      /* between consecutive tokens of a sequence */
     atlas_engine_hist swap;     /* each swap (or load) */

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/memdir.h"
+#include "backend/cuda/driver.h"
 #include "backend/cuda/host_tier.h"
 #include "atlas/host.h"
 #include "engine/engine_internal.h"
@@ -836,6 +837,7 @@ void atlas_engine_get_metrics(atlas_engine *e, atlas_engine_metrics *out) {
     out->host_tier_models = ts.entries;
     out->host_tier_evicted = ts.evicted;
     out->device_contexts = atlas_host_contexts_created();
+    out->device_lost = atlas_cu_lost(out->device_error, sizeof out->device_error);
     out->running = 0;
     out->kv_blocks_used = out->kv_blocks_total = out->resident_models = 0;
     out->kv_blocks_cached = 0;

@@ -184,11 +184,15 @@ void atlas_api_health(atlas_http_call *call, json_t *body, const char *arg, atla
                               "/health: out of memory");
         return;
     }
-    atlas_http_reply_json(r, 200,
-                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "status",
-                                    failed ? "degraded" : "ok", "models", n, "resident",
-                                    em.resident_models, "running", em.running, "queued",
-                                    em.queue_len, "model_states", states));
+    json_t *v = json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "status",
+                          em.device_lost ? "error" : failed ? "degraded" : "ok", "models", n,
+                          "resident", em.resident_models, "running", em.running, "queued",
+                          em.queue_len, "model_states", states);
+    /* a lost GPU context serves nothing on the GPU again: a 503 tells a supervisor's probe to
+     * restart the process, and says why */
+    if (v && em.device_lost)
+        json_object_set_new(v, "error", atlas_json_text(em.device_error, strlen(em.device_error)));
+    atlas_http_reply_json(r, em.device_lost ? 503 : 200, v);
 }
 
 /* --- /metrics ----------------------------------------------------------------------------- */
@@ -279,6 +283,7 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= GAUGE("atlas_host_tier_models", "Models whose weights the host tier keeps.", "%d", m->host_tier_models);
     rc |= COUNTER("atlas_host_tier_evicted_total", "Weight images evicted from the host tier for room.", m->host_tier_evicted);
     rc |= COUNTER("atlas_device_contexts_created_total", "GPU contexts the process created: 1 once it used the GPU, for its life (no swap makes another).", m->device_contexts);
+    rc |= GAUGE("atlas_device_lost", "1 once the GPU returned a sticky error (its context can run nothing more until a restart).", "%d", m->device_lost);
     rc |= GAUGE("atlas_memory_budget_bytes", "Bytes the resident models may take (0: no limit).", "%zu", m->memory_budget);
     rc |= print_ehist(&b, &l, &c, "atlas_time_to_first_token_seconds",
                       "From submit to the first generated token.", &m->ttft);

@@ -219,6 +219,7 @@ test(`soak: ${STREAMS} streams over ${MODELS.length} models of a models file, --
     `not idle after the soak: active ${m.atlas_requests_active}, running ${m.atlas_running_sequences}, ` +
     `queued ${m.atlas_queue_length}, KV blocks ${m.atlas_kv_blocks_used}`);
   assert.equal(m.atlas_device_contexts_created_total, 0, 'a GPU context made by a CPU server');
+  assert.equal(m.atlas_device_lost, 0, 'a GPU lost by a CPU server');
   assert.ok(m.atlas_kv_host_bytes <= HOST_CACHE_MIB * MiB, `host KV ${m.atlas_kv_host_bytes} bytes`);
   const ended = ['stop', 'length', 'cancelled', 'error']
     .reduce((a, k) => a + m[`atlas_requests_finished_total{reason="${k}"}`], 0);

@@ -1,7 +1,8 @@
 /* backend/cuda/driver.c — loads libcuda.so.1 with dlopen and fills the driver table.
  *
  * Globals (documented in docs/ARCHITECTURE.md, "Globals"): the table, the library handle and
- * the outcome of the one load attempt, written once under a lock and read-only afterwards. */
+ * the outcome of the one load attempt, written once under a lock and read-only afterwards;
+ * and the first sticky error the driver returned (the context is lost), under its own lock. */
 #include "backend/cuda/driver.h"
 
 #include <dlfcn.h>
@@ -243,6 +244,56 @@ const char *atlas_cu_error_name(CUresult res) {
     return unknown;
 }
 
+/* CUDA's sticky errors: after one of these (a kernel's fault, an uncorrectable ECC error, a
+ * launch that timed out) the context fails every later call, and only a new process can use
+ * the GPU again; the first one seen is kept for /health and the metrics. */
+static int cu_sticky(CUresult res) {
+    switch ((int)res) {
+    case 214: /* ECC_UNCORRECTABLE */
+    case 700: /* ILLEGAL_ADDRESS */
+    case 702: /* LAUNCH_TIMEOUT */
+    case 710: /* ASSERT */
+    case 714: /* HARDWARE_STACK_ERROR */
+    case 715: /* ILLEGAL_INSTRUCTION */
+    case 716: /* MISALIGNED_ADDRESS */
+    case 717: /* INVALID_ADDRESS_SPACE */
+    case 718: /* INVALID_PC */
+    case 719: /* LAUNCH_FAILED */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+static int lost;             /* a sticky error was seen */
+static char lost_msg[512];   /* the first one's message */
+
+static atlas_status note_lost(atlas_status st) {
+    pthread_mutex_lock(&lost_lock);
+    if (!lost) {
+        lost = 1;
+        snprintf(lost_msg, sizeof lost_msg, "%s", atlas_last_error());
+    }
+    pthread_mutex_unlock(&lost_lock);
+    return st;
+}
+
+int atlas_cu_lost(char *msg, size_t n) {
+    pthread_mutex_lock(&lost_lock);
+    int was = lost;
+    if (msg && n) snprintf(msg, n, "%s", was ? lost_msg : "");
+    pthread_mutex_unlock(&lost_lock);
+    return was;
+}
+
+void atlas_cu_lost_clear_for_test(void) {
+    pthread_mutex_lock(&lost_lock);
+    lost = 0;
+    lost_msg[0] = 0;
+    pthread_mutex_unlock(&lost_lock);
+}
+
 atlas_status atlas_cu_check(CUresult res, const char *call, const char *file, int line) {
     if (res == ATLAS_CUDA_SUCCESS) return ATLAS_OK;
     /* "src/backend/cuda/registry.c" rather than the build machine's absolute path */
@@ -256,7 +307,9 @@ atlas_status atlas_cu_check(CUresult res, const char *call, const char *file, in
     atlas_status st = res == ATLAS_CUDA_ERROR_OUT_OF_MEMORY ? ATLAS_ERR_DEVICE_NOMEM
                                                             : ATLAS_ERR_DEVICE;
     if (text)
-        return atlas_fail(st, "%s failed: %s (%s) (%s:%d)", call, atlas_cu_error_name(res),
-                          text, rel, line);
-    return atlas_fail(st, "%s failed: %s (%s:%d)", call, atlas_cu_error_name(res), rel, line);
+        st = atlas_fail(st, "%s failed: %s (%s) (%s:%d)", call, atlas_cu_error_name(res), text,
+                        rel, line);
+    else
+        st = atlas_fail(st, "%s failed: %s (%s:%d)", call, atlas_cu_error_name(res), rel, line);
+    return cu_sticky(res) ? note_lost(st) : st;
 }

@@ -267,6 +267,15 @@ atlas_status atlas_driver_install_for_test(const atlas_driver *fake, int version
  * file:line.  CUDA_ERROR_OUT_OF_MEMORY -> ATLAS_ERR_DEVICE_NOMEM, others -> ATLAS_ERR_DEVICE. */
 atlas_status atlas_cu_check(CUresult res, const char *call, const char *file, int line);
 
+/* 1 once a call checked by atlas_cu_check has returned one of CUDA's sticky errors (an
+ * illegal address, a launch failure, an uncorrectable ECC error...): the process's context
+ * can run nothing more, and only a restart gives the GPU back.  msg (n bytes, may be NULL)
+ * gets the first such error's message, "" while there is none.  Thread-safe. */
+int atlas_cu_lost(char *msg, size_t n);
+
+/* Tests only: forgets a sticky error the fake driver was made to return. */
+void atlas_cu_lost_clear_for_test(void);
+
 /* "CUDA_ERROR_OUT_OF_MEMORY" for 2, "CUDA_ERROR_<n>" when the driver does not know it. */
 const char *atlas_cu_error_name(CUresult res);
 
