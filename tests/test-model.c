@@ -106,8 +106,10 @@ static int cpuinfo_has(const char *flag) {
 }
 #endif
 
-/* The command line's default, AUTO: int8 (bf16 dot products, a bf16 KV cache) on an x86 CPU
- * with AVX512_BF16, fp32 on one without; the kernels line and the KV bytes say which. */
+/* The command line's default, AUTO: int8 (a bf16 KV cache) on a CPU with bf16 or integer dot
+ * products (AVX2 in the release's x86-64 build; AVX512_BF16), fp32 on one without; the
+ * kernels line and the KV bytes say which, and whether a bf16 weight's activations are
+ * rounded (only for the bf16 dot products). */
 static void test_auto_activations(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
@@ -120,16 +122,25 @@ static void test_auto_activations(void) {
     if (!m) return;
     atlas_model_info info;
     atlas_model_get_info(m, &info);
-    int rounded = info.kernels[0] != '\0';
-    size_t elem = rounded ? 2 : sizeof(float);
+    int int8 = info.kernels[0] != '\0';
+    size_t elem = int8 ? 2 : sizeof(float);
     CHECK_MSG(info.kv_bytes == (size_t)2 * info.n_layers * info.kv_blocks * info.kv_block_size *
                                    info.n_kv_heads * info.head_dim * elem,
               "kernels '%s', kv_bytes %zu", info.kernels, info.kv_bytes);
 #if defined(__x86_64__)
     int bf16 = cpuinfo_has("avx512_bf16");
-    CHECK_MSG(rounded == bf16, "avx512_bf16 %d, kernels '%s'", bf16, info.kernels);
-    if (bf16) CHECK_MSG(strstr(info.kernels, "AVX512_BF16") && strstr(info.kernels, "int8"),
+#if defined(__AVX2__) && defined(__FMA__)
+    int avx2 = cpuinfo_has("avx2"); /* the build's vector kernels, vpmaddubsw among them */
+#else
+    int avx2 = 0;
+#endif
+    CHECK_MSG(int8 == (bf16 || avx2), "avx512_bf16 %d, avx2 %d, kernels '%s'", bf16, avx2,
+              info.kernels);
+    if (int8) CHECK_MSG(strstr(info.kernels, "int8") && strstr(info.kernels, "KV cache bf16"),
                         "kernels '%s'", info.kernels);
+    if (bf16) CHECK_MSG(strstr(info.kernels, "AVX512_BF16"), "kernels '%s'", info.kernels);
+    if (int8 && !bf16) CHECK_MSG(strstr(info.kernels, "fp32 activations"), "kernels '%s'",
+                                 info.kernels);
 #endif
     CHECK_OK(atlas_model_release(m));
 }

@@ -53,13 +53,16 @@ typedef enum atlas_cpu_activations {
                                products where the CPU has them (about twice the prefill rate),
                                logits within the GPU's tolerance of the reference; other weight
                                formats are unchanged; the KV cache in bf16, as on a GPU */
-    ATLAS_CPU_ACT_INT8,     /* BF16's, and the activations an INT4 weight multiplies quantized
-                               to int8 in blocks of 32 (llama.cpp's scheme for its 4-bit
-                               formats) for integer dot products (AVX512-VNNI, AVX2, aarch64's
-                               sdot): about twice the INT4 decode rate */
-    ATLAS_CPU_ACT_AUTO,     /* INT8's where the CPU has bf16 dot products (where BF16 and INT8
-                               gain their speed, as llama.cpp computes), else FP32; the
-                               command line's default */
+    ATLAS_CPU_ACT_INT8,     /* BF16's where the CPU has bf16 dot products (elsewhere a bf16
+                               weight's activations stay fp32: rounding them gains nothing
+                               there; the KV cache is bf16 either way), and the activations an
+                               INT4 weight multiplies quantized to int8 in blocks of 32
+                               (llama.cpp's scheme for its 4-bit formats) for integer dot
+                               products (AVX512-VNNI, AVX2, aarch64's sdot): about twice the
+                               INT4 decode rate */
+    ATLAS_CPU_ACT_AUTO,     /* INT8's where the CPU has bf16 or integer dot products (every
+                               x86-64 CPU the release builds for, aarch64 with sdot), as
+                               llama.cpp computes, else FP32; the command line's default */
 } atlas_cpu_activations;
 
 /* The KV cache's element type (`--kv-cache-dtype`, vLLM's flag and values). */

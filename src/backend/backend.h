@@ -502,10 +502,15 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
 /* What the CPU multiplies weights with, act one of include/atlas/model.h's values:
  * FP32 (the default, the reference); BF16: the activations a bf16 weight multiplies rounded
  * to bf16 first (as a GPU's tensor cores take them), with AVX512_BF16 dot products where the
- * CPU has them; INT8: that, and INT4 weights times activations quantized to int8 (cpu_q8.c). */
+ * CPU has them; INT8: that where the CPU has them (else a bf16 weight's activations stay
+ * fp32), and INT4 weights times activations quantized to int8 (cpu_q8.c).  BF16 and INT8
+ * keep the KV cache in bf16. */
 atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act);
 /* Whether this CPU has the bf16 dot products (AVX512_BF16) that BF16 and INT8 are fast with. */
 int atlas_backend_cpu_bf16_dot(void);
+/* Whether this CPU has integer dot products for INT8's INT4 kernels (AVX2's vpmaddubsw,
+ * AVX512-VNNI, aarch64's sdot), not the plain C path. */
+int atlas_backend_cpu_int8_dot(void);
 /* Ops that atlas_backend_options.skip_ops can leave out (bits). */
 enum {
     ATLAS_SKIP_NORM = 1 << 0,      /* rmsnorm and add_rmsnorm */

@@ -124,7 +124,7 @@ static void usage(FILE *f) {
             "  --device cpu|cuda[:N]|auto  (default auto: CUDA when usable, else the CPU)\n"
             "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
-            "  --cpu-activations fp32|bf16|int8  the CPU's matmuls (see atlas run --help)\n"
+            "  --cpu-activations auto|fp32|bf16|int8  the CPU's matmuls (see atlas run --help)\n"
             "  --kv-cache-dtype auto|bf16|fp8  the KV cache's elements (see atlas run --help)\n"
             "  --no-memory-check    load even when the model needs more memory than is free\n"
             "  -h, --help           this help\n",
@@ -807,7 +807,7 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
         }
     } else if (!strcmp(a, "--cpu-activations")) {
         if (atlas_cli_parse_cpu_activations(v, &c->dev.cpu_act)) {
-            fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want fp32, bf16 or int8)\n", v);
+            fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want auto, fp32, bf16 or int8)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kv-cache-dtype")) {

@@ -47,10 +47,11 @@ int atlas_cli_parse_kv_dtype(const char *cmd, const char *v, atlas_kv_dtype *out
     "  --cpu-activations auto|fp32|bf16|int8  what the CPU multiplies weights with\n"        \
     "                       (fp32: exact, the reference; bf16: rounded as a GPU does for\n"      \
     "                       bf16 weights, AVX512_BF16 dot products where the CPU has\n"          \
-    "                       them, about 2x the prefill; int8: that, and INT4 weights\n"          \
-    "                       times int8 activations as llama.cpp takes them, about 2x the\n"     \
-    "                       decode; both keep the KV cache in bf16; default auto: int8\n"        \
-    "                       where the CPU has bf16 dot products, else fp32)\n"
+    "                       them, about 2x the prefill; int8: that where the CPU has\n"          \
+    "                       them, and INT4 weights times int8 activations as llama.cpp\n"       \
+    "                       takes them, 2x the INT4 prefill and decode; both keep the KV\n"     \
+    "                       cache in bf16; default auto: int8 where the CPU has bf16 or\n"      \
+    "                       integer dot products (AVX2, VNNI, sdot), else fp32)\n"
 
 /* Where a command that runs one model in process runs it (--device, --kernels, --threads,
  * --ctx-size). */

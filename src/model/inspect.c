@@ -24,7 +24,8 @@ int atlas_model_kv_blocks_for(const atlas_config *c, const atlas_model_params *p
 
 atlas_cpu_activations atlas_model_cpu_act(atlas_cpu_activations act) {
     if (act != ATLAS_CPU_ACT_AUTO) return act;
-    return atlas_backend_cpu_bf16_dot() ? ATLAS_CPU_ACT_INT8 : ATLAS_CPU_ACT_FP32;
+    return atlas_backend_cpu_bf16_dot() || atlas_backend_cpu_int8_dot() ? ATLAS_CPU_ACT_INT8
+                                                                         : ATLAS_CPU_ACT_FP32;
 }
 
 size_t atlas_model_kv_elem(bool cuda, atlas_cpu_activations act, atlas_kv_dtype kv) {

@@ -751,6 +751,10 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
 }
 
 int atlas_backend_cpu_bf16_dot(void) { return cpu_bf16_kind_supported(CPU_BF16_DOT); }
+int atlas_backend_cpu_int8_dot(void) {
+    cpu_q8_kind k = cpu_q8_best();
+    return k != CPU_Q8_PLAIN && k != CPU_Q8_OFF;
+}
 
 atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     if (strcmp(be->ops->name, "cpu"))
@@ -758,20 +762,24 @@ atlas_status atlas_backend_cpu_set_activations(atlas_backend *be, int act) {
     if (act < 0 || act > 2)
         return atlas_fail(ATLAS_ERR_INVALID, "cpu activations: mode %d", act);
     cpu_backend *cb = (cpu_backend *)be;
-    int bf16 = act != 0;
-    cb->round_x = bf16;
-    cb->bf16 = bf16 && cpu_bf16_kind_supported(CPU_BF16_DOT) ? CPU_BF16_DOT : cpu_bf16_best();
+    int bf16 = act != 0, dot = cpu_bf16_kind_supported(CPU_BF16_DOT);
+    /* INT8 rounds a bf16 weight's activations only for the bf16 dot products: without them
+     * the fp32 kernels run either way, and the rounding would cost accuracy for nothing */
+    cb->round_x = act == 1 || (act == 2 && dot);
+    cb->bf16 = bf16 && dot ? CPU_BF16_DOT : cpu_bf16_best();
     cb->q8 = act == 2 ? cpu_q8_best() : CPU_Q8_OFF;
     be->kv_size = bf16 ? sizeof(uint16_t) : sizeof(float); /* the KV caches kv_create makes */
     static const char *q8_name[] = {"", "plain C", "AVX2", "AVX512-VNNI", "NEON dot-product"};
     if (!bf16)
         be->kernels[0] = 0;
     else
-        snprintf(be->kernels, sizeof be->kernels, "%s%s%s%s",
+        snprintf(be->kernels, sizeof be->kernels, "%s%s%s%s; KV cache bf16",
                  cb->bf16 == CPU_BF16_DOT
                      ? "bf16 weights: activations rounded to bf16, AVX512_BF16 dot products"
-                     : "bf16 weights: activations rounded to bf16 (no bf16 dot products on "
-                       "this CPU: the fp32 kernels)",
+                 : cb->round_x ? "bf16 weights: activations rounded to bf16 (no bf16 dot "
+                                 "products on this CPU: the fp32 kernels)"
+                               : "bf16 weights: fp32 activations (no bf16 dot products on "
+                                 "this CPU)",
                  cb->q8 != CPU_Q8_OFF ? "; INT4 weights: int8 activations, " : "",
                  q8_name[cb->q8], cb->q8 != CPU_Q8_OFF ? " integer dot products" : "");
     return ATLAS_OK;
