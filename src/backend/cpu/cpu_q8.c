@@ -409,7 +409,11 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
     const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     grp_walk gw = grp_start(bc, k);
-    for (int64_t c = 0; c < nch; grp_next(&gw), c++)
+    for (int64_t c = 0; c < nch; grp_next(&gw), c++) {
+        /* the same line of the rows the next call takes (a decode walks the rows in order):
+         * the loads' misses otherwise wait on the integer work ahead of them */
+        for (int i = 0; i < NR && c < nfull; i++)
+            _mm_prefetch((const char *)(row[i] + NR * kb + c * 64), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
             const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
@@ -437,6 +441,7 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, sv), acc[i]);
             }
         }
+    }
     for (int i = 0; i < NR; i++)
         out[i] = cpu_hsum256(acc[i]) - zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
 }
