@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/cpu/vs_llama.sh [--rounds N] [--threads T] [--cache DIR] [--build DIR]
+# bench/cpu/vs_llama.sh [--rounds N] [--threads T] [--cache DIR] [--build DIR] [--only A,B]
 # bench/cpu/vs_llama.sh --table RUNS.tsv   (the table again from a run's raw figures, or
 #                                           from the rounds an interrupted run finished)
 #
@@ -30,11 +30,12 @@
 # Everything is cached in DIR (default /tmp/atlas-vs-llama, about 4 GB): the npm tarball,
 # llama.cpp's tree and build, qwen3-bf16/ (safetensors), qwen3-bf16.gguf, qwen3-q4_0.gguf,
 # qwen3-gptq/, and each run's raw figures in runs-DATE.tsv; a step whose output is there is
-# skipped (delete DIR or a file to redo it). --build is atlas's build folder (default build).
+# skipped (delete DIR or a file to redo it). --build is atlas's build folder (default build);
+# --only runs just the named runs of the seven (say llama-q4_0,atlas-gptq-int8act).
 # The machine should be otherwise idle: on a shared one the figures say only that it works.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-rounds=5 threads=2 cache=/tmp/atlas-vs-llama build=$root/build table=""
+rounds=5 threads=2 cache=/tmp/atlas-vs-llama build=$root/build table="" only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --cache) cache=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --table) table=$2; shift 2 ;;
+    --only) only=,$2,; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_llama.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -170,6 +172,7 @@ trap 'rm -rf "$tmp"' EXIT
 # one run: NAME then the command; appends "round NAME figure value" lines (tok/s, RSS MiB)
 run() {
   local name=$1; shift
+  [ -z "$only" ] || [[ $only == *",$name,"* ]] || return 0
   /usr/bin/time -f %M -o "$tmp/rss" "$@" >"$tmp/out" 2>"$tmp/err" ||
     { cat "$tmp/err" >&2; die "$name: failed: $*"; }
   case $name in
@@ -185,7 +188,7 @@ lb=("$bins/llama-bench" -t "$threads" -p 128,512 -n 128 -r 1 -o jsonl -m)
 ab=("$atlas" bench --device cpu --threads "$threads" -p 128,512 -n 128 --reps 1 -m)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-log "$rounds rounds of 7 runs, $threads threads; raw figures in $tsv"
+log "$rounds rounds of ${only:+the runs $only of }7 runs, $threads threads; raw figures in $tsv"
 for r in $(seq 1 "$rounds"); do
   run llama-bf16 "${lb[@]}" "$gguf"
   run atlas-bf16 "${ab[@]}" "$bf16" --cpu-activations fp32
