@@ -228,6 +228,8 @@ static void test_model(void) {
 
 /* --- the engine: an unload that failed is counted, kept, and the model is gone ------------- */
 
+static void on_event_ignore(const atlas_event *ev, void *user) { (void)ev, (void)user; }
+
 static void test_engine(void) {
     atlas_engine_model em = {.name = "tiny", .dir = harness_data_path("tiny-qwen3")};
     char dir[600];
@@ -261,6 +263,17 @@ static void test_engine(void) {
     fake_cuda_disarm();
     /* loaded again and released cleanly at the end */
     CHECK_OK(atlas_engine_load(e, "tiny"));
+    /* a sticky error, as a kernel's fault gives (returned here by hand): a request is refused
+     * at once, 503's status, with the cause, not run into the lost context */
+    atlas_cu_lost_clear_for_test(); /* the failed frees above returned sticky errors too */
+    CHECK(atlas_cu_check(700, "cuStreamSynchronize", __FILE__, __LINE__) == ATLAS_ERR_DEVICE);
+    static const int32_t prompt[] = {1, 2, 3};
+    atlas_request req = {.model = "tiny", .prompt = prompt, .n_prompt = 3, .max_tokens = 2};
+    req.sampling = atlas_sampler_default_params();
+    CHECK(atlas_engine_submit(e, &req, on_event_ignore, NULL, NULL) == ATLAS_ERR_UNAVAILABLE);
+    HAS("model 'tiny' cannot run: the GPU's context was lost to cuStreamSynchronize failed: "
+        "CUDA_ERROR_ILLEGAL_ADDRESS");
+    atlas_cu_lost_clear_for_test();
     CHECK_OK(atlas_engine_unload(e, "tiny"));
     atlas_engine_get_metrics(e, &mt);
     CHECK(mt.unloads == 2 && mt.unload_failures == 1);

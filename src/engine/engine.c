@@ -689,11 +689,18 @@ atlas_status atlas_engine_submit(atlas_engine *e, const atlas_request *req, atla
     bool failed = md->fail_until > 0 && !md->m;
     pthread_mutex_unlock(&e->mu);
     uint64_t sig = failed ? atlas_engine_dir_sig(md->dir) : 0;
+    /* after a sticky GPU error every GPU call fails: said at once, with the cause */
+    char lost[512];
+    bool gpu_lost = e->p.device != ATLAS_DEVICE_CPU && atlas_cu_lost(lost, sizeof lost);
     pthread_mutex_lock(&e->mu);
     atlas_status st = ATLAS_OK;
     double now = atlas_engine_now();
     if (failed && sig != md->fail_sig) md->fail_until = 0; /* new files: try them */
-    if (md->fail_until > now && !md->m) {
+    if (gpu_lost) {
+        e->metrics.requests_rejected++;
+        st = atlas_fail(ATLAS_ERR_UNAVAILABLE, "model '%s' cannot run: the GPU's context was "
+                        "lost to %s; restart atlas to use the GPU again", md->name, lost);
+    } else if (md->fail_until > now && !md->m) {
         e->metrics.requests_rejected++;
         st = atlas_fail(ATLAS_ERR_UNAVAILABLE, "model '%s' is unavailable: %s (tried again in "
                         "%.0f s, or when its files change)", md->name, md->last_error,
