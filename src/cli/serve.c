@@ -610,9 +610,9 @@ static void check_models(const serve_args *a, atlas_engine *engine, atlas_server
             at_bind = atlas_host_properties(host)->free_at_bind;
         atlas_error_clear(); /* no GPU: the models say so on the CPU's figures */
     }
+    mp.no_memory_check = at_bind > 0; /* the survey asks the device nothing */
     for (int i = 0; i < n && i < MAX_MODELS; i++) {
         atlas_model_survey sv;
-        mp.no_memory_check = at_bind > 0; /* the survey asks the device nothing */
         atlas_status st = atlas_model_inspect(ms[i].dir, &mp, &sv);
         if (st == ATLAS_OK && at_bind) { /* bound: the survey chose the GPU */
             sv.available_bytes = at_bind;

@@ -115,7 +115,6 @@ static atlas_status alloc_acts(atlas_model *m) {
     /* on the CPU only, where it was measured (peak RSS); a device keeps the layout its
      * kernels were checked with */
     bool act_in_qkv = !strcmp(m->be->ops->name, "cpu") && C * f <= T * (H + 2 * K) * hd;
-    m->act_in_qkv = act_in_qkv;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
         {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, G},
@@ -374,7 +373,7 @@ static atlas_status unload(atlas_model *m) {
         unload_add(&rep, m->be->ops->sync(m->be), "sync");
         atlas_acts *a = &m->acts;
         void *bufs[] = {a->x, a->h, a->qkv, a->att, a->o, a->gate_up,
-                        m->act_in_qkv ? NULL : a->act,
+                        a->act != a->qkv ? a->act : NULL,
                         m->logits_in_gate_up ? NULL : a->logits,
                         a->rows != a->gate_up ? a->rows : NULL, a->moe_ids, a->moe_wts};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) m->be->ops->free(m->be, bufs[i]);

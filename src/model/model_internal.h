@@ -25,7 +25,7 @@ typedef struct atlas_acts {
     void *att;     /* [T, H * hd] */
     void *o;       /* [T, d] projections back to d */
     void *gate_up; /* [C, 2f] */
-    void *act;     /* [C, f]; qkv's memory when it fits (m->act_in_qkv) */
+    void *act;     /* [C, f]; qkv's memory when it fits (then not freed on its own) */
     void *rows;    /* [T, d] the rows whose logits are wanted; gate_up's memory when it fits */
     void *logits;  /* [logit_chunk, vocab]; in gate_up's memory after rows when it fits */
     int32_t *moe_ids; /* [T, k] a mixture-of-experts layer's routing (NULL: a dense model) */
@@ -57,7 +57,6 @@ struct atlas_model {
     int mlp_chunk; /* rows of the MLP buffers: min(mlp_chunk_tokens, max_batch_tokens) */
     int logit_chunk; /* logit rows computed at once (each chunk reads all of lm_head) */
     bool logits_in_gate_up; /* acts.logits points into acts.gate_up (not freed on its own) */
-    bool act_in_qkv;        /* acts.act is acts.qkv's memory (not freed on its own) */
     size_t kv_bytes;
     atlas_acts acts;
     int32_t eos[ATLAS_MAX_EOS];

@@ -386,6 +386,17 @@ T_VNNI static void gemm_vnni(const cpu_part *p, int64_t k, int64_t r0, int64_t r
             rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
 }
 
+/* A row's weight scales for the half chunk whose first block is b0, lane l taking columns
+ * 8l .. 8l + 7: one group a chunk or a row (whole: group g), groups of 64, or of 32 (this
+ * half's two blocks; past the last group 0). */
+static inline __m256 half_scales(const float *s, int64_t g, int64_t b0, int64_t bc, int64_t sc,
+                                 int whole) {
+    if (whole) return _mm256_set1_ps(s[g]);
+    if (bc == 64) return _mm256_set1_ps(s[b0 / 2]);
+    float s1 = b0 + 1 < sc ? s[b0 + 1] : 0.0f;
+    return _mm256_setr_ps(s[b0], s[b0], s[b0], s[b0], s1, s1, s1, s1);
+}
+
 /* AVX2: vpmaddubsw pairs each nibble with its byte of x into 16 bits (at most 2 x 15 x 127,
  * and the low and high sums added stay below 32,767), vpmaddwd widens to eight 32-bit lanes,
  * lane l again columns 8l .. 8l + 7 of a 64-column half chunk. */
@@ -429,15 +440,7 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
                 __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
                 __m256i t = _mm256_madd_epi16(t16, ones);
-                __m256 sv;
-                if (whole)
-                    sv = _mm256_set1_ps(s[i][gw.g]);
-                else if (bc == 64)
-                    sv = _mm256_set1_ps(s[i][b0 / 2]);
-                else { /* groups of 32: this half's two blocks */
-                    float s1 = b0 + 1 < sc ? s[i][b0 + 1] : 0.0f;
-                    sv = _mm256_setr_ps(s[i][b0], s[i][b0], s[i][b0], s[i][b0], s1, s1, s1, s1);
-                }
+                const __m256 sv = half_scales(s[i], gw.g, b0, bc, sc, whole);
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, sv), acc[i]);
             }
         }
@@ -484,14 +487,7 @@ tile_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
                 __m256i w = _mm256_loadu_si256((const __m256i *)(wc[i] + h * 32));
                 lo[i] = _mm256_and_si256(w, m0f);
                 hi[i] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
-                if (whole)
-                    sv[i] = _mm256_set1_ps(s[i][gw.g]);
-                else if (bc == 64)
-                    sv[i] = _mm256_set1_ps(s[i][b0 / 2]);
-                else {
-                    float s1 = b0 + 1 < sc ? s[i][b0 + 1] : 0.0f;
-                    sv[i] = _mm256_setr_ps(s[i][b0], s[i][b0], s[i][b0], s[i][b0], s1, s1, s1, s1);
-                }
+                sv[i] = half_scales(s[i], gw.g, b0, bc, sc, whole);
             }
             for (int t = 0; t < NT; t++) {
                 const int8_t *q = (const int8_t *)xp + xs * t;
