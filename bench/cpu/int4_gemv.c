@@ -1,11 +1,14 @@
 /* bench/cpu/int4_gemv.c — one-token matmul on the CPU backend: bf16 against INT4 (groups of
  * 128, zero points) of the same shape, runs interleaved, each timed in the thread's CPU time
  * (the dev machine is shared: CPU time is the steadier figure), median of 5.
- *   cc ... bench/cpu/int4_gemv.c build/libatlas.a ... && ./int4_gemv ROWS COLS ITERS */
+ *   cc ... bench/cpu/int4_gemv.c build/libatlas.a ... && ./int4_gemv ROWS COLS ITERS [ACT]
+ * ACT: fp32 (the default) or int8 (`--cpu-activations int8`: the INT4 weights times int8). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "atlas/model.h"
 #include "backend/backend.h"
 #include "cpu_time.h"
 
@@ -19,6 +22,8 @@ int main(int argc, char **argv) {
     geom.rope_inv_freq = inv;
     atlas_backend *be = NULL;
     if (atlas_backend_cpu_create(&geom, 1, &be)) return fprintf(stderr, "%s\n", atlas_last_error()), 1;
+    if (argc > 4 && !strcmp(argv[4], "int8") && atlas_backend_cpu_set_activations(be, ATLAS_CPU_ACT_INT8))
+        return fprintf(stderr, "%s\n", atlas_last_error()), 1;
     uint16_t *wb = malloc((size_t)(rows * cols) * 2);
     uint8_t *wq = malloc((size_t)(rows * cols / 2));
     int64_t ns = rows * ((cols + g - 1) / g);
