@@ -106,7 +106,7 @@ static double norm_err(const float *got, const float *want, size_t n) {
 }
 
 /* The parts fused (and a bias) on both backends, then out = x @ w^T for each row count.
- * mma_bound: the bound of the tensor-core kernels (2 .. CUDA_QMMA_MAX rows): 1e-4 where
+ * mma_bound: the bound of the tensor-core kernels (2 .. cuda_qmma_max rows): 1e-4 where
  * their bf16 weights are exact (a scale a chunk applied to fp32 partial sums, or NVFP4's
  * e4m3 scales with the global factor a rowscale), else 2e-2 (code x scale rounded). */
 static void check(const char *what, qpart *parts, int n_parts, bool with_bias, double mma_bound) {
@@ -150,7 +150,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
         CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)(n * m)));
         /* fp32 GEMVs: 1e-5; the tensor-core kernels and the scratch copy round w to bf16 */
         bool fp32 = n == 1 || (parts[0].q.g_idx && n <= CUDA_QGEMV_MAX);
-        bool mma = !parts[0].q.g_idx && n <= CUDA_QMMA_MAX;
+        bool mma = !parts[0].q.g_idx && n <= cuda_qmma_max((cuda_backend *)gpu);
         double e = norm_err(got, want, (size_t)(n * m));
         double bound = fp32 ? 1e-5 : mma ? mma_bound : 2e-2;
         CHECK_MSG(e <= bound, "%s, %d rows: normalised error %.3g > %.0e", what, n, e, bound);

@@ -407,7 +407,9 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
         if (st == ATLAS_OK) st = cuda_deq_reserve(cb);
         for (int v = 0; v < 5 && st == ATLAS_OK; v++) {
             qmm_ctx c = {cb, (void *)(uintptr_t)bufs[1], (void *)(uintptr_t)bufs[0], w, ns[v]};
-            cb->plan.qmma_max = v >= 3 ? 1 : 0; /* 1: every n > 1 through the scratch copy */
+            /* the tensor-core kernels at every n they take, then (1) every n > 1 through the
+             * scratch copy */
+            cb->plan.qmma_max = v >= 3 ? 1 : CUDA_QMMA_MAX;
             double t = 0;
             st = time_median(cb, run_qmm, &c, &t);
             out->qgbps[v][i] = t > 0 ? (double)w->bytes / (t * 1e6) : 0.0;

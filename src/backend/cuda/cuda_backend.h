@@ -106,8 +106,11 @@ enum { CUDA_MAX_GRAPHS = 8, CUDA_GRAPH_MAX_TOKENS = 64 };
 /* The quantized kernels' variants (kernels/quant.cu): a format, INT4 with or without g_idx. */
 typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } cuda_qkind;
 /* The most activation rows the quantized kernels take (CUDA_QGEMV_MAX with act-order); more
- * are dequantized into the scratch buffer (cuda_workspace.deq) for the bf16 matmuls. */
-enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QGEMV_BPS = 4 };
+ * are dequantized into the scratch buffer (cuda_workspace.deq) for the bf16 matmuls.  The
+ * tensor-core kernels take up to CUDA_QMMA_MAX, but by default only CUDA_QMMA_DEFAULT: each
+ * block reads all of x for its 16 weight rows, so at 64 rows they ran at 54-146 GB/s of
+ * packed bytes on the 8B shapes against the scratch path's 215-472 (bench/RESULTS.md). */
+enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QMMA_DEFAULT = 16, CUDA_QGEMV_BPS = 4 };
 /* cuda_qgemv1's ng for atlas_qgemv1x_int4: INT4 against x rounded to int8 (other formats and
  * act-order take the one-group kernel) */
 enum { CUDA_QGEMV_X8 = 1 << 30 };
@@ -321,8 +324,9 @@ typedef struct cuda_plan {
                                layout has one scale a load, else the one-group kernel; other
                                values set by tests only */
     int qmma_max;           /* rows above which a quantized weight's matmul goes through its
-                               bf16 scratch copy: 0 (every model) CUDA_QMMA_MAX; set by `atlas
-                               bench` to time both ways */
+                               bf16 scratch copy: 0 (every model) CUDA_QMMA_DEFAULT, else
+                               this up to CUDA_QMMA_MAX; set by `atlas bench` to time both
+                               ways */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:
@@ -396,7 +400,7 @@ atlas_status cuda_gemv_rows(cuda_backend *cb, CUfunction single, CUfunction mult
  * SM. */
 int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: the most rows a quantized weight's tensor-core kernels take (cuda_plan.qmma_max,
- * else CUDA_QMMA_MAX); more go through its bf16 scratch copy. */
+ * else CUDA_QMMA_DEFAULT); more go through its bf16 scratch copy. */
 int cuda_qmma_max(const cuda_backend *cb);
 /* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
  * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng

@@ -493,8 +493,8 @@ atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr ou
 
 /* The most rows a quantized weight's tensor-core kernels take (more: the scratch copy). */
 int cuda_qmma_max(const cuda_backend *cb) {
-    return cb->plan.qmma_max > 0 && cb->plan.qmma_max < CUDA_QMMA_MAX ? cb->plan.qmma_max
-                                                                        : CUDA_QMMA_MAX;
+    int v = cb->plan.qmma_max;
+    return v <= 0 ? CUDA_QMMA_DEFAULT : v < CUDA_QMMA_MAX ? v : CUDA_QMMA_MAX;
 }
 
 /* The bf16 matmul of c from w's scratch copy deq, then w's rowscale (and the bias after it). */
