@@ -11,6 +11,9 @@
  * - with room for one model (max_resident 1) but memory for both, b loads while a drains:
  *   a's running request keeps producing tokens during the load, b admits nothing until a
  *   is released, and the swap's own time (from a's release) is a small part of the load;
+ * - with room for two models, a streaming and b idle, c's swap releases b on the loader
+ *   thread before c's (slow) load: b's release is told as soon as it is over, long before
+ *   c has loaded, with the swap and c as its reason, while a keeps producing tokens;
  * - the engine freed while a model loads waits for the load and frees what it loaded. */
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +120,7 @@ typedef struct watch {
     const char *slow;      /* the model whose load is slowed */
     double load_begin;     /* its first progress call */
     double loaded_at, released_at; /* LOADED of slow, RELEASED of the other */
+    char rel_model[16], rel_reason[16], rel_other[16]; /* that RELEASED's */
     double load_s, swap_s;
     int beside, failed_beside, n_failed;
     int read_all;          /* its last progress call (done == total) has returned */
@@ -153,6 +157,9 @@ static void on_residency(void *user, const atlas_residency_event *ev) {
         snprintf(w->other, sizeof w->other, "%s", ev->other ? ev->other : "");
     } else if (ev->kind == ATLAS_RESIDENCY_RELEASED && strcmp(ev->model, w->slow)) {
         w->released_at = t;
+        snprintf(w->rel_model, sizeof w->rel_model, "%s", ev->model);
+        snprintf(w->rel_reason, sizeof w->rel_reason, "%s", ev->reason ? ev->reason : "");
+        snprintf(w->rel_other, sizeof w->rel_other, "%s", ev->other ? ev->other : "");
     } else if (ev->kind == ATLAS_RESIDENCY_LOAD_FAILED) {
         w->n_failed++;
         w->failed_beside = ev->beside;
@@ -410,6 +417,64 @@ static void test_load_while_draining(const char *dir_a, const char *dir_b) {
     atlas_engine_free(e);
 }
 
+/* max_resident 2, a streaming, b loaded and idle: c's request makes b go, released by the
+ * loader thread before it reads c (slowed), the scheduler stepping a meanwhile. */
+static void test_release_on_loader(const char *dir_a, const char *dir_b) {
+    watch w = {.mu = PTHREAD_MUTEX_INITIALIZER, .slow = "c"};
+    atlas_engine_model mods[3] = {{.name = "a", .dir = dir_a}, {.name = "b", .dir = dir_b},
+                                  {.name = "c", .dir = dir_b}};
+    atlas_engine *e = engine_new(mods, 3, 2, 30000, &w);
+    if (!e) return;
+    CHECK_OK(atlas_engine_load(e, "a"));
+    CHECK_OK(atlas_engine_load(e, "b"));
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, "c", &tok));
+    coll ca, cc;
+    coll_init(&ca);
+    coll_init(&cc);
+    atlas_request ra = request("a", 0), rc = request("c", 4);
+    atlas_request_handle *ha = NULL;
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, &ha));
+    coll_wait_tokens(&ca, 5);
+    CHECK_OK(atlas_engine_submit(e, &rc, on_event, &cc, NULL));
+    coll_wait(&cc);
+    watch got = watch_get(&w);
+    atlas_engine_cancel(ha);
+    coll_wait(&ca);
+    atlas_engine_handle_free(ha);
+    double t0 = got.load_begin, t1 = got.loaded_at, gap = 0;
+    int n_a = tokens_in(&ca, t0, t1, &gap);
+    fprintf(stderr, "release on the loader: b released %.3f s before c's reads began, c loaded "
+            "%.3f s after them; a gave %d tokens meanwhile, its largest gap %.1f ms\n",
+            t0 - got.released_at, t1 - t0, n_a, gap * 1e3);
+    CHECK_MSG(!strcmp(got.rel_model, "b") && !strcmp(got.rel_reason, "swap") &&
+                  !strcmp(got.rel_other, "c"),
+              "RELEASED: model '%s', reason '%s', for '%s'", got.rel_model, got.rel_reason,
+              got.rel_other);
+    /* told when it was over: before c's reads had got far, not with c's LOADED */
+    CHECK_MSG(got.released_at > 0 && t0 > 0 && got.released_at < t0 + 0.25 * SLOW_MS / 1e3 &&
+                  t1 - got.released_at >= 0.5 * SLOW_MS / 1e3,
+              "b released at %+.3f s of c's reads, c loaded at %+.3f s", got.released_at - t0,
+              t1 - t0);
+    CHECK_MSG(!strcmp(got.other, "b") && got.beside == 1 && got.swap_s >= got.load_s,
+              "LOADED: other '%s', beside %d, load %.3f s, swap %.3f s", got.other, got.beside,
+              got.load_s, got.swap_s);
+    CHECK_MSG(n_a >= 10 && gap < 0.4 * (t1 - t0), "a gave %d tokens during c's load, the "
+              "largest gap %.3f s", n_a, gap);
+    CHECK_MSG(cc.finish == ATLAS_FINISH_LENGTH && cc.n_tokens == 4, "c: finish %d, %d tokens "
+              "(%s)", cc.finish, cc.n_tokens, cc.msg);
+    CHECK_MSG(!strcmp(state_of(e, 1), "unloaded"), "b: %s", state_of(e, 1));
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    CHECK_MSG(m.swaps == 1 && m.loads == 3 && m.unloads == 1 && m.unload_failures == 0 &&
+                  m.resident_models == 2,
+              "swaps %llu, loads %llu, unloads %llu, resident %d", (unsigned long long)m.swaps,
+              (unsigned long long)m.loads, (unsigned long long)m.unloads, m.resident_models);
+    coll_destroy(&ca);
+    coll_destroy(&cc);
+    atlas_engine_free(e);
+}
+
 /* The engine freed while a model loads: the free waits for the load, which cannot be
  * stopped, releases what it loaded, and the request that waited for it ends cancelled. */
 static void test_free_while_loading(const char *dir_a, const char *dir_b) {
@@ -447,6 +512,7 @@ int main(void) {
     test_tokens_during_load(a, b);
     test_failed_load(a, b);
     test_load_while_draining(a, b);
+    test_release_on_loader(a, b);
     test_free_while_loading(a, b);
     return harness_finish();
 }

@@ -228,6 +228,15 @@ typedef struct eng_load {
     char msg[512];        /* the failure as clients see it */
     int release_failed;   /* releases of a refused model that failed to free something */
     double t_end;
+    /* the release the thread runs before its load: an idle model making room, released
+     * there so that the scheduler steps the others meanwhile (a release waits for the
+     * serving stream and gives the memory back to the driver: 19 ms for an 8B model) */
+    int rel_model;        /* its index (its eng_model's releasing is rel_m), -1: none */
+    atlas_model *rel_m;
+    int rel_done;         /* it has run: its result below, for the scheduler to install */
+    atlas_status rel_st;
+    char rel_msg[512];
+    double rel_dt;
 } eng_load;
 
 /* One entry of the batch being built: n tokens of s from s->n_computed on. */

@@ -80,13 +80,21 @@ static atlas_status refused(const eng_model *md, const atlas_model *m, const cha
                       "admits no more and is released when they have ended", md->name, n);
 }
 
+/* A release's error as kept and told: without the server's paths (room for the list). */
+static void release_msg(char *msg, size_t n, atlas_status st, const char *dir) {
+    snprintf(msg, n, "%s", st == ATLAS_OK ? "" : atlas_last_error());
+    if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) atlas_engine_strip_dir(msg, dir);
+}
+
+static atlas_status release_done(atlas_engine *e, eng_model *md, atlas_model *m,
+                                 atlas_status st, const char *msg, double dt);
+
 atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_model *m = md->m;
     if (md->release_refused) return refused(md, m, "its last release was refused");
     /* md->releasing keeps it reported resident while the lock is dropped */
     md->m = NULL;
     md->releasing = m;
-    size_t bytes = md->est_bytes;
     /* its prefix cache goes to host memory when the release will go through: no request
      * holds a handle (handles are taken on this thread alone) */
     int save = e->kv_host && !e->stop && md->kv_ident_set && atlas_model_handles(m) == 1;
@@ -99,12 +107,19 @@ atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_status st = atlas_model_release(m);
     double dt = atlas_engine_now() - t0;
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", st == ATLAS_OK ? "" : atlas_last_error());
-    if (st != ATLAS_OK && st != ATLAS_ERR_BUSY) /* room for the list */
-        atlas_engine_strip_dir(msg, md->dir);
+    release_msg(msg, sizeof msg, st, md->dir);
     pthread_mutex_lock(&e->mu);
-    md->releasing = NULL;
     atlas_engine_kv_host_count(e, &saved, 0);
+    return release_done(e, md, m, st, msg, dt);
+}
+
+/* What follows md's release of m (st and dt its result, msg its error): refused, the model
+ * is back; else its pool, the counts and the RELEASED event.  Under e->mu (dropped for the
+ * event). */
+static atlas_status release_done(atlas_engine *e, eng_model *md, atlas_model *m,
+                                 atlas_status st, const char *msg, double dt) {
+    size_t bytes = md->est_bytes;
+    md->releasing = NULL;
     if (st == ATLAS_ERR_BUSY) {
         md->m = m;
         md->release_refused = 1;
@@ -286,8 +301,25 @@ static void *loader_main(void *arg) {
     eng_load *ld = &e->load;
     pthread_mutex_lock(&e->mu);
     eng_model *md = &e->models[ld->model];
+    atlas_model *rel = ld->rel_m;
+    const char *rel_dir = rel ? e->models[ld->rel_model].dir : NULL;
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
+    if (rel) { /* the room first: handed over for the scheduler to install (release_install) */
+        double t0 = atlas_engine_now();
+        atlas_status rst = atlas_model_release(rel);
+        double dt = atlas_engine_now() - t0;
+        char rmsg[sizeof ld->rel_msg];
+        release_msg(rmsg, sizeof rmsg, rst, rel_dir);
+        pthread_mutex_lock(&e->mu);
+        ld->rel_st = rst;
+        snprintf(ld->rel_msg, sizeof ld->rel_msg, "%s", rmsg);
+        ld->rel_dt = dt;
+        ld->rel_done = 1;
+        pthread_cond_broadcast(&e->wake);
+        pthread_mutex_unlock(&e->mu);
+        atlas_error_clear();
+    }
     uint64_t files = atlas_engine_dir_sig(md->dir); /* before reading them */
     atlas_model *m = NULL;
     int release_failed = 0;
@@ -312,20 +344,54 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
+/* Installs the release the loader thread ran before its load (e->load.rel_done): the model's
+ * pool, counts and RELEASED event, as atlas_engine_release_model's own.  Under e->mu. */
+static void release_install(atlas_engine *e) {
+    eng_load *ld = &e->load;
+    if (!ld->rel_done) return;
+    eng_model *md = &e->models[ld->rel_model];
+    atlas_model *m = ld->rel_m;
+    ld->rel_done = 0;
+    ld->rel_model = -1;
+    ld->rel_m = NULL;
+    char msg[sizeof ld->rel_msg];
+    snprintf(msg, sizeof msg, "%s", ld->rel_msg);
+    (void)release_done(e, md, m, ld->rel_st, msg, ld->rel_dt);
+}
+
+/* Takes idle md out of service for the loader thread to release before its load (start_load
+ * with rel): its prefix cache goes to host memory first, as atlas_engine_release_model does,
+ * and it is reported resident (releasing) until release_install.  Under e->mu (dropped while
+ * saving). */
+static void release_handoff(atlas_engine *e, eng_model *md) {
+    atlas_model *m = md->m;
+    md->m = NULL;
+    md->releasing = m;
+    if (!(e->kv_host && !e->stop && md->kv_ident_set)) return;
+    atlas_kv_host_moved saved = {0};
+    atlas_engine_kv_host_share(e, 0);
+    pthread_mutex_unlock(&e->mu);
+    atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool, &saved);
+    pthread_mutex_lock(&e->mu);
+    atlas_engine_kv_host_count(e, &saved, 0);
+}
+
 /* e->load is over once its thread is joined and no victim drains for it. */
 static void load_settle(atlas_engine *e) {
     if (!e->load.active && e->load.victim < 0) e->load.model = -1;
 }
 
-/* Starts loading model (room was made, or is being made by victim, draining) on the loader
- * thread.  t0: when the swap began (the release before it); replaced: the model released
- * last to make room for it, -1 if none.  Returns 1 (worked).  Under e->mu. */
-static int start_load(atlas_engine *e, int model, double t0, int replaced, int victim) {
+/* Starts loading model (room was made, or is being made by victim, draining, or is made by
+ * the thread releasing rel first: release_handoff) on the loader thread.  t0: when the swap
+ * began (the release before it); replaced: the model released last to make room for it, -1
+ * if none.  Returns 1 (worked).  Under e->mu. */
+static int start_load(atlas_engine *e, int model, double t0, int replaced, int victim, int rel) {
     eng_model *md = &e->models[model];
     eng_load *ld = &e->load;
     *ld = (eng_load){.model = model, .victim = victim, .replaced = replaced, .t0 = t0,
                      .why = has_cmd(e, CMD_LOAD, model) ? "load" : "request",
-                     .t_start = atlas_engine_now()};
+                     .t_start = atlas_engine_now(), .rel_model = rel,
+                     .rel_m = rel >= 0 ? e->models[rel].releasing : NULL};
     for (int i = 0; i < e->n_models; i++) ld->beside += i != model && e->models[i].m;
     /* room for the image it may fill: none when it came from the tier last time, or when
      * its weights are larger than the whole budget (the tier then keeps no image of them) */
@@ -339,6 +405,16 @@ static int start_load(atlas_engine *e, int model, double t0, int replaced, int v
     }
     md->loading = 0;
     ld->victim = -1;
+    if (ld->rel_m) { /* no thread to release it: released here */
+        pthread_mutex_unlock(&e->mu);
+        double t1 = atlas_engine_now();
+        ld->rel_st = atlas_model_release(ld->rel_m);
+        ld->rel_dt = atlas_engine_now() - t1;
+        release_msg(ld->rel_msg, sizeof ld->rel_msg, ld->rel_st, e->models[rel].dir);
+        pthread_mutex_lock(&e->mu);
+        ld->rel_done = 1;
+        release_install(e);
+    }
     load_settle(e);
     char msg[512];
     snprintf(msg, sizeof msg, "loading model '%s': cannot start the loader thread", md->name);
@@ -428,6 +504,7 @@ static void finish_load(atlas_engine *e) {
     eng_load *ld = &e->load;
     pthread_join(ld->thread, NULL); /* it has handed over: only its return is left */
     ld->active = 0;
+    release_install(e); /* its release before it, told first */
     int model = ld->model;
     eng_model *md = &e->models[model];
     md->loading = 0;
@@ -484,6 +561,7 @@ void atlas_engine_load_abandon(atlas_engine *e) {
     pthread_join(ld->thread, NULL);
     pthread_mutex_lock(&e->mu);
     ld->active = 0;
+    release_install(e);
     e->models[ld->model].loading = 0;
     atlas_model *m = ld->m;
     ld->m = NULL;
@@ -532,17 +610,21 @@ static int pause_due(atlas_engine *e, eng_model *md) {
     return e->p.drain_timeout_ms > 0 && now - since >= turn_s(e, md);
 }
 
-static int fits(const atlas_engine *e, int model) {
+/* Whether model fits beside the resident models but gone (-1: all of them): the count of
+ * --max-resident and the memory budget.  Under e->mu. */
+static int fits_without(const atlas_engine *e, int model, int gone) {
     int n = 0;
     size_t bytes = e->models[model].est_bytes;
     for (int i = 0; i < e->n_models; i++)
-        if (e->models[i].m) {
+        if (e->models[i].m && i != gone) {
             n++;
             bytes += e->models[i].est_bytes;
         }
     return (e->p.max_resident == ATLAS_MAX_RESIDENT_AUTO || n < e->p.max_resident) &&
            (e->budget == 0 || bytes <= e->budget);
 }
+
+static int fits(const atlas_engine *e, int model) { return fits_without(e, model, -1); }
 
 /* The model that should be loaded next: that of the oldest load command, else that of the
  * oldest waiting request; -1 when every wanted model is resident. */
@@ -730,6 +812,10 @@ static int checked_before_evict(atlas_engine *e, int want, int *room_now) {
 int atlas_engine_do_residency(atlas_engine *e) {
     for (int i = 0; i < e->n_models; i++) e->models[i].draining = e->models[i].unload_asked;
     int worked = 0;
+    if (e->load.rel_done) { /* told as soon as it is over, not with the load */
+        release_install(e);
+        worked = 1;
+    }
     if (e->load.active && e->load.done) {
         finish_load(e);
         worked = 1;
@@ -764,6 +850,13 @@ int atlas_engine_do_residency(atlas_engine *e) {
             atlas_engine_now() - vm->loaded_at < turn_s(e, vm))
             return worked;
         vm->draining = 1;
+        /* idle, and its room alone is enough: the loader thread releases it, while the
+         * scheduler steps the others (the release waits for the serving stream) */
+        if (vm->n_running == 0 && !vm->release_refused && atlas_model_handles(vm->m) == 1 &&
+            fits_without(e, want, v)) {
+            release_handoff(e, vm);
+            return start_load(e, want, t0, v, -1, v);
+        }
         atlas_status st = atlas_engine_release_model(e, vm);
         if (st == ATLAS_ERR_BUSY) { /* its requests hold it: they finish first */
             if (vm->drain_since == 0) { /* the drain begins: said once */
@@ -773,7 +866,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
                 tell(e, &ev);
             }
             if (!pause_due(e, vm)) /* it drains: the newcomer loads meanwhile if it can */
-                return room_beside(e, want, room_now) ? start_load(e, want, t0, released, v)
+                return room_beside(e, want, room_now) ? start_load(e, want, t0, released, v, -1)
                                                       : worked;
             pause_all(e, vm); /* their handles dropped: the release cannot be refused now */
             st = atlas_engine_release_model(e, vm);
@@ -789,7 +882,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
         released = v;
         if (e->models[want].m) return 1; /* loaded by hand meanwhile: cannot, but be safe */
     }
-    return start_load(e, want, t0, released, -1);
+    return start_load(e, want, t0, released, -1, -1);
 }
 
 /* ---- keep-alive ------------------------------------------------------------------------- */
