@@ -9,7 +9,7 @@
 #   OUT=/tmp/x [ATLAS_BUILD=build-gpu] bash bench/gpu/beside.sh
 #
 # The checkpoints (/tmp/llama8b, /tmp/llama8b-b as bench/gpu/pair8b.sh makes them, and
-# /tmp/llama8b-c, seed 777) are made when absent (all three at once) and read once, so that
+# /tmp/llama8b-c, seed 777) are made when absent (one after another) and read once, so that
 # every load starts from the page cache.  `--device cpu` serves the tiny fixtures
 # instead (tests/data/tiny-llama3 under three names): a smoke run of the script on a machine
 # without a GPU, its figures meaningless.  Knobs: REPS (5), STREAMS (4: A's streams),
@@ -50,14 +50,14 @@ if [ "$DEVICE" = cpu ]; then
 else
   source scripts/gpu-deps.sh install
   # A and B as bench/gpu/pair8b.sh makes them (the other swap benchmarks reuse them), and C;
-  # made at once (the GPU draws them), their logs in /tmp: $OUT keeps four files
+  # made one after another (the GPU draws them: three at once need 85 GB, more than an
+  # H100 has), their logs in /tmp: $OUT keeps four files
   DIR_A=/tmp/llama8b DIR_B=/tmp/llama8b-b DIR_C=/tmp/llama8b-c
   for d in "$DIR_A:1234" "$DIR_B:4321" "$DIR_C:777"; do
     dir=${d%:*}
     [ -f "$dir/config.json" ] || timeout 300 python3 tools/make_checkpoint.py --shape 8b \
-      --seed "${d#*:}" --out "$dir" > "/tmp/make-$(basename "$dir").log" 2>&1 &
+      --seed "${d#*:}" --out "$dir" > "/tmp/make-$(basename "$dir").log" 2>&1
   done
-  wait
   for dir in "$DIR_A" "$DIR_B" "$DIR_C"; do
     [ -f "$dir/config.json" ] || die "making $dir failed: /tmp/make-$(basename "$dir").log"
     for f in tokenizer.json tokenizer_config.json; do
