@@ -316,6 +316,7 @@ static void *loader_main(void *arg) {
         snprintf(ld->rel_msg, sizeof ld->rel_msg, "%s", rmsg);
         ld->rel_dt = dt;
         ld->rel_done = 1;
+        ld->t_start = atlas_engine_now(); /* the load's own time starts now: the swap has both */
         pthread_cond_broadcast(&e->wake);
         pthread_mutex_unlock(&e->mu);
         atlas_error_clear();
