@@ -354,6 +354,22 @@ static void test_failed_load(const char *dir_a, const char *dir_b) {
     harness_rm_rf(bad);
 }
 
+/* a streams (an endless request, its first tokens come), then one 4-token request for slow
+ * (its tokenizer read first: the submit would wait for it); a's handle. */
+static atlas_request_handle *stream_then(atlas_engine *e, const char *slow, coll *ca,
+                                         coll *cs) {
+    const atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_engine_tokenizer(e, slow, &tok));
+    coll_init(ca);
+    coll_init(cs);
+    atlas_request ra = request("a", 0), rs = request(slow, 4);
+    atlas_request_handle *ha = NULL;
+    CHECK_OK(atlas_engine_submit(e, &ra, on_event, ca, &ha));
+    coll_wait_tokens(ca, 5);
+    CHECK_OK(atlas_engine_submit(e, &rs, on_event, cs, NULL));
+    return ha;
+}
+
 /* max_resident 1, no drain timeout: b loads while a's running request goes on, waits for a's
  * release and only then serves. */
 static void test_load_while_draining(const char *dir_a, const char *dir_b) {
@@ -362,16 +378,8 @@ static void test_load_while_draining(const char *dir_a, const char *dir_b) {
     atlas_engine *e = engine_new(mods, 2, 1, 0, &w);
     if (!e) return;
     CHECK_OK(atlas_engine_load(e, "a"));
-    const atlas_tokenizer *tok = NULL;
-    CHECK_OK(atlas_engine_tokenizer(e, "b", &tok));
     coll ca, cb;
-    coll_init(&ca);
-    coll_init(&cb);
-    atlas_request ra = request("a", 0), rb = request("b", 4);
-    atlas_request_handle *ha = NULL;
-    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, &ha));
-    coll_wait_tokens(&ca, 5);
-    CHECK_OK(atlas_engine_submit(e, &rb, on_event, &cb, NULL));
+    atlas_request_handle *ha = stream_then(e, "b", &ca, &cb);
     /* b's weights are in (its files all read) while a still drains; b shows "loading" until
      * it may serve, so that no more than max_resident models show resident */
     int both = 0;
@@ -427,16 +435,8 @@ static void test_release_on_loader(const char *dir_a, const char *dir_b) {
     if (!e) return;
     CHECK_OK(atlas_engine_load(e, "a"));
     CHECK_OK(atlas_engine_load(e, "b"));
-    const atlas_tokenizer *tok = NULL;
-    CHECK_OK(atlas_engine_tokenizer(e, "c", &tok));
     coll ca, cc;
-    coll_init(&ca);
-    coll_init(&cc);
-    atlas_request ra = request("a", 0), rc = request("c", 4);
-    atlas_request_handle *ha = NULL;
-    CHECK_OK(atlas_engine_submit(e, &ra, on_event, &ca, &ha));
-    coll_wait_tokens(&ca, 5);
-    CHECK_OK(atlas_engine_submit(e, &rc, on_event, &cc, NULL));
+    atlas_request_handle *ha = stream_then(e, "c", &ca, &cc);
     coll_wait(&cc);
     watch got = watch_get(&w);
     atlas_engine_cancel(ha);
