@@ -297,7 +297,7 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: out of memory");
     }
     e->n_models = p->n_models;
-    e->load.model = e->load.victim = e->load.replaced = -1;
+    e->load.model = e->load.victim = e->load.replaced = e->load.rel_model = -1;
     int warm = 0;
     for (int i = 0; i < p->n_models; i++) {
         atlas_status st = model_init(e, i, &p->models[i]);

@@ -64,7 +64,8 @@ static const char *release_reason(const atlas_engine *e, const eng_model *md,
     if (e->stop) return "shutdown";
     if (md->unload_asked || has_cmd(e, CMD_UNLOAD, (int)(md - e->models))) return "unload";
     if (md->expiring) return "keep_alive";
-    int w = e->load.victim == (int)(md - e->models) ? e->load.model : wanted_model(e);
+    int i = (int)(md - e->models);
+    int w = e->load.victim == i || e->load.rel_model == i ? e->load.model : wanted_model(e);
     if (w >= 0) *other = e->models[w].name;
     return "swap";
 }
@@ -351,13 +352,12 @@ static void release_install(atlas_engine *e) {
     eng_load *ld = &e->load;
     if (!ld->rel_done) return;
     eng_model *md = &e->models[ld->rel_model];
-    atlas_model *m = ld->rel_m;
-    ld->rel_done = 0;
-    ld->rel_model = -1;
-    ld->rel_m = NULL;
     char msg[sizeof ld->rel_msg];
     snprintf(msg, sizeof msg, "%s", ld->rel_msg);
-    (void)release_done(e, md, m, ld->rel_st, msg, ld->rel_dt);
+    ld->rel_done = 0;
+    (void)release_done(e, md, ld->rel_m, ld->rel_st, msg, ld->rel_dt); /* for ld->model */
+    ld->rel_model = -1;
+    ld->rel_m = NULL;
 }
 
 /* Takes idle md out of service for the loader thread to release before its load (start_load
@@ -811,7 +811,9 @@ static int checked_before_evict(atlas_engine *e, int want, int *room_now) {
  * newcomer admits once that one is released, else after the release.  One load or swap at a
  * time: while one is in flight, it alone moves on.  Under e->mu (dropped while releasing). */
 int atlas_engine_do_residency(atlas_engine *e) {
-    for (int i = 0; i < e->n_models; i++) e->models[i].draining = e->models[i].unload_asked;
+    /* a model the loader thread is releasing shows as draining, as one released here does */
+    for (int i = 0; i < e->n_models; i++)
+        e->models[i].draining = e->models[i].unload_asked || e->models[i].releasing;
     int worked = 0;
     if (e->load.rel_done) { /* told as soon as it is over, not with the load */
         release_install(e);
