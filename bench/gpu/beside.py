@@ -59,7 +59,8 @@ def wait_health(url, seconds=120):
 
 
 def log_events(path):
-    """The residency events of the server's JSON log: (kind, model, t_start, t_end)."""
+    """The residency events of the server's JSON log: (kind, model, t_start, t_end, steps),
+    steps a load's {step: ms after it began} (the server's steps_ms), else {}."""
     out = []
     try:
         lines = open(path, errors="replace").read().splitlines()
@@ -78,7 +79,7 @@ def log_events(path):
         t = datetime.datetime.strptime(o["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
         t_end = t.replace(tzinfo=datetime.timezone.utc).timestamp()
         dur = float(o.get("duration_ms", 0)) / 1e3
-        out.append((ev, o.get("model"), t_end - dur, t_end))
+        out.append((ev, o.get("model"), t_end - dur, t_end, o.get("steps_ms") or {}))
     return out
 
 
@@ -177,8 +178,8 @@ class Result:
 
     def analyse(self, streams, events, t_from):
         gaps = [g for g in streams.gaps if g[0] >= t_from]
-        c_wins = [(e[2], e[3]) for e in events if e[0] == "model_loaded" and e[1] == "c"
-                  and e[3] >= t_from]
+        c_loads = [e for e in events if e[0] == "model_loaded" and e[1] == "c" and e[3] >= t_from]
+        c_wins = [(e[2], e[3]) for e in c_loads]
         busy = [(e[2], e[3]) for e in events if e[3] >= t_from]
         self.during_all = [b - a for a, b in gaps if any(overlaps((a, b), w) for w in c_wins)]
         # the whole swap: from the release before each of c's loads (b's) to its end
@@ -191,11 +192,19 @@ class Result:
         self.baseline_all = [b - a for a, b in gaps
                              if not any(overlaps((a, b), w, 0.2) for w in busy)]
         self.reps = []
-        for w in c_wins:
-            d = [b - a for a, b in gaps if overlaps((a, b), w)]
+        for e in c_loads:
+            w = (e[2], e[3])
+            inside = [(a, b) for a, b in gaps if overlaps((a, b), w)]
+            d = [b - a for a, b in inside]
+            # the largest gaps, placed in the load (ms after it began) beside its steps: which
+            # step holds A up
+            top = sorted(inside, key=lambda g: g[0] - g[1])[:4]
             self.reps.append({"window_s": round(w[1] - w[0], 4), "gaps": len(d),
                               "p99_ms": round(p99(d) * 1e3, 2) if d else None,
-                              "max_ms": round(max(d) * 1e3, 2) if d else None})
+                              "max_ms": round(max(d) * 1e3, 2) if d else None,
+                              "top_gaps_ms": [[round((a - w[0]) * 1e3, 1), round((b - w[0]) * 1e3, 1)]
+                                              for a, b in sorted(top)],
+                              "steps_ms": e[4]})
         self.errors = list(streams.errors)
         self.requests = streams.requests
 
@@ -223,6 +232,11 @@ class Result:
         per = ", ".join(f"{r['p99_ms']} ms ({r['gaps']} gaps in {r['window_s']} s)"
                         for r in self.reps)
         md = "\n".join(rows) + (f"\n\nA's p99 in each of C's load windows: {per}" if per else "")
+        for i, r in enumerate(self.reps):
+            gaps = ", ".join(f"{a:.0f}-{b:.0f}" for a, b in r["top_gaps_ms"])
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in r["steps_ms"].items())
+            md += (f"\n\nC's load {i + 1}: A's largest gaps at {gaps} ms after the load began; "
+                   f"the load's steps ended at (ms) {steps or 'not logged'}")
         md += (f"\n\nA's requests: {self.requests} done, {len(self.errors)} failed"
                + (f" (first: {self.errors[0][:200]})" if self.errors else ""))
         md += (f"\n\nC's loads solo (s): {[round(x, 3) for x in self.solo]}; beside: "

@@ -418,6 +418,20 @@ static const char *why_text(const atlas_residency_event *ev, char *buf, size_t c
     return r;
 }
 
+/* When each step of a load ended, in ms after it began (the steps it had), so that what a
+ * load holds up beside serving can be matched to its steps (bench/gpu/beside.py). */
+static json_t *load_steps(const atlas_model_load_times *t) {
+    json_t *o = json_object();
+    const struct { const char *name; double at; } steps[] = {
+        {"config", t->config}, {"files", t->files},   {"backend", t->backend},
+        {"weights", t->weights}, {"kv", t->kv}, {"tokenizer", t->tokenizer}, {"end", t->end}};
+    for (size_t i = 0; o && t->begin > 0 && i < sizeof steps / sizeof steps[0]; i++)
+        if (steps[i].at > 0)
+            json_object_set_new(o, steps[i].name,
+                                json_real(round((steps[i].at - t->begin) * 10) / 10));
+    return o;
+}
+
 void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev) {
     if (!s || !ev || !ev->model) return;
     static const char *const names[] = {"model_loaded", "model_load_failed", "model_released",
@@ -444,6 +458,7 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
             if (o) json_object_set_new(o, "swap_ms", json_real(round(ev->swap_seconds * 1e4) / 10));
         }
         if (ev->source && o) json_object_set_new(o, "source", json_string(ev->source));
+        if (o && ev->times) json_object_set_new(o, "steps_ms", load_steps(ev->times));
         if (ev->tier_off && *ev->tier_off) {
             snprintf(err, sizeof err, "; no host tier: %.300s", ev->tier_off);
             if (o) json_object_set_new(o, "host_tier_off", json_string(ev->tier_off));

@@ -180,6 +180,10 @@ test('JSON log: the checks and residency events as objects with their fields', a
   assert.deepEqual([load.reason, load.for], ['request', 'llama'], JSON.stringify(load));
   assert.ok(load.duration_ms > 0 && load.swap_ms >= load.duration_ms && load.bytes > 0, JSON.stringify(load));
   assert.match(load.msg, /^model qwen: loaded in /);
+  // each step of the load, ms after it began, ending with the load
+  const steps = load.steps_ms;
+  assert.ok(steps && ['config', 'files', 'backend', 'weights', 'kv', 'end'].every((k) => steps[k] >= 0), JSON.stringify(load));
+  assert.ok(Object.values(steps).every((v) => v <= steps.end) && steps.end <= load.duration_ms + 1, JSON.stringify(load));
   const [failed] = ev('model_load_failed', 'empty');
   assert.equal(failed.level, 'error');
   assert.match(failed.reason, /^loading model 'empty': .*model\.safetensors/);
