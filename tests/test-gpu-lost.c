@@ -1,17 +1,21 @@
 /* tests/test-gpu-lost.c — a GPU context lost to a kernel's fault, on a real GPU (label
  * "gpu"): a model runs a request on the GPU, then a kernel reads and writes through an
  * address that is not mapped.  The driver's sticky error is recorded with its cause, the
- * engine's metrics (what /health and /metrics read) say the GPU is lost, a new request is
- * refused at once with ATLAS_ERR_UNAVAILABLE and the cause, and freeing the engine reports
- * its failed releases without hanging or crashing.  The process's context cannot be used
- * again, which is why this is a program of its own. */
+ * engine's metrics say the GPU is lost, a new request is refused at once with
+ * ATLAS_ERR_UNAVAILABLE and the cause, the server on the engine (a real socket) answers
+ * /health and a completion with 503 and the cause, and freeing the engine reports its failed
+ * releases without hanging or crashing.  The process's context cannot be used again, which is
+ * why this is a program of its own. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "atlas/engine.h"
+#include "atlas/server.h"
 #include "backend/cuda/registry.h"
 #include "engine_wait.h"
 #include "harness.h"
+#include "http_once.h"
 
 #define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
                           atlas_last_error())
@@ -70,6 +74,14 @@ int main(void) {
     atlas_engine_metrics mt;
     atlas_engine_get_metrics(e, &mt);
     CHECK(!mt.device_lost && !mt.device_error[0]);
+    atlas_server_params sp = atlas_server_default_params();
+    sp.port = 0;
+    atlas_server *srv = NULL;
+    CHECK_OK(atlas_server_start(e, &sp, &srv));
+    int port = srv ? atlas_server_port(srv) : 0, status = 0;
+    char *resp = http_once(port, "GET", "/health", NULL, &status);
+    CHECK_MSG(status == 200, "/health before the fault: %d %s", status, resp ? resp : "");
+    free(resp);
 
     /* the fault: the probe kernel (out = in * 2 + 1) through pointers nothing maps */
     atlas_registry *reg = NULL;
@@ -99,6 +111,19 @@ int main(void) {
     HAS("CUDA_ERROR_ILLEGAL_ADDRESS");
     atlas_engine_get_metrics(e, &mt);
     CHECK(mt.finished_error == errors0); /* refused, never run into the lost context */
+
+    /* what a client and a load balancer see */
+    resp = http_once(port, "GET", "/health", NULL, &status);
+    CHECK_MSG(status == 503 && resp && strstr(resp, "\"error\"") &&
+                  strstr(resp, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+              "/health after the fault: %d %s", status, resp ? resp : "");
+    free(resp);
+    resp = http_once(port, "POST", "/v1/completions",
+                     "{\"model\": \"tiny\", \"prompt\": \"hi\", \"max_tokens\": 2}", &status);
+    CHECK_MSG(status == 503 && resp && strstr(resp, "the GPU's context was lost"),
+              "a completion after the fault: %d %s", status, resp ? resp : "");
+    free(resp);
+    atlas_server_stop(srv);
 
     /* the teardown's releases fail (the context is gone): reported, not a hang or a crash */
     st = atlas_registry_release(reg);

@@ -2,14 +2,11 @@
  * fixture models, the server on a free loopback port, requests written by hand (HTTP/1.1),
  * answers parsed with jansson.  Also the pieces that need no socket: request-field checks
  * and the one error table.  Under ASan this is the leak check of the request paths. */
-#include <arpa/inet.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,50 +14,17 @@
 #include "atlas/server.h"
 #include "atlas/utf8.h"
 #include "harness.h"
+#include "http_once.h"
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/params.h"
 
 static int port;
 
-static int dial(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static int dial(void) { return http_dial(port); }
 
-/* Sends one request with "Connection: close" and reads the whole answer (malloc'd). */
 static char *exchange(const char *method, const char *path, const char *body, int *status) {
-    int fd = dial();
-    *status = 0;
-    if (fd < 0) return NULL;
-    char head[512];
-    size_t blen = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                     method, path, blen);
-    if (write(fd, head, (size_t)n) != n || (blen && write(fd, body, blen) != (ssize_t)blen)) {
-        close(fd);
-        return NULL;
-    }
-    size_t len = 0, cap = 65536;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        if (r <= 0) break;
-        len += (size_t)r;
-    }
-    buf[len] = '\0';
-    close(fd);
-    sscanf(buf, "HTTP/1.1 %d", status);
-    return buf;
+    return http_once(port, method, path, body, status);
 }
 
 /* The JSON body of a Content-Length answer. */
