@@ -202,8 +202,8 @@ class Result:
             self.reps.append({"window_s": round(w[1] - w[0], 4), "gaps": len(d),
                               "p99_ms": round(p99(d) * 1e3, 2) if d else None,
                               "max_ms": round(max(d) * 1e3, 2) if d else None,
-                              "top_gaps_ms": [[round((a - w[0]) * 1e3, 1), round((b - w[0]) * 1e3, 1)]
-                                              for a, b in sorted(top)],
+                              "top_gaps_ms": [[round((a - w[0]) * 1e3, 1),
+                                               round((b - w[0]) * 1e3, 1)] for a, b in sorted(top)],
                               "steps_ms": e[4]})
         self.errors = list(streams.errors)
         self.requests = streams.requests
