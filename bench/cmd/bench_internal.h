@@ -99,10 +99,11 @@ typedef struct atlas_bench_profile {
     /* A quantized model: its layout (qfmt NULL: none) on synthetic weights of the first four
      * shapes, packed bytes (codes, scales, zeros) / time of one matmul: [0] n = 1, [1] n = 16
      * and [2] n = 64 on the tensor-core kernels, [3] n = 16 and [4] n = 64 through the bf16
-     * scratch copy (dequantize, then the bf16 matmul) */
+     * scratch copy (dequantize, then the bf16 matmul), [5] and [6] n = 32 each way (the rows
+     * between CUDA_QMMA_DEFAULT and CUDA_QMMA_MAX) */
     const char *qfmt;
     int q_bc;
-    double qgbps[5][ATLAS_BENCH_SHAPES];
+    double qgbps[7][ATLAS_BENCH_SHAPES];
     /* One row of the same layout as a decode graph runs it: qchain_len[c] matmuls of shape
      * 1 + c (o, gate_up, down), each on its own weights, in one graph; microseconds a matmul, [0]
      * the one-group kernel (the decode's), [1] INT4 against int8 x, [2..4] the streaming
