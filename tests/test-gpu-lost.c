@@ -20,6 +20,7 @@
 #define HAS(s) CHECK_MSG(strstr(atlas_last_error(), (s)) != NULL, "want '%s' in: %s", (s), \
                           atlas_last_error())
 
+#ifdef ATLAS_HAVE_KERNELS
 typedef struct got {
     int tokens;
     atlas_status status;
@@ -39,6 +40,8 @@ static void on_event_ignore(const atlas_event *ev, void *user) {
     (void)ev;
     (void)user;
 }
+
+#endif
 
 int main(void) {
 #ifndef ATLAS_HAVE_KERNELS

@@ -301,7 +301,7 @@ static void *loader_main(void *arg) {
     atlas_engine *e = arg;
     eng_load *ld = &e->load;
     pthread_mutex_lock(&e->mu);
-    eng_model *md = &e->models[ld->model];
+    eng_model *md = ld->model >= 0 ? &e->models[ld->model] : NULL; /* NULL: a release alone */
     atlas_model *rel = ld->rel_m;
     const char *rel_dir = rel ? e->models[ld->rel_model].dir : NULL;
     pthread_mutex_unlock(&e->mu);
@@ -318,10 +318,12 @@ static void *loader_main(void *arg) {
         ld->rel_dt = dt;
         ld->rel_done = 1;
         ld->t_start = atlas_engine_now(); /* the load's own time starts now: the swap has both */
+        ld->done = md == NULL;
         pthread_cond_broadcast(&e->wake);
         pthread_mutex_unlock(&e->mu);
         atlas_error_clear();
     }
+    if (!md) return NULL;
     uint64_t files = atlas_engine_dir_sig(md->dir); /* before reading them */
     atlas_model *m = NULL;
     int release_failed = 0;
@@ -506,6 +508,10 @@ static void finish_load(atlas_engine *e) {
     pthread_join(ld->thread, NULL); /* it has handed over: only its return is left */
     ld->active = 0;
     release_install(e); /* its release before it, told first */
+    if (ld->model < 0) { /* a release alone (start_release) */
+        load_settle(e);
+        return;
+    }
     int model = ld->model;
     eng_model *md = &e->models[model];
     md->loading = 0;
@@ -563,6 +569,7 @@ void atlas_engine_load_abandon(atlas_engine *e) {
     pthread_mutex_lock(&e->mu);
     ld->active = 0;
     release_install(e);
+    if (ld->model < 0) return; /* a release alone */
     e->models[ld->model].loading = 0;
     atlas_model *m = ld->m;
     ld->m = NULL;
@@ -888,6 +895,35 @@ int atlas_engine_do_residency(atlas_engine *e) {
     return start_load(e, want, t0, released, -1, -1);
 }
 
+/* Releases idle md on the loader thread, alone (no load after it), so that the models still
+ * resident keep stepping meanwhile; installed as a swap's victim's is (release_install).
+ * 0: not started (a load or release is in flight, or md is held): the caller releases it
+ * here.  Under e->mu. */
+static int start_release(atlas_engine *e, eng_model *md) {
+    eng_load *ld = &e->load;
+    if (ld->active || ld->victim >= 0 || md->release_refused || md->n_running > 0 ||
+        atlas_model_handles(md->m) != 1)
+        return 0;
+    int idx = (int)(md - e->models);
+    release_handoff(e, md);
+    *ld = (eng_load){.model = -1, .victim = -1, .replaced = -1, .rel_model = idx,
+                     .rel_m = md->releasing, .t_start = atlas_engine_now()};
+    if (pthread_create(&ld->thread, NULL, loader_main, e) == 0) {
+        ld->active = 1;
+        return 1;
+    }
+    pthread_mutex_unlock(&e->mu); /* no thread: released here */
+    double t0 = atlas_engine_now();
+    ld->rel_st = atlas_model_release(ld->rel_m);
+    ld->rel_dt = atlas_engine_now() - t0;
+    release_msg(ld->rel_msg, sizeof ld->rel_msg, ld->rel_st, md->dir);
+    pthread_mutex_lock(&e->mu);
+    ld->rel_done = 1;
+    release_install(e);
+    load_settle(e);
+    return 1;
+}
+
 /* ---- keep-alive ------------------------------------------------------------------------- */
 
 /* Whether md, resident and idle, has outlived its keep-alive (stamping when it became
@@ -910,6 +946,7 @@ int atlas_engine_do_keep_alive(atlas_engine *e) {
         eng_model *md = &e->models[i];
         if (!keep_alive_over(md, now)) continue;
         md->expiring = 1;
+        if (start_release(e, md)) return 1; /* the scheduler steps the others meanwhile */
         if (atlas_engine_release_model(e, md) == ATLAS_OK) return 1;
         md->expiring = 0; /* refused: a handle is still out; tried again once it is back */
     }
