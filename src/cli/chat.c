@@ -807,7 +807,8 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
         }
     } else if (!strcmp(a, "--cpu-activations")) {
         if (atlas_cli_parse_cpu_activations(v, &c->dev.cpu_act)) {
-            fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want auto, fp32, bf16 or int8)\n", v);
+            fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want auto, fp32, bf16 or "
+                            "int8)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kv-cache-dtype")) {

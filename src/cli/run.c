@@ -174,7 +174,8 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
         }
     } else if (!strcmp(a, "--cpu-activations")) {
         if (atlas_cli_parse_cpu_activations(v, &o->dev.cpu_act)) {
-            fprintf(stderr, "atlas run: --cpu-activations: '%s' (want auto, fp32, bf16 or int8)\n", v);
+            fprintf(stderr, "atlas run: --cpu-activations: '%s' (want auto, fp32, bf16 or "
+                            "int8)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kv-cache-dtype")) {

@@ -90,27 +90,33 @@ static void release_msg(char *msg, size_t n, atlas_status st, const char *dir) {
 static atlas_status release_done(atlas_engine *e, eng_model *md, atlas_model *m,
                                  atlas_status st, const char *msg, double dt);
 
+/* md's prefix cache to host memory before its model m goes, where there is a store for it;
+ * for a release that will go through (no request holds a handle).  Under e->mu (dropped
+ * while copying). */
+static void save_prefix(atlas_engine *e, eng_model *md, atlas_model *m) {
+    if (!e->kv_host || e->stop || !md->kv_ident_set) return;
+    atlas_kv_host_moved saved = {0};
+    atlas_engine_kv_host_share(e, 0);
+    pthread_mutex_unlock(&e->mu);
+    atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool, &saved);
+    pthread_mutex_lock(&e->mu);
+    atlas_engine_kv_host_count(e, &saved, 0);
+}
+
 atlas_status atlas_engine_release_model(atlas_engine *e, eng_model *md) {
     atlas_model *m = md->m;
     if (md->release_refused) return refused(md, m, "its last release was refused");
     /* md->releasing keeps it reported resident while the lock is dropped */
     md->m = NULL;
     md->releasing = m;
-    /* its prefix cache goes to host memory when the release will go through: no request
-     * holds a handle (handles are taken on this thread alone) */
-    int save = e->kv_host && !e->stop && md->kv_ident_set && atlas_model_handles(m) == 1;
-    atlas_kv_host_moved saved = {0};
-    if (save) atlas_engine_kv_host_share(e, 0);
+    if (atlas_model_handles(m) == 1) save_prefix(e, md, m); /* handles: this thread's alone */
     pthread_mutex_unlock(&e->mu);
-    if (save) atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool,
-                                 &saved);
     double t0 = atlas_engine_now();
     atlas_status st = atlas_model_release(m);
     double dt = atlas_engine_now() - t0;
     char msg[1024];
     release_msg(msg, sizeof msg, st, md->dir);
     pthread_mutex_lock(&e->mu);
-    atlas_engine_kv_host_count(e, &saved, 0);
     return release_done(e, md, m, st, msg, dt);
 }
 
@@ -297,25 +303,27 @@ void atlas_engine_strip_dir(char *s, const char *dir) {
  * directory, name and sizes, e->p) and writes only e->load's result, then hands it over
  * under e->mu and wakes the scheduler, which installs the model (finish_load): residency,
  * pools, metrics and events stay the scheduler's alone. */
+/* Runs the release handed over in ld (ld->rel_m, of the model in dir) on this thread: its
+ * result into ld's rel_ fields, which the scheduler reads only once rel_done is set (under
+ * e->mu, by the caller).  Not under e->mu. */
+static void release_run(eng_load *ld, const char *dir) {
+    double t0 = atlas_engine_now();
+    ld->rel_st = atlas_model_release(ld->rel_m);
+    ld->rel_dt = atlas_engine_now() - t0;
+    release_msg(ld->rel_msg, sizeof ld->rel_msg, ld->rel_st, dir);
+}
+
 static void *loader_main(void *arg) {
     atlas_engine *e = arg;
     eng_load *ld = &e->load;
     pthread_mutex_lock(&e->mu);
     eng_model *md = ld->model >= 0 ? &e->models[ld->model] : NULL; /* NULL: a release alone */
-    atlas_model *rel = ld->rel_m;
-    const char *rel_dir = rel ? e->models[ld->rel_model].dir : NULL;
+    const char *rel_dir = ld->rel_m ? e->models[ld->rel_model].dir : NULL;
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
-    if (rel) { /* the room first: handed over for the scheduler to install (release_install) */
-        double t0 = atlas_engine_now();
-        atlas_status rst = atlas_model_release(rel);
-        double dt = atlas_engine_now() - t0;
-        char rmsg[sizeof ld->rel_msg];
-        release_msg(rmsg, sizeof rmsg, rst, rel_dir);
+    if (rel_dir) { /* the room first: handed over for the scheduler to install */
+        release_run(ld, rel_dir);
         pthread_mutex_lock(&e->mu);
-        ld->rel_st = rst;
-        snprintf(ld->rel_msg, sizeof ld->rel_msg, "%s", rmsg);
-        ld->rel_dt = dt;
         ld->rel_done = 1;
         ld->t_start = atlas_engine_now(); /* the load's own time starts now: the swap has both */
         ld->done = md == NULL;
@@ -348,35 +356,39 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
-/* Installs the release the loader thread ran before its load (e->load.rel_done): the model's
- * pool, counts and RELEASED event, as atlas_engine_release_model's own.  Under e->mu. */
+/* Installs the release the loader thread ran (e->load.rel_done), before its load or alone:
+ * the model's pool, counts and RELEASED event, as atlas_engine_release_model's own (its
+ * result stays in e->load: the thread writes nothing more of it).  Under e->mu. */
 static void release_install(atlas_engine *e) {
     eng_load *ld = &e->load;
     if (!ld->rel_done) return;
-    eng_model *md = &e->models[ld->rel_model];
-    char msg[sizeof ld->rel_msg];
-    snprintf(msg, sizeof msg, "%s", ld->rel_msg);
     ld->rel_done = 0;
-    (void)release_done(e, md, ld->rel_m, ld->rel_st, msg, ld->rel_dt); /* for ld->model */
+    (void)release_done(e, &e->models[ld->rel_model], ld->rel_m, ld->rel_st, ld->rel_msg,
+                       ld->rel_dt); /* for ld->model, or alone (model -1) */
     ld->rel_model = -1;
     ld->rel_m = NULL;
 }
 
-/* Takes idle md out of service for the loader thread to release before its load (start_load
- * with rel): its prefix cache goes to host memory first, as atlas_engine_release_model does,
- * and it is reported resident (releasing) until release_install.  Under e->mu (dropped while
- * saving). */
+/* Takes idle md out of service for the loader thread to release, before its load (start_load
+ * with rel) or alone (start_release): its prefix cache goes to host memory first, as in
+ * atlas_engine_release_model, and it is reported resident (releasing) until release_install.
+ * Under e->mu (dropped while saving). */
 static void release_handoff(atlas_engine *e, eng_model *md) {
     atlas_model *m = md->m;
     md->m = NULL;
     md->releasing = m;
-    if (!(e->kv_host && !e->stop && md->kv_ident_set)) return;
-    atlas_kv_host_moved saved = {0};
-    atlas_engine_kv_host_share(e, 0);
+    save_prefix(e, md, m);
+}
+
+/* No loader thread could start: the release handed over in e->load runs here and is
+ * installed.  Under e->mu (dropped meanwhile). */
+static void release_here(atlas_engine *e) {
+    eng_load *ld = &e->load;
     pthread_mutex_unlock(&e->mu);
-    atlas_kv_host_save(e->kv_host, (int)(md - e->models), &md->kv_ident, m, &md->pool, &saved);
+    release_run(ld, e->models[ld->rel_model].dir);
     pthread_mutex_lock(&e->mu);
-    atlas_engine_kv_host_count(e, &saved, 0);
+    ld->rel_done = 1;
+    release_install(e);
 }
 
 /* e->load is over once its thread is joined and no victim drains for it. */
@@ -408,16 +420,7 @@ static int start_load(atlas_engine *e, int model, double t0, int replaced, int v
     }
     md->loading = 0;
     ld->victim = -1;
-    if (ld->rel_m) { /* no thread to release it: released here */
-        pthread_mutex_unlock(&e->mu);
-        double t1 = atlas_engine_now();
-        ld->rel_st = atlas_model_release(ld->rel_m);
-        ld->rel_dt = atlas_engine_now() - t1;
-        release_msg(ld->rel_msg, sizeof ld->rel_msg, ld->rel_st, e->models[rel].dir);
-        pthread_mutex_lock(&e->mu);
-        ld->rel_done = 1;
-        release_install(e);
-    }
+    if (ld->rel_m) release_here(e); /* no thread to release it */
     load_settle(e);
     char msg[512];
     snprintf(msg, sizeof msg, "loading model '%s': cannot start the loader thread", md->name);
@@ -912,14 +915,7 @@ static int start_release(atlas_engine *e, eng_model *md) {
         ld->active = 1;
         return 1;
     }
-    pthread_mutex_unlock(&e->mu); /* no thread: released here */
-    double t0 = atlas_engine_now();
-    ld->rel_st = atlas_model_release(ld->rel_m);
-    ld->rel_dt = atlas_engine_now() - t0;
-    release_msg(ld->rel_msg, sizeof ld->rel_msg, ld->rel_st, md->dir);
-    pthread_mutex_lock(&e->mu);
-    ld->rel_done = 1;
-    release_install(e);
+    release_here(e); /* no thread */
     load_settle(e);
     return 1;
 }

@@ -184,7 +184,8 @@ static void gemv_bf16(float *out, const uint16_t *w, const float *x, int64_t k, 
         int64_t i = 0;
         for (; i + 8 <= k; i += 8) {
             if (!(i & 31)) /* the next four rows' line (prefetches never fault past the end) */
-                for (int j = 0; j < 4; j++) _mm_prefetch((const char *)(w0 + (4 + j) * k + i), _MM_HINT_T0);
+                for (int j = 0; j < 4; j++)
+                    _mm_prefetch((const char *)(w0 + (4 + j) * k + i), _MM_HINT_T0);
             __m256 v = _mm256_loadu_ps(x + i);
             a0 = _mm256_fmadd_ps(load_bf16(w0 + i), v, a0);
             a1 = _mm256_fmadd_ps(load_bf16(w1 + i), v, a1);
