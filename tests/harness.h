@@ -40,6 +40,16 @@ extern int harness_checks;
         }                                                                                  \
     } while (0)
 
+/* A GPU test's first call found no CUDA device (st ATLAS_ERR_NO_DEVICE): it ends skipped
+ * (ctest's SKIP_RETURN_CODE 77), saying why, not as a pass that ran nothing. */
+#define HARNESS_SKIP_NO_DEVICE(st)                                                         \
+    do {                                                                                   \
+        if ((st) == ATLAS_ERR_NO_DEVICE) {                                                 \
+            printf("SKIP: no CUDA device: %s\n", atlas_last_error());                      \
+            return 77;                                                                     \
+        }                                                                                  \
+    } while (0)
+
 /* Directory of the test data (tests/data), from ATLAS_TEST_DATA. */
 const char *harness_data_dir(void);
 /* harness_data_dir()/rel into a static buffer (one at a time). */

@@ -514,10 +514,7 @@ static void gpt_oss(int G) {
 int main(void) {
     atlas_host *host = NULL;
     atlas_status st = atlas_host_get(0, &host);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77; /* ctest's skip (SKIP_RETURN_CODE) */
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_OK(st);
     for (int i = 0; i < MAXB; i++) { /* scrambled, disjoint */
         tables[0][i] = (int32_t)((i * 5 + 3) % NBLK);

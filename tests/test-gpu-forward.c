@@ -373,10 +373,7 @@ int main(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-qwen3", harness_data_dir());
     atlas_status st = atlas_model_load(dir, &p, &probe);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77; /* ctest's skip (SKIP_RETURN_CODE): not a pass that ran nothing */
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_OK(st);
     CHECK_OK(atlas_model_release(probe));
     test_fixture("tiny-llama3");

@@ -82,10 +82,7 @@ int main(void) {
     double t0 = now_ms();
     atlas_host *h = NULL;
     atlas_status st = atlas_host_get(0, &h);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77;
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_OK(st);
     double first_get_ms = now_ms() - t0;
     if (!h) return harness_finish();

@@ -55,10 +55,7 @@ int main(void) {
     return 77;
 #endif
     atlas_host *h = NULL;
-    if (atlas_host_get(0, &h) == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77;
-    }
+    HARNESS_SKIP_NO_DEVICE(atlas_host_get(0, &h));
     double inv_freq[HD / 2];
     for (int i = 0; i < HD / 2; i++) inv_freq[i] = 1.0 / (i + 1);
     atlas_backend_geom g = {.hidden = 4096, .n_heads = 32, .n_kv_heads = KH, .head_dim = HD,

@@ -732,10 +732,7 @@ int main(void) {
                             .max_position = 4096, .sliding_window = 0};
     /* pass 1: the defaults (programmatic dependent launch, every decode fusion) */
     atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77; /* ctest's skip (SKIP_RETURN_CODE): not a pass that ran nothing */
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_OK(st);
     if (st != ATLAS_OK) return harness_finish();
     CHECK_OK(atlas_backend_cpu_create(&g, 4, &cpu));

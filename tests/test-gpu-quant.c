@@ -235,10 +235,7 @@ int main(void) {
                             .rms_eps = 1e-5f, .rope_inv_freq = inv_freq, .rope_attn_factor = 1.0,
                             .max_position = 16};
     atlas_status st = atlas_backend_cuda_create(&g, NULL, &gpu);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77;
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_OK(st);
     if (st != ATLAS_OK) return harness_finish();
     CHECK_OK(atlas_backend_cpu_create(&g, 2, &cpu));

@@ -473,10 +473,7 @@ int main(int argc, char **argv) {
     atlas_status st;
     atlas_model *probe = load(dir, ATLAS_DEVICE_CUDA, 64, 64, &st);
     harness_rm_rf(dir);
-    if (st == ATLAS_ERR_NO_DEVICE) {
-        printf("SKIP: no CUDA device: %s\n", atlas_last_error());
-        return 77; /* ctest's skip (SKIP_RETURN_CODE): not a pass that ran nothing */
-    }
+    HARNESS_SKIP_NO_DEVICE(st);
     CHECK_MSG(st == ATLAS_OK, "probe: %s", atlas_last_error());
     CHECK_OK(atlas_model_release(probe));
     /* argv[1]: only the shapes whose name contains it */
