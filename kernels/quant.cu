@@ -570,7 +570,8 @@ ATLAS_QGEMV1C(atlas_qgemv1c_fp4, QF_FP4)
  * occupancy), the rows split evenly between its blocks; with act a block's rows run gate i, up
  * f + i in turn. A turn's D row sums are halved across a warp (D - 1 + log2(32 / D) shuffles
  * for D rows), then summed over the warps through shared memory: one barrier a turn. One scale
- * a load: groups of E columns or more (csh >= log2(E)), which the host checks. */
+ * a load: groups of E columns or more (csh >= log2(E)), which the host checks; or G16, FP4's
+ * groups of 16 (NVFP4), a scale a half. */
 template <int D>
 __device__ __forceinline__ float turn_sum(float (&v)[D], int lane) {
 #pragma unroll
@@ -588,13 +589,15 @@ __device__ __forceinline__ float turn_sum(float (&v)[D], int lane) {
     return r;
 }
 
-template <int FMT, int D, bool X8>
+template <int FMT, int D, bool X8, bool G16 = false>
 __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const uint8_t *w,
                                              const bf16_t *bias, int m, int k, qargs q,
                                              qfuse fx) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32, HALVES = E / 16;
     static_assert(D >= 2 && D <= 32 && (D & (D - 1)) == 0, "D: an even power of two");
     static_assert(!X8 || FMT == QF_INT4, "int8 x: INT4 only");
+    static_assert(!G16 || FMT == QF_FP4, "a scale a half: FP4 only");
+    constexpr int SL = G16 ? 2 : 1; /* scales a load */
     __shared__ float red[2][32][D]; /* a turn's row sums by warp, by the turn's parity */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const int c = tid * E; /* this thread's columns */
@@ -606,15 +609,16 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
     const int items = (u1 - u0) * (fx.act ? 2 : 1);
     auto row_of = [&](int it) { return fx.act ? (it & 1) * (m / 2) + u0 + (it >> 1) : u0 + it; };
     const uint8_t *wc = w + (FMT == QF_FP8 ? c : c / 2);
-    const size_t cg = on ? (size_t)(c >> q.csh) : 0;
+    const size_t cg = on ? (size_t)(c >> q.csh) : 0, cg1 = on ? (size_t)((c + 16) >> q.csh) : 0;
     uint4 wv[D];
-    float sv[D], zv[D];
+    float sv[D][SL], zv[D];
     auto load = [&](int s, int it) { /* stage s (unrolled: registers) <- item it */
         bool ok = on && it < items;
         int row = ok ? row_of(it) : 0;
         size_t si = (size_t)(row >> q.rsh) * q.scols + cg;
         wv[s] = ok ? ld_stream16(wc + (size_t)row * rbytes) : make_uint4(0, 0, 0, 0);
-        sv[s] = ok ? __ldg(q.scales + si) : 0.0f;
+        sv[s][0] = ok ? __ldg(q.scales + si) : 0.0f;
+        if constexpr (G16) sv[s][SL - 1] = ok ? __ldg(q.scales + si - cg + cg1) : 0.0f;
         zv[s] = FMT == QF_INT4 && ok ? __ldg(q.zeros + si) : 0.0f;
     };
 #pragma unroll
@@ -663,7 +667,7 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                     t = __dp4a((int)(wd[i] & 0x0F0F0F0Fu), xq.xe[i], t);
                     t = __dp4a((int)((wd[i] >> 4) & 0x0F0F0F0Fu), xq.xo[i], t);
                 }
-                v[s] = sv[s] * xq.d * ((float)t - zv[s] * (float)(xq.sq[0] + xq.sq[1]));
+                v[s] = sv[s][0] * xq.d * ((float)t - zv[s] * (float)(xq.sq[0] + xq.sq[1]));
             } else {
                 float d = 0.0f; /* as qdot: two chains a half, INT4's 1 + q / 16 folded below */
 #pragma unroll
@@ -675,10 +679,10 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                         a = fmaf(f[i], xf[16 * h + i], a);
                         b = fmaf(f[i + 1], xf[16 * h + i + 1], b);
                     }
-                    d += a + b;
+                    d += G16 ? sv[s][h] * (a + b) : a + b;
                 }
                 if (FMT == QF_INT4) d = 16.0f * d - (16.0f + zv[s]) * sx;
-                v[s] = sv[s] * unit * d;
+                v[s] = (G16 ? 1.0f : sv[s][0]) * unit * d;
             }
             load(s, base + D + s); /* the stage is free: the item D ahead */
         }
@@ -707,14 +711,15 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
 /* The arguments of atlas_qgemv1_<fmt>; grid: at most one wave of blocks and no more blocks
  * than rows (with act: row pairs, m even); block 32 ceil(k / 32E) threads, at most 512.
  * atlas_qgemv1s_<fmt> D = 8 stages, atlas_qgemv1s4_int4 4 (more blocks an SM, fewer bytes in
- * flight), atlas_qgemv1sx_int4 8 with x rounded to int8 a 32 columns (quantize_x8, dp4a). */
-#define ATLAS_QGEMV1S(NAME, FMT, D, X8)                                                           \
+ * flight), atlas_qgemv1sx_int4 8 with x rounded to int8 a 32 columns (quantize_x8, dp4a),
+ * atlas_qgemv1s16_fp4 8 with a scale a 16 columns (NVFP4). */
+#define ATLAS_QGEMV1S(NAME, FMT, D, X8, ...)                                                      \
     extern "C" __global__ void __launch_bounds__(512)                                             \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
              int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
              int csh, int scols, int p1, int p2, const float *rowscale, const bf16_t *nw,          \
              float eps, float *h, float *resid, float *act, glu_act ga) {                          \
-        qgemv1s_body<FMT, D, X8>(out, x, w, bias, m, k,                                            \
+        qgemv1s_body<FMT, D, X8, ##__VA_ARGS__>(out, x, w, bias, m, k,                             \
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
                                  qfuse{nw, eps, h, resid, act, ga});                               \
     }
@@ -723,6 +728,7 @@ ATLAS_QGEMV1S(atlas_qgemv1s_int4, QF_INT4, 8, false)
 ATLAS_QGEMV1S(atlas_qgemv1s_fp4, QF_FP4, 8, false)
 ATLAS_QGEMV1S(atlas_qgemv1s4_int4, QF_INT4, 4, false)
 ATLAS_QGEMV1S(atlas_qgemv1sx_int4, QF_INT4, 8, true)
+ATLAS_QGEMV1S(atlas_qgemv1s16_fp4, QF_FP4, 8, false, true)
 
 /* (lo, hi) rounded to nearest even into one bf16x2 register (lo in the low half), in one
  * instruction (sm_80+). */

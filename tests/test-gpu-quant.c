@@ -141,8 +141,15 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     CHECK_OK(gpu->ops->alloc(gpu, (size_t)(NMAX * m) * 4, &dout));
     CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(dx), x, (size_t)(NMAX * k) * 4));
     CHECK_OK(ATLAS_CU(cuCtxSynchronize));
-    for (size_t t = 0; t < sizeof ns / sizeof *ns; t++) {
-        int n = ns[t];
+    /* the plan as every model has it, then the tensor-core kernels at every row count they
+     * take (what `atlas bench` times beside the scratch copy) */
+    cuda_backend *cb = (cuda_backend *)gpu;
+    static const int plans[] = {0, CUDA_QMMA_MAX};
+    for (size_t u = 0; u < sizeof plans / sizeof *plans * (sizeof ns / sizeof *ns); u++) {
+        size_t pl = u / (sizeof ns / sizeof *ns);
+        int n = ns[u % (sizeof ns / sizeof *ns)];
+        cb->plan.qmma_max = plans[pl];
+        if (pl > 0 && (n < 2 || n > CUDA_QMMA_MAX || parts[0].q.g_idx)) continue;
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(NMAX * m)));
         CHECK_OK(ATLAS_CU(cuCtxSynchronize));
         CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, bc, n));
@@ -150,12 +157,15 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
         CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)(n * m)));
         /* fp32 GEMVs: 1e-5; the tensor-core kernels and the scratch copy round w to bf16 */
         bool fp32 = n == 1 || (parts[0].q.g_idx && n <= CUDA_QGEMV_MAX);
-        bool mma = !parts[0].q.g_idx && n <= cuda_qmma_max((cuda_backend *)gpu);
+        bool mma = !parts[0].q.g_idx && n <= cuda_qmma_max(cb);
         double e = norm_err(got, want, (size_t)(n * m));
         double bound = fp32 ? 1e-5 : mma ? mma_bound : 2e-2;
-        CHECK_MSG(e <= bound, "%s, %d rows: normalised error %.3g > %.0e", what, n, e, bound);
-        if (n == 1 || n == 8 || n == NMAX) printf("  %-44s n=%-3d %.2e\n", what, n, e);
+        CHECK_MSG(e <= bound, "%s, %d rows, plan %zu: normalised error %.3g > %.0e", what, n,
+                  pl, e, bound);
+        if (n == 1 || n == 8 || n == NMAX || (pl > 0 && n == 64))
+            printf("  %-44s n=%-3d plan %zu %.2e\n", what, n, pl, e);
     }
+    cb->plan.qmma_max = 0;
     /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
      * block (3: the last block short, groups of more than one item where k is long enough),
      * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x;

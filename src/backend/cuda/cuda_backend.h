@@ -117,9 +117,10 @@ enum { CUDA_QGEMV_X8 = 1 << 30 };
 /* cuda_qgemv1's ng for the streaming kernels (kernels/quant.cu atlas_qgemv1s*: one wave of
  * blocks spanning k, each row's codes and scales loaded rows ahead through a ring of register
  * stages): S 8 stages (FP8, INT4, FP4), S4 4 stages, SX 8 stages with x rounded to int8
- * (INT4). A weight they do not take (act-order, a scale group narrower than a load: INT4 and
- * FP4 groups under 32 columns; more than 512 loads a row; a block that does not fit an SM)
- * takes the one-group kernel. */
+ * (INT4); FP4 with a scale a 16 columns (NVFP4) S through a kernel of its own, a scale a half
+ * load. A weight they do not take (act-order, a scale group narrower than a load: INT4 groups
+ * under 32 columns; more than 512 loads a row; a block that does not fit an SM) takes the
+ * one-group kernel. */
 enum { CUDA_QGEMV_S = 1 << 29, CUDA_QGEMV_S4, CUDA_QGEMV_SX, CUDA_QSTREAMS = 3 };
 
 /* Kernels looked up once at create. */
@@ -146,11 +147,14 @@ typedef struct cuda_fns {
     CUfunction gemv1b_qkv8[2], gemv1c_qkv8[2]; /* [norm]: the qkv epilogue into FP8 */
     /* quantized weights (kernels/quant.cu), by cuda_qkind: one row; 2..8 rows with g_idx;
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
-    CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g, qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g;
+    CUfunction qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
     /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
      * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
     int qgemv1s_bps[CUDA_QKINDS][CUDA_QSTREAMS][17];
+    CUfunction qgemv1s16;      /* the streaming kernel of FP4 with a scale a 16 columns */
+    int qgemv1s16_bps[17];
     CUfunction qrowscale;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;

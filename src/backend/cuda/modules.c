@@ -132,6 +132,11 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1s[q][i]));
             ATLAS_TRY(stream_occupancy(fn->qgemv1s[q][i], fn->qgemv1s_bps[q][i]));
         }
+        if (q == CUDA_Q_FP4) {
+            ATLAS_TRY(
+                atlas_registry_function(cb->mod.reg, "atlas_qgemv1s16_fp4", &fn->qgemv1s16));
+            ATLAS_TRY(stream_occupancy(fn->qgemv1s16, fn->qgemv1s16_bps));
+        }
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));
         for (int i = 0; i < 4 && q != CUDA_Q_INT4G; i++) {

@@ -411,9 +411,13 @@ static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int 
     CUfunction f = cb->mod.fn.qgemv1s[q][v];
     int e_log2 = q == CUDA_Q_FP8 ? 4 : 5, m = (int)w->rows, k = (int)w->cols;
     int warps = (k + (32 << e_log2) - 1) / (32 << e_log2);
+    /* FP4 with a scale a 16 columns (NVFP4): its own kernel, a scale a half load */
+    bool g16 = q == CUDA_Q_FP4 && w->csh == 4 && v == 0 && cb->mod.fn.qgemv1s16;
+    if (g16) f = cb->mod.fn.qgemv1s16;
     *done = false;
-    if (!f || w->csh < e_log2 || warps > 16) return ATLAS_OK; /* one scale a load; 512 threads */
-    int bps = cb->mod.fn.qgemv1s_bps[q][v][warps];
+    if (!f || (w->csh < e_log2 && !g16) || warps > 16) /* a scale a load; 512 threads */
+        return ATLAS_OK;
+    int bps = g16 ? cb->mod.fn.qgemv1s16_bps[warps] : cb->mod.fn.qgemv1s_bps[q][v][warps];
     if (bps <= 0) return ATLAS_OK;
     long long units = act ? m / 2 : m;
     long long wave = (long long)bps * atlas_host_properties(cb->dev.host)->sm_count;
