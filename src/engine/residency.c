@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "backend/cuda/host.h"
 #include "backend/cuda/host_tier.h"
 #include "engine/engine_internal.h"
 #include "model/forward.h"
@@ -321,6 +322,13 @@ static void *loader_main(void *arg) {
     const char *rel_dir = ld->rel_m ? e->models[ld->rel_model].dir : NULL;
     pthread_mutex_unlock(&e->mu);
     atlas_error_clear();
+    /* a load on the GPU holds the device's memory pool until it is over: the victim's
+     * memory stays mapped for the newcomer (atlas_host_pool_hold) */
+    atlas_host *pool = NULL;
+    if (md && e->p.device != ATLAS_DEVICE_CPU && atlas_host_get(e->p.gpu, &pool) == ATLAS_OK &&
+        atlas_host_pool_hold(pool) != ATLAS_OK)
+        pool = NULL;
+    atlas_error_clear();
     if (rel_dir) { /* the room first: handed over for the scheduler to install */
         release_run(ld, rel_dir);
         pthread_mutex_lock(&e->mu);
@@ -340,6 +348,8 @@ static void *loader_main(void *arg) {
     /* clients see this message: it names the model and its files, never the server's paths */
     snprintf(err, sizeof err, "%s", atlas_last_error());
     atlas_engine_strip_dir(err, md->dir);
+    /* what the load left unused goes back to the driver (its message read first) */
+    if (pool && atlas_host_pool_unhold(pool) != ATLAS_OK) atlas_error_clear();
     static const char wrapped[] = "loading model the model's directory: "; /* model.c's */
     const char *w = strncmp(err, wrapped, sizeof wrapped - 1) ? err : err + sizeof wrapped - 1;
     double t_end = atlas_engine_now();

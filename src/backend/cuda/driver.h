@@ -64,6 +64,7 @@ typedef struct ATLAS_CUMEMPOOLPROPS {
 #define ATLAS_CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES 3
 #define ATLAS_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 #define ATLAS_CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define ATLAS_CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
 
 /* cuMemcpy2D's description (CUDA_MEMCPY2D_v2): Height rows of WidthInBytes, each side with
  * its own pitch; a memory type is 1 host, 2 device. */

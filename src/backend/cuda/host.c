@@ -32,6 +32,8 @@ struct atlas_host {
     CUstream copy_stream; /* weight uploads */
     CUmemoryPool pool;    /* device memory in stream order; NULL: cuMemAlloc (host.h) */
     int ctx_retains;
+    int pool_holds;       /* atlas_host_pool_hold's count (host_lock): the pool keeps what is
+                             freed while > 0 */
 
     /* pinned staging pool, allocated on the first upload.  staging_lock serialises the
      * synchronous uploaders; q_lock guards the free buffers and the queued uploads. */
@@ -241,9 +243,61 @@ atlas_status atlas_host_make_current(atlas_host *host) {
 
 atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes) {
     ATLAS_TRY(atlas_host_make_current(host));
-    /* what the pool holds unused is free for any model: given back before it is counted */
-    if (host->pool) ATLAS_CU_TRY(cuMemPoolTrimTo, host->pool, 0);
-    return ATLAS_CU(cuMemGetInfo, free_bytes, total_bytes);
+    pthread_mutex_lock(&host_lock);
+    bool held = host->pool_holds > 0;
+    pthread_mutex_unlock(&host_lock);
+    /* what the pool holds unused is free for any model: given back before it is counted, or
+     * while a hold keeps it mapped, counted as free beside the driver's */
+    unsigned long long reserved = 0, used = 0;
+    if (host->pool && !held) ATLAS_CU_TRY(cuMemPoolTrimTo, host->pool, 0);
+    if (host->pool && held) {
+        ATLAS_CU_TRY(cuMemPoolGetAttribute, host->pool,
+                     ATLAS_CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+        ATLAS_CU_TRY(cuMemPoolGetAttribute, host->pool, ATLAS_CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+                     &used);
+    }
+    ATLAS_CU_TRY(cuMemGetInfo, free_bytes, total_bytes);
+    if (reserved > used) *free_bytes += (size_t)(reserved - used);
+    return ATLAS_OK;
+}
+
+/* The pool's release threshold: 0 (what is freed goes back to the driver at every
+ * synchronise) or, while held, all of it. */
+static atlas_status pool_threshold(atlas_host *host, bool keep) {
+    unsigned long long t = keep ? ~0ull : 0;
+    return ATLAS_CU(cuMemPoolSetAttribute, host->pool, ATLAS_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    &t);
+}
+
+atlas_status atlas_host_pool_hold(atlas_host *host) {
+    if (!host->pool) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(host));
+    pthread_mutex_lock(&host_lock);
+    atlas_status st = host->pool_holds == 0 ? pool_threshold(host, true) : ATLAS_OK;
+    if (st == ATLAS_OK) host->pool_holds++;
+    pthread_mutex_unlock(&host_lock);
+    return st;
+}
+
+atlas_status atlas_host_pool_unhold(atlas_host *host) {
+    if (!host->pool) return ATLAS_OK;
+    ATLAS_TRY(atlas_host_make_current(host));
+    pthread_mutex_lock(&host_lock);
+    atlas_status st = ATLAS_OK;
+    if (host->pool_holds > 0 && --host->pool_holds == 0) {
+        st = pool_threshold(host, false);
+        atlas_status t = ATLAS_CU(cuMemPoolTrimTo, host->pool, 0);
+        if (st == ATLAS_OK) st = t;
+    }
+    pthread_mutex_unlock(&host_lock);
+    return st;
+}
+
+bool atlas_host_pool_held(atlas_host *host) {
+    pthread_mutex_lock(&host_lock);
+    bool held = host->pool_holds > 0;
+    pthread_mutex_unlock(&host_lock);
+    return held;
 }
 
 atlas_status atlas_host_alloc_pinned(atlas_host *host, size_t bytes, void **out) {

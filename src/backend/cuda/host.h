@@ -7,6 +7,7 @@
 #ifndef ATLAS_CUDA_HOST_H
 #define ATLAS_CUDA_HOST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "atlas/host.h"
@@ -81,6 +82,17 @@ atlas_status atlas_host_upload_copy(atlas_host *host, CUdeviceptr dst, const voi
 /* Waits until every queued upload has reached the device; returns the first failure of a
  * queued upload since the last wait. */
 atlas_status atlas_host_upload_wait(atlas_host *host);
+
+/* A hold on the device memory pool, for a load that follows a release: while one is held,
+ * memory freed (the released model's) stays mapped in the pool, so that the newcomer's
+ * allocations take it without mapping memory again (mapping stalled every stream of the
+ * device, a resident model's steps among them: bench/RESULTS.md), and a release does not trim
+ * it; the last unhold gives back what is unused, so memory is at its baseline once the load is
+ * over.  Holds nest; no-ops without a pool.  atlas_host_mem_info counts what a hold keeps
+ * unused as free. */
+atlas_status atlas_host_pool_hold(atlas_host *host);
+atlas_status atlas_host_pool_unhold(atlas_host *host);
+bool atlas_host_pool_held(atlas_host *host);
 
 /* Sets the pool's shape (count <= ATLAS_HOST_STAGING_MAX) before the first upload
  * (ATLAS_ERR_BUSY after): for tests and for hosts short of pinned memory. */

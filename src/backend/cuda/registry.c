@@ -403,9 +403,11 @@ static void registry_release_pool(atlas_registry *r) {
                    "cuStreamSynchronize", NULL, 0);
     }
     if (ev) report_add(rep, d->cuEventDestroy(ev), __FILE__, __LINE__, "cuEventDestroy", NULL, 0);
-    /* the frees have run and the host has seen it: the memory goes back to the driver */
-    report_add(rep, d->cuMemPoolTrimTo(r->pool, 0), __FILE__, __LINE__, "cuMemPoolTrimTo",
-               NULL, 0);
+    /* the frees have run and the host has seen it: the memory goes back to the driver, but
+     * for a hold (atlas_host_pool_hold: a load follows, and takes it) */
+    if (!atlas_host_pool_held(r->host))
+        report_add(rep, d->cuMemPoolTrimTo(r->pool, 0), __FILE__, __LINE__, "cuMemPoolTrimTo",
+                   NULL, 0);
 }
 
 atlas_status atlas_registry_release(atlas_registry *r) {
