@@ -489,6 +489,11 @@ struct atlas_backend {
      * weights_done (the CPU: a 4-bit model's repacked bytes would otherwise double its peak
      * memory); 0: they stay valid until weights_done (CUDA's queued copies). */
     int copies_at_load;
+    /* 1: the model may keep the MLP's activation in the qkv buffer (dead between the
+     * attention's end and the next layer's projection) when it fits: set by a backend whose
+     * kernels were checked with that layout (the CPU, where it lowered peak memory); 0: its
+     * own buffer */
+    int act_in_qkv;
     /* bytes of a KV cache element, what kv_create makes: 4 fp32 (the CPU's reference), 2
      * bf16, 1 FP8 e4m3 with geom.kv_scales. The backend sets its default at create (and the
      * CPU's set_activations); the model may set it to 1 (or 2 on the CPU) before kv_create,

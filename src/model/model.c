@@ -112,9 +112,9 @@ static atlas_status alloc_acts(atlas_model *m) {
     bool logits_in_gate_up = fit >= ATLAS_LOGIT_CHUNK;
     m->logits_in_gate_up = logits_in_gate_up;
     m->logit_chunk = logits_in_gate_up ? (int)(fit < T ? fit : T) : ATLAS_LOGIT_CHUNK;
-    /* on the CPU only, where it was measured (peak RSS); a device keeps the layout its
-     * kernels were checked with */
-    bool act_in_qkv = !strcmp(m->be->ops->name, "cpu") && C * f <= T * (H + 2 * K) * hd;
+    /* where the backend takes it (the CPU: measured on its peak RSS); a device keeps the
+     * layout its kernels were checked with */
+    bool act_in_qkv = m->be->act_in_qkv && C * f <= T * (H + 2 * K) * hd;
     struct { void **p; size_t n; } bufs[] = {
         {&m->acts.x, T * d}, {&m->acts.h, T * d}, {&m->acts.qkv, T * (H + 2 * K) * hd},
         {&m->acts.att, T * H * hd}, {&m->acts.o, T * d}, {&m->acts.gate_up, G},

@@ -709,6 +709,7 @@ atlas_status atlas_backend_cpu_create(const atlas_backend_geom *geom, int n_thre
     cb->base.ops = &cpu_ops;
     cb->base.geom = *g;
     cb->base.act_size = sizeof(float);
+    cb->base.act_in_qkv = 1;
     atlas_status st = atlas_threadpool_create(n_threads, &cb->pool);
     if (st != ATLAS_OK) {
         cpu_destroy(&cb->base);
