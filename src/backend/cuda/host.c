@@ -32,7 +32,7 @@ struct atlas_host {
     CUstream copy_stream; /* weight uploads */
     CUmemoryPool pool;    /* device memory in stream order; NULL: cuMemAlloc (host.h) */
     int ctx_retains;
-    int pool_holds;       /* atlas_host_pool_hold's count (host_lock): the pool keeps what is
+    int pool_holds;       /* atlas_host_pool_hold's count (pool_lock): the pool keeps what is
                              freed while > 0 */
 
     /* pinned staging pool, allocated on the first upload.  staging_lock serialises the
@@ -59,6 +59,9 @@ struct atlas_host {
 };
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+/* the pool's holds, apart from host_lock: an unhold trims the pool (unmapping takes a while)
+ * and nothing else should wait for that */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .q_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .q_buf_cv = PTHREAD_COND_INITIALIZER,
@@ -243,9 +246,9 @@ atlas_status atlas_host_make_current(atlas_host *host) {
 
 atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes) {
     ATLAS_TRY(atlas_host_make_current(host));
-    pthread_mutex_lock(&host_lock);
+    pthread_mutex_lock(&pool_lock);
     bool held = host->pool_holds > 0;
-    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&pool_lock);
     /* what the pool holds unused is free for any model: given back before it is counted, or
      * while a hold keeps it mapped, counted as free beside the driver's */
     unsigned long long reserved = 0, used = 0;
@@ -272,31 +275,31 @@ static atlas_status pool_threshold(atlas_host *host, bool keep) {
 atlas_status atlas_host_pool_hold(atlas_host *host) {
     if (!host->pool) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(host));
-    pthread_mutex_lock(&host_lock);
+    pthread_mutex_lock(&pool_lock);
     atlas_status st = host->pool_holds == 0 ? pool_threshold(host, true) : ATLAS_OK;
     if (st == ATLAS_OK) host->pool_holds++;
-    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&pool_lock);
     return st;
 }
 
 atlas_status atlas_host_pool_unhold(atlas_host *host) {
     if (!host->pool) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(host));
-    pthread_mutex_lock(&host_lock);
+    pthread_mutex_lock(&pool_lock);
     atlas_status st = ATLAS_OK;
     if (host->pool_holds > 0 && --host->pool_holds == 0) {
         st = pool_threshold(host, false);
         atlas_status t = ATLAS_CU(cuMemPoolTrimTo, host->pool, 0);
         if (st == ATLAS_OK) st = t;
     }
-    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&pool_lock);
     return st;
 }
 
 bool atlas_host_pool_held(atlas_host *host) {
-    pthread_mutex_lock(&host_lock);
+    pthread_mutex_lock(&pool_lock);
     bool held = host->pool_holds > 0;
-    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&pool_lock);
     return held;
 }
 
