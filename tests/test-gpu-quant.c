@@ -145,9 +145,10 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
      * take (what `atlas bench` times beside the scratch copy) */
     cuda_backend *cb = (cuda_backend *)gpu;
     static const int plans[] = {0, CUDA_QMMA_MAX};
-    for (size_t u = 0; u < sizeof plans / sizeof *plans * (sizeof ns / sizeof *ns); u++) {
-        size_t pl = u / (sizeof ns / sizeof *ns);
-        int n = ns[u % (sizeof ns / sizeof *ns)];
+    const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
+    for (size_t u = 0; u < 2 * n_ns; u++) {
+        size_t pl = u / n_ns;
+        int n = ns[u % n_ns];
         cb->plan.qmma_max = plans[pl];
         if (pl > 0 && (n < 2 || n > CUDA_QMMA_MAX || parts[0].q.g_idx)) continue;
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(NMAX * m)));

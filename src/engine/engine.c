@@ -316,11 +316,7 @@ atlas_status atlas_engine_create(const atlas_engine_params *p, atlas_engine **ou
     }
     if (p->host_cache) {
         /* with a GPU the store's images are pinned memory (kv_host.h) */
-        atlas_host *host = NULL;
-        if (p->device != ATLAS_DEVICE_CPU && atlas_host_get(p->gpu, &host) != ATLAS_OK) {
-            host = NULL;
-            atlas_error_clear(); /* no GPU: the models will find that too */
-        }
+        atlas_host *host = atlas_engine_gpu_host(e);
         atlas_status hst = atlas_kv_host_create(p->host_cache, p->n_models, host, &e->kv_host);
         if (hst != ATLAS_OK) {
             atlas_engine_free(e);

@@ -196,6 +196,9 @@ void atlas_engine_strip_dir(char *s, const char *dir);
 /* pools.c: the memory budget (e->budget, e->budget_what) and each model's KV pool, context
  * and estimated bytes, once the models' configs are read. */
 atlas_status atlas_engine_size_pools(atlas_engine *e);
+/* pools.c: the GPU host the engine's models run on, or NULL (the CPU asked for, or no GPU,
+ * which the models find too: that error is cleared). */
+atlas_host *atlas_engine_gpu_host(const atlas_engine *e);
 
 typedef enum cmd_kind { CMD_LOAD, CMD_UNLOAD } cmd_kind;
 

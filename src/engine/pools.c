@@ -37,18 +37,18 @@ static size_t host_budget(atlas_engine *e, size_t ram) {
 /* The memory budget of the resident models: gpu_memory, else the share of the GPU's memory,
  * else none (the CPU: RAM is the system's to manage), except under ATLAS_MAX_RESIDENT_AUTO,
  * which needs one.  *gpu: a GPU is there. */
+atlas_host *atlas_engine_gpu_host(const atlas_engine *e) {
+    atlas_host *h = NULL;
+    if (e->p.device == ATLAS_DEVICE_CPU) return NULL;
+    if (atlas_host_get(e->p.gpu, &h) == ATLAS_OK) return h;
+    atlas_error_clear(); /* no GPU: the CPU serves, as the models will find too */
+    return NULL;
+}
+
 static size_t memory_budget(atlas_engine *e, int *gpu, size_t *ram_share) {
-    *gpu = 0;
-    size_t total = 0;
-    if (e->p.device != ATLAS_DEVICE_CPU) {
-        atlas_host *h = NULL;
-        if (atlas_host_get(e->p.gpu, &h) == ATLAS_OK) {
-            *gpu = 1;
-            total = atlas_host_properties(h)->total_mem;
-        } else {
-            atlas_error_clear(); /* no GPU: the CPU serves, as the models will find too */
-        }
-    }
+    atlas_host *h = atlas_engine_gpu_host(e);
+    *gpu = h != NULL;
+    size_t total = h ? atlas_host_properties(h)->total_mem : 0;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     size_t ram = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)4 << 30;
     *ram_share = ram / 4;

@@ -324,11 +324,11 @@ static void *loader_main(void *arg) {
     atlas_error_clear();
     /* a load on the GPU holds the device's memory pool until it is over: the victim's
      * memory stays mapped for the newcomer (atlas_host_pool_hold) */
-    atlas_host *pool = NULL;
-    if (md && e->p.device != ATLAS_DEVICE_CPU && atlas_host_get(e->p.gpu, &pool) == ATLAS_OK &&
-        atlas_host_pool_hold(pool) != ATLAS_OK)
+    atlas_host *pool = md ? atlas_engine_gpu_host(e) : NULL;
+    if (pool && atlas_host_pool_hold(pool) != ATLAS_OK) {
         pool = NULL;
-    atlas_error_clear();
+        atlas_error_clear(); /* the load goes on, mapping its memory as before */
+    }
     if (rel_dir) { /* the room first: handed over for the scheduler to install */
         release_run(ld, rel_dir);
         pthread_mutex_lock(&e->mu);
@@ -388,6 +388,12 @@ static void release_handoff(atlas_engine *e, eng_model *md) {
     md->m = NULL;
     md->releasing = m;
     save_prefix(e, md, m);
+}
+
+/* Whether md can go to the loader thread to be released: idle, its last release not
+ * refused, and no handle out but the engine's (the release cannot be refused there). */
+static int idle_release_ok(const eng_model *md) {
+    return md->n_running == 0 && !md->release_refused && atlas_model_handles(md->m) == 1;
 }
 
 /* No loader thread could start: the release handed over in e->load runs here and is
@@ -875,8 +881,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
         vm->draining = 1;
         /* idle, and its room alone is enough: the loader thread releases it, while the
          * scheduler steps the others (the release waits for the serving stream) */
-        if (vm->n_running == 0 && !vm->release_refused && atlas_model_handles(vm->m) == 1 &&
-            fits_without(e, want, v)) {
+        if (idle_release_ok(vm) && fits_without(e, want, v)) {
             release_handoff(e, vm);
             return start_load(e, want, t0, v, -1, v);
         }
@@ -914,9 +919,7 @@ int atlas_engine_do_residency(atlas_engine *e) {
  * here.  Under e->mu. */
 static int start_release(atlas_engine *e, eng_model *md) {
     eng_load *ld = &e->load;
-    if (ld->active || ld->victim >= 0 || md->release_refused || md->n_running > 0 ||
-        atlas_model_handles(md->m) != 1)
-        return 0;
+    if (ld->active || ld->victim >= 0 || !idle_release_ok(md)) return 0;
     int idx = (int)(md - e->models);
     release_handoff(e, md);
     *ld = (eng_load){.model = -1, .victim = -1, .replaced = -1, .rel_model = idx,

@@ -246,9 +246,7 @@ atlas_status atlas_host_make_current(atlas_host *host) {
 
 atlas_status atlas_host_mem_info(atlas_host *host, size_t *free_bytes, size_t *total_bytes) {
     ATLAS_TRY(atlas_host_make_current(host));
-    pthread_mutex_lock(&pool_lock);
-    bool held = host->pool_holds > 0;
-    pthread_mutex_unlock(&pool_lock);
+    bool held = atlas_host_pool_held(host);
     /* what the pool holds unused is free for any model: given back before it is counted, or
      * while a hold keeps it mapped, counted as free beside the driver's */
     unsigned long long reserved = 0, used = 0;
