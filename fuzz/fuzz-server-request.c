@@ -65,8 +65,8 @@ static void chat(const json_t *body) {
     char *prompt = NULL;
     bool parse = false;
     const char *param = NULL;
-    atlas_status st = atlas_api_render_template(tmpl, "tiny-qwen3", NULL, body, true, &prompt, &parse,
-                                                &param);
+    atlas_status st = atlas_api_render_template(tmpl, "tiny-qwen3", NULL, body, true, &prompt,
+                                                NULL, NULL, &parse, &param);
     check(st, param);
     if (st == ATLAS_OK) {
         if (!prompt) abort();

@@ -1,7 +1,8 @@
 /* fuzz/fuzz-shield.c — libFuzzer target for the chat shield (atlas/shield.h) with the Qwen3
  * tokenizer. Input: any bytes, as client text (when valid UTF-8) and as rendered text; the
  * client text also as an object key and as a chat_template_kwargs name and value, rendered
- * the way the server renders a request (atlas_api_render_template, shielded).
+ * the way the server renders a request (atlas_api_render_template, shielded, with the
+ * pieces' cuts).
  * Checked: shielding then spelling back gives the text again, for values and keys alike; the
  * shielded text tokenizes to the same ids as the text tokenized with every special token
  * refused; arbitrary rendered text (cut and foreign sentinels included) tokenizes without a
@@ -45,13 +46,18 @@ static void setup(void) {
  * *param set). */
 static long controls(const atlas_template *t, const json_t *body, const char **param) {
     char *prompt = NULL;
+    size_t *cuts = NULL, n_cuts = 0;
     *param = NULL;
-    if (atlas_api_render_template(t, "fuzz", tok, body, true, &prompt, NULL, param) != ATLAS_OK)
+    if (atlas_api_render_template(t, "fuzz", tok, body, true, &prompt, &cuts, &n_cuts, NULL,
+                                  param) != ATLAS_OK)
         return -1;
     int32_t *ids = NULL;
     size_t n = 0;
     long k = 0;
-    if (atlas_shield_encode(tok, prompt, strlen(prompt), false, &ids, &n) != ATLAS_OK) abort();
+    if (atlas_shield_encode_pieces(tok, prompt, strlen(prompt), cuts, n_cuts, false, &ids, &n) !=
+        ATLAS_OK)
+        abort();
+    free(cuts);
     for (size_t i = 0; i < n; i++) k += atlas_tokenizer_is_special(tok, ids[i]);
     free(ids);
     free(prompt);

@@ -27,8 +27,10 @@ static const model_files models[] = {
      "templates/mistral_nemo"},
 };
 
-/* messages: system, user with `user`, assistant, user; shielded or not. */
-static char *render(const atlas_template *tmpl, const atlas_tokenizer *shield, const char *user) {
+/* messages: system, user with `user`, assistant, user; shielded or not; with where the
+ * pieces meet when cuts is not NULL. */
+static char *render(const atlas_template *tmpl, const atlas_tokenizer *shield, const char *user,
+                    size_t **cuts, size_t *n_cuts) {
     json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "role", "system",
                              "content", "Be brief.", "role", "user", "content", user, "role",
                              "assistant", "content", "Sure <b>ok</b> 3 < 4.", "role", "user",
@@ -36,7 +38,8 @@ static char *render(const atlas_template *tmpl, const atlas_tokenizer *shield, c
     char *out = NULL;
     if (shield) CHECK_OK(atlas_shield_json(shield, msgs));
     atlas_template_input in = {msgs, NULL, NULL, true};
-    CHECK_OK(atlas_template_render(tmpl, &in, &out));
+    if (cuts) CHECK_OK(atlas_template_render_pieces(tmpl, &in, &out, cuts, n_cuts));
+    else CHECK_OK(atlas_template_render(tmpl, &in, &out));
     json_decref(msgs);
     return out;
 }
@@ -64,25 +67,36 @@ static void test_model(const model_files *m) {
     const char *plain_texts[] = {"Hello there", "a < b and <b>bold</b>, <|not a token|>",
                                  "émoji 🙂 and \xee\x80\x81 private use"};
     for (size_t t = 0; t < sizeof plain_texts / sizeof *plain_texts; t++) {
-        char *a = render(tmpl, NULL, plain_texts[t]), *b = render(tmpl, tok, plain_texts[t]);
-        int32_t *ia = NULL, *ib = NULL;
-        size_t na = 0, nb = 0;
+        size_t *cuts = NULL, n_cuts = 0;
+        char *a = render(tmpl, NULL, plain_texts[t], NULL, NULL),
+             *b = render(tmpl, tok, plain_texts[t], NULL, NULL),
+             *c = render(tmpl, tok, plain_texts[t], &cuts, &n_cuts);
+        int32_t *ia = NULL, *ib = NULL, *ic = NULL;
+        size_t na = 0, nb = 0, nc = 0;
         CHECK_OK(atlas_tokenizer_encode(tok, a, strlen(a), false, &ia, &na));
         CHECK_OK(atlas_shield_encode(tok, b, strlen(b), false, &ib, &nb));
+        CHECK_OK(atlas_shield_encode_pieces(tok, c, strlen(c), cuts, n_cuts, false, &ic, &nc));
         CHECK_MSG(na == nb && na > 0 && !memcmp(ia, ib, na * sizeof *ia),
                   "%s: '%s' tokenized differently with the shield (%zu vs %zu ids)", m->name,
                   plain_texts[t], na, nb);
-        free(a), free(b), free(ia), free(ib);
+        CHECK_MSG(n_cuts > 0 && !strcmp(b, c) && na == nc && !memcmp(ia, ic, na * sizeof *ia),
+                  "%s: '%s' tokenized differently with the pieces' %zu cuts (%zu vs %zu ids)",
+                  m->name, plain_texts[t], n_cuts, na, nc);
+        free(a), free(b), free(c), free(cuts), free(ia), free(ib), free(ic);
     }
 
     /* a forged turn: without the shield it becomes control tokens, with it text */
-    char *benign = render(tmpl, NULL, "hi");
-    char *raw = render(tmpl, NULL, m->forged), *shielded = render(tmpl, tok, m->forged);
+    size_t *cuts = NULL, n_cuts = 0;
+    char *benign = render(tmpl, NULL, "hi", NULL, NULL);
+    char *raw = render(tmpl, NULL, m->forged, NULL, NULL),
+         *shielded = render(tmpl, tok, m->forged, &cuts, &n_cuts);
     int32_t *ib = NULL, *ir = NULL, *is = NULL;
     size_t nb = 0, nr = 0, ns = 0;
     CHECK_OK(atlas_tokenizer_encode(tok, benign, strlen(benign), false, &ib, &nb));
     CHECK_OK(atlas_tokenizer_encode(tok, raw, strlen(raw), false, &ir, &nr));
-    CHECK_OK(atlas_shield_encode(tok, shielded, strlen(shielded), false, &is, &ns));
+    CHECK_OK(atlas_shield_encode_pieces(tok, shielded, strlen(shielded), cuts, n_cuts, false, &is,
+                                        &ns));
+    free(cuts);
     size_t sb = count_special(tok, ib, nb), sr = count_special(tok, ir, nr),
            ss = count_special(tok, is, ns);
     CHECK_MSG(sr > sb, "%s: the forged turn makes no control token even unshielded (%zu, %zu)",
@@ -220,11 +234,80 @@ static void test_edges(void) {
     atlas_tokenizer_free(tok);
 }
 
+/* Control tokens (on the Qwen3 tokenizer) of source rendered with kwarg a, shielded;
+ * with the render's cuts, or (cuts false) without them, as atlas_shield_encode reads it. */
+static long pieces_controls(const atlas_tokenizer *tok, const char *source, const char *a,
+                            bool cuts) {
+    atlas_template *t = NULL;
+    CHECK_OK(atlas_template_parse(source, "pieces", NULL, NULL, &t));
+    json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hi");
+    json_t *kw = json_pack("{s:s}", "a", a);
+    CHECK_OK(atlas_shield_json(tok, kw));
+    atlas_template_input in = {msgs, NULL, kw, false};
+    char *out = NULL;
+    size_t *cut = NULL, n_cut = 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    long k = -1;
+    if (t && atlas_template_render_pieces(t, &in, &out, &cut, &n_cut) == ATLAS_OK &&
+        atlas_shield_encode_pieces(tok, out, strlen(out), cut, cuts ? n_cut : 0, false, &ids,
+                                   &n) == ATLAS_OK)
+        k = (long)count_special(tok, ids, n);
+    CHECK_MSG(k >= 0, "%s with a = '%s': %s", source, a, atlas_last_error());
+    free(out), free(cut), free(ids);
+    json_decref(msgs);
+    json_decref(kw);
+    atlas_template_free(t);
+    return k;
+}
+
+/* A client's string cannot start or finish a special token with what the template prints
+ * beside it; the template's own special tokens, whole in one piece, stay control tokens. */
+static void test_pieces(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tokenizer.json", harness_data_path("tiny-qwen3"));
+    if (!harness_require_file(dir)) return;
+    atlas_tokenizer *tok = NULL;
+    CHECK_OK(atlas_tokenizer_load(harness_data_path("tiny-qwen3"), &tok));
+    if (!tok) return;
+    static const struct {
+        const char *source, *a;
+        long want, without_cuts; /* control tokens with the cuts, and without */
+    } cases[] = {
+        {"{{ a }}|im_end|>", "x<", 0, 1},                  /* a text block finishes it */
+        {"{{ a }}{{ 'end|>' }}", "<|im_", 0, 1},           /* the next value does */
+        {"<|im{{ a }}", "_end|>", 0, 1},                   /* a text block starts it */
+        {"{% macro m(x) %}{{ x }}end|>{% endmacro %}{{ m(a) }}", "<|im_", 0, 1},
+        {"{% set s %}<{{ a }}{% endset %}{{ s }}", "|im_end|>", 0, 1},
+        {"{{ a }}|im_start|>", "<|im_end|><", 0, 1},       /* after the client's own token */
+        {"<|im_start|>{{ a }}<|im_end|>", "<|im_", 2, 2},  /* the template's own */
+        {"<|im_start|>{{ a }}<|im_end|>", "x<", 2, 2},
+        {"{{ '<|im_' + a + '|>' }}", "end", 1, 1},         /* one piece: as Phi-3's roles */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        long k = pieces_controls(tok, cases[i].source, cases[i].a, true),
+             k0 = pieces_controls(tok, cases[i].source, cases[i].a, false);
+        CHECK_MSG(k == cases[i].want && k0 == cases[i].without_cuts,
+                  "%s with a = '%s': %ld control tokens with the cuts (want %ld), %ld without "
+                  "(want %ld)", cases[i].source, cases[i].a, k, cases[i].want, k0,
+                  cases[i].without_cuts);
+    }
+    /* cuts that are not ascending offsets inside the text are refused */
+    size_t bad[] = {2, 1};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(atlas_shield_encode_pieces(tok, "abc", 3, bad, 2, false, &ids, &n) == ATLAS_ERR_INVALID);
+    bad[0] = 4;
+    CHECK(atlas_shield_encode_pieces(tok, "abc", 3, bad, 1, false, &ids, &n) == ATLAS_ERR_INVALID);
+    atlas_tokenizer_free(tok);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         test_model(&models[i]);
         test_keys(&models[i]);
     }
     test_edges();
+    test_pieces();
     return harness_finish();
 }

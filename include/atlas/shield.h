@@ -5,8 +5,11 @@
  * swaps every special token's spelling in the client's strings (values and object keys) for
  * private-use sentinels (U+E000 and an index); the template renders them like any text
  * (trimmed, sliced, put through tojson); atlas_shield_encode then spells them back and
- * tokenizes them as plain text while the template's own special tokens stay special. Text
- * without a special token's spelling renders and tokenizes exactly as without the shield.
+ * tokenizes them as plain text while the template's own special tokens stay special; with
+ * the cuts atlas_template_render_pieces gives, a spelling made across the edge of a printed
+ * piece (the client's "...<" and a text block's "|im_end|>") is plain text too. A request
+ * whose strings spell no special token, whole or across a piece's edge, renders and
+ * tokenizes exactly as without the shield.
  * JSON held in a string is not looked into: a caller that parses such a string for the
  * template (tool-call arguments) parses it before shielding, or \u escapes in it would
  * spell what the shield never saw. A template that escapes non-ASCII
@@ -43,6 +46,18 @@ ATLAS_API atlas_status atlas_shield_json(const atlas_tokenizer *tok, struct json
 ATLAS_API atlas_status atlas_shield_encode(const atlas_tokenizer *tok, const char *rendered,
                                            size_t len, bool add_special, int32_t **ids,
                                            size_t *n_ids);
+
+/* As atlas_shield_encode, for text atlas_template_render_pieces made with its cuts: a
+ * special token whose spelling runs across a cut is tokenized as plain text too, so that a
+ * client's string cannot finish or start one with what the template prints beside it
+ * ("...<" then "|im_end|>"). A special token inside one piece (a template's text block, or
+ * one {{ }} such as '<|' + role + '|>') is matched as atlas_shield_encode matches it.
+ * ATLAS_ERR_INVALID for cuts that are not ascending offsets inside the text. */
+ATLAS_API atlas_status atlas_shield_encode_pieces(const atlas_tokenizer *tok,
+                                                  const char *rendered, size_t len,
+                                                  const size_t *cuts, size_t n_cuts,
+                                                  bool add_special, int32_t **ids,
+                                                  size_t *n_ids);
 
 /* The rendered text with its sentinels spelt back (for a client that asked for the text). */
 ATLAS_API atlas_status atlas_shield_text(const atlas_tokenizer *tok, const char *rendered,

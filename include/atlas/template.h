@@ -26,6 +26,7 @@
 #define ATLAS_TEMPLATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "atlas/status.h"
 
@@ -85,8 +86,18 @@ ATLAS_API bool atlas_template_reserved(const char *name);
 ATLAS_API atlas_status atlas_template_render(const atlas_template *tmpl,
                                              const atlas_template_input *in, char **out);
 
-/* The same, from JSON text: messages_json is required, tools_json / kwargs_json may be NULL.
- * JSON syntax errors name the argument and line:column. */
+/* As atlas_template_render, and where the text's pieces meet: *cuts (malloc'd, NULL when
+ * *n_cuts is 0; the caller frees it) holds the byte offsets, ascending and inside the text,
+ * at which one printed piece ends and the next begins. A piece is a text block of the
+ * template or the value of one {{ }} (a macro's or a set block's output printed whole keeps
+ * its own pieces). atlas_shield_encode_pieces takes them so that a special token spelt
+ * across a client's string and what the template prints beside it stays text. */
+ATLAS_API atlas_status atlas_template_render_pieces(const atlas_template *tmpl,
+                                                    const atlas_template_input *in, char **out,
+                                                    size_t **cuts, size_t *n_cuts);
+
+/* As atlas_template_render, from JSON text: messages_json is required, tools_json /
+ * kwargs_json may be NULL. JSON syntax errors name the argument and line:column. */
 ATLAS_API atlas_status atlas_template_render_str(const atlas_template *tmpl,
                                                  const char *messages_json, const char *tools_json,
                                                  bool add_generation_prompt,

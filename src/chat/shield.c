@@ -180,10 +180,29 @@ atlas_status atlas_shield_json(const atlas_tokenizer *tok, json_t *v) {
     return shield_value(&sp, v, 0);
 }
 
-/* Spells the sentinels of r back into *text; with ranges, records where each special
- * token's spelling went (sorted, disjoint). */
+/* A growing list of ranges. */
+typedef struct ranges {
+    atlas_text_range *r;
+    size_t n, cap;
+} ranges;
+
+static bool ranges_add(ranges *g, size_t start, size_t end) {
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 8;
+        atlas_text_range *r = realloc(g->r, cap * sizeof *r);
+        if (!r) return false;
+        g->r = r;
+        g->cap = cap;
+    }
+    g->r[g->n++] = (atlas_text_range){start, end};
+    return true;
+}
+
+/* Spells the sentinels of r back into *text; with rg, records where each special token's
+ * spelling went (sorted, disjoint), and maps the n_cuts offsets of r in cuts to the text's
+ * (in place). */
 static atlas_status unshield(const atlas_tokenizer *tok, const char *r, size_t n, char **text,
-                             size_t *text_len, atlas_text_range **ranges, size_t *n_ranges) {
+                             size_t *text_len, ranges *rg, size_t *cuts, size_t n_cuts) {
     size_t n_added = atlas_tokenizer_added_count(tok), longest = 0;
     for (size_t i = 0; i < n_added; i++) {
         size_t len = 0;
@@ -191,12 +210,11 @@ static atlas_status unshield(const atlas_tokenizer *tok, const char *r, size_t n
         if (len > longest) longest = len;
     }
     /* a sentinel of 9 bytes becomes at most `longest` bytes */
-    size_t cap = n + (longest > 9 ? (n / 9 + 1) * (longest - 9) : 0) + 1;
+    size_t cap = n + (longest > 9 ? (n / 9 + 1) * (longest - 9) : 0) + 1, len = 0, c = 0;
     char *o = malloc(cap);
-    atlas_text_range *rg = NULL;
-    size_t nr = 0, cap_r = 0, len = 0;
     if (!o) return atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
     for (size_t i = 0; i < n;) {
+        for (; c < n_cuts && cuts[c] <= i; c++) cuts[c] = len; /* inside a sentinel: its end */
         if (get_cp(r + i, n - i) != MARK) {
             o[len++] = r[i++];
             continue;
@@ -216,46 +234,98 @@ static atlas_status unshield(const atlas_tokenizer *tok, const char *r, size_t n
             o[len++] = r[i++]; /* a cut or foreign U+E000: the character it is */
             continue;
         }
-        if (ranges) {
-            if (nr == cap_r) {
-                cap_r = cap_r ? cap_r * 2 : 8;
-                atlas_text_range *g = realloc(rg, cap_r * sizeof *g);
-                if (!g) {
-                    free(o);
-                    free(rg);
-                    return atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
-                }
-                rg = g;
-            }
-            rg[nr++] = (atlas_text_range){len, len + tl};
+        if (rg && !ranges_add(rg, len, len + tl)) {
+            free(o);
+            return atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
         }
         memcpy(o + len, t, tl);
         len += tl;
         i += 9;
     }
+    for (; c < n_cuts; c++) cuts[c] = len;
     o[len] = '\0';
     *text = o;
     *text_len = len;
-    if (ranges) *ranges = rg, *n_ranges = nr;
     return ATLAS_OK;
 }
 
 atlas_status atlas_shield_text(const atlas_tokenizer *tok, const char *rendered, size_t len,
                                char **text, size_t *text_len) {
-    return unshield(tok, rendered, len, text, text_len, NULL, NULL);
+    return unshield(tok, rendered, len, text, text_len, NULL, NULL, 0);
+}
+
+static int by_start(const void *a, const void *b) {
+    const atlas_text_range *x = a, *y = b;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Adds to rg every position before a cut where a special token's spelling starts and runs
+ * past the cut (its start made plain, so that the tokenizer does not match it there), then
+ * sorts rg and merges what overlaps. */
+static atlas_status plain_across(const atlas_tokenizer *tok, const char *text, size_t n,
+                                 const size_t *cuts, size_t n_cuts, ranges *rg) {
+    specials sp;
+    specials_init(&sp, tok);
+    size_t longest = 0, sorted = rg->n;
+    for (size_t i = 0; i < sp.n_added; i++) {
+        size_t len = 0;
+        bool special = false;
+        atlas_tokenizer_added_token(tok, i, NULL, &len, NULL, &special);
+        if (special && len > longest) longest = len;
+    }
+    for (size_t c = 0, done = 0; c < n_cuts && longest > 1; c++) {
+        size_t p = cuts[c] > longest - 1 ? cuts[c] - (longest - 1) : 0;
+        if (p < done) p = done; /* positions the previous cut looked at */
+        for (; p < cuts[c]; p++) {
+            long k = special_at(&sp, text + p, n - p);
+            size_t tl = 0;
+            if (k >= 0) atlas_tokenizer_added_token(tok, (size_t)k, NULL, &tl, NULL, NULL);
+            if (k >= 0 && p + tl > cuts[c] && !ranges_add(rg, p, p + 1))
+                return atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
+        }
+        done = cuts[c];
+    }
+    if (rg->n == sorted) return ATLAS_OK;
+    qsort(rg->r, rg->n, sizeof *rg->r, by_start);
+    size_t k = 0;
+    for (size_t i = 0; i < rg->n; i++) {
+        if (k && rg->r[i].start <= rg->r[k - 1].end) {
+            if (rg->r[i].end > rg->r[k - 1].end) rg->r[k - 1].end = rg->r[i].end;
+        } else {
+            rg->r[k++] = rg->r[i];
+        }
+    }
+    rg->n = k;
+    return ATLAS_OK;
+}
+
+atlas_status atlas_shield_encode_pieces(const atlas_tokenizer *tok, const char *rendered,
+                                        size_t len, const size_t *cuts, size_t n_cuts,
+                                        bool add_special, int32_t **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    for (size_t i = 0; i < n_cuts; i++)
+        if (cuts[i] > len || (i && cuts[i] < cuts[i - 1]))
+            return atlas_fail(ATLAS_ERR_INVALID, "shield: cut %zu at %zu of %zu bytes: want "
+                              "ascending offsets inside the text", i, cuts[i], len);
+    size_t *mapped = NULL;
+    if (n_cuts && !(mapped = malloc(n_cuts * sizeof *mapped)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "shield: out of memory");
+    if (n_cuts) memcpy(mapped, cuts, n_cuts * sizeof *mapped);
+    char *text = NULL;
+    size_t n = 0;
+    ranges rg = {0};
+    atlas_status st = unshield(tok, rendered, len, &text, &n, &rg, mapped, n_cuts);
+    if (st == ATLAS_OK) st = plain_across(tok, text, n, mapped, n_cuts, &rg);
+    if (st == ATLAS_OK)
+        st = atlas_tokenizer_encode_ranges(tok, text, n, add_special, rg.r, rg.n, ids, n_ids);
+    free(text);
+    free(rg.r);
+    free(mapped);
+    return st;
 }
 
 atlas_status atlas_shield_encode(const atlas_tokenizer *tok, const char *rendered, size_t len,
                                  bool add_special, int32_t **ids, size_t *n_ids) {
-    *ids = NULL;
-    *n_ids = 0;
-    char *text;
-    size_t n;
-    atlas_text_range *rg = NULL;
-    size_t nr = 0;
-    ATLAS_TRY(unshield(tok, rendered, len, &text, &n, &rg, &nr));
-    atlas_status st = atlas_tokenizer_encode_ranges(tok, text, n, add_special, rg, nr, ids, n_ids);
-    free(text);
-    free(rg);
-    return st;
+    return atlas_shield_encode_pieces(tok, rendered, len, NULL, 0, add_special, ids, n_ids);
 }

@@ -333,8 +333,10 @@ static atlas_status setup_root(trender *r, const atlas_template *t, const atlas_
     return in->kwargs ? set_kwargs(r, in->kwargs) : ATLAS_OK;
 }
 
-atlas_status atlas_template_render(const atlas_template *t, const atlas_template_input *in, char **out) {
+static atlas_status render(const atlas_template *t, const atlas_template_input *in, char **out,
+                           size_t **cuts, size_t *n_cuts) {
     *out = NULL;
+    if (cuts) *cuts = NULL, *n_cuts = 0;
     if (!t || !in) return atlas_fail(ATLAS_ERR_INVALID, "atlas_template_render: NULL argument");
     if (!json_is_array(in->messages)) return atlas_fail(ATLAS_ERR_INVALID, "messages: expected an array");
     if (in->tools && !json_is_null(in->tools) && !json_is_array(in->tools))
@@ -348,20 +350,41 @@ atlas_status atlas_template_render(const atlas_template *t, const atlas_template
             return atlas_fail(ATLAS_ERR_NOT_FOUND, "no chat template named \"default\"%s among %zu", tools ? " or \"tool_use\"" : "", t->n);
         i = 0;
     }
-    trender r = {.name = t->errnames[i]};
+    trender r = {.name = t->errnames[i], .pieces = cuts != NULL};
     r.arena.limit = (size_t)ARENA_LIMIT_MB << 20;
-    tbuf buf = {0};
+    tbuf buf = {.pieces = cuts != NULL};
     atlas_status st = setup_root(&r, t, in);
     if (st == ATLAS_OK) st = tpl_exec(&r, r.root, t->asts[i], &buf);
     if (st == ATLAS_OK && buf.oom) st = atlas_fail(ATLAS_ERR_NOMEM, "%s: out of memory for the output", r.name);
     tpl_arena_free(&r.arena);
     if (st != ATLAS_OK) {
         free(buf.p);
+        free(buf.cuts);
         return st;
     }
     *out = buf.p ? buf.p : strdup("");
-    if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    if (!*out) {
+        free(buf.cuts);
+        return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    }
+    if (cuts) { /* the text's edges are no cuts */
+        size_t k = 0;
+        for (size_t j = 0; j < buf.n_cuts; j++)
+            if (buf.cuts[j] > 0 && buf.cuts[j] < buf.n) buf.cuts[k++] = buf.cuts[j];
+        if (k) *cuts = buf.cuts, *n_cuts = k;
+        else free(buf.cuts);
+    }
     return ATLAS_OK;
+}
+
+atlas_status atlas_template_render(const atlas_template *t, const atlas_template_input *in, char **out) {
+    return render(t, in, out, NULL, NULL);
+}
+
+atlas_status atlas_template_render_pieces(const atlas_template *t, const atlas_template_input *in,
+                                          char **out, size_t **cuts, size_t *n_cuts) {
+    if (!cuts || !n_cuts) return atlas_fail(ATLAS_ERR_INVALID, "atlas_template_render_pieces: NULL argument");
+    return render(t, in, out, cuts, n_cuts);
 }
 
 static atlas_status load_arg(const char *what, const char *text, json_t **out) {

@@ -566,15 +566,16 @@ static atlas_status call_macro(trender *r, const tnode *at, const tfunc *fn, tva
         ATLAS_TRY(tpl_scope_set(r, ms, m->targets[k], v));
     }
     if (fn->caller) ATLAS_TRY(tpl_scope_set(r, ms, "caller", (tval){.kind = TV_FUNC, .u.fn = fn->caller}));
-    tbuf body = {0};
+    tbuf body = {.pieces = r->pieces};
     r->depth++;
     int saved_ctl = r->loop_ctl;
     r->loop_ctl = 0;
     atlas_status st = tpl_exec(r, ms, m->b, &body);
     r->loop_ctl = saved_ctl;
     r->depth--;
-    if (st == ATLAS_OK) st = body.oom ? tpl_oom(r, at) : tv_str(r, body.p ? body.p : "", body.n, out);
+    if (st == ATLAS_OK) return tpl_from_pieces(r, at, &body, out);
     free(body.p);
+    free(body.cuts);
     return st;
 }
 
@@ -837,11 +838,21 @@ static atlas_status apply_filters(trender *r, tscope *sc, const tnode *n, tval *
 }
 
 static atlas_status capture(trender *r, tscope *sc, const tnode *body, const tnode *at, tval *out) {
-    tbuf b = {0};
+    tbuf b = {.pieces = r->pieces};
     atlas_status st = tpl_exec(r, sc, body, &b);
-    if (st == ATLAS_OK) st = b.oom ? tpl_oom(r, at) : tv_str(r, b.p ? b.p : "", b.n, out);
+    if (st == ATLAS_OK) return tpl_from_pieces(r, at, &b, out);
     free(b.p);
+    free(b.cuts);
     return st;
+}
+
+/* Prints one piece: a text block or a value, with a cut on each side (and a captured
+ * string's own cuts) so that the shield knows where a client's string may end. */
+static void print_piece(tbuf *out, const tval *v) {
+    tbuf_cut(out);
+    if (v->kind == TV_STR) tbuf_put_str(out, v->u.s);
+    else tv_to_str(out, v, false);
+    tbuf_cut(out);
 }
 
 static atlas_status exec_set(trender *r, tscope *sc, const tnode *n) {
@@ -871,11 +882,11 @@ atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out) {
     case TN_BODY:
         for (size_t i = 0; i < n->nkids && !r->loop_ctl; i++) ATLAS_TRY(tpl_exec(r, sc, n->kids[i], out));
         return ATLAS_OK;
-    case TN_TEXT: tbuf_put(out, n->val.u.s->s, n->val.u.s->len); return ATLAS_OK;
+    case TN_TEXT: print_piece(out, &n->val); return ATLAS_OK;
     case TN_OUTPUT: {
         tval v;
         ATLAS_TRY(tpl_eval(r, sc, n->a, &v));
-        tv_to_str(out, &v, false);
+        print_piece(out, &v);
         return ATLAS_OK;
     }
     case TN_IF: {
@@ -901,7 +912,7 @@ atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out) {
         caller->scope = sc;
         tval v;
         ATLAS_TRY(eval_call(r, sc, n->a, caller, &v));
-        tv_to_str(out, &v, false);
+        print_piece(out, &v);
         return ATLAS_OK;
     }
     case TN_WITH: {
@@ -918,7 +929,7 @@ atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out) {
         tval v;
         ATLAS_TRY(capture(r, sc, n->b, n, &v));
         ATLAS_TRY(apply_filters(r, sc, n, &v));
-        tv_to_str(out, &v, false);
+        print_piece(out, &v);
         return ATLAS_OK;
     }
     case TN_BREAK: r->loop_ctl = 1; return ATLAS_OK;
@@ -926,7 +937,7 @@ atlas_status tpl_exec(trender *r, tscope *sc, const tnode *n, tbuf *out) {
     default: {
         tval v;
         ATLAS_TRY(tpl_eval(r, sc, n, &v));
-        tv_to_str(out, &v, false);
+        print_piece(out, &v);
         return ATLAS_OK;
     }
     }

@@ -136,6 +136,8 @@ atlas_status tpp_make_const_str(parser *p, const ttok *t, const char *s, size_t 
         return tpp_nomem(p);
     }
     str->len = len;
+    str->cuts = NULL;
+    str->n_cuts = 0;
     memcpy(str->s, s, len);
     str->s[len] = 0;
     n->val.kind = TV_STR;

@@ -111,6 +111,10 @@ typedef enum tval_kind {
 
 typedef struct tstr {
     size_t len;
+    /* a captured string's own piece boundaries (macro output, set blocks), kept so that
+     * printing it whole still tells the shield where its pieces meet; NULL for others */
+    const size_t *cuts;
+    size_t n_cuts;
     char s[]; /* NUL-terminated */
 } tstr;
 
@@ -187,6 +191,9 @@ typedef struct tbuf {
     char *p;
     size_t n, cap;
     bool oom;
+    bool pieces;  /* record where printed pieces meet (atlas_template_render_pieces) */
+    size_t *cuts; /* malloc'd, ascending, no repeats */
+    size_t n_cuts, cap_cuts;
 } tbuf;
 
 typedef struct tscope {
@@ -203,6 +210,7 @@ typedef struct trender {
     long long steps;  /* guards against templates that never finish */
     int depth;        /* macro call depth */
     int loop_ctl;     /* 1 break, 2 continue */
+    bool pieces;      /* captures record their piece boundaries too */
 } trender;
 
 /* A render may take this many steps (nodes evaluated, plus the work of filters such as
@@ -221,6 +229,8 @@ void tpl_arena_free(tarena *a);
 void tbuf_put(tbuf *b, const char *s, size_t n);
 void tbuf_puts(tbuf *b, const char *s);
 void tbuf_putc(tbuf *b, char c);
+void tbuf_cut(tbuf *b);                   /* a piece ends here (when b records them) */
+void tbuf_put_str(tbuf *b, const tstr *s); /* its bytes, and its own cuts when b records */
 
 /* constructors */
 tval tv_undef(const char *name);
@@ -306,6 +316,8 @@ atlas_status tpl_str_strip(trender *r, const tval *s, const tval *chars, int whi
 const tval *tpl_arg(const fargs *a, size_t idx, const char *kw);
 atlas_status tpl_need_str(trender *r, const tnode *at, const char *what, const tval *v);
 atlas_status tpl_from_buf(trender *r, const tnode *at, tbuf *b, tval *out);
+/* A string from what a body printed (b is freed), with b's cuts when it recorded them. */
+atlas_status tpl_from_pieces(trender *r, const tnode *at, tbuf *b, tval *out);
 /* The code point at byte i of s[0..n) and its length */
 size_t tpl_cp_at(const char *s, size_t n, size_t i, uint32_t *cp);
 atlas_status tpl_change_case(trender *r, const tnode *at, const tval *v, char mode, tval *out);

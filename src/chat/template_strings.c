@@ -32,6 +32,22 @@ atlas_status tpl_from_buf(trender *r, const tnode *at, tbuf *b, tval *out) {
     return st;
 }
 
+atlas_status tpl_from_pieces(trender *r, const tnode *at, tbuf *b, tval *out) {
+    atlas_status st = b->oom ? tpl_oom(r, at) : tv_str(r, b->p ? b->p : "", b->n, out);
+    size_t n = 0; /* the cuts inside the string: its edges are the printer's own */
+    for (size_t i = 0; i < b->n_cuts; i++) n += b->cuts[i] > 0 && b->cuts[i] < b->n;
+    if (st == ATLAS_OK && n) {
+        size_t *c = tpl_alloc_raw(r, n * sizeof *c), k = 0;
+        if (!c) st = tpl_oom(r, at);
+        for (size_t i = 0; c && i < b->n_cuts; i++)
+            if (b->cuts[i] > 0 && b->cuts[i] < b->n) c[k++] = b->cuts[i];
+        if (c) out->u.s->cuts = c, out->u.s->n_cuts = n;
+    }
+    free(b->p);
+    free(b->cuts);
+    return st;
+}
+
 /* ---- unicode helpers ----------------------------------------------------------------- */
 bool tpl_is_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||

@@ -98,6 +98,29 @@ void tbuf_put(tbuf *b, const char *s, size_t n) {
     b->p[b->n] = 0;
 }
 void tbuf_puts(tbuf *b, const char *s) { tbuf_put(b, s, strlen(s)); }
+
+static void cut_at(tbuf *b, size_t at) {
+    if (!b->pieces || b->oom || (b->n_cuts && b->cuts[b->n_cuts - 1] >= at)) return;
+    if (b->n_cuts == b->cap_cuts) {
+        size_t cap = b->cap_cuts ? b->cap_cuts * 2 : 64;
+        size_t *c = realloc(b->cuts, cap * sizeof *c);
+        if (!c) {
+            b->oom = true;
+            return;
+        }
+        b->cuts = c;
+        b->cap_cuts = cap;
+    }
+    b->cuts[b->n_cuts++] = at;
+}
+
+void tbuf_cut(tbuf *b) { cut_at(b, b->n); }
+
+void tbuf_put_str(tbuf *b, const tstr *s) {
+    size_t at = b->n;
+    tbuf_put(b, s->s, s->len);
+    for (size_t i = 0; i < s->n_cuts; i++) cut_at(b, at + s->cuts[i]);
+}
 void tbuf_putc(tbuf *b, char c) { tbuf_put(b, &c, 1); }
 
 /* ---- constructors -------------------------------------------------------------------- */
@@ -123,6 +146,8 @@ atlas_status tv_str_new(trender *r, size_t n, tval *out, char **buf) {
     tstr *t = tpl_alloc_raw(r, sizeof *t + n + 1);
     if (!t) return tpl_oom(r, NULL);
     t->len = n;
+    t->cuts = NULL;
+    t->n_cuts = 0;
     t->s[n] = 0;
     *out = (tval){.kind = TV_STR, .u.s = t};
     *buf = t->s;

@@ -292,13 +292,16 @@ static void local_event(const atlas_event *ev, void *user) {
 static int local_prompt(chat *c, int32_t **ids, size_t *n) {
     json_t *m = messages(c);
     char *text = NULL;
+    size_t *cuts = NULL, n_cuts = 0;
     atlas_template_input in = {m, NULL, NULL, true};
     atlas_status st = m ? atlas_shield_json(c->tok, m) : ATLAS_ERR_NOMEM;
-    if (st == ATLAS_OK) st = atlas_template_render(c->tmpl, &in, &text);
-    if (st == ATLAS_OK) st = atlas_shield_encode(c->tok, text, strlen(text), false, ids, n);
+    if (st == ATLAS_OK) st = atlas_template_render_pieces(c->tmpl, &in, &text, &cuts, &n_cuts);
+    if (st == ATLAS_OK)
+        st = atlas_shield_encode_pieces(c->tok, text, strlen(text), cuts, n_cuts, false, ids, n);
     if (st != ATLAS_OK)
         fprintf(stderr, "atlas chat: the chat template of %s: %s\n", c->dir, atlas_last_error());
     free(text);
+    free(cuts);
     json_decref(m);
     return st == ATLAS_OK ? 0 : 1;
 }

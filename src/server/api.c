@@ -482,11 +482,12 @@ static atlas_status shielded_copy(const atlas_tokenizer *shield, const json_t *v
 
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
                                        const atlas_tokenizer *shield, const json_t *body,
-                                       bool tools_ok, char **prompt, bool *parse_tools,
-                                       const char **param) {
+                                       bool tools_ok, char **prompt, size_t **cuts,
+                                       size_t *n_cuts, bool *parse_tools, const char **param) {
     const json_t *tools = NULL, *kwargs = NULL;
     bool parse = false;
     *prompt = NULL;
+    if (cuts) *cuts = NULL, *n_cuts = 0;
     if (tools_ok) ATLAS_TRY(check_tools(body, &tools, &parse, param));
     if (parse_tools) *parse_tools = parse;
     json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
@@ -512,7 +513,8 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     if (st == ATLAS_OK) {
         atlas_template_input in = {msgs, shield ? tools_sh : tools, shield ? kwargs_sh : kwargs,
                                    gen_prompt};
-        st = atlas_template_render(tmpl, &in, prompt);
+        st = cuts ? atlas_template_render_pieces(tmpl, &in, prompt, cuts, n_cuts)
+                  : atlas_template_render(tmpl, &in, prompt);
         if (st != ATLAS_OK) {
             *param = "messages";
             st = atlas_fail_wrap(ATLAS_ERR_INVALID, "rendering the chat template of '%s'", model);
@@ -526,8 +528,9 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
 }
 
 atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const json_t *body,
-                                   bool tools_ok, char **prompt, const atlas_template **tmpl_out,
-                                   bool *parse_tools, const char **param) {
+                                   bool tools_ok, char **prompt, size_t **cuts, size_t *n_cuts,
+                                   const atlas_template **tmpl_out, bool *parse_tools,
+                                   const char **param) {
     const atlas_template *tmpl = NULL;
     atlas_status st = atlas_engine_template(s->engine, model, &tmpl);
     if (st == ATLAS_ERR_NOT_FOUND) /* the client can still use /v1/completions */
@@ -538,8 +541,8 @@ atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const jso
     if (tmpl_out) *tmpl_out = tmpl;
     const atlas_tokenizer *tok = NULL;
     ATLAS_TRY(atlas_engine_tokenizer(s->engine, model, &tok));
-    return atlas_api_render_template(tmpl, model, tok, body, tools_ok, prompt, parse_tools,
-                                     param);
+    return atlas_api_render_template(tmpl, model, tok, body, tools_ok, prompt, cuts, n_cuts,
+                                     parse_tools, param);
 }
 
 /* --- the two generation endpoints ---------------------------------------------------------- */
@@ -617,9 +620,13 @@ atlas_status atlas_api_chat_prepare(atlas_server *s, const json_t *body, atlas_a
     atlas_generation_defaults gen;
     ATLAS_TRY(atlas_engine_generation_defaults(s->engine, q->model, &gen));
     ATLAS_TRY(atlas_gen_params_parse(body, ATLAS_API_CHAT, q->tok, &gen, &q->gp, param));
-    ATLAS_TRY(atlas_api_render_chat(s, q->model, body, true, &q->prompt, &tmpl, &parse_tools,
-                                    param));
-    ATLAS_TRY(atlas_shield_encode(q->tok, q->prompt, strlen(q->prompt), false, &q->ids, &q->n));
+    size_t *cuts = NULL, n_cuts = 0;
+    ATLAS_TRY(atlas_api_render_chat(s, q->model, body, true, &q->prompt, &cuts, &n_cuts, &tmpl,
+                                    &parse_tools, param));
+    atlas_status st = atlas_shield_encode_pieces(q->tok, q->prompt, strlen(q->prompt), cuts,
+                                                 n_cuts, false, &q->ids, &q->n);
+    free(cuts);
+    ATLAS_TRY(st);
     atlas_gen_params *gp = &q->gp;
     q->o = (atlas_gen_opts){.kind = ATLAS_API_CHAT, .model = q->model, .stream = gp->stream,
                             .include_usage = gp->include_usage, .logprobs = gp->logprobs,

@@ -28,20 +28,22 @@ atlas_status atlas_api_model(atlas_server *s, const json_t *body, const char *na
 const char *atlas_api_alias(const atlas_server *s, const char *name);
 
 /* Renders body's "messages" (and "tools" when tools_ok; "add_generation_prompt",
- * "chat_template_kwargs") with the model's chat template into *prompt (malloc'd). The
- * client's strings are shielded (atlas/shield.h): tokenize *prompt with
- * atlas_shield_encode, or spell it out with atlas_shield_text. */
+ * "chat_template_kwargs") with the model's chat template into *prompt (malloc'd), and
+ * where its pieces meet into *cuts (malloc'd; cuts NULL: not asked). The client's strings
+ * are shielded (atlas/shield.h): tokenize *prompt with atlas_shield_encode_pieces and the
+ * cuts, or spell it out with atlas_shield_text. */
 atlas_status atlas_api_render_chat(atlas_server *s, const char *model, const json_t *body,
-                                   bool tools_ok, char **prompt, const atlas_template **tmpl,
-                                   bool *parse_tools, const char **param);
+                                   bool tools_ok, char **prompt, size_t **cuts, size_t *n_cuts,
+                                   const atlas_template **tmpl, bool *parse_tools,
+                                   const char **param);
 
 /* The same with a given template, no engine needed (what the fuzzers drive). model names
  * the template in errors; shield: the tokenizer whose special tokens the client's strings
  * may not spell (NULL: no shield). */
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
                                        const atlas_tokenizer *shield, const json_t *body,
-                                       bool tools_ok, char **prompt, bool *parse_tools,
-                                       const char **param);
+                                       bool tools_ok, char **prompt, size_t **cuts,
+                                       size_t *n_cuts, bool *parse_tools, const char **param);
 
 /* A chat request (OpenAI's chat/completions body) made ready for the engine: the model, its
  * tokenizer, the generation parameters (with the constraint a forced tool call needs), the

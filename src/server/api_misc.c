@@ -444,6 +444,7 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     const char *param = NULL, *model, *text = NULL;
     const atlas_tokenizer *tok;
     char *rendered = NULL;
+    size_t *cuts = NULL, n_cuts = 0; /* where the rendered chat's pieces meet */
     int32_t *ids = NULL;
     size_t n = 0;
     bool chat = json_object_get(body, "messages") != NULL, strs = false;
@@ -455,7 +456,8 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     bool split = false; /* a prompt's special tokens' spellings as text */
     if (st == ATLAS_OK) st = atlas_param_bool(body, "split_special_tokens", &split, &param);
     if (st == ATLAS_OK && chat) {
-        st = atlas_api_render_chat(s, model, body, true, &rendered, NULL, NULL, &param);
+        st = atlas_api_render_chat(s, model, body, true, &rendered, &cuts, &n_cuts, NULL, NULL,
+                                   &param);
         text = rendered;
     } else if (st == ATLAS_OK) {
         st = atlas_param_string(body, "prompt", &text, &param);
@@ -465,7 +467,8 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
         }
     }
     if (st == ATLAS_OK && chat)
-        st = atlas_shield_encode(tok, text, strlen(text), add_special, &ids, &n);
+        st = atlas_shield_encode_pieces(tok, text, strlen(text), cuts, n_cuts, add_special,
+                                        &ids, &n);
     else if (st == ATLAS_OK) {
         atlas_text_range all = {0, strlen(text)};
         st = atlas_tokenizer_encode_ranges(tok, text, all.end, add_special, &all, split ? 1 : 0,
@@ -493,6 +496,7 @@ void atlas_api_tokenize(atlas_http_call *call, json_t *body, const char *arg,
     }
     free(ids);
     free(rendered);
+    free(cuts);
 }
 
 atlas_status atlas_api_token_ids(const json_t *arr, const atlas_tokenizer *tok, int32_t **ids,
@@ -548,7 +552,8 @@ void atlas_api_apply_template(atlas_http_call *call, json_t *body, const char *a
     const atlas_tokenizer *tok = NULL;
     atlas_status st = atlas_api_model(call->ctx, body, NULL, &model, &param);
     if (st == ATLAS_OK)
-        st = atlas_api_render_chat(call->ctx, model, body, true, &prompt, NULL, NULL, &param);
+        st = atlas_api_render_chat(call->ctx, model, body, true, &prompt, NULL, NULL, NULL, NULL,
+                                   &param);
     if (st == ATLAS_OK) st = atlas_engine_tokenizer(server_of(call)->engine, model, &tok);
     if (st == ATLAS_OK) st = atlas_shield_text(tok, prompt, strlen(prompt), &text, &len);
     if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
