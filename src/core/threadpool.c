@@ -15,6 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #include "core/error.h"
 
@@ -100,6 +104,13 @@ int atlas_cores(int most) {
 int atlas_cores_spare(int most) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN) - 1;
     return cores < 1 ? 1 : cores > most ? most : (int)cores;
+}
+
+void atlas_thread_background(void) {
+#ifdef __linux__
+    /* Linux's nice is per thread (a task id); best effort, as a failure only costs latency */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+#endif
 }
 
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out) {

@@ -22,6 +22,11 @@ int atlas_cores(int most);
  * resident ones: at least 1 and at most `most` (a loader's reader threads). */
 int atlas_cores_spare(int most);
 
+/* Lowers the calling thread's scheduling priority (Linux: nice 10 for this thread alone;
+ * elsewhere nothing): a load's reader and copy threads take idle cores at full speed but
+ * give way to the scheduler and the HTTP threads when the cores are all busy. */
+void atlas_thread_background(void);
+
 /* n_threads counts the caller: n_threads - 1 workers are started. 0: one per online core. */
 atlas_status atlas_threadpool_create(int n_threads, atlas_threadpool **out);
 void atlas_threadpool_free(atlas_threadpool *pool); /* NULL does nothing; joins the workers */

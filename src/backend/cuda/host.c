@@ -488,6 +488,7 @@ static atlas_status host_via_send(atlas_host *h, host_job *j, size_t off, size_t
  * a buffer left threads idle at each join). */
 static void *host_loader_main(void *arg) {
     atlas_host *h = arg;
+    atlas_thread_background(); /* a load reads beside serving: the scheduler goes first */
     atlas_status cur = atlas_host_make_current(h);
     char why[384];
     snprintf(why, sizeof why, "%s", cur == ATLAS_OK ? "" : atlas_last_error());
@@ -577,6 +578,7 @@ typedef struct host_copy {
 } host_copy;
 
 static void host_copy_job(void *ctx, int64_t begin, int64_t end, int thread) {
+    if (thread > 0) atlas_thread_background(); /* a worker: cheap to say again */
     const host_copy *c = ctx;
     size_t a = (size_t)begin * HOST_COPY_PIECE, b = (size_t)end * HOST_COPY_PIECE;
     if (b > c->bytes) b = c->bytes;

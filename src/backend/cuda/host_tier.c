@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/threadpool.h"
 
 #define TIER_CHUNK_MIN ((size_t)1 << 20)
 /* A chunk is one cuMemHostAlloc, and the driver runs no other call of the context while it
@@ -350,6 +351,7 @@ static void fill_finish(atlas_tier_use *u, atlas_status st) {
 /* The fill after its model's load: chunks, then the copies. */
 static void *fill_main(void *arg) {
     atlas_tier_use *u = arg;
+    atlas_thread_background(); /* a copy for later: serving goes first */
     atlas_status st = atlas_host_make_current(u->host);
     if (st == ATLAS_OK) st = fill_chunks(u);
     if (st == ATLAS_OK) st = fill_copy(u);
