@@ -6,8 +6,11 @@
  * loader threads and the staging pool, every byte read through the sources' reader (the
  * model's pread), a weight freed before weights_done is waited for, a weight of more
  * tensors than an upload holds (a mixture-of-experts layer's stacked experts) lands whole,
- * and quantized stacked experts are refused by name.  tests/test-gpu-load.c loads the fixtures on a
- * real GPU. */
+ * and quantized stacked experts are refused by name.  Work that wants a quiet device
+ * (atlas_host_quiet_call: a load's kernel modules) runs on the serving thread at its quiet
+ * point, its failure reported to the caller, and on the caller when nothing serves or the
+ * serving thread sleeps.  tests/test-gpu-load.c loads the fixtures on a real GPU. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -267,6 +270,80 @@ static void test_backend(const char *dir) {
 }
 #endif
 
+/* --- work for a quiet device ----------------------------------------------------------- */
+
+typedef struct quiet_arg {
+    pthread_t ran_on;
+    int runs;
+    bool fail;
+} quiet_arg;
+
+static atlas_status quiet_work(void *arg) {
+    quiet_arg *q = arg;
+    q->ran_on = pthread_self();
+    q->runs++;
+    return q->fail ? atlas_fail(ATLAS_ERR_RANGE, "quiet work failed on purpose") : ATLAS_OK;
+}
+
+typedef struct server {
+    atlas_host *h;
+    atomic_int stop, points, sleep_now, up;
+    quiet_arg own; /* a quiet call made on the serving thread itself */
+} server;
+
+/* A serving thread: says it serves and offers a quiet point every millisecond; asked to
+ * sleep, says it no longer serves and offers none. */
+static void *server_main(void *arg) {
+    server *sv = arg;
+    atlas_host_serving(sv->h, true);
+    CHECK_OK(atlas_host_quiet_call(sv->h, quiet_work, &sv->own)); /* runs here, at once */
+    atomic_store(&sv->up, 1);
+    while (!atomic_load(&sv->stop)) {
+        if (atomic_load(&sv->sleep_now)) {
+            atlas_host_serving(sv->h, false);
+            usleep(1000);
+            continue;
+        }
+        atlas_host_serving(sv->h, true);
+        if (atlas_host_quiet_wanted(sv->h)) atomic_fetch_add(&sv->points, 1);
+        atlas_host_quiet_point(sv->h);
+        usleep(1000);
+    }
+    atlas_host_serving(sv->h, false);
+    return NULL;
+}
+
+static void test_quiet(atlas_host *h) {
+    quiet_arg q = {0};
+    CHECK_OK(atlas_host_quiet_call(h, quiet_work, &q)); /* nothing serves: here */
+    CHECK(q.runs == 1 && pthread_equal(q.ran_on, pthread_self()));
+    server sv = {.h = h};
+    pthread_t t;
+    if (pthread_create(&t, NULL, server_main, &sv) != 0) {
+        CHECK_MSG(0, "pthread_create");
+        return;
+    }
+    while (!atomic_load(&sv.up)) usleep(100);
+    q = (quiet_arg){0};
+    CHECK_OK(atlas_host_quiet_call(h, quiet_work, &q));
+    CHECK_MSG(q.runs == 1 && pthread_equal(q.ran_on, t) && atomic_load(&sv.points) >= 1,
+              "quiet work ran %d times, %s the serving thread", q.runs,
+              pthread_equal(q.ran_on, t) ? "on" : "not on");
+    q = (quiet_arg){.fail = true};
+    CHECK(atlas_host_quiet_call(h, quiet_work, &q) == ATLAS_ERR_RANGE);
+    CHECK_MSG(strstr(atlas_last_error(), "on purpose") != NULL, "%s", atlas_last_error());
+    CHECK(pthread_equal(q.ran_on, t));
+    atomic_store(&sv.sleep_now, 1); /* asleep: the caller runs its work itself */
+    usleep(20000);
+    q = (quiet_arg){0};
+    CHECK_OK(atlas_host_quiet_call(h, quiet_work, &q));
+    CHECK(q.runs == 1 && pthread_equal(q.ran_on, pthread_self()));
+    atomic_store(&sv.stop, 1);
+    pthread_join(t, NULL);
+    CHECK(sv.own.runs == 1 && pthread_equal(sv.own.ran_on, t));
+    CHECK(!atlas_host_quiet_wanted(h));
+}
+
 int main(void) {
     CHECK_OK(fake_cuda_install(1));
     atlas_host *h = NULL;
@@ -274,6 +351,7 @@ int main(void) {
     char dir[512];
     CHECK(harness_mkdtemp(dir, sizeof dir, "upload"));
     if (!h || harness_failures) return harness_finish();
+    test_quiet(h);
     test_backend(dir);
     harness_rm_rf(dir);
     return harness_finish();

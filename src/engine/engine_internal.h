@@ -257,6 +257,10 @@ struct atlas_engine {
     int n_models;
     pthread_t thread;
     int thread_started;
+    /* the GPU host once a model is resident on it (sched.c): the scheduler offers it quiet
+     * points, where a load's kernel modules go in without a bubble in the steps */
+    atlas_host *quiet_host;
+    int quiet_checked;
     pthread_t warm_thread;   /* reads the tokenizers and templates of models with warm */
     int warm_started;
     pthread_mutex_t mu;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cuda/host.h"
 #include "core/error.h"
 #include "engine/engine_internal.h"
 
@@ -36,6 +37,23 @@ static atlas_status alloc_buffers(atlas_engine *e) {
     return ATLAS_OK;
 }
 
+/* Where none of this thread's work is queued on the GPU (each model's steps are collected
+ * by then): a load's kernel modules go in here (atlas_host_quiet_call), without e->mu, which
+ * they do not need. Under e->mu. */
+static void quiet_point(atlas_engine *e) {
+    if (!e->quiet_checked) { /* the host, once a model is resident: it exists by then */
+        for (int i = 0; i < e->n_models && !e->quiet_checked; i++)
+            if (e->models[i].m) e->quiet_checked = 1;
+        if (e->quiet_checked) e->quiet_host = atlas_engine_gpu_host(e);
+    }
+    if (!e->quiet_host) return;
+    atlas_host_serving(e->quiet_host, true);
+    if (!atlas_host_quiet_wanted(e->quiet_host)) return;
+    pthread_mutex_unlock(&e->mu);
+    atlas_host_quiet_point(e->quiet_host);
+    pthread_mutex_lock(&e->mu);
+}
+
 void *atlas_engine_sched_main(void *arg) {
     atlas_engine *e = arg;
     pthread_mutex_lock(&e->mu);
@@ -52,6 +70,7 @@ void *atlas_engine_sched_main(void *arg) {
             if (!e->stop) pthread_cond_wait(&e->wake, &e->mu);
             continue;
         }
+        quiet_point(e);
         int worked = atlas_engine_reap_cancelled(e);
         worked |= atlas_engine_do_commands(e);
         worked |= atlas_engine_do_residency(e);
@@ -63,6 +82,7 @@ void *atlas_engine_sched_main(void *arg) {
         }
         rr = (rr + 1) % e->n_models;
         if (!worked && !e->stop) {
+            if (e->quiet_host) atlas_host_serving(e->quiet_host, false); /* asleep: no points */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100 * 1000 * 1000;
@@ -73,6 +93,7 @@ void *atlas_engine_sched_main(void *arg) {
             pthread_cond_timedwait(&e->wake, &e->mu, &ts);
         }
     }
+    if (e->quiet_host) atlas_host_serving(e->quiet_host, false);
     pthread_mutex_unlock(&e->mu);
     return NULL;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/host.h"
 #include "core/error.h"
 #include "engine/engine_internal.h"
 #include "model/forward.h"
@@ -422,6 +423,8 @@ static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
  * row for every sequence.  Under e->mu. */
 static int ahead_more(atlas_engine *e, eng_model *md, int q) {
     if (e->stop || e->n_waiting > 0 || e->cmds || md->draining) return 0;
+    /* a load's kernel modules wait for the queue to empty: let it */
+    if (e->quiet_host && atlas_host_quiet_wanted(e->quiet_host)) return 0;
     for (int i = 0; i < e->n_models; i++)
         if (&e->models[i] != md && e->models[i].n_running > 0) return 0;
     for (int i = 0; i < e->n_plan; i++) {

@@ -437,6 +437,9 @@ atlas_status cuda_moe_ready(cuda_backend *cb);
 
 /* modules.c: loads the kernels and cuBLASLt on first use: before anything launches. */
 atlas_status cuda_ready(cuda_backend *cb);
+/* modules.c: fn(cb) where the device is quiet (atlas_host_quiet_call): the ready functions
+ * load kernel modules through it, which waits for an idle device holding the context. */
+atlas_status cuda_quietly(cuda_backend *cb, atlas_status (*fn)(cuda_backend *));
 
 /* modules.c: loads the quantized formats' kernels (kernels/quant.cu) on first use. */
 atlas_status cuda_quant_ready(cuda_backend *cb);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/fault.h"
@@ -56,6 +57,13 @@ struct atlas_host {
     int loaders;                   /* loader threads started */
     atlas_status q_err;            /* first failure of a queued piece, until the next wait */
     char q_msg[512];
+
+    /* work that wants a quiet device (atlas_host_quiet_call), for the serving thread */
+    pthread_mutex_t quiet_lock;
+    pthread_cond_t quiet_cv;
+    struct quiet_call *quiet;      /* waiting, oldest first */
+    bool serving;                  /* a serving thread queues work and offers quiet points */
+    pthread_t server;
 };
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -66,7 +74,9 @@ static atlas_host host_global = {.staging_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .q_lock = PTHREAD_MUTEX_INITIALIZER,
                                   .q_buf_cv = PTHREAD_COND_INITIALIZER,
                                   .q_job_cv = PTHREAD_COND_INITIALIZER,
-                                  .q_idle_cv = PTHREAD_COND_INITIALIZER};
+                                  .q_idle_cv = PTHREAD_COND_INITIALIZER,
+                                  .quiet_lock = PTHREAD_MUTEX_INITIALIZER,
+                                  .quiet_cv = PTHREAD_COND_INITIALIZER};
 static int host_bound;
 static uint64_t host_contexts; /* contexts retained, never decremented (under host_lock) */
 static char host_reason[512];
@@ -622,4 +632,91 @@ atlas_status atlas_host_upload_wait(atlas_host *host) {
 
 size_t atlas_host_staging_bytes(const atlas_host *host) {
     return (size_t)host->staging_n * host->staging_size;
+}
+
+/* ---- work for a quiet device ------------------------------------------------------------- */
+
+typedef struct quiet_call {
+    struct quiet_call *next;
+    atlas_host_quiet_fn fn;
+    void *arg;
+    int state; /* 0 waiting, 1 taken by the serving thread, 2 done */
+    atlas_status st;
+    char msg[512];
+} quiet_call;
+
+/* How long a caller waits for a quiet point before it runs its work itself: a serving
+ * thread offers one after each step, so this is a bound for a stuck one, not a wait. */
+#define QUIET_WAIT_MS 2000
+
+static void quiet_unlink(atlas_host *h, quiet_call *c) {
+    for (quiet_call **p = &h->quiet; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+atlas_status atlas_host_quiet_call(atlas_host *h, atlas_host_quiet_fn fn, void *arg) {
+    pthread_mutex_lock(&h->quiet_lock);
+    if (!h->serving || pthread_equal(h->server, pthread_self())) {
+        pthread_mutex_unlock(&h->quiet_lock);
+        return fn(arg);
+    }
+    quiet_call c = {.fn = fn, .arg = arg};
+    quiet_call **tail = &h->quiet;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &c;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += QUIET_WAIT_MS / 1000;
+    while (c.state != 2) {
+        if (c.state == 0 && !h->serving) break; /* serving ended: no quiet point will come */
+        if (pthread_cond_timedwait(&h->quiet_cv, &h->quiet_lock, &until) != 0 && c.state == 0)
+            break;
+    }
+    if (c.state == 0) { /* run here after all */
+        quiet_unlink(h, &c);
+        pthread_mutex_unlock(&h->quiet_lock);
+        return fn(arg);
+    }
+    pthread_mutex_unlock(&h->quiet_lock);
+    if (c.st != ATLAS_OK) return atlas_fail(c.st, "%s", c.msg); /* its message, on this thread */
+    return ATLAS_OK;
+}
+
+void atlas_host_serving(atlas_host *h, bool serving) {
+    pthread_mutex_lock(&h->quiet_lock);
+    /* one serving thread at a time: another's word waits until the first one sleeps */
+    if (!h->serving || pthread_equal(h->server, pthread_self())) {
+        h->serving = serving;
+        h->server = pthread_self();
+        if (!serving) pthread_cond_broadcast(&h->quiet_cv); /* waiters run their work */
+    }
+    pthread_mutex_unlock(&h->quiet_lock);
+}
+
+bool atlas_host_quiet_wanted(atlas_host *h) {
+    pthread_mutex_lock(&h->quiet_lock);
+    bool wanted = h->quiet != NULL;
+    pthread_mutex_unlock(&h->quiet_lock);
+    return wanted;
+}
+
+void atlas_host_quiet_point(atlas_host *h) {
+    pthread_mutex_lock(&h->quiet_lock);
+    while (h->quiet) {
+        quiet_call *c = h->quiet;
+        h->quiet = c->next;
+        c->state = 1;
+        pthread_mutex_unlock(&h->quiet_lock);
+        atlas_status st = c->fn(c->arg);
+        pthread_mutex_lock(&h->quiet_lock);
+        c->st = st;
+        if (st != ATLAS_OK) snprintf(c->msg, sizeof c->msg, "%s", atlas_last_error());
+        atlas_error_clear(); /* the caller's failure, not this thread's */
+        c->state = 2;
+        pthread_cond_broadcast(&h->quiet_cv);
+    }
+    pthread_mutex_unlock(&h->quiet_lock);
 }

@@ -94,6 +94,22 @@ atlas_status atlas_host_pool_hold(atlas_host *host);
 atlas_status atlas_host_pool_unhold(atlas_host *host);
 bool atlas_host_pool_held(atlas_host *host);
 
+/* Work that makes the driver wait for an idle device while it holds the context (loading
+ * kernel modules: a 7.5 ms wait for a resident model's step in flight, each one a step's
+ * bubble in that model's stream; bench/RESULTS.md), run where the serving thread has nothing
+ * queued. atlas_host_quiet_call hands fn to the thread that said atlas_host_serving(true)
+ * and waits for it to run fn at its next atlas_host_quiet_point, and returns what fn
+ * returned (its message too); with no serving thread, on the serving thread itself, or after
+ * 2 s without a quiet point, fn runs on the caller. fn must not wait for the serving thread.
+ * The serving thread stops queuing ahead while atlas_host_quiet_wanted says so, offers a
+ * point after its steps are collected, and says atlas_host_serving(false) before it sleeps
+ * (waiters then run their work themselves). */
+typedef atlas_status (*atlas_host_quiet_fn)(void *arg);
+atlas_status atlas_host_quiet_call(atlas_host *host, atlas_host_quiet_fn fn, void *arg);
+void atlas_host_serving(atlas_host *host, bool serving);
+bool atlas_host_quiet_wanted(atlas_host *host);
+void atlas_host_quiet_point(atlas_host *host);
+
 /* Sets the pool's shape (count <= ATLAS_HOST_STAGING_MAX) before the first upload
  * (ATLAS_ERR_BUSY after): for tests and for hosts short of pinned memory. */
 atlas_status atlas_host_set_staging(atlas_host *host, int count, size_t bytes);

@@ -7,6 +7,21 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 
+typedef struct quiet_job {
+    atlas_status (*fn)(cuda_backend *);
+    cuda_backend *cb;
+} quiet_job;
+
+static atlas_status quiet_run(void *arg) {
+    quiet_job *j = arg;
+    return j->fn(j->cb);
+}
+
+atlas_status cuda_quietly(cuda_backend *cb, atlas_status (*fn)(cuda_backend *)) {
+    quiet_job j = {fn, cb};
+    return atlas_host_quiet_call(cb->dev.host, quiet_run, &j);
+}
+
 /* Looks up every kernel; loads the modules. */
 static atlas_status load_kernels(cuda_backend *cb) {
     static const char *const modules[] = {"embed", "norm", "rope", "kv", "swiglu", "argmax",
@@ -63,8 +78,7 @@ static atlas_status load_kernels(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
-atlas_status cuda_kv8_ready(cuda_backend *cb) {
-    if (cb->mod.kv8_ready) return ATLAS_OK;
+static atlas_status kv8_load(cuda_backend *cb) {
     cuda_fns *fn = &cb->mod.fn;
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_kv_store_fp8", &fn->kv_store8));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_rope_kv_store_fp8", &fn->rope_kv8));
@@ -91,6 +105,10 @@ atlas_status cuda_kv8_ready(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
+atlas_status cuda_kv8_ready(cuda_backend *cb) {
+    return cb->mod.kv8_ready ? ATLAS_OK : cuda_quietly(cb, kv8_load);
+}
+
 /* bps[w]: blocks of w warps an SM of streaming kernel f (-1: none fits; 1 where the driver
  * cannot tell), asked here rather than at the launch, which a graph capture may record. */
 static atlas_status stream_occupancy(CUfunction f, int *bps) {
@@ -106,8 +124,7 @@ static atlas_status stream_occupancy(CUfunction f, int *bps) {
 
 /* The quantized formats' kernels, loaded with the first quantized weight (a dense model never
  * loads their module: every lookup costs load time). */
-atlas_status cuda_quant_ready(cuda_backend *cb) {
-    if (cb->mod.quant_ready) return ATLAS_OK;
+static atlas_status quant_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "quant"));
     static const char *const qnames[CUDA_QKINDS] = {"fp8", "int4", "int4g", "fp4"};
     cuda_fns *fn = &cb->mod.fn;
@@ -148,12 +165,19 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
     return ATLAS_OK;
 }
 
-atlas_status cuda_sample_ready(cuda_backend *cb) {
-    if (cb->mod.sample_ready) return ATLAS_OK;
+atlas_status cuda_quant_ready(cuda_backend *cb) {
+    return cb->mod.quant_ready ? ATLAS_OK : cuda_quietly(cb, quant_load);
+}
+
+static atlas_status sample_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "sample"));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_sample", &cb->mod.fn.sample));
     cb->mod.sample_ready = true;
     return ATLAS_OK;
+}
+
+atlas_status cuda_sample_ready(cuda_backend *cb) {
+    return cb->mod.sample_ready ? ATLAS_OK : cuda_quietly(cb, sample_load);
 }
 
 /* cb->base.kernels: the choices (arch.c) and the code the driver picked, read back from one
@@ -181,7 +205,7 @@ static void describe(cuda_backend *cb) {
 atlas_status cuda_ready(cuda_backend *cb) {
     if (cb->mod.ready) return ATLAS_OK;
     ATLAS_TRY(atlas_host_make_current(cb->dev.host));
-    ATLAS_TRY(load_kernels(cb));
+    ATLAS_TRY(cuda_quietly(cb, load_kernels));
     describe(cb);
     if (cb->mod.want_lt && cuda_lt_create(&cb->mod.lt) == ATLAS_OK) {
         cb->ws.lt_a_bytes = (size_t)64 << 20;

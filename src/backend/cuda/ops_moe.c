@@ -169,8 +169,7 @@ atlas_status cuda_moe_exec(cuda_backend *cb, const cuda_cmd *c) {
     return c->op == CUDA_OP_MOE_ROUTE ? exec_route(cb, c, &L) : exec_experts(cb, c, &L);
 }
 
-atlas_status cuda_moe_ready(cuda_backend *cb) {
-    if (cb->mod.fn.moe_topk) return ATLAS_OK;
+static atlas_status moe_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "moe"));
     cuda_fns *fn = &cb->mod.fn;
     struct { CUfunction *f; const char *name; } fns[] = {
@@ -189,4 +188,8 @@ atlas_status cuda_moe_ready(cuda_backend *cb) {
     for (size_t i = 0; i < sizeof fns / sizeof *fns; i++)
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, fns[i].name, fns[i].f));
     return ATLAS_OK;
+}
+
+atlas_status cuda_moe_ready(cuda_backend *cb) {
+    return cb->mod.fn.moe_topk ? ATLAS_OK : cuda_quietly(cb, moe_load);
 }
