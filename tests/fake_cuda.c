@@ -410,7 +410,10 @@ static CUresult f_module_load(CUmodule *m, const void *image) {
     if (!all) snprintf(fm->names, sizeof fm->names, ",%s,", s + 8);
     pthread_mutex_lock(&fk.mu);
     int ok = fk_add_locked((uintptr_t)fm, sizeof *fm, FK_MODULE);
-    if (ok) fk.st.live_modules++, fk.st.modules_loaded++, fk.st.last_module = (CUmodule)fm;
+    if (ok) {
+        fk.st.live_modules++, fk.st.modules_loaded++, fk.st.last_module = (CUmodule)fm;
+        fk.st.last_module_thread = pthread_self();
+    }
     pthread_mutex_unlock(&fk.mu);
     if (!ok) {
         free(fm);

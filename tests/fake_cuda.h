@@ -10,6 +10,7 @@
 #ifndef ATLAS_TESTS_FAKE_CUDA_H
 #define ATLAS_TESTS_FAKE_CUDA_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,7 @@ typedef struct fake_cuda_stats {
     long bad_copies;                  /* cuMemcpyHtoDAsync from, or DtoHAsync into, memory
                                          that is not pinned */
     CUmodule last_module;             /* the last one loaded */
+    pthread_t last_module_thread;     /* the thread that loaded it */
     /* memory pools: pools made and not destroyed; the last pool's release threshold and
      * whether it allows internal dependencies (-1 until set); stream-ordered allocations
      * and frees that succeeded; trims */

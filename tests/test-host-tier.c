@@ -10,7 +10,9 @@
  * the host's memory (a child process, the host bound there as integrated) keep nothing.  With
  * kernels in the binary, tests/data/tiny-qwen3 is loaded, released and loaded again from the
  * tier with its file changed in place (same size and time): the weights are the first
- * load's, so nothing was read; a new time makes it read the files again. */
+ * load's, so nothing was read; a new time makes it read the files again; and a load beside a
+ * serving model has its kernel modules loaded at the scheduler's quiet point. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "atlas/engine.h"
 #include "atlas/model.h"
@@ -415,6 +418,88 @@ static void test_engine(const char *dir) {
     harness_rm_rf(dir2);
 }
 
+/* A load beside a serving model: the newcomer's kernel modules go in at the scheduler's
+ * quiet point (atlas_host_quiet_call), on the thread that steps the served model and
+ * announces the load, not on the loader thread; the served request runs to its end. */
+static pthread_t quiet_loaded_on;
+static atomic_int quiet_loaded;
+static void on_residency_quiet(void *user, const atlas_residency_event *ev) {
+    (void)user;
+    if (ev->kind == ATLAS_RESIDENCY_LOADED && !strcmp(ev->model, "b")) {
+        quiet_loaded_on = pthread_self();
+        atomic_store(&quiet_loaded, 1);
+    }
+}
+
+typedef struct quiet_gen {
+    atomic_int tokens, ended;
+    atlas_finish finish;
+} quiet_gen;
+
+static void on_quiet_event(const atlas_event *ev, void *user) {
+    quiet_gen *g = user;
+    if (ev->type == ATLAS_EVENT_TOKEN) {
+        atomic_fetch_add(&g->tokens, 1);
+        usleep(1000); /* a slow client: the steps go on while b loads */
+        return;
+    }
+    g->finish = ev->finish;
+    if (ev->finish == ATLAS_FINISH_ERROR) fprintf(stderr, "quiet load: a failed: %s\n", ev->message);
+    atomic_store(&g->ended, 1);
+}
+
+static void test_quiet_load(const char *dir) {
+    char dir2[600], cmd[1400], out[256];
+    if (!harness_mkdtemp(dir2, sizeof dir2, "quiet")) return;
+    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir2);
+    CHECK(harness_run(cmd, out, sizeof out) == 0);
+    atlas_engine_model em[2] = {{.name = "a", .dir = dir}, {.name = "b", .dir = dir2}};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = em;
+    p.n_models = 2;
+    p.max_resident = 2;
+    p.device = ATLAS_DEVICE_CUDA;
+    p.ctx_size = 256;
+    p.parallel = 1;
+    p.kv_blocks = 16;
+    p.batch_tokens = 32;
+    p.on_residency = on_residency_quiet;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    if (e) {
+        CHECK_OK(atlas_engine_load(e, "a"));
+        /* forced tokens: the fake's kernels compute nothing for an argmax to read */
+        int32_t prompt[] = {1, 2, 3}, forced[200];
+        for (int i = 0; i < 200; i++) forced[i] = 100 + i;
+        atlas_request rq = {.model = "a", .prompt = prompt, .n_prompt = 3,
+                            .sampling = atlas_sampler_default_params(), .max_tokens = 200,
+                            .ignore_eos = 1, .forced = forced, .n_forced = 200};
+        rq.sampling.temperature = 0;
+        quiet_gen g = {0};
+        CHECK_OK(atlas_engine_submit(e, &rq, on_quiet_event, &g, NULL));
+        for (int i = 0; i < 5000 && atomic_load(&g.tokens) < 5; i++) usleep(1000);
+        CHECK_MSG(atomic_load(&g.tokens) >= 5 && !atomic_load(&g.ended), "a: %d tokens, %s (%d)",
+                  atomic_load(&g.tokens), atomic_load(&g.ended) ? "ended" : "running",
+                  (int)g.finish); /* a serves */
+        long modules = fake_cuda_get_stats().modules_loaded;
+        CHECK_OK(atlas_engine_load(e, "b"));
+        fake_cuda_stats st = fake_cuda_get_stats();
+        CHECK_MSG(!atomic_load(&g.ended) && atomic_load(&quiet_loaded) &&
+                      st.modules_loaded > modules &&
+                      pthread_equal(st.last_module_thread, quiet_loaded_on),
+                  "b's %ld modules were loaded %s the scheduler's thread (a %s)",
+                  st.modules_loaded - modules,
+                  pthread_equal(st.last_module_thread, quiet_loaded_on) ? "on" : "off",
+                  atomic_load(&g.ended) ? "had ended: nothing served beside the load"
+                                        : "still served");
+        for (int i = 0; i < 10000 && !atomic_load(&g.ended); i++) usleep(1000);
+        CHECK(atomic_load(&g.ended) && g.finish == ATLAS_FINISH_LENGTH &&
+              atomic_load(&g.tokens) == 200);
+        atlas_engine_free(e);
+    }
+    harness_rm_rf(dir2);
+}
+
 static void test_model(void) {
     char dir[600], cmd[1400], out[256];
     if (!harness_mkdtemp(dir, sizeof dir, "tier")) return;
@@ -447,6 +532,7 @@ static void test_model(void) {
     }
     free(first);
     test_engine(dir);
+    test_quiet_load(dir);
     harness_rm_rf(dir);
 }
 #else
