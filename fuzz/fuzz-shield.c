@@ -7,8 +7,10 @@
  * shielded text tokenizes to the same ids as the text tokenized with every special token
  * refused; arbitrary rendered text (cut and foreign sentinels included) tokenizes without a
  * crash; a tool's parameter name, a call's argument name (in an object, or in a JSON string
- * with \u escapes) and a kwarg make no more control tokens than a plain name does; a kwarg
- * is refused, naming chat_template_kwargs, exactly when atlas_template_reserved says so.
+ * with \u escapes) and a kwarg make no more control tokens than a plain name does; kwargs
+ * printed beside the template's own text, directly and through a macro and a set block,
+ * make none; a kwarg is refused, naming chat_template_kwargs, exactly when
+ * atlas_template_reserved says so.
  * Errors are fine; crashes, leaks, sanitizer reports and disagreements are not. */
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +32,7 @@ enum { RENDER_MAX = 4096 }; /* longer inputs exercise the shield alone: keep run
 static atlas_tokenizer *tok;
 static atlas_template *qwen; /* Qwen3's own template: tools and tool calls */
 static atlas_template *echo; /* prints kwargs a and b, b's keys included */
+static atlas_template *macro; /* the same through a macro and a set block */
 
 static void setup(void) {
     if (tok) return; /* loaded once: they never change */
@@ -38,7 +41,11 @@ static void setup(void) {
     if (atlas_tokenizer_load(dir, &tok) != ATLAS_OK || atlas_template_load(dir, &qwen) != ATLAS_OK ||
         atlas_template_parse("{{ a }}|{% for k, v in b.items() %}{{ k }}={{ v }};{% endfor %}|"
                              "{{ b | tojson }}",
-                             "echo", "<s>", "</s>", &echo) != ATLAS_OK)
+                             "echo", "<s>", "</s>", &echo) != ATLAS_OK ||
+        atlas_template_parse("{% macro m(x) %}{{ x }}|{% endmacro %}{% set s %}<{{ a }}"
+                             "{% endset %}{{ m(a) }}{{ s }}{% for k, v in b.items() %}"
+                             "{{ m(k) }}{{ v }}{% endfor %}",
+                             "macro", "<s>", "</s>", &macro) != ATLAS_OK)
         abort();
 }
 
@@ -109,7 +116,8 @@ static void keys_and_kwargs(const char *s) {
     /* kwargs the template prints, values and keys, make no control token */
     json_t *body = json_pack("{s:[{s:s,s:s}],s:{s:s,s:{s:s}}}", "messages", "role", "user",
                              "content", "hi", "chat_template_kwargs", "a", s, "b", s, s);
-    if (body && controls(echo, body, &param) != 0) abort();
+    if (body && (controls(echo, body, &param) != 0 || controls(macro, body, &param) != 0))
+        abort();
     json_decref(body);
 }
 
