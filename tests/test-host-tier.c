@@ -370,25 +370,37 @@ static void on_residency(void *user, const atlas_residency_event *ev) {
 /* Two models swapped through the engine, one resident at a time, --host-cache on: "a" (kept
  * by test_model's last load) and its load again come from the tier, "b" from its files, and
  * the events and counts say so. */
-static void test_engine(const char *dir) {
-    char dir2[600], cmd[1400], out[256];
-    if (!harness_mkdtemp(dir2, sizeof dir2, "tier2")) return;
+/* An engine on the fake GPU serving "a" (dir) and "b" (a copy of tiny-qwen3 made in dir2),
+ * small; NULL on failure (checked). */
+static atlas_engine *two_models(const char *dir, char *dir2, size_t cap, int max_resident,
+                                size_t host_cache,
+                                void (*cb)(void *, const atlas_residency_event *)) {
+    char cmd[1400], out[256];
+    dir2[0] = '\0';
+    if (!harness_mkdtemp(dir2, cap, "tier2")) return NULL;
     snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir2);
     CHECK(harness_run(cmd, out, sizeof out) == 0);
     atlas_engine_model em[2] = {{.name = "a", .dir = dir}, {.name = "b", .dir = dir2}};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = em;
     p.n_models = 2;
-    p.max_resident = 1;
+    p.max_resident = max_resident;
     p.device = ATLAS_DEVICE_CUDA;
     p.ctx_size = 256;
     p.parallel = 1;
     p.kv_blocks = 16;
     p.batch_tokens = 32;
-    p.host_cache = 256 * MIB;
-    p.on_residency = on_residency;
+    p.host_cache = host_cache;
+    p.on_residency = cb;
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));
+    return e;
+}
+
+static void test_engine(const char *dir) {
+    char dir2[600];
+    const size_t host_cache = 256 * MIB;
+    atlas_engine *e = two_models(dir, dir2, sizeof dir2, 1, host_cache, on_residency);
     if (e) {
         CHECK_OK(atlas_engine_load(e, "a"));
         uint64_t f0 = fills_now();
@@ -403,11 +415,11 @@ static void test_engine(const char *dir) {
                   (unsigned long long)mt.loads, (unsigned long long)mt.loads_host,
                   (unsigned long long)mt.loads_page_cache, (unsigned long long)mt.loads_disk);
         CHECK(mt.load_bytes_host > 0 && mt.host_tier_models >= 2 && mt.host_tier_bytes > 0 &&
-              mt.host_tier_pinned <= p.host_cache);
+              mt.host_tier_pinned <= host_cache);
         /* the KV store gets what the tier's pinned memory leaves */
-        CHECK_MSG(mt.kv_host_budget == p.host_cache - mt.host_tier_pinned,
+        CHECK_MSG(mt.kv_host_budget == host_cache - mt.host_tier_pinned,
                   "kv host budget %zu, host cache %zu, tier pinned %zu", mt.kv_host_budget,
-                  p.host_cache, (size_t)mt.host_tier_pinned);
+                  host_cache, (size_t)mt.host_tier_pinned);
         /* three loads and two releases later, still the one context of the process */
         CHECK_MSG(mt.device_contexts == 1, "%llu contexts", (unsigned long long)mt.device_contexts);
         CHECK(n_sources == 3 && !strcmp(sources[0], "host") && strcmp(sources[1], "host") &&
@@ -415,7 +427,7 @@ static void test_engine(const char *dir) {
 
         atlas_engine_free(e);
     }
-    harness_rm_rf(dir2);
+    if (dir2[0]) harness_rm_rf(dir2);
 }
 
 /* A load beside a serving model: the newcomer's kernel modules go in at the scheduler's
@@ -449,23 +461,8 @@ static void on_quiet_event(const atlas_event *ev, void *user) {
 }
 
 static void test_quiet_load(const char *dir) {
-    char dir2[600], cmd[1400], out[256];
-    if (!harness_mkdtemp(dir2, sizeof dir2, "quiet")) return;
-    snprintf(cmd, sizeof cmd, "cp -r '%s'/. '%s'", harness_data_path("tiny-qwen3"), dir2);
-    CHECK(harness_run(cmd, out, sizeof out) == 0);
-    atlas_engine_model em[2] = {{.name = "a", .dir = dir}, {.name = "b", .dir = dir2}};
-    atlas_engine_params p = atlas_engine_default_params();
-    p.models = em;
-    p.n_models = 2;
-    p.max_resident = 2;
-    p.device = ATLAS_DEVICE_CUDA;
-    p.ctx_size = 256;
-    p.parallel = 1;
-    p.kv_blocks = 16;
-    p.batch_tokens = 32;
-    p.on_residency = on_residency_quiet;
-    atlas_engine *e = NULL;
-    CHECK_OK(atlas_engine_create(&p, &e));
+    char dir2[600];
+    atlas_engine *e = two_models(dir, dir2, sizeof dir2, 2, 0, on_residency_quiet);
     if (e) {
         CHECK_OK(atlas_engine_load(e, "a"));
         /* forced tokens: the fake's kernels compute nothing for an argmax to read */
@@ -497,7 +494,7 @@ static void test_quiet_load(const char *dir) {
               atomic_load(&g.tokens) == 200);
         atlas_engine_free(e);
     }
-    harness_rm_rf(dir2);
+    if (dir2[0]) harness_rm_rf(dir2);
 }
 
 static void test_model(void) {
