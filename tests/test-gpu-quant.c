@@ -146,7 +146,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     cuda_backend *cb = (cuda_backend *)gpu;
     static const int plans[] = {0, CUDA_QMMA_MAX};
     const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
-    for (size_t u = 0; u < 2 * n_ns; u++) {
+    for (size_t u = 0; u < sizeof plans / sizeof *plans * n_ns; u++) {
         size_t pl = u / n_ns;
         int n = ns[u % n_ns];
         cb->plan.qmma_max = plans[pl];

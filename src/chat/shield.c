@@ -18,6 +18,7 @@ enum { MARK = 0xE000, LITERAL = 0xE0FF, DIGIT0 = 0xE100, BASE = 0xF00 };
 typedef struct specials {
     const atlas_tokenizer *tok;
     size_t n_added;
+    size_t longest;          /* bytes of the longest special token */
     unsigned char first[32]; /* bitmap of first bytes */
 } specials;
 
@@ -33,6 +34,7 @@ static void specials_init(specials *sp, const atlas_tokenizer *tok) {
             special && len) {
             unsigned char b = (unsigned char)t[0];
             sp->first[b >> 3] |= (unsigned char)(1u << (b & 7));
+            if (len > sp->longest) sp->longest = len;
         }
     }
 }
@@ -266,13 +268,7 @@ static atlas_status plain_across(const atlas_tokenizer *tok, const char *text, s
                                  const size_t *cuts, size_t n_cuts, ranges *rg) {
     specials sp;
     specials_init(&sp, tok);
-    size_t longest = 0, sorted = rg->n;
-    for (size_t i = 0; i < sp.n_added; i++) {
-        size_t len = 0;
-        bool special = false;
-        atlas_tokenizer_added_token(tok, i, NULL, &len, NULL, &special);
-        if (special && len > longest) longest = len;
-    }
+    size_t longest = sp.longest, sorted = rg->n;
     for (size_t c = 0, done = 0; c < n_cuts && longest > 1; c++) {
         size_t p = cuts[c] > longest - 1 ? cuts[c] - (longest - 1) : 0;
         if (p < done) p = done; /* positions the previous cut looked at */

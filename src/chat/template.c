@@ -367,13 +367,9 @@ static atlas_status render(const atlas_template *t, const atlas_template_input *
         free(buf.cuts);
         return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
     }
-    if (cuts) { /* the text's edges are no cuts */
-        size_t k = 0;
-        for (size_t j = 0; j < buf.n_cuts; j++)
-            if (buf.cuts[j] > 0 && buf.cuts[j] < buf.n) buf.cuts[k++] = buf.cuts[j];
-        if (k) *cuts = buf.cuts, *n_cuts = k;
-        else free(buf.cuts);
-    }
+    size_t k = tbuf_inner_cuts(&buf); /* the text's edges are no cuts */
+    if (k) *cuts = buf.cuts, *n_cuts = k;
+    else free(buf.cuts);
     return ATLAS_OK;
 }
 

@@ -231,6 +231,7 @@ void tbuf_puts(tbuf *b, const char *s);
 void tbuf_putc(tbuf *b, char c);
 void tbuf_cut(tbuf *b);                   /* a piece ends here (when b records them) */
 void tbuf_put_str(tbuf *b, const tstr *s); /* its bytes, and its own cuts when b records */
+size_t tbuf_inner_cuts(tbuf *b); /* keeps the cuts inside the text (not at 0 or n): how many */
 
 /* constructors */
 tval tv_undef(const char *name);

@@ -34,14 +34,11 @@ atlas_status tpl_from_buf(trender *r, const tnode *at, tbuf *b, tval *out) {
 
 atlas_status tpl_from_pieces(trender *r, const tnode *at, tbuf *b, tval *out) {
     atlas_status st = b->oom ? tpl_oom(r, at) : tv_str(r, b->p ? b->p : "", b->n, out);
-    size_t n = 0; /* the cuts inside the string: its edges are the printer's own */
-    for (size_t i = 0; i < b->n_cuts; i++) n += b->cuts[i] > 0 && b->cuts[i] < b->n;
+    size_t n = tbuf_inner_cuts(b); /* its edges are the printer's own cuts */
     if (st == ATLAS_OK && n) {
-        size_t *c = tpl_alloc_raw(r, n * sizeof *c), k = 0;
+        size_t *c = tpl_alloc_raw(r, n * sizeof *c);
         if (!c) st = tpl_oom(r, at);
-        for (size_t i = 0; c && i < b->n_cuts; i++)
-            if (b->cuts[i] > 0 && b->cuts[i] < b->n) c[k++] = b->cuts[i];
-        if (c) out->u.s->cuts = c, out->u.s->n_cuts = n;
+        else memcpy(c, b->cuts, n * sizeof *c), out->u.s->cuts = c, out->u.s->n_cuts = n;
     }
     free(b->p);
     free(b->cuts);

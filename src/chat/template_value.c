@@ -116,6 +116,13 @@ static void cut_at(tbuf *b, size_t at) {
 
 void tbuf_cut(tbuf *b) { cut_at(b, b->n); }
 
+size_t tbuf_inner_cuts(tbuf *b) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_cuts; i++)
+        if (b->cuts[i] > 0 && b->cuts[i] < b->n) b->cuts[k++] = b->cuts[i];
+    return b->n_cuts = k;
+}
+
 void tbuf_put_str(tbuf *b, const tstr *s) {
     size_t at = b->n;
     tbuf_put(b, s->s, s->len);

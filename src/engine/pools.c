@@ -34,9 +34,6 @@ static size_t host_budget(atlas_engine *e, size_t ram) {
     return ram / 2;
 }
 
-/* The memory budget of the resident models: gpu_memory, else the share of the GPU's memory,
- * else none (the CPU: RAM is the system's to manage), except under ATLAS_MAX_RESIDENT_AUTO,
- * which needs one.  *gpu: a GPU is there. */
 atlas_host *atlas_engine_gpu_host(const atlas_engine *e) {
     atlas_host *h = NULL;
     if (e->p.device == ATLAS_DEVICE_CPU) return NULL;
@@ -45,6 +42,9 @@ atlas_host *atlas_engine_gpu_host(const atlas_engine *e) {
     return NULL;
 }
 
+/* The memory budget of the resident models: gpu_memory, else the share of the GPU's memory,
+ * else none (the CPU: RAM is the system's to manage), except under ATLAS_MAX_RESIDENT_AUTO,
+ * which needs one.  *gpu: a GPU is there. */
 static size_t memory_budget(atlas_engine *e, int *gpu, size_t *ram_share) {
     atlas_host *h = atlas_engine_gpu_host(e);
     *gpu = h != NULL;
