@@ -174,14 +174,24 @@ __device__ sel radix_select(const view &v, bool count, double want) {
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hw[b] = 0, hc[b] = 0;
         __syncthreads();
         unsigned prefix = s_prefix, hi = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+        /* a thread's run of ids in one bin goes in as one add: a row's values share a few
+         * sign-and-exponent bins, where every id's own add (the 64-bit one a compare-and-swap
+         * loop) waited on the block's others */
+        int run_b = -1, run_c = 0;
+        u64 run_w = 0;
         for (int i = threadIdx.x; i < v.n; i += blockDim.x) {
             float y = v.x[i] * v.inv_t;
             unsigned key = fkey(y);
             if ((key & hi) != (prefix & hi) || !in_topk(v, key, i)) continue;
             int b = (key >> shift) & 255;
-            atomicAdd(&hc[b], 1);
-            atomicAdd(&hw[b], fixed_weight(v, y, count));
+            if (b != run_b) {
+                if (run_c) atomicAdd(&hc[run_b], run_c), atomicAdd(&hw[run_b], run_w);
+                run_b = b, run_c = 0, run_w = 0;
+            }
+            run_c++;
+            run_w += fixed_weight(v, y, count);
         }
+        if (run_c) atomicAdd(&hc[run_b], run_c), atomicAdd(&hw[run_b], run_w);
         __syncthreads();
         if (threadIdx.x < 32) pick_bin(hw, shift, shift == 24, want, &s_prefix, &s_above, &s_need);
         __syncthreads();
