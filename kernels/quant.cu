@@ -899,9 +899,64 @@ extern "C" __global__ void __launch_bounds__(256)
  * fp32 global factor is the rowscale). Every weight byte is read once whatever n is. */
 enum { QM_WARPS = 4 };
 
-template <int FMT, int NG>
+/* (q - z) of nibbles j and j + 4 of v (columns j, j + 4 of its 8) as bf16x2 (j's low): 128 + q
+ * is the nibble under bf16 128.0's exponent, z128 is 128 + z in both halves, and the
+ * difference of such small integers is exact. */
+__device__ __forceinline__ uint32_t int4_pair(uint32_t v, int j, uint32_t z128) {
+    uint32_t c = ((v >> (4 * j)) & 0x000F000Fu) | 0x43004300u, d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(z128), "r"(0xBF80BF80u), "r"(c));
+    return d;
+}
+
+/* The pairs of columns the tensor-core kernels put in one bf16x2, of a lane's E columns, for
+ * k step s (four columns): FP8 (4s, 4s + 1) and (4s + 2, 4s + 3); the 4-bit formats the
+ * nibbles int4_pair takes, (8w + j, 8w + j + 4) and (8w + j + 1, 8w + j + 5) with w = s / 2,
+ * j = 2 (s % 2). first: the first pair's first column; the second pair starts one (4-bit)
+ * or two (FP8) after it, each pair's second column one (FP8) or four after its first. */
+template <int FMT> __device__ __forceinline__ int pair_first(int s) {
+    return FMT == QF_FP8 ? 4 * s : 8 * (s >> 1) + 2 * (s & 1);
+}
+template <int FMT> __host__ __device__ constexpr int pair_next() { return FMT == QF_FP8 ? 2 : 1; }
+template <int FMT> __host__ __device__ constexpr int pair_gap() { return FMT == QF_FP8 ? 1 : 4; }
+
+/* x [n, k] split into bf16 hi + lo (split_bf16x2) once for every block of a tensor-core matmul
+ * (each re-split its x: about 6 instructions a pair of values, a block of 16 weight rows,
+ * bench/RESULTS.md): xs[t, c / 4 + s] for the E columns from c (a multiple of E) is
+ * (hi, lo) of the first pair of k step s, then (hi, lo) of the second, in pair_first's
+ * order. grid-stride over n k / 4 slots, block 256. */
+template <int FMT>
+__device__ __forceinline__ void qsplit_body(uint4 *xs, const float *x, int n, int k) {
+    constexpr int E = FMT == QF_FP8 ? 16 : 32;
+    pdl_wait(); /* x is the previous kernel's; xs may still be read by the previous matmul */
+    const long long per_row = k / 4, total = (long long)n * per_row;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        int t = (int)(i / per_row), c4 = (int)(i % per_row) * 4;
+        int c0 = c4 / E * E, st = (c4 - c0) / 4, f = c0 + pair_first<FMT>(st);
+        const float *xr = x + (size_t)t * k;
+        int f2 = f + pair_next<FMT>();
+        uint32_t h0, l0, h1, l1;
+        split_bf16x2(xr[f], xr[f + pair_gap<FMT>()], h0, l0);
+        split_bf16x2(xr[f2], xr[f2 + pair_gap<FMT>()], h1, l1);
+        xs[i] = make_uint4(h0, l0, h1, l1);
+    }
+    pdl_trigger();
+}
+#define ATLAS_QSPLIT(NAME, FMT)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256)                                             \
+        NAME(uint4 *xs, const float *x, int n, int k) {                                            \
+        qsplit_body<FMT>(xs, x, n, k);                                                             \
+    }
+ATLAS_QSPLIT(atlas_qsplit_fp8, QF_FP8)
+ATLAS_QSPLIT(atlas_qsplit_q4, QF_INT4) /* INT4 and FP4: the same nibble order */
+
+/* SPLIT: x comes split (atlas_qsplit_*, xs) and the A fragments pair columns as
+ * pair_first says; INT4 with a scale a chunk takes its codes straight into bf16x2 pairs
+ * (int4_pair) instead of floats one at a time. */
+template <int FMT, int NG, bool SPLIT = false>
 __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint8_t *w,
-                                          const bf16_t *bias, int n, int m, int k, qargs q) {
+                                          const bf16_t *bias, int n, int m, int k, qargs q,
+                                          const uint4 *xs = nullptr) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32;
     constexpr int CH = 4 * E; /* columns a warp takes a chunk */
     constexpr int CH_LOG2 = FMT == QF_FP8 ? 6 : 7;
@@ -931,29 +986,63 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
         /* mma.sync wants the whole warp: lanes past k multiply zeros of x */
         int cb = col_of(ch);
         bool in = cb < k;
+        /* INT4's codes straight into pairs: a scale a chunk, the zero subtracted in bf16 */
+        constexpr bool PAIRS = SPLIT && FMT == QF_INT4;
+        const bool pairs = PAIRS && chunk_scaled;
         float fl[E], fh[E], t[NG][4];
-        qrow<FMT>(cl, fl, rl, cb, k, q, !chunk_scaled);
-        qrow<FMT>(chh, fh, rh, cb, k, q, !chunk_scaled);
+        uint32_t zl = 0, zh = 0; /* 128 + the chunk's zero of rows g and g + 8, bf16x2 */
+        if (pairs) {
+            int cs = in ? cb : 0;
+            float z0 = __ldg(q.zeros + (size_t)(rl >> q.rsh) * q.scols + (cs >> q.csh));
+            float z1 = __ldg(q.zeros + (size_t)(rh >> q.rsh) * q.scols + (cs >> q.csh));
+            zl = pack_bf16x2(128.0f + z0, 128.0f + z0);
+            zh = pack_bf16x2(128.0f + z1, 128.0f + z1);
+        } else {
+            qrow<FMT>(cl, fl, rl, cb, k, q, !chunk_scaled);
+            qrow<FMT>(chh, fh, rh, cb, k, q, !chunk_scaled);
+        }
 #pragma unroll
         for (int j = 0; j < NG; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) t[j][i] = 0.0f;
 #pragma unroll
         for (int s = 0; s < E / 4; s++) {
-            uint32_t a[4] = {cvt_bf16x2(fl[4 * s], fl[4 * s + 1]),
-                             cvt_bf16x2(fh[4 * s], fh[4 * s + 1]),
-                             cvt_bf16x2(fl[4 * s + 2], fl[4 * s + 3]),
-                             cvt_bf16x2(fh[4 * s + 2], fh[4 * s + 3])};
+            uint32_t a[4];
+            if (!SPLIT) {
+                a[0] = cvt_bf16x2(fl[4 * s], fl[4 * s + 1]);
+                a[1] = cvt_bf16x2(fh[4 * s], fh[4 * s + 1]);
+                a[2] = cvt_bf16x2(fl[4 * s + 2], fl[4 * s + 3]);
+                a[3] = cvt_bf16x2(fh[4 * s + 2], fh[4 * s + 3]);
+            } else if (pairs) {
+                const uint32_t wl[4] = {cl.x, cl.y, cl.z, cl.w}, wh[4] = {chh.x, chh.y, chh.z, chh.w};
+                const int jj = 2 * (s & 1);
+                a[0] = int4_pair(wl[s >> 1], jj, zl);
+                a[1] = int4_pair(wh[s >> 1], jj, zh);
+                a[2] = int4_pair(wl[s >> 1], jj + 1, zl);
+                a[3] = int4_pair(wh[s >> 1], jj + 1, zh);
+            } else {
+                const int f = pair_first<FMT>(s), f2 = f + pair_next<FMT>(), d = pair_gap<FMT>();
+                a[0] = cvt_bf16x2(fl[f], fl[f + d]);
+                a[1] = cvt_bf16x2(fh[f], fh[f + d]);
+                a[2] = cvt_bf16x2(fl[f2], fl[f2 + d]);
+                a[3] = cvt_bf16x2(fh[f2], fh[f2 + d]);
+            }
 #pragma unroll
             for (int j = 0; j < NG; j++) {
                 int xr = j * 8 + g;
                 if (j * 8 >= n) break;
-                float4 xv = xr < n && in ? __ldg(reinterpret_cast<const float4 *>(
-                                               x + (size_t)xr * k + cb + 4 * s))
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
                 uint32_t h0, l0, h1, l1;
-                split_bf16x2(xv.x, xv.y, h0, l0);
-                split_bf16x2(xv.z, xv.w, h1, l1);
+                if (SPLIT) {
+                    uint4 xv = xr < n && in ? __ldg(xs + (size_t)xr * (k / 4) + cb / 4 + s)
+                                            : make_uint4(0, 0, 0, 0);
+                    h0 = xv.x, l0 = xv.y, h1 = xv.z, l1 = xv.w;
+                } else {
+                    float4 xv = xr < n && in ? __ldg(reinterpret_cast<const float4 *>(
+                                                   x + (size_t)xr * k + cb + 4 * s))
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+                    split_bf16x2(xv.x, xv.y, h0, l0);
+                    split_bf16x2(xv.z, xv.w, h1, l1);
+                }
                 mma_bf16_16816(t[j], a, h0, h1);
                 mma_bf16_16816(t[j], a, l0, l1);
             }
@@ -1003,11 +1092,25 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
         qmma_body<FMT, NG>(out, x, w, bias, n, m, k,                                               \
                            qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale});        \
     }
+/* atlas_qmmp<NG>_<fmt>: the same with x split beforehand (atlas_qsplit_*), xs last */
+#define ATLAS_QMMP(NAME, FMT, NG)                                                                 \
+    extern "C" __global__ void __launch_bounds__(QM_WARPS * 32)                                   \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2, const float *rowscale, const uint4 *xs) {         \
+        qmma_body<FMT, NG, true>(out, x, w, bias, n, m, k,                                         \
+                                 qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
+                                 xs);                                                              \
+    }
 #define ATLAS_QMMA_ALL(FMTNAME, FMT)                                                              \
     ATLAS_QMMA(atlas_qmma1_##FMTNAME, FMT, 1)                                                      \
     ATLAS_QMMA(atlas_qmma2_##FMTNAME, FMT, 2)                                                      \
     ATLAS_QMMA(atlas_qmma4_##FMTNAME, FMT, 4)                                                      \
-    ATLAS_QMMA(atlas_qmma8_##FMTNAME, FMT, 8)
+    ATLAS_QMMA(atlas_qmma8_##FMTNAME, FMT, 8)                                                      \
+    ATLAS_QMMP(atlas_qmmp1_##FMTNAME, FMT, 1)                                                      \
+    ATLAS_QMMP(atlas_qmmp2_##FMTNAME, FMT, 2)                                                      \
+    ATLAS_QMMP(atlas_qmmp4_##FMTNAME, FMT, 4)                                                      \
+    ATLAS_QMMP(atlas_qmmp8_##FMTNAME, FMT, 8)
 ATLAS_QMMA_ALL(fp8, QF_FP8)
 ATLAS_QMMA_ALL(int4, QF_INT4)
 ATLAS_QMMA_ALL(fp4, QF_FP4)

@@ -142,14 +142,17 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(dx), x, (size_t)(NMAX * k) * 4));
     CHECK_OK(ATLAS_CU(cuCtxSynchronize));
     /* the plan as every model has it, then the tensor-core kernels at every row count they
-     * take (what `atlas bench` times beside the scratch copy) */
+     * take (what `atlas bench` times beside the scratch copy), then the same on x split once
+     * a matmul */
     cuda_backend *cb = (cuda_backend *)gpu;
-    static const int plans[] = {0, CUDA_QMMA_MAX};
+    static const struct { int qmma_max; bool split; } plans[] = {
+        {0, false}, {CUDA_QMMA_MAX, false}, {CUDA_QMMA_MAX, true}};
     const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
     for (size_t u = 0; u < sizeof plans / sizeof *plans * n_ns; u++) {
         size_t pl = u / n_ns;
         int n = ns[u % n_ns];
-        cb->plan.qmma_max = plans[pl];
+        cb->plan.qmma_max = plans[pl].qmma_max;
+        cb->plan.qmma_split = plans[pl].split;
         if (pl > 0 && (n < 2 || n > CUDA_QMMA_MAX || parts[0].q.g_idx)) continue;
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(NMAX * m)));
         CHECK_OK(ATLAS_CU(cuCtxSynchronize));
@@ -167,6 +170,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
             printf("  %-44s n=%-3d plan %zu %.2e\n", what, n, pl, e);
     }
     cb->plan.qmma_max = 0;
+    cb->plan.qmma_split = false;
     /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
      * block (3: the last block short, groups of more than one item where k is long enough),
      * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x,

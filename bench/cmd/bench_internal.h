@@ -79,7 +79,8 @@ atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
 
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
-enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 6 };
+enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 6,
+       ATLAS_BENCH_QRUNS = 10 };
 
 typedef struct atlas_bench_profile {
     const char *name[ATLAS_BENCH_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
@@ -100,10 +101,11 @@ typedef struct atlas_bench_profile {
      * shapes, packed bytes (codes, scales, zeros) / time of one matmul: [0] n = 1, [1] n = 16
      * and [2] n = 64 on the tensor-core kernels, [3] n = 16 and [4] n = 64 through the bf16
      * scratch copy (dequantize, then the bf16 matmul), [5] and [6] n = 32 each way (the rows
-     * between CUDA_QMMA_DEFAULT and CUDA_QMMA_MAX) */
+     * between CUDA_QMMA_DEFAULT and CUDA_QMMA_MAX), [7..9] n = 16, 32, 64 on the tensor-core
+     * kernels with x split once (cuda_plan.qmma_split) */
     const char *qfmt;
     int q_bc;
-    double qgbps[7][ATLAS_BENCH_SHAPES];
+    double qgbps[ATLAS_BENCH_QRUNS][ATLAS_BENCH_SHAPES];
     /* One row of the same layout as a decode graph runs it: qchain_len[c] matmuls of shape
      * 1 + c (o, gate_up, down), each on its own weights, in one graph; microseconds a matmul, [0]
      * the one-group kernel, [1] INT4 against int8 x, [2..5] the streaming kernels: 8 stages

@@ -157,6 +157,9 @@ typedef struct cuda_fns {
      * up to 8, 16, 32, 64 rows on the tensor cores (no g_idx); the bf16 scratch copy */
     CUfunction qgemv1[CUDA_QKINDS], qgemv1c[CUDA_QKINDS], qgemv1x, qgemv8_g;
     CUfunction qmma[CUDA_QKINDS][4], qdequant[CUDA_QKINDS];
+    /* the same on x split beforehand (plan.qmma_split), and the split: FP8's pairs, then the
+     * 4-bit formats' */
+    CUfunction qmmp[CUDA_QKINDS][4], qsplit[2];
     /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
      * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
@@ -340,6 +343,10 @@ typedef struct cuda_plan {
                                bf16 scratch copy: 0 (every model) CUDA_QMMA_DEFAULT, else
                                this up to CUDA_QMMA_MAX; set by `atlas bench` to time both
                                ways */
+    bool qmma_split;        /* those tensor-core kernels on x split once a matmul
+                               (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
+                               it; off (every model) until measured; set by tests and
+                               `atlas bench` */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:

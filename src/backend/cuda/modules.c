@@ -147,6 +147,8 @@ static atlas_status quant_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv8_int4g", &fn->qgemv8_g));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qrowscale", &fn->qrowscale));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv1x_int4", &fn->qgemv1x));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_fp8", &fn->qsplit[0]));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_q4", &fn->qsplit[1]));
     for (int i = 0; i < CUDA_QSTREAMS; i++) fn->qgemv1s16[i] = NULL;
     for (int q = 0; q < CUDA_QKINDS; q++) {
         char name[48];
@@ -181,6 +183,8 @@ static atlas_status quant_load(cuda_backend *cb) {
         for (int i = 0; i < 4 && q != CUDA_Q_INT4G; i++) {
             snprintf(name, sizeof name, "atlas_qmma%d_%s", 1 << i, qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmma[q][i]));
+            snprintf(name, sizeof name, "atlas_qmmp%d_%s", 1 << i, qnames[q]);
+            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmmp[q][i]));
         }
     }
     cb->mod.quant_ready = true;

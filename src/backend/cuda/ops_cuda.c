@@ -552,6 +552,18 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
         return launch(cb, cb->mod.fn.qgemv8_g, (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
     if (q != CUDA_Q_INT4G && n <= cuda_qmma_max(cb)) {
         int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
+        /* x split into bf16 hi + lo once, in the scratch buffer (free: batches of these
+         * rows do not dequantize), for every block instead of by each */
+        if (cb->plan.qmma_split && cb->ws.deq_bytes >= (size_t)n * k * 4) {
+            CUdeviceptr xs = cb->ws.deq;
+            long long blocks = ((long long)n * k / 4 + 255) / 256;
+            void *sa[] = {&xs, &x, &n, &k};
+            ATLAS_TRY(launch(cb, cb->mod.fn.qsplit[q != CUDA_Q_FP8],
+                             (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1, 256, 0, sa));
+            void *b[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols,
+                         &p1, &p2, &rs, &xs};
+            return launch(cb, cb->mod.fn.qmmp[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, b);
+        }
         return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
     }
     if (cb->ws.deq_bytes < (size_t)m * k * 2)
