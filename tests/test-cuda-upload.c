@@ -9,7 +9,9 @@
  * and quantized stacked experts are refused by name.  Work that wants a quiet device
  * (atlas_host_quiet_call: a load's kernel modules) runs on the serving thread at its quiet
  * point, its failure reported to the caller, and on the caller when nothing serves or the
- * serving thread sleeps.  tests/test-gpu-load.c loads the fixtures on a real GPU. */
+ * serving thread sleeps.  The quantized matmuls' ring in shared memory and split x launch
+ * with the shared memory and kernels they need.  tests/test-gpu-load.c loads the fixtures on
+ * a real GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -263,10 +265,79 @@ out:
     if (be) be->ops->destroy(be);
     atlas_st_free(st);
 }
+
+/* The launches of the quantized matmuls' newer kernels, as the driver sees them (none runs):
+ * the one-row GEMV with its ring in shared memory (CUDA_QGEMV_SP) raises the dynamic shared
+ * memory a block may take to the opt-in limit less its static share and launches with 16
+ * stages x threads x 24 bytes (INT4: codes, scale, zero), or, where the ring does not fit an
+ * SM, the register ring with none; the tensor-core matmul on x split once (plan.qmma_split)
+ * launches the split before it, and without the plan one kernel. */
+static void test_quant_launches(void) {
+    enum { M = 64, K = 4096, BC = 128, N = 16 };
+    double inv_freq[4] = {1, 0.1, 0.01, 0.001};
+    atlas_backend_geom g = {.hidden = K, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 8, .vocab_size = 4, .n_layers = 1, .rms_eps = 1e-5f,
+                            .rope_inv_freq = inv_freq, .rope_attn_factor = 1};
+    atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = 1};
+    uint8_t *codes = calloc((size_t)M * K / 2, 1);
+    float *sc = malloc((size_t)M * (K / BC) * sizeof(float));
+    float *zs = malloc((size_t)M * (K / BC) * sizeof(float));
+    for (int i = 0; sc && zs && i < M * (K / BC); i++) sc[i] = 1e-3f, zs[i] = 8.0f;
+    atlas_wquant q = {ATLAS_WFMT_INT4, 1, BC, K / BC, sc, zs, NULL, 0.0f};
+    atlas_weight_src src = {.name = "w", .dtype = ATLAS_DTYPE_U8, .n_dims = 2, .shape = {M, K},
+                            .nbytes = (size_t)M * K / 2, .data = codes, .quant = &q};
+    const atlas_weight_src *v[] = {&src};
+    for (int fits = 1; fits >= 0 && codes && sc && zs; fits--) {
+        /* an SM of 16 KB for blocks: the ring's 48 KB does not fit, the register ring does */
+        fake_cuda_set_smem_per_sm(fits ? 0 : 16 << 10);
+        atlas_backend *be = NULL;
+        atlas_weight *w = NULL;
+        void *x = NULL, *out = NULL;
+        CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
+        if (!be) break;
+        cuda_backend *cb = (cuda_backend *)be;
+        CHECK_OK(be->ops->weight_load(be, v, 1, &w));
+        CHECK_OK(be->ops->weights_done(be));
+        CHECK_OK(be->ops->alloc(be, (size_t)N * K * 4, &x));
+        CHECK_OK(be->ops->alloc(be, (size_t)N * M * 4, &out));
+        if (w && x && out) {
+            CHECK_OK(cuda_qgemv1(cb, w, CUDA_PTR(out), CUDA_PTR(x), CUDA_QGEMV_SP));
+            fake_cuda_stats st = fake_cuda_get_stats();
+            unsigned want = fits ? (unsigned)CUDA_QSTREAM_STAGES * 128 * 24 : 0;
+            CHECK_MSG(st.last_block == 128 && st.last_smem == want,
+                      "one row, ring %s: a block of %u threads and %u bytes, want 128 and %u",
+                      fits ? "fits" : "does not fit", st.last_block, st.last_smem, want);
+            CHECK_MSG(!fits || st.max_dynamic_smem == 232448,
+                      "dynamic shared memory raised to %d, want the opt-in's 232448",
+                      st.max_dynamic_smem);
+            CHECK_OK(cuda_deq_reserve(cb));
+            for (int split = 1; split >= 0; split--) {
+                cb->plan.qmma_split = split;
+                long before = fake_cuda_get_stats().launches;
+                CHECK_OK(be->ops->matmul(be, out, x, w, NULL, N));
+                long n = fake_cuda_get_stats().launches - before;
+                CHECK_MSG(n == 1 + split, "%d rows, x %s: %ld launches, want %d", N,
+                          split ? "split once" : "as it is", n, 1 + split);
+            }
+            cb->plan.qmma_split = false;
+        }
+        if (x) be->ops->free(be, x);
+        if (out) be->ops->free(be, out);
+        if (w) be->ops->weight_free(be, w);
+        CHECK_OK(be->ops->destroy(be));
+    }
+    fake_cuda_set_smem_per_sm(0);
+    free(codes);
+    free(sc);
+    free(zs);
+}
 #else
 static void test_backend(const char *dir) {
     (void)dir;
     printf("backend: skipped (built without kernels: no CUDA backend to create)\n");
+}
+static void test_quant_launches(void) {
+    printf("quantized launches: skipped (built without kernels)\n");
 }
 #endif
 
@@ -353,6 +424,7 @@ int main(void) {
     if (!h || harness_failures) return harness_finish();
     test_quiet(h);
     test_backend(dir);
+    test_quant_launches();
     harness_rm_rf(dir);
     return harness_finish();
 }
