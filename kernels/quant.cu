@@ -599,10 +599,11 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int byte
 
 /* S = 0: the ring of D register stages described above. S > 0 (a power of two), the ring in
  * shared memory: a thread's codes, scales and zero go by cp.async into its own slots of S
- * stages (dynamic shared memory, qstream_slot bytes a thread a stage), so that S - 1 items a
- * thread are in flight without registers to hold them: the register ring's 8 x 16 bytes and
- * x's 32 registers left 4 blocks of 128 threads an SM, 64 KB in flight, less than the
- * memory's latency wants at its rate. A thread reads only the slots it fills: no barrier. */
+ * stages (dynamic shared memory, cuda_qstream_slot's bytes a thread a stage), so that S - 1
+ * items a thread are in flight without registers to hold them: the register ring's 8 x 16
+ * bytes and x's 32 registers left 4 blocks of 128 threads an SM, 64 KB in flight, less than
+ * the memory's latency wants at its rate. A thread reads only the slots it fills: no
+ * barrier. */
 template <int FMT, int D, bool X8, bool G16 = false, int S = 0>
 __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const uint8_t *w,
                                              const bf16_t *bias, int m, int k, qargs q,
@@ -649,7 +650,8 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
         cp_async16(ring_w + (size_t)slot * blockDim.x + tid, ok ? wc + (size_t)row * rbytes : w,
                    ok ? 16 : 0);
         cp_async4(f, ok ? q.scales + si : q.scales, ok ? 4 : 0);
-        if constexpr (G16) cp_async4(f + blockDim.x, ok ? q.scales + si - cg + cg1 : q.scales, ok ? 4 : 0);
+        if constexpr (G16)
+            cp_async4(f + blockDim.x, ok ? q.scales + si - cg + cg1 : q.scales, ok ? 4 : 0);
         if constexpr (FMT == QF_INT4)
             cp_async4(f + (NF - 1) * blockDim.x, ok ? q.zeros + si : q.zeros, ok ? 4 : 0);
         asm volatile("cp.async.commit_group;");
@@ -1014,7 +1016,8 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
                 a[2] = cvt_bf16x2(fl[4 * s + 2], fl[4 * s + 3]);
                 a[3] = cvt_bf16x2(fh[4 * s + 2], fh[4 * s + 3]);
             } else if (pairs) {
-                const uint32_t wl[4] = {cl.x, cl.y, cl.z, cl.w}, wh[4] = {chh.x, chh.y, chh.z, chh.w};
+                const uint32_t wl[4] = {cl.x, cl.y, cl.z, cl.w};
+                const uint32_t wh[4] = {chh.x, chh.y, chh.z, chh.w};
                 const int jj = 2 * (s & 1);
                 a[0] = int4_pair(wl[s >> 1], jj, zl);
                 a[1] = int4_pair(wh[s >> 1], jj, zh);
