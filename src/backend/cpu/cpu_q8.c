@@ -449,6 +449,51 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
         out[i] = cpu_hsum256(acc[i]) - zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
 }
 
+/* Two rows against one packed token where every chunk is whole and one scale covers it
+ * (groups of whole chunks, or one a row; k a multiple of 128): rows_avx2's sums in its order
+ * with its accumulators in two registers, where its arrays went through the stack every
+ * step (perf). */
+static inline __attribute__((always_inline)) void
+rows2_whole_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out) {
+    const atlas_wquant *qw = &p->quant;
+    const q8_shape sh = q8_shape_of(p, k);
+    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, sc = sh.sc;
+    const int8_t *q = xp;
+    const float *d = (const float *)(q + kp), *xg = d + kp / 32;
+    const uint8_t *w0 = (const uint8_t *)p->data + r * kb, *w1 = w0 + kb;
+    const float *s0 = qw->scales + r * sc, *s1 = s0 + sc;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    grp_walk gw = grp_start(sh.bc, k);
+    for (int64_t c = 0; c < nch; grp_next(&gw), c++) {
+        _mm_prefetch((const char *)(w0 + 2 * kb + c * 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w1 + 2 * kb + c * 64), _MM_HINT_T0);
+        const __m256 sv0 = _mm256_set1_ps(s0[gw.g]), sv1 = _mm256_set1_ps(s1[gw.g]);
+        for (int h = 0; h < 2; h++) {
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
+            const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
+            const __m256 dv = _mm256_permutevar8x32_ps(
+                _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd((const double *)(d + c * 4 + h * 2)))),
+                lane_blk);
+            __m256i u0 = _mm256_loadu_si256((const __m256i *)(w0 + c * 64 + h * 32));
+            __m256i u1 = _mm256_loadu_si256((const __m256i *)(w1 + c * 64 + h * 32));
+            __m256i t0 = _mm256_add_epi16(
+                _mm256_maddubs_epi16(_mm256_and_si256(u0, m0f), xe),
+                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m0f), xo));
+            __m256i t1 = _mm256_add_epi16(
+                _mm256_maddubs_epi16(_mm256_and_si256(u1, m0f), xe),
+                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m0f), xo));
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t0, ones)),
+                                 _mm256_mul_ps(dv, sv0), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t1, ones)),
+                                 _mm256_mul_ps(dv, sv1), a1);
+        }
+    }
+    out[0] = cpu_hsum256(a0) - zero_term_avx2(s0, qw->zeros + r * sc, xg, sc);
+    out[1] = cpu_hsum256(a1) - zero_term_avx2(s1, qw->zeros + (r + 1) * sc, xg, sc);
+}
+
 /* Prefill's tile with AVX2: Q8_ROWS_AVX2 rows times Q8_TILE_AVX2 tokens, each half chunk's
  * nibbles unpacked once for all of them (rows_avx2 unpacks them again for every token); the
  * same sums, in the same order, as rows_avx2 gives each token alone. Two rows by four tokens
@@ -519,8 +564,12 @@ static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, cons
         int t = 0;
         for (; t + Q8_TILE_AVX2 <= n; t += Q8_TILE_AVX2)
             tile_avx2(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
+        const q8_shape sh = q8_shape_of(p, k);
         for (; t < n; t++)
-            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, Q8_ROWS_AVX2);
+            if (sh.whole && sh.nfull == sh.nch)
+                rows2_whole_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r);
+            else
+                rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, Q8_ROWS_AVX2);
     }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
