@@ -560,8 +560,9 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
             void *sa[] = {&xs, &x, &n, &k};
             ATLAS_TRY(launch(cb, cb->mod.fn.qsplit[q != CUDA_Q_FP8],
                              (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1, 256, 0, sa));
-            void *b[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols,
-                         &p1, &p2, &rs, &xs};
+            void *b[17];
+            memcpy(b, a, sizeof a);
+            b[16] = &xs;
             return launch(cb, cb->mod.fn.qmmp[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, b);
         }
         return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
