@@ -454,9 +454,9 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
  * with its accumulators in two registers, where its arrays went through the stack every
  * step (perf). */
 static inline __attribute__((always_inline)) void
-rows2_whole_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out) {
+rows2_whole_avx2(const cpu_part *p, const q8_shape sh, int64_t k, int64_t r, const void *xp,
+                 float *out) {
     const atlas_wquant *qw = &p->quant;
-    const q8_shape sh = q8_shape_of(p, k);
     const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, sc = sh.sc;
     const int8_t *q = xp;
     const float *d = (const float *)(q + kp), *xg = d + kp / 32;
@@ -559,15 +559,16 @@ tile_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
 
 static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp,
                       size_t xs, int n, float *out, int64_t ldo) {
+    const q8_shape sh = q8_shape_of(p, k);
+    const int whole2 = sh.whole && sh.nfull == sh.nch;
     int64_t r = r0;
     for (; r + Q8_ROWS_AVX2 <= r1; r += Q8_ROWS_AVX2) {
         int t = 0;
         for (; t + Q8_TILE_AVX2 <= n; t += Q8_TILE_AVX2)
             tile_avx2(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
-        const q8_shape sh = q8_shape_of(p, k);
         for (; t < n; t++)
-            if (sh.whole && sh.nfull == sh.nch)
-                rows2_whole_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r);
+            if (whole2)
+                rows2_whole_avx2(p, sh, k, r, (const char *)xp + xs * t, out + t * ldo + r);
             else
                 rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, Q8_ROWS_AVX2);
     }
