@@ -12,6 +12,8 @@
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
  *   atlas_qrowscale       out[j, r] = out[j, r] * rowscale[r] (+ bias[r]) after such a matmul
+ *   atlas_fp8_actq        x as e4m3 with a float scale a row and 128 columns, for cuBLASLt's
+ *                         FP8 matmul of FP8 weights in 128 x 128 blocks (plan.fp8_act)
  * fmt: fp8 (e4m3 codes [m, k]), int4 ([m, k/2] bytes, column 2j in the low nibble of byte j;
  * w = (q - zero) * scale), int4g (the same with GPTQ's act-order g_idx), fp4 (e2m1 codes packed
  * as int4; w = e2m1 * scale). Scales (and zeros) are float32 over the grid
@@ -408,6 +410,34 @@ extern "C" __global__ void __launch_bounds__(256)
          i += (long long)gridDim.x * blockDim.x) {
         int r = (int)(i % m);
         out[i] = out[i] * __ldg(rowscale + r) + (bias ? bf2f(bias[r]) : 0.0f);
+    }
+    pdl_trigger();
+}
+
+/* xq[r, c] = e4m3(x[r, c] / s) with s = max(amax, 1e-10) / 448 over the 128 columns of c's
+ * group (vLLM's and DeepSeek's per-token-group quantization; transformers' FP8 linear does
+ * the same), s into xs at [g, r] (row fastest: cuBLASLt's VEC128 layout). A warp a (row,
+ * group), 4 columns a lane; k % 128 == 0; grid-stride, block 256. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_fp8_actq(uint32_t *xq, float *xs, const float *x, int n, int k) {
+    pdl_wait();
+    const int lane = threadIdx.x & 31, groups = k / 128;
+    const long long warps = (long long)n * groups;
+    for (long long wi = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5; wi < warps;
+         wi += ((long long)gridDim.x * blockDim.x) >> 5) {
+        const int r = (int)(wi / groups), g = (int)(wi % groups);
+        const size_t at = (size_t)r * k + (size_t)g * 128 + lane * 4;
+        const float4 v = *(const float4 *)(x + at);
+        float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        const float s = fmaxf(a, 1e-10f) / 448.0f;
+        const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x / s, v.y / s),
+                                                     __NV_SATFINITE, __NV_E4M3);
+        const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z / s, v.w / s),
+                                                     __NV_SATFINITE, __NV_E4M3);
+        xq[at / 4] = lo | hi << 16;
+        if (lane == 0) xs[(size_t)g * n + r] = s;
     }
     pdl_trigger();
 }

@@ -105,6 +105,51 @@ static double norm_err(const float *got, const float *want, size_t n) {
     return ma > 0 ? md / ma : md;
 }
 
+/* FP8 in 128 x 128 blocks on FP8 tensor cores (plan.fp8_act) at row counts past 4 and not
+ * multiples of 4 (the last rows on the few-row kernels), against the CPU's weight-only
+ * product: x rounded to e4m3 leaves about 3% of the largest output (bound 0.1); each row's
+ * groups of 128 columns scaled apart (1x to 9x) so that a scale applied to another row or
+ * group is an error far past it. Where cuBLASLt has the matmul (12.9+ on sm_90+) the plan
+ * must stay on. */
+static void fp8_act(const char *what, atlas_weight *wc, atlas_weight *wg, atlas_weight *bc,
+                    atlas_weight *bg, int64_t k, int64_t m, void *dx, void *dout, float *x,
+                    float *want, float *got) {
+    cuda_backend *cb = (cuda_backend *)gpu;
+    enum { N = 80 };
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t c = 0; c < k; c++) x[r * k + c] *= (float)(1 + (r * 7 + c / 128 * 3) % 9);
+    CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(dx), x, (size_t)(N * k) * 4));
+    const char *v = cuda_lt_version(cb->mod.lt);
+    int major = 0, minor = 0;
+    bool has = cb->mod.lt && sscanf(v, "%d.%d", &major, &minor) == 2 &&
+               (major > 12 || (major == 12 && minor >= 9)) && cb->dev.arch.cc_major >= 9 &&
+               !cb->dev.arch.portable;
+    static const int ns[] = {8, 66, N};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        int n = ns[i];
+        cb->plan.qmma_max = 1; /* every row count past the tensor-core kernels */
+        cb->plan.fp8_act = true;
+        CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(n * m)));
+        CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, bc, n));
+        CHECK_OK(gpu->ops->matmul(gpu, dout, dx, wg, bg, n));
+        CHECK_OK(gpu->ops->download(gpu, got, dout, (size_t)(n * m)));
+        double e = norm_err(got, want, (size_t)(n * m));
+        CHECK_MSG(e <= 0.1, "%s, %d rows, fp8 activations: normalised error %.3g > 0.1", what, n,
+                  e);
+        CHECK_MSG(!has || cb->plan.fp8_act, "%s: cuBLASLt %s on sm_%d%d has no FP8 block matmul "
+                  "(%s)", what, v, cb->dev.arch.cc_major, cb->dev.arch.cc_minor,
+                  atlas_last_error());
+        printf("  %-44s n=%-3d fp8 activations %.2e (%s)\n", what, n, e,
+               k % 128 ? "k not of whole blocks: the scratch copy"
+               : cb->plan.fp8_act ? "FP8 tensor cores" : "no FP8 matmul: the scratch copy");
+    }
+    cb->plan.qmma_max = 0;
+    cb->plan.fp8_act = false;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t c = 0; c < k; c++) x[r * k + c] /= (float)(1 + (r * 7 + c / 128 * 3) % 9);
+    CHECK_OK(ATLAS_CU(cuMemcpyHtoD, CUDA_PTR(dx), x, (size_t)(N * k) * 4));
+}
+
 /* The parts fused (and a bias) on both backends, then out = x @ w^T for each row count.
  * mma_bound: the bound of the tensor-core kernels (2 .. cuda_qmma_max rows): 1e-4 where
  * their bf16 weights are exact (a scale a chunk applied to fp32 partial sums, or NVFP4's
@@ -171,6 +216,9 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     }
     cb->plan.qmma_max = 0;
     cb->plan.qmma_split = false;
+    if (parts[0].q.format == ATLAS_WFMT_FP8_E4M3 && parts[0].q.block_rows == 128 &&
+        parts[0].q.block_cols == 128)
+        fp8_act(what, wc, wg, bc, bg, k, m, dx, dout, x, want, got);
     /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
      * block (3: the last block short, groups of more than one item where k is long enough),
      * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x,
@@ -259,6 +307,8 @@ int main(void) {
 
     one("fp8 block 128x128, edge blocks", F8, r1, 1, 320, 128, 128, false, false);
     one("fp8 block 128x128, qkv fused, bias", F8, r3, 3, 4096, 128, 128, false, true);
+    int64_t r256[] = {256};
+    one("fp8 block 128x128, 5 column blocks", F8, r256, 1, 640, 128, 128, false, false);
     one("fp8 per channel", F8, r1, 1, 1040, 1, 1040, false, true);
     one("fp8 per tensor", F8, r1, 1, 512, 200, 512, false, false);
     one("int4 group 128", I4, r1, 1, 4096, 1, 128, false, false);

@@ -466,6 +466,23 @@ int atlas_cli_bench(int argc, char **argv) {
                "the first %.3f s)\n", p, ts * 1e3, p / ts, flop / ts / 1e12, reps,
                k == 0 ? ", cold" : "", first * 1e3, p / first, 100.0 * ts / first,
                tc[reps / 2], first_cpu);
+        /* FP8 weights in 128 x 128 blocks: the same with x rounded to e4m3 on the FP8
+         * tensor cores (cuda_plan.fp8_act, off by default until measured), one warm-up */
+        bool on = false;
+        if (on_cuda && atlas_bench_fp8_act(m, true, NULL) == ATLAS_OK) {
+            atlas_status st = forward_seq(m, tokens, 0, p, table, max_blocks, &id);
+            for (int r = 0; r < reps && st == ATLAS_OK; r++) {
+                double s = now_s();
+                st = forward_seq(m, tokens, 0, p, table, max_blocks, &id);
+                t[r] = now_s() - s;
+            }
+            atlas_bench_fp8_act(m, false, &on);
+            if (st != ATLAS_OK) return fail("prefill with FP8 activations");
+            qsort(t, reps, sizeof *t, cmp_double);
+            printf("prefill fp8a %4d tokens: %8.2f ms  %9.0f tok/s (x in e4m3: %s; median of %d)"
+                   "\n", p, t[reps / 2] * 1e3, p / t[reps / 2],
+                   on ? "FP8 tensor cores" : "no FP8 matmul here, the scratch copy", reps);
+        }
     }
     /* decode after a prefill of p[0] tokens: 4 warm-up steps each way (the first captures
      * its graph), then 3 timed runs each way in turn over the same positions, medians */

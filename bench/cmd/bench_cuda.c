@@ -221,6 +221,18 @@ atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64
     return ATLAS_OK;
 }
 
+atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after) {
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(m, "FP8 activations need", &cb));
+    const atlas_wquant *l = &cb->wt.qlayout;
+    if (l->format != ATLAS_WFMT_FP8_E4M3 || l->block_rows != 128 || l->block_cols != 128)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: FP8 activations need FP8 weights in "
+                          "128 x 128 blocks");
+    if (on_after) *on_after = cb->plan.fp8_act;
+    cb->plan.fp8_act = on;
+    return ATLAS_OK;
+}
+
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;

@@ -137,4 +137,9 @@ atlas_status atlas_bench_cpu_info_get(atlas_model *m, atlas_bench_cpu_info *out)
  * is a step recorded and instantiated instead of replayed (milliseconds, not microseconds). */
 atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64_t *replays);
 
+/* Turns cuda_plan.fp8_act on or off for m (ATLAS_ERR_INVALID: not the CUDA backend, or no FP8
+ * weights in 128 x 128 blocks); *on_after: whether it is on after a run (cleared where
+ * cuBLASLt has no FP8 block matmul). */
+atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after);
+
 #endif

@@ -27,11 +27,14 @@ typedef struct {
     int reserved[4];
 } lt_heuristic;
 
-enum { LT_R_32F = 0, LT_R_16BF = 14, LT_COMPUTE_32F = 68, LT_OP_N = 0, LT_OP_T = 1,
-       LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32 };
+enum { LT_R_32F = 0, LT_R_16BF = 14, LT_R_8F_E4M3 = 28, LT_COMPUTE_32F = 68, LT_OP_N = 0,
+       LT_OP_T = 1, LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_DESC_A_SCALE_POINTER = 17,
+       LT_DESC_B_SCALE_POINTER = 18, LT_DESC_A_SCALE_MODE = 31, LT_DESC_B_SCALE_MODE = 32,
+       LT_SCALE_VEC128 = 4, LT_SCALE_BLK128x128 = 5, LT_PREF_MAX_WORKSPACE = 1, LT_CACHE = 32,
+       LT_NO_ALGO = -1 /* the heuristic found no algorithm: not a cuBLASLt status */ };
 
 typedef struct lt_entry {
-    int n, m, k, out_type, ok;
+    int n, m, k, out_type, in_type, ok;
     lt_algo algo;
     size_t workspace;
 } lt_entry;
@@ -137,10 +140,18 @@ atlas_status cuda_lt_free(cuda_lt *lt) {
 
 const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "absent"; }
 
-atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
-                            CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,
-                            size_t ws_bytes) {
-    int ot = out_bf16 ? LT_R_16BF : LT_R_32F;
+/* A matmul's operands: bf16 x and w, or (fp8) e4m3 codes with their scales, x's a float a
+ * row and 128 columns ([k / 128][n], token fastest: VEC128) and w's one a 128 x 128 block
+ * ([m / 128][k / 128] row-major: BLK128x128), as cuBLASLt multiplies them on sm_90+. */
+typedef struct lt_operands {
+    int fp8;
+    CUdeviceptr a, as, w, ws;
+} lt_operands;
+
+static atlas_status lt_run(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
+                           const lt_operands *op, int n, int m, int k, CUdeviceptr ws,
+                           size_t ws_bytes) {
+    int ot = out_bf16 ? LT_R_16BF : LT_R_32F, it = op->fp8 ? LT_R_8F_E4M3 : LT_R_16BF;
     lt_desc desc = NULL;
     lt_layout la = NULL, lb = NULL, lc = NULL;
     lt_pref pref = NULL;
@@ -148,13 +159,23 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int o
     lt_status s = lt->desc_create(&desc, LT_COMPUTE_32F, LT_R_32F);
     if (!s) s = lt->desc_set(desc, LT_DESC_TRANSA, &ta, sizeof ta);
     if (!s) s = lt->desc_set(desc, LT_DESC_TRANSB, &tb, sizeof tb);
-    if (!s) s = lt->layout_create(&la, LT_R_16BF, (uint64_t)k, (uint64_t)m, k);
-    if (!s) s = lt->layout_create(&lb, LT_R_16BF, (uint64_t)k, (uint64_t)n, k);
+    if (op->fp8) {
+        int32_t am = LT_SCALE_BLK128x128, bm = LT_SCALE_VEC128;
+        const void *ap = (const void *)(uintptr_t)op->ws, *bp = (const void *)(uintptr_t)op->as;
+        /* a cuBLASLt before 12.9 knows no scale modes: no algorithm, not a failure */
+        if (!s && (lt->desc_set(desc, LT_DESC_A_SCALE_MODE, &am, sizeof am) ||
+                   lt->desc_set(desc, LT_DESC_B_SCALE_MODE, &bm, sizeof bm)))
+            s = LT_NO_ALGO;
+        if (!s) s = lt->desc_set(desc, LT_DESC_A_SCALE_POINTER, &ap, sizeof ap);
+        if (!s) s = lt->desc_set(desc, LT_DESC_B_SCALE_POINTER, &bp, sizeof bp);
+    }
+    if (!s) s = lt->layout_create(&la, it, (uint64_t)k, (uint64_t)m, k);
+    if (!s) s = lt->layout_create(&lb, it, (uint64_t)k, (uint64_t)n, k);
     if (!s) s = lt->layout_create(&lc, ot, (uint64_t)m, (uint64_t)n, m);
     lt_entry *e = NULL;
     for (int i = 0; i < LT_CACHE && !s; i++)
         if (lt->cache[i].ok && lt->cache[i].n == n && lt->cache[i].m == m &&
-            lt->cache[i].k == k && lt->cache[i].out_type == ot)
+            lt->cache[i].k == k && lt->cache[i].out_type == ot && lt->cache[i].in_type == it)
             e = &lt->cache[i];
     if (!s && !e) {
         lt_heuristic res;
@@ -162,17 +183,17 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int o
         s = lt->pref_create(&pref);
         if (!s) s = lt->pref_set(pref, LT_PREF_MAX_WORKSPACE, &ws_bytes, sizeof ws_bytes);
         if (!s) s = lt->heuristic(lt->h, desc, la, lb, lc, lc, pref, 1, &res, &found);
-        if (!s && found < 1) s = -1;
+        if (!s && found < 1) s = LT_NO_ALGO;
         if (!s) {
             e = &lt->cache[lt->next];
             lt->next = (lt->next + 1) % LT_CACHE;
-            *e = (lt_entry){n, m, k, ot, 1, res.algo, res.workspace};
+            *e = (lt_entry){n, m, k, ot, it, 1, res.algo, res.workspace};
         }
     }
     float one = 1.0f, zero = 0.0f;
     if (!s)
-        s = lt->matmul(lt->h, desc, &one, (const void *)(uintptr_t)w, la,
-                       (const void *)(uintptr_t)a, lb, &zero, (void *)(uintptr_t)out, lc,
+        s = lt->matmul(lt->h, desc, &one, (const void *)(uintptr_t)op->w, la,
+                       (const void *)(uintptr_t)op->a, lb, &zero, (void *)(uintptr_t)out, lc,
                        (void *)(uintptr_t)out, lc, &e->algo, (void *)(uintptr_t)ws,
                        e->workspace, stream);
     if (pref) lt->pref_destroy(pref);
@@ -180,8 +201,26 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int o
     if (lb) lt->layout_destroy(lb);
     if (la) lt->layout_destroy(la);
     if (desc) lt->desc_destroy(desc);
+    if (s == LT_NO_ALGO)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuBLASLt %s: no %s matmul of %d x %d x %d",
+                          lt->version, op->fp8 ? "fp8" : "bf16", n, m, k);
     if (s)
-        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: matmul %d x %d x %d (%s out) failed "
-                          "(status %d)", n, m, k, out_bf16 ? "bf16" : "fp32", s);
+        return atlas_fail(ATLAS_ERR_DEVICE, "cuBLASLt: %s matmul %d x %d x %d (%s out) failed "
+                          "(status %d)", op->fp8 ? "fp8" : "bf16", n, m, k,
+                          out_bf16 ? "bf16" : "fp32", s);
     return ATLAS_OK;
+}
+
+atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
+                            CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,
+                            size_t ws_bytes) {
+    lt_operands op = {.a = a, .w = w};
+    return lt_run(lt, stream, out, out_bf16, &op, n, m, k, ws, ws_bytes);
+}
+
+atlas_status cuda_lt_matmul_fp8(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
+                                CUdeviceptr a_scales, CUdeviceptr w, CUdeviceptr w_scales, int n,
+                                int m, int k, CUdeviceptr ws, size_t ws_bytes) {
+    lt_operands op = {.fp8 = 1, .a = a, .as = a_scales, .w = w, .ws = w_scales};
+    return lt_run(lt, stream, out, 0, &op, n, m, k, ws, ws_bytes);
 }

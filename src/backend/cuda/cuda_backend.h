@@ -168,6 +168,7 @@ typedef struct cuda_fns {
     CUfunction qgemv1s16[CUDA_QSTREAMS];
     int qgemv1s16_bps[CUDA_QSTREAMS][17];
     CUfunction qrowscale;
+    CUfunction fp8_actq; /* x as e4m3 a row and 128 columns, for plan.fp8_act */
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
     /* the expert kernels, [0] bf16 and [1] MXFP4 experts (kernels/moe.cu) */
@@ -347,6 +348,11 @@ typedef struct cuda_plan {
                                (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
                                it; off (every model) until measured; set by tests and
                                `atlas bench` */
+    bool fp8_act;           /* FP8 weights in 128 x 128 blocks multiplied past cuda_qmma_max
+                               rows on FP8 tensor cores, x rounded to e4m3 a row and 128
+                               columns (as the checkpoints' dynamic activations ask): off
+                               (every model) until measured; set by tests and `atlas bench`;
+                               cleared where cuBLASLt has no such matmul */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:
@@ -529,6 +535,13 @@ atlas_status cuda_lt_free(cuda_lt *lt); /* ATLAS_ERR_DEVICE when cublasLtDestroy
 atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
                             CUdeviceptr a, CUdeviceptr w, int n, int m, int k, CUdeviceptr ws,
                             size_t ws_bytes);
+/* out[n, m] (fp32) = a[n, k] @ w[m, k]^T on FP8 tensor cores: a e4m3 with a_scales a float a
+ * row and 128 columns ([k / 128][n], row fastest), w e4m3 with w_scales one a 128 x 128 block
+ * ([m / 128][k / 128]); k % 128 == 0, m % 16 == 0, n % 4 == 0 (cuBLASLt 12.9+ on sm_90+:
+ * ATLAS_ERR_UNSUPPORTED where it has no algorithm for them). */
+atlas_status cuda_lt_matmul_fp8(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
+                                CUdeviceptr a_scales, CUdeviceptr w, CUdeviceptr w_scales, int n,
+                                int m, int k, CUdeviceptr ws, size_t ws_bytes);
 const char *cuda_lt_version(const cuda_lt *lt);
 
 #endif

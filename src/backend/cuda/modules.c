@@ -146,6 +146,7 @@ static atlas_status quant_load(cuda_backend *cb) {
     cuda_fns *fn = &cb->mod.fn;
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv8_int4g", &fn->qgemv8_g));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qrowscale", &fn->qrowscale));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_fp8_actq", &fn->fp8_actq));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv1x_int4", &fn->qgemv1x));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_fp8", &fn->qsplit[0]));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_q4", &fn->qsplit[1]));

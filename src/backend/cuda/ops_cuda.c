@@ -534,6 +534,40 @@ static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const a
                   256, 0, a);
 }
 
+/* Rows an FP8 matmul on the tensor cores takes of n (plan.fp8_act; 0: none): FP8 weights in
+ * 128 x 128 blocks whose rows and columns cuBLASLt takes, n rounded down to 4 (its rows'
+ * multiple), while x's codes and scales fit the bf16 input buffer lt_a. */
+static int fp8_lt_rows(const cuda_backend *cb, const atlas_weight *w, int n) {
+    int64_t k = w->cols;
+    int n4 = n & ~3;
+    bool fits = (size_t)n4 * k + (size_t)n4 * (k / 128) * 4 <= cb->ws.lt_a_bytes;
+    return cb->plan.fp8_act && cb->mod.lt && w->fmt == ATLAS_WFMT_FP8_E4M3 && w->rsh == 7 &&
+                   w->csh == 7 && k % 128 == 0 && w->rows % 16 == 0 && !w->rowscale && fits
+               ? n4
+               : 0;
+}
+
+/* out[0..n4) = x @ w^T on FP8 tensor cores: x rounded to e4m3 a row and 128 columns (into
+ * lt_a: codes, then scales), cuBLASLt's matmul with w's block scales, then the bias. */
+static atlas_status fp8_lt_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w,
+                                  int n4) {
+    const atlas_weight *bias = c->p[3];
+    int m = (int)w->rows, k = (int)w->cols;
+    CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]);
+    CUdeviceptr xq = cb->ws.lt_a, xs = xq + (size_t)n4 * k;
+    long long blocks = ((long long)n4 * (k / 128) * 32 + 255) / 256;
+    void *a[] = {&xq, &xs, &x, &n4, &k};
+    ATLAS_TRY(launch(cb, cb->mod.fn.fp8_actq, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1,
+                     256, 0, a));
+    ATLAS_TRY(cuda_lt_matmul_fp8(cb->mod.lt, cb->dev.stream, out, xq, xs, w->ptr, w->scales, n4,
+                                 m, k, cb->ws.lt_ws, cb->ws.lt_ws_bytes));
+    if (!bias) return ATLAS_OK;
+    CUdeviceptr bp = bias->ptr;
+    long long total = (long long)n4 * m;
+    void *b[] = {&out, &bp, &m, &total};
+    return launch(cb, cb->mod.fn.add_bias, 1024, 1, 1, 256, 0, b);
+}
+
 /* A quantized weight: one row through the fp32 GEMV, up to cuda_qmma_max (CUDA_QGEMV_MAX with
  * act-order) through the kernels that multiply on the tensor cores, both reading the packed
  * bytes once; more through the bf16 matmuls, from the weight dequantized into the scratch
@@ -566,6 +600,20 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
             return launch(cb, cb->mod.fn.qmmp[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, b);
         }
         return launch(cb, cb->mod.fn.qmma[q][i], (unsigned)((m + 15) / 16), 1, 1, 128, 0, a);
+    }
+    int n4 = q == CUDA_Q_FP8 ? fp8_lt_rows(cb, w, n) : 0;
+    if (n4 > 0) {
+        atlas_status st = fp8_lt_matmul(cb, c, w, n4);
+        if (st == ATLAS_OK && n4 == n) return ATLAS_OK;
+        if (st == ATLAS_OK) { /* the last 1-3 rows on the kernels that take a few */
+            cuda_cmd rest = *c;
+            rest.n = n - n4;
+            rest.p[0] = (char *)c->p[0] + (size_t)n4 * m * 4;
+            rest.p[1] = (char *)c->p[1] + (size_t)n4 * k * 4;
+            return op_qmatmul(cb, &rest);
+        }
+        if (st != ATLAS_ERR_UNSUPPORTED) return st;
+        cb->plan.fp8_act = false; /* this cuBLASLt has no such matmul: the scratch copy */
     }
     if (cb->ws.deq_bytes < (size_t)m * k * 2)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
