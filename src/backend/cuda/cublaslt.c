@@ -145,7 +145,7 @@ const char *cuda_lt_version(const cuda_lt *lt) { return lt ? lt->version : "abse
  * ([m / 128][k / 128] row-major: BLK128x128), as cuBLASLt multiplies them on sm_90+. */
 typedef struct lt_operands {
     int fp8;
-    CUdeviceptr a, as, w, ws;
+    CUdeviceptr a, a_scales, w, w_scales;
 } lt_operands;
 
 static atlas_status lt_run(cuda_lt *lt, CUstream stream, CUdeviceptr out, int out_bf16,
@@ -161,7 +161,8 @@ static atlas_status lt_run(cuda_lt *lt, CUstream stream, CUdeviceptr out, int ou
     if (!s) s = lt->desc_set(desc, LT_DESC_TRANSB, &tb, sizeof tb);
     if (op->fp8) {
         int32_t am = LT_SCALE_BLK128x128, bm = LT_SCALE_VEC128;
-        const void *ap = (const void *)(uintptr_t)op->ws, *bp = (const void *)(uintptr_t)op->as;
+        const void *ap = (const void *)(uintptr_t)op->w_scales;
+        const void *bp = (const void *)(uintptr_t)op->a_scales;
         /* a cuBLASLt before 12.9 knows no scale modes: no algorithm, not a failure */
         if (!s && (lt->desc_set(desc, LT_DESC_A_SCALE_MODE, &am, sizeof am) ||
                    lt->desc_set(desc, LT_DESC_B_SCALE_MODE, &bm, sizeof bm)))
@@ -221,6 +222,6 @@ atlas_status cuda_lt_matmul(cuda_lt *lt, CUstream stream, CUdeviceptr out, int o
 atlas_status cuda_lt_matmul_fp8(cuda_lt *lt, CUstream stream, CUdeviceptr out, CUdeviceptr a,
                                 CUdeviceptr a_scales, CUdeviceptr w, CUdeviceptr w_scales, int n,
                                 int m, int k, CUdeviceptr ws, size_t ws_bytes) {
-    lt_operands op = {.fp8 = 1, .a = a, .as = a_scales, .w = w, .ws = w_scales};
+    lt_operands op = {.fp8 = 1, .a = a, .a_scales = a_scales, .w = w, .w_scales = w_scales};
     return lt_run(lt, stream, out, 0, &op, n, m, k, ws, ws_bytes);
 }
