@@ -282,17 +282,23 @@ static atlas_status lt_input(cuda_backend *cb, const cuda_cmd *mm, int k, CUdevi
     return launch(cb, cb->mod.fn.f32_to_bf16, 1024, 1, 1, 256, 0, a);
 }
 
+/* out[n, m] (fp32) += bias[m] after a cuBLASLt matmul (none: nothing). */
+static atlas_status lt_bias(cuda_backend *cb, CUdeviceptr out, const atlas_weight *bias, int n,
+                            int m) {
+    if (!bias) return ATLAS_OK;
+    CUdeviceptr bp = bias->ptr;
+    long long total = (long long)n * m;
+    void *b[] = {&out, &bp, &m, &total};
+    return launch(cb, cb->mod.fn.add_bias, 1024, 1, 1, 256, 0, b);
+}
+
 /* out[n, m] = xb[n, k] (bf16) @ w^T + bias, out in fp32 or (out_bf16, no bias) bf16. */
 static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUdeviceptr xb,
                             const atlas_weight *w, const atlas_weight *bias, int n) {
     int m = (int)w->rows, k = (int)w->cols;
     ATLAS_TRY(cuda_lt_matmul(cb->mod.lt, cb->dev.stream, out, out_bf16, xb, w->ptr, n, m, k,
                              cb->ws.lt_ws, cb->ws.lt_ws_bytes));
-    if (!bias) return ATLAS_OK;
-    CUdeviceptr bp = bias->ptr;
-    long long total = (long long)n * m;
-    void *b[] = {&out, &bp, &m, &total};
-    return launch(cb, cb->mod.fn.add_bias, 1024, 1, 1, 256, 0, b);
+    return lt_bias(cb, out, bias, n, m);
 }
 
 
@@ -540,18 +546,16 @@ static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const a
 static int fp8_lt_rows(const cuda_backend *cb, const atlas_weight *w, int n) {
     int64_t k = w->cols;
     int n4 = n & ~3;
-    bool fits = (size_t)n4 * k + (size_t)n4 * (k / 128) * 4 <= cb->ws.lt_a_bytes;
-    return cb->plan.fp8_act && cb->mod.lt && w->fmt == ATLAS_WFMT_FP8_E4M3 && w->rsh == 7 &&
-                   w->csh == 7 && k % 128 == 0 && w->rows % 16 == 0 && !w->rowscale && fits
-               ? n4
-               : 0;
+    if (!cb->plan.fp8_act || !cb->mod.lt || w->fmt != ATLAS_WFMT_FP8_E4M3 || w->rsh != 7 ||
+        w->csh != 7 || k % 128 || w->rows % 16 || w->rowscale)
+        return 0;
+    return (size_t)n4 * k + (size_t)n4 * (k / 128) * 4 <= cb->ws.lt_a_bytes ? n4 : 0;
 }
 
 /* out[0..n4) = x @ w^T on FP8 tensor cores: x rounded to e4m3 a row and 128 columns (into
  * lt_a: codes, then scales), cuBLASLt's matmul with w's block scales, then the bias. */
 static atlas_status fp8_lt_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w,
                                   int n4) {
-    const atlas_weight *bias = c->p[3];
     int m = (int)w->rows, k = (int)w->cols;
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]);
     CUdeviceptr xq = cb->ws.lt_a, xs = xq + (size_t)n4 * k;
@@ -561,11 +565,7 @@ static atlas_status fp8_lt_matmul(cuda_backend *cb, const cuda_cmd *c, const atl
                      256, 0, a));
     ATLAS_TRY(cuda_lt_matmul_fp8(cb->mod.lt, cb->dev.stream, out, xq, xs, w->ptr, w->scales, n4,
                                  m, k, cb->ws.lt_ws, cb->ws.lt_ws_bytes));
-    if (!bias) return ATLAS_OK;
-    CUdeviceptr bp = bias->ptr;
-    long long total = (long long)n4 * m;
-    void *b[] = {&out, &bp, &m, &total};
-    return launch(cb, cb->mod.fn.add_bias, 1024, 1, 1, 256, 0, b);
+    return lt_bias(cb, out, c->p[3], n4, m);
 }
 
 /* A quantized weight: one row through the fp32 GEMV, up to cuda_qmma_max (CUDA_QGEMV_MAX with
