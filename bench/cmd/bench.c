@@ -49,6 +49,7 @@ typedef struct bench_opts {
     int threads;         /* --threads: CPU workers (0: one per core) */
     atlas_cpu_activations cpu_act; /* --cpu-activations */
     atlas_kv_dtype kv_dtype;       /* --kv-cache-dtype */
+    int mlp_chunk; /* --mlp-chunk: the MLP's rows a pass (0: the model's default) */
 } bench_opts;
 
 static double now_s(void) {
@@ -70,6 +71,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
+                    "                   [--mlp-chunk N]   (the MLP's rows a pass; default 1024)\n"
                     "                   [--cpu-activations auto|fp32|bf16|int8]   (the CPU's matmuls)\n"
                     "                   [--kv-cache-dtype auto|bf16|fp8]   (the KV cache's elements)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
@@ -101,12 +103,13 @@ static int parse_skip(const char *v) {
 static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
-    "--kernels", "--no-memory-check", "--threads", "--cpu-activations", "--kv-cache-dtype", NULL};
+    "--kernels", "--no-memory-check", "--threads", "--mlp-chunk", "--cpu-activations",
+    "--kv-cache-dtype", NULL};
 
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO, ATLAS_KV_DTYPE_AUTO};
+                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO, ATLAS_KV_DTYPE_AUTO, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
@@ -145,6 +148,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
             long t = strtol(v, &end, 10);
             if (end == v || *end || t < 1 || t > 1024) return usage();
             o->threads = (int)t;
+        } else if (!strcmp(a, "--mlp-chunk")) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (end == v || *end || t < 1 || t > 65536) return usage();
+            o->mlp_chunk = (int)t;
         } else if (!strcmp(a, "--reps")) {
             o->reps = atoi(v);
         } else if (!strcmp(a, "--read-gib")) {
@@ -368,6 +376,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.gpu = o.gpu;
     mp.no_memory_check = o.no_memory_check;
     mp.n_threads = o.threads;
+    if (o.mlp_chunk) mp.mlp_chunk_tokens = o.mlp_chunk;
     mp.cpu_activations = o.cpu_act;
     mp.kv_dtype = o.kv_dtype;
     atlas_model *m = NULL;
