@@ -313,7 +313,7 @@ static void print_load_path(atlas_model *m, double load_s) {
 }
 
 /* The CPU's ceiling for a load: the same shards read from the page cache into warm buffers
- * by as many threads as the backend's readers, beside the loads' rates. */
+ * in huge pages by as many threads as the backend's readers, beside the loads' rates. */
 static void print_read_probe(const char *dir, int threads, double load_gbps, double first_gbps,
                              int swaps) {
     atlas_bench_read rp;
@@ -322,7 +322,7 @@ static void print_read_probe(const char *dir, int threads, double load_gbps, dou
         return;
     }
     printf("read probe  %.1f GB/s: %d thread(s) pread the same %d file(s) (%.2f GB) from the "
-           "page cache in %zu MiB pieces into buffers of their own (median of 3)\n", rp.gbps,
+           "page cache in %zu MiB pieces into warm huge-page buffers (median of 3)\n", rp.gbps,
            rp.threads, rp.files, rp.bytes / 1e9, rp.piece_bytes >> 20);
     if (swaps)
         printf("ratio       load %.1f%% of the read probe (median of %d loads again), the "
