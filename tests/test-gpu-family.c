@@ -264,8 +264,9 @@ static const char *act_name(void) {
 
 /* The gated activation: the glu op over 37 rows; the gate_up epilogue of one row (the fused
  * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), then
- * of the FP8 gate_up on the streaming one-row kernel, each followed by the down matmul that
- * reads its act, as the model runs them. */
+ * of the FP8 gate_up on the streaming one-row kernel, then of the FP8 gate_up over 150 rows
+ * (prefill's bf16 chain from its scratch copy), each followed by the down matmul that reads
+ * its act, as the model runs them. */
 static void test_glu(void) {
     char what[96];
     buf gu = buf_make((size_t)150 * 2 * F), act = buf_make((size_t)150 * F);
@@ -280,8 +281,8 @@ static void test_glu(void) {
     CHECK_OK(gpu->ops->glu(gpu, act.gpu, gu.gpu, 37, F));
     snprintf(what, sizeof what, "%s: glu op, 37 rows", act_name());
     buf_check(what, &act, (size_t)37 * F, 1e-5);
-    int ns[] = {1, 1, 1, 150, 1, 1};
-    for (int c = 0; c < 6; c++) {
+    int ns[] = {1, 1, 1, 150, 1, 1, 150};
+    for (int c = 0; c < 7; c++) {
         int n = ns[c], with_norm = c != 1;
         weight *w = c == 2 || c >= 4 ? &wq : &wgu;
         /* the last two: the FP8 gate_up on the streaming kernels, the ring in registers and
@@ -301,12 +302,16 @@ static void test_glu(void) {
                                              0, &epi));
             CHECK_OK(be->ops->matmul(be, side_of(&out, i), side_of(&act, i), wdn.w[i], NULL, n));
         }
-        double tol = n == 1 ? 1e-4 : 1e-2;
+        /* 150 rows: gate_up and act rounded to bf16 (prefill's chain); the FP8 weight's
+         * chain rounds as the dense one does, on other weights (the clamped SwiGLU's dense
+         * case was 8.9e-3 on an H100, its FP8 one 1.02e-2) */
+        double tol = n == 1 ? 1e-4 : c == 6 ? 2e-2 : 1e-2;
         const char *how = c == 0   ? ", norm"
                           : c == 1 ? ""
                           : c == 2 ? ", norm, fp8"
                           : c == 4 ? ", norm, fp8 streamed"
                           : c == 5 ? ", norm, fp8 streamed through shared memory"
+                          : c == 6 ? ", norm, fp8"
                                    : "";
         snprintf(what, sizeof what, "%s epilogue, %d row%s%s: down", act_name(), n,
                  n > 1 ? "s" : "", how);
@@ -317,7 +322,7 @@ static void test_glu(void) {
             snprintf(what, sizeof what, "%s epilogue, 1 row%s: gate_up", act_name(), how);
             buf_check(what, &gu, 2 * F, tol);
         }
-        if (c >= 4) { /* the norm's output, which the GEMV's block 0 writes */
+        if (c == 4 || c == 5) { /* the norm's output, which the GEMV's block 0 writes */
             snprintf(what, sizeof what, "%s epilogue, 1 row%s: h", act_name(), how);
             buf_check(what, &h, D, tol);
         }

@@ -140,7 +140,7 @@ static void fp8_act(const char *what, atlas_weight *wc, atlas_weight *wg, atlas_
                   "(%s)", what, v, cb->dev.arch.cc_major, cb->dev.arch.cc_minor,
                   atlas_last_error());
         printf("  %-44s n=%-3d fp8 activations %.2e (%s)\n", what, n, e,
-               k % 128 ? "k not of whole blocks: the scratch copy"
+               k % 512 ? "k not of 4 whole blocks a row of scales: the scratch copy"
                : cb->plan.fp8_act ? "FP8 tensor cores" : "no FP8 matmul: the scratch copy");
     }
     cb->plan.qmma_max = 0;

@@ -71,7 +71,7 @@ static int usage(void) {
     fprintf(stderr, "usage: atlas bench [-m DIR] [-p TOKENS[,TOKENS...]] [-n TOKENS] "
                     "[--batch B[,B...]]\n"
                     "                   [--threads N]   (CPU threads; default one per core)\n"
-                    "                   [--mlp-chunk N]   (the MLP's rows a pass; default 1024)\n"
+                    "                   [--mlp-chunk N]   (the MLP's rows a pass; default 2048)\n"
                     "                   [--cpu-activations auto|fp32|bf16|int8]   (the CPU's matmuls)\n"
                     "                   [--kv-cache-dtype auto|bf16|fp8]   (the KV cache's elements)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"

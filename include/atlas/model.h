@@ -90,9 +90,10 @@ typedef struct atlas_model_params {
     int kv_tokens;        /* when kv_blocks is 0: cache this many tokens (default: min(max
                              position, 4096)) */
     int max_batch_tokens; /* most tokens one forward may carry (default 512) */
-    int mlp_chunk_tokens; /* most rows the MLP computes at once (default 1024): its [rows, 3 x
+    int mlp_chunk_tokens; /* most rows the MLP computes at once (default 2048): its [rows, 3 x
                              intermediate] activations are the largest buffers of a forward,
-                             so this bounds the workspace whatever max_batch_tokens is */
+                             so this bounds the workspace whatever max_batch_tokens is (on a
+                             GPU a quantized MLP's weights are dequantized once a chunk) */
     int load_tokenizer;   /* 1 (default): load DIR/tokenizer.json; 0: skip it */
     int tp_rank;          /* tensor parallelism: this process's rank, 0..tp_size-1 (default 0) */
     int tp_size;          /* ranks the model is split across (default 1: the whole model).

@@ -29,7 +29,7 @@ atlas_model_params atlas_model_default_params(void) {
                                 .kv_block_size = 16,
                                 .kv_tokens = 0,
                                 .max_batch_tokens = 512,
-                                .mlp_chunk_tokens = 1024,
+                                .mlp_chunk_tokens = 2048,
                                 .load_tokenizer = 1,
                                 .tp_rank = 0,
                                 .tp_size = 1};

@@ -302,10 +302,38 @@ static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUd
 }
 
 
-/* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above. The
- * model said the chain: a matmul with a swiglu epilogue (CUDA_LINK_SWIGLU, then the swiglu,
- * CUDA_LINK_CHAIN: the next command is the matmul of its output). Returns false (nothing
- * run) when c[0..2] is not that chain or does not fit. */
+static int fp8_lt_rows(const cuda_backend *cb, const atlas_weight *w, int n);
+static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w);
+static cuda_qkind qkind_of(const atlas_weight *w);
+
+/* Whether the chain below takes w for n rows: dense, or quantized where op_qmatmul would
+ * multiply its scratch copy too (more rows than its direct kernels take; not the FP8
+ * tensor-core path) with no per-row scale (cuBLASLt's epilogue-free matmul has none). */
+static bool mlp_weight_fits(const cuda_backend *cb, const atlas_weight *w, int n) {
+    if (w->fmt == ATLAS_WFMT_DENSE) return true;
+    int direct = qkind_of(w) == CUDA_Q_INT4G ? CUDA_QGEMV_MAX : cuda_qmma_max(cb);
+    return n > direct && !w->rowscale && (size_t)w->rows * w->cols * 2 <= cb->ws.deq_bytes &&
+           fp8_lt_rows(cb, w, n) == 0;
+}
+
+/* w as cuBLASLt reads it: itself when dense, else its bf16 copy dequantized into the scratch
+ * buffer now (the stream orders it after the matmul that last read the buffer). */
+static atlas_status mlp_weight(cuda_backend *cb, const atlas_weight *w, atlas_weight *tmp) {
+    if (w->fmt == ATLAS_WFMT_DENSE) {
+        *tmp = *w;
+        return ATLAS_OK;
+    }
+    ATLAS_TRY(qdequant(cb, w));
+    *tmp = (atlas_weight){.ptr = cb->ws.deq, .rows = w->rows, .cols = w->cols};
+    return ATLAS_OK;
+}
+
+/* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above, for
+ * dense and quantized weights alike (a quantized one's product came out in fp32 and went
+ * through the fp32 swiglu and a conversion back: ~470 MB a layer more traffic on the 8B
+ * shape at 2,048 rows). The model said the chain: a matmul with a swiglu epilogue
+ * (CUDA_LINK_SWIGLU, then the swiglu, CUDA_LINK_CHAIN: the next command is the matmul of its
+ * output). Returns false (nothing run) when c[0..2] is not that chain or does not fit. */
 static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_status *st) {
     if (n_cmds < 3 || c[0].op != CUDA_OP_MATMUL || !(c[0].link & CUDA_LINK_SWIGLU) ||
         c[1].op != CUDA_OP_SWIGLU || !(c[1].link & CUDA_LINK_CHAIN) ||
@@ -313,13 +341,15 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
         return false;
     const atlas_weight *gu = c[0].p[2], *down = c[2].p[2];
     int n = c[0].n, f = c[1].d, k = (int)gu->cols;
-    if (gu->fmt != ATLAS_WFMT_DENSE || down->fmt != ATLAS_WFMT_DENSE || c[1].n != n ||
+    if (!mlp_weight_fits(cb, gu, n) || !mlp_weight_fits(cb, down, n) || c[1].n != n ||
         c[2].n != n || c[0].p[3] || gu->rows != 2 * (int64_t)f || down->cols != f || f % 8 ||
         !lt_fits(cb, n, k) || !lt_fits(cb, n, f))
         return false;
     CUdeviceptr xb, g = CUDA_PTR(c[0].p[0]);
+    atlas_weight w;
     *st = lt_input(cb, &c[0], k, &xb);
-    if (*st == ATLAS_OK) *st = lt_gemm(cb, g, 1, xb, gu, NULL, n); /* bf16 in g's memory */
+    if (*st == ATLAS_OK) *st = mlp_weight(cb, gu, &w);
+    if (*st == ATLAS_OK) *st = lt_gemm(cb, g, 1, xb, &w, NULL, n); /* bf16 in g's memory */
     if (*st == ATLAS_OK) {
         long long total = (long long)n * f;
         unsigned blocks = (unsigned)((total / 8 + 255) / 256);
@@ -327,7 +357,8 @@ static bool prefill_mlp(cuda_backend *cb, const cuda_cmd *c, int n_cmds, atlas_s
         void *a[] = {&cb->ws.lt_a, &g, &f, &total, &ga};
         *st = launch(cb, cb->mod.fn.swiglu_bf16, blocks > 4096 ? 4096 : blocks, 1, 1, 256, 0, a);
     }
-    if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->ws.lt_a, down, c[2].p[3], n);
+    if (*st == ATLAS_OK) *st = mlp_weight(cb, down, &w);
+    if (*st == ATLAS_OK) *st = lt_gemm(cb, CUDA_PTR(c[2].p[0]), 0, cb->ws.lt_a, &w, c[2].p[3], n);
     return true;
 }
 
@@ -542,12 +573,14 @@ static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const a
 
 /* Rows an FP8 matmul on the tensor cores takes of n (plan.fp8_act; 0: none): FP8 weights in
  * 128 x 128 blocks whose rows and columns cuBLASLt takes, n rounded down to 4 (its rows'
- * multiple), while x's codes and scales fit the bf16 input buffer lt_a. */
+ * multiple), while x's codes and scales fit the bf16 input buffer lt_a. k a multiple of 512:
+ * with 5 column blocks (k 640) the product was off by 1e4 on an H100 (cuBLASLt 13.0), the
+ * scale grid's rows read at another stride, where 32 blocks (k 4,096) were right. */
 static int fp8_lt_rows(const cuda_backend *cb, const atlas_weight *w, int n) {
     int64_t k = w->cols;
     int n4 = n & ~3;
     if (!cb->plan.fp8_act || !cb->mod.lt || w->fmt != ATLAS_WFMT_FP8_E4M3 || w->rsh != 7 ||
-        w->csh != 7 || k % 128 || w->rows % 16 || w->rowscale)
+        w->csh != 7 || k % 512 || w->rows % 16 || w->rowscale)
         return 0;
     return (size_t)n4 * k + (size_t)n4 * (k / 128) * 4 <= cb->ws.lt_a_bytes ? n4 : 0;
 }
@@ -615,6 +648,16 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
         if (st != ATLAS_ERR_UNSUPPORTED) return st;
         cb->plan.fp8_act = false; /* this cuBLASLt has no such matmul: the scratch copy */
     }
+    ATLAS_TRY(qdequant(cb, w));
+    return qscratch_matmul(cb, c, w, cb->ws.deq);
+}
+
+/* w dequantized to bf16 into the scratch buffer ws.deq. */
+static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w) {
+    int m = (int)w->rows, k = (int)w->cols;
+    cuda_qkind q = qkind_of(w);
+    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
     if (cb->ws.deq_bytes < (size_t)m * k * 2)
         return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
                           "%d x %d", m, k);
@@ -622,9 +665,8 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     void *d[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
     long long loads = (long long)m * k / (q == CUDA_Q_FP8 ? 16 : 32);
     long long blocks = (loads + 255) / 256;
-    ATLAS_TRY(launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
-                     256, 0, d));
-    return qscratch_matmul(cb, c, w, deq);
+    return launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
+                  256, 0, d);
 }
 
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
