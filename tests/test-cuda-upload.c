@@ -311,6 +311,7 @@ static void test_quant_launches(void) {
                       "dynamic shared memory raised to %d, want the opt-in's 232448",
                       st.max_dynamic_smem);
             CHECK_OK(cuda_deq_reserve(cb));
+            bool split0 = cb->plan.qmma_split;
             for (int split = 1; split >= 0; split--) {
                 cb->plan.qmma_split = split;
                 long before = fake_cuda_get_stats().launches;
@@ -319,7 +320,7 @@ static void test_quant_launches(void) {
                 CHECK_MSG(n == 1 + split, "%d rows, x %s: %ld launches, want %d", N,
                           split ? "split once" : "as it is", n, 1 + split);
             }
-            cb->plan.qmma_split = false;
+            cb->plan.qmma_split = split0;
         }
         if (x) be->ops->free(be, x);
         if (out) be->ops->free(be, out);

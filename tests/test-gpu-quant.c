@@ -193,6 +193,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     static const struct { int qmma_max; bool split; } plans[] = {
         {0, false}, {CUDA_QMMA_MAX, false}, {CUDA_QMMA_MAX, true}};
     const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
+    bool split0 = cb->plan.qmma_split;
     for (size_t u = 0; u < sizeof plans / sizeof *plans * n_ns; u++) {
         size_t pl = u / n_ns;
         int n = ns[u % n_ns];
@@ -215,7 +216,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
             printf("  %-44s n=%-3d plan %zu %.2e\n", what, n, pl, e);
     }
     cb->plan.qmma_max = 0;
-    cb->plan.qmma_split = false;
+    cb->plan.qmma_split = split0;
     if (parts[0].q.format == ATLAS_WFMT_FP8_E4M3 && parts[0].q.block_rows == 128 &&
         parts[0].q.block_cols == 128)
         fp8_act(what, wc, wg, bc, bg, k, m, dx, dout, x, want, got);

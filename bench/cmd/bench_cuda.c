@@ -417,6 +417,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
      * split once (plan.qmma_split) */
     static const struct { int n, scratch; } runs[ATLAS_BENCH_QRUNS] = {
         {1, 0}, {16, 0}, {64, 0}, {16, 1}, {64, 1}, {32, 0}, {32, 1}, {16, 2}, {32, 2}, {64, 2}};
+    bool split0 = cb->plan.qmma_split;
     for (int i = 0; i < 4; i++) {
         atlas_weight *w = NULL;
         atlas_status st = qweight_make(cb, l, out->m[i], out->k[i], &w);
@@ -431,7 +432,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
             out->qgbps[v][i] = t > 0 ? (double)w->bytes / (t * 1e6) : 0.0;
         }
         cb->plan.qmma_max = 0;
-        cb->plan.qmma_split = false;
+        cb->plan.qmma_split = split0;
         if (w) cb->base.ops->weight_free(&cb->base, w);
         ATLAS_TRY(st);
     }

@@ -532,6 +532,10 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
     /* the streaming one-row kernels: 1.5-1.8x the one-group kernel's rate at the 8B decode
      * shapes (bench/RESULTS.md); layouts they do not take fall back to it */
     cb->plan.qgemv_ng = CUDA_QGEMV_S;
+    /* 9-16 rows of a quantized weight on the tensor cores with x split once a matmul: on an
+     * H100 (8B shapes, INT4 g128, 16 rows) 219-341 GB/s against 201-309 with each block
+     * splitting it (bench/RESULTS.md) */
+    cb->plan.qmma_split = true;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
      * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention

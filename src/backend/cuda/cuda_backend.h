@@ -346,8 +346,8 @@ typedef struct cuda_plan {
                                ways */
     bool qmma_split;        /* those tensor-core kernels on x split once a matmul
                                (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
-                               it; off (every model) until measured; set by tests and
-                               `atlas bench` */
+                               it; on (every model); set by tests and `atlas bench`
+                               to time and check both ways */
     bool fp8_act;           /* FP8 weights in 128 x 128 blocks multiplied past cuda_qmma_max
                                rows on FP8 tensor cores, x rounded to e4m3 a row and 128
                                columns (as the checkpoints' dynamic activations ask): off
