@@ -106,6 +106,15 @@ static const char *const bench_options[] = {
     "--kernels", "--no-memory-check", "--threads", "--mlp-chunk", "--cpu-activations",
     "--kv-cache-dtype", NULL};
 
+/* v as a whole number in [lo, hi] into *out; -1 (nothing stored) otherwise. */
+static int parse_count(const char *v, long lo, long hi, int *out) {
+    char *end;
+    long t = strtol(v, &end, 10);
+    if (end == v || *end || t < lo || t > hi) return -1;
+    *out = (int)t;
+    return 0;
+}
+
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
@@ -144,15 +153,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-n")) {
             o->n = atoi(v);
         } else if (!strcmp(a, "--threads")) {
-            char *end;
-            long t = strtol(v, &end, 10);
-            if (end == v || *end || t < 1 || t > 1024) return usage();
-            o->threads = (int)t;
+            if (parse_count(v, 1, 1024, &o->threads)) return usage();
         } else if (!strcmp(a, "--mlp-chunk")) {
-            char *end;
-            long t = strtol(v, &end, 10);
-            if (end == v || *end || t < 1 || t > 65536) return usage();
-            o->mlp_chunk = (int)t;
+            if (parse_count(v, 1, 65536, &o->mlp_chunk)) return usage();
         } else if (!strcmp(a, "--reps")) {
             o->reps = atoi(v);
         } else if (!strcmp(a, "--read-gib")) {
@@ -167,10 +170,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--gemm")) {
             o->gemm = atoi(v);
         } else if (!strcmp(a, "--tensor-parallel")) {
-            char *end;
-            long t = strtol(v, &end, 10);
-            if (end == v || *end || t < 1 || t > 64) return usage();
-            o->tp = (int)t;
+            if (parse_count(v, 1, 64, &o->tp)) return usage();
         } else if (!strcmp(a, "--device")) {
             if (atlas_cli_parse_device(v, &o->device, &o->gpu)) return usage();
         } else if (!strcmp(a, "--kernels")) {

@@ -304,16 +304,16 @@ static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUd
 
 static int fp8_lt_rows(const cuda_backend *cb, const atlas_weight *w, int n);
 static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w);
-static cuda_qkind qkind_of(const atlas_weight *w);
+static int qdirect_rows(const cuda_backend *cb, const atlas_weight *w);
+static atlas_weight qscratch_view(const cuda_backend *cb, const atlas_weight *w);
 
 /* Whether the chain below takes w for n rows: dense, or quantized where op_qmatmul would
  * multiply its scratch copy too (more rows than its direct kernels take; not the FP8
  * tensor-core path) with no per-row scale (cuBLASLt's epilogue-free matmul has none). */
 static bool mlp_weight_fits(const cuda_backend *cb, const atlas_weight *w, int n) {
     if (w->fmt == ATLAS_WFMT_DENSE) return true;
-    int direct = qkind_of(w) == CUDA_Q_INT4G ? CUDA_QGEMV_MAX : cuda_qmma_max(cb);
-    return n > direct && !w->rowscale && (size_t)w->rows * w->cols * 2 <= cb->ws.deq_bytes &&
-           fp8_lt_rows(cb, w, n) == 0;
+    return n > qdirect_rows(cb, w) && !w->rowscale &&
+           (size_t)w->rows * w->cols * 2 <= cb->ws.deq_bytes && fp8_lt_rows(cb, w, n) == 0;
 }
 
 /* w as cuBLASLt reads it: itself when dense, else its bf16 copy dequantized into the scratch
@@ -324,7 +324,7 @@ static atlas_status mlp_weight(cuda_backend *cb, const atlas_weight *w, atlas_we
         return ATLAS_OK;
     }
     ATLAS_TRY(qdequant(cb, w));
-    *tmp = (atlas_weight){.ptr = cb->ws.deq, .rows = w->rows, .cols = w->cols};
+    *tmp = qscratch_view(cb, w);
     return ATLAS_OK;
 }
 
@@ -554,10 +554,19 @@ int cuda_qmma_max(const cuda_backend *cb) {
     return v <= 0 ? CUDA_QMMA_DEFAULT : v < CUDA_QMMA_MAX ? v : CUDA_QMMA_MAX;
 }
 
-/* The bf16 matmul of c from w's scratch copy deq, then w's rowscale (and the bias after it). */
-static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w,
-                                    CUdeviceptr deq) {
-    atlas_weight tmp = {.ptr = deq, .rows = w->rows, .cols = w->cols};
+/* The most rows op_qmatmul multiplies from w's packed bytes (more: its scratch copy). */
+static int qdirect_rows(const cuda_backend *cb, const atlas_weight *w) {
+    return qkind_of(w) == CUDA_Q_INT4G ? CUDA_QGEMV_MAX : cuda_qmma_max(cb);
+}
+
+/* w's bf16 copy in the scratch buffer (qdequant), as a dense weight. */
+static atlas_weight qscratch_view(const cuda_backend *cb, const atlas_weight *w) {
+    return (atlas_weight){.ptr = cb->ws.deq, .rows = w->rows, .cols = w->cols};
+}
+
+/* The bf16 matmul of c from w's scratch copy, then w's rowscale (and the bias after it). */
+static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w) {
+    atlas_weight tmp = qscratch_view(cb, w);
     if (!w->rowscale) return dense_matmul(cb, c, &tmp);
     const atlas_weight *bias = c->p[3];
     cuda_cmd plain = *c;
@@ -615,9 +624,9 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs};
-    if (q == CUDA_Q_INT4G && n <= CUDA_QGEMV_MAX)
+    if (q == CUDA_Q_INT4G && n <= qdirect_rows(cb, w))
         return launch(cb, cb->mod.fn.qgemv8_g, (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
-    if (q != CUDA_Q_INT4G && n <= cuda_qmma_max(cb)) {
+    if (n <= qdirect_rows(cb, w)) {
         int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
         /* x split into bf16 hi + lo once, in the scratch buffer (free: batches of these
          * rows do not dequantize), for every block instead of by each */
@@ -649,7 +658,7 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
         cb->plan.fp8_act = false; /* this cuBLASLt has no such matmul: the scratch copy */
     }
     ATLAS_TRY(qdequant(cb, w));
-    return qscratch_matmul(cb, c, w, cb->ws.deq);
+    return qscratch_matmul(cb, c, w);
 }
 
 /* w dequantized to bf16 into the scratch buffer ws.deq. */
