@@ -11,7 +11,10 @@
  * product exact, as in the AVX2 path. AVX512_BF16's vdpbf16ps was measured against this and
  * lost: with x rounded to bf16 it is twice as fast in prefill but misses the conformance
  * bound; with x split into three bf16 terms (all of fp32's bits) it is slower.
- * Decode (one token) streams eight rows at a time past x; prefill multiplies a 4-row tile of
+ * Decode (one token) reads the rows one after another, in address order, which the hardware
+ * prefetchers follow at the read rate (eight rows interleaved chunk by chunk, with software
+ * prefetches 2 KB ahead in each stream, read a 151,936 x 1,024 matrix at 17 GB/s, one row
+ * at a time at 29 GB/s, a thread on Zen 4); prefill multiplies a 4-row tile of
  * the weight with 4 tokens at a time, over a block of tokens whose packed x stays in L2, so
  * each weight tile is read from memory once a block. Every output (row, token) is summed in
  * one order in all of these (one 16-lane accumulator over the chunks in order, the
@@ -60,8 +63,8 @@ void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst) {
         }
 }
 
-/* Blocks of tokens whose packed x fits in about 256 KB (L2); in each, 8-row strips for one
- * token, 4x4 tiles for more, then the odd rows and tokens. One driver for each tile kind
+/* Blocks of tokens whose packed x fits in about 256 KB (L2); in each, one row at a time for
+ * one token, 4x4 tiles for more, then the odd rows and tokens. One driver for each tile kind
  * (ATTR: its target attribute, X: the packed element's type, TILE: the tile). */
 #define BF16_DRIVER(NAME, ATTR, X, TILE)                                                      \
     ATTR static void NAME(const uint16_t *w, int64_t k, int64_t r0,  \
@@ -73,8 +76,8 @@ void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst) {
             int t1 = t0 + nb < n ? t0 + nb : n;                                                  \
             int64_t r = r0;                                                                      \
             if (t1 - t0 == 1)                                                                    \
-                for (; r + 8 <= r1; r += 8)                                                      \
-                    TILE(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo, 8, 1);         \
+                for (; r < r1; r++)                                                              \
+                    TILE(w + r * k, k, xp + t0 * xs, xs, out + t0 * ldo + r, ldo, 1, 1);         \
             for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {                                           \
                 const uint16_t *wr = w + r * k;                                                  \
                 int t = t0, mr = r + 4 <= r1 ? 4 : 1;                                            \
@@ -96,10 +99,6 @@ void cpu_bf16_pack(cpu_bf16_kind kind, const float *x, int64_t k, void *dst) {
 
 #define T512 "avx512f,avx512bw,avx512vl,avx512dq"
 
-/* Bytes ahead of the stream that decode prefetches: measured on the 2-core EPYC (Zen 5) dev
- * machine, 2 KB read one row's weights 1.4-1.6x faster than the hardware prefetcher alone. */
-enum { PREFETCH = 2048 };
-
 /* out[t * ldo + r] = dot(w row r, token t) for MR rows and NR tokens (constants after
  * inlining, so the MR x NR accumulators stay in registers); xp: the first token's packed x,
  * xs floats from one token's to the next. Each chunk: even columns are the low halves of
@@ -110,15 +109,14 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
     const int64_t nch = (k + 31) / 32;
     const __mmask32 tail = k % 32 ? (__mmask32)((1u << (k % 32)) - 1) : ~(__mmask32)0;
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 acc[8][4];
+    __m512 acc[4][4];
     for (int r = 0; r < MR; r++)
         for (int t = 0; t < NR; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < nch; c++) {
         __mmask32 mk = c + 1 < nch ? ~(__mmask32)0 : tail;
-        __m512 we[8], wo[8];
+        __m512 we[4], wo[4];
         for (int r = 0; r < MR; r++) {
             const uint16_t *p = w + r * k + c * 32;
-            if (NR == 1) _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
             __m512i v = _mm512_maskz_loadu_epi16(mk, p);
             we[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             wo[r] = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
@@ -144,15 +142,14 @@ tile_dot(const uint16_t *w, int64_t k, const uint16_t *xp, int64_t xs, float *ou
          const int MR, const int NR) {
     const int64_t nch = (k + 31) / 32;
     const __mmask32 tail = k % 32 ? (__mmask32)((1u << (k % 32)) - 1) : ~(__mmask32)0;
-    __m512 acc[8][4];
+    __m512 acc[4][4];
     for (int r = 0; r < MR; r++)
         for (int t = 0; t < NR; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < nch; c++) {
         __mmask32 mk = c + 1 < nch ? ~(__mmask32)0 : tail;
-        __m512bh wv[8];
+        __m512bh wv[4];
         for (int r = 0; r < MR; r++) {
             const uint16_t *p = w + r * k + c * 32;
-            if (NR == 1) _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
             wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mk, p);
         }
         for (int t = 0; t < NR; t++) {
@@ -177,8 +174,6 @@ void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0,
 #include <arm_neon.h>
 #include <string.h>
 
-enum { PREFETCH = 2048 };
-
 /* The NEON tile: as the AVX-512 one, each chunk's 32 bf16 as four vectors of 8, each widened
  * to its 4 even columns (shifted up) and 4 odd ones (masked), against the packed x's matching
  * quarter of the even and of the odd half. A row's last, partial chunk is read from a
@@ -188,15 +183,14 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
      const int MR, const int NR) {
     const int64_t nch = (k + 31) / 32, full = k / 32;
     const uint32x4_t hi = vdupq_n_u32(0xffff0000u);
-    float32x4_t acc[8][4];
-    uint16_t last[8][32];
+    float32x4_t acc[4][4];
+    uint16_t last[4][32];
     for (int r = 0; r < MR; r++)
         for (int t = 0; t < NR; t++) acc[r][t] = vdupq_n_f32(0.0f);
     for (int64_t c = 0; c < nch; c++) {
-        const uint16_t *wp[8];
+        const uint16_t *wp[4];
         for (int r = 0; r < MR; r++) {
             wp[r] = w + r * k + c * 32;
-            if (NR == 1) __builtin_prefetch((const char *)wp[r] + PREFETCH);
             if (c == full) {
                 memset(last[r], 0, sizeof last[r]);
                 memcpy(last[r], wp[r], sizeof(uint16_t) * (size_t)(k % 32));
@@ -204,7 +198,7 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
             }
         }
         for (int q = 0; q < 4; q++) {
-            float32x4_t we[8], wo[8];
+            float32x4_t we[4], wo[4];
             for (int r = 0; r < MR; r++) {
                 uint32x4_t v = vreinterpretq_u32_u16(vld1q_u16(wp[r] + 8 * q));
                 we[r] = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));
@@ -224,7 +218,7 @@ tile(const uint16_t *w, int64_t k, const float *xp, int64_t xs, float *out, int6
         for (int t = 0; t < NR; t++) out[t * ldo + r] = vaddvq_f32(acc[r][t]);
 }
 
-/* The same blocks, strips and tiles as the AVX-512 driver. */
+/* The same blocks, rows and tiles as the AVX-512 driver. */
 BF16_DRIVER(gemm_neon, , float, tile)
 
 void cpu_bf16_gemm(cpu_bf16_kind kind, const uint16_t *w, int64_t k, int64_t r0, int64_t r1,

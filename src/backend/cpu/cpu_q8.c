@@ -242,78 +242,72 @@ static inline float zero_term_avx2(const float *s, const float *z, const float *
 
 #define T_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-/* Rows ahead of the ones being multiplied that the kernels ask the caches for: the hardware
- * prefetchers lose four interleaved row streams, and a 4-row step is shorter than a read. */
-enum { Q8_PREFETCH_ROWS = 16 };
-
-/* Chunk c of NR rows (<= 4) into acc: the weights' bytes at wb[i], x's even and odd bytes,
- * the blocks' scales dv, each row's lane scales from s[i] (one a chunk when whole, else
- * groups of 32 or 64 from g0 under mask gm). */
-static inline T_VNNI __attribute__((always_inline)) void
-chunk_vnni(__m512 *acc, const uint8_t *const *wb, const float *const *s, __m512i xe, __m512i xo,
-           __m512 dv, int whole, int64_t g, int64_t g0, __mmask16 gm, __m512i lane_grp,
-           const int NR) {
+/* Chunk c of a row (its 64 bytes at wb) into acc: x's even and odd bytes, the blocks' scales,
+ * the row's lane scales (WHOLE: one a chunk, s[g]; else groups of 32 or 64 from c's first). */
+static inline T_VNNI __attribute__((always_inline)) __m512
+chunk_vnni(__m512 acc, const uint8_t *wb, const int8_t *q, const float *d, int64_t c,
+           const float *s, int64_t g, int64_t sc, int64_t g_shift, __m512i lane_grp,
+           const int WHOLE) {
     const __m512i m0f = _mm512_set1_epi8(0x0f);
-    for (int i = 0; i < NR; i++) {
-        __m512i w = _mm512_loadu_si512(wb[i]);
-        __m512i lo = _mm512_and_si512(w, m0f);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
-        __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe);
-        t = _mm512_dpbusd_epi32(t, hi, xo);
-        __m512 sv = whole ? _mm512_set1_ps(s[i][g])
-                          : _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s[i] + g0));
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, sv), acc[i]);
+    const __m512i lane_blk = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i xe = _mm512_loadu_si512(q + c * 128), xo = _mm512_loadu_si512(q + c * 128 + 64);
+    const __m512 dv = _mm512_permutexvar_ps(lane_blk, _mm512_castps128_ps512(_mm_loadu_ps(d + c * 4)));
+    const __m512i w = _mm512_loadu_si512(wb);
+    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, m0f), xe);
+    t = _mm512_dpbusd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f), xo);
+    __m512 sv;
+    if (WHOLE) {
+        sv = _mm512_set1_ps(s[g]);
+    } else {
+        const int64_t g0 = c << g_shift, left = sc - g0;
+        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
+        sv = _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s + g0));
     }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, sv), acc);
 }
 
-/* NR rows (<= 4) of part p against one packed token: out[i] for row r + i. */
-static inline T_VNNI __attribute__((always_inline)) void
-rows_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
+/* Row r against one packed token, WHOLE as chunk_vnni: the row's whole chunks straight from
+ * it, then the one k stops inside through a zeroed copy. */
+static inline T_VNNI __attribute__((always_inline)) float
+row_vnni_of(const cpu_part *p, const q8_shape sh, int64_t k, int64_t r, const void *xp,
+            const int WHOLE) {
     const atlas_wquant *qw = &p->quant;
-    const q8_shape sh = q8_shape_of(p, k);
     const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
-    const int whole = sh.whole;
     const int8_t *q = xp;
     const float *d = (const float *)(q + kp), *xg = d + kp / 32;
-    const uint8_t *row[4], *wb[4];
-    const float *s[4];
-    __m512 acc[4];
-    for (int i = 0; i < NR; i++) {
-        row[i] = (const uint8_t *)p->data + (r + i) * kb;
-        s[i] = qw->scales + (r + i) * sc;
-        acc[i] = _mm512_setzero_ps();
-    }
+    const uint8_t *row = (const uint8_t *)p->data + r * kb;
+    const float *s = qw->scales + r * sc;
     /* lane l covers columns 8l .. 8l + 7 of a chunk: block l / 4, group (8l) / bc */
     const __m512i lane_blk = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i lane_grp = bc == 32 ? lane_blk : _mm512_srli_epi32(lane_blk, 1);
     const int64_t g_shift = bc == 32 ? 2 : 1; /* groups of 32 / 64: chunk c starts group c << */
+    __m512 acc = _mm512_setzero_ps();
     grp_walk gw = grp_start(bc, k);
-    for (int64_t c = 0; c < nch; c++) {
-        const __m512i xe = _mm512_loadu_si512(q + c * 128), xo = _mm512_loadu_si512(q + c * 128 + 64);
-        const __m512 dv = _mm512_permutexvar_ps(lane_blk, _mm512_castps128_ps512(_mm_loadu_ps(d + c * 4)));
-        const int64_t g0 = c << g_shift, left = sc - g0;
-        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
-        if (c < nfull) {
-            for (int i = 0; i < NR; i++) {
-                wb[i] = row[i] + c * 64;
-                _mm_prefetch((const char *)wb[i] + Q8_PREFETCH_ROWS * kb, _MM_HINT_T0);
-            }
-            chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
-        } else {
-            __attribute__((aligned(64))) uint8_t tmp[4][64];
-            for (int i = 0; i < NR; i++) wb[i] = chunk_tail_plain(row[i], c, kb, tmp[i]);
-            chunk_vnni(acc, wb, s, xe, xo, dv, whole, gw.g, g0, gm, lane_grp, NR);
-        }
-        grp_next(&gw);
+    int64_t c = 0;
+    for (; c < nfull; c++, grp_next(&gw))
+        acc = chunk_vnni(acc, row + c * 64, q, d, c, s, gw.g, sc, g_shift, lane_grp, WHOLE);
+    for (; c < nch; c++, grp_next(&gw)) {
+        __attribute__((aligned(64))) uint8_t tmp[64];
+        acc = chunk_vnni(acc, chunk_tail_plain(row, c, kb, tmp), q, d, c, s, gw.g, sc, g_shift,
+                         lane_grp, WHOLE);
     }
-    for (int i = 0; i < NR; i++)
-        out[i] = _mm512_reduce_add_ps(acc[i]) -
-                 zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
+    return _mm512_reduce_add_ps(acc) - zero_term_avx2(s, qw->zeros + r * sc, xg, sc);
+}
+
+/* Row r of part p against one packed token. One row at a time reads the weights in address
+ * order, which the hardware prefetchers follow at the read rate; four rows interleaved chunk
+ * by chunk (64 bytes from each of four streams kb apart) they did not, and software
+ * prefetches made up for none of it: a 151,936 x 1,024 decode matmul in groups of 128 took
+ * 8.7 ms that way against 3.7 one row at a time (one thread, Zen 4). x's packed chunks, read
+ * again for each row, stay in L1. */
+static inline T_VNNI __attribute__((always_inline)) void
+row_vnni(const cpu_part *p, const q8_shape sh, int64_t k, int64_t r, const void *xp, float *out) {
+    *out = sh.whole ? row_vnni_of(p, sh, k, r, xp, 1) : row_vnni_of(p, sh, k, r, xp, 0);
 }
 
 /* Prefill's tile: 4 rows times Q8_TILE_TOKENS tokens, each chunk's nibbles unpacked once for
  * all of them (the 4 rows stay in L1 while every token's packed x streams from L2); the same
- * sums, in the same order, as rows_vnni gives each token alone. */
+ * sums, in the same order, as row_vnni gives each token alone. */
 enum { Q8_TILE_TOKENS = 3 };
 
 static inline T_VNNI __attribute__((always_inline)) void
@@ -373,17 +367,19 @@ tile_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
 
 T_VNNI static void gemm_vnni(const cpu_part *p, int64_t k, int64_t r0, int64_t r1,
                              const void *xp, size_t xs, int n, float *out, int64_t ldo) {
+    const q8_shape sh = q8_shape_of(p, k);
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4) {
         int t = 0;
         for (; t + Q8_TILE_TOKENS <= n; t += Q8_TILE_TOKENS)
             tile_vnni(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
         for (; t < n; t++)
-            rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 4);
+            for (int i = 0; i < 4; i++)
+                row_vnni(p, sh, k, r + i, (const char *)xp + xs * t, out + t * ldo + r + i);
     }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
-            rows_vnni(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
+            row_vnni(p, sh, k, r, (const char *)xp + xs * t, out + t * ldo + r);
 }
 
 /* A row's weight scales for the half chunk whose first block is b0, lane l taking columns
@@ -399,32 +395,25 @@ static inline __m256 half_scales(const float *s, int64_t g, int64_t b0, int64_t 
 
 /* AVX2: vpmaddubsw pairs each nibble with its byte of x into 16 bits (at most 2 x 15 x 127,
  * and the low and high sums added stay below 32,767), vpmaddwd widens to eight 32-bit lanes,
- * lane l again columns 8l .. 8l + 7 of a 64-column half chunk. */
+ * lane l again columns 8l .. 8l + 7 of a 64-column half chunk. One row at a time, as
+ * row_vnni and for its reason. */
 static inline __attribute__((always_inline)) void
-rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, const int NR) {
+row_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out) {
     const atlas_wquant *qw = &p->quant;
     const q8_shape sh = q8_shape_of(p, k);
     const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
     const int whole = sh.whole;
     const int8_t *q = xp;
     const float *d = (const float *)(q + kp), *xg = d + kp / 32;
-    const uint8_t *row[4];
-    const float *s[4];
-    __m256 acc[4];
-    uint8_t tmp[4][64];
-    for (int i = 0; i < NR; i++) {
-        row[i] = (const uint8_t *)p->data + (r + i) * kb;
-        s[i] = qw->scales + (r + i) * sc;
-        acc[i] = _mm256_setzero_ps();
-    }
+    const uint8_t *row = (const uint8_t *)p->data + r * kb;
+    const float *s = qw->scales + r * sc;
+    __m256 acc = _mm256_setzero_ps();
+    uint8_t tmp[64];
     const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     grp_walk gw = grp_start(bc, k);
     for (int64_t c = 0; c < nch; grp_next(&gw), c++) {
-        /* the same line of the rows the next call takes (a decode walks the rows in order):
-         * the loads' misses otherwise wait on the integer work ahead of them */
-        for (int i = 0; i < NR && c < nfull; i++)
-            _mm_prefetch((const char *)(row[i] + NR * kb + c * 64), _MM_HINT_T0);
+        const uint8_t *wc = c < nfull ? row + c * 64 : chunk_tail_plain(row, c, kb, tmp);
         for (int h = 0; h < 2; h++) {
             const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
             const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
@@ -432,71 +421,21 @@ rows_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out, c
             const __m256 dv = _mm256_permutevar8x32_ps(
                 _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd((const double *)(d + b0)))),
                 lane_blk);
-            for (int i = 0; i < NR; i++) {
-                const uint8_t *wb =
-                    (c < nfull ? row[i] + c * 64 : chunk_tail_plain(row[i], c, kb, tmp[i])) + h * 32;
-                __m256i w = _mm256_loadu_si256((const __m256i *)wb);
-                __m256i lo = _mm256_and_si256(w, m0f);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
-                __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-                __m256i t = _mm256_madd_epi16(t16, ones);
-                const __m256 sv = half_scales(s[i], gw.g, b0, bc, sc, whole);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, sv), acc[i]);
-            }
+            __m256i w = _mm256_loadu_si256((const __m256i *)(wc + h * 32));
+            __m256i lo = _mm256_and_si256(w, m0f);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
+            __m256i t16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+            __m256i t = _mm256_madd_epi16(t16, ones);
+            const __m256 sv = half_scales(s, gw.g, b0, bc, sc, whole);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, sv), acc);
         }
     }
-    for (int i = 0; i < NR; i++)
-        out[i] = cpu_hsum256(acc[i]) - zero_term_avx2(s[i], qw->zeros + (r + i) * sc, xg, sc);
-}
-
-/* Two rows against one packed token where every chunk is whole and one scale covers it
- * (groups of whole chunks, or one a row; k a multiple of 128): rows_avx2's sums in its order
- * with its accumulators in two registers, where its arrays went through the stack every
- * step (perf). */
-static inline __attribute__((always_inline)) void
-rows2_whole_avx2(const cpu_part *p, const q8_shape sh, int64_t k, int64_t r, const void *xp,
-                 float *out) {
-    const atlas_wquant *qw = &p->quant;
-    const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, sc = sh.sc;
-    const int8_t *q = xp;
-    const float *d = (const float *)(q + kp), *xg = d + kp / 32;
-    const uint8_t *w0 = (const uint8_t *)p->data + r * kb, *w1 = w0 + kb;
-    const float *s0 = qw->scales + r * sc, *s1 = s0 + sc;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    const __m256i lane_blk = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    grp_walk gw = grp_start(sh.bc, k);
-    for (int64_t c = 0; c < nch; grp_next(&gw), c++) {
-        _mm_prefetch((const char *)(w0 + 2 * kb + c * 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w1 + 2 * kb + c * 64), _MM_HINT_T0);
-        const __m256 sv0 = _mm256_set1_ps(s0[gw.g]), sv1 = _mm256_set1_ps(s1[gw.g]);
-        for (int h = 0; h < 2; h++) {
-            const __m256i xe = _mm256_loadu_si256((const __m256i *)(q + c * 128 + h * 32));
-            const __m256i xo = _mm256_loadu_si256((const __m256i *)(q + c * 128 + 64 + h * 32));
-            const __m256 dv = _mm256_permutevar8x32_ps(
-                _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd((const double *)(d + c * 4 + h * 2)))),
-                lane_blk);
-            __m256i u0 = _mm256_loadu_si256((const __m256i *)(w0 + c * 64 + h * 32));
-            __m256i u1 = _mm256_loadu_si256((const __m256i *)(w1 + c * 64 + h * 32));
-            __m256i t0 = _mm256_add_epi16(
-                _mm256_maddubs_epi16(_mm256_and_si256(u0, m0f), xe),
-                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m0f), xo));
-            __m256i t1 = _mm256_add_epi16(
-                _mm256_maddubs_epi16(_mm256_and_si256(u1, m0f), xe),
-                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m0f), xo));
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t0, ones)),
-                                 _mm256_mul_ps(dv, sv0), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(t1, ones)),
-                                 _mm256_mul_ps(dv, sv1), a1);
-        }
-    }
-    out[0] = cpu_hsum256(a0) - zero_term_avx2(s0, qw->zeros + r * sc, xg, sc);
-    out[1] = cpu_hsum256(a1) - zero_term_avx2(s1, qw->zeros + (r + 1) * sc, xg, sc);
+    *out = cpu_hsum256(acc) - zero_term_avx2(s, qw->zeros + r * sc, xg, sc);
 }
 
 /* Prefill's tile with AVX2: Q8_ROWS_AVX2 rows times Q8_TILE_AVX2 tokens, each half chunk's
- * nibbles unpacked once for all of them (rows_avx2 unpacks them again for every token); the
- * same sums, in the same order, as rows_avx2 gives each token alone. Two rows by four tokens
+ * nibbles unpacked once for all of them (row_avx2 unpacks them again for every token); the
+ * same sums, in the same order, as row_avx2 gives each token alone. Two rows by four tokens
  * keep the eight accumulators and four unpacked halves in the sixteen registers (4 x 2
  * spilled the accumulators): 1.5-1.7x the untiled kernel's rate (bench/RESULTS.md). */
 enum { Q8_ROWS_AVX2 = 2, Q8_TILE_AVX2 = 4 };
@@ -559,22 +498,18 @@ tile_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
 
 static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp,
                       size_t xs, int n, float *out, int64_t ldo) {
-    const q8_shape sh = q8_shape_of(p, k);
-    const int whole2 = sh.whole && sh.nfull == sh.nch;
     int64_t r = r0;
     for (; r + Q8_ROWS_AVX2 <= r1; r += Q8_ROWS_AVX2) {
         int t = 0;
         for (; t + Q8_TILE_AVX2 <= n; t += Q8_TILE_AVX2)
             tile_avx2(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
         for (; t < n; t++)
-            if (whole2)
-                rows2_whole_avx2(p, sh, k, r, (const char *)xp + xs * t, out + t * ldo + r);
-            else
-                rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, Q8_ROWS_AVX2);
+            for (int i = 0; i < Q8_ROWS_AVX2; i++)
+                row_avx2(p, k, r + i, (const char *)xp + xs * t, out + t * ldo + r + i);
     }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
-            rows_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r, 1);
+            row_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r);
 }
 #endif
 
