@@ -173,35 +173,14 @@ static inline __m256 load_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-/* Decode (one token): out[r] = dot(w[r], x) straight from bf16, four rows per pass sharing
- * the loads of x; no fp32 copy of the rows. Rows [r0, r1) of one bf16 part. */
+/* Decode (one token): out[r] = dot(w[r], x) straight from bf16, no fp32 copy of the rows,
+ * one row after another: in address order the hardware prefetchers keep up, where four rows
+ * at a time sharing the loads of x (with software prefetches of the next four) read a
+ * 151,936 x 1,024 matrix at 12 GB/s against 21 a thread, one accumulator chain and all (Zen
+ * 4). Rows [r0, r1) of one bf16 part. */
 static void gemv_bf16(float *out, const uint16_t *w, const float *x, int64_t k, int64_t r0,
                       int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t *w0 = w + r * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t i = 0;
-        for (; i + 8 <= k; i += 8) {
-            if (!(i & 31)) /* the next four rows' line (prefetches never fault past the end) */
-                for (int j = 0; j < 4; j++)
-                    _mm_prefetch((const char *)(w0 + (4 + j) * k + i), _MM_HINT_T0);
-            __m256 v = _mm256_loadu_ps(x + i);
-            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), v, a0);
-            a1 = _mm256_fmadd_ps(load_bf16(w1 + i), v, a1);
-            a2 = _mm256_fmadd_ps(load_bf16(w2 + i), v, a2);
-            a3 = _mm256_fmadd_ps(load_bf16(w3 + i), v, a3);
-        }
-        float s[4] = {cpu_hsum256(a0), cpu_hsum256(a1), cpu_hsum256(a2), cpu_hsum256(a3)};
-        for (; i < k; i++) {
-            s[0] += atlas_bf16_to_f32(w0[i]) * x[i];
-            s[1] += atlas_bf16_to_f32(w1[i]) * x[i];
-            s[2] += atlas_bf16_to_f32(w2[i]) * x[i];
-            s[3] += atlas_bf16_to_f32(w3[i]) * x[i];
-        }
-        for (int j = 0; j < 4; j++) out[r + j] = s[j];
-    }
-    for (; r < r1; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const uint16_t *wr = w + r * k;
         __m256 a = _mm256_setzero_ps();
         int64_t i = 0;
