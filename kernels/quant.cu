@@ -6,8 +6,7 @@
  *   atlas_qgemv1c_<fmt>   the same one row with several row groups a block (not act-order)
  *   atlas_qgemv1s_<fmt>   the same one row streamed: x held in registers, each row's codes and
  *                         scales loaded rows ahead through a ring of register stages, one wave
- *                         of blocks (cuda_qgemv1's CUDA_QGEMV_S, _S4, _SX); atlas_qgemv1sp_<fmt>
- *                         the ring in shared memory, by cp.async (CUDA_QGEMV_SP)
+ *                         of blocks (cuda_qgemv1's CUDA_QGEMV_S, _S4, _SX)
  *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
@@ -322,11 +321,7 @@ ATLAS_QGEMV1C(atlas_qgemv1c_fp4, QF_FP4)
  * than rows (with act: row pairs, m even); block 32 ceil(k / 32E) threads, at most 512.
  * atlas_qgemv1s_<fmt> D = 8 stages, atlas_qgemv1s4_int4 4 (more blocks an SM, fewer bytes in
  * flight), atlas_qgemv1sx_int4 8 with x rounded to int8 a 32 columns (quantize_x8, dp4a),
- * atlas_qgemv1s16_fp4 8 with a scale a 16 columns (NVFP4); atlas_qgemv1sp_<fmt> and
- * atlas_qgemv1sp16_fp4 the same through a ring of QS_STAGES in shared memory: dynamic shared
- * memory QS_STAGES x blockDim x (16 + 4 x the floats a slot) bytes (cuda_backend.h
- * CUDA_QSTREAM_STAGES: the host's copy). */
-enum { QS_STAGES = 16 };
+ * atlas_qgemv1s16_fp4 8 with a scale a 16 columns (NVFP4). */
 #define ATLAS_QGEMV1S(NAME, FMT, D, X8, ...)                                                      \
     extern "C" __global__ void __launch_bounds__(512)                                             \
         NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
@@ -343,10 +338,6 @@ ATLAS_QGEMV1S(atlas_qgemv1s_fp4, QF_FP4, 8, false)
 ATLAS_QGEMV1S(atlas_qgemv1s4_int4, QF_INT4, 4, false)
 ATLAS_QGEMV1S(atlas_qgemv1sx_int4, QF_INT4, 8, true)
 ATLAS_QGEMV1S(atlas_qgemv1s16_fp4, QF_FP4, 8, false, true)
-ATLAS_QGEMV1S(atlas_qgemv1sp_fp8, QF_FP8, 8, false, false, QS_STAGES)
-ATLAS_QGEMV1S(atlas_qgemv1sp_int4, QF_INT4, 8, false, false, QS_STAGES)
-ATLAS_QGEMV1S(atlas_qgemv1sp_fp4, QF_FP4, 8, false, false, QS_STAGES)
-ATLAS_QGEMV1S(atlas_qgemv1sp16_fp4, QF_FP4, 8, false, true, QS_STAGES)
 
 /* w as bf16 [m, k]: a thread a 16-byte load of codes (grid-stride). A rowscale is left to
  * atlas_qrowscale after the matmul. */

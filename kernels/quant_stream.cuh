@@ -1,5 +1,5 @@
-/* kernels/quant_stream.cuh — the body of the streaming one-row GEMVs (atlas_qgemv1s*,
- * atlas_qgemv1sp*: kernels/quant.cu instantiates them). */
+/* kernels/quant_stream.cuh — the body of the streaming one-row GEMVs (atlas_qgemv1s*:
+ * kernels/quant.cu instantiates them). */
 #ifndef ATLAS_KERNELS_QUANT_STREAM_CUH
 #define ATLAS_KERNELS_QUANT_STREAM_CUH
 
@@ -36,34 +36,16 @@ __device__ __forceinline__ float turn_sum(float (&v)[D], int lane) {
     return r;
 }
 
-/* cp.async of 4 bytes (zeros where bytes is 0), through L1 as a scale is read by the block's
- * neighbouring threads too. */
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int bytes) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
-/* S = 0: the ring of D register stages described above. S > 0 (a power of two), the ring in
- * shared memory: a thread's codes, scales and zero go by cp.async into its own slots of S
- * stages (dynamic shared memory, cuda_qstream_slot's bytes a thread a stage), so that S - 1
- * items a thread are in flight without registers to hold them: the register ring's 8 x 16
- * bytes and x's 32 registers left 4 blocks of 128 threads an SM, 64 KB in flight, less than
- * the memory's latency wants at its rate. A thread reads only the slots it fills: no
- * barrier. */
-template <int FMT, int D, bool X8, bool G16 = false, int S = 0>
+template <int FMT, int D, bool X8, bool G16 = false>
 __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const uint8_t *w,
                                              const bf16_t *bias, int m, int k, qargs q,
                                              qfuse fx) {
     constexpr int E = FMT == QF_FP8 ? 16 : 32, HALVES = E / 16;
     static_assert(D >= 2 && D <= 32 && (D & (D - 1)) == 0, "D: an even power of two");
-    static_assert(S == 0 || (S >= 4 && (S & (S - 1)) == 0), "S: 0, or a power of two >= 4");
     static_assert(!X8 || FMT == QF_INT4, "int8 x: INT4 only");
     static_assert(!G16 || FMT == QF_FP4, "a scale a half: FP4 only");
     constexpr int SL = G16 ? 2 : 1; /* scales a load */
-    constexpr int NF = SL + (FMT == QF_INT4 ? 1 : 0); /* floats a slot: scales, then zero */
-    constexpr int RD = S > 0 ? 1 : D;                  /* register stages */
     __shared__ float red[2][32][D]; /* a turn's row sums by warp, by the turn's parity */
-    extern __shared__ __align__(16) unsigned char qs_ring[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const int c = tid * E; /* this thread's columns */
     const bool on = c < k;
@@ -75,9 +57,9 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
     auto row_of = [&](int it) { return fx.act ? (it & 1) * (m / 2) + u0 + (it >> 1) : u0 + it; };
     const uint8_t *wc = w + (FMT == QF_FP8 ? c : c / 2);
     const size_t cg = on ? (size_t)(c >> q.csh) : 0, cg1 = on ? (size_t)((c + 16) >> q.csh) : 0;
-    uint4 wv[RD];
-    float sv[RD][SL], zv[RD];
-    auto load = [&](int s, int it) { /* register stage s (unrolled: registers) <- item it */
+    uint4 wv[D];
+    float sv[D][SL], zv[D];
+    auto load = [&](int s, int it) { /* stage s (unrolled: registers) <- item it */
         bool ok = on && it < items;
         int row = ok ? row_of(it) : 0;
         size_t si = (size_t)(row >> q.rsh) * q.scols + cg;
@@ -86,38 +68,8 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
         if constexpr (G16) sv[s][SL - 1] = ok ? __ldg(q.scales + si - cg + cg1) : 0.0f;
         zv[s] = FMT == QF_INT4 && ok ? __ldg(q.zeros + si) : 0.0f;
     };
-    uint4 *ring_w = reinterpret_cast<uint4 *>(qs_ring);                 /* [S][blockDim] */
-    float *ring_f = reinterpret_cast<float *>(ring_w + S * blockDim.x); /* [S][NF][blockDim] */
-    auto issue = [&](int it) { /* item it into its ring slot, one commit group (even empty) */
-        bool ok = on && it < items;
-        int row = ok ? row_of(it) : 0, slot = it & (S - 1);
-        size_t si = (size_t)(row >> q.rsh) * q.scols + cg;
-        float *f = ring_f + (size_t)slot * NF * blockDim.x + tid;
-        cp_async16(ring_w + (size_t)slot * blockDim.x + tid, ok ? wc + (size_t)row * rbytes : w,
-                   ok ? 16 : 0);
-        cp_async4(f, ok ? q.scales + si : q.scales, ok ? 4 : 0);
-        if constexpr (G16)
-            cp_async4(f + blockDim.x, ok ? q.scales + si - cg + cg1 : q.scales, ok ? 4 : 0);
-        if constexpr (FMT == QF_INT4)
-            cp_async4(f + (NF - 1) * blockDim.x, ok ? q.zeros + si : q.zeros, ok ? 4 : 0);
-        asm volatile("cp.async.commit_group;");
-    };
-    auto take = [&](int it) { /* item it from its slot into register stage 0 */
-        asm volatile("cp.async.wait_group %0;" ::"n"(S > 1 ? S - 2 : 0));
-        int slot = it & (S - 1);
-        const float *f = ring_f + (size_t)slot * NF * blockDim.x + tid;
-        wv[0] = ring_w[(size_t)slot * blockDim.x + tid];
-        sv[0][0] = f[0];
-        if constexpr (G16) sv[0][SL - 1] = f[blockDim.x];
-        zv[0] = FMT == QF_INT4 ? f[(NF - 1) * blockDim.x] : 0.0f;
-    };
-    if constexpr (S > 0) {
-#pragma unroll 1
-        for (int i = 0; i < S - 1; i++) issue(i); /* the weights: not the previous kernel's */
-    } else {
 #pragma unroll
-        for (int s = 0; s < D; s++) load(s, s);
-    }
+    for (int s = 0; s < D; s++) load(s, s); /* the weights: not the previous kernel's */
     pdl_trigger();
     pdl_wait();
     float xf[E], ss = 0.0f, sx = 0.0f;
@@ -153,12 +105,7 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
     for (int base = 0; base < items; base += D) {
         float v[D];
 #pragma unroll
-        for (int j = 0; j < D; j++) {
-            const int s = S > 0 ? 0 : j; /* the register stage item base + j is in */
-            if constexpr (S > 0) {
-                take(base + j);
-                issue(base + j + S - 1); /* into the slot the item before emptied */
-            }
+        for (int s = 0; s < D; s++) {
             if constexpr (X8) { /* as qdot_x8 with one scale a load */
                 const uint32_t wd[4] = {wv[s].x, wv[s].y, wv[s].z, wv[s].w};
                 int t = 0;
@@ -167,7 +114,7 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                     t = __dp4a((int)(wd[i] & 0x0F0F0F0Fu), xq.xe[i], t);
                     t = __dp4a((int)((wd[i] >> 4) & 0x0F0F0F0Fu), xq.xo[i], t);
                 }
-                v[j] = sv[s][0] * xq.d * ((float)t - zv[s] * (float)(xq.sq[0] + xq.sq[1]));
+                v[s] = sv[s][0] * xq.d * ((float)t - zv[s] * (float)(xq.sq[0] + xq.sq[1]));
             } else {
                 float d = 0.0f; /* as qdot: two chains a half, INT4's 1 + q / 16 folded below */
 #pragma unroll
@@ -182,9 +129,9 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                     d += G16 ? sv[s][h] * (a + b) : a + b;
                 }
                 if (FMT == QF_INT4) d = 16.0f * d - (16.0f + zv[s]) * sx;
-                v[j] = (G16 ? 1.0f : sv[s][0]) * unit * d;
+                v[s] = (G16 ? 1.0f : sv[s][0]) * unit * d;
             }
-            if constexpr (S == 0) load(j, base + D + j); /* the stage is free: the item D ahead */
+            load(s, base + D + s); /* the stage is free: the item D ahead */
         }
         float r = turn_sum<D>(v, lane);
         float (*rp)[D] = red[(base / D) & 1];
@@ -206,7 +153,6 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
             if (mine && !(it & 1)) fx.act[row] = glu_mul(t, u, fx.ga);
         }
     }
-    if constexpr (S > 0) asm volatile("cp.async.wait_all;"); /* the ring's empty tail groups */
 }
 
 #endif

@@ -36,11 +36,10 @@ static struct {
     long events;
     int streams;
     int no_pools;                 /* fake_cuda_set_pools(0) */
-    int smem_per_sm;              /* fake_cuda_set_smem_per_sm (0: no limit) */
     long seq;                     /* orders frees and waits (fake_cuda_stats) */
     CUstream recorded_on[1024];   /* the stream each event was last recorded on */
 } fk = {.mu = PTHREAD_MUTEX_INITIALIZER, .device_count = 1,
-        .st = {.pool_threshold = -1, .pool_internal_deps = -1, .max_dynamic_smem = -1}};
+        .st = {.pool_threshold = -1, .pool_internal_deps = -1}};
 
 static _Thread_local CUcontext fk_current;
 static char fk_ctx, fk_stream[2], fk_graph, fk_graph_exec, fk_pool;
@@ -441,10 +440,7 @@ static CUresult f_get_function(CUfunction *fn, CUmodule m, const char *name) {
     return 0;
 }
 static CUresult f_func_set(CUfunction fn, CUfunction_attribute a, int v) {
-    (void)fn;
-    pthread_mutex_lock(&fk.mu);
-    if (a == ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES) fk.st.max_dynamic_smem = v;
-    pthread_mutex_unlock(&fk.mu);
+    (void)fn, (void)a, (void)v;
     return 0;
 }
 static CUresult f_func_get(int *v, CUfunction_attribute a, CUfunction fn) {
@@ -453,21 +449,17 @@ static CUresult f_func_get(int *v, CUfunction_attribute a, CUfunction fn) {
     return 0;
 }
 static CUresult f_occupancy(int *blocks, CUfunction fn, int bs, size_t smem) {
-    (void)fn, (void)bs;
-    pthread_mutex_lock(&fk.mu);
-    size_t fit = fk.smem_per_sm > 0 && smem > 0 ? (size_t)fk.smem_per_sm / smem : 2;
-    pthread_mutex_unlock(&fk.mu);
-    *blocks = fit < 2 ? (int)fit : 2;
+    (void)fn, (void)bs, (void)smem;
+    *blocks = 2;
     return 0;
 }
 static CUresult f_launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, unsigned bz, unsigned smem, CUstream s, void **params,
                          void **extra) {
-    (void)fn, (void)gx, (void)gy, (void)gz, (void)s, (void)params, (void)extra;
+    (void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)smem, (void)s;
+    (void)params, (void)extra;
     pthread_mutex_lock(&fk.mu);
     fk.st.launches++;
-    fk.st.last_block = bx * by * bz;
-    fk.st.last_smem = smem;
     pthread_mutex_unlock(&fk.mu);
     return 0;
 }
@@ -561,11 +553,6 @@ atlas_driver fake_cuda_table(void) {
 
 void fake_cuda_set_unified(int on) { fk_unified = on; }
 void fake_cuda_set_pools(int on) { fk.no_pools = !on; }
-void fake_cuda_set_smem_per_sm(int bytes) {
-    pthread_mutex_lock(&fk.mu);
-    fk.smem_per_sm = bytes;
-    pthread_mutex_unlock(&fk.mu);
-}
 
 atlas_status fake_cuda_install(int device_count) {
     pthread_mutex_lock(&fk.mu);

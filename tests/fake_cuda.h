@@ -58,11 +58,7 @@ typedef struct fake_cuda_stats {
      * the first cuMemFreeAsync since fake_cuda_disarm and the last one, and its stream */
     long last_wait_seq, first_free_seq, last_free_seq;
     CUstream last_wait_stream, last_wait_after, last_free_stream, last_alloc_stream;
-    /* kernel launches (none run): how many, the last one's threads a block and dynamic
-     * shared memory; the last CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set (-1: none) */
-    long launches;
-    unsigned last_block, last_smem;
-    int max_dynamic_smem;
+    long launches; /* kernel launches (none run) */
 } fake_cuda_stats;
 
 /* The fake's driver table, and that table installed (atlas_driver_install_for_test, which
@@ -77,10 +73,6 @@ void fake_cuda_set_unified(int on);
  * (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), so atlas falls back to cuMemAlloc/cuMemFree;
  * 1 (default): it has them. */
 void fake_cuda_set_pools(int on);
-/* The shared memory an SM has for blocks: occupancy queries answer how many blocks of a
- * launch's dynamic shared memory fit in it (at most 2, 0 when one does not); 0 (default):
- * 2 blocks whatever they ask. */
-void fake_cuda_set_smem_per_sm(int bytes);
 
 fake_cuda_stats fake_cuda_get_stats(void);
 

@@ -222,12 +222,12 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
         fp8_act(what, wc, wg, bc, bg, k, m, dx, dout, x, want, got);
     /* one row through each one-row kernel: the one-group kernel (ng 0), several row groups a
      * block (3: the last block short, groups of more than one item where k is long enough),
-     * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x,
-     * 16 in shared memory; the one-group kernel where they do not take the layout); no bias
-     * (cuda_qgemv1 takes none) */
+     * the decode's default, the int8-x kernel and the streaming ones (8 and 4 stages, int8 x;
+     * the one-group kernel where they do not take the layout); no bias (cuda_qgemv1 takes
+     * none) */
     CHECK_OK(cpu->ops->matmul(cpu, want, x, wc, NULL, 1));
     static const int ngs[] = {0, 3, -CUDA_QGEMV_BPS, CUDA_QGEMV_X8, CUDA_QGEMV_S, CUDA_QGEMV_S4,
-                              CUDA_QGEMV_SX, CUDA_QGEMV_SP};
+                              CUDA_QGEMV_SX};
     for (size_t t = 0; t < sizeof ngs / sizeof *ngs; t++) {
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)m));
         CHECK_OK(cuda_qgemv1((cuda_backend *)gpu, wg, CUDA_PTR(dout), CUDA_PTR(dx), ngs[t]));

@@ -378,7 +378,7 @@ static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len,
 static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     enum { LEN = 8 };
     static const int ngs[ATLAS_BENCH_QCHAINS] = {0, CUDA_QGEMV_X8, CUDA_QGEMV_S, CUDA_QGEMV_S4,
-                                                 CUDA_QGEMV_SX, CUDA_QGEMV_SP};
+                                                 CUDA_QGEMV_SX};
     for (int c = 0; c < 3; c++) {
         atlas_weight *ws[LEN] = {0};
         atlas_status st = ATLAS_OK;

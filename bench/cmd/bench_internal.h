@@ -79,7 +79,7 @@ atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
 
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
-enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 6,
+enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 5,
        ATLAS_BENCH_QRUNS = 10 };
 
 typedef struct atlas_bench_profile {
@@ -108,11 +108,9 @@ typedef struct atlas_bench_profile {
     double qgbps[ATLAS_BENCH_QRUNS][ATLAS_BENCH_SHAPES];
     /* One row of the same layout as a decode graph runs it: qchain_len[c] matmuls of shape
      * 1 + c (o, gate_up, down), each on its own weights, in one graph; microseconds a matmul, [0]
-     * the one-group kernel, [1] INT4 against int8 x, [2..5] the streaming kernels: 8 stages
-     * (the decode's), 4 stages, 8 with int8 x, 16 in shared memory (cuda_qgemv1's
-     * CUDA_QGEMV_S, _S4, _SX, _SP;
-     * a layout one does not take runs the one-group kernel there), and each matmul's packed
-     * bytes */
+     * the one-group kernel, [1] INT4 against int8 x, [2..4] the streaming kernels: 8 stages
+     * (the decode's), 4 stages, 8 with int8 x (cuda_qgemv1's CUDA_QGEMV_S, _S4, _SX; a layout
+     * one does not take runs the one-group kernel there), and each matmul's packed bytes */
     int qchain_len[3];
     double qchain_us[ATLAS_BENCH_QCHAINS][3], qchain_bytes[3];
 } atlas_bench_profile;

@@ -117,19 +117,11 @@ enum { CUDA_QGEMV_X8 = 1 << 30 };
 /* cuda_qgemv1's ng for the streaming kernels (kernels/quant.cu atlas_qgemv1s*: one wave of
  * blocks spanning k, each row's codes and scales loaded rows ahead through a ring of register
  * stages): S 8 stages (FP8, INT4, FP4), S4 4 stages, SX 8 stages with x rounded to int8
- * (INT4), SP S's with the ring in shared memory (CUDA_QSTREAM_STAGES stages, filled by
- * cp.async); FP4 with a scale a 16 columns (NVFP4) S and SP through kernels of their own, a
- * scale a half load. A weight they do not take (act-order, a scale group narrower than a
- * load: INT4 groups under 32 columns; more than 512 loads a row; a block that does not fit an
- * SM) takes the one-group kernel; SP where its ring does not fit, S. */
-enum { CUDA_QGEMV_S = 1 << 29, CUDA_QGEMV_S4, CUDA_QGEMV_SX, CUDA_QGEMV_SP, CUDA_QSTREAMS = 4 };
-/* kernels/quant.cu's QS_STAGES: SP's ring, a slot 16 bytes of codes and 4 a float (scales,
- * zero) a thread a stage */
-enum { CUDA_QSTREAM_STAGES = 16 };
-/* ops_cuda.c: bytes a thread a stage of that ring for kind q (g16: two scales a load), and
- * its dynamic shared memory for a block of threads */
-int cuda_qstream_slot(cuda_qkind q, bool g16);
-unsigned cuda_qstream_smem(int slot, int threads);
+ * (INT4); FP4 with a scale a 16 columns (NVFP4) S through a kernel of its own, a scale a half
+ * load. A weight they do not take (act-order, a scale group narrower than a load: INT4 groups
+ * under 32 columns; more than 512 loads a row; a block that does not fit an SM) takes the
+ * one-group kernel. */
+enum { CUDA_QGEMV_S = 1 << 29, CUDA_QGEMV_S4, CUDA_QGEMV_SX, CUDA_QSTREAMS = 3 };
 
 /* Kernels looked up once at create. */
 typedef struct cuda_fns {
@@ -164,9 +156,8 @@ typedef struct cuda_fns {
      * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
     int qgemv1s_bps[CUDA_QKINDS][CUDA_QSTREAMS][17];
-    /* the streaming kernels of FP4 with a scale a 16 columns by CUDA_QGEMV_S + i (S and SP) */
-    CUfunction qgemv1s16[CUDA_QSTREAMS];
-    int qgemv1s16_bps[CUDA_QSTREAMS][17];
+    CUfunction qgemv1s16;      /* the streaming kernel of FP4 with a scale a 16 columns */
+    int qgemv1s16_bps[17];
     CUfunction qrowscale;
     CUfunction fp8_actq; /* x as e4m3 a row and 128 columns, for plan.fp8_act */
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
@@ -430,8 +421,8 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 int cuda_qmma_max(const cuda_backend *cb);
 /* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
  * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng
- * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4; CUDA_QGEMV_S, _S4, _SX,
- * _SP: the streaming kernels (atlas_qgemv1s*) where they take w.  Act-order weights always take
+ * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4; CUDA_QGEMV_S, _S4, _SX:
+ * the streaming kernels (atlas_qgemv1s*) where they take w.  Act-order weights always take
  * the one-group kernel. */
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
                          int ng);

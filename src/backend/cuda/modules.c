@@ -111,31 +111,15 @@ atlas_status cuda_kv8_ready(cuda_backend *cb) {
 
 /* bps[w]: blocks of w warps an SM of streaming kernel f (-1: none fits; 1 where the driver
  * cannot tell), asked here rather than at the launch, which a graph capture may record. */
-static atlas_status stream_occupancy(CUfunction f, int *bps, int slot) {
+static atlas_status stream_occupancy(CUfunction f, int *bps) {
     const atlas_driver *d = atlas_driver_get();
     for (int w = 1; w <= 16; w++) {
         int b = 1;
         if (d->cuOccupancyMaxActiveBlocksPerMultiprocessor)
-            ATLAS_CU_TRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, &b, f, 32 * w,
-                         cuda_qstream_smem(slot, 32 * w));
+            ATLAS_CU_TRY(cuOccupancyMaxActiveBlocksPerMultiprocessor, &b, f, 32 * w, 0);
         bps[w] = b > 0 ? b : -1;
     }
     return ATLAS_OK;
-}
-
-/* A streaming kernel with its ring in shared memory (slot: its bytes a thread a stage): the
- * dynamic shared memory it may take raised to what a block may opt in to (past the 48 KB
- * default: a ring of 16 stages of 448 threads is 168 KB), then its blocks an SM. */
-static atlas_status ring_kernel(cuda_backend *cb, CUfunction f, int *bps, int slot) {
-    const atlas_driver *d = atlas_driver_get();
-    int fixed = 0; /* its static shared memory, which the opt-in covers too */
-    if (d->cuFuncGetAttribute)
-        ATLAS_CU_TRY(cuFuncGetAttribute, &fixed, ATLAS_CU_FUNC_ATTR_SHARED_SIZE_BYTES, f);
-    int most = cb->dev.arch.smem_block - fixed;
-    if (d->cuFuncSetAttribute && most > 0)
-        ATLAS_CU_TRY(cuFuncSetAttribute, f, ATLAS_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                     most);
-    return stream_occupancy(f, bps, slot);
 }
 
 /* The quantized formats' kernels, loaded with the first quantized weight (a dense model never
@@ -150,7 +134,6 @@ static atlas_status quant_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv1x_int4", &fn->qgemv1x));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_fp8", &fn->qsplit[0]));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_q4", &fn->qsplit[1]));
-    for (int i = 0; i < CUDA_QSTREAMS; i++) fn->qgemv1s16[i] = NULL;
     for (int q = 0; q < CUDA_QKINDS; q++) {
         char name[48];
         snprintf(name, sizeof name, "atlas_qgemv1_%s", qnames[q]);
@@ -159,25 +142,20 @@ static atlas_status quant_load(cuda_backend *cb) {
             snprintf(name, sizeof name, "atlas_qgemv1c_%s", qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1c[q]));
         }
-        /* the streaming kernels: 8 stages in registers or 16 in shared memory of every
-         * format but act-order; 4 stages and int8 x of INT4 */
-        static const char *const snames[CUDA_QSTREAMS] = {"s", "s4", "sx", "sp"};
-        const int sp = CUDA_QGEMV_SP - CUDA_QGEMV_S;
+        /* the streaming kernels: 8 stages of every format but act-order; 4 stages and
+         * int8 x of INT4 */
+        static const char *const snames[CUDA_QSTREAMS] = {"s", "s4", "sx"};
         for (int i = 0; i < CUDA_QSTREAMS; i++) {
             fn->qgemv1s[q][i] = NULL;
-            if (q == CUDA_Q_INT4G || (i > 0 && i != sp && q != CUDA_Q_INT4)) continue;
+            if (q == CUDA_Q_INT4G || (i > 0 && q != CUDA_Q_INT4)) continue;
             snprintf(name, sizeof name, "atlas_qgemv1%s_%s", snames[i], qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1s[q][i]));
-            int slot = i == sp ? cuda_qstream_slot(q, false) : 0;
-            ATLAS_TRY(i == sp ? ring_kernel(cb, fn->qgemv1s[q][i], fn->qgemv1s_bps[q][i], slot)
-                              : stream_occupancy(fn->qgemv1s[q][i], fn->qgemv1s_bps[q][i], 0));
+            ATLAS_TRY(stream_occupancy(fn->qgemv1s[q][i], fn->qgemv1s_bps[q][i]));
         }
-        for (int j = 0, i = 0; j < 2 && q == CUDA_Q_FP4; i = sp, j++) { /* S and SP */
-            snprintf(name, sizeof name, "atlas_qgemv1%s16_fp4", snames[i]);
-            ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qgemv1s16[i]));
-            int slot = i == sp ? cuda_qstream_slot(q, true) : 0;
-            ATLAS_TRY(i == sp ? ring_kernel(cb, fn->qgemv1s16[i], fn->qgemv1s16_bps[i], slot)
-                              : stream_occupancy(fn->qgemv1s16[i], fn->qgemv1s16_bps[i], 0));
+        if (q == CUDA_Q_FP4) {
+            ATLAS_TRY(
+                atlas_registry_function(cb->mod.reg, "atlas_qgemv1s16_fp4", &fn->qgemv1s16));
+            ATLAS_TRY(stream_occupancy(fn->qgemv1s16, fn->qgemv1s16_bps));
         }
         snprintf(name, sizeof name, "atlas_qdequant_%s", qnames[q]);
         ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qdequant[q]));

@@ -438,43 +438,29 @@ static cuda_qkind qkind_of(const atlas_weight *w) {
  * ATLAS_GEMV1B_EPI; block kernel only): swiglu of its output, or rope and kv_store of it. */
 typedef enum { TAIL_NONE, TAIL_SWIGLU, TAIL_QKV } gemv_tail;
 
-/* Bytes a thread a stage of a streaming kernel's ring in shared memory: 16 of codes and a
- * float a scale (two with a scale a 16 columns) and INT4's zero. */
-int cuda_qstream_slot(cuda_qkind q, bool g16) {
-    return 16 + 4 * ((g16 ? 2 : 1) + (q == CUDA_Q_INT4 || q == CUDA_Q_INT4G ? 1 : 0));
-}
-
-/* The dynamic shared memory of that ring for a block of threads (0: no ring). */
-unsigned cuda_qstream_smem(int slot, int threads) {
-    return (unsigned)(CUDA_QSTREAM_STAGES * threads * slot);
-}
-
 /* The streaming kernel CUDA_QGEMV_S + v of w's kind with the 22 arguments a, where it takes
  * w (*done: launched; else the caller launches another): one wave of blocks of 32 ceil(k /
  * 32E) threads (E columns a load), blocks an SM from the occupancy (cuda_quant_ready asks
- * it, with SP's ring), no more blocks than rows (act: gate_up's row pairs, which a block
- * keeps). */
+ * it), no more blocks than rows (act: gate_up's row pairs, which a block keeps). */
 static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int v, bool act,
                                    void **a, bool *done) {
     cuda_qkind q = qkind_of(w);
     CUfunction f = cb->mod.fn.qgemv1s[q][v];
     int e_log2 = q == CUDA_Q_FP8 ? 4 : 5, m = (int)w->rows, k = (int)w->cols;
     int warps = (k + (32 << e_log2) - 1) / (32 << e_log2);
-    /* FP4 with a scale a 16 columns (NVFP4): kernels of its own, a scale a half load */
-    bool g16 = q == CUDA_Q_FP4 && w->csh == 4 && cb->mod.fn.qgemv1s16[v];
-    if (g16) f = cb->mod.fn.qgemv1s16[v];
+    /* FP4 with a scale a 16 columns (NVFP4): its own kernel, a scale a half load */
+    bool g16 = q == CUDA_Q_FP4 && w->csh == 4 && v == 0 && cb->mod.fn.qgemv1s16;
+    if (g16) f = cb->mod.fn.qgemv1s16;
     *done = false;
     if (!f || (w->csh < e_log2 && !g16) || warps > 16) /* a scale a load; 512 threads */
         return ATLAS_OK;
-    int bps = g16 ? cb->mod.fn.qgemv1s16_bps[v][warps] : cb->mod.fn.qgemv1s_bps[q][v][warps];
+    int bps = g16 ? cb->mod.fn.qgemv1s16_bps[warps] : cb->mod.fn.qgemv1s_bps[q][v][warps];
     if (bps <= 0) return ATLAS_OK;
-    bool ring = v == CUDA_QGEMV_SP - CUDA_QGEMV_S;
-    unsigned smem = ring ? cuda_qstream_smem(cuda_qstream_slot(q, g16), 32 * warps) : 0;
     long long units = act ? m / 2 : m;
     long long wave = (long long)bps * atlas_host_properties(cb->dev.host)->sm_count;
     *done = true;
-    return launch(cb, f, (unsigned)(units < wave ? units : wave), 1, 1, 32u * (unsigned)warps,
-                  smem, a);
+    return launch(cb, f, (unsigned)(units < wave ? units : wave), 1, 1, 32u * (unsigned)warps, 0,
+                  a);
 }
 
 /* A quantized one-row GEMV's 22 kernel arguments (atlas_qgemv1_<fmt>) launched with ng as
@@ -487,8 +473,6 @@ static atlas_status qgemv_launch(cuda_backend *cb, const atlas_weight *w, void *
     if (ng >= CUDA_QGEMV_S && ng < CUDA_QGEMV_S + CUDA_QSTREAMS) {
         bool done = false;
         ATLAS_TRY(qstream_launch(cb, w, ng - CUDA_QGEMV_S, act, a, &done));
-        if (!done && ng == CUDA_QGEMV_SP) /* a ring that does not fit: the register one */
-            ATLAS_TRY(qstream_launch(cb, w, 0, act, a, &done));
         if (done) return ATLAS_OK;
         ng = 0;
     }
