@@ -76,7 +76,7 @@ static int usage(void) {
                     "                   [--kv-cache-dtype auto|bf16|fp8]   (the KV cache's elements)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
-                    "each printed; nothing else)\n"
+                    "each printed, and on the CPU the page-cache read probe beside them; nothing else)\n"
                     "                   [--no-graphs] [--no-pdl] [--no-cublaslt] [--kernels native|portable]\n"
                     "                   [--no-memory-check]   (load past the check of free memory)\n"
                     "                   [--skip-ops norm,matmul,rope,kv_store,attention,swiglu]\n"
@@ -437,7 +437,9 @@ int atlas_cli_bench(int argc, char **argv) {
            ", into memory new to it", first_s);
     print_load_path(m, load_s);
     if (on_cuda) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
-    if (!strcmp(info.backend, "cpu"))
+    /* with --load-only only: its buffers (512 MiB) would count in a full run's peak RSS, which
+     * bench/cpu/vs_llama.sh compares with llama.cpp's */
+    if (!strcmp(info.backend, "cpu") && o.load_only)
         print_read_probe(o.dir, info.n_threads, info.weight_bytes / 1e9 / load_s,
                          info.weight_bytes / 1e9 / first_s, swaps);
     if (o.load_only) return atlas_model_release(m) == ATLAS_OK ? 0 : fail("releasing the model");
