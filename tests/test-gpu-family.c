@@ -265,8 +265,8 @@ static const char *act_name(void) {
 /* The gated activation: the glu op over 37 rows; the gate_up epilogue of one row (the fused
  * GEMVs: with the norm, then without, then of an FP8 gate_up) and of 150 rows (prefill), then
  * of the FP8 gate_up on the streaming one-row kernel, then of the FP8 gate_up over 150 rows
- * (prefill's bf16 chain from its scratch copy), each followed by the down matmul that reads
- * its act, as the model runs them. */
+ * (from its bf16 scratch copy, the product in fp32), each followed by the down matmul that
+ * reads its act, as the model runs them. */
 static void test_glu(void) {
     char what[96];
     buf gu = buf_make((size_t)150 * 2 * F), act = buf_make((size_t)150 * F);
@@ -301,9 +301,9 @@ static void test_glu(void) {
                                              0, &epi));
             CHECK_OK(be->ops->matmul(be, side_of(&out, i), side_of(&act, i), wdn.w[i], NULL, n));
         }
-        /* 150 rows: gate_up and act rounded to bf16 (prefill's chain); the FP8 weight's
-         * chain rounds as the dense one does, on other weights (the clamped SwiGLU's dense
-         * case was 8.9e-3 on an H100, its FP8 one 1.02e-2) */
+        /* 150 rows: the dense weight's gate_up and act rounded to bf16 (prefill's chain: the
+         * clamped SwiGLU's case 8.9e-3 on an H100); the FP8 weight's scratch copy rounds
+         * each weight to bf16 as well (its case through the bf16 chain was 1.02e-2) */
         double tol = n == 1 ? 1e-4 : c == 5 ? 2e-2 : 1e-2;
         const char *how = c == 0   ? ", norm"
                           : c == 1 ? ""
