@@ -301,8 +301,6 @@ static atlas_status lt_gemm(cuda_backend *cb, CUdeviceptr out, int out_bf16, CUd
     return lt_bias(cb, out, bias, n, m);
 }
 
-
-
 /* gate_up matmul -> swiglu -> down matmul, n >= 64 rows: in bf16 as described above, for
  * dense weights. A quantized one's product stays fp32 into the fp32 swiglu (op_qmatmul
  * from its scratch copy): its bf16 copy already rounds each weight, and rounding gate_up's
@@ -512,19 +510,9 @@ int cuda_qmma_max(const cuda_backend *cb) {
     return v <= 0 ? CUDA_QMMA_DEFAULT : v < CUDA_QMMA_MAX ? v : CUDA_QMMA_MAX;
 }
 
-/* The most rows op_qmatmul multiplies from w's packed bytes (more: its scratch copy). */
-static int qdirect_rows(const cuda_backend *cb, const atlas_weight *w) {
-    return qkind_of(w) == CUDA_Q_INT4G ? CUDA_QGEMV_MAX : cuda_qmma_max(cb);
-}
-
-/* w's bf16 copy in the scratch buffer (qdequant), as a dense weight. */
-static atlas_weight qscratch_view(const cuda_backend *cb, const atlas_weight *w) {
-    return (atlas_weight){.ptr = cb->ws.deq, .rows = w->rows, .cols = w->cols};
-}
-
 /* The bf16 matmul of c from w's scratch copy, then w's rowscale (and the bias after it). */
 static atlas_status qscratch_matmul(cuda_backend *cb, const cuda_cmd *c, const atlas_weight *w) {
-    atlas_weight tmp = qscratch_view(cb, w);
+    atlas_weight tmp = {.ptr = cb->ws.deq, .rows = w->rows, .cols = w->cols};
     if (!w->rowscale) return dense_matmul(cb, c, &tmp);
     const atlas_weight *bias = c->p[3];
     cuda_cmd plain = *c;
@@ -568,7 +556,22 @@ static atlas_status fp8_lt_matmul(cuda_backend *cb, const cuda_cmd *c, const atl
     return lt_bias(cb, out, c->p[3], n4, m);
 }
 
-static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w);
+/* w dequantized to bf16 into the scratch buffer ws.deq. */
+static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w) {
+    int m = (int)w->rows, k = (int)w->cols;
+    cuda_qkind q = qkind_of(w);
+    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
+    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
+    if (cb->ws.deq_bytes < (size_t)m * k * 2)
+        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
+                          "%d x %d", m, k);
+    CUdeviceptr deq = cb->ws.deq;
+    void *d[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
+    long long loads = (long long)m * k / (q == CUDA_Q_FP8 ? 16 : 32);
+    long long blocks = (loads + 255) / 256;
+    return launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
+                  256, 0, d);
+}
 
 /* A quantized weight: one row through the fp32 GEMV, up to cuda_qmma_max (CUDA_QGEMV_MAX with
  * act-order) through the kernels that multiply on the tensor cores, both reading the packed
@@ -584,9 +587,11 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     CUdeviceptr out = CUDA_PTR(c->p[0]), x = CUDA_PTR(c->p[1]), bp = bias ? bias->ptr : 0;
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs};
-    if (q == CUDA_Q_INT4G && n <= qdirect_rows(cb, w))
+    /* the most rows multiplied from the packed bytes (more: the scratch copy) */
+    const int direct = q == CUDA_Q_INT4G ? CUDA_QGEMV_MAX : cuda_qmma_max(cb);
+    if (q == CUDA_Q_INT4G && n <= direct)
         return launch(cb, cb->mod.fn.qgemv8_g, (unsigned)((m + 3) / 4), 1, 1, 128, 0, a);
-    if (n <= qdirect_rows(cb, w)) {
+    if (n <= direct) {
         int i = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
         /* x split into bf16 hi + lo once, in the scratch buffer (free: batches of these
          * rows do not dequantize), for every block instead of by each */
@@ -619,23 +624,6 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
     }
     ATLAS_TRY(qdequant(cb, w));
     return qscratch_matmul(cb, c, w);
-}
-
-/* w dequantized to bf16 into the scratch buffer ws.deq. */
-static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w) {
-    int m = (int)w->rows, k = (int)w->cols;
-    cuda_qkind q = qkind_of(w);
-    CUdeviceptr wp = w->ptr, sc = w->scales, zs = w->zeros, gi = w->g_idx;
-    int rsh = w->rsh, csh = w->csh, scols = w->scols, p1 = w->p1, p2 = w->p2;
-    if (cb->ws.deq_bytes < (size_t)m * k * 2)
-        return atlas_fail(ATLAS_ERR_INTERNAL, "cuda: no scratch for a quantized weight of "
-                          "%d x %d", m, k);
-    CUdeviceptr deq = cb->ws.deq;
-    void *d[] = {&deq, &wp, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2};
-    long long loads = (long long)m * k / (q == CUDA_Q_FP8 ? 16 : 32);
-    long long blocks = (loads + 255) / 256;
-    return launch(cb, cb->mod.fn.qdequant[q], (unsigned)(blocks < 8192 ? blocks : 8192), 1, 1,
-                  256, 0, d);
 }
 
 static atlas_status op_matmul(cuda_backend *cb, const cuda_cmd *c) {
