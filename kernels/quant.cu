@@ -25,7 +25,8 @@
  *
  * The codes are dequantized with bit operations, not tables or integer conversions: a 4-bit
  * q placed in the top of a float's mantissa is 1 + q / 16 in one AND-OR (the 1 and the 16
- * folded into a sum of x a group), an e2m1 code placed in a half's exponent and mantissa is
+ * folded into a sum of x a group; the streaming kernel places two nibbles with one shift,
+ * the second at 1 + q / 256: nib_dot8), an e2m1 code placed in a half's exponent and mantissa is
  * its value times 2^-14 (subnormals included; the 2^14 folded into the scale), and e4m3 goes
  * through the two-at-a-time conversion of sm_89+.
  *

@@ -26,11 +26,32 @@ __device__ __forceinline__ void fp8x4(uint32_t v, float *f) {
     f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
 }
 
+/* (t & MASK) | 1.0f's bits in one LOP3 (C's expression compiles to two: both constants are
+ * immediates, and a LOP3 holds one); MASK picks 4 mantissa bits, so the value is 1 + q 2^-n. */
+template <uint32_t MASK> __device__ __forceinline__ float nib_or1(uint32_t t) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(t), "n"(MASK), "r"(0x3F800000u));
+    return __uint_as_float(r);
+}
+
 /* 1 + q / 16 for nibble j of v (q in mantissa bits 19..22 of 1.0f: exact): a shift and one
  * AND-OR. */
 __device__ __forceinline__ float nib1q(uint32_t v, int j) {
-    uint32_t t = j < 5 ? v << (19 - 4 * j) : v >> (4 * j - 19);
-    return __uint_as_float((t & 0x00780000u) | 0x3F800000u);
+    return nib_or1<0x00780000u>(j < 5 ? v << (19 - 4 * j) : v >> (4 * j - 19));
+}
+
+/* Σ (1 + q_j / 256) x_j over word v's even nibbles j (lo) and Σ (1 + q_j / 16) x_j over its
+ * odd ones (hi), x the word's 8 columns: one shift serves two nibbles, the even one landing
+ * in mantissa bits 15..18 and the odd in 19..22 (exact either way; the even sum cancels 4
+ * bits more against Σ x, far below the bf16 rounding elsewhere), so a weight costs half a
+ * shift, one LOP3 and one FMA where nib1q costs a shift, two LOP3s and an FMA. */
+__device__ __forceinline__ void nib_dot8(uint32_t v, const float *x, float &lo, float &hi) {
+    const uint32_t t[4] = {v << 15, v << 7, v >> 1, v >> 9};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        lo = fmaf(nib_or1<0x00078000u>(t[i]), x[2 * i], lo);
+        hi = fmaf(nib_or1<0x00780000u>(t[i]), x[2 * i + 1], hi);
+    }
 }
 
 /* The 8 e2m1 codes of v (nibble j: column j) times 2^-14: nibbles j and j + 4 at once as a

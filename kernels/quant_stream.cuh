@@ -72,7 +72,7 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
     for (int s = 0; s < D; s++) load(s, s); /* the weights: not the previous kernel's */
     pdl_trigger();
     pdl_wait();
-    float xf[E], ss = 0.0f, sx = 0.0f;
+    float xf[E], ss = 0.0f, sx = 0.0f, sxe = 0.0f, sxo = 0.0f;
     if (on) {
         load_x<E>(xf, x + c, fx.nw ? fx.nw + c : nullptr, ss);
     } else {
@@ -88,7 +88,10 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
             b += xf[16 * h + i + 1];
         }
         sx += a + b;
+        sxe += a;
+        sxo += b;
     }
+    const float lohi = 256.0f * sxe + 16.0f * sxo; /* what nib_dot8's 1s add, scaled as below */
     float scale = 1.0f; /* the norm fusion's rsqrt(mean(x^2) + eps); block 0 writes h */
     if (fx.nw) {
         scale = rsqrtf(block_sum(ss) / (float)k + fx.eps);
@@ -115,8 +118,14 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                     t = __dp4a((int)((wd[i] >> 4) & 0x0F0F0F0Fu), xq.xo[i], t);
                 }
                 v[s] = sv[s][0] * xq.d * ((float)t - zv[s] * (float)(xq.sq[0] + xq.sq[1]));
+            } else if constexpr (FMT == QF_INT4) { /* s (Σ q x - z Σ x) through nib_dot8 */
+                const uint32_t wd[4] = {wv[s].x, wv[s].y, wv[s].z, wv[s].w};
+                float lo = 0.0f, hi = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) nib_dot8(wd[i], xf + 8 * i, lo, hi);
+                v[s] = sv[s][0] * (fmaf(256.0f, lo, 16.0f * hi) - lohi - zv[s] * sx);
             } else {
-                float d = 0.0f; /* as qdot: two chains a half, INT4's 1 + q / 16 folded below */
+                float d = 0.0f; /* as qdot: two chains a half */
 #pragma unroll
                 for (int h = 0; h < HALVES; h++) {
                     float f[16], a = 0.0f, b = 0.0f;
@@ -128,7 +137,6 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
                     }
                     d += G16 ? sv[s][h] * (a + b) : a + b;
                 }
-                if (FMT == QF_INT4) d = 16.0f * d - (16.0f + zv[s]) * sx;
                 v[s] = (G16 ? 1.0f : sv[s][0]) * unit * d;
             }
             load(s, base + D + s); /* the stage is free: the item D ahead */
