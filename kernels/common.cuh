@@ -39,6 +39,26 @@ __device__ __forceinline__ uint4 ld_stream16(const void *p) {
     return v;
 }
 
+/* ld_stream16 where ok, else zeros: a predicated load, where `ok ? load : 0` compiles to a
+ * branch and a convergence barrier around it. */
+__device__ __forceinline__ uint4 ld_stream16_if(const void *p, bool ok) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %5, 0;\n\t"
+                 "@p ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n\t}"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"((int)ok));
+    return v;
+}
+
+/* __ldg(p) where ok, else 0, predicated as ld_stream16_if. */
+__device__ __forceinline__ float ldg_if(const float *p, bool ok) {
+    float v = 0.0f;
+    asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\t@p ld.global.nc.f32 %0, [%1];\n\t}"
+        : "+f"(v)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -60,13 +60,13 @@ __device__ __forceinline__ void qgemv1s_body(float *out, const float *x, const u
     uint4 wv[D];
     float sv[D][SL], zv[D];
     auto load = [&](int s, int it) { /* stage s (unrolled: registers) <- item it */
-        bool ok = on && it < items;
-        int row = ok ? row_of(it) : 0;
+        bool ok = on && it < items; /* predicated loads: no branch a stage */
+        int row = row_of(ok ? it : 0);
         size_t si = (size_t)(row >> q.rsh) * q.scols + cg;
-        wv[s] = ok ? ld_stream16(wc + (size_t)row * rbytes) : make_uint4(0, 0, 0, 0);
-        sv[s][0] = ok ? __ldg(q.scales + si) : 0.0f;
-        if constexpr (G16) sv[s][SL - 1] = ok ? __ldg(q.scales + si - cg + cg1) : 0.0f;
-        zv[s] = FMT == QF_INT4 && ok ? __ldg(q.zeros + si) : 0.0f;
+        wv[s] = ld_stream16_if(wc + (size_t)row * rbytes, ok);
+        sv[s][0] = ldg_if(q.scales + si, ok);
+        if constexpr (G16) sv[s][SL - 1] = ldg_if(q.scales + si - cg + cg1, ok);
+        zv[s] = FMT == QF_INT4 ? ldg_if(q.zeros + si, ok) : 0.0f;
     };
 #pragma unroll
     for (int s = 0; s < D; s++) load(s, s); /* the weights: not the previous kernel's */
