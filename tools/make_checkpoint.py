@@ -5,6 +5,7 @@ tests and benchmarks.
   python3 tools/make_checkpoint.py --shape 8b   --out /tmp/llama8b   # Llama-3.1-8B shape
   python3 tools/make_checkpoint.py --shape test --out /tmp/llama-test # hidden 2048, 16 layers, GQA
   python3 tools/make_checkpoint.py --shape qwen3-30b-a3b --layers 12 --out /dev/shm/q30
+  python3 tools/make_checkpoint.py --shape llama3.3-70b --quant gptq --out /dev/shm/l70
 
 "8b" and "test" are Llama models made by transformers, on the GPU when there is one.  Every
 other shape is a published model of tools/conformance/shapes.py (BIG, at its published depth
@@ -12,6 +13,9 @@ here unless --layers says otherwise; gemma3-12b is added here) written tensor by
 Hub's layout, without transformers: Phi-4's fused qkv_proj / gate_up_proj, Gemma 3's four
 norms a layer, Qwen3-MoE's and Mixtral's one tensor an expert, gpt-oss's stacked experts in
 MXFP4 (random e2m1 codes under a scale that gives the conformance draw's spread) or bf16.
+--quant gptq writes a dense family's decoder linears as AutoGPTQ's 4-bit layout (symmetric,
+groups of 128: random codes under one scale that gives the same spread), the rest bf16: a
+checkpoint too large to make in bf16 first (Llama-3.3-70B's 141 GB) written at its 4-bit size.
 That is fast enough for full-size MoE models (the data is drawn on the GPU and several shards
 are written at once) and needs only the standard library with --fill zeros, which writes
 sparse files: the headers are real (`atlas info` checks every tensor), the weights zero.
@@ -49,16 +53,31 @@ SHAPES = {
 }
 
 # google/gemma-3-12b-it's text model: gemma3-27b's entry at 12B's widths (16 / 8 heads of 256)
+# meta-llama/Llama-3.3-70B-Instruct: llama3.1-8b's entry at 70B's widths (64 / 8 heads of 128)
 EXTRA = {"gemma3-12b": dict(shapes.BIG["gemma3-27b"], hidden_size=3840, intermediate_size=15360,
                             num_attention_heads=16, num_key_value_heads=8, head_dim=256,
-                            query_pre_attn_scalar=256)}
+                            query_pre_attn_scalar=256),
+         "llama3.3-70b": dict(shapes.BIG["llama3.1-8b"], hidden_size=8192, intermediate_size=28672,
+                              num_attention_heads=64, num_key_value_heads=8)}
 
 # The published models' depths (shapes.py keeps a few layers for the conformance references).
 PUBLISHED_LAYERS = {"llama3.1-8b": 32, "llama3.2-1b": 16, "llama2-7b": 32, "mistral-7b-v0.3": 32,
                     "qwen2.5-0.5b": 24, "qwen2.5-7b": 28, "qwen3-0.6b": 28, "qwen3-8b": 36,
                     "phi-4": 40, "phi-4-mini": 32, "gemma3-1b": 26, "gemma3-12b": 48,
                     "gemma3-27b": 62, "qwen3-30b-a3b": 48, "mixtral-8x7b": 32,
-                    "gpt-oss-20b": 24, "gpt-oss-20b-bf16": 24, "mistral-7b-v0.1-sw": 32}
+                    "gpt-oss-20b": 24, "gpt-oss-20b-bf16": 24, "mistral-7b-v0.1-sw": 32,
+                    "llama3.3-70b": 80}
+
+# --quant gptq: AutoGPTQ's 4-bit layout, symmetric (zero 8, stored minus one in every nibble of
+# qzeros), groups of GPTQ_GROUP columns in order (g_idx = column / group, desc_act off); the
+# families whose decoder linears are all named *_proj (Mixtral's experts and gpt-oss are not).
+GPTQ_GROUP = 128
+GPTQ_CONFIG = {"quant_method": "gptq", "bits": 4, "group_size": GPTQ_GROUP, "desc_act": False,
+               "sym": True, "checkpoint_format": "gptq"}
+GPTQ_FAMILIES = (shapes.LLAMA, shapes.MISTRAL, shapes.QWEN2, shapes.QWEN3, shapes.PHI3,
+                 shapes.GEMMA3)
+# the rms of q - 8 over uniform codes q in 0..15: sqrt(344 / 16)
+GPTQ_CODE_RMS = math.sqrt(21.5)
 
 # A router's weights drawn with this std times 1/sqrt(hidden), as tools/conformance/make.py
 # draws them: logits spread over ~8, so that tokens go to different experts.
@@ -69,7 +88,7 @@ def direct_shapes():
     return {**{k: v for k, v in shapes.BIG.items() if k in PUBLISHED_LAYERS}, **EXTRA}
 
 
-def config_of(name, layers):
+def config_of(name, layers, quant=None):
     """config.json for a direct shape at a depth (its published one when layers is None)."""
     spec = direct_shapes()[name]
     arch = spec["architectures"][0]
@@ -82,6 +101,11 @@ def config_of(name, layers):
             cfg["quantization_config"] = gpt_oss.MXFP4_CONFIG
     if arch == shapes.GEMMA3 and "layer_types" in cfg:
         del cfg["layer_types"]  # sliding_window_pattern says it at any depth
+    if quant == "gptq":
+        if arch not in GPTQ_FAMILIES or cfg.get("num_experts"):
+            raise SystemExit(f"make_checkpoint: --quant gptq: {name} is not a dense family "
+                             f"whose linears are all *_proj")
+        cfg["quantization_config"] = dict(GPTQ_CONFIG)
     return cfg
 
 
@@ -163,28 +187,46 @@ def oss_tensors(cfg):
     return out
 
 
+def gptq_tensors(t):
+    """A bf16 linear (lin's tuple) as AutoGPTQ's 4-bit tensors of the same spread."""
+    name, (rows, cols), _, (_, std, _) = t
+    if cols % GPTQ_GROUP or rows % 8:
+        raise SystemExit(f"make_checkpoint: --quant gptq: {name} [{rows}, {cols}] is not "
+                         f"whole groups of {GPTQ_GROUP} by 8 rows")
+    m, g = name[:-len(".weight")], cols // GPTQ_GROUP
+    return [(m + ".qweight", (cols // 8, rows), "I32", ("bytes", 0, 255)),
+            (m + ".qzeros", (g, rows // 8), "I32", ("const", 0x77777777)),
+            (m + ".scales", (g, rows), "F16", ("const", std / GPTQ_CODE_RMS)),
+            (m + ".g_idx", (cols,), "I32", ("group", GPTQ_GROUP))]
+
+
 def tensors_of(cfg):
     if cfg["architectures"][0] == shapes.GPT_OSS:
         return oss_tensors(cfg)
+    gptq = cfg.get("quantization_config", {}).get("quant_method") == "gptq"
     d, V = cfg["hidden_size"], cfg["vocab_size"]
     tied = cfg.get("tie_word_embeddings")
     out = [("model.embed_tokens.weight", (V, d), "BF16",
             ("normal", 1.0 / math.sqrt(d) if tied else 1.0, 0.0))]
     for layer in range(cfg["num_hidden_layers"]):
-        out += layer_tensors(cfg, layer)
+        for t in layer_tensors(cfg, layer):
+            out += gptq_tensors(t) if gptq and t[0].endswith("_proj.weight") else [t]
     out.append(norm("model.norm.weight", d, 0.0 if cfg["architectures"][0] == shapes.GEMMA3 else 1.0))
     if not tied:
         out.append(lin("lm_head.weight", V, d))
     return out
 
 
+ELEM = {"BF16": 2, "F16": 2, "I32": 4, "U8": 1}
+
+
 def nbytes(t):
-    return math.prod(t[1]) * (2 if t[2] == "BF16" else 1)
+    return math.prod(t[1]) * ELEM[t[2]]
 
 
 def shard(tensors, limit):
-    """Tensors in files of at most limit bytes (one larger tensor alone), each file's bf16
-    tensors before its bytes so that every tensor starts aligned to its element size."""
+    """Tensors in files of at most limit bytes (one larger tensor alone), each file's tensors
+    by element size, largest first, so that every tensor starts aligned to its element size."""
     files, cur, size = [], [], 0
     for t in tensors:
         if cur and size + nbytes(t) > limit:
@@ -194,7 +236,7 @@ def shard(tensors, limit):
         size += nbytes(t)
     if cur:
         files.append(cur)
-    return [sorted(f, key=lambda t: t[2] != "BF16") for f in files]
+    return [sorted(f, key=lambda t: -ELEM[t[2]]) for f in files]
 
 
 def header(items):
@@ -216,16 +258,21 @@ def write_file(path, items, fill, seed, dev):
         import torch
         g = torch.Generator(device=dev).manual_seed(seed)
         chunk = 1 << 27  # elements drawn at once: bounds host and device memory per thread
+        kinds = {"BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32, "U8": torch.uint8}
         for _, shp, dt, init in items:
             n = math.prod(shp)
             for a in range(0, n, chunk):
                 m = min(chunk, n - a)
                 if init[0] == "normal":
-                    t = torch.empty(m, dtype=torch.bfloat16, device=dev).normal_(init[2], init[1], generator=g)
-                elif init[0] == "bytes":
-                    t = torch.randint(init[1], init[2] + 1, (m,), dtype=torch.uint8, device=dev, generator=g)
+                    t = torch.empty(m, dtype=kinds[dt], device=dev).normal_(init[2], init[1], generator=g)
+                elif init[0] == "bytes":  # every byte of the elements drawn
+                    t = torch.randint(init[1], init[2] + 1, (m * ELEM[dt],), dtype=torch.uint8,
+                                      device=dev, generator=g)
+                elif init[0] == "group":  # g_idx: the element's index / group
+                    t = torch.arange(a, a + m, dtype=torch.int64, device=dev).div(
+                        init[1], rounding_mode="floor").to(torch.int32)
                 else:
-                    t = torch.full((m,), init[1], dtype=torch.uint8, device=dev)
+                    t = torch.full((m,), init[1], dtype=kinds[dt], device=dev)
                 f.write(t.view(torch.uint8).cpu().numpy())
     return size
 
@@ -233,11 +280,11 @@ def write_file(path, items, fill, seed, dev):
 def make_direct(a):
     """A direct shape written file by file, several at once."""
     t0 = time.time()
-    cfg = config_of(a.shape, a.layers)
+    cfg = config_of(a.shape, a.layers, a.quant)
     asked = cfg["num_hidden_layers"]
     while a.max_bytes and cfg["num_hidden_layers"] > 1 and \
             sum(map(nbytes, tensors_of(cfg))) > a.max_bytes:
-        cfg = config_of(a.shape, cfg["num_hidden_layers"] - 1)
+        cfg = config_of(a.shape, cfg["num_hidden_layers"] - 1, a.quant)
     tensors = tensors_of(cfg)
     files = shard(tensors, parse_size(a.shard))
     names = [f"model-{i + 1:05d}-of-{len(files):05d}.safetensors" for i in range(len(files))]
@@ -317,7 +364,11 @@ def main():
     ap.add_argument("--fill", choices=["random", "zeros"], default="random",
                     help="direct shapes: zeros writes sparse files (no torch needed)")
     ap.add_argument("--threads", type=int, default=8, help="direct shapes: files written at once")
+    ap.add_argument("--quant", choices=["gptq"], help="direct dense shapes: the decoder's "
+                    "linears in AutoGPTQ's 4-bit layout (symmetric, groups of 128)")
     a = ap.parse_args()
+    if a.quant and a.shape in SHAPES:
+        ap.error(f"--quant: a direct shape (not {a.shape}; llama3.1-8b is the 8b shape's)")
     if a.shape in SHAPES:
         make_llama(a)
     else:

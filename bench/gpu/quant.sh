@@ -6,6 +6,10 @@
 # `atlas bench` measures beside each run. Checkpoints in /dev/shm (the disk is 64 GB).
 #   STEP=make   makes the checkpoints only (in the background of another call's work)
 #   LAYOUTS="fp8-block gptq awq mxfp4 nvfp4" (default), ATLAS_BUILD (default build-gpu)
+#   BIG=1       then Llama-3.3-70B's shape in AutoGPTQ's 4-bit layout at full depth (80 layers,
+#               38 GB: tools/make_checkpoint.py --quant gptq, written straight at 4 bits) in
+#               /dev/shm/l70, decode at batch 1 only; the 8B checkpoints are deleted first
+#               when /dev/shm has no room for it beside them
 # Out: $OUT/quant-bench.log (every run's output) and quant-bench.md (one row a format).
 set -u
 OUT=${OUT:-/tmp/atlas-out}
@@ -37,12 +41,12 @@ LOG=$OUT/quant-bench.log
   echo "| format | GB a token | decode b1 tok/s | / read bw | b16 step ms | b64 step ms | prefill 2048 tok/s | / matrix | read GB/s | matrix TFLOP/s |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT/quant-bench.md"
+g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }  # a figure of the last run's output
 for L in bf16 $LAYOUTS; do
   [ -f $M/$L/config.json ] || continue
   echo "== $L" | tee -a "$LOG"
   timeout 300 "$B/atlas" bench -m $M/$L -p 2048 -n 128 --batch 1,16,64 --read-gib 4 2>&1 \
     | tee /tmp/qb.log >> "$LOG"
-  g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }
   gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
   tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
@@ -54,4 +58,22 @@ for L in bf16 $LAYOUTS; do
   mx=$(g "^matrix" 's/.*cuBLASLt .* ([0-9]+) TFLOP.*/\1/')
   echo "| $L | $gb | $tps | $rr | $b16 | $b64 | $pf | $pr | $bw | $mx |" >> "$OUT/quant-bench.md"
 done
+if [ "${BIG:-0}" = 1 ]; then
+  L70=/dev/shm/l70
+  if [ ! -f $L70/config.json ]; then
+    [ "$(df --output=avail -B1G /dev/shm | tail -1)" -lt 42 ] && rm -rf "$M"
+    python3 tools/make_checkpoint.py --shape llama3.3-70b --quant gptq --out $L70.tmp \
+      > $OUT/l70-make.log 2>&1 && mv $L70.tmp $L70 || { echo "70B: make failed:"; tail -5 $OUT/l70-make.log; }
+  fi
+  if [ -f $L70/config.json ]; then
+    echo "== gptq-70b" | tee -a "$LOG"
+    timeout 400 "$B/atlas" bench -m $L70 -p 128 -n 64 --batch 1 --read-gib 4 2>&1 \
+      | tee /tmp/qb.log >> "$LOG"
+    gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
+    tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
+    rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
+    bw=$(g "^read bw" 's/read bw +([0-9]+) GB.*/\1/')
+    echo "| gptq-70b (80 layers) | $gb | $tps | $rr | - | - | - | - | $bw | - |" >> "$OUT/quant-bench.md"
+  fi
+fi
 cat "$OUT/quant-bench.md"

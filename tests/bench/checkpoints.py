@@ -17,18 +17,20 @@ sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "bench", "gpu")]
 import families_table  # noqa: E402
 import make_checkpoint  # noqa: E402
 
-# one shape a layout: each family's tensor names, MXFP4 and bf16 experts, tied and untied
+# one shape a layout: each family's tensor names, MXFP4 and bf16 experts, tied and untied,
+# and the 70B shape issue 34's benchmark makes in AutoGPTQ's layout (bench/gpu/quant.sh)
 SHAPES = ["qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-20b-bf16", "mixtral-8x7b", "phi-4",
-          "gemma3-27b", "llama3.1-8b", "qwen2.5-7b"]
+          "gemma3-27b", "llama3.1-8b", "qwen2.5-7b", "llama3.3-70b --quant gptq"]
 
 
 def main():
     atlas = sys.argv[1]
     with tempfile.TemporaryDirectory() as t:
-        for s in SHAPES:
+        for spec in SHAPES:
+            s, *extra = spec.split()
             d = os.path.join(t, s)
             sys.argv = ["make_checkpoint.py", "--shape", s, "--layers", "2", "--fill", "zeros",
-                        "--out", d]
+                        "--out", d, *extra]
             make_checkpoint.main()
             r = subprocess.run([atlas, "info", "-m", d, "--device", "cpu"], capture_output=True,
                                text=True)
