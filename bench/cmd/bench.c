@@ -561,7 +561,7 @@ int atlas_cli_bench(int argc, char **argv) {
         for (int c = 0; prof.qfmt && c < 3; c++) {
             printf("qgemv graph %-8s %d in one graph, us each (GB/s):", prof.name[1 + c],
                    prof.qchain_len[c]);
-            const char *vn[] = {"one-group", "x8", "s8", "s4", "sx8"};
+            const char *vn[] = {"one-group", "x8", "s8", "s4", "sx8", "s8-half-wave"};
             for (int v = 0; v < ATLAS_BENCH_QCHAINS; v++)
                 printf("  %s %.2f (%.0f)", vn[v], prof.qchain_us[v][c],
                        prof.qchain_us[v][c] > 0 ? prof.qchain_bytes[c] / prof.qchain_us[v][c] / 1e3
