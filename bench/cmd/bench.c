@@ -522,6 +522,24 @@ int atlas_cli_bench(int argc, char **argv) {
            "is collected): %.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n",
            queued_dt / steps * 1e3, steps / queued_dt, tq[0] / steps * 1e3, tq[1] / steps * 1e3,
            tq[2] / steps * 1e3);
+    /* INT4 weights: the same plain steps with x rounded to int8 for the one-row GEMVs (the
+     * streaming kernel's dp4a form; off by default: it changes results), one warm-up run */
+    if (on_cuda && atlas_bench_int8_x(m, true) == ATLAS_OK) {
+        double tx[3], t = 0;
+        atlas_status st = ATLAS_OK;
+        for (int r = -1; r < 3 && st == ATLAS_OK; r++) {
+            int32_t tok = id;
+            st = decode_run(m, 0, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table, max_blocks,
+                            &tok, &t);
+            if (r >= 0) tx[r] = t;
+        }
+        if (atlas_bench_int8_x(m, false) != ATLAS_OK || st != ATLAS_OK)
+            return fail("decode with int8 activations");
+        qsort(tx, 3, sizeof *tx, cmp_double);
+        printf("decode x8   the same plain steps with x in int8 for the INT4 GEMVs (dp4a): "
+               "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
+               steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
+    }
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
         batch_run br;

@@ -233,6 +233,19 @@ atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after) {
     return ATLAS_OK;
 }
 
+atlas_status atlas_bench_int8_x(atlas_model *m, bool on) {
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(m, "int8 activations need", &cb));
+    const atlas_wquant *l = &cb->wt.qlayout;
+    if (l->format != ATLAS_WFMT_INT4 || l->scale_cols < 0 || !cb->mod.fn.qgemv1s[CUDA_Q_INT4][2])
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: int8 activations need INT4 weights in "
+                          "groups");
+    ATLAS_TRY(ATLAS_CU(cuStreamSynchronize, cb->dev.stream));
+    cuda_plan_drop_graphs(cb);
+    cb->plan.qgemv_ng = on ? CUDA_QGEMV_SX : CUDA_QGEMV_S;
+    return ATLAS_OK;
+}
+
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;

@@ -140,4 +140,10 @@ atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64
  * cuBLASLt has no FP8 block matmul). */
 atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after);
 
+/* The one-row GEMVs of m's INT4 weights with x rounded to int8 (the streaming kernel's dp4a
+ * form, cuda_plan.qgemv_ng CUDA_QGEMV_SX) or not: the decode graphs are dropped so that the
+ * next steps capture the kernel asked for. ATLAS_ERR_INVALID: not the CUDA backend, or no
+ * INT4 weights in groups (act-order has no such kernel). */
+atlas_status atlas_bench_int8_x(atlas_model *m, bool on);
+
 #endif
