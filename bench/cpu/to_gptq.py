@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/cpu/to_gptq.py SRC_DIR OUT_DIR [--group G] [--sym] — quantizes a checkpoint of
+"""bench/cpu/to_gptq.py SRC_DIR OUT_DIR [--group G] [--sym] [--lm-head] — quantizes a checkpoint of
 unquantized safetensors (one file, such as bench/cpu/make_qwen3.py writes) to AutoGPTQ's
 4-bit layout (checkpoint_format gptq) with numpy, for CPU benchmarks at real widths
 (bench/cpu/vs_llama.sh).
@@ -8,7 +8,9 @@ The rules are tools/quant/quantize_torch.py's (round to nearest even, groups of 
 input, float16 scales; asymmetric unless --sym), and its config.json entry is
 tools/quant/quantize.py's: quantize.py is pure Python and takes hours on 0.6 B weights,
 quantize_torch.py needs torch, which a CPU machine may not have. The q/k/v/o and
-gate/up/down projections are quantized; embeddings, norms and lm_head are kept."""
+gate/up/down projections are quantized; embeddings, norms and lm_head are kept, unless
+--lm-head: the output head quantized too, as GPTQModel's lm_head option publishes it (a tied
+head becomes lm_head.* beside the bf16 embedding, and the config unties them)."""
 import argparse
 import json
 import os
@@ -99,15 +101,26 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--group", type=int, default=128)
     ap.add_argument("--sym", action="store_true")
+    ap.add_argument("--lm-head", action="store_true", help="quantize the output head as well")
     a = ap.parse_args()
-    a.layout, a.act_order, a.lm_head = "gptq", False, False
+    a.layout, a.act_order = "gptq", False
     files = sorted(f for f in os.listdir(a.src) if f.endswith(".safetensors")
                    and not f.startswith("reference"))
     if len(files) != 1:
         raise SystemExit("to_gptq: %s: expected one .safetensors file, found %d" % (a.src, len(files)))
     src = read_st(os.path.join(a.src, files[0]))
     out = []
+    cfg = json.load(open(os.path.join(a.src, "config.json")))
+    if a.lm_head:  # the head's tensors, from the embedding when the checkpoint ties them
+        head = "lm_head.weight" if "lm_head.weight" in src else "model.embed_tokens.weight"
+        dt, _, t = src[head]
+        qw, qz, s, gi = gptq(as_f32(dt, t), a.group, a.sym)
+        out += [("lm_head.qweight", "I32", qw), ("lm_head.qzeros", "I32", qz),
+                ("lm_head.scales", "F16", s), ("lm_head.g_idx", "I32", gi)]
+        cfg["tie_word_embeddings"] = False
     for name, (dt, shape, t) in src.items():
+        if a.lm_head and name == "lm_head.weight":
+            continue
         module = name[:-len(".weight")] if name.endswith(".weight") else None
         if module and module.split(".")[-1] in LINEARS and len(shape) == 2:
             qw, qz, s, gi = gptq(as_f32(dt, t), a.group, a.sym)
@@ -120,12 +133,12 @@ def main():
         if not f.endswith(".safetensors") and f != "config.json":
             shutil.copy(os.path.join(a.src, f), a.out)
     write_st(os.path.join(a.out, "model.safetensors"), out)
-    cfg = json.load(open(os.path.join(a.src, "config.json")))
-    cfg["quantization_config"] = quant_config(a)
+    cfg["quantization_config"] = dict(quant_config(a), lm_head=a.lm_head)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    print("%s: gptq g%d %s, %.2f GB" % (a.out, a.group, "sym" if a.sym else "asym",
-                                        os.path.getsize(os.path.join(a.out, "model.safetensors")) / 1e9))
+    print("%s: gptq g%d %s%s, %.2f GB" % (a.out, a.group, "sym" if a.sym else "asym",
+                                          ", lm_head too" if a.lm_head else "",
+                                          os.path.getsize(os.path.join(a.out, "model.safetensors")) / 1e9))
 
 
 if __name__ == "__main__":

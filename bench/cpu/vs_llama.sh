@@ -5,7 +5,7 @@
 #
 # atlas against llama.cpp on the CPU, same weights, side by side: a benchmark, not a test.
 # Builds llama.cpp from a pinned source, makes one random checkpoint of Qwen3-0.6B's shape
-# (bench/cpu/make_qwen3.py) in four forms, then runs, alternated, N rounds (default 5) of
+# (bench/cpu/make_qwen3.py) in six forms, then runs, alternated, N rounds (default 5) of
 #   llama-bench -m X.gguf -t T -p 128,512 -n 128 -r 1 -o jsonl
 #   atlas bench -m DIR --device cpu --threads T -p 128,512 -n 128 --reps 1 [--cpu-activations A]
 # each under /usr/bin/time for its peak RSS, and prints the medians (with ranges) and the
@@ -16,7 +16,10 @@
 #     with the embedding and output head left bf16 (the same bytes a token as the GPTQ
 #     checkpoint) against AutoGPTQ's 4-bit layout, group 128, asymmetric
 #     (bench/cpu/to_gptq.py; the embedding and tied lm_head stay bf16, as published GPTQ
-#     checkpoints keep them), with fp32 and int8 activations (llama.cpp's Q8_0 scheme).
+#     checkpoints keep them), with fp32 and int8 activations (llama.cpp's Q8_0 scheme);
+#     and the same GPTQ checkpoint with its output head quantized too (to_gptq.py --lm-head,
+#     GPTQModel's lm_head option: 4 bits a weight, where llama-quantize's default head is
+#     Q6_K's 6.6) against the default Q4_0, int8 activations.
 # atlas's decode is the median of 3 runs of 124 steps after its first prompt (128 tokens);
 # llama-bench's tg128 is 128 steps from an empty context.
 #
@@ -29,9 +32,9 @@
 #
 # Everything is cached in DIR (default /tmp/atlas-vs-llama, about 4 GB): the npm tarball,
 # llama.cpp's tree and build, qwen3-bf16/ (safetensors), qwen3-bf16.gguf, qwen3-q4_0.gguf,
-# qwen3-gptq/, and each run's raw figures in runs-DATE.tsv; a step whose output is there is
+# qwen3-q4_0-bf16head.gguf, qwen3-gptq/, qwen3-gptq-head/, and each run's raw figures in runs-DATE.tsv; a step whose output is there is
 # skipped (delete DIR or a file to redo it). --build is atlas's build folder (default build);
-# --only runs just the named runs of the seven (say llama-q4_0,atlas-gptq-int8act).
+# --only runs just the named runs of the eight (say llama-q4_0,atlas-gptq-int8act).
 # The machine should be otherwise idle: on a shared one the figures say only that it works.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,7 +72,8 @@ def cell(name, fig):
     return m, "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
 rows = [("llama-bf16", None), ("atlas-bf16", "llama-bf16"), ("atlas-bf16-bf16act", "llama-bf16"),
         ("llama-q4_0", None), ("llama-q4_0-bf16head", None), ("atlas-gptq", "llama-q4_0"),
-        ("atlas-gptq-int8act", "llama-q4_0"), ("atlas-gptq-int8act", "llama-q4_0-bf16head")]
+        ("atlas-gptq-int8act", "llama-q4_0"), ("atlas-gptq-int8act", "llama-q4_0-bf16head"),
+        ("atlas-gptq-int4head", "llama-q4_0")]
 print("| run | " + " | ".join(t for _, t in figs) + " |")
 print("|---" * (len(figs) + 1) + "|")
 for name, ref in rows:
@@ -86,7 +90,8 @@ for name, ref in rows:
                            " | ".join(cells)))
 rounds = len({line.split("\t")[0] for line in open(sys.argv[1])})
 print("\n%d rounds; ratios atlas / llama.cpp on the same weights (bf16 / bf16; GPTQ INT4 g128 /"
-      " Q4_0): above 1 is atlas faster, or for RSS larger" % rounds)
+      " Q4_0; int4head: a 4-bit head against Q4_0's Q6_K one): above 1 is atlas faster, or for"
+      " RSS larger" % rounds)
 EOF
 }
 if [ -n "$table" ]; then
@@ -140,9 +145,9 @@ if [ ! -x "$bins/llama-bench" ] || [ ! -x "$bins/llama-quantize" ]; then
 fi
 [ "$(git -C "$lc" rev-parse HEAD)" = "$PIN" ] || die "$lc is not at the pinned commit $PIN"
 
-# ---- the checkpoint in four forms ---------------------------------------------------------
+# ---- the checkpoint in six forms ---------------------------------------------------------
 bf16=$cache/qwen3-bf16 gguf=$cache/qwen3-bf16.gguf q40=$cache/qwen3-q4_0.gguf gptq=$cache/qwen3-gptq
-q40h=$cache/qwen3-q4_0-bf16head.gguf
+q40h=$cache/qwen3-q4_0-bf16head.gguf gptqh=$cache/qwen3-gptq-head
 if [ ! -s "$bf16/config.json" ]; then
   rm -rf "$bf16.tmp"; "$py" "$root/bench/cpu/make_qwen3.py" "$bf16.tmp" >&2 && mv "$bf16.tmp" "$bf16"
 fi
@@ -162,6 +167,10 @@ if [ ! -s "$q40h" ]; then
 fi
 if [ ! -s "$gptq/config.json" ]; then
   rm -rf "$gptq.tmp"; "$py" "$root/bench/cpu/to_gptq.py" "$bf16" "$gptq.tmp" >&2 && mv "$gptq.tmp" "$gptq"
+fi
+if [ ! -s "$gptqh/config.json" ]; then
+  rm -rf "$gptqh.tmp"
+  "$py" "$root/bench/cpu/to_gptq.py" "$bf16" "$gptqh.tmp" --lm-head >&2 && mv "$gptqh.tmp" "$gptqh"
 fi
 
 # ---- the runs -----------------------------------------------------------------------------
@@ -188,7 +197,7 @@ lb=("$bins/llama-bench" -t "$threads" -p 128,512 -n 128 -r 1 -o jsonl -m)
 ab=("$atlas" bench --device cpu --threads "$threads" -p 128,512 -n 128 --reps 1 -m)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-log "$rounds rounds of ${only:+the runs $only of }7 runs, $threads threads; raw figures in $tsv"
+log "$rounds rounds of ${only:+the runs $only of }8 runs, $threads threads; raw figures in $tsv"
 for r in $(seq 1 "$rounds"); do
   run llama-bf16 "${lb[@]}" "$gguf"
   run atlas-bf16 "${ab[@]}" "$bf16" --cpu-activations fp32
@@ -197,6 +206,7 @@ for r in $(seq 1 "$rounds"); do
   run atlas-gptq "${ab[@]}" "$gptq" --cpu-activations fp32
   run llama-q4_0-bf16head "${lb[@]}" "$q40h"
   run atlas-gptq-int8act "${ab[@]}" "$gptq" --cpu-activations int8
+  run atlas-gptq-int4head "${ab[@]}" "$gptqh" --cpu-activations int8
   log "round $r of $rounds done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
