@@ -5,12 +5,12 @@
 #   build with -DATLAS_NVCC_FLAGS=-lineinfo for source lines). NCU_K: kernel regexes for ncu
 #   (say MODEL=/dev/shm/q2/gptq NCU_K="qgemv1s_int4 qmmp" for a quantized model's GEMVs and its
 #   batch's matmuls, with BATCH=16), NCU_COUNT launches of each (default 1); each kernel's
-#   instruction mix and stall reasons printed by bench/gpu/sass_mix.py.
+#   instruction mix and stall reasons printed by bench/gpu/sass_mix.py. NSYS=0: ncu only.
 B=${ATLAS_BUILD:-build-gpu}
 M=${MODEL:-/tmp/llama8b}
 OUT=${OUT:-/tmp/atlas-out}
 RUN="$B/atlas bench -m $M -p 512 -n 8 --reps 1 --read-gib 1 --gemm 1024 ${BATCH:+--batch $BATCH}"
-if command -v nsys >/dev/null; then
+if [ "${NSYS:-1}" = 1 ] && command -v nsys >/dev/null; then
   timeout 150 nsys profile -o "$OUT/decode" --force-overwrite true --cuda-graph-trace=node -t cuda \
     $RUN > "$OUT/nsys.log" 2>&1; echo "nsys rc $?"
   nsys stats -r cuda_gpu_trace -f csv -o "$OUT/decode" "$OUT/decode.nsys-rep" > /dev/null 2>&1
