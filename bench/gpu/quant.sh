@@ -38,8 +38,8 @@ make_all
 LOG=$OUT/quant-bench.log
 : > "$LOG"
 {
-  echo "| format | GB a token | decode b1 tok/s | / read bw | b16 step ms | b64 step ms | prefill 2048 tok/s | / matrix | read GB/s | matrix TFLOP/s |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| format | GB a token | decode b1 tok/s | / read bw | b1 int8 x tok/s | b16 step ms | b64 step ms | prefill 2048 tok/s | / matrix | read GB/s | matrix TFLOP/s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT/quant-bench.md"
 g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }  # a figure of the last run's output
 for L in bf16 $LAYOUTS; do
@@ -50,13 +50,14 @@ for L in bf16 $LAYOUTS; do
   gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
   tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
+  x8=$(g "^decode x8" 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   b16=$(g "^decode b16" 's/.*after [0-9]+ tokens: ([0-9.]+) ms\/step.*/\1/')
   b64=$(g "^decode b64" 's/.*after [0-9]+ tokens: ([0-9.]+) ms\/step.*/\1/')
   pf=$(g "^prefill  *2048" 's/.*ms +([0-9]+) tok\/s.*/\1/')
   pr=$(g "prefill 2048:" 's/.*2048: ([0-9.]+%).*/\1/')
   bw=$(g "^read bw" 's/read bw +([0-9]+) GB.*/\1/')
   mx=$(g "^matrix" 's/.*cuBLASLt .* ([0-9]+) TFLOP.*/\1/')
-  echo "| $L | $gb | $tps | $rr | $b16 | $b64 | $pf | $pr | $bw | $mx |" >> "$OUT/quant-bench.md"
+  echo "| $L | $gb | $tps | $rr | ${x8:--} | $b16 | $b64 | $pf | $pr | $bw | $mx |" >> "$OUT/quant-bench.md"
 done
 if [ "${BIG:-0}" = 1 ]; then
   L70=/dev/shm/l70
@@ -73,7 +74,8 @@ if [ "${BIG:-0}" = 1 ]; then
     tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
     rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
     bw=$(g "^read bw" 's/read bw +([0-9]+) GB.*/\1/')
-    echo "| gptq-70b (80 layers) | $gb | $tps | $rr | - | - | - | - | $bw | - |" >> "$OUT/quant-bench.md"
+    x8=$(g "^decode x8" 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
+    echo "| gptq-70b (80 layers) | $gb | $tps | $rr | ${x8:--} | - | - | - | - | $bw | - |" >> "$OUT/quant-bench.md"
   fi
 fi
 cat "$OUT/quant-bench.md"
