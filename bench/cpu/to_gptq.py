@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""bench/cpu/to_gptq.py SRC_DIR OUT_DIR [--group G] [--sym] [--lm-head] — quantizes a checkpoint of
-unquantized safetensors (one file, such as bench/cpu/make_qwen3.py writes) to AutoGPTQ's
-4-bit layout (checkpoint_format gptq) with numpy, for CPU benchmarks at real widths
+"""bench/cpu/to_gptq.py SRC_DIR OUT_DIR [--group G] [--sym] [--lm-head] — quantizes a
+checkpoint of unquantized safetensors (one file, such as bench/cpu/make_qwen3.py writes) to
+AutoGPTQ's 4-bit layout (checkpoint_format gptq) with numpy, for CPU benchmarks at real widths
 (bench/cpu/vs_llama.sh).
 
 The rules are tools/quant/quantize_torch.py's (round to nearest even, groups of G along the

@@ -32,9 +32,10 @@
 #
 # Everything is cached in DIR (default /tmp/atlas-vs-llama, about 4 GB): the npm tarball,
 # llama.cpp's tree and build, qwen3-bf16/ (safetensors), qwen3-bf16.gguf, qwen3-q4_0.gguf,
-# qwen3-q4_0-bf16head.gguf, qwen3-gptq/, qwen3-gptq-head/, and each run's raw figures in runs-DATE.tsv; a step whose output is there is
-# skipped (delete DIR or a file to redo it). --build is atlas's build folder (default build);
-# --only runs just the named runs of the eight (say llama-q4_0,atlas-gptq-int8act).
+# qwen3-q4_0-bf16head.gguf, qwen3-gptq/, qwen3-gptq-head/, and each run's raw figures in
+# runs-DATE.tsv; a step whose output is there is skipped (delete DIR or a file to redo it).
+# --build is atlas's build folder (default build); --only runs just the named runs of the
+# eight (say llama-q4_0,atlas-gptq-int8act).
 # The machine should be otherwise idle: on a shared one the figures say only that it works.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -145,7 +146,7 @@ if [ ! -x "$bins/llama-bench" ] || [ ! -x "$bins/llama-quantize" ]; then
 fi
 [ "$(git -C "$lc" rev-parse HEAD)" = "$PIN" ] || die "$lc is not at the pinned commit $PIN"
 
-# ---- the checkpoint in six forms ---------------------------------------------------------
+# ---- the checkpoint in six forms ----------------------------------------------------------
 bf16=$cache/qwen3-bf16 gguf=$cache/qwen3-bf16.gguf q40=$cache/qwen3-q4_0.gguf gptq=$cache/qwen3-gptq
 q40h=$cache/qwen3-q4_0-bf16head.gguf gptqh=$cache/qwen3-gptq-head
 if [ ! -s "$bf16/config.json" ]; then
