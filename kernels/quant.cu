@@ -7,7 +7,9 @@
  *   atlas_qgemv1s_<fmt>   the same one row streamed: x held in registers, each row's codes and
  *                         scales loaded rows ahead through a ring of register stages, one wave
  *                         of blocks (cuda_qgemv1's CUDA_QGEMV_S, _S4, _SX)
- *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below
+ *   atlas_qmma<NG>_<fmt>  2..8 NG rows (serving steps) on the tensor cores, below;
+ *                         atlas_qmmp<NG>_<fmt> on x split once, atlas_qmmq<NG>_int4 the same
+ *                         for INT4 groups of 128 columns or more
  *   atlas_qdequant_<fmt>  w as bf16 [m, k] into a scratch buffer, for the bf16 matmuls of
  *                         larger batches (prefill: compute-bound, so the extra pass is small)
  *   atlas_qrowscale       out[j, r] = out[j, r] * rowscale[r] (+ bias[r]) after such a matmul
@@ -464,6 +466,21 @@ ATLAS_QSPLIT(atlas_qsplit_q4, QF_INT4) /* INT4 and FP4: the same nibble order */
                                  qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale},   \
                                  xs);                                                              \
     }
+/* atlas_qmmq<NG>_int4: atlas_qmmp<NG>_int4 for groups of a chunk (128 columns) or more only */
+#define ATLAS_QMMQ(NAME, NG)                                                                      \
+    extern "C" __global__ void __launch_bounds__(QM_WARPS * 32)                                   \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2, const float *rowscale, const uint4 *xs) {         \
+        qmma_body<QF_INT4, NG, true, true>(out, x, w, bias, n, m, k,                               \
+                                           qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2,    \
+                                                 rowscale},                                        \
+                                           xs);                                                    \
+    }
+ATLAS_QMMQ(atlas_qmmq1_int4, 1)
+ATLAS_QMMQ(atlas_qmmq2_int4, 2)
+ATLAS_QMMQ(atlas_qmmq4_int4, 4)
+ATLAS_QMMQ(atlas_qmmq8_int4, 8)
 #define ATLAS_QMMA_ALL(FMTNAME, FMT)                                                              \
     ATLAS_QMMA(atlas_qmma1_##FMTNAME, FMT, 1)                                                      \
     ATLAS_QMMA(atlas_qmma2_##FMTNAME, FMT, 2)                                                      \

@@ -66,8 +66,11 @@ __device__ __forceinline__ void qsplit_body(uint4 *xs, const float *x, int n, in
 }
 /* SPLIT: x comes split (atlas_qsplit_*, xs) and the A fragments pair columns as
  * pair_first says; INT4 with a scale a chunk takes its codes straight into bf16x2 pairs
- * (int4_pair) instead of floats one at a time. */
-template <int FMT, int NG, bool SPLIT = false>
+ * (int4_pair) instead of floats one at a time. CHUNKED: the caller promises a scale a chunk
+ * (q.csh >= CH_LOG2), so only that path is compiled: the float arrays of the other, which
+ * the compiler had to keep registers for, go (atlas_qmmp2_int4 168 registers, atlas_qmmq2_int4
+ * 72: three blocks an SM against seven). */
+template <int FMT, int NG, bool SPLIT = false, bool CHUNKED = false>
 __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint8_t *w,
                                           const bf16_t *bias, int n, int m, int k, qargs q,
                                           const uint4 *xs = nullptr) {
@@ -80,7 +83,8 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
     const size_t rbytes = FMT == QF_FP8 ? (size_t)k : (size_t)k / 2;
     const uint8_t *wl = w + (size_t)rl * rbytes, *wh = w + (size_t)rh * rbytes;
     const int nch = (k + CH - 1) / CH;
-    const bool chunk_scaled = q.csh >= CH_LOG2; /* one scale a chunk and row (31: a row) */
+    /* one scale a chunk and row (31: a row) */
+    const bool chunk_scaled = CHUNKED || q.csh >= CH_LOG2;
     float c[NG][4];
 #pragma unroll
     for (int j = 0; j < NG; j++)

@@ -536,6 +536,9 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
      * H100 (8B shapes, INT4 g128, 16 rows) 219-341 GB/s against 201-309 with each block
      * splitting it (bench/RESULTS.md) */
     cb->plan.qmma_split = true;
+    /* INT4 in groups of 128 or more on the split path: atlas_qmmq*, 72 registers at 16 rows
+     * against atlas_qmmp*'s 168 (seven blocks an SM against three) */
+    cb->plan.qmma_chunk = true;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
      * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention

@@ -152,6 +152,9 @@ typedef struct cuda_fns {
     /* the same on x split beforehand (plan.qmma_split), and the split: FP8's pairs, then the
      * 4-bit formats' */
     CUfunction qmmp[CUDA_QKINDS][4], qsplit[2];
+    /* atlas_qmmq<NG>_int4: qmmp of INT4 with a scale a 128-column chunk only (fewer
+     * registers: plan.qmma_chunk) */
+    CUfunction qmmq[4];
     /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
      * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
@@ -343,6 +346,9 @@ typedef struct cuda_plan {
                                (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
                                it; on (every model); set by tests and `atlas bench`
                                to time and check both ways */
+    bool qmma_chunk;        /* INT4 with groups of 128 columns or more through atlas_qmmq*
+                               instead of atlas_qmmp*: on (every model); set by tests and
+                               `atlas bench` to check and time both */
     bool fp8_act;           /* FP8 weights in 128 x 128 blocks multiplied past cuda_qmma_max
                                rows on FP8 tensor cores, x rounded to e4m3 a row and 128
                                columns (as the checkpoints' dynamic activations ask): off

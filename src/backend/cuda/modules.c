@@ -164,6 +164,10 @@ static atlas_status quant_load(cuda_backend *cb) {
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmma[q][i]));
             snprintf(name, sizeof name, "atlas_qmmp%d_%s", 1 << i, qnames[q]);
             ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmmp[q][i]));
+            if (q == CUDA_Q_INT4) {
+                snprintf(name, sizeof name, "atlas_qmmq%d_int4", 1 << i);
+                ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmmq[i]));
+            }
         }
     }
     cb->mod.quant_ready = true;
