@@ -42,11 +42,8 @@ LOG=$OUT/quant-bench.log
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT/quant-bench.md"
 g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }  # a figure of the last run's output
-for L in bf16 $LAYOUTS; do
-  [ -f $M/$L/config.json ] || continue
-  echo "== $L" | tee -a "$LOG"
-  timeout 300 "$B/atlas" bench -m $M/$L -p 2048 -n 128 --batch 1,16,64 --read-gib 4 2>&1 \
-    | tee /tmp/qb.log >> "$LOG"
+row() {  # the table's row for $1 from the last run's output, "-" for what it did not measure
+  local gb tps rr x8 b16 b64 pf pr bw mx
   gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
   tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
@@ -57,7 +54,15 @@ for L in bf16 $LAYOUTS; do
   pr=$(g "prefill 2048:" 's/.*2048: ([0-9.]+%).*/\1/')
   bw=$(g "^read bw" 's/read bw +([0-9]+) GB.*/\1/')
   mx=$(g "^matrix" 's/.*cuBLASLt .* ([0-9]+) TFLOP.*/\1/')
-  echo "| $L | $gb | $tps | $rr | ${x8:--} | $b16 | $b64 | $pf | $pr | $bw | $mx |" >> "$OUT/quant-bench.md"
+  echo "| $1 | $gb | $tps | $rr | ${x8:--} | ${b16:--} | ${b64:--} | ${pf:--} | ${pr:--} | $bw |" \
+       "${mx:--} |" >> "$OUT/quant-bench.md"
+}
+for L in bf16 $LAYOUTS; do
+  [ -f $M/$L/config.json ] || continue
+  echo "== $L" | tee -a "$LOG"
+  timeout 300 "$B/atlas" bench -m $M/$L -p 2048 -n 128 --batch 1,16,64 --read-gib 4 2>&1 \
+    | tee /tmp/qb.log >> "$LOG"
+  row "$L"
 done
 if [ "${BIG:-0}" = 1 ]; then
   L70=/dev/shm/l70
@@ -70,12 +75,7 @@ if [ "${BIG:-0}" = 1 ]; then
     echo "== gptq-70b" | tee -a "$LOG"
     timeout 400 "$B/atlas" bench -m $L70 -p 128 -n 64 --batch 1 --read-gib 4 2>&1 \
       | tee /tmp/qb.log >> "$LOG"
-    gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
-    tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
-    rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
-    bw=$(g "^read bw" 's/read bw +([0-9]+) GB.*/\1/')
-    x8=$(g "^decode x8" 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
-    echo "| gptq-70b (80 layers) | $gb | $tps | $rr | ${x8:--} | - | - | - | - | $bw | - |" >> "$OUT/quant-bench.md"
+    row "gptq-70b (80 layers)"
   fi
 fi
 cat "$OUT/quant-bench.md"
