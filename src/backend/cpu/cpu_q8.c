@@ -242,8 +242,19 @@ static inline float zero_term_avx2(const float *s, const float *z, const float *
 
 #define T_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
+/* A row's lane scales for chunk c, s the row's scales: one a chunk when whole (group g), else
+ * groups of 32 or 64 from c's first (lane_grp: each lane's; none past the row's last). */
+static inline T_VNNI __attribute__((always_inline)) __m512
+lane_scales(const float *s, int64_t c, int64_t g, int64_t sc, int64_t g_shift, __m512i lane_grp,
+            int whole) {
+    if (whole) return _mm512_set1_ps(s[g]);
+    const int64_t g0 = c << g_shift, left = sc - g0;
+    const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
+    return _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s + g0));
+}
+
 /* Chunk c of a row (its 64 bytes at wb) into acc: x's even and odd bytes, the blocks' scales,
- * the row's lane scales (WHOLE: one a chunk, s[g]; else groups of 32 or 64 from c's first). */
+ * the row's lane scales (lane_scales, WHOLE its whole). */
 static inline T_VNNI __attribute__((always_inline)) __m512
 chunk_vnni(__m512 acc, const uint8_t *wb, const int8_t *q, const float *d, int64_t c,
            const float *s, int64_t g, int64_t sc, int64_t g_shift, __m512i lane_grp,
@@ -255,14 +266,7 @@ chunk_vnni(__m512 acc, const uint8_t *wb, const int8_t *q, const float *d, int64
     const __m512i w = _mm512_loadu_si512(wb);
     __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, m0f), xe);
     t = _mm512_dpbusd_epi32(t, _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f), xo);
-    __m512 sv;
-    if (WHOLE) {
-        sv = _mm512_set1_ps(s[g]);
-    } else {
-        const int64_t g0 = c << g_shift, left = sc - g0;
-        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
-        sv = _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s + g0));
-    }
+    const __m512 sv = lane_scales(s, c, g, sc, g_shift, lane_grp, WHOLE);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, sv), acc);
 }
 
@@ -335,14 +339,11 @@ tile_vnni(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
         __attribute__((aligned(64))) uint8_t tmp[4][64];
         __m512i lo[4], hi[4];
         __m512 sv[4];
-        const int64_t g0 = c << g_shift, left = sc - g0;
-        const __mmask16 gm = (__mmask16)(left >= 4 ? 0xf : left > 0 ? (1u << left) - 1 : 0);
         for (int i = 0; i < 4; i++) {
             __m512i w = _mm512_loadu_si512(c < nfull ? row[i] + c * 64 : chunk_tail_plain(row[i], c, kb, tmp[i]));
             lo[i] = _mm512_and_si512(w, m0f);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
-            sv[i] = whole ? _mm512_set1_ps(s[i][gw.g])
-                          : _mm512_permutexvar_ps(lane_grp, _mm512_maskz_loadu_ps(gm, s[i] + g0));
+            sv[i] = lane_scales(s[i], c, gw.g, sc, g_shift, lane_grp, whole);
         }
         for (int t = 0; t < NT; t++) {
             const int8_t *q = (const int8_t *)xp + xs * t;
@@ -398,9 +399,8 @@ static inline __m256 half_scales(const float *s, int64_t g, int64_t b0, int64_t 
  * lane l again columns 8l .. 8l + 7 of a 64-column half chunk. One row at a time, as
  * row_vnni and for its reason. */
 static inline __attribute__((always_inline)) void
-row_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, float *out) {
+row_avx2(const cpu_part *p, const q8_shape sh, int64_t k, int64_t r, const void *xp, float *out) {
     const atlas_wquant *qw = &p->quant;
-    const q8_shape sh = q8_shape_of(p, k);
     const int64_t kb = sh.kb, kp = sh.kp, nch = sh.nch, bc = sh.bc, sc = sh.sc, nfull = sh.nfull;
     const int whole = sh.whole;
     const int8_t *q = xp;
@@ -498,6 +498,7 @@ tile_avx2(const cpu_part *p, int64_t k, int64_t r, const void *xp, size_t xs, fl
 
 static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, const void *xp,
                       size_t xs, int n, float *out, int64_t ldo) {
+    const q8_shape sh = q8_shape_of(p, k);
     int64_t r = r0;
     for (; r + Q8_ROWS_AVX2 <= r1; r += Q8_ROWS_AVX2) {
         int t = 0;
@@ -505,11 +506,11 @@ static void gemm_avx2(const cpu_part *p, int64_t k, int64_t r0, int64_t r1, cons
             tile_avx2(p, k, r, (const char *)xp + xs * t, xs, out + t * ldo + r, ldo);
         for (; t < n; t++)
             for (int i = 0; i < Q8_ROWS_AVX2; i++)
-                row_avx2(p, k, r + i, (const char *)xp + xs * t, out + t * ldo + r + i);
+                row_avx2(p, sh, k, r + i, (const char *)xp + xs * t, out + t * ldo + r + i);
     }
     for (; r < r1; r++)
         for (int t = 0; t < n; t++)
-            row_avx2(p, k, r, (const char *)xp + xs * t, out + t * ldo + r);
+            row_avx2(p, sh, k, r, (const char *)xp + xs * t, out + t * ldo + r);
 }
 #endif
 
