@@ -237,7 +237,8 @@ atlas_status atlas_bench_int8_x(atlas_model *m, bool on) {
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "int8 activations need", &cb));
     const atlas_wquant *l = &cb->wt.qlayout;
-    if (l->format != ATLAS_WFMT_INT4 || l->scale_cols < 0 || !cb->mod.fn.qgemv1s[CUDA_Q_INT4][2])
+    if (l->format != ATLAS_WFMT_INT4 || l->scale_cols < 0 ||
+        !cb->mod.fn.qgemv1s[CUDA_Q_INT4][CUDA_QGEMV_SX - CUDA_QGEMV_S])
         return atlas_fail(ATLAS_ERR_INVALID, "bench: int8 activations need INT4 weights in "
                           "groups");
     ATLAS_TRY(ATLAS_CU(cuStreamSynchronize, cb->dev.stream));

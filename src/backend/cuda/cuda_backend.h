@@ -111,6 +111,9 @@ typedef enum { CUDA_Q_FP8, CUDA_Q_INT4, CUDA_Q_INT4G, CUDA_Q_FP4, CUDA_QKINDS } 
  * block reads all of x for its 16 weight rows, so at 64 rows they ran at 54-146 GB/s of
  * packed bytes on the 8B shapes against the scratch path's 215-472 (bench/RESULTS.md). */
 enum { CUDA_QGEMV_MAX = 8, CUDA_QMMA_MAX = 64, CUDA_QMMA_DEFAULT = 16, CUDA_QGEMV_BPS = 4 };
+/* log2 of the columns an INT4 tensor-core kernel's warp takes a step (kernels/quant_mma.cuh
+ * CH): a weight whose scale groups are at least this wide takes atlas_qmmq* */
+enum { CUDA_QMMA_CHUNK_LOG2 = 7 };
 /* cuda_qgemv1's ng for atlas_qgemv1x_int4: INT4 against x rounded to int8 (other formats and
  * act-order take the one-group kernel) */
 enum { CUDA_QGEMV_X8 = 1 << 30 };

@@ -607,7 +607,7 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
             memcpy(b, a, sizeof a);
             b[16] = &xs;
             /* INT4 with a scale a 128-column chunk: the kernel compiled for that alone */
-            bool chunk = q == CUDA_Q_INT4 && csh >= 7 && cb->plan.qmma_chunk && cb->mod.fn.qmmq[i];
+            bool chunk = q == CUDA_Q_INT4 && csh >= CUDA_QMMA_CHUNK_LOG2 && cb->plan.qmma_chunk;
             return launch(cb, chunk ? cb->mod.fn.qmmq[i] : cb->mod.fn.qmmp[q][i],
                           (unsigned)((m + 15) / 16), 1, 1, 128, 0, b);
         }
