@@ -2,10 +2,10 @@
  * and decode speed of a model (decode of one sequence, then of B sequences a step for each
  * --batch B), and, measured in the same run on the same GPU, the ceilings they are
  * judged against (issue 4):
- *   decode ratio  = decode tok/s x bytes of weights read per token / read bandwidth
+ *   decode ratio  = decode tok/s x bytes read per token / read bandwidth
  *   prefill ratio = prefill FLOP/s / bf16 matrix rate (best GEMM the backend has)
- * Weights read per token: every linear layer and the output head (an untied embedding
- * table is not read). Prefill FLOPs: 2 x tokens x linear weights (in an MoE layer the
+ * Bytes read per token: every linear layer and the output head as stored (an untied
+ * embedding table is not read), and the KV cache at the decode steps' mean context. Prefill FLOPs: 2 x tokens x linear weights (in an MoE layer the
  * router and the experts a token is routed to) + causal attention (4 x H x hd x tokens x
  * (tokens + 1) / 2 a layer; over every key, also in sliding-window layers: an overcount
  * there) + the output head for one row.
@@ -515,9 +515,14 @@ int atlas_cli_bench(int argc, char **argv) {
      * steps (atlas_model_forward_argmax_queue: atlas run's greedy generation) */
     dt = ts[1];
     double queued_dt = tq[1], decode_tps = steps / dt;
+    /* the KV a step reads at the steps' mean context joins the weights in the denominator, as
+     * the bytes a token reads are defined (issue 34): the cache as stored, every layer */
+    double kv_tok = (double)info.kv_token_bytes * (p0 + 4 + (steps + 1) / 2.0);
     printf("decode      %d steps after %d tokens: %.3f ms/token, %.1f tok/s (%.2f GB of weights "
-           "a token; runs %.3f %.3f %.3f)\n", steps, p0 + 4, dt / steps * 1e3, decode_tps,
-           bytes_tok / 1e9, ts[0] / steps * 1e3, ts[1] / steps * 1e3, ts[2] / steps * 1e3);
+           "a token, %.3f GB of KV; runs %.3f %.3f %.3f)\n", steps, p0 + 4, dt / steps * 1e3,
+           decode_tps, bytes_tok / 1e9, kv_tok / 1e9, ts[0] / steps * 1e3, ts[1] / steps * 1e3,
+           ts[2] / steps * 1e3);
+    bytes_tok += kv_tok;
     printf("decode q    the same steps queued a step ahead (each queued before the one before "
            "is collected): %.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n",
            queued_dt / steps * 1e3, steps / queued_dt, tq[0] / steps * 1e3, tq[1] / steps * 1e3,
@@ -579,7 +584,7 @@ int atlas_cli_bench(int argc, char **argv) {
         for (int c = 0; prof.qfmt && c < 3; c++) {
             printf("qgemv graph %-8s %d in one graph, us each (GB/s):", prof.name[1 + c],
                    prof.qchain_len[c]);
-            const char *vn[] = {"one-group", "x8", "s8", "s4", "sx8", "s8-half-wave"};
+            const char *vn[] = {"one-group", "x8", "s8", "s4", "sx8"};
             for (int v = 0; v < ATLAS_BENCH_QCHAINS; v++)
                 printf("  %s %.2f (%.0f)", vn[v], prof.qchain_us[v][c],
                        prof.qchain_us[v][c] > 0 ? prof.qchain_bytes[c] / prof.qchain_us[v][c] / 1e3

@@ -391,10 +391,8 @@ static atlas_status qgemv_chain(cuda_backend *cb, atlas_weight **ws, int len,
 /* profile's qchain: the o, gate_up and down shapes, 8 weights each (more than L2 holds of o). */
 static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdeviceptr *bufs) {
     enum { LEN = 8 };
-    /* the last: the streaming kernel on half a wave of blocks (plan.qstream_div) */
     static const int ngs[ATLAS_BENCH_QCHAINS] = {0, CUDA_QGEMV_X8, CUDA_QGEMV_S, CUDA_QGEMV_S4,
-                                                 CUDA_QGEMV_SX, CUDA_QGEMV_S};
-    int div0 = cb->plan.qstream_div;
+                                                 CUDA_QGEMV_SX};
     for (int c = 0; c < 3; c++) {
         atlas_weight *ws[LEN] = {0};
         atlas_status st = ATLAS_OK;
@@ -403,11 +401,8 @@ static atlas_status qchains(cuda_backend *cb, atlas_bench_profile *out, CUdevice
             st = qweight_make(cb, &cb->wt.qlayout, out->m[1 + c], out->k[1 + c], &ws[len]);
         out->qchain_len[c] = len;
         out->qchain_bytes[c] = ws[0] ? (double)ws[0]->bytes : 0.0;
-        for (int v = 0; v < ATLAS_BENCH_QCHAINS && st == ATLAS_OK; v++) {
-            cb->plan.qstream_div = v == ATLAS_BENCH_QCHAINS - 1 ? 2 : div0;
+        for (int v = 0; v < ATLAS_BENCH_QCHAINS && st == ATLAS_OK; v++)
             st = qgemv_chain(cb, ws, len, bufs, ngs[v], &out->qchain_us[v][c]);
-        }
-        cb->plan.qstream_div = div0;
         for (int i = 0; i < LEN; i++)
             if (ws[i]) cb->base.ops->weight_free(&cb->base, ws[i]);
         ATLAS_TRY(st);

@@ -38,13 +38,13 @@ make_all
 LOG=$OUT/quant-bench.log
 : > "$LOG"
 {
-  echo "| format | GB a token | decode b1 tok/s | / read bw | b1 int8 x tok/s | b16 step ms | b64 step ms | prefill 2048 tok/s | / matrix | read GB/s | matrix TFLOP/s |"
+  echo "| format | GB a token (weights + KV) | decode b1 tok/s | / read bw | b1 int8 x tok/s | b16 step ms | b64 step ms | prefill 2048 tok/s | / matrix | read GB/s | matrix TFLOP/s |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$OUT/quant-bench.md"
 g() { grep -E -m1 "$1" /tmp/qb.log | sed -E "$2"; }  # a figure of the last run's output
 row() {  # the table's row for $1 from the last run's output, "-" for what it did not measure
   local gb tps rr x8 b16 b64 pf pr bw mx
-  gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB.*/\1/')
+  gb=$(g "^decode  " 's/.*tok\/s \(([0-9.]+) GB of weights a token, ([0-9.]+) GB of KV.*/\1 + \2/')
   tps=$(g "^decode  " 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')
   rr=$(g "decode  [0-9.]+% of read" 's/.*decode  ([0-9.]+%).*/\1/')
   x8=$(g "^decode x8" 's/.*ms\/token, ([0-9.]+) tok\/s.*/\1/')

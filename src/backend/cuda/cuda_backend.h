@@ -337,10 +337,6 @@ typedef struct cuda_plan {
                                CUDA_QGEMV_S (every model) the streaming kernel where the
                                layout has one scale a load, else the one-group kernel; other
                                values set by tests only */
-    int qstream_div;        /* the streaming GEMVs' grid: a wave of blocks over this (<= 1:
-                               a whole wave, every model), leaving the rest of each SM to the
-                               next kernel's weight loads under PDL; set by `atlas bench` to
-                               time both */
     int qmma_max;           /* rows above which a quantized weight's matmul goes through its
                                bf16 scratch copy: 0 (every model) CUDA_QMMA_DEFAULT, else
                                this up to CUDA_QMMA_MAX; set by `atlas bench` to time both

@@ -429,9 +429,7 @@ static atlas_status qstream_launch(cuda_backend *cb, const atlas_weight *w, int 
     int bps = g16 ? cb->mod.fn.qgemv1s16_bps[warps] : cb->mod.fn.qgemv1s_bps[q][v][warps];
     if (bps <= 0) return ATLAS_OK;
     long long units = act ? m / 2 : m;
-    long long sms = atlas_host_properties(cb->dev.host)->sm_count, wave = (long long)bps * sms;
-    if (cb->plan.qstream_div > 1 && wave / cb->plan.qstream_div >= sms)
-        wave /= cb->plan.qstream_div;
+    long long wave = (long long)bps * atlas_host_properties(cb->dev.host)->sm_count;
     *done = true;
     return launch(cb, f, (unsigned)(units < wave ? units : wave), 1, 1, 32u * (unsigned)warps, 0,
                   a);
