@@ -545,6 +545,24 @@ int atlas_cli_bench(int argc, char **argv) {
                "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
                steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
     }
+    /* the same plain steps with the decode attention out of clusters (the GQA kernel, a split
+     * plan of its own), to see at which context each pays */
+    if (on_cuda && atlas_bench_attn_cluster(m, false) == ATLAS_OK) {
+        double tx[3], t = 0;
+        atlas_status st = ATLAS_OK;
+        for (int r = -1; r < 3 && st == ATLAS_OK; r++) {
+            int32_t tok = id;
+            st = decode_run(m, 0, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table, max_blocks,
+                            &tok, &t);
+            if (r >= 0) tx[r] = t;
+        }
+        if (atlas_bench_attn_cluster(m, true) != ATLAS_OK || st != ATLAS_OK)
+            return fail("decode without the cluster attention");
+        qsort(tx, 3, sizeof *tx, cmp_double);
+        printf("decode nc   the same plain steps with the decode attention out of clusters: "
+               "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
+               steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
+    }
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
         batch_run br;

@@ -247,6 +247,17 @@ atlas_status atlas_bench_int8_x(atlas_model *m, bool on) {
     return ATLAS_OK;
 }
 
+atlas_status atlas_bench_attn_cluster(atlas_model *m, bool on) {
+    cuda_backend *cb;
+    ATLAS_TRY(bench_backend(m, "the cluster attention needs", &cb));
+    if (!cb->dev.cluster_ex)
+        return atlas_fail(ATLAS_ERR_INVALID, "bench: this device has no thread-block clusters");
+    ATLAS_TRY(ATLAS_CU(cuStreamSynchronize, cb->dev.stream));
+    cuda_plan_drop_graphs(cb);
+    cb->plan.attn_no_cluster = !on;
+    return ATLAS_OK;
+}
+
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;

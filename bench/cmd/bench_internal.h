@@ -146,4 +146,9 @@ atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after);
  * INT4 weights in groups (act-order has no such kernel). */
 atlas_status atlas_bench_int8_x(atlas_model *m, bool on);
 
+/* Decode attention in thread-block clusters (atlas_attn_dcl*, where the cache and context
+ * allow) or never (cuda_plan.attn_no_cluster): the decode graphs are dropped as above.
+ * ATLAS_ERR_INVALID: not the CUDA backend, or a device without clusters. */
+atlas_status atlas_bench_attn_cluster(atlas_model *m, bool on);
+
 #endif

@@ -353,6 +353,9 @@ typedef struct cuda_plan {
                                columns (as the checkpoints' dynamic activations ask): off
                                (every model) until measured; set by tests and `atlas bench`;
                                cleared where cuBLASLt has no such matmul */
+    bool attn_no_cluster;   /* decode attention never in clusters (atlas_attn_dcl*): the
+                               GQA kernel with its own split plan at every context; off
+                               (every model); set by `atlas bench` to time both */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:

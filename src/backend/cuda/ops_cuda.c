@@ -104,7 +104,8 @@ static bool attn_cluster(const cuda_backend *cb, int cap) {
     const atlas_backend_geom *g = &cb->base.geom;
     /* (bf16 caches only: an FP8 cache's decode kernels write partials, which the split plan
      * must then reserve) */
-    return cb->dev.cluster_ex && cb->base.kv_size == 2 && cap <= ATTN_CLUSTER_CAP &&
+    return cb->dev.cluster_ex && !cb->plan.attn_no_cluster && cb->base.kv_size == 2 &&
+           cap <= ATTN_CLUSTER_CAP &&
            (g->head_dim == 64 || g->head_dim == 128) && g->n_heads / g->n_kv_heads <= 8;
 }
 
