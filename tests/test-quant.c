@@ -29,6 +29,7 @@
 #include "backend/cpu/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "format/safetensors.h"
 #include "harness.h"
 #include "model/config.h"
@@ -160,7 +161,7 @@ static void check_int4(const char *what, const atlas_quant_config *qc, const ten
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
     float w[R * C];
     memset(w, 0, sizeof w);
@@ -237,7 +238,7 @@ static void test_awq_gptq(void) {
     char *buf = NULL;
     atlas_st *st = st_of(tgi, 4, &buf);
     atlas_qweight q;
-    CHECK(atlas_quant_bind(st, &gptq, "m", R, C, true, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(atlas_quant_bind(st, &gptq, "m", R, C, true, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "g_idx") != NULL);
     atlas_st_free(st);
     free(buf);
@@ -265,7 +266,7 @@ static void check_ct_int4(const char *what, bool sym, const tensor *t, int n) {
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
     float w[CR * CC];
     memset(w, 0, sizeof w);
@@ -312,20 +313,89 @@ static void test_ct_int4(void) {
     atlas_st *st = st_of(t, 4, &buf);
     atlas_quant_config qc = {.method = ATLAS_QM_CT_INT4, .group = CG};
     atlas_qweight q;
-    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "weight_shape") != NULL);
     atlas_st_free(st);
     free(buf);
     /* asymmetric without its zero points: the missing tensor is named */
     shape[1] = CC;
     st = st_of(t, 3, &buf);
-    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, &q) == ATLAS_ERR_NOT_FOUND);
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q) == ATLAS_ERR_NOT_FOUND);
     CHECK(strstr(atlas_last_error(), "m.weight_zero_point") != NULL);
     atlas_st_free(st);
     free(buf);
 }
 
 /* ---- quantization_config ------------------------------------------------------------------ */
+
+/* ---- the same repack on a pool's threads ---------------------------------------------- */
+
+/* A matrix large enough that a pool splits its read (two 4 MiB pieces of codes) and its
+ * repack (rows in several ranges): bound with a 3-thread pool, every byte of the codes and
+ * the grids must equal the single-thread bind's (which the known answers above check). */
+enum { PR = 8192, PC = 2048, PG = 128 };
+
+static void same_on_pool(const char *what, const atlas_quant_config *qc, const tensor *t, int n,
+                         atlas_threadpool *pool) {
+    char *buf = NULL;
+    atlas_st *st = st_of(t, n, &buf);
+    atlas_qweight a, b;
+    CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, NULL, &a));
+    CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, pool, &b));
+    size_t grid = (size_t)PR * (PC / PG) * sizeof(float);
+    CHECK_MSG(a.packed && b.packed && a.packed_bytes == b.packed_bytes &&
+                  !memcmp(a.packed, b.packed, a.packed_bytes),
+              "%s: the codes differ on the pool", what);
+    CHECK_MSG(a.scales && b.scales && !memcmp(a.scales, b.scales, grid),
+              "%s: the scales differ on the pool", what);
+    CHECK_MSG(a.zeros && b.zeros && !memcmp(a.zeros, b.zeros, grid),
+              "%s: the zeros differ on the pool", what);
+    atlas_qweight_free(&a);
+    atlas_qweight_free(&b);
+    atlas_st_free(st);
+    free(buf);
+}
+
+static void test_int4_pool(void) {
+    atlas_threadpool *pool = NULL;
+    CHECK_OK(atlas_threadpool_create(3, &pool));
+    int32_t *w = malloc((size_t)PR * PC / 2), *z = malloc((size_t)(PC / PG) * PR / 8 * 4);
+    uint16_t *sc = malloc((size_t)(PC / PG) * PR * 2);
+    CHECK(w && z && sc);
+    if (!pool || !w || !z || !sc) goto done;
+    uint32_t x = 12345u; /* xorshift: every nibble and scale differs from its neighbours' */
+    for (size_t i = 0; i < (size_t)PR * PC / 8; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        w[i] = (int32_t)x;
+    }
+    for (size_t i = 0; i < (size_t)(PC / PG) * PR / 8; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        z[i] = (int32_t)x;
+    }
+    for (size_t i = 0; i < (size_t)(PC / PG) * PR; i++) sc[i] = (uint16_t)(0x3c00 + i % 1021);
+    atlas_quant_config awq = {.method = ATLAS_QM_AWQ, .group = PG};
+    tensor ta[] = {{"m.qweight", "I32", 2, {PC, PR / 8}, w, (size_t)PR * PC / 2},
+                   {"m.qzeros", "I32", 2, {PC / PG, PR / 8}, z, (size_t)(PC / PG) * PR / 2},
+                   {"m.scales", "F16", 2, {PC / PG, PR}, sc, (size_t)(PC / PG) * PR * 2}};
+    same_on_pool("awq", &awq, ta, 3, pool);
+    atlas_quant_config gptq = {.method = ATLAS_QM_GPTQ, .group = PG};
+    tensor tg[] = {{"m.qweight", "I32", 2, {PC / 8, PR}, w, (size_t)PR * PC / 2}, ta[1], ta[2]};
+    same_on_pool("gptq", &gptq, tg, 3, pool);
+    int64_t shape[2] = {PR, PC};
+    atlas_quant_config ct = {.method = ATLAS_QM_CT_INT4, .group = PG};
+    tensor tc[] = {{"m.weight_packed", "I32", 2, {PR, PC / 8}, w, (size_t)PR * PC / 2},
+                   {"m.weight_scale", "F16", 2, {PR, PC / PG}, sc, (size_t)(PC / PG) * PR * 2},
+                   {"m.weight_shape", "I64", 1, {2}, shape, sizeof shape},
+                   {"m.weight_zero_point", "I32", 2, {PR / 8, PC / PG}, z,
+                    (size_t)(PC / PG) * PR / 2}};
+    same_on_pool("compressed-tensors", &ct, tc, 4, pool);
+done:
+    free(w);
+    free(z);
+    free(sc);
+    atlas_threadpool_free(pool);
+}
+
 
 static atlas_status parse(const char *qjson, atlas_quant_config *qc) {
     json_error_t e;
@@ -363,7 +433,7 @@ static void check_fp4(const char *what, atlas_qmethod method, const tensor *t, i
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, &qc, "m", FR, FC, true, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", FR, FC, true, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_FP4_E2M1, "%s: not FP4", what);
     float w[FR * FC];
     memset(w, 0, sizeof w);
@@ -766,6 +836,7 @@ int main(void) {
     test_e4m3();
     test_awq_gptq();
     test_ct_int4();
+    test_int4_pool();
     test_e2m1_e8m0();
     test_fp4();
     test_config();

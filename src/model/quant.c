@@ -5,12 +5,14 @@
 #include <fnmatch.h>
 #include <math.h>
 #include <regex.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/threadpool.h"
 
 /* ---- the ignore list ----------------------------------------------------------------- */
 
@@ -46,7 +48,15 @@ typedef struct qfind {
     const char *module;
     bool *used;
     size_t bytes;
+    atlas_threadpool *pool; /* the reads and repacks split over its threads; NULL: this one */
 } qfind;
+
+/* fn over [0, n) on the pool's threads, or on this one without a pool. */
+static void par(atlas_threadpool *pool, int64_t n, int64_t min_chunk, atlas_parallel_fn fn,
+                void *ctx) {
+    if (pool) atlas_threadpool_for(pool, n, min_chunk, fn, ctx);
+    else if (n > 0) fn(ctx, 0, n, 0);
+}
 
 static atlas_status shape_err(const atlas_tensor_view *v, const char *want) {
     char got[96] = "[";
@@ -93,17 +103,69 @@ static atlas_status read_view(const atlas_tensor_view *v, void *dst) {
     return ATLAS_OK;
 }
 
+/* A tensor read in pieces by the pool's threads: a fresh buffer's pages are zeroed by the
+ * kernel on first touch, and one thread zeroing, copying and repacking held an 8B INT4 load
+ * to 1.4 GB/s (bench/RESULTS.md). The first failing piece's error is kept for the caller. */
+enum { READ_PIECE = 4 << 20 };
+typedef struct par_read {
+    const atlas_tensor_view *v;
+    char *dst;
+    atomic_flag failed;
+    atlas_status st;
+    char msg[512];
+} par_read;
+
+static void read_pieces(void *ctx, int64_t b, int64_t e, int thread) {
+    (void)thread;
+    par_read *r = ctx;
+    const atlas_tensor_view *v = r->v;
+    size_t lo = (size_t)b * READ_PIECE, hi = (size_t)e * READ_PIECE;
+    if (hi > v->nbytes) hi = v->nbytes;
+    if (v->fd < 0) {
+        memcpy(r->dst + lo, (const char *)v->data + lo, hi - lo);
+        return;
+    }
+    atlas_status st = atlas_file_read_at(v->fd, r->dst + lo, hi - lo, v->file_offset + lo);
+    if (st != ATLAS_OK && !atomic_flag_test_and_set(&r->failed)) {
+        r->st = st;
+        snprintf(r->msg, sizeof r->msg, "%s", atlas_last_error());
+    }
+}
+
+static atlas_status read_view_par(atlas_threadpool *pool, const atlas_tensor_view *v, void *dst) {
+    if (!pool || v->nbytes < 2 * (size_t)READ_PIECE) return read_view(v, dst);
+    par_read r = {.v = v, .dst = dst, .failed = ATOMIC_FLAG_INIT};
+    par(pool, (int64_t)((v->nbytes + READ_PIECE - 1) / READ_PIECE), 1, read_pieces, &r);
+    if (atomic_flag_test_and_set(&r.failed)) return atlas_fail(r.st, "%s", r.msg);
+    return ATLAS_OK;
+}
+
+typedef struct to_floats {
+    const void *raw;
+    float *f;
+    atlas_dtype dtype;
+} to_floats;
+
+static void floats_range(void *ctx, int64_t b, int64_t e, int thread) {
+    (void)thread;
+    const to_floats *t = ctx;
+    for (int64_t i = b; i < e; i++) {
+        if (t->dtype == ATLAS_DTYPE_F32) memcpy(&t->f[i], (const char *)t->raw + 4 * i, 4);
+        else if (t->dtype == ATLAS_DTYPE_BF16) t->f[i] = atlas_bf16_to_f32(((const uint16_t *)t->raw)[i]);
+        else t->f[i] = atlas_f16_to_f32(((const uint16_t *)t->raw)[i]);
+    }
+}
+
 /* A float tensor of n elements as float32 (owned; freed by the caller). */
-static atlas_status read_floats(const atlas_tensor_view *v, size_t n, float **out) {
+static atlas_status read_floats(atlas_threadpool *pool, const atlas_tensor_view *v, size_t n,
+                                float **out) {
     *out = NULL;
     void *raw = malloc(v->nbytes ? v->nbytes : 1);
     float *f = malloc((n ? n : 1) * sizeof *f);
-    atlas_status st = raw && f ? read_view(v, raw) : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; st == ATLAS_OK && i < n; i++) {
-        if (v->dtype == ATLAS_DTYPE_F32) memcpy(&f[i], (char *)raw + 4 * i, 4);
-        else if (v->dtype == ATLAS_DTYPE_BF16) f[i] = atlas_bf16_to_f32(((uint16_t *)raw)[i]);
-        else f[i] = atlas_f16_to_f32(((uint16_t *)raw)[i]);
-    }
+    atlas_status st = raw && f ? read_view_par(pool, v, raw)
+                               : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    to_floats t = {raw, f, v->dtype};
+    if (st == ATLAS_OK) par(pool, (int64_t)n, 1 << 16, floats_range, &t);
     free(raw);
     if (st != ATLAS_OK) {
         free(f);
@@ -113,10 +175,10 @@ static atlas_status read_floats(const atlas_tensor_view *v, size_t n, float **ou
     return ATLAS_OK;
 }
 
-static atlas_status read_ints(const atlas_tensor_view *v, int32_t **out) {
+static atlas_status read_ints(atlas_threadpool *pool, const atlas_tensor_view *v, int32_t **out) {
     *out = malloc(v->nbytes ? v->nbytes : 1);
     if (!*out) return atlas_fail(ATLAS_ERR_NOMEM, "reading %s: out of memory", v->name);
-    atlas_status st = read_view(v, *out);
+    atlas_status st = read_view_par(pool, v, *out);
     if (st != ATLAS_OK) {
         free(*out);
         *out = NULL;
@@ -161,7 +223,7 @@ static atlas_status bind_fp8(qfind *f, const atlas_quant_config *qc, const atlas
         if (in->nbytes != atlas_dtype_size(in->dtype) || in->n_dims > 1)
             return shape_err(in, "[] or [1]");
     }
-    if (read) ATLAS_TRY(read_floats(s, (size_t)(grow * gcol), &out->scales));
+    if (read) ATLAS_TRY(read_floats(f->pool, s, (size_t)(grow * gcol), &out->scales));
     q->scales = out->scales;
     return ATLAS_OK;
 }
@@ -223,79 +285,104 @@ static atlas_status bind_fp4(qfind *f, const atlas_quant_config *qc, int64_t row
 
 /* ---- INT4 ---------------------------------------------------------------------------- */
 
-static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* column 8j+k is in nibble AWQ_NIBBLE[k] */
+/* One INT4 weight's repack, split over a pool's threads by output rows (each range its own
+ * bytes of the packed codes and of the grids). */
+typedef struct int4_job {
+    const int32_t *qw, *qz;
+    const float *s;  /* the checkpoint's scales [groups, rows] (AWQ, GPTQ), or NULL */
+    atlas_qweight *o;
+    float zero_add;  /* GPTQ's stored zero - 1 (1), else 0 */
+} int4_job;
 
-/* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out]. */
-static atlas_status repack_awq(const int32_t *qw, const int32_t *qz, atlas_qweight *o) {
-    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, w8 = rows / 8;
-    uint8_t *p = o->packed;
+/* The grids' rows [r0, r1): zeros from qz (row 8i+k in nibble nib[k] of word i of a group's
+ * words, as AWQ and GPTQ store them: [groups, rows/8]) and the scales transposed from
+ * [groups, rows] to [rows, groups]. */
+static void grid_rows(const int4_job *j, const int *nib, int64_t r0, int64_t r1) {
+    const atlas_qweight *o = j->o;
+    int64_t rows = o->rows, groups = o->q.scale_cols, w8 = rows / 8;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t g = 0; g < groups; g++) {
+            o->zeros[r * groups + g] =
+                (float)(((uint32_t)j->qz[g * w8 + r / 8] >> (4 * nib[r % 8])) & 0xf) + j->zero_add;
+            o->scales[r * groups + g] = j->s[g * rows + r];
+        }
+}
+
+static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* column 8j+k is in nibble AWQ_NIBBLE[k] */
+static const int PLAIN_NIBBLE[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+/* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out].
+ * Items: groups of 8 output rows (one word of qweight's row). */
+static void awq_range(void *ctx, int64_t b, int64_t e, int thread) {
+    (void)thread;
+    const int4_job *jb = ctx;
+    const int32_t *qw = jb->qw;
+    int64_t cols = jb->o->cols, w8 = jb->o->rows / 8;
+    uint8_t *p = jb->o->packed;
     /* a byte of the output is two input rows' nibbles of one word each: made a byte at a
-     * time over tiles of 64 x 64 that stay in cache (element by element across the whole
-     * matrix, an 8B model took 45 s to repack) */
-    for (int64_t j0 = 0; j0 < w8; j0 += 8)
+     * time over tiles of 8 words x 64 columns that stay in cache (element by element across
+     * the whole matrix, an 8B model took 45 s to repack) */
+    for (int64_t j0 = b; j0 < e; j0 += 8)
         for (int64_t c0 = 0; c0 < cols; c0 += 64)
-            for (int64_t j = j0; j < w8 && j < j0 + 8; j++)
+            for (int64_t j = j0; j < e && j < j0 + 8; j++)
                 for (int64_t c = c0; c < cols && c < c0 + 64; c += 2) {
-                    uint32_t a = (uint32_t)qw[c * w8 + j], b = (uint32_t)qw[(c + 1) * w8 + j];
+                    uint32_t a = (uint32_t)qw[c * w8 + j], bb = (uint32_t)qw[(c + 1) * w8 + j];
                     uint8_t *dst = p + (8 * j) * (cols / 2) + c / 2;
                     for (int k = 0; k < 8; k++)
                         dst[k * (cols / 2)] = (uint8_t)(((a >> (4 * AWQ_NIBBLE[k])) & 0xf) |
-                                                        ((b >> (4 * AWQ_NIBBLE[k])) & 0xf) << 4);
+                                                        ((bb >> (4 * AWQ_NIBBLE[k])) & 0xf) << 4);
                 }
-    float *zt = malloc((size_t)(rows * groups) * sizeof *zt);
-    if (!zt) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t r = 0; r < rows; r++)
-            zt[r * groups + g] =
-                (float)(((uint32_t)qz[g * w8 + r / 8] >> (4 * AWQ_NIBBLE[r % 8])) & 0xf);
-    o->zeros = zt;
-    return ATLAS_OK;
+    grid_rows(jb, AWQ_NIBBLE, 8 * b, 8 * e);
 }
 
 /* GPTQ: qweight [in/8, out] (input 8i+k in nibble k), qzeros [groups, out/8] (output 8j+k in
- * nibble k), zero - 1 stored unless v2. */
-static atlas_status repack_gptq(const int32_t *qw, const int32_t *qz, bool v2, atlas_qweight *o) {
-    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, w8 = rows / 8;
+ * nibble k), zero - 1 stored unless v2. Items: output rows. */
+static void gptq_range(void *ctx, int64_t b, int64_t e, int thread) {
+    (void)thread;
+    const int4_job *jb = ctx;
+    int64_t rows = jb->o->rows, cols = jb->o->cols, wpr = cols / 8;
     /* row r's 8 columns from word j are that word's 4 bytes as they are (column 8j + k in
      * nibble k, as atlas packs): a transpose of 32-bit words, in tiles that stay in cache */
-    int64_t wpr = cols / 8;
-    for (int64_t r0 = 0; r0 < rows; r0 += 64)
+    for (int64_t r0 = b; r0 < e; r0 += 64)
         for (int64_t j0 = 0; j0 < wpr; j0 += 64)
-            for (int64_t r = r0; r < rows && r < r0 + 64; r++)
+            for (int64_t r = r0; r < e && r < r0 + 64; r++)
                 for (int64_t j = j0; j < wpr && j < j0 + 64; j++) {
-                    uint32_t word = (uint32_t)qw[j * rows + r];
-                    memcpy(o->packed + r * (cols / 2) + 4 * j, &word, 4);
+                    uint32_t word = (uint32_t)jb->qw[j * rows + r];
+                    memcpy((uint8_t *)jb->o->packed + r * (cols / 2) + 4 * j, &word, 4);
                 }
-    float *zt = malloc((size_t)(rows * groups) * sizeof *zt);
-    if (!zt) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t r = 0; r < rows; r++)
-            zt[r * groups + g] =
-                (float)(((uint32_t)qz[g * w8 + r / 8] >> (4 * (r % 8))) & 0xf) + (v2 ? 0.f : 1.f);
-    o->zeros = zt;
+    grid_rows(jb, PLAIN_NIBBLE, b, e);
+}
+
+/* AWQ's or GPTQ's codes, zeros and scales (s: [groups, rows]) into o's layout. */
+static atlas_status repack_int4(atlas_threadpool *pool, bool awq, const int32_t *qw,
+                                const int32_t *qz, const float *s, bool v2, atlas_qweight *o) {
+    o->zeros = malloc((size_t)(o->rows * o->q.scale_cols) * sizeof *o->zeros);
+    if (!o->zeros) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    int4_job j = {qw, qz, s, o, awq || v2 ? 0.0f : 1.0f};
+    if (awq) par(pool, o->rows / 8, 64, awq_range, &j);
+    else par(pool, o->rows, 256, gptq_range, &j);
     return ATLAS_OK;
 }
 
 /* compressed-tensors pack-quantized: weight_packed [out, ceil(in/8)] (column 8j+k in nibble
  * k), weight_zero_point [ceil(out/8), groups] (row 8i+k in nibble k); both store the signed
  * 4-bit value plus 8, so w = (q - z) * s reads the nibbles as they are, and a symmetric
- * layout's zero is 8. */
-static void repack_ct(const int32_t *qw, const int32_t *qz, atlas_qweight *o) {
-    int64_t rows = o->rows, cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
+ * layout's zero is 8. Items: output rows. */
+static void ct_range(void *ctx, int64_t b, int64_t e, int thread) {
+    (void)thread;
+    const int4_job *jb = ctx;
+    const atlas_qweight *o = jb->o;
+    int64_t cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
     uint8_t *p = o->packed;
     /* the same nibble order as atlas's: each row's bytes as they are (its last word cut
      * short when cols is not a multiple of 8) */
-    for (int64_t r = 0; r < rows; r++) memcpy(p + r * (cols / 2), qw + r * wpr, (size_t)cols / 2);
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = b; r < e; r++) {
+        memcpy(p + r * (cols / 2), jb->qw + r * wpr, (size_t)cols / 2);
         for (int64_t g = 0; g < groups; g++)
             o->zeros[r * groups + g] =
-                qz ? (float)(((uint32_t)qz[(r / 8) * groups + g] >> (4 * (r % 8))) & 0xf) : 8.0f;
-}
-
-/* scales [groups, rows] (the checkpoint's [in/g, out]) transposed to the grid [rows, groups]. */
-static void transpose(float *f, int64_t groups, int64_t rows, float *out) {
-    for (int64_t g = 0; g < groups; g++)
-        for (int64_t r = 0; r < rows; r++) out[r * groups + g] = f[g * rows + r];
+                jb->qz ? (float)(((uint32_t)jb->qz[(r / 8) * groups + g] >> (4 * (r % 8))) & 0xf)
+                       : 8.0f;
+    }
 }
 
 /* A g_idx out of range is refused; one in the plain i / group order is dropped (the tile
@@ -347,12 +434,11 @@ static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t ro
     out->scales = malloc((size_t)(rows * groups) * sizeof(float));
     atlas_status st = out->packed && out->scales ? ATLAS_OK
                                                  : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    if (st == ATLAS_OK) st = read_ints(qw, &w);
-    if (st == ATLAS_OK) st = read_ints(qz, &z);
-    if (st == ATLAS_OK) st = read_floats(sc, (size_t)(rows * groups), &s);
-    if (st == ATLAS_OK && gi) st = read_ints(gi, &out->g_idx);
-    if (st == ATLAS_OK) st = awq ? repack_awq(w, z, out) : repack_gptq(w, z, qc->gptq_v2, out);
-    if (st == ATLAS_OK) transpose(s, groups, rows, out->scales);
+    if (st == ATLAS_OK) st = read_ints(f->pool, qw, &w);
+    if (st == ATLAS_OK) st = read_ints(f->pool, qz, &z);
+    if (st == ATLAS_OK) st = read_floats(f->pool, sc, (size_t)(rows * groups), &s);
+    if (st == ATLAS_OK && gi) st = read_ints(f->pool, gi, &out->g_idx);
+    if (st == ATLAS_OK) st = repack_int4(f->pool, awq, w, z, s, qc->gptq_v2, out);
     if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
     free(w);
     free(z);
@@ -399,11 +485,14 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
         st = atlas_fail(ATLAS_ERR_FORMAT, "%s: weight_shape [%lld, %lld], but the model's %s is "
                         "[%lld, %lld]", shape->name, (long long)dims[0], (long long)dims[1],
                         f->module, (long long)rows, (long long)cols);
-    if (st == ATLAS_OK) st = read_ints(qw, &w);
-    if (st == ATLAS_OK && qz) st = read_ints(qz, &z);
-    if (st == ATLAS_OK) st = read_floats(sc, (size_t)(rows * groups), &out->scales);
-    if (st == ATLAS_OK && gi) st = read_ints(gi, &out->g_idx);
-    if (st == ATLAS_OK) repack_ct(w, z, out);
+    if (st == ATLAS_OK) st = read_ints(f->pool, qw, &w);
+    if (st == ATLAS_OK && qz) st = read_ints(f->pool, qz, &z);
+    if (st == ATLAS_OK) st = read_floats(f->pool, sc, (size_t)(rows * groups), &out->scales);
+    if (st == ATLAS_OK && gi) st = read_ints(f->pool, gi, &out->g_idx);
+    if (st == ATLAS_OK) {
+        int4_job j = {w, z, NULL, out, 0.0f};
+        par(f->pool, rows, 256, ct_range, &j);
+    }
     if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
     free(w);
     free(z);
@@ -414,7 +503,7 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
 
 atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
                               const char *module, int64_t rows, int64_t cols, bool read,
-                              bool *used, atlas_qweight *out) {
+                              bool *used, atlas_threadpool *pool, atlas_qweight *out) {
     memset(out, 0, sizeof *out);
     out->rows = rows;
     out->cols = cols;
@@ -447,7 +536,7 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
                               name, module);
         return ATLAS_OK; /* dense: the caller finds module.weight */
     }
-    qfind f = {st, module, used, 0};
+    qfind f = {st, module, used, 0, pool};
     out->quantized = true;
     atlas_status s;
     if (ct4) {

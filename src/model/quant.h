@@ -52,6 +52,7 @@
 
 #include "atlas/status.h"
 #include "backend/backend.h"
+#include "core/threadpool.h"
 #include "format/safetensors.h"
 
 typedef enum atlas_qmethod {
@@ -125,10 +126,11 @@ typedef struct atlas_qweight {
 /* Whether `module` (e.g. "model.layers.0.mlp.down_proj") is stored quantized, with the shape
  * [rows, cols] and the tensors its method asks for (checked, not read), and whether that
  * agrees with the ignore list. used (may be NULL) gets each tensor's atlas_st_index set.
- * With read: reads and converts them into *out (free with atlas_qweight_free). */
+ * With read: reads and converts them into *out (free with atlas_qweight_free), the reads
+ * and repacks split over pool's threads (NULL: the caller's thread alone). */
 atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
                               const char *module, int64_t rows, int64_t cols, bool read,
-                              bool *used, atlas_qweight *out);
+                              bool *used, atlas_threadpool *pool, atlas_qweight *out);
 /* Makes the n parts of one fused weight (q|k|v, gate|up) share one scale layout where they
  * can, exactly: per-tensor FP8 scales become per-channel. Block scales stay per part; the
  * parts concatenate into one matrix only when each part's rows are a multiple of the block

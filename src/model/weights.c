@@ -14,6 +14,8 @@
 #include "model/shard.h"
 #include "model/weight_read.h"
 
+enum { REPACK_THREADS = 16 }; /* at most, for a quantized checkpoint's reads and repacks */
+
 typedef struct binder {
     atlas_backend *be;
     const atlas_st *st;
@@ -32,6 +34,7 @@ typedef struct binder {
     /* quantized weights handed to weight_load: read until weights_done, freed after */
     atlas_qweight *qw;
     size_t n_qw, cap_qw;
+    atlas_threadpool *pool; /* reads and repacks the quantized ones (NULL: this thread) */
     /* where the text model's tensors are: "model." and "lm_head.weight", or a vision-language
      * checkpoint's (text_prefix) */
     const char *pre, *head;
@@ -279,7 +282,7 @@ static atlas_status try_quant(binder *b, const char *const *names, const int64_t
         size_t len = strlen(names[i]) - strlen(".weight");
         snprintf(module, sizeof module, "%.*s", (int)len, names[i]);
         st = atlas_quant_bind(b->st, b->quant, module, rows[i], cols, !b->count_only, b->used,
-                              &qw[i]);
+                              b->pool, &qw[i]);
         quantized += qw[i].quantized;
     }
     if (st == ATLAS_OK && quantized && quantized != n)
@@ -800,6 +803,11 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     b.qw = calloc(b.cap_qw ? b.cap_qw : 1, sizeof *b.qw);
     b.cap_oss = cfg->arch == ATLAS_ARCH_GPT_OSS ? cfg->n_layers : 0;
     b.oss = calloc(b.cap_oss ? (size_t)b.cap_oss : 1, sizeof *b.oss);
+    /* a quantized checkpoint's codes are read and repacked here, not by the backend's
+     * loaders: on the cores a load may take (atlas_cores_spare); without a pool (threads not
+     * made) the same work runs on this thread, only slower */
+    int threads = cfg->quant.method != ATLAS_QM_NONE ? atlas_cores_spare(REPACK_THREADS) : 1;
+    if (threads > 1 && atlas_threadpool_create(threads, &b.pool) != ATLAS_OK) b.pool = NULL;
     atlas_status s = b.files && b.qw && b.oss ? bind_all(&b, cfg)
                                               : atlas_fail(ATLAS_ERR_NOMEM, "weights: out of "
                                                            "memory");
@@ -815,6 +823,7 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     free(b.qw);
     for (int i = 0; i < b.n_oss; i++) atlas_oss_experts_free(&b.oss[i]);
     free(b.oss);
+    atlas_threadpool_free(b.pool);
     /* the repacked formats' read buffers, freed between weights that stay, held about a
      * third of a 4-bit model's size in the heap */
     atlas_mem_trim();
