@@ -48,6 +48,7 @@ typedef struct bench_opts {
     int no_memory_check; /* --no-memory-check */
     int threads;         /* --threads: CPU workers (0: one per core) */
     atlas_cpu_activations cpu_act; /* --cpu-activations */
+    atlas_gpu_activations gpu_act; /* --gpu-activations */
     atlas_kv_dtype kv_dtype;       /* --kv-cache-dtype */
     int mlp_chunk; /* --mlp-chunk: the MLP's rows a pass (0: the model's default) */
 } bench_opts;
@@ -73,6 +74,7 @@ static int usage(void) {
                     "                   [--threads N]   (CPU threads; default one per core)\n"
                     "                   [--mlp-chunk N]   (the MLP's rows a pass; default 2048)\n"
                     "                   [--cpu-activations auto|fp32|bf16|int8]   (the CPU's matmuls)\n"
+                    "                   [--gpu-activations fp32|int8]   (a GPU's INT4 decode matmuls)\n"
                     "                   [--kv-cache-dtype auto|bf16|fp8]   (the KV cache's elements)\n"
                     "                   [--device auto|cuda[:N]|cpu] [--reps N] [--read-gib G] [--gemm N]\n"
                     "                   [--load-only N]   (N timed loads again after the first, "
@@ -104,7 +106,7 @@ static const char *const bench_options[] = {
     "-h", "--help", "--no-graphs", "--no-pdl", "--no-cublaslt", "-m", "-p", "--batch", "-n",
     "--reps", "--read-gib", "--load-only", "--skip-ops", "--gemm", "--tensor-parallel", "--device",
     "--kernels", "--no-memory-check", "--threads", "--mlp-chunk", "--cpu-activations",
-    "--kv-cache-dtype", NULL};
+    "--gpu-activations", "--kv-cache-dtype", NULL};
 
 /* v as a whole number in [lo, hi] into *out; -1 (nothing stored) otherwise. */
 static int parse_count(const char *v, long lo, long hi, int *out) {
@@ -118,7 +120,8 @@ static int parse_count(const char *v, long lo, long hi, int *out) {
 /* The device defaults to auto, as `atlas run`'s does: CUDA when usable, else the CPU. */
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){atlas_cli_default_model(), {512}, 1, 128, 3, {0}, 0, ATLAS_DEVICE_AUTO, 8.0,
-                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO, ATLAS_KV_DTYPE_AUTO, 0};
+                      8192, 1, 0, 0, {0}, 0, 0, ATLAS_CPU_ACT_AUTO, ATLAS_GPU_ACT_FP32,
+                      ATLAS_KV_DTYPE_AUTO, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = atlas_cli_resolve_option(argv[i], bench_options), *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!atlas_cli_known_option(a, bench_options)) {
@@ -179,6 +182,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             o->backend.portable = k == ATLAS_KERNELS_PORTABLE;
         } else if (!strcmp(a, "--cpu-activations")) {
             if (atlas_cli_parse_cpu_activations(v, &o->cpu_act)) return usage();
+        } else if (!strcmp(a, "--gpu-activations")) {
+            if (atlas_cli_parse_gpu_activations(v, &o->gpu_act)) return usage();
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             if (atlas_cli_parse_kv_dtype("bench", v, &o->kv_dtype)) return 2;
         } else {
@@ -378,6 +383,7 @@ int atlas_cli_bench(int argc, char **argv) {
     mp.n_threads = o.threads;
     if (o.mlp_chunk) mp.mlp_chunk_tokens = o.mlp_chunk;
     mp.cpu_activations = o.cpu_act;
+    mp.gpu_activations = o.gpu_act;
     mp.kv_dtype = o.kv_dtype;
     atlas_model *m = NULL;
     double t0 = now_s();
@@ -528,8 +534,10 @@ int atlas_cli_bench(int argc, char **argv) {
            queued_dt / steps * 1e3, steps / queued_dt, tq[0] / steps * 1e3, tq[1] / steps * 1e3,
            tq[2] / steps * 1e3);
     /* INT4 weights: the same plain steps with x rounded to int8 for the one-row GEMVs (the
-     * streaming kernel's dp4a form; off by default: it changes results), one warm-up run */
-    if (on_cuda && atlas_bench_int8_x(m, true) == ATLAS_OK) {
+     * streaming kernel's dp4a form, `--gpu-activations int8`; off by default: it changes
+     * results), one warm-up run */
+    bool x8_was = false;
+    if (on_cuda && atlas_bench_int8_x(m, true, &x8_was) == ATLAS_OK) {
         double tx[3], t = 0;
         atlas_status st = ATLAS_OK;
         for (int r = -1; r < 3 && st == ATLAS_OK; r++) {
@@ -538,7 +546,7 @@ int atlas_cli_bench(int argc, char **argv) {
                             &tok, &t);
             if (r >= 0) tx[r] = t;
         }
-        if (atlas_bench_int8_x(m, false) != ATLAS_OK || st != ATLAS_OK)
+        if (atlas_bench_int8_x(m, x8_was, NULL) != ATLAS_OK || st != ATLAS_OK)
             return fail("decode with int8 activations");
         qsort(tx, 3, sizeof *tx, cmp_double);
         printf("decode x8   the same plain steps with x in int8 for the INT4 GEMVs (dp4a): "

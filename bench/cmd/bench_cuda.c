@@ -233,7 +233,7 @@ atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after) {
     return ATLAS_OK;
 }
 
-atlas_status atlas_bench_int8_x(atlas_model *m, bool on) {
+atlas_status atlas_bench_int8_x(atlas_model *m, bool on, bool *was) {
     cuda_backend *cb;
     ATLAS_TRY(bench_backend(m, "int8 activations need", &cb));
     const atlas_wquant *l = &cb->wt.qlayout;
@@ -243,7 +243,8 @@ atlas_status atlas_bench_int8_x(atlas_model *m, bool on) {
                           "groups");
     ATLAS_TRY(ATLAS_CU(cuStreamSynchronize, cb->dev.stream));
     cuda_plan_drop_graphs(cb);
-    cb->plan.qgemv_ng = on ? CUDA_QGEMV_SX : CUDA_QGEMV_S;
+    if (was) *was = cb->plan.int8_x;
+    cb->plan.int8_x = on;
     return ATLAS_OK;
 }
 

@@ -141,10 +141,11 @@ atlas_status atlas_bench_graph_counts(atlas_model *m, uint64_t *captures, uint64
 atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after);
 
 /* The one-row GEMVs of m's INT4 weights with x rounded to int8 (the streaming kernel's dp4a
- * form, cuda_plan.qgemv_ng CUDA_QGEMV_SX) or not: the decode graphs are dropped so that the
- * next steps capture the kernel asked for. ATLAS_ERR_INVALID: not the CUDA backend, or no
- * INT4 weights in groups (act-order has no such kernel). */
-atlas_status atlas_bench_int8_x(atlas_model *m, bool on);
+ * form, cuda_plan.int8_x, as `--gpu-activations int8` makes it) or not, *was (NULL: not
+ * asked) set to what it was: the decode graphs are dropped so that the next steps capture
+ * the kernel asked for. ATLAS_ERR_INVALID: not the CUDA backend, or no INT4 weights in
+ * groups (act-order has no such kernel). */
+atlas_status atlas_bench_int8_x(atlas_model *m, bool on, bool *was);
 
 /* Decode attention in thread-block clusters (atlas_attn_dcl*, where the cache and context
  * allow) or never (cuda_plan.attn_no_cluster): the decode graphs are dropped as above.

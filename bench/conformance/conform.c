@@ -1,6 +1,7 @@
 /* bench/conformance/conform.c — atlas against transformers' reference, through the engine.
  *
- *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--cpu-activations fp32|bf16|int8] [--bound B]
+ *   atlas-conform [--device cpu|cuda] [--kernels native|portable] [--cpu-activations fp32|bf16|int8]
+ *                 [--gpu-activations fp32|int8] [--bound B]
  *                 [--kv-cache-dtype auto|bf16|fp8] [--reference FILE]
  *                 [--batch-tokens N] [--parallel N] [--max-len N] [--markdown FILE] DIR...
  *
@@ -81,6 +82,7 @@ struct opts {
     atlas_device device;
     atlas_kernels kernels;
     atlas_cpu_activations cpu_act;
+    atlas_gpu_activations gpu_act;
     atlas_kv_dtype kv;     /* --kv-cache-dtype */
     const char *reference; /* --reference: the file in each DIR (NULL: by the KV type) */
     double bound;
@@ -88,8 +90,8 @@ struct opts {
     FILE *md;
 };
 
-/* The table's device column: "cpu", "cpu-bf16" (--cpu-activations bf16), "cuda", or
- * "cuda-portable" (--kernels portable). */
+/* The table's device column: "cpu", "cpu-bf16" (--cpu-activations bf16), "cuda",
+ * "cuda-int8" (--gpu-activations int8) or "cuda-portable" (--kernels portable). */
 static const char *dev_name(const opts *o) {
     if (o->kv == ATLAS_KV_DTYPE_FP8) /* an FP8 KV cache: the device's name, then "-kvfp8" */
         return o->device == ATLAS_DEVICE_CPU ? (o->cpu_act == ATLAS_CPU_ACT_BF16   ? "cpu-bf16-kvfp8"
@@ -99,6 +101,7 @@ static const char *dev_name(const opts *o) {
     if (o->device == ATLAS_DEVICE_CPU) return o->cpu_act == ATLAS_CPU_ACT_BF16   ? "cpu-bf16"
                                                   : o->cpu_act == ATLAS_CPU_ACT_INT8 ? "cpu-int8"
                                                                                      : "cpu";
+    if (o->gpu_act == ATLAS_GPU_ACT_INT8) return "cuda-int8";
     return o->kernels == ATLAS_KERNELS_PORTABLE ? "cuda-portable" : "cuda";
 }
 
@@ -187,6 +190,7 @@ static int check_model(const opts *o, const char *dir) {
     ep.device = o->device;
     ep.kernels = o->kernels;
     ep.cpu_activations = o->cpu_act;
+    ep.gpu_activations = o->gpu_act;
     ep.kv_dtype = o->kv;
     ep.parallel = o->parallel;
     ep.batch_tokens = o->batch;
@@ -249,7 +253,8 @@ static int check_model(const opts *o, const char *dir) {
 
 static void usage(void) {
     fprintf(stderr, "usage: atlas-conform [--device cpu|cuda] [--kernels native|portable] "
-                    "[--cpu-activations fp32|bf16|int8] [--bound B] [--kv-cache-dtype "
+                    "[--cpu-activations fp32|bf16|int8] [--gpu-activations fp32|int8] "
+                    "[--bound B] [--kv-cache-dtype "
                     "auto|bf16|fp8] [--reference FILE] [--batch-tokens N] [--parallel N] "
                     "[--max-len N] [--markdown FILE] DIR...\n");
 }
@@ -279,6 +284,8 @@ int main(int argc, char **argv) {
             o.cpu_act = ATLAS_CPU_ACT_BF16;
         else if (!strcmp(a, "--cpu-activations") && !strcmp(v, "int8"))
             o.cpu_act = ATLAS_CPU_ACT_INT8;
+        else if (!strcmp(a, "--gpu-activations") && (!strcmp(v, "fp32") || !strcmp(v, "int8")))
+            o.gpu_act = !strcmp(v, "int8") ? ATLAS_GPU_ACT_INT8 : ATLAS_GPU_ACT_FP32;
         else if (!strcmp(a, "--bound")) o.bound = atof(v);
         else if (!strcmp(a, "--kv-cache-dtype")) {
             if (atlas_model_kv_dtype_parse(v, &o.kv) != ATLAS_OK) {

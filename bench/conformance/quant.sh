@@ -3,7 +3,8 @@
 # machine after the build: tools/conformance/make.py --quant makes each layout of the small
 # set's qk-norm and llama-biases shapes with tools/quant/quantize.py and transformers'
 # reference on the weights as that tool dequantizes them; atlas-conform checks them on the GPU
-# (bound 5e-2) and the CPU (2e-3, 16-token steps). Then tools/quant/quantize_torch.py (the
+# (bound 5e-2; the INT4 layouts also with --gpu-activations int8, rows "cuda-int8") and the
+# CPU (2e-3, 16-token steps). Then tools/quant/quantize_torch.py (the
 # quantizer of the big checkpoints) quantizes the same checkpoint: its dequantized weights are
 # compared with quantize.py's and atlas runs its files against transformers on its own
 # dequantized weights.
@@ -29,6 +30,10 @@ python3 tools/conformance/make.py --set small --out "$Q" --refs "$Q" --only llam
 dirs=$(ls -d "$Q"/*-* | grep -v -- "-float$")
 # shellcheck disable=SC2086
 timeout 200 "$B/atlas-conform" --device cuda --markdown $ROWS $dirs 2>&1 | tail -40 || rc=1
+# the INT4 layouts again with int8 activations in the one-row GEMVs (--gpu-activations int8)
+# shellcheck disable=SC2086
+timeout 200 "$B/atlas-conform" --device cuda --gpu-activations int8 --markdown $ROWS \
+  $(echo $dirs | tr ' ' '\n' | grep -E -- "-(awq|gptq|gptq-v2)$") 2>&1 | tail -40 || rc=1
 # shellcheck disable=SC2086
 timeout 200 "$B/atlas-conform" --device cpu --bound 2e-3 --batch-tokens 16 --parallel 4 \
   --markdown $ROWS $dirs 2>&1 | tail -40 || rc=1

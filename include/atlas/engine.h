@@ -238,6 +238,8 @@ typedef struct atlas_engine_params {
                              0 (default): forever */
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (include/atlas/model.h;
                                               default fp32) */
+    atlas_gpu_activations gpu_activations; /* a GPU's one-row INT4 matmuls (include/atlas/
+                                              model.h; default fp32) */
     size_t host_cache;    /* bytes of host memory for what released models leave behind: on
                              CUDA their weights, pinned and laid out as on the GPU, copied
                              back when the model loads again (atlas_model_params.host_cache),

@@ -65,6 +65,17 @@ typedef enum atlas_cpu_activations {
                                llama.cpp computes, else FP32; the command line's default */
 } atlas_cpu_activations;
 
+/* What a GPU's one-row INT4 matmuls (decode's GEMVs) multiply weights with
+ * (`--gpu-activations`). */
+typedef enum atlas_gpu_activations {
+    ATLAS_GPU_ACT_FP32 = 0, /* fp32 activations, the products as exact as the CPU reference's */
+    ATLAS_GPU_ACT_INT8,     /* an INT4 weight's activations quantized to int8 in blocks of 32
+                               (llama.cpp's scheme for its 4-bit formats on CUDA), integer dot
+                               products (dp4a): about 7% more decode on an 8B GPTQ (H100,
+                               bench/RESULTS.md); other formats and the tensor-core paths of
+                               two rows and more are unchanged */
+} atlas_gpu_activations;
+
 /* The KV cache's element type (`--kv-cache-dtype`, vLLM's flag and values). */
 typedef enum atlas_kv_dtype {
     ATLAS_KV_DTYPE_AUTO = 0, /* the backend's: bf16 on a GPU; on the CPU fp32, or bf16 with
@@ -118,6 +129,8 @@ typedef struct atlas_model_params {
     int no_memory_check;
     atlas_cpu_activations cpu_activations; /* the CPU's bf16 matmuls (default fp32); other
                                               backends ignore it */
+    atlas_gpu_activations gpu_activations; /* a GPU's one-row INT4 matmuls (default fp32);
+                                              the CPU ignores it */
     atlas_kv_dtype kv_dtype; /* the KV cache's element type (default auto: the backend's) */
     /* Bytes of pinned host memory the process keeps released models' weights in, as they lie
      * on the GPU, so that the next load of the same files copies them back and reads no file

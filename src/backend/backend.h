@@ -537,6 +537,8 @@ typedef struct atlas_backend_options {
     int no_cublaslt;  /* large matmuls on atlas_gemm instead of cuBLASLt */
     int portable;     /* `--kernels portable`: the compute_80 PTX compiled by the driver, with
                          sm_86's choices and shared memory (backend/cuda/arch.h) */
+    int int8_x;       /* `--gpu-activations int8`: INT4 weights' one-row GEMVs with x
+                         quantized to int8 in blocks of 32 (the streaming kernel's dp4a form) */
     unsigned skip_ops; /* ATLAS_SKIP_* bits: those ops are left out of every batch, to time
                           what the others cost inside a decode graph; the results are wrong */
     int load;         /* made by a model's load, which calls the op `loaded` when it is over:

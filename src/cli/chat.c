@@ -125,6 +125,7 @@ static void usage(FILE *f) {
             "  --kernels native|portable  GPU code (default native; see atlas run --help)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             "  --cpu-activations auto|fp32|bf16|int8  the CPU's matmuls (see atlas run --help)\n"
+            "  --gpu-activations fp32|int8  a GPU's INT4 decode matmuls (see atlas run --help)\n"
             "  --kv-cache-dtype auto|bf16|fp8  the KV cache's elements (see atlas run --help)\n"
             "  --no-memory-check    load even when the model needs more memory than is free\n"
             "  -h, --help           this help\n",
@@ -765,7 +766,8 @@ static int read_input(chat *c, char **text, int *single, int *empty) {
 static const char *const chat_options[] = {
     "-h", "--help", "-m", "--model", "--url", "--api-key", "--system", "--temp", "--top-p",
     "--top-k", "--min-p", "--seed", "--max-tokens", "--ctx-size", "--device", "--threads",
-    "--kernels", "--no-memory-check", "--cpu-activations", "--kv-cache-dtype", NULL};
+    "--kernels", "--no-memory-check", "--cpu-activations", "--gpu-activations",
+    "--kv-cache-dtype", NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(chat *c, int argc, char **argv, int *i) {
@@ -812,6 +814,11 @@ static int parse_opt(chat *c, int argc, char **argv, int *i) {
         if (atlas_cli_parse_cpu_activations(v, &c->dev.cpu_act)) {
             fprintf(stderr, "atlas chat: --cpu-activations: '%s' (want auto, fp32, bf16 or "
                             "int8)\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--gpu-activations")) {
+        if (atlas_cli_parse_gpu_activations(v, &c->dev.gpu_act)) {
+            fprintf(stderr, "atlas chat: --gpu-activations: '%s' (want fp32 or int8)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kv-cache-dtype")) {

@@ -30,6 +30,9 @@ int atlas_cli_parse_kernels(const char *v, atlas_kernels *kernels);
 /* Parses --cpu-activations' value: "auto", "fp32", "bf16" or "int8" (include/atlas/model.h).
  * 0 on success, -1 (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act);
+/* Parses --gpu-activations' value: "fp32" or "int8" (include/atlas/model.h).  0 on success,
+ * -1 (nothing set) on anything else (cli/device.c). */
+int atlas_cli_parse_gpu_activations(const char *v, atlas_gpu_activations *act);
 /* Parses --kv-cache-dtype's value (atlas_model_kv_dtype_parse: auto, bf16, fp8, fp8_e4m3):
  * 0 on success; else one line "atlas CMD: --kv-cache-dtype: MESSAGE" on stderr and -2
  * (cli/device.c). */
@@ -53,6 +56,13 @@ int atlas_cli_parse_kv_dtype(const char *cmd, const char *v, atlas_kv_dtype *out
     "                       cache in bf16; default auto: int8 where the CPU has bf16 or\n"      \
     "                       integer dot products (AVX2, VNNI, sdot), else fp32)\n"
 
+/* Its lines in `run --help`, `serve --help` and `bench`'s usage. */
+#define ATLAS_CLI_GPU_ACT_HELP                                                                 \
+    "  --gpu-activations fp32|int8  what a GPU's one-row INT4 matmuls (decode) multiply\n"    \
+    "                       weights with (int8: activations in int8 blocks of 32 as\n"        \
+    "                       llama.cpp takes them on CUDA, about 1.07x the INT4 decode;\n"      \
+    "                       default fp32, as exact as the CPU reference)\n"
+
 /* Where a command that runs one model in process runs it (--device, --kernels, --threads,
  * --ctx-size). */
 typedef struct atlas_cli_device {
@@ -60,6 +70,7 @@ typedef struct atlas_cli_device {
     int gpu; /* the ordinal of --device cuda:N */
     atlas_kernels kernels;
     atlas_cpu_activations cpu_act; /* --cpu-activations */
+    atlas_gpu_activations gpu_act; /* --gpu-activations */
     atlas_kv_dtype kv_dtype;       /* --kv-cache-dtype */
     int threads, ctx;
     int no_memory_check; /* --no-memory-check */

@@ -1,4 +1,5 @@
-/* cli/device.c — the --device, --kernels, --cpu-activations and --kv-cache-dtype options, one spelling for every subcommand, and
+/* cli/device.c — the --device, --kernels, --cpu-activations, --gpu-activations and
+ * --kv-cache-dtype options, one spelling for every subcommand, and
  * the engine of one model that `run` and `chat` make from them. */
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +38,12 @@ int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act) {
     return -1;
 }
 
+int atlas_cli_parse_gpu_activations(const char *v, atlas_gpu_activations *act) {
+    if (!strcmp(v, "fp32")) return *act = ATLAS_GPU_ACT_FP32, 0;
+    if (!strcmp(v, "int8")) return *act = ATLAS_GPU_ACT_INT8, 0;
+    return -1;
+}
+
 int atlas_cli_parse_kv_dtype(const char *cmd, const char *v, atlas_kv_dtype *out) {
     if (atlas_model_kv_dtype_parse(v, out) == ATLAS_OK) return 0;
     fprintf(stderr, "atlas %s: --kv-cache-dtype: %s\n", cmd, atlas_last_error());
@@ -55,6 +62,7 @@ atlas_engine_params atlas_cli_one_model(const atlas_engine_model *mod, const atl
     p.kernels = d->kernels;
     p.n_threads = d->threads;
     p.cpu_activations = d->cpu_act;
+    p.gpu_activations = d->gpu_act;
     p.kv_dtype = d->kv_dtype;
     p.no_memory_check = d->no_memory_check;
     return p;

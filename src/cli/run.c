@@ -68,6 +68,7 @@ static void usage(FILE *f) {
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU threads (default: one per core)\n"
             ATLAS_CLI_CPU_ACT_HELP
+            ATLAS_CLI_GPU_ACT_HELP
             ATLAS_CLI_KV_DTYPE_HELP
             "  --no-memory-check    load even when the weights and KV cache need more memory\n"
             "                       than the GPU or the machine has free (refused by default,\n"
@@ -106,7 +107,8 @@ static const char *const run_options[] = {
     "-h", "--help", "--json", "-m", "--model", "-p", "--prompt", "-f", "--file", "--prompt-ids",
     "-n", "--threads", "--tensor-parallel", "--top-logprobs", "--ctx-size", "--max-model-len",
     "--batch-tokens", "--top-k", "--seed", "--temp", "--top-p", "--min-p", "--device", "--kernels",
-    "--no-memory-check", "--ignore-eos", "--cpu-activations", "--kv-cache-dtype", NULL};
+    "--no-memory-check", "--ignore-eos", "--cpu-activations", "--gpu-activations", "--kv-cache-dtype",
+    NULL};
 
 /* Returns -1 to go on, else the exit status (help: 0, usage error: 2). */
 static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
@@ -176,6 +178,11 @@ static int parse_opt(run_opts *o, int argc, char **argv, int *i) {
         if (atlas_cli_parse_cpu_activations(v, &o->dev.cpu_act)) {
             fprintf(stderr, "atlas run: --cpu-activations: '%s' (want auto, fp32, bf16 or "
                             "int8)\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--gpu-activations")) {
+        if (atlas_cli_parse_gpu_activations(v, &o->dev.gpu_act)) {
+            fprintf(stderr, "atlas run: --gpu-activations: '%s' (want fp32 or int8)\n", v);
             return 2;
         }
     } else if (!strcmp(a, "--kv-cache-dtype")) {

@@ -353,7 +353,7 @@ static const char *const serve_options[] = {
     "--tensor-parallel",
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
-    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations", "--kv-cache-dtype",
+    "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations", "--gpu-activations", "--kv-cache-dtype",
     "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
     "--tool-call-format", "--models-preset", "--keep-alive", "--host-cache", NULL};
 
@@ -438,6 +438,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = atlas_cli_parse_kernels(v, &a->ep.kernels);
         } else if (!strcmp(o, "--cpu-activations")) {
             bad = atlas_cli_parse_cpu_activations(v, &a->ep.cpu_activations);
+        } else if (!strcmp(o, "--gpu-activations")) {
+            bad = atlas_cli_parse_gpu_activations(v, &a->ep.gpu_activations);
         } else if (!strcmp(o, "--kv-cache-dtype")) {
             bad = atlas_cli_parse_kv_dtype("serve", v, &a->ep.kv_dtype);
         } else {

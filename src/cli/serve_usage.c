@@ -68,6 +68,7 @@ void atlas_cli_serve_usage(FILE *f) {
             "                       compiled by the driver, with an RTX card's kernel choices)\n"
             "  --threads N          CPU backend threads (default: one per core)\n"
             ATLAS_CLI_CPU_ACT_HELP
+            ATLAS_CLI_GPU_ACT_HELP
             ATLAS_CLI_KV_DTYPE_HELP
             "  --tensor-parallel N  split each model across N GPUs (default 1; N > 1 needs N\n"
             "                       GPUs and libnccl.so.2, and is not wired yet)\n"

@@ -208,6 +208,7 @@ static atlas_status load_checked(atlas_engine *e, eng_model *md, atlas_model **o
     mp.kernels = e->p.kernels;
     mp.n_threads = e->p.n_threads;
     mp.cpu_activations = e->p.cpu_activations;
+    mp.gpu_activations = e->p.gpu_activations;
     mp.kv_dtype = md->kv_type;
     mp.kv_blocks = md->kv_blocks;
     mp.kv_block_size = e->p.kv_block_size;
@@ -731,6 +732,7 @@ static atlas_status precheck(atlas_engine *e, const eng_model *md, size_t freeab
     mp.kv_block_size = e->p.kv_block_size;
     /* the KV pool's element type, as the load will make it (FP8: half bf16's bytes) */
     mp.cpu_activations = e->p.cpu_activations;
+    mp.gpu_activations = e->p.gpu_activations;
     mp.kv_dtype = md->kv_type;
     atlas_model_survey sv;
     ATLAS_TRY(atlas_model_inspect(md->dir, &mp, &sv));

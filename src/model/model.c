@@ -45,6 +45,9 @@ static atlas_status check_params(const atlas_model_params *p) {
     if (p->cpu_activations < ATLAS_CPU_ACT_FP32 || p->cpu_activations > ATLAS_CPU_ACT_AUTO)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: cpu_activations %d",
                           (int)p->cpu_activations);
+    if (p->gpu_activations < ATLAS_GPU_ACT_FP32 || p->gpu_activations > ATLAS_GPU_ACT_INT8)
+        return atlas_fail(ATLAS_ERR_INVALID, "model params: gpu_activations %d",
+                          (int)p->gpu_activations);
     if (p->n_threads < 0 || p->n_threads > 1024)
         return atlas_fail(ATLAS_ERR_INVALID, "model params: n_threads %d", p->n_threads);
     if (p->kv_blocks < 0 || p->kv_tokens < 0)
@@ -74,6 +77,7 @@ static atlas_status pick_backend(atlas_model *m, const atlas_model_params *p,
         atlas_backend_options o = opts ? *opts : (atlas_backend_options){0};
         o.gpu = p->gpu;
         o.portable = o.portable || p->kernels == ATLAS_KERNELS_PORTABLE;
+        o.int8_x = o.int8_x || p->gpu_activations == ATLAS_GPU_ACT_INT8;
         o.load = 1; /* load_weights ends with the op `loaded` */
         atlas_status st = atlas_backend_cuda_create(g, &o, &m->be);
         if (st == ATLAS_OK) {

@@ -532,6 +532,9 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
     /* the streaming one-row kernels: 1.5-1.8x the one-group kernel's rate at the 8B decode
      * shapes (bench/RESULTS.md); layouts they do not take fall back to it */
     cb->plan.qgemv_ng = CUDA_QGEMV_S;
+    /* x in int8 for INT4's one-row GEMVs only where asked: it changes results (8B GPTQ decode
+     * 382.7 against 355.9 tok/s on an H100, bench/RESULTS.md) */
+    cb->plan.int8_x = o->int8_x != 0;
     /* 9-16 rows of a quantized weight on the tensor cores with x split once a matmul: on an
      * H100 (8B shapes, INT4 g128, 16 rows) 219-341 GB/s against 201-309 with each block
      * splitting it (bench/RESULTS.md) */

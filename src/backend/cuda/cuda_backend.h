@@ -353,6 +353,9 @@ typedef struct cuda_plan {
                                columns (as the checkpoints' dynamic activations ask): off
                                (every model) until measured; set by tests and `atlas bench`;
                                cleared where cuBLASLt has no such matmul */
+    bool int8_x;            /* INT4 weights' one-row GEMVs with x in int8 (CUDA_QGEMV_SX, the
+                               streaming kernel's dp4a form) whatever qgemv_ng says:
+                               atlas_backend_options.int8_x (`--gpu-activations int8`) */
     bool attn_no_cluster;   /* decode attention never in clusters (atlas_attn_dcl*): the
                                GQA kernel with its own split plan at every context; off
                                (every model); set by `atlas bench` to time both */

@@ -206,6 +206,11 @@ static void describe(cuda_backend *cb) {
                  "compute_%d", arch, bin, ptx);
     else
         snprintf(cb->base.kernels, sizeof cb->base.kernels, "%s", arch);
+    if (cb->plan.int8_x) {
+        size_t n = strlen(cb->base.kernels);
+        snprintf(cb->base.kernels + n, sizeof cb->base.kernels - n,
+                 "; INT4 one-row matmuls with int8 activations");
+    }
 }
 
 /* The kernel modules and cuBLASLt, made once, at the backend's creation. 3-4 ms on the H200

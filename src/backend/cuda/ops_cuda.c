@@ -489,7 +489,8 @@ static atlas_status qgemv_fused(cuda_backend *cb, const cuda_cmd *mm, const cuda
     }
     void *a[] = {&out, &x, &wp, &bp, &n, &m, &k, &sc, &zs, &gi, &rsh, &csh, &scols, &p1, &p2,
                  &rs, &nw, &eps, &h, &resid, &act, &ga};
-    return qgemv_launch(cb, w, a, cb->plan.qgemv_ng, tail == TAIL_SWIGLU);
+    int ng = cb->plan.int8_x && qkind_of(w) == CUDA_Q_INT4 ? CUDA_QGEMV_SX : cb->plan.qgemv_ng;
+    return qgemv_launch(cb, w, a, ng, tail == TAIL_SWIGLU);
 }
 
 atlas_status cuda_qgemv1(cuda_backend *cb, const atlas_weight *w, CUdeviceptr out, CUdeviceptr x,
