@@ -301,9 +301,10 @@ typedef struct atlas_request {
      * requests of the same salt, byte for byte (vLLM's cache_salt); a request without one
      * shares only with others without one.  At most ATLAS_ENGINE_MAX_CACHE_SALT bytes. */
     const char *cache_salt;
-    /* 0: the model's keep-alive.  Else (ATLAS_KEEP_ALIVE_FOREVER, _NONE or milliseconds) the
-     * model's keep-alive from this request on, until a later request sets another, as
-     * Ollama's keep_alive does.  Has no effect on a pinned model. */
+    /* 0: the model's keep-alive.  Else (ATLAS_KEEP_ALIVE_FOREVER, _NONE or milliseconds) how
+     * long the model stays after this request, as Ollama's keep_alive: each request that
+     * runs sets it anew (one without keep_alive_ms back to the model's).  Has no effect on
+     * a pinned model. */
     int64_t keep_alive_ms;
     /* A budget on thinking (Anthropic's thinking.budget_tokens).  0 (default): none.  Else a
      * think block opens when the generated tokens end with think_open[0 .. n_think_open)
@@ -378,7 +379,8 @@ typedef struct atlas_event {
     const char *message;            /* ERROR: what failed and where; "" otherwise */
     const char *stop_string;        /* STOP by a stop string: which one; else NULL */
     int32_t stop_id;                /* STOP by an eos or stop id: which; else -1 */
-    atlas_usage usage;
+    atlas_usage usage;              /* END; TOKEN: so far (the prompt's cached tokens are
+                                       known from the first token on) */
     double ttft_s;                  /* submit to first token; 0 when there was none */
     double queue_s;                 /* submit to the first step that computed it */
     /* END of an embedding request that finished (STOP): the pooled vector, L2-normalised

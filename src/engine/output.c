@@ -112,7 +112,10 @@ int atlas_engine_seq_accept(atlas_engine *e, seq *s, int32_t id, float logprob,
     }
     atlas_event ev = {.type = ATLAS_EVENT_TOKEN, .text = s->pending, .text_len = release,
                       .id = id, .logprob = logprob, .top = top, .n_top = n_top,
-                      .message = "", .stop_id = -1};
+                      .message = "", .stop_id = -1,
+                      .usage = {.prompt_tokens = s->n_prompt,
+                                .completion_tokens = s->n_tokens - s->n_prompt,
+                                .cached_tokens = s->n_cached}};
     s->cb(&ev, s->user);
     if (ended) {
         s->n_pending = 0; /* the stop string and whatever followed it are dropped */

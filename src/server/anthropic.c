@@ -404,14 +404,18 @@ static json_t *tool_block(const json_t *call, bool with_input) {
                      input);
 }
 
+/* start: message_start's, whose usage is the prompt's as the end reports it (cached and
+ * computed; a client may read input usage there alone). */
 static json_t *message(const atlas_gen *g, json_t *content, bool start) {
-    int cached = start ? 0 : g->usage.cached_tokens;
+    int cached = start ? g->start_usage.cached_tokens : g->usage.cached_tokens;
     return json_pack("{s:o, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", message_id(g), "type",
                      "message", "role", "assistant", "model", g->model, "content", content,
                      "stop_reason", start ? json_null() : json_string(stop_reason(g)),
                      "stop_sequence",
                      !start && g->stop_string ? json_string(g->stop_string) : json_null(),
-                     "usage", usage(g, start ? g->prompt_tokens : g->usage.prompt_tokens,
+                     "usage", usage(g, !start                       ? g->usage.prompt_tokens
+                                       : g->start_usage.prompt_tokens ? g->start_usage.prompt_tokens
+                                                                      : g->prompt_tokens,
                                     cached));
 }
 

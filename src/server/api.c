@@ -675,11 +675,29 @@ void atlas_api_chat_start(atlas_http_call *call, atlas_api_chat_req *q, atlas_ht
     if (q->gp.n == 1) q->o.dialect_ctx = NULL; /* the gen's now, started or not */
 }
 
+/* The deprecated "functions" / "function_call" (before "tools"): refused by name rather than
+ * ignored, which would drop a forced call without a word. */
+static atlas_status legacy_functions(const json_t *body, const char **param) {
+    static const char *const old[] = {"functions", "function_call"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(body, old[i]);
+        if (v && !json_is_null(v)) {
+            *param = old[i];
+            return atlas_fail(ATLAS_ERR_INVALID, "'%s' is the deprecated form of '%s': send "
+                                                 "'tools' and 'tool_choice'",
+                              old[i], i ? "tool_choice" : "tools");
+        }
+    }
+    return ATLAS_OK;
+}
+
 void atlas_api_chat(atlas_http_call *call, json_t *body, const char *arg, atlas_http_reply *r) {
     (void)arg;
     const char *param = NULL;
     atlas_api_chat_req q;
-    atlas_status st = atlas_api_chat_prepare(call->ctx, body, &q, &param);
+    memset(&q, 0, sizeof q);
+    atlas_status st = legacy_functions(body, &param);
+    if (st == ATLAS_OK) st = atlas_api_chat_prepare(call->ctx, body, &q, &param);
     if (st != ATLAS_OK) atlas_api_error_fail(r, st, param);
     else atlas_api_chat_start(call, &q, r);
     atlas_api_chat_req_free(&q);
@@ -752,6 +770,17 @@ atlas_status atlas_api_completion_prompts(const json_t *body, const atlas_tokeni
 void atlas_api_completions(atlas_http_call *call, json_t *body, const char *arg,
                            atlas_http_reply *r) {
     (void)arg;
+    /* an insertion (fill in the middle) asks for text that fits before "suffix": answered
+     * with a plain continuation it would be wrong without a word, so it is refused, as vLLM
+     * does */
+    const json_t *suffix = json_object_get(body, "suffix");
+    if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && !json_string_length(suffix))) {
+        atlas_api_error_fail(r, atlas_fail(ATLAS_ERR_INVALID, "'suffix' (insertion, fill in "
+                                           "the middle) is not supported: send the text "
+                                           "before the insertion point as 'prompt'"),
+                             "suffix");
+        return;
+    }
     atlas_api_completions_run(call, body, NULL, r);
 }
 

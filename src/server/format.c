@@ -375,6 +375,9 @@ static atlas_status stream_end(atlas_gen *g, const atlas_gen_event *e) {
 atlas_status atlas_gen_format_event(atlas_gen *g, const atlas_gen_event *e) {
     if (!g->began) {
         g->began = true;
+        /* the prompt's split into cached and computed tokens, for a dialect's first event
+         * (Anthropic's message_start) */
+        g->start_usage = e->usage;
         if (g->o.dialect) {
             if (g->o.dialect->begin) ATLAS_TRY(g->o.dialect->begin(g));
         } else if (g->o.kind == ATLAS_API_CHAT)

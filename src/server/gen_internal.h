@@ -99,6 +99,7 @@ struct atlas_gen {
     json_t *lp;               /* logprobs collected (non-streaming) */
     size_t text_offset;       /* /v1/completions logprobs text_offset */
     atlas_usage usage;
+    atlas_usage start_usage;  /* the first event's: the prompt and its cached tokens */
     atlas_finish finish;
     char *stop_string;        /* the stop string that ended it (malloc'd), else NULL */
     char *out;                /* SSE bytes ready to send */

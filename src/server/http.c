@@ -157,10 +157,15 @@ static void reply_error(atlas_http_reply *r, int status, const char *code, const
 
 static void add_headers(atlas_http_call *call, atlas_http_reply *r, struct MHD_Response *resp) {
     /* Tells keep-alive clients when we drop an idle connection, so that they stop reusing
-     * it before (a client that writes into a connection as we close it sees EPIPE). */
-    char ka[32];
-    snprintf(ka, sizeof ka, "timeout=%d", call->http->timeout_s);
-    MHD_add_response_header(resp, "Keep-Alive", ka);
+     * it before (a client that writes into a connection as we close it sees EPIPE); not on
+     * a connection that closes after this reply (the client's "Connection: close", a refused
+     * body's) */
+    const char *conn = atlas_http_header(call, "Connection");
+    if (!call->too_large && !(conn && strcasestr(conn, "close"))) {
+        char ka[32];
+        snprintf(ka, sizeof ka, "timeout=%d", call->http->timeout_s);
+        MHD_add_response_header(resp, "Keep-Alive", ka);
+    }
     const char *allow = atlas_http_cors_allow(call);
     if (allow) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);

@@ -18,7 +18,8 @@ static const char *route_names[ATLAS_ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/load",
     "/v1/models/unload",    "/health",         "/metrics",   "/tokenize",
     "/detokenize",          "/apply-template", "/v1/responses", "/v1/embeddings",
-    "/api/chat",            "/api/generate",   "/api",          "other"};
+    "/api/chat",            "/api/generate",   "/api",          "/v1/messages",
+    "/v1/messages/count_tokens", "other"};
 
 /* the engine's own (atlas_time_to_first_token_seconds, atlas_inter_token_latency_seconds),
  * whose families the per-model series join */

@@ -316,13 +316,43 @@ static const char *const same_fields[] = {
     "presence_penalty", "frequency_penalty", "repetition_penalty", "cache_salt",
     "chat_template_kwargs", NULL};
 
+/* The chat fields a Responses request names otherwise. */
+static const char *const renamed[][2] = {
+    {"messages", "input"}, {"max_tokens", "max_output_tokens"}, {"response_format", "text.format"}};
+enum { N_RENAMED = sizeof renamed / sizeof renamed[0] };
+
 /* What a chat failure's param is called in a Responses request. */
 static const char *responses_param(const char *p) {
     if (!p) return NULL;
-    if (!strcmp(p, "messages")) return "input";
-    if (!strcmp(p, "max_tokens")) return "max_output_tokens";
-    if (!strcmp(p, "response_format")) return "text.format";
+    for (int i = 0; i < N_RENAMED; i++)
+        if (!strcmp(p, renamed[i][0])) return renamed[i][1];
     return p;
+}
+
+/* A chat failure st, its message's quoted chat field names ('messages') made the request's
+ * own ('input'). */
+static atlas_status responses_failure(atlas_status st) {
+    char msg[1024], out[1024];
+    snprintf(msg, sizeof msg, "%s", atlas_last_error());
+    for (int i = 0; i < N_RENAMED; i++) {
+        char from[40], to[40];
+        snprintf(from, sizeof from, "'%s", renamed[i][0]);
+        snprintf(to, sizeof to, "'%s", renamed[i][1]);
+        size_t o = 0, fl = strlen(from), tl = strlen(to);
+        for (const char *p = msg; *p && o + 1 < sizeof out;) {
+            bool name = !strncmp(p, from, fl) && (p[fl] == '\'' || p[fl] == '[' || p[fl] == '.');
+            if (name && o + tl + 1 < sizeof out) {
+                memcpy(out + o, to, tl);
+                o += tl;
+                p += fl;
+            } else {
+                out[o++] = *p++;
+            }
+        }
+        out[o] = '\0';
+        memcpy(msg, out, o + 1);
+    }
+    return atlas_fail(st, "%s", msg);
 }
 
 /* Features of OpenAI's service that atlas does not have, refused rather than ignored. */
@@ -439,6 +469,7 @@ void atlas_responses_create(atlas_http_call *call, json_t *body, const char *arg
     if (st == ATLAS_OK) st = chat_body(s, body, id, chat, &input, &history, &param);
     if (st == ATLAS_OK) {
         st = atlas_api_chat_prepare(s, chat, &q, &param);
+        if (st != ATLAS_OK) st = responses_failure(st);
         param = responses_param(param);
     }
     if (st == ATLAS_OK) {

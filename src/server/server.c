@@ -65,8 +65,9 @@ typedef struct route {
 static const route routes[] = {
     {"POST", "/v1/chat/completions", atlas_api_chat, ATLAS_ROUTE_CHAT, false},
     {"POST", "/v1/completions", atlas_api_completions, ATLAS_ROUTE_COMPLETIONS, false},
-    {"POST", "/v1/messages", atlas_api_messages, ATLAS_ROUTE_CHAT, false},
-    {"POST", "/v1/messages/count_tokens", atlas_api_count_tokens, ATLAS_ROUTE_TOKENIZE, false},
+    {"POST", "/v1/messages", atlas_api_messages, ATLAS_ROUTE_MESSAGES, false},
+    {"POST", "/v1/messages/count_tokens", atlas_api_count_tokens, ATLAS_ROUTE_COUNT_TOKENS,
+     false},
     {"GET", "/v1/models", atlas_api_models, ATLAS_ROUTE_MODELS, false},
     {"POST", "/v1/models/{}/load", atlas_api_model_load, ATLAS_ROUTE_MODEL_LOAD, false},
     {"POST", "/v1/models/{}/unload", atlas_api_model_unload, ATLAS_ROUTE_MODEL_UNLOAD, false},
@@ -93,10 +94,8 @@ static const route routes[] = {
     {"POST", "/api/embed", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
     {"POST", "/api/embeddings", atlas_ollama_embed, ATLAS_ROUTE_OLLAMA, false},
     {"GET", "/", root, ATLAS_ROUTE_OLLAMA, true},
-    {"HEAD", "/", root, ATLAS_ROUTE_OLLAMA, true},
     /* the chat page's scripts and styles (page.h): a page loads them without a key */
     {"GET", "/ui/{}", atlas_page_get, ATLAS_ROUTE_OTHER, true},
-    {"HEAD", "/ui/{}", atlas_page_get, ATLAS_ROUTE_OTHER, true},
 };
 enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
@@ -127,9 +126,9 @@ static void reshape_errors(const atlas_http_call *call, atlas_http_reply *r) {
  * bearer token, or Anthropic's x-api-key header. */
 static bool key_ok(const atlas_server *s, const char *header, const char *x_api_key) {
     if (!s->api_key) return true;
-    static const char bearer[] = "Bearer ";
+    static const char bearer[] = "Bearer "; /* the scheme's case does not matter (RFC 9110) */
     const char *k = x_api_key;
-    if (header && !strncmp(header, bearer, sizeof bearer - 1)) k = header + sizeof bearer - 1;
+    if (header && !strncasecmp(header, bearer, sizeof bearer - 1)) k = header + sizeof bearer - 1;
     if (!k) return false;
     size_t n = strlen(k), m = s->api_key_len, longest = n > m ? n : m;
     unsigned diff = (unsigned)(n != m);
@@ -165,9 +164,17 @@ static json_t *parse_body(atlas_http_call *call, atlas_http_reply *r) {
     return v;
 }
 
-/* A preflight (OPTIONS) for a known path: 204 with what the browser asked to use, when
- * the Origin may; 403 otherwise. No API key: browsers send none with a preflight. */
-static void preflight(atlas_http_call *call, atlas_http_reply *r) {
+/* OPTIONS for a known path (pattern): without an Origin, not a browser's preflight but a
+ * client asking what the path takes: 204 with Allow. A preflight: 204 with what the browser
+ * asked to use, when the Origin may; 403 otherwise. No API key: browsers send none with a
+ * preflight. */
+static void allowed_methods(const char *pattern, char *out, size_t cap);
+static void preflight(atlas_http_call *call, const char *pattern, atlas_http_reply *r) {
+    if (!atlas_http_header(call, "Origin")) {
+        allowed_methods(pattern, r->allow, sizeof r->allow);
+        r->status = 204;
+        return;
+    }
     if (!atlas_http_cors_allow(call)) {
         const char *origin = atlas_http_header(call, "Origin");
         char msg[200];
@@ -193,9 +200,17 @@ static bool host_listed(const char *list, const char *name, size_t n) {
     return false;
 }
 
+/* localhost, or an address in 127/8 or ::1 as an address (a DNS name such as
+ * 127.0.0.1.example.com is another site's, whatever it resolves to). */
 static bool is_loopback(const char *name, size_t n) {
-    return (n == 9 && !strncasecmp(name, "localhost", 9)) || (n == 3 && !strncmp(name, "::1", 3)) ||
-           (n >= 4 && !strncmp(name, "127.", 4));
+    if (n == 9 && !strncasecmp(name, "localhost", 9)) return true;
+    char buf[64];
+    unsigned char a[sizeof(struct in6_addr)];
+    if (n >= sizeof buf) return false;
+    memcpy(buf, name, n);
+    buf[n] = '\0';
+    if (inet_pton(AF_INET, buf, a) == 1) return a[0] == 127;
+    return inet_pton(AF_INET6, buf, a) == 1 && !memcmp(a, &in6addr_loopback, sizeof a);
 }
 
 /* The name of a Host header (n bytes at *name): its port and an IPv6 address's brackets
@@ -317,8 +332,9 @@ static void allowed_methods(const char *pattern, char *out, size_t cap) {
     out[0] = '\0';
     for (int i = 0; i < N_ROUTES; i++)
         if (!strcmp(routes[i].path, pattern) && !strstr(out, routes[i].method))
-            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "",
-                                     routes[i].method);
+            used += (size_t)snprintf(out + used, cap - used, "%s%s%s", used ? ", " : "",
+                                     routes[i].method,
+                                     !strcmp(routes[i].method, "GET") ? ", HEAD" : "");
 }
 
 /* The route of this method and URL.  The first route whose path matches names the resource
@@ -333,7 +349,10 @@ static const route *find_route(const atlas_http_call *call, char *arg, size_t ca
         if (*pattern && strcmp(rt->path, *pattern)) continue;
         if (!atlas_http_route_match(rt->path, call->url, arg, cap)) continue;
         *pattern = rt->path;
-        if (!strcmp(rt->method, call->method)) return rt;
+        /* HEAD wherever GET is (RFC 9110): the transport sends the headers alone */
+        if (!strcmp(rt->method, call->method) ||
+            (!strcmp(call->method, "HEAD") && !strcmp(rt->method, "GET")))
+            return rt;
     }
     return NULL;
 }
@@ -343,7 +362,7 @@ static atlas_route_id route_call(atlas_server *s, atlas_http_call *call, atlas_h
     const char *pattern;
     const route *rt = find_route(call, arg, sizeof arg, &pattern);
     if (!strcmp(call->method, "OPTIONS") && pattern) {
-        preflight(call, r);
+        preflight(call, pattern, r);
         return ATLAS_ROUTE_OTHER;
     }
     if (rt) {

@@ -79,6 +79,14 @@ test('prefix-cache hits are cache_read_input_tokens', async () => {
   assert.equal(a.usage.input_tokens + a.usage.cache_read_input_tokens,
     b.usage.input_tokens + b.usage.cache_read_input_tokens);
   assert.equal(b.usage.cache_creation_input_tokens, 0);
+  // a stream's message_start says the same split as its message_delta and the whole reply
+  const raw = await postJSON(srv.base, '/v1/messages', { ...body, stream: true }, auth);
+  const events = raw.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+  const start = events.find((e) => e.type === 'message_start').message.usage;
+  const delta = events.find((e) => e.type === 'message_delta').usage;
+  assert.ok(start.cache_read_input_tokens > 0, JSON.stringify(start));
+  for (const k of ['input_tokens', 'cache_read_input_tokens'])
+    assert.equal(start[k], delta[k], `${k}: ${JSON.stringify(start)} ${JSON.stringify(delta)}`);
 });
 
 const weather = { name: 'get_weather', description: 'Weather forecast', strict: true,

@@ -270,9 +270,14 @@ test('errors: OpenAI shape, right status, the field named', async () => {
     [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], n: 17 }, 400, 'n'],
     [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], logit_bias: { abc: 1 } }, 400, 'logit_bias'],
     [{ model: 'nope', messages: [{ role: 'user', content: 'x' }] }, 404, 'model'],
+    // the deprecated forms of tools and tool_choice: refused by name, not dropped
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], functions: [{ name: 'f', parameters: {} }] }, 400, 'functions'],
+    [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], function_call: { name: 'f' } }, 400, 'function_call'],
+    // an insertion (fill in the middle) is not a continuation
+    [{ model: 'llama', prompt: 'def f():', suffix: '\nprint(f())' }, 400, 'suffix', '/v1/completions'],
   ];
-  for (const [body, status, param] of cases) {
-    const r = await postJSON(srv.base, '/v1/chat/completions', body);
+  for (const [body, status, param, path] of cases) {
+    const r = await postJSON(srv.base, path ?? '/v1/chat/completions', body);
     assert.equal(r.status, status, `${JSON.stringify(body)} -> ${r.text}`);
     assert.equal(typeof r.json.error.message, 'string');
     assert.equal(typeof r.json.error.type, 'string');
@@ -303,6 +308,9 @@ test('API key: 401 without or with a wrong key, 200 with it; /health stays open'
     assert.equal(wrong.status, 401);
     const ok = await s.client({ apiKey: 'sekret-123' }).chat.completions.create(body);
     assert.equal(ok.choices.length, 1);
+    // the scheme's case does not matter (RFC 9110)
+    const lower = await postJSON(s.base, '/v1/chat/completions', body, { authorization: 'bearer sekret-123' });
+    assert.equal(lower.status, 200, lower.text);
     assert.equal((await getJSON(s.base, '/health')).status, 200);
     await assert.rejects(s.client({ apiKey: 'bad' }).models.list(), (e) => e.status === 401);
   } finally {

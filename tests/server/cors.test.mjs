@@ -93,7 +93,11 @@ test('Host allow-list: loopback names and the bound address, more with --allowed
   const get = async (s, host) => statusOf((await rawExchange(s.port, [`GET /v1/models HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer k\r\nConnection: close\r\n\r\n`])).data);
   for (const host of ['localhost', `localhost:${servers.local.port}`, '127.0.0.1', `127.0.0.1:${servers.local.port}`, '[::1]:8080', 'LOCALHOST'])
     assert.equal(await get(servers.local, host), 200, host);
-  for (const host of ['evil.example', 'evil.example:8080', 'localhost.evil.example', '[::1', 'atlas.lan'])
+  for (const host of ['127.255.0.1', '[0:0:0:0:0:0:0:1]:80'])
+    assert.equal(await get(servers.local, host), 200, host);
+  // a DNS name that merely begins like a loopback address is another site's
+  for (const host of ['evil.example', 'evil.example:8080', 'localhost.evil.example', '[::1', 'atlas.lan',
+    '127.0.0.1.evil.example', `127.0.0.1.evil.example:${servers.local.port}`, '127.attacker.example', '127.1.evil.example'])
     assert.equal(await get(servers.local, host), 403, host);
   for (const host of ['atlas.lan', 'box:9000', 'localhost'])
     assert.equal(await get(servers.hosts, host), 200, host);

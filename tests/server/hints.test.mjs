@@ -152,7 +152,17 @@ test('a method a route does not take gets 405 with Allow', async () => {
     assert.equal(unload.status, 405);
     const post = await postJSON(srv.base, '/v1/models/default', {});
     assert.equal(post.status, 405);
-    assert.equal(post.headers.get('allow'), 'GET');
+    assert.equal(post.headers.get('allow'), 'GET, HEAD');
+    // HEAD wherever GET is (RFC 9110), headers alone; OPTIONS without an Origin lists them
+    for (const path of ['/health', '/v1/models', '/api/tags', '/api/version', '/metrics']) {
+      const head = await fetch(`${srv.base}${path}`, { method: 'HEAD' });
+      assert.equal(head.status, 200, path);
+      assert.equal(await head.text(), '', path);
+    }
+    assert.equal((await fetch(`${srv.base}/v1/chat/completions`, { method: 'HEAD' })).status, 405);
+    const opt = await fetch(`${srv.base}/v1/models`, { method: 'OPTIONS' });
+    assert.equal(opt.status, 204);
+    assert.equal(opt.headers.get('allow'), 'GET, HEAD');
     const chat = await fetch(`${srv.base}/v1/chat/completions`);
     assert.equal(chat.status, 405);
     assert.equal(chat.headers.get('allow'), 'POST');

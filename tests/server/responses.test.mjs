@@ -187,7 +187,8 @@ test('text.format json_schema is held by the constraint; bad input is a 400 nami
   await bad({ input: 'x', tools: [{ type: 'web_search' }] }, 'tools', /web_search/);
   await bad({ input: 7 }, 'input');
   await bad({}, 'input');
-  await bad({ input: 'x', max_output_tokens: 0 }, 'max_output_tokens');
+  await bad({ input: 'x', max_output_tokens: 0 }, 'max_output_tokens', /^'max_output_tokens'/);
+  await bad({ input: [] }, 'input', /^'input' must be a non-empty array/);
   await bad({ input: 'x', background: true }, 'background');
   await bad({ input: 'x', tool_choice: 'required' }, 'tool_choice');
 });
