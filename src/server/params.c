@@ -339,6 +339,14 @@ atlas_status atlas_gen_params_parse(const json_t *body, atlas_api_kind kind,
     ATLAS_TRY(parse_logit_bias(body, tok, p, param));
     ATLAS_TRY(atlas_param_bool(body, "stream", &p->stream, param));
     ATLAS_TRY(atlas_param_bool(body, "ignore_eos", &p->ignore_eos, param));
+    /* vLLM's min_tokens keeps eos and the stop ids from being drawn before that many tokens:
+     * not done here, so refused rather than ignored (0 asks for nothing) */
+    const json_t *min_tokens = field(body, "min_tokens");
+    if (min_tokens && !(json_is_integer(min_tokens) && json_integer_value(min_tokens) == 0)) {
+        *param = "min_tokens";
+        return atlas_fail(ATLAS_ERR_INVALID, "'min_tokens' is not supported (send 'ignore_eos' "
+                                             "with 'max_tokens' for a fixed length)");
+    }
     ATLAS_TRY(atlas_param_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, param));
     if (kind == ATLAS_API_COMPLETION) ATLAS_TRY(atlas_param_bool(body, "echo", &p->echo, param));
     ATLAS_TRY(parse_response_format(body, p, param));

@@ -372,6 +372,17 @@ static atlas_status refuse_unsupported(const json_t *req, const char **param) {
                                                  "conversation as 'input' or continue it with "
                                                  "'previous_response_id'", none[i]);
     }
+    /* asked for and not given, these would change what the client gets without a word */
+    const json_t *top = json_object_get(req, "top_logprobs");
+    *param = "top_logprobs";
+    if (top && !json_is_null(top) && !(json_is_integer(top) && json_integer_value(top) == 0))
+        return atlas_fail(ATLAS_ERR_INVALID, "'top_logprobs' is not supported on /v1/responses: "
+                                             "use /v1/chat/completions' logprobs");
+    const json_t *calls = json_object_get(req, "max_tool_calls");
+    *param = "max_tool_calls";
+    if (calls && !json_is_null(calls))
+        return atlas_fail(ATLAS_ERR_INVALID, "'max_tool_calls' is not supported: a reply makes "
+                                             "the calls its model writes");
     *param = NULL;
     return ATLAS_OK;
 }

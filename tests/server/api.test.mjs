@@ -275,6 +275,7 @@ test('errors: OpenAI shape, right status, the field named', async () => {
     [{ model: 'llama', messages: [{ role: 'user', content: 'x' }], function_call: { name: 'f' } }, 400, 'function_call'],
     // an insertion (fill in the middle) is not a continuation
     [{ model: 'llama', prompt: 'def f():', suffix: '\nprint(f())' }, 400, 'suffix', '/v1/completions'],
+    [{ model: 'llama', prompt: 'x', min_tokens: 5 }, 400, 'min_tokens', '/v1/completions'],
   ];
   for (const [body, status, param, path] of cases) {
     const r = await postJSON(srv.base, path ?? '/v1/chat/completions', body);

@@ -189,6 +189,8 @@ test('text.format json_schema is held by the constraint; bad input is a 400 nami
   await bad({}, 'input');
   await bad({ input: 'x', max_output_tokens: 0 }, 'max_output_tokens', /^'max_output_tokens'/);
   await bad({ input: [] }, 'input', /^'input' must be a non-empty array/);
+  await bad({ input: 'x', top_logprobs: 3 }, 'top_logprobs');
+  await bad({ input: 'x', max_tool_calls: 2 }, 'max_tool_calls');
   await bad({ input: 'x', background: true }, 'background');
   await bad({ input: 'x', tool_choice: 'required' }, 'tool_choice');
 });
