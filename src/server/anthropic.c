@@ -291,6 +291,12 @@ atlas_status atlas_anthropic_to_chat(const json_t *body, bool count, json_t **ou
     json_t *o = json_pack("{s:[]}", "messages");
     if (!o) return oom();
     atlas_status st = messages(body, json_object_get(o, "messages"));
+    /* an assistant message last is a prefill: the reply continues it, as Anthropic's does */
+    const json_t *msgs = json_object_get(o, "messages"), *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *role = json_string_value(json_object_get(last, "role"));
+    if (st == ATLAS_OK && role && !strcmp(role, "assistant") &&
+        json_object_set_new(o, "continue_final_message", json_true()))
+        st = oom();
     if (st == ATLAS_OK) st = tools(json_object_get(body, "tools"), o);
     if (st == ATLAS_OK) st = tool_choice(json_object_get(body, "tool_choice"), o);
     if (st == ATLAS_OK) st = thinking(json_object_get(body, "thinking"), o);

@@ -480,6 +480,51 @@ static atlas_status shielded_copy(const atlas_tokenizer *shield, const json_t *v
     return ATLAS_OK;
 }
 
+/* vLLM's "continue_final_message" (and an Anthropic prefill): the last message, the
+ * assistant's text so far, is rendered open, the reply continuing it. It needs no
+ * generation prompt (one asked for as well is refused, as vLLM does). */
+static atlas_status final_message(const json_t *body, const json_t *msgs, bool *cont,
+                                  bool *gen_prompt, const char **param) {
+    ATLAS_TRY(atlas_param_bool(body, "continue_final_message", cont, param));
+    if (!*cont) return ATLAS_OK;
+    *param = "continue_final_message";
+    if (json_is_true(json_object_get(body, "add_generation_prompt")))
+        return atlas_fail(ATLAS_ERR_INVALID, "'continue_final_message' and "
+                                             "'add_generation_prompt' cannot both be true");
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *role = json_string_value(json_object_get(last, "role"));
+    const json_t *content = json_object_get(last, "content");
+    if (!role || strcmp(role, "assistant") || !json_is_string(content) ||
+        !json_string_length(content) || json_object_get(last, "tool_calls"))
+        return atlas_fail(ATLAS_ERR_INVALID, "'continue_final_message' needs an assistant "
+                                             "message with text (and no tool calls) last");
+    *gen_prompt = false;
+    *param = NULL;
+    return ATLAS_OK;
+}
+
+/* Cuts prompt right after the last message's text (as shielded in msgs), so that the reply
+ * continues it: where the template closes the turn after it, that goes. cuts (may be NULL)
+ * past the end go too. A template that does not print the text as sent cannot continue it. */
+static atlas_status cut_after_final(const json_t *msgs, const char *model, char *prompt,
+                                    size_t **cuts, size_t *n_cuts, const char **param) {
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *text = json_string_value(json_object_get(last, "content"));
+    size_t tl = text ? strlen(text) : 0;
+    const char *at = NULL;
+    for (const char *p = prompt; tl && (p = strstr(p, text)); p++) at = p;
+    if (!at) {
+        *param = "continue_final_message";
+        return atlas_fail(ATLAS_ERR_INVALID, "the chat template of '%s' does not print the "
+                                             "final assistant message as sent, so it cannot be "
+                                             "continued", model);
+    }
+    size_t end = (size_t)(at - prompt) + tl;
+    prompt[end] = '\0';
+    while (cuts && *n_cuts && (*cuts)[*n_cuts - 1] >= end) (*n_cuts)--;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *model,
                                        const atlas_tokenizer *shield, const json_t *body,
                                        bool tools_ok, char **prompt, size_t **cuts,
@@ -492,9 +537,10 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
     if (parse_tools) *parse_tools = parse;
     json_t *msgs = NULL; /* set on success (gcc -O2 cannot see it through ATLAS_TRY) */
     ATLAS_TRY(normalize_messages(json_object_get(body, "messages"), &msgs, param));
-    bool gen_prompt = true;
+    bool gen_prompt = true, cont = false;
     json_t *effort = NULL; /* kwargs with reasoning_effort, when the body has one */
     atlas_status st = atlas_param_bool(body, "add_generation_prompt", &gen_prompt, param);
+    if (st == ATLAS_OK) st = final_message(body, msgs, &cont, &gen_prompt, param);
     if (st == ATLAS_OK) st = check_kwargs(body, &kwargs, param);
     if (st == ATLAS_OK) st = effort_kwargs(body, kwargs, &effort, param);
     if (effort) kwargs = effort;
@@ -519,6 +565,7 @@ atlas_status atlas_api_render_template(const atlas_template *tmpl, const char *m
             *param = "messages";
             st = atlas_fail_wrap(ATLAS_ERR_INVALID, "rendering the chat template of '%s'", model);
         }
+        if (st == ATLAS_OK && cont) st = cut_after_final(msgs, model, *prompt, cuts, n_cuts, param);
     }
     json_decref(msgs);
     json_decref(tools_sh);

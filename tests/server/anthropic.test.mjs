@@ -69,6 +69,17 @@ test('create and stream: the same greedy text, usage, stop reasons, aliases', as
   assert.deepEqual(beta.json.content, m.content);
 });
 
+test('an assistant message last is a prefill: the reply continues it', async () => {
+  const messages = [{ role: 'user', content: 'Say something' }, { role: 'assistant', content: 'In the beginning' }];
+  const m = await client.messages.create({ model: 'default', max_tokens: 6, temperature: 0, messages });
+  const chat = await postJSON(srv.base, '/v1/chat/completions',
+    { model: 'default', messages, continue_final_message: true, max_tokens: 6, temperature: 0 }, auth);
+  assert.equal(chat.status, 200, chat.text);
+  assert.equal(m.content[0].text, chat.json.choices[0].message.content);
+  const t = await postJSON(srv.base, '/apply-template', { model: 'default', messages, continue_final_message: true }, auth);
+  assert.ok(t.json.prompt.endsWith('In the beginning'), t.text);
+});
+
 test('prefix-cache hits are cache_read_input_tokens', async () => {
   const long = 'The quick brown fox jumps over the lazy dog. '.repeat(20);
   const body = { model: 'default', max_tokens: 2, temperature: 0,
@@ -163,15 +174,17 @@ test('thinking blocks with signatures, streamed and whole; sent back and accepte
   assert.ok(thought > 0, 'some seed thought');
 
   // thinking, its signature and redacted thinking sent back: the thinking goes into the
-  // prompt as the template expects a reasoning_content
+  // prompt as the template expects a reasoning_content (the assistant message last is a
+  // prefill, the chat route's continue_final_message)
   const back = [...messages, { role: 'assistant', content: [
     { type: 'thinking', thinking: 'Rayleigh scattering.', signature: 'whatever' },
     { type: 'redacted_thinking', data: 'opaque' }, { type: 'text', text: 'Scattering.' }] }];
   const counted = await client.messages.countTokens({ model: 'small', messages: back });
-  const openai = await tokenize({ model: 'qwen', messages: [...messages,
+  const openai = await tokenize({ model: 'qwen', continue_final_message: true, messages: [...messages,
     { role: 'assistant', content: 'Scattering.', reasoning_content: 'Rayleigh scattering.' }] });
   assert.equal(counted.input_tokens, openai.length);
-  const bare = await tokenize({ model: 'qwen', messages: [...messages, { role: 'assistant', content: 'Scattering.' }] });
+  const bare = await tokenize({ model: 'qwen', continue_final_message: true,
+    messages: [...messages, { role: 'assistant', content: 'Scattering.' }] });
   assert.ok(openai.length > bare.length, 'the thinking is in the prompt');
   const withThought = await client.messages.create({ model: 'small', max_tokens: 2, messages: back });
   assert.equal(withThought.type, 'message');

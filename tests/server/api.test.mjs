@@ -247,6 +247,23 @@ test('apply-template, tokenize with a chat, health and metrics', async () => {
   const tk = await postJSON(srv.base, '/tokenize', { model: 'qwen', messages });
   const tp = await postJSON(srv.base, '/tokenize', { model: 'qwen', prompt: t.json.prompt });
   assert.deepEqual(tk.json.tokens, tp.json.tokens);
+  // vLLM's continue_final_message: the assistant's text left open, and the reply continues
+  // it as a completion of that prompt would
+  const open = [...messages, { role: 'assistant', content: 'Hi there, my' }];
+  const c = await postJSON(srv.base, '/apply-template', { model: 'qwen', messages: open, continue_final_message: true });
+  assert.equal(c.json.prompt, '<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHi there, my',
+    c.text); // (Qwen3's template writes the last turn's empty think block itself)
+  const cont = await postJSON(srv.base, '/v1/chat/completions',
+    { model: 'qwen', messages: open, continue_final_message: true, max_tokens: 6, temperature: 0 });
+  const plain = await postJSON(srv.base, '/v1/completions', { model: 'qwen', prompt: c.json.prompt, max_tokens: 6, temperature: 0 });
+  assert.equal(cont.status, 200, cont.text);
+  assert.equal(cont.json.choices[0].message.content, plain.json.choices[0].text);
+  for (const body of [{ messages, continue_final_message: true },
+    { messages: open, continue_final_message: true, add_generation_prompt: true }]) {
+    const bad = await postJSON(srv.base, '/v1/chat/completions', { model: 'qwen', max_tokens: 2, ...body });
+    assert.equal(bad.status, 400, bad.text);
+    assert.equal(bad.json.error.param, 'continue_final_message');
+  }
   const h = await getJSON(srv.base, '/health');
   assert.equal(h.status, 200);
   assert.equal(h.json.status, 'ok');
