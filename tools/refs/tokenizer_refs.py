@@ -6,7 +6,9 @@ it is installed, e.g. the GPU machine):
         --llama2 tests/data/spm/llama2/tokenizer.json --gemma3 tests/data/spm/gemma3/tokenizer.json \\
         --out DIR
 
-Writes DIR/NAME/reference.json for NAME in llama2, gemma3 and llama2-metaspace: for every
+Writes DIR/NAME/reference.json for NAME in llama2, gemma3 and llama2-metaspace (the
+repository keeps each gzipped, `gzip -9 -n`, as reference.json.gz: scripts/setup.sh unpacks
+it): for every
 corpus string {text, ids, ids_with_special, decoded} (encode with add_special_tokens False
 and True; decode of ids keeping special tokens).  llama2-metaspace is the llama2 file with its
 Prepend + Replace normalizer replaced by a Metaspace pre-tokenizer (prepend_scheme "first",
