@@ -58,6 +58,12 @@ static void par(atlas_threadpool *pool, int64_t n, int64_t min_chunk, atlas_para
     else if (n > 0) fn(ctx, 0, n, 0);
 }
 
+/* A pool worker (thread > 0) gives way to serving, as the host's loader threads do: a load
+ * may run beside resident models (the caller's thread keeps its own priority). */
+static void pool_worker(int thread) {
+    if (thread > 0) atlas_thread_background();
+}
+
 static atlas_status shape_err(const atlas_tensor_view *v, const char *want) {
     char got[96] = "[";
     for (int i = 0; i < v->n_dims && i < 4; i++)
@@ -116,7 +122,7 @@ typedef struct par_read {
 } par_read;
 
 static void read_pieces(void *ctx, int64_t b, int64_t e, int thread) {
-    (void)thread;
+    pool_worker(thread);
     par_read *r = ctx;
     const atlas_tensor_view *v = r->v;
     size_t lo = (size_t)b * READ_PIECE, hi = (size_t)e * READ_PIECE;
@@ -147,7 +153,7 @@ typedef struct to_floats {
 } to_floats;
 
 static void floats_range(void *ctx, int64_t b, int64_t e, int thread) {
-    (void)thread;
+    pool_worker(thread);
     const to_floats *t = ctx;
     for (int64_t i = b; i < e; i++) {
         if (t->dtype == ATLAS_DTYPE_F32) memcpy(&t->f[i], (const char *)t->raw + 4 * i, 4);
@@ -314,7 +320,7 @@ static const int PLAIN_NIBBLE[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 /* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out].
  * Items: groups of 8 output rows (one word of qweight's row). */
 static void awq_range(void *ctx, int64_t b, int64_t e, int thread) {
-    (void)thread;
+    pool_worker(thread);
     const int4_job *jb = ctx;
     const int32_t *qw = jb->qw;
     int64_t cols = jb->o->cols, w8 = jb->o->rows / 8;
@@ -338,7 +344,7 @@ static void awq_range(void *ctx, int64_t b, int64_t e, int thread) {
 /* GPTQ: qweight [in/8, out] (input 8i+k in nibble k), qzeros [groups, out/8] (output 8j+k in
  * nibble k), zero - 1 stored unless v2. Items: output rows. */
 static void gptq_range(void *ctx, int64_t b, int64_t e, int thread) {
-    (void)thread;
+    pool_worker(thread);
     const int4_job *jb = ctx;
     int64_t rows = jb->o->rows, cols = jb->o->cols, wpr = cols / 8;
     /* row r's 8 columns from word j are that word's 4 bytes as they are (column 8j + k in
@@ -369,7 +375,7 @@ static atlas_status repack_int4(atlas_threadpool *pool, bool awq, const int32_t 
  * 4-bit value plus 8, so w = (q - z) * s reads the nibbles as they are, and a symmetric
  * layout's zero is 8. Items: output rows. */
 static void ct_range(void *ctx, int64_t b, int64_t e, int thread) {
-    (void)thread;
+    pool_worker(thread);
     const int4_job *jb = ctx;
     const atlas_qweight *o = jb->o;
     int64_t cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
