@@ -512,7 +512,11 @@ static atlas_status cut_after_final(const json_t *msgs, const char *model, char 
     const char *text = json_string_value(json_object_get(last, "content"));
     size_t tl = text ? strlen(text) : 0;
     const char *at = NULL;
-    for (const char *p = prompt; tl && (p = strstr(p, text)); p++) at = p;
+    /* the text as sent, else without its trailing whitespace (templates that trim it) */
+    for (int pass = 0; pass < 2 && !at; pass++) {
+        if (pass) while (tl && strchr(" \t\r\n", text[tl - 1])) tl--;
+        for (const char *p = prompt; tl && (p = memmem(p, strlen(p), text, tl)); p++) at = p;
+    }
     if (!at) {
         *param = "continue_final_message";
         return atlas_fail(ATLAS_ERR_INVALID, "the chat template of '%s' does not print the "
