@@ -481,6 +481,21 @@ ATLAS_QMMQ(atlas_qmmq1_int4, 1)
 ATLAS_QMMQ(atlas_qmmq2_int4, 2)
 ATLAS_QMMQ(atlas_qmmq4_int4, 4)
 ATLAS_QMMQ(atlas_qmmq8_int4, 8)
+/* atlas_qmmw<NG>x<RT>_int4: qmmq's path with RT tiles of 16 rows a block (qmmw_body), for up to
+ * 16 rows of x (plan.qmma_wide) */
+#define ATLAS_QMMW(NAME, NG, RT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(QM_WARPS * 32)                                   \
+        NAME(float *out, const float *x, const uint8_t *w, const bf16_t *bias, int n, int m,       \
+             int k, const float *scales, const float *zeros, const int32_t *g_idx, int rsh,        \
+             int csh, int scols, int p1, int p2, const float *rowscale, const uint4 *xs) {         \
+        (void)x;                                                                                   \
+        qmmw_body<NG, RT>(out, w, bias, n, m, k,                                                   \
+                          qargs{scales, zeros, g_idx, rsh, csh, scols, p1, p2, rowscale}, xs);     \
+    }
+ATLAS_QMMW(atlas_qmmw1x2_int4, 1, 2)
+ATLAS_QMMW(atlas_qmmw2x2_int4, 2, 2)
+ATLAS_QMMW(atlas_qmmw1x4_int4, 1, 4)
+ATLAS_QMMW(atlas_qmmw2x4_int4, 2, 4)
 #define ATLAS_QMMA_ALL(FMTNAME, FMT)                                                              \
     ATLAS_QMMA(atlas_qmma1_##FMTNAME, FMT, 1)                                                      \
     ATLAS_QMMA(atlas_qmma2_##FMTNAME, FMT, 2)                                                      \

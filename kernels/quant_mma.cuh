@@ -202,4 +202,138 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
         }
 }
 
+/* --- 16 RT weight rows a block, each x fragment loaded once for all RT tiles ---------------
+ * atlas_qmmw<NG>x<RT>_int4: atlas_qmmq's path (x split once, INT4 codes straight into bf16x2
+ * pairs, a scale a 128-column chunk) with RT tiles of 16 rows a block instead of one. At 16
+ * rows qmmq waits on its x loads (ncu: long_scoreboard 59% of the stalls, bench/RESULTS.md):
+ * each block reads all of x from L2, n k 4 bytes (256 KB at the 8B shapes, against 32 KB of
+ * codes), and a lane loads 16 bytes of x a k step and column group for 2 of codes a row.
+ * Here a lane loads its x fragments once a k step and multiplies them with the codes of RT
+ * tiles (2 RT loads of codes in flight a lane a chunk), so x's traffic is RT times smaller.
+ * (128 rows a block lost before the split and the bf16x2 pairs, when each block still split
+ * x and dequantized one value at a time: bench/RESULTS.md.) */
+template <int NG, int RT>
+__device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf16_t *bias,
+                                          int n, int m, int k, qargs q, const uint4 *xs) {
+    constexpr int E = 32, CH = 4 * E;
+    __shared__ float red[QM_WARPS][RT][NG][4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, qq = lane & 3;
+    const int r0 = blockIdx.x * 16 * RT;
+    const size_t rbytes = (size_t)k / 2;
+    const int nch = (k + CH - 1) / CH;
+    int rl[RT], rh[RT];
+#pragma unroll
+    for (int t = 0; t < RT; t++) {
+        rl[t] = min(r0 + 16 * t + g, m - 1);
+        rh[t] = min(r0 + 16 * t + g + 8, m - 1);
+    }
+    float c[RT][NG][4];
+#pragma unroll
+    for (int t = 0; t < RT; t++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) c[t][j][i] = 0.0f;
+    auto load = [&](int r, int ch) {
+        int cb = ch * CH + qq * E;
+        return ch < nch && cb < k ? ld_stream16(w + (size_t)r * rbytes + cb / 2)
+                                  : make_uint4(0, 0, 0, 0);
+    };
+    uint4 cl[RT], chh[RT];
+#pragma unroll
+    for (int t = 0; t < RT; t++) {
+        cl[t] = load(rl[t], warp);
+        chh[t] = load(rh[t], warp);
+    }
+    pdl_trigger();
+    pdl_wait();
+    for (int ch = warp; ch < nch; ch += QM_WARPS) {
+        uint4 nl[RT], nh[RT];
+#pragma unroll
+        for (int t = 0; t < RT; t++) {
+            nl[t] = load(rl[t], ch + QM_WARPS);
+            nh[t] = load(rh[t], ch + QM_WARPS);
+        }
+        const int cb = ch * CH + qq * E;
+        const bool in = cb < k; /* mma.sync wants the whole warp: lanes past k multiply 0s */
+        const int cs = in ? cb : 0;
+        uint32_t zl[RT], zh[RT]; /* 128 + each tile's chunk zeros of rows g and g + 8 */
+#pragma unroll
+        for (int t = 0; t < RT; t++) {
+            float z0 = __ldg(q.zeros + (size_t)(rl[t] >> q.rsh) * q.scols + (cs >> q.csh));
+            float z1 = __ldg(q.zeros + (size_t)(rh[t] >> q.rsh) * q.scols + (cs >> q.csh));
+            zl[t] = pack_bf16x2(128.0f + z0, 128.0f + z0);
+            zh[t] = pack_bf16x2(128.0f + z1, 128.0f + z1);
+        }
+        float p[RT][NG][4];
+#pragma unroll
+        for (int t = 0; t < RT; t++)
+#pragma unroll
+            for (int j = 0; j < NG; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) p[t][j][i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < E / 4; s++) {
+            uint4 xv[NG]; /* x rows 8j + g, this k step: (hi, lo) of its two pairs */
+#pragma unroll
+            for (int j = 0; j < NG; j++) {
+                int xr = j * 8 + g;
+                xv[j] = j * 8 < n && xr < n && in ? __ldg(xs + (size_t)xr * (k / 4) + cb / 4 + s)
+                                                  : make_uint4(0, 0, 0, 0);
+            }
+            const int jj = 2 * (s & 1);
+#pragma unroll
+            for (int t = 0; t < RT; t++) {
+                const uint32_t wl[4] = {cl[t].x, cl[t].y, cl[t].z, cl[t].w};
+                const uint32_t wh[4] = {chh[t].x, chh[t].y, chh[t].z, chh[t].w};
+                uint32_t a[4] = {int4_pair(wl[s >> 1], jj, zl[t]), int4_pair(wh[s >> 1], jj, zh[t]),
+                                 int4_pair(wl[s >> 1], jj + 1, zl[t]),
+                                 int4_pair(wh[s >> 1], jj + 1, zh[t])};
+#pragma unroll
+                for (int j = 0; j < NG; j++) {
+                    if (j * 8 >= n) break;
+                    mma_bf16_16816(p[t][j], a, xv[j].x, xv[j].z);
+                    mma_bf16_16816(p[t][j], a, xv[j].y, xv[j].w);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < RT; t++) {
+            float sl = __ldg(q.scales + (size_t)(rl[t] >> q.rsh) * q.scols + (cs >> q.csh));
+            float sh = __ldg(q.scales + (size_t)(rh[t] >> q.rsh) * q.scols + (cs >> q.csh));
+#pragma unroll
+            for (int j = 0; j < NG; j++) {
+                c[t][j][0] = fmaf(sl, p[t][j][0], c[t][j][0]);
+                c[t][j][1] = fmaf(sl, p[t][j][1], c[t][j][1]);
+                c[t][j][2] = fmaf(sh, p[t][j][2], c[t][j][2]);
+                c[t][j][3] = fmaf(sh, p[t][j][3], c[t][j][3]);
+            }
+            cl[t] = nl[t];
+            chh[t] = nh[t];
+        }
+    }
+    /* c[t][j][0..1]: row r0 + 16t + g, x rows 8j + 2qq, + 1; [2..3]: row r0 + 16t + g + 8 */
+#pragma unroll
+    for (int t = 0; t < RT; t++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[warp][t][j][i][lane] = c[t][j][i];
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int t = 0; t < RT; t++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float v = red[0][t][j][i][lane] + red[1][t][j][i][lane] +
+                          red[2][t][j][i][lane] + red[3][t][j][i][lane];
+                int row = r0 + 16 * t + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * qq + (i & 1);
+                if (row < m && col < n)
+                    out[(size_t)col * m + row] =
+                        v * row_factor(q, row) + (bias ? bf2f(bias[row]) : 0.0f);
+            }
+}
+
 #endif

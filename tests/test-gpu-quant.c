@@ -188,11 +188,13 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     CHECK_OK(ATLAS_CU(cuCtxSynchronize));
     /* the plan as every model has it, then the tensor-core kernels at every row count they
      * take (what `atlas bench` times beside the scratch copy), then the same on x split once
-     * a matmul, with INT4's chunk kernels (atlas_qmmq*) and without */
+     * a matmul, with INT4's chunk kernels (atlas_qmmq*) and without, and with 2 and 4 tiles
+     * of 16 rows a block (atlas_qmmw*, up to 16 rows of x) */
     cuda_backend *cb = (cuda_backend *)gpu;
-    static const struct { int qmma_max; bool split, chunk; } plans[] = {
-        {0, false, true}, {CUDA_QMMA_MAX, false, true}, {CUDA_QMMA_MAX, true, true},
-        {CUDA_QMMA_MAX, true, false}};
+    static const struct { int qmma_max; bool split, chunk; int wide; } plans[] = {
+        {0, false, true, 0}, {CUDA_QMMA_MAX, false, true, 0}, {CUDA_QMMA_MAX, true, true, 0},
+        {CUDA_QMMA_MAX, true, false, 0}, {CUDA_QMMA_MAX, true, true, 2},
+        {CUDA_QMMA_MAX, true, true, 4}};
     const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
     bool split0 = cb->plan.qmma_split, chunk0 = cb->plan.qmma_chunk;
     for (size_t u = 0; u < sizeof plans / sizeof *plans * n_ns; u++) {
@@ -201,6 +203,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
         cb->plan.qmma_max = plans[pl].qmma_max;
         cb->plan.qmma_split = plans[pl].split;
         cb->plan.qmma_chunk = plans[pl].chunk;
+        cb->plan.qmma_wide = plans[pl].wide;
         if (pl > 0 && (n < 2 || n > CUDA_QMMA_MAX || parts[0].q.g_idx)) continue;
         CHECK_OK(ATLAS_CU(cuMemsetD32, CUDA_PTR(dout), 0x7fc00000u, (size_t)(NMAX * m)));
         CHECK_OK(ATLAS_CU(cuCtxSynchronize));
@@ -220,6 +223,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     cb->plan.qmma_max = 0;
     cb->plan.qmma_split = split0;
     cb->plan.qmma_chunk = chunk0;
+    cb->plan.qmma_wide = 0;
     if (parts[0].q.format == ATLAS_WFMT_FP8_E4M3 && parts[0].q.block_rows == 128 &&
         parts[0].q.block_cols == 128)
         fp8_act(what, wc, wg, bc, bg, k, m, dx, dout, x, want, got);

@@ -601,10 +601,12 @@ int atlas_cli_bench(int argc, char **argv) {
                    prof.gbps[1][i], prof.gbps[2][i]);
         for (int i = 0; prof.qfmt && i < 4; i++)
             printf("qmatmul     %-8s %6d x %-6d  %s/%d  n=1: %4.0f GB/s   n=16: mma %4.0f  split "
-                   "%4.0f (general %4.0f)  scratch %4.0f   n=32: mma %4.0f  split %4.0f (general "
-                   "%4.0f)  scratch %4.0f   n=64: mma %4.0f  split %4.0f  scratch %4.0f GB/s\n",
+                   "%4.0f (general %4.0f, wide2 %4.0f, wide4 %4.0f)  scratch %4.0f   n=32: mma "
+                   "%4.0f  split %4.0f (general %4.0f)  scratch %4.0f   n=64: mma %4.0f  split "
+                   "%4.0f  scratch %4.0f GB/s\n",
                    prof.name[i], prof.m[i], prof.k[i], prof.qfmt, prof.q_bc, prof.qgbps[0][i],
-                   prof.qgbps[1][i], prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[3][i],
+                   prof.qgbps[1][i], prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[12][i],
+                   prof.qgbps[13][i], prof.qgbps[3][i],
                    prof.qgbps[5][i], prof.qgbps[8][i], prof.qgbps[11][i], prof.qgbps[6][i],
                    prof.qgbps[2][i], prof.qgbps[9][i], prof.qgbps[4][i]);
         for (int c = 0; prof.qfmt && c < 3; c++) {

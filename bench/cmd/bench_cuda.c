@@ -440,12 +440,14 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
     ATLAS_TRY(ATLAS_CU(cuMemsetD32, bufs[0], 0x3c000000u, 64 * kmax)); /* x = 2^-7 */
     /* the profile's variants: n rows, on the tensor-core kernels at every n they take,
      * (scratch 1) every n > 1 through the scratch copy, (2) the tensor-core kernels on x
-     * split once (plan.qmma_split), or (3) the same without INT4's chunk kernels
-     * (plan.qmma_chunk) */
+     * split once (plan.qmma_split), (3) the same without INT4's chunk kernels
+     * (plan.qmma_chunk), or (4, 5) with INT4's 2 or 4 tiles of 16 rows a block
+     * (plan.qmma_wide) */
     static const struct { int n, scratch; } runs[ATLAS_BENCH_QRUNS] = {
-        {1, 0},  {16, 0}, {64, 0}, {16, 1}, {64, 1}, {32, 0},
-        {32, 1}, {16, 2}, {32, 2}, {64, 2}, {16, 3}, {32, 3}};
+        {1, 0},  {16, 0}, {64, 0}, {16, 1}, {64, 1}, {32, 0}, {32, 1},
+        {16, 2}, {32, 2}, {64, 2}, {16, 3}, {32, 3}, {16, 4}, {16, 5}};
     bool split0 = cb->plan.qmma_split, chunk0 = cb->plan.qmma_chunk;
+    int wide0 = cb->plan.qmma_wide;
     for (int i = 0; i < 4; i++) {
         atlas_weight *w = NULL;
         atlas_status st = qweight_make(cb, l, out->m[i], out->k[i], &w);
@@ -456,6 +458,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
             cb->plan.qmma_max = runs[v].scratch == 1 ? 1 : CUDA_QMMA_MAX;
             cb->plan.qmma_split = runs[v].scratch >= 2;
             cb->plan.qmma_chunk = runs[v].scratch == 3 ? false : chunk0;
+            cb->plan.qmma_wide = runs[v].scratch == 4 ? 2 : runs[v].scratch == 5 ? 4 : 0;
             double t = 0;
             st = time_median(cb, run_qmm, &c, &t);
             out->qgbps[v][i] = t > 0 ? (double)w->bytes / (t * 1e6) : 0.0;
@@ -463,6 +466,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
         cb->plan.qmma_max = 0;
         cb->plan.qmma_split = split0;
         cb->plan.qmma_chunk = chunk0;
+        cb->plan.qmma_wide = wide0;
         if (w) cb->base.ops->weight_free(&cb->base, w);
         ATLAS_TRY(st);
     }

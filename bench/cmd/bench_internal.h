@@ -80,7 +80,7 @@ atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
 enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 5,
-       ATLAS_BENCH_QRUNS = 12 };
+       ATLAS_BENCH_QRUNS = 14 };
 
 typedef struct atlas_bench_profile {
     const char *name[ATLAS_BENCH_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */

@@ -158,6 +158,9 @@ typedef struct cuda_fns {
     /* atlas_qmmq<NG>_int4: qmmp of INT4 with a scale a 128-column chunk only (fewer
      * registers: plan.qmma_chunk) */
     CUfunction qmmq[4];
+    /* atlas_qmmw<NG>x<RT>_int4 by NG 1, 2 and RT 2, 4: qmmq with RT tiles of 16 rows a block
+     * (plan.qmma_wide) */
+    CUfunction qmmw[2][2];
     /* the streaming one-row kernels by kind and CUDA_QGEMV_S + i (NULL: none), and their
      * blocks an SM by warps a block (-1: the block does not fit) */
     CUfunction qgemv1s[CUDA_QKINDS][CUDA_QSTREAMS];
@@ -345,6 +348,10 @@ typedef struct cuda_plan {
                                (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
                                it; on (every model); set by tests and `atlas bench`
                                to time and check both ways */
+    int qmma_wide;          /* 2 or 4: atlas_qmmq's matmuls of up to 16 rows through
+                               atlas_qmmw*x<qmma_wide> (that many tiles of 16 weight rows a
+                               block, x loaded once for them); 0 (every model): not, until
+                               measured; set by tests and `atlas bench` */
     bool qmma_chunk;        /* INT4 with groups of 128 columns or more through atlas_qmmq*
                                instead of atlas_qmmp*: on (every model); set by tests and
                                `atlas bench` to check and time both */

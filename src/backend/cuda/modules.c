@@ -168,6 +168,10 @@ static atlas_status quant_load(cuda_backend *cb) {
                 snprintf(name, sizeof name, "atlas_qmmq%d_int4", 1 << i);
                 ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmmq[i]));
             }
+            for (int r = 0; q == CUDA_Q_INT4 && i < 2 && r < 2; r++) {
+                snprintf(name, sizeof name, "atlas_qmmw%dx%d_int4", 1 << i, 2 << r);
+                ATLAS_TRY(atlas_registry_function(cb->mod.reg, name, &fn->qmmw[i][r]));
+            }
         }
     }
     cb->mod.quant_ready = true;

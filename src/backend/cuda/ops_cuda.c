@@ -608,6 +608,10 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
             b[16] = &xs;
             /* INT4 with a scale a 128-column chunk: the kernel compiled for that alone */
             bool chunk = q == CUDA_Q_INT4 && csh >= CUDA_QMMA_CHUNK_LOG2 && cb->plan.qmma_chunk;
+            int rt = cb->plan.qmma_wide; /* tiles of 16 rows a block, x loaded once for them */
+            if (chunk && i < 2 && (rt == 2 || rt == 4))
+                return launch(cb, cb->mod.fn.qmmw[i][rt == 4], (unsigned)((m + 16 * rt - 1) / (16 * rt)),
+                              1, 1, 128, 0, b);
             return launch(cb, chunk ? cb->mod.fn.qmmq[i] : cb->mod.fn.qmmp[q][i],
                           (unsigned)((m + 15) / 16), 1, 1, 128, 0, b);
         }
