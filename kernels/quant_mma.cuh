@@ -212,6 +212,15 @@ __device__ __forceinline__ void qmma_body(float *out, const float *x, const uint
  * tiles (2 RT loads of codes in flight a lane a chunk), so x's traffic is RT times smaller.
  * (128 rows a block lost before the split and the bf16x2 pairs, when each block still split
  * x and dequantized one value at a time: bench/RESULTS.md.) */
+template <int RT, int NG> __device__ __forceinline__ void zero_tiles(float (&v)[RT][NG][4]) {
+#pragma unroll
+    for (int t = 0; t < RT; t++)
+#pragma unroll
+        for (int j = 0; j < NG; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[t][j][i] = 0.0f;
+}
+
 template <int NG, int RT>
 __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf16_t *bias,
                                           int n, int m, int k, qargs q, const uint4 *xs) {
@@ -228,12 +237,7 @@ __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf
         rh[t] = min(r0 + 16 * t + g + 8, m - 1);
     }
     float c[RT][NG][4];
-#pragma unroll
-    for (int t = 0; t < RT; t++)
-#pragma unroll
-        for (int j = 0; j < NG; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) c[t][j][i] = 0.0f;
+    zero_tiles<RT, NG>(c);
     auto load = [&](int r, int ch) {
         int cb = ch * CH + qq * E;
         return ch < nch && cb < k ? ld_stream16(w + (size_t)r * rbytes + cb / 2)
@@ -265,13 +269,8 @@ __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf
             zl[t] = pack_bf16x2(128.0f + z0, 128.0f + z0);
             zh[t] = pack_bf16x2(128.0f + z1, 128.0f + z1);
         }
-        float p[RT][NG][4];
-#pragma unroll
-        for (int t = 0; t < RT; t++)
-#pragma unroll
-            for (int j = 0; j < NG; j++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) p[t][j][i] = 0.0f;
+        float p[RT][NG][4]; /* this chunk's sums, unscaled */
+        zero_tiles<RT, NG>(p);
 #pragma unroll
         for (int s = 0; s < E / 4; s++) {
             uint4 xv[NG]; /* x rows 8j + g, this k step: (hi, lo) of its two pairs */

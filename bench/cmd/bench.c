@@ -243,6 +243,22 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The decode steps of the main measurement again, plain, after a warm-up run of 4 (a plan
+ * change drops the graphs, which the warm-up captures again): their 3 times, sorted. */
+static atlas_status plain_runs(atlas_model *m, int32_t id, int p0, int steps,
+                               const int32_t *table, int max_blocks, double tx[3]) {
+    double t = 0;
+    for (int r = -1; r < 3; r++) {
+        int32_t tok = id;
+        atlas_status st = decode_run(m, 0, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table,
+                                     max_blocks, &tok, &t);
+        if (st != ATLAS_OK) return st;
+        if (r >= 0) tx[r] = t;
+    }
+    qsort(tx, 3, sizeof *tx, cmp_double);
+    return ATLAS_OK;
+}
+
 /* What decode_batch measured: the timed steps' total, their slowest, quickest and median
  * step (one slow step tells a one-time event from a steady cost), the graphs they captured
  * and replayed (CUDA; 0 on the CPU). */
@@ -538,17 +554,10 @@ int atlas_cli_bench(int argc, char **argv) {
      * results), one warm-up run */
     bool x8_was = false;
     if (on_cuda && atlas_bench_int8_x(m, true, &x8_was) == ATLAS_OK) {
-        double tx[3], t = 0;
-        atlas_status st = ATLAS_OK;
-        for (int r = -1; r < 3 && st == ATLAS_OK; r++) {
-            int32_t tok = id;
-            st = decode_run(m, 0, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table, max_blocks,
-                            &tok, &t);
-            if (r >= 0) tx[r] = t;
-        }
+        double tx[3];
+        atlas_status st = plain_runs(m, id, p0, steps, table, max_blocks, tx);
         if (atlas_bench_int8_x(m, x8_was, NULL) != ATLAS_OK || st != ATLAS_OK)
             return fail("decode with int8 activations");
-        qsort(tx, 3, sizeof *tx, cmp_double);
         printf("decode x8   the same plain steps with x in int8 for the INT4 GEMVs (dp4a): "
                "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
                steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
@@ -556,17 +565,10 @@ int atlas_cli_bench(int argc, char **argv) {
     /* the same plain steps with the decode attention out of clusters (the GQA kernel, a split
      * plan of its own), to see at which context each pays */
     if (on_cuda && atlas_bench_attn_cluster(m, false) == ATLAS_OK) {
-        double tx[3], t = 0;
-        atlas_status st = ATLAS_OK;
-        for (int r = -1; r < 3 && st == ATLAS_OK; r++) {
-            int32_t tok = id;
-            st = decode_run(m, 0, r < 0 ? p0 : p0 + 4, r < 0 ? 4 : steps, table, max_blocks,
-                            &tok, &t);
-            if (r >= 0) tx[r] = t;
-        }
+        double tx[3];
+        atlas_status st = plain_runs(m, id, p0, steps, table, max_blocks, tx);
         if (atlas_bench_attn_cluster(m, true) != ATLAS_OK || st != ATLAS_OK)
             return fail("decode without the cluster attention");
-        qsort(tx, 3, sizeof *tx, cmp_double);
         printf("decode nc   the same plain steps with the decode attention out of clusters: "
                "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
                steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
