@@ -377,6 +377,16 @@ static void test_fixture_damage(void) {
     put_u64(raw, UINT64_MAX - 3);
     write_bytes(q, raw, len);
     expect_fail_file(q, ATLAS_ERR_FORMAT, "header length", NULL);
+    /* A header length a few bytes short still parses (the JSON's trailing padding), and
+     * would read every tensor a few bytes off: the data section must be filled exactly. */
+    free(raw);
+    raw = read_all(src, &len); /* the length as written again */
+    if (!raw) return;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | raw[i];
+    put_u64(raw, hl - 3);
+    write_bytes(q, raw, len);
+    expect_fail_file(q, ATLAS_ERR_FORMAT, "the tensors fill", "header length");
     free(raw);
     expect_fail_file(tmp_path("does-not-exist.safetensors"), ATLAS_ERR_IO, "cannot open", NULL);
 }
@@ -449,6 +459,14 @@ static void test_bad_headers(void) {
                 " \"s1.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [32, 36]},"
                 " \"s2.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}",
                 36, ATLAS_ERR_FORMAT, "'s2.w'", "'big.w'");
+    /* The tensors must fill the data section: no gap between them, none after them. */
+    expect_fail("gap.st",
+                "{\"a.w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+                " \"b.w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
+                12, ATLAS_ERR_FORMAT, "'b.w'", "a gap");
+    expect_fail("tail.st",
+                "{\"a.w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+                8, ATLAS_ERR_FORMAT, "fill 4 bytes of the 8-byte", NULL);
     expect_fail("mismatch.st",
                 "{\"mm.w\": {\"dtype\": \"BF16\", \"shape\": [3, 4], \"data_offsets\": [0, 12]}}",
                 12, ATLAS_ERR_FORMAT, "mm.w", "need 24");

@@ -28,6 +28,21 @@ static atlas_status read_memory(const atlas_memdir_file *mf, const char *path, c
     return ATLAS_OK;
 }
 
+int atlas_file_open_regular(const char *path, struct stat *st) {
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer (a named pipe left
+     * where a checkpoint's file should be hung a load, and with it the server's start) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        errno = EINVAL; /* the callers say "not a regular file" */
+        return -2;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
@@ -37,12 +52,14 @@ atlas_status atlas_file_read(const char *path, char **out, size_t *len) {
     const atlas_memdir_file *mf = atlas_memdir_file_at(path, &inside);
     if (mf) return read_memory(mf, path, out, len);
     if (inside) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: no such file in memory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
+    int fd = atlas_file_open_regular(path, &st);
+    if (fd == -2) return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     }
     size_t size = (size_t)st.st_size;
     char *buf = malloc(size + 1);
@@ -74,10 +91,11 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
     int fd = -1;
     if (inside && !mf)
         return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: no such file in memory", path);
-    if (mf) ATLAS_TRY(atlas_memdir_open_fd(mf, path, &fd));
-    else fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
+    if (mf) ATLAS_TRY(atlas_memdir_open_fd(mf, path, &fd));
+    else fd = atlas_file_open_regular(path, &st);
+    if (fd == -2) return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
+    if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
@@ -132,7 +150,9 @@ bool atlas_file_exists(const char *path) {
     if (atlas_memdir_file_at(path, &inside) || atlas_memdir_files(path, &n)) return true;
     if (inside) return false;
     struct stat st;
-    return stat(path, &st) == 0;
+    /* a link whose target is gone (a Hugging Face cache's missing blob) or loops is there:
+     * reading it fails and says so, where "absent" would drop an optional file's settings */
+    return stat(path, &st) == 0 || lstat(path, &st) == 0;
 }
 
 atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char *name) {

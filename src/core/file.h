@@ -12,6 +12,12 @@
  * The caller frees *out with free(). Fails with ATLAS_ERR_IO naming the path. */
 atlas_status atlas_file_read(const char *path, char **out, size_t *len);
 
+/* Opens path for reading if it is a regular file, without waiting on a FIFO: the
+ * descriptor (blocking again, close-on-exec; *st filled), -1 with errno when it cannot be
+ * opened, -2 when it is not a regular file (a FIFO, a directory, a device). */
+struct stat;
+int atlas_file_open_regular(const char *path, struct stat *st);
+
 /* A read-only, shared memory map of a whole file (shared so that the CUDA loader can pin its
  * page cache: file.c), with its descriptor kept open for
  * atlas_file_read_at: reading a page-cached file with pread into a buffer skips the page
@@ -30,6 +36,9 @@ void atlas_file_map_close(atlas_file_map *map); /* safe on a zeroed map */
  * reads). ATLAS_ERR_IO at end of file or on a read error. */
 atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off);
 
+/* Whether path names something: a file, a directory, or a symbolic link even where what it
+ * points to is not there or loops (a broken link is an error for the read that follows to
+ * report, not an absence). */
 bool atlas_file_exists(const char *path);
 
 /* Bytes of [p, p + n) of a mapping whose pages are in memory now (mincore: for a file

@@ -25,7 +25,8 @@ static bool ends_with(const char *s, const char *suffix) {
 /* A GGUF file by its name or its first four bytes (the magic "GGUF"). */
 static bool is_gguf(const char *path) {
     if (ends_with(path, ".gguf")) return true;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = atlas_file_open_regular(path, &st); /* never a FIFO's open, which would wait */
     if (fd < 0) return false;
     char magic[4];
     ssize_t n = read(fd, magic, sizeof magic);

@@ -156,10 +156,14 @@ static int entry_cmp_begin(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* Range and overlap checks over one file's entries (sorted here by offset). */
+/* Range and overlap checks over one file's entries (sorted here by offset), and the format's
+ * rule that they fill the data section exactly, from its first byte to its last, with no
+ * gap (as the safetensors library checks it): a header length a few bytes short still
+ * parses, its JSON padded with spaces, and would read every tensor shifted. */
 static atlas_status check_layout(const char *file, st_entry *es, size_t n, uint64_t data_len) {
     qsort(es, n, sizeof *es, entry_cmp_begin);
     const st_entry *reach = NULL; /* the non-empty range seen so far that ends last */
+    uint64_t filled = 0;          /* bytes [0, filled) are covered */
     for (size_t i = 0; i < n; i++) {
         const st_entry *e = &es[i];
         if (e->end > data_len)
@@ -175,8 +179,20 @@ static atlas_status check_layout(const char *file, st_entry *es, size_t n, uint6
                               "%llu..%llu)", file, e->name, (unsigned long long)e->begin,
                               (unsigned long long)e->end, reach->name,
                               (unsigned long long)reach->begin, (unsigned long long)reach->end);
+        if (e->begin != filled)
+            return atlas_fail(ATLAS_ERR_FORMAT,
+                              "%s: tensor '%s' begins at byte %llu of the data section, where "
+                              "the tensors before it end at %llu (a gap: the header length or "
+                              "the offsets are wrong)", file, e->name,
+                              (unsigned long long)e->begin, (unsigned long long)filled);
+        filled = e->end;
         if (!reach || e->end > reach->end) reach = e;
     }
+    if (filled != data_len)
+        return atlas_fail(ATLAS_ERR_FORMAT,
+                          "%s: the tensors fill %llu bytes of the %llu-byte data section (the "
+                          "header length or the offsets are wrong)", file,
+                          (unsigned long long)filled, (unsigned long long)data_len);
     return ATLAS_OK;
 }
 

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync, rmSync, readFileSync, unlinkSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, mkdirSync, rmSync, readFileSync, unlinkSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer, postJSON } from './lib.mjs';
@@ -84,6 +84,28 @@ test('.bin weights are named with the path; errors name the model, never run or 
   const info = atlas(['info', '-m', d, '--device', 'cpu']);
   assert.ok(info.stderr.includes(want), info.stderr);
   for (const r of [run, chat, info]) assert.doesNotMatch(r.stderr, /'run'|'chat'/);
+}));
+
+// A named pipe where a file should be is refused at once (opening it would wait for a
+// writer, and a server's start with it); a broken link (a Hugging Face cache's missing blob)
+// is an error naming it, not an absent file whose settings are dropped without a word.
+test('a named pipe or a broken link in a model directory is an error, not a wait or a default', () => scratch((dir) => {
+  for (const name of ['config.json', 'tokenizer.json', 'model.safetensors', 'generation_config.json']) {
+    const d = exported(dir, `fifo-${name}`);
+    unlinkSync(join(d, name));
+    assert.equal(spawnSync('mkfifo', [join(d, name)]).status, 0);
+    const r = atlas(['info', '-m', d, '--device', 'cpu', '--load']);
+    assert.equal(r.status, 1, `${name}: ${r.stderr}`);
+    assert.match(r.stderr, new RegExp(`${name.replace('.', '\\.')}: not a regular file`), r.stderr);
+  }
+  for (const name of ['generation_config.json', 'tokenizer_config.json', 'model.safetensors']) {
+    const d = exported(dir, `link-${name}`);
+    unlinkSync(join(d, name));
+    symlinkSync(join(dir, 'no-such-blob'), join(d, name));
+    const r = atlas(['run', '-m', d, '--device', 'cpu', '-n', '2', '-p', 'hi']);
+    assert.equal(r.status, 1, `${name}: ${r.stderr}`);
+    assert.match(r.stderr, new RegExp(`${name.replace('.', '\\.')}: cannot open: No such file`), r.stderr);
+  }
 }));
 
 test('a hub id, a bare name and a cache entry get the download command or the snapshot', () => scratch((dir) => {
