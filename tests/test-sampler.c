@@ -91,6 +91,21 @@ static void test_greedy_and_bias(void) {
     float l3[3] = {1, 2, 3};
     CHECK(atlas_sampler_sample(s, l3, 3, NULL, 0, &id) == ATLAS_ERR_RANGE); /* id 4 >= 3 */
     atlas_sampler_free(s);
+
+    /* a NaN logit (NaN weights, an overflow) is an error naming it, greedy or drawn, where
+     * greedy took token 0 and a draw the last token */
+    for (int t = 0; t < 2; t++) {
+        p = atlas_sampler_default_params();
+        p.temperature = t ? 0.8f : 0.0f;
+        s = make(p);
+        for (int at = 0; at < 5; at += 4) {
+            float ln[5] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+            ln[at] = NAN;
+            CHECK(atlas_sampler_sample(s, ln, 5, NULL, 0, &id) == ATLAS_ERR_FORMAT);
+            CHECK(strstr(atlas_last_error(), "NaN") != NULL);
+        }
+        atlas_sampler_free(s);
+    }
 }
 
 static void test_penalties(void) {

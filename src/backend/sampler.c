@@ -9,6 +9,7 @@
 #include "atlas/sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -327,11 +328,23 @@ static int apply_min_p(cand *c, int n, float min_p, float pmax) {
     return m; /* >= 1: the most likely candidate always passes */
 }
 
+/* The index of the largest logit, or -1 when one is NaN. */
 static int32_t argmax(const float *logits, int vocab) {
     int32_t best = 0;
-    for (int i = 1; i < vocab; i++)
+    bool nan = isnan(logits[0]);
+    for (int i = 1; i < vocab; i++) {
+        nan |= isnan(logits[i]);
         if (logits[i] > logits[best]) best = i;
-    return best;
+    }
+    return nan ? -1 : best;
+}
+
+/* A NaN logit says nothing to draw from (greedy would take token 0, often the end of the
+ * text; a draw the last token): the checkpoint's weights hold a NaN or an infinity, or the
+ * arithmetic overflowed. */
+static atlas_status nan_logits(void) {
+    return atlas_fail(ATLAS_ERR_FORMAT, "sampler: the model's logits hold a NaN (a NaN or "
+                                        "infinite weight in the checkpoint, or an overflow)");
 }
 
 /* ---- sample ----------------------------------------------------------------------------- */
@@ -350,7 +363,7 @@ static atlas_status sample_u(atlas_sampler *s, float *logits, int vocab, const i
     ATLAS_TRY(apply_penalties(s, logits, vocab, history, n_history));
     if (s->p.temperature == 0.0f) {
         *out_id = argmax(logits, vocab);
-        return ATLAS_OK;
+        return *out_id < 0 ? nan_logits() : ATLAS_OK;
     }
     if (vocab > s->c_cap) {
         cand *c = realloc(s->c, (size_t)vocab * sizeof *c);
@@ -361,7 +374,12 @@ static atlas_status sample_u(atlas_sampler *s, float *logits, int vocab, const i
     cand *c = s->c;
     int n = vocab;
     float inv_t = 1.0f / s->p.temperature;
-    for (int i = 0; i < n; i++) c[i] = (cand){logits[i] * inv_t, i};
+    bool nan = false;
+    for (int i = 0; i < n; i++) {
+        nan |= isnan(logits[i]);
+        c[i] = (cand){logits[i] * inv_t, i};
+    }
+    if (nan) return nan_logits();
     if (s->p.top_k > 0 && s->p.top_k < n) {
         select_top_k(c, n, s->p.top_k);
         n = s->p.top_k;
