@@ -501,6 +501,12 @@ static void test_config(void) {
     CHECK(parse("{\"quant_method\":\"awq\",\"modules_to_not_convert\":[\"re:(\"]}", &qc) ==
           ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "modules_to_not_convert[0]") != NULL);
+    /* a field of the wrong type is named, not read as absent ("8" was taken as the default 4) */
+    CHECK(parse("{\"quant_method\":\"gptq\",\"bits\":\"8\"}", &qc) == ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "quantization_config.bits\" must be an integer") != NULL);
+    CHECK(parse("{\"quant_method\":\"gptq\",\"bits\":4,\"desc_act\":\"true\"}", &qc) ==
+          ATLAS_ERR_FORMAT);
+    CHECK(strstr(atlas_last_error(), "desc_act\" must be true or false") != NULL);
     refused("{\"quant_method\":\"bitsandbytes\",\"load_in_4bit\":true}", "bitsandbytes");
     refused("{\"quant_method\":\"hqq\"}", "hqq");
     refused("{\"quant_method\":\"exl2\"}", "exl2");

@@ -355,6 +355,30 @@ static atlas_status parse_fbgemm(const char *file, json_t *q, atlas_quant_config
                        "modules_to_not_convert", out);
 }
 
+/* The fields the methods read through get_int, get_str and json_is_true / _false, which take
+ * a value of another type as absent: "bits": "8" would read as the default 4. Such a value
+ * is refused here, naming the field and the type it must have. */
+static atlas_status check_types(const char *file, json_t *q) {
+    static const char *const ints[] = {"bits", "w_bit", "group_size", "q_group_size"};
+    static const char *const strs[] = {"quant_method", "version", "checkpoint_format", "fmt",
+                                       "activation_scheme", "format", "quant_algo"};
+    static const char *const bools[] = {"desc_act", "zero_point", "is_marlin_format", "sym"};
+    const struct { const char *const *keys; size_t n; const char *want; } kinds[] = {
+        {ints, sizeof ints / sizeof *ints, "an integer"},
+        {strs, sizeof strs / sizeof *strs, "a string"},
+        {bools, sizeof bools / sizeof *bools, "true or false"}};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (size_t i = 0; i < kinds[k].n; i++) {
+            const json_t *v = json_object_get(q, kinds[k].keys[i]);
+            bool ok = !v || json_is_null(v) ||
+                      (k == 0 ? json_is_integer(v) : k == 1 ? json_is_string(v) : json_is_boolean(v));
+            if (!ok)
+                return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config.%s\" must "
+                                  "be %s", file, kinds[k].keys[i], kinds[k].want);
+        }
+    return ATLAS_OK;
+}
+
 atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_quant_config *out) {
     json_t *q = (json_t *)qv;
     memset(out, 0, sizeof *out);
@@ -362,6 +386,7 @@ atlas_status atlas_quant_config_parse(const char *file, const void *qv, atlas_qu
     if (!json_is_object(q))
         return atlas_fail(ATLAS_ERR_FORMAT, "%s: field \"quantization_config\" is not an object",
                           file);
+    ATLAS_TRY(check_types(file, q));
     const char *m = json_string_value(json_object_get(q, "quant_method"));
     if (!m) return refuse(file, "no \"quant_method\"");
     if (!strcmp(m, "fp8")) return parse_fp8(file, q, out);
