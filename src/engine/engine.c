@@ -397,10 +397,18 @@ atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model) {
             md->tok = tok;
         } else {
             atlas_tokenizer_free(tok);
-            st = atlas_fail_wrap(st, "model '%s': tokenizer", md->name);
         }
     }
     pthread_mutex_unlock(&e->tok_mu);
+    if (st != ATLAS_OK) {
+        /* the model's files are at fault, not the request: the model is failed as a load
+         * that failed is (a client's 503, /health "degraded"), its message naming its files */
+        char msg[400];
+        snprintf(msg, sizeof msg, "model '%s': tokenizer: %s", md->name, atlas_last_error());
+        atlas_engine_strip_dir(msg, md->dir);
+        atlas_engine_model_failed(e, model, msg);
+        st = atlas_fail(ATLAS_ERR_UNAVAILABLE, "%s", msg);
+    }
     return st;
 }
 

@@ -303,6 +303,10 @@ struct atlas_engine {
 
 /* engine.c */
 atlas_status atlas_engine_ensure_tokenizer(atlas_engine *e, int model);
+/* residency.c: model's files failed it outside a load (its tokenizer): msg (the model's
+ * files named, never the server's paths) becomes its last error, and it is failed as a
+ * load is (state "failed", the back-off), until its files change or a load succeeds. */
+void atlas_engine_model_failed(atlas_engine *e, int model, const char *msg);
 
 /* sched.c */
 void *atlas_engine_sched_main(void *arg);

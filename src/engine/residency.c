@@ -273,6 +273,15 @@ static void remember_failure(atlas_engine *e, eng_model *md) {
     md->fail_sig = sig;
 }
 
+void atlas_engine_model_failed(atlas_engine *e, int model, const char *msg) {
+    eng_model *md = &e->models[model];
+    pthread_mutex_lock(&e->mu);
+    snprintf(md->last_error, sizeof md->last_error, "%s", msg);
+    e->metrics.load_failures++;
+    remember_failure(e, md);
+    pthread_mutex_unlock(&e->mu);
+}
+
 void atlas_engine_strip_dir(char *s, const char *dir) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--; /* "models/x/" is "models/x" */

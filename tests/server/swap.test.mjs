@@ -49,6 +49,34 @@ test('50 swaps under concurrent load: all answers right, memory stable', async (
   console.log(`swaps: ${swaps}, RSS ${rss10} -> ${rss50} KiB`);
 });
 
+// A served model whose tokenizer.json is broken: its files are at fault, not the client's
+// request, so a 503 (not a 400), /health "degraded" with its last error, the others served.
+test('a model whose tokenizer cannot be read is unavailable, not a bad request', async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'atlas-badtok-'));
+  for (const f of ['config.json', 'tokenizer_config.json', 'model.safetensors'])
+    copyFileSync(path.join(DATA, 'tiny-llama3', f), path.join(dir, f));
+  writeFileSync(path.join(dir, 'tokenizer.json'), '{"model": ');
+  const s = await startServer(['--model', LLAMA, '--model', `badtok=${dir}`]);
+  try {
+    const bad = await postJSON(s.base, '/v1/chat/completions', greedy('badtok', 'hi'));
+    assert.equal(bad.status, 503, bad.text);
+    assert.equal(bad.json.error.code, 'model_unavailable');
+    assert.match(bad.json.error.message, /badtok.*tokenizer\.json/);
+    assert.ok(!bad.json.error.message.includes(dir), bad.json.error.message);
+    const h = await getJSON(s.base, '/health');
+    assert.equal(h.json.status, 'degraded', JSON.stringify(h.json));
+    const st = h.json.model_states.find((m) => m.id === 'badtok');
+    assert.equal(st.state, 'failed', JSON.stringify(st));
+    assert.match(st.last_error, /tokenizer\.json/);
+    const ok = await s.client().chat.completions.create(greedy('llama', 'hi', { max_tokens: 2 }));
+    assert.equal(ok.usage.completion_tokens, 2);
+  } finally {
+    const r = await s.stop();
+    rmSync(dir, { recursive: true, force: true });
+    assert.equal(r.code, 0, s.log());
+  }
+});
+
 test('a model that fails to load errors its requests and leaves the server serving', async () => {
   // a checkpoint whose weights file is cut short: config and tokenizer are fine
   const dir = mkdtempSync(path.join(os.tmpdir(), 'atlas-broken-'));
