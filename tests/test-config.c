@@ -511,6 +511,9 @@ static void test_errors_rope(void) {
     j = qwen3();
     set(json_object_get(j, "rope_parameters"), "partial_rotary_factor", json_real(0.5));
     load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "partial_rotary_factor");
+    j = qwen3(); /* at the top level too: transformers' RoPE reads it there for any family */
+    set(j, "partial_rotary_factor", json_real(0.5));
+    load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "\"partial_rotary_factor\": 0.5");
     j = qwen3();
     set(j, "rope_parameters", json_pack("{s:{s:s}}", "full_attention", "rope_type", "default"));
     load_fail(j, NULL, ATLAS_ERR_UNSUPPORTED, "config.json", "rope_parameters");

@@ -481,10 +481,12 @@ static atlas_status read_rope(const char *file, json_t *root, atlas_config *cfg)
     rope_defaults(r, big_theta ? 1000000.0 : 10000.0, cfg->max_position);
     if (cfg->arch == ATLAS_ARCH_GPT_OSS) atlas_config_gpt_oss_rope(r);
     ATLAS_TRY(get_num(file, root, "rope_theta", &r->theta));
-    /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict) */
+    /* Phi3Config keeps these two at the top level (transformers 5 moves them into the dict);
+     * transformers' RoPE reads a top-level partial_rotary_factor of any family's config, so
+     * it is read for every family (set_rope_dim refuses it where only 1 is supported) */
     double partial = 1.0;
+    ATLAS_TRY(get_num(file, root, "partial_rotary_factor", &partial));
     if (cfg->arch == ATLAS_ARCH_PHI3) {
-        ATLAS_TRY(get_num(file, root, "partial_rotary_factor", &partial));
         r->original_max_position = 0;
         ATLAS_TRY(get_int(file, root, "original_max_position_embeddings", false, 1, INT32_MAX,
                           &r->original_max_position));
