@@ -280,6 +280,23 @@ static void test_sharded(void) {
     }
     atlas_st_free(st);
 
+    /* Beside the index, a model.safetensors (one broken index beside it shows which is
+     * read): the single file, as transformers loads it */
+    const char *both = tmp_path("sharded-and-single");
+    make_sharded(src, both, atlas_st_at(src, n / 3)->name);
+    size_t slen;
+    unsigned char *single = read_all(harness_data_path("tiny-llama3/model.safetensors"), &slen);
+    char spath[4096];
+    snprintf(spath, sizeof spath, "%s/model.safetensors", both);
+    if (single) write_bytes(spath, single, slen);
+    free(single);
+    st = NULL;
+    CHECK_OK(atlas_st_open_dir(both, &st));
+    CHECK(atlas_st_count(st) == n);
+    CHECK(st && strstr(atlas_st_at(st, 0)->file, "model.safetensors") &&
+          !strstr(atlas_st_at(st, 0)->file, "-of-"));
+    atlas_st_free(st);
+
     /* A tensor the index places in shard 2 that shard 2 lacks. */
     const char *victim = atlas_st_at(src, n / 3)->name;
     const char *dir2 = tmp_path("sharded-missing");

@@ -458,13 +458,15 @@ static atlas_status open_index(const char *dir, const char *ipath, atlas_st **ou
 atlas_status atlas_st_open_dir(const char *dir, atlas_st **out) {
     *out = NULL;
     char path[4096];
-    ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "model.safetensors.index.json"));
-    if (atlas_file_exists(path)) return open_index(dir, path, out);
+    /* model.safetensors first where both are there, as transformers loads them (a folder
+     * may keep an old index beside a merged file) */
     ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "model.safetensors"));
+    if (atlas_file_exists(path)) return atlas_st_open_file(path, out);
+    ATLAS_TRY(atlas_path_join(path, sizeof path, dir, "model.safetensors.index.json"));
     if (!atlas_file_exists(path))
         return atlas_fail(ATLAS_ERR_NOT_FOUND,
                           "%s: no model.safetensors or model.safetensors.index.json", dir);
-    return atlas_st_open_file(path, out);
+    return open_index(dir, path, out);
 }
 
 size_t atlas_st_count(const atlas_st *st) { return st ? st->n_tensors : 0; }
