@@ -501,6 +501,14 @@ static void test_config(void) {
     CHECK(parse("{\"quant_method\":\"awq\",\"modules_to_not_convert\":[\"re:(\"]}", &qc) ==
           ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "modules_to_not_convert[0]") != NULL);
+    /* an FP8 KV cache's scale tensors are read, not bound, for the model's layers only: one
+     * of a layer it lacks is a stray tensor the load names */
+    CHECK(atlas_kv_scale_name("model.layers.3.self_attn.k_scale", 4));
+    CHECK(atlas_kv_scale_name("model.layers.0.self_attn.v_proj.v_scale", 4));
+    CHECK(atlas_kv_scale_name("model.layers.2.self_attn.k_proj.output_scale", 4));
+    CHECK(!atlas_kv_scale_name("model.layers.99.self_attn.k_scale", 4));
+    CHECK(!atlas_kv_scale_name("model.layers.4.self_attn.v_scale", 4));
+    CHECK(!atlas_kv_scale_name("model.layers.1.mlp.k_scale", 4));
     /* a field of the wrong type is named, not read as absent ("8" was taken as the default 4) */
     CHECK(parse("{\"quant_method\":\"gptq\",\"bits\":\"8\"}", &qc) == ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "quantization_config.bits\" must be an integer") != NULL);

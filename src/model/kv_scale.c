@@ -23,9 +23,11 @@ static const char *const PATTERNS[] = {
     "model.layers.*.self_attn.[kv]_proj.output_scale",
 };
 
-int atlas_kv_scale_name(const char *name) {
+int atlas_kv_scale_name(const char *name, int n_layers) {
+    int layer = -1;
     for (size_t i = 0; i < sizeof PATTERNS / sizeof PATTERNS[0]; i++)
-        if (fnmatch(PATTERNS[i], name, 0) == 0) return 1;
+        if (fnmatch(PATTERNS[i], name, 0) == 0 && sscanf(name, "model.layers.%d.", &layer) == 1)
+            return layer >= 0 && layer < n_layers;
     return 0;
 }
 

@@ -9,8 +9,9 @@
 /* Whether name is one of the scalar K / V scale tensors of an FP8 KV cache, in any of the
  * spellings atlas_kv_scales_read looks for: model.layers.N.self_attn.k_scale (llm-compressor,
  * vLLM), .self_attn.k_proj.k_scale (ModelOpt), .self_attn.k_proj.output_scale (older
- * llm-compressor), and v for V. They are read here, not bound as weights (model/weights.c). */
-int atlas_kv_scale_name(const char *name);
+ * llm-compressor), and v for V, of a layer below n_layers (one of a layer the model lacks is
+ * a stray tensor). They are read here, not bound as weights (model/weights.c). */
+int atlas_kv_scale_name(const char *name, int n_layers);
 
 /* out[2 * n_layers]: layer l's K scale at 2l and V scale at 2l + 1, from st's tensors, 1.0
  * where a layer has none (as vLLM). *found: the scale tensors read. A scale must be one

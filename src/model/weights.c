@@ -685,7 +685,7 @@ static const struct ignore_rule {
 static bool ignored(const atlas_config *c, const char *name) {
     /* an FP8 KV cache's scales: read by model/kv_scale.c (used by an FP8 cache, unused by
      * another), never bound as weights */
-    if (atlas_kv_scale_name(name)) return true;
+    if (atlas_kv_scale_name(name, c->n_layers)) return true;
     for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++) {
         const struct ignore_rule *r = &IGNORED[i];
         if (!(r->archs & ARCH(c->arch)) || (r->when == IGNORE_WHEN_TIED && !c->tie_embeddings) ||
