@@ -262,10 +262,12 @@ __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf
         const bool in = cb < k; /* mma.sync wants the whole warp: lanes past k multiply 0s */
         const int cs = in ? cb : 0;
         uint32_t zl[RT], zh[RT]; /* 128 + each tile's chunk zeros of rows g and g + 8 */
+        size_t gl[RT], gh[RT];   /* and where their scales and zeros are in the grids */
 #pragma unroll
         for (int t = 0; t < RT; t++) {
-            float z0 = __ldg(q.zeros + (size_t)(rl[t] >> q.rsh) * q.scols + (cs >> q.csh));
-            float z1 = __ldg(q.zeros + (size_t)(rh[t] >> q.rsh) * q.scols + (cs >> q.csh));
+            gl[t] = (size_t)(rl[t] >> q.rsh) * q.scols + (cs >> q.csh);
+            gh[t] = (size_t)(rh[t] >> q.rsh) * q.scols + (cs >> q.csh);
+            float z0 = __ldg(q.zeros + gl[t]), z1 = __ldg(q.zeros + gh[t]);
             zl[t] = pack_bf16x2(128.0f + z0, 128.0f + z0);
             zh[t] = pack_bf16x2(128.0f + z1, 128.0f + z1);
         }
@@ -277,8 +279,8 @@ __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf
 #pragma unroll
             for (int j = 0; j < NG; j++) {
                 int xr = j * 8 + g;
-                xv[j] = j * 8 < n && xr < n && in ? __ldg(xs + (size_t)xr * (k / 4) + cb / 4 + s)
-                                                  : make_uint4(0, 0, 0, 0);
+                xv[j] = xr < n && in ? __ldg(xs + (size_t)xr * (k / 4) + cb / 4 + s)
+                                     : make_uint4(0, 0, 0, 0);
             }
             const int jj = 2 * (s & 1);
 #pragma unroll
@@ -298,8 +300,7 @@ __device__ __forceinline__ void qmmw_body(float *out, const uint8_t *w, const bf
         }
 #pragma unroll
         for (int t = 0; t < RT; t++) {
-            float sl = __ldg(q.scales + (size_t)(rl[t] >> q.rsh) * q.scols + (cs >> q.csh));
-            float sh = __ldg(q.scales + (size_t)(rh[t] >> q.rsh) * q.scols + (cs >> q.csh));
+            float sl = __ldg(q.scales + gl[t]), sh = __ldg(q.scales + gh[t]);
 #pragma unroll
             for (int j = 0; j < NG; j++) {
                 c[t][j][0] = fmaf(sl, p[t][j][0], c[t][j][0]);

@@ -96,7 +96,7 @@ atlas_status atlas_file_map_open(const char *path, atlas_file_map *out) {
     else fd = atlas_file_open_regular(path, &st);
     if (fd == -2) return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
     if (fd < 0) return atlas_fail(ATLAS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (mf && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) { /* (the other: checked above) */
         close(fd);
         return atlas_fail(ATLAS_ERR_IO, "%s: not a regular file", path);
     }

@@ -164,11 +164,21 @@ static json_t *parse_body(atlas_http_call *call, atlas_http_reply *r) {
     return v;
 }
 
+/* The methods the routes of pattern take, as an Allow header lists them ("GET, POST"). */
+static void allowed_methods(const char *pattern, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < N_ROUTES; i++)
+        if (!strcmp(routes[i].path, pattern) && !strstr(out, routes[i].method))
+            used += (size_t)snprintf(out + used, cap - used, "%s%s%s", used ? ", " : "",
+                                     routes[i].method,
+                                     !strcmp(routes[i].method, "GET") ? ", HEAD" : "");
+}
+
 /* OPTIONS for a known path (pattern): without an Origin, not a browser's preflight but a
  * client asking what the path takes: 204 with Allow. A preflight: 204 with what the browser
  * asked to use, when the Origin may; 403 otherwise. No API key: browsers send none with a
  * preflight. */
-static void allowed_methods(const char *pattern, char *out, size_t cap);
 static void preflight(atlas_http_call *call, const char *pattern, atlas_http_reply *r) {
     if (!atlas_http_header(call, "Origin")) {
         allowed_methods(pattern, r->allow, sizeof r->allow);
@@ -326,16 +336,6 @@ static void note_model(atlas_http_call *call, const char *arg, const json_t *bod
     if (m) atlas_utf8_clean(call->log.model, sizeof call->log.model, m, strlen(m));
 }
 
-/* The methods the routes of pattern take, as an Allow header lists them ("GET, POST"). */
-static void allowed_methods(const char *pattern, char *out, size_t cap) {
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < N_ROUTES; i++)
-        if (!strcmp(routes[i].path, pattern) && !strstr(out, routes[i].method))
-            used += (size_t)snprintf(out + used, cap - used, "%s%s%s", used ? ", " : "",
-                                     routes[i].method,
-                                     !strcmp(routes[i].method, "GET") ? ", HEAD" : "");
-}
 
 /* The route of this method and URL.  The first route whose path matches names the resource
  * (the table lists /v1/models/{}/load before /v1/models/{}, whose id could swallow
