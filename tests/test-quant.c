@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -330,30 +331,79 @@ static void test_ct_int4(void) {
 
 /* ---- the same repack on a pool's threads ---------------------------------------------- */
 
-/* A matrix large enough that a pool splits its read (two 4 MiB pieces of codes) and its
- * repack (rows in several ranges): bound with a 3-thread pool, every byte of the codes and
- * the grids must equal the single-thread bind's (which the known answers above check). */
-enum { PR = 8192, PC = 2048, PG = 128 };
+/* A matrix large enough that a pool splits its read (several 4 MiB pieces of codes) and its
+ * repack (rows in several ranges), with rows and columns that leave part blocks of the
+ * repack's 16 x 16 tiles (1,025 words of AWQ's rows, 8,200 output rows): bound with a
+ * 3-thread pool, from memory and from a file (the pieces read with pread), every code must
+ * be the nibble its layout's definition names, and every byte of the codes and the grids
+ * must equal the single-thread bind's (whose grids the known answers above check). */
+enum { PR = 8200, PC = 2176, PG = 128 };
+
+/* Output row r, input column c of a repacked INT4 weight. */
+static unsigned nib_at(const atlas_qweight *q, int64_t r, int64_t c) {
+    uint8_t b = ((const uint8_t *)q->packed)[r * (q->cols / 2) + c / 2];
+    return c % 2 ? b >> 4 : b & 0xf;
+}
+
+static atlas_st *st_file(const tensor *t, int n, const char *path) {
+    char *buf = NULL;
+    atlas_st *mem = st_of(t, n, &buf);
+    atlas_st_free(mem);
+    size_t total = 8 + (size_t)((const uint64_t *)buf)[0];
+    for (int i = 0; i < n; i++) total += t[i].nbytes;
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, 1, total, f) == total);
+    if (f) fclose(f);
+    free(buf);
+    atlas_st *st = NULL;
+    CHECK_OK(atlas_st_open_file(path, &st));
+    return st;
+}
 
 static void same_on_pool(const char *what, const atlas_quant_config *qc, const tensor *t, int n,
-                         atlas_threadpool *pool) {
-    char *buf = NULL;
-    atlas_st *st = st_of(t, n, &buf);
-    atlas_qweight a, b;
-    CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, NULL, &a));
-    CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, pool, &b));
-    size_t grid = (size_t)PR * (PC / PG) * sizeof(float);
-    CHECK_MSG(a.packed && b.packed && a.packed_bytes == b.packed_bytes &&
-                  !memcmp(a.packed, b.packed, a.packed_bytes),
-              "%s: the codes differ on the pool", what);
-    CHECK_MSG(a.scales && b.scales && !memcmp(a.scales, b.scales, grid),
-              "%s: the scales differ on the pool", what);
-    CHECK_MSG(a.zeros && b.zeros && !memcmp(a.zeros, b.zeros, grid),
-              "%s: the zeros differ on the pool", what);
-    atlas_qweight_free(&a);
-    atlas_qweight_free(&b);
-    atlas_st_free(st);
-    free(buf);
+                         atlas_threadpool *pool, unsigned (*want)(int64_t r, int64_t c)) {
+    for (int from_file = 0; from_file < 2; from_file++) {
+        char *buf = NULL, path[] = "/tmp/atlas-test-quant-XXXXXX";
+        int fd = from_file ? mkstemp(path) : -1;
+        if (fd >= 0) close(fd);
+        atlas_st *st = from_file ? st_file(t, n, path) : st_of(t, n, &buf);
+        atlas_qweight a, b;
+        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, NULL, &a));
+        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, pool, &b));
+        size_t grid = (size_t)PR * (PC / PG) * sizeof(float);
+        int64_t bad = 0;
+        for (int64_t r = 0; a.packed && r < PR; r++)
+            for (int64_t c = 0; c < PC; c++) bad += nib_at(&a, r, c) != want(r, c);
+        CHECK_MSG(a.packed && !bad, "%s (%s): %lld codes are not the layout's", what,
+                  from_file ? "file" : "memory", (long long)bad);
+        CHECK_MSG(a.packed && b.packed && a.packed_bytes == b.packed_bytes &&
+                      !memcmp(a.packed, b.packed, a.packed_bytes),
+                  "%s (%s): the codes differ on the pool", what, from_file ? "file" : "memory");
+        CHECK_MSG(a.scales && b.scales && !memcmp(a.scales, b.scales, grid),
+                  "%s: the scales differ on the pool", what);
+        CHECK_MSG(a.zeros && b.zeros && !memcmp(a.zeros, b.zeros, grid),
+                  "%s: the zeros differ on the pool", what);
+        atlas_qweight_free(&a);
+        atlas_qweight_free(&b);
+        atlas_st_free(st);
+        free(buf);
+        if (from_file) unlink(path);
+    }
+}
+
+static int32_t *pool_w; /* the codes' words, shared by the three layouts' definitions */
+
+static unsigned awq_want(int64_t r, int64_t c) { /* [in, out/8], AutoAWQ's order */
+    static const int nib[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    return ((uint32_t)pool_w[c * (PR / 8) + r / 8] >> (4 * nib[r % 8])) & 0xf;
+}
+
+static unsigned gptq_want(int64_t r, int64_t c) { /* [in/8, out], input 8i + k in nibble k */
+    return ((uint32_t)pool_w[(c / 8) * PR + r] >> (4 * (c % 8))) & 0xf;
+}
+
+static unsigned ct_want(int64_t r, int64_t c) { /* [out, in/8], input 8j + k in nibble k */
+    return ((uint32_t)pool_w[r * (PC / 8) + c / 8] >> (4 * (c % 8))) & 0xf;
 }
 
 static void test_int4_pool(void) {
@@ -363,6 +413,7 @@ static void test_int4_pool(void) {
     uint16_t *sc = malloc((size_t)(PC / PG) * PR * 2);
     CHECK(w && z && sc);
     if (!pool || !w || !z || !sc) goto done;
+    pool_w = w;
     uint32_t x = 12345u; /* xorshift: every nibble and scale differs from its neighbours' */
     for (size_t i = 0; i < (size_t)PR * PC / 8; i++) {
         x ^= x << 13, x ^= x >> 17, x ^= x << 5;
@@ -377,10 +428,10 @@ static void test_int4_pool(void) {
     tensor ta[] = {{"m.qweight", "I32", 2, {PC, PR / 8}, w, (size_t)PR * PC / 2},
                    {"m.qzeros", "I32", 2, {PC / PG, PR / 8}, z, (size_t)(PC / PG) * PR / 2},
                    {"m.scales", "F16", 2, {PC / PG, PR}, sc, (size_t)(PC / PG) * PR * 2}};
-    same_on_pool("awq", &awq, ta, 3, pool);
+    same_on_pool("awq", &awq, ta, 3, pool, awq_want);
     atlas_quant_config gptq = {.method = ATLAS_QM_GPTQ, .group = PG};
     tensor tg[] = {{"m.qweight", "I32", 2, {PC / 8, PR}, w, (size_t)PR * PC / 2}, ta[1], ta[2]};
-    same_on_pool("gptq", &gptq, tg, 3, pool);
+    same_on_pool("gptq", &gptq, tg, 3, pool, gptq_want);
     int64_t shape[2] = {PR, PC};
     atlas_quant_config ct = {.method = ATLAS_QM_CT_INT4, .group = PG};
     tensor tc[] = {{"m.weight_packed", "I32", 2, {PR, PC / 8}, w, (size_t)PR * PC / 2},
@@ -388,7 +439,7 @@ static void test_int4_pool(void) {
                    {"m.weight_shape", "I64", 1, {2}, shape, sizeof shape},
                    {"m.weight_zero_point", "I32", 2, {PR / 8, PC / PG}, z,
                     (size_t)(PC / PG) * PR / 2}};
-    same_on_pool("compressed-tensors", &ct, tc, 4, pool);
+    same_on_pool("compressed-tensors", &ct, tc, 4, pool, ct_want);
 done:
     free(w);
     free(z);

@@ -109,16 +109,35 @@ static atlas_status read_view(const atlas_tensor_view *v, void *dst) {
     return ATLAS_OK;
 }
 
+/* The first error of a job split over a pool's threads, kept for the caller. */
+typedef struct par_err {
+    atomic_flag failed;
+    atomic_bool set;
+    atlas_status st;
+    char msg[512];
+} par_err;
+
+static void par_fail(par_err *e, atlas_status st) {
+    if (atomic_flag_test_and_set(&e->failed)) return;
+    e->st = st;
+    snprintf(e->msg, sizeof e->msg, "%s", atlas_last_error());
+    atomic_store(&e->set, true);
+}
+
+static bool par_failed(par_err *e) { return atomic_load(&e->set); }
+
+static atlas_status par_result(par_err *e) {
+    return par_failed(e) ? atlas_fail(e->st, "%s", e->msg) : ATLAS_OK;
+}
+
 /* A tensor read in pieces by the pool's threads: a fresh buffer's pages are zeroed by the
  * kernel on first touch, and one thread zeroing, copying and repacking held an 8B INT4 load
- * to 1.4 GB/s (bench/RESULTS.md). The first failing piece's error is kept for the caller. */
+ * to 1.4 GB/s (bench/RESULTS.md). */
 enum { READ_PIECE = 4 << 20 };
 typedef struct par_read {
     const atlas_tensor_view *v;
     char *dst;
-    atomic_flag failed;
-    atlas_status st;
-    char msg[512];
+    par_err err;
 } par_read;
 
 static void read_pieces(void *ctx, int64_t b, int64_t e, int thread) {
@@ -132,18 +151,14 @@ static void read_pieces(void *ctx, int64_t b, int64_t e, int thread) {
         return;
     }
     atlas_status st = atlas_file_read_at(v->fd, r->dst + lo, hi - lo, v->file_offset + lo);
-    if (st != ATLAS_OK && !atomic_flag_test_and_set(&r->failed)) {
-        r->st = st;
-        snprintf(r->msg, sizeof r->msg, "%s", atlas_last_error());
-    }
+    if (st != ATLAS_OK) par_fail(&r->err, st);
 }
 
 static atlas_status read_view_par(atlas_threadpool *pool, const atlas_tensor_view *v, void *dst) {
     if (!pool || v->nbytes < 2 * (size_t)READ_PIECE) return read_view(v, dst);
-    par_read r = {.v = v, .dst = dst, .failed = ATOMIC_FLAG_INIT};
+    par_read r = {.v = v, .dst = dst, .err = {.failed = ATOMIC_FLAG_INIT}};
     par(pool, (int64_t)((v->nbytes + READ_PIECE - 1) / READ_PIECE), 1, read_pieces, &r);
-    if (atomic_flag_test_and_set(&r.failed)) return atlas_fail(r.st, "%s", r.msg);
-    return ATLAS_OK;
+    return par_result(&r.err);
 }
 
 typedef struct to_floats {
@@ -291,13 +306,15 @@ static atlas_status bind_fp4(qfind *f, const atlas_quant_config *qc, int64_t row
 
 /* ---- INT4 ---------------------------------------------------------------------------- */
 
-/* One INT4 weight's repack, split over a pool's threads by output rows (each range its own
- * bytes of the packed codes and of the grids). */
+/* One INT4 weight's repack, split over a pool's threads: the codes a piece of the file at a
+ * time (each range its own bytes of the packed codes), then the grids by output rows. */
 typedef struct int4_job {
-    const int32_t *qw, *qz;
+    const atlas_tensor_view *qwv; /* the codes, read a piece at a time (AWQ, GPTQ) */
+    const int32_t *qw, *qz;       /* qw: compressed-tensors' codes, read whole */
     const float *s;  /* the checkpoint's scales [groups, rows] (AWQ, GPTQ), or NULL */
     atlas_qweight *o;
     float zero_add;  /* GPTQ's stored zero - 1 (1), else 0 */
+    par_err err;
 } int4_job;
 
 /* The grids' rows [r0, r1): zeros from qz (row 8i+k in nibble nib[k] of word i of a group's
@@ -317,56 +334,122 @@ static void grid_rows(const int4_job *j, const int *nib, int64_t r0, int64_t r1)
 static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* column 8j+k is in nibble AWQ_NIBBLE[k] */
 static const int PLAIN_NIBBLE[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
+static void awq_grids(void *ctx, int64_t b, int64_t e, int thread) {
+    pool_worker(thread);
+    grid_rows(ctx, AWQ_NIBBLE, b, e);
+}
+
+static void gptq_grids(void *ctx, int64_t b, int64_t e, int thread) {
+    pool_worker(thread);
+    grid_rows(ctx, PLAIN_NIBBLE, b, e);
+}
+
+/* The codes' stored rows [b, e) (row_bytes each) a piece of about READ_PIECE at a time (a
+ * multiple of `align` rows: b and e are), each handed to fn(job, first row, rows, bytes): the whole tensor read into fresh memory had
+ * the kernel zero every page of it on each load, more time than the read and the repack
+ * (bench/RESULTS.md); a piece's buffer is freed and malloc'd again at the same size, which
+ * glibc serves from the memory just freed. */
+typedef void (*piece_fn)(int4_job *j, int64_t r0, int64_t n, const uint8_t *bytes);
+static void pieces(int4_job *j, int64_t b, int64_t e, size_t row_bytes, int align,
+                   piece_fn fn) {
+    const atlas_tensor_view *v = j->qwv;
+    int64_t per = (int64_t)(READ_PIECE / row_bytes) / align * align;
+    if (per < align) per = align;
+    uint8_t *buf = v->fd >= 0 ? malloc((size_t)per * row_bytes) : NULL;
+    if (v->fd >= 0 && !buf) {
+        par_fail(&j->err, atlas_fail(ATLAS_ERR_NOMEM, "reading %s: out of memory", v->name));
+        return;
+    }
+    for (int64_t r = b; r < e && !par_failed(&j->err); r += per) {
+        int64_t n = e - r < per ? e - r : per;
+        const uint8_t *p = (const uint8_t *)v->data + (size_t)r * row_bytes;
+        if (buf) {
+            atlas_status st = atlas_file_read_at(v->fd, buf, (size_t)n * row_bytes,
+                                                 v->file_offset + (uint64_t)r * row_bytes);
+            if (st != ATLAS_OK) {
+                par_fail(&j->err, atlas_fail_wrap(st, "reading %s", v->name));
+                break;
+            }
+            p = buf;
+        }
+        fn(j, r, n, p);
+    }
+    free(buf);
+}
+
 /* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out].
- * Items: groups of 8 output rows (one word of qweight's row). */
+ * A piece: input columns [c0, c0 + n) (rows of qweight); a byte of the output is two input
+ * columns' nibbles of one word each. Blocks of 64 columns x 16 words are copied out first and
+ * each output row's 32 bytes then written together: a row of qweight is a power-of-two-ish
+ * stride apart, and walked directly the reads and the single-byte writes fell in a few cache
+ * sets (an 8B's AWQ repack ran at a third of GPTQ's). */
+static void awq_piece(int4_job *jb, int64_t c0, int64_t n, const uint8_t *bytes) {
+    int64_t w8 = jb->o->rows / 8, half = jb->o->cols / 2;
+    uint8_t *p = jb->o->packed;
+    uint32_t blk[64][16];
+    for (int64_t t0 = 0; t0 < n; t0 += 64)
+        for (int64_t j0 = 0; j0 < w8; j0 += 16) {
+            int nt = n - t0 < 64 ? (int)(n - t0) : 64, nj = w8 - j0 < 16 ? (int)(w8 - j0) : 16;
+            for (int t = 0; t < nt; t++) memcpy(blk[t], bytes + ((t0 + t) * w8 + j0) * 4, 4 * nj);
+            for (int j = 0; j < nj; j++)
+                for (int k = 0; k < 8; k++) {
+                    uint8_t *dst = p + (8 * (j0 + j) + k) * half + (c0 + t0) / 2;
+                    int sh = 4 * AWQ_NIBBLE[k];
+                    for (int t = 0; t < nt; t += 2)
+                        dst[t / 2] = (uint8_t)(((blk[t][j] >> sh) & 0xf) |
+                                               ((blk[t + 1][j] >> sh) & 0xf) << 4);
+                }
+        }
+}
+
+/* Items: pairs of input columns (a byte of the output holds two). */
 static void awq_range(void *ctx, int64_t b, int64_t e, int thread) {
     pool_worker(thread);
-    const int4_job *jb = ctx;
-    const int32_t *qw = jb->qw;
-    int64_t cols = jb->o->cols, w8 = jb->o->rows / 8;
-    uint8_t *p = jb->o->packed;
-    /* a byte of the output is two input rows' nibbles of one word each: made a byte at a
-     * time over tiles of 8 words x 64 columns that stay in cache (element by element across
-     * the whole matrix, an 8B model took 45 s to repack) */
-    for (int64_t j0 = b; j0 < e; j0 += 8)
-        for (int64_t c0 = 0; c0 < cols; c0 += 64)
-            for (int64_t j = j0; j < e && j < j0 + 8; j++)
-                for (int64_t c = c0; c < cols && c < c0 + 64; c += 2) {
-                    uint32_t a = (uint32_t)qw[c * w8 + j], bb = (uint32_t)qw[(c + 1) * w8 + j];
-                    uint8_t *dst = p + (8 * j) * (cols / 2) + c / 2;
-                    for (int k = 0; k < 8; k++)
-                        dst[k * (cols / 2)] = (uint8_t)(((a >> (4 * AWQ_NIBBLE[k])) & 0xf) |
-                                                        ((bb >> (4 * AWQ_NIBBLE[k])) & 0xf) << 4);
-                }
-    grid_rows(jb, AWQ_NIBBLE, 8 * b, 8 * e);
+    int4_job *jb = ctx;
+    pieces(jb, 2 * b, 2 * e, (size_t)(jb->o->rows / 8) * 4, 2, awq_piece);
 }
 
 /* GPTQ: qweight [in/8, out] (input 8i+k in nibble k), qzeros [groups, out/8] (output 8j+k in
- * nibble k), zero - 1 stored unless v2. Items: output rows. */
-static void gptq_range(void *ctx, int64_t b, int64_t e, int thread) {
-    pool_worker(thread);
-    const int4_job *jb = ctx;
-    int64_t rows = jb->o->rows, cols = jb->o->cols, wpr = cols / 8;
-    /* row r's 8 columns from word j are that word's 4 bytes as they are (column 8j + k in
-     * nibble k, as atlas packs): a transpose of 32-bit words, in tiles that stay in cache */
-    for (int64_t r0 = b; r0 < e; r0 += 64)
-        for (int64_t j0 = 0; j0 < wpr; j0 += 64)
-            for (int64_t r = r0; r < e && r < r0 + 64; r++)
-                for (int64_t j = j0; j < wpr && j < j0 + 64; j++) {
-                    uint32_t word = (uint32_t)jb->qw[j * rows + r];
-                    memcpy((uint8_t *)jb->o->packed + r * (cols / 2) + 4 * j, &word, 4);
-                }
-    grid_rows(jb, PLAIN_NIBBLE, b, e);
+ * nibble k), zero - 1 stored unless v2. A piece: words [j0, j0 + n) of every output row;
+ * row r's 8 columns from word j are that word's 4 bytes as they are (column 8j + k in nibble
+ * k, as atlas packs): a transpose of 32-bit words, a block of 16 x 16 (a cache line each
+ * way) at a time, since the rows of qweight are a power of two apart and walked across they
+ * fell in one cache set. */
+static void gptq_piece(int4_job *jb, int64_t j0, int64_t n, const uint8_t *bytes) {
+    int64_t rows = jb->o->rows, half = jb->o->cols / 2;
+    uint8_t *p = jb->o->packed;
+    uint32_t blk[16][16];
+    for (int64_t jb0 = 0; jb0 < n; jb0 += 16)
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+            int nj = n - jb0 < 16 ? (int)(n - jb0) : 16, nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
+            for (int j = 0; j < nj; j++) memcpy(blk[j], bytes + ((jb0 + j) * rows + r0) * 4, 4 * nr);
+            for (int r = 0; r < nr; r++) {
+                uint32_t row[16];
+                for (int j = 0; j < nj; j++) row[j] = blk[j][r];
+                memcpy(p + (r0 + r) * half + 4 * (j0 + jb0), row, 4 * nj);
+            }
+        }
 }
 
-/* AWQ's or GPTQ's codes, zeros and scales (s: [groups, rows]) into o's layout. */
-static atlas_status repack_int4(atlas_threadpool *pool, bool awq, const int32_t *qw,
+/* Items: rows of qweight (words of 8 input columns). */
+static void gptq_range(void *ctx, int64_t b, int64_t e, int thread) {
+    pool_worker(thread);
+    int4_job *jb = ctx;
+    pieces(jb, b, e, (size_t)jb->o->rows * 4, 1, gptq_piece);
+}
+
+/* AWQ's or GPTQ's codes (read from qwv), zeros and scales (s: [groups, rows]) into o's
+ * layout. */
+static atlas_status repack_int4(atlas_threadpool *pool, bool awq, const atlas_tensor_view *qwv,
                                 const int32_t *qz, const float *s, bool v2, atlas_qweight *o) {
     o->zeros = malloc((size_t)(o->rows * o->q.scale_cols) * sizeof *o->zeros);
     if (!o->zeros) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    int4_job j = {qw, qz, s, o, awq || v2 ? 0.0f : 1.0f};
-    if (awq) par(pool, o->rows / 8, 64, awq_range, &j);
-    else par(pool, o->rows, 256, gptq_range, &j);
+    int4_job j = {.qwv = qwv, .qz = qz, .s = s, .o = o, .zero_add = awq || v2 ? 0.0f : 1.0f,
+                  .err = {.failed = ATOMIC_FLAG_INIT}};
+    if (awq) par(pool, o->cols / 2, 64, awq_range, &j);
+    else par(pool, o->cols / 8, 16, gptq_range, &j);
+    ATLAS_TRY(par_result(&j.err));
+    par(pool, o->rows, 256, awq ? awq_grids : gptq_grids, &j);
     return ATLAS_OK;
 }
 
@@ -381,9 +464,9 @@ static void ct_range(void *ctx, int64_t b, int64_t e, int thread) {
     int64_t cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
     uint8_t *p = o->packed;
     /* the same nibble order as atlas's: each row's bytes as they are (its last word cut
-     * short when cols is not a multiple of 8) */
+     * short when cols is not a multiple of 8; otherwise read straight into place) */
     for (int64_t r = b; r < e; r++) {
-        memcpy(p + r * (cols / 2), jb->qw + r * wpr, (size_t)cols / 2);
+        if (jb->qw) memcpy(p + r * (cols / 2), jb->qw + r * wpr, (size_t)cols / 2);
         for (int64_t g = 0; g < groups; g++)
             o->zeros[r * groups + g] =
                 jb->qz ? (float)(((uint32_t)jb->qz[(r / 8) * groups + g] >> (4 * (r % 8))) & 0xf)
@@ -433,20 +516,18 @@ static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t ro
                             .scale_cols = (int)groups};
     out->act_order = gi && qc->desc_act;
     if (!read) return ATLAS_OK;
-    int32_t *w = NULL, *z = NULL;
+    int32_t *z = NULL;
     float *s = NULL;
     out->packed_bytes = (size_t)(rows * cols / 2);
     out->packed = malloc(out->packed_bytes);
     out->scales = malloc((size_t)(rows * groups) * sizeof(float));
     atlas_status st = out->packed && out->scales ? ATLAS_OK
                                                  : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
-    if (st == ATLAS_OK) st = read_ints(f->pool, qw, &w);
     if (st == ATLAS_OK) st = read_ints(f->pool, qz, &z);
     if (st == ATLAS_OK) st = read_floats(f->pool, sc, (size_t)(rows * groups), &s);
     if (st == ATLAS_OK && gi) st = read_ints(f->pool, gi, &out->g_idx);
-    if (st == ATLAS_OK) st = repack_int4(f->pool, awq, w, z, s, qc->gptq_v2, out);
+    if (st == ATLAS_OK) st = repack_int4(f->pool, awq, qw, z, s, qc->gptq_v2, out);
     if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
-    free(w);
     free(z);
     free(s);
     return st;
@@ -491,12 +572,14 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
         st = atlas_fail(ATLAS_ERR_FORMAT, "%s: weight_shape [%lld, %lld], but the model's %s is "
                         "[%lld, %lld]", shape->name, (long long)dims[0], (long long)dims[1],
                         f->module, (long long)rows, (long long)cols);
-    if (st == ATLAS_OK) st = read_ints(f->pool, qw, &w);
+    if (st == ATLAS_OK && cols % 8) st = read_ints(f->pool, qw, &w);
+    if (st == ATLAS_OK && !(cols % 8) && (st = read_view_par(f->pool, qw, out->packed)))
+        st = atlas_fail_wrap(st, "reading %s", qw->name);
     if (st == ATLAS_OK && qz) st = read_ints(f->pool, qz, &z);
     if (st == ATLAS_OK) st = read_floats(f->pool, sc, (size_t)(rows * groups), &out->scales);
     if (st == ATLAS_OK && gi) st = read_ints(f->pool, gi, &out->g_idx);
     if (st == ATLAS_OK) {
-        int4_job j = {w, z, NULL, out, 0.0f};
+        int4_job j = {.qw = w, .qz = z, .o = out};
         par(f->pool, rows, 256, ct_range, &j);
     }
     if (st == ATLAS_OK) st = check_g_idx(gi, group, out);
