@@ -192,11 +192,13 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
      * of 16 rows a block (atlas_qmmw*, up to 16 rows of x) */
     cuda_backend *cb = (cuda_backend *)gpu;
     static const struct { int qmma_max; bool split, chunk; int wide; } plans[] = {
-        {0, false, true, 0}, {CUDA_QMMA_MAX, false, true, 0}, {CUDA_QMMA_MAX, true, true, 0},
+        {0, true, true, -1}, {CUDA_QMMA_MAX, false, true, 0}, {CUDA_QMMA_MAX, true, true, 0},
         {CUDA_QMMA_MAX, true, false, 0}, {CUDA_QMMA_MAX, true, true, 2},
         {CUDA_QMMA_MAX, true, true, 4}};
     const size_t n_ns = sizeof ns / sizeof *ns; /* each plan runs every row count */
     bool split0 = cb->plan.qmma_split, chunk0 = cb->plan.qmma_chunk;
+    int wide0 = cb->plan.qmma_wide;
+    CHECK(split0 == plans[0].split && chunk0 == plans[0].chunk && wide0 == plans[0].wide);
     for (size_t u = 0; u < sizeof plans / sizeof *plans * n_ns; u++) {
         size_t pl = u / n_ns;
         int n = ns[u % n_ns];
@@ -223,7 +225,7 @@ static void check(const char *what, qpart *parts, int n_parts, bool with_bias, d
     cb->plan.qmma_max = 0;
     cb->plan.qmma_split = split0;
     cb->plan.qmma_chunk = chunk0;
-    cb->plan.qmma_wide = 0;
+    cb->plan.qmma_wide = wide0;
     if (parts[0].q.format == ATLAS_WFMT_FP8_E4M3 && parts[0].q.block_rows == 128 &&
         parts[0].q.block_cols == 128)
         fp8_act(what, wc, wg, bc, bg, k, m, dx, dout, x, want, got);

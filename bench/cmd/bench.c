@@ -562,17 +562,6 @@ int atlas_cli_bench(int argc, char **argv) {
                "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
                steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
     }
-    /* the same plain steps with the decode attention out of clusters (the GQA kernel, a split
-     * plan of its own), to see at which context each pays */
-    if (on_cuda && atlas_bench_attn_cluster(m, false) == ATLAS_OK) {
-        double tx[3];
-        atlas_status st = plain_runs(m, id, p0, steps, table, max_blocks, tx);
-        if (atlas_bench_attn_cluster(m, true) != ATLAS_OK || st != ATLAS_OK)
-            return fail("decode without the cluster attention");
-        printf("decode nc   the same plain steps with the decode attention out of clusters: "
-               "%.3f ms/token, %.1f tok/s (runs %.3f %.3f %.3f)\n", tx[1] / steps * 1e3,
-               steps / tx[1], tx[0] / steps * 1e3, tx[1] / steps * 1e3, tx[2] / steps * 1e3);
-    }
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
         batch_run br;
@@ -602,12 +591,13 @@ int atlas_cli_bench(int argc, char **argv) {
                    "GB/s\n", prof.name[i], prof.m[i], prof.k[i], prof.gbps[0][i],
                    prof.gbps[1][i], prof.gbps[2][i]);
         for (int i = 0; prof.qfmt && i < 4; i++)
-            printf("qmatmul     %-8s %6d x %-6d  %s/%d  n=1: %4.0f GB/s   n=16: mma %4.0f  split "
+            printf("qmatmul     %-8s %6d x %-6d  %s/%d  n=1: %4.0f GB/s   n=8: split %4.0f (wide2 "
+                   "%4.0f, wide4 %4.0f)   n=16: mma %4.0f  split "
                    "%4.0f (general %4.0f, wide2 %4.0f, wide4 %4.0f)  scratch %4.0f   n=32: mma "
                    "%4.0f  split %4.0f (general %4.0f)  scratch %4.0f   n=64: mma %4.0f  split "
                    "%4.0f  scratch %4.0f GB/s\n",
                    prof.name[i], prof.m[i], prof.k[i], prof.qfmt, prof.q_bc, prof.qgbps[0][i],
-                   prof.qgbps[1][i], prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[12][i],
+                   prof.qgbps[14][i], prof.qgbps[15][i], prof.qgbps[16][i], prof.qgbps[1][i], prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[12][i],
                    prof.qgbps[13][i], prof.qgbps[3][i],
                    prof.qgbps[5][i], prof.qgbps[8][i], prof.qgbps[11][i], prof.qgbps[6][i],
                    prof.qgbps[2][i], prof.qgbps[9][i], prof.qgbps[4][i]);

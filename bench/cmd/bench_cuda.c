@@ -248,17 +248,6 @@ atlas_status atlas_bench_int8_x(atlas_model *m, bool on, bool *was) {
     return ATLAS_OK;
 }
 
-atlas_status atlas_bench_attn_cluster(atlas_model *m, bool on) {
-    cuda_backend *cb;
-    ATLAS_TRY(bench_backend(m, "the cluster attention needs", &cb));
-    if (!cb->dev.cluster_ex)
-        return atlas_fail(ATLAS_ERR_INVALID, "bench: this device has no thread-block clusters");
-    ATLAS_TRY(ATLAS_CU(cuStreamSynchronize, cb->dev.stream));
-    cuda_plan_drop_graphs(cb);
-    cb->plan.attn_no_cluster = !on;
-    return ATLAS_OK;
-}
-
 typedef struct gemv_ctx {
     CUfunction f;
     CUdeviceptr out, x, w;
@@ -445,7 +434,7 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
      * (plan.qmma_wide) */
     static const struct { int n, scratch; } runs[ATLAS_BENCH_QRUNS] = {
         {1, 0},  {16, 0}, {64, 0}, {16, 1}, {64, 1}, {32, 0}, {32, 1},
-        {16, 2}, {32, 2}, {64, 2}, {16, 3}, {32, 3}, {16, 4}, {16, 5}};
+        {16, 2}, {32, 2}, {64, 2}, {16, 3}, {32, 3}, {16, 4}, {16, 5}, {8, 2}, {8, 4}, {8, 5}};
     bool split0 = cb->plan.qmma_split, chunk0 = cb->plan.qmma_chunk;
     int wide0 = cb->plan.qmma_wide;
     for (int i = 0; i < 4; i++) {

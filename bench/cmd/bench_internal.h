@@ -80,7 +80,7 @@ atlas_status atlas_bench_read_measure(const char *dir, int threads, int passes,
 /* Where a decode step's time goes: each GEMV shape of the model (its own geometry, on
  * synthetic weights), and the replay of the last decode graph. */
 enum { ATLAS_BENCH_SHAPES = 5, ATLAS_BENCH_GEMVS = 3, ATLAS_BENCH_CHAINS = 6, ATLAS_BENCH_QCHAINS = 5,
-       ATLAS_BENCH_QRUNS = 14 };
+       ATLAS_BENCH_QRUNS = 17 };
 
 typedef struct atlas_bench_profile {
     const char *name[ATLAS_BENCH_SHAPES]; /* "qkv", "o", "gate_up", "down", "lm_head" */
@@ -146,10 +146,5 @@ atlas_status atlas_bench_fp8_act(atlas_model *m, bool on, bool *on_after);
  * the kernel asked for. ATLAS_ERR_INVALID: not the CUDA backend, or no INT4 weights in
  * groups (act-order has no such kernel). */
 atlas_status atlas_bench_int8_x(atlas_model *m, bool on, bool *was);
-
-/* Decode attention in thread-block clusters (atlas_attn_dcl*, where the cache and context
- * allow) or never (cuda_plan.attn_no_cluster): the decode graphs are dropped as above.
- * ATLAS_ERR_INVALID: not the CUDA backend, or a device without clusters. */
-atlas_status atlas_bench_attn_cluster(atlas_model *m, bool on);
 
 #endif

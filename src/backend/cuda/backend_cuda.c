@@ -542,6 +542,10 @@ static atlas_status cuda_setup(cuda_backend *cb, const atlas_backend_options *o,
     /* INT4 in groups of 128 or more on the split path: atlas_qmmq*, 72 registers at 16 rows
      * against atlas_qmmp*'s 168 (seven blocks an SM against three) */
     cb->plan.qmma_chunk = true;
+    /* up to 16 rows of those through atlas_qmmw, x loaded once for 2 or 4 tiles of 16 weight
+     * rows (cuda_qmmw_tiles): on an H100 at 16 rows (8B shapes, GPTQ g128) 274-741 GB/s
+     * against qmmq's 234-409 (bench/RESULTS.md) */
+    cb->plan.qmma_wide = -1;
     /* Programmatic dependent launch (Hopper and later; kernels/common.cuh): each kernel's
      * launch and first weight loads overlap the previous kernel's tail. On the H200 8B shape
      * it took decode from 178 to 200 tok/s (827b480; it had lost 3% while the slow attention

@@ -348,10 +348,10 @@ typedef struct cuda_plan {
                                (atlas_qsplit_*, atlas_qmmp*) where the scratch buffer holds
                                it; on (every model); set by tests and `atlas bench`
                                to time and check both ways */
-    int qmma_wide;          /* 2 or 4: atlas_qmmq's matmuls of up to 16 rows through
-                               atlas_qmmw*x<qmma_wide> (that many tiles of 16 weight rows a
-                               block, x loaded once for them); 0 (every model): not, until
-                               measured; set by tests and `atlas bench` */
+    int qmma_wide;          /* atlas_qmmq's matmuls of up to 16 rows through atlas_qmmw*x<rt>
+                               (rt tiles of 16 weight rows a block, x loaded once for them):
+                               -1 (every model) rt by the weight's rows (cuda_qmmw_tiles),
+                               2 or 4 that rt, 0 not; set by tests and `atlas bench` */
     bool qmma_chunk;        /* INT4 with groups of 128 columns or more through atlas_qmmq*
                                instead of atlas_qmmp*: on (every model); set by tests and
                                `atlas bench` to check and time both */
@@ -363,9 +363,6 @@ typedef struct cuda_plan {
     bool int8_x;            /* INT4 weights' one-row GEMVs with x in int8 (CUDA_QGEMV_SX, the
                                streaming kernel's dp4a form) whatever qgemv_ng says:
                                atlas_backend_options.int8_x (`--gpu-activations int8`) */
-    bool attn_no_cluster;   /* decode attention never in clusters (atlas_attn_dcl*): the
-                               GQA kernel with its own split plan at every context; off
-                               (every model); set by `atlas bench` to time both */
     unsigned skip_ops;      /* 1 << op of ops not run (atlas_backend_options.skip_ops; timing
                                only) */
     int mirror_rows;        /* rows of the last norm's output that lt_h mirrors in bf16 (0:
@@ -441,6 +438,8 @@ int cuda_gemv_ng_for_grid(const cuda_backend *cb, int groups, int bps);
 /* ops_cuda.c: the most rows a quantized weight's tensor-core kernels take (cuda_plan.qmma_max,
  * else CUDA_QMMA_DEFAULT); more go through its bf16 scratch copy. */
 int cuda_qmma_max(const cuda_backend *cb);
+/* ops_cuda.c: tiles of 16 rows a block atlas_qmmw takes for a weight of m rows (2 or 4). */
+int cuda_qmmw_tiles(const cuda_backend *cb, int m);
 /* One row of quantized w (no fusions): out[m] = x[k] @ w^T (+ bias).  ng 0: the one-group
  * kernel (atlas_qgemv1_<fmt>); > 0: atlas_qgemv1c_<fmt> with ng row groups a block; -B: ng
  * from a grid of B blocks an SM; CUDA_QGEMV_X8: atlas_qgemv1x_int4; CUDA_QGEMV_S, _S4, _SX:

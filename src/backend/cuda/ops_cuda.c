@@ -104,7 +104,7 @@ static bool attn_cluster(const cuda_backend *cb, int cap) {
     const atlas_backend_geom *g = &cb->base.geom;
     /* (bf16 caches only: an FP8 cache's decode kernels write partials, which the split plan
      * must then reserve) */
-    return cb->dev.cluster_ex && !cb->plan.attn_no_cluster && cb->base.kv_size == 2 &&
+    return cb->dev.cluster_ex && cb->base.kv_size == 2 &&
            cap <= ATTN_CLUSTER_CAP &&
            (g->head_dim == 64 || g->head_dim == 128) && g->n_heads / g->n_kv_heads <= 8;
 }
@@ -575,6 +575,13 @@ static atlas_status qdequant(cuda_backend *cb, const atlas_weight *w) {
                   256, 0, d);
 }
 
+/* Tiles of 16 rows an atlas_qmmw block takes for a weight of m rows: 4 where that still
+ * leaves two blocks an SM (an 8B's gate_up at 16 rows: 741 GB/s against 639 with 2 on an
+ * H100), else 2 (its qkv, o and down: 274-375 against 233-350; bench/RESULTS.md). */
+int cuda_qmmw_tiles(const cuda_backend *cb, int m) {
+    return m >= 128 * atlas_host_properties(cb->dev.host)->sm_count ? 4 : 2;
+}
+
 /* A quantized weight: one row through the fp32 GEMV, up to cuda_qmma_max (CUDA_QGEMV_MAX with
  * act-order) through the kernels that multiply on the tensor cores, both reading the packed
  * bytes once; more through the bf16 matmuls, from the weight dequantized into the scratch
@@ -608,7 +615,7 @@ static atlas_status op_qmatmul(cuda_backend *cb, const cuda_cmd *c) {
             b[16] = &xs;
             /* INT4 with a scale a 128-column chunk: the kernel compiled for that alone */
             bool chunk = q == CUDA_Q_INT4 && csh >= CUDA_QMMA_CHUNK_LOG2 && cb->plan.qmma_chunk;
-            int rt = cb->plan.qmma_wide; /* tiles of 16 rows a block, x loaded once for them */
+            int rt = cb->plan.qmma_wide < 0 ? cuda_qmmw_tiles(cb, m) : cb->plan.qmma_wide;
             if (chunk && i < 2 && (rt == 2 || rt == 4))
                 return launch(cb, cb->mod.fn.qmmw[i][rt == 4], (unsigned)((m + 16 * rt - 1) / (16 * rt)),
                               1, 1, 128, 0, b);
