@@ -824,8 +824,8 @@ atlas_status atlas_weights_load_shard(atlas_backend *be, const atlas_st *st,
     for (int i = 0; i < b.n_oss; i++) atlas_oss_experts_free(&b.oss[i]);
     free(b.oss);
     atlas_threadpool_free(b.pool);
-    /* the repacked formats' read buffers, freed between weights that stay, held about a
-     * third of a 4-bit model's size in the heap */
+    /* the repacked codes the backend copied and the formats' read buffers, freed between
+     * weights that stay, held about a third of a 4-bit model's size in the heap */
     atlas_mem_trim();
     return s;
 }
