@@ -132,6 +132,10 @@ static atlas_status read_eos(const char *file, json_t *obj, atlas_config *cfg) {
     return ATLAS_OK;
 }
 
+/* The family from architectures[0], as vLLM takes it; model_type only where architectures is
+ * absent. Where the two name different families (a config edited by hand or by a tool that
+ * rewrote one), transformers would build model_type's class: atlas follows architectures and
+ * says so in `atlas info` (the architecture line). */
 static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg) {
     static const struct {
         const char *cls, *model_type;
