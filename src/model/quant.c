@@ -306,8 +306,8 @@ static atlas_status bind_fp4(qfind *f, const atlas_quant_config *qc, int64_t row
 
 /* ---- INT4 ---------------------------------------------------------------------------- */
 
-/* One INT4 weight's repack, split over a pool's threads: the codes a piece of the file at a
- * time (each range its own bytes of the packed codes), then the grids by output rows. */
+/* One INT4 weight's repack, split over a pool's threads by output rows (each range its own
+ * rows of the packed codes and of the grids), the codes read a piece at a time. */
 typedef struct int4_job {
     const atlas_tensor_view *qwv; /* the codes, read a piece at a time (AWQ, GPTQ) */
     const int32_t *qw, *qz;       /* qw: compressed-tensors' codes, read whole */
@@ -334,63 +334,72 @@ static void grid_rows(const int4_job *j, const int *nib, int64_t r0, int64_t r1)
 static const int AWQ_NIBBLE[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* column 8j+k is in nibble AWQ_NIBBLE[k] */
 static const int PLAIN_NIBBLE[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
-static void awq_grids(void *ctx, int64_t b, int64_t e, int thread) {
-    pool_worker(thread);
-    grid_rows(ctx, AWQ_NIBBLE, b, e);
-}
-
-static void gptq_grids(void *ctx, int64_t b, int64_t e, int thread) {
-    pool_worker(thread);
-    grid_rows(ctx, PLAIN_NIBBLE, b, e);
-}
-
-/* The codes' stored rows [b, e) (row_bytes each) a piece of about READ_PIECE at a time (a
- * multiple of `align` rows: b and e are), each handed to fn(job, first row, rows, bytes).
- * The whole tensor read into fresh memory had the kernel zero every page of it on each load;
- * a piece's buffer is freed and malloc'd again at the same size, which glibc serves from the
- * memory just freed. */
-typedef void (*piece_fn)(int4_job *j, int64_t r0, int64_t n, const uint8_t *bytes);
-static void pieces(int4_job *j, int64_t b, int64_t e, size_t row_bytes, int align,
-                   piece_fn fn) {
+/* Stored rows [s0, s0 + ns) and words [w0, w1) of the codes (int32 [NS, W] as stored): a
+ * pointer into a view of memory, or read into buf ([ns][w1 - w0]: one pread where the words
+ * span whole rows, else one a row); *stride: the bytes from one stored row to the next. */
+static const uint8_t *codes_block(int4_job *j, int64_t s0, int64_t ns, int64_t w0, int64_t w1,
+                                  uint8_t *buf, size_t *stride) {
     const atlas_tensor_view *v = j->qwv;
-    int64_t per = (int64_t)(READ_PIECE / row_bytes) / align * align;
+    int64_t W = v->shape[1];
+    size_t want = (size_t)(w1 - w0) * 4;
+    if (v->fd < 0) {
+        *stride = (size_t)W * 4;
+        return (const uint8_t *)v->data + ((size_t)s0 * W + w0) * 4;
+    }
+    *stride = want;
+    uint64_t at = v->file_offset + ((uint64_t)s0 * W + w0) * 4;
+    atlas_status st = w0 == 0 && w1 == W ? atlas_file_read_at(v->fd, buf, (size_t)ns * want, at)
+                                         : ATLAS_OK;
+    for (int64_t r = 0; st == ATLAS_OK && !(w0 == 0 && w1 == W) && r < ns; r++)
+        st = atlas_file_read_at(v->fd, buf + r * want, want, at + (uint64_t)r * W * 4);
+    if (st == ATLAS_OK) return buf;
+    par_fail(&j->err, atlas_fail_wrap(st, "reading %s", v->name));
+    return NULL;
+}
+
+/* A range of output rows takes its words [w0, w1) of every stored row, a piece of about
+ * READ_PIECE (a multiple of `align` stored rows) at a time, each handed to fn(job, first
+ * stored row, rows, w0, w1, bytes, stride); each range writes its own rows of the output
+ * alone. The whole tensor read into fresh memory had the kernel zero every page of it on
+ * each load; a piece's buffer is freed and malloc'd again at about the same size, which
+ * glibc serves from the memory just freed. */
+typedef void (*piece_fn)(int4_job *j, int64_t s0, int64_t n, int64_t w0, int64_t w1,
+                         const uint8_t *bytes, size_t stride);
+static void pieces(int4_job *j, int64_t w0, int64_t w1, int align, piece_fn fn) {
+    const atlas_tensor_view *v = j->qwv;
+    int64_t NS = v->shape[0];
+    int64_t per = (int64_t)(READ_PIECE / ((size_t)(w1 - w0) * 4)) / align * align;
     if (per < align) per = align;
-    uint8_t *buf = v->fd >= 0 ? malloc((size_t)per * row_bytes) : NULL;
+    uint8_t *buf = v->fd >= 0 ? malloc((size_t)per * (w1 - w0) * 4) : NULL;
     if (v->fd >= 0 && !buf) {
         par_fail(&j->err, atlas_fail(ATLAS_ERR_NOMEM, "reading %s: out of memory", v->name));
         return;
     }
-    for (int64_t r = b; r < e && !par_failed(&j->err); r += per) {
-        int64_t n = e - r < per ? e - r : per;
-        const uint8_t *p = buf;
-        if (!buf) p = (const uint8_t *)v->data + (size_t)r * row_bytes;
-        else {
-            atlas_status st = atlas_file_read_at(v->fd, buf, (size_t)n * row_bytes,
-                                                 v->file_offset + (uint64_t)r * row_bytes);
-            if (st != ATLAS_OK) {
-                par_fail(&j->err, atlas_fail_wrap(st, "reading %s", v->name));
-                break;
-            }
-        }
-        fn(j, r, n, p);
+    for (int64_t s = 0; s < NS && !par_failed(&j->err); s += per) {
+        int64_t n = NS - s < per ? NS - s : per;
+        size_t stride;
+        const uint8_t *p = codes_block(j, s, n, w0, w1, buf, &stride);
+        if (p) fn(j, s, n, w0, w1, p, stride);
     }
     free(buf);
 }
 
 /* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out].
- * A piece: input columns [c0, c0 + n) (rows of qweight); a byte of the output is two input
- * columns' nibbles of one word each. Blocks of 64 columns x 16 words are copied out first and
- * each output row's 32 bytes then written together: a row of qweight is a power-of-two-ish
- * stride apart, and walked directly the reads and the single-byte writes fell in a few cache
- * sets (an 8B AWQ loaded in 6.8 s against GPTQ's 4.1 on an H100 box; alike since). */
-static void awq_piece(int4_job *jb, int64_t c0, int64_t n, const uint8_t *bytes) {
-    int64_t w8 = jb->o->rows / 8, half = jb->o->cols / 2;
+ * A piece: input columns [c0, c0 + n) (stored rows), words [w0, w1) (output rows 8 w0 ..
+ * 8 w1); a byte of the output is two input columns' nibbles of one word each. Blocks of 64
+ * columns x 16 words are copied out first and each output row's 32 bytes then written
+ * together: walked directly, the reads a stored row apart and the single-byte writes fell
+ * in a few cache sets (an 8B AWQ loaded in 6.8 s against GPTQ's 4.1 on an H100 box). */
+static void awq_piece(int4_job *jb, int64_t c0, int64_t n, int64_t w0, int64_t w1,
+                      const uint8_t *bytes, size_t stride) {
+    int64_t half = jb->o->cols / 2;
     uint8_t *p = jb->o->packed;
     uint32_t blk[64][16];
     for (int64_t t0 = 0; t0 < n; t0 += 64)
-        for (int64_t j0 = 0; j0 < w8; j0 += 16) {
-            int nt = n - t0 < 64 ? (int)(n - t0) : 64, nj = w8 - j0 < 16 ? (int)(w8 - j0) : 16;
-            for (int t = 0; t < nt; t++) memcpy(blk[t], bytes + ((t0 + t) * w8 + j0) * 4, 4 * nj);
+        for (int64_t j0 = w0; j0 < w1; j0 += 16) {
+            int nt = n - t0 < 64 ? (int)(n - t0) : 64, nj = w1 - j0 < 16 ? (int)(w1 - j0) : 16;
+            for (int t = 0; t < nt; t++)
+                memcpy(blk[t], bytes + (t0 + t) * stride + (j0 - w0) * 4, 4 * nj);
             for (int j = 0; j < nj; j++)
                 for (int k = 0; k < 8; k++) {
                     uint8_t *dst = p + (8 * (j0 + j) + k) * half + (c0 + t0) / 2;
@@ -402,55 +411,57 @@ static void awq_piece(int4_job *jb, int64_t c0, int64_t n, const uint8_t *bytes)
         }
 }
 
-/* Items: pairs of input columns (a byte of the output holds two). */
+/* Items: words of a stored row (8 output rows each): the codes, then those rows' grids. */
 static void awq_range(void *ctx, int64_t b, int64_t e, int thread) {
     pool_worker(thread);
     int4_job *jb = ctx;
-    pieces(jb, 2 * b, 2 * e, (size_t)(jb->o->rows / 8) * 4, 2, awq_piece);
+    pieces(jb, b, e, 2, awq_piece);
+    grid_rows(jb, AWQ_NIBBLE, 8 * b, 8 * e);
 }
 
 /* GPTQ: qweight [in/8, out] (input 8i+k in nibble k), qzeros [groups, out/8] (output 8j+k in
- * nibble k), zero - 1 stored unless v2. A piece: words [j0, j0 + n) of every output row;
- * row r's 8 columns from word j are that word's 4 bytes as they are (column 8j + k in nibble
- * k, as atlas packs): a transpose of 32-bit words, a block of 16 x 16 (a cache line each
- * way) at a time, since the rows of qweight are a power of two apart and walked across they
- * fell in one cache set. */
-static void gptq_piece(int4_job *jb, int64_t j0, int64_t n, const uint8_t *bytes) {
-    int64_t rows = jb->o->rows, half = jb->o->cols / 2;
+ * nibble k), zero - 1 stored unless v2. A piece: words [j0, j0 + n) (stored rows) of output
+ * rows [r0, r1); row r's 8 columns from word j are that word's 4 bytes as they are (column
+ * 8j + k in nibble k, as atlas packs): a transpose of 32-bit words, a block of 16 x 16 (a
+ * cache line each way) at a time, since the stored rows are a power of two apart and walked
+ * across they fell in one cache set. */
+static void gptq_piece(int4_job *jb, int64_t j0, int64_t n, int64_t r0, int64_t r1,
+                       const uint8_t *bytes, size_t stride) {
+    int64_t half = jb->o->cols / 2;
     uint8_t *p = jb->o->packed;
     uint32_t blk[16][16];
     for (int64_t jb0 = 0; jb0 < n; jb0 += 16)
-        for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-            int nj = n - jb0 < 16 ? (int)(n - jb0) : 16, nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
-            for (int j = 0; j < nj; j++) memcpy(blk[j], bytes + ((jb0 + j) * rows + r0) * 4, 4 * nr);
+        for (int64_t rb = r0; rb < r1; rb += 16) {
+            int nj = n - jb0 < 16 ? (int)(n - jb0) : 16, nr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
+            for (int j = 0; j < nj; j++)
+                memcpy(blk[j], bytes + (jb0 + j) * stride + (rb - r0) * 4, 4 * nr);
             for (int r = 0; r < nr; r++) {
                 uint32_t row[16];
                 for (int j = 0; j < nj; j++) row[j] = blk[j][r];
-                memcpy(p + (r0 + r) * half + 4 * (j0 + jb0), row, 4 * nj);
+                memcpy(p + (rb + r) * half + 4 * (j0 + jb0), row, 4 * nj);
             }
         }
 }
 
-/* Items: rows of qweight (words of 8 input columns). */
+/* Items: output rows: the codes, then the rows' grids. */
 static void gptq_range(void *ctx, int64_t b, int64_t e, int thread) {
     pool_worker(thread);
     int4_job *jb = ctx;
-    pieces(jb, b, e, (size_t)jb->o->rows * 4, 1, gptq_piece);
+    pieces(jb, b, e, 1, gptq_piece);
+    grid_rows(jb, PLAIN_NIBBLE, b, e);
 }
 
 /* AWQ's or GPTQ's codes (read from qwv), zeros and scales (s: [groups, rows]) into o's
- * layout. */
+ * layout, split over the pool by output rows. */
 static atlas_status repack_int4(atlas_threadpool *pool, bool awq, const atlas_tensor_view *qwv,
                                 const int32_t *qz, const float *s, bool v2, atlas_qweight *o) {
     o->zeros = malloc((size_t)(o->rows * o->q.scale_cols) * sizeof *o->zeros);
     if (!o->zeros) return atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
     int4_job j = {.qwv = qwv, .qz = qz, .s = s, .o = o, .zero_add = awq || v2 ? 0.0f : 1.0f,
                   .err = {.failed = ATOMIC_FLAG_INIT}};
-    if (awq) par(pool, o->cols / 2, 64, awq_range, &j);
-    else par(pool, o->cols / 8, 16, gptq_range, &j);
-    ATLAS_TRY(par_result(&j.err));
-    par(pool, o->rows, 256, awq ? awq_grids : gptq_grids, &j);
-    return ATLAS_OK;
+    if (awq) par(pool, o->rows / 8, 8, awq_range, &j);
+    else par(pool, o->rows, 64, gptq_range, &j);
+    return par_result(&j.err);
 }
 
 /* compressed-tensors pack-quantized: weight_packed [out, ceil(in/8)] (column 8j+k in nibble
