@@ -597,8 +597,9 @@ int atlas_cli_bench(int argc, char **argv) {
                    "%4.0f  split %4.0f (general %4.0f)  scratch %4.0f   n=64: mma %4.0f  split "
                    "%4.0f  scratch %4.0f GB/s\n",
                    prof.name[i], prof.m[i], prof.k[i], prof.qfmt, prof.q_bc, prof.qgbps[0][i],
-                   prof.qgbps[14][i], prof.qgbps[15][i], prof.qgbps[16][i], prof.qgbps[1][i], prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[12][i],
-                   prof.qgbps[13][i], prof.qgbps[3][i],
+                   prof.qgbps[14][i], prof.qgbps[15][i], prof.qgbps[16][i], prof.qgbps[1][i],
+                   prof.qgbps[7][i], prof.qgbps[10][i], prof.qgbps[12][i], prof.qgbps[13][i],
+                   prof.qgbps[3][i],
                    prof.qgbps[5][i], prof.qgbps[8][i], prof.qgbps[11][i], prof.qgbps[6][i],
                    prof.qgbps[2][i], prof.qgbps[9][i], prof.qgbps[4][i]);
         for (int c = 0; prof.qfmt && c < 3; c++) {

@@ -429,9 +429,9 @@ static atlas_status qprofile(cuda_backend *cb, atlas_bench_profile *out, CUdevic
     ATLAS_TRY(ATLAS_CU(cuMemsetD32, bufs[0], 0x3c000000u, 64 * kmax)); /* x = 2^-7 */
     /* the profile's variants: n rows, on the tensor-core kernels at every n they take,
      * (scratch 1) every n > 1 through the scratch copy, (2) the tensor-core kernels on x
-     * split once (plan.qmma_split), (3) the same without INT4's chunk kernels
-     * (plan.qmma_chunk), or (4, 5) with INT4's 2 or 4 tiles of 16 rows a block
-     * (plan.qmma_wide) */
+     * split once (plan.qmma_split) with INT4's one tile of 16 rows a block, (3) the same
+     * without INT4's chunk kernels (plan.qmma_chunk), or (4, 5) with INT4's 2 or 4 tiles a
+     * block (plan.qmma_wide; 8 and 16 rows) */
     static const struct { int n, scratch; } runs[ATLAS_BENCH_QRUNS] = {
         {1, 0},  {16, 0}, {64, 0}, {16, 1}, {64, 1}, {32, 0}, {32, 1},
         {16, 2}, {32, 2}, {64, 2}, {16, 3}, {32, 3}, {16, 4}, {16, 5}, {8, 2}, {8, 4}, {8, 5}};
