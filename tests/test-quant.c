@@ -688,7 +688,7 @@ static void check_survey(const char *dir, const atlas_model_params *p, const atl
 
 /* The logits of every position of one prompt, [E2E_TOKENS, vocab]; NULL after a failure. */
 static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, size_t *reads,
-                        atlas_cpu_activations act) {
+                        atlas_cpu_activations act, double *repack_ms) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
     p.cpu_activations = act;
@@ -703,6 +703,7 @@ static float *logits_of(const char *dir, int *vocab, char *info, size_t cap, siz
     check_survey(dir, &p, &mi);
     if (info) snprintf(info, cap, "%s", mi.formats);
     *reads = mi.token_weight_bytes;
+    if (repack_ms) *repack_ms = mi.times.repack_ms;
     int32_t tok[E2E_TOKENS], pos[E2E_TOKENS], rows[E2E_TOKENS], start[2] = {0, E2E_TOKENS};
     int32_t ctx = E2E_TOKENS, table[4] = {0, 1, 2, 3};
     for (int i = 0; i < E2E_TOKENS; i++) {
@@ -858,8 +859,13 @@ static void test_end_to_end(void) {
         if (rc) continue;
         int vq = 0, vf = 0;
         size_t rq = 0, rf = 0;
-        float *lq = logits_of(q, &vq, info, sizeof info, &rq, ATLAS_CPU_ACT_FP32);
-        float *lf = logits_of(f, &vf, NULL, 0, &rf, ATLAS_CPU_ACT_FP32);
+        double tq = 0, tf = 0;
+        float *lq = logits_of(q, &vq, info, sizeof info, &rq, ATLAS_CPU_ACT_FP32, &tq);
+        float *lf = logits_of(f, &vf, NULL, 0, &rf, ATLAS_CPU_ACT_FP32, &tf);
+        /* the load's time in reading and repacking quantized weights: some, and none for
+         * the float copy */
+        CHECK_MSG(tq > 0 && tf == 0, "%s: repack %.3f ms, %.3f ms in float32", cases[i].layout,
+                  tq, tf);
         /* the packed weights and their scales read fewer bytes than float32 ones */
         CHECK_MSG(rq > 0 && rq < rf, "%s: a token reads %zu bytes, %zu in float32",
                   cases[i].layout, rq, rf);
@@ -876,7 +882,7 @@ static void test_end_to_end(void) {
         if (lf && cases[i].int8) {
             int v8 = 0;
             size_t r8 = 0;
-            float *l8 = logits_of(q, &v8, NULL, 0, &r8, ATLAS_CPU_ACT_INT8);
+            float *l8 = logits_of(q, &v8, NULL, 0, &r8, ATLAS_CPU_ACT_INT8, NULL);
             if (l8 && v8 == vf) {
                 double e = harness_rel_err(l8, lf, E2E_TOKENS * vf);
                 printf("%-10s %-9s %-30s int8 activations: logits error %.3g\n", cases[i].layout,

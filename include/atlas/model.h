@@ -206,6 +206,8 @@ typedef struct atlas_model_load_times {
     double tokenizer; /* tokenizer.json parsed beside the weights (0: not loaded with the model,
                          as in the engine, which keeps its own) */
     double end;       /* the model ready */
+    double repack_ms; /* of the weights step, the milliseconds spent reading quantized weights
+                         and repacking them into the backend's formats (0: none stored so) */
 } atlas_model_load_times;
 
 /* What `atlas info` prints. Strings are owned by the model. */

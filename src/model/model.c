@@ -310,6 +310,7 @@ static atlas_status load_weights(atlas_model *m, const atlas_model_params *p,
     pthread_mutex_destroy(&progress.mu);
     ATLAS_TRY(st);
     m->times.weights = atlas_now_ms();
+    m->times.repack_ms = m->w.repack_ms;
     m->cfg.quant.kv_fp8_on = m->be->kv_size == 1;
     atlas_quant_config_str(&m->cfg.quant, m->quant_str, sizeof m->quant_str);
     atlas_weights_formats(m->w.groups, &m->cfg, m->formats, sizeof m->formats);

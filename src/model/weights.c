@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "model/experts_oss.h"
@@ -281,8 +282,10 @@ static atlas_status try_quant(binder *b, const char *const *names, const int64_t
         char module[128];
         size_t len = strlen(names[i]) - strlen(".weight");
         snprintf(module, sizeof module, "%.*s", (int)len, names[i]);
+        double t0 = atlas_now_ms();
         st = atlas_quant_bind(b->st, b->quant, module, rows[i], cols, !b->count_only, b->used,
                               b->pool, &qw[i]);
+        if (qw[i].quantized) b->w->repack_ms += atlas_now_ms() - t0;
         quantized += qw[i].quantized;
     }
     if (st == ATLAS_OK && quantized && quantized != n)

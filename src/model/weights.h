@@ -76,6 +76,8 @@ typedef struct atlas_model_weights {
     void **owned;                /* tensor parallel: gathered column bands the backend's
                                     weights may point into (o_proj, down_proj) */
     int n_owned, cap_owned;
+    double repack_ms;            /* spent in atlas_quant_bind reading and repacking the
+                                    quantized weights (model.h atlas_model_load_times) */
 } atlas_model_weights;
 
 /* Binds every weight the config calls for. On failure nothing stays loaded. */

@@ -478,6 +478,8 @@ void atlas_server_log_residency(atlas_server *s, const atlas_residency_event *ev
         }
         if (ev->source && o) json_object_set_new(o, "source", json_string(ev->source));
         if (o && ev->times) json_object_set_new(o, "steps_ms", load_steps(ev->times));
+        if (o && ev->times && ev->times->repack_ms > 0)
+            json_object_set_new(o, "repack_ms", json_real(round(ev->times->repack_ms * 10) / 10));
         if (ev->tier_off && *ev->tier_off) {
             snprintf(err, sizeof err, "; no host tier: %.300s", ev->tier_off);
             if (o) json_object_set_new(o, "host_tier_off", json_string(ev->tier_off));
