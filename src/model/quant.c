@@ -384,16 +384,6 @@ static void pieces(int4_job *j, int64_t w0, int64_t w1, int align, piece_fn fn) 
     free(buf);
 }
 
-/* The smaller of what is left and a block's cap. */
-static int upto(int64_t left, int cap) { return left < cap ? (int)left : cap; }
-
-/* Stored rows [s, s + ns) and words [w, w + nw) of a piece (stride bytes a stored row) into
- * a block of at most 16 words a row. */
-static void block_in(uint32_t (*blk)[16], const uint8_t *bytes, size_t stride, int64_t s,
-                     int64_t w, int ns, int nw) {
-    for (int t = 0; t < ns; t++) memcpy(blk[t], bytes + (s + t) * stride + w * 4, 4 * (size_t)nw);
-}
-
 /* AWQ gemm: qweight [in, out/8], qzeros [in/g, out/8] in AWQ's order, scales [in/g, out].
  * A piece: input columns [c0, c0 + n) (stored rows), words [w0, w1) (output rows 8 w0 ..
  * 8 w1); a byte of the output is two input columns' nibbles of one word each. Blocks of 64
@@ -407,8 +397,9 @@ static void awq_piece(int4_job *jb, int64_t c0, int64_t n, int64_t w0, int64_t w
     uint32_t blk[64][16];
     for (int64_t t0 = 0; t0 < n; t0 += 64)
         for (int64_t j0 = w0; j0 < w1; j0 += 16) {
-            int nt = upto(n - t0, 64), nj = upto(w1 - j0, 16);
-            block_in(blk, bytes, stride, t0, j0 - w0, nt, nj);
+            int nt = n - t0 < 64 ? (int)(n - t0) : 64, nj = w1 - j0 < 16 ? (int)(w1 - j0) : 16;
+            for (int t = 0; t < nt; t++)
+                memcpy(blk[t], bytes + (t0 + t) * stride + (j0 - w0) * 4, 4 * nj);
             for (int j = 0; j < nj; j++)
                 for (int k = 0; k < 8; k++) {
                     uint8_t *dst = p + (8 * (j0 + j) + k) * half + (c0 + t0) / 2;
@@ -441,8 +432,9 @@ static void gptq_piece(int4_job *jb, int64_t j0, int64_t n, int64_t r0, int64_t 
     uint32_t blk[16][16];
     for (int64_t jb0 = 0; jb0 < n; jb0 += 16)
         for (int64_t rb = r0; rb < r1; rb += 16) {
-            int nj = upto(n - jb0, 16), nr = upto(r1 - rb, 16);
-            block_in(blk, bytes, stride, jb0, rb - r0, nj, nr);
+            int nj = n - jb0 < 16 ? (int)(n - jb0) : 16, nr = r1 - rb < 16 ? (int)(r1 - rb) : 16;
+            for (int j = 0; j < nj; j++)
+                memcpy(blk[j], bytes + (jb0 + j) * stride + (rb - r0) * 4, 4 * nr);
             for (int r = 0; r < nr; r++) {
                 uint32_t row[16];
                 for (int j = 0; j < nj; j++) row[j] = blk[j][r];
