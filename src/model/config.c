@@ -134,8 +134,8 @@ static atlas_status read_eos(const char *file, json_t *obj, atlas_config *cfg) {
 
 /* The family from architectures[0], as vLLM takes it; model_type only where architectures is
  * absent. Where the two name different families (a config edited by hand or by a tool that
- * rewrote one), transformers would build model_type's class: atlas follows architectures and
- * says so in `atlas info` (the architecture line). */
+ * rewrote one), transformers would build model_type's class: atlas follows architectures,
+ * and `atlas info`'s architecture line shows the class it took. */
 static atlas_status read_arch(const char *file, json_t *root, atlas_config *cfg) {
     static const struct {
         const char *cls, *model_type;

@@ -348,9 +348,9 @@ static const uint8_t *codes_block(int4_job *j, int64_t s0, int64_t ns, int64_t w
     }
     *stride = want;
     uint64_t at = v->file_offset + ((uint64_t)s0 * W + w0) * 4;
-    atlas_status st = w0 == 0 && w1 == W ? atlas_file_read_at(v->fd, buf, (size_t)ns * want, at)
-                                         : ATLAS_OK;
-    for (int64_t r = 0; st == ATLAS_OK && !(w0 == 0 && w1 == W) && r < ns; r++)
+    bool whole = w0 == 0 && w1 == W;
+    atlas_status st = whole ? atlas_file_read_at(v->fd, buf, (size_t)ns * want, at) : ATLAS_OK;
+    for (int64_t r = 0; st == ATLAS_OK && !whole && r < ns; r++)
         st = atlas_file_read_at(v->fd, buf + r * want, want, at + (uint64_t)r * W * 4);
     if (st == ATLAS_OK) return buf;
     par_fail(&j->err, atlas_fail_wrap(st, "reading %s", v->name));

@@ -511,11 +511,12 @@ static atlas_status cut_after_final(const json_t *msgs, const char *model, char 
     const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
     const char *text = json_string_value(json_object_get(last, "content"));
     size_t tl = text ? strlen(text) : 0;
-    const char *at = NULL;
+    const char *at = NULL, *stop = prompt + strlen(prompt);
     /* the text as sent, else without its trailing whitespace (templates that trim it) */
     for (int pass = 0; pass < 2 && !at; pass++) {
         if (pass) while (tl && strchr(" \t\r\n", text[tl - 1])) tl--;
-        for (const char *p = prompt; tl && (p = memmem(p, strlen(p), text, tl)); p++) at = p;
+        for (const char *p = prompt; tl && (p = memmem(p, (size_t)(stop - p), text, tl)); p++)
+            at = p;
     }
     if (!at) {
         *param = "continue_final_message";

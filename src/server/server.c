@@ -336,7 +336,6 @@ static void note_model(atlas_http_call *call, const char *arg, const json_t *bod
     if (m) atlas_utf8_clean(call->log.model, sizeof call->log.model, m, strlen(m));
 }
 
-
 /* The route of this method and URL.  The first route whose path matches names the resource
  * (the table lists /v1/models/{}/load before /v1/models/{}, whose id could swallow
  * "NAME/load"); *pattern is its path, for a 405's Allow when none of its methods is this. */
