@@ -508,3 +508,74 @@ ATLAS_QMMW(atlas_qmmw2x4_int4, 2, 4)
 ATLAS_QMMA_ALL(fp8, QF_FP8)
 ATLAS_QMMA_ALL(int4, QF_INT4)
 ATLAS_QMMA_ALL(fp4, QF_FP4)
+
+/* --- INT4 as GPTQ and AWQ store it, repacked on the device at load --------------------------
+ * A load uploads a part's codes and grids as stored (backend.h atlas_int4_order) into the
+ * regions they end in, copies each region to a scratch buffer and repacks it back, so that
+ * the host only moves bytes. The same layout as model/quant.c's host repack, byte for byte. */
+
+/* GPTQ: src [k8][rows] words (input 8i + t in nibble t) -> dst [rows][k8] words: a transpose
+ * of 32-bit words (atlas's byte j of a row holds columns 2j and 2j + 1, as GPTQ's word does).
+ * Tiles of 32 x 32; grid (ceil(rows / 32), ceil(k8 / 32)), block 256. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_int4_repack_gptq(uint32_t *dst, const uint32_t *src, int k8, int rows) {
+    __shared__ uint32_t t[32][33];
+    pdl_wait();
+    const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * 32, j0 = blockIdx.y * 32;
+    for (int i = y; i < 32; i += 8)
+        if (j0 + i < k8 && r0 + x < rows) t[i][x] = src[(size_t)(j0 + i) * rows + r0 + x];
+    __syncthreads();
+    for (int i = y; i < 32; i += 8)
+        if (r0 + i < rows && j0 + x < k8) dst[(size_t)(r0 + i) * k8 + j0 + x] = t[x][i];
+    pdl_trigger();
+}
+
+__constant__ int awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* row 8j + k in nibble [k] */
+
+/* AWQ: src [cols][rows / 8] words -> dst [rows][cols / 8] words, dst word (r, q) holding
+ * columns 8q .. 8q + 7 of row r, column 8q + t in nibble t. A block: 64 columns (8 dst words
+ * a row) x 32 src words (256 rows); grid (ceil(rows / 256), ceil(cols / 64)), block 256. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_int4_repack_awq(uint32_t *dst, const uint32_t *src, int cols, int rows) {
+    __shared__ uint32_t t[64][33];
+    pdl_wait();
+    const int w8 = rows / 8, q8 = cols / 8, tid = threadIdx.x;
+    const int u0 = blockIdx.x * 32, c0 = blockIdx.y * 64;
+    for (int i = tid; i < 64 * 32; i += 256) {
+        int c = i / 32, u = i % 32;
+        if (c0 + c < cols && u0 + u < w8) t[c][u] = src[(size_t)(c0 + c) * w8 + u0 + u];
+    }
+    __syncthreads();
+    for (int i = tid; i < 256 * 8; i += 256) {
+        int rr = i / 8, qq = i % 8, u = rr / 8, sh = 4 * awq_nibble[rr % 8];
+        if (u0 + u >= w8 || c0 / 8 + qq >= q8) continue;
+        uint32_t v = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) v |= ((t[8 * qq + k][u] >> sh) & 0xfu) << (4 * k);
+        dst[(size_t)(8 * u0 + rr) * q8 + c0 / 8 + qq] = v;
+    }
+    pdl_trigger();
+}
+
+/* The grids: scales s [groups][rows] (sdt 0 f32, 1 f16, 2 bf16) and zeros z [groups][rows / 8]
+ * words (row 8j + k in nibble k, or awq_nibble[k] when awq) -> float32 [rows][groups] each, a
+ * zero plus zero_add. Grid-stride, block 256. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_int4_repack_grids(float *scales, float *zeros, const void *s, const uint32_t *z,
+                            int groups, int rows, int sdt, int awq, float zero_add) {
+    pdl_wait();
+    const long long n = (long long)rows * groups;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(i / groups), g = (int)(i % groups);
+        const size_t si = (size_t)g * rows + r;
+        const uint16_t h = sdt ? ((const uint16_t *)s)[si] : 0;
+        scales[i] = sdt == 0   ? ((const float *)s)[si]
+                    : sdt == 1 ? __half2float(__ushort_as_half(h))
+                               : bf2f(h);
+        const int nib = awq ? awq_nibble[r & 7] : (r & 7);
+        zeros[i] = (float)((z[(size_t)g * (rows / 8) + r / 8] >> (4 * nib)) & 0xfu) + zero_add;
+    }
+    pdl_trigger();
+}

@@ -361,6 +361,12 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t n) {
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return 0;
 }
+/* Device to device: both are host memory here. */
+static CUresult f_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    (void)s;
+    memmove((void *)dst, (const void *)src, n);
+    return 0;
+}
 /* Likewise a copy not into a pinned buffer. */
 static CUresult f_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s) {
     (void)s;
@@ -521,6 +527,7 @@ atlas_driver fake_cuda_table(void) {
     d.cuMemcpyHtoDAsync = f_htod_async;
     d.cuMemcpyDtoH = f_dtoh;
     d.cuMemcpyDtoHAsync = f_dtoh_async;
+    d.cuMemcpyDtoDAsync = f_dtod_async;
     d.cuMemsetD8 = f_memset8;
     d.cuMemsetD8Async = f_memset8_async;
     d.cuMemsetD32Async = f_memset32_async;

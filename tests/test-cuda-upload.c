@@ -10,6 +10,7 @@
  * (atlas_host_quiet_call: a load's kernel modules) runs on the serving thread at its quiet
  * point, its failure reported to the caller, and on the caller when nothing serves or the
  * serving thread sleeps.  The quantized matmul on split x launches the kernels it needs.
+ * INT4 as GPTQ stores it goes up as stored and is queued for the repack at weights_done.
  * tests/test-gpu-load.c loads the fixtures on a real GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -279,7 +280,8 @@ static void test_quant_launches(void) {
     float *sc = malloc((size_t)M * (K / BC) * sizeof(float));
     float *zs = malloc((size_t)M * (K / BC) * sizeof(float));
     for (int i = 0; sc && zs && i < M * (K / BC); i++) sc[i] = 1e-3f, zs[i] = 8.0f;
-    atlas_wquant q = {ATLAS_WFMT_INT4, 1, BC, K / BC, sc, zs, NULL, 0.0f};
+    atlas_wquant q = {.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = BC,
+                      .scale_cols = K / BC, .scales = sc, .zeros = zs};
     atlas_weight_src src = {.name = "w", .dtype = ATLAS_DTYPE_U8, .n_dims = 2, .shape = {M, K},
                             .nbytes = (size_t)M * K / 2, .data = codes, .quant = &q};
     const atlas_weight_src *v[] = {&src};
@@ -315,11 +317,92 @@ static void test_quant_launches(void) {
     free(sc);
     free(zs);
 }
+
+/* INT4 as GPTQ stores it (backend.h atlas_int4_order) goes up as stored: the codes into their
+ * region, each part's scales and zeros into the start of its rows' regions of the float grids
+ * (the rest zero), and weights_done repacks each part in place (a copy to a scratch buffer and
+ * two launches a part; the fake runs no kernel, so the regions keep what went up) and frees
+ * the scratch; a weight freed before weights_done is not repacked. */
+static void test_int4_stored(void) {
+    enum { K = 256, G = 2 };
+    const int rows[2] = {64, 32};
+    double inv_freq[4] = {1, 0.1, 0.01, 0.001};
+    atlas_backend_geom g = {.hidden = K, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
+                            .intermediate = 8, .vocab_size = 4, .n_layers = 1, .rms_eps = 1e-5f,
+                            .rope_inv_freq = inv_freq, .rope_attn_factor = 1};
+    atlas_backend_options o = {.no_cublaslt = 1, .no_pdl = 1};
+    uint32_t qw[2][64 * K / 8], qz[2][G * 64 / 8];
+    uint16_t sc[2][G * 64];
+    atlas_weight_src src[2], ss[2], zs[2];
+    atlas_wquant q[2];
+    const atlas_weight_src *v[2];
+    for (int p = 0; p < 2; p++) {
+        int r = rows[p];
+        for (int i = 0; i < r * K / 8; i++) qw[p][i] = 0x9e3779b9u * (uint32_t)(i + 7 * p + 1);
+        for (int i = 0; i < G * r / 8; i++) qz[p][i] = 0x77777777u + (uint32_t)i;
+        for (int i = 0; i < G * r; i++) sc[p][i] = (uint16_t)(0x1c00 + i + p);
+        ss[p] = (atlas_weight_src){.name = "scales", .dtype = ATLAS_DTYPE_F16, .n_dims = 2,
+                                   .shape = {G, r}, .nbytes = (size_t)G * r * 2, .data = sc[p]};
+        zs[p] = (atlas_weight_src){.name = "qzeros", .dtype = ATLAS_DTYPE_I32, .n_dims = 2,
+                                   .shape = {G, r / 8}, .nbytes = (size_t)G * r / 2,
+                                   .data = qz[p]};
+        q[p] = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = K / G,
+                              .scale_cols = G, .order = ATLAS_INT4_GPTQ, .stored_scales = &ss[p],
+                              .stored_zeros = &zs[p], .zero_add = 1.0f};
+        src[p] = (atlas_weight_src){.name = "qkv", .dtype = ATLAS_DTYPE_I32, .n_dims = 2,
+                                    .shape = {r, K}, .nbytes = (size_t)r * K / 2, .data = qw[p],
+                                    .quant = &q[p]};
+        v[p] = &src[p];
+    }
+    atlas_backend *be = NULL;
+    CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
+    if (!be) return;
+    CHECK(be->int4_stored == 1);
+    atlas_weight *w = NULL, *dropped = NULL;
+    long allocs0 = fake_cuda_get_stats().live_allocs, l0 = fake_cuda_get_stats().launches;
+    CHECK_OK(be->ops->weight_load(be, v, 2, &w));
+    CHECK_OK(be->ops->weights_done(be));
+    long launches = fake_cuda_get_stats().launches - l0;
+    CHECK_MSG(launches == 4, "%ld launches to repack 2 parts, want 4", launches);
+    CHECK_MSG(fake_cuda_get_stats().live_allocs == allocs0 + 3, "%ld allocations after the "
+              "repack, want the weight's 3 (the scratch freed)",
+              fake_cuda_get_stats().live_allocs - allocs0);
+    if (w) {
+        size_t grid = (size_t)96 * G * 4, at = 0, gat = 0;
+        CHECK(w->bytes == (size_t)96 * K / 2 + 2 * grid);
+        for (int p = 0; p < 2; p++) {
+            int r = rows[p];
+            size_t region = (size_t)r * G * 4;
+            const char *codes = (const char *)(uintptr_t)w->ptr + at;
+            const char *sr = (const char *)(uintptr_t)w->scales + gat;
+            const char *zr = (const char *)(uintptr_t)w->zeros + gat;
+            CHECK(!memcmp(codes, qw[p], (size_t)r * K / 2));
+            CHECK(!memcmp(sr, sc[p], ss[p].nbytes));
+            CHECK(!memcmp(zr, qz[p], zs[p].nbytes));
+            bool zero = true;
+            for (size_t i = ss[p].nbytes; i < region; i++) zero &= sr[i] == 0;
+            for (size_t i = zs[p].nbytes; i < region; i++) zero &= zr[i] == 0;
+            CHECK_MSG(zero, "part %d: the rest of its grid regions is not zero", p);
+            at += (size_t)r * K / 2;
+            gat += region;
+        }
+        be->ops->weight_free(be, w);
+    }
+    l0 = fake_cuda_get_stats().launches;
+    CHECK_OK(be->ops->weight_load(be, v, 1, &dropped));
+    if (dropped) be->ops->weight_free(be, dropped);
+    CHECK_OK(be->ops->weights_done(be));
+    CHECK_MSG(fake_cuda_get_stats().launches == l0, "a weight freed before weights_done was "
+              "repacked (%ld launches)", fake_cuda_get_stats().launches - l0);
+    CHECK_OK(be->ops->destroy(be));
+    printf("int4 as stored: uploaded as stored, %ld launches to repack 2 parts\n", launches);
+}
 #else
 static void test_backend(const char *dir) {
     (void)dir;
     printf("backend: skipped (built without kernels: no CUDA backend to create)\n");
 }
+static void test_int4_stored(void) { printf("int4 as stored: skipped (built without kernels)\n"); }
 static void test_quant_launches(void) {
     printf("quantized launches: skipped (built without kernels)\n");
 }
@@ -409,6 +492,7 @@ int main(void) {
     test_quiet(h);
     test_backend(dir);
     test_quant_launches();
+    test_int4_stored();
     harness_rm_rf(dir);
     return harness_finish();
 }

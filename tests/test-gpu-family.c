@@ -125,7 +125,8 @@ static weight weight_fp8(const char *name, int64_t rows, int64_t cols) {
         if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1; /* not e4m3's NaN */
     }
     for (int64_t r = 0; r < rows; r++) scales[r] = 1e-3f * (1.5f + urand());
-    atlas_wquant q = {ATLAS_WFMT_FP8_E4M3, 1, (int)cols, 1, scales, NULL, NULL, 0.0f};
+    atlas_wquant q = {.format = ATLAS_WFMT_FP8_E4M3, .block_rows = 1, .block_cols = (int)cols,
+                      .scale_cols = 1, .scales = scales};
     atlas_weight_src src = {.name = name, .dtype = ATLAS_DTYPE_F8_E4M3, .n_dims = 2,
                             .shape = {rows, cols}, .data = codes, .nbytes = n, .quant = &q};
     const atlas_weight_src *v[1] = {&src};

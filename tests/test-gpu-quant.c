@@ -7,7 +7,7 @@
  * 2 to 64 (the tensor-core kernels: 1e-4 where their bf16 weights are exact, else 2e-2;
  * act-order's fp32 GEMV up to 8) and more (dequantized to bf16 for the bf16 matmuls: 2e-2),
  * one row again through each one-row kernel (one row group a block, several, the streaming
- * kernels), and refusals
+ * kernels), INT4 as GPTQ and AWQ store it repacked on the device (byte for byte), and refusals
  * of what the kernels do not take. GPU outputs are poisoned with NaN first. Skips without a
  * GPU. */
 #include <math.h>
@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/driver.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "harness.h"
 
@@ -77,7 +78,9 @@ static void qpart_make_g(qpart *p, const char *name, atlas_wformat f, int64_t ro
             p->g_idx[j] = t;
         }
     }
-    p->q = (atlas_wquant){f, br, bc, scols, p->scales, p->zeros, p->g_idx, global};
+    p->q = (atlas_wquant){.format = f, .block_rows = br, .block_cols = bc, .scale_cols = scols,
+                          .scales = p->scales, .zeros = p->zeros, .g_idx = p->g_idx,
+                          .global = global};
     p->src = (atlas_weight_src){.name = name, .dtype = fp8 ? ATLAS_DTYPE_F8_E4M3 : ATLAS_DTYPE_U8,
                                 .n_dims = 2, .shape = {rows, k}, .nbytes = nb, .data = c,
                                 .quant = &p->q};
@@ -299,6 +302,99 @@ static void refused(const char *what, atlas_wformat f, int64_t rows, int64_t k, 
     qpart_free(&p);
 }
 
+/* INT4 as GPTQ and AWQ store it (backend.h atlas_int4_order), repacked on the device at
+ * weights_done: the codes and both grids of every part of a fused weight, downloaded, byte for
+ * byte the packed layout and float grids of the same numbers as backend.h defines them (the
+ * layout the model's host repack writes and the kernels above are checked on). Scales of
+ * random bits (f16 with subnormals, bf16) or random floats; rows not a multiple of the
+ * kernels' tiles. */
+static void stored(const char *what, atlas_int4_order order, atlas_dtype sdt, float zero_add,
+                   const int64_t *rows, int n_parts, int64_t k, int group) {
+    static const int awq_nib[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    int64_t groups = k / group, R = 0;
+    for (int p = 0; p < n_parts; p++) R += rows[p];
+    size_t es = atlas_dtype_size(sdt), grid = (size_t)(R * groups);
+    uint32_t *qw[4] = {0}, *qz[4] = {0};
+    uint16_t *sc16[4] = {0};
+    float *sc32[4] = {0};
+    atlas_weight_src src[4], ssrc[4], zsrc[4];
+    atlas_wquant q[4];
+    const atlas_weight_src *v[4];
+    uint8_t *want = calloc((size_t)(R * k / 2), 1), *got = malloc((size_t)(R * k / 2));
+    float *ws = malloc(grid * 4), *wz = malloc(grid * 4), *gs = malloc(grid * 4),
+          *gz = malloc(grid * 4);
+    int64_t at = 0;
+    for (int p = 0; p < n_parts; p++) {
+        int64_t r = rows[p];
+        size_t words = (size_t)(r * k / 8), zw = (size_t)(groups * r / 8);
+        qw[p] = malloc(words * 4);
+        qz[p] = malloc(zw * 4);
+        if (es == 4) sc32[p] = malloc((size_t)(groups * r) * 4);
+        else sc16[p] = malloc((size_t)(groups * r) * 2);
+        for (size_t i = 0; i < words; i++) qw[p][i] = next();
+        for (size_t i = 0; i < zw; i++) qz[p][i] = next();
+        for (int64_t i = 0; i < groups * r; i++) {
+            uint32_t b = next();
+            if (es == 4) sc32[p][i] = urand() * 1e-2f;
+            else if (sdt == ATLAS_DTYPE_F16) sc16[p][i] = (uint16_t)((b & 0x83ff) | (b >> 16) % 31 << 10);
+            else sc16[p][i] = atlas_f32_to_bf16(urand() * 1e-2f);
+        }
+        for (int64_t row = 0; row < r; row++) {
+            for (int64_t c = 0; c < k; c++) {
+                bool g = order == ATLAS_INT4_GPTQ;
+                uint32_t word = g ? qw[p][(c / 8) * r + row] : qw[p][c * (r / 8) + row / 8];
+                int nib = g ? (int)(c % 8) : awq_nib[row % 8];
+                want[(at + row) * (k / 2) + c / 2] |= (uint8_t)(((word >> (4 * nib)) & 0xf) << (4 * (c & 1)));
+            }
+            for (int64_t gi = 0; gi < groups; gi++) {
+                int64_t si = gi * r + row, o = (at + row) * groups + gi;
+                ws[o] = es == 4 ? sc32[p][si] : sdt == ATLAS_DTYPE_F16 ? atlas_f16_to_f32(sc16[p][si])
+                                                                       : atlas_bf16_to_f32(sc16[p][si]);
+                int nz = order == ATLAS_INT4_GPTQ ? (int)(row % 8) : awq_nib[row % 8];
+                wz[o] = (float)((qz[p][gi * (r / 8) + row / 8] >> (4 * nz)) & 0xf) + zero_add;
+            }
+        }
+        ssrc[p] = (atlas_weight_src){.name = "scales", .dtype = sdt, .n_dims = 2,
+                                     .shape = {groups, r}, .nbytes = (size_t)(groups * r) * es,
+                                     .data = es == 4 ? (void *)sc32[p] : (void *)sc16[p]};
+        zsrc[p] = (atlas_weight_src){.name = "qzeros", .dtype = ATLAS_DTYPE_I32, .n_dims = 2,
+                                     .shape = {groups, r / 8}, .nbytes = zw * 4, .data = qz[p]};
+        q[p] = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = group,
+                              .scale_cols = (int)groups, .order = order,
+                              .stored_scales = &ssrc[p], .stored_zeros = &zsrc[p],
+                              .zero_add = zero_add};
+        src[p] = (atlas_weight_src){.name = what, .dtype = ATLAS_DTYPE_I32, .n_dims = 2,
+                                    .shape = {r, k}, .nbytes = words * 4, .quant = &q[p],
+                                    .data = qw[p]};
+        v[p] = &src[p];
+        at += r;
+    }
+    atlas_weight *w = NULL;
+    atlas_status st = gpu->ops->weight_load(gpu, v, n_parts, &w);
+    CHECK_OK(st);
+    if (st == ATLAS_OK) CHECK_OK(gpu->ops->weights_done(gpu));
+    if (st == ATLAS_OK) {
+        const atlas_driver *d = atlas_driver_get();
+        CHECK(d->cuMemcpyDtoH(got, w->ptr, (size_t)(R * k / 2)) == 0);
+        CHECK(d->cuMemcpyDtoH(gs, w->scales, grid * 4) == 0);
+        CHECK(d->cuMemcpyDtoH(gz, w->zeros, grid * 4) == 0);
+        size_t bad = 0, first = 0;
+        for (size_t i = (size_t)(R * k / 2); i-- > 0;)
+            if (got[i] != want[i]) bad++, first = i;
+        size_t bs = 0, bz = 0;
+        for (size_t i = 0; i < grid; i++) {
+            bs += memcmp(&gs[i], &ws[i], 4) != 0;
+            bz += memcmp(&gz[i], &wz[i], 4) != 0;
+        }
+        printf("%s %s: %zu of %lld code bytes differ (first at %zu), %zu scales, %zu zeros\n",
+               bad || bs || bz ? "FAIL" : "ok", what, bad, (long long)(R * k / 2), first, bs, bz);
+        CHECK(bad == 0 && bs == 0 && bz == 0);
+        gpu->ops->weight_free(gpu, w);
+    }
+    for (int p = 0; p < n_parts; p++) free(qw[p]), free(qz[p]), free(sc16[p]), free(sc32[p]);
+    free(want), free(got), free(ws), free(wz), free(gs), free(gz);
+}
+
 int main(void) {
     double inv_freq[4] = {1, 1, 1, 1};
     /* the CPU backend's matmul scratch is sized by the widest of hidden and intermediate:
@@ -337,6 +433,16 @@ int main(void) {
     one("fp4 scales per 32 (mxfp4), fused", F4, r2, 2, 2880, 1, 32, false, true);
     nvfp4("nvfp4 qkv fused, a global scale a part", r3, 3, 1024, true);
     nvfp4("nvfp4 gate|up fused", r2, 2, 2048, false);
+
+    int64_t rq[] = {264, 136, 40}; /* partial tiles of 32 and 256 rows */
+    stored("gptq as stored, f16 scales, qkv fused", ATLAS_INT4_GPTQ, ATLAS_DTYPE_F16, 1.0f, rq,
+           3, 352, 32);
+    stored("gptq v2 as stored, bf16 scales", ATLAS_INT4_GPTQ, ATLAS_DTYPE_BF16, 0.0f, r1, 1,
+           4096, 128);
+    stored("awq as stored, f16 scales, fused", ATLAS_INT4_AWQ, ATLAS_DTYPE_F16, 0.0f, rq, 2, 352,
+           32);
+    stored("awq as stored, f32 scales, 40,000 rows", ATLAS_INT4_AWQ, ATLAS_DTYPE_F32, 0.0f,
+           (int64_t[]){40000}, 1, 128, 128);
 
     refused("fp8 of 40 columns", F8, 16, 40, 1, 40, "multiples of 16");
     refused("int4 of 48 columns", I4, 16, 48, 1, 16, "multiples of 32");

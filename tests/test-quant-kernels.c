@@ -60,7 +60,9 @@ static void int4_make(int4_case *c, int64_t rows0, int64_t rows1, int64_t k, int
             c->scales[p][i] = (float)(knext() % 1000 + 1) * 1e-4f;
             c->zeros[p][i] = p ? (float)(knext() % 16) : (float)(knext() % 1600) / 100.0f;
         }
-        wq[p] = (atlas_wquant){ATLAS_WFMT_INT4, 1, g, (int)sc, c->scales[p], c->zeros[p], NULL, 0.0f};
+        wq[p] = (atlas_wquant){.format = ATLAS_WFMT_INT4, .block_rows = 1, .block_cols = g,
+                               .scale_cols = (int)sc, .scales = c->scales[p],
+                               .zeros = c->zeros[p]};
         src[p] = (atlas_weight_src){.name = p ? "w1" : "w0", .dtype = ATLAS_DTYPE_U8,
                                     .n_dims = 2, .shape = {rows[p], k}, .nbytes = nb,
                                     .data = c->packed[p], .quant = &wq[p]};

@@ -162,7 +162,7 @@ static void check_int4(const char *what, const atlas_quant_config *qc, const ten
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, NULL, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, false, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
     float w[R * C];
     memset(w, 0, sizeof w);
@@ -239,7 +239,7 @@ static void test_awq_gptq(void) {
     char *buf = NULL;
     atlas_st *st = st_of(tgi, 4, &buf);
     atlas_qweight q;
-    CHECK(atlas_quant_bind(st, &gptq, "m", R, C, true, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(atlas_quant_bind(st, &gptq, "m", R, C, true, false, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "g_idx") != NULL);
     atlas_st_free(st);
     free(buf);
@@ -267,7 +267,7 @@ static void check_ct_int4(const char *what, bool sym, const tensor *t, int n) {
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", CR, CC, true, false, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_INT4, "%s: not INT4", what);
     float w[CR * CC];
     memset(w, 0, sizeof w);
@@ -314,14 +314,14 @@ static void test_ct_int4(void) {
     atlas_st *st = st_of(t, 4, &buf);
     atlas_quant_config qc = {.method = ATLAS_QM_CT_INT4, .group = CG};
     atlas_qweight q;
-    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, false, NULL, NULL, &q) == ATLAS_ERR_FORMAT);
     CHECK(strstr(atlas_last_error(), "weight_shape") != NULL);
     atlas_st_free(st);
     free(buf);
     /* asymmetric without its zero points: the missing tensor is named */
     shape[1] = CC;
     st = st_of(t, 3, &buf);
-    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, NULL, NULL, &q) == ATLAS_ERR_NOT_FOUND);
+    CHECK(atlas_quant_bind(st, &qc, "m", CR, CC, true, false, NULL, NULL, &q) == ATLAS_ERR_NOT_FOUND);
     CHECK(strstr(atlas_last_error(), "m.weight_zero_point") != NULL);
     atlas_st_free(st);
     free(buf);
@@ -368,8 +368,8 @@ static void same_on_pool(const char *what, const atlas_quant_config *qc, const t
         if (fd >= 0) close(fd);
         atlas_st *st = from_file ? st_file(t, n, path) : st_of(t, n, &buf);
         atlas_qweight a, b;
-        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, NULL, &a));
-        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, NULL, pool, &b));
+        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, false, NULL, NULL, &a));
+        CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, false, NULL, pool, &b));
         size_t grid = (size_t)PR * (PC / PG) * sizeof(float);
         int64_t bad = 0;
         for (int64_t r = 0; a.packed && r < PR; r++)
@@ -484,7 +484,7 @@ static void check_fp4(const char *what, atlas_qmethod method, const tensor *t, i
     char *buf = NULL;
     atlas_st *st = st_of(t, n, &buf);
     atlas_qweight q;
-    CHECK_OK(atlas_quant_bind(st, &qc, "m", FR, FC, true, NULL, NULL, &q));
+    CHECK_OK(atlas_quant_bind(st, &qc, "m", FR, FC, true, false, NULL, NULL, &q));
     CHECK_MSG(q.quantized && q.q.format == ATLAS_WFMT_FP4_E2M1, "%s: not FP4", what);
     float w[FR * FC];
     memset(w, 0, sizeof w);

@@ -358,8 +358,10 @@ static atlas_status qweight_make(cuda_backend *cb, const atlas_wquant *l, int ro
         zs[i] = 8.0f;
     }
     for (int i = 0; st == ATLAS_OK && i < cols; i++) gi[i] = i / bc;
-    atlas_wquant q = {l->format, br, bc, scols, sc, l->format == ATLAS_WFMT_INT4 ? zs : NULL,
-                      gidx ? gi : NULL, l->global};
+    atlas_wquant q = {.format = l->format, .block_rows = br, .block_cols = bc,
+                      .scale_cols = scols, .scales = sc,
+                      .zeros = l->format == ATLAS_WFMT_INT4 ? zs : NULL,
+                      .g_idx = gidx ? gi : NULL, .global = l->global};
     atlas_weight_src src = {.name = "bench qweight", .dtype = fp8 ? ATLAS_DTYPE_F8_E4M3 : ATLAS_DTYPE_U8,
                             .n_dims = 2, .shape = {rows, cols}, .nbytes = nb, .data = codes,
                             .quant = &q};

@@ -59,6 +59,16 @@ const char *atlas_wformat_name(atlas_wformat f);
 
 /* A quantized source's scales and zero points, float32, row-major over the scale grid
  * [ceil(rows / block_rows), scale_cols]. Valid as long as the source's data. */
+/* How an INT4 weight's codes and grids reach weight_load (atlas_wquant.order). */
+typedef enum atlas_int4_order {
+    ATLAS_INT4_PACKED = 0, /* ATLAS_WFMT_INT4's layout above; scales and zeros the float grids */
+    ATLAS_INT4_GPTQ, /* as GPTQ stores them: int32 [cols/8, rows], input 8i+k in nibble k */
+    ATLAS_INT4_AWQ,  /* as AWQ stores them: int32 [cols, rows/8], row 8j + [0,2,4,6,1,3,5,7][k]
+                        in nibble k */
+} atlas_int4_order;
+
+struct atlas_weight_src;
+
 typedef struct atlas_wquant {
     atlas_wformat format;
     int block_rows, block_cols; /* the rows and columns one scale covers */
@@ -71,6 +81,14 @@ typedef struct atlas_wquant {
      * weight_scale_2, compressed-tensors' 1 / weight_global_scale), so that a backend may keep
      * it apart from the codes (e2m1 x e4m3 is exact in bf16); 0 for the other formats. */
     float global;
+    /* INT4 handed over as stored (order GPTQ or AWQ; only to a backend with int4_stored, which
+     * repacks on its device): the source's bytes are the checkpoint's qweight, scales and
+     * zeros are NULL, and the grids come from stored_scales ([groups, rows] in f16, bf16 or
+     * f32) and stored_zeros (int32 [groups, rows/8], row 8j + k's zero in the nibble the
+     * order gives row 8j + k of a word), each zero plus zero_add (GPTQ's zero - 1: 1). */
+    atlas_int4_order order;
+    const struct atlas_weight_src *stored_scales, *stored_zeros;
+    float zero_add;
 } atlas_wquant;
 
 /* Where one tensor of a weight comes from, as the model describes it to weight_load: its
@@ -489,6 +507,10 @@ struct atlas_backend {
      * weights_done (the CPU: a 4-bit model's repacked bytes would otherwise double its peak
      * memory); 0: they stay valid until weights_done (CUDA's queued copies). */
     int copies_at_load;
+    /* 1: the backend takes GPTQ's and AWQ's INT4 weights as stored and repacks them on its
+     * device (atlas_wquant.order), so that a load moves their bytes at the copy rate; 0: the
+     * model repacks them on the host into ATLAS_INT4_PACKED. */
+    int int4_stored;
     /* 1: the model may keep the MLP's activation in the qkv buffer (dead between the
      * attention's end and the next layer's projection) when it fits: set by a backend whose
      * kernels were checked with that layout (the CPU, where it lowered peak memory); 0: its

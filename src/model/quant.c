@@ -507,7 +507,7 @@ static atlas_status check_g_idx(const atlas_tensor_view *gi, int64_t group, atla
 }
 
 static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t rows,
-                              int64_t cols, bool read, atlas_qweight *out) {
+                              int64_t cols, bool read, bool stored, atlas_qweight *out) {
     bool awq = qc->method == ATLAS_QM_AWQ;
     int64_t group = qc->group ? qc->group : cols;
     if (rows % 8 || cols % 8 || cols % group)
@@ -527,6 +527,16 @@ static atlas_status bind_int4(qfind *f, const atlas_quant_config *qc, int64_t ro
                             .scale_cols = (int)groups};
     out->act_order = gi && qc->desc_act;
     if (!read) return ATLAS_OK;
+    if (stored) { /* the backend repacks: the views handed on, the small g_idx checked here */
+        out->codes = qw;
+        out->stored_scales = sc;
+        out->stored_zeros = qz;
+        out->q.order = awq ? ATLAS_INT4_AWQ : ATLAS_INT4_GPTQ;
+        out->q.zero_add = awq || qc->gptq_v2 ? 0.0f : 1.0f;
+        out->packed_bytes = qw->nbytes;
+        atlas_status st = gi ? read_ints(f->pool, gi, &out->g_idx) : ATLAS_OK;
+        return st == ATLAS_OK ? check_g_idx(gi, group, out) : st;
+    }
     int32_t *z = NULL;
     float *s = NULL;
     out->packed_bytes = (size_t)(rows * cols / 2);
@@ -603,7 +613,8 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
 
 atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
                               const char *module, int64_t rows, int64_t cols, bool read,
-                              bool *used, atlas_threadpool *pool, atlas_qweight *out) {
+                              bool int4_stored, bool *used, atlas_threadpool *pool,
+                              atlas_qweight *out) {
     memset(out, 0, sizeof *out);
     out->rows = rows;
     out->cols = cols;
@@ -642,7 +653,7 @@ atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
     if (ct4) {
         s = bind_ct_int4(&f, qc, rows, cols, read, out);
     } else if (int4) {
-        s = bind_int4(&f, qc, rows, cols, read, out);
+        s = bind_int4(&f, qc, rows, cols, read, int4_stored, out);
     } else if (fp4) {
         s = bind_fp4(&f, qc, rows, cols, read, out);
     } else {

@@ -121,16 +121,24 @@ typedef struct atlas_qweight {
     int64_t rows, cols;
     size_t file_bytes;     /* bytes of every tensor it came from */
     bool act_order;        /* desc_act with a g_idx (known from the headers) */
+    /* INT4 kept as stored (atlas_quant_bind's int4_stored; q.order GPTQ or AWQ): codes is the
+     * qweight, these the scales and qzeros, and stored_src their sources, which the caller
+     * makes (q.stored_scales / stored_zeros point at them); packed, scales, zeros NULL */
+    const atlas_tensor_view *stored_scales, *stored_zeros;
+    atlas_weight_src stored_src[2];
 } atlas_qweight;
 
 /* Whether `module` (e.g. "model.layers.0.mlp.down_proj") is stored quantized, with the shape
  * [rows, cols] and the tensors its method asks for (checked, not read), and whether that
  * agrees with the ignore list. used (may be NULL) gets each tensor's atlas_st_index set.
  * With read: reads and converts them into *out (free with atlas_qweight_free), the reads
- * and repacks split over pool's threads (NULL: the caller's thread alone). */
+ * and repacks split over pool's threads (NULL: the caller's thread alone); with int4_stored
+ * too (a backend's int4_stored), GPTQ's and AWQ's codes and grids are left as stored for
+ * the backend to repack, and only a g_idx is read. */
 atlas_status atlas_quant_bind(const atlas_st *st, const atlas_quant_config *qc,
                               const char *module, int64_t rows, int64_t cols, bool read,
-                              bool *used, atlas_threadpool *pool, atlas_qweight *out);
+                              bool int4_stored, bool *used, atlas_threadpool *pool,
+                              atlas_qweight *out);
 /* Makes the n parts of one fused weight (q|k|v, gate|up) share one scale layout where they
  * can, exactly: per-tensor FP8 scales become per-channel. Block scales stay per part; the
  * parts concatenate into one matrix only when each part's rows are a multiple of the block

@@ -245,6 +245,16 @@ static atlas_status bind_quant_with(binder *b, const char *const *names, atlas_q
             srcs[i].n_dims = 2;
             srcs[i].shape[0] = q->rows;
             srcs[i].shape[1] = q->cols;
+            for (int k = 0; q->stored_scales && k < 2; k++) { /* INT4 as stored: its grids */
+                atlas_weight_src_of_view_counted(k ? q->stored_zeros : q->stored_scales,
+                                                 &b->files[b->n_files], b->progress,
+                                                 &q->stored_src[k]);
+                if (q->stored_src[k].read) b->n_files++;
+            }
+            if (q->stored_scales) {
+                q->q.stored_scales = &q->stored_src[0];
+                q->q.stored_zeros = &q->stored_src[1];
+            }
         } else {
             srcs[i] = (atlas_weight_src){.name = names[i], .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
                                          .shape = {q->rows, q->cols}, .nbytes = q->packed_bytes,
@@ -257,9 +267,11 @@ static atlas_status bind_quant_with(binder *b, const char *const *names, atlas_q
     if (st != ATLAS_OK) return atlas_fail_wrap(st, "binding %s", names[0]);
     for (int i = 0; i < n; i++) {
         const atlas_qweight *q = &b->qw[b->n_qw - n + i];
-        /* the reader counted the codes; the rest was read here */
-        atlas_load_progress_add(b->progress, srcs[i].read ? q->file_bytes - srcs[i].nbytes
-                                                          : q->file_bytes);
+        /* the readers counted the codes (and stored grids); the rest was read here */
+        size_t counted = srcs[i].read ? srcs[i].nbytes : 0;
+        for (int k = 0; q->stored_scales && k < 2; k++)
+            counted += q->stored_src[k].read ? q->stored_src[k].nbytes : 0;
+        atlas_load_progress_add(b->progress, q->file_bytes - counted);
         account_quant(b, names[i], q, fmts[i]);
     }
     if (b->be->copies_at_load) { /* the backend has its own copies: the repacked bytes go now */
@@ -283,8 +295,8 @@ static atlas_status try_quant(binder *b, const char *const *names, const int64_t
         size_t len = strlen(names[i]) - strlen(".weight");
         snprintf(module, sizeof module, "%.*s", (int)len, names[i]);
         double t0 = atlas_now_ms();
-        st = atlas_quant_bind(b->st, b->quant, module, rows[i], cols, !b->count_only, b->used,
-                              b->pool, &qw[i]);
+        st = atlas_quant_bind(b->st, b->quant, module, rows[i], cols, !b->count_only,
+                              b->be && b->be->int4_stored, b->used, b->pool, &qw[i]);
         if (qw[i].quantized) b->w->repack_ms += atlas_now_ms() - t0;
         quantized += qw[i].quantized;
     }

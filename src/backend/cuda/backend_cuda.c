@@ -359,6 +359,7 @@ static atlas_status cuda_destroy(atlas_backend *be) {
     free(cb->mod.layer_window);
     free(cb->mod.layer_rope_set);
     free(cb->mod.kv_scales);
+    free(cb->wt.load.repacks);
     free(cb);
     atlas_status st = atlas_registry_release(reg); /* frees every allocation left */
     if (st == ATLAS_ERR_BUSY) /* a handle on the registry leaked: its memory stays theirs */
@@ -586,6 +587,7 @@ atlas_status atlas_backend_cuda_create(const atlas_backend_geom *geom,
     cb->base.geom = *geom;
     cb->base.act_size = sizeof(float);
     cb->base.kv_size = 2; /* bf16 */
+    cb->base.int4_stored = 1; /* GPTQ and AWQ repacked on the device (weight_load.c) */
     cb->base.geom.kv_scales = NULL; /* cuda_setup keeps a copy */
     cb->dev.host = host;
     atlas_status st = cuda_setup(cb, o, geom->kv_scales);

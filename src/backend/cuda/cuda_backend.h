@@ -169,6 +169,8 @@ typedef struct cuda_fns {
     int qgemv1s16_bps[17];
     CUfunction qrowscale;
     CUfunction fp8_actq; /* x as e4m3 a row and 128 columns, for plan.fp8_act */
+    /* INT4 as stored, repacked at load (weight_load.c): GPTQ's codes, AWQ's, the grids */
+    CUfunction repack_gptq, repack_awq, repack_grids;
     /* mixture-of-experts layers (kernels/moe.cu; loaded for a model with experts) */
     CUfunction moe_logits, moe_topk, moe_plan, moe_combine;
     /* the expert kernels, [0] bf16 and [1] MXFP4 experts (kernels/moe.cu) */
@@ -177,6 +179,19 @@ typedef struct cuda_fns {
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
+
+/* One part of an INT4 weight uploaded as stored (backend.h atlas_int4_order) into the regions
+ * it ends in (its rows of the codes and of both grids), repacked there at weights_done. */
+typedef struct cuda_repack {
+    const struct atlas_weight *w; /* whose regions these are (dropped when it is freed) */
+    CUdeviceptr codes, scales, zeros;
+    int rows, cols, groups;
+    int awq;         /* the order: AWQ's, else GPTQ's */
+    int sdt;         /* the stored scales: 0 f32, 1 f16, 2 bf16 */
+    size_t sbytes;   /* the stored scales' bytes (at scales) and the zeros' (at zeros) */
+    size_t zbytes;
+    float zero_add;
+} cuda_repack;
 
 /* The weight upload: every weight is queued for the host's loader threads (host.h). */
 typedef struct cuda_load {
@@ -189,6 +204,8 @@ typedef struct cuda_load {
     struct atlas_tier_use *tier_fill; /* the image's fill after the load (atlas_tier_close),
                                     started by the op tier_fill once the model serves, ended
                                     before the first weight is freed; NULL: none */
+    cuda_repack *repacks;     /* the load's INT4 parts to repack at weights_done */
+    int n_repacks, cap_repacks;
 } cuda_load;
 
 /* The most sources weight_load fuses into one queued upload (qkv: 3). */

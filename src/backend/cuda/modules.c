@@ -131,6 +131,10 @@ static atlas_status quant_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv8_int4g", &fn->qgemv8_g));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qrowscale", &fn->qrowscale));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_fp8_actq", &fn->fp8_actq));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_int4_repack_gptq", &fn->repack_gptq));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_int4_repack_awq", &fn->repack_awq));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_int4_repack_grids",
+                                      &fn->repack_grids));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qgemv1x_int4", &fn->qgemv1x));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_fp8", &fn->qsplit[0]));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_qsplit_q4", &fn->qsplit[1]));

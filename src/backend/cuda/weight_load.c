@@ -76,6 +76,7 @@ typedef struct queued_parts {
     const void *mem[CUDA_FUSE_MAX];
     size_t bytes[CUDA_FUSE_MAX];
     float div[CUDA_FUSE_MAX]; /* > 0: mem is float32, each divided by it and rounded to bf16 */
+    bool zero[CUDA_FUSE_MAX]; /* zero bytes (the rest of a region a stored grid begins) */
     int n;
 } queued_parts;
 
@@ -97,7 +98,8 @@ static atlas_status fill_parts(void *dst, size_t offset, size_t bytes, void *use
         size_t lo = offset > at ? offset : at, hi = end < at + q->bytes[i] ? end : at + q->bytes[i];
         if (lo >= hi) continue;
         char *d = (char *)dst + (lo - offset);
-        if (q->mem[i] && q->div[i] > 0.0f) copy_divided(d, q->mem[i], lo - at, hi - lo, q->div[i]);
+        if (q->zero[i]) memset(d, 0, hi - lo);
+        else if (q->mem[i] && q->div[i] > 0.0f) copy_divided(d, q->mem[i], lo - at, hi - lo, q->div[i]);
         else if (q->mem[i]) memcpy(d, (const char *)q->mem[i] + (lo - at), hi - lo);
         else ATLAS_TRY(atlas_cuda_read_bytes(d, &q->srcs[i], lo - at, hi - lo));
     }
@@ -152,6 +154,143 @@ static atlas_status quant_rowscale(cuda_backend *cb, atlas_weight *w,
     return quant_upload(cb, w, &w->rowscale, &rs, "weight rowscale");
 }
 
+/* --- INT4 as stored (backend.h atlas_int4_order), repacked on the device ------------------
+ * Its codes upload into their region of the weight as any codes do (GPTQ's and AWQ's take the
+ * bytes the packed layout takes), its stored scales and zeros into the start of their rows'
+ * regions of the float32 grids; weights_done then copies each region to a scratch buffer and
+ * the kernels (kernels/quant.cu atlas_int4_repack_*) write it back in the kernels' layout. The
+ * host only moves bytes: a repack on the host's cores held an 8B GPTQ load to 1.4 GB/s
+ * (bench/RESULTS.md). */
+
+/* The stored grids' sizes for a part of rows x cols in its groups. */
+static atlas_status stored_check(const atlas_weight_src *v) {
+    const atlas_wquant *q = v->quant;
+    const atlas_weight_src *s = q->stored_scales, *z = q->stored_zeros;
+    int64_t rows = v->shape[0], cols = v->shape[1], groups = q->scale_cols;
+    if (!s || !z || (s->dtype != ATLAS_DTYPE_F32 && s->dtype != ATLAS_DTYPE_F16 &&
+                     s->dtype != ATLAS_DTYPE_BF16) ||
+        s->nbytes != (size_t)(groups * rows) * atlas_dtype_size(s->dtype) ||
+        z->nbytes != (size_t)(groups * rows / 2) || rows % 8 || cols % 8 ||
+        v->nbytes != (size_t)(rows * cols / 2) || rows > INT_MAX || groups > INT_MAX)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: INT4 as stored, %lld x %lld in "
+                          "%lld groups, with %zu bytes of codes, %zu of scales (%s), %zu of "
+                          "zeros", v->name, (long long)rows, (long long)cols, (long long)groups,
+                          v->nbytes, s ? s->nbytes : 0, s ? atlas_dtype_name(s->dtype) : "none",
+                          z ? z->nbytes : 0);
+    return ATLAS_OK;
+}
+
+static atlas_status repack_add(cuda_load *ld, const cuda_repack *r) {
+    if (ld->n_repacks == ld->cap_repacks) {
+        int cap = ld->cap_repacks ? 2 * ld->cap_repacks : 64;
+        cuda_repack *g = realloc(ld->repacks, (size_t)cap * sizeof *g);
+        if (!g) return atlas_fail(ATLAS_ERR_NOMEM, "cuda: out of memory");
+        ld->repacks = g;
+        ld->cap_repacks = cap;
+    }
+    ld->repacks[ld->n_repacks++] = *r;
+    return ATLAS_OK;
+}
+
+/* A weight freed before weights_done (a failed load) is not repacked. */
+static void repack_drop(cuda_load *ld, const atlas_weight *w) {
+    int k = 0;
+    for (int i = 0; i < ld->n_repacks; i++)
+        if (ld->repacks[i].w != w) ld->repacks[k++] = ld->repacks[i];
+    ld->n_repacks = k;
+}
+
+/* Both grids made at their final size and each part's stored scales and zeros queued into
+ * its rows' regions, the rest of a region zero: the host tier records and copies back whole
+ * regions. Each part is queued for weights_done's repack, but on a host tier's hit, whose
+ * image holds the bytes repacked already. */
+static atlas_status stored_upload(cuda_backend *cb, atlas_weight *w,
+                                  const atlas_weight_src *const *srcs, int n) {
+    cuda_load *ld = &cb->wt.load;
+    size_t grid = (size_t)w->rows * w->scols * sizeof(float);
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, grid, "weight scales", &w->scales));
+    w->bytes += grid;
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, grid, "weight zeros", &w->zeros));
+    w->bytes += grid;
+    bool hit = ld->tier && atlas_tier_use_hit(ld->tier);
+    size_t at = 0, code_at = 0;
+    for (int i = 0; i < n; i++) {
+        const atlas_wquant *q = srcs[i]->quant;
+        const atlas_weight_src *g[2] = {q->stored_scales, q->stored_zeros};
+        size_t region = (size_t)srcs[i]->shape[0] * w->scols * sizeof(float);
+        CUdeviceptr dst[2] = {w->scales + at, w->zeros + at};
+        for (int k = 0; k < 2; k++) {
+            queued_parts p = {.n = 2, .bytes = {g[k]->nbytes, region - g[k]->nbytes},
+                              .zero = {false, true}};
+            p.srcs[0] = *g[k];
+            ld->pending = true;
+            ld->staged_bytes += region;
+            ATLAS_TRY(atlas_tier_upload(cb->dev.host, ld->tier, dst[k], region, fill_parts, &p,
+                                        sizeof p));
+        }
+        atlas_dtype sd = g[0]->dtype;
+        cuda_repack r = {.w = w, .codes = w->ptr + code_at, .scales = dst[0], .zeros = dst[1],
+                         .rows = (int)srcs[i]->shape[0], .cols = (int)w->cols,
+                         .groups = w->scols, .awq = q->order == ATLAS_INT4_AWQ,
+                         .sdt = sd == ATLAS_DTYPE_F32 ? 0 : sd == ATLAS_DTYPE_F16 ? 1 : 2,
+                         .sbytes = g[0]->nbytes, .zbytes = g[1]->nbytes,
+                         .zero_add = q->zero_add};
+        if (!hit) ATLAS_TRY(repack_add(ld, &r));
+        at += region;
+        code_at += srcs[i]->nbytes;
+    }
+    return ATLAS_OK;
+}
+
+/* One part's regions through scratch and back, in the stream's order. */
+static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scratch) {
+    CUstream s = cb->dev.stream;
+    const cuda_fns *fn = &cb->mod.fn;
+    int rows = r->rows, cols = r->cols, k8 = cols / 8;
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->codes, (size_t)rows * cols / 2, s);
+    if (r->awq) {
+        void *a[] = {&r->codes, &scratch, &cols, &rows};
+        ATLAS_TRY(cuda_launch(cb, fn->repack_awq, (unsigned)((rows + 255) / 256),
+                              (unsigned)((cols + 63) / 64), 1, 256, 0, a));
+    } else {
+        void *a[] = {&r->codes, &scratch, &k8, &rows};
+        ATLAS_TRY(cuda_launch(cb, fn->repack_gptq, (unsigned)((rows + 31) / 32),
+                              (unsigned)((k8 + 31) / 32), 1, 256, 0, a));
+    }
+    CUdeviceptr sz = scratch + ((r->sbytes + 255) & ~(size_t)255);
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->scales, r->sbytes, s);
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, sz, r->zeros, r->zbytes, s);
+    long long n = (long long)rows * r->groups, blocks = (n + 255) / 256;
+    void *a[] = {&r->scales, &r->zeros, &scratch, &sz, &r->groups, &rows, &r->sdt, &r->awq,
+                 &r->zero_add};
+    return cuda_launch(cb, fn->repack_grids, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1, 256,
+                       0, a);
+}
+
+/* The load's INT4 parts as stored, repacked once their uploads have landed, through one
+ * scratch buffer of the largest part's size (freed before returning). */
+static atlas_status repack_all(cuda_backend *cb) {
+    cuda_load *ld = &cb->wt.load;
+    size_t need = 0;
+    for (int i = 0; i < ld->n_repacks; i++) {
+        const cuda_repack *r = &ld->repacks[i];
+        size_t c = (size_t)r->rows * r->cols / 2, g = ((r->sbytes + 255) & ~(size_t)255) + r->zbytes;
+        if (c > need) need = c;
+        if (g > need) need = g;
+    }
+    CUdeviceptr scratch = 0;
+    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, need, "INT4 repack scratch", &scratch));
+    atlas_status st = ATLAS_OK;
+    for (int i = 0; st == ATLAS_OK && i < ld->n_repacks; i++)
+        st = repack_one(cb, &ld->repacks[i], scratch);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
+    char msg[512]; /* the repack's error, not the free's */
+    snprintf(msg, sizeof msg, "%s", st != ATLAS_OK ? atlas_last_error() : "");
+    atlas_status fs = atlas_registry_free(cb->mod.reg, scratch);
+    if (st != ATLAS_OK) return atlas_fail(st, "cuda: repacking INT4 weights: %s", msg);
+    return fs;
+}
+
 /* Refusals name the weight and what the kernels take; the CPU runs every layout. */
 static atlas_status quant_check(const atlas_weight_src *const *srcs, int n, int64_t rows,
                                 int64_t cols) {
@@ -175,8 +314,13 @@ static atlas_status quant_check(const atlas_weight_src *const *srcs, int n, int6
             !q->g_idx != !q0->g_idx)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: fused parts of different "
                               "formats or scale layouts (%s)", name, srcs[i]->name);
-        if (q0->format == ATLAS_WFMT_INT4 && !q->zeros)
+        if (q0->format == ATLAS_WFMT_INT4 && q->order != q0->order)
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: fused INT4 parts in two "
+                              "orders (%s)", name, srcs[i]->name);
+        if (q0->format == ATLAS_WFMT_INT4 && q->order == ATLAS_INT4_PACKED && !q->zeros)
             return atlas_fail(ATLAS_ERR_INVALID, "cuda: weight %s: INT4 without zeros", name);
+        if (q0->format == ATLAS_WFMT_INT4 && q->order != ATLAS_INT4_PACKED)
+            ATLAS_TRY(stored_check(srcs[i]));
         /* a scale block that a part's rows do not fill would shift the next part's scales */
         if (n > 1 && i < n - 1 && srcs[i]->shape[0] % q->block_rows)
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: weight %s: part %s of %lld rows "
@@ -244,15 +388,18 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
         }
     }
     atlas_status st = quant_upload(cb, w, &w->ptr, &codes, srcs[0]->name);
+    bool stored = q0->format == ATLAS_WFMT_INT4 && q0->order != ATLAS_INT4_PACKED;
+    if (st == ATLAS_OK && stored) st = stored_upload(cb, w, srcs, n);
     if (st == ATLAS_OK && q0->format == ATLAS_WFMT_FP4_E2M1)
         st = quant_rowscale(cb, w, srcs, n, &sc);
-    if (st == ATLAS_OK) st = quant_upload(cb, w, &w->scales, &sc, "weight scales");
+    if (st == ATLAS_OK && !stored) st = quant_upload(cb, w, &w->scales, &sc, "weight scales");
     if (st == ATLAS_OK && q0->zeros) st = quant_upload(cb, w, &w->zeros, &zs, "weight zeros");
     if (st == ATLAS_OK && q0->g_idx) st = quant_upload(cb, w, &w->g_idx, &gi, "weight g_idx");
     if (st != ATLAS_OK) {
         char msg[512]; /* the load's error, not the free's (which destroy reports, if any) */
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
         if (cb->wt.load.pending) (void)atlas_host_upload_wait(cb->dev.host);
+        repack_drop(&cb->wt.load, w);
         quant_free_bufs(cb, w);
         free(w);
         return atlas_fail(st, "cuda: loading weight %s: %s", srcs[0]->name, msg);
@@ -262,6 +409,7 @@ static atlas_status quant_load(cuda_backend *cb, const atlas_weight_src *const *
         cb->wt.qlayout = *q0;
         cb->wt.qlayout.scales = cb->wt.qlayout.zeros = NULL;
         cb->wt.qlayout.g_idx = NULL;
+        cb->wt.qlayout.stored_scales = cb->wt.qlayout.stored_zeros = NULL;
         cb->wt.qlayout.global = q0->global > 0.0f ? 1.0f : 0.0f;
         if (q0->g_idx) cb->wt.qlayout.scale_cols = -1; /* act-order: groups of block_cols */
     }
@@ -438,6 +586,7 @@ void cuda_weight_free(atlas_backend *be, atlas_weight *w) {
     /* a failed load: the loader threads may still be writing to it.  The wait's own failure
      * is the upload's, which weights_done (or the next begin_batch) reported already. */
     if (ld->pending) (void)atlas_host_upload_wait(cuda_of(be)->dev.host);
+    repack_drop(ld, w);
     cuda_of(be)->wt.weight_bytes -= w->bytes;
     quant_free_bufs(cuda_of(be), w); /* a dense weight has ptr alone */
     free(w);
@@ -454,6 +603,8 @@ atlas_status cuda_weights_done(atlas_backend *be) {
     ATLAS_TRY(cuda_ready(cb)); /* made at create already: returns at once */
     ld->pending = false;
     atlas_status st = atlas_host_upload_wait(cb->dev.host);
+    if (st == ATLAS_OK && ld->n_repacks) st = repack_all(cb);
+    ld->n_repacks = 0;
     /* a fill waits for the model to serve (cuda_tier_fill), then copies the weights back */
     ld->tier_fill = atlas_tier_close(cb->dev.host, ld->tier, st == ATLAS_OK);
     ld->tier = NULL;
