@@ -33,7 +33,8 @@
  *   `weight_zero_point` [ceil(out/8), groups] (row 8i + k in nibble k); every nibble holds
  *   the signed value plus 8, so w = (q - z) * s on the nibbles, z = 8 when symmetric;
  *   actorder group adds int32 `weight_g_idx` [in].
- * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4; FP4
+ * INT4 layouts are repacked at load into the one internal layout of ATLAS_WFMT_INT4 (GPTQ's
+ * and AWQ's by the backend on its device when it says int4_stored); FP4
  * codes are kept as stored, their scales turned into float32.
  * Refused by name: 8-bit GPTQ and 8-bit integer weights of any method (W8A8, W8A16): they
  * would need a weight format of their own, and FP8 serves eight bits a weight.
