@@ -242,20 +242,21 @@ static atlas_status stored_upload(cuda_backend *cb, atlas_weight *w,
     return ATLAS_OK;
 }
 
-/* One part's regions through scratch and back, in the stream's order. */
-static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scratch) {
-    CUstream s = cb->dev.stream;
+/* One part's regions through scratch and back, in stream s's order (no programmatic
+ * dependent launch: the kernels' pdl_wait returns at once). */
+static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scratch,
+                               CUstream s) {
     const cuda_fns *fn = &cb->mod.fn;
     int rows = r->rows, cols = r->cols, k8 = cols / 8;
     ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->codes, (size_t)rows * cols / 2, s);
     if (r->awq) {
         void *a[] = {&r->codes, &scratch, &cols, &rows};
-        ATLAS_TRY(cuda_launch(cb, fn->repack_awq, (unsigned)((rows + 255) / 256),
-                              (unsigned)((cols + 63) / 64), 1, 256, 0, a));
+        ATLAS_CU_TRY(cuLaunchKernel, fn->repack_awq, (unsigned)((rows + 255) / 256),
+                     (unsigned)((cols + 63) / 64), 1, 256, 1, 1, 0, s, a, NULL);
     } else {
         void *a[] = {&r->codes, &scratch, &k8, &rows};
-        ATLAS_TRY(cuda_launch(cb, fn->repack_gptq, (unsigned)((rows + 31) / 32),
-                              (unsigned)((k8 + 31) / 32), 1, 256, 0, a));
+        ATLAS_CU_TRY(cuLaunchKernel, fn->repack_gptq, (unsigned)((rows + 31) / 32),
+                     (unsigned)((k8 + 31) / 32), 1, 256, 1, 1, 0, s, a, NULL);
     }
     CUdeviceptr sz = scratch + ((r->sbytes + 255) & ~(size_t)255);
     ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->scales, r->sbytes, s);
@@ -263,12 +264,15 @@ static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scr
     long long n = (long long)rows * r->groups, blocks = (n + 255) / 256;
     void *a[] = {&r->scales, &r->zeros, &scratch, &sz, &r->groups, &rows, &r->sdt, &r->awq,
                  &r->zero_add};
-    return cuda_launch(cb, fn->repack_grids, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 1, 256,
-                       0, a);
+    ATLAS_CU_TRY(cuLaunchKernel, fn->repack_grids, (unsigned)(blocks < 4096 ? blocks : 4096), 1,
+                 1, 256, 1, 1, 0, s, a, NULL);
+    return ATLAS_OK;
 }
 
 /* The load's INT4 parts as stored, repacked once their uploads have landed, through one
- * scratch buffer of the largest part's size (freed before returning). */
+ * scratch buffer of the largest part's size (freed before returning). On the registry's
+ * stream, where the scratch is allocated: the copy stream while the model loads, not the
+ * serving stream that another model's thread may be capturing into a graph. */
 static atlas_status repack_all(cuda_backend *cb) {
     cuda_load *ld = &cb->wt.load;
     size_t need = 0;
@@ -279,11 +283,12 @@ static atlas_status repack_all(cuda_backend *cb) {
         if (g > need) need = g;
     }
     CUdeviceptr scratch = 0;
+    CUstream s = atlas_registry_stream(cb->mod.reg);
     ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, need, "INT4 repack scratch", &scratch));
     atlas_status st = ATLAS_OK;
     for (int i = 0; st == ATLAS_OK && i < ld->n_repacks; i++)
-        st = repack_one(cb, &ld->repacks[i], scratch);
-    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, cb->dev.stream);
+        st = repack_one(cb, &ld->repacks[i], scratch, s);
+    if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, s);
     char msg[512]; /* the repack's error, not the free's */
     snprintf(msg, sizeof msg, "%s", st != ATLAS_OK ? atlas_last_error() : "");
     atlas_status fs = atlas_registry_free(cb->mod.reg, scratch);
