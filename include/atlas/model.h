@@ -206,8 +206,10 @@ typedef struct atlas_model_load_times {
     double tokenizer; /* tokenizer.json parsed beside the weights (0: not loaded with the model,
                          as in the engine, which keeps its own) */
     double end;       /* the model ready */
-    double repack_ms; /* of the weights step, the milliseconds spent reading quantized weights
-                         and repacking them into the backend's formats (0: none stored so) */
+    double repack_ms; /* of the weights step, the milliseconds spent on the host reading
+                         quantized weights and repacking them into the backend's formats (0:
+                         none stored so; a GPU repacks GPTQ's and AWQ's itself, within the
+                         weights step, and only their g_idx counts here) */
 } atlas_model_load_times;
 
 /* What `atlas info` prints. Strings are owned by the model. */
