@@ -10,7 +10,8 @@
  * (atlas_host_quiet_call: a load's kernel modules) runs on the serving thread at its quiet
  * point, its failure reported to the caller, and on the caller when nothing serves or the
  * serving thread sleeps.  The quantized matmul on split x launches the kernels it needs.
- * INT4 as GPTQ stores it goes up as stored and is queued for the repack at weights_done.
+ * INT4 as GPTQ stores it goes up as stored and is queued for the repack at weights_done (not
+ * on a host tier's hit, which replays the bytes kept).
  * tests/test-gpu-load.c loads the fixtures on a real GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,9 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_tier.h"
 #include "core/dtype.h"
 #include "core/file.h"
 #include "fake_cuda.h"
@@ -395,7 +398,52 @@ static void test_int4_stored(void) {
     CHECK_MSG(fake_cuda_get_stats().launches == l0, "a weight freed before weights_done was "
               "repacked (%ld launches)", fake_cuda_get_stats().launches - l0);
     CHECK_OK(be->ops->destroy(be));
-    printf("int4 as stored: uploaded as stored, %ld launches to repack 2 parts\n", launches);
+    /* the host tier: a load keeps its image (the repacked bytes, copied back once it serves);
+     * a second load of the key replays it and repacks nothing */
+    const uint64_t key = 0x5eed1e55u;
+    size_t bytes = (size_t)96 * K / 2 + 2 * (size_t)96 * G * 4;
+    unsigned char *first = malloc(bytes), *again = malloc(bytes);
+    for (int round = 0; round < 2 && first && again; round++) {
+        int hit = -1;
+        const char *off = NULL;
+        atlas_tier_stats ts;
+        atlas_host_tier_stats(&ts);
+        uint64_t fills = ts.fills;
+        be = NULL;
+        w = NULL;
+        CHECK_OK(atlas_backend_cuda_create(&g, &o, &be));
+        if (!be) break;
+        CHECK_OK(be->ops->host_tier(be, key, (size_t)64 << 20, bytes, &hit, &off));
+        CHECK_MSG(hit == round, "load %d of the key: hit %d", round + 1, hit);
+        l0 = fake_cuda_get_stats().launches;
+        CHECK_OK(be->ops->weight_load(be, v, 2, &w));
+        CHECK_OK(be->ops->weights_done(be));
+        long n = fake_cuda_get_stats().launches - l0;
+        CHECK_MSG(n == (round ? 0 : 4), "load %d: %ld launches to repack", round + 1, n);
+        if (w) {
+            unsigned char *dst = round ? again : first;
+            size_t cb_ = (size_t)96 * K / 2, gb = (size_t)96 * G * 4;
+            memcpy(dst, (const void *)(uintptr_t)w->ptr, cb_);
+            memcpy(dst + cb_, (const void *)(uintptr_t)w->scales, gb);
+            memcpy(dst + cb_ + gb, (const void *)(uintptr_t)w->zeros, gb);
+        }
+        if (!round) {
+            be->ops->tier_fill(be);
+            for (int i = 0; i < 1000 && ts.fills == fills; i++) {
+                struct timespec t = {0, 10 * 1000 * 1000};
+                nanosleep(&t, NULL);
+                atlas_host_tier_stats(&ts);
+            }
+            CHECK_MSG(ts.fills > fills, "no image kept after 10 s");
+        }
+        if (w) be->ops->weight_free(be, w);
+        CHECK_OK(be->ops->destroy(be));
+    }
+    if (first && again) CHECK(!memcmp(first, again, bytes));
+    free(first);
+    free(again);
+    printf("int4 as stored: uploaded as stored, %ld launches to repack 2 parts, none on a "
+           "host tier's hit\n", launches);
 }
 #else
 static void test_backend(const char *dir) {
