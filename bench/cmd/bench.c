@@ -325,11 +325,12 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     return st;
 }
 
-/* What the weight upload sent through the pinned staging pool (every weight, as bf16). */
+/* What the weight upload sent through the pinned staging pool (bf16 weights, quantized codes
+ * and their grids as the device keeps them or as stored, for the device to repack). */
 static void print_load_path(atlas_model *m, double load_s) {
     atlas_bench_memory mem;
     if (atlas_bench_memory_get(m, &mem) != ATLAS_OK) return;
-    printf("load path   %.2f GB of bf16 through the pinned staging pool: %.1f GB/s\n",
+    printf("load path   %.2f GB of weights through the pinned staging pool: %.1f GB/s\n",
            mem.staged_bytes / 1e9, mem.staged_bytes / 1e9 / load_s);
 }
 
