@@ -57,8 +57,6 @@ typedef enum atlas_wformat {
 /* "FP8 e4m3", "INT4" */
 const char *atlas_wformat_name(atlas_wformat f);
 
-/* A quantized source's scales and zero points, float32, row-major over the scale grid
- * [ceil(rows / block_rows), scale_cols]. Valid as long as the source's data. */
 /* How an INT4 weight's codes and grids reach weight_load (atlas_wquant.order). */
 typedef enum atlas_int4_order {
     ATLAS_INT4_PACKED = 0, /* ATLAS_WFMT_INT4's layout above; scales and zeros the float grids */
@@ -69,6 +67,8 @@ typedef enum atlas_int4_order {
 
 struct atlas_weight_src;
 
+/* A quantized source's scales and zero points, float32, row-major over the scale grid
+ * [ceil(rows / block_rows), scale_cols]. Valid as long as the source's data. */
 typedef struct atlas_wquant {
     atlas_wformat format;
     int block_rows, block_cols; /* the rows and columns one scale covers */
@@ -102,9 +102,9 @@ typedef struct atlas_weight_src {
     int64_t shape[ATLAS_WEIGHT_MAX_DIMS];
     size_t nbytes;     /* product(shape) * dtype size; quantized: the packed bytes */
     /* NULL: a dense tensor in dtype. Otherwise a 2-D weight of shape [rows, cols] stored in
-     * quant->format (dtype F8_E4M3, or U8 for INT4's packed nibbles). A fused weight's parts
-     * are all dense or all of one format; each part keeps its own scales (model/quant.h says
-     * when parts may be concatenated into one matrix). */
+     * quant->format (dtype F8_E4M3, U8 for INT4's packed nibbles, I32 for INT4 as stored). A
+     * fused weight's parts are all dense or all of one format; each part keeps its own scales
+     * (model/quant.h says when parts may be concatenated into one matrix). */
     const atlas_wquant *quant;
     /* The tensor's bytes, row-major, at any alignment (the model's mapping, or a buffer it
      * owns). Valid until weights_done returns (for a weight loaded after it: the next

@@ -195,7 +195,7 @@ typedef struct cuda_repack {
 
 /* The weight upload: every weight is queued for the host's loader threads (host.h). */
 typedef struct cuda_load {
-    size_t staged_bytes;      /* bf16 bytes weight_load sent through the staging pool: the
+    size_t staged_bytes;      /* bytes weight_load sent through the staging pool: the
                                  backend's count of what it uploaded (atlas bench prints it) */
     bool pending;             /* weights queued since the last weights_done: some may be in
                                  flight (wait before freeing one) */
