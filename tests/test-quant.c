@@ -6,7 +6,9 @@
  *   atlas_quant_bind from checkpoints written here word by word, and dequantized by the CPU
  *   backend's matmul (one-hot inputs read back the weights' columns); the same for
  *   compressed-tensors' pack_to_int32 (signed values plus 8, weights packed along the row,
- *   zero points along the column, padded words at both ends).
+ *   zero points along the column, padded words at both ends). AWQ and GPTQ bound as stored
+ *   (a backend that repacks on its device) hand on the tensors with the order and zero
+ *   offset that make them exactly the host's repack.
  * - quantization_config and hf_quant_config.json: what is refused names the method (and
  *   lists what is read); what is read and not applied (static activation scales, an FP8 KV
  *   cache) is said in the quantization string.
@@ -157,6 +159,44 @@ static int qv(int r, int c) { return (r + 3 * c) % 16; }
 static int zv(int r, int g) { return (r + g + 1) % 15 + 1; }
 static float sv(int r, int g) { return 0.5f + (float)r + (float)g / 4; }
 
+/* The same weight bound as stored (a backend's int4_stored: the CUDA one repacks on its
+ * device): the tensors handed on as they are, with the order and zero offset that turn them
+ * into exactly the host's repack (host: bound the usual way), as backend.h defines them. */
+static void stored_agrees(const char *what, const atlas_st *st, const atlas_quant_config *qc,
+                          const atlas_qweight *host) {
+    static const int awq_nib[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    atlas_qweight q;
+    CHECK_OK(atlas_quant_bind(st, qc, "m", R, C, true, true, NULL, NULL, &q));
+    bool awq = qc->method == ATLAS_QM_AWQ;
+    CHECK_MSG(q.quantized && q.codes && q.stored_scales && q.stored_zeros && !q.packed &&
+                  !q.q.scales && !q.q.zeros && q.packed_bytes == (size_t)(R * C / 2),
+              "%s as stored: tensors not handed on", what);
+    CHECK_MSG(q.q.order == (awq ? ATLAS_INT4_AWQ : ATLAS_INT4_GPTQ), "%s: order %d", what,
+              (int)q.q.order);
+    CHECK_MSG(!q.g_idx == !host->g_idx &&
+                  (!q.g_idx || !memcmp(q.g_idx, host->g_idx, sizeof(int32_t) * C)),
+              "%s as stored: g_idx not the host's", what);
+    int bad = 0;
+    for (int r = 0; q.codes && q.stored_scales && r < R; r++) {
+        const uint32_t *w = q.codes->data, *z = q.stored_zeros->data;
+        const uint16_t *sc = q.stored_scales->data;
+        for (int c = 0; c < C; c++) {
+            uint32_t word = awq ? w[c * (R / 8) + r / 8] : w[(c / 8) * R + r];
+            int code = (int)(word >> (4 * (awq ? awq_nib[r % 8] : c % 8))) & 0xf;
+            uint8_t b = ((const uint8_t *)host->packed)[r * (C / 2) + c / 2];
+            bad += code != ((b >> (4 * (c & 1))) & 0xf);
+        }
+        for (int g = 0; g < C / G; g++) {
+            int nz = awq ? awq_nib[r % 8] : r % 8;
+            float zero = (float)((z[g * (R / 8) + r / 8] >> (4 * nz)) & 0xf) + q.q.zero_add;
+            bad += zero != host->zeros[r * (C / G) + g];
+            bad += atlas_f16_to_f32(sc[g * R + r]) != host->scales[r * (C / G) + g];
+        }
+    }
+    CHECK_MSG(bad == 0, "%s as stored: %d codes, zeros or scales not the host's repack", what, bad);
+    atlas_qweight_free(&q);
+}
+
 static void check_int4(const char *what, const atlas_quant_config *qc, const tensor *t, int n,
                        int zero_offset, const int32_t *g_idx) {
     char *buf = NULL;
@@ -176,6 +216,7 @@ static void check_int4(const char *what, const atlas_quant_config *qc, const ten
                 fprintf(stderr, "%s: w[%d][%d] = %g, want %g\n", what, r, c, w[r * C + c], want);
         }
     CHECK_MSG(bad == 0, "%s: %d weights differ", what, bad);
+    stored_agrees(what, st, qc, &q);
     atlas_qweight_free(&q);
     atlas_st_free(st);
     free(buf);
