@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/conformance/quant.sh — issue 34's quantized checkpoints at small widths, on the GPU
 # machine after the build: tools/conformance/make.py --quant makes each layout of the small
-# set's qk-norm and llama-biases shapes with tools/quant/quantize.py and transformers'
+# set's qk-norm (compressed-tensors' INT4 among them) and llama-biases shapes with tools/quant/quantize.py and transformers'
 # reference on the weights as that tool dequantizes them; atlas-conform checks them on the GPU
 # (bound 5e-2; the INT4 layouts also with --gpu-activations int8, rows "cuda-int8") and the
 # CPU (2e-3, 16-token steps). Then tools/quant/quantize_torch.py (the
@@ -23,7 +23,7 @@ rc=0
 ROWS=/tmp/quant-rows.md
 : > $ROWS
 python3 tools/conformance/make.py --set small --out "$Q" --refs "$Q" --only qk-norm --quant \
-  "fp8-block:--block 16 16,awq:--group 32,gptq:--group 16 --sym --act-order,gptq-v2:--group 32,mxfp4,nvfp4,ct-nvfp4" \
+  "fp8-block:--block 16 16,awq:--group 32,gptq:--group 16 --sym --act-order,gptq-v2:--group 32,ct-int4:--group 32,mxfp4,nvfp4,ct-nvfp4" \
   > /tmp/quant-make.log 2>&1 || { rc=1; tail -20 /tmp/quant-make.log; }
 python3 tools/conformance/make.py --set small --out "$Q" --refs "$Q" --only llama-biases --quant \
   "fbgemm,ct-channel,ct-block:--block 16 16" >> /tmp/quant-make.log 2>&1 || { rc=1; tail -20 /tmp/quant-make.log; }
