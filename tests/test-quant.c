@@ -136,7 +136,7 @@ static void read_back(const atlas_qweight *q, float *w) {
     if (!be) return;
     atlas_weight_src src = {.name = "w", .dtype = ATLAS_DTYPE_U8, .n_dims = 2,
                             .shape = {q->rows, q->cols}, .nbytes = q->packed_bytes,
-                            .data = q->packed, .quant = &q->q};
+                            .data = q->packed ? q->packed : q->codes->data, .quant = &q->q};
     const atlas_weight_src *sp = &src;
     atlas_weight *w8 = NULL;
     CHECK_OK(be->ops->weight_load(be, &sp, 1, &w8));
@@ -381,9 +381,24 @@ static void test_ct_int4(void) {
 enum { PR = 8200, PC = 2176, PG = 128 };
 
 /* Output row r, input column c of a repacked INT4 weight. */
-static unsigned nib_at(const atlas_qweight *q, int64_t r, int64_t c) {
-    uint8_t b = ((const uint8_t *)q->packed)[r * (q->cols / 2) + c / 2];
+static unsigned nib_at(const uint8_t *packed, int64_t cols, int64_t r, int64_t c) {
+    uint8_t b = packed[r * (cols / 2) + c / 2];
     return c % 2 ? b >> 4 : b & 0xf;
+}
+
+/* The packed codes: repacked, or (compressed-tensors of whole words) the stored tensor's
+ * bytes read through its view into *tmp (freed by the caller). */
+static const uint8_t *codes_of(const atlas_qweight *q, uint8_t **tmp) {
+    *tmp = NULL;
+    if (q->packed || !q->codes) return q->packed;
+    const atlas_tensor_view *v = q->codes;
+    if (v->fd < 0) return v->data;
+    *tmp = malloc(v->nbytes);
+    if (*tmp && pread(v->fd, *tmp, v->nbytes, (off_t)v->file_offset) != (ssize_t)v->nbytes) {
+        free(*tmp);
+        *tmp = NULL;
+    }
+    return *tmp;
 }
 
 static atlas_st *st_file(const tensor *t, int n, const char *path) {
@@ -413,13 +428,16 @@ static void same_on_pool(const char *what, const atlas_quant_config *qc, const t
         CHECK_OK(atlas_quant_bind(st, qc, "m", PR, PC, true, false, NULL, pool, &b));
         size_t grid = (size_t)PR * (PC / PG) * sizeof(float);
         int64_t bad = 0;
-        for (int64_t r = 0; a.packed && r < PR; r++)
-            for (int64_t c = 0; c < PC; c++) bad += nib_at(&a, r, c) != want(r, c);
-        CHECK_MSG(a.packed && !bad, "%s (%s): %lld codes are not the layout's", what,
+        uint8_t *ta = NULL, *tb = NULL;
+        const uint8_t *pa = codes_of(&a, &ta), *pb = codes_of(&b, &tb);
+        for (int64_t r = 0; pa && r < PR; r++)
+            for (int64_t c = 0; c < PC; c++) bad += nib_at(pa, PC, r, c) != want(r, c);
+        CHECK_MSG(pa && !bad, "%s (%s): %lld codes are not the layout's", what,
                   from_file ? "file" : "memory", (long long)bad);
-        CHECK_MSG(a.packed && b.packed && a.packed_bytes == b.packed_bytes &&
-                      !memcmp(a.packed, b.packed, a.packed_bytes),
+        CHECK_MSG(pa && pb && a.packed_bytes == b.packed_bytes && !memcmp(pa, pb, a.packed_bytes),
                   "%s (%s): the codes differ on the pool", what, from_file ? "file" : "memory");
+        free(ta);
+        free(tb);
         CHECK_MSG(a.scales && b.scales && !memcmp(a.scales, b.scales, grid),
                   "%s: the scales differ on the pool", what);
         CHECK_MSG(a.zeros && b.zeros && !memcmp(a.zeros, b.zeros, grid),

@@ -474,8 +474,8 @@ static void ct_range(void *ctx, int64_t b, int64_t e, int thread) {
     const atlas_qweight *o = jb->o;
     int64_t cols = o->cols, groups = o->q.scale_cols, wpr = cdiv(cols, 8);
     uint8_t *p = o->packed;
-    /* the same nibble order as atlas's: each row's bytes as they are (its last word cut
-     * short when cols is not a multiple of 8; otherwise read straight into place) */
+    /* the same nibble order as atlas's: each row's bytes as they are, its last word cut
+     * short (cols not a multiple of 8: jb->qw; otherwise the codes are the view) */
     for (int64_t r = b; r < e; r++) {
         if (jb->qw) memcpy(p + r * (cols / 2), jb->qw + r * wpr, (size_t)cols / 2);
         for (int64_t g = 0; g < groups; g++)
@@ -579,11 +579,15 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
     if (!read) return ATLAS_OK;
     int64_t dims[2] = {0, 0};
     int32_t *w = NULL, *z = NULL;
+    /* whole words a row: the stored rows are atlas's packed rows, handed on as they are (the
+     * backend reads them through the view, as FP8's codes); else repacked, each row cut short */
+    bool whole = cols % 8 == 0;
     out->packed_bytes = (size_t)(rows * cols / 2);
-    out->packed = malloc(out->packed_bytes);
+    out->packed = whole ? NULL : malloc(out->packed_bytes);
     out->zeros = malloc((size_t)(rows * groups) * sizeof(float));
-    atlas_status st = out->packed && out->zeros ? read_view(shape, dims)
-                                                : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
+    atlas_status st = (whole || out->packed) && out->zeros
+                          ? read_view(shape, dims)
+                          : atlas_fail(ATLAS_ERR_NOMEM, "out of memory");
     if (st == ATLAS_OK && shape->dtype == ATLAS_DTYPE_I32) {
         int32_t d32[2];
         memcpy(d32, dims, sizeof d32);
@@ -593,9 +597,8 @@ static atlas_status bind_ct_int4(qfind *f, const atlas_quant_config *qc, int64_t
         st = atlas_fail(ATLAS_ERR_FORMAT, "%s: weight_shape [%lld, %lld], but the model's %s is "
                         "[%lld, %lld]", shape->name, (long long)dims[0], (long long)dims[1],
                         f->module, (long long)rows, (long long)cols);
-    if (st == ATLAS_OK && cols % 8) st = read_ints(f->pool, qw, &w);
-    if (st == ATLAS_OK && !(cols % 8) && (st = read_view_par(f->pool, qw, out->packed)))
-        st = atlas_fail_wrap(st, "reading %s", qw->name);
+    if (st == ATLAS_OK && !whole) st = read_ints(f->pool, qw, &w);
+    if (whole) out->codes = qw;
     if (st == ATLAS_OK && qz) st = read_ints(f->pool, qz, &z);
     if (st == ATLAS_OK) st = read_floats(f->pool, sc, (size_t)(rows * groups), &out->scales);
     if (st == ATLAS_OK && gi) st = read_ints(f->pool, gi, &out->g_idx);

@@ -114,8 +114,9 @@ const char *atlas_quant_config_str(const atlas_quant_config *qc, char *buf, size
 typedef struct atlas_qweight {
     bool quantized;  /* false: the module's `weight` is dense; nothing else is set */
     atlas_wquant q;
-    const atlas_tensor_view *codes; /* FP8: the e4m3 weight, read through its source (and
-                                       INT4 kept as stored: the qweight) */
+    const atlas_tensor_view *codes; /* FP8: the e4m3 weight, read through its source; INT4
+                                       kept as stored: the qweight; compressed-tensors' INT4
+                                       of whole words a row: weight_packed (packed NULL) */
     void *packed;    /* INT4: [rows, cols/2] repacked (owned) */
     size_t packed_bytes;
     float *scales, *zeros; /* owned, the grid of q */

@@ -245,6 +245,9 @@ static atlas_status bind_quant_with(binder *b, const char *const *names, atlas_q
             srcs[i].n_dims = 2;
             srcs[i].shape[0] = q->rows;
             srcs[i].shape[1] = q->cols;
+            /* compressed-tensors' int32 words read as atlas's packed bytes */
+            if (q->q.format == ATLAS_WFMT_INT4 && q->q.order == ATLAS_INT4_PACKED)
+                srcs[i].dtype = ATLAS_DTYPE_U8;
             for (int k = 0; q->stored_scales && k < 2; k++) { /* INT4 as stored: its grids */
                 atlas_weight_src_of_view_counted(k ? q->stored_zeros : q->stored_scales,
                                                  &b->files[b->n_files], b->progress,
