@@ -429,7 +429,7 @@ int atlas_cli_bench(int argc, char **argv) {
             printf("load        swap %d: %.3f s, %.1f GB/s\n", i + 1, swap_s[i],
                    info.weight_bytes / 1e9 / swap_s[i]);
             if (info.times.repack_ms > 0)
-                printf("load quant  %.3f s of it reading and repacking the quantized weights\n",
+                printf("load quant  %.3f s of it on the host reading and repacking quantized weights\n",
                        info.times.repack_ms / 1e3);
             print_load_path(m, swap_s[i]);
         }

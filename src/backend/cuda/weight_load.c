@@ -284,8 +284,10 @@ static atlas_status repack_all(cuda_backend *cb) {
     }
     CUdeviceptr scratch = 0;
     CUstream s = atlas_registry_stream(cb->mod.reg);
-    ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, need, "INT4 repack scratch", &scratch));
-    atlas_status st = ATLAS_OK;
+    atlas_status st = atlas_registry_alloc(cb->mod.reg, need, "INT4 repack scratch", &scratch);
+    if (st != ATLAS_OK)
+        return atlas_fail_wrap(st, "cuda: repacking INT4 weights: a scratch buffer of %.1f MiB "
+                               "(their largest part)", need / 1048576.0);
     for (int i = 0; st == ATLAS_OK && i < ld->n_repacks; i++)
         st = repack_one(cb, &ld->repacks[i], scratch, s);
     if (st == ATLAS_OK) st = ATLAS_CU(cuStreamSynchronize, s);
