@@ -188,8 +188,6 @@ typedef struct cuda_repack {
     int rows, cols, groups;
     int awq;         /* the order: AWQ's, else GPTQ's */
     int sdt;         /* the stored scales: 0 f32, 1 f16, 2 bf16 */
-    size_t sbytes;   /* the stored scales' bytes (at scales) and the zeros' (at zeros) */
-    size_t zbytes;
     float zero_add;
 } cuda_repack;
 

@@ -212,7 +212,7 @@ static atlas_status stored_upload(cuda_backend *cb, atlas_weight *w,
     w->bytes += grid;
     ATLAS_TRY(atlas_registry_alloc(cb->mod.reg, grid, "weight zeros", &w->zeros));
     w->bytes += grid;
-    bool hit = ld->tier && atlas_tier_use_hit(ld->tier);
+    bool hit = atlas_tier_use_hit(ld->tier);
     size_t at = 0, code_at = 0;
     for (int i = 0; i < n; i++) {
         const atlas_wquant *q = srcs[i]->quant;
@@ -233,7 +233,6 @@ static atlas_status stored_upload(cuda_backend *cb, atlas_weight *w,
                          .rows = (int)srcs[i]->shape[0], .cols = (int)w->cols,
                          .groups = w->scols, .awq = q->order == ATLAS_INT4_AWQ,
                          .sdt = sd == ATLAS_DTYPE_F32 ? 0 : sd == ATLAS_DTYPE_F16 ? 1 : 2,
-                         .sbytes = g[0]->nbytes, .zbytes = g[1]->nbytes,
                          .zero_add = q->zero_add};
         if (!hit) ATLAS_TRY(repack_add(ld, &r));
         at += region;
@@ -242,13 +241,23 @@ static atlas_status stored_upload(cuda_backend *cb, atlas_weight *w,
     return ATLAS_OK;
 }
 
+/* A part's bytes in scratch: its codes; its stored scales, then (256-aligned) its zeros. */
+static size_t repack_codes(const cuda_repack *r) { return (size_t)r->rows * r->cols / 2; }
+static size_t repack_scales(const cuda_repack *r) {
+    return (size_t)r->rows * r->groups * (r->sdt ? 2 : 4);
+}
+static size_t repack_zeros_at(const cuda_repack *r) {
+    return (repack_scales(r) + 255) & ~(size_t)255;
+}
+static size_t repack_zeros(const cuda_repack *r) { return (size_t)r->rows * r->groups / 2; }
+
 /* One part's regions through scratch and back, in stream s's order (no programmatic
  * dependent launch: the kernels' pdl_wait returns at once). */
 static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scratch,
                                CUstream s) {
     const cuda_fns *fn = &cb->mod.fn;
     int rows = r->rows, cols = r->cols, k8 = cols / 8;
-    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->codes, (size_t)rows * cols / 2, s);
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->codes, repack_codes(r), s);
     if (r->awq) {
         void *a[] = {&r->codes, &scratch, &cols, &rows};
         ATLAS_CU_TRY(cuLaunchKernel, fn->repack_awq, (unsigned)((rows + 255) / 256),
@@ -258,9 +267,9 @@ static atlas_status repack_one(cuda_backend *cb, cuda_repack *r, CUdeviceptr scr
         ATLAS_CU_TRY(cuLaunchKernel, fn->repack_gptq, (unsigned)((rows + 31) / 32),
                      (unsigned)((k8 + 31) / 32), 1, 256, 1, 1, 0, s, a, NULL);
     }
-    CUdeviceptr sz = scratch + ((r->sbytes + 255) & ~(size_t)255);
-    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->scales, r->sbytes, s);
-    ATLAS_CU_TRY(cuMemcpyDtoDAsync, sz, r->zeros, r->zbytes, s);
+    CUdeviceptr sz = scratch + repack_zeros_at(r);
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, scratch, r->scales, repack_scales(r), s);
+    ATLAS_CU_TRY(cuMemcpyDtoDAsync, sz, r->zeros, repack_zeros(r), s);
     long long n = (long long)rows * r->groups, blocks = (n + 255) / 256;
     void *a[] = {&r->scales, &r->zeros, &scratch, &sz, &r->groups, &rows, &r->sdt, &r->awq,
                  &r->zero_add};
@@ -278,7 +287,7 @@ static atlas_status repack_all(cuda_backend *cb) {
     size_t need = 0;
     for (int i = 0; i < ld->n_repacks; i++) {
         const cuda_repack *r = &ld->repacks[i];
-        size_t c = (size_t)r->rows * r->cols / 2, g = ((r->sbytes + 255) & ~(size_t)255) + r->zbytes;
+        size_t c = repack_codes(r), g = repack_zeros_at(r) + repack_zeros(r);
         if (c > need) need = c;
         if (g > need) need = g;
     }
