@@ -376,3 +376,17 @@ atlas_sample(sample_out *out, float *logits, int vocab, const sample_row *rows,
         o->logprob = lp ? v - lse : 0.0f;
     }
 }
+
+/* A queued step's draw (the sample_queue op): rows without adjustments, logprobs or top ids,
+ * so the logits stay as they are; each id to ids (the next step's tokens on the device) and
+ * to host_ids (pinned, mapped), as atlas_argmax writes them. */
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+atlas_sample_ids(int *ids, int *host_ids, float *logits, int vocab, const sample_row *rows) {
+    pdl_wait();
+    sample_row q = rows[blockIdx.x];
+    int id = sample_id(logits + (size_t)blockIdx.x * vocab, vocab, q);
+    if (threadIdx.x == 0) {
+        ids[blockIdx.x] = id;
+        if (host_ids) host_ids[blockIdx.x] = id;
+    }
+}

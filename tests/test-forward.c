@@ -442,6 +442,55 @@ static void test_queued(atlas_model *m, const char *model, const prompt *pr) {
     printf("%s: %d queued greedy steps equal token-by-token argmax\n", model, same);
 }
 
+/* Sampled steps queued a step ahead (atlas_model_forward_sample_queue; the CPU computes
+ * each at once): the same ids as the same draws run step by step, for two draws; ids that
+ * are not the argmax's (the rows are used); and a row that asks for more than ids, each a
+ * clear error. */
+static void test_queued_sampled(atlas_model *m, const char *model, const prompt *pr) {
+    enum { STEPS = 120 };
+    static const atlas_sample_row draws[] = {
+        {.seed = 1234, .temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
+         .repetition_penalty = 1.0f},
+        {.seed = 99, .temperature = 1.3f, .top_p = 1.0f, .min_p = 0.02f,
+         .repetition_penalty = 1.0f},
+    };
+    int32_t want[STEPS], got[STEPS], greedy[STEPS];
+    seq s;
+    next_block = 0;
+    seq_init(&s);
+    CHECK_OK(greedy_run(m, pr->ids, pr->n, s.table, BLOCK, STEPS, 0, greedy));
+    for (size_t d = 0; d < sizeof draws / sizeof *draws; d++) {
+        CHECK_OK(decode_run(m, pr->ids, pr->n, s.table, BLOCK, STEPS, 0, &draws[d], want));
+        CHECK_OK(decode_run(m, pr->ids, pr->n, s.table, BLOCK, STEPS, 1, &draws[d], got));
+        int same = 0, argmax = 0;
+        while (same < STEPS && got[same] == want[same]) same++;
+        while (argmax < STEPS && got[argmax] == greedy[argmax]) argmax++;
+        CHECK_MSG(same == STEPS, "%s: draw %zu: queued sampled id %d of %d differs (%d, want %d)",
+                  model, d, same, STEPS, same < STEPS ? got[same] : 0,
+                  same < STEPS ? want[same] : 0);
+        CHECK_MSG(argmax < STEPS, "%s: draw %zu: %d sampled ids, each the argmax", model, d,
+                  STEPS);
+        printf("%s: %d queued sampled steps (draw %zu) equal the steps run one by one; the "
+               "first %d the argmax's\n", model, same, d, argmax);
+    }
+    int32_t tok = want[0], pos = 0, start[2] = {0, 1}, ctx = 1, row = 0;
+    atlas_batch b = {.n_tokens = 1, .tokens = &tok, .positions = &pos, .n_seqs = 1,
+                     .seq_start = start, .seq_ctx = &ctx, .block_table = s.table,
+                     .max_blocks = 1, .n_logits = 1, .logit_rows = &row};
+    atlas_sample_row bad = draws[0];
+    bad.flags = ATLAS_SAMPLE_LOGPROB;
+    CHECK(atlas_model_forward_sample_queue(m, &b, &bad) == ATLAS_ERR_INVALID);
+    bad = draws[0];
+    bad.n_top = 2;
+    CHECK(atlas_model_forward_sample_queue(m, &b, &bad) == ATLAS_ERR_INVALID);
+    bad = draws[0];
+    bad.top_p = 0.0f;
+    CHECK(atlas_model_forward_sample_queue(m, &b, &bad) == ATLAS_ERR_INVALID);
+    CHECK(atlas_model_forward_sample_queue(m, &b, NULL) == ATLAS_ERR_INVALID);
+    int32_t id = -1;
+    CHECK(atlas_model_argmax_collect(m, &id, 1) == ATLAS_ERR_INVALID); /* none was queued */
+}
+
 static void test_model(const char *name) {
     char dir[512], ref[600];
     snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
@@ -504,6 +553,7 @@ static void test_model(const char *name) {
         CHECK_OK(atlas_model_release(mb));
     }
     test_queued(m, name, &pr[0]);
+    test_queued_sampled(m, name, &pr[0]);
     test_cli(name, &pr[0], "Hello, world!");
     CHECK_OK(atlas_model_release(m));
     atlas_st_free(st);

@@ -247,6 +247,67 @@ static void run_queued_wide(atlas_model *g, const char *name, int V) {
     printf("%s: two queued steps of %d logit rows equal the steps run at once\n", name, W);
 }
 
+/* Sampled steps queued a step ahead (atlas_model_forward_sample_queue, kernels/sample.cu's
+ * atlas_sample_ids): one sequence's draws against the same draws run one by one through
+ * the sample op, ids not all the argmax's; then W one-token sequences, greedy and sampled
+ * rows in one step (temperature 0 is the argmax), two steps queued a chunk at a time, the
+ * same ids as the two steps run at once. */
+static void run_queued_sampled(atlas_model *g, const char *name, const int32_t *prompt, int n,
+                               int V) {
+    enum { STEPS = 120, W = 40 };
+    const atlas_sample_row draw = {.seed = 77, .temperature = 0.9f, .top_p = 0.9f,
+                                   .top_k = 50, .repetition_penalty = 1.0f};
+    int32_t want[STEPS], got[STEPS], greedy[STEPS];
+    seq s;
+    next_block = 0;
+    seq_init(&s);
+    CHECK_OK(decode_run(g, prompt, n, s.table, BLOCK, STEPS, 1, &draw, got));
+    CHECK_OK(decode_run(g, prompt, n, s.table, BLOCK, STEPS, 0, &draw, want));
+    CHECK_OK(greedy_run(g, prompt, n, s.table, BLOCK, STEPS, 0, greedy));
+    int same = 0, argmax = 0;
+    while (same < STEPS && got[same] == want[same]) same++;
+    while (argmax < STEPS && got[argmax] == greedy[argmax]) argmax++;
+    CHECK_MSG(same == STEPS, "%s: queued sampled id %d of %d differs (%d, want %d)", name, same,
+              STEPS, same < STEPS ? got[same] : 0, same < STEPS ? want[same] : 0);
+    CHECK_MSG(argmax < STEPS, "%s: %d sampled ids, each the argmax", name, STEPS);
+
+    int32_t tok[W], pos[W], start[W + 1], ctx[W], rows[W], table[W], a[W], b2[W], qa[W], qb[W];
+    atlas_sample_row r[W];
+    atlas_sample_out out[W];
+    for (int i = 0; i < W; i++) {
+        tok[i] = (int32_t)((i * 7919 + 13) % V);
+        start[i] = rows[i] = table[i] = i;
+        pos[i] = 0, ctx[i] = 1;
+        r[i] = (atlas_sample_row){.seed = 1000u + (uint64_t)i, .counter = 1,
+                                  .temperature = i % 3 ? 0.7f + 0.05f * (float)(i % 5) : 0.0f,
+                                  .top_p = i % 2 ? 0.9f : 1.0f, .min_p = i % 4 ? 0.0f : 0.05f,
+                                  .repetition_penalty = 1.0f, .top_k = i % 7 ? 0 : 20};
+    }
+    start[W] = W;
+    atlas_batch b = {.n_tokens = W, .tokens = tok, .positions = pos, .n_seqs = W,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = table,
+                     .max_blocks = 1, .n_logits = W, .logit_rows = rows};
+    atlas_model_sampling smp = {.rows = r, .out = out};
+    CHECK_OK(atlas_model_forward_sample(g, &b, &smp));
+    for (int i = 0; i < W; i++) a[i] = out[i].id, pos[i] = 1, ctx[i] = 2, r[i].counter = 2;
+    b.tokens = a;
+    CHECK_OK(atlas_model_forward_sample(g, &b, &smp));
+    for (int i = 0; i < W; i++) b2[i] = out[i].id, pos[i] = 0, ctx[i] = 1, r[i].counter = 1;
+    b.tokens = tok;
+    CHECK_OK(atlas_model_forward_sample_queue(g, &b, r));
+    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2, r[i].counter = 2;
+    b.tokens = NULL;
+    CHECK_OK(atlas_model_forward_sample_queue(g, &b, r));
+    CHECK_OK(atlas_model_argmax_collect(g, qa, W));
+    CHECK_OK(atlas_model_argmax_collect(g, qb, W));
+    CHECK_MSG(!memcmp(a, qa, sizeof a) && !memcmp(b2, qb, sizeof b2),
+              "%s: a queued sampled step of %d rows differs from the same step run at once",
+              name, W);
+    printf("%s: %d queued sampled steps equal the draws run one by one (the first %d the "
+           "argmax's); two queued steps of %d greedy and sampled rows equal them run at once\n",
+           name, same, argmax, W);
+}
+
 static void test_fixture(const char *name) {
     char dir[512], ref[600];
     snprintf(dir, sizeof dir, "%s/%s", harness_data_dir(), name);
@@ -283,6 +344,7 @@ static void test_fixture(const char *name) {
     g = load(dir, ATLAS_DEVICE_CUDA, kv);
     if (g) run_queued(g, name, pr[0].ids, pr[0].n, 300);
     if (g) run_queued_wide(g, name, V);
+    if (g) run_queued_sampled(g, name, pr[0].ids, pr[0].n, V);
     /* graphs off: the same greedy ids (same kernels, so the same logits) */
     atlas_model_release(g);
     const atlas_backend_options no_graphs = {.no_graphs = 1};

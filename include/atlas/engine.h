@@ -543,6 +543,8 @@ typedef struct atlas_engine_metrics {
     uint64_t cached_tokens;     /* prompt tokens whose KV came from the prefix cache */
     uint64_t generated_tokens;
     uint64_t steps;             /* forward passes */
+    uint64_t steps_ahead;       /* of them, decode steps queued while the one before ran
+                                   (plain greedy and plain sampled sequences only) */
     uint64_t preemptions;       /* for KV blocks, or paused by a swap's drain timeout */
     int queue_len;              /* requests waiting to start */
     int running;                /* sequences in the running batches */

@@ -302,6 +302,9 @@ typedef struct atlas_sample_out {
  * row and field. */
 atlas_status atlas_sample_check(const atlas_sample_row *p, int rows, const atlas_sample_adj *adj,
                                 int n_adj, int vocab);
+/* The same for a queued step's rows (sample_queue): ids only, so no adjustments, flags or
+ * top ids. */
+atlas_status atlas_sample_check_queued(const atlas_sample_row *p, int rows, int vocab);
 
 typedef struct atlas_backend_ops {
     const char *name; /* "cpu", "cuda" */
@@ -440,6 +443,12 @@ typedef struct atlas_backend_ops {
     atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int row0, int rows,
                                  int vocab);
     atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
+    /* Sampled decoding a step ahead, as argmax_queue (a backend with one has both, and they
+     * share the queue and argmax_collect): each row r's id drawn as the sample op draws it
+     * for p[r], which asks for no adjustments and no logprobs (n_adj 0, flags 0; temperature
+     * 0 is the argmax). p is read before the call returns. */
+    atlas_status (*sample_queue)(atlas_backend *be, const void *logits, int row0, int rows,
+                                 int vocab, const atlas_sample_row *p);
     /* Samples each row r of logits[rows, vocab] with p[r] and its adjustments into out[r]:
      * the transforms of atlas/sampler.h in its order (logit_bias, repetition, presence and
      * frequency penalties; temperature 0: the argmax; else / temperature, top-k, top-p,

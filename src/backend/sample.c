@@ -63,3 +63,15 @@ atlas_status atlas_sample_check(const atlas_sample_row *p, int rows, const atlas
     }
     return ATLAS_OK;
 }
+
+atlas_status atlas_sample_check_queued(const atlas_sample_row *p, int rows, int vocab) {
+    if (rows > 0 && !p)
+        return atlas_fail(ATLAS_ERR_INVALID, "sample: %d queued rows, none given", rows);
+    ATLAS_TRY(atlas_sample_check(p, rows, NULL, 0, vocab));
+    for (int r = 0; r < rows; r++)
+        if (p[r].flags || p[r].n_adj || p[r].n_top)
+            return atlas_fail(ATLAS_ERR_INVALID, "sample: queued row %d asks for flags 0x%x, "
+                              "%d adjustments, %d top ids: a queued step draws ids only", r,
+                              (unsigned)p[r].flags, (int)p[r].n_adj, (int)p[r].n_top);
+    return ATLAS_OK;
+}

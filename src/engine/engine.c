@@ -610,12 +610,13 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->top_logprobs = r->top_logprobs;
     s->ignore_eos = r->ignore_eos;
     const atlas_sampler_params *sp = &r->sampling;
-    s->plain_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
-                      sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
-                      sp->n_logit_bias == 0 && !r->logprobs && r->top_logprobs == 0 &&
-                      !r->constraint && !r->n_forced && /* masks need the logits */
-                      !r->think_budget && /* the closing tag is forced in sample_row */
-                      !r->embed;
+    int plain = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+                sp->frequency_penalty == 0.0f && sp->n_logit_bias == 0 && !r->logprobs &&
+                r->top_logprobs == 0 && !r->constraint && !r->n_forced && /* masks need the logits */
+                !r->think_budget && /* the closing tag is forced in sample_row */
+                !r->embed;
+    s->plain_greedy = plain && sp->temperature == 0.0f;
+    s->plain_sampled = plain && sp->temperature > 0.0f;
     s->think_budget = r->think_budget;
     if (r->think_budget) {
         if (r->n_think_open)

@@ -61,6 +61,8 @@ struct atlas_request_handle {
     int max_tokens;    /* > 0 */
     int logprobs, top_logprobs, ignore_eos;
     int plain_greedy;  /* argmax of the raw logits: the backend may reduce them itself */
+    int plain_sampled; /* a draw with temperature, top-k, top-p, min-p only: nothing the
+                          tokens drawn before change, so steps may be queued ahead */
     int32_t *stop_ids;
     int n_stop_ids;
     int32_t *forced;   /* [n_forced]: teacher forcing (atlas_request.forced) */
@@ -387,6 +389,10 @@ int atlas_engine_seq_on_host(const seq *s);
  * adjustments into e->smp_adj[*n_adj]; rows chosen on the host are flagged
  * ATLAS_SAMPLE_SKIP (*n_host of them). */
 atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj, int *n_host);
+/* The rows of a step queued q steps ahead of the tokens taken (every planned sequence plain
+ * greedy or plain sampled, one logit row each) into e->smp_rows: each draw's counter is the
+ * position of the token it draws. */
+atlas_status atlas_engine_queued_rows(atlas_engine *e, int q);
 /* Marks s as ending with an error; the message is copied. */
 void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg);
 /* Appends s to the waiting queue, or puts it at the front (preemption).  Under e->mu. */

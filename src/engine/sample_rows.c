@@ -142,3 +142,31 @@ atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj_
     *n_adj_out = (int)n_adj;
     return ATLAS_OK;
 }
+
+atlas_status atlas_engine_queued_rows(atlas_engine *e, int q) {
+    if (e->n_plan > e->smp_cap) {
+        atlas_sample_row *r = realloc(e->smp_rows, (size_t)e->n_plan * sizeof *r);
+        if (!r) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", e->n_plan);
+        e->smp_rows = r;
+        atlas_sample_out *o = realloc(e->smp_out, (size_t)e->n_plan * sizeof *o);
+        if (!o) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", e->n_plan);
+        e->smp_out = o;
+        e->smp_cap = e->n_plan;
+    }
+    for (int i = 0; i < e->n_plan; i++) {
+        const seq *s = e->plan[i].s;
+        const atlas_sampler_params *sp = &s->sp;
+        /* the step at positions n_computed + q draws the token after them (sample_rows'
+         * n_tokens when nothing is queued) */
+        atlas_sample_row *r = &e->smp_rows[i];
+        *r = (atlas_sample_row){.seed = sp->seed, .counter = (uint64_t)(s->n_computed + q + 1),
+                                .top_p = 1.0f, .repetition_penalty = 1.0f};
+        if (s->plain_sampled) { /* else temperature 0: the argmax */
+            r->temperature = sp->temperature;
+            r->top_p = sp->top_p;
+            r->min_p = sp->min_p;
+            r->top_k = sp->top_k;
+        }
+    }
+    return ATLAS_OK;
+}

@@ -394,29 +394,43 @@ static void run_embed_step(atlas_engine *e, eng_model *md, const atlas_batch *b)
     }
 }
 
-/* ---- greedy decode steps queued a step ahead ----------------------------------------------
- * When a step is only plain greedy decodes (one token a sequence, the argmax of the raw
- * logits) and nothing else waits, the next step is queued on the backend before this one is
- * collected (atlas_model_forward_argmax_queue: its tokens are this step's argmax, taken on
- * the device), so that the GPU computes step k + 1 while the host emits step k's tokens.
- * The run ends, and the queued step is collected, as soon as a sequence ends, something
- * waits to be admitted, a command or another model has work, or a sequence would need a KV
- * block that is not free. */
+/* ---- decode steps queued a step ahead -------------------------------------------------------
+ * When a step is only plain decodes (one token a sequence: the argmax of the raw logits, or
+ * a draw that asks for nothing the tokens before change: temperature, top-k, top-p, min-p)
+ * and nothing else waits, the next step is queued on the backend before this one is
+ * collected (atlas_model_forward_argmax_queue or _sample_queue: its tokens are this step's
+ * ids, taken on the device; a draw's uniform depends on its seed and position only, so it is
+ * the one the step run alone would use), so that the GPU computes step k + 1 while the host
+ * emits step k's tokens. The run ends, and the queued step is collected, as soon as a
+ * sequence ends, something waits to be admitted, a command or another model has work, or a
+ * sequence would need a KV block that is not free. */
+
+enum { AHEAD_NO, AHEAD_GREEDY, AHEAD_SAMPLED };
 
 static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
-    if (e->n_plan == 0) return 0;
+    if (e->n_plan == 0) return AHEAD_NO;
     /* a backend that computes a queued step at once gains nothing by it, and each token
      * would be emitted a step late: the first one's time would include the second's */
     atlas_model_info info;
     atlas_model_get_info(md->m, &info);
-    if (!info.queue_overlaps) return 0;
+    if (!info.queue_overlaps) return AHEAD_NO;
+    int mode = AHEAD_GREEDY;
     for (int i = 0; i < e->n_plan; i++) {
         const plan_entry *pe = &e->plan[i];
-        if (pe->n != 1 || !pe->logits || !pe->s->plain_greedy ||
+        if (pe->n != 1 || !pe->logits || !(pe->s->plain_greedy || pe->s->plain_sampled) ||
             pe->s->n_tokens - pe->s->n_computed != 1)
-            return 0;
+            return AHEAD_NO;
+        if (pe->s->plain_sampled) mode = AHEAD_SAMPLED;
     }
-    return 1;
+    return mode;
+}
+
+/* Queues the next step, q steps ahead of the tokens taken. */
+static atlas_status ahead_queue(atlas_engine *e, eng_model *md, const atlas_batch *b, int mode,
+                                int q) {
+    if (mode == AHEAD_GREEDY) return atlas_model_forward_argmax_queue(md->m, b);
+    ATLAS_TRY(atlas_engine_queued_rows(e, q));
+    return atlas_model_forward_sample_queue(md->m, b, e->smp_rows);
 }
 
 /* Whether another step may be queued behind `q` uncollected ones, and if so reserves its KV
@@ -442,8 +456,8 @@ static int ahead_more(atlas_engine *e, eng_model *md, int q) {
 
 /* Runs the planned step and as many queued steps after it as ahead_more allows; marks
  * ended sequences SEQ_DONE and returns the number of steps.  Outside e->mu. */
-static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
-    atlas_status st = atlas_model_forward_argmax_queue(md->m, b);
+static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
+    atlas_status st = ahead_queue(e, md, b, mode, 0);
     int q = st == ATLAS_OK, steps = q, more = q; /* more: 0 once nothing more is queued */
     while (q > 0) {
         if (more) {
@@ -458,8 +472,8 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b) {
                 e->b_pos[i] = s->n_computed + q;
                 e->b_ctx[i] = s->n_computed + q + 1;
             }
-            b->tokens = NULL; /* the argmax of the step queued before */
-            st = atlas_model_forward_argmax_queue(md->m, b);
+            b->tokens = NULL; /* the ids of the step queued before */
+            st = ahead_queue(e, md, b, mode, q);
             if (st == ATLAS_OK) q++, steps++;
         }
         if (st != ATLAS_OK) break;
@@ -518,12 +532,13 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
     pthread_mutex_unlock(&e->mu);
     if (b.hidden)
         run_embed_step(e, md, &b);
-    else if (ahead)
-        steps = run_ahead(e, md, &b);
+    else if (ahead != AHEAD_NO)
+        steps = run_ahead(e, md, &b, ahead);
     else
         run_step(e, md, &b);
     pthread_mutex_lock(&e->mu);
     e->metrics.steps += (uint64_t)steps;
+    if (steps > 1) e->metrics.steps_ahead += (uint64_t)(steps - 1);
     e->metrics.last_batch_tokens = b.n_tokens;
     e->metrics.prompt_tokens += (uint64_t)prefill;
     if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */

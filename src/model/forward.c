@@ -309,8 +309,8 @@ static atlas_status forward(atlas_model *m, const atlas_batch *b, const fwd_out 
 
 static atlas_status not_queued(const atlas_model *m) {
     if (m->q_n == 0) return ATLAS_OK;
-    return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): %d greedy step(s) queued: collect them "
-                      "first (atlas_model_argmax_collect)", m->dir, m->q_n);
+    return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): %d step(s) queued: collect them first "
+                      "(atlas_model_argmax_collect)", m->dir, m->q_n);
 }
 
 atlas_status atlas_model_forward(atlas_model *m, const atlas_batch *b, float *logits) {
@@ -341,11 +341,16 @@ atlas_status atlas_model_forward_layers(atlas_model *m, const atlas_batch *b) {
     return forward(m, b, &(fwd_out){0});
 }
 
-/* The backend's device path: the forward and the argmax queued, nothing waited for. */
-static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b) {
+/* The backend's device path: the forward and the argmax (rows NULL) or the draws queued,
+ * nothing waited for. */
+static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b,
+                                    const atlas_sample_row *rows) {
     atlas_backend *be = m->be;
     const atlas_backend_ops *op = be->ops;
     int d = m->cfg.hidden;
+    if (rows && !op->sample_queue)
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "backend %s queues greedy steps only",
+                          op->name);
     pthread_mutex_lock(&m->forward_mu);
     atlas_status st = op->begin_batch(be, b, m->kv_block_size);
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
@@ -353,9 +358,11 @@ static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b) {
     /* logit_chunk rows at a time, as run_logits computes them: one queued step either way */
     for (int r0 = 0; st == ATLAS_OK && r0 < b->n_logits; r0 += m->logit_chunk) {
         int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
-        const char *rows = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
-        st = op->matmul(be, m->acts.logits, rows, m->w.lm_head, NULL, nr);
-        if (st == ATLAS_OK)
+        const char *x = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
+        st = op->matmul(be, m->acts.logits, x, m->w.lm_head, NULL, nr);
+        if (st == ATLAS_OK && rows)
+            st = op->sample_queue(be, m->acts.logits, r0, nr, m->cfg.vocab_size, rows + r0);
+        else if (st == ATLAS_OK)
             st = op->argmax_queue(be, m->acts.logits, r0, nr, m->cfg.vocab_size);
     }
     pthread_mutex_unlock(&m->forward_mu);
@@ -363,20 +370,30 @@ static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b) {
 }
 
 /* Without the device path: computed at once, the ids kept in the next ring slot. */
-static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot) {
+static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot,
+                                  const atlas_sample_row *rows) {
     size_t cap = (size_t)m->max_batch_tokens;
     if (!m->q_ids && !(m->q_ids = malloc(2 * cap * sizeof *m->q_ids)))
         return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
     atlas_batch bb = *b;
     if (!b->tokens) bb.tokens = m->q_ids + (size_t)(1 - slot) * cap; /* the step before */
-    return forward(m, &bb, &(fwd_out){.ids = m->q_ids + (size_t)slot * cap});
+    int32_t *ids = m->q_ids + (size_t)slot * cap;
+    if (!rows) return forward(m, &bb, &(fwd_out){.ids = ids});
+    atlas_sample_out *out = malloc((size_t)b->n_logits * sizeof *out);
+    if (!out) return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
+    atlas_model_sampling smp = {.rows = rows, .out = out};
+    atlas_status st = forward(m, &bb, &(fwd_out){.smp = &smp});
+    for (int r = 0; st == ATLAS_OK && r < b->n_logits; r++) ids[r] = out[r].id;
+    free(out);
+    return st;
 }
 
-atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b) {
+static atlas_status queue_step(atlas_model *m, const atlas_batch *b,
+                               const atlas_sample_row *rows) {
     ATLAS_TRY(check_batch(m, b));
     if (m->q_n == 2)
-        return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): 2 greedy steps queued already: "
-                          "collect one first", m->dir);
+        return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): 2 steps queued already: collect one "
+                          "first", m->dir);
     int slot = (m->q_head + m->q_n) % 2, last = 1 - slot; /* last: the step queued before */
     if (!b->tokens && (m->q_n == 0 || m->q_rows[last] != b->n_tokens))
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch of %d tokens taken from "
@@ -384,24 +401,41 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
                           m->q_n == 0 ? "is not queued (or was collected)"
                                       : "has another number of logit rows");
     if (b->n_logits < 1)
-        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued greedy step wants a logit "
-                          "row at least", m->dir);
+        return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued step wants a logit row at "
+                          "least", m->dir);
     if (m->tp_size > 1 || !m->w.lm_head || b->hidden)
-        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "forward (%s): queued greedy steps run on "
-                          "one GPU only (tensor parallel size %d), with an output head",
-                          m->dir, m->tp_size);
-    atlas_status st = m->be->ops->argmax_queue ? queue_on_device(m, b)
-                                               : queue_on_host(m, b, slot);
-    if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s): queuing a greedy step", m->dir);
+        return atlas_fail(ATLAS_ERR_UNSUPPORTED, "forward (%s): queued steps run on one GPU "
+                          "only (tensor parallel size %d), with an output head", m->dir,
+                          m->tp_size);
+    if (rows) {
+        atlas_status st = atlas_sample_check_queued(rows, b->n_logits, m->cfg.vocab_size);
+        if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s)", m->dir);
+    }
+    atlas_status st = m->be->ops->argmax_queue ? queue_on_device(m, b, rows)
+                                               : queue_on_host(m, b, slot, rows);
+    if (st != ATLAS_OK)
+        return atlas_fail_wrap(st, "forward (%s): queuing a %s step", m->dir,
+                               rows ? "sampled" : "greedy");
     m->q_rows[slot] = b->n_logits;
     m->q_n++;
     return ATLAS_OK;
 }
 
+atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b) {
+    return queue_step(m, b, NULL);
+}
+
+atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch *b,
+                                              const atlas_sample_row *rows) {
+    if (!rows)
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a queued sampled step without "
+                          "its rows", m->dir);
+    return queue_step(m, b, rows);
+}
+
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n) {
     if (m->q_n == 0)
-        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): no greedy step queued to collect",
-                          m->dir);
+        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): no step queued to collect", m->dir);
     int slot = m->q_head;
     if (n != m->q_rows[slot])
         return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): collecting %d ids of a step with %d "
@@ -416,7 +450,8 @@ atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n) {
     }
     m->q_head = (slot + 1) % 2;
     m->q_n--;
-    if (st != ATLAS_OK) return atlas_fail_wrap(st, "forward (%s): collecting a greedy step", m->dir);
+    if (st != ATLAS_OK)
+        return atlas_fail_wrap(st, "forward (%s): collecting a queued step", m->dir);
     return ATLAS_OK;
 }
 

@@ -51,6 +51,13 @@ atlas_status atlas_model_forward_sample(atlas_model *m, const atlas_batch *b,
  * queues and collects (the ring is not locked). Backends without the device path (the CPU)
  * compute each step at once and keep its ids. */
 atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch *b);
+/* The same with each logit row r's id drawn as atlas_model_forward_sample draws it for
+ * rows[r] (the uniform at rows[r].counter: the caller counts the steps ahead), for rows
+ * that ask for ids only: no adjustments, logprobs or top ids (penalties and logit_bias need
+ * the tokens drawn before). Temperature 0 is the argmax, so greedy and sampled sequences
+ * share a step. Queued and collected with the greedy steps. */
+atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch *b,
+                                              const atlas_sample_row *rows);
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n);
 
 /* Tensor parallelism (tp_size > 1 in atlas_model_params): sums x[count] (the partial

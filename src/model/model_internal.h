@@ -64,9 +64,10 @@ struct atlas_model {
     int tp_rank, tp_size;          /* tensor parallelism; 0 / 1: the whole model */
     atlas_all_reduce_fn all_reduce; /* sums a->o over the ranks; NULL: the backend's op */
     void *all_reduce_ctx;
-    /* greedy steps queued by atlas_model_forward_argmax_queue, not yet collected: q_n of
-     * them from ring slot q_head, q_rows ids each; q_ids [2][max_batch_tokens] holds them
-     * where the backend has no argmax_queue (computed at once) */
+    /* steps queued by atlas_model_forward_argmax_queue or _sample_queue, not yet
+     * collected: q_n of them from ring slot q_head, q_rows ids each; q_ids
+     * [2][max_batch_tokens] holds them where the backend has no argmax_queue (computed at
+     * once) */
     int q_head, q_n, q_rows[2];
     int32_t *q_ids;
 };

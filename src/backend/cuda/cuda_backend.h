@@ -176,6 +176,7 @@ typedef struct cuda_fns {
     /* the expert kernels, [0] bf16 and [1] MXFP4 experts (kernels/moe.cu) */
     CUfunction moe_gu_slots[2], moe_down_slots[2], moe_gu_grouped[2], moe_down_grouped[2];
     CUfunction sample;         /* the sample op (kernels/sample.cu; looked up at its first use) */
+    CUfunction sample_ids;     /* its queued steps' draw (sample_queue) */
 } cuda_fns;
 
 typedef struct cuda_lt cuda_lt; /* cublaslt.c */
@@ -308,6 +309,11 @@ typedef struct cuda_workspace {
     CUdeviceptr d_smp;
     void *h_smp;
     size_t smp_bytes;
+    /* the rows of the sampled steps queued a step ahead (sample_queue, stage.c): pinned and
+     * mapped, [2][sq_cap], a slot each as h_ids' 0 and 1 */
+    void *h_sq;
+    CUdeviceptr m_sq;
+    int sq_cap;
 } cuda_workspace;
 
 /* The staged batch, set by begin_batch and read by its commands until the next one; and the
@@ -494,6 +500,7 @@ atlas_status cuda_quietly(cuda_backend *cb, atlas_status (*fn)(cuda_backend *));
 atlas_status cuda_quant_ready(cuda_backend *cb);
 /* modules.c: looks up the FP8 KV cache's kernels (cuda_fns.kv_store8 ...) on first use. */
 atlas_status cuda_kv8_ready(cuda_backend *cb);
+enum { CUDA_SAMPLE_THREADS = 1024 }; /* kernels/sample.cu's block */
 /* modules.c: loads the sample op's kernel (kernels/sample.cu) on first use: a model that
  * only decodes greedily never pays for its lookup. */
 atlas_status cuda_sample_ready(cuda_backend *cb);
@@ -538,8 +545,8 @@ void cuda_plan_release(cuda_backend *cb);
  * made (or grown) by begin_batch, inside the workspace reserve the engine keeps beside the KV
  * pool. */
 atlas_status cuda_deq_reserve(cuda_backend *cb);
-/* stage.c: the op table's begin_batch, download, argmax, argmax_queue, argmax_collect and
- * sync. */
+/* stage.c: the op table's begin_batch, download, argmax, argmax_queue, sample_queue,
+ * argmax_collect and sync. */
 atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size);
 atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count);
 atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
@@ -547,6 +554,8 @@ atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, in
 atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
                                int vocab);
 atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows);
+atlas_status cuda_sample_queue(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab, const atlas_sample_row *p);
 atlas_status cuda_sync(atlas_backend *be);
 /* stage.c: at destroy, the workspace's pinned buffers and events (the registry's release
  * frees its device buffers); a failure is kept for that release to report. */

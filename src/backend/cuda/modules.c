@@ -189,6 +189,7 @@ atlas_status cuda_quant_ready(cuda_backend *cb) {
 static atlas_status sample_load(cuda_backend *cb) {
     ATLAS_TRY(atlas_registry_load_module(cb->mod.reg, "sample"));
     ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_sample", &cb->mod.fn.sample));
+    ATLAS_TRY(atlas_registry_function(cb->mod.reg, "atlas_sample_ids", &cb->mod.fn.sample_ids));
     cb->mod.sample_ready = true;
     return ATLAS_OK;
 }

@@ -8,8 +8,6 @@
 #include "core/error.h"
 #include "core/fault.h"
 
-enum { SAMPLE_THREADS = 1024 }; /* kernels/sample.cu's block */
-
 _Static_assert(sizeof(atlas_sample_row) == 64, "kernels/sample.cu's sample_row");
 _Static_assert(sizeof(atlas_sample_adj) == 16, "kernels/sample.cu's sample_adj");
 _Static_assert(sizeof(atlas_sample_out) == 12 + 8 * ATLAS_SAMPLE_MAX_TOP,
@@ -73,7 +71,7 @@ atlas_status cuda_sample(atlas_backend *be, atlas_sample_out *out, void *logits,
     CUdeviceptr d_logits = CUDA_PTR(logits);
     void *args[] = {&d_out, &d_logits, &vocab, &d_rows, &d_adj, &d_raw};
     cb->plan.pdl_fence = true; /* after a copy: a plain launch */
-    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.sample, (unsigned)rows, 1, 1, SAMPLE_THREADS, 0, args));
+    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.sample, (unsigned)rows, 1, 1, CUDA_SAMPLE_THREADS, 0, args));
     ATLAS_CU_TRY(cuMemcpyDtoHAsync, h + l.out, d_out, l.total - l.out, cb->dev.stream);
     ATLAS_TRY(cuda_sync(be));
     const atlas_sample_out *o = (const atlas_sample_out *)(const void *)(h + l.out);

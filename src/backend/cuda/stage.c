@@ -311,32 +311,84 @@ atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, in
     return ATLAS_OK;
 }
 
-atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
-                               int vocab) {
-    cuda_backend *cb = cuda_of(be);
-    ATLAS_TRY(cuda_ready(cb));
+/* The slot of a queued step's rows row0..row0 + rows (row0 0: a new step). */
+static atlas_status queue_slot(cuda_backend *cb, int row0, int rows, const char *what,
+                               int *slot) {
     if (row0 < 0 || rows < 1 || rows > cb->ws.cap_tok - row0)
-        return atlas_fail(ATLAS_ERR_RANGE, "cuda: argmax of rows %d..%d (at most %d)", row0,
+        return atlas_fail(ATLAS_ERR_RANGE, "cuda: %s of rows %d..%d (at most %d)", what, row0,
                           row0 + rows - 1, cb->ws.cap_tok);
-    int slot;
     if (row0 == 0) {
         if (cb->batch.aq_n == 2)
-            return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 argmax steps queued already");
-        slot = (cb->batch.aq_head + cb->batch.aq_n) % 2;
-    } else { /* more rows of the step queued last */
-        slot = (cb->batch.aq_head + cb->batch.aq_n + 1) % 2;
-        if (cb->batch.aq_n == 0 || cb->batch.aq_rows[slot] != row0)
-            return atlas_fail(ATLAS_ERR_INVALID, "cuda: argmax rows from %d, but the step "
-                              "queued last has %d", row0,
-                              cb->batch.aq_n ? cb->batch.aq_rows[slot] : 0);
+            return atlas_fail(ATLAS_ERR_BUSY, "cuda: 2 steps queued already");
+        *slot = (cb->batch.aq_head + cb->batch.aq_n) % 2;
+        return ATLAS_OK;
     }
-    ATLAS_TRY(argmax_run(be, logits, row0, rows, vocab, slot));
-    /* recorded again after each chunk: collect waits for the last */
+    *slot = (cb->batch.aq_head + cb->batch.aq_n + 1) % 2; /* more rows of the step queued last */
+    if (cb->batch.aq_n == 0 || cb->batch.aq_rows[*slot] != row0)
+        return atlas_fail(ATLAS_ERR_INVALID, "cuda: %s rows from %d, but the step queued last "
+                          "has %d", what, row0, cb->batch.aq_n ? cb->batch.aq_rows[*slot] : 0);
+    return ATLAS_OK;
+}
+
+/* After a queued step's kernel: its event (recorded again after each chunk: collect waits
+ * for the last) and its rows. */
+static atlas_status queue_mark(cuda_backend *cb, int slot, int row0, int rows) {
     ATLAS_CU_TRY(cuEventRecord, cb->ws.aq_done[slot], cb->dev.stream);
     cb->batch.aq_rows[slot] = row0 + rows;
     if (row0 == 0) cb->batch.aq_n++;
     cb->batch.ids_queued = true;
     return ATLAS_OK;
+}
+
+atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(cuda_ready(cb));
+    int slot = 0;
+    ATLAS_TRY(queue_slot(cb, row0, rows, "argmax", &slot));
+    ATLAS_TRY(argmax_run(be, logits, row0, rows, vocab, slot));
+    return queue_mark(cb, slot, row0, rows);
+}
+
+/* h_sq: two slots of cap_tok rows, pinned and mapped (the kernel reads its row there); made
+ * again only when no queued step may read it. */
+static atlas_status sq_grow(cuda_backend *cb) {
+    if (cb->ws.sq_cap >= cb->ws.cap_tok) return ATLAS_OK;
+    if (cb->batch.aq_n) ATLAS_TRY(stream_wait(cb));
+    if (cb->ws.h_sq)
+        ATLAS_REGISTRY_KEEP(cb->mod.reg, "queued sampling rows (pinned)", cuMemFreeHost,
+                            cb->ws.h_sq);
+    cb->ws.h_sq = NULL;
+    cb->ws.sq_cap = 0;
+    int32_t *h = NULL;
+    ATLAS_TRY(mapped_alloc((size_t)2 * cb->ws.cap_tok * sizeof(atlas_sample_row), &h,
+                           &cb->ws.m_sq));
+    cb->ws.h_sq = h;
+    cb->ws.sq_cap = cb->ws.cap_tok;
+    return ATLAS_OK;
+}
+
+atlas_status cuda_sample_queue(atlas_backend *be, const void *logits, int row0, int rows,
+                               int vocab, const atlas_sample_row *p) {
+    cuda_backend *cb = cuda_of(be);
+    ATLAS_TRY(atlas_sample_check_queued(p, rows, vocab));
+    ATLAS_TRY(cuda_ready(cb));
+    ATLAS_TRY(cuda_sample_ready(cb));
+    int slot = 0;
+    ATLAS_TRY(queue_slot(cb, row0, rows, "queued sampling", &slot));
+    ATLAS_TRY(sq_grow(cb));
+    ATLAS_TRY(cuda_flush(cb)); /* the batch's commands: the logits */
+    /* the slot's last reader was collected (its event waited for) before the slot came back */
+    size_t off = ((size_t)slot * cb->ws.sq_cap + (size_t)row0) * sizeof(atlas_sample_row);
+    memcpy((char *)cb->ws.h_sq + off, p, (size_t)rows * sizeof *p);
+    CUdeviceptr d_ids = cb->ws.d_ids + (size_t)row0 * sizeof(int32_t), d_rows = cb->ws.m_sq + off;
+    CUdeviceptr h_ids = (CUdeviceptr)(uintptr_t)ids_mapped(cb, slot) + (size_t)row0 * 4;
+    CUdeviceptr d_logits = CUDA_PTR(logits);
+    void *args[] = {&d_ids, &h_ids, &d_logits, &vocab, &d_rows};
+    cb->plan.pdl_fence = true; /* outside the batch's commands: a plain launch */
+    ATLAS_TRY(cuda_launch(cb, cb->mod.fn.sample_ids, (unsigned)rows, 1, 1, CUDA_SAMPLE_THREADS,
+                          0, args));
+    return queue_mark(cb, slot, row0, rows);
 }
 
 atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows) {
@@ -365,6 +417,8 @@ void cuda_workspace_release(cuda_backend *cb) {
     atlas_registry *r = cb->mod.reg; /* keeps each failure for its release's report */
     if (cb->ws.h_ids) ATLAS_REGISTRY_KEEP(r, "argmax ids (pinned)", cuMemFreeHost, cb->ws.h_ids);
     if (cb->ws.h_smp) ATLAS_REGISTRY_KEEP(r, "sampling (pinned)", cuMemFreeHost, cb->ws.h_smp);
+    if (cb->ws.h_sq)
+        ATLAS_REGISTRY_KEEP(r, "queued sampling rows (pinned)", cuMemFreeHost, cb->ws.h_sq);
     for (int s = 0; s < 2; s++) {
         if (cb->ws.h_stage[s])
             ATLAS_REGISTRY_KEEP(r, "batch staging (pinned)", cuMemFreeHost, cb->ws.h_stage[s]);
