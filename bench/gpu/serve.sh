@@ -28,6 +28,8 @@
 #                    prefill chunks; CPU 512)
 #   --device cpu     a smoke run on this machine: the embedded default model, lengths and
 #                    concurrencies cut to seconds, the prefill's rate for the matrix rate
+#   --only LABELS    only these workloads (comma-separated labels: fixed-greedy,
+#                    fixed-sampled, long-prompt, ...), the others named as not asked for
 # Needs tests/data/tiny-llama3/tokenizer.json (scripts/gpu-deps.sh fetch packs it; carry
 # .carry/tok.tar.xz): the random checkpoints have no tokenizer and Llama 3's has their ids.
 set -u
@@ -35,7 +37,7 @@ T0=$(date +%s)
 OUT=${OUT:-/tmp/atlas-serve}
 B=${ATLAS_BUILD:-build-gpu}
 M=/tmp/llama8b
-FP8=0 BUDGET=500 PARALLEL= BATCH_TOKENS= PORT=18100 DEVICE=cuda
+FP8=0 BUDGET=500 PARALLEL= BATCH_TOKENS= PORT=18100 DEVICE=cuda ONLY=
 die() { echo "serve.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
     --batch-tokens) BATCH_TOKENS=$2; shift ;;
     --port) PORT=$2; shift ;;
     --device) DEVICE=$2; shift ;;
+    --only) ONLY=",$2,"; shift ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (--help lists them)" ;;
   esac
@@ -137,9 +140,12 @@ unserve() {  # unserve TAG: the server's counters kept, then stopped
 # running then marked cut, the levels after it skipped) at twice it or at the budget
 run() {
   local label=$1 est=$2 seed=$3; shift 3
+  if [ -n "$ONLY" ] && [[ $ONLY != *",$label,"* ]]; then
+    SKIPPED+=("$label (not asked for)"); return
+  fi
   local left=$(( BUDGET - RESERVE - ($(date +%s) - T0) ))
   if [ $(( left * 2 )) -lt "$est" ]; then
-    echo "skipped $label: ${left} s left, it takes about $est"; SKIPPED+=("$label ($left s left, about $est s needed)")
+    echo "skipped $label: ${left} s left, it takes about $est"; SKIPPED+=("$label (time budget: $left s left, about $est s needed)")
     return
   fi
   local cap=$(( est * 2 < left ? est * 2 : left ))
