@@ -4,13 +4,18 @@
 only: the GPU machine has no pip).
 
   beside.py URL SERVER_LOG OUT_DIR [--streams N] [--max-tokens N] [--reps N] [--budget S]
+            [--switch N]
 
 1. Solo loads: a and b resident and idle, `POST /v1/models/c/load` (b, idle and least
    recently used, is released for it), then c unloaded and b loaded again; REPS times.
 2. Beside: N streaming completions on a, back to back, each of max-tokens tokens
    (ignore_eos), their chunks' arrival times kept; after a quiet second, c loaded in place of
    b as in 1, a quiet second, c unloaded, b loaded again, a quiet 1.5 s; REPS times.
-3. Each load's window is read from the server's log (the model_loaded event's time less its
+3. Switching: b's time to first token for a short streamed request (a prompt of a few
+   tokens, one token out), SWITCH times with a idle (before 2) and SWITCH times while a's
+   streams run (after 2's loads, b resident again); the difference of the medians is what a
+   request for a resident model pays for the other one being busy (the done line: <= 2 ms).
+4. Each load's window is read from the server's log (the model_loaded event's time less its
    duration_ms, both the server's clock, which is this machine's).  A's inter-token gaps (one
    stream's consecutive chunks, first token excluded) that overlap one of c's load windows
    are "during"; those that overlap no load or release window (0.2 s margin) are "baseline".
@@ -152,11 +157,51 @@ class Streams:
             t.join(timeout=150)
 
 
-def p99(xs):
+def first_token(url, model, i):
+    """Seconds from sending a streamed one-token completion on model to its first chunk."""
+    u = urllib.parse.urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+    body = {"model": model, "prompt": f"Switch {i}: one word", "max_tokens": 1,
+            "ignore_eos": True, "stream": True, "temperature": 0}
+    t0 = time.time()
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    t = None
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if t is None and line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
+            t = time.time() - t0
+    c.close()
+    if t is None:
+        raise RuntimeError("no chunk came")
+    return t
+
+
+def switch_times(url, n, tag):
+    out = []
+    for i in range(n):
+        out.append(first_token(url, "b", f"{tag}{i}"))
+        time.sleep(0.05)
+    return out
+
+
+def pct(xs, q):
     if not xs:
         return float("nan")
     s = sorted(xs)
-    return s[min(len(s) - 1, int(0.99 * len(s)))]
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def p99(xs):
+    return pct(xs, 0.99)
+
+
+def p90(xs):
+    return pct(xs, 0.90)
 
 
 def overlaps(gap, win, margin=0.0):
@@ -175,6 +220,8 @@ class Result:
         self.errors = []
         self.requests = 0
         self.note = ""
+        self.ttft_idle = []  # b's first token, a idle (s)
+        self.ttft_busy = []  # b's first token, a streaming (s)
 
     def analyse(self, streams, events, t_from):
         gaps = [g for g in streams.gaps if g[0] >= t_from]
@@ -229,6 +276,16 @@ class Result:
             f"| C's load beside A streaming (median of {len(self.beside)}, s) | {bes:.3f} | | |",
             f"| ratio | {r_load:.2f} | <= 1.2 | {ok(r_load, 1.2)} |",
         ]
+        t_idle, t_busy = med(self.ttft_idle), med(self.ttft_busy)
+        sw = (t_busy - t_idle) * 1e3 if self.ttft_idle and self.ttft_busy else float("nan")
+        rows += [
+            f"| B's first token, A idle (median of {len(self.ttft_idle)}, ms) | "
+            f"{t_idle * 1e3:.2f} | | |",
+            f"| B's first token, A streaming (median of {len(self.ttft_busy)}, ms; p90 "
+            f"{p90(self.ttft_busy) * 1e3:.2f}) | {t_busy * 1e3:.2f} | | |",
+            f"| switching to B while A is busy, less B's own prefill (ms) | {sw:.2f} | <= 2 | "
+            f"{ok(sw, 2.0)} |",
+        ]
         per = ", ".join(f"{r['p99_ms']} ms ({r['gaps']} gaps in {r['window_s']} s)"
                         for r in self.reps)
         md = "\n".join(rows) + (f"\n\nA's p99 in each of C's load windows: {per}" if per else "")
@@ -247,6 +304,8 @@ class Result:
                     "gap_p99_swap_ms": p99(self.swap_all) * 1e3,
                     "gap_ratio": r_gap, "load_solo_s": self.solo, "load_beside_s": self.beside,
                     "load_ratio": r_load, "windows": self.reps,
+                    "ttft_idle_s": self.ttft_idle, "ttft_busy_s": self.ttft_busy,
+                    "switch_ms": sw,
                     "gaps_baseline": len(self.baseline_all), "gaps_during": len(self.during_all),
                     "requests": self.requests, "failed": len(self.errors),
                     "args": vars(self.args), "note": self.note}
@@ -288,6 +347,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=240, help="seconds for phases 1 and 2")
+    ap.add_argument("--switch", type=int, default=20, help="b's first tokens, each way")
     args = ap.parse_args()
     res = Result(args)
     t_stop = time.time() + args.budget
@@ -310,6 +370,8 @@ def main():
         if st != 200:
             sys.exit(f"beside.py: loading {m}: HTTP {st}: {text[:300]}")
     post(args.url, "/v1/completions", {"model": "a", "prompt": "warm", "max_tokens": 4})
+    post(args.url, "/v1/completions", {"model": "b", "prompt": "warm", "max_tokens": 4})
+    res.ttft_idle = switch_times(args.url, args.switch, "idle")  # 3, a idle
     for r in range(args.reps):  # 1. solo
         if time.time() > t_stop - args.budget / 2:
             res.note = "solo phase stopped at half the budget"
@@ -337,6 +399,10 @@ def main():
         res.write(args.out)
         print(f"beside {r + 1}: c loaded in {s} s; {len(res.during_all)} gaps during loads",
               flush=True)
+    try:  # 3, a streaming (b resident again)
+        res.ttft_busy = switch_times(args.url, args.switch, "busy")
+    except Exception as e:  # noqa: BLE001 (reported beside the rest)
+        res.note += f" b's first tokens beside a failed: {e}"
     streams.finish()
     res.analyse(streams, log_events(args.log), t_from)
     print(res.write(args.out), flush=True)

@@ -4,6 +4,8 @@
 # loading in place of B, A's inter-token p99 during C's load against its p99 without a load
 # (done: <= 1.5x), and C's load time beside A's streams against a solo load of C (done:
 # <= 1.2x); REPS repetitions of each (bench/gpu/beside.py drives it: standard library).
+# Also issue 37's switching target: B's first token for a short request while A streams,
+# less the same with A idle (<= 2 ms).
 # One device call, from the repository root after the build:
 #
 #   OUT=/tmp/x [ATLAS_BUILD=build-gpu] bash bench/gpu/beside.sh
