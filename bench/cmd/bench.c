@@ -270,14 +270,19 @@ typedef struct batch_run {
 /* B sequences decoding together, one token each a step at positions p0, p0 + 1, ...: warm-up
  * steps, then `steps` timed ones. Sequence s owns blocks [s * nb, (s + 1) * nb); no prefill:
  * the cache holds whatever is there, only the time counts. */
+/* B sequences' decode steps, each the argmax (draw NULL) or each row drawn as *draw says
+ * (its own seed, the counter its token's position) through the sample op. */
 static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int steps, int nb,
-                                 int V, batch_run *out) {
+                                 int V, const atlas_sample_row *draw, batch_run *out) {
     int32_t *ids = malloc(sizeof(int32_t) * B), *pos = malloc(sizeof(int32_t) * B),
             *ctx = malloc(sizeof(int32_t) * B), *rows = malloc(sizeof(int32_t) * B),
             *start = malloc(sizeof(int32_t) * (B + 1)), *table = malloc(sizeof(int32_t) * B * nb);
     double *step_s = malloc(sizeof(double) * steps);
-    atlas_status st = ids && pos && ctx && rows && start && table && step_s ? ATLAS_OK
-                                                                            : ATLAS_ERR_NOMEM;
+    atlas_sample_row *q = draw ? malloc(sizeof *q * B) : NULL;
+    atlas_sample_out *so = draw ? malloc(sizeof *so * B) : NULL;
+    atlas_status st = ids && pos && ctx && rows && start && table && step_s && (!draw || (q && so))
+                          ? ATLAS_OK
+                          : ATLAS_ERR_NOMEM;
     for (int s = 0; st == ATLAS_OK && s < B; s++) {
         ids[s] = (int32_t)((s * 2654435761u + 17u) % (unsigned)V);
         rows[s] = s;
@@ -301,8 +306,15 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
         atlas_batch b = {.n_tokens = B, .tokens = ids, .positions = pos, .n_seqs = B,
                          .seq_start = start, .seq_ctx = ctx, .block_table = table,
                          .max_blocks = nb, .n_logits = B, .logit_rows = rows};
+        for (int r = 0; draw && r < B; r++) {
+            q[r] = *draw;
+            q[r].seed = draw->seed + (uint64_t)r;
+            q[r].counter = (uint64_t)(p0 + i + 1);
+        }
+        atlas_model_sampling smp = {.rows = q, .out = so};
         double s0 = now_s();
-        st = atlas_model_forward_argmax(m, &b, ids);
+        st = draw ? atlas_model_forward_sample(m, &b, &smp) : atlas_model_forward_argmax(m, &b, ids);
+        for (int r = 0; draw && st == ATLAS_OK && r < B; r++) ids[r] = so[r].id;
         if (i >= warm) step_s[i - warm] = now_s() - s0;
     }
     if (st == ATLAS_OK) {
@@ -322,6 +334,8 @@ static atlas_status decode_batch(atlas_model *m, int B, int p0, int warm, int st
     free(start);
     free(table);
     free(step_s);
+    free(q);
+    free(so);
     return st;
 }
 
@@ -568,8 +582,8 @@ int atlas_cli_bench(int argc, char **argv) {
     }
     for (int k = 0; k < o.n_batch; k++) {
         int B = o.batch[k];
-        batch_run br;
-        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &br) != ATLAS_OK)
+        batch_run br, bs;
+        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, NULL, &br) != ATLAS_OK)
             return fail("batched decode");
         printf("decode b%-4d  %d steps of %d sequences after %d tokens: %.3f ms/step, %.0f tok/s "
                "(steps %.3f / %.3f / %.3f ms quickest / median / slowest; graphs: %llu captured, "
@@ -577,6 +591,15 @@ int atlas_cli_bench(int argc, char **argv) {
                (double)B * steps / br.dt, br.step_min * 1e3, br.step_med * 1e3,
                br.step_max * 1e3, (unsigned long long)br.captured,
                (unsigned long long)br.replayed);
+        /* the same steps sampled as bench/gpu/serve.sh's sampled workload asks: what the
+         * sample op adds to a step of B rows */
+        const atlas_sample_row draw = {.seed = 1, .temperature = 0.7f, .top_p = 0.95f,
+                                       .repetition_penalty = 1.0f};
+        if (decode_batch(m, B, p0, 4, steps, batch_blocks, V, &draw, &bs) != ATLAS_OK)
+            return fail("batched decode, sampled");
+        printf("decode b%-4d  the same steps sampled (temperature 0.7, top-p 0.95: the sample "
+               "op): %.3f ms/step (median %.3f), %.2fx the greedy step's time\n", B,
+               bs.dt / steps * 1e3, bs.step_med * 1e3, br.dt > 0 ? bs.dt / br.dt : 0.0);
     }
 
     atlas_bench_profile prof;
