@@ -179,6 +179,17 @@ typedef struct atlas_residency_event {
                               (atlas_model_info.times), valid during the call; else NULL */
 } atlas_residency_event;
 
+/* Whether a step of plain decodes (plain greedy or plain sampled sequences) is queued before
+ * the one before it is collected (docs/ENGINE.md). AUTO: where the backend computes a queued
+ * step while the host goes on (a GPU); ON: also where it computes one at once (the CPU: no
+ * gain, and each token is emitted a step late; what the CPU tests of the path use); OFF:
+ * never (each step's tokens emitted before the next is queued). */
+typedef enum atlas_step_ahead {
+    ATLAS_STEP_AHEAD_AUTO = 0,
+    ATLAS_STEP_AHEAD_ON,
+    ATLAS_STEP_AHEAD_OFF,
+} atlas_step_ahead;
+
 typedef struct atlas_engine_params {
     const atlas_engine_model *models; /* [n_models]; copied by create */
     int n_models;
@@ -249,6 +260,7 @@ typedef struct atlas_engine_params {
                              used out of each (docs/ENGINE.md); 0 (default): none kept */
     atlas_kv_dtype kv_dtype; /* the models' KV cache type (atlas_engine_model.kv_dtype
                                 overrides it; default auto) */
+    atlas_step_ahead step_ahead; /* decode steps queued a step ahead (default auto) */
 } atlas_engine_params;
 
 enum { ATLAS_MAX_RESIDENT_AUTO = -1 }; /* atlas_engine_params.max_resident */

@@ -33,6 +33,9 @@ int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act);
 /* Parses --gpu-activations' value: "fp32" or "int8" (include/atlas/model.h).  0 on success,
  * -1 (nothing set) on anything else (cli/device.c). */
 int atlas_cli_parse_gpu_activations(const char *v, atlas_gpu_activations *act);
+/* Parses --step-ahead's value: "auto", "on" or "off" (include/atlas/engine.h).  0 on
+ * success, -1 (nothing set) on anything else (cli/device.c). */
+int atlas_cli_parse_step_ahead(const char *v, atlas_step_ahead *out);
 /* Parses --kv-cache-dtype's value (atlas_model_kv_dtype_parse: auto, bf16, fp8, fp8_e4m3):
  * 0 on success; else one line "atlas CMD: --kv-cache-dtype: MESSAGE" on stderr and -2
  * (cli/device.c). */

@@ -1,5 +1,5 @@
-/* cli/device.c — the --device, --kernels, --cpu-activations, --gpu-activations and
- * --kv-cache-dtype options, one spelling for every subcommand, and
+/* cli/device.c — the --device, --kernels, --cpu-activations, --gpu-activations,
+ * --kv-cache-dtype and --step-ahead options, one spelling for every subcommand, and
  * the engine of one model that `run` and `chat` make from them. */
 #include <errno.h>
 #include <stdio.h>
@@ -41,6 +41,13 @@ int atlas_cli_parse_cpu_activations(const char *v, atlas_cpu_activations *act) {
 int atlas_cli_parse_gpu_activations(const char *v, atlas_gpu_activations *act) {
     if (!strcmp(v, "fp32")) return *act = ATLAS_GPU_ACT_FP32, 0;
     if (!strcmp(v, "int8")) return *act = ATLAS_GPU_ACT_INT8, 0;
+    return -1;
+}
+
+int atlas_cli_parse_step_ahead(const char *v, atlas_step_ahead *out) {
+    if (!strcmp(v, "auto")) return *out = ATLAS_STEP_AHEAD_AUTO, 0;
+    if (!strcmp(v, "on")) return *out = ATLAS_STEP_AHEAD_ON, 0;
+    if (!strcmp(v, "off")) return *out = ATLAS_STEP_AHEAD_OFF, 0;
     return -1;
 }
 

@@ -354,7 +354,7 @@ static const char *const serve_options[] = {
     "--timeout", "--header-timeout", "--body-timeout", "--max-connections-per-ip",
     "--ssl-certfile", "--ssl-keyfile", "--max-body", "--max-connections", "--cors-origin",
     "--allowed-hosts", "--reasoning-format", "--device", "--log-format", "--log-level", "--kernels", "--cpu-activations", "--gpu-activations", "--kv-cache-dtype",
-    "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
+    "--step-ahead", "--no-memory-check", "--responses-max", "--responses-ttl", "--chat-template",
     "--tool-call-format", "--models-preset", "--keep-alive", "--host-cache", NULL};
 
 /* Returns 0 to go on, 1 after --help, 2 on a usage error. */
@@ -442,6 +442,8 @@ static int parse_args(int argc, char **argv, serve_args *a) {
             bad = atlas_cli_parse_gpu_activations(v, &a->ep.gpu_activations);
         } else if (!strcmp(o, "--kv-cache-dtype")) {
             bad = atlas_cli_parse_kv_dtype("serve", v, &a->ep.kv_dtype);
+        } else if (!strcmp(o, "--step-ahead")) {
+            bad = atlas_cli_parse_step_ahead(v, &a->ep.step_ahead);
         } else {
             fprintf(stderr, "atlas serve: unknown option: %s\n", o);
             atlas_cli_serve_usage(stderr);

@@ -128,6 +128,9 @@ static atlas_status params_check(const atlas_engine_params *p) {
     if (p->kv_dtype < ATLAS_KV_DTYPE_AUTO || p->kv_dtype > ATLAS_KV_DTYPE_FP8)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: kv_dtype %d: not an atlas_kv_dtype",
                           (int)p->kv_dtype);
+    if (p->step_ahead < ATLAS_STEP_AHEAD_AUTO || p->step_ahead > ATLAS_STEP_AHEAD_OFF)
+        return atlas_fail(ATLAS_ERR_INVALID, "engine: step_ahead %d: not an atlas_step_ahead",
+                          (int)p->step_ahead);
     if (p->keep_alive_ms < ATLAS_KEEP_ALIVE_NONE)
         return atlas_fail(ATLAS_ERR_INVALID, "engine: keep_alive_ms %lld: out of range",
                           (long long)p->keep_alive_ms);

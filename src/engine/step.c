@@ -408,12 +408,12 @@ static void run_embed_step(atlas_engine *e, eng_model *md, const atlas_batch *b)
 enum { AHEAD_NO, AHEAD_GREEDY, AHEAD_SAMPLED };
 
 static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
-    if (e->n_plan == 0) return AHEAD_NO;
+    if (e->n_plan == 0 || e->p.step_ahead == ATLAS_STEP_AHEAD_OFF) return AHEAD_NO;
     /* a backend that computes a queued step at once gains nothing by it, and each token
      * would be emitted a step late: the first one's time would include the second's */
     atlas_model_info info;
     atlas_model_get_info(md->m, &info);
-    if (!info.queue_overlaps) return AHEAD_NO;
+    if (!info.queue_overlaps && e->p.step_ahead != ATLAS_STEP_AHEAD_ON) return AHEAD_NO;
     int mode = AHEAD_GREEDY;
     for (int i = 0; i < e->n_plan; i++) {
         const plan_entry *pe = &e->plan[i];

@@ -1,0 +1,163 @@
+/* tests/test-engine-ahead.c — decode steps queued a step ahead through the engine
+ * (engine/step.c's run_ahead) on the CPU backend, with step_ahead ON (the CPU computes a
+ * queued step at once, so AUTO never queues there; the tiny-llama3 fixture):
+ * - a plain sampled request (temperature, top-k, top-p, min-p; ids only) draws the ids of
+ *   the same request with logprobs, whose steps are never queued, and its steps were
+ *   queued (steps_ahead); a plain greedy one likewise against greedy with logprobs;
+ * - the same seed draws the same ids beside batch-mates submitted together: plain greedy
+ *   and plain sampled ones of other seeds and lengths (queued steps with greedy and sampled
+ *   rows, sequences ending inside a run), one with logprobs (steps not queued) and one
+ *   with a stop string; each mate ends with the tokens it asked for;
+ * - step_ahead AUTO and OFF queue nothing on the CPU, with the same ids; a value outside
+ *   the enum is refused at create. */
+#include <stdio.h>
+#include <string.h>
+
+#include "atlas/engine.h"
+#include "atlas/sampler.h"
+#include "engine_wait.h"
+#include "harness.h"
+
+enum { MAX = 40, NP = 12, MATES = 6 };
+
+typedef struct got {
+    int32_t ids[MAX];
+    int n;
+    atlas_finish finish;
+} got;
+
+static void on_event(const atlas_event *ev, void *user) {
+    got *g = user;
+    if (ev->type == ATLAS_EVENT_TOKEN && g->n < MAX) g->ids[g->n++] = ev->id;
+    else if (ev->type == ATLAS_EVENT_END) g->finish = ev->finish;
+}
+
+static const int32_t prompt[NP] = {3, 17, 42, 5, 9, 17, 23, 42, 8, 1, 17, 30};
+
+static atlas_request plain(const char *model, uint64_t seed, float temperature, int max) {
+    atlas_request r = {.model = model, .prompt = prompt, .n_prompt = NP, .max_tokens = max,
+                       .ignore_eos = 1};
+    r.sampling = atlas_sampler_default_params();
+    r.sampling.temperature = temperature;
+    r.sampling.top_k = 50;
+    r.sampling.top_p = 0.95f;
+    r.sampling.min_p = 0.02f;
+    r.sampling.seed = seed;
+    return r;
+}
+
+static int same(const got *a, const got *b) {
+    return a->n == b->n && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n);
+}
+
+static uint64_t ahead(atlas_engine *e) {
+    atlas_engine_metrics m;
+    atlas_engine_get_metrics(e, &m);
+    return m.steps_ahead;
+}
+
+static atlas_engine *make(const char *dir, atlas_step_ahead mode) {
+    static atlas_engine_model mod;
+    mod = (atlas_engine_model){.name = "tiny", .dir = dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = &mod;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CPU;
+    p.n_threads = 2;
+    p.step_ahead = mode;
+    atlas_engine *e = NULL;
+    CHECK_OK(atlas_engine_create(&p, &e));
+    return e;
+}
+
+/* r run plainly and with logprobs (never queued): the same ids, and steps queued in the
+ * first only when `queues`. */
+static void versus_stepped(atlas_engine *e, atlas_request r, int queues, const char *what,
+                           got *out) {
+    got stepped = {0};
+    memset(out, 0, sizeof *out);
+    uint64_t a0 = ahead(e);
+    CHECK_OK(engine_wait_run(e, &r, on_event, out));
+    uint64_t a1 = ahead(e);
+    CHECK_MSG(queues ? a1 - a0 >= (uint64_t)r.max_tokens / 2 : a1 == a0,
+              "%s: %llu steps queued ahead for %d tokens", what,
+              (unsigned long long)(a1 - a0), r.max_tokens);
+    r.logprobs = 1;
+    CHECK_OK(engine_wait_run(e, &r, on_event, &stepped));
+    CHECK_MSG(ahead(e) == a1, "%s: a request with logprobs had steps queued ahead", what);
+    CHECK_MSG(out->n == r.max_tokens && same(out, &stepped),
+              "%s: queued ids differ from the stepped ones (%d and %d ids)", what, out->n,
+              stepped.n);
+}
+
+int main(void) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
+    if (!harness_require_file(harness_data_path("tiny-llama3/tokenizer.json")))
+        return harness_finish();
+    atlas_engine *e = make(dir, ATLAS_STEP_AHEAD_ON);
+    if (!e) return harness_finish();
+
+    atlas_request r = plain("tiny", 42, 0.9f, MAX), g = plain("tiny", 5, 0.0f, MAX);
+    got sampled, greedy;
+    versus_stepped(e, r, 1, "plain sampled", &sampled);
+    versus_stepped(e, g, 1, "plain greedy", &greedy);
+    got greedy_ids = {0};
+    for (int i = 0; i < MAX; i++) /* not all the argmax: the draws were used */
+        if (sampled.ids[i] != greedy.ids[i]) greedy_ids.n++;
+    CHECK_MSG(greedy_ids.n > 0, "%d sampled ids, each the argmax", MAX);
+
+    /* beside batch-mates, submitted together so that they share steps */
+    engine_wait w[MATES + 1];
+    got mates[MATES], beside = {0};
+    memset(mates, 0, sizeof mates);
+    atlas_request m[MATES];
+    for (int i = 0; i < MATES; i++)
+        m[i] = plain("tiny", 900 + (uint64_t)i, i % 2 ? 0.7f + 0.1f * (float)i : 0.0f,
+                     MAX - 5 * i);
+    m[1].sampling.top_k = 0, m[1].sampling.min_p = 0.0f; /* top-p only */
+    m[2].logprobs = 1; /* a greedy one whose steps are not queued while it runs */
+    m[3].n_prompt = NP - 4;
+    const char *stops[1] = {" "};
+    m[4].stop = stops, m[4].n_stop = 1; /* ends when its text holds a space */
+    for (int i = 0; i < MATES; i++)
+        CHECK_OK(engine_wait_submit(&w[i], e, &m[i], on_event, &mates[i]));
+    CHECK_OK(engine_wait_submit(&w[MATES], e, &r, on_event, &beside));
+    for (int i = 0; i <= MATES; i++) engine_wait_end(&w[i]);
+    CHECK_MSG(same(&sampled, &beside), "the seeded request drew otherwise beside batch-mates");
+    for (int i = 0; i < MATES; i++)
+        if (i != 4)
+            CHECK_MSG(mates[i].n == MAX - 5 * i && mates[i].finish == ATLAS_FINISH_LENGTH,
+                      "mate %d: %d tokens (finish %d), asked %d", i, mates[i].n,
+                      (int)mates[i].finish, MAX - 5 * i);
+    CHECK_MSG(mates[4].n <= MAX - 20 && mates[4].finish != ATLAS_FINISH_ERROR,
+              "the mate with a stop string: %d tokens, finish %d", mates[4].n,
+              (int)mates[4].finish);
+    got alone0 = {0};
+    CHECK_OK(engine_wait_run(e, &m[0], on_event, &alone0));
+    CHECK_MSG(same(&alone0, &mates[0]), "a greedy mate's ids changed beside sampled ones");
+    atlas_engine_free(e);
+
+    /* AUTO and OFF: nothing queued on the CPU, the same ids */
+    for (int k = 0; k < 2; k++) {
+        atlas_engine *e2 = make(dir, k ? ATLAS_STEP_AHEAD_OFF : ATLAS_STEP_AHEAD_AUTO);
+        if (!e2) continue;
+        got again = {0};
+        CHECK_OK(engine_wait_run(e2, &r, on_event, &again));
+        CHECK_MSG(ahead(e2) == 0 && same(&again, &sampled), "step_ahead %s: %llu queued, ids %s",
+                  k ? "off" : "auto", (unsigned long long)ahead(e2),
+                  same(&again, &sampled) ? "the same" : "otherwise");
+        atlas_engine_free(e2);
+    }
+    atlas_engine_model mod = {.name = "tiny", .dir = dir};
+    atlas_engine_params p = atlas_engine_default_params();
+    p.models = &mod;
+    p.n_models = 1;
+    p.device = ATLAS_DEVICE_CPU;
+    p.step_ahead = (atlas_step_ahead)7;
+    atlas_engine *bad = NULL;
+    CHECK(atlas_engine_create(&p, &bad) == ATLAS_ERR_INVALID && !bad);
+    printf("steps queued ahead on the CPU: sampled and greedy ids equal the stepped ones, "
+           "alone and beside %d mates\n", MATES);
+    return harness_finish();
+}
