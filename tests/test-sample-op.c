@@ -227,6 +227,26 @@ static void test_checks(atlas_backend *be) {
     CHECK(be->ops->sample(be, o, l, 1, 4, &bad, a, 2) == ATLAS_ERR_RANGE);
 }
 
+/* A NaN logit fails the op with the lowest such row named, however the rows are spread
+ * over the threads. */
+static void test_nan_rows(atlas_backend *be) {
+    enum { ROWS = 9 };
+    float *l = malloc(sizeof(float) * ROWS * V);
+    atlas_sample_row q[ROWS];
+    atlas_sample_out o[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        for (int i = 0; i < V; i++) l[(size_t)r * V + i] = (float)urand();
+        q[r] = (atlas_sample_row){.seed = 5, .temperature = r % 2 ? 0.8f : 0.0f, .top_p = 0.9f,
+                                  .repetition_penalty = 1};
+    }
+    l[(size_t)7 * V + 11] = NAN;
+    l[(size_t)4 * V + 3] = NAN;
+    CHECK(be->ops->sample(be, o, l, ROWS, V, q, NULL, 0) == ATLAS_ERR_FORMAT);
+    CHECK_MSG(strstr(atlas_last_error(), "row 4:") && strstr(atlas_last_error(), "NaN"), "%s",
+              atlas_last_error());
+    free(l);
+}
+
 int main(void) {
     test_reference();
     atlas_backend_geom g = {.hidden = 8, .n_heads = 1, .n_kv_heads = 1, .head_dim = 8,
@@ -240,6 +260,14 @@ int main(void) {
     test_against_sampler(be);
     test_distribution(be);
     test_checks(be);
+    test_nan_rows(be);
+    CHECK_OK(be->ops->destroy(be));
+    /* the rows spread over three threads: the same draws as the sampler's, row by row */
+    be = NULL;
+    CHECK_OK(atlas_backend_cpu_create(&g, 3, &be));
+    if (!be) return harness_finish();
+    test_against_sampler(be);
+    test_nan_rows(be);
     CHECK_OK(be->ops->destroy(be));
     return harness_finish();
 }

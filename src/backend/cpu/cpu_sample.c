@@ -1,6 +1,8 @@
 /* backend/cpu/cpu_sample.c — the sample op on the CPU: each row through the sampler
  * (atlas/sampler.h, the reference), its adjustments turned back into the history and
- * logit_bias the sampler takes. */
+ * logit_bias the sampler takes; the rows spread over the backend's threads. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,25 +73,74 @@ static atlas_status sample_one(sample_scratch *x, const atlas_sample_row *q,
     return ATLAS_OK;
 }
 
+/* A call's rows, taken by the pool's threads in ranges, each thread with scratch of its own
+ * (made at its first row); the failure of the lowest row is the one reported, as a loop
+ * over the rows would report it. */
+typedef struct sample_job {
+    sample_scratch *x; /* [threads] */
+    atlas_sample_out *out;
+    const float *logits;
+    int vocab;
+    const atlas_sample_row *p;
+    const atlas_sample_adj *adj;
+    pthread_mutex_t mu;
+    int failed_row; /* -1: none */
+    atlas_status st;
+    char why[512];
+} sample_job;
+
+static atlas_status scratch_make(sample_scratch *x, int vocab) {
+    if (x->s) return ATLAS_OK;
+    atlas_sampler_params dp = atlas_sampler_default_params();
+    ATLAS_TRY(atlas_sampler_create(&dp, &x->s));
+    if (!(x->row = malloc((size_t)vocab * sizeof *x->row)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "sample: a row of %d", vocab);
+    return ATLAS_OK;
+}
+
+static void sample_range(void *ctx, int64_t begin, int64_t end, int thread) {
+    sample_job *j = ctx;
+    sample_scratch *x = &j->x[thread];
+    for (int64_t r = begin; r < end; r++) {
+        if (j->p[r].flags & ATLAS_SAMPLE_SKIP) continue;
+        atlas_status st = scratch_make(x, j->vocab);
+        if (st == ATLAS_OK)
+            st = sample_one(x, &j->p[r], j->adj + j->p[r].adj0,
+                            j->logits + (size_t)r * j->vocab, j->vocab, &j->out[r]);
+        if (st == ATLAS_OK) continue;
+        pthread_mutex_lock(&j->mu);
+        if (j->failed_row < 0 || r < j->failed_row) {
+            j->failed_row = (int)r;
+            j->st = st;
+            snprintf(j->why, sizeof j->why, "%s", atlas_last_error());
+        }
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+}
+
 atlas_status cpu_sample(atlas_backend *be, atlas_sample_out *out, void *logits, int rows,
                         int vocab, const atlas_sample_row *p, const atlas_sample_adj *adj,
                         int n_adj) {
-    (void)be;
+    cpu_backend *cb = (cpu_backend *)be;
     ATLAS_TRY(atlas_sample_check(p, rows, adj, n_adj, vocab));
-    sample_scratch x = {0};
-    atlas_sampler_params dp = atlas_sampler_default_params();
-    atlas_status st = atlas_sampler_create(&dp, &x.s);
-    if (st == ATLAS_OK && !(x.row = malloc((size_t)vocab * sizeof *x.row)))
-        st = atlas_fail(ATLAS_ERR_NOMEM, "sample: a row of %d", vocab);
-    for (int r = 0; r < rows && st == ATLAS_OK; r++) {
-        if (p[r].flags & ATLAS_SAMPLE_SKIP) continue;
-        float *row = (float *)logits + (size_t)r * vocab;
-        st = sample_one(&x, &p[r], adj + p[r].adj0, row, vocab, &out[r]);
-        if (st != ATLAS_OK) st = atlas_fail_wrap(st, "sample: row %d", r);
+    if (rows == 0) return ATLAS_OK;
+    int threads = atlas_threadpool_size(cb->pool);
+    sample_job j = {.x = calloc((size_t)threads, sizeof *j.x), .out = out, .logits = logits,
+                    .vocab = vocab, .p = p, .adj = adj, .failed_row = -1};
+    if (!j.x) return atlas_fail(ATLAS_ERR_NOMEM, "sample: scratch of %d threads", threads);
+    pthread_mutex_init(&j.mu, NULL);
+    /* a row is a few ms of a large vocabulary's passes: worth a thread of its own */
+    atlas_threadpool_for(cb->pool, rows, 1, sample_range, &j);
+    pthread_mutex_destroy(&j.mu);
+    for (int t = 0; t < threads; t++) {
+        atlas_sampler_free(j.x[t].s);
+        free(j.x[t].row);
+        free(j.x[t].hist);
+        free(j.x[t].bias);
     }
-    atlas_sampler_free(x.s);
-    free(x.row);
-    free(x.hist);
-    free(x.bias);
-    return st;
+    free(j.x);
+    if (j.failed_row >= 0)
+        return atlas_fail(j.st, "sample: row %d: %s", j.failed_row, j.why);
+    return ATLAS_OK;
 }
