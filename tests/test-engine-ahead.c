@@ -7,7 +7,7 @@
  * - the same seed draws the same ids beside batch-mates submitted together: plain greedy
  *   and plain sampled ones of other seeds and lengths (queued steps with greedy and sampled
  *   rows, sequences ending inside a run), one with logprobs (steps not queued) and one
- *   with a stop string; each mate ends with the tokens it asked for;
+ *   that stops at an id inside a run; each mate ends where it asked to;
  * - step_ahead AUTO and OFF queue nothing on the CPU, with the same ids; a value outside
  *   the enum is refused at create. */
 #include <stdio.h>
@@ -116,23 +116,33 @@ int main(void) {
         m[i] = plain("tiny", 900 + (uint64_t)i, i % 2 ? 0.7f + 0.1f * (float)i : 0.0f,
                      MAX - 5 * i);
     m[1].sampling.top_k = 0, m[1].sampling.min_p = 0.0f; /* top-p only */
-    m[2].logprobs = 1; /* a greedy one whose steps are not queued while it runs */
+    m[2].logprobs = 1, m[2].max_tokens = 6; /* no step is queued while it runs */
     m[3].n_prompt = NP - 4;
-    const char *stops[1] = {" "};
-    m[4].stop = stops, m[4].n_stop = 1; /* ends when its text holds a space */
+    /* greedy on the full prompt: its ids are greedy's, so it stops at the first of greedy's
+     * 11th id, inside a run of queued steps */
+    m[4].max_tokens = MAX;
+    int32_t stop_id = greedy.ids[10];
+    int first = 0;
+    while (greedy.ids[first] != stop_id) first++;
+    m[4].stop_ids = &stop_id, m[4].n_stop_ids = 1;
+    uint64_t a0 = ahead(e);
     for (int i = 0; i < MATES; i++)
         CHECK_OK(engine_wait_submit(&w[i], e, &m[i], on_event, &mates[i]));
     CHECK_OK(engine_wait_submit(&w[MATES], e, &r, on_event, &beside));
     for (int i = 0; i <= MATES; i++) engine_wait_end(&w[i]);
+    uint64_t mates_ahead = ahead(e) - a0;
+    CHECK_MSG(mates_ahead >= MAX / 4, "the mates' steps: %llu queued ahead",
+              (unsigned long long)mates_ahead);
     CHECK_MSG(same(&sampled, &beside), "the seeded request drew otherwise beside batch-mates");
     for (int i = 0; i < MATES; i++)
         if (i != 4)
-            CHECK_MSG(mates[i].n == MAX - 5 * i && mates[i].finish == ATLAS_FINISH_LENGTH,
+            CHECK_MSG(mates[i].n == m[i].max_tokens && mates[i].finish == ATLAS_FINISH_LENGTH,
                       "mate %d: %d tokens (finish %d), asked %d", i, mates[i].n,
-                      (int)mates[i].finish, MAX - 5 * i);
-    CHECK_MSG(mates[4].n <= MAX - 20 && mates[4].finish != ATLAS_FINISH_ERROR,
-              "the mate with a stop string: %d tokens, finish %d", mates[4].n,
-              (int)mates[4].finish);
+                      (int)mates[i].finish, m[i].max_tokens);
+    CHECK_MSG(mates[4].finish == ATLAS_FINISH_STOP && mates[4].n >= first &&
+                  mates[4].n <= first + 1 && !memcmp(mates[4].ids, greedy.ids, 4 * (size_t)first),
+              "the mate with a stop id (greedy's id %d, first at %d): %d tokens, finish %d",
+              stop_id, first, mates[4].n, (int)mates[4].finish);
     got alone0 = {0};
     CHECK_OK(engine_wait_run(e, &m[0], on_event, &alone0));
     CHECK_MSG(same(&alone0, &mates[0]), "a greedy mate's ids changed beside sampled ones");
@@ -158,6 +168,7 @@ int main(void) {
     atlas_engine *bad = NULL;
     CHECK(atlas_engine_create(&p, &bad) == ATLAS_ERR_INVALID && !bad);
     printf("steps queued ahead on the CPU: sampled and greedy ids equal the stepped ones, "
-           "alone and beside %d mates\n", MATES);
+           "alone and beside %d mates (%llu of their steps queued ahead)\n", MATES,
+           (unsigned long long)mates_ahead);
     return harness_finish();
 }

@@ -5,8 +5,8 @@
  *   the same request with logprobs, whose every step runs alone through the sample op,
  *   and its steps were queued ahead (the engine's steps_ahead);
  * - the same seed draws the same ids beside plain greedy and plain sampled batch-mates
- *   (greedy and sampled rows in one queued step), and the greedy mate's ids are those of a
- *   greedy request alone;
+ *   (greedy and sampled rows in one queued step; some ending inside a run), and the greedy
+ *   mate's ids are those of a greedy request alone;
  * - another seed draws other ids. */
 #include <stdio.h>
 #include <string.h>
@@ -101,12 +101,16 @@ int main(void) {
     memset(mates, 0, sizeof mates);
     for (int i = 0; i < MATES; i++) {
         atlas_request m = i == 0 ? g : plain("tiny", 900 + (uint64_t)i, 0.6f + 0.2f * (float)i);
+        if (i > 1) m.max_tokens = MAX - 9 * i; /* ending inside a run of queued steps */
         CHECK_OK(engine_wait_submit(&w[i], e, &m, on_event, &mates[i]));
     }
     CHECK_OK(engine_wait_submit(&w[MATES], e, &r, on_event, &beside));
     for (int i = 0; i <= MATES; i++) engine_wait_end(&w[i]);
     CHECK_MSG(same(&queued, &beside), "the seeded request drew otherwise beside batch-mates");
     CHECK_MSG(same(&greedy, &mates[0]), "the greedy request's ids changed beside sampled ones");
+    for (int i = 2; i < MATES; i++)
+        CHECK_MSG(mates[i].n == MAX - 9 * i, "mate %d: %d tokens, asked %d", i, mates[i].n,
+                  MAX - 9 * i);
     r.sampling.seed = 43;
     got other = {0};
     CHECK_OK(engine_wait_run(e, &r, on_event, &other));

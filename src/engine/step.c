@@ -422,7 +422,7 @@ static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
             return AHEAD_NO;
         if (pe->s->plain_sampled) mode = AHEAD_SAMPLED;
     }
-    return mode;
+    return mode == AHEAD_SAMPLED && !atlas_model_queues_samples(md->m) ? AHEAD_NO : mode;
 }
 
 /* Queues the next step, q steps ahead of the tokens taken. */

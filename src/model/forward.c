@@ -46,6 +46,7 @@
  */
 #include "model/forward.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -356,6 +357,7 @@ static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b,
     if (st == ATLAS_OK) st = run_layers(m, b->n_tokens);
     if (st == ATLAS_OK) st = op->gather_rows(be, m->acts.rows, m->acts.h, d);
     /* logit_chunk rows at a time, as run_logits computes them: one queued step either way */
+    int queued = 0; /* rows the backend holds of this step */
     for (int r0 = 0; st == ATLAS_OK && r0 < b->n_logits; r0 += m->logit_chunk) {
         int nr = b->n_logits - r0 < m->logit_chunk ? b->n_logits - r0 : m->logit_chunk;
         const char *x = (const char *)m->acts.rows + (size_t)r0 * d * be->act_size;
@@ -364,6 +366,17 @@ static atlas_status queue_on_device(atlas_model *m, const atlas_batch *b,
             st = op->sample_queue(be, m->acts.logits, r0, nr, m->cfg.vocab_size, rows + r0);
         else if (st == ATLAS_OK)
             st = op->argmax_queue(be, m->acts.logits, r0, nr, m->cfg.vocab_size);
+        if (st == ATLAS_OK) queued = r0 + nr;
+    }
+    /* a step the backend holds in part is collected and dropped, so that its queue and the
+     * model's stay in step (the failure's message kept) */
+    if (st != ATLAS_OK && queued > 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", atlas_last_error());
+        int32_t *drop = malloc((size_t)queued * sizeof *drop);
+        if (drop) (void)op->argmax_collect(be, drop, queued);
+        free(drop);
+        st = atlas_fail(st, "%s", msg);
     }
     pthread_mutex_unlock(&m->forward_mu);
     return st;
@@ -431,6 +444,10 @@ atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch 
         return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a queued sampled step without "
                           "its rows", m->dir);
     return queue_step(m, b, rows);
+}
+
+bool atlas_model_queues_samples(const atlas_model *m) {
+    return !m->be->ops->argmax_queue || m->be->ops->sample_queue;
 }
 
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n) {

@@ -59,6 +59,9 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
 atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch *b,
                                               const atlas_sample_row *rows);
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n);
+/* Whether atlas_model_forward_sample_queue can queue on m's backend (one that queues greedy
+ * steps on the device also has the sampled op; one that computes steps at once does both). */
+bool atlas_model_queues_samples(const atlas_model *m);
 
 /* Tensor parallelism (tp_size > 1 in atlas_model_params): sums x[count] (the partial
  * outputs of the attention and MLP projections, backend memory in its activation type)

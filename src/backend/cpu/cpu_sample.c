@@ -129,7 +129,10 @@ atlas_status cpu_sample(atlas_backend *be, atlas_sample_out *out, void *logits, 
     sample_job j = {.x = calloc((size_t)threads, sizeof *j.x), .out = out, .logits = logits,
                     .vocab = vocab, .p = p, .adj = adj, .failed_row = -1};
     if (!j.x) return atlas_fail(ATLAS_ERR_NOMEM, "sample: scratch of %d threads", threads);
-    pthread_mutex_init(&j.mu, NULL);
+    if (pthread_mutex_init(&j.mu, NULL) != 0) {
+        free(j.x);
+        return atlas_fail(ATLAS_ERR_NOMEM, "sample: a lock for %d rows", rows);
+    }
     /* a row is a few ms of a large vocabulary's passes: worth a thread of its own */
     atlas_threadpool_for(cb->pool, rows, 1, sample_range, &j);
     pthread_mutex_destroy(&j.mu);

@@ -310,7 +310,7 @@ typedef struct cuda_workspace {
     void *h_smp;
     size_t smp_bytes;
     /* the rows of the sampled steps queued a step ahead (sample_queue, stage.c): pinned and
-     * mapped, [2][sq_cap], a slot each as h_ids' 0 and 1 */
+     * mapped, [2][sq_cap = cap_tok], a slot each as h_ids' 0 and 1; made with h_ids */
     void *h_sq;
     CUdeviceptr m_sq;
     int sq_cap;

@@ -59,8 +59,8 @@ static atlas_status mapped_alloc(size_t bytes, int32_t **host, CUdeviceptr *dev)
 }
 
 /* The pinned host buffers of ct tokens and `words` staged ints: h_ids (the queued slots' ids
- * kept; the stream is idle: graphs_release) and both h_stage buffers (after the batches that
- * read them: the stream is waited for); their events made once. */
+ * kept; the stream is idle: graphs_release), h_sq and both h_stage buffers (after the
+ * batches that read them: the stream is waited for); their events made once. */
 static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     for (int s = 0; s < 2; s++) {
         if (!cb->ws.aq_done[s])
@@ -79,6 +79,16 @@ static atlas_status pinned_grow(cuda_backend *cb, int ct, size_t words) {
     cb->ws.h_ids = h;
     cb->ws.m_ids = m;
     cb->ws.ids_cap = ct;
+    /* the queued sampled steps' rows: read by their kernels only, so nothing to keep */
+    if (cb->ws.h_sq)
+        ATLAS_REGISTRY_KEEP(cb->mod.reg, "queued sampling rows (pinned)", cuMemFreeHost,
+                            cb->ws.h_sq);
+    cb->ws.h_sq = NULL;
+    cb->ws.sq_cap = 0;
+    ATLAS_TRY(mapped_alloc((size_t)2 * ct * sizeof(atlas_sample_row), &h, &m));
+    cb->ws.h_sq = h;
+    cb->ws.m_sq = m;
+    cb->ws.sq_cap = ct;
     if (cb->batch.stage_busy[0] || cb->batch.stage_busy[1]) ATLAS_TRY(stream_wait(cb));
     for (int s = 0; s < 2; s++) {
         if (cb->ws.h_stage[s])
@@ -350,24 +360,6 @@ atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, 
     return queue_mark(cb, slot, row0, rows);
 }
 
-/* h_sq: two slots of cap_tok rows, pinned and mapped (the kernel reads its row there); made
- * again only when no queued step may read it. */
-static atlas_status sq_grow(cuda_backend *cb) {
-    if (cb->ws.sq_cap >= cb->ws.cap_tok) return ATLAS_OK;
-    if (cb->batch.aq_n) ATLAS_TRY(stream_wait(cb));
-    if (cb->ws.h_sq)
-        ATLAS_REGISTRY_KEEP(cb->mod.reg, "queued sampling rows (pinned)", cuMemFreeHost,
-                            cb->ws.h_sq);
-    cb->ws.h_sq = NULL;
-    cb->ws.sq_cap = 0;
-    int32_t *h = NULL;
-    ATLAS_TRY(mapped_alloc((size_t)2 * cb->ws.cap_tok * sizeof(atlas_sample_row), &h,
-                           &cb->ws.m_sq));
-    cb->ws.h_sq = h;
-    cb->ws.sq_cap = cb->ws.cap_tok;
-    return ATLAS_OK;
-}
-
 atlas_status cuda_sample_queue(atlas_backend *be, const void *logits, int row0, int rows,
                                int vocab, const atlas_sample_row *p) {
     cuda_backend *cb = cuda_of(be);
@@ -376,7 +368,6 @@ atlas_status cuda_sample_queue(atlas_backend *be, const void *logits, int row0, 
     ATLAS_TRY(cuda_sample_ready(cb));
     int slot = 0;
     ATLAS_TRY(queue_slot(cb, row0, rows, "queued sampling", &slot));
-    ATLAS_TRY(sq_grow(cb));
     ATLAS_TRY(cuda_flush(cb)); /* the batch's commands: the logits */
     /* the slot's last reader was collected (its event waited for) before the slot came back */
     size_t off = ((size_t)slot * cb->ws.sq_cap + (size_t)row0) * sizeof(atlas_sample_row);
