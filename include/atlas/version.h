@@ -15,12 +15,12 @@
 #define ATLAS_VERSION_H
 
 #define ATLAS_VERSION_MAJOR 0
-#define ATLAS_VERSION_MINOR 8
+#define ATLAS_VERSION_MINOR 9
 #define ATLAS_VERSION_PATCH 0
-#define ATLAS_VERSION_STRING "0.8.0"
+#define ATLAS_VERSION_STRING "0.9.0"
 
 /* Bumped on every incompatible change of the API or ABI; the soname's number. */
-#define ATLAS_API_VERSION 7
+#define ATLAS_API_VERSION 8
 
 /* Marks a public function: exported from libatlas.so, which builds with hidden visibility
  * so that nothing else is. */
