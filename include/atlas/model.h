@@ -250,10 +250,11 @@ typedef struct atlas_model_info {
                                   cache not FP8 with a checkpoint that has none */
     const char *load_source;   /* where the last load read the weights from: "host" (the host
                                   tier, atlas_model_params.host_cache: no file read),
-                                  "page_cache" (every page of the files was cached before the
-                                  load) or "disk" */
+                                  "page_cache" (every page of the files asked about was
+                                  cached before the load: one each 2 MiB) or "disk" */
     size_t load_cached_bytes;  /* bytes of the weights' files found in the page cache before
-                                  the load read them (all of them for "host") */
+                                  the load read them, estimated from those pages (all of
+                                  them for "host") */
     const char *host_tier;     /* why this load kept no copy in the host tier ("" when it did
                                   or none was asked for), e.g. on an integrated GPU */
     atlas_model_load_times times; /* its load's steps */

@@ -162,23 +162,17 @@ atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char 
     return ATLAS_OK;
 }
 
-size_t atlas_mem_resident(const void *p, size_t n) {
+size_t atlas_mem_resident_sampled(const void *p, size_t n, size_t stride) {
     if (!p || !n) return 0;
     long ps = sysconf(_SC_PAGESIZE);
-    size_t page = ps > 0 ? (size_t)ps : 4096;
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(page - 1), e = (uintptr_t)p + n;
-    size_t pages = (e - a + page - 1) / page, in = 0;
-    unsigned char vec[4096];
-    for (size_t i = 0; i < pages; i += sizeof vec) { /* 16 MiB of 4 KiB pages a call */
-        size_t k = pages - i < sizeof vec ? pages - i : sizeof vec;
-        if (mincore((void *)(a + i * page), k * page, vec) != 0) return 0;
-        for (size_t j = 0; j < k; j++) {
-            if (!(vec[j] & 1)) continue;
-            uintptr_t lo = a + (i + j) * page, hi = lo + page;
-            lo = lo < (uintptr_t)p ? (uintptr_t)p : lo;
-            hi = hi > e ? e : hi;
-            in += hi - lo;
-        }
+    size_t page = ps > 0 ? (size_t)ps : 4096, in = 0;
+    if (stride < page) stride = page;
+    for (size_t o = 0; o < n; o += stride) {
+        uintptr_t a = ((uintptr_t)p + o) & ~(uintptr_t)(page - 1);
+        unsigned char v = 0;
+        if (mincore((void *)a, page, &v) != 0) return 0;
+        if (v & 1) in += n - o < stride ? n - o : stride;
     }
     return in;
 }
+

@@ -41,9 +41,12 @@ atlas_status atlas_file_read_at(int fd, void *dst, size_t n, uint64_t off);
  * report, not an absence). */
 bool atlas_file_exists(const char *path);
 
-/* Bytes of [p, p + n) of a mapping whose pages are in memory now (mincore: for a file
- * mapping, in the page cache), whole pages counted within the range; 0 when mincore fails. */
-size_t atlas_mem_resident(const void *p, size_t n);
+/* Bytes of [p, p + n) of a mapping in memory now (mincore: for a file mapping, in the page
+ * cache), estimated from one page a stride (the page of each stride's first byte; the
+ * stride counted whole when it is in memory); 0 when mincore fails. An exact count looks up
+ * every page, about 0.1 us each: longer for a 16 GB checkpoint than reading it from the
+ * page cache. */
+size_t atlas_mem_resident_sampled(const void *p, size_t n, size_t stride);
 
 /* Joins dir and name into buf ("dir/name"); fails with ATLAS_ERR_RANGE if it does not fit. */
 atlas_status atlas_path_join(char *buf, size_t cap, const char *dir, const char *name);
