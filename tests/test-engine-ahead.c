@@ -1,6 +1,8 @@
 /* tests/test-engine-ahead.c — decode steps queued a step ahead through the engine
- * (engine/step.c's run_ahead) on the CPU backend, with step_ahead ON (the CPU computes a
- * queued step at once, so AUTO never queues there; the tiny-llama3 fixture):
+ * (engine/step.c's run_ahead; the tiny-llama3 fixture) on the CPU backend with step_ahead ON
+ * (the CPU computes a queued step at once, so AUTO never queues there), and with `-d cuda`
+ * (ctest's test-gpu-ahead) on the GPU with AUTO, where a sampled step's draw runs on the
+ * device (kernels/sample.cu's atlas_sample_ids) and its ids are the next step's tokens:
  * - a plain sampled request (temperature, top-k, top-p, min-p; ids only) draws the ids of
  *   the same request with logprobs, whose steps are never queued, and its steps were
  *   queued (steps_ahead); a plain greedy one likewise against greedy with logprobs;
@@ -8,12 +10,13 @@
  *   and plain sampled ones of other seeds and lengths (queued steps with greedy and sampled
  *   rows, sequences ending inside a run), one with logprobs (steps not queued) and one
  *   that stops at an id inside a run; each mate ends where it asked to;
- * - step_ahead AUTO and OFF queue nothing on the CPU, with the same ids; a value outside
- *   the enum is refused at create. */
+ * - OFF queues nothing, with the same ids, and so does AUTO on the CPU; a value outside the
+ *   enum is refused at create. */
 #include <stdio.h>
 #include <string.h>
 
 #include "atlas/engine.h"
+#include "atlas/host.h"
 #include "atlas/sampler.h"
 #include "engine_wait.h"
 #include "harness.h"
@@ -56,13 +59,15 @@ static uint64_t ahead(atlas_engine *e) {
     return m.steps_ahead;
 }
 
+static atlas_device device = ATLAS_DEVICE_CPU;
+
 static atlas_engine *make(const char *dir, atlas_step_ahead mode) {
     static atlas_engine_model mod;
     mod = (atlas_engine_model){.name = "tiny", .dir = dir};
     atlas_engine_params p = atlas_engine_default_params();
     p.models = &mod;
     p.n_models = 1;
-    p.device = ATLAS_DEVICE_CPU;
+    p.device = device;
     p.n_threads = 2;
     p.step_ahead = mode;
     atlas_engine *e = NULL;
@@ -90,12 +95,31 @@ static void versus_stepped(atlas_engine *e, atlas_request r, int queues, const c
               stepped.n);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "-d") && !strcmp(argv[2], "cuda")) {
+        device = ATLAS_DEVICE_CUDA;
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test-engine-ahead [-d cuda]\n");
+        return 2;
+    }
+    if (device == ATLAS_DEVICE_CUDA) {
+#ifndef ATLAS_HAVE_KERNELS
+        printf("SKIP: this build has no kernels (configured without nvcc)\n");
+        return 77;
+#endif
+        atlas_host *h = NULL;
+        atlas_status st = atlas_host_get(0, &h);
+        HARNESS_SKIP_NO_DEVICE(st);
+        CHECK_OK(st);
+        if (!h) return harness_finish();
+    }
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
     if (!harness_require_file(harness_data_path("tiny-llama3/tokenizer.json")))
         return harness_finish();
-    atlas_engine *e = make(dir, ATLAS_STEP_AHEAD_ON);
+    /* the GPU queues with AUTO, the default */
+    atlas_engine *e = make(dir, device == ATLAS_DEVICE_CUDA ? ATLAS_STEP_AHEAD_AUTO
+                                                          : ATLAS_STEP_AHEAD_ON);
     if (!e) return harness_finish();
 
     atlas_request r = plain("tiny", 42, 0.9f, MAX), g = plain("tiny", 5, 0.0f, MAX);
@@ -148,8 +172,8 @@ int main(void) {
     CHECK_MSG(same(&alone0, &mates[0]), "a greedy mate's ids changed beside sampled ones");
     atlas_engine_free(e);
 
-    /* AUTO and OFF: nothing queued on the CPU, the same ids */
-    for (int k = 0; k < 2; k++) {
+    /* OFF, and AUTO on the CPU: nothing queued, the same ids */
+    for (int k = device == ATLAS_DEVICE_CUDA; k < 2; k++) {
         atlas_engine *e2 = make(dir, k ? ATLAS_STEP_AHEAD_OFF : ATLAS_STEP_AHEAD_AUTO);
         if (!e2) continue;
         got again = {0};
@@ -163,12 +187,12 @@ int main(void) {
     atlas_engine_params p = atlas_engine_default_params();
     p.models = &mod;
     p.n_models = 1;
-    p.device = ATLAS_DEVICE_CPU;
+    p.device = device;
     p.step_ahead = (atlas_step_ahead)7;
     atlas_engine *bad = NULL;
     CHECK(atlas_engine_create(&p, &bad) == ATLAS_ERR_INVALID && !bad);
-    printf("steps queued ahead on the CPU: sampled and greedy ids equal the stepped ones, "
-           "alone and beside %d mates (%llu of their steps queued ahead)\n", MATES,
-           (unsigned long long)mates_ahead);
+    printf("steps queued ahead on the %s: sampled and greedy ids equal the stepped ones, "
+           "alone and beside %d mates (%llu of their steps queued ahead)\n",
+           device == ATLAS_DEVICE_CUDA ? "GPU" : "CPU", MATES, (unsigned long long)mates_ahead);
     return harness_finish();
 }
