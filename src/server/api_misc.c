@@ -249,6 +249,7 @@ static int print_engine(const atlas_engine_metrics *m, atlas_server_metrics *sm,
     rc |= COUNTER("atlas_prompt_tokens_total", "Prompt tokens prefilled.", m->prompt_tokens);
     rc |= COUNTER("atlas_generation_tokens_total", "Tokens generated.", m->generated_tokens);
     rc |= COUNTER("atlas_steps_total", "Forward passes.", m->steps);
+    rc |= COUNTER("atlas_steps_ahead_total", "Forward passes queued while the one before ran (--step-ahead).", m->steps_ahead);
     rc |= COUNTER("atlas_preemptions_total", "Sequences preempted for KV blocks or paused for a swap.", m->preemptions);
     rc |= GAUGE("atlas_queue_length", "Requests waiting to start.", "%d", m->queue_len);
     rc |= GAUGE("atlas_running_sequences", "Sequences in the running batches.", "%d", m->running);

@@ -197,7 +197,8 @@ test('odd model names: /metrics parses, /v1/models and /health list every model 
 // the requests.
 test('gateway gauges and per-model series exist, parse and move', async () => {
   const MODEL = 'll"ama';
-  const srv = await startServer(['--device', 'cpu', '--model', `${MODEL}=${path.join(DATA, 'tiny-llama3')}`]);
+  // --step-ahead on: the CPU queues a plain request's decode steps too (counted below)
+  const srv = await startServer(['--device', 'cpu', '--step-ahead', 'on', '--model', `${MODEL}=${path.join(DATA, 'tiny-llama3')}`]);
   const scrape = async () => {
     const res = await fetch(`${srv.base}/metrics`);
     assert.equal(res.status, 200);
@@ -220,7 +221,7 @@ test('gateway gauges and per-model series exist, parse and move', async () => {
     const mine = info.find((s) => s.labels.model_name === MODEL);
     assert.ok(mine && mine.value === 1 && Number(mine.labels.block_size) > 0 && Number(mine.labels.num_gpu_blocks) > 0, JSON.stringify(info));
     assert.ok(info.some((s) => !('model_name' in s.labels) && s.labels.block_size === mine.labels.block_size));
-    for (const name of ['atlas_prefix_cache_queries_total', 'atlas_prefix_cache_hits_total', 'atlas_request_queue_time_seconds_count'])
+    for (const name of ['atlas_prefix_cache_queries_total', 'atlas_prefix_cache_hits_total', 'atlas_request_queue_time_seconds_count', 'atlas_steps_ahead_total'])
       assert.equal(one(s0, name), 0, name);
     // a prompt of several blocks, asked twice: the second finds it in the prefix cache
     const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(12);
@@ -239,6 +240,8 @@ test('gateway gauges and per-model series exist, parse and move', async () => {
       assert.equal(one(s1, 'atlas_request_prefill_time_seconds_count', labels), 1);
       assert.equal(one(s1, 'atlas_request_decode_time_seconds_count', labels), 1);
     }
+    // its 3 decode steps queued one after another: 2 while the one before ran
+    assert.equal(one(s1, 'atlas_steps_ahead_total'), 2);
     assert.equal(one(s1, 'atlas_time_to_first_token_seconds_count', per), 1);
     assert.equal(one(s1, 'atlas_inter_token_latency_seconds_count', per), 3);
     const usage = one(s1, 'atlas_kv_cache_usage_perc', per);
