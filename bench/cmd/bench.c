@@ -476,6 +476,13 @@ int atlas_cli_bench(int argc, char **argv) {
            info.weight_bytes / 1e9 / load_s, on_cuda ? ", with driver, context and pinned pool" :
            ", into memory new to it", first_s);
     print_load_path(m, load_s);
+    /* the last load's steps (atlas_model_load_times), so that a slow one says which step */
+    const atlas_model_load_times *lt = &info.times;
+    printf("load steps  config %.1f ms, files %.1f, backend %.1f, weights %.1f (the read from "
+           "%s), kv %.1f, the rest %.1f\n", lt->config - lt->begin, lt->files - lt->config,
+           lt->backend - lt->files, lt->weights - lt->backend,
+           info.load_source && *info.load_source ? info.load_source : "?",
+           lt->kv - lt->weights, lt->end - lt->kv);
     if (on_cuda) print_load_reference(m, o.dir, info.weight_bytes / 1e9 / load_s);
     /* with --load-only only: its buffers (512 MiB) would count in a full run's peak RSS, which
      * bench/cpu/vs_llama.sh compares with llama.cpp's */
