@@ -35,6 +35,100 @@ static void note_usage(atlas_gen **gs, int n, const atlas_usage *u, atlas_log_re
     rec->ttft_ms = first > 0 ? (first - gs[0]->t_start) * 1e3 : -1;
 }
 
+/* --- the waker ------------------------------------------------------------------------- */
+
+struct atlas_gen_waker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atlas_gen **q;           /* the gens to wake, each holding a reference */
+    size_t n, cap;
+    bool idle, stop;
+    pthread_t th;
+};
+
+static void gen_unref(atlas_gen *g);
+
+/* Queues g (its reference taken by the caller) for a wake; false when the waker is stopping
+ * or out of memory (the caller wakes it). Signals the waker only when it sleeps, so a
+ * step's burst of tokens costs it one wake-up. */
+static bool waker_push(atlas_gen_waker *w, atlas_gen *g) {
+    pthread_mutex_lock(&w->mu);
+    bool ok = !w->stop;
+    if (ok && w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 256;
+        atlas_gen **q = realloc(w->q, cap * sizeof *q);
+        if (q) w->q = q, w->cap = cap;
+        else ok = false;
+    }
+    if (ok) {
+        w->q[w->n++] = g;
+        if (w->idle) pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+static void *waker_main(void *arg) {
+    atlas_gen_waker *w = arg;
+    atlas_gen **batch = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->n && !w->stop) {
+            w->idle = true;
+            pthread_cond_wait(&w->cv, &w->mu);
+            w->idle = false;
+        }
+        if (!w->n) break; /* stopping, and nothing left */
+        atlas_gen **q = w->q; /* the list taken, the other one given for the next pushes */
+        size_t n = w->n, qcap = w->cap;
+        w->q = batch, w->cap = cap, w->n = 0;
+        batch = q, cap = qcap;
+        pthread_mutex_unlock(&w->mu);
+        for (size_t i = 0; i < n; i++) {
+            pthread_mutex_lock(&batch[i]->mu);
+            pthread_cond_broadcast(&batch[i]->cv);
+            pthread_mutex_unlock(&batch[i]->mu);
+            gen_unref(batch[i]);
+        }
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(batch);
+    return NULL;
+}
+
+atlas_status atlas_gen_waker_start(atlas_gen_waker **out) {
+    *out = NULL;
+    atlas_gen_waker *w = calloc(1, sizeof *w);
+    if (!w) return atlas_fail(ATLAS_ERR_NOMEM, "server: out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int err = pthread_create(&w->th, NULL, waker_main, w);
+    if (err) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return atlas_fail(ATLAS_ERR_NOMEM, "server: starting the waker thread: %s",
+                          strerror(err));
+    }
+    *out = w;
+    return ATLAS_OK;
+}
+
+void atlas_gen_waker_stop(atlas_gen_waker *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL); /* it wakes and drops what it still holds first */
+    free(w->q);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
 /* --- the engine side: copy each event into the queue --------------------------------- */
 
 static void group_unref(atlas_gen_group *G) {
@@ -120,9 +214,19 @@ static void on_event(const atlas_event *ev, void *user) {
     }
     observe(g, ev, g->t_first); /* before ended: g may be freed once it is seen */
     if (ev->type == ATLAS_EVENT_END) g->ended = true;
-    pthread_cond_broadcast(&g->cv);
+    /* a worker waiting for it is woken by the waker (holding a reference till then); one
+     * that is not will find the event before it waits */
+    bool hand = g->waiting > 0 && g->srv->waker;
+    if (hand) g->refs++;
+    else if (g->waiting > 0) pthread_cond_broadcast(&g->cv);
     atlas_gen_group *G = g->group;
     pthread_mutex_unlock(&g->mu);
+    if (hand && !waker_push(g->srv->waker, g)) {
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        gen_unref(g);
+    }
     if (G) { /* the leader may be waiting for any member */
         pthread_mutex_lock(&G->mu);
         pthread_cond_broadcast(&G->cv);
@@ -279,7 +383,9 @@ atlas_gen_event *atlas_gen_next(atlas_gen *g, bool wait, bool *gone) {
             }
             if (*gone) break; /* nobody to write to: stop waiting */
         }
+        g->waiting++;
         poll_wait(&g->cv, &g->mu);
+        g->waiting--;
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;

@@ -54,7 +54,8 @@ typedef struct atlas_gen_group {
 struct atlas_gen {
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* signalled when an event arrives */
-    int refs;                 /* engine + HTTP side */
+    int refs;                 /* engine + HTTP side (+ the waker's, while it holds the gen) */
+    int waiting;              /* workers in poll_wait on cv, under mu */
     atlas_gen_event *head, *tail;
     bool ended;               /* the END event was queued */
     bool cancel_asked;        /* an event was lost: cancel */

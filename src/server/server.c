@@ -16,6 +16,7 @@
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/embed.h"
+#include "server/gen.h"
 #include "server/ollama.h"
 #include "server/page.h"
 #include "server/respstore.h"
@@ -609,7 +610,8 @@ atlas_status atlas_server_serve(atlas_server *s, atlas_engine *engine) {
                             .cert_file = p->ssl_certfile,
                             .key_file = p->ssl_keyfile,
                             .log = s->log};
-    atlas_status st = atlas_http_start(&hp, dispatch, s, &s->http);
+    atlas_status st = atlas_gen_waker_start(&s->waker);
+    if (st == ATLAS_OK) st = atlas_http_start(&hp, dispatch, s, &s->http);
     /* the daemon listens on its own descriptor: once it stops (or quiesces) nothing else
      * may keep the socket open, or the kernel would go on accepting into its backlog */
     atlas_listen_close(&s->listen);
@@ -656,6 +658,9 @@ void atlas_server_stop(atlas_server *s) {
         }
         atlas_http_stop(s->http);
     }
+    /* after the workers it wakes are joined: no worker waits for an event any more */
+    atlas_gen_waker_stop(s->waker);
+    s->waker = NULL;
     atlas_listen_close(&s->listen);
     atlas_server_metrics_destroy(&s->metrics);
     atlas_log_free(s->log);

@@ -33,6 +33,8 @@ struct atlas_server {
     atlas_log *log;               /* the access log and the server's own lines */
     atlas_listen listen;          /* bound at create; handed to the daemon by serve */
     struct atlas_respstore *responses; /* stored /v1/responses (respstore.h) */
+    struct atlas_gen_waker *waker; /* wakes the workers waiting for events (gen.h); NULL: the
+                                      engine's thread wakes them itself */
 };
 
 #endif
