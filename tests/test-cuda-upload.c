@@ -11,7 +11,8 @@
  * point, its failure reported to the caller, and on the caller when nothing serves or the
  * serving thread sleeps.  The quantized matmul on split x launches the kernels it needs.
  * INT4 as GPTQ stores it goes up as stored and is queued for the repack at weights_done (not
- * on a host tier's hit, which replays the bytes kept).
+ * on a host tier's hit, which replays the bytes kept). Sampled steps queued ahead put each
+ * step's rows in its slot.
  * tests/test-gpu-load.c loads the fixtures on a real GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +30,8 @@
 #include "fake_cuda.h"
 #include "harness.h"
 #include "format/safetensors.h"
+#include "model/forward.h"
+#include "model/model_internal.h"
 #include "model/weight_read.h"
 
 /* --- the CUDA backend's weight_load ------------------------------------------------------- */
@@ -321,6 +324,62 @@ static void test_quant_launches(void) {
     free(zs);
 }
 
+/* Sampled steps queued a step ahead (atlas_model_forward_sample_queue: stage.c's
+ * cuda_sample_queue) on a model loaded on the fake (no kernel runs, so only the host's side
+ * is checked): each step's rows land in its slot of the mapped rows buffer, the 40 rows of a
+ * step whose logits go a chunk at a time (the fixture's chunk is 16 rows) at their offsets;
+ * a third step is refused while two are queued, a row asking for logprobs before anything
+ * is queued; both steps are collected and no more. */
+static void test_sample_queue(void) {
+    enum { W = 40 };
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CUDA;
+    p.load_tokenizer = 0;
+    p.kv_block_size = 16;
+    p.kv_tokens = 16 * W;
+    p.max_batch_tokens = 64;
+    atlas_model *m = NULL;
+    CHECK_OK(atlas_model_load(harness_data_path("tiny-llama3"), &p, &m));
+    if (!m) return;
+    cuda_backend *cb = (cuda_backend *)m->be;
+    int32_t tok[W], pos[W], start[W + 1], ctx[W], rows[W], table[W], ids[W];
+    atlas_sample_row r[2][W];
+    for (int i = 0; i < W; i++) {
+        tok[i] = 7 * i + 3;
+        start[i] = rows[i] = table[i] = i;
+        pos[i] = 0, ctx[i] = 1;
+        for (int k = 0; k < 2; k++)
+            r[k][i] = (atlas_sample_row){.seed = 100u + (uint64_t)i, .counter = 1u + (uint64_t)k,
+                                         .temperature = i % 3 ? 0.7f : 0.0f, .top_p = 0.9f,
+                                         .repetition_penalty = 1.0f, .top_k = i % 5};
+    }
+    start[W] = W;
+    atlas_batch b = {.n_tokens = W, .tokens = tok, .positions = pos, .n_seqs = W,
+                     .seq_start = start, .seq_ctx = ctx, .block_table = table, .max_blocks = 1,
+                     .n_logits = W, .logit_rows = rows};
+    CHECK_OK(atlas_model_forward_sample_queue(m, &b, r[0]));
+    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
+    b.tokens = NULL;
+    CHECK_OK(atlas_model_forward_sample_queue(m, &b, r[1]));
+    CHECK(cb->batch.aq_n == 2 && cb->batch.aq_rows[0] == W && cb->batch.aq_rows[1] == W);
+    CHECK(cb->ws.h_sq && cb->ws.sq_cap >= W);
+    for (int k = 0; cb->ws.h_sq && k < 2; k++)
+        CHECK_MSG(!memcmp((const atlas_sample_row *)cb->ws.h_sq + (size_t)k * cb->ws.sq_cap,
+                          r[k], sizeof r[k]),
+                  "step %d's rows are not in slot %d of the rows buffer", k, k);
+    CHECK(atlas_model_forward_sample_queue(m, &b, r[1]) == ATLAS_ERR_BUSY);
+    CHECK_OK(atlas_model_argmax_collect(m, ids, W));
+    atlas_sample_row bad[W];
+    memcpy(bad, r[1], sizeof bad);
+    bad[W - 1].flags = ATLAS_SAMPLE_LOGPROB;
+    CHECK(atlas_model_forward_sample_queue(m, &b, bad) == ATLAS_ERR_INVALID);
+    CHECK(cb->batch.aq_n == 1);
+    CHECK_OK(atlas_model_argmax_collect(m, ids, W));
+    CHECK(atlas_model_argmax_collect(m, ids, W) == ATLAS_ERR_INVALID);
+    CHECK_OK(atlas_model_release(m));
+    printf("sampled steps queued: two steps of %d rows in their slots, a third refused\n", W);
+}
+
 /* INT4 as GPTQ stores it (backend.h atlas_int4_order) goes up as stored: the codes into their
  * region, each part's scales and zeros into the start of its rows' regions of the float grids
  * (the rest zero), and weights_done repacks each part in place (a copy to a scratch buffer and
@@ -451,6 +510,7 @@ static void test_backend(const char *dir) {
     printf("backend: skipped (built without kernels: no CUDA backend to create)\n");
 }
 static void test_int4_stored(void) { printf("int4 as stored: skipped (built without kernels)\n"); }
+static void test_sample_queue(void) { printf("sampled steps queued: skipped (built without kernels)\n"); }
 static void test_quant_launches(void) {
     printf("quantized launches: skipped (built without kernels)\n");
 }
@@ -541,6 +601,7 @@ int main(void) {
     test_backend(dir);
     test_quant_launches();
     test_int4_stored();
+    test_sample_queue();
     harness_rm_rf(dir);
     return harness_finish();
 }
