@@ -30,6 +30,8 @@
 #                    concurrencies cut to seconds, the prefill's rate for the matrix rate
 #   --only LABELS    only these workloads (comma-separated labels: fixed-greedy,
 #                    fixed-sampled, long-prompt, ...), the others named as not asked for
+#   --serve-arg A    one more argument for `atlas serve` (repeat it: --serve-arg
+#                    --step-ahead --serve-arg off), for an A/B of a server setting
 # Needs tests/data/tiny-llama3/tokenizer.json (scripts/gpu-deps.sh fetch packs it; carry
 # .carry/tok.tar.xz): the random checkpoints have no tokenizer and Llama 3's has their ids.
 set -u
@@ -38,6 +40,7 @@ OUT=${OUT:-/tmp/atlas-serve}
 B=${ATLAS_BUILD:-build-gpu}
 M=/tmp/llama8b
 FP8=0 BUDGET=500 PARALLEL= BATCH_TOKENS= PORT=18100 DEVICE=cuda ONLY=
+SERVE_ARGS=()
 die() { echo "serve.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
     --port) PORT=$2; shift ;;
     --device) DEVICE=$2; shift ;;
     --only) ONLY=",$2,"; shift ;;
+    --serve-arg) SERVE_ARGS+=("$2"); shift ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (--help lists them)" ;;
   esac
@@ -113,7 +117,7 @@ grep -E "^(model|device|decode  |prefill|read bw|matrix)" "$OUT/bench.log"
 DEV=(); [ "$DEVICE" = cpu ] && DEV=("device=this machine's CPU (a smoke run)")
 python3 bench/serve/report.py ceilings "$OUT" "$OUT/bench.log" $CFG "${DEV[@]}" \
   "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  "server=--parallel $PARALLEL --batch-tokens $BATCH_TOKENS" > /dev/null || die "no ceilings from bench.log"
+  "server=--parallel $PARALLEL --batch-tokens $BATCH_TOKENS${SERVE_ARGS[*]:+ ${SERVE_ARGS[*]}}" > /dev/null || die "no ceilings from bench.log"
 ROOF=(); [ -f "$OUT/roofline.json" ] && ROOF=(--roofline-from "$OUT/roofline.json")
 
 # --- the server -------------------------------------------------------------------------------
@@ -122,7 +126,7 @@ serve() {  # serve TAG [--model NAME=DIR]: starts the server, waits for /health
   local tag=$1; shift
   local ctx=4096; [ "$DEVICE" = cpu ] && ctx=1024
   step "atlas serve $* (--parallel $PARALLEL --batch-tokens $BATCH_TOKENS)"
-  "$B/atlas" serve "$@" --device "$DEVICE" --parallel "$PARALLEL" --batch-tokens "$BATCH_TOKENS" \
+  "$B/atlas" serve "$@" "${SERVE_ARGS[@]}" --device "$DEVICE" --parallel "$PARALLEL" --batch-tokens "$BATCH_TOKENS" \
     --ctx-size "$ctx" --max-connections-per-ip 0 --queue-limit 8192 --port "$PORT" \
     > "$OUT/serve-$tag.log" 2>&1 &
   SRV=$!
