@@ -172,64 +172,6 @@ static void test_memory_check(void) {
     CHECK(atlas_model_inspect(harness_data_path("."), NULL, &sv) != ATLAS_OK);
 }
 
-/* Pages of the file [off, off + len) in the page cache, counted one by one. */
-static size_t resident_pages(int fd, size_t off, size_t len) {
-    void *p = mmap(NULL, off + len, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return 0;
-    size_t pages = (off + len + 4095) / 4096, in = 0;
-    unsigned char *v = malloc(pages);
-    if (v && mincore(p, off + len, v) == 0)
-        for (size_t i = off / 4096; i < pages; i++) in += v[i] & 1;
-    free(v);
-    munmap(p, off + len);
-    return in;
-}
-
-/* Where a load read from (atlas_model_info.load_source, from mincore on a page each 2 MiB):
- * the weights' file dropped from the page cache is "disk" with at most the 2 MiB around its
- * header cached (read to find the tensors); its second half dropped, "disk" with part
- * cached; after a load read it, "page_cache" with all of it. Skipped where the file system
- * keeps its pages (tmpfs: posix_fadvise drops nothing). */
-static void test_load_source(void) {
-    const char *dir = harness_data_path("tiny-llama3");
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    struct stat st;
-    fstat(fd, &st);
-    size_t n = (size_t)st.st_size, half = n / 2 / 4096 * 4096;
-    atlas_model_params p = atlas_model_default_params();
-    p.device = ATLAS_DEVICE_CPU;
-    p.load_tokenizer = 0;
-    for (int k = 0; k < 3; k++) {
-        if (k < 2) { /* k 0: all of it dropped; 1: its second half */
-            (void)posix_fadvise(fd, k ? (off_t)half : 0, 0, POSIX_FADV_DONTNEED);
-            if (resident_pages(fd, half, n - half) != 0) {
-                printf("load source: the page cache keeps %s's pages here; skipped\n", path);
-                break;
-            }
-        }
-        atlas_model *m = NULL;
-        CHECK_OK(atlas_model_load(dir, &p, &m));
-        if (!m) break;
-        atlas_model_info info;
-        atlas_model_get_info(m, &info);
-        const char *want = k < 2 ? "disk" : "page_cache";
-        CHECK_MSG(!strcmp(info.load_source, want) &&
-                      (k == 0 ? info.load_cached_bytes <= ((size_t)2 << 20) /* the
-                                stretch of the header's page, which the load read first */
-                       : k == 1 ? info.load_cached_bytes > 0 &&
-                                      info.load_cached_bytes < info.weight_bytes
-                                : info.load_cached_bytes == info.weight_bytes),
-                  "load %d: from %s (want %s), %zu of %zu bytes cached", k, info.load_source,
-                  want, info.load_cached_bytes, (size_t)info.weight_bytes);
-        CHECK_OK(atlas_model_release(m));
-    }
-    close(fd);
-}
-
 static void test_handles(void) {
     atlas_model_params p = atlas_model_default_params();
     p.device = ATLAS_DEVICE_CPU;
@@ -341,6 +283,72 @@ static int copy_fixture(const char *dir, const char *name, long keep) {
     if (out) fclose(out);
     CHECK_MSG(ok, "copying %s to %s", src, dst);
     return ok;
+}
+
+/* Pages of the file [off, off + len) in the page cache, counted one by one. */
+static size_t resident_pages(int fd, size_t off, size_t len) {
+    void *p = mmap(NULL, off + len, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return 0;
+    size_t pages = (off + len + 4095) / 4096, in = 0;
+    unsigned char *v = malloc(pages);
+    if (v && mincore(p, off + len, v) == 0)
+        for (size_t i = off / 4096; i < pages; i++) in += v[i] & 1;
+    free(v);
+    munmap(p, off + len);
+    return in;
+}
+
+/* Where a load read from (atlas_model_info.load_source, from mincore on a page each 2 MiB),
+ * on a copy of the fixture that no other test reads meanwhile: the weights' file dropped
+ * from the page cache is "disk" with at most the 2 MiB around its header cached (read to
+ * find the tensors); its second half dropped, "disk" with part cached; after a load read
+ * it, "page_cache" with all of it. Skipped where the file system keeps its pages (tmpfs:
+ * posix_fadvise drops nothing). */
+static void test_load_source(void) {
+    char dir[600], path[700];
+    if (!harness_mkdtemp(dir, sizeof dir, "load-source")) return;
+    copy_fixture(dir, "config.json", -1);
+    copy_fixture(dir, "model.safetensors", -1);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    if (fd < 0) {
+        harness_rm_rf(dir);
+        return;
+    }
+    (void)fsync(fd); /* written pages are dropped only once they are clean */
+    struct stat st;
+    fstat(fd, &st);
+    size_t n = (size_t)st.st_size, half = n / 2 / 4096 * 4096;
+    atlas_model_params p = atlas_model_default_params();
+    p.device = ATLAS_DEVICE_CPU;
+    p.load_tokenizer = 0;
+    for (int k = 0; k < 3; k++) {
+        if (k < 2) { /* k 0: all of it dropped; 1: its second half */
+            (void)posix_fadvise(fd, k ? (off_t)half : 0, 0, POSIX_FADV_DONTNEED);
+            if (resident_pages(fd, half, n - half) != 0) {
+                printf("load source: the page cache keeps %s's pages here; skipped\n", path);
+                break;
+            }
+        }
+        atlas_model *m = NULL;
+        CHECK_OK(atlas_model_load(dir, &p, &m));
+        if (!m) break;
+        atlas_model_info info;
+        atlas_model_get_info(m, &info);
+        const char *want = k < 2 ? "disk" : "page_cache";
+        CHECK_MSG(!strcmp(info.load_source, want) &&
+                      (k == 0 ? info.load_cached_bytes <= ((size_t)2 << 20) /* the
+                                stretch of the header's page, which the load read first */
+                       : k == 1 ? info.load_cached_bytes > 0 &&
+                                      info.load_cached_bytes < info.weight_bytes
+                                : info.load_cached_bytes == info.weight_bytes),
+                  "load %d: from %s (want %s), %zu of %zu bytes cached", k, info.load_source,
+                  want, info.load_cached_bytes, (size_t)info.weight_bytes);
+        CHECK_OK(atlas_model_release(m));
+    }
+    close(fd);
+    harness_rm_rf(dir);
 }
 
 /* The tokenizer loads in a thread while the weights load: its failure reaches the caller
