@@ -175,4 +175,3 @@ size_t atlas_mem_resident_sampled(const void *p, size_t n, size_t stride) {
     }
     return in;
 }
-

@@ -103,16 +103,21 @@ static atlas_status seq_adj(atlas_engine *e, const seq *s, size_t *n) {
     return ATLAS_OK;
 }
 
+/* e->smp_rows and e->smp_out of n rows at least. */
+static atlas_status smp_fit(atlas_engine *e, int n) {
+    if (n <= e->smp_cap) return ATLAS_OK;
+    atlas_sample_row *r = realloc(e->smp_rows, (size_t)n * sizeof *r);
+    if (r) e->smp_rows = r;
+    atlas_sample_out *o = realloc(e->smp_out, (size_t)n * sizeof *o);
+    if (o) e->smp_out = o;
+    if (!r || !o) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", n);
+    e->smp_cap = n;
+    return ATLAS_OK;
+}
+
 atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj_out,
                                       int *n_host) {
-    if (n_logits > e->smp_cap) {
-        atlas_sample_row *r = realloc(e->smp_rows, (size_t)n_logits * sizeof *r);
-        if (r) e->smp_rows = r;
-        atlas_sample_out *o = realloc(e->smp_out, (size_t)n_logits * sizeof *o);
-        if (o) e->smp_out = o;
-        if (!r || !o) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", n_logits);
-        e->smp_cap = n_logits;
-    }
+    ATLAS_TRY(smp_fit(e, n_logits));
     size_t n_adj = 0;
     int row = 0;
     *n_host = 0;
@@ -144,15 +149,7 @@ atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj_
 }
 
 atlas_status atlas_engine_queued_rows(atlas_engine *e, int q) {
-    if (e->n_plan > e->smp_cap) {
-        atlas_sample_row *r = realloc(e->smp_rows, (size_t)e->n_plan * sizeof *r);
-        if (!r) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", e->n_plan);
-        e->smp_rows = r;
-        atlas_sample_out *o = realloc(e->smp_out, (size_t)e->n_plan * sizeof *o);
-        if (!o) return atlas_fail(ATLAS_ERR_NOMEM, "engine: %d sampling rows", e->n_plan);
-        e->smp_out = o;
-        e->smp_cap = e->n_plan;
-    }
+    ATLAS_TRY(smp_fit(e, e->n_plan));
     for (int i = 0; i < e->n_plan; i++) {
         const seq *s = e->plan[i].s;
         const atlas_sampler_params *sp = &s->sp;
