@@ -2,13 +2,15 @@
 #include "common.cuh"
 
 /* x[n, d] (fp32) = table[tokens[i], :] (bf16) * scale (geom.embed_scale, Gemma's sqrt(d) in
- * float32 as the CPU backend multiplies it; 1 exactly otherwise). grid n, d % 8 == 0. */
-extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int *tokens, int d,
-                                       float scale) {
+ * float32 as the CPU backend multiplies it; 1 exactly otherwise); a token v < 0 is ids[-1 - v]
+ * (a queued step's: the step before's ids). grid n, d % 8 == 0. */
+extern "C" __global__ void atlas_embed(float *x, const bf16_t *table, const int *tokens,
+                                       const int *ids, int d, float scale) {
     pdl_trigger();
     pdl_wait();
-    int row = blockIdx.x;
-    const bf16_t *src = table + (size_t)tokens[row] * d;
+    int row = blockIdx.x, tok = tokens[row];
+    if (tok < 0) tok = ids[-1 - tok];
+    const bf16_t *src = table + (size_t)tok * d;
     float *dst = x + (size_t)row * d;
     for (int c = threadIdx.x * 8; c < d; c += blockDim.x * 8) {
         float f[8];

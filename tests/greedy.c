@@ -5,9 +5,10 @@
 
 #include "model/forward.h"
 
-/* One batch of n tokens of the sequence from position *ctx (tokens NULL: the queued step's
- * ids); *ctx moves past them when it ran or was queued. draw NULL: the argmax; else the
- * draw of *draw at the drawn token's position. */
+/* One batch of n tokens of the sequence from position *ctx (a queued step's token may be
+ * ATLAS_BATCH_PREV(0): the id of the step queued before); *ctx moves past them when it ran
+ * or was queued. draw NULL: the argmax; else the draw of *draw at the drawn token's
+ * position. */
 static atlas_status step(atlas_model *m, const int32_t *tokens, int n, int *ctx,
                          const int32_t *table, int block_size, int queue,
                          const atlas_sample_row *draw, int32_t *id) {
@@ -52,8 +53,9 @@ atlas_status decode_run(atlas_model *m, const int32_t *prompt, int n, const int3
     }
     if (st == ATLAS_OK && steps > 1)
         st = step(m, &ids[0], 1, &ctx, table, block_size, 1, draw, NULL);
+    const int32_t prev = ATLAS_BATCH_PREV(0);
     for (int i = 1; i < steps && st == ATLAS_OK; i++) {
-        if (i + 1 < steps) st = step(m, NULL, 1, &ctx, table, block_size, 1, draw, NULL);
+        if (i + 1 < steps) st = step(m, &prev, 1, &ctx, table, block_size, 1, draw, NULL);
         atlas_status c = atlas_model_argmax_collect(m, &ids[i], 1);
         if (st == ATLAS_OK) st = c;
     }

@@ -358,9 +358,11 @@ static void test_sample_queue(void) {
                      .seq_start = start, .seq_ctx = ctx, .block_table = table, .max_blocks = 1,
                      .n_logits = W, .logit_rows = rows};
     CHECK_OK(atlas_model_forward_sample_queue(m, &b, r[0]));
-    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
-    b.tokens = NULL;
+    int32_t prev[W];
+    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2, prev[i] = ATLAS_BATCH_PREV(W - 1 - i);
+    b.tokens = prev;
     CHECK_OK(atlas_model_forward_sample_queue(m, &b, r[1]));
+    CHECK(cb->batch.tok_ids == cb->ws.d_ids); /* the embedding reads the ids on the device */
     CHECK(cb->batch.aq_n == 2 && cb->batch.aq_rows[0] == W && cb->batch.aq_rows[1] == W);
     CHECK(cb->ws.h_sq && cb->ws.sq_cap >= W);
     for (int k = 0; cb->ws.h_sq && k < 2; k++)

@@ -415,15 +415,19 @@ static void test_queued(atlas_model *m, const char *model, const prompt *pr) {
     check_greedy(model, 0, pr, got);
 
     int32_t tok = want[0], id = -1, pos = 0, start[2] = {0, 1}, ctx = 1, row = 0;
-    atlas_batch b = {.n_tokens = 1, .tokens = NULL, .positions = &pos, .n_seqs = 1,
+    const int32_t prev = ATLAS_BATCH_PREV(0), past = ATLAS_BATCH_PREV(1);
+    atlas_batch b = {.n_tokens = 1, .tokens = &prev, .positions = &pos, .n_seqs = 1,
                      .seq_start = start, .seq_ctx = &ctx, .block_table = s.table,
                      .max_blocks = 1, .n_logits = 1, .logit_rows = &row};
     CHECK(atlas_model_argmax_collect(m, &id, 1) == ATLAS_ERR_INVALID); /* nothing queued */
-    CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_INVALID); /* no step before */
+    CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_RANGE); /* no step before */
+    CHECK(atlas_model_forward_argmax(m, &b, &id) == ATLAS_ERR_RANGE);  /* not a queued step */
     b.tokens = &tok;
     CHECK_OK(atlas_model_forward_argmax_queue(m, &b));
-    b.tokens = NULL;
     pos = 1, ctx = 2;
+    b.tokens = &past; /* the step before has one row */
+    CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_RANGE);
+    b.tokens = &prev;
     CHECK_OK(atlas_model_forward_argmax_queue(m, &b));
     CHECK(atlas_model_forward_argmax_queue(m, &b) == ATLAS_ERR_BUSY); /* 2 queued */
     CHECK(atlas_model_forward_argmax(m, &b, &id) == ATLAS_ERR_BUSY);

@@ -216,11 +216,13 @@ static void run_queued(atlas_model *g, const char *name, const int32_t *prompt, 
 
 /* A queued step of more logit rows than the logits buffer holds (model.c's logit_chunk: 16
  * for the tiny fixtures), computed a chunk at a time: W one-token sequences, two steps queued
- * (the second's tokens the first's ids, read on the GPU), the same ids as the two steps run
- * one by one. */
+ * (the second's tokens the first's ids, read on the GPU, in another order than the rows, and
+ * every fifth a token from the host, as a step that rows join and leave has them), the same
+ * ids as the two steps run one by one. */
 static void run_queued_wide(atlas_model *g, const char *name, int V) {
     enum { W = 40 };
     int32_t tok[W], pos[W], start[W + 1], ctx[W], rows[W], table[W], a[W], b2[W], qa[W], qb[W];
+    int32_t next[W], prev[W];
     for (int i = 0; i < W; i++) {
         tok[i] = (int32_t)((i * 7919 + 13) % V);
         start[i] = rows[i] = table[i] = i;
@@ -231,14 +233,19 @@ static void run_queued_wide(atlas_model *g, const char *name, int V) {
                      .seq_start = start, .seq_ctx = ctx, .block_table = table,
                      .max_blocks = 1, .n_logits = W, .logit_rows = rows};
     CHECK_OK(atlas_model_forward_argmax(g, &b, a));
-    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
-    b.tokens = a;
+    for (int i = 0; i < W; i++) {
+        int from = (i * 17 + 3) % W; /* a permutation: W is not a multiple of 17 */
+        pos[i] = 1, ctx[i] = 2;
+        next[i] = i % 5 ? a[from] : tok[(i + 1) % W];
+        prev[i] = i % 5 ? ATLAS_BATCH_PREV(from) : tok[(i + 1) % W];
+    }
+    b.tokens = next;
     CHECK_OK(atlas_model_forward_argmax(g, &b, b2));
     for (int i = 0; i < W; i++) pos[i] = 0, ctx[i] = 1;
     b.tokens = tok;
     CHECK_OK(atlas_model_forward_argmax_queue(g, &b));
     for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2;
-    b.tokens = NULL;
+    b.tokens = prev;
     CHECK_OK(atlas_model_forward_argmax_queue(g, &b));
     CHECK_OK(atlas_model_argmax_collect(g, qa, W));
     CHECK_OK(atlas_model_argmax_collect(g, qb, W));
@@ -295,8 +302,10 @@ static void run_queued_sampled(atlas_model *g, const char *name, const int32_t *
     for (int i = 0; i < W; i++) b2[i] = out[i].id, pos[i] = 0, ctx[i] = 1, r[i].counter = 1;
     b.tokens = tok;
     CHECK_OK(atlas_model_forward_sample_queue(g, &b, r));
-    for (int i = 0; i < W; i++) pos[i] = 1, ctx[i] = 2, r[i].counter = 2;
-    b.tokens = NULL;
+    int32_t prev[W];
+    for (int i = 0; i < W; i++)
+        pos[i] = 1, ctx[i] = 2, r[i].counter = 2, prev[i] = ATLAS_BATCH_PREV(i);
+    b.tokens = prev;
     CHECK_OK(atlas_model_forward_sample_queue(g, &b, r));
     CHECK_OK(atlas_model_argmax_collect(g, qa, W));
     CHECK_OK(atlas_model_argmax_collect(g, qb, W));

@@ -199,7 +199,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
 }
 
 /* One sequence's `n` tokens from position `start` (blocks 0, 1, ...): *id gets the argmax;
- * id NULL: queued (atlas_model_forward_argmax_queue; tokens NULL: the step before's ids). */
+ * id NULL: queued (atlas_model_forward_argmax_queue; a token ATLAS_BATCH_PREV(0): the step
+ * before's id). */
 static atlas_status forward_seq(atlas_model *m, const int32_t *tokens, int start, int n,
                                 const int32_t *table, int max_blocks, int32_t *id) {
     int32_t *pos = malloc(sizeof(int32_t) * n);
@@ -227,8 +228,9 @@ static atlas_status decode_run(atlas_model *m, int queued, int ctx, int steps,
         return ATLAS_OK;
     }
     TRY(forward_seq(m, id, ctx++, 1, table, max_blocks, NULL));
+    const int32_t prev = ATLAS_BATCH_PREV(0);
     for (int i = 1; i <= steps; i++, ctx++) {
-        atlas_status st = i < steps ? forward_seq(m, NULL, ctx, 1, table, max_blocks, NULL)
+        atlas_status st = i < steps ? forward_seq(m, &prev, ctx, 1, table, max_blocks, NULL)
                                     : ATLAS_OK;
         atlas_status c = atlas_model_argmax_collect(m, id, 1); /* also after a failed queue */
         TRY(st);

@@ -214,8 +214,9 @@ static inline float atlas_geom_attn_scale(const atlas_backend_geom *g) {
 
 typedef struct atlas_batch {
     int n_tokens;
-    const int32_t *tokens;      /* [n_tokens]; NULL (backends with argmax_queue): the ids of
-                                   the last queued argmax, row for row, read on the device */
+    const int32_t *tokens;      /* [n_tokens]; in a queued step (argmax_queue, sample_queue),
+                                   v < 0 is the id of row -1 - v of the step queued before,
+                                   read on the device (ATLAS_BATCH_PREV) */
     const int32_t *positions;   /* [n_tokens] absolute positions */
     int n_seqs;
     const int32_t *seq_start;   /* [n_seqs + 1]: seq s owns tokens seq_start[s] .. seq_start[s+1]-1,
@@ -234,6 +235,9 @@ typedef struct atlas_batch {
                                    hidden states h[n_logits, d] (an embedding model's), not
                                    as logits */
 } atlas_batch;
+
+/* A queued step's token that is the id of logit row r of the step queued before it. */
+#define ATLAS_BATCH_PREV(r) (-1 - (int32_t)(r))
 
 /* What rmsnorm_matmul does with its output out[n, m] after the matmul. */
 typedef enum atlas_epi_kind {
@@ -435,8 +439,8 @@ typedef struct atlas_backend_ops {
                            int vocab);
     /* Optional (NULL: none), greedy decoding a step ahead of the host: queues ids =
      * argmax of each row of logits[rows, vocab] and their copy to the host, and returns
-     * without waiting; the next batch may take them as its tokens (tokens NULL) on the
-     * device, so that it is queued while this one runs. At most 2 queued; argmax_collect
+     * without waiting; the next queued batch may take any of them as tokens
+     * (ATLAS_BATCH_PREV) on the device, so that it is queued while this one runs. At most 2 queued; argmax_collect
      * waits for the oldest one and writes its ids[rows]. A step of more rows than the logits
      * buffer holds is queued a chunk at a time: row0 0 starts a step, a call with row0 at
      * the rows queued so far adds logits[rows, vocab] as the step's rows row0.. */

@@ -469,10 +469,10 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
         if (more && st == ATLAS_OK) {
             for (int i = 0; i < e->n_plan; i++) {
                 const seq *s = e->plan[i].s;
+                e->b_tokens[i] = ATLAS_BATCH_PREV(i); /* the id of the step queued before */
                 e->b_pos[i] = s->n_computed + q;
                 e->b_ctx[i] = s->n_computed + q + 1;
             }
-            b->tokens = NULL; /* the ids of the step queued before */
             st = ahead_queue(e, md, b, mode, q);
             if (st == ATLAS_OK) q++, steps++;
         }

@@ -55,7 +55,7 @@
 #include "model/model_internal.h"
 
 /* Bad batches come from the engine (or a client's token ids): errors, not assertions. */
-static atlas_status check_batch(const atlas_model *m, const atlas_batch *b) {
+static atlas_status check_batch(const atlas_model *m, const atlas_batch *b, int prev) {
     if (b->n_tokens < 1 || b->n_tokens > m->max_batch_tokens)
         return atlas_fail(ATLAS_ERR_RANGE, "batch: n_tokens %d outside 1..%d", b->n_tokens,
                           m->max_batch_tokens);
@@ -67,10 +67,18 @@ static atlas_status check_batch(const atlas_model *m, const atlas_batch *b) {
                           b->n_tokens);
     if (b->max_blocks < 1)
         return atlas_fail(ATLAS_ERR_INVALID, "batch: max_blocks %d", b->max_blocks);
-    for (int t = 0; b->tokens && t < b->n_tokens; t++) /* NULL: a queued argmax's ids */
-        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+    if (!b->tokens) return atlas_fail(ATLAS_ERR_INVALID, "batch: no tokens");
+    /* prev: the logit rows of the step queued before, which a queued step's v < 0 names */
+    for (int t = 0; t < b->n_tokens; t++) {
+        int32_t v = b->tokens[t];
+        if (v >= m->cfg.vocab_size || (v < 0 && -1 - (int64_t)v >= prev))
             return atlas_fail(ATLAS_ERR_RANGE, "batch: tokens[%d] = %d outside the vocabulary "
-                              "(0..%d)", t, b->tokens[t], m->cfg.vocab_size - 1);
+                              "(0..%d)%s", t, v, m->cfg.vocab_size - 1,
+                              v >= 0 ? ""
+                              : prev ? " and the rows of the step queued before"
+                                     : " (an id of the step queued before: a queued step's "
+                                       "only, with one queued)");
+    }
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return atlas_fail(ATLAS_ERR_RANGE, "batch: logit_rows[%d] = %d outside 0..%d", i,
@@ -292,10 +300,7 @@ static atlas_status check_outputs(const atlas_model *m, const atlas_batch *b, co
 /* logits and ids NULL: the layers only (a non-lead rank of tensor parallelism). With
  * b->hidden, logits receives the hidden-state rows instead. */
 static atlas_status forward(atlas_model *m, const atlas_batch *b, const fwd_out *o) {
-    ATLAS_TRY(check_batch(m, b));
-    if (!b->tokens)
-        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch without tokens (they "
-                          "come from a queued step: atlas_model_forward_argmax_queue)", m->dir);
+    ATLAS_TRY(check_batch(m, b, 0));
     ATLAS_TRY(check_outputs(m, b, o));
     pthread_mutex_lock(&m->forward_mu);
     atlas_status st = m->be->ops->begin_batch(m->be, b, m->kv_block_size);
@@ -388,8 +393,13 @@ static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot
     size_t cap = (size_t)m->max_batch_tokens;
     if (!m->q_ids && !(m->q_ids = malloc(2 * cap * sizeof *m->q_ids)))
         return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
+    if (!m->q_tok && !(m->q_tok = malloc(cap * sizeof *m->q_tok)))
+        return atlas_fail(ATLAS_ERR_NOMEM, "forward (%s): out of memory", m->dir);
+    const int32_t *before = m->q_ids + (size_t)(1 - slot) * cap; /* the step before's ids */
+    for (int t = 0; t < b->n_tokens; t++)
+        m->q_tok[t] = b->tokens[t] >= 0 ? b->tokens[t] : before[-1 - b->tokens[t]];
     atlas_batch bb = *b;
-    if (!b->tokens) bb.tokens = m->q_ids + (size_t)(1 - slot) * cap; /* the step before */
+    bb.tokens = m->q_tok;
     int32_t *ids = m->q_ids + (size_t)slot * cap;
     if (!rows) return forward(m, &bb, &(fwd_out){.ids = ids});
     atlas_sample_out *out = malloc((size_t)b->n_logits * sizeof *out);
@@ -403,16 +413,12 @@ static atlas_status queue_on_host(atlas_model *m, const atlas_batch *b, int slot
 
 static atlas_status queue_step(atlas_model *m, const atlas_batch *b,
                                const atlas_sample_row *rows) {
-    ATLAS_TRY(check_batch(m, b));
     if (m->q_n == 2)
         return atlas_fail(ATLAS_ERR_BUSY, "forward (%s): 2 steps queued already: collect one "
                           "first", m->dir);
     int slot = (m->q_head + m->q_n) % 2, last = 1 - slot; /* last: the step queued before */
-    if (!b->tokens && (m->q_n == 0 || m->q_rows[last] != b->n_tokens))
-        return atlas_fail(ATLAS_ERR_INVALID, "forward (%s): a batch of %d tokens taken from "
-                          "the step before, which %s", m->dir, b->n_tokens,
-                          m->q_n == 0 ? "is not queued (or was collected)"
-                                      : "has another number of logit rows");
+    atlas_status cst = check_batch(m, b, m->q_n > 0 ? m->q_rows[last] : 0);
+    if (cst != ATLAS_OK) return atlas_fail_wrap(cst, "forward (%s): queuing a step", m->dir);
     if (b->n_logits < 1)
         return atlas_fail(ATLAS_ERR_RANGE, "forward (%s): a queued step wants a logit row at "
                           "least", m->dir);

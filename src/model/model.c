@@ -389,6 +389,7 @@ static atlas_status unload(atlas_model *m) {
     atlas_st_free(m->st);
     atlas_tokenizer_free(m->tok);
     free(m->q_ids);
+    free(m->q_tok);
     pthread_mutex_destroy(&m->forward_mu);
     char dir[256];
     snprintf(dir, sizeof dir, "%s", m->dir ? m->dir : "?");

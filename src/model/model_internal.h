@@ -67,9 +67,10 @@ struct atlas_model {
     /* steps queued by atlas_model_forward_argmax_queue or _sample_queue, not yet
      * collected: q_n of them from ring slot q_head, q_rows ids each; q_ids
      * [2][max_batch_tokens] holds them where the backend has no argmax_queue (computed at
-     * once) */
+     * once), and q_tok [max_batch_tokens] such a step's tokens with the step before's ids
+     * put in */
     int q_head, q_n, q_rows[2];
-    int32_t *q_ids;
+    int32_t *q_ids, *q_tok;
 };
 
 /* Before the weights load (model/load_source.c): asks the backend for the host tier

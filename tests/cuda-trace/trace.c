@@ -118,7 +118,7 @@ static void drop(uintptr_t p) {
  * (cuda_glu_act). A kernel missing here is logged with "args ?" (add it: a launch whose
  * arguments are not compared proves less). */
 static const struct { const char *name, *sig; } sigs[] = {
-    {"atlas_embed", "PPPif"}, {"atlas_gather_rows", "PPPi"}, {"atlas_add_rmsnorm", "PPPPifP"},
+    {"atlas_embed", "PPPPif"}, {"atlas_gather_rows", "PPPi"}, {"atlas_add_rmsnorm", "PPPPifP"},
     {"atlas_qk_norm", "PPPiiif"}, {"atlas_rope", "PPiiii"}, {"atlas_kv_store", "PPPPiii"},
     {"atlas_swiglu", "PPilg"}, {"atlas_swiglu_bf16", "PPilg"}, {"atlas_argmax", "PPPi"},
     {"atlas_argmax_wide", "PPPPPi"}, {"atlas_stage", "PPiiiPPiiiiff"},

@@ -145,11 +145,11 @@ static atlas_status cmd4(atlas_backend *be, int op, int n, int d, int layer, con
 }
 
 static atlas_status cuda_embed(atlas_backend *be, void *x, const atlas_weight *table) {
-    cuda_backend *cb = cuda_of(be); /* p[2]: the tokens when they are a queued argmax's ids */
+    cuda_backend *cb = cuda_of(be); /* p[2]: the ids staged tokens v < 0 name, or NULL */
     cb->plan.pending_delta = NULL; /* a new residual stream (a forward that failed may have
                                       left an add deferred) */
     return cmd4(be, CUDA_OP_EMBED, cb->batch.n_tokens, 0, 0, x, table,
-                (const void *)(uintptr_t)cb->batch.tok_src, NULL);
+                (const void *)(uintptr_t)cb->batch.tok_ids, NULL);
 }
 
 /* A norm of x: the residual add deferred into it (add, matmul_residual: backend.h's

@@ -331,8 +331,8 @@ typedef struct cuda_batch {
                                7 x cap_tok ints */
     bool stage_busy[2];     /* its batch was queued and the stream not waited for since */
     int stage_cur;          /* the last batch's */
-    CUdeviceptr tok_src;    /* the batch's tokens: 0 the staged ones, else d_ids (a batch
-                               whose tokens are the step before's ids) */
+    CUdeviceptr tok_ids;    /* d_ids when staged tokens v < 0 name the step before's ids
+                               (atlas_batch.tokens), else 0 */
     int n_split, chunk;     /* the attention split-K plan of the batch */
     int aq_head, aq_n, aq_rows[2]; /* the queued argmax steps in h_ids (cuda_workspace) */
     bool ids_queued;        /* d_ids holds the last queued argmax's ids (argmax_queue) */

@@ -665,11 +665,11 @@ atlas_status cuda_exec(cuda_backend *cb, const cuda_cmd *c) {
             return atlas_fail(ATLAS_ERR_UNSUPPORTED, "cuda: an embedding stored %s: the CUDA "
                               "backend reads dense embeddings; run with --device cpu",
                               atlas_wformat_name(t->fmt));
-        CUdeviceptr tok = c->p[2] ? CUDA_PTR(c->p[2]) : cuda_stage_ptr(cb, CUDA_STAGE_TOKENS),
-                    tp = t->ptr;
+        CUdeviceptr tok = cuda_stage_ptr(cb, CUDA_STAGE_TOKENS), tp = t->ptr,
+                    ids = c->p[2] ? CUDA_PTR(c->p[2]) : tok;
         d = (int)t->cols;
         float scale = g->embed_scale != 0 ? g->embed_scale : 1.0f;
-        void *a[] = {&p0, &tp, &tok, &d, &scale};
+        void *a[] = {&p0, &tp, &tok, &ids, &d, &scale};
         return launch(cb, cb->mod.fn.embed, (unsigned)c->n, 1, 1, 128, 0, a);
     }
     case CUDA_OP_ADD_RMSNORM: { /* p0 resid, p1 delta (0: plain rmsnorm), p2 out, p3 w */

@@ -212,9 +212,18 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
     int mb = 16;
     while (mb < b->max_blocks) mb *= 2;
     int n = b->n_tokens, table = b->n_seqs * mb;
-    if (!b->tokens && !(cb->batch.aq_n > 0 && cb->batch.ids_queued))
-        return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch whose tokens are the ids of a "
-                          "queued argmax, and none is queued");
+    int prev = 0, last = (cb->batch.aq_head + cb->batch.aq_n - 1 + 2) % 2; /* the step before */
+    for (int t = 0; t < n; t++) {
+        if (b->tokens[t] >= 0) continue;
+        if (!(cb->batch.aq_n > 0 && cb->batch.ids_queued))
+            return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch whose tokens are the ids of a "
+                              "queued step, and none is queued");
+        if (-1 - (int64_t)b->tokens[t] >= cb->batch.aq_rows[last])
+            return atlas_fail(ATLAS_ERR_RANGE, "cuda: token %d is row %d of the step queued "
+                              "before, which has %d", t, -1 - b->tokens[t],
+                              cb->batch.aq_rows[last]);
+        prev = 1;
+    }
     int cap0 = cb->ws.cap_tok, table0 = cb->ws.cap_table;
     ATLAS_TRY(stage_grow(cb, n > b->n_logits ? n : b->n_logits, table));
     /* the last batch's buffer when the stream was waited for since (a plain step); else the
@@ -230,19 +239,14 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
     int32_t *h = cb->ws.h_stage[k], stride = (n + 15) & ~15; /* cb->batch.stage_stride */
     if (stride > cb->ws.cap_tok) stride = cb->ws.cap_tok;
     cb->batch.stage_stride = stride;
-    cb->batch.tok_src = 0;
-    if (b->tokens) {
-        memcpy(h, b->tokens, (size_t)n * 4);
-    } else { /* the last queued step's ids, read on the device */
-        int last = (cb->batch.aq_head + cb->batch.aq_n - 1) % 2;
-        if (cb->batch.aq_rows[last] != n)
-            return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch of %d tokens from a queued "
-                              "argmax of %d rows", n, cb->batch.aq_rows[last]);
-        /* d_ids made again: stage_grow */
-        if (cap0 != cb->ws.cap_tok || table0 != cb->ws.cap_table)
-            memcpy(h, ids_host(cb, last), (size_t)n * 4); /* waited for */
-        else
-            cb->batch.tok_src = cb->ws.d_ids;
+    memcpy(h, b->tokens, (size_t)n * 4);
+    cb->batch.tok_ids = 0;
+    if (prev && (cap0 != cb->ws.cap_tok || table0 != cb->ws.cap_table)) {
+        const int32_t *ids = ids_host(cb, last); /* d_ids made again (stage_grow): waited for */
+        for (int t = 0; t < n; t++)
+            if (h[t] < 0) h[t] = ids[-1 - h[t]];
+    } else if (prev) { /* the embedding kernel reads them on the device */
+        cb->batch.tok_ids = cb->ws.d_ids;
     }
     stage_write(cb, b, block_size, h, stride, mb);
     cb->batch.n_tokens = n;
