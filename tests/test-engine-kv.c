@@ -106,7 +106,7 @@ static void grow(atlas_kv_pool *pool, shadow_seq *s) {
     bool pending = rnd(2);
     atlas_kv_table_commit(pool, &s->t, s->tokens, s->n + 1, pending);
     write_tokens(s, s->n, s->n + 1);
-    if (!pending || rnd(2)) atlas_kv_table_written(pool, &s->t);
+    if (!pending || rnd(2)) atlas_kv_table_written(pool, &s->t, s->n + 1);
     s->n++;
     s->n_final = s->n;
 }
@@ -306,7 +306,7 @@ static void while_filling(void) {
      * running, and gives its own back */
     CHECK(atlas_kv_table_reserve(&p, &a, 8) && atlas_kv_table_reserve(&p, &b, 4));
     atlas_kv_table_commit(&p, &a, tok, 8, true);
-    atlas_kv_table_written(&p, &a);
+    atlas_kv_table_written(&p, &a, 8);
     int free_before = atlas_kv_pool_free(&p);
     wait = false;
     CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 0, &wait) == 8 && !wait && b.n == 2);
@@ -317,7 +317,11 @@ static void while_filling(void) {
     atlas_kv_table_commit(&p, &a, tok, 12, true);
     wait = false;
     CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 8, &wait) == 8 && wait);
-    atlas_kv_table_written(&p, &a);
+    /* a step before the one that writes it ran (steps queued ahead): still pending */
+    atlas_kv_table_written(&p, &a, 11);
+    wait = false;
+    CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 8, &wait) == 8 && wait);
+    atlas_kv_table_written(&p, &a, 12);
     wait = false;
     CHECK(atlas_kv_table_extend(&p, &b, tok, 13, 8, &wait) == 12 && !wait && b.n == 3);
     atlas_kv_table_release(&p, &a, tok, 12);

@@ -635,6 +635,7 @@ static atlas_status seq_create(atlas_engine *e, int model, const atlas_request *
     s->stop_string = -1;
     s->stop_id = -1;
     s->plan = -1;
+    s->q_row = -1;
     s->t_submit = atlas_engine_now();
     s->keep_alive_ms = r->keep_alive_ms;
     s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);

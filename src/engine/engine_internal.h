@@ -98,6 +98,9 @@ struct atlas_request_handle {
     seq_state state;
     uint64_t order;    /* admission order: the newest is preempted first */
     int plan;          /* index of its entry in the step being built, -1 if none */
+    int ahead;         /* positions from n_computed on in queued steps not yet collected */
+    int q_row;         /* its logit row in the step queued last, whose id is its next token
+                          (-1: none) */
     double t_submit, t_admit, t_first, t_last;
     /* how it ended */
     atlas_finish finish;
@@ -244,10 +247,12 @@ typedef struct eng_load {
     double rel_dt;
 } eng_load;
 
-/* One entry of the batch being built: n tokens of s from s->n_computed on. */
+/* One entry of the batch being built: n tokens of s from pos0 on (s->n_computed, but in a
+ * step queued behind another one that computes s too). */
 typedef struct plan_entry {
-    seq *s;
+    seq *s;            /* NULL: a queued step's row whose sequence ended before it ran */
     int n;
+    int pos0;          /* the position of its first token */
     double cost; /* of the step's budget (engine/budget.h) */
     int logits; /* 1: the last of them needs logits (it reaches the sequence's end) */
     int row0, rows; /* an embedding model's: its hidden-state rows in the step's output */
@@ -282,6 +287,7 @@ struct atlas_engine {
     /* the scheduler thread's buffers */
     plan_entry *plan;
     int n_plan;
+    plan_entry *plan_next; /* a step queued behind e->plan (step.c's run_ahead) */
     int step_failed;   /* the forward pass of the step being run failed */
     int32_t *b_tokens, *b_pos, *b_start, *b_ctx, *b_table, *b_rows, *b_ids;
     int32_t *b_rope; /* [n_plan]: each sequence's known tokens (atlas_batch.seq_rope_len) */
@@ -389,10 +395,10 @@ int atlas_engine_seq_on_host(const seq *s);
  * adjustments into e->smp_adj[*n_adj]; rows chosen on the host are flagged
  * ATLAS_SAMPLE_SKIP (*n_host of them). */
 atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj, int *n_host);
-/* The rows of a step queued q steps ahead of the tokens taken (every planned sequence plain
- * greedy or plain sampled, one logit row each) into e->smp_rows: each draw's counter is the
- * position of the token it draws. */
-atlas_status atlas_engine_queued_rows(atlas_engine *e, int q);
+/* The rows of a queued step's n entries p (their sequences plain greedy or plain sampled)
+ * into e->smp_rows, one for each entry with logits: each draw's counter is the position of
+ * the token it draws. */
+atlas_status atlas_engine_queued_rows(atlas_engine *e, const plan_entry *p, int n);
 /* Marks s as ending with an error; the message is copied. */
 void atlas_engine_seq_fail(seq *s, atlas_status st, const char *msg);
 /* Appends s to the waiting queue, or puts it at the front (preemption).  Under e->mu. */

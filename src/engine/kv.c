@@ -372,9 +372,11 @@ void atlas_kv_table_commit(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *t
     }
 }
 
-void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t) {
-    for (int i = t->n_written; i < t->n_reg; i++) p->blk[t->ids[i]].pending = false;
-    t->n_written = t->n_reg;
+void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t, int n_done) {
+    int i = t->n_written;
+    for (; i < t->n_reg && (i + 1) * p->block_size <= n_done; i++)
+        p->blk[t->ids[i]].pending = false;
+    t->n_written = i;
 }
 
 void atlas_kv_table_release(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,

@@ -141,8 +141,9 @@ int atlas_kv_table_extend(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *to
 void atlas_kv_table_commit(atlas_kv_pool *p, atlas_kv_table *t, const int32_t *tokens,
                            int n_final, bool pending);
 
-/* The step that wrote t's pending blocks ran: they may be shared now. */
-void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t);
+/* The steps that write t's positions below n_done ran: its pending blocks there may be
+ * shared now (those past it wait for a step queued behind). */
+void atlas_kv_table_written(atlas_kv_pool *p, atlas_kv_table *t, int n_done);
 
 /* Grows t so that it covers n_tokens tokens.  Returns false, taking nothing, when the
  * pool has too few free blocks.  n_tokens beyond the table's cap is a programming error. */

@@ -148,15 +148,16 @@ atlas_status atlas_engine_sample_rows(atlas_engine *e, int n_logits, int *n_adj_
     return ATLAS_OK;
 }
 
-atlas_status atlas_engine_queued_rows(atlas_engine *e, int q) {
-    ATLAS_TRY(smp_fit(e, e->n_plan));
-    for (int i = 0; i < e->n_plan; i++) {
-        const seq *s = e->plan[i].s;
+atlas_status atlas_engine_queued_rows(atlas_engine *e, const plan_entry *p, int n) {
+    ATLAS_TRY(smp_fit(e, n));
+    for (int i = 0, row = 0; i < n; i++) {
+        if (!p[i].logits) continue;
+        const seq *s = p[i].s;
         const atlas_sampler_params *sp = &s->sp;
-        /* the step at positions n_computed + q draws the token after them (sample_rows'
-         * n_tokens when nothing is queued) */
-        atlas_sample_row *r = &e->smp_rows[i];
-        *r = (atlas_sample_row){.seed = sp->seed, .counter = (uint64_t)(s->n_computed + q + 1),
+        /* the counter is the position of the token drawn (sample_rows' n_tokens when nothing
+         * is queued): the step's last position + 1 */
+        atlas_sample_row *r = &e->smp_rows[row++];
+        *r = (atlas_sample_row){.seed = sp->seed, .counter = (uint64_t)(p[i].pos0 + p[i].n),
                                 .top_p = 1.0f, .repetition_penalty = 1.0f};
         if (s->plain_sampled) { /* else temperature 0: the argmax */
             r->temperature = sp->temperature;

@@ -24,6 +24,7 @@ static atlas_status alloc_buffers(atlas_engine *e) {
         if (e->models[i].batch_tokens > most) most = e->models[i].batch_tokens;
     size_t n = (size_t)most + 1;
     e->plan = calloc(n, sizeof *e->plan);
+    e->plan_next = calloc(n, sizeof *e->plan_next);
     e->b_tokens = malloc(n * sizeof(int32_t));
     e->b_pos = malloc(n * sizeof(int32_t));
     e->b_start = malloc((n + 1) * sizeof(int32_t));
@@ -31,7 +32,7 @@ static atlas_status alloc_buffers(atlas_engine *e) {
     e->b_rope = malloc(n * sizeof(int32_t));
     e->b_rows = malloc(n * sizeof(int32_t));
     e->b_ids = malloc(n * sizeof(int32_t));
-    if (!e->plan || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx || !e->b_rope || !e->b_rows ||
+    if (!e->plan || !e->plan_next || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx || !e->b_rope || !e->b_rows ||
         !e->b_ids)
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: batch buffers");
     return ATLAS_OK;
@@ -118,6 +119,7 @@ void atlas_engine_sched_shutdown(atlas_engine *e) {
         if (e->models[m].m) (void)atlas_engine_release_model(e, &e->models[m]);
     pthread_mutex_unlock(&e->mu);
     free(e->plan);
+    free(e->plan_next);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_start);

@@ -51,7 +51,8 @@ static void plan_step(atlas_engine *e, eng_model *md) {
             }
             double cost = pass == 0 ? 1.0 : atlas_step_cost_of(&md->cost, s->n_computed, take);
             s->plan = e->n_plan;
-            e->plan[e->n_plan++] = (plan_entry){.s = s, .n = take, .cost = cost,
+            e->plan[e->n_plan++] = (plan_entry){.s = s, .n = take, .pos0 = s->n_computed,
+                                                .cost = cost,
                                                 .logits = s->n_computed + take == s->n_tokens};
             budget -= cost;
             /* the blocks this step completes: found by the sequences planned after s, which
@@ -61,21 +62,21 @@ static void plan_step(atlas_engine *e, eng_model *md) {
     }
 }
 
-/* Writes every planned sequence's block table into e->b_table (rows of the longest table's
- * width) and sets the batch's table and width. */
-static atlas_status fill_tables(atlas_engine *e, atlas_batch *b) {
+/* Writes the block table of every sequence of entries p[n] into e->b_table (rows of the
+ * longest table's width) and sets the batch's table and width. */
+static atlas_status fill_tables(atlas_engine *e, const plan_entry *p, int n, atlas_batch *b) {
     int max_blocks = 1;
-    for (int i = 0; i < e->n_plan; i++)
-        if (e->plan[i].s->kv.n > max_blocks) max_blocks = e->plan[i].s->kv.n;
-    size_t need = (size_t)e->n_plan * max_blocks;
+    for (int i = 0; i < n; i++)
+        if (p[i].s->kv.n > max_blocks) max_blocks = p[i].s->kv.n;
+    size_t need = (size_t)n * max_blocks;
     if (need > e->b_table_cap) {
         int32_t *t = realloc(e->b_table, need * sizeof *t);
         if (!t) return atlas_fail(ATLAS_ERR_NOMEM, "engine: block table of %zu", need);
         e->b_table = t;
         e->b_table_cap = need;
     }
-    for (int i = 0; i < e->n_plan; i++) {
-        const seq *s = e->plan[i].s;
+    for (int i = 0; i < n; i++) {
+        const seq *s = p[i].s;
         int32_t *row = e->b_table + (size_t)i * max_blocks;
         memcpy(row, s->kv.ids, (size_t)s->kv.n * sizeof *row);
         for (int j = s->kv.n; j < max_blocks; j++) row[j] = 0;
@@ -100,31 +101,34 @@ static void embed_rows(atlas_engine *e, const eng_model *md, plan_entry *pe, int
     pe->rows = *n_rows - pe->row0;
 }
 
-/* Fills the batch arrays from the plan; returns the number of logit rows (an embedding
- * model's: the hidden-state rows its pooling reads).  s->plan is reset here: entries are
- * then addressed by index. */
-static atlas_status fill_batch(atlas_engine *e, const eng_model *md, atlas_batch *b) {
+/* Fills the batch arrays from entries p[n_plan] (e->plan, or a step planned behind a queued
+ * one: a sequence with a row there, s->q_row, takes its first token from it); the batch's
+ * logit rows are an embedding model's hidden-state rows its pooling reads.  s->plan is
+ * reset here: entries are then addressed by index. */
+static atlas_status fill_batch(atlas_engine *e, const eng_model *md, plan_entry *p, int n_plan,
+                               atlas_batch *b) {
     int n = 0, n_logits = 0, embeds = md->cfg.pooling != ATLAS_POOL_NONE;
-    for (int i = 0; i < e->n_plan; i++) {
-        plan_entry *pe = &e->plan[i];
+    for (int i = 0; i < n_plan; i++) {
+        plan_entry *pe = &p[i];
         seq *s = pe->s;
         s->plan = -1;
         e->b_start[i] = n;
         for (int j = 0; j < pe->n; j++, n++) {
-            e->b_tokens[n] = s->tokens[s->n_computed + j];
-            e->b_pos[n] = s->n_computed + j;
+            e->b_tokens[n] = j == 0 && s->q_row >= 0 ? ATLAS_BATCH_PREV(s->q_row)
+                                                     : s->tokens[pe->pos0 + j];
+            e->b_pos[n] = pe->pos0 + j;
         }
-        e->b_ctx[i] = s->n_computed + pe->n;
+        e->b_ctx[i] = pe->pos0 + pe->n;
         e->b_rope[i] = s->n_tokens; /* a chunked prompt's whole length, as one prefill's */
         if (embeds) embed_rows(e, md, pe, n - pe->n, &n_logits);
         else if (pe->logits) e->b_rows[n_logits++] = n - 1;
     }
-    e->b_start[e->n_plan] = n;
+    e->b_start[n_plan] = n;
     *b = (atlas_batch){.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_pos,
-                       .n_seqs = e->n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
+                       .n_seqs = n_plan, .seq_start = e->b_start, .seq_ctx = e->b_ctx,
                        .seq_rope_len = e->b_rope,
                        .n_logits = n_logits, .logit_rows = e->b_rows, .hidden = embeds};
-    return fill_tables(e, b);
+    return fill_tables(e, p, n_plan, b);
 }
 
 /* ---- running a step --------------------------------------------------------------------- */
@@ -394,18 +398,45 @@ static void run_embed_step(atlas_engine *e, eng_model *md, const atlas_batch *b)
     }
 }
 
-/* ---- decode steps queued a step ahead -------------------------------------------------------
- * When a step is only plain decodes (one token a sequence: the argmax of the raw logits, or
- * a draw that asks for nothing the tokens before change: temperature, top-k, top-p, min-p)
- * and nothing else waits, the next step is queued on the backend before this one is
- * collected (atlas_model_forward_argmax_queue or _sample_queue: its tokens are this step's
- * ids, taken on the device; a draw's uniform depends on its seed and position only, so it is
- * the one the step run alone would use), so that the GPU computes step k + 1 while the host
- * emits step k's tokens. The run ends, and the queued step is collected, as soon as a
- * sequence ends, something waits to be admitted, a command or another model has work, or a
- * sequence would need a KV block that is not free. */
+/* ---- steps queued a step ahead ------------------------------------------------------------
+ * When every sequence of the model takes its tokens as a queued step can (plain greedy: the
+ * argmax of the raw logits; plain sampled: a draw that asks for nothing the tokens before
+ * change: temperature, top-k, top-p, min-p) and nothing else needs the scheduler, the next
+ * step is planned and queued on the backend before this one is collected
+ * (atlas_model_forward_argmax_queue or _sample_queue), so that the GPU computes step k + 1
+ * while the host emits step k's tokens.  That step is planned as plan_step plans one, from
+ * where the queued step leaves each sequence: one with a logit row there decodes the id it
+ * will get (ATLAS_BATCH_PREV: taken on the device), prompts go on in chunks, requests
+ * admitted meanwhile start theirs, and a sequence whose next token ends it (max_tokens, its
+ * context) gets no row.  A draw's uniform depends on its seed and position only, so it is
+ * the one the step run alone would use.  A sequence that ends when a step is collected is
+ * released then; its row of the step queued behind is computed and dropped (it writes a
+ * position past the sequence's registered blocks, in a block that step's successors only
+ * reuse after it on the stream).  The run ends, and plan_step takes over, as soon as a
+ * command, another model, a cancellation, a sequence that is not plain or a KV block that is
+ * not free (preemption) needs it. */
 
 enum { AHEAD_NO, AHEAD_GREEDY, AHEAD_SAMPLED };
+
+/* Whether every sequence of md may have rows in queued steps. */
+static int all_queueable(const eng_model *md) {
+    for (int i = 0; i < md->n_running; i++)
+        if (!(md->running[i]->plain_greedy || md->running[i]->plain_sampled)) return 0;
+    return 1;
+}
+
+/* How a queued step of entries p[n] takes its ids: AHEAD_NO without a logit row (a step
+ * queued gives ids), greedy when no row samples, or when the backend queues no draws. */
+static int step_mode(const eng_model *md, const plan_entry *p, int n) {
+    int mode = AHEAD_NO;
+    for (int i = 0; i < n; i++) {
+        if (!p[i].logits) continue;
+        if (p[i].s->plain_sampled)
+            return atlas_model_queues_samples(md->m) ? AHEAD_SAMPLED : AHEAD_NO;
+        mode = AHEAD_GREEDY;
+    }
+    return mode;
+}
 
 static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
     if (e->n_plan == 0 || e->p.step_ahead == ATLAS_STEP_AHEAD_OFF) return AHEAD_NO;
@@ -414,95 +445,187 @@ static int ahead_eligible(const atlas_engine *e, const eng_model *md) {
     atlas_model_info info;
     atlas_model_get_info(md->m, &info);
     if (!info.queue_overlaps && e->p.step_ahead != ATLAS_STEP_AHEAD_ON) return AHEAD_NO;
-    int mode = AHEAD_GREEDY;
-    for (int i = 0; i < e->n_plan; i++) {
-        const plan_entry *pe = &e->plan[i];
-        if (pe->n != 1 || !pe->logits || !(pe->s->plain_greedy || pe->s->plain_sampled) ||
-            pe->s->n_tokens - pe->s->n_computed != 1)
-            return AHEAD_NO;
-        if (pe->s->plain_sampled) mode = AHEAD_SAMPLED;
-    }
-    return mode == AHEAD_SAMPLED && !atlas_model_queues_samples(md->m) ? AHEAD_NO : mode;
+    return all_queueable(md) ? step_mode(md, e->plan, e->n_plan) : AHEAD_NO;
 }
 
-/* Queues the next step, q steps ahead of the tokens taken. */
-static atlas_status ahead_queue(atlas_engine *e, eng_model *md, const atlas_batch *b, int mode,
-                                int q) {
+/* Queues the step of entries p[n], filled into b. */
+static atlas_status ahead_queue(atlas_engine *e, eng_model *md, const atlas_batch *b,
+                                const plan_entry *p, int n, int mode) {
     if (mode == AHEAD_GREEDY) return atlas_model_forward_argmax_queue(md->m, b);
-    ATLAS_TRY(atlas_engine_queued_rows(e, q));
+    ATLAS_TRY(atlas_engine_queued_rows(e, p, n));
     return atlas_model_forward_sample_queue(md->m, b, e->smp_rows);
 }
 
-/* Whether another step may be queued behind `q` uncollected ones, and if so reserves its KV
- * row for every sequence.  Under e->mu. */
-static int ahead_more(atlas_engine *e, eng_model *md, int q) {
-    if (e->stop || e->n_waiting > 0 || e->cmds || md->draining) return 0;
-    /* a load's kernel modules wait for the queue to empty: let it */
-    if (e->quiet_host && atlas_host_quiet_wanted(e->quiet_host)) return 0;
-    for (int i = 0; i < e->n_models; i++)
-        if (&e->models[i] != md && e->models[i].n_running > 0) return 0;
-    for (int i = 0; i < e->n_plan; i++) {
-        const seq *s = e->plan[i].s;
-        int gen = s->n_tokens - s->n_prompt;
-        if (atomic_load(&s->cancel) || gen + q + 1 > s->max_tokens || s->n_tokens + q + 1 > s->cap)
-            return 0;
+/* The entries p[n] of a step just queued: each sequence's rows after it start past them, and
+ * one with a logit row takes its next token from it. */
+static void ahead_mark(plan_entry *p, int n) {
+    for (int i = 0, row = 0; i < n; i++) {
+        p[i].s->ahead += p[i].n;
+        p[i].s->q_row = p[i].logits ? row++ : -1;
     }
-    for (int i = 0; i < e->n_plan; i++) {
-        seq *s = e->plan[i].s;
-        if (!atlas_kv_table_reserve(&md->pool, &s->kv, s->n_computed + q + 1)) return 0;
-    }
-    return 1;
 }
 
-/* Runs the planned step and as many queued steps after it as ahead_more allows; marks
- * ended sequences SEQ_DONE and returns the number of steps.  Outside e->mu. */
-static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
-    atlas_status st = ahead_queue(e, md, b, mode, 0);
-    int q = st == ATLAS_OK, steps = q, more = q; /* more: 0 once nothing more is queued */
-    while (q > 0) {
-        if (more) {
-            pthread_mutex_lock(&e->mu);
-            more = ahead_more(e, md, q);
-            if (more) st = fill_tables(e, b);
-            pthread_mutex_unlock(&e->mu);
-        }
-        if (more && st == ATLAS_OK) {
-            for (int i = 0; i < e->n_plan; i++) {
-                const seq *s = e->plan[i].s;
-                e->b_tokens[i] = ATLAS_BATCH_PREV(i); /* the id of the step queued before */
-                e->b_pos[i] = s->n_computed + q;
-                e->b_ctx[i] = s->n_computed + q + 1;
+/* Whether another step of md may be planned behind the queued one; admits what waits for md
+ * meanwhile.  Under e->mu. */
+static int ahead_more(atlas_engine *e, eng_model *md) {
+    if (e->stop || e->cmds || md->draining) return 0;
+    /* a load's kernel modules wait for the queue to empty: let it */
+    if (e->quiet_host && atlas_host_quiet_wanted(e->quiet_host)) return 0;
+    if (e->n_waiting > 0) atlas_engine_admit(e);
+    for (int i = 0; i < e->n_waiting; i++) /* another model's: residency decides */
+        if (&e->models[e->waiting[i]->model] != md) return 0;
+    for (int i = 0; i < e->n_models; i++)
+        if (&e->models[i] != md && e->models[i].n_running > 0) return 0;
+    for (int i = 0; i < md->n_running; i++)
+        if (atomic_load(&md->running[i]->cancel)) return 0;
+    return all_queueable(md);
+}
+
+/* Plans the step behind the queued one into nx, as plan_step plans one but without
+ * preempting; *prefill gets its prompt tokens.  Returns its entries, 0 when there is none to
+ * queue (no logit row in it, or a KV block not free).  Under e->mu. */
+static int ahead_plan(atlas_engine *e, eng_model *md, plan_entry *nx, int *prefill) {
+    double budget = md->batch_tokens;
+    int n = 0, rows = 0;
+    *prefill = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < md->n_running && budget > 0; i++) {
+            seq *s = md->running[i];
+            int pending = s->q_row >= 0, gen = s->n_tokens - s->n_prompt;
+            /* its next token ends it: nothing comes after it */
+            if (pending && (gen + 2 > s->max_tokens || s->n_tokens + 2 > s->cap)) continue;
+            int base = s->n_computed + s->ahead, known = s->n_tokens - base;
+            if ((pending || known == 1) != (pass == 0)) continue;
+            if (pass == 1 && s->ahead == 0) { /* nothing of it queued: it may share a prefix */
+                if (!atlas_engine_share_prefix(e, md, s)) continue;
+                base = s->n_computed;
+                known = s->n_tokens - base;
             }
-            st = ahead_queue(e, md, b, mode, q);
-            if (st == ATLAS_OK) q++, steps++;
-        }
-        if (st != ATLAS_OK) break;
-        st = atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
-        if (st != ATLAS_OK) break;
-        q--;
-        for (int i = 0; i < e->n_plan; i++) {
-            seq *s = e->plan[i].s;
-            if (s->state == SEQ_DONE) continue; /* its row of a step queued past its end */
-            s->n_computed++;
-            if (atlas_engine_seq_accept(e, s, e->b_ids[i], 0, NULL, 0)) {
-                s->state = SEQ_DONE;
-                more = 0; /* an end: the steps already queued are collected, no more */
-            }
+            int take = pass == 0 ? 1 : atlas_step_cost_take(&md->cost, base, known, budget);
+            if (take == 0 && n == 0) take = 1; /* a step computes something */
+            if (take == 0) continue;
+            if (!atlas_kv_table_reserve(&md->pool, &s->kv, base + take)) return 0;
+            double cost = pass == 0 ? 1.0 : atlas_step_cost_of(&md->cost, base, take);
+            int logits = pending || base + take == s->n_tokens;
+            nx[n++] = (plan_entry){.s = s, .n = take, .pos0 = base, .cost = cost,
+                                   .logits = logits};
+            rows += logits;
+            if (!pending && !(known == 1 && s->ahead == 0)) *prefill += take; /* not a decode */
+            budget -= cost;
+            /* the blocks it completes, found pending by the sequences planned after it (not
+             * a decode's: its token is not known yet; a step that is not queued after all
+             * leaves them pending until they are written, atlas_kv_table_written) */
+            if (!pending)
+                atlas_kv_table_commit(&md->pool, &s->kv, s->tokens, base + take, true);
         }
     }
-    if (st != ATLAS_OK) {
+    return rows > 0 ? n : 0;
+}
+
+/* Takes the ids of the collected step's entries p[n] (outside e->mu). */
+static void ahead_take(atlas_engine *e, plan_entry *p, int n) {
+    for (int i = 0, row = 0; i < n; i++) {
+        int r = p[i].logits ? row++ : -1;
+        seq *s = p[i].s;
+        if (!s) continue; /* it ended before this step ran */
+        s->n_computed += p[i].n;
+        s->ahead -= p[i].n;
+        if (r >= 0 && atlas_engine_seq_accept(e, s, e->b_ids[r], 0, NULL, 0))
+            s->state = SEQ_DONE;
+    }
+}
+
+/* After a step's entries p[n] were collected: their blocks are shareable, and a sequence
+ * that ended is released, its entry in the step queued behind, nx[n_nx], dropped.  Under
+ * e->mu. */
+static void ahead_settle(atlas_engine *e, eng_model *md, plan_entry *p, int n, plan_entry *nx,
+                         int n_nx) {
+    for (int i = 0; i < n; i++) {
+        seq *s = p[i].s;
+        if (!s) continue;
+        if (s->state != SEQ_DONE) {
+            atlas_kv_table_written(&md->pool, &s->kv, s->n_computed);
+            continue;
+        }
+        for (int j = 0; j < n_nx; j++)
+            if (nx[j].s == s) nx[j].s = NULL;
+    }
+    for (int i = 0; i < md->n_running; i++)
+        if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
+}
+
+/* Ends every sequence of the entries p[n] with the failure st, msg.  Under e->mu. */
+static void ahead_fail(atlas_engine *e, eng_model *md, plan_entry *p, int n, atlas_status st,
+                       const char *msg) {
+    for (int i = 0; i < n; i++) {
+        if (!p[i].s || p[i].s->state == SEQ_DONE) continue;
+        atlas_engine_seq_fail(p[i].s, st, msg);
+        p[i].s->state = SEQ_DONE;
+    }
+    for (int i = 0; i < md->n_running; i++)
+        if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
+}
+
+/* Runs the planned step and the steps planned and queued behind it while ahead_more allows,
+ * settling each (e->n_plan is 0 after) and counting it in the metrics; returns the number of
+ * steps queued but not counted (a failure's).  Outside e->mu. */
+static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
+    plan_entry *cur = e->plan, *nx = e->plan_next;
+    int n_cur = e->n_plan, rows = b->n_logits, n_nx = 0, nx_rows = 0, steps = 0, counted = 0;
+    atlas_status st = ahead_queue(e, md, b, cur, n_cur, mode);
+    if (st == ATLAS_OK) ahead_mark(cur, n_cur), steps = 1;
+    /* q_cur, q_nx: the step of cur, of nx, is queued and not collected */
+    int q_cur = st == ATLAS_OK, q_nx = 0, more = q_cur;
+    while (q_cur) {
+        int prefill = 0, nx_mode = AHEAD_NO;
+        n_nx = 0;
+        if (more) {
+            pthread_mutex_lock(&e->mu);
+            more = ahead_more(e, md);
+            if (more) n_nx = ahead_plan(e, md, nx, &prefill);
+            if (n_nx) nx_mode = step_mode(md, nx, n_nx);
+            if (nx_mode == AHEAD_NO) n_nx = 0; /* a draw the backend cannot queue */
+            if (n_nx) st = fill_batch(e, md, nx, n_nx, b);
+            pthread_mutex_unlock(&e->mu);
+            nx_rows = b->n_logits;
+        }
+        for (int i = 0; i < n_cur; i++) /* their rows were read (fill_batch) */
+            if (cur[i].s) cur[i].s->q_row = -1;
+        if (n_nx && st == ATLAS_OK) st = ahead_queue(e, md, b, nx, n_nx, nx_mode);
+        if (st != ATLAS_OK) break;
+        if (n_nx) ahead_mark(nx, n_nx), q_nx = 1, steps++;
+        more = more && n_nx > 0;
+        q_cur = 0; /* collected, or dropped when that fails */
+        st = atlas_model_argmax_collect(md->m, e->b_ids, rows);
+        if (st != ATLAS_OK) break;
+        ahead_take(e, cur, n_cur);
+        pthread_mutex_lock(&e->mu);
+        ahead_settle(e, md, cur, n_cur, nx, n_nx);
+        /* counted before the ENDs go out, so that a request's steps are in the metrics its
+         * caller reads after it */
+        e->metrics.steps++, counted++;
+        e->metrics.steps_ahead += (uint64_t)q_nx;
+        e->metrics.prompt_tokens += (uint64_t)prefill;
+        atlas_engine_flush_done(e);
+        pthread_mutex_unlock(&e->mu);
+        plan_entry *t = cur;
+        cur = nx, nx = t;
+        n_cur = n_nx, rows = nx_rows, q_cur = q_nx, q_nx = 0, n_nx = 0;
+    }
+    if (st != ATLAS_OK) { /* every sequence of a step queued, or planned, fails */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", atlas_last_error());
         atlas_engine_strip_dir(msg, md->dir);
         e->step_failed = 1;
-        while (q-- > 0) (void)atlas_model_argmax_collect(md->m, e->b_ids, e->n_plan);
-        for (int i = 0; i < e->n_plan; i++) {
-            if (e->plan[i].s->state == SEQ_DONE) continue;
-            atlas_engine_seq_fail(e->plan[i].s, st, msg);
-            e->plan[i].s->state = SEQ_DONE;
-        }
+        if (q_cur) (void)atlas_model_argmax_collect(md->m, e->b_ids, rows);
+        if (q_nx) (void)atlas_model_argmax_collect(md->m, e->b_ids, nx_rows);
+        pthread_mutex_lock(&e->mu);
+        ahead_fail(e, md, cur, n_cur, st, msg);
+        ahead_fail(e, md, nx, n_nx, st, msg);
+        pthread_mutex_unlock(&e->mu);
     }
-    return steps;
+    e->n_plan = 0;
+    return steps - counted;
 }
 
 /* One step of md.  Under e->mu (dropped for the forward pass and the callbacks). */
@@ -512,7 +635,7 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
     atlas_engine_flush_done(e); /* a preempted sequence whose requeueing failed */
     if (e->n_plan == 0) return 1;
     atlas_batch b;
-    atlas_status st = fill_batch(e, md, &b);
+    atlas_status st = fill_batch(e, md, e->plan, e->n_plan, &b);
     if (st != ATLAS_OK) {
         for (int i = 0; i < e->n_plan; i++) {
             seq *s = e->plan[i].s;
@@ -529,6 +652,9 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
             prefill += e->plan[i].n;
     int steps = 1, ahead = ahead_eligible(e, md);
     e->step_failed = 0;
+    /* counted before the step: steps queued ahead deliver ENDs before this returns */
+    e->metrics.last_batch_tokens = b.n_tokens;
+    e->metrics.prompt_tokens += (uint64_t)prefill;
     pthread_mutex_unlock(&e->mu);
     if (b.hidden)
         run_embed_step(e, md, &b);
@@ -538,14 +664,11 @@ int atlas_engine_step(atlas_engine *e, eng_model *md) {
         run_step(e, md, &b);
     pthread_mutex_lock(&e->mu);
     e->metrics.steps += (uint64_t)steps;
-    if (steps > 1) e->metrics.steps_ahead += (uint64_t)(steps - 1);
-    e->metrics.last_batch_tokens = b.n_tokens;
-    e->metrics.prompt_tokens += (uint64_t)prefill;
     if (!md->draining) md->last_used = ++e->clock; /* keeps a draining victim the LRU one */
     /* after a failed pass every planned sequence ends, and its release forgets the blocks
      * registered for this step */
     for (int i = 0; i < e->n_plan && !e->step_failed; i++)
-        atlas_kv_table_written(&md->pool, &e->plan[i].s->kv);
+        atlas_kv_table_written(&md->pool, &e->plan[i].s->kv, e->plan[i].s->n_computed);
     for (int i = 0; i < e->n_plan; i++)
         if (e->plan[i].s->state == SEQ_DONE) atlas_engine_end_running(e, md, e->plan[i].s);
     e->n_plan = 0;

@@ -240,8 +240,8 @@ test('gateway gauges and per-model series exist, parse and move', async () => {
       assert.equal(one(s1, 'atlas_request_prefill_time_seconds_count', labels), 1);
       assert.equal(one(s1, 'atlas_request_decode_time_seconds_count', labels), 1);
     }
-    // its 3 decode steps queued one after another: 2 while the one before ran
-    assert.equal(one(s1, 'atlas_steps_ahead_total'), 2);
+    // its prompt's step and 3 decode steps queued one after another: 3 while the one before ran
+    assert.equal(one(s1, 'atlas_steps_ahead_total'), 3);
     assert.equal(one(s1, 'atlas_time_to_first_token_seconds_count', per), 1);
     assert.equal(one(s1, 'atlas_inter_token_latency_seconds_count', per), 3);
     const usage = one(s1, 'atlas_kv_cache_usage_perc', per);
