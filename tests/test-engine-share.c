@@ -6,7 +6,9 @@
  *   for token as each does alone (under its own cache_salt, nothing shared);
  * - in a pool too small for all of them, requests sharing a prefix are preempted and
  *   resumed and still answer as alone, while others sharing it are cancelled;
- * every block is back in the pool after each. */
+ * every block is back in the pool after each.
+ * With --step-ahead on, the same with steps queued ahead, planned behind the step queued
+ * before (step.c's run_ahead), as a GPU serves them. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,7 @@ static atlas_request request_of(const int32_t *ids, int n, int max, const char *
 }
 
 static char dir[1024];
+static atlas_step_ahead step_ahead = ATLAS_STEP_AHEAD_AUTO;
 
 static atlas_engine *engine_new(int parallel, int ctx, int budget, int kv_blocks) {
     static atlas_engine_model mod = {.name = "tiny"};
@@ -70,6 +73,7 @@ static atlas_engine *engine_new(int parallel, int ctx, int budget, int kv_blocks
     p.ctx_size = ctx;
     p.batch_tokens = budget;
     p.kv_blocks = kv_blocks;
+    p.step_ahead = step_ahead;
     atlas_engine *e = NULL;
     CHECK_OK(atlas_engine_create(&p, &e));
     if (e) CHECK_OK(atlas_engine_load(e, "tiny")); /* nothing is admitted while it loads */
@@ -114,6 +118,13 @@ static void test_together(void) {
     }
     CHECK_MSG(sharing >= N_REQ - 1, "%d of %d requests found the prefix cached", sharing, N_REQ);
     CHECK(m1.kv_blocks_used == 0);
+    uint64_t ahead = m1.steps_ahead - m0.steps_ahead, steps = m1.steps - m0.steps;
+    printf("  in %llu steps, %llu of them queued behind another\n", (unsigned long long)steps,
+           (unsigned long long)ahead);
+    /* a step of prompt chunks alone (the prefix's) has no logit row to queue ids of */
+    CHECK_MSG(step_ahead == ATLAS_STEP_AHEAD_ON ? ahead >= N_REQ / 4 : ahead == 0,
+              "%llu of %llu steps queued ahead (step_ahead %d)", (unsigned long long)ahead,
+              (unsigned long long)steps, (int)step_ahead);
 
     /* each alone, under a salt of its own: nothing cached, the same answer */
     for (int i = 0; i < N_REQ; i++) {
@@ -183,7 +194,13 @@ static void test_preempted(void) {
     atlas_engine_free(e);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--step-ahead") && !strcmp(argv[2], "on")) {
+        step_ahead = ATLAS_STEP_AHEAD_ON;
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test-engine-share [--step-ahead on]\n");
+        return 2;
+    }
     snprintf(dir, sizeof dir, "%s/tiny-llama3", harness_data_dir());
     char path[1100];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
