@@ -22,6 +22,10 @@
  * keeps released models' prefix KV in host memory (host_cache), so a swap's sites include
  * the store's: saving at a release, copying back at the next request.
  *
+ * --step-ahead on (ctest's test-fault-ahead) walks with the greedy request's steps queued
+ * ahead on the CPU (engine/step.c's run_ahead and the model's host queue), as a GPU runs
+ * them by default.
+ *
  * -d cuda (ctest's test-gpu-fault) runs both on the GPU, where the CUDA backend's sites join
  * the walk: its device allocations (the registry's cuMemAlloc), the pinned memory of its
  * batch staging and its kernel launches, those of decode steps captured into CUDA graphs
@@ -158,6 +162,8 @@ static atlas_status request(atlas_engine *e, const char *name, int sampled, outc
     return st;
 }
 
+static atlas_step_ahead step_ahead = ATLAS_STEP_AHEAD_AUTO;
+
 static atlas_engine_params engine_params(const atlas_engine_model *models, int n) {
     atlas_engine_params p = atlas_engine_default_params();
     p.models = models;
@@ -167,6 +173,7 @@ static atlas_engine_params engine_params(const atlas_engine_model *models, int n
     p.n_threads = 1; /* no workers: the sites are reached in one order, run after run */
     p.ctx_size = 64;
     p.kv_blocks = 8;
+    p.step_ahead = step_ahead;
     return p;
 }
 
@@ -579,6 +586,14 @@ static int cuda_usable(char *why, size_t cap) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         verbose |= !strcmp(argv[i], "-v");
+        if (!strcmp(argv[i], "--step-ahead")) {
+            const char *a = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(a, "on")) {
+                fprintf(stderr, "test-fault: --step-ahead %s: want on\n", a);
+                return 2;
+            }
+            step_ahead = ATLAS_STEP_AHEAD_ON;
+        }
         walk_all |= !strcmp(argv[i], "-a");
         if (!strcmp(argv[i], "-d")) {
             const char *d = i + 1 < argc ? argv[++i] : "";
