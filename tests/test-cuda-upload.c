@@ -363,6 +363,7 @@ static void test_sample_queue(void) {
     b.tokens = prev;
     CHECK_OK(atlas_model_forward_sample_queue(m, &b, r[1]));
     CHECK(cb->batch.tok_ids == cb->ws.d_ids); /* the embedding reads the ids on the device */
+    CHECK(atlas_model_queued_ready(m)); /* the fake driver's events have always happened */
     CHECK(cb->batch.aq_n == 2 && cb->batch.aq_rows[0] == W && cb->batch.aq_rows[1] == W);
     CHECK(cb->ws.h_sq && cb->ws.sq_cap >= W);
     for (int k = 0; cb->ws.h_sq && k < 2; k++)

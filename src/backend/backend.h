@@ -447,6 +447,9 @@ typedef struct atlas_backend_ops {
     atlas_status (*argmax_queue)(atlas_backend *be, const void *logits, int row0, int rows,
                                  int vocab);
     atlas_status (*argmax_collect)(atlas_backend *be, int32_t *ids, int rows);
+    /* Optional with argmax_queue: whether the oldest queued step has run (argmax_collect
+     * would not wait): 1; an error answers 1, for argmax_collect to report. */
+    int (*argmax_ready)(atlas_backend *be);
     /* Sampled decoding a step ahead, as argmax_queue (a backend with one has both, and they
      * share the queue and argmax_collect): each row r's id drawn as the sample op draws it
      * for p[r], which asks for no adjustments and no logprobs (n_adj 0, flags 0; temperature

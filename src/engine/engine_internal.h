@@ -167,6 +167,9 @@ typedef struct eng_model {
     int n_running;
     int n_waiting;
     int draining;           /* no admissions: it is to be released */
+    /* a queued step's time on the device, and the host's to plan and queue one, as last
+     * seen (step.c's ahead_wait) */
+    double ahead_step_s, ahead_host_s;
     int loading;            /* its load runs on the loader thread */
     int held;               /* loaded while the model making room for it drains: admits
                                nothing until that one is released (e->load.victim) */

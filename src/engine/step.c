@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/host.h"
 #include "core/error.h"
@@ -566,6 +567,19 @@ static void ahead_fail(atlas_engine *e, eng_model *md, plan_entry *p, int n, atl
         if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
 }
 
+/* Waits to plan the step behind the queued one that began at t0 as late as the host can, so
+ * that a request arriving meanwhile joins it rather than the step after it (a step later to
+ * its first token): until that step's expected end less twice the host's time to plan and
+ * queue one and 0.5 ms, or its end if that comes first; not before a step's time is known. */
+static void ahead_wait(eng_model *md, double t0) {
+    if (md->ahead_step_s <= 0) return;
+    double until = t0 + md->ahead_step_s - 2 * md->ahead_host_s - 5e-4;
+    while (atlas_engine_now() < until && !atlas_model_queued_ready(md->m)) {
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Runs the planned step and the steps planned and queued behind it while ahead_more allows,
  * settling each (e->n_plan is 0 after) and counting it in the metrics; returns the number of
  * steps queued but not counted (a failure's).  Outside e->mu. */
@@ -576,9 +590,14 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
     if (st == ATLAS_OK) ahead_mark(cur, n_cur), steps = 1;
     /* q_cur, q_nx: the step of cur, of nx, is queued and not collected */
     int q_cur = st == ATLAS_OK, q_nx = 0, more = q_cur;
+    /* t_cur: when cur's step began on the device (its queuing, or the collect of the step
+     * before it, which it followed on the stream); t_last: the last collect */
+    double t_cur = atlas_engine_now(), t_last = 0;
     while (q_cur) {
         int prefill = 0, nx_mode = AHEAD_NO;
         n_nx = 0;
+        if (more) ahead_wait(md, t_cur);
+        double t_plan = atlas_engine_now();
         if (more) {
             pthread_mutex_lock(&e->mu);
             more = ahead_more(e, md);
@@ -594,10 +613,14 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
         if (n_nx && st == ATLAS_OK) st = ahead_queue(e, md, b, nx, n_nx, nx_mode);
         if (st != ATLAS_OK) break;
         if (n_nx) ahead_mark(nx, n_nx), q_nx = 1, steps++;
+        if (n_nx) md->ahead_host_s = atlas_engine_now() - t_plan;
         more = more && n_nx > 0;
         q_cur = 0; /* collected, or dropped when that fails */
         st = atlas_model_argmax_collect(md->m, e->b_ids, rows);
         if (st != ATLAS_OK) break;
+        double now = atlas_engine_now();
+        if (t_last > 0) md->ahead_step_s = now - t_last; /* back to back on the device */
+        t_last = t_cur = now;
         ahead_take(e, cur, n_cur);
         pthread_mutex_lock(&e->mu);
         ahead_settle(e, md, cur, n_cur, nx, n_nx);

@@ -452,6 +452,11 @@ atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch 
     return queue_step(m, b, rows);
 }
 
+bool atlas_model_queued_ready(atlas_model *m) {
+    if (m->q_n == 0 || !m->be->ops->argmax_ready) return true;
+    return m->be->ops->argmax_ready(m->be) != 0;
+}
+
 bool atlas_model_queues_samples(const atlas_model *m) {
     return !m->be->ops->argmax_queue || m->be->ops->sample_queue;
 }

@@ -42,9 +42,9 @@ atlas_status atlas_model_forward_sample(atlas_model *m, const atlas_batch *b,
 
 /* Greedy decoding a step ahead of the host: queues b's forward and the argmax of its logit
  * rows and returns without waiting for them, so that the next step is queued while this one
- * runs and the GPU never idles between steps. b->tokens may be NULL: the tokens are then the
- * ids of the step queued just before (b->n_tokens = its n_logits), taken on the device. At
- * most 2 steps are queued; atlas_model_argmax_collect waits for the oldest and writes its
+ * runs and the GPU never idles between steps. A token ATLAS_BATCH_PREV(r) of b is the id of
+ * logit row r of the step queued just before, taken on the device. At most 2 steps are
+ * queued; atlas_model_argmax_collect waits for the oldest and writes its
  * ids[n] (n = its n_logits). The usual loop: queue(1); queue(2); collect(1); queue(3);
  * collect(2); ... A step whose ids turn out unwanted (an end of text) is collected and
  * dropped. While steps are queued, the other forwards fail (ATLAS_ERR_BUSY). One thread
@@ -59,6 +59,9 @@ atlas_status atlas_model_forward_argmax_queue(atlas_model *m, const atlas_batch 
 atlas_status atlas_model_forward_sample_queue(atlas_model *m, const atlas_batch *b,
                                               const atlas_sample_row *rows);
 atlas_status atlas_model_argmax_collect(atlas_model *m, int32_t *ids, int n);
+/* Whether collecting the oldest queued step would not wait for it (true when none is
+ * queued, and on a backend that computes queued steps at once). */
+bool atlas_model_queued_ready(atlas_model *m);
 /* Whether atlas_model_forward_sample_queue can queue on m's backend (one that queues greedy
  * steps on the device also has the sampled op; one that computes steps at once does both). */
 bool atlas_model_queues_samples(const atlas_model *m);

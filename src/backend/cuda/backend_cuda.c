@@ -400,6 +400,7 @@ static const atlas_backend_ops cuda_ops = {
     .argmax = cuda_argmax,
     .argmax_queue = cuda_argmax_queue,
     .argmax_collect = cuda_argmax_collect,
+    .argmax_ready = cuda_argmax_ready,
     .sample_queue = cuda_sample_queue,
     .sample = cuda_sample,
     .sync = cuda_sync,

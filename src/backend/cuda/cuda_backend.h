@@ -546,7 +546,7 @@ void cuda_plan_release(cuda_backend *cb);
  * pool. */
 atlas_status cuda_deq_reserve(cuda_backend *cb);
 /* stage.c: the op table's begin_batch, download, argmax, argmax_queue, sample_queue,
- * argmax_collect and sync. */
+ * argmax_collect, argmax_ready and sync. */
 atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block_size);
 atlas_status cuda_download(atlas_backend *be, float *host, const void *x, size_t count);
 atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, int rows,
@@ -554,6 +554,7 @@ atlas_status cuda_argmax(atlas_backend *be, int32_t *ids, const void *logits, in
 atlas_status cuda_argmax_queue(atlas_backend *be, const void *logits, int row0, int rows,
                                int vocab);
 atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows);
+int cuda_argmax_ready(atlas_backend *be);
 atlas_status cuda_sample_queue(atlas_backend *be, const void *logits, int row0, int rows,
                                int vocab, const atlas_sample_row *p);
 atlas_status cuda_sync(atlas_backend *be);

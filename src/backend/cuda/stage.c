@@ -402,6 +402,13 @@ atlas_status cuda_argmax_collect(atlas_backend *be, int32_t *ids, int rows) {
     return ATLAS_OK;
 }
 
+int cuda_argmax_ready(atlas_backend *be) {
+    cuda_backend *cb = cuda_of(be);
+    if (cb->batch.aq_n == 0 || atlas_host_make_current(cb->dev.host) != ATLAS_OK) return 1;
+    return atlas_driver_get()->cuEventQuery(cb->ws.aq_done[cb->batch.aq_head]) !=
+           ATLAS_CUDA_ERROR_NOT_READY;
+}
+
 atlas_status cuda_sync(atlas_backend *be) {
     cuda_backend *cb = cuda_of(be);
     ATLAS_TRY(cuda_flush(cb));
