@@ -219,8 +219,8 @@ atlas_status cuda_begin_batch(atlas_backend *be, const atlas_batch *b, int block
             return atlas_fail(ATLAS_ERR_INVALID, "cuda: a batch whose tokens are the ids of a "
                               "queued step, and none is queued");
         if (-1 - (int64_t)b->tokens[t] >= cb->batch.aq_rows[last])
-            return atlas_fail(ATLAS_ERR_RANGE, "cuda: token %d is row %d of the step queued "
-                              "before, which has %d", t, -1 - b->tokens[t],
+            return atlas_fail(ATLAS_ERR_RANGE, "cuda: token %d is row %lld of the step queued "
+                              "before, which has %d", t, -1 - (long long)b->tokens[t],
                               cb->batch.aq_rows[last]);
         prev = 1;
     }
