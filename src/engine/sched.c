@@ -32,8 +32,8 @@ static atlas_status alloc_buffers(atlas_engine *e) {
     e->b_rope = malloc(n * sizeof(int32_t));
     e->b_rows = malloc(n * sizeof(int32_t));
     e->b_ids = malloc(n * sizeof(int32_t));
-    if (!e->plan || !e->plan_next || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx || !e->b_rope || !e->b_rows ||
-        !e->b_ids)
+    if (!e->plan || !e->plan_next || !e->b_tokens || !e->b_pos || !e->b_start || !e->b_ctx ||
+        !e->b_rope || !e->b_rows || !e->b_ids)
         return atlas_fail(ATLAS_ERR_NOMEM, "engine: batch buffers");
     return ATLAS_OK;
 }

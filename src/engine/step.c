@@ -278,17 +278,27 @@ static int masks_begin(atlas_engine *e, int vocab, mask_work *w, pthread_t *th) 
     return 0;
 }
 
-/* A failed forward fails every sequence of the step with its message (the model's directory
- * taken out of it). */
+/* The last error, the model's directory taken out of it, into msg[512]. */
+static void step_error(const eng_model *md, char *msg) {
+    snprintf(msg, 512, "%s", atlas_last_error());
+    atlas_engine_strip_dir(msg, md->dir);
+}
+
+/* Fails every sequence of the entries p[n] not ended already with st, msg. */
+static void fail_entries(plan_entry *p, int n, atlas_status st, const char *msg) {
+    for (int i = 0; i < n; i++) {
+        if (!p[i].s || p[i].s->state == SEQ_DONE) continue;
+        atlas_engine_seq_fail(p[i].s, st, msg);
+        p[i].s->state = SEQ_DONE;
+    }
+}
+
+/* A failed forward fails every sequence of the step with its message. */
 static void fail_plan(atlas_engine *e, const eng_model *md, atlas_status st) {
     e->step_failed = 1;
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", atlas_last_error());
-    atlas_engine_strip_dir(msg, md->dir);
-    for (int i = 0; i < e->n_plan; i++) {
-        atlas_engine_seq_fail(e->plan[i].s, st, msg);
-        e->plan[i].s->state = SEQ_DONE;
-    }
+    step_error(md, msg);
+    fail_entries(e->plan, e->n_plan, st, msg);
 }
 
 /* Host buffers for n rows of logits chosen on the host and the copy that sampling one
@@ -536,6 +546,12 @@ static void ahead_take(atlas_engine *e, plan_entry *p, int n) {
     }
 }
 
+/* Releases md's sequences that ended (SEQ_DONE).  Under e->mu. */
+static void end_done(atlas_engine *e, eng_model *md) {
+    for (int i = 0; i < md->n_running; i++)
+        if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
+}
+
 /* After a step's entries p[n] were collected: their blocks are shareable, and a sequence
  * that ended is released, its entry in the step queued behind, nx[n_nx], dropped.  Under
  * e->mu. */
@@ -551,20 +567,7 @@ static void ahead_settle(atlas_engine *e, eng_model *md, plan_entry *p, int n, p
         for (int j = 0; j < n_nx; j++)
             if (nx[j].s == s) nx[j].s = NULL;
     }
-    for (int i = 0; i < md->n_running; i++)
-        if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
-}
-
-/* Ends every sequence of the entries p[n] with the failure st, msg.  Under e->mu. */
-static void ahead_fail(atlas_engine *e, eng_model *md, plan_entry *p, int n, atlas_status st,
-                       const char *msg) {
-    for (int i = 0; i < n; i++) {
-        if (!p[i].s || p[i].s->state == SEQ_DONE) continue;
-        atlas_engine_seq_fail(p[i].s, st, msg);
-        p[i].s->state = SEQ_DONE;
-    }
-    for (int i = 0; i < md->n_running; i++)
-        if (md->running[i]->state == SEQ_DONE) atlas_engine_end_running(e, md, md->running[i--]);
+    end_done(e, md);
 }
 
 /* Waits to plan the step behind the queued one that began at t0 as late as the host can, so
@@ -606,7 +609,7 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
             if (nx_mode == AHEAD_NO) n_nx = 0; /* a draw the backend cannot queue */
             if (n_nx) st = fill_batch(e, md, nx, n_nx, b);
             pthread_mutex_unlock(&e->mu);
-            nx_rows = b->n_logits;
+            if (n_nx) nx_rows = b->n_logits;
         }
         for (int i = 0; i < n_cur; i++) /* their rows were read (fill_batch) */
             if (cur[i].s) cur[i].s->q_row = -1;
@@ -637,14 +640,14 @@ static int run_ahead(atlas_engine *e, eng_model *md, atlas_batch *b, int mode) {
     }
     if (st != ATLAS_OK) { /* every sequence of a step queued, or planned, fails */
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", atlas_last_error());
-        atlas_engine_strip_dir(msg, md->dir);
+        step_error(md, msg);
         e->step_failed = 1;
         if (q_cur) (void)atlas_model_argmax_collect(md->m, e->b_ids, rows);
         if (q_nx) (void)atlas_model_argmax_collect(md->m, e->b_ids, nx_rows);
         pthread_mutex_lock(&e->mu);
-        ahead_fail(e, md, cur, n_cur, st, msg);
-        ahead_fail(e, md, nx, n_nx, st, msg);
+        fail_entries(cur, n_cur, st, msg);
+        fail_entries(nx, n_nx, st, msg);
+        end_done(e, md);
         pthread_mutex_unlock(&e->mu);
     }
     e->n_plan = 0;
